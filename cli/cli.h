@@ -1,0 +1,28 @@
+/* cli/cli.h — the subcommands of the nearattn program and small helpers
+ * they share for argument parsing. Each subcommand lives in cli/cmd_<name>.c,
+ * takes (argc, argv) with argv[0] = the subcommand name, prints its own
+ * --help, and returns the process exit code (0 ok, 1 runtime error, 2 usage). */
+#ifndef NA_CLI_H
+#define NA_CLI_H
+
+#include "common/status.h"
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);
+} na_cli_cmd_t;
+
+/* Parse a whole decimal integer / float from a flag value; on failure print
+ * "nearattn <cmd>: <flag> expects ..." to stderr and return NA_ERR_INVALID. */
+na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
+                       long lo, long hi, long *out);
+na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
+                         double lo, double hi, double *out);
+/* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
+int na_cli_fail(const char *cmd, na_status_t st);
+/* The shared/ folder: $NA_SHARED_DIR, else ../shared relative to the
+ * executable's repository, else ../shared relative to the cwd. Static buffer. */
+const char *na_cli_shared_dir(void);
+
+#endif /* NA_CLI_H */

@@ -1,0 +1,43 @@
+/* cli/main.c — the nearattn program: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+/* One line per subcommand; each is implemented in cli/cmd_<name>.c. */
+static const na_cli_cmd_t na_cli_cmds[] = {
+    { NULL, NULL, NULL }
+};
+
+static void na_cli_usage(FILE *f)
+{
+    const na_cli_cmd_t *c;
+    fprintf(f, "usage: nearattn <command> [options]   (nearattn <command> --help for details)\n\n"
+               "nearattn: LLM inference with attention computed where the KV cache lives.\n\n"
+               "commands:\n");
+    for (c = na_cli_cmds; c->name != NULL; c++)
+        fprintf(f, "  %-13s %s\n", c->name, c->summary);
+}
+
+int main(int argc, char **argv)
+{
+    const na_cli_cmd_t *c;
+
+    if (argc < 2) {
+        na_cli_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        na_cli_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("nearattn 0.1.0\n");
+        return 0;
+    }
+    for (c = na_cli_cmds; c->name != NULL; c++)
+        if (!strcmp(c->name, argv[1]))
+            return c->main(argc - 1, argv + 1);
+    fprintf(stderr, "nearattn: unknown command '%s' (try 'nearattn --help')\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — install missing Debian dependencies, build, then run.
+#
+#   bash scripts/setup.sh run    # install + Release build + the main job (generation)
+#   bash scripts/setup.sh test   # install + Release and ASan/UBSan builds + whole test suite
+#   bash scripts/setup.sh build  # install + Release build only
+#
+# Builds go to build/ (Release) and build-asan/ (sanitizers). Runs as root on
+# a fresh Debian 12 machine; elsewhere, install scripts/deps.txt by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-run}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+install_deps() {
+    local missing=()
+    while read -r pkg; do
+        case "$pkg" in ''|'#'*) continue ;; esac
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done < scripts/deps.txt
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "setup: installing ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: need root to apt-get install: ${missing[*]}" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build() {  # build DIR [cmake args...]
+    local dir=$1; shift
+    cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
+    cmake --build "$dir" -j "$jobs"
+}
+
+install_deps
+case "$what" in
+build)
+    build build -DCMAKE_BUILD_TYPE=Release
+    ;;
+run)
+    build build -DCMAKE_BUILD_TYPE=Release
+    ./build/cli/nearattn run --mode monolithic --prompt "Once upon a time" --temp 0 -n 256
+    ;;
+test)
+    build build -DCMAKE_BUILD_TYPE=Release
+    (cd build && ctest --output-on-failure -j "$jobs")
+    build build-asan -DCMAKE_BUILD_TYPE=Debug -DNA_SANITIZE=ON
+    (cd build-asan && ctest --output-on-failure -j "$jobs" -LE bench)
+    ;;
+*)
+    echo "usage: bash scripts/setup.sh run|test|build" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,94 @@
+/* tests/testutil.c — see testutil.h. */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int na_test_failures;
+int na_test_checks;
+
+int na_test_finish(void)
+{
+    printf("%d checks, %d failed\n", na_test_checks, na_test_failures);
+    return na_test_failures == 0 && na_test_checks > 0 ? 0 : 1;
+}
+
+void na_rng_seed(na_rng_t *r, uint64_t seed)
+{
+    r->s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    if (r->s == 0)
+        r->s = 1;
+}
+
+uint64_t na_rng_u64(na_rng_t *r)
+{
+    uint64_t x = r->s;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    r->s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+float na_rng_uniform(na_rng_t *r)
+{
+    return (float)(na_rng_u64(r) >> 40) / (float)(1ull << 24);
+}
+
+float na_rng_normal(na_rng_t *r)
+{
+    float u1 = na_rng_uniform(r) + 1e-7f, u2 = na_rng_uniform(r);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+void na_rng_fill(na_rng_t *r, float *x, size_t n, float lo, float hi)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * na_rng_uniform(r);
+}
+
+double na_close_ratio(const float *a, const float *b, size_t n, double atol, double rtol)
+{
+    double worst = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        double lim = atol + rtol * fabs((double)b[i]);
+        double q = d / lim;
+        if (isnan(a[i]) || isnan(b[i]))
+            q = INFINITY;
+        if (q > worst)
+            worst = q;
+    }
+    return worst;
+}
+
+int na_test_tmpdir(char *buf, size_t len)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, len, "%s/nearattn-test-XXXXXX", t && t[0] ? t : "/tmp");
+    return mkdtemp(buf) ? 0 : -1;
+}
+
+static int na_test_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+void na_test_rmtree(const char *path)
+{
+    nftw(path, na_test_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *na_test_shared_model(const char *name)
+{
+    static char buf[4096];
+    const char *d = getenv("NA_SHARED_DIR");
+    snprintf(buf, sizeof(buf), "%s/models/%s", d && d[0] ? d : "../shared", name);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}

@@ -1,0 +1,47 @@
+/* tests/testutil.h — tiny test harness: checks that count failures, seeded
+ * random inputs, temporary directories, the shared model folder. A test's
+ * main() ends with `return na_test_finish();`; exit 77 means skipped. */
+#ifndef NA_TESTUTIL_H
+#define NA_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern int na_test_failures;
+extern int na_test_checks;
+
+#define NA_CHECK(cond) do { na_test_checks++; if (!(cond)) { na_test_failures++; \
+    fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#define NA_CHECK_MSG(cond, ...) do { na_test_checks++; if (!(cond)) { na_test_failures++; \
+    fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+/* Check a status is NA_OK, printing na_errmsg() otherwise. */
+#define NA_CHECK_OK(expr) do { na_status_t st_ = (expr); na_test_checks++; if (st_ != NA_OK) { \
+    na_test_failures++; fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, \
+    na_status_string(st_), na_errmsg()); } } while (0)
+#define NA_SKIP(...) do { fprintf(stderr, "SKIPPED: "); fprintf(stderr, __VA_ARGS__); \
+    fputc('\n', stderr); return 77; } while (0)
+
+/* Print "<checks> checks, <failures> failed" and return 0 or 1. */
+int na_test_finish(void);
+
+/* Deterministic xorshift random numbers. */
+typedef struct { uint64_t s; } na_rng_t;
+void     na_rng_seed(na_rng_t *r, uint64_t seed);
+uint64_t na_rng_u64(na_rng_t *r);
+float    na_rng_uniform(na_rng_t *r);               /* [0, 1) */
+float    na_rng_normal(na_rng_t *r);
+void     na_rng_fill(na_rng_t *r, float *x, size_t n, float lo, float hi);
+
+/* Max |a-b| / (atol + rtol*|b|) over n elements: <= 1 means "close". */
+double na_close_ratio(const float *a, const float *b, size_t n, double atol, double rtol);
+
+/* Make a fresh directory under $TMPDIR (or /tmp); path written to buf. */
+int  na_test_tmpdir(char *buf, size_t len);
+/* rm -rf of a directory tree made by na_test_tmpdir. */
+void na_test_rmtree(const char *path);
+/* Path of a file in shared/models/ ($NA_SHARED_DIR/models/name), or NULL if absent. */
+const char *na_test_shared_model(const char *name);
+
+#endif /* NA_TESTUTIL_H */
