@@ -13,6 +13,11 @@ typedef struct {
     int (*main)(int argc, char **argv);
 } na_cli_cmd_t;
 
+int na_cmd_run(int argc, char **argv);          /* cli/cmd_run.c */
+int na_cmd_check_config(int argc, char **argv); /* cli/cmd_check_config.c */
+int na_cmd_bench(int argc, char **argv);        /* cli/cmd_bench.c */
+int na_cmd_gen_model(int argc, char **argv);    /* cli/cmd_gen_model.c */
+
 /* Parse a whole decimal integer / float from a flag value; on failure print
  * "nearattn <cmd>: <flag> expects ..." to stderr and return NA_ERR_INVALID. */
 na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,

@@ -5,6 +5,10 @@
  * row-major, rows = output features, cols = input features (GGUF ne0 = cols).
  * Weights are pointers into a read-only mmap of the file whenever the file's
  * dtype can be used directly; nothing is copied in that case.
+ * Matrices keep the file's dtype (F32, F16, BF16, Q8_0) and are dequantized
+ * per row / tile inside the matmul kernels, never at load; only norm weights a
+ * GGUF file stores as F16/BF16 are converted to F32 at load (into `owned`).
+ * Loaders: common/llama2c.c, common/model_gguf.c; tokenizer: common/tokenizer.h.
  *
  * RoPE convention: rotate adjacent pairs (x[2i], x[2i+1]) of each head with
  * frequency theta^(-2i/head_dim), as llama2.c's run.c and llama.cpp's LLaMA

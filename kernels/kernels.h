@@ -89,6 +89,10 @@ typedef struct {
 
     /* Wait until every op enqueued so far has completed. */
     na_status_t (*sync)(na_kernels_t *k);
+
+    /* Release the backend (threads, scratch, the struct itself); called by
+     * na_kernels_destroy only. */
+    void (*destroy)(na_kernels_t *k);
 } na_kernel_ops_t;
 
 struct na_kernels {
@@ -98,7 +102,10 @@ struct na_kernels {
 };
 
 /* Create a backend by name ("ref", "cpu"); n_threads <= 0 means all cores.
- * NA_ERR_UNSUPPORTED for a backend not built or without a device here. */
+ * NA_ERR_UNSUPPORTED for a backend not built or without a device here.
+ * A backend instance serves one calling thread at a time (matmul and
+ * attn_decode use its scratch and thread pool); attn_partial and the ref
+ * backend are stateless and may be called from several threads at once. */
 na_status_t na_kernels_create(const char *name, int n_threads, na_kernels_t **k_p);
 void        na_kernels_destroy(na_kernels_t *k);
 

@@ -1,0 +1,35 @@
+/* cli/bench.h — the kinds of `nearattn bench <kind>`. Each kind lives in
+ * cli/bench_<kind>.c as `int na_cli_bench_<kind>(int argc, char **argv)`
+ * (argv[0] = the kind), is listed in the table of cli/cmd_bench.c, and
+ * returns 0 ok / 1 runtime error / 2 usage error. Kinds share the options
+ * below through na_cli_bench_opt(). */
+#ifndef NA_CLI_BENCH_H
+#define NA_CLI_BENCH_H
+
+#include "common/bench.h"
+
+/* Options every bench kind takes. */
+typedef struct {
+    const char *json;       /* --json FILE: also write the report here; NULL if not */
+    int         threads;    /* --threads N: threads for the multi-threaded figures (default: all cores) */
+    int         quick;      /* --quick: fewer sizes and repeats (a smoke run) */
+} na_cli_bench_opts_t;
+
+#define NA_CLI_BENCH_OPTS_HELP \
+    "  --json FILE    also write the results as JSON to FILE\n" \
+    "  --threads N    threads for the multi-threaded figures (default: all cores)\n" \
+    "  --quick        fewer sizes and repeats (a quick smoke run)\n"
+
+/* Set defaults in *o. */
+void na_cli_bench_opts_init(na_cli_bench_opts_t *o);
+/* If argv[*i] is a shared option, consume it (and its value) and return 1;
+ * return 0 if it is not one; -1 after printing a usage error. */
+int  na_cli_bench_opt(const char *kind, int argc, char **argv, int *i, na_cli_bench_opts_t *o);
+/* Print the table, write the JSON if asked; 0 or 1 (error printed). */
+int  na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_bench_opts_t *o);
+
+int na_cli_bench_kernels(int argc, char **argv);    /* cli/bench_kernels.c */
+int na_cli_bench_storage(int argc, char **argv);    /* cli/bench_storage.c */
+int na_cli_bench_transport(int argc, char **argv);  /* cli/bench_transport.c */
+
+#endif /* NA_CLI_BENCH_H */

@@ -1,0 +1,320 @@
+/* cli/bench_kernels.c — `nearattn bench kernels`: the cpu kernels against the
+ * limits measured in the same run.
+ *
+ *   STREAM copy, 1 and N threads, 2 x 64 MiB arrays (>> L3)      the limits
+ *   decode attention, f16 KV, GQA 32 q / 8 kv heads, head_dim 128, contexts
+ *     1K..64K: GB/s of K+V bytes read, 1 thread vs 1-thread copy, N threads
+ *     vs N-thread copy. The KV lives in a >= 128 MiB buffer and each repeat
+ *     reads another slice of it, so small contexts come from DRAM too.
+ *   matmul 4096x4096 (2048 with --quick), batch 1/8/64, F32/F16/BF16/Q8_0
+ *     weights: GFLOP/s vs cblas_sgemm of the same shape with F32 weights
+ *     (N threads); batch 1 also as GB/s of weights read vs N-thread copy,
+ *     from rotating copies of the weight (>= 128 MiB in all).
+ * Every figure: warm-up, then repeats for ~0.25 s (at least 5), median and
+ * spread. Data is random, never all-zero. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "kernels/kernels.h"
+
+#define NA_BK_MAX_REPS 200
+
+typedef void (*na_bk_fn)(void *ctx, int rep);
+
+/* Call fn once to warm up, then repeatedly for >= min_s seconds and >= 5
+ * times; median seconds per call in *med, spread in *spread. */
+static void na_bk_time(na_bk_fn fn, void *ctx, double min_s, double *med, double *spread)
+{
+    double t[NA_BK_MAX_REPS], t0 = na_bench_now();
+    int n = 0;
+
+    fn(ctx, 0);
+    while (n < NA_BK_MAX_REPS && (n < 5 || na_bench_now() - t0 < min_s)) {
+        double a = na_bench_now();
+        fn(ctx, n + 1);
+        t[n++] = na_bench_now() - a;
+    }
+    *med = na_bench_median(t, n);
+    *spread = na_bench_spread(t, n);
+}
+
+/* Deterministic pseudo-random floats in [-1, 1). */
+static float na_bk_rand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* ---- decode attention ------------------------------------------------------ */
+typedef struct {
+    na_kernels_t   *k;
+    float          *out, *q;
+    const uint16_t *kc, *vc;     /* (buf_tokens, n_kv, hd) f16 */
+    int             buf_tokens, ctx, n_heads, n_kv, hd;
+} na_bk_attn_t;
+
+static void na_bk_attn_call(void *ctx, int rep)
+{
+    na_bk_attn_t *a = ctx;
+    size_t off = (size_t)(((long)rep * a->ctx) % (a->buf_tokens - a->ctx + 1)) * a->n_kv * a->hd;
+    a->k->ops->attn_decode(a->k, a->out, a->q, a->kc + off, a->vc + off, NA_DTYPE_F16,
+                           a->ctx, a->n_heads, a->n_kv, a->hd);
+}
+
+static na_status_t na_bk_attention(na_bench_t *b, const na_cli_bench_opts_t *o,
+                                   double copy1, double copyN)
+{
+    static const int ctxs[] = { 1024, 4096, 8192, 16384, 32768, 65536 };
+    static const int quick_ctxs[] = { 1024, 8192 };
+    const int *cs = o->quick ? quick_ctxs : ctxs;
+    int n_ctx = o->quick ? 2 : 6, ti, c, n_threads_set = o->threads > 1 ? 2 : 1;
+    na_bk_attn_t a = { NULL, NULL, NULL, NULL, NULL, 0, 0, 32, 8, 128 };
+    size_t row = (size_t)a.n_kv * a.hd, i, n;
+    uint16_t *kv;
+    uint64_t seed = 1;
+    na_status_t st = NA_OK;
+    char name[96], ref[96];
+
+    a.buf_tokens = o->quick ? 32768 : 65536;         /* 128 / 256 MiB of K+V */
+    n = (size_t)a.buf_tokens * row;
+    kv = malloc(2 * n * sizeof(uint16_t));
+    a.q = malloc(sizeof(float) * (size_t)a.n_heads * a.hd);
+    a.out = malloc(sizeof(float) * (size_t)a.n_heads * a.hd);
+    if (kv == NULL || a.q == NULL || a.out == NULL) {
+        st = na_err(NA_ERR_NOMEM, "bench kernels: no memory for %zu MiB of KV", (4 * n) >> 20);
+        goto out_free;
+    }
+    for (i = 0; i < 2 * n; i++)
+        kv[i] = na_f32_to_f16(na_bk_rand(&seed));
+    for (i = 0; i < (size_t)a.n_heads * a.hd; i++)
+        a.q[i] = na_bk_rand(&seed);
+    a.kc = kv;
+    a.vc = kv + n;
+    for (ti = 0; ti < n_threads_set; ti++) {
+        int threads = ti == 0 ? 1 : o->threads;
+        st = na_kernels_create("cpu", threads, &a.k);
+        if (st != NA_OK)
+            goto out_free;
+        for (c = 0; c < n_ctx; c++) {
+            double med, spread, bytes;
+            a.ctx = cs[c];
+            na_bk_time(na_bk_attn_call, &a, o->quick ? 0.1 : 0.25, &med, &spread);
+            bytes = 2.0 * (double)a.ctx * (double)row * 2.0;
+            snprintf(name, sizeof(name), "attn_decode f16 32q/8kv/128 ctx=%dK t=%d",
+                     a.ctx / 1024, threads);
+            snprintf(ref, sizeof(ref), "STREAM copy t=%d", threads);
+            st = na_bench_add(b, name, bytes / med / 1e9, "GB/s", spread, ref,
+                              threads == 1 ? copy1 : copyN);
+            if (st != NA_OK)
+                break;
+        }
+        na_kernels_destroy(a.k);
+        a.k = NULL;
+        if (st != NA_OK)
+            goto out_free;
+    }
+
+out_free:
+    free(a.out);
+    free(a.q);
+    free(kv);
+    return st;
+}
+
+/* ---- matmul ---------------------------------------------------------------- */
+typedef struct {
+    na_kernels_t *k;
+    float        *y, *x;
+    na_tensor_t   w;
+    const uint8_t *copies;       /* n_copies consecutive copies of the weight */
+    size_t        wbytes;
+    int           n_copies, batch;
+    int           sgemm;         /* 1: cblas_sgemm with F32 weights */
+} na_bk_mm_t;
+
+static void na_bk_mm_call(void *ctx, int rep)
+{
+    na_bk_mm_t *m = ctx;
+    na_tensor_t w = m->w;
+    w.data = m->copies + (size_t)(rep % m->n_copies) * m->wbytes;
+    if (m->sgemm)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->batch, w.rows, w.cols, 1.0f,
+                    m->x, w.cols, (const float *)w.data, w.cols, 0.0f, m->y, w.rows);
+    else
+        m->k->ops->matmul(m->k, m->y, m->x, &w, m->batch);
+}
+
+/* n_copies copies of a random (rows, cols) weight of dtype dt. */
+static uint8_t *na_bk_weights(na_dtype_t dt, int rows, int cols, int n_copies, size_t *wbytes)
+{
+    size_t n = (size_t)rows * cols, bytes = na_dtype_bytes(dt, n), i;
+    uint8_t *p = malloc(bytes * (size_t)n_copies);
+    uint64_t seed = 7 + (uint64_t)dt;
+    int c;
+
+    if (p == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        float f = na_bk_rand(&seed);
+        if (dt == NA_DTYPE_F32) {
+            memcpy(p + 4 * i, &f, 4);
+        } else if (dt == NA_DTYPE_F16 || dt == NA_DTYPE_BF16) {
+            uint16_t h = dt == NA_DTYPE_F16 ? na_f32_to_f16(f) : na_f32_to_bf16(f);
+            memcpy(p + 2 * i, &h, 2);
+        } else {
+            uint8_t *blk = p + (i / 32) * NA_Q8_0_BLOCK_SIZE;
+            if (i % 32 == 0) {
+                uint16_t d = na_f32_to_f16(0.01f);
+                memcpy(blk, &d, 2);
+            }
+            blk[2 + i % 32] = (uint8_t)(int8_t)(f * 127.0f);
+        }
+    }
+    for (c = 1; c < n_copies; c++)
+        memcpy(p + (size_t)c * bytes, p, bytes);
+    *wbytes = bytes;
+    return p;
+}
+
+static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o, double copyN)
+{
+    static const int batches[] = { 1, 8, 64 };
+    int dim = o->quick ? 2048 : 4096, bi, dt;
+    size_t min_total = (size_t)128 << 20;
+    na_bk_mm_t m;
+    double sg_med[3], sg_spread[3];
+    na_status_t st = NA_OK;
+    char name[96], ref[96];
+    size_t i;
+
+    memset(&m, 0, sizeof(m));
+    m.x = malloc(sizeof(float) * 64 * (size_t)dim);
+    m.y = malloc(sizeof(float) * 64 * (size_t)dim);
+    if (m.x == NULL || m.y == NULL) {
+        st = na_err(NA_ERR_NOMEM, "bench kernels: out of memory");
+        goto out_free;
+    }
+    {
+        uint64_t seed = 3;
+        for (i = 0; i < 64 * (size_t)dim; i++)
+            m.x[i] = na_bk_rand(&seed);
+    }
+    st = na_kernels_create("cpu", o->threads, &m.k);
+    if (st != NA_OK)
+        goto out_free;
+    openblas_set_num_threads(o->threads);
+    for (dt = 0; dt < NA_DTYPE_COUNT && st == NA_OK; dt++) {
+        uint8_t *copies;
+        m.w.dtype = (na_dtype_t)dt;
+        m.w.rows = m.w.cols = dim;
+        m.n_copies = (int)(min_total / na_dtype_bytes((na_dtype_t)dt, (size_t)dim * dim)) + 1;
+        copies = na_bk_weights((na_dtype_t)dt, dim, dim, m.n_copies, &m.wbytes);
+        if (copies == NULL) {
+            st = na_err(NA_ERR_NOMEM, "bench kernels: no memory for the weights");
+            break;
+        }
+        m.copies = copies;
+        for (bi = 0; bi < 3; bi++) {
+            double med, spread, flops = 2.0 * batches[bi] * (double)dim * dim;
+            m.batch = batches[bi];
+            if (dt == NA_DTYPE_F32) {                  /* the reference, once per batch */
+                m.sgemm = 1;
+                na_bk_time(na_bk_mm_call, &m, o->quick ? 0.1 : 0.25, &sg_med[bi], &sg_spread[bi]);
+                snprintf(name, sizeof(name), "cblas_sgemm f32 %dx%d b=%d t=%d", dim, dim,
+                         m.batch, o->threads);
+                st = na_bench_add(b, name, flops / sg_med[bi] / 1e9, "GFLOP/s", sg_spread[bi],
+                                  NULL, 0.0);
+                if (st != NA_OK)
+                    break;
+                m.sgemm = 0;
+            }
+            na_bk_time(na_bk_mm_call, &m, o->quick ? 0.1 : 0.25, &med, &spread);
+            snprintf(name, sizeof(name), "matmul %s %dx%d b=%d t=%d",
+                     na_dtype_name((na_dtype_t)dt), dim, dim, m.batch, o->threads);
+            snprintf(ref, sizeof(ref), "cblas_sgemm f32 b=%d", m.batch);
+            st = na_bench_add(b, name, flops / med / 1e9, "GFLOP/s", spread, ref,
+                              flops / sg_med[bi] / 1e9);
+            if (st == NA_OK && m.batch == 1) {
+                snprintf(name, sizeof(name), "matmul %s %dx%d b=1 t=%d weight read",
+                         na_dtype_name((na_dtype_t)dt), dim, dim, o->threads);
+                snprintf(ref, sizeof(ref), "STREAM copy t=%d", o->threads);
+                st = na_bench_add(b, name, (double)m.wbytes / med / 1e9, "GB/s", spread, ref, copyN);
+            }
+            if (st != NA_OK)
+                break;
+        }
+        free(copies);
+    }
+    na_kernels_destroy(m.k);
+
+out_free:
+    free(m.y);
+    free(m.x);
+    return st;
+}
+
+static void na_bk_usage(FILE *f)
+{
+    fprintf(f, "usage: nearattn bench kernels [--json FILE] [--threads N] [--quick]\n\n"
+               "Decode attention (f16 KV, 32 q / 8 kv heads, head_dim 128, contexts 1K-64K)\n"
+               "as GB/s of KV read beside a STREAM copy measured in the same run, and\n"
+               "matmul GFLOP/s for F32/F16/BF16/Q8_0 weights beside cblas_sgemm.\n\n"
+               "options:\n" NA_CLI_BENCH_OPTS_HELP);
+}
+
+int na_cli_bench_kernels(int argc, char **argv)
+{
+    na_cli_bench_opts_t o;
+    na_bench_t *b = NULL;
+    double copy1, copyN, s1, sN;
+    na_status_t st;
+    int i, r, rc;
+    char ref[64];
+
+    na_cli_bench_opts_init(&o);
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            na_bk_usage(stdout);
+            return 0;
+        }
+        r = na_cli_bench_opt("kernels", argc, argv, &i, &o);
+        if (r < 0)
+            return 2;
+        if (r == 0) {
+            fprintf(stderr, "nearattn bench kernels: unknown option '%s'\n", argv[i]);
+            na_bk_usage(stderr);
+            return 2;
+        }
+    }
+    st = na_bench_create("kernels", &b);
+    if (st != NA_OK)
+        return na_cli_fail("bench kernels", st);
+    st = na_bench_stream_copy(1, (size_t)64 << 20, o.quick ? 4 : 10, &copy1, &s1);
+    if (st == NA_OK)
+        st = na_bench_stream_copy(o.threads, (size_t)64 << 20, o.quick ? 4 : 10, &copyN, &sN);
+    if (st != NA_OK)
+        goto err_destroy;
+    na_bench_add(b, "STREAM copy t=1", copy1, "GB/s", s1, NULL, 0.0);
+    snprintf(ref, sizeof(ref), "STREAM copy t=%d", o.threads);
+    if (o.threads > 1)
+        na_bench_add(b, ref, copyN, "GB/s", sN, NULL, 0.0);
+    st = na_bk_attention(b, &o, copy1, copyN);
+    if (st == NA_OK)
+        st = na_bk_matmul(b, &o, copyN);
+    if (st != NA_OK)
+        goto err_destroy;
+    na_bench_note(b, "target: attn_decode >= 85%% of STREAM copy (same thread count) at ctx >= 8K");
+    na_bench_note(b, "STREAM copy counts read + write bytes; attention counts K+V bytes read");
+    rc = na_cli_bench_finish("kernels", b, &o);
+    na_bench_destroy(b);
+    return rc;
+
+err_destroy:
+    na_bench_destroy(b);
+    return na_cli_fail("bench kernels", st);
+}

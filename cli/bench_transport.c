@@ -1,0 +1,465 @@
+/* cli/bench_transport.c — `nearattn bench transport`: round trip and
+ * bandwidth of nearattn messages over the transport (rdma/), beside
+ * ucx_perftest run in the same benchmark on the same transport and sizes.
+ *
+ * - Round trip: ECHO ping-pong (64-byte wire header + payload each way) at
+ *   the sizes decode sends: q, k_new, v_new rows of one layer for batch
+ *   1, 8, 64, 256 of a model with 32 heads x head_dim 128 in f16 (24 KiB per
+ *   request). Median over all round trips; reference: 2 x the 50th-percentile
+ *   one-way latency of `ucx_perftest -t ucp_am_lat -H 64` (which reports half
+ *   the round trip).
+ * - Bandwidth: a stream of ECHO messages flagged MORE (not answered) at
+ *   prefill sizes 1, 4, 16 MiB, 8 in flight, ended by one empty ECHO that is
+ *   answered; reference: `ucx_perftest -t ucp_am_bw -H 64` overall bandwidth.
+ * Both sides busy-poll, like ucx_perftest. The server is this program
+ * started again (fork/exec of /proc/self/exe) with --serve. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "rdma/transport.h"
+#include "rdma/xp_echo.h"
+
+#define BT_SECRET   "bench-transport"
+#define BT_ROW      (32 * 128 * 2)      /* one f16 row set of 32 heads x 128 */
+
+typedef struct {
+    na_xp_tls_t     tls;
+    const char     *tls_arg;
+    na_xp_errmode_t errmode;
+    int             perftest;          /* run ucx_perftest beside (default 1) */
+    int             port;              /* perftest base port */
+    na_cli_bench_opts_t common;
+} bt_args_t;
+
+/* The UCX_TLS ucx_perftest gets for our choice (it exchanges worker
+ * addresses out of band, so it needs no tcp for connection setup). */
+static const char *bt_perftest_tls(const bt_args_t *a)
+{
+    switch (a->tls) {
+    case NA_XP_TLS_SHM: return "sm,self";
+    case NA_XP_TLS_TCP: return "tcp,self";
+    case NA_XP_TLS_RAW: return a->tls_arg;
+    default:            return NULL;
+    }
+}
+
+static na_status_t bt_xp_create(const bt_args_t *a, const char *name, na_xp_t **xp_p)
+{
+    na_xp_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.name = name;
+    o.cluster = "bench";
+    o.tls = a->tls;
+    o.tls_raw = a->tls_arg;
+    o.errmode = a->errmode;
+    o.secret = (const uint8_t *)BT_SECRET;
+    o.secret_len = strlen(BT_SECRET);
+    o.timeout_ms = 10000;
+    o.spin_us = 2000000;               /* busy-poll like ucx_perftest */
+    return na_xp_create(&o, xp_p);
+}
+
+/* --serve: echo until the client leaves. Prints "PORT n" on stdout first. */
+static int bt_serve(const bt_args_t *a)
+{
+    na_xp_t *xp = NULL;
+    int port = 0, done = 0;
+    na_status_t st = bt_xp_create(a, "bench-server", &xp);
+
+    if (st == NA_OK)
+        st = na_xp_listen(xp, "127.0.0.1", 0, &port);
+    if (st != NA_OK) {
+        fprintf(stderr, "bench transport server: %s\n", na_errmsg());
+        na_xp_destroy(xp);
+        return 1;
+    }
+    printf("PORT %d\n", port);
+    fflush(stdout);
+    while (!done) {
+        na_xp_msg_t *m;
+        st = na_xp_recv(xp, 60000, &m);
+        if (st != NA_OK)
+            break;                         /* nobody for a minute: give up */
+        if (m->kind == NA_XP_EV_LOST)
+            done = 1;
+        else if (m->kind == NA_XP_MSG_DATA && na_xp_echo_serve(m) != NA_OK)
+            done = 1;
+        na_xp_msg_release(xp, m);
+    }
+    na_xp_destroy(xp);
+    return 0;
+}
+
+/* Start the echo server (this program with --serve); its port in *port_p. */
+static na_status_t bt_spawn(const bt_args_t *a, pid_t *pid_p, int *port_p)
+{
+    int fds[2];
+    pid_t pid;
+    FILE *f;
+    char line[64];
+
+    if (pipe(fds) != 0)
+        return na_err(NA_ERR_IO, "pipe: %s", strerror(errno));
+    pid = fork();
+    if (pid < 0)
+        return na_err(NA_ERR_IO, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        const char *argv[10];
+        int n = 0;
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        argv[n++] = "nearattn";
+        argv[n++] = "bench";
+        argv[n++] = "transport";
+        argv[n++] = "--serve";
+        argv[n++] = "--tls";
+        argv[n++] = a->tls_arg;
+        argv[n++] = "--errmode";
+        argv[n++] = a->errmode == NA_XP_ERRMODE_CM ? "cm" : "peer";
+        argv[n] = NULL;
+        execv("/proc/self/exe", (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    f = fdopen(fds[0], "r");
+    if (f == NULL || fgets(line, sizeof(line), f) == NULL || sscanf(line, "PORT %d", port_p) != 1) {
+        if (f != NULL)
+            fclose(f);
+        else
+            close(fds[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return na_err(NA_ERR_IO, "bench transport: the echo server did not start");
+    }
+    fclose(f);
+    *pid_p = pid;
+    return NA_OK;
+}
+
+/* Wait for the answer to seq (an ECHO REPLY); NA_ERR_PEER on loss. */
+static na_status_t bt_wait_reply(na_xp_t *xp, uint32_t seq, size_t len)
+{
+    for (;;) {
+        na_xp_msg_t *m;
+        uint32_t rseq;
+        unsigned flags;
+        na_status_t st = na_xp_recv(xp, 10000, &m);
+        if (st != NA_OK)
+            return na_err(st, "bench transport: no answer to message %u", seq);
+        if (m->kind != NA_XP_MSG_DATA) {
+            na_xp_msg_release(xp, m);
+            return na_err(NA_ERR_PEER, "bench transport: the echo server was lost");
+        }
+        st = na_xp_echo_parse(m, &rseq, &flags);
+        if (st == NA_OK && rseq == seq && m->len != len)
+            st = na_err(NA_ERR_PROTO, "bench transport: answer of %zu bytes, sent %zu", m->len, len);
+        na_xp_msg_release(xp, m);
+        if (st != NA_OK)
+            return st;
+        if (rseq == seq)
+            return NA_OK;
+    }
+}
+
+/* Round trips of len bytes: iters per repeat, reps repeats. Median of all
+ * round trips (us) in *med_p; spread of the repeats' medians in *spread_p. */
+static na_status_t bt_rtt(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, size_t len,
+                          int iters, int reps, double *med_p, double *spread_p)
+{
+    double *all = malloc(sizeof(double) * (size_t)iters * (size_t)reps);
+    double *rep_med = malloc(sizeof(double) * (size_t)reps);
+    double *tmp = malloc(sizeof(double) * (size_t)iters);
+    uint32_t seq = 1;
+    na_status_t st = NA_OK;
+    int r, i;
+
+    if (all == NULL || rep_med == NULL || tmp == NULL) {
+        st = na_err(NA_ERR_NOMEM, "bench transport: out of memory");
+        goto out;
+    }
+    for (i = 0; i < iters / 4 + 4 && st == NA_OK; i++) {            /* warm-up */
+        na_xp_op_t *op;
+        st = na_xp_echo_start(ep, seq, 0, buf->ptr, len, buf, &op);
+        if (st == NA_OK)
+            st = na_xp_op_wait(xp, op, -1);
+        if (st == NA_OK)
+            st = bt_wait_reply(xp, seq, len);
+        seq++;
+    }
+    for (r = 0; r < reps && st == NA_OK; r++) {
+        for (i = 0; i < iters && st == NA_OK; i++) {
+            na_xp_op_t *op;
+            double t0 = na_bench_now();
+            st = na_xp_echo_start(ep, seq, 0, buf->ptr, len, buf, &op);
+            if (st == NA_OK)
+                st = na_xp_op_wait(xp, op, -1);
+            if (st == NA_OK)
+                st = bt_wait_reply(xp, seq, len);
+            seq++;
+            tmp[i] = (na_bench_now() - t0) * 1e6;
+            all[r * iters + i] = tmp[i];
+        }
+        rep_med[r] = na_bench_median(tmp, iters);
+    }
+    if (st == NA_OK) {
+        *med_p = na_bench_median(all, iters * reps);
+        *spread_p = na_bench_spread(rep_med, reps);
+    }
+out:
+    free(all);
+    free(rep_med);
+    free(tmp);
+    return st;
+}
+
+/* One-way stream of n messages of len bytes, window in flight, then one
+ * answered empty ECHO. GB/s (1e9) per repeat; median and spread. */
+static na_status_t bt_bw(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, size_t len,
+                         int n, int reps, double *gbs_p, double *spread_p)
+{
+    enum { WINDOW = 8 };
+    double v[16];
+    uint32_t seq = 1000000;
+    na_status_t st = NA_OK;
+    int r;
+
+    if (reps > 16)
+        reps = 16;
+    for (r = -1; r < reps && st == NA_OK; r++) {                  /* r = -1: warm-up */
+        na_xp_op_t *win[WINDOW] = { NULL };
+        double t0 = na_bench_now();
+        int i;
+        for (i = 0; i < n && st == NA_OK; i++) {
+            int slot = i % WINDOW;
+            if (win[slot] != NULL) {
+                st = na_xp_op_wait(xp, win[slot], -1);
+                win[slot] = NULL;
+                if (st != NA_OK)
+                    break;
+            }
+            st = na_xp_echo_start(ep, seq++, NA_WIRE_F_MORE, buf->ptr, len, buf, &win[slot]);
+        }
+        for (i = 0; i < WINDOW; i++) {
+            na_status_t st2 = na_xp_op_wait(xp, win[i], -1);
+            if (st == NA_OK)
+                st = st2;
+        }
+        if (st == NA_OK)
+            st = na_xp_echo_send(ep, seq, 0, NULL, 0);
+        if (st == NA_OK)
+            st = bt_wait_reply(xp, seq, 0);
+        seq++;
+        if (r >= 0)
+            v[r] = (double)len * n / (na_bench_now() - t0) / 1e9;
+    }
+    if (st == NA_OK) {
+        double c[16];
+        memcpy(c, v, sizeof(double) * (size_t)reps);
+        *gbs_p = na_bench_median(v, reps);
+        *spread_p = na_bench_spread(c, reps);
+    }
+    return st;
+}
+
+/* Run ucx_perftest (server + client on loopback) and parse its final line:
+ * 50%-ile latency (us) and overall bandwidth (MB/s, 2^20). 0 on success. */
+static int bt_perftest(const bt_args_t *a, const char *test, size_t len, int iters, int port,
+                       double *lat_p, double *bw_p)
+{
+    char cmd[1024], extra[64], line[512];
+    const char *tls = bt_perftest_tls(a);
+    int found = 0;
+    FILE *p;
+
+    snprintf(extra, sizeof(extra), "%s%s%s", tls ? "UCX_TLS=" : "", tls ? tls : "", tls ? " " : "");
+    snprintf(cmd, sizeof(cmd),
+             "%sucx_perftest -p %d -t %s -s %zu -H %d -n %d -w %d -f %s >/dev/null 2>&1 & "
+             "sleep 0.5; %sucx_perftest 127.0.0.1 -p %d -t %s -s %zu -H %d -n %d -w %d -f %s 2>&1; "
+             "wait",
+             extra, port, test, len, NA_WIRE_HDR_SIZE, iters, iters / 10 + 1,
+             a->errmode == NA_XP_ERRMODE_PEER ? "-e" : "",
+             extra, port, test, len, NA_WIRE_HDR_SIZE, iters, iters / 10 + 1,
+             a->errmode == NA_XP_ERRMODE_PEER ? "-e" : "");
+    p = popen(cmd, "r");
+    if (p == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), p) != NULL) {
+        double it, l50, lavg, lall, bwavg, bwall;
+        if (sscanf(line, "%lf %lf %lf %lf %lf %lf", &it, &l50, &lavg, &lall, &bwavg, &bwall) == 6 &&
+            (int)it == iters) {
+            *lat_p = l50;
+            *bw_p = bwall;
+            found = 1;
+        }
+    }
+    pclose(p);
+    return found ? 0 : -1;
+}
+
+static void bt_usage(FILE *f)
+{
+    fprintf(f, "usage: nearattn bench transport [--tls auto|shm|tcp|UCX_TLS] [--errmode peer|cm]\n"
+               "                                [--no-perftest] [--port P] [options]\n\n"
+               "Round trip (decode sizes: q,k,v of batch 1/8/64/256, 32 heads x 128, f16) and\n"
+               "bandwidth (prefill sizes 1/4/16 MiB) of nearattn ECHO messages, beside\n"
+               "ucx_perftest ucp_am_lat / ucp_am_bw on the same UCX_TLS and sizes.\n\n"
+               "  --tls T        transport (default shm)\n"
+               "  --errmode M    peer: UCP_ERR_HANDLING_MODE_PEER (default; ucx_perftest -e);\n"
+               "                 cm: no UCX peer handling (UCX 1.13 then uses posix/sysv shm)\n"
+               "  --no-perftest  skip the ucx_perftest reference\n"
+               "  --port P       base TCP port for ucx_perftest (default 23790)\n"
+               NA_CLI_BENCH_OPTS_HELP);
+}
+
+int na_cli_bench_transport(int argc, char **argv)
+{
+    static const int batches[] = { 1, 8, 64, 256 };
+    static const size_t bulk[] = { (size_t)1 << 20, (size_t)4 << 20, (size_t)16 << 20 };
+    bt_args_t a;
+    na_bench_t *b = NULL;
+    na_xp_t *xp = NULL;
+    na_xp_ep_t *ep = NULL;
+    na_xp_buf_t *buf = NULL;
+    pid_t pid = -1;
+    int serve = 0, port = 0, rc = 1, i, r;
+    na_status_t st;
+    char name[128], ref[128];
+
+    memset(&a, 0, sizeof(a));
+    a.tls = NA_XP_TLS_SHM;
+    a.tls_arg = "shm";
+    a.perftest = 1;
+    a.port = 23790;
+    na_cli_bench_opts_init(&a.common);
+    for (i = 1; i < argc; i++) {
+        r = na_cli_bench_opt("transport", argc, argv, &i, &a.common);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            bt_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--serve")) {
+            serve = 1;
+        } else if (!strcmp(argv[i], "--no-perftest")) {
+            a.perftest = 0;
+        } else if (!strcmp(argv[i], "--tls") && i + 1 < argc) {
+            a.tls_arg = argv[++i];
+            a.tls = na_xp_tls_parse(a.tls_arg);
+        } else if (!strcmp(argv[i], "--errmode") && i + 1 < argc) {
+            i++;
+            if (strcmp(argv[i], "peer") && strcmp(argv[i], "cm")) {
+                fprintf(stderr, "nearattn bench transport: --errmode expects peer or cm\n");
+                return 2;
+            }
+            a.errmode = !strcmp(argv[i], "cm") ? NA_XP_ERRMODE_CM : NA_XP_ERRMODE_PEER;
+        } else if (!strcmp(argv[i], "--port") && i + 1 < argc) {
+            long v;
+            if (na_cli_int("bench transport", "--port", argv[++i], 1024, 65000, &v) != NA_OK)
+                return 2;
+            a.port = (int)v;
+        } else {
+            fprintf(stderr, "nearattn bench transport: unknown option '%s'\n", argv[i]);
+            bt_usage(stderr);
+            return 2;
+        }
+    }
+    if (serve)
+        return bt_serve(&a);
+
+    st = na_bench_create("transport", &b);
+    if (st == NA_OK)
+        st = bt_spawn(&a, &pid, &port);
+    if (st == NA_OK)
+        st = bt_xp_create(&a, "bench-client", &xp);
+    if (st == NA_OK)
+        st = na_xp_connect(xp, "127.0.0.1", port, &ep);
+    if (st == NA_OK)
+        st = na_xp_buf_create(xp, bulk[2], NA_XP_MEM_HOST, &buf);
+    if (st != NA_OK)
+        goto out;
+    for (i = 0; i < (int)buf->size; i++)               /* never time on zeros */
+        ((uint8_t *)buf->ptr)[i] = (uint8_t)(i * 131 + 7);
+
+    for (i = 0; i < (int)(sizeof(batches) / sizeof(batches[0])); i++) {
+        size_t len = (size_t)batches[i] * 3 * BT_ROW;
+        int iters = a.common.quick ? 50 : (len > ((size_t)1 << 20) ? 100 : 400);
+        double med = 0, spread = 0, plat = 0, pbw = 0;
+        st = bt_rtt(xp, ep, buf, len, iters, a.common.quick ? 2 : 5, &med, &spread);
+        if (st != NA_OK)
+            goto out;
+        snprintf(name, sizeof(name), "round trip q,k,v batch %d (%zu KiB)", batches[i], len >> 10);
+        if (a.perftest && bt_perftest(&a, "ucp_am_lat", len, iters * 5, a.port + i, &plat, &pbw) == 0)
+            snprintf(ref, sizeof(ref), "2 x ucx_perftest ucp_am_lat p50");
+        else
+            ref[0] = '\0';
+        st = na_bench_add(b, name, med, "us", spread, ref[0] ? ref : NULL, 2 * plat);
+        if (st != NA_OK)
+            goto out;
+    }
+    for (i = 0; i < (int)(sizeof(bulk) / sizeof(bulk[0])); i++) {
+        size_t len = bulk[i];
+        int n = (int)(((size_t)(a.common.quick ? 64 : 256) << 20) / len);
+        double gbs = 0, spread = 0, plat = 0, pbw = 0;
+        if (n < 8)
+            n = 8;
+        st = bt_bw(xp, ep, buf, len, n, a.common.quick ? 2 : 5, &gbs, &spread);
+        if (st != NA_OK)
+            goto out;
+        snprintf(name, sizeof(name), "bandwidth %zu MiB messages", len >> 20);
+        if (a.perftest && bt_perftest(&a, "ucp_am_bw", len, n * 5, a.port + 10 + i, &plat, &pbw) == 0)
+            snprintf(ref, sizeof(ref), "ucx_perftest ucp_am_bw");
+        else
+            ref[0] = '\0';
+        st = na_bench_add(b, name, gbs, "GB/s", spread, ref[0] ? ref : NULL,
+                          pbw * 1048576.0 / 1e9);
+        if (st != NA_OK)
+            goto out;
+    }
+    {
+        na_xp_stats_t s;
+        na_xp_ep_stats(ep, &s);
+        na_bench_note(b, "tls %s, errmode %s, UCX_TLS %s; client counted %llu msgs / %.1f MiB "
+                      "sent, %llu msgs received", a.tls_arg,
+                      a.errmode == NA_XP_ERRMODE_CM ? "cm" : "peer",
+                      bt_perftest_tls(&a) ? bt_perftest_tls(&a) : "(UCX default)",
+                      (unsigned long long)s.msgs_sent, s.bytes_sent / 1048576.0,
+                      (unsigned long long)s.msgs_recv);
+        na_bench_note(b, "targets: round trip <= 1.25 x reference; bandwidth >= 0.90 x reference "
+                      "(messages carry a 64-byte wire header; ucx_perftest -H 64)");
+        if (a.errmode == NA_XP_ERRMODE_PEER && a.tls == NA_XP_TLS_SHM)
+            na_bench_note(b, "errmode peer: UCX 1.13 drops posix/sysv (no peer-failure support), "
+                          "so 'shm' moves data over tcp loopback on both sides");
+    }
+    rc = na_cli_bench_finish("transport", b, &a.common);
+out:
+    if (st != NA_OK)
+        rc = na_cli_fail("bench transport", st);
+    na_xp_buf_destroy(xp, buf);
+    if (ep != NULL)
+        na_xp_ep_close(ep);
+    na_xp_destroy(xp);
+    if (pid > 0) {
+        int status, k;
+        for (k = 0; k < 50 && waitpid(pid, &status, WNOHANG) == 0; k++)
+            usleep(100000);
+        if (k == 50) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+    }
+    na_bench_destroy(b);
+    return rc;
+}

@@ -1,0 +1,108 @@
+/* cli/cmd_bench.c — `nearattn bench <kind> ...`: measured comparisons, each
+ * printing its figures beside an in-run limit or peer (table + JSON). To add
+ * a kind: write cli/bench_<kind>.c, declare it in cli/bench.h, add one line
+ * to na_cli_bench_kinds below and the file to cli/CMakeLists.txt. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);
+} na_cli_bench_kind_t;
+
+static const na_cli_bench_kind_t na_cli_bench_kinds[] = {
+    { "kernels", "decode attention vs STREAM copy, matmul vs cblas_sgemm", na_cli_bench_kernels },
+    { "storage", "attention over SSD KV vs O_DIRECT read, over DRAM KV vs STREAM copy", na_cli_bench_storage },
+    { "transport", "message round trip and bandwidth vs ucx_perftest", na_cli_bench_transport },
+    { NULL, NULL, NULL }
+};
+
+void na_cli_bench_opts_init(na_cli_bench_opts_t *o)
+{
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    o->json = NULL;
+    o->threads = nc > 0 ? (int)nc : 1;
+    o->quick = 0;
+}
+
+int na_cli_bench_opt(const char *kind, int argc, char **argv, int *i, na_cli_bench_opts_t *o)
+{
+    char cmd[64];
+    const char *a = argv[*i];
+    long v;
+
+    snprintf(cmd, sizeof(cmd), "bench %s", kind);
+    if (!strcmp(a, "--quick")) {
+        o->quick = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--json")) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "nearattn %s: --json needs a file name\n", cmd);
+            return -1;
+        }
+        o->json = argv[++*i];
+        return 1;
+    }
+    if (!strcmp(a, "--threads")) {
+        if (na_cli_int(cmd, "--threads", *i + 1 < argc ? argv[*i + 1] : NULL, 1, 1024, &v) != NA_OK)
+            return -1;
+        o->threads = (int)v;
+        ++*i;
+        return 1;
+    }
+    return 0;
+}
+
+int na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_bench_opts_t *o)
+{
+    na_status_t st;
+    na_bench_print(b, stdout);
+    if (o->json == NULL)
+        return 0;
+    st = na_bench_write_json(b, o->json);
+    if (st != NA_OK) {
+        char cmd[64];
+        snprintf(cmd, sizeof(cmd), "bench %s", kind);
+        return na_cli_fail(cmd, st);
+    }
+    printf("wrote %s\n", o->json);
+    return 0;
+}
+
+static void na_cli_bench_usage(FILE *f)
+{
+    const na_cli_bench_kind_t *k;
+    fprintf(f, "usage: nearattn bench <kind> [options]   (nearattn bench <kind> --help)\n\n"
+               "Measured comparisons: every figure is printed beside a limit or peer\n"
+               "measured in the same run; --json FILE writes\n"
+               "{\"bench\", \"machine\", \"results\": [{name, value, unit, reference_name,\n"
+               "reference_value, ratio, spread}]}.\n\nkinds:\n");
+    for (k = na_cli_bench_kinds; k->name != NULL; k++)
+        fprintf(f, "  %-10s %s\n", k->name, k->summary);
+    fprintf(f, "\ncommon options:\n" NA_CLI_BENCH_OPTS_HELP);
+}
+
+int na_cmd_bench(int argc, char **argv)
+{
+    const na_cli_bench_kind_t *k;
+
+    if (argc < 2) {
+        na_cli_bench_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        na_cli_bench_usage(stdout);
+        return 0;
+    }
+    for (k = na_cli_bench_kinds; k->name != NULL; k++)
+        if (!strcmp(k->name, argv[1]))
+            return k->main(argc - 1, argv + 1);
+    fprintf(stderr, "nearattn bench: unknown kind '%s' (try 'nearattn bench --help')\n", argv[1]);
+    return 2;
+}

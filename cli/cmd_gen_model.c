@@ -1,0 +1,142 @@
+/* cli/cmd_gen_model.c — `nearattn gen-model`: write a deterministic
+ * random-weight model in llama2.c and/or GGUF format (common/genmodel.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/genmodel.h"
+#include "common/model.h"
+
+static void na_gen_model_usage(FILE *f, const na_genmodel_opts_t *d)
+{
+    fprintf(f,
+        "usage: nearattn gen-model --out PREFIX [options]\n\n"
+        "Write a LLaMA-shaped model with deterministic random weights and a matching\n"
+        "BPE tokenizer: PREFIX.bin (llama2.c, f32) + PREFIX.tok.bin, and/or PREFIX.gguf\n"
+        "(GGUF v3 in --dtype, tokenizer embedded). Same seed and shape give the same\n"
+        "weights in both formats. The text such a model produces is meaningless.\n\n"
+        "options:\n"
+        "  --out PREFIX        output path prefix (required)\n"
+        "  --dim N             model width (default %d)\n"
+        "  --hidden N          FFN inner width (default %d)\n"
+        "  --layers N          transformer blocks (default %d)\n"
+        "  --heads N           query heads; must divide dim (default %d)\n"
+        "  --kv-heads N        KV heads; must divide heads (default %d)\n"
+        "  --vocab N           vocabulary size, >= %d (default %d)\n"
+        "  --seq-len N         maximum context (default %d)\n"
+        "  --dtype T           GGUF weight type: f32, f16, bf16, q8_0 (default %s)\n"
+        "  --seed S            random seed (default %llu)\n"
+        "  --rope-theta X      RoPE base (default %g)\n"
+        "  --rms-eps X         RMSNorm epsilon (default %g)\n"
+        "  --untied            separate output classifier (default: tied to embeddings)\n"
+        "  --format F          llama2c, gguf or both (default both)\n"
+        "  --quiet             no progress lines\n"
+        "  --help              this text\n\n"
+        "example (the 15M-parameter shape of llama2.c's stories15M):\n"
+        "  nearattn gen-model --out m15 --dim 288 --hidden 768 --layers 6 --heads 6 \\\n"
+        "      --kv-heads 6 --vocab 32000 --seq-len 256\n",
+        d->dim, d->hidden_dim, d->n_layers, d->n_heads, d->n_kv_heads,
+        NA_GENMODEL_MIN_VOCAB, d->vocab_size, d->seq_len, na_dtype_name(d->dtype),
+        (unsigned long long)d->seed, (double)d->rope_theta, (double)d->rms_eps);
+}
+
+int na_cmd_gen_model(int argc, char **argv)
+{
+    static const char *const cmd = "gen-model";
+    na_genmodel_opts_t o, d;
+    const char *out = NULL;
+    int i, quiet = 0;
+    na_status_t st;
+
+    na_genmodel_defaults(&o);
+    na_genmodel_defaults(&d);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long v;
+        double x;
+        int *ip = NULL;
+        long lo = 1, hi = 0;
+
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            na_gen_model_usage(stdout, &d);
+            return 0;
+        }
+        if (!strcmp(a, "--untied")) { o.shared_classifier = 0; continue; }
+        if (!strcmp(a, "--quiet"))  { quiet = 1; continue; }
+        if (!strcmp(a, "--dim"))           { ip = &o.dim;        hi = NA_MODEL_MAX_DIM; }
+        else if (!strcmp(a, "--hidden"))   { ip = &o.hidden_dim; hi = NA_MODEL_MAX_HIDDEN; }
+        else if (!strcmp(a, "--layers"))   { ip = &o.n_layers;   hi = NA_MODEL_MAX_LAYERS; }
+        else if (!strcmp(a, "--heads"))    { ip = &o.n_heads;    hi = NA_MODEL_MAX_HEADS; }
+        else if (!strcmp(a, "--kv-heads")) { ip = &o.n_kv_heads; hi = NA_MODEL_MAX_HEADS; }
+        else if (!strcmp(a, "--vocab"))    { ip = &o.vocab_size; hi = NA_MODEL_MAX_VOCAB;
+                                             lo = NA_GENMODEL_MIN_VOCAB; }
+        else if (!strcmp(a, "--seq-len"))  { ip = &o.seq_len;    hi = NA_MODEL_MAX_SEQ; }
+        if (ip != NULL) {
+            if (na_cli_int(cmd, a, val, lo, hi, &v) != NA_OK)
+                return 2;
+            *ip = (int)v;
+            i++;
+            continue;
+        }
+        if (val == NULL && (!strcmp(a, "--out") || !strcmp(a, "--dtype") ||
+                            !strcmp(a, "--seed") || !strcmp(a, "--format") ||
+                            !strcmp(a, "--rope-theta") || !strcmp(a, "--rms-eps"))) {
+            fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, a);
+            return 2;
+        }
+        if (!strcmp(a, "--out")) {
+            out = val;
+        } else if (!strcmp(a, "--dtype")) {
+            int t = na_dtype_parse(val);
+            if (t < 0) {
+                fprintf(stderr, "nearattn %s: --dtype expects f32, f16, bf16 or q8_0, got '%s'\n",
+                        cmd, val);
+                return 2;
+            }
+            o.dtype = (na_dtype_t)t;
+        } else if (!strcmp(a, "--seed")) {
+            if (na_cli_int(cmd, a, val, 0, 0x7fffffffffffffffL, &v) != NA_OK)
+                return 2;
+            o.seed = (uint64_t)v;
+        } else if (!strcmp(a, "--rope-theta")) {
+            if (na_cli_float(cmd, a, val, 1.0, 1e9, &x) != NA_OK)
+                return 2;
+            o.rope_theta = (float)x;
+        } else if (!strcmp(a, "--rms-eps")) {
+            if (na_cli_float(cmd, a, val, 1e-12, 0.1, &x) != NA_OK)
+                return 2;
+            o.rms_eps = (float)x;
+        } else if (!strcmp(a, "--format")) {
+            o.write_llama2c = !strcmp(val, "llama2c") || !strcmp(val, "both");
+            o.write_gguf = !strcmp(val, "gguf") || !strcmp(val, "both");
+            if (!o.write_llama2c && !o.write_gguf) {
+                fprintf(stderr, "nearattn %s: --format expects llama2c, gguf or both, got '%s'\n",
+                        cmd, val);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "nearattn %s: unknown option '%s' (try --help)\n", cmd, a);
+            return 2;
+        }
+        i++;
+    }
+    if (out == NULL || out[0] == '\0') {
+        fprintf(stderr, "nearattn %s: --out PREFIX is required (try --help)\n", cmd);
+        return 2;
+    }
+    if (na_genmodel_check(&o) != NA_OK) {
+        fprintf(stderr, "nearattn %s\n", na_errmsg());   /* "gen-model: ..." */
+        return 2;
+    }
+    o.progress = !quiet;
+    st = na_genmodel_write(out, &o);
+    if (st != NA_OK)
+        return na_cli_fail(cmd, st);
+    if (!quiet) {
+        if (o.write_llama2c)
+            printf("wrote %s.bin (f32) and %s.tok.bin\n", out, out);
+        if (o.write_gguf)
+            printf("wrote %s.gguf (%s)\n", out, na_dtype_name(o.dtype));
+    }
+    return 0;
+}

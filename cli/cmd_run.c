@@ -1,0 +1,520 @@
+/* cli/cmd_run.c — `nearattn run`: generate text for one or more prompts.
+ *
+ * --mode monolithic runs the whole model in this process (compute-node/
+ * engine + local KV). --mode offload (attention on storage nodes) belongs to
+ * a later milestone and is refused with a clear message for now. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/genmodel.h"
+#include "common/log.h"
+#include "common/model.h"
+#include "common/tokenizer.h"
+#include "compute-node/engine.h"
+#include "compute-node/generate.h"
+#include "compute-node/sampler.h"
+
+#define NA_RUN_MAX_PROMPTS 4096
+#define NA_RUN_MAX_LINE    (1 << 20)
+
+typedef struct {
+    const char *mode;
+    const char *model;
+    const char *tokenizer;
+    const char *prompt;
+    const char *prompts_file;
+    const char *backend;
+    long        n_new;
+    double      temp;
+    double      top_p;
+    unsigned long long seed;
+    int         seed_given;
+    long        threads;
+    long        max_batch;
+    na_dtype_t  kv_dtype;
+} na_run_args_t;
+
+/* Everything a run holds; released by na_run_cleanup in reverse order. */
+typedef struct {
+    char            tmpdir[256];     /* generated fallback model, "" if none */
+    char            model_path[4096];
+    char            tok_path[4096];
+    na_model_t     *model;
+    na_tokenizer_t *tok;
+    na_engine_t    *engine;
+    char          **texts;           /* [n] prompt texts (owned) */
+    na_request_t  **reqs;            /* [n] */
+    int             n;
+    int             streaming;       /* one request: print tokens as they come */
+} na_run_t;
+
+/* The --help text. */
+static void na_run_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: nearattn run [--mode monolithic|offload] [--model F] [--tokenizer F]\n"
+        "                    [--prompt S | --prompts FILE] [-n N] [--temp T] [--top-p P]\n"
+        "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|f32]\n"
+        "                    [--backend cpu|ref]\n\n"
+        "Generate text and print it as it is produced, then a summary line (stderr):\n"
+        "prompt and generated tokens, prefill and decode tokens/s.\n\n"
+        "  --mode M        monolithic (the whole model in this process); offload is not\n"
+        "                  available yet\n"
+        "  --model F       llama2.c checkpoint or GGUF file (default: shared/models/\n"
+        "                  stories260K.bin, else a generated random model)\n"
+        "  --tokenizer F   tokenizer.bin or GGUF (default: the GGUF's own; for a\n"
+        "                  checkpoint P.bin: P.tok.bin or tokenizer.bin beside it)\n"
+        "  --prompt S      the prompt (default: empty, start from BOS)\n"
+        "  --prompts FILE  one prompt per line, generated together as one batch\n"
+        "  -n N            new tokens per prompt (default 256)\n"
+        "  --temp T        temperature >= 0, 0 = greedy (default 1.0)\n"
+        "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
+        "  --seed S        random seed (default: from the clock; printed)\n"
+        "  --threads N     compute threads (default: all cores)\n"
+        "  --batch N       most requests decoded together (default: all)\n"
+        "  --kv-dtype D    KV cache element type, f16 or f32 (default f16)\n"
+        "  --backend B     kernels: cpu (default) or ref (plain C references)\n");
+}
+
+/* 1 if f is one of run's flags (each takes a value). */
+static int na_run_known_flag(const char *f)
+{
+    static const char *const flags[] = {
+        "--mode", "--model", "--tokenizer", "--prompt", "--prompts", "-n", "--temp",
+        "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--backend", NULL
+    };
+    int i;
+    for (i = 0; flags[i] != NULL; i++)
+        if (!strcmp(flags[i], f))
+            return 1;
+    return 0;
+}
+
+/* Parse argv into a; returns 0 to go on, -1 after printing --help, or 2
+ * after printing a one-line usage error. */
+static int na_run_parse(int argc, char **argv, na_run_args_t *a)
+{
+    int i;
+
+    memset(a, 0, sizeof(*a));
+    a->mode = "monolithic";
+    a->backend = "cpu";
+    a->n_new = 256;
+    a->temp = 1.0;
+    a->top_p = 0.9;
+    a->kv_dtype = NA_DTYPE_F16;
+    for (i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            na_run_usage(stdout);
+            return -1;
+        }
+        if (strncmp(f, "-", 1) != 0) {
+            fprintf(stderr, "nearattn run: unexpected argument '%s' (try 'nearattn run --help')\n", f);
+            return 2;
+        }
+        if (!na_run_known_flag(f)) {
+            fprintf(stderr, "nearattn run: unknown option '%s' (try 'nearattn run --help')\n", f);
+            return 2;
+        }
+        if (v == NULL) {
+            fprintf(stderr, "nearattn run: %s needs a value\n", f);
+            return 2;
+        }
+        i++;
+        if (!strcmp(f, "--mode")) {
+            a->mode = v;
+        } else if (!strcmp(f, "--model")) {
+            a->model = v;
+        } else if (!strcmp(f, "--tokenizer")) {
+            a->tokenizer = v;
+        } else if (!strcmp(f, "--prompt")) {
+            a->prompt = v;
+        } else if (!strcmp(f, "--prompts")) {
+            a->prompts_file = v;
+        } else if (!strcmp(f, "--backend")) {
+            a->backend = v;
+        } else if (!strcmp(f, "-n")) {
+            if (na_cli_int("run", f, v, -2147483647L, 2147483647L, &a->n_new) != NA_OK)
+                return 2;
+        } else if (!strcmp(f, "--temp")) {
+            if (na_cli_float("run", f, v, -1e30, 1e30, &a->temp) != NA_OK)
+                return 2;
+        } else if (!strcmp(f, "--top-p")) {
+            if (na_cli_float("run", f, v, -1e30, 1e30, &a->top_p) != NA_OK)
+                return 2;
+        } else if (!strcmp(f, "--seed")) {
+            char *end;
+            errno = 0;
+            a->seed = strtoull(v, &end, 10);
+            if (errno != 0 || end == v || *end != '\0' || v[0] == '-') {
+                fprintf(stderr, "nearattn run: --seed expects a whole number >= 0, got '%s'\n", v);
+                return 2;
+            }
+            a->seed_given = 1;
+        } else if (!strcmp(f, "--threads")) {
+            if (na_cli_int("run", f, v, 1, 1024, &a->threads) != NA_OK)
+                return 2;
+        } else if (!strcmp(f, "--batch")) {
+            if (na_cli_int("run", f, v, 1, NA_RUN_MAX_PROMPTS, &a->max_batch) != NA_OK)
+                return 2;
+        } else if (!strcmp(f, "--kv-dtype")) {
+            int d = na_dtype_parse(v);
+            if (d != NA_DTYPE_F16 && d != NA_DTYPE_F32) {
+                fprintf(stderr, "nearattn run: --kv-dtype expects f16 or f32, got '%s'\n", v);
+                return 2;
+            }
+            a->kv_dtype = (na_dtype_t)d;
+        } else {
+            fprintf(stderr, "nearattn run: unknown option '%s' (try 'nearattn run --help')\n", f);
+            return 2;
+        }
+    }
+    if (strcmp(a->mode, "monolithic") != 0) {
+        if (!strcmp(a->mode, "offload"))
+            fprintf(stderr, "nearattn run: offload mode is not available yet; use --mode monolithic\n");
+        else
+            fprintf(stderr, "nearattn run: unknown mode '%s' (use --mode monolithic)\n", a->mode);
+        return 2;
+    }
+    if (a->n_new <= 0) {
+        fprintf(stderr, "nearattn run: -n %ld is invalid: the number of new tokens must be > 0\n",
+                a->n_new);
+        return 2;
+    }
+    if (!(a->temp >= 0.0)) {
+        fprintf(stderr, "nearattn run: --temp %g is invalid: temperature must be >= 0\n", a->temp);
+        return 2;
+    }
+    if (!(a->top_p > 0.0 && a->top_p <= 1.0)) {
+        fprintf(stderr, "nearattn run: --top-p %g is invalid: it must be in (0, 1]\n", a->top_p);
+        return 2;
+    }
+    if (a->prompt != NULL && a->prompts_file != NULL) {
+        fprintf(stderr, "nearattn run: give either --prompt or --prompts, not both\n");
+        return 2;
+    }
+    if (strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "ref") != 0) {
+        fprintf(stderr, "nearattn run: unknown backend '%s' (use cpu or ref)\n", a->backend);
+        return 2;
+    }
+    return 0;
+}
+
+/* 1 if path can be opened for reading. */
+static int na_run_readable(const char *path)
+{
+    return access(path, R_OK) == 0;
+}
+
+/* Choose model and tokenizer paths: the flags, else shared stories260K, else
+ * a small generated model in a temporary directory (with a warning). */
+static na_status_t na_run_pick_model(const na_run_args_t *a, na_run_t *r)
+{
+    const char *shared = na_cli_shared_dir();
+    na_genmodel_opts_t go;
+    const char *tmp;
+    na_status_t st;
+
+    if (a->model != NULL) {
+        snprintf(r->model_path, sizeof(r->model_path), "%s", a->model);
+        return NA_OK;
+    }
+    snprintf(r->model_path, sizeof(r->model_path), "%s/models/stories260K.bin", shared);
+    snprintf(r->tok_path, sizeof(r->tok_path), "%s/models/tok512.bin", shared);
+    if (na_run_readable(r->model_path) && na_run_readable(r->tok_path))
+        return NA_OK;
+
+    tmp = getenv("TMPDIR");
+    snprintf(r->tmpdir, sizeof(r->tmpdir), "%s/nearattn-run-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(r->tmpdir) == NULL) {
+        st = na_err(NA_ERR_IO, "mkdtemp(%s): %s", r->tmpdir, strerror(errno));
+        r->tmpdir[0] = '\0';
+        return st;
+    }
+    na_log_warn("no --model given and %s/models/stories260K.bin is absent: generating a "
+                "random-weight model; its text is meaningless", shared);
+    na_genmodel_defaults(&go);
+    go.write_gguf = 0;
+    snprintf(r->model_path, sizeof(r->model_path), "%s/model", r->tmpdir);
+    st = na_genmodel_write(r->model_path, &go);
+    if (st != NA_OK)
+        return st;
+    snprintf(r->model_path, sizeof(r->model_path), "%s/model.bin", r->tmpdir);
+    snprintf(r->tok_path, sizeof(r->tok_path), "%s/model.tok.bin", r->tmpdir);
+    return NA_OK;
+}
+
+/* Open the tokenizer: --tokenizer, the default picked with the model, the
+ * GGUF's own, or P.tok.bin / tokenizer.bin beside a checkpoint P.bin. */
+static na_status_t na_run_open_tokenizer(const na_run_args_t *a, na_run_t *r)
+{
+    const na_model_t *m = r->model;
+    const char *slash;
+    size_t len;
+
+    if (a->tokenizer != NULL)
+        snprintf(r->tok_path, sizeof(r->tok_path), "%s", a->tokenizer);
+    if (r->tok_path[0] != '\0')
+        return na_tokenizer_open(r->tok_path, m->cfg.vocab_size, &r->tok);
+    if (m->gguf != NULL)
+        return na_tokenizer_create_gguf(m->gguf, &r->tok);
+    len = strlen(r->model_path);
+    if (len > 4 && !strcmp(r->model_path + len - 4, ".bin")) {
+        snprintf(r->tok_path, sizeof(r->tok_path), "%.*s.tok.bin", (int)(len - 4), r->model_path);
+        if (na_run_readable(r->tok_path))
+            return na_tokenizer_open(r->tok_path, m->cfg.vocab_size, &r->tok);
+    }
+    slash = strrchr(r->model_path, '/');
+    snprintf(r->tok_path, sizeof(r->tok_path), "%.*stokenizer.bin",
+             slash ? (int)(slash - r->model_path + 1) : 0, r->model_path);
+    if (na_run_readable(r->tok_path))
+        return na_tokenizer_open(r->tok_path, m->cfg.vocab_size, &r->tok);
+    return na_err(NA_ERR_NOT_FOUND, "%s is a llama2.c checkpoint without a tokenizer: "
+                  "give one with --tokenizer", r->model_path);
+}
+
+/* Collect prompt texts: --prompt, the lines of --prompts, or one empty prompt. */
+static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
+{
+    FILE *f;
+    char *line;
+    na_status_t st = NA_OK;
+
+    r->texts = calloc(NA_RUN_MAX_PROMPTS, sizeof(*r->texts));
+    if (r->texts == NULL)
+        return na_err(NA_ERR_NOMEM, "out of memory");
+    if (a->prompts_file == NULL) {
+        r->texts[0] = strdup(a->prompt != NULL ? a->prompt : "");
+        if (r->texts[0] == NULL)
+            return na_err(NA_ERR_NOMEM, "out of memory");
+        r->n = 1;
+        return NA_OK;
+    }
+    f = fopen(a->prompts_file, "r");
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "cannot read prompts file %s: %s", a->prompts_file,
+                      strerror(errno));
+    line = malloc(NA_RUN_MAX_LINE);
+    if (line == NULL) {
+        st = na_err(NA_ERR_NOMEM, "out of memory");
+        goto out_close;
+    }
+    while (fgets(line, NA_RUN_MAX_LINE, f) != NULL) {
+        size_t len = strcspn(line, "\r\n");
+        line[len] = '\0';
+        if (len == 0)
+            continue;                      /* blank lines separate nothing */
+        if (r->n == NA_RUN_MAX_PROMPTS) {
+            st = na_err(NA_ERR_RANGE, "%s: more than %d prompts", a->prompts_file,
+                        NA_RUN_MAX_PROMPTS);
+            goto out_free_line;
+        }
+        r->texts[r->n] = strdup(line);
+        if (r->texts[r->n] == NULL) {
+            st = na_err(NA_ERR_NOMEM, "out of memory");
+            goto out_free_line;
+        }
+        r->n++;
+    }
+    if (ferror(f))
+        st = na_err(NA_ERR_IO, "reading prompts file %s failed", a->prompts_file);
+    else if (r->n == 0)
+        st = na_err(NA_ERR_INVALID, "prompts file %s holds no prompt", a->prompts_file);
+out_free_line:
+    free(line);
+out_close:
+    fclose(f);
+    return st;
+}
+
+/* Encode every prompt (BOS first) and create its request. */
+static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
+{
+    na_sampler_cfg_t sc;
+    na_status_t st;
+    int i;
+
+    r->reqs = calloc((size_t)r->n, sizeof(*r->reqs));
+    if (r->reqs == NULL)
+        return na_err(NA_ERR_NOMEM, "out of memory");
+    for (i = 0; i < r->n; i++) {
+        size_t cap = na_tokenizer_max_tokens(strlen(r->texts[i])), n_tok;
+        int *toks = malloc(cap * sizeof(int));
+        if (toks == NULL)
+            return na_err(NA_ERR_NOMEM, "out of memory");
+        st = na_tokenizer_encode(r->tok, r->texts[i], 1, 0, toks, cap, &n_tok);
+        if (st == NA_OK) {
+            sc.temperature = (float)a->temp;
+            sc.top_p = (float)a->top_p;
+            sc.seed = na_sampler_request_seed(a->seed, (uint64_t)i);
+            st = na_request_create(r->engine, i, toks, (int)n_tok, (int)a->n_new, &sc,
+                                   &r->reqs[i]);
+            if (st != NA_OK && r->n > 1)
+                na_err_prefix(st, "prompt %d: ", i + 1);
+        }
+        free(toks);
+        if (st != NA_OK)
+            return st;
+    }
+    return NA_OK;
+}
+
+/* Print a decoded piece; a lone byte that is a control character (other
+ * than whitespace) is dropped so random byte tokens cannot drive the
+ * terminal (as llama2.c's safe_printf). */
+static void na_run_put_piece(const char *piece, size_t len)
+{
+    unsigned char c = len == 1 ? (unsigned char)piece[0] : 0;
+    if (len == 1 && c < 0x80 && !isprint(c) && !isspace(c))
+        return;
+    fwrite(piece, 1, len, stdout);
+}
+
+/* Streaming: print each new token of the single request at once. */
+static void na_run_on_token(void *user, const na_request_t *q, int token)
+{
+    na_run_t *r = user;
+    int prev = q->n_out >= 2 ? q->out[q->n_out - 2] : q->prompt[q->n_prompt - 1];
+    size_t len;
+    const char *piece;
+
+    if (!r->streaming)
+        return;
+    piece = na_tokenizer_decode_len(r->tok, prev, token, &len);
+    na_run_put_piece(piece, len);
+    fflush(stdout);
+}
+
+/* A request ended: end the streamed line, or print the whole text of one of
+ * several requests as "[i] prompt + generated". */
+static void na_run_on_done(void *user, const na_request_t *q)
+{
+    na_run_t *r = user;
+    int i, prev;
+
+    if (r->streaming) {
+        fputc('\n', stdout);
+        fflush(stdout);
+        return;
+    }
+    printf("[%d] %s", q->id + 1, r->texts[q->id]);
+    prev = q->prompt[q->n_prompt - 1];
+    for (i = 0; i < q->n_out; i++) {
+        size_t len;
+        const char *piece = na_tokenizer_decode_len(r->tok, prev, q->out[i], &len);
+        na_run_put_piece(piece, len);
+        prev = q->out[i];
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+/* Release everything na_cmd_run acquired (any subset), in reverse order, and
+ * remove a generated fallback model. Never fails. */
+static void na_run_cleanup(na_run_t *r)
+{
+    int i;
+
+    if (r->reqs != NULL)
+        for (i = 0; i < r->n; i++)
+            na_request_destroy(r->reqs[i]);
+    free(r->reqs);
+    if (r->texts != NULL)
+        for (i = 0; i < r->n; i++)
+            free(r->texts[i]);
+    free(r->texts);
+    na_engine_destroy(r->engine);
+    na_tokenizer_destroy(r->tok);
+    na_model_destroy(r->model);
+    if (r->tmpdir[0] != '\0') {
+        char path[sizeof(r->tmpdir) + 32];
+        snprintf(path, sizeof(path), "%s/model.bin", r->tmpdir);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/model.tok.bin", r->tmpdir);
+        unlink(path);
+        rmdir(r->tmpdir);
+    }
+}
+
+/* `nearattn run`: 0 when every request completed, 1 on a runtime error
+ * (model, tokenizer, prompt, memory), 2 on a usage error; one stderr line
+ * for each error. */
+int na_cmd_run(int argc, char **argv)
+{
+    na_run_args_t a;
+    na_run_t r;
+    na_engine_opts_t eo;
+    na_gen_opts_t go;
+    na_gen_stats_t gs;
+    na_status_t st;
+    int rc, stop[2];
+
+    rc = na_run_parse(argc, argv, &a);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    if (!a.seed_given)
+        a.seed = (unsigned long long)time(NULL);
+    memset(&r, 0, sizeof(r));
+
+    st = na_run_read_prompts(&a, &r);       /* cheap checks first */
+    if (st != NA_OK)
+        goto out_fail;
+    st = na_run_pick_model(&a, &r);
+    if (st != NA_OK)
+        goto out_fail;
+    st = na_model_open(r.model_path, &r.model);
+    if (st != NA_OK)
+        goto out_fail;
+    st = na_run_open_tokenizer(&a, &r);
+    if (st != NA_OK)
+        goto out_fail;
+    if (na_tokenizer_vocab_size(r.tok) != r.model->cfg.vocab_size) {
+        st = na_err(NA_ERR_FORMAT, "tokenizer %s has %d tokens but model %s has vocab_size %d",
+                    r.tok_path[0] ? r.tok_path : r.model_path, na_tokenizer_vocab_size(r.tok),
+                    r.model_path, r.model->cfg.vocab_size);
+        goto out_fail;
+    }
+    eo = (na_engine_opts_t){ a.backend, (int)a.threads, a.kv_dtype, 0 };
+    st = na_engine_create(r.model, &eo, &r.engine);
+    if (st != NA_OK)
+        goto out_fail;
+    st = na_run_make_requests(&a, &r);
+    if (st != NA_OK)
+        goto out_fail;
+
+    r.streaming = r.n == 1;
+    if (r.streaming) {
+        printf("%s", r.texts[0]);
+        fflush(stdout);
+    }
+    stop[0] = na_tokenizer_eos(r.tok);
+    stop[1] = na_tokenizer_bos(r.tok);
+    go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r };
+    st = na_generate(r.engine, r.reqs, r.n, &go, &gs);
+    if (st != NA_OK)
+        goto out_fail;
+
+    fprintf(stderr,
+            "prompt tokens %ld, generated tokens %ld, prefill %.1f tok/s, decode %.1f tok/s "
+            "(%d request%s, backend %s, kv %s, seed %llu)\n",
+            gs.prompt_tokens, gs.gen_tokens,
+            gs.prefill_s > 0 ? (double)gs.prompt_tokens / gs.prefill_s : 0.0,
+            gs.decode_s > 0 ? (double)gs.decode_tokens / gs.decode_s : 0.0,
+            r.n, r.n == 1 ? "" : "s", a.backend, na_dtype_name(a.kv_dtype), a.seed);
+    na_run_cleanup(&r);
+    return 0;
+
+out_fail:
+    rc = na_cli_fail("run", st);
+    na_run_cleanup(&r);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* common/bench.h — the report every `nearattn bench ...` prints: results
+ * {name, value, unit, reference_name, reference_value, ratio, spread},
+ * an aligned table on stdout and, with --json FILE, one JSON document
+ *   {"bench": ..., "machine": ..., "results": [{...}, ...]}
+ * plus the in-run limits benches compare against (STREAM-style copy) and
+ * small statistics helpers (median, spread). Timing uses CLOCK_MONOTONIC. */
+#ifndef NA_BENCH_H
+#define NA_BENCH_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "common/status.h"
+
+typedef struct {
+    char   name[96];            /* what was measured, e.g. "attn_decode f16 ctx=8192 t=1" */
+    double value;               /* the figure */
+    char   unit[16];            /* "GB/s", "GFLOP/s", "us", ... */
+    char   reference_name[96];  /* the in-run limit or peer it is set against; "" if none */
+    double reference_value;     /* same unit as value; 0 if none */
+    double ratio;               /* value / reference_value; 0 if none */
+    double spread;              /* (max - min) / median over the repeats; 0 if one run */
+} na_bench_result_t;
+
+typedef struct na_bench na_bench_t;
+
+/* A report for bench `name` ("kernels", "storage", ...). NA_ERR_NOMEM. */
+na_status_t na_bench_create(const char *name, na_bench_t **bench_p);
+void        na_bench_destroy(na_bench_t *bench);
+
+/* Append a result (strings are truncated to fit); ratio is computed when
+ * reference_value > 0. NA_ERR_NOMEM. ref_name may be NULL. */
+na_status_t na_bench_add(na_bench_t *bench, const char *name, double value, const char *unit,
+                         double spread, const char *ref_name, double ref_value);
+/* Add a free-text note printed under the table and stored as "notes". */
+na_status_t na_bench_note(na_bench_t *bench, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+size_t                   na_bench_count(const na_bench_t *bench);
+const na_bench_result_t *na_bench_get(const na_bench_t *bench, size_t i);
+
+/* Print the machine line and the aligned table to f. */
+void na_bench_print(const na_bench_t *bench, FILE *f);
+/* Write the JSON document to path. NA_ERR_IO naming the path on failure. */
+na_status_t na_bench_write_json(const na_bench_t *bench, const char *path);
+
+/* One-line description of this machine: CPU model (/proc/cpuinfo), online
+ * cores, memory, L3 size. Never fails (unknown parts say "?"). */
+void na_bench_machine(char *buf, size_t len);
+
+/* Seconds on CLOCK_MONOTONIC. */
+double na_bench_now(void);
+/* Median of v[n] (sorts v in place); 0 for n == 0. */
+double na_bench_median(double *v, int n);
+/* (max - min) / median of v[n] (sorts v in place); 0 for n < 2. */
+double na_bench_spread(double *v, int n);
+
+/* STREAM-style copy bandwidth c[i] = a[i] over two arrays of array_bytes each
+ * (use >> L3), split over n_threads threads; counts 2 x array_bytes per pass
+ * (STREAM convention). One warm-up pass, then `reps` timed passes: median
+ * GB/s (1e9 bytes/s) in *gbs_p, spread in *spread_p. NA_ERR_NOMEM,
+ * NA_ERR_INTERNAL (thread creation). */
+na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
+                                 double *gbs_p, double *spread_p);
+
+#endif /* NA_BENCH_H */

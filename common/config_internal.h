@@ -1,0 +1,88 @@
+/* common/config_internal.h — shared between the layout loader (config.c), the
+ * key table and binder (config_schema.c) and the plan printer (config_plan.c).
+ * Not part of the public API. */
+#ifndef NA_CONFIG_INTERNAL_H
+#define NA_CONFIG_INTERNAL_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "status.h"
+
+/* A node of the parsed YAML document with its 1-based position. Nodes live in
+ * an arena chain owned by the parse context; an alias is a second pointer to
+ * its anchored node, so the tree is a DAG and nothing is copied. */
+typedef enum { NA_YN_SCALAR = 0, NA_YN_MAP = 1, NA_YN_SEQ = 2 } na_yn_kind_t;
+
+typedef struct na_yn {
+    na_yn_kind_t   kind;
+    int            line, col;     /* 1-based start of the node */
+    char          *text;          /* scalar value, NUL-terminated (owned) */
+    size_t         len;           /* strlen-like length of text (may hold NULs: rejected) */
+    int            plain;         /* scalar written without quotes or block style */
+    struct na_yn **items;         /* map: key0, value0, key1, ...; seq: elements */
+    size_t         n, cap;        /* used / allocated entries of items */
+    char          *anchor;        /* container anchor, registered when it closes (owned) */
+    struct na_yn  *next_alloc;    /* arena chain */
+} na_yn_t;
+
+typedef struct {
+    char    *name;                /* owned */
+    na_yn_t *node;
+} na_cfg_anchor_t;
+
+/* Parse context: the file, its tree and the budgets that stop hostile input. */
+typedef struct {
+    const char      *file;        /* layout path as given, for messages */
+    const char      *dir;         /* absolute directory of the layout */
+    na_yn_t         *root;
+    na_yn_t         *all;         /* arena chain of every node */
+    na_cfg_anchor_t *anchors;     /* [n_anchors] */
+    size_t           n_anchors, cap_anchors;
+    long             visits;      /* nodes bound so far, aliases counted each time */
+} na_cfg_parse_t;
+
+#define NA_CFG_MAX_VISITS 200000  /* bound on alias expansion while binding */
+#define NA_CFG_MAX_DEPTH  32      /* YAML nesting */
+#define NA_CFG_MAX_STRING 4096    /* a scalar after ${VAR} expansion */
+
+/* Record "file:line:col: <message>" for node n (or the file start when n is
+ * NULL) and return st. */
+na_status_t na_cfg_errat(const na_cfg_parse_t *p, const na_yn_t *n, na_status_t st,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* The value node of `key` in mapping m, or NULL (m may be NULL). */
+na_yn_t *na_cfg_yn_get(const na_yn_t *m, const char *key);
+
+/* Expand ${VAR} and ${VAR:-default} in scalar n into a new string (*out_p,
+ * owned by the caller). Fails with NA_ERR_NOT_FOUND for an unset variable
+ * without default, NA_ERR_FORMAT for a malformed reference. */
+na_status_t na_cfg_expand(const na_cfg_parse_t *p, const na_yn_t *n, char **out_p);
+
+/* The document as bound from the key table, before nodes are merged into
+ * na_cfg_t's rank order. */
+typedef struct {
+    na_cfg_cluster_t   cluster;
+    na_cfg_model_t     model;
+    na_cfg_transport_t transport;
+    na_cfg_node_t     *compute;   /* [n_compute] */
+    long               n_compute;
+    na_cfg_node_t     *storage;   /* [n_storage] */
+    long               n_storage;
+    na_cfg_parallel_t  parallel;
+    na_cfg_kv_t        kv;
+    na_cfg_xcache_t    xcache;
+} na_cfg_doc_t;
+
+/* Bind the root mapping onto doc (zeroed by the caller) following the key
+ * table: types, ranges, enums, defaults, unknown and duplicate keys. On
+ * failure doc may hold partial allocations: free them with na_cfg_doc_free. */
+na_status_t na_cfg_bind_doc(na_cfg_parse_t *p, na_cfg_doc_t *doc);
+
+/* Free every string and list the binder allocated in doc. */
+void na_cfg_doc_free(na_cfg_doc_t *doc);
+
+/* Free the strings and device list of one node (not the node itself). */
+void na_cfg_node_cleanup(na_cfg_node_t *node);
+
+#endif /* NA_CONFIG_INTERNAL_H */

@@ -1,0 +1,252 @@
+/* common/config_plan.c — lookups on a loaded layout (node by name or rank,
+ * UCX_TLS, head split) and the human-readable plan `nearattn check-config`
+ * prints. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config_internal.h"
+#include "model.h"
+
+const na_cfg_node_t *na_cfg_find_node(const na_cfg_t *cfg, const char *name)
+{
+    int i;
+
+    for (i = 0; name != NULL && i < cfg->n_nodes; i++)
+        if (!strcmp(cfg->nodes[i].name, name))
+            return &cfg->nodes[i];
+    return NULL;
+}
+
+const na_cfg_node_t *na_cfg_node_at(const na_cfg_t *cfg, int rank)
+{
+    return (rank >= 0 && rank < cfg->n_nodes) ? &cfg->nodes[rank] : NULL;
+}
+
+const char *na_cfg_ucx_tls(const na_cfg_t *cfg)
+{
+    switch (cfg->transport.tls_kind) {
+    case NA_CFG_TLS_AUTO: return NULL;
+    case NA_CFG_TLS_SHM:  return "sm,self,tcp";   /* as rdma/xp_worker.c: tcp for connection setup */
+    case NA_CFG_TLS_TCP:  return "tcp,self";
+    case NA_CFG_TLS_RAW:  return cfg->transport.tls;
+    }
+    return NULL;
+}
+
+void na_cfg_head_split(int n_kv_heads, int n_slots, int slot, int *first_p, int *count_p)
+{
+    int base, extra;
+
+    if (n_slots <= 0 || n_kv_heads <= 0 || slot < 0 || slot >= n_slots) {
+        *first_p = 0;
+        *count_p = 0;
+        return;
+    }
+    base = n_kv_heads / n_slots;
+    extra = n_kv_heads % n_slots;
+    *first_p = slot * base + (slot < extra ? slot : extra);
+    *count_p = base + (slot < extra ? 1 : 0);
+}
+
+/* The model's shape from a llama2.c checkpoint header (7 little-endian int32:
+ * dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len).
+ * Returns 1 with *mc filled, 0 with a reason in why. Only the header is read:
+ * this does not depend on the model loader. */
+static int na_cfg_peek_model(const char *path, na_model_config_t *mc, char *why, size_t len)
+{
+    unsigned char h[28];
+    int32_t v[7];
+    FILE *f;
+    size_t got;
+    int i;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(why, len, "not readable here");
+        return 0;
+    }
+    got = fread(h, 1, sizeof(h), f);
+    fclose(f);
+    if (got >= 4 && !memcmp(h, "GGUF", 4)) {
+        snprintf(why, len, "GGUF file (shape not shown by check-config)");
+        return 0;
+    }
+    if (got < sizeof(h)) {
+        snprintf(why, len, "shorter than a llama2.c header");
+        return 0;
+    }
+    for (i = 0; i < 7; i++)
+        v[i] = (int32_t)((uint32_t)h[4 * i] | (uint32_t)h[4 * i + 1] << 8 |
+                         (uint32_t)h[4 * i + 2] << 16 | (uint32_t)h[4 * i + 3] << 24);
+    memset(mc, 0, sizeof(*mc));
+    mc->dim = v[0];
+    mc->hidden_dim = v[1];
+    mc->n_layers = v[2];
+    mc->n_heads = v[3];
+    mc->n_kv_heads = v[4];
+    mc->vocab_size = v[5] < 0 ? -v[5] : v[5];
+    mc->seq_len = v[6];
+    if (mc->dim < 1 || mc->dim > NA_MODEL_MAX_DIM || mc->n_layers < 1 ||
+        mc->n_layers > NA_MODEL_MAX_LAYERS || mc->n_heads < 1 ||
+        mc->n_heads > NA_MODEL_MAX_HEADS || mc->n_kv_heads < 1 ||
+        mc->n_kv_heads > mc->n_heads || mc->n_heads % mc->n_kv_heads != 0 ||
+        mc->dim % mc->n_heads != 0 || mc->seq_len < 1 || mc->seq_len > NA_MODEL_MAX_SEQ) {
+        snprintf(why, len, "header is not a valid llama2.c checkpoint");
+        return 0;
+    }
+    mc->head_dim = mc->dim / mc->n_heads;
+    return 1;
+}
+
+/* Print a MiB budget in the largest unit that reads well. */
+static void na_cfg_print_mib(FILE *f, long mb)
+{
+    if (mb >= 1048576)
+        fprintf(f, "%.4g TiB", (double)mb / 1048576.0);
+    else if (mb >= 1024 && mb % 1024 == 0)
+        fprintf(f, "%ld GiB", mb / 1024);
+    else if (mb >= 1024)
+        fprintf(f, "%.4g GiB", (double)mb / 1024.0);
+    else
+        fprintf(f, "%ld MiB", mb);
+}
+
+/* Print a token count as 123, 4.5k or 6.7M. */
+static void na_cfg_print_tokens(FILE *f, double tokens)
+{
+    if (tokens >= 1e6)
+        fprintf(f, "%.1fM", tokens / 1e6);
+    else if (tokens >= 1e3)
+        fprintf(f, "%.1fk", tokens / 1e3);
+    else
+        fprintf(f, "%.0f", tokens);
+}
+
+/* The node table of the plan: rank, role, name, address, device or slots. */
+static void na_cfg_print_nodes(const na_cfg_t *cfg, FILE *f)
+{
+    int i;
+
+    fprintf(f, "\nnodes (rank = launcher rank: compute first, then storage, in file order)\n");
+    for (i = 0; i < cfg->n_nodes; i++) {
+        const na_cfg_node_t *n = &cfg->nodes[i];
+        fprintf(f, "  %3d  %-7s  %-12s %s", n->rank, na_cfg_role_name(n->role), n->name,
+                n->host);
+        if (n->port != 0)
+            fprintf(f, ":%ld", n->port);
+        fprintf(f, "%s", n->is_local ? "  (this machine)" : "");
+        if (n->role == NA_CFG_ROLE_COMPUTE) {
+            fprintf(f, "  device %s", na_cfg_compute_dev_name(n->device));
+            if (n->device == NA_CFG_DEV_CUDA)
+                fprintf(f, " %ld", n->gpu);
+            fprintf(f, ", %ld thread%s%s\n", n->threads, n->threads == 1 ? "" : "s",
+                    n->port == 0 ? ", connects out only" : "");
+        } else {
+            fprintf(f, "  %ld slot%s (%d..%d)\n", n->n_devices, n->n_devices == 1 ? "" : "s",
+                    n->first_slot, n->first_slot + (int)n->n_devices - 1);
+        }
+    }
+}
+
+/* The slot table of the plan; with a model shape, KV heads and token capacity per slot. */
+static void na_cfg_print_slots(const na_cfg_t *cfg, const na_model_config_t *mc, FILE *f)
+{
+    size_t esize = na_dtype_bytes((na_dtype_t)cfg->model.kv_dtype, 1);
+    int s;
+
+    fprintf(f, "\ndevice slots (KV directory, engine, budgets%s)\n",
+            mc != NULL ? ", KV heads and token capacity" : "");
+    for (s = 0; s < cfg->n_slots; s++) {
+        const na_cfg_node_t *n = &cfg->nodes[cfg->slots[s].node];
+        const na_cfg_device_t *d = &n->devices[cfg->slots[s].dev];
+        fprintf(f, "  slot %-3d %s/d%d  engine %s", s, n->name, cfg->slots[s].dev,
+                na_cfg_engine_name(d->engine));
+        if (d->engine == NA_CFG_ENGINE_CUDA)
+            fprintf(f, " (gpu %ld)", d->gpu);
+        fprintf(f, ", %ld thread%s, DRAM ", d->threads, d->threads == 1 ? "" : "s");
+        na_cfg_print_mib(f, d->dram_mb);
+        fprintf(f, ", SSD ");
+        na_cfg_print_mib(f, d->ssd_mb);
+        fprintf(f, "\n           %s%s\n", d->path, n->is_local ? "" : "  (remote: not checked)");
+        if (mc != NULL) {
+            int first = 0, count = mc->n_kv_heads;
+            double per_tok;
+            if (cfg->parallel.partition == NA_CFG_PARTITION_HEAD)
+                na_cfg_head_split(mc->n_kv_heads, cfg->n_slots, s, &first, &count);
+            /* K and V rows of `count` heads in every layer */
+            per_tok = 2.0 * mc->n_layers * count * mc->head_dim * (double)esize;
+            if (count == 0) {
+                fprintf(f, "           KV heads: none (more slots than the model's %d KV heads)\n",
+                        mc->n_kv_heads);
+                continue;
+            }
+            fprintf(f, "           KV heads %d..%d, %.0f bytes/token: DRAM holds ", first,
+                    first + count - 1, per_tok);
+            na_cfg_print_tokens(f, (double)d->dram_mb * 1048576.0 / per_tok);
+            fprintf(f, " tokens, SSD ");
+            na_cfg_print_tokens(f, (double)d->ssd_mb * 1048576.0 / per_tok);
+            fprintf(f, " tokens\n");
+        }
+    }
+}
+
+void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
+{
+    na_model_config_t mc;
+    char why[128] = "";
+    int have_model = 0;
+    const char *tls = na_cfg_ucx_tls(cfg);
+
+    fprintf(f, "layout     %s (cluster '%s')\n", cfg->file, cfg->cluster.name);
+    fprintf(f, "secret     %s, %zu bytes%s\n", cfg->cluster.secret_file, cfg->secret_len,
+            cfg->secret_is_dev ? " -- the PUBLIC development secret: not for production" : "");
+    if (cfg->model.path != NULL) {
+        have_model = na_cfg_peek_model(cfg->model.path, &mc, why, sizeof(why));
+        fprintf(f, "model      %s\n", cfg->model.path);
+        if (have_model)
+            fprintf(f, "           llama2.c: dim %d, %d layers, %d heads, %d KV heads, head dim "
+                       "%d, context %d, vocab %d\n", mc.dim, mc.n_layers, mc.n_heads,
+                    mc.n_kv_heads, mc.head_dim, mc.seq_len, mc.vocab_size);
+        else
+            fprintf(f, "           (%s)\n", why);
+    } else {
+        fprintf(f, "model      (none in the layout: give --model)\n");
+    }
+    if (cfg->model.tokenizer != NULL)
+        fprintf(f, "tokenizer  %s\n", cfg->model.tokenizer);
+    fprintf(f, "kv dtype   %s\n", na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
+    fprintf(f, "transport  tls %s -> UCX_TLS=%s; timeout %ld ms, heartbeat %ld ms, peer lost "
+               "after %ld ms\n", cfg->transport.tls, tls != NULL ? tls : "(from environment)",
+            cfg->transport.timeout_ms, cfg->transport.heartbeat_ms,
+            cfg->transport.peer_timeout_ms);
+
+    na_cfg_print_nodes(cfg, f);
+    na_cfg_print_slots(cfg, have_model ? &mc : NULL, f);
+
+    fprintf(f, "\nparallel   partition %s: ", na_cfg_partition_name(cfg->parallel.partition));
+    if (cfg->parallel.partition == NA_CFG_PARTITION_REQUEST)
+        fprintf(f, "each request's KV lives on one of the %d slots, placed to balance bytes "
+                   "across slots and nodes\n", cfg->n_slots);
+    else
+        fprintf(f, "every request's KV heads are split in contiguous ranges over all %d slots "
+                   "(slot order above)\n", cfg->n_slots);
+    fprintf(f, "           %ld batch%s in flight, %s pipelining over %d compute node%s, "
+               "at most %ld requests per batch\n", cfg->parallel.batches_in_flight,
+            cfg->parallel.batches_in_flight == 1 ? "" : "es",
+            na_cfg_pipelining_name(cfg->parallel.pipelining), cfg->n_compute,
+            cfg->n_compute == 1 ? "" : "s", cfg->parallel.max_batch);
+    fprintf(f, "kv         blocks of %ld tokens, spill every %ld step%s, prefetch %ld layer%s "
+               "ahead, tier %s\n", cfg->kv.block_tokens, cfg->kv.spill_interval,
+            cfg->kv.spill_interval == 1 ? "" : "s", cfg->kv.prefetch_layers,
+            cfg->kv.prefetch_layers == 1 ? "" : "s", na_cfg_tier_name(cfg->kv.tier));
+    if (cfg->xcache.enabled) {
+        fprintf(f, "xcache     on: %.0f%% of requests keep X, ", cfg->xcache.share * 100.0);
+        na_cfg_print_mib(f, cfg->xcache.host_mb);
+        fprintf(f, " per compute node%s\n",
+                have_model && mc.n_kv_heads < mc.n_heads ? " (GQA model: X-cache will be refused)"
+                                                         : "");
+    } else {
+        fprintf(f, "xcache     off\n");
+    }
+}

@@ -1,0 +1,557 @@
+/* common/genmodel.c — write deterministic random-weight models (genmodel.h).
+ *
+ * Element i of tensor (kind, layer) is a counter-based normal draw from
+ * (seed, kind, layer, i), so each writer streams its tensors in its own order,
+ * a chunk of rows at a time, and both files hold the same values. */
+#include "genmodel.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "genvocab.h"
+#include "gguf.h"
+#include "model.h"
+
+#define NA_GM_CHUNK (1u << 20)       /* floats generated per step */
+
+typedef enum {
+    NA_GM_TOK, NA_GM_ATTN_NORM, NA_GM_WQ, NA_GM_WK, NA_GM_WV, NA_GM_WO, NA_GM_FFN_NORM,
+    NA_GM_W1, NA_GM_W2, NA_GM_W3, NA_GM_OUT_NORM, NA_GM_WCLS, NA_GM_KINDS
+} na_gm_kind_t;
+
+/* Progress over all bytes of one file. */
+typedef struct {
+    const char *file;
+    uint64_t    total, done;
+    int         last_pct;
+    int         on;
+} na_gm_progress_t;
+
+void na_genmodel_defaults(na_genmodel_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->dim = 64;
+    o->hidden_dim = 172;
+    o->n_layers = 2;
+    o->n_heads = 8;
+    o->n_kv_heads = 4;
+    o->vocab_size = 512;
+    o->seq_len = 256;
+    o->dtype = NA_DTYPE_F32;
+    o->seed = 1;
+    o->rope_theta = 10000.0f;
+    o->rms_eps = 1e-5f;
+    o->shared_classifier = 1;
+    o->write_llama2c = 1;
+    o->write_gguf = 1;
+}
+
+static na_status_t na_gm_bound(const char *field, int v, int lo, int hi)
+{
+    if (v < lo || v > hi)
+        return na_err(NA_ERR_INVALID, "gen-model: %s = %d out of range [%d, %d]", field, v, lo,
+                      hi);
+    return NA_OK;
+}
+
+na_status_t na_genmodel_check(const na_genmodel_opts_t *o)
+{
+    na_status_t st;
+    int hd;
+
+    if ((st = na_gm_bound("dim", o->dim, 2, NA_MODEL_MAX_DIM)) != NA_OK ||
+        (st = na_gm_bound("hidden", o->hidden_dim, 1, NA_MODEL_MAX_HIDDEN)) != NA_OK ||
+        (st = na_gm_bound("layers", o->n_layers, 1, NA_MODEL_MAX_LAYERS)) != NA_OK ||
+        (st = na_gm_bound("heads", o->n_heads, 1, NA_MODEL_MAX_HEADS)) != NA_OK ||
+        (st = na_gm_bound("kv-heads", o->n_kv_heads, 1, o->n_heads)) != NA_OK ||
+        (st = na_gm_bound("vocab", o->vocab_size, NA_GENMODEL_MIN_VOCAB,
+                          NA_MODEL_MAX_VOCAB)) != NA_OK ||
+        (st = na_gm_bound("seq-len", o->seq_len, 1, NA_MODEL_MAX_SEQ)) != NA_OK)
+        return st;
+    if (o->dim % o->n_heads != 0)
+        return na_err(NA_ERR_INVALID, "gen-model: heads = %d does not divide dim = %d",
+                      o->n_heads, o->dim);
+    if (o->n_heads % o->n_kv_heads != 0)
+        return na_err(NA_ERR_INVALID, "gen-model: kv-heads = %d does not divide heads = %d",
+                      o->n_kv_heads, o->n_heads);
+    hd = o->dim / o->n_heads;
+    if (hd % 2 != 0 || hd > NA_MODEL_MAX_HEAD_DIM)
+        return na_err(NA_ERR_INVALID, "gen-model: head_dim = dim / heads = %d must be even and "
+                      "<= %d", hd, NA_MODEL_MAX_HEAD_DIM);
+    if ((int)o->dtype < 0 || o->dtype >= NA_DTYPE_COUNT)
+        return na_err(NA_ERR_INVALID, "gen-model: invalid dtype %d", (int)o->dtype);
+    if (o->dtype == NA_DTYPE_Q8_0 && (o->dim % 32 != 0 || o->hidden_dim % 32 != 0))
+        return na_err(NA_ERR_INVALID, "gen-model: q8_0 needs dim (%d) and hidden (%d) to be "
+                      "multiples of 32", o->dim, o->hidden_dim);
+    if (!(o->rope_theta > 0.0f) || !(o->rms_eps > 0.0f && o->rms_eps < 1.0f))
+        return na_err(NA_ERR_INVALID, "gen-model: rope theta must be > 0 and eps in (0, 1)");
+    if (!o->write_llama2c && !o->write_gguf)
+        return na_err(NA_ERR_INVALID, "gen-model: no output format selected");
+    return NA_OK;
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+static uint64_t na_gm_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Elements [first, first+n) of tensor (kind, layer) into out. */
+static void na_gm_values(const na_genmodel_opts_t *o, na_gm_kind_t kind, int layer,
+                         uint64_t first, size_t n, float *out)
+{
+    uint64_t key = na_gm_mix(o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)kind * 1000003u +
+                             (uint64_t)layer * 7919u + 1);
+    float std;
+    size_t i;
+
+    switch (kind) {
+    case NA_GM_TOK: case NA_GM_WCLS:
+        std = 1.0f / sqrtf((float)o->dim); break;
+    case NA_GM_ATTN_NORM: case NA_GM_FFN_NORM: case NA_GM_OUT_NORM:
+        std = 0.05f; break;
+    case NA_GM_WO:
+        std = 1.0f / sqrtf((float)o->dim); break;
+    case NA_GM_W2:
+        std = 1.0f / sqrtf((float)o->hidden_dim); break;
+    default:
+        std = 1.0f / sqrtf((float)o->dim); break;
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t r = na_gm_mix(key ^ ((first + i) * 0xD6E8FEB86659FD93ull));
+        /* Box-Muller from two 24-bit uniforms in (0, 1] */
+        float u1 = ((float)((r >> 40) & 0xffffff) + 1.0f) / 16777216.0f;
+        float u2 = (float)((r >> 8) & 0xffffff) / 16777216.0f;
+        float z = sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+        out[i] = (kind == NA_GM_ATTN_NORM || kind == NA_GM_FFN_NORM || kind == NA_GM_OUT_NORM)
+                     ? 1.0f + std * z : std * z;
+    }
+}
+
+/* Shape (rows, cols) of a tensor kind for one layer. */
+static void na_gm_shape(const na_genmodel_opts_t *o, na_gm_kind_t kind, int *rows, int *cols)
+{
+    int hd = o->dim / o->n_heads, q = o->n_heads * hd, kv = o->n_kv_heads * hd;
+    *rows = 1;
+    *cols = o->dim;
+    switch (kind) {
+    case NA_GM_TOK: case NA_GM_WCLS: *rows = o->vocab_size; break;
+    case NA_GM_WQ:  *rows = q; break;
+    case NA_GM_WK: case NA_GM_WV: *rows = kv; break;
+    case NA_GM_WO:  *rows = o->dim; *cols = q; break;
+    case NA_GM_W1: case NA_GM_W3: *rows = o->hidden_dim; break;
+    case NA_GM_W2:  *rows = o->dim; *cols = o->hidden_dim; break;
+    default: break;
+    }
+}
+
+static void na_gm_progress(na_gm_progress_t *p, uint64_t bytes)
+{
+    int pct;
+    p->done += bytes;
+    if (!p->on || p->total < ((uint64_t)64 << 20))
+        return;                           /* quiet for small files */
+    pct = (int)(p->done * 100 / p->total);
+    if (pct / 10 != p->last_pct / 10 || pct == 100) {
+        if (pct != p->last_pct)
+            fprintf(stderr, "gen-model: %s: %3d%% (%.1f / %.1f MiB)\n", p->file, pct,
+                    (double)p->done / 1048576.0, (double)p->total / 1048576.0);
+        p->last_pct = pct;
+    }
+}
+
+/* ---- llama2.c ----------------------------------------------------------- */
+
+static na_status_t na_gm_fwrite(FILE *f, const char *path, const void *p, size_t n)
+{
+    if (fwrite(p, 1, n, f) != n)
+        return na_err(NA_ERR_IO, "%s: write: %s", path, strerror(errno));
+    return NA_OK;
+}
+
+/* Stream one tensor (kind, layer) as f32. */
+static na_status_t na_gm_l2c_tensor(FILE *f, const char *path, const na_genmodel_opts_t *o,
+                                    na_gm_kind_t kind, int layer, float *buf,
+                                    na_gm_progress_t *p)
+{
+    int rows, cols;
+    uint64_t n, i;
+    na_status_t st;
+
+    na_gm_shape(o, kind, &rows, &cols);
+    n = (uint64_t)rows * (uint64_t)cols;
+    for (i = 0; i < n; i += NA_GM_CHUNK) {
+        size_t k = (size_t)(n - i < NA_GM_CHUNK ? n - i : NA_GM_CHUNK);
+        na_gm_values(o, kind, layer, i, k, buf);
+        if ((st = na_gm_fwrite(f, path, buf, k * 4)) != NA_OK)
+            return st;
+        na_gm_progress(p, k * 4);
+    }
+    return NA_OK;
+}
+
+/* Bytes of the llama2.c file (for progress). */
+static uint64_t na_gm_l2c_size(const na_genmodel_opts_t *o)
+{
+    uint64_t d = (uint64_t)o->dim, h = (uint64_t)o->hidden_dim, hd = d / (uint64_t)o->n_heads;
+    uint64_t kv = (uint64_t)o->n_kv_heads * hd;
+    uint64_t n = (uint64_t)o->vocab_size * d * (o->shared_classifier ? 1 : 2) + d +
+                 (uint64_t)o->n_layers * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * h) +
+                 (uint64_t)o->seq_len * hd;
+    return 28 + 4 * n;
+}
+
+static na_status_t na_gm_write_llama2c(const char *path, const na_genmodel_opts_t *o, float *buf)
+{
+    static const na_gm_kind_t stacked[] = {
+        NA_GM_ATTN_NORM, NA_GM_WQ, NA_GM_WK, NA_GM_WV, NA_GM_WO, NA_GM_FFN_NORM,
+        NA_GM_W1, NA_GM_W2, NA_GM_W3,
+    };
+    int32_t hdr[7] = { o->dim, o->hidden_dim, o->n_layers, o->n_heads, o->n_kv_heads,
+                       o->shared_classifier ? o->vocab_size : -o->vocab_size, o->seq_len };
+    int hd = o->dim / o->n_heads, pos, i, l, part;
+    na_gm_progress_t p = { path, 0, 0, -1, o->progress };
+    na_status_t st = NA_OK;
+    size_t s;
+    FILE *f;
+
+    p.total = (uint64_t)na_gm_l2c_size(o);
+    f = fopen(path, "wb");
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    setvbuf(f, NULL, _IOFBF, 1 << 20);
+    if ((st = na_gm_fwrite(f, path, hdr, sizeof(hdr))) != NA_OK ||
+        (st = na_gm_l2c_tensor(f, path, o, NA_GM_TOK, 0, buf, &p)) != NA_OK)
+        goto err_close;
+    for (s = 0; s < sizeof(stacked) / sizeof(stacked[0]); s++)
+        for (l = 0; l < o->n_layers; l++)
+            if ((st = na_gm_l2c_tensor(f, path, o, stacked[s], l, buf, &p)) != NA_OK)
+                goto err_close;
+    if ((st = na_gm_l2c_tensor(f, path, o, NA_GM_OUT_NORM, 0, buf, &p)) != NA_OK)
+        goto err_close;
+    /* freq_cis_real then freq_cis_imag: (seq_len, head_dim/2) */
+    for (part = 0; part < 2; part++)
+        for (pos = 0; pos < o->seq_len; pos++) {
+            for (i = 0; i < hd / 2; i++) {
+                double freq = pow((double)o->rope_theta, -2.0 * i / hd);
+                buf[i] = (float)(part == 0 ? cos(pos * freq) : sin(pos * freq));
+            }
+            if ((st = na_gm_fwrite(f, path, buf, (size_t)hd / 2 * 4)) != NA_OK)
+                goto err_close;
+            na_gm_progress(&p, (uint64_t)hd / 2 * 4);
+        }
+    if (!o->shared_classifier &&
+        (st = na_gm_l2c_tensor(f, path, o, NA_GM_WCLS, 0, buf, &p)) != NA_OK)
+        goto err_close;
+    if (fclose(f) != 0) {
+        st = na_err(NA_ERR_IO, "%s: close: %s", path, strerror(errno));
+        unlink(path);
+        return st;
+    }
+    return NA_OK;
+
+err_close:
+    fclose(f);
+    unlink(path);
+    return st;
+}
+
+/* llama2.c tokenizer.bin: max_token_length, then (score, length, bytes). */
+static na_status_t na_gm_write_tokbin(const char *path, const na_genvocab_t *v)
+{
+    int32_t max_len = 1, len;
+    na_status_t st = NA_OK;
+    FILE *f;
+    int i;
+
+    for (i = 0; i < v->n; i++)
+        if ((int32_t)strlen(v->pieces[i]) > max_len)
+            max_len = (int32_t)strlen(v->pieces[i]);
+    f = fopen(path, "wb");
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    st = na_gm_fwrite(f, path, &max_len, 4);
+    for (i = 0; st == NA_OK && i < v->n; i++) {
+        len = (int32_t)strlen(v->pieces[i]);
+        if ((st = na_gm_fwrite(f, path, &v->scores[i], 4)) == NA_OK &&
+            (st = na_gm_fwrite(f, path, &len, 4)) == NA_OK)
+            st = na_gm_fwrite(f, path, v->pieces[i], (size_t)len);
+    }
+    if (fclose(f) != 0 && st == NA_OK)
+        st = na_err(NA_ERR_IO, "%s: close: %s", path, strerror(errno));
+    if (st != NA_OK)
+        unlink(path);
+    return st;
+}
+
+/* ---- GGUF --------------------------------------------------------------- */
+
+static uint32_t na_gm_ggml_type(na_dtype_t t)
+{
+    switch (t) {
+    case NA_DTYPE_F16:  return NA_GGML_TYPE_F16;
+    case NA_DTYPE_BF16: return NA_GGML_TYPE_BF16;
+    case NA_DTYPE_Q8_0: return NA_GGML_TYPE_Q8_0;
+    default:            return NA_GGML_TYPE_F32;
+    }
+}
+
+/* Convert n f32 values (n % 32 == 0 for Q8_0) to dtype t into dst; returns bytes. */
+static size_t na_gm_convert(na_dtype_t t, const float *src, size_t n, void *dst)
+{
+    size_t i, b, j;
+    uint16_t *h = dst;
+    uint8_t *q = dst;
+
+    switch (t) {
+    case NA_DTYPE_F16:
+        for (i = 0; i < n; i++)
+            h[i] = na_f32_to_f16(src[i]);
+        return 2 * n;
+    case NA_DTYPE_BF16:
+        for (i = 0; i < n; i++)
+            h[i] = na_f32_to_bf16(src[i]);
+        return 2 * n;
+    case NA_DTYPE_Q8_0:
+        for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
+            const float *x = src + b * NA_Q8_0_BLOCK;
+            uint8_t *blk = q + b * NA_Q8_0_BLOCK_SIZE;
+            float amax = 0.0f, d, id;
+            uint16_t dh;
+            for (j = 0; j < NA_Q8_0_BLOCK; j++)
+                amax = fmaxf(amax, fabsf(x[j]));
+            d = amax / 127.0f;
+            id = d > 0.0f ? 1.0f / d : 0.0f;
+            dh = na_f32_to_f16(d);
+            memcpy(blk, &dh, 2);
+            for (j = 0; j < NA_Q8_0_BLOCK; j++)
+                blk[2 + j] = (uint8_t)(int8_t)lroundf(x[j] * id);
+        }
+        return n / NA_Q8_0_BLOCK * NA_Q8_0_BLOCK_SIZE;
+    default:
+        memcpy(dst, src, 4 * n);
+        return 4 * n;
+    }
+}
+
+/* Declare tensor `name` of (rows, cols); norms are always f32. */
+static na_status_t na_gm_declare(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
+                                 na_gm_kind_t kind, const char *name)
+{
+    int rows, cols;
+    int norm = kind == NA_GM_ATTN_NORM || kind == NA_GM_FFN_NORM || kind == NA_GM_OUT_NORM;
+    uint64_t ne[2];
+
+    na_gm_shape(o, kind, &rows, &cols);
+    ne[0] = (uint64_t)cols;
+    ne[1] = (uint64_t)rows;
+    return na_gguf_writer_tensor(w, name, norm ? NA_GGML_TYPE_F32 : na_gm_ggml_type(o->dtype),
+                                 norm ? 1 : 2, ne);
+}
+
+/* Stream one tensor's data in the GGUF dtype, a chunk of whole rows at a time. */
+static na_status_t na_gm_gguf_tensor(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
+                                     na_gm_kind_t kind, int layer, float *buf, void *cvt,
+                                     na_gm_progress_t *p)
+{
+    int rows, cols;
+    int norm = kind == NA_GM_ATTN_NORM || kind == NA_GM_FFN_NORM || kind == NA_GM_OUT_NORM;
+    na_dtype_t t = norm ? NA_DTYPE_F32 : o->dtype;
+    uint64_t r, per;
+    na_status_t st;
+
+    na_gm_shape(o, kind, &rows, &cols);
+    per = NA_GM_CHUNK / (uint64_t)cols;
+    if (per == 0)
+        per = 1;
+    for (r = 0; r < (uint64_t)rows; r += per) {
+        uint64_t nr = (uint64_t)rows - r < per ? (uint64_t)rows - r : per;
+        size_t n = (size_t)(nr * (uint64_t)cols), bytes;
+        na_gm_values(o, kind, layer, r * (uint64_t)cols, n, buf);
+        bytes = na_gm_convert(t, buf, n, cvt);
+        if ((st = na_gguf_writer_data(w, cvt, bytes)) != NA_OK)
+            return st;
+        na_gm_progress(p, bytes);
+    }
+    return NA_OK;
+}
+
+static const char *const na_gm_blk_names[NA_GM_KINDS] = {
+    [NA_GM_ATTN_NORM] = "attn_norm", [NA_GM_WQ] = "attn_q", [NA_GM_WK] = "attn_k",
+    [NA_GM_WV] = "attn_v", [NA_GM_WO] = "attn_output", [NA_GM_FFN_NORM] = "ffn_norm",
+    [NA_GM_W1] = "ffn_gate", [NA_GM_W2] = "ffn_down", [NA_GM_W3] = "ffn_up",
+};
+
+/* Metadata: architecture, hyper-parameters, tokenizer. */
+static na_status_t na_gm_gguf_meta(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
+                                   const na_genvocab_t *v, char **sp_pieces)
+{
+    static const uint32_t ftype[NA_DTYPE_COUNT] = { 0, 1, 32, 7 };
+    na_status_t st;
+
+    if ((st = na_gguf_writer_kv_str(w, "general.architecture", "llama")) != NA_OK ||
+        (st = na_gguf_writer_kv_str(w, "general.name", "nearattn gen-model")) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "general.alignment", NA_GGUF_DEFAULT_ALIGNMENT)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "general.file_type", ftype[o->dtype])) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.context_length", (uint32_t)o->seq_len)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.embedding_length", (uint32_t)o->dim)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.block_count", (uint32_t)o->n_layers)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.feed_forward_length",
+                                    (uint32_t)o->hidden_dim)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.rope.dimension_count",
+                                    (uint32_t)(o->dim / o->n_heads))) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.attention.head_count",
+                                    (uint32_t)o->n_heads)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.attention.head_count_kv",
+                                    (uint32_t)o->n_kv_heads)) != NA_OK ||
+        (st = na_gguf_writer_kv_f32(w, "llama.attention.layer_norm_rms_epsilon",
+                                    o->rms_eps)) != NA_OK ||
+        (st = na_gguf_writer_kv_f32(w, "llama.rope.freq_base", o->rope_theta)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "llama.vocab_size", (uint32_t)o->vocab_size)) != NA_OK ||
+        (st = na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama")) != NA_OK ||
+        (st = na_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)sp_pieces,
+                                        (uint64_t)v->n)) != NA_OK ||
+        (st = na_gguf_writer_kv_arr_f32(w, "tokenizer.ggml.scores", v->scores,
+                                        (uint64_t)v->n)) != NA_OK ||
+        (st = na_gguf_writer_kv_arr_i32(w, "tokenizer.ggml.token_type", v->types,
+                                        (uint64_t)v->n)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 2)) != NA_OK)
+        return st;
+    return na_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+}
+
+/* Pieces with ' ' spelled U+2581, as SentencePiece GGUF vocabularies are. */
+static char **na_gm_sp_pieces(const na_genvocab_t *v)
+{
+    char **out = calloc((size_t)v->n, sizeof(char *));
+    int i;
+    if (out == NULL)
+        return NULL;
+    for (i = 0; i < v->n; i++) {
+        const char *p = v->pieces[i];
+        char *q = malloc(3 * strlen(p) + 1), *o;
+        if (q == NULL) {
+            while (i-- > 0)
+                free(out[i]);
+            free(out);
+            return NULL;
+        }
+        for (o = q; *p; p++) {
+            if (*p == ' ') {
+                memcpy(o, "\xe2\x96\x81", 3);
+                o += 3;
+            } else {
+                *o++ = *p;
+            }
+        }
+        *o = 0;
+        out[i] = q;
+    }
+    return out;
+}
+
+static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *o,
+                                    const na_genvocab_t *v, float *buf, void *cvt)
+{
+    na_gm_progress_t p = { path, 0, 0, -1, o->progress };
+    na_gguf_writer_t *w;
+    char name[64], **sp;
+    na_status_t st;
+    int l, k;
+
+    sp = na_gm_sp_pieces(v);
+    if (sp == NULL)
+        return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", path);
+    if ((st = na_gguf_writer_create(path, &w)) != NA_OK)
+        goto out_free;
+    if ((st = na_gm_gguf_meta(w, o, v, sp)) != NA_OK ||
+        (st = na_gm_declare(w, o, NA_GM_TOK, "token_embd.weight")) != NA_OK)
+        goto err_abort;
+    for (l = 0; l < o->n_layers; l++)
+        for (k = NA_GM_ATTN_NORM; k <= NA_GM_W3; k++) {
+            snprintf(name, sizeof(name), "blk.%d.%s.weight", l, na_gm_blk_names[k]);
+            if ((st = na_gm_declare(w, o, (na_gm_kind_t)k, name)) != NA_OK)
+                goto err_abort;
+        }
+    if ((st = na_gm_declare(w, o, NA_GM_OUT_NORM, "output_norm.weight")) != NA_OK ||
+        (!o->shared_classifier &&
+         (st = na_gm_declare(w, o, NA_GM_WCLS, "output.weight")) != NA_OK))
+        goto err_abort;
+    {
+        int rows, cols, kk;
+        for (kk = 0; kk < NA_GM_KINDS; kk++) {
+            int norm = kk == NA_GM_ATTN_NORM || kk == NA_GM_FFN_NORM || kk == NA_GM_OUT_NORM;
+            int count = kk == NA_GM_TOK || kk == NA_GM_OUT_NORM ? 1
+                      : kk == NA_GM_WCLS ? !o->shared_classifier : o->n_layers;
+            na_gm_shape(o, (na_gm_kind_t)kk, &rows, &cols);
+            p.total += (uint64_t)count * na_dtype_bytes(norm ? NA_DTYPE_F32 : o->dtype,
+                                                        (size_t)rows * (size_t)cols);
+        }
+    }
+    if ((st = na_gm_gguf_tensor(w, o, NA_GM_TOK, 0, buf, cvt, &p)) != NA_OK)
+        goto err_abort;
+    for (l = 0; l < o->n_layers; l++)
+        for (k = NA_GM_ATTN_NORM; k <= NA_GM_W3; k++)
+            if ((st = na_gm_gguf_tensor(w, o, (na_gm_kind_t)k, l, buf, cvt, &p)) != NA_OK)
+                goto err_abort;
+    if ((st = na_gm_gguf_tensor(w, o, NA_GM_OUT_NORM, 0, buf, cvt, &p)) != NA_OK ||
+        (!o->shared_classifier &&
+         (st = na_gm_gguf_tensor(w, o, NA_GM_WCLS, 0, buf, cvt, &p)) != NA_OK))
+        goto err_abort;
+    st = na_gguf_writer_finish(w);
+    goto out_free;
+
+err_abort:
+    na_gguf_writer_abort(w);
+out_free:
+    for (l = 0; l < v->n; l++)
+        free(sp[l]);
+    free(sp);
+    return st;
+}
+
+na_status_t na_genmodel_write(const char *prefix, const na_genmodel_opts_t *o)
+{
+    size_t plen = strlen(prefix) + 16;
+    char *path = malloc(plen);
+    float *buf = malloc((size_t)NA_GM_CHUNK * 4 + 4096);
+    void *cvt = malloc((size_t)NA_GM_CHUNK * 4 + 4096);
+    na_genvocab_t v;
+    na_status_t st;
+
+    if (path == NULL || buf == NULL || cvt == NULL) {
+        st = na_err(NA_ERR_NOMEM, "gen-model: no memory");
+        goto out_free;
+    }
+    if ((st = na_genmodel_check(o)) != NA_OK)
+        goto out_free;
+    if ((st = na_genvocab_create(o->vocab_size, o->seed, &v)) != NA_OK)
+        goto out_free;
+    if (o->write_llama2c) {
+        snprintf(path, plen, "%s.bin", prefix);
+        if ((st = na_gm_write_llama2c(path, o, buf)) != NA_OK)
+            goto out_vocab;
+        snprintf(path, plen, "%s.tok.bin", prefix);
+        if ((st = na_gm_write_tokbin(path, &v)) != NA_OK)
+            goto out_vocab;
+    }
+    if (o->write_gguf) {
+        snprintf(path, plen, "%s.gguf", prefix);
+        st = na_gm_write_gguf(path, o, &v, buf, cvt);
+    }
+out_vocab:
+    na_genvocab_destroy(&v);
+out_free:
+    free(path);
+    free(buf);
+    free(cvt);
+    return st;
+}

@@ -1,0 +1,59 @@
+/* common/genmodel.h — deterministic random-weight LLaMA models of any shape,
+ * written as a llama2.c checkpoint (+ tokenizer.bin) and/or a GGUF v3 file
+ * (with tokenizer.ggml.* metadata), holding the same weights.
+ *
+ * Files written for a prefix P:
+ *   P.bin      llama2.c checkpoint, always f32
+ *   P.tok.bin  llama2.c tokenizer.bin with the generated vocabulary
+ *   P.gguf     GGUF v3 in the chosen dtype, tokenizer embedded
+ *
+ * Every weight is a function of (seed, tensor, element index) only, so the two
+ * formats hold the same values (the GGUF one rounded to its dtype). Matrices
+ * are normal(0, 1/sqrt(cols)), the embedding normal(0, 1/sqrt(dim)), norm
+ * weights 1 + normal(0, 0.05): activations stay of order one at any size.
+ * The vocabulary is <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>,
+ * printable ASCII characters, BPE merges learnt from a small built-in English
+ * text, then synthetic merges of existing pieces up to vocab_size. */
+#ifndef NA_GENMODEL_H
+#define NA_GENMODEL_H
+
+#include <stdint.h>
+
+#include "dtype.h"
+#include "status.h"
+
+#define NA_GENMODEL_MIN_VOCAB 259   /* 3 specials + 256 byte tokens */
+
+typedef struct {
+    int        dim;
+    int        hidden_dim;
+    int        n_layers;
+    int        n_heads;
+    int        n_kv_heads;
+    int        vocab_size;          /* >= NA_GENMODEL_MIN_VOCAB */
+    int        seq_len;
+    na_dtype_t dtype;               /* GGUF weight dtype (norms stay f32) */
+    uint64_t   seed;
+    float      rope_theta;
+    float      rms_eps;
+    int        shared_classifier;   /* 1: output = tok_embd (tied) */
+    int        write_llama2c;       /* write P.bin + P.tok.bin */
+    int        write_gguf;          /* write P.gguf */
+    int        progress;            /* print progress lines to stderr */
+} na_genmodel_opts_t;
+
+/* Fill o with the defaults: a small model (dim 64, hidden 172, 2 layers,
+ * 8 heads, 4 kv heads, vocab 512, seq 256, f32, seed 1, theta 10000,
+ * eps 1e-5, tied, both formats, no progress). */
+void na_genmodel_defaults(na_genmodel_opts_t *o);
+
+/* Check the shape against common/model.h's bounds and the format rules
+ * (dim % n_heads, n_heads % n_kv_heads, even head_dim, Q8_0 needs dim and
+ * hidden_dim multiples of 32). NA_ERR_INVALID with a message naming the field. */
+na_status_t na_genmodel_check(const na_genmodel_opts_t *o);
+
+/* Write the files for `prefix` (see above). Fails with NA_ERR_INVALID (shape),
+ * NA_ERR_IO (message names the file), NA_ERR_NOMEM; a partial file is removed. */
+na_status_t na_genmodel_write(const char *prefix, const na_genmodel_opts_t *o);
+
+#endif /* NA_GENMODEL_H */

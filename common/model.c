@@ -1,0 +1,148 @@
+/* common/model.c — open a model file: map it, detect the format, dispatch to
+ * the loader, and the checks both formats share.
+ *
+ * Weights keep the file's dtype (F32, F16, BF16 or Q8_0) and point into the
+ * read-only mmap; the matmul kernels dequantize per row / tile (see
+ * kernels/kernels.h). Only norm weights stored as non-F32 in a GGUF file are
+ * converted to F32 at load, into model->owned. */
+#define _GNU_SOURCE
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "model_internal.h"
+
+/* Check lo <= v <= hi for a field. */
+static na_status_t na_model_bound(const na_model_t *m, const char *field, long long v,
+                                  long long lo, long long hi)
+{
+    if (v < lo || v > hi)
+        return na_err(NA_ERR_RANGE, "%s: field '%s' = %lld out of range [%lld, %lld]",
+                      m->path, field, v, lo, hi);
+    return NA_OK;
+}
+
+na_status_t na_model_check_config(const na_model_t *m, const na_model_field_names_t *f,
+                                  na_model_config_t *c)
+{
+    na_status_t st;
+
+    if ((st = na_model_bound(m, f->dim, c->dim, 1, NA_MODEL_MAX_DIM)) != NA_OK ||
+        (st = na_model_bound(m, f->hidden_dim, c->hidden_dim, 1, NA_MODEL_MAX_HIDDEN)) != NA_OK ||
+        (st = na_model_bound(m, f->n_layers, c->n_layers, 1, NA_MODEL_MAX_LAYERS)) != NA_OK ||
+        (st = na_model_bound(m, f->n_heads, c->n_heads, 1, NA_MODEL_MAX_HEADS)) != NA_OK ||
+        (st = na_model_bound(m, f->n_kv_heads, c->n_kv_heads, 1, NA_MODEL_MAX_HEADS)) != NA_OK ||
+        (st = na_model_bound(m, f->vocab_size, c->vocab_size, 1, NA_MODEL_MAX_VOCAB)) != NA_OK ||
+        (st = na_model_bound(m, f->seq_len, c->seq_len, 1, NA_MODEL_MAX_SEQ)) != NA_OK)
+        return st;
+    if (c->dim % c->n_heads != 0)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' = %d does not divide field '%s' = %d",
+                      m->path, f->n_heads, c->n_heads, f->dim, c->dim);
+    if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads != 0)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' = %d does not divide field '%s' = %d",
+                      m->path, f->n_kv_heads, c->n_kv_heads, f->n_heads, c->n_heads);
+    c->head_dim = c->dim / c->n_heads;
+    if (c->head_dim % 2 != 0 || c->head_dim > NA_MODEL_MAX_HEAD_DIM)
+        return na_err(NA_ERR_FORMAT, "%s: head_dim = '%s' / '%s' = %d must be even and <= %d",
+                      m->path, f->dim, f->n_heads, c->head_dim, NA_MODEL_MAX_HEAD_DIM);
+    if (!(c->rope_theta > 0.0f) || !(c->rope_theta < 1e12f))
+        return na_err(NA_ERR_RANGE, "%s: rope theta %g out of range (0, 1e12)", m->path,
+                      (double)c->rope_theta);
+    if (!(c->rms_eps > 0.0f) || !(c->rms_eps < 1.0f))
+        return na_err(NA_ERR_RANGE, "%s: rms epsilon %g out of range (0, 1)", m->path,
+                      (double)c->rms_eps);
+    return NA_OK;
+}
+
+na_status_t na_model_open(const char *path, na_model_t **model_p)
+{
+    struct stat sb;
+    na_model_t *m;
+    na_status_t st;
+    int fd;
+
+    m = calloc(1, sizeof(*m));
+    if (m == NULL || (m->path = strdup(path)) == NULL) {
+        free(m);
+        return na_err(NA_ERR_NOMEM, "%s: no memory", path);
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        st = na_err(NA_ERR_IO, "%s: cannot open model: %s", path, strerror(errno));
+        goto err_destroy;
+    }
+    if (fstat(fd, &sb) != 0) {
+        st = na_err(NA_ERR_IO, "%s: fstat: %s", path, strerror(errno));
+        goto err_close;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = na_err(NA_ERR_FORMAT, "%s: not a regular file", path);
+        goto err_close;
+    }
+    if (sb.st_size == 0) {
+        st = na_err(NA_ERR_FORMAT, "%s: empty file: header field 'magic/dim' runs past the end",
+                    path);
+        goto err_close;
+    }
+    m->map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m->map == MAP_FAILED) {
+        m->map = NULL;
+        st = na_err(NA_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+        goto err_close;
+    }
+    m->map_size = (size_t)sb.st_size;
+    close(fd);
+    if (m->map_size >= 4 && memcmp(m->map, "GGUF", 4) == 0) {
+        m->format = NA_MODEL_FORMAT_GGUF;
+        st = na_model_gguf_load(m);
+    } else if (m->map_size >= 4 && memcmp(m->map, "ak42", 4) == 0) {
+        st = na_err(NA_ERR_UNSUPPORTED, "%s: field 'magic' = \"ak42\": llama2.c export "
+                    "versions 1/2 are not supported (export with --version 0)", path);
+    } else {
+        m->format = NA_MODEL_FORMAT_LLAMA2C;
+        st = na_llama2c_load(m);
+    }
+    if (st != NA_OK)
+        goto err_destroy;
+    *model_p = m;
+    return NA_OK;
+
+err_close:
+    close(fd);
+err_destroy:
+    na_model_destroy(m);
+    return st;
+}
+
+void na_model_destroy(na_model_t *m)
+{
+    if (m == NULL)
+        return;
+    na_gguf_destroy(m->gguf);
+    if (m->map != NULL)
+        munmap(m->map, m->map_size);
+    free(m->owned);
+    free(m->layers);
+    free(m->path);
+    free(m);
+}
+
+size_t na_model_param_count(const na_model_t *m)
+{
+    const na_model_config_t *c = &m->cfg;
+    size_t d = (size_t)c->dim, q = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t kv = (size_t)c->n_kv_heads * (size_t)c->head_dim, h = (size_t)c->hidden_dim;
+    size_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
+    size_t n = (size_t)c->vocab_size * d + (size_t)c->n_layers * per_layer + d;
+
+    if (!c->shared_classifier)
+        n += (size_t)c->vocab_size * d;
+    return n;
+}

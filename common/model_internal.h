@@ -1,0 +1,25 @@
+/* common/model_internal.h — shared between common/model.c and the per-format
+ * loaders (common/llama2c.c, common/model_gguf.c). Not a public API. */
+#ifndef NA_MODEL_INTERNAL_H
+#define NA_MODEL_INTERNAL_H
+
+#include "model.h"
+
+/* Check every config field of m->cfg against common/model.h's bounds and the
+ * divisibility rules; sets head_dim. fmt_field(x) names fields in messages the
+ * way the format spells them (e.g. "dim" or "llama.embedding_length").
+ * NA_ERR_RANGE / NA_ERR_FORMAT with a message naming m->path and the field. */
+typedef struct {
+    const char *dim, *hidden_dim, *n_layers, *n_heads, *n_kv_heads, *vocab_size, *seq_len;
+} na_model_field_names_t;
+
+na_status_t na_model_check_config(const na_model_t *m, const na_model_field_names_t *names,
+                                  na_model_config_t *cfg);
+
+/* Fill m (cfg, tensors, layers) from a llama2.c checkpoint mapped at m->map. */
+na_status_t na_llama2c_load(na_model_t *m);
+
+/* Fill m from a GGUF v3 file mapped at m->map; m->gguf is set (owned by m). */
+na_status_t na_model_gguf_load(na_model_t *m);
+
+#endif /* NA_MODEL_INTERNAL_H */

@@ -1,0 +1,669 @@
+/* common/tokenizer.c — SentencePiece-style BPE with byte fallback (see
+ * tokenizer.h). Pieces live in one arena; lookup is an open-addressing hash
+ * table over the piece bytes; encoding merges with a binary heap, so long
+ * prompts cost O(n log n) rather than O(n^2). */
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+#define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
+
+enum { NA_TOK_NORMAL = 0, NA_TOK_CONTROL = 1, NA_TOK_BYTE = 2 };
+
+struct na_tokenizer {
+    int       vocab_size;
+    char    **pieces;        /* [vocab] NUL-terminated, into arena */
+    uint32_t *piece_len;     /* [vocab] */
+    float    *scores;        /* [vocab] */
+    uint8_t  *kind;          /* [vocab] NA_TOK_* */
+    uint8_t  *byte_val;      /* [vocab] value of a byte token */
+    char     *arena;
+    uint32_t  max_piece_len;
+    uint32_t *hash;          /* [hash_mask+1] token id + 1, 0 = empty */
+    uint32_t  hash_mask;
+    int       byte_id[256];  /* token of each raw byte, -1 if none */
+    int       bos, eos, unk;
+    char      byte_str[256][2];
+};
+
+/* FNV-1a over len bytes. */
+static uint32_t na_tok_hash(const char *s, size_t len)
+{
+    uint32_t h = 2166136261u;
+    size_t i;
+    for (i = 0; i < len; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+/* Token id of the piece s[0..len), or -1. */
+static int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t len)
+{
+    uint32_t i = na_tok_hash(s, len) & t->hash_mask;
+    for (;;) {
+        uint32_t e = t->hash[i];
+        if (e == 0)
+            return -1;
+        if (t->piece_len[e - 1] == len && memcmp(t->pieces[e - 1], s, len) == 0)
+            return (int)(e - 1);
+        i = (i + 1) & t->hash_mask;
+    }
+}
+
+/* Allocate the per-token arrays for n tokens and an arena of arena_bytes.
+ * Returns NULL on allocation failure (everything freed). */
+static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
+{
+    na_tokenizer_t *t = calloc(1, sizeof(*t));
+    uint32_t cap = 16;
+    int b;
+
+    if (t == NULL)
+        return NULL;
+    while (cap < 2u * (uint32_t)n)
+        cap <<= 1;
+    t->vocab_size = n;
+    t->pieces    = calloc((size_t)n, sizeof(*t->pieces));
+    t->piece_len = calloc((size_t)n, sizeof(*t->piece_len));
+    t->scores    = calloc((size_t)n, sizeof(*t->scores));
+    t->kind      = calloc((size_t)n, 1);
+    t->byte_val  = calloc((size_t)n, 1);
+    t->arena     = malloc(arena_bytes + 1);
+    t->hash      = calloc(cap, sizeof(*t->hash));
+    t->hash_mask = cap - 1;
+    if (!t->pieces || !t->piece_len || !t->scores || !t->kind || !t->byte_val ||
+        !t->arena || !t->hash) {
+        na_tokenizer_destroy(t);
+        return NULL;
+    }
+    for (b = 0; b < 256; b++) {
+        t->byte_id[b] = -1;
+        t->byte_str[b][0] = (char)b;
+        t->byte_str[b][1] = 0;
+    }
+    t->bos = 1;
+    t->eos = 2;
+    t->unk = 0;
+    return t;
+}
+
+/* Parse "<0xNN>" (exactly) into *b. */
+static int na_tok_parse_byte(const char *s, size_t len, uint8_t *b)
+{
+    unsigned v = 0;
+    size_t i;
+    if (len != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>')
+        return 0;
+    for (i = 3; i < 5; i++) {
+        char c = s[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')      v |= (unsigned)(c - '0');
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else return 0;
+    }
+    *b = (uint8_t)v;
+    return 1;
+}
+
+/* After pieces/kinds are filled: build the hash table and byte table. */
+static void na_tok_index(na_tokenizer_t *t)
+{
+    int id;
+    t->max_piece_len = 0;
+    for (id = 0; id < t->vocab_size; id++) {
+        uint32_t len = t->piece_len[id], i;
+        if (len > t->max_piece_len)
+            t->max_piece_len = len;
+        if (t->kind[id] == NA_TOK_BYTE) {
+            if (t->byte_id[t->byte_val[id]] < 0)
+                t->byte_id[t->byte_val[id]] = id;
+            continue;                 /* byte tokens are not merge targets */
+        }
+        if (t->kind[id] == NA_TOK_CONTROL)
+            continue;                 /* never produced by text */
+        if (na_tok_lookup(t, t->pieces[id], len) >= 0)
+            continue;                 /* duplicate: first one wins */
+        i = na_tok_hash(t->pieces[id], len) & t->hash_mask;
+        while (t->hash[i] != 0)
+            i = (i + 1) & t->hash_mask;
+        t->hash[i] = (uint32_t)id + 1;
+    }
+}
+
+/* Read a whole (small) file into a malloc'd buffer. */
+static na_status_t na_tok_read_file(const char *path, uint8_t **buf_p, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf;
+    long len;
+
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return na_err(NA_ERR_IO, "%s: cannot size tokenizer: %s", path, strerror(errno));
+    }
+    buf = malloc((size_t)len + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return na_err(NA_ERR_NOMEM, "%s: no memory for %ld bytes", path, len);
+    }
+    if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        fclose(f);
+        return na_err(NA_ERR_IO, "%s: short read", path);
+    }
+    fclose(f);
+    *buf_p = buf;
+    *len_p = (size_t)len;
+    return NA_OK;
+}
+
+na_status_t na_tokenizer_create_llama2c(const char *path, int vocab_size,
+                                        na_tokenizer_t **tok_p)
+{
+    na_tokenizer_t *t;
+    uint8_t *buf = NULL;
+    size_t len = 0, off, a = 0;
+    int32_t max_len;
+    na_status_t st;
+    int id;
+
+    if (vocab_size <= 0 || vocab_size > (1 << 22))
+        return na_err(NA_ERR_RANGE, "%s: vocab_size %d out of range [1, %d]",
+                      path, vocab_size, 1 << 22);
+    st = na_tok_read_file(path, &buf, &len);
+    if (st != NA_OK)
+        return st;
+    if (len < 4) {
+        st = na_err(NA_ERR_FORMAT, "%s: field 'max_token_length' runs past the end "
+                    "(file is %zu bytes)", path, len);
+        goto err_free_buf;
+    }
+    memcpy(&max_len, buf, 4);
+    if (max_len <= 0 || max_len > NA_TOK_MAX_PIECE) {
+        st = na_err(NA_ERR_RANGE, "%s: field 'max_token_length' = %d out of range [1, %d]",
+                    path, max_len, NA_TOK_MAX_PIECE);
+        goto err_free_buf;
+    }
+    t = na_tok_alloc(vocab_size, len);
+    if (t == NULL) {
+        st = na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", path);
+        goto err_free_buf;
+    }
+    off = 4;
+    for (id = 0; id < vocab_size; id++) {
+        int32_t plen;
+        float score;
+        if (len - off < 8) {
+            st = na_err(NA_ERR_FORMAT, "%s: token %d: field 'score/length' runs past the end "
+                        "(offset %zu, file is %zu bytes; vocab_size %d too large?)",
+                        path, id, off, len, vocab_size);
+            goto err_destroy;
+        }
+        memcpy(&score, buf + off, 4);
+        memcpy(&plen, buf + off + 4, 4);
+        off += 8;
+        if (isnan(score)) {
+            st = na_err(NA_ERR_FORMAT, "%s: token %d: field 'score' is NaN", path, id);
+            goto err_destroy;
+        }
+        if (plen < 0 || plen > max_len) {
+            st = na_err(NA_ERR_RANGE, "%s: token %d: field 'length' = %d out of range [0, %d]",
+                        path, id, plen, max_len);
+            goto err_destroy;
+        }
+        if ((size_t)plen > len - off) {
+            st = na_err(NA_ERR_FORMAT, "%s: token %d: piece of %d bytes runs past the end "
+                        "(offset %zu, file is %zu bytes)", path, id, plen, off, len);
+            goto err_destroy;
+        }
+        t->pieces[id] = t->arena + a;
+        memcpy(t->arena + a, buf + off, (size_t)plen);
+        t->arena[a + (size_t)plen] = 0;
+        a += (size_t)plen + 1;
+        t->piece_len[id] = (uint32_t)plen;
+        t->scores[id] = score;
+        off += (size_t)plen;
+        if (na_tok_parse_byte(t->pieces[id], (size_t)plen, &t->byte_val[id]))
+            t->kind[id] = NA_TOK_BYTE;
+        else if (id <= 2)
+            t->kind[id] = NA_TOK_CONTROL;   /* <unk>, <s>, </s> */
+    }
+    if (off != len) {
+        st = na_err(NA_ERR_FORMAT, "%s: %zu trailing bytes after %d tokens "
+                    "(tokenizer of a larger vocabulary?)", path, len - off, vocab_size);
+        goto err_destroy;
+    }
+    free(buf);
+    na_tok_index(t);
+    *tok_p = t;
+    return NA_OK;
+
+err_destroy:
+    na_tokenizer_destroy(t);
+err_free_buf:
+    free(buf);
+    return st;
+}
+
+/* Copy GGUF piece s into dst converting U+2581 to ' '; returns bytes written. */
+static size_t na_tok_copy_sp(char *dst, const char *s, size_t len)
+{
+    size_t i = 0, o = 0;
+    while (i < len) {
+        if (len - i >= 3 && (uint8_t)s[i] == 0xE2 && (uint8_t)s[i + 1] == 0x96 &&
+            (uint8_t)s[i + 2] == 0x81) {
+            dst[o++] = ' ';
+            i += 3;
+        } else {
+            dst[o++] = s[i++];
+        }
+    }
+    dst[o] = 0;
+    return o;
+}
+
+na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
+{
+    const na_gguf_kv_t *toks, *scores = NULL, *types = NULL;
+    na_gguf_str_t model;
+    na_tokenizer_t *t;
+    size_t arena = 0, a = 0;
+    uint32_t v;
+    uint64_t i, n;
+    na_status_t st;
+
+    if (na_gguf_get_str(g, "tokenizer.ggml.model", &model) == NA_OK &&
+        !(model.len == 5 && memcmp(model.data, "llama", 5) == 0))
+        return na_err(NA_ERR_UNSUPPORTED, "%s: field 'tokenizer.ggml.model' = '%.*s': only "
+                      "'llama' (SentencePiece BPE) is supported", g->path,
+                      (int)(model.len > 64 ? 64 : model.len), model.data);
+    st = na_gguf_get_arr(g, "tokenizer.ggml.tokens", NA_GGUF_STRING, &toks);
+    if (st != NA_OK)
+        return st;
+    n = toks->v.arr.n;
+    if (n == 0 || n > (1u << 22))
+        return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens' has %llu entries, "
+                      "out of range [1, %u]", g->path, (unsigned long long)n, 1u << 22);
+    if (na_gguf_find(g, "tokenizer.ggml.scores") != NULL) {
+        st = na_gguf_get_arr(g, "tokenizer.ggml.scores", NA_GGUF_FLOAT32, &scores);
+        if (st != NA_OK)
+            return st;
+        if (scores->v.arr.n != n)
+            return na_err(NA_ERR_FORMAT, "%s: field 'tokenizer.ggml.scores' has %llu entries, "
+                          "tokens has %llu", g->path, (unsigned long long)scores->v.arr.n,
+                          (unsigned long long)n);
+    }
+    if (na_gguf_find(g, "tokenizer.ggml.token_type") != NULL) {
+        st = na_gguf_get_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, &types);
+        if (st != NA_OK)
+            return st;
+        if (types->v.arr.n != n)
+            return na_err(NA_ERR_FORMAT, "%s: field 'tokenizer.ggml.token_type' has %llu "
+                          "entries, tokens has %llu", g->path,
+                          (unsigned long long)types->v.arr.n, (unsigned long long)n);
+    }
+    for (i = 0; i < n; i++) {
+        if (toks->v.arr.strs[i].len > NA_TOK_MAX_PIECE)
+            return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens'[%llu]: length %llu "
+                          "exceeds %d", g->path, (unsigned long long)i,
+                          (unsigned long long)toks->v.arr.strs[i].len, NA_TOK_MAX_PIECE);
+        arena += (size_t)toks->v.arr.strs[i].len + 1;
+    }
+    t = na_tok_alloc((int)n, arena);
+    if (t == NULL)
+        return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", g->path);
+    for (i = 0; i < n; i++) {
+        const na_gguf_str_t *s = &toks->v.arr.strs[i];
+        int type = types ? (int)na_gguf_arr_i64(types, i) : 1;
+        t->pieces[i] = t->arena + a;
+        t->piece_len[i] = (uint32_t)na_tok_copy_sp(t->arena + a, s->data, (size_t)s->len);
+        a += t->piece_len[i] + 1;
+        t->scores[i] = scores ? (float)na_gguf_arr_f64(scores, i) : 0.0f;
+        if ((type == 6 || !types) &&
+            na_tok_parse_byte(t->pieces[i], t->piece_len[i], &t->byte_val[i]))
+            t->kind[i] = NA_TOK_BYTE;
+        else if (type == 2 || type == 3)
+            t->kind[i] = NA_TOK_CONTROL;
+        if (type == 2)
+            t->unk = (int)i;
+    }
+    if (na_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) == NA_OK)
+        t->bos = (int)v;
+    if (na_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) == NA_OK)
+        t->eos = (int)v;
+    if (na_gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &v) == NA_OK)
+        t->unk = (int)v;
+    if (t->bos < 0 || t->bos >= (int)n || t->eos < 0 || t->eos >= (int)n ||
+        t->unk < 0 || t->unk >= (int)n) {
+        st = na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.bos/eos/unknown_token_id' "
+                    "(%d/%d/%d) outside the vocabulary of %llu", g->path, t->bos, t->eos,
+                    t->unk, (unsigned long long)n);
+        na_tokenizer_destroy(t);
+        return st;
+    }
+    if (!types) {
+        t->kind[t->bos] = NA_TOK_CONTROL;
+        t->kind[t->eos] = NA_TOK_CONTROL;
+    }
+    na_tok_index(t);
+    *tok_p = t;
+    na_err_clear();
+    return NA_OK;
+}
+
+na_status_t na_tokenizer_open(const char *path, int vocab_size, na_tokenizer_t **tok_p)
+{
+    char magic[4] = { 0 };
+    FILE *f = fopen(path, "rb");
+    size_t got;
+    na_gguf_t *g;
+    na_status_t st;
+
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
+    got = fread(magic, 1, 4, f);
+    fclose(f);
+    if (got != 4 || memcmp(magic, "GGUF", 4) != 0) {
+        if (vocab_size <= 0)
+            return na_err(NA_ERR_INVALID, "%s: a llama2.c tokenizer needs the model's "
+                          "vocab_size", path);
+        return na_tokenizer_create_llama2c(path, vocab_size, tok_p);
+    }
+    st = na_gguf_open(path, &g);
+    if (st != NA_OK)
+        return st;
+    st = na_tokenizer_create_gguf(g, tok_p);
+    if (st == NA_OK && vocab_size > 0 && (*tok_p)->vocab_size != vocab_size) {
+        st = na_err(NA_ERR_FORMAT, "%s: tokenizer has %d tokens, the model expects %d",
+                    path, (*tok_p)->vocab_size, vocab_size);
+        na_tokenizer_destroy(*tok_p);
+        *tok_p = NULL;
+    }
+    na_gguf_destroy(g);
+    return st;
+}
+
+void na_tokenizer_destroy(na_tokenizer_t *t)
+{
+    if (t == NULL)
+        return;
+    free(t->pieces);
+    free(t->piece_len);
+    free(t->scores);
+    free(t->kind);
+    free(t->byte_val);
+    free(t->arena);
+    free(t->hash);
+    free(t);
+}
+
+int na_tokenizer_vocab_size(const na_tokenizer_t *t) { return t->vocab_size; }
+int na_tokenizer_bos(const na_tokenizer_t *t) { return t->bos; }
+int na_tokenizer_eos(const na_tokenizer_t *t) { return t->eos; }
+
+size_t na_tokenizer_max_tokens(size_t text_len) { return text_len + 3; }
+
+/* ---- encode ------------------------------------------------------------ */
+
+typedef struct {
+    int id;
+    int prev, next;           /* list links, -1 at the ends */
+} na_tok_node_t;
+
+typedef struct {
+    float score;
+    int   pos;                /* left node */
+    int   left, right;        /* token ids when pushed */
+    int   merged;
+} na_tok_cand_t;
+
+/* Heap order: higher score first, then leftmost. */
+static int na_tok_before(const na_tok_cand_t *a, const na_tok_cand_t *b)
+{
+    return a->score > b->score || (a->score == b->score && a->pos < b->pos);
+}
+
+static void na_tok_heap_push(na_tok_cand_t *h, size_t *n, na_tok_cand_t c)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!na_tok_before(&c, &h[p]))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = c;
+}
+
+static na_tok_cand_t na_tok_heap_pop(na_tok_cand_t *h, size_t *n)
+{
+    na_tok_cand_t top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && na_tok_before(&h[c + 1], &h[c]))
+            c++;
+        if (!na_tok_before(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0)
+        h[i] = last;
+    return top;
+}
+
+/* Push the merge candidate (nodes[pos], its next) if the pair is a piece. */
+static void na_tok_try_pair(const na_tokenizer_t *t, const na_tok_node_t *nodes, int pos,
+                            char *scratch, na_tok_cand_t *heap, size_t *nheap)
+{
+    int r, l, m;
+    uint32_t ll, rl;
+    na_tok_cand_t c;
+
+    if (pos < 0 || (r = nodes[pos].next) < 0)
+        return;
+    l = nodes[pos].id;
+    ll = t->piece_len[l];
+    rl = t->piece_len[nodes[r].id];
+    memcpy(scratch, t->pieces[l], ll);
+    memcpy(scratch + ll, t->pieces[nodes[r].id], rl);
+    m = na_tok_lookup(t, scratch, (size_t)ll + rl);
+    if (m < 0 || t->scores[m] <= -1e10f)
+        return;
+    c.score = t->scores[m];
+    c.pos = pos;
+    c.left = l;
+    c.right = nodes[r].id;
+    c.merged = m;
+    na_tok_heap_push(heap, nheap, c);
+}
+
+/* Length of the UTF-8 code point at s (1 if not a valid multi-byte start). */
+static size_t na_tok_cp_len(const uint8_t *s)
+{
+    size_t want, i;
+    if (s[0] < 0xC0 || s[0] > 0xF7)
+        return 1;
+    want = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
+    for (i = 1; i < want; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 1;
+    return want;
+}
+
+na_status_t na_tokenizer_encode(const na_tokenizer_t *t, const char *text,
+                                int bos, int eos, int *tokens, size_t max_tokens,
+                                size_t *n_p)
+{
+    size_t len = strlen(text), n = 0, nheap = 0, i, out = 0;
+    na_tok_node_t *nodes;
+    na_tok_cand_t *heap;
+    char *scratch;
+    const uint8_t *s = (const uint8_t *)text;
+    int head;
+
+    nodes = malloc((len + 1) * sizeof(*nodes));
+    heap = malloc((3 * len + 4) * sizeof(*heap));
+    scratch = malloc(2 * (size_t)t->max_piece_len + 1);
+    if (!nodes || !heap || !scratch) {
+        free(nodes);
+        free(heap);
+        free(scratch);
+        return na_err(NA_ERR_NOMEM, "tokenizer: no memory to encode %zu bytes", len);
+    }
+    /* 1. dummy prefix, then one token per code point or per byte */
+    if (len > 0) {
+        int sp = na_tok_lookup(t, " ", 1);
+        nodes[n++].id = sp >= 0 ? sp : (t->byte_id[' '] >= 0 ? t->byte_id[' '] : t->unk);
+    }
+    for (i = 0; i < len;) {
+        size_t cl = na_tok_cp_len(s + i), k;
+        int id = na_tok_lookup(t, text + i, cl);
+        if (id >= 0) {
+            nodes[n++].id = id;
+        } else {
+            for (k = 0; k < cl; k++) {
+                int b = t->byte_id[s[i + k]];
+                nodes[n++].id = b >= 0 ? b : t->unk;
+            }
+        }
+        i += cl;
+    }
+    for (i = 0; i < n; i++) {
+        nodes[i].prev = (int)i - 1;
+        nodes[i].next = i + 1 < n ? (int)i + 1 : -1;
+    }
+    /* 2. merge the best-scoring adjacent pair until none is a piece */
+    for (i = 0; i + 1 < n; i++)
+        na_tok_try_pair(t, nodes, (int)i, scratch, heap, &nheap);
+    while (nheap > 0) {
+        na_tok_cand_t c = na_tok_heap_pop(heap, &nheap);
+        int r = nodes[c.pos].next;
+        if (nodes[c.pos].id != c.left || r < 0 || nodes[r].id != c.right)
+            continue;                              /* stale candidate */
+        nodes[c.pos].id = c.merged;
+        nodes[c.pos].next = nodes[r].next;
+        if (nodes[r].next >= 0)
+            nodes[nodes[r].next].prev = c.pos;
+        nodes[r].id = -1;
+        na_tok_try_pair(t, nodes, nodes[c.pos].prev, scratch, heap, &nheap);
+        na_tok_try_pair(t, nodes, c.pos, scratch, heap, &nheap);
+    }
+    /* 3. emit */
+    head = n > 0 ? 0 : -1;
+    if (bos) {
+        if (out >= max_tokens)
+            goto err_nospace;
+        tokens[out++] = t->bos;
+    }
+    for (; head >= 0; head = nodes[head].next) {
+        if (out >= max_tokens)
+            goto err_nospace;
+        tokens[out++] = nodes[head].id;
+    }
+    if (eos) {
+        if (out >= max_tokens)
+            goto err_nospace;
+        tokens[out++] = t->eos;
+    }
+    free(nodes);
+    free(heap);
+    free(scratch);
+    *n_p = out;
+    return NA_OK;
+
+err_nospace:
+    free(nodes);
+    free(heap);
+    free(scratch);
+    return na_err(NA_ERR_NOSPACE, "tokenizer: %zu tokens do not fit the buffer of %zu",
+                  na_tokenizer_max_tokens(len), max_tokens);
+}
+
+/* ---- decode ------------------------------------------------------------ */
+
+const char *na_tokenizer_decode_len(const na_tokenizer_t *t, int prev_token, int token,
+                                    size_t *len_p)
+{
+    const char *p;
+    size_t len;
+
+    if (token < 0 || token >= t->vocab_size || t->kind[token] == NA_TOK_CONTROL) {
+        *len_p = 0;
+        return "";
+    }
+    if (t->kind[token] == NA_TOK_BYTE) {
+        if (prev_token == t->bos && t->byte_val[token] == ' ') {
+            *len_p = 0;               /* the dummy prefix spelled as a byte token */
+            return "";
+        }
+        *len_p = 1;
+        return t->byte_str[t->byte_val[token]];
+    }
+    p = t->pieces[token];
+    len = t->piece_len[token];
+    if (prev_token == t->bos && len > 0 && p[0] == ' ') {
+        p++;
+        len--;
+    }
+    *len_p = len;
+    return p;
+}
+
+const char *na_tokenizer_decode(const na_tokenizer_t *t, int prev_token, int token)
+{
+    size_t len;
+    return na_tokenizer_decode_len(t, prev_token, token, &len);
+}
+
+na_status_t na_tokenizer_decode_all(const na_tokenizer_t *t, const int *tokens, size_t n,
+                                    char *buf, size_t len, size_t *out_len_p)
+{
+    size_t i, o = 0;
+    na_status_t st = NA_OK;
+
+    if (len == 0)
+        return na_err(NA_ERR_NOSPACE, "tokenizer: empty decode buffer");
+    for (i = 0; i < n; i++) {
+        size_t pl;
+        const char *p = na_tokenizer_decode_len(t, i > 0 ? tokens[i - 1] : -1, tokens[i], &pl);
+        if (pl > len - 1 - o) {
+            pl = len - 1 - o;
+            st = na_err(NA_ERR_NOSPACE, "tokenizer: decoded text exceeds %zu bytes", len - 1);
+        }
+        memcpy(buf + o, p, pl);
+        o += pl;
+        if (st != NA_OK)
+            break;
+    }
+    buf[o] = 0;
+    if (out_len_p)
+        *out_len_p = o;
+    return st;
+}
+
+const char *na_tokenizer_piece(const na_tokenizer_t *t, int token)
+{
+    return token >= 0 && token < t->vocab_size ? t->pieces[token] : NULL;
+}
+
+float na_tokenizer_score(const na_tokenizer_t *t, int token)
+{
+    return token >= 0 && token < t->vocab_size ? t->scores[token] : 0.0f;
+}

@@ -1,0 +1,764 @@
+/* common/wire.c — wire header, names, the shared field checks, the encode /
+ * decode dispatch, and the small messages (handshake, heartbeat, request
+ * open/release, error, ack, bye). Bulk messages are in common/wire_bulk.c,
+ * the handshake proofs and row conversions in common/wire_auth.c. */
+#include "wire_priv.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+_Static_assert(NA_WIRE_HDR_SIZE == 64, "wire header is 64 bytes");
+_Static_assert(NA_WIRE_HDR_SIZE % NA_WIRE_ALIGN == 0, "payload starts aligned");
+_Static_assert(sizeof(NA_WIRE_MAGIC) - 1 == 4, "magic is 4 bytes");
+_Static_assert(NA_WIRE_MSG_COUNT == 20, "update the ops table and names with new types");
+_Static_assert(NA_WIRE_MAX_PAYLOAD < (1ull << 32), "offsets in tables are u32");
+
+/* Payload sizes of the fixed-size messages. */
+enum {
+    HELLO_SIZE     = 8 + NA_WIRE_NONCE_SIZE + 2 * NA_WIRE_NAME_MAX,   /* 168 */
+    CHALLENGE_SIZE = HELLO_SIZE + NA_WIRE_MAC_SIZE,                   /* 200 */
+    AUTH_SIZE      = NA_WIRE_MAC_SIZE,
+    HELLO_OK_SIZE  = 8,
+    TEXT_FIXED     = 8,                                               /* REFUSE, BYE */
+    HEARTBEAT_SIZE = 16,
+    REQ_OPEN_SIZE  = 24,
+    REQ_REL_SIZE   = 8,
+    ERROR_FIXED    = 16,
+    ACK_SIZE       = 8,
+};
+_Static_assert(HELLO_SIZE == 168 && CHALLENGE_SIZE == 200, "handshake sizes");
+
+/* ---- names -------------------------------------------------------------------- */
+
+static const char *const type_names[NA_WIRE_MSG_COUNT] = {
+    "INVALID", "HELLO", "HELLO_CHALLENGE", "AUTH", "HELLO_OK", "REFUSE", "HEARTBEAT",
+    "REQ_OPEN", "REQ_RELEASE", "PREFILL_KV", "DECODE_ATTN", "ATTN_OUT", "KV_FETCH",
+    "KV_DATA", "STATS_REQ", "STATS", "ERROR", "BYE", "ECHO", "ACK",
+};
+
+const char *na_wire_type_name(unsigned type)
+{
+    return type < NA_WIRE_MSG_COUNT ? type_names[type] : "?";
+}
+
+const char *na_wire_role_name(unsigned role)
+{
+    switch (role) {
+    case NA_WIRE_ROLE_COMPUTE: return "compute";
+    case NA_WIRE_ROLE_STORAGE: return "storage";
+    case NA_WIRE_ROLE_TOOL:    return "tool";
+    default:                   return "?";
+    }
+}
+
+const char *na_wire_refuse_name(unsigned reason)
+{
+    static const char *const names[NA_WIRE_REFUSE_COUNT] = {
+        "normal", "version", "auth", "cluster", "role", "busy", "protocol", "shutdown", "name",
+    };
+    return reason < NA_WIRE_REFUSE_COUNT ? names[reason] : "?";
+}
+
+/* ---- checks ----------------------------------------------------------------- */
+
+na_status_t na_wire_chk(na_status_t code, const char *who, const char *field,
+                        uint64_t v, uint64_t lo, uint64_t hi)
+{
+    if (v >= lo && v <= hi)
+        return NA_OK;
+    return na_err(code, "wire %s: field '%s' = %" PRIu64 " out of range [%" PRIu64 ", %" PRIu64 "]",
+                  who, field, v, lo, hi);
+}
+
+na_status_t na_wire_chk_i(na_status_t code, const char *who, const char *array, uint32_t i,
+                          const char *field, uint64_t v, uint64_t lo, uint64_t hi)
+{
+    if (v >= lo && v <= hi)
+        return NA_OK;
+    return na_err(code, "wire %s: field '%s[%" PRIu32 "].%s' = %" PRIu64
+                  " out of range [%" PRIu64 ", %" PRIu64 "]", who, array, i, field, v, lo, hi);
+}
+
+na_status_t na_wire_chk_s(na_status_t code, const char *who, const char *field,
+                          int64_t v, int64_t lo, int64_t hi)
+{
+    if (v >= lo && v <= hi)
+        return NA_OK;
+    return na_err(code, "wire %s: field '%s' = %" PRId64 " out of range [%" PRId64 ", %" PRId64 "]",
+                  who, field, v, lo, hi);
+}
+
+na_status_t na_wire_chk_len(const char *who, uint64_t have, uint64_t want)
+{
+    if (have == want)
+        return NA_OK;
+    return na_err(NA_ERR_PROTO, "wire %s: payload_len = %" PRIu64 ", the fields imply %" PRIu64,
+                  who, have, want);
+}
+
+na_status_t na_wire_chk_min(const char *who, uint64_t have, uint64_t want)
+{
+    if (have >= want)
+        return NA_OK;
+    return na_err(NA_ERR_PROTO, "wire %s: payload_len = %" PRIu64
+                  " is shorter than the fixed part (%" PRIu64 " bytes)", who, have, want);
+}
+
+na_status_t na_wire_chk_dtype(na_status_t code, const char *who, const char *field,
+                              uint64_t v, size_t *esize_p)
+{
+    switch (v) {
+    case NA_DTYPE_F32:  *esize_p = 4; return NA_OK;
+    case NA_DTYPE_F16:
+    case NA_DTYPE_BF16: *esize_p = 2; return NA_OK;
+    default:
+        return na_err(code, "wire %s: field '%s' = %" PRIu64 " is not a row dtype (f32=%d, f16=%d, bf16=%d)",
+                      who, field, v, NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF16);
+    }
+}
+
+na_status_t na_wire_chk_pad(const char *who, const uint8_t *p, uint64_t from, uint64_t to)
+{
+    uint64_t i;
+    for (i = from; i < to; i++)
+        if (p[i])
+            return na_err(NA_ERR_PROTO, "wire %s: padding byte at payload offset %" PRIu64 " is not zero",
+                          who, i);
+    return NA_OK;
+}
+
+/* A node/cluster name in a fixed field of NA_WIRE_NAME_MAX bytes: 1..63 chars
+ * of [A-Za-z0-9_.:-], NUL-terminated, zero after the NUL. */
+static na_status_t chk_name(na_status_t code, const char *who, const char *field, const char *s)
+{
+    size_t n = 0, i;
+
+    while (n < NA_WIRE_NAME_MAX && s[n])
+        n++;
+    if (n == 0 || n >= NA_WIRE_NAME_MAX)
+        return na_err(code, "wire %s: field '%s' has length %zu, want 1..%d", who, field,
+                      n, NA_WIRE_NAME_MAX - 1);
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == ':' || c == '-'))
+            return na_err(code, "wire %s: field '%s' has character 0x%02x at %zu (want [A-Za-z0-9_.:-])",
+                          who, field, (unsigned)(unsigned char)c, i);
+    }
+    return NA_OK;
+}
+
+/* Text of a REFUSE / ERROR / BYE: printable ASCII. */
+static na_status_t chk_text(na_status_t code, const char *who, const char *s, size_t n)
+{
+    size_t i;
+    if (n > NA_WIRE_TEXT_MAX)
+        return na_err(code, "wire %s: field 'text_len' = %zu out of range [0, %d]", who, n,
+                      NA_WIRE_TEXT_MAX);
+    for (i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+            return na_err(code, "wire %s: field 'text' has byte 0x%02x at %zu (want printable ASCII)",
+                          who, (unsigned)(unsigned char)s[i], i);
+    return NA_OK;
+}
+
+/* ---- header ------------------------------------------------------------------- */
+
+void na_wire_hdr_encode(uint8_t out[NA_WIRE_HDR_SIZE], const na_wire_hdr_t *h)
+{
+    memset(out, 0, NA_WIRE_HDR_SIZE);
+    memcpy(out, NA_WIRE_MAGIC, 4);
+    na_st16(out + 4, NA_WIRE_VERSION_MAJOR);
+    na_st16(out + 6, NA_WIRE_VERSION_MINOR);
+    na_st16(out + 8, h->type);
+    na_st16(out + 10, h->flags);
+    na_st16(out + 12, NA_WIRE_HDR_SIZE);
+    na_st64(out + 16, h->payload_len);
+    na_st64(out + 24, h->request_id);
+    na_st32(out + 32, h->batch_id);
+    na_st32(out + 36, h->layer);
+    na_st32(out + 40, h->seq);
+    na_st64(out + 48, h->time_ns);
+}
+
+na_status_t na_wire_hdr_decode(const void *buf, size_t len, na_wire_hdr_t *h_p)
+{
+    const uint8_t *p = buf;
+    na_wire_hdr_t h;
+    na_status_t st;
+
+    if (!p || len < NA_WIRE_HDR_SIZE)
+        return na_err(NA_ERR_PROTO, "wire header: %zu bytes, need at least %d", p ? len : 0,
+                      NA_WIRE_HDR_SIZE);
+    if (memcmp(p, NA_WIRE_MAGIC, 4) != 0)
+        return na_err(NA_ERR_PROTO, "wire header: bad magic %02x %02x %02x %02x (want \"NATN\")",
+                      p[0], p[1], p[2], p[3]);
+    memset(&h, 0, sizeof(h));
+    h.ver_major = na_ld16(p + 4);
+    h.ver_minor = na_ld16(p + 6);
+    if (h.ver_major != NA_WIRE_VERSION_MAJOR)
+        return na_err(NA_ERR_VERSION, "wire header: peer speaks protocol version %u.%u, this node %d.%d",
+                      h.ver_major, h.ver_minor, NA_WIRE_VERSION_MAJOR, NA_WIRE_VERSION_MINOR);
+    h.type        = na_ld16(p + 8);
+    h.flags       = na_ld16(p + 10);
+    h.hdr_len     = na_ld16(p + 12);
+    h.payload_len = na_ld64(p + 16);
+    h.request_id  = na_ld64(p + 24);
+    h.batch_id    = na_ld32(p + 32);
+    h.layer       = na_ld32(p + 36);
+    h.seq         = na_ld32(p + 40);
+    h.time_ns     = na_ld64(p + 48);
+    if (h.hdr_len % NA_WIRE_HDR_SIZE != 0 ||
+        (st = na_wire_chk(NA_ERR_PROTO, "header", "hdr_len", h.hdr_len, NA_WIRE_HDR_SIZE,
+                          NA_WIRE_HDR_MAX)) != NA_OK)
+        return na_err(NA_ERR_PROTO, "wire header: field 'hdr_len' = %u, want a multiple of %d in [%d, %d]",
+                      h.hdr_len, NA_WIRE_HDR_SIZE, NA_WIRE_HDR_SIZE, NA_WIRE_HDR_MAX);
+    if (len < h.hdr_len)
+        return na_err(NA_ERR_PROTO, "wire header: %zu bytes, hdr_len says %u", len, h.hdr_len);
+    if ((st = na_wire_chk(NA_ERR_PROTO, "header", "type", h.type, 1, NA_WIRE_MSG_COUNT - 1)) != NA_OK)
+        return st;
+    if (h.flags & 0x00ffu & ~NA_WIRE_F_KNOWN)
+        return na_err(NA_ERR_PROTO, "wire header: field 'flags' = 0x%04x has unknown must-understand bits 0x%02x",
+                      h.flags, h.flags & 0x00ffu & ~NA_WIRE_F_KNOWN);
+    if ((st = na_wire_chk(NA_ERR_PROTO, "header", "payload_len", h.payload_len, 0,
+                          NA_WIRE_MAX_PAYLOAD)) != NA_OK)
+        return st;
+    *h_p = h;
+    return NA_OK;
+}
+
+na_status_t na_wire_version_check(uint16_t peer_major, uint16_t peer_minor)
+{
+    if (peer_major == NA_WIRE_VERSION_MAJOR)
+        return NA_OK;
+    return na_err(NA_ERR_VERSION, "peer speaks protocol version %u.%u, this node %d.%d (major versions differ)",
+                  peer_major, peer_minor, NA_WIRE_VERSION_MAJOR, NA_WIRE_VERSION_MINOR);
+}
+
+/* ---- HELLO / HELLO_CHALLENGE / AUTH / HELLO_OK -------------------------------- */
+
+static na_status_t hello_check(na_status_t code, const char *who, const na_wire_hello_t *m)
+{
+    na_status_t st;
+    if ((st = na_wire_chk(code, who, "role", m->role, 1, NA_WIRE_ROLE_COUNT - 1)) != NA_OK ||
+        (st = chk_name(code, who, "name", m->name)) != NA_OK ||
+        (st = chk_name(code, who, "cluster", m->cluster)) != NA_OK)
+        return st;
+    return NA_OK;
+}
+
+static void hello_put(const na_wire_hello_t *m, uint8_t *p)
+{
+    memset(p, 0, HELLO_SIZE);
+    na_st16(p, (uint16_t)m->role);
+    memcpy(p + 8, m->nonce, NA_WIRE_NONCE_SIZE);
+    memcpy(p + 40, m->name, strnlen(m->name, NA_WIRE_NAME_MAX - 1));
+    memcpy(p + 104, m->cluster, strnlen(m->cluster, NA_WIRE_NAME_MAX - 1));
+}
+
+/* Read a fixed name field: NUL-terminated inside the field, zero after it. */
+static na_status_t name_get(const char *who, const char *field, const uint8_t *src, char *dst)
+{
+    size_t n = strnlen((const char *)src, NA_WIRE_NAME_MAX), i;
+    if (n >= NA_WIRE_NAME_MAX)
+        return na_err(NA_ERR_PROTO, "wire %s: field '%s' is not NUL-terminated within %d bytes",
+                      who, field, NA_WIRE_NAME_MAX);
+    for (i = n; i < NA_WIRE_NAME_MAX; i++)
+        if (src[i])
+            return na_err(NA_ERR_PROTO, "wire %s: field '%s' has non-zero bytes after its end", who, field);
+    memcpy(dst, src, NA_WIRE_NAME_MAX);
+    return NA_OK;
+}
+
+static na_status_t hello_get(const char *who, const na_wire_hdr_t *h, const uint8_t *p,
+                             na_wire_hello_t *m)
+{
+    na_status_t st;
+    uint16_t role = na_ld16(p);
+
+    memset(m, 0, sizeof(*m));
+    m->ver_major = h->ver_major;
+    m->ver_minor = h->ver_minor;
+    if ((st = na_wire_chk(NA_ERR_PROTO, who, "role", role, 1, NA_WIRE_ROLE_COUNT - 1)) != NA_OK)
+        return st;
+    m->role = (na_wire_role_t)role;
+    memcpy(m->nonce, p + 8, NA_WIRE_NONCE_SIZE);
+    if ((st = name_get(who, "name", p + 40, m->name)) != NA_OK ||
+        (st = name_get(who, "cluster", p + 104, m->cluster)) != NA_OK)
+        return st;
+    return hello_check(NA_ERR_PROTO, who, m);
+}
+
+static na_status_t hello_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = HELLO_SIZE;
+    return hello_check(NA_ERR_INVALID, "HELLO", &m->u.hello);
+}
+static void hello_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    hello_put(&m->u.hello, p);
+}
+static na_status_t hello_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st = na_wire_chk_len("HELLO", len, HELLO_SIZE);
+    return st ? st : hello_get("HELLO", h, p, &m->u.hello);
+}
+
+static na_status_t challenge_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = CHALLENGE_SIZE;
+    return hello_check(NA_ERR_INVALID, "HELLO_CHALLENGE", &m->u.challenge.hello);
+}
+static void challenge_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    hello_put(&m->u.challenge.hello, p);
+    memcpy(p + HELLO_SIZE, m->u.challenge.mac, NA_WIRE_MAC_SIZE);
+}
+static na_status_t challenge_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st = na_wire_chk_len("HELLO_CHALLENGE", len, CHALLENGE_SIZE);
+    if (st || (st = hello_get("HELLO_CHALLENGE", h, p, &m->u.challenge.hello)) != NA_OK)
+        return st;
+    memcpy(m->u.challenge.mac, p + HELLO_SIZE, NA_WIRE_MAC_SIZE);
+    return NA_OK;
+}
+
+static na_status_t auth_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = AUTH_SIZE;
+    return NA_OK;
+}
+static void auth_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    memcpy(p, m->u.auth.mac, NA_WIRE_MAC_SIZE);
+}
+static na_status_t auth_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st = na_wire_chk_len("AUTH", len, AUTH_SIZE);
+    if (st)
+        return st;
+    memcpy(m->u.auth.mac, p, NA_WIRE_MAC_SIZE);
+    return NA_OK;
+}
+
+static na_status_t hello_ok_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = HELLO_OK_SIZE;
+    return NA_OK;
+}
+static void hello_ok_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    memset(p, 0, HELLO_OK_SIZE);
+    na_st32(p, m->u.hello_ok.heartbeat_ms);
+}
+static na_status_t hello_ok_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st = na_wire_chk_len("HELLO_OK", len, HELLO_OK_SIZE);
+    if (st)
+        return st;
+    m->u.hello_ok.heartbeat_ms = na_ld32(p);
+    return NA_OK;
+}
+
+/* ---- REFUSE / BYE ----------------------------------------------------------------- */
+
+static na_status_t text_msg_size(const char *who, const na_wire_refuse_msg_t *r, unsigned lo,
+                                 uint64_t *len_p)
+{
+    size_t n = strnlen(r->text, NA_WIRE_TEXT_MAX + 1);
+    na_status_t st;
+    if ((st = na_wire_chk(NA_ERR_INVALID, who, "reason", r->reason, lo, NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
+        (st = chk_text(NA_ERR_INVALID, who, r->text, n)) != NA_OK)
+        return st;
+    *len_p = TEXT_FIXED + n;
+    return NA_OK;
+}
+static void text_msg_write(const na_wire_refuse_msg_t *r, uint8_t *p)
+{
+    size_t n = strnlen(r->text, NA_WIRE_TEXT_MAX);
+    memset(p, 0, TEXT_FIXED);
+    na_st16(p, (uint16_t)r->reason);
+    na_st16(p + 2, (uint16_t)n);
+    memcpy(p + TEXT_FIXED, r->text, n);
+}
+static na_status_t text_msg_read(const char *who, unsigned lo, const uint8_t *p, uint64_t len,
+                                 na_wire_refuse_msg_t *r)
+{
+    na_status_t st;
+    uint16_t reason, n;
+
+    if ((st = na_wire_chk_min(who, len, TEXT_FIXED)) != NA_OK)
+        return st;
+    reason = na_ld16(p);
+    n = na_ld16(p + 2);
+    if ((st = na_wire_chk(NA_ERR_PROTO, who, "reason", reason, lo, NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
+        (st = na_wire_chk(NA_ERR_PROTO, who, "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
+        (st = na_wire_chk_len(who, len, TEXT_FIXED + (uint64_t)n)) != NA_OK ||
+        (st = chk_text(NA_ERR_PROTO, who, (const char *)p + TEXT_FIXED, n)) != NA_OK)
+        return st;
+    r->reason = (na_wire_refuse_t)reason;
+    memcpy(r->text, p + TEXT_FIXED, n);
+    r->text[n] = '\0';
+    return NA_OK;
+}
+
+static na_status_t refuse_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    return text_msg_size("REFUSE", &m->u.refuse, 1, len_p);
+}
+static void refuse_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    text_msg_write(&m->u.refuse, p);
+}
+static na_status_t refuse_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    return text_msg_read("REFUSE", 1, p, len, &m->u.refuse);
+}
+static na_status_t bye_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    return text_msg_size("BYE", &m->u.bye, 0, len_p);
+}
+static void bye_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    text_msg_write(&m->u.bye, p);
+}
+static na_status_t bye_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    return text_msg_read("BYE", 0, p, len, &m->u.bye);
+}
+
+/* ---- HEARTBEAT ------------------------------------------------------------------- */
+
+static na_status_t heartbeat_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = HEARTBEAT_SIZE;
+    return NA_OK;
+}
+static void heartbeat_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    na_st64(p, m->u.heartbeat.send_ns);
+    na_st64(p + 8, m->u.heartbeat.echo_ns);
+}
+static na_status_t heartbeat_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st = na_wire_chk_len("HEARTBEAT", len, HEARTBEAT_SIZE);
+    if (st)
+        return st;
+    m->u.heartbeat.send_ns = na_ld64(p);
+    m->u.heartbeat.echo_ns = na_ld64(p + 8);
+    return NA_OK;
+}
+
+/* ---- REQ_OPEN / REQ_RELEASE -------------------------------------------------------- */
+
+static na_status_t req_open_check(na_status_t code, const na_wire_req_open_t *r)
+{
+    const char *who = "REQ_OPEN";
+    size_t es;
+    na_status_t st;
+    if ((st = na_wire_chk(code, who, "request_id", r->request_id, 1, UINT64_MAX)) != NA_OK ||
+        (st = na_wire_chk(code, who, "max_tokens", r->max_tokens, 1, NA_WIRE_MAX_POS)) != NA_OK ||
+        (st = na_wire_chk(code, who, "n_layers", r->n_layers, 1, NA_WIRE_MAX_LAYERS)) != NA_OK ||
+        (st = na_wire_chk(code, who, "kv_h0", r->kv_h0, 0, NA_WIRE_MAX_KV_HEADS - 1)) != NA_OK ||
+        (st = na_wire_chk(code, who, "kv_h1", r->kv_h1, (uint64_t)r->kv_h0 + 1, NA_WIRE_MAX_KV_HEADS)) != NA_OK ||
+        (st = na_wire_chk(code, who, "head_dim", r->head_dim, 1, NA_WIRE_MAX_HEAD_DIM)) != NA_OK ||
+        (st = na_wire_chk(code, who, "q_per_kv", r->q_per_kv, 1, NA_WIRE_MAX_Q_PER_KV)) != NA_OK ||
+        (st = na_wire_chk_dtype(code, who, "dtype", (uint64_t)r->dtype, &es)) != NA_OK)
+        return st;
+    return NA_OK;
+}
+static na_status_t req_open_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = REQ_OPEN_SIZE;
+    return req_open_check(NA_ERR_INVALID, &m->u.req_open);
+}
+static void req_open_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    const na_wire_req_open_t *r = &m->u.req_open;
+    memset(p, 0, REQ_OPEN_SIZE);
+    h->request_id = r->request_id;
+    na_st32(p, r->max_tokens);
+    na_st32(p + 4, r->n_layers);
+    na_st16(p + 8, r->kv_h0);
+    na_st16(p + 10, r->kv_h1);
+    na_st16(p + 12, r->head_dim);
+    na_st16(p + 14, r->q_per_kv);
+    na_st16(p + 16, (uint16_t)r->dtype);
+}
+static na_status_t req_open_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_wire_req_open_t *r = &m->u.req_open;
+    na_status_t st = na_wire_chk_len("REQ_OPEN", len, REQ_OPEN_SIZE);
+    size_t es;
+    if (st || (st = na_wire_chk_dtype(NA_ERR_PROTO, "REQ_OPEN", "dtype", na_ld16(p + 16), &es)) != NA_OK)
+        return st;
+    r->request_id = h->request_id;
+    r->max_tokens = na_ld32(p);
+    r->n_layers   = na_ld32(p + 4);
+    r->kv_h0      = na_ld16(p + 8);
+    r->kv_h1      = na_ld16(p + 10);
+    r->head_dim   = na_ld16(p + 12);
+    r->q_per_kv   = na_ld16(p + 14);
+    r->dtype      = (na_dtype_t)na_ld16(p + 16);
+    return req_open_check(NA_ERR_PROTO, r);
+}
+
+static na_status_t req_release_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    na_status_t st;
+    *len_p = REQ_REL_SIZE;
+    if ((st = na_wire_chk(NA_ERR_INVALID, "REQ_RELEASE", "request_id", m->u.req_release.request_id,
+                          1, UINT64_MAX)) != NA_OK)
+        return st;
+    return na_wire_chk_s(NA_ERR_INVALID, "REQ_RELEASE", "status", m->u.req_release.status, -255, 0);
+}
+static void req_release_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    memset(p, 0, REQ_REL_SIZE);
+    h->request_id = m->u.req_release.request_id;
+    na_st32(p, (uint32_t)m->u.req_release.status);
+}
+static na_status_t req_release_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st = na_wire_chk_len("REQ_RELEASE", len, REQ_REL_SIZE);
+    int32_t status;
+    if (st || (st = na_wire_chk(NA_ERR_PROTO, "REQ_RELEASE", "request_id", h->request_id, 1,
+                                UINT64_MAX)) != NA_OK)
+        return st;
+    status = (int32_t)na_ld32(p);
+    if ((st = na_wire_chk_s(NA_ERR_PROTO, "REQ_RELEASE", "status", status, -255, 0)) != NA_OK)
+        return st;
+    m->u.req_release.request_id = h->request_id;
+    m->u.req_release.status = status;
+    return NA_OK;
+}
+
+/* ---- STATS_REQ (empty) --------------------------------------------------------------- */
+
+static na_status_t empty_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = 0;
+    return NA_OK;
+}
+static void empty_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p) {}
+static na_status_t stats_req_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    return na_wire_chk_len("STATS_REQ", len, 0);
+}
+
+/* ---- ERROR / ACK ------------------------------------------------------------------- */
+
+static na_status_t error_check(na_status_t code, const na_wire_error_t *e, size_t n)
+{
+    na_status_t st;
+    if ((st = na_wire_chk_s(code, "ERROR", "status", e->status, -255, -1)) != NA_OK ||
+        (st = na_wire_chk(code, "ERROR", "about_type", e->about_type, 0, NA_WIRE_MSG_COUNT - 1)) != NA_OK ||
+        (st = chk_text(code, "ERROR", e->text, n)) != NA_OK)
+        return st;
+    return NA_OK;
+}
+static na_status_t error_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    size_t n = strnlen(m->u.error.text, NA_WIRE_TEXT_MAX + 1);
+    *len_p = ERROR_FIXED + n;
+    return error_check(NA_ERR_INVALID, &m->u.error, n);
+}
+static void error_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    const na_wire_error_t *e = &m->u.error;
+    size_t n = strnlen(e->text, NA_WIRE_TEXT_MAX);
+    memset(p, 0, ERROR_FIXED);
+    h->request_id = e->request_id;
+    h->batch_id = e->batch_id;
+    h->layer = e->layer;
+    na_st32(p, (uint32_t)e->status);
+    na_st16(p + 4, e->about_type);
+    na_st16(p + 6, (uint16_t)n);
+    na_st32(p + 8, e->about_seq);
+    memcpy(p + ERROR_FIXED, e->text, n);
+}
+static na_status_t error_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_wire_error_t *e = &m->u.error;
+    na_status_t st;
+    uint16_t n;
+
+    if ((st = na_wire_chk_min("ERROR", len, ERROR_FIXED)) != NA_OK)
+        return st;
+    n = na_ld16(p + 6);
+    if ((st = na_wire_chk(NA_ERR_PROTO, "ERROR", "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
+        (st = na_wire_chk_len("ERROR", len, ERROR_FIXED + (uint64_t)n)) != NA_OK)
+        return st;
+    e->request_id = h->request_id;
+    e->batch_id   = h->batch_id;
+    e->layer      = h->layer;
+    e->status     = (int32_t)na_ld32(p);
+    e->about_type = na_ld16(p + 4);
+    e->about_seq  = na_ld32(p + 8);
+    memcpy(e->text, p + ERROR_FIXED, n);
+    e->text[n] = '\0';
+    return error_check(NA_ERR_PROTO, e, n);
+}
+
+static na_status_t ack_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = ACK_SIZE;
+    return na_wire_chk(NA_ERR_INVALID, "ACK", "about_type", m->u.ack.about_type, 1, NA_WIRE_MSG_COUNT - 1);
+}
+static void ack_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    memset(p, 0, ACK_SIZE);
+    h->request_id = m->u.ack.request_id;
+    na_st16(p, m->u.ack.about_type);
+    na_st32(p + 4, m->u.ack.about_seq);
+}
+static na_status_t ack_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st = na_wire_chk_len("ACK", len, ACK_SIZE);
+    if (st || (st = na_wire_chk(NA_ERR_PROTO, "ACK", "about_type", na_ld16(p), 1,
+                                NA_WIRE_MSG_COUNT - 1)) != NA_OK)
+        return st;
+    m->u.ack.request_id = h->request_id;
+    m->u.ack.about_type = na_ld16(p);
+    m->u.ack.about_seq  = na_ld32(p + 4);
+    return NA_OK;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+static const na_wire_ops_t ops_hello     = { "HELLO", hello_size, hello_write, hello_read };
+static const na_wire_ops_t ops_challenge = { "HELLO_CHALLENGE", challenge_size, challenge_write, challenge_read };
+static const na_wire_ops_t ops_auth      = { "AUTH", auth_size, auth_write, auth_read };
+static const na_wire_ops_t ops_hello_ok  = { "HELLO_OK", hello_ok_size, hello_ok_write, hello_ok_read };
+static const na_wire_ops_t ops_refuse    = { "REFUSE", refuse_size, refuse_write, refuse_read };
+static const na_wire_ops_t ops_heartbeat = { "HEARTBEAT", heartbeat_size, heartbeat_write, heartbeat_read };
+static const na_wire_ops_t ops_req_open  = { "REQ_OPEN", req_open_size, req_open_write, req_open_read };
+static const na_wire_ops_t ops_req_rel   = { "REQ_RELEASE", req_release_size, req_release_write, req_release_read };
+static const na_wire_ops_t ops_stats_req = { "STATS_REQ", empty_size, empty_write, stats_req_read };
+static const na_wire_ops_t ops_error     = { "ERROR", error_size, error_write, error_read };
+static const na_wire_ops_t ops_bye       = { "BYE", bye_size, bye_write, bye_read };
+static const na_wire_ops_t ops_ack       = { "ACK", ack_size, ack_write, ack_read };
+
+static const na_wire_ops_t *const ops_table[NA_WIRE_MSG_COUNT] = {
+    [NA_WIRE_MSG_HELLO]           = &ops_hello,
+    [NA_WIRE_MSG_HELLO_CHALLENGE] = &ops_challenge,
+    [NA_WIRE_MSG_AUTH]            = &ops_auth,
+    [NA_WIRE_MSG_HELLO_OK]        = &ops_hello_ok,
+    [NA_WIRE_MSG_REFUSE]          = &ops_refuse,
+    [NA_WIRE_MSG_HEARTBEAT]       = &ops_heartbeat,
+    [NA_WIRE_MSG_REQ_OPEN]        = &ops_req_open,
+    [NA_WIRE_MSG_REQ_RELEASE]     = &ops_req_rel,
+    [NA_WIRE_MSG_PREFILL_KV]      = &na_wire_ops_kv_prefill,
+    [NA_WIRE_MSG_DECODE_ATTN]     = &na_wire_ops_attn,
+    [NA_WIRE_MSG_ATTN_OUT]        = &na_wire_ops_attn_out,
+    [NA_WIRE_MSG_KV_FETCH]        = &na_wire_ops_kv_fetch,
+    [NA_WIRE_MSG_KV_DATA]         = &na_wire_ops_kv_data,
+    [NA_WIRE_MSG_STATS_REQ]       = &ops_stats_req,
+    [NA_WIRE_MSG_STATS]           = &na_wire_ops_stats,
+    [NA_WIRE_MSG_ERROR]           = &ops_error,
+    [NA_WIRE_MSG_BYE]             = &ops_bye,
+    [NA_WIRE_MSG_ECHO]            = &na_wire_ops_echo,
+    [NA_WIRE_MSG_ACK]             = &ops_ack,
+};
+
+/* The ops of a message about to be encoded, or an NA_ERR_INVALID. */
+static na_status_t enc_ops(const na_wire_msg_t *m, const na_wire_ops_t **ops_p, uint64_t *plen_p)
+{
+    const na_wire_ops_t *ops = NULL;
+    na_status_t st;
+
+    if (!m || (unsigned)m->type == 0 || (unsigned)m->type >= NA_WIRE_MSG_COUNT)
+        return na_err(NA_ERR_INVALID, "wire encode: message type %d out of range [1, %d]",
+                      m ? (int)m->type : -1, NA_WIRE_MSG_COUNT - 1);
+    if (m->flags & 0x00ffu & ~NA_WIRE_F_KNOWN)
+        return na_err(NA_ERR_INVALID, "wire %s: flags 0x%04x has unknown must-understand bits",
+                      na_wire_type_name(m->type), m->flags);
+    ops = ops_table[m->type];
+    if ((st = ops->size(m, plen_p)) != NA_OK)
+        return st;
+    if (*plen_p > NA_WIRE_MAX_PAYLOAD)
+        return na_err(NA_ERR_INVALID, "wire %s: payload of %" PRIu64 " bytes exceeds the limit %llu",
+                      ops->name, *plen_p, NA_WIRE_MAX_PAYLOAD);
+    *ops_p = ops;
+    return NA_OK;
+}
+
+na_status_t na_wire_msg_size(const na_wire_msg_t *m, size_t *size_p)
+{
+    const na_wire_ops_t *ops = NULL;
+    uint64_t plen = 0;
+    na_status_t st = enc_ops(m, &ops, &plen);
+    if (st)
+        return st;
+    *size_p = (size_t)(NA_WIRE_HDR_SIZE + plen);
+    return NA_OK;
+}
+
+na_status_t na_wire_encode(const na_wire_msg_t *m, void *buf, size_t cap, size_t *len_p)
+{
+    const na_wire_ops_t *ops = NULL;
+    na_wire_hdr_t h;
+    uint64_t plen = 0;
+    uint8_t *p = buf;
+    na_status_t st = enc_ops(m, &ops, &plen);
+
+    if (st)
+        return st;
+    if (!p || cap < NA_WIRE_HDR_SIZE + plen)
+        return na_err(NA_ERR_NOSPACE, "wire %s: needs %" PRIu64 " bytes, buffer has %zu",
+                      ops->name, NA_WIRE_HDR_SIZE + plen, p ? cap : 0);
+    memset(&h, 0, sizeof(h));
+    h.type = (uint16_t)m->type;
+    h.flags = m->flags;
+    h.seq = m->seq;
+    h.time_ns = m->time_ns;
+    h.payload_len = plen;
+    ops->write(m, &h, p + NA_WIRE_HDR_SIZE);
+    na_wire_hdr_encode(p, &h);
+    *len_p = (size_t)(NA_WIRE_HDR_SIZE + plen);
+    return NA_OK;
+}
+
+na_status_t na_wire_decode(const na_wire_hdr_t *h, const void *payload, size_t payload_len,
+                           na_wire_msg_t *m_p)
+{
+    const na_wire_ops_t *ops = NULL;
+    na_wire_msg_t m;
+    na_status_t st;
+
+    if (!h || h->type == 0 || h->type >= NA_WIRE_MSG_COUNT)
+        return na_err(NA_ERR_PROTO, "wire: message type %d out of range [1, %d]",
+                      h ? (int)h->type : -1, NA_WIRE_MSG_COUNT - 1);
+    ops = ops_table[h->type];
+    if (h->payload_len > NA_WIRE_MAX_PAYLOAD || payload_len != h->payload_len)
+        return na_err(NA_ERR_PROTO, "wire %s: %zu payload bytes arrived, header says %" PRIu64
+                      " (limit %llu)", ops->name, payload_len, h->payload_len, NA_WIRE_MAX_PAYLOAD);
+    if (!payload && payload_len)
+        return na_err(NA_ERR_INVALID, "wire %s: NULL payload", ops->name);
+    memset(&m, 0, sizeof(m));
+    m.type = (na_wire_type_t)h->type;
+    m.flags = h->flags;
+    m.seq = h->seq;
+    m.time_ns = h->time_ns;
+    if ((st = ops->read(h, payload ? payload : (const void *)"", payload_len, &m)) != NA_OK)
+        return st;
+    *m_p = m;
+    return NA_OK;
+}
+
+na_status_t na_wire_decode_buf(const void *buf, size_t len, na_wire_hdr_t *h_p, na_wire_msg_t *m_p)
+{
+    na_wire_hdr_t h;
+    na_status_t st = na_wire_hdr_decode(buf, len, &h);
+
+    if (st)
+        return st;
+    if ((uint64_t)len - h.hdr_len != h.payload_len)
+        return na_err(NA_ERR_PROTO, "wire %s: message of %zu bytes, header says %u + %" PRIu64,
+                      na_wire_type_name(h.type), len, h.hdr_len, h.payload_len);
+    if ((st = na_wire_decode(&h, (const uint8_t *)buf + h.hdr_len, len - h.hdr_len, m_p)) != NA_OK)
+        return st;
+    if (h_p)
+        *h_p = h;
+    return NA_OK;
+}

@@ -1,0 +1,135 @@
+/* compute-node/engine.h — the model runner, cut at every attention operator.
+ *
+ * Three objects with three jobs, as in llama2.c's run.c:
+ *   na_engine_t  the model (borrowed), the compute backend and the run options;
+ *   na_acts_t    the activations of one batch in flight ("RunState" without the
+ *                KV): several batches in flight each own one;
+ *   na_step_t    what one forward step computes: a list of segments, each a run
+ *                of consecutive tokens of one request (a whole prompt, a prompt
+ *                chunk, or the single token of a decode step), all stacked as
+ *                the rows of every matmul.
+ *
+ * The forward pass is n_layers + 1 model slices separated by attention:
+ *
+ *   na_slice_embed            x = tok_embd[token]
+ *   for each layer l:
+ *     na_slice_pre_attn       xb = rmsnorm(x); q,k,v = xb·Wq,Wk,Wv; RoPE(q, k)
+ *     -- attention --         att = softmax(q·Kᵀ/√d)·V   (monolithic: local KV,
+ *                                                         offload: a storage node)
+ *     na_slice_post_attn      x += att·Wo; x += W2·(silu(W1·rmsnorm(x)) * W3·rmsnorm(x))
+ *   na_slice_final            logits = Wout·rmsnorm(x) of each segment's last row
+ *
+ * na_engine_forward runs them back to back with local attention; an offload
+ * engine calls the slices itself and puts its remote attention in between. */
+#ifndef NA_ENGINE_H
+#define NA_ENGINE_H
+
+#include <stddef.h>
+
+#include "common/dtype.h"
+#include "common/model.h"
+#include "common/status.h"
+#include "compute-node/kv_local.h"
+#include "kernels/kernels.h"
+
+#define NA_ENGINE_DEFAULT_MAX_ROWS 512
+
+typedef struct {
+    const char *backend;    /* kernels backend: "cpu" (default when NULL) or "ref" */
+    int         n_threads;  /* backend threads; <= 0 means all cores */
+    na_dtype_t  kv_dtype;   /* local KV cache: NA_DTYPE_F32 or NA_DTYPE_F16 */
+    int         max_rows;   /* most token rows per forward step (prefill chunk);
+                               <= 0 means NA_ENGINE_DEFAULT_MAX_ROWS */
+} na_engine_opts_t;
+
+typedef struct na_engine {
+    const na_model_t  *model;   /* borrowed: outlives the engine */
+    na_model_config_t  cfg;     /* copy of model->cfg */
+    na_engine_opts_t   opts;    /* backend string not kept (NULL after create) */
+    na_kernels_t      *kern;    /* owned */
+    int                q_dim;   /* n_heads * head_dim */
+    int                kv_dim;  /* n_kv_heads * head_dim */
+} na_engine_t;
+
+/* One request's share of a step: n_tok consecutive tokens at positions
+ * pos0..pos0+n_tok-1, stored in rows row0..row0+n_tok-1 of the step. */
+typedef struct {
+    int            row0;
+    int            n_tok;
+    int            pos0;
+    na_kv_local_t *kv;      /* its local KV cache (monolithic, prefill); NULL
+                               when attention happens elsewhere */
+} na_step_seg_t;
+
+typedef struct {
+    int                  n_rows;  /* sum of seg[i].n_tok */
+    int                  n_seg;
+    const int           *tokens;  /* [n_rows] input token of each row */
+    const int           *pos;     /* [n_rows] position of each row */
+    const na_step_seg_t *seg;     /* [n_seg], rows in order, no gaps */
+} na_step_t;
+
+/* Activations of one batch in flight; buffers grow to the largest step seen
+ * (na_acts_reserve). Rows are the step's rows, "seg" rows one per segment. */
+typedef struct na_acts {
+    int    cap_rows;
+    int    cap_seg;
+    float *x;       /* (cap_rows, dim) residual stream */
+    float *xb;      /* (cap_rows, dim) normed input / matmul output */
+    float *q;       /* (cap_rows, q_dim) queries after RoPE */
+    float *k;       /* (cap_rows, kv_dim) new keys after RoPE */
+    float *v;       /* (cap_rows, kv_dim) new values */
+    float *att;     /* (cap_rows, q_dim) attention output */
+    float *hb;      /* (cap_rows, hidden_dim) gate, then silu(gate)*up */
+    float *hb2;     /* (cap_rows, hidden_dim) up */
+    float *xl;      /* (cap_seg, dim) last row of each segment, normed */
+    float *logits;  /* (cap_seg, vocab_size) */
+} na_acts_t;
+
+/* Create an engine over a loaded model. Fails with NA_ERR_INVALID (bad opts,
+ * e.g. an unsupported kv dtype), NA_ERR_UNSUPPORTED (backend not available),
+ * NA_ERR_NOMEM. The model must outlive the engine; *e_p is owned by the caller. */
+na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *opts,
+                             na_engine_t **e_p);
+/* Free the engine and its backend; NULL is a no-op. */
+void na_engine_destroy(na_engine_t *e);
+
+/* Activations for steps of up to max_rows rows and max_seg segments (both
+ * grow later through na_acts_reserve). NA_ERR_NOMEM. Owned by the caller. */
+na_status_t na_acts_create(const na_engine_t *e, int max_rows, int max_seg,
+                           na_acts_t **a_p);
+void        na_acts_destroy(na_acts_t *a);
+/* Grow the buffers to hold a step of n_rows rows and n_seg segments; keeps
+ * nothing (contents are undefined afterwards). NA_ERR_NOMEM. */
+na_status_t na_acts_reserve(na_acts_t *a, const na_engine_t *e, int n_rows, int n_seg);
+
+/* Check a step against the model: token ids in range, positions in
+ * [0, seq_len), segments contiguous and consistent with pos. NA_ERR_INVALID. */
+na_status_t na_step_check(const na_engine_t *e, const na_step_t *s);
+
+/* ---- model slices (compute-node/slices.c) --------------------------------
+ * Each enqueues its ops on the backend queue; a caller that reads an output on
+ * the host (q/k/v before attention, logits after final) calls ops->sync first.
+ * None fails once the step passed na_step_check and the acts were reserved. */
+void na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s);
+/* Outputs a->q, a->k, a->v (rows of the step). */
+void na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
+/* Input a->att (rows of the step); updates a->x. */
+void na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
+/* a->logits row i = logits after segment i's last token. */
+void na_slice_final(na_engine_t *e, na_acts_t *a, const na_step_t *s);
+
+/* Local attention of `layer` for every segment of the step: syncs the backend,
+ * appends the segment's new K/V rows (a->k, a->v) to its kv at pos0.. and
+ * enqueues the attention that writes a->att. Each segment's kv must be
+ * reserved for pos0 + n_tok tokens. Fails only if the backend's sync fails. */
+na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *s,
+                                 int layer);
+
+/* The whole monolithic forward pass of a step: reserves each segment's KV,
+ * runs every slice with local attention, commits the KV. On return
+ * a->logits holds one row per segment. Fails with NA_ERR_INVALID (bad step),
+ * NA_ERR_RANGE (context past seq_len), NA_ERR_NOMEM. */
+na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s);
+
+#endif /* NA_ENGINE_H */

@@ -1,0 +1,59 @@
+/* compute-node/kv_local.h — the KV cache of one request held in the compute
+ * node's own memory (monolithic mode, and prefill in offload mode).
+ *
+ * Per layer, K and V are arrays [token][kv_head][head_dim] in f16 or f32, the
+ * layout the kernels' attention ops read. Memory follows use: a cache starts
+ * empty and grows (doubling, capped at the model's seq_len) as tokens are
+ * reserved, so a short request never pays for the whole context. */
+#ifndef NA_KV_LOCAL_H
+#define NA_KV_LOCAL_H
+
+#include <stddef.h>
+
+#include "common/dtype.h"
+#include "common/model.h"
+#include "common/status.h"
+#include "kernels/kernels.h"
+
+typedef struct na_kv_local {
+    na_dtype_t dtype;       /* NA_DTYPE_F32 or NA_DTYPE_F16 */
+    int        n_layers;
+    int        kv_dim;      /* n_kv_heads * head_dim */
+    int        max_tokens;  /* the model's seq_len */
+    int        cap;         /* tokens allocated per layer */
+    int        n_tok;       /* tokens whose K/V are stored (all layers) */
+    void     **k;           /* [n_layers] -> (cap, kv_dim) of dtype */
+    void     **v;           /* [n_layers] -> (cap, kv_dim) of dtype */
+} na_kv_local_t;
+
+/* An empty cache for a model's shape; nothing is allocated for tokens yet.
+ * dtype must be F32 or F16 (NA_ERR_INVALID otherwise); NA_ERR_NOMEM. */
+na_status_t na_kv_local_create(const na_model_config_t *cfg, na_dtype_t dtype,
+                               na_kv_local_t **kv_p);
+/* Free the cache; NULL is a no-op. */
+void na_kv_local_destroy(na_kv_local_t *kv);
+
+/* Make room for n_tok tokens in total (positions 0..n_tok-1) in every layer,
+ * keeping what is stored. NA_ERR_RANGE past seq_len, NA_ERR_NOMEM. */
+na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok);
+
+/* Store rows k_rows/v_rows (n, kv_dim) f32 at positions pos0..pos0+n-1 of
+ * `layer`, converting to the cache dtype. The positions must be reserved.
+ * Never fails (the caller reserved). */
+void na_kv_local_write(na_kv_local_t *kv, int layer, int pos0, int n,
+                       const float *k_rows, const float *v_rows);
+
+/* Mark positions 0..n_tok-1 as stored (after all layers of a step wrote). */
+void na_kv_local_commit(na_kv_local_t *kv, int n_tok);
+
+/* Attention of n queries q (n, n_heads*head_dim) at positions pos0.. over the
+ * cache of `layer` (which must already hold positions 0..pos0+n-1), via the
+ * backend's decode (n == 1) or causal prefill op. out as q. */
+void na_kv_local_attend(const na_kv_local_t *kv, na_kernels_t *kern, int layer,
+                        float *out, const float *q, int n, int pos0,
+                        const na_model_config_t *cfg);
+
+/* Bytes currently allocated for K and V. */
+size_t na_kv_local_bytes(const na_kv_local_t *kv);
+
+#endif /* NA_KV_LOCAL_H */

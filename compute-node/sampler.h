@@ -1,0 +1,69 @@
+/* compute-node/sampler.h — picking the next token from a row of logits.
+ *
+ * Three rules, chosen by the settings:
+ *   temperature == 0          greedy: the argmax (lowest id on ties);
+ *   temperature > 0, top_p=1  sample from softmax(logits / temperature);
+ *   temperature > 0, top_p<1  nucleus sampling: sample from the smallest set of
+ *                             most probable tokens whose mass exceeds top_p,
+ *                             renormalised.
+ * Every sampler owns its random state (xorshift64*, seeded): the same seed and
+ * the same logits give the same tokens, whatever else runs beside it. A
+ * generation gives each request its own sampler so batching cannot change
+ * which random numbers a request sees. */
+#ifndef NA_SAMPLER_H
+#define NA_SAMPLER_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef struct {
+    float    temperature;   /* >= 0; 0 = greedy */
+    float    top_p;         /* (0, 1]; 1 = no nucleus cut */
+    uint64_t seed;          /* any value; equal seeds give equal draws */
+} na_sampler_cfg_t;
+
+/* (probability, token) pair used to sort the nucleus. */
+typedef struct {
+    float p;
+    int   id;
+} na_prob_index_t;
+
+typedef struct na_sampler {
+    na_sampler_cfg_t  cfg;
+    int               vocab_size;
+    uint64_t          rng;        /* xorshift64* state, never 0 */
+} na_sampler_t;
+
+/* Check a configuration: temperature finite and >= 0, top_p in (0, 1].
+ * Returns NA_ERR_INVALID with a message naming the bad field. */
+na_status_t na_sampler_cfg_check(const na_sampler_cfg_t *cfg);
+
+/* Create a sampler for rows of vocab_size logits. Fails with NA_ERR_INVALID
+ * (bad cfg or vocab_size <= 0) or NA_ERR_NOMEM. The caller owns *s_p.
+ * A sampler holds no O(vocab) memory: the nucleus scratch is passed to
+ * na_sampler_sample, so one buffer serves every request of a batch. */
+na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
+                              na_sampler_t **s_p);
+/* Free a sampler; NULL is a no-op. */
+void na_sampler_destroy(na_sampler_t *s);
+
+/* Pick a token from logits[vocab_size]. The row is used as scratch: on return
+ * it holds the probabilities (or is untouched for greedy). `scratch`
+ * [vocab_size] is work space for nucleus sampling; it may be NULL only when
+ * the sampler needs none (na_sampler_needs_scratch). Never fails. */
+int na_sampler_sample(na_sampler_t *s, float *logits, na_prob_index_t *scratch);
+/* 1 when na_sampler_sample needs a scratch buffer (temperature > 0, top_p < 1). */
+int na_sampler_needs_scratch(const na_sampler_t *s);
+
+/* Building blocks, exposed for tests. */
+/* Index of the largest of x[0..n) (first on ties). */
+int      na_sampler_argmax(const float *x, int n);
+/* Next uniform float in [0, 1) of a xorshift64* state (advances *state). */
+float    na_sampler_uniform(uint64_t *state);
+/* Seed a xorshift64* state from any 64-bit value (never yields state 0). */
+uint64_t na_sampler_seed_state(uint64_t seed);
+/* Mix a base seed and a request index into a per-request seed. */
+uint64_t na_sampler_request_seed(uint64_t base, uint64_t index);
+
+#endif /* NA_SAMPLER_H */

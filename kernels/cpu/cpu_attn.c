@@ -1,0 +1,430 @@
+/* kernels/cpu/cpu_attn.c — decode, partial and causal prefill attention with
+ * GQA over f16 or f32 KV, AVX2/FMA/F16C.
+ *
+ * Everything is built on one core, na_cpu_attn_span: up to 16 query heads
+ * sharing one KV head against n tokens of K/V rows (row stride `stride`
+ * elements), folded into online-softmax partials (st, acc). It walks the
+ * span in chunks of 64 tokens:
+ *   1. scores S[g][t] = q_g·k_t · scale. Each K row is converted from f16 once
+ *      and used for every head of the group; 8 accumulators in registers
+ *      (G heads x 8/G tokens) are reduced together with one hadd tree.
+ *   2. per head: chunk max, rescale (l, acc) by e^(m_old - m_new), p = e^(s-m).
+ *   3. acc[g] += sum_t p[g][t] v_t, with G heads x 8/G vectors of acc kept in
+ *      registers across the chunk; each V row is converted once.
+ * So each K/V row is read from memory once for all heads of its group.
+ *
+ * Decode splits the context into n_threads ranges (flash-decoding); each
+ * range walks its tokens chunk by chunk over every KV head, and the partials
+ * are merged with na_attn_merge. head_dim must be a multiple of 8; other
+ * shapes use the reference kernels. */
+#include <math.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+
+#define NA_CPU_CHUNK     64     /* tokens per softmax update */
+/* Software prefetch: while token t of a KV head is read, the same rows of
+ * token t + NA_CPU_PF_DIST (the same head, one chunk later) are requested
+ * into L2. The rows of one head are 256-byte pieces strided by all heads'
+ * rows, a pattern the hardware prefetchers do not follow; prefetching one
+ * chunk ahead at the pace of consumption keeps DRAM busy. Distance and hint
+ * were chosen by measurement (16/32 tokens or T0 into L1 were slower). */
+#define NA_CPU_PF_DIST   NA_CPU_CHUNK
+#define NA_CPU_PF_HINT   _MM_HINT_T2
+#define NA_CPU_MAX_GROUP 16     /* heads per core call */
+#define NA_CPU_PAR_MIN_CTX 512  /* decode contexts shorter than this stay on one thread */
+
+#define NA_INLINE static inline __attribute__((always_inline))
+
+/* Vector accumulators kept in registers by the score and PV loops: 16 when
+ * the compiler may use 32 ymm registers (AVX-512VL), else 8 (AVX2's 16). */
+#if defined(__AVX512VL__)
+#define NA_CPU_NACC 16
+#else
+#define NA_CPU_NACC 8
+#endif
+
+/* 8 KV elements at element offset off, as f32. */
+NA_INLINE __m256 na_cpu_kv8(const void *base, size_t off, int f16)
+{
+    if (f16)
+        return na_cpu_load_f16((const uint16_t *)base + off);
+    return _mm256_loadu_ps((const float *)base + off);
+}
+
+/* Prefetch n rows (stride elements apart) of `elems` elements from element
+ * offset off of base: the rows this loop reads NA_CPU_PF_DIST tokens
+ * later. The hardware prefetchers do not follow the head-strided rows. A
+ * prefetch past the end of the buffer is harmless (never faults). */
+NA_INLINE void na_cpu_prefetch_rows(const void *base, size_t off, size_t stride, int n,
+                                    int elems, int f16)
+{
+    size_t esz = f16 ? 2 : 4, b;
+    int r;
+    for (r = 0; r < n; r++) {
+        const char *p = (const char *)base + (off + (size_t)r * stride) * esz;
+        for (b = 0; b < (size_t)elems * esz; b += 64)
+            _mm_prefetch(p + b, NA_CPU_PF_HINT);
+    }
+}
+
+/* Lane i of the result = sum of the 8 lanes of a[i]. */
+NA_INLINE __m256 na_cpu_reduce8(const __m256 a[8])
+{
+    __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+    __m256 lo = _mm256_permute2f128_ps(h0123, h4567, 0x20);
+    __m256 hi = _mm256_permute2f128_ps(h0123, h4567, 0x31);
+    return _mm256_add_ps(lo, hi);
+}
+
+/* Scores of G heads (q rows g0.., stride hd) against cn tokens of k, into
+ * s[g * NA_CPU_CHUNK + t]. TB = NA_CPU_NACC / G tokens per step. */
+NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
+                         int cn, int hd, float scale, int G, int f16)
+{
+    const int TB = NA_CPU_NACC / G;
+    const __m256 vs = _mm256_set1_ps(scale);
+    int t = 0, d, g, tt;
+
+    for (; t + TB <= cn; t += TB) {
+        __m256 a[NA_CPU_NACC];
+        float r[NA_CPU_NACC];
+        na_cpu_prefetch_rows(k, (size_t)(t + NA_CPU_PF_DIST) * stride, stride, TB, hd, f16);
+#pragma GCC unroll 16
+        for (g = 0; g < NA_CPU_NACC; g++)
+            a[g] = _mm256_setzero_ps();
+        for (d = 0; d < hd; d += 8) {
+#pragma GCC unroll 16
+            for (tt = 0; tt < TB; tt++) {
+                __m256 kv = na_cpu_kv8(k, (size_t)(t + tt) * stride + d, f16);
+#pragma GCC unroll 8
+                for (g = 0; g < G; g++)
+                    a[tt * G + g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + d),
+                                                    kv, a[tt * G + g]);
+            }
+        }
+#pragma GCC unroll 2
+        for (g = 0; g < NA_CPU_NACC; g += 8)
+            _mm256_storeu_ps(r + g, _mm256_mul_ps(na_cpu_reduce8(a + g), vs));
+#pragma GCC unroll 16
+        for (tt = 0; tt < TB; tt++)
+#pragma GCC unroll 8
+            for (g = 0; g < G; g++)
+                s[g * NA_CPU_CHUNK + t + tt] = r[tt * G + g];
+    }
+    for (; t < cn; t++) {                       /* tail tokens, one at a time */
+        for (g = 0; g < G; g++) {
+            __m256 a = _mm256_setzero_ps();
+            for (d = 0; d < hd; d += 8)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + d),
+                                    na_cpu_kv8(k, (size_t)t * stride + d, f16), a);
+            s[g * NA_CPU_CHUNK + t] = na_cpu_hsum(a) * scale;
+        }
+    }
+}
+
+/* acc[g][d0 .. d0+8*DV) += sum_t p[g][t] v_t[...] for G heads, cn tokens. */
+NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t stride,
+                              int cn, int hd, int d0, int G, int DV, int f16)
+{
+    __m256 a[NA_CPU_NACC];
+    int t, g, j;
+#pragma GCC unroll 8
+    for (g = 0; g < G; g++)
+#pragma GCC unroll 16
+        for (j = 0; j < DV; j++)
+            a[g * DV + j] = _mm256_loadu_ps(acc + (size_t)g * hd + d0 + 8 * j);
+    for (t = 0; t < cn; t++) {
+        __m256 vv[NA_CPU_NACC];
+        na_cpu_prefetch_rows(v, (size_t)(t + NA_CPU_PF_DIST) * stride + d0, stride, 1, 8 * DV, f16);
+#pragma GCC unroll 16
+        for (j = 0; j < DV; j++)
+            vv[j] = na_cpu_kv8(v, (size_t)t * stride + d0 + 8 * j, f16);
+#pragma GCC unroll 8
+        for (g = 0; g < G; g++) {
+            __m256 pg = _mm256_broadcast_ss(p + g * NA_CPU_CHUNK + t);
+#pragma GCC unroll 16
+            for (j = 0; j < DV; j++)
+                a[g * DV + j] = _mm256_fmadd_ps(pg, vv[j], a[g * DV + j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (g = 0; g < G; g++)
+#pragma GCC unroll 16
+        for (j = 0; j < DV; j++)
+            _mm256_storeu_ps(acc + (size_t)g * hd + d0 + 8 * j, a[g * DV + j]);
+}
+
+NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t stride,
+                         int cn, int hd, int G, int f16)
+{
+    const int DV = NA_CPU_NACC / G;
+    int d = 0;
+    for (; d + 8 * DV <= hd; d += 8 * DV)
+        na_cpu_pv_cols(acc, p, v, stride, cn, hd, d, G, DV, f16);
+    for (; d < hd; d += 8)
+        na_cpu_pv_cols(acc, p, v, stride, cn, hd, d, G, 1, f16);
+}
+
+/* Online-softmax update of one head with the chunk's scores s[cn] (replaced
+ * by the weights p). */
+static void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int cn, int hd)
+{
+    float cmax = -INFINITY, m, alpha, sum;
+    __m256 vsum = _mm256_setzero_ps(), vm;
+    int t, d;
+
+    if (cn >= 8) {
+        __m256 vmax = _mm256_loadu_ps(s);
+        for (t = 8; t + 8 <= cn; t += 8)
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + t));
+        cmax = na_cpu_hmax(vmax);
+    } else {
+        t = 0;
+    }
+    for (; t < cn; t++)
+        if (s[t] > cmax)
+            cmax = s[t];
+    m = st->m > cmax ? st->m : cmax;
+    alpha = st->m == -INFINITY ? 0.0f : expf(st->m - m);
+    vm = _mm256_set1_ps(m);
+    for (t = 0; t + 8 <= cn; t += 8) {
+        __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+        _mm256_storeu_ps(s + t, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    sum = na_cpu_hsum(vsum);
+    for (; t < cn; t++) {
+        s[t] = expf(s[t] - m);
+        sum += s[t];
+    }
+    if (alpha != 1.0f) {
+        __m256 va = _mm256_set1_ps(alpha);
+        for (d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(acc + d, _mm256_mul_ps(va, _mm256_loadu_ps(acc + d)));
+    }
+    st->l = st->l * alpha + sum;
+    st->m = m;
+}
+
+/* Run `fn` (a macro taking G) on head blocks of 8/4/2/1 over the group. */
+#define NA_CPU_GROUP_BLOCKS(group, g0, G, body) \
+    for (g0 = 0; g0 < (group); g0 += G) {      \
+        int left_ = (group) - g0;              \
+        G = left_ >= 8 ? 8 : left_ >= 4 ? 4 : left_ >= 2 ? 2 : 1; \
+        body                                   \
+    }
+
+/* The core (see the top of the file): group <= NA_CPU_MAX_GROUP heads,
+ * head_dim % 8 == 0, f16 or f32 rows. */
+NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
+                                  int group, int hd, const void *k, const void *v,
+                                  size_t stride, int n, float scale, int f16)
+{
+    float s[NA_CPU_MAX_GROUP * NA_CPU_CHUNK];
+    int c0, g0, G, g;
+
+    for (c0 = 0; c0 < n; c0 += NA_CPU_CHUNK) {
+        int cn = n - c0 < NA_CPU_CHUNK ? n - c0 : NA_CPU_CHUNK;
+        size_t off = (size_t)c0 * stride;
+        const void *kc = f16 ? (const void *)((const uint16_t *)k + off)
+                             : (const void *)((const float *)k + off);
+        const void *vc = f16 ? (const void *)((const uint16_t *)v + off)
+                             : (const void *)((const float *)v + off);
+
+        NA_CPU_GROUP_BLOCKS(group, g0, G, {
+            float *sg = s + g0 * NA_CPU_CHUNK;
+            const float *qg = q + (size_t)g0 * hd;
+            switch (G) {
+            case 8:  na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 8, f16); break;
+            case 4:  na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 4, f16); break;
+            case 2:  na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 2, f16); break;
+            default: na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 1, f16); break;
+            }
+        })
+        for (g = 0; g < group; g++)
+            na_cpu_softmax_fold(&st[g], acc + (size_t)g * hd, s + g * NA_CPU_CHUNK, cn, hd);
+        NA_CPU_GROUP_BLOCKS(group, g0, G, {
+            float *ag = acc + (size_t)g0 * hd;
+            const float *pg = s + g0 * NA_CPU_CHUNK;
+            switch (G) {
+            case 8:  na_cpu_pv(ag, pg, vc, stride, cn, hd, 8, f16); break;
+            case 4:  na_cpu_pv(ag, pg, vc, stride, cn, hd, 4, f16); break;
+            case 2:  na_cpu_pv(ag, pg, vc, stride, cn, hd, 2, f16); break;
+            default: na_cpu_pv(ag, pg, vc, stride, cn, hd, 1, f16); break;
+            }
+        })
+    }
+}
+
+static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q, int group,
+                                 int hd, const void *k, const void *v, size_t stride,
+                                 int n, float scale)
+{
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, scale, 1);
+}
+
+static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
+                                 int hd, const void *k, const void *v, size_t stride,
+                                 int n, float scale)
+{
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, scale, 0);
+}
+
+/* Any group size: pieces of at most NA_CPU_MAX_GROUP heads. k/v point at the
+ * first row of the span. */
+static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
+                             int hd, const void *k, const void *v, size_t stride, int n,
+                             float scale, int f16)
+{
+    int g0;
+    for (g0 = 0; g0 < group; g0 += NA_CPU_MAX_GROUP) {
+        int gn = group - g0 < NA_CPU_MAX_GROUP ? group - g0 : NA_CPU_MAX_GROUP;
+        if (f16)
+            na_cpu_attn_span_f16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
+                                 gn, hd, k, v, stride, n, scale);
+        else
+            na_cpu_attn_span_f32(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
+                                 gn, hd, k, v, stride, n, scale);
+    }
+}
+
+static int na_cpu_attn_ok(na_dtype_t dt, int head_dim)
+{
+    return (dt == NA_DTYPE_F16 || dt == NA_DTYPE_F32) && head_dim % 8 == 0 && head_dim > 0;
+}
+
+void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
+                         const float *q, int group, int head_dim,
+                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale)
+{
+    if (!na_cpu_attn_ok(kv_dtype, head_dim)) {
+        na_ref_attn_partial(k, st, acc, q, group, head_dim, span, kv_dtype, scale);
+        return;
+    }
+    na_cpu_attn_span(st, acc, q, group, head_dim, span->k, span->v, span->stride,
+                     span->n, scale, kv_dtype == NA_DTYPE_F16);
+}
+
+/* Tokens [t0, t1) of every KV head, folded into (st, acc) of all heads:
+ * chunk by chunk, every head of a chunk before the next chunk, so the
+ * chunk's K/V rows (contiguous for all heads) are used while in cache. */
+static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
+                              const void *kc, const void *vc, int f16, int t0, int t1,
+                              int n_heads, int n_kv_heads, int hd)
+{
+    int group = n_heads / n_kv_heads, c0, h;
+    size_t stride = (size_t)n_kv_heads * hd, esz = f16 ? 2 : 4;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    for (c0 = t0; c0 < t1; c0 += NA_CPU_CHUNK) {
+        int cn = t1 - c0 < NA_CPU_CHUNK ? t1 - c0 : NA_CPU_CHUNK;
+        for (h = 0; h < n_kv_heads; h++) {
+            size_t off = ((size_t)c0 * n_kv_heads + h) * hd * esz;
+            na_cpu_attn_span(st + h * group, acc + (size_t)h * group * hd,
+                             q + (size_t)h * group * hd, group, hd,
+                             (const uint8_t *)kc + off, (const uint8_t *)vc + off,
+                             stride, cn, scale, f16);
+        }
+    }
+}
+
+typedef struct {
+    float          *out;        /* (n_heads*hd): acc of part 0, then the result */
+    float          *accs;       /* (n_parts-1, n_heads*hd) */
+    na_attn_stat_t *sts;        /* (n_parts, n_heads) */
+    const float    *q;
+    const void     *kc, *vc;
+    int             f16, ctx, n_heads, n_kv_heads, hd;
+} na_cpu_dec_job_t;
+
+static void na_cpu_dec_task(void *ctx, int p, int n_parts)
+{
+    const na_cpu_dec_job_t *j = ctx;
+    size_t hsz = (size_t)j->n_heads * j->hd;
+    /* Range boundaries on chunk multiples keep chunks full. */
+    int nch = (j->ctx + NA_CPU_CHUNK - 1) / NA_CPU_CHUNK;
+    int t0 = (int)((long)nch * p / n_parts) * NA_CPU_CHUNK;
+    int t1 = (int)((long)nch * (p + 1) / n_parts) * NA_CPU_CHUNK;
+    na_attn_stat_t *st = j->sts + (size_t)p * j->n_heads;
+    float *acc = p == 0 ? j->out : j->accs + (size_t)(p - 1) * hsz;
+
+    if (t1 > j->ctx)
+        t1 = j->ctx;
+    na_attn_init(st, acc, j->n_heads, j->hd);
+    na_cpu_attn_range(st, acc, j->q, j->kc, j->vc, j->f16, t0, t1,
+                      j->n_heads, j->n_kv_heads, j->hd);
+}
+
+void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
+                        const void *kcache, const void *vcache, na_dtype_t kv_dtype,
+                        int ctx, int n_heads, int n_kv_heads, int head_dim)
+{
+    na_cpu_state_t *s = k->priv;
+    na_attn_stat_t st0[NA_MODEL_MAX_HEADS];
+    na_cpu_dec_job_t j = { out, NULL, st0, q, kcache, vcache, kv_dtype == NA_DTYPE_F16,
+                           ctx, n_heads, n_kv_heads, head_dim };
+    size_t hsz = (size_t)n_heads * head_dim;
+    int n_parts = 1, p;
+
+    if (!na_cpu_attn_ok(kv_dtype, head_dim) || n_heads > NA_MODEL_MAX_HEADS || ctx <= 0) {
+        na_ref_attn_decode(k, out, q, kcache, vcache, kv_dtype, ctx, n_heads, n_kv_heads,
+                           head_dim);
+        return;
+    }
+    if (k->n_threads > 1 && ctx >= NA_CPU_PAR_MIN_CTX) {
+        float *buf;
+        n_parts = k->n_threads;
+        /* scratch: (n_parts-1) accumulators, then n_parts stat arrays */
+        buf = na_cpu_scratch(k, (size_t)(n_parts - 1) * hsz + (size_t)n_parts * n_heads * 2);
+        if (buf == NULL) {
+            n_parts = 1;
+        } else {
+            j.accs = buf;
+            j.sts = (na_attn_stat_t *)(buf + (size_t)(n_parts - 1) * hsz);
+        }
+    }
+    na_cpu_pool_run(s->pool, na_cpu_dec_task, &j, n_parts);
+    for (p = 1; p < n_parts; p++)
+        na_attn_merge(j.sts, out, j.sts + (size_t)p * n_heads, j.accs + (size_t)(p - 1) * hsz,
+                      n_heads, head_dim);
+    na_attn_finalize(out, j.sts, out, n_heads, head_dim);
+}
+
+typedef struct {
+    float       *out;           /* (n_tok, n_heads*hd) */
+    const float *q;             /* (n_tok, n_heads*hd) */
+    const void  *kc, *vc;
+    int          f16, pos0, n_heads, n_kv_heads, hd;
+} na_cpu_pre_job_t;
+
+/* Query token t attends to positions 0 .. pos0 + t. */
+static void na_cpu_pre_task(void *ctx, int t, int n_tok)
+{
+    const na_cpu_pre_job_t *j = ctx;
+    na_attn_stat_t st[NA_MODEL_MAX_HEADS];
+    size_t row = (size_t)t * j->n_heads * j->hd;
+
+    na_attn_init(st, j->out + row, j->n_heads, j->hd);
+    na_cpu_attn_range(st, j->out + row, j->q + row, j->kc, j->vc, j->f16, 0, j->pos0 + t + 1,
+                      j->n_heads, j->n_kv_heads, j->hd);
+    na_attn_finalize(j->out + row, st, j->out + row, j->n_heads, j->hd);
+}
+
+void na_cpu_attn_prefill(na_kernels_t *k, float *out, const float *q,
+                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
+                         int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim)
+{
+    na_cpu_state_t *s = k->priv;
+    na_cpu_pre_job_t j = { out, q, kcache, vcache, kv_dtype == NA_DTYPE_F16, pos0,
+                           n_heads, n_kv_heads, head_dim };
+
+    if (!na_cpu_attn_ok(kv_dtype, head_dim) || n_heads > NA_MODEL_MAX_HEADS) {
+        na_ref_attn_prefill(k, out, q, kcache, vcache, kv_dtype, n_tok, pos0, n_heads,
+                            n_kv_heads, head_dim);
+        return;
+    }
+    na_cpu_pool_run(s->pool, na_cpu_pre_task, &j, n_tok);
+}

@@ -1,0 +1,206 @@
+/* kernels/cpu/cpu_backend.c — the "cpu" backend: its table, create/destroy,
+ * the scratch buffer, and the element-wise ops (rmsnorm, RoPE, SwiGLU,
+ * softmax) in AVX2/FMA. Matmul is in cpu_matmul.c, attention in cpu_attn.c.
+ *
+ * Threading: the backend owns a pool of n_threads (kernels/cpu/cpu_pool.c)
+ * for matmul rows and long decode contexts, and sets OpenBLAS to the same
+ * n_threads; the two never run at once (sgemm is called from the caller's
+ * thread while the pool's workers sleep), so together they never use more
+ * than n_threads cores. The element-wise ops are cheap and run on the
+ * calling thread. */
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+
+float *na_cpu_scratch(na_kernels_t *k, size_t n)
+{
+    na_cpu_state_t *s = k->priv;
+    if (s->scratch_n < n) {
+        float *p = NULL;
+        if (posix_memalign((void **)&p, 64, n * sizeof(float)) != 0)
+            return NULL;
+        free(s->scratch);
+        s->scratch = p;
+        s->scratch_n = n;
+    }
+    return s->scratch;
+}
+
+static void na_cpu_rmsnorm(na_kernels_t *k, float *out, const float *x,
+                           const float *weight, int n, float eps, int batch)
+{
+    int b, i;
+    for (b = 0; b < batch; b++) {
+        const float *xb = x + (size_t)b * n;
+        float *ob = out + (size_t)b * n;
+        __m256 acc = _mm256_setzero_ps(), sv;
+        float ss;
+        for (i = 0; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(xb + i);
+            acc = _mm256_fmadd_ps(v, v, acc);
+        }
+        ss = na_cpu_hsum(acc);
+        for (; i < n; i++)
+            ss += xb[i] * xb[i];
+        ss = 1.0f / sqrtf(ss / (float)n + eps);
+        sv = _mm256_set1_ps(ss);
+        for (i = 0; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(ob + i, _mm256_mul_ps(_mm256_loadu_ps(weight + i),
+                                                   _mm256_mul_ps(sv, _mm256_loadu_ps(xb + i))));
+        for (; i < n; i++)
+            ob[i] = weight[i] * (ss * xb[i]);
+    }
+}
+
+/* Same formula as the reference (llama2.c), with cos/sin computed once per
+ * pair and row instead of once per head: results are bit-identical. */
+static void na_cpu_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+                        const int *pos, float theta, int batch)
+{
+    float fcr[NA_MODEL_MAX_HEAD_DIM / 2], fci[NA_MODEL_MAX_HEAD_DIM / 2];
+    int b, h, i;
+
+    if (head_dim > NA_MODEL_MAX_HEAD_DIM) {
+        na_ref_rope(k, vec, n_heads, head_dim, pos, theta, batch);
+        return;
+    }
+    for (b = 0; b < batch; b++) {
+        for (i = 0; i + 1 < head_dim; i += 2) {
+            float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
+            float val = (float)pos[b] * freq;
+            fcr[i / 2] = cosf(val);
+            fci[i / 2] = sinf(val);
+        }
+        for (h = 0; h < n_heads; h++) {
+            float *v = vec + ((size_t)b * n_heads + h) * head_dim;
+            for (i = 0; i + 1 < head_dim; i += 2) {
+                float v0 = v[i], v1 = v[i + 1];
+                v[i]     = v0 * fcr[i / 2] - v1 * fci[i / 2];
+                v[i + 1] = v0 * fci[i / 2] + v1 * fcr[i / 2];
+            }
+        }
+    }
+}
+
+static void na_cpu_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    size_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void na_cpu_softmax(na_kernels_t *k, float *x, int n, int batch)
+{
+    int b, i;
+    for (b = 0; b < batch; b++) {
+        float *xb = x + (size_t)b * n;
+        __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps(), vm, inv;
+        float max, sum;
+        for (i = 0; i + 8 <= n; i += 8)
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(xb + i));
+        max = na_cpu_hmax(vmax);
+        for (; i < n; i++)
+            if (xb[i] > max)
+                max = xb[i];
+        vm = _mm256_set1_ps(max);
+        for (i = 0; i + 8 <= n; i += 8) {
+            __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(xb + i), vm));
+            _mm256_storeu_ps(xb + i, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        sum = na_cpu_hsum(vsum);
+        for (; i < n; i++) {
+            xb[i] = expf(xb[i] - max);
+            sum += xb[i];
+        }
+        inv = _mm256_set1_ps(1.0f / sum);
+        for (i = 0; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(xb + i, _mm256_mul_ps(_mm256_loadu_ps(xb + i), inv));
+        for (; i < n; i++)
+            xb[i] *= 1.0f / sum;
+    }
+}
+
+static na_status_t na_cpu_sync(na_kernels_t *k)
+{
+    return NA_OK;                       /* every op completed before it returned */
+}
+
+static void na_cpu_destroy(na_kernels_t *k)
+{
+    na_cpu_state_t *s = k->priv;
+    na_cpu_pool_destroy(s->pool);
+    free(s->scratch);
+    free(s);
+    free(k);
+}
+
+static const na_kernel_ops_t na_cpu_ops = {
+    .name         = "cpu",
+    .matmul       = na_cpu_matmul,
+    .rmsnorm      = na_cpu_rmsnorm,
+    .rope         = na_cpu_rope,
+    .swiglu       = na_cpu_swiglu,
+    .softmax      = na_cpu_softmax,
+    .attn_prefill = na_cpu_attn_prefill,
+    .attn_decode  = na_cpu_attn_decode,
+    .attn_partial = na_cpu_attn_partial,
+    .sync         = na_cpu_sync,
+    .destroy      = na_cpu_destroy,
+};
+
+/* Create the backend with its pool; n_threads <= 0 means every online core.
+ * NA_ERR_UNSUPPORTED when this CPU lacks AVX2/FMA/F16C. */
+na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
+{
+    na_kernels_t *k;
+    na_cpu_state_t *s;
+    na_status_t st;
+
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return na_err(NA_ERR_UNSUPPORTED, "kernels cpu: this CPU lacks AVX2/FMA (use backend 'ref')");
+    if (n_threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = nc > 0 ? (int)nc : 1;
+    }
+    k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return na_err(NA_ERR_NOMEM, "kernels cpu: out of memory");
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        st = na_err(NA_ERR_NOMEM, "kernels cpu: out of memory");
+        goto err_free_kernels;
+    }
+    st = na_cpu_pool_create(n_threads, &s->pool);
+    if (st != NA_OK)
+        goto err_free_state;
+    /* OpenBLAS's thread count is process-wide; it runs only while our pool
+     * sleeps, so giving it the same count keeps the total at n_threads. */
+    openblas_set_num_threads(n_threads);
+    k->ops = &na_cpu_ops;
+    k->n_threads = n_threads;
+    k->priv = s;
+    *k_p = k;
+    return NA_OK;
+
+err_free_state:
+    free(s);
+err_free_kernels:
+    free(k);
+    return st;
+}

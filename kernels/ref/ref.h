@@ -1,0 +1,37 @@
+/* kernels/ref/ref.h — plain scalar C reference kernels (no intrinsics).
+ *
+ * Every fast kernel is tested against these; the cpu backend also falls back
+ * to them for shapes its vector paths do not cover (head_dim not a multiple
+ * of 8). They allocate nothing, keep no state and may be called from any
+ * thread. Signatures match na_kernel_ops_t with the backend argument first. */
+#ifndef NA_KERNELS_REF_H
+#define NA_KERNELS_REF_H
+
+#include "kernels/kernels.h"
+
+/* Value j of row r of weight w, dequantised to f32 (any dtype). */
+float na_ref_weight_at(const na_tensor_t *w, int r, int j);
+
+void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
+                   const na_tensor_t *w, int batch);
+void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
+                    const float *weight, int n, float eps, int batch);
+void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+                 const int *pos, float theta, int batch);
+void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n);
+void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch);
+void na_ref_attn_prefill(na_kernels_t *k, float *out, const float *q,
+                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
+                         int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim);
+void na_ref_attn_decode(na_kernels_t *k, float *out, const float *q,
+                        const void *kcache, const void *vcache, na_dtype_t kv_dtype,
+                        int ctx, int n_heads, int n_kv_heads, int head_dim);
+void na_ref_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
+                         const float *q, int group, int head_dim,
+                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale);
+
+/* Backend constructors (kernels/backend.c dispatches by name). */
+na_status_t na_kernels_ref_create(int n_threads, na_kernels_t **k_p);
+na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p);
+
+#endif /* NA_KERNELS_REF_H */

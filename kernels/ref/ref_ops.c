@@ -1,0 +1,155 @@
+/* kernels/ref/ref_ops.c — scalar reference kernels: matmul for every weight
+ * dtype, rmsnorm, RoPE, SwiGLU, softmax, and the "ref" backend table.
+ * Written to be obviously correct, in the order of llama2.c's run.c; speed
+ * is not a goal. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/ref/ref.h"
+
+/* Dequantise one weight element; cannot fail; w must be a valid tensor. */
+float na_ref_weight_at(const na_tensor_t *w, int r, int j)
+{
+    size_t idx = (size_t)r * (size_t)w->cols + (size_t)j;
+
+    switch (w->dtype) {
+    case NA_DTYPE_F32:
+        return ((const float *)w->data)[idx];
+    case NA_DTYPE_F16: {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)w->data + 2 * idx, 2);
+        return na_f16_to_f32(h);
+    }
+    case NA_DTYPE_BF16: {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)w->data + 2 * idx, 2);
+        return na_bf16_to_f32(h);
+    }
+    case NA_DTYPE_Q8_0: {
+        /* Block b of row r starts at (r*cols/32 + b) * 34 bytes: f16 d, 32 x int8. */
+        const uint8_t *blk = (const uint8_t *)w->data +
+                             (idx / NA_Q8_0_BLOCK) * NA_Q8_0_BLOCK_SIZE;
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        return na_f16_to_f32(d) * (float)(int8_t)blk[2 + idx % NA_Q8_0_BLOCK];
+    }
+    default:
+        return NAN;
+    }
+}
+
+/* y[b][r] = sum_j W[r][j] * x[b][j], summed in f32 left to right. */
+void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
+                   const na_tensor_t *w, int batch)
+{
+    int b, r, j;
+    for (b = 0; b < batch; b++) {
+        const float *xb = x + (size_t)b * w->cols;
+        for (r = 0; r < w->rows; r++) {
+            float sum = 0.0f;
+            for (j = 0; j < w->cols; j++)
+                sum += na_ref_weight_at(w, r, j) * xb[j];
+            y[(size_t)b * w->rows + r] = sum;
+        }
+    }
+}
+
+void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
+                    const float *weight, int n, float eps, int batch)
+{
+    int b, i;
+    for (b = 0; b < batch; b++) {
+        const float *xb = x + (size_t)b * n;
+        float *ob = out + (size_t)b * n;
+        float ss = 0.0f;
+        for (i = 0; i < n; i++)
+            ss += xb[i] * xb[i];
+        ss = 1.0f / sqrtf(ss / (float)n + eps);
+        for (i = 0; i < n; i++)
+            ob[i] = weight[i] * (ss * xb[i]);
+    }
+}
+
+/* Pair (x[i], x[i+1]) for even i of each head turns by pos * theta^(-i/head_dim). */
+void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+                 const int *pos, float theta, int batch)
+{
+    int b, h, i;
+    for (b = 0; b < batch; b++) {
+        for (h = 0; h < n_heads; h++) {
+            float *v = vec + ((size_t)b * n_heads + h) * head_dim;
+            for (i = 0; i + 1 < head_dim; i += 2) {
+                float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
+                float val = (float)pos[b] * freq;
+                float fcr = cosf(val), fci = sinf(val);
+                float v0 = v[i], v1 = v[i + 1];
+                v[i]     = v0 * fcr - v1 * fci;
+                v[i + 1] = v0 * fci + v1 * fcr;
+            }
+        }
+    }
+}
+
+void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch)
+{
+    int b, i;
+    for (b = 0; b < batch; b++) {
+        float *xb = x + (size_t)b * n;
+        float max = xb[0], sum = 0.0f;
+        for (i = 1; i < n; i++)
+            if (xb[i] > max)
+                max = xb[i];
+        for (i = 0; i < n; i++) {
+            xb[i] = expf(xb[i] - max);
+            sum += xb[i];
+        }
+        for (i = 0; i < n; i++)
+            xb[i] /= sum;
+    }
+}
+
+static na_status_t na_ref_sync(na_kernels_t *k)
+{
+    return NA_OK;
+}
+
+static void na_ref_destroy(na_kernels_t *k)
+{
+    free(k);
+}
+
+static const na_kernel_ops_t na_ref_ops = {
+    .name         = "ref",
+    .matmul       = na_ref_matmul,
+    .rmsnorm      = na_ref_rmsnorm,
+    .rope         = na_ref_rope,
+    .swiglu       = na_ref_swiglu,
+    .softmax      = na_ref_softmax,
+    .attn_prefill = na_ref_attn_prefill,
+    .attn_decode  = na_ref_attn_decode,
+    .attn_partial = na_ref_attn_partial,
+    .sync         = na_ref_sync,
+    .destroy      = na_ref_destroy,
+};
+
+/* The ref backend is single-threaded whatever n_threads says. Fails only
+ * with NA_ERR_NOMEM. */
+na_status_t na_kernels_ref_create(int n_threads, na_kernels_t **k_p)
+{
+    na_kernels_t *k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return na_err(NA_ERR_NOMEM, "kernels ref: out of memory");
+    k->ops = &na_ref_ops;
+    k->n_threads = 1;
+    *k_p = k;
+    return NA_OK;
+}

@@ -1,0 +1,271 @@
+/* rdma/xp_handshake.c — the HELLO handshake of common/wire.h on each new
+ * endpoint, before any other message is accepted:
+ *
+ *   client                                server
+ *   HELLO {name_c, role, cluster, nonce_c} ─▶ version, cluster checked
+ *                                         ◀─ HELLO_CHALLENGE {name_s, nonce_s, mac_s}
+ *   verify mac_s; AUTH {mac_c}            ─▶ verify mac_c
+ *                                         ◀─ HELLO_OK {heartbeat_ms}  (server: READY)
+ *   (client: READY)
+ *
+ * Any failure answers REFUSE {reason, text} and drops that endpoint only.
+ * Messages travel on their own active-message id (NA_XP_AM_HELLO) as whole
+ * wire messages (header + payload in the data part). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/wire.h"
+#include "rdma/xp_internal.h"
+
+enum {
+    XP_HS_START = 0,     /* server: waiting for HELLO */
+    XP_HS_HELLO_SENT,    /* client: waiting for HELLO_CHALLENGE */
+    XP_HS_CHALLENGED,    /* server: waiting for AUTH */
+    XP_HS_AUTH_SENT,     /* client: waiting for HELLO_OK */
+    XP_HS_DONE,
+};
+
+/* Encode m and send it on ep's handshake channel. */
+static na_status_t xp_hs_send(na_xp_ep_t *ep, const na_wire_msg_t *m)
+{
+    uint8_t buf[1024];
+    size_t len;
+    na_status_t st = na_wire_encode(m, buf, sizeof(buf), &len);
+    if (st != NA_OK)
+        return st;
+    return na_xp_ep_send_ctl(ep, buf, len);
+}
+
+/* Answer REFUSE and drop ep shortly after (so the REFUSE can leave first). */
+static void xp_hs_refuse(na_xp_ep_t *ep, na_wire_refuse_t reason, na_status_t st, const char *text)
+{
+    na_wire_msg_t m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_REFUSE;
+    m.u.refuse.reason = reason;
+    snprintf(m.u.refuse.text, sizeof(m.u.refuse.text), "%s", text);
+    (void)xp_hs_send(ep, &m);
+    if (ep->is_server) {
+        /* keep the endpoint a moment so the REFUSE is delivered; the sweep
+         * drops it at hs_deadline_ns with this reason */
+        ep->refused = 1;
+        ep->hs_status = st;
+        ep->err = st;
+        snprintf(ep->errmsg, sizeof(ep->errmsg), "refused (%s): %s",
+                 na_wire_refuse_name(reason), text);
+        ep->hs_deadline_ns = na_xp_deadline(200);
+        ep->hs_step = XP_HS_DONE;
+    } else {
+        na_xp_ep_fail(ep, st, text);
+    }
+}
+
+/* Version and cluster checks shared by HELLO and HELLO_CHALLENGE. */
+static int xp_hs_check_hello(na_xp_ep_t *ep, const na_wire_hello_t *h)
+{
+    char text[400];
+    if (na_wire_version_check(h->ver_major, h->ver_minor) != NA_OK) {
+        snprintf(text, sizeof(text), "peer '%s' speaks wire version %u.%u, we speak %u.%u",
+                 h->name, h->ver_major, h->ver_minor, NA_WIRE_VERSION_MAJOR, NA_WIRE_VERSION_MINOR);
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_VERSION, NA_ERR_VERSION, text);
+        return 0;
+    }
+    if (strcmp(h->cluster, ep->xp->cluster) != 0) {
+        snprintf(text, sizeof(text), "peer '%s' belongs to cluster '%s', not '%s'",
+                 h->name, h->cluster, ep->xp->cluster);
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_CLUSTER, NA_ERR_AUTH, text);
+        return 0;
+    }
+    snprintf(ep->name, sizeof(ep->name), "%s", h->name);
+    ep->peer_role = h->role;
+    memcpy(ep->nonce_peer, h->nonce, NA_XP_NONCE_LEN);
+    return 1;
+}
+
+/* Fill a HELLO body with this node's identity and a fresh nonce. */
+static na_status_t xp_hs_hello_fill(na_xp_ep_t *ep, na_wire_hello_t *h)
+{
+    na_status_t st = na_wire_nonce(ep->nonce_local);
+    if (st != NA_OK)
+        return st;
+    h->role = (na_wire_role_t)ep->xp->opts.role;
+    memcpy(h->nonce, ep->nonce_local, NA_XP_NONCE_LEN);
+    snprintf(h->name, sizeof(h->name), "%s", ep->xp->name);
+    snprintf(h->cluster, sizeof(h->cluster), "%s", ep->xp->cluster);
+    return NA_OK;
+}
+
+na_status_t na_xp_hs_start(na_xp_ep_t *ep)
+{
+    na_wire_msg_t m;
+    na_status_t st;
+
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_HELLO;
+    st = xp_hs_hello_fill(ep, &m.u.hello);
+    if (st == NA_OK)
+        st = xp_hs_send(ep, &m);
+    if (st != NA_OK) {
+        na_xp_ep_fail(ep, st, na_errmsg());
+        return st;
+    }
+    ep->hs_step = XP_HS_HELLO_SENT;
+    return NA_OK;
+}
+
+/* Server: HELLO arrived -> HELLO_CHALLENGE. */
+static void xp_hs_on_hello(na_xp_ep_t *ep, const na_wire_hello_t *h)
+{
+    na_xp_t *xp = ep->xp;
+    na_wire_msg_t m;
+    na_status_t st;
+
+    if (!xp_hs_check_hello(ep, h))
+        return;
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_HELLO_CHALLENGE;
+    st = xp_hs_hello_fill(ep, &m.u.challenge.hello);
+    if (st == NA_OK)
+        st = na_wire_auth_compute(xp->secret, xp->secret_len, NA_WIRE_AUTH_SERVER,
+                                  ep->nonce_peer, ep->nonce_local, ep->name, xp->name,
+                                  xp->cluster, m.u.challenge.mac);
+    if (st == NA_OK)
+        st = xp_hs_send(ep, &m);
+    if (st != NA_OK) {
+        na_xp_ep_fail(ep, st, na_errmsg());
+        return;
+    }
+    ep->hs_step = XP_HS_CHALLENGED;
+}
+
+/* Client: HELLO_CHALLENGE arrived -> verify the server, send AUTH. */
+static void xp_hs_on_challenge(na_xp_ep_t *ep, const na_wire_challenge_t *c)
+{
+    na_xp_t *xp = ep->xp;
+    na_wire_msg_t m;
+    na_status_t st;
+    char text[400];
+
+    if (!xp_hs_check_hello(ep, &c->hello))
+        return;
+    if (na_wire_auth_verify(xp->secret, xp->secret_len, NA_WIRE_AUTH_SERVER, ep->nonce_local,
+                            ep->nonce_peer, xp->name, ep->name, xp->cluster, c->mac) != NA_OK) {
+        snprintf(text, sizeof(text), "peer '%s' could not prove the cluster secret", ep->name);
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_AUTH, NA_ERR_AUTH, text);
+        return;
+    }
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_AUTH;
+    st = na_wire_auth_compute(xp->secret, xp->secret_len, NA_WIRE_AUTH_CLIENT, ep->nonce_local,
+                              ep->nonce_peer, xp->name, ep->name, xp->cluster, m.u.auth.mac);
+    if (st == NA_OK)
+        st = xp_hs_send(ep, &m);
+    if (st != NA_OK) {
+        na_xp_ep_fail(ep, st, na_errmsg());
+        return;
+    }
+    ep->hs_step = XP_HS_AUTH_SENT;
+}
+
+/* Server: AUTH arrived -> verify the client, HELLO_OK, tell the owner. */
+static void xp_hs_on_auth(na_xp_ep_t *ep, const na_wire_auth_t *a)
+{
+    na_xp_t *xp = ep->xp;
+    na_wire_msg_t m;
+    na_xp_msg_t *ev;
+    char text[400];
+
+    if (na_wire_auth_verify(xp->secret, xp->secret_len, NA_WIRE_AUTH_CLIENT, ep->nonce_peer,
+                            ep->nonce_local, ep->name, xp->name, xp->cluster, a->mac) != NA_OK) {
+        snprintf(text, sizeof(text), "peer '%s' could not prove the cluster secret", ep->name);
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_AUTH, NA_ERR_AUTH, text);
+        return;
+    }
+    ev = calloc(1, sizeof(*ev));
+    if (ev == NULL) {
+        na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory");
+        return;
+    }
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_HELLO_OK;
+    m.u.hello_ok.heartbeat_ms = xp->opts.heartbeat_ms;
+    ep->state = NA_XP_EP_READY;      /* before HELLO_OK: the client may send at once */
+    ep->hs_status = NA_OK;
+    ep->hs_step = XP_HS_DONE;
+    if (xp_hs_send(ep, &m) != NA_OK) {
+        free(ev);
+        na_xp_ep_fail(ep, NA_ERR_PEER, na_errmsg());
+        return;
+    }
+    ep->owned = 1;
+    ev->kind = NA_XP_EV_ACCEPTED;
+    ev->ep = ep;
+    ev->ready = 1;
+    ep->refs++;
+    na_xp_queue_push(xp, ev);
+    na_log_info("transport: accepted peer '%s' (%s) from %s", ep->name,
+                na_wire_role_name(ep->peer_role), ep->addr);
+}
+
+void na_xp_hs_handle(na_xp_ep_t *ep, const uint8_t *data, size_t len)
+{
+    na_wire_hdr_t h;
+    na_wire_msg_t m;
+    char text[400];
+    na_status_t st;
+
+    if (ep->state != NA_XP_EP_CONNECTING || ep->hs_step == XP_HS_DONE)
+        return;                                  /* late or after refusal: ignore */
+    st = na_wire_decode_buf(data, len, &h, &m);
+    if (st == NA_ERR_VERSION) {
+        snprintf(text, sizeof(text), "%s", na_errmsg());
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_VERSION, NA_ERR_VERSION, text);
+        return;
+    }
+    if (st != NA_OK) {
+        snprintf(text, sizeof(text), "malformed handshake: %s", na_errmsg());
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_PROTO, NA_ERR_PROTO, text);
+        return;
+    }
+    if (m.type == NA_WIRE_MSG_REFUSE) {
+        snprintf(text, sizeof(text), "refused by peer (%s): %s",
+                 na_wire_refuse_name(m.u.refuse.reason), m.u.refuse.text);
+        na_xp_ep_fail(ep, m.u.refuse.reason == NA_WIRE_REFUSE_VERSION ? NA_ERR_VERSION :
+                          m.u.refuse.reason == NA_WIRE_REFUSE_AUTH ? NA_ERR_AUTH : NA_ERR_PEER,
+                      text);
+        return;
+    }
+    switch (ep->hs_step) {
+    case XP_HS_START:
+        if (ep->is_server && m.type == NA_WIRE_MSG_HELLO) {
+            xp_hs_on_hello(ep, &m.u.hello);
+            return;
+        }
+        break;
+    case XP_HS_HELLO_SENT:
+        if (m.type == NA_WIRE_MSG_HELLO_CHALLENGE) {
+            xp_hs_on_challenge(ep, &m.u.challenge);
+            return;
+        }
+        break;
+    case XP_HS_CHALLENGED:
+        if (m.type == NA_WIRE_MSG_AUTH) {
+            xp_hs_on_auth(ep, &m.u.auth);
+            return;
+        }
+        break;
+    case XP_HS_AUTH_SENT:
+        if (m.type == NA_WIRE_MSG_HELLO_OK) {
+            ep->peer_heartbeat_ms = m.u.hello_ok.heartbeat_ms;
+            ep->state = NA_XP_EP_READY;
+            ep->hs_status = NA_OK;
+            ep->hs_step = XP_HS_DONE;
+            return;
+        }
+        break;
+    }
+    snprintf(text, sizeof(text), "unexpected %s during the handshake", na_wire_type_name(m.type));
+    xp_hs_refuse(ep, NA_WIRE_REFUSE_PROTO, NA_ERR_PROTO, text);
+}

@@ -1,0 +1,455 @@
+/* rdma/xp_worker.c — the node half of the transport: UCP context and worker,
+ * progress and blocking waits on the worker's event fd, the owner's message
+ * queue, registered buffers and the pool of rendezvous landing buffers. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/wire.h"
+#include "rdma/xp_internal.h"
+
+uint64_t na_xp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Absolute deadline timeout_ms from now. Cannot fail. */
+uint64_t na_xp_deadline(int timeout_ms)
+{
+    return na_xp_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+}
+
+na_xp_tls_t na_xp_tls_parse(const char *s)
+{
+    if (s == NULL || !strcmp(s, "auto") || s[0] == '\0')
+        return NA_XP_TLS_AUTO;
+    if (!strcmp(s, "shm"))
+        return NA_XP_TLS_SHM;
+    if (!strcmp(s, "tcp"))
+        return NA_XP_TLS_TCP;
+    return NA_XP_TLS_RAW;
+}
+
+const char *na_xp_tls_name(na_xp_tls_t tls)
+{
+    switch (tls) {
+    case NA_XP_TLS_AUTO: return "auto";
+    case NA_XP_TLS_SHM:  return "shm";
+    case NA_XP_TLS_TCP:  return "tcp";
+    case NA_XP_TLS_RAW:  return "raw";
+    }
+    return "?";
+}
+
+/* The UCX_TLS value for the options, or NULL to keep UCX's default. */
+static const char *xp_tls_string(const na_xp_opts_t *o)
+{
+    switch (o->tls) {
+    case NA_XP_TLS_SHM: return "sm,self,tcp";
+    case NA_XP_TLS_TCP: return "tcp,self";
+    case NA_XP_TLS_RAW: return o->tls_raw;
+    default:            return NULL;
+    }
+}
+
+/* Copy and default the options into xp. Fails with NA_ERR_INVALID. */
+static na_status_t xp_opts_init(na_xp_t *xp, const na_xp_opts_t *o)
+{
+    if (o->secret == NULL || o->secret_len == 0)
+        return na_err(NA_ERR_INVALID, "transport: a cluster secret is required");
+    if (o->tls == NA_XP_TLS_RAW && (o->tls_raw == NULL || o->tls_raw[0] == '\0' ||
+                                    strlen(o->tls_raw) >= sizeof(xp->tls_raw)))
+        return na_err(NA_ERR_INVALID, "transport: tls 'raw' needs a UCX_TLS string of 1..%zu chars",
+                      sizeof(xp->tls_raw) - 1);
+    if (o->name != NULL && strlen(o->name) >= sizeof(xp->name))
+        return na_err(NA_ERR_INVALID, "transport: node name '%s' longer than %d chars",
+                      o->name, NA_XP_NAME_MAX - 1);
+    xp->opts = *o;
+    snprintf(xp->name, sizeof(xp->name), "%s", o->name && o->name[0] ? o->name : "node");
+    xp->opts.name = xp->name;
+    if (o->cluster != NULL && (o->cluster[0] == '\0' || strlen(o->cluster) >= sizeof(xp->cluster)))
+        return na_err(NA_ERR_INVALID, "transport: cluster name must be 1..%d chars",
+                      NA_XP_NAME_MAX - 1);
+    snprintf(xp->cluster, sizeof(xp->cluster), "%s", o->cluster ? o->cluster : "nearattn");
+    xp->opts.cluster = xp->cluster;
+    if (xp->opts.role == 0)
+        xp->opts.role = NA_WIRE_ROLE_TOOL;
+    if (o->tls == NA_XP_TLS_RAW) {
+        snprintf(xp->tls_raw, sizeof(xp->tls_raw), "%s", o->tls_raw);
+        xp->opts.tls_raw = xp->tls_raw;
+    } else {
+        xp->opts.tls_raw = NULL;
+    }
+    xp->secret = malloc(o->secret_len);
+    if (xp->secret == NULL)
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    memcpy(xp->secret, o->secret, o->secret_len);
+    xp->secret_len = o->secret_len;
+    xp->opts.secret = xp->secret;
+    if (xp->opts.timeout_ms <= 0)
+        xp->opts.timeout_ms = 5000;
+    if (xp->opts.max_msg == 0)
+        xp->opts.max_msg = (size_t)256 << 20;
+    if (xp->opts.spin_us == 0)
+        xp->opts.spin_us = 50;
+    return NA_OK;
+}
+
+/* Read the UCX configuration, apply the TLS choice and create the context.
+ * Fails with NA_ERR_TRANSPORT. */
+static na_status_t xp_context_create(na_xp_t *xp)
+{
+    ucp_config_t *cfg;
+    ucp_params_t params;
+    ucs_status_t us;
+    const char *tls = xp_tls_string(&xp->opts);
+    char ka[32];
+
+    us = ucp_config_read(NULL, NULL, &cfg);
+    if (us != UCS_OK)
+        return na_err(NA_ERR_TRANSPORT, "ucp_config_read: %s", ucs_status_string(us));
+    if (tls != NULL) {
+        us = ucp_config_modify(cfg, "TLS", tls);
+        if (us != UCS_OK) {
+            ucp_config_release(cfg);
+            return na_err(NA_ERR_TRANSPORT, "transport: UCX_TLS='%s' rejected: %s", tls,
+                          ucs_status_string(us));
+        }
+    }
+    /* Peers that vanish without a word (kill -9 over shared memory) are found
+     * by UCX keepalive: probe at a third of our wait limit. */
+    snprintf(ka, sizeof(ka), "%dms", xp->opts.timeout_ms / 3 > 0 ? xp->opts.timeout_ms / 3 : 1);
+    us = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka);
+    if (us != UCS_OK)
+        na_log_debug("transport: KEEPALIVE_INTERVAL not settable: %s", ucs_status_string(us));
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+    params.features   = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.name       = xp->name;
+    us = ucp_init(&params, cfg, &xp->ctx);
+    ucp_config_release(cfg);
+    if (us != UCS_OK)
+        return na_err(NA_ERR_TRANSPORT, "ucp_init (tls %s): %s", tls ? tls : "auto",
+                      ucs_status_string(us));
+    return NA_OK;
+}
+
+na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
+{
+    ucp_worker_params_t wp;
+    ucs_status_t us;
+    na_status_t st;
+    na_xp_t *xp;
+
+    if (opts == NULL || xp_p == NULL)
+        return na_err(NA_ERR_INVALID, "na_xp_create: NULL argument");
+    xp = calloc(1, sizeof(*xp));
+    if (xp == NULL)
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    xp->efd = -1;
+    st = xp_opts_init(xp, opts);
+    if (st != NA_OK)
+        goto err_free;
+    st = xp_context_create(xp);
+    if (st != NA_OK)
+        goto err_free;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wp.events      = UCP_WAKEUP_RX | UCP_WAKEUP_TX | UCP_WAKEUP_AMO | UCP_WAKEUP_RMA;
+    us = ucp_worker_create(xp->ctx, &wp, &xp->worker);
+    if (us != UCS_OK) {
+        st = na_err(NA_ERR_TRANSPORT, "ucp_worker_create: %s", ucs_status_string(us));
+        goto err_cleanup_context;
+    }
+    us = ucp_worker_get_efd(xp->worker, &xp->efd);
+    if (us != UCS_OK) {
+        st = na_err(NA_ERR_TRANSPORT, "ucp_worker_get_efd: %s", ucs_status_string(us));
+        goto err_destroy_worker;
+    }
+    st = na_xp_ep_setup(xp);
+    if (st != NA_OK)
+        goto err_destroy_worker;
+    *xp_p = xp;
+    return NA_OK;
+
+err_destroy_worker:
+    ucp_worker_destroy(xp->worker);
+err_cleanup_context:
+    ucp_cleanup(xp->ctx);
+err_free:
+    free(xp->secret);
+    free(xp);
+    return st;
+}
+
+/* Free every buffer kept in the landing pool. */
+static void xp_pool_drain(na_xp_t *xp)
+{
+    int c;
+    for (c = 0; c < NA_XP_POOL_CLASSES; c++) {
+        while (xp->pool[c] != NULL) {
+            na_xp_buf_t *b = xp->pool[c];
+            xp->pool[c] = b->next;
+            na_xp_buf_destroy(xp, b);
+        }
+        xp->pool_count[c] = 0;
+    }
+}
+
+void na_xp_destroy(na_xp_t *xp)
+{
+    if (xp == NULL)
+        return;
+    if (xp->listener != NULL) {
+        ucp_listener_destroy(xp->listener);
+        xp->listener = NULL;
+    }
+    na_xp_ep_close_all(xp);
+    /* Drop what the owner never took; pending payloads are gone with the eps.
+     * servicing = 1 keeps endpoint records alive until freed below. */
+    xp->servicing = 1;
+    while (xp->q_head != NULL) {
+        na_xp_msg_t *m = xp->q_head;
+        xp->q_head = m->next;
+        m->ready = 1;
+        na_xp_msg_release(xp, m);
+    }
+    while (xp->ctl_head != NULL) {
+        na_xp_ctl_t *c = xp->ctl_head;
+        xp->ctl_head = c->next;
+        free(c);
+    }
+    na_xp_ep_free_all(xp);
+    xp_pool_drain(xp);
+    ucp_worker_destroy(xp->worker);
+    ucp_cleanup(xp->ctx);
+    if (xp->secret != NULL)
+        memset(xp->secret, 0, xp->secret_len);
+    free(xp->secret);
+    free(xp);
+}
+
+/* Handle work that cannot run inside UCX callbacks: handshake messages,
+ * failed endpoints. Not re-entrant (guarded). */
+static void xp_service(na_xp_t *xp)
+{
+    if (xp->servicing)
+        return;
+    xp->servicing = 1;
+    na_xp_accept(xp);
+    while (xp->ctl_head != NULL) {
+        na_xp_ctl_t *c = xp->ctl_head;
+        xp->ctl_head = c->next;
+        if (xp->ctl_head == NULL)
+            xp->ctl_tail = NULL;
+        na_xp_hs_handle(c->ep, c->data, c->len);
+        na_xp_ep_unref(c->ep);
+        free(c);
+    }
+    na_xp_ep_sweep(xp);
+    xp->servicing = 0;
+}
+
+int na_xp_progress(na_xp_t *xp)
+{
+    int n = 0, k;
+    while ((k = (int)ucp_worker_progress(xp->worker)) > 0)
+        n += k;
+    xp_service(xp);
+    return n;
+}
+
+/* Sleep on the worker's event fd until something happens or deadline. */
+static void xp_sleep(na_xp_t *xp, uint64_t deadline_ns)
+{
+    struct pollfd pfd;
+    uint64_t now = na_xp_now_ns();
+    int ms;
+
+    if (now >= deadline_ns)
+        return;
+    if (ucp_worker_arm(xp->worker) == UCS_ERR_BUSY)
+        return;                       /* events pending: progress again */
+    ms = (int)((deadline_ns - now + 999999) / 1000000);
+    if (ms > 100)
+        ms = 100;                     /* re-check sweeps now and then */
+    pfd.fd = xp->efd;
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+    (void)poll(&pfd, 1, ms);
+}
+
+int na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns)
+{
+    uint64_t spin_until = na_xp_now_ns() +
+        (xp->opts.spin_us > 0 ? (uint64_t)xp->opts.spin_us * 1000ull : 0);
+
+    for (;;) {
+        uint64_t now;
+        int n = na_xp_progress(xp);
+        if (done(arg))
+            return 1;
+        now = na_xp_now_ns();
+        if (now >= deadline_ns)
+            return 0;
+        if (n > 0 || now < spin_until)
+            continue;
+        xp_sleep(xp, deadline_ns);
+    }
+}
+
+void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
+{
+    msg->next = NULL;
+    if (xp->q_tail != NULL)
+        xp->q_tail->next = msg;
+    else
+        xp->q_head = msg;
+    xp->q_tail = msg;
+}
+
+/* Drop queue-head entries that failed (payload lost with its peer); 1 if the
+ * head is now a deliverable message. */
+static int xp_queue_ready(void *arg)
+{
+    na_xp_t *xp = arg;
+    while (xp->q_head != NULL && xp->q_head->ready < 0) {
+        na_xp_msg_t *m = xp->q_head;
+        xp->q_head = m->next;
+        if (xp->q_head == NULL)
+            xp->q_tail = NULL;
+        na_xp_msg_release(xp, m);
+    }
+    return xp->q_head != NULL && xp->q_head->ready > 0;
+}
+
+na_status_t na_xp_recv(na_xp_t *xp, int timeout_ms, na_xp_msg_t **msg_p)
+{
+    na_xp_msg_t *m;
+    uint64_t deadline = na_xp_deadline(timeout_ms < 0 ? xp->opts.timeout_ms : timeout_ms);
+
+    if (!xp_queue_ready(xp) && !na_xp_wait_for(xp, xp_queue_ready, xp, deadline))
+        return NA_ERR_TIMEOUT;
+    m = xp->q_head;
+    xp->q_head = m->next;
+    if (xp->q_head == NULL)
+        xp->q_tail = NULL;
+    m->next = NULL;
+    *msg_p = m;
+    return NA_OK;
+}
+
+void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
+{
+    if (msg == NULL)
+        return;
+    if (msg->ucx_desc != NULL)
+        ucp_am_data_release(xp->worker, msg->ucx_desc);
+    if (msg->pool_buf != NULL)
+        na_xp_pool_put(xp, msg->pool_buf);
+    if (msg->heap)
+        free(msg->data);
+    if (msg->ep != NULL)
+        na_xp_ep_unref(msg->ep);
+    free(msg);
+}
+
+na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_buf_t **buf_p)
+{
+    ucp_mem_map_params_t mp;
+    ucp_mem_attr_t attr;
+    ucp_mem_h memh;
+    ucs_status_t us;
+    na_xp_buf_t *b;
+
+    if (mem != NA_XP_MEM_HOST)
+        return na_err(NA_ERR_UNSUPPORTED, "transport: only host memory buffers are built here");
+    if (size == 0)
+        return na_err(NA_ERR_INVALID, "transport: buffer of 0 bytes");
+    b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                     UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address     = NULL;
+    mp.length      = size;
+    mp.flags       = UCP_MEM_MAP_ALLOCATE;
+    mp.memory_type = UCS_MEMORY_TYPE_HOST;
+    us = ucp_mem_map(xp->ctx, &mp, &memh);
+    if (us != UCS_OK) {
+        free(b);
+        return na_err(NA_ERR_NOMEM, "ucp_mem_map(%zu bytes): %s", size, ucs_status_string(us));
+    }
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    us = ucp_mem_query(memh, &attr);
+    if (us != UCS_OK) {
+        ucp_mem_unmap(xp->ctx, memh);
+        free(b);
+        return na_err(NA_ERR_TRANSPORT, "ucp_mem_query: %s", ucs_status_string(us));
+    }
+    b->ptr  = attr.address;
+    b->size = size;
+    b->mem  = mem;
+    b->memh = memh;
+    *buf_p = b;
+    return NA_OK;
+}
+
+void na_xp_buf_destroy(na_xp_t *xp, na_xp_buf_t *buf)
+{
+    if (buf == NULL)
+        return;
+    ucp_mem_unmap(xp->ctx, (ucp_mem_h)buf->memh);
+    free(buf);
+}
+
+/* Size class of len: smallest c with (4 KiB << c) >= len, or -1 if too big. */
+static int xp_pool_class(size_t len)
+{
+    int c;
+    for (c = 0; c < NA_XP_POOL_CLASSES; c++)
+        if (((size_t)1 << (NA_XP_POOL_MIN_SHIFT + c)) >= len)
+            return c;
+    return -1;
+}
+
+na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len)
+{
+    na_xp_buf_t *b;
+    int c = xp_pool_class(len);
+
+    if (c < 0)
+        return NULL;
+    if (xp->pool[c] != NULL) {
+        b = xp->pool[c];
+        xp->pool[c] = b->next;
+        xp->pool_count[c]--;
+        b->next = NULL;
+        return b;
+    }
+    if (na_xp_buf_create(xp, (size_t)1 << (NA_XP_POOL_MIN_SHIFT + c), NA_XP_MEM_HOST, &b) != NA_OK) {
+        na_log_warn("transport: landing buffer of %zu bytes: %s", len, na_errmsg());
+        return NULL;
+    }
+    return b;
+}
+
+void na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf)
+{
+    int c = xp_pool_class(buf->size);
+    if (c < 0 || ((size_t)1 << (NA_XP_POOL_MIN_SHIFT + c)) != buf->size ||
+        xp->pool_count[c] >= NA_XP_POOL_KEEP) {
+        na_xp_buf_destroy(xp, buf);
+        return;
+    }
+    buf->next = xp->pool[c];
+    xp->pool[c] = buf;
+    xp->pool_count[c]++;
+}

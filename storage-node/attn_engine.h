@@ -1,0 +1,107 @@
+/* storage-node/attn_engine.h — the attention engine of one device slot.
+ *
+ * An engine computes exact decode attention for a batch of entries
+ * {request, layer, q, k_new, v_new} over the KV the slot's store holds
+ * (DRAM blocks, SSD blocks, writeback buffer) and writes o. The interface is
+ * asynchronous and incremental, so that attention starts on the first
+ * entries of a message while later ones are still arriving (Lamina §5.2.1):
+ *
+ *     na_attn_batch_t *b;
+ *     na_attn_batch_begin(e, &b);
+ *     na_attn_submit(e, b, entries, 4);     // work starts at once
+ *     na_attn_submit(e, b, entries + 4, 4); // more as they arrive
+ *     na_attn_batch_close(e, b);            // no more; prefetch next layer
+ *     na_attn_batch_wait(e, b);             // entry[i].status, entry[i].o
+ *
+ * Engines are chosen per slot by name through one table: "cpu" here;
+ * "cuda" and "csd" plug in behind the same calls (NA_ERR_UNSUPPORTED now).
+ *
+ * CPU engine: the context of an entry is cut into granules of split_tokens
+ * tokens (flash-decoding); each granule's online-softmax partial is computed
+ * by one of n_threads workers through the kernels table (ops->attn_partial,
+ * each K/V block read once for all query heads of its KV head, f32
+ * accumulation) and the partials are merged in granule order, so results do
+ * not depend on tiers, threads or timing. Granules with SSD blocks are read
+ * by an I/O thread with io_uring into staging chunks (large reads, queue
+ * depth); at batch close the SSD blocks of the next prefetch_layers layers
+ * of the same requests are read ahead (prefetch.c).
+ *
+ * Threading: begin/submit/close/wait are called from the slot's loop thread
+ * (the same thread that uses the store). */
+#ifndef NA_ATTN_ENGINE_H
+#define NA_ATTN_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kernels/kernels.h"
+#include "storage-node/kv_store.h"
+
+/* One unit of decode attention. Shapes are those of the request on this
+ * slot: n_kvh KV heads (as opened) and n_kvh*group query heads. */
+typedef struct {
+    uint64_t     req;        /* request id */
+    int          layer;
+    int          n_q_heads;  /* query heads sent (must be n_kvh*group) */
+    int          n_kv_heads; /* KV heads sent (must be the request's n_kvh) */
+    const float *q;          /* (n_q_heads*head_dim), RoPE applied */
+    const float *k_new;      /* (n_kv_heads*head_dim) row to append first, or NULL */
+    const float *v_new;      /* (n_kv_heads*head_dim), NULL iff k_new is NULL */
+    float       *o;          /* (n_q_heads*head_dim) output */
+    /* results, set by na_attn_batch_wait */
+    na_status_t  status;
+    char         reason[200];
+} na_attn_entry_t;
+
+typedef struct {
+    int                n_threads;       /* compute workers (>= 1) */
+    int                group;           /* query heads per KV head (GQA ratio) */
+    int                max_kv_heads;    /* most KV heads a request holds here (sizes chunks) */
+    int                split_tokens;    /* tokens per granule (multiple of block_tokens) */
+    int                stage_chunks;    /* staging chunks for SSD reads (>= 2) */
+    int                io_depth;        /* reads in flight (>= 8 recommended) */
+    int                prefetch_layers; /* 0 = off, else layers read ahead at close */
+    const char        *kernels;         /* kernels backend name, "cpu" */
+    na_kv_io_factory_t io_factory;      /* NULL = io_uring */
+    void              *io_arg;
+} na_attn_engine_cfg_t;
+
+typedef struct na_attn_engine na_attn_engine_t;
+typedef struct na_attn_batch  na_attn_batch_t;
+
+typedef struct {
+    uint64_t entries, entries_failed;
+    uint64_t granules, granules_ssd;
+    uint64_t ssd_bytes_read;         /* demand + prefetch reads completed */
+    uint64_t prefetch_hits, prefetch_issued;
+    uint64_t tokens;                 /* context tokens attended */
+} na_attn_stats_t;
+
+/* Fill cfg with defaults (1 thread, group 1, 8 KV heads, split 1024, 8 chunks,
+ * depth 32, prefetch 1, kernels "cpu"). */
+void        na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg);
+/* Create engine `kind` ("cpu") over store. Starts its threads. Fails with
+ * NA_ERR_UNSUPPORTED for an unknown/absent kind, NA_ERR_RANGE for bad cfg. */
+na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
+                                  const na_attn_engine_cfg_t *cfg, na_attn_engine_t **e_p);
+/* Waits for the work in flight, stops the threads, frees everything. */
+void        na_attn_engine_destroy(na_attn_engine_t *e);
+
+na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p);
+/* Validate and start n entries: appends k_new/v_new to the store, takes a
+ * view and queues the work. An entry that fails validation completes at
+ * once with its status and reason; the call itself fails only for engine
+ * errors (out of memory). Entries must stay valid until wait returns. */
+na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b,
+                           na_attn_entry_t *entries, int n);
+/* No more entries for b; starts the layer-ahead prefetch. */
+na_status_t na_attn_batch_close(na_attn_engine_t *e, na_attn_batch_t *b);
+/* Block until every entry of b completed, release its views, propagate
+ * failures to the store (a failed read fails its request), free b. */
+na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b);
+
+void        na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out);
+const char *na_attn_engine_kind(const na_attn_engine_t *e);
+
+#endif /* NA_ATTN_ENGINE_H */

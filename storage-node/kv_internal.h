@@ -1,0 +1,90 @@
+/* storage-node/kv_internal.h — private structures of the KV store shared by
+ * kv_store.c, kv_dram.c and writeback.c. Not for other modules. */
+#ifndef NA_KV_INTERNAL_H
+#define NA_KV_INTERNAL_H
+
+#include "storage-node/kv_store.h"
+
+#define NA_KV_HDR_BYTES   NA_KV_ALIGN
+#define NA_KV_HDR_MAGIC   0x3130564b414e4e41ull   /* "ANNAKV01" little-endian */
+#define NA_KV_MAX_LAYERS  1000                     /* fits the header block */
+#define NA_KV_HASH        256
+
+typedef struct {
+    int            n_tokens;       /* rows appended */
+    int            n_committed;    /* rows in committed (non-BUF) blocks = full blocks spilled */
+    int            n_durable;      /* rows known to be on the SSD */
+    int            n_spilled;      /* rows covered by submitted spills */
+    int            pending_steps;  /* decode appends since the last spill */
+    int            writes;         /* spill writes in flight */
+    int            busy;           /* views held */
+    int            deferred;       /* blocks written while busy: finish at release */
+    na_kv_block_t *blocks;         /* (max_blocks) */
+} na_kv_layer_t;
+
+struct na_kv_req {
+    uint64_t       id;
+    int            max_tokens;
+    int            n_kvh;
+    int            max_blocks;     /* per layer */
+    size_t         block_bytes;
+    int            has_ext;
+    uint64_t       ext_off;        /* header at ext_off, layer l at ext_off + 4 KiB + l*max_blocks*bs */
+    uint64_t       ext_len;
+    uint64_t       dram_reserved;  /* budget reserved at open */
+    uint64_t       dram_tier;      /* budget charged for DRAM-tier blocks */
+    uint64_t       seq;            /* generation written in the header */
+    int            writes;         /* all writes in flight (data + header) */
+    int            hdr_dirty;      /* durable counts changed since the last header write */
+    int            hdr_writing;
+    void          *hdr_buf;        /* NA_KV_HDR_BYTES, aligned */
+    na_status_t    fail_st;
+    char           reason[240];
+    na_kv_layer_t *layers;         /* (n_layers) */
+    na_kv_req_t   *next;           /* hash chain */
+};
+
+/* One DRAM block kept for reuse. */
+typedef struct na_kv_free_blk {
+    struct na_kv_free_blk *next;
+    size_t                 bytes;
+} na_kv_free_blk_t;
+
+struct na_kv_store {
+    na_kv_store_cfg_t cfg;
+    char              dir[512];
+    int               has_ssd;
+    na_kv_file_t      file;
+    na_kv_io_t       *io;          /* writeback / prefill writes (this thread) */
+    int               io_inflight;
+    na_kv_req_t      *hash[NA_KV_HASH];
+    uint64_t          next_seq;
+    uint64_t          dram_used;   /* reservations + DRAM-tier charges */
+    na_kv_free_blk_t *free_blks;   /* cached block memory */
+    uint64_t          free_bytes;
+    na_kv_stats_t     st;
+};
+
+/* kv_dram.c — block memory and the DRAM byte budget. */
+void       *na_kv_dram_block_get(na_kv_store_t *s, size_t bytes);
+void        na_kv_dram_block_put(na_kv_store_t *s, void *mem, size_t bytes);
+void        na_kv_dram_trim(na_kv_store_t *s);
+na_status_t na_kv_dram_reserve(na_kv_store_t *s, uint64_t bytes, const char *what);
+void        na_kv_dram_unreserve(na_kv_store_t *s, uint64_t bytes);
+int         na_kv_dram_fits(const na_kv_store_t *s, uint64_t bytes);
+
+/* writeback.c — spills, completions, extent headers. */
+/* Commit full buffered blocks of (r, layer) and rewrite the partial tail's
+ * SSD image; asynchronous unless sync. */
+na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync);
+/* Wait until r has no write in flight. */
+na_status_t na_kv_wait_req(na_kv_store_t *s, na_kv_req_t *r);
+/* Write r's header now (synchronous); used at open. */
+na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r);
+
+static inline uint64_t na_kv_layer_off(const na_kv_req_t *r, int layer)
+{
+    return r->ext_off + NA_KV_HDR_BYTES + (uint64_t)layer * (uint64_t)r->max_blocks * r->block_bytes;
+}
+
+#endif /* NA_KV_INTERNAL_H */

@@ -1,0 +1,455 @@
+/* storage-node/kv_store.c — request table, open/close, row appends and
+ * views of the KV store of one device slot (layout: kv_store.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+#include "common/log.h"
+#include "storage-node/kv_internal.h"
+
+static size_t na_kv_es(na_dtype_t t)
+{
+    return t == NA_DTYPE_F32 ? 4 : 2;
+}
+
+size_t na_kv_block_bytes(const na_kv_store_cfg_t *cfg, int n_kvh)
+{
+    size_t b = (size_t)n_kvh * 2u * (size_t)cfg->block_tokens * (size_t)cfg->head_dim *
+               na_kv_es(cfg->kv_dtype);
+    return (b + NA_KV_ALIGN - 1) / NA_KV_ALIGN * NA_KV_ALIGN;
+}
+
+const na_kv_store_cfg_t *na_kv_store_cfg(const na_kv_store_t *s)
+{
+    return &s->cfg;
+}
+
+static na_status_t na_kv_cfg_check(const na_kv_store_cfg_t *c)
+{
+    if (c->n_layers < 1 || c->n_layers > NA_KV_MAX_LAYERS)
+        return na_err(NA_ERR_RANGE, "kv store: n_layers = %d out of range [1, %d]",
+                      c->n_layers, NA_KV_MAX_LAYERS);
+    if (c->head_dim < 1 || c->head_dim > 1024)
+        return na_err(NA_ERR_RANGE, "kv store: head_dim = %d out of range [1, 1024]", c->head_dim);
+    if (c->block_tokens < 1 || c->block_tokens > 65536)
+        return na_err(NA_ERR_RANGE, "kv store: block_tokens = %d out of range [1, 65536]",
+                      c->block_tokens);
+    if (c->kv_dtype != NA_DTYPE_F16 && c->kv_dtype != NA_DTYPE_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "kv store: kv_dtype %s not supported (f16, f32)",
+                      na_dtype_name(c->kv_dtype));
+    if (c->spill_interval < 1 || c->spill_interval > 4096)
+        return na_err(NA_ERR_RANGE, "kv store: spill_interval = %d out of range [1, 4096]",
+                      c->spill_interval);
+    if (c->io_depth < 1 || c->io_depth > 1024)
+        return na_err(NA_ERR_RANGE, "kv store: io_depth = %d out of range [1, 1024]", c->io_depth);
+    if (c->ssd_bytes > 0 && (c->dir == NULL || c->dir[0] == '\0'))
+        return na_err(NA_ERR_INVALID, "kv store: an SSD tier needs a directory");
+    return NA_OK;
+}
+
+na_status_t na_kv_store_create(const na_kv_store_cfg_t *cfg, na_kv_store_t **s_p)
+{
+    na_kv_store_t *s;
+    na_status_t st;
+
+    st = na_kv_cfg_check(cfg);
+    if (st != NA_OK)
+        return st;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return na_err(NA_ERR_NOMEM, "kv store: out of memory");
+    s->cfg = *cfg;
+    s->file.fd = -1;
+    if (cfg->dir != NULL)
+        snprintf(s->dir, sizeof(s->dir), "%s", cfg->dir);
+    s->cfg.dir = s->dir;
+    s->cfg.file_name = NULL;
+    s->next_seq = 1;
+    if (cfg->ssd_bytes > 0) {
+        st = na_kv_file_open(&s->file, s->dir, cfg->file_name ? cfg->file_name : "kv.dat",
+                             cfg->ssd_bytes, cfg->allow_buffered);
+        if (st != NA_OK)
+            goto err_free_store;
+        s->has_ssd = 1;
+        st = cfg->io_factory ? cfg->io_factory(cfg->io_arg, cfg->io_depth, &s->io)
+                             : na_kv_io_uring_create(cfg->io_depth, &s->io);
+        if (st != NA_OK)
+            goto err_close_file;
+    }
+    s->st.dram_budget = cfg->dram_bytes;
+    s->st.ssd_size = s->has_ssd ? s->file.size : 0;
+    *s_p = s;
+    return NA_OK;
+
+err_close_file:
+    na_kv_file_close(&s->file);
+err_free_store:
+    free(s);
+    return st;
+}
+
+static void na_kv_req_free_mem(na_kv_store_t *s, na_kv_req_t *r)
+{
+    int l, b;
+
+    if (r->layers != NULL) {
+        for (l = 0; l < s->cfg.n_layers; l++) {
+            na_kv_layer_t *L = &r->layers[l];
+            if (L->blocks == NULL)
+                continue;
+            for (b = 0; b < r->max_blocks; b++)
+                if (L->blocks[b].mem != NULL)
+                    na_kv_dram_block_put(s, L->blocks[b].mem, r->block_bytes);
+            free(L->blocks);
+        }
+        free(r->layers);
+    }
+    na_kv_aligned_free(r->hdr_buf);
+    free(r);
+}
+
+static void na_kv_req_drop(na_kv_store_t *s, na_kv_req_t *r)
+{
+    na_kv_req_t **pp = &s->hash[r->id % NA_KV_HASH];
+
+    while (*pp != NULL && *pp != r)
+        pp = &(*pp)->next;
+    if (*pp == r)
+        *pp = r->next;
+    if (r->has_ext)
+        na_kv_file_free(&s->file, r->ext_off, r->ext_len);
+    na_kv_dram_unreserve(s, r->dram_reserved + r->dram_tier);
+    s->st.n_requests--;
+    na_kv_req_free_mem(s, r);
+}
+
+void na_kv_store_destroy(na_kv_store_t *s)
+{
+    int h;
+
+    if (s == NULL)
+        return;
+    if (s->has_ssd)
+        (void)na_kv_poll(s, 1);
+    for (h = 0; h < NA_KV_HASH; h++)
+        while (s->hash[h] != NULL)
+            na_kv_req_drop(s, s->hash[h]);
+    na_kv_dram_trim(s);
+    na_kv_io_destroy(s->io);
+    if (s->has_ssd)
+        na_kv_file_close(&s->file);
+    free(s);
+}
+
+na_kv_req_t *na_kv_find(na_kv_store_t *s, uint64_t id)
+{
+    na_kv_req_t *r;
+    for (r = s->hash[id % NA_KV_HASH]; r != NULL; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+uint64_t na_kv_req_id(const na_kv_req_t *r) { return r->id; }
+uint64_t na_kv_req_seq(const na_kv_req_t *r) { return r->seq; }
+
+void na_kv_req_extent(const na_kv_req_t *r, uint64_t *off_p, uint64_t *len_p)
+{
+    *off_p = r->has_ext ? r->ext_off : 0;
+    *len_p = r->has_ext ? r->ext_len : 0;
+}
+int      na_kv_req_n_kvh(const na_kv_req_t *r) { return r->n_kvh; }
+
+int na_kv_req_tokens(const na_kv_req_t *r, int layer)
+{
+    return r->layers[layer].n_tokens;
+}
+
+void na_kv_req_fail(na_kv_req_t *r, na_status_t st, const char *reason)
+{
+    if (r->fail_st != NA_OK)
+        return;
+    r->fail_st = st;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    na_log_warn("kv: request %llu failed: %s", (unsigned long long)r->id, reason);
+}
+
+na_status_t na_kv_req_check(na_kv_req_t *r)
+{
+    if (r->fail_st == NA_OK)
+        return NA_OK;
+    return na_err(r->fail_st, "request %llu failed earlier: %s",
+                  (unsigned long long)r->id, r->reason);
+}
+
+na_status_t na_kv_open(na_kv_store_t *s, uint64_t id, int max_tokens, int n_kvh)
+{
+    const na_kv_store_cfg_t *c = &s->cfg;
+    na_kv_req_t *r;
+    na_status_t st;
+    uint64_t layer_bytes;
+    int l, buf_blocks;
+    char what[96];
+
+    if (na_kv_find(s, id) != NULL)
+        return na_err(NA_ERR_BUSY, "request %llu is already open", (unsigned long long)id);
+    if (max_tokens < 1 || max_tokens > (1 << 24))
+        return na_err(NA_ERR_RANGE, "request %llu: max_tokens = %d out of range [1, %d]",
+                      (unsigned long long)id, max_tokens, 1 << 24);
+    if (n_kvh < 1 || n_kvh > 1024)
+        return na_err(NA_ERR_RANGE, "request %llu: n_kv_heads = %d out of range [1, 1024]",
+                      (unsigned long long)id, n_kvh);
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return na_err(NA_ERR_NOMEM, "kv open: out of memory");
+    r->id = id;
+    r->max_tokens = max_tokens;
+    r->n_kvh = n_kvh;
+    r->max_blocks = (max_tokens + c->block_tokens - 1) / c->block_tokens;
+    r->block_bytes = na_kv_block_bytes(c, n_kvh);
+    layer_bytes = (uint64_t)r->max_blocks * r->block_bytes;
+    r->layers = calloc((size_t)c->n_layers, sizeof(*r->layers));
+    if (r->layers == NULL)
+        goto err_nomem;
+    for (l = 0; l < c->n_layers; l++) {
+        r->layers[l].blocks = calloc((size_t)r->max_blocks, sizeof(na_kv_block_t));
+        if (r->layers[l].blocks == NULL)
+            goto err_nomem;
+    }
+    /* DRAM: the writeback buffer's worst case, or everything without SSD */
+    buf_blocks = (c->spill_interval + c->block_tokens - 1) / c->block_tokens + 1;
+    if (buf_blocks > r->max_blocks)
+        buf_blocks = r->max_blocks;
+    r->dram_reserved = s->has_ssd ? (uint64_t)buf_blocks * r->block_bytes * (uint64_t)c->n_layers
+                                  : layer_bytes * (uint64_t)c->n_layers;
+    snprintf(what, sizeof(what), "request %llu (%d tokens)", (unsigned long long)id, max_tokens);
+    st = na_kv_dram_reserve(s, r->dram_reserved, what);
+    if (st != NA_OK) {
+        r->dram_reserved = 0;
+        goto err_refused;
+    }
+    if (s->has_ssd) {
+        r->ext_len = NA_KV_HDR_BYTES + layer_bytes * (uint64_t)c->n_layers;
+        st = na_kv_file_alloc(&s->file, r->ext_len, &r->ext_off);
+        if (st != NA_OK) {
+            na_err_prefix(st, "request %llu refused: ", (unsigned long long)id);
+            goto err_unreserve;
+        }
+        r->has_ext = 1;
+        r->hdr_buf = na_kv_aligned_alloc(NA_KV_HDR_BYTES);
+        if (r->hdr_buf == NULL)
+            goto err_free_ext_nomem;
+    }
+    r->seq = s->next_seq++;
+    r->next = s->hash[id % NA_KV_HASH];
+    s->hash[id % NA_KV_HASH] = r;
+    s->st.n_requests++;
+    if (s->has_ssd) {
+        st = na_kv_header_write_sync(s, r);
+        if (st != NA_OK) {
+            na_kv_req_drop(s, r);
+            return st;
+        }
+    }
+    return NA_OK;
+
+err_free_ext_nomem:
+    na_kv_file_free(&s->file, r->ext_off, r->ext_len);
+    na_kv_dram_unreserve(s, r->dram_reserved);
+    na_kv_req_free_mem(s, r);
+    return na_err(NA_ERR_NOMEM, "kv open: out of memory");
+err_unreserve:
+    na_kv_dram_unreserve(s, r->dram_reserved);
+err_refused:
+    s->st.n_refused++;
+    na_kv_req_free_mem(s, r);
+    return st;
+err_nomem:
+    na_kv_req_free_mem(s, r);
+    return na_err(NA_ERR_NOMEM, "kv open: out of memory");
+}
+
+na_status_t na_kv_close(na_kv_store_t *s, uint64_t id)
+{
+    na_kv_req_t *r = na_kv_find(s, id);
+    int l;
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "close: unknown request %llu", (unsigned long long)id);
+    for (l = 0; l < s->cfg.n_layers; l++)
+        if (r->layers[l].busy)
+            return na_err(NA_ERR_BUSY, "close: request %llu layer %d has attention in flight",
+                          (unsigned long long)id, l);
+    (void)na_kv_wait_req(s, r);       /* write errors no longer matter */
+    na_kv_req_drop(s, r);
+    return NA_OK;
+}
+
+/* Copy one row of n elements from src (src_dtype) to dst (kv dtype). */
+static void na_kv_row_put(void *dst, na_dtype_t kv, const void *src, na_dtype_t sdt, int n)
+{
+    int i;
+    if (sdt == kv) {
+        memcpy(dst, src, (size_t)n * na_kv_es(kv));
+    } else if (kv == NA_DTYPE_F16) {          /* f32 -> f16, round to nearest even */
+        const float *f = src;
+        uint16_t *h = dst;
+        i = 0;
+#ifdef __F16C__
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(f + i), 0));
+#endif
+        for (; i < n; i++)
+            h[i] = na_f32_to_f16(f[i]);
+    } else {                                  /* f16 -> f32 */
+        const uint16_t *h = src;
+        float *f = dst;
+        for (i = 0; i < n; i++)
+            f[i] = na_f16_to_f32(h[i]);
+    }
+}
+
+na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void *k,
+                         const void *v, na_dtype_t src_dtype, size_t row_stride,
+                         int n_tok, int bulk)
+{
+    const na_kv_store_cfg_t *c = &s->cfg;
+    const int bt = c->block_tokens, hd = c->head_dim;
+    const size_t es = na_kv_es(c->kv_dtype), ses = na_kv_es(src_dtype);
+    const size_t head_bytes = 2u * (size_t)bt * (size_t)hd * es;
+    size_t src_row = (row_stride ? row_stride : (size_t)r->n_kvh * (size_t)hd) * ses;
+    na_kv_layer_t *L;
+    na_status_t st;
+    int t, h;
+
+    st = na_kv_req_check(r);
+    if (st != NA_OK)
+        return st;
+    if (layer < 0 || layer >= c->n_layers)
+        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
+                      (unsigned long long)r->id, layer, c->n_layers);
+    if (src_dtype != NA_DTYPE_F32 && src_dtype != c->kv_dtype)
+        return na_err(NA_ERR_INVALID, "request %llu: rows in %s, store holds %s",
+                      (unsigned long long)r->id, na_dtype_name(src_dtype),
+                      na_dtype_name(c->kv_dtype));
+    L = &r->layers[layer];
+    if (L->busy)
+        return na_err(NA_ERR_BUSY, "request %llu layer %d: attention in flight",
+                      (unsigned long long)r->id, layer);
+    if (n_tok < 0 || n_tok > r->max_tokens - L->n_tokens)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: %d + %d tokens exceed max_tokens %d",
+                      (unsigned long long)r->id, layer, L->n_tokens, n_tok, r->max_tokens);
+    for (t = 0; t < n_tok; t++) {
+        int pos = L->n_tokens, b = pos / bt, row = pos % bt;
+        na_kv_block_t *blk = &L->blocks[b];
+        const char *kr = (const char *)k + (size_t)t * src_row;
+        const char *vr = (const char *)v + (size_t)t * src_row;
+
+        if (blk->loc == NA_KV_LOC_NONE) {
+            blk->mem = na_kv_dram_block_get(s, r->block_bytes);
+            if (blk->mem == NULL)
+                return na_err(NA_ERR_NOMEM, "request %llu: out of memory for a KV block",
+                              (unsigned long long)r->id);
+            memset(blk->mem, 0, r->block_bytes);
+            blk->loc = NA_KV_LOC_BUF;
+            blk->keep = blk->written = 0;
+        }
+        for (h = 0; h < r->n_kvh; h++) {
+            char *base = (char *)blk->mem + (size_t)h * head_bytes + (size_t)row * hd * es;
+            na_kv_row_put(base, c->kv_dtype, kr + (size_t)h * hd * ses, src_dtype, hd);
+            na_kv_row_put(base + (size_t)bt * hd * es, c->kv_dtype,
+                          vr + (size_t)h * hd * ses, src_dtype, hd);
+        }
+        L->n_tokens++;
+        /* bulk: commit each megabyte of full blocks as it fills (bounded memory) */
+        if (bulk && (L->n_tokens % bt) == 0 &&
+            (size_t)(L->n_tokens - L->n_committed) / bt * r->block_bytes >= NA_KV_IO_MAX) {
+            st = na_kv_spill(s, r, layer, 0);
+            if (st != NA_OK)
+                return st;
+        }
+    }
+    s->st.bytes_appended += (uint64_t)n_tok * 2u * r->n_kvh * hd * es;
+    if (bulk)
+        return na_kv_spill(s, r, layer, 0);
+    L->pending_steps++;
+    if (L->pending_steps >= c->spill_interval)
+        return na_kv_spill(s, r, layer, 0);
+    return NA_OK;
+}
+
+na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t *view)
+{
+    na_kv_layer_t *L;
+    na_status_t st;
+
+    memset(view, 0, sizeof(*view));
+    st = na_kv_req_check(r);
+    if (st != NA_OK)
+        return st;
+    if (layer < 0 || layer >= s->cfg.n_layers)
+        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
+                      (unsigned long long)r->id, layer, s->cfg.n_layers);
+    L = &r->layers[layer];
+    view->req = r;
+    view->layer = layer;
+    view->n_tokens = L->n_tokens;
+    view->n_blocks = (L->n_tokens + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
+    view->n_kvh = r->n_kvh;
+    view->block_bytes = r->block_bytes;
+    view->fd = s->has_ssd ? s->file.fd : -1;
+    view->ssd_off = r->has_ext ? na_kv_layer_off(r, layer) : 0;
+    if (view->n_blocks > 0) {
+        view->blocks = malloc(sizeof(na_kv_block_t) * (size_t)view->n_blocks);
+        if (view->blocks == NULL)
+            return na_err(NA_ERR_NOMEM, "kv view: out of memory");
+        memcpy(view->blocks, L->blocks, sizeof(na_kv_block_t) * (size_t)view->n_blocks);
+    }
+    L->busy++;
+    return NA_OK;
+}
+
+void na_kv_view_release(na_kv_store_t *s, na_kv_view_t *view)
+{
+    na_kv_layer_t *L;
+    int b;
+
+    if (view->req == NULL)
+        return;
+    L = &view->req->layers[view->layer];
+    free(view->blocks);
+    view->blocks = NULL;
+    if (--L->busy == 0 && L->deferred) {
+        L->deferred = 0;
+        /* finish state changes deferred while the layer was being read */
+        for (b = 0; b < view->req->max_blocks; b++) {
+            na_kv_block_t *blk = &L->blocks[b];
+            if (blk->loc == NA_KV_LOC_WRITING && blk->written) {
+                if (blk->keep) {
+                    blk->loc = NA_KV_LOC_DRAM;
+                } else {
+                    na_kv_dram_block_put(s, blk->mem, view->req->block_bytes);
+                    blk->mem = NULL;
+                    blk->loc = NA_KV_LOC_SSD;
+                }
+                blk->written = 0;
+            }
+        }
+    }
+    view->req = NULL;
+}
+
+void na_kv_stats(na_kv_store_t *s, na_kv_stats_t *out)
+{
+    *out = s->st;
+    out->dram_used = s->dram_used;
+    out->ssd_used = s->has_ssd ? s->file.used : 0;
+}
+
+void na_kv_count_read(na_kv_store_t *s, uint64_t bytes)
+{
+    s->st.bytes_read_ssd += bytes;
+}

@@ -1,0 +1,151 @@
+/* storage-node/slot.c — a device slot: KV store + attention engine with
+ * their budgets, behind the calls a node's main loop makes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage-node/slot.h"
+
+struct na_slot {
+    na_slot_common_t  common;
+    na_kv_store_t    *store;
+    na_attn_engine_t *engine;
+};
+
+void na_slot_common_default(na_slot_common_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->kv_dtype = NA_DTYPE_F16;
+    c->block_tokens = 64;
+    c->spill_interval = 2;
+    c->prefetch_layers = 1;
+    c->n_threads = 1;
+    c->io_depth = 32;
+    c->split_tokens = 1024;
+    c->stage_chunks = 8;
+}
+
+na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, na_slot_t **s_p)
+{
+    na_kv_store_cfg_t kc;
+    na_attn_engine_cfg_t ec;
+    na_slot_t *s;
+    na_status_t st;
+
+    if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0)
+        return na_err(NA_ERR_INVALID, "slot %s: n_heads %d is not a multiple of n_kv_heads %d",
+                      dev->dir ? dev->dir : "(dram)", c->n_heads, c->n_kv_heads);
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return na_err(NA_ERR_NOMEM, "slot: out of memory");
+    s->common = *c;
+    memset(&kc, 0, sizeof(kc));
+    kc.n_layers = c->n_layers;
+    kc.head_dim = c->head_dim;
+    kc.block_tokens = c->block_tokens;
+    kc.kv_dtype = c->kv_dtype;
+    kc.spill_interval = c->spill_interval;
+    kc.dram_bytes = dev->dram_bytes;
+    kc.ssd_bytes = dev->ssd_bytes;
+    kc.dir = dev->dir;
+    kc.allow_buffered = c->allow_buffered;
+    kc.no_dram_tier = c->no_dram_tier;
+    kc.io_depth = c->io_depth;
+    kc.io_factory = c->io_factory;
+    kc.io_arg = c->io_arg;
+    st = na_kv_store_create(&kc, &s->store);
+    if (st != NA_OK)
+        goto err_free_slot;
+
+    na_attn_engine_cfg_default(&ec);
+    ec.n_threads = c->n_threads;
+    ec.group = c->n_heads / c->n_kv_heads;
+    ec.max_kv_heads = c->n_kv_heads;
+    ec.split_tokens = c->split_tokens;
+    ec.stage_chunks = c->stage_chunks;
+    ec.io_depth = c->io_depth;
+    ec.prefetch_layers = c->prefetch_layers;
+    ec.io_factory = c->io_factory;
+    ec.io_arg = c->io_arg;
+    st = na_attn_engine_create(dev->engine ? dev->engine : "cpu", s->store, &ec, &s->engine);
+    if (st != NA_OK)
+        goto err_destroy_store;
+    *s_p = s;
+    return NA_OK;
+
+err_destroy_store:
+    na_kv_store_destroy(s->store);
+err_free_slot:
+    free(s);
+    return na_err_prefix(st, "slot %s: ", dev->dir ? dev->dir : "(dram)");
+}
+
+void na_slot_destroy(na_slot_t *s)
+{
+    if (s == NULL)
+        return;
+    na_attn_engine_destroy(s->engine);
+    na_kv_store_destroy(s->store);
+    free(s);
+}
+
+na_status_t na_slot_open(na_slot_t *s, uint64_t req, int max_tokens, int n_kvh)
+{
+    if (n_kvh < 1 || n_kvh > s->common.n_kv_heads)
+        return na_err(NA_ERR_RANGE, "request %llu: %d KV heads out of range [1, %d]",
+                      (unsigned long long)req, n_kvh, s->common.n_kv_heads);
+    return na_kv_open(s->store, req, max_tokens, n_kvh);
+}
+
+na_status_t na_slot_prefill(na_slot_t *s, uint64_t req, int layer, const void *k,
+                            const void *v, na_dtype_t src_dtype, size_t row_stride, int n_tok)
+{
+    na_kv_req_t *r = na_kv_find(s->store, req);
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "prefill: unknown request %llu", (unsigned long long)req);
+    if (k == NULL || v == NULL)
+        return na_err(NA_ERR_INVALID, "prefill: request %llu: missing K or V", (unsigned long long)req);
+    return na_kv_append(s->store, r, layer, k, v, src_dtype, row_stride, n_tok, 1);
+}
+
+na_status_t na_slot_prefill_done(na_slot_t *s, uint64_t req)
+{
+    na_kv_req_t *r = na_kv_find(s->store, req);
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "prefill: unknown request %llu", (unsigned long long)req);
+    return na_kv_flush(s->store, r);
+}
+
+na_status_t na_slot_decode(na_slot_t *s, na_attn_entry_t *entries, int n)
+{
+    na_attn_batch_t *b;
+    na_status_t st;
+
+    st = na_attn_batch_begin(s->engine, &b);
+    if (st != NA_OK)
+        return st;
+    st = na_attn_submit(s->engine, b, entries, n);
+    (void)na_attn_batch_close(s->engine, b);
+    (void)na_attn_batch_wait(s->engine, b);
+    return st;
+}
+
+na_status_t na_slot_release(na_slot_t *s, uint64_t req)
+{
+    return na_kv_close(s->store, req);
+}
+
+na_status_t na_slot_poll(na_slot_t *s)
+{
+    return na_kv_poll(s->store, 0);
+}
+
+void na_slot_stats(na_slot_t *s, na_slot_stats_t *out)
+{
+    na_kv_stats(s->store, &out->kv);
+    na_attn_engine_stats(s->engine, &out->attn);
+}
+
+na_attn_engine_t *na_slot_engine(na_slot_t *s) { return s->engine; }
+na_kv_store_t    *na_slot_store(na_slot_t *s) { return s->store; }

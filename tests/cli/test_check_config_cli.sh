@@ -1,0 +1,49 @@
+#!/bin/sh
+# tests/cli/test_check_config_cli.sh — `nearattn check-config`: exit 0 and a
+# plan for the shipped layouts, exit 1 with one "file:line:col: ..." line for
+# a bad layout, exit 2 for usage errors and --plan (not yet available).
+set -u
+BIN=${NA_BIN:?NA_BIN is not set}
+SRC=${NA_SOURCE_DIR:?NA_SOURCE_DIR is not set}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-cfgcli-XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+NA_KV_DIR=$TMP/kv
+export NA_KV_DIR
+FAILS=0
+CHECKS=0
+
+fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# run CODE ARGS... : exit status must be CODE
+run() {
+    code=$1; shift
+    CHECKS=$((CHECKS + 1))
+    "$BIN" check-config "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+    rc=$?
+    [ "$rc" = "$code" ] || fail "check-config $*: exit $rc, expected $code; stderr: $(cat "$TMP/err")"
+}
+
+for f in "$SRC"/cluster-configs/*.yaml; do
+    run 0 "$f"
+    grep -q '^nodes (rank' "$TMP/out" || fail "$f: no node table in the plan"
+done
+run 0 "$SRC/cluster-configs/local.yaml"
+grep -q 'storage  s1' "$TMP/out" || fail "local.yaml: plan lacks storage node s1: $(cat "$TMP/out")"
+[ -d "$TMP/kv/local/s0d0" ] || fail "local.yaml: KV directory not created under NA_KV_DIR"
+
+run 1 "$SRC/tests/data/config/port-range.yaml"
+[ "$(wc -l <"$TMP/err")" = 1 ] || fail "bad layout: stderr is not one line: $(cat "$TMP/err")"
+grep -q 'port-range.yaml:7:11: .*out of range' "$TMP/err" || fail "bad layout: message: $(cat "$TMP/err")"
+
+run 1 "$TMP/no-such-layout.yaml"
+run 0 --keys
+grep -q 'storage\[\]\.devices\[\]\.dram_mb' "$TMP/out" || fail "--keys lacks a device key"
+run 2
+run 2 --plan "$SRC/cluster-configs/local.yaml"
+grep -q 'not yet available' "$TMP/err" || fail "--plan: message: $(cat "$TMP/err")"
+run 2 --bogus "$SRC/cluster-configs/local.yaml"
+run 2 a.yaml b.yaml
+run 0 --help
+
+echo "$CHECKS checks, $FAILS failed"
+[ "$FAILS" = 0 ]

@@ -1,0 +1,140 @@
+#!/bin/sh
+# tests/cli/test_run_cli.sh — `nearattn run`: exit codes and one-line messages
+# for bad input, and a short successful generation. Needs NA_BIN (set by
+# ctest); the checks that need shared/models/stories260K.bin run only when it
+# is present (the rest uses the generated fallback model).
+set -u
+BIN=${NA_BIN:?NA_BIN is not set}
+SHARED=${NA_SHARED_DIR:-}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-runcli-XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+CHECKS=0
+
+fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# expect CODE PATTERN ARGS... : exit status CODE, stderr a single line
+# matching PATTERN (grep -E).
+expect() {
+    code=$1; pat=$2; shift 2
+    CHECKS=$((CHECKS + 1))
+    "$BIN" run "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+    rc=$?
+    if [ "$rc" != "$code" ]; then
+        fail "run $*: exit $rc, expected $code; stderr: $(cat "$TMP/err")"
+        return
+    fi
+    lines=$(wc -l <"$TMP/err")
+    if [ "$lines" != 1 ]; then
+        fail "run $*: $lines stderr lines, expected 1: $(cat "$TMP/err")"
+        return
+    fi
+    if ! grep -Eq -- "$pat" "$TMP/err"; then
+        fail "run $*: stderr '$(cat "$TMP/err")' does not match '$pat'"
+    fi
+}
+
+MODEL=""
+TOK=""
+if [ -n "$SHARED" ] && [ -r "$SHARED/models/stories260K.bin" ] && [ -r "$SHARED/models/tok512.bin" ]; then
+    MODEL="$SHARED/models/stories260K.bin"
+    TOK="$SHARED/models/tok512.bin"
+fi
+
+# --help
+CHECKS=$((CHECKS + 1))
+"$BIN" run --help >"$TMP/out" 2>&1 || fail "run --help exited non-zero"
+grep -q -- "--mode" "$TMP/out" || fail "run --help does not mention --mode"
+
+# usage errors: exit 2
+expect 2 "unknown option '--frobnicate'" --frobnicate 3
+expect 2 "unknown option '--bogus'" --bogus
+expect 2 "-n needs a value" -n
+expect 2 "-n 0 is invalid" -n 0
+expect 2 "-n -5 is invalid" -n -5
+expect 2 "-n expects a whole number" -n abc
+expect 2 "temperature must be >= 0" --temp -1
+expect 2 "--temp expects a number" --temp warm
+expect 2 "top-p 0 is invalid" --top-p 0
+expect 2 "top-p 1.5 is invalid" --top-p 1.5
+expect 2 "offload mode is not available yet; use --mode monolithic" --mode offload
+expect 2 "unknown mode 'fast'" --mode fast
+expect 2 "--kv-dtype expects f16 or f32" --kv-dtype q8_0
+expect 2 "unknown backend 'gpu'" --backend gpu
+expect 2 "either --prompt or --prompts" --prompt a --prompts "$TMP/p.txt"
+expect 2 "unexpected argument 'stray'" stray
+
+# runtime errors: exit 1, the message names the file
+expect 1 "$TMP/missing.bin" --model "$TMP/missing.bin" --tokenizer "$TMP/missing.tok"
+head -c 3000 /dev/urandom >"$TMP/garbage.bin"
+expect 1 "garbage.bin" --model "$TMP/garbage.bin" --tokenizer "$TMP/garbage.tok"
+printf 'GGUF\003\000\000\000' >"$TMP/short.gguf"
+expect 1 "short.gguf" --model "$TMP/short.gguf"
+expect 1 "prompts file .*nope.txt" --prompts "$TMP/nope.txt" -n 2
+: >"$TMP/empty.txt"
+expect 1 "holds no prompt" --prompts "$TMP/empty.txt" -n 2
+
+if [ -n "$MODEL" ]; then
+    head -c 20000 "$MODEL" >"$TMP/trunc.bin"
+    expect 1 "trunc.bin" --model "$TMP/trunc.bin" --tokenizer "$TOK"
+    expect 1 "missing.tok" --model "$MODEL" --tokenizer "$TMP/missing.tok"
+    head -c 100 "$TOK" >"$TMP/trunc.tok"
+    expect 1 "trunc.tok" --model "$MODEL" --tokenizer "$TMP/trunc.tok"
+    cp "$MODEL" "$TMP/lonely.bin"
+    expect 1 "without a tokenizer" --model "$TMP/lonely.bin"
+    LONG=$(awk 'BEGIN { for (i = 0; i < 700; i++) printf "cat "; }')
+    expect 1 "longer than the model context" --model "$MODEL" --tokenizer "$TOK" --prompt "$LONG" -n 4
+
+    # the known greedy story, streamed, and the summary line
+    CHECKS=$((CHECKS + 1))
+    if "$BIN" run --mode monolithic --model "$MODEL" --tokenizer "$TOK" --prompt "Once upon a time" \
+           --temp 0 -n 40 --threads 1 >"$TMP/out" 2>"$TMP/err"; then
+        grep -q "^Once upon a time, there was a little girl named Lily. She loved to play outside in the park." "$TMP/out" ||
+            fail "greedy story: got '$(cat "$TMP/out")'"
+        grep -Eq "prompt tokens [0-9]+, generated tokens 40, prefill [0-9.]+ tok/s, decode [0-9.]+ tok/s" "$TMP/err" ||
+            fail "summary line: got '$(cat "$TMP/err")'"
+    else
+        fail "greedy story run failed: $(cat "$TMP/err")"
+    fi
+    # several prompts as one batch, f32 KV, ref backend
+    printf 'Once upon a time\n\nThe dog\nLily saw a bird\n' >"$TMP/p.txt"
+    CHECKS=$((CHECKS + 1))
+    if "$BIN" run --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p.txt" --temp 0.8 \
+           --seed 7 -n 20 --kv-dtype f32 --batch 2 >"$TMP/out" 2>"$TMP/err"; then
+        [ "$(grep -c '^\[[123]\] ' "$TMP/out")" = 3 ] || fail "--prompts: got '$(cat "$TMP/out")'"
+        "$BIN" run --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p.txt" --temp 0.8 \
+            --seed 7 -n 20 --kv-dtype f32 >"$TMP/out2" 2>/dev/null
+        cmp -s "$TMP/out" "$TMP/out2" || fail "--prompts: same seed, different text"
+    else
+        fail "--prompts run failed: $(cat "$TMP/err")"
+    fi
+else
+    echo "note: shared/models/stories260K.bin absent; story checks not run" >&2
+fi
+
+# generated models: a GGUF brings its own tokenizer; a checkpoint P.bin finds
+# P.tok.bin beside it
+CHECKS=$((CHECKS + 1))
+if "$BIN" gen-model --out "$TMP/g" --format both --dtype q8_0 --dim 64 --hidden 160 --quiet \
+       >"$TMP/out" 2>"$TMP/err"; then
+    "$BIN" run --model "$TMP/g.gguf" --prompt "hi there" -n 8 --temp 0 >"$TMP/out" 2>"$TMP/err" ||
+        fail "GGUF model run failed: $(cat "$TMP/err")"
+    "$BIN" run --model "$TMP/g.bin" --prompt "hi there" -n 8 --temp 0.7 --seed 3 >"$TMP/out" 2>"$TMP/err" ||
+        fail "checkpoint with P.tok.bin run failed: $(cat "$TMP/err")"
+    expect 1 "longer than the model context" --model "$TMP/g.gguf" \
+        --prompt "$(awk 'BEGIN { for (i = 0; i < 300; i++) printf "z%d ", i; }')" -n 2
+else
+    fail "gen-model failed: $(cat "$TMP/err")"
+fi
+
+# no --model and no shared model: a generated model with a warning
+CHECKS=$((CHECKS + 1))
+if NA_SHARED_DIR="$TMP/noshared" "$BIN" run --prompt "hello" -n 5 --temp 0 >"$TMP/out" 2>"$TMP/err"; then
+    grep -q "meaningless" "$TMP/err" || fail "fallback model: no warning in '$(cat "$TMP/err")'"
+    grep -q "generated tokens" "$TMP/err" || fail "fallback model: no summary in '$(cat "$TMP/err")'"
+else
+    fail "fallback model run failed: $(cat "$TMP/err")"
+fi
+
+echo "$CHECKS checks, $FAILS failed"
+[ "$FAILS" = 0 ]

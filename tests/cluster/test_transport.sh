@@ -1,0 +1,193 @@
+#!/bin/sh
+# tests/cluster/test_transport.sh PEER SCENARIO PORT
+# (PORT is used by the mpirun scenario only, as the servers' base port; the
+# others let the servers pick a free port)
+# Real multi-process transport clusters built from tests/cluster/xp_peer.c.
+#   pair-shm | pair-tcp     1 server + 1 client, decode (KiB) and prefill (MiB) echoes
+#                           (*-shm run with --errmode cm, so UCX 1.13 really uses
+#                           posix/sysv shared memory; see rdma/transport.h)
+#   trio-shm | trio-tcp     2 servers + 1 client talking to both at once
+#   mpirun                  the trio under `mpirun -n 3` (rank from the environment)
+#   kill-tcp | kill-shm     kill -9 of a client: the server reports the loss in time
+#                           and serves the next client
+#   secret                  a client with the wrong secret is refused; server keeps serving
+#   garbage                 a malformed message drops that peer only
+#   netns                   server and client in two network namespaces joined by a
+#                           veth, UCX_TLS=tcp (skipped, exit 77, when namespaces
+#                           cannot be made)
+# Exit 0 pass, 1 fail, 77 skipped.
+set -u
+PEER=$1
+SCEN=$2
+PORT=$3
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_xp_test.XXXXXX")
+PIDS=""
+NS_A="" NS_B=""
+DECODE="2048,24576,196608"         # q/k/v rows (head_dim 128, 32 heads, f16) for batch 1 and 8
+PREFILL="1048576,4194304,8388608"    # bulk KV of a prompt chunk
+cleanup() {
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    [ -n "$NS_A" ] && ip netns del "$NS_A" 2>/dev/null
+    [ -n "$NS_B" ] && ip netns del "$NS_B" 2>/dev/null
+    rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+fail() {
+    echo "FAIL: $*"
+    for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
+    exit 1
+}
+# wait_line FILE PATTERN SECONDS: wait until FILE has a line matching PATTERN
+wait_line() {
+    n=0
+    while [ "$n" -lt $(($3 * 10)) ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+        n=$((n + 1))
+    done
+    return 1
+}
+# port_of NAME: the port server NAME bound (its "READY name host:port" line);
+# servers listen on port 0 so parallel and repeated runs never collide (a
+# server that dropped a peer keeps its port in TIME_WAIT for a minute).
+port_of() {
+    wait_line "$DIR/$1.log" "^READY" 10 || fail "server $1 did not start"
+    sed -n 's/^READY [^ ]* .*:\([0-9]*\)$/\1/p' "$DIR/$1.log" | head -n 1
+}
+# start NAME ARGS...: run the peer in the background, log to $DIR/NAME.log
+start() {
+    name=$1
+    shift
+    "$@" >"$DIR/$name.log" 2>&1 &
+    PIDS="$PIDS $!"
+    eval "PID_$name=$!"
+}
+# finish NAME: wait for NAME and require exit 0
+finish() {
+    eval "p=\$PID_$1"
+    wait "$p"
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "$1 exited $rc"
+}
+
+COMMON="--timeout-ms 3000 --max-ms 60000"
+case "$SCEN" in
+*-shm) COMMON="$COMMON --errmode cm" ;;
+esac
+case "$SCEN" in
+pair-shm|pair-tcp)
+    tls=${SCEN#pair-}
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    P0=$(port_of s0)
+    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls "$tls" \
+        --sizes "$DECODE,$PREFILL" --rounds 3 $COMMON
+    finish c0
+    finish s0
+    grep -q "served=18 " "$DIR/s0.log" || fail "server did not serve 18 echoes"
+    ;;
+trio-shm|trio-tcp)
+    tls=${SCEN#trio-}
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    start s1 "$PEER" server --name s1 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    P0=$(port_of s0)
+    P1=$(port_of s1)
+    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0,127.0.0.1:$P1 \
+        --tls "$tls" --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
+    finish c0
+    finish s0
+    finish s1
+    grep -q "servers=2" "$DIR/c0.log" || fail "client did not talk to both servers"
+    ;;
+mpirun)
+    command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: no mpirun"; exit 77; }
+    extra=""
+    [ "$(id -u)" -eq 0 ] && extra="--allow-run-as-root"
+    start mpi mpirun -n 3 $extra --oversubscribe "$PEER" mpi --base-port "$PORT" --tls tcp \
+        --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
+    finish mpi
+    grep -q "OK rank0 .*servers=2" "$DIR/mpi.log" || fail "rank 0 did not finish with 2 servers"
+    [ "$(grep -c '^SUMMARY rank' "$DIR/mpi.log")" -eq 2 ] || fail "servers did not both finish"
+    ;;
+kill-tcp|kill-shm)
+    tls=${SCEN#kill-}
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 2 --tls $tls $COMMON
+    P0=$(port_of s0)
+    start victim "$PEER" client --name victim --connect 127.0.0.1:$P0 --tls $tls \
+        --sizes 4096,1048576 --forever $COMMON
+    wait_line "$DIR/s0.log" "ACCEPTED victim" 10 || fail "victim did not connect"
+    sleep 0.3
+    kill -9 "$PID_victim"
+    wait "$PID_victim" 2>/dev/null
+    # the loss must be reported within the transport timeout (+ slack)
+    wait_line "$DIR/s0.log" "LOST victim" 6 || fail "server did not report the lost peer in time"
+    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls $tls \
+        --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
+    finish c1
+    finish s0
+    grep -q "lost=1" "$DIR/s0.log" || fail "summary does not count one loss"
+    ;;
+secret)
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls auto $COMMON
+    P0=$(port_of s0)
+    start bad "$PEER" client --name intruder --secret wrong-secret --connect 127.0.0.1:$P0 \
+        --expect-refused $COMMON
+    finish bad
+    grep -q "REFUSED intruder: .*secret" "$DIR/bad.log" || fail "refusal does not name the secret"
+    wait_line "$DIR/s0.log" "dropped peer 'intruder'" 5 || fail "server did not log the refusal"
+    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --sizes "$DECODE" --rounds 2 $COMMON
+    finish c1
+    finish s0
+    ;;
+garbage)
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 2 --tls tcp $COMMON
+    P0=$(port_of s0)
+    start bad "$PEER" client --name junk --connect 127.0.0.1:$P0 --tls tcp --garbage $COMMON
+    finish bad
+    grep -q "DROPPED junk" "$DIR/s0.log" || fail "server did not drop the malformed peer"
+    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
+        --rounds 2 $COMMON
+    finish c1
+    finish s0
+    ;;
+netns)
+    [ "$(id -u)" -eq 0 ] || { echo "SKIPPED: network namespaces need root"; exit 77; }
+    tag=$(printf '%04x' $(($$ % 65536)))
+    NS_A="naxp${tag}a"
+    if ! ip netns add "$NS_A" 2>"$DIR/ns.err"; then
+        NS_A=""
+        echo "SKIPPED: cannot create a network namespace: $(cat "$DIR/ns.err")"
+        exit 77
+    fi
+    NS_B="naxp${tag}b"
+    ip netns add "$NS_B" || fail "second namespace"
+    ip link add "vx${tag}a" netns "$NS_A" type veth peer name "vx${tag}b" netns "$NS_B" ||
+        { echo "SKIPPED: cannot create a veth pair"; exit 77; }
+    ip -n "$NS_A" addr add 10.213.0.1/24 dev "vx${tag}a" &&
+    ip -n "$NS_B" addr add 10.213.0.2/24 dev "vx${tag}b" &&
+    ip -n "$NS_A" link set "vx${tag}a" up && ip -n "$NS_B" link set "vx${tag}b" up &&
+    ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up || fail "namespace network setup"
+    # UCX lists a tcp device only once the link is up (carrier + address)
+    n=0
+    until ip -n "$NS_A" link show "vx${tag}a" | grep -q "state UP" &&
+          ip -n "$NS_B" link show "vx${tag}b" | grep -q "state UP"; do
+        n=$((n + 1))
+        [ "$n" -lt 50 ] || fail "veth did not come up"
+        sleep 0.1
+    done
+    start s0 ip netns exec "$NS_A" "$PEER" server --name s0 --listen 10.213.0.1:0 \
+        --clients 1 --tls tcp $COMMON
+    P0=$(port_of s0)
+    start c0 ip netns exec "$NS_B" "$PEER" client --name c0 --connect 10.213.0.1:$P0 \
+        --tls tcp --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
+    finish c0
+    finish s0
+    grep -q "ACCEPTED c0" "$DIR/s0.log" || fail "no connection across the namespaces"
+    ;;
+*)
+    echo "unknown scenario $SCEN"
+    exit 2
+    ;;
+esac
+echo "PASS: $SCEN"
+exit 0

@@ -1,0 +1,353 @@
+/* tests/unit/test_genmodel.c — common/genmodel.c (+ genvocab.c) and the
+ * gen-model command: the llama2.c and GGUF files of one generation hold the
+ * same weights (exactly for f32, within dtype tolerance for f16/bf16/q8_0),
+ * the same tokenizer, are deterministic in the seed, weights have the
+ * documented scale, bad shapes are refused, and the CLI works. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/genmodel.h"
+#include "common/model.h"
+#include "common/tokenizer.h"
+#include "tests/testutil.h"
+
+/* Row r of a tensor, dequantized to f32. */
+static void row_f32(const na_tensor_t *t, int r, float *out)
+{
+    size_t c, cols = (size_t)t->cols;
+    const uint8_t *base = t->data;
+    for (c = 0; c < cols; c++) {
+        uint16_t h;
+        switch (t->dtype) {
+        case NA_DTYPE_F32:
+            memcpy(&out[c], base + ((size_t)r * cols + c) * 4, 4);
+            break;
+        case NA_DTYPE_F16:
+            memcpy(&h, base + ((size_t)r * cols + c) * 2, 2);
+            out[c] = na_f16_to_f32(h);
+            break;
+        case NA_DTYPE_BF16:
+            memcpy(&h, base + ((size_t)r * cols + c) * 2, 2);
+            out[c] = na_bf16_to_f32(h);
+            break;
+        default: {
+            const uint8_t *blk = base + ((size_t)r * cols / 32 + c / 32) * NA_Q8_0_BLOCK_SIZE;
+            memcpy(&h, blk, 2);
+            out[c] = na_f16_to_f32(h) * (float)(int8_t)blk[2 + c % 32];
+        }
+        }
+    }
+}
+
+/* Compare tensor a (llama2.c, f32) with b (GGUF, dtype): same shape, values
+ * equal (f32) or within the dtype's rounding. */
+static void cmp_tensor(const char *what, int layer, const na_tensor_t *a, const na_tensor_t *b)
+{
+    float *x = malloc((size_t)a->cols * 4), *y = malloc((size_t)a->cols * 4);
+    double worst = 0.0;
+    int r, c;
+
+    NA_CHECK_MSG(a->rows == b->rows && a->cols == b->cols, "%s[%d]: shape", what, layer);
+    if (a->rows != b->rows || a->cols != b->cols)
+        goto out;
+    for (r = 0; r < a->rows; r++) {
+        row_f32(a, r, x);
+        row_f32(b, r, y);
+        for (c = 0; c < a->cols; c++) {
+            double tol, err = fabs((double)x[c] - (double)y[c]);
+            switch (b->dtype) {
+            case NA_DTYPE_F32:  tol = 0.0; break;
+            case NA_DTYPE_F16:  tol = fabs(x[c]) * 4.9e-4 + 6e-8; break;
+            case NA_DTYPE_BF16: tol = fabs(x[c]) * 3.91e-3; break;
+            default: {                 /* q8_0: half a step of the block scale */
+                float amax = 0.0f;
+                int k, b0 = c / 32 * 32;
+                for (k = b0; k < b0 + 32; k++)
+                    amax = fmaxf(amax, fabsf(x[k]));
+                tol = amax / 127.0 * 0.5 * 1.01 + amax * 1e-3;
+            }
+            }
+            if (err > tol && err - tol > worst)
+                worst = err - tol;
+        }
+    }
+    NA_CHECK_MSG(worst == 0.0, "%s[%d] (%s): exceeds tolerance by %g", what, layer,
+                 na_dtype_name(b->dtype), worst);
+out:
+    free(x);
+    free(y);
+}
+
+static void cmp_models(const na_model_t *a, const na_model_t *b)
+{
+    int l;
+    NA_CHECK(memcmp(&a->cfg, &b->cfg, sizeof(a->cfg)) == 0);
+    if (memcmp(&a->cfg, &b->cfg, sizeof(a->cfg)) != 0)
+        return;
+    cmp_tensor("tok_embd", 0, &a->tok_embd, &b->tok_embd);
+    cmp_tensor("output", 0, &a->output, &b->output);
+    cmp_tensor("out_norm", 0, &a->out_norm, &b->out_norm);
+    for (l = 0; l < a->cfg.n_layers; l++) {
+        const na_layer_weights_t *x = &a->layers[l], *y = &b->layers[l];
+        cmp_tensor("attn_norm", l, &x->attn_norm, &y->attn_norm);
+        cmp_tensor("wq", l, &x->wq, &y->wq);
+        cmp_tensor("wk", l, &x->wk, &y->wk);
+        cmp_tensor("wv", l, &x->wv, &y->wv);
+        cmp_tensor("wo", l, &x->wo, &y->wo);
+        cmp_tensor("ffn_norm", l, &x->ffn_norm, &y->ffn_norm);
+        cmp_tensor("w1", l, &x->w1, &y->w1);
+        cmp_tensor("w2", l, &x->w2, &y->w2);
+        cmp_tensor("w3", l, &x->w3, &y->w3);
+        NA_CHECK(y->attn_norm.dtype == NA_DTYPE_F32 && y->ffn_norm.dtype == NA_DTYPE_F32);
+    }
+}
+
+/* Both tokenizers hold the same vocabulary and round-trip text. */
+static void cmp_tokenizers(const char *tokbin, const na_model_t *gm, int vocab)
+{
+    static const char *const texts[] = {
+        "Once upon a time, there was a little girl named Lily.",
+        "The little dog wanted to go for a walk.  ",
+        "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x99\x82 \x01\x7f\xff",
+        "",
+    };
+    na_tokenizer_t *a = NULL, *b = NULL;
+    size_t i;
+    int id;
+
+    NA_CHECK_OK(na_tokenizer_create_llama2c(tokbin, vocab, &a));
+    NA_CHECK_OK(na_tokenizer_create_gguf(gm->gguf, &b));
+    if (a == NULL || b == NULL)
+        goto out;
+    NA_CHECK(na_tokenizer_vocab_size(a) == vocab && na_tokenizer_vocab_size(b) == vocab);
+    for (id = 0; id < vocab; id++) {
+        NA_CHECK(strcmp(na_tokenizer_piece(a, id), na_tokenizer_piece(b, id)) == 0);
+        NA_CHECK(na_tokenizer_score(a, id) == na_tokenizer_score(b, id));
+    }
+    for (i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        int ta[128], tb[128];
+        size_t na = 0, nb = 0, ol = 0;
+        char out[256];
+        NA_CHECK_OK(na_tokenizer_encode(a, texts[i], 1, 0, ta, 128, &na));
+        NA_CHECK_OK(na_tokenizer_encode(b, texts[i], 1, 0, tb, 128, &nb));
+        NA_CHECK(na == nb && memcmp(ta, tb, na * sizeof(int)) == 0);
+        NA_CHECK_OK(na_tokenizer_decode_all(b, tb, nb, out, sizeof(out), &ol));
+        NA_CHECK_MSG(ol == strlen(texts[i]) && memcmp(out, texts[i], ol) == 0,
+                     "round trip of '%s' gave '%s'", texts[i], out);
+        if (i == 0)   /* merges learnt from the built-in text compress it */
+            NA_CHECK_MSG(na < strlen(texts[i]) * 2 / 3, "%zu tokens for %zu bytes", na,
+                         strlen(texts[i]));
+    }
+out:
+    na_tokenizer_destroy(a);
+    na_tokenizer_destroy(b);
+}
+
+static void check_formats(const char *dir, na_dtype_t dt, int untied)
+{
+    na_genmodel_opts_t o;
+    char prefix[600], p1[640], p2[640], p3[640];
+    na_model_t *a = NULL, *b = NULL;
+
+    na_genmodel_defaults(&o);
+    o.hidden_dim = 160;          /* q8_0 needs multiples of 32 */
+    o.n_layers = 2;
+    o.n_heads = 4;
+    o.n_kv_heads = 2;
+    o.vocab_size = 512 + 32 * (int)dt;
+    o.seq_len = 64;
+    o.dtype = dt;
+    o.seed = 42 + (uint64_t)dt;
+    o.shared_classifier = !untied;
+    snprintf(prefix, sizeof(prefix), "%s/m_%s_%d", dir, na_dtype_name(dt), untied);
+    NA_CHECK_OK(na_genmodel_write(prefix, &o));
+    snprintf(p1, sizeof(p1), "%s.bin", prefix);
+    snprintf(p2, sizeof(p2), "%s.gguf", prefix);
+    snprintf(p3, sizeof(p3), "%s.tok.bin", prefix);
+    NA_CHECK_OK(na_model_open(p1, &a));
+    NA_CHECK_OK(na_model_open(p2, &b));
+    if (a != NULL && b != NULL) {
+        NA_CHECK(a->cfg.shared_classifier == !untied && b->tok_embd.dtype == dt);
+        cmp_models(a, b);
+        cmp_tokenizers(p3, b, o.vocab_size);
+    }
+    na_model_destroy(a);
+    na_model_destroy(b);
+}
+
+static int files_equal(const char *x, const char *y)
+{
+    FILE *a = fopen(x, "rb"), *b = fopen(y, "rb");
+    int ca, cb, eq = a && b;
+    while (eq) {
+        ca = fgetc(a);
+        cb = fgetc(b);
+        eq = ca == cb;
+        if (ca == EOF || cb == EOF)
+            break;
+    }
+    if (a) fclose(a);
+    if (b) fclose(b);
+    return eq;
+}
+
+static void check_determinism_and_scale(const char *dir)
+{
+    na_genmodel_opts_t o;
+    char p[3][600];
+    const char *ext[3] = { ".bin", ".gguf", ".tok.bin" };
+    char x[640], y[640];
+    na_model_t *m = NULL;
+    int k, s;
+
+    na_genmodel_defaults(&o);
+    o.dtype = NA_DTYPE_BF16;
+    for (s = 0; s < 3; s++) {
+        o.seed = s < 2 ? 5 : 6;
+        snprintf(p[s], sizeof(p[s]), "%s/det%d", dir, s);
+        NA_CHECK_OK(na_genmodel_write(p[s], &o));
+    }
+    for (k = 0; k < 3; k++) {
+        snprintf(x, sizeof(x), "%s%s", p[0], ext[k]);
+        snprintf(y, sizeof(y), "%s%s", p[1], ext[k]);
+        NA_CHECK_MSG(files_equal(x, y), "same seed, different %s", ext[k]);
+        snprintf(y, sizeof(y), "%s%s", p[2], ext[k]);
+        NA_CHECK_MSG(!files_equal(x, y), "seeds 5 and 6 gave the same %s", ext[k]);
+    }
+    /* scale: matrices ~ N(0, 1/sqrt(cols)), norms ~ 1 */
+    snprintf(x, sizeof(x), "%s.bin", p[0]);
+    NA_CHECK_OK(na_model_open(x, &m));
+    if (m != NULL) {
+        const float *w = m->layers[1].w1.data, *g = m->layers[0].attn_norm.data;
+        size_t n = (size_t)m->layers[1].w1.rows * (size_t)m->layers[1].w1.cols, i;
+        double s1 = 0, s2 = 0, want = 1.0 / sqrt(64.0);
+        for (i = 0; i < n; i++) {
+            s1 += w[i];
+            s2 += (double)w[i] * w[i];
+        }
+        NA_CHECK_MSG(fabs(s1 / (double)n) < 0.1 * want, "mean %g", s1 / (double)n);
+        NA_CHECK_MSG(fabs(sqrt(s2 / (double)n) - want) < 0.05 * want, "std %g, want %g",
+                     sqrt(s2 / (double)n), want);
+        for (i = 0; i < 64; i++)
+            NA_CHECK(g[i] > 0.7f && g[i] < 1.3f);
+        na_model_destroy(m);
+    }
+}
+
+static void check_bad_options(void)
+{
+    na_genmodel_opts_t o;
+    na_genmodel_defaults(&o);
+    NA_CHECK_OK(na_genmodel_check(&o));
+    o.n_heads = 7;
+    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "heads"));
+    na_genmodel_defaults(&o);
+    o.n_kv_heads = 3;
+    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "kv-heads"));
+    na_genmodel_defaults(&o);
+    o.dtype = NA_DTYPE_Q8_0;                /* hidden 172 */
+    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "q8_0"));
+    na_genmodel_defaults(&o);
+    o.vocab_size = 258;
+    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "vocab"));
+    na_genmodel_defaults(&o);
+    o.dim = 0;
+    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "dim"));
+    na_genmodel_defaults(&o);
+    NA_CHECK(na_genmodel_write("/nonexistent-dir/x", &o) == NA_ERR_IO);
+    NA_CHECK(strstr(na_errmsg(), "/nonexistent-dir/x.bin") != NULL);
+}
+
+/* Larger vocabularies: minimum size and a llama-sized one. */
+static void check_vocab_sizes(const char *dir)
+{
+    static const int sizes[] = { 259, 32000 };
+    size_t i;
+    for (i = 0; i < 2; i++) {
+        na_genmodel_opts_t o;
+        char prefix[600], path[640];
+        na_tokenizer_t *t = NULL;
+        na_genmodel_defaults(&o);
+        o.vocab_size = sizes[i];
+        o.dim = 32;
+        o.n_heads = 4;
+        o.n_kv_heads = 4;
+        o.n_layers = 1;
+        o.write_gguf = 0;
+        snprintf(prefix, sizeof(prefix), "%s/v%d", dir, sizes[i]);
+        NA_CHECK_OK(na_genmodel_write(prefix, &o));
+        snprintf(path, sizeof(path), "%s.tok.bin", prefix);
+        NA_CHECK_OK(na_tokenizer_open(path, sizes[i], &t));
+        if (t != NULL) {
+            const char *s = "Tom and Sam built a tall tower of blocks.";
+            int tok[64];
+            size_t n = 0, ol = 0;
+            char out[128];
+            NA_CHECK_OK(na_tokenizer_encode(t, s, 1, 0, tok, 64, &n));
+            NA_CHECK_OK(na_tokenizer_decode_all(t, tok, n, out, sizeof(out), &ol));
+            NA_CHECK(strcmp(out, s) == 0);
+            na_tokenizer_destroy(t);
+        }
+    }
+}
+
+static int run(const char *cmd)
+{
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void check_cli(const char *dir)
+{
+    const char *bin = getenv("NA_BIN");
+    char cmd[2048], path[640];
+    na_model_t *m = NULL;
+
+    if (bin == NULL || bin[0] == '\0' || access(bin, X_OK) != 0) {
+        fprintf(stderr, "note: NA_BIN unset or not built, CLI not tested\n");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model --help > /dev/null", bin);
+    NA_CHECK(run(cmd) == 0);
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model --out '%s/c' --bogus 2> /dev/null", bin, dir);
+    NA_CHECK(run(cmd) == 2);
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model --out '%s/c' --dim 0 2> /dev/null", bin, dir);
+    NA_CHECK(run(cmd) == 2);
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model 2> /dev/null", bin);
+    NA_CHECK(run(cmd) == 2);
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model --out '%s/c' --dim 96 --hidden 256 --layers 3 "
+             "--heads 6 --kv-heads 2 --vocab 400 --seq-len 128 --dtype q8_0 --seed 9 "
+             "--format gguf --quiet", bin, dir);
+    NA_CHECK(run(cmd) == 0);
+    snprintf(path, sizeof(path), "%s/c.gguf", dir);
+    NA_CHECK_OK(na_model_open(path, &m));
+    if (m != NULL) {
+        NA_CHECK(m->cfg.dim == 96 && m->cfg.hidden_dim == 256 && m->cfg.n_layers == 3);
+        NA_CHECK(m->cfg.n_heads == 6 && m->cfg.n_kv_heads == 2 && m->cfg.vocab_size == 400);
+        NA_CHECK(m->cfg.seq_len == 128 && m->layers[0].wq.dtype == NA_DTYPE_Q8_0);
+        na_model_destroy(m);
+    }
+    snprintf(path, sizeof(path), "%s/c.bin", dir);
+    NA_CHECK(na_model_open(path, &m) == NA_ERR_IO);     /* --format gguf only */
+}
+
+int main(void)
+{
+    char dir[512];
+    int dt;
+
+    if (na_test_tmpdir(dir, sizeof(dir)) != 0)
+        NA_SKIP("no temporary directory");
+    for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
+        check_formats(dir, (na_dtype_t)dt, dt == NA_DTYPE_F16 || dt == NA_DTYPE_Q8_0);
+    check_determinism_and_scale(dir);
+    check_bad_options();
+    check_vocab_sizes(dir);
+    check_cli(dir);
+    na_test_rmtree(dir);
+    return na_test_finish();
+}

@@ -1,0 +1,415 @@
+/* tests/unit/test_kernels.c — kernels/: the reference kernels against
+ * hand-computed values, then every cpu op against its reference on random
+ * inputs of awkward sizes, with 1 and 2 threads, all weight dtypes and f16/f32
+ * KV; online-softmax partials merged in different splits against one pass.
+ *
+ * Tolerances. Both backends sum in f32 but in different orders (blocked
+ * vector lanes, sgemm, chunked online softmax), so a sum of n terms differs
+ * by about sqrt(n)·eps·Σ|terms| and by at most n·eps·Σ|terms|. Matmul
+ * outputs are checked against 2e-5·Σ_j|w_rj x_j| (+1e-6): ~80 eps, several
+ * times the random-walk size for n <= 1000 while a wrong index or a dropped
+ * element is off by O(Σ|terms|/n) or more. Attention outputs are convex
+ * combinations of V rows in [-1, 1]; the vector exp is within 2 ulp of expf,
+ * so 2e-5 absolute + 1e-4 relative is ~100x the observed error yet far below
+ * the error of a wrong token, head or mask. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+#include "tests/testutil.h"
+
+static na_rng_t rng;
+static na_kernels_t *ref_k, *cpu_k[2];   /* cpu with 1 and 2 threads */
+
+static float *falloc(size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* ---- reference kernels against hand-computed values --------------------- */
+static void test_ref_known(void)
+{
+    float sm[3] = { 1.0f, 2.0f, 3.0f };
+    float exp_sm[3] = { 0.09003057f, 0.24472847f, 0.66524096f };
+    float rv[4] = { 1.0f, 0.0f, 0.0f, 1.0f };
+    float exp_rv[4] = { cosf(1.0f), sinf(1.0f), -sinf(0.01f), cosf(0.01f) };
+    float rx[2] = { 3.0f, 4.0f }, rw[2] = { 1.0f, 2.0f }, ro[2];
+    float exp_ro[2] = { 0.84852814f, 2.26274170f };      /* x / sqrt(12.5) * w */
+    float g[1] = { 1.0f }, u[1] = { 2.0f };
+    uint8_t blk[NA_Q8_0_BLOCK_SIZE];
+    float xq[32], yq;
+    na_tensor_t wq = { NA_DTYPE_Q8_0, 1, 32, blk };
+    float q[2] = { 1.0f, 0.0f }, kc[4] = { 1.0f, 0.0f, 0.0f, 0.0f }, vc[4] = { 1, 2, 3, 4 };
+    float ao[2], p0 = 1.0f / (1.0f + expf(-1.0f / sqrtf(2.0f)));
+    uint16_t d = na_f32_to_f16(0.5f);
+    int pos = 1, i;
+
+    na_ref_softmax(ref_k, sm, 3, 1);
+    NA_CHECK(na_close_ratio(sm, exp_sm, 3, 1e-7, 1e-6) <= 1.0);
+    /* head_dim 4: pair 0 turns by pos·1, pair 2 by pos·10000^(-2/4) = 0.01 */
+    na_ref_rope(ref_k, rv, 1, 4, &pos, 10000.0f, 1);
+    NA_CHECK(na_close_ratio(rv, exp_rv, 4, 1e-7, 1e-6) <= 1.0);
+    na_ref_rmsnorm(ref_k, ro, rx, rw, 2, 0.0f, 1);
+    NA_CHECK(na_close_ratio(ro, exp_ro, 2, 1e-7, 1e-6) <= 1.0);
+    na_ref_swiglu(ref_k, g, u, 1);
+    NA_CHECK(fabsf(g[0] - 2.0f * 0.73105858f) < 1e-6f);
+    /* Q8_0: d = 0.5, q = 0..31 -> row · ones = 0.5 * 496 */
+    memcpy(blk, &d, 2);
+    for (i = 0; i < 32; i++) {
+        blk[2 + i] = (uint8_t)i;
+        xq[i] = 1.0f;
+    }
+    na_ref_matmul(ref_k, &yq, xq, &wq, 1);
+    NA_CHECK(fabsf(yq - 248.0f) < 1e-4f);
+    NA_CHECK(na_ref_weight_at(&wq, 0, 7) == 3.5f);
+    /* one head, head_dim 2, scores (1/sqrt 2, 0): o = p0 v0 + (1-p0) v1 */
+    na_ref_attn_decode(ref_k, ao, q, kc, vc, NA_DTYPE_F32, 2, 1, 1, 2);
+    NA_CHECK(fabsf(ao[0] - (p0 * 1 + (1 - p0) * 3)) < 1e-6f);
+    NA_CHECK(fabsf(ao[1] - (p0 * 2 + (1 - p0) * 4)) < 1e-6f);
+    /* ctx 1 returns v0 exactly */
+    na_ref_attn_decode(ref_k, ao, q, kc, vc, NA_DTYPE_F32, 1, 1, 1, 2);
+    NA_CHECK(ao[0] == 1.0f && ao[1] == 2.0f);
+}
+
+/* ---- matmul --------------------------------------------------------------- */
+
+/* A random weight (rows, cols) of dtype dt in a fresh buffer (*buf to free). */
+static na_tensor_t make_weight(na_dtype_t dt, int rows, int cols, void **buf)
+{
+    size_t n = (size_t)rows * cols, i;
+    na_tensor_t w = { dt, rows, cols, NULL };
+    size_t bytes = na_dtype_bytes(dt, n);
+    uint8_t *p = malloc(bytes ? bytes : 1);
+
+    if (p == NULL)
+        exit(1);
+    for (i = 0; i < n; i++) {
+        float f = na_rng_uniform(&rng) * 2.0f - 1.0f;
+        if (dt == NA_DTYPE_F32) {
+            memcpy(p + 4 * i, &f, 4);
+        } else if (dt == NA_DTYPE_F16 || dt == NA_DTYPE_BF16) {
+            uint16_t h = dt == NA_DTYPE_F16 ? na_f32_to_f16(f) : na_f32_to_bf16(f);
+            memcpy(p + 2 * i, &h, 2);
+        } else if (i % NA_Q8_0_BLOCK == 0) {
+            uint8_t *blk = p + (i / NA_Q8_0_BLOCK) * NA_Q8_0_BLOCK_SIZE;
+            uint16_t d = na_f32_to_f16(0.001f + 0.02f * na_rng_uniform(&rng));
+            int j;
+            memcpy(blk, &d, 2);
+            for (j = 0; j < NA_Q8_0_BLOCK; j++)
+                blk[2 + j] = (uint8_t)(int8_t)((int)(na_rng_u64(&rng) % 255) - 127);
+        }
+    }
+    w.data = p;
+    *buf = p;
+    return w;
+}
+
+static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
+{
+    void *buf;
+    na_tensor_t w = make_weight(dt, rows, cols, &buf);
+    float *x = falloc((size_t)batch * cols), *yr = falloc((size_t)batch * rows);
+    float *yc = falloc((size_t)batch * rows);
+    int t, b, r, j;
+
+    na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
+    na_ref_matmul(ref_k, yr, x, &w, batch);
+    for (t = 0; t < 2; t++) {
+        double worst = 0.0;
+        memset(yc, 0xff, sizeof(float) * (size_t)batch * rows);   /* NaN: catch unwritten */
+        cpu_k[t]->ops->matmul(cpu_k[t], yc, x, &w, batch);
+        for (b = 0; b < batch; b++)
+            for (r = 0; r < rows; r++) {
+                double mag = 0.0, err;
+                for (j = 0; j < cols; j++)
+                    mag += fabs(na_ref_weight_at(&w, r, j) * x[(size_t)b * cols + j]);
+                err = fabs((double)yc[(size_t)b * rows + r] - yr[(size_t)b * rows + r]) /
+                      (2e-5 * mag + 1e-6);
+                if (!(err <= worst))
+                    worst = isnan(err) ? INFINITY : err;
+            }
+        NA_CHECK_MSG(worst <= 1.0, "matmul %s rows %d cols %d batch %d threads %d: ratio %g",
+                     na_dtype_name(dt), rows, cols, batch, t + 1, worst);
+    }
+    free(yc);
+    free(yr);
+    free(x);
+    free(buf);
+}
+
+static void test_matmul(void)
+{
+    static const int shapes[][2] = { { 1, 1 }, { 7, 31 }, { 31, 7 }, { 33, 65 }, { 65, 1000 },
+                                     { 257, 288 }, { 288, 257 }, { 1000, 33 }, { 300, 1000 } };
+    static const int q8_shapes[][2] = { { 1, 32 }, { 7, 64 }, { 33, 288 }, { 257, 1024 },
+                                        { 1000, 96 } };
+    static const int batches[] = { 1, 3, 17, 24 };   /* 24: the dequantise+sgemm path */
+    size_t s, bi;
+    int dt;
+
+    for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
+        for (bi = 0; bi < 4; bi++) {
+            if (dt == NA_DTYPE_Q8_0) {
+                for (s = 0; s < sizeof(q8_shapes) / sizeof(q8_shapes[0]); s++)
+                    check_matmul((na_dtype_t)dt, q8_shapes[s][0], q8_shapes[s][1], batches[bi]);
+            } else {
+                for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+                    check_matmul((na_dtype_t)dt, shapes[s][0], shapes[s][1], batches[bi]);
+            }
+        }
+}
+
+/* ---- element-wise ops ---------------------------------------------------- */
+static void test_elementwise(void)
+{
+    static const int dims[] = { 1, 7, 31, 33, 65, 257, 288, 1000 };
+    static const int hds[] = { 2, 48, 64, 128 };
+    size_t d;
+    int batch, t;
+
+    for (d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
+        for (batch = 1; batch <= 3; batch += 2) {
+            int n = dims[d];
+            size_t tot = (size_t)n * batch;
+            float *x = falloc(tot), *w = falloc(n), *a = falloc(tot), *b = falloc(tot);
+            float *up = falloc(tot);
+            na_rng_fill(&rng, x, tot, -4.0f, 4.0f);
+            na_rng_fill(&rng, w, n, -1.0f, 1.0f);
+            na_rng_fill(&rng, up, tot, -2.0f, 2.0f);
+            for (t = 0; t < 2; t++) {
+                na_kernels_t *c = cpu_k[t];
+                na_ref_rmsnorm(ref_k, a, x, w, n, 1e-5f, batch);
+                c->ops->rmsnorm(c, b, x, w, n, 1e-5f, batch);
+                NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-5) <= 1.0, "rmsnorm n %d", n);
+                memcpy(a, x, tot * 4);
+                memcpy(b, x, tot * 4);
+                na_ref_softmax(ref_k, a, n, batch);
+                c->ops->softmax(c, b, n, batch);
+                NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-7, 1e-5) <= 1.0, "softmax n %d", n);
+                memcpy(a, x, tot * 4);
+                memcpy(b, x, tot * 4);
+                na_ref_swiglu(ref_k, a, up, tot);
+                c->ops->swiglu(c, b, up, tot);
+                NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-5) <= 1.0, "swiglu n %d", n);
+            }
+            free(up);
+            free(b);
+            free(a);
+            free(w);
+            free(x);
+        }
+    for (d = 0; d < sizeof(hds) / sizeof(hds[0]); d++) {
+        int hd = hds[d], nh = 3, batch = 3, pos[3] = { 0, 17, 4999 };
+        size_t tot = (size_t)batch * nh * hd;
+        float *x = falloc(tot), *a = falloc(tot), *b = falloc(tot);
+        na_rng_fill(&rng, x, tot, -1.0f, 1.0f);
+        for (t = 0; t < 2; t++) {
+            memcpy(a, x, tot * 4);
+            memcpy(b, x, tot * 4);
+            na_ref_rope(ref_k, a, nh, hd, pos, 10000.0f, batch);
+            cpu_k[t]->ops->rope(cpu_k[t], b, nh, hd, pos, 10000.0f, batch);
+            NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-6) <= 1.0, "rope hd %d", hd);
+        }
+        free(b);
+        free(a);
+        free(x);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+/* Random KV of n rows of row_elems in dtype dt (f16 or f32), in [-1, 1). */
+static void *make_kv(na_dtype_t dt, size_t n_elems)
+{
+    size_t i;
+    void *p = malloc((n_elems ? n_elems : 1) * (dt == NA_DTYPE_F16 ? 2 : 4));
+    if (p == NULL)
+        exit(1);
+    for (i = 0; i < n_elems; i++) {
+        float f = na_rng_uniform(&rng) * 2.0f - 1.0f;
+        if (dt == NA_DTYPE_F16)
+            ((uint16_t *)p)[i] = na_f32_to_f16(f);
+        else
+            ((float *)p)[i] = f;
+    }
+    return p;
+}
+
+static void check_decode(na_dtype_t dt, int ctx, int n_heads, int n_kv, int hd, float qmag)
+{
+    size_t qn = (size_t)n_heads * hd, kvn = (size_t)ctx * n_kv * hd;
+    float *q = falloc(qn), *ref = falloc(qn), *out = falloc(qn);
+    void *kc = make_kv(dt, kvn), *vc = make_kv(dt, kvn);
+    int t;
+
+    na_rng_fill(&rng, q, qn, -qmag, qmag);
+    na_ref_attn_decode(ref_k, ref, q, kc, vc, dt, ctx, n_heads, n_kv, hd);
+    for (t = 0; t < 2; t++) {
+        double r;
+        memset(out, 0xff, qn * 4);
+        cpu_k[t]->ops->attn_decode(cpu_k[t], out, q, kc, vc, dt, ctx, n_heads, n_kv, hd);
+        r = na_close_ratio(out, ref, qn, 2e-5, 1e-4);
+        NA_CHECK_MSG(r <= 1.0, "decode %s ctx %d heads %d/%d hd %d threads %d: ratio %g",
+                     na_dtype_name(dt), ctx, n_heads, n_kv, hd, t + 1, r);
+    }
+    free(vc);
+    free(kc);
+    free(out);
+    free(ref);
+    free(q);
+}
+
+static void test_decode(void)
+{
+    static const int ctxs[] = { 1, 2, 63, 1025, 5000 };
+    static const int hds[] = { 64, 128, 48, 36 };       /* 36: not a multiple of 8 -> ref path */
+    static const int ratios[] = { 1, 2, 4, 8 };
+    size_t c, h, r;
+    int dt;
+
+    for (dt = 0; dt < 2; dt++) {
+        na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
+        for (c = 0; c < 5; c++)
+            for (h = 0; h < 4; h++)
+                for (r = 0; r < 4; r++) {
+                    int n_kv = ctxs[c] >= 5000 ? 1 : 2;
+                    if (ctxs[c] >= 5000 && hds[h] < 64)
+                        continue;               /* keep the scalar reference fast */
+                    check_decode(kd, ctxs[c], ratios[r] * n_kv, n_kv, hds[h], 1.0f);
+                }
+        /* group sizes that are not powers of two, or above the core's 16 */
+        check_decode(kd, 700, 3, 1, 64, 1.0f);
+        check_decode(kd, 700, 12, 2, 64, 1.0f);
+        check_decode(kd, 130, 40, 2, 32, 1.0f);
+        /* peaked softmax: large scores exercise max tracking across chunks */
+        check_decode(kd, 3000, 8, 2, 64, 8.0f);
+    }
+}
+
+static void check_prefill(na_dtype_t dt, int n_tok, int pos0, int n_heads, int n_kv, int hd)
+{
+    int ctx = pos0 + n_tok, t;
+    size_t qn = (size_t)n_tok * n_heads * hd, kvn = (size_t)ctx * n_kv * hd;
+    float *q = falloc(qn), *ref = falloc(qn), *out = falloc(qn);
+    void *kc = make_kv(dt, kvn), *vc = make_kv(dt, kvn);
+
+    na_rng_fill(&rng, q, qn, -1.0f, 1.0f);
+    na_ref_attn_prefill(ref_k, ref, q, kc, vc, dt, n_tok, pos0, n_heads, n_kv, hd);
+    for (t = 0; t < 2; t++) {
+        double r;
+        memset(out, 0xff, qn * 4);
+        cpu_k[t]->ops->attn_prefill(cpu_k[t], out, q, kc, vc, dt, n_tok, pos0, n_heads, n_kv, hd);
+        r = na_close_ratio(out, ref, qn, 2e-5, 1e-4);
+        NA_CHECK_MSG(r <= 1.0, "prefill %s n_tok %d pos0 %d heads %d/%d hd %d threads %d: %g",
+                     na_dtype_name(dt), n_tok, pos0, n_heads, n_kv, hd, t + 1, r);
+    }
+    free(vc);
+    free(kc);
+    free(out);
+    free(ref);
+    free(q);
+}
+
+static void test_prefill(void)
+{
+    int dt;
+    for (dt = 0; dt < 2; dt++) {
+        na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
+        check_prefill(kd, 1, 0, 4, 4, 64);
+        check_prefill(kd, 7, 0, 8, 2, 48);
+        check_prefill(kd, 33, 5, 8, 1, 64);
+        check_prefill(kd, 65, 100, 4, 2, 128);
+        check_prefill(kd, 17, 3, 6, 3, 36);
+    }
+}
+
+/* Partials folded over spans of different splits and merged (na_attn_merge)
+ * give the same result as one pass and as the reference decode. */
+static void test_partials(void)
+{
+    const int group = 4, hd = 64, ctx = 1500;
+    static const int splits[][4] = { { 1500, 0, 0, 0 }, { 1, 1499, 0, 0 },
+                                     { 700, 64, 1, 735 }, { 63, 65, 1000, 372 } };
+    int dt, s, t, i;
+
+    for (dt = 0; dt < 2; dt++) {
+        na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
+        size_t esz = dt ? 2 : 4, kvn = (size_t)ctx * 2 * hd;   /* 2 KV heads, use head 1 */
+        void *kc = make_kv(kd, kvn), *vc = make_kv(kd, kvn);
+        float q[4 * 64], ref[4 * 64 * 2], qfull[8 * 64], out[4 * 64];
+        float acc[4 * 64], acc2[4 * 64];
+        na_attn_stat_t st[4], st2[4];
+        float scale = 1.0f / sqrtf((float)hd);
+
+        na_rng_fill(&rng, q, group * hd, -2.0f, 2.0f);
+        /* reference: decode with 8 heads / 2 KV heads; heads 4..7 use KV head 1 */
+        memset(qfull, 0, sizeof(qfull));
+        memcpy(qfull + group * hd, q, sizeof(q));
+        na_ref_attn_decode(ref_k, ref, qfull, kc, vc, kd, ctx, 8, 2, hd);
+        for (s = 0; s < 4; s++)
+            for (t = 0; t < 3; t++) {           /* 0: ref partial, 1-2: cpu 1/2 threads */
+                na_kernels_t *k = t == 0 ? ref_k : cpu_k[t - 1];
+                int pos = 0;
+                na_attn_init(st, acc, group, hd);
+                for (i = 0; i < 4 && splits[s][i] > 0; i++) {
+                    size_t off = ((size_t)pos * 2 + 1) * hd * esz;
+                    na_kv_span_t sp = { (const uint8_t *)kc + off, (const uint8_t *)vc + off,
+                                        (size_t)2 * hd, splits[s][i] };
+                    na_attn_init(st2, acc2, group, hd);
+                    k->ops->attn_partial(k, st2, acc2, q, group, hd, &sp, kd, scale);
+                    na_attn_merge(st, acc, st2, acc2, group, hd);
+                    pos += splits[s][i];
+                }
+                NA_CHECK(pos == ctx);
+                na_attn_finalize(out, st, acc, group, hd);
+                NA_CHECK_MSG(na_close_ratio(out, ref + group * hd, group * hd, 2e-5, 1e-4) <= 1.0,
+                             "partials %s split %d backend %d", na_dtype_name(kd), s, t);
+            }
+        free(vc);
+        free(kc);
+    }
+}
+
+static void test_registry(void)
+{
+    na_kernels_t *k = NULL;
+    NA_CHECK(na_kernels_create("nope", 1, &k) == NA_ERR_NOT_FOUND);
+    NA_CHECK(strstr(na_errmsg(), "nope") != NULL);
+    NA_CHECK(na_kernels_create("cuda", 1, &k) == NA_ERR_UNSUPPORTED);
+    NA_CHECK(k == NULL);
+}
+
+int main(void)
+{
+    na_rng_seed(&rng, 20261122);
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c"))
+        NA_SKIP("this CPU lacks AVX2/FMA/F16C: the cpu backend cannot run");
+    NA_CHECK_OK(na_kernels_create("ref", 1, &ref_k));
+    NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
+    NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
+    if (ref_k == NULL || cpu_k[0] == NULL || cpu_k[1] == NULL)
+        return na_test_finish();
+    NA_CHECK(cpu_k[1]->n_threads == 2 && !strcmp(cpu_k[1]->ops->name, "cpu"));
+
+    test_registry();
+    test_ref_known();
+    test_elementwise();
+    test_matmul();
+    test_decode();
+    test_prefill();
+    test_partials();
+
+    na_kernels_destroy(cpu_k[1]);
+    na_kernels_destroy(cpu_k[0]);
+    na_kernels_destroy(ref_k);
+    return na_test_finish();
+}

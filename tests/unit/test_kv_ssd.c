@@ -1,0 +1,105 @@
+/* tests/unit/test_kv_ssd.c — the SSD tier (storage-node/kv_ssd.c): the
+ * preallocated O_DIRECT file, its extent allocator, io_uring transfers, and
+ * faults injected by the test double behind the I/O interface. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage-node/kv_ssd.h"
+#include "tests/testutil.h"
+#include "tests/unit/kv_fault_io.h"
+
+static void test_alloc(na_kv_file_t *f)
+{
+    uint64_t a, b, c, d;
+
+    NA_CHECK_OK(na_kv_file_alloc(f, 100, &a));            /* rounds to 4 KiB */
+    NA_CHECK_OK(na_kv_file_alloc(f, 8192, &b));
+    NA_CHECK_OK(na_kv_file_alloc(f, 4096, &c));
+    NA_CHECK(a == 0 && b == 4096 && c == 12288);
+    NA_CHECK(f->used == 16384);
+    na_kv_file_free(f, b, 8192);                          /* hole in the middle */
+    NA_CHECK_OK(na_kv_file_alloc(f, 4096, &d));
+    NA_CHECK(d == 4096);                                  /* first fit */
+    na_kv_file_free(f, d, 4096);
+    na_kv_file_free(f, a, 100);
+    na_kv_file_free(f, c, 4096);                          /* all coalesce */
+    NA_CHECK(f->used == 0);
+    NA_CHECK(f->n_free == 1 && f->free_ext[0].off == 0 && f->free_ext[0].len == f->size);
+    NA_CHECK(na_kv_file_alloc(f, f->size + 4096, &a) == NA_ERR_NOSPACE);
+    NA_CHECK(strstr(na_errmsg(), "full") != NULL);
+    NA_CHECK_OK(na_kv_file_alloc(f, f->size, &a));        /* exactly all of it */
+    NA_CHECK(na_kv_file_alloc(f, 4096, &b) == NA_ERR_NOSPACE);
+    na_kv_file_free(f, a, f->size);
+    NA_CHECK(f->used == 0 && f->n_free == 1);
+}
+
+static void test_rw(na_kv_file_t *f)
+{
+    const size_t len = 3u * NA_KV_IO_MAX + 5 * NA_KV_ALIGN;   /* several pieces */
+    unsigned char *w = na_kv_aligned_alloc(len), *r = na_kv_aligned_alloc(len);
+    na_kv_io_t *io;
+    na_fault_t fault;
+    size_t i;
+
+    for (i = 0; i < len; i++)
+        w[i] = (unsigned char)(i * 131u + 7u);
+    NA_CHECK_OK(na_kv_io_uring_create(8, &io));
+    NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 1, w, len, 8 * NA_KV_ALIGN, f->path));
+    memset(r, 0, len);
+    NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 0, r, len, 8 * NA_KV_ALIGN, f->path));
+    NA_CHECK(memcmp(w, r, len) == 0);
+    na_kv_io_destroy(io);
+
+    /* the double: an error, then a short read, only where asked */
+    memset(&fault, 0, sizeof(fault));
+    NA_CHECK_OK(na_fault_factory(&fault, 8, &io));
+    fault.on_reads = 1;
+    fault.lo = 8 * NA_KV_ALIGN + NA_KV_IO_MAX;
+    fault.hi = fault.lo + 1;
+    fault.mode = NA_FAULT_ERROR;
+    NA_CHECK(na_kv_io_rw_sync(io, f->fd, 0, r, len, 8 * NA_KV_ALIGN, f->path) == NA_ERR_IO);
+    NA_CHECK(strstr(na_errmsg(), "read") != NULL);
+    fault.mode = NA_FAULT_SHORT;
+    NA_CHECK(na_kv_io_rw_sync(io, f->fd, 0, r, len, 8 * NA_KV_ALIGN, f->path) == NA_ERR_IO);
+    NA_CHECK(strstr(na_errmsg(), "short") != NULL);
+    NA_CHECK(fault.hits == 2);
+    /* outside the range all is well; writes are untouched */
+    NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 0, r, NA_KV_IO_MAX, 8 * NA_KV_ALIGN, f->path));
+    NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 1, w, len, 8 * NA_KV_ALIGN, f->path));
+    fault.on_writes = 1;
+    NA_CHECK(na_kv_io_rw_sync(io, f->fd, 1, w, len, 8 * NA_KV_ALIGN, f->path) == NA_ERR_IO);
+    na_kv_io_destroy(io);
+    na_kv_aligned_free(w);
+    na_kv_aligned_free(r);
+}
+
+int main(void)
+{
+    char dir[512];
+    na_kv_file_t f;
+    na_kv_io_t *io;
+    na_status_t st;
+
+    if (na_test_tmpdir(dir, sizeof(dir)) != 0) {
+        fprintf(stderr, "cannot make a temporary directory\n");
+        return 1;
+    }
+    NA_CHECK(na_kv_io_uring_create(0, &io) == NA_ERR_RANGE);
+    st = na_kv_file_open(&f, dir, "kv.dat", 16u << 20, 0);
+    if (st == NA_ERR_UNSUPPORTED) {
+        na_test_rmtree(dir);
+        NA_SKIP("%s", na_errmsg());
+    }
+    NA_CHECK_OK(st);
+    if (st == NA_OK) {
+        NA_CHECK(f.direct == 1 && f.size == (16u << 20));
+        test_alloc(&f);
+        test_rw(&f);
+        na_kv_file_close(&f);
+    }
+    NA_CHECK(na_kv_file_open(&f, "/nonexistent-dir-of-nearattn", "kv.dat", 4096, 0) == NA_ERR_IO);
+    NA_CHECK(strstr(na_errmsg(), "nonexistent-dir-of-nearattn") != NULL);
+    na_test_rmtree(dir);
+    return na_test_finish();
+}

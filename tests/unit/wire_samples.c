@@ -1,0 +1,295 @@
+/* tests/unit/wire_samples.c — valid sample messages of every wire type. */
+#include "tests/unit/wire_samples.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testutil.h"
+
+static uint32_t rnd(na_rng_t *r, uint32_t lo, uint32_t hi)   /* [lo, hi] */
+{
+    return lo + (uint32_t)(na_rng_u64(r) % (uint64_t)(hi - lo + 1));
+}
+
+static const uint8_t *take(na_wire_sample_t *s, size_t *used, size_t n)
+{
+    const uint8_t *p = s->rows + *used;
+    *used += n;
+    return p;
+}
+
+int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
+{
+    static const na_dtype_t dts[3] = { NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF16 };
+    na_rng_t r;
+    size_t used = 0, i, es;
+    na_wire_msg_t *m = &s->msg;
+    uint32_t n;
+
+    memset(s, 0, sizeof(*s));
+    na_rng_seed(&r, seed * 7919 + (uint64_t)t);
+    s->rows_len = 1 << 16;
+    s->rows = malloc(s->rows_len);
+    if (!s->rows)
+        return -1;
+    for (i = 0; i < s->rows_len; i++)
+        s->rows[i] = (uint8_t)na_rng_u64(&r);
+    m->type = t;
+    m->seq = (uint32_t)na_rng_u64(&r);
+    m->time_ns = na_rng_u64(&r);
+    m->flags = (na_rng_u64(&r) & 1) ? NA_WIRE_F_MORE : 0;
+    switch (t) {
+    case NA_WIRE_MSG_HELLO:
+    case NA_WIRE_MSG_HELLO_CHALLENGE: {
+        na_wire_hello_t *h = t == NA_WIRE_MSG_HELLO ? &m->u.hello : &m->u.challenge.hello;
+        h->role = (na_wire_role_t)rnd(&r, 1, NA_WIRE_ROLE_COUNT - 1);
+        memcpy(h->nonce, take(s, &used, 32), 32);
+        n = rnd(&r, 0, 99);                      /* one draw per statement: */
+        snprintf(h->name, sizeof(h->name), "node-%u.x_%u", n, rnd(&r, 0, 9));  /* fixed order */
+        snprintf(h->cluster, sizeof(h->cluster), "demo:%u", rnd(&r, 0, 999));
+        if (t == NA_WIRE_MSG_HELLO_CHALLENGE)
+            memcpy(m->u.challenge.mac, take(s, &used, 32), 32);
+        break;
+    }
+    case NA_WIRE_MSG_AUTH:
+        memcpy(m->u.auth.mac, take(s, &used, 32), 32);
+        break;
+    case NA_WIRE_MSG_HELLO_OK:
+        m->u.hello_ok.heartbeat_ms = rnd(&r, 0, 100000);
+        break;
+    case NA_WIRE_MSG_REFUSE:
+    case NA_WIRE_MSG_BYE: {
+        na_wire_refuse_msg_t *x = t == NA_WIRE_MSG_REFUSE ? &m->u.refuse : &m->u.bye;
+        x->reason = (na_wire_refuse_t)rnd(&r, t == NA_WIRE_MSG_REFUSE ? 1 : 0, NA_WIRE_REFUSE_COUNT - 1);
+        n = rnd(&r, 0, 40);
+        for (i = 0; i < n; i++)
+            x->text[i] = (char)rnd(&r, 0x20, 0x7e);
+        x->text[n] = '\0';
+        break;
+    }
+    case NA_WIRE_MSG_HEARTBEAT:
+        m->u.heartbeat.send_ns = na_rng_u64(&r);
+        m->u.heartbeat.echo_ns = na_rng_u64(&r);
+        break;
+    case NA_WIRE_MSG_REQ_OPEN: {
+        na_wire_req_open_t *o = &m->u.req_open;
+        o->request_id = rnd(&r, 1, 1000000);
+        o->max_tokens = rnd(&r, 1, 4096);
+        o->n_layers = rnd(&r, 1, 80);
+        o->kv_h0 = (uint16_t)rnd(&r, 0, 7);
+        o->kv_h1 = (uint16_t)rnd(&r, o->kv_h0 + 1, 8);
+        o->head_dim = (uint16_t)rnd(&r, 1, 256);
+        o->q_per_kv = (uint16_t)rnd(&r, 1, 8);
+        o->dtype = dts[rnd(&r, 0, 2)];
+        break;
+    }
+    case NA_WIRE_MSG_REQ_RELEASE:
+        m->u.req_release.request_id = rnd(&r, 1, 1000000);
+        m->u.req_release.status = -(int32_t)rnd(&r, 0, 17);
+        break;
+    case NA_WIRE_MSG_PREFILL_KV:
+    case NA_WIRE_MSG_KV_DATA: {
+        na_wire_kv_t *k = &m->u.kv;
+        k->request_id = rnd(&r, 1, 1000000);
+        k->layer = rnd(&r, 0, 31);
+        k->n_tokens = rnd(&r, 1, 9);
+        k->pos0 = rnd(&r, 0, 5000);
+        k->kv_h0 = (uint16_t)rnd(&r, 0, 3);
+        k->kv_h1 = (uint16_t)rnd(&r, k->kv_h0 + 1, 4);
+        k->head_dim = (uint16_t)rnd(&r, 1, 20);
+        k->dtype = dts[rnd(&r, 0, 2)];
+        es = k->dtype == NA_DTYPE_F32 ? 4 : 2;
+        n = k->n_tokens * (k->kv_h1 - k->kv_h0) * k->head_dim * (uint32_t)es;
+        k->k = take(s, &used, n);
+        k->v = take(s, &used, n);
+        break;
+    }
+    case NA_WIRE_MSG_KV_FETCH: {
+        na_wire_kv_fetch_t *f = &m->u.kv_fetch;
+        f->request_id = rnd(&r, 1, 1000000);
+        f->layer = rnd(&r, 0, 31);
+        f->n_tokens = rnd(&r, 1, 4096);
+        f->pos0 = rnd(&r, 0, 5000);
+        f->kv_h0 = (uint16_t)rnd(&r, 0, 3);
+        f->kv_h1 = (uint16_t)rnd(&r, f->kv_h0 + 1, 4);
+        f->dtype = dts[rnd(&r, 0, 2)];
+        break;
+    }
+    case NA_WIRE_MSG_DECODE_ATTN: {
+        na_wire_attn_t *a = &m->u.attn;
+        a->batch_id = (uint32_t)na_rng_u64(&r);
+        a->layer = rnd(&r, 0, 31);
+        a->n_entries = rnd(&r, 1, NA_WIRE_SAMPLE_ENTRIES);
+        a->entry_base = rnd(&r, 0, 10);
+        a->batch_total = a->entry_base + a->n_entries + rnd(&r, 0, 3);
+        a->head_dim = (uint16_t)rnd(&r, 1, 17);
+        a->q_per_kv = (uint16_t)rnd(&r, 1, 4);
+        a->dtype = dts[rnd(&r, 0, 2)];
+        a->scale = 1.0f / (float)rnd(&r, 1, 16);
+        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+        for (i = 0; i < a->n_entries; i++) {
+            na_wire_attn_entry_t *e = &s->attn_e[i];
+            uint32_t nh;
+            e->request_id = rnd(&r, 1, 1000000);
+            e->position = rnd(&r, 0, 100000);
+            e->kv_h0 = (uint16_t)rnd(&r, 0, 3);
+            e->kv_h1 = (uint16_t)rnd(&r, e->kv_h0 + 1, 4);
+            nh = e->kv_h1 - e->kv_h0;
+            e->q = take(s, &used, (size_t)nh * a->q_per_kv * a->head_dim * es);
+            e->k = take(s, &used, (size_t)nh * a->head_dim * es);
+            e->v = take(s, &used, (size_t)nh * a->head_dim * es);
+        }
+        a->entries = s->attn_e;
+        break;
+    }
+    case NA_WIRE_MSG_ATTN_OUT: {
+        na_wire_attn_out_t *a = &m->u.attn_out;
+        a->batch_id = (uint32_t)na_rng_u64(&r);
+        a->layer = rnd(&r, 0, 31);
+        a->n_entries = rnd(&r, 1, NA_WIRE_SAMPLE_ENTRIES);
+        a->entry_base = rnd(&r, 0, 10);
+        a->batch_total = a->entry_base + a->n_entries + rnd(&r, 0, 3);
+        a->head_dim = (uint16_t)rnd(&r, 1, 17);
+        a->q_per_kv = (uint16_t)rnd(&r, 1, 4);
+        a->dtype = dts[rnd(&r, 0, 2)];
+        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+        for (i = 0; i < a->n_entries; i++) {
+            na_wire_out_entry_t *e = &s->out_e[i];
+            e->request_id = rnd(&r, 1, 1000000);
+            e->status = 0;
+            e->kv_h0 = (uint16_t)rnd(&r, 0, 3);
+            e->kv_h1 = (uint16_t)rnd(&r, e->kv_h0 + 1, 4);
+            e->o = take(s, &used, (size_t)(e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim * es);
+        }
+        a->entries = s->out_e;
+        break;
+    }
+    case NA_WIRE_MSG_STATS: {
+        na_wire_stats_t *st = &m->u.stats;
+        st->n = rnd(&r, 0, NA_WIRE_SAMPLE_ENTRIES);
+        for (i = 0; i < st->n; i++) {
+            snprintf(s->stats[i].key, sizeof(s->stats[i].key), "tier%zu.bytes_read", i);
+            s->stats[i].value = na_rng_u64(&r);
+        }
+        st->pairs = s->stats;
+        break;
+    }
+    case NA_WIRE_MSG_ERROR: {
+        na_wire_error_t *e = &m->u.error;
+        e->request_id = na_rng_u64(&r) % 1000;
+        e->batch_id = rnd(&r, 0, 100);
+        e->layer = rnd(&r, 0, 31);
+        e->status = -(int32_t)rnd(&r, 1, 17);
+        e->about_type = (uint16_t)rnd(&r, 0, NA_WIRE_MSG_COUNT - 1);
+        e->about_seq = (uint32_t)na_rng_u64(&r);
+        n = rnd(&r, 0, 999);
+        snprintf(e->text, sizeof(e->text), "request %u: no space on slot %u", n, rnd(&r, 0, 3));
+        break;
+    }
+    case NA_WIRE_MSG_ECHO:
+        m->u.echo.len = rnd(&r, 0, 300);
+        m->u.echo.data = take(s, &used, m->u.echo.len);
+        break;
+    case NA_WIRE_MSG_ACK:
+        m->u.ack.request_id = rnd(&r, 0, 1000);
+        m->u.ack.about_type = (uint16_t)rnd(&r, 1, NA_WIRE_MSG_COUNT - 1);
+        m->u.ack.about_seq = (uint32_t)na_rng_u64(&r);
+        break;
+    case NA_WIRE_MSG_STATS_REQ:
+    default:
+        break;
+    }
+    return used <= s->rows_len ? 0 : -1;
+}
+
+void na_wire_sample_free(na_wire_sample_t *s)
+{
+    free(s->rows);
+    s->rows = NULL;
+}
+
+uint8_t *na_wire_sample_encode(const na_wire_sample_t *s, size_t *len_p)
+{
+    size_t size, len;
+    uint8_t *buf;
+
+    if (na_wire_msg_size(&s->msg, &size) != NA_OK)
+        return NULL;
+    buf = malloc(size ? size : 1);
+    if (!buf)
+        return NULL;
+    if (na_wire_encode(&s->msg, buf, size, &len) != NA_OK || len != size) {
+        free(buf);
+        return NULL;
+    }
+    *len_p = len;
+    return buf;
+}
+
+static uint64_t sum_bytes(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    size_t i;
+    for (i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+uint64_t na_wire_sample_touch(const na_wire_msg_t *m)
+{
+    uint64_t h = sum_bytes(m, sizeof(*m));
+    size_t es;
+    uint32_t i;
+
+    switch (m->type) {
+    case NA_WIRE_MSG_PREFILL_KV:
+    case NA_WIRE_MSG_KV_DATA: {
+        const na_wire_kv_t *k = &m->u.kv;
+        size_t n = (size_t)k->n_tokens * (k->kv_h1 - k->kv_h0) * k->head_dim *
+                   (k->dtype == NA_DTYPE_F32 ? 4 : 2);
+        h += sum_bytes(k->k, n) + sum_bytes(k->v, n);
+        break;
+    }
+    case NA_WIRE_MSG_DECODE_ATTN: {
+        const na_wire_attn_t *a = &m->u.attn;
+        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+        for (i = 0; i < a->n_entries; i++) {
+            na_wire_attn_entry_t e;
+            size_t nh;
+            if (na_wire_attn_get(a, i, &e) != NA_OK)
+                return 0;
+            nh = (size_t)(e.kv_h1 - e.kv_h0);
+            h += sum_bytes(e.q, nh * a->q_per_kv * a->head_dim * es);
+            h += sum_bytes(e.k, nh * a->head_dim * es) + sum_bytes(e.v, nh * a->head_dim * es);
+        }
+        break;
+    }
+    case NA_WIRE_MSG_ATTN_OUT: {
+        const na_wire_attn_out_t *a = &m->u.attn_out;
+        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+        for (i = 0; i < a->n_entries; i++) {
+            na_wire_out_entry_t e;
+            if (na_wire_attn_out_get(a, i, &e) != NA_OK)
+                return 0;
+            h += sum_bytes(e.o, (size_t)(e.kv_h1 - e.kv_h0) * a->q_per_kv * a->head_dim * es);
+        }
+        break;
+    }
+    case NA_WIRE_MSG_STATS:
+        for (i = 0; i < m->u.stats.n; i++) {
+            na_wire_stat_t s;
+            if (na_wire_stats_get(&m->u.stats, i, &s) != NA_OK)
+                return 0;
+            h += sum_bytes(s.key, strlen(s.key)) + s.value;
+        }
+        break;
+    case NA_WIRE_MSG_ECHO:
+        h += sum_bytes(m->u.echo.data, (size_t)m->u.echo.len);
+        break;
+    default:
+        break;
+    }
+    return h;
+}
