@@ -1,22 +1,26 @@
 /* cli/bench_storage.c — `nearattn bench storage`: decode attention of a
  * storage node's device slot against the limits measured in the same run.
  *
- *   O_DIRECT sequential read of a file of the same size on the same file
- *     system (1 MiB reads, io_uring, queue depth 16), and write      the limit
- *   attention with the KV entirely on the SSD tier: GB/s of KV attended vs
- *     that read bandwidth; SSD bytes read per generated token vs the analytic
- *     count (layers x context x 2 x kv_heads x head_dim x 2 bytes)
- *   STREAM copy, 1 and N threads (2 x 64 MiB)                        the limit
- *   attention with the KV in the DRAM tier, 1 and N engine threads, vs copy
+ *   attention with the KV entirely on the SSD tier (GQA 32 q / 8 kv heads):
+ *     GB/s of KV attended vs O_DIRECT sequential read of a file of the same
+ *     size on the same file system (1 MiB reads, io_uring, queue depth 32 as
+ *     the engine's), read whole after every timed step so both see the same
+ *     machine load; SSD bytes read per generated token vs the analytic count
+ *     (layers x context x 2 x kv_heads x head_dim x 2 bytes)
+ *   attention with the KV in the DRAM tier: GQA with 1 and N engine threads
+ *     and MHA with 1 thread, vs STREAM copy (2 x 64 MiB) of as many threads,
+ *     run after every timed step
+ *   prefill (f32 rows -> f16 blocks -> O_DIRECT writes) vs O_DIRECT write
  *
- * Shape: GQA 32 query / 8 KV heads, head_dim 128, f16 KV, block 64 tokens,
- * 8 requests x 4 layers; context 8192 on the SSD (1 GiB of KV) and 4096 in
- * DRAM (512 MiB), a quarter of that with --quick. Every step appends a new
- * row per (request, layer) through the delayed writeback (spill interval 2),
- * as in decoding. Warm-up step, then >= 3 timed steps: median and spread.
- * O_DIRECT bypasses the page cache, so the file sizes only need to exceed
- * the drive's own cache; data is random. */
+ * Shape: head_dim 128, f16 KV, block 64 tokens, 8 requests x 4 layers;
+ * context 8192 on the SSD (1 GiB of KV) and 4096 in DRAM (512 MiB), a
+ * quarter of that with --quick. Every step appends a new row per (request,
+ * layer) through the delayed writeback (spill interval 2), as in decoding.
+ * One warm-up step, then 5 timed steps: median and spread. O_DIRECT
+ * bypasses the page cache; data is random. */
+#define _GNU_SOURCE            /* O_DIRECT */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,21 +33,32 @@
 
 #define NA_BS_REQ     8
 #define NA_BS_LAYERS  4
-#define NA_BS_HEADS   32
+#define NA_BS_HEADS   32         /* GQA 4; the DRAM run also measures MHA (8) */
+#define NA_BS_QD      32         /* queue depth of the engine and of the limit */
 #define NA_BS_KVH     8
 #define NA_BS_HD      128
-#define NA_BS_STEPS   4          /* 1 warm-up + 3 timed */
+#define NA_BS_STEPS   6          /* 1 warm-up + 5 timed */
+
+/* The in-run limit, measured once after every timed step so that limit
+ * and attention see the same machine load: returns GB/s or < 0 on error. */
+typedef double (*na_bs_ref_fn)(void *ctx);
 
 typedef struct {
     const char *dir;
     int         ctx;             /* tokens of context per request */
     int         threads;
     int         ssd;             /* 1: KV on SSD tier only; 0: DRAM tier */
+    int         n_heads;         /* query heads (NA_BS_KVH * group) */
     double      med_s, spread;   /* per decode step (all layers) */
     double      kv_bytes_step;   /* KV bytes attended per step */
     double      ssd_read_per_tok;
     double      prefill_s;
     uint64_t    prefetch_hits;
+    double      compute_frac;    /* kernel time / (timed wall time x threads) */
+    na_bs_ref_fn ref;            /* limit measured between steps */
+    void        *ref_ctx;
+    double       ref_med, ref_spread;
+    double       pair_med, pair_min, pair_max;   /* per-step attention / limit */
 } na_bs_run_t;
 
 static void na_bs_fill(float *x, size_t n, uint64_t seed)
@@ -55,11 +70,133 @@ static void na_bs_fill(float *x, size_t n, uint64_t seed)
     }
 }
 
+/* A file read as the disk limit: either a fresh file of the KV's size
+ * (written once, O_DIRECT, 64 MiB calls of 1 MiB pieces at queue depth
+ * NA_BS_QD) or the slot's own KV file, opened read-only with O_DIRECT. */
+typedef struct {
+    int          fd;
+    uint64_t     size;
+    char         path[1100];
+    int          own;            /* 1: fresh file in f (unlinked on close) */
+    na_kv_file_t f;
+    na_kv_io_t  *io;
+    void        *buf;
+    size_t       piece;
+} na_bs_disk_t;
+
+static void na_bs_disk_close(na_bs_disk_t *d)
+{
+    na_kv_aligned_free(d->buf);
+    na_kv_io_destroy(d->io);
+    if (d->own)
+        na_kv_file_close(&d->f);
+    else if (d->fd >= 0)
+        close(d->fd);
+    d->fd = -1;
+}
+
+static na_status_t na_bs_disk_init(na_bs_disk_t *d)
+{
+    na_status_t st = na_kv_io_uring_create(NA_BS_QD, &d->io);
+    d->piece = 64u << 20;
+    if (st == NA_OK && (d->buf = na_kv_aligned_alloc(d->piece)) == NULL)
+        st = na_err(NA_ERR_NOMEM, "bench storage: out of memory");
+    if (st != NA_OK)
+        na_bs_disk_close(d);
+    return st;
+}
+
+/* Create and write a fresh file in dir; write GB/s in *wr. */
+static na_status_t na_bs_disk_open(na_bs_disk_t *d, const char *dir, uint64_t bytes, double *wr)
+{
+    uint64_t off;
+    double t0;
+    na_status_t st;
+
+    memset(d, 0, sizeof(*d));
+    d->fd = -1;
+    st = na_kv_file_open(&d->f, dir, "bandwidth.dat", bytes, 0);
+    if (st != NA_OK)
+        return st;
+    d->own = 1;
+    d->fd = d->f.fd;
+    d->size = d->f.size;
+    st = na_bs_disk_init(d);
+    if (st != NA_OK)
+        return st;
+    na_bs_fill(d->buf, d->piece / sizeof(float), 5);
+    t0 = na_bench_now();
+    for (off = 0; off < d->size && st == NA_OK; off += d->piece)
+        st = na_kv_io_rw_sync(d->io, d->fd, 1, d->buf, d->piece, off, d->f.path);
+    *wr = (double)d->size / (na_bench_now() - t0) / 1e9;
+    if (st != NA_OK)
+        na_bs_disk_close(d);
+    return st;
+}
+
+/* Open an existing file (the slot's KV file) for O_DIRECT reads. */
+static na_status_t na_bs_disk_attach(na_bs_disk_t *d, const char *path)
+{
+    struct stat sb;
+
+    memset(d, 0, sizeof(*d));
+    snprintf(d->path, sizeof(d->path), "%s", path);
+    d->fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (d->fd < 0)
+        return na_err(NA_ERR_IO, "open(%s): %s", path, strerror(errno));
+    if (fstat(d->fd, &sb) != 0) {
+        close(d->fd);
+        return na_err(NA_ERR_IO, "fstat(%s): %s", path, strerror(errno));
+    }
+    d->size = (uint64_t)sb.st_size / NA_KV_IO_MAX * NA_KV_IO_MAX;
+    return na_bs_disk_init(d);
+}
+
+/* na_bs_ref_fn: read the whole file sequentially, 1 MiB reads with up to
+ * NA_BS_QD in flight all along; freed buffers are refilled in groups of 4
+ * adjacent reads (as the engine queues a granule), which the block layer
+ * may merge. */
+static double na_bs_disk_read(void *ctx)
+{
+    na_bs_disk_t *d = ctx;
+    na_kv_io_cqe_t cqe[NA_BS_QD];
+    int free_slot[NA_BS_QD], n_free = NA_BS_QD;
+    double t0 = na_bench_now();
+    uint64_t next = 0;
+    int inflight = 0, n, i;
+
+    for (i = 0; i < NA_BS_QD; i++)
+        free_slot[i] = i;
+    for (;;) {
+        while (next < d->size && (n_free >= 4 || (n_free > 0 && inflight == 0))) {
+            int g;
+            for (g = 0; g < 4 && n_free > 0 && next < d->size; g++, next += NA_KV_IO_MAX) {
+                int slot = free_slot[--n_free];
+                if (d->io->ops->prep_read(d->io, d->fd, (char *)d->buf + (size_t)slot * NA_KV_IO_MAX,
+                                          NA_KV_IO_MAX, next, (uint64_t)slot) != NA_OK)
+                    return -1.0;
+                inflight++;
+            }
+        }
+        if (inflight == 0)
+            break;
+        if (d->io->ops->wait(d->io, 1, cqe, NA_BS_QD, &n) != NA_OK)
+            return -1.0;
+        for (i = 0; i < n; i++) {
+            inflight--;
+            if (cqe[i].res != (int64_t)NA_KV_IO_MAX)
+                return -1.0;
+            free_slot[n_free++] = (int)cqe[i].tag;
+        }
+    }
+    return (double)d->size / (na_bench_now() - t0) / 1e9;
+}
+
 /* Prefill NA_BS_REQ requests of ctx tokens over NA_BS_LAYERS layers, then
  * time NA_BS_STEPS decode steps. */
 static na_status_t na_bs_attn(na_bs_run_t *run)
 {
-    const int kvw = NA_BS_KVH * NA_BS_HD, qw = NA_BS_HEADS * NA_BS_HD;
+    const int kvw = NA_BS_KVH * NA_BS_HD, qw = run->n_heads * NA_BS_HD;
     const int max_tok = run->ctx + NA_BS_STEPS + 1;
     const uint64_t kv_req_layer = (uint64_t)max_tok * kvw * 2 * 2;
     na_slot_common_t c;
@@ -67,18 +204,20 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     na_slot_t *s = NULL;
     na_slot_stats_t st0, st1;
     na_attn_entry_t ent[NA_BS_REQ];
-    float *k = NULL, *v = NULL, *q = NULL, *o = NULL;
-    double t[NA_BS_STEPS];
+    float *k = NULL, *v = NULL, *k2 = NULL, *v2 = NULL, *q = NULL, *o = NULL;
+    double t[NA_BS_STEPS], refv[NA_BS_STEPS];
+    na_bs_disk_t kvfile;
+    int have_kvfile = 0;
     na_status_t st;
     int r, l, step, i, chunk = 512;
 
     na_slot_common_default(&c);
     c.n_layers = NA_BS_LAYERS;
-    c.n_heads = NA_BS_HEADS;
+    c.n_heads = run->n_heads;
     c.n_kv_heads = NA_BS_KVH;
     c.head_dim = NA_BS_HD;
     c.n_threads = run->threads;
-    c.io_depth = 32;
+    c.io_depth = NA_BS_QD;
     c.stage_chunks = 16;
     c.split_tokens = 1024;
     c.no_dram_tier = run->ssd;
@@ -96,12 +235,19 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
         return st;
     k = malloc(sizeof(float) * (size_t)chunk * kvw);
     v = malloc(sizeof(float) * (size_t)chunk * kvw);
+    k2 = malloc(sizeof(float) * (size_t)chunk * kvw);
+    v2 = malloc(sizeof(float) * (size_t)chunk * kvw);
     q = malloc(sizeof(float) * (size_t)NA_BS_REQ * qw);
     o = malloc(sizeof(float) * (size_t)NA_BS_REQ * qw);
-    if (!k || !v || !q || !o) {
+    if (!k || !v || !k2 || !v2 || !q || !o) {
         st = na_err(NA_ERR_NOMEM, "bench storage: out of memory");
         goto out;
     }
+    /* two pools of random rows, used alternately (generation is not timed) */
+    na_bs_fill(k, (size_t)chunk * kvw, 1);
+    na_bs_fill(v, (size_t)chunk * kvw, 2);
+    na_bs_fill(k2, (size_t)chunk * kvw, 3);
+    na_bs_fill(v2, (size_t)chunk * kvw, 4);
     run->prefill_s = na_bench_now();
     for (r = 0; r < NA_BS_REQ; r++) {
         st = na_slot_open(s, (uint64_t)r, max_tok, NA_BS_KVH);
@@ -110,9 +256,9 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
         for (l = 0; l < NA_BS_LAYERS; l++) {
             for (i = 0; i < run->ctx; i += chunk) {
                 int n = run->ctx - i < chunk ? run->ctx - i : chunk;
-                na_bs_fill(k, (size_t)n * kvw, ((uint64_t)r << 40) ^ ((uint64_t)l << 32) ^ (uint64_t)i);
-                na_bs_fill(v, (size_t)n * kvw, ((uint64_t)r << 40) ^ ((uint64_t)l << 32) ^ (uint64_t)i ^ 1);
-                st = na_slot_prefill(s, (uint64_t)r, l, k, v, NA_DTYPE_F32, 0, n);
+                int alt = ((i / chunk) + r + l) & 1;
+                st = na_slot_prefill(s, (uint64_t)r, l, alt ? k2 : k, alt ? v2 : v,
+                                     NA_DTYPE_F32, 0, n);
                 if (st != NA_OK)
                     goto out;
             }
@@ -122,6 +268,16 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
             goto out;
     }
     run->prefill_s = na_bench_now() - run->prefill_s;
+    if (run->ssd && run->ref == NULL) {      /* the limit: O_DIRECT reads of this very file */
+        char path[1100];
+        snprintf(path, sizeof(path), "%s/kv.dat", run->dir);
+        st = na_bs_disk_attach(&kvfile, path);
+        if (st != NA_OK)
+            goto out;
+        have_kvfile = 1;
+        run->ref = na_bs_disk_read;
+        run->ref_ctx = &kvfile;
+    }
     na_bs_fill(q, (size_t)NA_BS_REQ * qw, 99);
     na_bs_fill(k, (size_t)kvw, 7);
     na_bs_fill(v, (size_t)kvw, 8);
@@ -135,7 +291,7 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
                 memset(&ent[r], 0, sizeof(ent[r]));
                 ent[r].req = (uint64_t)r;
                 ent[r].layer = l;
-                ent[r].n_q_heads = NA_BS_HEADS;
+                ent[r].n_q_heads = run->n_heads;
                 ent[r].n_kv_heads = NA_BS_KVH;
                 ent[r].q = q + (size_t)r * qw;
                 ent[r].k_new = k;
@@ -151,6 +307,26 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
             (void)na_slot_poll(s);
         }
         t[step] = na_bench_now() - t0;
+        if (step > 0 && run->ref != NULL) {
+            refv[step] = run->ref(run->ref_ctx);
+            if (refv[step] < 0) {
+                st = NA_ERR_IO;
+                goto out;
+            }
+        }
+    }
+    if (run->ref != NULL) {
+        double kvb = (double)NA_BS_REQ * NA_BS_LAYERS * kvw * 2.0 * 2.0, pr[NA_BS_STEPS];
+        for (step = 1; step < NA_BS_STEPS; step++)   /* context ctx+1+step tokens */
+            pr[step - 1] = kvb * (run->ctx + 1 + step) / t[step] / 1e9 / refv[step];
+        run->pair_min = run->pair_max = pr[0];
+        for (step = 1; step < NA_BS_STEPS - 1; step++) {
+            run->pair_min = pr[step] < run->pair_min ? pr[step] : run->pair_min;
+            run->pair_max = pr[step] > run->pair_max ? pr[step] : run->pair_max;
+        }
+        run->pair_med = na_bench_median(pr, NA_BS_STEPS - 1);
+        run->ref_med = na_bench_median(refv + 1, NA_BS_STEPS - 1);
+        run->ref_spread = na_bench_spread(refv + 1, NA_BS_STEPS - 1);
     }
     na_slot_stats(s, &st1);
     run->med_s = na_bench_median(t + 1, NA_BS_STEPS - 1);
@@ -161,9 +337,22 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     run->ssd_read_per_tok = (double)(st1.kv.bytes_read_ssd - st0.kv.bytes_read_ssd) /
                             ((NA_BS_STEPS - 1) * (double)NA_BS_REQ);
     run->prefetch_hits = st1.attn.prefetch_hits - st0.attn.prefetch_hits;
+    {
+        double wall = 0;
+        for (i = 1; i < NA_BS_STEPS; i++)
+            wall += t[i];
+        run->compute_frac = (double)(st1.attn.compute_ns - st0.attn.compute_ns) / 1e9 /
+                            (wall * run->threads);
+    }
 out:
+    if (have_kvfile) {
+        na_bs_disk_close(&kvfile);
+        run->ref = NULL;
+    }
     free(k);
     free(v);
+    free(k2);
+    free(v2);
     free(q);
     free(o);
     for (r = 0; r < NA_BS_REQ; r++)
@@ -172,54 +361,26 @@ out:
     return st;
 }
 
-/* O_DIRECT sequential write then read of `bytes` in dir: median GB/s. */
-static na_status_t na_bs_disk(const char *dir, uint64_t bytes, double *rd, double *rd_spread,
-                              double *wr)
-{
-    na_kv_file_t f;
-    na_kv_io_t *io;
-    void *buf;
-    double t[3], t0;
-    uint64_t off;
-    size_t piece = 64u << 20;
-    na_status_t st;
-    int i;
+typedef struct {
+    int    threads;
+    double multi[NA_BS_STEPS];   /* copies with `threads` threads */
+    int    n_multi;
+} na_bs_copy_t;
 
-    st = na_kv_file_open(&f, dir, "bandwidth.dat", bytes, 0);
-    if (st != NA_OK)
-        return st;
-    st = na_kv_io_uring_create(16, &io);
-    if (st != NA_OK)
-        goto err_close;
-    buf = na_kv_aligned_alloc(piece);
-    if (buf == NULL) {
-        st = na_err(NA_ERR_NOMEM, "bench storage: out of memory");
-        goto err_io;
+/* na_bs_ref_fn: single-thread STREAM copy, 2 x 64 MiB, 3 passes; with
+ * threads > 1 also the copy with that many threads, kept in c->multi. */
+static double na_bs_copy(void *ctx)
+{
+    na_bs_copy_t *c = ctx;
+    double gbs, sp;
+    if (c->threads > 1 && c->n_multi < NA_BS_STEPS) {
+        if (na_bench_stream_copy(c->threads, (size_t)64 << 20, 3, &gbs, &sp) != NA_OK)
+            return -1.0;
+        c->multi[c->n_multi++] = gbs;
     }
-    na_bs_fill(buf, piece / sizeof(float), 5);
-    t0 = na_bench_now();
-    for (off = 0; off < f.size && st == NA_OK; off += piece)
-        st = na_kv_io_rw_sync(io, f.fd, 1, buf, piece, off, f.path);
-    *wr = (double)f.size / (na_bench_now() - t0) / 1e9;
-    for (i = 0; i < 3 && st == NA_OK; i++) {
-        t0 = na_bench_now();
-        for (off = 0; off < f.size && st == NA_OK; off += piece)
-            st = na_kv_io_rw_sync(io, f.fd, 0, buf, piece, off, f.path);
-        t[i] = na_bench_now() - t0;
-    }
-    if (st == NA_OK) {
-        double gb[3];
-        for (i = 0; i < 3; i++)
-            gb[i] = (double)f.size / t[i] / 1e9;
-        *rd = na_bench_median(gb, 3);
-        *rd_spread = na_bench_spread(gb, 3);
-    }
-    na_kv_aligned_free(buf);
-err_io:
-    na_kv_io_destroy(io);
-err_close:
-    na_kv_file_close(&f);
-    return st;
+    if (na_bench_stream_copy(1, (size_t)64 << 20, 3, &gbs, &sp) != NA_OK)
+        return -1.0;
+    return gbs;
 }
 
 static void na_bs_usage(FILE *f)
@@ -241,10 +402,11 @@ int na_cli_bench_storage(int argc, char **argv)
     char dir[1024];
     na_bench_t *b = NULL;
     na_bs_run_t run;
-    double rd = 0, rd_sp = 0, wr = 0, copy1 = 0, s1 = 0, copyN = 0, sN = 0, analytic;
+    na_bs_disk_t disk;
+    double wr = 0, rd_fresh = 0, analytic;
     char name[96], ref[96];
     na_status_t st;
-    int i, rc, ctx_ssd, ctx_dram, t;
+    int i, rc, ctx_ssd, ctx_dram, v;
 
     na_cli_bench_opts_init(&o);
     for (i = 1; i < argc; i++) {
@@ -276,64 +438,88 @@ int na_cli_bench_storage(int argc, char **argv)
     if (st != NA_OK)
         goto fail;
 
-    /* the disk: write + read a file as large as the SSD-resident KV */
-    st = na_bs_disk(dir, (uint64_t)NA_BS_REQ * NA_BS_LAYERS * ctx_ssd * NA_BS_KVH * NA_BS_HD * 4,
-                    &rd, &rd_sp, &wr);
+    /* the disk: a fresh file as large as the SSD-resident KV, written and read */
+    st = na_bs_disk_open(&disk, dir, (uint64_t)NA_BS_REQ * NA_BS_LAYERS * ctx_ssd * NA_BS_KVH *
+                         NA_BS_HD * 4, &wr);
     if (st != NA_OK)
         goto fail;
-    na_bench_add(b, "O_DIRECT seq read 1MiB QD16", rd, "GB/s", rd_sp, NULL, 0.0);
-    na_bench_add(b, "O_DIRECT seq write 1MiB QD16", wr, "GB/s", 0.0, NULL, 0.0);
+    rd_fresh = na_bs_disk_read(&disk);
+    na_bs_disk_close(&disk);
+    if (rd_fresh < 0) {
+        st = na_err(NA_ERR_IO, "bench storage: O_DIRECT read of the bandwidth file failed");
+        goto fail;
+    }
 
-    /* attention over SSD-resident KV */
+    /* attention over SSD-resident KV; after each step the KV file itself is
+     * read whole with O_DIRECT, the limit on the same data path */
     memset(&run, 0, sizeof(run));
     run.dir = dir;
     run.ctx = ctx_ssd;
     run.threads = o.threads;
     run.ssd = 1;
+    run.n_heads = NA_BS_HEADS;
     st = na_bs_attn(&run);
     if (st != NA_OK)
         goto fail;
-    snprintf(name, sizeof(name), "attn KV on SSD ctx=%d B=%d L=%d t=%d", ctx_ssd, NA_BS_REQ,
-             NA_BS_LAYERS, o.threads);
+    na_bench_add(b, "O_DIRECT seq read of the KV file, 1MiB QD32", run.ref_med, "GB/s",
+                 run.ref_spread, NULL, 0.0);
+    snprintf(name, sizeof(name), "attn KV on SSD %dq/%dkv ctx=%d t=%d", NA_BS_HEADS, NA_BS_KVH,
+             ctx_ssd, o.threads);
     na_bench_add(b, name, run.kv_bytes_step / run.med_s / 1e9, "GB/s", run.spread,
-                 "O_DIRECT seq read", rd);
+                 "O_DIRECT seq read", run.ref_med);
     analytic = (double)NA_BS_LAYERS * (ctx_ssd + 1 + NA_BS_STEPS / 2.0) * NA_BS_KVH * NA_BS_HD * 2 * 2;
     na_bench_add(b, "SSD bytes read per token", run.ssd_read_per_tok / 1e6, "MB", 0.0,
                  "analytic L*ctx*2*kvh*hd*2", analytic / 1e6);
-    na_bench_add(b, "prefill write of KV", (double)NA_BS_REQ * NA_BS_LAYERS * ctx_ssd *
+    na_bench_add(b, "O_DIRECT seq read, fresh file, once", rd_fresh, "GB/s", 0.0, NULL, 0.0);
+    na_bench_add(b, "O_DIRECT seq write 1MiB QD32", wr, "GB/s", 0.0, NULL, 0.0);
+    na_bench_add(b, "prefill (f32->f16 + write) of KV", (double)NA_BS_REQ * NA_BS_LAYERS * ctx_ssd *
                  NA_BS_KVH * NA_BS_HD * 4 / run.prefill_s / 1e9, "GB/s", 0.0,
                  "O_DIRECT seq write", wr);
-    na_bench_note(b, "SSD run: %llu prefetched granules used over the timed steps",
-                  (unsigned long long)run.prefetch_hits);
+    na_bench_note(b, "SSD run: attention / read of the KV file, step by step: median %.1f%% "
+                  "(%.1f%% .. %.1f%%)", 100.0 * run.pair_med, 100.0 * run.pair_min,
+                  100.0 * run.pair_max);
+    na_bench_note(b, "SSD run: %llu prefetched granules used over the timed steps; engine "
+                  "workers busy in kernels %.0f%% of the time (compute hidden under I/O)",
+                  (unsigned long long)run.prefetch_hits, 100.0 * run.compute_frac);
 
-    /* the memory: STREAM copy, then attention over DRAM-resident KV */
-    st = na_bench_stream_copy(1, (size_t)64 << 20, o.quick ? 4 : 10, &copy1, &s1);
-    if (st == NA_OK && o.threads > 1)
-        st = na_bench_stream_copy(o.threads, (size_t)64 << 20, o.quick ? 4 : 10, &copyN, &sN);
-    if (st != NA_OK)
-        goto fail;
-    na_bench_add(b, "STREAM copy t=1", copy1, "GB/s", s1, NULL, 0.0);
-    if (o.threads > 1) {
-        snprintf(name, sizeof(name), "STREAM copy t=%d", o.threads);
-        na_bench_add(b, name, copyN, "GB/s", sN, NULL, 0.0);
-    }
-    for (t = 1; t <= o.threads; t = t == 1 && o.threads > 1 ? o.threads : t + o.threads) {
+    /* attention over DRAM-resident KV, a STREAM copy after each step:
+     * GQA 4 with 1 and N engine threads, MHA with 1 thread */
+    for (v = 0; v < 3; v++) {
+        int t = v == 1 ? o.threads : 1, heads = v == 2 ? NA_BS_KVH : NA_BS_HEADS;
+        na_bs_copy_t cp;
+        memset(&cp, 0, sizeof(cp));
+        cp.threads = t;
+        if (v == 1 && o.threads == 1)
+            continue;
         memset(&run, 0, sizeof(run));
         run.dir = dir;
         run.ctx = ctx_dram;
         run.threads = t;
         run.ssd = 0;
+        run.n_heads = heads;
+        run.ref = na_bs_copy;
+        run.ref_ctx = &cp;
         st = na_bs_attn(&run);
         if (st != NA_OK)
             goto fail;
-        snprintf(name, sizeof(name), "attn KV in DRAM ctx=%d B=%d L=%d t=%d", ctx_dram,
-                 NA_BS_REQ, NA_BS_LAYERS, t);
-        snprintf(ref, sizeof(ref), "STREAM copy t=%d", t);
-        na_bench_add(b, name, run.kv_bytes_step / run.med_s / 1e9, "GB/s", run.spread, ref,
-                     t == 1 ? copy1 : copyN);
+        na_bench_add(b, "STREAM copy t=1", run.ref_med, "GB/s", run.ref_spread, NULL, 0.0);
+        snprintf(name, sizeof(name), "attn KV in DRAM %dq/%dkv ctx=%d t=%d", heads, NA_BS_KVH,
+                 ctx_dram, t);
+        na_bench_add(b, name, run.kv_bytes_step / run.med_s / 1e9, "GB/s", run.spread,
+                     "STREAM copy t=1", run.ref_med);
+        na_bench_note(b, "%s / STREAM copy t=1, step by step: median %.1f%% (%.1f%% .. %.1f%%)",
+                      name, 100.0 * run.pair_med, 100.0 * run.pair_min, 100.0 * run.pair_max);
+        if (t > 1) {
+            double med = na_bench_median(cp.multi, cp.n_multi), sp;
+            sp = na_bench_spread(cp.multi, cp.n_multi);
+            snprintf(ref, sizeof(ref), "STREAM copy t=%d", t);
+            na_bench_add(b, ref, med, "GB/s", sp, NULL, 0.0);
+            na_bench_add(b, name, run.kv_bytes_step / run.med_s / 1e9, "GB/s", run.spread, ref, med);
+        }
     }
-    na_bench_note(b, "shape: %d q / %d kv heads, head_dim %d, f16 KV, block 64, spill interval 2, "
-                  "KV files under %s", NA_BS_HEADS, NA_BS_KVH, NA_BS_HD, base);
+    na_bench_note(b, "shape: %d requests x %d layers, head_dim %d, f16 KV, block 64, spill interval 2, "
+                  "split 1024 tokens, engine queue depth %d; KV files under %s", NA_BS_REQ,
+                  NA_BS_LAYERS, NA_BS_HD, NA_BS_QD, base);
     rc = na_cli_bench_finish("storage", b, &o);
     na_bench_destroy(b);
     rmdir(dir);

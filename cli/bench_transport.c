@@ -5,15 +5,21 @@
  * - Round trip: ECHO ping-pong (64-byte wire header + payload each way) at
  *   the sizes decode sends: q, k_new, v_new rows of one layer for batch
  *   1, 8, 64, 256 of a model with 32 heads x head_dim 128 in f16 (24 KiB per
- *   request). Median over all round trips; reference: 2 x the 50th-percentile
+ *   request). Median over the round trips; reference: 2 x the 50th-percentile
  *   one-way latency of `ucx_perftest -t ucp_am_lat -H 64` (which reports half
  *   the round trip).
  * - Bandwidth: a stream of ECHO messages flagged MORE (not answered) at
- *   prefill sizes 1, 4, 16 MiB, 8 in flight, ended by one empty ECHO that is
- *   answered; reference: `ucx_perftest -t ucp_am_bw -H 64` overall bandwidth.
- * Both sides busy-poll, like ucx_perftest. The server is this program
- * started again (fork/exec of /proc/self/exe) with --serve. */
+ *   prefill sizes 1, 4, 16 MiB, --window in flight (default 1), ended by one
+ *   empty ECHO that is answered; reference: `ucx_perftest -t ucp_am_bw -H 64
+ *   -O window` overall bandwidth.
+ * Both sides busy-poll and are pinned to CPUs 0 and 1, like ucx_perftest -c.
+ * Ours and ucx_perftest alternate (--trials) so that both see the same
+ * machine; each figure is the median over its trials, spread = over ours.
+ * The server is this program started again (fork/exec of /proc/self/exe)
+ * with --serve. */
+#define _GNU_SOURCE 1        /* sched_setaffinity, CPU_SET */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +37,7 @@
 
 #define BT_SECRET   "bench-transport"
 #define BT_ROW      (32 * 128 * 2)      /* one f16 row set of 32 heads x 128 */
+#define BT_TRIALS_MAX 9
 
 typedef struct {
     na_xp_tls_t     tls;
@@ -38,6 +45,8 @@ typedef struct {
     na_xp_errmode_t errmode;
     int             perftest;          /* run ucx_perftest beside (default 1) */
     int             port;              /* perftest base port */
+    int             window;            /* sends in flight in the bandwidth test */
+    long            extra_size;        /* --size B: one more round-trip size (0 = none) */
     na_cli_bench_opts_t common;
 } bt_args_t;
 
@@ -46,7 +55,7 @@ typedef struct {
 static const char *bt_perftest_tls(const bt_args_t *a)
 {
     switch (a->tls) {
-    case NA_XP_TLS_SHM: return "sm,self";
+    case NA_XP_TLS_SHM: return "sm,self,tcp";  /* as the transport sets it */
     case NA_XP_TLS_TCP: return "tcp,self";
     case NA_XP_TLS_RAW: return a->tls_arg;
     default:            return NULL;
@@ -65,8 +74,23 @@ static na_status_t bt_xp_create(const bt_args_t *a, const char *name, na_xp_t **
     o.secret = (const uint8_t *)BT_SECRET;
     o.secret_len = strlen(BT_SECRET);
     o.timeout_ms = 10000;
-    o.spin_us = 2000000;               /* busy-poll like ucx_perftest */
+    /* busy-poll like ucx_perftest, but go to sleep 100 ms after the last
+     * message, so the idle echo server does not steal the CPU that
+     * ucx_perftest runs on next (its server starts 0.5 s before its client) */
+    o.spin_us = 100000;
     return na_xp_create(&o, xp_p);
+}
+
+/* Pin the calling process to one CPU (the client on 0, the server on 1, as
+ * ucx_perftest -c), so the two busy-polling sides do not share a core. */
+static void bt_pin(int cpu)
+{
+    cpu_set_t set;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        return;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)sched_setaffinity(0, sizeof(set), &set);
 }
 
 /* --serve: echo until the client leaves. Prints "PORT n" on stdout first. */
@@ -74,7 +98,10 @@ static int bt_serve(const bt_args_t *a)
 {
     na_xp_t *xp = NULL;
     int port = 0, done = 0;
-    na_status_t st = bt_xp_create(a, "bench-server", &xp);
+    na_status_t st;
+
+    bt_pin(1);
+    st = bt_xp_create(a, "bench-server", &xp);
 
     if (st == NA_OK)
         st = na_xp_listen(xp, "127.0.0.1", 0, &port);
@@ -226,9 +253,9 @@ out:
 /* One-way stream of n messages of len bytes, window in flight, then one
  * answered empty ECHO. GB/s (1e9) per repeat; median and spread. */
 static na_status_t bt_bw(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, size_t len,
-                         int n, int reps, double *gbs_p, double *spread_p)
+                         int n, int reps, int window, double *gbs_p, double *spread_p)
 {
-    enum { WINDOW = 8 };
+    enum { WINDOW = 64 };
     double v[16];
     uint32_t seq = 1000000;
     na_status_t st = NA_OK;
@@ -241,7 +268,7 @@ static na_status_t bt_bw(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, si
         double t0 = na_bench_now();
         int i;
         for (i = 0; i < n && st == NA_OK; i++) {
-            int slot = i % WINDOW;
+            int slot = i % window;
             if (win[slot] != NULL) {
                 st = na_xp_op_wait(xp, win[slot], -1);
                 win[slot] = NULL;
@@ -277,20 +304,20 @@ static na_status_t bt_bw(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, si
 static int bt_perftest(const bt_args_t *a, const char *test, size_t len, int iters, int port,
                        double *lat_p, double *bw_p)
 {
-    char cmd[1024], extra[64], line[512];
+    char cmd[1024], extra[64], line[512], opts[48];
     const char *tls = bt_perftest_tls(a);
     int found = 0;
     FILE *p;
 
     snprintf(extra, sizeof(extra), "%s%s%s", tls ? "UCX_TLS=" : "", tls ? tls : "", tls ? " " : "");
+    snprintf(opts, sizeof(opts), "%s -O %d", a->errmode == NA_XP_ERRMODE_PEER ? "-e" : "",
+             strstr(test, "bw") ? a->window : 1);
     snprintf(cmd, sizeof(cmd),
-             "%sucx_perftest -p %d -t %s -s %zu -H %d -n %d -w %d -f %s >/dev/null 2>&1 & "
-             "sleep 0.5; %sucx_perftest 127.0.0.1 -p %d -t %s -s %zu -H %d -n %d -w %d -f %s 2>&1; "
+             "%sucx_perftest -c 1 -p %d -t %s -s %zu -H %d -n %d -w %d -f %s >/dev/null 2>&1 & "
+             "sleep 0.5; %sucx_perftest 127.0.0.1 -c 0 -p %d -t %s -s %zu -H %d -n %d -w %d -f %s 2>&1; "
              "wait",
-             extra, port, test, len, NA_WIRE_HDR_SIZE, iters, iters / 10 + 1,
-             a->errmode == NA_XP_ERRMODE_PEER ? "-e" : "",
-             extra, port, test, len, NA_WIRE_HDR_SIZE, iters, iters / 10 + 1,
-             a->errmode == NA_XP_ERRMODE_PEER ? "-e" : "");
+             extra, port, test, len, NA_WIRE_HDR_SIZE, iters, iters / 10 + 1, opts,
+             extra, port, test, len, NA_WIRE_HDR_SIZE, iters, iters / 10 + 1, opts);
     p = popen(cmd, "r");
     if (p == NULL)
         return -1;
@@ -319,6 +346,11 @@ static void bt_usage(FILE *f)
                "                 cm: no UCX peer handling (UCX 1.13 then uses posix/sysv shm)\n"
                "  --no-perftest  skip the ucx_perftest reference\n"
                "  --port P       base TCP port for ucx_perftest (default 23790)\n"
+               "  --size B       also measure the round trip of B-byte messages\n"
+               "  --window N     bandwidth test: sends in flight, also ucx_perftest -O\n"
+               "                 (default 1, max 64)\n"
+               "  --trials N     alternate ours / ucx_perftest N times per size (default 3,\n"
+               "                 1 with --quick); figures are medians over the trials\n"
                NA_CLI_BENCH_OPTS_HELP);
 }
 
@@ -332,15 +364,17 @@ int na_cli_bench_transport(int argc, char **argv)
     na_xp_ep_t *ep = NULL;
     na_xp_buf_t *buf = NULL;
     pid_t pid = -1;
-    int serve = 0, port = 0, rc = 1, i, r;
+    int serve = 0, port = 0, rc = 1, i, r, trials = 3, pport = 0;
+    size_t k;
     na_status_t st;
-    char name[128], ref[128];
+    char name[128];
 
     memset(&a, 0, sizeof(a));
     a.tls = NA_XP_TLS_SHM;
     a.tls_arg = "shm";
     a.perftest = 1;
     a.port = 23790;
+    a.window = 1;
     na_cli_bench_opts_init(&a.common);
     for (i = 1; i < argc; i++) {
         r = na_cli_bench_opt("transport", argc, argv, &i, &a.common);
@@ -365,6 +399,19 @@ int na_cli_bench_transport(int argc, char **argv)
                 return 2;
             }
             a.errmode = !strcmp(argv[i], "cm") ? NA_XP_ERRMODE_CM : NA_XP_ERRMODE_PEER;
+        } else if (!strcmp(argv[i], "--trials") && i + 1 < argc) {
+            long v;
+            if (na_cli_int("bench transport", "--trials", argv[++i], 1, BT_TRIALS_MAX, &v) != NA_OK)
+                return 2;
+            trials = (int)v;
+        } else if (!strcmp(argv[i], "--window") && i + 1 < argc) {
+            long v;
+            if (na_cli_int("bench transport", "--window", argv[++i], 1, 64, &v) != NA_OK)
+                return 2;
+            a.window = (int)v;
+        } else if (!strcmp(argv[i], "--size") && i + 1 < argc) {
+            if (na_cli_int("bench transport", "--size", argv[++i], 0, 1L << 30, &a.extra_size) != NA_OK)
+                return 2;
         } else if (!strcmp(argv[i], "--port") && i + 1 < argc) {
             long v;
             if (na_cli_int("bench transport", "--port", argv[++i], 1024, 65000, &v) != NA_OK)
@@ -378,10 +425,13 @@ int na_cli_bench_transport(int argc, char **argv)
     }
     if (serve)
         return bt_serve(&a);
+    if (a.common.quick && trials == 3)
+        trials = 1;
 
     st = na_bench_create("transport", &b);
     if (st == NA_OK)
         st = bt_spawn(&a, &pid, &port);
+    bt_pin(0);
     if (st == NA_OK)
         st = bt_xp_create(&a, "bench-client", &xp);
     if (st == NA_OK)
@@ -390,41 +440,63 @@ int na_cli_bench_transport(int argc, char **argv)
         st = na_xp_buf_create(xp, bulk[2], NA_XP_MEM_HOST, &buf);
     if (st != NA_OK)
         goto out;
-    for (i = 0; i < (int)buf->size; i++)               /* never time on zeros */
-        ((uint8_t *)buf->ptr)[i] = (uint8_t)(i * 131 + 7);
+    for (k = 0; k < buf->size; k++)                   /* never time on zeros */
+        ((uint8_t *)buf->ptr)[k] = (uint8_t)(k * 131 + 7);
 
-    for (i = 0; i < (int)(sizeof(batches) / sizeof(batches[0])); i++) {
-        size_t len = (size_t)batches[i] * 3 * BT_ROW;
+    /* Ours and ucx_perftest alternate, `trials` times per size, so both see
+     * the same machine conditions; each figure is the median of its trials. */
+    for (i = a.extra_size > 0 ? -1 : 0; i < (int)(sizeof(batches) / sizeof(batches[0])); i++) {
+        size_t len = i < 0 ? (size_t)a.extra_size : (size_t)batches[i] * 3 * BT_ROW;
         int iters = a.common.quick ? 50 : (len > ((size_t)1 << 20) ? 100 : 400);
-        double med = 0, spread = 0, plat = 0, pbw = 0;
-        st = bt_rtt(xp, ep, buf, len, iters, a.common.quick ? 2 : 5, &med, &spread);
-        if (st != NA_OK)
-            goto out;
-        snprintf(name, sizeof(name), "round trip q,k,v batch %d (%zu KiB)", batches[i], len >> 10);
-        if (a.perftest && bt_perftest(&a, "ucp_am_lat", len, iters * 5, a.port + i, &plat, &pbw) == 0)
-            snprintf(ref, sizeof(ref), "2 x ucx_perftest ucp_am_lat p50");
+        double ours[BT_TRIALS_MAX], refs[BT_TRIALS_MAX];
+        int t, n_ref = 0;
+        for (t = 0; t < trials; t++) {
+            double med = 0, spread = 0, plat = 0, pbw = 0;
+            st = bt_rtt(xp, ep, buf, len, iters, 2, &med, &spread);
+            if (st != NA_OK)
+                goto out;
+            ours[t] = med;
+            if (a.perftest && bt_perftest(&a, "ucp_am_lat", len, iters * 5, a.port + pport++ % 200,
+                                          &plat, &pbw) == 0)
+                refs[n_ref++] = 2 * plat;
+        }
+        if (i < 0)
+            snprintf(name, sizeof(name), "round trip %zu B", len);
         else
-            ref[0] = '\0';
-        st = na_bench_add(b, name, med, "us", spread, ref[0] ? ref : NULL, 2 * plat);
+            snprintf(name, sizeof(name), "round trip q,k,v batch %d (%zu KiB)", batches[i], len >> 10);
+        {
+            double sp = na_bench_spread(ours, trials);   /* sorts: median after */
+            double ref_v = n_ref > 0 ? na_bench_median(refs, n_ref) : 0;
+            st = na_bench_add(b, name, na_bench_median(ours, trials), "us", sp,
+                              n_ref > 0 ? "2 x ucx_perftest ucp_am_lat p50" : NULL, ref_v);
+        }
         if (st != NA_OK)
             goto out;
     }
     for (i = 0; i < (int)(sizeof(bulk) / sizeof(bulk[0])); i++) {
         size_t len = bulk[i];
         int n = (int)(((size_t)(a.common.quick ? 64 : 256) << 20) / len);
-        double gbs = 0, spread = 0, plat = 0, pbw = 0;
+        double ours[BT_TRIALS_MAX], refs[BT_TRIALS_MAX];
+        int t, n_ref = 0;
         if (n < 8)
             n = 8;
-        st = bt_bw(xp, ep, buf, len, n, a.common.quick ? 2 : 5, &gbs, &spread);
-        if (st != NA_OK)
-            goto out;
+        for (t = 0; t < trials; t++) {
+            double gbs = 0, spread = 0, plat = 0, pbw = 0;
+            st = bt_bw(xp, ep, buf, len, n, 2, a.window, &gbs, &spread);
+            if (st != NA_OK)
+                goto out;
+            ours[t] = gbs;
+            if (a.perftest && bt_perftest(&a, "ucp_am_bw", len, n * 5, a.port + pport++ % 200,
+                                          &plat, &pbw) == 0)
+                refs[n_ref++] = pbw * 1048576.0 / 1e9;
+        }
         snprintf(name, sizeof(name), "bandwidth %zu MiB messages", len >> 20);
-        if (a.perftest && bt_perftest(&a, "ucp_am_bw", len, n * 5, a.port + 10 + i, &plat, &pbw) == 0)
-            snprintf(ref, sizeof(ref), "ucx_perftest ucp_am_bw");
-        else
-            ref[0] = '\0';
-        st = na_bench_add(b, name, gbs, "GB/s", spread, ref[0] ? ref : NULL,
-                          pbw * 1048576.0 / 1e9);
+        {
+            double sp = na_bench_spread(ours, trials);
+            double ref_v = n_ref > 0 ? na_bench_median(refs, n_ref) : 0;
+            st = na_bench_add(b, name, na_bench_median(ours, trials), "GB/s", sp,
+                              n_ref > 0 ? "ucx_perftest ucp_am_bw" : NULL, ref_v);
+        }
         if (st != NA_OK)
             goto out;
     }

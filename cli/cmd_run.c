@@ -1,8 +1,10 @@
 /* cli/cmd_run.c — `nearattn run`: generate text for one or more prompts.
  *
+ * --mode offload (the default) starts the storage nodes of a layout
+ * (cluster-configs/local.yaml unless --config) on this machine, or connects to
+ * a running cluster, and runs the offload generator (cli/run_offload.c);
  * --mode monolithic runs the whole model in this process (compute-node/
- * engine + local KV). --mode offload (attention on storage nodes) belongs to
- * a later milestone and is refused with a clear message for now. */
+ * engine + local KV). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -19,12 +21,16 @@
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
 #include "compute-node/sampler.h"
+#include "cli/run_offload.h"
+#include "common/config.h"
 
 #define NA_RUN_MAX_PROMPTS 4096
 #define NA_RUN_MAX_LINE    (1 << 20)
 
 typedef struct {
     const char *mode;
+    const char *config;
+    const char *cluster;
     const char *model;
     const char *tokenizer;
     const char *prompt;
@@ -52,6 +58,9 @@ typedef struct {
     na_request_t  **reqs;            /* [n] */
     int             n;
     int             streaming;       /* one request: print tokens as they come */
+    na_cfg_t       *cfg;             /* offload: the layout */
+    char            cfg_path[4096];
+    int             failed;          /* offload: requests that ended with an error */
 } na_run_t;
 
 /* The --help text. */
@@ -61,17 +70,23 @@ static void na_run_usage(FILE *f)
         "usage: nearattn run [--mode monolithic|offload] [--model F] [--tokenizer F]\n"
         "                    [--prompt S | --prompts FILE] [-n N] [--temp T] [--top-p P]\n"
         "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|f32]\n"
-        "                    [--backend cpu|ref]\n\n"
+        "                    [--backend cpu|ref] [--config F] [--cluster start|connect|inproc]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
         "prompt and generated tokens, prefill and decode tokens/s.\n\n"
-        "  --mode M        monolithic (the whole model in this process); offload is not\n"
-        "                  available yet\n"
+        "  --mode M        offload (default): attention on the storage nodes of the\n"
+        "                  layout; monolithic: the whole model in this process\n"
+        "  --config F      cluster layout for offload (default cluster-configs/local.yaml);\n"
+        "                  its model/tokenizer are used unless --model is given\n"
+        "  --cluster C     start: fork the layout's storage nodes here (default);\n"
+        "                  connect: use a running cluster (`nearattn launch F`);\n"
+        "                  inproc: the layout's device slots inside this process\n"
         "  --model F       llama2.c checkpoint or GGUF file (default: shared/models/\n"
         "                  stories260K.bin, else a generated random model)\n"
         "  --tokenizer F   tokenizer.bin or GGUF (default: the GGUF's own; for a\n"
         "                  checkpoint P.bin: P.tok.bin or tokenizer.bin beside it)\n"
         "  --prompt S      the prompt (default: empty, start from BOS)\n"
-        "  --prompts FILE  one prompt per line, generated together as one batch\n"
+        "  --prompts FILE  one prompt per line, generated together as one batch; each\n"
+        "                  text is printed as \"[i] ...\" when its request finishes\n"
         "  -n N            new tokens per prompt (default 256)\n"
         "  --temp T        temperature >= 0, 0 = greedy (default 1.0)\n"
         "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
@@ -87,7 +102,8 @@ static int na_run_known_flag(const char *f)
 {
     static const char *const flags[] = {
         "--mode", "--model", "--tokenizer", "--prompt", "--prompts", "-n", "--temp",
-        "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--backend", NULL
+        "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--backend", "--config",
+        "--cluster", NULL
     };
     int i;
     for (i = 0; flags[i] != NULL; i++)
@@ -103,7 +119,8 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
     int i;
 
     memset(a, 0, sizeof(*a));
-    a->mode = "monolithic";
+    a->mode = "offload";
+    a->cluster = "start";
     a->backend = "cpu";
     a->n_new = 256;
     a->temp = 1.0;
@@ -132,6 +149,10 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         i++;
         if (!strcmp(f, "--mode")) {
             a->mode = v;
+        } else if (!strcmp(f, "--config")) {
+            a->config = v;
+        } else if (!strcmp(f, "--cluster")) {
+            a->cluster = v;
         } else if (!strcmp(f, "--model")) {
             a->model = v;
         } else if (!strcmp(f, "--tokenizer")) {
@@ -178,11 +199,14 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             return 2;
         }
     }
-    if (strcmp(a->mode, "monolithic") != 0) {
-        if (!strcmp(a->mode, "offload"))
-            fprintf(stderr, "nearattn run: offload mode is not available yet; use --mode monolithic\n");
-        else
-            fprintf(stderr, "nearattn run: unknown mode '%s' (use --mode monolithic)\n", a->mode);
+    if (strcmp(a->mode, "monolithic") != 0 && strcmp(a->mode, "offload") != 0) {
+        fprintf(stderr, "nearattn run: unknown mode '%s' (use offload or monolithic)\n", a->mode);
+        return 2;
+    }
+    if (strcmp(a->cluster, "start") != 0 && strcmp(a->cluster, "connect") != 0 &&
+        strcmp(a->cluster, "inproc") != 0) {
+        fprintf(stderr, "nearattn run: unknown --cluster '%s' (use start, connect or inproc)\n",
+                a->cluster);
         return 2;
     }
     if (a->n_new <= 0) {
@@ -226,6 +250,12 @@ static na_status_t na_run_pick_model(const na_run_args_t *a, na_run_t *r)
 
     if (a->model != NULL) {
         snprintf(r->model_path, sizeof(r->model_path), "%s", a->model);
+        return NA_OK;
+    }
+    if (r->cfg != NULL && r->cfg->model.path != NULL) {
+        snprintf(r->model_path, sizeof(r->model_path), "%s", r->cfg->model.path);
+        if (r->cfg->model.tokenizer != NULL)
+            snprintf(r->tok_path, sizeof(r->tok_path), "%s", r->cfg->model.tokenizer);
         return NA_OK;
     }
     snprintf(r->model_path, sizeof(r->model_path), "%s/models/stories260K.bin", shared);
@@ -406,6 +436,11 @@ static void na_run_on_done(void *user, const na_request_t *q)
         fflush(stdout);
         return;
     }
+    if (q->state == NA_REQ_DONE && q->finish == NA_FINISH_NONE) {
+        printf("[%d] FAILED (see the error above): %s\n", q->id + 1, r->texts[q->id]);
+        fflush(stdout);
+        return;
+    }
     printf("[%d] %s", q->id + 1, r->texts[q->id]);
     prev = q->prompt[q->n_prompt - 1];
     for (i = 0; i < q->n_out; i++) {
@@ -416,6 +451,42 @@ static void na_run_on_done(void *user, const na_request_t *q)
     }
     fputc('\n', stdout);
     fflush(stdout);
+}
+
+/* Offload: a request ended with an error; say which and why. */
+static void na_run_on_error(void *user, const na_request_t *q, na_status_t st, const char *why)
+{
+    na_run_t *r = user;
+    r->failed++;
+    fprintf(stderr, "nearattn run: request %d failed (%s): %s\n", q->id + 1,
+            na_status_string(st), why);
+}
+
+/* The source tree holding cluster-configs/: $NA_SOURCE_DIR, else "." when
+ * it has cluster-configs/local.yaml, else two levels above the executable
+ * (build/cli/nearattn). */
+static const char *na_run_source_dir(void)
+{
+    static char buf[2048];
+    const char *s = getenv("NA_SOURCE_DIR");
+    ssize_t len;
+    int up;
+
+    if (s != NULL && s[0])
+        return s;
+    if (access("cluster-configs/local.yaml", R_OK) == 0)
+        return ".";
+    len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (len <= 0)
+        return ".";
+    buf[len] = '\0';
+    for (up = 0; up < 3; up++) {
+        char *slash = strrchr(buf, '/');
+        if (slash == NULL)
+            return ".";
+        *slash = '\0';
+    }
+    return buf;
 }
 
 /* Release everything na_cmd_run acquired (any subset), in reverse order, and
@@ -433,6 +504,7 @@ static void na_run_cleanup(na_run_t *r)
             free(r->texts[i]);
     free(r->texts);
     na_engine_destroy(r->engine);
+    na_cfg_destroy(r->cfg);
     na_tokenizer_destroy(r->tok);
     na_model_destroy(r->model);
     if (r->tmpdir[0] != '\0') {
@@ -468,6 +540,18 @@ int na_cmd_run(int argc, char **argv)
     st = na_run_read_prompts(&a, &r);       /* cheap checks first */
     if (st != NA_OK)
         goto out_fail;
+    if (!strcmp(a.mode, "offload")) {
+        if (a.config != NULL)
+            snprintf(r.cfg_path, sizeof(r.cfg_path), "%s", a.config);
+        else
+            snprintf(r.cfg_path, sizeof(r.cfg_path), "%s/cluster-configs/local.yaml",
+                     na_run_source_dir());
+        st = na_cfg_load(r.cfg_path, &r.cfg);
+        if (st != NA_OK)
+            goto out_fail;
+        if (a.config == NULL && getenv("NA_KV_DIR") == NULL)
+            na_log_info("run: layout %s", r.cfg_path);
+    }
     st = na_run_pick_model(&a, &r);
     if (st != NA_OK)
         goto out_fail;
@@ -498,6 +582,27 @@ int na_cmd_run(int argc, char **argv)
     }
     stop[0] = na_tokenizer_eos(r.tok);
     stop[1] = na_tokenizer_bos(r.tok);
+    if (!strcmp(a.mode, "offload")) {
+        na_run_offload_args_t oa;
+        na_off_stats_t os;
+        memset(&oa, 0, sizeof(oa));
+        oa.cfg = r.cfg;
+        oa.config_path = r.cfg_path;
+        oa.cluster = a.cluster;
+        oa.max_batch = (int)a.max_batch;
+        oa.stop_ids = stop;
+        oa.n_stop = 2;
+        oa.on_token = na_run_on_token;
+        oa.on_done = na_run_on_done;
+        oa.on_error = na_run_on_error;
+        oa.user = &r;
+        st = na_run_offload(&oa, r.engine, r.reqs, r.n, &os);
+        if (st != NA_OK)
+            goto out_fail;
+        rc = r.failed > 0 ? 1 : 0;
+        na_run_cleanup(&r);
+        return rc;
+    }
     go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r };
     st = na_generate(r.engine, r.reqs, r.n, &go, &gs);
     if (st != NA_OK)

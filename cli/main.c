@@ -8,8 +8,10 @@
 static const na_cli_cmd_t na_cli_cmds[] = {
     { "run",       "generate text (monolithic engine; offload comes later)", na_cmd_run },
     { "check-config", "validate a cluster layout and print its plan", na_cmd_check_config },
-    { "bench",     "measured comparisons: kernels (more kinds to come)", na_cmd_bench },
+    { "bench",     "measured comparisons beside in-run limits (nearattn bench --help)", na_cmd_bench },
     { "gen-model", "write a deterministic random-weight model (llama2.c and/or GGUF)", na_cmd_gen_model },
+    { "node",      "run one node of a cluster layout (rank from --name/--rank or mpirun/srun)", na_cmd_node },
+    { "launch",    "start every node of a layout (fork/exec here, or mpirun for several hosts)", na_cmd_launch },
     { NULL, NULL, NULL }
 };
 

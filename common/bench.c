@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -176,7 +177,7 @@ void na_bench_machine(char *buf, size_t len)
     FILE *f = fopen("/proc/cpuinfo", "r");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long l3 = -1;
 
     if (f != NULL) {
         while (fgets(line, sizeof(line), f)) {
@@ -194,12 +195,30 @@ void na_bench_machine(char *buf, size_t len)
         }
         fclose(f);
     }
+    f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");   /* e.g. "32768K" */
+    if (f != NULL) {
+        if (fgets(line, sizeof(line), f) && line[0] >= '0' && line[0] <= '9')
+            l3 = strtol(line, NULL, 10) >> 10;
+        fclose(f);
+    }
     if (l3 > 0)
         snprintf(buf, len, "%s, %ld cores, %.1f GiB memory, L3 %ld MiB", model, cores,
-                 mem / (1024.0 * 1024.0 * 1024.0), l3 >> 20);
+                 mem / (1024.0 * 1024.0 * 1024.0), l3);
     else
         snprintf(buf, len, "%s, %ld cores, %.1f GiB memory", model, cores,
                  mem / (1024.0 * 1024.0 * 1024.0));
+}
+
+void *na_bench_alloc(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t len = (bytes + huge - 1) / huge * huge;
+    void *p = NULL;
+
+    if (len == 0 || posix_memalign(&p, huge, len) != 0)
+        return NULL;
+    (void)madvise(p, len, MADV_HUGEPAGE);        /* advice only: failure is harmless */
+    return p;
 }
 
 double na_bench_now(void)
@@ -233,17 +252,19 @@ double na_bench_spread(double *v, int n)
 }
 
 /* ---- STREAM-style copy ----------------------------------------------------- */
-typedef struct {
+struct na_bench_copy {
     double            *a, *c;
     size_t             n;        /* doubles per array */
     int                n_threads;
-    int                reps;     /* timed passes (plus one warm-up) */
-    pthread_barrier_t  bar;
+    pthread_t         *th;       /* [n_threads], th[0] unused */
+    void            *(*args)[2];
+    int                started;  /* workers started */
+    pthread_barrier_t  bar;      /* n_threads: start and end of each pass */
     pthread_mutex_t    mu;
     pthread_cond_t     cv;
     int                gate;     /* 0: wait, 1: go, -1: abort (under mu) */
-    double            *times;    /* [reps], written by thread 0 */
-} na_bench_copy_t;
+    int                stop;     /* set by destroy before the last start barrier */
+};
 
 /* Plain loop as in STREAM (regular stores); kept from becoming a memcpy call. */
 __attribute__((optimize("no-tree-loop-distribute-patterns")))
@@ -254,42 +275,47 @@ static void na_bench_copy_slice(double *restrict c, const double *restrict a, si
         c[i] = a[i];
 }
 
-static void na_bench_copy_run(na_bench_copy_t *s, int t)
+static void na_bench_copy_range(const na_bench_copy_t *s, int t, size_t *lo, size_t *hi)
 {
-    size_t lo = s->n * (size_t)t / (size_t)s->n_threads;
-    size_t hi = s->n * (size_t)(t + 1) / (size_t)s->n_threads, i;
-    int r;
+    *lo = s->n * (size_t)t / (size_t)s->n_threads;
+    *hi = s->n * (size_t)(t + 1) / (size_t)s->n_threads;
+}
 
-    for (i = lo; i < hi; i++) {             /* first touch by the thread that copies */
+/* First touch by the thread that will copy the slice. */
+static void na_bench_copy_init_slice(na_bench_copy_t *s, int t)
+{
+    size_t lo, hi, i;
+    na_bench_copy_range(s, t, &lo, &hi);
+    for (i = lo; i < hi; i++) {
         s->a[i] = 1.0 + (double)(i % 1000) * 1e-3;
         s->c[i] = 0.5;
     }
-    for (r = -1; r < s->reps; r++) {
-        double t0 = 0.0;
-        pthread_barrier_wait(&s->bar);
-        if (t == 0)
-            t0 = na_bench_now();
-        na_bench_copy_slice(s->c + lo, s->a + lo, hi - lo);
-        pthread_barrier_wait(&s->bar);
-        if (t == 0 && r >= 0)
-            s->times[r] = na_bench_now() - t0;
-    }
 }
 
-/* Worker: wait at the start gate (so a failed pthread_create can abort the
- * others before they reach the barrier), then copy. */
+/* Worker t: wait at the gate (a failed pthread_create aborts the others
+ * before they reach the barrier), then one slice copy per pass until stop. */
 static void *na_bench_copy_thread(void *arg)
 {
     na_bench_copy_t *s = ((void **)arg)[0];
     int t = (int)(intptr_t)((void **)arg)[1], gate;
+    size_t lo, hi;
 
     pthread_mutex_lock(&s->mu);
     while (s->gate == 0)
         pthread_cond_wait(&s->cv, &s->mu);
     gate = s->gate;
     pthread_mutex_unlock(&s->mu);
-    if (gate > 0)
-        na_bench_copy_run(s, t);
+    if (gate < 0)
+        return NULL;
+    na_bench_copy_init_slice(s, t);
+    na_bench_copy_range(s, t, &lo, &hi);
+    for (;;) {
+        pthread_barrier_wait(&s->bar);
+        if (s->stop)
+            break;
+        na_bench_copy_slice(s->c + lo, s->a + lo, hi - lo);
+        pthread_barrier_wait(&s->bar);
+    }
     return NULL;
 }
 
@@ -301,62 +327,132 @@ static void na_bench_copy_open_gate(na_bench_copy_t *s, int gate)
     pthread_mutex_unlock(&s->mu);
 }
 
-na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
-                                 double *gbs_p, double *spread_p)
+na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_copy_t **copy_p)
 {
-    na_bench_copy_t s;
-    pthread_t *th = NULL;
-    void *(*args)[2] = NULL;
+    na_bench_copy_t *s = calloc(1, sizeof(*s));
     na_status_t st = NA_OK;
-    double *gbs;
-    int i, started = 0;
+    int i;
 
-    memset(&s, 0, sizeof(s));
-    s.n = array_bytes / sizeof(double);
-    s.n_threads = n_threads < 1 ? 1 : n_threads;
-    s.reps = reps < 1 ? 1 : reps;
-    s.a = aligned_alloc(64, s.n * sizeof(double));
-    s.c = aligned_alloc(64, s.n * sizeof(double));
-    s.times = calloc((size_t)s.reps, sizeof(double));
-    th = calloc((size_t)s.n_threads, sizeof(*th));
-    args = calloc((size_t)s.n_threads, sizeof(*args));
-    if (!s.a || !s.c || !s.times || !th || !args) {
-        st = na_err(NA_ERR_NOMEM, "bench: no memory for 2 x %zu MiB copy arrays", array_bytes >> 20);
-        goto out_free;
+    if (s == NULL)
+        return na_err(NA_ERR_NOMEM, "bench: out of memory");
+    s->n = array_bytes / sizeof(double);
+    s->n_threads = n_threads < 1 ? 1 : n_threads;
+    s->a = na_bench_alloc(s->n * sizeof(double));
+    s->c = na_bench_alloc(s->n * sizeof(double));
+    s->th = calloc((size_t)s->n_threads, sizeof(*s->th));
+    s->args = calloc((size_t)s->n_threads, sizeof(*s->args));
+    if (!s->a || !s->c || !s->th || !s->args) {
+        st = na_err(NA_ERR_NOMEM, "bench: no memory for 2 x %zu MiB copy arrays",
+                    array_bytes >> 20);
+        goto err_free;
     }
-    pthread_barrier_init(&s.bar, NULL, (unsigned)s.n_threads);
-    pthread_mutex_init(&s.mu, NULL);
-    pthread_cond_init(&s.cv, NULL);
-    for (i = 1; i < s.n_threads; i++) {
-        args[i][0] = &s;
-        args[i][1] = (void *)(intptr_t)i;
-        if (pthread_create(&th[i], NULL, na_bench_copy_thread, args[i]) != 0) {
+    pthread_barrier_init(&s->bar, NULL, (unsigned)s->n_threads);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    for (i = 1; i < s->n_threads; i++) {
+        s->args[i][0] = s;
+        s->args[i][1] = (void *)(intptr_t)i;
+        if (pthread_create(&s->th[i], NULL, na_bench_copy_thread, s->args[i]) != 0) {
             st = na_err(NA_ERR_INTERNAL, "bench: pthread_create failed for copy thread %d", i);
             break;
         }
-        started++;
+        s->started++;
     }
-    na_bench_copy_open_gate(&s, st == NA_OK ? 1 : -1);
-    if (st == NA_OK)
-        na_bench_copy_run(&s, 0);
-    for (i = 1; i <= started; i++)
-        pthread_join(th[i], NULL);
-    pthread_cond_destroy(&s.cv);
-    pthread_mutex_destroy(&s.mu);
-    pthread_barrier_destroy(&s.bar);
+    na_bench_copy_open_gate(s, st == NA_OK ? 1 : -1);
     if (st != NA_OK)
-        goto out_free;
-    gbs = s.times;
-    for (i = 0; i < s.reps; i++)
-        gbs[i] = 2.0 * (double)(s.n * sizeof(double)) / gbs[i] / 1e9;
-    *spread_p = na_bench_spread(gbs, s.reps);
-    *gbs_p = na_bench_median(gbs, s.reps);
+        goto err_join;
+    na_bench_copy_init_slice(s, 0);
+    *copy_p = s;
+    return NA_OK;
 
-out_free:
-    free(args);
-    free(th);
-    free(s.times);
-    free(s.c);
-    free(s.a);
+err_join:
+    for (i = 1; i <= s->started; i++)
+        pthread_join(s->th[i], NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    pthread_barrier_destroy(&s->bar);
+err_free:
+    free(s->args);
+    free(s->th);
+    free(s->c);
+    free(s->a);
+    free(s);
     return st;
+}
+
+/* Sum of a[n]: an untimed read sweep. */
+static double na_bench_read_sweep(const double *a, size_t n)
+{
+    double s0 = 0.0, s1 = 0.0;
+    size_t i;
+    for (i = 0; i + 1 < n; i += 2) {
+        s0 += a[i];
+        s1 += a[i + 1];
+    }
+    return s0 + s1;
+}
+
+double na_bench_copy_pass(na_bench_copy_t *s)
+{
+    volatile double sink;
+    size_t lo, hi;
+    double t0, gbs;
+
+    na_bench_copy_range(s, 0, &lo, &hi);
+    pthread_barrier_wait(&s->bar);
+    t0 = na_bench_now();
+    na_bench_copy_slice(s->c + lo, s->a + lo, hi - lo);
+    pthread_barrier_wait(&s->bar);
+    gbs = 2.0 * (double)(s->n * sizeof(double)) / (na_bench_now() - t0) / 1e9;
+    /* The copy leaves the caches full of dirty lines of c, whose write-back
+     * would eat into whatever is timed next: push them out now by reading a. */
+    sink = na_bench_read_sweep(s->a, s->n);
+    (void)sink;
+    return gbs;
+}
+
+void na_bench_copy_destroy(na_bench_copy_t *s)
+{
+    int i;
+    if (s == NULL)
+        return;
+    s->stop = 1;                     /* read by workers after the barrier below */
+    pthread_barrier_wait(&s->bar);
+    for (i = 1; i <= s->started; i++)
+        pthread_join(s->th[i], NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    pthread_barrier_destroy(&s->bar);
+    free(s->args);
+    free(s->th);
+    free(s->c);
+    free(s->a);
+    free(s);
+}
+
+na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
+                                 double *gbs_p, double *spread_p)
+{
+    na_bench_copy_t *c;
+    double *gbs;
+    na_status_t st;
+    int r;
+
+    reps = reps < 1 ? 1 : reps;
+    gbs = calloc((size_t)reps, sizeof(double));
+    if (gbs == NULL)
+        return na_err(NA_ERR_NOMEM, "bench: out of memory");
+    st = na_bench_copy_create(n_threads, array_bytes, &c);
+    if (st != NA_OK) {
+        free(gbs);
+        return st;
+    }
+    na_bench_copy_pass(c);                           /* warm-up */
+    for (r = 0; r < reps; r++)
+        gbs[r] = na_bench_copy_pass(c);
+    na_bench_copy_destroy(c);
+    *spread_p = na_bench_spread(gbs, reps);
+    *gbs_p = na_bench_median(gbs, reps);
+    free(gbs);
+    return NA_OK;
 }

@@ -48,6 +48,12 @@ na_status_t na_bench_write_json(const na_bench_t *bench, const char *path);
  * cores, memory, L3 size. Never fails (unknown parts say "?"). */
 void na_bench_machine(char *buf, size_t len);
 
+/* A large buffer for measured data: 2 MiB-aligned and advised for
+ * transparent huge pages (MADV_HUGEPAGE; this machine's THP mode is
+ * "madvise"), so page walks do not distort bandwidth figures. Release with
+ * free(). NULL when out of memory. */
+void *na_bench_alloc(size_t bytes);
+
 /* Seconds on CLOCK_MONOTONIC. */
 double na_bench_now(void);
 /* Median of v[n] (sorts v in place); 0 for n == 0. */
@@ -62,5 +68,17 @@ double na_bench_spread(double *v, int n);
  * NA_ERR_INTERNAL (thread creation). */
 na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
                                  double *gbs_p, double *spread_p);
+
+/* The same copy as a persistent object, so a bench can interleave one copy
+ * pass with each repeat of what it measures (both then see the same machine
+ * load): create (allocates and first-touches the arrays, starts n_threads-1
+ * threads; NA_ERR_NOMEM / NA_ERR_INTERNAL), pass (one timed pass, returns
+ * GB/s as above, then an untimed read of the source array so the copy's
+ * dirty lines are written back before the caller times anything; cannot
+ * fail), destroy (joins the threads). */
+typedef struct na_bench_copy na_bench_copy_t;
+na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_copy_t **copy_p);
+double      na_bench_copy_pass(na_bench_copy_t *copy);
+void        na_bench_copy_destroy(na_bench_copy_t *copy);
 
 #endif /* NA_BENCH_H */

@@ -86,13 +86,17 @@ typedef struct {
     size_t         max_msg;     /* largest payload accepted; 0 = 256 MiB */
     int            spin_us;     /* busy-poll this long before sleeping on the
                                    worker's event fd in waits; 0 = 50, <0 = never */
+    int            test_skip_server_proof; /* tests only: answer AUTH even when the
+                                   server's proof fails, to exercise the server's
+                                   own check; never set in a real node */
 } na_xp_opts_t;
 
 /* Per-endpoint counters (messages and payload+header bytes). */
 typedef struct {
     uint64_t msgs_sent, bytes_sent;
     uint64_t msgs_recv, bytes_recv;
-    uint64_t last_recv_ns;      /* CLOCK_MONOTONIC of the last message received */
+    uint64_t last_recv_ns;      /* CLOCK_MONOTONIC_COARSE (ns, a few ms resolution) of
+                                   the last message received, for heartbeats */
 } na_xp_stats_t;
 
 typedef enum {
@@ -194,12 +198,13 @@ void        na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg);
 
 /* ---- registered memory --------------------------------------------------- */
 
-/* Allocate and register size bytes of the given memory type (host only here;
- * NA_ERR_UNSUPPORTED for cuda when UCX lacks it). */
+/* Allocate (page-aligned) and register (ucp_mem_map) size bytes of the given
+ * memory type: host only in this build (NA_ERR_UNSUPPORTED for cuda). */
 na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_buf_t **buf_p);
 void        na_xp_buf_destroy(na_xp_t *xp, na_xp_buf_t *buf);
 
-/* Monotonic clock in nanoseconds (for last_recv_ns comparisons). */
+/* CLOCK_MONOTONIC in nanoseconds (compare last_recv_ns with a margin of a
+ * few ms: it is taken from the coarse clock). */
 uint64_t    na_xp_now_ns(void);
 
 #endif /* NA_RDMA_TRANSPORT_H */

@@ -69,6 +69,7 @@ void na_xp_ep_fail(na_xp_ep_t *ep, na_status_t st, const char *why)
     if (ep->state == NA_XP_EP_FAILED || ep->state == NA_XP_EP_CLOSED)
         return;
     ep->state = NA_XP_EP_FAILED;
+    ep->xp->sweep_due = 1;
     if (ep->refused)
         return;                        /* keep the reason we refused it for */
     ep->err = st;
@@ -104,6 +105,7 @@ static void xp_ep_close_start(na_xp_ep_t *ep, int force)
     ep->state = NA_XP_EP_CLOSED;
     if (req != NULL && !UCS_PTR_IS_ERR(req))
         ep->close_req = req;
+    ep->xp->sweep_due = 1;
 }
 
 /* Free ep's close request once UCX finished it; 1 when none is pending. */
@@ -209,7 +211,7 @@ static ucs_status_t xp_am_msg_cb(void *arg, const void *header, size_t header_le
     ep->refs++;
     ep->stats.msgs_recv++;
     ep->stats.bytes_recv += header_length + length;
-    ep->stats.last_recv_ns = na_xp_now_ns();
+    ep->stats.last_recv_ns = na_xp_coarse_ns();
     na_xp_queue_push(xp, m);
 
     if (length == 0) {
@@ -275,6 +277,8 @@ static ucs_status_t xp_am_hello_cb(void *arg, const void *header, size_t header_
         na_xp_ep_fail(ep, NA_ERR_PROTO, "oversized handshake message");
         return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_REJECTED : UCS_OK;
     }
+    if (na_xp_hs_try_inline(ep, data, length))
+        return UCS_OK;
     c = malloc(sizeof(*c) + length);
     if (c == NULL) {
         na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory in the handshake");
@@ -404,6 +408,7 @@ static void xp_conn_cb(ucp_conn_request_h creq, void *arg)
         return;
     }
     xp->pending_conn[xp->n_pending_conn++] = creq;
+    xp->sweep_due = 1;
 }
 
 /* Turn pending connection requests into endpoints waiting for HELLO. */
@@ -534,7 +539,7 @@ void na_xp_ep_close(na_xp_ep_t *ep)
         xp_ep_close_start(ep, ep->state != NA_XP_EP_READY);
     else if (ep->state == NA_XP_EP_FAILED)
         xp_ep_close_start(ep, 1);
-    (void)na_xp_wait_for(xp, xp_ep_close_done, ep, na_xp_deadline(xp->opts.timeout_ms));
+    (void)na_xp_wait_ms(xp, xp_ep_close_done, ep, xp->opts.timeout_ms);
     ep->closing = 0;
     ep->zombie = 1;
     if (ep->refs <= 0 && ep->close_req == NULL)
@@ -674,12 +679,12 @@ na_status_t na_xp_op_wait(na_xp_t *xp, na_xp_op_t *op, int timeout_ms)
     if (xp == NULL)
         xp = ep->xp;
     t = timeout_ms < 0 ? xp->opts.timeout_ms : timeout_ms;
-    if (!na_xp_wait_for(xp, xp_op_done, op, na_xp_deadline(t))) {
+    if (!na_xp_wait_ms(xp, xp_op_done, op, t)) {
         char why[96];
         snprintf(why, sizeof(why), "send did not complete within %d ms", t);
         na_xp_ep_fail(ep, NA_ERR_TIMEOUT, why);
         na_xp_progress(xp);          /* force-closes the ep: the request ends */
-        (void)na_xp_wait_for(xp, xp_op_done, op, na_xp_deadline(t));
+        (void)na_xp_wait_ms(xp, xp_op_done, op, t);
         st = na_err(NA_ERR_TIMEOUT, "transport: send to %s at %s: %s", ep->name, ep->addr, why);
     } else {
         us = ucp_request_check_status(op->req);

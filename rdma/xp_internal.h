@@ -13,7 +13,8 @@
 #define NA_XP_MAC_LEN   32
 #define NA_XP_POOL_MIN_SHIFT 12   /* smallest pooled landing buffer: 4 KiB */
 #define NA_XP_POOL_CLASSES   20   /* 4 KiB .. 2 GiB, one free list per power of two */
-#define NA_XP_POOL_KEEP      4    /* free buffers kept per class */
+#define NA_XP_POOL_KEEP      16   /* free buffers kept per class ... */
+#define NA_XP_POOL_MAX_BYTES ((size_t)512 << 20) /* ... and at most this much idle memory */
 
 typedef enum {
     NA_XP_EP_CONNECTING = 0,  /* ucp ep made, HELLO not finished */
@@ -79,16 +80,24 @@ struct na_xp {
     char             tls_raw[256];
     na_xp_ep_t      *eps;            /* every endpoint, owned or not */
     na_xp_msg_t     *q_head, *q_tail;     /* owner queue (messages + events) */
+    na_xp_msg_t     *q_pick, *q_pick_prev; /* set by the last successful readiness check */
     na_xp_ctl_t     *ctl_head, *ctl_tail; /* handshake messages to handle */
     na_xp_buf_t     *pool[NA_XP_POOL_CLASSES];
     int              pool_count[NA_XP_POOL_CLASSES];
+    size_t           pool_bytes;     /* idle bytes in the pool */
     int              servicing;      /* re-entrancy guard of xp_service */
+    int              sweep_due;      /* an endpoint changed: sweep on the next service */
+    unsigned         svc_count;      /* service calls (periodic sweeps) */
 };
 
 /* xp_worker.c */
 uint64_t    na_xp_deadline(int timeout_ms);
 /* Progress until done(arg) is true or the deadline passes; 1 if done. */
 int         na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns);
+/* Same with a timeout counted from the first look at the clock; 1 if done. */
+int         na_xp_wait_ms(na_xp_t *xp, int (*done)(void *), void *arg, int timeout_ms);
+/* CLOCK_MONOTONIC_COARSE in ns (a few ms resolution, cheap). */
+uint64_t    na_xp_coarse_ns(void);
 void        na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg);
 na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len);
 void        na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf);
@@ -113,6 +122,10 @@ void        na_xp_accept(na_xp_t *xp);
 /* xp_handshake.c */
 /* Client: send the first HELLO. */
 na_status_t na_xp_hs_start(na_xp_ep_t *ep);
+/* Inside the UCX callback: take a HELLO_OK at once (it needs no send), so
+ * that a message the server sends right after it finds the endpoint ready.
+ * 1 if handled. */
+int         na_xp_hs_try_inline(na_xp_ep_t *ep, const uint8_t *data, size_t len);
 /* Handle one queued handshake message for ep (may fail the ep). */
 void        na_xp_hs_handle(na_xp_ep_t *ep, const uint8_t *data, size_t len);
 

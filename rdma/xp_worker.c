@@ -18,6 +18,13 @@ uint64_t na_xp_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t na_xp_coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Absolute deadline timeout_ms from now. Cannot fail. */
 uint64_t na_xp_deadline(int timeout_ms)
 {
@@ -200,6 +207,7 @@ static void xp_pool_drain(na_xp_t *xp)
         }
         xp->pool_count[c] = 0;
     }
+    xp->pool_bytes = 0;
 }
 
 void na_xp_destroy(na_xp_t *xp)
@@ -251,8 +259,14 @@ static void xp_service(na_xp_t *xp)
         na_xp_hs_handle(c->ep, c->data, c->len);
         na_xp_ep_unref(c->ep);
         free(c);
+        xp->sweep_due = 1;
     }
-    na_xp_ep_sweep(xp);
+    /* Sweeps read the clock; when nothing asked for one, run it only every
+     * 256 calls so busy-polling stays cheap. */
+    if (xp->sweep_due || (++xp->svc_count & 255u) == 0) {
+        xp->sweep_due = 0;
+        na_xp_ep_sweep(xp);
+    }
     xp->servicing = 0;
 }
 
@@ -285,23 +299,46 @@ static void xp_sleep(na_xp_t *xp, uint64_t deadline_ns)
     (void)poll(&pfd, 1, ms);
 }
 
-int na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns)
+/* Progress until done(arg), or until the absolute deadline_ns (when not 0)
+ * or timeout_ms after the first look at the clock. The clock is costly in
+ * some VMs, so it is read only every 16th turn while spinning (every turn
+ * when told never to spin), and not at all when done() comes first. */
+static int xp_wait(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns,
+                   int timeout_ms)
 {
-    uint64_t spin_until = na_xp_now_ns() +
-        (xp->opts.spin_us > 0 ? (uint64_t)xp->opts.spin_us * 1000ull : 0);
+    uint64_t spin_until = 0;
+    unsigned spins = 0;
 
     for (;;) {
         uint64_t now;
         int n = na_xp_progress(xp);
         if (done(arg))
             return 1;
+        if ((++spins & 15u) != 0 && xp->opts.spin_us >= 0)
+            continue;
         now = na_xp_now_ns();
+        if (spin_until == 0) {
+            spin_until = now + (xp->opts.spin_us > 0 ? (uint64_t)xp->opts.spin_us * 1000ull : 0);
+            if (deadline_ns == 0)
+                deadline_ns = now + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+        }
         if (now >= deadline_ns)
             return 0;
         if (n > 0 || now < spin_until)
             continue;
         xp_sleep(xp, deadline_ns);
+        xp->sweep_due = 1;
     }
+}
+
+int na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns)
+{
+    return xp_wait(xp, done, arg, deadline_ns ? deadline_ns : 1, 0);
+}
+
+int na_xp_wait_ms(na_xp_t *xp, int (*done)(void *), void *arg, int timeout_ms)
+{
+    return xp_wait(xp, done, arg, 0, timeout_ms);
 }
 
 void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
@@ -314,33 +351,64 @@ void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
     xp->q_tail = msg;
 }
 
-/* Drop queue-head entries that failed (payload lost with its peer); 1 if the
- * head is now a deliverable message. */
+/* Find the next deliverable message: the first ready entry whose endpoint
+ * has no earlier entry still arriving (rendezvous in progress). Order is kept
+ * per endpoint, and a peer whose large message stalls or dies never holds up
+ * the others. Entries whose payload failed are dropped on the way (the owner
+ * hears of the peer through NA_XP_EV_LOST). Sets xp->q_pick / q_pick_prev. */
 static int xp_queue_ready(void *arg)
 {
     na_xp_t *xp = arg;
-    while (xp->q_head != NULL && xp->q_head->ready < 0) {
-        na_xp_msg_t *m = xp->q_head;
-        xp->q_head = m->next;
-        if (xp->q_head == NULL)
-            xp->q_tail = NULL;
-        na_xp_msg_release(xp, m);
+    na_xp_ep_t *blocked[32];
+    na_xp_msg_t *m, *prev = NULL, *next;
+    int nb = 0, i;
+
+    for (m = xp->q_head; m != NULL; m = next) {
+        next = m->next;
+        if (m->ready < 0) {                      /* unlink and drop */
+            if (prev != NULL)
+                prev->next = next;
+            else
+                xp->q_head = next;
+            if (xp->q_tail == m)
+                xp->q_tail = prev;
+            na_xp_msg_release(xp, m);
+            continue;
+        }
+        for (i = 0; i < nb && blocked[i] != m->ep; i++)
+            ;
+        if (m->kind == NA_XP_EV_LOST)
+            i = nb;              /* a loss is told even if a payload is stuck */
+        if (i == nb) {
+            if (m->ready > 0) {
+                xp->q_pick = m;
+                xp->q_pick_prev = prev;
+                return 1;
+            }
+            if (nb == (int)(sizeof(blocked) / sizeof(blocked[0])))
+                return 0;                        /* many arriving at once: wait */
+            blocked[nb++] = m->ep;
+        }
+        prev = m;
     }
-    return xp->q_head != NULL && xp->q_head->ready > 0;
+    return 0;
 }
 
 na_status_t na_xp_recv(na_xp_t *xp, int timeout_ms, na_xp_msg_t **msg_p)
 {
     na_xp_msg_t *m;
-    uint64_t deadline = na_xp_deadline(timeout_ms < 0 ? xp->opts.timeout_ms : timeout_ms);
 
-    if (!xp_queue_ready(xp) && !na_xp_wait_for(xp, xp_queue_ready, xp, deadline))
+    if (!na_xp_wait_ms(xp, xp_queue_ready, xp, timeout_ms < 0 ? xp->opts.timeout_ms : timeout_ms))
         return NA_ERR_TIMEOUT;
-    m = xp->q_head;
-    xp->q_head = m->next;
-    if (xp->q_head == NULL)
-        xp->q_tail = NULL;
+    m = xp->q_pick;
+    if (xp->q_pick_prev != NULL)
+        xp->q_pick_prev->next = m->next;
+    else
+        xp->q_head = m->next;
+    if (xp->q_tail == m)
+        xp->q_tail = xp->q_pick_prev;
     m->next = NULL;
+    xp->q_pick = xp->q_pick_prev = NULL;
     *msg_p = m;
     return NA_OK;
 }
@@ -363,7 +431,6 @@ void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
 na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_buf_t **buf_p)
 {
     ucp_mem_map_params_t mp;
-    ucp_mem_attr_t attr;
     ucp_mem_h memh;
     ucs_status_t us;
     na_xp_buf_t *b;
@@ -375,26 +442,25 @@ na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_bu
     b = calloc(1, sizeof(*b));
     if (b == NULL)
         return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    /* Plain page-aligned process memory, then registered: UCX's own
+     * allocation (UCP_MEM_MAP_ALLOCATE) would hand out a sysv segment here,
+     * which sends shared-memory rendezvous down a slower path. */
+    if (posix_memalign(&b->ptr, size >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 4096, size) != 0) {
+        free(b);
+        return na_err(NA_ERR_NOMEM, "transport: cannot allocate a %zu-byte buffer", size);
+    }
     memset(&mp, 0, sizeof(mp));
     mp.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                     UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-    mp.address     = NULL;
+                     UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address     = b->ptr;
     mp.length      = size;
-    mp.flags       = UCP_MEM_MAP_ALLOCATE;
     mp.memory_type = UCS_MEMORY_TYPE_HOST;
     us = ucp_mem_map(xp->ctx, &mp, &memh);
     if (us != UCS_OK) {
+        free(b->ptr);
         free(b);
-        return na_err(NA_ERR_NOMEM, "ucp_mem_map(%zu bytes): %s", size, ucs_status_string(us));
+        return na_err(NA_ERR_TRANSPORT, "ucp_mem_map(%zu bytes): %s", size, ucs_status_string(us));
     }
-    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    us = ucp_mem_query(memh, &attr);
-    if (us != UCS_OK) {
-        ucp_mem_unmap(xp->ctx, memh);
-        free(b);
-        return na_err(NA_ERR_TRANSPORT, "ucp_mem_query: %s", ucs_status_string(us));
-    }
-    b->ptr  = attr.address;
     b->size = size;
     b->mem  = mem;
     b->memh = memh;
@@ -407,6 +473,7 @@ void na_xp_buf_destroy(na_xp_t *xp, na_xp_buf_t *buf)
     if (buf == NULL)
         return;
     ucp_mem_unmap(xp->ctx, (ucp_mem_h)buf->memh);
+    free(buf->ptr);
     free(buf);
 }
 
@@ -431,6 +498,7 @@ na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len)
         b = xp->pool[c];
         xp->pool[c] = b->next;
         xp->pool_count[c]--;
+        xp->pool_bytes -= b->size;
         b->next = NULL;
         return b;
     }
@@ -445,11 +513,12 @@ void na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf)
 {
     int c = xp_pool_class(buf->size);
     if (c < 0 || ((size_t)1 << (NA_XP_POOL_MIN_SHIFT + c)) != buf->size ||
-        xp->pool_count[c] >= NA_XP_POOL_KEEP) {
+        xp->pool_count[c] >= NA_XP_POOL_KEEP || xp->pool_bytes + buf->size > NA_XP_POOL_MAX_BYTES) {
         na_xp_buf_destroy(xp, buf);
         return;
     }
     buf->next = xp->pool[c];
     xp->pool[c] = buf;
     xp->pool_count[c]++;
+    xp->pool_bytes += buf->size;
 }

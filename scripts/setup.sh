@@ -42,7 +42,8 @@ build)
     ;;
 run)
     build build -DCMAKE_BUILD_TYPE=Release
-    ./build/cli/nearattn run --mode monolithic --prompt "Once upon a time" --temp 0 -n 256
+    # offload (the default mode): starts the storage nodes of cluster-configs/local.yaml
+    ./build/cli/nearattn run --prompt "Once upon a time" --temp 0 -n 256
     ;;
 test)
     build build -DCMAKE_BUILD_TYPE=Release

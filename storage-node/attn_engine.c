@@ -6,9 +6,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "storage-node/attn_internal.h"
+
+static uint64_t na_attn_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static size_t na_attn_es(na_dtype_t t)
 {
@@ -115,12 +123,14 @@ static void *na_attn_io_main(void *arg)
 
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stop && e->rq_head != NULL && e->n_free_chunks > 0 &&
-               e->reads_inflight < e->cfg.io_depth) {
+        while (!e->stop && e->rq_head != NULL && e->n_free_chunks > 0) {
             na_attn_job_t *j = e->rq_head;
+            int need = (int)((j->len + NA_KV_IO_MAX - 1) / NA_KV_IO_MAX), pieces = 0;
             size_t o;
-            int pieces = 0;
 
+            /* keep at most io_depth reads in flight (one job alone may exceed it) */
+            if (e->reads_inflight > 0 && e->reads_inflight + need > e->cfg.io_depth)
+                break;
             e->rq_head = j->qnext;
             if (e->rq_head == NULL)
                 e->rq_tail = NULL;
@@ -129,6 +139,9 @@ static void *na_attn_io_main(void *arg)
                 size_t piece = j->len - o < NA_KV_IO_MAX ? j->len - o : NA_KV_IO_MAX;
                 na_status_t st = e->io->ops->prep_read(e->io, j->fd, (char *)j->chunk + o,
                                                        piece, j->off + o, (uint64_t)(uintptr_t)j);
+                if (st == NA_ERR_BUSY && e->io->ops->submit(e->io) == NA_OK)
+                    st = e->io->ops->prep_read(e->io, j->fd, (char *)j->chunk + o, piece,
+                                               j->off + o, (uint64_t)(uintptr_t)j);
                 if (st != NA_OK) {
                     j->failed = 1;
                     snprintf(j->why, sizeof(j->why), "%s", na_errmsg());
@@ -187,7 +200,9 @@ typedef struct {
     int               idx;
 } na_attn_worker_arg_t;
 
-/* Fold granule j of its item into the item's partial slot j->g. */
+/* Fold granule j of its item into the item's partial slot j->g. Blocks
+ * outer, KV heads inner: a block (all its heads, contiguous) is streamed
+ * through once, front to back. */
 static void na_attn_granule_compute(na_attn_engine_t *e, na_kernels_t *k, na_attn_job_t *j)
 {
     na_attn_item_t *it = j->item;
@@ -196,28 +211,26 @@ static void na_attn_granule_compute(na_attn_engine_t *e, na_kernels_t *k, na_att
     const na_dtype_t dt = e->kcfg->kv_dtype;
     const size_t es = na_attn_es(dt), half = (size_t)bt * hd * es;
     const float scale = 1.0f / sqrtf((float)hd);
+    na_attn_stat_t *st0 = it->st + (size_t)j->g * it->n_kvh * grp;
+    float *acc0 = it->acc + (size_t)j->g * it->n_kvh * grp * hd;
     int h, b;
 
-    for (h = 0; h < it->n_kvh; h++) {
-        size_t slot = (size_t)j->g * it->n_kvh + h;
-        na_attn_stat_t *st = it->st + slot * grp;
-        float *acc = it->acc + slot * grp * hd;
-        const float *q = it->entry->q + (size_t)h * grp * hd;
+    na_attn_init(st0, acc0, it->n_kvh * grp, hd);
+    for (b = j->b0; b < j->b0 + j->nb; b++) {
+        const na_kv_block_t *blk = &v->blocks[b];
+        const char *base = blk->loc == NA_KV_LOC_SSD
+            ? (const char *)j->chunk + (size_t)(b - j->s0) * v->block_bytes
+            : (const char *)blk->mem;
+        int ntok = v->n_tokens - b * bt;
 
-        na_attn_init(st, acc, grp, hd);
-        for (b = j->b0; b < j->b0 + j->nb; b++) {
-            const na_kv_block_t *blk = &v->blocks[b];
-            const char *base = blk->loc == NA_KV_LOC_SSD
-                ? (const char *)j->chunk + (size_t)(b - j->s0) * v->block_bytes
-                : (const char *)blk->mem;
+        for (h = 0; h < it->n_kvh; h++) {
             na_kv_span_t span;
-            int ntok = v->n_tokens - b * bt;
-
             span.k = base + (size_t)h * 2 * half;
             span.v = base + (size_t)h * 2 * half + half;
             span.stride = (size_t)hd;
             span.n = ntok < bt ? ntok : bt;
-            k->ops->attn_partial(k, st, acc, q, grp, hd, &span, dt, scale);
+            k->ops->attn_partial(k, st0 + (size_t)h * grp, acc0 + (size_t)h * grp * hd,
+                                 it->entry->q + (size_t)h * grp * hd, grp, hd, &span, dt, scale);
         }
     }
 }
@@ -266,6 +279,7 @@ static void *na_attn_worker_main(void *arg)
     for (;;) {
         na_attn_job_t *j;
         na_attn_item_t *it;
+        uint64_t t0;
         int ok;
 
         while (!e->stop && e->cq_head == NULL)
@@ -280,10 +294,16 @@ static void *na_attn_worker_main(void *arg)
         ok = !j->failed && it->status == NA_OK;
         pthread_mutex_unlock(&e->mu);
 
-        if (ok)
+        if (ok) {
+            t0 = na_attn_now_ns();
             na_attn_granule_compute(e, k, j);
+            t0 = na_attn_now_ns() - t0;
+        } else {
+            t0 = 0;
+        }
 
         pthread_mutex_lock(&e->mu);
+        e->stats.compute_ns += t0;
         if (j->chunk != NULL)
             na_attn_chunk_put(e, j->chunk);
         if (j->failed && it->status == NA_OK) {
@@ -483,6 +503,7 @@ na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p)
     na_attn_batch_t *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
+    b->t_begin_ns = na_attn_now_ns();
     *b_p = b;
     return NA_OK;
 }
@@ -500,6 +521,9 @@ static na_status_t na_attn_entry_check(na_attn_engine_t *e, const na_attn_entry_
     if (en->layer < 0 || en->layer >= e->kcfg->n_layers)
         return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
                       (unsigned long long)en->req, en->layer, e->kcfg->n_layers);
+    if (n_kvh > e->cfg.max_kv_heads)
+        return na_err(NA_ERR_RANGE, "request %llu: %d KV heads, the engine takes at most %d",
+                      (unsigned long long)en->req, n_kvh, e->cfg.max_kv_heads);
     if (en->n_kv_heads != n_kvh || en->n_q_heads != n_kvh * e->cfg.group)
         return na_err(NA_ERR_INVALID, "request %llu: shapes disagree: %d query / %d KV heads "
                       "sent, slot holds %d KV heads x group %d", (unsigned long long)en->req,
@@ -648,6 +672,7 @@ na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b)
         pthread_cond_wait(&e->cv_done, &e->mu);
     rd = e->read_unreported;
     e->read_unreported = 0;
+    e->stats.batch_ns += na_attn_now_ns() - b->t_begin_ns;
     pthread_mutex_unlock(&e->mu);
     na_kv_count_read(e->store, rd);
     for (i = 0; i < b->n; i++) {

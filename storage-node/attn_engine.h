@@ -76,6 +76,8 @@ typedef struct {
     uint64_t ssd_bytes_read;         /* demand + prefetch reads completed */
     uint64_t prefetch_hits, prefetch_issued;
     uint64_t tokens;                 /* context tokens attended */
+    uint64_t compute_ns;             /* worker time in attention kernels (all workers) */
+    uint64_t batch_ns;               /* begin -> wait returned, summed over batches */
 } na_attn_stats_t;
 
 /* Fill cfg with defaults (1 thread, group 1, 8 KV heads, split 1024, 8 chunks,
@@ -85,7 +87,8 @@ void        na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg);
  * NA_ERR_UNSUPPORTED for an unknown/absent kind, NA_ERR_RANGE for bad cfg. */
 na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
                                   const na_attn_engine_cfg_t *cfg, na_attn_engine_t **e_p);
-/* Waits for the work in flight, stops the threads, frees everything. */
+/* Stops the threads (after the reads in flight) and frees everything.
+ * Every batch must have been waited for first. */
 void        na_attn_engine_destroy(na_attn_engine_t *e);
 
 na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p);

@@ -49,6 +49,7 @@ struct na_attn_item {
 };
 
 struct na_attn_batch {
+    uint64_t         t_begin_ns;
     na_attn_item_t **items;
     int              n, cap;
     int              done;           /* items completed (guarded by engine mu) */

@@ -26,15 +26,17 @@ void *na_kv_dram_block_get(na_kv_store_t *s, size_t bytes)
     return na_kv_aligned_alloc(bytes);
 }
 
-/* Give block memory back for reuse; frees it when the cache would exceed
- * the budget. Never fails. */
+/* Give block memory back for reuse; frees it when the cache would not fit
+ * in the part of the budget nobody has reserved (so cache + blocks in use
+ * stay within the budget). Never fails. */
 void na_kv_dram_block_put(na_kv_store_t *s, void *mem, size_t bytes)
 {
     na_kv_free_blk_t *b = mem;
+    uint64_t room = s->cfg.dram_bytes > s->dram_used ? s->cfg.dram_bytes - s->dram_used : 0;
 
     if (mem == NULL)
         return;
-    if (bytes < sizeof(*b) || s->free_bytes + bytes > s->cfg.dram_bytes) {
+    if (bytes < sizeof(*b) || s->free_bytes + bytes > room) {
         na_kv_aligned_free(mem);
         return;
     }
@@ -93,7 +95,8 @@ static void na_kv_dram_evict(na_kv_store_t *s, uint64_t bytes)
     }
 }
 
-/* Charge `bytes` against the budget or fail with NA_ERR_NOSPACE naming
+/* Charge `bytes` against the budget (trimming the block cache to keep
+ * cache + charges within it) or fail with NA_ERR_NOSPACE naming
  * `what` and the figures. */
 na_status_t na_kv_dram_reserve(na_kv_store_t *s, uint64_t bytes, const char *what)
 {
@@ -104,6 +107,12 @@ na_status_t na_kv_dram_reserve(na_kv_store_t *s, uint64_t bytes, const char *wha
                       what, (unsigned long long)bytes, (unsigned long long)s->dram_used,
                       (unsigned long long)s->cfg.dram_bytes);
     s->dram_used += bytes;
+    while (s->free_blks != NULL && s->free_bytes > s->cfg.dram_bytes - s->dram_used) {
+        na_kv_free_blk_t *b = s->free_blks;
+        s->free_blks = b->next;
+        s->free_bytes -= b->bytes;
+        na_kv_aligned_free(b);
+    }
     return NA_OK;
 }
 

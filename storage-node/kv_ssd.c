@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -187,18 +188,32 @@ na_status_t na_kv_file_open(na_kv_file_t *f, const char *dir, const char *name,
         return na_err(NA_ERR_INVALID, "kv file: size 0");
     if ((size_t)snprintf(f->path, sizeof(f->path), "%s/%s", dir, name) >= sizeof(f->path))
         return na_err(NA_ERR_RANGE, "kv file: path too long: %s/%s", dir, name);
-    fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+    fd = open(f->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
     f->direct = 1;
     if (fd < 0 && errno == EINVAL) {
         if (!allow_buffered)
             return na_err(NA_ERR_UNSUPPORTED, "kv file %s: the file system refuses O_DIRECT "
                           "(tmpfs?); put the KV directory on a real disk", f->path);
         na_log_warn("kv file %s: O_DIRECT refused, falling back to buffered I/O", f->path);
-        fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        fd = open(f->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         f->direct = 0;
     }
     if (fd < 0)
         return na_err(NA_ERR_IO, "open(%s): %s", f->path, strerror(errno));
+    /* one slot per file: a second slot on the same directory must not
+     * truncate the first one's KV */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        return na_err(e == EWOULDBLOCK ? NA_ERR_BUSY : NA_ERR_IO,
+                      "kv file %s: %s", f->path, e == EWOULDBLOCK
+                      ? "in use by another slot or process (one KV directory per device slot)"
+                      : strerror(e));
+    }
+    if (ftruncate(fd, 0) != 0) {
+        close(fd);
+        return na_err(NA_ERR_IO, "ftruncate(%s): %s", f->path, strerror(errno));
+    }
     r = posix_fallocate(fd, 0, (off_t)size);
     if (r != 0) {
         close(fd);

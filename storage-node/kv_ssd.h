@@ -86,7 +86,8 @@ typedef struct {
 } na_kv_file_t;
 
 /* Create (truncate) dir/name of `size` bytes (rounded up to NA_KV_ALIGN)
- * with fallocate and open it O_DIRECT. If the file system refuses O_DIRECT
+ * with fallocate and open it O_DIRECT, holding an exclusive flock
+ * (NA_ERR_BUSY if another slot or process holds the file). If the file system refuses O_DIRECT
  * and allow_buffered is set, open without it and log a warning; otherwise
  * NA_ERR_UNSUPPORTED naming the directory. Owns the fd; pair with
  * na_kv_file_close (which also unlinks the file). */

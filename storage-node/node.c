@@ -1,9 +1,11 @@
 /* storage-node/node.c — the storage node: setup from the layout, peers,
  * request table, heartbeats and the receive loop. Message handlers are in
  * storage-node/node_dispatch.c. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/log.h"
 #include "common/model.h"
@@ -117,6 +119,26 @@ err_destroy_slots:
     return st;
 }
 
+/* mkdir -p of an extra node's KV directory (layout nodes' are made at load). */
+static na_status_t na_node_mkdirs(const char *path)
+{
+    char buf[4096];
+    size_t i, len = strlen(path);
+
+    if (len == 0 || len >= sizeof(buf))
+        return na_err(NA_ERR_INVALID, "node: KV directory '%s' is not usable", path);
+    memcpy(buf, path, len + 1);
+    for (i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return na_err(NA_ERR_IO, "node: mkdir(%s): %s", buf, strerror(errno));
+        buf[i] = path[i];
+    }
+    return NA_OK;
+}
+
 /* Devices of the node: from the layout entry, or the extra's one slot. */
 static na_status_t na_node_devs_init(na_node_t *n, const na_node_opts_t *o,
                                      const na_cfg_node_t *cn)
@@ -132,6 +154,9 @@ static na_status_t na_node_devs_init(na_node_t *n, const na_node_opts_t *o,
     if (n->devs == NULL || n->slots == NULL)
         return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
     if (cn == NULL) {
+        na_status_t st = na_node_mkdirs(o->kv_dir);
+        if (st != NA_OK)
+            return st;
         n->devs[0].dir = o->kv_dir;
         n->devs[0].engine = "cpu";
         n->devs[0].dram_bytes = (uint64_t)(o->dram_mb > 0 ? o->dram_mb : NA_NODE_EXTRA_DRAM_MB) << 20;
@@ -193,6 +218,10 @@ static na_status_t na_node_xp_init(na_node_t *n)
     const na_cfg_t *cfg = n->cfg;
     na_xp_opts_t xo;
 
+    /* A restarted node must get its port back while connections the previous
+     * run closed are in TIME_WAIT (SO_REUSEADDR; a live listener still makes
+     * the port "taken"). UCX reads this when the context is created. */
+    (void)setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
     memset(&xo, 0, sizeof(xo));
     xo.name = n->name;
     xo.cluster = cfg->cluster.name;
@@ -208,7 +237,7 @@ static na_status_t na_node_xp_init(na_node_t *n)
     xo.secret = cfg->secret;
     xo.secret_len = cfg->secret_len;
     xo.timeout_ms = (int)cfg->transport.timeout_ms;
-    xo.max_msg = (size_t)NA_WIRE_MAX_PAYLOAD;
+    xo.max_msg = (size_t)256 << 20;   /* one PREFILL_KV layer chunk; bounds a hostile peer */
     return na_xp_create(&xo, &n->xp);
 }
 
@@ -250,11 +279,17 @@ na_status_t na_node_create(const na_node_opts_t *o, na_node_t **node_p)
     if (st != NA_OK)
         goto err_free_node;
     model = o->model_path ? o->model_path : o->cfg->model.path;
-    if (model != NULL) {
+    if (o->shape[0] > 0) {
+        st = na_node_shape_init(n, o->shape[0], o->shape[1], o->shape[2], o->shape[3]);
+    } else if (model != NULL) {
         st = na_node_model_shape(n, model);
-        if (st != NA_OK)
-            goto err_free_node;
+    } else {
+        st = na_err(NA_ERR_INVALID, "node %s: %s has no model.path; give --model FILE or "
+                    "--shape LAYERS:HEADS:KV_HEADS:HEAD_DIM (it sizes the KV slots)",
+                    n->name, o->cfg->file);
     }
+    if (st != NA_OK)
+        goto err_free_node;
     st = na_node_xp_init(n);
     if (st != NA_OK)
         goto err_free_node;
@@ -416,8 +451,16 @@ static void na_node_send_bye(na_node_t *n, na_node_peer_t *p, na_wire_refuse_t r
 /* Heartbeats out; silent peers dropped. */
 static void na_node_heartbeats(na_node_t *n)
 {
-    uint64_t now = na_xp_now_ns();
+    uint64_t now;
     na_node_peer_t *p, *next;
+
+    (void)na_xp_progress(n->xp);     /* arrivals update the peers' last_recv_ns */
+    now = na_xp_now_ns();
+    /* If this loop itself was stalled (a long prefill or attention batch), peers
+     * could not answer heartbeats we did not send: restart their clocks. */
+    if (n->last_tick_ns != 0 && now - n->last_tick_ns > (uint64_t)n->heartbeat_ms * 1000000ull)
+        n->stall_end_ns = now;
+    n->last_tick_ns = now;
 
     for (p = n->peers; p != NULL; p = next) {
         na_xp_stats_t xs;
@@ -425,6 +468,8 @@ static void na_node_heartbeats(na_node_t *n)
         next = p->next;
         na_xp_ep_stats(p->ep, &xs);
         last = xs.last_recv_ns > p->since_ns ? xs.last_recv_ns : p->since_ns;
+        if (n->stall_end_ns > last)
+            last = n->stall_end_ns;
         if (now > last && now - last > (uint64_t)n->peer_timeout_ms * 1000000ull) {
             char why[96];
             snprintf(why, sizeof(why), "silent for %llu ms > peer_timeout_ms %u",
@@ -482,6 +527,13 @@ static void na_node_handle(na_node_t *n, na_xp_msg_t *msg)
         na_node_peer_drop(n, p, 0, why);
     } else if (st == NA_ERR_PEER || st == NA_ERR_TIMEOUT || st == NA_ERR_TRANSPORT) {
         na_node_peer_drop(n, p, 1, na_errmsg());
+    } else if (st != NA_OK) {
+        /* a failure the handler could not answer itself (out of memory ...):
+         * tell the peer about that message, keep the connection */
+        char why[NA_WIRE_TEXT_MAX + 1];
+        snprintf(why, sizeof(why), "%s", na_errmsg());
+        if (na_node_send_error(n, p, &h, h.request_id, st, why) != NA_OK)
+            na_node_peer_drop(n, p, 1, na_errmsg());
     }
 }
 

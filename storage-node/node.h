@@ -47,7 +47,9 @@
  *     file: compute nodes re-read the layout when its modification time
  *     changes (checked with the same retry) and connect to the storage nodes
  *     that are new. Requests already placed stay where they are.
- * A request is never moved; capacity scales out for new requests. */
+ * A request is never moved; capacity scales out for new requests. The compute
+ * side of this is compute-node/storage_dir.h (tested by the `late` scenario of
+ * tests/cluster/test_node.sh). */
 #ifndef NA_NODE_H
 #define NA_NODE_H
 
@@ -67,14 +69,17 @@ typedef struct {
     const char *kv_dir;         /* extra node: the KV directory of its one device slot */
     long        dram_mb;        /* extra node budgets (0 = 256 / 1024) */
     long        ssd_mb;
-    const char *model_path;     /* NULL: the layout's model.path. Without any model the
-                                   slots are shaped by the first REQ_OPEN */
+    const char *model_path;     /* NULL: the layout's model.path (only its shape is read) */
+    int         shape[4];       /* n_layers, n_heads, n_kv_heads, head_dim: when
+                                   shape[0] > 0, used instead of a model file (for
+                                   storage hosts without the model) */
     int         max_peers;      /* connections served at once (0 = 64) */
     int         threads;        /* engine threads per slot (0 = the device's) */
 } na_node_opts_t;
 
 /* Create the node: resolve its layout entry (or the extra), read the model's
- * shape, create the device slots, create the transport and listen. Prints
+ * shape (opts->shape, else the model file; NA_ERR_INVALID when neither is
+ * given), create the device slots, create the transport and listen. Prints
  * nothing; na_node_run() announces readiness. Fails with the slot's,
  * transport's (NA_ERR_BUSY: port taken) or layout's error. On success *node_p
  * owns everything (na_node_destroy). */

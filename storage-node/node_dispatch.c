@@ -68,12 +68,6 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
                     (unsigned long long)o->request_id);
         return nd_fail(n, p, h, o->request_id, st);
     }
-    if (!n->have_shape) {       /* no model in the layout: the first request shapes the slots */
-        st = na_node_shape_init(n, (int)o->n_layers, (int)o->kv_h1 * o->q_per_kv,
-                                (int)o->kv_h1, (int)o->head_dim);
-        if (st != NA_OK)
-            return nd_fail(n, p, h, o->request_id, st);
-    }
     st = nd_open_check(n, o);
     if (st != NA_OK)
         return nd_fail(n, p, h, o->request_id, st);
@@ -115,11 +109,25 @@ err_refused:
     {
         char why[NA_WIRE_TEXT_MAX + 1];
         snprintf(why, sizeof(why), "%s", na_errmsg());
-        free(r);
-        if (st == NA_ERR_NOSPACE)
+        if (st == NA_ERR_NOSPACE) {
+            uint64_t best = 0, need = r->bytes_per_kvh * (uint64_t)nkvh;
+            int k;
+            for (k = 0; k < n->place.n_slots; k++) {
+                uint64_t free_b = n->place.cap[k] > n->place.load[k]
+                                  ? n->place.cap[k] - n->place.load[k] : 0;
+                if (free_b > best)
+                    best = free_b;
+            }
             n->refused_opens++;
-        st = na_err(st, "node %s refused request %llu: %s", n->name,
-                    (unsigned long long)o->request_id, why);
+            st = na_err(st, "node %s refused request %llu: it needs %.1f MiB of KV "
+                        "(%u tokens), the most any slot has free is %.1f MiB (%s)", n->name,
+                        (unsigned long long)o->request_id, (double)need / 1048576.0,
+                        o->max_tokens, (double)best / 1048576.0, why);
+        } else {
+            st = na_err(st, "node %s refused request %llu: %s", n->name,
+                        (unsigned long long)o->request_id, why);
+        }
+        free(r);
         return nd_fail(n, p, h, o->request_id, st);
     }
 }
@@ -239,10 +247,6 @@ static na_status_t nd_attn_check(na_node_t *n, const na_wire_attn_t *a, char *wh
     const na_slot_common_t *c = &n->common;
     float want;
 
-    if (!n->have_shape) {
-        snprintf(why, len, "node %s: no request is open here", n->name);
-        return NA_ERR_NOT_FOUND;
-    }
     want = 1.0f / sqrtf((float)c->head_dim);
     if (a->head_dim != c->head_dim || a->q_per_kv != c->n_heads / c->n_kv_heads ||
         fabsf(a->scale - want) > 1e-6f * want) {
@@ -508,6 +512,9 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.opens_refused", n->refused_opens);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_entries", n->decode_entries);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.prefill_tokens", n->prefill_tokens);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_ns", n->decode_ns);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.prefill_ns", n->prefill_ns);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.fetch_ns", n->fetch_ns);
     for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {
         na_slot_stats_t ss;
         char key[NA_WIRE_STATS_KEY_MAX];
@@ -568,11 +575,23 @@ static na_status_t nd_echo(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
 na_status_t na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                              const na_wire_msg_t *m)
 {
+    uint64_t t0 = na_xp_now_ns();
+    na_status_t st;
+
     switch (m->type) {
     case NA_WIRE_MSG_REQ_OPEN:    return nd_open(n, p, h, &m->u.req_open);
-    case NA_WIRE_MSG_PREFILL_KV:  return nd_prefill(n, p, h, &m->u.kv);
-    case NA_WIRE_MSG_DECODE_ATTN: return nd_decode(n, p, h, &m->u.attn);
-    case NA_WIRE_MSG_KV_FETCH:    return na_node_kv_fetch(n, p, h, &m->u.kv_fetch);
+    case NA_WIRE_MSG_PREFILL_KV:
+        st = nd_prefill(n, p, h, &m->u.kv);
+        n->prefill_ns += na_xp_now_ns() - t0;
+        return st;
+    case NA_WIRE_MSG_DECODE_ATTN:
+        st = nd_decode(n, p, h, &m->u.attn);
+        n->decode_ns += na_xp_now_ns() - t0;
+        return st;
+    case NA_WIRE_MSG_KV_FETCH:
+        st = na_node_kv_fetch(n, p, h, &m->u.kv_fetch);
+        n->fetch_ns += na_xp_now_ns() - t0;
+        return st;
     case NA_WIRE_MSG_REQ_RELEASE: return nd_release(n, p, h, &m->u.req_release);
     case NA_WIRE_MSG_STATS_REQ:   return nd_stats(n, p);
     case NA_WIRE_MSG_HEARTBEAT:   return nd_heartbeat(n, p, h, &m->u.heartbeat);

@@ -61,9 +61,12 @@ struct na_node {
     uint64_t        n_requests;
     /* timing */
     unsigned        heartbeat_ms, peer_timeout_ms;
+    uint64_t        last_tick_ns;    /* previous heartbeat pass */
+    uint64_t        stall_end_ns;    /* end of the last loop stall (grace for peers) */
     /* counters (STATS) */
     uint64_t        msgs, errors_sent, dropped, lost, refused_opens;
     uint64_t        decode_entries, prefill_tokens;
+    uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
 };
 
 /* node.c */

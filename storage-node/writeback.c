@@ -281,9 +281,9 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
             blk->loc = NA_KV_LOC_WRITING;
             blk->written = 0;
             blk->keep = 0;
-            if (!s->cfg.no_dram_tier && na_kv_dram_fits(s, bs)) {   /* stays in DRAM */
+            if (!s->cfg.no_dram_tier && na_kv_dram_fits(s, bs) &&
+                na_kv_dram_reserve(s, bs, "a DRAM-tier block") == NA_OK) {   /* stays in DRAM */
                 blk->keep = 1;
-                s->dram_used += bs;
                 r->dram_tier += bs;
                 s->st.bytes_spilled_dram += bs;
             }

@@ -6,12 +6,17 @@
  * elements), folded into online-softmax partials (st, acc). It walks the
  * span in chunks of 64 tokens:
  *   1. scores S[g][t] = q_g·k_t · scale. Each K row is converted from f16 once
- *      and used for every head of the group; 8 accumulators in registers
- *      (G heads x 8/G tokens) are reduced together with one hadd tree.
+ *      and used for every head of the group; NA_CPU_NACC (8 or 16)
+ *      accumulators in registers (G heads x NACC/G tokens) are reduced
+ *      together with hadd trees.
  *   2. per head: chunk max, rescale (l, acc) by e^(m_old - m_new), p = e^(s-m).
- *   3. acc[g] += sum_t p[g][t] v_t, with G heads x 8/G vectors of acc kept in
- *      registers across the chunk; each V row is converted once.
- * So each K/V row is read from memory once for all heads of its group.
+ *   3. acc[g] += sum_t p[g][t] v_t, with G heads x NACC/G vectors of acc kept
+ *      in registers across the chunk; each V row is converted once.
+ * So each K/V row is read from memory once for all heads of its group, and
+ * the rows one chunk ahead are prefetched as the current ones are read.
+ * Measured on the 2-core machine: ~215 ns per token for 32 q / 8 kv heads,
+ * head_dim 128, with the KV in cache (close to the 2-FMA/cycle bound of
+ * 1024 FMAs per token), ~300 ns from DRAM (`nearattn bench kernels`).
  *
  * Decode splits the context into n_threads ranges (flash-decoding); each
  * range walks its tokens chunk by chunk over every KV head, and the partials
@@ -80,18 +85,20 @@ NA_INLINE __m256 na_cpu_reduce8(const __m256 a[8])
 }
 
 /* Scores of G heads (q rows g0.., stride hd) against cn tokens of k, into
- * s[g * NA_CPU_CHUNK + t]. TB = NA_CPU_NACC / G tokens per step. */
+ * s[t * G + g] (token-major, so each reduced vector is one contiguous store).
+ * TB = NA_CPU_NACC / G tokens per step. */
 NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
-                         int cn, int hd, float scale, int G, int f16)
+                         int cn, int pf_n, int hd, float scale, int G, int f16)
 {
     const int TB = NA_CPU_NACC / G;
     const __m256 vs = _mm256_set1_ps(scale);
-    int t = 0, d, g, tt;
+    int t = 0, d, g;
 
     for (; t + TB <= cn; t += TB) {
         __m256 a[NA_CPU_NACC];
-        float r[NA_CPU_NACC];
-        na_cpu_prefetch_rows(k, (size_t)(t + NA_CPU_PF_DIST) * stride, stride, TB, hd, f16);
+        int tt;
+        if (t + NA_CPU_PF_DIST + TB <= pf_n)
+            na_cpu_prefetch_rows(k, (size_t)(t + NA_CPU_PF_DIST) * stride, stride, TB, hd, f16);
 #pragma GCC unroll 16
         for (g = 0; g < NA_CPU_NACC; g++)
             a[g] = _mm256_setzero_ps();
@@ -105,14 +112,10 @@ NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
                                                     kv, a[tt * G + g]);
             }
         }
+        /* a[tt * G + g] holds (token t + tt, head g): lands at s[(t+tt)*G + g] */
 #pragma GCC unroll 2
         for (g = 0; g < NA_CPU_NACC; g += 8)
-            _mm256_storeu_ps(r + g, _mm256_mul_ps(na_cpu_reduce8(a + g), vs));
-#pragma GCC unroll 16
-        for (tt = 0; tt < TB; tt++)
-#pragma GCC unroll 8
-            for (g = 0; g < G; g++)
-                s[g * NA_CPU_CHUNK + t + tt] = r[tt * G + g];
+            _mm256_storeu_ps(s + (size_t)t * G + g, _mm256_mul_ps(na_cpu_reduce8(a + g), vs));
     }
     for (; t < cn; t++) {                       /* tail tokens, one at a time */
         for (g = 0; g < G; g++) {
@@ -120,14 +123,14 @@ NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
             for (d = 0; d < hd; d += 8)
                 a = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + d),
                                     na_cpu_kv8(k, (size_t)t * stride + d, f16), a);
-            s[g * NA_CPU_CHUNK + t] = na_cpu_hsum(a) * scale;
+            s[t * G + g] = na_cpu_hsum(a) * scale;
         }
     }
 }
 
 /* acc[g][d0 .. d0+8*DV) += sum_t p[g][t] v_t[...] for G heads, cn tokens. */
 NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t stride,
-                              int cn, int hd, int d0, int G, int DV, int f16)
+                              int cn, int pf_n, int hd, int d0, int G, int DV, int f16)
 {
     __m256 a[NA_CPU_NACC];
     int t, g, j;
@@ -138,13 +141,15 @@ NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t 
             a[g * DV + j] = _mm256_loadu_ps(acc + (size_t)g * hd + d0 + 8 * j);
     for (t = 0; t < cn; t++) {
         __m256 vv[NA_CPU_NACC];
-        na_cpu_prefetch_rows(v, (size_t)(t + NA_CPU_PF_DIST) * stride + d0, stride, 1, 8 * DV, f16);
+        if (t + NA_CPU_PF_DIST < pf_n)
+            na_cpu_prefetch_rows(v, (size_t)(t + NA_CPU_PF_DIST) * stride + d0, stride, 1,
+                                 8 * DV, f16);
 #pragma GCC unroll 16
         for (j = 0; j < DV; j++)
             vv[j] = na_cpu_kv8(v, (size_t)t * stride + d0 + 8 * j, f16);
 #pragma GCC unroll 8
         for (g = 0; g < G; g++) {
-            __m256 pg = _mm256_broadcast_ss(p + g * NA_CPU_CHUNK + t);
+            __m256 pg = _mm256_broadcast_ss(p + t * G + g);
 #pragma GCC unroll 16
             for (j = 0; j < DV; j++)
                 a[g * DV + j] = _mm256_fmadd_ps(pg, vv[j], a[g * DV + j]);
@@ -158,55 +163,66 @@ NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t 
 }
 
 NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t stride,
-                         int cn, int hd, int G, int f16)
+                         int cn, int pf_n, int hd, int G, int f16)
 {
     const int DV = NA_CPU_NACC / G;
     int d = 0;
     for (; d + 8 * DV <= hd; d += 8 * DV)
-        na_cpu_pv_cols(acc, p, v, stride, cn, hd, d, G, DV, f16);
+        na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, DV, f16);
     for (; d < hd; d += 8)
-        na_cpu_pv_cols(acc, p, v, stride, cn, hd, d, G, 1, f16);
+        na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 1, f16);
 }
 
-/* Online-softmax update of one head with the chunk's scores s[cn] (replaced
- * by the weights p). */
-static void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int cn, int hd)
+/* Online-softmax update of G heads with the chunk's scores s[t * G + g]
+ * (replaced by the weights p). Since G divides 8, lane l of every 8-float
+ * vector of s belongs to head l % G. */
+NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int cn, int hd,
+                                   int G)
 {
-    float cmax = -INFINITY, m, alpha, sum;
-    __m256 vsum = _mm256_setzero_ps(), vm;
-    int t, d;
+    const int n = cn * G;
+    float lanes[8], cmax[8], m[8], alpha[8], sum[8], ml[8];
+    __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps(), vm;
+    int i, g, l, d;
 
-    if (cn >= 8) {
-        __m256 vmax = _mm256_loadu_ps(s);
-        for (t = 8; t + 8 <= cn; t += 8)
-            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + t));
-        cmax = na_cpu_hmax(vmax);
-    } else {
-        t = 0;
+    for (i = 0; i + 8 <= n; i += 8)
+        vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
+    _mm256_storeu_ps(lanes, vmax);
+    for (g = 0; g < G; g++)
+        cmax[g] = -INFINITY;
+    for (l = 0; l < 8; l++)
+        cmax[l % G] = lanes[l] > cmax[l % G] ? lanes[l] : cmax[l % G];
+    for (; i < n; i++)
+        cmax[i % G] = s[i] > cmax[i % G] ? s[i] : cmax[i % G];
+    for (g = 0; g < G; g++) {
+        m[g] = st[g].m > cmax[g] ? st[g].m : cmax[g];
+        alpha[g] = st[g].m == -INFINITY ? 0.0f : expf(st[g].m - m[g]);
+        sum[g] = 0.0f;
     }
-    for (; t < cn; t++)
-        if (s[t] > cmax)
-            cmax = s[t];
-    m = st->m > cmax ? st->m : cmax;
-    alpha = st->m == -INFINITY ? 0.0f : expf(st->m - m);
-    vm = _mm256_set1_ps(m);
-    for (t = 0; t + 8 <= cn; t += 8) {
-        __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
-        _mm256_storeu_ps(s + t, e);
+    for (l = 0; l < 8; l++)
+        ml[l] = m[l % G];
+    vm = _mm256_loadu_ps(ml);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+        _mm256_storeu_ps(s + i, e);
         vsum = _mm256_add_ps(vsum, e);
     }
-    sum = na_cpu_hsum(vsum);
-    for (; t < cn; t++) {
-        s[t] = expf(s[t] - m);
-        sum += s[t];
+    _mm256_storeu_ps(lanes, vsum);
+    for (l = 0; l < 8; l++)
+        sum[l % G] += lanes[l];
+    for (; i < n; i++) {
+        s[i] = expf(s[i] - m[i % G]);
+        sum[i % G] += s[i];
     }
-    if (alpha != 1.0f) {
-        __m256 va = _mm256_set1_ps(alpha);
-        for (d = 0; d < hd; d += 8)
-            _mm256_storeu_ps(acc + d, _mm256_mul_ps(va, _mm256_loadu_ps(acc + d)));
+    for (g = 0; g < G; g++) {
+        float *ag = acc + (size_t)g * hd;
+        if (alpha[g] != 1.0f) {
+            __m256 va = _mm256_set1_ps(alpha[g]);
+            for (d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(ag + d, _mm256_mul_ps(va, _mm256_loadu_ps(ag + d)));
+        }
+        st[g].l = st[g].l * alpha[g] + sum[g];
+        st[g].m = m[g];
     }
-    st->l = st->l * alpha + sum;
-    st->m = m;
 }
 
 /* Run `fn` (a macro taking G) on head blocks of 8/4/2/1 over the group. */
@@ -218,16 +234,16 @@ static void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int cn
     }
 
 /* The core (see the top of the file): group <= NA_CPU_MAX_GROUP heads,
- * head_dim % 8 == 0, f16 or f32 rows. */
+ * head_dim % 8 == 0, f16 or f32 rows; rows up to n_pf may be prefetched. */
 NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
                                   int group, int hd, const void *k, const void *v,
-                                  size_t stride, int n, float scale, int f16)
+                                  size_t stride, int n, int n_pf, float scale, int f16)
 {
     float s[NA_CPU_MAX_GROUP * NA_CPU_CHUNK];
-    int c0, g0, G, g;
+    int c0, g0, G;
 
     for (c0 = 0; c0 < n; c0 += NA_CPU_CHUNK) {
-        int cn = n - c0 < NA_CPU_CHUNK ? n - c0 : NA_CPU_CHUNK;
+        int cn = n - c0 < NA_CPU_CHUNK ? n - c0 : NA_CPU_CHUNK, pf_n = n_pf - c0;
         size_t off = (size_t)c0 * stride;
         const void *kc = f16 ? (const void *)((const uint16_t *)k + off)
                              : (const void *)((const float *)k + off);
@@ -238,22 +254,30 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
             float *sg = s + g0 * NA_CPU_CHUNK;
             const float *qg = q + (size_t)g0 * hd;
             switch (G) {
-            case 8:  na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 8, f16); break;
-            case 4:  na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 4, f16); break;
-            case 2:  na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 2, f16); break;
-            default: na_cpu_qk(sg, qg, kc, stride, cn, hd, scale, 1, f16); break;
+            case 8:  na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 8, f16); break;
+            case 4:  na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 4, f16); break;
+            case 2:  na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 2, f16); break;
+            default: na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 1, f16); break;
             }
         })
-        for (g = 0; g < group; g++)
-            na_cpu_softmax_fold(&st[g], acc + (size_t)g * hd, s + g * NA_CPU_CHUNK, cn, hd);
+        NA_CPU_GROUP_BLOCKS(group, g0, G, {
+            float *ag = acc + (size_t)g0 * hd;
+            float *sg = s + g0 * NA_CPU_CHUNK;
+            switch (G) {
+            case 8:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 8); break;
+            case 4:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 4); break;
+            case 2:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 2); break;
+            default: na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 1); break;
+            }
+        })
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
             float *ag = acc + (size_t)g0 * hd;
             const float *pg = s + g0 * NA_CPU_CHUNK;
             switch (G) {
-            case 8:  na_cpu_pv(ag, pg, vc, stride, cn, hd, 8, f16); break;
-            case 4:  na_cpu_pv(ag, pg, vc, stride, cn, hd, 4, f16); break;
-            case 2:  na_cpu_pv(ag, pg, vc, stride, cn, hd, 2, f16); break;
-            default: na_cpu_pv(ag, pg, vc, stride, cn, hd, 1, f16); break;
+            case 8:  na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 8, f16); break;
+            case 4:  na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 4, f16); break;
+            case 2:  na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 2, f16); break;
+            default: na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 1, f16); break;
             }
         })
     }
@@ -261,41 +285,45 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
 
 static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q, int group,
                                  int hd, const void *k, const void *v, size_t stride,
-                                 int n, float scale)
+                                 int n, int n_pf, float scale)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, scale, 1);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, n_pf, scale, 1);
 }
 
 static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
                                  int hd, const void *k, const void *v, size_t stride,
-                                 int n, float scale)
+                                 int n, int n_pf, float scale)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, scale, 0);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, n_pf, scale, 0);
 }
 
 /* Any group size: pieces of at most NA_CPU_MAX_GROUP heads. k/v point at the
- * first row of the span. */
+ * first row of the span; n_pf >= n rows (same stride) exist from there and
+ * may be prefetched (n for a lone span, the rest of the range in decode). */
 static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
                              int hd, const void *k, const void *v, size_t stride, int n,
-                             float scale, int f16)
+                             int n_pf, float scale, int f16)
 {
     int g0;
     for (g0 = 0; g0 < group; g0 += NA_CPU_MAX_GROUP) {
         int gn = group - g0 < NA_CPU_MAX_GROUP ? group - g0 : NA_CPU_MAX_GROUP;
         if (f16)
             na_cpu_attn_span_f16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, scale);
+                                 gn, hd, k, v, stride, n, n_pf, scale);
         else
             na_cpu_attn_span_f32(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, scale);
+                                 gn, hd, k, v, stride, n, n_pf, scale);
     }
 }
 
+/* 1 if the vector paths handle this KV dtype and head_dim, else 0. */
 static int na_cpu_attn_ok(na_dtype_t dt, int head_dim)
 {
     return (dt == NA_DTYPE_F16 || dt == NA_DTYPE_F32) && head_dim % 8 == 0 && head_dim > 0;
 }
 
+/* ops->attn_partial: fold one span into (st, acc). No scratch, no pool:
+ * safe to call from several threads at once. Cannot fail. */
 void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
                          const na_kv_span_t *span, na_dtype_t kv_dtype, float scale)
@@ -305,7 +333,7 @@ void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
         return;
     }
     na_cpu_attn_span(st, acc, q, group, head_dim, span->k, span->v, span->stride,
-                     span->n, scale, kv_dtype == NA_DTYPE_F16);
+                     span->n, span->n, scale, kv_dtype == NA_DTYPE_F16);
 }
 
 /* Tokens [t0, t1) of every KV head, folded into (st, acc) of all heads:
@@ -326,7 +354,7 @@ static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
             na_cpu_attn_span(st + h * group, acc + (size_t)h * group * hd,
                              q + (size_t)h * group * hd, group, hd,
                              (const uint8_t *)kc + off, (const uint8_t *)vc + off,
-                             stride, cn, scale, f16);
+                             stride, cn, t1 - c0, scale, f16);
         }
     }
 }
@@ -340,6 +368,7 @@ typedef struct {
     int             f16, ctx, n_heads, n_kv_heads, hd;
 } na_cpu_dec_job_t;
 
+/* Pool task p of n_parts: one context range into its own partial. */
 static void na_cpu_dec_task(void *ctx, int p, int n_parts)
 {
     const na_cpu_dec_job_t *j = ctx;
@@ -358,6 +387,9 @@ static void na_cpu_dec_task(void *ctx, int p, int n_parts)
                       j->n_heads, j->n_kv_heads, j->hd);
 }
 
+/* ops->attn_decode: split the context over the pool (contexts >= 512 tokens
+ * with n_threads > 1), merge the partials, normalise into out. Uses the
+ * backend scratch; without it, runs on one thread. Cannot fail. */
 void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                         int ctx, int n_heads, int n_kv_heads, int head_dim)
@@ -413,6 +445,8 @@ static void na_cpu_pre_task(void *ctx, int t, int n_tok)
     na_attn_finalize(j->out + row, st, j->out + row, j->n_heads, j->hd);
 }
 
+/* ops->attn_prefill: one pool task per query token (causal: token t sees
+ * positions 0..pos0+t), each a single-range decode. Cannot fail. */
 void na_cpu_attn_prefill(na_kernels_t *k, float *out, const float *q,
                          const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                          int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim)

@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 
+/* See cpu.h: grows (never shrinks) the backend's 64-byte aligned scratch. */
 float *na_cpu_scratch(na_kernels_t *k, size_t n)
 {
     na_cpu_state_t *s = k->priv;
@@ -31,6 +32,7 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n)
     return s->scratch;
 }
 
+/* ops->rmsnorm: sum of squares in 8 lanes, then one scaled pass. */
 static void na_cpu_rmsnorm(na_kernels_t *k, float *out, const float *x,
                            const float *weight, int n, float eps, int batch)
 {
@@ -87,6 +89,7 @@ static void na_cpu_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
     }
 }
 
+/* ops->swiglu: silu(g) * u with the vector exp. */
 static void na_cpu_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
 {
     const __m256 one = _mm256_set1_ps(1.0f);
@@ -103,6 +106,7 @@ static void na_cpu_swiglu(na_kernels_t *k, float *gate, const float *up, size_t 
     }
 }
 
+/* ops->softmax: vector max, exp + sum, scale; per row. */
 static void na_cpu_softmax(na_kernels_t *k, float *x, int n, int batch)
 {
     int b, i;
@@ -140,6 +144,7 @@ static na_status_t na_cpu_sync(na_kernels_t *k)
     return NA_OK;                       /* every op completed before it returned */
 }
 
+/* ops->destroy: join the pool, free scratch, state and the struct. */
 static void na_cpu_destroy(na_kernels_t *k)
 {
     na_cpu_state_t *s = k->priv;

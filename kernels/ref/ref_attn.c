@@ -50,10 +50,11 @@ static void na_ref_attn_head(float *out, const float *q, const void *kc, const v
         for (i = 0; i < head_dim; i++)
             out[i] += p * na_ref_kv_at(vc, dt, off, i);
     }
-    for (i = 0; i < head_dim; i++)
+    for (i = 0; i < head_dim && sum > 0.0f; i++)    /* n == 0: zeros */
         out[i] /= sum;
 }
 
+/* Query head h uses KV head h / (n_heads / n_kv_heads). */
 void na_ref_attn_decode(na_kernels_t *k, float *out, const float *q,
                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                         int ctx, int n_heads, int n_kv_heads, int head_dim)
@@ -64,6 +65,7 @@ void na_ref_attn_decode(na_kernels_t *k, float *out, const float *q,
                          kcache, vcache, kv_dtype, ctx, n_kv_heads, h / group, head_dim);
 }
 
+/* Token t of the prompt is a decode over positions 0..pos0+t. */
 void na_ref_attn_prefill(na_kernels_t *k, float *out, const float *q,
                          const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                          int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim)

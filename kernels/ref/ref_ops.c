@@ -54,6 +54,7 @@ void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
     }
 }
 
+/* out = x / sqrt(mean(x^2) + eps) * weight, per row. */
 void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
                     const float *weight, int n, float eps, int batch)
 {
@@ -90,6 +91,7 @@ void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
     }
 }
 
+/* gate = gate * sigmoid(gate) * up. */
 void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
 {
     size_t i;
@@ -99,6 +101,7 @@ void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
     }
 }
 
+/* Max-subtracted softmax per row. */
 void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch)
 {
     int b, i;

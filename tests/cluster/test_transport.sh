@@ -12,6 +12,8 @@
 #                           and serves the next client
 #   secret                  a client with the wrong secret is refused; server keeps serving
 #   garbage                 a malformed message drops that peer only
+#   busy                    a second listener on a taken port fails with "port taken";
+#                           the first keeps serving
 #   netns                   server and client in two network namespaces joined by a
 #                           veth, UCX_TLS=tcp (skipped, exit 77, when namespaces
 #                           cannot be made)
@@ -135,6 +137,14 @@ secret)
     finish bad
     grep -q "REFUSED intruder: .*secret" "$DIR/bad.log" || fail "refusal does not name the secret"
     wait_line "$DIR/s0.log" "dropped peer 'intruder'" 5 || fail "server did not log the refusal"
+    # an intruder that ignores the server's proof: the server's check refuses it
+    start bad2 "$PEER" client --name intruder2 --secret wrong-secret --connect 127.0.0.1:$P0 \
+        --expect-refused --skip-server-proof $COMMON
+    finish bad2
+    grep -q "REFUSED intruder2: .*refused by peer (auth)" "$DIR/bad2.log" ||
+        fail "the server did not refuse the wrong proof"
+    wait_line "$DIR/s0.log" "dropped peer 'intruder2'.*could not prove the cluster secret" 5 ||
+        fail "server did not log its refusal"
     start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --sizes "$DECODE" --rounds 2 $COMMON
     finish c1
     finish s0
@@ -148,6 +158,18 @@ garbage)
     start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
         --rounds 2 $COMMON
     finish c1
+    finish s0
+    ;;
+busy)
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls tcp $COMMON
+    P0=$(port_of s0)
+    start s1 "$PEER" server --name s1 --listen 127.0.0.1:$P0 --clients 1 --tls tcp $COMMON
+    eval "p=\$PID_s1"
+    wait "$p" && fail "a second server could listen on the same port"
+    grep -q "port taken" "$DIR/s1.log" || fail "no 'port taken' message"
+    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
+        --rounds 1 $COMMON
+    finish c0
     finish s0
     ;;
 netns)

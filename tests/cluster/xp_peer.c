@@ -10,7 +10,9 @@
  *       round and size send one ECHO to every server at once and check every
  *       answer byte for byte. Ends with BYE. --expect-refused: succeed only if
  *       the connection is refused for the secret (exit 0), --garbage: send a
- *       malformed message after the handshake and expect to be dropped.
+ *       malformed message after the handshake and expect to be dropped,
+ *       --skip-server-proof: do not check the server (so that the server's
+ *       own check of our proof is what refuses a wrong secret).
  *   xp_peer mpi --base-port P [common options]
  *       Rank from the launcher (rdma/bootstrap.h): rank 0 is the client of
  *       ranks 1..size-1, which serve at base-port + rank - 1.
@@ -37,6 +39,7 @@
 typedef struct {
     const char *role, *listen, *connect, *name, *secret, *tls, *sizes, *errmode;
     int clients, rounds, forever, expect_refused, garbage, timeout_ms, max_ms, base_port;
+    int skip_server_proof;
 } peer_args_t;
 
 /* Deterministic bytes for (name, seq): what the echo must bring back. */
@@ -77,6 +80,7 @@ static na_status_t peer_xp_create(const peer_args_t *a, na_xp_t **xp_p)
     o.secret_len = strlen(a->secret);
     o.timeout_ms = a->timeout_ms;
     o.heartbeat_ms = 1000;
+    o.test_skip_server_proof = a->skip_server_proof;
     return na_xp_create(&o, xp_p);
 }
 
@@ -392,6 +396,7 @@ int main(int argc, char **argv)
         if (!strcmp(k, "--forever")) { a.forever = 1; continue; }
         if (!strcmp(k, "--expect-refused")) { a.expect_refused = 1; continue; }
         if (!strcmp(k, "--garbage")) { a.garbage = 1; continue; }
+        if (!strcmp(k, "--skip-server-proof")) { a.skip_server_proof = 1; continue; }
         if (v == NULL) {
             fprintf(stderr, "xp_peer: %s needs a value\n", k);
             return 2;

@@ -1,5 +1,7 @@
-/* tests/unit/kv_fault_io.h — a test double behind the KV I/O interface
- * (storage-node/kv_ssd.h): it wraps the real io_uring implementation and,
+/* tests/unit/kv_fault_io.h — helpers of the storage-node tests: a
+ * temporary directory where O_DIRECT works, and a test double behind the KV
+ * I/O interface (storage-node/kv_ssd.h): it wraps the real io_uring
+ * implementation and,
  * for reads and/or writes overlapping a file range, injects an I/O error
  * (the request is sent to an invalid descriptor, so the kernel answers
  * -EBADF) or a short transfer (4 KiB less is asked for). Everything else is
@@ -7,9 +9,49 @@
 #ifndef NA_TEST_KV_FAULT_IO_H
 #define NA_TEST_KV_FAULT_IO_H
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "storage-node/kv_ssd.h"
+#include "tests/testutil.h"
+
+/* Does dir accept O_DIRECT files? */
+static int na_kv_test_direct_ok(const char *dir)
+{
+    char p[600];
+    int fd;
+    snprintf(p, sizeof(p), "%s/.direct-probe", dir);
+    fd = open(p, O_RDWR | O_CREAT | O_DIRECT, 0600);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    unlink(p);
+    return 1;
+}
+
+/* Make a fresh temporary directory on a file system that takes O_DIRECT:
+ * $TMPDIR (or /tmp), else under the current directory (the build tree).
+ * 0 on success; -1 (message printed) when none does: the caller skips. */
+static inline int na_kv_test_dir(char *buf, size_t len)
+{
+    if (na_test_tmpdir(buf, len) == 0) {
+        if (na_kv_test_direct_ok(buf))
+            return 0;
+        fprintf(stderr, "%s refuses O_DIRECT (tmpfs?); trying the build directory\n", buf);
+        na_test_rmtree(buf);
+    }
+    snprintf(buf, len, "./nearattn-test-XXXXXX");
+    if (mkdtemp(buf) == NULL)
+        return -1;
+    if (na_kv_test_direct_ok(buf))
+        return 0;
+    fprintf(stderr, "%s refuses O_DIRECT too\n", buf);
+    na_test_rmtree(buf);
+    return -1;
+}
 
 enum { NA_FAULT_NONE = 0, NA_FAULT_ERROR = 1, NA_FAULT_SHORT = 2 };
 

@@ -22,7 +22,7 @@
 #include "tests/testutil.h"
 
 #define MAX_PROMPTS 8
-#define MAX_NEW     64
+#define MAX_NEW     128
 
 typedef struct {
     int tok[MAX_PROMPTS][MAX_NEW];
@@ -145,10 +145,44 @@ static int encode(const na_tokenizer_t *tok, const char *text, int *toks, int ca
     return (int)n;
 }
 
+static na_status_t two_step_logits(const na_model_t *m, const char *backend, const int *toks,
+                                   int n, float *pre, float *dec);
+
+/* Logits after toks[0..n-2] computed by one prefill of n-1 tokens equal those
+ * of a prefill of n-2 tokens followed by a decode step (both backends, f32
+ * KV). Needs 3 <= n <= 64. */
+static void check_prefill_vs_decode(const na_model_t *m, const int *toks, int n)
+{
+    size_t v = (size_t)m->cfg.vocab_size;
+    float *pre = malloc(v * sizeof(float)), *dec = malloc(v * sizeof(float));
+    float *full = malloc(v * sizeof(float)), *unused = malloc(v * sizeof(float));
+    const char *backends[2] = { "ref", "cpu" };
+    int b;
+
+    for (b = 0; b < 2; b++) {
+        NA_CHECK_OK(two_step_logits(m, backends[b], toks, n - 2, pre, dec));
+        NA_CHECK_OK(two_step_logits(m, backends[b], toks, n - 1, full, unused));
+        NA_CHECK_MSG(na_close_ratio(dec, full, v, 1e-4, 1e-4) <= 1.0,
+                     "%s: decode vs prefill logits ratio %g", backends[b],
+                     na_close_ratio(dec, full, v, 1e-4, 1e-4));
+    }
+    free(pre);
+    free(dec);
+    free(full);
+    free(unused);
+}
+
 static int test_stories(void)
 {
     static const char *expect = "Once upon a time, there was a little girl named Lily. "
                                 "She loved to play outside in the park.";
+    /* what llama2.c's run.c prints for this model, prompt and temperature 0
+     * (run with -n 120): an independent reference for 110+ tokens */
+    static const char *expect_run_c =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside "
+        "in the park. One day, she saw a big, red ball. She wanted to play with it, but it "
+        "was too high.\nLily's mom said, \"Lily, let's go to the park.\" Lily was sad and "
+        "didn't know what to do. She said, \"I want to play with your ball, but";
     static const char *texts[5] = {
         "Once upon a time", "The cat", "Tom and his dog went to the big red", "Lily",
         "One day, a little boy named Tim found a shiny stone in the garden. He",
@@ -180,13 +214,20 @@ static int test_stories(void)
         NA_CHECK(n_prompt[i] > 1);
     }
 
-    /* the known greedy story */
+    /* the known greedy story, and llama2.c's longer text of it */
     memset(&out, 0, sizeof(out));
-    NA_CHECK_OK(run_gen(m, "cpu", NA_DTYPE_F32, 0, 0, 0, prompts, n_prompt, 1, 40, 0.0f,
+    NA_CHECK_OK(run_gen(m, "cpu", NA_DTYPE_F32, 0, 0, 0, prompts, n_prompt, 1, MAX_NEW, 0.0f,
                         stop, 2, &out));
     text = decode_text(tok, ptok[0], n_prompt[0], out.tok[0], out.n[0]);
     NA_CHECK_MSG(strncmp(text, expect, strlen(expect)) == 0, "got \"%s\"", text);
     free(text);
+    memset(&out, 0, sizeof(out));
+    NA_CHECK_OK(run_gen(m, "cpu", NA_DTYPE_F32, 0, 0, 0, prompts, n_prompt, 1, 120, 0.0f,
+                        stop, 2, &out));
+    text = decode_text(tok, ptok[0], n_prompt[0], out.tok[0], out.n[0]);
+    NA_CHECK_MSG(strncmp(text, expect_run_c, strlen(expect_run_c)) == 0, "got \"%s\"", text);
+    free(text);
+    check_prefill_vs_decode(m, ptok[4], n_prompt[4]);
 
     /* batched == one at a time: greedy with f32 and f16 KV, and sampled
      * (each request has its own seeded sampler) */
@@ -394,6 +435,7 @@ static void test_generated_batching(const char *dir)
         return;
     check_batched_equals_single(m, NA_DTYPE_F32, prompts, n_prompt, 4, 30, 0.0f, NULL, 0);
     check_batched_equals_single(m, NA_DTYPE_F16, prompts, n_prompt, 4, 30, 0.0f, NULL, 0);
+    check_prefill_vs_decode(m, p2, 13);
     na_model_destroy(m);
 }
 

@@ -16,6 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "common/bench.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/testutil.h"
@@ -377,6 +383,57 @@ static void test_partials(void)
     }
 }
 
+/* ---- the cpu backend's thread pool ------------------------------------------ */
+typedef struct {
+    atomic_int count[1000];
+    atomic_int started1;
+    pthread_t  who[2];
+    int        waited_ok;
+} pool_probe_t;
+
+static void pool_count_task(void *ctx, int t, int n)
+{
+    pool_probe_t *p = ctx;
+    atomic_fetch_add(&p->count[t], 1);
+}
+
+/* Task 0 waits (bounded) until task 1 has started: only another thread can
+ * have claimed it, so this proves the worker runs tasks concurrently. */
+static void pool_pair_task(void *ctx, int t, int n)
+{
+    pool_probe_t *p = ctx;
+    p->who[t] = pthread_self();
+    if (t == 1) {
+        atomic_store(&p->started1, 1);
+    } else {
+        double t0 = na_bench_now();
+        while (!atomic_load(&p->started1) && na_bench_now() - t0 < 10.0)
+            sched_yield();
+        p->waited_ok = atomic_load(&p->started1);
+    }
+}
+
+static void test_pool(void)
+{
+    static pool_probe_t p;
+    na_cpu_pool_t *pool;
+    int i, round;
+
+    NA_CHECK_OK(na_cpu_pool_create(2, &pool));
+    for (round = 0; round < 3; round++) {
+        for (i = 0; i < 1000; i++)
+            atomic_init(&p.count[i], 0);
+        na_cpu_pool_run(pool, pool_count_task, &p, 1000);
+        for (i = 0; i < 1000; i++)
+            NA_CHECK(atomic_load(&p.count[i]) == 1);
+        atomic_init(&p.started1, 0);
+        p.waited_ok = 0;
+        na_cpu_pool_run(pool, pool_pair_task, &p, 2);
+        NA_CHECK(p.waited_ok && !pthread_equal(p.who[0], p.who[1]));
+    }
+    na_cpu_pool_destroy(pool);
+}
+
 static void test_registry(void)
 {
     na_kernels_t *k = NULL;
@@ -401,6 +458,7 @@ int main(void)
     NA_CHECK(cpu_k[1]->n_threads == 2 && !strcmp(cpu_k[1]->ops->name, "cpu"));
 
     test_registry();
+    test_pool();
     test_ref_known();
     test_elementwise();
     test_matmul();

@@ -1,0 +1,290 @@
+/* cli/bench_e2e.c — `nearattn bench e2e`: end-to-end decode throughput of
+ * monolithic and offloaded generation on a generated model, at batch sizes
+ * and contexts, with the per-step time split.
+ *
+ * Offload here runs against the layout's device slots in this process
+ * (compute-node/attn_inproc.c: the storage node's KV store and attention
+ * engine threads, no network), so the figures isolate the compute /
+ * attention overlap of the scheduler; `nearattn run` prints the same split
+ * over real storage-node processes. For each point:
+ *   monolithic tok/s (the reference), offload tok/s with 1 and 2 batches in
+ *   flight, t_m (mean compute slice) and t_a (mean attention round trip)
+ *   measured with 1 in flight, the ideal pipelining gain (t_m+t_a)/max(t_m,t_a)
+ *   and the achieved gain tok/s(2 in flight) / tok/s(1 in flight). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "cli/run_offload.h"
+#include "common/config.h"
+#include "common/genmodel.h"
+#include "common/model.h"
+#include "compute-node/generate.h"
+#include "compute-node/offload.h"
+
+#define E2E_NEW  16
+#define E2E_REPS 3          /* runs per point: median and spread */
+
+static void e2e_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: nearattn bench e2e [--mode monolithic|offload|both] [--full] [--remote]\n"
+        "                          [options]\n\n"
+        "Decode tokens/s of monolithic and offloaded generation (in-process device\n"
+        "slots) on a generated MHA model (dim 256, 4 layers, 8 heads), with t_m, t_a\n"
+        "and the ideal vs achieved gain of 2 batches in flight. Default: batch 1 and\n"
+        "8 at context 512; --full: batch 1..64 at contexts 512..8192.\n\n"
+        "  --mode M       monolithic, offload or both (default both)\n"
+        "  --full         the larger sweep\n"
+        "  --remote       offload to one storage-node process started here (shared\n"
+        "                 memory transport) instead of in-process slots\n"
+        NA_CLI_BENCH_OPTS_HELP);
+}
+
+/* Write a one-slot DRAM layout into dir and load it (shared-memory
+ * transport, one storage node on port 13998 for --remote). */
+static na_status_t e2e_layout(const char *dir, int bif, na_cfg_t **cfg_p)
+{
+    char path[600], secret[600];
+    const char *src = getenv("NA_SOURCE_DIR");
+    FILE *f;
+
+    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src ? src : ".");
+    snprintf(path, sizeof(path), "%s/e2e-%d.yaml", dir, bif);
+    f = fopen(path, "w");
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "cannot write %s", path);
+    fprintf(f, "cluster: { name: e2e, secret_file: \"%s\" }\n"
+               "model: { path: \"%s/model.bin\" }\n"
+               "transport: { tls: shm }\n"
+               "compute:\n  - { name: c0, host: 127.0.0.1 }\n"
+               "storage:\n  - name: s0\n    host: 127.0.0.1\n    port: 13999\n    devices:\n"
+               "      - { path: \"%s/kv\", dram_mb: 2048, ssd_mb: 4096 }\n"
+               "parallel: { partition: request, batches_in_flight: %d }\n"
+               "kv: { block_tokens: 64, spill_interval: 4, tier: dram }\n", secret, dir, dir, bif);
+    fclose(f);
+    return na_cfg_load(path, cfg_p);
+}
+
+static void e2e_requests(na_engine_t *e, na_request_t **r, int n, int ctx)
+{
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    int *toks = malloc((size_t)ctx * sizeof(int)), i, j;
+    for (i = 0; i < n && toks != NULL; i++) {
+        for (j = 0; j < ctx; j++)
+            toks[j] = 3 + (j * 7 + i * 13) % (e->cfg.vocab_size - 3);
+        if (na_request_create(e, i, toks, ctx, E2E_NEW, &sc, &r[i]) != NA_OK)
+            r[i] = NULL;
+    }
+    free(toks);
+}
+
+static void e2e_free(na_request_t **r, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        na_request_destroy(r[i]);
+}
+
+/* Offload decode tok/s with bif batches in flight; t_m / t_a out. */
+static double e2e_offload(na_engine_t *e, const char *dir, const na_cfg_t *rcfg, int bif,
+                          int B, int ctx, double *tm_p, double *ta_p, double *idle_p)
+{
+    na_request_t *r[64];
+    na_cfg_t *cfg = NULL;
+    na_asvc_t *svc = NULL;
+    na_off_opts_t oo;
+    na_off_stats_t os;
+    double dec = 0;
+
+    if (rcfg != NULL ? na_asvc_remote_create(rcfg, &e->cfg, "c0", &svc) != NA_OK :
+        (e2e_layout(dir, bif, &cfg) != NA_OK ||
+         na_asvc_inproc_create(cfg, &e->cfg, &svc) != NA_OK)) {
+        fprintf(stderr, "bench e2e: %s\n", na_errmsg());
+        na_cfg_destroy(cfg);
+        return 0;
+    }
+    e2e_requests(e, r, B, ctx);
+    memset(&oo, 0, sizeof(oo));
+    oo.max_batch = B;
+    oo.batches_in_flight = bif;
+    if (na_offload_generate(e, svc, r, B, &oo, &os) == NA_OK) {
+        dec = os.wall_s - os.prefill_s - os.ship_s;
+        *tm_p = os.slices ? (os.compute_s - os.prefill_s - os.ship_s) / (double)os.slices : 0;
+        *ta_p = os.attn_calls ? os.attn_rt_s / (double)os.attn_calls : 0;
+        *idle_p = os.idle_s / (dec > 0 ? dec : 1);
+        dec = dec > 0 ? (double)os.gen.decode_tokens / dec : 0;
+    }
+    e2e_free(r, B);
+    na_asvc_destroy(svc);
+    na_cfg_destroy(cfg);
+    return dec;
+}
+
+static double e2e_mono(na_engine_t *e, int B, int ctx)
+{
+    na_request_t *r[64];
+    na_gen_opts_t go;
+    na_gen_stats_t gs;
+    double v = 0;
+
+    memset(&go, 0, sizeof(go));
+    go.max_batch = B;
+    e2e_requests(e, r, B, ctx);
+    if (na_generate(e, r, B, &go, &gs) == NA_OK && gs.decode_s > 0)
+        v = (double)gs.decode_tokens / gs.decode_s;
+    e2e_free(r, B);
+    return v;
+}
+
+int na_cli_bench_e2e(int argc, char **argv)
+{
+    static const int qb[] = { 1, 8 }, qc[] = { 512 };
+    static const int fb[] = { 1, 8, 32, 64 }, fc[] = { 512, 2048, 8192 };
+    const int *bs = qb, *cs = qc;
+    int nb = 2, nc = 1, full = 0, remote = 0, i, j, k, rc = 1;
+    na_cfg_t *rcfg = NULL;
+    na_run_cluster_t *cl = NULL;
+    const char *mode = "both";
+    na_cli_bench_opts_t o;
+    na_genmodel_opts_t go;
+    na_engine_opts_t eo;
+    na_model_t *m = NULL;
+    na_engine_t *e = NULL;
+    na_bench_t *b = NULL;
+    char dir[512], prefix[600], path[620], name[96];
+    const char *tmp = getenv("TMPDIR");
+
+    na_cli_bench_opts_init(&o);
+    for (i = 1; i < argc; i++) {
+        int r = na_cli_bench_opt("e2e", argc, argv, &i, &o);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(argv[i], "--help")) {
+            e2e_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--full")) {
+            full = 1;
+        } else if (!strcmp(argv[i], "--remote")) {
+            remote = 1;
+        } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
+            mode = argv[++i];
+        } else {
+            fprintf(stderr, "nearattn bench e2e: unknown option '%s'\n", argv[i]);
+            e2e_usage(stderr);
+            return 2;
+        }
+    }
+    if (strcmp(mode, "monolithic") && strcmp(mode, "offload") && strcmp(mode, "both")) {
+        fprintf(stderr, "nearattn bench e2e: --mode monolithic, offload or both\n");
+        return 2;
+    }
+    if (full) {
+        bs = fb; nb = 4; cs = fc; nc = 3;
+    }
+    snprintf(dir, sizeof(dir), "%s/nearattn-e2e-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "nearattn bench e2e: cannot make a temporary directory\n");
+        return 1;
+    }
+    na_genmodel_defaults(&go);
+    go.dim = 256;
+    go.hidden_dim = 512;
+    go.n_layers = 4;
+    go.n_heads = 8;
+    go.n_kv_heads = 8;
+    go.seq_len = (full ? 8192 : 512) + E2E_NEW + 8;
+    go.write_gguf = 0;
+    snprintf(prefix, sizeof(prefix), "%s/model", dir);
+    snprintf(path, sizeof(path), "%s.bin", prefix);
+    eo = (na_engine_opts_t){ "cpu", o.threads > 0 ? o.threads : 1, NA_DTYPE_F16, 0 };
+    if (na_genmodel_write(prefix, &go) != NA_OK || na_model_open(path, &m) != NA_OK ||
+        na_engine_create(m, &eo, &e) != NA_OK || na_bench_create("e2e", &b) != NA_OK) {
+        na_cli_fail("bench e2e", NA_ERR_INVALID);
+        goto out;
+    }
+    if (remote) {
+        snprintf(path, sizeof(path), "%s/e2e-1.yaml", dir);
+        if (e2e_layout(dir, 1, &rcfg) != NA_OK || na_run_cluster_start(rcfg, path, &cl) != NA_OK) {
+            na_cli_fail("bench e2e", NA_ERR_PEER);
+            goto out;
+        }
+    }
+    for (i = 0; i < nc; i++)
+        for (j = 0; j < nb; j++) {
+            int B = bs[j], C = cs[i], r;
+            double mono = 0, t1 = 0, t2 = 0, tm = 0, ta = 0, tm2, ta2, idle1 = 0, idle2 = 0;
+            double vm[E2E_REPS], v1[E2E_REPS], v2[E2E_REPS], vtm[E2E_REPS], vta[E2E_REPS];
+            double vi1[E2E_REPS], vi2[E2E_REPS], sm, s1, s2;
+            for (r = 0; r < E2E_REPS; r++) {
+                vm[r] = v1[r] = v2[r] = vtm[r] = vta[r] = vi1[r] = vi2[r] = 0;
+                if (strcmp(mode, "offload"))
+                    vm[r] = e2e_mono(e, B, C);
+                if (strcmp(mode, "monolithic")) {
+                    v1[r] = e2e_offload(e, dir, rcfg, 1, B, C, &vtm[r], &vta[r], &vi1[r]);
+                    v2[r] = B >= 2 ? e2e_offload(e, dir, rcfg, 2, B, C, &tm2, &ta2, &vi2[r]) : 0;
+                }
+            }
+            sm = na_bench_spread(vm, E2E_REPS);
+            s1 = na_bench_spread(v1, E2E_REPS);
+            s2 = na_bench_spread(v2, E2E_REPS);
+            mono = na_bench_median(vm, E2E_REPS);
+            t1 = na_bench_median(v1, E2E_REPS);
+            t2 = na_bench_median(v2, E2E_REPS);
+            tm = na_bench_median(vtm, E2E_REPS);
+            ta = na_bench_median(vta, E2E_REPS);
+            idle1 = na_bench_median(vi1, E2E_REPS);
+            idle2 = na_bench_median(vi2, E2E_REPS);
+            snprintf(name, sizeof(name), "B=%d ctx=%d", B, C);
+            if (mono > 0)
+                na_bench_add(b, strcat(strcpy(path, name), " monolithic"), mono, "tok/s", sm,
+                             NULL, 0);
+            if (t1 > 0) {
+                na_bench_add(b, strcat(strcpy(path, name), " offload bif=1"), t1, "tok/s", s1,
+                             "monolithic", mono);
+                na_bench_add(b, strcat(strcpy(path, name), " t_m slice"), 1e6 * tm, "us", 0,
+                             NULL, 0);
+                na_bench_add(b, strcat(strcpy(path, name), " t_a attention"), 1e6 * ta, "us", 0,
+                             NULL, 0);
+                na_bench_add(b, strcat(strcpy(path, name), " idle share bif=1"), idle1, "",
+                             0, NULL, 0);
+            }
+            if (t2 > 0 && t1 > 0) {
+                double ideal = (tm + ta) / (tm > ta ? tm : ta);
+                na_bench_add(b, strcat(strcpy(path, name), " offload bif=2"), t2, "tok/s", s2,
+                             "offload bif=1", t1);
+                na_bench_add(b, strcat(strcpy(path, name), " gain bif=2 achieved"), t2 / t1,
+                             "x", 0, "ideal (t_m+t_a)/max", ideal);
+                na_bench_add(b, strcat(strcpy(path, name), " idle share bif=2"), idle2, "",
+                             0, NULL, 0);
+            }
+        }
+    na_bench_note(b, "generated MHA model dim 256, 4 layers, 8 heads, f16 KV; %d new tokens "
+                  "per request, greedy; offload = %s (1 slot, DRAM tier, 1 engine thread); "
+                  "compute %d thread(s); median of %d runs per point", E2E_NEW,
+                  remote ? "one storage-node process over UCX shared memory"
+                         : "in-process device slot without a network", eo.n_threads, E2E_REPS);
+    rc = na_cli_bench_finish("e2e", b, &o);
+out:
+    na_run_cluster_stop(cl);
+    na_cfg_destroy(rcfg);
+    for (k = 0; k < 3; k++) {
+        const char *f[] = { "model.bin", "model.tok.bin", "e2e-1.yaml" };
+        snprintf(path, sizeof(path), "%s/%s", dir, f[k]);
+        unlink(path);
+    }
+    snprintf(path, sizeof(path), "%s/e2e-2.yaml", dir);
+    unlink(path);
+    na_bench_destroy(b);
+    na_engine_destroy(e);
+    na_model_destroy(m);
+    snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+    if (system(path) != 0)
+        na_cli_fail("bench e2e", na_err(NA_ERR_IO, "cannot remove %s", dir));
+    return rc;
+}

@@ -1,0 +1,55 @@
+/* compute-node/attn_service.c — the calls of attn_service.h, dispatched to
+ * the implementation's ops table. */
+#include "compute-node/attn_service.h"
+
+na_status_t na_asvc_open(na_asvc_t *s, uint64_t req, int max_tokens)
+{
+    return s->ops->open(s, req, max_tokens);
+}
+
+na_status_t na_asvc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                            const void *v, na_dtype_t dtype, int n_tok)
+{
+    return s->ops->prefill(s, req, layer, k, v, dtype, n_tok);
+}
+
+na_status_t na_asvc_prefill_done(na_asvc_t *s, uint64_t req)
+{
+    return s->ops->prefill_done(s, req);
+}
+
+na_status_t na_asvc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
+{
+    return s->ops->submit(s, batch, layer, e, n);
+}
+
+na_status_t na_asvc_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
+{
+    return s->ops->poll(s, timeout_ms, batch_p);
+}
+
+void na_asvc_release(na_asvc_t *s, uint64_t req, int status)
+{
+    s->ops->release(s, req, status);
+}
+
+void na_asvc_progress(na_asvc_t *s)
+{
+    s->ops->progress(s);
+}
+
+void na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out)
+{
+    s->ops->stats(s, out);
+}
+
+uint64_t na_asvc_new_id(na_asvc_t *s)
+{
+    return ++s->next_req_id;
+}
+
+void na_asvc_destroy(na_asvc_t *s)
+{
+    if (s != NULL)
+        s->ops->destroy(s);
+}

@@ -1,0 +1,145 @@
+/* compute-node/attn_service.h — "where attention happens" for the offload
+ * generator: the KV of each request lives behind a service that stores the
+ * prompt's K/V, appends each new token's k/v and computes decode attention.
+ *
+ *   open(req, max_tokens)             reserve the request's KV on its owners
+ *   prefill(req, layer, k, v, n_tok)  bulk K/V of the prompt (rows of kv_dim)
+ *   prefill_done(req)                 end of the prompt (owners flush)
+ *   submit(batch, layer, entries)     decode attention of one batch, asynchronous
+ *   poll(timeout) -> batch            a batch whose every entry completed
+ *   release(req)                      free the request's KV everywhere
+ *
+ * At most one submit per batch id is outstanding (a batch waits for its
+ * attention before its next slice); different batches may be in flight at
+ * once. Every entry completes, with its o rows or with a status and a reason
+ * (a lost storage node, a refused shape, an I/O error): a failing request
+ * never blocks the others of its batch, and poll never waits longer than its
+ * timeout.
+ *
+ * Two implementations:
+ *   remote  (compute-node/attn_remote.c) storage nodes of the layout over the
+ *           transport (rdma/transport.h, common/wire.h), request- or
+ *           head-level partition over nodes (each node places the request on
+ *           its own device slots);
+ *   inproc  (compute-node/attn_inproc.c) the storage node's device slots
+ *           (storage-node/slot.h) in this process, driven directly: the same
+ *           KV store and attention engines without a network, for fast
+ *           deterministic tests of the scheduler and as a one-process mode. */
+#ifndef NA_ATTN_SERVICE_H
+#define NA_ATTN_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/dtype.h"
+#include "common/model.h"
+#include "common/status.h"
+
+#define NA_ASVC_REASON_MAX 200
+
+/* One request's decode attention of one layer. q/k/v/o are rows of the
+ * request's full shape; the service sends each owner its head range. */
+typedef struct {
+    uint64_t     req;        /* request id (>= 1) */
+    int          pos;        /* position of the new token: the KV holds pos
+                                tokens before, pos + 1 after */
+    const float *q;          /* (n_heads*head_dim), RoPE applied */
+    const float *k;          /* (n_kv_heads*head_dim) new key, RoPE applied */
+    const float *v;          /* (n_kv_heads*head_dim) new value */
+    float       *o;          /* (n_heads*head_dim) output, set on completion */
+    /* results */
+    na_status_t  status;     /* NA_OK, or why this request failed */
+    char         reason[NA_ASVC_REASON_MAX];
+} na_asvc_entry_t;
+
+/* Counters, summed over the run. Times in seconds. */
+typedef struct {
+    uint64_t msgs_sent, msgs_recv;     /* transport messages (remote) */
+    uint64_t bytes_sent, bytes_recv;   /* payload + header bytes (remote) */
+    uint64_t prefill_bytes;            /* K/V bytes shipped by prefill */
+    uint64_t decode_entries;           /* entries submitted */
+    double   send_s;                   /* time in encode + send calls */
+    double   prefill_s;                /* time shipping prefill K/V (incl. waits) */
+    double   attn_s;                   /* attention time the owners reported / measured */
+    double   disk_s;                   /* SSD time the owners reported (0 when unknown) */
+    uint64_t ssd_bytes_read;           /* from the owners' counters, when known */
+} na_asvc_stats_t;
+
+typedef struct na_asvc na_asvc_t;
+
+typedef struct {
+    void        (*destroy)(na_asvc_t *s);
+    na_status_t (*open)(na_asvc_t *s, uint64_t req, int max_tokens);
+    na_status_t (*prefill)(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                           const void *v, na_dtype_t dtype, int n_tok);
+    na_status_t (*prefill_done)(na_asvc_t *s, uint64_t req);
+    na_status_t (*submit)(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n);
+    na_status_t (*poll)(na_asvc_t *s, int timeout_ms, int *batch_p);
+    void        (*release)(na_asvc_t *s, uint64_t req, int status);
+    void        (*stats)(na_asvc_t *s, na_asvc_stats_t *out);
+    void        (*progress)(na_asvc_t *s);
+} na_asvc_ops_t;
+
+/* The common head of every implementation. */
+struct na_asvc {
+    const na_asvc_ops_t *ops;
+    const char          *kind;        /* "remote" | "inproc" */
+    na_model_config_t    mc;          /* shape of the model served */
+    int                  q_dim, kv_dim;
+    uint64_t             next_req_id;  /* request ids handed out by na_asvc_new_id */
+};
+
+/* ---- calls (thin wrappers over ops; see the top comment) ---------------- */
+
+/* Reserve KV for req (prompt + generated <= max_tokens). NA_ERR_NOSPACE when
+ * no owner has room (the caller may retry later), NA_ERR_PEER when an owner
+ * is gone, NA_ERR_INVALID / NA_ERR_RANGE for a refused shape. */
+na_status_t na_asvc_open(na_asvc_t *s, uint64_t req, int max_tokens);
+/* Ship positions 0..n_tok-1 of `layer`: k, v are (n_tok, kv_dim) rows of
+ * dtype (F32 or F16, the compute node's local KV). Synchronous: returns once
+ * the owners accepted the rows. Errors as open. */
+na_status_t na_asvc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                            const void *v, na_dtype_t dtype, int n_tok);
+/* The prompt is complete (owners write it through). */
+na_status_t na_asvc_prefill_done(na_asvc_t *s, uint64_t req);
+/* Start decode attention of batch `batch` (0 <= batch < 64) for layer over
+ * e[0..n): each entry appends k/v at pos and attends over pos + 1 tokens.
+ * The entries must stay valid until poll returned this batch. Fails only
+ * for a batch already in flight or no memory; per-request failures arrive
+ * in the entries' status. */
+na_status_t na_asvc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n);
+/* Wait up to timeout_ms (0 = do not wait) for a submitted batch whose every
+ * entry completed; *batch_p is its id. NA_ERR_TIMEOUT when none did.
+ * Also answers the owners' heartbeats (remote): call it when idle. */
+na_status_t na_asvc_poll(na_asvc_t *s, int timeout_ms, int *batch_p);
+/* Free req's KV on its owners (status 0 = normal end). Never fails: an owner
+ * that cannot be told frees it when the connection goes. */
+void        na_asvc_release(na_asvc_t *s, uint64_t req, int status);
+/* Serve the owners without returning anything (heartbeats, completions are
+ * kept for poll): call it during long local work (prefill). Never fails. */
+void        na_asvc_progress(na_asvc_t *s);
+void        na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out);
+/* A fresh request id for this service (1, 2, ...). */
+uint64_t    na_asvc_new_id(na_asvc_t *s);
+/* Free the service (releases whatever is still open); NULL is a no-op. */
+void        na_asvc_destroy(na_asvc_t *s);
+
+/* ---- implementations ------------------------------------------------------ */
+
+/* In-process device slots: every device slot of every storage node of the
+ * layout (KV directory, DRAM/SSD budgets, kv.* settings, partition), created
+ * here. Fails with the slot's error (directory, budget). */
+na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
+                                  na_asvc_t **s_p);
+
+/* Storage nodes of the layout over the transport. `name` is this compute
+ * node's name (HELLO). Connects to every storage node (a node that cannot be
+ * reached is left out with a warning; none reachable is NA_ERR_PEER).
+ * Request partition: each request on one node (least loaded by open
+ * requests); head partition: the KV heads split over the layout's global
+ * slots (na_cfg_head_split), each node receiving its slots' heads. */
+na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *mc,
+                                  const char *name, na_asvc_t **s_p);
+
+#endif /* NA_ATTN_SERVICE_H */

@@ -1,0 +1,379 @@
+/* compute-node/offload.c — the offload generator's requests: admission into
+ * batches, local prefill with shipping of the prompt's KV (or keeping its X),
+ * sampling, ending and failing requests (see offload.h). The batches' decode
+ * steps and their schedule are in compute-node/sched.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "compute-node/offload_internal.h"
+
+double na_off_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int na_off_is_stop(const na_off_opts_t *o, int token)
+{
+    int i;
+    for (i = 0; i < o->n_stop; i++)
+        if (o->stop_ids[i] == token)
+            return 1;
+    return 0;
+}
+
+/* Release everything request q holds (service KV, X, local KV). */
+static void na_off_drop(na_off_t *g, na_off_req_t *q, int status)
+{
+    if (q->opened) {
+        na_asvc_release(g->svc, q->wid, status);
+        q->opened = 0;
+    }
+    if (q->xc != NULL) {
+        g->xc_bytes -= na_xcache_bytes(&g->e->cfg, q->r->n_prompt + q->r->max_new);
+        na_xcache_destroy(q->xc);
+        q->xc = NULL;
+    }
+    na_kv_local_destroy(q->r->kv);
+    q->r->kv = NULL;
+    g->n_live--;
+    g->ended++;
+}
+
+void na_off_fail(na_off_t *g, na_off_req_t *q, na_status_t st, const char *reason)
+{
+    if (q->r->state == NA_REQ_DONE)
+        return;
+    na_log_warn("request %d failed: %s", q->r->id, reason);
+    q->failed = 1;
+    q->r->state = NA_REQ_DONE;
+    q->r->finish = NA_FINISH_NONE;
+    g->st->failed++;
+    na_off_drop(g, q, (int)st);
+    if (g->o->on_error != NULL)
+        g->o->on_error(g->o->user, q->r, st, reason);
+    if (g->o->on_done != NULL)
+        g->o->on_done(g->o->user, q->r);
+}
+
+void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
+{
+    na_request_t *r = q->r;
+    int t = na_sampler_sample(r->sampler, logits, g->scratch);
+
+    if (na_off_is_stop(g->o, t)) {
+        r->finish = NA_FINISH_STOP;
+    } else {
+        r->out[r->n_out++] = t;
+        r->last = t;
+        g->st->gen.gen_tokens++;
+        if (g->o->on_token != NULL)
+            g->o->on_token(g->o->user, r, t);
+        if (r->n_out >= r->max_new)
+            r->finish = NA_FINISH_LENGTH;
+        else if (r->n_pos >= g->e->cfg.seq_len)
+            r->finish = NA_FINISH_CONTEXT;
+    }
+    if (r->finish != NA_FINISH_NONE) {
+        r->state = NA_REQ_DONE;
+        na_off_drop(g, q, 0);
+        if (g->o->on_done != NULL)
+            g->o->on_done(g->o->user, r);
+    } else {
+        r->state = NA_REQ_DECODE;
+    }
+}
+
+void na_off_compact(na_off_t *g, na_off_batch_t *b)
+{
+    int i, k = 0;
+    (void)g;
+    for (i = 0; i < b->n_mem; i++)
+        if (b->mem[i]->r->state != NA_REQ_DONE)
+            b->mem[k++] = b->mem[i];
+        else
+            b->mem[i]->batch = -1;
+    b->n_mem = k;
+}
+
+/* Prefill q's prompt here: local causal attention over a temporary local KV
+ * (chunks of max_rows), keeping each layer's X when q uses the X-cache. On
+ * return g->pacts->logits row 0 holds the logits after the prompt. */
+static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q)
+{
+    na_engine_t *e = g->e;
+    na_request_t *r = q->r;
+    int max_rows = e->opts.max_rows;
+    na_status_t st;
+    int l, j;
+
+    st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, &r->kv);
+    if (st != NA_OK)
+        return st;
+    while (r->n_pos < r->n_prompt) {
+        int n = r->n_prompt - r->n_pos < max_rows ? r->n_prompt - r->n_pos : max_rows;
+        na_step_seg_t seg = { 0, n, r->n_pos, r->kv };
+        na_step_t s = { n, 1, g->ptok, g->ppos, &seg };
+        for (j = 0; j < n; j++) {
+            g->ptok[j] = r->prompt[r->n_pos + j];
+            g->ppos[j] = r->n_pos + j;
+        }
+        st = na_kv_local_reserve(r->kv, r->n_pos + n);
+        if (st == NA_OK)
+            st = na_acts_reserve(g->pacts, e, n, 1);
+        if (st != NA_OK)
+            return st;
+        na_slice_embed(e, g->pacts, &s);
+        for (l = 0; l < e->cfg.n_layers; l++) {
+            na_slice_pre_attn(e, g->pacts, &s, l);
+            st = na_engine_attn_local(e, g->pacts, &s, l);   /* syncs: xb is readable */
+            if (st != NA_OK)
+                return st;
+            if (q->xc != NULL)
+                na_xcache_put(q->xc, l, r->n_pos, n, g->pacts->xb);
+            na_slice_post_attn(e, g->pacts, &s, l);
+            na_asvc_progress(g->svc);        /* heartbeats during a long prompt */
+        }
+        na_slice_final(e, g->pacts, &s);
+        st = e->kern->ops->sync(e->kern);
+        if (st != NA_OK)
+            return st;
+        na_kv_local_commit(r->kv, r->n_pos + n);
+        r->n_pos += n;
+        g->st->gen.prefill_steps++;
+        g->st->gen.prompt_tokens += n;
+    }
+    return NA_OK;
+}
+
+/* Ship q's prompt KV (all layers) to its owners and drop the local copy. */
+static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, char *why, size_t len)
+{
+    na_kv_local_t *kv = q->r->kv;
+    na_status_t st = NA_OK;
+    int l;
+
+    for (l = 0; l < kv->n_layers && st == NA_OK; l++)
+        st = na_asvc_prefill(g->svc, q->wid, l, kv->k[l], kv->v[l], kv->dtype, kv->n_tok);
+    if (st == NA_OK)
+        st = na_asvc_prefill_done(g->svc, q->wid);
+    if (st != NA_OK)
+        snprintf(why, len, "shipping the prompt's KV: %s", na_errmsg());
+    return st;
+}
+
+/* Decide whether request q keeps X here (share and budget permitting). */
+static void na_off_pick_xcache(na_off_t *g, na_off_req_t *q)
+{
+    const na_off_opts_t *o = g->o;
+    size_t bytes;
+    long i = q->index;
+
+    if (!o->xcache)
+        return;
+    if ((long)((double)(i + 1) * o->xcache_share) == (long)((double)i * o->xcache_share))
+        return;
+    bytes = na_xcache_bytes(&g->e->cfg, q->r->n_prompt + q->r->max_new);
+    if ((long)(g->xc_bytes + bytes) > g->xc_budget)
+        return;
+    if (na_xcache_create(&g->e->cfg, q->r->n_prompt + q->r->max_new, &q->xc) != NA_OK)
+        return;
+    g->xc_bytes += bytes;
+    if (g->xc_bytes > g->st->xcache_bytes_peak)
+        g->st->xcache_bytes_peak = g->xc_bytes;
+    g->st->xcache_reqs++;
+}
+
+/* Admit request q into batch b: open (unless X-cache), prefill, ship, first
+ * token. Returns NA_ERR_NOSPACE (q untouched, stays waiting) when the
+ * service has no room and other requests are live; a compute-node error;
+ * or NA_OK (q admitted, finished or failed). */
+static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t *q)
+{
+    na_request_t *r = q->r;
+    int max_tok = r->n_prompt + r->max_new;
+    char why[NA_ASVC_REASON_MAX];
+    double t0;
+    na_status_t st;
+
+    if (max_tok > g->e->cfg.seq_len)
+        max_tok = g->e->cfg.seq_len;
+    na_off_pick_xcache(g, q);
+    if (q->xc == NULL) {
+        q->wid = na_asvc_new_id(g->svc);
+        st = na_asvc_open(g->svc, q->wid, max_tok);
+        if (st == NA_ERR_NOSPACE && g->n_live > 0)
+            return NA_ERR_NOSPACE;
+        if (st != NA_OK) {
+            g->n_live++;
+            r->state = NA_REQ_PREFILL;
+            snprintf(why, sizeof(why), "no storage node took the request: %s", na_errmsg());
+            na_off_fail(g, q, st, why);
+            return NA_OK;
+        }
+        q->opened = 1;
+    }
+    g->n_live++;
+    r->state = NA_REQ_PREFILL;
+    q->batch = b->id;
+    b->mem[b->n_mem++] = q;
+    t0 = na_off_now();
+    st = na_off_prefill_local(g, q);
+    g->st->prefill_s += na_off_now() - t0;
+    if (st != NA_OK)
+        return st;
+    if (q->xc == NULL) {
+        t0 = na_off_now();
+        st = na_off_ship(g, q, why, sizeof(why));
+        g->st->ship_s += na_off_now() - t0;
+        if (st != NA_OK) {
+            na_off_fail(g, q, st, why);
+            return NA_OK;
+        }
+    }
+    na_kv_local_destroy(r->kv);
+    r->kv = NULL;
+    na_off_take_token(g, q, g->pacts->logits);
+    return NA_OK;
+}
+
+na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b)
+{
+    int waiting = g->n_req - g->next, target;
+    na_status_t st;
+
+    if (waiting == 0 || g->blocked_at == g->ended)
+        return NA_OK;       /* nothing waits, or no room since the last refusal */
+    /* spread the waiting requests over the batches */
+    target = (waiting + g->n_live + g->n_batches - 1) / g->n_batches;
+    if (target > g->max_batch)
+        target = g->max_batch;
+    if (target < 1)
+        target = 1;
+    while (g->next < g->n_req && b->n_mem < target) {
+        st = na_off_admit_one(g, b, &g->req[g->next]);
+        if (st == NA_ERR_NOSPACE) {
+            g->blocked_at = g->ended;   /* queue: retry when a request leaves */
+            break;
+        }
+        if (st != NA_OK)
+            return st;
+        g->next++;
+    }
+    na_off_compact(g, b);
+    return NA_OK;
+}
+
+/* Free the batches and the run's buffers. */
+static void na_off_cleanup(na_off_t *g)
+{
+    int i;
+
+    for (i = 0; i < g->n_batches; i++) {
+        na_off_batch_t *b = &g->b[i];
+        na_acts_destroy(b->acts);
+        free(b->mem);
+        free(b->row_req);
+        free(b->tokens);
+        free(b->pos);
+        free(b->seg);
+        free(b->ent);
+        free(b->ent_row);
+    }
+    for (i = 0; i < g->n_req; i++)
+        if (g->req[i].r->state != NA_REQ_DONE && g->req[i].batch >= 0)
+            na_off_drop(g, &g->req[i], (int)NA_ERR_INVALID);
+    na_acts_destroy(g->pacts);
+    free(g->ptok);
+    free(g->ppos);
+    free(g->scratch);
+    free(g->req);
+}
+
+na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **reqs, int n,
+                                const na_off_opts_t *opts, na_off_stats_t *stats)
+{
+    na_off_stats_t local;
+    na_off_t g;
+    na_status_t st = NA_OK;
+    double t0 = na_off_now();
+    int i, mb;
+
+    memset(&g, 0, sizeof(g));
+    g.e = e;
+    g.svc = svc;
+    g.o = opts;
+    g.st = stats != NULL ? stats : &local;
+    memset(g.st, 0, sizeof(*g.st));
+    if (opts->batches_in_flight < 1 || opts->batches_in_flight > NA_OFF_MAX_BATCHES)
+        return na_err(NA_ERR_RANGE, "offload: batches_in_flight %d out of range [1, %d]",
+                      opts->batches_in_flight, NA_OFF_MAX_BATCHES);
+    if (svc->mc.n_layers != e->cfg.n_layers || svc->mc.n_heads != e->cfg.n_heads ||
+        svc->mc.n_kv_heads != e->cfg.n_kv_heads || svc->mc.head_dim != e->cfg.head_dim)
+        return na_err(NA_ERR_INVALID, "offload: the attention service serves another shape");
+    if (opts->xcache) {
+        st = na_xcache_check(&e->cfg);
+        if (st != NA_OK)
+            return st;
+        if (!(opts->xcache_share > 0.0 && opts->xcache_share <= 1.0))
+            return na_err(NA_ERR_RANGE, "offload: xcache share %g out of range (0, 1]",
+                          opts->xcache_share);
+        if (opts->xcache_host_mb <= 0)
+            na_log_warn("offload: xcache is enabled with host_mb 0: no request can keep X; "
+                        "set xcache.host_mb");
+    }
+    if (n <= 0)
+        return NA_OK;
+    g.max_batch = opts->max_batch > 0 ? opts->max_batch : 64;
+    g.n_batches = opts->batches_in_flight;
+    g.blocked_at = -1;
+    g.xc_budget = opts->xcache_host_mb << 20;
+    g.n_req = n;
+    mb = g.max_batch;
+    g.req = calloc((size_t)n, sizeof(*g.req));
+    g.scratch = malloc((size_t)e->cfg.vocab_size * sizeof(*g.scratch));
+    g.ptok = malloc((size_t)e->opts.max_rows * sizeof(int));
+    g.ppos = malloc((size_t)e->opts.max_rows * sizeof(int));
+    if (g.req == NULL || g.scratch == NULL || g.ptok == NULL || g.ppos == NULL) {
+        st = na_err(NA_ERR_NOMEM, "offload: out of memory for %d requests", n);
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        g.req[i].r = reqs[i];
+        g.req[i].index = i;
+        g.req[i].batch = -1;
+    }
+    st = na_acts_create(e, e->opts.max_rows, 1, &g.pacts);
+    if (st != NA_OK)
+        goto out;
+    for (i = 0; i < g.n_batches; i++) {
+        na_off_batch_t *b = &g.b[i];
+        b->id = i;
+        b->mem = calloc((size_t)mb, sizeof(*b->mem));
+        b->row_req = calloc((size_t)mb, sizeof(*b->row_req));
+        b->tokens = calloc((size_t)mb, sizeof(int));
+        b->pos = calloc((size_t)mb, sizeof(int));
+        b->seg = calloc((size_t)mb, sizeof(*b->seg));
+        b->ent = calloc((size_t)mb, sizeof(*b->ent));
+        b->ent_row = calloc((size_t)mb, sizeof(int));
+        if (!b->mem || !b->row_req || !b->tokens || !b->pos || !b->seg || !b->ent ||
+            !b->ent_row) {
+            st = na_err(NA_ERR_NOMEM, "offload: out of memory for a batch of %d", mb);
+            goto out;
+        }
+        st = na_acts_create(e, mb, mb, &b->acts);
+        if (st != NA_OK)
+            goto out;
+    }
+    st = na_off_sched_run(&g);
+
+out:
+    na_off_cleanup(&g);
+    na_asvc_stats(svc, &g.st->svc);
+    g.st->wall_s = na_off_now() - t0;
+    return st;
+}

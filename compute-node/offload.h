@@ -1,0 +1,103 @@
+/* compute-node/offload.h — offloaded generation: the compute node runs the
+ * model slices, attention happens where each request's KV lives (an
+ * attention service, compute-node/attn_service.h), and several batches are
+ * kept in flight so compute and attention overlap (Lamina §5.1).
+ *
+ * Requests (compute-node/generate.h) are the same objects the monolithic
+ * na_generate runs, and under greedy sampling give the same tokens:
+ *
+ *   admission  between steps of a batch, waiting requests join it (at most
+ *              max_batch per batch, the waiting ones spread over the
+ *              batches); each is opened on the service, prefilled here with
+ *              local causal attention, its KV shipped in bulk to its owners
+ *              (or, for X-cache requests, its layer inputs kept here), and
+ *              its first token sampled;
+ *   decode     per layer the batch sends q, k_new, v_new of every member and
+ *              resumes when all outputs are back; a request leaves at a stop
+ *              token, after max_new tokens or when the context is full, and
+ *              its KV is released at once (continuous batching);
+ *   pipelining fixed staggered (compute-node/sched.c): while batch j waits
+ *              for attention, the next slice of another batch runs; time with
+ *              nothing runnable is counted as idle;
+ *   failures   an entry that comes back failed (lost storage node, refused
+ *              shape, I/O) fails its request with the reason (on_error); the
+ *              others of the batch go on. A request the service has no room
+ *              for waits until another leaves (queue), or fails if none is
+ *              active. */
+#ifndef NA_OFFLOAD_H
+#define NA_OFFLOAD_H
+
+#include "common/status.h"
+#include "compute-node/attn_service.h"
+#include "compute-node/engine.h"
+#include "compute-node/generate.h"
+
+#define NA_OFF_MAX_BATCHES 8
+
+typedef void (*na_off_error_fn)(void *user, const na_request_t *r, na_status_t st,
+                                const char *reason);
+
+typedef struct {
+    int              max_batch;          /* requests per batch (<= 0: 64) */
+    int              batches_in_flight;  /* 1 .. NA_OFF_MAX_BATCHES */
+    const int       *stop_ids;           /* [n_stop] tokens that end a request */
+    int              n_stop;
+    /* X-cache (INF2 §4.3): keep the layer inputs of a share of the requests
+     * here and regenerate their K,V each step (MHA models only) */
+    int              xcache;             /* 0 = off */
+    double           xcache_share;       /* (0, 1] fraction of requests */
+    long             xcache_host_mb;     /* budget for X (MiB) */
+    na_gen_token_fn  on_token;           /* may be NULL */
+    na_gen_done_fn   on_done;            /* may be NULL (also called after on_error) */
+    na_off_error_fn  on_error;           /* may be NULL */
+    void            *user;
+} na_off_opts_t;
+
+typedef struct {
+    na_gen_stats_t   gen;                /* tokens and steps, as monolithic */
+    long             failed;             /* requests ended with an error */
+    long             xcache_reqs;        /* requests served from the X-cache */
+    size_t           xcache_bytes_peak;
+    double           wall_s;             /* the whole call */
+    double           compute_s;          /* model slices + sampling (decode) */
+    double           prefill_s;          /* local prefill compute */
+    double           ship_s;             /* shipping prompt KV to owners */
+    double           xcache_s;           /* regenerating K,V + local attention */
+    double           idle_s;             /* compute node waiting, nothing runnable */
+    double           submit_s;           /* encoding + sending attention requests */
+    double           attn_rt_s;          /* sum over (batch, layer) of submit -> done */
+    long             attn_calls;         /* (batch, layer) attention round trips */
+    long             slices;             /* model slices run in decode */
+    na_asvc_stats_t  svc;                /* the service's counters at the end */
+} na_off_stats_t;
+
+/* Run reqs[0..n) (state WAITING) to completion against service svc. Returns
+ * NA_OK when every request ended (finished or failed with a reason through
+ * on_error); an error of the compute node itself (out of memory, backend)
+ * otherwise. NA_ERR_UNSUPPORTED for X-cache on a GQA model. stats may be
+ * NULL. */
+na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **reqs, int n,
+                                const na_off_opts_t *opts, na_off_stats_t *stats);
+
+/* ---- X-cache (compute-node/xcache.c) ---------------------------------------
+ * X of one request: per layer the normed layer input rows xb (f16), from
+ * which K = RoPE(X·Wk) and V = X·Wv are regenerated every step. */
+typedef struct na_xcache na_xcache_t;
+
+/* NA_OK when the model can use the X-cache (MHA: X per token and layer is
+ * dim values, K+V is 2·kv_dim); NA_ERR_UNSUPPORTED with the sizes when X
+ * would not be smaller than K+V. */
+na_status_t na_xcache_check(const na_model_config_t *mc);
+/* Bytes of X for max_tokens tokens. */
+size_t      na_xcache_bytes(const na_model_config_t *mc, int max_tokens);
+na_status_t na_xcache_create(const na_model_config_t *mc, int max_tokens, na_xcache_t **x_p);
+void        na_xcache_destroy(na_xcache_t *x);
+/* Store rows xb (n, dim) at positions pos0.. of layer. */
+void        na_xcache_put(na_xcache_t *x, int layer, int pos0, int n, const float *xb);
+/* Attention of one query row q at position pos over layer's X[0..pos]
+ * (regenerated K,V; the row at pos must be stored): out (q_dim). Uses the
+ * engine's kernels; scratch is grown as needed. NA_ERR_NOMEM. */
+na_status_t na_xcache_attend(na_xcache_t *x, na_engine_t *e, int layer, int pos,
+                             const float *q, float *out);
+
+#endif /* NA_OFFLOAD_H */

@@ -1,0 +1,83 @@
+/* compute-node/offload_internal.h — private state of the offload generator
+ * (compute-node/offload.c: requests, prefill, sampling; sched.c: batches in
+ * flight and the fixed staggered schedule). */
+#ifndef NA_OFFLOAD_INTERNAL_H
+#define NA_OFFLOAD_INTERNAL_H
+
+#include "compute-node/offload.h"
+
+/* A request as the offload generator sees it. */
+typedef struct {
+    na_request_t *r;
+    uint64_t      wid;        /* id on the service */
+    int           index;      /* position in the caller's array */
+    int           batch;      /* batch it belongs to, -1 = waiting */
+    int           opened;     /* open on the service */
+    int           failed;     /* ended with an error this step */
+    na_xcache_t  *xc;         /* X-cache instead of remote KV, or NULL */
+} na_off_req_t;
+
+typedef enum {
+    NA_OFF_B_IDLE  = 0,       /* between steps */
+    NA_OFF_B_WAIT  = 1,       /* attention of `layer` in flight */
+    NA_OFF_B_READY = 2,       /* attention of `layer` done: post_attn may run */
+} na_off_bstate_t;
+
+/* One batch in flight: its members, its activations and its step. */
+typedef struct {
+    int              id;
+    na_off_bstate_t  state;
+    int              layer;
+    na_acts_t       *acts;
+    na_off_req_t   **mem;     /* [max_batch] members */
+    int              n_mem;
+    /* the current decode step (one row per member at step start) */
+    int              n_rows;
+    na_off_req_t   **row_req; /* [max_batch] */
+    int             *tokens;  /* [max_batch] */
+    int             *pos;     /* [max_batch] */
+    na_step_seg_t   *seg;     /* [max_batch] */
+    na_asvc_entry_t *ent;     /* [max_batch] */
+    int             *ent_row; /* [max_batch] row of each entry */
+    int              n_ent;
+    double           t_submit;
+} na_off_batch_t;
+
+typedef struct {
+    na_engine_t          *e;
+    na_asvc_t            *svc;
+    const na_off_opts_t  *o;
+    na_off_stats_t       *st;
+    int                   max_batch;
+    int                   n_batches;
+    na_off_batch_t        b[NA_OFF_MAX_BATCHES];
+    na_off_req_t         *req;        /* [n_req] */
+    int                   n_req;
+    int                   next;       /* first request not yet admitted (FIFO) */
+    int                   n_live;     /* admitted, not ended */
+    long                  ended;      /* requests that left (admission retries after one) */
+    long                  blocked_at; /* `ended` when the service last said no room; -1 */
+    size_t                xc_bytes;   /* X held now */
+    long                  xc_budget;  /* bytes */
+    na_acts_t            *pacts;      /* prefill activations */
+    na_prob_index_t      *scratch;    /* [vocab] nucleus sampling */
+    int                  *ptok, *ppos;/* [max_rows] prefill step */
+} na_off_t;
+
+/* offload.c */
+double      na_off_now(void);
+/* Admit waiting requests into batch b (at a step boundary): open, prefill,
+ * ship, first token. Only compute-node errors are returned. */
+na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b);
+/* Sample request q's next token from logits; ends it when due. */
+void        na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits);
+/* End request q with an error (reason), releasing what it holds. */
+void        na_off_fail(na_off_t *g, na_off_req_t *q, na_status_t st, const char *reason);
+/* Drop ended members from batch b. */
+void        na_off_compact(na_off_t *g, na_off_batch_t *b);
+
+/* sched.c */
+/* Run the batches until every request ended. */
+na_status_t na_off_sched_run(na_off_t *g);
+
+#endif /* NA_OFFLOAD_INTERNAL_H */

@@ -1,0 +1,172 @@
+/* compute-node/storage_dir.c — the compute node's directory of storage
+ * nodes: layout re-reads and connection retries. See storage_dir.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "compute-node/storage_dir.h"
+
+typedef struct {
+    char     name[NA_XP_NAME_MAX];
+    char     host[256];
+    int      port;
+    na_sc_t *sc;                 /* NULL while not connected */
+    uint64_t next_try_ns;
+} na_sc_dir_node_t;
+
+struct na_sc_dir {
+    na_xp_t          *xp;
+    char             *path;
+    struct stat       seen;      /* the layout file as last loaded */
+    uint64_t          retry_ns;
+    na_sc_dir_node_t *nodes;     /* [n] of [cap] */
+    int               n, cap;
+};
+
+static int na_sc_dir_same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Add the storage nodes of cfg that are not known yet. */
+static na_status_t na_sc_dir_merge(na_sc_dir_t *d, const na_cfg_t *cfg)
+{
+    int i, j;
+
+    for (i = cfg->n_compute; i < cfg->n_nodes; i++) {
+        const na_cfg_node_t *cn = &cfg->nodes[i];
+        int known = 0;
+        for (j = 0; j < d->n; j++)
+            known |= !strcmp(d->nodes[j].name, cn->name);
+        if (known)
+            continue;
+        if (d->n == d->cap) {
+            int cap = d->cap ? 2 * d->cap : 8;
+            na_sc_dir_node_t *nn = realloc(d->nodes, (size_t)cap * sizeof(*nn));
+            if (nn == NULL)
+                return na_err(NA_ERR_NOMEM, "storage directory: out of memory");
+            d->nodes = nn;
+            d->cap = cap;
+        }
+        memset(&d->nodes[d->n], 0, sizeof(d->nodes[0]));
+        snprintf(d->nodes[d->n].name, sizeof(d->nodes[0].name), "%s", cn->name);
+        snprintf(d->nodes[d->n].host, sizeof(d->nodes[0].host), "%s", cn->host);
+        d->nodes[d->n].port = (int)cn->port;
+        if (d->seen.st_ino != 0)
+            na_log_info("storage directory: %s (%s:%ld) joined the layout", cn->name,
+                        cn->host, cn->port);
+        d->n++;
+    }
+    return NA_OK;
+}
+
+/* (Re)load the layout if the file changed. */
+static na_status_t na_sc_dir_load(na_sc_dir_t *d, int first)
+{
+    struct stat sb;
+    na_cfg_t *cfg;
+    na_status_t st;
+
+    if (stat(d->path, &sb) != 0)
+        return na_err(NA_ERR_IO, "storage directory: stat(%s) failed", d->path);
+    if (!first && na_sc_dir_same_file(&sb, &d->seen))
+        return NA_OK;
+    st = na_cfg_load(d->path, &cfg);
+    if (st != NA_OK) {
+        if (!first) {
+            na_log_warn("storage directory: %s changed but does not load: %s", d->path,
+                        na_errmsg());
+            d->seen = sb;                   /* retried at the next change */
+        }
+        return st;
+    }
+    st = na_sc_dir_merge(d, cfg);
+    na_cfg_destroy(cfg);
+    if (st == NA_OK)
+        d->seen = sb;
+    return st;
+}
+
+na_status_t na_sc_dir_create(na_xp_t *xp, const char *path, unsigned retry_ms,
+                             na_sc_dir_t **dir_p)
+{
+    na_sc_dir_t *d = calloc(1, sizeof(*d));
+    na_status_t st;
+
+    if (d == NULL)
+        return na_err(NA_ERR_NOMEM, "storage directory: out of memory");
+    d->xp = xp;
+    d->retry_ns = (uint64_t)(retry_ms ? retry_ms : 1000) * 1000000ull;
+    d->path = strdup(path);
+    if (d->path == NULL) {
+        free(d);
+        return na_err(NA_ERR_NOMEM, "storage directory: out of memory");
+    }
+    st = na_sc_dir_load(d, 1);
+    if (st != NA_OK) {
+        na_sc_dir_destroy(d);
+        return st;
+    }
+    *dir_p = d;
+    return NA_OK;
+}
+
+void na_sc_dir_destroy(na_sc_dir_t *d)
+{
+    int i;
+    if (d == NULL)
+        return;
+    for (i = 0; i < d->n; i++)
+        na_sc_close(d->nodes[i].sc);
+    free(d->nodes);
+    free(d->path);
+    free(d);
+}
+
+int na_sc_dir_refresh(na_sc_dir_t *d)
+{
+    uint64_t now;
+    int i, joined = 0;
+
+    (void)na_sc_dir_load(d, 0);
+    now = na_xp_now_ns();
+    for (i = 0; i < d->n; i++) {
+        na_sc_dir_node_t *e = &d->nodes[i];
+        if (e->sc != NULL || now < e->next_try_ns)
+            continue;
+        e->next_try_ns = now + d->retry_ns;
+        if (na_sc_connect(d->xp, e->host, e->port, &e->sc) != NA_OK) {
+            e->sc = NULL;
+            na_log_debug("storage directory: %s not reachable yet: %s", e->name, na_errmsg());
+            continue;
+        }
+        na_log_info("storage directory: connected to storage node %s (%s:%d)", e->name,
+                    e->host, e->port);
+        joined++;
+    }
+    return joined;
+}
+
+int na_sc_dir_count(const na_sc_dir_t *d) { return d->n; }
+
+const char *na_sc_dir_name(const na_sc_dir_t *d, int i)
+{
+    return i >= 0 && i < d->n ? d->nodes[i].name : "?";
+}
+
+na_sc_t *na_sc_dir_conn(na_sc_dir_t *d, int i)
+{
+    return i >= 0 && i < d->n ? d->nodes[i].sc : NULL;
+}
+
+void na_sc_dir_lost(na_sc_dir_t *d, int i)
+{
+    if (i < 0 || i >= d->n || d->nodes[i].sc == NULL)
+        return;
+    na_sc_close(d->nodes[i].sc);
+    d->nodes[i].sc = NULL;
+    d->nodes[i].next_try_ns = na_xp_now_ns() + d->retry_ns;
+}

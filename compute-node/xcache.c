@@ -1,0 +1,155 @@
+/* compute-node/xcache.c — cooperative X-cache (INF2 §4.3).
+ *
+ * For an X-cache request the compute node keeps X, the input of each
+ * layer's K/V projection (the attention-normed residual xb), instead of
+ * sending K and V to a storage node. Each decode step regenerates
+ * K = RoPE(X·Wk) and V = X·Wv for the layer and runs the attention here,
+ * while the storage nodes compute the batch's other requests (the batch's
+ * remote entries are sent first). Nothing of such a request lives on a
+ * storage node, so they need nothing for it.
+ *
+ * X per token and layer is dim values, K+V is 2·kv_dim: for MHA (kv_dim ==
+ * dim) X is half of K+V, the memory the X-cache trades for the storage
+ * nodes' bandwidth. With GQA X is as large as K+V or larger, so it is
+ * refused. X is kept in f16; the regenerated K/V are rounded to the engine's
+ * KV dtype as the monolithic engine stores them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute-node/offload.h"
+
+struct na_xcache {
+    int        n_layers, dim, max_tokens;
+    uint16_t **x;            /* [n_layers] -> (max_tokens, dim) f16 */
+};
+
+na_status_t na_xcache_check(const na_model_config_t *mc)
+{
+    long x = mc->dim, kv = 2L * mc->n_kv_heads * mc->head_dim;
+
+    if (mc->n_kv_heads != mc->n_heads || x >= kv)
+        return na_err(NA_ERR_UNSUPPORTED, "xcache: the model has %d KV heads for %d query "
+                      "heads (GQA): X is %ld values per token and layer, K+V only %ld, so "
+                      "keeping X would cost more than the KV; X-cache needs an MHA model",
+                      mc->n_kv_heads, mc->n_heads, x, kv);
+    return NA_OK;
+}
+
+size_t na_xcache_bytes(const na_model_config_t *mc, int max_tokens)
+{
+    if (max_tokens > mc->seq_len)
+        max_tokens = mc->seq_len;
+    return (size_t)mc->n_layers * (size_t)max_tokens * (size_t)mc->dim * sizeof(uint16_t);
+}
+
+na_status_t na_xcache_create(const na_model_config_t *mc, int max_tokens, na_xcache_t **x_p)
+{
+    na_xcache_t *x;
+    int l;
+
+    if (max_tokens > mc->seq_len)
+        max_tokens = mc->seq_len;
+    x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return na_err(NA_ERR_NOMEM, "xcache: out of memory");
+    x->n_layers = mc->n_layers;
+    x->dim = mc->dim;
+    x->max_tokens = max_tokens;
+    x->x = calloc((size_t)mc->n_layers, sizeof(*x->x));
+    if (x->x == NULL)
+        goto err_free;
+    for (l = 0; l < mc->n_layers; l++) {
+        x->x[l] = malloc((size_t)max_tokens * (size_t)mc->dim * sizeof(uint16_t));
+        if (x->x[l] == NULL)
+            goto err_free;
+    }
+    *x_p = x;
+    return NA_OK;
+
+err_free:
+    na_xcache_destroy(x);
+    return na_err(NA_ERR_NOMEM, "xcache: out of memory for %d tokens", max_tokens);
+}
+
+void na_xcache_destroy(na_xcache_t *x)
+{
+    int l;
+
+    if (x == NULL)
+        return;
+    if (x->x != NULL)
+        for (l = 0; l < x->n_layers; l++)
+            free(x->x[l]);
+    free(x->x);
+    free(x);
+}
+
+void na_xcache_put(na_xcache_t *x, int layer, int pos0, int n, const float *xb)
+{
+    uint16_t *dst = x->x[layer] + (size_t)pos0 * (size_t)x->dim;
+    size_t i, cnt = (size_t)n * (size_t)x->dim;
+
+    if (pos0 < 0 || pos0 + n > x->max_tokens)
+        return;     /* the caller sized the cache for prompt + max_new */
+    for (i = 0; i < cnt; i++)
+        dst[i] = na_f32_to_f16(xb[i]);
+}
+
+na_status_t na_xcache_attend(na_xcache_t *x, na_engine_t *e, int layer, int pos,
+                             const float *q, float *out)
+{
+    const na_model_config_t *c = &e->cfg;
+    const na_layer_weights_t *w = &e->model->layers[layer];
+    const na_kernel_ops_t *ops = e->kern->ops;
+    na_dtype_t kt = e->opts.kv_dtype;
+    int n = pos + 1, i;
+    size_t kd = (size_t)e->kv_dim, cnt = (size_t)n * kd;
+    float *xf, *k, *v;
+    void *kc, *vc;
+    int *positions;
+    na_status_t st;
+
+    if (n > x->max_tokens)
+        return na_err(NA_ERR_RANGE, "xcache: position %d past the %d tokens kept", pos,
+                      x->max_tokens);
+    xf = malloc((size_t)n * (size_t)x->dim * sizeof(float));
+    k = malloc(cnt * sizeof(float));
+    v = malloc(cnt * sizeof(float));
+    kc = malloc(na_dtype_bytes(kt, cnt));
+    vc = malloc(na_dtype_bytes(kt, cnt));
+    positions = malloc((size_t)n * sizeof(int));
+    if (!xf || !k || !v || !kc || !vc || !positions) {
+        st = na_err(NA_ERR_NOMEM, "xcache: out of memory regenerating %d tokens", n);
+        goto out;
+    }
+    for (i = 0; i < n * x->dim; i++)
+        xf[i] = na_f16_to_f32(x->x[layer][i]);
+    for (i = 0; i < n; i++)
+        positions[i] = i;
+    /* regenerate K = RoPE(X·Wk), V = X·Wv */
+    ops->matmul(e->kern, k, xf, &w->wk, n);
+    ops->matmul(e->kern, v, xf, &w->wv, n);
+    ops->rope(e->kern, k, c->n_kv_heads, c->head_dim, positions, c->rope_theta, n);
+    st = ops->sync(e->kern);
+    if (st != NA_OK)
+        goto out;
+    if (kt == NA_DTYPE_F16) {
+        for (i = 0; i < (int)cnt; i++) {
+            ((uint16_t *)kc)[i] = na_f32_to_f16(k[i]);
+            ((uint16_t *)vc)[i] = na_f32_to_f16(v[i]);
+        }
+    } else {
+        memcpy(kc, k, cnt * sizeof(float));
+        memcpy(vc, v, cnt * sizeof(float));
+    }
+    ops->attn_decode(e->kern, out, q, kc, vc, kt, n, c->n_heads, c->n_kv_heads, c->head_dim);
+    st = ops->sync(e->kern);
+out:
+    free(positions);
+    free(vc);
+    free(kc);
+    free(v);
+    free(k);
+    free(xf);
+    return st;
+}

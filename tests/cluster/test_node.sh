@@ -1,0 +1,250 @@
+#!/bin/sh
+# tests/cluster/test_node.sh CLIENT SCENARIO PORT
+# Storage nodes started by `nearattn node` / `nearattn launch` / mpirun, served
+# to tests/cluster/node_client.c (CLIENT). PORT and PORT+1 are s0's and s1's
+# ports (distinct per scenario), PORT+2 an extra node's.
+#   basic      s0 (head partition over 2 slots) and s1: attention checked against
+#              the ref kernels (f32 and f16 on the wire); SIGTERM -> clean exit
+#   request    the same with request partition
+#   launch     `nearattn launch` of the layout; SIGTERM -> every node exits 0;
+#              a node that fails (port taken) is named and launch exits non-zero
+#   mpirun     `mpirun -n 3 nearattn node --config F` (ranks from the environment),
+#              and `nearattn launch --mpirun` stopped by SIGTERM
+#   kill       kill -9 of a client holding a request: the node frees it (peer
+#              lost) and serves the next client
+#   secret     a client with a wrong secret is refused; the node keeps serving
+#   garbage    a malformed message drops that connection only
+#   heartbeat  a silent client is dropped after peer_timeout_ms
+#   refuse     a request past the SSD budget is refused with a reason, others run
+#   late       a compute node's directory (compute-node/storage_dir.h) picks up
+#              s1 started by hand later, and an extra node once it is added to
+#              the layout file; the extra node also serves a client directly
+# Exit 0 pass, 1 fail, 77 skipped. NA_TEST_KEEP=DIR keeps a copy of the logs.
+set -u
+CLIENT=$1
+SCEN=$2
+PORT=$3
+BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
+SRC=${NA_SOURCE_DIR:?}
+SHARED=${NA_SHARED_DIR:-$SRC/../shared}
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_node_test.XXXXXX")
+PIDS=""
+[ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
+
+cleanup() {
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    [ -n "${NA_TEST_KEEP:-}" ] && cp -r "$DIR" "$NA_TEST_KEEP"; rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+fail() {
+    echo "FAIL: $*"
+    for f in "$DIR"/*.log "$DIR"/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
+    exit 1
+}
+wait_line() {   # FILE PATTERN SECONDS
+    _w=0
+    while [ "$_w" -lt $(($3 * 10)) ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+        _w=$((_w + 1))
+    done
+    return 1
+}
+layout() {      # PARTITION -> $DIR/layout.yaml
+    sed -e "s|@PORT0@|$PORT|" -e "s|@PORT1@|$((PORT + 1))|" -e "s|@KV@|$DIR/kv|" \
+        -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
+        -e "s|@PARTITION@|$1|" "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
+}
+start() {       # LOGNAME CMD... (background; pid in PID_<LOGNAME>)
+    name=$1
+    shift
+    "$@" >"$DIR/$name.log" 2>&1 &
+    PIDS="$PIDS $!"
+    eval "PID_$name=$!"
+}
+node() {        # NAME [ARGS...]: start a storage node and wait for READY
+    nm=$1
+    shift
+    start "$nm" "$BIN" node --config "$DIR/layout.yaml" --name "$nm" "$@"
+    wait_line "$DIR/$nm.log" "^READY" 15 || fail "node $nm did not start"
+}
+stop_node() {   # NAME: SIGTERM, must exit 0 with a clean stop
+    eval "p=\$PID_$1"
+    kill -TERM "$p"
+    wait "$p"
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "node $1 exited $rc after SIGTERM"
+    grep -q "stopped cleanly" "$DIR/$1.log" || fail "node $1 did not stop cleanly"
+}
+client() {      # LOGNAME ARGS...: run the client to completion, require exit 0
+    name=$1
+    shift
+    timeout 60 "$CLIENT" --config "$DIR/layout.yaml" --name "$name" "$@" >"$DIR/$name.log" 2>&1
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "client $name ($*) exited $rc"
+}
+stat() {        # NODE KEY -> value on stdout
+    timeout 30 "$CLIENT" --config "$DIR/layout.yaml" --name stat --node "$1" --scenario stat \
+        --stat "$2" 2>>"$DIR/stat.log" | sed -n "s/^STAT $2 //p"
+}
+
+case "$SCEN" in
+basic|request)
+    [ "$SCEN" = basic ] && layout head || layout request
+    node s0
+    node s1
+    client cl_a --node s0 --scenario basic --requests 3 --steps 4
+    client cl_b --node s0 --scenario basic --requests 5 --steps 3 --dtype f16 --seed 11
+    client cl_c --node s1 --scenario basic --requests 2 --steps 3
+    [ "$(stat s0 node.requests)" = 0 ] || fail "s0 still holds requests"
+    stop_node s0
+    stop_node s1
+    ;;
+launch)
+    layout head
+    mkdir -p "$DIR/logs"
+    start launch "$BIN" launch "$DIR/layout.yaml" --log-dir "$DIR/logs"
+    wait_line "$DIR/logs/s0.log" "^READY" 15 || fail "launch: s0 not ready"
+    wait_line "$DIR/logs/s1.log" "^READY" 15 || fail "launch: s1 not ready"
+    wait_line "$DIR/logs/c0.log" "^READY" 15 || fail "launch: c0 not started"
+    client cl_a --node s1 --scenario basic --requests 2 --steps 2
+    kill -TERM "$PID_launch"
+    wait "$PID_launch"
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "launch exited $rc after SIGTERM"
+    for nd in s0 s1; do
+        grep -q "stopped cleanly" "$DIR/logs/$nd.log" || fail "launch: $nd did not stop cleanly"
+    done
+    # a node that cannot start (its port is taken) is named, the rest stopped
+    node s1
+    "$BIN" launch "$DIR/layout.yaml" --log-dir "$DIR/logs2" >"$DIR/launch2.log" 2>&1
+    rc=$?
+    [ "$rc" -ne 0 ] || fail "launch with s1's port taken exited 0"
+    grep -q "node s1 failed" "$DIR/launch2.log" || fail "launch did not name the failed node"
+    stop_node s1
+    "$BIN" launch "$DIR/layout.yaml" --dry-run --mpirun --log-dir "$DIR/logs3" >"$DIR/dry.log" 2>&1 \
+        || fail "launch --dry-run --mpirun failed"
+    grep -q "^127.0.0.1 slots=3" "$DIR/dry.log" || fail "dry run: no host file line"
+    grep -q "mpirun.*--hostfile.*--name c0 : -n 1 --host 127.0.0.1:3 .*--name s0 :" "$DIR/dry.log" \
+        || fail "dry run: no mpirun command"
+    ;;
+mpirun)
+    command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: no mpirun"; exit 77; }
+    layout head
+    start mpi mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$DIR/layout.yaml"
+    wait_line "$DIR/mpi.log" "^READY s0 " 30 || fail "mpirun: s0 not ready"
+    wait_line "$DIR/mpi.log" "^READY s1 " 30 || fail "mpirun: s1 not ready"
+    grep -q "rank 1 from OMPI_COMM_WORLD_RANK\|rank 1 from PMIX_RANK" "$DIR/mpi.log" \
+        || fail "mpirun: rank not taken from the environment"
+    client cl_a --node s0 --scenario basic --requests 2 --steps 2
+    client cl_b --node s1 --scenario basic --requests 2 --steps 2
+    # SIGTERM to the ranks themselves (mpirun's children): each stops cleanly,
+    # exits 0, and mpirun then ends 0
+    ranks=$(pgrep -P "$PID_mpi")
+    [ -n "$ranks" ] || fail "mpirun: no rank processes found"
+    kill -TERM $ranks
+    wait "$PID_mpi"
+    rc=$?
+    for nd in s0 s1; do
+        grep -q "node $nd: stopped cleanly" "$DIR/mpi.log" || fail "mpirun: $nd did not stop cleanly"
+    done
+    [ "$rc" -eq 0 ] || fail "mpirun exited $rc after its ranks were stopped"
+    # `nearattn launch --mpirun`: SIGTERM to the launcher -> SIGUSR1 through mpirun
+    # -> every rank stops cleanly -> launch exits 0
+    start launchmpi "$BIN" launch "$DIR/layout.yaml" --mpirun --log-dir "$DIR/lm"
+    wait_line "$DIR/launchmpi.log" "^READY s0 " 30 || fail "launch --mpirun: s0 not ready"
+    wait_line "$DIR/launchmpi.log" "^READY s1 " 30 || fail "launch --mpirun: s1 not ready"
+    client cl_c --node s1 --scenario basic --requests 2 --steps 2
+    kill -TERM "$PID_launchmpi"
+    wait "$PID_launchmpi"
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "launch --mpirun exited $rc after SIGTERM"
+    grep -q "node s0: stopped cleanly" "$DIR/launchmpi.log" || fail "launch --mpirun: s0 not clean"
+
+    ;;
+kill)
+    layout head
+    node s0
+    start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s0 --scenario hold
+    wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    [ "$(stat s0 node.requests)" = 1 ] || fail "s0 does not hold the request"
+    kill -9 "$PID_holder"
+    wait_line "$DIR/s0.log" "peer holder lost" 10 || fail "s0 did not report the lost peer"
+    grep -q "freed its 1 request" "$DIR/s0.log" || fail "s0 did not free the request"
+    [ "$(stat s0 node.requests)" = 0 ] || fail "s0 still holds the killed client's request"
+    client cl_a --node s0 --scenario basic --requests 2 --steps 2
+    stop_node s0
+    ;;
+secret)
+    layout head
+    node s0
+    printf 'not-the-cluster-secret-0123456789abcdef\n' >"$DIR/wrong.secret"
+    client bad --node s0 --scenario secret --secret-file "$DIR/wrong.secret"
+    grep -q "REFUSED" "$DIR/bad.log" || fail "wrong secret not refused"
+    client cl_a --node s0 --scenario basic --requests 2 --steps 2
+    stop_node s0
+    ;;
+garbage)
+    layout head
+    node s0
+    start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s0 --scenario hold
+    wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    for v in 0 1 2 3; do
+        client bad$v --node s0 --scenario garbage$v
+        grep -q "dropping peer bad$v" "$DIR/s0.log" || fail "s0 did not drop the garbage$v peer"
+    done
+    [ "$(stat s0 node.requests)" = 1 ] || fail "the other client's request was touched"
+    client cl_a --node s0 --scenario basic --requests 2 --steps 2
+    stop_node s0
+    ;;
+heartbeat)
+    layout head
+    node s0
+    client quiet --node s0 --scenario idle
+    grep -q "peer quiet lost (silent for" "$DIR/s0.log" || fail "s0 did not drop the silent peer"
+    client cl_a --node s0 --scenario basic --requests 2 --steps 2
+    stop_node s0
+    ;;
+refuse)
+    layout head
+    node s1
+    start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s1 --scenario hold
+    wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    client cl_a --node s1 --scenario refuse --requests 2 --steps 2
+    grep -q "^REFUSED .*refused request" "$DIR/cl_a.log" || fail "no refusal reason"
+    [ "$(stat s1 node.requests)" = 1 ] || fail "the holder's request was touched"
+    stop_node s1
+    ;;
+late)
+    layout head
+    node s0
+    # a compute node's directory (compute-node/storage_dir.h) sees s0 only
+    start disc "$CLIENT" --config "$DIR/layout.yaml" --name disc --scenario discover --expect 3
+    wait_line "$DIR/disc.log" "^CONNECTED s0" 20 || fail "discover: s0 not used"
+    node s1                                   # listed in the layout, started by hand later
+    wait_line "$DIR/disc.log" "^CONNECTED s1" 20 || fail "discover: late s1 not used"
+    # an extra node not in the layout, then added to the layout file
+    node s9 --listen "127.0.0.1:$((PORT + 2))" --kv-dir "$DIR/kv/s9" --ssd-mb 16 --dram-mb 8 \
+        --shape 5:8:4:8                       # stories260K's shape, no model file needed
+    client cl_c --connect "127.0.0.1:$((PORT + 2))" --scenario basic --requests 2 --steps 2
+    awk -v p="$((PORT + 2))" -v kv="$DIR/kv/s9x" '/^#EXTRA/ {
+            print "  - name: s9"; print "    host: 127.0.0.1"; print "    port: " p
+            print "    devices:"; print "      - { path: \"" kv "\", dram_mb: 8, ssd_mb: 16 }"
+            next } { print }' "$DIR/layout.yaml" >"$DIR/layout.new"
+    mv "$DIR/layout.new" "$DIR/layout.yaml"
+    wait_line "$DIR/disc.log" "^CONNECTED s9" 20 || fail "discover: s9 added to the layout not used"
+    wait "$PID_disc"
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "discover client exited $rc"
+    stop_node s9
+    stop_node s1
+    stop_node s0
+    ;;
+*)
+    echo "unknown scenario $SCEN"
+    exit 2
+    ;;
+esac
+echo "PASS $SCEN"
+exit 0

@@ -1,0 +1,241 @@
+/* tests/cluster/test_offload_inproc.c — offloaded generation (compute-node/
+ * offload.c, sched.c, xcache.c) against the storage node's device slots in
+ * this process (compute-node/attn_inproc.c): the same greedy tokens as the
+ * monolithic engine for request / head partition, 1 and 3 slots, 1..3
+ * batches in flight, KV forced to DRAM and to SSD, spill intervals 1 and 4,
+ * X-cache on and off (MHA); X-cache is refused for GQA. (Queueing past a
+ * storage budget: tests/cluster/test_offload_run.sh queue.) Models: stories260K (GQA) and generated MHA / GQA ones. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/genmodel.h"
+#include "common/model.h"
+#include "compute-node/generate.h"
+#include "compute-node/offload.h"
+#include "tests/testutil.h"
+
+#define N_REQ   6
+#define MAX_NEW 10
+
+typedef struct {
+    const char *partition;
+    int         slots;
+    int         bif;
+    const char *tier;
+    int         spill;
+    int         xcache;
+    int         dram_mb;        /* per slot */
+    int         max_batch;
+} variant_t;
+
+static char g_tmp[512];
+
+/* Write a layout for variant v into the temp dir and load it. */
+static na_status_t load_layout(const variant_t *v, int idx, na_cfg_t **cfg_p)
+{
+    char path[700], secret[600];
+    const char *src = getenv("NA_SOURCE_DIR");
+    FILE *f;
+    int s;
+
+    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src ? src : ".");
+    snprintf(path, sizeof(path), "%s/layout%d.yaml", g_tmp, idx);
+    f = fopen(path, "w");
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "cannot write %s", path);
+    fprintf(f, "cluster: { name: t, secret_file: \"%s\" }\n", secret);
+    fprintf(f, "compute:\n  - { name: c0, host: 127.0.0.1 }\nstorage:\n");
+    for (s = 0; s < v->slots; s++)
+        fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
+                   "      - { path: \"%s/kv%d/s%d\", dram_mb: %d, ssd_mb: 64 }\n",
+                s, 14100 + s, g_tmp, idx, s, v->dram_mb);
+    fprintf(f, "parallel: { partition: %s, batches_in_flight: %d, max_batch: %d }\n",
+            v->partition, v->bif, v->max_batch);
+    fprintf(f, "kv: { block_tokens: 16, spill_interval: %d, tier: %s }\n", v->spill, v->tier);
+    fprintf(f, "xcache: { enabled: %s, host_mb: 64, share: 0.5 }\n",
+            v->xcache ? "true" : "false");
+    fclose(f);
+    return na_cfg_load(path, cfg_p);
+}
+
+static void make_requests(na_engine_t *e, na_request_t **r, int vocab, int seq_len)
+{
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    uint64_t rng = 12345;
+    int i, j;
+
+    for (i = 0; i < N_REQ; i++) {
+        int n = 3 + (i * 7) % 23, toks[64];
+        if (n > seq_len - MAX_NEW)
+            n = seq_len - MAX_NEW;
+        toks[0] = 1;
+        for (j = 1; j < n; j++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            toks[j] = 3 + (int)((rng >> 33) % (uint64_t)(vocab - 3));
+        }
+        NA_CHECK_OK(na_request_create(e, i, toks, n, MAX_NEW, &sc, &r[i]));
+    }
+}
+
+static void free_requests(na_request_t **r)
+{
+    int i;
+    for (i = 0; i < N_REQ; i++)
+        na_request_destroy(r[i]);
+}
+
+static int g_errors;
+static void on_error(void *user, const na_request_t *r, na_status_t st, const char *why)
+{
+    (void)user;
+    fprintf(stderr, "request %d failed (%s): %s\n", r->id, na_status_string(st), why);
+    g_errors++;
+}
+
+/* Run all variants on one model; compare with monolithic greedy tokens. */
+static void run_model(const char *path, const variant_t *vs, int nv, int mha)
+{
+    na_model_t *m;
+    na_engine_t *e;
+    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
+    na_request_t *ref[N_REQ], *got[N_REQ];
+    na_gen_opts_t go;
+    int i, k, stop = -1;
+    static int idx;
+
+    if (na_model_open(path, &m) != NA_OK) {
+        NA_CHECK_MSG(0, "cannot open %s", path);
+        return;
+    }
+    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    memset(&go, 0, sizeof(go));
+    go.max_batch = N_REQ;
+    go.stop_ids = &stop;
+    go.n_stop = 0;
+    make_requests(e, ref, m->cfg.vocab_size, m->cfg.seq_len);
+    NA_CHECK_OK(na_generate(e, ref, N_REQ, &go, NULL));
+    for (k = 0; k < nv; k++) {
+        const variant_t *v = &vs[k];
+        na_cfg_t *cfg = NULL;
+        na_asvc_t *svc = NULL;
+        na_off_opts_t oo;
+        na_off_stats_t os;
+        na_status_t st;
+
+        if (v->xcache && !mha)
+            continue;
+        NA_CHECK_OK(load_layout(v, idx++, &cfg));
+        if (cfg == NULL)
+            continue;
+        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        make_requests(e, got, m->cfg.vocab_size, m->cfg.seq_len);
+        memset(&oo, 0, sizeof(oo));
+        oo.max_batch = v->max_batch;
+        oo.batches_in_flight = v->bif;
+        oo.xcache = v->xcache;
+        oo.xcache_share = 0.5;
+        oo.xcache_host_mb = 64;
+        oo.on_error = on_error;
+        g_errors = 0;
+        st = na_offload_generate(e, svc, got, N_REQ, &oo, &os);
+        NA_CHECK_MSG(st == NA_OK, "%s variant %d: %s", path, k, na_errmsg());
+        NA_CHECK_MSG(g_errors == 0, "%s variant %d: %d request errors", path, k, g_errors);
+        for (i = 0; i < N_REQ; i++) {
+            int same = got[i]->n_out == ref[i]->n_out &&
+                       !memcmp(got[i]->out, ref[i]->out, (size_t)ref[i]->n_out * sizeof(int));
+            NA_CHECK_MSG(same, "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d): "
+                         "request %d differs (%d vs %d tokens)", path, k, v->partition,
+                         v->slots, v->bif, v->tier, v->spill, v->xcache, i, got[i]->n_out,
+                         ref[i]->n_out);
+        }
+        NA_CHECK(os.svc.decode_entries > 0 || v->xcache);
+        fprintf(stderr, "%s v%d: %ld tokens, %ld slices, %llu remote entries, %ld x-cache, "
+                "ssd read %llu B, idle %.3f s\n", path, k, os.gen.gen_tokens, os.slices,
+                (unsigned long long)os.svc.decode_entries, os.xcache_reqs,
+                (unsigned long long)os.svc.ssd_bytes_read, os.idle_s);
+        if (v->xcache)
+            NA_CHECK(os.xcache_reqs > 0);
+        if (!strcmp(v->tier, "ssd"))
+            NA_CHECK_MSG(os.svc.ssd_bytes_read > 0, "variant %d: tier ssd read nothing", k);
+        free_requests(got);
+        na_asvc_destroy(svc);
+        na_cfg_destroy(cfg);
+    }
+    /* X-cache on a GQA model: a clear refusal */
+    if (!mha) {
+        na_off_opts_t oo;
+        na_cfg_t *cfg = NULL;
+        na_asvc_t *svc = NULL;
+        memset(&oo, 0, sizeof(oo));
+        oo.batches_in_flight = 1;
+        oo.xcache = 1;
+        oo.xcache_share = 1.0;
+        NA_CHECK_OK(load_layout(&vs[0], idx++, &cfg));
+        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        make_requests(e, got, m->cfg.vocab_size, m->cfg.seq_len);
+        NA_CHECK(na_offload_generate(e, svc, got, N_REQ, &oo, NULL) == NA_ERR_UNSUPPORTED);
+        NA_CHECK(strstr(na_errmsg(), "GQA") != NULL);
+        free_requests(got);
+        na_asvc_destroy(svc);
+        na_cfg_destroy(cfg);
+    }
+    free_requests(ref);
+    na_engine_destroy(e);
+    na_model_destroy(m);
+}
+
+int main(void)
+{
+    static const variant_t vs[] = {
+        /* partition slots bif tier spill xc dram max_batch */
+        { "request", 1, 1, "dram", 1, 0, 16, 64 },
+        { "request", 3, 2, "auto", 4, 0, 16, 64 },
+        { "head",    3, 3, "ssd",  1, 0, 16, 64 },
+        { "head",    1, 2, "ssd",  4, 1, 16, 64 },
+        { "request", 3, 3, "dram", 4, 1, 16, 2 },
+        { "request", 1, 2, "auto", 2, 0, 1, 64 },   /* 1 MiB DRAM tier: blocks spill */
+    };
+    const int nv = (int)(sizeof(vs) / sizeof(vs[0]));
+    const char *stories = na_test_shared_model("stories260K.bin");
+    na_genmodel_opts_t go;
+    char prefix[700], path[720];
+
+    if (na_test_tmpdir(g_tmp, sizeof(g_tmp)) != 0)
+        return 1;
+    setenv("NA_KV_DIR", g_tmp, 1);
+    if (stories != NULL)
+        run_model(stories, vs, nv, 0);
+    else
+        fprintf(stderr, "stories260K absent: generated models only\n");
+
+    /* generated MHA model (kv_heads == heads) */
+    na_genmodel_defaults(&go);
+    go.dim = 64;
+    go.hidden_dim = 128;
+    go.n_layers = 2;
+    go.n_heads = 4;
+    go.n_kv_heads = 4;
+    go.vocab_size = 300;
+    go.seq_len = 96;
+    go.dtype = NA_DTYPE_F32;
+    go.write_gguf = 0;
+    go.write_llama2c = 1;
+    snprintf(prefix, sizeof(prefix), "%s/mha", g_tmp);
+    NA_CHECK_OK(na_genmodel_write(prefix, &go));
+    snprintf(path, sizeof(path), "%s.bin", prefix);
+    run_model(path, vs, nv, 1);
+
+    /* generated GQA model */
+    go.n_heads = 8;
+    go.n_kv_heads = 2;
+    go.seed = 7;
+    snprintf(prefix, sizeof(prefix), "%s/gqa", g_tmp);
+    NA_CHECK_OK(na_genmodel_write(prefix, &go));
+    snprintf(path, sizeof(path), "%s.bin", prefix);
+    run_model(path, vs, nv, 0);
+
+    na_test_rmtree(g_tmp);
+    return na_test_finish();
+}

@@ -1,0 +1,253 @@
+#!/bin/sh
+# tests/cluster/test_offload_run.sh SCENARIO PORT [BAD_NODE]
+# `nearattn run --mode offload` against real storage-node processes, compared
+# with `nearattn run --mode monolithic` (greedy, several prompts batched).
+#   match   stories260K and a generated MHA model: identical text for
+#           request partition over 3 nodes (3 batches in flight, started by
+#           run), head partition over 2 nodes over TCP with KV forced to SSD
+#           and spill interval 1 (nodes from `nearattn launch`, run --cluster
+#           connect), 1 node over UCX shared memory with KV in DRAM, spill 4,
+#           1 batch in flight, and
+#           X-cache on (MHA, head partition)
+#   queue   more requests than the storage node's SSD budget holds at once:
+#           they queue and all finish with the monolithic text; a prompt
+#           longer than the context is refused with a clear message
+#   mpirun  storage nodes under `mpirun -n 3 nearattn node` (ranks from the
+#           environment), run --cluster connect
+#   netns   storage nodes in one network namespace, the compute node in
+#           another, joined by a veth pair, UCX over TCP (77 without netns)
+#   badshape  one of two storage nodes is tests/cluster/bad_node.c (BAD_NODE),
+#           answering with a wrong GQA ratio, then with a missing entry: its
+#           requests fail with a reason naming it, the others finish with the
+#           monolithic text, run exits 1 without hanging
+#   kill    a storage node killed with kill -9 mid-generation: run exits 1,
+#           names the lost node for its requests, the other requests finish
+#           with the monolithic text, nothing hangs
+# PORT..PORT+2 are the storage nodes' ports. Exit 0 pass, 1 fail, 77 skipped.
+set -u
+SCEN=$1
+PORT=$2
+BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
+SRC=${NA_SOURCE_DIR:?}
+SHARED=${NA_SHARED_DIR:-$SRC/../shared}
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_offload_test.XXXXXX")
+PIDS=""
+export NA_KV_DIR="$DIR/kv"
+export TMPDIR="$DIR"          # logs of the storage nodes `run` starts
+[ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
+
+cleanup() {
+    for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.5
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+fail() {
+    echo "FAIL: $*"
+    for f in "$DIR"/*.err "$DIR"/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
+    exit 1
+}
+
+# layout NAME NODES PARTITION BIF TLS TIER SPILL XCACHE MODEL TOK [HOST [SSD_MB]]
+layout() {
+    f="$DIR/$1.yaml"
+    host=${11:-127.0.0.1}
+    ssd=${12:-256}
+    {
+        echo "cluster: { name: $1, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
+        echo "model: { path: \"$9\", tokenizer: \"${10}\" }"
+        echo "transport: { tls: $5, timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
+        echo "compute:"
+        echo "  - { name: c0, host: 127.0.0.1 }"
+        echo "storage:"
+        i=0
+        while [ $i -lt "$2" ]; do
+            echo "  - name: s$i"
+            echo "    host: $host"
+            echo "    port: $((PORT + i))"
+            echo "    devices:"
+            echo "      - { path: \"$DIR/kv/$1/s$i\", dram_mb: 64, ssd_mb: $ssd }"
+            i=$((i + 1))
+        done
+        echo "parallel: { partition: $3, batches_in_flight: $4 }"
+        echo "kv: { block_tokens: 16, spill_interval: $7, tier: $6 }"
+        echo "xcache: { enabled: $8, host_mb: 64, share: 0.5 }"
+    } > "$f"
+    echo "$f"
+}
+
+STORIES="$SHARED/models/stories260K.bin"
+STOK="$SHARED/models/tok512.bin"
+printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red ball\n' > "$DIR/prompts.txt"
+
+# offload_vs_mono NAME LAYOUT MODEL TOK N CLUSTER
+offload_vs_mono() {
+    "$BIN" run --mode monolithic --model "$3" --tokenizer "$4" --prompts "$DIR/prompts.txt" \
+        -n "$5" --temp 0 --threads 1 > "$DIR/$1.mono" 2> "$DIR/$1.mono.err" || fail "$1: monolithic run failed"
+    timeout 120 "$BIN" run --mode offload --config "$2" --cluster "$6" --prompts "$DIR/prompts.txt" \
+        -n "$5" --temp 0 --threads 1 > "$DIR/$1.off" 2> "$DIR/$1.err" || fail "$1: offload run failed"
+    sort "$DIR/$1.mono" > "$DIR/$1.mono.s"
+    sort "$DIR/$1.off" > "$DIR/$1.off.s"
+    cmp -s "$DIR/$1.mono.s" "$DIR/$1.off.s" || {
+        diff "$DIR/$1.mono.s" "$DIR/$1.off.s"; fail "$1: offload text differs from monolithic"; }
+    grep -q "offload (" "$DIR/$1.err" || fail "$1: no offload summary"
+    echo "ok: $1"
+}
+
+case "$SCEN" in
+match)
+    L=$(layout req3 3 request 3 auto auto 2 false "$STORIES" "$STOK")
+    offload_vs_mono req3 "$L" "$STORIES" "$STOK" 24 start
+
+    L=$(layout head2tcp 2 head 2 tcp ssd 1 false "$STORIES" "$STOK")
+    mkdir -p "$DIR/logs"
+    "$BIN" launch "$L" --log-dir "$DIR/logs" > "$DIR/launch.out" 2>&1 &
+    LP=$!
+    PIDS="$PIDS $LP"
+    n=0
+    while [ "$(grep -c READY "$DIR"/logs/s*.log 2>/dev/null | awk -F: '{s+=$2} END {print s+0}')" -lt 2 ]; do
+        n=$((n + 1)); [ $n -gt 200 ] && fail "launch: storage nodes not ready"; sleep 0.1
+    done
+    offload_vs_mono head2tcp "$L" "$STORIES" "$STOK" 24 connect
+    grep -q "SSD reads 0 bytes" "$DIR/head2tcp.err" && fail "head2tcp: KV forced to SSD, but no SSD read"
+    kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
+
+    L=$(layout dram1 1 request 1 shm dram 4 false "$STORIES" "$STOK")
+    offload_vs_mono dram1 "$L" "$STORIES" "$STOK" 24 start
+
+    "$BIN" gen-model --out "$DIR/mha" --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 4 \
+        --vocab 300 --seq-len 128 --format llama2c --quiet || fail "gen-model failed"
+    L=$(layout mhaxc 2 head 2 auto auto 2 true "$DIR/mha.bin" "$DIR/mha.tok.bin")
+    offload_vs_mono mhaxc "$L" "$DIR/mha.bin" "$DIR/mha.tok.bin" 16 start
+    grep -q ", 0 via x-cache" "$DIR/mhaxc.err" && fail "mhaxc: no request used the X-cache"
+    ;;
+queue)
+    i=0
+    while [ $i -lt 8 ]; do echo "Once upon a time number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    L=$(layout queue1 1 request 2 auto auto 2 false "$STORIES" "$STOK" 127.0.0.1 1)
+    offload_vs_mono queue1 "$L" "$STORIES" "$STOK" 400 start
+    r=$(grep -c "refused request" "$DIR/nearattn-run-queue1-s0.log")
+    [ "$r" -ge 1 ] || fail "queue: the budget never refused a request (nothing queued)"
+    [ "$r" -le 64 ] || fail "queue: $r refused opens: admission retries in a loop"
+    long=$(i=0; while [ $i -lt 700 ]; do printf 'word '; i=$((i + 1)); done)
+    "$BIN" run --config "$L" --prompt "$long" -n 4 > /dev/null 2> "$DIR/long.err"
+    [ $? -eq 1 ] || fail "a prompt longer than the context was not refused"
+    grep -q "longer than the model context" "$DIR/long.err" || fail "no clear message for a long prompt"
+    echo "ok: long prompt refused"
+    ;;
+mpirun)
+    command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: no mpirun"; exit 77; }
+    L=$(layout mpi2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$L" > "$DIR/mpi.out" 2> "$DIR/mpi.err" &
+    MP=$!
+    PIDS="$PIDS $MP"
+    n=0
+    while [ "$(grep -c '^READY s' "$DIR/mpi.out" 2>/dev/null)" -lt 2 ]; do
+        n=$((n + 1)); [ $n -gt 300 ] && fail "mpirun: storage nodes not ready"; sleep 0.1
+    done
+    offload_vs_mono mpi2 "$L" "$STORIES" "$STOK" 24 connect
+    kill -TERM "$MP"; wait "$MP"
+    ;;
+netns)
+    A=na_off_a$PORT; B=na_off_b$PORT
+    ip netns add $A 2>/dev/null || { echo "SKIPPED: cannot create network namespaces"; exit 77; }
+    ip netns add $B || { ip netns del $A; echo "SKIPPED: cannot create network namespaces"; exit 77; }
+    trap 'ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; cleanup' EXIT INT TERM
+    ip link add vna$PORT type veth peer name vnb$PORT || fail "veth"
+    ip link set vna$PORT netns $A && ip link set vnb$PORT netns $B || fail "veth move"
+    ip -n $A addr add 10.77.$((PORT % 200)).1/24 dev vna$PORT && ip -n $A link set vna$PORT up \
+        && ip -n $A link set lo up || fail "ip A"
+    ip -n $B addr add 10.77.$((PORT % 200)).2/24 dev vnb$PORT && ip -n $B link set vnb$PORT up \
+        && ip -n $B link set lo up || fail "ip B"
+    L=$(layout ns2 2 request 2 tcp auto 2 false "$STORIES" "$STOK" 10.77.$((PORT % 200)).1)
+    sed -i "s/- { name: c0, host: 127.0.0.1 }/- { name: c0, host: 10.77.$((PORT % 200)).2 }/" "$L"
+    for s in 0 1; do
+        ip netns exec $A "$BIN" node --config "$L" --name s$s > "$DIR/ns$s.out" 2> "$DIR/ns$s.err" &
+        PIDS="$PIDS $!"
+    done
+    n=0
+    while ! grep -q READY "$DIR/ns0.out" || ! grep -q READY "$DIR/ns1.out"; do
+        n=$((n + 1)); [ $n -gt 200 ] && fail "netns: storage nodes not ready"; sleep 0.1
+    done
+    "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
+        -n 24 --temp 0 --threads 1 > "$DIR/ns.mono" 2>/dev/null || fail "netns: monolithic failed"
+    timeout 120 ip netns exec $B "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" \
+        -n 24 --temp 0 --threads 1 > "$DIR/ns.off" 2> "$DIR/ns.err" || fail "netns: offload failed"
+    sort "$DIR/ns.mono" > "$DIR/a.s"; sort "$DIR/ns.off" > "$DIR/b.s"
+    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s"; fail "netns: text differs"; }
+    echo "ok: netns"
+    ;;
+badshape)
+    BAD=${3:?badshape needs the bad_node binary}
+    for mode in shape count; do
+        L=$(layout bad$mode 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+        "$BIN" node --config "$L" --name s0 > "$DIR/b0$mode.out" 2> "$DIR/b0$mode.err" &
+        P0=$!
+        "$BAD" "$L" s1 $mode > "$DIR/b1$mode.out" 2> "$DIR/b1$mode.err" &
+        P1=$!
+        PIDS="$PIDS $P0 $P1"
+        n=0
+        while ! grep -q READY "$DIR/b0$mode.out" || ! grep -q READY "$DIR/b1$mode.out"; do
+            n=$((n + 1)); [ $n -gt 200 ] && fail "badshape: nodes not ready"; sleep 0.1
+        done
+        "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
+            -n 24 --temp 0 --threads 1 > "$DIR/bad.mono" 2>/dev/null || fail "monolithic failed"
+        timeout 60 "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" \
+            -n 24 --temp 0 --threads 1 > "$DIR/bad.off" 2> "$DIR/bad$mode.err"
+        rc=$?
+        [ $rc -eq 124 ] && fail "badshape $mode: run hung"
+        [ $rc -eq 1 ] || fail "badshape $mode: run exited $rc, expected 1"
+        grep -q "s1 lost: answered batch .* with wrong shapes" "$DIR/bad$mode.err" \
+            || fail "badshape $mode: no clear reason"
+        grep -a -v FAILED "$DIR/bad.off" > "$DIR/bad.ok"
+        [ -s "$DIR/bad.ok" ] || fail "badshape $mode: no request finished on the good node"
+        while IFS= read -r line; do
+            grep -qxF "$line" "$DIR/bad.mono" || fail "badshape $mode: a finished request differs"
+        done < "$DIR/bad.ok"
+        kill -TERM $P0 $P1; wait $P0 $P1 2>/dev/null
+        echo "ok: badshape $mode ($(wc -l < "$DIR/bad.ok") request(s) finished correctly)"
+    done
+    ;;
+kill)
+    "$BIN" gen-model --out "$DIR/big" --dim 256 --hidden 512 --layers 4 --heads 8 --kv-heads 8 \
+        --vocab 512 --seq-len 1024 --format llama2c --quiet || fail "gen-model failed"
+    L=$(layout kill2 2 request 2 auto auto 2 false "$DIR/big.bin" "$DIR/big.tok.bin")
+    for s in 0 1; do
+        "$BIN" node --config "$L" --name s$s > "$DIR/s$s.out" 2> "$DIR/s$s.err" &
+        eval "SP$s=$!"
+        PIDS="$PIDS $!"
+    done
+    n=0
+    while ! grep -q READY "$DIR/s0.out" || ! grep -q READY "$DIR/s1.out"; do
+        n=$((n + 1)); [ $n -gt 200 ] && fail "storage nodes not ready"; sleep 0.1
+    done
+    "$BIN" run --mode monolithic --model "$DIR/big.bin" --prompts "$DIR/prompts.txt" -n 600 \
+        --temp 0 --threads 1 > "$DIR/kill.mono" 2>/dev/null || fail "monolithic run failed"
+    timeout 120 "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" -n 600 \
+        --temp 0 --threads 1 > "$DIR/kill.off" 2> "$DIR/kill.err" &
+    RP=$!
+    sleep 1.5
+    kill -9 "$SP1"
+    wait "$RP"
+    rc=$?
+    [ $rc -eq 124 ] && fail "kill: offload run hung"
+    if grep -q "failed" "$DIR/kill.err"; then
+        [ $rc -eq 1 ] || fail "kill: run exited $rc, expected 1"
+        grep -q "s1 lost" "$DIR/kill.err" || fail "kill: the lost node is not named"
+    else
+        echo "note: generation finished before the kill; only completion is checked"
+    fi
+    # every request that finished has the monolithic text
+    grep -a -v "FAILED" "$DIR/kill.off" > "$DIR/kill.ok"
+    while IFS= read -r line; do
+        grep -qxF "$line" "$DIR/kill.mono" || fail "kill: a finished request differs: $line"
+    done < "$DIR/kill.ok"
+    [ -s "$DIR/kill.ok" ] || fail "kill: no request finished"
+    echo "ok: kill ($(wc -l < "$DIR/kill.ok") request(s) finished correctly)"
+    ;;
+*)
+    echo "unknown scenario $SCEN"; exit 2 ;;
+esac
+exit 0
