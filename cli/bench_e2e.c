@@ -7,10 +7,11 @@
  * engine threads, no network), so the figures isolate the compute /
  * attention overlap of the scheduler; `nearattn run` prints the same split
  * over real storage-node processes. For each point:
- *   monolithic tok/s (the reference), offload tok/s with 1 and 2 batches in
- *   flight, t_m (mean compute slice) and t_a (mean attention round trip)
- *   measured with 1 in flight, the ideal pipelining gain (t_m+t_a)/max(t_m,t_a)
- *   and the achieved gain tok/s(2 in flight) / tok/s(1 in flight). */
+ *   monolithic tok/s of B requests (the reference), offload tok/s of one
+ *   batch of B and of 2 batches of B in flight, t_m (mean compute slice) and
+ *   t_a (mean attention round trip) measured with 1 in flight, the ideal
+ *   pipelining gain (t_m+t_a)/max(t_m,t_a) and the achieved gain
+ *   tok/s(2 in flight) / tok/s(1 in flight). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/e2e_sweep.h"
 #include "cli/run_offload.h"
 #include "common/config.h"
 #include "common/genmodel.h"
@@ -26,7 +28,8 @@
 #include "compute-node/offload.h"
 
 #define E2E_NEW  16
-#define E2E_REPS 3          /* runs per point: median and spread */
+#define E2E_REPS 3          /* runs per point: median and spread (--quick: 1) */
+#define E2E_MAX_TOKENS (256 * 1024)  /* prompt tokens of a point (2 batches: 1 GiB of KV) */
 
 static void e2e_usage(FILE *f)
 {
@@ -35,8 +38,11 @@ static void e2e_usage(FILE *f)
         "                          [options]\n\n"
         "Decode tokens/s of monolithic and offloaded generation (in-process device\n"
         "slots) on a generated MHA model (dim 256, 4 layers, 8 heads), with t_m, t_a\n"
-        "and the ideal vs achieved gain of 2 batches in flight. Default: batch 1 and\n"
-        "8 at context 512; --full: batch 1..64 at contexts 512..8192.\n\n"
+        "and the ideal vs achieved gain of 2 batches of B in flight. Default: B = 1 and\n"
+        "8 at context 512; --full: batch 1..64 at contexts 512..16384 (points past\n"
+        "256K prompt tokens skipped).\n\n"
+        "  --sweep        the comparison sweep over modes, links, batch, context and\n"
+        "                 storage nodes (nearattn bench e2e --sweep --help)\n"
         "  --mode M       monolithic, offload or both (default both)\n"
         "  --full         the larger sweep\n"
         "  --remote       offload to one storage-node process started here (shared\n"
@@ -45,7 +51,7 @@ static void e2e_usage(FILE *f)
 }
 
 /* Write a one-slot DRAM layout into dir and load it (shared-memory
- * transport, one storage node on port 13998 for --remote). */
+ * transport, one storage node on port 13999 for --remote). */
 static na_status_t e2e_layout(const char *dir, int bif, na_cfg_t **cfg_p)
 {
     char path[600], secret[600];
@@ -90,10 +96,12 @@ static void e2e_free(na_request_t **r, int n)
 }
 
 /* Offload decode tok/s with bif batches in flight; t_m / t_a out. */
+static double g_link_rtt;   /* --remote: the last HEARTBEAT round trip measured (s) */
+
 static double e2e_offload(na_engine_t *e, const char *dir, const na_cfg_t *rcfg, int bif,
                           int B, int ctx, double *tm_p, double *ta_p, double *idle_p)
 {
-    na_request_t *r[64];
+    na_request_t *r[2 * 64];
     na_cfg_t *cfg = NULL;
     na_asvc_t *svc = NULL;
     na_off_opts_t oo;
@@ -107,18 +115,20 @@ static double e2e_offload(na_engine_t *e, const char *dir, const na_cfg_t *rcfg,
         na_cfg_destroy(cfg);
         return 0;
     }
-    e2e_requests(e, r, B, ctx);
+    e2e_requests(e, r, B * bif, ctx);      /* bif batches of B requests each */
     memset(&oo, 0, sizeof(oo));
     oo.max_batch = B;
     oo.batches_in_flight = bif;
-    if (na_offload_generate(e, svc, r, B, &oo, &os) == NA_OK) {
+    if (na_offload_generate(e, svc, r, B * bif, &oo, &os) == NA_OK) {
         dec = os.wall_s - os.prefill_s - os.ship_s;
         *tm_p = os.slices ? (os.compute_s - os.prefill_s - os.ship_s) / (double)os.slices : 0;
         *ta_p = os.attn_calls ? os.attn_rt_s / (double)os.attn_calls : 0;
         *idle_p = os.idle_s / (dec > 0 ? dec : 1);
+        if (os.svc.link_rtt_s > 0)
+            g_link_rtt = os.svc.link_rtt_s;
         dec = dec > 0 ? (double)os.gen.decode_tokens / dec : 0;
     }
-    e2e_free(r, B);
+    e2e_free(r, B * bif);
     na_asvc_destroy(svc);
     na_cfg_destroy(cfg);
     return dec;
@@ -143,9 +153,9 @@ static double e2e_mono(na_engine_t *e, int B, int ctx)
 int na_cli_bench_e2e(int argc, char **argv)
 {
     static const int qb[] = { 1, 8 }, qc[] = { 512 };
-    static const int fb[] = { 1, 8, 32, 64 }, fc[] = { 512, 2048, 8192 };
+    static const int fb[] = { 1, 8, 32, 64 }, fc[] = { 512, 2048, 8192, 16384 };
     const int *bs = qb, *cs = qc;
-    int nb = 2, nc = 1, full = 0, remote = 0, i, j, k, rc = 1;
+    int nb = 2, nc = 1, full = 0, remote = 0, reps, i, j, k, rc = 1;
     na_cfg_t *rcfg = NULL;
     na_run_cluster_t *cl = NULL;
     const char *mode = "both";
@@ -158,6 +168,14 @@ int na_cli_bench_e2e(int argc, char **argv)
     char dir[512], prefix[600], path[620], name[96];
     const char *tmp = getenv("TMPDIR");
 
+    /* --sweep / --point: the mode x batch x context x nodes x link comparison
+     * (cli/bench_sweep.c, cli/bench_point.c; docs/benchmarks.md) */
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--point"))
+            return na_cli_e2e_point(argc, argv);
+        if (!strcmp(argv[i], "--sweep"))
+            return na_cli_e2e_sweep(argc, argv);
+    }
     na_cli_bench_opts_init(&o);
     for (i = 1; i < argc; i++) {
         int r = na_cli_bench_opt("e2e", argc, argv, &i, &o);
@@ -184,8 +202,9 @@ int na_cli_bench_e2e(int argc, char **argv)
         fprintf(stderr, "nearattn bench e2e: --mode monolithic, offload or both\n");
         return 2;
     }
+    reps = o.quick ? 1 : E2E_REPS;
     if (full) {
-        bs = fb; nb = 4; cs = fc; nc = 3;
+        bs = fb; nb = 4; cs = fc; nc = 4;
     }
     snprintf(dir, sizeof(dir), "%s/nearattn-e2e-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (mkdtemp(dir) == NULL) {
@@ -198,7 +217,7 @@ int na_cli_bench_e2e(int argc, char **argv)
     go.n_layers = 4;
     go.n_heads = 8;
     go.n_kv_heads = 8;
-    go.seq_len = (full ? 8192 : 512) + E2E_NEW + 8;
+    go.seq_len = (full ? 16384 : 512) + E2E_NEW + 8;
     go.write_gguf = 0;
     snprintf(prefix, sizeof(prefix), "%s/model", dir);
     snprintf(path, sizeof(path), "%s.bin", prefix);
@@ -221,13 +240,23 @@ int na_cli_bench_e2e(int argc, char **argv)
             double mono = 0, t1 = 0, t2 = 0, tm = 0, ta = 0, tm2, ta2, idle1 = 0, idle2 = 0;
             double vm[E2E_REPS], v1[E2E_REPS], v2[E2E_REPS], vtm[E2E_REPS], vta[E2E_REPS];
             double vi1[E2E_REPS], vi2[E2E_REPS], sm, s1, s2;
+            if ((long)B * C * 2 > E2E_MAX_TOKENS) {
+                na_bench_note(b, "B=%d ctx=%d skipped: %ld prompt tokens exceed the bench's "
+                              "bound of %d", B, C, (long)B * C * 2, E2E_MAX_TOKENS);
+                continue;
+            }
             for (r = 0; r < E2E_REPS; r++) {
+                if (r >= reps) {        /* --quick: one run */
+                    vm[r] = vm[0]; v1[r] = v1[0]; v2[r] = v2[0]; vtm[r] = vtm[0];
+                    vta[r] = vta[0]; vi1[r] = vi1[0]; vi2[r] = vi2[0];
+                    continue;
+                }
                 vm[r] = v1[r] = v2[r] = vtm[r] = vta[r] = vi1[r] = vi2[r] = 0;
                 if (strcmp(mode, "offload"))
                     vm[r] = e2e_mono(e, B, C);
                 if (strcmp(mode, "monolithic")) {
                     v1[r] = e2e_offload(e, dir, rcfg, 1, B, C, &vtm[r], &vta[r], &vi1[r]);
-                    v2[r] = B >= 2 ? e2e_offload(e, dir, rcfg, 2, B, C, &tm2, &ta2, &vi2[r]) : 0;
+                    v2[r] = e2e_offload(e, dir, rcfg, 2, B, C, &tm2, &ta2, &vi2[r]);
                 }
             }
             sm = na_bench_spread(vm, E2E_REPS);
@@ -264,11 +293,13 @@ int na_cli_bench_e2e(int argc, char **argv)
                              0, NULL, 0);
             }
         }
+    if (remote && g_link_rtt > 0)
+        na_bench_add(b, "link round trip (HEARTBEAT ping)", 1e6 * g_link_rtt, "us", 0, NULL, 0);
     na_bench_note(b, "generated MHA model dim 256, 4 layers, 8 heads, f16 KV; %d new tokens "
                   "per request, greedy; offload = %s (1 slot, DRAM tier, 1 engine thread); "
                   "compute %d thread(s); median of %d runs per point", E2E_NEW,
                   remote ? "one storage-node process over UCX shared memory"
-                         : "in-process device slot without a network", eo.n_threads, E2E_REPS);
+                         : "in-process device slot without a network", eo.n_threads, reps);
     rc = na_cli_bench_finish("e2e", b, &o);
 out:
     na_run_cluster_stop(cl);

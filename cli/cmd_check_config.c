@@ -4,24 +4,31 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/plan_rates.h"
 #include "common/config.h"
 
 static void na_check_config_usage(FILE *f)
 {
-    fprintf(f, "usage: nearattn check-config FILE\n"
+    fprintf(f, "usage: nearattn check-config FILE [--plan [--rates measured|RATES]]\n"
                "       nearattn check-config --keys\n\n"
                "Validate the cluster layout FILE (docs/config.md) and print the resolved plan:\n"
                "nodes and their ranks, addresses, device slots with budgets, partition and\n"
                "pipelining. KV directories of storage nodes on this machine are created.\n"
                "Exit 0 when valid, 1 with a 'file:line:col: message' when not, 2 on usage.\n\n"
                "  --keys   print every layout key with its type, default and meaning\n"
-               "  --plan   capacity/throughput estimate (not yet available)\n");
+               "  --plan   also estimate t_m, t_a, bytes per layer and tokens/s of each\n"
+               "           mode, and suggest batches in flight and storage nodes\n"
+               "           (t_a ~= t_m/(n-1), Lamina 4.1/5.1; docs/benchmarks.md)\n"
+               "  --rates R  'measured' (default: measured now on this machine) or a file\n"
+               "           of 'key value' lines (gemv_Bps gemm_flops attn_Bps disk_Bps\n"
+               "           link_Bps link_rtt_s step_overhead_s)\n");
 }
 
 /* Returns 0 valid, 1 invalid layout, 2 usage error. */
 int na_cmd_check_config(int argc, char **argv)
 {
-    const char *file = NULL;
+    const char *file = NULL, *rates = NULL;
+    int plan = 0;
     na_cfg_t *cfg;
     na_status_t st;
     int i;
@@ -34,8 +41,13 @@ int na_cmd_check_config(int argc, char **argv)
             na_cfg_print_schema(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--plan")) {
-            fprintf(stderr, "nearattn check-config: --plan: not yet available\n");
-            return 2;
+            plan = 1;
+        } else if (!strcmp(argv[i], "--rates")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "nearattn check-config: --rates needs 'measured' or a file\n");
+                return 2;
+            }
+            rates = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             fprintf(stderr, "nearattn check-config: unknown option '%s'\n", argv[i]);
             na_check_config_usage(stderr);
@@ -56,6 +68,7 @@ int na_cmd_check_config(int argc, char **argv)
     if (st != NA_OK)
         return na_cli_fail("check-config", st);
     na_cfg_print_plan(cfg, stdout);
+    i = plan ? na_cli_plan(cfg, rates) : 0;
     na_cfg_destroy(cfg);
-    return 0;
+    return i;
 }

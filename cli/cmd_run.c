@@ -392,6 +392,13 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
                 na_err_prefix(st, "prompt %d: ", i + 1);
         }
         free(toks);
+        if (st == NA_ERR_RANGE && r->n > 1 && !strcmp(a->mode, "offload")) {
+            /* one prompt too long for the context: that request fails, the job goes on */
+            fprintf(stderr, "nearattn run: %s\n", na_errmsg());
+            printf("[%d] FAILED (see the error above): %s\n", i + 1, r->texts[i]);
+            r->failed++;
+            continue;
+        }
         if (st != NA_OK)
             return st;
     }
@@ -549,8 +556,7 @@ int na_cmd_run(int argc, char **argv)
         st = na_cfg_load(r.cfg_path, &r.cfg);
         if (st != NA_OK)
             goto out_fail;
-        if (a.config == NULL && getenv("NA_KV_DIR") == NULL)
-            na_log_info("run: layout %s", r.cfg_path);
+        na_log_debug("run: layout %s", r.cfg_path);
     }
     st = na_run_pick_model(&a, &r);
     if (st != NA_OK)
@@ -596,7 +602,19 @@ int na_cmd_run(int argc, char **argv)
         oa.on_done = na_run_on_done;
         oa.on_error = na_run_on_error;
         oa.user = &r;
-        st = na_run_offload(&oa, r.engine, r.reqs, r.n, &os);
+        {   /* the requests that could be made (a too-long prompt failed already) */
+            na_request_t **live = calloc((size_t)r.n, sizeof(*live));
+            int n_live = 0, i;
+            if (live == NULL) {
+                st = na_err(NA_ERR_NOMEM, "out of memory");
+                goto out_fail;
+            }
+            for (i = 0; i < r.n; i++)
+                if (r.reqs[i] != NULL)
+                    live[n_live++] = r.reqs[i];
+            st = na_run_offload(&oa, r.engine, live, n_live, &os);
+            free(live);
+        }
         if (st != NA_OK)
             goto out_fail;
         rc = r.failed > 0 ? 1 : 0;

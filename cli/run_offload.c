@@ -69,6 +69,23 @@ void na_run_cluster_stop(na_run_cluster_t *c)
     free(c);
 }
 
+/* The last non-empty line of file path into buf ("" if none). */
+static void na_ro_log_tail(const char *path, char *buf, size_t len)
+{
+    char line[512];
+    FILE *f = fopen(path, "r");
+
+    buf[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] != '\0')
+            snprintf(buf, len, "%s", line);
+    }
+    fclose(f);
+}
+
 /* Wait for "READY" on node i's stdout. */
 static na_status_t na_run_wait_ready(na_run_cluster_t *c, int i, const char *name,
                                      const char *log)
@@ -83,9 +100,12 @@ static na_status_t na_run_wait_ready(na_run_cluster_t *c, int i, const char *nam
         if (poll(&pf, 1, 100) <= 0)
             continue;
         n = read(c->fd[i], buf + have, sizeof(buf) - 1 - have);
-        if (n <= 0)
-            return na_err(NA_ERR_PEER, "storage node %s exited before it was ready (log: %s)",
-                          name, log);
+        if (n <= 0) {
+            char last[512];
+            na_ro_log_tail(log, last, sizeof(last));
+            return na_err(NA_ERR_PEER, "storage node %s exited before it was ready: %s (log: %s)",
+                          name, last[0] ? last : "no output", log);
+        }
         have += (size_t)n;
         buf[have] = '\0';
         if (strstr(buf, "READY") != NULL)
@@ -166,16 +186,19 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
     fprintf(stderr,
             "time split: wall %.3f s = prefill compute %.3f + KV shipping %.3f + decode compute "
             "%.3f + x-cache %.3f + sending %.3f + idle (waiting for attention) %.3f; "
-            "attention round trips %ld, mean %.3f ms (network + storage attention + disk)\n",
+            "attention round trips %ld, mean %.3f ms (network + storage attention + disk; "
+            "the link's own round trip, a HEARTBEAT ping: %.3f ms)\n",
             s->wall_s, s->prefill_s, s->ship_s, compute, s->xcache_s, s->submit_s, s->idle_s,
-            s->attn_calls, s->attn_calls ? 1e3 * s->attn_rt_s / (double)s->attn_calls : 0.0);
+            s->attn_calls, s->attn_calls ? 1e3 * s->attn_rt_s / (double)s->attn_calls : 0.0,
+            1e3 * s->svc.link_rtt_s);
     fprintf(stderr,
             "wire: %llu messages / %llu bytes sent, %llu / %llu received; prompt KV shipped "
-            "%llu bytes; storage SSD reads %llu bytes; %ld request(s) failed, %ld via x-cache\n",
+            "%llu bytes; storage SSD reads %llu bytes; %ld request(s) failed, %ld re-placed "
+            "after a lost storage node, %ld via x-cache\n",
             (unsigned long long)s->svc.msgs_sent, (unsigned long long)s->svc.bytes_sent,
             (unsigned long long)s->svc.msgs_recv, (unsigned long long)s->svc.bytes_recv,
             (unsigned long long)s->svc.prefill_bytes, (unsigned long long)s->svc.ssd_bytes_read,
-            s->failed, s->xcache_reqs);
+            s->failed, s->recovered, s->xcache_reqs);
 }
 
 na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_request_t **reqs,

@@ -6,8 +6,10 @@
  * here; requests are placed over them by the storage node's placement
  * (request- or head-level partition). A submitted batch starts on the
  * engines' worker threads at once and is reaped by poll, so the compute
- * node's next slice of another batch overlaps with it. One batch is on the
- * engines at a time: a second submit first completes the one running. */
+ * node's slices of other batches overlap with it; several batches may be on
+ * the engines at once (they never share a request). The engines have no
+ * non-blocking test, so poll(0) returns only batches already reaped and a
+ * waiting poll reaps the oldest batch submitted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,21 +29,26 @@ typedef struct na_inproc_req {
     struct na_inproc_req *next;
 } na_inproc_req_t;
 
+/* A batch on the engines. */
+typedef struct {
+    int               active;
+    uint64_t          seq;                   /* submit order */
+    na_asvc_entry_t  *e;                     /* its entries (caller's) */
+    na_attn_entry_t  *ae;                    /* [cap] engine entries */
+    int              *owner;                 /* [cap] index into e */
+    int               cap, total;
+    na_attn_batch_t  *eb[NA_PLACE_MAX_SLOTS];
+    double            t0;
+} na_inproc_run_t;
+
 typedef struct {
     na_asvc_t         base;
     int               n_slots;
     na_slot_t       **slots;                 /* [n_slots] */
     na_place_t        place;
     na_inproc_req_t  *reqs;                  /* open requests (list) */
-    /* the batch on the engines */
-    int               running;               /* batch id, -1 = none */
-    na_asvc_entry_t  *run_e;                 /* its entries (caller's) */
-    int               run_n;
-    na_attn_entry_t  *ae;                    /* [cap_ae] engine entries */
-    int              *owner;                 /* [cap_ae] index into run_e */
-    int               cap_ae;
-    na_attn_batch_t  *eb[NA_PLACE_MAX_SLOTS];
-    double            run_t0;
+    na_inproc_run_t   run[NA_INPROC_MAX_BATCH];  /* by batch id */
+    uint64_t          seq;
     /* batches completed, not yet returned by poll (FIFO) */
     int               done[NA_INPROC_MAX_BATCH];
     int               n_done;
@@ -142,29 +149,46 @@ static na_status_t ip_prefill_done(na_asvc_t *s, uint64_t req)
     return st;
 }
 
-/* Wait for the batch on the engines, copy statuses, queue its id. */
-static void ip_finish_running(na_inproc_t *p)
+/* Wait for batch bi on the engines, copy statuses, queue its id. */
+static void ip_finish(na_inproc_t *p, int bi)
 {
+    na_inproc_run_t *r = &p->run[bi];
     int s, j;
 
-    if (p->running < 0)
-        return;
     for (s = 0; s < p->n_slots; s++)
-        if (p->eb[s] != NULL) {
-            (void)na_attn_batch_wait(na_slot_engine(p->slots[s]), p->eb[s]);
-            p->eb[s] = NULL;
+        if (r->eb[s] != NULL) {
+            (void)na_attn_batch_wait(na_slot_engine(p->slots[s]), r->eb[s]);
+            r->eb[s] = NULL;
         }
-    for (j = 0; j < p->cap_ae && p->owner[j] >= 0; j++) {
-        na_asvc_entry_t *e = &p->run_e[p->owner[j]];
-        if (p->ae[j].status != NA_OK && e->status == NA_OK) {
-            e->status = p->ae[j].status;
+    for (j = 0; j < r->total; j++) {
+        na_asvc_entry_t *e = &r->e[r->owner[j]];
+        if (r->ae[j].status != NA_OK && e->status == NA_OK) {
+            e->status = r->ae[j].status;
             snprintf(e->reason, sizeof(e->reason), "%s",
-                     p->ae[j].reason[0] ? p->ae[j].reason : na_status_string(e->status));
+                     r->ae[j].reason[0] ? r->ae[j].reason : na_status_string(e->status));
         }
     }
-    p->st.attn_s += ip_now() - p->run_t0;
-    p->done[p->n_done++] = p->running;
-    p->running = -1;
+    p->st.attn_s += ip_now() - r->t0;
+    p->done[p->n_done++] = bi;
+    r->active = 0;
+}
+
+/* The oldest batch on the engines, or -1. */
+static int ip_oldest(const na_inproc_t *p)
+{
+    int b, best = -1;
+    for (b = 0; b < NA_INPROC_MAX_BATCH; b++)
+        if (p->run[b].active && (best < 0 || p->run[b].seq < p->run[best].seq))
+            best = b;
+    return best;
+}
+
+/* Reap every batch on the engines (oldest first). */
+static void ip_finish_all(na_inproc_t *p)
+{
+    int b;
+    while ((b = ip_oldest(p)) >= 0)
+        ip_finish(p, b);
 }
 
 static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
@@ -173,12 +197,13 @@ static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
     const int hd = s->mc.head_dim, grp = s->mc.n_heads / s->mc.n_kv_heads;
     int count[NA_PLACE_MAX_SLOTS] = { 0 }, fill[NA_PLACE_MAX_SLOTS];
     na_inproc_req_t **rs;
+    na_inproc_run_t *run;
     int i, j, total = 0, sl;
 
-    if (batch < 0 || batch >= NA_INPROC_MAX_BATCH || batch == p->running)
+    if (batch < 0 || batch >= NA_INPROC_MAX_BATCH || p->run[batch].active)
         return na_err(NA_ERR_INVALID, "inproc: batch %d already in flight or out of range",
                       batch);
-    ip_finish_running(p);
+    run = &p->run[batch];
     rs = calloc((size_t)(n > 0 ? n : 1), sizeof(*rs));
     if (rs == NULL)
         return na_err(NA_ERR_NOMEM, "inproc: out of memory");
@@ -196,34 +221,33 @@ static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
             count[rs[i]->parts[j].slot]++;
         total += rs[i]->n_parts;
     }
-    if (total + 1 > p->cap_ae) {
+    if (total + 1 > run->cap) {
         int cap = 2 * (total + 1);
-        na_attn_entry_t *ae = realloc(p->ae, (size_t)cap * sizeof(*ae));
-        int *ow = ae ? realloc(p->owner, (size_t)cap * sizeof(*ow)) : NULL;
+        na_attn_entry_t *ae = realloc(run->ae, (size_t)cap * sizeof(*ae));
+        int *ow = ae ? realloc(run->owner, (size_t)cap * sizeof(*ow)) : NULL;
         if (ae != NULL)
-            p->ae = ae;
+            run->ae = ae;
         if (ow == NULL) {
             free(rs);
             return na_err(NA_ERR_NOMEM, "inproc: out of memory for %d entries", total);
         }
-        p->owner = ow;
-        p->cap_ae = cap;
+        run->owner = ow;
+        run->cap = cap;
     }
     for (sl = 0, j = 0; sl < p->n_slots; sl++) {
         fill[sl] = j;
         j += count[sl];
     }
-    memset(p->ae, 0, (size_t)(total + 1) * sizeof(*p->ae));
-    for (i = 0; i < total + 1; i++)
-        p->owner[i] = -1;
+    memset(run->ae, 0, (size_t)(total + 1) * sizeof(*run->ae));
+    run->total = total;
     for (i = 0; i < n; i++) {
         if (rs[i] == NULL)
             continue;
         for (j = 0; j < rs[i]->n_parts; j++) {
             const na_place_part_t *pt = &rs[i]->parts[j];
             int x = fill[pt->slot]++;
-            na_attn_entry_t *a = &p->ae[x];
-            p->owner[x] = i;
+            na_attn_entry_t *a = &run->ae[x];
+            run->owner[x] = i;
             a->req = e[i].req;
             a->layer = layer;
             a->n_kv_heads = pt->n_kvh;
@@ -234,29 +258,29 @@ static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
             a->o = e[i].o + (size_t)pt->kvh0 * grp * hd;
         }
     }
-    p->running = batch;
-    p->run_e = e;
-    p->run_n = n;
-    p->run_t0 = ip_now();
+    run->active = 1;
+    run->seq = ++p->seq;
+    run->e = e;
+    run->t0 = ip_now();
     p->st.decode_entries += (uint64_t)n;
     for (sl = 0, j = 0; sl < p->n_slots; j += count[sl], sl++) {
         na_attn_engine_t *eng = na_slot_engine(p->slots[sl]);
         na_status_t st;
         if (count[sl] == 0)
             continue;
-        st = na_attn_batch_begin(eng, &p->eb[sl]);
+        st = na_attn_batch_begin(eng, &run->eb[sl]);
         if (st != NA_OK) {
-            p->eb[sl] = NULL;
+            run->eb[sl] = NULL;
         } else {
-            st = na_attn_submit(eng, p->eb[sl], &p->ae[j], count[sl]);
-            (void)na_attn_batch_close(eng, p->eb[sl]);
+            st = na_attn_submit(eng, run->eb[sl], &run->ae[j], count[sl]);
+            (void)na_attn_batch_close(eng, run->eb[sl]);
         }
         if (st != NA_OK) {
             int x;
             for (x = j; x < j + count[sl]; x++)
-                if (p->ae[x].status == NA_OK) {
-                    p->ae[x].status = st;
-                    snprintf(p->ae[x].reason, sizeof(p->ae[x].reason), "%s", na_errmsg());
+                if (run->ae[x].status == NA_OK) {
+                    run->ae[x].status = st;
+                    snprintf(run->ae[x].reason, sizeof(run->ae[x].reason), "%s", na_errmsg());
                 }
         }
     }
@@ -271,8 +295,8 @@ static na_status_t ip_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
 
     for (i = 0; i < p->n_slots; i++)
         (void)na_slot_poll(p->slots[i]);
-    if (p->n_done == 0 && p->running >= 0 && timeout_ms != 0)
-        ip_finish_running(p);       /* engines have no "test": waiting is the poll */
+    if (p->n_done == 0 && timeout_ms != 0 && ip_oldest(p) >= 0)
+        ip_finish(p, ip_oldest(p)); /* engines have no "test": waiting is the poll */
     if (p->n_done == 0)
         return NA_ERR_TIMEOUT;
     *batch_p = p->done[0];
@@ -293,8 +317,7 @@ static void ip_release(na_asvc_t *s, uint64_t req, int status)
     r = *pp;
     if (r == NULL)
         return;
-    if (p->running >= 0)
-        ip_finish_running(p);       /* its views may still be in use */
+    ip_finish_all(p);               /* their views may still be in use */
     *pp = r->next;
     for (i = 0; i < r->n_parts; i++)
         (void)na_slot_release(p->slots[r->parts[i].slot], req);
@@ -329,14 +352,16 @@ static void ip_destroy(na_asvc_t *s)
     na_inproc_t *p = (na_inproc_t *)s;
     int i;
 
-    ip_finish_running(p);
+    ip_finish_all(p);
     while (p->reqs != NULL)
         ip_release(s, p->reqs->id, 0);
     for (i = 0; i < p->n_slots; i++)
         na_slot_destroy(p->slots[i]);
     free(p->slots);
-    free(p->ae);
-    free(p->owner);
+    for (i = 0; i < NA_INPROC_MAX_BATCH; i++) {
+        free(p->run[i].ae);
+        free(p->run[i].owner);
+    }
     free(p);
 }
 
@@ -365,7 +390,6 @@ na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *
     p->base.mc = *mc;
     p->base.q_dim = mc->n_heads * mc->head_dim;
     p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
-    p->running = -1;
     p->slots = calloc((size_t)cfg->n_slots, sizeof(*p->slots));
     if (p->slots == NULL) {
         free(p);

@@ -34,6 +34,9 @@
 #define RM_MAX_NODES   64
 #define RM_MAX_BATCH   64
 #define RM_SLICE_MS    50
+#define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
+#define RM_SPLIT_MIN   16   /* entries for one node at which its message is split */
+#define RM_SPLIT_MAX   4    /* messages per node and batch (Lamina §5.2.1 mini-batches) */
 
 typedef struct {
     na_sc_t *sc;
@@ -62,6 +65,8 @@ typedef struct {
     int              owes[RM_MAX_NODES];    /* 1 while node j owes one */
     int             *map[RM_MAX_NODES];     /* node j's message entry k -> index in e */
     int              cnt[RM_MAX_NODES];
+    int              chunk[RM_MAX_NODES];   /* entries per message to node j */
+    unsigned         want[RM_MAX_NODES];    /* bit c: ATTN_OUT of chunk c still owed */
     uint64_t         t0_ns;
 } rm_batch_t;
 
@@ -191,8 +196,12 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
         return;
     }
     b = &p->b[a->batch_id];
-    if (a->entry_base != 0 || a->n_entries != (uint32_t)b->cnt[j] || a->head_dim != hd ||
-        a->q_per_kv != qpk) {
+    if (a->entry_base % (uint32_t)b->chunk[j] != 0 || a->entry_base >= (uint32_t)b->cnt[j] ||
+        !(b->want[j] & (1u << (a->entry_base / (uint32_t)b->chunk[j]))) ||
+        a->batch_total != (uint32_t)b->cnt[j] ||
+        a->n_entries != (uint32_t)(b->cnt[j] - (int)a->entry_base < b->chunk[j] ?
+                                   b->cnt[j] - (int)a->entry_base : b->chunk[j]) ||
+        a->head_dim != hd || a->q_per_kv != qpk) {
         char why[NA_ASVC_REASON_MAX];
         snprintf(why, sizeof(why), "answered batch %u layer %u with wrong shapes (%u entries "
                  "from %u, head_dim %u, q_per_kv %u)", a->batch_id, a->layer, a->n_entries,
@@ -202,7 +211,7 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
     }
     for (k = 0; k < a->n_entries; k++) {
         na_wire_out_entry_t oe;
-        na_asvc_entry_t *x = &b->e[b->map[j][k]];
+        na_asvc_entry_t *x = &b->e[b->map[j][a->entry_base + k]];
         int h0 = p->head_part ? p->nodes[j].h0 : 0;
         int h1 = p->head_part ? p->nodes[j].h1 : p->base.mc.n_kv_heads;
         if (na_wire_attn_out_get(a, k, &oe) != NA_OK || oe.request_id != x->req ||
@@ -220,7 +229,9 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
         na_wire_rows_to_f32(oe.o, a->dtype, (size_t)(h1 - h0) * qpk * hd,
                             x->o + (size_t)h0 * qpk * hd);
     }
-    rm_batch_node_done(p, (int)a->batch_id, j);
+    b->want[j] &= ~(1u << (a->entry_base / (uint32_t)b->chunk[j]));
+    if (b->want[j] == 0)
+        rm_batch_node_done(p, (int)a->batch_id, j);
 }
 
 /* ERROR from node j: a blocking call's answer, or the reason of an entry. */
@@ -291,7 +302,11 @@ static void rm_pump(rm_t *p, int timeout_ms)
         }
         switch (m.type) {
         case NA_WIRE_MSG_HEARTBEAT:
-            if (!(m.flags & NA_WIRE_F_REPLY)) {
+            if ((m.flags & NA_WIRE_F_REPLY) && p->w_node == j && !p->w_done &&
+                p->w_about == NA_WIRE_MSG_HEARTBEAT) {
+                p->w_done = 1;          /* a ping of ours came back */
+                p->w_st = NA_OK;
+            } else if (!(m.flags & NA_WIRE_F_REPLY)) {
                 na_wire_msg_t r;
                 memset(&r, 0, sizeof(r));
                 r.type = NA_WIRE_MSG_HEARTBEAT;
@@ -371,7 +386,8 @@ static na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, uint64_t req)
     p->w_done = 0;
     p->w_stat = 0;
     p->w_t0_ns = na_xp_now_ns();
-    if (m->type == NA_WIRE_MSG_STATS_REQ)       /* counters only: wait one timeout_ms */
+    if (m->type == NA_WIRE_MSG_STATS_REQ || m->type == NA_WIRE_MSG_HEARTBEAT)
+        /* counters and pings only: wait one timeout_ms */
         p->w_t0_ns -= p->silence_ns - (uint64_t)p->cfg->transport.timeout_ms * 1000000ull;
     st = na_sc_send(p->nodes[j].sc, m);
     if (st != NA_OK) {
@@ -541,7 +557,7 @@ static na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
     rm_batch_t *b;
     na_wire_attn_entry_t *we;
     double t0 = rm_now();
-    int i, j, k;
+    int i, j, k, c, n_chunks;
 
     if (batch < 0 || batch >= RM_MAX_BATCH || p->b[batch].active)
         return na_err(NA_ERR_INVALID, "remote: batch %d already in flight or out of range",
@@ -602,30 +618,40 @@ static na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
             we[k].k = x->k + (size_t)h0 * hd;
             we[k].v = x->v + (size_t)h0 * hd;
         }
-        memset(&m, 0, sizeof(m));
-        m.type = NA_WIRE_MSG_DECODE_ATTN;
-        m.u.attn.batch_id = (uint32_t)batch;
-        m.u.attn.layer = (uint32_t)layer;
-        m.u.attn.n_entries = (uint32_t)b->cnt[j];
-        m.u.attn.entry_base = 0;
-        m.u.attn.batch_total = (uint32_t)b->cnt[j];
-        m.u.attn.head_dim = (uint16_t)hd;
-        m.u.attn.q_per_kv = (uint16_t)qpk;
-        m.u.attn.dtype = NA_DTYPE_F32;
-        m.u.attn.scale = 1.0f / sqrtf((float)hd);
-        m.u.attn.entries = we;
+        /* one message, or up to RM_SPLIT_MAX mini-batches the node can start on
+         * while the next ones are still on the way (Lamina §5.2.1) */
+        b->chunk[j] = b->cnt[j] >= RM_SPLIT_MIN ? (b->cnt[j] + RM_SPLIT_MAX - 1) / RM_SPLIT_MAX
+                                                : b->cnt[j];
+        n_chunks = (b->cnt[j] + b->chunk[j] - 1) / b->chunk[j];
+        b->want[j] = (1u << n_chunks) - 1u;
         b->owes[j] = 1;
         b->pending++;
-        if (!p->nodes[j].alive || na_sc_send(p->nodes[j].sc, &m) != NA_OK) {
-            if (p->nodes[j].alive)
-                rm_node_lost(p, j, na_errmsg());
-            else
-                rm_node_lost(p, j, "gone");
+        if (!p->nodes[j].alive) {
             for (k = 0; k < b->cnt[j]; k++)
                 rm_entry_fail(&e[b->map[j][k]], NA_ERR_PEER, p->nodes[j].why);
             rm_batch_node_done(p, batch, j);
-        } else if (p->nodes[j].last_recv_ns < b->t0_ns) {
-            p->nodes[j].last_recv_ns = b->t0_ns;    /* the silence clock starts now */
+            continue;
+        }
+        for (c = 0; c < n_chunks; c++) {
+            int base = c * b->chunk[j];
+            int cn = b->cnt[j] - base < b->chunk[j] ? b->cnt[j] - base : b->chunk[j];
+            memset(&m, 0, sizeof(m));
+            m.type = NA_WIRE_MSG_DECODE_ATTN;
+            m.flags = c + 1 < n_chunks ? NA_WIRE_F_MORE : 0;
+            m.u.attn.batch_id = (uint32_t)batch;
+            m.u.attn.layer = (uint32_t)layer;
+            m.u.attn.n_entries = (uint32_t)cn;
+            m.u.attn.entry_base = (uint32_t)base;
+            m.u.attn.batch_total = (uint32_t)b->cnt[j];
+            m.u.attn.head_dim = (uint16_t)hd;
+            m.u.attn.q_per_kv = (uint16_t)qpk;
+            m.u.attn.dtype = NA_DTYPE_F32;
+            m.u.attn.scale = 1.0f / sqrtf((float)hd);
+            m.u.attn.entries = we + base;
+            if (na_sc_send(p->nodes[j].sc, &m) != NA_OK) {
+                rm_node_lost(p, j, na_errmsg());    /* fails what it owes, this batch too */
+                break;
+            }
         }
     }
     free(we);
@@ -693,10 +719,19 @@ static int rm_busy(const rm_t *p)
     return p->n_done > 0;
 }
 
+static int rm_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Counters, plus (when nothing is in flight) each live node's SSD reads
+ * (STATS) and the median HEARTBEAT round trip (RM_PINGS pings per node). */
 static void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
 {
     rm_t *p = (rm_t *)s;
-    int j;
+    double rtt[RM_MAX_NODES * RM_PINGS];
+    int j, n_rtt = 0;
 
     *out = p->st;
     for (j = 0; j < p->n_nodes; j++) {
@@ -706,15 +741,29 @@ static void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
         na_xp_ep_stats(na_sc_ep(p->nodes[j].sc), &xs);
         if (p->nodes[j].alive && !rm_busy(p)) {
             na_wire_msg_t m;
+            int k;
             memset(&m, 0, sizeof(m));
             m.type = NA_WIRE_MSG_STATS_REQ;
             if (rm_call(p, j, &m, 0) == NA_OK)
                 out->ssd_bytes_read += p->w_stat;
+            for (k = 0; k < RM_PINGS && n_rtt < RM_MAX_NODES * RM_PINGS; k++) {
+                double t0 = rm_now();
+                memset(&m, 0, sizeof(m));
+                m.type = NA_WIRE_MSG_HEARTBEAT;
+                m.u.heartbeat.send_ns = na_xp_now_ns();
+                if (rm_call(p, j, &m, 0) != NA_OK)
+                    break;
+                rtt[n_rtt++] = rm_now() - t0;
+            }
         }
         out->msgs_sent += xs.msgs_sent;
         out->msgs_recv += xs.msgs_recv;
         out->bytes_sent += xs.bytes_sent;
         out->bytes_recv += xs.bytes_recv;
+    }
+    if (n_rtt > 0) {
+        qsort(rtt, (size_t)n_rtt, sizeof(double), rm_cmp_double);
+        out->link_rtt_s = rtt[n_rtt / 2];
     }
 }
 

@@ -64,6 +64,9 @@ typedef struct {
     double   attn_s;                   /* attention time the owners reported / measured */
     double   disk_s;                   /* SSD time the owners reported (0 when unknown) */
     uint64_t ssd_bytes_read;           /* from the owners' counters, when known */
+    double   link_rtt_s;               /* median HEARTBEAT round trip to the owners at the
+                                          end (remote): the network + dispatch floor of
+                                          one attention round trip; 0 when unknown */
 } na_asvc_stats_t;
 
 typedef struct na_asvc na_asvc_t;

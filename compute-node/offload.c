@@ -100,29 +100,37 @@ void na_off_compact(na_off_t *g, na_off_batch_t *b)
     b->n_mem = k;
 }
 
-/* Prefill q's prompt here: local causal attention over a temporary local KV
- * (chunks of max_rows), keeping each layer's X when q uses the X-cache. On
- * return g->pacts->logits row 0 holds the logits after the prompt. */
-static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q)
+/* Token i of the sequence q has fed so far: the prompt, then its outputs. */
+static int na_off_token_at(const na_request_t *r, int i)
+{
+    return i < r->n_prompt ? r->prompt[i] : r->out[i - r->n_prompt];
+}
+
+/* Prefill here the first n_tok tokens q has fed (the prompt, or for a
+ * recovery the prompt and the outputs already in its KV): local causal
+ * attention over a temporary local KV (chunks of max_rows), keeping each
+ * layer's X when q uses the X-cache. On return g->pacts->logits row 0 holds
+ * the logits after the last token and r->kv the KV (the caller ships it). */
+static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
 {
     na_engine_t *e = g->e;
     na_request_t *r = q->r;
-    int max_rows = e->opts.max_rows;
+    int max_rows = e->opts.max_rows, done = 0;
     na_status_t st;
     int l, j;
 
     st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, &r->kv);
     if (st != NA_OK)
         return st;
-    while (r->n_pos < r->n_prompt) {
-        int n = r->n_prompt - r->n_pos < max_rows ? r->n_prompt - r->n_pos : max_rows;
-        na_step_seg_t seg = { 0, n, r->n_pos, r->kv };
+    while (done < n_tok) {
+        int n = n_tok - done < max_rows ? n_tok - done : max_rows;
+        na_step_seg_t seg = { 0, n, done, r->kv };
         na_step_t s = { n, 1, g->ptok, g->ppos, &seg };
         for (j = 0; j < n; j++) {
-            g->ptok[j] = r->prompt[r->n_pos + j];
-            g->ppos[j] = r->n_pos + j;
+            g->ptok[j] = na_off_token_at(r, done + j);
+            g->ppos[j] = done + j;
         }
-        st = na_kv_local_reserve(r->kv, r->n_pos + n);
+        st = na_kv_local_reserve(r->kv, done + n);
         if (st == NA_OK)
             st = na_acts_reserve(g->pacts, e, n, 1);
         if (st != NA_OK)
@@ -134,7 +142,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q)
             if (st != NA_OK)
                 return st;
             if (q->xc != NULL)
-                na_xcache_put(q->xc, l, r->n_pos, n, g->pacts->xb);
+                na_xcache_put(q->xc, l, done, n, g->pacts->xb);
             na_slice_post_attn(e, g->pacts, &s, l);
             na_asvc_progress(g->svc);        /* heartbeats during a long prompt */
         }
@@ -142,8 +150,8 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q)
         st = e->kern->ops->sync(e->kern);
         if (st != NA_OK)
             return st;
-        na_kv_local_commit(r->kv, r->n_pos + n);
-        r->n_pos += n;
+        na_kv_local_commit(r->kv, done + n);
+        done += n;
         g->st->gen.prefill_steps++;
         g->st->gen.prompt_tokens += n;
     }
@@ -222,7 +230,8 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     q->batch = b->id;
     b->mem[b->n_mem++] = q;
     t0 = na_off_now();
-    st = na_off_prefill_local(g, q);
+    st = na_off_prefill_local(g, q, r->n_prompt);
+    r->n_pos = r->n_prompt;
     g->st->prefill_s += na_off_now() - t0;
     if (st != NA_OK)
         return st;
@@ -238,6 +247,46 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     na_kv_local_destroy(r->kv);
     r->kv = NULL;
     na_off_take_token(g, q, g->pacts->logits);
+    return NA_OK;
+}
+
+na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
+{
+    na_request_t *r = q->r;
+    int max_tok = r->n_prompt + r->max_new;
+    char why[2 * NA_ASVC_REASON_MAX + 192];
+    double t0 = na_off_now();
+    na_status_t st;
+
+    if (max_tok > g->e->cfg.seq_len)
+        max_tok = g->e->cfg.seq_len;
+    q->recover = 0;
+    na_asvc_release(g->svc, q->wid, (int)NA_ERR_PEER);      /* what is left of it */
+    q->opened = 0;
+    q->wid = na_asvc_new_id(g->svc);
+    st = na_asvc_open(g->svc, q->wid, max_tok);
+    if (st != NA_OK) {
+        snprintf(why, sizeof(why), "%s; no other storage node took it: %s", q->lost,
+                 na_errmsg());
+        na_off_fail(g, q, st, why);
+        return NA_OK;
+    }
+    q->opened = 1;
+    /* the KV held positions 0..n_pos-1: the prompt and all outputs but the last */
+    st = na_off_prefill_local(g, q, r->n_pos);
+    if (st != NA_OK)
+        return st;
+    st = na_off_ship(g, q, why, sizeof(why));
+    na_kv_local_destroy(r->kv);
+    r->kv = NULL;
+    g->st->prefill_s += na_off_now() - t0;
+    if (st != NA_OK) {
+        na_off_fail(g, q, st, why);
+        return NA_OK;
+    }
+    g->st->recovered++;
+    na_log_warn("request %d: re-prefilled %d tokens on another storage node; it goes on",
+                r->id, r->n_pos);
     return NA_OK;
 }
 

@@ -19,8 +19,12 @@
  *   pipelining fixed staggered (compute-node/sched.c): while batch j waits
  *              for attention, the next slice of another batch runs; time with
  *              nothing runnable is counted as idle;
- *   failures   an entry that comes back failed (lost storage node, refused
- *              shape, I/O) fails its request with the reason (on_error); the
+ *   failures   a request whose storage node is lost (NA_ERR_PEER: gone,
+ *              silent, wrong shapes) is re-placed: opened on another node,
+ *              its prompt and outputs prefilled here again and shipped, and
+ *              it goes on from where it was (once; then, or when no node
+ *              takes it, it fails). Any other failed entry (refused shape,
+ *              I/O) fails its request with the reason (on_error); the
  *              others of the batch go on. A request the service has no room
  *              for waits until another leaves (queue), or fails if none is
  *              active. */
@@ -50,12 +54,15 @@ typedef struct {
     na_gen_token_fn  on_token;           /* may be NULL */
     na_gen_done_fn   on_done;            /* may be NULL (also called after on_error) */
     na_off_error_fn  on_error;           /* may be NULL */
+    int              no_recover;         /* 1: a request whose storage node is lost
+                                            fails instead of being re-prefilled */
     void            *user;
 } na_off_opts_t;
 
 typedef struct {
     na_gen_stats_t   gen;                /* tokens and steps, as monolithic */
     long             failed;             /* requests ended with an error */
+    long             recovered;          /* requests re-prefilled after a lost node */
     long             xcache_reqs;        /* requests served from the X-cache */
     size_t           xcache_bytes_peak;
     double           wall_s;             /* the whole call */

@@ -14,6 +14,9 @@ typedef struct {
     int           batch;      /* batch it belongs to, -1 = waiting */
     int           opened;     /* open on the service */
     int           failed;     /* ended with an error this step */
+    int           recover;    /* its storage node was lost this step: re-prefill */
+    int           recoveries; /* re-prefills so far */
+    char          lost[NA_ASVC_REASON_MAX + 64]; /* why it is being re-placed */
     na_xcache_t  *xc;         /* X-cache instead of remote KV, or NULL */
 } na_off_req_t;
 
@@ -73,6 +76,11 @@ na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b);
 void        na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits);
 /* End request q with an error (reason), releasing what it holds. */
 void        na_off_fail(na_off_t *g, na_off_req_t *q, na_status_t st, const char *reason);
+/* Re-place request q (flagged `recover`) after its storage node was lost:
+ * release, open elsewhere, prefill its prompt and outputs here again and
+ * ship the KV; q then goes on decoding. Fails q (with the reason) if no
+ * node takes it; returns only compute-node errors. */
+na_status_t na_off_recover(na_off_t *g, na_off_req_t *q);
 /* Drop ended members from batch b. */
 void        na_off_compact(na_off_t *g, na_off_batch_t *b);
 

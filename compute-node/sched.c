@@ -45,7 +45,7 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
         na_asvc_entry_t *x;
-        if (q->r->state == NA_REQ_DONE || q->xc != NULL)
+        if (q->r->state == NA_REQ_DONE || q->recover || q->xc != NULL)
             continue;
         x = &b->ent[b->n_ent];
         b->ent_row[b->n_ent++] = i;
@@ -74,7 +74,7 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
         float *att = a->att + (size_t)i * qd;
-        if (q->r->state == NA_REQ_DONE) {
+        if (q->r->state == NA_REQ_DONE || q->recover) {
             memset(att, 0, qd * sizeof(float));
         } else if (q->xc != NULL) {
             na_xcache_put(q->xc, layer, b->pos[i], 1, a->xb + (size_t)i * (size_t)e->cfg.dim);
@@ -142,7 +142,15 @@ static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
             snprintf(why, sizeof(why), "layer %d attention: %s", l,
                      x->reason[0] ? x->reason : na_status_string(x->status));
             memset(x->o, 0, (size_t)e->q_dim * sizeof(float));
-            na_off_fail(g, q, x->status, why);
+            if (x->status == NA_ERR_PEER && !g->o->no_recover && q->recoveries < 1) {
+                /* its storage node is gone: this step is void for it; re-place it */
+                na_log_warn("request %d: %s; re-placing it", q->r->id, why);
+                snprintf(q->lost, sizeof(q->lost), "%s", why);
+                q->recover = 1;
+                q->recoveries++;
+            } else {
+                na_off_fail(g, q, x->status, why);
+            }
         }
     }
     na_slice_post_attn(e, b->acts, &s, l);
@@ -157,10 +165,18 @@ static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
         return st;
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
-        if (q->r->state == NA_REQ_DONE)
+        if (q->r->state == NA_REQ_DONE || q->recover)
             continue;
         q->r->n_pos++;
         na_off_take_token(g, q, b->acts->logits + (size_t)i * (size_t)e->cfg.vocab_size);
+    }
+    for (i = 0; i < b->n_rows; i++) {        /* re-place requests of a lost node */
+        na_off_req_t *q = b->row_req[i];
+        if (q->recover && q->r->state != NA_REQ_DONE) {
+            st = na_off_recover(g, q);
+            if (st != NA_OK)
+                return st;
+        }
     }
     g->st->gen.decode_steps++;
     g->st->gen.decode_tokens += b->n_rows;

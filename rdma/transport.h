@@ -2,10 +2,14 @@
  * over UCX UCP active messages.
  *
  * One na_xp_t per node owns one UCP context and one worker. Storage nodes
- * listen on host:port; compute nodes connect by address. Every endpoint runs
- * with UCP_ERR_HANDLING_MODE_PEER, so a peer that dies turns its pending
- * operations into errors and is reported to the owner as an NA_XP_EV_LOST
- * event — never a hang. Every wait takes a timeout.
+ * listen on host:port; compute nodes connect by address. By default every
+ * endpoint runs with UCP_ERR_HANDLING_MODE_PEER, so a peer that dies turns its
+ * pending operations into errors and is reported to the owner as an
+ * NA_XP_EV_LOST event — never a hang (see na_xp_errmode_t for the one
+ * trade-off: UCX 1.13 has no shared-memory transport with peer-failure
+ * support). Every wait takes a timeout; a send that does not complete in
+ * time fails its endpoint. Messages of one endpoint are delivered in the
+ * order sent; a peer whose large message stalls never holds up the others.
  *
  * A message is an opaque header (up to NA_XP_HDR_MAX bytes: the wire header of
  * common/wire.h) plus an opaque payload of any size up to opts.max_msg. UCX
@@ -60,10 +64,13 @@ typedef enum {
                                  fails every pending operation. UCX 1.13 then uses
                                  only transports with peer-failure support (tcp,
                                  cma), i.e. no posix/sysv shared memory. */
-    NA_XP_ERRMODE_CM   = 1,   /* UCP_ERR_HANDLING_MODE_NONE: the loss is seen
-                                 through the connection manager's disconnect and
-                                 our timeouts; lets UCX 1.13 use posix/sysv shared
-                                 memory (the fast same-host path). */
+    NA_XP_ERRMODE_CM   = 1,   /* UCP_ERR_HANDLING_MODE_NONE: lets UCX 1.13 use
+                                 posix/sysv shared memory (the fast same-host path).
+                                 A listener sees a client vanish through the
+                                 connection manager's disconnect at once; a client
+                                 whose server vanishes learns it only from our
+                                 timeouts (a send that never completes fails the
+                                 endpoint after opts.timeout_ms) and heartbeats. */
 } na_xp_errmode_t;
 
 /* Memory type of a registered buffer. */
@@ -142,7 +149,10 @@ void        na_xp_destroy(na_xp_t *xp);
 
 /* Listen on host:port (port 0 = any; the bound port is written to *port_p if
  * non-NULL). "port taken" is NA_ERR_BUSY with a clear message. One listener per
- * node. */
+ * node. Note: UCX 1.13 does not set SO_REUSEADDR on its listener, so a node
+ * that dropped peers itself (its side closed first) cannot listen on the same
+ * port again while those connections sit in TIME_WAIT (~60 s); the message
+ * says so. Clients that close first (after a BYE) leave no such state. */
 na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p);
 
 /* Connect to host:port and run the HELLO handshake; waits at most

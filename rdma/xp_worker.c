@@ -272,9 +272,9 @@ static void xp_service(na_xp_t *xp)
 
 int na_xp_progress(na_xp_t *xp)
 {
-    int n = 0, k;
-    while ((k = (int)ucp_worker_progress(xp->worker)) > 0)
-        n += k;
+    /* one pass: each pass may cost a syscall per tcp interface (epoll), and
+     * the waits call us in a loop anyway */
+    int n = (int)ucp_worker_progress(xp->worker);
     xp_service(xp);
     return n;
 }

@@ -14,14 +14,26 @@
  *      in registers across the chunk; each V row is converted once.
  * So each K/V row is read from memory once for all heads of its group, and
  * the rows one chunk ahead are prefetched as the current ones are read.
- * Measured on the 2-core machine: ~215 ns per token for 32 q / 8 kv heads,
- * head_dim 128, with the KV in cache (close to the 2-FMA/cycle bound of
- * 1024 FMAs per token), ~300 ns from DRAM (`nearattn bench kernels`).
+ * Measured on the 2-core machine (32 q / 8 kv heads, head_dim 128, f16 KV,
+ * 1 thread, min of 400+ calls): ~200 ns per token with the KV in L2, ~270
+ * ns from DRAM (8K context). A 256-bit FMA loop runs at 7.0-7.3 G FMA/s
+ * there (2 per cycle at ~3.5 GHz), so the 1024 FMAs per token alone take
+ * 145 ns: the kernel is compute-bound at ~72% of FMA peak, the rest being
+ * the 256 f16 conversions (which share the FP pipes), reductions and exp.
+ * Tried without gain: chunks of 32 (10% slower) or 128 tokens (same),
+ * prefetch 128/256 tokens ahead (4%/15% slower; none: 3x slower), one
+ * 512-bit vcvtph2ps per 16 elements split into halves (same). f32 KV runs
+ * ~2x slower per token than f16 even from L2 (not investigated).
+ * The 2 vCPUs of that machine share one core's FP throughput (two 1-thread
+ * runs at once: ~425 ns per token each), so t=2 is no faster there.
  *
- * Decode splits the context into n_threads ranges (flash-decoding); each
- * range walks its tokens chunk by chunk over every KV head, and the partials
- * are merged with na_attn_merge. head_dim must be a multiple of 8; other
- * shapes use the reference kernels. */
+ * Decode splits a long context into up to 4 ranges per thread (flash-
+ * decoding), claimed dynamically by the pool, so a thread that the OS
+ * deschedules delays one small range, not half the context (no measurable
+ * difference on the busy 2-vCPU machine: medians 284 vs 288 ns per token at
+ * 32K, t=2). Each range walks its tokens chunk by chunk over every KV head,
+ * and the partials are merged with na_attn_merge. head_dim must be a
+ * multiple of 8; other shapes use the reference kernels. */
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
@@ -38,6 +50,12 @@
 #define NA_CPU_PF_HINT   _MM_HINT_T2
 #define NA_CPU_MAX_GROUP 16     /* heads per core call */
 #define NA_CPU_PAR_MIN_CTX 512  /* decode contexts shorter than this stay on one thread */
+/* Long decode contexts are cut into up to NA_CPU_PARTS_PER_THREAD parts per
+ * thread (of >= NA_CPU_PART_MIN_CTX tokens), claimed dynamically: on a
+ * shared machine one descheduled thread then delays only its current part
+ * instead of half of the context. */
+#define NA_CPU_PARTS_PER_THREAD 4
+#define NA_CPU_PART_MIN_CTX     512
 
 #define NA_INLINE static inline __attribute__((always_inline))
 
@@ -47,6 +65,18 @@
 #define NA_CPU_NACC 16
 #else
 #define NA_CPU_NACC 8
+#endif
+
+/* Pin a loaded vector to a register. GCC otherwise folds the load into
+ * every FMA that uses it (q once per token in the score loop, an f32 K or V
+ * vector once per head), which made those loops load-bound: measured with
+ * the KV in L2, 32 q / 8 kv heads, head_dim 128, 1 thread, min of 600 calls,
+ * f16 KV 200 -> ~180 ns per token, f32 KV ~430 -> ~205 ns. Only with
+ * AVX-512VL's 32 registers; AVX2's 16 cannot hold q, accumulators and K. */
+#if NA_CPU_NACC == 16
+#define NA_CPU_IN_REG(v) __asm__("" : "+v"(v))
+#else
+#define NA_CPU_IN_REG(v) ((void)0)
 #endif
 
 /* 8 KV elements at element offset off, as f32. */
@@ -103,13 +133,19 @@ NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
         for (g = 0; g < NA_CPU_NACC; g++)
             a[g] = _mm256_setzero_ps();
         for (d = 0; d < hd; d += 8) {
+            __m256 qv[8];
+#pragma GCC unroll 8
+            for (g = 0; g < G; g++) {
+                qv[g] = _mm256_loadu_ps(q + (size_t)g * hd + d);
+                NA_CPU_IN_REG(qv[g]);
+            }
 #pragma GCC unroll 16
             for (tt = 0; tt < TB; tt++) {
                 __m256 kv = na_cpu_kv8(k, (size_t)(t + tt) * stride + d, f16);
+                NA_CPU_IN_REG(kv);
 #pragma GCC unroll 8
                 for (g = 0; g < G; g++)
-                    a[tt * G + g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + d),
-                                                    kv, a[tt * G + g]);
+                    a[tt * G + g] = _mm256_fmadd_ps(qv[g], kv, a[tt * G + g]);
             }
         }
         /* a[tt * G + g] holds (token t + tt, head g): lands at s[(t+tt)*G + g] */
@@ -145,8 +181,10 @@ NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t 
             na_cpu_prefetch_rows(v, (size_t)(t + NA_CPU_PF_DIST) * stride + d0, stride, 1,
                                  8 * DV, f16);
 #pragma GCC unroll 16
-        for (j = 0; j < DV; j++)
+        for (j = 0; j < DV; j++) {
             vv[j] = na_cpu_kv8(v, (size_t)t * stride + d0 + 8 * j, f16);
+            NA_CPU_IN_REG(vv[j]);
+        }
 #pragma GCC unroll 8
         for (g = 0; g < G; g++) {
             __m256 pg = _mm256_broadcast_ss(p + t * G + g);
@@ -408,7 +446,12 @@ void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
     }
     if (k->n_threads > 1 && ctx >= NA_CPU_PAR_MIN_CTX) {
         float *buf;
-        n_parts = k->n_threads;
+        int max_parts = ctx / NA_CPU_PART_MIN_CTX;
+        n_parts = NA_CPU_PARTS_PER_THREAD * k->n_threads;
+        if (n_parts > max_parts)
+            n_parts = max_parts;
+        if (n_parts < k->n_threads)
+            n_parts = k->n_threads;
         /* scratch: (n_parts-1) accumulators, then n_parts stat arrays */
         buf = na_cpu_scratch(k, (size_t)(n_parts - 1) * hsz + (size_t)n_parts * n_heads * 2);
         if (buf == NULL) {

@@ -10,12 +10,24 @@
  *                         per row that converts 8 weights at a time in
  *                         registers (F16C for f16, shift for bf16, sign-
  *                         extend + scale for Q8_0).
- *   batch > 1, F32        one cblas_sgemm (OpenBLAS, n_threads threads).
- *   batch > 1, small      (batch < NA_CPU_TILE_MIN_BATCH) rows split across the
- *                         pool; each row is dequantised once into an f32 row
- *                         buffer and dotted with 4 inputs at a time.
+ *   batch > 1, small      (F32: batch < NA_CPU_F32_SGEMM_MIN_BATCH; other
+ *                         dtypes: batch < NA_CPU_TILE_MIN_BATCH) rows split
+ *                         across the pool; each row is read once (other
+ *                         dtypes: dequantised once into an f32 row buffer)
+ *                         and dotted with NA_CPU_MM_NB inputs at a time, in
+ *                         the batch-1 summation order: every output is
+ *                         bit-identical to the same row computed at batch 1.
+ *   batch > 1, F32 large  one cblas_sgemm (OpenBLAS, n_threads threads).
  *   batch > 1, large      a tile of rows is dequantised into f32 scratch by
  *                         the pool, then multiplied by cblas_sgemm; repeat.
+ *
+ * F32 crossover, `nearattn bench kernels --part small` (2 threads, weights
+ * from DRAM, GFLOP/s row kernel / cblas_sgemm, busy machine, spreads of
+ * 20-200%): 32000x288 b=2: 28 / 10, b=4: 42 / 16, b=8: 72 / 30, b=16: 43 / 61,
+ * b=32: 84 / 66; 768x288 b=8: 45 / 32, b=16: 46 / 57, b=32: 49 / 87;
+ * 4096x4096 b=8: 41 / 30, b=16: 53 / 52, b=32: 50 / 80. Below 16 OpenBLAS
+ * spends most of its time packing the weight for a few columns; from ~16 its
+ * blocking wins (the row kernel is load-bound near 50 GFLOP/s).
  *
  * The threshold was measured on the 2-core AMD EPYC (Zen 4) machine, 2048x2048
  * F16 and Q8_0 weights, 1 thread, best of 15 (GFLOP/s, row kernel / tile+sgemm):
@@ -23,13 +35,16 @@
  * batch 32: 39 / 46, batch 64: 35 / 45 (a busy shared machine: the shape of
  * the curve, not the figures, is the point). Below ~20 the fused row kernel
  * wins, above it sgemm's blocking does. All sums are f32. Q8_0 needs cols % 32 == 0. */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
 
 #define NA_CPU_TILE_MIN_BATCH 20
+#define NA_CPU_F32_SGEMM_MIN_BATCH 16
 #define NA_CPU_TILE_FLOATS    (512u * 1024u)   /* 2 MiB of dequantised rows */
 #define NA_CPU_PAR_MIN_WORK   (1u << 17)       /* weights per matmul worth waking the pool */
 
@@ -56,6 +71,85 @@ static inline void na_cpu_q8_block(const uint8_t *blk, __m256 out[4])
     }
 }
 
+#define NA_INLINE static inline __attribute__((always_inline))
+
+/* Inputs dotted with one weight row at a time by the small-batch kernel: it
+ * keeps 4 accumulators per input in registers (16 with AVX-512VL's 32 ymm
+ * registers, 8 with AVX2's 16). */
+#if defined(__AVX512VL__)
+#define NA_CPU_MM_NB 4
+#else
+#define NA_CPU_MM_NB 2
+#endif
+
+/* out[b * os] = w[n] · x[b * ld .. + n] for b < NB (NB <= 4, a constant
+ * after inlining). Each output is summed in exactly the same order for every
+ * NB — 4 accumulators over blocks of 32, then blocks of 8 into the first, a
+ * fixed reduction tree, a scalar tail — so a row computed in a batch is
+ * bit-identical to the same row computed alone (batch 1). */
+NA_INLINE void na_cpu_dotn_f32(const float *w, const float *x, size_t ld, int n, int NB,
+                               float *out, size_t os)
+{
+    __m256 a[4][4];
+    float sum[4];
+    int i = 0, b, j;
+
+#pragma GCC unroll 4
+    for (b = 0; b < NB; b++)
+#pragma GCC unroll 4
+        for (j = 0; j < 4; j++)
+            a[b][j] = _mm256_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
+        __m256 w2 = _mm256_loadu_ps(w + i + 16), w3 = _mm256_loadu_ps(w + i + 24);
+#pragma GCC unroll 4
+        for (b = 0; b < NB; b++) {
+            const float *xb = x + (size_t)b * ld + i;
+            a[b][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb),      a[b][0]);
+            a[b][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8),  a[b][1]);
+            a[b][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), a[b][2]);
+            a[b][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), a[b][3]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv = _mm256_loadu_ps(w + i);
+#pragma GCC unroll 4
+        for (b = 0; b < NB; b++)
+            a[b][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)b * ld + i), a[b][0]);
+    }
+#pragma GCC unroll 4
+    for (b = 0; b < NB; b++)
+        sum[b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a[b][0], a[b][1]),
+                                           _mm256_add_ps(a[b][2], a[b][3])));
+    for (; i < n; i++)
+#pragma GCC unroll 4
+        for (b = 0; b < NB; b++)
+            sum[b] = fmaf(w[i], x[(size_t)b * ld + i], sum[b]);
+#pragma GCC unroll 4
+    for (b = 0; b < NB; b++)
+        out[(size_t)b * os] = sum[b];
+}
+
+/* out[b * os] = w[n] · x[b * ld ..] for b < nb (any nb), NA_CPU_MM_NB inputs
+ * per pass over the row (the row stays in L1 between passes). */
+static void na_cpu_dot_batch_f32(const float *w, const float *x, size_t ld, int n, int nb,
+                                 float *out, size_t os)
+{
+    int b = 0;
+    for (; b + NA_CPU_MM_NB <= nb; b += NA_CPU_MM_NB)
+        na_cpu_dotn_f32(w, x + (size_t)b * ld, ld, n, NA_CPU_MM_NB, out + (size_t)b * os, os);
+    switch (nb - b) {
+#if NA_CPU_MM_NB > 3
+    case 3: na_cpu_dotn_f32(w, x + (size_t)b * ld, ld, n, 3, out + (size_t)b * os, os); break;
+#endif
+#if NA_CPU_MM_NB > 2
+    case 2: na_cpu_dotn_f32(w, x + (size_t)b * ld, ld, n, 2, out + (size_t)b * os, os); break;
+#endif
+    case 1: na_cpu_dotn_f32(w, x + (size_t)b * ld, ld, n, 1, out + (size_t)b * os, os); break;
+    default: break;
+    }
+}
+
 /* Dot product of one weight row (any dtype) with x[n]. */
 static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, int n)
 {
@@ -65,21 +159,9 @@ static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, i
     int i = 0;
 
     switch (dt) {
-    case NA_DTYPE_F32: {
-        const float *w = (const float *)row;
-        for (; i + 32 <= n; i += 32) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i),      _mm256_loadu_ps(x + i),      a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8),  _mm256_loadu_ps(x + i + 8),  a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-        }
-        for (; i + 8 <= n; i += 8)
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        sum = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (; i < n; i++)
-            sum += w[i] * x[i];
+    case NA_DTYPE_F32:
+        na_cpu_dotn_f32((const float *)row, x, 0, n, 1, &sum, 1);
         return sum;
-    }
     case NA_DTYPE_F16:
     case NA_DTYPE_BF16: {
         const uint16_t *w = (const uint16_t *)row;
@@ -96,7 +178,7 @@ static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, i
 #undef NA_LD
         sum = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
         for (; i < n; i++)
-            sum += (f16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i])) * x[i];
+            sum = fmaf(f16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]), x[i], sum);
         return sum;
     }
     case NA_DTYPE_Q8_0: {
@@ -151,28 +233,6 @@ static void na_cpu_dequant_row(na_dtype_t dt, const uint8_t *row, float *out, in
     }
 }
 
-/* Four dot products of w[n] with x0..x3 (rows of stride ld). */
-static void na_cpu_dot4_f32(const float *w, const float *x, size_t ld, int n, float out[4])
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    int i, j;
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 wv = _mm256_loadu_ps(w + i);
-        a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + ld + i), a1);
-        a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 2 * ld + i), a2);
-        a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 3 * ld + i), a3);
-    }
-    out[0] = na_cpu_hsum(a0);
-    out[1] = na_cpu_hsum(a1);
-    out[2] = na_cpu_hsum(a2);
-    out[3] = na_cpu_hsum(a3);
-    for (; i < n; i++)
-        for (j = 0; j < 4; j++)
-            out[j] += w[i] * x[(size_t)j * ld + i];
-}
-
 /* One job of the pool: rows [lo, hi) of task t out of n_tasks. */
 typedef struct {
     float             *y;       /* (batch, rows) */
@@ -200,8 +260,12 @@ static void na_cpu_mm_vec_task(void *ctx, int t, int n_tasks)
         j->y[r] = na_cpu_dot_row(j->w->dtype, na_cpu_row(j->w, r), j->x, j->w->cols);
 }
 
-/* Small batch: dequantise each row once, dot it with every input. Without a
- * buffer (buf NULL), dot the quantised row with each input instead. */
+/* Small batch: each weight row is read once and dotted with every input,
+ * NA_CPU_MM_NB inputs at a time, by na_cpu_dot_batch_f32 (so every output
+ * equals its batch-1 value bit for bit). F32 rows are used in place; other
+ * dtypes are first dequantised into this task's row buffer (exact: the
+ * batch-1 kernel converts to the same f32 values in registers). Without a
+ * buffer (buf NULL), the quantised row is dotted with each input in turn. */
 static void na_cpu_mm_rows_task(void *ctx, int t, int n_tasks)
 {
     const na_cpu_mm_job_t *j = ctx;
@@ -212,24 +276,18 @@ static void na_cpu_mm_rows_task(void *ctx, int t, int n_tasks)
     na_cpu_task_rows(j, t, n_tasks, &lo, &hi);
     for (r = lo; r < hi; r++) {
         const uint8_t *row = na_cpu_row(j->w, r);
-        if (rb == NULL) {
-            for (b = 0; b < j->batch; b++)
-                j->y[(size_t)b * rows + r] =
-                    na_cpu_dot_row(j->w->dtype, row, j->x + (size_t)b * cols, cols);
-            continue;
+        const float *wf = (const float *)row;
+        if (j->w->dtype != NA_DTYPE_F32) {
+            if (rb == NULL) {
+                for (b = 0; b < j->batch; b++)
+                    j->y[(size_t)b * rows + r] =
+                        na_cpu_dot_row(j->w->dtype, row, j->x + (size_t)b * cols, cols);
+                continue;
+            }
+            na_cpu_dequant_row(j->w->dtype, row, rb, cols);
+            wf = rb;
         }
-        na_cpu_dequant_row(j->w->dtype, row, rb, cols);
-        for (b = 0; b + 4 <= j->batch; b += 4) {
-            float o[4];
-            na_cpu_dot4_f32(rb, j->x + (size_t)b * cols, (size_t)cols, cols, o);
-            j->y[(size_t)b * rows + r]       = o[0];
-            j->y[(size_t)(b + 1) * rows + r] = o[1];
-            j->y[(size_t)(b + 2) * rows + r] = o[2];
-            j->y[(size_t)(b + 3) * rows + r] = o[3];
-        }
-        for (; b < j->batch; b++)
-            j->y[(size_t)b * rows + r] =
-                na_cpu_dot_row(NA_DTYPE_F32, (const uint8_t *)rb, j->x + (size_t)b * cols, cols);
+        na_cpu_dot_batch_f32(wf, j->x, (size_t)cols, cols, j->batch, j->y + r, (size_t)rows);
     }
 }
 
@@ -269,7 +327,7 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
         na_cpu_pool_run(s->pool, na_cpu_mm_vec_task, &j, na_cpu_mm_tasks(k, rows, cols, 1));
         return;
     }
-    if (w->dtype == NA_DTYPE_F32) {
+    if (w->dtype == NA_DTYPE_F32 && batch >= NA_CPU_F32_SGEMM_MIN_BATCH) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, rows, cols,
                     1.0f, x, cols, (const float *)w->data, cols, 0.0f, y, rows);
         return;
@@ -298,6 +356,7 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
     tasks = na_cpu_mm_tasks(k, rows, cols, batch);
     j.r0 = 0;
     j.r1 = rows;
-    j.buf = na_cpu_scratch(k, (size_t)tasks * cols);
+    if (w->dtype != NA_DTYPE_F32)
+        j.buf = na_cpu_scratch(k, (size_t)tasks * cols);
     na_cpu_pool_run(s->pool, na_cpu_mm_rows_task, &j, tasks);
 }

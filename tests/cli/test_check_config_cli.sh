@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/cli/test_check_config_cli.sh — `nearattn check-config`: exit 0 and a
 # plan for the shipped layouts, exit 1 with one "file:line:col: ..." line for
-# a bad layout, exit 2 for usage errors and --plan (not yet available).
+# a bad layout, exit 2 for usage errors (--plan: tests/cli/test_plan_cli.sh).
 set -u
 BIN=${NA_BIN:?NA_BIN is not set}
 SRC=${NA_SOURCE_DIR:?NA_SOURCE_DIR is not set}
@@ -39,8 +39,8 @@ run 1 "$TMP/no-such-layout.yaml"
 run 0 --keys
 grep -q 'storage\[\]\.devices\[\]\.dram_mb' "$TMP/out" || fail "--keys lacks a device key"
 run 2
-run 2 --plan "$SRC/cluster-configs/local.yaml"
-grep -q 'not yet available' "$TMP/err" || fail "--plan: message: $(cat "$TMP/err")"
+run 2 --plan "$SRC/cluster-configs/local.yaml" --rates
+grep -q 'rates needs' "$TMP/err" || fail "--rates: message: $(cat "$TMP/err")"
 run 2 --bogus "$SRC/cluster-configs/local.yaml"
 run 2 a.yaml b.yaml
 run 0 --help

@@ -1,6 +1,7 @@
 #!/bin/sh
 # tests/cli/test_run_cli.sh — `nearattn run`: exit codes and one-line messages
-# for bad input, and a short successful generation. Needs NA_BIN (set by
+# for bad input, and a short successful generation, in monolithic mode (the
+# offload mode, the default, is tested by tests/cluster/test_offload_run.sh). Needs NA_BIN (set by
 # ctest); the checks that need shared/models/stories260K.bin run only when it
 # is present (the rest uses the generated fallback model).
 set -u
@@ -18,7 +19,7 @@ fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 expect() {
     code=$1; pat=$2; shift 2
     CHECKS=$((CHECKS + 1))
-    "$BIN" run "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+    "$BIN" run --mode monolithic "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
     rc=$?
     if [ "$rc" != "$code" ]; then
         fail "run $*: exit $rc, expected $code; stderr: $(cat "$TMP/err")"
@@ -57,7 +58,8 @@ expect 2 "temperature must be >= 0" --temp -1
 expect 2 "--temp expects a number" --temp warm
 expect 2 "top-p 0 is invalid" --top-p 0
 expect 2 "top-p 1.5 is invalid" --top-p 1.5
-expect 2 "offload mode is not available yet; use --mode monolithic" --mode offload
+expect 1 "nope.yaml" --mode offload --config "$TMP/nope.yaml"
+expect 2 "unknown --cluster 'far'" --mode offload --cluster far
 expect 2 "unknown mode 'fast'" --mode fast
 expect 2 "--kv-dtype expects f16 or f32" --kv-dtype q8_0
 expect 2 "unknown backend 'gpu'" --backend gpu
@@ -99,10 +101,10 @@ if [ -n "$MODEL" ]; then
     # several prompts as one batch, f32 KV, ref backend
     printf 'Once upon a time\n\nThe dog\nLily saw a bird\n' >"$TMP/p.txt"
     CHECKS=$((CHECKS + 1))
-    if "$BIN" run --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p.txt" --temp 0.8 \
+    if "$BIN" run --mode monolithic --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p.txt" --temp 0.8 \
            --seed 7 -n 20 --kv-dtype f32 --batch 2 >"$TMP/out" 2>"$TMP/err"; then
         [ "$(grep -c '^\[[123]\] ' "$TMP/out")" = 3 ] || fail "--prompts: got '$(cat "$TMP/out")'"
-        "$BIN" run --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p.txt" --temp 0.8 \
+        "$BIN" run --mode monolithic --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p.txt" --temp 0.8 \
             --seed 7 -n 20 --kv-dtype f32 >"$TMP/out2" 2>/dev/null
         cmp -s "$TMP/out" "$TMP/out2" || fail "--prompts: same seed, different text"
     else
@@ -117,9 +119,9 @@ fi
 CHECKS=$((CHECKS + 1))
 if "$BIN" gen-model --out "$TMP/g" --format both --dtype q8_0 --dim 64 --hidden 160 --quiet \
        >"$TMP/out" 2>"$TMP/err"; then
-    "$BIN" run --model "$TMP/g.gguf" --prompt "hi there" -n 8 --temp 0 >"$TMP/out" 2>"$TMP/err" ||
+    "$BIN" run --mode monolithic --model "$TMP/g.gguf" --prompt "hi there" -n 8 --temp 0 >"$TMP/out" 2>"$TMP/err" ||
         fail "GGUF model run failed: $(cat "$TMP/err")"
-    "$BIN" run --model "$TMP/g.bin" --prompt "hi there" -n 8 --temp 0.7 --seed 3 >"$TMP/out" 2>"$TMP/err" ||
+    "$BIN" run --mode monolithic --model "$TMP/g.bin" --prompt "hi there" -n 8 --temp 0.7 --seed 3 >"$TMP/out" 2>"$TMP/err" ||
         fail "checkpoint with P.tok.bin run failed: $(cat "$TMP/err")"
     expect 1 "longer than the model context" --model "$TMP/g.gguf" \
         --prompt "$(awk 'BEGIN { for (i = 0; i < 300; i++) printf "z%d ", i; }')" -n 2
@@ -129,7 +131,7 @@ fi
 
 # no --model and no shared model: a generated model with a warning
 CHECKS=$((CHECKS + 1))
-if NA_SHARED_DIR="$TMP/noshared" "$BIN" run --prompt "hello" -n 5 --temp 0 >"$TMP/out" 2>"$TMP/err"; then
+if NA_SHARED_DIR="$TMP/noshared" "$BIN" run --mode monolithic --prompt "hello" -n 5 --temp 0 >"$TMP/out" 2>"$TMP/err"; then
     grep -q "meaningless" "$TMP/err" || fail "fallback model: no warning in '$(cat "$TMP/err")'"
     grep -q "generated tokens" "$TMP/err" || fail "fallback model: no summary in '$(cat "$TMP/err")'"
 else

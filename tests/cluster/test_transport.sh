@@ -12,6 +12,8 @@
 #                           and serves the next client
 #   secret                  a client with the wrong secret is refused; server keeps serving
 #   garbage                 a malformed message drops that peer only
+#   order-shm | order-tcp   bursts of mixed eager / rendezvous messages: answers keep
+#                           the order sent (per-endpoint ordering)
 #   busy                    a second listener on a taken port fails with "port taken";
 #                           the first keeps serving
 #   netns                   server and client in two network namespaces joined by a
@@ -159,6 +161,16 @@ garbage)
         --rounds 2 $COMMON
     finish c1
     finish s0
+    ;;
+order-shm|order-tcp)
+    tls=${SCEN#order-}
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    P0=$(port_of s0)
+    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls "$tls" \
+        --sizes "64,$DECODE,1048576,100,4194304" --burst 24 --rounds 3 $COMMON
+    finish c0
+    finish s0
+    grep -q "served=72 " "$DIR/s0.log" || fail "server did not serve 72 echoes"
     ;;
 busy)
     start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls tcp $COMMON

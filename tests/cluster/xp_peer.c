@@ -12,7 +12,9 @@
  *       the connection is refused for the secret (exit 0), --garbage: send a
  *       malformed message after the handshake and expect to be dropped,
  *       --skip-server-proof: do not check the server (so that the server's
- *       own check of our proof is what refuses a wrong secret).
+ *       own check of our proof is what refuses a wrong secret), --burst N:
+ *       per round send N echoes of the sizes (cycling) to the first server
+ *       before reading any answer; answers must come back in order.
  *   xp_peer mpi --base-port P [common options]
  *       Rank from the launcher (rdma/bootstrap.h): rank 0 is the client of
  *       ranks 1..size-1, which serve at base-port + rank - 1.
@@ -39,7 +41,7 @@
 typedef struct {
     const char *role, *listen, *connect, *name, *secret, *tls, *sizes, *errmode;
     int clients, rounds, forever, expect_refused, garbage, timeout_ms, max_ms, base_port;
-    int skip_server_proof;
+    int skip_server_proof, burst;
 } peer_args_t;
 
 /* Deterministic bytes for (name, seq): what the echo must bring back. */
@@ -195,6 +197,70 @@ static na_status_t peer_connect(na_xp_t *xp, const char *host, int port, int tim
     }
 }
 
+/* A burst to the first server: messages of all sizes (cycling) sent without
+ * waiting for answers, so eager and rendezvous messages overtake nothing:
+ * the answers must come back in the order sent, each byte for byte. */
+static int peer_burst(na_xp_t *xp, na_xp_ep_t *ep, const size_t *sizes, int n_sizes, int count,
+                      uint32_t *seq_io, const char *name, int timeout_ms)
+{
+    uint8_t **bufs = calloc((size_t)count, sizeof(*bufs));
+    na_xp_op_t **ops = calloc((size_t)count, sizeof(*ops));
+    uint32_t seq0 = *seq_io;
+    int i, rc = 1;
+
+    if (bufs == NULL || ops == NULL)
+        goto out;
+    for (i = 0; i < count; i++) {
+        size_t n = sizes[i % n_sizes];
+        bufs[i] = malloc(n ? n : 1);
+        if (bufs[i] == NULL)
+            goto out;
+        peer_fill(bufs[i], n, name, seq0 + (uint32_t)i);
+        if (na_xp_echo_start(ep, seq0 + (uint32_t)i, 0, bufs[i], n, NULL, &ops[i]) != NA_OK) {
+            fprintf(stderr, "xp_peer %s: burst send: %s\n", name, na_errmsg());
+            goto out;
+        }
+    }
+    for (i = 0; i < count; i++) {
+        na_status_t st = na_xp_op_wait(xp, ops[i], -1);
+        ops[i] = NULL;
+        if (st != NA_OK) {
+            fprintf(stderr, "xp_peer %s: burst send wait: %s\n", name, na_errmsg());
+            goto out;
+        }
+    }
+    for (i = 0; i < count; i++) {
+        size_t n = sizes[i % n_sizes];
+        na_xp_msg_t *m;
+        uint32_t rseq;
+        unsigned flags;
+        if (na_xp_recv(xp, timeout_ms, &m) != NA_OK) {
+            fprintf(stderr, "xp_peer %s: burst answer %d missing\n", name, i);
+            goto out;
+        }
+        if (m->kind != NA_XP_MSG_DATA || na_xp_echo_parse(m, &rseq, &flags) != NA_OK ||
+            rseq != seq0 + (uint32_t)i || m->len != n || memcmp(m->data, bufs[i], n) != 0) {
+            fprintf(stderr, "xp_peer %s: burst answer %d: seq %u (want %u), %zu/%zu bytes%s\n",
+                    name, i, m->kind == NA_XP_MSG_DATA ? rseq : 0, seq0 + (uint32_t)i, m->len, n,
+                    m->len == n && memcmp(m->data, bufs[i], n) ? ", content DIFFERENT" : "");
+            na_xp_msg_release(xp, m);
+            goto out;
+        }
+        na_xp_msg_release(xp, m);
+    }
+    *seq_io = seq0 + (uint32_t)count;
+    rc = 0;
+out:
+    for (i = 0; bufs != NULL && i < count; i++) {
+        if (ops != NULL && ops[i] != NULL)
+            (void)na_xp_op_wait(xp, ops[i], -1);
+        free(bufs[i]);
+    }
+    free(bufs);
+    free(ops);
+    return rc;
+}
+
 /* One round: an ECHO of size n to every server, then check every answer. */
 static int peer_round(na_xp_t *xp, na_xp_ep_t **eps, int n_eps, size_t n, uint32_t seq,
                       const char *name, uint8_t *want, int timeout_ms)
@@ -320,6 +386,13 @@ static int peer_client(const peer_args_t *a, const char *connect)
         goto out;
     }
     for (r = 0; a->forever || r < a->rounds; r++) {
+        if (a->burst > 0) {
+            if (peer_burst(xp, eps[0], sizes, n_sizes, a->burst, &seq, a->name, a->timeout_ms)) {
+                rc = 1;
+                goto out;
+            }
+            continue;
+        }
         for (i = 0; i < n_sizes; i++) {
             if (peer_round(xp, eps, n_eps, sizes[i], seq++, a->name, want, a->timeout_ms) != 0) {
                 rc = 1;
@@ -414,6 +487,7 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--timeout-ms")) a.timeout_ms = atoi(v);
         else if (!strcmp(k, "--max-ms")) a.max_ms = atoi(v);
         else if (!strcmp(k, "--base-port")) a.base_port = atoi(v);
+        else if (!strcmp(k, "--burst")) a.burst = atoi(v);
         else {
             fprintf(stderr, "xp_peer: unknown option %s\n", k);
             return 2;

@@ -172,6 +172,48 @@ static void test_matmul(void)
         }
 }
 
+/* Below the sgemm/tile crossovers (batch < 16 for F32, < 20 for the other
+ * dtypes) every row of a batched matmul is bit-identical to the same row at
+ * batch 1: the engine relies on it for batched == one-at-a-time greedy
+ * tokens. Shapes with 8- and scalar tails, 1 and 2 threads. */
+static void test_matmul_batch_exact(void)
+{
+    static const int shapes[][2] = { { 7, 31 }, { 33, 65 }, { 257, 288 }, { 300, 1000 } };
+    static const int q8_shapes[][2] = { { 7, 64 }, { 257, 288 }, { 33, 1024 } };
+    static const int batches[] = { 2, 3, 4, 5, 7, 9, 15 };
+    size_t s, bi;
+    int dt, t, b;
+
+    for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
+        for (s = 0; s < 4; s++) {
+            int q8 = dt == NA_DTYPE_Q8_0;
+            int rows = q8 ? q8_shapes[s % 3][0] : shapes[s][0];
+            int cols = q8 ? q8_shapes[s % 3][1] : shapes[s][1];
+            void *buf;
+            na_tensor_t w = make_weight((na_dtype_t)dt, rows, cols, &buf);
+            float *x = falloc((size_t)15 * cols), *yb = falloc((size_t)15 * rows);
+            float *y1 = falloc((size_t)rows);
+
+            na_rng_fill(&rng, x, (size_t)15 * cols, -1.0f, 1.0f);
+            for (t = 0; t < 2; t++)
+                for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                    int bad = 0;
+                    cpu_k[t]->ops->matmul(cpu_k[t], yb, x, &w, batches[bi]);
+                    for (b = 0; b < batches[bi]; b++) {
+                        cpu_k[t]->ops->matmul(cpu_k[t], y1, x + (size_t)b * cols, &w, 1);
+                        bad += memcmp(y1, yb + (size_t)b * rows, sizeof(float) * rows) != 0;
+                    }
+                    NA_CHECK_MSG(bad == 0, "matmul %s %dx%d batch %d threads %d: %d rows "
+                                 "differ from batch 1", na_dtype_name((na_dtype_t)dt), rows,
+                                 cols, batches[bi], t + 1, bad);
+                }
+            free(y1);
+            free(yb);
+            free(x);
+            free(buf);
+        }
+}
+
 /* ---- element-wise ops ---------------------------------------------------- */
 static void test_elementwise(void)
 {
@@ -462,6 +504,7 @@ int main(void)
     test_ref_known();
     test_elementwise();
     test_matmul();
+    test_matmul_batch_exact();
     test_decode();
     test_prefill();
     test_partials();

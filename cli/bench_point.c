@@ -1,0 +1,570 @@
+/* cli/bench_point.c — one point of the comparison sweep, run as its own
+ * process so it can sit in the compute network namespace of a link:
+ *
+ *   nearattn bench e2e --point --config L --mode M --batch B --ctx C --new N
+ *   nearattn bench e2e --point --config L --probe
+ *
+ * A point generates N tokens greedily for B requests whose prompts are C
+ * tokens long, as compute node c0 of layout L (the storage nodes of L must be
+ * running), and prints one line "POINT k=v ..." (see na_e2e_point_t): decode
+ * tokens/s, the per-step split, bytes per layer counted by the transport
+ * beside the analytic count (docs/benchmarks.md), t_m and t_a.
+ *
+ * The probe measures the link itself with the same transport, without the
+ * storage node's KV store in the way: ECHO messages to storage node 0 (a
+ * 64-byte round trip, a 16 MiB one-way stream, a 16 MiB round trip); it
+ * prints "PROBE up_Bps=.. down_Bps=.. rtt_s=..". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/e2e_sweep.h"
+#include "common/bench.h"
+#include "common/config.h"
+#include "common/model.h"
+#include "common/plan.h"
+#include "compute-node/attn_kvfetch.h"
+#include "compute-node/generate.h"
+#include "compute-node/offload.h"
+#include "compute-node/storage_client.h"
+#include "rdma/xp_echo.h"
+
+static const char *const na_e2e_mode_names[NA_E2E_N_MODES] = {
+    "monolithic", "kv-fetch", "offload", "offload+wb", "offload+wb+pipe",
+    "offload+wb+pipe+xcache",
+};
+
+const char *na_e2e_mode_name(na_e2e_mode_t m)
+{
+    return (unsigned)m < NA_E2E_N_MODES ? na_e2e_mode_names[m] : "?";
+}
+
+int na_e2e_mode_parse(const char *s)
+{
+    int i;
+    for (i = 0; i < NA_E2E_N_MODES; i++)
+        if (!strcmp(s, na_e2e_mode_names[i]))
+            return i;
+    return -1;
+}
+
+int na_e2e_point_parse(const char *line, na_e2e_point_t *p)
+{
+    const char *s = strstr(line, "POINT ");
+    char key[32];
+    double v;
+    int n;
+
+    if (s == NULL)
+        return -1;
+    memset(p, 0, sizeof(*p));
+    s += 6;
+    while (sscanf(s, " %31[a-z_]=%lf%n", key, &v, &n) == 2) {
+        s += n;
+#define PF(name, field) if (!strcmp(key, name)) p->field = v
+#define PI(name, field) if (!strcmp(key, name)) p->field = (int)v
+        PI("mode", mode); PI("batch", batch); PI("ctx", ctx); PI("nodes", nodes);
+        PI("new", new_tokens); PI("ok", ok);
+        PF("tok_s", tok_s); PF("step_s", step_s); PF("compute_s", compute_s);
+        PF("net_s", net_s); PF("attn_s", attn_s); PF("disk_s", disk_s); PF("idle_s", idle_s);
+        PF("bytes_out", bytes_out); PF("bytes_in", bytes_in); PF("an_out", an_out);
+        PF("an_in", an_in); PF("ssd_bytes", ssd_bytes); PF("tm", tm); PF("ta", ta);
+#undef PF
+#undef PI
+    }
+    return 0;
+}
+
+/* Prompt tokens of request i (deterministic, never all one token). */
+static void pt_requests(na_engine_t *e, na_request_t **r, int n, int ctx, int n_new)
+{
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    int *toks = malloc((size_t)ctx * sizeof(int)), i, j;
+    for (i = 0; i < n; i++) {
+        r[i] = NULL;
+        if (toks == NULL)
+            continue;
+        for (j = 0; j < ctx; j++)
+            toks[j] = 3 + (j * 7 + i * 13) % (e->cfg.vocab_size - 3);
+        if (na_request_create(e, i, toks, ctx, n_new, &sc, &r[i]) != NA_OK)
+            r[i] = NULL;
+    }
+    free(toks);
+}
+
+typedef struct {
+    na_asvc_t      *svc;
+    int             want;        /* first tokens before decode starts */
+    int             seen;
+    na_asvc_stats_t at_decode;   /* counters when every request had its first token */
+    double          t0, t_last;  /* decode window: after that snapshot .. last token */
+} pt_snap_t;
+
+/* Token callback: the decode window starts once every request has its first
+ * token (prefill done) and ends at the last token, so admission, release and
+ * the counters' own round trips stay out of the decode time. */
+static void pt_on_token(void *user, const na_request_t *r, int token)
+{
+    pt_snap_t *s = user;
+    (void)r;
+    (void)token;
+    if (++s->seen == s->want) {
+        if (s->svc != NULL)
+            na_asvc_stats(s->svc, &s->at_decode);
+        s->t0 = na_bench_now();
+    }
+    s->t_last = na_bench_now();
+}
+
+/* ---- counting wrapper ---------------------------------------------------
+ * Forwards every call to the real service and separates the decode phase's
+ * wire bytes from the prefill's: the counters are read once, just before the
+ * first decode submit after every remote request finished its prefill
+ * (`want` prefill_done calls); from then on each submit adds its analytic
+ * bytes (common/plan.h, the entries' real positions). So measured and
+ * analytic cover exactly the same submits, even when a second batch is
+ * admitted while the first one already decodes. */
+typedef struct {
+    na_asvc_t       base;
+    na_asvc_t      *in;
+    na_plan_kind_t  kind;
+    int             nodes;
+    int             want, done;   /* remote requests; prefill_done calls seen */
+    int             snapped;
+    na_asvc_stats_t snap;
+    double          an_out, an_in;
+    long            layer_steps;  /* submitted entries after the snapshot / B */
+    long            entries;
+} pt_count_t;
+
+static void pc_destroy(na_asvc_t *s)
+{
+    pt_count_t *c = (pt_count_t *)s;
+    na_asvc_destroy(c->in);
+    free(c);
+}
+static na_status_t pc_open(na_asvc_t *s, uint64_t req, int max_tokens)
+{
+    return na_asvc_open(((pt_count_t *)s)->in, req, max_tokens);
+}
+static na_status_t pc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                              const void *v, na_dtype_t dtype, int n_tok)
+{
+    return na_asvc_prefill(((pt_count_t *)s)->in, req, layer, k, v, dtype, n_tok);
+}
+static na_status_t pc_prefill_done(na_asvc_t *s, uint64_t req)
+{
+    pt_count_t *c = (pt_count_t *)s;
+    c->done++;
+    return na_asvc_prefill_done(c->in, req);
+}
+static na_status_t pc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
+{
+    pt_count_t *c = (pt_count_t *)s;
+    if (!c->snapped && c->done >= c->want) {
+        na_asvc_stats(c->in, &c->snap);
+        c->snapped = 1;
+    }
+    if (c->snapped) {
+        int i;
+        for (i = 0; i < n; i++) {
+            /* one entry at its own position: the per-entry bytes; the
+             * DECODE_ATTN framing is added per message below */
+            na_plan_traffic_t t;
+            if (c->kind == NA_PLAN_KVFETCH) {
+                na_model_config_t one = s->mc;
+                one.n_layers = 1;
+                na_plan_traffic(&one, c->kind, 1, 1, e[i].pos, 1, &t);
+                c->an_out += t.out;
+                c->an_in += t.in;
+            }
+        }
+        if (c->kind == NA_PLAN_OFFLOAD) {
+            na_model_config_t one = s->mc;
+            na_plan_traffic_t t;
+            one.n_layers = 1;
+            na_plan_traffic_nodes(&one, c->kind, n, 1, c->nodes, 0, 1, &t);
+            c->an_out += t.out;
+            c->an_in += t.in;
+        }
+        c->entries += n;
+    }
+    (void)layer;
+    return na_asvc_submit(c->in, batch, layer, e, n);
+}
+static na_status_t pc_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
+{
+    return na_asvc_poll(((pt_count_t *)s)->in, timeout_ms, batch_p);
+}
+static void pc_release(na_asvc_t *s, uint64_t req, int status)
+{
+    na_asvc_release(((pt_count_t *)s)->in, req, status);
+}
+static void pc_stats(na_asvc_t *s, na_asvc_stats_t *out)
+{
+    na_asvc_stats(((pt_count_t *)s)->in, out);
+}
+static void pc_progress(na_asvc_t *s)
+{
+    na_asvc_progress(((pt_count_t *)s)->in);
+}
+
+static const na_asvc_ops_t pt_count_ops = {
+    pc_destroy, pc_open, pc_prefill, pc_prefill_done, pc_submit, pc_poll, pc_release, pc_stats,
+    pc_progress,
+};
+
+/* Wrap svc (owned from now on, also on failure). */
+static na_status_t pt_count_wrap(na_asvc_t *svc, na_plan_kind_t kind, int nodes, int want,
+                                 na_asvc_t **s_p)
+{
+    pt_count_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        na_asvc_destroy(svc);
+        return na_err(NA_ERR_NOMEM, "bench e2e: out of memory");
+    }
+    c->base = *svc;
+    c->base.ops = &pt_count_ops;
+    c->base.kind = svc->kind;
+    c->in = svc;
+    c->kind = kind;
+    c->nodes = nodes;
+    c->want = want;
+    *s_p = &c->base;
+    return NA_OK;
+}
+
+/* Storage-side counter `key` summed over the layout's storage nodes, read
+ * over a connection of our own as compute node c1 (0 when unavailable). */
+static double pt_node_stat(const na_cfg_t *cfg, const char *key)
+{
+    na_xp_opts_t xo;
+    na_xp_t *xp = NULL;
+    double sum = 0;
+    int j;
+
+    memset(&xo, 0, sizeof(xo));
+    xo.name = "c1";
+    xo.cluster = cfg->cluster.name;
+    xo.role = NA_WIRE_ROLE_COMPUTE;
+    xo.tls = cfg->transport.tls_kind == NA_CFG_TLS_TCP ? NA_XP_TLS_TCP :
+             cfg->transport.tls_kind == NA_CFG_TLS_SHM ? NA_XP_TLS_SHM : NA_XP_TLS_AUTO;
+    xo.secret = cfg->secret;
+    xo.secret_len = cfg->secret_len;
+    xo.timeout_ms = (int)cfg->transport.timeout_ms;
+    xo.max_msg = 1 << 20;
+    if (na_xp_create(&xo, &xp) != NA_OK)
+        return 0;
+    for (j = 0; j < cfg->n_storage; j++) {
+        const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
+        na_sc_t *sc;
+        uint64_t v;
+        if (na_sc_connect(xp, nd->host, (int)nd->port, &sc) != NA_OK)
+            continue;
+        if (na_sc_stat(sc, key, &v) == NA_OK)
+            sum += (double)v;
+        na_sc_close(sc);
+    }
+    na_xp_destroy(xp);
+    return sum;
+}
+
+/* Wait for the ECHO answer with sequence seq (bounded). */
+static na_status_t pt_echo_wait(na_xp_t *xp, uint32_t seq)
+{
+    double t0 = na_bench_now();
+    while (na_bench_now() - t0 < 60.0) {
+        na_xp_msg_t *msg;
+        uint32_t sq;
+        unsigned fl;
+        if (na_xp_recv(xp, 100, &msg) != NA_OK)
+            continue;
+        if (msg->kind == NA_XP_EV_LOST) {
+            na_xp_msg_release(xp, msg);
+            return na_err(NA_ERR_PEER, "probe: storage node lost");
+        }
+        if (msg->kind == NA_XP_MSG_DATA && na_xp_echo_parse(msg, &sq, &fl) == NA_OK &&
+            (fl & NA_WIRE_F_REPLY) && sq == seq) {
+            na_xp_msg_release(xp, msg);
+            return NA_OK;
+        }
+        na_xp_msg_release(xp, msg);
+    }
+    return na_err(NA_ERR_TIMEOUT, "probe: no ECHO answer within 60 s");
+}
+
+/* The link probe (see the top comment): ECHO messages to storage node 0 —
+ * a 64-byte round trip (rtt), a stream of 4 x 4 MiB one way closed by a small
+ * answered message (up), a 16 MiB round trip (its return half: down). */
+static int pt_probe(const na_cfg_t *cfg)
+{
+    const size_t big = 16u << 20, part = 4u << 20;
+    const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute];
+    na_xp_opts_t xo;
+    na_xp_t *xp = NULL;
+    na_sc_t *sc = NULL;
+    na_xp_ep_t *ep;
+    uint8_t *buf = NULL;
+    double up[3], down[3], rtt[9], t0, t;
+    uint32_t seq = 1;
+    size_t i;
+    int k, rc = 1;
+
+    memset(&xo, 0, sizeof(xo));
+    xo.name = "c0";
+    xo.cluster = cfg->cluster.name;
+    xo.role = NA_WIRE_ROLE_COMPUTE;
+    xo.tls = cfg->transport.tls_kind == NA_CFG_TLS_TCP ? NA_XP_TLS_TCP :
+             cfg->transport.tls_kind == NA_CFG_TLS_SHM ? NA_XP_TLS_SHM : NA_XP_TLS_AUTO;
+    xo.secret = cfg->secret;
+    xo.secret_len = cfg->secret_len;
+    xo.timeout_ms = (int)cfg->transport.timeout_ms;
+    xo.max_msg = (size_t)NA_WIRE_MAX_PAYLOAD;
+    buf = malloc(big);
+    if (buf == NULL || na_xp_create(&xo, &xp) != NA_OK ||
+        na_sc_connect(xp, nd->host, (int)nd->port, &sc) != NA_OK) {
+        fprintf(stderr, "probe: %s\n", buf == NULL ? "out of memory" : na_errmsg());
+        goto out;
+    }
+    ep = na_sc_ep(sc);
+    for (i = 0; i < big; i++)               /* never time on all-zero data */
+        buf[i] = (uint8_t)(i * 131u + 7u);
+    for (k = 0; k < 10; k++) {              /* first one: warm-up */
+        t0 = na_bench_now();
+        if (na_xp_echo_send(ep, seq, 0, buf, 64) != NA_OK || pt_echo_wait(xp, seq++) != NA_OK)
+            goto err_probe;
+        if (k > 0)
+            rtt[k - 1] = na_bench_now() - t0;
+    }
+    t = na_bench_median(rtt, 9);
+    for (k = 0; k < 3; k++) {
+        size_t off;
+        t0 = na_bench_now();
+        for (off = 0; off < big; off += part)
+            if (na_xp_echo_send(ep, seq++, NA_WIRE_F_MORE, buf, part) != NA_OK)
+                goto err_probe;
+        if (na_xp_echo_send(ep, seq, 0, buf, 64) != NA_OK || pt_echo_wait(xp, seq++) != NA_OK)
+            goto err_probe;
+        up[k] = (double)big / (na_bench_now() - t0 - t);
+        t0 = na_bench_now();
+        if (na_xp_echo_send(ep, seq, 0, buf, big) != NA_OK || pt_echo_wait(xp, seq++) != NA_OK)
+            goto err_probe;
+        down[k] = 2.0 * big / (na_bench_now() - t0 - t);   /* both ways, on average */
+    }
+    printf("PROBE up_Bps=%.6g down_Bps=%.6g rtt_s=%.6g\n", na_bench_median(up, 3),
+           na_bench_median(down, 3), t);
+    rc = 0;
+    goto out;
+err_probe:
+    fprintf(stderr, "probe: %s\n", na_errmsg());
+out:
+    na_sc_close(sc);
+    na_xp_destroy(xp);
+    free(buf);
+    return rc;
+}
+
+static void pt_usage(FILE *f)
+{
+    fprintf(f, "usage: nearattn bench e2e --point --config L (--probe | --mode M --batch B\n"
+               "                          --ctx C [--new N] [--threads T] [--link-Bps R])\n"
+               "One point of the sweep (run by `nearattn bench e2e --sweep`): prints a\n"
+               "POINT or PROBE line. Modes: monolithic kv-fetch offload offload+wb\n"
+               "offload+wb+pipe offload+wb+pipe+xcache.\n");
+}
+
+int na_cli_e2e_point(int argc, char **argv)
+{
+    const char *cfgp = NULL;
+    int mode = -1, B = 1, C = 64, N = 8, threads = 1, probe = 0, i, rc = 1;
+    double link_Bps = 0;
+    na_cfg_t *cfg = NULL;
+    na_model_t *m = NULL;
+    na_engine_t *e = NULL;
+    na_engine_opts_t eo;
+    na_request_t *r[64];
+    na_e2e_point_t p;
+    long v;
+
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--point") || !strcmp(a, "e2e"))
+            continue;
+        if (!strcmp(a, "--help")) {
+            pt_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--probe")) {
+            probe = 1;
+        } else if (!strcmp(a, "--link-Bps") && val) {
+            link_Bps = atof(argv[++i]);
+        } else if (!strcmp(a, "--config") && val) {
+            cfgp = argv[++i];
+        } else if (!strcmp(a, "--mode") && val) {
+            if ((mode = na_e2e_mode_parse(argv[++i])) < 0) {
+                fprintf(stderr, "nearattn bench e2e --point: unknown mode '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if ((!strcmp(a, "--batch") || !strcmp(a, "--ctx") || !strcmp(a, "--new") ||
+                    !strcmp(a, "--threads")) && val) {
+            if (na_cli_int("bench e2e --point", a, val, 1, 1 << 20, &v) != NA_OK)
+                return 2;
+            i++;
+            if (a[2] == 'b') B = (int)v;
+            else if (a[2] == 'c') C = (int)v;
+            else if (a[2] == 'n') N = (int)v;
+            else threads = (int)v;
+        } else {
+            fprintf(stderr, "nearattn bench e2e --point: unknown option '%s'\n", a);
+            pt_usage(stderr);
+            return 2;
+        }
+    }
+    if (cfgp == NULL || (!probe && mode < 0) || B > 64) {
+        pt_usage(stderr);
+        return 2;
+    }
+    if (na_cfg_load(cfgp, &cfg) != NA_OK || cfg->model.path == NULL ||
+        na_model_open(cfg->model.path, &m) != NA_OK) {
+        fprintf(stderr, "bench e2e --point: %s\n", na_errmsg());
+        goto out;
+    }
+    if (probe) {
+        rc = pt_probe(cfg);
+        goto out;
+    }
+    eo = (na_engine_opts_t){ "cpu", threads, NA_DTYPE_F16, 0 };
+    if (na_engine_create(m, &eo, &e) != NA_OK) {
+        fprintf(stderr, "bench e2e --point: %s\n", na_errmsg());
+        goto out;
+    }
+    memset(&p, 0, sizeof(p));
+    p.mode = mode;
+    p.batch = B;
+    p.ctx = C;
+    p.new_tokens = N;
+    p.nodes = cfg->n_storage;
+    pt_requests(e, r, B, C, N);
+    if (mode == NA_E2E_MONO) {
+        na_gen_opts_t go;
+        na_gen_stats_t gs;
+        memset(&go, 0, sizeof(go));
+        go.max_batch = B;
+        if (na_generate(e, r, B, &go, &gs) == NA_OK && gs.decode_s > 0 && gs.decode_steps > 0) {
+            p.ok = 1;
+            p.tok_s = (double)gs.decode_tokens / gs.decode_s;
+            p.step_s = gs.decode_s / gs.decode_steps;
+            p.compute_s = p.step_s;
+            p.tm = p.step_s / m->cfg.n_layers;
+        }
+    } else {
+        na_asvc_t *svc = NULL;
+        na_off_opts_t oo;
+        na_off_stats_t os;
+        pt_snap_t snap;
+        double node0, node1, steps, dec;
+        na_status_t st;
+
+        node0 = pt_node_stat(cfg, mode == NA_E2E_KVFETCH ? "node.fetch_ns" : "node.decode_ns");
+        st = mode == NA_E2E_KVFETCH ? na_asvc_kvfetch_create(cfg, &e->cfg, "c0", e->kern, &svc)
+                                    : na_asvc_remote_create(cfg, &e->cfg, "c0", &svc);
+        if (st == NA_OK)
+            st = pt_count_wrap(svc, mode == NA_E2E_KVFETCH ? NA_PLAN_KVFETCH : NA_PLAN_OFFLOAD,
+                               cfg->n_storage,
+                               B - (mode == NA_E2E_OFF_WB_PIPE_XC ? B / 2 : 0), &svc);
+        if (st != NA_OK) {
+            fprintf(stderr, "bench e2e --point: %s\n", na_errmsg());
+            goto out_req;
+        }
+        memset(&snap, 0, sizeof(snap));
+        snap.svc = NULL;
+        snap.want = B;
+        memset(&oo, 0, sizeof(oo));
+        oo.max_batch = mode == NA_E2E_OFF_WB_PIPE || mode == NA_E2E_OFF_WB_PIPE_XC
+                           ? (B + 1) / 2 : B;
+        oo.batches_in_flight = B >= 2 && oo.max_batch < B ? 2 : 1;
+        oo.xcache = mode == NA_E2E_OFF_WB_PIPE_XC;
+        oo.xcache_share = 0.5;
+        oo.xcache_host_mb = 4096;
+        oo.on_token = pt_on_token;
+        oo.user = &snap;
+        st = na_offload_generate(e, svc, r, B, &oo, &os);
+        if (st == NA_OK) {
+            pt_count_t *c = (pt_count_t *)svc;
+            double ls = (double)c->entries / (B - os.xcache_reqs > 0 ? B - os.xcache_reqs : 1);
+            p.bytes_out = ls > 0 ? (double)(os.svc.bytes_sent - c->snap.bytes_sent) / ls : 0;
+            p.bytes_in = ls > 0 ? (double)(os.svc.bytes_recv - c->snap.bytes_recv) / ls : 0;
+            p.an_out = ls > 0 ? c->an_out / ls : 0;
+            p.an_in = ls > 0 ? c->an_in / ls : 0;
+        }
+        na_asvc_destroy(svc);
+        node1 = pt_node_stat(cfg, mode == NA_E2E_KVFETCH ? "node.fetch_ns" : "node.decode_ns");
+        if (st != NA_OK || os.failed > 0) {
+            fprintf(stderr, "bench e2e --point: %s\n",
+                    st != NA_OK ? na_errmsg() : "requests failed");
+            goto out_req;
+        }
+        /* decode window (pt_on_token); steps = tokens per request in it */
+        dec = snap.t_last - snap.t0;
+        steps = (double)(snap.seen - B) / B;
+        if (dec <= 0 || steps <= 0)
+            goto out_req;
+        p.ok = 1;
+        p.tok_s = (double)(snap.seen - B) / dec;
+        p.step_s = dec / steps;
+        {
+            double c_bytes_step = (p.bytes_out + p.bytes_in) * m->cfg.n_layers;
+            /* whole-run counters less the prefill phase, per decode step:
+             * compute_s holds submit_s (sending; for kv-fetch the whole
+             * fetch + append + local attention) and xcache_s */
+            double gsteps = (double)os.gen.decode_tokens / B;
+            double pure = os.compute_s - os.prefill_s - os.ship_s - os.submit_s - os.xcache_s;
+            double sub = os.submit_s / gsteps, wait = os.idle_s / gsteps;
+            double node = 1e-9 * (node1 - node0) / gsteps, rest;
+            p.compute_s = pure / gsteps;
+            p.tm = os.slices ? pure / os.slices : 0;
+            p.ta = os.attn_calls ? os.attn_rt_s / os.attn_calls : 0;
+            if (mode == NA_E2E_KVFETCH) {
+                /* sub = fetch + append round trips + local attention: the wire
+                 * time at the probe's bandwidth is network, the rest the
+                 * node's read of the KV (SSD, conversion, per-message work) */
+                double raw;
+                p.attn_s = os.svc.attn_s / gsteps;
+                raw = sub - p.attn_s + wait;
+                if (link_Bps > 0 && c_bytes_step > 0) {
+                    p.net_s = c_bytes_step / link_Bps < raw ? c_bytes_step / link_Bps : raw;
+                    p.disk_s = raw - p.net_s;
+                } else {
+                    p.disk_s = node < raw ? node : raw;
+                    p.net_s = raw - p.disk_s;
+                }
+            } else {
+                double vis = wait < node ? wait : node;     /* storage work on the path */
+                p.attn_s = vis + os.xcache_s / gsteps;
+                p.net_s = sub + wait - vis;
+            }
+            if (p.net_s < 0)
+                p.net_s = 0;
+            rest = p.step_s - p.compute_s - p.net_s - p.attn_s - p.disk_s;
+            p.idle_s = rest > 0 ? rest : 0;         /* other: sampling, bookkeeping */
+        }
+        p.ssd_bytes = (double)(os.svc.ssd_bytes_read - snap.at_decode.ssd_bytes_read) /
+                      ((double)os.gen.decode_tokens / B);
+    }
+    printf("POINT mode=%d batch=%d ctx=%d nodes=%d new=%d ok=%d tok_s=%.6g step_s=%.6g "
+           "compute_s=%.6g net_s=%.6g attn_s=%.6g disk_s=%.6g idle_s=%.6g bytes_out=%.6g "
+           "bytes_in=%.6g an_out=%.6g an_in=%.6g ssd_bytes=%.6g tm=%.6g ta=%.6g\n",
+           p.mode, p.batch, p.ctx, p.nodes, p.new_tokens, p.ok, p.tok_s, p.step_s, p.compute_s,
+           p.net_s, p.attn_s, p.disk_s, p.idle_s, p.bytes_out, p.bytes_in, p.an_out, p.an_in,
+           p.ssd_bytes, p.tm, p.ta);
+    rc = p.ok ? 0 : 1;
+out_req:
+    for (i = 0; i < B; i++)
+        na_request_destroy(r[i]);
+out:
+    na_engine_destroy(e);
+    na_model_destroy(m);
+    na_cfg_destroy(cfg);
+    return rc;
+}

@@ -1,0 +1,494 @@
+/* compute-node/attn_kvfetch.c — the kv-fetch attention service (see
+ * compute-node/attn_kvfetch.h): the FlexGen-style baseline the offload modes
+ * are compared with. The storage nodes hold the KV exactly as for offload
+ * (REQ_OPEN, PREFILL_KV, REQ_RELEASE); a decode entry of layer l at position
+ * pos then costs, on the entry's storage node:
+ *
+ *   KV_FETCH  tokens [0, pos) of layer l      -> KV_DATA 2·pos·kv_dim·elem bytes
+ *   PREFILL_KV token pos (k_new, v_new)        -> ACK     (the store stays whole)
+ *
+ * and here: o = attn_decode(q, K[0..pos], V[0..pos]) with the engine's
+ * kernels on a KV row buffer of the storage dtype, the same call and layout
+ * monolithic generation makes (compute-node/kv_local.c), so greedy tokens
+ * agree.
+ *
+ * All calls are blocking (compute-node/storage_client.h): submit does the
+ * whole batch and queues it as done; poll hands it back. So there is no
+ * overlap of fetch and attention (FlexGen overlaps them; here the link is the
+ * bound either way, see docs/benchmarks.md). Counters: send_s = time in fetch
+ * and append calls (network + the storage node's read), attn_s = local
+ * attention time, bytes from the transport's per-endpoint counters. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "compute-node/attn_kvfetch.h"
+#include "compute-node/storage_client.h"
+
+#define KF_MAX_NODES 64
+#define KF_MAX_BATCH 64
+
+typedef struct {
+    na_sc_t *sc;
+    char     name[NA_XP_NAME_MAX];
+    int      alive;
+    long     n_open;
+    char     why[NA_ASVC_REASON_MAX];
+} kf_node_t;
+
+typedef struct kf_req {
+    uint64_t       id;
+    int            node;            /* index in nodes[] */
+    struct kf_req *next;
+} kf_req_t;
+
+typedef struct {
+    na_asvc_t     base;
+    const na_cfg_t *cfg;
+    na_kernels_t *kern;             /* borrowed */
+    na_xp_t      *xp;
+    kf_node_t     nodes[KF_MAX_NODES];
+    int           n_nodes;
+    na_dtype_t    kv_dtype;         /* storage and wire dtype: F16 or F32 */
+    kf_req_t     *reqs;
+    int           done[KF_MAX_BATCH];
+    int           n_done;
+    int           busy[KF_MAX_BATCH];
+    /* scratch for one entry */
+    size_t        cap;              /* tokens the buffers hold */
+    float        *kf, *vf;          /* [cap][kv_dim] fetched rows as f32 */
+    void         *kb, *vb;          /* [cap][kv_dim] rows in kv_dtype for attn_decode */
+    na_asvc_stats_t st;
+} kf_t;
+
+static double kf_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static kf_req_t *kf_find(kf_t *p, uint64_t id)
+{
+    kf_req_t *r;
+    for (r = p->reqs; r != NULL; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+/* Mark node j lost with a reason (first reason kept). */
+static void kf_node_lost(kf_t *p, int j, const char *why)
+{
+    kf_node_t *nd = &p->nodes[j];
+    char tmp[NA_ASVC_REASON_MAX];
+    if (!nd->alive)
+        return;
+    nd->alive = 0;
+    snprintf(tmp, sizeof(tmp), "storage node %.60s lost: %.110s", nd->name, why);
+    memcpy(nd->why, tmp, sizeof(tmp));
+    na_log_warn("%s", nd->why);
+}
+
+/* Grow the scratch to hold n tokens. NA_ERR_NOMEM. */
+static na_status_t kf_reserve(kf_t *p, size_t n)
+{
+    size_t kvd = (size_t)p->base.kv_dim, es = na_dtype_bytes(p->kv_dtype, 1), cap = p->cap;
+    void *a[4];
+    int i;
+
+    if (n <= p->cap)
+        return NA_OK;
+    while (cap < n)
+        cap = cap ? 2 * cap : 256;
+    a[0] = realloc(p->kf, cap * kvd * sizeof(float));
+    if (a[0] != NULL) p->kf = a[0];
+    a[1] = realloc(p->vf, cap * kvd * sizeof(float));
+    if (a[1] != NULL) p->vf = a[1];
+    a[2] = realloc(p->kb, cap * kvd * es);
+    if (a[2] != NULL) p->kb = a[2];
+    a[3] = realloc(p->vb, cap * kvd * es);
+    if (a[3] != NULL) p->vb = a[3];
+    for (i = 0; i < 4; i++)
+        if (a[i] == NULL)
+            return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory for %zu tokens of KV", cap);
+    p->cap = cap;
+    return NA_OK;
+}
+
+/* rows (n f32 values) -> dst in kv_dtype. */
+static void kf_store_rows(na_dtype_t dt, const float *src, size_t n, void *dst)
+{
+    size_t i;
+    if (dt == NA_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    for (i = 0; i < n; i++)
+        ((uint16_t *)dst)[i] = na_f32_to_f16(src[i]);
+}
+
+static na_status_t kf_open(na_asvc_t *s, uint64_t req, int max_tokens)
+{
+    kf_t *p = (kf_t *)s;
+    na_wire_req_open_t o;
+    kf_req_t *r;
+    na_status_t st = NA_ERR_PEER;
+    int tried[KF_MAX_NODES] = { 0 }, t, j;
+
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory");
+    memset(&o, 0, sizeof(o));
+    o.request_id = req;
+    o.max_tokens = (uint32_t)max_tokens;
+    o.n_layers = (uint32_t)s->mc.n_layers;
+    o.head_dim = (uint16_t)s->mc.head_dim;
+    o.q_per_kv = (uint16_t)(s->mc.n_heads / s->mc.n_kv_heads);
+    o.dtype = p->kv_dtype;
+    o.kv_h0 = 0;
+    o.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+    for (t = 0; t < p->n_nodes; t++) {
+        int best = -1;
+        for (j = 0; j < p->n_nodes; j++)
+            if (p->nodes[j].alive && !tried[j] &&
+                (best < 0 || p->nodes[j].n_open < p->nodes[best].n_open))
+                best = j;
+        if (best < 0)
+            break;
+        tried[best] = 1;
+        st = na_sc_open(p->nodes[best].sc, &o);
+        if (st == NA_OK) {
+            r->id = req;
+            r->node = best;
+            r->next = p->reqs;
+            p->reqs = r;
+            p->nodes[best].n_open++;
+            return NA_OK;
+        }
+        if (st == NA_ERR_PEER)
+            kf_node_lost(p, best, na_errmsg());
+        else if (st != NA_ERR_NOSPACE)
+            break;
+    }
+    free(r);
+    if (st == NA_OK || st == NA_ERR_PEER)
+        return na_err(NA_ERR_PEER, "kv-fetch: no storage node is reachable");
+    return st;
+}
+
+static na_status_t kf_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                              const void *v, na_dtype_t dtype, int n_tok)
+{
+    kf_t *p = (kf_t *)s;
+    kf_req_t *r = kf_find(p, req);
+    na_wire_kv_t kv;
+    double t0 = kf_now();
+    na_status_t st;
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "kv-fetch: prefill of unknown request %llu",
+                      (unsigned long long)req);
+    if (!p->nodes[r->node].alive)
+        return na_err(NA_ERR_PEER, "%s", p->nodes[r->node].why);
+    memset(&kv, 0, sizeof(kv));
+    kv.request_id = req;
+    kv.layer = (uint32_t)layer;
+    kv.pos0 = 0;
+    kv.n_tokens = (uint32_t)n_tok;
+    kv.kv_h0 = 0;
+    kv.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+    kv.head_dim = (uint16_t)s->mc.head_dim;
+    kv.dtype = dtype;
+    kv.k = k;
+    kv.v = v;
+    st = na_sc_prefill(p->nodes[r->node].sc, &kv);
+    if (st == NA_ERR_PEER)
+        kf_node_lost(p, r->node, na_errmsg());
+    p->st.prefill_bytes += 2 * na_dtype_bytes(dtype, (size_t)n_tok * (size_t)s->kv_dim);
+    p->st.prefill_s += kf_now() - t0;
+    return st;
+}
+
+static na_status_t kf_prefill_done(na_asvc_t *s, uint64_t req)
+{
+    (void)s;
+    (void)req;
+    return NA_OK;       /* each PREFILL_KV was written through before its ACK */
+}
+
+/* Fail entry x with st and the current error message (or text). */
+static void kf_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text)
+{
+    x->status = st;
+    snprintf(x->reason, sizeof(x->reason), "%s", text);
+}
+
+/* One entry: fetch [0, pos), append pos on the node, attend here. */
+static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
+{
+    const na_model_config_t *mc = &p->base.mc;
+    const size_t kvd = (size_t)p->base.kv_dim, es = na_dtype_bytes(p->kv_dtype, 1);
+    kf_req_t *r = kf_find(p, x->req);
+    kf_node_t *nd;
+    na_status_t st;
+    double t0;
+
+    if (r == NULL) {
+        kf_entry_fail(x, NA_ERR_NOT_FOUND, "kv-fetch: unknown request");
+        return;
+    }
+    nd = &p->nodes[r->node];
+    if (!nd->alive) {
+        kf_entry_fail(x, NA_ERR_PEER, nd->why);
+        return;
+    }
+    if (kf_reserve(p, (size_t)x->pos + 1) != NA_OK) {
+        kf_entry_fail(x, NA_ERR_NOMEM, na_errmsg());
+        return;
+    }
+    t0 = kf_now();
+    if (x->pos > 0) {
+        na_wire_kv_fetch_t f;
+        memset(&f, 0, sizeof(f));
+        f.request_id = x->req;
+        f.layer = (uint32_t)layer;
+        f.pos0 = 0;
+        f.n_tokens = (uint32_t)x->pos;
+        f.kv_h0 = 0;
+        f.kv_h1 = (uint16_t)mc->n_kv_heads;
+        f.dtype = p->kv_dtype;
+        st = na_sc_fetch(nd->sc, &f, mc->head_dim, p->kf, p->vf);
+        if (st != NA_OK)
+            goto err_net;
+    }
+    /* the new row, in the storage dtype, appended here and there */
+    kf_store_rows(p->kv_dtype, x->k, kvd, (uint8_t *)p->kb + (size_t)x->pos * kvd * es);
+    kf_store_rows(p->kv_dtype, x->v, kvd, (uint8_t *)p->vb + (size_t)x->pos * kvd * es);
+    {
+        na_wire_kv_t kv;
+        memset(&kv, 0, sizeof(kv));
+        kv.request_id = x->req;
+        kv.layer = (uint32_t)layer;
+        kv.pos0 = (uint32_t)x->pos;
+        kv.n_tokens = 1;
+        kv.kv_h0 = 0;
+        kv.kv_h1 = (uint16_t)mc->n_kv_heads;
+        kv.head_dim = (uint16_t)mc->head_dim;
+        kv.dtype = p->kv_dtype;
+        kv.k = (uint8_t *)p->kb + (size_t)x->pos * kvd * es;
+        kv.v = (uint8_t *)p->vb + (size_t)x->pos * kvd * es;
+        st = na_sc_prefill(nd->sc, &kv);
+        if (st != NA_OK)
+            goto err_net;
+    }
+    p->st.send_s += kf_now() - t0;
+    /* fetched rows were stored in kv_dtype on the node: converting back is exact */
+    kf_store_rows(p->kv_dtype, p->kf, (size_t)x->pos * kvd, p->kb);
+    kf_store_rows(p->kv_dtype, p->vf, (size_t)x->pos * kvd, p->vb);
+    t0 = kf_now();
+    p->kern->ops->attn_decode(p->kern, x->o, x->q, p->kb, p->vb, p->kv_dtype, x->pos + 1,
+                              mc->n_heads, mc->n_kv_heads, mc->head_dim);
+    st = p->kern->ops->sync(p->kern);
+    p->st.attn_s += kf_now() - t0;
+    if (st != NA_OK)
+        kf_entry_fail(x, st, na_errmsg());
+    return;
+
+err_net:
+    p->st.send_s += kf_now() - t0;
+    if (st == NA_ERR_PEER || st == NA_ERR_TIMEOUT) {
+        kf_node_lost(p, r->node, na_errmsg());
+        kf_entry_fail(x, NA_ERR_PEER, nd->why);
+    } else {
+        kf_entry_fail(x, st, na_errmsg());
+    }
+}
+
+static na_status_t kf_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
+{
+    kf_t *p = (kf_t *)s;
+    int i;
+
+    if (batch < 0 || batch >= KF_MAX_BATCH || p->busy[batch])
+        return na_err(NA_ERR_INVALID, "kv-fetch: batch %d already in flight or out of range",
+                      batch);
+    for (i = 0; i < n; i++) {
+        e[i].status = NA_OK;
+        e[i].reason[0] = '\0';
+        kf_entry(p, layer, &e[i]);
+    }
+    p->st.decode_entries += (uint64_t)n;
+    p->busy[batch] = 1;
+    p->done[p->n_done++] = batch;
+    return NA_OK;
+}
+
+static void kf_progress(na_asvc_t *s)
+{
+    kf_t *p = (kf_t *)s;
+    int j;
+    for (j = 0; j < p->n_nodes; j++)
+        if (p->nodes[j].alive && na_sc_poll(p->nodes[j].sc, 0) == NA_ERR_PEER)
+            kf_node_lost(p, j, na_errmsg());
+}
+
+static na_status_t kf_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
+{
+    kf_t *p = (kf_t *)s;
+
+    if (p->n_done == 0) {
+        /* nothing is ever in flight between calls: serve heartbeats only when
+         * the caller is idle anyway (na_sc_poll waits at least 1 ms; the
+         * fetch calls answer heartbeats while they wait) */
+        if (timeout_ms > 0)
+            kf_progress(s);
+        return NA_ERR_TIMEOUT;
+    }
+    *batch_p = p->done[0];
+    p->busy[p->done[0]] = 0;
+    memmove(p->done, p->done + 1, (size_t)(p->n_done - 1) * sizeof(int));
+    p->n_done--;
+    return NA_OK;
+}
+
+static void kf_release(na_asvc_t *s, uint64_t req, int status)
+{
+    kf_t *p = (kf_t *)s;
+    kf_req_t **pp, *r;
+
+    (void)status;
+    for (pp = &p->reqs; *pp != NULL && (*pp)->id != req; pp = &(*pp)->next)
+        ;
+    r = *pp;
+    if (r == NULL)
+        return;
+    *pp = r->next;
+    p->nodes[r->node].n_open--;
+    if (p->nodes[r->node].alive && na_sc_release(p->nodes[r->node].sc, req) == NA_ERR_PEER)
+        kf_node_lost(p, r->node, na_errmsg());
+    free(r);
+}
+
+static void kf_stats(na_asvc_t *s, na_asvc_stats_t *out)
+{
+    kf_t *p = (kf_t *)s;
+    int j;
+
+    *out = p->st;
+    for (j = 0; j < p->n_nodes; j++) {
+        na_xp_stats_t xs;
+        uint64_t v;
+        if (p->nodes[j].sc == NULL)
+            continue;
+        na_xp_ep_stats(na_sc_ep(p->nodes[j].sc), &xs);
+        out->msgs_sent += xs.msgs_sent;
+        out->msgs_recv += xs.msgs_recv;
+        out->bytes_sent += xs.bytes_sent;
+        out->bytes_recv += xs.bytes_recv;
+        if (p->nodes[j].alive) {
+            int s2;
+            char key[32];
+            for (s2 = 0; s2 < NA_CFG_MAX_DEVICES; s2++) {
+                snprintf(key, sizeof(key), "s%d.bytes_read_ssd", s2);
+                if (na_sc_stat(p->nodes[j].sc, key, &v) != NA_OK)
+                    break;
+                out->ssd_bytes_read += v;
+            }
+        }
+    }
+}
+
+static void kf_destroy(na_asvc_t *s)
+{
+    kf_t *p = (kf_t *)s;
+    int j;
+
+    while (p->reqs != NULL)
+        kf_release(s, p->reqs->id, 0);
+    for (j = 0; j < p->n_nodes; j++)
+        na_sc_close(p->nodes[j].sc);
+    na_xp_destroy(p->xp);
+    free(p->kf);
+    free(p->vf);
+    free(p->kb);
+    free(p->vb);
+    free(p);
+}
+
+static const na_asvc_ops_t na_kvfetch_ops = {
+    kf_destroy, kf_open, kf_prefill, kf_prefill_done, kf_submit, kf_poll, kf_release, kf_stats,
+    kf_progress,
+};
+
+na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t *mc,
+                                   const char *name, na_kernels_t *kern, na_asvc_t **s_p)
+{
+    na_xp_opts_t xo;
+    kf_t *p;
+    na_status_t st;
+    int j, n_alive = 0;
+
+    if (cfg->n_storage < 1 || cfg->n_storage > KF_MAX_NODES)
+        return na_err(NA_ERR_RANGE, "kv-fetch: %d storage nodes out of range [1, %d]",
+                      cfg->n_storage, KF_MAX_NODES);
+    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "kv-fetch: kv_dtype must be f16 or f32");
+    if (cfg->parallel.partition != NA_CFG_PARTITION_REQUEST)
+        return na_err(NA_ERR_UNSUPPORTED, "kv-fetch: only the request partition is supported");
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory");
+    p->base.ops = &na_kvfetch_ops;
+    p->base.kind = "kv-fetch";
+    p->base.mc = *mc;
+    p->base.q_dim = mc->n_heads * mc->head_dim;
+    p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
+    p->cfg = cfg;
+    p->kern = kern;
+    p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    memset(&xo, 0, sizeof(xo));
+    xo.name = name;
+    xo.cluster = cfg->cluster.name;
+    xo.role = NA_WIRE_ROLE_COMPUTE;
+    switch (cfg->transport.tls_kind) {
+    case NA_CFG_TLS_SHM: xo.tls = NA_XP_TLS_SHM; break;
+    case NA_CFG_TLS_TCP: xo.tls = NA_XP_TLS_TCP; break;
+    case NA_CFG_TLS_RAW: xo.tls = NA_XP_TLS_RAW; break;
+    default:             xo.tls = NA_XP_TLS_AUTO; break;
+    }
+    xo.tls_raw = cfg->transport.tls;
+    xo.secret = cfg->secret;
+    xo.secret_len = cfg->secret_len;
+    xo.timeout_ms = (int)cfg->transport.timeout_ms;
+    xo.max_msg = (size_t)NA_WIRE_MAX_PAYLOAD;
+    st = na_xp_create(&xo, &p->xp);
+    if (st != NA_OK) {
+        free(p);
+        return st;
+    }
+    p->n_nodes = cfg->n_storage;
+    for (j = 0; j < p->n_nodes; j++) {
+        const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
+        kf_node_t *kn = &p->nodes[j];
+        snprintf(kn->name, sizeof(kn->name), "%s", nd->name);
+        st = na_sc_connect(p->xp, nd->host, (int)nd->port, &kn->sc);
+        if (st != NA_OK) {
+            snprintf(kn->why, sizeof(kn->why), "storage node %s (%s:%ld) unreachable: %s",
+                     nd->name, nd->host, nd->port, na_errmsg());
+            na_log_warn("%s", kn->why);
+            kn->sc = NULL;
+            continue;
+        }
+        kn->alive = 1;
+        n_alive++;
+    }
+    if (n_alive == 0) {
+        kf_destroy(&p->base);
+        return na_err(NA_ERR_PEER, "kv-fetch: no storage node of the layout is reachable");
+    }
+    *s_p = &p->base;
+    return NA_OK;
+}

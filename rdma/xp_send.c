@@ -1,0 +1,172 @@
+/* rdma/xp_send.c — sending on an endpoint: owner messages (with the header
+ * kept alive while in flight), waiting for their completion with a bound
+ * (a send that does not finish fails its endpoint), and the handshake's own
+ * messages. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdma/xp_internal.h"
+
+/* Issue ucp_am_send_nbx on id with the header kept in op. */
+static void *xp_am_send(na_xp_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
+                        const void *data, size_t len, const na_xp_buf_t *buf)
+{
+    ucp_request_param_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;        /* the receiver learns which ep sent it */
+    if (buf != NULL) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        p.memh = (ucp_mem_h)buf->memh;
+        p.memory_type = UCS_MEMORY_TYPE_HOST;
+    }
+    return ucp_am_send_nbx(ep->uep, id, hdr, hdr_len, data, len, &p);
+}
+
+na_status_t na_xp_send_start(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
+                             const void *data, size_t len, const na_xp_buf_t *buf,
+                             na_xp_op_t **op_p)
+{
+    na_xp_op_t *op;
+    void *req;
+
+    *op_p = NULL;
+    if (ep->state != NA_XP_EP_READY)
+        return na_err(NA_ERR_PEER, "transport: peer %s at %s: %s", ep->name, ep->addr,
+                      ep->errmsg[0] ? ep->errmsg : "not connected");
+    if (hdr_len > NA_XP_HDR_MAX || len > ep->xp->opts.max_msg)
+        return na_err(NA_ERR_INVALID, "transport: message of %zu+%zu bytes over the limits",
+                      hdr_len, len);
+    op = malloc(sizeof(*op));
+    if (op == NULL)
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    if (hdr_len > 0)
+        memcpy(op->hdr, hdr, hdr_len);
+    req = xp_am_send(ep, NA_XP_AM_MSG, op->hdr, hdr_len, data, len, buf);
+    if (UCS_PTR_IS_ERR(req)) {
+        free(op);
+        na_xp_ep_fail(ep, NA_ERR_PEER, ucs_status_string(UCS_PTR_STATUS(req)));
+        return na_err(NA_ERR_PEER, "transport: send to %s: %s", ep->name,
+                      ucs_status_string(UCS_PTR_STATUS(req)));
+    }
+    if (req == NULL) {
+        free(op);
+        ep->stats.msgs_sent++;
+        ep->stats.bytes_sent += hdr_len + len;
+        return NA_OK;
+    }
+    op->req = req;
+    op->ep = ep;
+    op->bytes = hdr_len + len;
+    ep->refs++;
+    *op_p = op;
+    return NA_OK;
+}
+
+/* 1 once op's request is no longer in progress. */
+static int xp_op_done(void *arg)
+{
+    na_xp_op_t *op = arg;
+    return ucp_request_check_status(op->req) != UCS_INPROGRESS;
+}
+
+/* 1 once op completed, or its endpoint failed (without peer error handling
+ * UCX may never complete a send to a vanished peer). */
+static int xp_op_done_or_dead(void *arg)
+{
+    na_xp_op_t *op = arg;
+    return xp_op_done(op) || op->ep->state == NA_XP_EP_FAILED ||
+           op->ep->state == NA_XP_EP_CLOSED;
+}
+
+na_status_t na_xp_op_wait(na_xp_t *xp, na_xp_op_t *op, int timeout_ms)
+{
+    ucs_status_t us;
+    na_status_t st = NA_OK;
+    na_xp_ep_t *ep;
+    int t;
+
+    if (op == NULL)
+        return NA_OK;
+    ep = op->ep;
+    if (xp == NULL)
+        xp = ep->xp;
+    t = timeout_ms < 0 ? xp->opts.timeout_ms : timeout_ms;
+    if (!na_xp_wait_ms(xp, xp_op_done_or_dead, op, t)) {
+        char why[96];
+        snprintf(why, sizeof(why), "send did not complete within %d ms", t);
+        na_xp_ep_fail(ep, NA_ERR_TIMEOUT, why);
+        na_xp_progress(xp);          /* force-closes the ep: the request ends */
+        (void)na_xp_wait_ms(xp, xp_op_done, op, t < 500 ? t : 500);
+        st = na_err(NA_ERR_TIMEOUT, "transport: send to %s at %s: %s", ep->name, ep->addr, why);
+    } else if (!xp_op_done(op)) {
+        /* the peer is gone: give the force close a moment to end the request */
+        na_xp_progress(xp);
+        (void)na_xp_wait_ms(xp, xp_op_done, op, t < 200 ? t : 200);
+        st = na_err(NA_ERR_PEER, "transport: send to %s at %s: %s", ep->name, ep->addr,
+                    ep->errmsg[0] ? ep->errmsg : "connection lost");
+    } else {
+        us = ucp_request_check_status(op->req);
+        if (us == UCS_OK) {
+            ep->stats.msgs_sent++;
+            ep->stats.bytes_sent += op->bytes;
+        } else {
+            st = na_err(NA_ERR_PEER, "transport: send to %s at %s: %s", ep->name, ep->addr,
+                        ucs_status_string(us));
+        }
+    }
+    ucp_request_free(op->req);
+    free(op);
+    na_xp_ep_unref(ep);
+    return st;
+}
+
+na_status_t na_xp_send(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
+                       const void *data, size_t len)
+{
+    na_xp_op_t *op;
+    na_status_t st = na_xp_send_start(ep, hdr, hdr_len, data, len, NULL, &op);
+    if (st != NA_OK)
+        return st;
+    return na_xp_op_wait(ep->xp, op, -1);
+}
+
+/* A handshake send finished: free its copy of the message. */
+static void xp_ctl_sent(void *request, ucs_status_t status, void *user_data)
+{
+    free(user_data);
+    ucp_request_free(request);
+}
+
+na_status_t na_xp_ep_send_ctl(na_xp_ep_t *ep, const void *data, size_t len)
+{
+    ucp_request_param_t p;
+    void *copy, *req;
+
+    if (ep->uep == NULL || ep->state == NA_XP_EP_FAILED || ep->state == NA_XP_EP_CLOSED)
+        return na_err(NA_ERR_PEER, "transport: handshake with %s: %s", ep->addr,
+                      ep->errmsg[0] ? ep->errmsg : "connection closed");
+    copy = malloc(len);      /* must outlive a send that waits for wireup */
+    if (copy == NULL)
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    memcpy(copy, data, len);
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                     UCP_OP_ATTR_FIELD_USER_DATA;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    p.cb.send = xp_ctl_sent;
+    p.user_data = copy;
+    req = ucp_am_send_nbx(ep->uep, NA_XP_AM_HELLO, NULL, 0, copy, len, &p);
+    if (req == NULL) {
+        free(copy);
+        return NA_OK;
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+        free(copy);
+        return na_err(NA_ERR_PEER, "transport: handshake send to %s: %s", ep->addr,
+                      ucs_status_string(UCS_PTR_STATUS(req)));
+    }
+    return NA_OK;
+}
