@@ -397,7 +397,8 @@ int na_cli_bench_kernels(int argc, char **argv)
         if (!strcmp(argv[i], "--part")) {
             if (i + 1 >= argc || (strcmp(argv[i + 1], "all") && strcmp(argv[i + 1], "attn") &&
                                   strcmp(argv[i + 1], "matmul") && strcmp(argv[i + 1], "small"))) {
-                fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul or small\n");
+                fprintf(stderr,
+                        "nearattn bench kernels: --part needs all, attn, matmul or small\n");
                 return 2;
             }
             part = argv[++i];
@@ -435,13 +436,15 @@ int na_cli_bench_kernels(int argc, char **argv)
         st = na_bk_matmul_f32_small(b, &o);
     if (st != NA_OK)
         goto err_destroy;
-    na_bench_note(b, "ratios: attn_decode t=1 / STREAM copy t=1 and t=N / copy t=N: per-core and "
-                  "whole-machine efficiency");
-    na_bench_note(b, "TARGET rows: attn_decode t=N (context split across the threads) / STREAM copy "
-                  "t=1 -- the issue's target is >= 85%% at ctx >= 8K");
-    na_bench_note(b, "STREAM copy: 2 x %d MiB arrays, counts read + write bytes; 'interleaved' = one "
-                  "copy pass before each timed call, median", (int)(NA_BK_COPY_BYTES >> 20));
-    na_bench_note(b, "attn_decode counts the K+V bytes read; matmul 'weight read' the weight bytes");
+    na_bench_note(b, "ratios: attn_decode t=1 / STREAM copy t=1 and t=N / copy t=N: "
+                  "per-core and whole-machine efficiency");
+    na_bench_note(b, "TARGET rows: attn_decode t=N (context split across the threads) / "
+                  "STREAM copy t=1 -- the issue's target is >= 85%% at ctx >= 8K");
+    na_bench_note(b, "STREAM copy: 2 x %d MiB arrays, counts read + write bytes; 'interleaved' "
+                  "= one copy pass before each timed call, median",
+                  (int)(NA_BK_COPY_BYTES >> 20));
+    na_bench_note(b, "attn_decode counts the K+V bytes read; matmul 'weight read' the weight "
+                  "bytes");
     rc = na_cli_bench_finish("kernels", b, &o);
     na_bench_copy_destroy(copyN);
     na_bench_copy_destroy(copy1);

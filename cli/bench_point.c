@@ -369,7 +369,8 @@ out:
 static void pt_usage(FILE *f)
 {
     fprintf(f, "usage: nearattn bench e2e --point --config L (--probe | --mode M --batch B\n"
-               "                          --ctx C [--new N] [--threads T] [--link-Bps R])\n"
+               "                          --ctx C [--new N] [--threads T] [--link-Bps R]\n"
+               "                          [--link-rtt S])\n"
                "One point of the sweep (run by `nearattn bench e2e --sweep`): prints a\n"
                "POINT or PROBE line. Modes: monolithic kv-fetch offload offload+wb\n"
                "offload+wb+pipe offload+wb+pipe+xcache.\n");
@@ -379,7 +380,7 @@ int na_cli_e2e_point(int argc, char **argv)
 {
     const char *cfgp = NULL;
     int mode = -1, B = 1, C = 64, N = 8, threads = 1, probe = 0, i, rc = 1;
-    double link_Bps = 0;
+    double link_Bps = 0, link_rtt = 0;
     na_cfg_t *cfg = NULL;
     na_model_t *m = NULL;
     na_engine_t *e = NULL;
@@ -399,6 +400,8 @@ int na_cli_e2e_point(int argc, char **argv)
             probe = 1;
         } else if (!strcmp(a, "--link-Bps") && val) {
             link_Bps = atof(argv[++i]);
+        } else if (!strcmp(a, "--link-rtt") && val) {
+            link_rtt = atof(argv[++i]);
         } else if (!strcmp(a, "--config") && val) {
             cfgp = argv[++i];
         } else if (!strcmp(a, "--mode") && val) {
@@ -540,9 +543,20 @@ int na_cli_e2e_point(int argc, char **argv)
                     p.net_s = raw - p.disk_s;
                 }
             } else {
-                double vis = wait < node ? wait : node;     /* storage work on the path */
+                /* the wait for attention: the wire time of the step's bytes at
+                 * the probe's bandwidth plus a round trip per message is
+                 * network, the rest the storage nodes (attention + their SSD
+                 * reads); without a probe, the nodes' own decode time */
+                /* sending can block on a busy node (back-pressure), so the
+                 * send and the wait are split together */
+                double msgs = (double)os.attn_calls / gsteps, est, vis, tot = sub + wait;
+                est = link_Bps > 0 ? c_bytes_step / link_Bps + msgs * link_rtt : -1;
+                if (est >= 0)
+                    vis = tot > est ? tot - est : 0;
+                else
+                    vis = wait < node ? wait : node;
                 p.attn_s = vis + os.xcache_s / gsteps;
-                p.net_s = sub + wait - vis;
+                p.net_s = tot - vis;
             }
             if (p.net_s < 0)
                 p.net_s = 0;

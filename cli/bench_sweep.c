@@ -165,10 +165,10 @@ static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *ou
 /* Run one point process once; fills pt. */
 static void sw_run_once(sw_t *s, const sw_link_t *L, const char *cfg, sw_pt_t *pt)
 {
-    char b[16], c[16], n[16], t[16], lb[32], out[4096];
+    char b[16], c[16], n[16], t[16], lb[32], lr[32], out[4096];
     char *argv[] = { s->exe, "bench", "e2e", "--point", "--config", (char *)cfg, "--mode",
                      (char *)na_e2e_mode_name(pt->p.mode), "--batch", b, "--ctx", c, "--new", n,
-                     "--threads", t, "--link-Bps", lb, NULL };
+                     "--threads", t, "--link-Bps", lb, "--link-rtt", lr, NULL };
     int rc, mode = pt->p.mode, B = pt->p.batch, C = pt->p.ctx, nodes = pt->p.nodes;
     char *line;
 
@@ -177,6 +177,7 @@ static void sw_run_once(sw_t *s, const sw_link_t *L, const char *cfg, sw_pt_t *p
     snprintf(n, sizeof(n), "%d", s->n_new);
     snprintf(t, sizeof(t), "%d", s->threads);
     snprintf(lb, sizeof(lb), "%.6g", L != NULL ? L->down_Bps : 0.0);
+    snprintf(lr, sizeof(lr), "%.6g", L != NULL ? L->rtt_s : 0.0);
     fprintf(stderr, "bench e2e: %-9s nodes=%d %-24s B=%-3d ctx=%-5d ...", L ? L->link.name : "local",
             nodes, na_e2e_mode_name(mode), B, C);
     fflush(stderr);
@@ -279,7 +280,9 @@ static void sw_peers(sw_t *s, const char *l2c, const char *lbench)
         sw_skip(s, "peer llama2.c run: not given (--llama2c-run PATH)");
     } else {
         char n[16];
-        char *argv[] = { (char *)l2c, model, "-z", tok, "-n", n, "-t", "0", "-i", "Once", NULL };
+        /* run.c prints its tokens/s on stderr: merge it into what is read */
+        char *argv[] = { "sh", "-c", "exec \"$0\" \"$@\" 2>&1", (char *)l2c, model, "-z", tok,
+                         "-n", n, "-t", "0", "-i", "Once", NULL };
         double v;
         snprintf(n, sizeof(n), "%d", 256);
         setenv("OMP_NUM_THREADS", th, 1);

@@ -153,7 +153,7 @@ static na_status_t bt_spawn(const bt_args_t *a, pid_t *pid_p, int *port_p)
         argv[n++] = "--tls";
         argv[n++] = a->tls_arg;
         argv[n++] = "--errmode";
-        argv[n++] = a->errmode == NA_XP_ERRMODE_CM ? "cm" : "peer";
+        argv[n++] = na_xp_errmode_name(a->errmode);
         argv[n] = NULL;
         execv("/proc/self/exe", (char *const *)argv);
         _exit(127);
@@ -310,7 +310,8 @@ static int bt_perftest(const bt_args_t *a, const char *test, size_t len, int ite
     FILE *p;
 
     snprintf(extra, sizeof(extra), "%s%s%s", tls ? "UCX_TLS=" : "", tls ? tls : "", tls ? " " : "");
-    snprintf(opts, sizeof(opts), "%s -O %d", a->errmode == NA_XP_ERRMODE_PEER ? "-e" : "",
+    snprintf(opts, sizeof(opts), "%s -O %d",
+             na_xp_errmode_resolve(a->tls, a->errmode) == NA_XP_ERRMODE_PEER ? "-e" : "",
              strstr(test, "bw") ? a->window : 1);
     snprintf(cmd, sizeof(cmd),
              "%sucx_perftest -c 1 -p %d -t %s -s %zu -H %d -n %d -w %d -f %s >/dev/null 2>&1 & "
@@ -336,13 +337,14 @@ static int bt_perftest(const bt_args_t *a, const char *test, size_t len, int ite
 
 static void bt_usage(FILE *f)
 {
-    fprintf(f, "usage: nearattn bench transport [--tls auto|shm|tcp|UCX_TLS] [--errmode peer|cm]\n"
+    fprintf(f, "usage: nearattn bench transport [--tls auto|shm|tcp|UCX_TLS] [--errmode auto|peer|cm]\n"
                "                                [--no-perftest] [--port P] [options]\n\n"
                "Round trip (decode sizes: q,k,v of batch 1/8/64/256, 32 heads x 128, f16) and\n"
                "bandwidth (prefill sizes 1/4/16 MiB) of nearattn ECHO messages, beside\n"
                "ucx_perftest ucp_am_lat / ucp_am_bw on the same UCX_TLS and sizes.\n\n"
                "  --tls T        transport (default shm)\n"
-               "  --errmode M    peer: UCP_ERR_HANDLING_MODE_PEER (default; ucx_perftest -e);\n"
+               "  --errmode M    auto (default): cm for tls shm, peer otherwise (as nodes do);\n"
+               "                 peer: UCP_ERR_HANDLING_MODE_PEER (ucx_perftest -e);\n"
                "                 cm: no UCX peer handling (UCX 1.13 then uses posix/sysv shm)\n"
                "  --no-perftest  skip the ucx_perftest reference\n"
                "  --port P       base TCP port for ucx_perftest (default 23790)\n"
@@ -394,11 +396,11 @@ int na_cli_bench_transport(int argc, char **argv)
             a.tls = na_xp_tls_parse(a.tls_arg);
         } else if (!strcmp(argv[i], "--errmode") && i + 1 < argc) {
             i++;
-            if (strcmp(argv[i], "peer") && strcmp(argv[i], "cm")) {
-                fprintf(stderr, "nearattn bench transport: --errmode expects peer or cm\n");
+            if (na_xp_errmode_parse(argv[i]) < 0) {
+                fprintf(stderr, "nearattn bench transport: --errmode expects auto, peer or cm\n");
                 return 2;
             }
-            a.errmode = !strcmp(argv[i], "cm") ? NA_XP_ERRMODE_CM : NA_XP_ERRMODE_PEER;
+            a.errmode = (na_xp_errmode_t)na_xp_errmode_parse(argv[i]);
         } else if (!strcmp(argv[i], "--trials") && i + 1 < argc) {
             long v;
             if (na_cli_int("bench transport", "--trials", argv[++i], 1, BT_TRIALS_MAX, &v) != NA_OK)
@@ -505,13 +507,13 @@ int na_cli_bench_transport(int argc, char **argv)
         na_xp_ep_stats(ep, &s);
         na_bench_note(b, "tls %s, errmode %s, UCX_TLS %s; client counted %llu msgs / %.1f MiB "
                       "sent, %llu msgs received", a.tls_arg,
-                      a.errmode == NA_XP_ERRMODE_CM ? "cm" : "peer",
+                      na_xp_errmode_name(na_xp_errmode(xp)),
                       bt_perftest_tls(&a) ? bt_perftest_tls(&a) : "(UCX default)",
                       (unsigned long long)s.msgs_sent, s.bytes_sent / 1048576.0,
                       (unsigned long long)s.msgs_recv);
         na_bench_note(b, "targets: round trip <= 1.25 x reference; bandwidth >= 0.90 x reference "
                       "(messages carry a 64-byte wire header; ucx_perftest -H 64)");
-        if (a.errmode == NA_XP_ERRMODE_PEER && a.tls == NA_XP_TLS_SHM)
+        if (na_xp_errmode(xp) == NA_XP_ERRMODE_PEER && a.tls == NA_XP_TLS_SHM)
             na_bench_note(b, "errmode peer: UCX 1.13 drops posix/sysv (no peer-failure support), "
                           "so 'shm' moves data over tcp loopback on both sides");
     }

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "compute-node/replica.h"
 #include "rdma/bootstrap.h"
 #include "storage-node/node.h"
 
@@ -193,7 +194,10 @@ int na_cmd_node(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     if (cn != NULL && cn->role == NA_CFG_ROLE_COMPUTE) {
-        rc = na_node_idle(cn);
+        if (na_replica_wanted(cfg, cn))     /* rotational replica: compute-node/replica.h */
+            rc = (st = na_replica_serve(cfg, cn->name, &na_node_stop)) == NA_OK ? 0 : na_cli_fail("node", st);
+        else
+            rc = na_node_idle(cn);
         goto out_cfg;
     }
     o.cfg = cfg;

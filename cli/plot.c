@@ -61,7 +61,7 @@ int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *cons
 {
     char stem[600], f[700], g[700];
     FILE *d, *s;
-    int made = 0, i, l, m, c, any;
+    int made = 0, i, l, m, c, bb, any;
 
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
         fprintf(stderr, "bench e2e: gnuplot not found (scripts/deps.txt: gnuplot-nox): no PNGs\n");
@@ -78,7 +78,7 @@ int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *cons
         int blocks = 0;
         fprintf(s, "%sset output '%s-throughput.png'\nset title 'decode throughput vs batch "
                    "(smallest context, 1 storage node)'\nset xlabel 'batch'\nset ylabel "
-                   "'tokens/s'\nset logscale x 2\nplot ", pl_head, stem);
+                   "'tokens/s (log)'\nset logscale x 2\nset logscale y 10\nplot ", pl_head, stem);
         for (l = 0; l < n_links; l++)
             for (m = 0; m < NA_E2E_N_MODES; m++) {
                 int cmin, bmax, cnt = 0;
@@ -123,7 +123,7 @@ int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *cons
             if (s) fclose(s);
             break;
         }
-        fprintf(d, "mode compute network attention disk idle\n");
+        fprintf(d, "mode compute network attention disk idle/other\n");
         for (m = 0; m < NA_E2E_N_MODES; m++)
             for (i = 0; i < n; i++) {
                 int li = m == NA_E2E_MONO ? n_links - 1 : l;
@@ -160,13 +160,22 @@ int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *cons
                    "'tokens/s / kv-fetch tokens/s'\nset logscale x 2\nset yrange [0:*]\nplot ",
                 pl_head, stem);
         for (l = 0; l < n_links; l++)
-            for (m = NA_E2E_OFF; m < NA_E2E_N_MODES; m++) {
-                int cnt = 0;
+            for (m = NA_E2E_OFF; m < NA_E2E_N_MODES; m++)
+            for (bb = 0; bb < n; bb++) {
+                int cnt = 0, k2, dup = 0;
                 char buf[4096];
                 size_t used = 0;
+                /* one line per batch size: the first point of each batch */
+                if (!p[bb].ok || pl[bb] != l || p[bb].mode != m)
+                    continue;
+                for (k2 = 0; k2 < bb; k2++)
+                    dup |= p[k2].ok && pl[k2] == l && p[k2].mode == m &&
+                           p[k2].batch == p[bb].batch;
+                if (dup)
+                    continue;
                 buf[0] = '\0';
                 for (c = 0; c < n; c++) {
-                    if (!p[c].ok || pl[c] != l || p[c].mode != m)
+                    if (!p[c].ok || pl[c] != l || p[c].mode != m || p[c].batch != p[bb].batch)
                         continue;
                     for (i = 0; i < n; i++)
                         if (p[i].ok && pl[i] == l && p[i].mode == NA_E2E_KVFETCH &&
@@ -181,10 +190,11 @@ int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *cons
                 }
                 if (cnt < 2)
                     continue;
-                fprintf(d, "# %s %s\n%s\n\n", links[l], na_e2e_mode_name((na_e2e_mode_t)m), buf);
-                fprintf(s, "%s'%s' index %d with linespoints lw 2 title '%s %s'",
+                fprintf(d, "# %s %s B=%d\n%s\n\n", links[l], na_e2e_mode_name((na_e2e_mode_t)m),
+                        p[bb].batch, buf);
+                fprintf(s, "%s'%s' index %d with linespoints lw 2 title '%s %s B=%d'",
                         blocks ? ", \\\n     " : "", f, blocks, links[l],
-                        na_e2e_mode_name((na_e2e_mode_t)m));
+                        na_e2e_mode_name((na_e2e_mode_t)m), p[bb].batch);
                 blocks++;
             }
         fprintf(s, "%s1 with lines dt 2 lc rgb 'black' title 'kv-fetch'\n", blocks ? ", \\\n     " : "");

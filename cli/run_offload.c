@@ -17,6 +17,7 @@
 
 #include "cli/run_offload.h"
 #include "common/log.h"
+#include "compute-node/replica.h"
 
 #define NA_RUN_READY_MS 30000      /* a storage node must say READY within this */
 #define NA_RUN_STOP_MS  5000
@@ -103,7 +104,7 @@ static na_status_t na_run_wait_ready(na_run_cluster_t *c, int i, const char *nam
         if (n <= 0) {
             char last[512];
             na_ro_log_tail(log, last, sizeof(last));
-            return na_err(NA_ERR_PEER, "storage node %s exited before it was ready: %s (log: %s)",
+            return na_err(NA_ERR_PEER, "node %s exited before it was ready: %s (log: %s)",
                           name, last[0] ? last : "no output", log);
         }
         have += (size_t)n;
@@ -113,11 +114,12 @@ static na_status_t na_run_wait_ready(na_run_cluster_t *c, int i, const char *nam
         if (have == sizeof(buf) - 1)
             have = 0;
     }
-    return na_err(NA_ERR_TIMEOUT, "storage node %s did not become ready within %d ms (log: %s)",
+    return na_err(NA_ERR_TIMEOUT, "node %s did not become ready within %d ms (log: %s)",
                   name, NA_RUN_READY_MS, log);
 }
 
-/* fork/exec `nearattn node --config F --name S` for every storage node. */
+/* fork/exec `nearattn node --config F --name S` for every storage node, and,
+ * for rotational pipelining, for compute nodes 1.. (the replicas). */
 na_status_t na_run_cluster_start(const na_cfg_t *cfg, const char *cfg_path,
                                  na_run_cluster_t **c_p)
 {
@@ -126,7 +128,7 @@ na_status_t na_run_cluster_start(const na_cfg_t *cfg, const char *cfg_path,
     ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     na_run_cluster_t *c;
     na_status_t st;
-    int j;
+    int j, n_rep = 0;
 
     if (len <= 0)
         return na_err(NA_ERR_IO, "cannot find the nearattn executable (/proc/self/exe)");
@@ -135,8 +137,11 @@ na_status_t na_run_cluster_start(const na_cfg_t *cfg, const char *cfg_path,
     if (c == NULL)
         return na_err(NA_ERR_NOMEM, "run: out of memory");
     *c_p = c;       /* the caller stops what started, also on failure */
-    for (j = 0; j < cfg->n_storage; j++) {
-        const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
+    if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && cfg->n_compute > 1)
+        n_rep = cfg->n_compute - 1;
+    for (j = 0; j < cfg->n_storage + n_rep; j++) {
+        const na_cfg_node_t *nd = j < cfg->n_storage ? &cfg->nodes[cfg->n_compute + j]
+                                                     : &cfg->nodes[1 + j - cfg->n_storage];
         char log[PATH_MAX];
         int p[2];
         pid_t pid;
@@ -206,15 +211,18 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
 {
     na_run_cluster_t *cl = NULL;
     na_asvc_t *svc = NULL;
+    na_rep_t *rep = NULL;
     na_off_opts_t oo;
     const na_cfg_t *cfg = a->cfg;
     const char *me = cfg->n_compute > 0 ? cfg->nodes[0].name : "c0";
     const char *how;
     na_status_t st;
 
-    if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL)
-        na_log_warn("run: rotational pipelining needs several compute processes; this run "
-                    "is one compute node and uses the fixed schedule");
+    if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL &&
+        (cfg->n_compute < 2 || !strcmp(a->cluster, "inproc")))
+        na_log_warn("run: rotational pipelining needs several compute processes (compute "
+                    "nodes with ports, not --cluster inproc); this run is one compute node "
+                    "and uses the fixed schedule");
     if (!strcmp(a->cluster, "inproc")) {
         how = "in-process slots";
         st = na_asvc_inproc_create(cfg, &e->cfg, &svc);
@@ -229,9 +237,13 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
         }
         st = na_asvc_remote_create(cfg, &e->cfg, me, &svc);
     }
+    if (st == NA_OK && cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL &&
+        cfg->n_compute > 1 && strcmp(a->cluster, "inproc") != 0)
+        st = na_rep_create(cfg, me, &rep);
     if (st != NA_OK)
         goto out_stop;
     memset(&oo, 0, sizeof(oo));
+    oo.rep = rep;
     oo.max_batch = a->max_batch > 0 ? a->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
     oo.stop_ids = a->stop_ids;
@@ -246,8 +258,20 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
     st = na_offload_generate(e, svc, reqs, n, &oo, stats);
     if (st == NA_OK)
         na_ro_print_summary(stats, cfg, how);
-    na_asvc_destroy(svc);
+    if (st == NA_OK && rep != NULL) {
+        na_rep_stats_t rs;
+        na_rep_stats(rep, &rs);
+        fprintf(stderr, "rotational: %d compute replicas; %ld batch contexts sent, %ld back, "
+                "mean %.3f ms away (the replica's slice + its attention + 2 hops); compute "
+                "link %llu bytes sent, %llu received (prompt KV forwarded %llu)\n",
+                na_rep_count(rep), stats->ctx_sent, stats->ctx_recv,
+                stats->ctx_recv ? 1e3 * stats->ctx_rt_s / (double)stats->ctx_recv : 0.0,
+                (unsigned long long)rs.bytes_sent, (unsigned long long)rs.bytes_recv,
+                (unsigned long long)rs.prefill_bytes);
+    }
 out_stop:
+    na_rep_destroy(rep);
+    na_asvc_destroy(svc);
     na_run_cluster_stop(cl);
     return st;
 }

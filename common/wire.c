@@ -10,7 +10,7 @@
 _Static_assert(NA_WIRE_HDR_SIZE == 64, "wire header is 64 bytes");
 _Static_assert(NA_WIRE_HDR_SIZE % NA_WIRE_ALIGN == 0, "payload starts aligned");
 _Static_assert(sizeof(NA_WIRE_MAGIC) - 1 == 4, "magic is 4 bytes");
-_Static_assert(NA_WIRE_MSG_COUNT == 20, "update the ops table and names with new types");
+_Static_assert(NA_WIRE_MSG_COUNT == 21, "update the ops table and names with new types");
 _Static_assert(NA_WIRE_MAX_PAYLOAD < (1ull << 32), "offsets in tables are u32");
 
 /* Payload sizes of the fixed-size messages. */
@@ -33,7 +33,7 @@ _Static_assert(HELLO_SIZE == 168 && CHALLENGE_SIZE == 200, "handshake sizes");
 static const char *const type_names[NA_WIRE_MSG_COUNT] = {
     "INVALID", "HELLO", "HELLO_CHALLENGE", "AUTH", "HELLO_OK", "REFUSE", "HEARTBEAT",
     "REQ_OPEN", "REQ_RELEASE", "PREFILL_KV", "DECODE_ATTN", "ATTN_OUT", "KV_FETCH",
-    "KV_DATA", "STATS_REQ", "STATS", "ERROR", "BYE", "ECHO", "ACK",
+    "KV_DATA", "STATS_REQ", "STATS", "ERROR", "BYE", "ECHO", "ACK", "BATCH_CTX",
 };
 
 const char *na_wire_type_name(unsigned type)
@@ -659,6 +659,7 @@ static const na_wire_ops_t *const ops_table[NA_WIRE_MSG_COUNT] = {
     [NA_WIRE_MSG_BYE]             = &ops_bye,
     [NA_WIRE_MSG_ECHO]            = &na_wire_ops_echo,
     [NA_WIRE_MSG_ACK]             = &ops_ack,
+    [NA_WIRE_MSG_BATCH_CTX]       = &na_wire_ops_ctx,
 };
 
 /* The ops of a message about to be encoded, or an NA_ERR_INVALID. */

@@ -88,6 +88,7 @@
 #define NA_WIRE_TEXT_MAX       256         /* REFUSE / ERROR text bytes (no NUL on wire) */
 #define NA_WIRE_STATS_MAX      256         /* key/value pairs in one STATS */
 #define NA_WIRE_STATS_KEY_MAX  32          /* stats key incl. NUL (<= 31 chars) */
+#define NA_WIRE_MAX_DIM        65536       /* model dim / q_dim in BATCH_CTX rows */
 #define NA_WIRE_NONCE_SIZE     32
 #define NA_WIRE_MAC_SIZE       32
 
@@ -114,6 +115,8 @@ typedef enum {
     NA_WIRE_MSG_BYE             = 17,  /* orderly close */
     NA_WIRE_MSG_ECHO            = 18,  /* opaque payload, echoed back with flag REPLY */
     NA_WIRE_MSG_ACK             = 19,  /* success answer to REQ_OPEN / REQ_RELEASE / PREFILL_KV */
+    NA_WIRE_MSG_BATCH_CTX       = 20,  /* compute -> compute: a batch's context migrates
+                                          (rotational pipelining) */
     NA_WIRE_MSG_COUNT
 } na_wire_type_t;
 
@@ -374,6 +377,42 @@ typedef struct {
     uint64_t    len;
 } na_wire_echo_t;
 
+/* BATCH_CTX (batch_id, layer = the slice the receiver runs next, in header):
+ * the context of one batch in flight moving from the compute replica that ran
+ * its last slice to the one that runs the next (rotational pipelining,
+ * Lamina §5.1). Payload:
+ *   n_rows u32, dim u32, att_dim u32, dtype u16, rsvd u16, step u64, rsvd u64
+ *                                                                  (32 bytes)
+ *   row table: n_rows x {request_id u64, position u32, token u32, rng u64,
+ *                        status i32, rsvd u32}                  (32 bytes each)
+ *   pad to 64, x [n_rows][dim] (dtype: the residual stream), pad to 64,
+ *   att [n_rows][att_dim] (dtype: the attention output of the layer before
+ *   the slice; absent when att_dim is 0).
+ * Row i is request_id's token at `position`; `token` is the token it feeds,
+ * rng its sampler state (opaque here), status 0 or the negative
+ * na_status_t that ended it during this step (its rows are then ignored). */
+typedef struct {
+    uint64_t request_id;                 /* >= 1 */
+    uint32_t position;                   /* < NA_WIRE_MAX_POS */
+    uint32_t token;                      /* < NA_WIRE_MAX_POS */
+    uint64_t rng;                        /* sampler state, opaque */
+    int32_t  status;                     /* 0 or -1..-255 */
+} na_wire_ctx_row_t;
+
+typedef struct {
+    uint32_t batch_id;
+    uint32_t slice;                      /* header layer: 0..NA_WIRE_MAX_LAYERS */
+    uint32_t n_rows;                     /* 1..NA_WIRE_MAX_ENTRIES */
+    uint32_t dim;                        /* 1..NA_WIRE_MAX_DIM */
+    uint32_t att_dim;                    /* 0..NA_WIRE_MAX_DIM */
+    na_dtype_t dtype;                    /* f32 / f16 / bf16 of x and att */
+    uint64_t step;                       /* the batch's decode step (opaque) */
+    const na_wire_ctx_row_t *rows;       /* encode: [n_rows]; decode: NULL (use _get) */
+    const void *x;                       /* [n_rows][dim] */
+    const void *att;                     /* [n_rows][att_dim]; NULL when att_dim is 0 */
+    const uint8_t *raw;                  /* decode: the payload (private) */
+} na_wire_ctx_t;
+
 /* Any message: type + header flags/seq/time + the body. */
 typedef struct {
     na_wire_type_t type;
@@ -398,6 +437,7 @@ typedef struct {
         na_wire_bye_t         bye;
         na_wire_echo_t        echo;
         na_wire_ack_t         ack;
+        na_wire_ctx_t         ctx;       /* BATCH_CTX */
     } u;
 } na_wire_msg_t;
 
@@ -431,6 +471,7 @@ na_status_t na_wire_decode_buf(const void *buf, size_t len, na_wire_hdr_t *h_p,
 na_status_t na_wire_attn_get(const na_wire_attn_t *m, uint32_t i, na_wire_attn_entry_t *e_p);
 na_status_t na_wire_attn_out_get(const na_wire_attn_out_t *m, uint32_t i, na_wire_out_entry_t *e_p);
 na_status_t na_wire_stats_get(const na_wire_stats_t *m, uint32_t i, na_wire_stat_t *s_p);
+na_status_t na_wire_ctx_get(const na_wire_ctx_t *m, uint32_t i, na_wire_ctx_row_t *r_p);
 
 /* Streaming DECODE_ATTN: decode when only the first avail bytes of the payload
  * have arrived (h->payload_len is the full size, avail <= it). Validates the

@@ -1,6 +1,6 @@
 /* common/wire_bulk.c — the bulk messages of common/wire.h: PREFILL_KV /
  * KV_DATA (K and V rows of a token range), KV_FETCH, DECODE_ATTN (q, k_new,
- * v_new per entry), ATTN_OUT (o per entry), STATS and ECHO. Layouts are drawn
+ * v_new per entry), ATTN_OUT (o per entry), STATS, ECHO and BATCH_CTX. Layouts are drawn
  * in common/wire.h; every size is computed in 64-bit arithmetic from fields
  * already checked against the limits, so no product can overflow. */
 #include "wire_priv.h"
@@ -702,3 +702,161 @@ static na_status_t echo_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t 
 }
 
 const na_wire_ops_t na_wire_ops_echo = { "ECHO", echo_size, echo_write, echo_read };
+
+/* ---- BATCH_CTX ----------------------------------------------------------------------------- */
+
+enum { CTX_FIXED = 32, CTX_ROW = 32 };
+_Static_assert(CTX_FIXED % 8 == 0 && CTX_ROW == 8 + 4 + 4 + 8 + 4 + 4, "BATCH_CTX row is 32 bytes");
+
+/* Validate the shape fields of a BATCH_CTX and compute the offsets of the x
+ * and att sections and the payload size. */
+static na_status_t ctx_layout(na_status_t code, const na_wire_ctx_t *c, uint64_t *xoff_p,
+                              uint64_t *aoff_p, uint64_t *len_p)
+{
+    na_status_t st;
+    uint64_t xb, ab;
+    size_t es;
+
+    if ((st = na_wire_chk(code, "BATCH_CTX", "slice", c->slice, 0, NA_WIRE_MAX_LAYERS)) != NA_OK ||
+        (st = na_wire_chk(code, "BATCH_CTX", "n_rows", c->n_rows, 1, NA_WIRE_MAX_ENTRIES)) != NA_OK ||
+        (st = na_wire_chk(code, "BATCH_CTX", "dim", c->dim, 1, NA_WIRE_MAX_DIM)) != NA_OK ||
+        (st = na_wire_chk(code, "BATCH_CTX", "att_dim", c->att_dim, 0, NA_WIRE_MAX_DIM)) != NA_OK ||
+        (st = na_wire_chk_dtype(code, "BATCH_CTX", "dtype", (uint64_t)c->dtype, &es)) != NA_OK)
+        return st;
+    xb = (uint64_t)c->n_rows * c->dim * es;
+    ab = (uint64_t)c->n_rows * c->att_dim * es;
+    *xoff_p = na_wire_align_up(CTX_FIXED + (uint64_t)c->n_rows * CTX_ROW);
+    *aoff_p = na_wire_align_up(*xoff_p + xb);
+    *len_p = ab ? *aoff_p + ab : *xoff_p + xb;
+    if (*len_p > NA_WIRE_MAX_PAYLOAD)
+        return na_err(code, "wire BATCH_CTX: %" PRIu32 " rows of %" PRIu32 " + %" PRIu32
+                      " values need %" PRIu64 " bytes, over the payload limit %llu",
+                      c->n_rows, c->dim, c->att_dim, *len_p, NA_WIRE_MAX_PAYLOAD);
+    return NA_OK;
+}
+
+static na_status_t ctx_row_check(na_status_t code, uint32_t i, const na_wire_ctx_row_t *r)
+{
+    na_status_t st;
+
+    if ((st = na_wire_chk_i(code, "BATCH_CTX", "rows", i, "request_id", r->request_id, 1,
+                            UINT64_MAX)) != NA_OK ||
+        (st = na_wire_chk_i(code, "BATCH_CTX", "rows", i, "position", r->position, 0,
+                            NA_WIRE_MAX_POS - 1)) != NA_OK ||
+        (st = na_wire_chk_i(code, "BATCH_CTX", "rows", i, "token", r->token, 0,
+                            NA_WIRE_MAX_POS - 1)) != NA_OK)
+        return st;
+    if (r->status > 0 || r->status < -255)
+        return na_err(code, "wire BATCH_CTX: field 'rows[%" PRIu32 "].status' = %" PRId32
+                      " out of range [-255, 0]", i, r->status);
+    return NA_OK;
+}
+
+static na_status_t ctx_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    const na_wire_ctx_t *c = &m->u.ctx;
+    uint64_t xo, ao;
+    uint32_t i;
+    na_status_t st;
+
+    if ((st = ctx_layout(NA_ERR_INVALID, c, &xo, &ao, len_p)) != NA_OK)
+        return st;
+    if (!c->rows)
+        return na_err(NA_ERR_INVALID, "wire BATCH_CTX: rows is NULL");
+    for (i = 0; i < c->n_rows; i++)
+        if ((st = ctx_row_check(NA_ERR_INVALID, i, &c->rows[i])) != NA_OK)
+            return st;
+    return NA_OK;
+}
+
+static void ctx_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+{
+    const na_wire_ctx_t *c = &m->u.ctx;
+    uint64_t xo, ao, len, xb;
+    uint32_t i;
+
+    (void)ctx_layout(NA_ERR_INVALID, c, &xo, &ao, &len);      /* validated by size() */
+    xb = (uint64_t)c->n_rows * c->dim * (c->dtype == NA_DTYPE_F32 ? 4 : 2);
+    h->batch_id = c->batch_id;
+    h->layer = c->slice;
+    memset(p, 0, xo);
+    na_st32(p, c->n_rows);
+    na_st32(p + 4, c->dim);
+    na_st32(p + 8, c->att_dim);
+    na_st16(p + 12, (uint16_t)c->dtype);
+    na_st64(p + 16, c->step);
+    for (i = 0; i < c->n_rows; i++) {
+        uint8_t *q = p + CTX_FIXED + (size_t)i * CTX_ROW;
+        na_st64(q, c->rows[i].request_id);
+        na_st32(q + 8, c->rows[i].position);
+        na_st32(q + 12, c->rows[i].token);
+        na_st64(q + 16, c->rows[i].rng);
+        na_st32(q + 24, (uint32_t)c->rows[i].status);
+    }
+    if (c->x)
+        memcpy(p + xo, c->x, xb);
+    if (len > xo + xb) {
+        memset(p + xo + xb, 0, ao - xo - xb);
+        if (c->att)
+            memcpy(p + ao, c->att, len - ao);
+    }
+}
+
+static na_status_t ctx_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_wire_ctx_t *c = &m->u.ctx;
+    uint64_t xo, ao, want, xb;
+    na_wire_ctx_row_t r;
+    uint32_t i;
+    size_t es;
+    na_status_t st;
+
+    if ((st = na_wire_chk_min("BATCH_CTX", len, CTX_FIXED)) != NA_OK ||
+        (st = na_wire_chk_dtype(NA_ERR_PROTO, "BATCH_CTX", "dtype", na_ld16(p + 12), &es)) != NA_OK)
+        return st;
+    c->batch_id = h->batch_id;
+    c->slice = h->layer;
+    c->n_rows = na_ld32(p);
+    c->dim = na_ld32(p + 4);
+    c->att_dim = na_ld32(p + 8);
+    c->dtype = (na_dtype_t)na_ld16(p + 12);
+    c->step = na_ld64(p + 16);
+    if ((st = ctx_layout(NA_ERR_PROTO, c, &xo, &ao, &want)) != NA_OK ||
+        (st = na_wire_chk_len("BATCH_CTX", len, want)) != NA_OK ||
+        (st = na_wire_chk_pad("BATCH_CTX", p, CTX_FIXED + (uint64_t)c->n_rows * CTX_ROW, xo)) != NA_OK)
+        return st;
+    xb = (uint64_t)c->n_rows * c->dim * es;
+    if (c->att_dim && (st = na_wire_chk_pad("BATCH_CTX", p, xo + xb, ao)) != NA_OK)
+        return st;
+    c->rows = NULL;
+    c->raw = p;
+    for (i = 0; i < c->n_rows; i++) {
+        (void)na_wire_ctx_get(c, i, &r);
+        if ((st = ctx_row_check(NA_ERR_PROTO, i, &r)) != NA_OK)
+            return st;
+    }
+    c->x = p + xo;
+    c->att = c->att_dim ? p + ao : NULL;
+    return NA_OK;
+}
+
+na_status_t na_wire_ctx_get(const na_wire_ctx_t *m, uint32_t i, na_wire_ctx_row_t *r_p)
+{
+    const uint8_t *q;
+
+    if (!m || i >= m->n_rows)
+        return na_err(NA_ERR_RANGE, "wire BATCH_CTX: row %u of %u", i, m ? m->n_rows : 0);
+    if (m->rows) {
+        *r_p = m->rows[i];
+        return NA_OK;
+    }
+    q = m->raw + CTX_FIXED + (size_t)i * CTX_ROW;
+    r_p->request_id = na_ld64(q);
+    r_p->position = na_ld32(q + 8);
+    r_p->token = na_ld32(q + 12);
+    r_p->rng = na_ld64(q + 16);
+    r_p->status = (int32_t)na_ld32(q + 24);
+    return NA_OK;
+}
+
+const na_wire_ops_t na_wire_ops_ctx = { "BATCH_CTX", ctx_size, ctx_write, ctx_read };

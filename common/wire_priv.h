@@ -67,6 +67,6 @@ typedef struct {
 /* Bulk messages (wire_bulk.c). */
 extern const na_wire_ops_t na_wire_ops_kv_prefill, na_wire_ops_kv_data, na_wire_ops_kv_fetch,
                            na_wire_ops_attn, na_wire_ops_attn_out, na_wire_ops_stats,
-                           na_wire_ops_echo;
+                           na_wire_ops_echo, na_wire_ops_ctx;
 
 #endif /* NA_WIRE_PRIV_H */

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "compute-node/offload_internal.h"
+#include "compute-node/replica.h"
 
 double na_off_now(void)
 {
@@ -30,7 +31,10 @@ static int na_off_is_stop(const na_off_opts_t *o, int token)
 static void na_off_drop(na_off_t *g, na_off_req_t *q, int status)
 {
     if (q->opened) {
+        int w;
         na_asvc_release(g->svc, q->wid, status);
+        for (w = 1; w < g->n_rep; w++)
+            na_rep_release(g->rep, w, q->wid, status);
         q->opened = 0;
     }
     if (q->xc != NULL) {
@@ -158,15 +162,23 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
     return NA_OK;
 }
 
-/* Ship q's prompt KV (all layers) to its owners and drop the local copy. */
+/* Ship q's prompt KV (all layers) to its owners and drop the local copy.
+ * Rotational: layer l goes through the replica that sends its attention,
+ * (batch + l) mod R. */
 static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, char *why, size_t len)
 {
     na_kv_local_t *kv = q->r->kv;
     na_status_t st = NA_OK;
     int l;
 
-    for (l = 0; l < kv->n_layers && st == NA_OK; l++)
-        st = na_asvc_prefill(g->svc, q->wid, l, kv->k[l], kv->v[l], kv->dtype, kv->n_tok);
+    for (l = 0; l < kv->n_layers && st == NA_OK; l++) {
+        int w = g->n_rep > 1 ? (q->batch + l) % g->n_rep : 0;
+        if (w == 0)
+            st = na_asvc_prefill(g->svc, q->wid, l, kv->k[l], kv->v[l], kv->dtype, kv->n_tok);
+        else
+            st = na_rep_prefill(g->rep, w, q->wid, l, kv->k[l], kv->v[l], kv->dtype,
+                                kv->n_tok, &g->e->cfg);
+    }
     if (st == NA_OK)
         st = na_asvc_prefill_done(g->svc, q->wid);
     if (st != NA_OK)
@@ -194,6 +206,27 @@ static void na_off_pick_xcache(na_off_t *g, na_off_req_t *q)
     if (g->xc_bytes > g->st->xcache_bytes_peak)
         g->st->xcache_bytes_peak = g->xc_bytes;
     g->st->xcache_reqs++;
+}
+
+/* Rotational: open request q on replicas 1..R-1 too (each keeps the KV of
+ * the layers whose attention it sends). On failure those opened are
+ * released again and why says which replica refused. */
+static na_status_t na_off_open_replicas(na_off_t *g, na_off_req_t *q, int max_tok, char *why,
+                                        size_t len)
+{
+    na_status_t st;
+    int w, k;
+
+    for (w = 1; w < g->n_rep; w++) {
+        st = na_rep_open(g->rep, w, q->wid, max_tok, &g->e->cfg);
+        if (st != NA_OK) {
+            snprintf(why, len, "a compute replica did not take the request: %s", na_errmsg());
+            for (k = 1; k < w; k++)
+                na_rep_release(g->rep, k, q->wid, (int)st);
+            return st;
+        }
+    }
+    return NA_OK;
 }
 
 /* Admit request q into batch b: open (unless X-cache), prefill, ship, first
@@ -224,6 +257,18 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
             return NA_OK;
         }
         q->opened = 1;
+        st = na_off_open_replicas(g, q, max_tok, why, sizeof(why));
+        if (st == NA_ERR_NOSPACE && g->n_live > 0) {
+            na_asvc_release(g->svc, q->wid, 0);
+            q->opened = 0;
+            return NA_ERR_NOSPACE;
+        }
+        if (st != NA_OK) {
+            g->n_live++;
+            r->state = NA_REQ_PREFILL;
+            na_off_fail(g, q, st, why);      /* releases what opened */
+            return NA_OK;
+        }
     }
     g->n_live++;
     r->state = NA_REQ_PREFILL;
@@ -332,6 +377,7 @@ static void na_off_cleanup(na_off_t *g)
         free(b->seg);
         free(b->ent);
         free(b->ent_row);
+        free(b->crow);
     }
     for (i = 0; i < g->n_req; i++)
         if (g->req[i].r->state != NA_REQ_DONE && g->req[i].batch >= 0)
@@ -364,6 +410,9 @@ na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **r
     if (svc->mc.n_layers != e->cfg.n_layers || svc->mc.n_heads != e->cfg.n_heads ||
         svc->mc.n_kv_heads != e->cfg.n_kv_heads || svc->mc.head_dim != e->cfg.head_dim)
         return na_err(NA_ERR_INVALID, "offload: the attention service serves another shape");
+    if (opts->rep != NULL && opts->xcache)
+        return na_err(NA_ERR_UNSUPPORTED, "offload: the X-cache is not available with "
+                      "rotational pipelining (X lives on one replica)");
     if (opts->xcache) {
         st = na_xcache_check(&e->cfg);
         if (st != NA_OK)
@@ -379,6 +428,9 @@ na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **r
         return NA_OK;
     g.max_batch = opts->max_batch > 0 ? opts->max_batch : 64;
     g.n_batches = opts->batches_in_flight;
+    g.rep = opts->rep;
+    g.n_rep = na_rep_count(opts->rep);
+    na_rep_attach_service(g.rep, svc);
     g.blocked_at = -1;
     g.xc_budget = opts->xcache_host_mb << 20;
     g.n_req = n;
@@ -409,8 +461,9 @@ na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **r
         b->seg = calloc((size_t)mb, sizeof(*b->seg));
         b->ent = calloc((size_t)mb, sizeof(*b->ent));
         b->ent_row = calloc((size_t)mb, sizeof(int));
+        b->crow = calloc((size_t)mb, sizeof(*b->crow));
         if (!b->mem || !b->row_req || !b->tokens || !b->pos || !b->seg || !b->ent ||
-            !b->ent_row) {
+            !b->ent_row || !b->crow) {
             st = na_err(NA_ERR_NOMEM, "offload: out of memory for a batch of %d", mb);
             goto out;
         }
@@ -421,6 +474,7 @@ na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **r
     st = na_off_sched_run(&g);
 
 out:
+    na_rep_attach_service(g.rep, NULL);
     na_off_cleanup(&g);
     na_asvc_stats(svc, &g.st->svc);
     g.st->wall_s = na_off_now() - t0;

@@ -18,7 +18,9 @@
  *              its KV is released at once (continuous batching);
  *   pipelining fixed staggered (compute-node/sched.c): while batch j waits
  *              for attention, the next slice of another batch runs; time with
- *              nothing runnable is counted as idle;
+ *              nothing runnable is counted as idle; rotational (opts.rep):
+ *              batch j's slice k runs on compute replica (j + k) mod R, its
+ *              context migrating over the compute link (compute-node/replica.h);
  *   failures   a request whose storage node is lost (NA_ERR_PEER: gone,
  *              silent, wrong shapes) is re-placed: opened on another node,
  *              its prompt and outputs prefilled here again and shipped, and
@@ -38,6 +40,8 @@
 
 #define NA_OFF_MAX_BATCHES 8
 
+struct na_rep;   /* compute-node/replica.h */
+
 typedef void (*na_off_error_fn)(void *user, const na_request_t *r, na_status_t st,
                                 const char *reason);
 
@@ -56,6 +60,11 @@ typedef struct {
     na_off_error_fn  on_error;           /* may be NULL */
     int              no_recover;         /* 1: a request whose storage node is lost
                                             fails instead of being re-prefilled */
+    /* rotational pipelining (compute-node/replica.h): the link to compute
+     * replicas 1..R-1, or NULL for the fixed schedule on this node alone.
+     * Batch j's slice k runs on replica (j + k) mod R; X-cache and the
+     * re-placement of requests of a lost storage node are not available. */
+    struct na_rep   *rep;
     void            *user;
 } na_off_opts_t;
 
@@ -74,7 +83,11 @@ typedef struct {
     double           submit_s;           /* encoding + sending attention requests */
     double           attn_rt_s;          /* sum over (batch, layer) of submit -> done */
     long             attn_calls;         /* (batch, layer) attention round trips */
-    long             slices;             /* model slices run in decode */
+    long             slices;             /* model slices run in decode (here) */
+    long             ctx_sent;           /* rotational: batch contexts sent to replicas */
+    long             ctx_recv;           /* rotational: batch contexts received back */
+    double           ctx_rt_s;           /* rotational: sum of send -> back (the replica's
+                                            slice + its attention + two hops) */
     na_asvc_stats_t  svc;                /* the service's counters at the end */
 } na_off_stats_t;
 

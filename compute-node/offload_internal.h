@@ -4,6 +4,7 @@
 #ifndef NA_OFFLOAD_INTERNAL_H
 #define NA_OFFLOAD_INTERNAL_H
 
+#include "common/wire.h"
 #include "compute-node/offload.h"
 
 /* A request as the offload generator sees it. */
@@ -24,6 +25,7 @@ typedef enum {
     NA_OFF_B_IDLE  = 0,       /* between steps */
     NA_OFF_B_WAIT  = 1,       /* attention of `layer` in flight */
     NA_OFF_B_READY = 2,       /* attention of `layer` done: post_attn may run */
+    NA_OFF_B_AWAY  = 3,       /* rotational: the context is on another replica */
 } na_off_bstate_t;
 
 /* One batch in flight: its members, its activations and its step. */
@@ -44,6 +46,8 @@ typedef struct {
     int             *ent_row; /* [max_batch] row of each entry */
     int              n_ent;
     double           t_submit;
+    uint64_t         step;    /* decode steps started */
+    na_wire_ctx_row_t *crow;  /* [max_batch] rotational: rows of a migrating context */
 } na_off_batch_t;
 
 typedef struct {
@@ -65,6 +69,8 @@ typedef struct {
     na_acts_t            *pacts;      /* prefill activations */
     na_prob_index_t      *scratch;    /* [vocab] nucleus sampling */
     int                  *ptok, *ppos;/* [max_rows] prefill step */
+    struct na_rep        *rep;        /* rotational: link to replicas 1..n_rep-1, or NULL */
+    int                   n_rep;      /* replicas R (1 = fixed schedule) */
 } na_off_t;
 
 /* offload.c */
@@ -83,6 +89,12 @@ void        na_off_fail(na_off_t *g, na_off_req_t *q, na_status_t st, const char
 na_status_t na_off_recover(na_off_t *g, na_off_req_t *q);
 /* Drop ended members from batch b. */
 void        na_off_compact(na_off_t *g, na_off_batch_t *b);
+
+/* The replica that runs slice k of batch b: (b + k) mod R (0 = this one). */
+static inline int na_off_owner(const na_off_t *g, const na_off_batch_t *b, int k)
+{
+    return (b->id + k) % g->n_rep;
+}
 
 /* sched.c */
 /* Run the batches until every request ended. */

@@ -16,12 +16,20 @@
  * batches in flight the attention of one batch thus overlaps the slices of
  * the others. X-cache members of a batch get their attention here, after the
  * batch's remote entries were sent, so it overlaps with the storage nodes'
- * attention of the same batch (INF2 §4.3 cooperative X-cache). */
+ * attention of the same batch (INF2 §4.3 cooperative X-cache).
+ *
+ * Rotational (R compute replicas, compute-node/replica.h): slice k of batch
+ * j runs on replica (j + k) mod R. When the next slice of a batch belongs to
+ * replica w != 0 its context (rows, x, the attention output) is sent there
+ * (AWAY); it comes back after that slice's attention with the next slice
+ * number and the batch goes on here (or is forwarded to the next owner).
+ * Slice L's final norm, logits and sampling always run here. */
 #include <stdio.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "compute-node/offload_internal.h"
+#include "compute-node/replica.h"
 
 #define NA_SCHED_POLL_MS 1000   /* one blocking poll; the service bounds failures */
 
@@ -87,6 +95,47 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
     return NA_OK;
 }
 
+/* Send batch b's context to the replica owning slice k (AWAY): the rows of
+ * the step (ended requests marked), x (none for slice 0) and att (the
+ * attention of layer k-1). */
+static na_status_t na_sched_send_away(na_off_t *g, na_off_batch_t *b, int k)
+{
+    na_engine_t *e = g->e;
+    na_wire_ctx_t c;
+    na_status_t st;
+    int i;
+
+    st = e->kern->ops->sync(e->kern);
+    if (st != NA_OK)
+        return st;
+    for (i = 0; i < b->n_rows; i++) {
+        na_off_req_t *q = b->row_req[i];
+        b->crow[i] = (na_wire_ctx_row_t){ q->wid, (uint32_t)b->pos[i], (uint32_t)b->tokens[i],
+                                          0, q->r->state == NA_REQ_DONE ?
+                                             (int32_t)NA_ERR_CANCELED : 0 };
+    }
+    if (k == 0)
+        memset(b->acts->x, 0, (size_t)b->n_rows * (size_t)e->cfg.dim * sizeof(float));
+    memset(&c, 0, sizeof(c));
+    c.batch_id = (uint32_t)b->id;
+    c.slice = (uint32_t)k;
+    c.n_rows = (uint32_t)b->n_rows;
+    c.dim = (uint32_t)e->cfg.dim;
+    c.att_dim = k > 0 ? (uint32_t)e->q_dim : 0;
+    c.dtype = NA_DTYPE_F32;
+    c.step = b->step;
+    c.rows = b->crow;
+    c.x = b->acts->x;
+    c.att = k > 0 ? b->acts->att : NULL;
+    b->layer = k;
+    b->state = NA_OFF_B_AWAY;
+    b->t_submit = na_off_now();
+    st = na_rep_send_ctx(g->rep, na_off_owner(g, b, k), &c);
+    if (st == NA_OK)
+        g->st->ctx_sent++;
+    return st;
+}
+
 /* Start a decode step of batch b (IDLE): admit waiting requests, then
  * embed + first pre-attention slice + first attention. *ran_p is set when
  * anything happened. */
@@ -116,48 +165,36 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
     if (b->n_rows == 0)
         return NA_OK;
     *ran_p = 1;
+    b->step++;
     s = (na_step_t){ b->n_rows, b->n_rows, b->tokens, b->pos, b->seg };
     st = na_acts_reserve(b->acts, e, b->n_rows, b->n_rows);
     if (st != NA_OK)
         return st;
+    if (na_off_owner(g, b, 0) != 0)
+        return na_sched_send_away(g, b, 0);
     na_slice_embed(e, b->acts, &s);
     na_slice_pre_attn(e, b->acts, &s, 0);
     g->st->slices++;
     return na_sched_launch(g, b, 0);
 }
 
-/* Resume batch b (READY) after the attention of b->layer. */
-static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
+/* Run slice k of batch b here: post_attn(k-1) (unless post_done: a replica
+ * ran it), then pre_attn(k) and its attention, or for k = L the final norm,
+ * logits and sampling, which end the step. */
+static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int post_done)
 {
     na_engine_t *e = g->e;
     na_step_t s = { b->n_rows, b->n_rows, b->tokens, b->pos, b->seg };
-    int i, l = b->layer;
+    int i;
     na_status_t st;
 
-    for (i = 0; i < b->n_ent; i++) {
-        na_asvc_entry_t *x = &b->ent[i];
-        if (x->status != NA_OK) {
-            na_off_req_t *q = b->row_req[b->ent_row[i]];
-            char why[NA_ASVC_REASON_MAX + 64];
-            snprintf(why, sizeof(why), "layer %d attention: %s", l,
-                     x->reason[0] ? x->reason : na_status_string(x->status));
-            memset(x->o, 0, (size_t)e->q_dim * sizeof(float));
-            if (x->status == NA_ERR_PEER && !g->o->no_recover && q->recoveries < 1) {
-                /* its storage node is gone: this step is void for it; re-place it */
-                na_log_warn("request %d: %s; re-placing it", q->r->id, why);
-                snprintf(q->lost, sizeof(q->lost), "%s", why);
-                q->recover = 1;
-                q->recoveries++;
-            } else {
-                na_off_fail(g, q, x->status, why);
-            }
-        }
+    if (!post_done) {
+        na_slice_post_attn(e, b->acts, &s, k - 1);
+        g->st->slices++;
     }
-    na_slice_post_attn(e, b->acts, &s, l);
-    g->st->slices++;
-    if (l + 1 < e->cfg.n_layers) {
-        na_slice_pre_attn(e, b->acts, &s, l + 1);
-        return na_sched_launch(g, b, l + 1);
+    if (k < e->cfg.n_layers) {
+        na_slice_pre_attn(e, b->acts, &s, k);
+        return na_sched_launch(g, b, k);
     }
     na_slice_final(e, b->acts, &s);
     st = e->kern->ops->sync(e->kern);
@@ -185,6 +222,114 @@ static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
     return NA_OK;
 }
 
+/* Resume batch b (READY) after the attention of b->layer. */
+static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
+{
+    na_engine_t *e = g->e;
+    int i, l = b->layer;
+
+    for (i = 0; i < b->n_ent; i++) {
+        na_asvc_entry_t *x = &b->ent[i];
+        if (x->status != NA_OK) {
+            na_off_req_t *q = b->row_req[b->ent_row[i]];
+            char why[NA_ASVC_REASON_MAX + 64];
+            snprintf(why, sizeof(why), "layer %d attention: %s", l,
+                     x->reason[0] ? x->reason : na_status_string(x->status));
+            memset(x->o, 0, (size_t)e->q_dim * sizeof(float));
+            if (x->status == NA_ERR_PEER && !g->o->no_recover && g->rep == NULL &&
+                q->recoveries < 1) {
+                /* its storage node is gone: this step is void for it; re-place it */
+                na_log_warn("request %d: %s; re-placing it", q->r->id, why);
+                snprintf(q->lost, sizeof(q->lost), "%s", why);
+                q->recover = 1;
+                q->recoveries++;
+            } else {
+                na_off_fail(g, q, x->status, why);
+            }
+        }
+    }
+    if (g->n_rep > 1 && na_off_owner(g, b, l + 1) != 0)
+        return na_sched_send_away(g, b, l + 1);
+    return na_sched_slice(g, b, l + 1, 0);
+}
+
+/* A batch context came back from a replica (rotational): take x and att,
+ * fail the rows whose attention failed there, and go on with its slice
+ * here (or forward it to that slice's owner). */
+static na_status_t na_sched_ctx(na_off_t *g, const na_wire_ctx_t *c)
+{
+    na_engine_t *e = g->e;
+    const size_t dim = (size_t)e->cfg.dim, qd = (size_t)e->q_dim;
+    na_off_batch_t *b;
+    uint32_t i;
+    int k;
+
+    if (c->batch_id >= (uint32_t)g->n_batches || g->b[c->batch_id].state != NA_OFF_B_AWAY)
+        return na_err(NA_ERR_PEER, "offload: a compute replica returned batch %u, which is "
+                      "not away", c->batch_id);
+    b = &g->b[c->batch_id];
+    k = (int)c->slice;
+    if (c->n_rows != (uint32_t)b->n_rows || c->dim != dim || c->dtype != NA_DTYPE_F32 ||
+        k != b->layer + 1 || k > e->cfg.n_layers + 1 ||
+        (k <= e->cfg.n_layers && c->att_dim != qd))
+        return na_err(NA_ERR_PEER, "offload: a compute replica returned batch %u with %u "
+                      "rows at slice %d (sent %d rows at slice %d)", c->batch_id, c->n_rows,
+                      k, b->n_rows, b->layer);
+    g->st->ctx_recv++;
+    g->st->ctx_rt_s += na_off_now() - b->t_submit;
+    memcpy(b->acts->x, c->x, (size_t)b->n_rows * dim * sizeof(float));
+    if (c->att_dim > 0)
+        memcpy(b->acts->att, c->att, (size_t)b->n_rows * qd * sizeof(float));
+    for (i = 0; i < c->n_rows; i++) {
+        na_wire_ctx_row_t r;
+        na_off_req_t *q = b->row_req[i];
+        (void)na_wire_ctx_get(c, i, &r);
+        if (r.request_id != q->wid)
+            return na_err(NA_ERR_PEER, "offload: a compute replica returned batch %u with "
+                          "request %llu in row %u (sent %llu)", c->batch_id,
+                          (unsigned long long)r.request_id, i, (unsigned long long)q->wid);
+        if (r.status != 0 && q->r->state != NA_REQ_DONE) {
+            char why[NA_ASVC_REASON_MAX + 64];
+            snprintf(why, sizeof(why), "layer %d attention (on a compute replica): %s", k - 1,
+                     na_status_string((na_status_t)r.status));
+            na_off_fail(g, q, (na_status_t)r.status, why);
+        }
+    }
+    if (k == e->cfg.n_layers + 1)
+        return na_sched_slice(g, b, e->cfg.n_layers, 1);
+    if (na_off_owner(g, b, k) != 0)
+        return na_sched_send_away(g, b, k);
+    return na_sched_slice(g, b, k, 0);
+}
+
+/* Take every batch context that came back (waiting up to timeout_ms for
+ * the first). *ran_p is set when one was handled. */
+static na_status_t na_sched_take_ctx(na_off_t *g, int timeout_ms, int *ran_p)
+{
+    na_xp_msg_t *msg;
+    na_wire_ctx_t c;
+    na_status_t st;
+    double t0;
+
+    for (;;) {
+        t0 = na_off_now();
+        st = na_rep_recv_ctx(g->rep, timeout_ms, &msg, &c);
+        g->st->idle_s += na_off_now() - t0;
+        if (st == NA_ERR_TIMEOUT)
+            return NA_OK;
+        if (st != NA_OK)
+            return st;
+        t0 = na_off_now();
+        st = na_sched_ctx(g, &c);
+        g->st->compute_s += na_off_now() - t0;
+        na_rep_msg_release(g->rep, msg);
+        if (st != NA_OK)
+            return st;
+        *ran_p = 1;
+        timeout_ms = 0;
+    }
+}
+
 /* Mark batch `id` READY (its attention completed). */
 static void na_sched_done(na_off_t *g, int id)
 {
@@ -206,12 +351,19 @@ na_status_t na_off_sched_run(na_off_t *g)
 
     while (g->next < g->n_req || g->n_live > 0) {
         na_off_batch_t *pick = NULL;
-        int i, id, ran = 0, waiting = 0;
+        int i, id, ran = 0, waiting = 0, away = 0;
         double t0;
 
         /* completions that are already in */
         while (na_asvc_poll(g->svc, 0, &id) == NA_OK)
             na_sched_done(g, id);
+        if (g->rep != NULL) {          /* contexts back from replicas */
+            st = na_sched_take_ctx(g, 0, &ran);
+            if (st != NA_OK)
+                return st;
+            if (ran)
+                continue;
+        }
         /* a batch whose attention is back: oldest first */
         for (i = 0; i < g->n_batches; i++)
             if (g->b[i].state == NA_OFF_B_READY &&
@@ -241,8 +393,26 @@ na_status_t na_off_sched_run(na_off_t *g)
         if (ran)
             continue;
         /* nothing can run: wait for attention (idle time) */
-        for (i = 0; i < g->n_batches; i++)
+        for (i = 0; i < g->n_batches; i++) {
             waiting += g->b[i].state == NA_OFF_B_WAIT;
+            away += g->b[i].state == NA_OFF_B_AWAY;
+        }
+        if (away > 0) {
+            /* wait on both sides: replicas first, then the storage nodes */
+            st = na_sched_take_ctx(g, waiting > 0 ? 1 : 20, &ran);
+            if (st != NA_OK)
+                return st;
+            if (ran || waiting == 0)
+                continue;
+            t0 = na_off_now();
+            st = na_asvc_poll(g->svc, 1, &id);
+            g->st->idle_s += na_off_now() - t0;
+            if (st == NA_OK)
+                na_sched_done(g, id);
+            else if (st != NA_ERR_TIMEOUT)
+                return st;
+            continue;
+        }
         if (waiting == 0)
             return na_err(NA_ERR_INTERNAL, "offload: %d request(s) can neither run nor wait "
                           "(%d live)", g->n_req - g->next, g->n_live);

@@ -58,13 +58,15 @@ typedef enum {
 na_xp_tls_t na_xp_tls_parse(const char *s);
 const char *na_xp_tls_name(na_xp_tls_t tls);
 
-/* How UCX handles a failing peer on our endpoints. */
+/* How UCX handles a failing peer on our endpoints (docs/transport.md). */
 typedef enum {
-    NA_XP_ERRMODE_PEER = 0,   /* UCP_ERR_HANDLING_MODE_PEER (default): a dead peer
+    NA_XP_ERRMODE_AUTO = 0,   /* default: CM for tls shm (so shm really carries the
+                                 data), PEER for every other tls */
+    NA_XP_ERRMODE_PEER = 1,   /* UCP_ERR_HANDLING_MODE_PEER: a dead peer
                                  fails every pending operation. UCX 1.13 then uses
                                  only transports with peer-failure support (tcp,
                                  cma), i.e. no posix/sysv shared memory. */
-    NA_XP_ERRMODE_CM   = 1,   /* UCP_ERR_HANDLING_MODE_NONE: lets UCX 1.13 use
+    NA_XP_ERRMODE_CM   = 2,   /* UCP_ERR_HANDLING_MODE_NONE: lets UCX 1.13 use
                                  posix/sysv shared memory (the fast same-host path).
                                  A listener sees a client vanish through the
                                  connection manager's disconnect at once; a client
@@ -72,6 +74,12 @@ typedef enum {
                                  timeouts (a send that never completes fails the
                                  endpoint after opts.timeout_ms) and heartbeats. */
 } na_xp_errmode_t;
+
+/* The mode AUTO stands for with this tls (PEER or CM; others unchanged). */
+na_xp_errmode_t na_xp_errmode_resolve(na_xp_tls_t tls, na_xp_errmode_t mode);
+/* "auto" | "peer" | "cm"; -1 for anything else. */
+int         na_xp_errmode_parse(const char *s);
+const char *na_xp_errmode_name(na_xp_errmode_t mode);
 
 /* Memory type of a registered buffer. */
 typedef enum {
@@ -149,10 +157,12 @@ void        na_xp_destroy(na_xp_t *xp);
 
 /* Listen on host:port (port 0 = any; the bound port is written to *port_p if
  * non-NULL). "port taken" is NA_ERR_BUSY with a clear message. One listener per
- * node. Note: UCX 1.13 does not set SO_REUSEADDR on its listener, so a node
- * that dropped peers itself (its side closed first) cannot listen on the same
- * port again while those connections sit in TIME_WAIT (~60 s); the message
- * says so. Clients that close first (after a BYE) leave no such state. */
+ * node. The listener and its connections carry SO_REUSEADDR (the transport
+ * sets UCX_TCP_CM_REUSEADDR=y unless the environment says otherwise), so a
+ * node restarted at once on its port listens again even while connections
+ * it closed first sit in TIME_WAIT; a port another process listens on is
+ * still "port taken". (Should the option be off on either run, the message
+ * names TIME_WAIT and the ~60 s wait.) */
 na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p);
 
 /* Connect to host:port and run the HELLO handshake; waits at most
@@ -170,6 +180,8 @@ const char *na_xp_ep_name(const na_xp_ep_t *ep);
 const char *na_xp_ep_addr(const na_xp_ep_t *ep);
 /* 1 while the endpoint is usable (handshake done, no error). */
 int         na_xp_ep_alive(const na_xp_ep_t *ep);
+/* The error-handling mode the node's endpoints use (AUTO resolved). */
+na_xp_errmode_t na_xp_errmode(const na_xp_t *xp);
 /* Heartbeat interval and role the peer announced in the handshake. */
 unsigned    na_xp_ep_peer_heartbeat_ms(const na_xp_ep_t *ep);
 int         na_xp_ep_peer_role(const na_xp_ep_t *ep);

@@ -64,5 +64,13 @@ na_status_t na_xp_echo_serve(const na_xp_msg_t *msg)
         return st;
     if (flags & (NA_WIRE_F_REPLY | NA_WIRE_F_MORE))
         return NA_OK;                  /* an answer, or part of a stream: no answer */
-    return na_xp_echo_send(msg->ep, seq, NA_WIRE_F_REPLY, msg->data, msg->len);
+    {
+        /* answer from the landing buffer, registered already (no lookup) */
+        na_xp_op_t *op;
+        st = na_xp_echo_start(msg->ep, seq, NA_WIRE_F_REPLY, msg->data, msg->len,
+                              msg->pool_buf, &op);
+        if (st != NA_OK)
+            return st;
+        return na_xp_op_wait(NULL, op, -1);
+    }
 }

@@ -85,6 +85,21 @@ static void xp_ep_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
 {
     na_xp_ep_t *ep = arg;
     char why[128];
+    (void)uep;
+    /* errmode cm: the disconnect comes over the connection manager's socket
+     * and can overtake the peer's last messages still in the shared-memory
+     * FIFO (a BYE, then close): let those be delivered for a short grace,
+     * then fail the endpoint (na_xp_ep_sweep). */
+    if (ep->xp->opts.errmode == NA_XP_ERRMODE_CM && ep->state == NA_XP_EP_READY) {
+        if (ep->fail_due_ns == 0) {
+            ep->fail_due_ns = na_xp_now_ns() + NA_XP_CM_GRACE_MS * 1000000ull;
+            ep->err = NA_ERR_PEER;
+            snprintf(ep->errmsg, sizeof(ep->errmsg), "connection lost (%s)",
+                     ucs_status_string(status));
+        }
+        ep->xp->sweep_due = 1;
+        return;
+    }
     snprintf(why, sizeof(why), "connection lost (%s)", ucs_status_string(status));
     na_xp_ep_fail(ep, NA_ERR_PEER, why);
 }
@@ -130,6 +145,15 @@ void na_xp_ep_sweep(na_xp_t *xp)
         next = ep->next;
         if (ep->state == NA_XP_EP_CONNECTING && now > ep->hs_deadline_ns)
             na_xp_ep_fail(ep, NA_ERR_TIMEOUT, "handshake timed out");
+        if (ep->fail_due_ns != 0 && ep->state == NA_XP_EP_READY) {
+            if (now >= ep->fail_due_ns) {
+                char why[sizeof(ep->errmsg)];
+                snprintf(why, sizeof(why), "%s", ep->errmsg);
+                na_xp_ep_fail(ep, NA_ERR_PEER, why);
+            } else {
+                xp->sweep_due = 1;             /* look again on the next service */
+            }
+        }
         if (ep->state == NA_XP_EP_FAILED) {
             if (ep->owned && !ep->lost_reported && ep->hs_status != NA_OK) {
                 /* a connect in progress: na_xp_connect() reports it */
@@ -442,8 +466,8 @@ static void xp_accept_pending(na_xp_t *xp)
 }
 
 /* Why port is taken, from /proc/net/tcp{,6}: 1 if only TIME_WAIT sockets
- * hold it (UCX 1.13's listener does not set SO_REUSEADDR, so a node that
- * closed connections first cannot listen again for about a minute). */
+ * hold it (possible only when UCX_TCP_CM_REUSEADDR was turned off: then a
+ * node that closed connections first cannot listen again for about a minute). */
 static int xp_port_in_time_wait(int port)
 {
     static const char *files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
@@ -496,7 +520,7 @@ na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p)
     if (us == UCS_ERR_BUSY && xp_port_in_time_wait(port))
         return na_err(NA_ERR_BUSY, "transport: cannot listen on %s:%d: port taken by "
                       "connections in TIME_WAIT from a recent run (free again within about "
-                      "60 s; UCX 1.13 does not reuse the address)", host, port);
+                      "60 s; UCX_TCP_CM_REUSEADDR was off in this or that run)", host, port);
     if (us == UCS_ERR_BUSY)
         return na_err(NA_ERR_BUSY, "transport: cannot listen on %s:%d: port taken", host, port);
     if (us != UCS_OK)
@@ -512,8 +536,9 @@ na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p)
                 *port_p = ntohs(((struct sockaddr_in6 *)&la.sockaddr)->sin6_port);
         }
     }
-    na_log_info("transport: %s listening on %s:%d (tls %s)", xp->name, host,
-                port_p ? *port_p : port, na_xp_tls_name(xp->opts.tls));
+    na_log_info("transport: %s listening on %s:%d (tls %s, errmode %s)", xp->name, host,
+                port_p ? *port_p : port, na_xp_tls_name(xp->opts.tls),
+                na_xp_errmode_name(xp->opts.errmode));
     return NA_OK;
 }
 

@@ -14,6 +14,7 @@
 #define NA_XP_POOL_MIN_SHIFT 12   /* smallest pooled landing buffer: 4 KiB */
 #define NA_XP_POOL_CLASSES   20   /* 4 KiB .. 2 GiB, one free list per power of two */
 #define NA_XP_POOL_KEEP      16   /* free buffers kept per class ... */
+#define NA_XP_CM_GRACE_MS    50   /* errmode cm: delivery grace after a disconnect */
 #define NA_XP_POOL_MAX_BYTES ((size_t)512 << 20) /* ... and at most this much idle memory */
 
 typedef enum {
@@ -43,6 +44,9 @@ struct na_xp_ep {
     int               zombie;        /* owner let go: free once refs == 0 */
     int               refs;          /* queued messages + pending ops using it */
     void             *close_req;     /* pending ucp_ep_close_nbx request */
+    uint64_t          fail_due_ns;   /* errmode cm: UCX reported the peer gone; fail
+                                        at this time (messages still in flight on
+                                        shared memory are delivered first) */
     na_status_t       err;           /* why it failed */
     char              errmsg[160];
     uint64_t          hs_deadline_ns;/* handshake must finish by then */

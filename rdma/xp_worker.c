@@ -53,6 +53,39 @@ const char *na_xp_tls_name(na_xp_tls_t tls)
     return "?";
 }
 
+na_xp_errmode_t na_xp_errmode_resolve(na_xp_tls_t tls, na_xp_errmode_t mode)
+{
+    if (mode != NA_XP_ERRMODE_AUTO)
+        return mode;
+    return tls == NA_XP_TLS_SHM ? NA_XP_ERRMODE_CM : NA_XP_ERRMODE_PEER;
+}
+
+int na_xp_errmode_parse(const char *s)
+{
+    if (s == NULL || !strcmp(s, "auto"))
+        return NA_XP_ERRMODE_AUTO;
+    if (!strcmp(s, "peer"))
+        return NA_XP_ERRMODE_PEER;
+    if (!strcmp(s, "cm"))
+        return NA_XP_ERRMODE_CM;
+    return -1;
+}
+
+const char *na_xp_errmode_name(na_xp_errmode_t mode)
+{
+    switch (mode) {
+    case NA_XP_ERRMODE_AUTO: return "auto";
+    case NA_XP_ERRMODE_PEER: return "peer";
+    case NA_XP_ERRMODE_CM:   return "cm";
+    }
+    return "?";
+}
+
+na_xp_errmode_t na_xp_errmode(const na_xp_t *xp)
+{
+    return xp->opts.errmode;
+}
+
 /* The UCX_TLS value for the options, or NULL to keep UCX's default. */
 static const char *xp_tls_string(const na_xp_opts_t *o)
 {
@@ -104,6 +137,7 @@ static na_status_t xp_opts_init(na_xp_t *xp, const na_xp_opts_t *o)
         xp->opts.max_msg = (size_t)256 << 20;
     if (xp->opts.spin_us == 0)
         xp->opts.spin_us = 50;
+    xp->opts.errmode = na_xp_errmode_resolve(o->tls, o->errmode);
     return NA_OK;
 }
 
@@ -128,6 +162,17 @@ static na_status_t xp_context_create(na_xp_t *xp)
                           ucs_status_string(us));
         }
     }
+    /* SO_REUSEADDR on the listener (and so on the connections it accepts,
+     * which inherit it): a node restarted on its port while connections it
+     * closed first sit in TIME_WAIT can listen again at once. A port that
+     * another process listens on is still refused (Linux never shares a
+     * listening port without SO_REUSEPORT). The TIME_WAIT socket must carry
+     * the option too, so every node sets it. UCX 1.13 reads the connection
+     * manager's settings from the environment only (ucp_config_modify of
+     * TCP_CM_REUSEADDR is rejected as "invalid configuration"), hence
+     * setenv — without overwriting a value the user gave. */
+    if (setenv("UCX_TCP_CM_REUSEADDR", "y", 0) != 0)
+        na_log_debug("transport: cannot set UCX_TCP_CM_REUSEADDR");
     /* Peers that vanish without a word (kill -9 over shared memory) are found
      * by UCX keepalive: probe at a third of our wait limit. */
     snprintf(ka, sizeof(ka), "%dms", xp->opts.timeout_ms / 3 > 0 ? xp->opts.timeout_ms / 3 : 1);
@@ -262,8 +307,8 @@ static void xp_service(na_xp_t *xp)
         xp->sweep_due = 1;
     }
     /* Sweeps read the clock; when nothing asked for one, run it only every
-     * 256 calls so busy-polling stays cheap. */
-    if (xp->sweep_due || (++xp->svc_count & 255u) == 0) {
+     * 256 calls so busy-polling stays cheap (na_xp_progress counts them). */
+    if (xp->sweep_due || (xp->svc_count & 255u) == 0) {
         xp->sweep_due = 0;
         na_xp_ep_sweep(xp);
     }
@@ -275,6 +320,11 @@ int na_xp_progress(na_xp_t *xp)
     /* one pass: each pass may cost a syscall per tcp interface (epoll), and
      * the waits call us in a loop anyway */
     int n = (int)ucp_worker_progress(xp->worker);
+    /* the busy-poll fast path: nothing to service on most turns, so no call,
+     * no clock (xp_service's periodic sweep keeps its 1-in-256 pace) */
+    if (xp->n_pending_conn == 0 && xp->ctl_head == NULL && !xp->sweep_due &&
+        (++xp->svc_count & 255u) != 0)
+        return n;
     xp_service(xp);
     return n;
 }
@@ -314,7 +364,9 @@ static int xp_wait(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadlin
         int n = na_xp_progress(xp);
         if (done(arg))
             return 1;
-        if ((++spins & 15u) != 0 && xp->opts.spin_us >= 0)
+        /* while spinning the clock is read every 64th turn (a turn is a
+         * worker progress, well under a microsecond when idle) */
+        if ((++spins & 63u) != 0 && xp->opts.spin_us >= 0)
             continue;
         now = na_xp_now_ns();
         if (spin_until == 0) {

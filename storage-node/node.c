@@ -321,6 +321,7 @@ static void na_node_peer_drop(na_node_t *n, na_node_peer_t *p, int lost, const c
         snprintf(whybuf, sizeof(whybuf), "%s", why);   /* why may be na_errmsg() */
         why = whybuf;
     }
+    (void)na_node_decode_finish(n, p, 0);    /* engines let go of its requests */
     freed = na_node_free_peer_requests(n, p->id);
 
     if (lost) {
@@ -590,6 +591,7 @@ void na_node_destroy(na_node_t *n)
     while (n->peers != NULL) {
         na_node_peer_t *p = n->peers;
         n->peers = p->next;
+        (void)na_node_decode_finish(n, p, 0);
         (void)na_node_free_peer_requests(n, p->id);
         na_xp_ep_close(p->ep);
         free(p);

@@ -1,15 +1,12 @@
 /* storage-node/node_dispatch.c — the storage node's message handlers: one
  * function per message type, each validating the message against the
  * node's state (requests, model shape) before touching a slot. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "storage-node/node_internal.h"
-
-#define NA_NODE_MAX_ERRORS_PER_BATCH 16   /* ERROR messages explaining one ATTN_OUT */
 
 static na_status_t nd_ack(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h, uint64_t req)
 {
@@ -191,281 +188,19 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
                              (int)kv->n_tokens);
     }
     free(kf);
+    /* The slots write prefill KV asynchronously. A PREFILL_KV without MORE
+     * is a write-through point: every row of the request sent so far is on
+     * its tier (SSD writes completed, header written) before the ACK, and a
+     * failed write fails this request now, in this answer. With MORE (more
+     * parts of the same prompt follow) the ACK only says "appended"; the
+     * last part's ACK covers all of them. compute-node/attn_remote.c sends
+     * one PREFILL_KV per layer without MORE and relies on this. */
+    for (i = 0; i < r->n_parts && st == NA_OK && !(h->flags & NA_WIRE_F_MORE); i++)
+        st = na_slot_prefill_done(n->slots[r->parts[i].slot], r->sid);
     if (st != NA_OK)
         return nd_fail(n, p, h, kv->request_id, st);
     n->prefill_tokens += kv->n_tokens;
     return nd_ack(n, p, h, kv->request_id);
-}
-
-/* ---- DECODE_ATTN ------------------------------------------------------------ */
-
-/* Per wire entry of one DECODE_ATTN. */
-typedef struct {
-    na_wire_attn_entry_t e;
-    na_node_req_t *r;
-    na_status_t status;
-    char reason[200];
-    float *q, *k, *v, *o;     /* f32 copies: (nq*hd), (nh*hd), (nh*hd), (nq*hd) */
-} nd_entry_t;
-
-/* Validate entry x against its request; NA_OK or a status with x->reason. */
-static na_status_t nd_entry_check(na_node_t *n, na_node_peer_t *p, const na_wire_attn_t *a,
-                                  nd_entry_t *x)
-{
-    na_node_req_t *r = na_node_req_find(n, p->id, x->e.request_id);
-    na_kv_req_t *kr;
-    int have;
-
-    if (r == NULL) {
-        snprintf(x->reason, sizeof(x->reason), "node %s: unknown request %llu", n->name,
-                 (unsigned long long)x->e.request_id);
-        return NA_ERR_NOT_FOUND;
-    }
-    x->r = r;
-    if (a->layer >= r->n_layers || x->e.kv_h0 != r->kv_h0 || x->e.kv_h1 != r->kv_h1) {
-        snprintf(x->reason, sizeof(x->reason), "node %s: request %llu: layer %u / heads "
-                 "[%u, %u) do not match the request (%u layers, heads [%u, %u))", n->name,
-                 (unsigned long long)x->e.request_id, a->layer, x->e.kv_h0, x->e.kv_h1,
-                 r->n_layers, r->kv_h0, r->kv_h1);
-        return NA_ERR_INVALID;
-    }
-    kr = na_kv_find(na_slot_store(n->slots[r->parts[0].slot]), r->sid);
-    have = kr ? na_kv_req_tokens(kr, (int)a->layer) : -1;
-    if (have != (int)x->e.position || x->e.position >= r->max_tokens) {
-        snprintf(x->reason, sizeof(x->reason), "node %s: request %llu layer %u: new token at "
-                 "position %u but the layer holds %d tokens (max %u)", n->name,
-                 (unsigned long long)x->e.request_id, a->layer, x->e.position, have,
-                 r->max_tokens);
-        return NA_ERR_RANGE;
-    }
-    return NA_OK;
-}
-
-/* Message-level shape check: head_dim, GQA ratio, scale. */
-static na_status_t nd_attn_check(na_node_t *n, const na_wire_attn_t *a, char *why, size_t len)
-{
-    const na_slot_common_t *c = &n->common;
-    float want;
-
-    want = 1.0f / sqrtf((float)c->head_dim);
-    if (a->head_dim != c->head_dim || a->q_per_kv != c->n_heads / c->n_kv_heads ||
-        fabsf(a->scale - want) > 1e-6f * want) {
-        snprintf(why, len, "node %s: DECODE_ATTN head_dim %u, q_per_kv %u, scale %g; the "
-                 "model has %d, %d, %g", n->name, a->head_dim, a->q_per_kv, (double)a->scale,
-                 c->head_dim, c->n_heads / c->n_kv_heads, (double)want);
-        return NA_ERR_INVALID;
-    }
-    return NA_OK;
-}
-
-/* Run the valid entries on their slots (all slots in parallel). */
-static na_status_t nd_attn_run(na_node_t *n, const na_wire_attn_t *a, nd_entry_t *xs)
-{
-    const int hd = n->common.head_dim, grp = n->common.n_heads / n->common.n_kv_heads;
-    int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
-    na_attn_batch_t *batch[NA_PLACE_MAX_SLOTS] = { NULL };
-    na_attn_entry_t *ae;
-    int *owner, total = 0, s;
-    uint32_t i;
-    int j;
-
-    for (i = 0; i < a->n_entries; i++)
-        for (j = 0; xs[i].status == NA_OK && j < xs[i].r->n_parts; j++)
-            count[xs[i].r->parts[j].slot]++;
-    for (s = 0; s < n->n_slots; s++) {
-        base[s] = fill[s] = total;
-        total += count[s];
-    }
-    if (total == 0)
-        return NA_OK;
-    ae = calloc((size_t)total, sizeof(*ae));
-    owner = calloc((size_t)total, sizeof(*owner));
-    if (ae == NULL || owner == NULL) {
-        free(ae);
-        free(owner);
-        return na_err(NA_ERR_NOMEM, "node %s: out of memory for %d attention entries",
-                      n->name, total);
-    }
-    for (i = 0; i < a->n_entries; i++) {
-        nd_entry_t *x = &xs[i];
-        for (j = 0; x->status == NA_OK && j < x->r->n_parts; j++) {
-            const na_place_part_t *pt = &x->r->parts[j];
-            na_attn_entry_t *e = &ae[fill[pt->slot]];
-            owner[fill[pt->slot]++] = (int)i;
-            e->req = x->r->sid;
-            e->layer = (int)a->layer;
-            e->n_kv_heads = pt->n_kvh;
-            e->n_q_heads = pt->n_kvh * grp;
-            e->q = x->q + (size_t)pt->kvh0 * grp * hd;
-            e->k_new = x->k + (size_t)pt->kvh0 * hd;
-            e->v_new = x->v + (size_t)pt->kvh0 * hd;
-            e->o = x->o + (size_t)pt->kvh0 * grp * hd;
-        }
-    }
-    /* start every slot's batch before waiting for any: the engines run side by side */
-    for (s = 0; s < n->n_slots; s++) {
-        na_attn_engine_t *eng;
-        na_status_t st;
-        if (count[s] == 0)
-            continue;
-        eng = na_slot_engine(n->slots[s]);
-        st = na_attn_batch_begin(eng, &batch[s]);
-        if (st == NA_OK) {
-            st = na_attn_submit(eng, batch[s], &ae[base[s]], count[s]);
-            (void)na_attn_batch_close(eng, batch[s]);
-        }
-        if (st != NA_OK) {
-            for (j = base[s]; j < base[s] + count[s]; j++)
-                if (ae[j].status == NA_OK) {
-                    ae[j].status = st;
-                    snprintf(ae[j].reason, sizeof(ae[j].reason), "%s", na_errmsg());
-                }
-        }
-    }
-    for (s = 0; s < n->n_slots; s++)
-        if (batch[s] != NULL)
-            (void)na_attn_batch_wait(na_slot_engine(n->slots[s]), batch[s]);
-    for (j = 0; j < total; j++) {
-        nd_entry_t *x = &xs[owner[j]];
-        if (ae[j].status != NA_OK && x->status == NA_OK) {
-            x->status = ae[j].status;
-            snprintf(x->reason, sizeof(x->reason), "%s", ae[j].reason[0] ? ae[j].reason
-                     : na_status_string(ae[j].status));
-        }
-    }
-    free(owner);
-    free(ae);
-    return NA_OK;
-}
-
-/* Answer: ERROR for (up to 16) failed entries, then ATTN_OUT. */
-static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                                 const na_wire_attn_t *a, nd_entry_t *xs)
-{
-    const int hd = n->common.head_dim ? n->common.head_dim : a->head_dim;
-    na_wire_out_entry_t *oe;
-    uint8_t *conv = NULL;
-    na_wire_msg_t m;
-    na_status_t st = NA_OK;
-    uint32_t i, n_err = 0;
-    size_t esz = nd_esize(a->dtype), off = 0;
-
-    oe = calloc(a->n_entries, sizeof(*oe));
-    if (oe == NULL)
-        return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
-    if (a->dtype != NA_DTYPE_F32) {
-        size_t bytes = 0;
-        for (i = 0; i < a->n_entries; i++)
-            if (xs[i].status == NA_OK)
-                bytes += (size_t)(xs[i].e.kv_h1 - xs[i].e.kv_h0) * a->q_per_kv * hd * esz;
-        conv = malloc(bytes ? bytes : 1);
-        if (conv == NULL) {
-            free(oe);
-            return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
-        }
-    }
-    for (i = 0; i < a->n_entries; i++) {
-        nd_entry_t *x = &xs[i];
-        oe[i].request_id = x->e.request_id;
-        oe[i].kv_h0 = x->e.kv_h0;
-        oe[i].kv_h1 = x->e.kv_h1;
-        oe[i].status = (int32_t)x->status;
-        if (x->status != NA_OK) {
-            if (n_err++ < NA_NODE_MAX_ERRORS_PER_BATCH && st == NA_OK)
-                st = na_node_send_error(n, p, h, x->e.request_id, x->status, x->reason);
-            continue;
-        }
-        if (conv == NULL) {
-            oe[i].o = x->o;
-        } else {
-            size_t cnt = (size_t)(x->e.kv_h1 - x->e.kv_h0) * a->q_per_kv * hd;
-            na_wire_rows_from_f32(x->o, a->dtype, cnt, conv + off);
-            oe[i].o = conv + off;
-            off += cnt * esz;
-        }
-    }
-    if (n_err > NA_NODE_MAX_ERRORS_PER_BATCH)
-        na_log_warn("node %s: %u failed entries in batch %u layer %u (%d explained)", n->name,
-                    n_err, a->batch_id, a->layer, NA_NODE_MAX_ERRORS_PER_BATCH);
-    if (st == NA_OK) {
-        memset(&m, 0, sizeof(m));
-        m.type = NA_WIRE_MSG_ATTN_OUT;
-        m.flags = h->flags & NA_WIRE_F_MORE;
-        m.u.attn_out.batch_id = a->batch_id;
-        m.u.attn_out.layer = a->layer;
-        m.u.attn_out.n_entries = a->n_entries;
-        m.u.attn_out.entry_base = a->entry_base;
-        m.u.attn_out.batch_total = a->batch_total;
-        m.u.attn_out.head_dim = a->head_dim;
-        m.u.attn_out.q_per_kv = a->q_per_kv;
-        m.u.attn_out.dtype = a->dtype;
-        m.u.attn_out.entries = oe;
-        st = na_node_send(n, p, &m);
-    }
-    free(conv);
-    free(oe);
-    return st;
-}
-
-static na_status_t nd_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                             const na_wire_attn_t *a)
-{
-    nd_entry_t *xs;
-    float *arena = NULL;
-    size_t floats = 0, off = 0;
-    char why[200];
-    na_status_t all, st;
-    uint32_t i;
-
-    xs = calloc(a->n_entries, sizeof(*xs));
-    if (xs == NULL)
-        return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
-    all = nd_attn_check(n, a, why, sizeof(why));
-    for (i = 0; i < a->n_entries; i++) {
-        nd_entry_t *x = &xs[i];
-        (void)na_wire_attn_get(a, i, &x->e);
-        if (all != NA_OK) {
-            x->status = all;
-            snprintf(x->reason, sizeof(x->reason), "%s", why);
-            continue;
-        }
-        x->status = nd_entry_check(n, p, a, x);
-        if (x->status == NA_OK) {
-            size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0);
-            floats += nh * a->head_dim * (2u * a->q_per_kv + 2u);
-        }
-    }
-    if (floats > 0) {
-        arena = malloc(floats * sizeof(float));
-        if (arena == NULL) {
-            free(xs);
-            return na_err(NA_ERR_NOMEM, "node %s: out of memory for a batch of %u", n->name,
-                          a->n_entries);
-        }
-    }
-    for (i = 0; i < a->n_entries; i++) {
-        nd_entry_t *x = &xs[i];
-        size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0), nq = nh * a->q_per_kv * a->head_dim;
-        if (x->status != NA_OK)
-            continue;
-        x->q = arena + off;
-        x->k = x->q + nq;
-        x->v = x->k + nh * a->head_dim;
-        x->o = x->v + nh * a->head_dim;
-        off += 2 * nq + 2 * nh * a->head_dim;
-        na_wire_rows_to_f32(x->e.q, a->dtype, nq, x->q);
-        na_wire_rows_to_f32(x->e.k, a->dtype, nh * a->head_dim, x->k);
-        na_wire_rows_to_f32(x->e.v, a->dtype, nh * a->head_dim, x->v);
-    }
-    st = nd_attn_run(n, a, xs);
-    if (st != NA_OK)
-        goto out;
-    n->decode_entries += a->n_entries;
-    st = nd_attn_reply(n, p, h, a, xs);
-out:
-    free(arena);
-    free(xs);
-    return st;
 }
 
 /* ---- REQ_RELEASE, STATS, HEARTBEAT ---------------------------------------- */
@@ -513,6 +248,7 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_entries", n->decode_entries);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.prefill_tokens", n->prefill_tokens);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_ns", n->decode_ns);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_parts_early", n->decode_parts_early);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.prefill_ns", n->prefill_ns);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.fetch_ns", n->fetch_ns);
     for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {
@@ -578,6 +314,14 @@ na_status_t na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
     uint64_t t0 = na_xp_now_ns();
     na_status_t st;
 
+    /* a batch split over several DECODE_ATTN is computed while its parts
+     * arrive; any other message of that peer first ends it (answered with
+     * what arrived), so no request is touched while the engine holds it */
+    if (p->decode_open != NULL && m->type != NA_WIRE_MSG_DECODE_ATTN) {
+        st = na_node_decode_finish(n, p, 1);
+        if (st != NA_OK)
+            return st;
+    }
     switch (m->type) {
     case NA_WIRE_MSG_REQ_OPEN:    return nd_open(n, p, h, &m->u.req_open);
     case NA_WIRE_MSG_PREFILL_KV:
@@ -585,7 +329,7 @@ na_status_t na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
         n->prefill_ns += na_xp_now_ns() - t0;
         return st;
     case NA_WIRE_MSG_DECODE_ATTN:
-        st = nd_decode(n, p, h, &m->u.attn);
+        st = na_node_decode(n, p, h, &m->u.attn);
         n->decode_ns += na_xp_now_ns() - t0;
         return st;
     case NA_WIRE_MSG_KV_FETCH:

@@ -21,6 +21,8 @@ typedef struct na_node_peer {
     uint64_t    last_sent_ns;        /* last message we sent (heartbeat pacing) */
     uint64_t    n_requests;          /* open requests owned */
     uint32_t    seq;                 /* our message counter towards it */
+    struct nd_open *decode_open;     /* DECODE_ATTN batch whose parts are still
+                                        arriving (node_decode.c), or NULL */
     struct na_node_peer *next;
 } na_node_peer_t;
 
@@ -66,6 +68,7 @@ struct na_node {
     /* counters (STATS) */
     uint64_t        msgs, errors_sent, dropped, lost, refused_opens;
     uint64_t        decode_entries, prefill_tokens;
+    uint64_t        decode_parts_early;  /* parts submitted while later ones were due */
     uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
 };
 
@@ -88,6 +91,16 @@ na_status_t    na_node_send_error(na_node_t *n, na_node_peer_t *p, const na_wire
  * errors after which the caller drops the peer. */
 na_status_t    na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                 const na_wire_msg_t *m);
+
+/* node_decode.c: DECODE_ATTN -> ATTN_OUT. Each part of a batch split over
+ * several messages (flag MORE) is submitted to the slots' engines as it
+ * arrives; the last part (no MORE) closes the batch, waits and answers one
+ * ATTN_OUT per part. Errors as na_node_dispatch. */
+na_status_t    na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
+                              const na_wire_attn_t *a);
+/* End p's open decode batch, if any: wait for the engines, then answer its
+ * parts (reply = 1) or drop them (reply = 0: the peer is going away). */
+na_status_t    na_node_decode_finish(na_node_t *n, na_node_peer_t *p, int reply);
 
 /* node_kvread.c: KV_FETCH -> KV_DATA. */
 na_status_t    na_node_kv_fetch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,

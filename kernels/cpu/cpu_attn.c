@@ -207,6 +207,24 @@ NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t strid
     int d = 0;
     for (; d + 8 * DV <= hd; d += 8 * DV)
         na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, DV, f16);
+    /* The r < DV vectors left in one pass with r accumulators per head, so
+     * that small heads (head_dim 48 with G = 1: 6 vectors) keep several
+     * independent FMA chains instead of one latency-bound chain per vector
+     * (measured: 15M-model shape, 6 heads of 48, ctx 256, 1 thread, KV in
+     * cache: 54 -> ~30 ns per token). */
+    while (DV > 2 && (hd - d) / 8 >= 2) {
+        int r = (hd - d) / 8;
+        r = r > DV - 1 ? DV - 1 : r;
+        switch (r > 8 ? 8 : r) {
+        case 8:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 8, f16); d += 64; break;
+        case 7:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 7, f16); d += 56; break;
+        case 6:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 6, f16); d += 48; break;
+        case 5:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 5, f16); d += 40; break;
+        case 4:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 4, f16); d += 32; break;
+        case 3:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 3, f16); d += 24; break;
+        default: na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 2, f16); d += 16; break;
+        }
+    }
     for (; d < hd; d += 8)
         na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 1, f16);
 }

@@ -7,7 +7,9 @@
  *   scenarios:
  *     basic    open R requests (one on a KV head sub-range), prefill every
  *              layer, T decode steps of all requests in one DECODE_ATTN per
- *              layer; every output checked against the kernels' ref
+ *              layer (every 3rd step: the batch split over 3 messages flagged
+ *              MORE, sent back to back, one ATTN_OUT per part expected: the
+ *              node computes parts as they arrive); every output checked against the kernels' ref
  *              attn_decode over the client's own copy of the KV; KV_FETCH
  *              compared with that copy; per-request errors (duplicate open,
  *              unknown request in a batch, prefill of an unknown request)
@@ -45,6 +47,7 @@ typedef struct {
     const char *config, *node, *connect, *scenario, *secret_file, *name, *stat_key;
     int requests, steps, seed, expect;
     na_dtype_t dtype;
+    na_xp_t *xp;                    /* the client's transport (set by main) */
 } nc_args_t;
 
 typedef struct {
@@ -166,10 +169,86 @@ static void nc_ref(na_kernels_t *ref, const nc_shape_t *s, const nc_req_t *r, in
     }
 }
 
+/* Send batch a as `parts` DECODE_ATTN messages (MORE on all but the last)
+ * without waiting, then collect one ATTN_OUT per part (any order of parts
+ * accepted, each checked against what was sent) into o/status by entry. */
+static na_status_t nc_decode_parts(na_sc_t *sc, na_xp_t *xp, const na_wire_attn_t *a,
+                                   uint32_t parts, float *const *o, int32_t *status)
+{
+    uint32_t per = (a->n_entries + parts - 1) / parts, base, got = 0, seen = 0;
+    uint64_t deadline = na_xp_now_ns() + 20000000000ull;
+    na_status_t st = NA_OK;
+
+    for (base = 0; base < a->n_entries && st == NA_OK; base += per) {
+        na_wire_msg_t m;
+        memset(&m, 0, sizeof(m));
+        m.type = NA_WIRE_MSG_DECODE_ATTN;
+        m.flags = base + per < a->n_entries ? NA_WIRE_F_MORE : 0;
+        m.u.attn = *a;
+        m.u.attn.entry_base = base;
+        m.u.attn.n_entries = a->n_entries - base < per ? a->n_entries - base : per;
+        m.u.attn.entries = a->entries + base;
+        st = na_sc_send(sc, &m);
+    }
+    while (st == NA_OK && got < a->n_entries) {
+        na_xp_msg_t *msg;
+        na_wire_hdr_t h;
+        na_wire_msg_t r;
+        uint32_t k;
+        if (na_xp_now_ns() > deadline)
+            return na_err(NA_ERR_TIMEOUT, "split batch: %u of %u entries answered", got,
+                          a->n_entries);
+        if (na_xp_recv(xp, 100, &msg) != NA_OK)
+            continue;
+        if (msg->kind == NA_XP_EV_LOST) {
+            na_xp_msg_release(xp, msg);
+            return na_err(NA_ERR_PEER, "split batch: node lost");
+        }
+        st = msg->kind == NA_XP_MSG_DATA ? na_wire_hdr_decode(msg->hdr, msg->hdr_len, &h)
+                                         : NA_ERR_INVALID;
+        if (st == NA_OK)
+            st = na_wire_decode(&h, msg->data, msg->len, &r);
+        if (st != NA_OK || r.type != NA_WIRE_MSG_ATTN_OUT) {   /* ERROR lines, heartbeats */
+            na_xp_msg_release(xp, msg);
+            st = NA_OK;
+            continue;
+        }
+        if (r.u.attn_out.batch_id != a->batch_id || r.u.attn_out.layer != a->layer ||
+            r.u.attn_out.batch_total != a->n_entries || r.u.attn_out.entry_base % per != 0 ||
+            (seen & (1u << (r.u.attn_out.entry_base / per))) ||
+            r.u.attn_out.n_entries != (a->n_entries - r.u.attn_out.entry_base < per
+                                       ? a->n_entries - r.u.attn_out.entry_base : per) ||
+            !(h.flags & NA_WIRE_F_MORE) != (r.u.attn_out.entry_base + per >= a->n_entries))
+            st = na_err(NA_ERR_PROTO, "split batch: ATTN_OUT of entries [%u, +%u) of %u "
+                        "(flags 0x%x) does not answer a part", r.u.attn_out.entry_base,
+                        r.u.attn_out.n_entries, r.u.attn_out.batch_total, (unsigned)h.flags);
+        for (k = 0; st == NA_OK && k < r.u.attn_out.n_entries; k++) {
+            uint32_t idx = r.u.attn_out.entry_base + k;
+            const na_wire_attn_entry_t *e = &a->entries[idx];
+            na_wire_out_entry_t oe;
+            size_t cnt = (size_t)(e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim;
+            (void)na_wire_attn_out_get(&r.u.attn_out, k, &oe);
+            if (oe.request_id != e->request_id)
+                st = na_err(NA_ERR_PROTO, "split batch: entry %u is request %llu, sent %llu",
+                            idx, (unsigned long long)oe.request_id,
+                            (unsigned long long)e->request_id);
+            status[idx] = oe.status;
+            if (st == NA_OK && oe.status == 0)
+                na_wire_rows_to_f32(oe.o, r.u.attn_out.dtype, cnt, o[idx]);
+        }
+        if (st == NA_OK) {
+            seen |= 1u << (r.u.attn_out.entry_base / per);
+            got += r.u.attn_out.n_entries;
+        }
+        na_xp_msg_release(xp, msg);
+    }
+    return st;
+}
+
 /* One decode step of every request (one DECODE_ATTN per layer), plus an entry
  * for an unknown request that must fail alone. */
-static void nc_decode_step(na_sc_t *sc, const nc_shape_t *s, nc_req_t *rs, int n, int step,
-                           na_rng_t *rng, na_dtype_t dt, na_kernels_t *ref)
+static void nc_decode_step(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_t *rs, int n,
+                           int step, na_rng_t *rng, na_dtype_t dt, na_kernels_t *ref)
 {
     const int hd = s->head_dim, ne = n + 1;
     na_wire_attn_entry_t *e = calloc((size_t)ne, sizeof(*e));
@@ -222,7 +301,9 @@ static void nc_decode_step(na_sc_t *sc, const nc_shape_t *s, nc_req_t *rs, int n
         a.dtype = dt;
         a.scale = 1.0f / sqrtf((float)hd);
         a.entries = e;
-        if (step % 2 == 0 || ne < 2) {
+        if (step % 3 == 2 && ne >= 3) {   /* three parts, MORE, back to back */
+            NA_CHECK_OK(nc_decode_parts(sc, xp, &a, 3, o, status));
+        } else if (step % 2 == 0 || ne < 2) {
             NA_CHECK_OK(na_sc_decode(sc, &a, o, status));
         } else {          /* the batch in two messages: [0, k) with MORE, then [k, ne) */
             uint32_t k = (uint32_t)ne / 2;
@@ -360,7 +441,7 @@ static int nc_basic(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     }
     NA_CHECK(nc_stat(sc, "node.requests") >= (uint64_t)a->requests);
     for (t = 0; t < a->steps; t++)
-        nc_decode_step(sc, s, rs, a->requests, t, &rng, a->dtype, ref);
+        nc_decode_step(sc, a->xp, s, rs, a->requests, t, &rng, a->dtype, ref);
     for (i = 0; i < a->requests; i++)
         nc_fetch_check(sc, s, &rs[i], i % s->n_layers);
     NA_CHECK(nc_stat(sc, "node.decode_entries") > 0);
@@ -629,6 +710,7 @@ int main(int argc, char **argv)
     NA_CHECK_OK(na_xp_create(&xo, &xp));
     if (na_test_failures)
         return 1;
+    a.xp = xp;
     if (!strcmp(a.scenario, "discover")) {
         rc = nc_discover(xp, &s, &a);
         goto out;

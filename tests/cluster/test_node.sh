@@ -12,6 +12,8 @@
 #              and `nearattn launch --mpirun` stopped by SIGTERM
 #   kill       kill -9 of a client holding a request: the node frees it (peer
 #              lost) and serves the next client
+#   kill-shm   the same over tls shm (errmode cm: posix/sysv shared memory, no
+#              UCX peer-failure handling; docs/transport.md)
 #   secret     a client with a wrong secret is refused; the node keeps serving
 #   garbage    a malformed message drops that connection only
 #   heartbeat  a silent client is dropped after peer_timeout_ms
@@ -28,15 +30,15 @@ BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
 SRC=${NA_SOURCE_DIR:?}
 SHARED=${NA_SHARED_DIR:-$SRC/../shared}
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_node_test.XXXXXX")
-PIDS=""
-[ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 
+. "$(dirname "$0")/proc.sh"
 cleanup() {
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
+    na_reap            # every process started here, mpirun's ranks included
     [ -n "${NA_TEST_KEEP:-}" ] && cp -r "$DIR" "$NA_TEST_KEEP"; rm -rf "$DIR"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
+[ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 fail() {
     echo "FAIL: $*"
     for f in "$DIR"/*.log "$DIR"/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
@@ -54,14 +56,14 @@ wait_line() {   # FILE PATTERN SECONDS
 layout() {      # PARTITION -> $DIR/layout.yaml
     sed -e "s|@PORT0@|$PORT|" -e "s|@PORT1@|$((PORT + 1))|" -e "s|@KV@|$DIR/kv|" \
         -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
-        -e "s|@PARTITION@|$1|" "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
+        -e "s|@PARTITION@|$1|" -e "s|tls: auto|tls: ${TLS:-auto}|" \
+        "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
 }
 start() {       # LOGNAME CMD... (background; pid in PID_<LOGNAME>)
     name=$1
     shift
-    "$@" >"$DIR/$name.log" 2>&1 &
-    PIDS="$PIDS $!"
-    eval "PID_$name=$!"
+    na_spawn "$DIR/$name.log" "$@"
+    eval "PID_$name=$NA_PID"
 }
 node() {        # NAME [ARGS...]: start a storage node and wait for READY
     nm=$1
@@ -80,7 +82,8 @@ stop_node() {   # NAME: SIGTERM, must exit 0 with a clean stop
 client() {      # LOGNAME ARGS...: run the client to completion, require exit 0
     name=$1
     shift
-    timeout 60 "$CLIENT" --config "$DIR/layout.yaml" --name "$name" "$@" >"$DIR/$name.log" 2>&1
+    na_spawn "$DIR/$name.log" timeout 60 "$CLIENT" --config "$DIR/layout.yaml" --name "$name" "$@"
+    wait "$NA_PID"     # interruptible (a foreground run would defer the traps)
     rc=$?
     [ "$rc" -eq 0 ] || fail "client $name ($*) exited $rc"
 }
@@ -98,6 +101,8 @@ basic|request)
     client cl_b --node s0 --scenario basic --requests 5 --steps 3 --dtype f16 --seed 11
     client cl_c --node s1 --scenario basic --requests 2 --steps 3
     [ "$(stat s0 node.requests)" = 0 ] || fail "s0 still holds requests"
+    # batches split over messages flagged MORE were computed part by part
+    [ "$(stat s0 node.decode_parts_early)" -gt 0 ] || fail "s0 never started a part early"
     stop_node s0
     stop_node s1
     ;;
@@ -118,7 +123,8 @@ launch)
     done
     # a node that cannot start (its port is taken) is named, the rest stopped
     node s1
-    "$BIN" launch "$DIR/layout.yaml" --log-dir "$DIR/logs2" >"$DIR/launch2.log" 2>&1
+    na_spawn "$DIR/launch2.log" "$BIN" launch "$DIR/layout.yaml" --log-dir "$DIR/logs2"
+    wait "$NA_PID"
     rc=$?
     [ "$rc" -ne 0 ] || fail "launch with s1's port taken exited 0"
     grep -q "node s1 failed" "$DIR/launch2.log" || fail "launch did not name the failed node"
@@ -163,8 +169,10 @@ mpirun)
     grep -q "node s0: stopped cleanly" "$DIR/launchmpi.log" || fail "launch --mpirun: s0 not clean"
 
     ;;
-kill)
+kill|kill-shm)
+    [ "$SCEN" = kill-shm ] && TLS=shm
     layout head
+    grep -q "tls: ${TLS:-auto}" "$DIR/layout.yaml" || fail "layout does not use tls ${TLS:-auto}"
     node s0
     start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s0 --scenario hold
     wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"

@@ -4,18 +4,24 @@
 # others let the servers pick a free port)
 # Real multi-process transport clusters built from tests/cluster/xp_peer.c.
 #   pair-shm | pair-tcp     1 server + 1 client, decode (KiB) and prefill (MiB) echoes
-#                           (*-shm run with --errmode cm, so UCX 1.13 really uses
-#                           posix/sysv shared memory; see rdma/transport.h)
+#                           (*-shm: the transport's default errmode for tls shm is
+#                           cm, so UCX 1.13 really uses posix/sysv shared memory;
+#                           the UCX lanes printed by the peers are checked:
+#                           docs/transport.md)
 #   trio-shm | trio-tcp     2 servers + 1 client talking to both at once
 #   mpirun                  the trio under `mpirun -n 3` (rank from the environment)
 #   kill-tcp | kill-shm     kill -9 of a client: the server reports the loss in time
-#                           and serves the next client
+#                           and serves the next client (kill-shm: over posix/sysv,
+#                           errmode cm, checked from the lanes)
 #   secret                  a client with the wrong secret is refused; server keeps serving
 #   garbage                 a malformed message drops that peer only
 #   order-shm | order-tcp   bursts of mixed eager / rendezvous messages: answers keep
 #                           the order sent (per-endpoint ordering)
 #   busy                    a second listener on a taken port fails with "port taken";
 #                           the first keeps serving
+#   restart                 a server that dropped a peer itself (its side closed
+#                           first: TIME_WAIT) is restarted on the same port at once
+#                           and serves (SO_REUSEADDR via UCX_TCP_CM_REUSEADDR)
 #   netns                   server and client in two network namespaces joined by a
 #                           veth, UCX_TLS=tcp (skipped, exit 77, when namespaces
 #                           cannot be made)
@@ -25,18 +31,18 @@ PEER=$1
 SCEN=$2
 PORT=$3
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_xp_test.XXXXXX")
-PIDS=""
 NS_A="" NS_B=""
 DECODE="2048,24576,196608"         # q/k/v rows (head_dim 128, 32 heads, f16) for batch 1 and 8
 PREFILL="1048576,4194304,8388608"    # bulk KV of a prompt chunk
+. "$(dirname "$0")/proc.sh"
 cleanup() {
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
+    na_reap            # every process started here, mpirun's ranks included
     [ -n "$NS_A" ] && ip netns del "$NS_A" 2>/dev/null
     [ -n "$NS_B" ] && ip netns del "$NS_B" 2>/dev/null
     rm -rf "$DIR"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
 fail() {
     echo "FAIL: $*"
     for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
@@ -63,9 +69,8 @@ port_of() {
 start() {
     name=$1
     shift
-    "$@" >"$DIR/$name.log" 2>&1 &
-    PIDS="$PIDS $!"
-    eval "PID_$name=$!"
+    na_spawn "$DIR/$name.log" "$@"
+    eval "PID_$name=$NA_PID"
 }
 # finish NAME: wait for NAME and require exit 0
 finish() {
@@ -76,9 +81,20 @@ finish() {
 }
 
 COMMON="--timeout-ms 3000 --max-ms 60000"
-case "$SCEN" in
-*-shm) COMMON="$COMMON --errmode cm" ;;
-esac
+export XP_PEER_DESCRIBE=1          # peers print their UCX lanes (ucp_ep_print_info)
+# lanes FILE shm|tcp: the endpoint printed in FILE carries active messages over
+# shared memory (posix/sysv) or over tcp only
+lanes() {
+    grep -q "lane\[" "$1" || fail "$1: no UCX lane description"
+    if [ "$2" = shm ]; then
+        grep -Eq "lane\[[0-9]+\]: +[0-9]+:(posix|sysv)/.* am( |$)" "$1" ||
+            fail "$1: active messages do not go over posix/sysv shared memory"
+    else
+        grep -Eq "(posix|sysv)/" "$1" && fail "$1: tcp run uses shared memory"
+        grep -Eq "lane\[[0-9]+\]: +[0-9]+:tcp/.* am( |$)" "$1" ||
+            fail "$1: active messages do not go over tcp"
+    fi
+}
 case "$SCEN" in
 pair-shm|pair-tcp)
     tls=${SCEN#pair-}
@@ -89,6 +105,8 @@ pair-shm|pair-tcp)
     finish c0
     finish s0
     grep -q "served=18 " "$DIR/s0.log" || fail "server did not serve 18 echoes"
+    lanes "$DIR/s0.log" "$tls"
+    lanes "$DIR/c0.log" "$tls"
     ;;
 trio-shm|trio-tcp)
     tls=${SCEN#trio-}
@@ -121,6 +139,7 @@ kill-tcp|kill-shm)
         --sizes 4096,1048576 --forever $COMMON
     wait_line "$DIR/s0.log" "ACCEPTED victim" 10 || fail "victim did not connect"
     sleep 0.3
+    lanes "$DIR/s0.log" "$tls"
     kill -9 "$PID_victim"
     wait "$PID_victim" 2>/dev/null
     # the loss must be reported within the transport timeout (+ slack)
@@ -183,6 +202,20 @@ busy)
         --rounds 1 $COMMON
     finish c0
     finish s0
+    ;;
+restart)
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:$PORT --clients 1 --tls tcp $COMMON
+    wait_line "$DIR/s0.log" "^READY" 10 || fail "server s0 did not start"
+    start bad "$PEER" client --name junk --connect 127.0.0.1:$PORT --tls tcp --garbage $COMMON
+    finish bad
+    finish s0
+    grep -q "DROPPED junk" "$DIR/s0.log" || fail "server did not drop the malformed peer"
+    start s1 "$PEER" server --name s1 --listen 127.0.0.1:$PORT --clients 1 --tls tcp $COMMON
+    wait_line "$DIR/s1.log" "^READY" 10 || fail "restarted server did not listen: $(cat "$DIR/s1.log")"
+    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$PORT --tls tcp --sizes "$DECODE" \
+        --rounds 1 $COMMON
+    finish c1
+    finish s1
     ;;
 netns)
     [ "$(id -u)" -eq 0 ] || { echo "SKIPPED: network namespaces need root"; exit 77; }

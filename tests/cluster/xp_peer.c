@@ -18,7 +18,9 @@
  *   xp_peer mpi --base-port P [common options]
  *       Rank from the launcher (rdma/bootstrap.h): rank 0 is the client of
  *       ranks 1..size-1, which serve at base-port + rank - 1.
- *   common: --name N --secret S --tls auto|shm|tcp|RAW --errmode peer|cm
+ *   common: --name N --secret S --tls auto|shm|tcp|RAW --errmode auto|peer|cm
+ *           (XP_PEER_DESCRIBE=1 in the environment: print UCX's lanes of the
+ *           server's accepted and the client's first endpoint)
  *           --timeout-ms T --max-ms T
  *
  * Exit codes: 0 ok, 1 check or runtime failure, 2 usage. */
@@ -77,7 +79,7 @@ static na_status_t peer_xp_create(const peer_args_t *a, na_xp_t **xp_p)
     o.cluster = "xptest";
     o.tls = na_xp_tls_parse(a->tls);
     o.tls_raw = a->tls;
-    o.errmode = (a->errmode && !strcmp(a->errmode, "cm")) ? NA_XP_ERRMODE_CM : NA_XP_ERRMODE_PEER;
+    o.errmode = (na_xp_errmode_t)na_xp_errmode_parse(a->errmode);
     o.secret = (const uint8_t *)a->secret;
     o.secret_len = strlen(a->secret);
     o.timeout_ms = a->timeout_ms;
@@ -134,6 +136,10 @@ static int peer_server(const peer_args_t *a, const char *listen)
             continue;
         if (m->kind == NA_XP_EV_ACCEPTED) {
             printf("ACCEPTED %s\n", na_xp_ep_name(m->ep));
+            if (getenv("XP_PEER_DESCRIBE") != NULL) {   /* lanes: which UCX transport */
+                fflush(stdout);
+                na_xp_ep_describe(m->ep, stdout);
+            }
         } else if (m->kind == NA_XP_EV_LOST) {
             for (i = 0; i < n_bye && byes[i] != m->ep; i++)
                 ;
@@ -480,7 +486,13 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--name")) a.name = v;
         else if (!strcmp(k, "--secret")) a.secret = v;
         else if (!strcmp(k, "--tls")) a.tls = v;
-        else if (!strcmp(k, "--errmode")) a.errmode = v;
+        else if (!strcmp(k, "--errmode")) {
+            if (na_xp_errmode_parse(v) < 0) {
+                fprintf(stderr, "xp_peer: --errmode expects auto, peer or cm\n");
+                return 2;
+            }
+            a.errmode = v;
+        }
         else if (!strcmp(k, "--sizes")) a.sizes = v;
         else if (!strcmp(k, "--clients")) a.clients = atoi(v);
         else if (!strcmp(k, "--rounds")) a.rounds = atoi(v);

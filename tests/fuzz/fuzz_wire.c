@@ -47,6 +47,7 @@ static void reencode(const na_wire_msg_t *d)
     static na_wire_attn_entry_t ae[NA_WIRE_MAX_ENTRIES];
     static na_wire_out_entry_t oe[NA_WIRE_MAX_ENTRIES];
     static na_wire_stat_t sp[NA_WIRE_STATS_MAX];
+    static na_wire_ctx_row_t cr[NA_WIRE_MAX_ENTRIES];
     na_wire_msg_t m = *d, again;
     na_wire_hdr_t h;
     uint8_t *buf;
@@ -71,6 +72,12 @@ static void reencode(const na_wire_msg_t *d)
             if (na_wire_stats_get(&d->u.stats, i, &sp[i]) != NA_OK)
                 fuzz_bad++;
         m.u.stats.pairs = sp;
+        break;
+    case NA_WIRE_MSG_BATCH_CTX:
+        for (i = 0; i < m.u.ctx.n_rows; i++)
+            if (na_wire_ctx_get(&d->u.ctx, i, &cr[i]) != NA_OK)
+                fuzz_bad++;
+        m.u.ctx.rows = cr;
         break;
     default:
         break;

@@ -317,7 +317,9 @@ static void check_decode(na_dtype_t dt, int ctx, int n_heads, int n_kv, int hd, 
 static void test_decode(void)
 {
     static const int ctxs[] = { 1, 2, 63, 1025, 5000 };
-    static const int hds[] = { 64, 128, 48, 36 };       /* 36: not a multiple of 8 -> ref path */
+    /* 36: not a multiple of 8 -> ref path; 40, 48, 120: odd numbers of
+     * vectors left after the PV kernel's widest blocks (5, 6, 8 + 7) */
+    static const int hds[] = { 64, 128, 48, 36, 40, 120 };
     static const int ratios[] = { 1, 2, 4, 8 };
     size_t c, h, r;
     int dt;
@@ -325,10 +327,10 @@ static void test_decode(void)
     for (dt = 0; dt < 2; dt++) {
         na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
         for (c = 0; c < 5; c++)
-            for (h = 0; h < 4; h++)
+            for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
                 for (r = 0; r < 4; r++) {
                     int n_kv = ctxs[c] >= 5000 ? 1 : 2;
-                    if (ctxs[c] >= 5000 && hds[h] < 64)
+                    if (ctxs[c] >= 5000 && (hds[h] < 64 || hds[h] == 120))
                         continue;               /* keep the scalar reference fast */
                     check_decode(kd, ctxs[c], ratios[r] * n_kv, n_kv, hds[h], 1.0f);
                 }

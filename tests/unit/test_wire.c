@@ -134,6 +134,24 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
     case NA_WIRE_MSG_ACK:
         return a->u.ack.request_id == b->u.ack.request_id && a->u.ack.about_type == b->u.ack.about_type &&
                a->u.ack.about_seq == b->u.ack.about_seq;
+    case NA_WIRE_MSG_BATCH_CTX: {
+        const na_wire_ctx_t *x = &a->u.ctx, *y = &b->u.ctx;
+        size_t ce = x->dtype == NA_DTYPE_F32 ? 4 : 2;
+        if (x->batch_id != y->batch_id || x->slice != y->slice || x->n_rows != y->n_rows ||
+            x->dim != y->dim || x->att_dim != y->att_dim || x->dtype != y->dtype ||
+            x->step != y->step ||
+            memcmp(x->x, y->x, (size_t)x->n_rows * x->dim * ce) ||
+            (x->att_dim && memcmp(x->att, y->att, (size_t)x->n_rows * x->att_dim * ce)))
+            return 0;
+        for (i = 0; i < x->n_rows; i++) {
+            na_wire_ctx_row_t e, f;
+            if (na_wire_ctx_get(x, i, &e) || na_wire_ctx_get(y, i, &f) ||
+                e.request_id != f.request_id || e.position != f.position || e.token != f.token ||
+                e.rng != f.rng || e.status != f.status)
+                return 0;
+        }
+        return 1;
+    }
     case NA_WIRE_MSG_STATS_REQ:
         return 1;
     default:
@@ -431,6 +449,14 @@ static void expect_patch(na_wire_type_t t, uint64_t seed, size_t off, int width,
 static void test_oversized(void)
 {
     expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 0, 4, NA_WIRE_MAX_ENTRIES + 1, "n_entries");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 0, 4, 0, "n_rows");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 0, 4, NA_WIRE_MAX_ENTRIES + 1, "n_rows");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 4, 4, NA_WIRE_MAX_DIM + 1, "dim");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 8, 4, NA_WIRE_MAX_DIM + 1, "att_dim");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 12, 2, NA_DTYPE_Q8_0, "dtype");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 32, 8, 0, "request_id");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 32 + 8, 4, NA_WIRE_MAX_POS, "position");
+    expect_patch(NA_WIRE_MSG_BATCH_CTX, 4, 32 + 24, 4, 5, "status");
     expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 0, 4, 0, "n_entries");
     expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 0, 4, 0xffffffffu, "n_entries");
     expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 8, 4, NA_WIRE_MAX_ENTRIES + 1, "batch_total");

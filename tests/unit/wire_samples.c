@@ -196,6 +196,29 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
         m->u.ack.about_type = (uint16_t)rnd(&r, 1, NA_WIRE_MSG_COUNT - 1);
         m->u.ack.about_seq = (uint32_t)na_rng_u64(&r);
         break;
+    case NA_WIRE_MSG_BATCH_CTX: {
+        na_wire_ctx_t *c = &m->u.ctx;
+        c->batch_id = rnd(&r, 0, 7);
+        c->slice = rnd(&r, 0, 12);
+        c->n_rows = rnd(&r, 1, NA_WIRE_SAMPLE_ENTRIES);
+        c->dim = rnd(&r, 1, 40);
+        c->att_dim = rnd(&r, 0, 2) ? rnd(&r, 1, 40) : 0;
+        c->dtype = dts[rnd(&r, 0, 2)];
+        c->step = na_rng_u64(&r);
+        es = c->dtype == NA_DTYPE_F32 ? 4 : 2;
+        for (i = 0; i < c->n_rows; i++) {
+            na_wire_ctx_row_t *w = &s->ctx_r[i];
+            w->request_id = rnd(&r, 1, 1000000);
+            w->position = rnd(&r, 0, 4096);
+            w->token = rnd(&r, 0, 32000);
+            w->rng = na_rng_u64(&r);
+            w->status = rnd(&r, 0, 3) ? 0 : -(int32_t)rnd(&r, 1, 17);
+        }
+        c->rows = s->ctx_r;
+        c->x = take(s, &used, (size_t)c->n_rows * c->dim * es);
+        c->att = c->att_dim ? take(s, &used, (size_t)c->n_rows * c->att_dim * es) : NULL;
+        break;
+    }
     case NA_WIRE_MSG_STATS_REQ:
     default:
         break;
@@ -288,6 +311,20 @@ uint64_t na_wire_sample_touch(const na_wire_msg_t *m)
     case NA_WIRE_MSG_ECHO:
         h += sum_bytes(m->u.echo.data, (size_t)m->u.echo.len);
         break;
+    case NA_WIRE_MSG_BATCH_CTX: {
+        const na_wire_ctx_t *c = &m->u.ctx;
+        es = c->dtype == NA_DTYPE_F32 ? 4 : 2;
+        for (i = 0; i < c->n_rows; i++) {
+            na_wire_ctx_row_t w;
+            if (na_wire_ctx_get(c, i, &w) != NA_OK)
+                return 0;
+            h += w.request_id + w.position + w.token + w.rng + (uint64_t)(uint32_t)w.status;
+        }
+        h += sum_bytes(c->x, (size_t)c->n_rows * c->dim * es);
+        if (c->att_dim)
+            h += sum_bytes(c->att, (size_t)c->n_rows * c->att_dim * es);
+        break;
+    }
     default:
         break;
     }

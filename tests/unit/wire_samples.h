@@ -15,6 +15,7 @@ typedef struct {
     na_wire_attn_entry_t attn_e[NA_WIRE_SAMPLE_ENTRIES];
     na_wire_out_entry_t  out_e[NA_WIRE_SAMPLE_ENTRIES];
     na_wire_stat_t       stats[NA_WIRE_SAMPLE_ENTRIES];
+    na_wire_ctx_row_t    ctx_r[NA_WIRE_SAMPLE_ENTRIES];
     uint8_t             *rows;       /* (rows_len) random row bytes the message points into */
     size_t               rows_len;
 } na_wire_sample_t;

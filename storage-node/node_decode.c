@@ -1,0 +1,401 @@
+/* storage-node/node_decode.c — DECODE_ATTN: decode attention for a batch of
+ * request slots, with communication–attention overlap (Lamina §5.2.1).
+ *
+ * A compute node may split one batch over several DECODE_ATTN messages
+ * (entries [entry_base, entry_base + n_entries) of batch_total, flag MORE on
+ * all but the last). Each part is validated, converted to f32 and submitted
+ * to the slots' engines the moment it arrives — the engines' workers start
+ * on it while the loop goes back to receive the next part. One engine batch
+ * per slot spans all parts; the last part (no MORE) closes it (which starts
+ * the layer-ahead prefetch), waits, and answers one ATTN_OUT per part (plus
+ * ERROR lines for failed entries), in part order, as the compute side
+ * (compute-node/attn_remote.c) expects.
+ *
+ * An open batch belongs to its peer (na_node_peer_t.decode_open). Any other
+ * message of that peer — a release, a heartbeat, a new batch — first ends it
+ * (answering the parts that arrived), and a peer that goes away has it
+ * waited for and dropped, so no request is released while an engine still
+ * holds a view of it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "storage-node/node_internal.h"
+
+#define NA_NODE_MAX_ERRORS_PER_BATCH 16   /* ERROR messages explaining one ATTN_OUT */
+
+static size_t nd_esize(na_dtype_t t) { return na_dtype_bytes(t, 1); }
+
+/* Per wire entry of one DECODE_ATTN. */
+typedef struct {
+    na_wire_attn_entry_t e;
+    na_node_req_t *r;
+    na_status_t status;
+    char reason[200];
+    float *q, *k, *v, *o;     /* f32 copies: (nq*hd), (nh*hd), (nh*hd), (nq*hd) */
+} nd_entry_t;
+
+/* Validate entry x against its request; NA_OK or a status with x->reason. */
+static na_status_t nd_entry_check(na_node_t *n, na_node_peer_t *p, const na_wire_attn_t *a,
+                                  nd_entry_t *x)
+{
+    na_node_req_t *r = na_node_req_find(n, p->id, x->e.request_id);
+    na_kv_req_t *kr;
+    int have;
+
+    if (r == NULL) {
+        snprintf(x->reason, sizeof(x->reason), "node %s: unknown request %llu", n->name,
+                 (unsigned long long)x->e.request_id);
+        return NA_ERR_NOT_FOUND;
+    }
+    x->r = r;
+    if (a->layer >= r->n_layers || x->e.kv_h0 != r->kv_h0 || x->e.kv_h1 != r->kv_h1) {
+        snprintf(x->reason, sizeof(x->reason), "node %s: request %llu: layer %u / heads "
+                 "[%u, %u) do not match the request (%u layers, heads [%u, %u))", n->name,
+                 (unsigned long long)x->e.request_id, a->layer, x->e.kv_h0, x->e.kv_h1,
+                 r->n_layers, r->kv_h0, r->kv_h1);
+        return NA_ERR_INVALID;
+    }
+    kr = na_kv_find(na_slot_store(n->slots[r->parts[0].slot]), r->sid);
+    have = kr ? na_kv_req_tokens(kr, (int)a->layer) : -1;
+    if (have != (int)x->e.position || x->e.position >= r->max_tokens) {
+        snprintf(x->reason, sizeof(x->reason), "node %s: request %llu layer %u: new token at "
+                 "position %u but the layer holds %d tokens (max %u)", n->name,
+                 (unsigned long long)x->e.request_id, a->layer, x->e.position, have,
+                 r->max_tokens);
+        return NA_ERR_RANGE;
+    }
+    return NA_OK;
+}
+
+/* Message-level shape check: head_dim, GQA ratio, scale. */
+static na_status_t nd_attn_check(na_node_t *n, const na_wire_attn_t *a, char *why, size_t len)
+{
+    const na_slot_common_t *c = &n->common;
+    float want;
+
+    want = 1.0f / sqrtf((float)c->head_dim);
+    if (a->head_dim != c->head_dim || a->q_per_kv != c->n_heads / c->n_kv_heads ||
+        fabsf(a->scale - want) > 1e-6f * want) {
+        snprintf(why, len, "node %s: DECODE_ATTN head_dim %u, q_per_kv %u, scale %g; the "
+                 "model has %d, %d, %g", n->name, a->head_dim, a->q_per_kv, (double)a->scale,
+                 c->head_dim, c->n_heads / c->n_kv_heads, (double)want);
+        return NA_ERR_INVALID;
+    }
+    return NA_OK;
+}
+
+/* Answer: ERROR for (up to 16) failed entries, then ATTN_OUT. */
+static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
+                                 const na_wire_attn_t *a, nd_entry_t *xs)
+{
+    const int hd = n->common.head_dim ? n->common.head_dim : a->head_dim;
+    na_wire_out_entry_t *oe;
+    uint8_t *conv = NULL;
+    na_wire_msg_t m;
+    na_status_t st = NA_OK;
+    uint32_t i, n_err = 0;
+    size_t esz = nd_esize(a->dtype), off = 0;
+
+    oe = calloc(a->n_entries, sizeof(*oe));
+    if (oe == NULL)
+        return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
+    if (a->dtype != NA_DTYPE_F32) {
+        size_t bytes = 0;
+        for (i = 0; i < a->n_entries; i++)
+            if (xs[i].status == NA_OK)
+                bytes += (size_t)(xs[i].e.kv_h1 - xs[i].e.kv_h0) * a->q_per_kv * hd * esz;
+        conv = malloc(bytes ? bytes : 1);
+        if (conv == NULL) {
+            free(oe);
+            return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
+        }
+    }
+    for (i = 0; i < a->n_entries; i++) {
+        nd_entry_t *x = &xs[i];
+        oe[i].request_id = x->e.request_id;
+        oe[i].kv_h0 = x->e.kv_h0;
+        oe[i].kv_h1 = x->e.kv_h1;
+        oe[i].status = (int32_t)x->status;
+        if (x->status != NA_OK) {
+            if (n_err++ < NA_NODE_MAX_ERRORS_PER_BATCH && st == NA_OK)
+                st = na_node_send_error(n, p, h, x->e.request_id, x->status, x->reason);
+            continue;
+        }
+        if (conv == NULL) {
+            oe[i].o = x->o;
+        } else {
+            size_t cnt = (size_t)(x->e.kv_h1 - x->e.kv_h0) * a->q_per_kv * hd;
+            na_wire_rows_from_f32(x->o, a->dtype, cnt, conv + off);
+            oe[i].o = conv + off;
+            off += cnt * esz;
+        }
+    }
+    if (n_err > NA_NODE_MAX_ERRORS_PER_BATCH)
+        na_log_warn("node %s: %u failed entries in batch %u layer %u (%d explained)", n->name,
+                    n_err, a->batch_id, a->layer, NA_NODE_MAX_ERRORS_PER_BATCH);
+    if (st == NA_OK) {
+        memset(&m, 0, sizeof(m));
+        m.type = NA_WIRE_MSG_ATTN_OUT;
+        m.flags = h->flags & NA_WIRE_F_MORE;
+        m.u.attn_out.batch_id = a->batch_id;
+        m.u.attn_out.layer = a->layer;
+        m.u.attn_out.n_entries = a->n_entries;
+        m.u.attn_out.entry_base = a->entry_base;
+        m.u.attn_out.batch_total = a->batch_total;
+        m.u.attn_out.head_dim = a->head_dim;
+        m.u.attn_out.q_per_kv = a->q_per_kv;
+        m.u.attn_out.dtype = a->dtype;
+        m.u.attn_out.entries = oe;
+        st = na_node_send(n, p, &m);
+    }
+    free(conv);
+    free(oe);
+    return st;
+}
+
+/* One received part of a batch: its entries, their f32 copies and the
+ * engine entries they became. */
+typedef struct nd_part {
+    na_wire_hdr_t    h;           /* header of the part's message (for replies) */
+    na_wire_attn_t   a;           /* the message's fields; a.entries is stale */
+    nd_entry_t      *xs;          /* (a.n_entries) */
+    float           *arena;       /* f32 q/k/v/o of the valid entries */
+    na_attn_entry_t *ae;          /* (total) engine entries, grouped by slot */
+    int             *owner;       /* (total) index into xs of each ae */
+    int              total;
+    struct nd_part  *next;
+} nd_part_t;
+
+/* A batch whose parts are arriving. */
+struct nd_open {
+    uint32_t         batch_id, layer, batch_total, got;
+    na_attn_batch_t *batch[NA_PLACE_MAX_SLOTS];   /* per slot, NULL until used */
+    nd_part_t       *head, *tail;
+};
+
+static void nd_part_free(nd_part_t *pt)
+{
+    if (pt == NULL)
+        return;
+    free(pt->owner);
+    free(pt->ae);
+    free(pt->arena);
+    free(pt->xs);
+    free(pt);
+}
+
+/* Validate a part's entries and convert the valid ones to f32. Owns nothing
+ * of a; fails only for lack of memory (NULL, message in na_errmsg()). */
+static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
+                                const na_wire_attn_t *a)
+{
+    nd_part_t *pt = calloc(1, sizeof(*pt));
+    size_t floats = 0, off = 0;
+    char why[200];
+    na_status_t all;
+    uint32_t i;
+
+    if (pt == NULL || (pt->xs = calloc(a->n_entries ? a->n_entries : 1, sizeof(*pt->xs))) == NULL)
+        goto err_nomem;
+    pt->h = *h;
+    pt->a = *a;
+    pt->a.entries = NULL;
+    all = nd_attn_check(n, a, why, sizeof(why));
+    for (i = 0; i < a->n_entries; i++) {
+        nd_entry_t *x = &pt->xs[i];
+        (void)na_wire_attn_get(a, i, &x->e);
+        if (all != NA_OK) {
+            x->status = all;
+            snprintf(x->reason, sizeof(x->reason), "%s", why);
+            continue;
+        }
+        x->status = nd_entry_check(n, p, a, x);
+        if (x->status == NA_OK) {
+            size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0);
+            floats += nh * a->head_dim * (2u * a->q_per_kv + 2u);
+        }
+    }
+    if (floats > 0 && (pt->arena = malloc(floats * sizeof(float))) == NULL)
+        goto err_nomem;
+    for (i = 0; i < a->n_entries; i++) {
+        nd_entry_t *x = &pt->xs[i];
+        size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0), nq = nh * a->q_per_kv * a->head_dim;
+        if (x->status != NA_OK)
+            continue;
+        x->q = pt->arena + off;
+        x->k = x->q + nq;
+        x->v = x->k + nh * a->head_dim;
+        x->o = x->v + nh * a->head_dim;
+        off += 2 * nq + 2 * nh * a->head_dim;
+        na_wire_rows_to_f32(x->e.q, a->dtype, nq, x->q);
+        na_wire_rows_to_f32(x->e.k, a->dtype, nh * a->head_dim, x->k);
+        na_wire_rows_to_f32(x->e.v, a->dtype, nh * a->head_dim, x->v);
+        x->e.q = x->e.k = x->e.v = NULL;          /* the message goes away */
+    }
+    return pt;
+
+err_nomem:
+    nd_part_free(pt);
+    (void)na_err(NA_ERR_NOMEM, "node %s: out of memory for a batch of %u", n->name,
+                 a->n_entries);
+    return NULL;
+}
+
+/* Submit the valid entries of pt to their slots' engines (batches of o are
+ * begun on first use). Work starts at once; nothing waits here. Fails only
+ * for lack of memory; an engine that refuses fails its entries. */
+static na_status_t nd_part_submit(na_node_t *n, struct nd_open *o, nd_part_t *pt)
+{
+    const int hd = n->common.head_dim, grp = n->common.n_heads / n->common.n_kv_heads;
+    int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
+    int s, j;
+    uint32_t i;
+
+    for (i = 0; i < pt->a.n_entries; i++)
+        for (j = 0; pt->xs[i].status == NA_OK && j < pt->xs[i].r->n_parts; j++)
+            count[pt->xs[i].r->parts[j].slot]++;
+    for (s = 0; s < n->n_slots; s++) {
+        base[s] = fill[s] = pt->total;
+        pt->total += count[s];
+    }
+    if (pt->total == 0)
+        return NA_OK;
+    pt->ae = calloc((size_t)pt->total, sizeof(*pt->ae));
+    pt->owner = calloc((size_t)pt->total, sizeof(*pt->owner));
+    if (pt->ae == NULL || pt->owner == NULL) {
+        int total = pt->total;
+        pt->total = 0;
+        return na_err(NA_ERR_NOMEM, "node %s: out of memory for %d attention entries",
+                      n->name, total);
+    }
+    for (i = 0; i < pt->a.n_entries; i++) {
+        nd_entry_t *x = &pt->xs[i];
+        for (j = 0; x->status == NA_OK && j < x->r->n_parts; j++) {
+            const na_place_part_t *pp = &x->r->parts[j];
+            na_attn_entry_t *e = &pt->ae[fill[pp->slot]];
+            pt->owner[fill[pp->slot]++] = (int)i;
+            e->req = x->r->sid;
+            e->layer = (int)pt->a.layer;
+            e->n_kv_heads = pp->n_kvh;
+            e->n_q_heads = pp->n_kvh * grp;
+            e->q = x->q + (size_t)pp->kvh0 * grp * hd;
+            e->k_new = x->k + (size_t)pp->kvh0 * hd;
+            e->v_new = x->v + (size_t)pp->kvh0 * hd;
+            e->o = x->o + (size_t)pp->kvh0 * grp * hd;
+        }
+    }
+    /* every slot's share starts before any is waited for: the engines run
+     * side by side, and beside the loop receiving the next part */
+    for (s = 0; s < n->n_slots; s++) {
+        na_attn_engine_t *eng;
+        na_status_t st = NA_OK;
+        if (count[s] == 0)
+            continue;
+        eng = na_slot_engine(n->slots[s]);
+        if (o->batch[s] == NULL)
+            st = na_attn_batch_begin(eng, &o->batch[s]);
+        if (st == NA_OK)
+            st = na_attn_submit(eng, o->batch[s], &pt->ae[base[s]], count[s]);
+        if (st != NA_OK) {
+            for (j = base[s]; j < base[s] + count[s]; j++)
+                if (pt->ae[j].status == NA_OK) {
+                    pt->ae[j].status = st;
+                    snprintf(pt->ae[j].reason, sizeof(pt->ae[j].reason), "%s", na_errmsg());
+                }
+        }
+    }
+    return NA_OK;
+}
+
+/* Entry failures the engines reported, onto the wire entries of pt. */
+static void nd_part_collect(nd_part_t *pt)
+{
+    int j;
+    for (j = 0; j < pt->total; j++) {
+        nd_entry_t *x = &pt->xs[pt->owner[j]];
+        if (pt->ae[j].status != NA_OK && x->status == NA_OK) {
+            x->status = pt->ae[j].status;
+            snprintf(x->reason, sizeof(x->reason), "%s", pt->ae[j].reason[0] ? pt->ae[j].reason
+                     : na_status_string(pt->ae[j].status));
+        }
+    }
+}
+
+na_status_t na_node_decode_finish(na_node_t *n, na_node_peer_t *p, int reply)
+{
+    struct nd_open *o = p->decode_open;
+    na_status_t st = NA_OK;
+    nd_part_t *pt;
+    int s;
+
+    if (o == NULL)
+        return NA_OK;
+    p->decode_open = NULL;
+    for (s = 0; s < n->n_slots; s++)
+        if (o->batch[s] != NULL)
+            (void)na_attn_batch_close(na_slot_engine(n->slots[s]), o->batch[s]);
+    for (s = 0; s < n->n_slots; s++)
+        if (o->batch[s] != NULL)
+            (void)na_attn_batch_wait(na_slot_engine(n->slots[s]), o->batch[s]);
+    while ((pt = o->head) != NULL) {
+        o->head = pt->next;
+        nd_part_collect(pt);
+        n->decode_entries += pt->a.n_entries;
+        if (reply && st == NA_OK)
+            st = nd_attn_reply(n, p, &pt->h, &pt->a, pt->xs);
+        nd_part_free(pt);
+    }
+    if (reply && o->got < o->batch_total)
+        na_log_warn("node %s: %s left batch %u layer %u after %u of %u entries", n->name,
+                    p->name, o->batch_id, o->layer, o->got, o->batch_total);
+    free(o);
+    return st;
+}
+
+na_status_t na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
+                           const na_wire_attn_t *a)
+{
+    struct nd_open *o = p->decode_open;
+    nd_part_t *pt;
+    na_status_t st;
+
+    /* a part that does not continue the open batch ends it first */
+    if (o != NULL && (o->batch_id != a->batch_id || o->layer != a->layer ||
+                      o->batch_total != a->batch_total || o->got != a->entry_base)) {
+        st = na_node_decode_finish(n, p, 1);
+        if (st != NA_OK)
+            return st;
+        o = NULL;
+    }
+    if (o == NULL) {
+        o = calloc(1, sizeof(*o));
+        if (o == NULL)
+            return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
+        o->batch_id = a->batch_id;
+        o->layer = a->layer;
+        o->batch_total = a->batch_total;
+        o->got = a->entry_base;
+        p->decode_open = o;
+    }
+    pt = nd_part_build(n, p, h, a);
+    if (pt == NULL) {
+        (void)na_node_decode_finish(n, p, 1);
+        return NA_ERR_NOMEM;
+    }
+    if (o->tail != NULL)
+        o->tail->next = pt;
+    else
+        o->head = pt;
+    o->tail = pt;
+    o->got += a->n_entries;
+    st = nd_part_submit(n, o, pt);
+    if (st != NA_OK || !(h->flags & NA_WIRE_F_MORE) || o->got >= o->batch_total) {
+        na_status_t st2 = na_node_decode_finish(n, p, 1);
+        return st != NA_OK ? st : st2;
+    }
+    n->decode_parts_early++;
+    return NA_OK;                  /* more parts to come: the engines work meanwhile */
+}

@@ -1,0 +1,37 @@
+#!/bin/sh
+# tests/cli/test_bench_sweep.sh — `nearattn bench e2e --sweep` end to end on a
+# tiny sweep (loopback shared memory, kv-fetch and offload, batch 2, contexts
+# 32 and 64, 1 repeat): it exits 0, writes the JSON with every point ok, the
+# decode bytes counted by the transport are within 10 % of the analytic count
+# for both modes (docs/benchmarks.md; the benchmark itself reports the
+# default run's figures), a failing peer binary and an absent one are
+# reported as skipped while the run goes on, and usage errors exit 2.
+# No timing is checked.
+set -u
+BIN=${NA_BIN:?NA_BIN is not set}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-sweep-test-XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+"$BIN" bench e2e --sweep --links shm --modes kv-fetch,offload --batches 2 --ctxs 32,64 \
+    --new 6 --reps 1 --no-plot --llama2c-run /bin/false --json "$TMP/s.json" \
+    > "$TMP/out" 2> "$TMP/err"
+rc=$?
+[ $rc = 0 ] || fail "sweep exit $rc: $(tail -n 20 "$TMP/err")"
+[ -s "$TMP/s.json" ] || fail "no JSON written"
+n=$(grep -c '"mode": "' "$TMP/s.json")
+[ "$n" = 4 ] || fail "expected 4 points in the JSON, got $n"
+grep '"mode": "' "$TMP/s.json" | grep -q '"ok": 0' && fail "a point failed: $(grep FAILED "$TMP/out")"
+# wire/an column (after the analytic in-bytes) of every shm row
+awk '$1 == "shm" { n = split($0, f, "|"); split(f[4], c, " "); r = c[5];
+                   if (r < 0.9 || r > 1.1) { print "ratio " r ": " $0; bad = 1 } ; rows++ }
+     END { exit bad || rows != 4 }' "$TMP/out" || fail "wire bytes not within 10% of the analytic count"
+grep -q 'skipped: peer llama2.c run (/bin/false) failed' "$TMP/out" || fail "failing peer not reported"
+grep -q 'skipped: peer llama.cpp llama-bench: not given' "$TMP/out" || fail "absent peer not reported"
+"$BIN" bench e2e --sweep --links nosuchlink > /dev/null 2>&1
+[ $? = 2 ] || fail "an unknown link is not a usage error"
+"$BIN" bench e2e --sweep --batches 0 > /dev/null 2>&1
+[ $? = 2 ] || fail "batch 0 is not a usage error"
+[ "$FAILS" = 0 ] && echo "ok: sweep"
+[ "$FAILS" = 0 ]
