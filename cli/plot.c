@@ -94,8 +94,9 @@ int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *cons
                         p[i].nodes <= 1)
                         fprintf(d, "%d %.6g\n", p[i].batch, p[i].tok_s);
                 fprintf(d, "\n\n");
-                fprintf(s, "%s'%s' index %d with linespoints lw 2 title '%s %s'",
-                        blocks ? ", \\\n     " : "", f, blocks, links[l],
+                /* colour and point by mode, dash by link */
+                fprintf(s, "%s'%s' index %d with linespoints lw 2 lc %d pt %d dt %d title '%s %s'",
+                        blocks ? ", \\\n     " : "", f, blocks, m + 1, m + 1, l + 1, links[l],
                         na_e2e_mode_name((na_e2e_mode_t)m));
                 blocks++;
             }

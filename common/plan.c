@@ -21,8 +21,10 @@ static double pl_r64(double x)
 static void pl_attn_msgs(const na_model_config_t *mc, int n, double *out, double *in)
 {
     const double q = (double)mc->n_heads * mc->head_dim, kv = (double)mc->n_kv_heads * mc->head_dim;
-    *out = PLAN_HDR + pl_r64(32.0 + 24.0 * n) + n * pl_r64((q + 2 * kv) * 4.0);
-    *in = PLAN_HDR + pl_r64(32.0 + 24.0 * n) + n * pl_r64(q * 4.0);
+    /* entries start on 64-byte boundaries; the last one is not padded */
+    *out = PLAN_HDR + pl_r64(32.0 + 24.0 * n) + (n - 1) * pl_r64((q + 2 * kv) * 4.0) +
+           (q + 2 * kv) * 4.0;
+    *in = PLAN_HDR + pl_r64(32.0 + 24.0 * n) + (n - 1) * pl_r64(q * 4.0) + q * 4.0;
 }
 
 void na_plan_traffic_nodes(const na_model_config_t *mc, na_plan_kind_t kind, int n_req,
