@@ -12,6 +12,8 @@
  *   t_a (mean attention round trip) measured with 1 in flight, the ideal
  *   pipelining gain (t_m+t_a)/max(t_m,t_a) and the achieved gain
  *   tok/s(2 in flight) / tok/s(1 in flight). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,10 @@ static void e2e_usage(FILE *f)
         "  --full         the larger sweep\n"
         "  --remote       offload to one storage-node process started here (shared\n"
         "                 memory transport) instead of in-process slots\n"
+        "  --dim D        model dim (default 256; hidden 2*D, head_dim 32)\n"
+        "  --layers N     layers (default 4)\n"
+        "  --batch B      only batch size B (replaces the default list)\n"
+        "  --ctx C        only context C (replaces the default list)\n"
         NA_CLI_BENCH_OPTS_HELP);
 }
 
@@ -55,10 +61,26 @@ static void e2e_usage(FILE *f)
 static na_status_t e2e_layout(const char *dir, int bif, na_cfg_t **cfg_p)
 {
     char path[600], secret[600];
-    const char *src = getenv("NA_SOURCE_DIR");
+    unsigned char key[32];
     FILE *f;
+    int fd, i;
 
-    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src ? src : ".");
+    /* A fresh secret of this run, private to its temporary folder. */
+    snprintf(secret, sizeof(secret), "%s/e2e.secret", dir);
+    if (getentropy(key, sizeof(key)) != 0)
+        return na_err(NA_ERR_IO, "getentropy: %s", strerror(errno));
+    fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return na_err(NA_ERR_IO, "cannot create %s: %s", secret, strerror(errno));
+    f = fdopen(fd, "w");
+    if (f == NULL) {
+        close(fd);
+        return na_err(NA_ERR_IO, "fdopen %s: %s", secret, strerror(errno));
+    }
+    for (i = 0; i < (int)sizeof(key); i++)
+        fprintf(f, "%02x", key[i]);
+    fputc('\n', f);
+    fclose(f);
     snprintf(path, sizeof(path), "%s/e2e-%d.yaml", dir, bif);
     f = fopen(path, "w");
     if (f == NULL)
@@ -155,6 +177,7 @@ int na_cli_bench_e2e(int argc, char **argv)
     static const int qb[] = { 1, 8 }, qc[] = { 512 };
     static const int fb[] = { 1, 8, 32, 64 }, fc[] = { 512, 2048, 8192, 16384 };
     const int *bs = qb, *cs = qc;
+    int one_b = 0, one_c = 0, dim = 256, layers = 4;
     int nb = 2, nc = 1, full = 0, remote = 0, reps, i, j, k, rc = 1;
     na_cfg_t *rcfg = NULL;
     na_run_cluster_t *cl = NULL;
@@ -192,6 +215,26 @@ int na_cli_bench_e2e(int argc, char **argv)
             remote = 1;
         } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             mode = argv[++i];
+        } else if ((!strcmp(argv[i], "--dim") || !strcmp(argv[i], "--layers") ||
+                    !strcmp(argv[i], "--batch") || !strcmp(argv[i], "--ctx")) && i + 1 < argc) {
+            const char *f = argv[i];
+            int v = atoi(argv[++i]);
+            int lo = !strcmp(f, "--dim") ? 32 : 1;
+            int hi = !strcmp(f, "--dim") ? 4096 : !strcmp(f, "--layers") ? 64
+                   : !strcmp(f, "--batch") ? 64 : 131072;
+            if (v < lo || v > hi || (!strcmp(f, "--dim") && v % 32 != 0)) {
+                fprintf(stderr, "nearattn bench e2e: %s %s out of range [%d, %d]%s\n", f,
+                        argv[i], lo, hi, !strcmp(f, "--dim") ? " or not a multiple of 32" : "");
+                return 2;
+            }
+            if (!strcmp(f, "--dim"))
+                dim = v;
+            else if (!strcmp(f, "--layers"))
+                layers = v;
+            else if (!strcmp(f, "--batch"))
+                one_b = v;
+            else
+                one_c = v;
         } else {
             fprintf(stderr, "nearattn bench e2e: unknown option '%s'\n", argv[i]);
             e2e_usage(stderr);
@@ -206,18 +249,24 @@ int na_cli_bench_e2e(int argc, char **argv)
     if (full) {
         bs = fb; nb = 4; cs = fc; nc = 4;
     }
+    if (one_b > 0) {
+        bs = &one_b; nb = 1;
+    }
+    if (one_c > 0) {
+        cs = &one_c; nc = 1;
+    }
     snprintf(dir, sizeof(dir), "%s/nearattn-e2e-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (mkdtemp(dir) == NULL) {
         fprintf(stderr, "nearattn bench e2e: cannot make a temporary directory\n");
         return 1;
     }
     na_genmodel_defaults(&go);
-    go.dim = 256;
-    go.hidden_dim = 512;
-    go.n_layers = 4;
-    go.n_heads = 8;
-    go.n_kv_heads = 8;
-    go.seq_len = (full ? 16384 : 512) + E2E_NEW + 8;
+    go.dim = dim;
+    go.hidden_dim = 2 * dim;
+    go.n_layers = layers;
+    go.n_heads = dim / 32;
+    go.n_kv_heads = dim / 32;
+    go.seq_len = (one_c > 0 ? one_c : full ? 16384 : 512) + E2E_NEW + 8;
     go.write_gguf = 0;
     snprintf(prefix, sizeof(prefix), "%s/model", dir);
     snprintf(path, sizeof(path), "%s.bin", prefix);
@@ -295,9 +344,10 @@ int na_cli_bench_e2e(int argc, char **argv)
         }
     if (remote && g_link_rtt > 0)
         na_bench_add(b, "link round trip (HEARTBEAT ping)", 1e6 * g_link_rtt, "us", 0, NULL, 0);
-    na_bench_note(b, "generated MHA model dim 256, 4 layers, 8 heads, f16 KV; %d new tokens "
+    na_bench_note(b, "generated MHA model dim %d, %d layers, %d heads, f16 KV; %d new tokens "
                   "per request, greedy; offload = %s (1 slot, DRAM tier, 1 engine thread); "
-                  "compute %d thread(s); median of %d runs per point", E2E_NEW,
+                  "compute %d thread(s); median of %d runs per point", dim, layers, dim / 32,
+                  E2E_NEW,
                   remote ? "one storage-node process over UCX shared memory"
                          : "in-process device slot without a network", eo.n_threads, reps);
     rc = na_cli_bench_finish("e2e", b, &o);

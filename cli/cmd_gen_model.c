@@ -21,7 +21,8 @@ static void na_gen_model_usage(FILE *f, const na_genmodel_opts_t *d)
         "  --hidden N          FFN inner width (default %d)\n"
         "  --layers N          transformer blocks (default %d)\n"
         "  --heads N           query heads; must divide dim (default %d)\n"
-        "  --kv-heads N        KV heads; must divide heads (default %d)\n"
+        "  --kv-heads N        KV heads; must divide heads (default %d, or heads\n"
+        "                      when --heads is given: multi-head attention)\n"
         "  --vocab N           vocabulary size, >= %d (default %d)\n"
         "  --seq-len N         maximum context (default %d)\n"
         "  --dtype T           GGUF weight type: f32, f16, bf16, q8_0 (default %s)\n"
@@ -45,7 +46,7 @@ int na_cmd_gen_model(int argc, char **argv)
     static const char *const cmd = "gen-model";
     na_genmodel_opts_t o, d;
     const char *out = NULL;
-    int i, quiet = 0;
+    int i, quiet = 0, kv_given = 0;
     na_status_t st;
 
     na_genmodel_defaults(&o);
@@ -75,6 +76,10 @@ int na_cmd_gen_model(int argc, char **argv)
             if (na_cli_int(cmd, a, val, lo, hi, &v) != NA_OK)
                 return 2;
             *ip = (int)v;
+            if (ip == &o.n_kv_heads)
+                kv_given = 1;
+            if (ip == &o.n_heads && !kv_given)
+                o.n_kv_heads = (int)v;
             i++;
             continue;
         }

@@ -4,7 +4,9 @@
  * (cluster-configs/local.yaml unless --config) on this machine, or connects to
  * a running cluster, and runs the offload generator (cli/run_offload.c);
  * --mode monolithic runs the whole model in this process (compute-node/
- * engine + local KV). */
+ * engine + local KV); --mode kv-fetch is the FlexGen-style baseline: the same
+ * cluster and generator, but each step fetches the KV to this process for
+ * local attention (compute-node/attn_kvfetch.h). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -67,14 +69,16 @@ typedef struct {
 static void na_run_usage(FILE *f)
 {
     fprintf(f,
-        "usage: nearattn run [--mode monolithic|offload] [--model F] [--tokenizer F]\n"
+        "usage: nearattn run [--mode monolithic|offload|kv-fetch] [--model F] [--tokenizer F]\n"
         "                    [--prompt S | --prompts FILE] [-n N] [--temp T] [--top-p P]\n"
         "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|f32]\n"
         "                    [--backend cpu|ref] [--config F] [--cluster start|connect|inproc]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
         "prompt and generated tokens, prefill and decode tokens/s.\n\n"
         "  --mode M        offload (default): attention on the storage nodes of the\n"
-        "                  layout; monolithic: the whole model in this process\n"
+        "                  layout; monolithic: the whole model in this process;\n"
+        "                  kv-fetch: KV on the storage nodes, fetched to this process\n"
+        "                  every step for local attention (FlexGen-style baseline)\n"
         "  --config F      cluster layout for offload (default cluster-configs/local.yaml);\n"
         "                  its model/tokenizer are used unless --model is given\n"
         "  --cluster C     start: fork the layout's storage nodes here (default);\n"
@@ -199,8 +203,10 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             return 2;
         }
     }
-    if (strcmp(a->mode, "monolithic") != 0 && strcmp(a->mode, "offload") != 0) {
-        fprintf(stderr, "nearattn run: unknown mode '%s' (use offload or monolithic)\n", a->mode);
+    if (strcmp(a->mode, "monolithic") != 0 && strcmp(a->mode, "offload") != 0 &&
+        strcmp(a->mode, "kv-fetch") != 0) {
+        fprintf(stderr, "nearattn run: unknown mode '%s' (use offload, monolithic or kv-fetch)\n",
+                a->mode);
         return 2;
     }
     if (strcmp(a->cluster, "start") != 0 && strcmp(a->cluster, "connect") != 0 &&
@@ -392,7 +398,7 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
                 na_err_prefix(st, "prompt %d: ", i + 1);
         }
         free(toks);
-        if (st == NA_ERR_RANGE && r->n > 1 && !strcmp(a->mode, "offload")) {
+        if (st == NA_ERR_RANGE && r->n > 1 && strcmp(a->mode, "monolithic") != 0) {
             /* one prompt too long for the context: that request fails, the job goes on */
             fprintf(stderr, "nearattn run: %s\n", na_errmsg());
             printf("[%d] FAILED (see the error above): %s\n", i + 1, r->texts[i]);
@@ -547,7 +553,7 @@ int na_cmd_run(int argc, char **argv)
     st = na_run_read_prompts(&a, &r);       /* cheap checks first */
     if (st != NA_OK)
         goto out_fail;
-    if (!strcmp(a.mode, "offload")) {
+    if (strcmp(a.mode, "monolithic") != 0) {
         if (a.config != NULL)
             snprintf(r.cfg_path, sizeof(r.cfg_path), "%s", a.config);
         else
@@ -588,13 +594,14 @@ int na_cmd_run(int argc, char **argv)
     }
     stop[0] = na_tokenizer_eos(r.tok);
     stop[1] = na_tokenizer_bos(r.tok);
-    if (!strcmp(a.mode, "offload")) {
+    if (strcmp(a.mode, "monolithic") != 0) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
         memset(&oa, 0, sizeof(oa));
         oa.cfg = r.cfg;
         oa.config_path = r.cfg_path;
         oa.cluster = a.cluster;
+        oa.kvfetch = !strcmp(a.mode, "kv-fetch");
         oa.max_batch = (int)a.max_batch;
         oa.stop_ids = stop;
         oa.n_stop = 2;

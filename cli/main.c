@@ -6,7 +6,7 @@
 
 /* One line per subcommand; each is implemented in cli/cmd_<name>.c. */
 static const na_cli_cmd_t na_cli_cmds[] = {
-    { "run",       "generate text (monolithic engine; offload comes later)", na_cmd_run },
+    { "run",       "generate text (offload by default; --mode monolithic for one process)", na_cmd_run },
     { "check-config", "validate a cluster layout and print its plan", na_cmd_check_config },
     { "bench",     "measured comparisons beside in-run limits (nearattn bench --help)", na_cmd_bench },
     { "gen-model", "write a deterministic random-weight model (llama2.c and/or GGUF)", na_cmd_gen_model },

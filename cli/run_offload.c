@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli/run_offload.h"
 #include "common/log.h"
+#include "compute-node/attn_kvfetch.h"
 #include "compute-node/replica.h"
 
 #define NA_RUN_READY_MS 30000      /* a storage node must say READY within this */
@@ -144,12 +146,13 @@ na_status_t na_run_cluster_start(const na_cfg_t *cfg, const char *cfg_path,
                                                      : &cfg->nodes[1 + j - cfg->n_storage];
         char log[PATH_MAX];
         int p[2];
-        pid_t pid;
+        pid_t pid, parent;
 
         snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log", tmp && tmp[0] ? tmp : "/tmp",
                  cfg->cluster.name, nd->name);
         if (pipe(p) != 0)
             return na_err(NA_ERR_IO, "pipe: %s", strerror(errno));
+        parent = getpid();
         pid = fork();
         if (pid < 0) {
             close(p[0]);
@@ -158,6 +161,10 @@ na_status_t na_run_cluster_start(const na_cfg_t *cfg, const char *cfg_path,
         }
         if (pid == 0) {
             int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            /* the nodes this run started end with it, however it ends */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent)
+                _exit(1);
             dup2(p[1], 1);
             if (fd >= 0)
                 dup2(fd, 2);
@@ -176,15 +183,16 @@ na_status_t na_run_cluster_start(const na_cfg_t *cfg, const char *cfg_path,
     return NA_OK;
 }
 
-static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, const char *how)
+static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, const char *kind,
+                                const char *how)
 {
     double dec = s->wall_s - s->prefill_s - s->ship_s;
     double compute = s->compute_s - s->prefill_s - s->ship_s - s->xcache_s;
 
     fprintf(stderr,
-            "offload (%s): %d storage node(s), partition %s, %d batch(es) in flight: "
+            "%s (%s): %d storage node(s), partition %s, %d batch(es) in flight: "
             "prompt tokens %ld, generated tokens %ld, %.1f tok/s overall, decode %.1f tok/s\n",
-            how, cfg->n_storage, na_cfg_partition_name(cfg->parallel.partition),
+            kind, how, cfg->n_storage, na_cfg_partition_name(cfg->parallel.partition),
             (int)cfg->parallel.batches_in_flight, s->gen.prompt_tokens, s->gen.gen_tokens,
             s->wall_s > 0 ? (double)s->gen.gen_tokens / s->wall_s : 0.0,
             dec > 0 ? (double)s->gen.decode_tokens / dec : 0.0);
@@ -196,6 +204,27 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
             s->wall_s, s->prefill_s, s->ship_s, compute, s->xcache_s, s->submit_s, s->idle_s,
             s->attn_calls, s->attn_calls ? 1e3 * s->attn_rt_s / (double)s->attn_calls : 0.0,
             1e3 * s->svc.link_rtt_s);
+    if (s->svc.node_parts > 0 && s->attn_calls > 0) {
+        /* the nodes of one batch work in parallel: one round trip holds the
+         * mean node time of one (batch, node) message */
+        double k = (double)s->attn_calls / (double)s->svc.node_parts;
+        double node = s->svc.node_s * k, att = s->svc.node_attn_s * k;
+        double disk = s->svc.node_disk_s * k, net = s->attn_rt_s - node;
+        if (net < 0)
+            net = 0;
+        fprintf(stderr,
+                "time split of the run: compute %.3f s (prefill %.3f, decode %.3f, x-cache "
+                "%.3f, sending %.3f, KV shipping %.3f) | attention round trips %.3f s = "
+                "network + queueing %.3f + storage attention %.3f + storage disk/other %.3f "
+                "(SSD reads, staging, replies; from the storage nodes' counters) | idle %.3f "
+                "(the part of the round trips not hidden behind compute)\n",
+                s->prefill_s + compute + s->xcache_s + s->submit_s + s->ship_s, s->prefill_s,
+                compute, s->xcache_s, s->submit_s, s->ship_s, s->attn_rt_s, net, att, disk,
+                s->idle_s);
+    } else {
+        fprintf(stderr, "time split of the run: the storage nodes' own attention and disk "
+                "times are unknown here (%s service)\n", s->svc.node_parts ? "?" : "no remote");
+    }
     fprintf(stderr,
             "wire: %llu messages / %llu bytes sent, %llu / %llu received; prompt KV shipped "
             "%llu bytes; storage SSD reads %llu bytes; %ld request(s) failed, %ld re-placed "
@@ -223,6 +252,11 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
         na_log_warn("run: rotational pipelining needs several compute processes (compute "
                     "nodes with ports, not --cluster inproc); this run is one compute node "
                     "and uses the fixed schedule");
+    if (a->kvfetch && !strcmp(a->cluster, "inproc")) {
+        st = na_err(NA_ERR_INVALID, "--mode kv-fetch needs storage nodes (--cluster start or "
+                    "connect), not --cluster inproc");
+        goto out_stop;
+    }
     if (!strcmp(a->cluster, "inproc")) {
         how = "in-process slots";
         st = na_asvc_inproc_create(cfg, &e->cfg, &svc);
@@ -235,7 +269,10 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
         } else {
             how = "connected to a running cluster";
         }
-        st = na_asvc_remote_create(cfg, &e->cfg, me, &svc);
+        if (a->kvfetch)
+            st = na_asvc_kvfetch_create(cfg, &e->cfg, me, e->kern, &svc);
+        else
+            st = na_asvc_remote_create(cfg, &e->cfg, me, &svc);
     }
     if (st == NA_OK && cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL &&
         cfg->n_compute > 1 && strcmp(a->cluster, "inproc") != 0)
@@ -257,7 +294,7 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
     oo.user = a->user;
     st = na_offload_generate(e, svc, reqs, n, &oo, stats);
     if (st == NA_OK)
-        na_ro_print_summary(stats, cfg, how);
+        na_ro_print_summary(stats, cfg, a->kvfetch ? "kv-fetch" : "offload", how);
     if (st == NA_OK && rep != NULL) {
         na_rep_stats_t rs;
         na_rep_stats(rep, &rs);

@@ -10,6 +10,8 @@ typedef struct {
     const char      *config_path;  /* as given, for the storage nodes started here */
     const char      *cluster;      /* "start" (fork/exec the storage nodes), "connect"
                                       (a running cluster), "inproc" (slots in this process) */
+    int              kvfetch;      /* 1: the kv-fetch baseline (compute-node/attn_kvfetch.h)
+                                      in place of the remote attention service */
     int              max_batch;    /* <= 0: the layout's parallel.max_batch */
     const int       *stop_ids;
     int              n_stop;

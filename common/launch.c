@@ -2,8 +2,10 @@
  * or one mpirun job for a multi-host layout. See common/launch.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -69,7 +71,7 @@ static const char *na_launch_why(int status, char *buf, size_t len)
 static na_status_t na_launch_spawn(char *const argv[], const char *log, pid_t *pid_p)
 {
     int fd = -1;
-    pid_t pid;
+    pid_t pid, parent;
 
     if (log != NULL) {
         fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -77,6 +79,7 @@ static na_status_t na_launch_spawn(char *const argv[], const char *log, pid_t *p
             return na_err(NA_ERR_IO, "launch: open(%s): %s", log, strerror(errno));
     }
     fflush(NULL);
+    parent = getpid();
     pid = fork();
     if (pid < 0) {
         if (fd >= 0)
@@ -85,6 +88,9 @@ static na_status_t na_launch_spawn(char *const argv[], const char *log, pid_t *p
     }
     if (pid == 0) {
         setpgid(0, 0);                  /* signals reach nodes through the launcher only */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);   /* ...and nodes end with their launcher */
+        if (getppid() != parent)
+            _exit(1);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);
             dup2(fd, STDERR_FILENO);

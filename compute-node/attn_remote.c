@@ -46,12 +46,21 @@ typedef struct {
     long     n_open;
     uint64_t last_recv_ns;
     char     why[NA_ASVC_REASON_MAX]; /* why it is dead */
+    int      base_ok;              /* counters below read at connect */
+    uint64_t base_dec_ns, base_comp_ns, base_ssd;
 } rm_node_t;
 
 typedef struct rm_req {
     uint64_t id;
     int      n_own;
     int      own[RM_MAX_NODES];     /* node indexes */
+    /* prefill shipping: PREFILL_KV with MORE is not waited for; its ACK or
+     * ERROR arrives later and is counted here */
+    int      pf_pend[RM_MAX_NODES]; /* answers owed by own[i] */
+    int      pf_open;               /* MORE parts sent since the last closing part */
+    uint64_t pf_last_ns;            /* last prefill answer (or send): silence timer */
+    na_status_t pf_st;              /* first failed part (NA_OK: none) */
+    char     pf_why[NA_ASVC_REASON_MAX];
     struct rm_req *next;
 } rm_req_t;
 
@@ -91,6 +100,8 @@ typedef struct {
     int         w_done;
     uint64_t    w_t0_ns;            /* when the call was sent */
     uint64_t    w_stat;             /* STATS: sum of the slots' SSD bytes read */
+    uint64_t    w_dec_ns;           /* STATS: node.decode_ns */
+    uint64_t    w_comp_ns;          /* STATS: sum of s<i>.attn_compute_ns / node.attn_threads */
     na_status_t w_st;
     char        w_text[NA_WIRE_TEXT_MAX + 1];
     na_asvc_stats_t st;
@@ -234,6 +245,31 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
         rm_batch_node_done(p, (int)a->batch_id, j);
 }
 
+/* Node j answered a PREFILL_KV of request id: st NA_OK (ACK) or the error
+ * with its text. Counts the answer and keeps the request's first error; an
+ * answer for a request no longer open is dropped. */
+static void rm_on_prefill_answer(rm_t *p, int j, uint64_t id, na_status_t st, const char *text)
+{
+    rm_req_t *r = rm_find(p, id);
+    int i;
+
+    if (r == NULL) {
+        na_log_debug("storage node %s: prefill answer for closed request %llu",
+                     p->nodes[j].name, (unsigned long long)id);
+        return;
+    }
+    for (i = 0; i < r->n_own; i++)
+        if (r->own[i] == j && r->pf_pend[i] > 0) {
+            r->pf_pend[i]--;
+            break;
+        }
+    r->pf_last_ns = na_xp_now_ns();
+    if (st != NA_OK && r->pf_st == NA_OK) {
+        r->pf_st = st;
+        rm_copy(r->pf_why, sizeof(r->pf_why), text != NULL ? text : na_status_string(st));
+    }
+}
+
 /* ERROR from node j: a blocking call's answer, or the reason of an entry. */
 static void rm_on_error(rm_t *p, int j, const na_wire_hdr_t *h, const na_wire_error_t *er)
 {
@@ -241,6 +277,11 @@ static void rm_on_error(rm_t *p, int j, const na_wire_hdr_t *h, const na_wire_er
     int k;
 
     snprintf(text, sizeof(text), "storage node %s: %s", p->nodes[j].name, er->text);
+    if (er->about_type == NA_WIRE_MSG_PREFILL_KV) {
+        rm_on_prefill_answer(p, j, er->request_id,
+                             er->status < 0 ? (na_status_t)er->status : NA_ERR_INTERNAL, text);
+        return;
+    }
     if (er->about_type == NA_WIRE_MSG_DECODE_ATTN) {
         rm_batch_t *b = er->batch_id < RM_MAX_BATCH ? &p->b[er->batch_id] : NULL;
         if (b != NULL && b->active && b->owes[j])
@@ -317,6 +358,10 @@ static void rm_pump(rm_t *p, int timeout_ms)
             }
             break;
         case NA_WIRE_MSG_ACK:
+            if (m.u.ack.about_type == NA_WIRE_MSG_PREFILL_KV) {
+                rm_on_prefill_answer(p, j, m.u.ack.request_id, NA_OK, NULL);
+                break;
+            }
             if (p->w_node == j && !p->w_done && m.u.ack.request_id == p->w_req &&
                 m.u.ack.about_type == p->w_about) {
                 p->w_done = 1;
@@ -331,6 +376,7 @@ static void rm_pump(rm_t *p, int timeout_ms)
             break;
         case NA_WIRE_MSG_STATS:
             if (p->w_node == j && !p->w_done && p->w_about == NA_WIRE_MSG_STATS_REQ) {
+                uint64_t thr = 1, comp = 0;
                 uint32_t k;
                 for (k = 0; k < m.u.stats.n; k++) {
                     na_wire_stat_t sv;
@@ -340,7 +386,14 @@ static void rm_pump(rm_t *p, int timeout_ms)
                     dot = strchr(sv.key, '.');
                     if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".bytes_read_ssd"))
                         p->w_stat += sv.value;
+                    else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".attn_compute_ns"))
+                        comp += sv.value;
+                    else if (!strcmp(sv.key, "node.decode_ns"))
+                        p->w_dec_ns = sv.value;
+                    else if (!strcmp(sv.key, "node.attn_threads") && sv.value > 0)
+                        thr = sv.value;
                 }
+                p->w_comp_ns = comp / thr;
                 p->w_done = 1;
                 p->w_st = NA_OK;
             }
@@ -385,6 +438,8 @@ static na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, uint64_t req)
     p->w_about = m->type;
     p->w_done = 0;
     p->w_stat = 0;
+    p->w_dec_ns = 0;
+    p->w_comp_ns = 0;
     p->w_t0_ns = na_xp_now_ns();
     if (m->type == NA_WIRE_MSG_STATS_REQ || m->type == NA_WIRE_MSG_HEARTBEAT)
         /* counters and pings only: wait one timeout_ms */
@@ -489,12 +544,61 @@ err_release:
     }
 }
 
+/* Wait until every owner of r answered all PREFILL_KV parts sent so far (or
+ * an owner is lost or silent for the silence bound). Returns r's first
+ * failure, NA_OK when every part was accepted. */
+static na_status_t rm_prefill_wait(rm_t *p, rm_req_t *r)
+{
+    int i, owed;
+
+    for (;;) {
+        owed = 0;
+        for (i = 0; i < r->n_own; i++) {
+            rm_node_t *nd = &p->nodes[r->own[i]];
+            if (r->pf_pend[i] == 0)
+                continue;
+            if (!nd->alive) {
+                r->pf_pend[i] = 0;
+                if (r->pf_st == NA_OK) {
+                    r->pf_st = NA_ERR_PEER;
+                    rm_copy(r->pf_why, sizeof(r->pf_why), nd->why);
+                }
+                continue;
+            }
+            if (na_xp_now_ns() - r->pf_last_ns > p->silence_ns) {
+                char why[96];
+                snprintf(why, sizeof(why), "no answer to a prefill within %llu ms",
+                         (unsigned long long)(p->silence_ns / 1000000ull));
+                rm_node_lost(p, r->own[i], why);
+                i--;            /* look at it again: now lost */
+                continue;
+            }
+            owed++;
+        }
+        if (owed == 0)
+            break;
+        rm_pump(p, RM_SLICE_MS);
+    }
+    r->pf_open = 0;
+    if (r->pf_st != NA_OK)
+        return na_err(r->pf_st, "%s", r->pf_why);
+    return NA_OK;
+}
+
+/* Ship one layer of the prompt to every owner of req. Every layer but the
+ * model's last goes with MORE and is not waited for (the node appends it and
+ * ACKs later); the last goes without MORE: the node makes every part durable
+ * before it answers, and this call waits for all the answers, so it returns
+ * the first failure of any part of this request (a refused layer, an SSD
+ * write error, a lost owner). A failure already known fails a later call at
+ * once. */
 static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
                               const void *v, na_dtype_t dtype, int n_tok)
 {
     rm_t *p = (rm_t *)s;
     rm_req_t *r = rm_find(p, req);
     const int hd = s->mc.head_dim, nkv = s->mc.n_kv_heads;
+    const int last = layer == s->mc.n_layers - 1;
     size_t esz = na_dtype_bytes(dtype, 1);
     double t0 = rm_now();
     na_status_t st = NA_OK;
@@ -503,6 +607,9 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     if (r == NULL)
         return na_err(NA_ERR_NOT_FOUND, "remote: prefill of unknown request %llu",
                       (unsigned long long)req);
+    rm_pump(p, 0);          /* answers of earlier parts, if any came */
+    if (r->pf_st != NA_OK)
+        return rm_prefill_wait(p, r);
     for (i = 0; i < r->n_own && st == NA_OK; i++) {
         int j = r->own[i];
         int h0 = p->head_part ? p->nodes[j].h0 : 0, h1 = p->head_part ? p->nodes[j].h1 : nkv;
@@ -510,8 +617,13 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
         uint8_t *pk = NULL;
         na_wire_msg_t m;
 
+        if (!p->nodes[j].alive) {
+            st = na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
+            break;
+        }
         memset(&m, 0, sizeof(m));
         m.type = NA_WIRE_MSG_PREFILL_KV;
+        m.flags = last ? 0 : NA_WIRE_F_MORE;
         m.u.kv.request_id = req;
         m.u.kv.layer = (uint32_t)layer;
         m.u.kv.pos0 = 0;
@@ -525,8 +637,10 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
             m.u.kv.v = v;
         } else {            /* this node's heads of every token, packed */
             pk = malloc(2 * row * (size_t)n_tok);
-            if (pk == NULL)
-                return na_err(NA_ERR_NOMEM, "remote: out of memory for a prefill");
+            if (pk == NULL) {
+                st = na_err(NA_ERR_NOMEM, "remote: out of memory for a prefill");
+                break;
+            }
             for (t = 0; t < (size_t)n_tok; t++) {
                 size_t src = (t * nkv + h0) * hd * esz;
                 memcpy(pk + t * row, (const uint8_t *)k + src, row);
@@ -535,19 +649,46 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
             m.u.kv.k = pk;
             m.u.kv.v = pk + (size_t)n_tok * row;
         }
-        st = rm_call(p, j, &m, req);
+        st = na_sc_send(p->nodes[j].sc, &m);    /* encoded into a copy, sent */
         free(pk);
+        if (st != NA_OK) {
+            rm_node_lost(p, j, na_errmsg());
+            st = na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
+            break;
+        }
+        if (r->pf_pend[i]++ == 0)
+            r->pf_last_ns = na_xp_now_ns();
         p->st.prefill_bytes += 2 * row * (size_t)n_tok;
+    }
+    if (st == NA_OK && !last) {
+        r->pf_open = 1;
+    } else {
+        na_status_t wst = rm_prefill_wait(p, r);   /* closing part, or a failure */
+        if (st == NA_OK)
+            st = wst;
     }
     p->st.prefill_s += rm_now() - t0;
     return st;
 }
 
+/* The prompt is complete. Normally the model's last layer closed it (see
+ * rm_prefill); when this service got only some layers (a rotational replica)
+ * the parts still open are waited for here: accepted, not yet flushed. */
 static na_status_t rm_prefill_done(na_asvc_t *s, uint64_t req)
 {
-    (void)s;
-    (void)req;
-    return NA_OK;       /* the node writes each PREFILL_KV through before its ACK */
+    rm_t *p = (rm_t *)s;
+    rm_req_t *r = rm_find(p, req);
+    double t0 = rm_now();
+    na_status_t st;
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "remote: prefill of unknown request %llu",
+                      (unsigned long long)req);
+    if (!r->pf_open && r->pf_st == NA_OK)
+        return NA_OK;
+    st = rm_prefill_wait(p, r);
+    p->st.prefill_s += rm_now() - t0;
+    return st;
 }
 
 static na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
@@ -626,6 +767,7 @@ static na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
         b->want[j] = (1u << n_chunks) - 1u;
         b->owes[j] = 1;
         b->pending++;
+        p->st.node_parts++;
         if (!p->nodes[j].alive) {
             for (k = 0; k < b->cnt[j]; k++)
                 rm_entry_fail(&e[b->map[j][k]], NA_ERR_PEER, p->nodes[j].why);
@@ -725,6 +867,23 @@ static int rm_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Read node j's STATS counters as the base of this service's time split
+ * (a node that does not answer them is left without: its share is unknown). */
+static void rm_node_base(rm_t *p, int j)
+{
+    rm_node_t *nd = &p->nodes[j];
+    na_wire_msg_t m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_STATS_REQ;
+    if (rm_call(p, j, &m, 0) != NA_OK)
+        return;
+    nd->base_ok = 1;
+    nd->base_dec_ns = p->w_dec_ns;
+    nd->base_comp_ns = p->w_comp_ns;
+    nd->base_ssd = p->w_stat;
+}
+
 /* Counters, plus (when nothing is in flight) each live node's SSD reads
  * (STATS) and the median HEARTBEAT round trip (RM_PINGS pings per node). */
 static void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
@@ -744,8 +903,19 @@ static void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
             int k;
             memset(&m, 0, sizeof(m));
             m.type = NA_WIRE_MSG_STATS_REQ;
-            if (rm_call(p, j, &m, 0) == NA_OK)
-                out->ssd_bytes_read += p->w_stat;
+            if (rm_call(p, j, &m, 0) == NA_OK) {
+                rm_node_t *nd = &p->nodes[j];
+                out->ssd_bytes_read += p->w_stat - (nd->base_ok ? nd->base_ssd : 0);
+                if (nd->base_ok && p->w_dec_ns >= nd->base_dec_ns) {
+                    double dec = 1e-9 * (double)(p->w_dec_ns - nd->base_dec_ns);
+                    double att = 1e-9 * (double)(p->w_comp_ns - nd->base_comp_ns);
+                    if (att > dec)
+                        att = dec;      /* slots of one node work in parallel */
+                    out->node_s += dec;
+                    out->node_attn_s += att;
+                    out->node_disk_s += dec - att;
+                }
+            }
             for (k = 0; k < RM_PINGS && n_rtt < RM_MAX_NODES * RM_PINGS; k++) {
                 double t0 = rm_now();
                 memset(&m, 0, sizeof(m));
@@ -777,6 +947,11 @@ static void rm_destroy(na_asvc_t *s)
     rm_t *p = (rm_t *)s;
     int j, bi;
 
+    /* The caller may already have freed the entries of batches still in
+     * flight (a run that failed mid-step): forget them, so answers that
+     * arrive while we drain are dropped as stray instead of written. */
+    for (bi = 0; bi < RM_MAX_BATCH; bi++)
+        p->b[bi].active = 0;
     while (p->reqs != NULL)
         rm_release(s, p->reqs->id, 0);
     rm_pump(p, 0);
@@ -869,6 +1044,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         rn->alive = 1;
         rn->last_recv_ns = na_xp_now_ns();
         n_alive++;
+        rm_node_base(p, (int)(rn - p->nodes));
     }
     if (n_alive == 0 || (p->head_part && n_alive < p->n_nodes)) {
         st = na_err(NA_ERR_PEER, "remote: %s", n_alive == 0 ? "no storage node of the layout "

@@ -67,6 +67,14 @@ typedef struct {
     double   link_rtt_s;               /* median HEARTBEAT round trip to the owners at the
                                           end (remote): the network + dispatch floor of
                                           one attention round trip; 0 when unknown */
+    /* the storage nodes' own view of decode attention (remote, from their
+     * STATS counters over this service's life; 0 when unknown): */
+    uint64_t node_parts;               /* (batch, node) messages of decode attention sent:
+                                          a batch's nodes work in parallel, so one round
+                                          trip holds node_s / node_parts of node time */
+    double   node_s;                   /* time the nodes spent serving decode attention */
+    double   node_attn_s;              /* of which in attention kernels (worker time / workers) */
+    double   node_disk_s;              /* the rest: waiting for SSD reads, staging, replies */
 } na_asvc_stats_t;
 
 typedef struct na_asvc na_asvc_t;

@@ -251,6 +251,9 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_parts_early", n->decode_parts_early);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.prefill_ns", n->prefill_ns);
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.fetch_ns", n->fetch_ns);
+    /* attention kernel time: s<i>.attn_compute_ns is summed over this many
+     * workers of slot i (the compute side's time split divides by it) */
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.attn_threads", (uint64_t)n->common.n_threads);
     for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {
         na_slot_stats_t ss;
         char key[NA_WIRE_STATS_KEY_MAX];
@@ -272,6 +275,7 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
         ND_SLOT_STAT("attn_failed", ss.attn.entries_failed);
         ND_SLOT_STAT("attn_tokens", ss.attn.tokens);
         ND_SLOT_STAT("prefetch_hits", ss.attn.prefetch_hits);
+        ND_SLOT_STAT("attn_compute_ns", ss.attn.compute_ns);
 #undef ND_SLOT_STAT
     }
     memset(&m, 0, sizeof(m));

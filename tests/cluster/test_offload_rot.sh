@@ -17,20 +17,36 @@ BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
 SRC=${NA_SOURCE_DIR:?}
 SHARED=${NA_SHARED_DIR:-$SRC/../shared}
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_rot_test.XXXXXX")
-PIDS=""
 export NA_KV_DIR="$DIR/kv"
 export NA_SHARED_DIR="$SHARED"
 export TMPDIR="$DIR"          # logs of the nodes `run` starts
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 
+. "$SRC/tests/cluster/proc.sh"
+# na_bg OUT ERR CMD...: start CMD in a session of its own (tests/cluster/proc.sh),
+# stdout to OUT, stderr to ERR; its pid (= session id) in NA_PID.
+na_bg() {
+    _o=$1; _e=$2; shift 2
+    if [ "$_o" = "$_e" ]; then
+        setsid "$@" >"$_o" 2>&1 &
+    else
+        setsid "$@" >"$_o" 2>"$_e" &
+    fi
+    NA_PID=$!
+    NA_SIDS="$NA_SIDS $NA_PID"
+}
+# na_fg OUT ERR CMD...: na_bg and wait for it; returns its exit status. A
+# signal to this script interrupts the wait and na_reap stops the session.
+na_fg() {
+    na_bg "$@"
+    wait "$NA_PID"
+}
 cleanup() {
-    for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
-    sleep 0.5
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
+    na_reap
     rm -rf "$DIR"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
 fail() {
     echo "FAIL: $*"
     for f in "$DIR"/*.err "$DIR"/logs/*.log "$DIR"/nearattn-run-*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
@@ -76,8 +92,8 @@ printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red 
 rot_vs_mono() {
     "$BIN" run --mode monolithic --model "$3" --tokenizer "$4" --prompts "$DIR/prompts.txt" \
         -n "$5" --temp 0 --threads 1 > "$DIR/$1.mono" 2> "$DIR/$1.mono.err" || fail "$1: monolithic run failed"
-    timeout 120 "$BIN" run --mode offload --config "$2" --cluster "$6" --prompts "$DIR/prompts.txt" \
-        -n "$5" --temp 0 --threads 1 > "$DIR/$1.off" 2> "$DIR/$1.err" || fail "$1: rotational run failed"
+    na_fg "$DIR/$1.off" "$DIR/$1.err" timeout 120 "$BIN" run --mode offload --config "$2" \
+        --cluster "$6" --prompts "$DIR/prompts.txt" -n "$5" --temp 0 --threads 1 || fail "$1: rotational run failed"
     sort "$DIR/$1.mono" > "$DIR/$1.mono.s"
     sort "$DIR/$1.off" > "$DIR/$1.off.s"
     cmp -s "$DIR/$1.mono.s" "$DIR/$1.off.s" || {
@@ -109,8 +125,9 @@ rot_vs_mono r3 "$L" "$STORIES" "$STOK" 16 start 3
 LR=$(layout samp_rot 2 "$STORIES" "$STOK" $((PORT + 16)))
 LF=$(layout samp_fix 2 "$STORIES" "$STOK" $((PORT + 20)) fixed)
 for l in "$LR" "$LF"; do
-    timeout 120 "$BIN" run --config "$l" --prompts "$DIR/prompts.txt" -n 16 --temp 0.9 --seed 7 \
-        --threads 1 2> "$DIR/samp.err" | sort > "$l.out" || fail "sampled run with $l failed"
+    na_fg "$l.raw" "$DIR/samp.err" timeout 120 "$BIN" run --config "$l" --prompts "$DIR/prompts.txt" \
+        -n 16 --temp 0.9 --seed 7 --threads 1 || fail "sampled run with $l failed"
+    sort "$l.raw" > "$l.out"
 done
 cmp -s "$LR.out" "$LF.out" || { diff "$LR.out" "$LF.out"; fail "sampled: rotational text differs from fixed"; }
 echo "ok: sampled (temperature 0.9) rotational = fixed"
@@ -119,10 +136,9 @@ echo "ok: sampled (temperature 0.9) rotational = fixed"
 # clear error naming it (exit 1), nothing hangs
 L=$(layout kill1 2 "$STORIES" "$STOK" $((PORT + 29)))
 for i in 1 2 3 4 5 6; do echo "Once upon a time number $i"; done > "$DIR/long.txt"
-timeout 60 "$BIN" run --config "$L" --prompts "$DIR/long.txt" -n 240 --temp 0 --threads 1 \
-    > "$DIR/kill1.out" 2> "$DIR/kill1.err" &
-RP=$!
-PIDS="$PIDS $RP"
+na_bg "$DIR/kill1.out" "$DIR/kill1.err" timeout 60 "$BIN" run --config "$L" --prompts "$DIR/long.txt" \
+    -n 240 --temp 0 --threads 1
+RP=$NA_PID
 n=0
 while ! grep -q "driven by c0" "$DIR/nearattn-run-kill1-c1.log" 2>/dev/null; do
     n=$((n + 1)); [ $n -gt 300 ] && fail "kill1: replica c1 never driven"; sleep 0.05
@@ -139,9 +155,8 @@ echo "ok: kill1 (a lost replica ends the run with: $(tail -n 1 "$DIR/kill1.err")
 # every node from `nearattn launch` (c1 serves as a replica, c0 idles), run --cluster connect
 L=$(layout launch3 3 "$STORIES" "$STOK" $((PORT + 12)))
 mkdir -p "$DIR/logs"
-"$BIN" launch "$L" --log-dir "$DIR/logs" > "$DIR/launch.out" 2>&1 &
-LP=$!
-PIDS="$PIDS $LP"
+na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
+LP=$NA_PID
 n=0
 while [ "$(grep -c READY "$DIR"/logs/*.log 2>/dev/null | awk -F: '{s+=$2} END {print s+0}')" -lt 4 ]; do
     n=$((n + 1)); [ $n -gt 300 ] && fail "launch: nodes not ready"; sleep 0.1

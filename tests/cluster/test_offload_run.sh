@@ -7,7 +7,7 @@
 #           run), head partition over 2 nodes over TCP with KV forced to SSD
 #           and spill interval 1 (nodes from `nearattn launch`, run --cluster
 #           connect), 1 node over UCX shared memory with KV in DRAM, spill 4,
-#           1 batch in flight; 20 requests in one batch on one node (its
+#           1 batch in flight; the kv-fetch baseline over 2 nodes; 20 requests in one batch on one node (its
 #           attention messages split into mini-batches); and
 #           X-cache on (MHA, head partition)
 #   queue   more requests than the storage node's SSD budget holds at once:
@@ -33,19 +33,35 @@ BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
 SRC=${NA_SOURCE_DIR:?}
 SHARED=${NA_SHARED_DIR:-$SRC/../shared}
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_offload_test.XXXXXX")
-PIDS=""
 export NA_KV_DIR="$DIR/kv"
 export TMPDIR="$DIR"          # logs of the storage nodes `run` starts
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 
+. "$SRC/tests/cluster/proc.sh"
+# na_bg OUT ERR CMD...: start CMD in a session of its own (tests/cluster/proc.sh),
+# stdout to OUT, stderr to ERR; its pid (= session id) in NA_PID.
+na_bg() {
+    _o=$1; _e=$2; shift 2
+    if [ "$_o" = "$_e" ]; then
+        setsid "$@" >"$_o" 2>&1 &
+    else
+        setsid "$@" >"$_o" 2>"$_e" &
+    fi
+    NA_PID=$!
+    NA_SIDS="$NA_SIDS $NA_PID"
+}
+# na_fg OUT ERR CMD...: na_bg and wait for it; returns its exit status. A
+# signal to this script interrupts the wait and na_reap stops the session.
+na_fg() {
+    na_bg "$@"
+    wait "$NA_PID"
+}
 cleanup() {
-    for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
-    sleep 0.5
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
+    na_reap
     rm -rf "$DIR"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
 fail() {
     echo "FAIL: $*"
     for f in "$DIR"/*.err "$DIR"/logs/*.log "$DIR"/nearattn-run-*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
@@ -84,17 +100,20 @@ STORIES="$SHARED/models/stories260K.bin"
 STOK="$SHARED/models/tok512.bin"
 printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red ball\n' > "$DIR/prompts.txt"
 
-# offload_vs_mono NAME LAYOUT MODEL TOK N CLUSTER
+# offload_vs_mono NAME LAYOUT MODEL TOK N CLUSTER [MODE]: MODE offload (default) or kv-fetch
 offload_vs_mono() {
+    m=${7:-offload}
     "$BIN" run --mode monolithic --model "$3" --tokenizer "$4" --prompts "$DIR/prompts.txt" \
         -n "$5" --temp 0 --threads 1 > "$DIR/$1.mono" 2> "$DIR/$1.mono.err" || fail "$1: monolithic run failed"
-    timeout 120 "$BIN" run --mode offload --config "$2" --cluster "$6" --prompts "$DIR/prompts.txt" \
-        -n "$5" --temp 0 --threads 1 > "$DIR/$1.off" 2> "$DIR/$1.err" || fail "$1: offload run failed"
+    na_fg "$DIR/$1.off" "$DIR/$1.err" timeout 120 "$BIN" run --mode "$m" --config "$2" \
+        --cluster "$6" --prompts "$DIR/prompts.txt" -n "$5" --temp 0 --threads 1 || fail "$1: $m run failed"
     sort "$DIR/$1.mono" > "$DIR/$1.mono.s"
     sort "$DIR/$1.off" > "$DIR/$1.off.s"
     cmp -s "$DIR/$1.mono.s" "$DIR/$1.off.s" || {
-        diff "$DIR/$1.mono.s" "$DIR/$1.off.s"; fail "$1: offload text differs from monolithic"; }
-    grep -q "offload (" "$DIR/$1.err" || fail "$1: no offload summary"
+        diff "$DIR/$1.mono.s" "$DIR/$1.off.s"; fail "$1: $m text differs from monolithic"; }
+    grep -q "^$m (" "$DIR/$1.err" || fail "$1: no $m summary"
+    [ "$m" = offload ] && { grep -q "^time split of the run: .* storage attention .* storage disk" \
+        "$DIR/$1.err" || fail "$1: no time split with the storage nodes' attention and disk"; }
     echo "ok: $1"
 }
 
@@ -105,9 +124,8 @@ match)
 
     L=$(layout head2tcp 2 head 2 tcp ssd 1 false "$STORIES" "$STOK")
     mkdir -p "$DIR/logs"
-    "$BIN" launch "$L" --log-dir "$DIR/logs" > "$DIR/launch.out" 2>&1 &
-    LP=$!
-    PIDS="$PIDS $LP"
+    na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
+    LP=$NA_PID
     n=0
     while [ "$(grep -c READY "$DIR"/logs/s*.log 2>/dev/null | awk -F: '{s+=$2} END {print s+0}')" -lt 2 ]; do
         n=$((n + 1)); [ $n -gt 200 ] && fail "launch: storage nodes not ready"; sleep 0.1
@@ -118,6 +136,9 @@ match)
 
     L=$(layout dram1 1 request 1 shm dram 4 false "$STORIES" "$STOK")
     offload_vs_mono dram1 "$L" "$STORIES" "$STOK" 24 start
+    # the kv-fetch baseline (compute-node/attn_kvfetch.h) over 2 storage nodes
+    L=$(layout kvf2 2 request 2 shm auto 2 false "$STORIES" "$STOK")
+    offload_vs_mono kvf2 "$L" "$STORIES" "$STOK" 24 start kv-fetch
 
     # 20 requests in one batch on one node: its DECODE_ATTN goes as 4 mini-batches
     cp "$DIR/prompts.txt" "$DIR/prompts4.txt"
@@ -141,13 +162,13 @@ queue)
     [ "$r" -ge 1 ] || fail "queue: the budget never refused a request (nothing queued)"
     [ "$r" -le 64 ] || fail "queue: $r refused opens: admission retries in a loop"
     long=$(i=0; while [ $i -lt 700 ]; do printf 'word '; i=$((i + 1)); done)
-    "$BIN" run --config "$L" --prompt "$long" -n 4 > /dev/null 2> "$DIR/long.err"
+    na_fg /dev/null "$DIR/long.err" "$BIN" run --config "$L" --prompt "$long" -n 4
     [ $? -eq 1 ] || fail "a prompt longer than the context was not refused"
     grep -q "longer than the model context" "$DIR/long.err" || fail "no clear message for a long prompt"
     echo "ok: long prompt refused"
     # in a batched job only that request fails; the others finish
     { echo "Once upon a time"; echo "$long"; echo "The cat sat"; } > "$DIR/mixed.txt"
-    "$BIN" run --config "$L" --prompts "$DIR/mixed.txt" -n 8 --temp 0 > "$DIR/mixed.out" 2> "$DIR/mixed.err"
+    na_fg "$DIR/mixed.out" "$DIR/mixed.err" "$BIN" run --config "$L" --prompts "$DIR/mixed.txt" -n 8 --temp 0
     [ $? -eq 1 ] || fail "mixed job: expected exit 1"
     grep -q "^\[2\] FAILED" "$DIR/mixed.out" || fail "mixed job: the long prompt did not fail alone"
     [ "$(grep -c -v FAILED "$DIR/mixed.out")" -eq 2 ] || fail "mixed job: the other prompts did not finish"
@@ -156,9 +177,8 @@ queue)
 mpirun)
     command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: no mpirun"; exit 77; }
     L=$(layout mpi2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
-    mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$L" > "$DIR/mpi.out" 2> "$DIR/mpi.err" &
-    MP=$!
-    PIDS="$PIDS $MP"
+    na_bg "$DIR/mpi.out" "$DIR/mpi.err" mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$L"
+    MP=$NA_PID
     n=0
     while [ "$(grep -c '^READY s' "$DIR/mpi.out" 2>/dev/null)" -lt 2 ]; do
         n=$((n + 1)); [ $n -gt 300 ] && fail "mpirun: storage nodes not ready"; sleep 0.1
@@ -170,7 +190,7 @@ netns)
     A=na_off_a$PORT; B=na_off_b$PORT
     ip netns add $A 2>/dev/null || { echo "SKIPPED: cannot create network namespaces"; exit 77; }
     ip netns add $B || { ip netns del $A; echo "SKIPPED: cannot create network namespaces"; exit 77; }
-    trap 'ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; cleanup' EXIT INT TERM
+    trap 'ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; cleanup' EXIT
     ip link add vna$PORT type veth peer name vnb$PORT || fail "veth"
     ip link set vna$PORT netns $A && ip link set vnb$PORT netns $B || fail "veth move"
     ip -n $A addr add 10.77.$((PORT % 200)).1/24 dev vna$PORT && ip -n $A link set vna$PORT up \
@@ -180,8 +200,7 @@ netns)
     L=$(layout ns2 2 request 2 tcp auto 2 false "$STORIES" "$STOK" 10.77.$((PORT % 200)).1)
     sed -i "s/- { name: c0, host: 127.0.0.1 }/- { name: c0, host: 10.77.$((PORT % 200)).2 }/" "$L"
     for s in 0 1; do
-        ip netns exec $A "$BIN" node --config "$L" --name s$s > "$DIR/ns$s.out" 2> "$DIR/ns$s.err" &
-        PIDS="$PIDS $!"
+        na_bg "$DIR/ns$s.out" "$DIR/ns$s.err" ip netns exec $A "$BIN" node --config "$L" --name s$s
     done
     n=0
     while ! grep -q READY "$DIR/ns0.out" || ! grep -q READY "$DIR/ns1.out"; do
@@ -189,8 +208,8 @@ netns)
     done
     "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
         -n 24 --temp 0 --threads 1 > "$DIR/ns.mono" 2>/dev/null || fail "netns: monolithic failed"
-    timeout 120 ip netns exec $B "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" \
-        -n 24 --temp 0 --threads 1 > "$DIR/ns.off" 2> "$DIR/ns.err" || fail "netns: offload failed"
+    na_fg "$DIR/ns.off" "$DIR/ns.err" timeout 120 ip netns exec $B "$BIN" run --config "$L" \
+        --cluster connect --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1 || fail "netns: offload failed"
     sort "$DIR/ns.mono" > "$DIR/a.s"; sort "$DIR/ns.off" > "$DIR/b.s"
     cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s"; fail "netns: text differs"; }
     echo "ok: netns"
@@ -199,19 +218,18 @@ badshape)
     BAD=${3:?badshape needs the bad_node binary}
     for mode in shape count; do
         L=$(layout bad$mode 2 request 2 auto auto 2 false "$STORIES" "$STOK")
-        "$BIN" node --config "$L" --name s0 > "$DIR/b0$mode.out" 2> "$DIR/b0$mode.err" &
-        P0=$!
-        "$BAD" "$L" s1 $mode > "$DIR/b1$mode.out" 2> "$DIR/b1$mode.err" &
-        P1=$!
-        PIDS="$PIDS $P0 $P1"
+        na_bg "$DIR/b0$mode.out" "$DIR/b0$mode.err" "$BIN" node --config "$L" --name s0
+        P0=$NA_PID
+        na_bg "$DIR/b1$mode.out" "$DIR/b1$mode.err" "$BAD" "$L" s1 $mode
+        P1=$NA_PID
         n=0
         while ! grep -q READY "$DIR/b0$mode.out" || ! grep -q READY "$DIR/b1$mode.out"; do
             n=$((n + 1)); [ $n -gt 200 ] && fail "badshape: nodes not ready"; sleep 0.1
         done
         "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
             -n 24 --temp 0 --threads 1 > "$DIR/bad.mono" 2>/dev/null || fail "monolithic failed"
-        timeout 60 "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" \
-            -n 24 --temp 0 --threads 1 > "$DIR/bad.off" 2> "$DIR/bad$mode.err"
+        na_fg "$DIR/bad.off" "$DIR/bad$mode.err" timeout 60 "$BIN" run --config "$L" --cluster connect \
+            --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1
         rc=$?
         [ $rc -eq 124 ] && fail "badshape $mode: run hung"
         [ $rc -eq 0 ] || fail "badshape $mode: run exited $rc, expected 0 (requests re-placed)"
@@ -230,9 +248,8 @@ kill)
     # their batch shrinks when the killed node's requests fail)
     L=$(layout kill2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
     for s in 0 1; do
-        "$BIN" node --config "$L" --name s$s > "$DIR/s$s.out" 2> "$DIR/s$s.err" &
-        eval "SP$s=$!"
-        PIDS="$PIDS $!"
+        na_bg "$DIR/s$s.out" "$DIR/s$s.err" "$BIN" node --config "$L" --name s$s
+        eval "SP$s=$NA_PID"
     done
     n=0
     while ! grep -q READY "$DIR/s0.out" || ! grep -q READY "$DIR/s1.out"; do
@@ -241,9 +258,9 @@ kill)
     done
     "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
         -n 480 --temp 0 --threads 1 > "$DIR/kill.mono" 2>/dev/null || fail "monolithic run failed"
-    timeout 120 "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" -n 480 \
-        --temp 0 --threads 1 > "$DIR/kill.off" 2> "$DIR/kill.err" &
-    RP=$!
+    na_bg "$DIR/kill.off" "$DIR/kill.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
+    RP=$NA_PID
     sleep 0.4
     kill -9 "$SP1"
     wait "$RP"
@@ -263,16 +280,15 @@ kill)
     # a single storage node: nowhere to re-place, the requests fail with a reason
     PORT=$((PORT + 2))          # a port no node of the first half used
     L=$(layout kill1 1 request 2 auto auto 2 false "$STORIES" "$STOK")
-    "$BIN" node --config "$L" --name s0 > "$DIR/k0.out" 2> "$DIR/k0.err" &
-    K0=$!
-    PIDS="$PIDS $K0"
+    na_bg "$DIR/k0.out" "$DIR/k0.err" "$BIN" node --config "$L" --name s0
+    K0=$NA_PID
     n=0
     while ! grep -q READY "$DIR/k0.out"; do
         n=$((n + 1)); [ $n -gt 200 ] && fail "storage node not ready"; sleep 0.1
     done
-    timeout 120 "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" -n 480 \
-        --temp 0 --threads 1 > "$DIR/kill1.off" 2> "$DIR/kill1.err" &
-    RP=$!
+    na_bg "$DIR/kill1.off" "$DIR/kill1.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
+    RP=$NA_PID
     sleep 0.4
     kill -9 "$K0"
     wait "$RP"
