@@ -17,7 +17,7 @@ typedef struct {
 
 static const na_cli_bench_kind_t na_cli_bench_kinds[] = {
     { "kernels", "decode attention vs STREAM copy, matmul vs cblas_sgemm", na_cli_bench_kernels },
-    { "storage", "attention over SSD KV vs O_DIRECT read, over DRAM KV vs STREAM copy", na_cli_bench_storage },
+    { "storage", "attention over SSD KV vs best O_DIRECT read, over DRAM KV vs STREAM copy", na_cli_bench_storage },
     { "transport", "message round trip and bandwidth vs ucx_perftest", na_cli_bench_transport },
     { "e2e", "decode tok/s monolithic vs offload, t_m/t_a, pipelining gain vs ideal", na_cli_bench_e2e },
     { NULL, NULL, NULL }

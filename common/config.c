@@ -495,7 +495,7 @@ static int na_cfg_host_is_local(const na_cfg_here_t *h, const char *host)
 /* ---- cross-key checks -------------------------------------------------- */
 
 /* The YAML mapping of a node (compute or storage list entry), for positions. */
-static const na_yn_t *na_cfg_node_yn(const na_cfg_parse_t *p, const na_cfg_node_t *node)
+const na_yn_t *na_cfg_node_yn(const na_cfg_parse_t *p, const na_cfg_node_t *node)
 {
     const na_yn_t *list = na_cfg_yn_get(p->root, node->role == NA_CFG_ROLE_COMPUTE ? "compute"
                                                                                    : "storage");
@@ -505,7 +505,7 @@ static const na_yn_t *na_cfg_node_yn(const na_cfg_parse_t *p, const na_cfg_node_
 }
 
 /* Position of `key` in mapping m, else of m itself. */
-static const na_yn_t *na_cfg_key_at(const na_yn_t *m, const char *key)
+const na_yn_t *na_cfg_key_at(const na_yn_t *m, const char *key)
 {
     const na_yn_t *v = na_cfg_yn_get(m, key);
     return v != NULL ? v : m;
@@ -759,6 +759,7 @@ na_status_t na_cfg_load(const char *path, na_cfg_t **cfg_p)
         goto err_free_doc;
     if ((st = na_cfg_check_settings(&p, cfg)) != NA_OK ||
         (st = na_cfg_check_nodes(&p, cfg)) != NA_OK ||
+        (st = na_cfg_check_engines(&p, cfg)) != NA_OK ||
         (st = na_cfg_load_secret(&p, cfg)) != NA_OK ||
         (st = na_cfg_check_kv_dirs(&p, cfg)) != NA_OK)
         goto err_free_doc;

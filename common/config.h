@@ -174,6 +174,16 @@ const char *na_cfg_pipelining_name(na_cfg_pipelining_t p);
 const char *na_cfg_tier_name(na_cfg_tier_t t);
 const char *na_cfg_role_name(na_cfg_role_t r);
 
+/* Whether this nearattn has the attention engine / compute device built in
+ * (kernels/backend.c: only "cpu" here; "cuda" and "csd" are not built).
+ * Cannot fail; returns 1 or 0. na_cfg_built_engines() is the static list
+ * for messages ("cpu"). A layout naming an engine or device that is not built
+ * fails to load for a node on this machine and gets a WARNING line in the
+ * plan for a node on another host. */
+int na_cfg_engine_built(na_cfg_engine_t e);
+int na_cfg_compute_dev_built(na_cfg_compute_dev_t d);
+const char *na_cfg_built_engines(void);
+
 /* Print the resolved plan: nodes, addresses, roles, device slots with
  * budgets, partition (and heads per slot when the model file is a readable
  * llama2.c checkpoint), pipelining, KV and X-cache settings. Cannot fail. */

@@ -54,6 +54,15 @@ na_status_t na_cfg_errat(const na_cfg_parse_t *p, const na_yn_t *n, na_status_t 
 /* The value node of `key` in mapping m, or NULL (m may be NULL). */
 na_yn_t *na_cfg_yn_get(const na_yn_t *m, const char *key);
 
+/* The YAML mapping of a node (its compute/storage list entry; the document
+ * root when absent), and the position of `key` in mapping m (else m). */
+const na_yn_t *na_cfg_node_yn(const na_cfg_parse_t *p, const na_cfg_node_t *node);
+const na_yn_t *na_cfg_key_at(const na_yn_t *m, const char *key);
+
+/* Engines and compute devices of nodes on this machine are built into this
+ * nearattn (common/config_plan.c); NA_ERR_UNSUPPORTED at the first that is not. */
+na_status_t na_cfg_check_engines(na_cfg_parse_t *p, const na_cfg_t *cfg);
+
 /* Expand ${VAR} and ${VAR:-default} in scalar n into a new string (*out_p,
  * owned by the caller). Fails with NA_ERR_NOT_FOUND for an unset variable
  * without default, NA_ERR_FORMAT for a malformed reference. */

@@ -123,6 +123,54 @@ static void na_cfg_print_tokens(FILE *f, double tokens)
         fprintf(f, "%.0f", tokens);
 }
 
+int na_cfg_engine_built(na_cfg_engine_t e)
+{
+    return e == NA_CFG_ENGINE_CPU;      /* kernels/backend.c: cuda, csd not built */
+}
+
+int na_cfg_compute_dev_built(na_cfg_compute_dev_t d)
+{
+    return d == NA_CFG_DEV_CPU;
+}
+
+const char *na_cfg_built_engines(void)
+{
+    return "cpu";
+}
+
+/* Engines and compute devices of nodes on this machine must be built into
+ * this nearattn (na_cfg_engine_built); remote nodes only get a plan warning.
+ * NA_ERR_UNSUPPORTED at the first one that is not. */
+na_status_t na_cfg_check_engines(na_cfg_parse_t *p, const na_cfg_t *cfg)
+{
+    int i, s;
+
+    for (i = 0; i < cfg->n_nodes; i++) {
+        const na_cfg_node_t *n = &cfg->nodes[i];
+        if (n->is_local && n->role == NA_CFG_ROLE_COMPUTE && !na_cfg_compute_dev_built(n->device))
+            return na_cfg_errat(p, na_cfg_key_at(na_cfg_node_yn(p, n), "device"),
+                                NA_ERR_UNSUPPORTED, "compute node '%s' (this machine): device "
+                                "%s is not built into this nearattn (available: %s)", n->name,
+                                na_cfg_compute_dev_name(n->device), na_cfg_built_engines());
+    }
+    for (s = 0; s < cfg->n_slots; s++) {
+        const na_cfg_node_t *n = &cfg->nodes[cfg->slots[s].node];
+        const na_cfg_device_t *dev = &n->devices[cfg->slots[s].dev];
+        const na_yn_t *devs = na_cfg_yn_get(na_cfg_node_yn(p, n), "devices");
+        const na_yn_t *dm = (devs != NULL && devs->kind == NA_YN_SEQ &&
+                             (size_t)cfg->slots[s].dev < devs->n)
+                                ? devs->items[cfg->slots[s].dev] : na_cfg_node_yn(p, n);
+
+        if (n->is_local && !na_cfg_engine_built(dev->engine))
+            return na_cfg_errat(p, na_cfg_key_at(dm, "engine"), NA_ERR_UNSUPPORTED,
+                                "storage node '%s' device %d (this machine): engine %s is not "
+                                "built into this nearattn (available: %s)", n->name,
+                                cfg->slots[s].dev, na_cfg_engine_name(dev->engine),
+                                na_cfg_built_engines());
+    }
+    return NA_OK;
+}
+
 /* The node table of the plan: rank, role, name, address, device or slots. */
 static void na_cfg_print_nodes(const na_cfg_t *cfg, FILE *f)
 {
@@ -142,6 +190,10 @@ static void na_cfg_print_nodes(const na_cfg_t *cfg, FILE *f)
                 fprintf(f, " %ld", n->gpu);
             fprintf(f, ", %ld thread%s%s\n", n->threads, n->threads == 1 ? "" : "s",
                     n->port == 0 ? ", connects out only" : "");
+            if (!na_cfg_compute_dev_built(n->device))
+                fprintf(f, "       WARNING: device %s is not built into this nearattn "
+                           "(available: %s): host %s needs a nearattn built with it\n",
+                        na_cfg_compute_dev_name(n->device), na_cfg_built_engines(), n->host);
         } else {
             fprintf(f, "  %ld slot%s (%d..%d)\n", n->n_devices, n->n_devices == 1 ? "" : "s",
                     n->first_slot, n->first_slot + (int)n->n_devices - 1);
@@ -169,6 +221,10 @@ static void na_cfg_print_slots(const na_cfg_t *cfg, const na_model_config_t *mc,
         fprintf(f, ", SSD ");
         na_cfg_print_mib(f, d->ssd_mb);
         fprintf(f, "\n           %s%s\n", d->path, n->is_local ? "" : "  (remote: not checked)");
+        if (!na_cfg_engine_built(d->engine))
+            fprintf(f, "           WARNING: engine %s is not built into this nearattn "
+                       "(available: %s): host %s needs a nearattn built with it\n",
+                    na_cfg_engine_name(d->engine), na_cfg_built_engines(), n->host);
         if (mc != NULL) {
             int first = 0, count = mc->n_kv_heads;
             double per_tok;

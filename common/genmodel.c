@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "genvocab.h"
@@ -17,6 +18,7 @@
 #include "model.h"
 
 #define NA_GM_CHUNK (1u << 20)       /* floats generated per step */
+#define NA_GM_PIECE_MAX 48           /* bytes of a piece: <= 16 chars (genvocab.c), ' ' -> 3-byte U+2581 */
 
 typedef enum {
     NA_GM_TOK, NA_GM_ATTN_NORM, NA_GM_WQ, NA_GM_WK, NA_GM_WV, NA_GM_WO, NA_GM_FFN_NORM,
@@ -458,6 +460,23 @@ static char **na_gm_sp_pieces(const na_genvocab_t *v)
     return out;
 }
 
+/* Bytes of the GGUF tensor data (for progress and the space check). */
+static uint64_t na_gm_gguf_data_size(const na_genmodel_opts_t *o)
+{
+    uint64_t total = 0;
+    int rows, cols, kk;
+
+    for (kk = 0; kk < NA_GM_KINDS; kk++) {
+        int norm = kk == NA_GM_ATTN_NORM || kk == NA_GM_FFN_NORM || kk == NA_GM_OUT_NORM;
+        int count = kk == NA_GM_TOK || kk == NA_GM_OUT_NORM ? 1
+                  : kk == NA_GM_WCLS ? !o->shared_classifier : o->n_layers;
+        na_gm_shape(o, (na_gm_kind_t)kk, &rows, &cols);
+        total += (uint64_t)count * na_dtype_bytes(norm ? NA_DTYPE_F32 : o->dtype,
+                                                  (size_t)rows * (size_t)cols);
+    }
+    return total;
+}
+
 static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *o,
                                     const na_genvocab_t *v, float *buf, void *cvt)
 {
@@ -485,17 +504,7 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
         (!o->shared_classifier &&
          (st = na_gm_declare(w, o, NA_GM_WCLS, "output.weight")) != NA_OK))
         goto err_abort;
-    {
-        int rows, cols, kk;
-        for (kk = 0; kk < NA_GM_KINDS; kk++) {
-            int norm = kk == NA_GM_ATTN_NORM || kk == NA_GM_FFN_NORM || kk == NA_GM_OUT_NORM;
-            int count = kk == NA_GM_TOK || kk == NA_GM_OUT_NORM ? 1
-                      : kk == NA_GM_WCLS ? !o->shared_classifier : o->n_layers;
-            na_gm_shape(o, (na_gm_kind_t)kk, &rows, &cols);
-            p.total += (uint64_t)count * na_dtype_bytes(norm ? NA_DTYPE_F32 : o->dtype,
-                                                        (size_t)rows * (size_t)cols);
-        }
-    }
+    p.total = na_gm_gguf_data_size(o);
     if ((st = na_gm_gguf_tensor(w, o, NA_GM_TOK, 0, buf, cvt, &p)) != NA_OK)
         goto err_abort;
     for (l = 0; l < o->n_layers; l++)
@@ -518,6 +527,49 @@ out_free:
     return st;
 }
 
+/* ---- size and space ----------------------------------------------------- */
+
+uint64_t na_genmodel_total_bytes(const na_genmodel_opts_t *o)
+{
+    /* vocabulary: tokenizer.bin and the GGUF metadata each hold every piece
+     * (at most NA_GM_PIECE_MAX bytes) with a score/length; plus GGUF headers */
+    uint64_t vocab = (uint64_t)o->vocab_size * (NA_GM_PIECE_MAX + 16);
+    uint64_t total = 0;
+
+    if (o->write_llama2c)
+        total += na_gm_l2c_size(o) + vocab;
+    if (o->write_gguf)
+        total += na_gm_gguf_data_size(o) + vocab + ((uint64_t)o->n_layers + 4) * 128 + 65536;
+    return total;
+}
+
+na_status_t na_genmodel_check_space(const char *prefix, const na_genmodel_opts_t *o)
+{
+    uint64_t need = na_genmodel_total_bytes(o), avail;
+    const char *slash = strrchr(prefix, '/');
+    char dir[4096];
+    struct statvfs sv;
+
+    if (need > NA_GENMODEL_MAX_BYTES)
+        return na_err(NA_ERR_RANGE, "gen-model: these shapes need %.1f GiB of files, more than "
+                      "the cap of %.0f GiB", need / 1073741824.0,
+                      NA_GENMODEL_MAX_BYTES / 1073741824.0);
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == prefix)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - prefix), prefix);
+    if (statvfs(dir, &sv) != 0)
+        return NA_OK;   /* no such directory: creating the first file reports it */
+    avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    if (need > avail)
+        return na_err(NA_ERR_NOSPACE, "gen-model: these shapes need %.2f GiB of files, the file "
+                      "system of '%s' has %.2f GiB free", need / 1073741824.0, dir,
+                      avail / 1073741824.0);
+    return NA_OK;
+}
+
 na_status_t na_genmodel_write(const char *prefix, const na_genmodel_opts_t *o)
 {
     size_t plen = strlen(prefix) + 16;
@@ -531,7 +583,8 @@ na_status_t na_genmodel_write(const char *prefix, const na_genmodel_opts_t *o)
         st = na_err(NA_ERR_NOMEM, "gen-model: no memory");
         goto out_free;
     }
-    if ((st = na_genmodel_check(o)) != NA_OK)
+    if ((st = na_genmodel_check(o)) != NA_OK ||
+        (st = na_genmodel_check_space(prefix, o)) != NA_OK)
         goto out_free;
     if ((st = na_genvocab_create(o->vocab_size, o->seed, &v)) != NA_OK)
         goto out_free;

@@ -23,6 +23,7 @@
 #include "status.h"
 
 #define NA_GENMODEL_MIN_VOCAB 259   /* 3 specials + 256 byte tokens */
+#define NA_GENMODEL_MAX_BYTES (1024ull << 30)  /* cap on all files of one run: 1 TiB */
 
 typedef struct {
     int        dim;
@@ -52,8 +53,20 @@ void na_genmodel_defaults(na_genmodel_opts_t *o);
  * hidden_dim multiples of 32). NA_ERR_INVALID with a message naming the field. */
 na_status_t na_genmodel_check(const na_genmodel_opts_t *o);
 
-/* Write the files for `prefix` (see above). Fails with NA_ERR_INVALID (shape),
- * NA_ERR_IO (message names the file), NA_ERR_NOMEM; a partial file is removed. */
+/* Upper bound of the bytes na_genmodel_write writes for o (all selected
+ * files; the vocabulary counted at its longest pieces). Cannot fail. */
+uint64_t na_genmodel_total_bytes(const na_genmodel_opts_t *o);
+
+/* Refuse before writing anything: NA_ERR_RANGE when the files would exceed
+ * NA_GENMODEL_MAX_BYTES, NA_ERR_NOSPACE when they exceed the free space of
+ * the file system holding prefix's directory (statvfs). NA_OK otherwise
+ * (also when that directory cannot be examined: the write then names it). */
+na_status_t na_genmodel_check_space(const char *prefix, const na_genmodel_opts_t *o);
+
+/* Write the files for `prefix` (see above), after na_genmodel_check and
+ * na_genmodel_check_space. Fails with NA_ERR_INVALID (shape), NA_ERR_RANGE /
+ * NA_ERR_NOSPACE (too large), NA_ERR_IO (message names the file),
+ * NA_ERR_NOMEM; a partial file is removed. */
 na_status_t na_genmodel_write(const char *prefix, const na_genmodel_opts_t *o);
 
 #endif /* NA_GENMODEL_H */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gguf.h"
 
@@ -140,15 +141,36 @@ static void na_tok_index(na_tokenizer_t *t)
     }
 }
 
+/* Check that the open tokenizer file f is a regular file (a directory or a
+ * device opens fine but has no sensible size). Cannot fail otherwise;
+ * returns NA_ERR_IO (fstat failed) or NA_ERR_FORMAT (not a regular file). */
+static na_status_t na_tok_check_regular(FILE *f, const char *path)
+{
+    struct stat sb;
+
+    if (fstat(fileno(f), &sb) != 0)
+        return na_err(NA_ERR_IO, "%s: cannot stat tokenizer: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return na_err(NA_ERR_FORMAT, "%s: tokenizer is not a regular file%s", path,
+                      S_ISDIR(sb.st_mode) ? " (it is a directory)" : "");
+    return NA_OK;
+}
+
 /* Read a whole (small) file into a malloc'd buffer. */
 static na_status_t na_tok_read_file(const char *path, uint8_t **buf_p, size_t *len_p)
 {
     FILE *f = fopen(path, "rb");
     uint8_t *buf;
     long len;
+    na_status_t st;
 
     if (f == NULL)
         return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
+    st = na_tok_check_regular(f, path);
+    if (st != NA_OK) {
+        fclose(f);
+        return st;
+    }
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return na_err(NA_ERR_IO, "%s: cannot size tokenizer: %s", path, strerror(errno));
@@ -373,6 +395,11 @@ na_status_t na_tokenizer_open(const char *path, int vocab_size, na_tokenizer_t *
 
     if (f == NULL)
         return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
+    st = na_tok_check_regular(f, path);
+    if (st != NA_OK) {
+        fclose(f);
+        return st;
+    }
     got = fread(magic, 1, 4, f);
     fclose(f);
     if (got != 4 || memcmp(magic, "GGUF", 4) != 0) {

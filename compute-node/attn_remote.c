@@ -4,9 +4,10 @@
  * Connections come from compute-node/storage_client.h (connect, send, close);
  * receiving is done here, in one loop over all storage nodes, because
  * several batches are in flight at once: the loop answers heartbeats, matches
- * ACK / ERROR to the one blocking call that may be waiting (open, prefill,
- * release) and ATTN_OUT / ERROR to the batches in flight, whatever order
- * they come in.
+ * ACK / ERROR to the one blocking call that may be waiting (open, release,
+ * STATS), counts the answers to each request's prefill parts (sent with MORE
+ * and not waited for, but for the last layer's) and matches ATTN_OUT / ERROR
+ * to the batches in flight, whatever order they come in.
  *
  * Placement. Request partition: a request lives on one storage node (the
  * live one with the fewest open requests; the node places it on one of its
@@ -37,6 +38,8 @@
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
 #define RM_SPLIT_MIN   16   /* entries for one node at which its message is split */
 #define RM_SPLIT_MAX   4    /* messages per node and batch (Lamina §5.2.1 mini-batches) */
+#define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
+#define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
 
 typedef struct {
     na_sc_t *sc;
@@ -46,7 +49,10 @@ typedef struct {
     long     n_open;
     uint64_t last_recv_ns;
     char     why[NA_ASVC_REASON_MAX]; /* why it is dead */
+    uint64_t next_try_ns;          /* unreachable at create: next connect attempt */
+    unsigned retry_ms;             /* its back-off, doubled per failed attempt */
     int      base_ok;              /* counters below read at connect */
+    int      base_pending;         /* their STATS_REQ is out, not answered yet */
     uint64_t base_dec_ns, base_comp_ns, base_ssd;
 } rm_node_t;
 
@@ -375,8 +381,9 @@ static void rm_pump(rm_t *p, int timeout_ms)
             rm_on_attn_out(p, j, &m.u.attn_out);
             break;
         case NA_WIRE_MSG_STATS:
-            if (p->w_node == j && !p->w_done && p->w_about == NA_WIRE_MSG_STATS_REQ) {
-                uint64_t thr = 1, comp = 0;
+            if (p->nodes[j].base_pending || (p->w_node == j && !p->w_done &&
+                                             p->w_about == NA_WIRE_MSG_STATS_REQ)) {
+                uint64_t thr = 1, comp = 0, ssd = 0, dec = 0;
                 uint32_t k;
                 for (k = 0; k < m.u.stats.n; k++) {
                     na_wire_stat_t sv;
@@ -385,17 +392,27 @@ static void rm_pump(rm_t *p, int timeout_ms)
                         continue;
                     dot = strchr(sv.key, '.');
                     if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".bytes_read_ssd"))
-                        p->w_stat += sv.value;
+                        ssd += sv.value;
                     else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".attn_compute_ns"))
                         comp += sv.value;
                     else if (!strcmp(sv.key, "node.decode_ns"))
-                        p->w_dec_ns = sv.value;
+                        dec = sv.value;
                     else if (!strcmp(sv.key, "node.attn_threads") && sv.value > 0)
                         thr = sv.value;
                 }
-                p->w_comp_ns = comp / thr;
-                p->w_done = 1;
-                p->w_st = NA_OK;
+                if (p->nodes[j].base_pending) {     /* answers come in order: ours first */
+                    p->nodes[j].base_pending = 0;
+                    p->nodes[j].base_ok = 1;
+                    p->nodes[j].base_ssd = ssd;
+                    p->nodes[j].base_dec_ns = dec;
+                    p->nodes[j].base_comp_ns = comp / thr;
+                } else {
+                    p->w_stat = ssd;
+                    p->w_dec_ns = dec;
+                    p->w_comp_ns = comp / thr;
+                    p->w_done = 1;
+                    p->w_st = NA_OK;
+                }
             }
             break;
         case NA_WIRE_MSG_BYE:
@@ -458,6 +475,41 @@ static na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, uint64_t req)
     return NA_OK;
 }
 
+static void rm_node_base(rm_t *p, int j);
+
+/* Request partition: try again to connect the storage nodes of the layout
+ * that were unreachable when the service was created (started later, by hand
+ * or by a launcher), after RM_RETRY_MS, doubling per failure up to
+ * RM_RETRY_MAX (a refused connect returns at once, but a silent host blocks
+ * this call for the transport's timeout). A node that joins takes
+ * new requests; a node lost after it was connected is not retried (its
+ * requests failed or were re-placed). Never fails. */
+static void rm_retry_late(rm_t *p)
+{
+    uint64_t now = na_xp_now_ns();
+    int j;
+
+    for (j = 0; j < p->n_nodes; j++) {
+        rm_node_t *rn = &p->nodes[j];
+        const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
+        if (rn->alive || rn->sc != NULL || now < rn->next_try_ns)
+            continue;
+        if (na_sc_connect(p->xp, nd->host, (int)nd->port, &rn->sc) != NA_OK) {
+            rn->sc = NULL;
+            rn->retry_ms = rn->retry_ms * 2 < RM_RETRY_MAX ? rn->retry_ms * 2 : RM_RETRY_MAX;
+            rn->next_try_ns = na_xp_now_ns() + (uint64_t)rn->retry_ms * 1000000ull;
+            na_log_debug("storage node %s still unreachable: %s", rn->name, na_errmsg());
+            continue;
+        }
+        rn->alive = 1;
+        rn->why[0] = '\0';
+        rn->last_recv_ns = na_xp_now_ns();
+        na_log_info("storage node %s joined (%s:%ld): it takes new requests", rn->name,
+                    nd->host, nd->port);
+        rm_node_base(p, j);
+    }
+}
+
 static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
 {
     rm_t *p = (rm_t *)s;
@@ -492,6 +544,7 @@ static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
         }
     } else {
         m.u.req_open.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+        rm_retry_late(p);
         for (t = 0; t < p->n_nodes; t++) {
             int best = -1;
             for (j = 0; j < p->n_nodes; j++) {
@@ -867,21 +920,17 @@ static int rm_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Read node j's STATS counters as the base of this service's time split
- * (a node that does not answer them is left without: its share is unknown). */
+/* Ask node j for its STATS counters, the base of this service's time split;
+ * the answer is taken by rm_pump whenever it comes (not waited for: a node
+ * that never answers STATS is only left without a share). */
 static void rm_node_base(rm_t *p, int j)
 {
-    rm_node_t *nd = &p->nodes[j];
     na_wire_msg_t m;
 
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_STATS_REQ;
-    if (rm_call(p, j, &m, 0) != NA_OK)
-        return;
-    nd->base_ok = 1;
-    nd->base_dec_ns = p->w_dec_ns;
-    nd->base_comp_ns = p->w_comp_ns;
-    nd->base_ssd = p->w_stat;
+    if (na_sc_send(p->nodes[j].sc, &m) == NA_OK)
+        p->nodes[j].base_pending = 1;
 }
 
 /* Counters, plus (when nothing is in flight) each live node's SSD reads
@@ -1039,6 +1088,8 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
                      nd->name, nd->host, nd->port, na_errmsg());
             na_log_warn("%s", rn->why);
             rn->sc = NULL;
+            rn->retry_ms = RM_RETRY_MS;
+            rn->next_try_ns = na_xp_now_ns() + (uint64_t)RM_RETRY_MS * 1000000ull;
             continue;
         }
         rn->alive = 1;

@@ -108,11 +108,16 @@ struct na_asvc {
  * is gone, NA_ERR_INVALID / NA_ERR_RANGE for a refused shape. */
 na_status_t na_asvc_open(na_asvc_t *s, uint64_t req, int max_tokens);
 /* Ship positions 0..n_tok-1 of `layer`: k, v are (n_tok, kv_dim) rows of
- * dtype (F32 or F16, the compute node's local KV). Synchronous: returns once
- * the owners accepted the rows. Errors as open. */
+ * dtype (F32 or F16, the compute node's local KV; copied before the call
+ * returns). The call for the model's last layer returns once the owners
+ * accepted (and made durable) every layer of the request; earlier layers may
+ * return before their answers (remote), a failure of one of them is
+ * returned by a later prefill or prefill_done of the same request. Errors
+ * as open. */
 na_status_t na_asvc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
                             const void *v, na_dtype_t dtype, int n_tok);
-/* The prompt is complete (owners write it through). */
+/* The prompt is complete (owners write it through); returns the request's
+ * first prefill failure not yet returned. */
 na_status_t na_asvc_prefill_done(na_asvc_t *s, uint64_t req);
 /* Start decode attention of batch `batch` (0 <= batch < 64) for layer over
  * e[0..n): each entry appends k/v at pos and attends over pos + 1 tokens.
@@ -146,7 +151,9 @@ na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *
 
 /* Storage nodes of the layout over the transport. `name` is this compute
  * node's name (HELLO). Connects to every storage node (a node that cannot be
- * reached is left out with a warning; none reachable is NA_ERR_PEER).
+ * reached is left out with a warning and, with request partition, tried
+ * again when requests are opened, so a node started later takes new
+ * requests; none reachable is NA_ERR_PEER).
  * Request partition: each request on one node (least loaded by open
  * requests); head partition: the KV heads split over the layout's global
  * slots (na_cfg_head_split), each node receiving its slots' heads. */

@@ -79,8 +79,9 @@ int main(int argc, char **argv)
     const na_cfg_node_t *nd;
     na_xp_opts_t xo;
     na_cfg_t *cfg;
-    na_xp_t *xp;
+    na_xp_t *xp = NULL;
     struct sigaction sa;
+    int rc = 1;
 
     if (argc != 4) {
         fprintf(stderr, "usage: bad_node LAYOUT NAME shape|count\n");
@@ -93,7 +94,7 @@ int main(int argc, char **argv)
     nd = na_cfg_find_node(cfg, argv[2]);
     if (nd == NULL) {
         fprintf(stderr, "bad_node: no node %s\n", argv[2]);
-        return 1;
+        goto out_cfg;
     }
     memset(&xo, 0, sizeof(xo));
     xo.name = nd->name;
@@ -103,9 +104,13 @@ int main(int argc, char **argv)
     xo.tls = NA_XP_TLS_AUTO;
     xo.secret = cfg->secret;
     xo.secret_len = cfg->secret_len;
-    if (na_xp_create(&xo, &xp) != NA_OK || na_xp_listen(xp, nd->host, (int)nd->port, NULL) != NA_OK) {
+    if (na_xp_create(&xo, &xp) != NA_OK) {
         fprintf(stderr, "bad_node: %s\n", na_errmsg());
-        return 1;
+        goto out_cfg;
+    }
+    if (na_xp_listen(xp, nd->host, (int)nd->port, NULL) != NA_OK) {
+        fprintf(stderr, "bad_node: %s\n", na_errmsg());
+        goto out_xp;
     }
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -152,7 +157,10 @@ int main(int argc, char **argv)
         }
         na_xp_msg_release(xp, msg);
     }
+    rc = 0;
+out_xp:
     na_xp_destroy(xp);
+out_cfg:
     na_cfg_destroy(cfg);
-    return 0;
+    return rc;
 }

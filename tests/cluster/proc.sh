@@ -1,5 +1,7 @@
 # tests/cluster/proc.sh — process bookkeeping for the cluster test scripts
-# (sourced by tests/cluster/test_node.sh and tests/cluster/test_transport.sh).
+# (sourced by tests/cluster/test_node.sh and tests/cluster/test_transport.sh),
+# and na_free_port: a TCP port picked at run time, so that overlapping runs
+# (Release and ASan builds, two developers) never share fixed ports.
 #
 # Every background process a script starts runs in a session of its own
 # (setsid). A background child of a non-interactive shell is never a process
@@ -65,4 +67,39 @@ na_reap() {
     done
     wait 2>/dev/null
     NA_SIDS=""
+}
+
+# na_port_busy PORT: 0 when something listens on (or holds) 127.0.0.1:PORT /
+# *:PORT. Uses `ss -ltn` when present, else a bash /dev/tcp connect probe.
+na_port_busy() {
+    if command -v ss >/dev/null 2>&1; then
+        ss -Htan 2>/dev/null | awk -v p=":$1" '{ if (substr($4, length($4) - length(p) + 1) == p) f = 1 }
+                                              END { exit f ? 0 : 1 }'
+        return $?
+    fi
+    command -v bash >/dev/null 2>&1 || return 1
+    bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+# na_free_port [EXCLUDE...]: print a random TCP port in 20000..59999 that
+# nothing uses now (no listener, no connection in any state, e.g. TIME_WAIT)
+# and that is not one of EXCLUDE (ports already picked by this script).
+# A port is only checked, not reserved: the caller binds it right away.
+# Returns 1 (prints nothing) when 200 tries found none.
+na_free_port() {
+    _na_try=0
+    while [ "$_na_try" -lt 200 ]; do
+        _na_try=$((_na_try + 1))
+        _na_p=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+        _na_p=$((20000 + _na_p % 40000))
+        _na_dup=0
+        for _na_x in "$@"; do
+            [ "$_na_x" = "$_na_p" ] && _na_dup=1
+        done
+        [ "$_na_dup" = 1 ] && continue
+        na_port_busy "$_na_p" && continue
+        echo "$_na_p"
+        return 0
+    done
+    return 1
 }

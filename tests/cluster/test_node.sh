@@ -1,8 +1,9 @@
 #!/bin/sh
-# tests/cluster/test_node.sh CLIENT SCENARIO PORT
+# tests/cluster/test_node.sh CLIENT SCENARIO [PORT]
 # Storage nodes started by `nearattn node` / `nearattn launch` / mpirun, served
-# to tests/cluster/node_client.c (CLIENT). PORT and PORT+1 are s0's and s1's
-# ports (distinct per scenario), PORT+2 an extra node's.
+# to tests/cluster/node_client.c (CLIENT). s0's, s1's and an extra node's ports
+# are picked free at run time (na_free_port, tests/cluster/proc.sh), so that
+# overlapping runs never collide; PORT is accepted and ignored (older callers).
 #   basic      s0 (head partition over 2 slots) and s1: attention checked against
 #              the ref kernels (f32 and f16 on the wire); SIGTERM -> clean exit
 #   request    the same with request partition
@@ -25,7 +26,6 @@
 set -u
 CLIENT=$1
 SCEN=$2
-PORT=$3
 BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
 SRC=${NA_SOURCE_DIR:?}
 SHARED=${NA_SHARED_DIR:-$SRC/../shared}
@@ -38,6 +38,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP PIPE
+PORT0=$(na_free_port) && PORT1=$(na_free_port "$PORT0") && PORT2=$(na_free_port "$PORT0" "$PORT1") ||
+    { echo "FAIL: no free TCP port found"; exit 1; }
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 fail() {
     echo "FAIL: $*"
@@ -54,7 +56,7 @@ wait_line() {   # FILE PATTERN SECONDS
     return 1
 }
 layout() {      # PARTITION -> $DIR/layout.yaml
-    sed -e "s|@PORT0@|$PORT|" -e "s|@PORT1@|$((PORT + 1))|" -e "s|@KV@|$DIR/kv|" \
+    sed -e "s|@PORT0@|$PORT0|" -e "s|@PORT1@|$PORT1|" -e "s|@KV@|$DIR/kv|" \
         -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
         -e "s|@PARTITION@|$1|" -e "s|tls: auto|tls: ${TLS:-auto}|" \
         "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
@@ -233,10 +235,10 @@ late)
     node s1                                   # listed in the layout, started by hand later
     wait_line "$DIR/disc.log" "^CONNECTED s1" 20 || fail "discover: late s1 not used"
     # an extra node not in the layout, then added to the layout file
-    node s9 --listen "127.0.0.1:$((PORT + 2))" --kv-dir "$DIR/kv/s9" --ssd-mb 16 --dram-mb 8 \
+    node s9 --listen "127.0.0.1:$PORT2" --kv-dir "$DIR/kv/s9" --ssd-mb 16 --dram-mb 8 \
         --shape 5:8:4:8                       # stories260K's shape, no model file needed
-    client cl_c --connect "127.0.0.1:$((PORT + 2))" --scenario basic --requests 2 --steps 2
-    awk -v p="$((PORT + 2))" -v kv="$DIR/kv/s9x" '/^#EXTRA/ {
+    client cl_c --connect "127.0.0.1:$PORT2" --scenario basic --requests 2 --steps 2
+    awk -v p="$PORT2" -v kv="$DIR/kv/s9x" '/^#EXTRA/ {
             print "  - name: s9"; print "    host: 127.0.0.1"; print "    port: " p
             print "    devices:"; print "      - { path: \"" kv "\", dram_mb: 8, ssd_mb: 16 }"
             next } { print }' "$DIR/layout.yaml" >"$DIR/layout.new"

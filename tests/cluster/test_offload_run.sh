@@ -21,6 +21,8 @@
 #           answering with a wrong GQA ratio, then with an extra entry: it is
 #           dropped with a reason naming it, its requests are re-placed on the
 #           other node, every text is the monolithic one, nothing hangs
+#   late    s1 down when the run starts, started during it: it joins and the
+#           texts are the monolithic ones
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -300,6 +302,33 @@ kill)
         echo "ok: kill of the only node ($(grep -c "FAILED" "$DIR/kill1.off") request(s) failed naming s0)"
     else
         echo "note: generation finished before the kill; only completion is checked"
+    fi
+    ;;
+late)
+    # s1 is down when the run starts; started by hand during the run, it is
+    # connected and takes new requests; every text is the monolithic one
+    L=$(layout late2 2 request 1 auto auto 2 false "$STORIES" "$STOK")
+    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/late.txt"
+    na_bg "$DIR/l0.out" "$DIR/l0.err" "$BIN" node --config "$L" --name s0
+    n=0
+    while ! grep -q READY "$DIR/l0.out"; do
+        n=$((n + 1)); [ $n -gt 200 ] && fail "late: s0 not ready"; sleep 0.1
+    done
+    "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/late.txt" \
+        -n 400 --temp 0 --threads 1 --batch 2 > "$DIR/late.mono" 2>/dev/null || fail "late: monolithic failed"
+    na_bg "$DIR/late.off" "$DIR/late.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
+        --prompts "$DIR/late.txt" -n 400 --temp 0 --threads 1 --batch 2
+    RP=$NA_PID
+    sleep 0.3
+    na_bg "$DIR/l1.out" "$DIR/l1.err" "$BIN" node --config "$L" --name s1
+    wait "$RP" || fail "late: run failed"
+    sort "$DIR/late.mono" > "$DIR/a.s"; sort "$DIR/late.off" > "$DIR/b.s"
+    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s" | head; fail "late: text differs"; }
+    if grep -q "storage node s1 joined" "$DIR/late.err"; then
+        grep -q "peer c0 .* connected" "$DIR/l1.err" || fail "late: s1 never saw c0"
+        echo "ok: late (s1 joined during the run, text as monolithic)"
+    else
+        echo "note: the run ended before s1 was up; only completion is checked"
     fi
     ;;
 *)

@@ -10,9 +10,11 @@
 #                           docs/transport.md)
 #   trio-shm | trio-tcp     2 servers + 1 client talking to both at once
 #   mpirun                  the trio under `mpirun -n 3` (rank from the environment)
-#   kill-tcp | kill-shm     kill -9 of a client: the server reports the loss in time
-#                           and serves the next client (kill-shm: over posix/sysv,
-#                           errmode cm, checked from the lanes)
+#   kill-tcp | kill-shm     kill -9 of a client: the server reports the loss in time,
+#                           keeps serving a client connected before the kill (5
+#                           checked rounds after the loss) and serves the next
+#                           client (kill-shm: over posix/sysv, errmode cm, checked
+#                           from the lanes)
 #   secret                  a client with the wrong secret is refused; server keeps serving
 #   garbage                 a malformed message drops that peer only
 #   order-shm | order-tcp   bursts of mixed eager / rendezvous messages: answers keep
@@ -133,17 +135,28 @@ mpirun)
     ;;
 kill-tcp|kill-shm)
     tls=${SCEN#kill-}
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 2 --tls $tls $COMMON
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 3 --tls $tls $COMMON
     P0=$(port_of s0)
+    # a peer connected before the kill, echoing all along; once $DIR/killed
+    # exists it must complete 5 more checked rounds (served after the kill)
+    start steady "$PEER" client --name steady --connect 127.0.0.1:$P0 --tls $tls \
+        --sizes "$DECODE,1048576" --until-file "$DIR/killed" --rounds 5 $COMMON
     start victim "$PEER" client --name victim --connect 127.0.0.1:$P0 --tls $tls \
         --sizes 4096,1048576 --forever $COMMON
     wait_line "$DIR/s0.log" "ACCEPTED victim" 10 || fail "victim did not connect"
+    wait_line "$DIR/s0.log" "ACCEPTED steady" 10 || fail "steady peer did not connect"
     sleep 0.3
     lanes "$DIR/s0.log" "$tls"
     kill -9 "$PID_victim"
     wait "$PID_victim" 2>/dev/null
     # the loss must be reported within the transport timeout (+ slack)
     wait_line "$DIR/s0.log" "LOST victim" 6 || fail "server did not report the lost peer in time"
+    : >"$DIR/killed"
+    finish steady
+    grep -q "^UNTIL steady" "$DIR/steady.log" || fail "steady peer did not see the kill"
+    grep -q "^OK steady" "$DIR/steady.log" ||
+        fail "the peer connected before the kill was not served after it"
+    grep -q "LOST steady" "$DIR/s0.log" && fail "the steady peer was lost too"
     start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls $tls \
         --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
     finish c1

@@ -15,6 +15,8 @@
  *       own check of our proof is what refuses a wrong secret), --burst N:
  *       per round send N echoes of the sizes (cycling) to the first server
  *       before reading any answer; answers must come back in order.
+ *       --until-file F: paced rounds (20 ms apart) until file F exists, then
+ *       --rounds R more (printing "UNTIL <name>" when F is seen), then BYE.
  *   xp_peer mpi --base-port P [common options]
  *       Rank from the launcher (rdma/bootstrap.h): rank 0 is the client of
  *       ranks 1..size-1, which serve at base-port + rank - 1.
@@ -42,6 +44,7 @@
 
 typedef struct {
     const char *role, *listen, *connect, *name, *secret, *tls, *sizes, *errmode;
+    const char *until_file;     /* client: paced rounds until it exists, then --rounds more */
     int clients, rounds, forever, expect_refused, garbage, timeout_ms, max_ms, base_port;
     int skip_server_proof, burst;
 } peer_args_t;
@@ -330,7 +333,7 @@ static int peer_client(const peer_args_t *a, const char *connect)
     char list[512], *tok, *save = NULL;
     na_xp_ep_t *eps[PEER_MAX_SERVERS];
     size_t sizes[PEER_MAX_SIZES], max_size = 0;
-    int n_eps = 0, n_sizes = 0, r, i, rc = 0;
+    int n_eps = 0, n_sizes = 0, r, i, rc = 0, extra = -1;   /* extra: rounds left after --until-file */
     uint32_t seq = 1;
     uint8_t *want = NULL;
     na_xp_t *xp;
@@ -391,7 +394,21 @@ static int peer_client(const peer_args_t *a, const char *connect)
         rc = 1;
         goto out;
     }
-    for (r = 0; a->forever || r < a->rounds; r++) {
+    for (r = 0; ; r++) {
+        if (!a->forever && a->until_file == NULL && r >= a->rounds)
+            break;
+        if (a->until_file != NULL) {
+            if (extra < 0 && access(a->until_file, F_OK) == 0) {
+                extra = a->rounds;
+                printf("UNTIL %s: %s seen after %d rounds, %d more\n", a->name, a->until_file,
+                       r, extra);
+                fflush(stdout);
+            }
+            if (extra == 0)
+                break;
+            if (extra > 0)
+                extra--;
+        }
         if (a->burst > 0) {
             if (peer_burst(xp, eps[0], sizes, n_sizes, a->burst, &seq, a->name, a->timeout_ms)) {
                 rc = 1;
@@ -405,7 +422,7 @@ static int peer_client(const peer_args_t *a, const char *connect)
                 goto out;
             }
         }
-        if (a->forever)
+        if (a->forever || (a->until_file != NULL && extra < 0))
             usleep(20000);
     }
     if (getenv("XP_PEER_DESCRIBE") != NULL)
@@ -500,6 +517,7 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--max-ms")) a.max_ms = atoi(v);
         else if (!strcmp(k, "--base-port")) a.base_port = atoi(v);
         else if (!strcmp(k, "--burst")) a.burst = atoi(v);
+        else if (!strcmp(k, "--until-file")) a.until_file = v;
         else {
             fprintf(stderr, "xp_peer: unknown option %s\n", k);
             return 2;

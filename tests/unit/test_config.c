@@ -64,6 +64,8 @@ static const bad_case_t bad_cases[] = {
     { "empty.yaml",             1,  1, "empty layout" },
     { "root-list.yaml",         1,  1, "expected a mapping" },
     { "key-not-scalar.yaml",   10,  7, "must be a plain name" },
+    { "engine-unbuilt.yaml",    9, 46, "engine csd is not built into this nearattn (available: cpu)" },
+    { "device-unbuilt.yaml",    3, 42, "device cuda is not built into this nearattn (available: cpu)" },
 };
 
 /* Load a bad layout: it must fail, the message must hold "file:L:C:" and the
@@ -233,6 +235,20 @@ static void test_good_details(void)
         NA_CHECK(!cfg->nodes[2].is_local);
         NA_CHECK(cfg->nodes[5].devices[3].engine == NA_CFG_ENGINE_CSD);
         NA_CHECK(cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL);
+        /* remote hosts with engines not built here: loads, the plan warns */
+        {
+            char *plan = NULL;
+            size_t plan_len = 0;
+            FILE *f = open_memstream(&plan, &plan_len);
+            if (f != NULL) {
+                na_cfg_print_plan(cfg, f);
+                fclose(f);
+                NA_CHECK(strstr(plan, "WARNING: engine csd is not built into this nearattn "
+                                      "(available: cpu)") != NULL);
+                NA_CHECK(strstr(plan, "WARNING: device cuda is not built") != NULL);
+                free(plan);
+            }
+        }
         na_cfg_destroy(cfg);
     }
 }

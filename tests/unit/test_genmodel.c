@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -262,6 +263,49 @@ static void check_bad_options(void)
     NA_CHECK(strstr(na_errmsg(), "/nonexistent-dir/x.bin") != NULL);
 }
 
+/* Shapes whose files would not fit are refused before anything is written:
+ * over the cap (NA_ERR_RANGE), over the free space of the target file
+ * system (NA_ERR_NOSPACE, when that is below the cap). */
+static void check_space_refusal(const char *dir)
+{
+    char prefix[600], path[700];
+    na_genmodel_opts_t o;
+    struct statvfs sv;
+    int l;
+
+    snprintf(prefix, sizeof(prefix), "%s/huge", dir);
+    snprintf(path, sizeof(path), "%s.bin", prefix);
+    na_genmodel_defaults(&o);
+    o.dim = 65536;
+    o.hidden_dim = 262144;
+    o.n_layers = 1024;
+    o.n_heads = o.n_kv_heads = 256;
+    NA_CHECK_OK(na_genmodel_check(&o));
+    NA_CHECK(na_genmodel_total_bytes(&o) > NA_GENMODEL_MAX_BYTES);
+    NA_CHECK(na_genmodel_write(prefix, &o) == NA_ERR_RANGE);
+    NA_CHECK(strstr(na_errmsg(), "cap") != NULL);
+    NA_CHECK(access(path, F_OK) != 0);
+    /* the default model fits and is counted at least at its real size */
+    na_genmodel_defaults(&o);
+    NA_CHECK_OK(na_genmodel_check_space(prefix, &o));
+    /* just over the free space of the temporary directory's file system */
+    if (statvfs(dir, &sv) != 0)
+        return;
+    o.dim = 4096;
+    o.hidden_dim = 16384;
+    o.n_heads = o.n_kv_heads = 32;
+    for (l = 1; l <= 1024; l++) {
+        o.n_layers = l;
+        if (na_genmodel_total_bytes(&o) > (uint64_t)sv.f_bavail * sv.f_frsize)
+            break;
+    }
+    if (l > 1024 || na_genmodel_total_bytes(&o) > NA_GENMODEL_MAX_BYTES)
+        return;                         /* more free space than the cap */
+    NA_CHECK(na_genmodel_write(prefix, &o) == NA_ERR_NOSPACE);
+    NA_CHECK(strstr(na_errmsg(), "free") != NULL);
+    NA_CHECK(access(path, F_OK) != 0);
+}
+
 /* Larger vocabularies: minimum size and a llama-sized one. */
 static void check_vocab_sizes(const char *dir)
 {
@@ -346,6 +390,7 @@ int main(void)
         check_formats(dir, (na_dtype_t)dt, dt == NA_DTYPE_F16 || dt == NA_DTYPE_Q8_0);
     check_determinism_and_scale(dir);
     check_bad_options();
+    check_space_refusal(dir);
     check_vocab_sizes(dir);
     check_cli(dir);
     na_test_rmtree(dir);

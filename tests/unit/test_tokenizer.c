@@ -242,6 +242,11 @@ static void check_bad_files(const char *src, const char *dir)
         NA_CHECK(strstr(na_errmsg(), "token 0") && strstr(na_errmsg(), "length"));
     }
     NA_CHECK(na_tokenizer_create_llama2c("/nonexistent/tok.bin", 512, &t) == NA_ERR_IO);
+    /* a directory opens but is no tokenizer: a clear error, not a huge malloc */
+    NA_CHECK(na_tokenizer_create_llama2c(dir, 512, &t) == NA_ERR_FORMAT);
+    NA_CHECK(strstr(na_errmsg(), "not a regular file") != NULL);
+    NA_CHECK(na_tokenizer_open(dir, 512, &t) == NA_ERR_FORMAT);
+    NA_CHECK(strstr(na_errmsg(), "not a regular file") != NULL);
     free(buf);
 }
 
