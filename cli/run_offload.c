@@ -223,7 +223,7 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
                 s->idle_s);
     } else {
         fprintf(stderr, "time split of the run: the storage nodes' own attention and disk "
-                "times are unknown here (%s service)\n", s->svc.node_parts ? "?" : "no remote");
+                "times are not reported by this attention service\n");
     }
     fprintf(stderr,
             "wire: %llu messages / %llu bytes sent, %llu / %llu received; prompt KV shipped "
