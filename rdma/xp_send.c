@@ -8,6 +8,9 @@
 
 #include "rdma/xp_internal.h"
 
+/* Largest message sent with UCP_OP_ATTR_FLAG_FAST_CMPL (see xp_am_send). */
+#define XP_FAST_CMPL_MAX ((size_t)256 << 10)
+
 /* Issue ucp_am_send_nbx on id with the header kept in op. */
 static void *xp_am_send(na_xp_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
                         const void *data, size_t len, const na_xp_buf_t *buf)
@@ -15,7 +18,15 @@ static void *xp_am_send(na_xp_ep_t *ep, unsigned id, const void *hdr, size_t hdr
     ucp_request_param_t p;
 
     memset(&p, 0, sizeof(p));
+    /* Up to 256 KiB (UCX_RNDV_SEND_NBR_THRESH's default) ask for fast local
+     * completion: UCX then sends eagerly, as ucx_perftest's messages go,
+     * where the ep's rendezvous threshold (a few KiB over shared memory)
+     * would add a control round trip per message (24 KiB round trip over shm
+     * 10.4 -> 6.3 us, 192 KiB 50 -> 35 us). Larger messages keep UCX's own
+     * choice (zero-copy rendezvous). */
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    if (len <= XP_FAST_CMPL_MAX)
+        p.op_attr_mask |= UCP_OP_ATTR_FLAG_FAST_CMPL;
     p.flags = UCP_AM_SEND_FLAG_REPLY;        /* the receiver learns which ep sent it */
     if (buf != NULL) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
