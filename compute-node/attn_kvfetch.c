@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/storage_client.h"
+#include "rdma/xp_cfg.h"
 
 #define KF_MAX_NODES 64
 #define KF_MAX_BATCH 64
@@ -449,21 +450,7 @@ na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t 
     p->cfg = cfg;
     p->kern = kern;
     p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
-    memset(&xo, 0, sizeof(xo));
-    xo.name = name;
-    xo.cluster = cfg->cluster.name;
-    xo.role = NA_WIRE_ROLE_COMPUTE;
-    switch (cfg->transport.tls_kind) {
-    case NA_CFG_TLS_SHM: xo.tls = NA_XP_TLS_SHM; break;
-    case NA_CFG_TLS_TCP: xo.tls = NA_XP_TLS_TCP; break;
-    case NA_CFG_TLS_RAW: xo.tls = NA_XP_TLS_RAW; break;
-    default:             xo.tls = NA_XP_TLS_AUTO; break;
-    }
-    xo.tls_raw = cfg->transport.tls;
-    xo.secret = cfg->secret;
-    xo.secret_len = cfg->secret_len;
-    xo.timeout_ms = (int)cfg->transport.timeout_ms;
-    xo.max_msg = (size_t)NA_WIRE_MAX_PAYLOAD;
+    na_xp_opts_from_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, (size_t)NA_WIRE_MAX_PAYLOAD, &xo);
     st = na_xp_create(&xo, &p->xp);
     if (st != NA_OK) {
         free(p);

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "compute-node/replica.h"
+#include "rdma/xp_cfg.h"
 
 #define NA_REP_QMAX   64        /* contexts received while waiting for an answer */
 #define NA_REP_WAIT_MS 200      /* one wait slice */
@@ -29,21 +30,7 @@ struct na_rep {
 
 void na_rep_xp_opts(const na_cfg_t *cfg, const char *name, na_xp_opts_t *xo)
 {
-    memset(xo, 0, sizeof(*xo));
-    xo->name = name;
-    xo->cluster = cfg->cluster.name;
-    xo->role = NA_WIRE_ROLE_COMPUTE;
-    switch (cfg->transport.tls_kind) {
-    case NA_CFG_TLS_SHM: xo->tls = NA_XP_TLS_SHM; break;
-    case NA_CFG_TLS_TCP: xo->tls = NA_XP_TLS_TCP; break;
-    case NA_CFG_TLS_RAW: xo->tls = NA_XP_TLS_RAW; break;
-    default:             xo->tls = NA_XP_TLS_AUTO; break;
-    }
-    xo->tls_raw = cfg->transport.tls;
-    xo->secret = cfg->secret;
-    xo->secret_len = cfg->secret_len;
-    xo->timeout_ms = (int)cfg->transport.timeout_ms;
-    xo->max_msg = (size_t)NA_WIRE_MAX_PAYLOAD;
+    na_xp_opts_from_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, (size_t)NA_WIRE_MAX_PAYLOAD, xo);
 }
 
 na_status_t na_rep_send_msg(na_xp_ep_t *ep, const na_wire_msg_t *m, uint64_t *bytes_p)

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/model.h"
+#include "rdma/xp_cfg.h"
 #include "storage-node/node_internal.h"
 
 #define NA_NODE_DEFAULT_PEERS 64
@@ -222,22 +223,9 @@ static na_status_t na_node_xp_init(na_node_t *n)
      * run closed are in TIME_WAIT (SO_REUSEADDR; a live listener still makes
      * the port "taken"). UCX reads this when the context is created. */
     (void)setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
-    memset(&xo, 0, sizeof(xo));
-    xo.name = n->name;
-    xo.cluster = cfg->cluster.name;
-    xo.role = NA_WIRE_ROLE_STORAGE;
+    /* max_msg: one PREFILL_KV layer chunk; bounds a hostile peer */
+    na_xp_opts_from_cfg(cfg, n->name, NA_WIRE_ROLE_STORAGE, (size_t)256 << 20, &xo);
     xo.heartbeat_ms = n->heartbeat_ms;
-    switch (cfg->transport.tls_kind) {
-    case NA_CFG_TLS_SHM: xo.tls = NA_XP_TLS_SHM; break;
-    case NA_CFG_TLS_TCP: xo.tls = NA_XP_TLS_TCP; break;
-    case NA_CFG_TLS_RAW: xo.tls = NA_XP_TLS_RAW; break;
-    default:             xo.tls = NA_XP_TLS_AUTO; break;
-    }
-    xo.tls_raw = cfg->transport.tls;
-    xo.secret = cfg->secret;
-    xo.secret_len = cfg->secret_len;
-    xo.timeout_ms = (int)cfg->transport.timeout_ms;
-    xo.max_msg = (size_t)256 << 20;   /* one PREFILL_KV layer chunk; bounds a hostile peer */
     return na_xp_create(&xo, &n->xp);
 }
 
