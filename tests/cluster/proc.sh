@@ -81,7 +81,16 @@ na_port_busy() {
     bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
 }
 
-# na_free_port [EXCLUDE...]: print a random TCP port in 20000..59999 that
+# na_port_top: the first port of the kernel's ephemeral range (outgoing
+# connections take ports from there at any moment, so ours stay below it).
+na_port_top() {
+    _na_lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null | tr -d ' ')
+    case "$_na_lo" in ''|*[!0-9]*) _na_lo=32768 ;; esac
+    [ "$_na_lo" -gt 21000 ] || _na_lo=32768
+    echo "$_na_lo"
+}
+
+# na_free_port [EXCLUDE...]: print a random TCP port from 20000 up to the ephemeral range that
 # nothing uses now (no listener, no connection in any state, e.g. TIME_WAIT)
 # and that is not one of EXCLUDE (ports already picked by this script).
 # A port is only checked, not reserved: the caller binds it right away.
@@ -91,7 +100,7 @@ na_free_port() {
     while [ "$_na_try" -lt 200 ]; do
         _na_try=$((_na_try + 1))
         _na_p=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
-        _na_p=$((20000 + _na_p % 40000))
+        _na_p=$((20000 + _na_p % ($(na_port_top) - 20000)))
         _na_dup=0
         for _na_x in "$@"; do
             [ "$_na_x" = "$_na_p" ] && _na_dup=1
@@ -100,6 +109,26 @@ na_free_port() {
         na_port_busy "$_na_p" && continue
         echo "$_na_p"
         return 0
+    done
+    return 1
+}
+
+# na_free_ports N: print the first of N consecutive TCP ports from 20000 up to the ephemeral range
+# that nothing uses now (see na_free_port). Returns 1 when 200 tries found none.
+na_free_ports() {
+    _na_try=0
+    while [ "$_na_try" -lt 200 ]; do
+        _na_try=$((_na_try + 1))
+        _na_b=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+        _na_b=$((20000 + _na_b % ($(na_port_top) - 20000 - $1)))
+        _na_i=0
+        while [ "$_na_i" -lt "$1" ] && ! na_port_busy $((_na_b + _na_i)); do
+            _na_i=$((_na_i + 1))
+        done
+        if [ "$_na_i" -eq "$1" ]; then
+            echo "$_na_b"
+            return 0
+        fi
     done
     return 1
 }

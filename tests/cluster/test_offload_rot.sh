@@ -23,6 +23,9 @@ export TMPDIR="$DIR"          # logs of the nodes `run` starts
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 
 . "$SRC/tests/cluster/proc.sh"
+# PORT from the command line is only a fallback: pick free ports at run time
+# so overlapping runs (Release and ASan, two developers) never collide.
+PORT=$(na_free_ports 34) || PORT=$1
 # na_bg OUT ERR CMD...: start CMD in a session of its own (tests/cluster/proc.sh),
 # stdout to OUT, stderr to ERR; its pid (= session id) in NA_PID.
 na_bg() {
