@@ -132,3 +132,22 @@ na_free_ports() {
     done
     return 1
 }
+
+# na_bg OUT ERR CMD...: start CMD in a session of its own,
+# stdout to OUT, stderr to ERR; its pid (= session id) in NA_PID.
+na_bg() {
+    _o=$1; _e=$2; shift 2
+    if [ "$_o" = "$_e" ]; then
+        setsid "$@" >"$_o" 2>&1 &
+    else
+        setsid "$@" >"$_o" 2>"$_e" &
+    fi
+    NA_PID=$!
+    NA_SIDS="$NA_SIDS $NA_PID"
+}
+# na_fg OUT ERR CMD...: na_bg and wait for it; returns its exit status. A
+# signal to this script interrupts the wait and na_reap stops the session.
+na_fg() {
+    na_bg "$@"
+    wait "$NA_PID"
+}

@@ -43,24 +43,6 @@ export TMPDIR="$DIR"          # logs of the storage nodes `run` starts
 # PORT from the command line is only a fallback: pick free ports at run time
 # so overlapping runs (Release and ASan, two developers) never collide.
 PORT=$(na_free_ports 5) || PORT=$2
-# na_bg OUT ERR CMD...: start CMD in a session of its own (tests/cluster/proc.sh),
-# stdout to OUT, stderr to ERR; its pid (= session id) in NA_PID.
-na_bg() {
-    _o=$1; _e=$2; shift 2
-    if [ "$_o" = "$_e" ]; then
-        setsid "$@" >"$_o" 2>&1 &
-    else
-        setsid "$@" >"$_o" 2>"$_e" &
-    fi
-    NA_PID=$!
-    NA_SIDS="$NA_SIDS $NA_PID"
-}
-# na_fg OUT ERR CMD...: na_bg and wait for it; returns its exit status. A
-# signal to this script interrupts the wait and na_reap stops the session.
-na_fg() {
-    na_bg "$@"
-    wait "$NA_PID"
-}
 cleanup() {
     na_reap
     rm -rf "$DIR"
