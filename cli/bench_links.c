@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli/e2e_sweep.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define LK_READY_MS 30000
@@ -44,13 +45,6 @@ int na_link_parse(const char *s)
         if (!strcmp(s, lk_names[i]))
             return i;
     return -1;
-}
-
-static double lk_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Run a shell command quietly; 0 when it exited 0. */
@@ -194,7 +188,7 @@ na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *
         char name[16], log[600], buf[512];
         char *argv[] = { (char *)exe, "node", "--config", (char *)cfg_path, "--name", name, NULL };
         size_t have = 0;
-        double t0 = lk_now();
+        double t0 = na_now_s();
         int ready = 0;
 
         snprintf(name, sizeof(name), "s%d", j);
@@ -203,7 +197,7 @@ na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *
         if (nd->pid[j] < 0)
             return na_err(NA_ERR_IO, "fork: %s", strerror(errno));
         nd->n = j + 1;
-        while (!ready && lk_now() - t0 < LK_READY_MS / 1000.0) {
+        while (!ready && na_now_s() - t0 < LK_READY_MS / 1000.0) {
             struct pollfd pf = { nd->fd[j], POLLIN, 0 };
             ssize_t n;
             if (poll(&pf, 1, 100) <= 0)
@@ -227,7 +221,7 @@ na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *
 
 void na_e2e_nodes_stop(na_e2e_nodes_t *nd)
 {
-    double t0 = lk_now();
+    double t0 = na_now_s();
     int i, left;
 
     for (i = 0; i < nd->n; i++)
@@ -245,7 +239,7 @@ void na_e2e_nodes_stop(na_e2e_nodes_t *nd)
         }
         if (left)
             usleep(20000);
-    } while (left && lk_now() - t0 < 5.0);
+    } while (left && na_now_s() - t0 < 5.0);
     for (i = 0; i < nd->n; i++) {
         if (nd->pid[i] > 0) {
             kill(nd->pid[i], SIGKILL);
@@ -262,7 +256,7 @@ int na_e2e_run_capture(const na_link_t *l, char *const *argv, char *out, size_t 
 {
     int fd, status = 0;
     size_t have = 0;
-    double t0 = lk_now();
+    double t0 = na_now_s();
     pid_t pid = lk_spawn(l != NULL ? l->ns_b : NULL, argv, NULL, &fd);
 
     if (pid < 0)
@@ -271,7 +265,7 @@ int na_e2e_run_capture(const na_link_t *l, char *const *argv, char *out, size_t 
     for (;;) {
         struct pollfd pf = { fd, POLLIN, 0 };
         ssize_t n;
-        if (lk_now() - t0 > timeout_s) {
+        if (na_now_s() - t0 > timeout_s) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
             close(fd);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/run_offload.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/replica.h"
@@ -30,17 +31,10 @@ struct na_run_cluster {
     int   n;
 };
 
-static double na_ro_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* SIGTERM every started node, wait a bounded time, then SIGKILL. */
 void na_run_cluster_stop(na_run_cluster_t *c)
 {
-    double t0 = na_ro_now();
+    double t0 = na_now_s();
     int i, left;
 
     if (c == NULL)
@@ -60,7 +54,7 @@ void na_run_cluster_stop(na_run_cluster_t *c)
         }
         if (left > 0)
             usleep(20000);
-    } while (left > 0 && na_ro_now() - t0 < NA_RUN_STOP_MS / 1000.0);
+    } while (left > 0 && na_now_s() - t0 < NA_RUN_STOP_MS / 1000.0);
     for (i = 0; i < c->n; i++) {
         if (c->pid[i] > 0) {
             kill(c->pid[i], SIGKILL);
@@ -95,9 +89,9 @@ static na_status_t na_run_wait_ready(na_run_cluster_t *c, int i, const char *nam
 {
     char buf[512];
     size_t have = 0;
-    double t0 = na_ro_now();
+    double t0 = na_now_s();
 
-    while (na_ro_now() - t0 < NA_RUN_READY_MS / 1000.0) {
+    while (na_now_s() - t0 < NA_RUN_READY_MS / 1000.0) {
         struct pollfd pf = { c->fd[i], POLLIN, 0 };
         ssize_t n;
         if (poll(&pf, 1, 100) <= 0)

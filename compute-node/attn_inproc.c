@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_service.h"
 #include "storage-node/slot.h"
@@ -54,13 +55,6 @@ typedef struct {
     int               n_done;
     na_asvc_stats_t   st;
 } na_inproc_t;
-
-static double ip_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static na_inproc_req_t *ip_find(na_inproc_t *p, uint64_t id)
 {
@@ -116,7 +110,7 @@ static na_status_t ip_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     na_inproc_t *p = (na_inproc_t *)s;
     na_inproc_req_t *r = ip_find(p, req);
     size_t esz = na_dtype_bytes(dtype, 1);
-    double t0 = ip_now();
+    double t0 = na_now_s();
     na_status_t st = NA_OK;
     int i;
 
@@ -130,7 +124,7 @@ static na_status_t ip_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
                              (size_t)s->kv_dim, n_tok);
     }
     p->st.prefill_bytes += 2u * (uint64_t)n_tok * (uint64_t)s->kv_dim * esz;
-    p->st.prefill_s += ip_now() - t0;
+    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 
@@ -168,7 +162,7 @@ static void ip_finish(na_inproc_t *p, int bi)
                      r->ae[j].reason[0] ? r->ae[j].reason : na_status_string(e->status));
         }
     }
-    p->st.attn_s += ip_now() - r->t0;
+    p->st.attn_s += na_now_s() - r->t0;
     p->done[p->n_done++] = bi;
     r->active = 0;
 }
@@ -261,7 +255,7 @@ static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
     run->active = 1;
     run->seq = ++p->seq;
     run->e = e;
-    run->t0 = ip_now();
+    run->t0 = na_now_s();
     p->st.decode_entries += (uint64_t)n;
     for (sl = 0, j = 0; sl < p->n_slots; j += count[sl], sl++) {
         na_attn_engine_t *eng = na_slot_engine(p->slots[sl]);

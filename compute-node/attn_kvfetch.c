@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/storage_client.h"
@@ -63,13 +64,6 @@ typedef struct {
     void         *kb, *vb;          /* [cap][kv_dim] rows in kv_dtype for attn_decode */
     na_asvc_stats_t st;
 } kf_t;
-
-static double kf_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static kf_req_t *kf_find(kf_t *p, uint64_t id)
 {
@@ -186,7 +180,7 @@ static na_status_t kf_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     kf_t *p = (kf_t *)s;
     kf_req_t *r = kf_find(p, req);
     na_wire_kv_t kv;
-    double t0 = kf_now();
+    double t0 = na_now_s();
     na_status_t st;
 
     if (r == NULL)
@@ -209,7 +203,7 @@ static na_status_t kf_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     if (st == NA_ERR_PEER)
         kf_node_lost(p, r->node, na_errmsg());
     p->st.prefill_bytes += 2 * na_dtype_bytes(dtype, (size_t)n_tok * (size_t)s->kv_dim);
-    p->st.prefill_s += kf_now() - t0;
+    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 
@@ -250,7 +244,7 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
         kf_entry_fail(x, NA_ERR_NOMEM, na_errmsg());
         return;
     }
-    t0 = kf_now();
+    t0 = na_now_s();
     if (x->pos > 0) {
         na_wire_kv_fetch_t f;
         memset(&f, 0, sizeof(f));
@@ -285,21 +279,21 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
         if (st != NA_OK)
             goto err_net;
     }
-    p->st.send_s += kf_now() - t0;
+    p->st.send_s += na_now_s() - t0;
     /* fetched rows were stored in kv_dtype on the node: converting back is exact */
     kf_store_rows(p->kv_dtype, p->kf, (size_t)x->pos * kvd, p->kb);
     kf_store_rows(p->kv_dtype, p->vf, (size_t)x->pos * kvd, p->vb);
-    t0 = kf_now();
+    t0 = na_now_s();
     p->kern->ops->attn_decode(p->kern, x->o, x->q, p->kb, p->vb, p->kv_dtype, x->pos + 1,
                               mc->n_heads, mc->n_kv_heads, mc->head_dim);
     st = p->kern->ops->sync(p->kern);
-    p->st.attn_s += kf_now() - t0;
+    p->st.attn_s += na_now_s() - t0;
     if (st != NA_OK)
         kf_entry_fail(x, st, na_errmsg());
     return;
 
 err_net:
-    p->st.send_s += kf_now() - t0;
+    p->st.send_s += na_now_s() - t0;
     if (st == NA_ERR_PEER || st == NA_ERR_TIMEOUT) {
         kf_node_lost(p, r->node, na_errmsg());
         kf_entry_fail(x, NA_ERR_PEER, nd->why);

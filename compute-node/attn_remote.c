@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_service.h"
 #include "compute-node/storage_client.h"
@@ -120,13 +121,6 @@ static void rm_copy(char *dst, size_t cap, const char *src)
     size_t n = strnlen(src, cap - 1);
     memmove(dst, src, n);
     dst[n] = '\0';
-}
-
-static double rm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static rm_req_t *rm_find(rm_t *p, uint64_t id)
@@ -654,7 +648,7 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     const int hd = s->mc.head_dim, nkv = s->mc.n_kv_heads;
     const int last = layer == s->mc.n_layers - 1;
     size_t esz = na_dtype_bytes(dtype, 1);
-    double t0 = rm_now();
+    double t0 = na_now_s();
     na_status_t st = NA_OK;
     int i;
 
@@ -721,7 +715,7 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
         if (st == NA_OK)
             st = wst;
     }
-    p->st.prefill_s += rm_now() - t0;
+    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 
@@ -732,7 +726,7 @@ static na_status_t rm_prefill_done(na_asvc_t *s, uint64_t req)
 {
     rm_t *p = (rm_t *)s;
     rm_req_t *r = rm_find(p, req);
-    double t0 = rm_now();
+    double t0 = na_now_s();
     na_status_t st;
 
     if (r == NULL)
@@ -741,7 +735,7 @@ static na_status_t rm_prefill_done(na_asvc_t *s, uint64_t req)
     if (!r->pf_open && r->pf_st == NA_OK)
         return NA_OK;
     st = rm_prefill_wait(p, r);
-    p->st.prefill_s += rm_now() - t0;
+    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 
@@ -751,7 +745,7 @@ static na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
     const int hd = s->mc.head_dim, qpk = s->mc.n_heads / s->mc.n_kv_heads;
     rm_batch_t *b;
     na_wire_attn_entry_t *we;
-    double t0 = rm_now();
+    double t0 = na_now_s();
     int i, j, k, c, n_chunks;
 
     if (batch < 0 || batch >= RM_MAX_BATCH || p->b[batch].active)
@@ -852,7 +846,7 @@ static na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
     }
     free(we);
     p->st.decode_entries += (uint64_t)n;
-    p->st.send_s += rm_now() - t0;
+    p->st.send_s += na_now_s() - t0;
     if (--b->pending == 0) {      /* nothing went out (all failed / empty) */
         b->active = 0;
         p->done[p->n_done++] = batch;
@@ -967,13 +961,13 @@ static void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
                 }
             }
             for (k = 0; k < RM_PINGS && n_rtt < RM_MAX_NODES * RM_PINGS; k++) {
-                double t0 = rm_now();
+                double t0 = na_now_s();
                 memset(&m, 0, sizeof(m));
                 m.type = NA_WIRE_MSG_HEARTBEAT;
                 m.u.heartbeat.send_ns = na_xp_now_ns();
                 if (rm_call(p, j, &m, 0) != NA_OK)
                     break;
-                rtt[n_rtt++] = rm_now() - t0;
+                rtt[n_rtt++] = na_now_s() - t0;
             }
         }
         out->msgs_sent += xs.msgs_sent;

@@ -1,5 +1,6 @@
 /* compute-node/generate.c — requests and the batched prefill/decode loop of
  * the monolithic engine (see generate.h). */
+#include "common/clock.h"
 #include "compute-node/generate.h"
 
 #include <stdlib.h>
@@ -72,13 +73,6 @@ void na_request_destroy(na_request_t *r)
 }
 
 /* Monotonic wall clock in seconds. */
-static double na_gen_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The state of one na_generate call: the step being built and the set of
  * admitted requests. */
 typedef struct {
@@ -162,7 +156,7 @@ static na_status_t na_gen_run_step(na_gen_t *g, int n_rows, int n_seg)
 static na_status_t na_gen_prefill(na_gen_t *g)
 {
     int max_rows = g->e->opts.max_rows;
-    double t0 = na_gen_now();
+    double t0 = na_now_s();
     na_status_t st = NA_OK;
     int i, j;
 
@@ -200,14 +194,14 @@ static na_status_t na_gen_prefill(na_gen_t *g)
                                         (size_t)i * (size_t)g->e->cfg.vocab_size);
         }
     }
-    g->stats->prefill_s += na_gen_now() - t0;
+    g->stats->prefill_s += na_now_s() - t0;
     return st;
 }
 
 /* One decode step: every request in state DECODE feeds its last token. */
 static na_status_t na_gen_decode(na_gen_t *g)
 {
-    double t0 = na_gen_now();
+    double t0 = na_now_s();
     na_status_t st;
     int i, n_seg = 0;
 
@@ -233,7 +227,7 @@ static na_status_t na_gen_decode(na_gen_t *g)
     }
     g->stats->decode_steps++;
     g->stats->decode_tokens += n_seg;
-    g->stats->decode_s += na_gen_now() - t0;
+    g->stats->decode_s += na_now_s() - t0;
     return NA_OK;
 }
 

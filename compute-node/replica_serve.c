@@ -14,6 +14,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_service.h"
 #include "compute-node/engine.h"
@@ -52,13 +53,6 @@ typedef struct {
     double          idle_s, busy_s;
     long            slices;
 } rs_t;
-
-static double rs_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Answer message h/about on ep with ACK (st == NA_OK) or ERROR (na_errmsg()). */
 static void rs_answer(rs_t *s, na_xp_ep_t *ep, const na_wire_hdr_t *h, uint64_t id,
@@ -317,10 +311,10 @@ static void rs_pump(rs_t *s, int timeout_ms)
     na_xp_msg_t *msg;
     na_wire_hdr_t h;
     na_wire_msg_t m;
-    double t0 = rs_now(), t1;
+    double t0 = na_now_s(), t1;
     na_status_t st = na_xp_recv(s->xp, timeout_ms, &msg);
 
-    t1 = rs_now();
+    t1 = na_now_s();
     if (st != NA_OK) {
         s->idle_s += t1 - t0;
         return;
@@ -347,7 +341,7 @@ static void rs_pump(rs_t *s, int timeout_ms)
             rs_dispatch(s, msg->ep, &h, &m);
     }
     na_xp_msg_release(s->xp, msg);
-    s->busy_s += rs_now() - t1;
+    s->busy_s += na_now_s() - t1;
 }
 
 static void rs_cleanup(rs_t *s)
@@ -393,13 +387,13 @@ static int rs_listening(const char *host, long port)
  * cfg listens: under `nearattn launch` they start together with us. */
 static void rs_wait_storage(const na_cfg_t *cfg, const volatile sig_atomic_t *stop)
 {
-    double t0 = rs_now();
+    double t0 = na_now_s();
     int j;
 
     for (j = 0; j < cfg->n_storage && !*stop; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         while (!rs_listening(nd->host, nd->port) && !*stop &&
-               rs_now() - t0 < RS_WAIT_NODES_S)
+               na_now_s() - t0 < RS_WAIT_NODES_S)
             usleep(100000);
     }
 }
@@ -461,10 +455,10 @@ na_status_t na_replica_serve(const na_cfg_t *cfg, const char *name,
             busy |= s.b[i].busy;
         rs_pump(&s, busy ? 0 : 20);
         if (busy) {         /* attention in flight: wait on the storage side a little */
-            double t0 = rs_now();
+            double t0 = na_now_s();
             if (na_asvc_poll(s.svc, 1, &id) == NA_OK)
                 rs_attn_done(&s, id);
-            s.idle_s += rs_now() - t0;
+            s.idle_s += na_now_s() - t0;
         }
     }
     na_log_info("replica %s: %ld slices, busy %.3f s, idle %.3f s", name, s.slices,
