@@ -1,0 +1,49 @@
+# cmake/NaAccel.cmake — find the accelerator toolkits (NA_CUDA, NA_XRT).
+#
+# Sets NA_HAVE_CUDA / NA_HAVE_XRT (0/1) and, when found, adds the compile
+# definitions of the same name to every target. Nothing here enables the CUDA
+# language: the backend issues add their sources when these are 1.
+
+# CUDA: the toolkit's runtime and cuBLAS (NCCL is optional, NA_HAVE_NCCL).
+set(NA_HAVE_CUDA 0)
+set(NA_HAVE_NCCL 0)
+if(NOT NA_CUDA STREQUAL "OFF")
+  if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cudart AND TARGET CUDA::cublas)
+    set(NA_HAVE_CUDA 1)
+    find_library(NA_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    find_path(NA_NCCL_INC nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(NA_NCCL_LIB AND NA_NCCL_INC)
+      set(NA_HAVE_NCCL 1)
+    endif()
+    message(STATUS "nearattn: CUDA ${CUDAToolkit_VERSION} found (NCCL: ${NA_HAVE_NCCL})")
+  elseif(NA_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "NA_CUDA=ON but no CUDA toolkit with cudart and cuBLAS was found "
+                        "(set CUDAToolkit_ROOT, or NA_CUDA=OFF)")
+  else()
+    message(STATUS "nearattn: CUDA toolkit not found, CUDA backend off")
+  endif()
+endif()
+
+# XRT: Debian's libxrt-dev (headers xrt/xrt_*.h, library xrt_coreutil). Its
+# xrt.pc is broken (doubled prefix), so look for the files themselves.
+set(NA_HAVE_XRT 0)
+if(NOT NA_XRT STREQUAL "OFF")
+  find_path(NA_XRT_INC xrt/xrt_device.h PATHS /usr/include /opt/xilinx/xrt/include)
+  find_library(NA_XRT_LIB xrt_coreutil PATHS /opt/xilinx/xrt/lib)
+  if(NA_XRT_INC AND NA_XRT_LIB)
+    set(NA_HAVE_XRT 1)
+    message(STATUS "nearattn: XRT found (${NA_XRT_LIB})")
+  elseif(NA_XRT STREQUAL "ON")
+    message(FATAL_ERROR "NA_XRT=ON but xrt/xrt_device.h or libxrt_coreutil was not found "
+                        "(install libxrt-dev, or NA_XRT=OFF)")
+  else()
+    message(STATUS "nearattn: XRT not found, CSD backend off")
+  endif()
+endif()
+
+add_compile_definitions(NA_HAVE_CUDA=${NA_HAVE_CUDA} NA_HAVE_NCCL=${NA_HAVE_NCCL}
+                        NA_HAVE_XRT=${NA_HAVE_XRT})
