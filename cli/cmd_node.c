@@ -42,7 +42,9 @@ static void na_node_usage(FILE *f)
         "  --rank R            layout rank (instead of the launcher's)\n"
         "  --listen HOST:PORT  listen here instead of the layout's address (required for\n"
         "                      an extra node; port 0 = any free port)\n"
-        "  --kv-dir DIR        KV directory of an extra node's one device slot\n"
+        "  --kv-dir DIR        KV directory of an extra node's one device slot; for a layout\n"
+        "                      node, device i's KV goes to DIR/dI instead of its path\n"
+        "                      (`nearattn run` gives each run's nodes a private one)\n"
         "  --dram-mb N         extra node DRAM budget (default 256)\n"
         "  --ssd-mb N          extra node SSD budget (default 1024)\n"
         "  --model FILE        model whose shape sizes the slots (default: the layout's)\n"
@@ -95,6 +97,24 @@ static int na_node_identity(const na_cfg_t *cfg, const char *name, long rank,
     }
     snprintf(buf, len, "%s", (*cn_p)->name);
     return 0;
+}
+
+/* --kv-dir for a layout storage node: device i's directory becomes DIR/dI. */
+static na_status_t na_node_move_kv(na_cfg_t *cfg, const na_cfg_node_t *cn, const char *dir)
+{
+    na_cfg_node_t *nd = &cfg->nodes[cn->rank];
+    long i;
+
+    for (i = 0; i < nd->n_devices; i++) {
+        size_t len = strlen(dir) + 24;
+        char *p = malloc(len);
+        if (p == NULL)
+            return na_err(NA_ERR_NOMEM, "node: out of memory");
+        snprintf(p, len, "%s/d%ld", dir, i);
+        free(nd->devices[i].path);
+        nd->devices[i].path = p;
+    }
+    return NA_OK;
 }
 
 /* A compute rank: nothing to serve here yet; wait for the signal. */
@@ -199,6 +219,13 @@ int na_cmd_node(int argc, char **argv)
         else
             rc = na_node_idle(cn);
         goto out_cfg;
+    }
+    if (cn != NULL && o.kv_dir != NULL) {
+        st = na_node_move_kv(cfg, cn, o.kv_dir);
+        if (st != NA_OK) {
+            rc = na_cli_fail("node", st);
+            goto out_cfg;
+        }
     }
     o.cfg = cfg;
     o.name = me;

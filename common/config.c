@@ -420,39 +420,75 @@ static na_status_t na_cfg_read_file(const char *path, size_t max, unsigned char 
     return NA_OK;
 }
 
-/* mkdir -p with mode 0700 for what it creates; the result must be a writable
- * directory. Fails with NA_ERR_IO naming the path and errno text. */
-static na_status_t na_cfg_mkdir_p(const char *path, char *why, size_t why_len)
+/* A KV directory the node can use or create when it starts (loading a
+ * layout creates nothing): path (absolute) is a writable directory, or its
+ * nearest existing ancestor is. *canon_p gets the path with that ancestor
+ * resolved (realpath) and the rest normalised (no ".", "..", "//" or
+ * trailing "/"), so that two spellings of one directory compare equal.
+ * Fails with NA_ERR_IO and the reason in why; NA_ERR_NOMEM. */
+static na_status_t na_cfg_kv_dir(const char *path, char **canon_p, char *why, size_t why_len)
 {
-    char tmp[PATH_MAX];
-    size_t i, len = strlen(path);
+    char tmp[PATH_MAX], out[PATH_MAX];
+    size_t len = strlen(path), n;
+    const char *rest;
     struct stat sb;
+    char *slash, *real;
 
     if (len == 0 || len >= sizeof(tmp)) {
         snprintf(why, why_len, "path too long");
         return NA_ERR_IO;
     }
     memcpy(tmp, path, len + 1);
-    for (i = 1; i <= len; i++) {
-        if (tmp[i] != '/' && tmp[i] != '\0')
-            continue;
-        tmp[i] = '\0';
-        if (mkdir(tmp, 0700) != 0 && errno != EEXIST) {
-            snprintf(why, why_len, "cannot create '%s': %s", tmp, strerror(errno));
+    while (stat(tmp, &sb) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR) {
+            snprintf(why, why_len, "stat '%s': %s", tmp, strerror(errno));
             return NA_ERR_IO;
         }
-        if (stat(tmp, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            snprintf(why, why_len, "cannot create '%s': %s", tmp,
-                     stat(tmp, &sb) != 0 ? strerror(errno) : strerror(ENOTDIR));
-            return NA_ERR_IO;
-        }
-        tmp[i] = path[i];
+        slash = strrchr(tmp, '/');
+        if (slash == NULL || slash == tmp)
+            snprintf(tmp, sizeof(tmp), "/");
+        else
+            *slash = '\0';
     }
-    if (access(path, W_OK | X_OK) != 0) {
-        snprintf(why, why_len, "'%s' is not writable: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(why, why_len, "'%s' cannot hold a directory: %s", tmp, strerror(ENOTDIR));
         return NA_ERR_IO;
     }
-    return NA_OK;
+    if (access(tmp, W_OK | X_OK) != 0) {
+        snprintf(why, why_len, "'%s' is not writable: %s", tmp, strerror(errno));
+        return NA_ERR_IO;
+    }
+    real = realpath(tmp, NULL);
+    snprintf(out, sizeof(out), "%s", real != NULL ? real : tmp);
+    free(real);
+    rest = path + (strcmp(tmp, "/") ? strlen(tmp) : 0);
+    while (*rest != '\0') {            /* the components that do not exist yet */
+        while (*rest == '/')
+            rest++;
+        n = strcspn(rest, "/");
+        if (n == 0 || (n == 1 && rest[0] == '.')) {
+            rest += n;
+            continue;
+        }
+        if (n == 2 && rest[0] == '.' && rest[1] == '.') {
+            slash = strrchr(out, '/');
+            if (slash != NULL)
+                slash[slash == out ? 1 : 0] = '\0';
+        } else {
+            size_t ol = strlen(out);
+            if (ol + 1 + n >= sizeof(out)) {
+                snprintf(why, why_len, "path too long");
+                return NA_ERR_IO;
+            }
+            if (ol > 0 && out[ol - 1] != '/')
+                out[ol++] = '/';
+            memcpy(out + ol, rest, n);
+            out[ol + n] = '\0';
+        }
+        rest += n;
+    }
+    *canon_p = strdup(out);
+    return *canon_p != NULL ? NA_OK : NA_ERR_NOMEM;
 }
 
 /* ---- which hosts are this machine -------------------------------------- */
@@ -543,7 +579,8 @@ static na_status_t na_cfg_check_nodes(na_cfg_parse_t *p, na_cfg_t *cfg)
     return NA_OK;
 }
 
-/* KV directories: unique per host; created (mkdir -p) on this machine. */
+/* KV directories: unique per host; on this machine usable or creatable
+ * (the node creates them when it starts). */
 static na_status_t na_cfg_check_kv_dirs(na_cfg_parse_t *p, na_cfg_t *cfg)
 {
     char why[PATH_MAX + 128];
@@ -559,15 +596,15 @@ static na_status_t na_cfg_check_kv_dirs(na_cfg_parse_t *p, na_cfg_t *cfg)
         const na_yn_t *at = na_cfg_key_at(dm, "path");
 
         if (node->is_local) {
-            char *real;
-            if (na_cfg_mkdir_p(dev->path, why, sizeof(why)) != NA_OK)
+            char *canon = NULL;
+            na_status_t st = na_cfg_kv_dir(dev->path, &canon, why, sizeof(why));
+            if (st == NA_ERR_NOMEM)
+                return na_err(st, "'%s': out of memory", cfg->file);
+            if (st != NA_OK)
                 return na_cfg_errat(p, at, NA_ERR_IO, "storage node '%s' device %d: KV "
                                     "directory: %s", node->name, cfg->slots[s].dev, why);
-            real = realpath(dev->path, NULL);
-            if (real != NULL) {
-                free(dev->path);
-                dev->path = real;
-            }
+            free(dev->path);
+            dev->path = canon;
         }
         for (t = 0; t < s; t++) {
             const na_cfg_node_t *o = &cfg->nodes[cfg->slots[t].node];
