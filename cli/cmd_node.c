@@ -210,7 +210,7 @@ int na_cmd_node(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);      /* what mpirun forwards: see common/launch.h */
+    sigaction(SIGUSR1, &sa, NULL);      /* what mpirun forwards: see cluster/launch.h */
     signal(SIGPIPE, SIG_IGN);
 
     if (cn != NULL && cn->role == NA_CFG_ROLE_COMPUTE) {

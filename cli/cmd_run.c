@@ -9,6 +9,7 @@
  * local attention (compute-node/attn_kvfetch.h). */
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,14 @@
 #include "common/config.h"
 
 #define NA_RUN_MAX_PROMPTS 4096
+
+/* Offload: the signal (SIGINT / SIGTERM) that asked the run to stop, or 0. */
+static volatile sig_atomic_t na_run_stop;
+
+static void na_run_on_signal(int sig)
+{
+    na_run_stop = sig;
+}
 #define NA_RUN_MAX_LINE    (1 << 20)
 
 typedef struct {
@@ -597,8 +606,13 @@ int na_cmd_run(int argc, char **argv)
     if (strcmp(a.mode, "monolithic") != 0) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = na_run_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);      /* stop cleanly: nodes, private KV directory */
+        sigaction(SIGTERM, &sa, NULL);
         memset(&oa, 0, sizeof(oa));
-        oa.cfg = r.cfg;
         oa.config_path = r.cfg_path;
         oa.cluster = a.cluster;
         oa.kvfetch = !strcmp(a.mode, "kv-fetch");
@@ -609,6 +623,7 @@ int na_cmd_run(int argc, char **argv)
         oa.on_done = na_run_on_done;
         oa.on_error = na_run_on_error;
         oa.user = &r;
+        oa.stop = &na_run_stop;
         {   /* the requests that could be made (a too-long prompt failed already) */
             na_request_t **live = calloc((size_t)r.n, sizeof(*live));
             int n_live = 0, i;
@@ -621,6 +636,11 @@ int na_cmd_run(int argc, char **argv)
                     live[n_live++] = r.reqs[i];
             st = na_run_offload(&oa, r.engine, live, n_live, &os);
             free(live);
+        }
+        if (st != NA_OK && na_run_stop) {
+            fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_run_stop);
+            na_run_cleanup(&r);
+            return 128 + (int)na_run_stop;
         }
         if (st != NA_OK)
             goto out_fail;

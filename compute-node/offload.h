@@ -141,8 +141,8 @@ na_status_t na_off_submit(na_off_t *g, na_request_t *r, const na_off_cb_t *cb);
  * not hold r (never submitted, or ended already). */
 na_status_t na_off_cancel(na_off_t *g, na_request_t *r);
 /* Run decode steps, admissions and cancellations until no request is held
- * or timeout_ms passed (0: what can run without waiting; < 0: until no
- * request is held). Returns NA_OK, or an error of the compute node itself
+ * or timeout_ms passed (0: one pass, waiting at most about 1 ms for
+ * attention; < 0: until no request is held). Returns NA_OK, or an error of the compute node itself
  * (out of memory, backend, a broken replica link); after such an error the
  * engine only accepts destroy (every later call returns the same error). */
 na_status_t na_off_progress(na_off_t *g, int timeout_ms);

@@ -359,7 +359,9 @@ static void na_sched_done(na_off_t *g, int id)
     g->st->attn_rt_s += na_off_now() - b->t_submit;
 }
 
-/* How long the next blocking wait may last: want_ms, cut at the deadline. */
+/* How long the next blocking wait may last: want_ms, cut at the deadline
+ * but at least 1 ms (a service without a non-blocking test, the in-process
+ * one, completes a batch only in a wait). */
 static int na_sched_wait_ms(double deadline, int want_ms)
 {
     double left;
@@ -367,8 +369,8 @@ static int na_sched_wait_ms(double deadline, int want_ms)
     if (deadline < 0)
         return want_ms;
     left = 1e3 * (deadline - na_off_now());
-    if (left <= 0)
-        return 0;
+    if (left < 1)
+        return 1;
     return left < want_ms ? (int)left + 1 : want_ms;
 }
 

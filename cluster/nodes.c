@@ -1,0 +1,211 @@
+/* cluster/nodes.c — storage nodes (and compute replicas) of a layout started
+ * on this machine, private to one run or on the layout's ports (see
+ * cluster/nodes.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cluster/nodes.h"
+#include "cluster/proc.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#define NA_NODES_READY_MS 30000      /* a node must say READY within this */
+#define NA_NODES_STOP_MS  5000
+
+struct na_nodes {
+    pid_t pid[NA_CFG_MAX_NODES];
+    int   fd[NA_CFG_MAX_NODES];
+    int   n;
+    char  dir[PATH_MAX];          /* private run directory, "" if none */
+};
+
+const char *na_nodes_dir(const na_nodes_t *n)
+{
+    return n->dir;
+}
+
+/* rm -rf of path (a directory this run made). Never fails; what cannot be
+ * removed is logged. */
+static void na_nodes_rmtree(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+
+    if (d != NULL) {
+        while ((de = readdir(d)) != NULL) {
+            char sub[PATH_MAX];
+            struct stat sb;
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+            if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
+                na_nodes_rmtree(sub);
+            else if (unlink(sub) != 0)
+                na_log_warn("run: unlink(%s): %s", sub, strerror(errno));
+        }
+        closedir(d);
+    }
+    if (rmdir(path) != 0 && errno != ENOENT)
+        na_log_warn("run: rmdir(%s): %s", path, strerror(errno));
+}
+
+void na_nodes_stop(na_nodes_t *n)
+{
+    int i;
+
+    if (n == NULL)
+        return;
+    na_proc_stop(n->pid, n->n, SIGTERM, NA_NODES_STOP_MS);
+    for (i = 0; i < n->n; i++)
+        if (n->fd[i] >= 0)
+            close(n->fd[i]);
+    if (n->dir[0] != '\0')
+        na_nodes_rmtree(n->dir);
+    free(n);
+}
+
+/* The last non-empty line of file path into buf ("" if none). */
+static void na_nodes_log_tail(const char *path, char *buf, size_t len)
+{
+    char line[512];
+    FILE *f = fopen(path, "r");
+
+    buf[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] != '\0')
+            snprintf(buf, len, "%s", line);
+    }
+    fclose(f);
+}
+
+/* Wait for the line "READY ..." on fd; *port_p gets the number after its
+ * last ':' (-1 when there is none: a compute replica). */
+static na_status_t na_nodes_wait_ready(int fd, const char *name, const char *log,
+                                       volatile sig_atomic_t *stop, long *port_p)
+{
+    char buf[512];
+    size_t have = 0;
+    double t0 = na_now_s();
+
+    while (na_now_s() - t0 < NA_NODES_READY_MS / 1000.0) {
+        struct pollfd pf = { fd, POLLIN, 0 };
+        char *ready, *eol, *colon;
+        ssize_t got;
+        if (stop != NULL && *stop)
+            return na_err(NA_ERR_CANCELED, "run: interrupted while node %s started", name);
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        got = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (got <= 0) {
+            char last[512];
+            na_nodes_log_tail(log, last, sizeof(last));
+            return na_err(NA_ERR_PEER, "node %s exited before it was ready: %s (log: %s)",
+                          name, last[0] ? last : "no output", log);
+        }
+        have += (size_t)got;
+        buf[have] = '\0';
+        ready = strstr(buf, "READY");
+        eol = ready != NULL ? strchr(ready, '\n') : NULL;
+        if (eol != NULL) {
+            *eol = '\0';
+            colon = strrchr(ready, ':');
+            *port_p = colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
+            return NA_OK;
+        }
+        if (have == sizeof(buf) - 1)
+            have = 0;
+    }
+    return na_err(NA_ERR_TIMEOUT, "node %s did not become ready within %d ms (log: %s)",
+                  name, NA_NODES_READY_MS, log);
+}
+
+/* Make the private run directory. */
+static na_status_t na_nodes_make_dir(na_nodes_t *n)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    snprintf(n->dir, sizeof(n->dir), "%s/nearattn-run-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(n->dir) == NULL) {
+        na_status_t st = na_err(NA_ERR_IO, "mkdtemp(%s): %s", n->dir, strerror(errno));
+        n->dir[0] = '\0';
+        return st;
+    }
+    return NA_OK;
+}
+
+na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t **n_p)
+{
+    char exe[PATH_MAX];
+    const char *tmp = getenv("TMPDIR");
+    na_nodes_t *n;
+    na_status_t st;
+    int j, n_rep = 0, free_ports;
+
+    if (o->exe != NULL)
+        snprintf(exe, sizeof(exe), "%s", o->exe);
+    else if ((st = na_proc_self_exe(exe, sizeof(exe))) != NA_OK)
+        return st;
+    n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return na_err(NA_ERR_NOMEM, "run: out of memory");
+    *n_p = n;       /* the caller stops what started, also on failure */
+    if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && cfg->n_compute > 1)
+        n_rep = cfg->n_compute - 1;
+    free_ports = o->private_run && n_rep == 0;
+    if (o->private_run && (st = na_nodes_make_dir(n)) != NA_OK)
+        return st;
+    for (j = 0; j < cfg->n_storage + n_rep; j++) {
+        na_cfg_node_t *nd = j < cfg->n_storage ? &cfg->nodes[cfg->n_compute + j]
+                                               : &cfg->nodes[1 + j - cfg->n_storage];
+        char log[PATH_MAX + 64], listen[300], kv[PATH_MAX + 64];
+        na_proc_node_t pn = { exe, o->config_path, nd->name, NULL, NULL };
+        na_proc_opts_t po;
+        long port = -1;
+
+        memset(&po, 0, sizeof(po));
+        po.log = log;
+        po.out_fd_p = &n->fd[n->n];
+        if (o->private_run) {
+            snprintf(log, sizeof(log), "%s/%s.log", n->dir, nd->name);
+            if (nd->role == NA_CFG_ROLE_STORAGE) {
+                snprintf(kv, sizeof(kv), "%s/kv-%s", n->dir, nd->name);
+                pn.kv_dir = kv;
+            }
+        } else {
+            snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log",
+                     tmp && tmp[0] ? tmp : "/tmp", cfg->cluster.name, nd->name);
+        }
+        if (free_ports && nd->role == NA_CFG_ROLE_STORAGE) {
+            snprintf(listen, sizeof(listen), "%s:0", nd->host);
+            pn.listen = listen;
+        }
+        n->fd[n->n] = -1;
+        st = na_proc_start_node(&pn, &po, &n->pid[n->n]);
+        if (st != NA_OK)
+            return st;
+        n->n++;
+        st = na_nodes_wait_ready(n->fd[n->n - 1], nd->name, log, o->stop, &port);
+        if (st != NA_OK)
+            return st;
+        if (pn.listen != NULL) {
+            if (port <= 0 || port > 65535)
+                return na_err(NA_ERR_PEER, "node %s said READY without its port (log: %s)",
+                              nd->name, log);
+            nd->port = port;
+            na_log_debug("run: node %s listens on %s:%ld", nd->name, nd->host, port);
+        }
+    }
+    return NA_OK;
+}
