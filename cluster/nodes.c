@@ -136,7 +136,7 @@ static na_status_t na_nodes_make_dir(na_nodes_t *n)
 {
     const char *tmp = getenv("TMPDIR");
 
-    snprintf(n->dir, sizeof(n->dir), "%s/nearattn-run-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    snprintf(n->dir, sizeof(n->dir), "%s/nearattn-kv-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (mkdtemp(n->dir) == NULL) {
         na_status_t st = na_err(NA_ERR_IO, "mkdtemp(%s): %s", n->dir, strerror(errno));
         n->dir[0] = '\0';
@@ -177,15 +177,11 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
         memset(&po, 0, sizeof(po));
         po.log = log;
         po.out_fd_p = &n->fd[n->n];
-        if (o->private_run) {
-            snprintf(log, sizeof(log), "%s/%s.log", n->dir, nd->name);
-            if (nd->role == NA_CFG_ROLE_STORAGE) {
-                snprintf(kv, sizeof(kv), "%s/kv-%s", n->dir, nd->name);
-                pn.kv_dir = kv;
-            }
-        } else {
-            snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log",
-                     tmp && tmp[0] ? tmp : "/tmp", cfg->cluster.name, nd->name);
+        snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log", tmp && tmp[0] ? tmp : "/tmp",
+                 cfg->cluster.name, nd->name);
+        if (o->private_run && nd->role == NA_CFG_ROLE_STORAGE) {
+            snprintf(kv, sizeof(kv), "%s/%s", n->dir, nd->name);
+            pn.kv_dir = kv;
         }
         if (free_ports && nd->role == NA_CFG_ROLE_STORAGE) {
             snprintf(listen, sizeof(listen), "%s:0", nd->host);

@@ -2,16 +2,18 @@
  * pipelining, its compute replicas 1..) started on this machine as child
  * processes (cluster/proc.h), each waited for until it prints READY.
  *
- * Private (what `nearattn run --cluster start` uses): the nodes share nothing
- * with other runs on the machine. Each storage node listens on a free port
- * (`--listen HOST:0`; the port it got is read from its READY line and
- * written into the caller's layout, so the compute node connects there) and
- * keeps its KV under a directory made for this run (mkdtemp under $TMPDIR,
- * `--kv-dir DIR/NAME`), with the node logs beside it; stop removes the
- * directory. With compute replicas the storage nodes keep the layout's ports
- * (the replicas read them from the layout file); the KV stays private.
- * Not private (`nearattn launch`-like, the benchmarks): the layout's ports
- * and KV paths, logs in $TMPDIR/nearattn-run-CLUSTER-NAME.log. */
+ * Private (what `nearattn run --cluster start` uses): the nodes share no
+ * port or file with other runs on the machine. Each storage node listens on
+ * a free port (`--listen HOST:0`; the port it got is read from its READY
+ * line and written into the caller's layout, so the compute node connects
+ * there) and keeps its KV under a directory made for this run (mkdtemp
+ * $TMPDIR/nearattn-kv-XXXXXX, `--kv-dir DIR/NAME`) that stop removes. With
+ * compute replicas the storage nodes keep the layout's ports (the replicas
+ * read them from the layout file); the KV stays private.
+ * Not private (the benchmarks): the layout's ports and KV paths.
+ * Either way each node's stdout/stderr go to $TMPDIR/nearattn-run-CLUSTER-
+ * NAME.log, kept after the run (appended to, so runs at once share it
+ * line by line). */
 #ifndef NA_NODES_H
 #define NA_NODES_H
 

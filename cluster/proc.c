@@ -45,7 +45,7 @@ na_status_t na_proc_spawn(const na_proc_opts_t *o, pid_t *pid_p)
     }
     argv[k] = NULL;
     if (o->log != NULL) {
-        fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
         if (fd < 0)
             return na_err(NA_ERR_IO, "open(%s): %s", o->log, strerror(errno));
     }

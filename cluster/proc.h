@@ -13,7 +13,7 @@
 typedef struct {
     char *const *argv;      /* argv[0]: a path, or a name looked up in PATH */
     const char  *log;       /* stderr (and stdout unless out_fd_p) into this file,
-                               truncated; NULL: inherited */
+                               truncated, then appended to; NULL: inherited */
     int          own_group; /* setpgid(0, 0): terminal signals reach it only through
                                the parent */
     int         *out_fd_p;  /* non-NULL: stdout into a pipe whose read end is set here */

@@ -31,8 +31,8 @@ fail() {
 }
 # left_behind: run directories or node processes of runs under $DIR
 left_behind() {
-    ls -d "$DIR"/nearattn-run-* 2>/dev/null
-    pgrep -f -- "--kv-dir $DIR/nearattn-run-" 2>/dev/null
+    ls -d "$DIR"/nearattn-kv-* 2>/dev/null
+    pgrep -f -- "--kv-dir $DIR/nearattn-kv-" 2>/dev/null
 }
 
 P="Once upon a time"
@@ -66,7 +66,7 @@ n=0
 until grep -q '^\[1\]' "$DIR/c.out" 2>/dev/null; do
     n=$((n + 1)); [ $n -gt 300 ] && break; sleep 0.1
 done
-[ -n "$(ls -d "$DIR"/nearattn-run-* 2>/dev/null)" ] || fail "no private run directory while running"
+[ -n "$(ls -d "$DIR"/nearattn-kv-* 2>/dev/null)" ] || fail "no private KV directory while running"
 kill -TERM "$C"
 wait "$C"; RC=$?
 [ "$RC" = 143 ] || fail "run stopped by SIGTERM exited $RC (expected 143)"
