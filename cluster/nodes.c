@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,64 +72,6 @@ void na_nodes_stop(na_nodes_t *n)
     free(n);
 }
 
-/* The last non-empty line of file path into buf ("" if none). */
-static void na_nodes_log_tail(const char *path, char *buf, size_t len)
-{
-    char line[512];
-    FILE *f = fopen(path, "r");
-
-    buf[0] = '\0';
-    if (f == NULL)
-        return;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] != '\0')
-            snprintf(buf, len, "%s", line);
-    }
-    fclose(f);
-}
-
-/* Wait for the line "READY ..." on fd; *port_p gets the number after its
- * last ':' (-1 when there is none: a compute replica). */
-static na_status_t na_nodes_wait_ready(int fd, const char *name, const char *log,
-                                       volatile sig_atomic_t *stop, long *port_p)
-{
-    char buf[512];
-    size_t have = 0;
-    double t0 = na_now_s();
-
-    while (na_now_s() - t0 < NA_NODES_READY_MS / 1000.0) {
-        struct pollfd pf = { fd, POLLIN, 0 };
-        char *ready, *eol, *colon;
-        ssize_t got;
-        if (stop != NULL && *stop)
-            return na_err(NA_ERR_CANCELED, "run: interrupted while node %s started", name);
-        if (poll(&pf, 1, 100) <= 0)
-            continue;
-        got = read(fd, buf + have, sizeof(buf) - 1 - have);
-        if (got <= 0) {
-            char last[512];
-            na_nodes_log_tail(log, last, sizeof(last));
-            return na_err(NA_ERR_PEER, "node %s exited before it was ready: %s (log: %s)",
-                          name, last[0] ? last : "no output", log);
-        }
-        have += (size_t)got;
-        buf[have] = '\0';
-        ready = strstr(buf, "READY");
-        eol = ready != NULL ? strchr(ready, '\n') : NULL;
-        if (eol != NULL) {
-            *eol = '\0';
-            colon = strrchr(ready, ':');
-            *port_p = colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
-            return NA_OK;
-        }
-        if (have == sizeof(buf) - 1)
-            have = 0;
-    }
-    return na_err(NA_ERR_TIMEOUT, "node %s did not become ready within %d ms (log: %s)",
-                  name, NA_NODES_READY_MS, log);
-}
-
 /* Make the private run directory. */
 static na_status_t na_nodes_make_dir(na_nodes_t *n)
 {
@@ -192,7 +133,8 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
         if (st != NA_OK)
             return st;
         n->n++;
-        st = na_nodes_wait_ready(n->fd[n->n - 1], nd->name, log, o->stop, &port);
+        st = na_proc_wait_ready(n->fd[n->n - 1], nd->name, log, NA_NODES_READY_MS, o->stop,
+                                &port);
         if (st != NA_OK)
             return st;
         if (pn.listen != NULL) {

@@ -2,8 +2,10 @@
  * cluster/proc.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -151,4 +153,60 @@ void na_proc_stop(pid_t *pids, int n, int sig, int timeout_ms)
             waitpid(pids[i], NULL, 0);
             pids[i] = 0;
         }
+}
+
+/* The last non-empty line of file path into buf ("" if none). */
+static void na_proc_log_tail(const char *path, char *buf, size_t len)
+{
+    char line[512];
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+
+    buf[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] != '\0')
+            snprintf(buf, len, "%s", line);
+    }
+    fclose(f);
+}
+
+na_status_t na_proc_wait_ready(int fd, const char *name, const char *log, int timeout_ms,
+                               volatile sig_atomic_t *stop, long *port_p)
+{
+    char buf[512];
+    size_t have = 0;
+    double t0 = na_now_s();
+
+    while (na_now_s() - t0 < timeout_ms / 1000.0) {
+        struct pollfd pf = { fd, POLLIN, 0 };
+        char *ready, *eol, *colon;
+        ssize_t got;
+        if (stop != NULL && *stop)
+            return na_err(NA_ERR_CANCELED, "interrupted while node %s started", name);
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        got = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (got <= 0) {
+            char last[512];
+            na_proc_log_tail(log, last, sizeof(last));
+            return na_err(NA_ERR_PEER, "node %s exited before it was ready: %s (log: %s)",
+                          name, last[0] ? last : "no output", log ? log : "stderr");
+        }
+        have += (size_t)got;
+        buf[have] = '\0';
+        ready = strstr(buf, "READY");
+        eol = ready != NULL ? strchr(ready, '\n') : NULL;
+        if (eol != NULL) {
+            *eol = '\0';
+            colon = strrchr(ready, ':');
+            *port_p = colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
+            return NA_OK;
+        }
+        if (have == sizeof(buf) - 1)
+            have = 0;
+    }
+    return na_err(NA_ERR_TIMEOUT, "node %s did not become ready within %d ms (log: %s)",
+                  name, timeout_ms, log ? log : "stderr");
 }

@@ -6,6 +6,7 @@
 #ifndef NA_PROC_H
 #define NA_PROC_H
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include "common/status.h"
@@ -37,6 +38,13 @@ typedef struct {
 
 /* Start `exe node --config F --name N ...` for node n (see na_proc_spawn). */
 na_status_t na_proc_start_node(const na_proc_node_t *n, const na_proc_opts_t *o, pid_t *pid_p);
+
+/* Wait up to timeout_ms for a started node's "READY ..." line on fd (its
+ * stdout pipe); *port_p gets the number after the line's last ':' (-1 when
+ * there is none: a compute replica). NA_ERR_PEER (it exited: the last line
+ * of log), NA_ERR_TIMEOUT, NA_ERR_CANCELED when *stop got set. */
+na_status_t na_proc_wait_ready(int fd, const char *name, const char *log, int timeout_ms,
+                               volatile sig_atomic_t *stop, long *port_p);
 
 /* SIGTERM (sig) every pids[i] > 0, wait up to timeout_ms for them, SIGKILL
  * what is left; reaps them all and sets their pids to 0. */
