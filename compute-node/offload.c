@@ -382,8 +382,9 @@ static na_off_req_t *na_off_pop_wait(na_off_t *g)
 
 void na_off_cancel_waiting(na_off_t *g)
 {
-    na_off_req_t **pp = &g->wait_head, *q;
+    na_off_req_t **pp = &g->wait_head, *q, *gone = NULL;
 
+    /* unlink first: the callbacks may submit (append to the queue) */
     g->wait_tail = NULL;
     while ((q = *pp) != NULL) {
         if (!q->cancel) {
@@ -393,6 +394,12 @@ void na_off_cancel_waiting(na_off_t *g)
         }
         *pp = q->next_wait;
         g->n_wait--;
+        q->next_wait = gone;
+        gone = q;
+    }
+    while ((q = gone) != NULL) {
+        gone = q->next_wait;
+        q->next_wait = NULL;
         g->n_live++;                /* na_off_drop counts it out */
         na_off_cancel_now(g, q);
         na_off_forget(g, q);
