@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cluster/rundir.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "compute-node/replica.h"
@@ -97,24 +98,6 @@ static int na_node_identity(const na_cfg_t *cfg, const char *name, long rank,
     }
     snprintf(buf, len, "%s", (*cn_p)->name);
     return 0;
-}
-
-/* --kv-dir for a layout storage node: device i's directory becomes DIR/dI. */
-static na_status_t na_node_move_kv(na_cfg_t *cfg, const na_cfg_node_t *cn, const char *dir)
-{
-    na_cfg_node_t *nd = &cfg->nodes[cn->rank];
-    long i;
-
-    for (i = 0; i < nd->n_devices; i++) {
-        size_t len = strlen(dir) + 24;
-        char *p = malloc(len);
-        if (p == NULL)
-            return na_err(NA_ERR_NOMEM, "node: out of memory");
-        snprintf(p, len, "%s/d%ld", dir, i);
-        free(nd->devices[i].path);
-        nd->devices[i].path = p;
-    }
-    return NA_OK;
 }
 
 /* A compute rank: nothing to serve here yet; wait for the signal. */
@@ -221,7 +204,7 @@ int na_cmd_node(int argc, char **argv)
         goto out_cfg;
     }
     if (cn != NULL && o.kv_dir != NULL) {
-        st = na_node_move_kv(cfg, cn, o.kv_dir);
+        st = na_rundir_move_node_kv(&cfg->nodes[cn->rank], o.kv_dir);   /* DIR/dI */
         if (st != NA_OK) {
             rc = na_cli_fail("node", st);
             goto out_cfg;

@@ -1,7 +1,6 @@
 /* cluster/nodes.c — storage nodes (and compute replicas) of a layout started
  * on this machine, private to one run or on the layout's ports (see
  * cluster/nodes.h). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +13,7 @@
 
 #include "cluster/nodes.h"
 #include "cluster/proc.h"
+#include "cluster/rundir.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -32,31 +32,6 @@ const char *na_nodes_dir(const na_nodes_t *n)
     return n->dir;
 }
 
-/* rm -rf of path (a directory this run made). Never fails; what cannot be
- * removed is logged. */
-static void na_nodes_rmtree(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *de;
-
-    if (d != NULL) {
-        while ((de = readdir(d)) != NULL) {
-            char sub[PATH_MAX];
-            struct stat sb;
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                continue;
-            snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-            if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
-                na_nodes_rmtree(sub);
-            else if (unlink(sub) != 0)
-                na_log_warn("run: unlink(%s): %s", sub, strerror(errno));
-        }
-        closedir(d);
-    }
-    if (rmdir(path) != 0 && errno != ENOENT)
-        na_log_warn("run: rmdir(%s): %s", path, strerror(errno));
-}
-
 void na_nodes_stop(na_nodes_t *n)
 {
     int i;
@@ -68,22 +43,8 @@ void na_nodes_stop(na_nodes_t *n)
         if (n->fd[i] >= 0)
             close(n->fd[i]);
     if (n->dir[0] != '\0')
-        na_nodes_rmtree(n->dir);
+        na_rundir_remove(n->dir);
     free(n);
-}
-
-/* Make the private run directory. */
-static na_status_t na_nodes_make_dir(na_nodes_t *n)
-{
-    const char *tmp = getenv("TMPDIR");
-
-    snprintf(n->dir, sizeof(n->dir), "%s/nearattn-kv-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(n->dir) == NULL) {
-        na_status_t st = na_err(NA_ERR_IO, "mkdtemp(%s): %s", n->dir, strerror(errno));
-        n->dir[0] = '\0';
-        return st;
-    }
-    return NA_OK;
 }
 
 na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t **n_p)
@@ -105,7 +66,7 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
     if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && cfg->n_compute > 1)
         n_rep = cfg->n_compute - 1;
     free_ports = o->private_run && n_rep == 0;
-    if (o->private_run && (st = na_nodes_make_dir(n)) != NA_OK)
+    if (o->private_run && (st = na_rundir_make(n->dir, sizeof(n->dir))) != NA_OK)
         return st;
     for (j = 0; j < cfg->n_storage + n_rep; j++) {
         na_cfg_node_t *nd = j < cfg->n_storage ? &cfg->nodes[cfg->n_compute + j]

@@ -1,10 +1,12 @@
 /* cluster/setup.c — start or connect to the storage nodes of a layout, or
  * use its slots in this process, and create the attention service over
  * them (see cluster/setup.h). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cluster/nodes.h"
+#include "cluster/rundir.h"
 #include "cluster/setup.h"
 #include "common/log.h"
 #include "compute-node/attn_kvfetch.h"
@@ -16,6 +18,7 @@ struct na_cluster {
     na_asvc_t  *svc;
     na_rep_t   *rep;
     const char *how;
+    char        kv_dir[PATH_MAX];  /* inproc, private: this run's KV, "" if none */
 };
 
 void na_cluster_opts_default(na_cluster_opts_t *o)
@@ -44,6 +47,7 @@ void na_cluster_destroy(na_cluster_t *c)
     na_rep_destroy(c->rep);
     na_asvc_destroy(c->svc);
     na_nodes_stop(c->nodes);
+    na_rundir_remove(c->kv_dir);
     na_cfg_destroy(c->cfg);
     free(c);
 }
@@ -75,6 +79,13 @@ na_status_t na_cluster_create(const na_cluster_opts_t *o, na_engine_t *e, na_clu
                     "and uses the fixed schedule");
     if (inproc) {
         c->how = "in-process slots";
+        if (o->private_run) {           /* this run's own KV directory */
+            st = na_rundir_make(c->kv_dir, sizeof(c->kv_dir));
+            if (st == NA_OK)
+                st = na_rundir_move_kv(c->cfg, c->kv_dir);
+            if (st != NA_OK)
+                goto err_destroy;
+        }
         st = na_asvc_inproc_create(c->cfg, &e->cfg, &c->svc);
     } else {
         if (!strcmp(mode, "start")) {

@@ -6,7 +6,8 @@
  *            (free ports, a KV directory removed at the end: cluster/nodes.h)
  *   connect  a running cluster (`nearattn launch`, mpirun, nodes by hand) on
  *            the layout's addresses
- *   inproc   the layout's device slots inside this process (no network)
+ *   inproc   the layout's device slots inside this process (no network;
+ *            private: KV in a directory of this run, removed at the end)
  *
  * and the attention service over it (compute-node/attn_service.h: remote,
  * or the kv-fetch baseline; in-process for inproc), plus the link to the
@@ -28,8 +29,9 @@ typedef struct {
     const char *config_path;      /* the layout file (required) */
     const char *mode;             /* "start" (default), "connect" or "inproc" */
     int         kvfetch;          /* 1: the kv-fetch baseline instead of remote attention */
-    int         private_run;      /* start: free ports + private KV directory (default 1);
-                                     0: the layout's ports and paths */
+    int         private_run;      /* start: free ports + private KV directory, inproc:
+                                     private KV directory (default 1); 0: the
+                                     layout's ports and paths */
     const char *exe;              /* start: nearattn executable (NULL: this one) */
     volatile sig_atomic_t *stop;  /* start: set (by a signal) to give up waiting */
 } na_cluster_opts_t;

@@ -3,8 +3,9 @@
 # machine: two runs of the default layout (cluster-configs/local.yaml,
 # --cluster start) started at the same moment both complete with the
 # monolithic text (each starts its storage nodes on free ports with a
-# private KV directory); afterwards no run directory and no node is left,
-# and the layout's own KV path was never created. A run stopped with SIGTERM
+# private KV directory), and two with --cluster inproc; afterwards no run
+# directory and no node is left, and the layout's own KV path was never
+# created. A run stopped with SIGTERM
 # mid-generation exits 143, stops its nodes and removes its directory.
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
@@ -54,6 +55,20 @@ grep -q "^offload (cluster started here)" "$DIR/a.err" || fail "run a: no offloa
 [ -z "$(left_behind)" ] || fail "left behind: $(left_behind)"
 [ -e "$NA_KV_DIR" ] && fail "the layout's KV directory was created"
 echo "ok: two concurrent runs, identical text, nothing left behind"
+
+# the same with --cluster inproc (each run's slots keep their KV in a private directory)
+na_bg "$DIR/ia.out" "$DIR/ia.err" "$BIN" run --cluster inproc --prompt "$P" -n 64 --temp 0 --threads 1
+A=$NA_PID
+na_bg "$DIR/ib.out" "$DIR/ib.err" "$BIN" run --cluster inproc --prompt "$P" -n 64 --temp 0 --threads 1
+B=$NA_PID
+wait "$A"; RA=$?
+wait "$B"; RB=$?
+[ "$RA" = 0 ] && [ "$RB" = 0 ] || fail "inproc runs exited $RA and $RB"
+cmp -s "$DIR/ia.out" "$DIR/mono.out" && cmp -s "$DIR/ib.out" "$DIR/mono.out" || \
+    fail "inproc runs' text differs from monolithic"
+[ -z "$(left_behind)" ] || fail "inproc left behind: $(left_behind)"
+[ -e "$NA_KV_DIR" ] && fail "inproc: the layout's KV directory was created"
+echo "ok: two concurrent in-process runs"
 
 # SIGTERM mid-generation: nodes stopped, the private directory removed
 i=0
