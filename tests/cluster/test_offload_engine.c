@@ -12,7 +12,8 @@
  *            real one); a waiting request cancelled before it was admitted
  *            never opens; the others are unaffected
  *   idle     a request submitted after the engine went idle runs
- *   destroy  destroying the engine with requests in flight releases their KV
+ *   destroy  progress(20 ms) returns in time with work left; destroying the
+ *            engine with requests in flight releases their KV
  *
  * The counting service forwards every call to the real one and counts open
  * and release: it is how the test sees the storage side's open requests. */
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "cluster/setup.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/genmodel.h"
 #include "common/model.h"
@@ -304,6 +306,12 @@ static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
     while (w.tokens < 10 && guard++ < 100000)
         NA_CHECK_OK(na_off_progress(g, 0));
     NA_CHECK(c->open > 0 && na_off_pending(g) > 0);
+    {   /* progress returns by its timeout (plus one slice or wait) */
+        double t0 = na_now_s();
+        NA_CHECK_OK(na_off_progress(g, 20));
+        NA_CHECK_MSG(na_now_s() - t0 < 1.0, "%s: progress(20 ms) took %.3f s", tag,
+                     na_now_s() - t0);
+    }
     na_off_destroy(g);
     NA_CHECK_MSG(c->open == 0, "%s destroy: %d requests still open", tag, c->open);
     for (i = 0; i < N_REQ; i++)
