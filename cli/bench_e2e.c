@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "cli/e2e_sweep.h"
 #include "cli/run_offload.h"
+#include "cluster/nodes.h"
 #include "common/config.h"
 #include "common/genmodel.h"
 #include "common/model.h"
@@ -180,7 +181,7 @@ int na_cli_bench_e2e(int argc, char **argv)
     int one_b = 0, one_c = 0, dim = 256, layers = 4;
     int nb = 2, nc = 1, full = 0, remote = 0, reps, i, j, k, rc = 1;
     na_cfg_t *rcfg = NULL;
-    na_run_cluster_t *cl = NULL;
+    na_nodes_t *cl = NULL;
     const char *mode = "both";
     na_cli_bench_opts_t o;
     na_genmodel_opts_t go;
@@ -278,7 +279,8 @@ int na_cli_bench_e2e(int argc, char **argv)
     }
     if (remote) {
         snprintf(path, sizeof(path), "%s/e2e-1.yaml", dir);
-        if (e2e_layout(dir, 1, &rcfg) != NA_OK || na_run_cluster_start(rcfg, path, &cl) != NA_OK) {
+        na_nodes_opts_t no = { path, NULL, 0, NULL };   /* the layout's port and paths */
+        if (e2e_layout(dir, 1, &rcfg) != NA_OK || na_nodes_start(rcfg, &no, &cl) != NA_OK) {
             na_cli_fail("bench e2e", NA_ERR_PEER);
             goto out;
         }
@@ -352,7 +354,7 @@ int na_cli_bench_e2e(int argc, char **argv)
                          : "in-process device slot without a network", eo.n_threads, reps);
     rc = na_cli_bench_finish("e2e", b, &o);
 out:
-    na_run_cluster_stop(cl);
+    na_nodes_stop(cl);
     na_cfg_destroy(rcfg);
     for (k = 0; k < 3; k++) {
         const char *f[] = { "model.bin", "model.tok.bin", "e2e-1.yaml" };

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli/e2e_sweep.h"
+#include "cluster/proc.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -136,46 +137,15 @@ na_status_t na_link_up(na_link_t *l, na_link_kind_t kind, int idx)
     return NA_OK;
 }
 
-/* fork/exec argv, in namespace ns when ns[0]; stdout into a pipe whose read
- * end is *fd_p; stderr to errlog (or inherited when NULL). */
+/* fork/exec argv (cluster/proc.h), in namespace ns when ns[0]; stdout into
+ * a pipe whose read end is *fd_p; stderr to errlog (or inherited when NULL).
+ * -1 when it could not start. */
 static pid_t lk_spawn(const char *ns, char *const *argv, const char *errlog, int *fd_p)
 {
-    int p[2];
+    na_proc_opts_t po = { argv, errlog, 0, fd_p, ns };
     pid_t pid;
 
-    if (pipe(p) != 0)
-        return -1;
-    pid = fork();
-    if (pid < 0) {
-        close(p[0]);
-        close(p[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        char *nv[64];
-        int i, k = 0;
-        if (errlog != NULL) {
-            int fd = open(errlog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0)
-                dup2(fd, 2);
-        }
-        dup2(p[1], 1);
-        close(p[0]);
-        if (ns != NULL && ns[0]) {
-            nv[k++] = "ip";
-            nv[k++] = "netns";
-            nv[k++] = "exec";
-            nv[k++] = (char *)ns;
-        }
-        for (i = 0; argv[i] != NULL && k < 63; i++)
-            nv[k++] = argv[i];
-        nv[k] = NULL;
-        execvp(nv[0], nv);
-        _exit(127);
-    }
-    close(p[1]);
-    *fd_p = p[0];
-    return pid;
+    return na_proc_spawn(&po, &pid) == NA_OK ? pid : -1;
 }
 
 na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *cfg_path,
@@ -185,69 +155,33 @@ na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *
 
     memset(nd, 0, sizeof(*nd));
     for (j = 0; j < n_nodes && j < 16; j++) {
-        char name[16], log[600], buf[512];
-        char *argv[] = { (char *)exe, "node", "--config", (char *)cfg_path, "--name", name, NULL };
-        size_t have = 0;
-        double t0 = na_now_s();
-        int ready = 0;
+        char name[16], log[600];
+        na_proc_node_t pn = { exe, cfg_path, name, NULL, NULL };
+        na_proc_opts_t po = { NULL, log, 0, &nd->fd[j], l->ns_a };
+        long port;
+        na_status_t st;
 
         snprintf(name, sizeof(name), "s%d", j);
         snprintf(log, sizeof(log), "%s/node-%s-s%d.log", logdir, l->name, j);
-        nd->pid[j] = lk_spawn(l->ns_a, argv, log, &nd->fd[j]);
-        if (nd->pid[j] < 0)
-            return na_err(NA_ERR_IO, "fork: %s", strerror(errno));
+        st = na_proc_start_node(&pn, &po, &nd->pid[j]);
+        if (st != NA_OK)
+            return st;
         nd->n = j + 1;
-        while (!ready && na_now_s() - t0 < LK_READY_MS / 1000.0) {
-            struct pollfd pf = { nd->fd[j], POLLIN, 0 };
-            ssize_t n;
-            if (poll(&pf, 1, 100) <= 0)
-                continue;
-            n = read(nd->fd[j], buf + have, sizeof(buf) - 1 - have);
-            if (n <= 0)
-                return na_err(NA_ERR_PEER, "storage node s%d on link %s exited before it was "
-                              "ready (log %s)", j, l->name, log);
-            have += (size_t)n;
-            buf[have] = '\0';
-            ready = strstr(buf, "READY") != NULL;
-            if (have == sizeof(buf) - 1)
-                have = 0;
-        }
-        if (!ready)
-            return na_err(NA_ERR_TIMEOUT, "storage node s%d on link %s not ready within %d ms "
-                          "(log %s)", j, l->name, LK_READY_MS, log);
+        st = na_proc_wait_ready(nd->fd[j], name, log, LK_READY_MS, NULL, &port);
+        if (st != NA_OK)
+            return na_err_prefix(st, "link %s: ", l->name);
     }
     return NA_OK;
 }
 
 void na_e2e_nodes_stop(na_e2e_nodes_t *nd)
 {
-    double t0 = na_now_s();
-    int i, left;
+    int i;
 
+    na_proc_stop(nd->pid, nd->n, SIGTERM, 5000);
     for (i = 0; i < nd->n; i++)
-        if (nd->pid[i] > 0)
-            kill(nd->pid[i], SIGTERM);
-    do {
-        left = 0;
-        for (i = 0; i < nd->n; i++) {
-            if (nd->pid[i] <= 0)
-                continue;
-            if (waitpid(nd->pid[i], NULL, WNOHANG) == nd->pid[i])
-                nd->pid[i] = 0;
-            else
-                left++;
-        }
-        if (left)
-            usleep(20000);
-    } while (left && na_now_s() - t0 < 5.0);
-    for (i = 0; i < nd->n; i++) {
-        if (nd->pid[i] > 0) {
-            kill(nd->pid[i], SIGKILL);
-            waitpid(nd->pid[i], NULL, 0);
-        }
         if (nd->fd[i] > 0)
             close(nd->fd[i]);
-    }
     nd->n = 0;
 }
 

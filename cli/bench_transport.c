@@ -30,6 +30,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cluster/proc.h"
 #include "common/log.h"
 #include "common/wire.h"
 #include "rdma/transport.h"
@@ -127,50 +128,34 @@ static int bt_serve(const bt_args_t *a)
     return 0;
 }
 
-/* Start the echo server (this program with --serve); its port in *port_p. */
+/* Start the echo server (this program with --serve, cluster/proc.h); its
+ * port in *port_p. */
 static na_status_t bt_spawn(const bt_args_t *a, pid_t *pid_p, int *port_p)
 {
-    int fds[2];
-    pid_t pid;
+    char exe[4096], line[64];
+    char *argv[] = { exe, "bench", "transport", "--serve", "--tls", (char *)a->tls_arg,
+                     "--errmode", (char *)na_xp_errmode_name(a->errmode), NULL };
+    na_proc_opts_t po = { argv, NULL, 0, NULL, NULL };
+    na_status_t st;
+    int fd;
     FILE *f;
-    char line[64];
 
-    if (pipe(fds) != 0)
-        return na_err(NA_ERR_IO, "pipe: %s", strerror(errno));
-    pid = fork();
-    if (pid < 0)
-        return na_err(NA_ERR_IO, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        const char *argv[10];
-        int n = 0;
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
-        argv[n++] = "nearattn";
-        argv[n++] = "bench";
-        argv[n++] = "transport";
-        argv[n++] = "--serve";
-        argv[n++] = "--tls";
-        argv[n++] = a->tls_arg;
-        argv[n++] = "--errmode";
-        argv[n++] = na_xp_errmode_name(a->errmode);
-        argv[n] = NULL;
-        execv("/proc/self/exe", (char *const *)argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    f = fdopen(fds[0], "r");
+    po.out_fd_p = &fd;
+    st = na_proc_self_exe(exe, sizeof(exe));
+    if (st == NA_OK)
+        st = na_proc_spawn(&po, pid_p);
+    if (st != NA_OK)
+        return st;
+    f = fdopen(fd, "r");
     if (f == NULL || fgets(line, sizeof(line), f) == NULL || sscanf(line, "PORT %d", port_p) != 1) {
         if (f != NULL)
             fclose(f);
         else
-            close(fds[0]);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+            close(fd);
+        na_proc_stop(pid_p, 1, SIGKILL, 0);
         return na_err(NA_ERR_IO, "bench transport: the echo server did not start");
     }
     fclose(f);
-    *pid_p = pid;
     return NA_OK;
 }
 

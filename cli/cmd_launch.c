@@ -1,5 +1,5 @@
 /* cli/cmd_launch.c — `nearattn launch FILE`: start every node of a layout
- * (common/launch.h): fork/exec on this machine, or one mpirun job for a
+ * (cluster/launch.h): fork/exec on this machine, or one mpirun job for a
  * multi-host layout. */
 #include <errno.h>
 #include <limits.h>
@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "common/config.h"
-#include "common/launch.h"
+#include "cluster/launch.h"
 
 static volatile sig_atomic_t na_launch_stop;
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cluster/rundir.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "compute-node/replica.h"
@@ -42,7 +43,9 @@ static void na_node_usage(FILE *f)
         "  --rank R            layout rank (instead of the launcher's)\n"
         "  --listen HOST:PORT  listen here instead of the layout's address (required for\n"
         "                      an extra node; port 0 = any free port)\n"
-        "  --kv-dir DIR        KV directory of an extra node's one device slot\n"
+        "  --kv-dir DIR        KV directory of an extra node's one device slot; for a layout\n"
+        "                      node, device i's KV goes to DIR/dI instead of its path\n"
+        "                      (`nearattn run` gives each run's nodes a private one)\n"
         "  --dram-mb N         extra node DRAM budget (default 256)\n"
         "  --ssd-mb N          extra node SSD budget (default 1024)\n"
         "  --model FILE        model whose shape sizes the slots (default: the layout's)\n"
@@ -190,7 +193,7 @@ int na_cmd_node(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);      /* what mpirun forwards: see common/launch.h */
+    sigaction(SIGUSR1, &sa, NULL);      /* what mpirun forwards: see cluster/launch.h */
     signal(SIGPIPE, SIG_IGN);
 
     if (cn != NULL && cn->role == NA_CFG_ROLE_COMPUTE) {
@@ -199,6 +202,13 @@ int na_cmd_node(int argc, char **argv)
         else
             rc = na_node_idle(cn);
         goto out_cfg;
+    }
+    if (cn != NULL && o.kv_dir != NULL) {
+        st = na_rundir_move_node_kv(&cfg->nodes[cn->rank], o.kv_dir);   /* DIR/dI */
+        if (st != NA_OK) {
+            rc = na_cli_fail("node", st);
+            goto out_cfg;
+        }
     }
     o.cfg = cfg;
     o.name = me;

@@ -9,6 +9,7 @@
  * local attention (compute-node/attn_kvfetch.h). */
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,14 @@
 #include "common/config.h"
 
 #define NA_RUN_MAX_PROMPTS 4096
+
+/* Offload: the signal (SIGINT / SIGTERM) that asked the run to stop, or 0. */
+static volatile sig_atomic_t na_run_stop;
+
+static void na_run_on_signal(int sig)
+{
+    na_run_stop = sig;
+}
 #define NA_RUN_MAX_LINE    (1 << 20)
 
 typedef struct {
@@ -81,9 +90,11 @@ static void na_run_usage(FILE *f)
         "                  every step for local attention (FlexGen-style baseline)\n"
         "  --config F      cluster layout for offload (default cluster-configs/local.yaml);\n"
         "                  its model/tokenizer are used unless --model is given\n"
-        "  --cluster C     start: fork the layout's storage nodes here (default);\n"
+        "  --cluster C     start: fork the layout's storage nodes here (default), on free\n"
+        "                  ports with a KV directory of this run, removed at exit;\n"
         "                  connect: use a running cluster (`nearattn launch F`);\n"
         "                  inproc: the layout's device slots inside this process\n"
+        "                  (KV in a directory of this run as well)\n"
         "  --model F       llama2.c checkpoint or GGUF file (default: shared/models/\n"
         "                  stories260K.bin, else a generated random model)\n"
         "  --tokenizer F   tokenizer.bin or GGUF (default: the GGUF's own; for a\n"
@@ -597,8 +608,13 @@ int na_cmd_run(int argc, char **argv)
     if (strcmp(a.mode, "monolithic") != 0) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = na_run_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);      /* stop cleanly: nodes, private KV directory */
+        sigaction(SIGTERM, &sa, NULL);
         memset(&oa, 0, sizeof(oa));
-        oa.cfg = r.cfg;
         oa.config_path = r.cfg_path;
         oa.cluster = a.cluster;
         oa.kvfetch = !strcmp(a.mode, "kv-fetch");
@@ -609,6 +625,7 @@ int na_cmd_run(int argc, char **argv)
         oa.on_done = na_run_on_done;
         oa.on_error = na_run_on_error;
         oa.user = &r;
+        oa.stop = &na_run_stop;
         {   /* the requests that could be made (a too-long prompt failed already) */
             na_request_t **live = calloc((size_t)r.n, sizeof(*live));
             int n_live = 0, i;
@@ -621,6 +638,11 @@ int na_cmd_run(int argc, char **argv)
                     live[n_live++] = r.reqs[i];
             st = na_run_offload(&oa, r.engine, live, n_live, &os);
             free(live);
+        }
+        if (st != NA_OK && na_run_stop) {
+            fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_run_stop);
+            na_run_cleanup(&r);
+            return 128 + (int)na_run_stop;
         }
         if (st != NA_OK)
             goto out_fail;

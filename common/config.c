@@ -420,41 +420,6 @@ static na_status_t na_cfg_read_file(const char *path, size_t max, unsigned char 
     return NA_OK;
 }
 
-/* mkdir -p with mode 0700 for what it creates; the result must be a writable
- * directory. Fails with NA_ERR_IO naming the path and errno text. */
-static na_status_t na_cfg_mkdir_p(const char *path, char *why, size_t why_len)
-{
-    char tmp[PATH_MAX];
-    size_t i, len = strlen(path);
-    struct stat sb;
-
-    if (len == 0 || len >= sizeof(tmp)) {
-        snprintf(why, why_len, "path too long");
-        return NA_ERR_IO;
-    }
-    memcpy(tmp, path, len + 1);
-    for (i = 1; i <= len; i++) {
-        if (tmp[i] != '/' && tmp[i] != '\0')
-            continue;
-        tmp[i] = '\0';
-        if (mkdir(tmp, 0700) != 0 && errno != EEXIST) {
-            snprintf(why, why_len, "cannot create '%s': %s", tmp, strerror(errno));
-            return NA_ERR_IO;
-        }
-        if (stat(tmp, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            snprintf(why, why_len, "cannot create '%s': %s", tmp,
-                     stat(tmp, &sb) != 0 ? strerror(errno) : strerror(ENOTDIR));
-            return NA_ERR_IO;
-        }
-        tmp[i] = path[i];
-    }
-    if (access(path, W_OK | X_OK) != 0) {
-        snprintf(why, why_len, "'%s' is not writable: %s", path, strerror(errno));
-        return NA_ERR_IO;
-    }
-    return NA_OK;
-}
-
 /* ---- which hosts are this machine -------------------------------------- */
 
 typedef struct {
@@ -538,45 +503,6 @@ static na_status_t na_cfg_check_nodes(na_cfg_parse_t *p, na_cfg_t *cfg)
                 return na_cfg_errat(p, na_cfg_key_at(na_cfg_node_yn(p, a), "port"),
                                     NA_ERR_INVALID, "duplicate address %s:%ld (node '%s' uses "
                                     "%s:%ld too)", a->host, a->port, b->name, b->host, b->port);
-        }
-    }
-    return NA_OK;
-}
-
-/* KV directories: unique per host; created (mkdir -p) on this machine. */
-static na_status_t na_cfg_check_kv_dirs(na_cfg_parse_t *p, na_cfg_t *cfg)
-{
-    char why[PATH_MAX + 128];
-    int s, t;
-
-    for (s = 0; s < cfg->n_slots; s++) {
-        const na_cfg_node_t *node = &cfg->nodes[cfg->slots[s].node];
-        na_cfg_device_t *dev = &node->devices[cfg->slots[s].dev];
-        const na_yn_t *devs = na_cfg_yn_get(na_cfg_node_yn(p, node), "devices");
-        const na_yn_t *dm = (devs != NULL && devs->kind == NA_YN_SEQ &&
-                             (size_t)cfg->slots[s].dev < devs->n)
-                                ? devs->items[cfg->slots[s].dev] : na_cfg_node_yn(p, node);
-        const na_yn_t *at = na_cfg_key_at(dm, "path");
-
-        if (node->is_local) {
-            char *real;
-            if (na_cfg_mkdir_p(dev->path, why, sizeof(why)) != NA_OK)
-                return na_cfg_errat(p, at, NA_ERR_IO, "storage node '%s' device %d: KV "
-                                    "directory: %s", node->name, cfg->slots[s].dev, why);
-            real = realpath(dev->path, NULL);
-            if (real != NULL) {
-                free(dev->path);
-                dev->path = real;
-            }
-        }
-        for (t = 0; t < s; t++) {
-            const na_cfg_node_t *o = &cfg->nodes[cfg->slots[t].node];
-            const na_cfg_device_t *od = &o->devices[cfg->slots[t].dev];
-            if (!strcmp(od->path, dev->path) &&
-                (!strcmp(o->host, node->host) || (o->is_local && node->is_local)))
-                return na_cfg_errat(p, at, NA_ERR_INVALID, "KV directory '%s' is already used "
-                                    "by node '%s' device %d", dev->path, o->name,
-                                    cfg->slots[t].dev);
         }
     }
     return NA_OK;

@@ -45,7 +45,7 @@ typedef enum { NA_CFG_KV_F32 = NA_DTYPE_F32, NA_CFG_KV_F16 = NA_DTYPE_F16,
 /* One device slot of a storage node: a KV directory and the attention engine
  * bound to it ("CSD slot"). */
 typedef struct {
-    char           *path;      /* absolute KV directory (owned); created at load on local nodes */
+    char           *path;      /* absolute KV directory (owned); the node creates it */
     na_cfg_engine_t engine;    /* cpu | cuda | csd */
     long            dram_mb;   /* DRAM tier budget, MiB (>= 1) */
     long            ssd_mb;    /* SSD tier budget, MiB (>= 1) */

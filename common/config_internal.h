@@ -63,6 +63,11 @@ const na_yn_t *na_cfg_key_at(const na_yn_t *m, const char *key);
  * nearattn (common/config_plan.c); NA_ERR_UNSUPPORTED at the first that is not. */
 na_status_t na_cfg_check_engines(na_cfg_parse_t *p, const na_cfg_t *cfg);
 
+/* KV directories (common/config_paths.c): on this machine usable or
+ * creatable (nothing is created), each path normalised in place, unique per
+ * host. NA_ERR_IO / NA_ERR_INVALID at the offending path key. */
+na_status_t na_cfg_check_kv_dirs(na_cfg_parse_t *p, na_cfg_t *cfg);
+
 /* Expand ${VAR} and ${VAR:-default} in scalar n into a new string (*out_p,
  * owned by the caller). Fails with NA_ERR_NOT_FOUND for an unset variable
  * without default, NA_ERR_FORMAT for a malformed reference. */

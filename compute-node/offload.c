@@ -1,7 +1,8 @@
-/* compute-node/offload.c — the offload generator's requests: admission into
- * batches, local prefill with shipping of the prompt's KV (or keeping its X),
- * sampling, ending and failing requests (see offload.h). The batches' decode
- * steps and their schedule are in compute-node/sched.c. */
+/* compute-node/offload.c — the offload engine object and its requests:
+ * create / submit / cancel / progress / destroy, admission into batches,
+ * local prefill with shipping of the prompt's KV (or keeping its X),
+ * sampling, ending, failing and cancelling requests (see offload.h). The
+ * batches' decode steps and their schedule are in compute-node/sched.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,8 @@ static int na_off_is_stop(const na_off_opts_t *o, int token)
     return 0;
 }
 
-/* Release everything request q holds (service KV, X, local KV). */
+/* Release everything request q holds (service KV, X, local KV) and mark it
+ * done. */
 static void na_off_drop(na_off_t *g, na_off_req_t *q, int status)
 {
     if (q->opened) {
@@ -44,24 +46,40 @@ static void na_off_drop(na_off_t *g, na_off_req_t *q, int status)
     }
     na_kv_local_destroy(q->r->kv);
     q->r->kv = NULL;
+    q->done = 1;
     g->n_live--;
     g->ended++;
 }
 
 void na_off_fail(na_off_t *g, na_off_req_t *q, na_status_t st, const char *reason)
 {
-    if (q->r->state == NA_REQ_DONE)
+    na_request_t *r = q->r;
+
+    if (q->done)
         return;
-    na_log_warn("request %d failed: %s", q->r->id, reason);
-    q->failed = 1;
-    q->r->state = NA_REQ_DONE;
-    q->r->finish = NA_FINISH_NONE;
-    g->st->failed++;
+    if (st == NA_ERR_CANCELED) {
+        na_log_info("request %d cancelled", r->id);
+        g->st->cancelled++;
+    } else {
+        na_log_warn("request %d failed: %s", r->id, reason);
+        g->st->failed++;
+    }
+    if (q->cancel) {
+        q->cancel = 0;
+        g->n_cancel--;
+    }
+    r->state = NA_REQ_DONE;
+    r->finish = NA_FINISH_NONE;
     na_off_drop(g, q, (int)st);
-    if (g->o->on_error != NULL)
-        g->o->on_error(g->o->user, q->r, st, reason);
-    if (g->o->on_done != NULL)
-        g->o->on_done(g->o->user, q->r);
+    if (q->cb.on_error != NULL)
+        q->cb.on_error(q->cb.user, r, st, reason);
+    if (q->cb.on_done != NULL)
+        q->cb.on_done(q->cb.user, r);       /* may free r: not touched again */
+}
+
+void na_off_cancel_now(na_off_t *g, na_off_req_t *q)
+{
+    na_off_fail(g, q, NA_ERR_CANCELED, "cancelled");
 }
 
 void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
@@ -75,8 +93,8 @@ void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
         r->out[r->n_out++] = t;
         r->last = t;
         g->st->gen.gen_tokens++;
-        if (g->o->on_token != NULL)
-            g->o->on_token(g->o->user, r, t);
+        if (q->cb.on_token != NULL)
+            q->cb.on_token(q->cb.user, r, t);
         if (r->n_out >= r->max_new)
             r->finish = NA_FINISH_LENGTH;
         else if (r->n_pos >= g->e->cfg.seq_len)
@@ -84,23 +102,37 @@ void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
     }
     if (r->finish != NA_FINISH_NONE) {
         r->state = NA_REQ_DONE;
+        if (q->cancel) {
+            q->cancel = 0;
+            g->n_cancel--;
+        }
         na_off_drop(g, q, 0);
-        if (g->o->on_done != NULL)
-            g->o->on_done(g->o->user, r);
+        if (q->cb.on_done != NULL)
+            q->cb.on_done(q->cb.user, r);   /* may free r: not touched again */
     } else {
         r->state = NA_REQ_DECODE;
     }
 }
 
+void na_off_forget(na_off_t *g, na_off_req_t *q)
+{
+    if (q->prev_all != NULL)
+        q->prev_all->next_all = q->next_all;
+    else
+        g->all = q->next_all;
+    if (q->next_all != NULL)
+        q->next_all->prev_all = q->prev_all;
+    free(q);
+}
+
 void na_off_compact(na_off_t *g, na_off_batch_t *b)
 {
     int i, k = 0;
-    (void)g;
     for (i = 0; i < b->n_mem; i++)
-        if (b->mem[i]->r->state != NA_REQ_DONE)
+        if (!b->mem[i]->done)
             b->mem[k++] = b->mem[i];
         else
-            b->mem[i]->batch = -1;
+            na_off_forget(g, b->mem[i]);
     b->n_mem = k;
 }
 
@@ -335,35 +367,81 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     return NA_OK;
 }
 
+/* Take the first waiting request off the queue. */
+static na_off_req_t *na_off_pop_wait(na_off_t *g)
+{
+    na_off_req_t *q = g->wait_head;
+
+    g->wait_head = q->next_wait;
+    if (g->wait_head == NULL)
+        g->wait_tail = NULL;
+    q->next_wait = NULL;
+    g->n_wait--;
+    return q;
+}
+
+void na_off_cancel_waiting(na_off_t *g)
+{
+    na_off_req_t **pp = &g->wait_head, *q, *gone = NULL;
+
+    /* unlink first: the callbacks may submit (append to the queue) */
+    g->wait_tail = NULL;
+    while ((q = *pp) != NULL) {
+        if (!q->cancel) {
+            g->wait_tail = q;
+            pp = &q->next_wait;
+            continue;
+        }
+        *pp = q->next_wait;
+        g->n_wait--;
+        q->next_wait = gone;
+        gone = q;
+    }
+    while ((q = gone) != NULL) {
+        gone = q->next_wait;
+        q->next_wait = NULL;
+        g->n_live++;                /* na_off_drop counts it out */
+        na_off_cancel_now(g, q);
+        na_off_forget(g, q);
+    }
+}
+
 na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b)
 {
-    int waiting = g->n_req - g->next, target;
+    int target;
     na_status_t st;
 
-    if (waiting == 0 || g->blocked_at == g->ended)
+    if (g->n_wait == 0 || g->blocked_at == g->ended)
         return NA_OK;       /* nothing waits, or no room since the last refusal */
     /* spread the waiting requests over the batches */
-    target = (waiting + g->n_live + g->n_batches - 1) / g->n_batches;
+    target = (g->n_wait + g->n_live + g->n_batches - 1) / g->n_batches;
     if (target > g->max_batch)
         target = g->max_batch;
     if (target < 1)
         target = 1;
-    while (g->next < g->n_req && b->n_mem < target) {
-        st = na_off_admit_one(g, b, &g->req[g->next]);
+    while (g->n_wait > 0 && b->n_mem < target) {
+        na_off_req_t *q = na_off_pop_wait(g);
+        st = na_off_admit_one(g, b, q);
         if (st == NA_ERR_NOSPACE) {
+            q->next_wait = g->wait_head;  /* back to the front: it stays first */
+            g->wait_head = q;
+            if (g->wait_tail == NULL)
+                g->wait_tail = q;
+            g->n_wait++;
             g->blocked_at = g->ended;   /* queue: retry when a request leaves */
             break;
         }
+        if (q->done && q->batch < 0)
+            na_off_forget(g, q);        /* refused before it joined the batch */
         if (st != NA_OK)
             return st;
-        g->next++;
     }
     na_off_compact(g, b);
     return NA_OK;
 }
 
-/* Free the batches and the run's buffers. */
-static void na_off_cleanup(na_off_t *g)
+/* Free the batches and the engine's buffers (not the requests). */
+static void na_off_free_buffers(na_off_t *g)
 {
     int i;
 
@@ -379,31 +457,17 @@ static void na_off_cleanup(na_off_t *g)
         free(b->ent_row);
         free(b->crow);
     }
-    for (i = 0; i < g->n_req; i++)
-        if (g->req[i].r->state != NA_REQ_DONE && g->req[i].batch >= 0)
-            na_off_drop(g, &g->req[i], (int)NA_ERR_INVALID);
     na_acts_destroy(g->pacts);
     free(g->ptok);
     free(g->ppos);
     free(g->scratch);
-    free(g->req);
 }
 
-na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **reqs, int n,
-                                const na_off_opts_t *opts, na_off_stats_t *stats)
+/* The options' checks against the model and the service. */
+static na_status_t na_off_check_opts(na_engine_t *e, na_asvc_t *svc, const na_off_opts_t *opts)
 {
-    na_off_stats_t local;
-    na_off_t g;
-    na_status_t st = NA_OK;
-    double t0 = na_off_now();
-    int i, mb;
+    na_status_t st;
 
-    memset(&g, 0, sizeof(g));
-    g.e = e;
-    g.svc = svc;
-    g.o = opts;
-    g.st = stats != NULL ? stats : &local;
-    memset(g.st, 0, sizeof(*g.st));
     if (opts->batches_in_flight < 1 || opts->batches_in_flight > NA_OFF_MAX_BATCHES)
         return na_err(NA_ERR_RANGE, "offload: batches_in_flight %d out of range [1, %d]",
                       opts->batches_in_flight, NA_OFF_MAX_BATCHES);
@@ -424,59 +488,196 @@ na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **r
             na_log_warn("offload: xcache is enabled with host_mb 0: no request can keep X; "
                         "set xcache.host_mb");
     }
-    if (n <= 0)
-        return NA_OK;
-    g.max_batch = opts->max_batch > 0 ? opts->max_batch : 64;
-    g.n_batches = opts->batches_in_flight;
-    g.rep = opts->rep;
-    g.n_rep = na_rep_count(opts->rep);
-    na_rep_attach_service(g.rep, svc);
-    g.blocked_at = -1;
-    g.xc_budget = opts->xcache_host_mb << 20;
-    g.n_req = n;
-    mb = g.max_batch;
-    g.req = calloc((size_t)n, sizeof(*g.req));
-    g.scratch = malloc((size_t)e->cfg.vocab_size * sizeof(*g.scratch));
-    g.ptok = malloc((size_t)e->opts.max_rows * sizeof(int));
-    g.ppos = malloc((size_t)e->opts.max_rows * sizeof(int));
-    if (g.req == NULL || g.scratch == NULL || g.ptok == NULL || g.ppos == NULL) {
-        st = na_err(NA_ERR_NOMEM, "offload: out of memory for %d requests", n);
-        goto out;
-    }
-    for (i = 0; i < n; i++) {
-        g.req[i].r = reqs[i];
-        g.req[i].index = i;
-        g.req[i].batch = -1;
-    }
-    st = na_acts_create(e, e->opts.max_rows, 1, &g.pacts);
-    if (st != NA_OK)
-        goto out;
-    for (i = 0; i < g.n_batches; i++) {
-        na_off_batch_t *b = &g.b[i];
-        b->id = i;
-        b->mem = calloc((size_t)mb, sizeof(*b->mem));
-        b->row_req = calloc((size_t)mb, sizeof(*b->row_req));
-        b->tokens = calloc((size_t)mb, sizeof(int));
-        b->pos = calloc((size_t)mb, sizeof(int));
-        b->seg = calloc((size_t)mb, sizeof(*b->seg));
-        b->ent = calloc((size_t)mb, sizeof(*b->ent));
-        b->ent_row = calloc((size_t)mb, sizeof(int));
-        b->crow = calloc((size_t)mb, sizeof(*b->crow));
-        if (!b->mem || !b->row_req || !b->tokens || !b->pos || !b->seg || !b->ent ||
-            !b->ent_row || !b->crow) {
-            st = na_err(NA_ERR_NOMEM, "offload: out of memory for a batch of %d", mb);
-            goto out;
-        }
-        st = na_acts_create(e, mb, mb, &b->acts);
-        if (st != NA_OK)
-            goto out;
-    }
-    st = na_off_sched_run(&g);
+    return NA_OK;
+}
 
-out:
-    na_rep_attach_service(g.rep, NULL);
-    na_off_cleanup(&g);
-    na_asvc_stats(svc, &g.st->svc);
-    g.st->wall_s = na_off_now() - t0;
+/* Allocate batch b's buffers for mb members. */
+static na_status_t na_off_batch_init(na_off_t *g, na_off_batch_t *b, int id, int mb)
+{
+    b->id = id;
+    b->mem = calloc((size_t)mb, sizeof(*b->mem));
+    b->row_req = calloc((size_t)mb, sizeof(*b->row_req));
+    b->tokens = calloc((size_t)mb, sizeof(int));
+    b->pos = calloc((size_t)mb, sizeof(int));
+    b->seg = calloc((size_t)mb, sizeof(*b->seg));
+    b->ent = calloc((size_t)mb, sizeof(*b->ent));
+    b->ent_row = calloc((size_t)mb, sizeof(int));
+    b->crow = calloc((size_t)mb, sizeof(*b->crow));
+    if (!b->mem || !b->row_req || !b->tokens || !b->pos || !b->seg || !b->ent ||
+        !b->ent_row || !b->crow)
+        return na_err(NA_ERR_NOMEM, "offload: out of memory for a batch of %d", mb);
+    return na_acts_create(g->e, mb, mb, &b->acts);
+}
+
+na_status_t na_off_create(na_engine_t *e, na_asvc_t *svc, const na_off_opts_t *opts,
+                          na_off_t **g_p)
+{
+    na_off_t *g;
+    na_status_t st;
+    int i;
+
+    st = na_off_check_opts(e, svc, opts);
+    if (st != NA_OK)
+        return st;
+    g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return na_err(NA_ERR_NOMEM, "offload: out of memory");
+    g->e = e;
+    g->svc = svc;
+    g->opts = *opts;
+    g->o = &g->opts;
+    g->st = &g->stats;
+    g->t_create = na_off_now();
+    g->max_batch = opts->max_batch > 0 ? opts->max_batch : 64;
+    g->n_batches = opts->batches_in_flight;
+    g->rep = opts->rep;
+    g->n_rep = na_rep_count(opts->rep);
+    g->blocked_at = -1;
+    g->xc_budget = opts->xcache_host_mb << 20;
+    g->scratch = malloc((size_t)e->cfg.vocab_size * sizeof(*g->scratch));
+    g->ptok = malloc((size_t)e->opts.max_rows * sizeof(int));
+    g->ppos = malloc((size_t)e->opts.max_rows * sizeof(int));
+    if (g->scratch == NULL || g->ptok == NULL || g->ppos == NULL) {
+        st = na_err(NA_ERR_NOMEM, "offload: out of memory");
+        goto err_free_buffers;
+    }
+    st = na_acts_create(e, e->opts.max_rows, 1, &g->pacts);
+    for (i = 0; i < g->n_batches && st == NA_OK; i++)
+        st = na_off_batch_init(g, &g->b[i], i, g->max_batch);
+    if (st != NA_OK)
+        goto err_free_buffers;
+    na_rep_attach_service(g->rep, svc);
+    *g_p = g;
+    return NA_OK;
+
+err_free_buffers:
+    na_off_free_buffers(g);
+    free(g);
+    return st;
+}
+
+na_status_t na_off_submit(na_off_t *g, na_request_t *r, const na_off_cb_t *cb)
+{
+    na_off_req_t *q;
+
+    if (g->fatal != NA_OK)
+        return na_err(g->fatal, "offload: the engine stopped after an error");
+    if (r == NULL || r->state != NA_REQ_WAITING)
+        return na_err(NA_ERR_INVALID, "offload: request %d is not waiting (state %d)",
+                      r ? r->id : -1, r ? (int)r->state : -1);
+    q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return na_err(NA_ERR_NOMEM, "offload: out of memory for a request");
+    q->r = r;
+    if (cb != NULL)
+        q->cb = *cb;
+    else
+        q->cb = (na_off_cb_t){ g->o->on_token, g->o->on_done, g->o->on_error, g->o->user };
+    q->index = g->n_submitted++;
+    q->batch = -1;
+    q->next_all = g->all;
+    if (g->all != NULL)
+        g->all->prev_all = q;
+    g->all = q;
+    if (g->wait_tail != NULL)
+        g->wait_tail->next_wait = q;
+    else
+        g->wait_head = q;
+    g->wait_tail = q;
+    g->n_wait++;
+    return NA_OK;
+}
+
+na_status_t na_off_cancel(na_off_t *g, na_request_t *r)
+{
+    na_off_req_t *q;
+
+    for (q = g->all; q != NULL; q = q->next_all)
+        if (q->r == r && !q->done)
+            break;
+    if (q == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "offload: request %d is not held by this engine",
+                      r ? r->id : -1);
+    if (!q->cancel) {
+        q->cancel = 1;
+        g->n_cancel++;
+    }
+    return NA_OK;
+}
+
+na_status_t na_off_progress(na_off_t *g, int timeout_ms)
+{
+    if (g->fatal != NA_OK)
+        return na_err(g->fatal, "offload: the engine stopped after an error");
+    g->fatal = na_off_sched_run(g, timeout_ms < 0 ? -1.0 : na_off_now() + 1e-3 * timeout_ms);
+    return g->fatal;
+}
+
+int na_off_pending(const na_off_t *g)
+{
+    return g->n_wait + g->n_live;
+}
+
+void na_off_stats(na_off_t *g, na_off_stats_t *out)
+{
+    *out = g->stats;
+    na_asvc_stats(g->svc, &out->svc);
+    out->wall_s = na_off_now() - g->t_create;
+}
+
+void na_off_destroy(na_off_t *g)
+{
+    na_off_req_t *q;
+
+    if (g == NULL)
+        return;
+    if (na_off_sched_drain(g) == 0)
+        na_off_free_buffers(g);
+    else
+        na_log_warn("offload: attention still in flight at destroy; its buffers are kept");
+    while ((q = g->all) != NULL) {
+        if (!q->done) {
+            na_request_t *r = q->r;
+            if (q->opened) {
+                int w;
+                na_asvc_release(g->svc, q->wid, (int)NA_ERR_CANCELED);
+                for (w = 1; w < g->n_rep; w++)
+                    na_rep_release(g->rep, w, q->wid, (int)NA_ERR_CANCELED);
+            }
+            if (q->xc != NULL)
+                na_xcache_destroy(q->xc);
+            na_kv_local_destroy(r->kv);
+            r->kv = NULL;
+            r->state = NA_REQ_DONE;
+            r->finish = NA_FINISH_NONE;
+        }
+        na_off_forget(g, q);
+    }
+    na_rep_attach_service(g->rep, NULL);
+    free(g);
+}
+
+na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **reqs, int n,
+                                const na_off_opts_t *opts, na_off_stats_t *stats)
+{
+    double t0 = na_off_now();
+    na_off_t *g;
+    na_status_t st;
+    int i;
+
+    if (stats != NULL)
+        memset(stats, 0, sizeof(*stats));
+    st = na_off_create(e, svc, opts, &g);
+    if (st != NA_OK)
+        return st;
+    for (i = 0; i < n && st == NA_OK; i++)
+        st = na_off_submit(g, reqs[i], NULL);
+    if (st == NA_OK)
+        st = na_off_progress(g, -1);
+    if (stats != NULL) {
+        na_off_stats(g, stats);
+        stats->wall_s = na_off_now() - t0;
+    }
+    na_off_destroy(g);
     return st;
 }

@@ -6,7 +6,8 @@
  * Requests (compute-node/generate.h) are the same objects the monolithic
  * na_generate runs, and under greedy sampling give the same tokens:
  *
- *   admission  between steps of a batch, waiting requests join it (at most
+ *   admission  between steps of a batch, waiting requests (submitted at any
+ *              time, see na_off_submit) join it (at most
  *              max_batch per batch, the waiting ones spread over the
  *              batches); each is opened on the service, prefilled here with
  *              local causal attention, its KV shipped in bulk to its owners
@@ -71,6 +72,7 @@ typedef struct {
 typedef struct {
     na_gen_stats_t   gen;                /* tokens and steps, as monolithic */
     long             failed;             /* requests ended with an error */
+    long             cancelled;          /* requests ended by na_off_cancel */
     long             recovered;          /* requests re-prefilled after a lost node */
     long             xcache_reqs;        /* requests served from the X-cache */
     size_t           xcache_bytes_peak;
@@ -91,7 +93,68 @@ typedef struct {
     na_asvc_stats_t  svc;                /* the service's counters at the end */
 } na_off_stats_t;
 
-/* Run reqs[0..n) (state WAITING) to completion against service svc. Returns
+/* ---- the engine object ----------------------------------------------------
+ * A long-lived offload engine over one model engine e and one attention
+ * service svc (both borrowed; they outlive it):
+ *
+ *   create    validate the options, allocate the batches; nothing runs yet
+ *   submit    queue a request (state WAITING); it joins a batch at that
+ *             batch's next step boundary, also while others are decoding
+ *   cancel    mark a request; it ends at its batch's next step boundary (a
+ *             waiting one at the next progress call): its KV is released on
+ *             the storage nodes (and replicas), on_error gets NA_ERR_CANCELED
+ *             and on_done follows
+ *   progress  run steps until no request is left or the timeout passed
+ *   destroy   wait (bounded) for attention in flight, release every request
+ *             still held (no callbacks; they end as DONE, finish NONE) and
+ *             free everything
+ *
+ * Thread model: single-threaded. Every call, and every callback, runs on the
+ * caller's thread, inside progress (callbacks never run inside submit or
+ * cancel). A front end that owns an event loop (the HTTP server) calls
+ * submit and cancel from its loop between progress calls with a small
+ * timeout; callbacks may call submit and cancel too. A request must stay
+ * valid until its on_done returned (it may be destroyed inside on_done) or
+ * the engine is destroyed. */
+typedef struct na_off na_off_t;
+
+/* Callbacks of one request (any may be NULL). */
+typedef struct {
+    na_gen_token_fn  on_token;
+    na_gen_done_fn   on_done;            /* also after on_error */
+    na_off_error_fn  on_error;           /* failed, or NA_ERR_CANCELED */
+    void            *user;
+} na_off_cb_t;
+
+/* Create an engine (the options are copied; stop_ids and rep are borrowed).
+ * NA_ERR_RANGE / NA_ERR_INVALID for options or a service of another shape,
+ * NA_ERR_UNSUPPORTED for X-cache on a GQA model or with rotational
+ * pipelining, NA_ERR_NOMEM. */
+na_status_t na_off_create(na_engine_t *e, na_asvc_t *svc, const na_off_opts_t *opts,
+                          na_off_t **g_p);
+/* Queue request r (state WAITING, not held by this or another engine) with
+ * callbacks cb (NULL: the options' on_token / on_done / on_error / user).
+ * NA_ERR_INVALID for a request that is not waiting; the engine's fatal error
+ * when it ended; NA_ERR_NOMEM. */
+na_status_t na_off_submit(na_off_t *g, na_request_t *r, const na_off_cb_t *cb);
+/* Ask request r to end (see above). NA_ERR_NOT_FOUND when the engine does
+ * not hold r (never submitted, or ended already). */
+na_status_t na_off_cancel(na_off_t *g, na_request_t *r);
+/* Run decode steps, admissions and cancellations until no request is held
+ * or timeout_ms passed (0: one pass, waiting at most about 1 ms for
+ * attention; < 0: until no request is held). Returns NA_OK, or an error of the compute node itself
+ * (out of memory, backend, a broken replica link); after such an error the
+ * engine only accepts destroy (every later call returns the same error). */
+na_status_t na_off_progress(na_off_t *g, int timeout_ms);
+/* Requests held: submitted and not ended. */
+int         na_off_pending(const na_off_t *g);
+/* Counters since create (wall_s: since create; svc: the service's now). */
+void        na_off_stats(na_off_t *g, na_off_stats_t *out);
+/* See above. NULL is a no-op. */
+void        na_off_destroy(na_off_t *g);
+
+/* Run reqs[0..n) (state WAITING) to completion against service svc: an
+ * engine, every request submitted, progress until none is left. Returns
  * NA_OK when every request ended (finished or failed with a reason through
  * on_error); an error of the compute node itself (out of memory, backend)
  * otherwise. NA_ERR_UNSUPPORTED for X-cache on a GQA model. stats may be

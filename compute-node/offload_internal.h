@@ -1,24 +1,29 @@
-/* compute-node/offload_internal.h — private state of the offload generator
- * (compute-node/offload.c: requests, prefill, sampling; sched.c: batches in
- * flight and the fixed staggered schedule). */
+/* compute-node/offload_internal.h — private state of the offload engine
+ * (compute-node/offload.c: the object, requests, prefill, sampling; sched.c:
+ * batches in flight and the fixed / rotational schedule). */
 #ifndef NA_OFFLOAD_INTERNAL_H
 #define NA_OFFLOAD_INTERNAL_H
 
 #include "common/wire.h"
 #include "compute-node/offload.h"
 
-/* A request as the offload generator sees it. */
-typedef struct {
-    na_request_t *r;
+/* A request as the offload engine sees it (owned by the engine from submit
+ * until it ended and left its batch). */
+typedef struct na_off_req {
+    na_request_t *r;          /* the caller's; not touched once done */
+    na_off_cb_t   cb;         /* its callbacks */
     uint64_t      wid;        /* id on the service */
-    int           index;      /* position in the caller's array */
+    long          index;      /* submission order (X-cache share) */
     int           batch;      /* batch it belongs to, -1 = waiting */
     int           opened;     /* open on the service */
-    int           failed;     /* ended with an error this step */
+    int           done;       /* ended (finished, failed or cancelled) */
+    int           cancel;     /* cancel asked: ends at its batch's next step boundary */
     int           recover;    /* its storage node was lost this step: re-prefill */
     int           recoveries; /* re-prefills so far */
     char          lost[NA_ASVC_REASON_MAX + 64]; /* why it is being re-placed */
     na_xcache_t  *xc;         /* X-cache instead of remote KV, or NULL */
+    struct na_off_req *next_wait;           /* waiting queue (FIFO) */
+    struct na_off_req *prev_all, *next_all; /* every request the engine holds */
 } na_off_req_t;
 
 typedef enum {
@@ -50,17 +55,23 @@ typedef struct {
     na_wire_ctx_row_t *crow;  /* [max_batch] rotational: rows of a migrating context */
 } na_off_batch_t;
 
-typedef struct {
+struct na_off {
     na_engine_t          *e;
     na_asvc_t            *svc;
-    const na_off_opts_t  *o;
-    na_off_stats_t       *st;
+    na_off_opts_t         opts;       /* a copy (stop_ids borrowed) */
+    const na_off_opts_t  *o;          /* = &opts */
+    na_off_stats_t        stats;
+    na_off_stats_t       *st;         /* = &stats */
+    double                t_create;
+    na_status_t           fatal;      /* a compute-node error ended the engine */
     int                   max_batch;
     int                   n_batches;
     na_off_batch_t        b[NA_OFF_MAX_BATCHES];
-    na_off_req_t         *req;        /* [n_req] */
-    int                   n_req;
-    int                   next;       /* first request not yet admitted (FIFO) */
+    na_off_req_t         *all;        /* every request held (list) */
+    na_off_req_t         *wait_head, *wait_tail;  /* submitted, not admitted (FIFO) */
+    int                   n_wait;
+    long                  n_submitted;
+    int                   n_cancel;   /* cancels asked and not yet carried out */
     int                   n_live;     /* admitted, not ended */
     long                  ended;      /* requests that left (admission retries after one) */
     long                  blocked_at; /* `ended` when the service last said no room; -1 */
@@ -71,7 +82,7 @@ typedef struct {
     int                  *ptok, *ppos;/* [max_rows] prefill step */
     struct na_rep        *rep;        /* rotational: link to replicas 1..n_rep-1, or NULL */
     int                   n_rep;      /* replicas R (1 = fixed schedule) */
-} na_off_t;
+};
 
 /* offload.c */
 double      na_off_now(void);
@@ -80,15 +91,22 @@ double      na_off_now(void);
 na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b);
 /* Sample request q's next token from logits; ends it when due. */
 void        na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits);
-/* End request q with an error (reason), releasing what it holds. */
+/* End request q with an error (reason), releasing what it holds;
+ * NA_ERR_CANCELED counts as a cancellation, not a failure. */
 void        na_off_fail(na_off_t *g, na_off_req_t *q, na_status_t st, const char *reason);
+/* End request q as cancelled (on_error NA_ERR_CANCELED, on_done). */
+void        na_off_cancel_now(na_off_t *g, na_off_req_t *q);
+/* End (and free) the waiting requests whose cancel was asked. */
+void        na_off_cancel_waiting(na_off_t *g);
 /* Re-place request q (flagged `recover`) after its storage node was lost:
  * release, open elsewhere, prefill its prompt and outputs here again and
  * ship the KV; q then goes on decoding. Fails q (with the reason) if no
  * node takes it; returns only compute-node errors. */
 na_status_t na_off_recover(na_off_t *g, na_off_req_t *q);
-/* Drop ended members from batch b. */
+/* Drop ended members from batch b (and free them). */
 void        na_off_compact(na_off_t *g, na_off_batch_t *b);
+/* Unlink an ended request that is in no batch and free it. */
+void        na_off_forget(na_off_t *g, na_off_req_t *q);
 
 /* The replica that runs slice k of batch b: (b + k) mod R (0 = this one). */
 static inline int na_off_owner(const na_off_t *g, const na_off_batch_t *b, int k)
@@ -97,7 +115,12 @@ static inline int na_off_owner(const na_off_t *g, const na_off_batch_t *b, int k
 }
 
 /* sched.c */
-/* Run the batches until every request ended. */
-na_status_t na_off_sched_run(na_off_t *g);
+/* Run the batches until every request ended or deadline (na_off_now()
+ * seconds; < 0: none) passed; waits never go past the deadline. Returns
+ * compute-node errors only. */
+na_status_t na_off_sched_run(na_off_t *g, double deadline);
+/* Wait (bounded) until no batch has attention or a context out, so that
+ * their buffers may be freed. 0 when drained, -1 when it gave up. */
+int         na_off_sched_drain(na_off_t *g);
 
 #endif /* NA_OFFLOAD_INTERNAL_H */

@@ -32,6 +32,7 @@
 #include "compute-node/replica.h"
 
 #define NA_SCHED_POLL_MS 1000   /* one blocking poll; the service bounds failures */
+#define NA_SCHED_DRAIN_S 30.0   /* destroy: longest wait for attention in flight */
 
 /* Send the attention of `layer` for batch b: the remote entries go to the
  * service, X-cache rows are computed here, rows of failed requests are
@@ -53,7 +54,7 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
         na_asvc_entry_t *x;
-        if (q->r->state == NA_REQ_DONE || q->recover || q->xc != NULL)
+        if (q->done || q->recover || q->xc != NULL)
             continue;
         x = &b->ent[b->n_ent];
         b->ent_row[b->n_ent++] = i;
@@ -82,7 +83,7 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
         float *att = a->att + (size_t)i * qd;
-        if (q->r->state == NA_REQ_DONE || q->recover) {
+        if (q->done || q->recover) {
             memset(att, 0, qd * sizeof(float));
         } else if (q->xc != NULL) {
             na_xcache_put(q->xc, layer, b->pos[i], 1, a->xb + (size_t)i * (size_t)e->cfg.dim);
@@ -111,7 +112,7 @@ static na_status_t na_sched_send_away(na_off_t *g, na_off_batch_t *b, int k)
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
         b->crow[i] = (na_wire_ctx_row_t){ q->wid, (uint32_t)b->pos[i], (uint32_t)b->tokens[i],
-                                          0, q->r->state == NA_REQ_DONE ?
+                                          0, q->done ?
                                              (int32_t)NA_ERR_CANCELED : 0 };
     }
     if (k == 0)
@@ -136,20 +137,28 @@ static na_status_t na_sched_send_away(na_off_t *g, na_off_batch_t *b, int k)
     return st;
 }
 
-/* Start a decode step of batch b (IDLE): admit waiting requests, then
- * embed + first pre-attention slice + first attention. *ran_p is set when
- * anything happened. */
+/* Start a decode step of batch b (IDLE): end its members whose cancel was
+ * asked, admit waiting requests, then embed + first pre-attention slice +
+ * first attention. *ran_p is set when anything happened. */
 static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
 {
     na_engine_t *e = g->e;
-    int before = g->next, i;
+    int before = g->n_wait, i;
     na_step_t s;
     na_status_t st;
 
+    if (g->n_cancel > 0) {
+        for (i = 0; i < b->n_mem; i++)
+            if (b->mem[i]->cancel && !b->mem[i]->done) {
+                na_off_cancel_now(g, b->mem[i]);
+                *ran_p = 1;
+            }
+        na_off_compact(g, b);
+    }
     st = na_off_admit(g, b);
     if (st != NA_OK)
         return st;
-    if (g->next != before)
+    if (g->n_wait != before)
         *ran_p = 1;
     b->n_rows = 0;
     for (i = 0; i < b->n_mem; i++) {
@@ -202,14 +211,20 @@ static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int pos
         return st;
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
-        if (q->r->state == NA_REQ_DONE || q->recover)
+        if (q->done)
+            continue;
+        if (q->cancel) {                     /* the step boundary: it ends here */
+            na_off_cancel_now(g, q);
+            continue;
+        }
+        if (q->recover)
             continue;
         q->r->n_pos++;
         na_off_take_token(g, q, b->acts->logits + (size_t)i * (size_t)e->cfg.vocab_size);
     }
     for (i = 0; i < b->n_rows; i++) {        /* re-place requests of a lost node */
         na_off_req_t *q = b->row_req[i];
-        if (q->recover && q->r->state != NA_REQ_DONE) {
+        if (q->recover && !q->done) {
             st = na_off_recover(g, q);
             if (st != NA_OK)
                 return st;
@@ -288,7 +303,7 @@ static na_status_t na_sched_ctx(na_off_t *g, const na_wire_ctx_t *c)
             return na_err(NA_ERR_PEER, "offload: a compute replica returned batch %u with "
                           "request %llu in row %u (sent %llu)", c->batch_id,
                           (unsigned long long)r.request_id, i, (unsigned long long)q->wid);
-        if (r.status != 0 && q->r->state != NA_REQ_DONE) {
+        if (r.status != 0 && !q->done) {
             char why[NA_ASVC_REASON_MAX + 64];
             snprintf(why, sizeof(why), "layer %d attention (on a compute replica): %s", k - 1,
                      na_status_string((na_status_t)r.status));
@@ -344,16 +359,35 @@ static void na_sched_done(na_off_t *g, int id)
     g->st->attn_rt_s += na_off_now() - b->t_submit;
 }
 
-na_status_t na_off_sched_run(na_off_t *g)
+/* How long the next blocking wait may last: want_ms, cut at the deadline
+ * but at least 1 ms (a service without a non-blocking test, the in-process
+ * one, completes a batch only in a wait). */
+static int na_sched_wait_ms(double deadline, int want_ms)
+{
+    double left;
+
+    if (deadline < 0)
+        return want_ms;
+    left = 1e3 * (deadline - na_off_now());
+    if (left < 1)
+        return 1;
+    return left < want_ms ? (int)left + 1 : want_ms;
+}
+
+na_status_t na_off_sched_run(na_off_t *g, double deadline)
 {
     int rr = 0;
     na_status_t st;
 
-    while (g->next < g->n_req || g->n_live > 0) {
+    do {
         na_off_batch_t *pick = NULL;
         int i, id, ran = 0, waiting = 0, away = 0;
         double t0;
 
+        if (g->n_cancel > 0)
+            na_off_cancel_waiting(g);
+        if (g->n_wait == 0 && g->n_live == 0)
+            break;
         /* completions that are already in */
         while (na_asvc_poll(g->svc, 0, &id) == NA_OK)
             na_sched_done(g, id);
@@ -399,13 +433,13 @@ na_status_t na_off_sched_run(na_off_t *g)
         }
         if (away > 0) {
             /* wait on both sides: replicas first, then the storage nodes */
-            st = na_sched_take_ctx(g, waiting > 0 ? 1 : 20, &ran);
+            st = na_sched_take_ctx(g, na_sched_wait_ms(deadline, waiting > 0 ? 1 : 20), &ran);
             if (st != NA_OK)
                 return st;
             if (ran || waiting == 0)
                 continue;
             t0 = na_off_now();
-            st = na_asvc_poll(g->svc, 1, &id);
+            st = na_asvc_poll(g->svc, na_sched_wait_ms(deadline, 1), &id);
             g->st->idle_s += na_off_now() - t0;
             if (st == NA_OK)
                 na_sched_done(g, id);
@@ -415,14 +449,45 @@ na_status_t na_off_sched_run(na_off_t *g)
         }
         if (waiting == 0)
             return na_err(NA_ERR_INTERNAL, "offload: %d request(s) can neither run nor wait "
-                          "(%d live)", g->n_req - g->next, g->n_live);
+                          "(%d live)", g->n_wait, g->n_live);
         t0 = na_off_now();
-        st = na_asvc_poll(g->svc, NA_SCHED_POLL_MS, &id);
+        st = na_asvc_poll(g->svc, na_sched_wait_ms(deadline, NA_SCHED_POLL_MS), &id);
         g->st->idle_s += na_off_now() - t0;
         if (st == NA_OK)
             na_sched_done(g, id);
         else if (st != NA_ERR_TIMEOUT)
             return st;
-    }
+    } while (deadline < 0 || na_off_now() < deadline);
+    if (g->n_wait == 0 && g->n_live == 0)
+        na_asvc_progress(g->svc);      /* idle: still answer the owners' heartbeats */
     return NA_OK;
+}
+
+int na_off_sched_drain(na_off_t *g)
+{
+    double t0 = na_off_now();
+    int i, id, out;
+
+    for (;;) {
+        out = 0;
+        for (i = 0; i < g->n_batches; i++)
+            out += g->b[i].state == NA_OFF_B_WAIT || g->b[i].state == NA_OFF_B_AWAY;
+        if (out == 0)
+            return 0;
+        if (na_off_now() - t0 > NA_SCHED_DRAIN_S)
+            return -1;
+        if (na_asvc_poll(g->svc, 10, &id) == NA_OK && id >= 0 && id < g->n_batches &&
+            g->b[id].state == NA_OFF_B_WAIT)
+            g->b[id].state = NA_OFF_B_IDLE;
+        if (g->rep != NULL) {
+            na_xp_msg_t *msg;
+            na_wire_ctx_t c;
+            if (na_rep_recv_ctx(g->rep, 10, &msg, &c) == NA_OK) {
+                if (c.batch_id < (uint32_t)g->n_batches &&
+                    g->b[c.batch_id].state == NA_OFF_B_AWAY)
+                    g->b[c.batch_id].state = NA_OFF_B_IDLE;
+                na_rep_msg_release(g->rep, msg);
+            }
+        }
+    }
 }

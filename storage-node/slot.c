@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage-node/mkdir.h"
 #include "storage-node/slot.h"
 
 struct na_slot {
@@ -34,6 +35,11 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0)
         return na_err(NA_ERR_INVALID, "slot %s: n_heads %d is not a multiple of n_kv_heads %d",
                       dev->dir ? dev->dir : "(dram)", c->n_heads, c->n_kv_heads);
+    if (dev->dir != NULL && dev->dir[0] != '\0' && dev->ssd_bytes > 0) {
+        st = na_mkdir_p(dev->dir, 0700);     /* the node creates its KV directory */
+        if (st != NA_OK)
+            return na_err_prefix(st, "slot %s: ", dev->dir);
+    }
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         return na_err(NA_ERR_NOMEM, "slot: out of memory");

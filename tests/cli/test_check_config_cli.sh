@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/cli/test_check_config_cli.sh — `nearattn check-config`: exit 0 and a
 # plan for the shipped layouts, exit 1 with one "file:line:col: ..." line for
-# a bad layout, exit 2 for usage errors (--plan: tests/cli/test_plan_cli.sh).
+# a bad layout, exit 2 for usage errors (--plan: tests/cli/test_plan_cli.sh);
+# loading a layout creates no directory (KV paths are only checked).
 set -u
 BIN=${NA_BIN:?NA_BIN is not set}
 SRC=${NA_SOURCE_DIR:?NA_SOURCE_DIR is not set}
@@ -29,7 +30,14 @@ for f in "$SRC"/cluster-configs/*.yaml; do
 done
 run 0 "$SRC/cluster-configs/local.yaml"
 grep -q 'storage  s1' "$TMP/out" || fail "local.yaml: plan lacks storage node s1: $(cat "$TMP/out")"
-[ -d "$TMP/kv/local/s0d0" ] || fail "local.yaml: KV directory not created under NA_KV_DIR"
+# loading a layout creates nothing: the nodes make their KV directories when they start
+[ -e "$TMP/kv" ] && fail "check-config created $(find "$TMP/kv" | head -3 | tr '\n' ' ')"
+CHECKS=$((CHECKS + 1))
+# a KV path that cannot be created (under a regular file) is refused, still creating nothing
+: > "$TMP/afile"
+NA_KV_DIR=$TMP/afile/sub run 1 "$SRC/cluster-configs/local.yaml"
+grep -q "KV directory: '.*afile' cannot hold a directory: Not a directory" "$TMP/err" || fail "KV under a file: $(cat "$TMP/err")"
+[ -e "$TMP/afile/sub" ] && fail "check-config created under a file"
 
 run 1 "$SRC/tests/data/config/port-range.yaml"
 [ "$(wc -l <"$TMP/err")" = 1 ] || fail "bad layout: stderr is not one line: $(cat "$TMP/err")"

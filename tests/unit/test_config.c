@@ -158,7 +158,7 @@ static void test_runtime_cases(const char *tmp)
         snprintf(want, sizeof(want), "%s/kv/s0d0", tmp);
         /* realpath may differ from tmp when TMPDIR holds a symlink */
         NA_CHECK(strstr(cfg->nodes[1].devices[0].path, "/kv/s0d0") != NULL);
-        NA_CHECK(stat(want, &sb) == 0 && S_ISDIR(sb.st_mode));
+        NA_CHECK(stat(want, &sb) != 0);     /* loading creates nothing: the node does */
         na_cfg_destroy(cfg);
     }
 }
@@ -195,9 +195,9 @@ static void test_good_details(void)
     NA_CHECK(cfg->cluster.secret_file[0] == '/');
     NA_CHECK(strstr(cfg->cluster.secret_file, "cluster-configs/dev.secret") != NULL);
     NA_CHECK(cfg->model.path != NULL && strstr(cfg->model.path, "models/stories260K.bin"));
-    /* ${NA_KV_DIR} expanded and created */
+    /* ${NA_KV_DIR} expanded, not created (the node creates it when it starts) */
     NA_CHECK(strstr(cfg->nodes[1].devices[0].path, "test-1s/s0d0") != NULL);
-    NA_CHECK(access(cfg->nodes[1].devices[0].path, W_OK) == 0);
+    NA_CHECK(access(cfg->nodes[1].devices[0].path, F_OK) != 0);
     /* lookups */
     n = na_cfg_find_node(cfg, "s0");
     NA_CHECK(n != NULL && n->role == NA_CFG_ROLE_STORAGE && n->index == 0 && n->rank == 1);

@@ -1,4 +1,4 @@
-/* common/launch.h — start every node of a cluster layout.
+/* cluster/launch.h — start every node of a cluster layout (`nearattn launch`).
  *
  * Local layouts (every node's host is this machine): fork/exec
  * `nearattn node --config FILE --name NAME` for each node, storage nodes first

@@ -1,19 +1,19 @@
-/* common/launch.c — `nearattn launch`: fork/exec the nodes of a local layout,
- * or one mpirun job for a multi-host layout. See common/launch.h. */
+/* cluster/launch.c — `nearattn launch`: fork/exec the nodes of a local layout,
+ * or one mpirun job for a multi-host layout. See cluster/launch.h. */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "common/launch.h"
+#include "cluster/launch.h"
+#include "cluster/proc.h"
+#include "common/clock.h"
 #include "common/log.h"
+#include "storage-node/mkdir.h"
 
 /* Environment the layout's ${VAR} references usually need on every host. */
 #define NA_LAUNCH_N_ENV 5
@@ -30,29 +30,7 @@ typedef struct {
 
 static uint64_t na_launch_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* mkdir -p */
-static na_status_t na_launch_mkdirs(const char *path)
-{
-    char buf[4096];
-    size_t i, n = strlen(path);
-
-    if (n == 0 || n >= sizeof(buf))
-        return na_err(NA_ERR_INVALID, "launch: log directory '%s' is not usable", path);
-    memcpy(buf, path, n + 1);
-    for (i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return na_err(NA_ERR_IO, "launch: mkdir(%s): %s", buf, strerror(errno));
-        buf[i] = path[i];
-    }
-    return NA_OK;
+    return (uint64_t)(1e3 * na_now_s());
 }
 
 /* Describe a waitpid status: "exit 3", "signal 9". */
@@ -65,44 +43,6 @@ static const char *na_launch_why(int status, char *buf, size_t len)
     else
         snprintf(buf, len, "status 0x%x", status);
     return buf;
-}
-
-/* fork/exec argv with stdout+stderr to log (NULL: inherit). */
-static na_status_t na_launch_spawn(char *const argv[], const char *log, pid_t *pid_p)
-{
-    int fd = -1;
-    pid_t pid, parent;
-
-    if (log != NULL) {
-        fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-            return na_err(NA_ERR_IO, "launch: open(%s): %s", log, strerror(errno));
-    }
-    fflush(NULL);
-    parent = getpid();
-    pid = fork();
-    if (pid < 0) {
-        if (fd >= 0)
-            close(fd);
-        return na_err(NA_ERR_IO, "launch: fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        setpgid(0, 0);                  /* signals reach nodes through the launcher only */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);   /* ...and nodes end with their launcher */
-        if (getppid() != parent)
-            _exit(1);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-        }
-        execvp(argv[0], argv);
-        fprintf(stderr, "launch: exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    if (fd >= 0)
-        close(fd);
-    *pid_p = pid;
-    return NA_OK;
 }
 
 /* Signal every live child; returns how many are alive. */
@@ -186,14 +126,14 @@ static na_status_t na_launch_local(const na_cfg_t *cfg, const na_launch_opts_t *
             n++;
         }
     for (i = 0; i < n; i++) {
-        char *argv[] = { (char *)o->exe, "node", "--config", (char *)o->config_path,
-                         "--name", (char *)c[i].node->name, NULL };
+        na_proc_node_t pn = { o->exe, o->config_path, c[i].node->name, NULL, NULL };
+        na_proc_opts_t po = { NULL, c[i].log, 1, NULL, NULL };
         if (o->dry_run) {
             fprintf(o->out, "%s node --config %s --name %s > %s 2>&1\n", o->exe,
                     o->config_path, c[i].node->name, c[i].log);
             continue;
         }
-        st = na_launch_spawn(argv, c[i].log, &c[i].pid);
+        st = na_proc_start_node(&pn, &po, &c[i].pid);
         if (st != NA_OK)
             break;
         fprintf(o->out, "launch: started %s %s (pid %d, log %s)\n",
@@ -333,7 +273,10 @@ static na_status_t na_launch_mpirun(const na_cfg_t *cfg, const na_launch_opts_t 
         *exit_code_p = 0;
         return NA_OK;
     }
-    st = na_launch_spawn(argv, NULL, &pid);
+    {
+        na_proc_opts_t po = { argv, NULL, 1, NULL, NULL };
+        st = na_proc_spawn(&po, &pid);
+    }
     free(argv);
     free(hosts);
     stop_sent = 0;
@@ -369,7 +312,7 @@ static na_status_t na_launch_mpirun(const na_cfg_t *cfg, const na_launch_opts_t 
 
 na_status_t na_launch_run(const na_cfg_t *cfg, const na_launch_opts_t *o, int *exit_code_p)
 {
-    char dir[4096];
+    char dir[3968];      /* leaves room for the file names below it */
     int all_local = 1, i;
     na_status_t st;
 
@@ -380,7 +323,7 @@ na_status_t na_launch_run(const na_cfg_t *cfg, const na_launch_opts_t *o, int *e
         snprintf(dir, sizeof(dir), "%s/nearattn-launch-%s", tmp && *tmp ? tmp : "/tmp",
                  cfg->cluster.name);
     }
-    st = na_launch_mkdirs(dir);
+    st = na_mkdir_p(dir, 0755);
     if (st != NA_OK)
         return st;
     for (i = 0; i < cfg->n_nodes; i++)

@@ -1,0 +1,110 @@
+/* cluster/nodes.c — storage nodes (and compute replicas) of a layout started
+ * on this machine, private to one run or on the layout's ports (see
+ * cluster/nodes.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cluster/nodes.h"
+#include "cluster/proc.h"
+#include "cluster/rundir.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#define NA_NODES_READY_MS 30000      /* a node must say READY within this */
+#define NA_NODES_STOP_MS  5000
+
+struct na_nodes {
+    pid_t pid[NA_CFG_MAX_NODES];
+    int   fd[NA_CFG_MAX_NODES];
+    int   n;
+    char  dir[PATH_MAX];          /* private run directory, "" if none */
+};
+
+const char *na_nodes_dir(const na_nodes_t *n)
+{
+    return n->dir;
+}
+
+void na_nodes_stop(na_nodes_t *n)
+{
+    int i;
+
+    if (n == NULL)
+        return;
+    na_proc_stop(n->pid, n->n, SIGTERM, NA_NODES_STOP_MS);
+    for (i = 0; i < n->n; i++)
+        if (n->fd[i] >= 0)
+            close(n->fd[i]);
+    if (n->dir[0] != '\0')
+        na_rundir_remove(n->dir);
+    free(n);
+}
+
+na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t **n_p)
+{
+    char exe[PATH_MAX];
+    const char *tmp = getenv("TMPDIR");
+    na_nodes_t *n;
+    na_status_t st;
+    int j, n_rep = 0, free_ports;
+
+    if (o->exe != NULL)
+        snprintf(exe, sizeof(exe), "%s", o->exe);
+    else if ((st = na_proc_self_exe(exe, sizeof(exe))) != NA_OK)
+        return st;
+    n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return na_err(NA_ERR_NOMEM, "run: out of memory");
+    *n_p = n;       /* the caller stops what started, also on failure */
+    if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && cfg->n_compute > 1)
+        n_rep = cfg->n_compute - 1;
+    free_ports = o->private_run && n_rep == 0;
+    if (o->private_run && (st = na_rundir_make(n->dir, sizeof(n->dir))) != NA_OK)
+        return st;
+    for (j = 0; j < cfg->n_storage + n_rep; j++) {
+        na_cfg_node_t *nd = j < cfg->n_storage ? &cfg->nodes[cfg->n_compute + j]
+                                               : &cfg->nodes[1 + j - cfg->n_storage];
+        char log[PATH_MAX + 64], listen[300], kv[PATH_MAX + 64];
+        na_proc_node_t pn = { exe, o->config_path, nd->name, NULL, NULL };
+        na_proc_opts_t po;
+        long port = -1;
+
+        memset(&po, 0, sizeof(po));
+        po.log = log;
+        po.out_fd_p = &n->fd[n->n];
+        snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log", tmp && tmp[0] ? tmp : "/tmp",
+                 cfg->cluster.name, nd->name);
+        if (o->private_run && nd->role == NA_CFG_ROLE_STORAGE) {
+            snprintf(kv, sizeof(kv), "%s/%s", n->dir, nd->name);
+            pn.kv_dir = kv;
+        }
+        if (free_ports && nd->role == NA_CFG_ROLE_STORAGE) {
+            snprintf(listen, sizeof(listen), "%s:0", nd->host);
+            pn.listen = listen;
+        }
+        n->fd[n->n] = -1;
+        st = na_proc_start_node(&pn, &po, &n->pid[n->n]);
+        if (st != NA_OK)
+            return st;
+        n->n++;
+        st = na_proc_wait_ready(n->fd[n->n - 1], nd->name, log, NA_NODES_READY_MS, o->stop,
+                                &port);
+        if (st != NA_OK)
+            return st;
+        if (pn.listen != NULL) {
+            if (port <= 0 || port > 65535)
+                return na_err(NA_ERR_PEER, "node %s said READY without its port (log: %s)",
+                              nd->name, log);
+            nd->port = port;
+            na_log_debug("run: node %s listens on %s:%ld", nd->name, nd->host, port);
+        }
+    }
+    return NA_OK;
+}

@@ -1,0 +1,45 @@
+/* cluster/nodes.h — the storage nodes of a layout (and, for rotational
+ * pipelining, its compute replicas 1..) started on this machine as child
+ * processes (cluster/proc.h), each waited for until it prints READY.
+ *
+ * Private (what `nearattn run --cluster start` uses): the nodes share no
+ * port or file with other runs on the machine. Each storage node listens on
+ * a free port (`--listen HOST:0`; the port it got is read from its READY
+ * line and written into the caller's layout, so the compute node connects
+ * there) and keeps its KV under a directory made for this run (mkdtemp
+ * $TMPDIR/nearattn-kv-XXXXXX, `--kv-dir DIR/NAME`) that stop removes. With
+ * compute replicas the storage nodes keep the layout's ports (the replicas
+ * read them from the layout file); the KV stays private.
+ * Not private (the benchmarks): the layout's ports and KV paths.
+ * Either way each node's stdout/stderr go to $TMPDIR/nearattn-run-CLUSTER-
+ * NAME.log, kept after the run (appended to, so runs at once share it
+ * line by line). */
+#ifndef NA_NODES_H
+#define NA_NODES_H
+
+#include <signal.h>
+
+#include "common/config.h"
+#include "common/status.h"
+
+typedef struct {
+    const char *config_path;      /* the layout file the nodes load */
+    const char *exe;              /* nearattn executable; NULL: this one */
+    int         private_run;      /* see above */
+    volatile sig_atomic_t *stop;  /* non-NULL and set: give up waiting (NA_ERR_CANCELED) */
+} na_nodes_opts_t;
+
+typedef struct na_nodes na_nodes_t;
+
+/* Start the nodes of cfg (ports rewritten in cfg when private). *n_p is set
+ * also on failure (what started must be stopped: na_nodes_stop).
+ * NA_ERR_PEER naming a node that exited with the last line of its log,
+ * NA_ERR_TIMEOUT, NA_ERR_IO, NA_ERR_CANCELED. */
+na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t **n_p);
+/* SIGTERM, a bounded wait, SIGKILL; removes a private run's directory;
+ * frees n. NULL is a no-op. */
+void        na_nodes_stop(na_nodes_t *n);
+/* The private run's directory ("" when not private). */
+const char *na_nodes_dir(const na_nodes_t *n);
+
+#endif /* NA_NODES_H */

@@ -1,0 +1,116 @@
+/* cluster/setup.c — start or connect to the storage nodes of a layout, or
+ * use its slots in this process, and create the attention service over
+ * them (see cluster/setup.h). */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/nodes.h"
+#include "cluster/rundir.h"
+#include "cluster/setup.h"
+#include "common/log.h"
+#include "compute-node/attn_kvfetch.h"
+#include "compute-node/replica.h"
+
+struct na_cluster {
+    na_cfg_t   *cfg;        /* loaded here; ports of private nodes rewritten */
+    na_nodes_t *nodes;      /* start: the child processes */
+    na_asvc_t  *svc;
+    na_rep_t   *rep;
+    const char *how;
+    char        kv_dir[PATH_MAX];  /* inproc, private: this run's KV, "" if none */
+};
+
+void na_cluster_opts_default(na_cluster_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->mode = "start";
+    o->private_run = 1;
+}
+
+const na_cfg_t *na_cluster_cfg(const na_cluster_t *c) { return c->cfg; }
+na_asvc_t *na_cluster_service(const na_cluster_t *c) { return c->svc; }
+struct na_rep *na_cluster_rep(const na_cluster_t *c) { return c->rep; }
+const char *na_cluster_how(const na_cluster_t *c) { return c->how; }
+
+na_asvc_t *na_cluster_take_service(na_cluster_t *c)
+{
+    na_asvc_t *s = c->svc;
+    c->svc = NULL;
+    return s;
+}
+
+void na_cluster_destroy(na_cluster_t *c)
+{
+    if (c == NULL)
+        return;
+    na_rep_destroy(c->rep);
+    na_asvc_destroy(c->svc);
+    na_nodes_stop(c->nodes);
+    na_rundir_remove(c->kv_dir);
+    na_cfg_destroy(c->cfg);
+    free(c);
+}
+
+na_status_t na_cluster_create(const na_cluster_opts_t *o, na_engine_t *e, na_cluster_t **c_p)
+{
+    const char *mode = o->mode != NULL ? o->mode : "start";
+    int inproc = !strcmp(mode, "inproc");
+    na_cluster_t *c;
+    const char *me;
+    na_status_t st;
+
+    if (strcmp(mode, "start") != 0 && strcmp(mode, "connect") != 0 && !inproc)
+        return na_err(NA_ERR_INVALID, "cluster: unknown mode '%s' (start, connect or inproc)",
+                      mode);
+    if (o->kvfetch && inproc)
+        return na_err(NA_ERR_INVALID, "--mode kv-fetch needs storage nodes (--cluster start or "
+                      "connect), not --cluster inproc");
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return na_err(NA_ERR_NOMEM, "cluster: out of memory");
+    st = na_cfg_load(o->config_path, &c->cfg);
+    if (st != NA_OK)
+        goto err_destroy;
+    me = c->cfg->n_compute > 0 ? c->cfg->nodes[0].name : "c0";
+    if (c->cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && (c->cfg->n_compute < 2 || inproc))
+        na_log_warn("run: rotational pipelining needs several compute processes (compute "
+                    "nodes with ports, not --cluster inproc); this run is one compute node "
+                    "and uses the fixed schedule");
+    if (inproc) {
+        c->how = "in-process slots";
+        if (o->private_run) {           /* this run's own KV directory */
+            st = na_rundir_make(c->kv_dir, sizeof(c->kv_dir));
+            if (st == NA_OK)
+                st = na_rundir_move_kv(c->cfg, c->kv_dir);
+            if (st != NA_OK)
+                goto err_destroy;
+        }
+        st = na_asvc_inproc_create(c->cfg, &e->cfg, &c->svc);
+    } else {
+        if (!strcmp(mode, "start")) {
+            na_nodes_opts_t no = { o->config_path, o->exe, o->private_run, o->stop };
+            c->how = "cluster started here";
+            st = na_nodes_start(c->cfg, &no, &c->nodes);
+            if (st != NA_OK)
+                goto err_destroy;
+        } else {
+            c->how = "connected to a running cluster";
+        }
+        if (o->kvfetch)
+            st = na_asvc_kvfetch_create(c->cfg, &e->cfg, me, e->kern, &c->svc);
+        else
+            st = na_asvc_remote_create(c->cfg, &e->cfg, me, &c->svc);
+    }
+    if (st == NA_OK && c->cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL &&
+        c->cfg->n_compute > 1 && !inproc)
+        st = na_rep_create(c->cfg, me, &c->rep);
+    if (st != NA_OK)
+        goto err_destroy;
+    *c_p = c;
+    return NA_OK;
+
+err_destroy:
+    na_cluster_destroy(c);
+    return st;
+}

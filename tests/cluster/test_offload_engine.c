@@ -1,0 +1,437 @@
+/* tests/cluster/test_offload_engine.c — the long-lived offload engine
+ * (compute-node/offload.h: create / submit / cancel / progress / destroy)
+ * against the storage node's device slots in this process, and with "remote"
+ * against real `nearattn node` processes started by the cluster library
+ * (cluster/setup.h):
+ *
+ *   join     requests submitted at different steps join the running batch
+ *            and give the monolithic greedy tokens
+ *   cancel   a request cancelled mid-generation ends at a step boundary with
+ *            NA_ERR_CANCELED, its KV released on the service (open count and
+ *            the release's status seen by a counting service in front of the
+ *            real one); a waiting request cancelled before it was admitted
+ *            never opens; the others are unaffected
+ *   idle     a request submitted after the engine went idle runs
+ *   destroy  progress(20 ms) returns in time with work left; destroying the
+ *            engine with requests in flight releases their KV
+ *
+ * The counting service forwards every call to the real one and counts open
+ * and release: it is how the test sees the storage side's open requests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/setup.h"
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/genmodel.h"
+#include "common/model.h"
+#include "compute-node/generate.h"
+#include "compute-node/offload.h"
+#include "tests/testutil.h"
+
+#define N_REQ   6
+#define MAX_NEW 24
+
+static char g_tmp[512];
+
+/* ---- a counting service in front of a real one ---------------------------- */
+typedef struct {
+    na_asvc_t  base;
+    na_asvc_t *in;
+    int        open;           /* opened and not released */
+    long       opens, releases;
+    int        last_status;    /* status of the last release */
+} cnt_svc_t;
+
+static void cnt_destroy(na_asvc_t *s)
+{
+    cnt_svc_t *c = (cnt_svc_t *)s;
+    na_asvc_destroy(c->in);
+    free(c);
+}
+static na_status_t cnt_open(na_asvc_t *s, uint64_t req, int max_tokens)
+{
+    cnt_svc_t *c = (cnt_svc_t *)s;
+    na_status_t st = na_asvc_open(c->in, req, max_tokens);
+    if (st == NA_OK) {
+        c->open++;
+        c->opens++;
+    }
+    return st;
+}
+static na_status_t cnt_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                               const void *v, na_dtype_t dtype, int n_tok)
+{
+    return na_asvc_prefill(((cnt_svc_t *)s)->in, req, layer, k, v, dtype, n_tok);
+}
+static na_status_t cnt_prefill_done(na_asvc_t *s, uint64_t req)
+{
+    return na_asvc_prefill_done(((cnt_svc_t *)s)->in, req);
+}
+static na_status_t cnt_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
+{
+    return na_asvc_submit(((cnt_svc_t *)s)->in, batch, layer, e, n);
+}
+static na_status_t cnt_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
+{
+    return na_asvc_poll(((cnt_svc_t *)s)->in, timeout_ms, batch_p);
+}
+static void cnt_release(na_asvc_t *s, uint64_t req, int status)
+{
+    cnt_svc_t *c = (cnt_svc_t *)s;
+    na_asvc_release(c->in, req, status);
+    c->open--;
+    c->releases++;
+    c->last_status = status;
+}
+static void cnt_stats(na_asvc_t *s, na_asvc_stats_t *out)
+{
+    na_asvc_stats(((cnt_svc_t *)s)->in, out);
+}
+static void cnt_progress(na_asvc_t *s)
+{
+    na_asvc_progress(((cnt_svc_t *)s)->in);
+}
+static const na_asvc_ops_t cnt_ops = {
+    cnt_destroy, cnt_open, cnt_prefill, cnt_prefill_done, cnt_submit, cnt_poll, cnt_release,
+    cnt_stats, cnt_progress
+};
+
+static cnt_svc_t *cnt_wrap(na_asvc_t *in)
+{
+    cnt_svc_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->base = *in;
+    c->base.ops = &cnt_ops;
+    c->base.kind = "counting";
+    c->in = in;
+    return c;
+}
+
+/* ---- requests and callbacks ------------------------------------------------ */
+typedef struct {
+    cnt_svc_t *svc;
+    long       tokens;          /* all requests */
+    int        done[N_REQ + 1];
+    int        err[N_REQ + 1];  /* status given to on_error */
+    int        open_at_error;   /* the service's open count when a cancel arrived */
+    int        status_at_error; /* the last release's status then */
+} watch_t;
+
+static void w_token(void *user, const na_request_t *r, int t)
+{
+    watch_t *w = user;
+    (void)r;
+    (void)t;
+    w->tokens++;
+}
+static void w_done(void *user, const na_request_t *r)
+{
+    watch_t *w = user;
+    w->done[r->id]++;
+}
+static void w_error(void *user, const na_request_t *r, na_status_t st, const char *why)
+{
+    watch_t *w = user;
+    (void)why;
+    w->err[r->id] = (int)st;
+    w->open_at_error = w->svc->open;
+    w->status_at_error = w->svc->last_status;
+}
+
+static void make_requests(na_engine_t *e, na_request_t **r, int n)
+{
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    uint64_t rng = 12345;
+    int i, j;
+
+    for (i = 0; i < n; i++) {
+        int len = 3 + (i * 7) % 23, toks[64];
+        toks[0] = 1;
+        for (j = 1; j < len; j++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            toks[j] = 3 + (int)((rng >> 33) % (uint64_t)(e->cfg.vocab_size - 3));
+        }
+        NA_CHECK_OK(na_request_create(e, i, toks, len, MAX_NEW, &sc, &r[i]));
+    }
+}
+
+static void free_requests(na_request_t **r, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        na_request_destroy(r[i]);
+}
+
+static int same_tokens(const na_request_t *a, const na_request_t *b)
+{
+    return a->n_out == b->n_out && !memcmp(a->out, b->out, (size_t)a->n_out * sizeof(int));
+}
+
+static na_off_t *make_engine(na_engine_t *e, cnt_svc_t *c, watch_t *w)
+{
+    na_off_opts_t oo;
+    na_off_t *g = NULL;
+
+    memset(&oo, 0, sizeof(oo));
+    oo.max_batch = 8;
+    oo.batches_in_flight = 2;
+    oo.on_token = w_token;
+    oo.on_done = w_done;
+    oo.on_error = w_error;
+    oo.user = w;
+    NA_CHECK_OK(na_off_create(e, &c->base, &oo, &g));
+    return g;
+}
+
+/* Requests 0..N_REQ-1 submitted at different steps of a running batch. */
+static void t_join(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char *tag)
+{
+    watch_t w;
+    na_request_t *got[N_REQ];
+    na_off_t *g;
+    int next = 0, busy_joins = 0, i, guard = 0;
+
+    memset(&w, 0, sizeof(w));
+    w.svc = c;
+    make_requests(e, got, N_REQ);
+    g = make_engine(e, c, &w);
+    if (g == NULL)
+        return;
+    /* request k joins once 5k tokens were produced */
+    while ((next < N_REQ || na_off_pending(g) > 0) && guard++ < 100000) {
+        while (next < N_REQ && w.tokens >= 5L * next) {
+            busy_joins += na_off_pending(g) > 0;
+            NA_CHECK_OK(na_off_submit(g, got[next], NULL));
+            next++;
+        }
+        NA_CHECK_OK(na_off_progress(g, 0));
+    }
+    NA_CHECK_MSG(busy_joins >= N_REQ - 1, "%s: only %d requests joined a running batch", tag,
+                 busy_joins);
+    for (i = 0; i < N_REQ; i++) {
+        NA_CHECK_MSG(same_tokens(got[i], ref[i]), "%s join: request %d differs (%d vs %d)",
+                     tag, i, got[i]->n_out, ref[i]->n_out);
+        NA_CHECK(w.done[i] == 1 && w.err[i] == 0);
+    }
+    NA_CHECK_MSG(c->open == 0, "%s join: %d requests still open on the service", tag, c->open);
+    /* idle: a request submitted now runs too */
+    free_requests(got, 1);
+    make_requests(e, got, 1);
+    NA_CHECK(na_off_pending(g) == 0);
+    NA_CHECK_OK(na_off_submit(g, got[0], NULL));
+    NA_CHECK_OK(na_off_progress(g, -1));
+    NA_CHECK_MSG(same_tokens(got[0], ref[0]), "%s idle: request differs", tag);
+    NA_CHECK(w.done[0] == 2);
+    na_off_destroy(g);
+    free_requests(got, N_REQ);
+    fprintf(stderr, "%s join + idle: %d of %d joined a running batch\n", tag, busy_joins,
+            N_REQ);
+}
+
+/* Cancel request 1 mid-generation and request 5 while it waits. */
+static void t_cancel(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char *tag)
+{
+    watch_t w;
+    na_request_t *got[N_REQ];
+    na_off_stats_t os;
+    na_off_t *g;
+    long opens0 = c->opens;
+    int i, guard = 0, cancelled = 0;
+
+    memset(&w, 0, sizeof(w));
+    w.svc = c;
+    make_requests(e, got, N_REQ);
+    g = make_engine(e, c, &w);
+    if (g == NULL)
+        return;
+    for (i = 0; i < N_REQ - 1; i++)
+        NA_CHECK_OK(na_off_submit(g, got[i], NULL));
+    while (na_off_pending(g) > 0 && guard++ < 100000) {
+        NA_CHECK_OK(na_off_progress(g, 0));
+        if (!cancelled && got[1]->n_out >= 3) {
+            NA_CHECK_OK(na_off_cancel(g, got[1]));
+            NA_CHECK_OK(na_off_cancel(g, got[1]));      /* twice is once */
+            cancelled = 1;
+        }
+    }
+    NA_CHECK(cancelled);
+    NA_CHECK_MSG(w.err[1] == (int)NA_ERR_CANCELED, "%s: request 1 ended with %d", tag, w.err[1]);
+    NA_CHECK(w.done[1] == 1);
+    NA_CHECK(got[1]->state == NA_REQ_DONE && got[1]->finish == NA_FINISH_NONE);
+    NA_CHECK_MSG(got[1]->n_out >= 3 && got[1]->n_out < MAX_NEW,
+                 "%s: request 1 has %d tokens", tag, got[1]->n_out);
+    NA_CHECK(!memcmp(got[1]->out, ref[1]->out, (size_t)got[1]->n_out * sizeof(int)));
+    NA_CHECK_MSG(w.status_at_error == (int)NA_ERR_CANCELED,
+                 "%s: the service saw release status %d", tag, w.status_at_error);
+    for (i = 0; i < N_REQ - 1; i++)
+        if (i != 1)
+            NA_CHECK_MSG(same_tokens(got[i], ref[i]) && w.err[i] == 0,
+                         "%s cancel: request %d differs", tag, i);
+    NA_CHECK_MSG(na_off_cancel(g, got[1]) == NA_ERR_NOT_FOUND, "%s: cancel after the end", tag);
+    /* a waiting request cancelled before progress: never opened */
+    opens0 = c->opens;
+    NA_CHECK_OK(na_off_submit(g, got[N_REQ - 1], NULL));
+    NA_CHECK_OK(na_off_cancel(g, got[N_REQ - 1]));
+    NA_CHECK_OK(na_off_progress(g, -1));
+    NA_CHECK(w.err[N_REQ - 1] == (int)NA_ERR_CANCELED && w.done[N_REQ - 1] == 1);
+    NA_CHECK(got[N_REQ - 1]->n_out == 0 && c->opens == opens0);
+    na_off_stats(g, &os);
+    NA_CHECK_MSG(os.cancelled == 2 && os.failed == 0, "%s: %ld cancelled, %ld failed", tag,
+                 os.cancelled, os.failed);
+    NA_CHECK_MSG(c->open == 0, "%s cancel: %d requests still open", tag, c->open);
+    na_off_destroy(g);
+    fprintf(stderr, "%s cancel: cancelled after %d tokens\n", tag, got[1]->n_out);
+    free_requests(got, N_REQ);
+}
+
+/* Destroy with requests decoding and waiting. */
+static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
+{
+    watch_t w;
+    na_request_t *got[N_REQ];
+    na_off_t *g;
+    int i, guard = 0;
+
+    memset(&w, 0, sizeof(w));
+    w.svc = c;
+    make_requests(e, got, N_REQ);
+    g = make_engine(e, c, &w);
+    if (g == NULL)
+        return;
+    for (i = 0; i < N_REQ; i++)
+        NA_CHECK_OK(na_off_submit(g, got[i], NULL));
+    while (w.tokens < 10 && guard++ < 100000)
+        NA_CHECK_OK(na_off_progress(g, 0));
+    NA_CHECK(c->open > 0 && na_off_pending(g) > 0);
+    {   /* progress returns by its timeout (plus one slice or wait) */
+        double t0 = na_now_s();
+        NA_CHECK_OK(na_off_progress(g, 20));
+        NA_CHECK_MSG(na_now_s() - t0 < 1.0, "%s: progress(20 ms) took %.3f s", tag,
+                     na_now_s() - t0);
+    }
+    na_off_destroy(g);
+    NA_CHECK_MSG(c->open == 0, "%s destroy: %d requests still open", tag, c->open);
+    for (i = 0; i < N_REQ; i++)
+        NA_CHECK(got[i]->state == NA_REQ_DONE && got[i]->kv == NULL);
+    free_requests(got, N_REQ);
+    fprintf(stderr, "%s destroy in flight: done\n", tag);
+}
+
+/* The layout: 2 storage nodes (ports and KV directories are replaced by the
+ * cluster library when it starts the nodes itself). */
+static na_status_t load_layout(const char *model, na_cfg_t **cfg_p)
+{
+    char path[700], secret[600];
+    const char *src = getenv("NA_SOURCE_DIR");
+    FILE *f;
+    int s;
+
+    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src ? src : ".");
+    snprintf(path, sizeof(path), "%s/layout.yaml", g_tmp);
+    f = fopen(path, "w");
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "cannot write %s", path);
+    fprintf(f, "cluster: { name: eng, secret_file: \"%s\" }\n", secret);
+    fprintf(f, "model: { path: \"%s\" }\n", model);
+    fprintf(f, "transport: { tls: shm, timeout_ms: 5000, heartbeat_ms: 200, "
+               "peer_timeout_ms: 3000 }\n");
+    fprintf(f, "compute:\n  - { name: c0, host: 127.0.0.1 }\nstorage:\n");
+    for (s = 0; s < 2; s++)
+        fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
+                   "      - { path: \"%s/kv/s%d\", dram_mb: 16, ssd_mb: 64 }\n",
+                s, 14200 + s, g_tmp, s);
+    fprintf(f, "parallel: { partition: request, batches_in_flight: 2, max_batch: 8 }\n");
+    fprintf(f, "kv: { block_tokens: 16, spill_interval: 2 }\n");
+    fclose(f);
+    return na_cfg_load(path, cfg_p);
+}
+
+static void run_all(na_engine_t *e, na_asvc_t *in, na_request_t **ref, const char *tag)
+{
+    cnt_svc_t *c = cnt_wrap(in);
+
+    NA_CHECK(c != NULL);
+    if (c == NULL)
+        return;
+    t_join(e, c, ref, tag);
+    t_cancel(e, c, ref, tag);
+    t_destroy(e, c, tag);
+    na_asvc_destroy(&c->base);
+}
+
+int main(int argc, char **argv)
+{
+    const char *stories = na_test_shared_model("stories260K.bin");
+    const char *mode = argc > 1 ? argv[1] : "inproc";
+    na_request_t *ref[N_REQ];
+    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
+    na_gen_opts_t go;
+    na_model_t *m;
+    na_engine_t *e;
+    na_cfg_t *cfg = NULL;
+    char path[700];
+    int stop = -1;
+
+    if (na_test_tmpdir(g_tmp, sizeof(g_tmp)) != 0)
+        return 1;
+    if (stories != NULL) {
+        snprintf(path, sizeof(path), "%s", stories);
+    } else {
+        na_genmodel_opts_t gm;
+        char prefix[600];
+        na_genmodel_defaults(&gm);
+        gm.dim = 64;
+        gm.hidden_dim = 128;
+        gm.n_layers = 2;
+        gm.n_heads = 8;
+        gm.n_kv_heads = 2;
+        gm.vocab_size = 300;
+        gm.seq_len = 96;
+        gm.dtype = NA_DTYPE_F32;
+        gm.write_gguf = 0;
+        gm.write_llama2c = 1;
+        snprintf(prefix, sizeof(prefix), "%s/gqa", g_tmp);
+        NA_CHECK_OK(na_genmodel_write(prefix, &gm));
+        snprintf(path, sizeof(path), "%s.bin", prefix);
+    }
+    NA_CHECK_OK(na_model_open(path, &m));
+    if (na_test_failures > 0)
+        return na_test_finish();
+    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    memset(&go, 0, sizeof(go));
+    go.max_batch = N_REQ;
+    go.stop_ids = &stop;
+    make_requests(e, ref, N_REQ);
+    NA_CHECK_OK(na_generate(e, ref, N_REQ, &go, NULL));
+    NA_CHECK_OK(load_layout(path, &cfg));
+
+    if (cfg != NULL && !strcmp(mode, "inproc")) {
+        na_asvc_t *svc = NULL;
+        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        if (svc != NULL)
+            run_all(e, svc, ref, "inproc");
+    } else if (cfg != NULL && !strcmp(mode, "remote")) {
+        /* real storage-node processes on free ports, a private KV directory */
+        na_cluster_opts_t co;
+        na_cluster_t *cl = NULL;
+        na_cluster_opts_default(&co);
+        co.config_path = cfg->file;
+        co.mode = "start";
+        co.exe = getenv("NA_BIN");
+        NA_CHECK_OK(na_cluster_create(&co, e, &cl));
+        if (cl != NULL) {
+            na_asvc_t *svc = na_cluster_take_service(cl);
+            run_all(e, svc, ref, "remote");
+        }
+        na_cluster_destroy(cl);
+    }
+    na_cfg_destroy(cfg);
+    free_requests(ref, N_REQ);
+    na_engine_destroy(e);
+    na_model_destroy(m);
+    na_test_rmtree(g_tmp);
+    return na_test_finish();
+}
