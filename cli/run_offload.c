@@ -19,6 +19,7 @@
 #include "cli/run_offload.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "cluster/inproc.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/replica.h"
 
