@@ -246,7 +246,7 @@ static na_status_t ip_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
     (void)na_slotset_poll(p->ss);
     ip_reap(p, 0);
     while (p->n_done == 0 && ip_oldest(p) >= 0) {
-        double left = end - na_now_s();
+        double left = timeout_ms < 0 ? 1.0 : end - na_now_s();   /* < 0: no limit */
         if (timeout_ms == 0 || left <= 0)
             break;
         ip_reap(p, left > 0.01 ? 10000 : (int)(left * 1e6) + 1);
