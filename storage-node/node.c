@@ -15,7 +15,7 @@
 #define NA_NODE_DEFAULT_PEERS 64
 #define NA_NODE_EXTRA_DRAM_MB 256
 #define NA_NODE_EXTRA_SSD_MB  1024
-#define NA_NODE_REAP_WAIT_US  200     /* idle loop: wait this long for a batch, then recv again */
+#define NA_NODE_REAP_WAIT_US  2000    /* idle loop: wait this long for a batch, then recv again */
 
 /* ---- request table ------------------------------------------------------- */
 
