@@ -292,7 +292,8 @@ static void nd_close(na_node_t *n, na_node_peer_t *p)
     while (*pp != NULL)
         pp = &(*pp)->next;
     *pp = o;
-    n->decode_computing++;
+    if (n->decode_computing++ == 0)
+        n->decode_busy_since = na_xp_now_ns();
 }
 
 /* o (the head of p's decode_run) completed: answer (reply) or drop its parts. */
@@ -303,7 +304,8 @@ static na_status_t nd_answer(na_node_t *n, na_node_peer_t *p, int reply)
     nd_part_t *pt;
 
     p->decode_run = o->next;
-    n->decode_computing--;
+    if (--n->decode_computing == 0)     /* STATS node.decode_ns: time serving decode */
+        n->decode_ns += na_xp_now_ns() - n->decode_busy_since;
     while ((pt = o->head) != NULL) {
         o->head = pt->next;
         nd_part_collect(pt);
@@ -349,30 +351,32 @@ na_status_t na_node_decode_before(na_node_t *n, na_node_peer_t *p, unsigned type
     }
 }
 
+/* Answer the head of p's decode_run if it completed (waiting at most
+ * wait_us); 1 if it did. A failed send is logged: the transport reports
+ * the peer lost and the loop drops it. */
+static int nd_reap_head(na_node_t *n, na_node_peer_t *p, int wait_us)
+{
+    if (p->decode_run == NULL || !na_slotset_batch_test(n->ss, p->decode_run->sb, wait_us))
+        return 0;
+    if (nd_answer(n, p, 1) != NA_OK)
+        na_log_warn("node %s: answering %s: %s", n->name, p->name, na_errmsg());
+    return 1;
+}
+
 int na_node_decode_reap(na_node_t *n, int wait_us)
 {
-    uint64_t t0 = na_xp_now_ns();
     na_node_peer_t *p;
     int answered = 0;
 
-    for (p = n->peers; p != NULL && n->decode_computing > 0; p = p->next) {
-        while (p->decode_run != NULL && na_slotset_batch_test(n->ss, p->decode_run->sb, 0)) {
-            if (nd_answer(n, p, 1) != NA_OK)
-                na_log_warn("node %s: answering %s: %s", n->name, p->name, na_errmsg());
+    for (p = n->peers; p != NULL && n->decode_computing > 0; p = p->next)
+        while (nd_reap_head(n, p, 0))
             answered++;
-        }
-    }
     if (answered == 0 && wait_us > 0 && n->decode_computing > 0) {
         for (p = n->peers; p != NULL && p->decode_run == NULL; p = p->next)
             ;
-        if (p != NULL && na_slotset_batch_test(n->ss, p->decode_run->sb, wait_us)) {
-            if (nd_answer(n, p, 1) != NA_OK)
-                na_log_warn("node %s: answering %s: %s", n->name, p->name, na_errmsg());
-            answered++;
-        }
+        if (p != NULL)
+            (void)nd_reap_head(n, p, wait_us);
     }
-    if (answered > 0)
-        n->decode_ns += na_xp_now_ns() - t0;
     return n->decode_computing;
 }
 

@@ -68,6 +68,8 @@ struct na_node {
     uint64_t        decode_entries, prefill_tokens;
     uint64_t        decode_parts_early;  /* parts submitted while later ones were due */
     int             decode_computing;    /* closed batches not yet answered (all peers) */
+    uint64_t        decode_busy_since;   /* when decode_computing last left 0 (decode_ns
+                                            counts the time with batches computing) */
     uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
 };
 
