@@ -18,11 +18,6 @@ static uint64_t na_attn_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static size_t na_attn_es(na_dtype_t t)
-{
-    return t == NA_DTYPE_F32 ? 4 : 2;
-}
-
 /* Blocks per granule for a request of block_bytes bs. */
 static int na_attn_granule_blocks(const na_attn_cpu_t *e, size_t bs)
 {
@@ -196,7 +191,7 @@ static void na_attn_granule_compute(na_attn_cpu_t *e, na_kernels_t *k, na_attn_j
     const na_kv_view_t *v = &it->view;
     const int bt = e->kcfg->block_tokens, hd = e->kcfg->head_dim, grp = it->group;
     const na_dtype_t dt = e->kcfg->kv_dtype;
-    const size_t es = na_attn_es(dt), half = (size_t)bt * hd * es;
+    const size_t es = na_dtype_bytes(dt, 1), half = (size_t)bt * hd * es;
     const float scale = 1.0f / sqrtf((float)hd);
     na_attn_stat_t *st0 = it->st + (size_t)j->g * it->n_kvh * grp;
     float *acc0 = it->acc + (size_t)j->g * it->n_kvh * grp * hd;

@@ -30,8 +30,6 @@
 
 #define NA_NODE_MAX_ERRORS_PER_BATCH 16   /* ERROR messages explaining one ATTN_OUT */
 
-static size_t nd_esize(na_dtype_t t) { return na_dtype_bytes(t, 1); }
-
 /* Per wire entry of one DECODE_ATTN. */
 typedef struct {
     na_wire_attn_entry_t e;
@@ -99,7 +97,7 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
     na_wire_msg_t m;
     na_status_t st = NA_OK;
     uint32_t i, n_err = 0;
-    size_t esz = nd_esize(a->dtype), off = 0;
+    size_t esz = na_dtype_bytes(a->dtype, 1), off = 0;
 
     oe = calloc(a->n_entries, sizeof(*oe));
     if (oe == NULL)

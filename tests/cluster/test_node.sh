@@ -203,11 +203,12 @@ tier)
     done
     [ "$(stat s0 s0.ssd_size)" = 0 ] || fail "kv.tier dram: slot 0 has an SSD tier"
     stop_node s0
-    # the control: the default tier makes the SSD file
+    # the control: the default tier makes the SSD file (a fresh log to wait on)
     layout request
-    node s0
+    start s0b "$BIN" node --config "$DIR/layout.yaml" --name s0
+    wait_line "$DIR/s0b.log" "^READY" 15 || fail "node s0 (default tier) did not start"
     [ -e "$DIR/kv/s0d0/kv.dat" ] || fail "default tier: no s0d0/kv.dat"
-    stop_node s0
+    stop_node s0b
     ;;
 secret)
     layout head
