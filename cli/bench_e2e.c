@@ -3,7 +3,7 @@
  * and contexts, with the per-step time split.
  *
  * Offload here runs against the layout's device slots in this process
- * (compute-node/attn_inproc.c: the storage node's KV store and attention
+ * (cluster/inproc.c: the storage node's KV store and attention
  * engine threads, no network), so the figures isolate the compute /
  * attention overlap of the scheduler; `nearattn run` prints the same split
  * over real storage-node processes. For each point:
@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/genmodel.h"
 #include "common/model.h"
+#include "cluster/inproc.h"
 #include "compute-node/generate.h"
 #include "compute-node/offload.h"
 

@@ -291,7 +291,7 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     const int max_tok = run->ctx + NA_BS_STEPS + 1;
     const uint64_t kv_req_layer = (uint64_t)max_tok * kvw * 2 * 2;
     na_slot_common_t c;
-    na_slot_dev_t dev;
+    na_slot_dev_t dev = { 0 };
     na_slot_t *s = NULL;
     na_slot_stats_t st0, st1;
     na_attn_entry_t ent[NA_BS_REQ];

@@ -7,6 +7,7 @@
 
 #include "cluster/nodes.h"
 #include "cluster/rundir.h"
+#include "cluster/inproc.h"
 #include "cluster/setup.h"
 #include "common/log.h"
 #include "compute-node/attn_kvfetch.h"

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/engines.h"
 #include "config_internal.h"
 #include "model.h"
 
@@ -125,7 +126,7 @@ static void na_cfg_print_tokens(FILE *f, double tokens)
 
 int na_cfg_engine_built(na_cfg_engine_t e)
 {
-    return e == NA_CFG_ENGINE_CPU;      /* kernels/backend.c: cuda, csd not built */
+    return na_engine_built((int)e);      /* common/engines.c: the registry */
 }
 
 int na_cfg_compute_dev_built(na_cfg_compute_dev_t d)
@@ -135,7 +136,7 @@ int na_cfg_compute_dev_built(na_cfg_compute_dev_t d)
 
 const char *na_cfg_built_engines(void)
 {
-    return "cpu";
+    return na_engines_built();
 }
 
 /* Engines and compute devices of nodes on this machine must be built into

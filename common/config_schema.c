@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/engines.h"
 #include "config_internal.h"
 
 typedef enum {
@@ -106,7 +107,7 @@ static na_status_t na_cfg_check_tls(const na_cfg_parse_t *p, const na_yn_t *n,
 
 static const char *const na_cfg_kv_dtype_names[] = { "f32", "f16", "bf16", NULL };
 static const char *const na_cfg_device_names[]   = { "cpu", "cuda", NULL };
-static const char *const na_cfg_engine_names[]   = { "cpu", "cuda", "csd", NULL };
+#define na_cfg_engine_names na_engine_names   /* common/engines.h: the one list */
 static const char *const na_cfg_partition_names[] = { "request", "head", NULL };
 static const char *const na_cfg_pipe_names[]     = { "fixed", "rotational", NULL };
 static const char *const na_cfg_tier_names[]     = { "auto", "dram", "ssd", NULL };
@@ -772,7 +773,7 @@ void na_cfg_schema_foreach(void (*fn)(const char *key, void *ctx), void *ctx)
 
 const char *na_cfg_engine_name(na_cfg_engine_t e)
 {
-    return (unsigned)e < 3 ? na_cfg_engine_names[e] : "?";
+    return (unsigned)e < NA_ENGINE_COUNT ? na_engine_names[e] : "?";
 }
 
 const char *na_cfg_compute_dev_name(na_cfg_compute_dev_t d)

@@ -21,8 +21,8 @@
  *           transport (rdma/transport.h, common/wire.h), request- or
  *           head-level partition over nodes (each node places the request on
  *           its own device slots);
- *   inproc  (compute-node/attn_inproc.c) the storage node's device slots
- *           (storage-node/slot.h) in this process, driven directly: the same
+ *   inproc  (cluster/inproc.c, na_asvc_inproc_create in cluster/inproc.h)
+ *           the storage node's slot set in this process, driven directly: the same
  *           KV store and attention engines without a network, for fast
  *           deterministic tests of the scheduler and as a one-process mode. */
 #ifndef NA_ATTN_SERVICE_H
@@ -142,12 +142,6 @@ uint64_t    na_asvc_new_id(na_asvc_t *s);
 void        na_asvc_destroy(na_asvc_t *s);
 
 /* ---- implementations ------------------------------------------------------ */
-
-/* In-process device slots: every device slot of every storage node of the
- * layout (KV directory, DRAM/SSD budgets, kv.* settings, partition), created
- * here. Fails with the slot's error (directory, budget). */
-na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
-                                  na_asvc_t **s_p);
 
 /* Storage nodes of the layout over the transport. `name` is this compute
  * node's name (HELLO). Connects to every storage node (a node that cannot be

@@ -1,5 +1,5 @@
 /* compute-node/storage_client.h — the compute side of the storage-node
- * protocol (common/wire.h; server: storage-node/node.h), as blocking calls
+ * protocol (common/wire.h; server: `nearattn node`), as blocking calls
  * on one connection: open a request, ship its prompt KV, run decode
  * attention, fetch KV back, release, read stats.
  *

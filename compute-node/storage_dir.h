@@ -1,5 +1,5 @@
 /* compute-node/storage_dir.h — how a compute node finds its storage nodes,
- * including those that join a running cluster (storage-node/node.h,
+ * including those that join a running cluster (`nearattn node`,
  * docs/cluster.md "Joining a running cluster").
  *
  * The directory holds one entry per storage node of the layout file, each

@@ -1,27 +1,17 @@
-/* storage-node/attn_engine.c — the engine table and the CPU attention
- * engine: an I/O thread that reads SSD granules with io_uring into staging
- * chunks, and compute workers that fold granules through the kernels table
- * (see attn_engine.h for the model). */
-#include <math.h>
+/* storage-node/attn_engine.c — the engine table: the implementations by
+ * registry id (common/engines.h) and the calls that forward to them. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "common/log.h"
-#include "storage-node/attn_internal.h"
+#include "common/engines.h"
+#include "storage-node/attn_engine.h"
 
-static uint64_t na_attn_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+extern const na_attn_engine_ops_t na_attn_cpu_ops;    /* attn_cpu.c */
 
-static size_t na_attn_es(na_dtype_t t)
-{
-    return t == NA_DTYPE_F32 ? 4 : 2;
-}
+/* Indexed by na_engine_id_t; NULL = not built (must agree with the registry). */
+static const na_attn_engine_ops_t *const na_attn_impl[NA_ENGINE_COUNT] = {
+    [NA_ENGINE_CPU] = &na_attn_cpu_ops,
+};
 
 void na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg)
 {
@@ -36,659 +26,68 @@ void na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg)
     cfg->kernels = "cpu";
 }
 
-/* Blocks per granule for a request of block_bytes bs. */
-static int na_attn_granule_blocks(const na_attn_engine_t *e, size_t bs)
+int na_attn_engine_has(int id)
 {
-    int g = e->cfg.split_tokens / e->kcfg->block_tokens;
-    if (g < 1)
-        g = 1;
-    if ((size_t)g * bs > e->chunk_bytes)
-        g = (int)(e->chunk_bytes / bs) < 1 ? 1 : (int)(e->chunk_bytes / bs);
-    return g;
-}
-
-int na_attn_granule_ssd(const na_kv_view_t *v, int b0, int nb, int *s0_p,
-                        uint64_t *off_p, size_t *len_p)
-{
-    int b, first = -1, last = -1;
-
-    for (b = b0; b < b0 + nb; b++) {
-        if (v->blocks[b].loc == NA_KV_LOC_SSD) {
-            if (first < 0)
-                first = b;
-            last = b;
-        }
-    }
-    if (first < 0)
-        return 0;
-    *s0_p = first;
-    *off_p = v->ssd_off + (uint64_t)first * v->block_bytes;
-    *len_p = (size_t)(last - first + 1) * v->block_bytes;
-    return 1;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Queues (e->mu held)                                                     */
-
-void na_attn_rq_push(na_attn_engine_t *e, na_attn_job_t *j)
-{
-    j->qnext = NULL;
-    if (e->rq_tail)
-        e->rq_tail->qnext = j;
-    else
-        e->rq_head = j;
-    e->rq_tail = j;
-    pthread_cond_signal(&e->cv_io);
-}
-
-static void na_attn_cq_push(na_attn_engine_t *e, na_attn_job_t *j)
-{
-    j->qnext = NULL;
-    if (e->cq_tail)
-        e->cq_tail->qnext = j;
-    else
-        e->cq_head = j;
-    e->cq_tail = j;
-    pthread_cond_signal(&e->cv_work);
-}
-
-void na_attn_chunk_put(na_attn_engine_t *e, void *chunk)
-{
-    e->free_chunks[e->n_free_chunks++] = chunk;
-    pthread_cond_signal(&e->cv_io);
-}
-
-/* ---------------------------------------------------------------------- */
-/* I/O thread                                                              */
-
-static void na_attn_read_done(na_attn_engine_t *e, na_attn_job_t *j)
-{
-    j->done = 1;
-    e->stats.ssd_bytes_read += j->len;
-    e->read_unreported += j->len;
-    if (j->item != NULL) {
-        na_attn_cq_push(e, j);
-    } else if (j->stale) {                    /* expired prefetch */
-        na_attn_chunk_put(e, j->chunk);
-        free(j);
-    }
-    /* else: an unclaimed prefetch stays on e->pf until claimed or expired */
-}
-
-static void *na_attn_io_main(void *arg)
-{
-    na_attn_engine_t *e = arg;
-    na_kv_io_cqe_t cqe[64];
-    int n, i;
-
-    pthread_mutex_lock(&e->mu);
-    for (;;) {
-        while (!e->stop && e->rq_head != NULL && e->n_free_chunks > 0) {
-            na_attn_job_t *j = e->rq_head;
-            int need = (int)((j->len + NA_KV_IO_MAX - 1) / NA_KV_IO_MAX), pieces = 0;
-            size_t o;
-
-            /* keep at most io_depth reads in flight (one job alone may exceed it) */
-            if (e->reads_inflight > 0 && e->reads_inflight + need > e->cfg.io_depth)
-                break;
-            e->rq_head = j->qnext;
-            if (e->rq_head == NULL)
-                e->rq_tail = NULL;
-            j->chunk = e->free_chunks[--e->n_free_chunks];
-            for (o = 0; o < j->len; o += NA_KV_IO_MAX) {
-                size_t piece = j->len - o < NA_KV_IO_MAX ? j->len - o : NA_KV_IO_MAX;
-                na_status_t st = e->io->ops->prep_read(e->io, j->fd, (char *)j->chunk + o,
-                                                       piece, j->off + o, (uint64_t)(uintptr_t)j);
-                if (st == NA_ERR_BUSY && e->io->ops->submit(e->io) == NA_OK)
-                    st = e->io->ops->prep_read(e->io, j->fd, (char *)j->chunk + o, piece,
-                                               j->off + o, (uint64_t)(uintptr_t)j);
-                if (st != NA_OK) {
-                    j->failed = 1;
-                    snprintf(j->why, sizeof(j->why), "%s", na_errmsg());
-                    break;
-                }
-                pieces++;
-            }
-            j->pieces = pieces;
-            e->reads_inflight += pieces;
-            if (pieces == 0)
-                na_attn_read_done(e, j);
-        }
-        if (e->stop && e->reads_inflight == 0)
-            break;
-        if (e->reads_inflight == 0) {
-            pthread_cond_wait(&e->cv_io, &e->mu);
-            continue;
-        }
-        pthread_mutex_unlock(&e->mu);
-        if (e->io->ops->wait(e->io, 1, cqe, 64, &n) != NA_OK) {
-            na_log_error("attention engine: %s", na_errmsg());
-            n = 0;
-        }
-        pthread_mutex_lock(&e->mu);
-        for (i = 0; i < n; i++) {
-            na_attn_job_t *j = (na_attn_job_t *)(uintptr_t)cqe[i].tag;
-            e->reads_inflight--;
-            j->pieces--;
-            if (cqe[i].res < 0) {
-                if (!j->failed)
-                    snprintf(j->why, sizeof(j->why), "SSD read at offset %llu: %s",
-                             (unsigned long long)j->off, strerror((int)-cqe[i].res));
-                j->failed = 1;
-            } else {
-                j->got += (size_t)cqe[i].res;
-            }
-            if (j->pieces == 0) {
-                if (!j->failed && j->got != j->len) {
-                    j->failed = 1;
-                    snprintf(j->why, sizeof(j->why), "short SSD read at offset %llu: %zu of %zu bytes",
-                             (unsigned long long)j->off, j->got, j->len);
-                }
-                na_attn_read_done(e, j);
-            }
-        }
-    }
-    pthread_mutex_unlock(&e->mu);
-    return NULL;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Compute workers                                                         */
-
-typedef struct {
-    na_attn_engine_t *e;
-    int               idx;
-} na_attn_worker_arg_t;
-
-/* Fold granule j of its item into the item's partial slot j->g. Blocks
- * outer, KV heads inner: a block (all its heads, contiguous) is streamed
- * through once, front to back. */
-static void na_attn_granule_compute(na_attn_engine_t *e, na_kernels_t *k, na_attn_job_t *j)
-{
-    na_attn_item_t *it = j->item;
-    const na_kv_view_t *v = &it->view;
-    const int bt = e->kcfg->block_tokens, hd = e->kcfg->head_dim, grp = it->group;
-    const na_dtype_t dt = e->kcfg->kv_dtype;
-    const size_t es = na_attn_es(dt), half = (size_t)bt * hd * es;
-    const float scale = 1.0f / sqrtf((float)hd);
-    na_attn_stat_t *st0 = it->st + (size_t)j->g * it->n_kvh * grp;
-    float *acc0 = it->acc + (size_t)j->g * it->n_kvh * grp * hd;
-    int h, b;
-
-    na_attn_init(st0, acc0, it->n_kvh * grp, hd);
-    for (b = j->b0; b < j->b0 + j->nb; b++) {
-        const na_kv_block_t *blk = &v->blocks[b];
-        const char *base = blk->loc == NA_KV_LOC_SSD
-            ? (const char *)j->chunk + (size_t)(b - j->s0) * v->block_bytes
-            : (const char *)blk->mem;
-        int ntok = v->n_tokens - b * bt;
-
-        for (h = 0; h < it->n_kvh; h++) {
-            na_kv_span_t span;
-            span.k = base + (size_t)h * 2 * half;
-            span.v = base + (size_t)h * 2 * half + half;
-            span.stride = (size_t)hd;
-            span.n = ntok < bt ? ntok : bt;
-            k->ops->attn_partial(k, st0 + (size_t)h * grp, acc0 + (size_t)h * grp * hd,
-                                 it->entry->q + (size_t)h * grp * hd, grp, hd, &span, dt, scale);
-        }
-    }
-}
-
-/* All granules of item done: merge partials in granule order, write o. */
-static void na_attn_item_finalize(na_attn_engine_t *e, na_attn_item_t *it)
-{
-    const int hd = e->kcfg->head_dim, grp = it->group;
-    int h, g;
-
-    if (it->status != NA_OK)
-        return;
-    if (it->n_gran == 0) {
-        memset(it->entry->o, 0, sizeof(float) * (size_t)it->n_kvh * grp * hd);
-        return;
-    }
-    for (h = 0; h < it->n_kvh; h++) {
-        na_attn_stat_t *st0 = it->st + (size_t)h * grp;
-        float *acc0 = it->acc + (size_t)h * grp * hd;
-        for (g = 1; g < it->n_gran; g++) {
-            size_t slot = (size_t)g * it->n_kvh + h;
-            na_attn_merge(st0, acc0, it->st + slot * grp, it->acc + slot * grp * hd, grp, hd);
-        }
-        na_attn_finalize(it->entry->o + (size_t)h * grp * hd, st0, acc0, grp, hd);
-    }
-}
-
-/* e->mu held: one more item of its batch completed. */
-static void na_attn_item_done(na_attn_engine_t *e, na_attn_item_t *it)
-{
-    e->stats.entries++;
-    if (it->status != NA_OK)
-        e->stats.entries_failed++;
-    it->batch->done++;
-    pthread_cond_broadcast(&e->cv_done);
-}
-
-static void *na_attn_worker_main(void *arg)
-{
-    na_attn_worker_arg_t *wa = arg;
-    na_attn_engine_t *e = wa->e;
-    na_kernels_t *k = e->kernels[wa->idx];
-
-    free(wa);
-    pthread_mutex_lock(&e->mu);
-    for (;;) {
-        na_attn_job_t *j;
-        na_attn_item_t *it;
-        uint64_t t0;
-        int ok;
-
-        while (!e->stop && e->cq_head == NULL)
-            pthread_cond_wait(&e->cv_work, &e->mu);
-        if (e->cq_head == NULL)
-            break;
-        j = e->cq_head;
-        e->cq_head = j->qnext;
-        if (e->cq_head == NULL)
-            e->cq_tail = NULL;
-        it = j->item;
-        ok = !j->failed && it->status == NA_OK;
-        pthread_mutex_unlock(&e->mu);
-
-        if (ok) {
-            t0 = na_attn_now_ns();
-            na_attn_granule_compute(e, k, j);
-            t0 = na_attn_now_ns() - t0;
-        } else {
-            t0 = 0;
-        }
-
-        pthread_mutex_lock(&e->mu);
-        e->stats.compute_ns += t0;
-        if (j->chunk != NULL)
-            na_attn_chunk_put(e, j->chunk);
-        if (j->failed && it->status == NA_OK) {
-            it->status = NA_ERR_IO;
-            snprintf(it->reason, sizeof(it->reason), "%s", j->why);
-        }
-        e->stats.granules++;
-        if (j->len > 0)
-            e->stats.granules_ssd++;
-        if (j->prefetch)
-            e->stats.prefetch_hits++;
-        free(j);
-        if (--it->pending == 0) {
-            pthread_mutex_unlock(&e->mu);
-            na_attn_item_finalize(e, it);
-            pthread_mutex_lock(&e->mu);
-            na_attn_item_done(e, it);
-        }
-    }
-    pthread_mutex_unlock(&e->mu);
-    return NULL;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Create / destroy                                                        */
-
-static na_status_t na_attn_cfg_check(const na_attn_engine_cfg_t *c)
-{
-    if (c->n_threads < 1 || c->n_threads > 256)
-        return na_err(NA_ERR_RANGE, "attention engine: n_threads = %d out of range [1, 256]",
-                      c->n_threads);
-    if (c->group < 1 || c->group > 256)
-        return na_err(NA_ERR_RANGE, "attention engine: group = %d out of range [1, 256]", c->group);
-    if (c->max_kv_heads < 1 || c->max_kv_heads > 1024)
-        return na_err(NA_ERR_RANGE, "attention engine: max_kv_heads = %d out of range [1, 1024]",
-                      c->max_kv_heads);
-    if (c->split_tokens < 1)
-        return na_err(NA_ERR_RANGE, "attention engine: split_tokens = %d < 1", c->split_tokens);
-    if (c->stage_chunks < 2 || c->stage_chunks > 1024)
-        return na_err(NA_ERR_RANGE, "attention engine: stage_chunks = %d out of range [2, 1024]",
-                      c->stage_chunks);
-    if (c->io_depth < 1 || c->io_depth > 1024)
-        return na_err(NA_ERR_RANGE, "attention engine: io_depth = %d out of range [1, 1024]",
-                      c->io_depth);
-    if (c->prefetch_layers < 0 || c->prefetch_layers > 8)
-        return na_err(NA_ERR_RANGE, "attention engine: prefetch_layers = %d out of range [0, 8]",
-                      c->prefetch_layers);
-    return NA_OK;
-}
-
-static void na_attn_engine_stop(na_attn_engine_t *e)
-{
-    int i;
-
-    pthread_mutex_lock(&e->mu);
-    e->stop = 1;
-    pthread_cond_broadcast(&e->cv_work);
-    pthread_cond_broadcast(&e->cv_io);
-    pthread_mutex_unlock(&e->mu);
-    if (e->n_started > 0)
-        pthread_join(e->io_thread, NULL);
-    for (i = 0; i + 1 < e->n_started; i++)
-        pthread_join(e->workers[i], NULL);
-    e->n_started = 0;
-}
-
-void na_attn_engine_destroy(na_attn_engine_t *e)
-{
-    int i;
-
-    if (e == NULL)
-        return;
-    na_attn_engine_stop(e);
-    while (e->rq_head != NULL) {           /* unclaimed prefetches are on e->pf */
-        na_attn_job_t *j = e->rq_head;
-        e->rq_head = j->qnext;
-        if (!(j->prefetch && j->item == NULL))
-            free(j);
-    }
-    while (e->pf != NULL) {
-        na_attn_job_t *j = e->pf;
-        e->pf = j->next;
-        free(j);
-    }
-    for (i = 0; e->chunks && i < e->cfg.stage_chunks; i++)
-        na_kv_aligned_free(e->chunks[i]);
-    free(e->chunks);
-    free(e->free_chunks);
-    for (i = 0; e->kernels && i < e->cfg.n_threads; i++)
-        if (e->kernels[i])
-            na_kernels_destroy(e->kernels[i]);
-    free(e->kernels);
-    free(e->workers);
-    na_kv_io_destroy(e->io);
-    pthread_cond_destroy(&e->cv_done);
-    pthread_cond_destroy(&e->cv_io);
-    pthread_cond_destroy(&e->cv_work);
-    pthread_mutex_destroy(&e->mu);
-    free(e);
+    return id >= 0 && id < NA_ENGINE_COUNT && na_attn_impl[id] != NULL;
 }
 
 na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
                                   const na_attn_engine_cfg_t *cfg, na_attn_engine_t **e_p)
 {
-    na_attn_engine_t *e;
-    na_status_t st;
-    int i, g0;
+    na_status_t st = na_engine_check(kind);
+    int id = na_engine_find(kind);
 
-    if (kind == NULL || strcmp(kind, "cpu") != 0)
-        return na_err(NA_ERR_UNSUPPORTED, "attention engine '%s' is not available (engines: cpu)",
-                      kind ? kind : "(null)");
-    st = na_attn_cfg_check(cfg);
     if (st != NA_OK)
         return st;
-    e = calloc(1, sizeof(*e));
-    if (e == NULL)
-        return na_err(NA_ERR_NOMEM, "attention engine: out of memory");
-    e->cfg = *cfg;
-    if (e->cfg.kernels == NULL)
-        e->cfg.kernels = "cpu";
-    snprintf(e->kind, sizeof(e->kind), "%s", kind);
-    e->store = store;
-    e->kcfg = na_kv_store_cfg(store);
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv_work, NULL);
-    pthread_cond_init(&e->cv_io, NULL);
-    pthread_cond_init(&e->cv_done, NULL);
-
-    g0 = cfg->split_tokens / e->kcfg->block_tokens;
-    e->chunk_bytes = (size_t)(g0 < 1 ? 1 : g0) * na_kv_block_bytes(e->kcfg, cfg->max_kv_heads);
-    st = cfg->io_factory ? cfg->io_factory(cfg->io_arg, cfg->io_depth, &e->io)
-                         : na_kv_io_uring_create(cfg->io_depth, &e->io);
-    if (st != NA_OK)
-        goto err_destroy;
-    e->chunks = calloc((size_t)cfg->stage_chunks, sizeof(void *));
-    e->free_chunks = calloc((size_t)cfg->stage_chunks, sizeof(void *));
-    e->kernels = calloc((size_t)cfg->n_threads, sizeof(*e->kernels));
-    e->workers = calloc((size_t)cfg->n_threads, sizeof(*e->workers));
-    if (!e->chunks || !e->free_chunks || !e->kernels || !e->workers)
-        goto err_nomem;
-    for (i = 0; i < cfg->stage_chunks; i++) {
-        e->chunks[i] = na_kv_aligned_alloc(e->chunk_bytes);
-        if (e->chunks[i] == NULL)
-            goto err_nomem;
-        e->free_chunks[e->n_free_chunks++] = e->chunks[i];
+    if (!na_attn_engine_has(id))
+        return na_err(NA_ERR_INTERNAL, "attention engine '%s': the registry says built, the "
+                      "engine table has no implementation", kind);
+    st = na_attn_impl[id]->create(store, cfg, e_p);
+    if (st == NA_OK) {
+        (*e_p)->ops = na_attn_impl[id];
+        snprintf((*e_p)->kind, sizeof((*e_p)->kind), "%s", kind);
     }
-    for (i = 0; i < cfg->n_threads; i++) {
-        st = na_kernels_create(e->cfg.kernels, 1, &e->kernels[i]);
-        if (st != NA_OK)
-            goto err_destroy;
-    }
-    if (pthread_create(&e->io_thread, NULL, na_attn_io_main, e) != 0) {
-        st = na_err(NA_ERR_INTERNAL, "attention engine: pthread_create failed");
-        goto err_destroy;
-    }
-    e->n_started = 1;
-    for (i = 0; i < cfg->n_threads; i++) {
-        na_attn_worker_arg_t *wa = malloc(sizeof(*wa));
-        if (wa == NULL)
-            goto err_nomem;
-        wa->e = e;
-        wa->idx = i;
-        if (pthread_create(&e->workers[i], NULL, na_attn_worker_main, wa) != 0) {
-            free(wa);
-            st = na_err(NA_ERR_INTERNAL, "attention engine: pthread_create failed");
-            goto err_destroy;
-        }
-        e->n_started++;
-    }
-    *e_p = e;
-    return NA_OK;
-
-err_nomem:
-    st = na_err(NA_ERR_NOMEM, "attention engine: out of memory");
-err_destroy:
-    na_attn_engine_destroy(e);
     return st;
+}
+
+void na_attn_engine_destroy(na_attn_engine_t *e)
+{
+    if (e != NULL)
+        e->ops->destroy(e);
+}
+
+na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p)
+{
+    return e->ops->begin(e, b_p);
+}
+
+na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b, na_attn_entry_t *entries,
+                           int n)
+{
+    return e->ops->submit(e, b, entries, n);
+}
+
+na_status_t na_attn_batch_close(na_attn_engine_t *e, na_attn_batch_t *b)
+{
+    return e->ops->close(e, b);
+}
+
+na_status_t na_attn_batch_test(na_attn_engine_t *e, na_attn_batch_t *b, int wait_us, int *done)
+{
+    return e->ops->test(e, b, wait_us < 0 ? 0 : wait_us, done);
+}
+
+na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b)
+{
+    return e->ops->wait(e, b);
+}
+
+void na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out)
+{
+    e->ops->stats(e, out);
 }
 
 const char *na_attn_engine_kind(const na_attn_engine_t *e)
 {
     return e->kind;
-}
-
-void na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out)
-{
-    pthread_mutex_lock(&e->mu);
-    *out = e->stats;
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Batches                                                                 */
-
-na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p)
-{
-    na_attn_batch_t *b = calloc(1, sizeof(*b));
-    if (b == NULL)
-        return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
-    b->t_begin_ns = na_attn_now_ns();
-    *b_p = b;
-    return NA_OK;
-}
-
-/* Check an entry against its request before anything is touched. */
-static na_status_t na_attn_entry_check(na_attn_engine_t *e, const na_attn_entry_t *en,
-                                       na_kv_req_t **r_p)
-{
-    na_kv_req_t *r = na_kv_find(e->store, en->req);
-    int n_kvh;
-
-    if (r == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "unknown request %llu", (unsigned long long)en->req);
-    n_kvh = na_kv_req_n_kvh(r);
-    if (en->layer < 0 || en->layer >= e->kcfg->n_layers)
-        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
-                      (unsigned long long)en->req, en->layer, e->kcfg->n_layers);
-    if (n_kvh > e->cfg.max_kv_heads)
-        return na_err(NA_ERR_RANGE, "request %llu: %d KV heads, the engine takes at most %d",
-                      (unsigned long long)en->req, n_kvh, e->cfg.max_kv_heads);
-    if (en->n_kv_heads != n_kvh || en->n_q_heads != n_kvh * e->cfg.group)
-        return na_err(NA_ERR_INVALID, "request %llu: shapes disagree: %d query / %d KV heads "
-                      "sent, slot holds %d KV heads x group %d", (unsigned long long)en->req,
-                      en->n_q_heads, en->n_kv_heads, n_kvh, e->cfg.group);
-    if (en->q == NULL || en->o == NULL || (en->k_new == NULL) != (en->v_new == NULL))
-        return na_err(NA_ERR_INVALID, "request %llu: missing q, o, k_new or v_new",
-                      (unsigned long long)en->req);
-    *r_p = r;
-    return na_kv_req_check(r);
-}
-
-/* Build item and queue its granules (loop thread). */
-static na_status_t na_attn_item_start(na_attn_engine_t *e, na_attn_item_t *it, na_kv_req_t *r)
-{
-    na_attn_entry_t *en = it->entry;
-    const int hd = e->kcfg->head_dim;
-    na_status_t st;
-    int G, g;
-
-    if (en->k_new != NULL) {
-        st = na_kv_append(e->store, r, en->layer, en->k_new, en->v_new, NA_DTYPE_F32, 0, 1, 0);
-        if (st != NA_OK)
-            return st;
-    }
-    st = na_kv_view(e->store, r, en->layer, &it->view);
-    if (st != NA_OK)
-        return st;
-    it->has_view = 1;
-    it->n_kvh = it->view.n_kvh;
-    it->group = e->cfg.group;
-    G = na_attn_granule_blocks(e, it->view.block_bytes);
-    it->n_gran = (it->view.n_blocks + G - 1) / G;
-    if (it->n_gran > 0) {
-        size_t slots = (size_t)it->n_gran * it->n_kvh * it->group;
-        it->st = malloc(sizeof(*it->st) * slots);
-        it->acc = malloc(sizeof(float) * slots * hd);
-        if (it->st == NULL || it->acc == NULL)
-            return na_err(NA_ERR_NOMEM, "attention: out of memory");
-    }
-    it->pending = it->n_gran;
-    pthread_mutex_lock(&e->mu);
-    e->stats.tokens += (uint64_t)it->view.n_tokens;
-    if (it->n_gran == 0) {
-        pthread_mutex_unlock(&e->mu);
-        na_attn_item_finalize(e, it);
-        pthread_mutex_lock(&e->mu);
-        na_attn_item_done(e, it);
-    }
-    for (g = 0; g < it->n_gran; g++) {
-        na_attn_job_t *j = calloc(1, sizeof(*j)), *pf;
-        if (j == NULL) {                /* fail the entry; granules queued finish alone */
-            it->status = NA_ERR_NOMEM;
-            snprintf(it->reason, sizeof(it->reason), "attention: out of memory");
-            it->pending -= it->n_gran - g;
-            if (it->pending == 0)
-                na_attn_item_done(e, it);
-            break;
-        }
-        j->item = it;
-        j->g = g;
-        j->b0 = g * G;
-        j->nb = it->view.n_blocks - j->b0 < G ? it->view.n_blocks - j->b0 : G;
-        j->fd = it->view.fd;
-        if (!na_attn_granule_ssd(&it->view, j->b0, j->nb, &j->s0, &j->off, &j->len)) {
-            na_attn_cq_push(e, j);
-            continue;
-        }
-        j->req_id = en->req;
-        j->seq = na_kv_req_seq(r);
-        j->layer = en->layer;
-        pf = na_attn_pf_claim(e, j);
-        if (pf != NULL) {
-            free(j);
-            pf->item = it;
-            pf->g = g;
-            if (pf->done)
-                na_attn_cq_push(e, pf);
-            continue;
-        }
-        na_attn_rq_push(e, j);
-    }
-    pthread_mutex_unlock(&e->mu);
-    return NA_OK;
-}
-
-na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b,
-                           na_attn_entry_t *entries, int n)
-{
-    int i;
-
-    for (i = 0; i < n; i++) {
-        na_attn_entry_t *en = &entries[i];
-        na_attn_item_t *it;
-        na_kv_req_t *r = NULL;
-        na_status_t st;
-
-        if (b->n == b->cap) {
-            int cap = b->cap ? b->cap * 2 : 16;
-            na_attn_item_t **ni = realloc(b->items, sizeof(*ni) * (size_t)cap);
-            if (ni == NULL)
-                return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
-            b->items = ni;
-            b->cap = cap;
-        }
-        it = calloc(1, sizeof(*it));
-        if (it == NULL)
-            return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
-        it->entry = en;
-        it->batch = b;
-        en->status = NA_OK;
-        en->reason[0] = '\0';
-        pthread_mutex_lock(&e->mu);
-        b->items[b->n++] = it;
-        pthread_mutex_unlock(&e->mu);
-        st = na_attn_entry_check(e, en, &r);
-        if (st == NA_OK)
-            st = na_attn_item_start(e, it, r);
-        if (st != NA_OK) {
-            /* fails this entry only; nothing of it is queued */
-            it->status = st;
-            snprintf(it->reason, sizeof(it->reason), "%s", na_errmsg());
-            pthread_mutex_lock(&e->mu);
-            if (it->pending == 0 && !(it->n_gran == 0 && it->has_view))
-                na_attn_item_done(e, it);
-            pthread_mutex_unlock(&e->mu);
-        }
-    }
-    return NA_OK;
-}
-
-na_status_t na_attn_batch_close(na_attn_engine_t *e, na_attn_batch_t *b)
-{
-    b->closed = 1;
-    if (e->cfg.prefetch_layers > 0)
-        na_attn_pf_issue(e, b);
-    return NA_OK;
-}
-
-na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b)
-{
-    uint64_t rd;
-    int i;
-
-    pthread_mutex_lock(&e->mu);
-    while (b->done < b->n)
-        pthread_cond_wait(&e->cv_done, &e->mu);
-    rd = e->read_unreported;
-    e->read_unreported = 0;
-    e->stats.batch_ns += na_attn_now_ns() - b->t_begin_ns;
-    pthread_mutex_unlock(&e->mu);
-    na_kv_count_read(e->store, rd);
-    for (i = 0; i < b->n; i++) {
-        na_attn_item_t *it = b->items[i];
-        it->entry->status = it->status;
-        snprintf(it->entry->reason, sizeof(it->entry->reason), "%s", it->reason);
-        if (it->has_view) {
-            if (it->status == NA_ERR_IO)      /* a failed read fails its request */
-                na_kv_req_fail(it->view.req, NA_ERR_IO, it->reason);
-            na_kv_view_release(e->store, &it->view);
-        }
-        free(it->st);
-        free(it->acc);
-        free(it);
-    }
-    free(b->items);
-    free(b);
-    return NA_OK;
 }

@@ -13,8 +13,14 @@
  *     na_attn_batch_close(e, b);            // no more; prefetch next layer
  *     na_attn_batch_wait(e, b);             // entry[i].status, entry[i].o
  *
- * Engines are chosen per slot by name through one table: "cpu" here;
- * "cuda" and "csd" plug in behind the same calls (NA_ERR_UNSUPPORTED now).
+ * or, instead of the blocking wait, na_attn_batch_test(e, b, 0, &done)
+ * from a loop that has other work (a storage node answering messages).
+ *
+ * Engines are an ops table (na_attn_engine_ops_t: create / begin / submit /
+ * close / test / wait / stats / destroy) chosen per slot by name; the names
+ * and which are built come from the one registry, common/engines.h. "cpu"
+ * is the implementation here (attn_cpu.c); "cuda" and "csd" are known names
+ * refused with NA_ERR_UNSUPPORTED until they are built.
  *
  * CPU engine: the context of an entry is cut into granules of split_tokens
  * tokens (flash-decoding); each granule's online-softmax partial is computed
@@ -68,7 +74,7 @@ typedef struct {
 } na_attn_engine_cfg_t;
 
 typedef struct na_attn_engine na_attn_engine_t;
-typedef struct na_attn_batch  na_attn_batch_t;
+typedef struct na_attn_batch  na_attn_batch_t;    /* opaque, per implementation */
 
 typedef struct {
     uint64_t entries, entries_failed;
@@ -80,26 +86,57 @@ typedef struct {
     uint64_t batch_ns;               /* begin -> wait returned, summed over batches */
 } na_attn_stats_t;
 
+/* One engine implementation. Every call is made from the slot's loop
+ * thread; the functions below check nothing and forward to these. */
+typedef struct {
+    na_status_t (*create)(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
+                          na_attn_engine_t **e_p);
+    void        (*destroy)(na_attn_engine_t *e);
+    na_status_t (*begin)(na_attn_engine_t *e, na_attn_batch_t **b_p);
+    na_status_t (*submit)(na_attn_engine_t *e, na_attn_batch_t *b, na_attn_entry_t *entries,
+                          int n);
+    na_status_t (*close)(na_attn_engine_t *e, na_attn_batch_t *b);
+    /* *done = 1 once b is closed and every entry completed: the results are
+     * on the entries and b is freed (as by wait). Waits at most wait_us. */
+    na_status_t (*test)(na_attn_engine_t *e, na_attn_batch_t *b, int wait_us, int *done);
+    na_status_t (*wait)(na_attn_engine_t *e, na_attn_batch_t *b);
+    void        (*stats)(na_attn_engine_t *e, na_attn_stats_t *out);
+} na_attn_engine_ops_t;
+
+/* The head of every engine object (an implementation's first member). */
+struct na_attn_engine {
+    const na_attn_engine_ops_t *ops;
+    char                        kind[16];
+};
+
 /* Fill cfg with defaults (1 thread, group 1, 8 KV heads, split 1024, 8 chunks,
  * depth 32, prefetch 1, kernels "cpu"). */
 void        na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg);
-/* Create engine `kind` ("cpu") over store. Starts its threads. Fails with
- * NA_ERR_UNSUPPORTED for an unknown/absent kind, NA_ERR_RANGE for bad cfg. */
+/* Create engine `kind` over store. Starts its threads. An unknown kind
+ * fails with NA_ERR_NOT_FOUND, a known one not built with
+ * NA_ERR_UNSUPPORTED (common/engines.h says why), a bad cfg NA_ERR_RANGE. */
 na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
                                   const na_attn_engine_cfg_t *cfg, na_attn_engine_t **e_p);
 /* Stops the threads (after the reads in flight) and frees everything.
- * Every batch must have been waited for first. */
+ * Every batch must have been completed (wait, or test said done) first. */
 void        na_attn_engine_destroy(na_attn_engine_t *e);
+/* Whether the table has an implementation for registry id (common/engines.h). */
+int         na_attn_engine_has(int id);
 
 na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p);
 /* Validate and start n entries: appends k_new/v_new to the store, takes a
  * view and queues the work. An entry that fails validation completes at
  * once with its status and reason; the call itself fails only for engine
- * errors (out of memory). Entries must stay valid until wait returns. */
+ * errors (out of memory). Entries must stay valid until b completes. */
 na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b,
                            na_attn_entry_t *entries, int n);
 /* No more entries for b; starts the layer-ahead prefetch. */
 na_status_t na_attn_batch_close(na_attn_engine_t *e, na_attn_batch_t *b);
+/* Non-blocking completion check of a closed batch (waits at most wait_us;
+ * 0 = just look). When *done = 1, b completed as by na_attn_batch_wait and
+ * is freed; otherwise b is untouched. */
+na_status_t na_attn_batch_test(na_attn_engine_t *e, na_attn_batch_t *b, int wait_us,
+                               int *done);
 /* Block until every entry of b completed, release its views, propagate
  * failures to the store (a failed read fails its request), free b. */
 na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b);

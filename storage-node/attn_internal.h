@@ -1,5 +1,5 @@
 /* storage-node/attn_internal.h — private structures of the CPU attention
- * engine shared by attn_engine.c and prefetch.c. Not for other modules. */
+ * engine shared by attn_cpu.c and prefetch.c. Not for other modules. */
 #ifndef NA_ATTN_INTERNAL_H
 #define NA_ATTN_INTERNAL_H
 
@@ -8,6 +8,7 @@
 #include "storage-node/attn_engine.h"
 
 typedef struct na_attn_item na_attn_item_t;
+typedef struct na_attn_cpu  na_attn_cpu_t;     /* the CPU engine */
 
 /* One granule of one entry, or a prefetch read not yet claimed by one. */
 typedef struct na_attn_job {
@@ -56,9 +57,9 @@ struct na_attn_batch {
     int              closed;
 };
 
-struct na_attn_engine {
+struct na_attn_cpu {
+    na_attn_engine_t     base;          /* ops table and kind: first */
     na_attn_engine_cfg_t cfg;
-    char                 kind[16];
     na_kv_store_t       *store;
     const na_kv_store_cfg_t *kcfg;
     na_kv_io_t          *io;
@@ -88,17 +89,17 @@ struct na_attn_engine {
 /* prefetch.c (called with e->mu held) */
 /* Claim a prefetch job matching (req, seq, layer, granule range, read
  * range) for item; returns it (moved off the prefetch list) or NULL. */
-na_attn_job_t *na_attn_pf_claim(na_attn_engine_t *e, const na_attn_job_t *want);
+na_attn_job_t *na_attn_pf_claim(na_attn_cpu_t *e, const na_attn_job_t *want);
 /* Queue reads for the SSD granules of layers layer+1 .. layer+P of the
  * batch's requests (called at batch close, without e->mu). */
-void           na_attn_pf_issue(na_attn_engine_t *e, na_attn_batch_t *b);
+void           na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b);
 /* Drop prefetches older than keep rounds (e->mu held). */
-void           na_attn_pf_expire(na_attn_engine_t *e, uint64_t keep);
+void           na_attn_pf_expire(na_attn_cpu_t *e, uint64_t keep);
 /* Compute the SSD read range of granule [b0, b0+nb) of view; 0 if none. */
 int            na_attn_granule_ssd(const na_kv_view_t *v, int b0, int nb, int *s0_p,
                                    uint64_t *off_p, size_t *len_p);
 /* Queue a job for reading (e->mu held) and wake the I/O thread. */
-void           na_attn_rq_push(na_attn_engine_t *e, na_attn_job_t *j);
-void           na_attn_chunk_put(na_attn_engine_t *e, void *chunk);
+void           na_attn_rq_push(na_attn_cpu_t *e, na_attn_job_t *j);
+void           na_attn_chunk_put(na_attn_cpu_t *e, void *chunk);
 
 #endif /* NA_ATTN_INTERNAL_H */

@@ -10,15 +10,10 @@
 #include "common/log.h"
 #include "storage-node/kv_internal.h"
 
-static size_t na_kv_es(na_dtype_t t)
-{
-    return t == NA_DTYPE_F32 ? 4 : 2;
-}
-
 size_t na_kv_block_bytes(const na_kv_store_cfg_t *cfg, int n_kvh)
 {
     size_t b = (size_t)n_kvh * 2u * (size_t)cfg->block_tokens * (size_t)cfg->head_dim *
-               na_kv_es(cfg->kv_dtype);
+               na_dtype_bytes(cfg->kv_dtype, 1);
     return (b + NA_KV_ALIGN - 1) / NA_KV_ALIGN * NA_KV_ALIGN;
 }
 
@@ -293,7 +288,7 @@ static void na_kv_row_put(void *dst, na_dtype_t kv, const void *src, na_dtype_t 
 {
     int i;
     if (sdt == kv) {
-        memcpy(dst, src, (size_t)n * na_kv_es(kv));
+        memcpy(dst, src, (size_t)n * na_dtype_bytes(kv, 1));
     } else if (kv == NA_DTYPE_F16) {          /* f32 -> f16, round to nearest even */
         const float *f = src;
         uint16_t *h = dst;
@@ -318,7 +313,7 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
 {
     const na_kv_store_cfg_t *c = &s->cfg;
     const int bt = c->block_tokens, hd = c->head_dim;
-    const size_t es = na_kv_es(c->kv_dtype), ses = na_kv_es(src_dtype);
+    const size_t es = na_dtype_bytes(c->kv_dtype, 1), ses = na_dtype_bytes(src_dtype, 1);
     const size_t head_bytes = 2u * (size_t)bt * (size_t)hd * es;
     size_t src_row = (row_stride ? row_stride : (size_t)r->n_kvh * (size_t)hd) * ses;
     na_kv_layer_t *L;

@@ -15,6 +15,7 @@
 #define NA_NODE_DEFAULT_PEERS 64
 #define NA_NODE_EXTRA_DRAM_MB 256
 #define NA_NODE_EXTRA_SSD_MB  1024
+#define NA_NODE_REAP_WAIT_US  2000    /* idle loop: wait this long for a batch, then recv again */
 
 /* ---- request table ------------------------------------------------------- */
 
@@ -45,15 +46,8 @@ na_status_t na_node_req_free(na_node_t *n, na_node_req_t *r)
 {
     na_node_req_t **pp = &n->req_hash[na_node_bucket(r->peer_id, r->wire_id)];
     na_node_peer_t *p;
-    na_status_t st = NA_OK, st2;
-    int i;
+    na_status_t st = na_slotset_release(n->ss, &r->sr);
 
-    for (i = 0; i < r->n_parts; i++) {
-        st2 = na_slot_release(n->slots[r->parts[i].slot], r->sid);
-        if (st2 != NA_OK && st == NA_OK)
-            st = st2;
-    }
-    na_place_release(&n->place, r->bytes_per_kvh, r->parts, r->n_parts);
     while (*pp != NULL && *pp != r)
         pp = &(*pp)->hnext;
     if (*pp == r)
@@ -89,35 +83,24 @@ static int na_node_free_peer_requests(na_node_t *n, uint32_t peer_id)
 na_status_t na_node_shape_init(na_node_t *n, int n_layers, int n_heads, int n_kv_heads,
                                int head_dim)
 {
-    uint64_t cap[NA_PLACE_MAX_SLOTS] = { 0 };
     na_status_t st;
     int i;
 
-    n->common.n_layers = n_layers;
-    n->common.n_heads = n_heads;
-    n->common.n_kv_heads = n_kv_heads;
-    n->common.head_dim = head_dim;
-    for (i = 0; i < n->n_slots; i++) {
-        st = na_slot_create(&n->common, &n->devs[i], &n->slots[i]);
-        if (st != NA_OK)
-            goto err_destroy_slots;
-        cap[i] = n->devs[i].ssd_bytes ? n->devs[i].ssd_bytes : n->devs[i].dram_bytes;
-    }
-    st = na_place_init(&n->place, (na_partition_t)n->partition, n->n_slots, n_kv_heads, cap);
+    n->spec.common.n_layers = n_layers;
+    n->spec.common.n_heads = n_heads;
+    n->spec.common.n_kv_heads = n_kv_heads;
+    n->spec.common.head_dim = head_dim;
+    n->common = n->spec.common;
+    st = na_slotset_create(&n->spec, &n->ss);
     if (st != NA_OK)
-        goto err_destroy_slots;
+        return st;
+    for (i = 0; i < n->n_slots; i++)
+        n->slots[i] = na_slotset_slot(n->ss, i);
     n->have_shape = 1;
     na_log_info("node %s: %d slot(s) for %d layers, %d/%d heads, head_dim %d, kv %s",
                 n->name, n->n_slots, n_layers, n_heads, n_kv_heads, head_dim,
                 na_dtype_name(n->common.kv_dtype));
     return NA_OK;
-
-err_destroy_slots:
-    while (--i >= 0) {
-        na_slot_destroy(n->slots[i]);
-        n->slots[i] = NULL;
-    }
-    return st;
 }
 
 /* mkdir -p of an extra node's KV directory (layout nodes' are made at load). */
@@ -140,64 +123,39 @@ static na_status_t na_node_mkdirs(const char *path)
     return NA_OK;
 }
 
-/* Devices of the node: from the layout entry, or the extra's one slot. */
+/* Slots of the node from the layout (storage-node/slotset.c): its devices,
+ * or for an extra node one slot of its own; --threads raises every slot's. */
 static na_status_t na_node_devs_init(na_node_t *n, const na_node_opts_t *o,
                                      const na_cfg_node_t *cn)
 {
+    na_slotset_spec_t *sp = &n->spec;
+    na_status_t st;
     int i;
 
-    n->n_slots = cn ? (int)cn->n_devices : 1;
-    if (n->n_slots < 1 || n->n_slots > NA_PLACE_MAX_SLOTS)
-        return na_err(NA_ERR_RANGE, "node %s: %d device slots out of range [1, %d]",
-                      n->name, n->n_slots, NA_PLACE_MAX_SLOTS);
-    n->devs = calloc((size_t)n->n_slots, sizeof(*n->devs));
-    n->slots = calloc((size_t)n->n_slots, sizeof(*n->slots));
-    if (n->devs == NULL || n->slots == NULL)
-        return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
+    st = na_slotset_spec_layout(n->cfg, cn, sp);
+    if (st != NA_OK)
+        return na_err_prefix(st, "node %s: ", n->name);
     if (cn == NULL) {
-        na_status_t st = na_node_mkdirs(o->kv_dir);
+        st = na_node_mkdirs(o->kv_dir);
         if (st != NA_OK)
             return st;
-        n->devs[0].dir = o->kv_dir;
-        n->devs[0].engine = "cpu";
-        n->devs[0].dram_bytes = (uint64_t)(o->dram_mb > 0 ? o->dram_mb : NA_NODE_EXTRA_DRAM_MB) << 20;
-        n->devs[0].ssd_bytes = (uint64_t)(o->ssd_mb > 0 ? o->ssd_mb : NA_NODE_EXTRA_SSD_MB) << 20;
-        return NA_OK;
+        sp->n_devs = 1;
+        sp->devs[0].dir = o->kv_dir;
+        sp->devs[0].engine = "cpu";
+        sp->devs[0].dram_bytes = (uint64_t)(o->dram_mb > 0 ? o->dram_mb : NA_NODE_EXTRA_DRAM_MB) << 20;
+        sp->devs[0].ssd_bytes = (uint64_t)(o->ssd_mb > 0 ? o->ssd_mb : NA_NODE_EXTRA_SSD_MB) << 20;
     }
-    for (i = 0; i < n->n_slots; i++) {
-        const na_cfg_device_t *d = &cn->devices[i];
-        n->devs[i].dir = d->path;
-        n->devs[i].engine = na_cfg_engine_name(d->engine);
-        n->devs[i].dram_bytes = (uint64_t)d->dram_mb << 20;
-        n->devs[i].ssd_bytes = (uint64_t)d->ssd_mb << 20;
-        if (d->threads > n->common.n_threads)
-            n->common.n_threads = (int)d->threads;
-    }
-    return NA_OK;
-}
-
-/* Slot settings shared by all slots, from the layout. */
-static na_status_t na_node_common_init(na_node_t *n, const na_node_opts_t *o)
-{
-    const na_cfg_t *cfg = n->cfg;
-
-    na_slot_common_default(&n->common);
-    if (cfg->model.kv_dtype == NA_CFG_KV_F16)
-        n->common.kv_dtype = NA_DTYPE_F16;
-    else if (cfg->model.kv_dtype == NA_CFG_KV_F32)
-        n->common.kv_dtype = NA_DTYPE_F32;
-    else
-        return na_err(NA_ERR_UNSUPPORTED, "node %s: model.kv_dtype %s is not supported by "
-                      "the storage node (f16 or f32)", n->name,
-                      na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
-    n->common.block_tokens = (int)cfg->kv.block_tokens;
-    n->common.spill_interval = (int)cfg->kv.spill_interval;
-    n->common.prefetch_layers = (int)cfg->kv.prefetch_layers;
-    n->common.no_dram_tier = cfg->kv.tier == NA_CFG_TIER_SSD;
-    n->common.allow_buffered = 1;     /* file systems without O_DIRECT still work */
-    n->common.n_threads = o->threads > 0 ? o->threads : 1;
-    n->partition = cfg->parallel.partition == NA_CFG_PARTITION_HEAD ? NA_PART_HEAD
-                                                                    : NA_PART_REQUEST;
+    n->n_slots = sp->n_devs;
+    if (n->n_slots < 1)
+        return na_err(NA_ERR_RANGE, "node %s: no device slots", n->name);
+    n->slots = calloc((size_t)n->n_slots, sizeof(*n->slots));
+    if (n->slots == NULL)
+        return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
+    sp->common.n_threads = o->threads > 0 ? o->threads : 1;
+    for (i = 0; i < n->n_slots; i++)
+        if (sp->devs[i].threads > sp->common.n_threads)
+            sp->common.n_threads = sp->devs[i].threads;
+    n->common = sp->common;
     return NA_OK;
 }
 
@@ -260,9 +218,6 @@ na_status_t na_node_create(const na_node_opts_t *o, na_node_t **node_p)
     n->next_peer_id = 1;
     n->next_sid = 1;
 
-    st = na_node_common_init(n, o);
-    if (st != NA_OK)
-        goto err_free_node;
     st = na_node_devs_init(n, o, cn);
     if (st != NA_OK)
         goto err_free_node;
@@ -529,7 +484,7 @@ static void na_node_handle(na_node_t *n, na_xp_msg_t *msg)
 na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
 {
     uint64_t next_tick = 0;
-    int wait_ms = (int)(n->heartbeat_ms / 2);
+    int wait_ms = (int)(n->heartbeat_ms / 2), computing = 0;
 
     if (wait_ms > 100)
         wait_ms = 100;
@@ -542,8 +497,8 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
     while (!*stop) {
         na_xp_msg_t *msg;
         uint64_t now;
-        int i;
-        na_status_t st = na_xp_recv(n->xp, wait_ms, &msg);
+        /* batches computing: do not block in recv, reap them instead */
+        na_status_t st = na_xp_recv(n->xp, computing ? 0 : wait_ms, &msg);
 
         if (st == NA_OK) {
             na_node_handle(n, msg);
@@ -551,9 +506,9 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
         } else if (st != NA_ERR_TIMEOUT) {
             return st;
         }
-        for (i = 0; i < n->n_slots; i++)
-            if (n->slots[i] != NULL && na_slot_poll(n->slots[i]) != NA_OK)
-                na_log_warn("node %s: slot %d: %s", n->name, i, na_errmsg());
+        computing = na_node_decode_reap(n, st == NA_ERR_TIMEOUT ? NA_NODE_REAP_WAIT_US : 0);
+        if (n->ss != NULL && na_slotset_poll(n->ss) != NA_OK)
+            na_log_warn("node %s: slots: %s", n->name, na_errmsg());
         now = na_xp_now_ns();
         if (now >= next_tick) {
             na_node_heartbeats(n);
@@ -572,8 +527,6 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
 
 void na_node_destroy(na_node_t *n)
 {
-    int i;
-
     if (n == NULL)
         return;
     while (n->peers != NULL) {
@@ -585,9 +538,7 @@ void na_node_destroy(na_node_t *n)
         free(p);
     }
     na_xp_destroy(n->xp);
-    for (i = 0; n->slots != NULL && i < n->n_slots; i++)
-        na_slot_destroy(n->slots[i]);
+    na_slotset_destroy(n->ss);
     free(n->slots);
-    free(n->devs);
     free(n);
 }

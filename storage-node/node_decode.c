@@ -4,18 +4,22 @@
  * A compute node may split one batch over several DECODE_ATTN messages
  * (entries [entry_base, entry_base + n_entries) of batch_total, flag MORE on
  * all but the last). Each part is validated, converted to f32 and submitted
- * to the slots' engines the moment it arrives — the engines' workers start
- * on it while the loop goes back to receive the next part. One engine batch
- * per slot spans all parts; the last part (no MORE) closes it (which starts
- * the layer-ahead prefetch), waits, and answers one ATTN_OUT per part (plus
- * ERROR lines for failed entries), in part order, as the compute side
+ * to the slot set (storage-node/slotset.h: fan-out to the slots' engines)
+ * the moment it arrives — the engines' workers start on it while the loop
+ * goes back to receive the next part. One slot-set batch spans all parts;
+ * the last part (no MORE) closes it (which starts the layer-ahead prefetch)
+ * and the batch computes while the loop keeps serving messages. The loop's
+ * hook na_node_decode_reap answers a batch once the engines' test says it
+ * completed: one ATTN_OUT per part (plus ERROR lines for failed entries), in
+ * part order and in each peer's batch order, as the compute side
  * (compute-node/attn_remote.c) expects.
  *
- * An open batch belongs to its peer (na_node_peer_t.decode_open). Any other
- * message of that peer — a release, a heartbeat, a new batch — first ends it
- * (answering the parts that arrived), and a peer that goes away has it
- * waited for and dropped, so no request is released while an engine still
- * holds a view of it. */
+ * Batches belong to their peer (na_node_peer_t.decode_open while parts
+ * arrive, then decode_run while computing). A message of that peer that
+ * touches requests — a release, a prefill, a fetch, an open, BYE — first
+ * ends them (waiting, answering); heartbeats, stats and further batches do
+ * not wait. A peer that goes away has them waited for and dropped, so no
+ * request is released while an engine still holds a view of it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +29,6 @@
 #include "storage-node/node_internal.h"
 
 #define NA_NODE_MAX_ERRORS_PER_BATCH 16   /* ERROR messages explaining one ATTN_OUT */
-
-static size_t nd_esize(na_dtype_t t) { return na_dtype_bytes(t, 1); }
 
 /* Per wire entry of one DECODE_ATTN. */
 typedef struct {
@@ -42,7 +44,6 @@ static na_status_t nd_entry_check(na_node_t *n, na_node_peer_t *p, const na_wire
                                   nd_entry_t *x)
 {
     na_node_req_t *r = na_node_req_find(n, p->id, x->e.request_id);
-    na_kv_req_t *kr;
     int have;
 
     if (r == NULL) {
@@ -58,8 +59,7 @@ static na_status_t nd_entry_check(na_node_t *n, na_node_peer_t *p, const na_wire
                  r->n_layers, r->kv_h0, r->kv_h1);
         return NA_ERR_INVALID;
     }
-    kr = na_kv_find(na_slot_store(n->slots[r->parts[0].slot]), r->sid);
-    have = kr ? na_kv_req_tokens(kr, (int)a->layer) : -1;
+    have = na_slotset_tokens(n->ss, &r->sr, (int)a->layer);
     if (have != (int)x->e.position || x->e.position >= r->max_tokens) {
         snprintf(x->reason, sizeof(x->reason), "node %s: request %llu layer %u: new token at "
                  "position %u but the layer holds %d tokens (max %u)", n->name,
@@ -97,7 +97,7 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
     na_wire_msg_t m;
     na_status_t st = NA_OK;
     uint32_t i, n_err = 0;
-    size_t esz = nd_esize(a->dtype), off = 0;
+    size_t esz = na_dtype_bytes(a->dtype, 1), off = 0;
 
     oe = calloc(a->n_entries, sizeof(*oe));
     if (oe == NULL)
@@ -157,23 +157,25 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
 }
 
 /* One received part of a batch: its entries, their f32 copies and the
- * engine entries they became. */
+ * whole-request engine entries they became. */
 typedef struct nd_part {
     na_wire_hdr_t    h;           /* header of the part's message (for replies) */
     na_wire_attn_t   a;           /* the message's fields; a.entries is stale */
     nd_entry_t      *xs;          /* (a.n_entries) */
     float           *arena;       /* f32 q/k/v/o of the valid entries */
-    na_attn_entry_t *ae;          /* (total) engine entries, grouped by slot */
+    na_attn_entry_t *ae;          /* (total) engine entries of the valid ones */
+    const na_slotset_req_t **rq;  /* (total) their requests' parts */
     int             *owner;       /* (total) index into xs of each ae */
     int              total;
     struct nd_part  *next;
 } nd_part_t;
 
-/* A batch whose parts are arriving. */
+/* A batch: parts arriving (decode_open), then computing (decode_run). */
 struct nd_open {
-    uint32_t         batch_id, layer, batch_total, got;
-    na_attn_batch_t *batch[NA_PLACE_MAX_SLOTS];   /* per slot, NULL until used */
-    nd_part_t       *head, *tail;
+    uint32_t            batch_id, layer, batch_total, got;
+    na_slotset_batch_t *sb;       /* the slot set's batch (all parts) */
+    nd_part_t          *head, *tail;
+    struct nd_open     *next;     /* decode_run queue */
 };
 
 static void nd_part_free(nd_part_t *pt)
@@ -181,6 +183,7 @@ static void nd_part_free(nd_part_t *pt)
     if (pt == NULL)
         return;
     free(pt->owner);
+    free(pt->rq);
     free(pt->ae);
     free(pt->arena);
     free(pt->xs);
@@ -216,13 +219,20 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
         if (x->status == NA_OK) {
             size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0);
             floats += nh * a->head_dim * (2u * a->q_per_kv + 2u);
+            pt->total++;
         }
     }
     if (floats > 0 && (pt->arena = malloc(floats * sizeof(float))) == NULL)
         goto err_nomem;
+    if (pt->total > 0 && ((pt->ae = calloc((size_t)pt->total, sizeof(*pt->ae))) == NULL ||
+                          (pt->rq = calloc((size_t)pt->total, sizeof(*pt->rq))) == NULL ||
+                          (pt->owner = calloc((size_t)pt->total, sizeof(*pt->owner))) == NULL))
+        goto err_nomem;
+    pt->total = 0;
     for (i = 0; i < a->n_entries; i++) {
         nd_entry_t *x = &pt->xs[i];
         size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0), nq = nh * a->q_per_kv * a->head_dim;
+        na_attn_entry_t *e;
         if (x->status != NA_OK)
             continue;
         x->q = pt->arena + off;
@@ -234,6 +244,16 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
         na_wire_rows_to_f32(x->e.k, a->dtype, nh * a->head_dim, x->k);
         na_wire_rows_to_f32(x->e.v, a->dtype, nh * a->head_dim, x->v);
         x->e.q = x->e.k = x->e.v = NULL;          /* the message goes away */
+        e = &pt->ae[pt->total];
+        e->layer = (int)a->layer;
+        e->n_kv_heads = (int)nh;
+        e->n_q_heads = (int)(nh * a->q_per_kv);
+        e->q = x->q;
+        e->k_new = x->k;
+        e->v_new = x->v;
+        e->o = x->o;
+        pt->rq[pt->total] = &x->r->sr;
+        pt->owner[pt->total++] = (int)i;
     }
     return pt;
 
@@ -242,72 +262,6 @@ err_nomem:
     (void)na_err(NA_ERR_NOMEM, "node %s: out of memory for a batch of %u", n->name,
                  a->n_entries);
     return NULL;
-}
-
-/* Submit the valid entries of pt to their slots' engines (batches of o are
- * begun on first use). Work starts at once; nothing waits here. Fails only
- * for lack of memory; an engine that refuses fails its entries. */
-static na_status_t nd_part_submit(na_node_t *n, struct nd_open *o, nd_part_t *pt)
-{
-    const int hd = n->common.head_dim, grp = n->common.n_heads / n->common.n_kv_heads;
-    int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
-    int s, j;
-    uint32_t i;
-
-    for (i = 0; i < pt->a.n_entries; i++)
-        for (j = 0; pt->xs[i].status == NA_OK && j < pt->xs[i].r->n_parts; j++)
-            count[pt->xs[i].r->parts[j].slot]++;
-    for (s = 0; s < n->n_slots; s++) {
-        base[s] = fill[s] = pt->total;
-        pt->total += count[s];
-    }
-    if (pt->total == 0)
-        return NA_OK;
-    pt->ae = calloc((size_t)pt->total, sizeof(*pt->ae));
-    pt->owner = calloc((size_t)pt->total, sizeof(*pt->owner));
-    if (pt->ae == NULL || pt->owner == NULL) {
-        int total = pt->total;
-        pt->total = 0;
-        return na_err(NA_ERR_NOMEM, "node %s: out of memory for %d attention entries",
-                      n->name, total);
-    }
-    for (i = 0; i < pt->a.n_entries; i++) {
-        nd_entry_t *x = &pt->xs[i];
-        for (j = 0; x->status == NA_OK && j < x->r->n_parts; j++) {
-            const na_place_part_t *pp = &x->r->parts[j];
-            na_attn_entry_t *e = &pt->ae[fill[pp->slot]];
-            pt->owner[fill[pp->slot]++] = (int)i;
-            e->req = x->r->sid;
-            e->layer = (int)pt->a.layer;
-            e->n_kv_heads = pp->n_kvh;
-            e->n_q_heads = pp->n_kvh * grp;
-            e->q = x->q + (size_t)pp->kvh0 * grp * hd;
-            e->k_new = x->k + (size_t)pp->kvh0 * hd;
-            e->v_new = x->v + (size_t)pp->kvh0 * hd;
-            e->o = x->o + (size_t)pp->kvh0 * grp * hd;
-        }
-    }
-    /* every slot's share starts before any is waited for: the engines run
-     * side by side, and beside the loop receiving the next part */
-    for (s = 0; s < n->n_slots; s++) {
-        na_attn_engine_t *eng;
-        na_status_t st = NA_OK;
-        if (count[s] == 0)
-            continue;
-        eng = na_slot_engine(n->slots[s]);
-        if (o->batch[s] == NULL)
-            st = na_attn_batch_begin(eng, &o->batch[s]);
-        if (st == NA_OK)
-            st = na_attn_submit(eng, o->batch[s], &pt->ae[base[s]], count[s]);
-        if (st != NA_OK) {
-            for (j = base[s]; j < base[s] + count[s]; j++)
-                if (pt->ae[j].status == NA_OK) {
-                    pt->ae[j].status = st;
-                    snprintf(pt->ae[j].reason, sizeof(pt->ae[j].reason), "%s", na_errmsg());
-                }
-        }
-    }
-    return NA_OK;
 }
 
 /* Entry failures the engines reported, onto the wire entries of pt. */
@@ -324,22 +278,32 @@ static void nd_part_collect(nd_part_t *pt)
     }
 }
 
-na_status_t na_node_decode_finish(na_node_t *n, na_node_peer_t *p, int reply)
+/* No more parts for p's open batch: it computes on, queued on decode_run. */
+static void nd_close(na_node_t *n, na_node_peer_t *p)
 {
-    struct nd_open *o = p->decode_open;
-    na_status_t st = NA_OK;
-    nd_part_t *pt;
-    int s;
+    struct nd_open *o = p->decode_open, **pp = &p->decode_run;
 
     if (o == NULL)
-        return NA_OK;
+        return;
     p->decode_open = NULL;
-    for (s = 0; s < n->n_slots; s++)
-        if (o->batch[s] != NULL)
-            (void)na_attn_batch_close(na_slot_engine(n->slots[s]), o->batch[s]);
-    for (s = 0; s < n->n_slots; s++)
-        if (o->batch[s] != NULL)
-            (void)na_attn_batch_wait(na_slot_engine(n->slots[s]), o->batch[s]);
+    na_slotset_batch_close(n->ss, o->sb);
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    *pp = o;
+    if (n->decode_computing++ == 0)
+        n->decode_busy_since = na_xp_now_ns();
+}
+
+/* o (the head of p's decode_run) completed: answer (reply) or drop its parts. */
+static na_status_t nd_answer(na_node_t *n, na_node_peer_t *p, int reply)
+{
+    struct nd_open *o = p->decode_run;
+    na_status_t st = NA_OK;
+    nd_part_t *pt;
+
+    p->decode_run = o->next;
+    if (--n->decode_computing == 0)     /* STATS node.decode_ns: time serving decode */
+        n->decode_ns += na_xp_now_ns() - n->decode_busy_since;
     while ((pt = o->head) != NULL) {
         o->head = pt->next;
         nd_part_collect(pt);
@@ -355,6 +319,65 @@ na_status_t na_node_decode_finish(na_node_t *n, na_node_peer_t *p, int reply)
     return st;
 }
 
+na_status_t na_node_decode_finish(na_node_t *n, na_node_peer_t *p, int reply)
+{
+    na_status_t st = NA_OK, st2;
+
+    nd_close(n, p);
+    while (p->decode_run != NULL) {
+        na_slotset_batch_wait(n->ss, p->decode_run->sb);
+        st2 = nd_answer(n, p, reply);
+        if (st == NA_OK)
+            st = st2;
+    }
+    return st;
+}
+
+na_status_t na_node_decode_before(na_node_t *n, na_node_peer_t *p, unsigned type)
+{
+    if (p->decode_open == NULL && p->decode_run == NULL)
+        return NA_OK;
+    switch (type) {
+    case NA_WIRE_MSG_DECODE_ATTN:
+    case NA_WIRE_MSG_HEARTBEAT:
+    case NA_WIRE_MSG_STATS_REQ:
+    case NA_WIRE_MSG_ECHO:
+    case NA_WIRE_MSG_ERROR:
+        return NA_OK;
+    default:
+        return na_node_decode_finish(n, p, 1);
+    }
+}
+
+/* Answer the head of p's decode_run if it completed (waiting at most
+ * wait_us); 1 if it did. A failed send is logged: the transport reports
+ * the peer lost and the loop drops it. */
+static int nd_reap_head(na_node_t *n, na_node_peer_t *p, int wait_us)
+{
+    if (p->decode_run == NULL || !na_slotset_batch_test(n->ss, p->decode_run->sb, wait_us))
+        return 0;
+    if (nd_answer(n, p, 1) != NA_OK)
+        na_log_warn("node %s: answering %s: %s", n->name, p->name, na_errmsg());
+    return 1;
+}
+
+int na_node_decode_reap(na_node_t *n, int wait_us)
+{
+    na_node_peer_t *p;
+    int answered = 0;
+
+    for (p = n->peers; p != NULL && n->decode_computing > 0; p = p->next)
+        while (nd_reap_head(n, p, 0))
+            answered++;
+    if (answered == 0 && wait_us > 0 && n->decode_computing > 0) {
+        for (p = n->peers; p != NULL && p->decode_run == NULL; p = p->next)
+            ;
+        if (p != NULL)
+            (void)nd_reap_head(n, p, wait_us);
+    }
+    return n->decode_computing;
+}
+
 na_status_t na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                            const na_wire_attn_t *a)
 {
@@ -362,18 +385,18 @@ na_status_t na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     nd_part_t *pt;
     na_status_t st;
 
-    /* a part that does not continue the open batch ends it first */
+    /* a part that does not continue the open batch closes it (it computes on) */
     if (o != NULL && (o->batch_id != a->batch_id || o->layer != a->layer ||
                       o->batch_total != a->batch_total || o->got != a->entry_base)) {
-        st = na_node_decode_finish(n, p, 1);
-        if (st != NA_OK)
-            return st;
+        nd_close(n, p);
         o = NULL;
     }
     if (o == NULL) {
         o = calloc(1, sizeof(*o));
-        if (o == NULL)
+        if (o == NULL || na_slotset_batch_begin(n->ss, &o->sb) != NA_OK) {
+            free(o);
             return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
+        }
         o->batch_id = a->batch_id;
         o->layer = a->layer;
         o->batch_total = a->batch_total;
@@ -391,10 +414,14 @@ na_status_t na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
         o->head = pt;
     o->tail = pt;
     o->got += a->n_entries;
-    st = nd_part_submit(n, o, pt);
-    if (st != NA_OK || !(h->flags & NA_WIRE_F_MORE) || o->got >= o->batch_total) {
+    st = na_slotset_batch_add(n->ss, o->sb, pt->rq, pt->ae, pt->total);
+    if (st != NA_OK) {
         na_status_t st2 = na_node_decode_finish(n, p, 1);
         return st != NA_OK ? st : st2;
+    }
+    if (!(h->flags & NA_WIRE_F_MORE) || o->got >= o->batch_total) {
+        nd_close(n, p);            /* computes on; na_node_decode_reap answers it */
+        return NA_OK;
     }
     n->decode_parts_early++;
     return NA_OK;                  /* more parts to come: the engines work meanwhile */

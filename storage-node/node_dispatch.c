@@ -29,7 +29,6 @@ static na_status_t nd_fail(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     return na_node_send_error(n, p, h, req, st, text);
 }
 
-static size_t nd_esize(na_dtype_t t) { return na_dtype_bytes(t, 1); }
 
 /* ---- REQ_OPEN ------------------------------------------------------------- */
 
@@ -58,7 +57,7 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
 {
     na_node_req_t *r;
     na_status_t st;
-    int nkvh, i;
+    int nkvh;
 
     if (na_node_req_find(n, p->id, o->request_id) != NULL) {
         st = na_err(NA_ERR_BUSY, "node %s: request %llu is already open", n->name,
@@ -74,59 +73,27 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     nkvh = o->kv_h1 - o->kv_h0;
     r->peer_id = p->id;
     r->wire_id = o->request_id;
-    r->sid = n->next_sid++;
     r->max_tokens = o->max_tokens;
     r->n_layers = o->n_layers;
     r->kv_h0 = o->kv_h0;
     r->kv_h1 = o->kv_h1;
-    r->bytes_per_kvh = (uint64_t)o->max_tokens * o->n_layers * 2u * o->head_dim *
-                       nd_esize(n->common.kv_dtype);
-    n->place.n_kv_heads = nkvh;          /* this request's share of the heads */
-    st = na_place_request(&n->place, r->bytes_per_kvh, r->parts, &r->n_parts);
-    if (st != NA_OK)
-        goto err_refused;
-    for (i = 0; i < r->n_parts; i++) {
-        st = na_slot_open(n->slots[r->parts[i].slot], r->sid, (int)o->max_tokens,
-                          r->parts[i].n_kvh);
-        if (st != NA_OK)
-            goto err_close_parts;
+    st = na_slotset_open(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh);
+    if (st != NA_OK) {
+        char why[NA_WIRE_TEXT_MAX + 1];
+        snprintf(why, sizeof(why), "%s", na_errmsg());
+        if (st == NA_ERR_NOSPACE)
+            n->refused_opens++;
+        st = na_err(st, "node %s refused request %llu: %s", n->name,
+                    (unsigned long long)o->request_id, why);
+        free(r);
+        return nd_fail(n, p, h, o->request_id, st);
     }
     na_node_req_insert(n, r);
     p->n_requests++;
     na_log_debug("node %s: %s opened request %llu (%u tokens, heads [%u, %u), %d part(s))",
                  n->name, p->name, (unsigned long long)o->request_id, o->max_tokens,
-                 o->kv_h0, o->kv_h1, r->n_parts);
+                 o->kv_h0, o->kv_h1, r->sr.n_parts);
     return nd_ack(n, p, h, o->request_id);
-
-err_close_parts:
-    while (--i >= 0)
-        (void)na_slot_release(n->slots[r->parts[i].slot], r->sid);
-    na_place_release(&n->place, r->bytes_per_kvh, r->parts, r->n_parts);
-err_refused:
-    {
-        char why[NA_WIRE_TEXT_MAX + 1];
-        snprintf(why, sizeof(why), "%s", na_errmsg());
-        if (st == NA_ERR_NOSPACE) {
-            uint64_t best = 0, need = r->bytes_per_kvh * (uint64_t)nkvh;
-            int k;
-            for (k = 0; k < n->place.n_slots; k++) {
-                uint64_t free_b = n->place.cap[k] > n->place.load[k]
-                                  ? n->place.cap[k] - n->place.load[k] : 0;
-                if (free_b > best)
-                    best = free_b;
-            }
-            n->refused_opens++;
-            st = na_err(st, "node %s refused request %llu: it needs %.1f MiB of KV "
-                        "(%u tokens), the most any slot has free is %.1f MiB (%s)", n->name,
-                        (unsigned long long)o->request_id, (double)need / 1048576.0,
-                        o->max_tokens, (double)best / 1048576.0, why);
-        } else {
-            st = na_err(st, "node %s refused request %llu: %s", n->name,
-                        (unsigned long long)o->request_id, why);
-        }
-        free(r);
-        return nd_fail(n, p, h, o->request_id, st);
-    }
 }
 
 /* ---- PREFILL_KV ------------------------------------------------------------ */
@@ -139,9 +106,9 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
     const void *k = kv->k, *v = kv->v;
     float *kf = NULL;
     na_dtype_t src = kv->dtype;
-    size_t row, esz;
+    size_t row;
     na_status_t st = NA_OK;
-    int nh, i;
+    int nh;
 
     if (r == NULL)
         return nd_fail(n, p, h, kv->request_id,
@@ -156,8 +123,7 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
                               (unsigned long long)kv->request_id, kv->layer, kv->kv_h0,
                               kv->kv_h1, kv->head_dim, r->n_layers, r->kv_h0, r->kv_h1, hd));
     {
-        na_kv_req_t *kr = na_kv_find(na_slot_store(n->slots[r->parts[0].slot]), r->sid);
-        int have = kr ? na_kv_req_tokens(kr, (int)kv->layer) : -1;
+        int have = na_slotset_tokens(n->ss, &r->sr, (int)kv->layer);
         if (have != (int)kv->pos0 || (uint64_t)kv->pos0 + kv->n_tokens > r->max_tokens)
             return nd_fail(n, p, h, kv->request_id,
                            na_err(NA_ERR_RANGE, "node %s: prefill of request %llu layer %u: "
@@ -180,13 +146,7 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
         v = kf + cnt;
         src = NA_DTYPE_F32;
     }
-    esz = nd_esize(src);
-    for (i = 0; i < r->n_parts && st == NA_OK; i++) {
-        size_t off = (size_t)r->parts[i].kvh0 * hd * esz;
-        st = na_slot_prefill(n->slots[r->parts[i].slot], r->sid, (int)kv->layer,
-                             (const uint8_t *)k + off, (const uint8_t *)v + off, src, row,
-                             (int)kv->n_tokens);
-    }
+    st = na_slotset_prefill(n->ss, &r->sr, (int)kv->layer, k, v, src, row, (int)kv->n_tokens);
     free(kf);
     /* The slots write prefill KV asynchronously. A PREFILL_KV without MORE
      * is a write-through point: every row of the request sent so far is on
@@ -195,8 +155,8 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
      * parts of the same prompt follow) the ACK only says "appended"; the
      * last part's ACK covers all of them. compute-node/attn_remote.c sends
      * one PREFILL_KV per layer without MORE and relies on this. */
-    for (i = 0; i < r->n_parts && st == NA_OK && !(h->flags & NA_WIRE_F_MORE); i++)
-        st = na_slot_prefill_done(n->slots[r->parts[i].slot], r->sid);
+    if (st == NA_OK && !(h->flags & NA_WIRE_F_MORE))
+        st = na_slotset_prefill_done(n->ss, &r->sr);
     if (st != NA_OK)
         return nd_fail(n, p, h, kv->request_id, st);
     n->prefill_tokens += kv->n_tokens;
@@ -318,14 +278,11 @@ na_status_t na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
     uint64_t t0 = na_xp_now_ns();
     na_status_t st;
 
-    /* a batch split over several DECODE_ATTN is computed while its parts
-     * arrive; any other message of that peer first ends it (answered with
-     * what arrived), so no request is touched while the engine holds it */
-    if (p->decode_open != NULL && m->type != NA_WIRE_MSG_DECODE_ATTN) {
-        st = na_node_decode_finish(n, p, 1);
-        if (st != NA_OK)
-            return st;
-    }
+    /* a message that touches requests first ends the peer's decode batches
+     * (node_decode.c), so none is touched while an engine holds it */
+    st = na_node_decode_before(n, p, m->type);
+    if (st != NA_OK)
+        return st;
     switch (m->type) {
     case NA_WIRE_MSG_REQ_OPEN:    return nd_open(n, p, h, &m->u.req_open);
     case NA_WIRE_MSG_PREFILL_KV:

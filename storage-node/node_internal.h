@@ -8,7 +8,7 @@
 #include "common/wire.h"
 #include "rdma/transport.h"
 #include "storage-node/node.h"
-#include "storage-node/slot.h"
+#include "storage-node/slotset.h"
 
 #define NA_NODE_REQ_BUCKETS 1024
 
@@ -23,19 +23,18 @@ typedef struct na_node_peer {
     uint32_t    seq;                 /* our message counter towards it */
     struct nd_open *decode_open;     /* DECODE_ATTN batch whose parts are still
                                         arriving (node_decode.c), or NULL */
+    struct nd_open *decode_run;      /* closed batches computing, oldest first */
     struct na_node_peer *next;
 } na_node_peer_t;
 
-/* An open request: (peer, wire id) -> store id + its parts on the slots. */
+/* An open request: (peer, wire id) -> its parts on the slot set. */
 typedef struct na_node_req {
     uint32_t peer_id;
     uint64_t wire_id;
-    uint64_t sid;                    /* id in the slots' stores (node-unique) */
     uint32_t max_tokens, n_layers;
     uint16_t kv_h0, kv_h1;           /* KV heads this node holds */
-    uint64_t bytes_per_kvh;          /* placement accounting */
-    int      n_parts;
-    na_place_part_t parts[NA_PLACE_MAX_SLOTS]; /* kvh0 relative to kv_h0 */
+    na_slotset_req_t sr;             /* store id (node-unique) and parts, kvh0
+                                        relative to kv_h0 */
     struct na_node_req *hnext;
 } na_node_req_t;
 
@@ -48,12 +47,11 @@ struct na_node {
     /* model shape (0 until known) */
     int             have_shape;
     na_slot_common_t common;
-    /* device slots */
+    /* device slots (storage-node/slotset.h) */
+    na_slotset_spec_t spec;          /* from the layout (dir strings borrowed from cfg/opts) */
+    na_slotset_t   *ss;              /* NULL until the shape is known */
     int             n_slots;
-    na_slot_dev_t  *devs;            /* [n_slots] (dir strings borrowed from cfg/opts) */
-    na_slot_t     **slots;           /* [n_slots] (NULL until the shape is known) */
-    na_place_t      place;
-    int             partition;       /* na_partition_t */
+    na_slot_t     **slots;           /* [n_slots] the slot set's, borrowed */
     /* peers and requests */
     na_node_peer_t *peers;
     int             n_peers, max_peers;
@@ -69,6 +67,9 @@ struct na_node {
     uint64_t        msgs, errors_sent, dropped, lost, refused_opens;
     uint64_t        decode_entries, prefill_tokens;
     uint64_t        decode_parts_early;  /* parts submitted while later ones were due */
+    int             decode_computing;    /* closed batches not yet answered (all peers) */
+    uint64_t        decode_busy_since;   /* when decode_computing last left 0 (decode_ns
+                                            counts the time with batches computing) */
     uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
 };
 
@@ -94,13 +95,24 @@ na_status_t    na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_h
 
 /* node_decode.c: DECODE_ATTN -> ATTN_OUT. Each part of a batch split over
  * several messages (flag MORE) is submitted to the slots' engines as it
- * arrives; the last part (no MORE) closes the batch, waits and answers one
- * ATTN_OUT per part. Errors as na_node_dispatch. */
+ * arrives; the last part (no MORE) closes the batch, which computes while
+ * the loop goes on; na_node_decode_reap answers it (one ATTN_OUT per part)
+ * once done. Errors as na_node_dispatch. */
 na_status_t    na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                               const na_wire_attn_t *a);
-/* End p's open decode batch, if any: wait for the engines, then answer its
- * parts (reply = 1) or drop them (reply = 0: the peer is going away). */
+/* End p's decode batches (the open one and those computing): wait for the
+ * engines, then answer their parts (reply = 1) or drop them (reply = 0: the
+ * peer is going away). */
 na_status_t    na_node_decode_finish(na_node_t *n, na_node_peer_t *p, int reply);
+/* Before handling a message of type `type` from p: a message that touches
+ * requests (release, prefill, fetch, open, BYE) first ends p's decode
+ * batches (na_node_decode_finish); heartbeats, stats, echoes and further
+ * DECODE_ATTN do not wait for them. */
+na_status_t    na_node_decode_before(na_node_t *n, na_node_peer_t *p, unsigned type);
+/* The loop's hook: answer every computing batch that completed (each peer's
+ * in order), waiting at most wait_us for the oldest when none did. Returns
+ * how many batches are still computing (0: the loop may block in recv). */
+int            na_node_decode_reap(na_node_t *n, int wait_us);
 
 /* node_kvread.c: KV_FETCH -> KV_DATA. */
 na_status_t    na_node_kv_fetch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,

@@ -109,10 +109,8 @@ na_status_t na_node_kv_fetch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
     na_status_t st = NA_OK;
     int i, have = -1;
 
-    if (r != NULL && f->layer < r->n_layers) {
-        na_kv_req_t *kr = na_kv_find(na_slot_store(n->slots[r->parts[0].slot]), r->sid);
-        have = kr ? na_kv_req_tokens(kr, (int)f->layer) : -1;
-    }
+    if (r != NULL && f->layer < r->n_layers)
+        have = na_slotset_tokens(n->ss, &r->sr, (int)f->layer);
     if (r == NULL || f->layer >= r->n_layers || f->kv_h0 < r->kv_h0 || f->kv_h1 > r->kv_h1 ||
         f->kv_h0 >= f->kv_h1 || f->n_tokens == 0 || (uint64_t)f->pos0 + f->n_tokens > (uint64_t)(have > 0 ? have : 0)) {
         st = na_err(r == NULL ? NA_ERR_NOT_FOUND : NA_ERR_RANGE, "node %s: KV_FETCH of request "
@@ -128,19 +126,19 @@ na_status_t na_node_kv_fetch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
         return na_node_send_error(n, p, h, f->request_id,
                                   na_err(NA_ERR_NOMEM, "node %s: out of memory for KV_DATA", n->name),
                                   na_errmsg());
-    for (i = 0; i < r->n_parts && st == NA_OK; i++) {
-        na_kv_store_t *store = na_slot_store(n->slots[r->parts[i].slot]);
-        na_kv_req_t *kr = na_kv_find(store, r->sid);
+    for (i = 0; i < r->sr.n_parts && st == NA_OK; i++) {
+        na_kv_store_t *store = na_slot_store(n->slots[r->sr.parts[i].slot]);
+        na_kv_req_t *kr = na_kv_find(store, r->sr.sid);
         na_kv_view_t view;
         if (kr == NULL) {
             st = na_err(NA_ERR_INTERNAL, "node %s: request %llu missing on slot %d", n->name,
-                        (unsigned long long)f->request_id, r->parts[i].slot);
+                        (unsigned long long)f->request_id, r->sr.parts[i].slot);
             break;
         }
         st = na_kv_view(store, kr, (int)f->layer, &view);
         if (st != NA_OK)
             break;
-        st = kr_copy_part(n, r, &r->parts[i], &view, f, k, k + cnt);
+        st = kr_copy_part(n, r, &r->sr.parts[i], &view, f, k, k + cnt);
         na_kv_view_release(store, &view);
     }
     if (st == NA_OK)

@@ -27,7 +27,7 @@ static int na_attn_pf_match(const na_attn_job_t *p, const na_attn_job_t *w)
            p->len == w->len;
 }
 
-na_attn_job_t *na_attn_pf_claim(na_attn_engine_t *e, const na_attn_job_t *want)
+na_attn_job_t *na_attn_pf_claim(na_attn_cpu_t *e, const na_attn_job_t *want)
 {
     na_attn_job_t **pp = &e->pf, *p;
 
@@ -41,7 +41,7 @@ na_attn_job_t *na_attn_pf_claim(na_attn_engine_t *e, const na_attn_job_t *want)
     return NULL;
 }
 
-void na_attn_pf_expire(na_attn_engine_t *e, uint64_t keep)
+void na_attn_pf_expire(na_attn_cpu_t *e, uint64_t keep)
 {
     na_attn_job_t **pp = &e->pf, *p;
 
@@ -72,7 +72,7 @@ void na_attn_pf_expire(na_attn_engine_t *e, uint64_t keep)
     }
 }
 
-static int na_attn_pf_count(const na_attn_engine_t *e)
+static int na_attn_pf_count(const na_attn_cpu_t *e)
 {
     const na_attn_job_t *p;
     int n = 0;
@@ -81,7 +81,7 @@ static int na_attn_pf_count(const na_attn_engine_t *e)
     return n;
 }
 
-void na_attn_pf_issue(na_attn_engine_t *e, na_attn_batch_t *b)
+void na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b)
 {
     const na_kv_store_cfg_t *kc = e->kcfg;
     const int budget = e->cfg.stage_chunks / 2;

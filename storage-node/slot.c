@@ -51,7 +51,7 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     kc.kv_dtype = c->kv_dtype;
     kc.spill_interval = c->spill_interval;
     kc.dram_bytes = dev->dram_bytes;
-    kc.ssd_bytes = dev->ssd_bytes;
+    kc.ssd_bytes = c->no_ssd_tier ? 0 : dev->ssd_bytes;
     kc.dir = dev->dir;
     kc.allow_buffered = c->allow_buffered;
     kc.no_dram_tier = c->no_dram_tier;
@@ -63,7 +63,7 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
         goto err_free_slot;
 
     na_attn_engine_cfg_default(&ec);
-    ec.n_threads = c->n_threads;
+    ec.n_threads = dev->threads > c->n_threads ? dev->threads : c->n_threads;
     ec.group = c->n_heads / c->n_kv_heads;
     ec.max_kv_heads = c->n_kv_heads;
     ec.split_tokens = c->split_tokens;
@@ -83,6 +83,11 @@ err_destroy_store:
 err_free_slot:
     free(s);
     return na_err_prefix(st, "slot %s: ", dev->dir ? dev->dir : "(dram)");
+}
+
+uint64_t na_slot_capacity(const na_slot_common_t *c, const na_slot_dev_t *dev)
+{
+    return dev->ssd_bytes && !c->no_ssd_tier ? dev->ssd_bytes : dev->dram_bytes;
 }
 
 void na_slot_destroy(na_slot_t *s)

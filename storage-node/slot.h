@@ -38,7 +38,8 @@ typedef struct {
     int                split_tokens;      /* granule of the split (tokens) */
     int                stage_chunks;      /* staging chunks per engine */
     int                allow_buffered;    /* fall back without O_DIRECT */
-    int                no_dram_tier;      /* full blocks go to the SSD only */
+    int                no_dram_tier;      /* full blocks go to the SSD only (kv.tier ssd) */
+    int                no_ssd_tier;       /* no SSD tier, no file (kv.tier dram) */
     na_kv_io_factory_t io_factory;        /* NULL = io_uring (tests: a double) */
     void              *io_arg;
 } na_slot_common_t;
@@ -49,6 +50,7 @@ typedef struct {
     const char *engine;       /* "cpu" */
     uint64_t    dram_bytes;   /* dram_mb */
     uint64_t    ssd_bytes;    /* ssd_mb; 0 = DRAM only */
+    int         threads;      /* engine workers; the slot takes max(this, common) */
 } na_slot_dev_t;
 
 typedef struct na_slot na_slot_t;
@@ -64,6 +66,9 @@ void        na_slot_common_default(na_slot_common_t *c);
 /* Create a slot (store + engine). Errors name the directory. */
 na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, na_slot_t **s_p);
 void        na_slot_destroy(na_slot_t *s);
+/* KV bytes placement may put on a slot of dev (its SSD budget if it has
+ * an SSD tier, else its DRAM budget). */
+uint64_t    na_slot_capacity(const na_slot_common_t *c, const na_slot_dev_t *dev);
 
 na_status_t na_slot_open(na_slot_t *s, uint64_t req, int max_tokens, int n_kvh);
 /* Bulk append of a prompt's KV for one layer: rows of n_kvh*head_dim

@@ -24,6 +24,11 @@
  *     secret   the handshake must be refused (run with a wrong --secret-file)
  *     idle     stay silent (no progress, no heartbeat answers) for 2 x
  *              peer_timeout_ms: the node must have dropped us
+ *     busy     the node answers while a batch computes: R requests of 8192
+ *              prompt tokens, then per layer one DECODE_ATTN of all of them
+ *              followed at once by STATS_REQ and ECHO; the STATS and ECHO
+ *              replies must arrive before the batch's ATTN_OUT (whose
+ *              outputs are checked against the ref kernels)
  *     stat K   print "STAT K VALUE"
  *     discover (--expect N, no --node) a compute node's directory
  *              (compute-node/storage_dir.h): use storage nodes as they come
@@ -457,6 +462,141 @@ static int nc_basic(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     return 0;
 }
 
+/* One DECODE_ATTN of every request at layer l (one message), then STATS_REQ
+ * and ECHO at once; *order_ok = both replies came before the ATTN_OUT. */
+static void nc_busy_layer(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_t *rs, int n,
+                          int l, na_rng_t *rng, na_kernels_t *ref, int *order_ok,
+                          double *t_reply, double *t_out)
+{
+    const int hd = s->head_dim;
+    na_wire_attn_entry_t *e = calloc((size_t)n, sizeof(*e));
+    float *q = malloc((size_t)n * s->n_heads * hd * sizeof(float));
+    float *kv = malloc((size_t)n * 2 * s->n_kv_heads * hd * sizeof(float));
+    float *o = malloc((size_t)s->n_heads * hd * sizeof(float));
+    float *want = malloc((size_t)s->n_heads * hd * sizeof(float));
+    uint64_t t0, deadline = na_xp_now_ns() + 60000000000ull;
+    int i, j, replies = 0, outs = 0;
+    na_wire_msg_t m;
+
+    for (i = 0; i < n; i++) {
+        nc_req_t *r = &rs[i];
+        size_t nq = (size_t)r->nh * s->grp * hd, nk = (size_t)r->nh * hd;
+        float *k = kv + (size_t)i * 2 * s->n_kv_heads * hd, *v = k + nk;
+        na_rng_fill(rng, q + (size_t)i * s->n_heads * hd, nq, -1.0f, 1.0f);
+        na_rng_fill(rng, k, nk, -1.0f, 1.0f);
+        na_rng_fill(rng, v, nk, -1.0f, 1.0f);
+        for (j = 0; j < (int)nk; j++) {
+            r->k[nc_off(s, r, l, r->len) + j] = nc_round(k[j], s->kv_dtype);
+            r->v[nc_off(s, r, l, r->len) + j] = nc_round(v[j], s->kv_dtype);
+        }
+        e[i].request_id = r->id;
+        e[i].position = (uint32_t)r->len;
+        e[i].kv_h0 = (uint16_t)r->h0;
+        e[i].kv_h1 = (uint16_t)r->h1;
+        e[i].q = q + (size_t)i * s->n_heads * hd;
+        e[i].k = k;
+        e[i].v = v;
+    }
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_DECODE_ATTN;
+    m.u.attn.batch_id = 1;
+    m.u.attn.layer = (uint32_t)l;
+    m.u.attn.n_entries = m.u.attn.batch_total = (uint32_t)n;
+    m.u.attn.head_dim = (uint16_t)hd;
+    m.u.attn.q_per_kv = (uint16_t)s->grp;
+    m.u.attn.dtype = NA_DTYPE_F32;
+    m.u.attn.scale = 1.0f / sqrtf((float)hd);
+    m.u.attn.entries = e;
+    t0 = na_xp_now_ns();
+    NA_CHECK_OK(na_sc_send(sc, &m));
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_STATS_REQ;
+    NA_CHECK_OK(na_sc_send(sc, &m));
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_ECHO;
+    NA_CHECK_OK(na_sc_send(sc, &m));
+    *order_ok = 1;
+    while ((outs == 0 || replies < 2) && na_xp_now_ns() < deadline) {
+        na_xp_msg_t *msg;
+        na_wire_hdr_t h;
+        na_wire_msg_t r;
+        if (na_xp_recv(xp, 100, &msg) != NA_OK)
+            continue;
+        if (msg->kind == NA_XP_MSG_DATA && na_wire_hdr_decode(msg->hdr, msg->hdr_len, &h) == NA_OK &&
+            na_wire_decode(&h, msg->data, msg->len, &r) == NA_OK) {
+            if (r.type == NA_WIRE_MSG_STATS || r.type == NA_WIRE_MSG_ECHO) {
+                if (++replies == 2)
+                    *t_reply = (double)(na_xp_now_ns() - t0) / 1e6;
+            } else if (r.type == NA_WIRE_MSG_ATTN_OUT) {
+                *t_out = (double)(na_xp_now_ns() - t0) / 1e6;
+                *order_ok = replies == 2;
+                for (i = 0; i < (int)r.u.attn_out.n_entries; i++) {
+                    na_wire_out_entry_t oe;
+                    nc_req_t *rq = &rs[i];
+                    (void)na_wire_attn_out_get(&r.u.attn_out, (uint32_t)i, &oe);
+                    NA_CHECK_MSG(oe.status == 0, "busy layer %d entry %d: status %d", l, i,
+                                 oe.status);
+                    if (oe.status != 0 || i % 4 != 0)
+                        continue;
+                    na_wire_rows_to_f32(oe.o, r.u.attn_out.dtype,
+                                        (size_t)rq->nh * s->grp * hd, o);
+                    nc_ref(ref, s, rq, l, rq->len + 1, q + (size_t)i * s->n_heads * hd, want);
+                    NA_CHECK_MSG(na_close_ratio(o, want, (size_t)rq->nh * s->grp * hd, 1e-4,
+                                                2e-3) <= 1.0, "busy layer %d entry %d: output "
+                                 "differs from the ref kernels", l, i);
+                }
+                outs++;
+            }
+        }
+        na_xp_msg_release(xp, msg);
+    }
+    NA_CHECK_MSG(outs == 1 && replies == 2, "busy layer %d: %d ATTN_OUT, %d of 2 replies", l,
+                 outs, replies);
+    free(e); free(q); free(kv); free(o); free(want);
+}
+
+static int nc_busy(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+{
+    nc_req_t *rs = calloc((size_t)a->requests, sizeof(*rs));
+    uint64_t base = 1000u * (uint64_t)getpid();
+    na_kernels_t *ref;
+    na_rng_t rng;
+    int i, l, early = 0;
+
+    na_rng_seed(&rng, (uint64_t)a->seed);
+    NA_CHECK_OK(na_kernels_create("ref", 1, &ref));
+    for (i = 0; i < a->requests; i++) {
+        nc_req_t *r = &rs[i];
+        r->id = base + (uint64_t)i + 1;
+        r->h1 = r->nh = s->n_kv_heads;
+        r->prompt = 8192;
+        r->max_tokens = r->prompt + 4;
+        r->k = calloc((size_t)s->n_layers * r->max_tokens * r->nh * s->head_dim, sizeof(float));
+        r->v = calloc((size_t)s->n_layers * r->max_tokens * r->nh * s->head_dim, sizeof(float));
+        NA_CHECK_OK(nc_open(sc, s, r, NA_DTYPE_F32));
+        NA_CHECK_OK(nc_prefill(sc, s, r, &rng, NA_DTYPE_F32));
+    }
+    for (l = 0; l < s->n_layers && na_test_failures == 0; l++) {
+        double t_reply = 0, t_out = 0;
+        int ok = 0;
+        nc_busy_layer(sc, a->xp, s, rs, a->requests, l, &rng, ref, &ok, &t_reply, &t_out);
+        printf("BUSY layer %d: STATS+ECHO answered after %.3f ms, ATTN_OUT after %.3f ms%s\n",
+               l, t_reply, t_out, ok ? "" : " (replies came late)");
+        early += ok;
+    }
+    /* one late round can be a scheduling accident; most must be early */
+    NA_CHECK_MSG(early * 2 > s->n_layers, "the node answered STATS/ECHO before the batch in "
+                 "%d of %d layers", early, s->n_layers);
+    for (i = 0; i < a->requests; i++) {
+        NA_CHECK_OK(na_sc_release(sc, rs[i].id));
+        free(rs[i].k);
+        free(rs[i].v);
+    }
+    na_kernels_destroy(ref);
+    free(rs);
+    return 0;
+}
+
 static int nc_hold(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
 {
     nc_req_t r;
@@ -653,7 +793,7 @@ int main(int argc, char **argv)
 
     if (nc_parse(argc, argv, &a) != 0) {
         fprintf(stderr, "usage: node_client --config F (--node NAME | --connect HOST:PORT) "
-                "--scenario basic|hold|refuse|garbage|secret|idle|stat [options]\n");
+                "--scenario basic|busy|hold|refuse|garbage|secret|idle|stat [options]\n");
         return 2;
     }
     na_log_set_tag(a.name);
@@ -730,6 +870,8 @@ int main(int argc, char **argv)
         rc = nc_basic(sc, &s, &a);
     else if (!strcmp(a.scenario, "hold"))
         rc = nc_hold(sc, &s, &a);
+    else if (!strcmp(a.scenario, "busy"))
+        rc = nc_busy(sc, &s, &a);
     else if (!strcmp(a.scenario, "refuse"))
         rc = nc_refuse(sc, &s, &a);
     else if (!strncmp(a.scenario, "garbage", 7))

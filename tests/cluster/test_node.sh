@@ -18,6 +18,9 @@
 #   secret     a client with a wrong secret is refused; the node keeps serving
 #   garbage    a malformed message drops that connection only
 #   heartbeat  a silent client is dropped after peer_timeout_ms
+#   tier       kv.tier dram: `nearattn node` creates no SSD file (kv.dat) and
+#              reports no SSD tier; and the node answers STATS/ECHO while a
+#              large batch computes (node_client --scenario busy)
 #   refuse     a request past the SSD budget is refused with a reason, others run
 #   late       a compute node's directory (compute-node/storage_dir.h) picks up
 #              s1 started by hand later, and an extra node once it is added to
@@ -185,6 +188,27 @@ kill|kill-shm)
     [ "$(stat s0 node.requests)" = 0 ] || fail "s0 still holds the killed client's request"
     client cl_a --node s0 --scenario basic --requests 2 --steps 2
     stop_node s0
+    ;;
+tier)
+    layout request
+    # kv.tier dram and room for the busy client's 8192-token requests
+    sed -i -e 's|prefetch_layers: 1 }|prefetch_layers: 1, tier: dram }|' \
+        -e 's|dram_mb: 8, ssd_mb: 32|dram_mb: 256, ssd_mb: 32|' "$DIR/layout.yaml"
+    grep -q "tier: dram" "$DIR/layout.yaml" || fail "layout has no kv.tier dram"
+    node s0
+    client cl_busy --node s0 --scenario busy --requests 16
+    grep "^BUSY" "$DIR/cl_busy.log"
+    for d in s0d0 s0d1; do
+        [ ! -e "$DIR/kv/$d/kv.dat" ] || fail "kv.tier dram: $d/kv.dat was created"
+    done
+    [ "$(stat s0 s0.ssd_size)" = 0 ] || fail "kv.tier dram: slot 0 has an SSD tier"
+    stop_node s0
+    # the control: the default tier makes the SSD file (a fresh log to wait on)
+    layout request
+    start s0b "$BIN" node --config "$DIR/layout.yaml" --name s0
+    wait_line "$DIR/s0b.log" "^READY" 15 || fail "node s0 (default tier) did not start"
+    [ -e "$DIR/kv/s0d0/kv.dat" ] || fail "default tier: no s0d0/kv.dat"
+    stop_node s0b
     ;;
 secret)
     layout head

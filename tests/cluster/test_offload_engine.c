@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/inproc.h"
 #include "cluster/setup.h"
 #include "common/clock.h"
 #include "common/config.h"

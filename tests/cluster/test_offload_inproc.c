@@ -1,6 +1,6 @@
 /* tests/cluster/test_offload_inproc.c — offloaded generation (compute-node/
  * offload.c, sched.c, xcache.c) against the storage node's device slots in
- * this process (compute-node/attn_inproc.c): the same greedy tokens as the
+ * this process (cluster/inproc.c): the same greedy tokens as the
  * monolithic engine for request / head partition, 1 and 3 slots, 1..3
  * batches in flight, KV forced to DRAM and to SSD, spill intervals 1 and 4,
  * X-cache on and off (MHA); X-cache is refused for GQA. (Queueing past a
@@ -12,6 +12,7 @@
 #include "common/config.h"
 #include "common/genmodel.h"
 #include "common/model.h"
+#include "cluster/inproc.h"
 #include "compute-node/generate.h"
 #include "compute-node/offload.h"
 #include "tests/testutil.h"

@@ -129,7 +129,7 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
     }
     for (i = 0; i < cfg->n_slots; i++) {
         char d[600];
-        na_slot_dev_t dev = { d, "cpu", cfg->dram_bytes, cfg->ssd_bytes };
+        na_slot_dev_t dev = { d, "cpu", cfg->dram_bytes, cfg->ssd_bytes, 0 };
         na_status_t st;
         snprintf(d, sizeof(d), "%s/s%d", g_dir, i);
         (void)mkdir(d, 0700);
@@ -509,7 +509,7 @@ static int test_bad_input(void)
     const int P[1] = { 20 };
     work_t w;
     na_slot_common_t c;
-    na_slot_dev_t dev;
+    na_slot_dev_t dev = { 0 };
     na_slot_t *s;
     na_attn_entry_t e[7];
     float o[7][4 * 64];

@@ -1,0 +1,387 @@
+/* storage-node/slotset.c — the slot set (slotset.h): slot construction
+ * from the layout, request placement and parts, decode fan-out to the
+ * slots' engines and completion reaping. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage-node/slotset.h"
+
+struct na_slotset {
+    na_slot_common_t common;
+    int              n_slots;
+    na_slot_t       *slots[NA_PLACE_MAX_SLOTS];
+    na_place_t       place;
+};
+
+/* One add of a batch: engine entries grouped by slot and their owners. */
+typedef struct na_ss_chunk {
+    na_attn_entry_t    *ae;           /* (n) */
+    na_attn_entry_t   **owner;        /* (n) the caller's entry of each */
+    int                 n;
+    struct na_ss_chunk *next;
+} na_ss_chunk_t;
+
+struct na_slotset_batch {
+    na_attn_batch_t *eb[NA_PLACE_MAX_SLOTS];   /* per slot, NULL until used */
+    na_ss_chunk_t   *chunks;
+    int              closed;
+};
+
+/* ---- construction ------------------------------------------------------- */
+
+na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
+                                   na_slotset_spec_t *spec)
+{
+    na_slot_common_t *c = &spec->common;
+    int i, n = cn ? (int)cn->n_devices : cfg->n_slots;
+
+    memset(spec, 0, sizeof(*spec));
+    na_slot_common_default(c);
+    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "model.kv_dtype %s is not supported by the storage "
+                      "slots (f16 or f32)", na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
+    c->kv_dtype = (na_dtype_t)cfg->model.kv_dtype;
+    c->block_tokens = (int)cfg->kv.block_tokens;
+    c->spill_interval = (int)cfg->kv.spill_interval;
+    c->prefetch_layers = (int)cfg->kv.prefetch_layers;
+    c->no_dram_tier = cfg->kv.tier == NA_CFG_TIER_SSD;
+    c->no_ssd_tier = cfg->kv.tier == NA_CFG_TIER_DRAM;
+    c->allow_buffered = 1;           /* file systems without O_DIRECT still work */
+    spec->partition = cfg->parallel.partition == NA_CFG_PARTITION_HEAD ? NA_PART_HEAD
+                                                                       : NA_PART_REQUEST;
+    if (n > NA_PLACE_MAX_SLOTS)
+        return na_err(NA_ERR_RANGE, "%d device slots, at most %d", n, NA_PLACE_MAX_SLOTS);
+    for (i = 0; i < n; i++) {
+        const na_cfg_node_t *nd = cn ? cn : &cfg->nodes[cfg->slots[i].node];
+        const na_cfg_device_t *d = &nd->devices[cn ? i : cfg->slots[i].dev];
+        na_slot_dev_t *dev = &spec->devs[i];
+        dev->dir = d->path;
+        dev->engine = na_cfg_engine_name(d->engine);
+        dev->dram_bytes = (uint64_t)d->dram_mb << 20;
+        dev->ssd_bytes = (uint64_t)d->ssd_mb << 20;
+        dev->threads = (int)(d->threads > 0 ? d->threads : 1);
+    }
+    spec->n_devs = n;
+    return NA_OK;
+}
+
+na_status_t na_slotset_create(const na_slotset_spec_t *spec, na_slotset_t **ss_p)
+{
+    uint64_t cap[NA_PLACE_MAX_SLOTS] = { 0 };
+    na_slotset_t *ss;
+    na_status_t st;
+    int i;
+
+    if (spec->n_devs < 1 || spec->n_devs > NA_PLACE_MAX_SLOTS)
+        return na_err(NA_ERR_RANGE, "slot set: %d device slots out of range [1, %d]",
+                      spec->n_devs, NA_PLACE_MAX_SLOTS);
+    ss = calloc(1, sizeof(*ss));
+    if (ss == NULL)
+        return na_err(NA_ERR_NOMEM, "slot set: out of memory");
+    ss->common = spec->common;
+    for (i = 0; i < spec->n_devs; i++) {
+        st = na_slot_create(&ss->common, &spec->devs[i], &ss->slots[i]);
+        if (st != NA_OK)
+            goto err_destroy;
+        ss->n_slots++;
+        cap[i] = na_slot_capacity(&ss->common, &spec->devs[i]);
+    }
+    st = na_place_init(&ss->place, spec->partition, ss->n_slots, ss->common.n_kv_heads, cap);
+    if (st != NA_OK)
+        goto err_destroy;
+    *ss_p = ss;
+    return NA_OK;
+
+err_destroy:
+    na_slotset_destroy(ss);
+    return st;
+}
+
+void na_slotset_destroy(na_slotset_t *ss)
+{
+    int i;
+
+    if (ss == NULL)
+        return;
+    for (i = 0; i < ss->n_slots; i++)
+        na_slot_destroy(ss->slots[i]);
+    free(ss);
+}
+
+int na_slotset_n(const na_slotset_t *ss) { return ss->n_slots; }
+na_slot_t *na_slotset_slot(na_slotset_t *ss, int i) { return ss->slots[i]; }
+const na_slot_common_t *na_slotset_common(const na_slotset_t *ss) { return &ss->common; }
+
+uint64_t na_slotset_bytes_per_kvh(const na_slotset_t *ss, int max_tokens)
+{
+    const na_slot_common_t *c = &ss->common;
+    return (uint64_t)max_tokens * (uint64_t)c->n_layers * 2u * (uint64_t)c->head_dim *
+           (uint64_t)na_dtype_bytes(c->kv_dtype, 1);
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                            int max_tokens, int n_kvh)
+{
+    na_status_t st;
+    int i;
+
+    memset(r, 0, sizeof(*r));
+    r->sid = sid;
+    r->bytes_per_kvh = na_slotset_bytes_per_kvh(ss, max_tokens);
+    ss->place.n_kv_heads = n_kvh;            /* this request's share of the heads */
+    st = na_place_request(&ss->place, r->bytes_per_kvh, r->parts, &r->n_parts);
+    if (st == NA_ERR_NOSPACE) {
+        char why[256];
+        uint64_t best = 0;
+        snprintf(why, sizeof(why), "%s", na_errmsg());
+        for (i = 0; i < ss->place.n_slots; i++) {
+            uint64_t free_b = ss->place.cap[i] > ss->place.load[i]
+                              ? ss->place.cap[i] - ss->place.load[i] : 0;
+            if (free_b > best)
+                best = free_b;
+        }
+        return na_err(st, "it needs %.1f MiB of KV (%d tokens), the most any slot has free "
+                      "is %.1f MiB (%s)", (double)(r->bytes_per_kvh * (uint64_t)n_kvh) /
+                      1048576.0, max_tokens, (double)best / 1048576.0, why);
+    }
+    if (st != NA_OK)
+        return st;
+    for (i = 0; i < r->n_parts; i++) {
+        st = na_slot_open(ss->slots[r->parts[i].slot], sid, max_tokens, r->parts[i].n_kvh);
+        if (st != NA_OK)
+            break;
+    }
+    if (st == NA_OK)
+        return NA_OK;
+    while (--i >= 0)
+        (void)na_slot_release(ss->slots[r->parts[i].slot], sid);
+    na_place_release(&ss->place, r->bytes_per_kvh, r->parts, r->n_parts);
+    r->n_parts = 0;
+    return st;
+}
+
+na_status_t na_slotset_prefill(na_slotset_t *ss, const na_slotset_req_t *r, int layer,
+                               const void *k, const void *v, na_dtype_t dtype,
+                               size_t row_stride, int n_tok)
+{
+    const size_t esz = na_dtype_bytes(dtype, 1), hd = (size_t)ss->common.head_dim;
+    na_status_t st = NA_OK;
+    int i, nkvh = 0;
+
+    for (i = 0; i < r->n_parts; i++)
+        nkvh += r->parts[i].n_kvh;
+    if (row_stride == 0)
+        row_stride = (size_t)nkvh * hd;
+    for (i = 0; i < r->n_parts && st == NA_OK; i++) {
+        size_t off = (size_t)r->parts[i].kvh0 * hd * esz;
+        st = na_slot_prefill(ss->slots[r->parts[i].slot], r->sid, layer,
+                             (const uint8_t *)k + off, (const uint8_t *)v + off, dtype,
+                             row_stride, n_tok);
+    }
+    return st;
+}
+
+na_status_t na_slotset_prefill_done(na_slotset_t *ss, const na_slotset_req_t *r)
+{
+    na_status_t st = NA_OK;
+    int i;
+
+    for (i = 0; i < r->n_parts && st == NA_OK; i++)
+        st = na_slot_prefill_done(ss->slots[r->parts[i].slot], r->sid);
+    return st;
+}
+
+na_status_t na_slotset_release(na_slotset_t *ss, na_slotset_req_t *r)
+{
+    na_status_t st = NA_OK, st2;
+    int i;
+
+    for (i = 0; i < r->n_parts; i++) {
+        st2 = na_slot_release(ss->slots[r->parts[i].slot], r->sid);
+        if (st2 != NA_OK && st == NA_OK)
+            st = st2;
+    }
+    na_place_release(&ss->place, r->bytes_per_kvh, r->parts, r->n_parts);
+    r->n_parts = 0;
+    return st;
+}
+
+int na_slotset_tokens(na_slotset_t *ss, const na_slotset_req_t *r, int layer)
+{
+    na_kv_req_t *kr;
+
+    if (r->n_parts < 1)
+        return -1;
+    kr = na_kv_find(na_slot_store(ss->slots[r->parts[0].slot]), r->sid);
+    return kr ? na_kv_req_tokens(kr, layer) : -1;
+}
+
+na_status_t na_slotset_poll(na_slotset_t *ss)
+{
+    na_status_t st = NA_OK, st2;
+    int i;
+
+    for (i = 0; i < ss->n_slots; i++) {
+        st2 = na_slot_poll(ss->slots[i]);
+        if (st2 != NA_OK && st == NA_OK)
+            st = st2;
+    }
+    return st;
+}
+
+/* ---- decode ------------------------------------------------------------- */
+
+na_status_t na_slotset_batch_begin(na_slotset_t *ss, na_slotset_batch_t **b_p)
+{
+    (void)ss;
+    *b_p = calloc(1, sizeof(**b_p));
+    return *b_p ? NA_OK : na_err(NA_ERR_NOMEM, "slot set: out of memory for a batch");
+}
+
+/* Fail engine entries [x0, x1) of ck with st (message in na_errmsg()). */
+static void na_ss_fail(na_ss_chunk_t *ck, int x0, int x1, na_status_t st)
+{
+    int x;
+    for (x = x0; x < x1; x++)
+        if (ck->ae[x].status == NA_OK) {
+            ck->ae[x].status = st;
+            snprintf(ck->ae[x].reason, sizeof(ck->ae[x].reason), "%s", na_errmsg());
+        }
+}
+
+na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
+                                 const na_slotset_req_t *const *req, na_attn_entry_t *entries,
+                                 int n)
+{
+    const int hd = ss->common.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
+    int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
+    na_ss_chunk_t *ck;
+    int i, j, s, total = 0;
+
+    for (i = 0; i < n; i++) {
+        entries[i].status = NA_OK;
+        entries[i].reason[0] = '\0';
+        for (j = 0; j < req[i]->n_parts; j++)
+            count[req[i]->parts[j].slot]++;
+    }
+    for (s = 0; s < ss->n_slots; s++) {
+        base[s] = fill[s] = total;
+        total += count[s];
+    }
+    if (total == 0)
+        return NA_OK;
+    ck = calloc(1, sizeof(*ck));
+    if (ck == NULL || (ck->ae = calloc((size_t)total, sizeof(*ck->ae))) == NULL ||
+        (ck->owner = calloc((size_t)total, sizeof(*ck->owner))) == NULL) {
+        if (ck != NULL)
+            free(ck->ae);
+        free(ck);
+        return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", total);
+    }
+    ck->n = total;
+    ck->next = b->chunks;
+    b->chunks = ck;
+    for (i = 0; i < n; i++) {
+        const na_attn_entry_t *e = &entries[i];
+        for (j = 0; j < req[i]->n_parts; j++) {
+            const na_place_part_t *pp = &req[i]->parts[j];
+            int x = fill[pp->slot]++;
+            na_attn_entry_t *a = &ck->ae[x];
+            ck->owner[x] = &entries[i];
+            a->req = req[i]->sid;
+            a->layer = e->layer;
+            a->n_kv_heads = pp->n_kvh;
+            a->n_q_heads = pp->n_kvh * grp;
+            a->q = e->q + (size_t)pp->kvh0 * grp * hd;
+            a->k_new = e->k_new ? e->k_new + (size_t)pp->kvh0 * hd : NULL;
+            a->v_new = e->v_new ? e->v_new + (size_t)pp->kvh0 * hd : NULL;
+            a->o = e->o + (size_t)pp->kvh0 * grp * hd;
+        }
+    }
+    /* every slot's share starts before any is reaped: the engines run side
+     * by side, and beside the owner's loop */
+    for (s = 0; s < ss->n_slots; s++) {
+        na_attn_engine_t *eng = na_slot_engine(ss->slots[s]);
+        na_status_t st = NA_OK;
+        if (count[s] == 0)
+            continue;
+        if (b->eb[s] == NULL)
+            st = na_attn_batch_begin(eng, &b->eb[s]);
+        if (st == NA_OK)
+            st = na_attn_submit(eng, b->eb[s], &ck->ae[base[s]], count[s]);
+        if (st != NA_OK)
+            na_ss_fail(ck, base[s], base[s] + count[s], st);
+    }
+    return NA_OK;
+}
+
+void na_slotset_batch_close(na_slotset_t *ss, na_slotset_batch_t *b)
+{
+    int s;
+
+    if (b->closed)
+        return;
+    b->closed = 1;
+    for (s = 0; s < ss->n_slots; s++)
+        if (b->eb[s] != NULL)
+            (void)na_attn_batch_close(na_slot_engine(ss->slots[s]), b->eb[s]);
+}
+
+/* All engine batches of b completed: failures onto the owners, free b. */
+static void na_ss_batch_free(na_slotset_batch_t *b)
+{
+    na_ss_chunk_t *ck;
+    int x;
+
+    while ((ck = b->chunks) != NULL) {
+        b->chunks = ck->next;
+        for (x = 0; x < ck->n; x++) {
+            na_attn_entry_t *o = ck->owner[x];
+            if (ck->ae[x].status != NA_OK && o->status == NA_OK) {
+                o->status = ck->ae[x].status;
+                snprintf(o->reason, sizeof(o->reason), "%s", ck->ae[x].reason[0]
+                         ? ck->ae[x].reason : na_status_string(ck->ae[x].status));
+            }
+        }
+        free(ck->owner);
+        free(ck->ae);
+        free(ck);
+    }
+    free(b);
+}
+
+int na_slotset_batch_test(na_slotset_t *ss, na_slotset_batch_t *b, int wait_us)
+{
+    int s, done;
+
+    if (!b->closed)
+        return 0;
+    for (s = 0; s < ss->n_slots; s++) {
+        if (b->eb[s] == NULL)
+            continue;
+        (void)na_attn_batch_test(na_slot_engine(ss->slots[s]), b->eb[s], 0, &done);
+        if (!done && wait_us > 0) {      /* wait on the first one still running */
+            (void)na_attn_batch_test(na_slot_engine(ss->slots[s]), b->eb[s], wait_us, &done);
+            wait_us = 0;
+        }
+        if (!done)
+            return 0;
+        b->eb[s] = NULL;
+    }
+    na_ss_batch_free(b);
+    return 1;
+}
+
+void na_slotset_batch_wait(na_slotset_t *ss, na_slotset_batch_t *b)
+{
+    int s;
+
+    na_slotset_batch_close(ss, b);
+    for (s = 0; s < ss->n_slots; s++)
+        if (b->eb[s] != NULL)
+            (void)na_attn_batch_wait(na_slot_engine(ss->slots[s]), b->eb[s]);
+    na_ss_batch_free(b);
+}
