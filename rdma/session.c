@@ -41,6 +41,7 @@ struct na_peer {
     uint64_t    since_ns, last_sent_ns, last_recv_ns;
     unsigned    hb_ms;
     int         alive, closed;
+    int         broken;                 /* a send failed: ended at the next poll */
     char        why[320];
     ses_pend_t *pend;                   /* oldest first */
     struct na_peer *next;
@@ -177,7 +178,7 @@ void na_ses_msg_release(na_ses_t *s, na_xp_msg_t *raw)
 const char *na_peer_name(const na_peer_t *p) { return p->name; }
 na_xp_ep_t *na_peer_ep(na_peer_t *p) { return p->ep; }
 na_ses_t   *na_peer_ses(na_peer_t *p) { return p->ses; }
-int         na_peer_alive(const na_peer_t *p) { return p->alive; }
+int         na_peer_alive(const na_peer_t *p) { return p->alive && !p->broken; }
 const char *na_peer_why(const na_peer_t *p) { return p->why; }
 void       *na_peer_user(const na_peer_t *p) { return p->user; }
 void        na_peer_set_user(na_peer_t *p, void *user) { p->user = user; }
@@ -236,9 +237,19 @@ void na_peer_end(na_peer_t *p, na_ses_end_t how, const char *why)
         na_log_warn("%s: peer %s lost (%s)", s->who, p->name, p->why);
     else
         na_log_info("%s: peer %s left (%s)", s->who, p->name, p->why);
+    s->depth++;                         /* the handler may close p: free it later */
     if (s->on_end != NULL && !p->closed)
         s->on_end(s->ctx, p, how, p->why);
     ses_fail_pending(p);
+    if (--s->depth == 0)
+        ses_reap(s);
+}
+
+/* End p now if a send to it failed (called where p may be freed). */
+static void ses_end_broken(na_peer_t *p)
+{
+    if (p->broken && p->alive)
+        na_peer_end(p, NA_SES_LOST, p->why);
 }
 
 /* Encode m into buf (or a heap copy) and send it. */
@@ -251,7 +262,7 @@ static na_status_t ses_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *b
     na_xp_op_t *op;
     na_status_t st;
 
-    if (!p->alive || p->closed)
+    if (!p->alive || p->closed || p->broken)
         return na_err(NA_ERR_PEER, "peer %s is gone: %s", p->name, p->why);
     m->seq = ++p->seq;
     m->time_ns = na_xp_now_ns();
@@ -280,11 +291,12 @@ static na_status_t ses_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *b
         free(data);
     p->last_sent_ns = na_xp_now_ns();
     if (st != NA_OK) {
-        char why[300];
-        snprintf(why, sizeof(why), "send of %s failed: %s", na_wire_type_name(m->type),
-                 na_errmsg());
-        na_peer_end(p, NA_SES_LOST, why);
-        return na_err(NA_ERR_PEER, "peer %s: %s", p->name, why);
+        /* the peer ends at the next poll (or end of this one), never under
+         * the caller's feet: a handler may still use what it owns */
+        p->broken = 1;
+        snprintf(p->why, sizeof(p->why), "send of %s failed: %.250s",
+                 na_wire_type_name(m->type), na_errmsg());
+        return na_err(NA_ERR_PEER, "peer %s: %s", p->name, p->why);
     }
     return NA_OK;
 }
@@ -351,7 +363,7 @@ na_status_t na_peer_call(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *buf,
     memset(&call, 0, sizeof(call));
     st = ses_request(p, m, buf, reply, flags, timeout_ms, fn, arg, &call);
     if (st != NA_OK)
-        return st;
+        return st;           /* a broken peer ends at the next poll */
     while (!call.done) {
         st = na_ses_poll(p->ses, SES_CALL_MS);
         if (st != NA_OK && st != NA_ERR_TIMEOUT)
@@ -591,8 +603,12 @@ static int ses_handle(na_ses_t *s, na_xp_msg_t *msg)
         if (in.keep)
             return 1;
     }
-    if (st == NA_OK || !p->alive || p->closed)
+    if (p->closed)
         return 0;
+    if (st == NA_OK || !p->alive || p->broken) {
+        ses_end_broken(p);
+        return 0;
+    }
     if (st == NA_ERR_CANCELED) {
         na_peer_end(p, NA_SES_LEFT, "ended by its handler");
     } else if (st == NA_ERR_PROTO || st == NA_ERR_VERSION) {
@@ -659,6 +675,7 @@ static void ses_timers(na_ses_t *s)
     s->last_tick_ns = now;
     for (p = s->peers; p != NULL; p = next) {
         next = p->next;
+        ses_end_broken(p);
         if (!p->alive)
             continue;
         if (s->o.peer_timeout_ms > 0) {
