@@ -584,7 +584,8 @@ static int ses_handle(na_ses_t *s, na_xp_msg_t *msg)
     if (p == NULL || !p->alive)
         return 0;                       /* a peer that ended: late message */
     if (msg->kind == NA_XP_EV_LOST) {
-        na_peer_end(p, NA_SES_LOST, na_status_string(msg->status));
+        na_peer_end(p, NA_SES_LOST, msg->status != NA_OK ? na_status_string(msg->status)
+                                                           : "connection closed");
         return 0;
     }
     p->last_recv_ns = na_xp_now_ns();

@@ -428,6 +428,8 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
     na_log_info("node %s: serving on %s:%d (heartbeat %u ms, peer timeout %u ms)", n->name,
                 n->host, n->port, n->heartbeat_ms, n->peer_timeout_ms);
     while (!*stop) {
+        /* (storage: while attention batches are in flight, poll with a short
+         * timeout here; their reap belongs in na_node_tick) */
         na_status_t st = na_ses_poll(n->ses, wait_ms);
         if (st != NA_OK && st != NA_ERR_TIMEOUT)
             return st;
