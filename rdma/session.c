@@ -192,8 +192,8 @@ int na_peer_pending(const na_peer_t *p)
     return n;
 }
 
-/* Deliver an answer (or failure) to request q, already unlinked unless
- * `stays` (a note: ERROR about a NA_SES_ERR_NOTE request). */
+/* Deliver an answer (or failure) to request q: unlinked already, unless it
+ * is an ERROR about a NA_SES_ERR_NOTE request (a note; the request stays). */
 static void ses_deliver(na_peer_t *p, ses_pend_t *q, na_status_t st, const char *text,
                         const na_ses_in_t *in)
 {
@@ -226,11 +226,13 @@ static void ses_fail_pending(na_peer_t *p)
 void na_peer_end(na_peer_t *p, na_ses_end_t how, const char *why)
 {
     na_ses_t *s = p->ses;
+    char text[sizeof(p->why)];
 
     if (!p->alive)
         return;
     p->alive = 0;
-    snprintf(p->why, sizeof(p->why), "%s", why != NULL ? why : "");
+    snprintf(text, sizeof(text), "%s", why != NULL ? why : "");   /* why may be p->why */
+    memcpy(p->why, text, sizeof(text));
     if (how == NA_SES_DROPPED)
         na_log_warn("%s: dropping peer %s: %s", s->who, p->name, p->why);
     else if (how == NA_SES_LOST)
