@@ -241,7 +241,9 @@ static na_status_t pt_count_wrap(na_asvc_t *svc, na_plan_kind_t kind, int nodes,
 static double pt_node_stat(const na_cfg_t *cfg, const char *key)
 {
     na_xp_opts_t xo;
+    na_ses_opts_t so;
     na_xp_t *xp = NULL;
+    na_ses_t *ses = NULL;
     double sum = 0;
     int j;
 
@@ -257,16 +259,22 @@ static double pt_node_stat(const na_cfg_t *cfg, const char *key)
     xo.max_msg = 1 << 20;
     if (na_xp_create(&xo, &xp) != NA_OK)
         return 0;
+    memset(&so, 0, sizeof(so));
+    if (na_ses_create(xp, &so, NULL, &ses) != NA_OK) {
+        na_xp_destroy(xp);
+        return 0;
+    }
     for (j = 0; j < cfg->n_storage; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         na_sc_t *sc;
         uint64_t v;
-        if (na_sc_connect(xp, nd->host, (int)nd->port, &sc) != NA_OK)
+        if (na_sc_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK)
             continue;
         if (na_sc_stat(sc, key, &v) == NA_OK)
             sum += (double)v;
         na_sc_close(sc);
     }
+    na_ses_destroy(ses);
     na_xp_destroy(xp);
     return sum;
 }
@@ -303,7 +311,9 @@ static int pt_probe(const na_cfg_t *cfg)
     const size_t big = 16u << 20, part = 4u << 20;
     const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute];
     na_xp_opts_t xo;
+    na_ses_opts_t so;
     na_xp_t *xp = NULL;
+    na_ses_t *ses = NULL;
     na_sc_t *sc = NULL;
     na_xp_ep_t *ep;
     uint8_t *buf = NULL;
@@ -323,8 +333,10 @@ static int pt_probe(const na_cfg_t *cfg)
     xo.timeout_ms = (int)cfg->transport.timeout_ms;
     xo.max_msg = (size_t)NA_WIRE_MAX_PAYLOAD;
     buf = malloc(big);
+    memset(&so, 0, sizeof(so));
     if (buf == NULL || na_xp_create(&xo, &xp) != NA_OK ||
-        na_sc_connect(xp, nd->host, (int)nd->port, &sc) != NA_OK) {
+        na_ses_create(xp, &so, NULL, &ses) != NA_OK ||
+        na_sc_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK) {
         fprintf(stderr, "probe: %s\n", buf == NULL ? "out of memory" : na_errmsg());
         goto out;
     }
@@ -361,6 +373,7 @@ err_probe:
     fprintf(stderr, "probe: %s\n", na_errmsg());
 out:
     na_sc_close(sc);
+    na_ses_destroy(ses);
     na_xp_destroy(xp);
     free(buf);
     return rc;

@@ -27,7 +27,6 @@
 #include "common/log.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/storage_client.h"
-#include "rdma/xp_cfg.h"
 
 #define KF_MAX_NODES 64
 #define KF_MAX_BATCH 64
@@ -50,7 +49,7 @@ typedef struct {
     na_asvc_t     base;
     const na_cfg_t *cfg;
     na_kernels_t *kern;             /* borrowed */
-    na_xp_t      *xp;
+    na_ses_t     *ses;             /* the storage nodes' connections */
     kf_node_t     nodes[KF_MAX_NODES];
     int           n_nodes;
     na_dtype_t    kv_dtype;         /* storage and wire dtype: F16 or F32 */
@@ -325,9 +324,10 @@ static void kf_progress(na_asvc_t *s)
 {
     kf_t *p = (kf_t *)s;
     int j;
+    (void)na_ses_poll(p->ses, 0);
     for (j = 0; j < p->n_nodes; j++)
-        if (p->nodes[j].alive && na_sc_poll(p->nodes[j].sc, 0) == NA_ERR_PEER)
-            kf_node_lost(p, j, na_errmsg());
+        if (p->nodes[j].alive && !na_peer_alive(na_sc_peer(p->nodes[j].sc)))
+            kf_node_lost(p, j, na_peer_why(na_sc_peer(p->nodes[j].sc)));
 }
 
 static na_status_t kf_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
@@ -336,7 +336,7 @@ static na_status_t kf_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
 
     if (p->n_done == 0) {
         /* nothing is ever in flight between calls: serve heartbeats only when
-         * the caller is idle anyway (na_sc_poll waits at least 1 ms; the
+         * the caller is idle anyway (the session's poll; the
          * fetch calls answer heartbeats while they wait) */
         if (timeout_ms > 0)
             kf_progress(s);
@@ -405,7 +405,7 @@ static void kf_destroy(na_asvc_t *s)
         kf_release(s, p->reqs->id, 0);
     for (j = 0; j < p->n_nodes; j++)
         na_sc_close(p->nodes[j].sc);
-    na_xp_destroy(p->xp);
+    na_ses_destroy(p->ses);
     free(p->kf);
     free(p->vf);
     free(p->kb);
@@ -421,7 +421,6 @@ static const na_asvc_ops_t na_kvfetch_ops = {
 na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                    const char *name, na_kernels_t *kern, na_asvc_t **s_p)
 {
-    na_xp_opts_t xo;
     kf_t *p;
     na_status_t st;
     int j, n_alive = 0;
@@ -444,8 +443,7 @@ na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t 
     p->cfg = cfg;
     p->kern = kern;
     p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
-    na_xp_opts_from_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, (size_t)NA_WIRE_MAX_PAYLOAD, &xo);
-    st = na_xp_create(&xo, &p->xp);
+    st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "kv-fetch", p, &p->ses);
     if (st != NA_OK) {
         free(p);
         return st;
@@ -455,7 +453,7 @@ na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t 
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         kf_node_t *kn = &p->nodes[j];
         snprintf(kn->name, sizeof(kn->name), "%s", nd->name);
-        st = na_sc_connect(p->xp, nd->host, (int)nd->port, &kn->sc);
+        st = na_sc_connect(p->ses, nd->host, (int)nd->port, &kn->sc);
         if (st != NA_OK) {
             snprintf(kn->why, sizeof(kn->why), "storage node %s (%s:%ld) unreachable: %s",
                      nd->name, nd->host, nd->port, na_errmsg());

@@ -1,13 +1,14 @@
 /* compute-node/attn_remote.c — the attention service over the storage nodes
  * of a layout (see attn_service.h), on the wire protocol of common/wire.h.
  *
- * Connections come from compute-node/storage_client.h (connect, send, close);
- * receiving is done here, in one loop over all storage nodes, because
- * several batches are in flight at once: the loop answers heartbeats, matches
- * ACK / ERROR to the one blocking call that may be waiting (open, release,
- * STATS), counts the answers to each request's prefill parts (sent with MORE
- * and not waited for, but for the last layer's) and matches ATTN_OUT / ERROR
- * to the batches in flight, whatever order they come in.
+ * The storage nodes are peers of one protocol session (rdma/session.h), which
+ * receives, answers heartbeats, runs the silence timer and matches every
+ * answer to its request. Several batches are in flight at once: each
+ * DECODE_ATTN part is a request whose ATTN_OUT (and the ERRORs of its
+ * entries) go to compute-node/attn_remote_msg.c, whatever order they come in;
+ * prefill parts (sent with MORE and not waited for, but for the last layer's)
+ * are requests whose answers are counted per request; open, release and
+ * STATS are blocking calls.
  *
  * Placement. Request partition: a request lives on one storage node (the
  * live one with the fewest open requests; the node places it on one of its
@@ -18,459 +19,24 @@
  * that node's head range of every entry; the batch completes when every
  * node answered or failed.
  *
- * Failures. A node lost (transport event, BYE) or silent for longer than a
- * bounded time fails exactly the entries it owes and every later entry of
- * its requests, with a reason naming it; an ATTN_OUT whose shape does not
- * match what was sent fails its entries and drops the node. */
+ * Failures. A node lost (transport event, BYE, silence, a request not
+ * answered within 6 x transport.timeout_ms) fails exactly the entries it owes
+ * and every later entry of its requests, with a reason naming it; an
+ * ATTN_OUT whose shape does not match what was sent fails its entries and
+ * drops the node. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "compute-node/attn_service.h"
-#include "compute-node/storage_client.h"
-#include "rdma/xp_cfg.h"
+#include "compute-node/attn_remote_internal.h"
 
-#define RM_MAX_NODES   64
-#define RM_MAX_BATCH   64
-#define RM_SLICE_MS    50
-#define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
 #define RM_SPLIT_MIN   16   /* entries for one node at which its message is split */
 #define RM_SPLIT_MAX   4    /* messages per node and batch (Lamina §5.2.1 mini-batches) */
 #define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
-
-typedef struct {
-    na_sc_t *sc;
-    char     name[NA_XP_NAME_MAX];
-    int      alive;
-    int      h0, h1;               /* head partition: KV heads held (h1 == h0: none) */
-    long     n_open;
-    uint64_t last_recv_ns;
-    char     why[NA_ASVC_REASON_MAX]; /* why it is dead */
-    uint64_t next_try_ns;          /* unreachable at create: next connect attempt */
-    unsigned retry_ms;             /* its back-off, doubled per failed attempt */
-    int      base_ok;              /* counters below read at connect */
-    int      base_pending;         /* their STATS_REQ is out, not answered yet */
-    uint64_t base_dec_ns, base_comp_ns, base_ssd;
-} rm_node_t;
-
-typedef struct rm_req {
-    uint64_t id;
-    int      n_own;
-    int      own[RM_MAX_NODES];     /* node indexes */
-    /* prefill shipping: PREFILL_KV with MORE is not waited for; its ACK or
-     * ERROR arrives later and is counted here */
-    int      pf_pend[RM_MAX_NODES]; /* answers owed by own[i] */
-    int      pf_open;               /* MORE parts sent since the last closing part */
-    uint64_t pf_last_ns;            /* last prefill answer (or send): silence timer */
-    na_status_t pf_st;              /* first failed part (NA_OK: none) */
-    char     pf_why[NA_ASVC_REASON_MAX];
-    struct rm_req *next;
-} rm_req_t;
-
-/* A batch in flight. */
-typedef struct {
-    int              active;
-    int              layer;
-    na_asvc_entry_t *e;
-    int              n;
-    int              pending;               /* nodes that still owe an ATTN_OUT */
-    int              owes[RM_MAX_NODES];    /* 1 while node j owes one */
-    int             *map[RM_MAX_NODES];     /* node j's message entry k -> index in e */
-    int              cnt[RM_MAX_NODES];
-    int              chunk[RM_MAX_NODES];   /* entries per message to node j */
-    unsigned         want[RM_MAX_NODES];    /* bit c: ATTN_OUT of chunk c still owed */
-    uint64_t         t0_ns;
-} rm_batch_t;
-
-typedef struct {
-    na_asvc_t   base;
-    const na_cfg_t *cfg;
-    na_xp_t    *xp;
-    rm_node_t   nodes[RM_MAX_NODES];
-    int         n_nodes;
-    int         head_part;
-    na_dtype_t  kv_dtype;
-    rm_req_t   *reqs;
-    rm_batch_t  b[RM_MAX_BATCH];
-    int         done[RM_MAX_BATCH];
-    int         n_done;
-    int         rr;
-    uint64_t    silence_ns;         /* a node owing an answer this long is lost */
-    /* the blocking call waiting for an answer */
-    int         w_node;             /* -1 = none */
-    uint64_t    w_req;
-    int         w_about;
-    int         w_done;
-    uint64_t    w_t0_ns;            /* when the call was sent */
-    uint64_t    w_stat;             /* STATS: sum of the slots' SSD bytes read */
-    uint64_t    w_dec_ns;           /* STATS: node.decode_ns */
-    uint64_t    w_comp_ns;          /* STATS: sum of s<i>.attn_compute_ns / node.attn_threads */
-    na_status_t w_st;
-    char        w_text[NA_WIRE_TEXT_MAX + 1];
-    na_asvc_stats_t st;
-} rm_t;
-
-/* Copy the string src into dst[cap], cut to fit. */
-static void rm_copy(char *dst, size_t cap, const char *src)
-{
-    size_t n = strnlen(src, cap - 1);
-    memmove(dst, src, n);
-    dst[n] = '\0';
-}
-
-static rm_req_t *rm_find(rm_t *p, uint64_t id)
-{
-    rm_req_t *r;
-    for (r = p->reqs; r != NULL; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
-}
-
-/* Fail entry i of batch b with st / text (keeps the first reason). */
-static void rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text)
-{
-    if (x->status != NA_OK)
-        return;
-    x->status = st;
-    rm_copy(x->reason, sizeof(x->reason), text);
-}
-
-static void rm_batch_node_done(rm_t *p, int bi, int j)
-{
-    rm_batch_t *b = &p->b[bi];
-    if (!b->owes[j])
-        return;
-    b->owes[j] = 0;
-    if (--b->pending == 0) {
-        b->active = 0;
-        p->st.attn_s += 1e-9 * (double)(na_xp_now_ns() - b->t0_ns);
-        p->done[p->n_done++] = bi;
-    }
-}
-
-/* Node j is gone: fail what it owes, answer a blocking call waiting on it. */
-static void rm_node_lost(rm_t *p, int j, const char *why)
-{
-    rm_node_t *nd = &p->nodes[j];
-    char tmp[NA_ASVC_REASON_MAX];
-    int bi, k;
-
-    if (!nd->alive)
-        return;
-    nd->alive = 0;
-    char nm[NA_XP_NAME_MAX];
-    rm_copy(tmp, 120, why);
-    rm_copy(nm, sizeof(nm), nd->name);
-    snprintf(nd->why, sizeof(nd->why), "storage node %.60s lost: %.110s", nm, tmp);
-    na_log_warn("%s", nd->why);
-    for (bi = 0; bi < RM_MAX_BATCH; bi++) {
-        rm_batch_t *b = &p->b[bi];
-        if (!b->active || !b->owes[j])
-            continue;
-        for (k = 0; k < b->cnt[j]; k++)
-            rm_entry_fail(&b->e[b->map[j][k]], NA_ERR_PEER, nd->why);
-        rm_batch_node_done(p, bi, j);
-    }
-    if (p->w_node == j && !p->w_done) {
-        p->w_done = 1;
-        p->w_st = NA_ERR_PEER;
-        rm_copy(p->w_text, sizeof(p->w_text), nd->why);
-    }
-}
-
-static int rm_node_of(rm_t *p, const na_xp_ep_t *ep)
-{
-    int j;
-    for (j = 0; j < p->n_nodes; j++)
-        if (p->nodes[j].sc != NULL && na_sc_ep(p->nodes[j].sc) == ep)
-            return j;
-    return -1;
-}
-
-/* ATTN_OUT from node j. */
-static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
-{
-    const int hd = p->base.mc.head_dim;
-    const int qpk = p->base.mc.n_heads / p->base.mc.n_kv_heads;
-    rm_batch_t *b;
-    uint32_t k;
-
-    if (a->batch_id >= RM_MAX_BATCH || !p->b[a->batch_id].active ||
-        !p->b[a->batch_id].owes[j] || p->b[a->batch_id].layer != (int)a->layer) {
-        na_log_debug("storage node %s: stray ATTN_OUT batch %u layer %u", p->nodes[j].name,
-                     a->batch_id, a->layer);
-        return;
-    }
-    b = &p->b[a->batch_id];
-    if (a->entry_base % (uint32_t)b->chunk[j] != 0 || a->entry_base >= (uint32_t)b->cnt[j] ||
-        !(b->want[j] & (1u << (a->entry_base / (uint32_t)b->chunk[j]))) ||
-        a->batch_total != (uint32_t)b->cnt[j] ||
-        a->n_entries != (uint32_t)(b->cnt[j] - (int)a->entry_base < b->chunk[j] ?
-                                   b->cnt[j] - (int)a->entry_base : b->chunk[j]) ||
-        a->head_dim != hd || a->q_per_kv != qpk) {
-        char why[NA_ASVC_REASON_MAX];
-        snprintf(why, sizeof(why), "answered batch %u layer %u with wrong shapes (%u entries "
-                 "from %u, head_dim %u, q_per_kv %u)", a->batch_id, a->layer, a->n_entries,
-                 a->entry_base, a->head_dim, a->q_per_kv);
-        rm_node_lost(p, j, why);
-        return;
-    }
-    for (k = 0; k < a->n_entries; k++) {
-        na_wire_out_entry_t oe;
-        na_asvc_entry_t *x = &b->e[b->map[j][a->entry_base + k]];
-        int h0 = p->head_part ? p->nodes[j].h0 : 0;
-        int h1 = p->head_part ? p->nodes[j].h1 : p->base.mc.n_kv_heads;
-        if (na_wire_attn_out_get(a, k, &oe) != NA_OK || oe.request_id != x->req ||
-            oe.kv_h0 != h0 || oe.kv_h1 != h1) {
-            rm_entry_fail(x, NA_ERR_PROTO, "storage node answered with a wrong entry shape");
-            continue;
-        }
-        if (oe.status != 0) {
-            char why[NA_ASVC_REASON_MAX];
-            snprintf(why, sizeof(why), "storage node %s: %s", p->nodes[j].name,
-                     na_status_string((na_status_t)oe.status));
-            rm_entry_fail(x, (na_status_t)oe.status, why);
-            continue;
-        }
-        na_wire_rows_to_f32(oe.o, a->dtype, (size_t)(h1 - h0) * qpk * hd,
-                            x->o + (size_t)h0 * qpk * hd);
-    }
-    b->want[j] &= ~(1u << (a->entry_base / (uint32_t)b->chunk[j]));
-    if (b->want[j] == 0)
-        rm_batch_node_done(p, (int)a->batch_id, j);
-}
-
-/* Node j answered a PREFILL_KV of request id: st NA_OK (ACK) or the error
- * with its text. Counts the answer and keeps the request's first error; an
- * answer for a request no longer open is dropped. */
-static void rm_on_prefill_answer(rm_t *p, int j, uint64_t id, na_status_t st, const char *text)
-{
-    rm_req_t *r = rm_find(p, id);
-    int i;
-
-    if (r == NULL) {
-        na_log_debug("storage node %s: prefill answer for closed request %llu",
-                     p->nodes[j].name, (unsigned long long)id);
-        return;
-    }
-    for (i = 0; i < r->n_own; i++)
-        if (r->own[i] == j && r->pf_pend[i] > 0) {
-            r->pf_pend[i]--;
-            break;
-        }
-    r->pf_last_ns = na_xp_now_ns();
-    if (st != NA_OK && r->pf_st == NA_OK) {
-        r->pf_st = st;
-        rm_copy(r->pf_why, sizeof(r->pf_why), text != NULL ? text : na_status_string(st));
-    }
-}
-
-/* ERROR from node j: a blocking call's answer, or the reason of an entry. */
-static void rm_on_error(rm_t *p, int j, const na_wire_hdr_t *h, const na_wire_error_t *er)
-{
-    char text[NA_WIRE_TEXT_MAX + NA_XP_NAME_MAX + 32];
-    int k;
-
-    snprintf(text, sizeof(text), "storage node %s: %s", p->nodes[j].name, er->text);
-    if (er->about_type == NA_WIRE_MSG_PREFILL_KV) {
-        rm_on_prefill_answer(p, j, er->request_id,
-                             er->status < 0 ? (na_status_t)er->status : NA_ERR_INTERNAL, text);
-        return;
-    }
-    if (er->about_type == NA_WIRE_MSG_DECODE_ATTN) {
-        rm_batch_t *b = er->batch_id < RM_MAX_BATCH ? &p->b[er->batch_id] : NULL;
-        if (b != NULL && b->active && b->owes[j])
-            for (k = 0; k < b->cnt[j]; k++)
-                if (b->e[b->map[j][k]].req == er->request_id)
-                    rm_entry_fail(&b->e[b->map[j][k]], (na_status_t)er->status, text);
-        return;
-    }
-    (void)h;
-    if (p->w_node == j && !p->w_done && (er->request_id == p->w_req || er->request_id == 0)) {
-        p->w_done = 1;
-        p->w_st = er->status < 0 ? (na_status_t)er->status : NA_ERR_INTERNAL;
-        rm_copy(p->w_text, sizeof(p->w_text), text);
-        return;
-    }
-    na_log_warn("%s", text);
-}
-
-/* Receive and dispatch for up to timeout_ms (0: what is queued). */
-static void rm_pump(rm_t *p, int timeout_ms)
-{
-    uint64_t now;
-    int j, first = 1;
-
-    for (;;) {
-        na_xp_msg_t *msg;
-        na_wire_hdr_t h;
-        na_wire_msg_t m;
-        na_status_t st = na_xp_recv(p->xp, first ? timeout_ms : 0, &msg);
-        first = 0;
-        if (st != NA_OK)
-            break;
-        j = rm_node_of(p, msg->ep);
-        if (j < 0) {
-            na_xp_msg_release(p->xp, msg);
-            continue;
-        }
-        if (msg->kind == NA_XP_EV_LOST) {
-            char why[120];
-            snprintf(why, sizeof(why), "%s", na_status_string(msg->status));
-            na_xp_msg_release(p->xp, msg);
-            rm_node_lost(p, j, why);
-            continue;
-        }
-        if (msg->kind != NA_XP_MSG_DATA) {
-            na_xp_msg_release(p->xp, msg);
-            continue;
-        }
-        p->nodes[j].last_recv_ns = na_xp_now_ns();
-        st = na_wire_hdr_decode(msg->hdr, msg->hdr_len, &h);
-        if (st == NA_OK)
-            st = na_wire_decode(&h, msg->data, msg->len, &m);
-        if (st != NA_OK) {
-            char why[NA_ASVC_REASON_MAX];
-            snprintf(why, sizeof(why), "malformed message: %s", na_errmsg());
-            na_xp_msg_release(p->xp, msg);
-            rm_node_lost(p, j, why);
-            continue;
-        }
-        switch (m.type) {
-        case NA_WIRE_MSG_HEARTBEAT:
-            if ((m.flags & NA_WIRE_F_REPLY) && p->w_node == j && !p->w_done &&
-                p->w_about == NA_WIRE_MSG_HEARTBEAT) {
-                p->w_done = 1;          /* a ping of ours came back */
-                p->w_st = NA_OK;
-            } else if (!(m.flags & NA_WIRE_F_REPLY)) {
-                na_wire_msg_t r;
-                memset(&r, 0, sizeof(r));
-                r.type = NA_WIRE_MSG_HEARTBEAT;
-                r.flags = NA_WIRE_F_REPLY;
-                r.u.heartbeat.send_ns = na_xp_now_ns();
-                r.u.heartbeat.echo_ns = m.u.heartbeat.send_ns;
-                (void)na_sc_send(p->nodes[j].sc, &r);
-            }
-            break;
-        case NA_WIRE_MSG_ACK:
-            if (m.u.ack.about_type == NA_WIRE_MSG_PREFILL_KV) {
-                rm_on_prefill_answer(p, j, m.u.ack.request_id, NA_OK, NULL);
-                break;
-            }
-            if (p->w_node == j && !p->w_done && m.u.ack.request_id == p->w_req &&
-                m.u.ack.about_type == p->w_about) {
-                p->w_done = 1;
-                p->w_st = NA_OK;
-            }
-            break;
-        case NA_WIRE_MSG_ERROR:
-            rm_on_error(p, j, &h, &m.u.error);
-            break;
-        case NA_WIRE_MSG_ATTN_OUT:
-            rm_on_attn_out(p, j, &m.u.attn_out);
-            break;
-        case NA_WIRE_MSG_STATS:
-            if (p->nodes[j].base_pending || (p->w_node == j && !p->w_done &&
-                                             p->w_about == NA_WIRE_MSG_STATS_REQ)) {
-                uint64_t thr = 1, comp = 0, ssd = 0, dec = 0;
-                uint32_t k;
-                for (k = 0; k < m.u.stats.n; k++) {
-                    na_wire_stat_t sv;
-                    const char *dot;
-                    if (na_wire_stats_get(&m.u.stats, k, &sv) != NA_OK)
-                        continue;
-                    dot = strchr(sv.key, '.');
-                    if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".bytes_read_ssd"))
-                        ssd += sv.value;
-                    else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".attn_compute_ns"))
-                        comp += sv.value;
-                    else if (!strcmp(sv.key, "node.decode_ns"))
-                        dec = sv.value;
-                    else if (!strcmp(sv.key, "node.attn_threads") && sv.value > 0)
-                        thr = sv.value;
-                }
-                if (p->nodes[j].base_pending) {     /* answers come in order: ours first */
-                    p->nodes[j].base_pending = 0;
-                    p->nodes[j].base_ok = 1;
-                    p->nodes[j].base_ssd = ssd;
-                    p->nodes[j].base_dec_ns = dec;
-                    p->nodes[j].base_comp_ns = comp / thr;
-                } else {
-                    p->w_stat = ssd;
-                    p->w_dec_ns = dec;
-                    p->w_comp_ns = comp / thr;
-                    p->w_done = 1;
-                    p->w_st = NA_OK;
-                }
-            }
-            break;
-        case NA_WIRE_MSG_BYE:
-            rm_node_lost(p, j, m.u.bye.text[0] ? m.u.bye.text : "said BYE");
-            break;
-        default:
-            na_log_debug("storage node %s: %s ignored", p->nodes[j].name,
-                         na_wire_type_name(m.type));
-            break;
-        }
-        na_xp_msg_release(p->xp, msg);
-    }
-    /* a node that owes an answer for too long is lost (heartbeats do not
-     * count: a node that is alive but never answers must not hang us) */
-    now = na_xp_now_ns();
-    for (j = 0; j < p->n_nodes; j++) {
-        uint64_t since = p->w_node == j && !p->w_done ? p->w_t0_ns : now;
-        int bi;
-        for (bi = 0; bi < RM_MAX_BATCH; bi++)
-            if (p->b[bi].active && p->b[bi].owes[j] && p->b[bi].t0_ns < since)
-                since = p->b[bi].t0_ns;
-        if (p->nodes[j].alive && now > since && now - since > p->silence_ns) {
-            char why[96];
-            snprintf(why, sizeof(why), "no answer within %llu ms",
-                     (unsigned long long)(p->silence_ns / 1000000ull));
-            rm_node_lost(p, j, why);
-        }
-    }
-}
-
-/* Send m to node j and wait for its ACK about m (or ERROR / loss). */
-static na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, uint64_t req)
-{
-    na_status_t st;
-
-    if (!p->nodes[j].alive)
-        return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
-    p->w_node = j;
-    p->w_req = req;
-    p->w_about = m->type;
-    p->w_done = 0;
-    p->w_stat = 0;
-    p->w_dec_ns = 0;
-    p->w_comp_ns = 0;
-    p->w_t0_ns = na_xp_now_ns();
-    if (m->type == NA_WIRE_MSG_STATS_REQ || m->type == NA_WIRE_MSG_HEARTBEAT)
-        /* counters and pings only: wait one timeout_ms */
-        p->w_t0_ns -= p->silence_ns - (uint64_t)p->cfg->transport.timeout_ms * 1000000ull;
-    st = na_sc_send(p->nodes[j].sc, m);
-    if (st != NA_OK) {
-        p->w_node = -1;
-        rm_node_lost(p, j, na_errmsg());
-        return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
-    }
-    while (!p->w_done)
-        rm_pump(p, RM_SLICE_MS);
-    p->w_node = -1;
-    if (p->w_st != NA_OK)
-        return na_err(p->w_st, "%s", p->w_text);
-    return NA_OK;
-}
-
-static void rm_node_base(rm_t *p, int j);
 
 /* Request partition: try again to connect the storage nodes of the layout
  * that were unreachable when the service was created (started later, by hand
@@ -487,21 +53,16 @@ static void rm_retry_late(rm_t *p)
     for (j = 0; j < p->n_nodes; j++) {
         rm_node_t *rn = &p->nodes[j];
         const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
-        if (rn->alive || rn->sc != NULL || now < rn->next_try_ns)
+        if (rn->alive || rn->peer != NULL || now < rn->next_try_ns)
             continue;
-        if (na_sc_connect(p->xp, nd->host, (int)nd->port, &rn->sc) != NA_OK) {
-            rn->sc = NULL;
+        if (rm_node_connect(p, j) != NA_OK) {
             rn->retry_ms = rn->retry_ms * 2 < RM_RETRY_MAX ? rn->retry_ms * 2 : RM_RETRY_MAX;
             rn->next_try_ns = na_xp_now_ns() + (uint64_t)rn->retry_ms * 1000000ull;
             na_log_debug("storage node %s still unreachable: %s", rn->name, na_errmsg());
             continue;
         }
-        rn->alive = 1;
-        rn->why[0] = '\0';
-        rn->last_recv_ns = na_xp_now_ns();
         na_log_info("storage node %s joined (%s:%ld): it takes new requests", rn->name,
                     nd->host, nd->port);
-        rm_node_base(p, j);
     }
 }
 
@@ -531,7 +92,7 @@ static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
                 continue;
             m.u.req_open.kv_h0 = (uint16_t)p->nodes[j].h0;
             m.u.req_open.kv_h1 = (uint16_t)p->nodes[j].h1;
-            st = rm_call(p, j, &m, req);
+            st = rm_call(p, j, &m, NA_WIRE_MSG_ACK, 0, 0, NULL, 0);
             if (st != NA_OK)
                 goto err_release;
             r->own[r->n_own++] = j;
@@ -549,7 +110,7 @@ static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
             }
             if (best < 0)
                 break;
-            st = rm_call(p, best, &m, req);
+            st = rm_call(p, best, &m, NA_WIRE_MSG_ACK, 0, 0, NULL, 0);
             if (st == NA_OK) {
                 r->own[r->n_own++] = best;
                 p->nodes[best].n_open++;
@@ -584,7 +145,7 @@ err_release:
             memset(&rel, 0, sizeof(rel));
             rel.type = NA_WIRE_MSG_REQ_RELEASE;
             rel.u.req_release.request_id = req;
-            (void)rm_call(p, r->own[j], &rel, req);
+            (void)rm_call(p, r->own[j], &rel, NA_WIRE_MSG_ACK, 0, 0, NULL, 0);
             p->nodes[r->own[j]].n_open--;
         }
         free(r);
@@ -593,7 +154,7 @@ err_release:
 }
 
 /* Wait until every owner of r answered all PREFILL_KV parts sent so far (or
- * an owner is lost or silent for the silence bound). Returns r's first
+ * an owner is lost: the session bounds the wait for each answer). Returns r's first
  * failure, NA_OK when every part was accepted. */
 static na_status_t rm_prefill_wait(rm_t *p, rm_req_t *r)
 {
@@ -613,19 +174,11 @@ static na_status_t rm_prefill_wait(rm_t *p, rm_req_t *r)
                 }
                 continue;
             }
-            if (na_xp_now_ns() - r->pf_last_ns > p->silence_ns) {
-                char why[96];
-                snprintf(why, sizeof(why), "no answer to a prefill within %llu ms",
-                         (unsigned long long)(p->silence_ns / 1000000ull));
-                rm_node_lost(p, r->own[i], why);
-                i--;            /* look at it again: now lost */
-                continue;
-            }
             owed++;
         }
         if (owed == 0)
             break;
-        rm_pump(p, RM_SLICE_MS);
+        (void)na_ses_poll(p->ses, RM_SLICE_MS);
     }
     r->pf_open = 0;
     if (r->pf_st != NA_OK)
@@ -655,7 +208,7 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     if (r == NULL)
         return na_err(NA_ERR_NOT_FOUND, "remote: prefill of unknown request %llu",
                       (unsigned long long)req);
-    rm_pump(p, 0);          /* answers of earlier parts, if any came */
+    (void)na_ses_poll(p->ses, 0);   /* answers of earlier parts, if any came */
     if (r->pf_st != NA_OK)
         return rm_prefill_wait(p, r);
     for (i = 0; i < r->n_own && st == NA_OK; i++) {
@@ -697,15 +250,15 @@ static na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
             m.u.kv.k = pk;
             m.u.kv.v = pk + (size_t)n_tok * row;
         }
-        st = na_sc_send(p->nodes[j].sc, &m);    /* encoded into a copy, sent */
+        st = na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ACK, 0, 0,
+                             rm_prefill_reply, (uintptr_t)req);
         free(pk);
         if (st != NA_OK) {
             rm_node_lost(p, j, na_errmsg());
             st = na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
             break;
         }
-        if (r->pf_pend[i]++ == 0)
-            r->pf_last_ns = na_xp_now_ns();
+        r->pf_pend[i]++;
         p->st.prefill_bytes += 2 * row * (size_t)n_tok;
     }
     if (st == NA_OK && !last) {
@@ -838,7 +391,8 @@ static na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
             m.u.attn.dtype = NA_DTYPE_F32;
             m.u.attn.scale = 1.0f / sqrtf((float)hd);
             m.u.attn.entries = we + base;
-            if (na_sc_send(p->nodes[j].sc, &m) != NA_OK) {
+            if (na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ATTN_OUT,
+                                NA_SES_ERR_NOTE, 0, rm_attn_reply, (uintptr_t)batch) != NA_OK) {
                 rm_node_lost(p, j, na_errmsg());    /* fails what it owes, this batch too */
                 break;
             }
@@ -859,9 +413,9 @@ static na_status_t rm_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
     rm_t *p = (rm_t *)s;
     uint64_t deadline = na_xp_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
 
-    rm_pump(p, 0);
+    (void)na_ses_poll(p->ses, 0);
     while (p->n_done == 0 && timeout_ms > 0 && na_xp_now_ns() < deadline)
-        rm_pump(p, RM_SLICE_MS);
+        (void)na_ses_poll(p->ses, RM_SLICE_MS);
     if (p->n_done == 0)
         return NA_ERR_TIMEOUT;
     *batch_p = p->done[0];
@@ -891,99 +445,18 @@ static void rm_release(na_asvc_t *s, uint64_t req, int status)
             m.type = NA_WIRE_MSG_REQ_RELEASE;
             m.u.req_release.request_id = req;
             m.u.req_release.status = status;
-            /* no wait for the ACK: the node answers in order, a later call sees it */
-            if (na_sc_send(p->nodes[j].sc, &m) != NA_OK)
+            /* the ACK is not waited for (the session matches it when it comes) */
+            if (na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ACK, 0, 0, NULL,
+                                0) != NA_OK)
                 rm_node_lost(p, j, na_errmsg());
         }
     }
     free(r);
 }
 
-/* 1 while a batch or a blocking call is waiting for a node. */
-static int rm_busy(const rm_t *p)
-{
-    int bi;
-    for (bi = 0; bi < RM_MAX_BATCH; bi++)
-        if (p->b[bi].active)
-            return 1;
-    return p->n_done > 0;
-}
-
-static int rm_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Ask node j for its STATS counters, the base of this service's time split;
- * the answer is taken by rm_pump whenever it comes (not waited for: a node
- * that never answers STATS is only left without a share). */
-static void rm_node_base(rm_t *p, int j)
-{
-    na_wire_msg_t m;
-
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    if (na_sc_send(p->nodes[j].sc, &m) == NA_OK)
-        p->nodes[j].base_pending = 1;
-}
-
-/* Counters, plus (when nothing is in flight) each live node's SSD reads
- * (STATS) and the median HEARTBEAT round trip (RM_PINGS pings per node). */
-static void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
-{
-    rm_t *p = (rm_t *)s;
-    double rtt[RM_MAX_NODES * RM_PINGS];
-    int j, n_rtt = 0;
-
-    *out = p->st;
-    for (j = 0; j < p->n_nodes; j++) {
-        na_xp_stats_t xs;
-        if (p->nodes[j].sc == NULL)
-            continue;
-        na_xp_ep_stats(na_sc_ep(p->nodes[j].sc), &xs);
-        if (p->nodes[j].alive && !rm_busy(p)) {
-            na_wire_msg_t m;
-            int k;
-            memset(&m, 0, sizeof(m));
-            m.type = NA_WIRE_MSG_STATS_REQ;
-            if (rm_call(p, j, &m, 0) == NA_OK) {
-                rm_node_t *nd = &p->nodes[j];
-                out->ssd_bytes_read += p->w_stat - (nd->base_ok ? nd->base_ssd : 0);
-                if (nd->base_ok && p->w_dec_ns >= nd->base_dec_ns) {
-                    double dec = 1e-9 * (double)(p->w_dec_ns - nd->base_dec_ns);
-                    double att = 1e-9 * (double)(p->w_comp_ns - nd->base_comp_ns);
-                    if (att > dec)
-                        att = dec;      /* slots of one node work in parallel */
-                    out->node_s += dec;
-                    out->node_attn_s += att;
-                    out->node_disk_s += dec - att;
-                }
-            }
-            for (k = 0; k < RM_PINGS && n_rtt < RM_MAX_NODES * RM_PINGS; k++) {
-                double t0 = na_now_s();
-                memset(&m, 0, sizeof(m));
-                m.type = NA_WIRE_MSG_HEARTBEAT;
-                m.u.heartbeat.send_ns = na_xp_now_ns();
-                if (rm_call(p, j, &m, 0) != NA_OK)
-                    break;
-                rtt[n_rtt++] = na_now_s() - t0;
-            }
-        }
-        out->msgs_sent += xs.msgs_sent;
-        out->msgs_recv += xs.msgs_recv;
-        out->bytes_sent += xs.bytes_sent;
-        out->bytes_recv += xs.bytes_recv;
-    }
-    if (n_rtt > 0) {
-        qsort(rtt, (size_t)n_rtt, sizeof(double), rm_cmp_double);
-        out->link_rtt_s = rtt[n_rtt / 2];
-    }
-}
-
 static void rm_progress(na_asvc_t *s)
 {
-    rm_pump((rm_t *)s, 0);
+    (void)na_ses_poll(((rm_t *)s)->ses, 0);
 }
 
 static void rm_destroy(na_asvc_t *s)
@@ -998,13 +471,14 @@ static void rm_destroy(na_asvc_t *s)
         p->b[bi].active = 0;
     while (p->reqs != NULL)
         rm_release(s, p->reqs->id, 0);
-    rm_pump(p, 0);
+    if (p->ses != NULL)
+        (void)na_ses_poll(p->ses, 0);
     for (j = 0; j < p->n_nodes; j++)
-        na_sc_close(p->nodes[j].sc);
+        na_peer_close(p->nodes[j].peer, 0, "done");
     for (bi = 0; bi < RM_MAX_BATCH; bi++)
         for (j = 0; j < RM_MAX_NODES; j++)
             free(p->b[bi].map[j]);
-    na_xp_destroy(p->xp);
+    na_ses_destroy(p->ses);
     free(p);
 }
 
@@ -1016,7 +490,6 @@ static const na_asvc_ops_t na_remote_ops = {
 na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                   const char *name, na_asvc_t **s_p)
 {
-    na_xp_opts_t xo;
     rm_t *p;
     na_status_t st;
     int i, j, n_alive = 0;
@@ -1035,16 +508,14 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     p->base.q_dim = mc->n_heads * mc->head_dim;
     p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
     p->cfg = cfg;
-    p->w_node = -1;
     p->head_part = cfg->parallel.partition == NA_CFG_PARTITION_HEAD;
     p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
-    p->silence_ns = (uint64_t)(cfg->transport.timeout_ms * 6) * 1000000ull;
-    na_xp_opts_from_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, (size_t)NA_WIRE_MAX_PAYLOAD, &xo);
-    st = na_xp_create(&xo, &p->xp);
+    st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "remote", p, &p->ses);
     if (st != NA_OK) {
         free(p);
         return st;
     }
+    na_ses_on_end(p->ses, rm_on_end);
     p->n_nodes = cfg->n_storage;
     for (j = 0; j < p->n_nodes; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
@@ -1063,20 +534,16 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         }
         if (rn->h0 < 0)
             rn->h0 = rn->h1 = 0;
-        st = na_sc_connect(p->xp, nd->host, (int)nd->port, &rn->sc);
+        st = rm_node_connect(p, j);
         if (st != NA_OK) {
             snprintf(rn->why, sizeof(rn->why), "storage node %s (%s:%ld) unreachable: %s",
                      nd->name, nd->host, nd->port, na_errmsg());
             na_log_warn("%s", rn->why);
-            rn->sc = NULL;
             rn->retry_ms = RM_RETRY_MS;
             rn->next_try_ns = na_xp_now_ns() + (uint64_t)RM_RETRY_MS * 1000000ull;
             continue;
         }
-        rn->alive = 1;
-        rn->last_recv_ns = na_xp_now_ns();
         n_alive++;
-        rm_node_base(p, (int)(rn - p->nodes));
     }
     if (n_alive == 0 || (p->head_part && n_alive < p->n_nodes)) {
         st = na_err(NA_ERR_PEER, "remote: %s", n_alive == 0 ? "no storage node of the layout "

@@ -9,55 +9,81 @@
 
 #include "common/log.h"
 #include "compute-node/replica.h"
-#include "rdma/xp_cfg.h"
+#include "rdma/session.h"
 
 #define NA_REP_QMAX   64        /* contexts received while waiting for an answer */
-#define NA_REP_WAIT_MS 200      /* one wait slice */
+
+/* A BATCH_CTX kept for na_rep_recv_ctx. */
+typedef struct {
+    na_xp_msg_t  *msg;
+    na_wire_ctx_t c;                         /* views into msg */
+} na_rep_ctx_t;
 
 struct na_rep {
     const na_cfg_t *cfg;
-    na_xp_t        *xp;
+    na_ses_t       *ses;                     /* the compute link (rdma/session.h) */
     int             n;                       /* replicas, this one included */
-    na_xp_ep_t     *ep[NA_REP_MAX];          /* [1..n-1] */
+    na_peer_t      *peer[NA_REP_MAX];        /* [1..n-1] */
     char            name[NA_REP_MAX][NA_WIRE_NAME_MAX];
     int             lost[NA_REP_MAX];
-    na_xp_msg_t    *q[NA_REP_QMAX];          /* BATCH_CTX kept for na_rep_recv_ctx, FIFO */
+    char            lost_why[320];           /* a loss not reported yet, or "" */
+    na_rep_ctx_t    q[NA_REP_QMAX];          /* FIFO */
     int             qh, qn;
-    uint32_t        seq;
     na_rep_stats_t  st;
     na_asvc_t      *svc;                     /* served while waiting for an answer, or NULL */
 };
 
-void na_rep_xp_opts(const na_cfg_t *cfg, const char *name, na_xp_opts_t *xo)
+/* The replica index of peer p, or -1. */
+static int na_rep_of(const na_rep_t *r, const na_peer_t *p)
 {
-    na_xp_opts_from_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, (size_t)NA_WIRE_MAX_PAYLOAD, xo);
+    int i;
+    for (i = 1; i < r->n; i++)
+        if (r->peer[i] == p)
+            return i;
+    return -1;
 }
 
-na_status_t na_rep_send_msg(na_xp_ep_t *ep, const na_wire_msg_t *m, uint64_t *bytes_p)
+/* A replica ended (lost, BYE, protocol error): remember it for the driver. */
+static void na_rep_on_end(void *ctx, na_peer_t *p, na_ses_end_t how, const char *why)
 {
-    size_t size, len;
-    uint8_t *buf;
-    na_status_t st;
+    na_rep_t *r = ctx;
+    int w = na_rep_of(r, p);
 
-    st = na_wire_msg_size(m, &size);
-    if (st != NA_OK)
-        return st;
-    buf = malloc(size);
-    if (buf == NULL)
-        return na_err(NA_ERR_NOMEM, "replica link: out of memory for a %zu-byte message", size);
-    st = na_wire_encode(m, buf, size, &len);
-    if (st == NA_OK)
-        st = na_xp_send(ep, buf, NA_WIRE_HDR_SIZE, buf + NA_WIRE_HDR_SIZE,
-                        len - NA_WIRE_HDR_SIZE);
-    free(buf);
-    if (st == NA_OK && bytes_p != NULL)
-        *bytes_p += len;
-    return st;
+    (void)how;
+    if (w < 0)
+        return;
+    r->lost[w] = 1;
+    if (r->lost_why[0] == '\0')
+        snprintf(r->lost_why, sizeof(r->lost_why), "compute replica %s was lost: %.200s",
+                 r->name[w], why);
+}
+
+/* BATCH_CTX: kept for na_rep_recv_ctx. */
+static na_status_t na_rep_on_ctx(void *ctx, na_ses_in_t *in)
+{
+    na_rep_t *r = ctx;
+    na_rep_ctx_t *slot;
+
+    if (r->qn == NA_REP_QMAX)
+        return na_err(NA_ERR_INTERNAL, "replicas: more than %d contexts pending", NA_REP_QMAX);
+    slot = &r->q[(r->qh + r->qn) % NA_REP_QMAX];
+    slot->msg = in->raw;
+    slot->c = in->m->u.ctx;
+    r->qn++;
+    in->keep = 1;
+    return NA_OK;
+}
+
+/* Each session round while waiting: the storage nodes' heartbeats too. */
+static void na_rep_tick(void *ctx)
+{
+    na_rep_t *r = ctx;
+    if (r->svc != NULL)
+        na_asvc_progress(r->svc);
 }
 
 na_status_t na_rep_create(const na_cfg_t *cfg, const char *name, na_rep_t **r_p)
 {
-    na_xp_opts_t xo;
     na_rep_t *r;
     na_status_t st;
     int i;
@@ -70,12 +96,14 @@ na_status_t na_rep_create(const na_cfg_t *cfg, const char *name, na_rep_t **r_p)
         return na_err(NA_ERR_NOMEM, "replicas: out of memory");
     r->cfg = cfg;
     r->n = cfg->n_compute;
-    na_rep_xp_opts(cfg, name, &xo);
-    st = na_xp_create(&xo, &r->xp);
+    st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "replicas", r, &r->ses);
     if (st != NA_OK) {
         free(r);
         return st;
     }
+    na_ses_on_end(r->ses, na_rep_on_end);
+    na_ses_on(r->ses, NA_WIRE_MSG_BATCH_CTX, na_rep_on_ctx);
+    na_ses_on_tick(r->ses, na_rep_tick);
     for (i = 1; i < r->n; i++) {
         const na_cfg_node_t *nd = &cfg->nodes[i];
         snprintf(r->name[i], sizeof(r->name[i]), "%s", nd->name);
@@ -84,7 +112,7 @@ na_status_t na_rep_create(const na_cfg_t *cfg, const char *name, na_rep_t **r_p)
                         "pipelining needs one on every compute node but the first", nd->name);
             goto fail_link;
         }
-        st = na_xp_connect(r->xp, nd->host, (int)nd->port, &r->ep[i]);
+        st = na_ses_connect(r->ses, nd->host, (int)nd->port, &r->peer[i]);
         if (st != NA_OK) {
             st = na_err(NA_ERR_PEER, "replicas: compute replica %s (%s:%ld) unreachable: %s",
                         nd->name, nd->host, nd->port, na_errmsg());
@@ -101,28 +129,18 @@ fail_link:
 
 void na_rep_destroy(na_rep_t *r)
 {
-    na_wire_msg_t m;
     int i;
 
     if (r == NULL)
         return;
     while (r->qn > 0) {
-        na_xp_msg_release(r->xp, r->q[r->qh]);
+        na_ses_msg_release(r->ses, r->q[r->qh].msg);
         r->qh = (r->qh + 1) % NA_REP_QMAX;
         r->qn--;
     }
-    for (i = 1; i < r->n; i++) {
-        if (r->ep[i] == NULL)
-            continue;
-        if (!r->lost[i] && na_xp_ep_alive(r->ep[i])) {
-            memset(&m, 0, sizeof(m));
-            m.type = NA_WIRE_MSG_BYE;
-            snprintf(m.u.bye.text, sizeof(m.u.bye.text), "done");
-            (void)na_rep_send_msg(r->ep[i], &m, NULL);
-        }
-        na_xp_ep_close(r->ep[i]);
-    }
-    na_xp_destroy(r->xp);
+    for (i = 1; i < r->n; i++)
+        na_peer_close(r->peer[i], 0, "done");
+    na_ses_destroy(r->ses);
     free(r);
 }
 
@@ -139,133 +157,47 @@ int na_rep_count(const na_rep_t *r)
 
 void na_rep_stats(const na_rep_t *r, na_rep_stats_t *out)
 {
-    *out = r->st;
-}
-
-/* The replica index of endpoint ep, or -1. */
-static int na_rep_of(const na_rep_t *r, const na_xp_ep_t *ep)
-{
     int i;
-    for (i = 1; i < r->n; i++)
-        if (r->ep[i] == ep)
-            return i;
-    return -1;
+
+    *out = r->st;
+    for (i = 1; i < r->n; i++) {
+        na_xp_stats_t xs;
+        if (r->peer[i] == NULL)
+            continue;
+        na_xp_ep_stats(na_peer_ep(r->peer[i]), &xs);
+        out->bytes_sent += xs.bytes_sent;
+        out->bytes_recv += xs.bytes_recv;
+    }
 }
 
-/* Send m to replica w. */
-static na_status_t na_rep_send(na_rep_t *r, int w, na_wire_msg_t *m)
+/* Replica w's peer: NA_ERR_INTERNAL for no such replica, NA_ERR_PEER for
+ * one that is gone. */
+static na_status_t na_rep_peer(na_rep_t *r, int w, na_peer_t **p_p)
 {
-    na_status_t st;
-
     if (w < 1 || w >= r->n)
         return na_err(NA_ERR_INTERNAL, "replicas: no replica %d", w);
-    if (r->lost[w])
-        return na_err(NA_ERR_PEER, "compute replica %s is gone", r->name[w]);
-    m->seq = ++r->seq;
-    m->time_ns = na_xp_now_ns();
-    st = na_rep_send_msg(r->ep[w], m, &r->st.bytes_sent);
-    if (st != NA_OK && st != NA_ERR_INVALID && st != NA_ERR_NOMEM) {
-        r->lost[w] = 1;
-        return na_err(NA_ERR_PEER, "compute replica %s: %s", r->name[w], na_errmsg());
-    }
-    return st;
+    if (r->lost[w] || !na_peer_alive(r->peer[w]))
+        return na_err(NA_ERR_PEER, "compute replica %s is gone: %s", r->name[w],
+                      na_peer_why(r->peer[w]));
+    *p_p = r->peer[w];
+    return NA_OK;
 }
 
-/* Receive one message (up to timeout_ms). BATCH_CTX messages are queued;
- * HEARTBEATs answered; an ACK / ERROR about (w, id) sets *answered_p and its
- * status. Returns NA_ERR_TIMEOUT when nothing came, NA_ERR_PEER when a
- * replica was lost or sent garbage. */
-static na_status_t na_rep_pump(na_rep_t *r, int timeout_ms, int w, uint64_t id,
-                               int *answered_p)
+/* Send m to replica w and wait for its ACK / ERROR. */
+static na_status_t na_rep_call(na_rep_t *r, int w, na_wire_msg_t *m)
 {
-    na_xp_msg_t *msg;
-    na_wire_hdr_t h;
-    na_wire_msg_t m;
-    na_status_t st;
-    int j;
+    char why[NA_WIRE_TEXT_MAX + 1];
+    na_peer_t *p = NULL;
+    na_status_t st = na_rep_peer(r, w, &p);
 
-    st = na_xp_recv(r->xp, timeout_ms, &msg);
     if (st != NA_OK)
         return st;
-    j = na_rep_of(r, msg->ep);
-    if (j < 0) {
-        na_xp_msg_release(r->xp, msg);
-        return NA_OK;
-    }
-    if (msg->kind == NA_XP_EV_LOST) {
-        na_xp_msg_release(r->xp, msg);
-        r->lost[j] = 1;
-        return na_err(NA_ERR_PEER, "compute replica %s was lost", r->name[j]);
-    }
-    if (msg->kind != NA_XP_MSG_DATA) {
-        na_xp_msg_release(r->xp, msg);
-        return NA_OK;
-    }
-    r->st.bytes_recv += msg->hdr_len + msg->len;
-    st = na_wire_hdr_decode(msg->hdr, msg->hdr_len, &h);
+    st = na_peer_call(p, m, NULL, NA_WIRE_MSG_ACK, 0, 6 * (int)r->cfg->transport.timeout_ms,
+                      NULL, 0);
     if (st == NA_OK)
-        st = na_wire_decode(&h, msg->data, msg->len, &m);
-    if (st != NA_OK) {
-        na_xp_msg_release(r->xp, msg);
-        r->lost[j] = 1;
-        return na_err(NA_ERR_PEER, "compute replica %s sent a malformed message: %s",
-                      r->name[j], na_errmsg());
-    }
-    switch (m.type) {
-    case NA_WIRE_MSG_BATCH_CTX:
-        if (r->qn == NA_REP_QMAX) {
-            na_xp_msg_release(r->xp, msg);
-            return na_err(NA_ERR_INTERNAL, "replicas: more than %d contexts pending",
-                          NA_REP_QMAX);
-        }
-        r->q[(r->qh + r->qn) % NA_REP_QMAX] = msg;
-        r->qn++;
         return NA_OK;
-    case NA_WIRE_MSG_ACK:
-        if (j == w && m.u.ack.request_id == id)
-            *answered_p = 1;
-        st = NA_OK;
-        break;
-    case NA_WIRE_MSG_ERROR:
-        if (j == w && m.u.error.request_id == id) {
-            *answered_p = 1;
-            st = na_err((na_status_t)m.u.error.status, "compute replica %s: %s", r->name[j],
-                        m.u.error.text);
-        } else {
-            na_log_warn("compute replica %s: %s", r->name[j], m.u.error.text);
-        }
-        break;
-    case NA_WIRE_MSG_BYE:
-        r->lost[j] = 1;
-        st = na_err(NA_ERR_PEER, "compute replica %s left: %s", r->name[j], m.u.bye.text);
-        break;
-    default:
-        break;
-    }
-    na_xp_msg_release(r->xp, msg);
-    return st;
-}
-
-/* Send m to replica w and wait for its ACK / ERROR about request id. */
-static na_status_t na_rep_call(na_rep_t *r, int w, na_wire_msg_t *m, uint64_t id)
-{
-    int answered = 0, waited = 0;
-    na_status_t st = na_rep_send(r, w, m);
-
-    while (st == NA_OK && !answered) {
-        st = na_rep_pump(r, r->svc != NULL ? 5 : NA_REP_WAIT_MS, w, id, &answered);
-        if (r->svc != NULL)
-            na_asvc_progress(r->svc);       /* the storage nodes' heartbeats meanwhile */
-        if (st == NA_ERR_TIMEOUT) {
-            waited += r->svc != NULL ? 5 : NA_REP_WAIT_MS;
-            st = waited < 6 * (int)r->cfg->transport.timeout_ms ? NA_OK :
-                 na_err(NA_ERR_PEER, "compute replica %s did not answer %s within %d ms",
-                        r->name[w], na_wire_type_name(m->type), waited);
-        }
-        if (st == NA_OK && r->lost[w])
-            st = na_err(NA_ERR_PEER, "compute replica %s is gone", r->name[w]);
-    }
-    return st;
+    snprintf(why, sizeof(why), "%s", na_errmsg());
+    return na_err(st, "compute replica %s: %s", r->name[w], why);
 }
 
 na_status_t na_rep_open(na_rep_t *r, int w, uint64_t id, int max_tokens,
@@ -283,7 +215,7 @@ na_status_t na_rep_open(na_rep_t *r, int w, uint64_t id, int max_tokens,
     m.u.req_open.head_dim = (uint16_t)mc->head_dim;
     m.u.req_open.q_per_kv = (uint16_t)(mc->n_heads / mc->n_kv_heads);
     m.u.req_open.dtype = NA_DTYPE_F32;
-    return na_rep_call(r, w, &m, id);
+    return na_rep_call(r, w, &m);
 }
 
 na_status_t na_rep_prefill(na_rep_t *r, int w, uint64_t id, int layer, const void *k,
@@ -305,7 +237,7 @@ na_status_t na_rep_prefill(na_rep_t *r, int w, uint64_t id, int layer, const voi
     m.u.kv.dtype = dtype;
     m.u.kv.k = k;
     m.u.kv.v = v;
-    st = na_rep_call(r, w, &m, id);
+    st = na_rep_call(r, w, &m);
     if (st == NA_OK)
         r->st.prefill_bytes += 2ull * (uint64_t)n_tok * (uint64_t)mc->n_kv_heads *
                                (uint64_t)mc->head_dim * (dtype == NA_DTYPE_F32 ? 4u : 2u);
@@ -315,14 +247,15 @@ na_status_t na_rep_prefill(na_rep_t *r, int w, uint64_t id, int layer, const voi
 void na_rep_release(na_rep_t *r, int w, uint64_t id, int status)
 {
     na_wire_msg_t m;
+    na_peer_t *p = NULL;
 
-    if (w < 1 || w >= r->n || r->lost[w])
+    if (na_rep_peer(r, w, &p) != NA_OK)
         return;
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_REQ_RELEASE;
     m.u.req_release.request_id = id;
     m.u.req_release.status = status;
-    if (na_rep_send(r, w, &m) != NA_OK)
+    if (na_peer_send(p, &m, NULL) != NA_OK)
         na_log_debug("replicas: release of %llu on %s: %s", (unsigned long long)id,
                      r->name[w], na_errmsg());
 }
@@ -330,12 +263,15 @@ void na_rep_release(na_rep_t *r, int w, uint64_t id, int status)
 na_status_t na_rep_send_ctx(na_rep_t *r, int w, const na_wire_ctx_t *c)
 {
     na_wire_msg_t m;
-    na_status_t st;
+    na_peer_t *p = NULL;
+    na_status_t st = na_rep_peer(r, w, &p);
 
+    if (st != NA_OK)
+        return st;
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_BATCH_CTX;
     m.u.ctx = *c;
-    st = na_rep_send(r, w, &m);
+    st = na_peer_send(p, &m, NULL);
     if (st == NA_OK)
         r->st.ctx_sent++;
     return st;
@@ -344,35 +280,26 @@ na_status_t na_rep_send_ctx(na_rep_t *r, int w, const na_wire_ctx_t *c)
 na_status_t na_rep_recv_ctx(na_rep_t *r, int timeout_ms, na_xp_msg_t **msg_p,
                             na_wire_ctx_t *c_p)
 {
-    na_wire_hdr_t h;
-    na_wire_msg_t m;
-    na_status_t st;
-    int dummy = 0;
+    na_status_t st = NA_OK;
 
-    if (r->qn == 0) {
-        st = na_rep_pump(r, timeout_ms, 0, 0, &dummy);
-        while (st == NA_OK && r->qn == 0)
-            st = na_rep_pump(r, 0, 0, 0, &dummy);
-        if (r->qn == 0)
-            return st == NA_OK ? NA_ERR_TIMEOUT : st;
-    }
-    *msg_p = r->q[r->qh];
-    r->qh = (r->qh + 1) % NA_REP_QMAX;
-    r->qn--;
-    /* decoded once already in na_rep_pump: cannot fail here */
-    st = na_wire_hdr_decode((*msg_p)->hdr, (*msg_p)->hdr_len, &h);
-    if (st == NA_OK)
-        st = na_wire_decode(&h, (*msg_p)->data, (*msg_p)->len, &m);
-    if (st != NA_OK) {
-        na_xp_msg_release(r->xp, *msg_p);
+    if (r->qn == 0)
+        st = na_ses_poll(r->ses, timeout_ms);
+    if (r->lost_why[0] != '\0') {       /* reported once, as the transport's event was */
+        st = na_err(NA_ERR_PEER, "%s", r->lost_why);
+        r->lost_why[0] = '\0';
         return st;
     }
-    *c_p = m.u.ctx;
+    if (r->qn == 0)
+        return st == NA_OK ? NA_ERR_TIMEOUT : st;
+    *msg_p = r->q[r->qh].msg;
+    *c_p = r->q[r->qh].c;
+    r->qh = (r->qh + 1) % NA_REP_QMAX;
+    r->qn--;
     r->st.ctx_recv++;
     return NA_OK;
 }
 
 void na_rep_msg_release(na_rep_t *r, na_xp_msg_t *msg)
 {
-    na_xp_msg_release(r->xp, msg);
+    na_ses_msg_release(r->ses, msg);
 }

@@ -96,9 +96,4 @@ na_status_t na_replica_serve(const na_cfg_t *cfg, const char *name,
  * layout's first compute node (that one drives), and it has a port. */
 int         na_replica_wanted(const na_cfg_t *cfg, const na_cfg_node_t *cn);
 
-/* Wire a transport's options from the layout (shared by both sides). */
-void        na_rep_xp_opts(const na_cfg_t *cfg, const char *name, na_xp_opts_t *xo);
-/* Encode m and send it on ep (synchronous). */
-na_status_t na_rep_send_msg(na_xp_ep_t *ep, const na_wire_msg_t *m, uint64_t *bytes_p);
-
 #endif /* NA_REPLICA_H */

@@ -19,6 +19,7 @@
 #include "compute-node/attn_service.h"
 #include "compute-node/engine.h"
 #include "compute-node/replica.h"
+#include "rdma/session.h"
 
 #define RS_BATCHES 64           /* batch ids replica 0 may use (na_asvc_submit's limit) */
 #define RS_OPEN_MAX 4096        /* requests open at once */
@@ -45,8 +46,8 @@ typedef struct {
     na_model_t     *model;
     na_engine_t    *e;
     na_asvc_t      *svc;
-    na_xp_t        *xp;
-    na_xp_ep_t     *boss;          /* replica 0, or NULL */
+    na_ses_t       *ses;           /* the compute link (rdma/session.h) */
+    na_peer_t      *boss;          /* replica 0, or NULL */
     rs_batch_t      b[RS_BATCHES];
     uint64_t        open[RS_OPEN_MAX];
     int             n_open;
@@ -54,29 +55,11 @@ typedef struct {
     long            slices;
 } rs_t;
 
-/* Answer message h/about on ep with ACK (st == NA_OK) or ERROR (na_errmsg()). */
-static void rs_answer(rs_t *s, na_xp_ep_t *ep, const na_wire_hdr_t *h, uint64_t id,
-                      na_status_t st)
+/* Answer message h of replica 0 with ACK (st == NA_OK) or ERROR (na_errmsg()). */
+static void rs_answer(rs_t *s, const na_wire_hdr_t *h, uint64_t id, na_status_t st)
 {
-    na_wire_msg_t m;
-
-    memset(&m, 0, sizeof(m));
-    if (st == NA_OK) {
-        m.type = NA_WIRE_MSG_ACK;
-        m.u.ack.request_id = id;
-        m.u.ack.about_type = h->type;
-        m.u.ack.about_seq = h->seq;
-    } else {
-        m.type = NA_WIRE_MSG_ERROR;
-        m.u.error.request_id = id;
-        m.u.error.status = (int32_t)st;
-        m.u.error.about_type = h->type;
-        m.u.error.about_seq = h->seq;
-        snprintf(m.u.error.text, sizeof(m.u.error.text), "%s", na_errmsg());
-    }
-    if (na_rep_send_msg(ep, &m, NULL) != NA_OK)
-        na_log_warn("replica: answer to %s: %s", na_xp_ep_name(ep), na_errmsg());
-    (void)s;
+    if (s->boss != NULL && na_peer_answer(s->boss, h, id, st, NULL) != NA_OK)
+        na_log_warn("replica: answer to %s: %s", na_peer_name(s->boss), na_errmsg());
 }
 
 static void rs_forget(rs_t *s, uint64_t id)
@@ -152,7 +135,7 @@ static void rs_send_back(rs_t *s, int id, int with_att)
     m.u.ctx.x = b->acts->x;
     m.u.ctx.att = with_att ? b->acts->att : NULL;
     b->busy = 0;
-    if (s->boss == NULL || na_rep_send_msg(s->boss, &m, NULL) != NA_OK)
+    if (s->boss == NULL || na_peer_send(s->boss, &m, NULL) != NA_OK)
         na_log_warn("replica: cannot send batch %d back: %s", id, na_errmsg());
 }
 
@@ -257,11 +240,17 @@ static void rs_attn_done(rs_t *s, int id)
     rs_send_back(s, id, 1);
 }
 
-/* Handle one decoded message from replica 0. */
-static void rs_dispatch(rs_t *s, na_xp_ep_t *ep, const na_wire_hdr_t *h, const na_wire_msg_t *m)
+/* A message of replica 0 (REQ_OPEN, PREFILL_KV, REQ_RELEASE, BATCH_CTX);
+ * another connection's messages are ignored (it no longer drives). */
+static na_status_t rs_on_msg(void *ctx, na_ses_in_t *in)
 {
+    rs_t *s = ctx;
+    const na_wire_hdr_t *h = in->h;
+    const na_wire_msg_t *m = in->m;
     na_status_t st;
 
+    if (in->peer != s->boss)
+        return NA_OK;
     switch (m->type) {
     case NA_WIRE_MSG_REQ_OPEN:
         st = s->n_open < RS_OPEN_MAX ? NA_OK :
@@ -270,7 +259,7 @@ static void rs_dispatch(rs_t *s, na_xp_ep_t *ep, const na_wire_hdr_t *h, const n
             st = na_asvc_open(s->svc, m->u.req_open.request_id, (int)m->u.req_open.max_tokens);
         if (st == NA_OK)
             s->open[s->n_open++] = m->u.req_open.request_id;
-        rs_answer(s, ep, h, m->u.req_open.request_id, st);
+        rs_answer(s, h, m->u.req_open.request_id, st);
         break;
     case NA_WIRE_MSG_PREFILL_KV:
         if (m->u.kv.pos0 != 0 || m->u.kv.kv_h0 != 0 ||
@@ -283,65 +272,50 @@ static void rs_dispatch(rs_t *s, na_xp_ep_t *ep, const na_wire_hdr_t *h, const n
                                  m->u.kv.v, m->u.kv.dtype, (int)m->u.kv.n_tokens);
         if (st == NA_OK && !(h->flags & NA_WIRE_F_MORE))
             st = na_asvc_prefill_done(s->svc, m->u.kv.request_id);
-        rs_answer(s, ep, h, m->u.kv.request_id, st);
+        rs_answer(s, h, m->u.kv.request_id, st);
         break;
     case NA_WIRE_MSG_REQ_RELEASE:
         na_asvc_release(s->svc, m->u.req_release.request_id, m->u.req_release.status);
         rs_forget(s, m->u.req_release.request_id);
         break;
-    case NA_WIRE_MSG_BATCH_CTX:
+    default:        /* BATCH_CTX */
         st = rs_slice(s, &m->u.ctx);
         if (st != NA_OK) {
             na_log_error("replica: %s", na_errmsg());
-            rs_answer(s, ep, h, 0, st);
+            rs_answer(s, h, 0, st);
         }
         break;
-    case NA_WIRE_MSG_BYE:
-        na_log_info("replica: %s said goodbye", na_xp_ep_name(ep));
-        rs_drop_boss(s);
-        break;
-    default:
-        break;
     }
+    return NA_OK;
 }
 
-/* Receive and handle messages for up to timeout_ms. */
-static void rs_pump(rs_t *s, int timeout_ms)
+/* Replica 0 connected: it drives from now on. */
+static void rs_on_accept(void *ctx, na_peer_t *p, na_ses_end_t how, const char *why)
 {
-    na_xp_msg_t *msg;
-    na_wire_hdr_t h;
-    na_wire_msg_t m;
-    double t0 = na_now_s(), t1;
-    na_status_t st = na_xp_recv(s->xp, timeout_ms, &msg);
+    rs_t *s = ctx;
 
-    t1 = na_now_s();
-    if (st != NA_OK) {
-        s->idle_s += t1 - t0;
-        return;
-    }
-    if (msg->kind == NA_XP_EV_ACCEPTED) {
-        if (s->boss != NULL)
-            na_log_warn("replica: %s connected while %s drives; it takes over",
-                        na_xp_ep_name(msg->ep), na_xp_ep_name(s->boss));
-        s->boss = msg->ep;
-        na_log_info("replica: driven by %s", na_xp_ep_name(msg->ep));
-    } else if (msg->kind == NA_XP_EV_LOST) {
-        if (msg->ep == s->boss) {
-            na_log_warn("replica: lost %s: releasing its requests", na_xp_ep_name(msg->ep));
-            rs_drop_boss(s);
-        }
-    } else if (msg->ep == s->boss) {
-        st = na_wire_hdr_decode(msg->hdr, msg->hdr_len, &h);
-        if (st == NA_OK)
-            st = na_wire_decode(&h, msg->data, msg->len, &m);
-        if (st != NA_OK)
-            na_log_warn("replica: malformed message from %s: %s", na_xp_ep_name(msg->ep),
-                        na_errmsg());
+    (void)how;
+    (void)why;
+    if (s->boss != NULL)
+        na_log_warn("replica: %s connected while %s drives; it takes over", na_peer_name(p),
+                    na_peer_name(s->boss));
+    s->boss = p;
+    na_log_info("replica: driven by %s", na_peer_name(p));
+}
+
+/* A connection ended (replica 0 lost or gone: release its requests). */
+static void rs_on_end(void *ctx, na_peer_t *p, na_ses_end_t how, const char *why)
+{
+    rs_t *s = ctx;
+
+    if (p == s->boss) {
+        if (how == NA_SES_LEFT)
+            na_log_info("replica: %s said goodbye", na_peer_name(p));
         else
-            rs_dispatch(s, msg->ep, &h, &m);
+            na_log_warn("replica: lost %s (%s): releasing its requests", na_peer_name(p), why);
+        rs_drop_boss(s);
     }
-    na_xp_msg_release(s->xp, msg);
-    s->busy_s += na_now_s() - t1;
+    na_peer_close(p, 0, NULL);
 }
 
 static void rs_cleanup(rs_t *s)
@@ -355,7 +329,7 @@ static void rs_cleanup(rs_t *s)
         free(b->ent_row);
     }
     na_asvc_destroy(s->svc);
-    na_xp_destroy(s->xp);
+    na_ses_destroy(s->ses);
     na_engine_destroy(s->e);
     na_model_destroy(s->model);
 }
@@ -408,8 +382,11 @@ na_status_t na_replica_serve(const na_cfg_t *cfg, const char *name,
                              const volatile sig_atomic_t *stop)
 {
     const na_cfg_node_t *me = NULL;
+    static const na_wire_type_t served[] = {
+        NA_WIRE_MSG_REQ_OPEN, NA_WIRE_MSG_PREFILL_KV, NA_WIRE_MSG_REQ_RELEASE,
+        NA_WIRE_MSG_BATCH_CTX,
+    };
     na_engine_opts_t eo;
-    na_xp_opts_t xo;
     rs_t s;
     na_status_t st;
     int i, id;
@@ -435,12 +412,15 @@ na_status_t na_replica_serve(const na_cfg_t *cfg, const char *name,
         rs_wait_storage(cfg, stop);
         st = na_asvc_remote_create(cfg, &s.e->cfg, name, &s.svc);
     }
-    if (st == NA_OK) {
-        na_rep_xp_opts(cfg, name, &xo);
-        st = na_xp_create(&xo, &s.xp);
-    }
     if (st == NA_OK)
-        st = na_xp_listen(s.xp, me->host, (int)me->port, NULL);
+        st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "replica", &s, &s.ses);
+    if (st == NA_OK) {
+        na_ses_on_accept(s.ses, rs_on_accept);
+        na_ses_on_end(s.ses, rs_on_end);
+        for (i = 0; i < (int)(sizeof(served) / sizeof(served[0])); i++)
+            na_ses_on(s.ses, served[i], rs_on_msg);
+        st = na_xp_listen(na_ses_xp(s.ses), me->host, (int)me->port, NULL);
+    }
     if (st != NA_OK) {
         rs_cleanup(&s);
         return st;
@@ -448,14 +428,19 @@ na_status_t na_replica_serve(const na_cfg_t *cfg, const char *name,
     printf("READY %s (compute replica)\n", name);
     fflush(stdout);
     while (!*stop) {
+        double t0;
         int busy = 0;
         while (na_asvc_poll(s.svc, 0, &id) == NA_OK)
             rs_attn_done(&s, id);
         for (i = 0; i < RS_BATCHES; i++)
             busy |= s.b[i].busy;
-        rs_pump(&s, busy ? 0 : 20);
+        t0 = na_now_s();
+        if (na_ses_poll(s.ses, busy ? 0 : 20) == NA_ERR_TIMEOUT)
+            s.idle_s += na_now_s() - t0;
+        else
+            s.busy_s += na_now_s() - t0;
         if (busy) {         /* attention in flight: wait on the storage side a little */
-            double t0 = na_now_s();
+            t0 = na_now_s();
             if (na_asvc_poll(s.svc, 1, &id) == NA_OK)
                 rs_attn_done(&s, id);
             s.idle_s += na_now_s() - t0;

@@ -3,35 +3,36 @@
  * on one connection: open a request, ship its prompt KV, run decode
  * attention, fetch KV back, release, read stats.
  *
- * Each call encodes one message, sends it and waits (bounded by the
- * transport's timeout) for its answer from this connection. While waiting it
- * answers the storage node's heartbeats, on this connection and on any other
- * connection of the same transport (messages of other types for other
- * connections are dropped with a debug line: a caller that multiplexes
- * several storage nodes asynchronously uses the na_sc_send_* halves and its
- * own receive loop). A per-request failure is returned as the ERROR's status
- * with its text as the error message; a lost or refusing storage node is
- * NA_ERR_PEER. Idle callers call na_sc_poll() at least every heartbeat
- * period, or the storage node drops them after transport.peer_timeout_ms.
+ * A connection is a peer of a protocol session (rdma/session.h). Each call
+ * is one session request: it encodes one message, sends it and polls the
+ * session until its answer came (bounded). Meanwhile the session answers
+ * heartbeats and dispatches other peers' messages to the session's
+ * handlers. A per-request failure is returned as the ERROR's status with its
+ * text as the error message; a lost or refusing storage node is
+ * NA_ERR_PEER. Idle callers call na_sc_poll() (or poll the session) at least
+ * every heartbeat period, or the storage node drops them after
+ * transport.peer_timeout_ms.
  *
- * Not thread-safe (one thread owns the transport and its connections). */
+ * Not thread-safe (one thread owns the session and its connections). */
 #ifndef NA_STORAGE_CLIENT_H
 #define NA_STORAGE_CLIENT_H
 
 #include <stdint.h>
 
 #include "common/wire.h"
-#include "rdma/transport.h"
+#include "rdma/session.h"
 
 typedef struct na_sc na_sc_t;
 
-/* Connect to a storage node at host:port over xp (borrowed; outlives the
- * connection) and finish the HELLO handshake. Errors as na_xp_connect. */
-na_status_t na_sc_connect(na_xp_t *xp, const char *host, int port, na_sc_t **sc_p);
+/* Connect to a storage node at host:port as a peer of ses (borrowed;
+ * outlives the connection) and finish the HELLO handshake. Errors as
+ * na_xp_connect. */
+na_status_t na_sc_connect(na_ses_t *ses, const char *host, int port, na_sc_t **sc_p);
 /* Say BYE (best effort) and close. NULL is a no-op. */
 void        na_sc_close(na_sc_t *sc);
-/* The endpoint (for stats, name). */
+/* The endpoint (for stats, name) and the session peer. */
 na_xp_ep_t *na_sc_ep(na_sc_t *sc);
+na_peer_t  *na_sc_peer(na_sc_t *sc);
 
 /* REQ_OPEN; waits for ACK. NA_ERR_NOSPACE (with the node's reason) when the
  * node refuses for lack of room. */
@@ -57,8 +58,8 @@ na_status_t na_sc_stat(na_sc_t *sc, const char *key, uint64_t *value_p);
  * the storage node went away meanwhile. */
 na_status_t na_sc_poll(na_sc_t *sc, int timeout_ms);
 
-/* Encode and send m on the connection (stamps seq/time). The send half of
- * the calls above, for callers with their own receive loop. */
+/* Encode and send m on the connection (stamps seq/time), answer not waited
+ * for (its handler is the session's). */
 na_status_t na_sc_send(na_sc_t *sc, na_wire_msg_t *m);
 
 #endif /* NA_STORAGE_CLIENT_H */

@@ -17,7 +17,7 @@ typedef struct {
 } na_sc_dir_node_t;
 
 struct na_sc_dir {
-    na_xp_t          *xp;
+    na_ses_t         *ses;
     char             *path;
     struct stat       seen;      /* the layout file as last loaded */
     uint64_t          retry_ns;
@@ -90,7 +90,7 @@ static na_status_t na_sc_dir_load(na_sc_dir_t *d, int first)
     return st;
 }
 
-na_status_t na_sc_dir_create(na_xp_t *xp, const char *path, unsigned retry_ms,
+na_status_t na_sc_dir_create(na_ses_t *ses, const char *path, unsigned retry_ms,
                              na_sc_dir_t **dir_p)
 {
     na_sc_dir_t *d = calloc(1, sizeof(*d));
@@ -98,7 +98,7 @@ na_status_t na_sc_dir_create(na_xp_t *xp, const char *path, unsigned retry_ms,
 
     if (d == NULL)
         return na_err(NA_ERR_NOMEM, "storage directory: out of memory");
-    d->xp = xp;
+    d->ses = ses;
     d->retry_ns = (uint64_t)(retry_ms ? retry_ms : 1000) * 1000000ull;
     d->path = strdup(path);
     if (d->path == NULL) {
@@ -138,7 +138,7 @@ int na_sc_dir_refresh(na_sc_dir_t *d)
         if (e->sc != NULL || now < e->next_try_ns)
             continue;
         e->next_try_ns = now + d->retry_ns;
-        if (na_sc_connect(d->xp, e->host, e->port, &e->sc) != NA_OK) {
+        if (na_sc_connect(d->ses, e->host, e->port, &e->sc) != NA_OK) {
             e->sc = NULL;
             na_log_debug("storage directory: %s not reachable yet: %s", e->name, na_errmsg());
             continue;

@@ -23,8 +23,8 @@
 typedef struct na_sc_dir na_sc_dir_t;
 
 /* Load the layout at path (storage nodes only matter) and make a directory
- * over xp (borrowed). Connects nothing yet. retry_ms 0 = 1000. */
-na_status_t na_sc_dir_create(na_xp_t *xp, const char *path, unsigned retry_ms,
+ * as peers of ses (borrowed). Connects nothing yet. retry_ms 0 = 1000. */
+na_status_t na_sc_dir_create(na_ses_t *ses, const char *path, unsigned retry_ms,
                              na_sc_dir_t **dir_p);
 /* Close every connection and free. NULL is a no-op. */
 void        na_sc_dir_destroy(na_sc_dir_t *dir);

@@ -1,6 +1,7 @@
 /* storage-node/node.c — the storage node: setup from the layout, peers,
- * request table, heartbeats and the receive loop. Message handlers are in
- * storage-node/node_dispatch.c. */
+ * request table and the loop: a protocol session (rdma/session.h) owns the
+ * receiving, heartbeats and the silence timer; the node's message handlers are
+ * in storage-node/node_dispatch.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,8 @@
 #define NA_NODE_EXTRA_DRAM_MB 256
 #define NA_NODE_EXTRA_SSD_MB  1024
 #define NA_NODE_REAP_WAIT_US  2000    /* idle loop: wait this long for a batch, then recv again */
+
+static na_status_t na_node_ses_init(na_node_t *n);
 
 /* ---- request table ------------------------------------------------------- */
 
@@ -236,13 +239,17 @@ na_status_t na_node_create(const na_node_opts_t *o, na_node_t **node_p)
     st = na_node_xp_init(n);
     if (st != NA_OK)
         goto err_free_node;
-    st = na_xp_listen(n->xp, n->host, n->port, &n->port);
+    st = na_node_ses_init(n);
+    if (st == NA_OK)
+        st = na_xp_listen(n->xp, n->host, n->port, &n->port);
     if (st != NA_OK)
         goto err_destroy_xp;
     *node_p = n;
     return NA_OK;
 
 err_destroy_xp:
+    na_ses_destroy(n->ses);
+    n->ses = NULL;
     na_xp_destroy(n->xp);
     n->xp = NULL;
 err_free_node:
@@ -252,239 +259,119 @@ err_free_node:
 
 int na_node_port(const na_node_t *n) { return n->port; }
 
-/* ---- peers ---------------------------------------------------------------- */
+/* ---- peers (handlers of the session, rdma/session.h) ------------------------ */
 
-static void na_node_peer_drop(na_node_t *n, na_node_peer_t *p, int lost, const char *why)
+static void na_node_on_accept(void *ctx, na_peer_t *sp, na_ses_end_t how, const char *why)
+{
+    na_node_t *n = ctx;
+    na_node_peer_t *p = calloc(1, sizeof(*p));
+
+    (void)how;
+    (void)why;
+    if (p == NULL) {
+        na_log_error("node %s: out of memory for peer %s", n->name, na_peer_name(sp));
+        na_peer_close(sp, 0, NULL);
+        return;
+    }
+    p->sp = sp;
+    p->id = n->next_peer_id++;
+    snprintf(p->name, sizeof(p->name), "%s", na_peer_name(sp));
+    na_peer_set_user(sp, p);
+    p->next = n->peers;
+    n->peers = p;
+    n->n_peers++;
+    na_log_info("node %s: peer %s (%s, %s) connected", n->name, p->name,
+                na_wire_role_name((unsigned)na_xp_ep_peer_role(na_peer_ep(sp))),
+                na_xp_ep_addr(na_peer_ep(sp)));
+}
+
+/* Forget p: its decode batch, its requests, the connection. */
+static void na_node_peer_free(na_node_t *n, na_node_peer_t *p, int reason, const char *bye)
 {
     na_node_peer_t **pp = &n->peers;
-    char whybuf[320];
     int freed;
 
-    if (why != NULL) {
-        snprintf(whybuf, sizeof(whybuf), "%s", why);   /* why may be na_errmsg() */
-        why = whybuf;
-    }
     (void)na_node_decode_finish(n, p, 0);    /* engines let go of its requests */
     freed = na_node_free_peer_requests(n, p->id);
-
-    if (lost) {
-        n->lost++;
-        na_log_warn("node %s: peer %s lost (%s); freed its %d request(s)", n->name,
-                    p->name, why, freed);
-    } else if (why != NULL) {
-        n->dropped++;
-        na_log_warn("node %s: dropping peer %s: %s; freed its %d request(s)", n->name,
-                    p->name, why, freed);
-    } else {
-        na_log_info("node %s: peer %s left; freed its %d request(s)", n->name, p->name, freed);
-    }
+    na_log_info("node %s: peer %s: freed its %d request(s)", n->name, p->name, freed);
     while (*pp != NULL && *pp != p)
         pp = &(*pp)->next;
     if (*pp == p)
         *pp = p->next;
     n->n_peers--;
-    na_xp_ep_close(p->ep);
+    na_peer_close(p->sp, reason, bye);
     free(p);
 }
 
-static na_node_peer_t *na_node_peer_of(na_node_t *n, const na_xp_ep_t *ep)
+static void na_node_on_end(void *ctx, na_peer_t *sp, na_ses_end_t how, const char *why)
 {
-    na_node_peer_t *p;
-    for (p = n->peers; p != NULL; p = p->next)
-        if (p->ep == ep)
-            return p;
-    return NULL;
-}
+    na_node_t *n = ctx;
+    na_node_peer_t *p = na_peer_user(sp);
 
-static void na_node_accept(na_node_t *n, na_xp_ep_t *ep)
-{
-    na_node_peer_t *p;
-
-    if (n->n_peers >= n->max_peers) {
-        na_log_warn("node %s: refusing %s: %d peers already", n->name, na_xp_ep_name(ep),
-                    n->n_peers);
-        na_xp_ep_close(ep);
+    (void)why;
+    if (p == NULL)
         return;
-    }
-    p = calloc(1, sizeof(*p));
-    if (p == NULL) {
-        na_log_error("node %s: out of memory for peer %s", n->name, na_xp_ep_name(ep));
-        na_xp_ep_close(ep);
-        return;
-    }
-    p->ep = ep;
-    p->id = n->next_peer_id++;
-    snprintf(p->name, sizeof(p->name), "%s", na_xp_ep_name(ep));
-    p->since_ns = na_xp_now_ns();
-    p->last_sent_ns = p->since_ns;
-    p->next = n->peers;
-    n->peers = p;
-    n->n_peers++;
-    na_log_info("node %s: peer %s (%s, %s) connected", n->name, p->name,
-                na_wire_role_name((unsigned)na_xp_ep_peer_role(ep)), na_xp_ep_addr(ep));
+    if (how == NA_SES_LOST)
+        n->lost++;
+    else if (how == NA_SES_DROPPED)
+        n->dropped++;
+    na_node_peer_free(n, p, 0, NULL);
 }
 
 /* ---- sending --------------------------------------------------------------- */
 
 na_status_t na_node_send(na_node_t *n, na_node_peer_t *p, na_wire_msg_t *m)
 {
-    size_t size, len;
-    uint8_t *buf;
-    na_status_t st;
-
-    m->seq = ++p->seq;
-    m->time_ns = na_xp_now_ns();
-    st = na_wire_msg_size(m, &size);
-    if (st != NA_OK)
-        return na_err_prefix(NA_ERR_INTERNAL, "node %s: encoding %s: ", n->name,
-                             na_wire_type_name(m->type));
-    buf = calloc(1, size);
-    if (buf == NULL)
-        return na_err(NA_ERR_NOMEM, "node %s: out of memory for a %zu-byte message", n->name, size);
-    st = na_wire_encode(m, buf, size, &len);
-    if (st == NA_OK)
-        st = na_xp_send(p->ep, buf, NA_WIRE_HDR_SIZE, buf + NA_WIRE_HDR_SIZE,
-                        len - NA_WIRE_HDR_SIZE);
-    free(buf);
-    p->last_sent_ns = na_xp_now_ns();
-    return st;
-}
-
-/* Copy text as printable ASCII (the wire's rule), truncated. */
-static void na_node_text(char *dst, size_t cap, const char *src)
-{
-    size_t i;
-    for (i = 0; src != NULL && src[i] != '\0' && i + 1 < cap && i < NA_WIRE_TEXT_MAX; i++)
-        dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? src[i] : '?';
-    dst[i] = '\0';
+    (void)n;
+    return na_peer_send(p->sp, m, NULL);
 }
 
 na_status_t na_node_send_error(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                uint64_t req, na_status_t st, const char *text)
 {
-    na_wire_msg_t m;
-
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_ERROR;
-    m.u.error.request_id = req;
-    m.u.error.batch_id = h ? h->batch_id : 0;
-    m.u.error.layer = h ? h->layer : 0;
-    m.u.error.status = st < 0 ? (int32_t)st : (int32_t)NA_ERR_INTERNAL;
-    m.u.error.about_type = h ? h->type : 0;
-    m.u.error.about_seq = h ? h->seq : 0;
-    na_node_text(m.u.error.text, sizeof(m.u.error.text), text);
     n->errors_sent++;
     na_log_info("node %s: ERROR to %s: request %llu: %s", n->name, p->name,
-                (unsigned long long)req, m.u.error.text);
-    return na_node_send(n, p, &m);
-}
-
-static void na_node_send_bye(na_node_t *n, na_node_peer_t *p, na_wire_refuse_t reason,
-                             const char *text)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_BYE;
-    m.u.bye.reason = reason;
-    na_node_text(m.u.bye.text, sizeof(m.u.bye.text), text);
-    (void)na_node_send(n, p, &m);
+                (unsigned long long)req, text);
+    return na_peer_answer(p->sp, h, req, st != NA_OK ? st : NA_ERR_INTERNAL, text);
 }
 
 /* ---- loop ----------------------------------------------------------------- */
 
-/* Heartbeats out; silent peers dropped. */
-static void na_node_heartbeats(na_node_t *n)
+/* Once per session poll round: answer the attention batches that completed
+ * (the loop never blocks on one) and the slots' background work. */
+static void na_node_tick(void *ctx)
 {
-    uint64_t now;
-    na_node_peer_t *p, *next;
+    na_node_t *n = ctx;
 
-    (void)na_xp_progress(n->xp);     /* arrivals update the peers' last_recv_ns */
-    now = na_xp_now_ns();
-    /* If this loop itself was stalled (a long prefill or attention batch), peers
-     * could not answer heartbeats we did not send: restart their clocks. */
-    if (n->last_tick_ns != 0 && now - n->last_tick_ns > (uint64_t)n->heartbeat_ms * 1000000ull)
-        n->stall_end_ns = now;
-    n->last_tick_ns = now;
-
-    for (p = n->peers; p != NULL; p = next) {
-        na_xp_stats_t xs;
-        uint64_t last;
-        next = p->next;
-        na_xp_ep_stats(p->ep, &xs);
-        last = xs.last_recv_ns > p->since_ns ? xs.last_recv_ns : p->since_ns;
-        if (n->stall_end_ns > last)
-            last = n->stall_end_ns;
-        if (now > last && now - last > (uint64_t)n->peer_timeout_ms * 1000000ull) {
-            char why[96];
-            snprintf(why, sizeof(why), "silent for %llu ms > peer_timeout_ms %u",
-                     (unsigned long long)((now - last) / 1000000ull), n->peer_timeout_ms);
-            na_node_peer_drop(n, p, 1, why);
-            continue;
-        }
-        if (now - p->last_sent_ns >= (uint64_t)n->heartbeat_ms * 1000000ull) {
-            na_wire_msg_t m;
-            memset(&m, 0, sizeof(m));
-            m.type = NA_WIRE_MSG_HEARTBEAT;
-            m.u.heartbeat.send_ns = now;
-            if (na_node_send(n, p, &m) != NA_OK)
-                na_node_peer_drop(n, p, 1, na_errmsg());
-        }
-    }
+    (void)na_node_decode_reap(n, 0);
+    if (n->ss != NULL && na_slotset_poll(n->ss) != NA_OK)
+        na_log_warn("node %s: slots: %s", n->name, na_errmsg());
 }
 
-/* One message from the transport. */
-static void na_node_handle(na_node_t *n, na_xp_msg_t *msg)
+/* The session the node serves its peers with. */
+static na_status_t na_node_ses_init(na_node_t *n)
 {
-    na_node_peer_t *p = na_node_peer_of(n, msg->ep);
-    na_wire_hdr_t h;
-    na_wire_msg_t m;
-    na_status_t st;
+    na_ses_opts_t so;
+    char who[NA_XP_NAME_MAX + 8];
 
-    if (msg->kind == NA_XP_EV_ACCEPTED) {
-        na_node_accept(n, msg->ep);
-        return;
-    }
-    if (p == NULL)
-        return;                       /* a peer we dropped already: late message */
-    if (msg->kind == NA_XP_EV_LOST) {
-        na_node_peer_drop(n, p, 1, na_status_string(msg->status));
-        return;
-    }
-    n->msgs++;
-    st = na_wire_hdr_decode(msg->hdr, msg->hdr_len, &h);
-    if (st == NA_OK && h.hdr_len != msg->hdr_len)
-        st = na_err(NA_ERR_PROTO, "wire: header says %u header bytes, %zu arrived",
-                    (unsigned)h.hdr_len, msg->hdr_len);
-    if (st == NA_OK && h.payload_len != msg->len)
-        st = na_err(NA_ERR_PROTO, "wire %s: header says %llu payload bytes, %zu arrived",
-                    na_wire_type_name(h.type), (unsigned long long)h.payload_len, msg->len);
-    if (st == NA_OK)
-        st = na_wire_decode(&h, msg->data, msg->len, &m);
-    if (st == NA_OK)
-        st = na_node_dispatch(n, p, &h, &m);
-    if (st == NA_ERR_CANCELED) {
-        na_node_peer_drop(n, p, 0, NULL);       /* BYE */
-    } else if (st == NA_ERR_PROTO || st == NA_ERR_VERSION) {
-        char why[300];
-        snprintf(why, sizeof(why), "%s", na_errmsg());
-        na_node_send_bye(n, p, NA_WIRE_REFUSE_PROTO, why);
-        na_node_peer_drop(n, p, 0, why);
-    } else if (st == NA_ERR_PEER || st == NA_ERR_TIMEOUT || st == NA_ERR_TRANSPORT) {
-        na_node_peer_drop(n, p, 1, na_errmsg());
-    } else if (st != NA_OK) {
-        /* a failure the handler could not answer itself (out of memory ...):
-         * tell the peer about that message, keep the connection */
-        char why[NA_WIRE_TEXT_MAX + 1];
-        snprintf(why, sizeof(why), "%s", na_errmsg());
-        if (na_node_send_error(n, p, &h, h.request_id, st, why) != NA_OK)
-            na_node_peer_drop(n, p, 1, na_errmsg());
-    }
+    memset(&so, 0, sizeof(so));
+    snprintf(who, sizeof(who), "node %s", n->name);
+    so.who = who;
+    so.heartbeat_ms = n->heartbeat_ms;
+    so.peer_timeout_ms = n->peer_timeout_ms;
+    so.max_peers = n->max_peers;
+    if (na_ses_create(n->xp, &so, n, &n->ses) != NA_OK)
+        return na_err_prefix(NA_ERR_NOMEM, "node %s: ", n->name);
+    na_ses_on_accept(n->ses, na_node_on_accept);
+    na_ses_on_end(n->ses, na_node_on_end);
+    na_ses_on_tick(n->ses, na_node_tick);
+    na_node_handlers(n->ses);
+    return NA_OK;
 }
 
 na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
 {
-    uint64_t next_tick = 0;
-    int wait_ms = (int)(n->heartbeat_ms / 2), computing = 0;
+    int wait_ms = (int)(n->heartbeat_ms / 2);
 
     if (wait_ms > 100)
         wait_ms = 100;
@@ -495,33 +382,19 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
     na_log_info("node %s: serving on %s:%d (heartbeat %u ms, peer timeout %u ms)", n->name,
                 n->host, n->port, n->heartbeat_ms, n->peer_timeout_ms);
     while (!*stop) {
-        na_xp_msg_t *msg;
-        uint64_t now;
-        /* batches computing: do not block in recv, reap them instead */
-        na_status_t st = na_xp_recv(n->xp, computing ? 0 : wait_ms, &msg);
+        /* batches computing: poll the peers without blocking, then wait a
+         * little on the engines (na_node_tick answers what completed) */
+        na_status_t st = na_ses_poll(n->ses, n->decode_computing > 0 ? 0 : wait_ms);
 
-        if (st == NA_OK) {
-            na_node_handle(n, msg);
-            na_xp_msg_release(n->xp, msg);
-        } else if (st != NA_ERR_TIMEOUT) {
+        if (st != NA_OK && st != NA_ERR_TIMEOUT)
             return st;
-        }
-        computing = na_node_decode_reap(n, st == NA_ERR_TIMEOUT ? NA_NODE_REAP_WAIT_US : 0);
-        if (n->ss != NULL && na_slotset_poll(n->ss) != NA_OK)
-            na_log_warn("node %s: slots: %s", n->name, na_errmsg());
-        now = na_xp_now_ns();
-        if (now >= next_tick) {
-            na_node_heartbeats(n);
-            next_tick = now + (uint64_t)wait_ms * 1000000ull;
-        }
+        if (st == NA_ERR_TIMEOUT && n->decode_computing > 0)
+            (void)na_node_decode_reap(n, NA_NODE_REAP_WAIT_US);
     }
     na_log_info("node %s: stopping (%d peer(s), %llu request(s) open)", n->name, n->n_peers,
                 (unsigned long long)n->n_requests);
-    while (n->peers != NULL) {
-        na_node_peer_t *p = n->peers;
-        na_node_send_bye(n, p, NA_WIRE_REFUSE_SHUTDOWN, "storage node stopping");
-        na_node_peer_drop(n, p, 0, NULL);
-    }
+    while (n->peers != NULL)
+        na_node_peer_free(n, n->peers, NA_WIRE_REFUSE_SHUTDOWN, "storage node stopping");
     return NA_OK;
 }
 
@@ -534,9 +407,9 @@ void na_node_destroy(na_node_t *n)
         n->peers = p->next;
         (void)na_node_decode_finish(n, p, 0);
         (void)na_node_free_peer_requests(n, p->id);
-        na_xp_ep_close(p->ep);
         free(p);
     }
+    na_ses_destroy(n->ses);
     na_xp_destroy(n->xp);
     na_slotset_destroy(n->ss);
     free(n->slots);

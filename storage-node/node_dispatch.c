@@ -10,13 +10,8 @@
 
 static na_status_t nd_ack(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h, uint64_t req)
 {
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_ACK;
-    m.u.ack.request_id = req;
-    m.u.ack.about_type = h->type;
-    m.u.ack.about_seq = h->seq;
-    return na_node_send(n, p, &m);
+    (void)n;
+    return na_peer_answer(p->sp, h, req, NA_OK, NULL);
 }
 
 /* Answer a per-request failure st (message in na_errmsg()) with ERROR;
@@ -245,20 +240,6 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     return na_node_send(n, p, &m);
 }
 
-static na_status_t nd_heartbeat(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                                const na_wire_heartbeat_t *hb)
-{
-    na_wire_msg_t m;
-    if (h->flags & NA_WIRE_F_REPLY)
-        return NA_OK;                    /* the peer answered ours: arrival time counted */
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_HEARTBEAT;
-    m.flags = NA_WIRE_F_REPLY;
-    m.u.heartbeat.send_ns = na_xp_now_ns();
-    m.u.heartbeat.echo_ns = hb->send_ns;
-    return na_node_send(n, p, &m);
-}
-
 static na_status_t nd_echo(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                            const na_wire_echo_t *e)
 {
@@ -272,12 +253,17 @@ static na_status_t nd_echo(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     return na_node_send(n, p, &m);
 }
 
-na_status_t na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                             const na_wire_msg_t *m)
+/* One message of a type the node serves (registered in na_node_handlers). */
+static na_status_t nd_on_msg(void *ctx, na_ses_in_t *in)
 {
+    na_node_t *n = ctx;
+    na_node_peer_t *p = na_peer_user(in->peer);
+    const na_wire_hdr_t *h = in->h;
+    const na_wire_msg_t *m = in->m;
     uint64_t t0 = na_xp_now_ns();
     na_status_t st;
 
+    n->msgs++;
     /* a message that touches requests first ends the peer's decode batches
      * (node_decode.c), so none is touched while an engine holds it */
     st = na_node_decode_before(n, p, m->type);
@@ -299,16 +285,22 @@ na_status_t na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
         return st;
     case NA_WIRE_MSG_REQ_RELEASE: return nd_release(n, p, h, &m->u.req_release);
     case NA_WIRE_MSG_STATS_REQ:   return nd_stats(n, p);
-    case NA_WIRE_MSG_HEARTBEAT:   return nd_heartbeat(n, p, h, &m->u.heartbeat);
     case NA_WIRE_MSG_ECHO:        return nd_echo(n, p, h, &m->u.echo);
-    case NA_WIRE_MSG_BYE:
-        na_log_info("node %s: %s says BYE (%s)", n->name, p->name, m->u.bye.text);
-        return NA_ERR_CANCELED;
-    case NA_WIRE_MSG_ERROR:
-        na_log_warn("node %s: %s reports: %s", n->name, p->name, m->u.error.text);
-        return NA_OK;
     default:
         return na_err(NA_ERR_PROTO, "%s sent %s, which a storage node does not serve",
                       p->name, na_wire_type_name(m->type));
     }
+}
+
+void na_node_handlers(na_ses_t *ses)
+{
+    static const na_wire_type_t served[] = {
+        NA_WIRE_MSG_REQ_OPEN, NA_WIRE_MSG_PREFILL_KV, NA_WIRE_MSG_DECODE_ATTN,
+        NA_WIRE_MSG_KV_FETCH, NA_WIRE_MSG_REQ_RELEASE, NA_WIRE_MSG_STATS_REQ,
+        NA_WIRE_MSG_ECHO,
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(served) / sizeof(served[0]); i++)
+        na_ses_on(ses, served[i], nd_on_msg);
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "rdma/session.h"
 #include "rdma/transport.h"
 #include "storage-node/node.h"
 #include "storage-node/slotset.h"
@@ -14,13 +15,10 @@
 
 /* A connected, authenticated peer. */
 typedef struct na_node_peer {
-    na_xp_ep_t *ep;
+    na_peer_t  *sp;                  /* its session peer (rdma/session.h) */
     uint32_t    id;                  /* unique per node lifetime (request keys) */
     char        name[NA_XP_NAME_MAX];
-    uint64_t    since_ns;            /* accepted at */
-    uint64_t    last_sent_ns;        /* last message we sent (heartbeat pacing) */
     uint64_t    n_requests;          /* open requests owned */
-    uint32_t    seq;                 /* our message counter towards it */
     struct nd_open *decode_open;     /* DECODE_ATTN batch whose parts are still
                                         arriving (node_decode.c), or NULL */
     struct nd_open *decode_run;      /* closed batches computing, oldest first */
@@ -44,6 +42,7 @@ struct na_node {
     char            host[256];
     int             port;
     na_xp_t        *xp;
+    na_ses_t       *ses;             /* receive / dispatch / heartbeats of the peers */
     /* model shape (0 until known) */
     int             have_shape;
     na_slot_common_t common;
@@ -61,8 +60,6 @@ struct na_node {
     uint64_t        n_requests;
     /* timing */
     unsigned        heartbeat_ms, peer_timeout_ms;
-    uint64_t        last_tick_ns;    /* previous heartbeat pass */
-    uint64_t        stall_end_ns;    /* end of the last loop stall (grace for peers) */
     /* counters (STATS) */
     uint64_t        msgs, errors_sent, dropped, lost, refused_opens;
     uint64_t        decode_entries, prefill_tokens;
@@ -87,11 +84,11 @@ na_status_t    na_node_send(na_node_t *n, na_node_peer_t *p, na_wire_msg_t *m);
 na_status_t    na_node_send_error(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                   uint64_t req, na_status_t st, const char *text);
 
-/* node_dispatch.c: handle one decoded message. Returns NA_OK, an error that
- * concerns one request only (already answered), or NA_ERR_PROTO / transport
- * errors after which the caller drops the peer. */
-na_status_t    na_node_dispatch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                                const na_wire_msg_t *m);
+/* node_dispatch.c: register the handlers of the message types a storage
+ * node serves on its session (any other type drops the peer). A handler
+ * returns NA_OK, an error that concerns one request only (already answered),
+ * or NA_ERR_PROTO / transport errors after which the session drops the peer. */
+void           na_node_handlers(na_ses_t *ses);
 
 /* node_decode.c: DECODE_ATTN -> ATTN_OUT. Each part of a batch split over
  * several messages (flag MORE) is submitted to the slots' engines as it

@@ -705,7 +705,7 @@ static int nc_idle(na_sc_t *sc, const na_cfg_t *cfg)
  * pick up storage nodes started later and nodes added to the layout file; run
  * a small `basic` on each as it appears ("CONNECTED name"). Ends when
  * a->expect nodes were used, or fails after 60 s. */
-static int nc_discover(na_xp_t *xp, const nc_shape_t *s, const nc_args_t *a)
+static int nc_discover(na_ses_t *ses, const nc_shape_t *s, const nc_args_t *a)
 {
     nc_args_t small = *a;
     na_sc_dir_t *d;
@@ -715,7 +715,7 @@ static int nc_discover(na_xp_t *xp, const nc_shape_t *s, const nc_args_t *a)
 
     small.requests = 1;
     small.steps = 1;
-    NA_CHECK_OK(na_sc_dir_create(xp, a->config, 200, &d));
+    NA_CHECK_OK(na_sc_dir_create(ses, a->config, 200, &d));
     if (na_test_failures)
         return 1;
     while (n_used < a->expect && na_xp_now_ns() < deadline) {
@@ -785,6 +785,8 @@ int main(int argc, char **argv)
     nc_shape_t s;
     na_xp_opts_t xo;
     na_xp_t *xp;
+    na_ses_opts_t so;
+    na_ses_t *ses = NULL;
     na_sc_t *sc;
     char host[256], secret[4096];
     size_t secret_len = 0;
@@ -850,12 +852,17 @@ int main(int argc, char **argv)
     NA_CHECK_OK(na_xp_create(&xo, &xp));
     if (na_test_failures)
         return 1;
+    memset(&so, 0, sizeof(so));
+    so.who = a.name;
+    NA_CHECK_OK(na_ses_create(xp, &so, NULL, &ses));
+    if (na_test_failures)
+        return 1;
     a.xp = xp;
     if (!strcmp(a.scenario, "discover")) {
-        rc = nc_discover(xp, &s, &a);
+        rc = nc_discover(ses, &s, &a);
         goto out;
     }
-    st = na_sc_connect(xp, host, port, &sc);
+    st = na_sc_connect(ses, host, port, &sc);
     if (!strcmp(a.scenario, "secret")) {
         NA_CHECK_MSG(st != NA_OK, "a client with the wrong secret was accepted");
         printf("REFUSED %s\n", st != NA_OK ? na_errmsg() : "(accepted!)");
@@ -884,6 +891,7 @@ int main(int argc, char **argv)
         rc = 2;
     na_sc_close(sc);
 out:
+    na_ses_destroy(ses);
     na_xp_destroy(xp);
     na_cfg_destroy(cfg);
     if (rc != 0)

@@ -1,0 +1,104 @@
+/* compute-node/attn_remote_internal.h — private state of the attention
+ * service over storage nodes: compute-node/attn_remote.c (placement, the
+ * service's calls) and attn_remote_msg.c (the answers from the nodes, as
+ * handlers of the protocol session). */
+#ifndef NA_ATTN_REMOTE_INTERNAL_H
+#define NA_ATTN_REMOTE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "common/config.h"
+#include "compute-node/attn_service.h"
+#include "rdma/session.h"
+
+#define RM_MAX_NODES   64
+#define RM_MAX_BATCH   64
+#define RM_SLICE_MS    50
+
+typedef struct {
+    na_peer_t *peer;               /* NULL: never connected */
+    char     name[NA_XP_NAME_MAX];
+    int      alive;
+    int      h0, h1;               /* head partition: KV heads held (h1 == h0: none) */
+    long     n_open;
+    char     why[NA_ASVC_REASON_MAX]; /* why it is dead */
+    uint64_t next_try_ns;          /* unreachable at create: next connect attempt */
+    unsigned retry_ms;             /* its back-off, doubled per failed attempt */
+    int      base_ok;              /* counters below read at connect */
+    uint64_t base_dec_ns, base_comp_ns, base_ssd;
+} rm_node_t;
+
+typedef struct rm_req {
+    uint64_t id;
+    int      n_own;
+    int      own[RM_MAX_NODES];     /* node indexes */
+    /* prefill shipping: PREFILL_KV with MORE is not waited for; its ACK or
+     * ERROR arrives later and is counted here */
+    int      pf_pend[RM_MAX_NODES]; /* answers owed by own[i] */
+    int      pf_open;               /* MORE parts sent since the last closing part */
+    na_status_t pf_st;              /* first failed part (NA_OK: none) */
+    char     pf_why[NA_ASVC_REASON_MAX];
+    struct rm_req *next;
+} rm_req_t;
+
+/* A batch in flight. */
+typedef struct {
+    int              active;
+    int              layer;
+    na_asvc_entry_t *e;
+    int              n;
+    int              pending;               /* nodes that still owe an ATTN_OUT */
+    int              owes[RM_MAX_NODES];    /* 1 while node j owes one */
+    int             *map[RM_MAX_NODES];     /* node j's message entry k -> index in e */
+    int              cnt[RM_MAX_NODES];
+    int              chunk[RM_MAX_NODES];   /* entries per message to node j */
+    unsigned         want[RM_MAX_NODES];    /* bit c: ATTN_OUT of chunk c still owed */
+    uint64_t         t0_ns;
+} rm_batch_t;
+
+/* A node's STATS counters this service uses. */
+typedef struct {
+    uint64_t ssd;                   /* sum of the slots' SSD bytes read */
+    uint64_t dec_ns;                /* node.decode_ns */
+    uint64_t comp_ns;               /* sum of s<i>.attn_compute_ns / node.attn_threads */
+} rm_counters_t;
+
+typedef struct {
+    na_asvc_t   base;
+    const na_cfg_t *cfg;
+    na_ses_t   *ses;                /* the storage nodes' connections */
+    rm_node_t   nodes[RM_MAX_NODES];
+    int         n_nodes;
+    int         head_part;
+    na_dtype_t  kv_dtype;
+    rm_req_t   *reqs;
+    rm_batch_t  b[RM_MAX_BATCH];
+    int         done[RM_MAX_BATCH];
+    int         n_done;
+    int         rr;
+    na_asvc_stats_t st;
+} rm_t;
+
+/* attn_remote_msg.c */
+void        rm_copy(char *dst, size_t cap, const char *src);
+rm_req_t   *rm_find(rm_t *p, uint64_t id);
+void        rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text);
+void        rm_batch_node_done(rm_t *p, int bi, int j);
+/* Node j is gone: fail what it owes. */
+void        rm_node_lost(rm_t *p, int j, const char *why);
+/* Session handlers and answer functions. */
+void        rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why);
+void        rm_attn_reply(void *ctx, na_peer_t *peer, uintptr_t batch, na_status_t st,
+                          const na_ses_in_t *in);
+void        rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
+                             const na_ses_in_t *in);
+/* Connect node j (index into cfg's storage nodes) as a session peer and ask
+ * for its base counters. */
+na_status_t rm_node_connect(rm_t *p, int j);
+/* Send m to node j and wait for its answer of type reply (ACK ...). */
+na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsigned flags,
+                    int timeout_ms, na_ses_reply_fn fn, uintptr_t arg);
+/* The service's stats call (counters, STATS of the nodes, pings). */
+void        rm_stats(na_asvc_t *s, na_asvc_stats_t *out);
+
+#endif /* NA_ATTN_REMOTE_INTERNAL_H */
