@@ -123,7 +123,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
     na_status_t st;
     int l, j;
 
-    st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, &r->kv);
+    st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem, &r->kv);
     if (st != NA_OK)
         return st;
     while (done < n_tok) {
@@ -142,7 +142,9 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
         na_slice_embed(e, g->pacts, &s);
         for (l = 0; l < e->cfg.n_layers; l++) {
             na_slice_pre_attn(e, g->pacts, &s, l);
-            st = na_engine_attn_local(e, g->pacts, &s, l);   /* syncs: xb is readable */
+            st = na_engine_attn_local(e, g->pacts, &s, l);
+            if (st == NA_OK && q->xc != NULL)
+                st = na_acts_to_host(e, g->pacts, NA_ACT(NA_ACT_XB));
             if (st != NA_OK)
                 return st;
             if (q->xc != NULL)
@@ -151,7 +153,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
             na_asvc_progress(g->svc);        /* heartbeats during a long prompt */
         }
         na_slice_final(e, g->pacts, &s);
-        st = e->kern->ops->sync(e->kern);
+        st = na_acts_to_host(e, g->pacts, NA_ACT(NA_ACT_LOGITS));
         if (st != NA_OK)
             return st;
         na_kv_local_commit(r->kv, done + n);
@@ -168,7 +170,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
 static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, char *why, size_t len)
 {
     na_kv_local_t *kv = q->r->kv;
-    na_status_t st = NA_OK;
+    na_status_t st = na_kv_local_to_host(kv);
     int l;
 
     for (l = 0; l < kv->n_layers && st == NA_OK; l++) {
