@@ -59,29 +59,15 @@ void na_kv_local_destroy(na_kv_local_t *kv)
     free(kv);
 }
 
-/* Replace *b_p (NULL: none yet) by a buffer of `size` bytes of memory type
- * mem that holds the old contents. */
+/* Allocate *b_p (NULL: none yet) with `size` bytes of memory type mem, or
+ * grow it keeping its contents. */
 static na_status_t na_kv_local_grow(na_kv_local_t *kv, na_kbuf_t **b_p, size_t size,
                                     na_kmem_t mem)
 {
     const na_kernel_ops_t *ops = kv->kern->ops;
-    size_t keep = *b_p != NULL ? (*b_p)->size : 0;
-    na_kbuf_t *nb;
-    na_status_t st = ops->buf_alloc(kv->kern, size, mem, &nb);
-
-    if (st != NA_OK)
-        return st;
-    if (*b_p != NULL && keep > 0)
-        st = ops->copy(kv->kern, nb, *b_p, keep);
-    if (st == NA_OK && *b_p != NULL)
-        st = na_kernels_finish(kv->kern);      /* the copy has read the old buffer */
-    if (st != NA_OK) {
-        ops->buf_free(kv->kern, nb);
-        return st;
-    }
-    ops->buf_free(kv->kern, *b_p);
-    *b_p = nb;
-    return NA_OK;
+    if (*b_p == NULL)
+        return ops->buf_alloc(kv->kern, size, mem, b_p);
+    return ops->buf_resize(kv->kern, *b_p, size);
 }
 
 na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok)

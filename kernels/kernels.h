@@ -116,6 +116,11 @@ typedef struct {
     na_status_t (*buf_alloc)(na_kernels_t *k, size_t size, na_kmem_t mem, na_kbuf_t **b_p);
     /* Free a buffer from buf_alloc once the ops using it completed; NULL ok. */
     void (*buf_free)(na_kernels_t *k, na_kbuf_t *b);
+    /* Grow or shrink a buffer from buf_alloc to `size` bytes keeping its
+     * first min(old, new) bytes (host memory: realloc, often without a
+     * copy); the handle stays, its addresses may change. Waits for the ops
+     * using it. NA_ERR_NOMEM leaves it as it was. */
+    na_status_t (*buf_resize)(na_kernels_t *k, na_kbuf_t *b, size_t size);
     /* Copy `size` host bytes into dst. src must stay unchanged until an event
      * recorded after the upload completed. */
     na_status_t (*upload)(na_kernels_t *k, const na_kbuf_t *dst, const void *src, size_t size);

@@ -66,7 +66,9 @@ na_status_t na_khost_buf_alloc(na_kernels_t *k, size_t size, na_kmem_t mem, na_k
         return na_err(NA_ERR_UNSUPPORTED, "kernels %s: no memory of type %d",
                       k->ops->name, (int)mem);
     b = calloc(1, sizeof(*b));
-    if (b == NULL || posix_memalign(&p, 64, size ? size : 1) != 0) {
+    if (b != NULL)
+        p = malloc(size ? size : 1);
+    if (p == NULL) {
         free(b);
         return na_err(NA_ERR_NOMEM, "kernels %s: out of memory for a %zu-byte buffer",
                       k->ops->name, size);
@@ -88,6 +90,23 @@ void na_khost_buf_free(na_kernels_t *k, na_kbuf_t *b)
         return;
     free(b->alloc);
     free(b);
+}
+
+na_status_t na_khost_buf_resize(na_kernels_t *k, na_kbuf_t *b, size_t size)
+{
+    void *p;
+    if (b == NULL || b->alloc == NULL || b->owner != k)
+        return na_err(NA_ERR_INVALID, "kernels %s buf_resize: not a buffer of this backend",
+                      k->ops->name);
+    p = realloc(b->alloc, size ? size : 1);
+    if (p == NULL)
+        return na_err(NA_ERR_NOMEM, "kernels %s: out of memory growing a buffer to %zu bytes",
+                      k->ops->name, size);
+    b->alloc = p;
+    b->dev = p;
+    b->host = b->mem == NA_KMEM_DEVICE ? NULL : p;
+    b->size = size;
+    return NA_OK;
 }
 
 na_status_t na_khost_upload(na_kernels_t *k, const na_kbuf_t *dst, const void *src, size_t size)

@@ -38,6 +38,7 @@ typedef struct {
 
 na_status_t na_khost_buf_alloc(na_kernels_t *k, size_t size, na_kmem_t mem, na_kbuf_t **b_p);
 void        na_khost_buf_free(na_kernels_t *k, na_kbuf_t *b);
+na_status_t na_khost_buf_resize(na_kernels_t *k, na_kbuf_t *b, size_t size);
 na_status_t na_khost_upload(na_kernels_t *k, const na_kbuf_t *dst, const void *src, size_t size);
 na_status_t na_khost_download(na_kernels_t *k, void *dst, const na_kbuf_t *src, size_t size);
 na_status_t na_khost_copy(na_kernels_t *k, const na_kbuf_t *dst, const na_kbuf_t *src,
@@ -76,6 +77,7 @@ na_status_t na_khost_attn_decode(na_kernels_t *k, const na_kbuf_t *out, const na
 #define NA_KHOST_OPS                              \
     .buf_alloc     = na_khost_buf_alloc,          \
     .buf_free      = na_khost_buf_free,           \
+    .buf_resize    = na_khost_buf_resize,         \
     .upload        = na_khost_upload,             \
     .download      = na_khost_download,           \
     .copy          = na_khost_copy,               \

@@ -593,7 +593,7 @@ static void test_add_store(void)
     }
 }
 
-/* Upload, copy between views, download: every memory type each backend has
+/* Upload, copy between views, download, resize: every memory type each backend has
  * (cpu: host, pinned; refdev: also device); device memory on cpu is
  * NA_ERR_UNSUPPORTED. A download of a host buffer into its own memory is a
  * no-op that keeps the data. */
@@ -648,6 +648,14 @@ static void test_buffers(void)
                 NA_CHECK_OK(k->ops->download(k, x->host, x, n));
                 NA_CHECK(memcmp(x->host, src, n) == 0);
             }
+            /* resize keeps the contents; a view cannot be resized */
+            NA_CHECK(k->ops->buf_resize(k, &xv, 2 * n) == NA_ERR_INVALID);
+            NA_CHECK_OK(k->ops->buf_resize(k, x, 3 * n));
+            NA_CHECK(x->size == 3 * n && (x->host == NULL) == (m == NA_KMEM_DEVICE));
+            memset(dst, 0, n);
+            NA_CHECK_OK(k->ops->download(k, dst, x, n));
+            NA_CHECK_OK(na_kernels_finish(k));
+            NA_CHECK(memcmp(dst, src, n) == 0);
             k->ops->buf_free(k, y);
             k->ops->buf_free(k, x);
         }
