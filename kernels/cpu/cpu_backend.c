@@ -36,7 +36,7 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n)
 }
 
 /* ops->rmsnorm: sum of squares in 8 lanes, then one scaled pass. */
-static void na_cpu_rmsnorm(na_kernels_t *k, float *out, const float *x,
+static void na_cpu_rmsnorm(float *out, const float *x,
                            const float *weight, int n, float eps, int batch)
 {
     int b, i;
@@ -64,14 +64,14 @@ static void na_cpu_rmsnorm(na_kernels_t *k, float *out, const float *x,
 
 /* Same formula as the reference (llama2.c), with cos/sin computed once per
  * pair and row instead of once per head: results are bit-identical. */
-static void na_cpu_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+static void na_cpu_rope(float *vec, int n_heads, int head_dim,
                         const int *pos, float theta, int batch)
 {
     float fcr[NA_MODEL_MAX_HEAD_DIM / 2], fci[NA_MODEL_MAX_HEAD_DIM / 2];
     int b, h, i;
 
     if (head_dim > NA_MODEL_MAX_HEAD_DIM) {
-        na_ref_rope(k, vec, n_heads, head_dim, pos, theta, batch);
+        na_ref_rope(vec, n_heads, head_dim, pos, theta, batch);
         return;
     }
     for (b = 0; b < batch; b++) {
@@ -93,7 +93,7 @@ static void na_cpu_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
 }
 
 /* ops->swiglu: silu(g) * u with the vector exp. */
-static void na_cpu_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
+static void na_cpu_swiglu(float *gate, const float *up, size_t n)
 {
     const __m256 one = _mm256_set1_ps(1.0f);
     size_t i;
@@ -110,7 +110,7 @@ static void na_cpu_swiglu(na_kernels_t *k, float *gate, const float *up, size_t 
 }
 
 /* ops->softmax: vector max, exp + sum, scale; per row. */
-static void na_cpu_softmax(na_kernels_t *k, float *x, int n, int batch)
+static void na_cpu_softmax(float *x, int n, int batch)
 {
     int b, i;
     for (b = 0; b < batch; b++) {

@@ -282,7 +282,7 @@ na_status_t na_khost_rmsnorm(na_kernels_t *k, const na_kbuf_t *out, const na_kbu
     NA_KHOST_ARG(out, F32B((size_t)batch * (size_t)n), "rmsnorm", "out", po);
     NA_KHOST_ARG(x, F32B((size_t)batch * (size_t)n), "rmsnorm", "x", px);
     NA_KHOST_ARG(&weight->buf, F32B(n), "rmsnorm", "weight", pw);
-    na_khost_core(k)->rmsnorm(k, po, px, pw, n, eps, batch);
+    na_khost_core(k)->rmsnorm(po, px, pw, n, eps, batch);
     return NA_OK;
 }
 
@@ -294,7 +294,7 @@ na_status_t na_khost_rope(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, in
         return na_khost_shape(k, "rope", 0);
     NA_KHOST_ARG(vec, F32B((size_t)batch * (size_t)n_heads * (size_t)head_dim), "rope",
                  "vec", pv);
-    na_khost_core(k)->rope(k, pv, n_heads, head_dim, pos, theta, batch);
+    na_khost_core(k)->rope(pv, n_heads, head_dim, pos, theta, batch);
     return NA_OK;
 }
 
@@ -304,7 +304,7 @@ na_status_t na_khost_swiglu(na_kernels_t *k, const na_kbuf_t *gate, const na_kbu
     float *pg, *pu;
     NA_KHOST_ARG(gate, F32B(n), "swiglu", "gate", pg);
     NA_KHOST_ARG(up, F32B(n), "swiglu", "up", pu);
-    na_khost_core(k)->swiglu(k, pg, pu, n);
+    na_khost_core(k)->swiglu(pg, pu, n);
     return NA_OK;
 }
 
@@ -314,7 +314,7 @@ na_status_t na_khost_softmax(na_kernels_t *k, const na_kbuf_t *x, int n, int bat
     if (n <= 0 || batch < 0)
         return na_khost_shape(k, "softmax", 0);
     NA_KHOST_ARG(x, F32B((size_t)batch * (size_t)n), "softmax", "x", px);
-    na_khost_core(k)->softmax(k, px, n, batch);
+    na_khost_core(k)->softmax(px, n, batch);
     return NA_OK;
 }
 

@@ -14,12 +14,12 @@ typedef struct {
     void (*add)(float *x, const float *y, size_t n);
     void (*store)(void *dst, na_dtype_t dtype, const float *src, size_t n);
     void (*matmul)(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
-    void (*rmsnorm)(na_kernels_t *k, float *out, const float *x, const float *weight, int n,
+    void (*rmsnorm)(float *out, const float *x, const float *weight, int n,
                     float eps, int batch);
-    void (*rope)(na_kernels_t *k, float *vec, int n_heads, int head_dim, const int *pos,
+    void (*rope)(float *vec, int n_heads, int head_dim, const int *pos,
                  float theta, int batch);
-    void (*swiglu)(na_kernels_t *k, float *gate, const float *up, size_t n);
-    void (*softmax)(na_kernels_t *k, float *x, int n, int batch);
+    void (*swiglu)(float *gate, const float *up, size_t n);
+    void (*softmax)(float *x, int n, int batch);
     void (*attn_prefill)(na_kernels_t *k, float *out, const float *q, const void *kcache,
                          const void *vcache, na_dtype_t kv_dtype, int n_tok, int pos0,
                          int n_heads, int n_kv_heads, int head_dim);

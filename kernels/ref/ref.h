@@ -18,12 +18,12 @@ void na_ref_add(float *x, const float *y, size_t n);
 void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n);
 void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
                    const na_tensor_t *w, int batch);
-void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
+void na_ref_rmsnorm(float *out, const float *x,
                     const float *weight, int n, float eps, int batch);
-void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+void na_ref_rope(float *vec, int n_heads, int head_dim,
                  const int *pos, float theta, int batch);
-void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n);
-void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch);
+void na_ref_swiglu(float *gate, const float *up, size_t n);
+void na_ref_softmax(float *x, int n, int batch);
 void na_ref_attn_prefill(na_kernels_t *k, float *out, const float *q,
                          const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                          int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim);

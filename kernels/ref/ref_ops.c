@@ -56,7 +56,7 @@ void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, per row. */
-void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
+void na_ref_rmsnorm(float *out, const float *x,
                     const float *weight, int n, float eps, int batch)
 {
     int b, i;
@@ -73,7 +73,7 @@ void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
 }
 
 /* Pair (x[i], x[i+1]) for even i of each head turns by pos * theta^(-i/head_dim). */
-void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+void na_ref_rope(float *vec, int n_heads, int head_dim,
                  const int *pos, float theta, int batch)
 {
     int b, h, i;
@@ -93,7 +93,7 @@ void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
 }
 
 /* gate = gate * sigmoid(gate) * up. */
-void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
+void na_ref_swiglu(float *gate, const float *up, size_t n)
 {
     size_t i;
     for (i = 0; i < n; i++) {
@@ -103,7 +103,7 @@ void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
 }
 
 /* Max-subtracted softmax per row. */
-void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch)
+void na_ref_softmax(float *x, int n, int batch)
 {
     int b, i;
     for (b = 0; b < batch; b++) {
