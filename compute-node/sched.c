@@ -173,8 +173,11 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
         return st;
     if (na_off_owner(g, b, 0) != 0)
         return na_sched_send_away(g, b, 0);
-    na_slice_embed(e, b->acts, &s);
-    na_slice_pre_attn(e, b->acts, &s, 0);
+    st = na_slice_embed(e, b->acts, &s);
+    if (st == NA_OK)
+        st = na_slice_pre_attn(e, b->acts, &s, 0);
+    if (st != NA_OK)
+        return st;
     g->st->slices++;
     return na_sched_launch(g, b, 0);
 }
@@ -191,17 +194,19 @@ static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int pos
 
     if (!post_done) {
         st = na_acts_from_host(e, b->acts, NA_ACT(NA_ACT_ATT));   /* written on the host */
+        if (st == NA_OK)
+            st = na_slice_post_attn(e, b->acts, &s, k - 1);
         if (st != NA_OK)
             return st;
-        na_slice_post_attn(e, b->acts, &s, k - 1);
         g->st->slices++;
     }
     if (k < e->cfg.n_layers) {
-        na_slice_pre_attn(e, b->acts, &s, k);
-        return na_sched_launch(g, b, k);
+        st = na_slice_pre_attn(e, b->acts, &s, k);
+        return st != NA_OK ? st : na_sched_launch(g, b, k);
     }
-    na_slice_final(e, b->acts, &s);
-    st = na_acts_to_host(e, b->acts, NA_ACT(NA_ACT_LOGITS));
+    st = na_slice_final(e, b->acts, &s);
+    if (st == NA_OK)
+        st = na_acts_to_host(e, b->acts, NA_ACT(NA_ACT_LOGITS));
     if (st != NA_OK)
         return st;
     for (i = 0; i < b->n_rows; i++) {
