@@ -170,8 +170,9 @@ na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *
 
 /* The whole monolithic forward pass of a step: reserves each segment's KV,
  * runs every slice with local attention, commits the KV. On return
- * a->logits holds one row per segment, downloaded (na_acts_to_host). Fails with NA_ERR_INVALID (bad step),
- * NA_ERR_RANGE (context past seq_len), NA_ERR_NOMEM. */
+ * a->logits holds one row per segment, downloaded (na_acts_to_host). Fails
+ * with NA_ERR_INVALID (bad step), NA_ERR_RANGE (context past seq_len),
+ * NA_ERR_NOMEM, or a failing op's status. */
 na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s);
 
 #endif /* NA_ENGINE_H */
