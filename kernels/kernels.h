@@ -53,12 +53,13 @@ typedef struct na_kbuf {
     void         *alloc;    /* the allocation; NULL in views and wrappers */
 } na_kbuf_t;
 
-/* A view of bytes [off, off+size) of b (same owner and memory). The caller
- * keeps off + size <= b->size; the ops check the sizes they need. */
+/* A view of bytes [off, off+size) of b (same owner and memory), its size
+ * clamped to what b holds past off, so the ops' size checks still guard b. */
 static inline na_kbuf_t na_kbuf_view(const na_kbuf_t *b, size_t off, size_t size)
 {
     na_kbuf_t v = *b;
-    v.size = size;
+    size_t left = off <= b->size ? b->size - off : 0;
+    v.size = size < left ? size : left;
     v.host = b->host != NULL ? (char *)b->host + off : NULL;
     v.dev = b->dev != NULL ? (char *)b->dev + off : NULL;
     v.alloc = NULL;

@@ -635,6 +635,8 @@ static void test_buffers(void)
             xv = na_kbuf_view(x, 0, part);
             yv = na_kbuf_view(y, off, part);
             NA_CHECK(yv.alloc == NULL && yv.size == part);
+            NA_CHECK(na_kbuf_view(y, off, n).size == n - off);      /* clamped */
+            NA_CHECK(na_kbuf_view(y, n + 1, 4).size == 0);
             NA_CHECK_OK(k->ops->copy(k, &yv, &xv, part));
             memset(dst, 0, n);
             NA_CHECK_OK(k->ops->download(k, dst, &yv, part));
