@@ -41,8 +41,8 @@ static na_status_t na_khost_arg(na_kernels_t *k, const na_kbuf_t *b, size_t need
 
 #define NA_KHOST_ARG(b, need, op, what, p)                                           \
     do {                                                                             \
-        void *na_p_ = NULL;                                                               \
-        na_status_t na_st_ = na_khost_arg(k, (b), (need), (op), (what), &na_p_);    \
+        void *na_p_ = NULL;                                                          \
+        na_status_t na_st_ = na_khost_arg(k, (b), (need), (op), (what), &na_p_);     \
         if (na_st_ != NA_OK)                                                         \
             return na_st_;                                                           \
         (p) = na_p_;                                                                 \
@@ -180,17 +180,11 @@ na_status_t na_khost_event_record(na_kernels_t *k, na_kevent_t *ev)
     return NA_OK;
 }
 
-na_status_t na_khost_event_query(na_kernels_t *k, na_kevent_t *ev)
+/* Query and wait alike: every op before the event has already run. */
+na_status_t na_khost_event_done(na_kernels_t *k, na_kevent_t *ev)
 {
     if (ev == NULL)
-        return na_err(NA_ERR_INVALID, "kernels %s event_query: NULL event", k->ops->name);
-    return NA_OK;
-}
-
-na_status_t na_khost_event_wait(na_kernels_t *k, na_kevent_t *ev)
-{
-    if (ev == NULL)
-        return na_err(NA_ERR_INVALID, "kernels %s event_wait: NULL event", k->ops->name);
+        return na_err(NA_ERR_INVALID, "kernels %s: NULL event", k->ops->name);
     return NA_OK;
 }
 
@@ -318,11 +312,32 @@ na_status_t na_khost_softmax(na_kernels_t *k, const na_kbuf_t *x, int n, int bat
     return NA_OK;
 }
 
-/* Shape of a GQA attention: n_kv_heads divides n_heads, kv f16 or f32. */
-static int na_khost_attn_shape(na_dtype_t dt, int n_heads, int n_kv_heads, int head_dim)
+/* The four buffers of an attention op: n_q query rows of n_heads heads and
+ * n_kv KV tokens of n_kv_heads heads (kv f16 or f32, n_kv_heads dividing
+ * n_heads); their addresses into p[4] (out, q, kcache, vcache). */
+typedef struct {
+    const na_kbuf_t *out, *q, *kc, *vc;
+} na_khost_attn_bufs_t;
+
+static na_status_t na_khost_attn_args(na_kernels_t *k, const char *op,
+                                      const na_khost_attn_bufs_t *b, na_dtype_t dt,
+                                      int n_q, int n_kv, int n_heads, int n_kv_heads,
+                                      int head_dim, void *p[4])
 {
-    return (dt == NA_DTYPE_F16 || dt == NA_DTYPE_F32) && n_heads > 0 && n_kv_heads > 0 &&
-           head_dim > 0 && n_heads % n_kv_heads == 0;
+    size_t qb, kvb;
+    na_status_t st;
+
+    if ((dt != NA_DTYPE_F16 && dt != NA_DTYPE_F32) || n_heads <= 0 || n_kv_heads <= 0 ||
+        head_dim <= 0 || n_heads % n_kv_heads != 0 || n_q < 0 || n_kv < 0)
+        return na_khost_shape(k, op, 0);
+    qb = F32B((size_t)n_q * (size_t)n_heads * (size_t)head_dim);
+    kvb = na_dtype_bytes(dt, (size_t)n_kv * (size_t)n_kv_heads * (size_t)head_dim);
+    if ((st = na_khost_arg(k, b->out, qb, op, "out", &p[0])) != NA_OK ||
+        (st = na_khost_arg(k, b->q, qb, op, "q", &p[1])) != NA_OK ||
+        (st = na_khost_arg(k, b->kc, kvb, op, "kcache", &p[2])) != NA_OK ||
+        (st = na_khost_arg(k, b->vc, kvb, op, "vcache", &p[3])) != NA_OK)
+        return st;
+    return NA_OK;
 }
 
 na_status_t na_khost_attn_prefill(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
@@ -330,20 +345,15 @@ na_status_t na_khost_attn_prefill(na_kernels_t *k, const na_kbuf_t *out, const n
                                   na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
                                   int n_kv_heads, int head_dim)
 {
-    size_t qn, kvn;
-    float *po, *pq;
-    void *pk, *pv;
-
-    if (!na_khost_attn_shape(kv_dtype, n_heads, n_kv_heads, head_dim) || n_tok < 0 ||
-        pos0 < 0)
-        return na_khost_shape(k, "attn_prefill", 0);
-    qn = (size_t)n_tok * (size_t)n_heads * (size_t)head_dim;
-    kvn = na_dtype_bytes(kv_dtype, (size_t)(pos0 + n_tok) * (size_t)n_kv_heads * head_dim);
-    NA_KHOST_ARG(out, F32B(qn), "attn_prefill", "out", po);
-    NA_KHOST_ARG(q, F32B(qn), "attn_prefill", "q", pq);
-    NA_KHOST_ARG(kcache, kvn, "attn_prefill", "kcache", pk);
-    NA_KHOST_ARG(vcache, kvn, "attn_prefill", "vcache", pv);
-    na_khost_core(k)->attn_prefill(k, po, pq, pk, pv, kv_dtype, n_tok, pos0, n_heads,
+    na_khost_attn_bufs_t b = { out, q, kcache, vcache };
+    void *p[4];
+    na_status_t st = pos0 < 0 ? na_khost_shape(k, "attn_prefill", 0)
+                              : na_khost_attn_args(k, "attn_prefill", &b, kv_dtype, n_tok,
+                                                   pos0 + n_tok, n_heads, n_kv_heads,
+                                                   head_dim, p);
+    if (st != NA_OK)
+        return st;
+    na_khost_core(k)->attn_prefill(k, p[0], p[1], p[2], p[3], kv_dtype, n_tok, pos0, n_heads,
                                    n_kv_heads, head_dim);
     return NA_OK;
 }
@@ -353,19 +363,13 @@ na_status_t na_khost_attn_decode(na_kernels_t *k, const na_kbuf_t *out, const na
                                  na_dtype_t kv_dtype, int ctx, int n_heads, int n_kv_heads,
                                  int head_dim)
 {
-    size_t qn, kvn;
-    float *po, *pq;
-    void *pk, *pv;
-
-    if (!na_khost_attn_shape(kv_dtype, n_heads, n_kv_heads, head_dim) || ctx < 0)
-        return na_khost_shape(k, "attn_decode", 0);
-    qn = (size_t)n_heads * (size_t)head_dim;
-    kvn = na_dtype_bytes(kv_dtype, (size_t)ctx * (size_t)n_kv_heads * head_dim);
-    NA_KHOST_ARG(out, F32B(qn), "attn_decode", "out", po);
-    NA_KHOST_ARG(q, F32B(qn), "attn_decode", "q", pq);
-    NA_KHOST_ARG(kcache, kvn, "attn_decode", "kcache", pk);
-    NA_KHOST_ARG(vcache, kvn, "attn_decode", "vcache", pv);
-    na_khost_core(k)->attn_decode(k, po, pq, pk, pv, kv_dtype, ctx, n_heads, n_kv_heads,
-                                  head_dim);
+    na_khost_attn_bufs_t b = { out, q, kcache, vcache };
+    void *p[4];
+    na_status_t st = na_khost_attn_args(k, "attn_decode", &b, kv_dtype, 1, ctx, n_heads,
+                                        n_kv_heads, head_dim, p);
+    if (st != NA_OK)
+        return st;
+    na_khost_core(k)->attn_decode(k, p[0], p[1], p[2], p[3], kv_dtype, ctx, n_heads,
+                                  n_kv_heads, head_dim);
     return NA_OK;
 }

@@ -47,8 +47,7 @@ na_status_t na_khost_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *
 void        na_khost_unplace(na_kernels_t *k, na_kweight_t *w);
 na_status_t na_khost_event_create(na_kernels_t *k, na_kevent_t **ev_p);
 na_status_t na_khost_event_record(na_kernels_t *k, na_kevent_t *ev);
-na_status_t na_khost_event_query(na_kernels_t *k, na_kevent_t *ev);
-na_status_t na_khost_event_wait(na_kernels_t *k, na_kevent_t *ev);
+na_status_t na_khost_event_done(na_kernels_t *k, na_kevent_t *ev);   /* query and wait */
 void        na_khost_event_destroy(na_kernels_t *k, na_kevent_t *ev);
 na_status_t na_khost_embed(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
                            const int *tokens, int n);
@@ -85,8 +84,8 @@ na_status_t na_khost_attn_decode(na_kernels_t *k, const na_kbuf_t *out, const na
     .unplace       = na_khost_unplace,            \
     .event_create  = na_khost_event_create,       \
     .event_record  = na_khost_event_record,       \
-    .event_query   = na_khost_event_query,        \
-    .event_wait    = na_khost_event_wait,         \
+    .event_query   = na_khost_event_done,         \
+    .event_wait    = na_khost_event_done,         \
     .event_destroy = na_khost_event_destroy,      \
     .embed         = na_khost_embed,              \
     .add           = na_khost_add,                \
