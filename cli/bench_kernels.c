@@ -89,8 +89,8 @@ static void na_bk_attn_call(void *ctx, int rep)
 {
     na_bk_attn_t *a = ctx;
     size_t off = (size_t)(((long)rep * a->ctx) % (a->buf_tokens - a->ctx + 1)) * a->n_kv * a->hd;
-    a->k->ops->attn_decode(a->k, a->out, a->q, a->kc + off, a->vc + off, NA_DTYPE_F16,
-                           a->ctx, a->n_heads, a->n_kv, a->hd);
+    (void)na_kernels_attn_decode_host(a->k, a->out, a->q, a->kc + off, a->vc + off,
+                                      NA_DTYPE_F16, a->ctx, a->n_heads, a->n_kv, a->hd);
 }
 
 static na_status_t na_bk_attention(na_bench_t *b, const na_cli_bench_opts_t *o,
@@ -179,12 +179,17 @@ static void na_bk_mm_call(void *ctx, int rep)
 {
     na_bk_mm_t *m = ctx;
     na_tensor_t w = m->w;
+    na_kweight_t pw;
     w.data = m->copies + (size_t)(rep % m->n_copies) * m->wbytes;
-    if (m->sgemm)
+    if (m->sgemm) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->batch, w.rows, w.cols, 1.0f,
                     m->x, w.cols, (const float *)w.data, w.cols, 0.0f, m->y, w.rows);
-    else
-        m->k->ops->matmul(m->k, m->y, m->x, &w, m->batch);
+    } else if (m->k->ops->place(m->k, &w, &pw) == NA_OK) {   /* cpu: wraps, no copy */
+        na_kbuf_t y = na_kbuf_host(m->y, (size_t)m->batch * w.rows * sizeof(float));
+        na_kbuf_t x = na_kbuf_host(m->x, (size_t)m->batch * w.cols * sizeof(float));
+        (void)m->k->ops->matmul(m->k, &y, &x, &pw, m->batch);
+        m->k->ops->unplace(m->k, &pw);
+    }
 }
 
 /* n_copies copies of a random (rows, cols) weight of dtype dt. */

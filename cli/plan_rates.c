@@ -21,19 +21,25 @@
 #include "kernels/kernels.h"
 
 /* Median seconds of reps calls of matmul with batch b. */
-static double pr_time_matmul(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+static double pr_time_matmul(na_kernels_t *k, float *y, float *x, const na_tensor_t *w,
                              int b, int reps)
 {
+    na_kbuf_t yb = na_kbuf_host(y, (size_t)b * w->rows * sizeof(float));
+    na_kbuf_t xb = na_kbuf_host(x, (size_t)b * w->cols * sizeof(float));
+    na_kweight_t pw;
     double t[16], t0;
     int i;
-    k->ops->matmul(k, y, x, w, b);          /* warm up */
-    k->ops->sync(k);
+    if (k->ops->place(k, w, &pw) != NA_OK)
+        return 1e9;
+    (void)k->ops->matmul(k, &yb, &xb, &pw, b);          /* warm up */
+    (void)na_kernels_finish(k);
     for (i = 0; i < reps && i < 16; i++) {
         t0 = na_bench_now();
-        k->ops->matmul(k, y, x, w, b);
-        k->ops->sync(k);
+        (void)k->ops->matmul(k, &yb, &xb, &pw, b);
+        (void)na_kernels_finish(k);
         t[i] = na_bench_now() - t0;
     }
+    k->ops->unplace(k, &pw);
     return na_bench_median(t, reps < 16 ? reps : 16);
 }
 
@@ -79,13 +85,12 @@ na_status_t na_cli_plan_measure(const na_model_config_t *mc, int threads, na_pla
     r->gemv_Bps = (double)rows * d * sizeof(float) / t;
     t = pr_time_matmul(k, y, x, &w, 64, 5);
     r->gemm_flops = 2.0 * 64 * rows * d / t;
-    k->ops->attn_decode(k, o, qv, kc, kc + (size_t)ctx * kv, NA_DTYPE_F16, ctx, mc->n_heads,
-                        mc->n_kv_heads, mc->head_dim);
+    (void)na_kernels_attn_decode_host(k, o, qv, kc, kc + (size_t)ctx * kv, NA_DTYPE_F16, ctx,
+                                      mc->n_heads, mc->n_kv_heads, mc->head_dim);
     for (i = 0; i < 8; i++) {
         t0 = na_bench_now();
-        k->ops->attn_decode(k, o, qv, kc, kc + (size_t)ctx * kv, NA_DTYPE_F16, ctx, mc->n_heads,
-                            mc->n_kv_heads, mc->head_dim);
-        k->ops->sync(k);
+        (void)na_kernels_attn_decode_host(k, o, qv, kc, kc + (size_t)ctx * kv, NA_DTYPE_F16,
+                                          ctx, mc->n_heads, mc->n_kv_heads, mc->head_dim);
         tt[i] = na_bench_now() - t0;
     }
     r->attn_Bps = 2.0 * ctx * kv * 2 / na_bench_median(tt, 8);

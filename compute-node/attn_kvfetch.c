@@ -283,9 +283,8 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
     kf_store_rows(p->kv_dtype, p->kf, (size_t)x->pos * kvd, p->kb);
     kf_store_rows(p->kv_dtype, p->vf, (size_t)x->pos * kvd, p->vb);
     t0 = na_now_s();
-    p->kern->ops->attn_decode(p->kern, x->o, x->q, p->kb, p->vb, p->kv_dtype, x->pos + 1,
-                              mc->n_heads, mc->n_kv_heads, mc->head_dim);
-    st = p->kern->ops->sync(p->kern);
+    st = na_kernels_attn_decode_host(p->kern, x->o, x->q, p->kb, p->vb, p->kv_dtype,
+                                     x->pos + 1, mc->n_heads, mc->n_kv_heads, mc->head_dim);
     p->st.attn_s += na_now_s() - t0;
     if (st != NA_OK)
         kf_entry_fail(x, st, na_errmsg());

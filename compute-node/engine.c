@@ -5,6 +5,56 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The placed weights of a layer, in the order of na_engine_layer_w_t, with
+ * the model tensors they come from. */
+#define NA_ENGINE_LAYER_W(X) X(attn_norm) X(wq) X(wk) X(wv) X(wo) X(ffn_norm) X(w1) X(w2) X(w3)
+
+/* Place every weight of the model on the backend once. */
+static na_status_t na_engine_place(na_engine_t *e)
+{
+    const na_kernel_ops_t *ops = e->kern->ops;
+    const na_model_t *m = e->model;
+    na_status_t st;
+    int l;
+
+    e->w.layers = calloc((size_t)e->cfg.n_layers, sizeof(*e->w.layers));
+    if (e->w.layers == NULL)
+        return na_err(NA_ERR_NOMEM, "engine: out of memory");
+    if ((st = ops->place(e->kern, &m->tok_embd, &e->w.tok_embd)) != NA_OK ||
+        (st = ops->place(e->kern, &m->out_norm, &e->w.out_norm)) != NA_OK ||
+        (st = ops->place(e->kern, &m->output, &e->w.output)) != NA_OK)
+        return st;
+    for (l = 0; l < e->cfg.n_layers; l++) {
+#define NA_PLACE(f)                                                                 \
+        if ((st = ops->place(e->kern, &m->layers[l].f, &e->w.layers[l].f)) != NA_OK) \
+            return st;
+        NA_ENGINE_LAYER_W(NA_PLACE)
+#undef NA_PLACE
+    }
+    return NA_OK;
+}
+
+/* Undo na_engine_place (also a partial one: unplacing a zeroed weight is a
+ * no-op for every backend). */
+static void na_engine_unplace(na_engine_t *e)
+{
+    const na_kernel_ops_t *ops = e->kern->ops;
+    int l;
+
+    if (e->w.layers != NULL) {
+        for (l = 0; l < e->cfg.n_layers; l++) {
+#define NA_UNPLACE(f) ops->unplace(e->kern, &e->w.layers[l].f);
+            NA_ENGINE_LAYER_W(NA_UNPLACE)
+#undef NA_UNPLACE
+        }
+    }
+    ops->unplace(e->kern, &e->w.output);
+    ops->unplace(e->kern, &e->w.out_norm);
+    ops->unplace(e->kern, &e->w.tok_embd);
+    free(e->w.layers);
+    e->w.layers = NULL;
+}
+
 na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *opts,
                              na_engine_t **e_p)
 {
@@ -29,9 +79,15 @@ na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *op
     st = na_kernels_create(backend, opts->n_threads, &e->kern);
     if (st != NA_OK)
         goto err_free_engine;
+    st = na_engine_place(e);
+    if (st != NA_OK)
+        goto err_destroy_kernels;
     *e_p = e;
     return NA_OK;
 
+err_destroy_kernels:
+    na_engine_unplace(e);
+    na_kernels_destroy(e->kern);
 err_free_engine:
     free(e);
     return st;
@@ -41,61 +97,93 @@ void na_engine_destroy(na_engine_t *e)
 {
     if (e == NULL)
         return;
+    na_engine_unplace(e);
     na_kernels_destroy(e->kern);
     free(e);
 }
 
-/* Free every buffer of a (the struct itself stays). */
-static void na_acts_free_buffers(na_acts_t *a)
+/* Width (floats per row) of activation i and whether its rows are segments. */
+static size_t na_acts_width(const na_engine_t *e, int i, int *per_seg_p)
 {
-    free(a->x);      a->x = NULL;
-    free(a->xb);     a->xb = NULL;
-    free(a->q);      a->q = NULL;
-    free(a->k);      a->k = NULL;
-    free(a->v);      a->v = NULL;
-    free(a->att);    a->att = NULL;
-    free(a->hb);     a->hb = NULL;
-    free(a->hb2);    a->hb2 = NULL;
-    free(a->xl);     a->xl = NULL;
-    free(a->logits); a->logits = NULL;
+    const na_model_config_t *c = &e->cfg;
+    *per_seg_p = i == NA_ACT_XL || i == NA_ACT_LOGITS;
+    switch (i) {
+    case NA_ACT_Q: case NA_ACT_ATT:   return (size_t)e->q_dim;
+    case NA_ACT_K: case NA_ACT_V:     return (size_t)e->kv_dim;
+    case NA_ACT_HB: case NA_ACT_HB2:  return (size_t)c->hidden_dim;
+    case NA_ACT_LOGITS:               return (size_t)c->vocab_size;
+    default:                          return (size_t)c->dim;    /* x, xb, xl */
+    }
+}
+
+/* The host view field of activation i. */
+static float **na_acts_view(na_acts_t *a, int i)
+{
+    float **v[NA_ACT_COUNT] = { &a->x, &a->xb, &a->q, &a->k, &a->v, &a->att, &a->hb,
+                                &a->hb2, &a->xl, &a->logits };
+    return v[i];
+}
+
+/* Free every buffer of a (the struct and its event stay). */
+static void na_acts_free_buffers(na_acts_t *a, const na_engine_t *e)
+{
+    int i;
+    for (i = 0; i < NA_ACT_COUNT; i++) {
+        e->kern->ops->buf_free(e->kern, a->mirror[i]);
+        e->kern->ops->buf_free(e->kern, a->buf[i]);
+        a->mirror[i] = NULL;
+        a->buf[i] = NULL;
+        *na_acts_view(a, i) = NULL;
+    }
     a->cap_rows = 0;
     a->cap_seg = 0;
 }
 
+/* Allocate activation i for r rows / g segments in the engine's memory type,
+ * with a pinned host mirror when that memory has no host pointer. */
+static na_status_t na_acts_alloc(na_acts_t *a, const na_engine_t *e, int i, size_t r,
+                                 size_t g)
+{
+    const na_kernel_ops_t *ops = e->kern->ops;
+    int per_seg;
+    size_t w = na_acts_width(e, i, &per_seg);
+    size_t bytes = w * (per_seg ? g : r) * sizeof(float);
+    na_status_t st = ops->buf_alloc(e->kern, bytes, e->kern->mem, &a->buf[i]);
+
+    if (st != NA_OK)
+        return st;
+    if (a->buf[i]->host == NULL) {
+        st = ops->buf_alloc(e->kern, bytes, NA_KMEM_PINNED, &a->mirror[i]);
+        if (st != NA_OK)
+            return st;
+    }
+    *na_acts_view(a, i) = a->mirror[i] != NULL ? a->mirror[i]->host : a->buf[i]->host;
+    return NA_OK;
+}
+
 na_status_t na_acts_reserve(na_acts_t *a, const na_engine_t *e, int n_rows, int n_seg)
 {
-    const na_model_config_t *c = &e->cfg;
-    size_t r, g;
+    na_status_t st = NA_OK;
+    int i, want_rows = n_rows, want_seg = n_seg;
 
-    if (n_rows <= a->cap_rows && n_seg <= a->cap_seg)
-        return NA_OK;
-    if (n_rows < a->cap_rows)
-        n_rows = a->cap_rows;
-    if (n_seg < a->cap_seg)
-        n_seg = a->cap_seg;
-    na_acts_free_buffers(a);
-    r = (size_t)n_rows;
-    g = (size_t)n_seg;
-    a->x      = malloc(r * (size_t)c->dim * sizeof(float));
-    a->xb     = malloc(r * (size_t)c->dim * sizeof(float));
-    a->q      = malloc(r * (size_t)e->q_dim * sizeof(float));
-    a->k      = malloc(r * (size_t)e->kv_dim * sizeof(float));
-    a->v      = malloc(r * (size_t)e->kv_dim * sizeof(float));
-    a->att    = malloc(r * (size_t)e->q_dim * sizeof(float));
-    a->hb     = malloc(r * (size_t)c->hidden_dim * sizeof(float));
-    a->hb2    = malloc(r * (size_t)c->hidden_dim * sizeof(float));
-    a->xl     = malloc(g * (size_t)c->dim * sizeof(float));
-    a->logits = malloc(g * (size_t)c->vocab_size * sizeof(float));
-    if (!a->x || !a->xb || !a->q || !a->k || !a->v || !a->att || !a->hb || !a->hb2 ||
-        !a->xl || !a->logits)
-        goto err_free_buffers;
-    a->cap_rows = n_rows;
-    a->cap_seg = n_seg;
+    if (n_rows > a->cap_rows || n_seg > a->cap_seg) {
+        if (n_rows < a->cap_rows)
+            n_rows = a->cap_rows;
+        if (n_seg < a->cap_seg)
+            n_seg = a->cap_seg;
+        na_acts_free_buffers(a, e);
+        for (i = 0; i < NA_ACT_COUNT && st == NA_OK; i++)
+            st = na_acts_alloc(a, e, i, (size_t)n_rows, (size_t)n_seg);
+        if (st != NA_OK) {
+            na_acts_free_buffers(a, e);
+            return st;
+        }
+        a->cap_rows = n_rows;
+        a->cap_seg = n_seg;
+    }
+    a->n_rows = want_rows;
+    a->n_seg = want_seg;
     return NA_OK;
-
-err_free_buffers:
-    na_acts_free_buffers(a);
-    return na_err(NA_ERR_NOMEM, "activations: out of memory for %d rows", n_rows);
 }
 
 na_status_t na_acts_create(const na_engine_t *e, int max_rows, int max_seg,
@@ -106,12 +194,18 @@ na_status_t na_acts_create(const na_engine_t *e, int max_rows, int max_seg,
 
     if (a == NULL)
         return na_err(NA_ERR_NOMEM, "activations: out of memory");
-    st = na_acts_reserve(a, e, max_rows > 0 ? max_rows : 1, max_seg > 0 ? max_seg : 1);
+    st = e->kern->ops->event_create(e->kern, &a->ev);
     if (st != NA_OK)
         goto err_free_acts;
+    st = na_acts_reserve(a, e, max_rows > 0 ? max_rows : 1, max_seg > 0 ? max_seg : 1);
+    if (st != NA_OK)
+        goto err_destroy_event;
+    a->e = e;
     *a_p = a;
     return NA_OK;
 
+err_destroy_event:
+    e->kern->ops->event_destroy(e->kern, a->ev);
 err_free_acts:
     free(a);
     return st;
@@ -121,8 +215,50 @@ void na_acts_destroy(na_acts_t *a)
 {
     if (a == NULL)
         return;
-    na_acts_free_buffers(a);
+    na_acts_free_buffers(a, a->e);
+    a->e->kern->ops->event_destroy(a->e->kern, a->ev);
     free(a);
+}
+
+/* Bytes of activation i used by the current step. */
+static size_t na_acts_used(const na_engine_t *e, const na_acts_t *a, int i)
+{
+    int per_seg;
+    size_t w = na_acts_width(e, i, &per_seg);
+    return w * (size_t)(per_seg ? a->n_seg : a->n_rows) * sizeof(float);
+}
+
+na_status_t na_acts_to_host(na_engine_t *e, na_acts_t *a, unsigned which)
+{
+    const na_kernel_ops_t *ops = e->kern->ops;
+    na_status_t st;
+    int i;
+
+    for (i = 0; i < NA_ACT_COUNT; i++) {
+        if (!(which & NA_ACT(i)))
+            continue;
+        st = ops->download(e->kern, *na_acts_view(a, i), a->buf[i], na_acts_used(e, a, i));
+        if (st != NA_OK)
+            return st;
+    }
+    st = ops->event_record(e->kern, a->ev);
+    return st != NA_OK ? st : ops->event_wait(e->kern, a->ev);
+}
+
+na_status_t na_acts_from_host(na_engine_t *e, na_acts_t *a, unsigned which)
+{
+    na_status_t st;
+    int i;
+
+    for (i = 0; i < NA_ACT_COUNT; i++) {
+        if (!(which & NA_ACT(i)) || a->mirror[i] == NULL)
+            continue;
+        st = e->kern->ops->upload(e->kern, a->buf[i], a->mirror[i]->host,
+                                  na_acts_used(e, a, i));
+        if (st != NA_OK)
+            return st;
+    }
+    return NA_OK;
 }
 
 na_status_t na_step_check(const na_engine_t *e, const na_step_t *s)
@@ -159,21 +295,23 @@ na_status_t na_step_check(const na_engine_t *e, const na_step_t *s)
 na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *s,
                                  int layer)
 {
-    na_status_t st;
+    const size_t qb = (size_t)e->q_dim * sizeof(float), kb = (size_t)e->kv_dim * sizeof(float);
+    na_status_t st = NA_OK;
     int i;
 
-    st = e->kern->ops->sync(e->kern);       /* q, k, v are read on the host */
-    if (st != NA_OK)
-        return st;
-    for (i = 0; i < s->n_seg; i++) {
+    for (i = 0; i < s->n_seg && st == NA_OK; i++) {
         const na_step_seg_t *g = &s->seg[i];
-        size_t r = (size_t)g->row0;
-        na_kv_local_write(g->kv, layer, g->pos0, g->n_tok,
-                          a->k + r * (size_t)e->kv_dim, a->v + r * (size_t)e->kv_dim);
-        na_kv_local_attend(g->kv, e->kern, layer, a->att + r * (size_t)e->q_dim,
-                           a->q + r * (size_t)e->q_dim, g->n_tok, g->pos0, &e->cfg);
+        size_t r = (size_t)g->row0, n = (size_t)g->n_tok;
+        na_kbuf_t k = na_kbuf_view(a->buf[NA_ACT_K], r * kb, n * kb);
+        na_kbuf_t v = na_kbuf_view(a->buf[NA_ACT_V], r * kb, n * kb);
+        na_kbuf_t q = na_kbuf_view(a->buf[NA_ACT_Q], r * qb, n * qb);
+        na_kbuf_t o = na_kbuf_view(a->buf[NA_ACT_ATT], r * qb, n * qb);
+
+        st = na_kv_local_write(g->kv, layer, g->pos0, g->n_tok, &k, &v);
+        if (st == NA_OK)
+            st = na_kv_local_attend(g->kv, layer, &o, &q, g->n_tok, g->pos0, &e->cfg);
     }
-    return NA_OK;
+    return st;
 }
 
 na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s)
@@ -195,16 +333,18 @@ na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s)
     if (st != NA_OK)
         return st;
 
-    na_slice_embed(e, a, s);
-    for (l = 0; l < e->cfg.n_layers; l++) {
-        na_slice_pre_attn(e, a, s, l);
-        st = na_engine_attn_local(e, a, s, l);
-        if (st != NA_OK)
-            return st;
-        na_slice_post_attn(e, a, s, l);
+    st = na_slice_embed(e, a, s);
+    for (l = 0; l < e->cfg.n_layers && st == NA_OK; l++) {
+        st = na_slice_pre_attn(e, a, s, l);
+        if (st == NA_OK)
+            st = na_engine_attn_local(e, a, s, l);
+        if (st == NA_OK)
+            st = na_slice_post_attn(e, a, s, l);
     }
-    na_slice_final(e, a, s);
-    st = e->kern->ops->sync(e->kern);
+    if (st == NA_OK)
+        st = na_slice_final(e, a, s);
+    if (st == NA_OK)
+        st = na_acts_to_host(e, a, NA_ACT(NA_ACT_LOGITS));
     if (st != NA_OK)
         return st;
 

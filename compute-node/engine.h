@@ -42,11 +42,25 @@ typedef struct {
                                <= 0 means NA_ENGINE_DEFAULT_MAX_ROWS */
 } na_engine_opts_t;
 
+/* The model's weights as placed on the backend once (ops->place): the host
+ * backends wrap the mmap, a device backend holds its own copy. */
+typedef struct {
+    na_kweight_t attn_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+} na_engine_layer_w_t;
+
+typedef struct {
+    na_kweight_t         tok_embd;  /* (vocab_size, dim) */
+    na_kweight_t         out_norm;  /* (dim) f32 */
+    na_kweight_t         output;    /* (vocab_size, dim) */
+    na_engine_layer_w_t *layers;    /* [n_layers] */
+} na_engine_w_t;
+
 typedef struct na_engine {
     const na_model_t  *model;   /* borrowed: outlives the engine */
     na_model_config_t  cfg;     /* copy of model->cfg */
     na_engine_opts_t   opts;    /* backend string not kept (NULL after create) */
     na_kernels_t      *kern;    /* owned */
+    na_engine_w_t      w;       /* placed weights (owned placements) */
     int                q_dim;   /* n_heads * head_dim */
     int                kv_dim;  /* n_kv_heads * head_dim */
 } na_engine_t;
@@ -70,10 +84,22 @@ typedef struct {
 } na_step_t;
 
 /* Activations of one batch in flight; buffers grow to the largest step seen
- * (na_acts_reserve). Rows are the step's rows, "seg" rows one per segment. */
+ * (na_acts_reserve). Rows are the step's rows, "seg" rows one per segment.
+ * buf[i] are backend buffers (the ops use them); the float * fields are
+ * their host views: the buffer's own memory for host memory, a pinned
+ * mirror for device memory. Host code reads a view only after
+ * na_acts_to_host and, after writing one, calls na_acts_from_host. */
+enum {
+    NA_ACT_X, NA_ACT_XB, NA_ACT_Q, NA_ACT_K, NA_ACT_V, NA_ACT_ATT, NA_ACT_HB, NA_ACT_HB2,
+    NA_ACT_XL, NA_ACT_LOGITS, NA_ACT_COUNT
+};
+#define NA_ACT(i) (1u << (i))   /* mask bit of activation i */
+
 typedef struct na_acts {
     int    cap_rows;
     int    cap_seg;
+    int    n_rows;  /* rows and segments of the current step (na_acts_reserve) */
+    int    n_seg;
     float *x;       /* (cap_rows, dim) residual stream */
     float *xb;      /* (cap_rows, dim) normed input / matmul output */
     float *q;       /* (cap_rows, q_dim) queries after RoPE */
@@ -84,6 +110,10 @@ typedef struct na_acts {
     float *hb2;     /* (cap_rows, hidden_dim) up */
     float *xl;      /* (cap_seg, dim) last row of each segment, normed */
     float *logits;  /* (cap_seg, vocab_size) */
+    na_kbuf_t   *buf[NA_ACT_COUNT];     /* the buffers, by NA_ACT_* */
+    na_kbuf_t   *mirror[NA_ACT_COUNT];  /* pinned host mirrors of device buffers */
+    na_kevent_t *ev;                    /* recorded by na_acts_to_host */
+    const struct na_engine *e;          /* the engine whose backend owns them */
 } na_acts_t;
 
 /* Create an engine over a loaded model. Fails with NA_ERR_INVALID (bad opts,
@@ -99,37 +129,50 @@ void na_engine_destroy(na_engine_t *e);
 na_status_t na_acts_create(const na_engine_t *e, int max_rows, int max_seg,
                            na_acts_t **a_p);
 void        na_acts_destroy(na_acts_t *a);
-/* Grow the buffers to hold a step of n_rows rows and n_seg segments; keeps
- * nothing (contents are undefined afterwards). NA_ERR_NOMEM. */
+/* Grow the buffers to hold a step of n_rows rows and n_seg segments and make
+ * them the current step's sizes; keeps nothing when it grows (contents are
+ * undefined afterwards). NA_ERR_NOMEM. */
 na_status_t na_acts_reserve(na_acts_t *a, const na_engine_t *e, int n_rows, int n_seg);
+
+/* The one way host code reads activations: download the activations of mask
+ * `which` (NA_ACT bits; the current step's rows) into their host views and
+ * wait on a->ev until they are there (a no-op copy for host memory). Fails
+ * with the backend's status. */
+na_status_t na_acts_to_host(na_engine_t *e, na_acts_t *a, unsigned which);
+/* After host code wrote the views of mask `which`: upload them (nothing for
+ * host memory). The views must stay unchanged until the next to_host. */
+na_status_t na_acts_from_host(na_engine_t *e, na_acts_t *a, unsigned which);
 
 /* Check a step against the model: token ids in range, positions in
  * [0, seq_len), segments contiguous and consistent with pos. NA_ERR_INVALID. */
 na_status_t na_step_check(const na_engine_t *e, const na_step_t *s);
 
 /* ---- model slices (compute-node/slices.c) --------------------------------
- * Each enqueues its ops on the backend queue; a caller that reads an output on
- * the host (q/k/v before attention, logits after final) calls ops->sync first.
- * None fails once the step passed na_step_check and the acts were reserved. */
-void na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s);
+ * Each enqueues its ops on the backend queue and returns the first failing
+ * op's status (none fails once the step passed na_step_check and the acts
+ * were reserved). A caller that reads an output on the host (q/k/v before
+ * attention, logits after final) calls na_acts_to_host first. */
+na_status_t na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s);
 /* Outputs a->q, a->k, a->v (rows of the step). */
-void na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
+na_status_t na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
 /* Input a->att (rows of the step); updates a->x. */
-void na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
+na_status_t na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
 /* a->logits row i = logits after segment i's last token. */
-void na_slice_final(na_engine_t *e, na_acts_t *a, const na_step_t *s);
+na_status_t na_slice_final(na_engine_t *e, na_acts_t *a, const na_step_t *s);
 
-/* Local attention of `layer` for every segment of the step: syncs the backend,
- * appends the segment's new K/V rows (a->k, a->v) to its kv at pos0.. and
- * enqueues the attention that writes a->att. Each segment's kv must be
- * reserved for pos0 + n_tok tokens. Fails only if the backend's sync fails. */
+/* Local attention of `layer` for every segment of the step: enqueues the
+ * stores of the segment's new K/V rows (a->k, a->v) into its kv at pos0..
+ * and the attention that writes a->att; nothing is read on the host. Each
+ * segment's kv must be reserved for pos0 + n_tok tokens. Fails with the
+ * first failing op's status. */
 na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *s,
                                  int layer);
 
 /* The whole monolithic forward pass of a step: reserves each segment's KV,
  * runs every slice with local attention, commits the KV. On return
- * a->logits holds one row per segment. Fails with NA_ERR_INVALID (bad step),
- * NA_ERR_RANGE (context past seq_len), NA_ERR_NOMEM. */
+ * a->logits holds one row per segment, downloaded (na_acts_to_host). Fails
+ * with NA_ERR_INVALID (bad step), NA_ERR_RANGE (context past seq_len),
+ * NA_ERR_NOMEM, or a failing op's status. */
 na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s);
 
 #endif /* NA_ENGINE_H */

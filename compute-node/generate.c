@@ -277,7 +277,8 @@ na_status_t na_generate(na_engine_t *e, na_request_t **reqs, int n,
         int admitted = 0;
         while (next < n && g.n_active < max_batch) {
             na_request_t *r = reqs[next++];
-            st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, &r->kv);
+            st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem,
+                                    &r->kv);
             if (st != NA_OK)
                 goto out_destroy_acts;
             r->state = NA_REQ_PREFILL;

@@ -7,7 +7,7 @@
 #define NA_KV_LOCAL_MIN_CAP 16   /* first allocation, in tokens */
 
 na_status_t na_kv_local_create(const na_model_config_t *cfg, na_dtype_t dtype,
-                               na_kv_local_t **kv_p)
+                               na_kernels_t *kern, na_kmem_t mem, na_kv_local_t **kv_p)
 {
     na_kv_local_t *kv;
 
@@ -21,17 +21,20 @@ na_status_t na_kv_local_create(const na_model_config_t *cfg, na_dtype_t dtype,
     kv->n_layers = cfg->n_layers;
     kv->kv_dim = cfg->n_kv_heads * cfg->head_dim;
     kv->max_tokens = cfg->seq_len;
-    kv->k = calloc((size_t)cfg->n_layers, sizeof(*kv->k));
+    kv->kern = kern;
+    kv->mem = mem;
+    /* k, v, kb, vb, km, vm: six arrays of n_layers pointers in one block */
+    kv->k = calloc(6 * (size_t)cfg->n_layers, sizeof(void *));
     if (kv->k == NULL)
         goto err_free_kv;
-    kv->v = calloc((size_t)cfg->n_layers, sizeof(*kv->v));
-    if (kv->v == NULL)
-        goto err_free_k;
+    kv->v = kv->k + cfg->n_layers;
+    kv->kb = (na_kbuf_t **)(kv->v + cfg->n_layers);
+    kv->vb = kv->kb + cfg->n_layers;
+    kv->km = kv->vb + cfg->n_layers;
+    kv->vm = kv->km + cfg->n_layers;
     *kv_p = kv;
     return NA_OK;
 
-err_free_k:
-    free(kv->k);
 err_free_kv:
     free(kv);
 err_nomem:
@@ -40,22 +43,37 @@ err_nomem:
 
 void na_kv_local_destroy(na_kv_local_t *kv)
 {
+    const na_kernel_ops_t *ops;
     int l;
 
     if (kv == NULL)
         return;
+    ops = kv->kern->ops;
     for (l = 0; l < kv->n_layers; l++) {
-        free(kv->k[l]);
-        free(kv->v[l]);
+        ops->buf_free(kv->kern, kv->kb[l]);
+        ops->buf_free(kv->kern, kv->vb[l]);
+        ops->buf_free(kv->kern, kv->km[l]);
+        ops->buf_free(kv->kern, kv->vm[l]);
     }
     free(kv->k);
-    free(kv->v);
     free(kv);
+}
+
+/* Allocate *b_p (NULL: none yet) with `size` bytes of memory type mem, or
+ * grow it keeping its contents. */
+static na_status_t na_kv_local_grow(na_kv_local_t *kv, na_kbuf_t **b_p, size_t size,
+                                    na_kmem_t mem)
+{
+    const na_kernel_ops_t *ops = kv->kern->ops;
+    if (*b_p == NULL)
+        return ops->buf_alloc(kv->kern, size, mem, b_p);
+    return ops->buf_resize(kv->kern, *b_p, size);
 }
 
 na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok)
 {
     size_t row = na_dtype_bytes(kv->dtype, (size_t)kv->kv_dim);
+    na_status_t st;
     int cap, l;
 
     if (n_tok <= kv->cap)
@@ -71,40 +89,28 @@ na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok)
     /* Each layer grows on its own; a failure part-way leaves the grown layers
      * larger than kv->cap, which is harmless (cap only promises a minimum). */
     for (l = 0; l < kv->n_layers; l++) {
-        void *k = realloc(kv->k[l], (size_t)cap * row);
-        if (k == NULL)
-            goto err_nomem;
-        kv->k[l] = k;
-        void *v = realloc(kv->v[l], (size_t)cap * row);
-        if (v == NULL)
-            goto err_nomem;
-        kv->v[l] = v;
+        if ((st = na_kv_local_grow(kv, &kv->kb[l], (size_t)cap * row, kv->mem)) != NA_OK ||
+            (st = na_kv_local_grow(kv, &kv->vb[l], (size_t)cap * row, kv->mem)) != NA_OK)
+            return st;
+        kv->k[l] = kv->kb[l]->host;
+        kv->v[l] = kv->vb[l]->host;
     }
     kv->cap = cap;
     return NA_OK;
-
-err_nomem:
-    return na_err(NA_ERR_NOMEM, "KV cache: out of memory growing to %d tokens", cap);
 }
 
-void na_kv_local_write(na_kv_local_t *kv, int layer, int pos0, int n,
-                       const float *k_rows, const float *v_rows)
+na_status_t na_kv_local_write(na_kv_local_t *kv, int layer, int pos0, int n,
+                              const na_kbuf_t *k_rows, const na_kbuf_t *v_rows)
 {
+    const na_kernel_ops_t *ops = kv->kern->ops;
     size_t count = (size_t)n * (size_t)kv->kv_dim;
-    size_t off = (size_t)pos0 * (size_t)kv->kv_dim;
-    size_t i;
+    size_t off = na_dtype_bytes(kv->dtype, (size_t)pos0 * (size_t)kv->kv_dim);
+    size_t bytes = na_dtype_bytes(kv->dtype, count);
+    na_kbuf_t k = na_kbuf_view(kv->kb[layer], off, bytes);
+    na_kbuf_t v = na_kbuf_view(kv->vb[layer], off, bytes);
+    na_status_t st = ops->store(kv->kern, &k, kv->dtype, k_rows, count);
 
-    if (kv->dtype == NA_DTYPE_F32) {
-        memcpy((float *)kv->k[layer] + off, k_rows, count * sizeof(float));
-        memcpy((float *)kv->v[layer] + off, v_rows, count * sizeof(float));
-    } else {
-        uint16_t *k = (uint16_t *)kv->k[layer] + off;
-        uint16_t *v = (uint16_t *)kv->v[layer] + off;
-        for (i = 0; i < count; i++) {
-            k[i] = na_f32_to_f16(k_rows[i]);
-            v[i] = na_f32_to_f16(v_rows[i]);
-        }
-    }
+    return st != NA_OK ? st : ops->store(kv->kern, &v, kv->dtype, v_rows, count);
 }
 
 void na_kv_local_commit(na_kv_local_t *kv, int n_tok)
@@ -113,16 +119,42 @@ void na_kv_local_commit(na_kv_local_t *kv, int n_tok)
         kv->n_tok = n_tok;
 }
 
-void na_kv_local_attend(const na_kv_local_t *kv, na_kernels_t *kern, int layer,
-                        float *out, const float *q, int n, int pos0,
-                        const na_model_config_t *cfg)
+na_status_t na_kv_local_attend(const na_kv_local_t *kv, int layer, const na_kbuf_t *out,
+                               const na_kbuf_t *q, int n, int pos0,
+                               const na_model_config_t *cfg)
 {
+    const na_kernel_ops_t *ops = kv->kern->ops;
     if (n == 1)
-        kern->ops->attn_decode(kern, out, q, kv->k[layer], kv->v[layer], kv->dtype,
-                               pos0 + 1, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
-    else
-        kern->ops->attn_prefill(kern, out, q, kv->k[layer], kv->v[layer], kv->dtype,
-                                n, pos0, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
+        return ops->attn_decode(kv->kern, out, q, kv->kb[layer], kv->vb[layer], kv->dtype,
+                                pos0 + 1, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
+    return ops->attn_prefill(kv->kern, out, q, kv->kb[layer], kv->vb[layer], kv->dtype,
+                             n, pos0, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
+}
+
+na_status_t na_kv_local_to_host(na_kv_local_t *kv)
+{
+    const na_kernel_ops_t *ops = kv->kern->ops;
+    size_t bytes = na_dtype_bytes(kv->dtype, (size_t)kv->n_tok * (size_t)kv->kv_dim);
+    na_status_t st;
+    int l;
+
+    for (l = 0; l < kv->n_layers; l++) {
+        if (kv->kb[l] == NULL || kv->kb[l]->host != NULL)
+            continue;                           /* host memory: read in place */
+        if (kv->km[l] == NULL || kv->km[l]->size < kv->kb[l]->size) {
+            if ((st = na_kv_local_grow(kv, &kv->km[l], kv->kb[l]->size,
+                                       NA_KMEM_PINNED)) != NA_OK ||
+                (st = na_kv_local_grow(kv, &kv->vm[l], kv->kb[l]->size,
+                                       NA_KMEM_PINNED)) != NA_OK)
+                return st;
+        }
+        if ((st = ops->download(kv->kern, kv->km[l]->host, kv->kb[l], bytes)) != NA_OK ||
+            (st = ops->download(kv->kern, kv->vm[l]->host, kv->vb[l], bytes)) != NA_OK)
+            return st;
+        kv->k[l] = kv->km[l]->host;
+        kv->v[l] = kv->vm[l]->host;
+    }
+    return na_kernels_finish(kv->kern);
 }
 
 size_t na_kv_local_bytes(const na_kv_local_t *kv)

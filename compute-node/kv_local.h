@@ -4,7 +4,9 @@
  * Per layer, K and V are arrays [token][kv_head][head_dim] in f16 or f32, the
  * layout the kernels' attention ops read. Memory follows use: a cache starts
  * empty and grows (doubling, capped at the model's seq_len) as tokens are
- * reserved, so a short request never pays for the whole context. */
+ * reserved, so a short request never pays for the whole context. The
+ * arrays are buffers of the engine's backend (memory type chosen at create);
+ * writes and attention are ops on its queue. */
 #ifndef NA_KV_LOCAL_H
 #define NA_KV_LOCAL_H
 
@@ -22,36 +24,50 @@ typedef struct na_kv_local {
     int        max_tokens;  /* the model's seq_len */
     int        cap;         /* tokens allocated per layer */
     int        n_tok;       /* tokens whose K/V are stored (all layers) */
-    void     **k;           /* [n_layers] -> (cap, kv_dim) of dtype */
-    void     **v;           /* [n_layers] -> (cap, kv_dim) of dtype */
+    na_kernels_t *kern;     /* borrowed: the backend owning the buffers */
+    na_kmem_t  mem;         /* memory type of kb/vb */
+    na_kbuf_t **kb;         /* [n_layers] -> (cap, kv_dim) of dtype */
+    na_kbuf_t **vb;         /* [n_layers] -> (cap, kv_dim) of dtype */
+    void     **k;           /* [n_layers] host views of kb (valid after
+                               na_kv_local_to_host) */
+    void     **v;           /* [n_layers] host views of vb */
+    na_kbuf_t **km, **vm;   /* [n_layers] pinned mirrors of device kb/vb */
 } na_kv_local_t;
 
-/* An empty cache for a model's shape; nothing is allocated for tokens yet.
- * dtype must be F32 or F16 (NA_ERR_INVALID otherwise); NA_ERR_NOMEM. */
+/* An empty cache for a model's shape, in memory type mem of backend kern
+ * (which outlives it); nothing is allocated for tokens yet. dtype must be
+ * F32 or F16 (NA_ERR_INVALID otherwise); NA_ERR_NOMEM. */
 na_status_t na_kv_local_create(const na_model_config_t *cfg, na_dtype_t dtype,
-                               na_kv_local_t **kv_p);
+                               na_kernels_t *kern, na_kmem_t mem, na_kv_local_t **kv_p);
 /* Free the cache; NULL is a no-op. */
 void na_kv_local_destroy(na_kv_local_t *kv);
 
 /* Make room for n_tok tokens in total (positions 0..n_tok-1) in every layer,
- * keeping what is stored. NA_ERR_RANGE past seq_len, NA_ERR_NOMEM. */
+ * keeping what is stored (waits for the backend when it grows). NA_ERR_RANGE
+ * past seq_len, NA_ERR_NOMEM, or the backend's status. */
 na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok);
 
-/* Store rows k_rows/v_rows (n, kv_dim) f32 at positions pos0..pos0+n-1 of
- * `layer`, converting to the cache dtype. The positions must be reserved.
- * Never fails (the caller reserved). */
-void na_kv_local_write(na_kv_local_t *kv, int layer, int pos0, int n,
-                       const float *k_rows, const float *v_rows);
+/* Enqueue the store of rows k_rows/v_rows (n, kv_dim) f32 at positions
+ * pos0..pos0+n-1 of `layer`, converting to the cache dtype (ops->store). The
+ * positions must be reserved. Fails with the op's status. */
+na_status_t na_kv_local_write(na_kv_local_t *kv, int layer, int pos0, int n,
+                              const na_kbuf_t *k_rows, const na_kbuf_t *v_rows);
 
 /* Mark positions 0..n_tok-1 as stored (after all layers of a step wrote). */
 void na_kv_local_commit(na_kv_local_t *kv, int n_tok);
 
-/* Attention of n queries q (n, n_heads*head_dim) at positions pos0.. over the
- * cache of `layer` (which must already hold positions 0..pos0+n-1), via the
- * backend's decode (n == 1) or causal prefill op. out as q. */
-void na_kv_local_attend(const na_kv_local_t *kv, na_kernels_t *kern, int layer,
-                        float *out, const float *q, int n, int pos0,
-                        const na_model_config_t *cfg);
+/* Enqueue the attention of n queries q (n, n_heads*head_dim) at positions
+ * pos0.. over the cache of `layer` (which must already hold positions
+ * 0..pos0+n-1), via the backend's decode (n == 1) or causal prefill op. out
+ * as q. Fails with the op's status. */
+na_status_t na_kv_local_attend(const na_kv_local_t *kv, int layer, const na_kbuf_t *out,
+                               const na_kbuf_t *q, int n, int pos0,
+                               const na_model_config_t *cfg);
+
+/* The one way host code reads the cache: make k[l]/v[l] hold the stored
+ * n_tok tokens of every layer on the host (device memory is downloaded into
+ * pinned mirrors) and wait for it. NA_ERR_NOMEM or the backend's status. */
+na_status_t na_kv_local_to_host(na_kv_local_t *kv);
 
 /* Bytes currently allocated for K and V. */
 size_t na_kv_local_bytes(const na_kv_local_t *kv);

@@ -155,7 +155,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
     na_status_t st;
     int l, j;
 
-    st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, &r->kv);
+    st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem, &r->kv);
     if (st != NA_OK)
         return st;
     while (done < n_tok) {
@@ -171,19 +171,24 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
             st = na_acts_reserve(g->pacts, e, n, 1);
         if (st != NA_OK)
             return st;
-        na_slice_embed(e, g->pacts, &s);
-        for (l = 0; l < e->cfg.n_layers; l++) {
-            na_slice_pre_attn(e, g->pacts, &s, l);
-            st = na_engine_attn_local(e, g->pacts, &s, l);   /* syncs: xb is readable */
+        st = na_slice_embed(e, g->pacts, &s);
+        for (l = 0; l < e->cfg.n_layers && st == NA_OK; l++) {
+            st = na_slice_pre_attn(e, g->pacts, &s, l);
+            if (st == NA_OK)
+                st = na_engine_attn_local(e, g->pacts, &s, l);
+            if (st == NA_OK && q->xc != NULL)
+                st = na_acts_to_host(e, g->pacts, NA_ACT(NA_ACT_XB));
             if (st != NA_OK)
                 return st;
             if (q->xc != NULL)
                 na_xcache_put(q->xc, l, done, n, g->pacts->xb);
-            na_slice_post_attn(e, g->pacts, &s, l);
+            st = na_slice_post_attn(e, g->pacts, &s, l);
             na_asvc_progress(g->svc);        /* heartbeats during a long prompt */
         }
-        na_slice_final(e, g->pacts, &s);
-        st = e->kern->ops->sync(e->kern);
+        if (st == NA_OK)
+            st = na_slice_final(e, g->pacts, &s);
+        if (st == NA_OK)
+            st = na_acts_to_host(e, g->pacts, NA_ACT(NA_ACT_LOGITS));
         if (st != NA_OK)
             return st;
         na_kv_local_commit(r->kv, done + n);
@@ -200,7 +205,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
 static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, char *why, size_t len)
 {
     na_kv_local_t *kv = q->r->kv;
-    na_status_t st = NA_OK;
+    na_status_t st = na_kv_local_to_host(kv);
     int l;
 
     for (l = 0; l < kv->n_layers && st == NA_OK; l++) {

@@ -173,22 +173,28 @@ static na_status_t rs_slice(rs_t *s, const na_wire_ctx_t *c)
     }
     step = (na_step_t){ b->n_rows, b->n_rows, b->tokens, b->pos, b->seg };
     if (c->slice == 0) {
-        na_slice_embed(e, b->acts, &step);
+        st = na_slice_embed(e, b->acts, &step);
     } else {
         memcpy(b->acts->x, c->x, (size_t)c->n_rows * dim * sizeof(float));
         memcpy(b->acts->att, c->att, (size_t)c->n_rows * qd * sizeof(float));
-        na_slice_post_attn(e, b->acts, &step, (int)c->slice - 1);
+        st = na_acts_from_host(e, b->acts, NA_ACT(NA_ACT_X) | NA_ACT(NA_ACT_ATT));
+        if (st == NA_OK)
+            st = na_slice_post_attn(e, b->acts, &step, (int)c->slice - 1);
     }
+    if (st != NA_OK)
+        return st;
     s->slices++;
     if ((int)c->slice == L) {
-        st = e->kern->ops->sync(e->kern);
+        st = na_acts_to_host(e, b->acts, NA_ACT(NA_ACT_X));
         if (st != NA_OK)
             return st;
         rs_send_back(s, (int)c->batch_id, 0);
         return NA_OK;
     }
-    na_slice_pre_attn(e, b->acts, &step, (int)c->slice);
-    st = e->kern->ops->sync(e->kern);
+    st = na_slice_pre_attn(e, b->acts, &step, (int)c->slice);
+    if (st == NA_OK)
+        st = na_acts_to_host(e, b->acts, NA_ACT(NA_ACT_X) | NA_ACT(NA_ACT_Q) |
+                                         NA_ACT(NA_ACT_K) | NA_ACT(NA_ACT_V));
     if (st != NA_OK)
         return st;
     b->n_ent = 0;

@@ -46,7 +46,8 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
     double t0;
     int i;
 
-    st = e->kern->ops->sync(e->kern);        /* q, k, v, xb are read on the host */
+    st = na_acts_to_host(e, a, NA_ACT(NA_ACT_Q) | NA_ACT(NA_ACT_K) | NA_ACT(NA_ACT_V) |
+                               NA_ACT(NA_ACT_XB));  /* read on the host */
     if (st != NA_OK)
         return st;
     b->layer = layer;
@@ -106,7 +107,7 @@ static na_status_t na_sched_send_away(na_off_t *g, na_off_batch_t *b, int k)
     na_status_t st;
     int i;
 
-    st = e->kern->ops->sync(e->kern);
+    st = na_acts_to_host(e, b->acts, NA_ACT(NA_ACT_X) | NA_ACT(NA_ACT_ATT));
     if (st != NA_OK)
         return st;
     for (i = 0; i < b->n_rows; i++) {
@@ -181,8 +182,11 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
         return st;
     if (na_off_owner(g, b, 0) != 0)
         return na_sched_send_away(g, b, 0);
-    na_slice_embed(e, b->acts, &s);
-    na_slice_pre_attn(e, b->acts, &s, 0);
+    st = na_slice_embed(e, b->acts, &s);
+    if (st == NA_OK)
+        st = na_slice_pre_attn(e, b->acts, &s, 0);
+    if (st != NA_OK)
+        return st;
     g->st->slices++;
     return na_sched_launch(g, b, 0);
 }
@@ -198,15 +202,20 @@ static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int pos
     na_status_t st;
 
     if (!post_done) {
-        na_slice_post_attn(e, b->acts, &s, k - 1);
+        st = na_acts_from_host(e, b->acts, NA_ACT(NA_ACT_ATT));   /* written on the host */
+        if (st == NA_OK)
+            st = na_slice_post_attn(e, b->acts, &s, k - 1);
+        if (st != NA_OK)
+            return st;
         g->st->slices++;
     }
     if (k < e->cfg.n_layers) {
-        na_slice_pre_attn(e, b->acts, &s, k);
-        return na_sched_launch(g, b, k);
+        st = na_slice_pre_attn(e, b->acts, &s, k);
+        return st != NA_OK ? st : na_sched_launch(g, b, k);
     }
-    na_slice_final(e, b->acts, &s);
-    st = e->kern->ops->sync(e->kern);
+    st = na_slice_final(e, b->acts, &s);
+    if (st == NA_OK)
+        st = na_acts_to_host(e, b->acts, NA_ACT(NA_ACT_LOGITS));
     if (st != NA_OK)
         return st;
     for (i = 0; i < b->n_rows; i++) {
@@ -276,6 +285,7 @@ static na_status_t na_sched_ctx(na_off_t *g, const na_wire_ctx_t *c)
     na_engine_t *e = g->e;
     const size_t dim = (size_t)e->cfg.dim, qd = (size_t)e->q_dim;
     na_off_batch_t *b;
+    na_status_t st;
     uint32_t i;
     int k;
 
@@ -295,6 +305,9 @@ static na_status_t na_sched_ctx(na_off_t *g, const na_wire_ctx_t *c)
     memcpy(b->acts->x, c->x, (size_t)b->n_rows * dim * sizeof(float));
     if (c->att_dim > 0)
         memcpy(b->acts->att, c->att, (size_t)b->n_rows * qd * sizeof(float));
+    st = na_acts_from_host(e, b->acts, NA_ACT(NA_ACT_X) | NA_ACT(NA_ACT_ATT));
+    if (st != NA_OK)
+        return st;
     for (i = 0; i < c->n_rows; i++) {
         na_wire_ctx_row_t r;
         na_off_req_t *q = b->row_req[i];

@@ -1,129 +1,91 @@
 /* compute-node/slices.c — the forward pass as model slices cut at attention
  * (see engine.h). Each function reads top to bottom in the order the data
- * flows; every matmul runs all rows of the step at once (batch = rows). */
+ * flows; every op goes through the backend's table on the activation
+ * buffers, and every matmul runs all rows of the step at once (batch =
+ * rows). A slice stops at the first op that fails and returns its status. */
 #include "compute-node/engine.h"
 
-#include <string.h>
+/* Run one op and return from the slice if it failed. */
+#define NA_OP(call)                          \
+    do {                                     \
+        na_status_t na_st_ = (call);         \
+        if (na_st_ != NA_OK)                 \
+            return na_st_;                   \
+    } while (0)
 
-/* Row `row` of a 2-D weight as f32 into out[w->cols] (embedding lookup). */
-static void na_slice_tensor_row(const na_tensor_t *w, int row, float *out)
+na_status_t na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s)
 {
-    size_t n = (size_t)w->cols;
-    size_t i, b;
-
-    switch (w->dtype) {
-    case NA_DTYPE_F32:
-        memcpy(out, (const float *)w->data + (size_t)row * n, n * sizeof(float));
-        break;
-    case NA_DTYPE_F16: {
-        const uint16_t *p = (const uint16_t *)w->data + (size_t)row * n;
-        for (i = 0; i < n; i++)
-            out[i] = na_f16_to_f32(p[i]);
-        break;
-    }
-    case NA_DTYPE_BF16: {
-        const uint16_t *p = (const uint16_t *)w->data + (size_t)row * n;
-        for (i = 0; i < n; i++)
-            out[i] = na_bf16_to_f32(p[i]);
-        break;
-    }
-    case NA_DTYPE_Q8_0: {
-        /* blocks of { f16 scale, int8 q[32] } */
-        const uint8_t *p = (const uint8_t *)w->data +
-                           (size_t)row * (n / NA_Q8_0_BLOCK) * NA_Q8_0_BLOCK_SIZE;
-        for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
-            const uint8_t *blk = p + b * NA_Q8_0_BLOCK_SIZE;
-            uint16_t h;
-            float d;
-            memcpy(&h, blk, sizeof(h));
-            d = na_f16_to_f32(h);
-            for (i = 0; i < NA_Q8_0_BLOCK; i++)
-                out[b * NA_Q8_0_BLOCK + i] = d * (float)(int8_t)blk[2 + i];
-        }
-        break;
-    }
-    default:
-        memset(out, 0, n * sizeof(float));      /* the loader rejects other dtypes */
-        break;
-    }
+    /* x = tok_embd[token] */
+    return e->kern->ops->embed(e->kern, a->buf[NA_ACT_X], &e->w.tok_embd, s->tokens,
+                               s->n_rows);
 }
 
-/* x[i] += y[i] for n elements, on the host.
- * GAP: kernels.h has no elementwise-add op, so a device backend would need a
- * sync here; the CPU and ref backends run ops at once, so none is needed. */
-static void na_slice_residual(float *x, const float *y, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++)
-        x[i] += y[i];
-}
-
-void na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s)
-{
-    int r;
-
-    for (r = 0; r < s->n_rows; r++)
-        na_slice_tensor_row(&e->model->tok_embd, s->tokens[r],
-                            a->x + (size_t)r * (size_t)e->cfg.dim);
-}
-
-void na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer)
+na_status_t na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer)
 {
     const na_kernel_ops_t *ops = e->kern->ops;
-    const na_layer_weights_t *w = &e->model->layers[layer];
+    const na_engine_layer_w_t *w = &e->w.layers[layer];
     const na_model_config_t *c = &e->cfg;
+    na_kernels_t *k = e->kern;
+    na_kbuf_t *const *b = a->buf;
     int n = s->n_rows;
 
     /* attention rmsnorm */
-    ops->rmsnorm(e->kern, a->xb, a->x, (const float *)w->attn_norm.data, c->dim,
-                 c->rms_eps, n);
+    NA_OP(ops->rmsnorm(k, b[NA_ACT_XB], b[NA_ACT_X], &w->attn_norm, c->dim, c->rms_eps, n));
     /* q, k, v projections */
-    ops->matmul(e->kern, a->q, a->xb, &w->wq, n);
-    ops->matmul(e->kern, a->k, a->xb, &w->wk, n);
-    ops->matmul(e->kern, a->v, a->xb, &w->wv, n);
+    NA_OP(ops->matmul(k, b[NA_ACT_Q], b[NA_ACT_XB], &w->wq, n));
+    NA_OP(ops->matmul(k, b[NA_ACT_K], b[NA_ACT_XB], &w->wk, n));
+    NA_OP(ops->matmul(k, b[NA_ACT_V], b[NA_ACT_XB], &w->wv, n));
     /* RoPE: rotate q and k by each row's position */
-    ops->rope(e->kern, a->q, c->n_heads, c->head_dim, s->pos, c->rope_theta, n);
-    ops->rope(e->kern, a->k, c->n_kv_heads, c->head_dim, s->pos, c->rope_theta, n);
+    NA_OP(ops->rope(k, b[NA_ACT_Q], c->n_heads, c->head_dim, s->pos, c->rope_theta, n));
+    NA_OP(ops->rope(k, b[NA_ACT_K], c->n_kv_heads, c->head_dim, s->pos, c->rope_theta, n));
+    return NA_OK;
 }
 
-void na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer)
+na_status_t na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer)
 {
     const na_kernel_ops_t *ops = e->kern->ops;
-    const na_layer_weights_t *w = &e->model->layers[layer];
+    const na_engine_layer_w_t *w = &e->w.layers[layer];
     const na_model_config_t *c = &e->cfg;
+    na_kernels_t *k = e->kern;
+    na_kbuf_t *const *b = a->buf;
     int n = s->n_rows;
     size_t xs = (size_t)n * (size_t)c->dim;
 
     /* output projection and residual */
-    ops->matmul(e->kern, a->xb, a->att, &w->wo, n);
-    na_slice_residual(a->x, a->xb, xs);
+    NA_OP(ops->matmul(k, b[NA_ACT_XB], b[NA_ACT_ATT], &w->wo, n));
+    NA_OP(ops->add(k, b[NA_ACT_X], b[NA_ACT_XB], xs));
     /* ffn rmsnorm */
-    ops->rmsnorm(e->kern, a->xb, a->x, (const float *)w->ffn_norm.data, c->dim,
-                 c->rms_eps, n);
+    NA_OP(ops->rmsnorm(k, b[NA_ACT_XB], b[NA_ACT_X], &w->ffn_norm, c->dim, c->rms_eps, n));
     /* SwiGLU MLP: w2 · (silu(w1·xb) * (w3·xb)) */
-    ops->matmul(e->kern, a->hb, a->xb, &w->w1, n);
-    ops->matmul(e->kern, a->hb2, a->xb, &w->w3, n);
-    ops->swiglu(e->kern, a->hb, a->hb2, (size_t)n * (size_t)c->hidden_dim);
-    ops->matmul(e->kern, a->xb, a->hb, &w->w2, n);
+    NA_OP(ops->matmul(k, b[NA_ACT_HB], b[NA_ACT_XB], &w->w1, n));
+    NA_OP(ops->matmul(k, b[NA_ACT_HB2], b[NA_ACT_XB], &w->w3, n));
+    NA_OP(ops->swiglu(k, b[NA_ACT_HB], b[NA_ACT_HB2], (size_t)n * (size_t)c->hidden_dim));
+    NA_OP(ops->matmul(k, b[NA_ACT_XB], b[NA_ACT_HB], &w->w2, n));
     /* residual */
-    na_slice_residual(a->x, a->xb, xs);
+    NA_OP(ops->add(k, b[NA_ACT_X], b[NA_ACT_XB], xs));
+    return NA_OK;
 }
 
-void na_slice_final(na_engine_t *e, na_acts_t *a, const na_step_t *s)
+na_status_t na_slice_final(na_engine_t *e, na_acts_t *a, const na_step_t *s)
 {
     const na_kernel_ops_t *ops = e->kern->ops;
     const na_model_config_t *c = &e->cfg;
-    size_t d = (size_t)c->dim;
+    const size_t d = (size_t)c->dim * sizeof(float);
+    na_kernels_t *k = e->kern;
+    na_kbuf_t *const *b = a->buf;
     int i;
 
     /* only the last row of each segment needs logits: gather them into xb */
     for (i = 0; i < s->n_seg; i++) {
-        int last = s->seg[i].row0 + s->seg[i].n_tok - 1;
-        memcpy(a->xb + (size_t)i * d, a->x + (size_t)last * d, d * sizeof(float));
+        size_t last = (size_t)(s->seg[i].row0 + s->seg[i].n_tok - 1);
+        na_kbuf_t dst = na_kbuf_view(b[NA_ACT_XB], (size_t)i * d, d);
+        na_kbuf_t src = na_kbuf_view(b[NA_ACT_X], last * d, d);
+        NA_OP(ops->copy(k, &dst, &src, d));
     }
     /* final rmsnorm */
-    ops->rmsnorm(e->kern, a->xl, a->xb, (const float *)e->model->out_norm.data, c->dim,
-                 c->rms_eps, s->n_seg);
+    NA_OP(ops->rmsnorm(k, b[NA_ACT_XL], b[NA_ACT_XB], &e->w.out_norm, c->dim, c->rms_eps,
+                       s->n_seg));
     /* classifier into logits */
-    ops->matmul(e->kern, a->logits, a->xl, &e->model->output, s->n_seg);
+    NA_OP(ops->matmul(k, b[NA_ACT_LOGITS], b[NA_ACT_XL], &e->w.output, s->n_seg));
+    return NA_OK;
 }

@@ -99,7 +99,7 @@ na_status_t na_xcache_attend(na_xcache_t *x, na_engine_t *e, int layer, int pos,
                              const float *q, float *out)
 {
     const na_model_config_t *c = &e->cfg;
-    const na_layer_weights_t *w = &e->model->layers[layer];
+    const na_engine_layer_w_t *w = &e->w.layers[layer];
     const na_kernel_ops_t *ops = e->kern->ops;
     na_dtype_t kt = e->opts.kv_dtype;
     int n = pos + 1, i;
@@ -126,24 +126,24 @@ na_status_t na_xcache_attend(na_xcache_t *x, na_engine_t *e, int layer, int pos,
         xf[i] = na_f16_to_f32(x->x[layer][i]);
     for (i = 0; i < n; i++)
         positions[i] = i;
-    /* regenerate K = RoPE(X·Wk), V = X·Wv */
-    ops->matmul(e->kern, k, xf, &w->wk, n);
-    ops->matmul(e->kern, v, xf, &w->wv, n);
-    ops->rope(e->kern, k, c->n_kv_heads, c->head_dim, positions, c->rope_theta, n);
-    st = ops->sync(e->kern);
-    if (st != NA_OK)
-        goto out;
-    if (kt == NA_DTYPE_F16) {
-        for (i = 0; i < (int)cnt; i++) {
-            ((uint16_t *)kc)[i] = na_f32_to_f16(k[i]);
-            ((uint16_t *)vc)[i] = na_f32_to_f16(v[i]);
-        }
-    } else {
-        memcpy(kc, k, cnt * sizeof(float));
-        memcpy(vc, v, cnt * sizeof(float));
+    /* regenerate K = RoPE(X·Wk), V = X·Wv, stored in the KV dtype, then attend
+     * (host arrays wrapped as buffers: a host backend's path) */
+    {
+        na_kbuf_t xb = na_kbuf_host(xf, (size_t)n * (size_t)x->dim * sizeof(float));
+        na_kbuf_t kb = na_kbuf_host(k, cnt * sizeof(float));
+        na_kbuf_t vb = na_kbuf_host(v, cnt * sizeof(float));
+        na_kbuf_t kcb = na_kbuf_host(kc, na_dtype_bytes(kt, cnt));
+        na_kbuf_t vcb = na_kbuf_host(vc, na_dtype_bytes(kt, cnt));
+        if ((st = ops->matmul(e->kern, &kb, &xb, &w->wk, n)) != NA_OK ||
+            (st = ops->matmul(e->kern, &vb, &xb, &w->wv, n)) != NA_OK ||
+            (st = ops->rope(e->kern, &kb, c->n_kv_heads, c->head_dim, positions, c->rope_theta,
+                            n)) != NA_OK ||
+            (st = ops->store(e->kern, &kcb, kt, &kb, cnt)) != NA_OK ||
+            (st = ops->store(e->kern, &vcb, kt, &vb, cnt)) != NA_OK)
+            goto out;
     }
-    ops->attn_decode(e->kern, out, q, kc, vc, kt, n, c->n_heads, c->n_kv_heads, c->head_dim);
-    st = ops->sync(e->kern);
+    st = na_kernels_attn_decode_host(e->kern, out, q, kc, vc, kt, n, c->n_heads,
+                                     c->n_kv_heads, c->head_dim);
 out:
     free(positions);
     free(vc);

@@ -11,11 +11,29 @@ typedef struct {
 } na_kernels_entry_t;
 
 static const na_kernels_entry_t na_kernels_table[] = {
-    { "ref",  na_kernels_ref_create },
-    { "cpu",  na_kernels_cpu_create },
-    { "cuda", NULL },
-    { "csd",  NULL },
+    { "ref",    na_kernels_ref_create },
+    { "refdev", na_kernels_refdev_create },
+    { "cpu",    na_kernels_cpu_create },
+    { "cuda",   NULL },
+    { "csd",    NULL },
 };
+
+/* Construct the backend and the event na_kernels_finish records. */
+static na_status_t na_kernels_open(const na_kernels_entry_t *en, int n_threads,
+                                   na_kernels_t **k_p)
+{
+    na_kernels_t *k;
+    na_status_t st = en->create(n_threads, &k);
+    if (st != NA_OK)
+        return st;
+    st = k->ops->event_create(k, &k->fin);
+    if (st != NA_OK) {
+        k->ops->destroy(k);
+        return st;
+    }
+    *k_p = k;
+    return NA_OK;
+}
 
 /* Look the name up and call its constructor. NA_ERR_NOT_FOUND for an unknown
  * name, NA_ERR_UNSUPPORTED for a known backend not built into this binary. */
@@ -28,14 +46,36 @@ na_status_t na_kernels_create(const char *name, int n_threads, na_kernels_t **k_
         if (na_kernels_table[i].create == NULL)
             return na_err(NA_ERR_UNSUPPORTED,
                           "kernels: backend '%s' is not built into this binary", name);
-        return na_kernels_table[i].create(n_threads, k_p);
+        return na_kernels_open(&na_kernels_table[i], n_threads, k_p);
     }
-    return na_err(NA_ERR_NOT_FOUND, "kernels: unknown backend '%s' (known: ref, cpu, cuda, csd)",
-                  name);
+    return na_err(NA_ERR_NOT_FOUND,
+                  "kernels: unknown backend '%s' (known: ref, refdev, cpu, cuda, csd)", name);
 }
 
 void na_kernels_destroy(na_kernels_t *k)
 {
-    if (k != NULL)
-        k->ops->destroy(k);
+    if (k == NULL)
+        return;
+    k->ops->event_destroy(k, k->fin);
+    k->ops->destroy(k);
+}
+
+na_status_t na_kernels_finish(na_kernels_t *k)
+{
+    na_status_t st = k->ops->event_record(k, k->fin);
+    return st != NA_OK ? st : k->ops->event_wait(k, k->fin);
+}
+
+na_status_t na_kernels_attn_decode_host(na_kernels_t *k, float *out, const float *q,
+                                        const void *kcache, const void *vcache,
+                                        na_dtype_t kv_dtype, int ctx, int n_heads,
+                                        int n_kv_heads, int head_dim)
+{
+    size_t qb = (size_t)n_heads * (size_t)head_dim * sizeof(float);
+    size_t kvb = na_dtype_bytes(kv_dtype, (size_t)ctx * (size_t)n_kv_heads * (size_t)head_dim);
+    na_kbuf_t o = na_kbuf_host(out, qb), qq = na_kbuf_host((void *)q, qb);
+    na_kbuf_t kc = na_kbuf_host((void *)kcache, kvb), vc = na_kbuf_host((void *)vcache, kvb);
+    na_status_t st = k->ops->attn_decode(k, &o, &qq, &kc, &vc, kv_dtype, ctx, n_heads,
+                                         n_kv_heads, head_dim);
+    return st != NA_OK ? st : na_kernels_finish(k);
 }

@@ -5,9 +5,12 @@
  * `cpu` the fast versions (AVX2/FMA/F16C, OpenBLAS); `cuda` and `csd` go
  * beside them later without touching callers.
  *
- * Asynchrony: every op is *enqueued* on the backend's queue. The CPU and ref
- * backends run it at once; a device backend puts it on a stream. Callers that
- * need the results on the host call ops->sync() before reading them.
+ * Memory: ops read and write buffers (na_kbuf_t) allocated through the
+ * backend (host, pinned host or device memory); weights are placed once
+ * (ops->place). Asynchrony: every op is *enqueued* on the backend's queue and
+ * returns a status. The CPU and ref backends run it at once; a device backend
+ * puts it on a stream. Callers that need results on the host download them
+ * and wait on an event recorded after the download (na_kevent_t).
  *
  * Conventions: activations are f32, row-major, `batch` rows. A weight W of
  * shape (rows, cols) maps x (cols) to y (rows): y = W·x. Head vectors are laid
@@ -23,6 +26,62 @@
 #include "common/status.h"
 
 typedef struct na_kernels na_kernels_t;
+typedef struct na_kevent na_kevent_t;     /* a point in a backend's queue */
+
+/* ---- buffers ---------------------------------------------------------------
+ * Memory the ops read and write. A buffer is allocated, freed, filled
+ * (upload) and read back (download) through its backend. `host` is non-NULL
+ * only when the memory is readable and writable by the host (host and pinned
+ * host memory); `dev` is the address the backend's ops use (== host for the
+ * cpu backend). A handle may also be a view: na_kbuf_view() names a byte
+ * range of another buffer (no allocation, nothing to free), and
+ * na_kbuf_host() wraps host memory the caller owns, which the host backends
+ * (ref, cpu) accept anywhere a buffer is expected (a device backend does
+ * not: it returns NA_ERR_INVALID, allocate through it instead). */
+typedef enum {
+    NA_KMEM_HOST   = 0,     /* pageable host memory */
+    NA_KMEM_PINNED = 1,     /* host memory the device can DMA (cpu: plain host) */
+    NA_KMEM_DEVICE = 2,     /* device memory: no host pointer */
+} na_kmem_t;
+
+typedef struct na_kbuf {
+    na_kernels_t *owner;    /* allocating backend; NULL for wrapped host memory */
+    na_kmem_t     mem;
+    size_t        size;     /* bytes */
+    void         *host;     /* host-accessible address, or NULL (device memory) */
+    void         *dev;      /* address the owning backend's ops use */
+    void         *alloc;    /* the allocation; NULL in views and wrappers */
+} na_kbuf_t;
+
+/* A view of bytes [off, off+size) of b (same owner and memory), its size
+ * clamped to what b holds past off, so the ops' size checks still guard b. */
+static inline na_kbuf_t na_kbuf_view(const na_kbuf_t *b, size_t off, size_t size)
+{
+    na_kbuf_t v = *b;
+    size_t left = off <= b->size ? b->size - off : 0;
+    v.size = size < left ? size : left;
+    v.host = b->host != NULL ? (char *)b->host + off : NULL;
+    v.dev = b->dev != NULL ? (char *)b->dev + off : NULL;
+    v.alloc = NULL;
+    return v;
+}
+
+/* Host memory owned by the caller, as a buffer for the host backends. */
+static inline na_kbuf_t na_kbuf_host(void *p, size_t size)
+{
+    na_kbuf_t b = { NULL, NA_KMEM_HOST, size, p, p, NULL };
+    return b;
+}
+
+/* A weight placed on a backend (na_kernel_ops_t.place): its shape and dtype
+ * and the buffer the ops read. The host backends wrap the model's mmap (no
+ * copy); a device backend uploads once. */
+typedef struct {
+    na_dtype_t dtype;
+    int        rows;        /* output features (1 for a vector) */
+    int        cols;        /* input features (contiguous) */
+    na_kbuf_t  buf;
+} na_kweight_t;
 
 /* Partial state of decode attention for one query head over a part of the
  * context (flash-decoding): running max m, running sum l, and the unnormalised
@@ -41,54 +100,110 @@ typedef struct {
     int         n;
 } na_kv_span_t;
 
+/* Every op below except attn_partial is *enqueued* on the backend's queue
+ * and returns at once; its status says whether it was accepted
+ * (NA_ERR_INVALID: a NULL or too small buffer, a buffer of another backend,
+ * a bad shape). Results are ready once an event recorded after the op has
+ * completed (event_wait / event_query). The host backends run each op before
+ * returning. Buffer arguments are views (na_kbuf_view) sized at least as the
+ * op needs; `pos` and `tokens` are host arrays read before the op returns. */
 typedef struct {
     const char *name;                 /* "ref", "cpu", ... */
 
-    /* y[b, W.rows] = W · x[b, W.cols] for b < batch. W any na_dtype_t. */
-    void (*matmul)(na_kernels_t *k, float *y, const float *x,
-                   const na_tensor_t *w, int batch);
+    /* -- memory -- */
+    /* Allocate `size` bytes of memory type mem: *b_p is owned by the caller
+     * (buf_free). NA_ERR_UNSUPPORTED for a type the backend lacks,
+     * NA_ERR_NOMEM. Contents undefined. */
+    na_status_t (*buf_alloc)(na_kernels_t *k, size_t size, na_kmem_t mem, na_kbuf_t **b_p);
+    /* Free a buffer from buf_alloc once the ops using it completed; NULL ok. */
+    void (*buf_free)(na_kernels_t *k, na_kbuf_t *b);
+    /* Grow or shrink a buffer from buf_alloc to `size` bytes keeping its
+     * first min(old, new) bytes (host memory: realloc, often without a
+     * copy); the handle stays, its addresses may change. Waits for the ops
+     * using it. NA_ERR_NOMEM leaves it as it was. */
+    na_status_t (*buf_resize)(na_kernels_t *k, na_kbuf_t *b, size_t size);
+    /* Copy `size` host bytes into dst. src must stay unchanged until an event
+     * recorded after the upload completed. */
+    na_status_t (*upload)(na_kernels_t *k, const na_kbuf_t *dst, const void *src, size_t size);
+    /* Copy `size` bytes of src into host memory dst (valid once an event
+     * recorded after it completed). When dst is src's own host memory this
+     * is a no-op: host buffers are read in place. Also the logits copy. */
+    na_status_t (*download)(na_kernels_t *k, void *dst, const na_kbuf_t *src, size_t size);
+    /* dst = src, `size` bytes, both buffers of this backend. */
+    na_status_t (*copy)(na_kernels_t *k, const na_kbuf_t *dst, const na_kbuf_t *src,
+                        size_t size);
+    /* Place weight t once for the ops: w->buf wraps t->data on host backends
+     * (no copy), is uploaded on a device. Undo with unplace. */
+    na_status_t (*place)(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w);
+    void (*unplace)(na_kernels_t *k, na_kweight_t *w);
 
-    /* out[b] = x[b] / rms(x[b]) * weight, over n elements, b < batch. */
-    void (*rmsnorm)(na_kernels_t *k, float *out, const float *x,
-                    const float *weight, int n, float eps, int batch);
+    /* -- events: create, record (mark everything enqueued so far), query
+     * (NA_OK: completed or never recorded, NA_ERR_BUSY: pending), wait (block
+     * the host until completed; returns the first error of the ops before
+     * it), destroy. They replace a global sync. -- */
+    na_status_t (*event_create)(na_kernels_t *k, na_kevent_t **ev_p);
+    na_status_t (*event_record)(na_kernels_t *k, na_kevent_t *ev);
+    na_status_t (*event_query)(na_kernels_t *k, na_kevent_t *ev);
+    na_status_t (*event_wait)(na_kernels_t *k, na_kevent_t *ev);
+    void (*event_destroy)(na_kernels_t *k, na_kevent_t *ev);
+
+    /* -- math. Activations f32. -- */
+    /* x[r] = row tokens[r] of table t (vocab, dim) as f32, r < n; any dtype. */
+    na_status_t (*embed)(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
+                         const int *tokens, int n);
+    /* x[i] += y[i], i < n (residual add). */
+    na_status_t (*add)(na_kernels_t *k, const na_kbuf_t *x, const na_kbuf_t *y, size_t n);
+    /* dst[i] = src[i] (f32) converted to dtype (f32 or f16), i < n: KV rows
+     * into a KV cache. */
+    na_status_t (*store)(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dtype,
+                         const na_kbuf_t *src, size_t n);
+
+    /* y[b, W.rows] = W · x[b, W.cols] for b < batch. W any na_dtype_t. */
+    na_status_t (*matmul)(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t *x,
+                          const na_kweight_t *w, int batch);
+
+    /* out[b] = x[b] / rms(x[b]) * weight (f32, n), over n elements, b < batch. */
+    na_status_t (*rmsnorm)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
+                           const na_kweight_t *weight, int n, float eps, int batch);
 
     /* Rotate adjacent pairs of each head of vec (n_heads*head_dim) for
      * position pos[b] of row b (row stride n_heads*head_dim). */
-    void (*rope)(na_kernels_t *k, float *vec, int n_heads, int head_dim,
-                 const int *pos, float theta, int batch);
+    na_status_t (*rope)(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, int head_dim,
+                        const int *pos, float theta, int batch);
 
     /* gate[i] = silu(gate[i]) * up[i], n*batch elements in place. */
-    void (*swiglu)(na_kernels_t *k, float *gate, const float *up, size_t n);
+    na_status_t (*swiglu)(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
+                          size_t n);
 
     /* In-place softmax over n elements of each of batch rows. */
-    void (*softmax)(na_kernels_t *k, float *x, int n, int batch);
+    na_status_t (*softmax)(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);
 
     /* Causal attention of a prompt: q (n_tok, n_heads*head_dim) for positions
      * pos0..pos0+n_tok-1; K/V hold positions 0..pos0+n_tok-1 of n_kv_heads
      * heads, layout [token][kv_head][head_dim] in kv_dtype (f16/f32);
      * out (n_tok, n_heads*head_dim). */
-    void (*attn_prefill)(na_kernels_t *k, float *out, const float *q,
-                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
-                         int n_tok, int pos0, int n_heads, int n_kv_heads,
-                         int head_dim);
+    na_status_t (*attn_prefill)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
+                                const na_kbuf_t *kcache, const na_kbuf_t *vcache,
+                                na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
+                                int n_kv_heads, int head_dim);
 
     /* Decode attention of one request, GQA: q (n_heads*head_dim) against
      * ctx tokens of K/V laid out [token][kv_head][head_dim] in kv_dtype.
      * Long contexts are split across the backend's threads. out as q. */
-    void (*attn_decode)(na_kernels_t *k, float *out, const float *q,
-                        const void *kcache, const void *vcache, na_dtype_t kv_dtype,
-                        int ctx, int n_heads, int n_kv_heads, int head_dim);
+    na_status_t (*attn_decode)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
+                               const na_kbuf_t *kcache, const na_kbuf_t *vcache,
+                               na_dtype_t kv_dtype, int ctx, int n_heads, int n_kv_heads,
+                               int head_dim);
 
-    /* Partial decode attention of `group` query heads (q: group*head_dim)
+    /* The storage node's host attention kernel (storage-node/attn_engine.c),
+     * on host pointers, run at once on the calling thread (not enqueued):
+     * partial decode attention of `group` query heads (q: group*head_dim)
      * sharing one KV head, over one span; folds into st[group] and
      * acc[group*head_dim] (initialise with na_attn_init). Each K/V row is
      * read once for all heads of the group. scale is 1/sqrt(head_dim). */
     void (*attn_partial)(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
                          const na_kv_span_t *span, na_dtype_t kv_dtype, float scale);
-
-    /* Wait until every op enqueued so far has completed. */
-    na_status_t (*sync)(na_kernels_t *k);
 
     /* Release the backend (threads, scratch, the struct itself); called by
      * na_kernels_destroy only. */
@@ -99,9 +214,15 @@ struct na_kernels {
     const na_kernel_ops_t *ops;
     int                    n_threads;  /* threads the backend may use */
     void                  *priv;       /* backend state (thread pool, stream) */
+    na_kevent_t           *fin;        /* event of na_kernels_finish */
+    na_kmem_t              mem;        /* where its ops work best: callers put
+                                          activations there (host for ref and
+                                          cpu, device for refdev and devices) */
 };
 
-/* Create a backend by name ("ref", "cpu"); n_threads <= 0 means all cores.
+/* Create a backend by name ("ref", "cpu", "refdev": ref whose preferred
+ * memory is emulated device memory, which tests callers' device paths);
+ * n_threads <= 0 means all cores.
  * NA_ERR_UNSUPPORTED for a backend not built or without a device here.
  * A backend instance serves one calling thread at a time (matmul and
  * attn_decode use its scratch and thread pool); attn_partial and the ref
@@ -109,6 +230,20 @@ struct na_kernels {
 na_status_t na_kernels_create(const char *name, int n_threads, na_kernels_t **k_p);
 void        na_kernels_destroy(na_kernels_t *k);
 
+/* Record the backend's own event and wait for it: every op enqueued so far
+ * has completed. For callers that need nothing finer. */
+na_status_t na_kernels_finish(na_kernels_t *k);
+
+/* Decode attention (ops->attn_decode) on host arrays the caller owns, then
+ * wait for it: for host-memory callers of the host backends (tests, benches,
+ * the KV-fetch path). Fails with the op's status. */
+na_status_t na_kernels_attn_decode_host(na_kernels_t *k, float *out, const float *q,
+                                        const void *kcache, const void *vcache,
+                                        na_dtype_t kv_dtype, int ctx, int n_heads,
+                                        int n_kv_heads, int head_dim);
+
+/* The host-memory attention helpers below and ops->attn_partial are the
+ * storage node's kernels: plain host pointers, no buffers, no queue. */
 /* Helpers on attention partials (plain C, shared by all backends). */
 void na_attn_init(na_attn_stat_t *st, float *acc, int group, int head_dim);
 /* Fold partial (st_b, acc_b) into (st_a, acc_a). */

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 
+#include "kernels/host/host.h"
 #include "kernels/kernels.h"
 
 /* ---- thread pool (kernels/cpu/cpu_pool.c) --------------------------------
@@ -25,6 +26,7 @@ void na_cpu_pool_run(na_cpu_pool_t *pool, na_cpu_task_fn fn, void *ctx, int n_ta
 
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
 typedef struct {
+    na_khost_t     host;        /* first: the shared host-backend state */
     na_cpu_pool_t *pool;
     float         *scratch;     /* grown on demand, see na_cpu_scratch */
     size_t         scratch_n;   /* floats in scratch */

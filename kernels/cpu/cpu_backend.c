@@ -1,6 +1,8 @@
 /* kernels/cpu/cpu_backend.c — the "cpu" backend: its table, create/destroy,
  * the scratch buffer, and the element-wise ops (rmsnorm, RoPE, SwiGLU,
- * softmax) in AVX2/FMA. Matmul is in cpu_matmul.c, attention in cpu_attn.c.
+ * softmax, residual add), embedding and KV store. Buffers, events and the
+ * checked table entries are shared with ref (kernels/host/host.c). Matmul
+ * is in cpu_matmul.c, attention in cpu_attn.c.
  *
  * Threading: the backend owns a pool of n_threads (kernels/cpu/cpu_pool.c)
  * for matmul rows and long decode contexts, and sets OpenBLAS to the same
@@ -10,6 +12,7 @@
  * calling thread. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -33,7 +36,7 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n)
 }
 
 /* ops->rmsnorm: sum of squares in 8 lanes, then one scaled pass. */
-static void na_cpu_rmsnorm(na_kernels_t *k, float *out, const float *x,
+static void na_cpu_rmsnorm(float *out, const float *x,
                            const float *weight, int n, float eps, int batch)
 {
     int b, i;
@@ -61,14 +64,14 @@ static void na_cpu_rmsnorm(na_kernels_t *k, float *out, const float *x,
 
 /* Same formula as the reference (llama2.c), with cos/sin computed once per
  * pair and row instead of once per head: results are bit-identical. */
-static void na_cpu_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+static void na_cpu_rope(float *vec, int n_heads, int head_dim,
                         const int *pos, float theta, int batch)
 {
     float fcr[NA_MODEL_MAX_HEAD_DIM / 2], fci[NA_MODEL_MAX_HEAD_DIM / 2];
     int b, h, i;
 
     if (head_dim > NA_MODEL_MAX_HEAD_DIM) {
-        na_ref_rope(k, vec, n_heads, head_dim, pos, theta, batch);
+        na_ref_rope(vec, n_heads, head_dim, pos, theta, batch);
         return;
     }
     for (b = 0; b < batch; b++) {
@@ -90,7 +93,7 @@ static void na_cpu_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
 }
 
 /* ops->swiglu: silu(g) * u with the vector exp. */
-static void na_cpu_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
+static void na_cpu_swiglu(float *gate, const float *up, size_t n)
 {
     const __m256 one = _mm256_set1_ps(1.0f);
     size_t i;
@@ -107,7 +110,7 @@ static void na_cpu_swiglu(na_kernels_t *k, float *gate, const float *up, size_t 
 }
 
 /* ops->softmax: vector max, exp + sum, scale; per row. */
-static void na_cpu_softmax(na_kernels_t *k, float *x, int n, int batch)
+static void na_cpu_softmax(float *x, int n, int batch)
 {
     int b, i;
     for (b = 0; b < batch; b++) {
@@ -139,9 +142,79 @@ static void na_cpu_softmax(na_kernels_t *k, float *x, int n, int batch)
     }
 }
 
-static na_status_t na_cpu_sync(na_kernels_t *k)
+/* Row `row` of a 2-D weight as f32 into out[t->cols] (embedding lookup):
+ * a memcpy for f32, one conversion pass otherwise. */
+static void na_cpu_tensor_row(const na_tensor_t *t, int row, float *out)
 {
-    return NA_OK;                       /* every op completed before it returned */
+    size_t n = (size_t)t->cols;
+    size_t i, b;
+
+    switch (t->dtype) {
+    case NA_DTYPE_F32:
+        memcpy(out, (const float *)t->data + (size_t)row * n, n * sizeof(float));
+        break;
+    case NA_DTYPE_F16: {
+        const uint16_t *p = (const uint16_t *)t->data + (size_t)row * n;
+        for (i = 0; i < n; i++)
+            out[i] = na_f16_to_f32(p[i]);
+        break;
+    }
+    case NA_DTYPE_BF16: {
+        const uint16_t *p = (const uint16_t *)t->data + (size_t)row * n;
+        for (i = 0; i < n; i++)
+            out[i] = na_bf16_to_f32(p[i]);
+        break;
+    }
+    case NA_DTYPE_Q8_0: {
+        /* blocks of { f16 scale, int8 q[32] } */
+        const uint8_t *p = (const uint8_t *)t->data +
+                           (size_t)row * (n / NA_Q8_0_BLOCK) * NA_Q8_0_BLOCK_SIZE;
+        for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
+            const uint8_t *blk = p + b * NA_Q8_0_BLOCK_SIZE;
+            uint16_t h;
+            float d;
+            memcpy(&h, blk, sizeof(h));
+            d = na_f16_to_f32(h);
+            for (i = 0; i < NA_Q8_0_BLOCK; i++)
+                out[b * NA_Q8_0_BLOCK + i] = d * (float)(int8_t)blk[2 + i];
+        }
+        break;
+    }
+    default:
+        memset(out, 0, n * sizeof(float));      /* the loader rejects other dtypes */
+        break;
+    }
+}
+
+/* ops->embed: one row per token. */
+static void na_cpu_embed(float *x, const na_tensor_t *t, const int *tokens, int n)
+{
+    int r;
+    for (r = 0; r < n; r++)
+        na_cpu_tensor_row(t, tokens[r], x + (size_t)r * (size_t)t->cols);
+}
+
+/* ops->add: x += y, 8 lanes at a time. */
+static void na_cpu_add(float *x, const float *y, size_t n)
+{
+    size_t i;
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        x[i] += y[i];
+}
+
+/* ops->store: f32 rows into a KV cache of f32 (memcpy) or f16 (scalar
+ * round-to-nearest-even, the same conversion as everywhere else). */
+static void na_cpu_store(void *dst, na_dtype_t dtype, const float *src, size_t n)
+{
+    size_t i;
+    if (dtype == NA_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    for (i = 0; i < n; i++)
+        ((uint16_t *)dst)[i] = na_f32_to_f16(src[i]);
 }
 
 /* ops->destroy: join the pool, free scratch, state and the struct. */
@@ -154,8 +227,10 @@ static void na_cpu_destroy(na_kernels_t *k)
     free(k);
 }
 
-static const na_kernel_ops_t na_cpu_ops = {
-    .name         = "cpu",
+static const na_khost_core_t na_cpu_core = {
+    .embed        = na_cpu_embed,
+    .add          = na_cpu_add,
+    .store        = na_cpu_store,
     .matmul       = na_cpu_matmul,
     .rmsnorm      = na_cpu_rmsnorm,
     .rope         = na_cpu_rope,
@@ -163,8 +238,12 @@ static const na_kernel_ops_t na_cpu_ops = {
     .softmax      = na_cpu_softmax,
     .attn_prefill = na_cpu_attn_prefill,
     .attn_decode  = na_cpu_attn_decode,
+};
+
+static const na_kernel_ops_t na_cpu_ops = {
+    .name         = "cpu",
+    NA_KHOST_OPS,
     .attn_partial = na_cpu_attn_partial,
-    .sync         = na_cpu_sync,
     .destroy      = na_cpu_destroy,
 };
 
@@ -197,6 +276,7 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     /* OpenBLAS's thread count is process-wide; it runs only while our pool
      * sleeps, so giving it the same count keeps the total at n_threads. */
     openblas_set_num_threads(n_threads);
+    s->host.core = &na_cpu_core;
     k->ops = &na_cpu_ops;
     k->n_threads = n_threads;
     k->priv = s;

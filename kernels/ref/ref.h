@@ -3,7 +3,8 @@
  * Every fast kernel is tested against these; the cpu backend also falls back
  * to them for shapes its vector paths do not cover (head_dim not a multiple
  * of 8). They allocate nothing, keep no state and may be called from any
- * thread. Signatures match na_kernel_ops_t with the backend argument first. */
+ * thread. They take host pointers; the backend's table entries
+ * (kernels/host/host.c) check the buffers and call them. */
 #ifndef NA_KERNELS_REF_H
 #define NA_KERNELS_REF_H
 
@@ -12,14 +13,17 @@
 /* Value j of row r of weight w, dequantised to f32 (any dtype). */
 float na_ref_weight_at(const na_tensor_t *w, int r, int j);
 
+void na_ref_embed(float *x, const na_tensor_t *t, const int *tokens, int n);
+void na_ref_add(float *x, const float *y, size_t n);
+void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n);
 void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
                    const na_tensor_t *w, int batch);
-void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
+void na_ref_rmsnorm(float *out, const float *x,
                     const float *weight, int n, float eps, int batch);
-void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+void na_ref_rope(float *vec, int n_heads, int head_dim,
                  const int *pos, float theta, int batch);
-void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n);
-void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch);
+void na_ref_swiglu(float *gate, const float *up, size_t n);
+void na_ref_softmax(float *x, int n, int batch);
 void na_ref_attn_prefill(na_kernels_t *k, float *out, const float *q,
                          const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                          int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim);
@@ -32,6 +36,7 @@ void na_ref_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
 
 /* Backend constructors (kernels/backend.c dispatches by name). */
 na_status_t na_kernels_ref_create(int n_threads, na_kernels_t **k_p);
+na_status_t na_kernels_refdev_create(int n_threads, na_kernels_t **k_p);
 na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p);
 
 #endif /* NA_KERNELS_REF_H */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/host/host.h"
 #include "kernels/ref/ref.h"
 
 /* Dequantise one weight element; cannot fail; w must be a valid tensor. */
@@ -55,7 +56,7 @@ void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * weight, per row. */
-void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
+void na_ref_rmsnorm(float *out, const float *x,
                     const float *weight, int n, float eps, int batch)
 {
     int b, i;
@@ -72,7 +73,7 @@ void na_ref_rmsnorm(na_kernels_t *k, float *out, const float *x,
 }
 
 /* Pair (x[i], x[i+1]) for even i of each head turns by pos * theta^(-i/head_dim). */
-void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
+void na_ref_rope(float *vec, int n_heads, int head_dim,
                  const int *pos, float theta, int batch)
 {
     int b, h, i;
@@ -92,7 +93,7 @@ void na_ref_rope(na_kernels_t *k, float *vec, int n_heads, int head_dim,
 }
 
 /* gate = gate * sigmoid(gate) * up. */
-void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
+void na_ref_swiglu(float *gate, const float *up, size_t n)
 {
     size_t i;
     for (i = 0; i < n; i++) {
@@ -102,7 +103,7 @@ void na_ref_swiglu(na_kernels_t *k, float *gate, const float *up, size_t n)
 }
 
 /* Max-subtracted softmax per row. */
-void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch)
+void na_ref_softmax(float *x, int n, int batch)
 {
     int b, i;
     for (b = 0; b < batch; b++) {
@@ -120,18 +121,43 @@ void na_ref_softmax(na_kernels_t *k, float *x, int n, int batch)
     }
 }
 
-static na_status_t na_ref_sync(na_kernels_t *k)
+/* x[r] = row tokens[r] of t, element by element through na_ref_weight_at. */
+void na_ref_embed(float *x, const na_tensor_t *t, const int *tokens, int n)
 {
-    return NA_OK;
+    int r, j;
+    for (r = 0; r < n; r++)
+        for (j = 0; j < t->cols; j++)
+            x[(size_t)r * t->cols + j] = na_ref_weight_at(t, tokens[r], j);
+}
+
+void na_ref_add(float *x, const float *y, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if (dtype == NA_DTYPE_F16)
+            ((uint16_t *)dst)[i] = na_f32_to_f16(src[i]);
+        else
+            ((float *)dst)[i] = src[i];
+    }
 }
 
 static void na_ref_destroy(na_kernels_t *k)
 {
+    free(k->priv);
     free(k);
 }
 
-static const na_kernel_ops_t na_ref_ops = {
-    .name         = "ref",
+static const na_khost_core_t na_ref_core = {
+    .embed        = na_ref_embed,
+    .add          = na_ref_add,
+    .store        = na_ref_store,
     .matmul       = na_ref_matmul,
     .rmsnorm      = na_ref_rmsnorm,
     .rope         = na_ref_rope,
@@ -139,20 +165,43 @@ static const na_kernel_ops_t na_ref_ops = {
     .softmax      = na_ref_softmax,
     .attn_prefill = na_ref_attn_prefill,
     .attn_decode  = na_ref_attn_decode,
+};
+
+static const na_kernel_ops_t na_ref_ops = {
+    .name         = "ref",
+    NA_KHOST_OPS,
     .attn_partial = na_ref_attn_partial,
-    .sync         = na_ref_sync,
     .destroy      = na_ref_destroy,
 };
 
-/* The ref backend is single-threaded whatever n_threads says. Fails only
- * with NA_ERR_NOMEM. */
+/* The ref backend is single-threaded whatever n_threads says; it emulates
+ * NA_KMEM_DEVICE (host memory without a host pointer) so callers' device
+ * paths are tested. Fails only with NA_ERR_NOMEM. */
 na_status_t na_kernels_ref_create(int n_threads, na_kernels_t **k_p)
 {
     na_kernels_t *k = calloc(1, sizeof(*k));
-    if (k == NULL)
+    na_khost_t *h = calloc(1, sizeof(*h));
+    (void)n_threads;
+    if (k == NULL || h == NULL) {
+        free(h);
+        free(k);
         return na_err(NA_ERR_NOMEM, "kernels ref: out of memory");
+    }
+    h->core = &na_ref_core;
+    h->emulate_device = 1;
     k->ops = &na_ref_ops;
     k->n_threads = 1;
+    k->priv = h;
+    k->mem = NA_KMEM_HOST;
     *k_p = k;
     return NA_OK;
+}
+
+/* ref with emulated device memory as its preferred memory. */
+na_status_t na_kernels_refdev_create(int n_threads, na_kernels_t **k_p)
+{
+    na_status_t st = na_kernels_ref_create(n_threads, k_p);
+    if (st == NA_OK)
+        (*k_p)->mem = NA_KMEM_DEVICE;
+    return st;
 }

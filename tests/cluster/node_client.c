@@ -164,13 +164,13 @@ static void nc_ref(na_kernels_t *ref, const nc_shape_t *s, const nc_req_t *r, in
             k16[i] = na_f32_to_f16(k[i]);
             v16[i] = na_f32_to_f16(v[i]);
         }
-        ref->ops->attn_decode(ref, out, q, k16, v16, NA_DTYPE_F16, ctx, r->nh * s->grp, r->nh,
-                              s->head_dim);
+        na_kernels_attn_decode_host(ref, out, q, k16, v16, NA_DTYPE_F16, ctx, r->nh * s->grp,
+                                    r->nh, s->head_dim);
         free(k16);
         free(v16);
     } else {
-        ref->ops->attn_decode(ref, out, q, k, v, NA_DTYPE_F32, ctx, r->nh * s->grp, r->nh,
-                              s->head_dim);
+        na_kernels_attn_decode_host(ref, out, q, k, v, NA_DTYPE_F32, ctx, r->nh * s->grp,
+                                    r->nh, s->head_dim);
     }
 }
 

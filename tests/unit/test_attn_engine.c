@@ -273,9 +273,10 @@ static double ref_check(const work_t *w, const float *out, const na_status_t *st
                 double cr;
                 if (sts[((size_t)step * w->n_layers + l) * w->R + r] != NA_OK)
                     continue;
-                ref->ops->attn_decode(ref, o, w->Q[r] + ((size_t)step * w->n_layers + l) * qw,
-                                      kc, vc, NA_DTYPE_F16, w->P[r] + step + 1, w->n_heads,
-                                      w->n_kv_heads, hd);
+                na_kernels_attn_decode_host(ref, o,
+                                            w->Q[r] + ((size_t)step * w->n_layers + l) * qw,
+                                            kc, vc, NA_DTYPE_F16, w->P[r] + step + 1,
+                                            w->n_heads, w->n_kv_heads, hd);
                 cr = na_close_ratio(out + out_index(w, step, l, r), o, (size_t)qw, 1e-4, 1e-3);
                 if (cr > worst)
                     worst = cr;

@@ -149,17 +149,17 @@ static na_status_t two_step_logits(const na_model_t *m, const char *backend, con
                                    int n, float *pre, float *dec);
 
 /* Logits after toks[0..n-2] computed by one prefill of n-1 tokens equal those
- * of a prefill of n-2 tokens followed by a decode step (both backends, f32
+ * of a prefill of n-2 tokens followed by a decode step (every backend, f32
  * KV). Needs 3 <= n <= 64. */
 static void check_prefill_vs_decode(const na_model_t *m, const int *toks, int n)
 {
     size_t v = (size_t)m->cfg.vocab_size;
     float *pre = malloc(v * sizeof(float)), *dec = malloc(v * sizeof(float));
     float *full = malloc(v * sizeof(float)), *unused = malloc(v * sizeof(float));
-    const char *backends[2] = { "ref", "cpu" };
+    const char *backends[3] = { "ref", "cpu", "refdev" };
     int b;
 
-    for (b = 0; b < 2; b++) {
+    for (b = 0; b < 3; b++) {
         NA_CHECK_OK(two_step_logits(m, backends[b], toks, n - 2, pre, dec));
         NA_CHECK_OK(two_step_logits(m, backends[b], toks, n - 1, full, unused));
         NA_CHECK_MSG(na_close_ratio(dec, full, v, 1e-4, 1e-4) <= 1.0,
@@ -243,6 +243,15 @@ static int test_stories(void)
     NA_CHECK_OK(run_gen(m, "ref", NA_DTYPE_F32, 0, 0, 0, prompts, n_prompt, 3, 48, 0.0f, NULL, 0,
                         &ref_out));
     NA_CHECK_MSG(same_out(&out, &ref_out, 3), "cpu vs ref backend");
+    /* refdev: activations and KV in (emulated) device memory, read on the host
+     * only through downloads: the same tokens as ref, bit for bit */
+    memset(&out, 0, sizeof(out));
+    NA_CHECK_OK(run_gen(m, "refdev", NA_DTYPE_F16, 0, 0, 0, prompts, n_prompt, 3, 48, 0.0f,
+                        NULL, 0, &out));
+    memset(&ref_out, 0, sizeof(ref_out));
+    NA_CHECK_OK(run_gen(m, "ref", NA_DTYPE_F16, 0, 0, 0, prompts, n_prompt, 3, 48, 0.0f, NULL,
+                        0, &ref_out));
+    NA_CHECK_MSG(same_out(&out, &ref_out, 3), "refdev vs ref backend");
 
     na_tokenizer_destroy(tok);
 out_model:
@@ -268,8 +277,11 @@ static na_status_t two_step_logits(const na_model_t *m, const char *backend, con
     if (st != NA_OK)
         return st;
     st = na_acts_create(e, n, 1, &a);
+    if (st == NA_OK && e->kern->mem == NA_KMEM_DEVICE)     /* host views are mirrors */
+        NA_CHECK(a->buf[NA_ACT_LOGITS]->host == NULL && a->mirror[NA_ACT_LOGITS] != NULL &&
+                 a->logits == a->mirror[NA_ACT_LOGITS]->host);
     if (st == NA_OK)
-        st = na_kv_local_create(&m->cfg, NA_DTYPE_F32, &kv);
+        st = na_kv_local_create(&m->cfg, NA_DTYPE_F32, e->kern, e->kern->mem, &kv);
     if (st == NA_OK) {
         na_step_seg_t seg = { 0, n, 0, kv };
         na_step_t s = { n, 1, toks, pos, &seg };
@@ -505,7 +517,7 @@ static void test_bad_requests(const char *dir)
     {
         na_kv_local_t *kv = NULL;
         size_t row = 2u * (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim;  /* f16 */
-        NA_CHECK_OK(na_kv_local_create(&m->cfg, NA_DTYPE_F16, &kv));
+        NA_CHECK_OK(na_kv_local_create(&m->cfg, NA_DTYPE_F16, e->kern, NA_KMEM_HOST, &kv));
         if (kv != NULL) {
             NA_CHECK(na_kv_local_bytes(kv) == 0);
             NA_CHECK_OK(na_kv_local_reserve(kv, 5));

@@ -11,7 +11,10 @@
  * element is off by O(Σ|terms|/n) or more. Attention outputs are convex
  * combinations of V rows in [-1, 1]; the vector exp is within 2 ulp of expf,
  * so 2e-5 absolute + 1e-4 relative is ~100x the observed error yet far below
- * the error of a wrong token, head or mask. */
+ * the error of a wrong token, head or mask. Then the buffer API: embedding in
+ * every weight dtype, residual add, KV store, upload/copy/download round
+ * trips in every memory type (refdev: ref with emulated device memory),
+ * events, and the statuses of bad arguments. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +42,64 @@ static float *falloc(size_t n)
     return p;
 }
 
+/* ---- table calls on host arrays --------------------------------------------
+ * The host backends accept caller memory wrapped by na_kbuf_host; weights
+ * are placed (wrapped, no copy) around each call. */
+#define F32B(n) ((size_t)(n) * sizeof(float))
+
+static na_status_t mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w, int batch)
+{
+    na_kbuf_t yb = na_kbuf_host(y, F32B((size_t)batch * w->rows));
+    na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * w->cols));
+    na_kweight_t pw;
+    na_status_t st = k->ops->place(k, w, &pw);
+    if (st == NA_OK)
+        st = k->ops->matmul(k, &yb, &xb, &pw, batch);
+    k->ops->unplace(k, &pw);
+    return st;
+}
+
+static na_status_t rmsnorm(na_kernels_t *k, float *out, float *x, float *w, int n, int batch)
+{
+    na_tensor_t wt = { NA_DTYPE_F32, 1, n, w };
+    na_kbuf_t ob = na_kbuf_host(out, F32B((size_t)batch * n));
+    na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * n));
+    na_kweight_t pw;
+    na_status_t st = k->ops->place(k, &wt, &pw);
+    if (st == NA_OK)
+        st = k->ops->rmsnorm(k, &ob, &xb, &pw, n, 1e-5f, batch);
+    k->ops->unplace(k, &pw);
+    return st;
+}
+
+static na_status_t softmax(na_kernels_t *k, float *x, int n, int batch)
+{
+    na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * n));
+    return k->ops->softmax(k, &xb, n, batch);
+}
+
+static na_status_t swiglu(na_kernels_t *k, float *g, float *u, size_t n)
+{
+    na_kbuf_t gb = na_kbuf_host(g, F32B(n)), ub = na_kbuf_host(u, F32B(n));
+    return k->ops->swiglu(k, &gb, &ub, n);
+}
+
+static na_status_t rope(na_kernels_t *k, float *v, int nh, int hd, const int *pos, int batch)
+{
+    na_kbuf_t vb = na_kbuf_host(v, F32B((size_t)batch * nh * hd));
+    return k->ops->rope(k, &vb, nh, hd, pos, 10000.0f, batch);
+}
+
+static na_status_t prefill(na_kernels_t *k, float *out, float *q, void *kc, void *vc,
+                           na_dtype_t dt, int n_tok, int pos0, int nh, int nkv, int hd)
+{
+    size_t qb = F32B((size_t)n_tok * nh * hd);
+    size_t kvb = na_dtype_bytes(dt, (size_t)(pos0 + n_tok) * nkv * hd);
+    na_kbuf_t ob = na_kbuf_host(out, qb), qq = na_kbuf_host(q, qb);
+    na_kbuf_t kb = na_kbuf_host(kc, kvb), vb = na_kbuf_host(vc, kvb);
+    return k->ops->attn_prefill(k, &ob, &qq, &kb, &vb, dt, n_tok, pos0, nh, nkv, hd);
+}
+
 /* ---- reference kernels against hand-computed values --------------------- */
 static void test_ref_known(void)
 {
@@ -57,14 +118,14 @@ static void test_ref_known(void)
     uint16_t d = na_f32_to_f16(0.5f);
     int pos = 1, i;
 
-    na_ref_softmax(ref_k, sm, 3, 1);
+    na_ref_softmax(sm, 3, 1);
     NA_CHECK(na_close_ratio(sm, exp_sm, 3, 1e-7, 1e-6) <= 1.0);
     /* head_dim 4: pair 0 turns by pos·1, pair 2 by pos·10000^(-2/4) = 0.01 */
-    na_ref_rope(ref_k, rv, 1, 4, &pos, 10000.0f, 1);
+    na_ref_rope(rv, 1, 4, &pos, 10000.0f, 1);
     NA_CHECK(na_close_ratio(rv, exp_rv, 4, 1e-7, 1e-6) <= 1.0);
-    na_ref_rmsnorm(ref_k, ro, rx, rw, 2, 0.0f, 1);
+    na_ref_rmsnorm(ro, rx, rw, 2, 0.0f, 1);
     NA_CHECK(na_close_ratio(ro, exp_ro, 2, 1e-7, 1e-6) <= 1.0);
-    na_ref_swiglu(ref_k, g, u, 1);
+    na_ref_swiglu(g, u, 1);
     NA_CHECK(fabsf(g[0] - 2.0f * 0.73105858f) < 1e-6f);
     /* Q8_0: d = 0.5, q = 0..31 -> row · ones = 0.5 * 496 */
     memcpy(blk, &d, 2);
@@ -130,7 +191,7 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
     for (t = 0; t < 2; t++) {
         double worst = 0.0;
         memset(yc, 0xff, sizeof(float) * (size_t)batch * rows);   /* NaN: catch unwritten */
-        cpu_k[t]->ops->matmul(cpu_k[t], yc, x, &w, batch);
+        NA_CHECK_OK(mm(cpu_k[t], yc, x, &w, batch));
         for (b = 0; b < batch; b++)
             for (r = 0; r < rows; r++) {
                 double mag = 0.0, err;
@@ -198,9 +259,9 @@ static void test_matmul_batch_exact(void)
             for (t = 0; t < 2; t++)
                 for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
                     int bad = 0;
-                    cpu_k[t]->ops->matmul(cpu_k[t], yb, x, &w, batches[bi]);
+                    NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
                     for (b = 0; b < batches[bi]; b++) {
-                        cpu_k[t]->ops->matmul(cpu_k[t], y1, x + (size_t)b * cols, &w, 1);
+                        NA_CHECK_OK(mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
                         bad += memcmp(y1, yb + (size_t)b * rows, sizeof(float) * rows) != 0;
                     }
                     NA_CHECK_MSG(bad == 0, "matmul %s %dx%d batch %d threads %d: %d rows "
@@ -233,18 +294,18 @@ static void test_elementwise(void)
             na_rng_fill(&rng, up, tot, -2.0f, 2.0f);
             for (t = 0; t < 2; t++) {
                 na_kernels_t *c = cpu_k[t];
-                na_ref_rmsnorm(ref_k, a, x, w, n, 1e-5f, batch);
-                c->ops->rmsnorm(c, b, x, w, n, 1e-5f, batch);
+                na_ref_rmsnorm(a, x, w, n, 1e-5f, batch);
+                NA_CHECK_OK(rmsnorm(c, b, x, w, n, batch));
                 NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-5) <= 1.0, "rmsnorm n %d", n);
                 memcpy(a, x, tot * 4);
                 memcpy(b, x, tot * 4);
-                na_ref_softmax(ref_k, a, n, batch);
-                c->ops->softmax(c, b, n, batch);
+                na_ref_softmax(a, n, batch);
+                NA_CHECK_OK(softmax(c, b, n, batch));
                 NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-7, 1e-5) <= 1.0, "softmax n %d", n);
                 memcpy(a, x, tot * 4);
                 memcpy(b, x, tot * 4);
-                na_ref_swiglu(ref_k, a, up, tot);
-                c->ops->swiglu(c, b, up, tot);
+                na_ref_swiglu(a, up, tot);
+                NA_CHECK_OK(swiglu(c, b, up, tot));
                 NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-5) <= 1.0, "swiglu n %d", n);
             }
             free(up);
@@ -261,8 +322,8 @@ static void test_elementwise(void)
         for (t = 0; t < 2; t++) {
             memcpy(a, x, tot * 4);
             memcpy(b, x, tot * 4);
-            na_ref_rope(ref_k, a, nh, hd, pos, 10000.0f, batch);
-            cpu_k[t]->ops->rope(cpu_k[t], b, nh, hd, pos, 10000.0f, batch);
+            na_ref_rope(a, nh, hd, pos, 10000.0f, batch);
+            NA_CHECK_OK(rope(cpu_k[t], b, nh, hd, pos, batch));
             NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-6) <= 1.0, "rope hd %d", hd);
         }
         free(b);
@@ -302,7 +363,8 @@ static void check_decode(na_dtype_t dt, int ctx, int n_heads, int n_kv, int hd, 
     for (t = 0; t < 2; t++) {
         double r;
         memset(out, 0xff, qn * 4);
-        cpu_k[t]->ops->attn_decode(cpu_k[t], out, q, kc, vc, dt, ctx, n_heads, n_kv, hd);
+        NA_CHECK_OK(na_kernels_attn_decode_host(cpu_k[t], out, q, kc, vc, dt, ctx, n_heads,
+                                                n_kv, hd));
         r = na_close_ratio(out, ref, qn, 2e-5, 1e-4);
         NA_CHECK_MSG(r <= 1.0, "decode %s ctx %d heads %d/%d hd %d threads %d: ratio %g",
                      na_dtype_name(dt), ctx, n_heads, n_kv, hd, t + 1, r);
@@ -355,7 +417,7 @@ static void check_prefill(na_dtype_t dt, int n_tok, int pos0, int n_heads, int n
     for (t = 0; t < 2; t++) {
         double r;
         memset(out, 0xff, qn * 4);
-        cpu_k[t]->ops->attn_prefill(cpu_k[t], out, q, kc, vc, dt, n_tok, pos0, n_heads, n_kv, hd);
+        NA_CHECK_OK(prefill(cpu_k[t], out, q, kc, vc, dt, n_tok, pos0, n_heads, n_kv, hd));
         r = na_close_ratio(out, ref, qn, 2e-5, 1e-4);
         NA_CHECK_MSG(r <= 1.0, "prefill %s n_tok %d pos0 %d heads %d/%d hd %d threads %d: %g",
                      na_dtype_name(dt), n_tok, pos0, n_heads, n_kv, hd, t + 1, r);
@@ -425,6 +487,277 @@ static void test_partials(void)
         free(vc);
         free(kc);
     }
+}
+
+/* ---- buffers, events and the new ops ------------------------------------ */
+
+/* Embedding lookup from every weight dtype, cpu against ref through the
+ * table, on awkward widths; both dequantise exactly, so they agree bit for
+ * bit. Output into a device buffer of refdev too (downloaded). */
+static void test_embed(void)
+{
+    static const int tokens[] = { 0, 36, 5, 5, 17, 1, 36 };
+    const int n = 7, vocab = 37;
+    na_kernels_t *dev = NULL;
+    int dt, t;
+
+    NA_CHECK_OK(na_kernels_create("refdev", 1, &dev));
+    for (dt = 0; dt < NA_DTYPE_COUNT && dev != NULL; dt++) {
+        int cols = dt == NA_DTYPE_Q8_0 ? 96 : 33;
+        void *buf;
+        na_tensor_t w = make_weight((na_dtype_t)dt, vocab, cols, &buf);
+        float *xr = falloc((size_t)n * cols), *xc = falloc((size_t)n * cols);
+        na_kbuf_t xrb = na_kbuf_host(xr, F32B((size_t)n * cols));
+        na_kbuf_t xcb = na_kbuf_host(xc, F32B((size_t)n * cols));
+        na_kbuf_t *xd = NULL;
+        na_kweight_t pr, pc, pd;
+        int r, j, bad = 0;
+
+        NA_CHECK_OK(ref_k->ops->place(ref_k, &w, &pr));
+        NA_CHECK(pr.buf.host == w.data);                  /* placed without a copy */
+        NA_CHECK_OK(ref_k->ops->embed(ref_k, &xrb, &pr, tokens, n));
+        for (r = 0; r < n; r++)
+            for (j = 0; j < cols; j++)
+                bad += xr[(size_t)r * cols + j] != na_ref_weight_at(&w, tokens[r], j);
+        NA_CHECK_MSG(bad == 0, "ref embed %s: %d values wrong", na_dtype_name((na_dtype_t)dt),
+                     bad);
+        for (t = 0; t < 2; t++) {
+            memset(xc, 0xff, F32B((size_t)n * cols));
+            NA_CHECK_OK(cpu_k[t]->ops->place(cpu_k[t], &w, &pc));
+            NA_CHECK_OK(cpu_k[t]->ops->embed(cpu_k[t], &xcb, &pc, tokens, n));
+            NA_CHECK_MSG(memcmp(xc, xr, F32B((size_t)n * cols)) == 0, "cpu embed %s",
+                         na_dtype_name((na_dtype_t)dt));
+            cpu_k[t]->ops->unplace(cpu_k[t], &pc);
+        }
+        NA_CHECK_OK(dev->ops->buf_alloc(dev, F32B((size_t)n * cols), NA_KMEM_DEVICE, &xd));
+        NA_CHECK_OK(dev->ops->place(dev, &w, &pd));
+        if (xd != NULL) {
+            NA_CHECK(xd->host == NULL && xd->dev != NULL);
+            memset(xc, 0, F32B((size_t)n * cols));
+            NA_CHECK_OK(dev->ops->embed(dev, xd, &pd, tokens, n));
+            NA_CHECK_OK(dev->ops->download(dev, xc, xd, F32B((size_t)n * cols)));
+            NA_CHECK_OK(na_kernels_finish(dev));
+            NA_CHECK(memcmp(xc, xr, F32B((size_t)n * cols)) == 0);
+        }
+        dev->ops->unplace(dev, &pd);
+        dev->ops->buf_free(dev, xd);
+        ref_k->ops->unplace(ref_k, &pr);
+        free(xc);
+        free(xr);
+        free(buf);
+    }
+    na_kernels_destroy(dev);
+}
+
+/* Residual add and KV store (f32 -> f32/f16), cpu against ref: exact. */
+static void test_add_store(void)
+{
+    static const size_t ns[] = { 1, 7, 8, 9, 33, 1000, 1001 };
+    size_t i, j;
+    int t, dt;
+
+    for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+        size_t n = ns[i];
+        float *x = falloc(n), *y = falloc(n), *a = falloc(n), *b = falloc(n);
+        uint16_t *hr = malloc(2 * n), *hc = malloc(2 * n);
+        na_kbuf_t ab = na_kbuf_host(a, F32B(n)), bb = na_kbuf_host(b, F32B(n));
+        na_kbuf_t yb = na_kbuf_host(y, F32B(n)), xb = na_kbuf_host(x, F32B(n));
+
+        na_rng_fill(&rng, x, n, -3.0f, 3.0f);
+        na_rng_fill(&rng, y, n, -3.0f, 3.0f);
+        memcpy(a, x, F32B(n));
+        NA_CHECK_OK(ref_k->ops->add(ref_k, &ab, &yb, n));
+        for (j = 0; j < n; j++)
+            NA_CHECK(a[j] == x[j] + y[j]);
+        for (t = 0; t < 2; t++) {
+            memcpy(b, x, F32B(n));
+            NA_CHECK_OK(cpu_k[t]->ops->add(cpu_k[t], &bb, &yb, n));
+            NA_CHECK_MSG(memcmp(a, b, F32B(n)) == 0, "add n %zu", n);
+        }
+        for (dt = 0; dt < 2; dt++) {
+            na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
+            size_t bytes = na_dtype_bytes(kd, n);
+            void *dr = dt ? (void *)hr : (void *)a, *dc = dt ? (void *)hc : (void *)b;
+            na_kbuf_t drb = na_kbuf_host(dr, bytes), dcb = na_kbuf_host(dc, bytes);
+            NA_CHECK_OK(ref_k->ops->store(ref_k, &drb, kd, &xb, n));
+            NA_CHECK_OK(cpu_k[1]->ops->store(cpu_k[1], &dcb, kd, &xb, n));
+            NA_CHECK_MSG(memcmp(dr, dc, bytes) == 0, "store %s n %zu", na_dtype_name(kd), n);
+        }
+        NA_CHECK(hr[0] == na_f32_to_f16(x[0]));
+        free(hc);
+        free(hr);
+        free(b);
+        free(a);
+        free(y);
+        free(x);
+    }
+}
+
+/* Upload, copy between views, download, resize: every memory type each backend has
+ * (cpu: host, pinned; refdev: also device); device memory on cpu is
+ * NA_ERR_UNSUPPORTED. A download of a host buffer into its own memory is a
+ * no-op that keeps the data. */
+static void test_buffers(void)
+{
+    static const char *names[] = { "cpu", "ref", "refdev" };
+    const size_t n = 1000, off = 13 * sizeof(float), part = 501;
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    size_t i, b;
+    int m;
+
+    for (i = 0; i < n; i++)
+        src[i] = (unsigned char)(i * 7 + 3);
+    for (b = 0; b < 3; b++) {
+        na_kernels_t *k = NULL;
+        NA_CHECK_OK(na_kernels_create(names[b], 1, &k));
+        if (k == NULL)
+            continue;
+        NA_CHECK(k->mem == (b == 2 ? NA_KMEM_DEVICE : NA_KMEM_HOST));
+        for (m = 0; m < 3; m++) {
+            na_kbuf_t *x = NULL, *y = NULL, xv, yv;
+            na_status_t st = k->ops->buf_alloc(k, n, (na_kmem_t)m, &x);
+            if (m == NA_KMEM_DEVICE && b == 0) {
+                NA_CHECK(st == NA_ERR_UNSUPPORTED && x == NULL);
+                continue;
+            }
+            NA_CHECK_OK(st);
+            NA_CHECK_OK(k->ops->buf_alloc(k, n, (na_kmem_t)m, &y));
+            if (x == NULL || y == NULL)
+                continue;
+            NA_CHECK(x->owner == k && x->size == n && (x->host == NULL) == (m == NA_KMEM_DEVICE));
+            /* whole round trip */
+            memset(dst, 0, n);
+            NA_CHECK_OK(k->ops->upload(k, x, src, n));
+            NA_CHECK_OK(k->ops->download(k, dst, x, n));
+            NA_CHECK_OK(na_kernels_finish(k));
+            NA_CHECK_MSG(memcmp(src, dst, n) == 0, "%s mem %d round trip", names[b], m);
+            /* a part through views: y[off..] = x[0..part) */
+            xv = na_kbuf_view(x, 0, part);
+            yv = na_kbuf_view(y, off, part);
+            NA_CHECK(yv.alloc == NULL && yv.size == part);
+            NA_CHECK(na_kbuf_view(y, off, n).size == n - off);      /* clamped */
+            NA_CHECK(na_kbuf_view(y, n + 1, 4).size == 0);
+            NA_CHECK_OK(k->ops->copy(k, &yv, &xv, part));
+            memset(dst, 0, n);
+            NA_CHECK_OK(k->ops->download(k, dst, &yv, part));
+            NA_CHECK_OK(na_kernels_finish(k));
+            NA_CHECK(memcmp(dst, src, part) == 0);
+            /* sizes are checked: a view too small, a copy past the end */
+            NA_CHECK(k->ops->download(k, dst, &yv, part + 1) == NA_ERR_INVALID);
+            yv = na_kbuf_view(y, off, n - off);
+            NA_CHECK(k->ops->copy(k, &yv, x, n) == NA_ERR_INVALID);
+            if (x->host != NULL) {            /* host memory: read in place */
+                NA_CHECK_OK(k->ops->download(k, x->host, x, n));
+                NA_CHECK(memcmp(x->host, src, n) == 0);
+            }
+            /* resize keeps the contents; a view cannot be resized */
+            NA_CHECK(k->ops->buf_resize(k, &xv, 2 * n) == NA_ERR_INVALID);
+            NA_CHECK_OK(k->ops->buf_resize(k, x, 3 * n));
+            NA_CHECK(x->size == 3 * n && (x->host == NULL) == (m == NA_KMEM_DEVICE));
+            memset(dst, 0, n);
+            NA_CHECK_OK(k->ops->download(k, dst, x, n));
+            NA_CHECK_OK(na_kernels_finish(k));
+            NA_CHECK(memcmp(dst, src, n) == 0);
+            k->ops->buf_free(k, y);
+            k->ops->buf_free(k, x);
+        }
+        k->ops->buf_free(k, NULL);
+        na_kernels_destroy(k);
+    }
+    free(dst);
+    free(src);
+}
+
+/* Events: an unrecorded event is complete; after ops and a record, query and
+ * wait report completion and the results are there. */
+static void test_events(void)
+{
+    na_kernels_t *ks[3] = { ref_k, cpu_k[0], cpu_k[1] };
+    float x[19], y[19];
+    int i, t;
+
+    for (t = 0; t < 3; t++) {
+        na_kernels_t *k = ks[t];
+        na_kevent_t *ev = NULL, *ev2 = NULL;
+        na_kbuf_t *b = NULL;
+        na_status_t st;
+
+        NA_CHECK_OK(k->ops->event_create(k, &ev));
+        NA_CHECK_OK(k->ops->event_create(k, &ev2));
+        NA_CHECK_OK(k->ops->buf_alloc(k, sizeof(x), NA_KMEM_PINNED, &b));
+        if (ev == NULL || ev2 == NULL || b == NULL)
+            return;
+        NA_CHECK_OK(k->ops->event_query(k, ev));          /* never recorded */
+        for (i = 0; i < 19; i++)
+            x[i] = (float)i;
+        NA_CHECK_OK(k->ops->upload(k, b, x, sizeof(x)));
+        NA_CHECK_OK(k->ops->event_record(k, ev));
+        NA_CHECK_OK(softmax(k, b->host, 19, 1));
+        NA_CHECK_OK(k->ops->download(k, y, b, sizeof(y)));
+        NA_CHECK_OK(k->ops->event_record(k, ev2));
+        NA_CHECK_OK(k->ops->event_wait(k, ev2));
+        st = k->ops->event_query(k, ev2);
+        NA_CHECK(st == NA_OK);
+        NA_CHECK_OK(k->ops->event_query(k, ev));        /* the earlier one too */
+        NA_CHECK(y[18] > y[17] && y[0] > 0.0f && y[18] < 1.0f);
+        NA_CHECK(k->ops->event_record(k, NULL) == NA_ERR_INVALID);
+        NA_CHECK(k->ops->event_wait(k, NULL) == NA_ERR_INVALID);
+        k->ops->buf_free(k, b);
+        k->ops->event_destroy(k, ev2);
+        k->ops->event_destroy(k, ev);
+    }
+}
+
+/* Bad arguments are refused with NA_ERR_INVALID and touch nothing. */
+static void test_bad_args(void)
+{
+    na_kernels_t *c = cpu_k[0], *dev = NULL;
+    float x[64], y[64], w[64];
+    uint16_t h[64];
+    na_tensor_t wt = { NA_DTYPE_F32, 2, 32, w }, empty = { NA_DTYPE_F32, 2, 32, NULL };
+    na_tensor_t nt = { NA_DTYPE_F32, 1, 32, h };
+    na_kbuf_t xb = na_kbuf_host(x, sizeof(x)), yb = na_kbuf_host(y, sizeof(y));
+    na_kbuf_t small = na_kbuf_host(y, sizeof(float)), nul = na_kbuf_host(NULL, 64);
+    na_kbuf_t hb = na_kbuf_host(h, sizeof(h));
+    na_kbuf_t *d = NULL;
+    na_kweight_t pw, pn;
+    int tok_bad = 2, pos = 0;
+
+    na_rng_fill(&rng, x, 64, -1.0f, 1.0f);
+    na_rng_fill(&rng, w, 64, -1.0f, 1.0f);
+    NA_CHECK_OK(c->ops->place(c, &wt, &pw));
+    NA_CHECK(c->ops->place(c, &empty, &pn) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->matmul(c, &small, &xb, &pw, 1) == NA_ERR_INVALID);   /* y too small */
+    NA_CHECK(strstr(na_errmsg(), "matmul") != NULL);
+    NA_CHECK(c->ops->matmul(c, &yb, &xb, &pw, 3) == NA_ERR_INVALID);      /* x too small */
+    NA_CHECK(c->ops->matmul(c, NULL, &xb, &pw, 1) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->matmul(c, &nul, &xb, &pw, 1) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->embed(c, &yb, &pw, &tok_bad, 1) == NA_ERR_INVALID);  /* token 2 of 2 */
+    NA_CHECK_OK(c->ops->place(c, &nt, &pn));
+    pn.dtype = NA_DTYPE_F16;
+    NA_CHECK(c->ops->rmsnorm(c, &yb, &xb, &pn, 32, 1e-5f, 1) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->store(c, &hb, NA_DTYPE_BF16, &xb, 8) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->store(c, &hb, NA_DTYPE_F32, &xb, 64) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->attn_decode(c, &yb, &xb, &xb, &xb, NA_DTYPE_F32, 1, 3, 2, 8) ==
+             NA_ERR_INVALID);                                             /* 3 heads / 2 */
+    NA_CHECK(c->ops->attn_prefill(c, &yb, &xb, &small, &xb, NA_DTYPE_F32, 1, 0, 2, 2, 8) ==
+             NA_ERR_INVALID);
+    NA_CHECK(c->ops->rope(c, &xb, 2, 32, NULL, 1e4f, 1) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->rope(c, &xb, 4, 32, &pos, 1e4f, 1) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->softmax(c, &xb, 0, 1) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->upload(c, &xb, NULL, 4) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->download(c, NULL, &xb, 4) == NA_ERR_INVALID);
+    /* device memory of another backend */
+    NA_CHECK_OK(na_kernels_create("refdev", 1, &dev));
+    if (dev != NULL) {
+        NA_CHECK_OK(dev->ops->buf_alloc(dev, sizeof(x), NA_KMEM_DEVICE, &d));
+        if (d != NULL)
+            NA_CHECK(c->ops->add(c, &xb, d, 16) == NA_ERR_INVALID);
+        dev->ops->buf_free(dev, d);
+        na_kernels_destroy(dev);
+    }
+    c->ops->unplace(c, &pn);
+    c->ops->unplace(c, &pw);
 }
 
 /* ---- the cpu backend's thread pool ------------------------------------------ */
@@ -510,6 +843,11 @@ int main(void)
     test_decode();
     test_prefill();
     test_partials();
+    test_embed();
+    test_add_store();
+    test_buffers();
+    test_events();
+    test_bad_args();
 
     na_kernels_destroy(cpu_k[1]);
     na_kernels_destroy(cpu_k[0]);
