@@ -26,18 +26,17 @@
 #include "common/wire.h"
 #include "rdma/xp_internal.h"
 
-#define XP_RL_BURST 10u     /* lines logged at once before the 1/s pace */
-
 void na_xp_rl_warn(na_xp_rl_t *rl, const char *fmt, ...)
 {
     uint64_t now = na_xp_coarse_ns();
     char line[512];
     va_list ap;
 
+    unsigned burst = rl->burst > 0 ? rl->burst : 1;
+
     if (rl->last_ns == 0 || now - rl->last_ns >= 1000000000ull) {
-        unsigned gained = rl->last_ns == 0 ? XP_RL_BURST
-                                           : (unsigned)((now - rl->last_ns) / 1000000000ull);
-        rl->tokens = rl->tokens + gained > XP_RL_BURST ? XP_RL_BURST : rl->tokens + gained;
+        uint64_t gained = rl->last_ns == 0 ? burst : (now - rl->last_ns) / 1000000000ull;
+        rl->tokens = rl->tokens + gained > burst ? burst : rl->tokens + (unsigned)gained;
         rl->last_ns = now;
     }
     if (rl->tokens == 0) {

@@ -31,6 +31,7 @@
 /* Log limiter: a burst of lines, then at most one per second with a count
  * of what was left out. */
 typedef struct {
+    unsigned burst;             /* lines allowed at once (>= 1) */
     uint64_t last_ns;
     unsigned tokens;
     unsigned suppressed;

@@ -259,6 +259,8 @@ na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
         return na_err(NA_ERR_NOMEM, "transport: out of memory");
     xp->efd = -1;
     xp->lfd = -1;
+    xp->rl_accept.burst = 1;       /* accept() failures: ~1 line/s with a count */
+    xp->rl_drop.burst = 10;        /* dropped peers: a few at once, then ~1/s */
     xp_raise_nofile();
     st = xp_opts_init(xp, opts);
     if (st != NA_OK)
