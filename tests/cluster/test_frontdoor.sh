@@ -14,7 +14,8 @@
 #            with EMFILE, which is logged at most ~1 line/s and does not spin
 #            the CPU; a client served afterwards
 #   listen   with a loopback layout the node listens only on 127.0.0.1: its
-#            own port and UCX's tcp interface sockets (`ss -ltnp`; 77 without ss)
+#            own port and UCX's tcp interface sockets (`ss -ltnp`; 77 without
+#            ss); so does the compute process of a `nearattn run` against it
 #   rogue    a rogue listener answering garbage on s1's port: `nearattn run
 #            --cluster connect` stays up, is served by s0 and prints the
 #            monolithic text
@@ -151,6 +152,30 @@ listen)
     awk '{ print $4 }' "$DIR/mine.out" | grep -v "^127\.0\.0\.1:" >"$DIR/off.out"
     [ -s "$DIR/off.out" ] && fail "node listens off loopback: $(cat "$DIR/off.out")"
     echo "node listens on: $(awk '{ print $4 }' "$DIR/mine.out" | tr '\n' ' ')"
+    # the compute side of a run (c0 on 127.0.0.1): UCX's sockets stay on lo too
+    node s1
+    sed -i "s|^model:|model:\n  tokenizer: \"$SHARED/models/tok512.bin\"|" "$DIR/layout.yaml"
+    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done >"$DIR/p.txt"
+    na_spawn "$DIR/run.log" "$BIN" run --config "$DIR/layout.yaml" --cluster connect \
+        --prompts "$DIR/p.txt" -n 200 --temp 0 --threads 1 --batch 8
+    RP=$NA_PID
+    seen=0 n=0
+    while [ "$n" -lt 100 ] && kill -0 "$RP" 2>/dev/null; do
+        if ss -ltnpH 2>/dev/null | grep "pid=$RP," >"$DIR/run_ss.out" && [ -s "$DIR/run_ss.out" ]; then
+            seen=1
+            break
+        fi
+        sleep 0.05
+        n=$((n + 1))
+    done
+    wait "$RP" || fail "the run failed"
+    if [ "$seen" = 1 ]; then
+        awk '{ print $4 }' "$DIR/run_ss.out" | grep -v "^127\.0\.0\.1:" >"$DIR/off.out"
+        [ -s "$DIR/off.out" ] && fail "the compute process listens off loopback: $(cat "$DIR/off.out")"
+        echo "compute process listens on: $(awk '{ print $4 }' "$DIR/run_ss.out" | tr '\n' ' ')"
+    else
+        echo "note: the run ended before ss saw it"
+    fi
     ;;
 rogue)
     node s0
