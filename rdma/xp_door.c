@@ -195,25 +195,37 @@ static void door_accept(na_xp_t *xp)
 
 /* ---- writing ------------------------------------------------------------------ */
 
+/* Account one send()/recv() that returned n: 1 = go on (bytes added to
+ * *count, or EINTR), 0 = would block, -1 = closed (errno 0) or failed. */
+static int door_io(ssize_t n, size_t *count)
+{
+    if (n > 0) {
+        *count += (size_t)n;
+        return 1;
+    }
+    if (n < 0 && errno == EINTR)
+        return 1;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+    if (n == 0)
+        errno = 0;
+    return -1;
+}
+
 /* Write what is queued on ep's socket; fails ep on a socket error. */
 static void door_flush(na_xp_ep_t *ep)
 {
     while (ep->ooff < ep->olen) {
-        ssize_t n = send(ep->fd, ep->obuf + ep->ooff, ep->olen - ep->ooff, MSG_NOSIGNAL);
-        if (n > 0) {
-            ep->ooff += (size_t)n;
+        char why[128];
+        int r = door_io(send(ep->fd, ep->obuf + ep->ooff, ep->olen - ep->ooff, MSG_NOSIGNAL),
+                        &ep->ooff);
+        if (r > 0)
             continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (r == 0)
             return;
-        {
-            char why[128];
-            snprintf(why, sizeof(why), "send on the control socket: %s",
-                     n < 0 ? strerror(errno) : "closed");
-            na_xp_ep_fail(ep, NA_ERR_PEER, why);
-        }
+        snprintf(why, sizeof(why), "send on the control socket: %s",
+                 errno ? strerror(errno) : "closed");
+        na_xp_ep_fail(ep, NA_ERR_PEER, why);
         return;
     }
     ep->ooff = ep->olen = 0;
@@ -307,7 +319,8 @@ static int door_frame_size(na_xp_ep_t *ep)
 static void door_read(na_xp_ep_t *ep)
 {
     while (ep->state == NA_XP_EP_CONNECTING && ep->fd >= 0 && !ep->refused) {
-        ssize_t n;
+        char why[160];
+        int r;
         if (ep->rbuf == NULL) {
             ep->rbuf = malloc(NA_XP_ADDR_HDR + NA_XP_ADDR_MAX);
             if (ep->rbuf == NULL) {
@@ -330,22 +343,15 @@ static void door_read(na_xp_ep_t *ep)
             na_xp_hs_frame(ep);
             continue;
         }
-        n = recv(ep->fd, ep->rbuf + ep->rlen, ep->rneed - ep->rlen, 0);
-        if (n > 0) {
-            ep->rlen += (size_t)n;
+        r = door_io(recv(ep->fd, ep->rbuf + ep->rlen, ep->rneed - ep->rlen, 0), &ep->rlen);
+        if (r > 0)
             continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (r == 0)
             return;
-        {
-            char why[160];
-            snprintf(why, sizeof(why), "%s during the handshake%s",
-                     n == 0 ? "connection closed" : strerror(errno),
-                     ep->rlen > 0 ? " (in the middle of a frame)" : "");
-            na_xp_ep_fail(ep, NA_ERR_PEER, why);
-        }
+        snprintf(why, sizeof(why), "%s during the handshake%s",
+                 errno ? strerror(errno) : "connection closed",
+                 ep->rlen > 0 ? " (in the middle of a frame)" : "");
+        na_xp_ep_fail(ep, NA_ERR_PEER, why);
         return;
     }
 }

@@ -412,7 +412,7 @@ na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", why);
         ep->lost_reported = 1;               /* the caller hears it from us */
-        na_xp_queue_drop_ep(xp, ep);         /* messages the owner must never see */
+        ep->discard = 1;                     /* messages the owner must never see */
         na_xp_ep_close(ep);
         return na_err(st == NA_ERR_TIMEOUT ? NA_ERR_TIMEOUT : st,
                       "transport: connecting to %s: %s", addr, msg);

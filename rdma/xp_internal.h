@@ -76,6 +76,7 @@ struct na_xp_ep {
     uint64_t          rx_id;         /* ours: messages to us carry it (random) */
     uint64_t          tx_id;         /* the peer's: our messages carry it */
     int               rx_open;       /* messages with rx_id are taken (peer proven) */
+    int               discard;       /* its queued messages are dropped (failed connect) */
     na_status_t       hs_status;     /* NA_INPROGRESS, NA_OK or the failure */
     uint8_t           nonce_local[NA_XP_NONCE_LEN];
     uint8_t           nonce_peer[NA_XP_NONCE_LEN];
@@ -136,9 +137,6 @@ int         na_xp_wait_ms(na_xp_t *xp, int (*done)(void *), void *arg, int timeo
 /* CLOCK_MONOTONIC_COARSE in ns (a few ms resolution, cheap). */
 uint64_t    na_xp_coarse_ns(void);
 void        na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg);
-/* Drop every queued message of ep (a connect that failed after the peer
- * could already send). */
-void        na_xp_queue_drop_ep(na_xp_t *xp, na_xp_ep_t *ep);
 na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len);
 void        na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf);
 

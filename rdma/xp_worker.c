@@ -447,27 +447,6 @@ int na_xp_wait_ms(na_xp_t *xp, int (*done)(void *), void *arg, int timeout_ms)
     return xp_wait(xp, done, arg, 0, timeout_ms);
 }
 
-void na_xp_queue_drop_ep(na_xp_t *xp, na_xp_ep_t *ep)
-{
-    na_xp_msg_t *m, *prev = NULL, *next;
-
-    for (m = xp->q_head; m != NULL; m = next) {
-        next = m->next;
-        if (m->ep != ep) {
-            prev = m;
-            continue;
-        }
-        if (prev != NULL)
-            prev->next = next;
-        else
-            xp->q_head = next;
-        if (xp->q_tail == m)
-            xp->q_tail = prev;
-        m->ready = 1;
-        na_xp_msg_release(xp, m);
-    }
-}
-
 void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
 {
     msg->next = NULL;
@@ -482,7 +461,8 @@ void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
  * has no earlier entry still arriving (rendezvous in progress). Order is kept
  * per endpoint, and a peer whose large message stalls or dies never holds up
  * the others. Entries whose payload failed are dropped on the way (the owner
- * hears of the peer through NA_XP_EV_LOST). Sets xp->q_pick / q_pick_prev. */
+ * hears of the peer through NA_XP_EV_LOST), and so are those of an endpoint
+ * the owner never got (a failed connect). Sets xp->q_pick / q_pick_prev. */
 static int xp_queue_ready(void *arg)
 {
     na_xp_t *xp = arg;
@@ -492,7 +472,8 @@ static int xp_queue_ready(void *arg)
 
     for (m = xp->q_head; m != NULL; m = next) {
         next = m->next;
-        if (m->ready < 0) {                      /* unlink and drop */
+        if (m->ready < 0 || (m->ready > 0 && m->ep != NULL && m->ep->discard)) {
+            /* unlink and drop */
             if (prev != NULL)
                 prev->next = next;
             else
