@@ -16,6 +16,10 @@
 #   listen   with a loopback layout the node listens only on 127.0.0.1: its
 #            own port and UCX's tcp interface sockets (`ss -ltnp`; 77 without
 #            ss); so does the compute process of a `nearattn run` against it
+#   replica  the raw attacks against a compute replica's port (rotational
+#            pipelining, `nearattn node --name c1`): it stays up and a
+#            rotational `nearattn run --cluster connect` through it prints the
+#            monolithic text
 #   rogue    a rogue listener answering garbage on s1's port: `nearattn run
 #            --cluster connect` stays up, is served by s0 and prints the
 #            monolithic text
@@ -176,6 +180,44 @@ listen)
     else
         echo "note: the run ended before ss saw it"
     fi
+    ;;
+replica)
+    PORT2=$(na_free_port "$PORT0" "$PORT1") || fail "no free TCP port found"
+    {
+        echo "cluster: { name: door-rot, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
+        echo "model: { path: \"$SHARED/models/stories260K.bin\", tokenizer: \"$SHARED/models/tok512.bin\" }"
+        echo "transport: { tls: auto, timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
+        echo "compute:"
+        echo "  - { name: c0, host: 127.0.0.1 }"
+        echo "  - { name: c1, host: 127.0.0.1, port: $PORT2 }"
+        echo "storage:"
+        echo "  - { name: s0, host: 127.0.0.1, port: $PORT0, devices: [ { path: \"$DIR/kv/s0\", dram_mb: 64, ssd_mb: 256 } ] }"
+        echo "  - { name: s1, host: 127.0.0.1, port: $PORT1, devices: [ { path: \"$DIR/kv/s1\", dram_mb: 64, ssd_mb: 256 } ] }"
+        echo "parallel: { partition: request, batches_in_flight: 2, pipelining: rotational }"
+        echo "kv: { block_tokens: 16, spill_interval: 2 }"
+    } >"$DIR/layout.yaml"
+    node s0
+    node s1
+    node c1
+    for attack in zeros random hugelen half; do
+        $RAW "$attack" 127.0.0.1 "$PORT2" >"$DIR/raw_$attack.out" 2>&1 ||
+            fail "raw_peer $attack: $(cat "$DIR/raw_$attack.out")"
+        grep -q "^CLOSED $attack" "$DIR/raw_$attack.out" ||
+            fail "$attack: the replica did not close the connection: $(cat "$DIR/raw_$attack.out")"
+        alive c1
+    done
+    [ "$(drops c1)" -eq 4 ] || fail "replica: $(drops c1) log lines for 4 attacks"
+    printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red ball\n' >"$DIR/p.txt"
+    "$BIN" run --mode monolithic --model "$SHARED/models/stories260K.bin" \
+        --tokenizer "$SHARED/models/tok512.bin" --prompts "$DIR/p.txt" -n 20 --temp 0 \
+        --threads 1 >"$DIR/mono.txt" 2>"$DIR/mono.log" || fail "monolithic run failed"
+    na_spawn "$DIR/run.log" sh -c 'timeout 120 "$0" run --mode offload --config "$1" \
+        --cluster connect --prompts "$2" -n 20 --temp 0 --threads 1 >"$3"' \
+        "$BIN" "$DIR/layout.yaml" "$DIR/p.txt" "$DIR/off.txt"
+    wait "$NA_PID" || fail "the rotational run through the attacked replica failed"
+    grep -q "^rotational: 2 compute replicas" "$DIR/run.log" || fail "no rotational summary"
+    sort "$DIR/mono.txt" >"$DIR/a.s"; sort "$DIR/off.txt" >"$DIR/b.s"
+    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s" | head; fail "text differs"; }
     ;;
 rogue)
     node s0
