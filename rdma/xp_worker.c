@@ -91,13 +91,12 @@ na_xp_errmode_t na_xp_errmode(const na_xp_t *xp)
     return xp->opts.errmode;
 }
 
-/* The UCX_TLS value for the options, or NULL to keep UCX's default. */
-static const char *xp_tls_string(const na_xp_opts_t *o)
+const char *na_xp_tls_ucx(na_xp_tls_t tls, const char *tls_raw)
 {
-    switch (o->tls) {
+    switch (tls) {
     case NA_XP_TLS_SHM: return "sm,self,tcp";
     case NA_XP_TLS_TCP: return "tcp,self";
-    case NA_XP_TLS_RAW: return o->tls_raw;
+    case NA_XP_TLS_RAW: return tls_raw;
     default:            return NULL;
     }
 }
@@ -201,7 +200,7 @@ static na_status_t xp_context_create(na_xp_t *xp)
     ucp_config_t *cfg;
     ucp_params_t params;
     ucs_status_t us;
-    const char *tls = xp_tls_string(&xp->opts);
+    const char *tls = na_xp_tls_ucx(xp->opts.tls, xp->opts.tls_raw);
     char ka[32], ifname[IF_NAMESIZE + 1];
 
     us = ucp_config_read(NULL, NULL, &cfg);

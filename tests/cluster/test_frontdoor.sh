@@ -15,7 +15,8 @@
 #            the CPU; a client served afterwards
 #   listen   with a loopback layout the node listens only on 127.0.0.1: its
 #            own port and UCX's tcp interface sockets (`ss -ltnp`; 77 without
-#            ss); so does the compute process of a `nearattn run` against it
+#            ss); garbage sent to UCX's tcp sockets leaves the node serving; the
+#            compute process of a `nearattn run` also listens on 127.0.0.1 only
 #   replica  the raw attacks against a compute replica's port (rotational
 #            pipelining, `nearattn node --name c1`): it stays up and a
 #            rotational `nearattn run --cluster connect` through it prints the
@@ -156,6 +157,15 @@ listen)
     awk '{ print $4 }' "$DIR/mine.out" | grep -v "^127\.0\.0\.1:" >"$DIR/off.out"
     [ -s "$DIR/off.out" ] && fail "node listens off loopback: $(cat "$DIR/off.out")"
     echo "node listens on: $(awk '{ print $4 }' "$DIR/mine.out" | tr '\n' ' ')"
+    # UCX's own tcp interface sockets take garbage without harm too
+    for up in $(awk '{ print $4 }' "$DIR/mine.out" | sed 's/.*://' | grep -v "^$PORT0\$"); do
+        for attack in zeros random hugelen; do
+            $RAW "$attack" 127.0.0.1 "$up" >"$DIR/ucx_$attack.out" 2>&1 ||
+                fail "raw_peer $attack on UCX's port $up: $(cat "$DIR/ucx_$attack.out")"
+            alive s0
+        done
+    done
+    client c_after_ucx
     # the compute side of a run (c0 on 127.0.0.1): UCX's sockets stay on lo too
     node s1
     sed -i "s|^model:|model:\n  tokenizer: \"$SHARED/models/tok512.bin\"|" "$DIR/layout.yaml"
