@@ -229,6 +229,11 @@ static void door_flush(na_xp_ep_t *ep)
         return;
     }
     ep->ooff = ep->olen = 0;
+    if (ep->state == NA_XP_EP_READY) {   /* set-up done: nothing more is written */
+        free(ep->obuf);
+        ep->obuf = NULL;
+        ep->ocap = 0;
+    }
 }
 
 na_status_t na_xp_door_write(na_xp_ep_t *ep, const void *data, size_t len)

@@ -245,10 +245,16 @@ static void xp_hs_server_ready(na_xp_ep_t *ep)
 static void xp_hs_on_addr(na_xp_ep_t *ep)
 {
     char text[400];
+    na_status_t st;
 
     ep->want_addr = 0;
     memcpy(&ep->tx_id, ep->rbuf + 8, 8);
-    if (na_xp_ep_ucp_create(ep, ep->rbuf + NA_XP_ADDR_HDR) != NA_OK) {
+    /* the address comes from a peer that proved the secret: UCX parses it */
+    st = na_xp_ep_ucp_create(ep, ep->rbuf + NA_XP_ADDR_HDR);
+    free(ep->rbuf);                      /* the last frame: the socket only watches now */
+    ep->rbuf = NULL;
+    ep->rlen = ep->rneed = 0;
+    if (st != NA_OK) {
         snprintf(text, sizeof(text), "%s", na_errmsg());
         xp_hs_refuse(ep, NA_WIRE_REFUSE_PROTO, NA_ERR_PEER, text);
         return;
