@@ -51,10 +51,7 @@ static void xp_ep_free(na_xp_ep_t *ep)
 {
     na_xp_ep_t **pp;
     na_xp_door_close(ep);
-    if (ep->preauth) {
-        ep->preauth = 0;
-        ep->xp->n_preauth--;
-    }
+    na_xp_ep_setup_over(ep);
     if (ep->xp->rx_last == ep)
         ep->xp->rx_last = NULL;
     for (pp = &ep->xp->eps; *pp != NULL; pp = &(*pp)->next) {
@@ -64,6 +61,14 @@ static void xp_ep_free(na_xp_ep_t *ep)
         }
     }
     free(ep);
+}
+
+void na_xp_ep_setup_over(na_xp_ep_t *ep)
+{
+    if (ep->preauth) {
+        ep->preauth = 0;
+        ep->xp->n_preauth--;
+    }
 }
 
 void na_xp_ep_unref(na_xp_ep_t *ep)
@@ -80,10 +85,7 @@ void na_xp_ep_fail(na_xp_ep_t *ep, na_status_t st, const char *why)
         return;
     ep->state = NA_XP_EP_FAILED;
     ep->xp->sweep_due = 1;
-    if (ep->preauth) {
-        ep->preauth = 0;
-        ep->xp->n_preauth--;
-    }
+    na_xp_ep_setup_over(ep);
     if (ep->refused)
         return;                        /* keep the reason we refused it for */
     ep->err = st;
@@ -446,8 +448,17 @@ void na_xp_ep_close(na_xp_ep_t *ep)
         xp_ep_close_start(ep, 1);
     } else if (ep->state == NA_XP_EP_READY || ep->state == NA_XP_EP_CONNECTING)
         xp_ep_close_start(ep, ep->state != NA_XP_EP_READY);
-    else if (ep->state == NA_XP_EP_FAILED)
+    else if (ep->state == NA_XP_EP_FAILED) {
+        /* the peer is gone: no clean close to wait for (a pending close
+         * request is reaped by the sweep) */
         xp_ep_close_start(ep, 1);
+        (void)xp_ep_close_done(ep);
+        ep->closing = 0;
+        ep->zombie = 1;
+        if (ep->refs <= 0 && ep->close_req == NULL)
+            xp_ep_free(ep);
+        return;
+    }
     (void)na_xp_wait_ms(xp, xp_ep_close_done, ep, xp->opts.timeout_ms);
     ep->closing = 0;
     ep->zombie = 1;

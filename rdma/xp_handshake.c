@@ -222,10 +222,7 @@ static void xp_hs_server_ready(na_xp_ep_t *ep)
     ep->hs_status = NA_OK;
     ep->hs_step = XP_HS_DONE;
     ep->rx_open = 1;
-    if (ep->preauth) {
-        ep->preauth = 0;
-        xp->n_preauth--;
-    }
+    na_xp_ep_setup_over(ep);
     if (xp_hs_send(ep, &m) != NA_OK || na_xp_door_send_addr(ep) != NA_OK) {
         free(ev);
         na_xp_ep_fail(ep, NA_ERR_PEER, na_errmsg());

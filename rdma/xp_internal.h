@@ -144,6 +144,9 @@ void        na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf);
 na_status_t na_xp_ep_setup(na_xp_t *xp);     /* register AM handlers */
 /* Allocate an endpoint record (fd: its TCP socket) and link it. NULL on OOM. */
 na_xp_ep_t *na_xp_ep_alloc(na_xp_t *xp, const char *addr, int is_server, int fd);
+/* An accepted connection left set-up (READY, failed or freed): it no longer
+ * counts against NA_XP_PREAUTH_MAX. */
+void        na_xp_ep_setup_over(na_xp_ep_t *ep);
 /* Create the ucp endpoint to the peer's worker address (after the proofs). */
 na_status_t na_xp_ep_ucp_create(na_xp_ep_t *ep, const void *waddr);
 /* Mark an endpoint failed (first reason wins); it is reported/closed by service. */
