@@ -213,6 +213,7 @@ void na_xp_ep_sweep(na_xp_t *xp)
 static void xp_rndv_done(void *request, ucs_status_t status, size_t length, void *user_data)
 {
     na_xp_msg_t *m = user_data;
+    (void)length;                       /* UCX's callback type; the size is known */
     m->ready = (status == UCS_OK) ? 1 : -1;
     ucp_request_free(request);
 }
