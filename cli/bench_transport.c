@@ -51,16 +51,10 @@ typedef struct {
     na_cli_bench_opts_t common;
 } bt_args_t;
 
-/* The UCX_TLS ucx_perftest gets for our choice (it exchanges worker
- * addresses out of band, so it needs no tcp for connection setup). */
+/* The UCX_TLS ucx_perftest gets for our choice: the transport's own. */
 static const char *bt_perftest_tls(const bt_args_t *a)
 {
-    switch (a->tls) {
-    case NA_XP_TLS_SHM: return "sm,self,tcp";  /* as the transport sets it */
-    case NA_XP_TLS_TCP: return "tcp,self";
-    case NA_XP_TLS_RAW: return a->tls_arg;
-    default:            return NULL;
-    }
+    return na_xp_tls_ucx(a->tls, a->tls_arg);
 }
 
 static na_status_t bt_xp_create(const bt_args_t *a, const char *name, na_xp_t **xp_p)

@@ -2,23 +2,37 @@
  * over UCX UCP active messages.
  *
  * One na_xp_t per node owns one UCP context and one worker. Storage nodes
- * listen on host:port; compute nodes connect by address. By default every
- * endpoint runs with UCP_ERR_HANDLING_MODE_PEER, so a peer that dies turns its
- * pending operations into errors and is reported to the owner as an
- * NA_XP_EV_LOST event — never a hang (see na_xp_errmode_t for the one
- * trade-off: UCX 1.13 has no shared-memory transport with peer-failure
- * support). Every wait takes a timeout; a send that does not complete in
- * time fails its endpoint. Messages of one endpoint are delivered in the
- * order sent; a peer whose large message stalls never holds up the others.
+ * (and compute replicas) listen on host:port; compute nodes connect by address.
+ *
+ * Connection set-up (docs/transport.md, "The front door"): a node listens
+ * with a plain TCP socket of its own — no UCX sockaddr listener exists. A
+ * connecting peer opens a TCP connection and the HELLO handshake of
+ * common/wire.h runs over it first: both sides prove knowledge of the cluster
+ * secret and the wire version is checked; a peer that fails is disconnected
+ * with a log line naming it. Only then do the peers exchange their UCX worker
+ * addresses over that socket and create UCX endpoints from them. Accepted
+ * connections still in set-up are capped (64) and must finish within 3 s;
+ * every frame is read incrementally with strict size limits, so garbage,
+ * truncated frames, huge lengths, slow peers and floods cost a socket each,
+ * never the process. The TCP socket stays open for the connection's life as
+ * its liveness channel: its EOF means the peer is gone (NA_XP_EV_LOST after
+ * a 50 ms grace for messages still in flight), in every errmode, so a
+ * vanished peer is seen at once even over shared memory.
+ *
+ * After set-up, messages go over UCX: by default every endpoint runs with
+ * UCP_ERR_HANDLING_MODE_PEER, so a peer that dies turns its pending
+ * operations into errors and is reported to the owner as an NA_XP_EV_LOST
+ * event — never a hang (see na_xp_errmode_t for the one trade-off: UCX 1.13
+ * has no shared-memory transport with peer-failure support). Every wait
+ * takes a timeout; a send that does not complete in time fails its
+ * endpoint. Messages of one endpoint are delivered in the order sent; a peer
+ * whose large message stalls never holds up the others.
  *
  * A message is an opaque header (up to NA_XP_HDR_MAX bytes: the wire header of
  * common/wire.h) plus an opaque payload of any size up to opts.max_msg. UCX
  * chooses eager or rendezvous (zero-copy) itself; rendezvous payloads land in
  * buffers registered with ucp_mem_map from a pool the transport owns. The
- * transport does not interpret headers, except for its own HELLO handshake,
- * which runs on a separate active-message id before any message is accepted:
- * both sides prove knowledge of the cluster secret (common/wire.h) and a peer
- * that fails is disconnected with a log line naming it.
+ * transport does not interpret headers.
  *
  * Progress is driven by the owner: na_xp_recv() (or na_xp_progress()) runs the
  * worker; nothing happens in background threads. The API is not thread-safe:
@@ -47,9 +61,8 @@ typedef struct na_xp_op  na_xp_op_t;
 /* Which UCX transports the context may use (UCX_TLS). */
 typedef enum {
     NA_XP_TLS_AUTO = 0,   /* UCX's default choice */
-    NA_XP_TLS_SHM  = 1,   /* shared memory for data ("sm,self,tcp": UCX 1.13 needs the
-                             tcp resources to resolve sockaddr connections; same-host
-                             lanes go over shm) */
+    NA_XP_TLS_SHM  = 1,   /* shared memory for data ("sm,self,tcp": same-host lanes
+                             go over shm; tcp stays for a peer on another host) */
     NA_XP_TLS_TCP  = 2,   /* TCP only ("tcp,self"): the network path */
     NA_XP_TLS_RAW  = 3,   /* opts.tls_raw is passed to UCX_TLS verbatim */
 } na_xp_tls_t;
@@ -57,6 +70,9 @@ typedef enum {
 /* Parse "auto" | "shm" | "tcp" | anything else (= raw UCX_TLS string). */
 na_xp_tls_t na_xp_tls_parse(const char *s);
 const char *na_xp_tls_name(na_xp_tls_t tls);
+/* The UCX_TLS value the transport gives UCX for tls (tls_raw for RAW), or
+ * NULL for AUTO (UCX's default). The one tls -> UCX_TLS mapping. */
+const char *na_xp_tls_ucx(na_xp_tls_t tls, const char *tls_raw);
 
 /* How UCX handles a failing peer on our endpoints (docs/transport.md). */
 typedef enum {
@@ -68,11 +84,11 @@ typedef enum {
                                  cma), i.e. no posix/sysv shared memory. */
     NA_XP_ERRMODE_CM   = 2,   /* UCP_ERR_HANDLING_MODE_NONE: lets UCX 1.13 use
                                  posix/sysv shared memory (the fast same-host path).
-                                 A listener sees a client vanish through the
-                                 connection manager's disconnect at once; a client
-                                 whose server vanishes learns it only from our
-                                 timeouts (a send that never completes fails the
-                                 endpoint after opts.timeout_ms) and heartbeats. */
+                                 A vanished peer is seen through the connection's
+                                 TCP socket (EOF) at once; a peer that hangs
+                                 is found by our timeouts (a send that never
+                                 completes fails the endpoint after
+                                 opts.timeout_ms) and heartbeats. */
 } na_xp_errmode_t;
 
 /* The mode AUTO stands for with this tls (PEER or CM; others unchanged). */
@@ -89,6 +105,10 @@ typedef enum {
 
 typedef struct {
     const char    *name;        /* this node's name, sent in HELLO (1..63 chars) */
+    const char    *host;        /* this node's layout host (copied): UCX's network
+                                   transports are kept to the interface carrying its
+                                   address (UCX_NET_DEVICES, unless set in the
+                                   environment); NULL = every interface */
     const char    *cluster;     /* cluster name, must match the peer's; NULL = "nearattn" */
     int            role;        /* na_wire_role_t sent in HELLO; 0 = TOOL */
     unsigned       heartbeat_ms;/* interval announced in HELLO_OK (server side) */
@@ -148,27 +168,30 @@ typedef struct na_xp_buf {
 
 /* ---- node ---------------------------------------------------------------- */
 
-/* Create the UCP context and worker with the given options. Fails with
+/* Create the UCP context and worker with the given options; raises
+ * RLIMIT_NOFILE to its hard limit (a socket per peer). Fails with
  * NA_ERR_INVALID (bad options) or NA_ERR_TRANSPORT (UCX refused). */
 na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p);
 /* Close all endpoints (bounded wait), the listener, buffers, the worker and the
  * context. Never fails; NULL is a no-op. */
 void        na_xp_destroy(na_xp_t *xp);
 
-/* Listen on host:port (port 0 = any; the bound port is written to *port_p if
- * non-NULL). "port taken" is NA_ERR_BUSY with a clear message. One listener per
- * node. The listener and its connections carry SO_REUSEADDR (the transport
- * sets UCX_TCP_CM_REUSEADDR=y unless the environment says otherwise), so a
- * node restarted at once on its port listens again even while connections
- * it closed first sit in TIME_WAIT; a port another process listens on is
- * still "port taken". (Should the option be off on either run, the message
- * names TIME_WAIT and the ~60 s wait.) */
+/* Listen on host:port with a TCP socket of the transport's own (port 0 = any;
+ * the bound port is written to *port_p if non-NULL). "port taken" is
+ * NA_ERR_BUSY with a clear message. One listener per node. The socket
+ * carries SO_REUSEADDR, so a node restarted at once on its port listens
+ * again even while connections it closed first sit in TIME_WAIT; a port
+ * another process listens on is still "port taken". Connections are
+ * accepted and authenticated as the owner makes progress (na_xp_recv /
+ * na_xp_progress); each that passes is an NA_XP_EV_ACCEPTED event. */
 na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p);
 
-/* Connect to host:port and run the HELLO handshake; waits at most
- * opts.timeout_ms. Returns the endpoint on success. NA_ERR_PEER if nobody
- * answers or the peer drops us, NA_ERR_AUTH/NA_ERR_VERSION if the peer fails
- * the proof, NA_ERR_TIMEOUT if the wait ran out. */
+/* Connect to host:port over TCP, run the HELLO handshake there, then make
+ * the UCX endpoint; waits at most opts.timeout_ms (other endpoints keep
+ * progressing meanwhile). Returns the endpoint on success. NA_ERR_PEER if
+ * nobody answers, the peer drops us or answers anything malformed,
+ * NA_ERR_AUTH/NA_ERR_VERSION if the peer fails the proof, NA_ERR_TIMEOUT if
+ * the wait ran out. */
 na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **ep_p);
 
 /* Close an endpoint and free it (its queued messages stay valid until

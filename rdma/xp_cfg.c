@@ -6,8 +6,13 @@
 void na_xp_opts_from_cfg(const na_cfg_t *cfg, const char *name, int role, size_t max_msg,
                          na_xp_opts_t *xo)
 {
+    int i;
+
     memset(xo, 0, sizeof(*xo));
     xo->name = name;
+    for (i = 0; i < cfg->n_nodes; i++)
+        if (name != NULL && !strcmp(cfg->nodes[i].name, name))
+            xo->host = cfg->nodes[i].host;   /* UCX stays on this host's interface */
     xo->cluster = cfg->cluster.name;
     xo->role = role;
     switch (cfg->transport.tls_kind) {

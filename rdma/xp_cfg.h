@@ -6,7 +6,7 @@
 #include "rdma/transport.h"
 
 /* Fill *xo (zeroed first) for node `name` of role `role` (na_wire_role_t) from
- * the layout: cluster name, transport kind (auto/shm/tcp/raw UCX_TLS), secret,
+ * the layout: host (of the node of that name, if any), cluster name, transport kind (auto/shm/tcp/raw UCX_TLS), secret,
  * timeout, and max_msg (the largest payload accepted). Cannot fail; the
  * strings point into cfg, which must outlive the transport's creation. */
 void na_xp_opts_from_cfg(const na_cfg_t *cfg, const char *name, int role, size_t max_msg,

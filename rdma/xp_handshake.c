@@ -1,16 +1,22 @@
-/* rdma/xp_handshake.c — the HELLO handshake of common/wire.h on each new
- * endpoint, before any other message is accepted:
+/* rdma/xp_handshake.c — the HELLO handshake of common/wire.h on a new
+ * connection's TCP socket (rdma/xp_door.c), before UCX is involved at all:
  *
  *   client                                server
  *   HELLO {name_c, role, cluster, nonce_c} ─▶ version, cluster checked
  *                                         ◀─ HELLO_CHALLENGE {name_s, nonce_s, mac_s}
  *   verify mac_s; AUTH {mac_c}            ─▶ verify mac_c
- *                                         ◀─ HELLO_OK {heartbeat_ms}  (server: READY)
- *   (client: READY)
+ *   ADDR {client worker address, id_c}    ─▶ ucp ep to the client (server: READY)
+ *                                         ◀─ HELLO_OK {heartbeat_ms}
+ *                                         ◀─ ADDR {server worker address, id_s}
+ *   ucp ep to the server (client: READY)
  *
- * Any failure answers REFUSE {reason, text} and drops that endpoint only.
- * Messages travel on their own active-message id (NA_XP_AM_HELLO) as whole
- * wire messages (header + payload in the data part). */
+ * HELLO..HELLO_OK are wire messages (64-byte header + payload, at most
+ * NA_XP_FRAME_MAX bytes); ADDR is the transport's own frame ("NAXA", u32
+ * length, u64 connection id, the address). A UCX worker address leaves a
+ * node only for a peer that has proven the cluster secret. The ids are
+ * random; every message carries the receiver's id, so that a message is
+ * matched to its connection whatever UCX's endpoint matching did.
+ * Any failure answers REFUSE {reason, text} and drops that connection only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,10 +25,12 @@
 #include "rdma/xp_internal.h"
 
 enum {
-    XP_HS_START = 0,     /* server: waiting for HELLO */
+    XP_HS_START = 0,     /* server: waiting for HELLO; client: TCP connect */
     XP_HS_HELLO_SENT,    /* client: waiting for HELLO_CHALLENGE */
     XP_HS_CHALLENGED,    /* server: waiting for AUTH */
+    XP_HS_AUTHED,        /* server: client proven, waiting for its ADDR */
     XP_HS_AUTH_SENT,     /* client: waiting for HELLO_OK */
+    XP_HS_OK_IN,         /* client: HELLO_OK in, waiting for the server's ADDR */
     XP_HS_DONE,
 };
 
@@ -34,7 +42,7 @@ static na_status_t xp_hs_send(na_xp_ep_t *ep, const na_wire_msg_t *m)
     na_status_t st = na_wire_encode(m, buf, sizeof(buf), &len);
     if (st != NA_OK)
         return st;
-    return na_xp_ep_send_ctl(ep, buf, len);
+    return na_xp_door_write(ep, buf, len);
 }
 
 /* Answer REFUSE and drop ep shortly after (so the REFUSE can leave first). */
@@ -57,8 +65,11 @@ static void xp_hs_refuse(na_xp_ep_t *ep, na_wire_refuse_t reason, na_status_t st
                  na_wire_refuse_name(reason), text);
         ep->hs_deadline_ns = na_xp_deadline(200);
         ep->hs_step = XP_HS_DONE;
+        ep->xp->sweep_due = 1;
     } else {
-        na_xp_ep_fail(ep, st, text);
+        /* a server that talks nonsense is a bad peer (NA_ERR_PEER), not our
+         * protocol error */
+        na_xp_ep_fail(ep, st == NA_ERR_PROTO ? NA_ERR_PEER : st, text);
     }
 }
 
@@ -163,19 +174,22 @@ static void xp_hs_on_challenge(na_xp_ep_t *ep, const na_wire_challenge_t *c)
                               ep->nonce_peer, xp->name, ep->name, xp->cluster, m.u.auth.mac);
     if (st == NA_OK)
         st = xp_hs_send(ep, &m);
+    if (st == NA_OK)
+        st = na_xp_door_send_addr(ep);
     if (st != NA_OK) {
         na_xp_ep_fail(ep, st, na_errmsg());
         return;
     }
+    /* the server is proven and alone knows rx_id: it may send as soon as it
+     * is READY, possibly before its HELLO_OK is read here */
+    ep->rx_open = 1;
     ep->hs_step = XP_HS_AUTH_SENT;
 }
 
-/* Server: AUTH arrived -> verify the client, HELLO_OK, tell the owner. */
+/* Server: AUTH arrived -> verify the client, then wait for its ADDR. */
 static void xp_hs_on_auth(na_xp_ep_t *ep, const na_wire_auth_t *a)
 {
     na_xp_t *xp = ep->xp;
-    na_wire_msg_t m;
-    na_xp_msg_t *ev;
     char text[400];
 
     if (na_wire_auth_verify(xp->secret, xp->secret_len, NA_WIRE_AUTH_CLIENT, ep->nonce_peer,
@@ -184,6 +198,18 @@ static void xp_hs_on_auth(na_xp_ep_t *ep, const na_wire_auth_t *a)
         xp_hs_refuse(ep, NA_WIRE_REFUSE_AUTH, NA_ERR_AUTH, text);
         return;
     }
+    ep->want_addr = 1;
+    ep->hs_step = XP_HS_AUTHED;
+}
+
+/* Server: the proven client's ADDR arrived -> ucp ep, READY, HELLO_OK + our
+ * ADDR, tell the owner. */
+static void xp_hs_server_ready(na_xp_ep_t *ep)
+{
+    na_xp_t *xp = ep->xp;
+    na_wire_msg_t m;
+    na_xp_msg_t *ev;
+
     ev = calloc(1, sizeof(*ev));
     if (ev == NULL) {
         na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory");
@@ -195,7 +221,9 @@ static void xp_hs_on_auth(na_xp_ep_t *ep, const na_wire_auth_t *a)
     ep->state = NA_XP_EP_READY;      /* before HELLO_OK: the client may send at once */
     ep->hs_status = NA_OK;
     ep->hs_step = XP_HS_DONE;
-    if (xp_hs_send(ep, &m) != NA_OK) {
+    ep->rx_open = 1;
+    na_xp_ep_setup_over(ep);
+    if (xp_hs_send(ep, &m) != NA_OK || na_xp_door_send_addr(ep) != NA_OK) {
         free(ev);
         na_xp_ep_fail(ep, NA_ERR_PEER, na_errmsg());
         return;
@@ -210,23 +238,47 @@ static void xp_hs_on_auth(na_xp_ep_t *ep, const na_wire_auth_t *a)
                 na_wire_role_name(ep->peer_role), ep->addr);
 }
 
-int na_xp_hs_try_inline(na_xp_ep_t *ep, const uint8_t *data, size_t len)
+/* An ADDR frame arrived (after the proofs): connect UCX to the peer. */
+static void xp_hs_on_addr(na_xp_ep_t *ep)
 {
-    na_wire_hdr_t h;
-    na_wire_msg_t m;
+    char text[400];
+    na_status_t st;
 
-    if (ep->is_server || ep->state != NA_XP_EP_CONNECTING || ep->hs_step != XP_HS_AUTH_SENT)
-        return 0;
-    if (na_wire_decode_buf(data, len, &h, &m) != NA_OK || m.type != NA_WIRE_MSG_HELLO_OK)
-        return 0;
-    ep->peer_heartbeat_ms = m.u.hello_ok.heartbeat_ms;
+    ep->want_addr = 0;
+    memcpy(&ep->tx_id, ep->rbuf + 8, 8);
+    /* the address comes from a peer that proved the secret: UCX parses it */
+    st = na_xp_ep_ucp_create(ep, ep->rbuf + NA_XP_ADDR_HDR);
+    free(ep->rbuf);                      /* the last frame: the socket only watches now */
+    ep->rbuf = NULL;
+    ep->rlen = ep->rneed = 0;
+    if (st != NA_OK) {
+        snprintf(text, sizeof(text), "%s", na_errmsg());
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_PROTO, NA_ERR_PEER, text);
+        return;
+    }
+    if (ep->is_server) {
+        xp_hs_server_ready(ep);
+        return;
+    }
     ep->state = NA_XP_EP_READY;
     ep->hs_status = NA_OK;
     ep->hs_step = XP_HS_DONE;
-    return 1;
 }
 
-void na_xp_hs_handle(na_xp_ep_t *ep, const uint8_t *data, size_t len)
+void na_xp_hs_bad_frame(na_xp_ep_t *ep, na_status_t st)
+{
+    char text[400];
+
+    if (st == NA_ERR_VERSION) {
+        snprintf(text, sizeof(text), "%s", na_errmsg());
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_VERSION, NA_ERR_VERSION, text);
+        return;
+    }
+    snprintf(text, sizeof(text), "malformed handshake: %s", na_errmsg());
+    xp_hs_refuse(ep, NA_WIRE_REFUSE_PROTO, NA_ERR_PROTO, text);
+}
+
+void na_xp_hs_frame(na_xp_ep_t *ep)
 {
     na_wire_hdr_t h;
     na_wire_msg_t m;
@@ -235,19 +287,17 @@ void na_xp_hs_handle(na_xp_ep_t *ep, const uint8_t *data, size_t len)
 
     if (ep->state != NA_XP_EP_CONNECTING || ep->hs_step == XP_HS_DONE)
         return;                                  /* late or after refusal: ignore */
-    st = na_wire_decode_buf(data, len, &h, &m);
-    if (st == NA_ERR_VERSION) {
-        snprintf(text, sizeof(text), "%s", na_errmsg());
-        xp_hs_refuse(ep, NA_WIRE_REFUSE_VERSION, NA_ERR_VERSION, text);
+    if (ep->want_addr) {
+        xp_hs_on_addr(ep);
         return;
     }
+    st = na_wire_decode_buf(ep->rbuf, ep->rlen, &h, &m);
     if (st != NA_OK) {
-        snprintf(text, sizeof(text), "malformed handshake: %s", na_errmsg());
-        xp_hs_refuse(ep, NA_WIRE_REFUSE_PROTO, NA_ERR_PROTO, text);
+        na_xp_hs_bad_frame(ep, st);
         return;
     }
     if (m.type == NA_WIRE_MSG_REFUSE) {
-        snprintf(text, sizeof(text), "refused by peer (%s): %s",
+        snprintf(text, sizeof(text), "refused by peer (%s): %.256s",
                  na_wire_refuse_name(m.u.refuse.reason), m.u.refuse.text);
         na_xp_ep_fail(ep, m.u.refuse.reason == NA_WIRE_REFUSE_VERSION ? NA_ERR_VERSION :
                           m.u.refuse.reason == NA_WIRE_REFUSE_AUTH ? NA_ERR_AUTH : NA_ERR_PEER,
@@ -276,9 +326,8 @@ void na_xp_hs_handle(na_xp_ep_t *ep, const uint8_t *data, size_t len)
     case XP_HS_AUTH_SENT:
         if (m.type == NA_WIRE_MSG_HELLO_OK) {
             ep->peer_heartbeat_ms = m.u.hello_ok.heartbeat_ms;
-            ep->state = NA_XP_EP_READY;
-            ep->hs_status = NA_OK;
-            ep->hs_step = XP_HS_DONE;
+            ep->want_addr = 1;
+            ep->hs_step = XP_HS_OK_IN;
             return;
         }
         break;

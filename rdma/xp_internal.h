@@ -3,12 +3,15 @@
 #ifndef NA_RDMA_XP_INTERNAL_H
 #define NA_RDMA_XP_INTERNAL_H
 
+#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
 #include "rdma/transport.h"
 
+#include <poll.h>
+
 #define NA_XP_AM_MSG    1   /* active-message id of owner messages */
-#define NA_XP_AM_HELLO  2   /* active-message id of the handshake */
+#define NA_XP_ID_LEN    8   /* connection id appended to every message's header */
 #define NA_XP_NONCE_LEN 32
 #define NA_XP_MAC_LEN   32
 #define NA_XP_POOL_MIN_SHIFT 12   /* smallest pooled landing buffer: 4 KiB */
@@ -16,21 +19,30 @@
 #define NA_XP_POOL_KEEP      16   /* free buffers kept per class ... */
 #define NA_XP_CM_GRACE_MS    50   /* errmode cm: delivery grace after a disconnect */
 #define NA_XP_POOL_MAX_BYTES ((size_t)512 << 20) /* ... and at most this much idle memory */
+/* The front door (rdma/xp_door.c): the node's own TCP listener. */
+#define NA_XP_PREAUTH_MAX    64    /* accepted connections in set-up at once; more are closed */
+#define NA_XP_PREAUTH_MS     3000  /* an accepted connection has this long for the handshake */
+#define NA_XP_FRAME_MAX      1024  /* largest handshake frame (wire header + payload) */
+#define NA_XP_ADDR_HDR       16    /* ADDR frame header: "NAXA", u32 len, u64 connection id */
+#define NA_XP_ADDR_MAX       16384 /* largest UCX worker address accepted */
+#define NA_XP_ACCEPT_BURST   64    /* accept() calls per service turn */
+#define NA_XP_ACCEPT_PAUSE_MS 100  /* listener left alone this long after EMFILE & co */
+
+/* Log limiter: a burst of lines, then at most one per second with a count
+ * of what was left out. */
+typedef struct {
+    unsigned burst;             /* lines allowed at once (>= 1) */
+    uint64_t last_ns;
+    unsigned tokens;
+    unsigned suppressed;
+} na_xp_rl_t;
 
 typedef enum {
-    NA_XP_EP_CONNECTING = 0,  /* ucp ep made, HELLO not finished */
+    NA_XP_EP_CONNECTING = 0,  /* handshake on the TCP socket not finished */
     NA_XP_EP_READY      = 1,  /* handshake done: messages flow */
     NA_XP_EP_FAILED     = 2,  /* error seen; ucp ep still to be force-closed */
     NA_XP_EP_CLOSED     = 3,  /* ucp ep closed (or being closed) */
 } na_xp_ep_state_t;
-
-/* A handshake message waiting to be handled outside the UCX callback. */
-typedef struct na_xp_ctl {
-    struct na_xp_ctl *next;
-    na_xp_ep_t       *ep;
-    size_t            len;
-    uint8_t           data[];   /* (len) the HELLO-family message */
-} na_xp_ctl_t;
 
 struct na_xp_ep {
     na_xp_t          *xp;
@@ -40,6 +52,7 @@ struct na_xp_ep {
     int               owned;         /* the owner holds it (connect / ACCEPTED) */
     int               lost_reported; /* NA_XP_EV_LOST queued */
     int               refused;       /* we sent REFUSE: keep errmsg, drop at hs_deadline */
+    int               preauth;       /* counted in xp->n_preauth (accepted, not yet READY) */
     int               closing;       /* inside na_xp_ep_close: sweep must not free it */
     int               zombie;        /* owner let go: free once refs == 0 */
     int               refs;          /* queued messages + pending ops using it */
@@ -51,6 +64,19 @@ struct na_xp_ep {
     char              errmsg[160];
     uint64_t          hs_deadline_ns;/* handshake must finish by then */
     int               hs_step;       /* handshake progress (xp_handshake.c) */
+    /* the TCP socket: handshake, then liveness (EOF = peer gone) */
+    int               fd;            /* -1 once closed */
+    int               tcp_connecting;/* client: non-blocking connect() in progress */
+    int               want_addr;     /* the next frame is an ADDR frame, not a wire one */
+    int               frame_sized;   /* rneed holds the whole frame's size */
+    uint8_t          *rbuf;          /* frame being read (set-up only) */
+    size_t            rlen, rneed;
+    uint8_t          *obuf;          /* bytes not yet written (set-up only) */
+    size_t            olen, ooff, ocap;
+    uint64_t          rx_id;         /* ours: messages to us carry it (random) */
+    uint64_t          tx_id;         /* the peer's: our messages carry it */
+    int               rx_open;       /* messages with rx_id are taken (peer proven) */
+    int               discard;       /* its queued messages are dropped (failed connect) */
     na_status_t       hs_status;     /* NA_INPROGRESS, NA_OK or the failure */
     uint8_t           nonce_local[NA_XP_NONCE_LEN];
     uint8_t           nonce_peer[NA_XP_NONCE_LEN];
@@ -66,18 +92,27 @@ struct na_xp_op {
     void        *req;                /* UCX request */
     na_xp_ep_t  *ep;
     size_t       bytes;
-    uint8_t      hdr[NA_XP_HDR_MAX]; /* header kept alive while in flight */
+    uint8_t      hdr[NA_XP_HDR_MAX + NA_XP_ID_LEN]; /* header + peer's id, alive in flight */
 };
 
 struct na_xp {
     ucp_context_h    ctx;
     ucp_worker_h     worker;
     int              efd;            /* worker event fd for blocking waits */
-    ucp_listener_h   listener;
-    ucp_conn_request_h pending_conn[16];  /* accepted in the callback, served later */
-    int              n_pending_conn;
-    char             name[NA_XP_NAME_MAX];
+    ucp_address_t   *waddr;          /* our worker address (sent after the proofs) */
+    size_t           waddr_len;
+    int              lfd;            /* our TCP listener, -1 if none */
+    char             laddr[80];      /* "host:port" it listens on */
+    int              n_preauth;      /* accepted connections still in set-up */
+    uint64_t         accept_pause_ns;/* listener not polled before this (EMFILE) */
+    unsigned         n_refused_full; /* closed at once: pre-auth table full */
+    na_xp_rl_t       rl_accept, rl_drop;
+    struct pollfd   *pfd;            /* poll set: efd, listener, sockets */
+    na_xp_ep_t     **pfd_ep;         /* [i] endpoint of pfd[i] (NULL: efd / listener) */
+    int              pfd_cap, pfd_n;
+    na_xp_ep_t      *rx_last;        /* last endpoint a message was matched to */    char             name[NA_XP_NAME_MAX];
     char             cluster[NA_XP_NAME_MAX];
+    char             host[256];      /* opts.host ("" if none) */
     na_xp_opts_t     opts;           /* name/secret/tls_raw point into this struct */
     uint8_t         *secret;
     size_t           secret_len;
@@ -85,7 +120,6 @@ struct na_xp {
     na_xp_ep_t      *eps;            /* every endpoint, owned or not */
     na_xp_msg_t     *q_head, *q_tail;     /* owner queue (messages + events) */
     na_xp_msg_t     *q_pick, *q_pick_prev; /* set by the last successful readiness check */
-    na_xp_ctl_t     *ctl_head, *ctl_tail; /* handshake messages to handle */
     na_xp_buf_t     *pool[NA_XP_POOL_CLASSES];
     int              pool_count[NA_XP_POOL_CLASSES];
     size_t           pool_bytes;     /* idle bytes in the pool */
@@ -108,29 +142,50 @@ void        na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf);
 
 /* xp_endpoint.c */
 na_status_t na_xp_ep_setup(na_xp_t *xp);     /* register AM handlers */
-na_xp_ep_t *na_xp_ep_find(na_xp_t *xp, ucp_ep_h uep);
+/* Allocate an endpoint record (fd: its TCP socket) and link it. NULL on OOM. */
+na_xp_ep_t *na_xp_ep_alloc(na_xp_t *xp, const char *addr, int is_server, int fd);
+/* An accepted connection left set-up (READY, failed or freed): it no longer
+ * counts against NA_XP_PREAUTH_MAX. */
+void        na_xp_ep_setup_over(na_xp_ep_t *ep);
+/* Create the ucp endpoint to the peer's worker address (after the proofs). */
+na_status_t na_xp_ep_ucp_create(na_xp_ep_t *ep, const void *waddr);
 /* Mark an endpoint failed (first reason wins); it is reported/closed by service. */
 void        na_xp_ep_fail(na_xp_ep_t *ep, na_status_t st, const char *why);
 /* Sweep endpoints: close failed ones, queue EV_LOST, free finished zombies. */
 void        na_xp_ep_sweep(na_xp_t *xp);
 void        na_xp_ep_unref(na_xp_ep_t *ep);
-/* Send one raw handshake message on the HELLO id (no readiness check). */
-na_status_t na_xp_ep_send_ctl(na_xp_ep_t *ep, const void *data, size_t len);
 /* Start closing every endpoint and wait (bounded) for the closes. */
 void        na_xp_ep_close_all(na_xp_t *xp);
 /* Free every endpoint record (destroy, after the queues are drained). */
 void        na_xp_ep_free_all(na_xp_t *xp);
-/* Make endpoints for connection requests the listener took. */
-void        na_xp_accept(na_xp_t *xp);
+
+/* xp_door.c */
+/* Log through the limiter (warn level). */
+void        na_xp_rl_warn(na_xp_rl_t *rl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Queue bytes on ep's socket (written now as far as it takes). */
+na_status_t na_xp_door_write(na_xp_ep_t *ep, const void *data, size_t len);
+/* Queue an ADDR frame: our worker address and rx_id. */
+na_status_t na_xp_door_send_addr(na_xp_ep_t *ep);
+/* Close ep's socket (no-op when closed); frees the set-up buffers. */
+void        na_xp_door_close(na_xp_ep_t *ep);
+/* Poll the listener and every socket without waiting and act on them:
+ * accept, read handshake frames, write what is queued, see peers go. */
+void        na_xp_door_service(na_xp_t *xp);
+/* Build xp->pfd: [0] the worker's event fd, then the listener and sockets. */
+void        na_xp_door_pollset(na_xp_t *xp);
+/* Close the listener. */
+void        na_xp_door_unlisten(na_xp_t *xp);
+/* Resolve host:port (numeric or name, IPv4/IPv6). */
+na_status_t na_xp_resolve(const char *host, int port, struct sockaddr_storage *ss,
+                          socklen_t *len_p);
 
 /* xp_handshake.c */
-/* Client: send the first HELLO. */
+/* Client: the TCP connection is up: send the first HELLO. */
 na_status_t na_xp_hs_start(na_xp_ep_t *ep);
-/* Inside the UCX callback: take a HELLO_OK at once (it needs no send), so
- * that a message the server sends right after it finds the endpoint ready.
- * 1 if handled. */
-int         na_xp_hs_try_inline(na_xp_ep_t *ep, const uint8_t *data, size_t len);
-/* Handle one queued handshake message for ep (may fail the ep). */
-void        na_xp_hs_handle(na_xp_ep_t *ep, const uint8_t *data, size_t len);
+/* A whole frame arrived on ep's socket (ep->rbuf, ep->rlen bytes). */
+void        na_xp_hs_frame(na_xp_ep_t *ep);
+/* A frame's header was bad (st: NA_ERR_VERSION or NA_ERR_PROTO, reason in na_errmsg()). */
+void        na_xp_hs_bad_frame(na_xp_ep_t *ep, na_status_t st);
 
 #endif /* NA_RDMA_XP_INTERNAL_H */

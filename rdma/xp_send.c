@@ -1,7 +1,6 @@
 /* rdma/xp_send.c — sending on an endpoint: owner messages (with the header
  * kept alive while in flight), waiting for their completion with a bound
- * (a send that does not finish fails its endpoint), and the handshake's own
- * messages. */
+ * (a send that does not finish fails its endpoint). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +10,8 @@
 /* Largest message sent with UCP_OP_ATTR_FLAG_FAST_CMPL (see xp_am_send). */
 #define XP_FAST_CMPL_MAX ((size_t)256 << 10)
 
-/* Issue ucp_am_send_nbx on id with the header kept in op. */
+/* Issue ucp_am_send_nbx on id with the header (owner header + the peer's
+ * connection id) kept in op. */
 static void *xp_am_send(na_xp_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
                         const void *data, size_t len, const na_xp_buf_t *buf)
 {
@@ -27,7 +27,8 @@ static void *xp_am_send(na_xp_ep_t *ep, unsigned id, const void *hdr, size_t hdr
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     if (len <= XP_FAST_CMPL_MAX)
         p.op_attr_mask |= UCP_OP_ATTR_FLAG_FAST_CMPL;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;        /* the receiver learns which ep sent it */
+    /* no UCP_AM_SEND_FLAG_REPLY: the receiver matches the message to its
+     * connection by the id at the end of the header, not by UCX's endpoint */
     if (buf != NULL) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
         p.memh = (ucp_mem_h)buf->memh;
@@ -55,7 +56,8 @@ na_status_t na_xp_send_start(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
         return na_err(NA_ERR_NOMEM, "transport: out of memory");
     if (hdr_len > 0)
         memcpy(op->hdr, hdr, hdr_len);
-    req = xp_am_send(ep, NA_XP_AM_MSG, op->hdr, hdr_len, data, len, buf);
+    memcpy(op->hdr + hdr_len, &ep->tx_id, NA_XP_ID_LEN);
+    req = xp_am_send(ep, NA_XP_AM_MSG, op->hdr, hdr_len + NA_XP_ID_LEN, data, len, buf);
     if (UCS_PTR_IS_ERR(req)) {
         free(op);
         na_xp_ep_fail(ep, NA_ERR_PEER, ucs_status_string(UCS_PTR_STATUS(req)));
@@ -142,42 +144,4 @@ na_status_t na_xp_send(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
     if (st != NA_OK)
         return st;
     return na_xp_op_wait(ep->xp, op, -1);
-}
-
-/* A handshake send finished: free its copy of the message. */
-static void xp_ctl_sent(void *request, ucs_status_t status, void *user_data)
-{
-    free(user_data);
-    ucp_request_free(request);
-}
-
-na_status_t na_xp_ep_send_ctl(na_xp_ep_t *ep, const void *data, size_t len)
-{
-    ucp_request_param_t p;
-    void *copy, *req;
-
-    if (ep->uep == NULL || ep->state == NA_XP_EP_FAILED || ep->state == NA_XP_EP_CLOSED)
-        return na_err(NA_ERR_PEER, "transport: handshake with %s: %s", ep->addr,
-                      ep->errmsg[0] ? ep->errmsg : "connection closed");
-    copy = malloc(len);      /* must outlive a send that waits for wireup */
-    if (copy == NULL)
-        return na_err(NA_ERR_NOMEM, "transport: out of memory");
-    memcpy(copy, data, len);
-    memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
-                     UCP_OP_ATTR_FIELD_USER_DATA;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.cb.send = xp_ctl_sent;
-    p.user_data = copy;
-    req = ucp_am_send_nbx(ep->uep, NA_XP_AM_HELLO, NULL, 0, copy, len, &p);
-    if (req == NULL) {
-        free(copy);
-        return NA_OK;
-    }
-    if (UCS_PTR_IS_ERR(req)) {
-        free(copy);
-        return na_err(NA_ERR_PEER, "transport: handshake send to %s: %s", ep->addr,
-                      ucs_status_string(UCS_PTR_STATUS(req)));
-    }
-    return NA_OK;
 }

@@ -1,10 +1,15 @@
 /* rdma/xp_worker.c — the node half of the transport: UCP context and worker,
  * progress and blocking waits on the worker's event fd, the owner's message
  * queue, registered buffers and the pool of rendezvous landing buffers. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -86,13 +91,12 @@ na_xp_errmode_t na_xp_errmode(const na_xp_t *xp)
     return xp->opts.errmode;
 }
 
-/* The UCX_TLS value for the options, or NULL to keep UCX's default. */
-static const char *xp_tls_string(const na_xp_opts_t *o)
+const char *na_xp_tls_ucx(na_xp_tls_t tls, const char *tls_raw)
 {
-    switch (o->tls) {
+    switch (tls) {
     case NA_XP_TLS_SHM: return "sm,self,tcp";
     case NA_XP_TLS_TCP: return "tcp,self";
-    case NA_XP_TLS_RAW: return o->tls_raw;
+    case NA_XP_TLS_RAW: return tls_raw;
     default:            return NULL;
     }
 }
@@ -106,6 +110,9 @@ static na_status_t xp_opts_init(na_xp_t *xp, const na_xp_opts_t *o)
                                     strlen(o->tls_raw) >= sizeof(xp->tls_raw)))
         return na_err(NA_ERR_INVALID, "transport: tls 'raw' needs a UCX_TLS string of 1..%zu chars",
                       sizeof(xp->tls_raw) - 1);
+    if (o->host != NULL && strlen(o->host) >= sizeof(xp->host))
+        return na_err(NA_ERR_INVALID, "transport: host '%s' longer than %zu chars", o->host,
+                      sizeof(xp->host) - 1);
     if (o->name != NULL && strlen(o->name) >= sizeof(xp->name))
         return na_err(NA_ERR_INVALID, "transport: node name '%s' longer than %d chars",
                       o->name, NA_XP_NAME_MAX - 1);
@@ -117,6 +124,8 @@ static na_status_t xp_opts_init(na_xp_t *xp, const na_xp_opts_t *o)
                       NA_XP_NAME_MAX - 1);
     snprintf(xp->cluster, sizeof(xp->cluster), "%s", o->cluster ? o->cluster : "nearattn");
     xp->opts.cluster = xp->cluster;
+    snprintf(xp->host, sizeof(xp->host), "%s", o->host ? o->host : "");
+    xp->opts.host = o->host ? xp->host : NULL;
     if (xp->opts.role == 0)
         xp->opts.role = NA_WIRE_ROLE_TOOL;
     if (o->tls == NA_XP_TLS_RAW) {
@@ -141,15 +150,58 @@ static na_status_t xp_opts_init(na_xp_t *xp, const na_xp_opts_t *o)
     return NA_OK;
 }
 
-/* Read the UCX configuration, apply the TLS choice and create the context.
+/* The name of the network interface that carries host's address (host
+ * resolved, e.g. 127.0.0.1 -> "lo"), into ifname. 0 if none does (a
+ * wildcard address, a name that does not resolve, another machine's). */
+static int xp_host_ifname(const char *host, char *ifname, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    struct ifaddrs *ifa, *i;
+    int found = 0;
+
+    if (host == NULL || host[0] == '\0' || na_xp_resolve(host, 0, &ss, &sslen) != NA_OK)
+        return 0;
+    if (getifaddrs(&ifa) != 0)
+        return 0;
+    for (i = ifa; i != NULL && !found; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != ss.ss_family)
+            continue;
+        if (ss.ss_family == AF_INET)
+            found = !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr,
+                            &((struct sockaddr_in *)&ss)->sin_addr, sizeof(struct in_addr));
+        else if (ss.ss_family == AF_INET6)
+            found = !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                            &((struct sockaddr_in6 *)&ss)->sin6_addr, sizeof(struct in6_addr));
+        if (found)
+            snprintf(ifname, len, "%s", i->ifa_name);
+    }
+    freeifaddrs(ifa);
+    return found;
+}
+
+/* Raise RLIMIT_NOFILE to its hard limit: a node holds a socket per peer
+ * (and UCX a few more). Best effort. */
+static void xp_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        na_log_debug("transport: cannot raise RLIMIT_NOFILE: %s", strerror(errno));
+}
+
+/* Read the UCX configuration, apply the TLS choice, keep UCX's network
+ * transports on the interface of opts.host, and create the context.
  * Fails with NA_ERR_TRANSPORT. */
 static na_status_t xp_context_create(na_xp_t *xp)
 {
     ucp_config_t *cfg;
     ucp_params_t params;
     ucs_status_t us;
-    const char *tls = xp_tls_string(&xp->opts);
-    char ka[32];
+    const char *tls = na_xp_tls_ucx(xp->opts.tls, xp->opts.tls_raw);
+    char ka[32], ifname[IF_NAMESIZE + 1];
 
     us = ucp_config_read(NULL, NULL, &cfg);
     if (us != UCS_OK)
@@ -162,17 +214,18 @@ static na_status_t xp_context_create(na_xp_t *xp)
                           ucs_status_string(us));
         }
     }
-    /* SO_REUSEADDR on the listener (and so on the connections it accepts,
-     * which inherit it): a node restarted on its port while connections it
-     * closed first sit in TIME_WAIT can listen again at once. A port that
-     * another process listens on is still refused (Linux never shares a
-     * listening port without SO_REUSEPORT). The TIME_WAIT socket must carry
-     * the option too, so every node sets it. UCX 1.13 reads the connection
-     * manager's settings from the environment only (ucp_config_modify of
-     * TCP_CM_REUSEADDR is rejected as "invalid configuration"), hence
-     * setenv — without overwriting a value the user gave. */
-    if (setenv("UCX_TCP_CM_REUSEADDR", "y", 0) != 0)
-        na_log_debug("transport: cannot set UCX_TCP_CM_REUSEADDR");
+    /* UCX's tcp transport listens on every interface it uses: keep it to the
+     * layout host's one (127.0.0.1 -> lo), unless UCX_NET_DEVICES says
+     * otherwise (an RDMA device is named there, not by its IP address) */
+    if (getenv("UCX_NET_DEVICES") == NULL &&
+        xp_host_ifname(xp->opts.host, ifname, sizeof(ifname))) {
+        us = ucp_config_modify(cfg, "NET_DEVICES", ifname);
+        if (us != UCS_OK)
+            na_log_warn("transport: UCX_NET_DEVICES=%s rejected: %s", ifname,
+                        ucs_status_string(us));
+        else
+            na_log_debug("transport: UCX network devices: %s (host %s)", ifname, xp->opts.host);
+    }
     /* Peers that vanish without a word (kill -9 over shared memory) are found
      * by UCX keepalive: probe at a third of our wait limit. */
     snprintf(ka, sizeof(ka), "%dms", xp->opts.timeout_ms / 3 > 0 ? xp->opts.timeout_ms / 3 : 1);
@@ -204,6 +257,10 @@ na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
     if (xp == NULL)
         return na_err(NA_ERR_NOMEM, "transport: out of memory");
     xp->efd = -1;
+    xp->lfd = -1;
+    xp->rl_accept.burst = 1;       /* accept() failures: ~1 line/s with a count */
+    xp->rl_drop.burst = 10;        /* dropped peers: a few at once, then ~1/s */
+    xp_raise_nofile();
     st = xp_opts_init(xp, opts);
     if (st != NA_OK)
         goto err_free;
@@ -224,12 +281,24 @@ na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
         st = na_err(NA_ERR_TRANSPORT, "ucp_worker_get_efd: %s", ucs_status_string(us));
         goto err_destroy_worker;
     }
+    us = ucp_worker_get_address(xp->worker, &xp->waddr, &xp->waddr_len);
+    if (us != UCS_OK) {
+        st = na_err(NA_ERR_TRANSPORT, "ucp_worker_get_address: %s", ucs_status_string(us));
+        goto err_destroy_worker;
+    }
+    if (xp->waddr_len > NA_XP_ADDR_MAX) {
+        st = na_err(NA_ERR_TRANSPORT, "transport: UCX worker address of %zu bytes over the "
+                    "%d-byte limit", xp->waddr_len, NA_XP_ADDR_MAX);
+        goto err_release_address;
+    }
     st = na_xp_ep_setup(xp);
     if (st != NA_OK)
-        goto err_destroy_worker;
+        goto err_release_address;
     *xp_p = xp;
     return NA_OK;
 
+err_release_address:
+    ucp_worker_release_address(xp->worker, xp->waddr);
 err_destroy_worker:
     ucp_worker_destroy(xp->worker);
 err_cleanup_context:
@@ -259,10 +328,7 @@ void na_xp_destroy(na_xp_t *xp)
 {
     if (xp == NULL)
         return;
-    if (xp->listener != NULL) {
-        ucp_listener_destroy(xp->listener);
-        xp->listener = NULL;
-    }
+    na_xp_door_unlisten(xp);
     na_xp_ep_close_all(xp);
     /* Drop what the owner never took; pending payloads are gone with the eps.
      * servicing = 1 keeps endpoint records alive until freed below. */
@@ -273,39 +339,28 @@ void na_xp_destroy(na_xp_t *xp)
         m->ready = 1;
         na_xp_msg_release(xp, m);
     }
-    while (xp->ctl_head != NULL) {
-        na_xp_ctl_t *c = xp->ctl_head;
-        xp->ctl_head = c->next;
-        free(c);
-    }
     na_xp_ep_free_all(xp);
     xp_pool_drain(xp);
+    ucp_worker_release_address(xp->worker, xp->waddr);
     ucp_worker_destroy(xp->worker);
     ucp_cleanup(xp->ctx);
     if (xp->secret != NULL)
         memset(xp->secret, 0, xp->secret_len);
     free(xp->secret);
+    free(xp->pfd);
+    free(xp->pfd_ep);
     free(xp);
 }
 
-/* Handle work that cannot run inside UCX callbacks: handshake messages,
- * failed endpoints. Not re-entrant (guarded). */
+/* Handle work that cannot run inside UCX callbacks: the listener and the
+ * TCP sockets (handshakes, liveness), failed endpoints. Not re-entrant
+ * (guarded). */
 static void xp_service(na_xp_t *xp)
 {
     if (xp->servicing)
         return;
     xp->servicing = 1;
-    na_xp_accept(xp);
-    while (xp->ctl_head != NULL) {
-        na_xp_ctl_t *c = xp->ctl_head;
-        xp->ctl_head = c->next;
-        if (xp->ctl_head == NULL)
-            xp->ctl_tail = NULL;
-        na_xp_hs_handle(c->ep, c->data, c->len);
-        na_xp_ep_unref(c->ep);
-        free(c);
-        xp->sweep_due = 1;
-    }
+    na_xp_door_service(xp);
     /* Sweeps read the clock; when nothing asked for one, run it only every
      * 256 calls so busy-polling stays cheap (na_xp_progress counts them). */
     if (xp->sweep_due || (xp->svc_count & 255u) == 0) {
@@ -322,17 +377,16 @@ int na_xp_progress(na_xp_t *xp)
     int n = (int)ucp_worker_progress(xp->worker);
     /* the busy-poll fast path: nothing to service on most turns, so no call,
      * no clock (xp_service's periodic sweep keeps its 1-in-256 pace) */
-    if (xp->n_pending_conn == 0 && xp->ctl_head == NULL && !xp->sweep_due &&
-        (++xp->svc_count & 255u) != 0)
+    if (!xp->sweep_due && (++xp->svc_count & 255u) != 0)
         return n;
     xp_service(xp);
     return n;
 }
 
-/* Sleep on the worker's event fd until something happens or deadline. */
+/* Sleep on the worker's event fd, the listener and the TCP sockets until
+ * something happens or deadline. */
 static void xp_sleep(na_xp_t *xp, uint64_t deadline_ns)
 {
-    struct pollfd pfd;
     uint64_t now = na_xp_now_ns();
     int ms;
 
@@ -343,10 +397,9 @@ static void xp_sleep(na_xp_t *xp, uint64_t deadline_ns)
     ms = (int)((deadline_ns - now + 999999) / 1000000);
     if (ms > 100)
         ms = 100;                     /* re-check sweeps now and then */
-    pfd.fd = xp->efd;
-    pfd.events = POLLIN;
-    pfd.revents = 0;
-    (void)poll(&pfd, 1, ms);
+    na_xp_door_pollset(xp);
+    if (xp->pfd_n > 0)
+        (void)poll(xp->pfd, (nfds_t)xp->pfd_n, ms);
 }
 
 /* Progress until done(arg), or until the absolute deadline_ns (when not 0)
@@ -407,7 +460,8 @@ void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
  * has no earlier entry still arriving (rendezvous in progress). Order is kept
  * per endpoint, and a peer whose large message stalls or dies never holds up
  * the others. Entries whose payload failed are dropped on the way (the owner
- * hears of the peer through NA_XP_EV_LOST). Sets xp->q_pick / q_pick_prev. */
+ * hears of the peer through NA_XP_EV_LOST), and so are those of an endpoint
+ * the owner never got (a failed connect). Sets xp->q_pick / q_pick_prev. */
 static int xp_queue_ready(void *arg)
 {
     na_xp_t *xp = arg;
@@ -417,7 +471,8 @@ static int xp_queue_ready(void *arg)
 
     for (m = xp->q_head; m != NULL; m = next) {
         next = m->next;
-        if (m->ready < 0) {                      /* unlink and drop */
+        if (m->ready < 0 || (m->ready > 0 && m->ep != NULL && m->ep->discard)) {
+            /* unlink and drop */
             if (prev != NULL)
                 prev->next = next;
             else

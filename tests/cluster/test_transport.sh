@@ -15,6 +15,10 @@
 #                           checked rounds after the loss) and serves the next
 #                           client (kill-shm: over posix/sysv, errmode cm, checked
 #                           from the lanes)
+#   vanish-shm              kill -9 of the server under a busy client over shared
+#                           memory (errmode cm: no UCX peer-failure report): the
+#                           client learns it from the connection's TCP socket (EOF)
+#                           well within the 3 s transport timeout
 #   secret                  a client with the wrong secret is refused; server keeps serving
 #   garbage                 a malformed message drops that peer only
 #   order-shm | order-tcp   bursts of mixed eager / rendezvous messages: answers keep
@@ -23,7 +27,7 @@
 #                           the first keeps serving
 #   restart                 a server that dropped a peer itself (its side closed
 #                           first: TIME_WAIT) is restarted on the same port at once
-#                           and serves (SO_REUSEADDR via UCX_TCP_CM_REUSEADDR)
+#                           and serves (SO_REUSEADDR on the transport's own listener)
 #   netns                   server and client in two network namespaces joined by a
 #                           veth, UCX_TLS=tcp (skipped, exit 77, when namespaces
 #                           cannot be made)
@@ -162,6 +166,22 @@ kill-tcp|kill-shm)
     finish c1
     finish s0
     grep -q "lost=1" "$DIR/s0.log" || fail "summary does not count one loss"
+    ;;
+vanish-shm)
+    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls shm $COMMON
+    P0=$(port_of s0)
+    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls shm --sizes 4096,1048576 \
+        --forever $COMMON
+    wait_line "$DIR/s0.log" "ACCEPTED c0" 10 || fail "c0 did not connect"
+    sleep 0.3
+    lanes "$DIR/s0.log" shm
+    t0=$(date +%s%N)
+    kill -9 "$PID_s0"
+    wait "$PID_c0" && fail "c0 kept going after its server died"
+    t1=$(date +%s%N)
+    ms=$(( (t1 - t0) / 1000000 ))
+    echo "client saw the server vanish after $ms ms"
+    [ "$ms" -lt 1500 ] || fail "the loss took $ms ms (the 3 s timeout, not the socket's EOF)"
     ;;
 secret)
     start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls auto $COMMON

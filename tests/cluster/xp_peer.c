@@ -74,11 +74,14 @@ static int peer_hostport(const char *s, char *host, size_t hlen, int *port)
     return *port >= 0 && *port < 65536 ? 0 : -1;
 }
 
-static na_status_t peer_xp_create(const peer_args_t *a, na_xp_t **xp_p)
+/* host: this peer's own address (a server's listen host: UCX is then kept
+ * to that interface), or NULL. */
+static na_status_t peer_xp_create(const peer_args_t *a, const char *host, na_xp_t **xp_p)
 {
     na_xp_opts_t o;
     memset(&o, 0, sizeof(o));
     o.name = a->name;
+    o.host = host;
     o.cluster = "xptest";
     o.tls = na_xp_tls_parse(a->tls);
     o.tls_raw = a->tls;
@@ -117,7 +120,7 @@ static int peer_server(const peer_args_t *a, const char *listen)
         fprintf(stderr, "xp_peer: bad --listen '%s'\n", listen);
         return 2;
     }
-    st = peer_xp_create(a, &xp);
+    st = peer_xp_create(a, host, &xp);
     if (st == NA_OK)
         st = na_xp_listen(xp, host, port, &port);
     if (st != NA_OK) {
@@ -347,7 +350,7 @@ static int peer_client(const peer_args_t *a, const char *connect)
             max_size = sizes[n_sizes];
         n_sizes++;
     }
-    st = peer_xp_create(a, &xp);
+    st = peer_xp_create(a, NULL, &xp);
     if (st != NA_OK) {
         fprintf(stderr, "xp_peer %s: %s\n", a->name, na_errmsg());
         return 1;

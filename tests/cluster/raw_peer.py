@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""tests/cluster/raw_peer.py — raw-socket attacks on a node's front door
+(rdma/xp_door.c), for tests/cluster/test_frontdoor.sh.
+
+  raw_peer.py zeros  HOST PORT     64 zero bytes, then wait for the close
+  raw_peer.py random HOST PORT     4 KiB of random bytes, then wait for the close
+  raw_peer.py hugelen HOST PORT    a wire header (HELLO) claiming a payload of 2^64-1
+  raw_peer.py half HOST PORT       half a HELLO header, then silence until closed
+  raw_peer.py flood HOST PORT N S  N connections opened and held S seconds (idle)
+  raw_peer.py rogue HOST PORT S    listen on HOST:PORT for S seconds and answer
+                                   every connection with garbage (a rogue node)
+
+Prints one line "CLOSED <mode> after <seconds>" when the node closed the
+connection (zeros/random/hugelen/half), "FLOOD opened=<n> closed_by_node=<m>",
+or "ROGUE served=<n>". Exit 0 unless the socket calls themselves fail.
+"""
+import os
+import socket
+import struct
+import sys
+import time
+
+
+def wire_header(msg_type, payload_len):
+    # common/wire.h: magic, ver major/minor, type, flags, hdr_len, rsvd, payload_len...
+    return (b"NATN" + struct.pack("<HHHHHH", 1, 0, msg_type, 0, 64, 0) +
+            struct.pack("<Q", payload_len) + bytes(40))
+
+
+def wait_closed(s, limit):
+    """Seconds until the peer closed s (EOF or reset); -1 if not within limit."""
+    t0 = time.monotonic()
+    s.settimeout(0.2)
+    while time.monotonic() - t0 < limit:
+        try:
+            b = s.recv(65536)
+            if not b:
+                return time.monotonic() - t0
+        except socket.timeout:
+            continue
+        except OSError:
+            return time.monotonic() - t0
+    return -1
+
+
+def one_shot(mode, host, port):
+    s = socket.create_connection((host, port), timeout=5)
+    if mode == "zeros":
+        s.sendall(bytes(64))
+    elif mode == "random":
+        s.sendall(os.urandom(4096))
+    elif mode == "hugelen":
+        s.sendall(wire_header(1, 2**64 - 1))
+    elif mode == "half":
+        s.sendall(wire_header(1, 168)[:32])
+    t = wait_closed(s, 10)
+    s.close()
+    print("CLOSED %s after %.2f" % (mode, t) if t >= 0 else "OPEN %s after 10 s" % mode)
+    sys.stdout.flush()
+
+
+def flood(host, port, n, hold):
+    socks = []
+    for _ in range(n):
+        try:
+            socks.append(socket.create_connection((host, port), timeout=5))
+        except OSError as e:
+            print("connect failed after %d: %s" % (len(socks), e))
+            break
+    print("OPENED %d" % len(socks))
+    sys.stdout.flush()
+    time.sleep(hold)
+    closed = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                closed += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+        s.close()
+    print("FLOOD opened=%d closed_by_node=%d" % (len(socks), closed))
+
+
+def rogue(host, port, seconds):
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((host, port))
+    ls.listen(64)
+    ls.settimeout(0.2)
+    print("ROGUE listening on %s:%d" % (host, port))
+    sys.stdout.flush()
+    served = 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        try:
+            c, _ = ls.accept()
+        except socket.timeout:
+            continue
+        served += 1
+        try:
+            # alternate: zeros, random, a header with a huge length, a valid
+            # looking CHALLENGE header with a truncated payload
+            kind = served % 4
+            if kind == 0:
+                c.sendall(bytes(64))
+            elif kind == 1:
+                c.sendall(os.urandom(4096))
+            elif kind == 2:
+                c.sendall(wire_header(2, 2**64 - 1))
+            else:
+                c.sendall(wire_header(2, 200) + os.urandom(50))
+            time.sleep(0.05)
+        except OSError:
+            pass
+        c.close()
+    print("ROGUE served=%d" % served)
+
+
+def main():
+    mode = sys.argv[1]
+    host, port = sys.argv[2], int(sys.argv[3])
+    if mode in ("zeros", "random", "hugelen", "half"):
+        one_shot(mode, host, port)
+    elif mode == "flood":
+        flood(host, port, int(sys.argv[4]), float(sys.argv[5]))
+    elif mode == "rogue":
+        rogue(host, port, float(sys.argv[4]))
+    else:
+        sys.exit("unknown mode " + mode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+#!/bin/sh
+# tests/cluster/test_frontdoor.sh CLIENT SCENARIO
+# The transport's front door (rdma/xp_door.c, docs/transport.md) attacked with
+# raw sockets (tests/cluster/raw_peer.py) against a real `nearattn node`; after
+# each attack the node is still up and a real client (tests/cluster/node_client.c,
+# CLIENT) gets attention results checked against the reference kernels.
+#   raw      64 zero bytes, 4 KiB of random bytes, a wire header claiming a
+#            payload of 2^64-1, half a header then silence (dropped by the
+#            3 s set-up limit): each connection is closed, with one log line
+#   flood    500 idle connections held open: beyond 64 they are closed at
+#            once, the 64 after 3 s; a client served while they are held;
+#            the log stays short
+#   emfile   the same with the node's hard RLIMIT_NOFILE at 80: accept fails
+#            with EMFILE, which is logged at most ~1 line/s and does not spin
+#            the CPU; a client served afterwards
+#   listen   with a loopback layout the node listens only on 127.0.0.1: its
+#            own port and UCX's tcp interface sockets (`ss -ltnp`; 77 without
+#            ss); garbage sent to UCX's tcp sockets leaves the node serving; the
+#            compute process of a `nearattn run` also listens on 127.0.0.1 only
+#   replica  the raw attacks against a compute replica's port (rotational
+#            pipelining, `nearattn node --name c1`): it stays up and a
+#            rotational `nearattn run --cluster connect` through it prints the
+#            monolithic text
+#   rogue    a rogue listener answering garbage on s1's port: `nearattn run
+#            --cluster connect` stays up, is served by s0 and prints the
+#            monolithic text
+# Exit 0 pass, 1 fail, 77 skipped.
+set -u
+CLIENT=$1
+SCEN=$2
+BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
+SRC=${NA_SOURCE_DIR:?}
+SHARED=${NA_SHARED_DIR:-$SRC/../shared}
+RAW="python3 $SRC/tests/cluster/raw_peer.py"
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_door_test.XXXXXX")
+export NA_KV_DIR="$DIR/kv"
+export TMPDIR="$DIR"
+
+. "$(dirname "$0")/proc.sh"
+cleanup() {
+    na_reap
+    [ -n "${NA_TEST_KEEP:-}" ] && cp -r "$DIR" "$NA_TEST_KEEP"; rm -rf "$DIR"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
+command -v python3 >/dev/null 2>&1 || { echo "SKIPPED: no python3"; exit 77; }
+[ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
+PORT0=$(na_free_port) && PORT1=$(na_free_port "$PORT0") ||
+    { echo "FAIL: no free TCP port found"; exit 1; }
+fail() {
+    echo "FAIL: $*"
+    for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
+    exit 1
+}
+wait_line() {   # FILE PATTERN SECONDS
+    _w=0
+    while [ "$_w" -lt $(($3 * 10)) ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+        _w=$((_w + 1))
+    done
+    return 1
+}
+sed -e "s|@PORT0@|$PORT0|" -e "s|@PORT1@|$PORT1|" -e "s|@KV@|$DIR/kv|" \
+    -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
+    -e "s|@PARTITION@|$([ "$SCEN" = rogue ] && echo request || echo head)|" \
+    "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
+node() {        # NAME [SHELL PREFIX]: start storage node NAME, wait for READY
+    na_spawn "$DIR/$1.log" sh -c "${2:-} exec \"\$0\" node --config \"\$1\" --name \"\$2\"" \
+        "$BIN" "$DIR/layout.yaml" "$1"
+    eval "PID_$1=$NA_PID"
+    wait_line "$DIR/$1.log" "^READY" 15 || fail "node $1 did not start"
+}
+alive() {       # NAME: the node process still runs
+    eval "p=\$PID_$1"
+    kill -0 "$p" 2>/dev/null || fail "node $1 died"
+}
+client() {      # LOGNAME: a real client's attention checked against the ref kernels
+    na_spawn "$DIR/$1.log" timeout 60 "$CLIENT" --config "$DIR/layout.yaml" --name "$1" \
+        --node s0 --scenario basic --requests 2 --steps 2
+    wait "$NA_PID" || fail "client $1 failed"
+}
+drops() {       # NAME: "dropped peer" lines in its log
+    grep -c "dropped peer" "$DIR/$1.log"
+}
+cpu_ticks() {   # PID: utime + stime of the process (clock ticks)
+    awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+case "$SCEN" in
+raw)
+    node s0
+    client c_before
+    for attack in zeros random hugelen half; do
+        before=$(drops s0)
+        $RAW "$attack" 127.0.0.1 "$PORT0" >"$DIR/raw_$attack.out" 2>&1 ||
+            fail "raw_peer $attack: $(cat "$DIR/raw_$attack.out")"
+        grep -q "^CLOSED $attack" "$DIR/raw_$attack.out" ||
+            fail "$attack: the node did not close the connection: $(cat "$DIR/raw_$attack.out")"
+        alive s0
+        wait_line "$DIR/s0.log" "dropped peer" 2 || fail "$attack: no log line"
+        sleep 0.2
+        after=$(drops s0)
+        [ "$after" -eq $((before + 1)) ] || fail "$attack: $((after - before)) log lines, want 1"
+        client "c_$attack"
+    done
+    # the half frame was dropped by the set-up limit, not sooner or much later
+    t=$(sed -n 's/^CLOSED half after \([0-9]*\).*/\1/p' "$DIR/raw_half.out")
+    [ "$t" -ge 2 ] && [ "$t" -le 5 ] || fail "half frame closed after ${t}s, want ~3 s"
+    grep -q "dropped peer '?'.*handshake timed out" "$DIR/s0.log" || fail "no timeout reason logged"
+    grep -q "dropped peer '?'.*malformed handshake" "$DIR/s0.log" || fail "no reason logged for garbage"
+    ;;
+flood|emfile)
+    if [ "$SCEN" = emfile ]; then
+        node s0 "ulimit -n 80 &&"   # soft and hard: below ~40 own fds + 64 in set-up
+    else
+        node s0
+    fi
+    client c_before
+    na_spawn "$DIR/flood.log" $RAW flood 127.0.0.1 "$PORT0" 500 7
+    FP=$NA_PID
+    wait_line "$DIR/flood.log" "^OPENED" 20 || fail "flood did not open its connections"
+    t0=$(cpu_ticks "$PID_s0")
+    sleep 3
+    t1=$(cpu_ticks "$PID_s0")
+    alive s0
+    # an idle node under a held flood must not spin (a tick is 10 ms: < 1 s of 3 s)
+    [ $((t1 - t0)) -lt 100 ] || fail "node used $((t1 - t0)) ticks of CPU in 3 s under the flood"
+    sleep 1.5                # the 64 in set-up are dropped by the 3 s limit
+    [ "$SCEN" = flood ] && client c_during
+    wait "$FP"
+    grep -q "^FLOOD opened=500 closed_by_node=500" "$DIR/flood.log" ||
+        [ "$SCEN" = emfile ] || fail "flood: $(tail -n 2 "$DIR/flood.log")"
+    alive s0
+    sleep 0.5
+    client c_after
+    n=$(grep -c "transport:" "$DIR/s0.log")
+    [ "$n" -lt 60 ] || fail "$n transport log lines for one flood"
+    if [ "$SCEN" = emfile ]; then
+        grep -q "Too many open files" "$DIR/s0.log" || fail "no EMFILE seen (limit not reached?)"
+        grep -q "similar lines left out" "$DIR/s0.log" || fail "EMFILE lines not rate-limited"
+        n=$(grep -c "Too many open files" "$DIR/s0.log")
+        [ "$n" -le 10 ] || fail "$n EMFILE lines in ~7 s (want ~1/s)"
+    else
+        grep -q "connections in set-up already" "$DIR/s0.log" || fail "the pre-auth cap was not hit"
+    fi
+    ;;
+listen)
+    command -v ss >/dev/null 2>&1 || { echo "SKIPPED: no ss"; exit 77; }
+    node s0
+    client c_before          # the node's UCX context is up and has served
+    ss -ltnpH >"$DIR/ss.out" 2>&1 || { echo "SKIPPED: ss -ltnp failed"; exit 77; }
+    grep "pid=$PID_s0," "$DIR/ss.out" >"$DIR/mine.out"
+    grep -q "127.0.0.1:$PORT0 " "$DIR/mine.out" || fail "node not listening on its port: $(cat "$DIR/ss.out")"
+    n=$(wc -l <"$DIR/mine.out")
+    [ "$n" -ge 2 ] || echo "note: no UCX tcp listening socket seen (tls without tcp)"
+    awk '{ print $4 }' "$DIR/mine.out" | grep -v "^127\.0\.0\.1:" >"$DIR/off.out"
+    [ -s "$DIR/off.out" ] && fail "node listens off loopback: $(cat "$DIR/off.out")"
+    echo "node listens on: $(awk '{ print $4 }' "$DIR/mine.out" | tr '\n' ' ')"
+    # UCX's own tcp interface sockets take garbage without harm too
+    for up in $(awk '{ print $4 }' "$DIR/mine.out" | sed 's/.*://' | grep -v "^$PORT0\$"); do
+        for attack in zeros random hugelen; do
+            $RAW "$attack" 127.0.0.1 "$up" >"$DIR/ucx_$attack.out" 2>&1 ||
+                fail "raw_peer $attack on UCX's port $up: $(cat "$DIR/ucx_$attack.out")"
+            alive s0
+        done
+    done
+    client c_after_ucx
+    # the compute side of a run (c0 on 127.0.0.1): UCX's sockets stay on lo too
+    node s1
+    sed -i "s|^model:|model:\n  tokenizer: \"$SHARED/models/tok512.bin\"|" "$DIR/layout.yaml"
+    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done >"$DIR/p.txt"
+    na_spawn "$DIR/run.log" "$BIN" run --config "$DIR/layout.yaml" --cluster connect \
+        --prompts "$DIR/p.txt" -n 200 --temp 0 --threads 1 --batch 8
+    RP=$NA_PID
+    seen=0 n=0
+    while [ "$n" -lt 100 ] && kill -0 "$RP" 2>/dev/null; do
+        if ss -ltnpH 2>/dev/null | grep "pid=$RP," >"$DIR/run_ss.out" && [ -s "$DIR/run_ss.out" ]; then
+            seen=1
+            break
+        fi
+        sleep 0.05
+        n=$((n + 1))
+    done
+    wait "$RP" || fail "the run failed"
+    if [ "$seen" = 1 ]; then
+        awk '{ print $4 }' "$DIR/run_ss.out" | grep -v "^127\.0\.0\.1:" >"$DIR/off.out"
+        [ -s "$DIR/off.out" ] && fail "the compute process listens off loopback: $(cat "$DIR/off.out")"
+        echo "compute process listens on: $(awk '{ print $4 }' "$DIR/run_ss.out" | tr '\n' ' ')"
+    else
+        echo "note: the run ended before ss saw it"
+    fi
+    ;;
+replica)
+    PORT2=$(na_free_port "$PORT0" "$PORT1") || fail "no free TCP port found"
+    {
+        echo "cluster: { name: door-rot, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
+        echo "model: { path: \"$SHARED/models/stories260K.bin\", tokenizer: \"$SHARED/models/tok512.bin\" }"
+        echo "transport: { tls: auto, timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
+        echo "compute:"
+        echo "  - { name: c0, host: 127.0.0.1 }"
+        echo "  - { name: c1, host: 127.0.0.1, port: $PORT2 }"
+        echo "storage:"
+        echo "  - { name: s0, host: 127.0.0.1, port: $PORT0, devices: [ { path: \"$DIR/kv/s0\", dram_mb: 64, ssd_mb: 256 } ] }"
+        echo "  - { name: s1, host: 127.0.0.1, port: $PORT1, devices: [ { path: \"$DIR/kv/s1\", dram_mb: 64, ssd_mb: 256 } ] }"
+        echo "parallel: { partition: request, batches_in_flight: 2, pipelining: rotational }"
+        echo "kv: { block_tokens: 16, spill_interval: 2 }"
+    } >"$DIR/layout.yaml"
+    node s0
+    node s1
+    node c1
+    for attack in zeros random hugelen half; do
+        $RAW "$attack" 127.0.0.1 "$PORT2" >"$DIR/raw_$attack.out" 2>&1 ||
+            fail "raw_peer $attack: $(cat "$DIR/raw_$attack.out")"
+        grep -q "^CLOSED $attack" "$DIR/raw_$attack.out" ||
+            fail "$attack: the replica did not close the connection: $(cat "$DIR/raw_$attack.out")"
+        alive c1
+    done
+    [ "$(drops c1)" -eq 4 ] || fail "replica: $(drops c1) log lines for 4 attacks"
+    printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red ball\n' >"$DIR/p.txt"
+    "$BIN" run --mode monolithic --model "$SHARED/models/stories260K.bin" \
+        --tokenizer "$SHARED/models/tok512.bin" --prompts "$DIR/p.txt" -n 20 --temp 0 \
+        --threads 1 >"$DIR/mono.txt" 2>"$DIR/mono.log" || fail "monolithic run failed"
+    na_spawn "$DIR/run.log" sh -c 'timeout 120 "$0" run --mode offload --config "$1" \
+        --cluster connect --prompts "$2" -n 20 --temp 0 --threads 1 >"$3"' \
+        "$BIN" "$DIR/layout.yaml" "$DIR/p.txt" "$DIR/off.txt"
+    wait "$NA_PID" || fail "the rotational run through the attacked replica failed"
+    grep -q "^rotational: 2 compute replicas" "$DIR/run.log" || fail "no rotational summary"
+    sort "$DIR/mono.txt" >"$DIR/a.s"; sort "$DIR/off.txt" >"$DIR/b.s"
+    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s" | head; fail "text differs"; }
+    ;;
+rogue)
+    node s0
+    na_spawn "$DIR/rogue.log" $RAW rogue 127.0.0.1 "$PORT1" 60
+    wait_line "$DIR/rogue.log" "^ROGUE listening" 10 || fail "rogue listener did not start"
+    i=0; while [ $i -lt 6 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done >"$DIR/p.txt"
+    "$BIN" run --mode monolithic --model "$SHARED/models/stories260K.bin" \
+        --tokenizer "$SHARED/models/tok512.bin" --prompts "$DIR/p.txt" -n 40 --temp 0 \
+        --threads 1 --batch 2 >"$DIR/mono.txt" 2>"$DIR/mono.log" || fail "monolithic run failed"
+    sed -i "s|^model:|model:\n  tokenizer: \"$SHARED/models/tok512.bin\"|" "$DIR/layout.yaml"
+    na_spawn "$DIR/run.log" sh -c 'timeout 120 "$0" run --config "$1" --cluster connect \
+        --prompts "$2" -n 40 --temp 0 --threads 1 --batch 2 >"$3"' \
+        "$BIN" "$DIR/layout.yaml" "$DIR/p.txt" "$DIR/off.txt"
+    wait "$NA_PID" || fail "the compute process did not complete against a rogue s1"
+    grep -q "ROGUE" "$DIR/rogue.log" && [ -n "$(cat "$DIR/off.txt")" ] || fail "no output"
+    sort "$DIR/mono.txt" >"$DIR/a.s"; sort "$DIR/off.txt" >"$DIR/b.s"
+    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s" | head; fail "text differs"; }
+    alive s0
+    ;;
+*)
+    echo "unknown scenario $SCEN"
+    exit 2
+    ;;
+esac
+echo "PASS: $SCEN"
+exit 0
