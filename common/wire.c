@@ -64,10 +64,7 @@ const char *na_wire_refuse_name(unsigned reason)
 na_status_t na_wire_chk(na_status_t code, const char *who, const char *field,
                         uint64_t v, uint64_t lo, uint64_t hi)
 {
-    if (v >= lo && v <= hi)
-        return NA_OK;
-    return na_err(code, "wire %s: field '%s' = %" PRIu64 " out of range [%" PRIu64 ", %" PRIu64 "]",
-                  who, field, v, lo, hi);
+    return na_wire_chk_i(code, who, NULL, 0, field, v, lo, hi);
 }
 
 na_status_t na_wire_chk_all(na_status_t code, const char *who, const na_wire_range_t *r, size_t n)
@@ -78,21 +75,30 @@ na_status_t na_wire_chk_all(na_status_t code, const char *who, const na_wire_ran
     return st;
 }
 
+/* "F" or "ARRAY[i].F", the way the range messages name a field. */
+static const char *field_name(char *buf, size_t cap, const char *array, uint32_t i, const char *field)
+{
+    if (!array)
+        return field;
+    snprintf(buf, cap, "%s[%" PRIu32 "].%s", array, i, field);
+    return buf;
+}
+
 na_status_t na_wire_chk_i(na_status_t code, const char *who, const char *array, uint32_t i,
                           const char *field, uint64_t v, uint64_t lo, uint64_t hi)
 {
+    char name[96];
     if (v >= lo && v <= hi)
         return NA_OK;
-    return na_err(code, "wire %s: field '%s[%" PRIu32 "].%s' = %" PRIu64
-                  " out of range [%" PRIu64 ", %" PRIu64 "]", who, array, i, field, v, lo, hi);
+    return na_err(code, "wire %s: field '%s' = %" PRIu64 " out of range [%" PRIu64 ", %" PRIu64 "]",
+                  who, field_name(name, sizeof(name), array, i, field), v, lo, hi);
 }
 
 na_status_t na_wire_chk_s(na_status_t code, const char *who, const char *field,
                           int64_t v, int64_t lo, int64_t hi)
 {
-    if (v >= lo && v <= hi)
-        return NA_OK;
-    return na_err(code, "wire %s: field '%s' = %" PRId64 " out of range [%" PRId64 ", %" PRId64 "]",
+    return v >= lo && v <= hi ? NA_OK
+         : na_err(code, "wire %s: field '%s' = %" PRId64 " out of range [%" PRId64 ", %" PRId64 "]",
                   who, field, v, lo, hi);
 }
 
@@ -411,62 +417,64 @@ static na_status_t auth_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 
 /* ---- REFUSE / BYE ----------------------------------------------------------------- */
 
-static na_status_t text_msg_size(const char *who, const na_wire_refuse_msg_t *r, unsigned lo,
-                                 uint64_t *len_p)
+/* REFUSE and BYE share a body (na_wire_bye_t is na_wire_refuse_msg_t, at the
+ * same place in the union); a REFUSE must give a reason, a BYE may give 0. */
+static const char *text_who(const na_wire_msg_t *m)
 {
+    return m->type == NA_WIRE_MSG_BYE ? "BYE" : "REFUSE";
+}
+
+static unsigned text_lo(const na_wire_msg_t *m)
+{
+    return m->type == NA_WIRE_MSG_BYE ? 0 : 1;
+}
+
+static na_status_t text_msg_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    const na_wire_refuse_msg_t *r = &m->u.refuse;
     size_t n = strnlen(r->text, NA_WIRE_TEXT_MAX + 1);
     na_status_t st;
-    if ((st = na_wire_chk(NA_ERR_INVALID, who, "reason", r->reason, lo, NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
-        (st = chk_text(NA_ERR_INVALID, who, r->text, n)) != NA_OK)
+    if ((st = na_wire_chk(NA_ERR_INVALID, text_who(m), "reason", r->reason, text_lo(m),
+                          NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
+        (st = chk_text(NA_ERR_INVALID, text_who(m), r->text, n)) != NA_OK)
         return st;
     *len_p = TEXT_FIXED + n;
     return NA_OK;
 }
-static void text_msg_write(const na_wire_refuse_msg_t *r, uint8_t *p)
-{
-    size_t n = strnlen(r->text, NA_WIRE_TEXT_MAX);
-    na_st16(p + 2, (uint16_t)n);
-    memcpy(p + TEXT_FIXED, r->text, n);
-}
-static na_status_t text_msg_read(const char *who, unsigned lo, const uint8_t *p, uint64_t len,
-                                 na_wire_refuse_msg_t *r)
-{
-    na_status_t st;
-    uint16_t n = na_ld16(p + 2);
 
-    if ((st = na_wire_chk(NA_ERR_PROTO, who, "reason", r->reason, lo, NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
-        (st = na_wire_chk(NA_ERR_PROTO, who, "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
-        (st = na_wire_chk_len(who, len, TEXT_FIXED + (uint64_t)n)) != NA_OK ||
-        (st = chk_text(NA_ERR_PROTO, who, (const char *)p + TEXT_FIXED, n)) != NA_OK)
+/* The text of REFUSE / BYE / ERROR: its length u16 at len_off, its bytes at text_off. */
+static void text_put(uint8_t *p, size_t len_off, size_t text_off, const char *text)
+{
+    size_t n = strnlen(text, NA_WIRE_TEXT_MAX);
+    na_st16(p + len_off, (uint16_t)n);
+    memcpy(p + text_off, text, n);
+}
+
+static na_status_t text_get(const char *who, const uint8_t *p, uint64_t len, size_t len_off,
+                            size_t text_off, char dst[NA_WIRE_TEXT_MAX + 1])
+{
+    uint16_t n = na_ld16(p + len_off);
+    na_status_t st;
+
+    if ((st = na_wire_chk(NA_ERR_PROTO, who, "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
+        (st = na_wire_chk_len(who, len, text_off + (uint64_t)n)) != NA_OK ||
+        (st = chk_text(NA_ERR_PROTO, who, (const char *)p + text_off, n)) != NA_OK)
         return st;
-    memcpy(r->text, p + TEXT_FIXED, n);
-    r->text[n] = '\0';
+    memcpy(dst, p + text_off, n);
+    dst[n] = '\0';
     return NA_OK;
 }
 
-static na_status_t refuse_size(const na_wire_msg_t *m, uint64_t *len_p)
+static void text_msg_write(const na_wire_msg_t *m, uint8_t *p)
 {
-    return text_msg_size("REFUSE", &m->u.refuse, 1, len_p);
+    text_put(p, 2, TEXT_FIXED, m->u.refuse.text);
 }
-static void refuse_write(const na_wire_msg_t *m, uint8_t *p)
+
+static na_status_t text_msg_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
-    text_msg_write(&m->u.refuse, p);
-}
-static na_status_t refuse_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    return text_msg_read("REFUSE", 1, p, len, &m->u.refuse);
-}
-static na_status_t bye_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    return text_msg_size("BYE", &m->u.bye, 0, len_p);
-}
-static void bye_write(const na_wire_msg_t *m, uint8_t *p)
-{
-    text_msg_write(&m->u.bye, p);
-}
-static na_status_t bye_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    return text_msg_read("BYE", 0, p, len, &m->u.bye);
+    na_status_t st = na_wire_chk(NA_ERR_PROTO, text_who(m), "reason", m->u.refuse.reason, text_lo(m),
+                                 NA_WIRE_REFUSE_COUNT - 1);
+    return st ? st : text_get(text_who(m), p, len, 2, TEXT_FIXED, m->u.refuse.text);
 }
 
 /* ---- REQ_OPEN / REQ_RELEASE -------------------------------------------------------- */
@@ -510,22 +518,11 @@ static na_status_t error_size(const na_wire_msg_t *m, uint64_t *len_p)
 }
 static void error_write(const na_wire_msg_t *m, uint8_t *p)
 {
-    size_t n = strnlen(m->u.error.text, NA_WIRE_TEXT_MAX);
-    na_st16(p + 6, (uint16_t)n);
-    memcpy(p + ERROR_FIXED, m->u.error.text, n);
+    text_put(p, 6, ERROR_FIXED, m->u.error.text);
 }
 static na_status_t error_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
-    uint16_t n = na_ld16(p + 6);
-    na_status_t st;
-
-    if ((st = na_wire_chk(NA_ERR_PROTO, "ERROR", "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
-        (st = na_wire_chk_len("ERROR", len, ERROR_FIXED + (uint64_t)n)) != NA_OK ||
-        (st = chk_text(NA_ERR_PROTO, "ERROR", (const char *)p + ERROR_FIXED, n)) != NA_OK)
-        return st;
-    memcpy(m->u.error.text, p + ERROR_FIXED, n);
-    m->u.error.text[n] = '\0';
-    return NA_OK;
+    return text_get("ERROR", p, len, 6, ERROR_FIXED, m->u.error.text);
 }
 
 static na_status_t ack_check(na_status_t code, const na_wire_msg_t *m)
@@ -578,7 +575,7 @@ static const na_wire_ops_t ops_auth      = { "AUTH", AUTH_SIZE, 1, NULL, 0, NULL
 static const na_wire_ops_t ops_hello_ok  = { "HELLO_OK", HELLO_OK_SIZE, 1, T(hello_ok_f), NULL, 0, NULL,
                                              NULL, NULL, NULL };
 static const na_wire_ops_t ops_refuse    = { "REFUSE", TEXT_FIXED, 0, T(refuse_f), NULL, 0, NULL,
-                                             refuse_size, refuse_write, refuse_read };
+                                             text_msg_size, text_msg_write, text_msg_read };
 static const na_wire_ops_t ops_heartbeat = { "HEARTBEAT", HEARTBEAT_SIZE, 1, T(heartbeat_f), NULL, 0, NULL,
                                              NULL, NULL, NULL };
 static const na_wire_ops_t ops_req_open  = { "REQ_OPEN", REQ_OPEN_SIZE, 1, T(req_open_f), T(req_open_ids),
@@ -589,7 +586,7 @@ static const na_wire_ops_t ops_stats_req = { "STATS_REQ", 0, 1, NULL, 0, NULL, 0
 static const na_wire_ops_t ops_error     = { "ERROR", ERROR_FIXED, 0, T(error_f), T(error_ids),
                                              error_check, error_size, error_write, error_read };
 static const na_wire_ops_t ops_bye       = { "BYE", TEXT_FIXED, 0, T(refuse_f), NULL, 0, NULL,
-                                             bye_size, bye_write, bye_read };
+                                             text_msg_size, text_msg_write, text_msg_read };
 static const na_wire_ops_t ops_ack       = { "ACK", ACK_SIZE, 1, T(ack_f), T(ack_ids), ack_check,
                                              NULL, NULL, NULL };
 #undef T

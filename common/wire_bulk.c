@@ -247,34 +247,46 @@ static na_status_t scale_check(na_status_t code, float s)
     return NA_OK;
 }
 
-static na_status_t attn_size(const na_wire_msg_t *m, uint64_t *len_p)
+/* Payload size of a DECODE_ATTN (ae) or ATTN_OUT (oe) being encoded: each
+ * entry's request_id, position or status and head range, rows_per_kv rows of
+ * head_dim per kv head. */
+static na_status_t entries_size(const char *who, const batch_t *b, size_t es, uint64_t rows_per_kv,
+                                const na_wire_attn_entry_t *ae, const na_wire_out_entry_t *oe,
+                                uint64_t *len_p)
 {
-    const na_wire_attn_t *a = &m->u.attn;
-    batch_t b = BATCH(a);
-    uint64_t off, end = 0, row;
-    size_t es;
+    uint64_t row = rows_per_kv * b->head_dim * es, off = rows_start(b->n), end = 0;
     uint32_t i;
     na_status_t st;
 
-    if ((st = batch_check(NA_ERR_INVALID, "DECODE_ATTN", &b, &es)) != NA_OK ||
-        (st = scale_check(NA_ERR_INVALID, a->scale)) != NA_OK)
-        return st;
-    if (!a->entries)
-        return na_err(NA_ERR_INVALID, "wire DECODE_ATTN: entries is NULL");
-    row = (uint64_t)(a->q_per_kv + 2) * a->head_dim * es;       /* q rows + k + v per kv head */
-    off = rows_start(a->n_entries);
-    for (i = 0; i < a->n_entries; i++) {
-        const na_wire_attn_entry_t *e = &a->entries[i];
-        if ((st = na_wire_chk_i(NA_ERR_INVALID, "DECODE_ATTN", "entries", i, "request_id",
-                                e->request_id, 1, UINT64_MAX)) != NA_OK ||
-            (st = na_wire_chk_i(NA_ERR_INVALID, "DECODE_ATTN", "entries", i, "position",
-                                e->position, 0, NA_WIRE_MAX_POS - 1)) != NA_OK ||
-            (st = entry_place(NA_ERR_INVALID, "DECODE_ATTN", i, e->kv_h0, e->kv_h1, row, &off, &end)) != NA_OK)
+    if (!ae && !oe)
+        return na_err(NA_ERR_INVALID, "wire %s: entries is NULL", who);
+    for (i = 0; i < b->n; i++) {
+        uint64_t id = ae ? ae[i].request_id : oe[i].request_id;
+        uint16_t h0 = ae ? ae[i].kv_h0 : oe[i].kv_h0, h1 = ae ? ae[i].kv_h1 : oe[i].kv_h1;
+        if ((st = na_wire_chk_i(NA_ERR_INVALID, who, "entries", i, "request_id", id, 1, UINT64_MAX)) != NA_OK ||
+            (st = ae ? na_wire_chk_i(NA_ERR_INVALID, who, "entries", i, "position", ae[i].position, 0,
+                                     NA_WIRE_MAX_POS - 1)
+                     : status_check(NA_ERR_INVALID, who, "entries", i, oe[i].status)) != NA_OK ||
+            (st = entry_place(NA_ERR_INVALID, who, i, h0, h1, row, &off, &end)) != NA_OK)
             return st;
         off = na_wire_align_up(end);
     }
     *len_p = end;
     return NA_OK;
+}
+
+static na_status_t attn_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    const na_wire_attn_t *a = &m->u.attn;
+    batch_t b = BATCH(a);
+    size_t es;
+    na_status_t st;
+
+    if ((st = batch_check(NA_ERR_INVALID, "DECODE_ATTN", &b, &es)) != NA_OK ||
+        (st = scale_check(NA_ERR_INVALID, a->scale)) != NA_OK)
+        return st;
+    /* q rows + k + v per kv head */
+    return entries_size("DECODE_ATTN", &b, es, (uint64_t)a->q_per_kv + 2, a->entries, NULL, len_p);
 }
 
 static void attn_write(const na_wire_msg_t *m, uint8_t *p)
@@ -437,28 +449,10 @@ static na_status_t out_size(const na_wire_msg_t *m, uint64_t *len_p)
 {
     const na_wire_attn_out_t *a = &m->u.attn_out;
     batch_t b = BATCH(a);
-    uint64_t off, end = 0, row;
     size_t es;
-    uint32_t i;
-    na_status_t st;
+    na_status_t st = batch_check(NA_ERR_INVALID, "ATTN_OUT", &b, &es);
 
-    if ((st = batch_check(NA_ERR_INVALID, "ATTN_OUT", &b, &es)) != NA_OK)
-        return st;
-    if (!a->entries)
-        return na_err(NA_ERR_INVALID, "wire ATTN_OUT: entries is NULL");
-    row = (uint64_t)a->q_per_kv * a->head_dim * es;
-    off = rows_start(a->n_entries);
-    for (i = 0; i < a->n_entries; i++) {
-        const na_wire_out_entry_t *e = &a->entries[i];
-        if ((st = na_wire_chk_i(NA_ERR_INVALID, "ATTN_OUT", "entries", i, "request_id",
-                                e->request_id, 1, UINT64_MAX)) != NA_OK ||
-            (st = status_check(NA_ERR_INVALID, "ATTN_OUT", "entries", i, e->status)) != NA_OK ||
-            (st = entry_place(NA_ERR_INVALID, "ATTN_OUT", i, e->kv_h0, e->kv_h1, row, &off, &end)) != NA_OK)
-            return st;
-        off = na_wire_align_up(end);
-    }
-    *len_p = end;
-    return NA_OK;
+    return st ? st : entries_size("ATTN_OUT", &b, es, a->q_per_kv, NULL, a->entries, len_p);
 }
 
 static void out_write(const na_wire_msg_t *m, uint8_t *p)
@@ -539,6 +533,21 @@ static na_status_t stat_key_check(na_status_t code, uint32_t i, const char *key)
     return NA_OK;
 }
 
+na_status_t na_wire_stats_get(const na_wire_stats_t *m, uint32_t i, na_wire_stat_t *s_p)
+{
+    const uint8_t *q;
+    na_status_t st = na_wire_row("STATS", "pair", i, m ? m->n : 0, m ? m->pairs : NULL,
+                                 sizeof(*s_p), s_p);
+
+    if (st || m->pairs)
+        return st;
+    q = m->raw + STATS_FIXED + (size_t)i * STATS_PAIR;
+    memcpy(s_p->key, q, NA_WIRE_STATS_KEY_MAX);
+    s_p->key[NA_WIRE_STATS_KEY_MAX - 1] = '\0';
+    s_p->value = na_ld64(q + NA_WIRE_STATS_KEY_MAX);
+    return NA_OK;
+}
+
 static na_status_t stats_size(const na_wire_msg_t *m, uint64_t *len_p)
 {
     const na_wire_stats_t *s = &m->u.stats;
@@ -583,21 +592,6 @@ static na_status_t stats_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
             return st;
     s->pairs = NULL;
     s->raw = p;
-    return NA_OK;
-}
-
-na_status_t na_wire_stats_get(const na_wire_stats_t *m, uint32_t i, na_wire_stat_t *s_p)
-{
-    const uint8_t *q;
-    na_status_t st = na_wire_row("STATS", "pair", i, m ? m->n : 0, m ? m->pairs : NULL,
-                                 sizeof(*s_p), s_p);
-
-    if (st || m->pairs)
-        return st;
-    q = m->raw + STATS_FIXED + (size_t)i * STATS_PAIR;
-    memcpy(s_p->key, q, NA_WIRE_STATS_KEY_MAX);
-    s_p->key[NA_WIRE_STATS_KEY_MAX - 1] = '\0';
-    s_p->value = na_ld64(q + NA_WIRE_STATS_KEY_MAX);
     return NA_OK;
 }
 

@@ -43,7 +43,7 @@ typedef struct {
     uint64_t v, lo, hi;
 } na_wire_range_t;
 na_status_t na_wire_chk_all(na_status_t code, const char *who, const na_wire_range_t *r, size_t n);
-/* Same for field "ARRAY[i].F". */
+/* Same for field "ARRAY[i].F" ("F" when array is NULL). */
 na_status_t na_wire_chk_i(na_status_t code, const char *who, const char *array, uint32_t i,
                           const char *field, uint64_t v, uint64_t lo, uint64_t hi);
 /* Signed variant. */
