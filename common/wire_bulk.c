@@ -292,7 +292,7 @@ static na_status_t attn_size(const na_wire_msg_t *m, uint64_t *len_p)
 static void attn_write(const na_wire_msg_t *m, uint8_t *p)
 {
     const na_wire_attn_t *a = &m->u.attn;
-    size_t es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+    size_t es = na_dtype_bytes(a->dtype, 1);
     uint64_t off = rows_start(a->n_entries), qb, kb;
     uint32_t i;
 
@@ -427,7 +427,7 @@ na_status_t na_wire_attn_get(const na_wire_attn_t *m, uint32_t i, na_wire_attn_e
 
     if (st || m->entries)
         return st;
-    es = m->dtype == NA_DTYPE_F32 ? 4 : 2;
+    es = na_dtype_bytes(m->dtype, 1);
     t = m->raw + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
     na_wire_get(e_p, t, attn_entry_f, NA_WIRE_N(attn_entry_f));
     off = na_ld32(t + 16);
@@ -458,7 +458,7 @@ static na_status_t out_size(const na_wire_msg_t *m, uint64_t *len_p)
 static void out_write(const na_wire_msg_t *m, uint8_t *p)
 {
     const na_wire_attn_out_t *a = &m->u.attn_out;
-    size_t es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+    size_t es = na_dtype_bytes(a->dtype, 1);
     uint64_t off = rows_start(a->n_entries), ob;
     uint32_t i;
 
@@ -710,7 +710,7 @@ static void ctx_write(const na_wire_msg_t *m, uint8_t *p)
     uint32_t i;
 
     (void)ctx_layout(NA_ERR_INVALID, c, &xo, &ao, &len);      /* validated by size() */
-    xb = (uint64_t)c->n_rows * c->dim * (c->dtype == NA_DTYPE_F32 ? 4 : 2);
+    xb = (uint64_t)c->n_rows * c->dim * na_dtype_bytes(c->dtype, 1);
     memset(p + CTX_FIXED, 0, xo - CTX_FIXED);
     for (i = 0; i < c->n_rows; i++)
         na_wire_put(p + CTX_FIXED + (size_t)i * CTX_ROW, &c->rows[i], ctx_row_f, NA_WIRE_N(ctx_row_f));
