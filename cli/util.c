@@ -9,46 +9,52 @@
 
 #include "cli/cli.h"
 
-na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
-                       long lo, long hi, long *out)
+/* Parse all of val by strtol (l_p) or strtod (d_p): 1 when it is a number,
+ * 0 when it is not, -1 (said so) when val is NULL because the flag came last. */
+static int na_cli_scan(const char *cmd, const char *flag, const char *val, long *l_p, double *d_p)
 {
     char *end;
-    long v;
 
     if (val == NULL) {
         fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, flag);
-        return NA_ERR_INVALID;
+        return -1;
     }
     errno = 0;
-    v = strtol(val, &end, 10);
-    if (errno != 0 || end == val || *end != '\0' || v < lo || v > hi) {
+    if (l_p)
+        *l_p = strtol(val, &end, 10);
+    else
+        *d_p = strtod(val, &end);
+    return errno == 0 && end != val && *end == '\0';
+}
+
+na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
+                       long lo, long hi, long *out)
+{
+    long v = 0;
+    int ok = na_cli_scan(cmd, flag, val, &v, NULL);
+
+    if (ok == 1 && v >= lo && v <= hi) {
+        *out = v;
+        return NA_OK;
+    }
+    if (ok >= 0)
         fprintf(stderr, "nearattn %s: %s expects a whole number in [%ld, %ld], got '%s'\n",
                 cmd, flag, lo, hi, val);
-        return NA_ERR_INVALID;
-    }
-    *out = v;
-    return NA_OK;
+    return NA_ERR_INVALID;
 }
 
 na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
                          double lo, double hi, double *out)
 {
-    char *end;
-    double v;
+    double v = 0;
+    int ok = na_cli_scan(cmd, flag, val, NULL, &v) == 1 && isfinite(v) && v >= lo && v <= hi;
 
-    if (val == NULL) {
-        fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, flag);
-        return NA_ERR_INVALID;
-    }
-    errno = 0;
-    v = strtod(val, &end);
-    if (errno != 0 || end == val || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+    if (!ok && val != NULL)
         fprintf(stderr, "nearattn %s: %s expects a number in [%g, %g], got '%s'\n",
                 cmd, flag, lo, hi, val);
-        return NA_ERR_INVALID;
-    }
-    *out = v;
-    return NA_OK;
+    else if (ok)
+        *out = v;
+    return ok ? NA_OK : NA_ERR_INVALID;
 }
 
 int na_cli_fail(const char *cmd, na_status_t st)
