@@ -28,6 +28,9 @@ na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
                          double lo, double hi, double *out);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
+/* names[i] for 0 <= i < n, else "?"; and the index of s in names[0..n), or -1. */
+const char *na_cli_name(const char *const *names, int n, int i);
+int na_cli_lookup(const char *const *names, int n, const char *s);
 /* The shared/ folder: $NA_SHARED_DIR, else ../shared relative to the
  * executable's repository, else ../shared relative to the cwd. Static buffer. */
 const char *na_cli_shared_dir(void);

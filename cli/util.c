@@ -64,6 +64,20 @@ int na_cli_fail(const char *cmd, na_status_t st)
     return 1;
 }
 
+const char *na_cli_name(const char *const *names, int n, int i)
+{
+    return i >= 0 && i < n ? names[i] : "?";
+}
+
+int na_cli_lookup(const char *const *names, int n, const char *s)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
 const char *na_cli_shared_dir(void)
 {
     static char buf[PATH_MAX + 64];
