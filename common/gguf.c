@@ -310,6 +310,23 @@ static na_status_t na_gguf_place_tensors(na_gguf_cur_t *c, na_gguf_t *g)
     return na_gguf_index_tensors(g);
 }
 
+/* A count from the header: NA_ERR_RANGE over its limit, NA_ERR_FORMAT when
+ * that many entries of at least min_bytes cannot fit the file; either way
+ * the count is reset to 0 (so that destroy does not walk it). */
+static na_status_t na_gguf_count_check(const char *path, const char *field, const char *what,
+                                       uint64_t *count, int limit, size_t min_bytes, size_t size)
+{
+    na_status_t st;
+
+    if (*count <= (uint64_t)limit && *count <= size / min_bytes)
+        return NA_OK;
+    st = na_err(*count > (uint64_t)limit ? NA_ERR_RANGE : NA_ERR_FORMAT,
+                "%s: field '%s' = %llu: that many %s run past the end of a file of %zu bytes "
+                "(limit %d)", path, field, (unsigned long long)*count, what, size, limit);
+    *count = 0;
+    return st;
+}
+
 na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_gguf_t **g_p)
 {
     na_gguf_cur_t c = { path, image, size, 0 };
@@ -342,22 +359,11 @@ na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_g
         (st = na_gguf_rd(&c, &g->n_kv, 8, "n_kv")) != NA_OK)
         goto err_destroy;
     /* absurd counts are RANGE; counts that cannot fit the file are FORMAT (truncated) */
-    if (g->n_tensors > NA_GGUF_MAX_TENSORS || g->n_tensors > size / 32) {
-        st = na_err(g->n_tensors > NA_GGUF_MAX_TENSORS ? NA_ERR_RANGE : NA_ERR_FORMAT,
-                    "%s: field 'n_tensors' = %llu: that many tensor infos run past the end of a "
-                    "file of %zu bytes (limit %d)", path, (unsigned long long)g->n_tensors, size,
-                    NA_GGUF_MAX_TENSORS);
-        g->n_tensors = 0;
+    if ((st = na_gguf_count_check(path, "n_tensors", "tensor infos", &g->n_tensors,
+                                  NA_GGUF_MAX_TENSORS, 32, size)) != NA_OK ||
+        (st = na_gguf_count_check(path, "n_kv", "metadata pairs", &g->n_kv, NA_GGUF_MAX_KV, 13,
+                                  size)) != NA_OK)
         goto err_destroy;
-    }
-    if (g->n_kv > NA_GGUF_MAX_KV || g->n_kv > size / 13) {
-        st = na_err(g->n_kv > NA_GGUF_MAX_KV ? NA_ERR_RANGE : NA_ERR_FORMAT,
-                    "%s: field 'n_kv' = %llu: that many metadata pairs run past the end of a "
-                    "file of %zu bytes (limit %d)", path, (unsigned long long)g->n_kv, size,
-                    NA_GGUF_MAX_KV);
-        g->n_kv = 0;
-        goto err_destroy;
-    }
     g->kv = calloc(g->n_kv ? (size_t)g->n_kv : 1, sizeof(*g->kv));
     g->tensors = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof(*g->tensors));
     if (g->kv == NULL || g->tensors == NULL) {

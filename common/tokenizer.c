@@ -141,36 +141,40 @@ static void na_tok_index(na_tokenizer_t *t)
     }
 }
 
-/* Check that the open tokenizer file f is a regular file (a directory or a
- * device opens fine but has no sensible size). Cannot fail otherwise;
- * returns NA_ERR_IO (fstat failed) or NA_ERR_FORMAT (not a regular file). */
-static na_status_t na_tok_check_regular(FILE *f, const char *path)
+/* Open the tokenizer file for reading, checking that it is a regular file
+ * (a directory or a device opens fine but has no sensible size): NA_ERR_IO
+ * (fopen or fstat failed) or NA_ERR_FORMAT (not a regular file). */
+static na_status_t na_tok_open_regular(const char *path, FILE **f_p)
 {
     struct stat sb;
+    FILE *f = fopen(path, "rb");
+    na_status_t st = NA_OK;
 
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
     if (fstat(fileno(f), &sb) != 0)
-        return na_err(NA_ERR_IO, "%s: cannot stat tokenizer: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return na_err(NA_ERR_FORMAT, "%s: tokenizer is not a regular file%s", path,
-                      S_ISDIR(sb.st_mode) ? " (it is a directory)" : "");
+        st = na_err(NA_ERR_IO, "%s: cannot stat tokenizer: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = na_err(NA_ERR_FORMAT, "%s: tokenizer is not a regular file%s", path,
+                    S_ISDIR(sb.st_mode) ? " (it is a directory)" : "");
+    if (st != NA_OK) {
+        fclose(f);
+        return st;
+    }
+    *f_p = f;
     return NA_OK;
 }
 
 /* Read a whole (small) file into a malloc'd buffer. */
 static na_status_t na_tok_read_file(const char *path, uint8_t **buf_p, size_t *len_p)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
     uint8_t *buf;
     long len;
-    na_status_t st;
+    na_status_t st = na_tok_open_regular(path, &f);
 
-    if (f == NULL)
-        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
-    st = na_tok_check_regular(f, path);
-    if (st != NA_OK) {
-        fclose(f);
+    if (st != NA_OK)
         return st;
-    }
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return na_err(NA_ERR_IO, "%s: cannot size tokenizer: %s", path, strerror(errno));
@@ -388,18 +392,13 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
 na_status_t na_tokenizer_open(const char *path, int vocab_size, na_tokenizer_t **tok_p)
 {
     char magic[4] = { 0 };
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
     size_t got;
     na_gguf_t *g;
-    na_status_t st;
+    na_status_t st = na_tok_open_regular(path, &f);
 
-    if (f == NULL)
-        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
-    st = na_tok_check_regular(f, path);
-    if (st != NA_OK) {
-        fclose(f);
+    if (st != NA_OK)
         return st;
-    }
     got = fread(magic, 1, 4, f);
     fclose(f);
     if (got != 4 || memcmp(magic, "GGUF", 4) != 0) {
