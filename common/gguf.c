@@ -492,6 +492,17 @@ static na_status_t na_gguf_need_kv(const na_gguf_t *g, const char *key, const na
     return NA_OK;
 }
 
+/* The pair `key`, which must be of type t1 or t2 (what: "a float", ...). */
+static na_status_t na_gguf_need_type(const na_gguf_t *g, const char *key, na_gguf_type_t t1,
+                                     na_gguf_type_t t2, const char *what, const na_gguf_kv_t **kv_p)
+{
+    na_status_t st = na_gguf_need_kv(g, key, kv_p);
+    if (st == NA_OK && (*kv_p)->type != t1 && (*kv_p)->type != t2)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not %s (type %d)", g->path, key, what,
+                      (int)(*kv_p)->type);
+    return st;
+}
+
 static int na_gguf_is_unsigned(na_gguf_type_t t)
 {
     return t == NA_GGUF_UINT8 || t == NA_GGUF_UINT16 || t == NA_GGUF_UINT32 ||
@@ -539,12 +550,9 @@ na_status_t na_gguf_get_u32(const na_gguf_t *g, const char *key, uint32_t *out)
 na_status_t na_gguf_get_f32(const na_gguf_t *g, const char *key, float *out)
 {
     const na_gguf_kv_t *kv;
-    na_status_t st = na_gguf_need_kv(g, key, &kv);
+    na_status_t st = na_gguf_need_type(g, key, NA_GGUF_FLOAT32, NA_GGUF_FLOAT64, "a float", &kv);
     if (st != NA_OK)
         return st;
-    if (kv->type != NA_GGUF_FLOAT32 && kv->type != NA_GGUF_FLOAT64)
-        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not a float (type %d)", g->path, key,
-                      (int)kv->type);
     *out = (float)kv->v.f64;
     return NA_OK;
 }
@@ -552,12 +560,9 @@ na_status_t na_gguf_get_f32(const na_gguf_t *g, const char *key, float *out)
 na_status_t na_gguf_get_str(const na_gguf_t *g, const char *key, na_gguf_str_t *out)
 {
     const na_gguf_kv_t *kv;
-    na_status_t st = na_gguf_need_kv(g, key, &kv);
+    na_status_t st = na_gguf_need_type(g, key, NA_GGUF_STRING, NA_GGUF_STRING, "a string", &kv);
     if (st != NA_OK)
         return st;
-    if (kv->type != NA_GGUF_STRING)
-        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not a string (type %d)", g->path, key,
-                      (int)kv->type);
     *out = kv->v.str;
     return NA_OK;
 }
@@ -566,12 +571,9 @@ na_status_t na_gguf_get_arr(const na_gguf_t *g, const char *key, na_gguf_type_t 
                             const na_gguf_kv_t **kv_p)
 {
     const na_gguf_kv_t *kv;
-    na_status_t st = na_gguf_need_kv(g, key, &kv);
+    na_status_t st = na_gguf_need_type(g, key, NA_GGUF_ARRAY, NA_GGUF_ARRAY, "an array", &kv);
     if (st != NA_OK)
         return st;
-    if (kv->type != NA_GGUF_ARRAY)
-        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not an array (type %d)", g->path, key,
-                      (int)kv->type);
     if (kv->v.arr.type != type)
         return na_err(NA_ERR_FORMAT, "%s: field '%s' is an array of type %d, expected %d",
                       g->path, key, (int)kv->v.arr.type, (int)type);

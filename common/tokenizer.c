@@ -300,6 +300,23 @@ static size_t na_tok_copy_sp(char *dst, const char *s, size_t len)
     return o;
 }
 
+/* An optional array beside tokenizer.ggml.tokens: absent (*kv_p untouched),
+ * or of `type` with one entry per token. */
+static na_status_t na_tok_side_arr(const na_gguf_t *g, const char *key, na_gguf_type_t type,
+                                   uint64_t n, const na_gguf_kv_t **kv_p)
+{
+    na_status_t st;
+
+    if (na_gguf_find(g, key) == NULL)
+        return NA_OK;
+    if ((st = na_gguf_get_arr(g, key, type, kv_p)) != NA_OK)
+        return st;
+    if ((*kv_p)->v.arr.n != n)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' has %llu entries, tokens has %llu", g->path,
+                      key, (unsigned long long)(*kv_p)->v.arr.n, (unsigned long long)n);
+    return NA_OK;
+}
+
 na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
 {
     const na_gguf_kv_t *toks, *scores = NULL, *types = NULL;
@@ -322,24 +339,9 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
     if (n == 0 || n > (1u << 22))
         return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens' has %llu entries, "
                       "out of range [1, %u]", g->path, (unsigned long long)n, 1u << 22);
-    if (na_gguf_find(g, "tokenizer.ggml.scores") != NULL) {
-        st = na_gguf_get_arr(g, "tokenizer.ggml.scores", NA_GGUF_FLOAT32, &scores);
-        if (st != NA_OK)
-            return st;
-        if (scores->v.arr.n != n)
-            return na_err(NA_ERR_FORMAT, "%s: field 'tokenizer.ggml.scores' has %llu entries, "
-                          "tokens has %llu", g->path, (unsigned long long)scores->v.arr.n,
-                          (unsigned long long)n);
-    }
-    if (na_gguf_find(g, "tokenizer.ggml.token_type") != NULL) {
-        st = na_gguf_get_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, &types);
-        if (st != NA_OK)
-            return st;
-        if (types->v.arr.n != n)
-            return na_err(NA_ERR_FORMAT, "%s: field 'tokenizer.ggml.token_type' has %llu "
-                          "entries, tokens has %llu", g->path,
-                          (unsigned long long)types->v.arr.n, (unsigned long long)n);
-    }
+    if ((st = na_tok_side_arr(g, "tokenizer.ggml.scores", NA_GGUF_FLOAT32, n, &scores)) != NA_OK ||
+        (st = na_tok_side_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, n, &types)) != NA_OK)
+        return st;
     for (i = 0; i < n; i++) {
         if (toks->v.arr.strs[i].len > NA_TOK_MAX_PIECE)
             return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens'[%llu]: length %llu "
