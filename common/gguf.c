@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fnv.h"
+
 /* ---- ggml type table ---------------------------------------------------- */
 
 typedef struct {
@@ -242,12 +244,7 @@ static na_status_t na_gguf_parse_tensor(na_gguf_cur_t *c, uint64_t idx, na_gguf_
 
 static uint64_t na_gguf_name_hash(const char *s)
 {
-    uint64_t h = 1469598103934665603ull;
-    while (*s) {
-        h ^= (uint8_t)*s++;
-        h *= 1099511628211ull;
-    }
-    return h;
+    return na_fnv1a64(s, strlen(s));
 }
 
 /* Build the name index; NA_ERR_FORMAT on a duplicate name. */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/fnv.h"
 #include "gguf.h"
 
 #define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
@@ -34,16 +35,10 @@ struct na_tokenizer {
     char      byte_str[256][2];
 };
 
-/* FNV-1a over len bytes. */
+/* The hash of the piece s[0..len). */
 static uint32_t na_tok_hash(const char *s, size_t len)
 {
-    uint32_t h = 2166136261u;
-    size_t i;
-    for (i = 0; i < len; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 16777619u;
-    }
-    return h;
+    return (uint32_t)na_fnv1a64(s, len);
 }
 
 /* Token id of the piece s[0..len), or -1. */

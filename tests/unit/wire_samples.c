@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fnv.h"
 #include "tests/testutil.h"
 
 static uint32_t rnd(na_rng_t *r, uint32_t lo, uint32_t hi)   /* [lo, hi] */
@@ -254,12 +255,7 @@ uint8_t *na_wire_sample_encode(const na_wire_sample_t *s, size_t *len_p)
 
 static uint64_t sum_bytes(const void *p, size_t n)
 {
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    size_t i;
-    for (i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
+    return na_fnv1a64(p, n);
 }
 
 /* Rows in a message's table (0 for the types without one). */
