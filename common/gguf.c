@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/fnv.h"
+#include "common/mapfile.h"
 
 /* ---- ggml type table ---------------------------------------------------- */
 
@@ -400,33 +401,26 @@ err_destroy:
     return st;
 }
 
+/* A GGUF file holds at least its 24-byte header. */
+static na_status_t na_gguf_check_size(const char *path, const struct stat *sb)
+{
+    if (sb->st_size < 24)
+        return na_err(NA_ERR_FORMAT, "%s: file of %lld bytes is too short for a GGUF header",
+                      path, (long long)sb->st_size);
+    return NA_OK;
+}
+
 na_status_t na_gguf_open(const char *path, na_gguf_t **g_p)
 {
-    struct stat sb;
-    void *map;
-    int fd;
-    na_status_t st;
+    void *map = NULL;
+    size_t size = 0;
+    na_status_t st = na_mapfile(path, "", na_gguf_check_size, &map, &size);
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return na_err(NA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0) {
-        st = na_err(NA_ERR_IO, "%s: fstat: %s", path, strerror(errno));
-        close(fd);
+    if (st != NA_OK)
         return st;
-    }
-    if (sb.st_size < 24) {
-        close(fd);
-        return na_err(NA_ERR_FORMAT, "%s: file of %lld bytes is too short for a GGUF header",
-                      path, (long long)sb.st_size);
-    }
-    map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return na_err(NA_ERR_IO, "%s: mmap: %s", path, strerror(errno));
-    st = na_gguf_parse(path, map, (size_t)sb.st_size, g_p);
+    st = na_gguf_parse(path, map, size, g_p);
     if (st != NA_OK) {
-        munmap(map, (size_t)sb.st_size);
+        munmap(map, size);
         return st;
     }
     (*g_p)->own_map = map;
