@@ -64,6 +64,34 @@ int na_cli_fail(const char *cmd, na_status_t st)
     return 1;
 }
 
+int na_cli_dispatch(const na_cli_cmd_t *table, const char *prog, const char *what, int argc,
+                    char **argv)
+{
+    const na_cli_cmd_t *c;
+    for (c = table; c->name != NULL; c++)
+        if (!strcmp(c->name, argv[1]))
+            return c->main(argc - 1, argv + 1);
+    fprintf(stderr, "%s: unknown %s '%s' (try '%s --help')\n", prog, what, argv[1], prog);
+    return 2;
+}
+
+void na_cli_list(FILE *f, const na_cli_cmd_t *table, int width)
+{
+    const na_cli_cmd_t *c;
+    for (c = table; c->name != NULL; c++)
+        fprintf(f, "  %-*s %s\n", width, c->name, c->summary);
+}
+
+int na_cli_one_file(const char *cmd, const char **file_p, const char *arg)
+{
+    if (*file_p != NULL) {
+        fprintf(stderr, "nearattn %s: one FILE expected, got '%s' and '%s'\n", cmd, *file_p, arg);
+        return 2;
+    }
+    *file_p = arg;
+    return 0;
+}
+
 const char *na_cli_name(const char *const *names, int n, int i)
 {
     return i >= 0 && i < n ? names[i] : "?";
