@@ -21,7 +21,8 @@ enum { NA_TOK_NORMAL = 0, NA_TOK_CONTROL = 1, NA_TOK_BYTE = 2 };
 
 struct na_tokenizer {
     int       vocab_size;
-    char    **pieces;        /* [vocab] NUL-terminated, into arena */
+    char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the one block
+                              * that holds every array below (na_tok_alloc) */
     uint32_t *piece_len;     /* [vocab] */
     float    *scores;        /* [vocab] */
     uint8_t  *kind;          /* [vocab] NA_TOK_* */
@@ -61,26 +62,30 @@ static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
 {
     na_tokenizer_t *t = calloc(1, sizeof(*t));
     uint32_t cap = 16;
+    size_t vn = (size_t)n;
+    uint8_t *p;
     int b;
 
     if (t == NULL)
         return NULL;
     while (cap < 2u * (uint32_t)n)
         cap <<= 1;
-    t->vocab_size = n;
-    t->pieces    = calloc((size_t)n, sizeof(*t->pieces));
-    t->piece_len = calloc((size_t)n, sizeof(*t->piece_len));
-    t->scores    = calloc((size_t)n, sizeof(*t->scores));
-    t->kind      = calloc((size_t)n, 1);
-    t->byte_val  = calloc((size_t)n, 1);
-    t->arena     = malloc(arena_bytes + 1);
-    t->hash      = calloc(cap, sizeof(*t->hash));
-    t->hash_mask = cap - 1;
-    if (!t->pieces || !t->piece_len || !t->scores || !t->kind || !t->byte_val ||
-        !t->arena || !t->hash) {
-        na_tokenizer_destroy(t);
+    /* one block, widest elements first so that every array is aligned */
+    p = calloc(1, vn * sizeof(char *) + vn * (sizeof(float) + sizeof(uint32_t) + 2) +
+                  cap * sizeof(uint32_t) + arena_bytes + 1);
+    if (p == NULL) {
+        free(t);
         return NULL;
     }
+    t->vocab_size = n;
+    t->pieces    = (char **)p;                        p += vn * sizeof(char *);
+    t->scores    = (float *)p;                        p += vn * sizeof(float);
+    t->piece_len = (uint32_t *)p;                     p += vn * sizeof(uint32_t);
+    t->hash      = (uint32_t *)p;                     p += cap * sizeof(uint32_t);
+    t->hash_mask = cap - 1;
+    t->kind      = p;                                 p += vn;
+    t->byte_val  = p;                                 p += vn;
+    t->arena     = (char *)p;
     for (b = 0; b < 256; b++) {
         t->byte_id[b] = -1;
         t->byte_str[b][0] = (char)b;
@@ -422,13 +427,7 @@ void na_tokenizer_destroy(na_tokenizer_t *t)
 {
     if (t == NULL)
         return;
-    free(t->pieces);
-    free(t->piece_len);
-    free(t->scores);
-    free(t->kind);
-    free(t->byte_val);
-    free(t->arena);
-    free(t->hash);
+    free(t->pieces);            /* the block of every per-token array (na_tok_alloc) */
     free(t);
 }
 
