@@ -167,7 +167,7 @@ mpirun)
     na_bg "$DIR/mpi.out" "$DIR/mpi.err" mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$L"
     MP=$NA_PID
     n=0
-    while [ "$(grep -c '^READY s' "$DIR/mpi.out" 2>/dev/null)" -lt 2 ]; do
+    while [ "$(grep -c '^READY s' "$DIR/mpi.out" 2>/dev/null | awk '{s+=$1} END {print s+0}')" -lt 2 ]; do
         n=$((n + 1)); [ $n -gt 300 ] && fail "mpirun: storage nodes not ready"; sleep 0.1
     done
     offload_vs_mono mpi2 "$L" "$STORIES" "$STOK" 24 connect
