@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "cli/e2e_sweep.h"
 #include "cluster/proc.h"
 #include "common/clock.h"
@@ -36,16 +37,12 @@ static const char *const lk_names[NA_LINK_COUNT] = { "shm", "tcp", "ns-1gbit", "
 
 const char *na_link_name(na_link_kind_t k)
 {
-    return (unsigned)k < NA_LINK_COUNT ? lk_names[k] : "?";
+    return na_cli_name(lk_names, NA_LINK_COUNT, (int)k);
 }
 
 int na_link_parse(const char *s)
 {
-    int i;
-    for (i = 0; i < NA_LINK_COUNT; i++)
-        if (!strcmp(s, lk_names[i]))
-            return i;
-    return -1;
+    return na_cli_lookup(lk_names, NA_LINK_COUNT, s);
 }
 
 /* Run a shell command quietly; 0 when it exited 0. */

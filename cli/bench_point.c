@@ -29,6 +29,7 @@
 #include "compute-node/generate.h"
 #include "compute-node/offload.h"
 #include "compute-node/storage_client.h"
+#include "rdma/xp_cfg.h"
 #include "rdma/xp_echo.h"
 
 static const char *const na_e2e_mode_names[NA_E2E_N_MODES] = {
@@ -38,16 +39,12 @@ static const char *const na_e2e_mode_names[NA_E2E_N_MODES] = {
 
 const char *na_e2e_mode_name(na_e2e_mode_t m)
 {
-    return (unsigned)m < NA_E2E_N_MODES ? na_e2e_mode_names[m] : "?";
+    return na_cli_name(na_e2e_mode_names, NA_E2E_N_MODES, (int)m);
 }
 
 int na_e2e_mode_parse(const char *s)
 {
-    int i;
-    for (i = 0; i < NA_E2E_N_MODES; i++)
-        if (!strcmp(s, na_e2e_mode_names[i]))
-            return i;
-    return -1;
+    return na_cli_lookup(na_e2e_mode_names, NA_E2E_N_MODES, s);
 }
 
 int na_e2e_point_parse(const char *line, na_e2e_point_t *p)
@@ -247,16 +244,7 @@ static double pt_node_stat(const na_cfg_t *cfg, const char *key)
     double sum = 0;
     int j;
 
-    memset(&xo, 0, sizeof(xo));
-    xo.name = "c1";
-    xo.cluster = cfg->cluster.name;
-    xo.role = NA_WIRE_ROLE_COMPUTE;
-    xo.tls = cfg->transport.tls_kind == NA_CFG_TLS_TCP ? NA_XP_TLS_TCP :
-             cfg->transport.tls_kind == NA_CFG_TLS_SHM ? NA_XP_TLS_SHM : NA_XP_TLS_AUTO;
-    xo.secret = cfg->secret;
-    xo.secret_len = cfg->secret_len;
-    xo.timeout_ms = (int)cfg->transport.timeout_ms;
-    xo.max_msg = 1 << 20;
+    na_xp_opts_from_cfg(cfg, "c1", NA_WIRE_ROLE_COMPUTE, 1 << 20, &xo);
     if (na_xp_create(&xo, &xp) != NA_OK)
         return 0;
     memset(&so, 0, sizeof(so));
@@ -322,16 +310,7 @@ static int pt_probe(const na_cfg_t *cfg)
     size_t i;
     int k, rc = 1;
 
-    memset(&xo, 0, sizeof(xo));
-    xo.name = "c0";
-    xo.cluster = cfg->cluster.name;
-    xo.role = NA_WIRE_ROLE_COMPUTE;
-    xo.tls = cfg->transport.tls_kind == NA_CFG_TLS_TCP ? NA_XP_TLS_TCP :
-             cfg->transport.tls_kind == NA_CFG_TLS_SHM ? NA_XP_TLS_SHM : NA_XP_TLS_AUTO;
-    xo.secret = cfg->secret;
-    xo.secret_len = cfg->secret_len;
-    xo.timeout_ms = (int)cfg->transport.timeout_ms;
-    xo.max_msg = (size_t)NA_WIRE_MAX_PAYLOAD;
+    na_xp_opts_from_cfg(cfg, "c0", NA_WIRE_ROLE_COMPUTE, (size_t)NA_WIRE_MAX_PAYLOAD, &xo);
     buf = malloc(big);
     memset(&so, 0, sizeof(so));
     if (buf == NULL || na_xp_create(&xo, &xp) != NA_OK ||

@@ -178,6 +178,17 @@ static na_status_t bt_wait_reply(na_xp_t *xp, uint32_t seq, size_t len)
     }
 }
 
+/* One ECHO of len bytes to ep with sequence seq, sent and answered. */
+static na_status_t bt_round_trip(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, size_t len,
+                                 uint32_t seq)
+{
+    na_xp_op_t *op;
+    na_status_t st = na_xp_echo_start(ep, seq, 0, buf->ptr, len, buf, &op);
+    if (st == NA_OK)
+        st = na_xp_op_wait(xp, op, -1);
+    return st == NA_OK ? bt_wait_reply(xp, seq, len) : st;
+}
+
 /* Round trips of len bytes: iters per repeat, reps repeats. Median of all
  * round trips (us) in *med_p; spread of the repeats' medians in *spread_p. */
 static na_status_t bt_rtt(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, size_t len,
@@ -194,25 +205,12 @@ static na_status_t bt_rtt(na_xp_t *xp, na_xp_ep_t *ep, const na_xp_buf_t *buf, s
         st = na_err(NA_ERR_NOMEM, "bench transport: out of memory");
         goto out;
     }
-    for (i = 0; i < iters / 4 + 4 && st == NA_OK; i++) {            /* warm-up */
-        na_xp_op_t *op;
-        st = na_xp_echo_start(ep, seq, 0, buf->ptr, len, buf, &op);
-        if (st == NA_OK)
-            st = na_xp_op_wait(xp, op, -1);
-        if (st == NA_OK)
-            st = bt_wait_reply(xp, seq, len);
-        seq++;
-    }
+    for (i = 0; i < iters / 4 + 4 && st == NA_OK; i++)              /* warm-up */
+        st = bt_round_trip(xp, ep, buf, len, seq++);
     for (r = 0; r < reps && st == NA_OK; r++) {
         for (i = 0; i < iters && st == NA_OK; i++) {
-            na_xp_op_t *op;
             double t0 = na_bench_now();
-            st = na_xp_echo_start(ep, seq, 0, buf->ptr, len, buf, &op);
-            if (st == NA_OK)
-                st = na_xp_op_wait(xp, op, -1);
-            if (st == NA_OK)
-                st = bt_wait_reply(xp, seq, len);
-            seq++;
+            st = bt_round_trip(xp, ep, buf, len, seq++);
             tmp[i] = (na_bench_now() - t0) * 1e6;
             all[r * iters + i] = tmp[i];
         }

@@ -5,6 +5,8 @@
 #ifndef NA_CLI_H
 #define NA_CLI_H
 
+#include <stdio.h>
+
 #include "common/status.h"
 
 typedef struct {
@@ -28,6 +30,18 @@ na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
                          double lo, double hi, double *out);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
+/* Run the entry of table (ended by a NULL name) named argv[1], with argv
+ * shifted by one; else say "PROG: unknown WHAT 'X' (try 'PROG --help')" and
+ * return 2. And list a table's names (padded to width) and summaries. */
+int  na_cli_dispatch(const na_cli_cmd_t *table, const char *prog, const char *what, int argc,
+                     char **argv);
+void na_cli_list(FILE *f, const na_cli_cmd_t *table, int width);
+/* Take arg as cmd's one FILE operand into *file_p: 0, or 2 (said so) when
+ * *file_p was given already. */
+int  na_cli_one_file(const char *cmd, const char **file_p, const char *arg);
+/* names[i] for 0 <= i < n, else "?"; and the index of s in names[0..n), or -1. */
+const char *na_cli_name(const char *const *names, int n, int i);
+int na_cli_lookup(const char *const *names, int n, const char *s);
 /* The shared/ folder: $NA_SHARED_DIR, else ../shared relative to the
  * executable's repository, else ../shared relative to the cwd. Static buffer. */
 const char *na_cli_shared_dir(void);

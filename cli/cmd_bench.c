@@ -9,13 +9,7 @@
 #include "cli/bench.h"
 #include "cli/cli.h"
 
-typedef struct {
-    const char *name;
-    const char *summary;
-    int (*main)(int argc, char **argv);
-} na_cli_bench_kind_t;
-
-static const na_cli_bench_kind_t na_cli_bench_kinds[] = {
+static const na_cli_cmd_t na_cli_bench_kinds[] = {
     { "kernels", "decode attention vs STREAM copy, matmul vs cblas_sgemm", na_cli_bench_kernels },
     { "storage", "attention over SSD KV vs best O_DIRECT read, over DRAM KV vs STREAM copy", na_cli_bench_storage },
     { "transport", "message round trip and bandwidth vs ucx_perftest", na_cli_bench_transport },
@@ -78,21 +72,17 @@ int na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_benc
 
 static void na_cli_bench_usage(FILE *f)
 {
-    const na_cli_bench_kind_t *k;
     fprintf(f, "usage: nearattn bench <kind> [options]   (nearattn bench <kind> --help)\n\n"
                "Measured comparisons: every figure is printed beside a limit or peer\n"
                "measured in the same run; --json FILE writes\n"
                "{\"bench\", \"machine\", \"results\": [{name, value, unit, reference_name,\n"
                "reference_value, ratio, spread}]}.\n\nkinds:\n");
-    for (k = na_cli_bench_kinds; k->name != NULL; k++)
-        fprintf(f, "  %-10s %s\n", k->name, k->summary);
+    na_cli_list(f, na_cli_bench_kinds, 10);
     fprintf(f, "\ncommon options:\n" NA_CLI_BENCH_OPTS_HELP);
 }
 
 int na_cmd_bench(int argc, char **argv)
 {
-    const na_cli_bench_kind_t *k;
-
     if (argc < 2) {
         na_cli_bench_usage(stderr);
         return 2;
@@ -101,9 +91,5 @@ int na_cmd_bench(int argc, char **argv)
         na_cli_bench_usage(stdout);
         return 0;
     }
-    for (k = na_cli_bench_kinds; k->name != NULL; k++)
-        if (!strcmp(k->name, argv[1]))
-            return k->main(argc - 1, argv + 1);
-    fprintf(stderr, "nearattn bench: unknown kind '%s' (try 'nearattn bench --help')\n", argv[1]);
-    return 2;
+    return na_cli_dispatch(na_cli_bench_kinds, "nearattn bench", "kind", argc, argv);
 }

@@ -52,12 +52,8 @@ int na_cmd_check_config(int argc, char **argv)
             fprintf(stderr, "nearattn check-config: unknown option '%s'\n", argv[i]);
             na_check_config_usage(stderr);
             return 2;
-        } else if (file != NULL) {
-            fprintf(stderr, "nearattn check-config: one FILE expected, got '%s' and '%s'\n",
-                    file, argv[i]);
+        } else if (na_cli_one_file("check-config", &file, argv[i]) != 0) {
             return 2;
-        } else {
-            file = argv[i];
         }
     }
     if (file == NULL) {

@@ -68,11 +68,8 @@ int na_cmd_launch(int argc, char **argv)
             fprintf(stderr, "nearattn launch: unknown option or missing value '%s'\n", argv[i]);
             na_launch_usage(stderr);
             return 2;
-        } else if (file != NULL) {
-            fprintf(stderr, "nearattn launch: one FILE expected, got '%s' and '%s'\n", file, argv[i]);
+        } else if (na_cli_one_file("launch", &file, argv[i]) != 0) {
             return 2;
-        } else {
-            file = argv[i];
         }
     }
     if (file == NULL) {

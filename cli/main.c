@@ -17,18 +17,14 @@ static const na_cli_cmd_t na_cli_cmds[] = {
 
 static void na_cli_usage(FILE *f)
 {
-    const na_cli_cmd_t *c;
     fprintf(f, "usage: nearattn <command> [options]   (nearattn <command> --help for details)\n\n"
                "nearattn: LLM inference with attention computed where the KV cache lives.\n\n"
                "commands:\n");
-    for (c = na_cli_cmds; c->name != NULL; c++)
-        fprintf(f, "  %-13s %s\n", c->name, c->summary);
+    na_cli_list(f, na_cli_cmds, 13);
 }
 
 int main(int argc, char **argv)
 {
-    const na_cli_cmd_t *c;
-
     if (argc < 2) {
         na_cli_usage(stderr);
         return 2;
@@ -41,9 +37,5 @@ int main(int argc, char **argv)
         printf("nearattn 0.1.0\n");
         return 0;
     }
-    for (c = na_cli_cmds; c->name != NULL; c++)
-        if (!strcmp(c->name, argv[1]))
-            return c->main(argc - 1, argv + 1);
-    fprintf(stderr, "nearattn: unknown command '%s' (try 'nearattn --help')\n", argv[1]);
-    return 2;
+    return na_cli_dispatch(na_cli_cmds, "nearattn", "command", argc, argv);
 }

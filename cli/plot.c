@@ -56,81 +56,103 @@ static void pl_extent(const na_e2e_point_t *p, const int *pl, int n, int lk, int
     }
 }
 
-int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *const *links,
-                const int *pl, int n, int n_links)
+/* The points the sweep figures compare, one input of them all. */
+typedef struct {
+    const na_e2e_point_t *p;
+    const int            *pl;      /* link index of each point */
+    const char *const    *links;
+    int                   n, n_links;
+    const char           *stem;    /* "dir/stem" of the JSON */
+} pl_in_t;
+
+/* Point i is ok, of link l and mode m, at context ctx on one storage node. */
+static int pl_at(const pl_in_t *in, int i, int l, int m, int ctx)
 {
-    char stem[600], f[700], g[700];
+    const na_e2e_point_t *q = &in->p[i];
+    return q->ok && in->pl[i] == l && q->mode == m && q->ctx == ctx && q->nodes <= 1;
+}
+
+/* One figure's data and gnuplot script, "STEM-NAME.dat" and ".gp", both open
+ * for writing (0 when either cannot be). */
+typedef struct {
+    char  dat[700], gp[700];
     FILE *d, *s;
-    int made = 0, i, l, m, c, bb, any;
+} pl_fig_t;
 
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "bench e2e: gnuplot not found (scripts/deps.txt: gnuplot-nox): no PNGs\n");
+static int pl_open(pl_fig_t *fig, const char *stem, const char *name)
+{
+    snprintf(fig->dat, sizeof(fig->dat), "%s-%s.dat", stem, name);
+    snprintf(fig->gp, sizeof(fig->gp), "%s-%s.gp", stem, name);
+    fig->d = fopen(fig->dat, "w");
+    fig->s = fopen(fig->gp, "w");
+    if (fig->d != NULL && fig->s != NULL)
+        return 1;
+    if (fig->d) fclose(fig->d);
+    if (fig->s) fclose(fig->s);
+    return 0;
+}
+
+/* Close both files and draw the figure when it has content: 1 for a PNG made. */
+static int pl_close(pl_fig_t *fig, int draw)
+{
+    fclose(fig->d);
+    fclose(fig->s);
+    return draw && pl_run(fig->gp);
+}
+
+/* 1. throughput vs batch: one block per (link, mode) with >= 2 batches */
+static int pl_throughput(const pl_in_t *in)
+{
+    pl_fig_t fig;
+    int blocks = 0, i, l, m, cmin, bmax;
+
+    if (!pl_open(&fig, in->stem, "throughput"))
         return 0;
-    }
-    pl_stem(json_path, stem, sizeof(stem));
-
-    /* 1. throughput vs batch: one block per (link, mode) with >= 2 batches */
-    snprintf(f, sizeof(f), "%s-throughput.dat", stem);
-    snprintf(g, sizeof(g), "%s-throughput.gp", stem);
-    d = fopen(f, "w");
-    s = fopen(g, "w");
-    if (d != NULL && s != NULL) {
-        int blocks = 0;
-        fprintf(s, "%sset output '%s-throughput.png'\nset title 'decode throughput vs batch "
+    fprintf(fig.s, "%sset output '%s-throughput.png'\nset title 'decode throughput vs batch "
                    "(smallest context, 1 storage node)'\nset xlabel 'batch'\nset ylabel "
-                   "'tokens/s (log)'\nset logscale x 2\nset logscale y 10\nplot ", pl_head, stem);
-        for (l = 0; l < n_links; l++)
-            for (m = 0; m < NA_E2E_N_MODES; m++) {
-                int cmin, bmax, cnt = 0;
-                pl_extent(p, pl, n, -1, &cmin, &bmax);
-                for (i = 0; i < n; i++)
-                    cnt += p[i].ok && pl[i] == l && p[i].mode == m && p[i].ctx == cmin &&
-                           p[i].nodes <= 1;
-                if (cnt < 2)
-                    continue;
-                fprintf(d, "# %s %s\n", links[l], na_e2e_mode_name((na_e2e_mode_t)m));
-                for (i = 0; i < n; i++)
-                    if (p[i].ok && pl[i] == l && p[i].mode == m && p[i].ctx == cmin &&
-                        p[i].nodes <= 1)
-                        fprintf(d, "%d %.6g\n", p[i].batch, p[i].tok_s);
-                fprintf(d, "\n\n");
-                /* colour and point by mode, dash by link */
-                fprintf(s, "%s'%s' index %d with linespoints lw 2 lc %d pt %d dt %d title '%s %s'",
-                        blocks ? ", \\\n     " : "", f, blocks, m + 1, m + 1, l + 1, links[l],
-                        na_e2e_mode_name((na_e2e_mode_t)m));
-                blocks++;
-            }
-        fprintf(s, "\n");
-        fclose(d);
-        fclose(s);
-        d = s = NULL;
-        made += blocks > 0 && pl_run(g);
-    }
-    if (d) fclose(d);
-    if (s) fclose(s);
+                   "'tokens/s (log)'\nset logscale x 2\nset logscale y 10\nplot ", pl_head, in->stem);
+    pl_extent(in->p, in->pl, in->n, -1, &cmin, &bmax);
+    for (l = 0; l < in->n_links; l++)
+        for (m = 0; m < NA_E2E_N_MODES; m++) {
+            int cnt = 0;
+            for (i = 0; i < in->n; i++)
+                cnt += pl_at(in, i, l, m, cmin);
+            if (cnt < 2)
+                continue;
+            fprintf(fig.d, "# %s %s\n", in->links[l], na_e2e_mode_name((na_e2e_mode_t)m));
+            for (i = 0; i < in->n; i++)
+                if (pl_at(in, i, l, m, cmin))
+                    fprintf(fig.d, "%d %.6g\n", in->p[i].batch, in->p[i].tok_s);
+            fprintf(fig.d, "\n\n");
+            /* colour and point by mode, dash by link */
+            fprintf(fig.s, "%s'%s' index %d with linespoints lw 2 lc %d pt %d dt %d title '%s %s'",
+                    blocks ? ", \\\n     " : "", fig.dat, blocks, m + 1, m + 1, l + 1, in->links[l],
+                    na_e2e_mode_name((na_e2e_mode_t)m));
+            blocks++;
+        }
+    fprintf(fig.s, "\n");
+    return pl_close(&fig, blocks > 0);
+}
 
-    /* 2. time breakdown per mode: first link with points, largest batch */
-    snprintf(f, sizeof(f), "%s-breakdown.dat", stem);
-    snprintf(g, sizeof(g), "%s-breakdown.gp", stem);
-    for (l = 0, any = 0; l < n_links && !any; l++) {
+/* 2. time breakdown per mode: first link with points, largest batch */
+static int pl_breakdown(const pl_in_t *in)
+{
+    const na_e2e_point_t *p = in->p;
+    pl_fig_t fig;
+    int made = 0, any = 0, i, l, m;
+
+    for (l = 0; l < in->n_links && !any; l++) {
         int cmin, bmax;
-        pl_extent(p, pl, n, l, &cmin, &bmax);
+        pl_extent(p, in->pl, in->n, l, &cmin, &bmax);
         if (bmax == 0)
             continue;
-        d = fopen(f, "w");
-        s = fopen(g, "w");
-        if (d == NULL || s == NULL) {
-            if (d) fclose(d);
-            if (s) fclose(s);
+        if (!pl_open(&fig, in->stem, "breakdown"))
             break;
-        }
-        fprintf(d, "mode compute network attention disk idle/other\n");
+        fprintf(fig.d, "mode compute network attention disk idle/other\n");
         for (m = 0; m < NA_E2E_N_MODES; m++)
-            for (i = 0; i < n; i++) {
-                int li = m == NA_E2E_MONO ? n_links - 1 : l;
-                if (p[i].ok && pl[i] == li && p[i].mode == m && p[i].batch == bmax &&
-                    p[i].ctx == cmin && p[i].nodes <= 1) {
-                    fprintf(d, "\"%s\" %.6g %.6g %.6g %.6g %.6g\n",
+            for (i = 0; i < in->n; i++) {
+                if (pl_at(in, i, m == NA_E2E_MONO ? in->n_links - 1 : l, m, cmin) && p[i].batch == bmax) {
+                    fprintf(fig.d, "\"%s\" %.6g %.6g %.6g %.6g %.6g\n",
                             na_e2e_mode_name((na_e2e_mode_t)m), 1e3 * p[i].compute_s,
                             1e3 * p[i].net_s, 1e3 * p[i].attn_s, 1e3 * p[i].disk_s,
                             1e3 * p[i].idle_s);
@@ -138,109 +160,127 @@ int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *cons
                     break;
                 }
             }
-        fprintf(s, "%sset output '%s-breakdown.png'\nset title 'decode step time split, link "
-                   "%s, batch %d, context %d (monolithic: local)'\nset ylabel 'ms per step'\n"
-                   "set style data histograms\nset style histogram rowstacked\nset style fill "
-                   "solid 0.85 border -1\nset boxwidth 0.7\nset xtics rotate by -20\n"
-                   "plot for [k=2:6] '%s' using k:xtic(1) title columnhead\n",
-                pl_head, stem, links[l], bmax, cmin, f);
-        fclose(d);
-        fclose(s);
-        made += any && pl_run(g);
+        fprintf(fig.s, "%sset output '%s-breakdown.png'\nset title 'decode step time split, link "
+                       "%s, batch %d, context %d (monolithic: local)'\nset ylabel 'ms per step'\n"
+                       "set style data histograms\nset style histogram rowstacked\nset style fill "
+                       "solid 0.85 border -1\nset boxwidth 0.7\nset xtics rotate by -20\n"
+                       "plot for [k=2:6] '%s' using k:xtic(1) title columnhead\n",
+                pl_head, in->stem, in->links[l], bmax, cmin, fig.dat);
+        made += pl_close(&fig, any);
     }
+    return made;
+}
 
-    /* 3. speedup over kv-fetch vs context, per (link, mode) */
-    snprintf(f, sizeof(f), "%s-speedup.dat", stem);
-    snprintf(g, sizeof(g), "%s-speedup.gp", stem);
-    d = fopen(f, "w");
-    s = fopen(g, "w");
-    if (d != NULL && s != NULL) {
-        int blocks = 0;
-        fprintf(s, "%sset output '%s-speedup.png'\nset title 'speedup over kv-fetch vs context "
+/* The kv-fetch tokens/s of the same link, batch, context and nodes as point
+ * c, or 0 when that point is missing. */
+static double pl_kvfetch(const pl_in_t *in, int c, int l)
+{
+    const na_e2e_point_t *p = in->p;
+    int i;
+    for (i = 0; i < in->n; i++)
+        if (p[i].ok && in->pl[i] == l && p[i].mode == NA_E2E_KVFETCH && p[i].batch == p[c].batch &&
+            p[i].ctx == p[c].ctx && p[i].nodes == p[c].nodes && p[i].tok_s > 0)
+            return p[i].tok_s;
+    return 0;
+}
+
+/* 3. speedup over kv-fetch vs context, per (link, mode) */
+static int pl_speedup(const pl_in_t *in)
+{
+    const na_e2e_point_t *p = in->p;
+    pl_fig_t fig;
+    int blocks = 0, l, m, bb, c;
+
+    if (!pl_open(&fig, in->stem, "speedup"))
+        return 0;
+    fprintf(fig.s, "%sset output '%s-speedup.png'\nset title 'speedup over kv-fetch vs context "
                    "(same link, batch, nodes)'\nset xlabel 'context (tokens)'\nset ylabel "
                    "'tokens/s / kv-fetch tokens/s'\nset logscale x 2\nset yrange [0:*]\nplot ",
-                pl_head, stem);
-        for (l = 0; l < n_links; l++)
-            for (m = NA_E2E_OFF; m < NA_E2E_N_MODES; m++)
-            for (bb = 0; bb < n; bb++) {
+            pl_head, in->stem);
+    for (l = 0; l < in->n_links; l++)
+        for (m = NA_E2E_OFF; m < NA_E2E_N_MODES; m++)
+            for (bb = 0; bb < in->n; bb++) {
                 int cnt = 0, k2, dup = 0;
                 char buf[4096];
                 size_t used = 0;
                 /* one line per batch size: the first point of each batch */
-                if (!p[bb].ok || pl[bb] != l || p[bb].mode != m)
+                if (!p[bb].ok || in->pl[bb] != l || p[bb].mode != m)
                     continue;
                 for (k2 = 0; k2 < bb; k2++)
-                    dup |= p[k2].ok && pl[k2] == l && p[k2].mode == m &&
+                    dup |= p[k2].ok && in->pl[k2] == l && p[k2].mode == m &&
                            p[k2].batch == p[bb].batch;
                 if (dup)
                     continue;
                 buf[0] = '\0';
-                for (c = 0; c < n; c++) {
-                    if (!p[c].ok || pl[c] != l || p[c].mode != m || p[c].batch != p[bb].batch)
+                for (c = 0; c < in->n; c++) {
+                    double base;
+                    if (!p[c].ok || in->pl[c] != l || p[c].mode != m || p[c].batch != p[bb].batch)
                         continue;
-                    for (i = 0; i < n; i++)
-                        if (p[i].ok && pl[i] == l && p[i].mode == NA_E2E_KVFETCH &&
-                            p[i].batch == p[c].batch && p[i].ctx == p[c].ctx &&
-                            p[i].nodes == p[c].nodes && p[i].tok_s > 0 && used < sizeof(buf) - 64) {
-                            used += (size_t)snprintf(buf + used, sizeof(buf) - used,
-                                                     "%d %.6g\n", p[c].ctx,
-                                                     p[c].tok_s / p[i].tok_s);
-                            cnt++;
-                            break;
-                        }
+                    if ((base = pl_kvfetch(in, c, l)) > 0 && used < sizeof(buf) - 64) {
+                        used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%d %.6g\n",
+                                                 p[c].ctx, p[c].tok_s / base);
+                        cnt++;
+                    }
                 }
                 if (cnt < 2)
                     continue;
-                fprintf(d, "# %s %s B=%d\n%s\n\n", links[l], na_e2e_mode_name((na_e2e_mode_t)m),
-                        p[bb].batch, buf);
-                fprintf(s, "%s'%s' index %d with linespoints lw 2 title '%s %s B=%d'",
-                        blocks ? ", \\\n     " : "", f, blocks, links[l],
+                fprintf(fig.d, "# %s %s B=%d\n%s\n\n", in->links[l],
+                        na_e2e_mode_name((na_e2e_mode_t)m), p[bb].batch, buf);
+                fprintf(fig.s, "%s'%s' index %d with linespoints lw 2 title '%s %s B=%d'",
+                        blocks ? ", \\\n     " : "", fig.dat, blocks, in->links[l],
                         na_e2e_mode_name((na_e2e_mode_t)m), p[bb].batch);
                 blocks++;
             }
-        fprintf(s, "%s1 with lines dt 2 lc rgb 'black' title 'kv-fetch'\n", blocks ? ", \\\n     " : "");
-        fclose(d);
-        fclose(s);
-        made += blocks > 0 && pl_run(g);
-    } else {
-        if (d) fclose(d);
-        if (s) fclose(s);
-    }
+    fprintf(fig.s, "%s1 with lines dt 2 lc rgb 'black' title 'kv-fetch'\n", blocks ? ", \\\n     " : "");
+    return pl_close(&fig, blocks > 0);
+}
 
-    /* 4. ablation bars: offload .. +xcache relative to offload, per link */
-    snprintf(f, sizeof(f), "%s-ablation.dat", stem);
-    snprintf(g, sizeof(g), "%s-ablation.gp", stem);
-    d = fopen(f, "w");
-    s = fopen(g, "w");
-    if (d != NULL && s != NULL) {
-        int rows = 0;
-        fprintf(d, "link offload +wb +wb+pipe +wb+pipe+xcache\n");
-        for (l = 0; l < n_links; l++) {
-            int cmin, bmax;
-            double v[4] = { 0, 0, 0, 0 };
-            pl_extent(p, pl, n, l, &cmin, &bmax);
-            for (i = 0; i < n; i++)
-                if (p[i].ok && pl[i] == l && p[i].mode >= NA_E2E_OFF && p[i].batch == bmax &&
-                    p[i].ctx == cmin && p[i].nodes <= 1)
-                    v[p[i].mode - NA_E2E_OFF] = p[i].tok_s;
-            if (v[0] <= 0 || (v[1] <= 0 && v[2] <= 0))
-                continue;
-            fprintf(d, "\"%s B=%d\" %.4g %.4g %.4g %.4g\n", links[l], bmax, 1.0, v[1] / v[0],
-                    v[2] / v[0], v[3] / v[0]);
-            rows++;
-        }
-        fprintf(s, "%sset output '%s-ablation.png'\nset title 'ablation: tokens/s relative to "
+/* 4. ablation bars: offload .. +xcache relative to offload, per link */
+static int pl_ablation(const pl_in_t *in)
+{
+    const na_e2e_point_t *p = in->p;
+    pl_fig_t fig;
+    int rows = 0, i, l;
+
+    if (!pl_open(&fig, in->stem, "ablation"))
+        return 0;
+    fprintf(fig.d, "link offload +wb +wb+pipe +wb+pipe+xcache\n");
+    for (l = 0; l < in->n_links; l++) {
+        int cmin, bmax;
+        double v[4] = { 0, 0, 0, 0 };
+        pl_extent(p, in->pl, in->n, l, &cmin, &bmax);
+        for (i = 0; i < in->n; i++)
+            if (p[i].ok && in->pl[i] == l && p[i].mode >= NA_E2E_OFF && p[i].batch == bmax &&
+                p[i].ctx == cmin && p[i].nodes <= 1)
+                v[p[i].mode - NA_E2E_OFF] = p[i].tok_s;
+        if (v[0] <= 0 || (v[1] <= 0 && v[2] <= 0))
+            continue;
+        fprintf(fig.d, "\"%s B=%d\" %.4g %.4g %.4g %.4g\n", in->links[l], bmax, 1.0, v[1] / v[0],
+                v[2] / v[0], v[3] / v[0]);
+        rows++;
+    }
+    fprintf(fig.s, "%sset output '%s-ablation.png'\nset title 'ablation: tokens/s relative to "
                    "offload (smallest context, 1 storage node)'\nset ylabel 'relative tokens/s'\n"
                    "set style data histograms\nset style histogram clustered gap 1\nset style "
                    "fill solid 0.85 border -1\nset yrange [0:*]\n"
-                   "plot for [k=2:5] '%s' using k:xtic(1) title columnhead\n", pl_head, stem, f);
-        fclose(d);
-        fclose(s);
-        made += rows > 0 && pl_run(g);
-    } else {
-        if (d) fclose(d);
-        if (s) fclose(s);
+                   "plot for [k=2:5] '%s' using k:xtic(1) title columnhead\n", pl_head, in->stem,
+            fig.dat);
+    return pl_close(&fig, rows > 0);
+}
+
+int na_e2e_plot(const char *json_path, const na_e2e_point_t *p, const char *const *links,
+                const int *pl, int n, int n_links)
+{
+    char stem[600];
+    pl_in_t in = { p, pl, links, n, n_links, stem };
+    int made;
+
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "bench e2e: gnuplot not found (scripts/deps.txt: gnuplot-nox): no PNGs\n");
+        return 0;
     }
+    pl_stem(json_path, stem, sizeof(stem));
+    made = pl_throughput(&in) + pl_breakdown(&in) + pl_speedup(&in) + pl_ablation(&in);
     printf("wrote %d PNG(s) beside %s (%s-*.png)\n", made, json_path, stem);
     return made;
 }

@@ -9,46 +9,52 @@
 
 #include "cli/cli.h"
 
-na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
-                       long lo, long hi, long *out)
+/* Parse all of val by strtol (l_p) or strtod (d_p): 1 when it is a number,
+ * 0 when it is not, -1 (said so) when val is NULL because the flag came last. */
+static int na_cli_scan(const char *cmd, const char *flag, const char *val, long *l_p, double *d_p)
 {
     char *end;
-    long v;
 
     if (val == NULL) {
         fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, flag);
-        return NA_ERR_INVALID;
+        return -1;
     }
     errno = 0;
-    v = strtol(val, &end, 10);
-    if (errno != 0 || end == val || *end != '\0' || v < lo || v > hi) {
+    if (l_p)
+        *l_p = strtol(val, &end, 10);
+    else
+        *d_p = strtod(val, &end);
+    return errno == 0 && end != val && *end == '\0';
+}
+
+na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
+                       long lo, long hi, long *out)
+{
+    long v = 0;
+    int ok = na_cli_scan(cmd, flag, val, &v, NULL);
+
+    if (ok == 1 && v >= lo && v <= hi) {
+        *out = v;
+        return NA_OK;
+    }
+    if (ok >= 0)
         fprintf(stderr, "nearattn %s: %s expects a whole number in [%ld, %ld], got '%s'\n",
                 cmd, flag, lo, hi, val);
-        return NA_ERR_INVALID;
-    }
-    *out = v;
-    return NA_OK;
+    return NA_ERR_INVALID;
 }
 
 na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
                          double lo, double hi, double *out)
 {
-    char *end;
-    double v;
+    double v = 0;
+    int ok = na_cli_scan(cmd, flag, val, NULL, &v) == 1 && isfinite(v) && v >= lo && v <= hi;
 
-    if (val == NULL) {
-        fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, flag);
-        return NA_ERR_INVALID;
-    }
-    errno = 0;
-    v = strtod(val, &end);
-    if (errno != 0 || end == val || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+    if (!ok && val != NULL)
         fprintf(stderr, "nearattn %s: %s expects a number in [%g, %g], got '%s'\n",
                 cmd, flag, lo, hi, val);
-        return NA_ERR_INVALID;
-    }
-    *out = v;
-    return NA_OK;
+    else if (ok)
+        *out = v;
+    return ok ? NA_OK : NA_ERR_INVALID;
 }
 
 int na_cli_fail(const char *cmd, na_status_t st)
@@ -56,6 +62,48 @@ int na_cli_fail(const char *cmd, na_status_t st)
     const char *msg = na_errmsg();
     fprintf(stderr, "nearattn %s: %s\n", cmd, msg[0] ? msg : na_status_string(st));
     return 1;
+}
+
+int na_cli_dispatch(const na_cli_cmd_t *table, const char *prog, const char *what, int argc,
+                    char **argv)
+{
+    const na_cli_cmd_t *c;
+    for (c = table; c->name != NULL; c++)
+        if (!strcmp(c->name, argv[1]))
+            return c->main(argc - 1, argv + 1);
+    fprintf(stderr, "%s: unknown %s '%s' (try '%s --help')\n", prog, what, argv[1], prog);
+    return 2;
+}
+
+void na_cli_list(FILE *f, const na_cli_cmd_t *table, int width)
+{
+    const na_cli_cmd_t *c;
+    for (c = table; c->name != NULL; c++)
+        fprintf(f, "  %-*s %s\n", width, c->name, c->summary);
+}
+
+int na_cli_one_file(const char *cmd, const char **file_p, const char *arg)
+{
+    if (*file_p != NULL) {
+        fprintf(stderr, "nearattn %s: one FILE expected, got '%s' and '%s'\n", cmd, *file_p, arg);
+        return 2;
+    }
+    *file_p = arg;
+    return 0;
+}
+
+const char *na_cli_name(const char *const *names, int n, int i)
+{
+    return i >= 0 && i < n ? names[i] : "?";
+}
+
+int na_cli_lookup(const char *const *names, int n, const char *s)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
 }
 
 const char *na_cli_shared_dir(void)

@@ -1,38 +1,35 @@
+# Properties every test shares: exit 77 means "skipped" (hardware absent), the
+# timeout (120 s unless given), labels, the environment the tests read, and
+# RUN_SERIAL when asked.
+function(na_test_properties name timeout labels env serial)
+  if(NOT timeout)
+    set(timeout 120)
+  endif()
+  set_tests_properties(${name} PROPERTIES
+    SKIP_RETURN_CODE 77
+    TIMEOUT ${timeout}
+    LABELS "${labels}"
+    ENVIRONMENT "NA_SHARED_DIR=${NA_SHARED_DIR};NA_BIN=$<TARGET_FILE:nearattn>;NA_SOURCE_DIR=${CMAKE_SOURCE_DIR};${env}")
+  if(serial)
+    set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
+  endif()
+endfunction()
+
 # na_add_test(NAME SOURCES f.c... [LIBS lib...] [LABELS l...] [ARGS a...]
 #             [TIMEOUT s] [ENV K=V...] [SERIAL])
-# One executable per test; exit 77 means "skipped" (hardware absent).
+# One executable per test.
 function(na_add_test name)
   cmake_parse_arguments(T "SERIAL" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS;ENV" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} na_testutil)
   add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
-  if(NOT T_TIMEOUT)
-    set(T_TIMEOUT 120)
-  endif()
-  set_tests_properties(${name} PROPERTIES
-    SKIP_RETURN_CODE 77
-    TIMEOUT ${T_TIMEOUT}
-    LABELS "${T_LABELS}"
-    ENVIRONMENT "NA_SHARED_DIR=${NA_SHARED_DIR};NA_BIN=$<TARGET_FILE:nearattn>;NA_SOURCE_DIR=${CMAKE_SOURCE_DIR};${T_ENV}")
-  if(T_SERIAL)
-    set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
-  endif()
+  na_test_properties(${name} "${T_TIMEOUT}" "${T_LABELS}" "${T_ENV}" "${T_SERIAL}")
 endfunction()
 
-# na_add_script_test(NAME COMMAND cmd... [LABELS l...] [TIMEOUT s] [SERIAL])
-# A test that runs a command (a shell script under tests/); exit 77 = skipped.
+# na_add_script_test(NAME COMMAND cmd... [LABELS l...] [TIMEOUT s] [ENV K=V...] [SERIAL])
+# A test that runs a command (a shell script under tests/).
 function(na_add_script_test name)
   cmake_parse_arguments(T "SERIAL" "TIMEOUT" "COMMAND;LABELS;ENV" ${ARGN})
   add_test(NAME ${name} COMMAND ${T_COMMAND})
-  if(NOT T_TIMEOUT)
-    set(T_TIMEOUT 120)
-  endif()
-  set_tests_properties(${name} PROPERTIES
-    SKIP_RETURN_CODE 77
-    TIMEOUT ${T_TIMEOUT}
-    LABELS "${T_LABELS}"
-    ENVIRONMENT "NA_SHARED_DIR=${NA_SHARED_DIR};NA_BIN=$<TARGET_FILE:nearattn>;NA_SOURCE_DIR=${CMAKE_SOURCE_DIR};${T_ENV}")
-  if(T_SERIAL)
-    set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
-  endif()
+  na_test_properties(${name} "${T_TIMEOUT}" "${T_LABELS}" "${T_ENV}" "${T_SERIAL}")
 endfunction()

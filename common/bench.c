@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/bench.h"
+#include "common/clock.h"
 
 struct na_bench {
     char               name[64];
@@ -223,9 +224,7 @@ void *na_bench_alloc(size_t bytes)
 
 double na_bench_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return na_now_s();
 }
 
 static int na_bench_cmp(const void *a, const void *b)

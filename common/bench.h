@@ -54,7 +54,7 @@ void na_bench_machine(char *buf, size_t len);
  * free(). NULL when out of memory. */
 void *na_bench_alloc(size_t bytes);
 
-/* Seconds on CLOCK_MONOTONIC. */
+/* Seconds on CLOCK_MONOTONIC: na_now_s() (common/clock.h). */
 double na_bench_now(void);
 /* Median of v[n] (sorts v in place); 0 for n == 0. */
 double na_bench_median(double *v, int n);

@@ -29,8 +29,15 @@ typedef enum {
 #define NA_CFG_POW2     0x2u  /* integer must be a power of two */
 #define NA_CFG_NONEMPTY 0x4u  /* list must have at least one element */
 
-typedef na_status_t (*na_cfg_check_fn)(const na_cfg_parse_t *p, const na_yn_t *n,
-                                       const char *where, const char *val);
+/* The characters a string value may hold: min..max characters of [A-Za-z0-9]
+ * and `extra`, the first one alphanumeric when first_alnum; len_msg and
+ * bad_msg are the two refusals (printf formats given `where` and the value). */
+typedef struct {
+    size_t      max;
+    int         first_alnum;
+    const char *extra;
+    const char *len_msg, *bad_msg;
+} na_cfg_charset_t;
 
 typedef struct na_cfg_section na_cfg_section_t;
 
@@ -44,7 +51,7 @@ typedef struct {
     double                  lo, hi;     /* INT and FLOAT bounds */
     const char *const      *names;      /* ENUM values, NULL-terminated */
     const na_cfg_section_t *sub;        /* MAP and LIST */
-    na_cfg_check_fn         check;      /* extra check of a string value */
+    const na_cfg_charset_t *chars;      /* extra check of a string value */
     const char             *doc;
 } na_cfg_field_t;
 
@@ -56,52 +63,35 @@ struct na_cfg_section {
 
 /* ---- value checks ------------------------------------------------------- */
 
-/* Node and cluster names: used as log tags and file names. */
-static na_status_t na_cfg_check_name(const na_cfg_parse_t *p, const na_yn_t *n,
-                                     const char *where, const char *val)
+static na_status_t na_cfg_check_chars(const na_cfg_parse_t *p, const na_yn_t *n, const char *where,
+                                      const char *val, const na_cfg_charset_t *cs)
 {
     size_t i, len = strlen(val);
 
-    if (len < 1 || len > 63 || !isalnum((unsigned char)val[0]))
-        return na_cfg_errat(p, n, NA_ERR_FORMAT, "%s: name '%s' must be 1..63 characters "
-                            "starting with a letter or digit", where, val);
+    if (len < 1 || len > cs->max || (cs->first_alnum && !isalnum((unsigned char)val[0])))
+        return na_cfg_errat(p, n, NA_ERR_FORMAT, cs->len_msg, where, val);
     for (i = 0; i < len; i++)
-        if (!isalnum((unsigned char)val[i]) && !strchr("_.-", val[i]))
-            return na_cfg_errat(p, n, NA_ERR_FORMAT, "%s: name '%s' may hold only letters, "
-                                "digits, '_', '.', '-'", where, val);
+        if (!isalnum((unsigned char)val[i]) && !strchr(cs->extra, val[i]))
+            return na_cfg_errat(p, n, NA_ERR_FORMAT, cs->bad_msg, where, val);
     return NA_OK;
 }
+
+/* Node and cluster names: used as log tags and file names. */
+static const na_cfg_charset_t na_cfg_name_chars = {
+    63, 1, "_.-", "%s: name '%s' must be 1..63 characters starting with a letter or digit",
+    "%s: name '%s' may hold only letters, digits, '_', '.', '-'",
+};
 
 /* Host names and addresses: 1..253 characters of [A-Za-z0-9._:%-]. */
-static na_status_t na_cfg_check_host(const na_cfg_parse_t *p, const na_yn_t *n,
-                                     const char *where, const char *val)
-{
-    size_t i, len = strlen(val);
-
-    if (len < 1 || len > 253)
-        return na_cfg_errat(p, n, NA_ERR_FORMAT, "%s: host must be 1..253 characters", where);
-    for (i = 0; i < len; i++)
-        if (!isalnum((unsigned char)val[i]) && !strchr("._:-%", val[i]))
-            return na_cfg_errat(p, n, NA_ERR_FORMAT, "%s: '%s' is not a host name or address",
-                                where, val);
-    return NA_OK;
-}
+static const na_cfg_charset_t na_cfg_host_chars = {
+    253, 0, "._:-%", "%s: host must be 1..253 characters", "%s: '%s' is not a host name or address",
+};
 
 /* auto | shm | tcp | a raw UCX_TLS list ("rc_x,sm,self", "^ud"). */
-static na_status_t na_cfg_check_tls(const na_cfg_parse_t *p, const na_yn_t *n,
-                                    const char *where, const char *val)
-{
-    size_t i, len = strlen(val);
-
-    if (len < 1 || len > 256)
-        return na_cfg_errat(p, n, NA_ERR_FORMAT, "%s: must be auto, shm, tcp or a UCX_TLS list",
-                            where);
-    for (i = 0; i < len; i++)
-        if (!isalnum((unsigned char)val[i]) && !strchr("_,:^-", val[i]))
-            return na_cfg_errat(p, n, NA_ERR_FORMAT, "%s: '%s' is not auto, shm, tcp or a "
-                                "UCX_TLS list (letters, digits, '_', ',', ':', '^')", where, val);
-    return NA_OK;
-}
+static const na_cfg_charset_t na_cfg_tls_chars = {
+    256, 0, "_,:^-", "%s: must be auto, shm, tcp or a UCX_TLS list",
+    "%s: '%s' is not auto, shm, tcp or a UCX_TLS list (letters, digits, '_', ',', ':', '^')",
+};
 
 /* ---- the key table ------------------------------------------------------ */
 
@@ -114,87 +104,89 @@ static const char *const na_cfg_tier_names[]     = { "auto", "dram", "ssd", NULL
 
 #define NA_MB_MAX 16777216.0   /* 16 TiB in MiB */
 
-#define F_(T, k, ty, fl, d, l, h, nm, sb, ck, doc) \
+/* One row per key of the section struct T (defined before each table):
+ * key, flags, default, then what its type needs, then the doc line. */
+#define F_(k, ty, fl, d, l, h, nm, sb, ck, doc) \
     { #k, ty, offsetof(T, k), 0, fl, d, l, h, nm, sb, ck, doc }
+#define STR_(k, fl, d, ck, doc)     F_(k, NA_CFG_F_STR, fl, d, 0, 0, NULL, NULL, ck, doc)
+#define PATH_(k, fl, doc)           F_(k, NA_CFG_F_PATH, fl, NULL, 0, 0, NULL, NULL, NULL, doc)
+#define INT_(k, fl, d, l, h, doc)   F_(k, NA_CFG_F_INT, fl, d, l, h, NULL, NULL, NULL, doc)
+#define FLOAT_(k, d, l, h, doc)     F_(k, NA_CFG_F_FLOAT, 0, d, l, h, NULL, NULL, NULL, doc)
+#define BOOL_(k, d, doc)            F_(k, NA_CFG_F_BOOL, 0, d, 0, 0, NULL, NULL, NULL, doc)
+#define ENUM_(k, d, nm, doc)        F_(k, NA_CFG_F_ENUM, 0, d, 0, 0, nm, NULL, NULL, doc)
+#define LIST_(k, sec, doc) \
+    { #k, NA_CFG_F_LIST, offsetof(T, k), offsetof(T, n_##k), NA_CFG_REQ | NA_CFG_NONEMPTY, NULL, \
+      0, 0, NULL, &sec, NULL, doc }
+#define MAP_(k, fl, sec, doc)       F_(k, NA_CFG_F_MAP, fl, NULL, 0, 0, NULL, &sec, NULL, doc)
+#define NODE_NAME_ \
+    STR_(name, NA_CFG_REQ, NULL, &na_cfg_name_chars, "node name, unique in the layout (nearattn node --name)")
 
+#define T na_cfg_cluster_t
 static const na_cfg_field_t na_cfg_cluster_fields[] = {
-    F_(na_cfg_cluster_t, name, NA_CFG_F_STR, 0, "nearattn", 0, 0, NULL, NULL, na_cfg_check_name,
-       "cluster name, shown in logs and plans"),
-    F_(na_cfg_cluster_t, secret_file, NA_CFG_F_PATH, NA_CFG_REQ, NULL, 0, 0, NULL, NULL, NULL,
-       "file whose bytes (trimmed, >= 16) are the cluster secret; nodes prove they hold it at HELLO"),
+    STR_(name, 0, "nearattn", &na_cfg_name_chars, "cluster name, shown in logs and plans"),
+    PATH_(secret_file, NA_CFG_REQ,
+          "file whose bytes (trimmed, >= 16) are the cluster secret; nodes prove they hold it at HELLO"),
     { NULL }
 };
+#undef T
 
+#define T na_cfg_model_t
 static const na_cfg_field_t na_cfg_model_fields[] = {
-    F_(na_cfg_model_t, path, NA_CFG_F_PATH, 0, NULL, 0, 0, NULL, NULL, NULL,
-       "model file (llama2.c checkpoint or GGUF); --model overrides it"),
-    F_(na_cfg_model_t, tokenizer, NA_CFG_F_PATH, 0, NULL, 0, 0, NULL, NULL, NULL,
-       "tokenizer file (llama2.c tokenizer.bin); GGUF models carry their own"),
-    F_(na_cfg_model_t, kv_dtype, NA_CFG_F_ENUM, 0, "f16", 0, 0, na_cfg_kv_dtype_names, NULL, NULL,
-       "element type of the KV cache on storage nodes"),
+    PATH_(path, 0, "model file (llama2.c checkpoint or GGUF); --model overrides it"),
+    PATH_(tokenizer, 0, "tokenizer file (llama2.c tokenizer.bin); GGUF models carry their own"),
+    ENUM_(kv_dtype, "f16", na_cfg_kv_dtype_names, "element type of the KV cache on storage nodes"),
     { NULL }
 };
+#undef T
 
+#define T na_cfg_transport_t
 static const na_cfg_field_t na_cfg_transport_fields[] = {
-    F_(na_cfg_transport_t, tls, NA_CFG_F_STR, 0, "auto", 0, 0, NULL, NULL, na_cfg_check_tls,
-       "UCX transports: auto (UCX_TLS as in the environment), shm, tcp, or a raw UCX_TLS list"),
-    F_(na_cfg_transport_t, timeout_ms, NA_CFG_F_INT, 0, "10000", 1, 3600000, NULL, NULL, NULL,
-       "bound on every transport wait (connect, send, receive)"),
-    F_(na_cfg_transport_t, heartbeat_ms, NA_CFG_F_INT, 0, "500", 10, 600000, NULL, NULL, NULL,
-       "period of heartbeats between connected nodes"),
-    F_(na_cfg_transport_t, peer_timeout_ms, NA_CFG_F_INT, 0, "5000", 20, 3600000, NULL, NULL, NULL,
-       "silence after which a peer is declared lost; at least 2 x heartbeat_ms"),
+    STR_(tls, 0, "auto", &na_cfg_tls_chars,
+         "UCX transports: auto (UCX_TLS as in the environment), shm, tcp, or a raw UCX_TLS list"),
+    INT_(timeout_ms, 0, "10000", 1, 3600000, "bound on every transport wait (connect, send, receive)"),
+    INT_(heartbeat_ms, 0, "500", 10, 600000, "period of heartbeats between connected nodes"),
+    INT_(peer_timeout_ms, 0, "5000", 20, 3600000,
+         "silence after which a peer is declared lost; at least 2 x heartbeat_ms"),
     { NULL }
 };
+#undef T
 
+#define T na_cfg_device_t
 static const na_cfg_field_t na_cfg_device_fields[] = {
-    F_(na_cfg_device_t, path, NA_CFG_F_PATH, NA_CFG_REQ, NULL, 0, 0, NULL, NULL, NULL,
-       "KV directory of the slot (created if missing on nodes of this machine)"),
-    F_(na_cfg_device_t, engine, NA_CFG_F_ENUM, 0, "cpu", 0, 0, na_cfg_engine_names, NULL, NULL,
-       "attention engine bound to the slot"),
-    F_(na_cfg_device_t, dram_mb, NA_CFG_F_INT, NA_CFG_REQ, NULL, 1, NA_MB_MAX, NULL, NULL, NULL,
-       "DRAM tier budget of the slot, MiB (writeback buffer + DRAM-resident blocks)"),
-    F_(na_cfg_device_t, ssd_mb, NA_CFG_F_INT, NA_CFG_REQ, NULL, 1, NA_MB_MAX, NULL, NULL, NULL,
-       "SSD tier budget of the slot, MiB (files under path)"),
-    F_(na_cfg_device_t, threads, NA_CFG_F_INT, 0, "1", 1, 1024, NULL, NULL, NULL,
-       "worker threads of the engine"),
-    F_(na_cfg_device_t, gpu, NA_CFG_F_INT, 0, "0", 0, 1023, NULL, NULL, NULL,
-       "GPU index for engine cuda"),
+    PATH_(path, NA_CFG_REQ, "KV directory of the slot (created if missing on nodes of this machine)"),
+    ENUM_(engine, "cpu", na_cfg_engine_names, "attention engine bound to the slot"),
+    INT_(dram_mb, NA_CFG_REQ, NULL, 1, NA_MB_MAX,
+         "DRAM tier budget of the slot, MiB (writeback buffer + DRAM-resident blocks)"),
+    INT_(ssd_mb, NA_CFG_REQ, NULL, 1, NA_MB_MAX, "SSD tier budget of the slot, MiB (files under path)"),
+    INT_(threads, 0, "1", 1, 1024, "worker threads of the engine"),
+    INT_(gpu, 0, "0", 0, 1023, "GPU index for engine cuda"),
     { NULL }
 };
+#undef T
 
 static const na_cfg_section_t na_cfg_device_section = {
     sizeof(na_cfg_device_t), NA_CFG_MAX_DEVICES, na_cfg_device_fields
 };
 
+#define T na_cfg_node_t
 static const na_cfg_field_t na_cfg_compute_fields[] = {
-    F_(na_cfg_node_t, name, NA_CFG_F_STR, NA_CFG_REQ, NULL, 0, 0, NULL, NULL, na_cfg_check_name,
-       "node name, unique in the layout (nearattn node --name)"),
-    F_(na_cfg_node_t, host, NA_CFG_F_STR, NA_CFG_REQ, NULL, 0, 0, NULL, NULL, na_cfg_check_host,
-       "host name or address the node runs on"),
-    F_(na_cfg_node_t, port, NA_CFG_F_INT, 0, NULL, 1, 65535, NULL, NULL, NULL,
-       "listen port (optional; absent = the node only connects out)"),
-    F_(na_cfg_node_t, device, NA_CFG_F_ENUM, 0, "cpu", 0, 0, na_cfg_device_names, NULL, NULL,
-       "compute backend"),
-    F_(na_cfg_node_t, gpu, NA_CFG_F_INT, 0, "0", 0, 1023, NULL, NULL, NULL,
-       "GPU index for device cuda"),
-    F_(na_cfg_node_t, threads, NA_CFG_F_INT, 0, "1", 1, 1024, NULL, NULL, NULL,
-       "compute threads"),
+    NODE_NAME_,
+    STR_(host, NA_CFG_REQ, NULL, &na_cfg_host_chars, "host name or address the node runs on"),
+    INT_(port, 0, NULL, 1, 65535, "listen port (optional; absent = the node only connects out)"),
+    ENUM_(device, "cpu", na_cfg_device_names, "compute backend"),
+    INT_(gpu, 0, "0", 0, 1023, "GPU index for device cuda"),
+    INT_(threads, 0, "1", 1, 1024, "compute threads"),
     { NULL }
 };
 
 static const na_cfg_field_t na_cfg_storage_fields[] = {
-    F_(na_cfg_node_t, name, NA_CFG_F_STR, NA_CFG_REQ, NULL, 0, 0, NULL, NULL, na_cfg_check_name,
-       "node name, unique in the layout (nearattn node --name)"),
-    F_(na_cfg_node_t, host, NA_CFG_F_STR, NA_CFG_REQ, NULL, 0, 0, NULL, NULL, na_cfg_check_host,
-       "host name or address the node listens on"),
-    F_(na_cfg_node_t, port, NA_CFG_F_INT, NA_CFG_REQ, NULL, 1, 65535, NULL, NULL, NULL,
-       "listen port; host:port is unique in the layout"),
-    { "devices", NA_CFG_F_LIST, offsetof(na_cfg_node_t, devices),
-      offsetof(na_cfg_node_t, n_devices), NA_CFG_REQ | NA_CFG_NONEMPTY, NULL, 0, 0, NULL,
-      &na_cfg_device_section, NULL, "device slots: a KV directory and an attention engine each" },
+    NODE_NAME_,
+    STR_(host, NA_CFG_REQ, NULL, &na_cfg_host_chars, "host name or address the node listens on"),
+    INT_(port, NA_CFG_REQ, NULL, 1, 65535, "listen port; host:port is unique in the layout"),
+    LIST_(devices, na_cfg_device_section, "device slots: a KV directory and an attention engine each"),
     { NULL }
 };
+#undef T
 
 static const na_cfg_section_t na_cfg_compute_section = {
     sizeof(na_cfg_node_t), NA_CFG_MAX_NODES, na_cfg_compute_fields
@@ -203,39 +195,37 @@ static const na_cfg_section_t na_cfg_storage_section = {
     sizeof(na_cfg_node_t), NA_CFG_MAX_NODES, na_cfg_storage_fields
 };
 
+#define T na_cfg_parallel_t
 static const na_cfg_field_t na_cfg_parallel_fields[] = {
-    F_(na_cfg_parallel_t, partition, NA_CFG_F_ENUM, 0, "request", 0, 0, na_cfg_partition_names,
-       NULL, NULL, "request: a request's KV on one slot; head: KV heads split across all slots"),
-    F_(na_cfg_parallel_t, batches_in_flight, NA_CFG_F_INT, 0, "2", 1, 64, NULL, NULL, NULL,
-       "batches kept in flight (staggered pipelining); 1 = no overlap"),
-    F_(na_cfg_parallel_t, pipelining, NA_CFG_F_ENUM, 0, "fixed", 0, 0, na_cfg_pipe_names, NULL,
-       NULL, "fixed: one compute node; rotational: slices rotate over >= 2 compute nodes"),
-    F_(na_cfg_parallel_t, max_batch, NA_CFG_F_INT, 0, "64", 1, 4096, NULL, NULL, NULL,
-       "most requests in one batch"),
+    ENUM_(partition, "request", na_cfg_partition_names,
+          "request: a request's KV on one slot; head: KV heads split across all slots"),
+    INT_(batches_in_flight, 0, "2", 1, 64, "batches kept in flight (staggered pipelining); 1 = no overlap"),
+    ENUM_(pipelining, "fixed", na_cfg_pipe_names,
+          "fixed: one compute node; rotational: slices rotate over >= 2 compute nodes"),
+    INT_(max_batch, 0, "64", 1, 4096, "most requests in one batch"),
     { NULL }
 };
+#undef T
 
+#define T na_cfg_kv_t
 static const na_cfg_field_t na_cfg_kv_fields[] = {
-    F_(na_cfg_kv_t, block_tokens, NA_CFG_F_INT, NA_CFG_POW2, "64", 1, 8192, NULL, NULL, NULL,
-       "tokens per KV block, a power of two"),
-    F_(na_cfg_kv_t, spill_interval, NA_CFG_F_INT, 0, "2", 1, 4096, NULL, NULL, NULL,
-       "decode steps between writebacks of new K/V rows to the SSD tier"),
-    F_(na_cfg_kv_t, prefetch_layers, NA_CFG_F_INT, 0, "1", 0, 64, NULL, NULL, NULL,
-       "layers whose SSD blocks are read ahead (0 = no prefetch)"),
-    F_(na_cfg_kv_t, tier, NA_CFG_F_ENUM, 0, "auto", 0, 0, na_cfg_tier_names, NULL, NULL,
-       "auto: DRAM first, SSD when full; dram: never spill; ssd: spill every block"),
+    INT_(block_tokens, NA_CFG_POW2, "64", 1, 8192, "tokens per KV block, a power of two"),
+    INT_(spill_interval, 0, "2", 1, 4096, "decode steps between writebacks of new K/V rows to the SSD tier"),
+    INT_(prefetch_layers, 0, "1", 0, 64, "layers whose SSD blocks are read ahead (0 = no prefetch)"),
+    ENUM_(tier, "auto", na_cfg_tier_names,
+          "auto: DRAM first, SSD when full; dram: never spill; ssd: spill every block"),
     { NULL }
 };
+#undef T
 
+#define T na_cfg_xcache_t
 static const na_cfg_field_t na_cfg_xcache_fields[] = {
-    F_(na_cfg_xcache_t, enabled, NA_CFG_F_BOOL, 0, "false", 0, 0, NULL, NULL, NULL,
-       "keep X (layer input) instead of K,V for a share of requests (MHA models only)"),
-    F_(na_cfg_xcache_t, host_mb, NA_CFG_F_INT, 0, "0", 0, NA_MB_MAX, NULL, NULL, NULL,
-       "X budget in compute-node host memory, MiB (>= 1 when enabled)"),
-    F_(na_cfg_xcache_t, share, NA_CFG_F_FLOAT, 0, "0.5", 0, 1, NULL, NULL, NULL,
-       "fraction of requests that keep X, (0, 1] when enabled"),
+    BOOL_(enabled, "false", "keep X (layer input) instead of K,V for a share of requests (MHA models only)"),
+    INT_(host_mb, 0, "0", 0, NA_MB_MAX, "X budget in compute-node host memory, MiB (>= 1 when enabled)"),
+    FLOAT_(share, "0.5", 0, 1, "fraction of requests that keep X, (0, 1] when enabled"),
     { NULL }
 };
+#undef T
 
 #define S_(T, f) { sizeof(T), 0, f }
 static const na_cfg_section_t na_cfg_cluster_section   = S_(na_cfg_cluster_t, na_cfg_cluster_fields);
@@ -245,23 +235,19 @@ static const na_cfg_section_t na_cfg_parallel_section  = S_(na_cfg_parallel_t, n
 static const na_cfg_section_t na_cfg_kv_section        = S_(na_cfg_kv_t, na_cfg_kv_fields);
 static const na_cfg_section_t na_cfg_xcache_section    = S_(na_cfg_xcache_t, na_cfg_xcache_fields);
 
-#define M_(k, fl, sec, doc) \
-    { #k, NA_CFG_F_MAP, offsetof(na_cfg_doc_t, k), 0, fl, NULL, 0, 0, NULL, &sec, NULL, doc }
-#define L_(k, sec, doc) \
-    { #k, NA_CFG_F_LIST, offsetof(na_cfg_doc_t, k), offsetof(na_cfg_doc_t, n_##k), \
-      NA_CFG_REQ | NA_CFG_NONEMPTY, NULL, 0, 0, NULL, &sec, NULL, doc }
-
+#define T na_cfg_doc_t
 static const na_cfg_field_t na_cfg_root_fields[] = {
-    M_(cluster, NA_CFG_REQ, na_cfg_cluster_section, "cluster identity and secret"),
-    M_(model, 0, na_cfg_model_section, "the model served"),
-    M_(transport, 0, na_cfg_transport_section, "UCX transport settings and timeouts"),
-    L_(compute, na_cfg_compute_section, "compute nodes (dense layers, scheduling, sampling)"),
-    L_(storage, na_cfg_storage_section, "storage nodes (KV cache and attention)"),
-    M_(parallel, 0, na_cfg_parallel_section, "partition and pipelining"),
-    M_(kv, 0, na_cfg_kv_section, "KV cache layout and writeback"),
-    M_(xcache, 0, na_cfg_xcache_section, "cooperative X-cache (INF2)"),
+    MAP_(cluster, NA_CFG_REQ, na_cfg_cluster_section, "cluster identity and secret"),
+    MAP_(model, 0, na_cfg_model_section, "the model served"),
+    MAP_(transport, 0, na_cfg_transport_section, "UCX transport settings and timeouts"),
+    LIST_(compute, na_cfg_compute_section, "compute nodes (dense layers, scheduling, sampling)"),
+    LIST_(storage, na_cfg_storage_section, "storage nodes (KV cache and attention)"),
+    MAP_(parallel, 0, na_cfg_parallel_section, "partition and pipelining"),
+    MAP_(kv, 0, na_cfg_kv_section, "KV cache layout and writeback"),
+    MAP_(xcache, 0, na_cfg_xcache_section, "cooperative X-cache (INF2)"),
     { NULL }
 };
+#undef T
 
 static const na_cfg_section_t na_cfg_root_section = S_(na_cfg_doc_t, na_cfg_root_fields);
 
@@ -438,7 +424,7 @@ static na_status_t na_cfg_set_scalar(na_cfg_parse_t *p, const na_cfg_field_t *f,
                               na_cfg_type_name(f));
             break;
         }
-        if (f->check != NULL && (st = f->check(p, n, where, val)) != NA_OK)
+        if (f->chars != NULL && (st = na_cfg_check_chars(p, n, where, val, f->chars)) != NA_OK)
             break;
         if (f->type == NA_CFG_F_PATH && (st = na_cfg_resolve_path(p, &val)) != NA_OK)
             break;

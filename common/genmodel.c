@@ -35,21 +35,13 @@ typedef struct {
 
 void na_genmodel_defaults(na_genmodel_opts_t *o)
 {
-    memset(o, 0, sizeof(*o));
-    o->dim = 64;
-    o->hidden_dim = 172;
-    o->n_layers = 2;
-    o->n_heads = 8;
-    o->n_kv_heads = 4;
-    o->vocab_size = 512;
-    o->seq_len = 256;
-    o->dtype = NA_DTYPE_F32;
-    o->seed = 1;
-    o->rope_theta = 10000.0f;
-    o->rms_eps = 1e-5f;
-    o->shared_classifier = 1;
-    o->write_llama2c = 1;
-    o->write_gguf = 1;
+    static const na_genmodel_opts_t defaults = {
+        .dim = 64, .hidden_dim = 172, .n_layers = 2, .n_heads = 8, .n_kv_heads = 4,
+        .vocab_size = 512, .seq_len = 256, .dtype = NA_DTYPE_F32, .seed = 1,
+        .rope_theta = 10000.0f, .rms_eps = 1e-5f,
+        .shared_classifier = 1, .write_llama2c = 1, .write_gguf = 1,
+    };
+    *o = defaults;
 }
 
 static na_status_t na_gm_bound(const char *field, int v, int lo, int hi)

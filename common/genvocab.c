@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fnv.h"
 #include "genvocab.h"
 
 #define NA_GV_MAX_PIECE 16
@@ -31,12 +32,7 @@ typedef struct {
 
 static uint32_t na_gv_hash(const char *s)
 {
-    uint32_t h = 2166136261u;
-    while (*s) {
-        h ^= (uint8_t)*s++;
-        h *= 16777619u;
-    }
-    return h;
+    return (uint32_t)na_fnv1a64(s, strlen(s));
 }
 
 static int na_gv_find(const na_gv_set_t *set, char *const *pieces, const char *s)

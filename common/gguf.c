@@ -12,6 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fnv.h"
+#include "common/mapfile.h"
+
 /* ---- ggml type table ---------------------------------------------------- */
 
 typedef struct {
@@ -242,12 +245,7 @@ static na_status_t na_gguf_parse_tensor(na_gguf_cur_t *c, uint64_t idx, na_gguf_
 
 static uint64_t na_gguf_name_hash(const char *s)
 {
-    uint64_t h = 1469598103934665603ull;
-    while (*s) {
-        h ^= (uint8_t)*s++;
-        h *= 1099511628211ull;
-    }
-    return h;
+    return na_fnv1a64(s, strlen(s));
 }
 
 /* Build the name index; NA_ERR_FORMAT on a duplicate name. */
@@ -310,6 +308,23 @@ static na_status_t na_gguf_place_tensors(na_gguf_cur_t *c, na_gguf_t *g)
     return na_gguf_index_tensors(g);
 }
 
+/* A count from the header: NA_ERR_RANGE over its limit, NA_ERR_FORMAT when
+ * that many entries of at least min_bytes cannot fit the file; either way
+ * the count is reset to 0 (so that destroy does not walk it). */
+static na_status_t na_gguf_count_check(const char *path, const char *field, const char *what,
+                                       uint64_t *count, int limit, size_t min_bytes, size_t size)
+{
+    na_status_t st;
+
+    if (*count <= (uint64_t)limit && *count <= size / min_bytes)
+        return NA_OK;
+    st = na_err(*count > (uint64_t)limit ? NA_ERR_RANGE : NA_ERR_FORMAT,
+                "%s: field '%s' = %llu: that many %s run past the end of a file of %zu bytes "
+                "(limit %d)", path, field, (unsigned long long)*count, what, size, limit);
+    *count = 0;
+    return st;
+}
+
 na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_gguf_t **g_p)
 {
     na_gguf_cur_t c = { path, image, size, 0 };
@@ -342,22 +357,11 @@ na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_g
         (st = na_gguf_rd(&c, &g->n_kv, 8, "n_kv")) != NA_OK)
         goto err_destroy;
     /* absurd counts are RANGE; counts that cannot fit the file are FORMAT (truncated) */
-    if (g->n_tensors > NA_GGUF_MAX_TENSORS || g->n_tensors > size / 32) {
-        st = na_err(g->n_tensors > NA_GGUF_MAX_TENSORS ? NA_ERR_RANGE : NA_ERR_FORMAT,
-                    "%s: field 'n_tensors' = %llu: that many tensor infos run past the end of a "
-                    "file of %zu bytes (limit %d)", path, (unsigned long long)g->n_tensors, size,
-                    NA_GGUF_MAX_TENSORS);
-        g->n_tensors = 0;
+    if ((st = na_gguf_count_check(path, "n_tensors", "tensor infos", &g->n_tensors,
+                                  NA_GGUF_MAX_TENSORS, 32, size)) != NA_OK ||
+        (st = na_gguf_count_check(path, "n_kv", "metadata pairs", &g->n_kv, NA_GGUF_MAX_KV, 13,
+                                  size)) != NA_OK)
         goto err_destroy;
-    }
-    if (g->n_kv > NA_GGUF_MAX_KV || g->n_kv > size / 13) {
-        st = na_err(g->n_kv > NA_GGUF_MAX_KV ? NA_ERR_RANGE : NA_ERR_FORMAT,
-                    "%s: field 'n_kv' = %llu: that many metadata pairs run past the end of a "
-                    "file of %zu bytes (limit %d)", path, (unsigned long long)g->n_kv, size,
-                    NA_GGUF_MAX_KV);
-        g->n_kv = 0;
-        goto err_destroy;
-    }
     g->kv = calloc(g->n_kv ? (size_t)g->n_kv : 1, sizeof(*g->kv));
     g->tensors = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof(*g->tensors));
     if (g->kv == NULL || g->tensors == NULL) {
@@ -397,33 +401,26 @@ err_destroy:
     return st;
 }
 
+/* A GGUF file holds at least its 24-byte header. */
+static na_status_t na_gguf_check_size(const char *path, const struct stat *sb)
+{
+    if (sb->st_size < 24)
+        return na_err(NA_ERR_FORMAT, "%s: file of %lld bytes is too short for a GGUF header",
+                      path, (long long)sb->st_size);
+    return NA_OK;
+}
+
 na_status_t na_gguf_open(const char *path, na_gguf_t **g_p)
 {
-    struct stat sb;
-    void *map;
-    int fd;
-    na_status_t st;
+    void *map = NULL;
+    size_t size = 0;
+    na_status_t st = na_mapfile(path, "", na_gguf_check_size, &map, &size);
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return na_err(NA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0) {
-        st = na_err(NA_ERR_IO, "%s: fstat: %s", path, strerror(errno));
-        close(fd);
+    if (st != NA_OK)
         return st;
-    }
-    if (sb.st_size < 24) {
-        close(fd);
-        return na_err(NA_ERR_FORMAT, "%s: file of %lld bytes is too short for a GGUF header",
-                      path, (long long)sb.st_size);
-    }
-    map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return na_err(NA_ERR_IO, "%s: mmap: %s", path, strerror(errno));
-    st = na_gguf_parse(path, map, (size_t)sb.st_size, g_p);
+    st = na_gguf_parse(path, map, size, g_p);
     if (st != NA_OK) {
-        munmap(map, (size_t)sb.st_size);
+        munmap(map, size);
         return st;
     }
     (*g_p)->own_map = map;
@@ -486,6 +483,17 @@ static na_status_t na_gguf_need_kv(const na_gguf_t *g, const char *key, const na
     return NA_OK;
 }
 
+/* The pair `key`, which must be of type t1 or t2 (what: "a float", ...). */
+static na_status_t na_gguf_need_type(const na_gguf_t *g, const char *key, na_gguf_type_t t1,
+                                     na_gguf_type_t t2, const char *what, const na_gguf_kv_t **kv_p)
+{
+    na_status_t st = na_gguf_need_kv(g, key, kv_p);
+    if (st == NA_OK && (*kv_p)->type != t1 && (*kv_p)->type != t2)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not %s (type %d)", g->path, key, what,
+                      (int)(*kv_p)->type);
+    return st;
+}
+
 static int na_gguf_is_unsigned(na_gguf_type_t t)
 {
     return t == NA_GGUF_UINT8 || t == NA_GGUF_UINT16 || t == NA_GGUF_UINT32 ||
@@ -533,12 +541,9 @@ na_status_t na_gguf_get_u32(const na_gguf_t *g, const char *key, uint32_t *out)
 na_status_t na_gguf_get_f32(const na_gguf_t *g, const char *key, float *out)
 {
     const na_gguf_kv_t *kv;
-    na_status_t st = na_gguf_need_kv(g, key, &kv);
+    na_status_t st = na_gguf_need_type(g, key, NA_GGUF_FLOAT32, NA_GGUF_FLOAT64, "a float", &kv);
     if (st != NA_OK)
         return st;
-    if (kv->type != NA_GGUF_FLOAT32 && kv->type != NA_GGUF_FLOAT64)
-        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not a float (type %d)", g->path, key,
-                      (int)kv->type);
     *out = (float)kv->v.f64;
     return NA_OK;
 }
@@ -546,12 +551,9 @@ na_status_t na_gguf_get_f32(const na_gguf_t *g, const char *key, float *out)
 na_status_t na_gguf_get_str(const na_gguf_t *g, const char *key, na_gguf_str_t *out)
 {
     const na_gguf_kv_t *kv;
-    na_status_t st = na_gguf_need_kv(g, key, &kv);
+    na_status_t st = na_gguf_need_type(g, key, NA_GGUF_STRING, NA_GGUF_STRING, "a string", &kv);
     if (st != NA_OK)
         return st;
-    if (kv->type != NA_GGUF_STRING)
-        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not a string (type %d)", g->path, key,
-                      (int)kv->type);
     *out = kv->v.str;
     return NA_OK;
 }
@@ -560,12 +562,9 @@ na_status_t na_gguf_get_arr(const na_gguf_t *g, const char *key, na_gguf_type_t 
                             const na_gguf_kv_t **kv_p)
 {
     const na_gguf_kv_t *kv;
-    na_status_t st = na_gguf_need_kv(g, key, &kv);
+    na_status_t st = na_gguf_need_type(g, key, NA_GGUF_ARRAY, NA_GGUF_ARRAY, "an array", &kv);
     if (st != NA_OK)
         return st;
-    if (kv->type != NA_GGUF_ARRAY)
-        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not an array (type %d)", g->path, key,
-                      (int)kv->type);
     if (kv->v.arr.type != type)
         return na_err(NA_ERR_FORMAT, "%s: field '%s' is an array of type %d, expected %d",
                       g->path, key, (int)kv->v.arr.type, (int)type);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/mapfile.h"
 #include "gguf.h"
 #include "model_internal.h"
 
@@ -61,44 +62,30 @@ na_status_t na_model_check_config(const na_model_t *m, const na_model_field_name
     return NA_OK;
 }
 
+/* A model is a regular, non-empty file. */
+static na_status_t na_model_check_file(const char *path, const struct stat *sb)
+{
+    if (!S_ISREG(sb->st_mode))
+        return na_err(NA_ERR_FORMAT, "%s: not a regular file", path);
+    if (sb->st_size == 0)
+        return na_err(NA_ERR_FORMAT, "%s: empty file: header field 'magic/dim' runs past the end",
+                      path);
+    return NA_OK;
+}
+
 na_status_t na_model_open(const char *path, na_model_t **model_p)
 {
-    struct stat sb;
     na_model_t *m;
     na_status_t st;
-    int fd;
 
     m = calloc(1, sizeof(*m));
     if (m == NULL || (m->path = strdup(path)) == NULL) {
         free(m);
         return na_err(NA_ERR_NOMEM, "%s: no memory", path);
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        st = na_err(NA_ERR_IO, "%s: cannot open model: %s", path, strerror(errno));
+    st = na_mapfile(path, " model", na_model_check_file, &m->map, &m->map_size);
+    if (st != NA_OK)
         goto err_destroy;
-    }
-    if (fstat(fd, &sb) != 0) {
-        st = na_err(NA_ERR_IO, "%s: fstat: %s", path, strerror(errno));
-        goto err_close;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = na_err(NA_ERR_FORMAT, "%s: not a regular file", path);
-        goto err_close;
-    }
-    if (sb.st_size == 0) {
-        st = na_err(NA_ERR_FORMAT, "%s: empty file: header field 'magic/dim' runs past the end",
-                    path);
-        goto err_close;
-    }
-    m->map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m->map == MAP_FAILED) {
-        m->map = NULL;
-        st = na_err(NA_ERR_IO, "%s: mmap: %s", path, strerror(errno));
-        goto err_close;
-    }
-    m->map_size = (size_t)sb.st_size;
-    close(fd);
     if (m->map_size >= 4 && memcmp(m->map, "GGUF", 4) == 0) {
         m->format = NA_MODEL_FORMAT_GGUF;
         st = na_model_gguf_load(m);
@@ -114,8 +101,6 @@ na_status_t na_model_open(const char *path, na_model_t **model_p)
     *model_p = m;
     return NA_OK;
 
-err_close:
-    close(fd);
 err_destroy:
     na_model_destroy(m);
     return st;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/fnv.h"
 #include "gguf.h"
 
 #define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
@@ -20,7 +21,8 @@ enum { NA_TOK_NORMAL = 0, NA_TOK_CONTROL = 1, NA_TOK_BYTE = 2 };
 
 struct na_tokenizer {
     int       vocab_size;
-    char    **pieces;        /* [vocab] NUL-terminated, into arena */
+    char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the one block
+                              * that holds every array below (na_tok_alloc) */
     uint32_t *piece_len;     /* [vocab] */
     float    *scores;        /* [vocab] */
     uint8_t  *kind;          /* [vocab] NA_TOK_* */
@@ -34,16 +36,10 @@ struct na_tokenizer {
     char      byte_str[256][2];
 };
 
-/* FNV-1a over len bytes. */
+/* The hash of the piece s[0..len). */
 static uint32_t na_tok_hash(const char *s, size_t len)
 {
-    uint32_t h = 2166136261u;
-    size_t i;
-    for (i = 0; i < len; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 16777619u;
-    }
-    return h;
+    return (uint32_t)na_fnv1a64(s, len);
 }
 
 /* Token id of the piece s[0..len), or -1. */
@@ -66,26 +62,30 @@ static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
 {
     na_tokenizer_t *t = calloc(1, sizeof(*t));
     uint32_t cap = 16;
+    size_t vn = (size_t)n;
+    uint8_t *p;
     int b;
 
     if (t == NULL)
         return NULL;
     while (cap < 2u * (uint32_t)n)
         cap <<= 1;
-    t->vocab_size = n;
-    t->pieces    = calloc((size_t)n, sizeof(*t->pieces));
-    t->piece_len = calloc((size_t)n, sizeof(*t->piece_len));
-    t->scores    = calloc((size_t)n, sizeof(*t->scores));
-    t->kind      = calloc((size_t)n, 1);
-    t->byte_val  = calloc((size_t)n, 1);
-    t->arena     = malloc(arena_bytes + 1);
-    t->hash      = calloc(cap, sizeof(*t->hash));
-    t->hash_mask = cap - 1;
-    if (!t->pieces || !t->piece_len || !t->scores || !t->kind || !t->byte_val ||
-        !t->arena || !t->hash) {
-        na_tokenizer_destroy(t);
+    /* one block, widest elements first so that every array is aligned */
+    p = calloc(1, vn * sizeof(char *) + vn * (sizeof(float) + sizeof(uint32_t) + 2) +
+                  cap * sizeof(uint32_t) + arena_bytes + 1);
+    if (p == NULL) {
+        free(t);
         return NULL;
     }
+    t->vocab_size = n;
+    t->pieces    = (char **)p;                        p += vn * sizeof(char *);
+    t->scores    = (float *)p;                        p += vn * sizeof(float);
+    t->piece_len = (uint32_t *)p;                     p += vn * sizeof(uint32_t);
+    t->hash      = (uint32_t *)p;                     p += cap * sizeof(uint32_t);
+    t->hash_mask = cap - 1;
+    t->kind      = p;                                 p += vn;
+    t->byte_val  = p;                                 p += vn;
+    t->arena     = (char *)p;
     for (b = 0; b < 256; b++) {
         t->byte_id[b] = -1;
         t->byte_str[b][0] = (char)b;
@@ -141,36 +141,40 @@ static void na_tok_index(na_tokenizer_t *t)
     }
 }
 
-/* Check that the open tokenizer file f is a regular file (a directory or a
- * device opens fine but has no sensible size). Cannot fail otherwise;
- * returns NA_ERR_IO (fstat failed) or NA_ERR_FORMAT (not a regular file). */
-static na_status_t na_tok_check_regular(FILE *f, const char *path)
+/* Open the tokenizer file for reading, checking that it is a regular file
+ * (a directory or a device opens fine but has no sensible size): NA_ERR_IO
+ * (fopen or fstat failed) or NA_ERR_FORMAT (not a regular file). */
+static na_status_t na_tok_open_regular(const char *path, FILE **f_p)
 {
     struct stat sb;
+    FILE *f = fopen(path, "rb");
+    na_status_t st = NA_OK;
 
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
     if (fstat(fileno(f), &sb) != 0)
-        return na_err(NA_ERR_IO, "%s: cannot stat tokenizer: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return na_err(NA_ERR_FORMAT, "%s: tokenizer is not a regular file%s", path,
-                      S_ISDIR(sb.st_mode) ? " (it is a directory)" : "");
+        st = na_err(NA_ERR_IO, "%s: cannot stat tokenizer: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = na_err(NA_ERR_FORMAT, "%s: tokenizer is not a regular file%s", path,
+                    S_ISDIR(sb.st_mode) ? " (it is a directory)" : "");
+    if (st != NA_OK) {
+        fclose(f);
+        return st;
+    }
+    *f_p = f;
     return NA_OK;
 }
 
 /* Read a whole (small) file into a malloc'd buffer. */
 static na_status_t na_tok_read_file(const char *path, uint8_t **buf_p, size_t *len_p)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
     uint8_t *buf;
     long len;
-    na_status_t st;
+    na_status_t st = na_tok_open_regular(path, &f);
 
-    if (f == NULL)
-        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
-    st = na_tok_check_regular(f, path);
-    if (st != NA_OK) {
-        fclose(f);
+    if (st != NA_OK)
         return st;
-    }
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return na_err(NA_ERR_IO, "%s: cannot size tokenizer: %s", path, strerror(errno));
@@ -296,6 +300,23 @@ static size_t na_tok_copy_sp(char *dst, const char *s, size_t len)
     return o;
 }
 
+/* An optional array beside tokenizer.ggml.tokens: absent (*kv_p untouched),
+ * or of `type` with one entry per token. */
+static na_status_t na_tok_side_arr(const na_gguf_t *g, const char *key, na_gguf_type_t type,
+                                   uint64_t n, const na_gguf_kv_t **kv_p)
+{
+    na_status_t st;
+
+    if (na_gguf_find(g, key) == NULL)
+        return NA_OK;
+    if ((st = na_gguf_get_arr(g, key, type, kv_p)) != NA_OK)
+        return st;
+    if ((*kv_p)->v.arr.n != n)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' has %llu entries, tokens has %llu", g->path,
+                      key, (unsigned long long)(*kv_p)->v.arr.n, (unsigned long long)n);
+    return NA_OK;
+}
+
 na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
 {
     const na_gguf_kv_t *toks, *scores = NULL, *types = NULL;
@@ -318,24 +339,9 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
     if (n == 0 || n > (1u << 22))
         return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens' has %llu entries, "
                       "out of range [1, %u]", g->path, (unsigned long long)n, 1u << 22);
-    if (na_gguf_find(g, "tokenizer.ggml.scores") != NULL) {
-        st = na_gguf_get_arr(g, "tokenizer.ggml.scores", NA_GGUF_FLOAT32, &scores);
-        if (st != NA_OK)
-            return st;
-        if (scores->v.arr.n != n)
-            return na_err(NA_ERR_FORMAT, "%s: field 'tokenizer.ggml.scores' has %llu entries, "
-                          "tokens has %llu", g->path, (unsigned long long)scores->v.arr.n,
-                          (unsigned long long)n);
-    }
-    if (na_gguf_find(g, "tokenizer.ggml.token_type") != NULL) {
-        st = na_gguf_get_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, &types);
-        if (st != NA_OK)
-            return st;
-        if (types->v.arr.n != n)
-            return na_err(NA_ERR_FORMAT, "%s: field 'tokenizer.ggml.token_type' has %llu "
-                          "entries, tokens has %llu", g->path,
-                          (unsigned long long)types->v.arr.n, (unsigned long long)n);
-    }
+    if ((st = na_tok_side_arr(g, "tokenizer.ggml.scores", NA_GGUF_FLOAT32, n, &scores)) != NA_OK ||
+        (st = na_tok_side_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, n, &types)) != NA_OK)
+        return st;
     for (i = 0; i < n; i++) {
         if (toks->v.arr.strs[i].len > NA_TOK_MAX_PIECE)
             return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens'[%llu]: length %llu "
@@ -388,18 +394,13 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
 na_status_t na_tokenizer_open(const char *path, int vocab_size, na_tokenizer_t **tok_p)
 {
     char magic[4] = { 0 };
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
     size_t got;
     na_gguf_t *g;
-    na_status_t st;
+    na_status_t st = na_tok_open_regular(path, &f);
 
-    if (f == NULL)
-        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
-    st = na_tok_check_regular(f, path);
-    if (st != NA_OK) {
-        fclose(f);
+    if (st != NA_OK)
         return st;
-    }
     got = fread(magic, 1, 4, f);
     fclose(f);
     if (got != 4 || memcmp(magic, "GGUF", 4) != 0) {
@@ -426,13 +427,7 @@ void na_tokenizer_destroy(na_tokenizer_t *t)
 {
     if (t == NULL)
         return;
-    free(t->pieces);
-    free(t->piece_len);
-    free(t->scores);
-    free(t->kind);
-    free(t->byte_val);
-    free(t->arena);
-    free(t->hash);
+    free(t->pieces);            /* the block of every per-token array (na_tok_alloc) */
     free(t);
 }
 

@@ -64,27 +64,41 @@ const char *na_wire_refuse_name(unsigned reason)
 na_status_t na_wire_chk(na_status_t code, const char *who, const char *field,
                         uint64_t v, uint64_t lo, uint64_t hi)
 {
-    if (v >= lo && v <= hi)
-        return NA_OK;
-    return na_err(code, "wire %s: field '%s' = %" PRIu64 " out of range [%" PRIu64 ", %" PRIu64 "]",
-                  who, field, v, lo, hi);
+    return na_wire_chk_i(code, who, NULL, 0, field, v, lo, hi);
+}
+
+na_status_t na_wire_chk_all(na_status_t code, const char *who, const na_wire_range_t *r, size_t n)
+{
+    na_status_t st = NA_OK;
+    for (; n-- && st == NA_OK; r++)
+        st = na_wire_chk(code, who, r->field, r->v, r->lo, r->hi);
+    return st;
+}
+
+/* "F" or "ARRAY[i].F", the way the range messages name a field. */
+static const char *field_name(char *buf, size_t cap, const char *array, uint32_t i, const char *field)
+{
+    if (!array)
+        return field;
+    snprintf(buf, cap, "%s[%" PRIu32 "].%s", array, i, field);
+    return buf;
 }
 
 na_status_t na_wire_chk_i(na_status_t code, const char *who, const char *array, uint32_t i,
                           const char *field, uint64_t v, uint64_t lo, uint64_t hi)
 {
+    char name[96];
     if (v >= lo && v <= hi)
         return NA_OK;
-    return na_err(code, "wire %s: field '%s[%" PRIu32 "].%s' = %" PRIu64
-                  " out of range [%" PRIu64 ", %" PRIu64 "]", who, array, i, field, v, lo, hi);
+    return na_err(code, "wire %s: field '%s' = %" PRIu64 " out of range [%" PRIu64 ", %" PRIu64 "]",
+                  who, field_name(name, sizeof(name), array, i, field), v, lo, hi);
 }
 
 na_status_t na_wire_chk_s(na_status_t code, const char *who, const char *field,
                           int64_t v, int64_t lo, int64_t hi)
 {
-    if (v >= lo && v <= hi)
-        return NA_OK;
-    return na_err(code, "wire %s: field '%s' = %" PRId64 " out of range [%" PRId64 ", %" PRId64 "]",
+    return v >= lo && v <= hi ? NA_OK
+         : na_err(code, "wire %s: field '%s' = %" PRId64 " out of range [%" PRId64 ", %" PRId64 "]",
                   who, field, v, lo, hi);
 }
 
@@ -235,6 +249,76 @@ na_status_t na_wire_version_check(uint16_t peer_major, uint16_t peer_minor)
                   peer_major, peer_minor, NA_WIRE_VERSION_MAJOR, NA_WIRE_VERSION_MINOR);
 }
 
+/* ---- field tables -------------------------------------------------------------- */
+
+/* A host integer of size bytes at src (any alignment), widened to 64 bits. */
+static uint64_t host_load(const uint8_t *src, unsigned size)
+{
+    uint64_t v8; uint32_t v4; uint16_t v2;
+    switch (size) {
+    case 8: memcpy(&v8, src, 8); return v8;
+    case 4: memcpy(&v4, src, 4); return v4;
+    case 2: memcpy(&v2, src, 2); return v2;
+    default: return *src;
+    }
+}
+
+static void host_store(uint8_t *dst, unsigned size, uint64_t v)
+{
+    uint32_t v4 = (uint32_t)v;
+    uint16_t v2 = (uint16_t)v;
+    switch (size) {
+    case 8: memcpy(dst, &v, 8); break;
+    case 4: memcpy(dst, &v4, 4); break;
+    case 2: memcpy(dst, &v2, 2); break;
+    default: *dst = (uint8_t)v; break;
+    }
+}
+
+void na_wire_put(uint8_t *p, const void *s, const na_wire_field_t *f, size_t n)
+{
+    size_t i, b;
+    for (; n--; f++) {
+        uint64_t v = host_load((const uint8_t *)s + f->moff, f->msize);
+        for (b = 0, i = f->off; b < f->bytes; b++, i++)
+            p[i] = (uint8_t)(v >> (8 * b));
+    }
+}
+
+void na_wire_get(void *s, const uint8_t *p, const na_wire_field_t *f, size_t n)
+{
+    size_t b;
+    for (; n--; f++) {
+        uint64_t v = 0;
+        for (b = 0; b < f->bytes; b++)
+            v |= (uint64_t)p[f->off + b] << (8 * b);
+        host_store((uint8_t *)s + f->moff, f->msize, v);
+    }
+}
+
+/* Copy a message's header ids between the header struct and the message body. */
+static void ids_to_hdr(na_wire_hdr_t *h, const void *s, const na_wire_field_t *f, size_t n)
+{
+    for (; n--; f++)
+        host_store((uint8_t *)h + f->off, f->bytes, host_load((const uint8_t *)s + f->moff, f->msize));
+}
+
+static void ids_from_hdr(void *s, const na_wire_hdr_t *h, const na_wire_field_t *f, size_t n)
+{
+    for (; n--; f++)
+        host_store((uint8_t *)s + f->moff, f->msize, host_load((const uint8_t *)h + f->off, f->bytes));
+}
+
+na_status_t na_wire_row(const char *who, const char *what, uint32_t i, uint32_t n,
+                        const void *arr, size_t size, void *row_p)
+{
+    if (i >= n)
+        return na_err(NA_ERR_RANGE, "wire %s: %s %u of %u", who, what, i, n);
+    if (arr)
+        memcpy(row_p, (const uint8_t *)arr + (size_t)i * size, size);
+    return NA_OK;
+}
+
 /* ---- HELLO / HELLO_CHALLENGE / AUTH / HELLO_OK -------------------------------- */
 
 static na_status_t hello_check(na_status_t code, const char *who, const na_wire_hello_t *m)
@@ -249,8 +333,6 @@ static na_status_t hello_check(na_status_t code, const char *who, const na_wire_
 
 static void hello_put(const na_wire_hello_t *m, uint8_t *p)
 {
-    memset(p, 0, HELLO_SIZE);
-    na_st16(p, (uint16_t)m->role);
     memcpy(p + 8, m->nonce, NA_WIRE_NONCE_SIZE);
     memcpy(p + 40, m->name, strnlen(m->name, NA_WIRE_NAME_MAX - 1));
     memcpy(p + 104, m->cluster, strnlen(m->cluster, NA_WIRE_NAME_MAX - 1));
@@ -270,18 +352,13 @@ static na_status_t name_get(const char *who, const char *field, const uint8_t *s
     return NA_OK;
 }
 
-static na_status_t hello_get(const char *who, const na_wire_hdr_t *h, const uint8_t *p,
-                             na_wire_hello_t *m)
+/* The role (read with the fixed fields) first, then the names. */
+static na_status_t hello_get(const char *who, const uint8_t *p, na_wire_hello_t *m)
 {
     na_status_t st;
-    uint16_t role = na_ld16(p);
 
-    memset(m, 0, sizeof(*m));
-    m->ver_major = h->ver_major;
-    m->ver_minor = h->ver_minor;
-    if ((st = na_wire_chk(NA_ERR_PROTO, who, "role", role, 1, NA_WIRE_ROLE_COUNT - 1)) != NA_OK)
+    if ((st = na_wire_chk(NA_ERR_PROTO, who, "role", m->role, 1, NA_WIRE_ROLE_COUNT - 1)) != NA_OK)
         return st;
-    m->role = (na_wire_role_t)role;
     memcpy(m->nonce, p + 8, NA_WIRE_NONCE_SIZE);
     if ((st = name_get(who, "name", p + 40, m->name)) != NA_OK ||
         (st = name_get(who, "cluster", p + 104, m->cluster)) != NA_OK)
@@ -289,19 +366,21 @@ static na_status_t hello_get(const char *who, const na_wire_hdr_t *h, const uint
     return hello_check(NA_ERR_PROTO, who, m);
 }
 
+/* Fixed-size handshake payloads: their readers never need the length, which
+ * the decoder checked against the fixed size. */
 static na_status_t hello_size(const na_wire_msg_t *m, uint64_t *len_p)
 {
     *len_p = HELLO_SIZE;
     return hello_check(NA_ERR_INVALID, "HELLO", &m->u.hello);
 }
-static void hello_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void hello_write(const na_wire_msg_t *m, uint8_t *p)
 {
     hello_put(&m->u.hello, p);
 }
-static na_status_t hello_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t hello_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
-    na_status_t st = na_wire_chk_len("HELLO", len, HELLO_SIZE);
-    return st ? st : hello_get("HELLO", h, p, &m->u.hello);
+    (void)len;      /* == HELLO_SIZE, checked by the decoder */
+    return hello_get("HELLO", p, &m->u.hello);
 }
 
 static na_status_t challenge_size(const na_wire_msg_t *m, uint64_t *len_p)
@@ -309,335 +388,208 @@ static na_status_t challenge_size(const na_wire_msg_t *m, uint64_t *len_p)
     *len_p = CHALLENGE_SIZE;
     return hello_check(NA_ERR_INVALID, "HELLO_CHALLENGE", &m->u.challenge.hello);
 }
-static void challenge_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void challenge_write(const na_wire_msg_t *m, uint8_t *p)
 {
     hello_put(&m->u.challenge.hello, p);
     memcpy(p + HELLO_SIZE, m->u.challenge.mac, NA_WIRE_MAC_SIZE);
 }
-static na_status_t challenge_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t challenge_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
-    na_status_t st = na_wire_chk_len("HELLO_CHALLENGE", len, CHALLENGE_SIZE);
-    if (st || (st = hello_get("HELLO_CHALLENGE", h, p, &m->u.challenge.hello)) != NA_OK)
+    na_status_t st = hello_get("HELLO_CHALLENGE", p, &m->u.challenge.hello);
+
+    (void)len;      /* == CHALLENGE_SIZE, checked by the decoder */
+    if (st)
         return st;
     memcpy(m->u.challenge.mac, p + HELLO_SIZE, NA_WIRE_MAC_SIZE);
     return NA_OK;
 }
 
-static na_status_t auth_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    *len_p = AUTH_SIZE;
-    return NA_OK;
-}
-static void auth_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void auth_write(const na_wire_msg_t *m, uint8_t *p)
 {
     memcpy(p, m->u.auth.mac, NA_WIRE_MAC_SIZE);
 }
-static na_status_t auth_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t auth_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
-    na_status_t st = na_wire_chk_len("AUTH", len, AUTH_SIZE);
-    if (st)
-        return st;
+    (void)len;      /* == AUTH_SIZE, checked by the decoder */
     memcpy(m->u.auth.mac, p, NA_WIRE_MAC_SIZE);
-    return NA_OK;
-}
-
-static na_status_t hello_ok_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    *len_p = HELLO_OK_SIZE;
-    return NA_OK;
-}
-static void hello_ok_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
-{
-    memset(p, 0, HELLO_OK_SIZE);
-    na_st32(p, m->u.hello_ok.heartbeat_ms);
-}
-static na_status_t hello_ok_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    na_status_t st = na_wire_chk_len("HELLO_OK", len, HELLO_OK_SIZE);
-    if (st)
-        return st;
-    m->u.hello_ok.heartbeat_ms = na_ld32(p);
     return NA_OK;
 }
 
 /* ---- REFUSE / BYE ----------------------------------------------------------------- */
 
-static na_status_t text_msg_size(const char *who, const na_wire_refuse_msg_t *r, unsigned lo,
-                                 uint64_t *len_p)
+/* REFUSE and BYE share a body (na_wire_bye_t is na_wire_refuse_msg_t, at the
+ * same place in the union); a REFUSE must give a reason, a BYE may give 0. */
+static const char *text_who(const na_wire_msg_t *m)
 {
+    return m->type == NA_WIRE_MSG_BYE ? "BYE" : "REFUSE";
+}
+
+static unsigned text_lo(const na_wire_msg_t *m)
+{
+    return m->type == NA_WIRE_MSG_BYE ? 0 : 1;
+}
+
+static na_status_t text_msg_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    const na_wire_refuse_msg_t *r = &m->u.refuse;
     size_t n = strnlen(r->text, NA_WIRE_TEXT_MAX + 1);
     na_status_t st;
-    if ((st = na_wire_chk(NA_ERR_INVALID, who, "reason", r->reason, lo, NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
-        (st = chk_text(NA_ERR_INVALID, who, r->text, n)) != NA_OK)
+    if ((st = na_wire_chk(NA_ERR_INVALID, text_who(m), "reason", r->reason, text_lo(m),
+                          NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
+        (st = chk_text(NA_ERR_INVALID, text_who(m), r->text, n)) != NA_OK)
         return st;
     *len_p = TEXT_FIXED + n;
     return NA_OK;
 }
-static void text_msg_write(const na_wire_refuse_msg_t *r, uint8_t *p)
+
+/* The text of REFUSE / BYE / ERROR: its length u16 at len_off, its bytes at text_off. */
+static void text_put(uint8_t *p, size_t len_off, size_t text_off, const char *text)
 {
-    size_t n = strnlen(r->text, NA_WIRE_TEXT_MAX);
-    memset(p, 0, TEXT_FIXED);
-    na_st16(p, (uint16_t)r->reason);
-    na_st16(p + 2, (uint16_t)n);
-    memcpy(p + TEXT_FIXED, r->text, n);
+    size_t n = strnlen(text, NA_WIRE_TEXT_MAX);
+    na_st16(p + len_off, (uint16_t)n);
+    memcpy(p + text_off, text, n);
 }
-static na_status_t text_msg_read(const char *who, unsigned lo, const uint8_t *p, uint64_t len,
-                                 na_wire_refuse_msg_t *r)
+
+static na_status_t text_get(const char *who, const uint8_t *p, uint64_t len, size_t len_off,
+                            size_t text_off, char dst[NA_WIRE_TEXT_MAX + 1])
 {
+    uint16_t n = na_ld16(p + len_off);
     na_status_t st;
-    uint16_t reason, n;
 
-    if ((st = na_wire_chk_min(who, len, TEXT_FIXED)) != NA_OK)
+    if ((st = na_wire_chk(NA_ERR_PROTO, who, "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
+        (st = na_wire_chk_len(who, len, text_off + (uint64_t)n)) != NA_OK ||
+        (st = chk_text(NA_ERR_PROTO, who, (const char *)p + text_off, n)) != NA_OK)
         return st;
-    reason = na_ld16(p);
-    n = na_ld16(p + 2);
-    if ((st = na_wire_chk(NA_ERR_PROTO, who, "reason", reason, lo, NA_WIRE_REFUSE_COUNT - 1)) != NA_OK ||
-        (st = na_wire_chk(NA_ERR_PROTO, who, "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
-        (st = na_wire_chk_len(who, len, TEXT_FIXED + (uint64_t)n)) != NA_OK ||
-        (st = chk_text(NA_ERR_PROTO, who, (const char *)p + TEXT_FIXED, n)) != NA_OK)
-        return st;
-    r->reason = (na_wire_refuse_t)reason;
-    memcpy(r->text, p + TEXT_FIXED, n);
-    r->text[n] = '\0';
+    memcpy(dst, p + text_off, n);
+    dst[n] = '\0';
     return NA_OK;
 }
 
-static na_status_t refuse_size(const na_wire_msg_t *m, uint64_t *len_p)
+static void text_msg_write(const na_wire_msg_t *m, uint8_t *p)
 {
-    return text_msg_size("REFUSE", &m->u.refuse, 1, len_p);
-}
-static void refuse_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
-{
-    text_msg_write(&m->u.refuse, p);
-}
-static na_status_t refuse_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    return text_msg_read("REFUSE", 1, p, len, &m->u.refuse);
-}
-static na_status_t bye_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    return text_msg_size("BYE", &m->u.bye, 0, len_p);
-}
-static void bye_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
-{
-    text_msg_write(&m->u.bye, p);
-}
-static na_status_t bye_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    return text_msg_read("BYE", 0, p, len, &m->u.bye);
+    text_put(p, 2, TEXT_FIXED, m->u.refuse.text);
 }
 
-/* ---- HEARTBEAT ------------------------------------------------------------------- */
-
-static na_status_t heartbeat_size(const na_wire_msg_t *m, uint64_t *len_p)
+static na_status_t text_msg_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
-    *len_p = HEARTBEAT_SIZE;
-    return NA_OK;
-}
-static void heartbeat_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
-{
-    na_st64(p, m->u.heartbeat.send_ns);
-    na_st64(p + 8, m->u.heartbeat.echo_ns);
-}
-static na_status_t heartbeat_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    na_status_t st = na_wire_chk_len("HEARTBEAT", len, HEARTBEAT_SIZE);
-    if (st)
-        return st;
-    m->u.heartbeat.send_ns = na_ld64(p);
-    m->u.heartbeat.echo_ns = na_ld64(p + 8);
-    return NA_OK;
+    na_status_t st = na_wire_chk(NA_ERR_PROTO, text_who(m), "reason", m->u.refuse.reason, text_lo(m),
+                                 NA_WIRE_REFUSE_COUNT - 1);
+    return st ? st : text_get(text_who(m), p, len, 2, TEXT_FIXED, m->u.refuse.text);
 }
 
 /* ---- REQ_OPEN / REQ_RELEASE -------------------------------------------------------- */
 
-static na_status_t req_open_check(na_status_t code, const na_wire_req_open_t *r)
-{
-    const char *who = "REQ_OPEN";
-    size_t es;
-    na_status_t st;
-    if ((st = na_wire_chk(code, who, "request_id", r->request_id, 1, UINT64_MAX)) != NA_OK ||
-        (st = na_wire_chk(code, who, "max_tokens", r->max_tokens, 1, NA_WIRE_MAX_POS)) != NA_OK ||
-        (st = na_wire_chk(code, who, "n_layers", r->n_layers, 1, NA_WIRE_MAX_LAYERS)) != NA_OK ||
-        (st = na_wire_chk(code, who, "kv_h0", r->kv_h0, 0, NA_WIRE_MAX_KV_HEADS - 1)) != NA_OK ||
-        (st = na_wire_chk(code, who, "kv_h1", r->kv_h1, (uint64_t)r->kv_h0 + 1, NA_WIRE_MAX_KV_HEADS)) != NA_OK ||
-        (st = na_wire_chk(code, who, "head_dim", r->head_dim, 1, NA_WIRE_MAX_HEAD_DIM)) != NA_OK ||
-        (st = na_wire_chk(code, who, "q_per_kv", r->q_per_kv, 1, NA_WIRE_MAX_Q_PER_KV)) != NA_OK ||
-        (st = na_wire_chk_dtype(code, who, "dtype", (uint64_t)r->dtype, &es)) != NA_OK)
-        return st;
-    return NA_OK;
-}
-static na_status_t req_open_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    *len_p = REQ_OPEN_SIZE;
-    return req_open_check(NA_ERR_INVALID, &m->u.req_open);
-}
-static void req_open_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static na_status_t req_open_check(na_status_t code, const na_wire_msg_t *m)
 {
     const na_wire_req_open_t *r = &m->u.req_open;
-    memset(p, 0, REQ_OPEN_SIZE);
-    h->request_id = r->request_id;
-    na_st32(p, r->max_tokens);
-    na_st32(p + 4, r->n_layers);
-    na_st16(p + 8, r->kv_h0);
-    na_st16(p + 10, r->kv_h1);
-    na_st16(p + 12, r->head_dim);
-    na_st16(p + 14, r->q_per_kv);
-    na_st16(p + 16, (uint16_t)r->dtype);
-}
-static na_status_t req_open_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    na_wire_req_open_t *r = &m->u.req_open;
-    na_status_t st = na_wire_chk_len("REQ_OPEN", len, REQ_OPEN_SIZE);
+    const na_wire_range_t range[] = {
+        { "request_id", r->request_id, 1, UINT64_MAX }, { "max_tokens", r->max_tokens, 1, NA_WIRE_MAX_POS },
+        { "n_layers", r->n_layers, 1, NA_WIRE_MAX_LAYERS }, { "kv_h0", r->kv_h0, 0, NA_WIRE_MAX_KV_HEADS - 1 },
+        { "kv_h1", r->kv_h1, (uint64_t)r->kv_h0 + 1, NA_WIRE_MAX_KV_HEADS },
+        { "head_dim", r->head_dim, 1, NA_WIRE_MAX_HEAD_DIM }, { "q_per_kv", r->q_per_kv, 1, NA_WIRE_MAX_Q_PER_KV },
+    };
     size_t es;
-    if (st || (st = na_wire_chk_dtype(NA_ERR_PROTO, "REQ_OPEN", "dtype", na_ld16(p + 16), &es)) != NA_OK)
-        return st;
-    r->request_id = h->request_id;
-    r->max_tokens = na_ld32(p);
-    r->n_layers   = na_ld32(p + 4);
-    r->kv_h0      = na_ld16(p + 8);
-    r->kv_h1      = na_ld16(p + 10);
-    r->head_dim   = na_ld16(p + 12);
-    r->q_per_kv   = na_ld16(p + 14);
-    r->dtype      = (na_dtype_t)na_ld16(p + 16);
-    return req_open_check(NA_ERR_PROTO, r);
+    na_status_t st = na_wire_chk_all(code, "REQ_OPEN", range, NA_WIRE_N(range));
+    return st ? st : na_wire_chk_dtype(code, "REQ_OPEN", "dtype", (uint64_t)r->dtype, &es);
 }
 
-static na_status_t req_release_size(const na_wire_msg_t *m, uint64_t *len_p)
+static na_status_t req_release_check(na_status_t code, const na_wire_msg_t *m)
 {
-    na_status_t st;
-    *len_p = REQ_REL_SIZE;
-    if ((st = na_wire_chk(NA_ERR_INVALID, "REQ_RELEASE", "request_id", m->u.req_release.request_id,
-                          1, UINT64_MAX)) != NA_OK)
-        return st;
-    return na_wire_chk_s(NA_ERR_INVALID, "REQ_RELEASE", "status", m->u.req_release.status, -255, 0);
-}
-static void req_release_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
-{
-    memset(p, 0, REQ_REL_SIZE);
-    h->request_id = m->u.req_release.request_id;
-    na_st32(p, (uint32_t)m->u.req_release.status);
-}
-static na_status_t req_release_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    na_status_t st = na_wire_chk_len("REQ_RELEASE", len, REQ_REL_SIZE);
-    int32_t status;
-    if (st || (st = na_wire_chk(NA_ERR_PROTO, "REQ_RELEASE", "request_id", h->request_id, 1,
-                                UINT64_MAX)) != NA_OK)
-        return st;
-    status = (int32_t)na_ld32(p);
-    if ((st = na_wire_chk_s(NA_ERR_PROTO, "REQ_RELEASE", "status", status, -255, 0)) != NA_OK)
-        return st;
-    m->u.req_release.request_id = h->request_id;
-    m->u.req_release.status = status;
-    return NA_OK;
-}
-
-/* ---- STATS_REQ (empty) --------------------------------------------------------------- */
-
-static na_status_t empty_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    *len_p = 0;
-    return NA_OK;
-}
-static void empty_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p) {}
-static na_status_t stats_req_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    return na_wire_chk_len("STATS_REQ", len, 0);
+    na_status_t st = na_wire_chk(code, "REQ_RELEASE", "request_id", m->u.req_release.request_id,
+                                 1, UINT64_MAX);
+    return st ? st : na_wire_chk_s(code, "REQ_RELEASE", "status", m->u.req_release.status, -255, 0);
 }
 
 /* ---- ERROR / ACK ------------------------------------------------------------------- */
 
-static na_status_t error_check(na_status_t code, const na_wire_error_t *e, size_t n)
+static na_status_t error_check(na_status_t code, const na_wire_msg_t *m)
 {
+    const na_wire_error_t *e = &m->u.error;
     na_status_t st;
     if ((st = na_wire_chk_s(code, "ERROR", "status", e->status, -255, -1)) != NA_OK ||
-        (st = na_wire_chk(code, "ERROR", "about_type", e->about_type, 0, NA_WIRE_MSG_COUNT - 1)) != NA_OK ||
-        (st = chk_text(code, "ERROR", e->text, n)) != NA_OK)
+        (st = na_wire_chk(code, "ERROR", "about_type", e->about_type, 0, NA_WIRE_MSG_COUNT - 1)) != NA_OK)
         return st;
-    return NA_OK;
+    return chk_text(code, "ERROR", e->text, strnlen(e->text, NA_WIRE_TEXT_MAX + 1));
 }
 static na_status_t error_size(const na_wire_msg_t *m, uint64_t *len_p)
 {
-    size_t n = strnlen(m->u.error.text, NA_WIRE_TEXT_MAX + 1);
-    *len_p = ERROR_FIXED + n;
-    return error_check(NA_ERR_INVALID, &m->u.error, n);
-}
-static void error_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
-{
-    const na_wire_error_t *e = &m->u.error;
-    size_t n = strnlen(e->text, NA_WIRE_TEXT_MAX);
-    memset(p, 0, ERROR_FIXED);
-    h->request_id = e->request_id;
-    h->batch_id = e->batch_id;
-    h->layer = e->layer;
-    na_st32(p, (uint32_t)e->status);
-    na_st16(p + 4, e->about_type);
-    na_st16(p + 6, (uint16_t)n);
-    na_st32(p + 8, e->about_seq);
-    memcpy(p + ERROR_FIXED, e->text, n);
-}
-static na_status_t error_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    na_wire_error_t *e = &m->u.error;
-    na_status_t st;
-    uint16_t n;
-
-    if ((st = na_wire_chk_min("ERROR", len, ERROR_FIXED)) != NA_OK)
-        return st;
-    n = na_ld16(p + 6);
-    if ((st = na_wire_chk(NA_ERR_PROTO, "ERROR", "text_len", n, 0, NA_WIRE_TEXT_MAX)) != NA_OK ||
-        (st = na_wire_chk_len("ERROR", len, ERROR_FIXED + (uint64_t)n)) != NA_OK)
-        return st;
-    e->request_id = h->request_id;
-    e->batch_id   = h->batch_id;
-    e->layer      = h->layer;
-    e->status     = (int32_t)na_ld32(p);
-    e->about_type = na_ld16(p + 4);
-    e->about_seq  = na_ld32(p + 8);
-    memcpy(e->text, p + ERROR_FIXED, n);
-    e->text[n] = '\0';
-    return error_check(NA_ERR_PROTO, e, n);
-}
-
-static na_status_t ack_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    *len_p = ACK_SIZE;
-    return na_wire_chk(NA_ERR_INVALID, "ACK", "about_type", m->u.ack.about_type, 1, NA_WIRE_MSG_COUNT - 1);
-}
-static void ack_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
-{
-    memset(p, 0, ACK_SIZE);
-    h->request_id = m->u.ack.request_id;
-    na_st16(p, m->u.ack.about_type);
-    na_st32(p + 4, m->u.ack.about_seq);
-}
-static na_status_t ack_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    na_status_t st = na_wire_chk_len("ACK", len, ACK_SIZE);
-    if (st || (st = na_wire_chk(NA_ERR_PROTO, "ACK", "about_type", na_ld16(p), 1,
-                                NA_WIRE_MSG_COUNT - 1)) != NA_OK)
-        return st;
-    m->u.ack.request_id = h->request_id;
-    m->u.ack.about_type = na_ld16(p);
-    m->u.ack.about_seq  = na_ld32(p + 4);
+    *len_p = ERROR_FIXED + strnlen(m->u.error.text, NA_WIRE_TEXT_MAX + 1);
     return NA_OK;
+}
+static void error_write(const na_wire_msg_t *m, uint8_t *p)
+{
+    text_put(p, 6, ERROR_FIXED, m->u.error.text);
+}
+static na_status_t error_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    return text_get("ERROR", p, len, 6, ERROR_FIXED, m->u.error.text);
+}
+
+static na_status_t ack_check(na_status_t code, const na_wire_msg_t *m)
+{
+    return na_wire_chk(code, "ACK", "about_type", m->u.ack.about_type, 1, NA_WIRE_MSG_COUNT - 1);
 }
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-static const na_wire_ops_t ops_hello     = { "HELLO", hello_size, hello_write, hello_read };
-static const na_wire_ops_t ops_challenge = { "HELLO_CHALLENGE", challenge_size, challenge_write, challenge_read };
-static const na_wire_ops_t ops_auth      = { "AUTH", auth_size, auth_write, auth_read };
-static const na_wire_ops_t ops_hello_ok  = { "HELLO_OK", hello_ok_size, hello_ok_write, hello_ok_read };
-static const na_wire_ops_t ops_refuse    = { "REFUSE", refuse_size, refuse_write, refuse_read };
-static const na_wire_ops_t ops_heartbeat = { "HEARTBEAT", heartbeat_size, heartbeat_write, heartbeat_read };
-static const na_wire_ops_t ops_req_open  = { "REQ_OPEN", req_open_size, req_open_write, req_open_read };
-static const na_wire_ops_t ops_req_rel   = { "REQ_RELEASE", req_release_size, req_release_write, req_release_read };
-static const na_wire_ops_t ops_stats_req = { "STATS_REQ", empty_size, empty_write, stats_req_read };
-static const na_wire_ops_t ops_error     = { "ERROR", error_size, error_write, error_read };
-static const na_wire_ops_t ops_bye       = { "BYE", bye_size, bye_write, bye_read };
-static const na_wire_ops_t ops_ack       = { "ACK", ack_size, ack_write, ack_read };
+#define F NA_WIRE_FIELD
+static const na_wire_field_t hello_f[] = { F(0, 2, na_wire_hello_t, role) };
+static const na_wire_field_t hello_ids[] = {
+    NA_WIRE_ID(ver_major, na_wire_hello_t, ver_major), NA_WIRE_ID(ver_minor, na_wire_hello_t, ver_minor),
+};
+static const na_wire_field_t hello_ok_f[] = { F(0, 4, na_wire_hello_ok_t, heartbeat_ms) };
+static const na_wire_field_t refuse_f[] = { F(0, 2, na_wire_refuse_msg_t, reason) };
+static const na_wire_field_t heartbeat_f[] = {
+    F(0, 8, na_wire_heartbeat_t, send_ns), F(8, 8, na_wire_heartbeat_t, echo_ns),
+};
+static const na_wire_field_t req_open_f[] = {
+    F(0, 4, na_wire_req_open_t, max_tokens), F(4, 4, na_wire_req_open_t, n_layers),
+    F(8, 2, na_wire_req_open_t, kv_h0), F(10, 2, na_wire_req_open_t, kv_h1),
+    F(12, 2, na_wire_req_open_t, head_dim), F(14, 2, na_wire_req_open_t, q_per_kv),
+    F(16, 2, na_wire_req_open_t, dtype),
+};
+static const na_wire_field_t req_open_ids[] = { NA_WIRE_ID(request_id, na_wire_req_open_t, request_id) };
+static const na_wire_field_t req_rel_f[] = { F(0, 4, na_wire_req_release_t, status) };
+static const na_wire_field_t req_rel_ids[] = { NA_WIRE_ID(request_id, na_wire_req_release_t, request_id) };
+static const na_wire_field_t error_f[] = {
+    F(0, 4, na_wire_error_t, status), F(4, 2, na_wire_error_t, about_type),
+    F(8, 4, na_wire_error_t, about_seq),
+};
+static const na_wire_field_t error_ids[] = {
+    NA_WIRE_ID(request_id, na_wire_error_t, request_id), NA_WIRE_ID(batch_id, na_wire_error_t, batch_id),
+    NA_WIRE_ID(layer, na_wire_error_t, layer),
+};
+static const na_wire_field_t ack_f[] = { F(0, 2, na_wire_ack_t, about_type), F(4, 4, na_wire_ack_t, about_seq) };
+static const na_wire_field_t ack_ids[] = { NA_WIRE_ID(request_id, na_wire_ack_t, request_id) };
+#undef F
+_Static_assert(offsetof(na_wire_challenge_t, hello) == 0, "a challenge starts with its hello");
+
+/* name, fixed size, exact, fields, ids, then the hooks check / size / write / read */
+#define T(a) a, NA_WIRE_N(a)
+static const na_wire_ops_t ops_hello     = { "HELLO", HELLO_SIZE, 1, T(hello_f), T(hello_ids), NULL,
+                                             hello_size, hello_write, hello_read };
+static const na_wire_ops_t ops_challenge = { "HELLO_CHALLENGE", CHALLENGE_SIZE, 1, T(hello_f), T(hello_ids),
+                                             NULL, challenge_size, challenge_write, challenge_read };
+static const na_wire_ops_t ops_auth      = { "AUTH", AUTH_SIZE, 1, NULL, 0, NULL, 0, NULL, NULL,
+                                             auth_write, auth_read };
+static const na_wire_ops_t ops_hello_ok  = { "HELLO_OK", HELLO_OK_SIZE, 1, T(hello_ok_f), NULL, 0, NULL,
+                                             NULL, NULL, NULL };
+static const na_wire_ops_t ops_refuse    = { "REFUSE", TEXT_FIXED, 0, T(refuse_f), NULL, 0, NULL,
+                                             text_msg_size, text_msg_write, text_msg_read };
+static const na_wire_ops_t ops_heartbeat = { "HEARTBEAT", HEARTBEAT_SIZE, 1, T(heartbeat_f), NULL, 0, NULL,
+                                             NULL, NULL, NULL };
+static const na_wire_ops_t ops_req_open  = { "REQ_OPEN", REQ_OPEN_SIZE, 1, T(req_open_f), T(req_open_ids),
+                                             req_open_check, NULL, NULL, NULL };
+static const na_wire_ops_t ops_req_rel   = { "REQ_RELEASE", REQ_REL_SIZE, 1, T(req_rel_f), T(req_rel_ids),
+                                             req_release_check, NULL, NULL, NULL };
+static const na_wire_ops_t ops_stats_req = { "STATS_REQ", 0, 1, NULL, 0, NULL, 0, NULL, NULL, NULL, NULL };
+static const na_wire_ops_t ops_error     = { "ERROR", ERROR_FIXED, 0, T(error_f), T(error_ids),
+                                             error_check, error_size, error_write, error_read };
+static const na_wire_ops_t ops_bye       = { "BYE", TEXT_FIXED, 0, T(refuse_f), NULL, 0, NULL,
+                                             text_msg_size, text_msg_write, text_msg_read };
+static const na_wire_ops_t ops_ack       = { "ACK", ACK_SIZE, 1, T(ack_f), T(ack_ids), ack_check,
+                                             NULL, NULL, NULL };
+#undef T
 
 static const na_wire_ops_t *const ops_table[NA_WIRE_MSG_COUNT] = {
     [NA_WIRE_MSG_HELLO]           = &ops_hello,
@@ -675,7 +627,9 @@ static na_status_t enc_ops(const na_wire_msg_t *m, const na_wire_ops_t **ops_p, 
         return na_err(NA_ERR_INVALID, "wire %s: flags 0x%04x has unknown must-understand bits",
                       na_wire_type_name(m->type), m->flags);
     ops = ops_table[m->type];
-    if ((st = ops->size(m, plen_p)) != NA_OK)
+    *plen_p = ops->fixed;
+    if ((ops->check && (st = ops->check(NA_ERR_INVALID, m)) != NA_OK) ||
+        (ops->size && (st = ops->size(m, plen_p)) != NA_OK))
         return st;
     if (*plen_p > NA_WIRE_MAX_PAYLOAD)
         return na_err(NA_ERR_INVALID, "wire %s: payload of %" PRIu64 " bytes exceeds the limit %llu",
@@ -714,7 +668,11 @@ na_status_t na_wire_encode(const na_wire_msg_t *m, void *buf, size_t cap, size_t
     h.seq = m->seq;
     h.time_ns = m->time_ns;
     h.payload_len = plen;
-    ops->write(m, &h, p + NA_WIRE_HDR_SIZE);
+    ids_to_hdr(&h, &m->u, ops->ids, ops->n_ids);
+    memset(p + NA_WIRE_HDR_SIZE, 0, ops->fixed);
+    na_wire_put(p + NA_WIRE_HDR_SIZE, &m->u, ops->fields, ops->n_fields);
+    if (ops->write)
+        ops->write(m, p + NA_WIRE_HDR_SIZE);
     na_wire_hdr_encode(p, &h);
     *len_p = (size_t)(NA_WIRE_HDR_SIZE + plen);
     return NA_OK;
@@ -724,6 +682,7 @@ na_status_t na_wire_decode(const na_wire_hdr_t *h, const void *payload, size_t p
                            na_wire_msg_t *m_p)
 {
     const na_wire_ops_t *ops = NULL;
+    const uint8_t *p = payload ? payload : (const void *)"";
     na_wire_msg_t m;
     na_status_t st;
 
@@ -736,12 +695,17 @@ na_status_t na_wire_decode(const na_wire_hdr_t *h, const void *payload, size_t p
                       " (limit %llu)", ops->name, payload_len, h->payload_len, NA_WIRE_MAX_PAYLOAD);
     if (!payload && payload_len)
         return na_err(NA_ERR_INVALID, "wire %s: NULL payload", ops->name);
+    if ((st = (ops->exact ? na_wire_chk_len : na_wire_chk_min)(ops->name, payload_len, ops->fixed)) != NA_OK)
+        return st;
     memset(&m, 0, sizeof(m));
     m.type = (na_wire_type_t)h->type;
     m.flags = h->flags;
     m.seq = h->seq;
     m.time_ns = h->time_ns;
-    if ((st = ops->read(h, payload ? payload : (const void *)"", payload_len, &m)) != NA_OK)
+    na_wire_get(&m.u, p, ops->fields, ops->n_fields);
+    ids_from_hdr(&m.u, h, ops->ids, ops->n_ids);
+    if ((ops->read && (st = ops->read(p, payload_len, &m)) != NA_OK) ||
+        (ops->check && (st = ops->check(NA_ERR_PROTO, &m)) != NA_OK))
         return st;
     *m_p = m;
     return NA_OK;

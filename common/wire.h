@@ -507,21 +507,15 @@ na_status_t na_wire_nonce(uint8_t out[NA_WIRE_NONCE_SIZE]);
  *                   nonce_c | nonce_s | u16 len name_c | name_c |
  *                   u16 len name_s | name_s | u16 len cluster | cluster).
  * Pure; NA_ERR_INVALID on an empty secret or a name longer than 63. */
-na_status_t na_wire_auth_compute(const uint8_t *secret, size_t secret_len,
-                                 na_wire_auth_side_t side,
-                                 const uint8_t nonce_c[NA_WIRE_NONCE_SIZE],
-                                 const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
-                                 const char *name_c, const char *name_s,
-                                 const char *cluster,
+na_status_t na_wire_auth_compute(const uint8_t *secret, size_t secret_len, na_wire_auth_side_t side,
+                                 const uint8_t nonce_c[NA_WIRE_NONCE_SIZE], const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
+                                 const char *name_c, const char *name_s, const char *cluster,
                                  uint8_t mac_out[NA_WIRE_MAC_SIZE]);
 /* Recompute and compare in constant time: NA_OK, or NA_ERR_AUTH
  * ("peer NAME could not prove the cluster secret"). */
-na_status_t na_wire_auth_verify(const uint8_t *secret, size_t secret_len,
-                                na_wire_auth_side_t side,
-                                const uint8_t nonce_c[NA_WIRE_NONCE_SIZE],
-                                const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
-                                const char *name_c, const char *name_s,
-                                const char *cluster,
+na_status_t na_wire_auth_verify(const uint8_t *secret, size_t secret_len, na_wire_auth_side_t side,
+                                const uint8_t nonce_c[NA_WIRE_NONCE_SIZE], const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
+                                const char *name_c, const char *name_s, const char *cluster,
                                 const uint8_t mac[NA_WIRE_MAC_SIZE]);
 
 /* Version rule for a received HELLO / HELLO_CHALLENGE: NA_OK for the same

@@ -35,12 +35,9 @@ static void mac_str(na_hmac_sha256_t *h, const char *s)
     na_hmac_sha256_update(h, s, n);
 }
 
-na_status_t na_wire_auth_compute(const uint8_t *secret, size_t secret_len,
-                                 na_wire_auth_side_t side,
-                                 const uint8_t nonce_c[NA_WIRE_NONCE_SIZE],
-                                 const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
-                                 const char *name_c, const char *name_s,
-                                 const char *cluster,
+na_status_t na_wire_auth_compute(const uint8_t *secret, size_t secret_len, na_wire_auth_side_t side,
+                                 const uint8_t nonce_c[NA_WIRE_NONCE_SIZE], const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
+                                 const char *name_c, const char *name_s, const char *cluster,
                                  uint8_t mac_out[NA_WIRE_MAC_SIZE])
 {
     static const char label_c[] = "nearattn-auth-v1 client";
@@ -73,12 +70,9 @@ na_status_t na_wire_auth_compute(const uint8_t *secret, size_t secret_len,
     return NA_OK;
 }
 
-na_status_t na_wire_auth_verify(const uint8_t *secret, size_t secret_len,
-                                na_wire_auth_side_t side,
-                                const uint8_t nonce_c[NA_WIRE_NONCE_SIZE],
-                                const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
-                                const char *name_c, const char *name_s,
-                                const char *cluster,
+na_status_t na_wire_auth_verify(const uint8_t *secret, size_t secret_len, na_wire_auth_side_t side,
+                                const uint8_t nonce_c[NA_WIRE_NONCE_SIZE], const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
+                                const char *name_c, const char *name_s, const char *cluster,
                                 const uint8_t mac[NA_WIRE_MAC_SIZE])
 {
     uint8_t want[NA_WIRE_MAC_SIZE];

@@ -23,7 +23,24 @@ enum {
 };
 _Static_assert(STATS_PAIR == 40, "stats pair is 40 bytes");
 
-/* ---- PREFILL_KV / KV_DATA -------------------------------------------------------- */
+/* ---- PREFILL_KV / KV_DATA / KV_FETCH ---------------------------------------------- */
+
+/* The range fields KV messages share, head_dim when head_dim_p is not NULL
+ * (KV_FETCH has none), then the dtype. */
+static na_status_t kv_range_check(na_status_t code, const char *who, uint64_t request_id,
+                                  uint32_t layer, uint32_t pos0, uint32_t n_tokens, uint16_t kv_h0,
+                                  uint16_t kv_h1, const uint16_t *head_dim_p, uint64_t dtype, size_t *es_p)
+{
+    const na_wire_range_t range[] = {
+        { "request_id", request_id, 1, UINT64_MAX }, { "layer", layer, 0, NA_WIRE_MAX_LAYERS - 1 },
+        { "n_tokens", n_tokens, 1, NA_WIRE_MAX_TOKENS }, { "pos0", pos0, 0, NA_WIRE_MAX_POS - n_tokens },
+        { "kv_h0", kv_h0, 0, NA_WIRE_MAX_KV_HEADS - 1 },
+        { "kv_h1", kv_h1, (uint64_t)kv_h0 + 1, NA_WIRE_MAX_KV_HEADS },
+        { "head_dim", head_dim_p ? *head_dim_p : 1, 1, NA_WIRE_MAX_HEAD_DIM },
+    };
+    na_status_t st = na_wire_chk_all(code, who, range, NA_WIRE_N(range) - !head_dim_p);
+    return st ? st : na_wire_chk_dtype(code, who, "dtype", dtype, es_p);
+}
 
 /* Validate the shape fields of a KV message, and compute the offsets of the
  * K and V sections and the payload size. */
@@ -34,14 +51,8 @@ static na_status_t kv_layout(na_status_t code, const char *who, const na_wire_kv
     size_t es;
     uint64_t bytes;
 
-    if ((st = na_wire_chk(code, who, "request_id", k->request_id, 1, UINT64_MAX)) != NA_OK ||
-        (st = na_wire_chk(code, who, "layer", k->layer, 0, NA_WIRE_MAX_LAYERS - 1)) != NA_OK ||
-        (st = na_wire_chk(code, who, "n_tokens", k->n_tokens, 1, NA_WIRE_MAX_TOKENS)) != NA_OK ||
-        (st = na_wire_chk(code, who, "pos0", k->pos0, 0, NA_WIRE_MAX_POS - k->n_tokens)) != NA_OK ||
-        (st = na_wire_chk(code, who, "kv_h0", k->kv_h0, 0, NA_WIRE_MAX_KV_HEADS - 1)) != NA_OK ||
-        (st = na_wire_chk(code, who, "kv_h1", k->kv_h1, (uint64_t)k->kv_h0 + 1, NA_WIRE_MAX_KV_HEADS)) != NA_OK ||
-        (st = na_wire_chk(code, who, "head_dim", k->head_dim, 1, NA_WIRE_MAX_HEAD_DIM)) != NA_OK ||
-        (st = na_wire_chk_dtype(code, who, "dtype", (uint64_t)k->dtype, &es)) != NA_OK)
+    if ((st = kv_range_check(code, who, k->request_id, k->layer, k->pos0, k->n_tokens, k->kv_h0,
+                             k->kv_h1, &k->head_dim, (uint64_t)k->dtype, &es)) != NA_OK)
         return st;
     bytes = (uint64_t)k->n_tokens * (uint64_t)(k->kv_h1 - k->kv_h0) * k->head_dim * es;
     *koff_p = NA_WIRE_ALIGN;
@@ -65,22 +76,14 @@ static na_status_t kv_size(const na_wire_msg_t *m, uint64_t *len_p)
     return kv_layout(NA_ERR_INVALID, kv_name(m), &m->u.kv, &ko, &vo, len_p);
 }
 
-static void kv_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void kv_write(const na_wire_msg_t *m, uint8_t *p)
 {
     const na_wire_kv_t *k = &m->u.kv;
-    uint64_t ko, vo, len, bytes;
+    uint64_t ko = 0, vo = 0, len = 0, bytes;
 
     (void)kv_layout(NA_ERR_INVALID, kv_name(m), k, &ko, &vo, &len);  /* validated by size() */
     bytes = len - vo;
-    h->request_id = k->request_id;
-    h->layer = k->layer;
-    memset(p, 0, ko);
-    na_st32(p, k->pos0);
-    na_st32(p + 4, k->n_tokens);
-    na_st16(p + 8, k->kv_h0);
-    na_st16(p + 10, k->kv_h1);
-    na_st16(p + 12, k->head_dim);
-    na_st16(p + 14, (uint16_t)k->dtype);
+    memset(p + KV_FIXED, 0, ko - KV_FIXED);
     if (k->k)
         memcpy(p + ko, k->k, bytes);
     memset(p + ko + bytes, 0, vo - ko - bytes);
@@ -88,26 +91,16 @@ static void kv_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
         memcpy(p + vo, k->v, bytes);
 }
 
-static na_status_t kv_read_as(const char *who, const na_wire_hdr_t *h, const uint8_t *p,
-                              uint64_t len, na_wire_msg_t *m)
+static na_status_t kv_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
+    const char *who = kv_name(m);
     na_wire_kv_t *k = &m->u.kv;
     uint64_t ko, vo, want;
     size_t es;
     na_status_t st;
 
-    if ((st = na_wire_chk_min(who, len, KV_FIXED)) != NA_OK ||
-        (st = na_wire_chk_dtype(NA_ERR_PROTO, who, "dtype", na_ld16(p + 14), &es)) != NA_OK)
-        return st;
-    k->request_id = h->request_id;
-    k->layer      = h->layer;
-    k->pos0       = na_ld32(p);
-    k->n_tokens   = na_ld32(p + 4);
-    k->kv_h0      = na_ld16(p + 8);
-    k->kv_h1      = na_ld16(p + 10);
-    k->head_dim   = na_ld16(p + 12);
-    k->dtype      = (na_dtype_t)na_ld16(p + 14);
-    if ((st = kv_layout(NA_ERR_PROTO, who, k, &ko, &vo, &want)) != NA_OK ||
+    if ((st = na_wire_chk_dtype(NA_ERR_PROTO, who, "dtype", (uint64_t)k->dtype, &es)) != NA_OK ||
+        (st = kv_layout(NA_ERR_PROTO, who, k, &ko, &vo, &want)) != NA_OK ||
         (st = na_wire_chk_len(who, len, want)) != NA_OK ||
         (st = na_wire_chk_pad(who, p, KV_FIXED, ko)) != NA_OK ||
         (st = na_wire_chk_pad(who, p, ko + (want - vo), vo)) != NA_OK)
@@ -117,70 +110,39 @@ static na_status_t kv_read_as(const char *who, const na_wire_hdr_t *h, const uin
     return NA_OK;
 }
 
-static na_status_t kv_prefill_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    return kv_read_as("PREFILL_KV", h, p, len, m);
-}
-static na_status_t kv_data_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    return kv_read_as("KV_DATA", h, p, len, m);
-}
-
-const na_wire_ops_t na_wire_ops_kv_prefill = { "PREFILL_KV", kv_size, kv_write, kv_prefill_read };
-const na_wire_ops_t na_wire_ops_kv_data    = { "KV_DATA", kv_size, kv_write, kv_data_read };
-
-/* ---- KV_FETCH ------------------------------------------------------------------------ */
-
-static na_status_t kv_fetch_check(na_status_t code, const na_wire_kv_fetch_t *f)
-{
-    const char *who = "KV_FETCH";
-    na_status_t st;
-    size_t es;
-    if ((st = na_wire_chk(code, who, "request_id", f->request_id, 1, UINT64_MAX)) != NA_OK ||
-        (st = na_wire_chk(code, who, "layer", f->layer, 0, NA_WIRE_MAX_LAYERS - 1)) != NA_OK ||
-        (st = na_wire_chk(code, who, "n_tokens", f->n_tokens, 1, NA_WIRE_MAX_TOKENS)) != NA_OK ||
-        (st = na_wire_chk(code, who, "pos0", f->pos0, 0, NA_WIRE_MAX_POS - f->n_tokens)) != NA_OK ||
-        (st = na_wire_chk(code, who, "kv_h0", f->kv_h0, 0, NA_WIRE_MAX_KV_HEADS - 1)) != NA_OK ||
-        (st = na_wire_chk(code, who, "kv_h1", f->kv_h1, (uint64_t)f->kv_h0 + 1, NA_WIRE_MAX_KV_HEADS)) != NA_OK ||
-        (st = na_wire_chk_dtype(code, who, "dtype", (uint64_t)f->dtype, &es)) != NA_OK)
-        return st;
-    return NA_OK;
-}
-static na_status_t kv_fetch_size(const na_wire_msg_t *m, uint64_t *len_p)
-{
-    *len_p = KV_FETCH_SIZE;
-    return kv_fetch_check(NA_ERR_INVALID, &m->u.kv_fetch);
-}
-static void kv_fetch_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static na_status_t kv_fetch_check(na_status_t code, const na_wire_msg_t *m)
 {
     const na_wire_kv_fetch_t *f = &m->u.kv_fetch;
-    memset(p, 0, KV_FETCH_SIZE);
-    h->request_id = f->request_id;
-    h->layer = f->layer;
-    na_st32(p, f->pos0);
-    na_st32(p + 4, f->n_tokens);
-    na_st16(p + 8, f->kv_h0);
-    na_st16(p + 10, f->kv_h1);
-    na_st16(p + 12, (uint16_t)f->dtype);
-}
-static na_status_t kv_fetch_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
-{
-    na_wire_kv_fetch_t *f = &m->u.kv_fetch;
-    na_status_t st = na_wire_chk_len("KV_FETCH", len, KV_FETCH_SIZE);
     size_t es;
-    if (st || (st = na_wire_chk_dtype(NA_ERR_PROTO, "KV_FETCH", "dtype", na_ld16(p + 12), &es)) != NA_OK)
-        return st;
-    f->request_id = h->request_id;
-    f->layer      = h->layer;
-    f->pos0       = na_ld32(p);
-    f->n_tokens   = na_ld32(p + 4);
-    f->kv_h0      = na_ld16(p + 8);
-    f->kv_h1      = na_ld16(p + 10);
-    f->dtype      = (na_dtype_t)na_ld16(p + 12);
-    return kv_fetch_check(NA_ERR_PROTO, f);
+    return kv_range_check(code, "KV_FETCH", f->request_id, f->layer, f->pos0, f->n_tokens, f->kv_h0,
+                          f->kv_h1, NULL, (uint64_t)f->dtype, &es);
 }
 
-const na_wire_ops_t na_wire_ops_kv_fetch = { "KV_FETCH", kv_fetch_size, kv_fetch_write, kv_fetch_read };
+#define F NA_WIRE_FIELD
+static const na_wire_field_t kv_f[] = {
+    F(0, 4, na_wire_kv_t, pos0), F(4, 4, na_wire_kv_t, n_tokens), F(8, 2, na_wire_kv_t, kv_h0),
+    F(10, 2, na_wire_kv_t, kv_h1), F(12, 2, na_wire_kv_t, head_dim), F(14, 2, na_wire_kv_t, dtype),
+};
+static const na_wire_field_t kv_ids[] = {
+    NA_WIRE_ID(request_id, na_wire_kv_t, request_id), NA_WIRE_ID(layer, na_wire_kv_t, layer),
+};
+static const na_wire_field_t fetch_f[] = {
+    F(0, 4, na_wire_kv_fetch_t, pos0), F(4, 4, na_wire_kv_fetch_t, n_tokens),
+    F(8, 2, na_wire_kv_fetch_t, kv_h0), F(10, 2, na_wire_kv_fetch_t, kv_h1), F(12, 2, na_wire_kv_fetch_t, dtype),
+};
+static const na_wire_field_t fetch_ids[] = {
+    NA_WIRE_ID(request_id, na_wire_kv_fetch_t, request_id), NA_WIRE_ID(layer, na_wire_kv_fetch_t, layer),
+};
+#undef F
+
+#define T(a) a, NA_WIRE_N(a)
+const na_wire_ops_t na_wire_ops_kv_prefill = { "PREFILL_KV", KV_FIXED, 0, T(kv_f), T(kv_ids), NULL,
+                                               kv_size, kv_write, kv_read };
+const na_wire_ops_t na_wire_ops_kv_data    = { "KV_DATA", KV_FIXED, 0, T(kv_f), T(kv_ids), NULL,
+                                               kv_size, kv_write, kv_read };
+const na_wire_ops_t na_wire_ops_kv_fetch   = { "KV_FETCH", KV_FETCH_SIZE, 1, T(fetch_f), T(fetch_ids),
+                                               kv_fetch_check, NULL, NULL, NULL };
+#undef T
 
 /* ---- DECODE_ATTN / ATTN_OUT: shared batch fields ------------------------------------- */
 
@@ -191,20 +153,40 @@ typedef struct {
     uint64_t dtype;
 } batch_t;
 
+#define BATCH(a) { (a)->layer, (a)->n_entries, (a)->entry_base, (a)->batch_total, (a)->head_dim, \
+                   (a)->q_per_kv, (uint64_t)(a)->dtype }
+
+/* Both fixed parts: n_entries u32, entry_base u32, batch_total u32, head_dim
+ * u16, q_per_kv u16, dtype u16 (DECODE_ATTN adds its scale at 20). */
+#define BATCH_FIELDS(type) \
+    NA_WIRE_FIELD(0, 4, type, n_entries), NA_WIRE_FIELD(4, 4, type, entry_base), \
+    NA_WIRE_FIELD(8, 4, type, batch_total), NA_WIRE_FIELD(12, 2, type, head_dim), \
+    NA_WIRE_FIELD(14, 2, type, q_per_kv), NA_WIRE_FIELD(16, 2, type, dtype)
+#define BATCH_IDS(type) NA_WIRE_ID(batch_id, type, batch_id), NA_WIRE_ID(layer, type, layer)
+/* Entry tables: request_id u64, position u32 (ATTN) or status i32 (OUT),
+ * kv_h0 u16, kv_h1 u16, then the rows' offset u32 (written by the loops). */
+#define ENTRY_FIELDS(type, word2) \
+    NA_WIRE_FIELD(0, 8, type, request_id), NA_WIRE_FIELD(8, 4, type, word2), \
+    NA_WIRE_FIELD(12, 2, type, kv_h0), NA_WIRE_FIELD(14, 2, type, kv_h1)
+
+static const na_wire_field_t attn_f[] = { BATCH_FIELDS(na_wire_attn_t) };
+static const na_wire_field_t attn_ids[] = { BATCH_IDS(na_wire_attn_t) };
+static const na_wire_field_t attn_entry_f[] = { ENTRY_FIELDS(na_wire_attn_entry_t, position) };
+static const na_wire_field_t out_f[] = { BATCH_FIELDS(na_wire_attn_out_t) };
+static const na_wire_field_t out_ids[] = { BATCH_IDS(na_wire_attn_out_t) };
+static const na_wire_field_t out_entry_f[] = { ENTRY_FIELDS(na_wire_out_entry_t, status) };
+
 static na_status_t batch_check(na_status_t code, const char *who, const batch_t *b, size_t *es_p)
 {
-    na_status_t st;
-    if ((st = na_wire_chk(code, who, "layer", b->layer, 0, NA_WIRE_MAX_LAYERS - 1)) != NA_OK ||
-        (st = na_wire_chk(code, who, "n_entries", b->n, 1, NA_WIRE_MAX_ENTRIES)) != NA_OK ||
-        (st = na_wire_chk(code, who, "batch_total", b->total, 1, NA_WIRE_MAX_ENTRIES)) != NA_OK ||
-        (st = na_wire_chk(code, who, "entry_base", b->base, 0,
-                          b->total >= b->n ? b->total - b->n : 0)) != NA_OK ||
-        (st = na_wire_chk(code, who, "n_entries", b->n, 1, b->total)) != NA_OK ||
-        (st = na_wire_chk(code, who, "head_dim", b->head_dim, 1, NA_WIRE_MAX_HEAD_DIM)) != NA_OK ||
-        (st = na_wire_chk(code, who, "q_per_kv", b->q_per_kv, 1, NA_WIRE_MAX_Q_PER_KV)) != NA_OK ||
-        (st = na_wire_chk_dtype(code, who, "dtype", b->dtype, es_p)) != NA_OK)
-        return st;
-    return NA_OK;
+    const na_wire_range_t range[] = {
+        { "layer", b->layer, 0, NA_WIRE_MAX_LAYERS - 1 }, { "n_entries", b->n, 1, NA_WIRE_MAX_ENTRIES },
+        { "batch_total", b->total, 1, NA_WIRE_MAX_ENTRIES },
+        { "entry_base", b->base, 0, b->total >= b->n ? b->total - b->n : 0 },
+        { "n_entries", b->n, 1, b->total }, { "head_dim", b->head_dim, 1, NA_WIRE_MAX_HEAD_DIM },
+        { "q_per_kv", b->q_per_kv, 1, NA_WIRE_MAX_Q_PER_KV },
+    };
+    na_status_t st = na_wire_chk_all(code, who, range, NA_WIRE_N(range));
+    return st ? st : na_wire_chk_dtype(code, who, "dtype", b->dtype, es_p);
 }
 
 /* Offset of the first entry's rows. */
@@ -229,14 +211,32 @@ static na_status_t entry_place(na_status_t code, const char *who, uint32_t i, ui
     return NA_OK;
 }
 
-/* ---- DECODE_ATTN ------------------------------------------------------------------------ */
-
-static batch_t attn_batch(const na_wire_attn_t *a)
+/* Write entry i's table row (e, described by f) with its rows' offset, and
+ * zero the padding before the next entry's rows (at the returned offset). */
+static uint64_t entry_write(uint8_t *p, uint32_t i, uint32_t n, const void *e,
+                            const na_wire_field_t *f, uint64_t off, uint64_t end)
 {
-    batch_t b = { a->layer, a->n_entries, a->entry_base, a->batch_total, a->head_dim,
-                  a->q_per_kv, (uint64_t)a->dtype };
-    return b;
+    uint8_t *t = p + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
+    uint64_t next = na_wire_align_up(end);
+
+    na_wire_put(t, e, f, 4);
+    na_st32(t + 16, (uint32_t)off);
+    if (i + 1 < n)
+        memset(p + end, 0, next - end);
+    return next;
 }
+
+/* Entry status: 0, or a negative na_status_t that fits the wire (-255..-1). */
+static na_status_t status_check(na_status_t code, const char *who, const char *array, uint32_t i,
+                                int32_t s)
+{
+    if (s > 0 || s < -255)
+        return na_err(code, "wire %s: field '%s[%" PRIu32 "].status' = %" PRId32
+                      " out of range [-255, 0]", who, array, i, s);
+    return NA_OK;
+}
+
+/* ---- DECODE_ATTN ------------------------------------------------------------------------ */
 
 static na_status_t scale_check(na_status_t code, float s)
 {
@@ -247,29 +247,27 @@ static na_status_t scale_check(na_status_t code, float s)
     return NA_OK;
 }
 
-static na_status_t attn_size(const na_wire_msg_t *m, uint64_t *len_p)
+/* Payload size of a DECODE_ATTN (ae) or ATTN_OUT (oe) being encoded: each
+ * entry's request_id, position or status and head range, rows_per_kv rows of
+ * head_dim per kv head. */
+static na_status_t entries_size(const char *who, const batch_t *b, size_t es, uint64_t rows_per_kv,
+                                const na_wire_attn_entry_t *ae, const na_wire_out_entry_t *oe,
+                                uint64_t *len_p)
 {
-    const na_wire_attn_t *a = &m->u.attn;
-    batch_t b = attn_batch(a);
-    uint64_t off, end = 0, row;
-    size_t es;
+    uint64_t row = rows_per_kv * b->head_dim * es, off = rows_start(b->n), end = 0;
     uint32_t i;
     na_status_t st;
 
-    if ((st = batch_check(NA_ERR_INVALID, "DECODE_ATTN", &b, &es)) != NA_OK ||
-        (st = scale_check(NA_ERR_INVALID, a->scale)) != NA_OK)
-        return st;
-    if (!a->entries)
-        return na_err(NA_ERR_INVALID, "wire DECODE_ATTN: entries is NULL");
-    row = (uint64_t)(a->q_per_kv + 2) * a->head_dim * es;       /* q rows + k + v per kv head */
-    off = rows_start(a->n_entries);
-    for (i = 0; i < a->n_entries; i++) {
-        const na_wire_attn_entry_t *e = &a->entries[i];
-        if ((st = na_wire_chk_i(NA_ERR_INVALID, "DECODE_ATTN", "entries", i, "request_id",
-                                e->request_id, 1, UINT64_MAX)) != NA_OK ||
-            (st = na_wire_chk_i(NA_ERR_INVALID, "DECODE_ATTN", "entries", i, "position",
-                                e->position, 0, NA_WIRE_MAX_POS - 1)) != NA_OK ||
-            (st = entry_place(NA_ERR_INVALID, "DECODE_ATTN", i, e->kv_h0, e->kv_h1, row, &off, &end)) != NA_OK)
+    if (!ae && !oe)
+        return na_err(NA_ERR_INVALID, "wire %s: entries is NULL", who);
+    for (i = 0; i < b->n; i++) {
+        uint64_t id = ae ? ae[i].request_id : oe[i].request_id;
+        uint16_t h0 = ae ? ae[i].kv_h0 : oe[i].kv_h0, h1 = ae ? ae[i].kv_h1 : oe[i].kv_h1;
+        if ((st = na_wire_chk_i(NA_ERR_INVALID, who, "entries", i, "request_id", id, 1, UINT64_MAX)) != NA_OK ||
+            (st = ae ? na_wire_chk_i(NA_ERR_INVALID, who, "entries", i, "position", ae[i].position, 0,
+                                     NA_WIRE_MAX_POS - 1)
+                     : status_check(NA_ERR_INVALID, who, "entries", i, oe[i].status)) != NA_OK ||
+            (st = entry_place(NA_ERR_INVALID, who, i, h0, h1, row, &off, &end)) != NA_OK)
             return st;
         off = na_wire_align_up(end);
     }
@@ -277,42 +275,38 @@ static na_status_t attn_size(const na_wire_msg_t *m, uint64_t *len_p)
     return NA_OK;
 }
 
-static void attn_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static na_status_t attn_size(const na_wire_msg_t *m, uint64_t *len_p)
 {
     const na_wire_attn_t *a = &m->u.attn;
-    size_t es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+    batch_t b = BATCH(a);
+    size_t es;
+    na_status_t st;
+
+    if ((st = batch_check(NA_ERR_INVALID, "DECODE_ATTN", &b, &es)) != NA_OK ||
+        (st = scale_check(NA_ERR_INVALID, a->scale)) != NA_OK)
+        return st;
+    /* q rows + k + v per kv head */
+    return entries_size("DECODE_ATTN", &b, es, (uint64_t)a->q_per_kv + 2, a->entries, NULL, len_p);
+}
+
+static void attn_write(const na_wire_msg_t *m, uint8_t *p)
+{
+    const na_wire_attn_t *a = &m->u.attn;
+    size_t es = na_dtype_bytes(a->dtype, 1);
     uint64_t off = rows_start(a->n_entries), qb, kb;
     uint32_t i;
 
-    h->batch_id = a->batch_id;
-    h->layer = a->layer;
-    memset(p, 0, off);
-    na_st32(p, a->n_entries);
-    na_st32(p + 4, a->entry_base);
-    na_st32(p + 8, a->batch_total);
-    na_st16(p + 12, a->head_dim);
-    na_st16(p + 14, a->q_per_kv);
-    na_st16(p + 16, (uint16_t)a->dtype);
+    memset(p + ATTN_FIXED, 0, off - ATTN_FIXED);
     na_st32(p + 20, na_f32_bits(a->scale));
     for (i = 0; i < a->n_entries; i++) {
         const na_wire_attn_entry_t *e = &a->entries[i];
-        uint8_t *t = p + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
-        uint64_t nh = (uint64_t)(e->kv_h1 - e->kv_h0), end;
-        na_st64(t, e->request_id);
-        na_st32(t + 8, e->position);
-        na_st16(t + 12, e->kv_h0);
-        na_st16(t + 14, e->kv_h1);
-        na_st32(t + 16, (uint32_t)off);
+        uint64_t nh = (uint64_t)(e->kv_h1 - e->kv_h0);
         qb = nh * a->q_per_kv * a->head_dim * es;
         kb = nh * a->head_dim * es;
         if (e->q) memcpy(p + off, e->q, qb);
         if (e->k) memcpy(p + off + qb, e->k, kb);
         if (e->v) memcpy(p + off + qb + kb, e->v, kb);
-        end = off + qb + 2 * kb;
-        if (i + 1 < a->n_entries) {
-            off = na_wire_align_up(end);
-            memset(p + end, 0, off - end);
-        }
+        off = entry_write(p, i, a->n_entries, e, attn_entry_f, off, off + qb + 2 * kb);
     }
 }
 
@@ -337,10 +331,8 @@ static na_status_t table_read(const char *who, const batch_t *b, size_t es, uint
         if ((st = na_wire_chk_i(NA_ERR_PROTO, who, "entries", i, "request_id", id, 1, UINT64_MAX)) != NA_OK)
             return st;
         if (is_out) {
-            int32_t s = (int32_t)na_ld32(t + 8);
-            if (s > 0 || s < -255)
-                return na_err(NA_ERR_PROTO, "wire %s: field 'entries[%" PRIu32 "].status' = %" PRId32
-                              " out of range [-255, 0]", who, i, s);
+            if ((st = status_check(NA_ERR_PROTO, who, "entries", i, (int32_t)na_ld32(t + 8))) != NA_OK)
+                return st;
         } else if ((st = na_wire_chk_i(NA_ERR_PROTO, who, "entries", i, "position", na_ld32(t + 8),
                                        0, NA_WIRE_MAX_POS - 1)) != NA_OK) {
             return st;
@@ -388,21 +380,14 @@ na_status_t na_wire_decode_attn_prefix(const na_wire_hdr_t *h, const void *paylo
     if (avail < ATTN_FIXED || !p)
         return NA_INPROGRESS;
     memset(&a, 0, sizeof(a));
-    a.batch_id    = h->batch_id;
-    a.layer       = h->layer;
-    a.n_entries   = na_ld32(p);
-    a.entry_base  = na_ld32(p + 4);
-    a.batch_total = na_ld32(p + 8);
-    a.head_dim    = na_ld16(p + 12);
-    a.q_per_kv    = na_ld16(p + 14);
-    b = attn_batch(&a);
-    b.dtype       = na_ld16(p + 16);
-    a.scale       = na_bits_f32(na_ld32(p + 20));
+    a.batch_id = h->batch_id;
+    a.layer    = h->layer;
+    na_wire_get(&a, p, attn_f, NA_WIRE_N(attn_f));
+    a.scale    = na_bits_f32(na_ld32(p + 20));
+    b = (batch_t)BATCH(&a);
     if ((st = batch_check(NA_ERR_PROTO, who, &b, &es)) != NA_OK ||
-        (st = scale_check(NA_ERR_PROTO, a.scale)) != NA_OK)
-        return st;
-    a.dtype = (na_dtype_t)b.dtype;
-    if ((st = na_wire_chk_min(who, h->payload_len, rows_start(a.n_entries))) != NA_OK)
+        (st = scale_check(NA_ERR_PROTO, a.scale)) != NA_OK ||
+        (st = na_wire_chk_min(who, h->payload_len, rows_start(a.n_entries))) != NA_OK)
         return st;
     if (avail < rows_start(a.n_entries))
         return NA_INPROGRESS;
@@ -415,10 +400,18 @@ na_status_t na_wire_decode_attn_prefix(const na_wire_hdr_t *h, const void *paylo
     return NA_OK;
 }
 
-static na_status_t attn_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t attn_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
+    na_wire_hdr_t h;
     uint32_t ready;
-    na_status_t st = na_wire_decode_attn_prefix(h, p, len, &m->u.attn, &ready);
+    na_status_t st;
+
+    memset(&h, 0, sizeof(h));
+    h.type = NA_WIRE_MSG_DECODE_ATTN;
+    h.payload_len = len;
+    h.batch_id = m->u.attn.batch_id;
+    h.layer = m->u.attn.layer;
+    st = na_wire_decode_attn_prefix(&h, p, len, &m->u.attn, &ready);
     if (st == NA_INPROGRESS)      /* cannot happen with len == payload_len; be safe */
         return na_err(NA_ERR_PROTO, "wire DECODE_ATTN: payload of %" PRIu64 " bytes is incomplete", len);
     return st;
@@ -429,19 +422,14 @@ na_status_t na_wire_attn_get(const na_wire_attn_t *m, uint32_t i, na_wire_attn_e
     const uint8_t *t;
     uint64_t nh, off, qb, kb;
     size_t es;
+    na_status_t st = na_wire_row("DECODE_ATTN", "entry", i, m ? m->n_entries : 0,
+                                 m ? m->entries : NULL, sizeof(*e_p), e_p);
 
-    if (!m || i >= m->n_entries)
-        return na_err(NA_ERR_RANGE, "wire DECODE_ATTN: entry %u of %u", i, m ? m->n_entries : 0);
-    if (m->entries) {
-        *e_p = m->entries[i];
-        return NA_OK;
-    }
-    es = m->dtype == NA_DTYPE_F32 ? 4 : 2;
+    if (st || m->entries)
+        return st;
+    es = na_dtype_bytes(m->dtype, 1);
     t = m->raw + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
-    e_p->request_id = na_ld64(t);
-    e_p->position   = na_ld32(t + 8);
-    e_p->kv_h0      = na_ld16(t + 12);
-    e_p->kv_h1      = na_ld16(t + 14);
+    na_wire_get(e_p, t, attn_entry_f, NA_WIRE_N(attn_entry_f));
     off = na_ld32(t + 16);
     nh = (uint64_t)(e_p->kv_h1 - e_p->kv_h0);
     qb = nh * m->q_per_kv * m->head_dim * es;
@@ -452,111 +440,52 @@ na_status_t na_wire_attn_get(const na_wire_attn_t *m, uint32_t i, na_wire_attn_e
     return NA_OK;
 }
 
-const na_wire_ops_t na_wire_ops_attn = { "DECODE_ATTN", attn_size, attn_write, attn_read };
+const na_wire_ops_t na_wire_ops_attn = { "DECODE_ATTN", ATTN_FIXED, 0, attn_f, NA_WIRE_N(attn_f), attn_ids,
+                                         NA_WIRE_N(attn_ids), NULL, attn_size, attn_write, attn_read };
 
 /* ---- ATTN_OUT ------------------------------------------------------------------------------ */
-
-static batch_t out_batch(const na_wire_attn_out_t *a)
-{
-    batch_t b = { a->layer, a->n_entries, a->entry_base, a->batch_total, a->head_dim,
-                  a->q_per_kv, (uint64_t)a->dtype };
-    return b;
-}
 
 static na_status_t out_size(const na_wire_msg_t *m, uint64_t *len_p)
 {
     const na_wire_attn_out_t *a = &m->u.attn_out;
-    batch_t b = out_batch(a);
-    uint64_t off, end = 0, row;
+    batch_t b = BATCH(a);
     size_t es;
-    uint32_t i;
-    na_status_t st;
+    na_status_t st = batch_check(NA_ERR_INVALID, "ATTN_OUT", &b, &es);
 
-    if ((st = batch_check(NA_ERR_INVALID, "ATTN_OUT", &b, &es)) != NA_OK)
-        return st;
-    if (!a->entries)
-        return na_err(NA_ERR_INVALID, "wire ATTN_OUT: entries is NULL");
-    row = (uint64_t)a->q_per_kv * a->head_dim * es;
-    off = rows_start(a->n_entries);
-    for (i = 0; i < a->n_entries; i++) {
-        const na_wire_out_entry_t *e = &a->entries[i];
-        if ((st = na_wire_chk_i(NA_ERR_INVALID, "ATTN_OUT", "entries", i, "request_id",
-                                e->request_id, 1, UINT64_MAX)) != NA_OK)
-            return st;
-        if (e->status > 0 || e->status < -255)
-            return na_err(NA_ERR_INVALID, "wire ATTN_OUT: field 'entries[%" PRIu32 "].status' = %" PRId32
-                          " out of range [-255, 0]", i, e->status);
-        if ((st = entry_place(NA_ERR_INVALID, "ATTN_OUT", i, e->kv_h0, e->kv_h1, row, &off, &end)) != NA_OK)
-            return st;
-        off = na_wire_align_up(end);
-    }
-    *len_p = end;
-    return NA_OK;
+    return st ? st : entries_size("ATTN_OUT", &b, es, a->q_per_kv, NULL, a->entries, len_p);
 }
 
-static void out_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void out_write(const na_wire_msg_t *m, uint8_t *p)
 {
     const na_wire_attn_out_t *a = &m->u.attn_out;
-    size_t es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+    size_t es = na_dtype_bytes(a->dtype, 1);
     uint64_t off = rows_start(a->n_entries), ob;
     uint32_t i;
 
-    h->batch_id = a->batch_id;
-    h->layer = a->layer;
-    memset(p, 0, off);
-    na_st32(p, a->n_entries);
-    na_st32(p + 4, a->entry_base);
-    na_st32(p + 8, a->batch_total);
-    na_st16(p + 12, a->head_dim);
-    na_st16(p + 14, a->q_per_kv);
-    na_st16(p + 16, (uint16_t)a->dtype);
+    memset(p + ATTN_FIXED, 0, off - ATTN_FIXED);
     for (i = 0; i < a->n_entries; i++) {
         const na_wire_out_entry_t *e = &a->entries[i];
-        uint8_t *t = p + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
-        uint64_t end;
-        na_st64(t, e->request_id);
-        na_st32(t + 8, (uint32_t)e->status);
-        na_st16(t + 12, e->kv_h0);
-        na_st16(t + 14, e->kv_h1);
-        na_st32(t + 16, (uint32_t)off);
         ob = (uint64_t)(e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim * es;
         if (e->o)
             memcpy(p + off, e->o, ob);
         else if (e->status != 0)
             memset(p + off, 0, ob);
-        end = off + ob;
-        if (i + 1 < a->n_entries) {
-            off = na_wire_align_up(end);
-            memset(p + end, 0, off - end);
-        }
+        off = entry_write(p, i, a->n_entries, e, out_entry_f, off, off + ob);
     }
 }
 
-static na_status_t out_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t out_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
     const char *who = "ATTN_OUT";
     na_wire_attn_out_t *a = &m->u.attn_out;
-    batch_t b;
+    batch_t b = BATCH(a);
     size_t es;
     uint32_t ready;
     na_status_t st;
 
-    if ((st = na_wire_chk_min(who, len, ATTN_FIXED)) != NA_OK)
-        return st;
-    a->batch_id    = h->batch_id;
-    a->layer       = h->layer;
-    a->n_entries   = na_ld32(p);
-    a->entry_base  = na_ld32(p + 4);
-    a->batch_total = na_ld32(p + 8);
-    a->head_dim    = na_ld16(p + 12);
-    a->q_per_kv    = na_ld16(p + 14);
-    b = out_batch(a);
-    b.dtype        = na_ld16(p + 16);
     if ((st = batch_check(NA_ERR_PROTO, who, &b, &es)) != NA_OK ||
-        (st = na_wire_chk_min(who, len, rows_start(a->n_entries))) != NA_OK)
-        return st;
-    a->dtype = (na_dtype_t)b.dtype;
-    if ((st = table_read(who, &b, es, a->q_per_kv, 1, p, len, len, &ready)) != NA_OK)
+        (st = na_wire_chk_min(who, len, rows_start(a->n_entries))) != NA_OK ||
+        (st = table_read(who, &b, es, a->q_per_kv, 1, p, len, len, &ready)) != NA_OK)
         return st;
     a->entries = NULL;
     a->raw = p;
@@ -566,23 +495,19 @@ static na_status_t out_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t l
 na_status_t na_wire_attn_out_get(const na_wire_attn_out_t *m, uint32_t i, na_wire_out_entry_t *e_p)
 {
     const uint8_t *t;
+    na_status_t st = na_wire_row("ATTN_OUT", "entry", i, m ? m->n_entries : 0,
+                                 m ? m->entries : NULL, sizeof(*e_p), e_p);
 
-    if (!m || i >= m->n_entries)
-        return na_err(NA_ERR_RANGE, "wire ATTN_OUT: entry %u of %u", i, m ? m->n_entries : 0);
-    if (m->entries) {
-        *e_p = m->entries[i];
-        return NA_OK;
-    }
+    if (st || m->entries)
+        return st;
     t = m->raw + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
-    e_p->request_id = na_ld64(t);
-    e_p->status     = (int32_t)na_ld32(t + 8);
-    e_p->kv_h0      = na_ld16(t + 12);
-    e_p->kv_h1      = na_ld16(t + 14);
-    e_p->o          = m->raw + na_ld32(t + 16);
+    na_wire_get(e_p, t, out_entry_f, NA_WIRE_N(out_entry_f));
+    e_p->o = m->raw + na_ld32(t + 16);
     return NA_OK;
 }
 
-const na_wire_ops_t na_wire_ops_attn_out = { "ATTN_OUT", out_size, out_write, out_read };
+const na_wire_ops_t na_wire_ops_attn_out = { "ATTN_OUT", ATTN_FIXED, 0, out_f, NA_WIRE_N(out_f), out_ids,
+                                             NA_WIRE_N(out_ids), NULL, out_size, out_write, out_read };
 
 /* ---- STATS --------------------------------------------------------------------------------- */
 
@@ -608,6 +533,21 @@ static na_status_t stat_key_check(na_status_t code, uint32_t i, const char *key)
     return NA_OK;
 }
 
+na_status_t na_wire_stats_get(const na_wire_stats_t *m, uint32_t i, na_wire_stat_t *s_p)
+{
+    const uint8_t *q;
+    na_status_t st = na_wire_row("STATS", "pair", i, m ? m->n : 0, m ? m->pairs : NULL,
+                                 sizeof(*s_p), s_p);
+
+    if (st || m->pairs)
+        return st;
+    q = m->raw + STATS_FIXED + (size_t)i * STATS_PAIR;
+    memcpy(s_p->key, q, NA_WIRE_STATS_KEY_MAX);
+    s_p->key[NA_WIRE_STATS_KEY_MAX - 1] = '\0';
+    s_p->value = na_ld64(q + NA_WIRE_STATS_KEY_MAX);
+    return NA_OK;
+}
+
 static na_status_t stats_size(const na_wire_msg_t *m, uint64_t *len_p)
 {
     const na_wire_stats_t *s = &m->u.stats;
@@ -625,13 +565,12 @@ static na_status_t stats_size(const na_wire_msg_t *m, uint64_t *len_p)
     return NA_OK;
 }
 
-static void stats_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void stats_write(const na_wire_msg_t *m, uint8_t *p)
 {
     const na_wire_stats_t *s = &m->u.stats;
     uint32_t i;
 
-    memset(p, 0, STATS_FIXED + (size_t)s->n * STATS_PAIR);
-    na_st32(p, s->n);
+    memset(p + STATS_FIXED, 0, (size_t)s->n * STATS_PAIR);
     for (i = 0; i < s->n; i++) {
         uint8_t *q = p + STATS_FIXED + (size_t)i * STATS_PAIR;
         memcpy(q, s->pairs[i].key, strnlen(s->pairs[i].key, NA_WIRE_STATS_KEY_MAX - 1));
@@ -639,45 +578,27 @@ static void stats_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
     }
 }
 
-static na_status_t stats_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t stats_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
     na_wire_stats_t *s = &m->u.stats;
-    uint32_t n, i;
+    uint32_t i;
     na_status_t st;
 
-    if ((st = na_wire_chk_min("STATS", len, STATS_FIXED)) != NA_OK)
+    if ((st = na_wire_chk(NA_ERR_PROTO, "STATS", "n", s->n, 0, NA_WIRE_STATS_MAX)) != NA_OK ||
+        (st = na_wire_chk_len("STATS", len, STATS_FIXED + (uint64_t)s->n * STATS_PAIR)) != NA_OK)
         return st;
-    n = na_ld32(p);
-    if ((st = na_wire_chk(NA_ERR_PROTO, "STATS", "n", n, 0, NA_WIRE_STATS_MAX)) != NA_OK ||
-        (st = na_wire_chk_len("STATS", len, STATS_FIXED + (uint64_t)n * STATS_PAIR)) != NA_OK)
-        return st;
-    for (i = 0; i < n; i++)
+    for (i = 0; i < s->n; i++)
         if ((st = stat_key_check(NA_ERR_PROTO, i, (const char *)p + STATS_FIXED + (size_t)i * STATS_PAIR)) != NA_OK)
             return st;
-    s->n = n;
     s->pairs = NULL;
     s->raw = p;
     return NA_OK;
 }
 
-na_status_t na_wire_stats_get(const na_wire_stats_t *m, uint32_t i, na_wire_stat_t *s_p)
-{
-    const uint8_t *q;
+static const na_wire_field_t stats_f[] = { NA_WIRE_FIELD(0, 4, na_wire_stats_t, n) };
 
-    if (!m || i >= m->n)
-        return na_err(NA_ERR_RANGE, "wire STATS: pair %u of %u", i, m ? m->n : 0);
-    if (m->pairs) {
-        *s_p = m->pairs[i];
-        return NA_OK;
-    }
-    q = m->raw + STATS_FIXED + (size_t)i * STATS_PAIR;
-    memcpy(s_p->key, q, NA_WIRE_STATS_KEY_MAX);
-    s_p->key[NA_WIRE_STATS_KEY_MAX - 1] = '\0';
-    s_p->value = na_ld64(q + NA_WIRE_STATS_KEY_MAX);
-    return NA_OK;
-}
-
-const na_wire_ops_t na_wire_ops_stats = { "STATS", stats_size, stats_write, stats_read };
+const na_wire_ops_t na_wire_ops_stats = { "STATS", STATS_FIXED, 0, stats_f, NA_WIRE_N(stats_f), NULL, 0,
+                                          NULL, stats_size, stats_write, stats_read };
 
 /* ---- ECHO ---------------------------------------------------------------------------------- */
 
@@ -689,38 +610,54 @@ static na_status_t echo_size(const na_wire_msg_t *m, uint64_t *len_p)
     *len_p = m->u.echo.len;
     return NA_OK;
 }
-static void echo_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void echo_write(const na_wire_msg_t *m, uint8_t *p)
 {
     if (m->u.echo.data && m->u.echo.len)
         memcpy(p, m->u.echo.data, m->u.echo.len);
 }
-static na_status_t echo_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t echo_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
     m->u.echo.data = p;
     m->u.echo.len = len;
     return NA_OK;
 }
 
-const na_wire_ops_t na_wire_ops_echo = { "ECHO", echo_size, echo_write, echo_read };
+const na_wire_ops_t na_wire_ops_echo = { "ECHO", 0, 0, NULL, 0, NULL, 0, NULL, echo_size, echo_write,
+                                         echo_read };
 
 /* ---- BATCH_CTX ----------------------------------------------------------------------------- */
 
 enum { CTX_FIXED = 32, CTX_ROW = 32 };
 _Static_assert(CTX_FIXED % 8 == 0 && CTX_ROW == 8 + 4 + 4 + 8 + 4 + 4, "BATCH_CTX row is 32 bytes");
 
+#define F NA_WIRE_FIELD
+static const na_wire_field_t ctx_f[] = {
+    F(0, 4, na_wire_ctx_t, n_rows), F(4, 4, na_wire_ctx_t, dim), F(8, 4, na_wire_ctx_t, att_dim),
+    F(12, 2, na_wire_ctx_t, dtype), F(16, 8, na_wire_ctx_t, step),
+};
+static const na_wire_field_t ctx_ids[] = {
+    NA_WIRE_ID(batch_id, na_wire_ctx_t, batch_id), NA_WIRE_ID(layer, na_wire_ctx_t, slice),
+};
+static const na_wire_field_t ctx_row_f[] = {
+    F(0, 8, na_wire_ctx_row_t, request_id), F(8, 4, na_wire_ctx_row_t, position),
+    F(12, 4, na_wire_ctx_row_t, token), F(16, 8, na_wire_ctx_row_t, rng), F(24, 4, na_wire_ctx_row_t, status),
+};
+#undef F
+
 /* Validate the shape fields of a BATCH_CTX and compute the offsets of the x
  * and att sections and the payload size. */
 static na_status_t ctx_layout(na_status_t code, const na_wire_ctx_t *c, uint64_t *xoff_p,
                               uint64_t *aoff_p, uint64_t *len_p)
 {
+    const na_wire_range_t range[] = {
+        { "slice", c->slice, 0, NA_WIRE_MAX_LAYERS }, { "n_rows", c->n_rows, 1, NA_WIRE_MAX_ENTRIES },
+        { "dim", c->dim, 1, NA_WIRE_MAX_DIM }, { "att_dim", c->att_dim, 0, NA_WIRE_MAX_DIM },
+    };
     na_status_t st;
     uint64_t xb, ab;
     size_t es;
 
-    if ((st = na_wire_chk(code, "BATCH_CTX", "slice", c->slice, 0, NA_WIRE_MAX_LAYERS)) != NA_OK ||
-        (st = na_wire_chk(code, "BATCH_CTX", "n_rows", c->n_rows, 1, NA_WIRE_MAX_ENTRIES)) != NA_OK ||
-        (st = na_wire_chk(code, "BATCH_CTX", "dim", c->dim, 1, NA_WIRE_MAX_DIM)) != NA_OK ||
-        (st = na_wire_chk(code, "BATCH_CTX", "att_dim", c->att_dim, 0, NA_WIRE_MAX_DIM)) != NA_OK ||
+    if ((st = na_wire_chk_all(code, "BATCH_CTX", range, NA_WIRE_N(range))) != NA_OK ||
         (st = na_wire_chk_dtype(code, "BATCH_CTX", "dtype", (uint64_t)c->dtype, &es)) != NA_OK)
         return st;
     xb = (uint64_t)c->n_rows * c->dim * es;
@@ -746,10 +683,7 @@ static na_status_t ctx_row_check(na_status_t code, uint32_t i, const na_wire_ctx
         (st = na_wire_chk_i(code, "BATCH_CTX", "rows", i, "token", r->token, 0,
                             NA_WIRE_MAX_POS - 1)) != NA_OK)
         return st;
-    if (r->status > 0 || r->status < -255)
-        return na_err(code, "wire BATCH_CTX: field 'rows[%" PRIu32 "].status' = %" PRId32
-                      " out of range [-255, 0]", i, r->status);
-    return NA_OK;
+    return status_check(code, "BATCH_CTX", "rows", i, r->status);
 }
 
 static na_status_t ctx_size(const na_wire_msg_t *m, uint64_t *len_p)
@@ -769,30 +703,17 @@ static na_status_t ctx_size(const na_wire_msg_t *m, uint64_t *len_p)
     return NA_OK;
 }
 
-static void ctx_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
+static void ctx_write(const na_wire_msg_t *m, uint8_t *p)
 {
     const na_wire_ctx_t *c = &m->u.ctx;
     uint64_t xo, ao, len, xb;
     uint32_t i;
 
     (void)ctx_layout(NA_ERR_INVALID, c, &xo, &ao, &len);      /* validated by size() */
-    xb = (uint64_t)c->n_rows * c->dim * (c->dtype == NA_DTYPE_F32 ? 4 : 2);
-    h->batch_id = c->batch_id;
-    h->layer = c->slice;
-    memset(p, 0, xo);
-    na_st32(p, c->n_rows);
-    na_st32(p + 4, c->dim);
-    na_st32(p + 8, c->att_dim);
-    na_st16(p + 12, (uint16_t)c->dtype);
-    na_st64(p + 16, c->step);
-    for (i = 0; i < c->n_rows; i++) {
-        uint8_t *q = p + CTX_FIXED + (size_t)i * CTX_ROW;
-        na_st64(q, c->rows[i].request_id);
-        na_st32(q + 8, c->rows[i].position);
-        na_st32(q + 12, c->rows[i].token);
-        na_st64(q + 16, c->rows[i].rng);
-        na_st32(q + 24, (uint32_t)c->rows[i].status);
-    }
+    xb = (uint64_t)c->n_rows * c->dim * na_dtype_bytes(c->dtype, 1);
+    memset(p + CTX_FIXED, 0, xo - CTX_FIXED);
+    for (i = 0; i < c->n_rows; i++)
+        na_wire_put(p + CTX_FIXED + (size_t)i * CTX_ROW, &c->rows[i], ctx_row_f, NA_WIRE_N(ctx_row_f));
     if (c->x)
         memcpy(p + xo, c->x, xb);
     if (len > xo + xb) {
@@ -802,7 +723,7 @@ static void ctx_write(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p)
     }
 }
 
-static na_status_t ctx_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+static na_status_t ctx_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 {
     na_wire_ctx_t *c = &m->u.ctx;
     uint64_t xo, ao, want, xb;
@@ -811,17 +732,8 @@ static na_status_t ctx_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t l
     size_t es;
     na_status_t st;
 
-    if ((st = na_wire_chk_min("BATCH_CTX", len, CTX_FIXED)) != NA_OK ||
-        (st = na_wire_chk_dtype(NA_ERR_PROTO, "BATCH_CTX", "dtype", na_ld16(p + 12), &es)) != NA_OK)
-        return st;
-    c->batch_id = h->batch_id;
-    c->slice = h->layer;
-    c->n_rows = na_ld32(p);
-    c->dim = na_ld32(p + 4);
-    c->att_dim = na_ld32(p + 8);
-    c->dtype = (na_dtype_t)na_ld16(p + 12);
-    c->step = na_ld64(p + 16);
-    if ((st = ctx_layout(NA_ERR_PROTO, c, &xo, &ao, &want)) != NA_OK ||
+    if ((st = na_wire_chk_dtype(NA_ERR_PROTO, "BATCH_CTX", "dtype", (uint64_t)c->dtype, &es)) != NA_OK ||
+        (st = ctx_layout(NA_ERR_PROTO, c, &xo, &ao, &want)) != NA_OK ||
         (st = na_wire_chk_len("BATCH_CTX", len, want)) != NA_OK ||
         (st = na_wire_chk_pad("BATCH_CTX", p, CTX_FIXED + (uint64_t)c->n_rows * CTX_ROW, xo)) != NA_OK)
         return st;
@@ -842,21 +754,14 @@ static na_status_t ctx_read(const na_wire_hdr_t *h, const uint8_t *p, uint64_t l
 
 na_status_t na_wire_ctx_get(const na_wire_ctx_t *m, uint32_t i, na_wire_ctx_row_t *r_p)
 {
-    const uint8_t *q;
+    na_status_t st = na_wire_row("BATCH_CTX", "row", i, m ? m->n_rows : 0, m ? m->rows : NULL,
+                                 sizeof(*r_p), r_p);
 
-    if (!m || i >= m->n_rows)
-        return na_err(NA_ERR_RANGE, "wire BATCH_CTX: row %u of %u", i, m ? m->n_rows : 0);
-    if (m->rows) {
-        *r_p = m->rows[i];
-        return NA_OK;
-    }
-    q = m->raw + CTX_FIXED + (size_t)i * CTX_ROW;
-    r_p->request_id = na_ld64(q);
-    r_p->position = na_ld32(q + 8);
-    r_p->token = na_ld32(q + 12);
-    r_p->rng = na_ld64(q + 16);
-    r_p->status = (int32_t)na_ld32(q + 24);
+    if (st || m->rows)
+        return st;
+    na_wire_get(r_p, m->raw + CTX_FIXED + (size_t)i * CTX_ROW, ctx_row_f, NA_WIRE_N(ctx_row_f));
     return NA_OK;
 }
 
-const na_wire_ops_t na_wire_ops_ctx = { "BATCH_CTX", ctx_size, ctx_write, ctx_read };
+const na_wire_ops_t na_wire_ops_ctx = { "BATCH_CTX", CTX_FIXED, 0, ctx_f, NA_WIRE_N(ctx_f), ctx_ids,
+                                        NA_WIRE_N(ctx_ids), NULL, ctx_size, ctx_write, ctx_read };

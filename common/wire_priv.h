@@ -3,6 +3,7 @@
 #ifndef NA_WIRE_PRIV_H
 #define NA_WIRE_PRIV_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,7 +37,13 @@ static inline uint64_t na_wire_align_up(uint64_t n)
 
 na_status_t na_wire_chk(na_status_t code, const char *who, const char *field,
                         uint64_t v, uint64_t lo, uint64_t hi);
-/* Same for field "ARRAY[i].F". */
+/* na_wire_chk over a table of fields, in order: the first failure. */
+typedef struct {
+    const char *field;
+    uint64_t v, lo, hi;
+} na_wire_range_t;
+na_status_t na_wire_chk_all(na_status_t code, const char *who, const na_wire_range_t *r, size_t n);
+/* Same for field "ARRAY[i].F" ("F" when array is NULL). */
 na_status_t na_wire_chk_i(na_status_t code, const char *who, const char *array, uint32_t i,
                           const char *field, uint64_t v, uint64_t lo, uint64_t hi);
 /* Signed variant. */
@@ -52,16 +59,58 @@ na_status_t na_wire_chk_dtype(na_status_t code, const char *who, const char *fie
 /* Bytes [from, to) of p must be zero (padding). */
 na_status_t na_wire_chk_pad(const char *who, const uint8_t *p, uint64_t from, uint64_t to);
 
+/* ---- field tables ------------------------------------------------------------
+ * One description of a fixed layout serves the encoder and the decoder: a
+ * little-endian field of `bytes` (2, 4 or 8) at payload offset `off`, mirrored
+ * by the struct member of `msize` bytes at `moff` (an integer or enum, copied
+ * by value; signed ones as their two's-complement bits). The same table type
+ * names a message's header ids: then `off` is the member's offset in
+ * na_wire_hdr_t and `bytes` its size. */
+typedef struct {
+    uint16_t off;
+    uint8_t  bytes, msize;
+    uint16_t moff;
+} na_wire_field_t;
+
+#define NA_WIRE_FIELD(off, bytes, type, member) \
+    { (off), (bytes), (uint8_t)sizeof(((type *)0)->member), (uint16_t)offsetof(type, member) }
+#define NA_WIRE_ID(hmember, type, member) \
+    NA_WIRE_FIELD(offsetof(na_wire_hdr_t, hmember), sizeof(((na_wire_hdr_t *)0)->hmember), type, member)
+#define NA_WIRE_N(table) (sizeof(table) / sizeof((table)[0]))
+
+/* Write the n fields of s described by f into the payload p, or read them back. */
+void na_wire_put(uint8_t *p, const void *s, const na_wire_field_t *f, size_t n);
+void na_wire_get(void *s, const uint8_t *p, const na_wire_field_t *f, size_t n);
+
+/* Row i of a message's table of n rows (NA_ERR_RANGE naming `who` and `what`
+ * when i >= n). When the message was built for encoding, arr holds the rows:
+ * row i is copied to *row_p (size bytes); when arr is NULL the caller reads
+ * it from the payload. */
+na_status_t na_wire_row(const char *who, const char *what, uint32_t i, uint32_t n,
+                        const void *arr, size_t size, void *row_p);
+
 /* ---- per-type operations (wire.c holds the table) --------------------------- */
 
+/* Encoding runs check, size, then zeroes the fixed part, writes `fields` and
+ * the header `ids`, then write. Decoding checks the payload length against
+ * `fixed` (equal when `exact`, else at least), reads `fields` and `ids`, then
+ * runs read and check. Every hook is optional. */
 typedef struct {
     const char *name;
-    /* Validate m (NA_ERR_INVALID) and compute its payload size. */
+    uint32_t fixed;                          /* bytes of the fixed part */
+    int      exact;                          /* the payload is the fixed part alone */
+    const na_wire_field_t *fields;           /* the fixed part's fields */
+    size_t   n_fields;
+    const na_wire_field_t *ids;              /* the message's ids in the header */
+    size_t   n_ids;
+    /* Validate m's fields (code NA_ERR_INVALID when encoding, PROTO decoding). */
+    na_status_t (*check)(na_status_t code, const na_wire_msg_t *m);
+    /* Validate the variable part of m and compute the payload size (NULL: fixed). */
     na_status_t (*size)(const na_wire_msg_t *m, uint64_t *len_p);
-    /* Write the payload (len from size()) and the ids into h. */
-    void (*write)(const na_wire_msg_t *m, na_wire_hdr_t *h, uint8_t *p);
-    /* Validate and read a payload of len bytes (== h->payload_len). */
-    na_status_t (*read)(const na_wire_hdr_t *h, const uint8_t *p, uint64_t len, na_wire_msg_t *m);
+    /* Write what follows the fixed part (len from size()). */
+    void (*write)(const na_wire_msg_t *m, uint8_t *p);
+    /* Validate and read a payload of len bytes past its fixed part. */
+    na_status_t (*read)(const uint8_t *p, uint64_t len, na_wire_msg_t *m);
 } na_wire_ops_t;
 
 /* Bulk messages (wire_bulk.c). */

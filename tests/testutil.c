@@ -92,3 +92,36 @@ const char *na_test_shared_model(const char *name)
     snprintf(buf, sizeof(buf), "%s/models/%s", d && d[0] ? d : "../shared", name);
     return access(buf, R_OK) == 0 ? buf : NULL;
 }
+
+char *na_test_read_file(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) != NULL) {
+        if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            buf[n] = '\0';
+            *len_p = (size_t)n;
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+int na_test_write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    int ok;
+
+    if (f == NULL)
+        return -1;
+    ok = fwrite(p, 1, n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}

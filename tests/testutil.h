@@ -43,5 +43,10 @@ int  na_test_tmpdir(char *buf, size_t len);
 void na_test_rmtree(const char *path);
 /* Path of a file in shared/models/ ($NA_SHARED_DIR/models/name), or NULL if absent. */
 const char *na_test_shared_model(const char *name);
+/* The whole of a file, malloc'ed with a NUL after its *len_p bytes; NULL if it
+ * cannot be read. */
+char *na_test_read_file(const char *path, size_t *len_p);
+/* Write n bytes to path (created or truncated): 0, or -1 on failure. */
+int   na_test_write_file(const char *path, const void *p, size_t n);
 
 #endif /* NA_TESTUTIL_H */

@@ -54,34 +54,23 @@ static void reencode(const na_wire_msg_t *d)
     size_t size, len;
     uint32_t i;
 
+    /* case TYPE: every row of table u.tbl (count field n) through its
+     * accessor into arr, which becomes the table's encodable array */
+#define ROWS(type, get, tbl, n, arr, array)                                 \
+    case type:                                                              \
+        for (i = 0; i < m.u.tbl.n; i++)                                     \
+            fuzz_bad += get(&d->u.tbl, i, &(arr)[i]) != NA_OK;              \
+        m.u.tbl.array = arr;                                                \
+        break
     switch (m.type) {
-    case NA_WIRE_MSG_DECODE_ATTN:
-        for (i = 0; i < m.u.attn.n_entries; i++)
-            if (na_wire_attn_get(&d->u.attn, i, &ae[i]) != NA_OK)
-                fuzz_bad++;
-        m.u.attn.entries = ae;
-        break;
-    case NA_WIRE_MSG_ATTN_OUT:
-        for (i = 0; i < m.u.attn_out.n_entries; i++)
-            if (na_wire_attn_out_get(&d->u.attn_out, i, &oe[i]) != NA_OK)
-                fuzz_bad++;
-        m.u.attn_out.entries = oe;
-        break;
-    case NA_WIRE_MSG_STATS:
-        for (i = 0; i < m.u.stats.n; i++)
-            if (na_wire_stats_get(&d->u.stats, i, &sp[i]) != NA_OK)
-                fuzz_bad++;
-        m.u.stats.pairs = sp;
-        break;
-    case NA_WIRE_MSG_BATCH_CTX:
-        for (i = 0; i < m.u.ctx.n_rows; i++)
-            if (na_wire_ctx_get(&d->u.ctx, i, &cr[i]) != NA_OK)
-                fuzz_bad++;
-        m.u.ctx.rows = cr;
-        break;
+    ROWS(NA_WIRE_MSG_DECODE_ATTN, na_wire_attn_get, attn, n_entries, ae, entries);
+    ROWS(NA_WIRE_MSG_ATTN_OUT, na_wire_attn_out_get, attn_out, n_entries, oe, entries);
+    ROWS(NA_WIRE_MSG_STATS, na_wire_stats_get, stats, n, sp, pairs);
+    ROWS(NA_WIRE_MSG_BATCH_CTX, na_wire_ctx_get, ctx, n_rows, cr, rows);
     default:
         break;
     }
+#undef ROWS
     if (na_wire_msg_size(&m, &size) != NA_OK) {
         fprintf(stderr, "fuzz_wire: decoded %s does not re-encode: %s\n",
                 na_wire_type_name(m.type), na_errmsg());
@@ -162,7 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     fuzz_bad++;
                 for (i = 0; i < ready && i < a.n_entries; i++) {
                     na_wire_attn_entry_t e;
-                    size_t es = a.dtype == NA_DTYPE_F32 ? 4 : 2;
+                    size_t es = na_dtype_bytes(a.dtype, 1);
                     size_t kb;
                     if (na_wire_attn_get(&a, i, &e) != NA_OK) {
                         fuzz_bad++;

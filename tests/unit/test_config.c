@@ -101,12 +101,7 @@ static void test_bad_cases(void)
 
 static int write_file(const char *path, const void *data, size_t len, mode_t mode)
 {
-    FILE *f = fopen(path, "wb");
-    if (f == NULL)
-        return -1;
-    fwrite(data, 1, len, f);
-    fclose(f);
-    return chmod(path, mode);
+    return na_test_write_file(path, data, len) == 0 ? chmod(path, mode) : -1;
 }
 
 /* Bad cases built at run time: bytes that are not UTF-8, a secret that is a
@@ -334,20 +329,11 @@ static void test_docs_cover_schema(void)
 {
     char path[4096];
     char *doc;
-    long len;
-    FILE *f;
+    size_t len = 0;
 
     snprintf(path, sizeof(path), "%s/docs/config.md", src_dir);
-    f = fopen(path, "rb");
-    NA_CHECK_MSG(f != NULL, "cannot open %s", path);
-    if (f == NULL)
-        return;
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    doc = calloc(1, (size_t)len + 1);
-    NA_CHECK(doc != NULL && fread(doc, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
+    doc = na_test_read_file(path, &len);
+    NA_CHECK_MSG(doc != NULL, "cannot read %s", path);
     if (doc != NULL)
         na_cfg_schema_foreach(doc_key_cb, doc);
     free(doc);

@@ -4,6 +4,7 @@
  * the same tokenizer, are deterministic in the seed, weights have the
  * documented scale, bad shapes are refused, and the CLI works. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,23 +242,30 @@ static void check_determinism_and_scale(const char *dir)
 
 static void check_bad_options(void)
 {
+    /* one field off its range (from the defaults) and a word the message must hold */
+    static const struct {
+        size_t      off;
+        int         v;
+        const char *needle;
+    } bad[] = {
+        { offsetof(na_genmodel_opts_t, n_heads), 7, "heads" },
+        { offsetof(na_genmodel_opts_t, n_kv_heads), 3, "kv-heads" },
+        { offsetof(na_genmodel_opts_t, dtype), NA_DTYPE_Q8_0, "q8_0" },      /* hidden 172 */
+        { offsetof(na_genmodel_opts_t, vocab_size), 258, "vocab" },
+        { offsetof(na_genmodel_opts_t, dim), 0, "dim" },
+    };
     na_genmodel_opts_t o;
+    size_t i;
+
+    _Static_assert(sizeof(na_dtype_t) == sizeof(int), "dtype is set as an int");
     na_genmodel_defaults(&o);
     NA_CHECK_OK(na_genmodel_check(&o));
-    o.n_heads = 7;
-    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "heads"));
-    na_genmodel_defaults(&o);
-    o.n_kv_heads = 3;
-    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "kv-heads"));
-    na_genmodel_defaults(&o);
-    o.dtype = NA_DTYPE_Q8_0;                /* hidden 172 */
-    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "q8_0"));
-    na_genmodel_defaults(&o);
-    o.vocab_size = 258;
-    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "vocab"));
-    na_genmodel_defaults(&o);
-    o.dim = 0;
-    NA_CHECK(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), "dim"));
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        na_genmodel_defaults(&o);
+        memcpy((char *)&o + bad[i].off, &bad[i].v, sizeof(int));
+        NA_CHECK_MSG(na_genmodel_check(&o) == NA_ERR_INVALID && strstr(na_errmsg(), bad[i].needle),
+                     "case %zu: %s", i, na_errmsg());
+    }
     na_genmodel_defaults(&o);
     NA_CHECK(na_genmodel_write("/nonexistent-dir/x", &o) == NA_ERR_IO);
     NA_CHECK(strstr(na_errmsg(), "/nonexistent-dir/x.bin") != NULL);

@@ -122,13 +122,6 @@ static buf_t build(layout_t *L)
     return b;
 }
 
-static void write_file(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    fwrite(p, 1, n, f);
-    fclose(f);
-}
-
 static void check_good(const char *path, const buf_t *b, const layout_t *L)
 {
     na_gguf_t *g = NULL;
@@ -138,7 +131,7 @@ static void check_good(const char *path, const buf_t *b, const layout_t *L)
     float f;
     na_gguf_str_t s;
 
-    write_file(path, b->b, b->n);
+    (void)na_test_write_file(path, b->b, b->n);
     NA_CHECK_OK(na_gguf_open(path, &g));
     if (g == NULL)
         return;
@@ -188,7 +181,7 @@ static void expect_bad(const char *path, const buf_t *b, size_t off, uint64_t v,
 
     memcpy(copy, b->b, b->n);
     memcpy(copy + off, &v, (size_t)width);
-    write_file(path, copy, b->n);
+    (void)na_test_write_file(path, copy, b->n);
     st = na_gguf_open(path, &g);
     NA_CHECK_MSG(st == want, "patch @%zu = %llu: status %d, want %d (%s)", off,
                  (unsigned long long)v, st, want, na_errmsg());
@@ -238,7 +231,7 @@ static void check_corrupt(const char *path, const buf_t *b, const layout_t *L)
     for (cut = 0; cut < L->total; cut += (cut < L->data_start ? 1 : 37)) {
         na_gguf_t *g = NULL;
         na_status_t st;
-        write_file(path, b->b, cut);
+        (void)na_test_write_file(path, b->b, cut);
         st = na_gguf_open(path, &g);
         NA_CHECK_MSG(st == NA_ERR_FORMAT, "cut at %zu: status %d (%s)", cut, st, na_errmsg());
         NA_CHECK_MSG(strstr(na_errmsg(), path) != NULL, "cut at %zu: %s", cut, na_errmsg());
@@ -282,7 +275,7 @@ static void expect_model_bad(const char *path, const uint8_t *orig, size_t n, co
         copy[off - 4 - 1] ^= 0x01;      /* rename: flip a bit of the last name byte */
     else if (off != 0)
         memcpy(copy + off + rel, &v, (size_t)width);
-    write_file(path, copy, n);
+    (void)na_test_write_file(path, copy, n);
     st = na_model_open(path, &m);
     NA_CHECK_MSG(st == want, "%s: status %d, want %d (%s)", key, st, want, na_errmsg());
     NA_CHECK_MSG(strstr(na_errmsg(), path) && strstr(na_errmsg(), needle),
@@ -387,7 +380,7 @@ static void check_mutations(const char *path, const uint8_t *orig, size_t n)
             uint64_t kind = na_rng_u64(&r) % 3;
             copy[at] = kind == 0 ? (uint8_t)na_rng_u64(&r) : kind == 1 ? 0xff : 0x00;
         }
-        write_file(path, copy, n);
+        (void)na_test_write_file(path, copy, n);
         st = na_model_open(path, &m);
         if (st == NA_OK) {
             na_tokenizer_t *t = NULL;
@@ -416,9 +409,8 @@ static void check_model(const char *dir)
     na_genmodel_opts_t o;
     char prefix[600], path[640], bad[640];
     na_model_t *m = NULL;
-    FILE *f;
     uint8_t *raw;
-    long n;
+    size_t n = 0;
 
     na_genmodel_defaults(&o);
     o.write_llama2c = 0;
@@ -442,15 +434,12 @@ static void check_model(const char *dir)
         NA_CHECK(m->owned == NULL);
         na_model_destroy(m);
     }
-    f = fopen(path, "rb");
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    raw = malloc((size_t)n);
-    NA_CHECK(fread(raw, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
+    raw = (uint8_t *)na_test_read_file(path, &n);
+    NA_CHECK(raw != NULL);
+    if (raw == NULL)
+        return;
 #define BAD(key, rel, v, width, want, needle) \
-    expect_model_bad(bad, raw, (size_t)n, key, rel, v, width, want, needle)
+    expect_model_bad(bad, raw, n, key, rel, v, width, want, needle)
     BAD("llama.attention.head_count", 0, 7, 4, NA_ERR_FORMAT, "llama.attention.head_count");
     BAD("llama.attention.head_count_kv", 0, 3, 4, NA_ERR_FORMAT, "llama.attention.head_count_kv");
     BAD("llama.embedding_length", 0, 0, 4, NA_ERR_RANGE, "llama.embedding_length");
@@ -466,7 +455,7 @@ static void check_model(const char *dir)
     BAD("blk.0.attn_q.weight", 16, 2, 4, NA_ERR_UNSUPPORTED, "q4_0");             /* type */
     BAD("output_norm.weight", 8, 9, 4, NA_ERR_UNSUPPORTED, "output_norm.weight"); /* q8_1 */
 #undef BAD
-    check_mutations(bad, raw, (size_t)n);
+    check_mutations(bad, raw, n);
     free(raw);
 }
 

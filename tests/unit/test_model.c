@@ -16,33 +16,6 @@ static const char *const hdr_names[7] = {
     "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len",
 };
 
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-static void write_all(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    fwrite(p, 1, n, f);
-    fclose(f);
-}
-
 /* Open path, expect failure with one of two statuses and all needles in the message. */
 static void expect_reject(const char *path, na_status_t a, na_status_t b, const char *needle,
                           const char *what)
@@ -63,7 +36,7 @@ static void check_stories(const char *path)
     na_model_t *m = NULL;
     const na_model_config_t *c;
     size_t len;
-    char *raw = read_all(path, &len);
+    char *raw = na_test_read_file(path, &len);
     float first;
 
     NA_CHECK_OK(na_model_open(path, &m));
@@ -113,13 +86,13 @@ static void check_truncated(const char *src, const char *dir)
     };
     char path[600];
     size_t len, i;
-    char *raw = read_all(src, &len);
+    char *raw = na_test_read_file(src, &len);
     long off = 28;
 
     snprintf(path, sizeof(path), "%s/cut.bin", dir);
     for (i = 0; i < 28; i += 2) {
         char what[64];
-        write_all(path, raw, i);
+        (void)na_test_write_file(path, raw, i);
         snprintf(what, sizeof(what), "cut at %zu", i);
         expect_reject(path, NA_ERR_FORMAT, NA_ERR_FORMAT, i == 0 ? "dim" : hdr_names[i / 4], what);
     }
@@ -129,7 +102,7 @@ static void check_truncated(const char *src, const char *dir)
         char needle[64];
         snprintf(needle, sizeof(needle), "'%s'", t[i].name);
         for (k = 0; k < 3; k++) {
-            write_all(path, raw, (size_t)cuts[k]);
+            (void)na_test_write_file(path, raw, (size_t)cuts[k]);
             expect_reject(path, NA_ERR_FORMAT, NA_ERR_FORMAT, needle, t[i].name);
         }
         off += t[i].n * 4;
@@ -137,7 +110,7 @@ static void check_truncated(const char *src, const char *dir)
     NA_CHECK(off == (long)len);
     /* one extra byte */
     raw = realloc(raw, len + 4);
-    write_all(path, raw, len + 1);
+    (void)na_test_write_file(path, raw, len + 1);
     expect_reject(path, NA_ERR_FORMAT, NA_ERR_FORMAT, "trailing", "one extra byte");
     free(raw);
 }
@@ -148,7 +121,7 @@ static void check_corrupt_header(const char *src, const char *dir)
     static const int32_t bad[] = { 0, -1, -7, 1 << 30, 0x7fffffff, (int32_t)0x80000000 };
     char path[600], what[96];
     size_t len, i, f;
-    char *raw = read_all(src, &len);
+    char *raw = na_test_read_file(src, &len);
 
     snprintf(path, sizeof(path), "%s/bad.bin", dir);
     for (f = 0; f < 7; f++) {
@@ -157,7 +130,7 @@ static void check_corrupt_header(const char *src, const char *dir)
             int32_t v = bad[i];
             memcpy(copy, raw, len);
             memcpy(copy + 4 * f, &v, 4);
-            write_all(path, copy, len);
+            (void)na_test_write_file(path, copy, len);
             snprintf(what, sizeof(what), "field %s = %d", hdr_names[f], v);
             /* a negative vocab_size means "separate classifier": then wcls is missing */
             expect_reject(path, NA_ERR_RANGE, NA_ERR_FORMAT,
@@ -181,7 +154,7 @@ static void check_corrupt_header(const char *src, const char *dir)
             char *copy = malloc(len);
             memcpy(copy, raw, len);
             memcpy(copy + 4 * cases[i].field, &cases[i].v, 4);
-            write_all(path, copy, len);
+            (void)na_test_write_file(path, copy, len);
             snprintf(what, sizeof(what), "case %zu", i);
             expect_reject(path, NA_ERR_FORMAT, NA_ERR_RANGE, cases[i].needle, what);
             free(copy);
@@ -189,9 +162,9 @@ static void check_corrupt_header(const char *src, const char *dir)
     }
     free(raw);
     expect_reject("/nonexistent/model.bin", NA_ERR_IO, NA_ERR_IO, "cannot open", "missing");
-    write_all(path, "ak42\1\0\0\0", 8);
+    (void)na_test_write_file(path, "ak42\1\0\0\0", 8);
     expect_reject(path, NA_ERR_UNSUPPORTED, NA_ERR_UNSUPPORTED, "magic", "v1 export");
-    write_all(path, "", 0);
+    (void)na_test_write_file(path, "", 0);
     expect_reject(path, NA_ERR_FORMAT, NA_ERR_FORMAT, "empty", "empty file");
     expect_reject(dir, NA_ERR_FORMAT, NA_ERR_IO, NULL, "a directory");
 }

@@ -48,22 +48,18 @@ static void check_shape(int n_heads, int n_kv, int hd)
         }
         memset(&m, 0, sizeof(m));
         m.type = NA_WIRE_MSG_DECODE_ATTN;
-        m.u.attn.n_entries = m.u.attn.batch_total = (uint32_t)n;
-        m.u.attn.head_dim = (uint16_t)hd;
-        m.u.attn.q_per_kv = (uint16_t)(n_heads / n_kv);
-        m.u.attn.dtype = NA_DTYPE_F32;
-        m.u.attn.scale = 0.5f;
-        m.u.attn.entries = e;
+        m.u.attn = (na_wire_attn_t){ .n_entries = (uint32_t)n, .batch_total = (uint32_t)n,
+                                     .head_dim = (uint16_t)hd, .q_per_kv = (uint16_t)(n_heads / n_kv),
+                                     .dtype = NA_DTYPE_F32, .scale = 0.5f, .entries = e };
         na_plan_traffic_nodes(&mc, NA_PLAN_OFFLOAD, n, 1, 1, 100, 1, &t);
         NA_CHECK_MSG((size_t)t.out == msg_size(&m), "DECODE_ATTN %d/%d/%d n=%d: %.0f vs %zu",
                      n_heads, n_kv, hd, n, t.out, msg_size(&m));
         memset(&m, 0, sizeof(m));
         m.type = NA_WIRE_MSG_ATTN_OUT;
-        m.u.attn_out.n_entries = m.u.attn_out.batch_total = (uint32_t)n;
-        m.u.attn_out.head_dim = (uint16_t)hd;
-        m.u.attn_out.q_per_kv = (uint16_t)(n_heads / n_kv);
-        m.u.attn_out.dtype = NA_DTYPE_F32;
-        m.u.attn_out.entries = o;
+        m.u.attn_out = (na_wire_attn_out_t){ .n_entries = (uint32_t)n, .batch_total = (uint32_t)n,
+                                             .head_dim = (uint16_t)hd,
+                                             .q_per_kv = (uint16_t)(n_heads / n_kv),
+                                             .dtype = NA_DTYPE_F32, .entries = o };
         NA_CHECK_MSG((size_t)t.in == msg_size(&m), "ATTN_OUT %d/%d/%d n=%d: %.0f vs %zu",
                      n_heads, n_kv, hd, n, t.in, msg_size(&m));
         free(e);

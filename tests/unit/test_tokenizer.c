@@ -204,25 +204,19 @@ static void check_gguf_copy(const na_tokenizer_t *t, const char *dir)
 static void check_bad_files(const char *src, const char *dir)
 {
     char path[600];
-    FILE *f = fopen(src, "rb");
-    long len, cut;
-    char *buf;
+    size_t len = 0, cut;
+    char *buf = na_test_read_file(src, &len);
     na_tokenizer_t *t = NULL;
 
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)len);
-    NA_CHECK(fread(buf, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
+    NA_CHECK(buf != NULL);
+    if (buf == NULL)
+        return;
     snprintf(path, sizeof(path), "%s/cut.bin", dir);
     for (cut = 0; cut < len; cut += (cut < 64 ? 1 : 97)) {
         na_status_t st;
-        f = fopen(path, "wb");
-        fwrite(buf, 1, (size_t)cut, f);
-        fclose(f);
+        (void)na_test_write_file(path, buf, cut);
         st = na_tokenizer_create_llama2c(path, 512, &t);
-        NA_CHECK_MSG(st == NA_ERR_FORMAT || st == NA_ERR_RANGE, "cut at %ld: %d", cut, st);
+        NA_CHECK_MSG(st == NA_ERR_FORMAT || st == NA_ERR_RANGE, "cut at %zu: %d", cut, st);
         NA_CHECK(strstr(na_errmsg(), path) != NULL);
         NA_CHECK(cut < 4 ? strstr(na_errmsg(), "max_token_length") != NULL
                          : strstr(na_errmsg(), "token ") != NULL);
@@ -235,9 +229,7 @@ static void check_bad_files(const char *src, const char *dir)
     {
         int32_t big = 1 << 30;
         memcpy(buf + 4 + 4, &big, 4);
-        f = fopen(path, "wb");
-        fwrite(buf, 1, (size_t)len, f);
-        fclose(f);
+        (void)na_test_write_file(path, buf, len);
         NA_CHECK(na_tokenizer_create_llama2c(path, 512, &t) == NA_ERR_RANGE);
         NA_CHECK(strstr(na_errmsg(), "token 0") && strstr(na_errmsg(), "length"));
     }

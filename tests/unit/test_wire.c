@@ -65,7 +65,7 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
     case NA_WIRE_MSG_PREFILL_KV:
     case NA_WIRE_MSG_KV_DATA: {
         const na_wire_kv_t *x = &a->u.kv, *y = &b->u.kv;
-        size_t n = (size_t)x->n_tokens * (x->kv_h1 - x->kv_h0) * x->head_dim * (x->dtype == NA_DTYPE_F32 ? 4 : 2);
+        size_t n = (size_t)x->n_tokens * (x->kv_h1 - x->kv_h0) * x->head_dim * na_dtype_bytes(x->dtype, 1);
         return x->request_id == y->request_id && x->layer == y->layer && x->pos0 == y->pos0 &&
                x->n_tokens == y->n_tokens && x->kv_h0 == y->kv_h0 && x->kv_h1 == y->kv_h1 &&
                x->head_dim == y->head_dim && x->dtype == y->dtype &&
@@ -80,7 +80,7 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
             x->head_dim != y->head_dim || x->q_per_kv != y->q_per_kv || x->dtype != y->dtype ||
             x->scale != y->scale)
             return 0;
-        es = x->dtype == NA_DTYPE_F32 ? 4 : 2;
+        es = na_dtype_bytes(x->dtype, 1);
         for (i = 0; i < x->n_entries; i++) {
             na_wire_attn_entry_t e, f;
             size_t nh, kb;
@@ -101,7 +101,7 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
             x->entry_base != y->entry_base || x->batch_total != y->batch_total ||
             x->head_dim != y->head_dim || x->q_per_kv != y->q_per_kv || x->dtype != y->dtype)
             return 0;
-        es = x->dtype == NA_DTYPE_F32 ? 4 : 2;
+        es = na_dtype_bytes(x->dtype, 1);
         for (i = 0; i < x->n_entries; i++) {
             na_wire_out_entry_t e, f;
             if (na_wire_attn_out_get(x, i, &e) || na_wire_attn_out_get(y, i, &f))
@@ -136,7 +136,7 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
                a->u.ack.about_seq == b->u.ack.about_seq;
     case NA_WIRE_MSG_BATCH_CTX: {
         const na_wire_ctx_t *x = &a->u.ctx, *y = &b->u.ctx;
-        size_t ce = x->dtype == NA_DTYPE_F32 ? 4 : 2;
+        size_t ce = na_dtype_bytes(x->dtype, 1);
         if (x->batch_id != y->batch_id || x->slice != y->slice || x->n_rows != y->n_rows ||
             x->dim != y->dim || x->att_dim != y->att_dim || x->dtype != y->dtype ||
             x->step != y->step ||
@@ -183,14 +183,9 @@ static void test_golden(void)
     m.type = NA_WIRE_MSG_REQ_OPEN;
     m.seq = 9;
     m.time_ns = 0x1122334455667788ull;
-    m.u.req_open.request_id = 0x0102030405060708ull;
-    m.u.req_open.max_tokens = 2048;
-    m.u.req_open.n_layers = 12;
-    m.u.req_open.kv_h0 = 2;
-    m.u.req_open.kv_h1 = 4;
-    m.u.req_open.head_dim = 64;
-    m.u.req_open.q_per_kv = 4;
-    m.u.req_open.dtype = NA_DTYPE_F16;
+    m.u.req_open = (na_wire_req_open_t){ .request_id = 0x0102030405060708ull, .max_tokens = 2048,
+                                         .n_layers = 12, .kv_h0 = 2, .kv_h1 = 4, .head_dim = 64,
+                                         .q_per_kv = 4, .dtype = NA_DTYPE_F16 };
     NA_CHECK_OK(na_wire_encode(&m, buf, sizeof(buf), &len));
     NA_CHECK(len == sizeof(want) && memcmp(buf, want, sizeof(want)) == 0);
 }
@@ -557,14 +552,8 @@ static void test_attn_layout(void)
 
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_DECODE_ATTN;
-    m.u.attn.batch_id = 3;
-    m.u.attn.layer = 2;
-    m.u.attn.n_entries = 5;
-    m.u.attn.batch_total = 5;
-    m.u.attn.head_dim = 16;
-    m.u.attn.q_per_kv = 2;
-    m.u.attn.dtype = NA_DTYPE_F32;
-    m.u.attn.scale = 0.25f;
+    m.u.attn = (na_wire_attn_t){ .batch_id = 3, .layer = 2, .n_entries = 5, .batch_total = 5,
+                                 .head_dim = 16, .q_per_kv = 2, .dtype = NA_DTYPE_F32, .scale = 0.25f };
     for (i = 0; i < 5; i++) {
         for (j = 0; j < 3 * 4 * 16; j++)
             rows[i][j] = (float)(i * 1000 + j);

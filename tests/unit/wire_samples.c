@@ -5,12 +5,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fnv.h"
 #include "tests/testutil.h"
 
 static uint32_t rnd(na_rng_t *r, uint32_t lo, uint32_t hi)   /* [lo, hi] */
 {
     return lo + (uint32_t)(na_rng_u64(r) % (uint64_t)(hi - lo + 1));
 }
+
+/* A kv head range [h0, h1) within 4 heads. */
+static void draw_heads(na_rng_t *r, uint16_t *h0_p, uint16_t *h1_p)
+{
+    *h0_p = (uint16_t)rnd(r, 0, 3);
+    *h1_p = (uint16_t)rnd(r, *h0_p + 1, 4);
+}
+
+/* The fields every KV message draws, in this order. */
+#define DRAW_KV(k, max_tokens) do {                                                  \
+        (k)->request_id = rnd(&r, 1, 1000000);                                       \
+        (k)->layer = rnd(&r, 0, 31);                                                 \
+        (k)->n_tokens = rnd(&r, 1, (max_tokens));                                    \
+        (k)->pos0 = rnd(&r, 0, 5000);                                                \
+        draw_heads(&r, &(k)->kv_h0, &(k)->kv_h1);                                    \
+    } while (0)
+
+/* The batch fields DECODE_ATTN and ATTN_OUT draw alike, in this order. */
+#define DRAW_BATCH(a) do {                                                           \
+        (a)->batch_id = (uint32_t)na_rng_u64(&r);                                    \
+        (a)->layer = rnd(&r, 0, 31);                                                 \
+        (a)->n_entries = rnd(&r, 1, NA_WIRE_SAMPLE_ENTRIES);                         \
+        (a)->entry_base = rnd(&r, 0, 10);                                            \
+        (a)->batch_total = (a)->entry_base + (a)->n_entries + rnd(&r, 0, 3);         \
+        (a)->head_dim = (uint16_t)rnd(&r, 1, 17);                                    \
+        (a)->q_per_kv = (uint16_t)rnd(&r, 1, 4);                                     \
+        (a)->dtype = dts[rnd(&r, 0, 2)];                                             \
+    } while (0)
 
 static const uint8_t *take(na_wire_sample_t *s, size_t *used, size_t n)
 {
@@ -91,15 +120,10 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
     case NA_WIRE_MSG_PREFILL_KV:
     case NA_WIRE_MSG_KV_DATA: {
         na_wire_kv_t *k = &m->u.kv;
-        k->request_id = rnd(&r, 1, 1000000);
-        k->layer = rnd(&r, 0, 31);
-        k->n_tokens = rnd(&r, 1, 9);
-        k->pos0 = rnd(&r, 0, 5000);
-        k->kv_h0 = (uint16_t)rnd(&r, 0, 3);
-        k->kv_h1 = (uint16_t)rnd(&r, k->kv_h0 + 1, 4);
+        DRAW_KV(k, 9);
         k->head_dim = (uint16_t)rnd(&r, 1, 20);
         k->dtype = dts[rnd(&r, 0, 2)];
-        es = k->dtype == NA_DTYPE_F32 ? 4 : 2;
+        es = na_dtype_bytes(k->dtype, 1);
         n = k->n_tokens * (k->kv_h1 - k->kv_h0) * k->head_dim * (uint32_t)es;
         k->k = take(s, &used, n);
         k->v = take(s, &used, n);
@@ -107,34 +131,21 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
     }
     case NA_WIRE_MSG_KV_FETCH: {
         na_wire_kv_fetch_t *f = &m->u.kv_fetch;
-        f->request_id = rnd(&r, 1, 1000000);
-        f->layer = rnd(&r, 0, 31);
-        f->n_tokens = rnd(&r, 1, 4096);
-        f->pos0 = rnd(&r, 0, 5000);
-        f->kv_h0 = (uint16_t)rnd(&r, 0, 3);
-        f->kv_h1 = (uint16_t)rnd(&r, f->kv_h0 + 1, 4);
+        DRAW_KV(f, 4096);
         f->dtype = dts[rnd(&r, 0, 2)];
         break;
     }
     case NA_WIRE_MSG_DECODE_ATTN: {
         na_wire_attn_t *a = &m->u.attn;
-        a->batch_id = (uint32_t)na_rng_u64(&r);
-        a->layer = rnd(&r, 0, 31);
-        a->n_entries = rnd(&r, 1, NA_WIRE_SAMPLE_ENTRIES);
-        a->entry_base = rnd(&r, 0, 10);
-        a->batch_total = a->entry_base + a->n_entries + rnd(&r, 0, 3);
-        a->head_dim = (uint16_t)rnd(&r, 1, 17);
-        a->q_per_kv = (uint16_t)rnd(&r, 1, 4);
-        a->dtype = dts[rnd(&r, 0, 2)];
+        DRAW_BATCH(a);
         a->scale = 1.0f / (float)rnd(&r, 1, 16);
-        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+        es = na_dtype_bytes(a->dtype, 1);
         for (i = 0; i < a->n_entries; i++) {
             na_wire_attn_entry_t *e = &s->attn_e[i];
             uint32_t nh;
             e->request_id = rnd(&r, 1, 1000000);
             e->position = rnd(&r, 0, 100000);
-            e->kv_h0 = (uint16_t)rnd(&r, 0, 3);
-            e->kv_h1 = (uint16_t)rnd(&r, e->kv_h0 + 1, 4);
+            draw_heads(&r, &e->kv_h0, &e->kv_h1);
             nh = e->kv_h1 - e->kv_h0;
             e->q = take(s, &used, (size_t)nh * a->q_per_kv * a->head_dim * es);
             e->k = take(s, &used, (size_t)nh * a->head_dim * es);
@@ -145,21 +156,13 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
     }
     case NA_WIRE_MSG_ATTN_OUT: {
         na_wire_attn_out_t *a = &m->u.attn_out;
-        a->batch_id = (uint32_t)na_rng_u64(&r);
-        a->layer = rnd(&r, 0, 31);
-        a->n_entries = rnd(&r, 1, NA_WIRE_SAMPLE_ENTRIES);
-        a->entry_base = rnd(&r, 0, 10);
-        a->batch_total = a->entry_base + a->n_entries + rnd(&r, 0, 3);
-        a->head_dim = (uint16_t)rnd(&r, 1, 17);
-        a->q_per_kv = (uint16_t)rnd(&r, 1, 4);
-        a->dtype = dts[rnd(&r, 0, 2)];
-        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
+        DRAW_BATCH(a);
+        es = na_dtype_bytes(a->dtype, 1);
         for (i = 0; i < a->n_entries; i++) {
             na_wire_out_entry_t *e = &s->out_e[i];
             e->request_id = rnd(&r, 1, 1000000);
             e->status = 0;
-            e->kv_h0 = (uint16_t)rnd(&r, 0, 3);
-            e->kv_h1 = (uint16_t)rnd(&r, e->kv_h0 + 1, 4);
+            draw_heads(&r, &e->kv_h0, &e->kv_h1);
             e->o = take(s, &used, (size_t)(e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim * es);
         }
         a->entries = s->out_e;
@@ -205,7 +208,7 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
         c->att_dim = rnd(&r, 0, 2) ? rnd(&r, 1, 40) : 0;
         c->dtype = dts[rnd(&r, 0, 2)];
         c->step = na_rng_u64(&r);
-        es = c->dtype == NA_DTYPE_F32 ? 4 : 2;
+        es = na_dtype_bytes(c->dtype, 1);
         for (i = 0; i < c->n_rows; i++) {
             na_wire_ctx_row_t *w = &s->ctx_r[i];
             w->request_id = rnd(&r, 1, 1000000);
@@ -252,74 +255,69 @@ uint8_t *na_wire_sample_encode(const na_wire_sample_t *s, size_t *len_p)
 
 static uint64_t sum_bytes(const void *p, size_t n)
 {
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    size_t i;
-    for (i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
+    return na_fnv1a64(p, n);
+}
+
+/* Rows in a message's table (0 for the types without one). */
+static uint32_t table_rows(const na_wire_msg_t *m)
+{
+    switch (m->type) {
+    case NA_WIRE_MSG_DECODE_ATTN: return m->u.attn.n_entries;
+    case NA_WIRE_MSG_ATTN_OUT:    return m->u.attn_out.n_entries;
+    case NA_WIRE_MSG_STATS:       return m->u.stats.n;
+    case NA_WIRE_MSG_BATCH_CTX:   return m->u.ctx.n_rows;
+    default:                      return 0;
+    }
+}
+
+/* Read row i of m's table through its accessor and sum it and the bytes it
+ * points at into *h. */
+static na_status_t touch_row(const na_wire_msg_t *m, uint32_t i, uint64_t *h)
+{
+    na_wire_attn_entry_t ae;
+    na_wire_out_entry_t oe;
+    na_wire_stat_t sp;
+    na_wire_ctx_row_t w;
+    na_status_t st = NA_ERR_INVALID;
+    size_t kv;
+
+    if (m->type == NA_WIRE_MSG_DECODE_ATTN && (st = na_wire_attn_get(&m->u.attn, i, &ae)) == NA_OK) {
+        kv = (size_t)(ae.kv_h1 - ae.kv_h0) * m->u.attn.head_dim * na_dtype_bytes(m->u.attn.dtype, 1);
+        *h += sum_bytes(ae.q, kv * m->u.attn.q_per_kv) + sum_bytes(ae.k, kv) + sum_bytes(ae.v, kv);
+    } else if (m->type == NA_WIRE_MSG_ATTN_OUT &&
+               (st = na_wire_attn_out_get(&m->u.attn_out, i, &oe)) == NA_OK) {
+        kv = (size_t)(oe.kv_h1 - oe.kv_h0) * m->u.attn_out.head_dim * na_dtype_bytes(m->u.attn_out.dtype, 1);
+        *h += sum_bytes(oe.o, kv * m->u.attn_out.q_per_kv);
+    } else if (m->type == NA_WIRE_MSG_STATS && (st = na_wire_stats_get(&m->u.stats, i, &sp)) == NA_OK) {
+        *h += sum_bytes(sp.key, strlen(sp.key)) + sp.value;
+    } else if (m->type == NA_WIRE_MSG_BATCH_CTX && (st = na_wire_ctx_get(&m->u.ctx, i, &w)) == NA_OK) {
+        *h += w.request_id + w.position + w.token + w.rng + (uint64_t)(uint32_t)w.status;
+    }
+    return st;
 }
 
 uint64_t na_wire_sample_touch(const na_wire_msg_t *m)
 {
     uint64_t h = sum_bytes(m, sizeof(*m));
-    size_t es;
-    uint32_t i;
+    uint32_t i, n = table_rows(m);
 
+    for (i = 0; i < n; i++)
+        if (touch_row(m, i, &h) != NA_OK)
+            return 0;
     switch (m->type) {
     case NA_WIRE_MSG_PREFILL_KV:
     case NA_WIRE_MSG_KV_DATA: {
         const na_wire_kv_t *k = &m->u.kv;
-        size_t n = (size_t)k->n_tokens * (k->kv_h1 - k->kv_h0) * k->head_dim *
-                   (k->dtype == NA_DTYPE_F32 ? 4 : 2);
-        h += sum_bytes(k->k, n) + sum_bytes(k->v, n);
+        size_t bytes = (size_t)k->n_tokens * (k->kv_h1 - k->kv_h0) * k->head_dim * na_dtype_bytes(k->dtype, 1);
+        h += sum_bytes(k->k, bytes) + sum_bytes(k->v, bytes);
         break;
     }
-    case NA_WIRE_MSG_DECODE_ATTN: {
-        const na_wire_attn_t *a = &m->u.attn;
-        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
-        for (i = 0; i < a->n_entries; i++) {
-            na_wire_attn_entry_t e;
-            size_t nh;
-            if (na_wire_attn_get(a, i, &e) != NA_OK)
-                return 0;
-            nh = (size_t)(e.kv_h1 - e.kv_h0);
-            h += sum_bytes(e.q, nh * a->q_per_kv * a->head_dim * es);
-            h += sum_bytes(e.k, nh * a->head_dim * es) + sum_bytes(e.v, nh * a->head_dim * es);
-        }
-        break;
-    }
-    case NA_WIRE_MSG_ATTN_OUT: {
-        const na_wire_attn_out_t *a = &m->u.attn_out;
-        es = a->dtype == NA_DTYPE_F32 ? 4 : 2;
-        for (i = 0; i < a->n_entries; i++) {
-            na_wire_out_entry_t e;
-            if (na_wire_attn_out_get(a, i, &e) != NA_OK)
-                return 0;
-            h += sum_bytes(e.o, (size_t)(e.kv_h1 - e.kv_h0) * a->q_per_kv * a->head_dim * es);
-        }
-        break;
-    }
-    case NA_WIRE_MSG_STATS:
-        for (i = 0; i < m->u.stats.n; i++) {
-            na_wire_stat_t s;
-            if (na_wire_stats_get(&m->u.stats, i, &s) != NA_OK)
-                return 0;
-            h += sum_bytes(s.key, strlen(s.key)) + s.value;
-        }
-        break;
     case NA_WIRE_MSG_ECHO:
         h += sum_bytes(m->u.echo.data, (size_t)m->u.echo.len);
         break;
     case NA_WIRE_MSG_BATCH_CTX: {
         const na_wire_ctx_t *c = &m->u.ctx;
-        es = c->dtype == NA_DTYPE_F32 ? 4 : 2;
-        for (i = 0; i < c->n_rows; i++) {
-            na_wire_ctx_row_t w;
-            if (na_wire_ctx_get(c, i, &w) != NA_OK)
-                return 0;
-            h += w.request_id + w.position + w.token + w.rng + (uint64_t)(uint32_t)w.status;
-        }
+        size_t es = na_dtype_bytes(c->dtype, 1);
         h += sum_bytes(c->x, (size_t)c->n_rows * c->dim * es);
         if (c->att_dim)
             h += sum_bytes(c->att, (size_t)c->n_rows * c->att_dim * es);
