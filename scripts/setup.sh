@@ -46,9 +46,10 @@ run)
     ./build/cli/nearattn run --prompt "Once upon a time" --temp 0 -n 256
     ;;
 test)
-    build build -DCMAKE_BUILD_TYPE=Release
+    # CI builds with warnings as errors (-DNA_WERROR=ON)
+    build build -DCMAKE_BUILD_TYPE=Release -DNA_WERROR=ON
     (cd build && ctest --output-on-failure -j "$jobs")
-    build build-asan -DCMAKE_BUILD_TYPE=Debug -DNA_SANITIZE=ON
+    build build-asan -DCMAKE_BUILD_TYPE=Debug -DNA_SANITIZE=ON -DNA_WERROR=ON
     (cd build-asan && ctest --output-on-failure -j "$jobs" -LE bench)
     ;;
 *)

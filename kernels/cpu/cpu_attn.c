@@ -496,6 +496,7 @@ typedef struct {
 /* Query token t attends to positions 0 .. pos0 + t. */
 static void na_cpu_pre_task(void *ctx, int t, int n_tok)
 {
+    (void)n_tok;   /* pool task signature: one task per query token */
     const na_cpu_pre_job_t *j = ctx;
     na_attn_stat_t st[NA_MODEL_MAX_HEADS];
     size_t row = (size_t)t * j->n_heads * j->hd;

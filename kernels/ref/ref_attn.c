@@ -59,6 +59,7 @@ void na_ref_attn_decode(na_kernels_t *k, float *out, const float *q,
                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                         int ctx, int n_heads, int n_kv_heads, int head_dim)
 {
+    (void)k;       /* ops-table signature: the reference needs no backend state */
     int group = n_heads / n_kv_heads, h;
     for (h = 0; h < n_heads; h++)
         na_ref_attn_head(out + (size_t)h * head_dim, q + (size_t)h * head_dim,
@@ -84,6 +85,7 @@ void na_ref_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
                          const na_kv_span_t *span, na_dtype_t kv_dtype, float scale)
 {
+    (void)k;       /* ops-table signature: the reference needs no backend state */
     int g, t, i;
     for (g = 0; g < group; g++) {
         const float *qg = q + (size_t)g * head_dim;

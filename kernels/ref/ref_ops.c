@@ -43,6 +43,7 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j)
 void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
                    const na_tensor_t *w, int batch)
 {
+    (void)k;       /* ops-table signature: the reference needs no backend state */
     int b, r, j;
     for (b = 0; b < batch; b++) {
         const float *xb = x + (size_t)b * w->cols;

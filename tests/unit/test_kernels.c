@@ -770,6 +770,7 @@ typedef struct {
 
 static void pool_count_task(void *ctx, int t, int n)
 {
+    (void)n;       /* pool task signature */
     pool_probe_t *p = ctx;
     atomic_fetch_add(&p->count[t], 1);
 }
@@ -778,6 +779,7 @@ static void pool_count_task(void *ctx, int t, int n)
  * have claimed it, so this proves the worker runs tasks concurrently. */
 static void pool_pair_task(void *ctx, int t, int n)
 {
+    (void)n;       /* pool task signature */
     pool_probe_t *p = ctx;
     p->who[t] = pthread_self();
     if (t == 1) {
