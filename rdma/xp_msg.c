@@ -1,10 +1,15 @@
-/* rdma/xp_send.c — sending on an endpoint: owner messages (with the header
- * kept alive while in flight), waiting for their completion with a bound
- * (a send that does not finish fails its endpoint). */
+/* rdma/xp_msg.c — messages on an endpoint, both ways: sending owner
+ * messages (with the header kept alive while in flight), waiting for their
+ * completion with a bound (a send that does not finish fails its endpoint),
+ * and the active-message receive path that queues what arrives for
+ * na_xp_recv (eager data kept in UCX's buffer, rendezvous data landing in a
+ * registered pool buffer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "common/wire.h"
 #include "rdma/xp_internal.h"
 
 /* Largest message sent with UCP_OP_ATTR_FLAG_FAST_CMPL (see xp_am_send). */
@@ -144,4 +149,129 @@ na_status_t na_xp_send(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
     if (st != NA_OK)
         return st;
     return na_xp_op_wait(ep->xp, op, -1);
+}
+
+/* ---- receive path ----------------------------------------------------------- */
+
+/* Rendezvous payload landed (or failed). */
+static void xp_rndv_done(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    na_xp_msg_t *m = user_data;
+    (void)length;                       /* UCX's callback type; the size is known */
+    m->ready = (status == UCS_OK) ? 1 : -1;
+    ucp_request_free(request);
+}
+
+/* Active message on NA_XP_AM_MSG: queue it for the owner. */
+static ucs_status_t xp_am_msg_cb(void *arg, const void *header, size_t header_length,
+                                 void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    na_xp_t *xp = arg;
+    na_xp_ep_t *ep;
+    na_xp_msg_t *m;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    uint64_t id;
+    char why[128];
+
+    if (header_length < NA_XP_ID_LEN)
+        return rndv ? UCS_ERR_REJECTED : UCS_OK;        /* not one of ours: drop */
+    header_length -= NA_XP_ID_LEN;
+    memcpy(&id, (const uint8_t *)header + header_length, NA_XP_ID_LEN);
+    ep = xp->rx_last;
+    if (ep == NULL || ep->rx_id != id) {
+        for (ep = xp->eps; ep != NULL && ep->rx_id != id; ep = ep->next)
+            ;
+        if (ep == NULL || !ep->rx_open)
+            return rndv ? UCS_ERR_REJECTED : UCS_OK;    /* nobody we know: drop */
+        xp->rx_last = ep;
+    }
+    /* a client takes messages once it sent its proof: the proven server may
+     * send before its HELLO_OK is read */
+    if (ep->state != NA_XP_EP_READY && ep->state != NA_XP_EP_CONNECTING)
+        return rndv ? UCS_ERR_REJECTED : UCS_OK;
+    if (header_length > NA_XP_HDR_MAX || length > xp->opts.max_msg) {
+        snprintf(why, sizeof(why), "message of %zu+%zu bytes over the limits (%d+%zu)",
+                 header_length, length, NA_XP_HDR_MAX, xp->opts.max_msg);
+        na_xp_ep_fail(ep, NA_ERR_PROTO, why);
+        return rndv ? UCS_ERR_REJECTED : UCS_OK;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory for a message");
+        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
+    }
+    m->kind = NA_XP_MSG_DATA;
+    m->ep = ep;
+    m->hdr_len = header_length;
+    if (header_length > 0)
+        memcpy(m->hdr, header, header_length);
+    m->len = length;
+    ep->refs++;
+    ep->stats.msgs_recv++;
+    ep->stats.bytes_recv += header_length + length;
+    ep->stats.last_recv_ns = na_xp_coarse_ns();
+    na_xp_queue_push(xp, m);
+
+    if (length == 0) {
+        m->ready = 1;
+        return UCS_OK;
+    }
+    if (rndv) {
+        ucp_request_param_t p;
+        void *req;
+        m->pool_buf = na_xp_pool_get(xp, length);
+        if (m->pool_buf == NULL) {
+            m->ready = -1;
+            na_xp_ep_fail(ep, NA_ERR_NOMEM, "no landing buffer for a large message");
+            return UCS_ERR_NO_MEMORY;
+        }
+        m->data = m->pool_buf->ptr;
+        memset(&p, 0, sizeof(p));
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        p.cb.recv_am = xp_rndv_done;
+        p.user_data = m;
+        p.memh = (ucp_mem_h)m->pool_buf->memh;
+        p.memory_type = UCS_MEMORY_TYPE_HOST;
+        req = ucp_am_recv_data_nbx(xp->worker, data, m->data, length, &p);
+        if (req == NULL)
+            m->ready = 1;
+        else if (UCS_PTR_IS_ERR(req))
+            m->ready = -1;
+        return UCS_INPROGRESS;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+        m->data = data;                 /* keep UCX's copy: no second copy */
+        m->ucx_desc = data;
+        m->ready = 1;
+        return UCS_INPROGRESS;
+    }
+    m->data = malloc(length);
+    if (m->data == NULL) {
+        m->ready = -1;
+        na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory for a message");
+        return UCS_OK;
+    }
+    m->heap = 1;
+    memcpy(m->data, data, length);
+    m->ready = 1;
+    return UCS_OK;
+}
+
+na_status_t na_xp_ep_setup(na_xp_t *xp)
+{
+    ucp_am_handler_param_t hp;
+    ucs_status_t us;
+
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    hp.id = NA_XP_AM_MSG;
+    hp.cb = xp_am_msg_cb;
+    hp.arg = xp;
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+    us = ucp_worker_set_am_recv_handler(xp->worker, &hp);
+    if (us != UCS_OK)
+        return na_err(NA_ERR_TRANSPORT, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
+    return NA_OK;
 }
