@@ -217,6 +217,18 @@ na_wait_all() {
     done
 }
 
+# na_wait_count SECONDS N PATTERN GLOB: 0 once the files GLOB (a pattern under
+# DIR, expanded at each look: files may appear meanwhile) hold N lines matching
+# PATTERN in all, 1 when SECONDS passed first.
+na_wait_count() {
+    _na_w=$(($1 * 10))
+    while [ "$(cat "$DIR"/$4 2>/dev/null | grep -c "$3")" -lt "$2" ]; do
+        [ "$_na_w" -le 0 ] && return 1
+        sleep 0.1
+        _na_w=$((_na_w - 1))
+    done
+}
+
 # na_same_sorted A B: 0 when files A and B hold the same lines in any order
 # (sorted copies A.s, B.s); otherwise their diff (first 40 lines) and 1.
 na_same_sorted() {

@@ -41,12 +41,15 @@ node() {        # NAME [ARGS...]: start a storage node and wait for READY
     na_start "$nm" "$BIN" node --config "$DIR/layout.yaml" --name "$nm" "$@"
     na_wait_line "$DIR/$nm.log" "^READY" 15 || fail "node $nm did not start"
 }
-stop_node() {   # NAME: SIGTERM, must exit 0 with a clean stop
+term_ok() {     # NAME WHAT: SIGTERM to PID_NAME, which must exit 0
     eval "p=\$PID_$1"
     kill -TERM "$p"
     wait "$p"
     rc=$?
-    [ "$rc" -eq 0 ] || fail "node $1 exited $rc after SIGTERM"
+    [ "$rc" -eq 0 ] || fail "$2 exited $rc after SIGTERM"
+}
+stop_node() {   # NAME: SIGTERM, must exit 0 with a clean stop
+    term_ok "$1" "node $1"
     grep -q "stopped cleanly" "$DIR/$1.log" || fail "node $1 did not stop cleanly"
 }
 client() {      # LOGNAME ARGS...: run the client to completion, require exit 0
@@ -56,6 +59,14 @@ client() {      # LOGNAME ARGS...: run the client to completion, require exit 0
     wait "$NA_PID"     # interruptible (a foreground run would defer the traps)
     rc=$?
     [ "$rc" -eq 0 ] || fail "client $name ($*) exited $rc"
+}
+holder() {      # NODE: a client holding one request on NODE (pid in PID_holder)
+    na_start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node "$1" --scenario hold
+    na_wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+}
+serves_then_stops() {   # NODE: a fresh client is served by NODE, then stop_node NODE
+    client cl_a --node "$1" --scenario basic --requests 2 --steps 2
+    stop_node "$1"
 }
 stat() {        # NODE KEY -> value on stdout
     timeout 30 "$CLIENT" --config "$DIR/layout.yaml" --name stat --node "$1" --scenario stat \
@@ -84,10 +95,7 @@ launch)
     na_wait_line "$DIR/logs/s1.log" "^READY" 15 || fail "launch: s1 not ready"
     na_wait_line "$DIR/logs/c0.log" "^READY" 15 || fail "launch: c0 not started"
     client cl_a --node s1 --scenario basic --requests 2 --steps 2
-    kill -TERM "$PID_launch"
-    wait "$PID_launch"
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "launch exited $rc after SIGTERM"
+    term_ok launch launch
     for nd in s0 s1; do
         grep -q "stopped cleanly" "$DIR/logs/$nd.log" || fail "launch: $nd did not stop cleanly"
     done
@@ -132,10 +140,7 @@ mpirun)
     na_wait_line "$DIR/launchmpi.log" "^READY s0 " 30 || fail "launch --mpirun: s0 not ready"
     na_wait_line "$DIR/launchmpi.log" "^READY s1 " 30 || fail "launch --mpirun: s1 not ready"
     client cl_c --node s1 --scenario basic --requests 2 --steps 2
-    kill -TERM "$PID_launchmpi"
-    wait "$PID_launchmpi"
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "launch --mpirun exited $rc after SIGTERM"
+    term_ok launchmpi "launch --mpirun"
     grep -q "node s0: stopped cleanly" "$DIR/launchmpi.log" || fail "launch --mpirun: s0 not clean"
 
     ;;
@@ -144,15 +149,13 @@ kill|kill-shm)
     na_node_layout head
     grep -q "tls: ${TLS:-auto}" "$DIR/layout.yaml" || fail "layout does not use tls ${TLS:-auto}"
     node s0
-    na_start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s0 --scenario hold
-    na_wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    holder s0
     [ "$(stat s0 node.requests)" = 1 ] || fail "s0 does not hold the request"
     kill -9 "$PID_holder"
     na_wait_line "$DIR/s0.log" "peer holder lost" 10 || fail "s0 did not report the lost peer"
     grep -q "freed its 1 request" "$DIR/s0.log" || fail "s0 did not free the request"
     [ "$(stat s0 node.requests)" = 0 ] || fail "s0 still holds the killed client's request"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 tier)
     na_node_layout request
@@ -181,35 +184,30 @@ secret)
     printf 'not-the-cluster-secret-0123456789abcdef\n' >"$DIR/wrong.secret"
     client bad --node s0 --scenario secret --secret-file "$DIR/wrong.secret"
     grep -q "REFUSED" "$DIR/bad.log" || fail "wrong secret not refused"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 garbage)
     na_node_layout head
     node s0
-    na_start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s0 --scenario hold
-    na_wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    holder s0
     for v in 0 1 2 3; do
         client bad$v --node s0 --scenario garbage$v
         grep -q "dropping peer bad$v" "$DIR/s0.log" || fail "s0 did not drop the garbage$v peer"
     done
     [ "$(stat s0 node.requests)" = 1 ] || fail "the other client's request was touched"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 heartbeat)
     na_node_layout head
     node s0
     client quiet --node s0 --scenario idle
     grep -q "peer quiet lost (silent for" "$DIR/s0.log" || fail "s0 did not drop the silent peer"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 refuse)
     na_node_layout head
     node s1
-    na_start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s1 --scenario hold
-    na_wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    holder s1
     client cl_a --node s1 --scenario refuse --requests 2 --steps 2
     grep -q "^REFUSED .*refused request" "$DIR/cl_a.log" || fail "no refusal reason"
     [ "$(stat s1 node.requests)" = 1 ] || fail "the holder's request was touched"

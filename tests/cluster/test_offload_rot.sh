@@ -117,10 +117,7 @@ L=$(layout launch3 3 "$STORIES" "$STOK" $((PORT + 12)))
 mkdir -p "$DIR/logs"
 na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
 LP=$NA_PID
-n=0
-while [ "$(grep -c READY "$DIR"/logs/*.log 2>/dev/null | awk -F: '{s+=$2} END {print s+0}')" -lt 4 ]; do
-    n=$((n + 1)); [ $n -gt 300 ] && fail "launch: nodes not ready"; sleep 0.1
-done
+na_wait_count 30 4 READY 'logs/*.log' || fail "launch: nodes not ready"
 rot_vs_mono launch3 "$L" "$STORIES" "$STOK" 16 connect
 kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
 echo "PASS"

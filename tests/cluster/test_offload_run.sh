@@ -111,10 +111,7 @@ match)
     mkdir -p "$DIR/logs"
     na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
     LP=$NA_PID
-    n=0
-    while [ "$(grep -c READY "$DIR"/logs/s*.log 2>/dev/null | awk -F: '{s+=$2} END {print s+0}')" -lt 2 ]; do
-        n=$((n + 1)); [ $n -gt 200 ] && fail "launch: storage nodes not ready"; sleep 0.1
-    done
+    na_wait_count 20 2 READY 'logs/s*.log' || fail "launch: storage nodes not ready"
     offload_vs_mono head2tcp "$L" "$STORIES" "$STOK" 24 connect
     grep -q "SSD reads 0 bytes" "$DIR/head2tcp.err" && fail "head2tcp: KV forced to SSD, but no SSD read"
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
@@ -164,8 +161,7 @@ mpirun)
     L=$(layout mpi2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
     na_bg "$DIR/mpi.out" "$DIR/mpi.err" mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$L"
     MP=$NA_PID
-    na_wait_all 30 '^READY s0' "$DIR/mpi.out" && na_wait_all 30 '^READY s1' "$DIR/mpi.out" ||
-        fail "mpirun: storage nodes not ready"
+    na_wait_count 30 2 '^READY s' mpi.out || fail "mpirun: storage nodes not ready"
     offload_vs_mono mpi2 "$L" "$STORIES" "$STOK" 24 connect
     kill -TERM "$MP"; wait "$MP"
     ;;
