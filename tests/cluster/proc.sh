@@ -253,7 +253,8 @@ na_vs_mono() {
         fail "$_na_vn: monolithic run failed"
     shift 5
     na_fg "$DIR/$_na_vn.off" "$DIR/$_na_vn.err" timeout 120 "$BIN" run "$@" \
-        --prompts "$DIR/prompts.txt" -n "$_na_k" --temp 0 --threads 1 || fail "$_na_vn: $_na_what run failed"
+        --prompts "$DIR/prompts.txt" -n "$_na_k" --temp 0 --threads 1 ||
+        fail "$_na_vn: $_na_what run failed"
     na_same_sorted "$DIR/$_na_vn.mono" "$DIR/$_na_vn.off" ||
         fail "$_na_vn: $_na_what text differs from monolithic"
 }

@@ -41,7 +41,9 @@ DECODE="2048,24576,196608"         # q/k/v rows (head_dim 128, 32 heads, f16) fo
 PREFILL="1048576,4194304,8388608"    # bulk KV of a prompt chunk
 . "$(dirname "$0")/proc.sh"
 na_tmpdir na_xp_test
-NA_CLEANUP='[ -n "$NS_A" ] && ip netns del "$NS_A" 2>/dev/null; [ -n "$NS_B" ] && ip netns del "$NS_B" 2>/dev/null'
+# na_cleanup also deletes the network namespaces made here
+NA_CLEANUP='[ -n "$NS_A" ] && ip netns del "$NS_A" 2>/dev/null
+[ -n "$NS_B" ] && ip netns del "$NS_B" 2>/dev/null'
 # port_of NAME: the port server NAME bound (its "READY name host:port" line);
 # servers listen on port 0 so parallel and repeated runs never collide (a
 # server that dropped a peer keeps its port in TIME_WAIT for a minute).

@@ -112,8 +112,8 @@ static size_t out_len(const work_t *w)
 }
 
 /* Run the workload; outputs (S, n_layers, R, n_heads*head_dim) into out
- * (zeroed first), statuses (S, n_layers, R) into sts. Returns 0, or -1 if setup failed
- * (message printed) and 77 if O_DIRECT is refused here. */
+ * (zeroed first), statuses (S, n_layers, R) into sts. Returns 0, or -1 if
+ * setup failed (message printed) and 77 if O_DIRECT is refused here. */
 static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
                na_slot_stats_t *stats_out)
 {
