@@ -654,14 +654,7 @@ int na_cli_e2e_sweep(int argc, char **argv)
     g_sw = s;
     signal(SIGINT, sw_on_signal);
     signal(SIGTERM, sw_on_signal);
-    na_genmodel_defaults(&go);
-    go.dim = 256;
-    go.hidden_dim = 512;
-    go.n_layers = 4;
-    go.n_heads = 8;
-    go.n_kv_heads = 8;
-    go.vocab_size = 512;
-    go.seq_len = maxctx + s->n_new + 8;
+    na_genmodel_shape(&go, 256, 512, 4, 8, 8, 512, maxctx + s->n_new + 8);
     go.write_gguf = lbench != NULL;
     snprintf(path, sizeof(path), "%.500s/model", s->dir);
     if (na_genmodel_write(path, &go) != NA_OK) {

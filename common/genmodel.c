@@ -44,6 +44,15 @@ void na_genmodel_defaults(na_genmodel_opts_t *o)
     *o = defaults;
 }
 
+void na_genmodel_shape(na_genmodel_opts_t *o, int dim, int hidden_dim, int n_layers, int n_heads,
+                       int n_kv_heads, int vocab_size, int seq_len)
+{
+    na_genmodel_defaults(o);
+    o->dim = dim, o->hidden_dim = hidden_dim, o->n_layers = n_layers;
+    o->n_heads = n_heads, o->n_kv_heads = n_kv_heads;
+    o->vocab_size = vocab_size, o->seq_len = seq_len, o->write_gguf = 0;
+}
+
 static na_status_t na_gm_bound(const char *field, int v, int lo, int hi)
 {
     if (v < lo || v > hi)

@@ -25,7 +25,7 @@
 #define NA_GENMODEL_MIN_VOCAB 259   /* 3 specials + 256 byte tokens */
 #define NA_GENMODEL_MAX_BYTES (1024ull << 30)  /* cap on all files of one run: 1 TiB */
 
-typedef struct {
+typedef struct na_genmodel_opts {
     int        dim;
     int        hidden_dim;
     int        n_layers;
@@ -47,6 +47,11 @@ typedef struct {
  * 8 heads, 4 kv heads, vocab 512, seq 256, f32, seed 1, theta 10000,
  * eps 1e-5, tied, both formats, no progress). */
 void na_genmodel_defaults(na_genmodel_opts_t *o);
+
+/* The defaults with this shape, f32 weights, the llama2.c files only (no
+ * GGUF): the set-up tests and benchmarks share; adjust fields after it. */
+void na_genmodel_shape(na_genmodel_opts_t *o, int dim, int hidden_dim, int n_layers, int n_heads,
+                       int n_kv_heads, int vocab_size, int seq_len);
 
 /* Check the shape against common/model.h's bounds and the format rules
  * (dim % n_heads, n_heads % n_kv_heads, even head_dim, Q8_0 needs dim and

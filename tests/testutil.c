@@ -125,3 +125,20 @@ int na_test_write_file(const char *path, const void *p, size_t n)
     ok = fwrite(p, 1, n, f) == n;
     return fclose(f) == 0 && ok ? 0 : -1;
 }
+
+int na_test_prompt(uint64_t *state, int *toks, int n, int vocab)
+{
+    int j;
+
+    toks[0] = 1;
+    for (j = 1; j < n; j++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        toks[j] = 3 + (int)((*state >> 33) % (uint64_t)(vocab - 3));
+    }
+    return n;
+}
+
+int na_test_same_ints(const int *a, int na, const int *b, int nb)
+{
+    return na == nb && (na == 0 || !memcmp(a, b, (size_t)na * sizeof(int)));
+}

@@ -49,4 +49,32 @@ char *na_test_read_file(const char *path, size_t *len_p);
 /* Write n bytes to path (created or truncated): 0, or -1 on failure. */
 int   na_test_write_file(const char *path, const void *p, size_t n);
 
+/* A prompt of n tokens: toks[0] = 1 (BOS), then tokens drawn from
+ * [3, vocab) by the 64-bit LCG in *state (advanced). Returns n. */
+int  na_test_prompt(uint64_t *state, int *toks, int n, int vocab);
+/* 1 when a[0..na) and b[0..nb) are the same ints (e.g. generated tokens). */
+int  na_test_same_ints(const int *a, int na, const int *b, int nb);
+
+/* ---- tests/testmodel.c (na_testutil; needs na_common) ---------------------- */
+struct na_model;
+struct na_genmodel_opts;
+
+/* Write the generated model o as dir/name.* (na_genmodel_write) and put the
+ * path of dir/name.ext ("bin" or "gguf") in path: 0, or -1 after a failed
+ * check. */
+int na_test_genmodel(const char *dir, const char *name, const struct na_genmodel_opts *o,
+                     const char *ext, char *path, size_t cap);
+/* na_test_genmodel, then open that file: the model, or NULL after a failed
+ * check. */
+struct na_model *na_test_genmodel_open(const char *dir, const char *name,
+                                       const struct na_genmodel_opts *o, const char *ext);
+/* Create the cluster layout file at path and write its "cluster:" line (name,
+ * secret_file $NA_SOURCE_DIR/cluster-configs/dev.secret, "." without it):
+ * the open file, or NULL with na_err(NA_ERR_IO) set. */
+FILE *na_test_layout_begin(const char *path, const char *cluster);
+/* Write the "compute:" section (c0 on 127.0.0.1) and a "storage:" section of
+ * n nodes s<i> on 127.0.0.1, ports port0 + i, one device each at kvdir/s<i>
+ * with dram_mb / ssd_mb. */
+void  na_test_layout_nodes(FILE *f, int n, int port0, const char *kvdir, int dram_mb, int ssd_mb);
+
 #endif /* NA_TESTUTIL_H */

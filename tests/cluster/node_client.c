@@ -651,33 +651,32 @@ static int nc_garbage(na_sc_t *sc, int variant)
 
     memset(payload, 0xa5, sizeof(payload));
     memset(&h, 0, sizeof(h));
-    switch (variant) {
+    switch (variant) {              /* 1..3: a header of this type and payload_len plen */
     case 1:                         /* fixed part + table promise more than arrives */
         h.type = NA_WIRE_MSG_DECODE_ATTN;
-        h.payload_len = 40;
         memset(payload, 0, sizeof(payload));
         payload[0] = 3;             /* n_entries 3, but no table follows */
         plen = 40;
-        na_wire_hdr_encode(hdr, &h);
         break;
     case 2:
         h.type = NA_WIRE_MSG_HELLO;
-        h.payload_len = 168;
         plen = 168;
-        na_wire_hdr_encode(hdr, &h);
         break;
     case 3:
         h.type = NA_WIRE_MSG_HEARTBEAT;
-        h.payload_len = 16;
         plen = 16;
-        na_wire_hdr_encode(hdr, &h);
-        hdr[4] = NA_WIRE_VERSION_MAJOR + 1;      /* ver_major (little-endian u16) */
         break;
     default:
         for (i = 0; i < (int)sizeof(hdr); i++)
             hdr[i] = (uint8_t)(i * 37 + 11);
         break;
     }
+    if (variant >= 1 && variant <= 3) {
+        h.payload_len = plen;
+        na_wire_hdr_encode(hdr, &h);
+    }
+    if (variant == 3)
+        hdr[4] = NA_WIRE_VERSION_MAJOR + 1;      /* ver_major (little-endian u16) */
     NA_CHECK_OK(na_xp_send(na_sc_ep(sc), hdr, sizeof(hdr), payload, plen));
     for (i = 0; i < 50; i++) {
         st = na_sc_poll(sc, 100);

@@ -1,7 +1,8 @@
 # tests/cluster/proc.sh — process bookkeeping for the cluster test scripts
-# (sourced by tests/cluster/test_node.sh and tests/cluster/test_transport.sh),
-# and na_free_port: a TCP port picked at run time, so that overlapping runs
-# (Release and ASan builds, two developers) never share fixed ports.
+# (sourced by tests/cluster/test_*.sh), na_free_port: a TCP port picked at
+# run time, so that overlapping runs (Release and ASan builds, two developers)
+# never share fixed ports, and the start every script shares: na_test_init
+# (temporary directory, traps), fail, na_wait_line, na_vs_mono.
 #
 # Every background process a script starts runs in a session of its own
 # (setsid). A background child of a non-interactive shell is never a process
@@ -150,4 +151,128 @@ na_bg() {
 na_fg() {
     na_bg "$@"
     wait "$NA_PID"
+}
+
+# na_test_init NAME: BIN (NA_BIN, required), SRC (NA_SOURCE_DIR, required),
+# SHARED (NA_SHARED_DIR, default SRC/../shared) and DIR, a fresh temporary
+# directory NAME.XXXXXX; at exit na_cleanup, and INT TERM HUP PIPE exit 1.
+na_test_init() {
+    BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
+    SRC=${NA_SOURCE_DIR:?}
+    SHARED=${NA_SHARED_DIR:-$SRC/../shared}
+    na_tmpdir "$1"
+}
+# na_tmpdir NAME: na_test_init's DIR and traps alone.
+na_tmpdir() {
+    DIR=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    trap na_cleanup EXIT
+    trap 'exit 1' INT TERM HUP PIPE
+}
+# na_cleanup: na_reap (every process started here, mpirun's ranks included),
+# then NA_CLEANUP (a command: more to undo, e.g. network namespaces) when set,
+# a copy of DIR in $NA_TEST_KEEP when set, and DIR removed.
+na_cleanup() {
+    na_reap
+    [ -n "${NA_CLEANUP:-}" ] && eval "$NA_CLEANUP"
+    [ -n "${NA_TEST_KEEP:-}" ] && cp -r "$DIR" "$NA_TEST_KEEP"
+    rm -rf "$DIR"
+}
+
+# fail MSG...: print "FAIL: MSG", the last NA_TAIL (30) lines of every log
+# that the patterns in NA_LOGS (under DIR; default *.log) name, exit 1.
+fail() {
+    echo "FAIL: $*"
+    set -f
+    for _na_g in ${NA_LOGS:-*.log}; do
+        set +f
+        for _na_f in "$DIR"/$_na_g; do
+            [ -f "$_na_f" ] && { echo "--- $_na_f"; tail -n "${NA_TAIL:-30}" "$_na_f"; }
+        done
+        set -f
+    done
+    set +f
+    exit 1
+}
+
+# na_wait_line FILE PATTERN SECONDS: 0 once FILE has a line matching
+# PATTERN, 1 when SECONDS passed first.
+na_wait_line() {
+    na_wait_all "$3" "$2" "$1"
+}
+# na_wait_all SECONDS PATTERN FILE...: 0 once every FILE has a line matching
+# PATTERN, 1 when SECONDS passed first.
+na_wait_all() {
+    _na_w=$(($1 * 10))
+    _na_pat=$2
+    shift 2
+    while :; do
+        _na_all=1
+        for _na_f in "$@"; do
+            grep -q "$_na_pat" "$_na_f" 2>/dev/null || _na_all=0
+        done
+        [ "$_na_all" = 1 ] && return 0
+        [ "$_na_w" -le 0 ] && return 1
+        sleep 0.1
+        _na_w=$((_na_w - 1))
+    done
+}
+
+# na_wait_count SECONDS N PATTERN GLOB: 0 once the files GLOB (a pattern under
+# DIR, expanded at each look: files may appear meanwhile) hold N lines matching
+# PATTERN in all, 1 when SECONDS passed first.
+na_wait_count() {
+    _na_w=$(($1 * 10))
+    while [ "$(cat "$DIR"/$4 2>/dev/null | grep -c "$3")" -lt "$2" ]; do
+        [ "$_na_w" -le 0 ] && return 1
+        sleep 0.1
+        _na_w=$((_na_w - 1))
+    done
+}
+
+# na_same_sorted A B: 0 when files A and B hold the same lines in any order
+# (sorted copies A.s, B.s); otherwise their diff (first 40 lines) and 1.
+na_same_sorted() {
+    sort "$1" > "$1.s"
+    sort "$2" > "$2.s"
+    cmp -s "$1.s" "$2.s" && return 0
+    diff "$1.s" "$2.s" | head -n 40
+    return 1
+}
+
+# na_vs_mono NAME WHAT MODEL TOK N ARGS...: a greedy `BIN run --mode
+# monolithic` of DIR/prompts.txt (N new tokens) on MODEL / TOK into
+# DIR/NAME.mono, then `BIN run ARGS...` of the same prompts (120 s at most)
+# into DIR/NAME.off, its stderr in DIR/NAME.err; fail (naming WHAT) unless
+# both succeed and print the same lines in any order.
+na_vs_mono() {
+    _na_vn=$1
+    _na_what=$2
+    _na_k=$5
+    "$BIN" run --mode monolithic --model "$3" --tokenizer "$4" --prompts "$DIR/prompts.txt" \
+        -n "$_na_k" --temp 0 --threads 1 > "$DIR/$_na_vn.mono" 2> "$DIR/$_na_vn.mono.err" ||
+        fail "$_na_vn: monolithic run failed"
+    shift 5
+    na_fg "$DIR/$_na_vn.off" "$DIR/$_na_vn.err" timeout 120 "$BIN" run "$@" \
+        --prompts "$DIR/prompts.txt" -n "$_na_k" --temp 0 --threads 1 ||
+        fail "$_na_vn: $_na_what run failed"
+    na_same_sorted "$DIR/$_na_vn.mono" "$DIR/$_na_vn.off" ||
+        fail "$_na_vn: $_na_what text differs from monolithic"
+}
+
+# na_start NAME CMD...: na_spawn CMD with its log in DIR/NAME.log; its pid in
+# PID_NAME.
+na_start() {
+    _na_sn=$1
+    shift
+    na_spawn "$DIR/$_na_sn.log" "$@"
+    eval "PID_$_na_sn=$NA_PID"
+}
+
+# na_node_layout PARTITION: DIR/layout.yaml from tests/data/node/node.yaml.in
+# (ports PORT0 and PORT1, the KV under DIR/kv, tls ${TLS:-auto}).
+na_node_layout() {
+    sed -e "s|@PORT0@|$PORT0|" -e "s|@PORT1@|$PORT1|" -e "s|@KV@|$DIR/kv|" \
+        -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
+        -e "s|@PARTITION@|$1|" -e "s|tls: auto|tls: ${TLS:-auto}|" \
+        "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
 }

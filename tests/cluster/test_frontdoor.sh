@@ -28,48 +28,21 @@
 set -u
 CLIENT=$1
 SCEN=$2
-BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
-SRC=${NA_SOURCE_DIR:?}
-SHARED=${NA_SHARED_DIR:-$SRC/../shared}
+. "$(dirname "$0")/proc.sh"
+na_test_init na_door_test
 RAW="python3 $SRC/tests/cluster/raw_peer.py"
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_door_test.XXXXXX")
 export NA_KV_DIR="$DIR/kv"
 export TMPDIR="$DIR"
-
-. "$(dirname "$0")/proc.sh"
-cleanup() {
-    na_reap
-    [ -n "${NA_TEST_KEEP:-}" ] && cp -r "$DIR" "$NA_TEST_KEEP"; rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
 command -v python3 >/dev/null 2>&1 || { echo "SKIPPED: no python3"; exit 77; }
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 PORT0=$(na_free_port) && PORT1=$(na_free_port "$PORT0") ||
     { echo "FAIL: no free TCP port found"; exit 1; }
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
-    exit 1
-}
-wait_line() {   # FILE PATTERN SECONDS
-    _w=0
-    while [ "$_w" -lt $(($3 * 10)) ]; do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-        _w=$((_w + 1))
-    done
-    return 1
-}
-sed -e "s|@PORT0@|$PORT0|" -e "s|@PORT1@|$PORT1|" -e "s|@KV@|$DIR/kv|" \
-    -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
-    -e "s|@PARTITION@|$([ "$SCEN" = rogue ] && echo request || echo head)|" \
-    "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
+na_node_layout "$([ "$SCEN" = rogue ] && echo request || echo head)"
 node() {        # NAME [SHELL PREFIX]: start storage node NAME, wait for READY
     na_spawn "$DIR/$1.log" sh -c "${2:-} exec \"\$0\" node --config \"\$1\" --name \"\$2\"" \
         "$BIN" "$DIR/layout.yaml" "$1"
     eval "PID_$1=$NA_PID"
-    wait_line "$DIR/$1.log" "^READY" 15 || fail "node $1 did not start"
+    na_wait_line "$DIR/$1.log" "^READY" 15 || fail "node $1 did not start"
 }
 alive() {       # NAME: the node process still runs
     eval "p=\$PID_$1"
@@ -98,7 +71,7 @@ raw)
         grep -q "^CLOSED $attack" "$DIR/raw_$attack.out" ||
             fail "$attack: the node did not close the connection: $(cat "$DIR/raw_$attack.out")"
         alive s0
-        wait_line "$DIR/s0.log" "dropped peer" 2 || fail "$attack: no log line"
+        na_wait_line "$DIR/s0.log" "dropped peer" 2 || fail "$attack: no log line"
         sleep 0.2
         after=$(drops s0)
         [ "$after" -eq $((before + 1)) ] || fail "$attack: $((after - before)) log lines, want 1"
@@ -119,7 +92,7 @@ flood|emfile)
     client c_before
     na_spawn "$DIR/flood.log" $RAW flood 127.0.0.1 "$PORT0" 500 7
     FP=$NA_PID
-    wait_line "$DIR/flood.log" "^OPENED" 20 || fail "flood did not open its connections"
+    na_wait_line "$DIR/flood.log" "^OPENED" 20 || fail "flood did not open its connections"
     t0=$(cpu_ticks "$PID_s0")
     sleep 3
     t1=$(cpu_ticks "$PID_s0")
@@ -232,7 +205,7 @@ replica)
 rogue)
     node s0
     na_spawn "$DIR/rogue.log" $RAW rogue 127.0.0.1 "$PORT1" 60
-    wait_line "$DIR/rogue.log" "^ROGUE listening" 10 || fail "rogue listener did not start"
+    na_wait_line "$DIR/rogue.log" "^ROGUE listening" 10 || fail "rogue listener did not start"
     i=0; while [ $i -lt 6 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done >"$DIR/p.txt"
     "$BIN" run --mode monolithic --model "$SHARED/models/stories260K.bin" \
         --tokenizer "$SHARED/models/tok512.bin" --prompts "$DIR/p.txt" -n 40 --temp 0 \

@@ -40,24 +40,18 @@ static int  g_port = 14400;
 static na_status_t write_layout(const variant_t *v, const char *model, int idx, char *path,
                                 size_t cap)
 {
-    const char *src = getenv("NA_SOURCE_DIR");
+    char kvdir[600];
     FILE *f;
-    int s;
 
     snprintf(path, cap, "%s/kvf%d.yaml", g_tmp, idx);
-    f = fopen(path, "w");
+    f = na_test_layout_begin(path, "kvf");
     if (f == NULL)
-        return na_err(NA_ERR_IO, "cannot write %s", path);
-    fprintf(f, "cluster: { name: kvf, secret_file: \"%s/cluster-configs/dev.secret\" }\n",
-            src ? src : ".");
+        return NA_ERR_IO;
     fprintf(f, "model: { path: \"%s\", kv_dtype: f16 }\n", model);
     fprintf(f, "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 200, "
                "peer_timeout_ms: 5000 }\n", v->tls);
-    fprintf(f, "compute:\n  - { name: c0, host: 127.0.0.1 }\nstorage:\n");
-    for (s = 0; s < v->nodes; s++)
-        fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
-                   "      - { path: \"%s/kv%d/s%d\", dram_mb: 16, ssd_mb: 64 }\n",
-                s, g_port + s, g_tmp, idx, s);
+    snprintf(kvdir, sizeof(kvdir), "%s/kv%d", g_tmp, idx);
+    na_test_layout_nodes(f, v->nodes, g_port, kvdir, 16, 64);
     fprintf(f, "parallel: { partition: request, batches_in_flight: %d }\n", v->bif);
     fprintf(f, "kv: { block_tokens: 16, spill_interval: %d, tier: %s }\n", v->spill, v->tier);
     fclose(f);
@@ -120,17 +114,12 @@ static void make_requests(na_engine_t *e, na_request_t **r, int vocab)
 {
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
     uint64_t rng = 777;
-    int i, j;
+    int i, toks[40];
 
-    for (i = 0; i < N_REQ; i++) {
-        int n = 2 + (i * 11) % 29, toks[40];
-        toks[0] = 1;
-        for (j = 1; j < n; j++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            toks[j] = 3 + (int)((rng >> 33) % (uint64_t)(vocab - 3));
-        }
-        NA_CHECK_OK(na_request_create(e, i, toks, n, MAX_NEW, &sc, &r[i]));
-    }
+    for (i = 0; i < N_REQ; i++)     /* prompts of 2 + (i * 11) % 29 tokens */
+        NA_CHECK_OK(na_request_create(e, i, toks, na_test_prompt(&rng, toks, 2 + (i * 11) % 29,
+                                                                  vocab),
+                                      MAX_NEW, &sc, &r[i]));
 }
 
 static void run_model(const char *bin, const char *model, const variant_t *vs, int nv)
@@ -174,13 +163,12 @@ static void run_model(const char *bin, const char *model, const variant_t *vs, i
             oo.batches_in_flight = v->bif;
             NA_CHECK_OK(na_offload_generate(e, svc, got, N_REQ, &oo, &os));
             NA_CHECK(os.failed == 0);
-            for (i = 0; i < N_REQ; i++) {
-                int same = got[i]->n_out == ref[i]->n_out &&
-                           !memcmp(got[i]->out, ref[i]->out, (size_t)ref[i]->n_out * sizeof(int));
-                NA_CHECK_MSG(same, "%s variant %d (%d nodes, %s, %s, spill %d, bif %d): request "
+            for (i = 0; i < N_REQ; i++)
+                NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
+                                               ref[i]->n_out),
+                             "%s variant %d (%d nodes, %s, %s, spill %d, bif %d): request "
                              "%d differs", model, k, v->nodes, v->tls, v->tier, v->spill, v->bif,
                              i);
-            }
             /* every decode entry fetched the context: bytes in >> bytes out */
             NA_CHECK(os.svc.decode_entries > 0);
             NA_CHECK(os.svc.bytes_recv > os.svc.bytes_sent);
@@ -211,7 +199,7 @@ int main(void)
     const char *bin = getenv("NA_BIN");
     const char *stories = na_test_shared_model("stories260K.bin");
     na_genmodel_opts_t go;
-    char prefix[700], path[720];
+    char path[720];
 
     if (bin == NULL || access(bin, X_OK) != 0)
         NA_SKIP("NA_BIN (the nearattn binary) is not set");
@@ -223,20 +211,8 @@ int main(void)
         run_model(bin, stories, vs, 2);
     else
         fprintf(stderr, "stories260K absent: generated model only\n");
-    na_genmodel_defaults(&go);
-    go.dim = 64;
-    go.hidden_dim = 128;
-    go.n_layers = 2;
-    go.n_heads = 4;
-    go.n_kv_heads = 4;
-    go.vocab_size = 300;
-    go.seq_len = 64;
-    go.dtype = NA_DTYPE_F32;
-    go.write_gguf = 0;
-    go.write_llama2c = 1;
-    snprintf(prefix, sizeof(prefix), "%s/mha", g_tmp);
-    NA_CHECK_OK(na_genmodel_write(prefix, &go));
-    snprintf(path, sizeof(path), "%s.bin", prefix);
+    na_genmodel_shape(&go, 64, 128, 2, 4, 4, 300, 64);
+    na_test_genmodel(g_tmp, "mha", &go, "bin", path, sizeof(path));
     run_model(bin, path, vs + 1, 1);
     na_test_rmtree(g_tmp);
     return na_test_finish();

@@ -29,59 +29,27 @@
 set -u
 CLIENT=$1
 SCEN=$2
-BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
-SRC=${NA_SOURCE_DIR:?}
-SHARED=${NA_SHARED_DIR:-$SRC/../shared}
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_node_test.XXXXXX")
-
 . "$(dirname "$0")/proc.sh"
-cleanup() {
-    na_reap            # every process started here, mpirun's ranks included
-    [ -n "${NA_TEST_KEEP:-}" ] && cp -r "$DIR" "$NA_TEST_KEEP"; rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
+na_test_init na_node_test
+NA_LOGS="*.log logs/*.log" NA_TAIL=40     # what fail shows
 PORT0=$(na_free_port) && PORT1=$(na_free_port "$PORT0") && PORT2=$(na_free_port "$PORT0" "$PORT1") ||
     { echo "FAIL: no free TCP port found"; exit 1; }
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/*.log "$DIR"/logs/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
-    exit 1
-}
-wait_line() {   # FILE PATTERN SECONDS
-    _w=0
-    while [ "$_w" -lt $(($3 * 10)) ]; do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-        _w=$((_w + 1))
-    done
-    return 1
-}
-layout() {      # PARTITION -> $DIR/layout.yaml
-    sed -e "s|@PORT0@|$PORT0|" -e "s|@PORT1@|$PORT1|" -e "s|@KV@|$DIR/kv|" \
-        -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
-        -e "s|@PARTITION@|$1|" -e "s|tls: auto|tls: ${TLS:-auto}|" \
-        "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
-}
-start() {       # LOGNAME CMD... (background; pid in PID_<LOGNAME>)
-    name=$1
-    shift
-    na_spawn "$DIR/$name.log" "$@"
-    eval "PID_$name=$NA_PID"
-}
 node() {        # NAME [ARGS...]: start a storage node and wait for READY
     nm=$1
     shift
-    start "$nm" "$BIN" node --config "$DIR/layout.yaml" --name "$nm" "$@"
-    wait_line "$DIR/$nm.log" "^READY" 15 || fail "node $nm did not start"
+    na_start "$nm" "$BIN" node --config "$DIR/layout.yaml" --name "$nm" "$@"
+    na_wait_line "$DIR/$nm.log" "^READY" 15 || fail "node $nm did not start"
 }
-stop_node() {   # NAME: SIGTERM, must exit 0 with a clean stop
+term_ok() {     # NAME WHAT: SIGTERM to PID_NAME, which must exit 0
     eval "p=\$PID_$1"
     kill -TERM "$p"
     wait "$p"
     rc=$?
-    [ "$rc" -eq 0 ] || fail "node $1 exited $rc after SIGTERM"
+    [ "$rc" -eq 0 ] || fail "$2 exited $rc after SIGTERM"
+}
+stop_node() {   # NAME: SIGTERM, must exit 0 with a clean stop
+    term_ok "$1" "node $1"
     grep -q "stopped cleanly" "$DIR/$1.log" || fail "node $1 did not stop cleanly"
 }
 client() {      # LOGNAME ARGS...: run the client to completion, require exit 0
@@ -92,6 +60,14 @@ client() {      # LOGNAME ARGS...: run the client to completion, require exit 0
     rc=$?
     [ "$rc" -eq 0 ] || fail "client $name ($*) exited $rc"
 }
+holder() {      # NODE: a client holding one request on NODE (pid in PID_holder)
+    na_start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node "$1" --scenario hold
+    na_wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+}
+serves_then_stops() {   # NODE: a fresh client is served by NODE, then stop_node NODE
+    client cl_a --node "$1" --scenario basic --requests 2 --steps 2
+    stop_node "$1"
+}
 stat() {        # NODE KEY -> value on stdout
     timeout 30 "$CLIENT" --config "$DIR/layout.yaml" --name stat --node "$1" --scenario stat \
         --stat "$2" 2>>"$DIR/stat.log" | sed -n "s/^STAT $2 //p"
@@ -99,7 +75,7 @@ stat() {        # NODE KEY -> value on stdout
 
 case "$SCEN" in
 basic|request)
-    [ "$SCEN" = basic ] && layout head || layout request
+    [ "$SCEN" = basic ] && na_node_layout head || na_node_layout request
     node s0
     node s1
     client cl_a --node s0 --scenario basic --requests 3 --steps 4
@@ -112,17 +88,14 @@ basic|request)
     stop_node s1
     ;;
 launch)
-    layout head
+    na_node_layout head
     mkdir -p "$DIR/logs"
-    start launch "$BIN" launch "$DIR/layout.yaml" --log-dir "$DIR/logs"
-    wait_line "$DIR/logs/s0.log" "^READY" 15 || fail "launch: s0 not ready"
-    wait_line "$DIR/logs/s1.log" "^READY" 15 || fail "launch: s1 not ready"
-    wait_line "$DIR/logs/c0.log" "^READY" 15 || fail "launch: c0 not started"
+    na_start launch "$BIN" launch "$DIR/layout.yaml" --log-dir "$DIR/logs"
+    na_wait_line "$DIR/logs/s0.log" "^READY" 15 || fail "launch: s0 not ready"
+    na_wait_line "$DIR/logs/s1.log" "^READY" 15 || fail "launch: s1 not ready"
+    na_wait_line "$DIR/logs/c0.log" "^READY" 15 || fail "launch: c0 not started"
     client cl_a --node s1 --scenario basic --requests 2 --steps 2
-    kill -TERM "$PID_launch"
-    wait "$PID_launch"
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "launch exited $rc after SIGTERM"
+    term_ok launch launch
     for nd in s0 s1; do
         grep -q "stopped cleanly" "$DIR/logs/$nd.log" || fail "launch: $nd did not stop cleanly"
     done
@@ -142,10 +115,10 @@ launch)
     ;;
 mpirun)
     command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: no mpirun"; exit 77; }
-    layout head
-    start mpi mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$DIR/layout.yaml"
-    wait_line "$DIR/mpi.log" "^READY s0 " 30 || fail "mpirun: s0 not ready"
-    wait_line "$DIR/mpi.log" "^READY s1 " 30 || fail "mpirun: s1 not ready"
+    na_node_layout head
+    na_start mpi mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$DIR/layout.yaml"
+    na_wait_line "$DIR/mpi.log" "^READY s0 " 30 || fail "mpirun: s0 not ready"
+    na_wait_line "$DIR/mpi.log" "^READY s1 " 30 || fail "mpirun: s1 not ready"
     grep -q "rank 1 from OMPI_COMM_WORLD_RANK\|rank 1 from PMIX_RANK" "$DIR/mpi.log" \
         || fail "mpirun: rank not taken from the environment"
     client cl_a --node s0 --scenario basic --requests 2 --steps 2
@@ -163,34 +136,29 @@ mpirun)
     [ "$rc" -eq 0 ] || fail "mpirun exited $rc after its ranks were stopped"
     # `nearattn launch --mpirun`: SIGTERM to the launcher -> SIGUSR1 through mpirun
     # -> every rank stops cleanly -> launch exits 0
-    start launchmpi "$BIN" launch "$DIR/layout.yaml" --mpirun --log-dir "$DIR/lm"
-    wait_line "$DIR/launchmpi.log" "^READY s0 " 30 || fail "launch --mpirun: s0 not ready"
-    wait_line "$DIR/launchmpi.log" "^READY s1 " 30 || fail "launch --mpirun: s1 not ready"
+    na_start launchmpi "$BIN" launch "$DIR/layout.yaml" --mpirun --log-dir "$DIR/lm"
+    na_wait_line "$DIR/launchmpi.log" "^READY s0 " 30 || fail "launch --mpirun: s0 not ready"
+    na_wait_line "$DIR/launchmpi.log" "^READY s1 " 30 || fail "launch --mpirun: s1 not ready"
     client cl_c --node s1 --scenario basic --requests 2 --steps 2
-    kill -TERM "$PID_launchmpi"
-    wait "$PID_launchmpi"
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "launch --mpirun exited $rc after SIGTERM"
+    term_ok launchmpi "launch --mpirun"
     grep -q "node s0: stopped cleanly" "$DIR/launchmpi.log" || fail "launch --mpirun: s0 not clean"
 
     ;;
 kill|kill-shm)
     [ "$SCEN" = kill-shm ] && TLS=shm
-    layout head
+    na_node_layout head
     grep -q "tls: ${TLS:-auto}" "$DIR/layout.yaml" || fail "layout does not use tls ${TLS:-auto}"
     node s0
-    start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s0 --scenario hold
-    wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    holder s0
     [ "$(stat s0 node.requests)" = 1 ] || fail "s0 does not hold the request"
     kill -9 "$PID_holder"
-    wait_line "$DIR/s0.log" "peer holder lost" 10 || fail "s0 did not report the lost peer"
+    na_wait_line "$DIR/s0.log" "peer holder lost" 10 || fail "s0 did not report the lost peer"
     grep -q "freed its 1 request" "$DIR/s0.log" || fail "s0 did not free the request"
     [ "$(stat s0 node.requests)" = 0 ] || fail "s0 still holds the killed client's request"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 tier)
-    layout request
+    na_node_layout request
     # kv.tier dram and room for the busy client's 8192-token requests
     sed -i -e 's|prefetch_layers: 1 }|prefetch_layers: 1, tier: dram }|' \
         -e 's|dram_mb: 8, ssd_mb: 32|dram_mb: 256, ssd_mb: 32|' "$DIR/layout.yaml"
@@ -204,60 +172,55 @@ tier)
     [ "$(stat s0 s0.ssd_size)" = 0 ] || fail "kv.tier dram: slot 0 has an SSD tier"
     stop_node s0
     # the control: the default tier makes the SSD file (a fresh log to wait on)
-    layout request
-    start s0b "$BIN" node --config "$DIR/layout.yaml" --name s0
-    wait_line "$DIR/s0b.log" "^READY" 15 || fail "node s0 (default tier) did not start"
+    na_node_layout request
+    na_start s0b "$BIN" node --config "$DIR/layout.yaml" --name s0
+    na_wait_line "$DIR/s0b.log" "^READY" 15 || fail "node s0 (default tier) did not start"
     [ -e "$DIR/kv/s0d0/kv.dat" ] || fail "default tier: no s0d0/kv.dat"
     stop_node s0b
     ;;
 secret)
-    layout head
+    na_node_layout head
     node s0
     printf 'not-the-cluster-secret-0123456789abcdef\n' >"$DIR/wrong.secret"
     client bad --node s0 --scenario secret --secret-file "$DIR/wrong.secret"
     grep -q "REFUSED" "$DIR/bad.log" || fail "wrong secret not refused"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 garbage)
-    layout head
+    na_node_layout head
     node s0
-    start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s0 --scenario hold
-    wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    holder s0
     for v in 0 1 2 3; do
         client bad$v --node s0 --scenario garbage$v
         grep -q "dropping peer bad$v" "$DIR/s0.log" || fail "s0 did not drop the garbage$v peer"
     done
     [ "$(stat s0 node.requests)" = 1 ] || fail "the other client's request was touched"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 heartbeat)
-    layout head
+    na_node_layout head
     node s0
     client quiet --node s0 --scenario idle
     grep -q "peer quiet lost (silent for" "$DIR/s0.log" || fail "s0 did not drop the silent peer"
-    client cl_a --node s0 --scenario basic --requests 2 --steps 2
-    stop_node s0
+    serves_then_stops s0
     ;;
 refuse)
-    layout head
+    na_node_layout head
     node s1
-    start holder "$CLIENT" --config "$DIR/layout.yaml" --name holder --node s1 --scenario hold
-    wait_line "$DIR/holder.log" "^HELD" 20 || fail "holder did not open its request"
+    holder s1
     client cl_a --node s1 --scenario refuse --requests 2 --steps 2
     grep -q "^REFUSED .*refused request" "$DIR/cl_a.log" || fail "no refusal reason"
     [ "$(stat s1 node.requests)" = 1 ] || fail "the holder's request was touched"
     stop_node s1
     ;;
 late)
-    layout head
+    na_node_layout head
     node s0
     # a compute node's directory (compute-node/storage_dir.h) sees s0 only
-    start disc "$CLIENT" --config "$DIR/layout.yaml" --name disc --scenario discover --expect 3
-    wait_line "$DIR/disc.log" "^CONNECTED s0" 20 || fail "discover: s0 not used"
+    na_start disc "$CLIENT" --config "$DIR/layout.yaml" --name disc --scenario discover --expect 3
+    na_wait_line "$DIR/disc.log" "^CONNECTED s0" 20 || fail "discover: s0 not used"
     node s1                                   # listed in the layout, started by hand later
-    wait_line "$DIR/disc.log" "^CONNECTED s1" 20 || fail "discover: late s1 not used"
+    na_wait_line "$DIR/disc.log" "^CONNECTED s1" 20 || fail "discover: late s1 not used"
     # an extra node not in the layout, then added to the layout file
     node s9 --listen "127.0.0.1:$PORT2" --kv-dir "$DIR/kv/s9" --ssd-mb 16 --dram-mb 8 \
         --shape 5:8:4:8                       # stories260K's shape, no model file needed
@@ -267,7 +230,7 @@ late)
             print "    devices:"; print "      - { path: \"" kv "\", dram_mb: 8, ssd_mb: 16 }"
             next } { print }' "$DIR/layout.yaml" >"$DIR/layout.new"
     mv "$DIR/layout.new" "$DIR/layout.yaml"
-    wait_line "$DIR/disc.log" "^CONNECTED s9" 20 || fail "discover: s9 added to the layout not used"
+    na_wait_line "$DIR/disc.log" "^CONNECTED s9" 20 || fail "discover: s9 added to the layout not used"
     wait "$PID_disc"
     rc=$?
     [ "$rc" -eq 0 ] || fail "discover client exited $rc"

@@ -146,15 +146,11 @@ static void make_requests(na_engine_t *e, na_request_t **r, int n)
 {
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
     uint64_t rng = 12345;
-    int i, j;
+    int i;
 
     for (i = 0; i < n; i++) {
         int len = 3 + (i * 7) % 23, toks[64];
-        toks[0] = 1;
-        for (j = 1; j < len; j++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            toks[j] = 3 + (int)((rng >> 33) % (uint64_t)(e->cfg.vocab_size - 3));
-        }
+        na_test_prompt(&rng, toks, len, e->cfg.vocab_size);
         NA_CHECK_OK(na_request_create(e, i, toks, len, MAX_NEW, &sc, &r[i]));
     }
 }
@@ -168,14 +164,18 @@ static void free_requests(na_request_t **r, int n)
 
 static int same_tokens(const na_request_t *a, const na_request_t *b)
 {
-    return a->n_out == b->n_out && !memcmp(a->out, b->out, (size_t)a->n_out * sizeof(int));
+    return na_test_same_ints(a->out, a->n_out, b->out, b->n_out);
 }
 
-static na_off_t *make_engine(na_engine_t *e, cnt_svc_t *c, watch_t *w)
+/* A fresh watch on c, N_REQ fresh requests in got, and an engine reporting to w. */
+static na_off_t *make_engine(na_engine_t *e, cnt_svc_t *c, watch_t *w, na_request_t **got)
 {
     na_off_opts_t oo;
     na_off_t *g = NULL;
 
+    memset(w, 0, sizeof(*w));
+    w->svc = c;
+    make_requests(e, got, N_REQ);
     memset(&oo, 0, sizeof(oo));
     oo.max_batch = 8;
     oo.batches_in_flight = 2;
@@ -195,10 +195,7 @@ static void t_join(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char 
     na_off_t *g;
     int next = 0, busy_joins = 0, i, guard = 0;
 
-    memset(&w, 0, sizeof(w));
-    w.svc = c;
-    make_requests(e, got, N_REQ);
-    g = make_engine(e, c, &w);
+    g = make_engine(e, c, &w, got);
     if (g == NULL)
         return;
     /* request k joins once 5k tokens were produced */
@@ -242,10 +239,7 @@ static void t_cancel(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const cha
     long opens0 = c->opens;
     int i, guard = 0, cancelled = 0;
 
-    memset(&w, 0, sizeof(w));
-    w.svc = c;
-    make_requests(e, got, N_REQ);
-    g = make_engine(e, c, &w);
+    g = make_engine(e, c, &w, got);
     if (g == NULL)
         return;
     for (i = 0; i < N_REQ - 1; i++)
@@ -296,10 +290,7 @@ static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
     na_off_t *g;
     int i, guard = 0;
 
-    memset(&w, 0, sizeof(w));
-    w.svc = c;
-    make_requests(e, got, N_REQ);
-    g = make_engine(e, c, &w);
+    g = make_engine(e, c, &w, got);
     if (g == NULL)
         return;
     for (i = 0; i < N_REQ; i++)
@@ -325,25 +316,18 @@ static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
  * cluster library when it starts the nodes itself). */
 static na_status_t load_layout(const char *model, na_cfg_t **cfg_p)
 {
-    char path[700], secret[600];
-    const char *src = getenv("NA_SOURCE_DIR");
+    char path[700], kvdir[600];
     FILE *f;
-    int s;
 
-    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src ? src : ".");
     snprintf(path, sizeof(path), "%s/layout.yaml", g_tmp);
-    f = fopen(path, "w");
+    f = na_test_layout_begin(path, "eng");
     if (f == NULL)
-        return na_err(NA_ERR_IO, "cannot write %s", path);
-    fprintf(f, "cluster: { name: eng, secret_file: \"%s\" }\n", secret);
+        return NA_ERR_IO;
     fprintf(f, "model: { path: \"%s\" }\n", model);
     fprintf(f, "transport: { tls: shm, timeout_ms: 5000, heartbeat_ms: 200, "
                "peer_timeout_ms: 3000 }\n");
-    fprintf(f, "compute:\n  - { name: c0, host: 127.0.0.1 }\nstorage:\n");
-    for (s = 0; s < 2; s++)
-        fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
-                   "      - { path: \"%s/kv/s%d\", dram_mb: 16, ssd_mb: 64 }\n",
-                s, 14200 + s, g_tmp, s);
+    snprintf(kvdir, sizeof(kvdir), "%s/kv", g_tmp);
+    na_test_layout_nodes(f, 2, 14200, kvdir, 16, 64);
     fprintf(f, "parallel: { partition: request, batches_in_flight: 2, max_batch: 8 }\n");
     fprintf(f, "kv: { block_tokens: 16, spill_interval: 2 }\n");
     fclose(f);
@@ -382,21 +366,8 @@ int main(int argc, char **argv)
         snprintf(path, sizeof(path), "%s", stories);
     } else {
         na_genmodel_opts_t gm;
-        char prefix[600];
-        na_genmodel_defaults(&gm);
-        gm.dim = 64;
-        gm.hidden_dim = 128;
-        gm.n_layers = 2;
-        gm.n_heads = 8;
-        gm.n_kv_heads = 2;
-        gm.vocab_size = 300;
-        gm.seq_len = 96;
-        gm.dtype = NA_DTYPE_F32;
-        gm.write_gguf = 0;
-        gm.write_llama2c = 1;
-        snprintf(prefix, sizeof(prefix), "%s/gqa", g_tmp);
-        NA_CHECK_OK(na_genmodel_write(prefix, &gm));
-        snprintf(path, sizeof(path), "%s.bin", prefix);
+        na_genmodel_shape(&gm, 64, 128, 2, 8, 2, 300, 96);
+        na_test_genmodel(g_tmp, "gqa", &gm, "bin", path, sizeof(path));
     }
     NA_CHECK_OK(na_model_open(path, &m));
     if (na_test_failures > 0)

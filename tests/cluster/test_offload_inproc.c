@@ -36,22 +36,15 @@ static char g_tmp[512];
 /* Write a layout for variant v into the temp dir and load it. */
 static na_status_t load_layout(const variant_t *v, int idx, na_cfg_t **cfg_p)
 {
-    char path[700], secret[600];
-    const char *src = getenv("NA_SOURCE_DIR");
+    char path[700], kvdir[600];
     FILE *f;
-    int s;
 
-    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src ? src : ".");
     snprintf(path, sizeof(path), "%s/layout%d.yaml", g_tmp, idx);
-    f = fopen(path, "w");
+    f = na_test_layout_begin(path, "t");
     if (f == NULL)
-        return na_err(NA_ERR_IO, "cannot write %s", path);
-    fprintf(f, "cluster: { name: t, secret_file: \"%s\" }\n", secret);
-    fprintf(f, "compute:\n  - { name: c0, host: 127.0.0.1 }\nstorage:\n");
-    for (s = 0; s < v->slots; s++)
-        fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
-                   "      - { path: \"%s/kv%d/s%d\", dram_mb: %d, ssd_mb: 64 }\n",
-                s, 14100 + s, g_tmp, idx, s, v->dram_mb);
+        return NA_ERR_IO;
+    snprintf(kvdir, sizeof(kvdir), "%s/kv%d", g_tmp, idx);
+    na_test_layout_nodes(f, v->slots, 14100, kvdir, v->dram_mb, 64);
     fprintf(f, "parallel: { partition: %s, batches_in_flight: %d, max_batch: %d }\n",
             v->partition, v->bif, v->max_batch);
     fprintf(f, "kv: { block_tokens: 16, spill_interval: %d, tier: %s }\n", v->spill, v->tier);
@@ -65,17 +58,13 @@ static void make_requests(na_engine_t *e, na_request_t **r, int vocab, int seq_l
 {
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
     uint64_t rng = 12345;
-    int i, j;
+    int i;
 
     for (i = 0; i < N_REQ; i++) {
         int n = 3 + (i * 7) % 23, toks[64];
         if (n > seq_len - MAX_NEW)
             n = seq_len - MAX_NEW;
-        toks[0] = 1;
-        for (j = 1; j < n; j++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            toks[j] = 3 + (int)((rng >> 33) % (uint64_t)(vocab - 3));
-        }
+        na_test_prompt(&rng, toks, n, vocab);
         NA_CHECK_OK(na_request_create(e, i, toks, n, MAX_NEW, &sc, &r[i]));
     }
 }
@@ -143,14 +132,13 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         st = na_offload_generate(e, svc, got, N_REQ, &oo, &os);
         NA_CHECK_MSG(st == NA_OK, "%s variant %d: %s", path, k, na_errmsg());
         NA_CHECK_MSG(g_errors == 0, "%s variant %d: %d request errors", path, k, g_errors);
-        for (i = 0; i < N_REQ; i++) {
-            int same = got[i]->n_out == ref[i]->n_out &&
-                       !memcmp(got[i]->out, ref[i]->out, (size_t)ref[i]->n_out * sizeof(int));
-            NA_CHECK_MSG(same, "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d): "
+        for (i = 0; i < N_REQ; i++)
+            NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
+                                           ref[i]->n_out),
+                         "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d): "
                          "request %d differs (%d vs %d tokens)", path, k, v->partition,
                          v->slots, v->bif, v->tier, v->spill, v->xcache, i, got[i]->n_out,
                          ref[i]->n_out);
-        }
         NA_CHECK(os.svc.decode_entries > 0 || v->xcache);
         fprintf(stderr, "%s v%d: %ld tokens, %ld slices, %llu remote entries, %ld x-cache, "
                 "ssd read %llu B, idle %.3f s\n", path, k, os.gen.gen_tokens, os.slices,
@@ -201,7 +189,7 @@ int main(void)
     const int nv = (int)(sizeof(vs) / sizeof(vs[0]));
     const char *stories = na_test_shared_model("stories260K.bin");
     na_genmodel_opts_t go;
-    char prefix[700], path[720];
+    char path[720];
 
     if (na_test_tmpdir(g_tmp, sizeof(g_tmp)) != 0)
         return 1;
@@ -212,30 +200,16 @@ int main(void)
         fprintf(stderr, "stories260K absent: generated models only\n");
 
     /* generated MHA model (kv_heads == heads) */
-    na_genmodel_defaults(&go);
-    go.dim = 64;
-    go.hidden_dim = 128;
-    go.n_layers = 2;
-    go.n_heads = 4;
-    go.n_kv_heads = 4;
-    go.vocab_size = 300;
-    go.seq_len = 96;
-    go.dtype = NA_DTYPE_F32;
-    go.write_gguf = 0;
-    go.write_llama2c = 1;
-    snprintf(prefix, sizeof(prefix), "%s/mha", g_tmp);
-    NA_CHECK_OK(na_genmodel_write(prefix, &go));
-    snprintf(path, sizeof(path), "%s.bin", prefix);
-    run_model(path, vs, nv, 1);
+    na_genmodel_shape(&go, 64, 128, 2, 4, 4, 300, 96);
+    if (na_test_genmodel(g_tmp, "mha", &go, "bin", path, sizeof(path)) == 0)
+        run_model(path, vs, nv, 1);
 
     /* generated GQA model */
     go.n_heads = 8;
     go.n_kv_heads = 2;
     go.seed = 7;
-    snprintf(prefix, sizeof(prefix), "%s/gqa", g_tmp);
-    NA_CHECK_OK(na_genmodel_write(prefix, &go));
-    snprintf(path, sizeof(path), "%s.bin", prefix);
-    run_model(path, vs, nv, 0);
+    if (na_test_genmodel(g_tmp, "gqa", &go, "bin", path, sizeof(path)) == 0)
+        run_model(path, vs, nv, 0);
 
     na_test_rmtree(g_tmp);
     return na_test_finish();

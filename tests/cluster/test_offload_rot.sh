@@ -12,31 +12,16 @@
 # error.
 # PORT..PORT+32 are used (and 13381..13384 by the shipped layout). Exit 0 pass, 1 fail, 77 skipped.
 set -u
-PORT=$1
-BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
-SRC=${NA_SOURCE_DIR:?}
-SHARED=${NA_SHARED_DIR:-$SRC/../shared}
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_rot_test.XXXXXX")
+. "$(dirname "$0")/proc.sh"
+na_test_init na_rot_test
 export NA_KV_DIR="$DIR/kv"
 export NA_SHARED_DIR="$SHARED"
 export TMPDIR="$DIR"          # logs of the nodes `run` starts
+NA_LOGS="*.err logs/*.log nearattn-run-*.log"     # what fail shows
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
-
-. "$SRC/tests/cluster/proc.sh"
 # PORT from the command line is only a fallback: pick free ports at run time
 # so overlapping runs (Release and ASan, two developers) never collide.
 PORT=$(na_free_ports 34) || PORT=$1
-cleanup() {
-    na_reap
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/*.err "$DIR"/logs/*.log "$DIR"/nearattn-run-*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
-    exit 1
-}
 
 # layout NAME BIF MODEL TOK BASE [PIPELINING [N_COMPUTE]]: N_COMPUTE (2) compute replicas
 # (ports BASE+2, BASE+3, ...), 2 storage
@@ -75,14 +60,7 @@ printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red 
 
 # rot_vs_mono NAME LAYOUT MODEL TOK N CLUSTER [REPLICAS]
 rot_vs_mono() {
-    "$BIN" run --mode monolithic --model "$3" --tokenizer "$4" --prompts "$DIR/prompts.txt" \
-        -n "$5" --temp 0 --threads 1 > "$DIR/$1.mono" 2> "$DIR/$1.mono.err" || fail "$1: monolithic run failed"
-    na_fg "$DIR/$1.off" "$DIR/$1.err" timeout 120 "$BIN" run --mode offload --config "$2" \
-        --cluster "$6" --prompts "$DIR/prompts.txt" -n "$5" --temp 0 --threads 1 || fail "$1: rotational run failed"
-    sort "$DIR/$1.mono" > "$DIR/$1.mono.s"
-    sort "$DIR/$1.off" > "$DIR/$1.off.s"
-    cmp -s "$DIR/$1.mono.s" "$DIR/$1.off.s" || {
-        diff "$DIR/$1.mono.s" "$DIR/$1.off.s"; fail "$1: rotational text differs from monolithic"; }
+    na_vs_mono "$1" rotational "$3" "$4" "$5" --mode offload --config "$2" --cluster "$6"
     grep -q "^rotational: ${7:-2} compute replicas" "$DIR/$1.err" || fail "$1: no rotational summary"
     grep -q "replicas; 0 batch contexts sent" "$DIR/$1.err" && fail "$1: no batch context migrated"
     grep -q "fixed schedule" "$DIR/$1.err" && fail "$1: fell back to the fixed schedule"
@@ -124,10 +102,7 @@ for i in 1 2 3 4 5 6; do echo "Once upon a time number $i"; done > "$DIR/long.tx
 na_bg "$DIR/kill1.out" "$DIR/kill1.err" timeout 60 "$BIN" run --config "$L" --prompts "$DIR/long.txt" \
     -n 240 --temp 0 --threads 1
 RP=$NA_PID
-n=0
-while ! grep -q "driven by c0" "$DIR/nearattn-run-kill1-c1.log" 2>/dev/null; do
-    n=$((n + 1)); [ $n -gt 300 ] && fail "kill1: replica c1 never driven"; sleep 0.05
-done
+na_wait_line "$DIR/nearattn-run-kill1-c1.log" "driven by c0" 15 || fail "kill1: replica c1 never driven"
 sleep 0.2
 CP=$(pgrep -f "node --config $L --name c1")
 [ -n "$CP" ] || fail "kill1: no replica process"
@@ -142,10 +117,7 @@ L=$(layout launch3 3 "$STORIES" "$STOK" $((PORT + 12)))
 mkdir -p "$DIR/logs"
 na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
 LP=$NA_PID
-n=0
-while [ "$(grep -c READY "$DIR"/logs/*.log 2>/dev/null | awk -F: '{s+=$2} END {print s+0}')" -lt 4 ]; do
-    n=$((n + 1)); [ $n -gt 300 ] && fail "launch: nodes not ready"; sleep 0.1
-done
+na_wait_count 30 4 READY 'logs/*.log' || fail "launch: nodes not ready"
 rot_vs_mono launch3 "$L" "$STORIES" "$STOK" 16 connect
 kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
 echo "PASS"

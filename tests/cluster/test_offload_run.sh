@@ -30,30 +30,15 @@
 # PORT..PORT+2 are the storage nodes' ports. Exit 0 pass, 1 fail, 77 skipped.
 set -u
 SCEN=$1
-PORT=$2
-BIN=${NA_BIN:?NA_BIN must name the nearattn binary}
-SRC=${NA_SOURCE_DIR:?}
-SHARED=${NA_SHARED_DIR:-$SRC/../shared}
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_offload_test.XXXXXX")
+. "$(dirname "$0")/proc.sh"
+na_test_init na_offload_test
 export NA_KV_DIR="$DIR/kv"
 export TMPDIR="$DIR"          # logs of the storage nodes `run` starts
+NA_LOGS="*.err logs/*.log nearattn-run-*.log"     # what fail shows
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
-
-. "$SRC/tests/cluster/proc.sh"
 # PORT from the command line is only a fallback: pick free ports at run time
 # so overlapping runs (Release and ASan, two developers) never collide.
 PORT=$(na_free_ports 5) || PORT=$2
-cleanup() {
-    na_reap
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/*.err "$DIR"/logs/*.log "$DIR"/nearattn-run-*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
-    exit 1
-}
 
 # layout NAME NODES PARTITION BIF TLS TIER SPILL XCACHE MODEL TOK [HOST [SSD_MB]]
 layout() {
@@ -90,20 +75,33 @@ printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red 
 # offload_vs_mono NAME LAYOUT MODEL TOK N CLUSTER [MODE]: MODE offload (default) or kv-fetch
 offload_vs_mono() {
     m=${7:-offload}
-    "$BIN" run --mode monolithic --model "$3" --tokenizer "$4" --prompts "$DIR/prompts.txt" \
-        -n "$5" --temp 0 --threads 1 > "$DIR/$1.mono" 2> "$DIR/$1.mono.err" || fail "$1: monolithic run failed"
-    na_fg "$DIR/$1.off" "$DIR/$1.err" timeout 120 "$BIN" run --mode "$m" --config "$2" \
-        --cluster "$6" --prompts "$DIR/prompts.txt" -n "$5" --temp 0 --threads 1 || fail "$1: $m run failed"
-    sort "$DIR/$1.mono" > "$DIR/$1.mono.s"
-    sort "$DIR/$1.off" > "$DIR/$1.off.s"
-    cmp -s "$DIR/$1.mono.s" "$DIR/$1.off.s" || {
-        diff "$DIR/$1.mono.s" "$DIR/$1.off.s"; fail "$1: $m text differs from monolithic"; }
+    na_vs_mono "$1" "$m" "$3" "$4" "$5" --mode "$m" --config "$2" --cluster "$6"
     grep -q "^$m (" "$DIR/$1.err" || fail "$1: no $m summary"
     [ "$m" = offload ] && { grep -q "^time split of the run: .* storage attention .* storage disk" \
         "$DIR/$1.err" || fail "$1: no time split with the storage nodes' attention and disk"; }
     echo "ok: $1"
 }
-
+# run_kill NAME LAYOUT PID: `run --cluster connect` of the prompts (480 new
+# tokens) into DIR/NAME.off, .err; PID killed with kill -9 0.4 s in; its exit
+# status in rc; fail when it hung
+run_kill() {
+    na_bg "$DIR/$1.off" "$DIR/$1.err" timeout 120 "$BIN" run --config "$2" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
+    RP=$NA_PID
+    sleep 0.4
+    kill -9 "$3"
+    wait "$RP"
+    rc=$?
+    [ $rc -eq 124 ] && fail "$1: offload run hung"
+}
+# mono NAME N [ARGS...]: greedy monolithic text of stories260K for DIR/prompts.txt in DIR/NAME.mono
+mono() {
+    _mn=$1
+    _mk=$2
+    shift 2
+    "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
+        -n "$_mk" --temp 0 --threads 1 "$@" > "$DIR/$_mn.mono" 2>/dev/null || fail "$_mn: monolithic run failed"
+}
 case "$SCEN" in
 match)
     L=$(layout req3 3 request 3 auto auto 2 false "$STORIES" "$STOK")
@@ -113,10 +111,7 @@ match)
     mkdir -p "$DIR/logs"
     na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
     LP=$NA_PID
-    n=0
-    while [ "$(grep -c READY "$DIR"/logs/s*.log 2>/dev/null | awk -F: '{s+=$2} END {print s+0}')" -lt 2 ]; do
-        n=$((n + 1)); [ $n -gt 200 ] && fail "launch: storage nodes not ready"; sleep 0.1
-    done
+    na_wait_count 20 2 READY 'logs/s*.log' || fail "launch: storage nodes not ready"
     offload_vs_mono head2tcp "$L" "$STORIES" "$STOK" 24 connect
     grep -q "SSD reads 0 bytes" "$DIR/head2tcp.err" && fail "head2tcp: KV forced to SSD, but no SSD read"
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
@@ -166,10 +161,7 @@ mpirun)
     L=$(layout mpi2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
     na_bg "$DIR/mpi.out" "$DIR/mpi.err" mpirun -n 3 --allow-run-as-root --oversubscribe "$BIN" node --config "$L"
     MP=$NA_PID
-    n=0
-    while [ "$(cat "$DIR/mpi.out" 2>/dev/null | grep -c '^READY s')" -lt 2 ]; do   # the file may not exist yet
-        n=$((n + 1)); [ $n -gt 300 ] && fail "mpirun: storage nodes not ready"; sleep 0.1
-    done
+    na_wait_count 30 2 '^READY s' mpi.out || fail "mpirun: storage nodes not ready"
     offload_vs_mono mpi2 "$L" "$STORIES" "$STOK" 24 connect
     kill -TERM "$MP"; wait "$MP"
     ;;
@@ -177,7 +169,7 @@ netns)
     A=na_off_a$PORT; B=na_off_b$PORT
     ip netns add $A 2>/dev/null || { echo "SKIPPED: cannot create network namespaces"; exit 77; }
     ip netns add $B || { ip netns del $A; echo "SKIPPED: cannot create network namespaces"; exit 77; }
-    trap 'ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; cleanup' EXIT
+    NA_CLEANUP='ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null'     # na_cleanup runs it
     ip link add vna$PORT type veth peer name vnb$PORT || fail "veth"
     ip link set vna$PORT netns $A && ip link set vnb$PORT netns $B || fail "veth move"
     ip -n $A addr add 10.77.$((PORT % 200)).1/24 dev vna$PORT && ip -n $A link set vna$PORT up \
@@ -189,16 +181,11 @@ netns)
     for s in 0 1; do
         na_bg "$DIR/ns$s.out" "$DIR/ns$s.err" ip netns exec $A "$BIN" node --config "$L" --name s$s
     done
-    n=0
-    while ! grep -q READY "$DIR/ns0.out" || ! grep -q READY "$DIR/ns1.out"; do
-        n=$((n + 1)); [ $n -gt 200 ] && fail "netns: storage nodes not ready"; sleep 0.1
-    done
-    "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
-        -n 24 --temp 0 --threads 1 > "$DIR/ns.mono" 2>/dev/null || fail "netns: monolithic failed"
+    na_wait_all 20 READY "$DIR/ns0.out" "$DIR/ns1.out" || fail "netns: storage nodes not ready"
+    mono ns 24
     na_fg "$DIR/ns.off" "$DIR/ns.err" timeout 120 ip netns exec $B "$BIN" run --config "$L" \
         --cluster connect --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1 || fail "netns: offload failed"
-    sort "$DIR/ns.mono" > "$DIR/a.s"; sort "$DIR/ns.off" > "$DIR/b.s"
-    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s"; fail "netns: text differs"; }
+    na_same_sorted "$DIR/ns.mono" "$DIR/ns.off" || fail "netns: text differs"
     echo "ok: netns"
     ;;
 badshape)
@@ -209,12 +196,8 @@ badshape)
         P0=$NA_PID
         na_bg "$DIR/b1$mode.out" "$DIR/b1$mode.err" "$BAD" "$L" s1 $mode
         P1=$NA_PID
-        n=0
-        while ! grep -q READY "$DIR/b0$mode.out" || ! grep -q READY "$DIR/b1$mode.out"; do
-            n=$((n + 1)); [ $n -gt 200 ] && fail "badshape: nodes not ready"; sleep 0.1
-        done
-        "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
-            -n 24 --temp 0 --threads 1 > "$DIR/bad.mono" 2>/dev/null || fail "monolithic failed"
+        na_wait_all 20 READY "$DIR/b0$mode.out" "$DIR/b1$mode.out" || fail "badshape: nodes not ready"
+        mono bad 24
         na_fg "$DIR/bad.off" "$DIR/bad$mode.err" timeout 60 "$BIN" run --config "$L" --cluster connect \
             --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1
         rc=$?
@@ -223,8 +206,7 @@ badshape)
         grep -q "s1 lost: answered batch .* with wrong shapes" "$DIR/bad$mode.err" \
             || fail "badshape $mode: no clear reason"
         grep -q " [1-9][0-9]* re-placed" "$DIR/bad$mode.err" || fail "badshape $mode: nothing re-placed"
-        sort "$DIR/bad.mono" > "$DIR/bad.mono.s"; sort "$DIR/bad.off" > "$DIR/bad.off.s"
-        cmp -s "$DIR/bad.mono.s" "$DIR/bad.off.s" || fail "badshape $mode: text differs from monolithic"
+        na_same_sorted "$DIR/bad.mono" "$DIR/bad.off" || fail "badshape $mode: text differs from monolithic"
         kill -TERM $P0 $P1; wait $P0 $P1 2>/dev/null
         echo "ok: badshape $mode (its requests re-placed on s0, text as monolithic)"
     done
@@ -238,24 +220,12 @@ kill)
         na_bg "$DIR/s$s.out" "$DIR/s$s.err" "$BIN" node --config "$L" --name s$s
         eval "SP$s=$NA_PID"
     done
-    n=0
-    while ! grep -q READY "$DIR/s0.out" || ! grep -q READY "$DIR/s1.out"; do
-        n=$((n + 1)); [ $n -gt 200 ] && fail "storage nodes not ready: $(cat "$DIR"/s?.err | tail -n 3)"
-        sleep 0.1
-    done
-    "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
-        -n 480 --temp 0 --threads 1 > "$DIR/kill.mono" 2>/dev/null || fail "monolithic run failed"
-    na_bg "$DIR/kill.off" "$DIR/kill.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
-        --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
-    RP=$NA_PID
-    sleep 0.4
-    kill -9 "$SP1"
-    wait "$RP"
-    rc=$?
-    [ $rc -eq 124 ] && fail "kill: offload run hung"
+    na_wait_all 20 READY "$DIR/s0.out" "$DIR/s1.out" ||
+        fail "storage nodes not ready: $(cat "$DIR"/s?.err | tail -n 3)"
+    mono kill 480
+    run_kill kill "$L" "$SP1"
     [ $rc -eq 0 ] || fail "kill: run exited $rc, expected 0 (requests re-placed)"
-    sort "$DIR/kill.mono" > "$DIR/a.s"; sort "$DIR/kill.off" > "$DIR/b.s"
-    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s" | head; fail "kill: text differs"; }
+    na_same_sorted "$DIR/kill.mono" "$DIR/kill.off" || fail "kill: text differs"
     if grep -q " [1-9][0-9]* re-placed" "$DIR/kill.err"; then
         grep -q "s1 lost" "$DIR/kill.err" || fail "kill: the lost node is not named"
         echo "ok: kill of s1 ($(grep -o "[0-9]* re-placed" "$DIR/kill.err") after a lost storage node, text as monolithic)"
@@ -269,18 +239,8 @@ kill)
     L=$(layout kill1 1 request 2 auto auto 2 false "$STORIES" "$STOK")
     na_bg "$DIR/k0.out" "$DIR/k0.err" "$BIN" node --config "$L" --name s0
     K0=$NA_PID
-    n=0
-    while ! grep -q READY "$DIR/k0.out"; do
-        n=$((n + 1)); [ $n -gt 200 ] && fail "storage node not ready"; sleep 0.1
-    done
-    na_bg "$DIR/kill1.off" "$DIR/kill1.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
-        --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
-    RP=$NA_PID
-    sleep 0.4
-    kill -9 "$K0"
-    wait "$RP"
-    rc=$?
-    [ $rc -eq 124 ] && fail "kill1: offload run hung"
+    na_wait_line "$DIR/k0.out" READY 20 || fail "storage node not ready"
+    run_kill kill1 "$L" "$K0"
     if grep -q "FAILED" "$DIR/kill1.off"; then
         [ $rc -eq 1 ] || fail "kill1: run exited $rc, expected 1"
         grep -q "request [0-9]* failed.*s0 lost" "$DIR/kill1.err" || fail "kill1: no reason naming s0"
@@ -293,22 +253,17 @@ late)
     # s1 is down when the run starts; started by hand during the run, it is
     # connected and takes new requests; every text is the monolithic one
     L=$(layout late2 2 request 1 auto auto 2 false "$STORIES" "$STOK")
-    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/late.txt"
+    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
     na_bg "$DIR/l0.out" "$DIR/l0.err" "$BIN" node --config "$L" --name s0
-    n=0
-    while ! grep -q READY "$DIR/l0.out"; do
-        n=$((n + 1)); [ $n -gt 200 ] && fail "late: s0 not ready"; sleep 0.1
-    done
-    "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/late.txt" \
-        -n 400 --temp 0 --threads 1 --batch 2 > "$DIR/late.mono" 2>/dev/null || fail "late: monolithic failed"
+    na_wait_line "$DIR/l0.out" READY 20 || fail "late: s0 not ready"
+    mono late 400 --batch 2
     na_bg "$DIR/late.off" "$DIR/late.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
-        --prompts "$DIR/late.txt" -n 400 --temp 0 --threads 1 --batch 2
+        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
     RP=$NA_PID
     sleep 0.3
     na_bg "$DIR/l1.out" "$DIR/l1.err" "$BIN" node --config "$L" --name s1
     wait "$RP" || fail "late: run failed"
-    sort "$DIR/late.mono" > "$DIR/a.s"; sort "$DIR/late.off" > "$DIR/b.s"
-    cmp -s "$DIR/a.s" "$DIR/b.s" || { diff "$DIR/a.s" "$DIR/b.s" | head; fail "late: text differs"; }
+    na_same_sorted "$DIR/late.mono" "$DIR/late.off" || fail "late: text differs"
     if grep -q "storage node s1 joined" "$DIR/late.err"; then
         grep -q "peer c0 .* connected" "$DIR/l1.err" || fail "late: s1 never saw c0"
         echo "ok: late (s1 joined during the run, text as monolithic)"

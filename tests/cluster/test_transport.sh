@@ -36,47 +36,20 @@ set -u
 PEER=$1
 SCEN=$2
 PORT=$3
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/na_xp_test.XXXXXX")
 NS_A="" NS_B=""
 DECODE="2048,24576,196608"         # q/k/v rows (head_dim 128, 32 heads, f16) for batch 1 and 8
 PREFILL="1048576,4194304,8388608"    # bulk KV of a prompt chunk
 . "$(dirname "$0")/proc.sh"
-cleanup() {
-    na_reap            # every process started here, mpirun's ranks included
-    [ -n "$NS_A" ] && ip netns del "$NS_A" 2>/dev/null
-    [ -n "$NS_B" ] && ip netns del "$NS_B" 2>/dev/null
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
-    exit 1
-}
-# wait_line FILE PATTERN SECONDS: wait until FILE has a line matching PATTERN
-wait_line() {
-    n=0
-    while [ "$n" -lt $(($3 * 10)) ]; do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-        n=$((n + 1))
-    done
-    return 1
-}
+na_tmpdir na_xp_test
+# na_cleanup also deletes the network namespaces made here
+NA_CLEANUP='[ -n "$NS_A" ] && ip netns del "$NS_A" 2>/dev/null
+[ -n "$NS_B" ] && ip netns del "$NS_B" 2>/dev/null'
 # port_of NAME: the port server NAME bound (its "READY name host:port" line);
 # servers listen on port 0 so parallel and repeated runs never collide (a
 # server that dropped a peer keeps its port in TIME_WAIT for a minute).
 port_of() {
-    wait_line "$DIR/$1.log" "^READY" 10 || fail "server $1 did not start"
+    na_wait_line "$DIR/$1.log" "^READY" 10 || fail "server $1 did not start"
     sed -n 's/^READY [^ ]* .*:\([0-9]*\)$/\1/p' "$DIR/$1.log" | head -n 1
-}
-# start NAME ARGS...: run the peer in the background, log to $DIR/NAME.log
-start() {
-    name=$1
-    shift
-    na_spawn "$DIR/$name.log" "$@"
-    eval "PID_$name=$NA_PID"
 }
 # finish NAME: wait for NAME and require exit 0
 finish() {
@@ -104,9 +77,9 @@ lanes() {
 case "$SCEN" in
 pair-shm|pair-tcp)
     tls=${SCEN#pair-}
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
     P0=$(port_of s0)
-    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls "$tls" \
+    na_start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls "$tls" \
         --sizes "$DECODE,$PREFILL" --rounds 3 $COMMON
     finish c0
     finish s0
@@ -116,11 +89,11 @@ pair-shm|pair-tcp)
     ;;
 trio-shm|trio-tcp)
     tls=${SCEN#trio-}
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
-    start s1 "$PEER" server --name s1 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    na_start s1 "$PEER" server --name s1 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
     P0=$(port_of s0)
     P1=$(port_of s1)
-    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0,127.0.0.1:$P1 \
+    na_start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0,127.0.0.1:$P1 \
         --tls "$tls" --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
     finish c0
     finish s0
@@ -131,7 +104,7 @@ mpirun)
     command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: no mpirun"; exit 77; }
     extra=""
     [ "$(id -u)" -eq 0 ] && extra="--allow-run-as-root"
-    start mpi mpirun -n 3 $extra --oversubscribe "$PEER" mpi --base-port "$PORT" --tls tcp \
+    na_start mpi mpirun -n 3 $extra --oversubscribe "$PEER" mpi --base-port "$PORT" --tls tcp \
         --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
     finish mpi
     grep -q "OK rank0 .*servers=2" "$DIR/mpi.log" || fail "rank 0 did not finish with 2 servers"
@@ -139,40 +112,40 @@ mpirun)
     ;;
 kill-tcp|kill-shm)
     tls=${SCEN#kill-}
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 3 --tls $tls $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 3 --tls $tls $COMMON
     P0=$(port_of s0)
     # a peer connected before the kill, echoing all along; once $DIR/killed
     # exists it must complete 5 more checked rounds (served after the kill)
-    start steady "$PEER" client --name steady --connect 127.0.0.1:$P0 --tls $tls \
+    na_start steady "$PEER" client --name steady --connect 127.0.0.1:$P0 --tls $tls \
         --sizes "$DECODE,1048576" --until-file "$DIR/killed" --rounds 5 $COMMON
-    start victim "$PEER" client --name victim --connect 127.0.0.1:$P0 --tls $tls \
+    na_start victim "$PEER" client --name victim --connect 127.0.0.1:$P0 --tls $tls \
         --sizes 4096,1048576 --forever $COMMON
-    wait_line "$DIR/s0.log" "ACCEPTED victim" 10 || fail "victim did not connect"
-    wait_line "$DIR/s0.log" "ACCEPTED steady" 10 || fail "steady peer did not connect"
+    na_wait_line "$DIR/s0.log" "ACCEPTED victim" 10 || fail "victim did not connect"
+    na_wait_line "$DIR/s0.log" "ACCEPTED steady" 10 || fail "steady peer did not connect"
     sleep 0.3
     lanes "$DIR/s0.log" "$tls"
     kill -9 "$PID_victim"
     wait "$PID_victim" 2>/dev/null
     # the loss must be reported within the transport timeout (+ slack)
-    wait_line "$DIR/s0.log" "LOST victim" 6 || fail "server did not report the lost peer in time"
+    na_wait_line "$DIR/s0.log" "LOST victim" 6 || fail "server did not report the lost peer in time"
     : >"$DIR/killed"
     finish steady
     grep -q "^UNTIL steady" "$DIR/steady.log" || fail "steady peer did not see the kill"
     grep -q "^OK steady" "$DIR/steady.log" ||
         fail "the peer connected before the kill was not served after it"
     grep -q "LOST steady" "$DIR/s0.log" && fail "the steady peer was lost too"
-    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls $tls \
+    na_start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls $tls \
         --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
     finish c1
     finish s0
     grep -q "lost=1" "$DIR/s0.log" || fail "summary does not count one loss"
     ;;
 vanish-shm)
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls shm $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls shm $COMMON
     P0=$(port_of s0)
-    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls shm --sizes 4096,1048576 \
+    na_start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls shm --sizes 4096,1048576 \
         --forever $COMMON
-    wait_line "$DIR/s0.log" "ACCEPTED c0" 10 || fail "c0 did not connect"
+    na_wait_line "$DIR/s0.log" "ACCEPTED c0" 10 || fail "c0 did not connect"
     sleep 0.3
     lanes "$DIR/s0.log" shm
     t0=$(date +%s%N)
@@ -184,68 +157,68 @@ vanish-shm)
     [ "$ms" -lt 1500 ] || fail "the loss took $ms ms (the 3 s timeout, not the socket's EOF)"
     ;;
 secret)
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls auto $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls auto $COMMON
     P0=$(port_of s0)
-    start bad "$PEER" client --name intruder --secret wrong-secret --connect 127.0.0.1:$P0 \
+    na_start bad "$PEER" client --name intruder --secret wrong-secret --connect 127.0.0.1:$P0 \
         --expect-refused $COMMON
     finish bad
     grep -q "REFUSED intruder: .*secret" "$DIR/bad.log" || fail "refusal does not name the secret"
-    wait_line "$DIR/s0.log" "dropped peer 'intruder'" 5 || fail "server did not log the refusal"
+    na_wait_line "$DIR/s0.log" "dropped peer 'intruder'" 5 || fail "server did not log the refusal"
     # an intruder that ignores the server's proof: the server's check refuses it
-    start bad2 "$PEER" client --name intruder2 --secret wrong-secret --connect 127.0.0.1:$P0 \
+    na_start bad2 "$PEER" client --name intruder2 --secret wrong-secret --connect 127.0.0.1:$P0 \
         --expect-refused --skip-server-proof $COMMON
     finish bad2
     grep -q "REFUSED intruder2: .*refused by peer (auth)" "$DIR/bad2.log" ||
         fail "the server did not refuse the wrong proof"
-    wait_line "$DIR/s0.log" "dropped peer 'intruder2'.*could not prove the cluster secret" 5 ||
+    na_wait_line "$DIR/s0.log" "dropped peer 'intruder2'.*could not prove the cluster secret" 5 ||
         fail "server did not log its refusal"
-    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --sizes "$DECODE" --rounds 2 $COMMON
+    na_start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --sizes "$DECODE" --rounds 2 $COMMON
     finish c1
     finish s0
     ;;
 garbage)
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 2 --tls tcp $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 2 --tls tcp $COMMON
     P0=$(port_of s0)
-    start bad "$PEER" client --name junk --connect 127.0.0.1:$P0 --tls tcp --garbage $COMMON
+    na_start bad "$PEER" client --name junk --connect 127.0.0.1:$P0 --tls tcp --garbage $COMMON
     finish bad
     grep -q "DROPPED junk" "$DIR/s0.log" || fail "server did not drop the malformed peer"
-    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
+    na_start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
         --rounds 2 $COMMON
     finish c1
     finish s0
     ;;
 order-shm|order-tcp)
     tls=${SCEN#order-}
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls "$tls" $COMMON
     P0=$(port_of s0)
-    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls "$tls" \
+    na_start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls "$tls" \
         --sizes "64,$DECODE,1048576,100,4194304" --burst 24 --rounds 3 $COMMON
     finish c0
     finish s0
     grep -q "served=72 " "$DIR/s0.log" || fail "server did not serve 72 echoes"
     ;;
 busy)
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls tcp $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls tcp $COMMON
     P0=$(port_of s0)
-    start s1 "$PEER" server --name s1 --listen 127.0.0.1:$P0 --clients 1 --tls tcp $COMMON
+    na_start s1 "$PEER" server --name s1 --listen 127.0.0.1:$P0 --clients 1 --tls tcp $COMMON
     eval "p=\$PID_s1"
     wait "$p" && fail "a second server could listen on the same port"
     grep -q "port taken" "$DIR/s1.log" || fail "no 'port taken' message"
-    start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
+    na_start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
         --rounds 1 $COMMON
     finish c0
     finish s0
     ;;
 restart)
-    start s0 "$PEER" server --name s0 --listen 127.0.0.1:$PORT --clients 1 --tls tcp $COMMON
-    wait_line "$DIR/s0.log" "^READY" 10 || fail "server s0 did not start"
-    start bad "$PEER" client --name junk --connect 127.0.0.1:$PORT --tls tcp --garbage $COMMON
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:$PORT --clients 1 --tls tcp $COMMON
+    na_wait_line "$DIR/s0.log" "^READY" 10 || fail "server s0 did not start"
+    na_start bad "$PEER" client --name junk --connect 127.0.0.1:$PORT --tls tcp --garbage $COMMON
     finish bad
     finish s0
     grep -q "DROPPED junk" "$DIR/s0.log" || fail "server did not drop the malformed peer"
-    start s1 "$PEER" server --name s1 --listen 127.0.0.1:$PORT --clients 1 --tls tcp $COMMON
-    wait_line "$DIR/s1.log" "^READY" 10 || fail "restarted server did not listen: $(cat "$DIR/s1.log")"
-    start c1 "$PEER" client --name c1 --connect 127.0.0.1:$PORT --tls tcp --sizes "$DECODE" \
+    na_start s1 "$PEER" server --name s1 --listen 127.0.0.1:$PORT --clients 1 --tls tcp $COMMON
+    na_wait_line "$DIR/s1.log" "^READY" 10 || fail "restarted server did not listen: $(cat "$DIR/s1.log")"
+    na_start c1 "$PEER" client --name c1 --connect 127.0.0.1:$PORT --tls tcp --sizes "$DECODE" \
         --rounds 1 $COMMON
     finish c1
     finish s1
@@ -275,10 +248,10 @@ netns)
         [ "$n" -lt 50 ] || fail "veth did not come up"
         sleep 0.1
     done
-    start s0 ip netns exec "$NS_A" "$PEER" server --name s0 --listen 10.213.0.1:0 \
+    na_start s0 ip netns exec "$NS_A" "$PEER" server --name s0 --listen 10.213.0.1:0 \
         --clients 1 --tls tcp $COMMON
     P0=$(port_of s0)
-    start c0 ip netns exec "$NS_B" "$PEER" client --name c0 --connect 10.213.0.1:$P0 \
+    na_start c0 ip netns exec "$NS_B" "$PEER" client --name c0 --connect 10.213.0.1:$P0 \
         --tls tcp --sizes "$DECODE,$PREFILL" --rounds 2 $COMMON
     finish c0
     finish s0

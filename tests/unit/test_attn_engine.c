@@ -95,9 +95,25 @@ static size_t out_index(const work_t *w, int step, int l, int r)
     return (((size_t)step * w->n_layers + l) * w->R + r) * w->n_heads * w->head_dim;
 }
 
-/* Run the workload; outputs (S, n_layers, R, n_heads*head_dim) into out,
- * statuses (S, n_layers, R) into sts. Returns 0, or -1 if setup failed
- * (message printed) and 77 if O_DIRECT is refused here. */
+/* The slot parameters of w's shape (layers, heads, head_dim, block size). */
+static void slot_common(na_slot_common_t *c, const work_t *w)
+{
+    na_slot_common_default(c);
+    c->n_layers = w->n_layers;
+    c->n_heads = w->n_heads;
+    c->n_kv_heads = w->n_kv_heads;
+    c->head_dim = w->head_dim;
+    c->block_tokens = w->block_tokens;
+}
+
+static size_t out_len(const work_t *w)
+{
+    return (size_t)w->S * w->n_layers * w->R * w->n_heads * w->head_dim;
+}
+
+/* Run the workload; outputs (S, n_layers, R, n_heads*head_dim) into out
+ * (zeroed first), statuses (S, n_layers, R) into sts. Returns 0, or -1 if
+ * setup failed (message printed) and 77 if O_DIRECT is refused here. */
 static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
                na_slot_stats_t *stats_out)
 {
@@ -110,12 +126,8 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
     const int hd = w->head_dim, kvw = w->n_kv_heads * hd;
     na_attn_entry_t ent[MAX_SLOTS][MAX_REQ];
 
-    na_slot_common_default(&c);
-    c.n_layers = w->n_layers;
-    c.n_heads = w->n_heads;
-    c.n_kv_heads = w->n_kv_heads;
-    c.head_dim = hd;
-    c.block_tokens = w->block_tokens;
+    memset(out, 0, out_len(w) * sizeof(float));
+    slot_common(&c, w);
     c.split_tokens = w->split_tokens;
     c.spill_interval = cfg->spill_interval;
     c.prefetch_layers = cfg->prefetch;
@@ -291,11 +303,6 @@ static double ref_check(const work_t *w, const float *out, const na_status_t *st
     return worst;
 }
 
-static size_t out_len(const work_t *w)
-{
-    return (size_t)w->S * w->n_layers * w->R * w->n_heads * w->head_dim;
-}
-
 static run_t run_default(void)
 {
     run_t c;
@@ -389,7 +396,6 @@ static int test_exactness(void)
     c.no_dram_tier = 1;                              /* all SSD */
     for (si = 1; si <= 8; si++) {
         c.spill_interval = si;
-        memset(out, 0, n * sizeof(float));
         rc = run(&w, &c, out, sts, &st);
         if (rc != 0)
             goto out;
@@ -404,7 +410,6 @@ static int test_exactness(void)
     c.dram_bytes = 3 * 2 * 2 * 16384 + 12 * 16384;   /* buffers + 12 blocks */
     for (si = 1; si <= 8; si += 3) {
         c.spill_interval = si;
-        memset(out, 0, n * sizeof(float));
         rc = run(&w, &c, out, sts, &st);
         if (rc != 0)
             goto out;
@@ -421,7 +426,6 @@ static int test_exactness(void)
     c.part = NA_PART_HEAD;
     for (si = 2; si <= 3; si++) {
         c.n_slots = si;
-        memset(out, 0, n * sizeof(float));
         rc = run(&w, &c, out, sts, NULL);
         if (rc != 0)
             goto out;
@@ -432,7 +436,6 @@ static int test_exactness(void)
     c.prefetch = 0;
     c.n_threads = 2;
     c.incremental = 1;
-    memset(out, 0, n * sizeof(float));
     rc = run(&w, &c, out, sts, &st);
     if (rc != 0)
         goto out;
@@ -477,7 +480,6 @@ static int test_faults(void)
         f.lo = f.hi = 0;
         c.fault = &f;
         c.fault_req = 1;
-        memset(out, 0, n * sizeof(float));
         rc = run(&w, &c, out, sts, NULL);
         if (rc != 0)
             goto out;
@@ -521,12 +523,7 @@ static int test_bad_input(void)
     double cr;
 
     work_init(&w, 9, 2, 4, 2, 64, 1, P, 1, 16, 32);
-    na_slot_common_default(&c);
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 64;
-    c.block_tokens = 16;
+    slot_common(&c, &w);
     snprintf(d, sizeof(d), "%s/bad", g_dir);
     (void)mkdir(d, 0700);
     dev.dir = d;

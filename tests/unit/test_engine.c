@@ -304,7 +304,7 @@ static na_status_t two_step_logits(const na_model_t *m, const char *backend, con
 
 static void test_gguf_vs_llama2c(const char *dir)
 {
-    char prefix[600], path[700];
+    char path[700];
     na_genmodel_opts_t o;
     na_model_t *bin = NULL, *gguf = NULL;
     int toks[9] = { 1, 300, 301, 17, 400, 5, 77, 260, 333 };
@@ -313,22 +313,12 @@ static void test_gguf_vs_llama2c(const char *dir)
     const char *backends[2] = { "ref", "cpu" };
     int b;
 
-    na_genmodel_defaults(&o);
-    o.dim = 96;
-    o.hidden_dim = 256;
-    o.n_layers = 2;
-    o.n_heads = 6;
-    o.n_kv_heads = 2;
-    o.vocab_size = 600;
-    o.seq_len = 64;
-    o.dtype = NA_DTYPE_F32;
+    na_genmodel_shape(&o, 96, 256, 2, 6, 2, 600, 64);
     o.shared_classifier = 0;
     o.seed = 31;
-    snprintf(prefix, sizeof(prefix), "%s/g", dir);
-    NA_CHECK_OK(na_genmodel_write(prefix, &o));
-    snprintf(path, sizeof(path), "%s.bin", prefix);
-    NA_CHECK_OK(na_model_open(path, &bin));
-    snprintf(path, sizeof(path), "%s.gguf", prefix);
+    o.write_gguf = 1;
+    bin = na_test_genmodel_open(dir, "g", &o, "bin");
+    snprintf(path, sizeof(path), "%s/g.gguf", dir);
     NA_CHECK_OK(na_model_open(path, &gguf));
     if (bin == NULL || gguf == NULL)
         goto out_models;
@@ -365,7 +355,7 @@ static void test_gguf_dtypes(const char *dir)
     /* of the logits RMS; about 3x, 3x, 2x what f16, bf16, q8_0 showed (the
      * ref backend gives the same differences: they are the formats rounding) */
     static const double tol[3] = { 0.01, 0.05, 0.15 };
-    char prefix[600], path[700];
+    char name[16];
     na_genmodel_opts_t o;
     na_model_t *bin = NULL, *q = NULL;
     int toks[7] = { 1, 280, 290, 300, 310, 320, 330 };
@@ -373,19 +363,10 @@ static void test_gguf_dtypes(const char *dir)
     size_t v, i;
     int t;
 
-    na_genmodel_defaults(&o);
-    o.dim = 64;
-    o.hidden_dim = 160;
-    o.n_heads = 4;
-    o.n_kv_heads = 2;
-    o.vocab_size = 512;
+    na_genmodel_shape(&o, 64, 160, 2, 4, 2, 512, 256);
     o.seed = 77;
     o.shared_classifier = 0;
-    o.write_gguf = 0;
-    snprintf(prefix, sizeof(prefix), "%s/d", dir);
-    NA_CHECK_OK(na_genmodel_write(prefix, &o));
-    snprintf(path, sizeof(path), "%s.bin", prefix);
-    NA_CHECK_OK(na_model_open(path, &bin));
+    bin = na_test_genmodel_open(dir, "d", &o, "bin");
     if (bin == NULL)
         return;
     v = (size_t)bin->cfg.vocab_size;
@@ -399,10 +380,8 @@ static void test_gguf_dtypes(const char *dir)
         o.dtype = types[t];
         o.write_llama2c = 0;
         o.write_gguf = 1;
-        snprintf(prefix, sizeof(prefix), "%s/d%d", dir, t);
-        NA_CHECK_OK(na_genmodel_write(prefix, &o));
-        snprintf(path, sizeof(path), "%s.gguf", prefix);
-        NA_CHECK_OK(na_model_open(path, &q));
+        snprintf(name, sizeof(name), "d%d", t);
+        q = na_test_genmodel_open(dir, name, &o, "gguf");
         if (q == NULL)
             continue;
         NA_CHECK_OK(two_step_logits(q, "cpu", toks, 6, pre, dec));
@@ -428,7 +407,6 @@ static void test_gguf_dtypes(const char *dir)
 
 static void test_generated_batching(const char *dir)
 {
-    char prefix[600], path[700];
     na_genmodel_opts_t o;
     na_model_t *m = NULL;
     static int p0[] = { 1, 40, 41, 42 }, p1[] = { 1, 300 },
@@ -439,10 +417,7 @@ static void test_generated_batching(const char *dir)
     na_genmodel_defaults(&o);              /* GQA: 8 heads, 4 kv heads */
     o.write_gguf = 0;
     o.seed = 5;
-    snprintf(prefix, sizeof(prefix), "%s/b", dir);
-    NA_CHECK_OK(na_genmodel_write(prefix, &o));
-    snprintf(path, sizeof(path), "%s.bin", prefix);
-    NA_CHECK_OK(na_model_open(path, &m));
+    m = na_test_genmodel_open(dir, "b", &o, "bin");
     if (m == NULL)
         return;
     check_batched_equals_single(m, NA_DTYPE_F32, prompts, n_prompt, 4, 30, 0.0f, NULL, 0);
@@ -453,7 +428,6 @@ static void test_generated_batching(const char *dir)
 
 static void test_bad_requests(const char *dir)
 {
-    char prefix[600], path[700];
     na_genmodel_opts_t o;
     na_model_t *m = NULL;
     na_engine_t *e = NULL;
@@ -465,10 +439,7 @@ static void test_bad_requests(const char *dir)
     na_genmodel_defaults(&o);
     o.write_gguf = 0;
     o.seq_len = 32;
-    snprintf(prefix, sizeof(prefix), "%s/c", dir);
-    NA_CHECK_OK(na_genmodel_write(prefix, &o));
-    snprintf(path, sizeof(path), "%s.bin", prefix);
-    NA_CHECK_OK(na_model_open(path, &m));
+    m = na_test_genmodel_open(dir, "c", &o, "bin");
     if (m == NULL)
         return;
     NA_CHECK_OK(na_engine_create(m, &eo, &e));

@@ -173,20 +173,15 @@ static void check_corrupt_header(const char *src, const char *dir)
 static void check_generated(const char *dir)
 {
     na_genmodel_opts_t o;
-    char prefix[600], path[640];
+    char name[16];
     na_model_t *m = NULL;
     int untied;
 
     for (untied = 0; untied <= 1; untied++) {
-        na_genmodel_defaults(&o);
-        o.n_layers = 3;
-        o.n_kv_heads = 2;
+        na_genmodel_shape(&o, 64, 172, 3, 8, 2, 512, 256);
         o.shared_classifier = !untied;
-        o.write_gguf = 0;
-        snprintf(prefix, sizeof(prefix), "%s/gen%d", dir, untied);
-        NA_CHECK_OK(na_genmodel_write(prefix, &o));
-        snprintf(path, sizeof(path), "%s.bin", prefix);
-        NA_CHECK_OK(na_model_open(path, &m));
+        snprintf(name, sizeof(name), "gen%d", untied);
+        m = na_test_genmodel_open(dir, name, &o, "bin");
         if (m == NULL)
             continue;
         NA_CHECK(m->cfg.n_layers == 3 && m->cfg.n_kv_heads == 2 && m->cfg.vocab_size == 512);

@@ -25,17 +25,14 @@ static char g_dir[512];
 static na_status_t layout(const char *name, const char *engine, const char *kv_dtype,
                           const char *tier, int dram_mb, int ssd_mb, na_cfg_t **cfg_p)
 {
-    char path[700], secret[600];
-    const char *src = getenv("NA_SOURCE_DIR");
+    char path[700];
     FILE *f;
     int d;
 
-    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src ? src : ".");
     snprintf(path, sizeof(path), "%s/%s.yaml", g_dir, name);
-    f = fopen(path, "w");
+    f = na_test_layout_begin(path, "t");
     if (f == NULL)
-        return na_err(NA_ERR_IO, "cannot write %s", path);
-    fprintf(f, "cluster: { name: t, secret_file: \"%s\" }\n", secret);
+        return NA_ERR_IO;
     fprintf(f, "model: { kv_dtype: %s }\n", kv_dtype);
     fprintf(f, "compute:\n  - { name: c0, host: 127.0.0.1 }\nstorage:\n");
     fprintf(f, "  - name: s0\n    host: 127.0.0.1\n    port: 14900\n    devices:\n");
