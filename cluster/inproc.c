@@ -251,12 +251,7 @@ static na_status_t ip_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
             break;
         ip_reap(p, left > 0.01 ? 10000 : (int)(left * 1e6) + 1);
     }
-    if (p->n_done == 0)
-        return NA_ERR_TIMEOUT;
-    *batch_p = p->done[0];
-    memmove(p->done, p->done + 1, (size_t)(p->n_done - 1) * sizeof(int));
-    p->n_done--;
-    return NA_OK;
+    return na_asvc_done_pop(p->done, &p->n_done, batch_p);
 }
 
 static void ip_release(na_asvc_t *s, uint64_t req, int status)

@@ -341,10 +341,8 @@ static na_status_t kf_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
             kf_progress(s);
         return NA_ERR_TIMEOUT;
     }
-    *batch_p = p->done[0];
-    p->busy[p->done[0]] = 0;
-    memmove(p->done, p->done + 1, (size_t)(p->n_done - 1) * sizeof(int));
-    p->n_done--;
+    (void)na_asvc_done_pop(p->done, &p->n_done, batch_p);
+    p->busy[*batch_p] = 0;
     return NA_OK;
 }
 

@@ -416,12 +416,7 @@ static na_status_t rm_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
     (void)na_ses_poll(p->ses, 0);
     while (p->n_done == 0 && timeout_ms > 0 && na_xp_now_ns() < deadline)
         (void)na_ses_poll(p->ses, RM_SLICE_MS);
-    if (p->n_done == 0)
-        return NA_ERR_TIMEOUT;
-    *batch_p = p->done[0];
-    memmove(p->done, p->done + 1, (size_t)(p->n_done - 1) * sizeof(int));
-    p->n_done--;
-    return NA_OK;
+    return na_asvc_done_pop(p->done, &p->n_done, batch_p);
 }
 
 static void rm_release(na_asvc_t *s, uint64_t req, int status)

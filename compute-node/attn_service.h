@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/config.h"
 #include "common/dtype.h"
@@ -140,6 +141,18 @@ void        na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out);
 uint64_t    na_asvc_new_id(na_asvc_t *s);
 /* Free the service (releases whatever is still open); NULL is a no-op. */
 void        na_asvc_destroy(na_asvc_t *s);
+
+/* For implementations: the FIFO of finished batches poll hands out. Take the
+ * oldest of done[0..*n_done) into *batch_p; NA_ERR_TIMEOUT when it is empty. */
+static inline na_status_t na_asvc_done_pop(int *done, int *n_done, int *batch_p)
+{
+    if (*n_done == 0)
+        return NA_ERR_TIMEOUT;
+    *batch_p = done[0];
+    memmove(done, done + 1, (size_t)(*n_done - 1) * sizeof(int));
+    (*n_done)--;
+    return NA_OK;
+}
 
 /* ---- implementations ------------------------------------------------------ */
 

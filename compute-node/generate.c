@@ -89,11 +89,11 @@ typedef struct {
     na_prob_index_t     *scratch;  /* [vocab_size] nucleus sampling, shared */
 } na_gen_t;
 
-static int na_gen_is_stop(const na_gen_opts_t *o, int token)
+int na_gen_is_stop(const int *stop_ids, int n_stop, int token)
 {
     int i;
-    for (i = 0; i < o->n_stop; i++)
-        if (o->stop_ids[i] == token)
+    for (i = 0; i < n_stop; i++)
+        if (stop_ids[i] == token)
             return 1;
     return 0;
 }
@@ -104,7 +104,7 @@ static void na_gen_take_token(na_gen_t *g, na_request_t *r, float *logits)
 {
     int t = na_sampler_sample(r->sampler, logits, g->scratch);
 
-    if (na_gen_is_stop(g->opts, t)) {
+    if (na_gen_is_stop(g->opts->stop_ids, g->opts->n_stop, t)) {
         r->finish = NA_FINISH_STOP;
     } else {
         r->out[r->n_out++] = t;

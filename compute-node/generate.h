@@ -81,6 +81,8 @@ na_status_t na_request_create(const na_engine_t *e, int id, const int *prompt,
                               na_request_t **r_p);
 /* Free a request and whatever it holds; NULL is a no-op. */
 void na_request_destroy(na_request_t *r);
+/* 1 when token is one of stop_ids[0..n_stop) (it ends its request), else 0. */
+int  na_gen_is_stop(const int *stop_ids, int n_stop, int token);
 
 /* Run reqs[0..n) (state WAITING) to completion. Returns the first error of a
  * step (NA_ERR_NOMEM, NA_ERR_RANGE...) — requests not finished then stay in

@@ -19,15 +19,6 @@ double na_off_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int na_off_is_stop(const na_off_opts_t *o, int token)
-{
-    int i;
-    for (i = 0; i < o->n_stop; i++)
-        if (o->stop_ids[i] == token)
-            return 1;
-    return 0;
-}
-
 /* Release everything request q holds (service KV, X, local KV) and mark it
  * done. */
 static void na_off_drop(na_off_t *g, na_off_req_t *q, int status)
@@ -87,7 +78,7 @@ void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
     na_request_t *r = q->r;
     int t = na_sampler_sample(r->sampler, logits, g->scratch);
 
-    if (na_off_is_stop(g->o, t)) {
+    if (na_gen_is_stop(g->o->stop_ids, g->o->n_stop, t)) {
         r->finish = NA_FINISH_STOP;
     } else {
         r->out[r->n_out++] = t;
