@@ -113,8 +113,8 @@ static void na_run_usage(FILE *f)
         "  --backend B     kernels: cpu (default) or ref (plain C references)\n");
 }
 
-/* 1 if f is one of run's flags (each takes a value). */
-/* The options kept as given (strings) and the fields they set ... */
+/* run's flags (each takes a value): those kept as given (strings), with the
+ * fields they set, ... */
 static const struct {
     const char *flag;
     size_t      off;
@@ -143,6 +143,7 @@ static int na_run_str_opt(const char *f)
     return -1;
 }
 
+/* 1 if f is one of run's flags. */
 static int na_run_known_flag(const char *f)
 {
     int i;

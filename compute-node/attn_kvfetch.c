@@ -39,10 +39,9 @@ typedef struct {
     char     why[NA_ASVC_REASON_MAX];
 } kf_node_t;
 
-typedef struct kf_req {
-    uint64_t       id;
+typedef struct {
+    na_asvc_req_t  link;            /* id, next (first) */
     int            node;            /* index in nodes[] */
-    struct kf_req *next;
 } kf_req_t;
 
 typedef struct {
@@ -53,7 +52,7 @@ typedef struct {
     kf_node_t     nodes[KF_MAX_NODES];
     int           n_nodes;
     na_dtype_t    kv_dtype;         /* storage and wire dtype: F16 or F32 */
-    kf_req_t     *reqs;
+    na_asvc_req_t *reqs;            /* open requests (kf_req_t) */
     int           done[KF_MAX_BATCH];
     int           n_done;
     int           busy[KF_MAX_BATCH];
@@ -66,11 +65,7 @@ typedef struct {
 
 static kf_req_t *kf_find(kf_t *p, uint64_t id)
 {
-    kf_req_t *r;
-    for (r = p->reqs; r != NULL; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
+    return (kf_req_t *)na_asvc_req_find(p->reqs, id);
 }
 
 /* Mark node j lost with a reason (first reason kept). */
@@ -155,10 +150,9 @@ static na_status_t kf_open(na_asvc_t *s, uint64_t req, int max_tokens)
         tried[best] = 1;
         st = na_sc_open(p->nodes[best].sc, &o);
         if (st == NA_OK) {
-            r->id = req;
+            r->link.id = req;
             r->node = best;
-            r->next = p->reqs;
-            p->reqs = r;
+            na_asvc_req_push(&p->reqs, &r->link);
             p->nodes[best].n_open++;
             return NA_OK;
         }
@@ -349,15 +343,11 @@ static na_status_t kf_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
 static void kf_release(na_asvc_t *s, uint64_t req, int status)
 {
     kf_t *p = (kf_t *)s;
-    kf_req_t **pp, *r;
+    kf_req_t *r = (kf_req_t *)na_asvc_req_unlink(&p->reqs, req);
 
     (void)status;
-    for (pp = &p->reqs; *pp != NULL && (*pp)->id != req; pp = &(*pp)->next)
-        ;
-    r = *pp;
     if (r == NULL)
         return;
-    *pp = r->next;
     p->nodes[r->node].n_open--;
     if (p->nodes[r->node].alive && na_sc_release(p->nodes[r->node].sc, req) == NA_ERR_PEER)
         kf_node_lost(p, r->node, na_errmsg());

@@ -77,7 +77,7 @@ static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
-    r->id = req;
+    r->link.id = req;
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_REQ_OPEN;
     m.u.req_open.request_id = req;
@@ -132,8 +132,7 @@ static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
             return st;
         }
     }
-    r->next = p->reqs;
-    p->reqs = r;
+    na_asvc_req_push(&p->reqs, &r->link);
     return NA_OK;
 
 err_release:
@@ -422,15 +421,11 @@ static na_status_t rm_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
 static void rm_release(na_asvc_t *s, uint64_t req, int status)
 {
     rm_t *p = (rm_t *)s;
-    rm_req_t **pp, *r;
+    rm_req_t *r = (rm_req_t *)na_asvc_req_unlink(&p->reqs, req);
     int k;
 
-    for (pp = &p->reqs; *pp != NULL && (*pp)->id != req; pp = &(*pp)->next)
-        ;
-    r = *pp;
     if (r == NULL)
         return;
-    *pp = r->next;
     for (k = 0; k < r->n_own; k++) {
         int j = r->own[k];
         p->nodes[j].n_open--;

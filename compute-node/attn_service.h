@@ -154,6 +154,41 @@ static inline na_status_t na_asvc_done_pop(int *done, int *n_done, int *batch_p)
     return NA_OK;
 }
 
+/* For implementations: the open requests, a list by id. Each request record
+ * starts with an na_asvc_req_t (cast between the two). */
+typedef struct na_asvc_req {
+    uint64_t            id;
+    struct na_asvc_req *next;
+} na_asvc_req_t;
+
+static inline void na_asvc_req_push(na_asvc_req_t **head, na_asvc_req_t *r)
+{
+    r->next = *head;
+    *head = r;
+}
+
+/* Request id in the list, or NULL. */
+static inline na_asvc_req_t *na_asvc_req_find(na_asvc_req_t *head, uint64_t id)
+{
+    for (; head != NULL; head = head->next)
+        if (head->id == id)
+            return head;
+    return NULL;
+}
+
+/* Take request id out of the list (not freed); NULL when it is not there. */
+static inline na_asvc_req_t *na_asvc_req_unlink(na_asvc_req_t **head, uint64_t id)
+{
+    na_asvc_req_t *r;
+
+    for (; *head != NULL && (*head)->id != id; head = &(*head)->next)
+        ;
+    r = *head;
+    if (r != NULL)
+        *head = r->next;
+    return r;
+}
+
 /* ---- implementations ------------------------------------------------------ */
 
 /* Storage nodes of the layout over the transport. `name` is this compute
