@@ -322,11 +322,7 @@ na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "inproc: out of memory");
-    p->base.ops = &na_inproc_ops;
-    p->base.kind = "inproc";
-    p->base.mc = *mc;
-    p->base.q_dim = mc->n_heads * mc->head_dim;
-    p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
+    na_asvc_base_init(&p->base, &na_inproc_ops, "inproc", mc);
     st = na_slotset_create(&spec, &p->ss);
     if (st != NA_OK) {
         free(p);

@@ -107,18 +107,6 @@ static na_status_t kf_reserve(kf_t *p, size_t n)
     return NA_OK;
 }
 
-/* rows (n f32 values) -> dst in kv_dtype. */
-static void kf_store_rows(na_dtype_t dt, const float *src, size_t n, void *dst)
-{
-    size_t i;
-    if (dt == NA_DTYPE_F32) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
-    for (i = 0; i < n; i++)
-        ((uint16_t *)dst)[i] = na_f32_to_f16(src[i]);
-}
-
 static na_status_t kf_open(na_asvc_t *s, uint64_t req, int max_tokens)
 {
     kf_t *p = (kf_t *)s;
@@ -253,8 +241,8 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
             goto err_net;
     }
     /* the new row, in the storage dtype, appended here and there */
-    kf_store_rows(p->kv_dtype, x->k, kvd, (uint8_t *)p->kb + (size_t)x->pos * kvd * es);
-    kf_store_rows(p->kv_dtype, x->v, kvd, (uint8_t *)p->vb + (size_t)x->pos * kvd * es);
+    na_wire_rows_from_f32(x->k, p->kv_dtype, kvd, (uint8_t *)p->kb + (size_t)x->pos * kvd * es);
+    na_wire_rows_from_f32(x->v, p->kv_dtype, kvd, (uint8_t *)p->vb + (size_t)x->pos * kvd * es);
     {
         na_wire_kv_t kv;
         memset(&kv, 0, sizeof(kv));
@@ -274,8 +262,8 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
     }
     p->st.send_s += na_now_s() - t0;
     /* fetched rows were stored in kv_dtype on the node: converting back is exact */
-    kf_store_rows(p->kv_dtype, p->kf, (size_t)x->pos * kvd, p->kb);
-    kf_store_rows(p->kv_dtype, p->vf, (size_t)x->pos * kvd, p->vb);
+    na_wire_rows_from_f32(p->kf, p->kv_dtype, (size_t)x->pos * kvd, p->kb);
+    na_wire_rows_from_f32(p->vf, p->kv_dtype, (size_t)x->pos * kvd, p->vb);
     t0 = na_now_s();
     st = na_kernels_attn_decode_host(p->kern, x->o, x->q, p->kb, p->vb, p->kv_dtype,
                                      x->pos + 1, mc->n_heads, mc->n_kv_heads, mc->head_dim);
@@ -422,11 +410,7 @@ na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t 
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory");
-    p->base.ops = &na_kvfetch_ops;
-    p->base.kind = "kv-fetch";
-    p->base.mc = *mc;
-    p->base.q_dim = mc->n_heads * mc->head_dim;
-    p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
+    na_asvc_base_init(&p->base, &na_kvfetch_ops, "kv-fetch", mc);
     p->cfg = cfg;
     p->kern = kern;
     p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;

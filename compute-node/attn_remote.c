@@ -492,11 +492,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
-    p->base.ops = &na_remote_ops;
-    p->base.kind = "remote";
-    p->base.mc = *mc;
-    p->base.q_dim = mc->n_heads * mc->head_dim;
-    p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
+    na_asvc_base_init(&p->base, &na_remote_ops, "remote", mc);
     p->cfg = cfg;
     p->head_part = cfg->parallel.partition == NA_CFG_PARTITION_HEAD;
     p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;

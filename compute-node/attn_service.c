@@ -43,6 +43,16 @@ void na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out)
     s->ops->stats(s, out);
 }
 
+void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
+                       const na_model_config_t *mc)
+{
+    s->ops = ops;
+    s->kind = kind;
+    s->mc = *mc;
+    s->q_dim = mc->n_heads * mc->head_dim;
+    s->kv_dim = mc->n_kv_heads * mc->head_dim;
+}
+
 uint64_t na_asvc_new_id(na_asvc_t *s)
 {
     return ++s->next_req_id;

@@ -142,6 +142,11 @@ uint64_t    na_asvc_new_id(na_asvc_t *s);
 /* Free the service (releases whatever is still open); NULL is a no-op. */
 void        na_asvc_destroy(na_asvc_t *s);
 
+/* For implementations: set the common part of a new service (ops, kind, the
+ * model's shape and its q/kv row widths). Cannot fail. */
+void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
+                       const na_model_config_t *mc);
+
 /* For implementations: the FIFO of finished batches poll hands out. Take the
  * oldest of done[0..*n_done) into *batch_p; NA_ERR_TIMEOUT when it is empty. */
 static inline na_status_t na_asvc_done_pop(int *done, int *n_done, int *batch_p)
