@@ -383,6 +383,23 @@ static void na_bk_usage(FILE *f)
                "                 crossover); STREAM copy always runs (default all)\n");
 }
 
+/* kernels' own option: --part P (ctx: the const char * it sets). */
+static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
+{
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+
+    if (strcmp(argv[*i], "--part") != 0)
+        return 0;
+    if (v == NULL || (strcmp(v, "all") && strcmp(v, "attn") && strcmp(v, "matmul") &&
+                      strcmp(v, "small"))) {
+        fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul or small\n");
+        return 2;
+    }
+    *(const char **)ctx = v;
+    ++*i;
+    return 1;
+}
+
 int na_cli_bench_kernels(int argc, char **argv)
 {
     na_cli_bench_opts_t o;
@@ -390,35 +407,13 @@ int na_cli_bench_kernels(int argc, char **argv)
     na_bench_copy_t *copy1 = NULL, *copyN = NULL;
     double copy, spread;
     na_status_t st;
-    int i, r, rc;
+    int i, rc;
     char name[64];
     const char *part = "all";
 
-    na_cli_bench_opts_init(&o);
-    for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            na_bk_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--part")) {
-            if (i + 1 >= argc || (strcmp(argv[i + 1], "all") && strcmp(argv[i + 1], "attn") &&
-                                  strcmp(argv[i + 1], "matmul") && strcmp(argv[i + 1], "small"))) {
-                fprintf(stderr,
-                        "nearattn bench kernels: --part needs all, attn, matmul or small\n");
-                return 2;
-            }
-            part = argv[++i];
-            continue;
-        }
-        r = na_cli_bench_opt("kernels", argc, argv, &i, &o);
-        if (r < 0)
-            return 2;
-        if (r == 0) {
-            fprintf(stderr, "nearattn bench kernels: unknown option '%s'\n", argv[i]);
-            na_bk_usage(stderr);
-            return 2;
-        }
-    }
+    rc = na_cli_bench_parse("kernels", argc, argv, &o, na_bk_usage, na_bk_opt, &part);
+    if (rc >= 0)
+        return rc;
     st = na_bench_create("kernels", &b);
     if (st != NA_OK)
         return na_cli_fail("bench kernels", st);

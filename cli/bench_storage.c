@@ -495,6 +495,16 @@ static void na_bs_usage(FILE *f)
                NA_CLI_BENCH_OPTS_HELP);
 }
 
+/* storage's own option: --dir DIR (ctx: the const char * it sets). */
+static int na_bs_opt(void *ctx, int argc, char **argv, int *i)
+{
+    if (!strcmp(argv[*i], "--dir") && *i + 1 < argc) {
+        *(const char **)ctx = argv[++*i];
+        return 1;
+    }
+    return 0;
+}
+
 int na_cli_bench_storage(int argc, char **argv)
 {
     na_cli_bench_opts_t o;
@@ -506,27 +516,11 @@ int na_cli_bench_storage(int argc, char **argv)
     double wr = 0, rd_fresh = 0, analytic;
     char name[96], ref[96];
     na_status_t st;
-    int i, rc, ctx_ssd, ctx_dram, v;
+    int rc, ctx_ssd, ctx_dram, v;
 
-    na_cli_bench_opts_init(&o);
-    for (i = 1; i < argc; i++) {
-        int r = na_cli_bench_opt("storage", argc, argv, &i, &o);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            na_bs_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
-            base = argv[++i];
-            continue;
-        }
-        fprintf(stderr, "nearattn bench storage: unknown option '%s'\n", argv[i]);
-        na_bs_usage(stderr);
-        return 2;
-    }
+    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, na_bs_opt, &base);
+    if (rc >= 0)
+        return rc;
     ctx_ssd = o.quick ? 2048 : 8192;
     ctx_dram = o.quick ? 1024 : 4096;
     snprintf(dir, sizeof(dir), "%s/nearattn-bench-storage-XXXXXX", base);
