@@ -396,15 +396,14 @@ static const na_asvc_ops_t na_kvfetch_ops = {
 na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                    const char *name, na_kernels_t *kern, na_asvc_t **s_p)
 {
+    na_dtype_t kv_dtype;
     kf_t *p;
     na_status_t st;
     int j, n_alive = 0;
 
-    if (cfg->n_storage < 1 || cfg->n_storage > KF_MAX_NODES)
-        return na_err(NA_ERR_RANGE, "kv-fetch: %d storage nodes out of range [1, %d]",
-                      cfg->n_storage, KF_MAX_NODES);
-    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
-        return na_err(NA_ERR_UNSUPPORTED, "kv-fetch: kv_dtype must be f16 or f32");
+    st = na_asvc_layout_check(cfg, "kv-fetch", KF_MAX_NODES, &kv_dtype);
+    if (st != NA_OK)
+        return st;
     if (cfg->parallel.partition != NA_CFG_PARTITION_REQUEST)
         return na_err(NA_ERR_UNSUPPORTED, "kv-fetch: only the request partition is supported");
     p = calloc(1, sizeof(*p));
@@ -413,7 +412,7 @@ na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t 
     na_asvc_base_init(&p->base, &na_kvfetch_ops, "kv-fetch", mc);
     p->cfg = cfg;
     p->kern = kern;
-    p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    p->kv_dtype = kv_dtype;
     st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "kv-fetch", p, &p->ses);
     if (st != NA_OK) {
         free(p);

@@ -480,22 +480,21 @@ static const na_asvc_ops_t na_remote_ops = {
 na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                   const char *name, na_asvc_t **s_p)
 {
+    na_dtype_t kv_dtype;
     rm_t *p;
     na_status_t st;
     int i, j, n_alive = 0;
 
-    if (cfg->n_storage < 1 || cfg->n_storage > RM_MAX_NODES)
-        return na_err(NA_ERR_RANGE, "remote: %d storage nodes out of range [1, %d]",
-                      cfg->n_storage, RM_MAX_NODES);
-    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
-        return na_err(NA_ERR_UNSUPPORTED, "remote: kv_dtype must be f16 or f32");
+    st = na_asvc_layout_check(cfg, "remote", RM_MAX_NODES, &kv_dtype);
+    if (st != NA_OK)
+        return st;
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
     na_asvc_base_init(&p->base, &na_remote_ops, "remote", mc);
     p->cfg = cfg;
     p->head_part = cfg->parallel.partition == NA_CFG_PARTITION_HEAD;
-    p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    p->kv_dtype = kv_dtype;
     st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "remote", p, &p->ses);
     if (st != NA_OK) {
         free(p);

@@ -147,6 +147,12 @@ void        na_asvc_destroy(na_asvc_t *s);
 void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
                        const na_model_config_t *mc);
 
+/* For implementations over the layout's storage nodes: 1..max_nodes of them
+ * and a KV dtype of f16 or f32 (*kv_dtype_p). NA_ERR_RANGE or
+ * NA_ERR_UNSUPPORTED, the message starting with kind. */
+na_status_t na_asvc_layout_check(const na_cfg_t *cfg, const char *kind, int max_nodes,
+                                 na_dtype_t *kv_dtype_p);
+
 /* For implementations: the FIFO of finished batches poll hands out. Take the
  * oldest of done[0..*n_done) into *batch_p; NA_ERR_TIMEOUT when it is empty. */
 static inline na_status_t na_asvc_done_pop(int *done, int *n_done, int *batch_p)
