@@ -6,6 +6,8 @@
 #ifndef NA_CLI_BENCH_H
 #define NA_CLI_BENCH_H
 
+#include <stdio.h>
+
 #include "common/bench.h"
 
 /* Options every bench kind takes. */
@@ -25,6 +27,15 @@ void na_cli_bench_opts_init(na_cli_bench_opts_t *o);
 /* If argv[*i] is a shared option, consume it (and its value) and return 1;
  * return 0 if it is not one; -1 after printing a usage error. */
 int  na_cli_bench_opt(const char *kind, int argc, char **argv, int *i, na_cli_bench_opts_t *o);
+/* A kind's own options: take argv[*i] (and its value, advancing *i) into
+ * ctx; 1 taken, 0 not one of them, 2 after printing a usage error. */
+typedef int (*na_cli_bench_own_fn)(void *ctx, int argc, char **argv, int *i);
+/* The options loop of `bench kind`: sets defaults in *o, then takes
+ * --help/-h (usage(stdout)), the shared options and, through own, the kind's;
+ * anything else is an unknown option (said so, usage(stderr)). Returns -1 to
+ * go on, else the command's exit code: 0 after --help, 2 on a usage error. */
+int  na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_opts_t *o,
+                        void (*usage)(FILE *f), na_cli_bench_own_fn own, void *ctx);
 /* Print the table, write the JSON if asked; 0 or 1 (error printed). */
 int  na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_bench_opts_t *o);
 

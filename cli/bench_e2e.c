@@ -174,16 +174,66 @@ static double e2e_mono(na_engine_t *e, int B, int ctx)
     return v;
 }
 
+/* e2e's own options and what they set. */
+typedef struct {
+    int         full, remote;   /* --full, --remote */
+    int         dim, layers;    /* --dim, --layers of the generated model */
+    int         one_b, one_c;   /* --batch, --ctx: one point only (0: the grid) */
+    const char *mode;           /* --mode monolithic | offload | both */
+} e2e_args_t;
+
+/* e2e's own options (ctx: the e2e_args_t they set). */
+static int e2e_opt(void *ctx, int argc, char **argv, int *i)
+{
+    e2e_args_t *ea = ctx;
+    const char *f = argv[*i];
+    int v, lo, hi;
+
+    if (!strcmp(f, "--full")) {
+        ea->full = 1;
+        return 1;
+    }
+    if (!strcmp(f, "--remote")) {
+        ea->remote = 1;
+        return 1;
+    }
+    if (*i + 1 >= argc)
+        return 0;
+    if (!strcmp(f, "--mode")) {
+        ea->mode = argv[++*i];
+        return 1;
+    }
+    if (strcmp(f, "--dim") && strcmp(f, "--layers") && strcmp(f, "--batch") && strcmp(f, "--ctx"))
+        return 0;
+    v = atoi(argv[++*i]);
+    lo = !strcmp(f, "--dim") ? 32 : 1;
+    hi = !strcmp(f, "--dim") ? 4096 : !strcmp(f, "--layers") ? 64 : !strcmp(f, "--batch") ? 64
+       : 131072;
+    if (v < lo || v > hi || (!strcmp(f, "--dim") && v % 32 != 0)) {
+        fprintf(stderr, "nearattn bench e2e: %s %s out of range [%d, %d]%s\n", f, argv[*i], lo,
+                hi, !strcmp(f, "--dim") ? " or not a multiple of 32" : "");
+        return 2;
+    }
+    if (!strcmp(f, "--dim"))
+        ea->dim = v;
+    else if (!strcmp(f, "--layers"))
+        ea->layers = v;
+    else if (!strcmp(f, "--batch"))
+        ea->one_b = v;
+    else
+        ea->one_c = v;
+    return 1;
+}
+
 int na_cli_bench_e2e(int argc, char **argv)
 {
     static const int qb[] = { 1, 8 }, qc[] = { 512 };
     static const int fb[] = { 1, 8, 32, 64 }, fc[] = { 512, 2048, 8192, 16384 };
     const int *bs = qb, *cs = qc;
-    int one_b = 0, one_c = 0, dim = 256, layers = 4;
-    int nb = 2, nc = 1, full = 0, remote = 0, reps, i, j, k, rc = 1;
+    e2e_args_t ea = { .dim = 256, .layers = 4, .mode = "both" };
+    int nb = 2, nc = 1, reps, i, j, k, rc = 1;
     na_cfg_t *rcfg = NULL;
     na_nodes_t *cl = NULL;
-    const char *mode = "both";
     na_cli_bench_opts_t o;
     na_genmodel_opts_t go;
     na_engine_opts_t eo;
@@ -201,61 +251,23 @@ int na_cli_bench_e2e(int argc, char **argv)
         if (!strcmp(argv[i], "--sweep"))
             return na_cli_e2e_sweep(argc, argv);
     }
-    na_cli_bench_opts_init(&o);
-    for (i = 1; i < argc; i++) {
-        int r = na_cli_bench_opt("e2e", argc, argv, &i, &o);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(argv[i], "--help")) {
-            e2e_usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--full")) {
-            full = 1;
-        } else if (!strcmp(argv[i], "--remote")) {
-            remote = 1;
-        } else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
-            mode = argv[++i];
-        } else if ((!strcmp(argv[i], "--dim") || !strcmp(argv[i], "--layers") ||
-                    !strcmp(argv[i], "--batch") || !strcmp(argv[i], "--ctx")) && i + 1 < argc) {
-            const char *f = argv[i];
-            int v = atoi(argv[++i]);
-            int lo = !strcmp(f, "--dim") ? 32 : 1;
-            int hi = !strcmp(f, "--dim") ? 4096 : !strcmp(f, "--layers") ? 64
-                   : !strcmp(f, "--batch") ? 64 : 131072;
-            if (v < lo || v > hi || (!strcmp(f, "--dim") && v % 32 != 0)) {
-                fprintf(stderr, "nearattn bench e2e: %s %s out of range [%d, %d]%s\n", f,
-                        argv[i], lo, hi, !strcmp(f, "--dim") ? " or not a multiple of 32" : "");
-                return 2;
-            }
-            if (!strcmp(f, "--dim"))
-                dim = v;
-            else if (!strcmp(f, "--layers"))
-                layers = v;
-            else if (!strcmp(f, "--batch"))
-                one_b = v;
-            else
-                one_c = v;
-        } else {
-            fprintf(stderr, "nearattn bench e2e: unknown option '%s'\n", argv[i]);
-            e2e_usage(stderr);
-            return 2;
-        }
-    }
-    if (strcmp(mode, "monolithic") && strcmp(mode, "offload") && strcmp(mode, "both")) {
+    rc = na_cli_bench_parse("e2e", argc, argv, &o, e2e_usage, e2e_opt, &ea);
+    if (rc >= 0)
+        return rc;
+    rc = 1;
+    if (strcmp(ea.mode, "monolithic") && strcmp(ea.mode, "offload") && strcmp(ea.mode, "both")) {
         fprintf(stderr, "nearattn bench e2e: --mode monolithic, offload or both\n");
         return 2;
     }
     reps = o.quick ? 1 : E2E_REPS;
-    if (full) {
+    if (ea.full) {
         bs = fb; nb = 4; cs = fc; nc = 4;
     }
-    if (one_b > 0) {
-        bs = &one_b; nb = 1;
+    if (ea.one_b > 0) {
+        bs = &ea.one_b; nb = 1;
     }
-    if (one_c > 0) {
-        cs = &one_c; nc = 1;
+    if (ea.one_c > 0) {
+        cs = &ea.one_c; nc = 1;
     }
     snprintf(dir, sizeof(dir), "%s/nearattn-e2e-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (mkdtemp(dir) == NULL) {
@@ -263,12 +275,12 @@ int na_cli_bench_e2e(int argc, char **argv)
         return 1;
     }
     na_genmodel_defaults(&go);
-    go.dim = dim;
-    go.hidden_dim = 2 * dim;
-    go.n_layers = layers;
-    go.n_heads = dim / 32;
-    go.n_kv_heads = dim / 32;
-    go.seq_len = (one_c > 0 ? one_c : full ? 16384 : 512) + E2E_NEW + 8;
+    go.dim = ea.dim;
+    go.hidden_dim = 2 * ea.dim;
+    go.n_layers = ea.layers;
+    go.n_heads = ea.dim / 32;
+    go.n_kv_heads = ea.dim / 32;
+    go.seq_len = (ea.one_c > 0 ? ea.one_c : ea.full ? 16384 : 512) + E2E_NEW + 8;
     go.write_gguf = 0;
     snprintf(prefix, sizeof(prefix), "%s/model", dir);
     snprintf(path, sizeof(path), "%s.bin", prefix);
@@ -278,7 +290,7 @@ int na_cli_bench_e2e(int argc, char **argv)
         na_cli_fail("bench e2e", NA_ERR_INVALID);
         goto out;
     }
-    if (remote) {
+    if (ea.remote) {
         snprintf(path, sizeof(path), "%s/e2e-1.yaml", dir);
         na_nodes_opts_t no = { path, NULL, 0, NULL };   /* the layout's port and paths */
         if (e2e_layout(dir, 1, &rcfg) != NA_OK || na_nodes_start(rcfg, &no, &cl) != NA_OK) {
@@ -304,9 +316,9 @@ int na_cli_bench_e2e(int argc, char **argv)
                     continue;
                 }
                 vm[r] = v1[r] = v2[r] = vtm[r] = vta[r] = vi1[r] = vi2[r] = 0;
-                if (strcmp(mode, "offload"))
+                if (strcmp(ea.mode, "offload"))
                     vm[r] = e2e_mono(e, B, C);
-                if (strcmp(mode, "monolithic")) {
+                if (strcmp(ea.mode, "monolithic")) {
                     v1[r] = e2e_offload(e, dir, rcfg, 1, B, C, &vtm[r], &vta[r], &vi1[r]);
                     v2[r] = e2e_offload(e, dir, rcfg, 2, B, C, &tm2, &ta2, &vi2[r]);
                 }
@@ -345,13 +357,13 @@ int na_cli_bench_e2e(int argc, char **argv)
                              0, NULL, 0);
             }
         }
-    if (remote && g_link_rtt > 0)
+    if (ea.remote && g_link_rtt > 0)
         na_bench_add(b, "link round trip (HEARTBEAT ping)", 1e6 * g_link_rtt, "us", 0, NULL, 0);
     na_bench_note(b, "generated MHA model dim %d, %d layers, %d heads, f16 KV; %d new tokens "
                   "per request, greedy; offload = %s (1 slot, DRAM tier, 1 engine thread); "
-                  "compute %d thread(s); median of %d runs per point", dim, layers, dim / 32,
-                  E2E_NEW,
-                  remote ? "one storage-node process over UCX shared memory"
+                  "compute %d thread(s); median of %d runs per point", ea.dim, ea.layers,
+                  ea.dim / 32, E2E_NEW,
+                  ea.remote ? "one storage-node process over UCX shared memory"
                          : "in-process device slot without a network", eo.n_threads, reps);
     rc = na_cli_bench_finish("e2e", b, &o);
 out:

@@ -224,45 +224,73 @@ static uint8_t *na_bk_weights(na_dtype_t dt, int rows, int cols, int n_copies, s
     return p;
 }
 
+/* Set up m for a matmul bench: x (nx floats, random from seed), y (ny floats)
+ * and the cpu kernels on `threads` threads (OpenBLAS too). Fails with
+ * NA_ERR_NOMEM or the backend's error, holding nothing then. */
+static na_status_t na_bk_mm_init(na_bk_mm_t *m, size_t nx, size_t ny, uint64_t seed, int threads)
+{
+    na_status_t st;
+    size_t i;
+
+    memset(m, 0, sizeof(*m));
+    m->x = malloc(sizeof(float) * nx);
+    m->y = malloc(sizeof(float) * ny);
+    if (m->x == NULL || m->y == NULL) {
+        st = na_err(NA_ERR_NOMEM, "bench kernels: out of memory");
+        goto err_free;
+    }
+    for (i = 0; i < nx; i++)
+        m->x[i] = na_bk_rand(&seed);
+    st = na_kernels_create("cpu", threads, &m->k);
+    if (st != NA_OK)
+        goto err_free;
+    openblas_set_num_threads(threads);
+    return NA_OK;
+
+err_free:
+    free(m->y);
+    free(m->x);
+    return st;
+}
+
+static void na_bk_mm_cleanup(na_bk_mm_t *m)
+{
+    na_kernels_destroy(m->k);
+    free(m->y);
+    free(m->x);
+}
+
+/* m->w := a rows x cols weight of dt, in copies that rotate through
+ * >= 128 MiB (m->copies, which the caller frees). NA_ERR_NOMEM. */
+static na_status_t na_bk_mm_weights(na_bk_mm_t *m, na_dtype_t dt, int rows, int cols)
+{
+    m->w.dtype = dt;
+    m->w.rows = rows;
+    m->w.cols = cols;
+    m->n_copies = (int)(((size_t)128 << 20) / na_dtype_bytes(dt, (size_t)rows * cols)) + 1;
+    m->copies = na_bk_weights(dt, rows, cols, m->n_copies, &m->wbytes);
+    if (m->copies == NULL)
+        return na_err(NA_ERR_NOMEM, "bench kernels: no memory for the weights");
+    return NA_OK;
+}
+
 static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o,
                                 na_bench_copy_t *copyN)
 {
     static const int batches[] = { 1, 8, 64 };
     int dim = o->quick ? 2048 : 4096, bi, dt;
-    size_t min_total = (size_t)128 << 20;
     na_bk_mm_t m;
     double sg_med[3], sg_spread[3];
-    na_status_t st = NA_OK;
+    na_status_t st;
     char name[96], ref[96];
-    size_t i;
 
-    memset(&m, 0, sizeof(m));
-    m.x = malloc(sizeof(float) * 64 * (size_t)dim);
-    m.y = malloc(sizeof(float) * 64 * (size_t)dim);
-    if (m.x == NULL || m.y == NULL) {
-        st = na_err(NA_ERR_NOMEM, "bench kernels: out of memory");
-        goto out_free;
-    }
-    {
-        uint64_t seed = 3;
-        for (i = 0; i < 64 * (size_t)dim; i++)
-            m.x[i] = na_bk_rand(&seed);
-    }
-    st = na_kernels_create("cpu", o->threads, &m.k);
+    st = na_bk_mm_init(&m, 64 * (size_t)dim, 64 * (size_t)dim, 3, o->threads);
     if (st != NA_OK)
-        goto out_free;
-    openblas_set_num_threads(o->threads);
+        return st;
     for (dt = 0; dt < NA_DTYPE_COUNT && st == NA_OK; dt++) {
-        uint8_t *copies;
-        m.w.dtype = (na_dtype_t)dt;
-        m.w.rows = m.w.cols = dim;
-        m.n_copies = (int)(min_total / na_dtype_bytes((na_dtype_t)dt, (size_t)dim * dim)) + 1;
-        copies = na_bk_weights((na_dtype_t)dt, dim, dim, m.n_copies, &m.wbytes);
-        if (copies == NULL) {
-            st = na_err(NA_ERR_NOMEM, "bench kernels: no memory for the weights");
+        st = na_bk_mm_weights(&m, (na_dtype_t)dt, dim, dim);
+        if (st != NA_OK)
             break;
-        }
-        m.copies = copies;
         for (bi = 0; bi < 3; bi++) {
             double med, spread, copy = 0.0, flops = 2.0 * batches[bi] * (double)dim * dim;
             m.batch = batches[bi];
@@ -294,13 +322,9 @@ static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o,
             if (st != NA_OK)
                 break;
         }
-        free(copies);
+        free((void *)m.copies);
     }
-    na_kernels_destroy(m.k);
-
-out_free:
-    free(m.y);
-    free(m.x);
+    na_bk_mm_cleanup(&m);
     return st;
 }
 
@@ -314,40 +338,17 @@ static na_status_t na_bk_matmul_f32_small(na_bench_t *b, const na_cli_bench_opts
     static const int shapes[][2] = { { 768, 288 }, { 32000, 288 }, { 4096, 4096 } };
     static const int batches[] = { 2, 4, 8, 16, 32 };
     int n_shapes = o->quick ? 2 : 3, n_b = o->quick ? 3 : 5, si, bi;
-    size_t min_total = (size_t)128 << 20, i;
     na_bk_mm_t m;
-    na_status_t st = NA_OK;
+    na_status_t st;
     char name[96], ref[96];
 
-    memset(&m, 0, sizeof(m));
-    m.x = malloc(sizeof(float) * 32 * 4096);
-    m.y = malloc(sizeof(float) * 32 * 32000);
-    if (m.x == NULL || m.y == NULL) {
-        st = na_err(NA_ERR_NOMEM, "bench kernels: out of memory");
-        goto out_free;
-    }
-    {
-        uint64_t seed = 5;
-        for (i = 0; i < 32 * (size_t)4096; i++)
-            m.x[i] = na_bk_rand(&seed);
-    }
-    st = na_kernels_create("cpu", o->threads, &m.k);
+    st = na_bk_mm_init(&m, 32 * (size_t)4096, 32 * (size_t)32000, 5, o->threads);
     if (st != NA_OK)
-        goto out_free;
-    openblas_set_num_threads(o->threads);
-    m.w.dtype = NA_DTYPE_F32;
+        return st;
     for (si = 0; si < n_shapes && st == NA_OK; si++) {
-        uint8_t *copies;
-        m.w.rows = shapes[si][0];
-        m.w.cols = shapes[si][1];
-        m.n_copies = (int)(min_total / na_dtype_bytes(NA_DTYPE_F32,
-                                                      (size_t)m.w.rows * m.w.cols)) + 1;
-        copies = na_bk_weights(NA_DTYPE_F32, m.w.rows, m.w.cols, m.n_copies, &m.wbytes);
-        if (copies == NULL) {
-            st = na_err(NA_ERR_NOMEM, "bench kernels: no memory for the weights");
+        st = na_bk_mm_weights(&m, NA_DTYPE_F32, shapes[si][0], shapes[si][1]);
+        if (st != NA_OK)
             break;
-        }
-        m.copies = copies;
         for (bi = 0; bi < n_b && st == NA_OK; bi++) {
             double med, spread, sg_med, sg_spread;
             double flops = 2.0 * batches[bi] * (double)m.w.rows * m.w.cols;
@@ -363,13 +364,9 @@ static na_status_t na_bk_matmul_f32_small(na_bench_t *b, const na_cli_bench_opts
             st = na_bench_add(b, name, flops / med / 1e9, "GFLOP/s", spread, ref,
                               flops / sg_med / 1e9);
         }
-        free(copies);
+        free((void *)m.copies);
     }
-    na_kernels_destroy(m.k);
-
-out_free:
-    free(m.y);
-    free(m.x);
+    na_bk_mm_cleanup(&m);
     return st;
 }
 
@@ -386,6 +383,23 @@ static void na_bk_usage(FILE *f)
                "                 crossover); STREAM copy always runs (default all)\n");
 }
 
+/* kernels' own option: --part P (ctx: the const char * it sets). */
+static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
+{
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+
+    if (strcmp(argv[*i], "--part") != 0)
+        return 0;
+    if (v == NULL || (strcmp(v, "all") && strcmp(v, "attn") && strcmp(v, "matmul") &&
+                      strcmp(v, "small"))) {
+        fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul or small\n");
+        return 2;
+    }
+    *(const char **)ctx = v;
+    ++*i;
+    return 1;
+}
+
 int na_cli_bench_kernels(int argc, char **argv)
 {
     na_cli_bench_opts_t o;
@@ -393,35 +407,13 @@ int na_cli_bench_kernels(int argc, char **argv)
     na_bench_copy_t *copy1 = NULL, *copyN = NULL;
     double copy, spread;
     na_status_t st;
-    int i, r, rc;
+    int i, rc;
     char name[64];
     const char *part = "all";
 
-    na_cli_bench_opts_init(&o);
-    for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            na_bk_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--part")) {
-            if (i + 1 >= argc || (strcmp(argv[i + 1], "all") && strcmp(argv[i + 1], "attn") &&
-                                  strcmp(argv[i + 1], "matmul") && strcmp(argv[i + 1], "small"))) {
-                fprintf(stderr,
-                        "nearattn bench kernels: --part needs all, attn, matmul or small\n");
-                return 2;
-            }
-            part = argv[++i];
-            continue;
-        }
-        r = na_cli_bench_opt("kernels", argc, argv, &i, &o);
-        if (r < 0)
-            return 2;
-        if (r == 0) {
-            fprintf(stderr, "nearattn bench kernels: unknown option '%s'\n", argv[i]);
-            na_bk_usage(stderr);
-            return 2;
-        }
-    }
+    rc = na_cli_bench_parse("kernels", argc, argv, &o, na_bk_usage, na_bk_opt, &part);
+    if (rc >= 0)
+        return rc;
     st = na_bench_create("kernels", &b);
     if (st != NA_OK)
         return na_cli_fail("bench kernels", st);

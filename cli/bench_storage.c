@@ -156,6 +156,55 @@ static na_status_t na_bs_disk_attach(na_bs_disk_t *d, const char *path)
     return na_bs_disk_init(d);
 }
 
+/* Reads in flight on a disk's ring, into buffer slots of d->buf (a read's
+ * tag: its length << 8 | its slot). */
+typedef struct {
+    na_kv_io_cqe_t cqe[NA_BS_QD_MAX];
+    int            free_slot[NA_BS_QD_MAX];
+    int            n_free, inflight;
+} na_bs_rq_t;
+
+static void na_bs_rq_init(na_bs_rq_t *q, int qd)
+{
+    int i;
+
+    for (i = 0; i < qd; i++)
+        q->free_slot[i] = i;
+    q->n_free = qd;
+    q->inflight = 0;
+}
+
+/* Read len bytes at off into a free slot (slots slot_bytes apart). 0, or -1
+ * when the ring refused it. */
+static int na_bs_rq_read(na_bs_disk_t *d, na_bs_rq_t *q, size_t slot_bytes, uint64_t len,
+                         uint64_t off)
+{
+    int slot = q->free_slot[--q->n_free];
+
+    if (d->io->ops->prep_read(d->io, d->fd, (char *)d->buf + (size_t)slot * slot_bytes,
+                              (size_t)len, off, len << 8 | (uint64_t)slot) != NA_OK)
+        return -1;
+    q->inflight++;
+    return 0;
+}
+
+/* Wait for at least one read and free the slots of those done. 0, or -1 on
+ * an I/O error or a short read. */
+static int na_bs_rq_reap(na_bs_disk_t *d, na_bs_rq_t *q)
+{
+    int n, i;
+
+    if (d->io->ops->wait(d->io, 1, q->cqe, NA_BS_QD_MAX, &n) != NA_OK)
+        return -1;
+    for (i = 0; i < n; i++) {
+        q->inflight--;
+        if (q->cqe[i].res != (int64_t)(q->cqe[i].tag >> 8))
+            return -1;
+        q->free_slot[q->n_free++] = (int)(q->cqe[i].tag & 0xff);
+    }
+    return 0;
+}
+
 /* na_bs_ref_fn: read the whole file sequentially, 1 MiB reads with up to
  * NA_BS_QD in flight all along; freed buffers are refilled in groups of 4
  * adjacent reads (as the engine queues a granule), which the block layer
@@ -163,35 +212,22 @@ static na_status_t na_bs_disk_attach(na_bs_disk_t *d, const char *path)
 static double na_bs_disk_read(void *ctx)
 {
     na_bs_disk_t *d = ctx;
-    na_kv_io_cqe_t cqe[NA_BS_QD];
-    int free_slot[NA_BS_QD], n_free = NA_BS_QD;
+    na_bs_rq_t q;
     double t0 = na_bench_now();
     uint64_t next = 0;
-    int inflight = 0, n, i;
 
-    for (i = 0; i < NA_BS_QD; i++)
-        free_slot[i] = i;
+    na_bs_rq_init(&q, NA_BS_QD);
     for (;;) {
-        while (next < d->size && (n_free >= 4 || (n_free > 0 && inflight == 0))) {
+        while (next < d->size && (q.n_free >= 4 || (q.n_free > 0 && q.inflight == 0))) {
             int g;
-            for (g = 0; g < 4 && n_free > 0 && next < d->size; g++, next += NA_KV_IO_MAX) {
-                int slot = free_slot[--n_free];
-                if (d->io->ops->prep_read(d->io, d->fd, (char *)d->buf + (size_t)slot * NA_KV_IO_MAX,
-                                          NA_KV_IO_MAX, next, (uint64_t)slot) != NA_OK)
+            for (g = 0; g < 4 && q.n_free > 0 && next < d->size; g++, next += NA_KV_IO_MAX)
+                if (na_bs_rq_read(d, &q, NA_KV_IO_MAX, NA_KV_IO_MAX, next) != 0)
                     return -1.0;
-                inflight++;
-            }
         }
-        if (inflight == 0)
+        if (q.inflight == 0)
             break;
-        if (d->io->ops->wait(d->io, 1, cqe, NA_BS_QD, &n) != NA_OK)
+        if (na_bs_rq_reap(d, &q) != 0)
             return -1.0;
-        for (i = 0; i < n; i++) {
-            inflight--;
-            if (cqe[i].res != (int64_t)NA_KV_IO_MAX)
-                return -1.0;
-            free_slot[n_free++] = (int)cqe[i].tag;
-        }
     }
     return (double)d->size / (na_bench_now() - t0) / 1e9;
 }
@@ -217,19 +253,19 @@ static const na_bs_rdcfg_t na_bs_rdcfgs[] = {
  * c->qd reads of c->len bytes in flight. Returns GB/s, < 0 on an I/O error. */
 static double na_bs_disk_read_cfg(na_bs_disk_t *d, const na_bs_rdcfg_t *c)
 {
-    na_kv_io_cqe_t cqe[NA_BS_QD_MAX];
+    na_bs_rq_t q;
     uint64_t cur[8], end[8], per = d->size / (uint64_t)c->regions / NA_KV_IO_MAX * NA_KV_IO_MAX;
-    int free_slot[NA_BS_QD_MAX], n_free = c->qd, inflight = 0, rr = 0, n, i;
+    int rr = 0, i;
     double t0 = na_bench_now();
 
     for (i = 0; i < c->regions; i++) {
         cur[i] = (uint64_t)i * per;
         end[i] = i == c->regions - 1 ? d->size : cur[i] + per;
     }
-    for (i = 0; i < c->qd; i++)
-        free_slot[i] = i;
+    na_bs_rq_init(&q, c->qd);
     for (;;) {
-        while (n_free > 0) {
+        while (q.n_free > 0) {
+            uint64_t len;
             int k, r = -1;
             for (k = 0; k < c->regions && r < 0; k++)
                 if (cur[(rr + k) % c->regions] < end[(rr + k) % c->regions])
@@ -237,26 +273,15 @@ static double na_bs_disk_read_cfg(na_bs_disk_t *d, const na_bs_rdcfg_t *c)
             if (r < 0)
                 break;
             rr = r + 1;
-            {
-                uint64_t len = end[r] - cur[r] < c->len ? end[r] - cur[r] : c->len;
-                int slot = free_slot[--n_free];
-                if (d->io->ops->prep_read(d->io, d->fd, (char *)d->buf + (size_t)slot * c->len,
-                                          (size_t)len, cur[r], len << 8 | (uint64_t)slot) != NA_OK)
-                    return -1.0;
-                cur[r] += len;
-                inflight++;
-            }
-        }
-        if (inflight == 0)
-            break;
-        if (d->io->ops->wait(d->io, 1, cqe, NA_BS_QD_MAX, &n) != NA_OK)
-            return -1.0;
-        for (i = 0; i < n; i++) {
-            inflight--;
-            if (cqe[i].res != (int64_t)(cqe[i].tag >> 8))
+            len = end[r] - cur[r] < c->len ? end[r] - cur[r] : c->len;
+            if (na_bs_rq_read(d, &q, c->len, len, cur[r]) != 0)
                 return -1.0;
-            free_slot[n_free++] = (int)(cqe[i].tag & 0xff);
+            cur[r] += len;
         }
+        if (q.inflight == 0)
+            break;
+        if (na_bs_rq_reap(d, &q) != 0)
+            return -1.0;
     }
     return (double)d->size / (na_bench_now() - t0) / 1e9;
 }
@@ -495,6 +520,16 @@ static void na_bs_usage(FILE *f)
                NA_CLI_BENCH_OPTS_HELP);
 }
 
+/* storage's own option: --dir DIR (ctx: the const char * it sets). */
+static int na_bs_opt(void *ctx, int argc, char **argv, int *i)
+{
+    if (!strcmp(argv[*i], "--dir") && *i + 1 < argc) {
+        *(const char **)ctx = argv[++*i];
+        return 1;
+    }
+    return 0;
+}
+
 int na_cli_bench_storage(int argc, char **argv)
 {
     na_cli_bench_opts_t o;
@@ -506,27 +541,11 @@ int na_cli_bench_storage(int argc, char **argv)
     double wr = 0, rd_fresh = 0, analytic;
     char name[96], ref[96];
     na_status_t st;
-    int i, rc, ctx_ssd, ctx_dram, v;
+    int rc, ctx_ssd, ctx_dram, v;
 
-    na_cli_bench_opts_init(&o);
-    for (i = 1; i < argc; i++) {
-        int r = na_cli_bench_opt("storage", argc, argv, &i, &o);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            na_bs_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
-            base = argv[++i];
-            continue;
-        }
-        fprintf(stderr, "nearattn bench storage: unknown option '%s'\n", argv[i]);
-        na_bs_usage(stderr);
-        return 2;
-    }
+    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, na_bs_opt, &base);
+    if (rc >= 0)
+        return rc;
     ctx_ssd = o.quick ? 2048 : 8192;
     ctx_dram = o.quick ? 1024 : 4096;
     snprintf(dir, sizeof(dir), "%s/nearattn-bench-storage-XXXXXX", base);

@@ -48,6 +48,8 @@ typedef struct {
     int             port;              /* perftest base port */
     int             window;            /* sends in flight in the bandwidth test */
     long            extra_size;        /* --size B: one more round-trip size (0 = none) */
+    int             serve;             /* --serve: be the echo server */
+    int             trials;            /* --trials N (default 3, 1 with --quick) */
     na_cli_bench_opts_t common;
 } bt_args_t;
 
@@ -333,6 +335,55 @@ static void bt_usage(FILE *f)
                NA_CLI_BENCH_OPTS_HELP);
 }
 
+/* transport's own options (ctx: the bt_args_t they set). */
+static int bt_opt(void *ctx, int argc, char **argv, int *i)
+{
+    bt_args_t *a = ctx;
+    const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long n;
+
+    if (!strcmp(f, "--serve")) {
+        a->serve = 1;
+        return 1;
+    }
+    if (!strcmp(f, "--no-perftest")) {
+        a->perftest = 0;
+        return 1;
+    }
+    if (v == NULL)
+        return 0;
+    ++*i;
+    if (!strcmp(f, "--tls")) {
+        a->tls_arg = v;
+        a->tls = na_xp_tls_parse(v);
+    } else if (!strcmp(f, "--errmode")) {
+        if (na_xp_errmode_parse(v) < 0) {
+            fprintf(stderr, "nearattn bench transport: --errmode expects auto, peer or cm\n");
+            return 2;
+        }
+        a->errmode = (na_xp_errmode_t)na_xp_errmode_parse(v);
+    } else if (!strcmp(f, "--trials")) {
+        if (na_cli_int("bench transport", f, v, 1, BT_TRIALS_MAX, &n) != NA_OK)
+            return 2;
+        a->trials = (int)n;
+    } else if (!strcmp(f, "--window")) {
+        if (na_cli_int("bench transport", f, v, 1, 64, &n) != NA_OK)
+            return 2;
+        a->window = (int)n;
+    } else if (!strcmp(f, "--size")) {
+        if (na_cli_int("bench transport", f, v, 0, 1L << 30, &a->extra_size) != NA_OK)
+            return 2;
+    } else if (!strcmp(f, "--port")) {
+        if (na_cli_int("bench transport", f, v, 1024, 65000, &n) != NA_OK)
+            return 2;
+        a->port = (int)n;
+    } else {
+        --*i;
+        return 0;
+    }
+    return 1;
+}
+
 int na_cli_bench_transport(int argc, char **argv)
 {
     static const int batches[] = { 1, 8, 64, 256 };
@@ -343,7 +394,7 @@ int na_cli_bench_transport(int argc, char **argv)
     na_xp_ep_t *ep = NULL;
     na_xp_buf_t *buf = NULL;
     pid_t pid = -1;
-    int serve = 0, port = 0, rc = 1, i, r, trials = 3, pport = 0;
+    int port = 0, rc = 1, i, trials, pport = 0;
     size_t k;
     na_status_t st;
     char name[128];
@@ -354,58 +405,14 @@ int na_cli_bench_transport(int argc, char **argv)
     a.perftest = 1;
     a.port = 23790;
     a.window = 1;
-    na_cli_bench_opts_init(&a.common);
-    for (i = 1; i < argc; i++) {
-        r = na_cli_bench_opt("transport", argc, argv, &i, &a.common);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            bt_usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--serve")) {
-            serve = 1;
-        } else if (!strcmp(argv[i], "--no-perftest")) {
-            a.perftest = 0;
-        } else if (!strcmp(argv[i], "--tls") && i + 1 < argc) {
-            a.tls_arg = argv[++i];
-            a.tls = na_xp_tls_parse(a.tls_arg);
-        } else if (!strcmp(argv[i], "--errmode") && i + 1 < argc) {
-            i++;
-            if (na_xp_errmode_parse(argv[i]) < 0) {
-                fprintf(stderr, "nearattn bench transport: --errmode expects auto, peer or cm\n");
-                return 2;
-            }
-            a.errmode = (na_xp_errmode_t)na_xp_errmode_parse(argv[i]);
-        } else if (!strcmp(argv[i], "--trials") && i + 1 < argc) {
-            long v;
-            if (na_cli_int("bench transport", "--trials", argv[++i], 1, BT_TRIALS_MAX, &v) != NA_OK)
-                return 2;
-            trials = (int)v;
-        } else if (!strcmp(argv[i], "--window") && i + 1 < argc) {
-            long v;
-            if (na_cli_int("bench transport", "--window", argv[++i], 1, 64, &v) != NA_OK)
-                return 2;
-            a.window = (int)v;
-        } else if (!strcmp(argv[i], "--size") && i + 1 < argc) {
-            if (na_cli_int("bench transport", "--size", argv[++i], 0, 1L << 30, &a.extra_size) != NA_OK)
-                return 2;
-        } else if (!strcmp(argv[i], "--port") && i + 1 < argc) {
-            long v;
-            if (na_cli_int("bench transport", "--port", argv[++i], 1024, 65000, &v) != NA_OK)
-                return 2;
-            a.port = (int)v;
-        } else {
-            fprintf(stderr, "nearattn bench transport: unknown option '%s'\n", argv[i]);
-            bt_usage(stderr);
-            return 2;
-        }
-    }
-    if (serve)
+    a.trials = 3;
+    rc = na_cli_bench_parse("transport", argc, argv, &a.common, bt_usage, bt_opt, &a);
+    if (rc >= 0)
+        return rc;
+    rc = 1;
+    if (a.serve)
         return bt_serve(&a);
-    if (a.common.quick && trials == 3)
-        trials = 1;
+    trials = a.common.quick && a.trials == 3 ? 1 : a.trials;
 
     st = na_bench_create("transport", &b);
     if (st == NA_OK)

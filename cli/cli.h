@@ -37,8 +37,10 @@ int  na_cli_dispatch(const na_cli_cmd_t *table, const char *prog, const char *wh
                      char **argv);
 void na_cli_list(FILE *f, const na_cli_cmd_t *table, int width);
 /* Take arg as cmd's one FILE operand into *file_p: 0, or 2 (said so) when
- * *file_p was given already. */
-int  na_cli_one_file(const char *cmd, const char **file_p, const char *arg);
+ * *file_p was given already, or when arg is an option cmd did not take
+ * (unknown or missing its value: said so, then usage(stderr)). */
+int  na_cli_one_file(const char *cmd, const char **file_p, const char *arg,
+                     void (*usage)(FILE *f));
 /* names[i] for 0 <= i < n, else "?"; and the index of s in names[0..n), or -1. */
 const char *na_cli_name(const char *const *names, int n, int i);
 int na_cli_lookup(const char *const *names, int n, const char *s);

@@ -54,6 +54,31 @@ int na_cli_bench_opt(const char *kind, int argc, char **argv, int *i, na_cli_ben
     return 0;
 }
 
+int na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_opts_t *o,
+                       void (*usage)(FILE *f), na_cli_bench_own_fn own, void *ctx)
+{
+    int i, r;
+
+    na_cli_bench_opts_init(o);
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        r = na_cli_bench_opt(kind, argc, argv, &i, o);
+        if (r == 0)
+            r = own(ctx, argc, argv, &i);
+        if (r == 1)
+            continue;
+        if (r == 0) {
+            fprintf(stderr, "nearattn bench %s: unknown option '%s'\n", kind, argv[i]);
+            usage(stderr);
+        }
+        return 2;
+    }
+    return -1;
+}
+
 int na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_bench_opts_t *o)
 {
     na_status_t st;

@@ -48,11 +48,7 @@ int na_cmd_check_config(int argc, char **argv)
                 return 2;
             }
             rates = argv[++i];
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "nearattn check-config: unknown option '%s'\n", argv[i]);
-            na_check_config_usage(stderr);
-            return 2;
-        } else if (na_cli_one_file("check-config", &file, argv[i]) != 0) {
+        } else if (na_cli_one_file("check-config", &file, argv[i], na_check_config_usage) != 0) {
             return 2;
         }
     }

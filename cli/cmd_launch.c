@@ -64,11 +64,7 @@ int na_cmd_launch(int argc, char **argv)
                 return 2;
             o.timeout_ms = (int)v;
             i++;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "nearattn launch: unknown option or missing value '%s'\n", argv[i]);
-            na_launch_usage(stderr);
-            return 2;
-        } else if (na_cli_one_file("launch", &file, argv[i]) != 0) {
+        } else if (na_cli_one_file("launch", &file, argv[i], na_launch_usage) != 0) {
             return 2;
         }
     }

@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,17 +113,44 @@ static void na_run_usage(FILE *f)
         "  --backend B     kernels: cpu (default) or ref (plain C references)\n");
 }
 
-/* 1 if f is one of run's flags (each takes a value). */
+/* run's flags (each takes a value): those kept as given (strings), with the
+ * fields they set, ... */
+static const struct {
+    const char *flag;
+    size_t      off;
+} na_run_str_opts[] = {
+    { "--mode",      offsetof(na_run_args_t, mode) },
+    { "--config",    offsetof(na_run_args_t, config) },
+    { "--cluster",   offsetof(na_run_args_t, cluster) },
+    { "--model",     offsetof(na_run_args_t, model) },
+    { "--tokenizer", offsetof(na_run_args_t, tokenizer) },
+    { "--prompt",    offsetof(na_run_args_t, prompt) },
+    { "--prompts",   offsetof(na_run_args_t, prompts_file) },
+    { "--backend",   offsetof(na_run_args_t, backend) },
+};
+/* ... and those parsed in na_run_parse. */
+static const char *const na_run_num_flags[] = {
+    "-n", "--temp", "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", NULL
+};
+
+/* The index of string option f in na_run_str_opts, or -1. */
+static int na_run_str_opt(const char *f)
+{
+    int i;
+    for (i = 0; i < (int)(sizeof(na_run_str_opts) / sizeof(na_run_str_opts[0])); i++)
+        if (!strcmp(na_run_str_opts[i].flag, f))
+            return i;
+    return -1;
+}
+
+/* 1 if f is one of run's flags. */
 static int na_run_known_flag(const char *f)
 {
-    static const char *const flags[] = {
-        "--mode", "--model", "--tokenizer", "--prompt", "--prompts", "-n", "--temp",
-        "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--backend", "--config",
-        "--cluster", NULL
-    };
     int i;
-    for (i = 0; flags[i] != NULL; i++)
-        if (!strcmp(flags[i], f))
+    if (na_run_str_opt(f) >= 0)
+        return 1;
+    for (i = 0; na_run_num_flags[i] != NULL; i++)
+        if (!strcmp(na_run_num_flags[i], f))
             return 1;
     return 0;
 }
@@ -131,7 +159,7 @@ static int na_run_known_flag(const char *f)
  * after printing a one-line usage error. */
 static int na_run_parse(int argc, char **argv, na_run_args_t *a)
 {
-    int i;
+    int i, so;
 
     memset(a, 0, sizeof(*a));
     a->mode = "offload";
@@ -162,22 +190,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             return 2;
         }
         i++;
-        if (!strcmp(f, "--mode")) {
-            a->mode = v;
-        } else if (!strcmp(f, "--config")) {
-            a->config = v;
-        } else if (!strcmp(f, "--cluster")) {
-            a->cluster = v;
-        } else if (!strcmp(f, "--model")) {
-            a->model = v;
-        } else if (!strcmp(f, "--tokenizer")) {
-            a->tokenizer = v;
-        } else if (!strcmp(f, "--prompt")) {
-            a->prompt = v;
-        } else if (!strcmp(f, "--prompts")) {
-            a->prompts_file = v;
-        } else if (!strcmp(f, "--backend")) {
-            a->backend = v;
+        so = na_run_str_opt(f);
+        if (so >= 0) {
+            *(const char **)((char *)a + na_run_str_opts[so].off) = v;
         } else if (!strcmp(f, "-n")) {
             if (na_cli_int("run", f, v, -2147483647L, 2147483647L, &a->n_new) != NA_OK)
                 return 2;

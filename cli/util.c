@@ -82,8 +82,14 @@ void na_cli_list(FILE *f, const na_cli_cmd_t *table, int width)
         fprintf(f, "  %-*s %s\n", width, c->name, c->summary);
 }
 
-int na_cli_one_file(const char *cmd, const char **file_p, const char *arg)
+int na_cli_one_file(const char *cmd, const char **file_p, const char *arg,
+                    void (*usage)(FILE *f))
 {
+    if (arg[0] == '-' && arg[1] != '\0') {
+        fprintf(stderr, "nearattn %s: unknown option or missing value '%s'\n", cmd, arg);
+        usage(stderr);
+        return 2;
+    }
     if (*file_p != NULL) {
         fprintf(stderr, "nearattn %s: one FILE expected, got '%s' and '%s'\n", cmd, *file_p, arg);
         return 2;

@@ -17,10 +17,9 @@
 
 #define NA_INPROC_MAX_BATCH 64
 
-typedef struct na_inproc_req {
-    uint64_t              id;
+typedef struct {
+    na_asvc_req_t         link;           /* id, next (first) */
     na_slotset_req_t      sr;
-    struct na_inproc_req *next;
 } na_inproc_req_t;
 
 /* A batch on the engines. */
@@ -39,7 +38,7 @@ typedef struct {
 typedef struct {
     na_asvc_t         base;
     na_slotset_t     *ss;
-    na_inproc_req_t  *reqs;                  /* open requests (list) */
+    na_asvc_req_t    *reqs;                  /* open requests (na_inproc_req_t) */
     na_inproc_run_t   run[NA_INPROC_MAX_BATCH];  /* by batch id */
     uint64_t          seq;
     /* batches completed, not yet returned by poll (FIFO) */
@@ -50,11 +49,7 @@ typedef struct {
 
 static na_inproc_req_t *ip_find(na_inproc_t *p, uint64_t id)
 {
-    na_inproc_req_t *r;
-    for (r = p->reqs; r != NULL; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
+    return (na_inproc_req_t *)na_asvc_req_find(p->reqs, id);
 }
 
 static na_status_t ip_open(na_asvc_t *s, uint64_t req, int max_tokens)
@@ -69,14 +64,13 @@ static na_status_t ip_open(na_asvc_t *s, uint64_t req, int max_tokens)
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return na_err(NA_ERR_NOMEM, "inproc: out of memory");
-    r->id = req;
+    r->link.id = req;
     st = na_slotset_open(p->ss, &r->sr, req, max_tokens, s->mc.n_kv_heads);
     if (st != NA_OK) {
         free(r);
         return na_err_prefix(st, "inproc: request %llu: ", (unsigned long long)req);
     }
-    r->next = p->reqs;
-    p->reqs = r;
+    na_asvc_req_push(&p->reqs, &r->link);
     return NA_OK;
 }
 
@@ -251,27 +245,19 @@ static na_status_t ip_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
             break;
         ip_reap(p, left > 0.01 ? 10000 : (int)(left * 1e6) + 1);
     }
-    if (p->n_done == 0)
-        return NA_ERR_TIMEOUT;
-    *batch_p = p->done[0];
-    memmove(p->done, p->done + 1, (size_t)(p->n_done - 1) * sizeof(int));
-    p->n_done--;
-    return NA_OK;
+    return na_asvc_done_pop(p->done, &p->n_done, batch_p);
 }
 
 static void ip_release(na_asvc_t *s, uint64_t req, int status)
 {
     na_inproc_t *p = (na_inproc_t *)s;
-    na_inproc_req_t **pp, *r;
+    na_inproc_req_t *r = ip_find(p, req);
 
     (void)status;
-    for (pp = &p->reqs; *pp != NULL && (*pp)->id != req; pp = &(*pp)->next)
-        ;
-    r = *pp;
     if (r == NULL)
         return;
     ip_finish_all(p);               /* their views may still be in use */
-    *pp = r->next;
+    (void)na_asvc_req_unlink(&p->reqs, req);
     (void)na_slotset_release(p->ss, &r->sr);
     free(r);
 }
@@ -336,11 +322,7 @@ na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "inproc: out of memory");
-    p->base.ops = &na_inproc_ops;
-    p->base.kind = "inproc";
-    p->base.mc = *mc;
-    p->base.q_dim = mc->n_heads * mc->head_dim;
-    p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
+    na_asvc_base_init(&p->base, &na_inproc_ops, "inproc", mc);
     st = na_slotset_create(&spec, &p->ss);
     if (st != NA_OK) {
         free(p);

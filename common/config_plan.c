@@ -24,15 +24,28 @@ const na_cfg_node_t *na_cfg_node_at(const na_cfg_t *cfg, int rank)
     return (rank >= 0 && rank < cfg->n_nodes) ? &cfg->nodes[rank] : NULL;
 }
 
+/* The one tls -> UCX_TLS table (rdma/ maps its na_xp_tls_t through it). shm
+ * keeps tcp so that a peer on another host is still reached; connection
+ * set-up does not need UCX's tcp (it is our own TCP socket, docs/transport.md). */
+static const char *const na_cfg_tls_ucx_str[] = {
+    [NA_CFG_TLS_AUTO] = NULL,             /* UCX's default */
+    [NA_CFG_TLS_SHM]  = "sm,self,tcp",
+    [NA_CFG_TLS_TCP]  = "tcp,self",
+    [NA_CFG_TLS_RAW]  = NULL,             /* the string as written */
+};
+
+const char *na_cfg_tls_ucx(na_cfg_tls_t kind, const char *raw)
+{
+    if (kind == NA_CFG_TLS_RAW)
+        return raw;
+    if ((unsigned)kind >= sizeof(na_cfg_tls_ucx_str) / sizeof(na_cfg_tls_ucx_str[0]))
+        return NULL;
+    return na_cfg_tls_ucx_str[kind];
+}
+
 const char *na_cfg_ucx_tls(const na_cfg_t *cfg)
 {
-    switch (cfg->transport.tls_kind) {
-    case NA_CFG_TLS_AUTO: return NULL;
-    case NA_CFG_TLS_SHM:  return "sm,self,tcp";   /* as rdma/xp_worker.c: tcp for connection setup */
-    case NA_CFG_TLS_TCP:  return "tcp,self";
-    case NA_CFG_TLS_RAW:  return cfg->transport.tls;
-    }
-    return NULL;
+    return na_cfg_tls_ucx(cfg->transport.tls_kind, cfg->transport.tls);
 }
 
 void na_cfg_head_split(int n_kv_heads, int n_slots, int slot, int *first_p, int *count_p)

@@ -39,10 +39,9 @@ typedef struct {
     char     why[NA_ASVC_REASON_MAX];
 } kf_node_t;
 
-typedef struct kf_req {
-    uint64_t       id;
+typedef struct {
+    na_asvc_req_t  link;            /* id, next (first) */
     int            node;            /* index in nodes[] */
-    struct kf_req *next;
 } kf_req_t;
 
 typedef struct {
@@ -53,7 +52,7 @@ typedef struct {
     kf_node_t     nodes[KF_MAX_NODES];
     int           n_nodes;
     na_dtype_t    kv_dtype;         /* storage and wire dtype: F16 or F32 */
-    kf_req_t     *reqs;
+    na_asvc_req_t *reqs;            /* open requests (kf_req_t) */
     int           done[KF_MAX_BATCH];
     int           n_done;
     int           busy[KF_MAX_BATCH];
@@ -66,11 +65,7 @@ typedef struct {
 
 static kf_req_t *kf_find(kf_t *p, uint64_t id)
 {
-    kf_req_t *r;
-    for (r = p->reqs; r != NULL; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
+    return (kf_req_t *)na_asvc_req_find(p->reqs, id);
 }
 
 /* Mark node j lost with a reason (first reason kept). */
@@ -112,18 +107,6 @@ static na_status_t kf_reserve(kf_t *p, size_t n)
     return NA_OK;
 }
 
-/* rows (n f32 values) -> dst in kv_dtype. */
-static void kf_store_rows(na_dtype_t dt, const float *src, size_t n, void *dst)
-{
-    size_t i;
-    if (dt == NA_DTYPE_F32) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
-    for (i = 0; i < n; i++)
-        ((uint16_t *)dst)[i] = na_f32_to_f16(src[i]);
-}
-
 static na_status_t kf_open(na_asvc_t *s, uint64_t req, int max_tokens)
 {
     kf_t *p = (kf_t *)s;
@@ -155,10 +138,9 @@ static na_status_t kf_open(na_asvc_t *s, uint64_t req, int max_tokens)
         tried[best] = 1;
         st = na_sc_open(p->nodes[best].sc, &o);
         if (st == NA_OK) {
-            r->id = req;
+            r->link.id = req;
             r->node = best;
-            r->next = p->reqs;
-            p->reqs = r;
+            na_asvc_req_push(&p->reqs, &r->link);
             p->nodes[best].n_open++;
             return NA_OK;
         }
@@ -259,8 +241,8 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
             goto err_net;
     }
     /* the new row, in the storage dtype, appended here and there */
-    kf_store_rows(p->kv_dtype, x->k, kvd, (uint8_t *)p->kb + (size_t)x->pos * kvd * es);
-    kf_store_rows(p->kv_dtype, x->v, kvd, (uint8_t *)p->vb + (size_t)x->pos * kvd * es);
+    na_wire_rows_from_f32(x->k, p->kv_dtype, kvd, (uint8_t *)p->kb + (size_t)x->pos * kvd * es);
+    na_wire_rows_from_f32(x->v, p->kv_dtype, kvd, (uint8_t *)p->vb + (size_t)x->pos * kvd * es);
     {
         na_wire_kv_t kv;
         memset(&kv, 0, sizeof(kv));
@@ -280,8 +262,8 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
     }
     p->st.send_s += na_now_s() - t0;
     /* fetched rows were stored in kv_dtype on the node: converting back is exact */
-    kf_store_rows(p->kv_dtype, p->kf, (size_t)x->pos * kvd, p->kb);
-    kf_store_rows(p->kv_dtype, p->vf, (size_t)x->pos * kvd, p->vb);
+    na_wire_rows_from_f32(p->kf, p->kv_dtype, (size_t)x->pos * kvd, p->kb);
+    na_wire_rows_from_f32(p->vf, p->kv_dtype, (size_t)x->pos * kvd, p->vb);
     t0 = na_now_s();
     st = na_kernels_attn_decode_host(p->kern, x->o, x->q, p->kb, p->vb, p->kv_dtype,
                                      x->pos + 1, mc->n_heads, mc->n_kv_heads, mc->head_dim);
@@ -341,25 +323,19 @@ static na_status_t kf_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
             kf_progress(s);
         return NA_ERR_TIMEOUT;
     }
-    *batch_p = p->done[0];
-    p->busy[p->done[0]] = 0;
-    memmove(p->done, p->done + 1, (size_t)(p->n_done - 1) * sizeof(int));
-    p->n_done--;
+    (void)na_asvc_done_pop(p->done, &p->n_done, batch_p);
+    p->busy[*batch_p] = 0;
     return NA_OK;
 }
 
 static void kf_release(na_asvc_t *s, uint64_t req, int status)
 {
     kf_t *p = (kf_t *)s;
-    kf_req_t **pp, *r;
+    kf_req_t *r = (kf_req_t *)na_asvc_req_unlink(&p->reqs, req);
 
     (void)status;
-    for (pp = &p->reqs; *pp != NULL && (*pp)->id != req; pp = &(*pp)->next)
-        ;
-    r = *pp;
     if (r == NULL)
         return;
-    *pp = r->next;
     p->nodes[r->node].n_open--;
     if (p->nodes[r->node].alive && na_sc_release(p->nodes[r->node].sc, req) == NA_ERR_PEER)
         kf_node_lost(p, r->node, na_errmsg());
@@ -420,28 +396,23 @@ static const na_asvc_ops_t na_kvfetch_ops = {
 na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                    const char *name, na_kernels_t *kern, na_asvc_t **s_p)
 {
+    na_dtype_t kv_dtype;
     kf_t *p;
     na_status_t st;
     int j, n_alive = 0;
 
-    if (cfg->n_storage < 1 || cfg->n_storage > KF_MAX_NODES)
-        return na_err(NA_ERR_RANGE, "kv-fetch: %d storage nodes out of range [1, %d]",
-                      cfg->n_storage, KF_MAX_NODES);
-    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
-        return na_err(NA_ERR_UNSUPPORTED, "kv-fetch: kv_dtype must be f16 or f32");
+    st = na_asvc_layout_check(cfg, "kv-fetch", KF_MAX_NODES, &kv_dtype);
+    if (st != NA_OK)
+        return st;
     if (cfg->parallel.partition != NA_CFG_PARTITION_REQUEST)
         return na_err(NA_ERR_UNSUPPORTED, "kv-fetch: only the request partition is supported");
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory");
-    p->base.ops = &na_kvfetch_ops;
-    p->base.kind = "kv-fetch";
-    p->base.mc = *mc;
-    p->base.q_dim = mc->n_heads * mc->head_dim;
-    p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
+    na_asvc_base_init(&p->base, &na_kvfetch_ops, "kv-fetch", mc);
     p->cfg = cfg;
     p->kern = kern;
-    p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    p->kv_dtype = kv_dtype;
     st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "kv-fetch", p, &p->ses);
     if (st != NA_OK) {
         free(p);

@@ -77,7 +77,7 @@ static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
-    r->id = req;
+    r->link.id = req;
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_REQ_OPEN;
     m.u.req_open.request_id = req;
@@ -132,8 +132,7 @@ static na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
             return st;
         }
     }
-    r->next = p->reqs;
-    p->reqs = r;
+    na_asvc_req_push(&p->reqs, &r->link);
     return NA_OK;
 
 err_release:
@@ -416,26 +415,17 @@ static na_status_t rm_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
     (void)na_ses_poll(p->ses, 0);
     while (p->n_done == 0 && timeout_ms > 0 && na_xp_now_ns() < deadline)
         (void)na_ses_poll(p->ses, RM_SLICE_MS);
-    if (p->n_done == 0)
-        return NA_ERR_TIMEOUT;
-    *batch_p = p->done[0];
-    memmove(p->done, p->done + 1, (size_t)(p->n_done - 1) * sizeof(int));
-    p->n_done--;
-    return NA_OK;
+    return na_asvc_done_pop(p->done, &p->n_done, batch_p);
 }
 
 static void rm_release(na_asvc_t *s, uint64_t req, int status)
 {
     rm_t *p = (rm_t *)s;
-    rm_req_t **pp, *r;
+    rm_req_t *r = (rm_req_t *)na_asvc_req_unlink(&p->reqs, req);
     int k;
 
-    for (pp = &p->reqs; *pp != NULL && (*pp)->id != req; pp = &(*pp)->next)
-        ;
-    r = *pp;
     if (r == NULL)
         return;
-    *pp = r->next;
     for (k = 0; k < r->n_own; k++) {
         int j = r->own[k];
         p->nodes[j].n_open--;
@@ -490,26 +480,21 @@ static const na_asvc_ops_t na_remote_ops = {
 na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                   const char *name, na_asvc_t **s_p)
 {
+    na_dtype_t kv_dtype;
     rm_t *p;
     na_status_t st;
     int i, j, n_alive = 0;
 
-    if (cfg->n_storage < 1 || cfg->n_storage > RM_MAX_NODES)
-        return na_err(NA_ERR_RANGE, "remote: %d storage nodes out of range [1, %d]",
-                      cfg->n_storage, RM_MAX_NODES);
-    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
-        return na_err(NA_ERR_UNSUPPORTED, "remote: kv_dtype must be f16 or f32");
+    st = na_asvc_layout_check(cfg, "remote", RM_MAX_NODES, &kv_dtype);
+    if (st != NA_OK)
+        return st;
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
-    p->base.ops = &na_remote_ops;
-    p->base.kind = "remote";
-    p->base.mc = *mc;
-    p->base.q_dim = mc->n_heads * mc->head_dim;
-    p->base.kv_dim = mc->n_kv_heads * mc->head_dim;
+    na_asvc_base_init(&p->base, &na_remote_ops, "remote", mc);
     p->cfg = cfg;
     p->head_part = cfg->parallel.partition == NA_CFG_PARTITION_HEAD;
-    p->kv_dtype = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    p->kv_dtype = kv_dtype;
     st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "remote", p, &p->ses);
     if (st != NA_OK) {
         free(p);

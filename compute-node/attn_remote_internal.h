@@ -28,8 +28,8 @@ typedef struct {
     uint64_t base_dec_ns, base_comp_ns, base_ssd;
 } rm_node_t;
 
-typedef struct rm_req {
-    uint64_t id;
+typedef struct {
+    na_asvc_req_t link;             /* id, next (first) */
     int      n_own;
     int      own[RM_MAX_NODES];     /* node indexes */
     /* prefill shipping: PREFILL_KV with MORE is not waited for; its ACK or
@@ -38,7 +38,6 @@ typedef struct rm_req {
     int      pf_open;               /* MORE parts sent since the last closing part */
     na_status_t pf_st;              /* first failed part (NA_OK: none) */
     char     pf_why[NA_ASVC_REASON_MAX];
-    struct rm_req *next;
 } rm_req_t;
 
 /* A batch in flight. */
@@ -71,7 +70,7 @@ typedef struct {
     int         n_nodes;
     int         head_part;
     na_dtype_t  kv_dtype;
-    rm_req_t   *reqs;
+    na_asvc_req_t *reqs;         /* open requests (rm_req_t) */
     rm_batch_t  b[RM_MAX_BATCH];
     int         done[RM_MAX_BATCH];
     int         n_done;

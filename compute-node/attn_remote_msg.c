@@ -24,11 +24,7 @@ void rm_copy(char *dst, size_t cap, const char *src)
 
 rm_req_t *rm_find(rm_t *p, uint64_t id)
 {
-    rm_req_t *r;
-    for (r = p->reqs; r != NULL; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
+    return (rm_req_t *)na_asvc_req_find(p->reqs, id);
 }
 
 /* Fail entry x with st / text (keeps the first reason). */

@@ -43,6 +43,28 @@ void na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out)
     s->ops->stats(s, out);
 }
 
+void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
+                       const na_model_config_t *mc)
+{
+    s->ops = ops;
+    s->kind = kind;
+    s->mc = *mc;
+    s->q_dim = mc->n_heads * mc->head_dim;
+    s->kv_dim = mc->n_kv_heads * mc->head_dim;
+}
+
+na_status_t na_asvc_layout_check(const na_cfg_t *cfg, const char *kind, int max_nodes,
+                                 na_dtype_t *kv_dtype_p)
+{
+    if (cfg->n_storage < 1 || cfg->n_storage > max_nodes)
+        return na_err(NA_ERR_RANGE, "%s: %d storage nodes out of range [1, %d]", kind,
+                      cfg->n_storage, max_nodes);
+    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "%s: kv_dtype must be f16 or f32", kind);
+    *kv_dtype_p = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    return NA_OK;
+}
+
 uint64_t na_asvc_new_id(na_asvc_t *s)
 {
     return ++s->next_req_id;

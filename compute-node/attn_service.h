@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/config.h"
 #include "common/dtype.h"
@@ -140,6 +141,64 @@ void        na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out);
 uint64_t    na_asvc_new_id(na_asvc_t *s);
 /* Free the service (releases whatever is still open); NULL is a no-op. */
 void        na_asvc_destroy(na_asvc_t *s);
+
+/* For implementations: set the common part of a new service (ops, kind, the
+ * model's shape and its q/kv row widths). Cannot fail. */
+void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
+                       const na_model_config_t *mc);
+
+/* For implementations over the layout's storage nodes: 1..max_nodes of them
+ * and a KV dtype of f16 or f32 (*kv_dtype_p). NA_ERR_RANGE or
+ * NA_ERR_UNSUPPORTED, the message starting with kind. */
+na_status_t na_asvc_layout_check(const na_cfg_t *cfg, const char *kind, int max_nodes,
+                                 na_dtype_t *kv_dtype_p);
+
+/* For implementations: the FIFO of finished batches poll hands out. Take the
+ * oldest of done[0..*n_done) into *batch_p; NA_ERR_TIMEOUT when it is empty. */
+static inline na_status_t na_asvc_done_pop(int *done, int *n_done, int *batch_p)
+{
+    if (*n_done == 0)
+        return NA_ERR_TIMEOUT;
+    *batch_p = done[0];
+    memmove(done, done + 1, (size_t)(*n_done - 1) * sizeof(int));
+    (*n_done)--;
+    return NA_OK;
+}
+
+/* For implementations: the open requests, a list by id. Each request record
+ * starts with an na_asvc_req_t (cast between the two). */
+typedef struct na_asvc_req {
+    uint64_t            id;
+    struct na_asvc_req *next;
+} na_asvc_req_t;
+
+static inline void na_asvc_req_push(na_asvc_req_t **head, na_asvc_req_t *r)
+{
+    r->next = *head;
+    *head = r;
+}
+
+/* Request id in the list, or NULL. */
+static inline na_asvc_req_t *na_asvc_req_find(na_asvc_req_t *head, uint64_t id)
+{
+    for (; head != NULL; head = head->next)
+        if (head->id == id)
+            return head;
+    return NULL;
+}
+
+/* Take request id out of the list (not freed); NULL when it is not there. */
+static inline na_asvc_req_t *na_asvc_req_unlink(na_asvc_req_t **head, uint64_t id)
+{
+    na_asvc_req_t *r;
+
+    for (; *head != NULL && (*head)->id != id; head = &(*head)->next)
+        ;
+    r = *head;
+    if (r != NULL)
+        *head = r->next;
+    return r;
+}
 
 /* ---- implementations ------------------------------------------------------ */
 

@@ -89,13 +89,31 @@ typedef struct {
     na_prob_index_t     *scratch;  /* [vocab_size] nucleus sampling, shared */
 } na_gen_t;
 
-static int na_gen_is_stop(const na_gen_opts_t *o, int token)
+static int na_gen_is_stop(const int *stop_ids, int n_stop, int token)
 {
     int i;
-    for (i = 0; i < o->n_stop; i++)
-        if (o->stop_ids[i] == token)
+    for (i = 0; i < n_stop; i++)
+        if (stop_ids[i] == token)
             return 1;
     return 0;
+}
+
+int na_request_take(na_request_t *r, int t, const int *stop_ids, int n_stop, int seq_len,
+                    na_gen_token_fn on_token, void *user)
+{
+    if (na_gen_is_stop(stop_ids, n_stop, t)) {
+        r->finish = NA_FINISH_STOP;
+        return 0;
+    }
+    r->out[r->n_out++] = t;
+    r->last = t;
+    if (on_token != NULL)
+        on_token(user, r, t);
+    if (r->n_out >= r->max_new)
+        r->finish = NA_FINISH_LENGTH;
+    else if (r->n_pos >= seq_len)
+        r->finish = NA_FINISH_CONTEXT;   /* no position left to feed t */
+    return 1;
 }
 
 /* Sample request r's next token from its logits row and decide whether it
@@ -104,19 +122,9 @@ static void na_gen_take_token(na_gen_t *g, na_request_t *r, float *logits)
 {
     int t = na_sampler_sample(r->sampler, logits, g->scratch);
 
-    if (na_gen_is_stop(g->opts, t)) {
-        r->finish = NA_FINISH_STOP;
-    } else {
-        r->out[r->n_out++] = t;
-        r->last = t;
-        g->stats->gen_tokens++;
-        if (g->opts->on_token != NULL)
-            g->opts->on_token(g->opts->user, r, t);
-        if (r->n_out >= r->max_new)
-            r->finish = NA_FINISH_LENGTH;
-        else if (r->n_pos >= g->e->cfg.seq_len)
-            r->finish = NA_FINISH_CONTEXT;   /* no position left to feed t */
-    }
+    g->stats->gen_tokens += na_request_take(r, t, g->opts->stop_ids, g->opts->n_stop,
+                                            g->e->cfg.seq_len, g->opts->on_token,
+                                            g->opts->user);
     if (r->finish != NA_FINISH_NONE) {
         r->state = NA_REQ_DONE;
         na_kv_local_destroy(r->kv);

@@ -81,6 +81,12 @@ na_status_t na_request_create(const na_engine_t *e, int id, const int *prompt,
                               na_request_t **r_p);
 /* Free a request and whatever it holds; NULL is a no-op. */
 void na_request_destroy(na_request_t *r);
+/* Take r's sampled token t: one of stop_ids[0..n_stop) ends r (NA_FINISH_STOP,
+ * returns 0); any other is appended and reported (on_token, may be NULL), and
+ * r ends when it reached max_new (LENGTH) or seq_len positions (CONTEXT);
+ * returns 1. Cannot fail (r->out has room for max_new tokens). */
+int  na_request_take(na_request_t *r, int t, const int *stop_ids, int n_stop, int seq_len,
+                     na_gen_token_fn on_token, void *user);
 
 /* Run reqs[0..n) (state WAITING) to completion. Returns the first error of a
  * step (NA_ERR_NOMEM, NA_ERR_RANGE...) — requests not finished then stay in

@@ -19,15 +19,6 @@ double na_off_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int na_off_is_stop(const na_off_opts_t *o, int token)
-{
-    int i;
-    for (i = 0; i < o->n_stop; i++)
-        if (o->stop_ids[i] == token)
-            return 1;
-    return 0;
-}
-
 /* Release everything request q holds (service KV, X, local KV) and mark it
  * done. */
 static void na_off_drop(na_off_t *g, na_off_req_t *q, int status)
@@ -87,19 +78,8 @@ void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
     na_request_t *r = q->r;
     int t = na_sampler_sample(r->sampler, logits, g->scratch);
 
-    if (na_off_is_stop(g->o, t)) {
-        r->finish = NA_FINISH_STOP;
-    } else {
-        r->out[r->n_out++] = t;
-        r->last = t;
-        g->st->gen.gen_tokens++;
-        if (q->cb.on_token != NULL)
-            q->cb.on_token(q->cb.user, r, t);
-        if (r->n_out >= r->max_new)
-            r->finish = NA_FINISH_LENGTH;
-        else if (r->n_pos >= g->e->cfg.seq_len)
-            r->finish = NA_FINISH_CONTEXT;
-    }
+    g->st->gen.gen_tokens += na_request_take(r, t, g->o->stop_ids, g->o->n_stop,
+                                             g->e->cfg.seq_len, q->cb.on_token, q->cb.user);
     if (r->finish != NA_FINISH_NONE) {
         r->state = NA_REQ_DONE;
         if (q->cancel) {

@@ -100,6 +100,11 @@ typedef struct {
     int         n;
 } na_kv_span_t;
 
+/* The type of ops->attn_partial (below); backends declare theirs with it. */
+typedef void na_kattn_partial_fn(na_kernels_t *k, na_attn_stat_t *st, float *acc,
+                                 const float *q, int group, int head_dim,
+                                 const na_kv_span_t *span, na_dtype_t kv_dtype, float scale);
+
 /* Every op below except attn_partial is *enqueued* on the backend's queue
  * and returns at once; its status says whether it was accepted
  * (NA_ERR_INVALID: a NULL or too small buffer, a buffer of another backend,
@@ -201,9 +206,7 @@ typedef struct {
      * sharing one KV head, over one span; folds into st[group] and
      * acc[group*head_dim] (initialise with na_attn_init). Each K/V row is
      * read once for all heads of the group. scale is 1/sqrt(head_dim). */
-    void (*attn_partial)(na_kernels_t *k, na_attn_stat_t *st, float *acc,
-                         const float *q, int group, int head_dim,
-                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale);
+    na_kattn_partial_fn *attn_partial;
 
     /* Release the backend (threads, scratch, the struct itself); called by
      * na_kernels_destroy only. */

@@ -15,12 +15,7 @@ void na_xp_opts_from_cfg(const na_cfg_t *cfg, const char *name, int role, size_t
             xo->host = cfg->nodes[i].host;   /* UCX stays on this host's interface */
     xo->cluster = cfg->cluster.name;
     xo->role = role;
-    switch (cfg->transport.tls_kind) {
-    case NA_CFG_TLS_SHM: xo->tls = NA_XP_TLS_SHM; break;
-    case NA_CFG_TLS_TCP: xo->tls = NA_XP_TLS_TCP; break;
-    case NA_CFG_TLS_RAW: xo->tls = NA_XP_TLS_RAW; break;
-    default:             xo->tls = NA_XP_TLS_AUTO; break;
-    }
+    xo->tls = na_xp_tls_from_cfg(cfg->transport.tls_kind);
     xo->tls_raw = cfg->transport.tls;
     xo->secret = cfg->secret;
     xo->secret_len = cfg->secret_len;

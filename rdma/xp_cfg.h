@@ -5,6 +5,20 @@
 #include "common/config.h"
 #include "rdma/transport.h"
 
+/* na_xp_tls_t and the layout's na_cfg_tls_t number the same kinds, so the
+ * UCX_TLS strings live once, in common/ (na_cfg_tls_ucx). */
+_Static_assert(NA_XP_TLS_AUTO == (int)NA_CFG_TLS_AUTO && NA_XP_TLS_SHM == (int)NA_CFG_TLS_SHM &&
+               NA_XP_TLS_TCP == (int)NA_CFG_TLS_TCP && NA_XP_TLS_RAW == (int)NA_CFG_TLS_RAW,
+               "na_xp_tls_t and na_cfg_tls_t differ");
+static inline na_xp_tls_t na_xp_tls_from_cfg(na_cfg_tls_t kind)
+{
+    return (na_xp_tls_t)kind;
+}
+static inline na_cfg_tls_t na_xp_tls_cfg(na_xp_tls_t tls)
+{
+    return (na_cfg_tls_t)tls;
+}
+
 /* Fill *xo (zeroed first) for node `name` of role `role` (na_wire_role_t) from
  * the layout: host (of the node of that name, if any), cluster name, transport kind (auto/shm/tcp/raw UCX_TLS), secret,
  * timeout, and max_msg (the largest payload accepted). Cannot fail; the

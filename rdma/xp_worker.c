@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/wire.h"
+#include "rdma/xp_cfg.h"
 #include "rdma/xp_internal.h"
 
 uint64_t na_xp_now_ns(void)
@@ -93,12 +94,7 @@ na_xp_errmode_t na_xp_errmode(const na_xp_t *xp)
 
 const char *na_xp_tls_ucx(na_xp_tls_t tls, const char *tls_raw)
 {
-    switch (tls) {
-    case NA_XP_TLS_SHM: return "sm,self,tcp";
-    case NA_XP_TLS_TCP: return "tcp,self";
-    case NA_XP_TLS_RAW: return tls_raw;
-    default:            return NULL;
-    }
+    return na_cfg_tls_ucx(na_xp_tls_cfg(tls), tls_raw);
 }
 
 /* Copy and default the options into xp. Fails with NA_ERR_INVALID. */

@@ -52,25 +52,26 @@ int na_attn_granule_ssd(const na_kv_view_t *v, int b0, int nb, int *s0_p,
 /* ---------------------------------------------------------------------- */
 /* Queues (e->mu held)                                                     */
 
-void na_attn_rq_push(na_attn_cpu_t *e, na_attn_job_t *j)
+/* Append j to the FIFO *head .. *tail (linked by qnext). */
+static void na_attn_q_append(na_attn_job_t **head, na_attn_job_t **tail, na_attn_job_t *j)
 {
     j->qnext = NULL;
-    if (e->rq_tail)
-        e->rq_tail->qnext = j;
+    if (*tail != NULL)
+        (*tail)->qnext = j;
     else
-        e->rq_head = j;
-    e->rq_tail = j;
+        *head = j;
+    *tail = j;
+}
+
+void na_attn_rq_push(na_attn_cpu_t *e, na_attn_job_t *j)
+{
+    na_attn_q_append(&e->rq_head, &e->rq_tail, j);
     pthread_cond_signal(&e->cv_io);
 }
 
 static void na_attn_cq_push(na_attn_cpu_t *e, na_attn_job_t *j)
 {
-    j->qnext = NULL;
-    if (e->cq_tail)
-        e->cq_tail->qnext = j;
-    else
-        e->cq_head = j;
-    e->cq_tail = j;
+    na_attn_q_append(&e->cq_head, &e->cq_tail, j);
     pthread_cond_signal(&e->cv_work);
 }
 

@@ -2,11 +2,9 @@
  * request table and the loop: a protocol session (rdma/session.h) owns the
  * receiving, heartbeats and the silence timer; the node's message handlers are
  * in storage-node/node_dispatch.c. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/log.h"
 #include "common/model.h"
@@ -106,26 +104,6 @@ na_status_t na_node_shape_init(na_node_t *n, int n_layers, int n_heads, int n_kv
     return NA_OK;
 }
 
-/* mkdir -p of an extra node's KV directory (layout nodes' are made at load). */
-static na_status_t na_node_mkdirs(const char *path)
-{
-    char buf[4096];
-    size_t i, len = strlen(path);
-
-    if (len == 0 || len >= sizeof(buf))
-        return na_err(NA_ERR_INVALID, "node: KV directory '%s' is not usable", path);
-    memcpy(buf, path, len + 1);
-    for (i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return na_err(NA_ERR_IO, "node: mkdir(%s): %s", buf, strerror(errno));
-        buf[i] = path[i];
-    }
-    return NA_OK;
-}
-
 /* Slots of the node from the layout (storage-node/slotset.c): its devices,
  * or for an extra node one slot of its own; --threads raises every slot's. */
 static na_status_t na_node_devs_init(na_node_t *n, const na_node_opts_t *o,
@@ -138,10 +116,7 @@ static na_status_t na_node_devs_init(na_node_t *n, const na_node_opts_t *o,
     st = na_slotset_spec_layout(n->cfg, cn, sp);
     if (st != NA_OK)
         return na_err_prefix(st, "node %s: ", n->name);
-    if (cn == NULL) {
-        st = na_node_mkdirs(o->kv_dir);
-        if (st != NA_OK)
-            return st;
+    if (cn == NULL) {             /* the slot creates its directory (storage-node/mkdir.c) */
         sp->n_devs = 1;
         sp->devs[0].dir = o->kv_dir;
         sp->devs[0].engine = "cpu";
@@ -180,10 +155,6 @@ static na_status_t na_node_xp_init(na_node_t *n)
     const na_cfg_t *cfg = n->cfg;
     na_xp_opts_t xo;
 
-    /* A restarted node must get its port back while connections the previous
-     * run closed are in TIME_WAIT (SO_REUSEADDR; a live listener still makes
-     * the port "taken"). UCX reads this when the context is created. */
-    (void)setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
     /* max_msg: one PREFILL_KV layer chunk; bounds a hostile peer */
     na_xp_opts_from_cfg(cfg, n->name, NA_WIRE_ROLE_STORAGE, (size_t)256 << 20, &xo);
     xo.heartbeat_ms = n->heartbeat_ms;

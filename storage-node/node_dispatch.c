@@ -1,6 +1,7 @@
 /* storage-node/node_dispatch.c — the storage node's message handlers: one
  * function per message type, each validating the message against the
  * node's state (requests, model shape) before touching a slot. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,53 +186,71 @@ static void nd_stat(na_wire_stat_t *v, uint32_t *k, uint32_t cap, const char *ke
     (*k)++;
 }
 
+/* The uint64_t counters a STATS answer carries, in this order: the node's
+ * ("node.KEY"), then each slot's ("s<i>.KEY"). */
+typedef struct {
+    const char *key;
+    size_t      off;
+} nd_counter_t;
+
+static const nd_counter_t nd_node_counters[] = {
+    { "node.requests",           offsetof(na_node_t, n_requests) },
+    { "node.msgs",               offsetof(na_node_t, msgs) },
+    { "node.errors_sent",        offsetof(na_node_t, errors_sent) },
+    { "node.peers_dropped",      offsetof(na_node_t, dropped) },
+    { "node.peers_lost",         offsetof(na_node_t, lost) },
+    { "node.opens_refused",      offsetof(na_node_t, refused_opens) },
+    { "node.decode_entries",     offsetof(na_node_t, decode_entries) },
+    { "node.prefill_tokens",     offsetof(na_node_t, prefill_tokens) },
+    { "node.decode_ns",          offsetof(na_node_t, decode_ns) },
+    { "node.decode_parts_early", offsetof(na_node_t, decode_parts_early) },
+    { "node.prefill_ns",         offsetof(na_node_t, prefill_ns) },
+    { "node.fetch_ns",           offsetof(na_node_t, fetch_ns) },
+};
+
+static const nd_counter_t nd_slot_counters[] = {
+    { "requests",          offsetof(na_slot_stats_t, kv.n_requests) },
+    { "dram_used",         offsetof(na_slot_stats_t, kv.dram_used) },
+    { "dram_budget",       offsetof(na_slot_stats_t, kv.dram_budget) },
+    { "ssd_used",          offsetof(na_slot_stats_t, kv.ssd_used) },
+    { "ssd_size",          offsetof(na_slot_stats_t, kv.ssd_size) },
+    { "bytes_appended",    offsetof(na_slot_stats_t, kv.bytes_appended) },
+    { "bytes_written_ssd", offsetof(na_slot_stats_t, kv.bytes_written_ssd) },
+    { "bytes_read_ssd",    offsetof(na_slot_stats_t, kv.bytes_read_ssd) },
+    { "spills",            offsetof(na_slot_stats_t, kv.n_spills) },
+    { "refused",           offsetof(na_slot_stats_t, kv.n_refused) },
+    { "attn_entries",      offsetof(na_slot_stats_t, attn.entries) },
+    { "attn_failed",       offsetof(na_slot_stats_t, attn.entries_failed) },
+    { "attn_tokens",       offsetof(na_slot_stats_t, attn.tokens) },
+    { "prefetch_hits",     offsetof(na_slot_stats_t, attn.prefetch_hits) },
+    { "attn_compute_ns",   offsetof(na_slot_stats_t, attn.compute_ns) },
+};
+
 static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
 {
     na_wire_stat_t v[NA_WIRE_STATS_MAX];
     na_wire_msg_t m;
     uint32_t k = 0;
+    size_t i;
     int s;
 
     memset(v, 0, sizeof(v));
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.peers", (uint64_t)n->n_peers);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.requests", n->n_requests);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.msgs", n->msgs);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.errors_sent", n->errors_sent);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.peers_dropped", n->dropped);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.peers_lost", n->lost);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.opens_refused", n->refused_opens);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_entries", n->decode_entries);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.prefill_tokens", n->prefill_tokens);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_ns", n->decode_ns);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.decode_parts_early", n->decode_parts_early);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.prefill_ns", n->prefill_ns);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.fetch_ns", n->fetch_ns);
+    for (i = 0; i < sizeof(nd_node_counters) / sizeof(nd_node_counters[0]); i++)
+        nd_stat(v, &k, NA_WIRE_STATS_MAX, nd_node_counters[i].key,
+                *(const uint64_t *)((const char *)n + nd_node_counters[i].off));
     /* attention kernel time: s<i>.attn_compute_ns is summed over this many
      * workers of slot i (the compute side's time split divides by it) */
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.attn_threads", (uint64_t)n->common.n_threads);
     for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {
         na_slot_stats_t ss;
         char key[NA_WIRE_STATS_KEY_MAX];
-#define ND_SLOT_STAT(name, val) do { \
-            snprintf(key, sizeof(key), "s%d.%s", s, name); \
-            nd_stat(v, &k, NA_WIRE_STATS_MAX, key, (val)); } while (0)
         na_slot_stats(n->slots[s], &ss);
-        ND_SLOT_STAT("requests", ss.kv.n_requests);
-        ND_SLOT_STAT("dram_used", ss.kv.dram_used);
-        ND_SLOT_STAT("dram_budget", ss.kv.dram_budget);
-        ND_SLOT_STAT("ssd_used", ss.kv.ssd_used);
-        ND_SLOT_STAT("ssd_size", ss.kv.ssd_size);
-        ND_SLOT_STAT("bytes_appended", ss.kv.bytes_appended);
-        ND_SLOT_STAT("bytes_written_ssd", ss.kv.bytes_written_ssd);
-        ND_SLOT_STAT("bytes_read_ssd", ss.kv.bytes_read_ssd);
-        ND_SLOT_STAT("spills", ss.kv.n_spills);
-        ND_SLOT_STAT("refused", ss.kv.n_refused);
-        ND_SLOT_STAT("attn_entries", ss.attn.entries);
-        ND_SLOT_STAT("attn_failed", ss.attn.entries_failed);
-        ND_SLOT_STAT("attn_tokens", ss.attn.tokens);
-        ND_SLOT_STAT("prefetch_hits", ss.attn.prefetch_hits);
-        ND_SLOT_STAT("attn_compute_ns", ss.attn.compute_ns);
-#undef ND_SLOT_STAT
+        for (i = 0; i < sizeof(nd_slot_counters) / sizeof(nd_slot_counters[0]); i++) {
+            snprintf(key, sizeof(key), "s%d.%s", s, nd_slot_counters[i].key);
+            nd_stat(v, &k, NA_WIRE_STATS_MAX, key,
+                    *(const uint64_t *)((const char *)&ss + nd_slot_counters[i].off));
+        }
     }
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_STATS;

@@ -14,15 +14,18 @@ struct na_slot {
 
 void na_slot_common_default(na_slot_common_t *c)
 {
+    na_attn_engine_cfg_t ec;
+
+    na_attn_engine_cfg_default(&ec);     /* the engine's knobs default there */
     memset(c, 0, sizeof(*c));
     c->kv_dtype = NA_DTYPE_F16;
     c->block_tokens = 64;
     c->spill_interval = 2;
-    c->prefetch_layers = 1;
-    c->n_threads = 1;
-    c->io_depth = 32;
-    c->split_tokens = 1024;
-    c->stage_chunks = 8;
+    c->prefetch_layers = ec.prefetch_layers;
+    c->n_threads = ec.n_threads;
+    c->io_depth = ec.io_depth;
+    c->split_tokens = ec.split_tokens;
+    c->stage_chunks = ec.stage_chunks;
 }
 
 na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, na_slot_t **s_p)

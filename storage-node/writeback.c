@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fnv.h"
 #include "common/log.h"
 #include "storage-node/kv_internal.h"
 
@@ -50,17 +51,6 @@ static void na_kv_put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }  /* little
 static void na_kv_put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint32_t na_kv_get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t na_kv_get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-
-static uint64_t na_kv_fnv(const uint8_t *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 /* Header layout (bytes): 0 magic, 8 id, 16 seq, 24 n_layers, 28 max_tokens,
  * 32 n_kvh, 36 block_tokens, 40 head_dim, 44 kv_dtype, 48 checksum,
@@ -82,7 +72,7 @@ static void na_kv_header_build(na_kv_store_t *s, na_kv_req_t *r)
     na_kv_put32(h + 44, (uint32_t)s->cfg.kv_dtype);
     for (l = 0; l < s->cfg.n_layers; l++)
         na_kv_put32(h + 64 + 4 * l, (uint32_t)r->layers[l].n_durable);
-    na_kv_put64(h + 48, na_kv_fnv(h, NA_KV_HDR_BYTES));
+    na_kv_put64(h + 48, na_fnv1a64(h, NA_KV_HDR_BYTES));
 }
 
 static na_status_t na_kv_reap(na_kv_store_t *s, int min_wait);
@@ -247,6 +237,43 @@ na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r)
     return na_kv_wait_req(s, r);
 }
 
+/* A write record with an aligned buffer of len bytes. NA_ERR_NOMEM. */
+static na_status_t na_kv_wr_new(size_t len, na_kv_wr_t **w_p)
+{
+    na_kv_wr_t *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return na_err(NA_ERR_NOMEM, "writeback: out of memory");
+    w->buf = na_kv_aligned_alloc(len);
+    if (w->buf == NULL) {
+        free(w);
+        return na_err(NA_ERR_NOMEM, "writeback: out of memory");
+    }
+    w->len = len;
+    *w_p = w;
+    return NA_OK;
+}
+
+/* Submit w (from na_kv_wr_new) for r's layer at byte `at` of the layer's
+ * extent. On failure w is freed and r is failed with the error. */
+static na_status_t na_kv_wr_issue(na_kv_store_t *s, na_kv_wr_t *w, na_kv_req_t *r, int layer,
+                                  int kind, uint64_t at)
+{
+    na_status_t st;
+
+    w->r = r;
+    w->layer = layer;
+    w->kind = kind;
+    w->off = na_kv_layer_off(r, layer) + at;
+    st = na_kv_wr_submit(s, w);
+    if (st != NA_OK) {
+        na_kv_aligned_free(w->buf);
+        free(w);
+        na_kv_req_fail(r, st, na_errmsg());
+    }
+    return st;
+}
+
 na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
 {
     na_kv_layer_t *L = &r->layers[layer];
@@ -267,14 +294,10 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
     per_run = bs >= NA_KV_IO_MAX ? 1 : (int)(NA_KV_IO_MAX / bs);
     while (b < full) {
         int nb = full - b < per_run ? full - b : per_run;
-        na_kv_wr_t *w = calloc(1, sizeof(*w));
-        if (w == NULL)
-            return na_err(NA_ERR_NOMEM, "writeback: out of memory");
-        w->buf = na_kv_aligned_alloc((size_t)nb * bs);
-        if (w->buf == NULL) {
-            free(w);
-            return na_err(NA_ERR_NOMEM, "writeback: out of memory");
-        }
+        na_kv_wr_t *w = NULL;
+        st = na_kv_wr_new((size_t)nb * bs, &w);
+        if (st != NA_OK)
+            return st;
         for (i = 0; i < nb; i++) {
             na_kv_block_t *blk = &L->blocks[b + i];
             memcpy((char *)w->buf + (size_t)i * bs, blk->mem, bs);
@@ -288,45 +311,23 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
                 s->st.bytes_spilled_dram += bs;
             }
         }
-        w->r = r;
-        w->layer = layer;
-        w->kind = NA_KV_WR_DATA;
         w->b0 = b;
         w->nb = nb;
-        w->len = (size_t)nb * bs;
-        w->off = na_kv_layer_off(r, layer) + (uint64_t)b * bs;
-        st = na_kv_wr_submit(s, w);
-        if (st != NA_OK) {
-            na_kv_aligned_free(w->buf);
-            free(w);
-            na_kv_req_fail(r, st, na_errmsg());
+        st = na_kv_wr_issue(s, w, r, layer, NA_KV_WR_DATA, (uint64_t)b * bs);
+        if (st != NA_OK)
             return st;
-        }
         b += nb;
     }
     L->n_committed = full * bt;
     if (L->n_tokens % bt != 0 && L->n_spilled != L->n_tokens) {   /* partial tail image */
-        na_kv_wr_t *w = calloc(1, sizeof(*w));
-        if (w == NULL)
-            return na_err(NA_ERR_NOMEM, "writeback: out of memory");
-        w->buf = na_kv_aligned_alloc(bs);
-        if (w->buf == NULL) {
-            free(w);
-            return na_err(NA_ERR_NOMEM, "writeback: out of memory");
-        }
-        memcpy(w->buf, L->blocks[full].mem, bs);
-        w->r = r;
-        w->layer = layer;
-        w->kind = NA_KV_WR_TAIL;
-        w->len = bs;
-        w->off = na_kv_layer_off(r, layer) + (uint64_t)full * bs;
-        st = na_kv_wr_submit(s, w);
-        if (st != NA_OK) {
-            na_kv_aligned_free(w->buf);
-            free(w);
-            na_kv_req_fail(r, st, na_errmsg());
+        na_kv_wr_t *w = NULL;
+        st = na_kv_wr_new(bs, &w);
+        if (st != NA_OK)
             return st;
-        }
+        memcpy(w->buf, L->blocks[full].mem, bs);
+        st = na_kv_wr_issue(s, w, r, layer, NA_KV_WR_TAIL, (uint64_t)full * bs);
+        if (st != NA_OK)
+            return st;
     }
     L->n_spilled = L->n_tokens;
     s->st.n_spills++;
@@ -378,7 +379,7 @@ na_status_t na_kv_read_header(na_kv_store_t *s, uint64_t id, uint64_t *seq_p,
         goto out;
     sum = na_kv_get64(h + 48);
     memset(h + 48, 0, 8);
-    if (na_kv_get64(h) != NA_KV_HDR_MAGIC || na_kv_fnv(h, NA_KV_HDR_BYTES) != sum ||
+    if (na_kv_get64(h) != NA_KV_HDR_MAGIC || na_fnv1a64(h, NA_KV_HDR_BYTES) != sum ||
         na_kv_get64(h + 8) != id || (int)na_kv_get32(h + 24) != s->cfg.n_layers) {
         st = na_err(NA_ERR_FORMAT, "%s: header of request %llu at offset %llu is torn or foreign",
                     s->file.path, (unsigned long long)id, (unsigned long long)r->ext_off);

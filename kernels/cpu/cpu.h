@@ -38,17 +38,10 @@ typedef struct {
 float *na_cpu_scratch(na_kernels_t *k, size_t n);
 
 /* ---- ops (kernels/cpu/cpu_matmul.c, kernels/cpu/cpu_attn.c) -------------- */
-void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
-                   const na_tensor_t *w, int batch);
-void na_cpu_attn_prefill(na_kernels_t *k, float *out, const float *q,
-                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
-                         int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim);
-void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
-                        const void *kcache, const void *vcache, na_dtype_t kv_dtype,
-                        int ctx, int n_heads, int n_kv_heads, int head_dim);
-void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
-                         const float *q, int group, int head_dim,
-                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale);
+na_khost_matmul_fn       na_cpu_matmul;
+na_khost_attn_prefill_fn na_cpu_attn_prefill;
+na_khost_attn_decode_fn  na_cpu_attn_decode;
+na_kattn_partial_fn      na_cpu_attn_partial;
 
 /* ---- vector helpers ------------------------------------------------------ */
 

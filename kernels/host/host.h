@@ -8,24 +8,32 @@
 
 #include "kernels/kernels.h"
 
+/* The types of the kernels on plain pointers that take the backend (its
+ * scratch, pool): each host backend declares its own with them. */
+typedef void na_khost_matmul_fn(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                                int batch);
+typedef void na_khost_attn_prefill_fn(na_kernels_t *k, float *out, const float *q,
+                                      const void *kcache, const void *vcache,
+                                      na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
+                                      int n_kv_heads, int head_dim);
+typedef void na_khost_attn_decode_fn(na_kernels_t *k, float *out, const float *q,
+                                     const void *kcache, const void *vcache, na_dtype_t kv_dtype,
+                                     int ctx, int n_heads, int n_kv_heads, int head_dim);
+
 /* A host backend's kernels on plain pointers (checked by the table entries). */
 typedef struct {
     void (*embed)(float *x, const na_tensor_t *t, const int *tokens, int n);
     void (*add)(float *x, const float *y, size_t n);
     void (*store)(void *dst, na_dtype_t dtype, const float *src, size_t n);
-    void (*matmul)(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
+    na_khost_matmul_fn *matmul;
     void (*rmsnorm)(float *out, const float *x, const float *weight, int n,
                     float eps, int batch);
     void (*rope)(float *vec, int n_heads, int head_dim, const int *pos,
                  float theta, int batch);
     void (*swiglu)(float *gate, const float *up, size_t n);
     void (*softmax)(float *x, int n, int batch);
-    void (*attn_prefill)(na_kernels_t *k, float *out, const float *q, const void *kcache,
-                         const void *vcache, na_dtype_t kv_dtype, int n_tok, int pos0,
-                         int n_heads, int n_kv_heads, int head_dim);
-    void (*attn_decode)(na_kernels_t *k, float *out, const float *q, const void *kcache,
-                        const void *vcache, na_dtype_t kv_dtype, int ctx, int n_heads,
-                        int n_kv_heads, int head_dim);
+    na_khost_attn_prefill_fn *attn_prefill;
+    na_khost_attn_decode_fn *attn_decode;
 } na_khost_core_t;
 
 /* The first member of a host backend's k->priv. */

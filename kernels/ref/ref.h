@@ -8,6 +8,7 @@
 #ifndef NA_KERNELS_REF_H
 #define NA_KERNELS_REF_H
 
+#include "kernels/host/host.h"
 #include "kernels/kernels.h"
 
 /* Value j of row r of weight w, dequantised to f32 (any dtype). */
@@ -16,23 +17,17 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j);
 void na_ref_embed(float *x, const na_tensor_t *t, const int *tokens, int n);
 void na_ref_add(float *x, const float *y, size_t n);
 void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n);
-void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
-                   const na_tensor_t *w, int batch);
 void na_ref_rmsnorm(float *out, const float *x,
                     const float *weight, int n, float eps, int batch);
 void na_ref_rope(float *vec, int n_heads, int head_dim,
                  const int *pos, float theta, int batch);
 void na_ref_swiglu(float *gate, const float *up, size_t n);
 void na_ref_softmax(float *x, int n, int batch);
-void na_ref_attn_prefill(na_kernels_t *k, float *out, const float *q,
-                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
-                         int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim);
-void na_ref_attn_decode(na_kernels_t *k, float *out, const float *q,
-                        const void *kcache, const void *vcache, na_dtype_t kv_dtype,
-                        int ctx, int n_heads, int n_kv_heads, int head_dim);
-void na_ref_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
-                         const float *q, int group, int head_dim,
-                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale);
+/* The kernels that take the backend: types in kernels/host/host.h, kernels.h. */
+na_khost_matmul_fn       na_ref_matmul;
+na_khost_attn_prefill_fn na_ref_attn_prefill;
+na_khost_attn_decode_fn  na_ref_attn_decode;
+na_kattn_partial_fn      na_ref_attn_partial;
 
 /* Backend constructors (kernels/backend.c dispatches by name). */
 na_status_t na_kernels_ref_create(int n_threads, na_kernels_t **k_p);
