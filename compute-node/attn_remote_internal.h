@@ -1,7 +1,8 @@
 /* compute-node/attn_remote_internal.h — private state of the attention
- * service over storage nodes: compute-node/attn_remote.c (placement, the
- * service's calls) and attn_remote_msg.c (the answers from the nodes, as
- * handlers of the protocol session). */
+ * service over storage nodes, one job per file: compute-node/attn_remote.c
+ * (the service and its nodes: create, connect, lost nodes, stats),
+ * attn_remote_req.c (a request's life: open/placement, prefill, release) and
+ * attn_remote_decode.c (the decode round trip: submit, answers, poll). */
 #ifndef NA_ATTN_REMOTE_INTERNAL_H
 #define NA_ATTN_REMOTE_INTERNAL_H
 
@@ -78,19 +79,14 @@ typedef struct {
     na_asvc_stats_t st;
 } rm_t;
 
-/* attn_remote_msg.c */
+/* attn_remote.c: the service and its nodes */
 void        rm_copy(char *dst, size_t cap, const char *src);
 rm_req_t   *rm_find(rm_t *p, uint64_t id);
-void        rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text);
-void        rm_batch_node_done(rm_t *p, int bi, int j);
+/* Request partition: retry the nodes unreachable at create (see there). */
+void        rm_retry_late(rm_t *p);
 /* Node j is gone: fail what it owes. */
 void        rm_node_lost(rm_t *p, int j, const char *why);
-/* Session handlers and answer functions. */
 void        rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why);
-void        rm_attn_reply(void *ctx, na_peer_t *peer, uintptr_t batch, na_status_t st,
-                          const na_ses_in_t *in);
-void        rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
-                             const na_ses_in_t *in);
 /* Connect node j (index into cfg's storage nodes) as a session peer and ask
  * for its base counters. */
 na_status_t rm_node_connect(rm_t *p, int j);
@@ -99,5 +95,24 @@ na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsi
                     int timeout_ms, na_ses_reply_fn fn, uintptr_t arg);
 /* The service's stats call (counters, STATS of the nodes, pings). */
 void        rm_stats(na_asvc_t *s, na_asvc_stats_t *out);
+/* The node of a session peer, -1 if none. */
+int         rm_node_of(rm_t *p, na_peer_t *peer);
+
+/* attn_remote_req.c: a request's life on its nodes (the service's calls) */
+na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens);
+na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                       const void *v, na_dtype_t dtype, int n_tok);
+na_status_t rm_prefill_done(na_asvc_t *s, uint64_t req);
+void        rm_release(na_asvc_t *s, uint64_t req, int status);
+void        rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
+                             const na_ses_in_t *in);
+
+/* attn_remote_decode.c: the decode round trip (the service's calls) */
+na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n);
+na_status_t rm_poll(na_asvc_t *s, int timeout_ms, int *batch_p);
+void        rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text);
+void        rm_batch_node_done(rm_t *p, int bi, int j);
+void        rm_attn_reply(void *ctx, na_peer_t *peer, uintptr_t batch, na_status_t st,
+                          const na_ses_in_t *in);
 
 #endif /* NA_ATTN_REMOTE_INTERNAL_H */

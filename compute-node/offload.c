@@ -12,13 +12,6 @@
 #include "compute-node/offload_internal.h"
 #include "compute-node/replica.h"
 
-double na_off_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Release everything request q holds (service KV, X, local KV) and mark it
  * done. */
 static void na_off_drop(na_off_t *g, na_off_req_t *q, int status)
@@ -291,16 +284,16 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     r->state = NA_REQ_PREFILL;
     q->batch = b->id;
     b->mem[b->n_mem++] = q;
-    t0 = na_off_now();
+    t0 = na_now_s();
     st = na_off_prefill_local(g, q, r->n_prompt);
     r->n_pos = r->n_prompt;
-    g->st->prefill_s += na_off_now() - t0;
+    g->st->prefill_s += na_now_s() - t0;
     if (st != NA_OK)
         return st;
     if (q->xc == NULL) {
-        t0 = na_off_now();
+        t0 = na_now_s();
         st = na_off_ship(g, q, why, sizeof(why));
-        g->st->ship_s += na_off_now() - t0;
+        g->st->ship_s += na_now_s() - t0;
         if (st != NA_OK) {
             na_off_fail(g, q, st, why);
             return NA_OK;
@@ -317,7 +310,7 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     na_request_t *r = q->r;
     int max_tok = r->n_prompt + r->max_new;
     char why[2 * NA_ASVC_REASON_MAX + 192];
-    double t0 = na_off_now();
+    double t0 = na_now_s();
     na_status_t st;
 
     if (max_tok > g->e->cfg.seq_len)
@@ -341,7 +334,7 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     st = na_off_ship(g, q, why, sizeof(why));
     na_kv_local_destroy(r->kv);
     r->kv = NULL;
-    g->st->prefill_s += na_off_now() - t0;
+    g->st->prefill_s += na_now_s() - t0;
     if (st != NA_OK) {
         na_off_fail(g, q, st, why);
         return NA_OK;
@@ -512,7 +505,7 @@ na_status_t na_off_create(na_engine_t *e, na_asvc_t *svc, const na_off_opts_t *o
     g->opts = *opts;
     g->o = &g->opts;
     g->st = &g->stats;
-    g->t_create = na_off_now();
+    g->t_create = na_now_s();
     g->max_batch = opts->max_batch > 0 ? opts->max_batch : 64;
     g->n_batches = opts->batches_in_flight;
     g->rep = opts->rep;
@@ -594,7 +587,7 @@ na_status_t na_off_progress(na_off_t *g, int timeout_ms)
 {
     if (g->fatal != NA_OK)
         return na_err(g->fatal, "offload: the engine stopped after an error");
-    g->fatal = na_off_sched_run(g, timeout_ms < 0 ? -1.0 : na_off_now() + 1e-3 * timeout_ms);
+    g->fatal = na_off_sched_run(g, timeout_ms < 0 ? -1.0 : na_now_s() + 1e-3 * timeout_ms);
     return g->fatal;
 }
 
@@ -607,7 +600,7 @@ void na_off_stats(na_off_t *g, na_off_stats_t *out)
 {
     *out = g->stats;
     na_asvc_stats(g->svc, &out->svc);
-    out->wall_s = na_off_now() - g->t_create;
+    out->wall_s = na_now_s() - g->t_create;
 }
 
 void na_off_destroy(na_off_t *g)
@@ -645,7 +638,7 @@ void na_off_destroy(na_off_t *g)
 na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **reqs, int n,
                                 const na_off_opts_t *opts, na_off_stats_t *stats)
 {
-    double t0 = na_off_now();
+    double t0 = na_now_s();
     na_off_t *g;
     na_status_t st;
     int i;
@@ -661,7 +654,7 @@ na_status_t na_offload_generate(na_engine_t *e, na_asvc_t *svc, na_request_t **r
         st = na_off_progress(g, -1);
     if (stats != NULL) {
         na_off_stats(g, stats);
-        stats->wall_s = na_off_now() - t0;
+        stats->wall_s = na_now_s() - t0;
     }
     na_off_destroy(g);
     return st;

@@ -4,6 +4,7 @@
 #ifndef NA_OFFLOAD_INTERNAL_H
 #define NA_OFFLOAD_INTERNAL_H
 
+#include "common/clock.h"
 #include "common/wire.h"
 #include "compute-node/offload.h"
 
@@ -85,7 +86,6 @@ struct na_off {
 };
 
 /* offload.c */
-double      na_off_now(void);
 /* Admit waiting requests into batch b (at a step boundary): open, prefill,
  * ship, first token. Only compute-node errors are returned. */
 na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b);
@@ -115,7 +115,7 @@ static inline int na_off_owner(const na_off_t *g, const na_off_batch_t *b, int k
 }
 
 /* sched.c */
-/* Run the batches until every request ended or deadline (na_off_now()
+/* Run the batches until every request ended or deadline (na_now_s()
  * seconds; < 0: none) passed; waits never go past the deadline. Returns
  * compute-node errors only. */
 na_status_t na_off_sched_run(na_off_t *g, double deadline);

@@ -68,10 +68,10 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
         x->status = NA_OK;
         x->reason[0] = '\0';
     }
-    b->t_submit = na_off_now();
+    b->t_submit = na_now_s();
     if (b->n_ent > 0) {
         st = na_asvc_submit(g->svc, b->id, layer, b->ent, b->n_ent);
-        g->st->submit_s += na_off_now() - b->t_submit;
+        g->st->submit_s += na_now_s() - b->t_submit;
         if (st != NA_OK)
             return st;
         g->st->attn_calls++;
@@ -80,7 +80,7 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
         b->state = NA_OFF_B_READY;
     }
     /* local work of this layer: X-cache attention, zero rows of failed requests */
-    t0 = na_off_now();
+    t0 = na_now_s();
     for (i = 0; i < b->n_rows; i++) {
         na_off_req_t *q = b->row_req[i];
         float *att = a->att + (size_t)i * qd;
@@ -93,7 +93,7 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
                 return st;
         }
     }
-    g->st->xcache_s += na_off_now() - t0;
+    g->st->xcache_s += na_now_s() - t0;
     return NA_OK;
 }
 
@@ -131,7 +131,7 @@ static na_status_t na_sched_send_away(na_off_t *g, na_off_batch_t *b, int k)
     c.att = k > 0 ? b->acts->att : NULL;
     b->layer = k;
     b->state = NA_OFF_B_AWAY;
-    b->t_submit = na_off_now();
+    b->t_submit = na_now_s();
     st = na_rep_send_ctx(g->rep, na_off_owner(g, b, k), &c);
     if (st == NA_OK)
         g->st->ctx_sent++;
@@ -301,7 +301,7 @@ static na_status_t na_sched_ctx(na_off_t *g, const na_wire_ctx_t *c)
                       "rows at slice %d (sent %d rows at slice %d)", c->batch_id, c->n_rows,
                       k, b->n_rows, b->layer);
     g->st->ctx_recv++;
-    g->st->ctx_rt_s += na_off_now() - b->t_submit;
+    g->st->ctx_rt_s += na_now_s() - b->t_submit;
     memcpy(b->acts->x, c->x, (size_t)b->n_rows * dim * sizeof(float));
     if (c->att_dim > 0)
         memcpy(b->acts->att, c->att, (size_t)b->n_rows * qd * sizeof(float));
@@ -340,16 +340,16 @@ static na_status_t na_sched_take_ctx(na_off_t *g, int timeout_ms, int *ran_p)
     double t0;
 
     for (;;) {
-        t0 = na_off_now();
+        t0 = na_now_s();
         st = na_rep_recv_ctx(g->rep, timeout_ms, &msg, &c);
-        g->st->idle_s += na_off_now() - t0;
+        g->st->idle_s += na_now_s() - t0;
         if (st == NA_ERR_TIMEOUT)
             return NA_OK;
         if (st != NA_OK)
             return st;
-        t0 = na_off_now();
+        t0 = na_now_s();
         st = na_sched_ctx(g, &c);
-        g->st->compute_s += na_off_now() - t0;
+        g->st->compute_s += na_now_s() - t0;
         na_rep_msg_release(g->rep, msg);
         if (st != NA_OK)
             return st;
@@ -369,7 +369,7 @@ static void na_sched_done(na_off_t *g, int id)
     }
     b = &g->b[id];
     b->state = NA_OFF_B_READY;
-    g->st->attn_rt_s += na_off_now() - b->t_submit;
+    g->st->attn_rt_s += na_now_s() - b->t_submit;
 }
 
 /* How long the next blocking wait may last: want_ms, cut at the deadline
@@ -381,7 +381,7 @@ static int na_sched_wait_ms(double deadline, int want_ms)
 
     if (deadline < 0)
         return want_ms;
-    left = 1e3 * (deadline - na_off_now());
+    left = 1e3 * (deadline - na_now_s());
     if (left < 1)
         return 1;
     return left < want_ms ? (int)left + 1 : want_ms;
@@ -417,9 +417,9 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
                 (pick == NULL || g->b[i].t_submit < pick->t_submit))
                 pick = &g->b[i];
         if (pick != NULL) {
-            t0 = na_off_now();
+            t0 = na_now_s();
             st = na_sched_resume(g, pick);
-            g->st->compute_s += na_off_now() - t0;
+            g->st->compute_s += na_now_s() - t0;
             if (st != NA_OK)
                 return st;
             continue;
@@ -429,9 +429,9 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
             na_off_batch_t *b = &g->b[(rr + i) % g->n_batches];
             if (b->state != NA_OFF_B_IDLE)
                 continue;
-            t0 = na_off_now();
+            t0 = na_now_s();
             st = na_sched_start(g, b, &ran);
-            g->st->compute_s += na_off_now() - t0;
+            g->st->compute_s += na_now_s() - t0;
             if (st != NA_OK)
                 return st;
             if (ran)
@@ -451,9 +451,9 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
                 return st;
             if (ran || waiting == 0)
                 continue;
-            t0 = na_off_now();
+            t0 = na_now_s();
             st = na_asvc_poll(g->svc, na_sched_wait_ms(deadline, 1), &id);
-            g->st->idle_s += na_off_now() - t0;
+            g->st->idle_s += na_now_s() - t0;
             if (st == NA_OK)
                 na_sched_done(g, id);
             else if (st != NA_ERR_TIMEOUT)
@@ -463,14 +463,14 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
         if (waiting == 0)
             return na_err(NA_ERR_INTERNAL, "offload: %d request(s) can neither run nor wait "
                           "(%d live)", g->n_wait, g->n_live);
-        t0 = na_off_now();
+        t0 = na_now_s();
         st = na_asvc_poll(g->svc, na_sched_wait_ms(deadline, NA_SCHED_POLL_MS), &id);
-        g->st->idle_s += na_off_now() - t0;
+        g->st->idle_s += na_now_s() - t0;
         if (st == NA_OK)
             na_sched_done(g, id);
         else if (st != NA_ERR_TIMEOUT)
             return st;
-    } while (deadline < 0 || na_off_now() < deadline);
+    } while (deadline < 0 || na_now_s() < deadline);
     if (g->n_wait == 0 && g->n_live == 0)
         na_asvc_progress(g->svc);      /* idle: still answer the owners' heartbeats */
     return NA_OK;
@@ -478,7 +478,7 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
 
 int na_off_sched_drain(na_off_t *g)
 {
-    double t0 = na_off_now();
+    double t0 = na_now_s();
     int i, id, out;
 
     for (;;) {
@@ -487,7 +487,7 @@ int na_off_sched_drain(na_off_t *g)
             out += g->b[i].state == NA_OFF_B_WAIT || g->b[i].state == NA_OFF_B_AWAY;
         if (out == 0)
             return 0;
-        if (na_off_now() - t0 > NA_SCHED_DRAIN_S)
+        if (na_now_s() - t0 > NA_SCHED_DRAIN_S)
             return -1;
         if (na_asvc_poll(g->svc, 10, &id) == NA_OK && id >= 0 && id < g->n_batches &&
             g->b[id].state == NA_OFF_B_WAIT)

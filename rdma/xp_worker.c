@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/wire.h"
 #include "rdma/xp_cfg.h"
@@ -19,9 +20,7 @@
 
 uint64_t na_xp_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return na_now_ns();
 }
 
 uint64_t na_xp_coarse_ns(void)

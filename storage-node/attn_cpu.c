@@ -8,15 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "storage-node/attn_internal.h"
-
-static uint64_t na_attn_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Blocks per granule for a request of block_bytes bs. */
 static int na_attn_granule_blocks(const na_attn_cpu_t *e, size_t bs)
@@ -278,9 +272,9 @@ static void *na_attn_worker_main(void *arg)
         pthread_mutex_unlock(&e->mu);
 
         if (ok) {
-            t0 = na_attn_now_ns();
+            t0 = na_now_ns();
             na_attn_granule_compute(e, k, j);
-            t0 = na_attn_now_ns() - t0;
+            t0 = na_now_ns() - t0;
         } else {
             t0 = 0;
         }
@@ -481,7 +475,7 @@ static na_status_t cpu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
     na_attn_batch_t *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
-    b->t_begin_ns = na_attn_now_ns();
+    b->t_begin_ns = na_now_ns();
     *b_p = b;
     return NA_OK;
 }
@@ -648,7 +642,7 @@ static uint64_t cpu_batch_settle(na_attn_cpu_t *e, na_attn_batch_t *b)
 {
     uint64_t rd = e->read_unreported;
     e->read_unreported = 0;
-    e->stats.batch_ns += na_attn_now_ns() - b->t_begin_ns;
+    e->stats.batch_ns += na_now_ns() - b->t_begin_ns;
     return rd;
 }
 

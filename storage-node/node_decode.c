@@ -378,8 +378,8 @@ int na_node_decode_reap(na_node_t *n, int wait_us)
     return n->decode_computing;
 }
 
-na_status_t na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                           const na_wire_attn_t *a)
+static na_status_t nd_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
+                             const na_wire_attn_t *a)
 {
     struct nd_open *o = p->decode_open;
     nd_part_t *pt;
@@ -425,4 +425,18 @@ na_status_t na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     }
     n->decode_parts_early++;
     return NA_OK;                  /* more parts to come: the engines work meanwhile */
+}
+
+/* The session handler of DECODE_ATTN (registered by na_node_handlers): a
+ * decode part never waits for the peer's computing batches. */
+na_status_t na_node_on_decode(void *ctx, na_ses_in_t *in)
+{
+    na_node_t *n = ctx;
+    uint64_t t0 = na_xp_now_ns();
+    na_status_t st;
+
+    n->msgs++;
+    st = nd_decode(n, na_peer_user(in->peer), in->h, &in->m->u.attn);
+    n->decode_ns += na_xp_now_ns() - t0;
+    return st;
 }

@@ -294,10 +294,6 @@ static na_status_t nd_on_msg(void *ctx, na_ses_in_t *in)
         st = nd_prefill(n, p, h, &m->u.kv);
         n->prefill_ns += na_xp_now_ns() - t0;
         return st;
-    case NA_WIRE_MSG_DECODE_ATTN:
-        st = na_node_decode(n, p, h, &m->u.attn);
-        n->decode_ns += na_xp_now_ns() - t0;
-        return st;
     case NA_WIRE_MSG_KV_FETCH:
         st = na_node_kv_fetch(n, p, h, &m->u.kv_fetch);
         n->fetch_ns += na_xp_now_ns() - t0;
@@ -314,12 +310,13 @@ static na_status_t nd_on_msg(void *ctx, na_ses_in_t *in)
 void na_node_handlers(na_ses_t *ses)
 {
     static const na_wire_type_t served[] = {
-        NA_WIRE_MSG_REQ_OPEN, NA_WIRE_MSG_PREFILL_KV, NA_WIRE_MSG_DECODE_ATTN,
-        NA_WIRE_MSG_KV_FETCH, NA_WIRE_MSG_REQ_RELEASE, NA_WIRE_MSG_STATS_REQ,
-        NA_WIRE_MSG_ECHO,
+        NA_WIRE_MSG_REQ_OPEN, NA_WIRE_MSG_PREFILL_KV, NA_WIRE_MSG_KV_FETCH,
+        NA_WIRE_MSG_REQ_RELEASE, NA_WIRE_MSG_STATS_REQ, NA_WIRE_MSG_ECHO,
     };
     size_t i;
 
     for (i = 0; i < sizeof(served) / sizeof(served[0]); i++)
         na_ses_on(ses, served[i], nd_on_msg);
+    /* the hot path goes straight to the decode handler (node_decode.c) */
+    na_ses_on(ses, NA_WIRE_MSG_DECODE_ATTN, na_node_on_decode);
 }

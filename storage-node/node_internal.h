@@ -94,9 +94,8 @@ void           na_node_handlers(na_ses_t *ses);
  * several messages (flag MORE) is submitted to the slots' engines as it
  * arrives; the last part (no MORE) closes the batch, which computes while
  * the loop goes on; na_node_decode_reap answers it (one ATTN_OUT per part)
- * once done. Errors as na_node_dispatch. */
-na_status_t    na_node_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                              const na_wire_attn_t *a);
+ * once done. Errors as the other handlers (na_node_handlers). */
+na_status_t    na_node_on_decode(void *ctx, na_ses_in_t *in);
 /* End p's decode batches (the open one and those computing): wait for the
  * engines, then answer their parts (reply = 1) or drop them (reply = 0: the
  * peer is going away). */
