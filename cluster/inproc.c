@@ -78,27 +78,23 @@ static na_status_t ip_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
                               const void *v, na_dtype_t dtype, int n_tok)
 {
     na_inproc_t *p = (na_inproc_t *)s;
-    na_inproc_req_t *r = ip_find(p, req);
-    double t0 = na_now_s();
+    na_inproc_req_t *r = na_asvc_req_get(s, p->reqs, req, "prefill");
     na_status_t st;
 
     if (r == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "inproc: prefill of unknown request %llu",
-                      (unsigned long long)req);
+        return NA_ERR_NOT_FOUND;
     st = na_slotset_prefill(p->ss, &r->sr, layer, k, v, dtype, (size_t)s->kv_dim, n_tok);
     p->st.prefill_bytes += 2u * (uint64_t)n_tok * na_dtype_bytes(dtype, (size_t)s->kv_dim);
-    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 
 static na_status_t ip_prefill_done(na_asvc_t *s, uint64_t req)
 {
     na_inproc_t *p = (na_inproc_t *)s;
-    na_inproc_req_t *r = ip_find(p, req);
+    na_inproc_req_t *r = na_asvc_req_get(s, p->reqs, req, "prefill_done");
 
     if (r == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "inproc: unknown request %llu",
-                      (unsigned long long)req);
+        return NA_ERR_NOT_FOUND;
     return na_slotset_prefill_done(p->ss, &r->sr);
 }
 

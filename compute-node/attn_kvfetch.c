@@ -159,14 +159,12 @@ static na_status_t kf_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
                               const void *v, na_dtype_t dtype, int n_tok)
 {
     kf_t *p = (kf_t *)s;
-    kf_req_t *r = kf_find(p, req);
+    kf_req_t *r = na_asvc_req_get(s, p->reqs, req, "prefill");
     na_wire_kv_t kv;
-    double t0 = na_now_s();
     na_status_t st;
 
     if (r == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "kv-fetch: prefill of unknown request %llu",
-                      (unsigned long long)req);
+        return NA_ERR_NOT_FOUND;
     if (!p->nodes[r->node].alive)
         return na_err(NA_ERR_PEER, "%s", p->nodes[r->node].why);
     memset(&kv, 0, sizeof(kv));
@@ -184,7 +182,6 @@ static na_status_t kf_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     if (st == NA_ERR_PEER)
         kf_node_lost(p, r->node, na_errmsg());
     p->st.prefill_bytes += 2 * na_dtype_bytes(dtype, (size_t)n_tok * (size_t)s->kv_dim);
-    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 

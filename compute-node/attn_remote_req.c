@@ -141,20 +141,18 @@ static na_status_t rm_prefill_wait(rm_t *p, rm_req_t *r)
  * write error, a lost owner). A failure already known fails a later call at
  * once. */
 na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
-                              const void *v, na_dtype_t dtype, int n_tok)
+                       const void *v, na_dtype_t dtype, int n_tok)
 {
     rm_t *p = (rm_t *)s;
-    rm_req_t *r = rm_find(p, req);
+    rm_req_t *r = na_asvc_req_get(s, p->reqs, req, "prefill");
     const int hd = s->mc.head_dim, nkv = s->mc.n_kv_heads;
     const int last = layer == s->mc.n_layers - 1;
     size_t esz = na_dtype_bytes(dtype, 1);
-    double t0 = na_now_s();
     na_status_t st = NA_OK;
     int i;
 
     if (r == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "remote: prefill of unknown request %llu",
-                      (unsigned long long)req);
+        return NA_ERR_NOT_FOUND;
     (void)na_ses_poll(p->ses, 0);   /* answers of earlier parts, if any came */
     if (r->pf_st != NA_OK)
         return rm_prefill_wait(p, r);
@@ -215,7 +213,6 @@ na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
         if (st == NA_OK)
             st = wst;
     }
-    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 
@@ -225,17 +222,14 @@ na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
 na_status_t rm_prefill_done(na_asvc_t *s, uint64_t req)
 {
     rm_t *p = (rm_t *)s;
-    rm_req_t *r = rm_find(p, req);
-    double t0 = na_now_s();
+    rm_req_t *r = na_asvc_req_get(s, p->reqs, req, "prefill_done");
     na_status_t st;
 
     if (r == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "remote: prefill of unknown request %llu",
-                      (unsigned long long)req);
+        return NA_ERR_NOT_FOUND;
     if (!r->pf_open && r->pf_st == NA_OK)
         return NA_OK;
     st = rm_prefill_wait(p, r);
-    p->st.prefill_s += na_now_s() - t0;
     return st;
 }
 

@@ -1,5 +1,6 @@
 /* compute-node/attn_service.c — the calls of attn_service.h, dispatched to
  * the implementation's ops table. */
+#include "common/clock.h"
 #include "compute-node/attn_service.h"
 
 na_status_t na_asvc_open(na_asvc_t *s, uint64_t req, int max_tokens)
@@ -10,12 +11,20 @@ na_status_t na_asvc_open(na_asvc_t *s, uint64_t req, int max_tokens)
 na_status_t na_asvc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
                             const void *v, na_dtype_t dtype, int n_tok)
 {
-    return s->ops->prefill(s, req, layer, k, v, dtype, n_tok);
+    double t0 = na_now_s();
+    na_status_t st = s->ops->prefill(s, req, layer, k, v, dtype, n_tok);
+
+    s->prefill_s += na_now_s() - t0;
+    return st;
 }
 
 na_status_t na_asvc_prefill_done(na_asvc_t *s, uint64_t req)
 {
-    return s->ops->prefill_done(s, req);
+    double t0 = na_now_s();
+    na_status_t st = s->ops->prefill_done(s, req);
+
+    s->prefill_s += na_now_s() - t0;
+    return st;
 }
 
 na_status_t na_asvc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
@@ -41,6 +50,7 @@ void na_asvc_progress(na_asvc_t *s)
 void na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out)
 {
     s->ops->stats(s, out);
+    out->prefill_s = s->prefill_s;      /* timed here, for every implementation */
 }
 
 void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
@@ -74,4 +84,14 @@ void na_asvc_destroy(na_asvc_t *s)
 {
     if (s != NULL)
         s->ops->destroy(s);
+}
+
+void *na_asvc_req_get(const na_asvc_t *s, na_asvc_req_t *head, uint64_t id, const char *call)
+{
+    na_asvc_req_t *r = na_asvc_req_find(head, id);
+
+    if (r == NULL)
+        (void)na_err(NA_ERR_NOT_FOUND, "%s: %s of unknown request %llu", s->kind, call,
+                     (unsigned long long)id);
+    return r;
 }

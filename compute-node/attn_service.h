@@ -100,6 +100,7 @@ struct na_asvc {
     na_model_config_t    mc;          /* shape of the model served */
     int                  q_dim, kv_dim;
     uint64_t             next_req_id;  /* request ids handed out by na_asvc_new_id */
+    double               prefill_s;    /* time in prefill / prefill_done (the wrappers) */
 };
 
 /* ---- calls (thin wrappers over ops; see the top comment) ---------------- */
@@ -186,6 +187,11 @@ static inline na_asvc_req_t *na_asvc_req_find(na_asvc_req_t *head, uint64_t id)
             return head;
     return NULL;
 }
+
+/* Request id of service s for call `call` (a word for the message): the
+ * record, or NULL with NA_ERR_NOT_FOUND set ("KIND: CALL of unknown request
+ * ID"); the caller returns NA_ERR_NOT_FOUND. */
+void *na_asvc_req_get(const na_asvc_t *s, na_asvc_req_t *head, uint64_t id, const char *call);
 
 /* Take request id out of the list (not freed); NULL when it is not there. */
 static inline na_asvc_req_t *na_asvc_req_unlink(na_asvc_req_t **head, uint64_t id)
