@@ -239,8 +239,8 @@ na_status_t na_rep_prefill(na_rep_t *r, int w, uint64_t id, int layer, const voi
     m.u.kv.v = v;
     st = na_rep_call(r, w, &m);
     if (st == NA_OK)
-        r->st.prefill_bytes += 2ull * (uint64_t)n_tok * (uint64_t)mc->n_kv_heads *
-                               (uint64_t)mc->head_dim * (dtype == NA_DTYPE_F32 ? 4u : 2u);
+        r->st.prefill_bytes += 2ull * (uint64_t)n_tok *
+                               na_dtype_bytes(dtype, (size_t)mc->n_kv_heads * mc->head_dim);
     return st;
 }
 
