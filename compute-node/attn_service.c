@@ -27,16 +27,6 @@ na_status_t na_asvc_prefill_done(na_asvc_t *s, uint64_t req)
     return st;
 }
 
-na_status_t na_asvc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
-{
-    return s->ops->submit(s, batch, layer, e, n);
-}
-
-na_status_t na_asvc_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
-{
-    return s->ops->poll(s, timeout_ms, batch_p);
-}
-
 void na_asvc_release(na_asvc_t *s, uint64_t req, int status)
 {
     s->ops->release(s, req, status);

@@ -126,11 +126,18 @@ na_status_t na_asvc_prefill_done(na_asvc_t *s, uint64_t req);
  * The entries must stay valid until poll returned this batch. Fails only
  * for a batch already in flight or no memory; per-request failures arrive
  * in the entries' status. */
-na_status_t na_asvc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n);
+static inline na_status_t na_asvc_submit(na_asvc_t *s, int batch, int layer,
+                                         na_asvc_entry_t *e, int n)
+{
+    return s->ops->submit(s, batch, layer, e, n);     /* the decode path: no extra hop */
+}
 /* Wait up to timeout_ms (0 = do not wait) for a submitted batch whose every
  * entry completed; *batch_p is its id. NA_ERR_TIMEOUT when none did.
  * Also answers the owners' heartbeats (remote): call it when idle. */
-na_status_t na_asvc_poll(na_asvc_t *s, int timeout_ms, int *batch_p);
+static inline na_status_t na_asvc_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
+{
+    return s->ops->poll(s, timeout_ms, batch_p);
+}
 /* Free req's KV on its owners (status 0 = normal end). Never fails: an owner
  * that cannot be told frees it when the connection goes. */
 void        na_asvc_release(na_asvc_t *s, uint64_t req, int status);
