@@ -79,13 +79,10 @@ static na_status_t ip_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
 {
     na_inproc_t *p = (na_inproc_t *)s;
     na_inproc_req_t *r = na_asvc_req_get(s, p->reqs, req, "prefill");
-    na_status_t st;
 
-    if (r == NULL)
-        return NA_ERR_NOT_FOUND;
-    st = na_slotset_prefill(p->ss, &r->sr, layer, k, v, dtype, (size_t)s->kv_dim, n_tok);
-    p->st.prefill_bytes += 2u * (uint64_t)n_tok * na_dtype_bytes(dtype, (size_t)s->kv_dim);
-    return st;
+    return r == NULL ? NA_ERR_NOT_FOUND
+                     : na_slotset_prefill(p->ss, &r->sr, layer, k, v, dtype, (size_t)s->kv_dim,
+                                          n_tok);
 }
 
 static na_status_t ip_prefill_done(na_asvc_t *s, uint64_t req)

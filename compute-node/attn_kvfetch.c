@@ -181,7 +181,6 @@ static na_status_t kf_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     st = na_sc_prefill(p->nodes[r->node].sc, &kv);
     if (st == NA_ERR_PEER)
         kf_node_lost(p, r->node, na_errmsg());
-    p->st.prefill_bytes += 2 * na_dtype_bytes(dtype, (size_t)n_tok * (size_t)s->kv_dim);
     return st;
 }
 

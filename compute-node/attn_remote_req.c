@@ -204,7 +204,6 @@ na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
             break;
         }
         r->pf_pend[i]++;
-        p->st.prefill_bytes += 2 * row * (size_t)n_tok;
     }
     if (st == NA_OK && !last) {
         r->pf_open = 1;

@@ -15,6 +15,8 @@ na_status_t na_asvc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k
     na_status_t st = s->ops->prefill(s, req, layer, k, v, dtype, n_tok);
 
     s->prefill_s += na_now_s() - t0;
+    if (st == NA_OK)
+        s->prefill_bytes += 2u * (uint64_t)n_tok * na_dtype_bytes(dtype, (size_t)s->kv_dim);
     return st;
 }
 
@@ -40,7 +42,8 @@ void na_asvc_progress(na_asvc_t *s)
 void na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out)
 {
     s->ops->stats(s, out);
-    out->prefill_s = s->prefill_s;      /* timed here, for every implementation */
+    out->prefill_s = s->prefill_s;      /* measured here, for every implementation */
+    out->prefill_bytes = s->prefill_bytes;
 }
 
 void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,

@@ -101,6 +101,7 @@ struct na_asvc {
     int                  q_dim, kv_dim;
     uint64_t             next_req_id;  /* request ids handed out by na_asvc_new_id */
     double               prefill_s;    /* time in prefill / prefill_done (the wrappers) */
+    uint64_t             prefill_bytes;/* K/V bytes of the prefill calls that succeeded */
 };
 
 /* ---- calls (thin wrappers over ops; see the top comment) ---------------- */
