@@ -292,7 +292,7 @@ int na_cli_bench_e2e(int argc, char **argv)
     }
     if (ea.remote) {
         snprintf(path, sizeof(path), "%s/e2e-1.yaml", dir);
-        na_nodes_opts_t no = { path, NULL, 0, NULL };   /* the layout's port and paths */
+        na_nodes_opts_t no = { .config_path = path };   /* the layout's port and paths */
         if (e2e_layout(dir, 1, &rcfg) != NA_OK || na_nodes_start(rcfg, &no, &cl) != NA_OK) {
             na_cli_fail("bench e2e", NA_ERR_PEER);
             goto out;

@@ -153,7 +153,7 @@ na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *
     memset(nd, 0, sizeof(*nd));
     for (j = 0; j < n_nodes && j < 16; j++) {
         char name[16], log[600];
-        na_proc_node_t pn = { exe, cfg_path, name, NULL, NULL };
+        na_proc_node_t pn = { .exe = exe, .config_path = cfg_path, .name = name };
         na_proc_opts_t po = { NULL, log, 0, &nd->fd[j], l->ns_a };
         long port;
         na_status_t st;

@@ -51,6 +51,8 @@ static void na_node_usage(FILE *f)
         "  --model FILE        model whose shape sizes the slots (default: the layout's)\n"
         "  --shape L:H:KVH:HD  model shape without a model file (layers, heads, KV heads,\n"
         "                      head_dim)\n"
+        "  --kv-dtype T        KV element type f16 or f32 instead of the layout's\n"
+        "                      model.kv_dtype (`nearattn run --kv-dtype` passes it)\n"
         "  --threads N         attention threads per slot (default: the layout's)\n");
 }
 
@@ -122,6 +124,7 @@ int na_cmd_node(int argc, char **argv)
     struct sigaction sa;
     char host[256], me[64];
     long rank = -1, port = -1, v;
+    int kv_dtype = -1;
     na_status_t st;
     int i, rc;
 
@@ -143,6 +146,13 @@ int na_cmd_node(int argc, char **argv)
         else if (!strcmp(a, "--listen")) listen = val;
         else if (!strcmp(a, "--kv-dir")) o.kv_dir = val;
         else if (!strcmp(a, "--model")) o.model_path = val;
+        else if (!strcmp(a, "--kv-dtype")) {
+            kv_dtype = na_dtype_parse(val);
+            if (kv_dtype != NA_DTYPE_F16 && kv_dtype != NA_DTYPE_F32) {
+                fprintf(stderr, "nearattn node: --kv-dtype expects f16 or f32, got '%s'\n", val);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--shape")) {
             if (sscanf(val, "%d:%d:%d:%d", &o.shape[0], &o.shape[1], &o.shape[2], &o.shape[3]) != 4 ||
                 o.shape[0] < 1 || o.shape[0] > 1024 || o.shape[1] < 1 || o.shape[1] > 1024 ||
@@ -183,6 +193,17 @@ int na_cmd_node(int argc, char **argv)
     st = na_cfg_load(file, &cfg);
     if (st != NA_OK)
         return na_cli_fail("node", st);
+    if (kv_dtype >= 0)
+        cfg->model.kv_dtype = (na_cfg_kv_dtype_t)kv_dtype;
+    if (o.model_path != NULL) {     /* a compute replica loads it instead of the layout's */
+        char *mp = strdup(o.model_path);
+        if (mp == NULL) {
+            rc = na_cli_fail("node", na_err(NA_ERR_NOMEM, "out of memory"));
+            goto out_cfg;
+        }
+        free(cfg->model.path);
+        cfg->model.path = mp;
+    }
     rc = na_node_identity(cfg, name, rank, me, sizeof(me), &cn);
     if (rc != 0)
         goto out_cfg;

@@ -56,6 +56,7 @@ typedef struct {
     long        threads;
     long        max_batch;
     na_dtype_t  kv_dtype;
+    int         kv_dtype_given;
 } na_run_args_t;
 
 /* Everything a run holds; released by na_run_cleanup in reverse order. */
@@ -90,7 +91,9 @@ static void na_run_usage(FILE *f)
         "                  kv-fetch: KV on the storage nodes, fetched to this process\n"
         "                  every step for local attention (FlexGen-style baseline)\n"
         "  --config F      cluster layout for offload (default cluster-configs/local.yaml);\n"
-        "                  its model/tokenizer are used unless --model is given\n"
+        "                  its model/tokenizer are used unless --model is given (the\n"
+        "                  nodes started here are sized for that model; connect refuses\n"
+        "                  a model of another shape than the layout's)\n"
         "  --cluster C     start: fork the layout's storage nodes here (default), on free\n"
         "                  ports with a KV directory of this run, removed at exit;\n"
         "                  connect: use a running cluster (`nearattn launch F`);\n"
@@ -109,7 +112,9 @@ static void na_run_usage(FILE *f)
         "  --seed S        random seed (default: from the clock; printed)\n"
         "  --threads N     compute threads (default: all cores)\n"
         "  --batch N       most requests decoded together (default: all)\n"
-        "  --kv-dtype D    KV cache element type, f16 or f32 (default f16)\n"
+        "  --kv-dtype D    KV cache element type, f16 or f32 (default f16; offload: the\n"
+        "                  layout's model.kv_dtype unless given, then the nodes started\n"
+        "                  here use D and connect refuses a D the layout does not say)\n"
         "  --backend B     kernels: cpu (default) or ref (plain C references)\n");
 }
 
@@ -224,6 +229,7 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
                 return 2;
             }
             a->kv_dtype = (na_dtype_t)d;
+            a->kv_dtype_given = 1;
         } else {
             fprintf(stderr, "nearattn run: unknown option '%s' (try 'nearattn run --help')\n", f);
             return 2;
@@ -641,6 +647,8 @@ int na_cmd_run(int argc, char **argv)
         oa.on_error = na_run_on_error;
         oa.user = &r;
         oa.stop = &na_run_stop;
+        oa.model_path = a.model;
+        oa.kv_dtype_given = a.kv_dtype_given;
         {   /* the requests that could be made (a too-long prompt failed already) */
             na_request_t **live = calloc((size_t)r.n, sizeof(*live));
             int n_live = 0, i;

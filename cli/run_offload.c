@@ -125,6 +125,8 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
     co.mode = a->cluster;
     co.kvfetch = a->kvfetch;
     co.stop = a->stop;
+    co.model_path = a->model_path;
+    co.kv_dtype_given = a->kv_dtype_given;
     st = na_cluster_create(&co, e, &cl);
     if (st != NA_OK)
         return st;

@@ -22,6 +22,9 @@ typedef struct {
     na_off_error_fn  on_error;
     void            *user;
     volatile sig_atomic_t *stop;   /* set by SIGINT/SIGTERM: cancel and clean up */
+    const char      *model_path;   /* `--model F` (NULL: the layout's): cluster/setup.h */
+    int              kv_dtype_given; /* `--kv-dtype` given: the engine's KV dtype for the
+                                      nodes started here (cluster/setup.h) */
 } na_run_offload_args_t;
 
 /* Run reqs[0..n) offloaded as described in cli/run_offload.c and print the

@@ -126,7 +126,8 @@ static na_status_t na_launch_local(const na_cfg_t *cfg, const na_launch_opts_t *
             n++;
         }
     for (i = 0; i < n; i++) {
-        na_proc_node_t pn = { o->exe, o->config_path, c[i].node->name, NULL, NULL };
+        na_proc_node_t pn = { .exe = o->exe, .config_path = o->config_path,
+                              .name = c[i].node->name };
         na_proc_opts_t po = { NULL, c[i].log, 1, NULL, NULL };
         if (o->dry_run) {
             fprintf(o->out, "%s node --config %s --name %s > %s 2>&1\n", o->exe,

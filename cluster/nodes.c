@@ -72,7 +72,8 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
         na_cfg_node_t *nd = j < cfg->n_storage ? &cfg->nodes[cfg->n_compute + j]
                                                : &cfg->nodes[1 + j - cfg->n_storage];
         char log[PATH_MAX + 64], listen[300], kv[PATH_MAX + 64];
-        na_proc_node_t pn = { exe, o->config_path, nd->name, NULL, NULL };
+        na_proc_node_t pn = { exe, o->config_path, nd->name, NULL, NULL, NULL, NULL,
+                              o->kv_dtype };
         na_proc_opts_t po;
         long port = -1;
 
@@ -81,6 +82,10 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
         po.out_fd_p = &n->fd[n->n];
         snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log", tmp && tmp[0] ? tmp : "/tmp",
                  cfg->cluster.name, nd->name);
+        if (nd->role == NA_CFG_ROLE_STORAGE)
+            pn.shape = o->shape;
+        else
+            pn.model = o->model_path;
         if (o->private_run && nd->role == NA_CFG_ROLE_STORAGE) {
             snprintf(kv, sizeof(kv), "%s/%s", n->dir, nd->name);
             pn.kv_dir = kv;

@@ -27,6 +27,12 @@ typedef struct {
     const char *exe;              /* nearattn executable; NULL: this one */
     int         private_run;      /* see above */
     volatile sig_atomic_t *stop;  /* non-NULL and set: give up waiting (NA_ERR_CANCELED) */
+    const char *model_path;       /* the compute node's model when not the layout's
+                                     (compute replicas load it), or NULL */
+    const char *shape;            /* "L:H:KVH:HD" of the compute node's model: sizes
+                                     the storage nodes' KV slots; NULL: the layout's */
+    const char *kv_dtype;         /* KV element type for every node ("f16", "f32")
+                                     when not the layout's model.kv_dtype, or NULL */
 } na_nodes_opts_t;
 
 typedef struct na_nodes na_nodes_t;

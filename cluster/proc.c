@@ -103,7 +103,7 @@ na_status_t na_proc_spawn(const na_proc_opts_t *o, pid_t *pid_p)
 
 na_status_t na_proc_start_node(const na_proc_node_t *n, const na_proc_opts_t *o, pid_t *pid_p)
 {
-    char *argv[12];
+    char *argv[20];
     na_proc_opts_t po = *o;
     int k = 0;
 
@@ -120,6 +120,18 @@ na_status_t na_proc_start_node(const na_proc_node_t *n, const na_proc_opts_t *o,
     if (n->kv_dir != NULL) {
         argv[k++] = "--kv-dir";
         argv[k++] = (char *)n->kv_dir;
+    }
+    if (n->model != NULL) {
+        argv[k++] = "--model";
+        argv[k++] = (char *)n->model;
+    }
+    if (n->shape != NULL) {
+        argv[k++] = "--shape";
+        argv[k++] = (char *)n->shape;
+    }
+    if (n->kv_dtype != NULL) {
+        argv[k++] = "--kv-dtype";
+        argv[k++] = (char *)n->kv_dtype;
     }
     argv[k] = NULL;
     po.argv = argv;

@@ -1,5 +1,6 @@
 /* cluster/proc.h — the one fork/exec of the tree: starting a nearattn node
- * process (`nearattn node --config F --name N [--listen H:P] [--kv-dir D]`)
+ * process (`nearattn node --config F --name N [--listen H:P] [--kv-dir D] [--model F]
+ * [--shape S] [--kv-dtype T]`)
  * or another program that starts nodes (mpirun), and stopping what was
  * started. Used by `nearattn run` (cluster/nodes.c), `nearattn launch`
  * (cluster/launch.c) and the benchmarks that start nodes. */
@@ -34,6 +35,9 @@ typedef struct {
     const char *name;         /* the node's name in it */
     const char *listen;       /* "HOST:PORT" instead of the layout's address, or NULL */
     const char *kv_dir;       /* KV under this directory instead of the layout's, or NULL */
+    const char *model;        /* `--model F` instead of the layout's model, or NULL */
+    const char *shape;        /* `--shape L:H:KVH:HD` (a storage node's KV shape), or NULL */
+    const char *kv_dtype;     /* `--kv-dtype T` instead of the layout's model.kv_dtype, or NULL */
 } na_proc_node_t;
 
 /* Start `exe node --config F --name N ...` for node n (see na_proc_spawn). */

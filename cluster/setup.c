@@ -2,6 +2,7 @@
  * use its slots in this process, and create the attention service over
  * them (see cluster/setup.h). */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "cluster/inproc.h"
 #include "cluster/setup.h"
 #include "common/log.h"
+#include "common/model.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/replica.h"
 
@@ -53,12 +55,48 @@ void na_cluster_destroy(na_cluster_t *c)
     free(c);
 }
 
+/* connect: a running cluster keeps its layout's model shape and KV dtype;
+ * refuse an engine that differs before any request is made. */
+static na_status_t na_cluster_connect_check(const na_cfg_t *cfg, const na_cluster_opts_t *o,
+                                            const na_engine_t *e)
+{
+    const na_model_config_t *m = &e->cfg;
+    na_model_t *lm = NULL;
+    na_status_t st = NA_OK;
+
+    if (o->kv_dtype_given && (int)e->opts.kv_dtype != (int)cfg->model.kv_dtype)
+        return na_err(NA_ERR_INVALID, "--kv-dtype %s: the running cluster of %s keeps "
+                      "model.kv_dtype %s (its nodes were started with it); leave --kv-dtype "
+                      "out, or use --cluster start/inproc for a run with %s KV",
+                      na_dtype_name(e->opts.kv_dtype), cfg->file,
+                      na_dtype_name((na_dtype_t)cfg->model.kv_dtype),
+                      na_dtype_name(e->opts.kv_dtype));
+    if (cfg->model.path == NULL)
+        return NA_OK;           /* the nodes got their shape by hand (--shape) */
+    if (na_model_open(cfg->model.path, &lm) != NA_OK) {
+        na_log_debug("run: layout model %s not readable here; shape not checked (%s)",
+                     cfg->model.path, na_errmsg());
+        return NA_OK;
+    }
+    if (lm->cfg.n_layers != m->n_layers || lm->cfg.n_heads != m->n_heads ||
+        lm->cfg.n_kv_heads != m->n_kv_heads || lm->cfg.head_dim != m->head_dim)
+        st = na_err(NA_ERR_INVALID, "--cluster connect: the running cluster of %s holds KV "
+                    "for its model %s (%d layers, %d heads, %d KV heads, head_dim %d), not for "
+                    "this model (%d, %d, %d, %d); use --cluster start or inproc with --model",
+                    cfg->file, cfg->model.path, lm->cfg.n_layers, lm->cfg.n_heads,
+                    lm->cfg.n_kv_heads, lm->cfg.head_dim, m->n_layers, m->n_heads,
+                    m->n_kv_heads, m->head_dim);
+    na_model_destroy(lm);
+    return st;
+}
+
 na_status_t na_cluster_create(const na_cluster_opts_t *o, na_engine_t *e, na_cluster_t **c_p)
 {
     const char *mode = o->mode != NULL ? o->mode : "start";
     int inproc = !strcmp(mode, "inproc");
     na_cluster_t *c;
     const char *me;
+    char shape[64];
     na_status_t st;
 
     if (strcmp(mode, "start") != 0 && strcmp(mode, "connect") != 0 && !inproc)
@@ -73,6 +111,13 @@ na_status_t na_cluster_create(const na_cluster_opts_t *o, na_engine_t *e, na_clu
     st = na_cfg_load(o->config_path, &c->cfg);
     if (st != NA_OK)
         goto err_destroy;
+    if (!strcmp(mode, "connect")) {
+        st = na_cluster_connect_check(c->cfg, o, e);
+        if (st != NA_OK)
+            goto err_destroy;
+    } else if (o->kv_dtype_given) {     /* the nodes/slots started here take it */
+        c->cfg->model.kv_dtype = (na_cfg_kv_dtype_t)e->opts.kv_dtype;
+    }
     me = c->cfg->n_compute > 0 ? c->cfg->nodes[0].name : "c0";
     if (c->cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && (c->cfg->n_compute < 2 || inproc))
         na_log_warn("run: rotational pipelining needs several compute processes (compute "
@@ -90,7 +135,11 @@ na_status_t na_cluster_create(const na_cluster_opts_t *o, na_engine_t *e, na_clu
         st = na_asvc_inproc_create(c->cfg, &e->cfg, &c->svc);
     } else {
         if (!strcmp(mode, "start")) {
-            na_nodes_opts_t no = { o->config_path, o->exe, o->private_run, o->stop };
+            na_nodes_opts_t no = { o->config_path, o->exe, o->private_run, o->stop,
+                                   o->model_path, shape,
+                                   o->kv_dtype_given ? na_dtype_name(e->opts.kv_dtype) : NULL };
+            snprintf(shape, sizeof(shape), "%d:%d:%d:%d", e->cfg.n_layers, e->cfg.n_heads,
+                     e->cfg.n_kv_heads, e->cfg.head_dim);
             c->how = "cluster started here";
             st = na_nodes_start(c->cfg, &no, &c->nodes);
             if (st != NA_OK)

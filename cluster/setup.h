@@ -34,15 +34,24 @@ typedef struct {
                                      layout's ports and paths */
     const char *exe;              /* start: nearattn executable (NULL: this one) */
     volatile sig_atomic_t *stop;  /* start: set (by a signal) to give up waiting */
+    const char *model_path;       /* the engine's model file when it is not the layout's
+                                     (`run --model`): start passes it to compute replicas */
+    int         kv_dtype_given;   /* 1: the engine's KV dtype (`run --kv-dtype`) replaces
+                                     the layout's model.kv_dtype (start, inproc) */
 } na_cluster_opts_t;
 
 typedef struct na_cluster na_cluster_t;
 
 void        na_cluster_opts_default(na_cluster_opts_t *o);
 /* Load the layout, set it up as o->mode says for engine e's model (the
- * service's shape) and create the service. NA_ERR_INVALID for kv-fetch with
- * inproc; the layout's, a node's or the service's error otherwise (what was
- * started is stopped again). */
+ * service's shape) and create the service. The nodes started here (and the
+ * in-process slots) take the shape of e's model (`nearattn node --shape`),
+ * whatever the layout's model is, and, with o->kv_dtype_given, e's KV dtype.
+ * connect cannot change a running cluster: NA_ERR_INVALID when e's model has
+ * another shape than the layout's model, or o->kv_dtype_given names another
+ * KV dtype than the layout's. NA_ERR_INVALID for kv-fetch with inproc; the
+ * layout's, a node's or the service's error otherwise (what was started is
+ * stopped again). */
 na_status_t na_cluster_create(const na_cluster_opts_t *o, na_engine_t *e, na_cluster_t **c_p);
 /* The layout as the cluster runs it (ports of private nodes filled in). */
 const na_cfg_t *na_cluster_cfg(const na_cluster_t *c);
