@@ -5,12 +5,14 @@
 # cannot follow them refuses them before generating.
 #   model   the layout names stories260K (5 layers, 8/4 heads); run --model a
 #           generated model of another shape (2 layers, 4/2 heads, head_dim
-#           16): --cluster start (nodes get --shape) and inproc give the
-#           monolithic text; --cluster connect to nodes of the layout's model
-#           is refused with a reason, nothing generated
+#           16): --cluster start (nodes get --shape), the kv-fetch baseline,
+#           inproc, and rotational pipelining (the compute replica run starts
+#           gets --model) give the monolithic text; --cluster connect to nodes
+#           of the layout's model is refused with a reason, nothing generated
 #   kvdtype run --kv-dtype f32 (layout: f16): start and inproc give the
 #           monolithic --kv-dtype f32 text and the nodes say "kv f32"; without
-#           the option they say "kv f16"; connect to f16 nodes with --kv-dtype
+#           the option they say "kv f16"; kv-fetch with --kv-dtype f32 as
+#           well; connect to f16 nodes with --kv-dtype
 #           f32 is refused with a reason, with --kv-dtype f16 it runs
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
@@ -22,9 +24,10 @@ NA_LOGS="*.err logs/*.log nearattn-run-*.log"
 STORIES="$SHARED/models/stories260K.bin"
 STOK="$SHARED/models/tok512.bin"
 [ -f "$STORIES" ] || { echo "SKIPPED: no $STORIES"; exit 77; }
-PORT=$(na_free_ports 2) || fail "no free ports"
+PORT=$(na_free_ports 4) || fail "no free ports"
 
-# layout NAME: two storage nodes (request partition) serving stories260K, f16 KV
+# layout NAME [rotational]: two storage nodes (request partition) serving
+# stories260K, f16 KV; rotational: a second compute node (replica) as well
 layout() {
     f="$DIR/$1.yaml"
     {
@@ -32,7 +35,12 @@ layout() {
         echo "model: { path: \"$STORIES\", tokenizer: \"$STOK\", kv_dtype: f16 }"
         echo "transport: { timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
         echo "compute:"
-        echo "  - { name: c0, host: 127.0.0.1 }"
+        if [ "${2:-}" = rotational ]; then
+            echo "  - { name: c0, host: 127.0.0.1, port: $((PORT + 2)) }"
+            echo "  - { name: c1, host: 127.0.0.1, port: $((PORT + 3)) }"
+        else
+            echo "  - { name: c0, host: 127.0.0.1 }"
+        fi
         echo "storage:"
         for i in 0 1; do
             echo "  - name: s$i"
@@ -41,7 +49,7 @@ layout() {
             echo "    devices:"
             echo "      - { path: \"$DIR/kv/$1/s$i\", dram_mb: 32, ssd_mb: 64 }"
         done
-        echo "parallel: { partition: request, batches_in_flight: 2 }"
+        echo "parallel: { partition: request, batches_in_flight: 2, pipelining: ${2:-fixed} }"
     } > "$f"
     echo "$f"
 }
@@ -82,6 +90,14 @@ model)
     na_vs_mono gminproc offload "$DIR/g.bin" "$DIR/g.tok.bin" 24 --config "$L" --cluster inproc \
         --model "$DIR/g.bin" --tokenizer "$DIR/g.tok.bin"
     echo "ok: inproc with --model of another shape"
+    na_vs_mono gmkvf kv-fetch "$DIR/g.bin" "$DIR/g.tok.bin" 24 --config "$L" --cluster start \
+        --mode kv-fetch --model "$DIR/g.bin" --tokenizer "$DIR/g.tok.bin"
+    echo "ok: kv-fetch with --model of another shape"
+    R=$(layout gmrot rotational)
+    na_vs_mono gmrot offload "$DIR/g.bin" "$DIR/g.tok.bin" 24 --config "$R" --cluster start \
+        --model "$DIR/g.bin" --tokenizer "$DIR/g.tok.bin"
+    grep -q "^rotational: 2 compute replicas" "$DIR/gmrot.err" || fail "gmrot: no compute replica"
+    echo "ok: rotational with --model of another shape"
     launch gm "$L"
     refused gmconnect "--model of another shape" "holds KV for its model" --config "$L" \
         --cluster connect --model "$DIR/g.bin" --tokenizer "$DIR/g.tok.bin"
@@ -97,9 +113,11 @@ kvdtype)
             2> "$DIR/$1.mono.err" || fail "$1: monolithic f32 run failed"
     }
     mono_f32 f32
-    for c in start inproc; do
-        na_fg "$DIR/kd$c.off" "$DIR/kd$c.err" timeout 120 "$BIN" run --config "$L" --cluster $c \
-            --kv-dtype f32 --prompts "$DIR/prompts.txt" -n 200 --temp 0 --threads 1 ||
+    for c in start inproc kvfetch; do
+        cl=$c; m=offload
+        [ $c = kvfetch ] && { cl=start; m=kv-fetch; }
+        na_fg "$DIR/kd$c.off" "$DIR/kd$c.err" timeout 120 "$BIN" run --config "$L" --cluster $cl \
+            --mode $m --kv-dtype f32 --prompts "$DIR/prompts.txt" -n 200 --temp 0 --threads 1 ||
             fail "kd$c: offload --kv-dtype f32 failed"
         na_same_sorted "$DIR/f32.mono" "$DIR/kd$c.off" ||
             fail "kd$c: offload --kv-dtype f32 text differs from monolithic f32"
