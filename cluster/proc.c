@@ -103,8 +103,13 @@ na_status_t na_proc_spawn(const na_proc_opts_t *o, pid_t *pid_p)
 
 na_status_t na_proc_start_node(const na_proc_node_t *n, const na_proc_opts_t *o, pid_t *pid_p)
 {
-    char *argv[20];
+    const struct { const char *flag, *val; } opt[] = {
+        { "--listen", n->listen }, { "--kv-dir", n->kv_dir }, { "--model", n->model },
+        { "--shape", n->shape }, { "--kv-dtype", n->kv_dtype },
+    };
+    char *argv[8 + 2 * sizeof(opt) / sizeof(opt[0])];
     na_proc_opts_t po = *o;
+    size_t i;
     int k = 0;
 
     argv[k++] = (char *)n->exe;
@@ -113,26 +118,11 @@ na_status_t na_proc_start_node(const na_proc_node_t *n, const na_proc_opts_t *o,
     argv[k++] = (char *)n->config_path;
     argv[k++] = "--name";
     argv[k++] = (char *)n->name;
-    if (n->listen != NULL) {
-        argv[k++] = "--listen";
-        argv[k++] = (char *)n->listen;
-    }
-    if (n->kv_dir != NULL) {
-        argv[k++] = "--kv-dir";
-        argv[k++] = (char *)n->kv_dir;
-    }
-    if (n->model != NULL) {
-        argv[k++] = "--model";
-        argv[k++] = (char *)n->model;
-    }
-    if (n->shape != NULL) {
-        argv[k++] = "--shape";
-        argv[k++] = (char *)n->shape;
-    }
-    if (n->kv_dtype != NULL) {
-        argv[k++] = "--kv-dtype";
-        argv[k++] = (char *)n->kv_dtype;
-    }
+    for (i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
+        if (opt[i].val != NULL) {
+            argv[k++] = (char *)opt[i].flag;
+            argv[k++] = (char *)opt[i].val;
+        }
     argv[k] = NULL;
     po.argv = argv;
     return na_proc_spawn(&po, pid_p);
