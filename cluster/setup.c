@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cluster/nodes.h"
 #include "cluster/rundir.h"
@@ -55,6 +56,15 @@ void na_cluster_destroy(na_cluster_t *c)
     free(c);
 }
 
+/* 1 when paths a and b (b may be NULL) name the same file. */
+static int na_cluster_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+
+    return b != NULL && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 /* connect: a running cluster keeps its layout's model shape and KV dtype;
  * refuse an engine that differs before any request is made. */
 static na_status_t na_cluster_connect_check(const na_cfg_t *cfg, const na_cluster_opts_t *o,
@@ -71,6 +81,11 @@ static na_status_t na_cluster_connect_check(const na_cfg_t *cfg, const na_cluste
                       na_dtype_name(e->opts.kv_dtype), cfg->file,
                       na_dtype_name((na_dtype_t)cfg->model.kv_dtype),
                       na_dtype_name(e->opts.kv_dtype));
+    if (o->model_path != NULL && cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL &&
+        cfg->n_compute > 1 && !na_cluster_same_file(o->model_path, cfg->model.path))
+        return na_err(NA_ERR_INVALID, "--model %s: the running compute replicas of %s compute "
+                      "with its model %s; use --cluster start for another model",
+                      o->model_path, cfg->file, cfg->model.path ? cfg->model.path : "(none)");
     if (cfg->model.path == NULL)
         return NA_OK;           /* the nodes got their shape by hand (--shape) */
     if (na_model_open(cfg->model.path, &lm) != NA_OK) {

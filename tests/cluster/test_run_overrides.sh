@@ -8,7 +8,9 @@
 #           16): --cluster start (nodes get --shape), the kv-fetch baseline,
 #           inproc, and rotational pipelining (the compute replica run starts
 #           gets --model) give the monolithic text; --cluster connect to nodes
-#           of the layout's model is refused with a reason, nothing generated
+#           of the layout's model is refused with a reason, nothing generated;
+#           connect with a model of the layout's shape (other weights) runs;
+#           connect to running compute replicas with another model is refused
 #   kvdtype run --kv-dtype f32 (layout: f16): start and inproc give the
 #           monolithic --kv-dtype f32 text and the nodes say "kv f32"; without
 #           the option they say "kv f16"; kv-fetch with --kv-dtype f32 as
@@ -101,8 +103,20 @@ model)
     launch gm "$L"
     refused gmconnect "--model of another shape" "holds KV for its model" --config "$L" \
         --cluster connect --model "$DIR/g.bin" --tokenizer "$DIR/g.tok.bin"
-    # the layout's own model still runs against them
+    # the layout's own model still runs against them, and so does another
+    # model of its shape (the nodes hold KV, not weights)
     na_vs_mono gmsame offload "$STORIES" "$STOK" 16 --config "$L" --cluster connect
+    "$BIN" gen-model --out "$DIR/s" --dim 64 --hidden 96 --layers 5 --heads 8 --kv-heads 4 \
+        --vocab 512 --seq-len 256 --format llama2c --quiet || fail "gen-model (same shape) failed"
+    na_vs_mono gmshape offload "$DIR/s.bin" "$DIR/s.tok.bin" 16 --config "$L" --cluster connect \
+        --model "$DIR/s.bin" --tokenizer "$DIR/s.tok.bin"
+    echo "ok: connect with --model of the layout's shape"
+    kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
+    # running compute replicas compute with the layout's weights: another model is refused
+    rm -rf "$DIR/logs"
+    launch gmrot "$R"
+    refused gmrotconn "--model with running compute replicas" "running compute replicas" \
+        --config "$R" --cluster connect --model "$DIR/s.bin" --tokenizer "$DIR/s.tok.bin"
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
     ;;
 kvdtype)
