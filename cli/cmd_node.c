@@ -51,7 +51,7 @@ static void na_node_usage(FILE *f)
         "  --model FILE        model whose shape sizes the slots (default: the layout's)\n"
         "  --shape L:H:KVH:HD  model shape without a model file (layers, heads, KV heads,\n"
         "                      head_dim)\n"
-        "  --kv-dtype T        KV element type f16 or f32 instead of the layout's\n"
+        "  --kv-dtype T        KV element type f16, bf16 or f32 instead of the layout's\n"
         "                      model.kv_dtype (`nearattn run --kv-dtype` passes it)\n"
         "  --threads N         attention threads per slot (default: the layout's)\n");
 }
@@ -148,8 +148,9 @@ int na_cmd_node(int argc, char **argv)
         else if (!strcmp(a, "--model")) o.model_path = val;
         else if (!strcmp(a, "--kv-dtype")) {
             kv_dtype = na_dtype_parse(val);
-            if (kv_dtype != NA_DTYPE_F16 && kv_dtype != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn node: --kv-dtype expects f16 or f32, got '%s'\n", val);
+            if (kv_dtype != NA_DTYPE_F16 && kv_dtype != NA_DTYPE_BF16 && kv_dtype != NA_DTYPE_F32) {
+                fprintf(stderr, "nearattn node: --kv-dtype expects f16, bf16 or f32, got '%s'\n",
+                        val);
                 return 2;
             }
         }

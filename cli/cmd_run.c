@@ -82,7 +82,7 @@ static void na_run_usage(FILE *f)
     fprintf(f,
         "usage: nearattn run [--mode monolithic|offload|kv-fetch] [--model F] [--tokenizer F]\n"
         "                    [--prompt S | --prompts FILE] [-n N] [--temp T] [--top-p P]\n"
-        "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|f32]\n"
+        "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|bf16|f32]\n"
         "                    [--backend cpu|ref] [--config F] [--cluster start|connect|inproc]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
         "prompt and generated tokens, prefill and decode tokens/s.\n\n"
@@ -112,7 +112,7 @@ static void na_run_usage(FILE *f)
         "  --seed S        random seed (default: from the clock; printed)\n"
         "  --threads N     compute threads (default: all cores)\n"
         "  --batch N       most requests decoded together (default: all)\n"
-        "  --kv-dtype D    KV cache element type, f16 or f32 (default f16; offload: the\n"
+        "  --kv-dtype D    KV cache element type, f16, bf16 or f32 (default f16; offload: the\n"
         "                  layout's model.kv_dtype unless given, then the nodes started\n"
         "                  here use D and connect refuses a D the layout does not say)\n"
         "  --backend B     kernels: cpu (default) or ref (plain C references)\n");
@@ -224,8 +224,8 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
                 return 2;
         } else if (!strcmp(f, "--kv-dtype")) {
             int d = na_dtype_parse(v);
-            if (d != NA_DTYPE_F16 && d != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn run: --kv-dtype expects f16 or f32, got '%s'\n", v);
+            if (d != NA_DTYPE_F16 && d != NA_DTYPE_BF16 && d != NA_DTYPE_F32) {
+                fprintf(stderr, "nearattn run: --kv-dtype expects f16, bf16 or f32, got '%s'\n", v);
                 return 2;
             }
             a->kv_dtype = (na_dtype_t)d;
@@ -595,6 +595,8 @@ int na_cmd_run(int argc, char **argv)
         if (st != NA_OK)
             goto out_fail;
         na_log_debug("run: layout %s", r.cfg_path);
+        if (!a.kv_dtype_given)          /* the nodes' KV dtype, for the prompt's KV too */
+            a.kv_dtype = (na_dtype_t)r.cfg->model.kv_dtype;
     }
     st = na_run_pick_model(&a, &r);
     if (st != NA_OK)

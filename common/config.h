@@ -38,9 +38,9 @@ typedef enum { NA_CFG_TLS_AUTO = 0, NA_CFG_TLS_SHM = 1, NA_CFG_TLS_TCP = 2, NA_C
 typedef enum { NA_CFG_PARTITION_REQUEST = 0, NA_CFG_PARTITION_HEAD = 1 } na_cfg_partition_t;
 typedef enum { NA_CFG_PIPE_FIXED = 0, NA_CFG_PIPE_ROTATIONAL = 1 } na_cfg_pipelining_t;
 typedef enum { NA_CFG_TIER_AUTO = 0, NA_CFG_TIER_DRAM = 1, NA_CFG_TIER_SSD = 2 } na_cfg_tier_t;
-/* Values of the kv_dtype key, same numbering as na_dtype_t (bf16 is refused
- * as not supported yet, Q8_0 not allowed). */
-typedef enum { NA_CFG_KV_F32 = NA_DTYPE_F32, NA_CFG_KV_F16 = NA_DTYPE_F16 } na_cfg_kv_dtype_t;
+/* Values of the kv_dtype key, same numbering as na_dtype_t (Q8_0 not allowed). */
+typedef enum { NA_CFG_KV_F32 = NA_DTYPE_F32, NA_CFG_KV_F16 = NA_DTYPE_F16,
+               NA_CFG_KV_BF16 = NA_DTYPE_BF16 } na_cfg_kv_dtype_t;
 
 /* One device slot of a storage node: a KV directory and the attention engine
  * bound to it ("CSD slot"). */

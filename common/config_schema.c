@@ -95,15 +95,7 @@ static const na_cfg_charset_t na_cfg_tls_chars = {
 
 /* ---- the key table ------------------------------------------------------ */
 
-/* Indices are na_dtype_t values (NA_DTYPE_F32 0, NA_DTYPE_F16 1). */
-static const char *const na_cfg_kv_dtype_names[] = { "f32", "f16", NULL };
-/* Values known but not supported yet: refused with a reason, not as a typo. */
-static const struct {
-    const char *key, *val, *msg;
-} na_cfg_enum_later[] = {
-    { "kv_dtype", "bf16", "bf16 KV is not supported yet; use f16 or f32" },
-    { NULL, NULL, NULL }
-};
+static const char *const na_cfg_kv_dtype_names[] = { "f32", "f16", "bf16", NULL };
 static const char *const na_cfg_device_names[]   = { "cpu", "cuda", NULL };
 #define na_cfg_engine_names na_engine_names   /* common/engines.h: the one list */
 static const char *const na_cfg_partition_names[] = { "request", "head", NULL };
@@ -489,14 +481,6 @@ static na_status_t na_cfg_set_scalar(na_cfg_parse_t *p, const na_cfg_field_t *f,
             }
         if (f->names[i] != NULL)
             break;
-        for (i = 0; na_cfg_enum_later[i].key != NULL; i++)
-            if (!strcmp(f->key, na_cfg_enum_later[i].key) && !strcmp(val, na_cfg_enum_later[i].val))
-                break;
-        if (na_cfg_enum_later[i].key != NULL) {
-            st = na_cfg_errat(p, n, NA_ERR_UNSUPPORTED, "%s: %s", where,
-                              na_cfg_enum_later[i].msg);
-            break;
-        }
         for (i = 0; f->names[i] != NULL; i++)
             snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? "|" : "",
                      f->names[i]);

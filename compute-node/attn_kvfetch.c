@@ -51,7 +51,7 @@ typedef struct {
     na_ses_t     *ses;             /* the storage nodes' connections */
     kf_node_t     nodes[KF_MAX_NODES];
     int           n_nodes;
-    na_dtype_t    kv_dtype;         /* storage and wire dtype: F16 or F32 */
+    na_dtype_t    kv_dtype;         /* storage and wire dtype: F16, BF16 or F32 */
     na_asvc_req_t *reqs;            /* open requests (kf_req_t) */
     int           done[KF_MAX_BATCH];
     int           n_done;

@@ -62,9 +62,10 @@ na_status_t na_asvc_layout_check(const na_cfg_t *cfg, const char *kind, int max_
     if (cfg->n_storage < 1 || cfg->n_storage > max_nodes)
         return na_err(NA_ERR_RANGE, "%s: %d storage nodes out of range [1, %d]", kind,
                       cfg->n_storage, max_nodes);
-    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
-        return na_err(NA_ERR_UNSUPPORTED, "%s: kv_dtype must be f16 or f32", kind);
-    *kv_dtype_p = cfg->model.kv_dtype == NA_CFG_KV_F32 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_BF16 &&
+        cfg->model.kv_dtype != NA_CFG_KV_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "%s: kv_dtype must be f16, bf16 or f32", kind);
+    *kv_dtype_p = (na_dtype_t)cfg->model.kv_dtype;
     return NA_OK;
 }
 

@@ -62,8 +62,9 @@ na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *op
     na_engine_t *e;
     na_status_t st;
 
-    if (opts->kv_dtype != NA_DTYPE_F32 && opts->kv_dtype != NA_DTYPE_F16)
-        return na_err(NA_ERR_INVALID, "KV dtype %s is not supported (use f16 or f32)",
+    if (opts->kv_dtype != NA_DTYPE_F32 && opts->kv_dtype != NA_DTYPE_F16 &&
+        opts->kv_dtype != NA_DTYPE_BF16)
+        return na_err(NA_ERR_INVALID, "KV dtype %s is not supported (use f16, bf16 or f32)",
                       na_dtype_name(opts->kv_dtype));
     e = calloc(1, sizeof(*e));
     if (e == NULL)

@@ -37,7 +37,7 @@
 typedef struct {
     const char *backend;    /* kernels backend: "cpu" (default when NULL) or "ref" */
     int         n_threads;  /* backend threads; <= 0 means all cores */
-    na_dtype_t  kv_dtype;   /* local KV cache: NA_DTYPE_F32 or NA_DTYPE_F16 */
+    na_dtype_t  kv_dtype;   /* local KV cache: NA_DTYPE_F32, F16 or BF16 */
     int         max_rows;   /* most token rows per forward step (prefill chunk);
                                <= 0 means NA_ENGINE_DEFAULT_MAX_ROWS */
 } na_engine_opts_t;

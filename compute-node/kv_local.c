@@ -11,8 +11,8 @@ na_status_t na_kv_local_create(const na_model_config_t *cfg, na_dtype_t dtype,
 {
     na_kv_local_t *kv;
 
-    if (dtype != NA_DTYPE_F32 && dtype != NA_DTYPE_F16)
-        return na_err(NA_ERR_INVALID, "KV cache dtype %s is not supported (use f16 or f32)",
+    if (dtype != NA_DTYPE_F32 && dtype != NA_DTYPE_F16 && dtype != NA_DTYPE_BF16)
+        return na_err(NA_ERR_INVALID, "KV cache dtype %s is not supported (use f16, bf16 or f32)",
                       na_dtype_name(dtype));
     kv = calloc(1, sizeof(*kv));
     if (kv == NULL)

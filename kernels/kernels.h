@@ -92,7 +92,7 @@ typedef struct {
 } na_attn_stat_t;
 
 /* One KV span: n consecutive tokens of one KV head, K and V rows of head_dim
- * elements of kv_dtype (f16 or f32) with a row stride of `stride` elements. */
+ * elements of kv_dtype (f16, bf16 or f32) with a row stride of `stride` elements. */
 typedef struct {
     const void *k;
     const void *v;
@@ -158,7 +158,7 @@ typedef struct {
                          const int *tokens, int n);
     /* x[i] += y[i], i < n (residual add). */
     na_status_t (*add)(na_kernels_t *k, const na_kbuf_t *x, const na_kbuf_t *y, size_t n);
-    /* dst[i] = src[i] (f32) converted to dtype (f32 or f16), i < n: KV rows
+    /* dst[i] = src[i] (f32) converted to dtype (f32, f16 or bf16), i < n: KV rows
      * into a KV cache. */
     na_status_t (*store)(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dtype,
                          const na_kbuf_t *src, size_t n);
@@ -185,7 +185,7 @@ typedef struct {
 
     /* Causal attention of a prompt: q (n_tok, n_heads*head_dim) for positions
      * pos0..pos0+n_tok-1; K/V hold positions 0..pos0+n_tok-1 of n_kv_heads
-     * heads, layout [token][kv_head][head_dim] in kv_dtype (f16/f32);
+     * heads, layout [token][kv_head][head_dim] in kv_dtype (f16/bf16/f32);
      * out (n_tok, n_heads*head_dim). */
     na_status_t (*attn_prefill)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
                                 const na_kbuf_t *kcache, const na_kbuf_t *vcache,

@@ -32,8 +32,8 @@ static na_status_t na_kv_cfg_check(const na_kv_store_cfg_t *c)
     if (c->block_tokens < 1 || c->block_tokens > 65536)
         return na_err(NA_ERR_RANGE, "kv store: block_tokens = %d out of range [1, 65536]",
                       c->block_tokens);
-    if (c->kv_dtype != NA_DTYPE_F16 && c->kv_dtype != NA_DTYPE_F32)
-        return na_err(NA_ERR_UNSUPPORTED, "kv store: kv_dtype %s not supported (f16, f32)",
+    if (c->kv_dtype != NA_DTYPE_F16 && c->kv_dtype != NA_DTYPE_BF16 && c->kv_dtype != NA_DTYPE_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "kv store: kv_dtype %s not supported (f16, bf16, f32)",
                       na_dtype_name(c->kv_dtype));
     if (c->spill_interval < 1 || c->spill_interval > 4096)
         return na_err(NA_ERR_RANGE, "kv store: spill_interval = %d out of range [1, 4096]",
@@ -283,27 +283,26 @@ na_status_t na_kv_close(na_kv_store_t *s, uint64_t id)
     return NA_OK;
 }
 
-/* Copy one row of n elements from src (src_dtype) to dst (kv dtype). */
+/* Copy one row of n elements from src (src_dtype: kv, or f32) to dst (kv
+ * dtype); f32 is rounded to nearest even. */
 static void na_kv_row_put(void *dst, na_dtype_t kv, const void *src, na_dtype_t sdt, int n)
 {
-    int i;
+    const float *f = src;
+    uint16_t *h = dst;
+    int i = 0;
+
     if (sdt == kv) {
         memcpy(dst, src, (size_t)n * na_dtype_bytes(kv, 1));
-    } else if (kv == NA_DTYPE_F16) {          /* f32 -> f16, round to nearest even */
-        const float *f = src;
-        uint16_t *h = dst;
-        i = 0;
+    } else if (kv == NA_DTYPE_F16) {
 #ifdef __F16C__
         for (; i + 8 <= n; i += 8)
             _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(f + i), 0));
 #endif
         for (; i < n; i++)
             h[i] = na_f32_to_f16(f[i]);
-    } else {                                  /* f16 -> f32 */
-        const uint16_t *h = src;
-        float *f = dst;
-        for (i = 0; i < n; i++)
-            f[i] = na_f16_to_f32(h[i]);
+    } else {                                  /* bf16 */
+        for (; i < n; i++)
+            h[i] = na_f32_to_bf16(f[i]);
     }
 }
 

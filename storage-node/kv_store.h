@@ -52,7 +52,7 @@ typedef struct {
     int                n_layers;       /* model layers */
     int                head_dim;
     int                block_tokens;   /* tokens per block (>= 1) */
-    na_dtype_t         kv_dtype;       /* NA_DTYPE_F16 or NA_DTYPE_F32 */
+    na_dtype_t         kv_dtype;       /* NA_DTYPE_F16, NA_DTYPE_BF16 or NA_DTYPE_F32 */
     int                spill_interval; /* decode steps between spills (>= 1) */
     uint64_t           dram_bytes;     /* DRAM budget: buffer + DRAM tier */
     uint64_t           ssd_bytes;      /* SSD tier file size; 0 = no SSD tier */

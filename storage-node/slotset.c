@@ -38,9 +38,10 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
 
     memset(spec, 0, sizeof(*spec));
     na_slot_common_default(c);
-    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_F32)
+    if (cfg->model.kv_dtype != NA_CFG_KV_F16 && cfg->model.kv_dtype != NA_CFG_KV_BF16 &&
+        cfg->model.kv_dtype != NA_CFG_KV_F32)
         return na_err(NA_ERR_UNSUPPORTED, "model.kv_dtype %s is not supported by the storage "
-                      "slots (f16 or f32)", na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
+                      "slots (f16, bf16 or f32)", na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
     c->kv_dtype = (na_dtype_t)cfg->model.kv_dtype;
     c->block_tokens = (int)cfg->kv.block_tokens;
     c->spill_interval = (int)cfg->kv.spill_interval;

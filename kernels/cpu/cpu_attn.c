@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_attn.c — decode, partial and causal prefill attention with
- * GQA over f16 or f32 KV, AVX2/FMA/F16C.
+ * GQA over f16, bf16 or f32 KV, AVX2/FMA/F16C.
  *
  * Everything is built on one core, na_cpu_attn_span: up to 16 query heads
  * sharing one KV head against n tokens of K/V rows (row stride `stride`
@@ -79,9 +79,13 @@
 #define NA_CPU_IN_REG(v) ((void)0)
 #endif
 
-/* 8 KV elements at element offset off, as f32. */
+/* 8 KV elements at element offset off, as f32. The `f16` argument of the
+ * vector paths is the KV row kind (na_cpu_kv_kind): 0 f32, 1 f16, 2 bf16;
+ * non-zero means 2-byte elements. */
 NA_INLINE __m256 na_cpu_kv8(const void *base, size_t off, int f16)
 {
+    if (f16 == 2)
+        return na_cpu_load_bf16((const uint16_t *)base + off);
     if (f16)
         return na_cpu_load_f16((const uint16_t *)base + off);
     return _mm256_loadu_ps((const float *)base + off);
@@ -290,7 +294,8 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
     }
 
 /* The core (see the top of the file): group <= NA_CPU_MAX_GROUP heads,
- * head_dim % 8 == 0, f16 or f32 rows; rows up to n_pf may be prefetched. */
+ * head_dim % 8 == 0, f16, bf16 or f32 rows (f16: na_cpu_kv8's kind); rows up to
+ * n_pf may be prefetched. */
 NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
                                   int group, int hd, const void *k, const void *v,
                                   size_t stride, int n, int n_pf, float scale, int f16)
@@ -346,6 +351,13 @@ static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q,
     na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, n_pf, scale, 1);
 }
 
+static void na_cpu_attn_span_bf16(na_attn_stat_t *st, float *acc, const float *q, int group,
+                                  int hd, const void *k, const void *v, size_t stride,
+                                  int n, int n_pf, float scale)
+{
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, n_pf, scale, 2);
+}
+
 static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
                                  int hd, const void *k, const void *v, size_t stride,
                                  int n, int n_pf, float scale)
@@ -363,7 +375,10 @@ static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int
     int g0;
     for (g0 = 0; g0 < group; g0 += NA_CPU_MAX_GROUP) {
         int gn = group - g0 < NA_CPU_MAX_GROUP ? group - g0 : NA_CPU_MAX_GROUP;
-        if (f16)
+        if (f16 == 2)
+            na_cpu_attn_span_bf16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
+                                  gn, hd, k, v, stride, n, n_pf, scale);
+        else if (f16)
             na_cpu_attn_span_f16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
                                  gn, hd, k, v, stride, n, n_pf, scale);
         else
@@ -375,7 +390,14 @@ static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int
 /* 1 if the vector paths handle this KV dtype and head_dim, else 0. */
 static int na_cpu_attn_ok(na_dtype_t dt, int head_dim)
 {
-    return (dt == NA_DTYPE_F16 || dt == NA_DTYPE_F32) && head_dim % 8 == 0 && head_dim > 0;
+    return (dt == NA_DTYPE_F16 || dt == NA_DTYPE_BF16 || dt == NA_DTYPE_F32) &&
+           head_dim % 8 == 0 && head_dim > 0;
+}
+
+/* The row kind the vector paths take for a KV dtype (see na_cpu_kv8). */
+static int na_cpu_kv_kind(na_dtype_t dt)
+{
+    return dt == NA_DTYPE_BF16 ? 2 : dt == NA_DTYPE_F16 ? 1 : 0;
 }
 
 /* ops->attn_partial: fold one span into (st, acc). No scratch, no pool:
@@ -389,7 +411,7 @@ void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
         return;
     }
     na_cpu_attn_span(st, acc, q, group, head_dim, span->k, span->v, span->stride,
-                     span->n, span->n, scale, kv_dtype == NA_DTYPE_F16);
+                     span->n, span->n, scale, na_cpu_kv_kind(kv_dtype));
 }
 
 /* Tokens [t0, t1) of every KV head, folded into (st, acc) of all heads:
@@ -452,7 +474,7 @@ void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
 {
     na_cpu_state_t *s = k->priv;
     na_attn_stat_t st0[NA_MODEL_MAX_HEADS];
-    na_cpu_dec_job_t j = { out, NULL, st0, q, kcache, vcache, kv_dtype == NA_DTYPE_F16,
+    na_cpu_dec_job_t j = { out, NULL, st0, q, kcache, vcache, na_cpu_kv_kind(kv_dtype),
                            ctx, n_heads, n_kv_heads, head_dim };
     size_t hsz = (size_t)n_heads * head_dim;
     int n_parts = 1, p;
@@ -514,7 +536,7 @@ void na_cpu_attn_prefill(na_kernels_t *k, float *out, const float *q,
                          int n_tok, int pos0, int n_heads, int n_kv_heads, int head_dim)
 {
     na_cpu_state_t *s = k->priv;
-    na_cpu_pre_job_t j = { out, q, kcache, vcache, kv_dtype == NA_DTYPE_F16, pos0,
+    na_cpu_pre_job_t j = { out, q, kcache, vcache, na_cpu_kv_kind(kv_dtype), pos0,
                            n_heads, n_kv_heads, head_dim };
 
     if (!na_cpu_attn_ok(kv_dtype, head_dim) || n_heads > NA_MODEL_MAX_HEADS) {

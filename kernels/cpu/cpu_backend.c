@@ -204,13 +204,18 @@ static void na_cpu_add(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-/* ops->store: f32 rows into a KV cache of f32 (memcpy) or f16 (scalar
+/* ops->store: f32 rows into a KV cache of f32 (memcpy), f16 or bf16 (scalar
  * round-to-nearest-even, the same conversion as everywhere else). */
 static void na_cpu_store(void *dst, na_dtype_t dtype, const float *src, size_t n)
 {
     size_t i;
     if (dtype == NA_DTYPE_F32) {
         memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    if (dtype == NA_DTYPE_BF16) {
+        for (i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = na_f32_to_bf16(src[i]);
         return;
     }
     for (i = 0; i < n; i++)

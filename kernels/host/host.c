@@ -237,8 +237,8 @@ na_status_t na_khost_store(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dty
 {
     void *pd;
     float *ps;
-    if (dtype != NA_DTYPE_F32 && dtype != NA_DTYPE_F16)
-        return na_err(NA_ERR_INVALID, "kernels %s store: dtype %s (use f32 or f16)",
+    if (dtype != NA_DTYPE_F32 && dtype != NA_DTYPE_F16 && dtype != NA_DTYPE_BF16)
+        return na_err(NA_ERR_INVALID, "kernels %s store: dtype %s (use f32, f16 or bf16)",
                       k->ops->name, na_dtype_name(dtype));
     NA_KHOST_ARG(dst, na_dtype_bytes(dtype, n), "store", "dst", pd);
     NA_KHOST_ARG(src, F32B(n), "store", "src", ps);
@@ -313,7 +313,7 @@ na_status_t na_khost_softmax(na_kernels_t *k, const na_kbuf_t *x, int n, int bat
 }
 
 /* The four buffers of an attention op: n_q query rows of n_heads heads and
- * n_kv KV tokens of n_kv_heads heads (kv f16 or f32, n_kv_heads dividing
+ * n_kv KV tokens of n_kv_heads heads (kv f16, bf16 or f32, n_kv_heads dividing
  * n_heads); their addresses into p[4] (out, q, kcache, vcache). */
 typedef struct {
     const na_kbuf_t *out, *q, *kc, *vc;
@@ -327,7 +327,7 @@ static na_status_t na_khost_attn_args(na_kernels_t *k, const char *op,
     size_t qb, kvb;
     na_status_t st;
 
-    if ((dt != NA_DTYPE_F16 && dt != NA_DTYPE_F32) || n_heads <= 0 || n_kv_heads <= 0 ||
+    if ((dt != NA_DTYPE_F16 && dt != NA_DTYPE_BF16 && dt != NA_DTYPE_F32) || n_heads <= 0 || n_kv_heads <= 0 ||
         head_dim <= 0 || n_heads % n_kv_heads != 0 || n_q < 0 || n_kv < 0)
         return na_khost_shape(k, op, 0);
     qb = F32B((size_t)n_q * (size_t)n_heads * (size_t)head_dim);

@@ -9,11 +9,13 @@
 
 #include "kernels/ref/ref.h"
 
-/* Element i of KV row `row` (f16 or f32). */
+/* Element i of KV row `row` (f16, bf16 or f32). */
 static float na_ref_kv_at(const void *base, na_dtype_t dt, size_t row_off, int i)
 {
     if (dt == NA_DTYPE_F16)
         return na_f16_to_f32(((const uint16_t *)base)[row_off + (size_t)i]);
+    if (dt == NA_DTYPE_BF16)
+        return na_bf16_to_f32(((const uint16_t *)base)[row_off + (size_t)i]);
     return ((const float *)base)[row_off + (size_t)i];
 }
 

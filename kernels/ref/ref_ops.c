@@ -144,6 +144,8 @@ void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n)
     for (i = 0; i < n; i++) {
         if (dtype == NA_DTYPE_F16)
             ((uint16_t *)dst)[i] = na_f32_to_f16(src[i]);
+        else if (dtype == NA_DTYPE_BF16)
+            ((uint16_t *)dst)[i] = na_f32_to_bf16(src[i]);
         else
             ((float *)dst)[i] = src[i];
     }

@@ -75,7 +75,7 @@ expect 2 "top-p 1.5 is invalid" --top-p 1.5
 expect 1 "nope.yaml" --mode offload --config "$TMP/nope.yaml"
 expect 2 "unknown --cluster 'far'" --mode offload --cluster far
 expect 2 "unknown mode 'fast'" --mode fast
-expect 2 "--kv-dtype expects f16 or f32" --kv-dtype q8_0
+expect 2 "--kv-dtype expects f16, bf16 or f32" --kv-dtype q8_0
 expect 2 "unknown backend 'gpu'" --backend gpu
 expect 2 "either --prompt or --prompts" --prompt a --prompts "$TMP/p.txt"
 expect 2 "unexpected argument 'stray'" stray

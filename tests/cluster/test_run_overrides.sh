@@ -16,6 +16,10 @@
 #           the option they say "kv f16"; kv-fetch with --kv-dtype f32 as
 #           well; connect to f16 nodes with --kv-dtype
 #           f32 is refused with a reason, with --kv-dtype f16 it runs
+#   bf16    bf16 KV: run --kv-dtype bf16 (start, inproc, kv-fetch) and a
+#           layout saying bf16 (nodes from `nearattn launch`, connect) give
+#           the monolithic --kv-dtype bf16 text (the same rounding everywhere;
+#           bf16 itself is checked against f32 in tests/unit/test_kernels.c)
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
 SCEN=$1
@@ -28,13 +32,14 @@ STOK="$SHARED/models/tok512.bin"
 [ -f "$STORIES" ] || { echo "SKIPPED: no $STORIES"; exit 77; }
 PORT=$(na_free_ports 4) || fail "no free ports"
 
-# layout NAME [rotational]: two storage nodes (request partition) serving
-# stories260K, f16 KV; rotational: a second compute node (replica) as well
+# layout NAME [rotational|fixed [KV_DTYPE]]: two storage nodes (request
+# partition) serving stories260K, KV_DTYPE (f16) KV; rotational: a second
+# compute node (replica) as well
 layout() {
     f="$DIR/$1.yaml"
     {
         echo "cluster: { name: $1, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
-        echo "model: { path: \"$STORIES\", tokenizer: \"$STOK\", kv_dtype: f16 }"
+        echo "model: { path: \"$STORIES\", tokenizer: \"$STOK\", kv_dtype: ${3:-f16} }"
         echo "transport: { timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
         echo "compute:"
         if [ "${2:-}" = rotational ]; then
@@ -152,6 +157,40 @@ kvdtype)
     refused kdconnect "--kv-dtype f32 against f16 nodes" "keeps model.kv_dtype f16" \
         --config "$L" --cluster connect --kv-dtype f32
     na_vs_mono kdconn16 offload "$STORIES" "$STOK" 16 --config "$L" --cluster connect --kv-dtype f16
+    kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
+    ;;
+bf16)
+    L=$(layout kb)
+    "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --kv-dtype bf16 \
+        --prompts "$DIR/prompts.txt" -n 100 --temp 0 --threads 1 > "$DIR/bf16.mono" \
+        2> "$DIR/bf16.mono.err" || fail "monolithic bf16 run failed"
+    grep -q "kv bf16" "$DIR/bf16.mono.err" || fail "monolithic run not on bf16 KV"
+    for c in start inproc kvfetch; do
+        cl=$c; m=offload
+        [ $c = kvfetch ] && { cl=start; m=kv-fetch; }
+        rm -f "$DIR"/nearattn-run-kb-*.log
+        na_fg "$DIR/kb$c.off" "$DIR/kb$c.err" timeout 120 "$BIN" run --config "$L" --cluster $cl \
+            --mode $m --kv-dtype bf16 --prompts "$DIR/prompts.txt" -n 100 --temp 0 --threads 1 ||
+            fail "kb$c: --kv-dtype bf16 failed"
+        na_same_sorted "$DIR/bf16.mono" "$DIR/kb$c.off" ||
+            fail "kb$c: --kv-dtype bf16 text differs from monolithic bf16"
+        [ $cl = start ] && { grep -q "kv bf16" "$DIR/nearattn-run-kb-s0.log" ||
+            fail "kb$c: node s0 not on bf16 KV"; }
+        echo "ok: $c --kv-dtype bf16 equals monolithic bf16"
+    done
+    B=$(layout kbl fixed bf16)
+    "$BIN" check-config "$B" > /dev/null || fail "check-config refuses kv_dtype: bf16"
+    launch kbl "$B"
+    grep -q "kv bf16" "$DIR"/logs/s0*.log || fail "kbl: launched node not on bf16 KV"
+    for m in offload kv-fetch; do       # the layout's dtype, named or not
+        for kd in "--kv-dtype bf16" ""; do
+            na_fg "$DIR/kbl.off" "$DIR/kbl.err" timeout 120 "$BIN" run --config "$B" \
+                --cluster connect --mode $m $kd --prompts "$DIR/prompts.txt" -n 100 --temp 0 \
+                --threads 1 || fail "kbl: $m $kd: connect to bf16 nodes failed"
+            na_same_sorted "$DIR/bf16.mono" "$DIR/kbl.off" || fail "kbl: $m $kd: text differs"
+        done
+    done
+    echo "ok: a bf16 layout over connect (offload, kv-fetch) equals monolithic bf16"
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
     ;;
 *)

@@ -32,7 +32,6 @@ static const bad_case_t bad_cases[] = {
     { "null-value.yaml",        7, 10, "got null" },
     { "bool-bad.yaml",         10, 20, "expected boolean" },
     { "enum-bad.yaml",          9, 46, "expected one of cpu|cuda|csd" },
-    { "kv-bf16.yaml",           2, 20, "bf16 KV is not supported yet; use f16 or f32" },
     { "dup-key.yaml",           8,  5, "duplicate key 'port'" },
     { "dup-name.yaml",          5, 11, "duplicate node name 'c0'" },
     { "dup-addr.yaml",         12, 11, "duplicate address 127.0.0.1:14001" },

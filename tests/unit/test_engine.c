@@ -252,6 +252,19 @@ static int test_stories(void)
     NA_CHECK_OK(run_gen(m, "ref", NA_DTYPE_F16, 0, 0, 0, prompts, n_prompt, 3, 48, 0.0f, NULL,
                         0, &ref_out));
     NA_CHECK_MSG(same_out(&out, &ref_out, 3), "refdev vs ref backend");
+    /* bf16 KV: cpu, ref and refdev give the same greedy tokens, batched or not */
+    memset(&out, 0, sizeof(out));
+    memset(&ref_out, 0, sizeof(ref_out));
+    NA_CHECK_OK(run_gen(m, "cpu", NA_DTYPE_BF16, 0, 0, 0, prompts, n_prompt, 3, 48, 0.0f, NULL,
+                        0, &out));
+    NA_CHECK_OK(run_gen(m, "ref", NA_DTYPE_BF16, 0, 0, 0, prompts, n_prompt, 3, 48, 0.0f, NULL,
+                        0, &ref_out));
+    NA_CHECK_MSG(same_out(&out, &ref_out, 3), "bf16 KV: cpu vs ref backend");
+    memset(&out, 0, sizeof(out));
+    NA_CHECK_OK(run_gen(m, "refdev", NA_DTYPE_BF16, 0, 0, 0, prompts, n_prompt, 3, 48, 0.0f,
+                        NULL, 0, &out));
+    NA_CHECK_MSG(same_out(&out, &ref_out, 3), "bf16 KV: refdev vs ref backend");
+    check_batched_equals_single(m, NA_DTYPE_BF16, prompts, n_prompt, 5, 48, 0.0f, stop, 2);
 
     na_tokenizer_destroy(tok);
 out_model:

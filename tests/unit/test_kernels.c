@@ -1,6 +1,6 @@
 /* tests/unit/test_kernels.c — kernels/: the reference kernels against
  * hand-computed values, then every cpu op against its reference on random
- * inputs of awkward sizes, with 1 and 2 threads, all weight dtypes and f16/f32
+ * inputs of awkward sizes, with 1 and 2 threads, all weight dtypes and f16/bf16/f32
  * KV; online-softmax partials merged in different splits against one pass.
  *
  * Tolerances. Both backends sum in f32 but in different orders (blocked
@@ -334,17 +334,23 @@ static void test_elementwise(void)
 
 /* ---- attention ------------------------------------------------------------ */
 
-/* Random KV of n rows of row_elems in dtype dt (f16 or f32), in [-1, 1). */
+/* The KV dtypes every attention test runs over. */
+static const na_dtype_t kv_dtypes[] = { NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF16 };
+#define N_KV_DTYPES ((int)(sizeof(kv_dtypes) / sizeof(kv_dtypes[0])))
+
+/* Random KV of n rows of row_elems in dtype dt (f16, bf16 or f32), in [-1, 1). */
 static void *make_kv(na_dtype_t dt, size_t n_elems)
 {
     size_t i;
-    void *p = malloc((n_elems ? n_elems : 1) * (dt == NA_DTYPE_F16 ? 2 : 4));
+    void *p = malloc(na_dtype_bytes(dt, n_elems ? n_elems : 1));
     if (p == NULL)
         exit(1);
     for (i = 0; i < n_elems; i++) {
         float f = na_rng_uniform(&rng) * 2.0f - 1.0f;
         if (dt == NA_DTYPE_F16)
             ((uint16_t *)p)[i] = na_f32_to_f16(f);
+        else if (dt == NA_DTYPE_BF16)
+            ((uint16_t *)p)[i] = na_f32_to_bf16(f);
         else
             ((float *)p)[i] = f;
     }
@@ -386,8 +392,8 @@ static void test_decode(void)
     size_t c, h, r;
     int dt;
 
-    for (dt = 0; dt < 2; dt++) {
-        na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
+    for (dt = 0; dt < N_KV_DTYPES; dt++) {
+        na_dtype_t kd = kv_dtypes[dt];
         for (c = 0; c < 5; c++)
             for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
                 for (r = 0; r < 4; r++) {
@@ -432,8 +438,8 @@ static void check_prefill(na_dtype_t dt, int n_tok, int pos0, int n_heads, int n
 static void test_prefill(void)
 {
     int dt;
-    for (dt = 0; dt < 2; dt++) {
-        na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
+    for (dt = 0; dt < N_KV_DTYPES; dt++) {
+        na_dtype_t kd = kv_dtypes[dt];
         check_prefill(kd, 1, 0, 4, 4, 64);
         check_prefill(kd, 7, 0, 8, 2, 48);
         check_prefill(kd, 33, 5, 8, 1, 64);
@@ -451,9 +457,9 @@ static void test_partials(void)
                                      { 700, 64, 1, 735 }, { 63, 65, 1000, 372 } };
     int dt, s, t, i;
 
-    for (dt = 0; dt < 2; dt++) {
-        na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
-        size_t esz = dt ? 2 : 4, kvn = (size_t)ctx * 2 * hd;   /* 2 KV heads, use head 1 */
+    for (dt = 0; dt < N_KV_DTYPES; dt++) {
+        na_dtype_t kd = kv_dtypes[dt];
+        size_t esz = na_dtype_bytes(kd, 1), kvn = (size_t)ctx * 2 * hd;   /* 2 KV heads, use head 1 */
         void *kc = make_kv(kd, kvn), *vc = make_kv(kd, kvn);
         float q[4 * 64], ref[4 * 64 * 2], qfull[8 * 64], out[4 * 64];
         float acc[4 * 64], acc2[4 * 64];
@@ -574,8 +580,8 @@ static void test_add_store(void)
             NA_CHECK_OK(cpu_k[t]->ops->add(cpu_k[t], &bb, &yb, n));
             NA_CHECK_MSG(memcmp(a, b, F32B(n)) == 0, "add n %zu", n);
         }
-        for (dt = 0; dt < 2; dt++) {
-            na_dtype_t kd = dt ? NA_DTYPE_F16 : NA_DTYPE_F32;
+        for (dt = 0; dt < N_KV_DTYPES; dt++) {
+            na_dtype_t kd = kv_dtypes[dt];
             size_t bytes = na_dtype_bytes(kd, n);
             void *dr = dt ? (void *)hr : (void *)a, *dc = dt ? (void *)hc : (void *)b;
             na_kbuf_t drb = na_kbuf_host(dr, bytes), dcb = na_kbuf_host(dc, bytes);
@@ -583,7 +589,7 @@ static void test_add_store(void)
             NA_CHECK_OK(cpu_k[1]->ops->store(cpu_k[1], &dcb, kd, &xb, n));
             NA_CHECK_MSG(memcmp(dr, dc, bytes) == 0, "store %s n %zu", na_dtype_name(kd), n);
         }
-        NA_CHECK(hr[0] == na_f32_to_f16(x[0]));
+        NA_CHECK(hr[0] == na_f32_to_bf16(x[0]));   /* the last dtype stored: bf16 */
         free(hc);
         free(hr);
         free(b);
@@ -736,7 +742,7 @@ static void test_bad_args(void)
     NA_CHECK_OK(c->ops->place(c, &nt, &pn));
     pn.dtype = NA_DTYPE_F16;
     NA_CHECK(c->ops->rmsnorm(c, &yb, &xb, &pn, 32, 1e-5f, 1) == NA_ERR_INVALID);
-    NA_CHECK(c->ops->store(c, &hb, NA_DTYPE_BF16, &xb, 8) == NA_ERR_INVALID);
+    NA_CHECK(c->ops->store(c, &hb, NA_DTYPE_Q8_0, &xb, 8) == NA_ERR_INVALID);  /* not a KV dtype */
     NA_CHECK(c->ops->store(c, &hb, NA_DTYPE_F32, &xb, 64) == NA_ERR_INVALID);
     NA_CHECK(c->ops->attn_decode(c, &yb, &xb, &xb, &xb, NA_DTYPE_F32, 1, 3, 2, 8) ==
              NA_ERR_INVALID);                                             /* 3 heads / 2 */

@@ -17,17 +17,18 @@
 #define BS  (KVH * 2 * BT * HD * 2)          /* 8 KiB block */
 
 static char g_dir[512];
+static na_dtype_t g_kv_dtype = NA_DTYPE_F16;    /* the stores' KV dtype (2-byte: BS holds) */
 
 static void cfg_init(na_kv_store_cfg_t *c, const char *sub, uint64_t dram, uint64_t ssd)
 {
     static char d[600];
-    snprintf(d, sizeof(d), "%s/%s", g_dir, sub);
+    snprintf(d, sizeof(d), "%s/%s-%s", g_dir, na_dtype_name(g_kv_dtype), sub);
     (void)mkdir(d, 0700);
     memset(c, 0, sizeof(*c));
     c->n_layers = 2;
     c->head_dim = HD;
     c->block_tokens = BT;
-    c->kv_dtype = NA_DTYPE_F16;
+    c->kv_dtype = g_kv_dtype;
     c->spill_interval = 4;
     c->dram_bytes = dram;
     c->ssd_bytes = ssd;
@@ -44,8 +45,8 @@ static float *rows(int n, uint64_t seed)
     return x;
 }
 
-/* Check row t of (r, layer) in a view against src (f32 rounded to f16);
- * only for blocks held in memory. */
+/* Check row t of (r, layer) in a view against src (f32 rounded to the KV
+ * dtype); only for blocks held in memory. */
 static int row_ok(const na_kv_view_t *v, int t, const float *k)
 {
     const na_kv_block_t *b = &v->blocks[t / BT];
@@ -56,7 +57,9 @@ static int row_ok(const na_kv_view_t *v, int t, const float *k)
         const uint16_t *kr = (const uint16_t *)((const char *)b->mem + (size_t)h * 2 * BT * HD * 2) +
                              (size_t)(t % BT) * HD;
         for (i = 0; i < HD; i++)
-            if (kr[i] != na_f32_to_f16(k[(size_t)t * KVH * HD + h * HD + i]))
+            if (kr[i] != (g_kv_dtype == NA_DTYPE_BF16
+                          ? na_f32_to_bf16(k[(size_t)t * KVH * HD + h * HD + i])
+                          : na_f32_to_f16(k[(size_t)t * KVH * HD + h * HD + i])))
                 return 0;
     }
     return 1;
@@ -173,7 +176,9 @@ static void test_writeback(void)
     NA_CHECK_OK(na_kv_flush(s, r));
     /* bad input leaves the request as it was */
     NA_CHECK(na_kv_append(s, r, 2, k, vv, NA_DTYPE_F32, 0, 1, 0) == NA_ERR_RANGE);
-    NA_CHECK(na_kv_append(s, r, 0, k, vv, NA_DTYPE_BF16, 0, 1, 0) == NA_ERR_INVALID);
+    NA_CHECK(na_kv_append(s, r, 0, k, vv, g_kv_dtype == NA_DTYPE_BF16 ? NA_DTYPE_F16
+                                                                      : NA_DTYPE_BF16,
+                          0, 1, 0) == NA_ERR_INVALID);      /* rows of another 2-byte type */
     NA_CHECK(na_kv_append(s, r, 0, k, vv, NA_DTYPE_F32, 0, 27, 0) == NA_ERR_RANGE);
     NA_CHECK(na_kv_req_tokens(r, 0) == 34);
     NA_CHECK(na_kv_close(s, 8) == NA_ERR_NOT_FOUND);
@@ -248,6 +253,9 @@ int main(void)
     test_budgets();
     test_writeback();
     test_write_fault();
+    g_kv_dtype = NA_DTYPE_BF16;     /* the same tiers and writeback with bf16 rows */
+    test_budgets();
+    test_writeback();
     na_test_rmtree(g_dir);
     return na_test_finish();
 }
