@@ -62,12 +62,14 @@ layout() {
 }
 printf 'Once upon a time\nThe cat sat\nLily and Tom went to the park\nA big red ball\n' > "$DIR/prompts.txt"
 
-# launch NAME LAYOUT: `nearattn launch` of the layout's nodes (the layout's model); pid in LP
+# launch NAME LAYOUT [N GLOB]: `nearattn launch` of the layout's nodes (the
+# layout's model), waited for until N of the logs GLOB (2, s*.log: the storage
+# nodes) say READY; pid in LP
 launch() {
     mkdir -p "$DIR/logs"
     na_bg "$DIR/$1.launch" "$DIR/$1.launch" "$BIN" launch "$2" --log-dir "$DIR/logs"
     LP=$NA_PID
-    na_wait_count 20 2 READY 'logs/s*.log' || fail "$1: launched storage nodes not ready"
+    na_wait_count 30 "${3:-2}" READY "logs/${4:-s*.log}" || fail "$1: launched nodes not ready"
 }
 # refused NAME WHAT PATTERN ARGS...: `run ARGS` exits 1 with PATTERN on stderr, no text
 refused() {
@@ -119,7 +121,7 @@ model)
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
     # running compute replicas compute with the layout's weights: another model is refused
     rm -rf "$DIR/logs"
-    launch gmrot "$R"
+    launch gmrot "$R" 4 '*.log'     # c0 idles, c1 serves as a replica, s0, s1
     refused gmrotconn "--model with running compute replicas" "running compute replicas" \
         --config "$R" --cluster connect --model "$DIR/s.bin" --tokenizer "$DIR/s.tok.bin"
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
