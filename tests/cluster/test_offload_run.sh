@@ -21,6 +21,11 @@
 #           answering with a wrong GQA ratio, then with an extra entry: it is
 #           dropped with a reason naming it, its requests are re-placed on the
 #           other node, every text is the monolithic one, nothing hangs
+#   stop    a storage node stopped with SIGSTOP mid-generation (over shm,
+#           then tcp): it is lost after peer_timeout_ms (2 s here), not
+#           after 6 x timeout_ms; its requests are re-placed as for kill -9
+#           and every text is the monolithic one; the detection time (SIGSTOP
+#           to the "s1 lost" line) is printed; SIGCONT at the end
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
 #   kill    a storage node killed with kill -9 mid-generation: its requests
@@ -248,6 +253,44 @@ kill)
     else
         echo "note: generation finished before the kill; only completion is checked"
     fi
+    ;;
+stop)
+    mono stop 480
+    for tls in shm tcp; do
+        L=$(layout stop$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
+        for s in 0 1; do
+            na_bg "$DIR/t$tls$s.out" "$DIR/t$tls$s.err" "$BIN" node --config "$L" --name s$s
+            eval "SP$s=$NA_PID"
+        done
+        na_wait_all 20 READY "$DIR/t${tls}0.out" "$DIR/t${tls}1.out" || fail "stop $tls: nodes not ready"
+        na_bg "$DIR/stop$tls.off" "$DIR/stop$tls.err" timeout 120 "$BIN" run --config "$L" \
+            --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
+        RP=$NA_PID
+        sleep 0.4
+        kill -STOP "$SP1"
+        t0=$(date +%s%N)
+        t1=""
+        while kill -0 "$RP" 2>/dev/null; do
+            grep -q "s1 lost" "$DIR/stop$tls.err" && { t1=$(date +%s%N); break; }
+            sleep 0.02
+        done
+        wait "$RP"
+        rc=$?
+        kill -CONT "$SP1"
+        [ $rc -eq 124 ] && fail "stop $tls: offload run hung"
+        [ $rc -eq 0 ] || fail "stop $tls: run exited $rc, expected 0 (requests re-placed)"
+        na_same_sorted "$DIR/stop.mono" "$DIR/stop$tls.off" || fail "stop $tls: text differs"
+        if grep -q " [1-9][0-9]* re-placed" "$DIR/stop$tls.err"; then
+            [ -n "$t1" ] || fail "stop $tls: no \"s1 lost\" line while the run was going"
+            ms=$(( (t1 - t0) / 1000000 ))
+            [ $ms -le 4500 ] || fail "stop $tls: detected after $ms ms, peer_timeout_ms is 2000"
+            echo "ok: stop of s1 over $tls: lost after $ms ms ($(grep -o "s1 lost.*" "$DIR/stop$tls.err" | head -n 1)), $(grep -o "[0-9]* re-placed" "$DIR/stop$tls.err"), text as monolithic"
+        else
+            echo "note: generation finished before the stop; only completion is checked"
+        fi
+        kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
+        PORT=$((PORT + 2))
+    done
     ;;
 late)
     # s1 is down when the run starts; started by hand during the run, it is
