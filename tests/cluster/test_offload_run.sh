@@ -26,6 +26,11 @@
 #           after 6 x timeout_ms; its requests are re-placed as for kill -9
 #           and every text is the monolithic one; the detection time (SIGSTOP
 #           to the "s1 lost" line) is printed; SIGCONT at the end
+#   ucxlog  UCX's own log never reaches stdout (the generated text): with
+#           UCX_LOG_LEVEL=info (shm, tcp) stdout holds exactly the monolithic
+#           text and UCX's lines are on stderr (compute and nodes); a
+#           UCX_LOG_FILE set by the user is honoured; a failed handshake
+#           (wrong secret) ends in exit 1, not an abort inside UCX
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
 #   kill    a storage node killed with kill -9 mid-generation: its requests
@@ -291,6 +296,38 @@ stop)
         kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
         PORT=$((PORT + 2))
     done
+    ;;
+ucxlog)
+    export UCX_LOG_LEVEL=info
+    for tls in shm tcp; do
+        L=$(layout ucx$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
+        offload_vs_mono ucx$tls "$L" "$STORIES" "$STOK" 16 start
+        grep -q "UCX INFO" "$DIR/ucx$tls.err" || fail "ucxlog $tls: no UCX line on stderr (is the level forced?)"
+        grep -q "UCX INFO" "$DIR/nearattn-run-ucx$tls-s0.log" || fail "ucxlog $tls: no UCX line in s0's log"
+    done
+    export UCX_LOG_FILE="$DIR/ucx-user.log"
+    offload_vs_mono ucxfile "$L" "$STORIES" "$STOK" 16 start
+    grep -q "UCX" "$DIR/ucxfile.err" && fail "ucxlog: UCX_LOG_FILE set, yet UCX lines on stderr"
+    grep -q "UCX" "$DIR/ucx-user.log" || fail "ucxlog: UCX_LOG_FILE set by the user not honoured"
+    unset UCX_LOG_FILE
+    echo "ok: ucxlog (UCX's lines on stderr or in UCX_LOG_FILE, stdout only the text)"
+    # a failed handshake (the compute node's secret is not the node's): exit 1, no abort
+    L=$(layout ucxok 1 request 1 auto auto 2 false "$STORIES" "$STOK")
+    na_bg "$DIR/u0.out" "$DIR/u0.err" "$BIN" node --config "$L" --name s0
+    na_wait_line "$DIR/u0.out" READY 20 || fail "ucxlog: s0 not ready"
+    printf 'NEARATTN-TEST-WRONG-SECRET-0123456789abcdef0123456789abcdef\n' > "$DIR/wrong.secret"
+    chmod 600 "$DIR/wrong.secret"
+    sed "s|secret_file: \"[^\"]*\"|secret_file: \"$DIR/wrong.secret\"|" "$L" > "$DIR/ucxbad.yaml"
+    for i in 1 2 3; do
+        na_fg "$DIR/ucxbad.out" "$DIR/ucxbad.err" timeout 60 "$BIN" run --config "$DIR/ucxbad.yaml" \
+            --cluster connect --prompt "Once upon a time" -n 8 --temp 0
+        rc=$?
+        [ $rc -eq 1 ] || fail "ucxlog: wrong secret: run exited $rc, expected 1"
+        grep -q "could not prove the cluster secret" "$DIR/ucxbad.err" || fail "ucxlog: no reason for the refusal"
+        grep -q "UCX.*\(Bug\|WARN\|ERROR\)" "$DIR/ucxbad.out" "$DIR/ucxbad.err" && fail "ucxlog: UCX complained"
+    done
+    unset UCX_LOG_LEVEL
+    echo "ok: a failed handshake exits 1 without an abort inside UCX"
     ;;
 late)
     # s1 is down when the run starts; started by hand during the run, it is
