@@ -31,6 +31,9 @@
 #           text and UCX's lines are on stderr (compute and nodes); a
 #           UCX_LOG_FILE set by the user is honoured; a failed handshake
 #           (wrong secret) ends in exit 1, not an abort inside UCX
+#   reclaim a storage node killed with kill -9 leaves its preallocated kv.dat;
+#           started again on the same directory it reuses it (no "in use"
+#           error, disk usage not doubled) and serves a run
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
 #   kill    a storage node killed with kill -9 mid-generation: its requests
@@ -328,6 +331,33 @@ ucxlog)
     done
     unset UCX_LOG_LEVEL
     echo "ok: a failed handshake exits 1 without an abort inside UCX"
+    ;;
+reclaim)
+    L=$(layout recl 1 request 1 auto ssd 2 false "$STORIES" "$STOK")
+    KVF="$DIR/kv/recl/s0/kv.dat"
+    na_bg "$DIR/r0.out" "$DIR/r0.err" "$BIN" node --config "$L" --name s0
+    R0=$NA_PID
+    na_wait_line "$DIR/r0.out" READY 20 || fail "reclaim: s0 not ready"
+    [ -f "$KVF" ] || fail "reclaim: no $KVF while s0 runs"
+    du1=$(du -sk "$DIR/kv/recl" | cut -f1)
+    kill -9 "$R0"; wait "$R0" 2>/dev/null
+    [ -f "$KVF" ] || fail "reclaim: kill -9 left no kv.dat (nothing to reclaim: test is moot)"
+    na_bg "$DIR/r1.out" "$DIR/r1.err" "$BIN" node --config "$L" --name s0
+    R1=$NA_PID
+    na_wait_line "$DIR/r1.out" READY 20 || fail "reclaim: s0 did not start again on its directory: $(tail -n 2 "$DIR/r1.err")"
+    grep -q "in use" "$DIR/r1.err" && fail "reclaim: the leftover kv.dat was called in use"
+    du2=$(du -sk "$DIR/kv/recl" | cut -f1)
+    [ "$du2" -le $((du1 + du1 / 10)) ] || fail "reclaim: disk usage $du1 KiB -> $du2 KiB after the restart"
+    mono recl 24
+    na_fg "$DIR/recl.off" "$DIR/recl.err" timeout 60 "$BIN" run --config "$L" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1 || fail "reclaim: run on the restarted node failed"
+    na_same_sorted "$DIR/recl.mono" "$DIR/recl.off" || fail "reclaim: text differs"
+    # a second node on the directory of a running one is still refused
+    na_fg "$DIR/r2.out" "$DIR/r2.err" timeout 20 "$BIN" node --config "$L" --name s0 --listen 127.0.0.1:0
+    grep -q "in use" "$DIR/r2.err" || fail "reclaim: a second node on a live directory was not refused: $(tail -n 1 "$DIR/r2.err")"
+    kill -TERM "$R1"; wait "$R1" 2>/dev/null
+    [ -f "$KVF" ] && fail "reclaim: kv.dat left after a clean stop"
+    echo "ok: reclaim (kv.dat of a killed node reused: $du1 KiB before, $du2 KiB after the restart)"
     ;;
 late)
     # s1 is down when the run starts; started by hand during the run, it is
