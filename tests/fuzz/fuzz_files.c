@@ -58,12 +58,16 @@ int fuzz_expect(int ok, const char *fmt, ...)
     return 0;
 }
 
-int fuzz_failure_ok(const char *what, na_status_t st, const char *path)
+int fuzz_loaded(const char *what, na_status_t st, const char *path, const void *out)
 {
-    return fuzz_expect(st != NA_ERR_INTERNAL && st != NA_ERR_NOMEM, "%s: %s: %s", what,
-                       na_status_string(st), na_errmsg()) &&
-           fuzz_expect(strstr(na_errmsg(), path) != NULL, "%s: message does not name %s: %s",
-                       what, path, na_errmsg());
+    if (st == NA_OK)
+        return 1;
+    fuzz_expect(st != NA_ERR_INTERNAL && st != NA_ERR_NOMEM, "%s: %s: %s", what,
+                na_status_string(st), na_errmsg());
+    fuzz_expect(strstr(na_errmsg(), path) != NULL, "%s: message does not name %s: %s", what,
+                path, na_errmsg());
+    fuzz_expect(out == NULL, "%s set its output on failure", what);
+    return 0;
 }
 
 unsigned fuzz_touch(const void *p, size_t n)
@@ -77,7 +81,7 @@ unsigned fuzz_touch(const void *p, size_t n)
     return sum;
 }
 
-void fuzz_use_tokenizer(const na_tokenizer_t *tok)
+void fuzz_use_tokenizer(na_tokenizer_t *tok)
 {
     static const char *const texts[] = {
         "", " ", "Hello, world!", "the  quick brown fox\n\t", "\xe2\x96\x81 \xff\xfe\xc3(",
@@ -110,6 +114,7 @@ void fuzz_use_tokenizer(const na_tokenizer_t *tok)
                     na_status_string(st));
         (void)fuzz_touch(buf, len);
     }
+    na_tokenizer_destroy(tok);
 }
 
 /* Build the tokenizer of g when it has a vocabulary, and use it. */
@@ -121,12 +126,8 @@ void fuzz_use_gguf_tokenizer(const na_gguf_t *g)
     if (na_gguf_find(g, "tokenizer.ggml.tokens") == NULL)
         return;
     st = na_tokenizer_create_gguf(g, &tok);
-    if (st == NA_OK) {
+    if (fuzz_loaded("na_tokenizer_create_gguf", st, g->path, tok))
         fuzz_use_tokenizer(tok);
-        na_tokenizer_destroy(tok);
-    } else {
-        fuzz_failure_ok("na_tokenizer_create_gguf", st, g->path);
-    }
 }
 
 static void use_tensor(const na_tensor_t *t)
@@ -171,22 +172,15 @@ void fuzz_open_model(const uint8_t *data, size_t size)
     if (path == NULL)
         return;
     st = na_model_open(path, &m);
-    if (st == NA_OK) {
+    if (fuzz_loaded("na_model_open", st, path, m)) {
         use_model(m);
         na_model_destroy(m);
-    } else {
-        fuzz_failure_ok("na_model_open", st, path);
-        fuzz_expect(m == NULL, "na_model_open set its output on failure");
     }
 }
 
 int fuzz_done(void)
 {
-#ifdef NA_LIBFUZZER
-    if (fuzz_bad)                   /* make libFuzzer keep the input that did it */
-        __builtin_trap();
-#endif
-    return 0;
+    return fuzz_trap_if(fuzz_bad);
 }
 
 #ifndef NA_LIBFUZZER
@@ -195,12 +189,6 @@ typedef struct {
     uint8_t *data;
     size_t   len;
 } fuzz_seed_t;
-
-static uint64_t fuzz_env(const char *name, uint64_t def)
-{
-    const char *s = getenv(name);
-    return s && *s ? strtoull(s, NULL, 0) : def;
-}
 
 /* A position for an edit: in the first `hot` bytes three times out of four. */
 static size_t fuzz_pos(na_rng_t *r, size_t len, size_t hot)
@@ -316,8 +304,8 @@ static int fuzz_read_seeds(const fuzz_files_target_t *t, const char *dir, fuzz_s
 int fuzz_files_main(const fuzz_files_target_t *t)
 {
     enum { MAX_SEEDS = 16 };
-    uint64_t iters = fuzz_env("NA_FUZZ_ITERS", (uint64_t)t->iters);
-    uint64_t seed = fuzz_env("NA_FUZZ_SEED", 1), it;
+    uint64_t iters = fuzz_env_u64("NA_FUZZ_ITERS", (uint64_t)t->iters);
+    uint64_t seed = fuzz_env_u64("NA_FUZZ_SEED", 1), it;
     fuzz_seed_t seeds[MAX_SEEDS];
     size_t cap = 0, maxlen = 0;
     uint8_t *work;

@@ -21,11 +21,33 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common/dtype.h"
 #include "common/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The value of environment variable name (strtoull, base 0), or def when it
+ * is unset or empty. */
+static inline uint64_t fuzz_env_u64(const char *name, uint64_t def)
+{
+    const char *s = getenv(name);
+    return s != NULL && *s != '\0' ? strtoull(s, NULL, 0) : def;
+}
+
+/* End of an entry point that counted bad unexpected results: under
+ * libFuzzer trap when there were any, so that it keeps the input. 0. */
+static inline int fuzz_trap_if(unsigned long bad)
+{
+#ifdef NA_LIBFUZZER
+    if (bad != 0)
+        __builtin_trap();
+#else
+    (void)bad;
+#endif
+    return 0;
+}
 
 typedef struct {
     const char        *name;        /* "fuzz_gguf": messages and the summary line */
@@ -39,20 +61,23 @@ typedef struct {
  * $TMPDIR, removed at exit) and return its path; NULL if it cannot be written. */
 const char *fuzz_file_write(const uint8_t *data, size_t size);
 
-/* Count an unexpected result (and print it) unless ok; returns ok. A loader
- * failure is expected when its status is not NA_ERR_INTERNAL / NA_ERR_NOMEM
- * and its message names the file (fuzz_failure_ok). */
+/* Count an unexpected result (and print it) unless ok; returns ok. */
 int fuzz_expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int fuzz_failure_ok(const char *what, na_status_t st, const char *path);
+
+/* The result of loader `what` on path, its output pointer out: 1 when st is
+ * NA_OK; else 0 after checking the failure is an expected one (a status
+ * other than NA_ERR_INTERNAL / NA_ERR_NOMEM, a message naming path, out
+ * still NULL). */
+int fuzz_loaded(const char *what, na_status_t st, const char *path, const void *out);
 
 /* Read every byte of p[0..n) (ASan sees over-reads); returns a checksum. */
 unsigned fuzz_touch(const void *p, size_t n);
 
-/* Use a tokenizer that loaded: every piece and its decoding read, a few
- * hostile texts (invalid UTF-8, byte-token look-alikes) encoded to ids in
- * range and decoded back. */
+/* Use a tokenizer that loaded, then destroy it: every piece and its decoding
+ * read, a few hostile texts (invalid UTF-8, byte-token look-alikes) encoded
+ * to ids in range and decoded back. */
 struct na_tokenizer;
-void fuzz_use_tokenizer(const struct na_tokenizer *tok);
+void fuzz_use_tokenizer(struct na_tokenizer *tok);
 
 /* Build the tokenizer of a parsed GGUF when it has tokenizer.ggml.tokens,
  * and use it (fuzz_use_tokenizer). */
