@@ -130,34 +130,45 @@ void fuzz_use_gguf_tokenizer(const na_gguf_t *g)
         fuzz_use_tokenizer(tok);
 }
 
-static void use_tensor(const na_tensor_t *t)
+/* Check tensor t of m has the shape the compute code expects and lies inside
+ * the map when it points into it (a mapped file's last page is padded: past
+ * its end is no fault), then read all of it. */
+static void use_tensor(const na_model_t *m, const na_tensor_t *t, const char *name, int rows,
+                       int cols)
 {
-    (void)fuzz_touch(t->data, na_dtype_bytes(t->dtype, (size_t)t->rows * (size_t)t->cols));
+    size_t bytes = na_dtype_bytes(t->dtype, (size_t)t->rows * (size_t)t->cols);
+    const uint8_t *p = t->data, *map = m->map;
+
+    fuzz_expect(t->rows == rows && t->cols == cols, "%s: %s is %dx%d, expected %dx%d", m->path,
+                name, t->rows, t->cols, rows, cols);
+    if (p >= map && p < map + m->map_size)
+        fuzz_expect(bytes <= m->map_size - (size_t)(p - map), "%s: %s (%zu bytes at %zu) runs "
+                    "past the end (%zu)", m->path, name, bytes, (size_t)(p - map), m->map_size);
+    (void)fuzz_touch(p, bytes);
 }
 
 /* Read every weight of m. */
 static void use_model(const na_model_t *m)
 {
-    int l;
+    const na_model_config_t *c = &m->cfg;
+    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim, l;
 
     fuzz_models++;
-    use_tensor(&m->tok_embd);
-    use_tensor(&m->out_norm);
-    use_tensor(&m->output);
-    for (l = 0; l < m->cfg.n_layers; l++) {
+    use_tensor(m, &m->tok_embd, "tok_embd", c->vocab_size, c->dim);
+    use_tensor(m, &m->out_norm, "out_norm", 1, c->dim);
+    use_tensor(m, &m->output, "output", c->vocab_size, c->dim);
+    for (l = 0; l < c->n_layers; l++) {
         const na_layer_weights_t *w = &m->layers[l];
-        use_tensor(&w->attn_norm);
-        use_tensor(&w->wq);
-        use_tensor(&w->wk);
-        use_tensor(&w->wv);
-        use_tensor(&w->wo);
-        use_tensor(&w->ffn_norm);
-        use_tensor(&w->w1);
-        use_tensor(&w->w2);
-        use_tensor(&w->w3);
+        use_tensor(m, &w->attn_norm, "attn_norm", 1, c->dim);
+        use_tensor(m, &w->wq, "wq", q, c->dim);
+        use_tensor(m, &w->wk, "wk", kv, c->dim);
+        use_tensor(m, &w->wv, "wv", kv, c->dim);
+        use_tensor(m, &w->wo, "wo", c->dim, q);
+        use_tensor(m, &w->ffn_norm, "ffn_norm", 1, c->dim);
+        use_tensor(m, &w->w1, "w1", c->hidden_dim, c->dim);
+        use_tensor(m, &w->w2, "w2", c->dim, c->hidden_dim);
+        use_tensor(m, &w->w3, "w3", c->hidden_dim, c->dim);
     }
-    fuzz_expect(m->cfg.head_dim * m->cfg.n_heads == m->cfg.dim || m->format == NA_MODEL_FORMAT_GGUF,
-                "head_dim %d x n_heads %d != dim %d", m->cfg.head_dim, m->cfg.n_heads, m->cfg.dim);
     (void)na_model_param_count(m);
     if (m->gguf != NULL)
         fuzz_use_gguf_tokenizer(m->gguf);
