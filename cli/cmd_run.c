@@ -665,7 +665,8 @@ int na_cmd_run(int argc, char **argv)
         na_run_cleanup(&r);
         return rc;
     }
-    go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r };
+    go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r,
+                          na_run_on_error };
     st = na_generate(r.engine, r.reqs, r.n, &go, &gs);
     if (st != NA_OK)
         goto out_fail;
@@ -677,8 +678,11 @@ int na_cmd_run(int argc, char **argv)
             gs.prefill_s > 0 ? (double)gs.prompt_tokens / gs.prefill_s : 0.0,
             gs.decode_s > 0 ? (double)gs.decode_tokens / gs.decode_s : 0.0,
             r.n, r.n == 1 ? "" : "s", a.backend, na_dtype_name(a.kv_dtype), a.seed);
+    if (r.failed > 0)
+        fprintf(stderr, "%d request(s) failed\n", r.failed);
+    rc = r.failed > 0 ? 1 : 0;
     na_run_cleanup(&r);
-    return 0;
+    return rc;
 
 out_fail:
     rc = na_cli_fail("run", st);

@@ -160,10 +160,23 @@ static int na_sampler_topp(na_sampler_t *s, const float *p, na_prob_index_t *sor
     return sorted[last].id;
 }
 
+int na_sampler_all_finite(const float *x, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
 int na_sampler_sample(na_sampler_t *s, float *logits, na_prob_index_t *scratch)
 {
     float coin;
 
+    /* A NaN compares false with everything: argmax, the nucleus cut-off and
+     * the CDF would pick an arbitrary token or none at all. */
+    if (!na_sampler_all_finite(logits, s->vocab_size))
+        return NA_SAMPLER_NOT_FINITE;
     if (s->cfg.temperature == 0.0f)
         return na_sampler_argmax(logits, s->vocab_size);
     na_sampler_softmax(logits, s->vocab_size, s->cfg.temperature);

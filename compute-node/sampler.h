@@ -48,15 +48,22 @@ na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
 /* Free a sampler; NULL is a no-op. */
 void na_sampler_destroy(na_sampler_t *s);
 
+/* Returned by na_sampler_sample for a row holding a NaN or an infinity. */
+#define NA_SAMPLER_NOT_FINITE (-1)
+
 /* Pick a token from logits[vocab_size]. The row is used as scratch: on return
  * it holds the probabilities (or is untouched for greedy). `scratch`
  * [vocab_size] is work space for nucleus sampling; it may be NULL only when
- * the sampler needs none (na_sampler_needs_scratch). Never fails. */
+ * the sampler needs none (na_sampler_needs_scratch). Returns the token, or
+ * NA_SAMPLER_NOT_FINITE (the row untouched, no random number drawn) when a
+ * logit is NaN or infinite. */
 int na_sampler_sample(na_sampler_t *s, float *logits, na_prob_index_t *scratch);
 /* 1 when na_sampler_sample needs a scratch buffer (temperature > 0, top_p < 1). */
 int na_sampler_needs_scratch(const na_sampler_t *s);
 
 /* Building blocks, exposed for tests. */
+/* 1 when every x[0..n) is finite (no NaN, no infinity). */
+int      na_sampler_all_finite(const float *x, int n);
 /* Index of the largest of x[0..n) (first on ties). */
 int      na_sampler_argmax(const float *x, int n);
 /* Next uniform float in [0, 1) of a xorshift64* state (advances *state). */
