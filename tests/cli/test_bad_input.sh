@@ -1,0 +1,74 @@
+#!/bin/sh
+# tests/cli/test_bad_input.sh PART — `nearattn run` and friends on bad input
+# (issue 13). Needs NA_BIN (set by ctest). Runs in the source tree (the
+# offload checks use cluster-configs/local.yaml with --cluster inproc).
+#   nan    a generated model with a NaN weight: the requests whose logits are
+#          not finite fail with the reason, the others go on, exit status 1
+#          (monolithic and offload), greedy and sampled
+#   fifo   a FIFO as --config, --model, --tokenizer, check-config FILE or the
+#          layout's secret_file is refused at once, naming the file
+#   ctx    a model of small seq_len: the summary and the request say it
+#          stopped at the model context; --ctx N overrides it with a warning
+#   seed   one seed gives the same sampled texts at --batch 1, batched, and
+#          offload (--cluster inproc)
+set -u
+PART=${1:?usage: test_bad_input.sh nan|fifo|ctx|seed}
+BIN=${NA_BIN:?NA_BIN is not set}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-badin-XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+CHECKS=0
+fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# patch_nan FILE OFFSET: overwrite the f32 at byte OFFSET with a quiet NaN
+patch_nan() {
+    printf '\000\000\300\177' | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
+}
+
+case $PART in
+nan)
+    # untied: the classifier is not the embedding table, so a NaN in one
+    # token's embedding row reaches only the prompts holding that token
+    "$BIN" gen-model --out "$TMP/u" --format llama2c --untied --quiet || fail "gen-model"
+    cp "$TMP/u.tok.bin" "$TMP/one.tok.bin"
+    cp "$TMP/u.bin" "$TMP/one.bin"
+    # token 353 is "~" in gen-model's tokenizer; its row starts at 28 + 353*64*4
+    patch_nan "$TMP/one.bin" $((28 + 353 * 64 * 4))
+    cp "$TMP/u.tok.bin" "$TMP/all.tok.bin"
+    cp "$TMP/u.bin" "$TMP/all.bin"
+    # layer 0's attention RMSNorm weight (after the 512x64 embedding): every
+    # row of every request turns NaN
+    patch_nan "$TMP/all.bin" $((28 + 512 * 64 * 4))
+    printf 'hello\nab ~ cd\nworld\n' >"$TMP/p.txt"
+    for mode in monolithic offload; do
+        for temp in 0 0.9; do
+            CHECKS=$((CHECKS + 1))
+            timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/one.bin" \
+                --prompts "$TMP/p.txt" -n 8 --temp $temp --seed 5 --batch 3 \
+                >"$TMP/out" 2>"$TMP/err" </dev/null
+            rc=$?
+            [ $rc = 1 ] || fail "$mode temp $temp: exit $rc, expected 1: $(cat "$TMP/err")"
+            grep -q "request 2 failed.*logits are not finite (NaN/Inf) at token 9" "$TMP/err" ||
+                fail "$mode temp $temp: no reason for request 2: $(cat "$TMP/err")"
+            grep -q '^\[2\] FAILED' "$TMP/out" || fail "$mode temp $temp: [2] not FAILED"
+            grep -q '^\[1\] hello' "$TMP/out" || fail "$mode temp $temp: [1] did not go on"
+            grep -q '^\[3\] world' "$TMP/out" || fail "$mode temp $temp: [3] did not go on"
+            [ "$(grep -c 'failed (' "$TMP/err")" = 1 ] ||
+                fail "$mode temp $temp: more than one request failed: $(cat "$TMP/err")"
+            CHECKS=$((CHECKS + 1))
+            timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/all.bin" \
+                --prompt "hi" -n 8 --temp $temp --seed 5 >"$TMP/out" 2>"$TMP/err" </dev/null
+            rc=$?
+            [ $rc = 1 ] || fail "$mode temp $temp all-NaN: exit $rc, expected 1"
+            grep -q "logits are not finite (NaN/Inf) at token" "$TMP/err" ||
+                fail "$mode temp $temp all-NaN: no reason: $(cat "$TMP/err")"
+        done
+    done
+    ;;
+*)
+    echo "unknown part $PART" >&2
+    exit 2
+    ;;
+esac
+echo "$PART: $CHECKS checks, $FAILS failed"
+[ "$FAILS" = 0 ]
