@@ -62,11 +62,9 @@ na_status_t na_model_check_config(const na_model_t *m, const na_model_field_name
     return NA_OK;
 }
 
-/* A model is a regular, non-empty file. */
+/* A model is a non-empty file (na_mapfile refused non-regular ones). */
 static na_status_t na_model_check_file(const char *path, const struct stat *sb)
 {
-    if (!S_ISREG(sb->st_mode))
-        return na_err(NA_ERR_FORMAT, "%s: not a regular file", path);
     if (sb->st_size == 0)
         return na_err(NA_ERR_FORMAT, "%s: empty file: header field 'magic/dim' runs past the end",
                       path);
@@ -83,7 +81,7 @@ na_status_t na_model_open(const char *path, na_model_t **model_p)
         free(m);
         return na_err(NA_ERR_NOMEM, "%s: no memory", path);
     }
-    st = na_mapfile(path, " model", na_model_check_file, &m->map, &m->map_size);
+    st = na_mapfile(path, "model", na_model_check_file, &m->map, &m->map_size);
     if (st != NA_OK)
         goto err_destroy;
     if (m->map_size >= 4 && memcmp(m->map, "GGUF", 4) == 0) {

@@ -65,6 +65,40 @@ nan)
         done
     done
     ;;
+fifo)
+    # refused_fast WHAT PATTERN CMD...: exits non-zero within 10 s (a plain
+    # open of a FIFO with no writer blocks forever), stderr matches PATTERN
+    refused_fast() {
+        what=$1; pat=$2; shift 2
+        CHECKS=$((CHECKS + 1))
+        timeout 10 "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+        rc=$?
+        if [ $rc = 124 ]; then
+            fail "$what: hung on the FIFO"
+        elif [ $rc = 0 ]; then
+            fail "$what: exit 0"
+        elif ! grep -q -- "$pat" "$TMP/err"; then
+            fail "$what: stderr '$(cat "$TMP/err")' does not match '$pat'"
+        fi
+    }
+    mkfifo "$TMP/fifo" || { echo "SKIP: mkfifo failed"; exit 77; }
+    F="$TMP/fifo"
+    MSG="$F: .*not a regular file (it is a FIFO)"
+    "$BIN" gen-model --out "$TMP/g" --format both --quiet || fail "gen-model"
+    refused_fast "check-config FIFO" "$MSG" "$BIN" check-config "$F"
+    refused_fast "run --config FIFO" "$MSG" "$BIN" run --config "$F" --model "$TMP/g.gguf" -n 2
+    refused_fast "run --model FIFO" "$MSG" "$BIN" run --mode monolithic --model "$F" -n 2
+    refused_fast "run --tokenizer FIFO" "$MSG" \
+        "$BIN" run --mode monolithic --model "$TMP/g.bin" --tokenizer "$F" -n 2
+    # a layout whose secret_file is a FIFO
+    printf 'cluster: { secret_file: fifo }\ncompute: [ { name: c0, host: 127.0.0.1 } ]\n%s\n%s\n' \
+        'storage:' \
+        '  - { name: s0, host: 127.0.0.1, port: 14001, devices: [ { path: kv/s0d0, dram_mb: 1, ssd_mb: 1 } ] }' \
+        >"$TMP/secret.yaml"
+    refused_fast "secret_file FIFO" "$MSG" "$BIN" check-config "$TMP/secret.yaml"
+    refused_fast "run --config (secret_file FIFO)" "$MSG" \
+        "$BIN" run --config "$TMP/secret.yaml" --model "$TMP/g.gguf" -n 2
+    ;;
 *)
     echo "unknown part $PART" >&2
     exit 2
