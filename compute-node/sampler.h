@@ -9,7 +9,15 @@
  * Every sampler owns its random state (xorshift64*, seeded): the same seed and
  * the same logits give the same tokens, whatever else runs beside it. A
  * generation gives each request its own sampler so batching cannot change
- * which random numbers a request sees. */
+ * which random numbers a request sees: `nearattn run --seed S` seeds request
+ * i (0-based: the line of --prompts) with na_sampler_request_seed(S, i) =
+ * splitmix64(S ^ i * 0xD1B54A32D192ED03), one uniform draw per sampled token.
+ * The draw then depends only on the request's own logits, which must not
+ * depend on the batch either: `run` at temperature > 0 makes the kernels
+ * batch-invariant (na_kernels_t.batch_invariant), so one seed gives the same
+ * text at every --batch and in every mode (monolithic, offload, kv-fetch).
+ * Nucleus sampling draws from the nucleus in token-id order (see
+ * na_sampler_topp), so near-equal probabilities cannot swap CDF places. */
 #ifndef NA_SAMPLER_H
 #define NA_SAMPLER_H
 
