@@ -103,34 +103,29 @@ ctx)
     # a model of 32 positions: greedy generation of 100 tokens stops at the
     # context, and says so; --ctx 64 moves the limit with a warning
     "$BIN" gen-model --out "$TMP/s" --format gguf --seq-len 32 --quiet || fail "gen-model"
+    # ctx_run MODE CTX GEN [--ctx N]: a greedy run of 100 tokens after a 6-token
+    # prompt stops at CTX positions having generated GEN tokens, and says so
+    ctx_run() {
+        m=$1; c=$2; g=$3; shift 3
+        CHECKS=$((CHECKS + 1))
+        timeout 60 "$BIN" run --mode $m --cluster inproc --model "$TMP/s.gguf" --prompt "hello" \
+            -n 100 --temp 0 "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+        rc=$?
+        [ $rc = 0 ] || fail "$m $*: exit $rc: $(cat "$TMP/err")"
+        grep -q "^nearattn run: request 1 stopped at the model context ($c tokens)" "$TMP/err" ||
+            fail "$m $*: no finish reason: $(cat "$TMP/err")"
+        grep -q "^1 request(s) stopped at the model context ($c tokens)" "$TMP/err" ||
+            fail "$m $*: not in the summary: $(cat "$TMP/err")"
+        grep -q "generated tokens $g," "$TMP/err" || fail "$m $*: not $c - 6 + 1 tokens"
+    }
     for mode in monolithic offload; do
-        CHECKS=$((CHECKS + 1))
-        timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/s.gguf" --prompt "hello" \
-            -n 100 --temp 0 >"$TMP/out" 2>"$TMP/err" </dev/null
-        rc=$?
-        [ $rc = 0 ] || fail "$mode: exit $rc: $(cat "$TMP/err")"
-        grep -q "^nearattn run: request 1 stopped at the model context (32 tokens)" "$TMP/err" ||
-            fail "$mode: no finish reason: $(cat "$TMP/err")"
-        grep -q "^1 request(s) stopped at the model context (32 tokens)" "$TMP/err" ||
-            fail "$mode: not in the summary: $(cat "$TMP/err")"
-        grep -q "generated tokens 27," "$TMP/err" || fail "$mode: not 32 - 6 + 1 tokens"
-        CHECKS=$((CHECKS + 1))
-        timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/s.gguf" --prompt "hello" \
-            -n 100 --temp 0 --ctx 64 >"$TMP/out" 2>"$TMP/err" </dev/null
-        rc=$?
-        [ $rc = 0 ] || fail "$mode --ctx 64: exit $rc: $(cat "$TMP/err")"
+        ctx_run $mode 32 27
+        ctx_run $mode 64 59 --ctx 64
         grep -q "warning: --ctx 64 overrides the model context of 32 tokens (RoPE" "$TMP/err" ||
             fail "$mode --ctx 64: no warning: $(cat "$TMP/err")"
-        grep -q "^1 request(s) stopped at the model context (64 tokens)" "$TMP/err" ||
-            fail "$mode --ctx 64: not in the summary: $(cat "$TMP/err")"
-        grep -q "generated tokens 59," "$TMP/err" || fail "$mode --ctx 64: not 64 - 6 + 1 tokens"
-        # a shorter context needs no RoPE note but still a warning
-        CHECKS=$((CHECKS + 1))
-        timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/s.gguf" --prompt "hello" \
-            -n 100 --temp 0 --ctx 16 >"$TMP/out" 2>"$TMP/err" </dev/null ||
-            fail "$mode --ctx 16: $(cat "$TMP/err")"
-        grep -q "stopped at the model context (16 tokens)" "$TMP/err" ||
-            fail "$mode --ctx 16: $(cat "$TMP/err")"
+        ctx_run $mode 16 11 --ctx 16   # shorter: a warning without the RoPE note
+        grep -q "warning: --ctx 16 overrides the model context of 32 tokens$" "$TMP/err" ||
+            fail "$mode --ctx 16: no warning: $(cat "$TMP/err")"
     done
     for bad in 0 -3 x; do
         CHECKS=$((CHECKS + 1))
