@@ -56,6 +56,7 @@ typedef struct {
     long        threads;
     long        max_batch;
     long        ctx;             /* --ctx: the model context to use; 0 = the file's */
+    int         check_weights;   /* --check-weights: refuse NaN/Inf weights at load */
     na_dtype_t  kv_dtype;
 } na_run_args_t;
 
@@ -85,7 +86,7 @@ static void na_run_usage(FILE *f)
         "                    [--prompt S | --prompts FILE] [-n N] [--temp T] [--top-p P]\n"
         "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|f32]\n"
         "                    [--backend cpu|ref] [--config F] [--cluster start|connect|inproc]\n"
-        "                    [--ctx N]\n\n"
+        "                    [--ctx N] [--check-weights]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
         "prompt and generated tokens, prefill and decode tokens/s; a request that\n"
         "ended because the model context was full says \"stopped at the model\n"
@@ -122,7 +123,10 @@ static void na_run_usage(FILE *f)
         "  --ctx N         model context in tokens (prompt + generated), N >= 1,\n"
         "                  instead of the model file's (llama.context_length or the\n"
         "                  checkpoint's seq_len); a warning says so, and past the\n"
-        "                  file's value RoPE runs at positions it was not trained on\n");
+        "                  file's value RoPE runs at positions it was not trained on\n"
+        "  --check-weights read every weight at load and refuse a model holding a\n"
+        "                  NaN or infinity (without it, a request whose logits turn\n"
+        "                  non-finite fails with the reason and the others go on)\n");
 }
 
 /* run's flags (each takes a value): those kept as given (strings), with the
@@ -188,6 +192,10 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             na_run_usage(stdout);
             return -1;
+        }
+        if (!strcmp(f, "--check-weights")) {     /* the one flag without a value */
+            a->check_weights = 1;
+            continue;
         }
         if (strncmp(f, "-", 1) != 0) {
             fprintf(stderr, "nearattn run: unexpected argument '%s' (try 'nearattn run --help')\n", f);
@@ -624,6 +632,11 @@ int na_cmd_run(int argc, char **argv)
     st = na_model_open(r.model_path, &r.model);
     if (st != NA_OK)
         goto out_fail;
+    if (a.check_weights) {
+        st = na_model_check_finite(r.model);
+        if (st != NA_OK)
+            goto out_fail;
+    }
     if (a.ctx > 0 && a.ctx != r.model->cfg.seq_len) {
         fprintf(stderr, "nearattn run: warning: --ctx %ld overrides the model context of %d "
                 "tokens%s\n", a.ctx, r.model->cfg.seq_len,

@@ -64,6 +64,19 @@ nan)
                 fail "$mode temp $temp all-NaN: no reason: $(cat "$TMP/err")"
         done
     done
+    # --check-weights refuses both files at load, naming the tensor; a clean
+    # model passes it
+    for f in one:"token_embd element 22592 " all:"attn_norm of layer 0 element 0 "; do
+        CHECKS=$((CHECKS + 1))
+        "$BIN" run --mode monolithic --model "$TMP/${f%%:*}.bin" --check-weights --prompt hi -n 2 \
+            >"$TMP/out" 2>"$TMP/err" </dev/null
+        rc=$?
+        [ $rc = 1 ] && grep -q "weight ${f#*:}is not finite (NaN/Inf)" "$TMP/err" ||
+            fail "--check-weights ${f%%:*}: exit $rc: $(cat "$TMP/err")"
+    done
+    CHECKS=$((CHECKS + 1))
+    "$BIN" run --mode monolithic --model "$TMP/u.bin" --check-weights --prompt hi -n 2 \
+        >"$TMP/out" 2>"$TMP/err" </dev/null || fail "--check-weights on a clean model: $(cat "$TMP/err")"
     ;;
 fifo)
     # refused_fast WHAT PATTERN CMD...: exits non-zero within 10 s (a plain
