@@ -55,6 +55,8 @@ typedef struct {
     int         seed_given;
     long        threads;
     long        max_batch;
+    long        ctx;             /* --ctx: the model context to use; 0 = the file's */
+    int         check_weights;   /* --check-weights: refuse NaN/Inf weights at load */
     na_dtype_t  kv_dtype;
     int         kv_dtype_given;
 } na_run_args_t;
@@ -73,7 +75,8 @@ typedef struct {
     int             streaming;       /* one request: print tokens as they come */
     na_cfg_t       *cfg;             /* offload: the layout */
     char            cfg_path[4096];
-    int             failed;          /* offload: requests that ended with an error */
+    int             failed;          /* requests that ended with an error */
+    int             ctx_stopped;     /* requests that ended at the model context */
 } na_run_t;
 
 /* The --help text. */
@@ -83,9 +86,12 @@ static void na_run_usage(FILE *f)
         "usage: nearattn run [--mode monolithic|offload|kv-fetch] [--model F] [--tokenizer F]\n"
         "                    [--prompt S | --prompts FILE] [-n N] [--temp T] [--top-p P]\n"
         "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|bf16|f32]\n"
-        "                    [--backend cpu|ref] [--config F] [--cluster start|connect|inproc]\n\n"
+        "                    [--backend cpu|ref] [--config F] [--cluster start|connect|inproc]\n"
+        "                    [--ctx N] [--check-weights]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
-        "prompt and generated tokens, prefill and decode tokens/s.\n\n"
+        "prompt and generated tokens, prefill and decode tokens/s; a request that\n"
+        "ended because the model context was full says \"stopped at the model\n"
+        "context (N tokens)\" (stderr, and counted after the summary).\n\n"
         "  --mode M        offload (default): attention on the storage nodes of the\n"
         "                  layout; monolithic: the whole model in this process;\n"
         "                  kv-fetch: KV on the storage nodes, fetched to this process\n"
@@ -109,13 +115,23 @@ static void na_run_usage(FILE *f)
         "  -n N            new tokens per prompt (default 256)\n"
         "  --temp T        temperature >= 0, 0 = greedy (default 1.0)\n"
         "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
-        "  --seed S        random seed (default: from the clock; printed)\n"
+        "  --seed S        random seed (default: from the clock; printed); request i\n"
+        "                  (0-based) draws from its own stream seeded by S and i,\n"
+        "                  so a seed gives the same texts at any --batch and in every\n"
+        "                  mode (sampled runs use batch-invariant kernels for this)\n"
         "  --threads N     compute threads (default: all cores)\n"
         "  --batch N       most requests decoded together (default: all)\n"
         "  --kv-dtype D    KV cache element type, f16, bf16 or f32 (default f16; offload: the\n"
         "                  layout's model.kv_dtype unless given, then the nodes started\n"
         "                  here use D and connect refuses a D the layout does not say)\n"
-        "  --backend B     kernels: cpu (default) or ref (plain C references)\n");
+        "  --backend B     kernels: cpu (default) or ref (plain C references)\n"
+        "  --ctx N         model context in tokens (prompt + generated), N >= 1,\n"
+        "                  instead of the model file's (llama.context_length or the\n"
+        "                  checkpoint's seq_len); a warning says so, and past the\n"
+        "                  file's value RoPE runs at positions it was not trained on\n"
+        "  --check-weights read every weight at load and refuse a model holding a\n"
+        "                  NaN or infinity (without it, a request whose logits turn\n"
+        "                  non-finite fails with the reason and the others go on)\n");
 }
 
 /* run's flags (each takes a value): those kept as given (strings), with the
@@ -135,7 +151,7 @@ static const struct {
 };
 /* ... and those parsed in na_run_parse. */
 static const char *const na_run_num_flags[] = {
-    "-n", "--temp", "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", NULL
+    "-n", "--temp", "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--ctx", NULL
 };
 
 /* The index of string option f in na_run_str_opts, or -1. */
@@ -182,6 +198,10 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             na_run_usage(stdout);
             return -1;
         }
+        if (!strcmp(f, "--check-weights")) {     /* the one flag without a value */
+            a->check_weights = 1;
+            continue;
+        }
         if (strncmp(f, "-", 1) != 0) {
             fprintf(stderr, "nearattn run: unexpected argument '%s' (try 'nearattn run --help')\n", f);
             return 2;
@@ -218,6 +238,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             a->seed_given = 1;
         } else if (!strcmp(f, "--threads")) {
             if (na_cli_int("run", f, v, 1, 1024, &a->threads) != NA_OK)
+                return 2;
+        } else if (!strcmp(f, "--ctx")) {
+            if (na_cli_int("run", f, v, 1, NA_MODEL_MAX_SEQ, &a->ctx) != NA_OK)
                 return 2;
         } else if (!strcmp(f, "--batch")) {
             if (na_cli_int("run", f, v, 1, NA_RUN_MAX_PROMPTS, &a->max_batch) != NA_OK)
@@ -476,6 +499,11 @@ static void na_run_on_done(void *user, const na_request_t *q)
     na_run_t *r = user;
     int i, prev;
 
+    if (q->finish == NA_FINISH_CONTEXT) {
+        r->ctx_stopped++;
+        fprintf(stderr, "nearattn run: request %d stopped at the model context (%d tokens)\n",
+                q->id + 1, r->model->cfg.seq_len);
+    }
     if (r->streaming) {
         fputc('\n', stdout);
         fflush(stdout);
@@ -498,7 +526,15 @@ static void na_run_on_done(void *user, const na_request_t *q)
     fflush(stdout);
 }
 
-/* Offload: a request ended with an error; say which and why. */
+/* After the summary: how many requests the model context stopped. */
+static void na_run_say_context(const na_run_t *r)
+{
+    if (r->ctx_stopped > 0)
+        fprintf(stderr, "%d request(s) stopped at the model context (%d tokens)\n",
+                r->ctx_stopped, r->model->cfg.seq_len);
+}
+
+/* A request ended with an error; say which and why. */
 static void na_run_on_error(void *user, const na_request_t *q, na_status_t st, const char *why)
 {
     na_run_t *r = user;
@@ -604,6 +640,18 @@ int na_cmd_run(int argc, char **argv)
     st = na_model_open(r.model_path, &r.model);
     if (st != NA_OK)
         goto out_fail;
+    if (a.check_weights) {
+        st = na_model_check_finite(r.model);
+        if (st != NA_OK)
+            goto out_fail;
+    }
+    if (a.ctx > 0 && a.ctx != r.model->cfg.seq_len) {
+        fprintf(stderr, "nearattn run: warning: --ctx %ld overrides the model context of %d "
+                "tokens%s\n", a.ctx, r.model->cfg.seq_len,
+                a.ctx > r.model->cfg.seq_len ?
+                " (RoPE was trained on the shorter context: the text past it may degrade)" : "");
+        r.model->cfg.seq_len = (int)a.ctx;
+    }
     st = na_run_open_tokenizer(&a, &r);
     if (st != NA_OK)
         goto out_fail;
@@ -617,6 +665,10 @@ int na_cmd_run(int argc, char **argv)
     st = na_engine_create(r.model, &eo, &r.engine);
     if (st != NA_OK)
         goto out_fail;
+    /* sampled text: every request's logits must not depend on the batch, or
+     * a seed would give another text at another --batch (see sampler.h) */
+    if (a.temp > 0.0)
+        r.engine->kern->batch_invariant = 1;
     st = na_run_make_requests(&a, &r);
     if (st != NA_OK)
         goto out_fail;
@@ -671,11 +723,13 @@ int na_cmd_run(int argc, char **argv)
         }
         if (st != NA_OK)
             goto out_fail;
+        na_run_say_context(&r);
         rc = r.failed > 0 ? 1 : 0;
         na_run_cleanup(&r);
         return rc;
     }
-    go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r };
+    go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r,
+                          na_run_on_error };
     st = na_generate(r.engine, r.reqs, r.n, &go, &gs);
     if (st != NA_OK)
         goto out_fail;
@@ -687,8 +741,12 @@ int na_cmd_run(int argc, char **argv)
             gs.prefill_s > 0 ? (double)gs.prompt_tokens / gs.prefill_s : 0.0,
             gs.decode_s > 0 ? (double)gs.decode_tokens / gs.decode_s : 0.0,
             r.n, r.n == 1 ? "" : "s", a.backend, na_dtype_name(a.kv_dtype), a.seed);
+    na_run_say_context(&r);
+    if (r.failed > 0)
+        fprintf(stderr, "%d request(s) failed\n", r.failed);
+    rc = r.failed > 0 ? 1 : 0;
     na_run_cleanup(&r);
-    return 0;
+    return rc;
 
 out_fail:
     rc = na_cli_fail("run", st);

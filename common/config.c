@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "common/mapfile.h"
 #include "config_internal.h"
 #include "log.h"
 
@@ -380,20 +381,13 @@ static na_status_t na_cfg_read_file(const char *path, size_t max, unsigned char 
 {
     unsigned char *buf;
     size_t got = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = -1;
+    na_status_t st = na_open_regular(path, "file", NA_ERR_IO, &fd, sb);
 
-    if (fd < 0)
-        return na_err(errno == ENOENT ? NA_ERR_NOT_FOUND : NA_ERR_IO, "cannot open '%s': %s",
-                      path, strerror(errno));
-    if (fstat(fd, sb) != 0) {
-        int e = errno;
+    if (st != NA_OK)
+        return st == NA_ERR_IO && errno == ENOENT ? NA_ERR_NOT_FOUND : st;
+    if ((size_t)sb->st_size > max) {
         close(fd);
-        return na_err(NA_ERR_IO, "fstat '%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb->st_mode) || (size_t)sb->st_size > max) {
-        close(fd);
-        if (!S_ISREG(sb->st_mode))
-            return na_err(NA_ERR_IO, "'%s' is not a regular file", path);
         return na_err(NA_ERR_RANGE, "'%s' is larger than %zu bytes", path, max);
     }
     buf = malloc((size_t)sb->st_size + 1);

@@ -414,7 +414,7 @@ na_status_t na_gguf_open(const char *path, na_gguf_t **g_p)
 {
     void *map = NULL;
     size_t size = 0;
-    na_status_t st = na_mapfile(path, "", na_gguf_check_size, &map, &size);
+    na_status_t st = na_mapfile(path, "GGUF file", na_gguf_check_size, &map, &size);
 
     if (st != NA_OK)
         return st;

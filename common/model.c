@@ -9,6 +9,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +63,9 @@ na_status_t na_model_check_config(const na_model_t *m, const na_model_field_name
     return NA_OK;
 }
 
-/* A model is a regular, non-empty file. */
+/* A model is a non-empty file (na_mapfile refused non-regular ones). */
 static na_status_t na_model_check_file(const char *path, const struct stat *sb)
 {
-    if (!S_ISREG(sb->st_mode))
-        return na_err(NA_ERR_FORMAT, "%s: not a regular file", path);
     if (sb->st_size == 0)
         return na_err(NA_ERR_FORMAT, "%s: empty file: header field 'magic/dim' runs past the end",
                       path);
@@ -83,7 +82,7 @@ na_status_t na_model_open(const char *path, na_model_t **model_p)
         free(m);
         return na_err(NA_ERR_NOMEM, "%s: no memory", path);
     }
-    st = na_mapfile(path, " model", na_model_check_file, &m->map, &m->map_size);
+    st = na_mapfile(path, "model", na_model_check_file, &m->map, &m->map_size);
     if (st != NA_OK)
         goto err_destroy;
     if (m->map_size >= 4 && memcmp(m->map, "GGUF", 4) == 0) {
@@ -130,4 +129,69 @@ size_t na_model_param_count(const na_model_t *m)
     if (!c->shared_classifier)
         n += (size_t)c->vocab_size * d;
     return n;
+}
+
+/* Index of the first non-finite element of t (NaN or infinity; for Q8_0 a
+ * block scale), or -1. */
+static long na_model_first_bad(const na_tensor_t *t)
+{
+    size_t n = (size_t)t->rows * (size_t)t->cols, i;
+    switch (t->dtype) {
+    case NA_DTYPE_F32: {
+        const float *f = t->data;
+        for (i = 0; i < n; i++)
+            if (!isfinite(f[i]))
+                return (long)i;
+        return -1;
+    }
+    case NA_DTYPE_F16:
+    case NA_DTYPE_BF16: {
+        const uint16_t *h = t->data;
+        uint16_t e = t->dtype == NA_DTYPE_F16 ? 0x7C00u : 0x7F80u;   /* exponent all ones */
+        for (i = 0; i < n; i++)
+            if ((h[i] & e) == e)
+                return (long)i;
+        return -1;
+    }
+    case NA_DTYPE_Q8_0: {
+        const uint8_t *b = t->data;
+        for (i = 0; i < n / NA_Q8_0_BLOCK; i++) {
+            uint16_t d;
+            memcpy(&d, b + i * NA_Q8_0_BLOCK_SIZE, 2);
+            if ((d & 0x7C00u) == 0x7C00u)
+                return (long)(i * NA_Q8_0_BLOCK);
+        }
+        return -1;
+    }
+    default:
+        return -1;
+    }
+}
+
+na_status_t na_model_check_finite(const na_model_t *m)
+{
+    static const char *const names[] = { "attn_norm", "wq", "wk", "wv", "wo", "ffn_norm",
+                                         "w1", "w2", "w3" };
+    long at;
+    int l, k;
+
+    if ((at = na_model_first_bad(&m->tok_embd)) >= 0)
+        return na_err(NA_ERR_FORMAT, "%s: weight token_embd element %ld is not finite "
+                      "(NaN/Inf)", m->path, at);
+    for (l = 0; l < m->cfg.n_layers; l++) {
+        const na_layer_weights_t *w = &m->layers[l];
+        const na_tensor_t *t[9] = { &w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
+                                    &w->ffn_norm, &w->w1, &w->w2, &w->w3 };
+        for (k = 0; k < 9; k++)
+            if ((at = na_model_first_bad(t[k])) >= 0)
+                return na_err(NA_ERR_FORMAT, "%s: weight %s of layer %d element %ld is not "
+                              "finite (NaN/Inf)", m->path, names[k], l, at);
+    }
+    if ((at = na_model_first_bad(&m->out_norm)) >= 0)
+        return na_err(NA_ERR_FORMAT, "%s: weight output_norm element %ld is not finite "
+                      "(NaN/Inf)", m->path, at);
+    if (!m->cfg.shared_classifier && (at = na_model_first_bad(&m->output)) >= 0)
+        return na_err(NA_ERR_FORMAT, "%s: weight output element %ld is not finite (NaN/Inf)",
+                      m->path, at);
+    return NA_OK;
 }

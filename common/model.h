@@ -91,6 +91,11 @@ typedef struct na_model {
 na_status_t na_model_open(const char *path, na_model_t **model_p);
 void        na_model_destroy(na_model_t *model);
 
+/* Read every weight: NA_ERR_FORMAT naming the tensor, layer and element of
+ * the first NaN or infinity (Q8_0: a block scale), else NA_OK. Reads the
+ * whole file (`nearattn run --check-weights`). */
+na_status_t na_model_check_finite(const na_model_t *model);
+
 /* Number of parameters (for reporting). */
 size_t na_model_param_count(const na_model_t *model);
 

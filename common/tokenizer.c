@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/fnv.h"
+#include "common/mapfile.h"
 #include "gguf.h"
 
 #define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
@@ -142,24 +144,23 @@ static void na_tok_index(na_tokenizer_t *t)
 }
 
 /* Open the tokenizer file for reading, checking that it is a regular file
- * (a directory or a device opens fine but has no sensible size): NA_ERR_IO
- * (fopen or fstat failed) or NA_ERR_FORMAT (not a regular file). */
+ * (a directory or a device opens fine but has no sensible size, a FIFO would
+ * block): NA_ERR_IO (open or fstat failed) or NA_ERR_FORMAT (not a regular
+ * file). */
 static na_status_t na_tok_open_regular(const char *path, FILE **f_p)
 {
     struct stat sb;
-    FILE *f = fopen(path, "rb");
-    na_status_t st = NA_OK;
+    FILE *f;
+    int fd = -1;
+    na_status_t st = na_open_regular(path, "tokenizer", NA_ERR_FORMAT, &fd, &sb);
 
-    if (f == NULL)
-        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(errno));
-    if (fstat(fileno(f), &sb) != 0)
-        st = na_err(NA_ERR_IO, "%s: cannot stat tokenizer: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = na_err(NA_ERR_FORMAT, "%s: tokenizer is not a regular file%s", path,
-                    S_ISDIR(sb.st_mode) ? " (it is a directory)" : "");
-    if (st != NA_OK) {
-        fclose(f);
+    if (st != NA_OK)
         return st;
+    f = fdopen(fd, "rb");
+    if (f == NULL) {
+        int e = errno;
+        close(fd);
+        return na_err(NA_ERR_IO, "%s: cannot open tokenizer: %s", path, strerror(e));
     }
     *f_p = f;
     return NA_OK;

@@ -3,6 +3,7 @@
 #include "common/clock.h"
 #include "compute-node/generate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -116,12 +117,37 @@ int na_request_take(na_request_t *r, int t, const int *stop_ids, int n_stop, int
     return 1;
 }
 
+na_status_t na_request_sample(na_request_t *r, float *logits, na_prob_index_t *scratch,
+                              int *t)
+{
+    *t = na_sampler_sample(r->sampler, logits, scratch);
+    if (*t == NA_SAMPLER_NOT_FINITE)
+        return na_err(NA_ERR_RANGE, "logits are not finite (NaN/Inf) at token %d", r->n_pos);
+    return NA_OK;
+}
+
 /* Sample request r's next token from its logits row and decide whether it
- * ends; a finished request's KV is freed at once. */
+ * ends; a finished (or failed) request's KV is freed at once. */
 static void na_gen_take_token(na_gen_t *g, na_request_t *r, float *logits)
 {
-    int t = na_sampler_sample(r->sampler, logits, g->scratch);
+    int t;
+    na_status_t st = na_request_sample(r, logits, g->scratch, &t);
 
+    if (st != NA_OK) {
+        g->stats->failed++;
+        r->state = NA_REQ_DONE;
+        r->finish = NA_FINISH_NONE;
+        na_kv_local_destroy(r->kv);
+        r->kv = NULL;
+        if (g->opts->on_error != NULL) {
+            char why[128];
+            snprintf(why, sizeof(why), "%s", na_errmsg());
+            g->opts->on_error(g->opts->user, r, st, why);
+        }
+        if (g->opts->on_done != NULL)
+            g->opts->on_done(g->opts->user, r);
+        return;
+    }
     g->stats->gen_tokens += na_request_take(r, t, g->opts->stop_ids, g->opts->n_stop,
                                             g->e->cfg.seq_len, g->opts->on_token,
                                             g->opts->user);

@@ -51,14 +51,18 @@ typedef struct na_request {
 /* Called for every emitted token (streaming) and once when a request ends. */
 typedef void (*na_gen_token_fn)(void *user, const na_request_t *r, int token);
 typedef void (*na_gen_done_fn)(void *user, const na_request_t *r);
+/* Called when a request fails (state DONE, finish NONE), before on_done. */
+typedef void (*na_gen_error_fn)(void *user, const na_request_t *r, na_status_t st,
+                                const char *why);
 
 typedef struct {
     int              max_batch;   /* most requests admitted at once; <= 0: all */
     const int       *stop_ids;    /* [n_stop] tokens that end a request */
     int              n_stop;
     na_gen_token_fn  on_token;    /* may be NULL */
-    na_gen_done_fn   on_done;     /* may be NULL */
+    na_gen_done_fn   on_done;     /* may be NULL (also called after on_error) */
     void            *user;
+    na_gen_error_fn  on_error;    /* may be NULL: a request failed, the others go on */
 } na_gen_opts_t;
 
 typedef struct {
@@ -70,6 +74,7 @@ typedef struct {
     double prefill_s;       /* wall time in prefill steps (incl. first sample) */
     double decode_s;        /* wall time in decode steps (incl. sampling) */
     size_t kv_bytes_peak;   /* most local KV bytes allocated at once */
+    int    failed;          /* requests that ended with an error (on_error) */
 } na_gen_stats_t;
 
 /* A request for prompt[0..n_prompt) (copied) generating at most max_new
@@ -88,8 +93,15 @@ void na_request_destroy(na_request_t *r);
 int  na_request_take(na_request_t *r, int t, const int *stop_ids, int n_stop, int seq_len,
                      na_gen_token_fn on_token, void *user);
 
-/* Run reqs[0..n) (state WAITING) to completion. Returns the first error of a
- * step (NA_ERR_NOMEM, NA_ERR_RANGE...) — requests not finished then stay in
+/* Sample r's next token from its logits row into *t. Fails with
+ * NA_ERR_RANGE "logits are not finite (NaN/Inf) at token N" (N: the position
+ * of the token being sampled) when the row holds a NaN or an infinity. */
+na_status_t na_request_sample(na_request_t *r, float *logits, na_prob_index_t *scratch,
+                              int *t);
+
+/* Run reqs[0..n) (state WAITING) to completion. A request whose logits are
+ * not finite fails alone (on_error, on_done; stats->failed). Returns the
+ * first error of a step (NA_ERR_NOMEM, NA_ERR_RANGE...) — requests not finished then stay in
  * their state; stats (may be NULL) are filled either way. */
 na_status_t na_generate(na_engine_t *e, na_request_t **reqs, int n,
                         const na_gen_opts_t *opts, na_gen_stats_t *stats);

@@ -69,8 +69,14 @@ void na_off_cancel_now(na_off_t *g, na_off_req_t *q)
 void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
 {
     na_request_t *r = q->r;
-    int t = na_sampler_sample(r->sampler, logits, g->scratch);
+    int t;
 
+    if (na_request_sample(r, logits, g->scratch, &t) != NA_OK) {
+        char why[128];
+        snprintf(why, sizeof(why), "%s", na_errmsg());
+        na_off_fail(g, q, NA_ERR_RANGE, why);
+        return;
+    }
     g->st->gen.gen_tokens += na_request_take(r, t, g->o->stop_ids, g->o->n_stop,
                                              g->e->cfg.seq_len, q->cb.on_token, q->cb.user);
     if (r->finish != NA_FINISH_NONE) {

@@ -127,13 +127,19 @@ static int na_sampler_cmp_desc(const void *a, const void *b)
 /* Nucleus draw: the smallest prefix of tokens by descending probability whose
  * mass exceeds top_p, renormalised. Tokens below (1-top_p)/(n-1) cannot be in
  * that prefix (all the others together would already exceed top_p), so they
- * are dropped before sorting. */
+ * are dropped before sorting. The draw itself walks the nucleus in token-id
+ * order, not in probability order: two nearly equal probabilities that a
+ * last-bit difference in the logits puts in the other order would otherwise
+ * swap their places in the CDF and change the token for any coin landing in
+ * either; in id order such a difference moves each boundary by as little as
+ * the difference itself. The nucleus in id order is every token ranked at or
+ * before the last one kept (descending p, then ascending id: a total order). */
 static int na_sampler_topp(na_sampler_t *s, const float *p, na_prob_index_t *sorted,
                            float coin)
 {
-    int n = s->vocab_size, n0 = 0, last, i;
+    int n = s->vocab_size, n0 = 0, last, i, id_last, pick;
     float cutoff = n > 1 ? (1.0f - s->cfg.top_p) / (float)(n - 1) : 0.0f;
-    float cum = 0.0f, r, cdf = 0.0f;
+    float cum = 0.0f, r, cdf = 0.0f, p_last;
 
     for (i = 0; i < n; i++) {
         if (p[i] >= cutoff) {
@@ -142,6 +148,8 @@ static int na_sampler_topp(na_sampler_t *s, const float *p, na_prob_index_t *sor
             n0++;
         }
     }
+    if (n0 == 0)                        /* cannot happen for finite logits */
+        return na_sampler_argmax(p, n);
     qsort(sorted, (size_t)n0, sizeof(*sorted), na_sampler_cmp_desc);
     last = n0 - 1;
     for (i = 0; i < n0; i++) {
@@ -151,19 +159,43 @@ static int na_sampler_topp(na_sampler_t *s, const float *p, na_prob_index_t *sor
             break;
         }
     }
+    p_last = sorted[last].p;
+    id_last = pick = sorted[last].id;
+#define NA_IN_NUCLEUS(i) (p[i] > p_last || (p[i] == p_last && (i) <= id_last))
+    cum = 0.0f;
+    for (i = 0; i < n; i++)
+        if (NA_IN_NUCLEUS(i))
+            cum += p[i];
     r = coin * cum;
-    for (i = 0; i <= last; i++) {
-        cdf += sorted[i].p;
+    for (i = 0; i < n; i++) {
+        if (!NA_IN_NUCLEUS(i))
+            continue;
+        cdf += p[i];
+        pick = i;                       /* rounding: the last member by id */
         if (r < cdf)
-            return sorted[i].id;
+            return i;
     }
-    return sorted[last].id;
+#undef NA_IN_NUCLEUS
+    return pick;
+}
+
+int na_sampler_all_finite(const float *x, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
 }
 
 int na_sampler_sample(na_sampler_t *s, float *logits, na_prob_index_t *scratch)
 {
     float coin;
 
+    /* A NaN compares false with everything: argmax, the nucleus cut-off and
+     * the CDF would pick an arbitrary token or none at all. */
+    if (!na_sampler_all_finite(logits, s->vocab_size))
+        return NA_SAMPLER_NOT_FINITE;
     if (s->cfg.temperature == 0.0f)
         return na_sampler_argmax(logits, s->vocab_size);
     na_sampler_softmax(logits, s->vocab_size, s->cfg.temperature);

@@ -9,7 +9,15 @@
  * Every sampler owns its random state (xorshift64*, seeded): the same seed and
  * the same logits give the same tokens, whatever else runs beside it. A
  * generation gives each request its own sampler so batching cannot change
- * which random numbers a request sees. */
+ * which random numbers a request sees: `nearattn run --seed S` seeds request
+ * i (0-based: the line of --prompts) with na_sampler_request_seed(S, i) =
+ * splitmix64(S ^ i * 0xD1B54A32D192ED03), one uniform draw per sampled token.
+ * The draw then depends only on the request's own logits, which must not
+ * depend on the batch either: `run` at temperature > 0 makes the kernels
+ * batch-invariant (na_kernels_t.batch_invariant), so one seed gives the same
+ * text at every --batch and in every mode (monolithic, offload, kv-fetch).
+ * Nucleus sampling draws from the nucleus in token-id order (see
+ * na_sampler_topp), so near-equal probabilities cannot swap CDF places. */
 #ifndef NA_SAMPLER_H
 #define NA_SAMPLER_H
 
@@ -48,15 +56,22 @@ na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
 /* Free a sampler; NULL is a no-op. */
 void na_sampler_destroy(na_sampler_t *s);
 
+/* Returned by na_sampler_sample for a row holding a NaN or an infinity. */
+#define NA_SAMPLER_NOT_FINITE (-1)
+
 /* Pick a token from logits[vocab_size]. The row is used as scratch: on return
  * it holds the probabilities (or is untouched for greedy). `scratch`
  * [vocab_size] is work space for nucleus sampling; it may be NULL only when
- * the sampler needs none (na_sampler_needs_scratch). Never fails. */
+ * the sampler needs none (na_sampler_needs_scratch). Returns the token, or
+ * NA_SAMPLER_NOT_FINITE (the row untouched, no random number drawn) when a
+ * logit is NaN or infinite. */
 int na_sampler_sample(na_sampler_t *s, float *logits, na_prob_index_t *scratch);
 /* 1 when na_sampler_sample needs a scratch buffer (temperature > 0, top_p < 1). */
 int na_sampler_needs_scratch(const na_sampler_t *s);
 
 /* Building blocks, exposed for tests. */
+/* 1 when every x[0..n) is finite (no NaN, no infinity). */
+int      na_sampler_all_finite(const float *x, int n);
 /* Index of the largest of x[0..n) (first on ties). */
 int      na_sampler_argmax(const float *x, int n);
 /* Next uniform float in [0, 1) of a xorshift64* state (advances *state). */

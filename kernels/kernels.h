@@ -221,6 +221,9 @@ struct na_kernels {
     na_kmem_t              mem;        /* where its ops work best: callers put
                                           activations there (host for ref and
                                           cpu, device for refdev and devices) */
+    int                    batch_invariant; /* 1: every output row of matmul is
+                                          bit-identical to the same row at batch
+                                          1 (cpu: no sgemm path); 0 at create */
 };
 
 /* Create a backend by name ("ref", "cpu", "refdev": ref whose preferred

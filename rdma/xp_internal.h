@@ -188,4 +188,8 @@ void        na_xp_hs_frame(na_xp_ep_t *ep);
 /* A frame's header was bad (st: NA_ERR_VERSION or NA_ERR_PROTO, reason in na_errmsg()). */
 void        na_xp_hs_bad_frame(na_xp_ep_t *ep, na_status_t st);
 
+/* UCX's log lines to stderr unless UCX_LOG_FILE is set (rdma/xp_log.c);
+ * once per process, before the first UCP context. */
+void na_xp_log_setup(void);
+
 #endif /* NA_RDMA_XP_INTERNAL_H */

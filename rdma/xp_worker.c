@@ -198,6 +198,7 @@ static na_status_t xp_context_create(na_xp_t *xp)
     const char *tls = na_xp_tls_ucx(xp->opts.tls, xp->opts.tls_raw);
     char ka[32], ifname[IF_NAMESIZE + 1];
 
+    na_xp_log_setup();
     us = ucp_config_read(NULL, NULL, &cfg);
     if (us != UCS_OK)
         return na_err(NA_ERR_TRANSPORT, "ucp_config_read: %s", ucs_status_string(us));

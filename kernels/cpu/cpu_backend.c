@@ -92,21 +92,31 @@ static void na_cpu_rope(float *vec, int n_heads, int head_dim,
     }
 }
 
-/* ops->swiglu: silu(g) * u with the vector exp. */
+/* silu(g) * u of 8 lanes with the vector exp. */
+static inline __m256 na_cpu_swiglu8(__m256 g, __m256 u)
+{
+    __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+/* ops->swiglu: silu(g) * u with the vector exp. The n % 8 last elements go
+ * through the same vector code (padded), so an element's value does not
+ * depend on where it falls in the (batch * hidden) array: a row computed in a
+ * batch equals the same row computed alone, bit for bit. */
 static void na_cpu_swiglu(float *gate, const float *up, size_t n)
 {
-    const __m256 one = _mm256_set1_ps(1.0f);
-    size_t i;
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_loadu_ps(gate + i);
-        __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
-        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
-    }
-    for (; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    float g8[8] = { 0 }, u8[8] = { 0 };
+    size_t i, rest;
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, na_cpu_swiglu8(_mm256_loadu_ps(gate + i),
+                                                  _mm256_loadu_ps(up + i)));
+    rest = n - i;
+    if (rest == 0)
+        return;
+    memcpy(g8, gate + i, rest * sizeof(float));
+    memcpy(u8, up + i, rest * sizeof(float));
+    _mm256_storeu_ps(g8, na_cpu_swiglu8(_mm256_loadu_ps(g8), _mm256_loadu_ps(u8)));
+    memcpy(gate + i, g8, rest * sizeof(float));
 }
 
 /* ops->softmax: vector max, exp + sum, scale; per row. */

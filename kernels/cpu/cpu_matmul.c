@@ -20,6 +20,9 @@
  *   batch > 1, F32 large  one cblas_sgemm (OpenBLAS, n_threads threads).
  *   batch > 1, large      a tile of rows is dequantised into f32 scratch by
  *                         the pool, then multiplied by cblas_sgemm; repeat.
+ *   k->batch_invariant    the "small" path at every batch size, so a row's
+ *                         result never depends on what is batched beside it
+ *                         (seeded sampling reproduces across batch sizes).
  *
  * F32 crossover, `nearattn bench kernels --part small` (2 threads, weights
  * from DRAM, GFLOP/s row kernel / cblas_sgemm, busy machine, spreads of
@@ -327,6 +330,8 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
         na_cpu_pool_run(s->pool, na_cpu_mm_vec_task, &j, na_cpu_mm_tasks(k, rows, cols, 1));
         return;
     }
+    if (k->batch_invariant)
+        goto rows;                      /* the row kernel: batch-1 summation order */
     if (w->dtype == NA_DTYPE_F32 && batch >= NA_CPU_F32_SGEMM_MIN_BATCH) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, rows, cols,
                     1.0f, x, cols, (const float *)w->data, cols, 0.0f, y, rows);
@@ -353,6 +358,7 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
         }
         /* no scratch: fall through to the row kernel without buffers */
     }
+rows:
     tasks = na_cpu_mm_tasks(k, rows, cols, batch);
     j.r0 = 0;
     j.r1 = rows;

@@ -21,6 +21,19 @@
 #           answering with a wrong GQA ratio, then with an extra entry: it is
 #           dropped with a reason naming it, its requests are re-placed on the
 #           other node, every text is the monolithic one, nothing hangs
+#   stop    a storage node stopped with SIGSTOP mid-generation (over shm,
+#           then tcp): it is lost after peer_timeout_ms (2 s here), not
+#           after 6 x timeout_ms; its requests are re-placed as for kill -9
+#           and every text is the monolithic one; the detection time (SIGSTOP
+#           to the "s1 lost" line) is printed; SIGCONT at the end
+#   ucxlog  UCX's own log never reaches stdout (the generated text): with
+#           UCX_LOG_LEVEL=info (shm, tcp) stdout holds exactly the monolithic
+#           text and UCX's lines are on stderr (compute and nodes); a
+#           UCX_LOG_FILE set by the user is honoured; a failed handshake
+#           (wrong secret) ends in exit 1, not an abort inside UCX
+#   reclaim a storage node killed with kill -9 leaves its preallocated kv.dat;
+#           started again on the same directory it reuses it (no "in use"
+#           error, disk usage not doubled) and serves a run
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
 #   kill    a storage node killed with kill -9 mid-generation: its requests
@@ -248,6 +261,103 @@ kill)
     else
         echo "note: generation finished before the kill; only completion is checked"
     fi
+    ;;
+stop)
+    mono stop 480
+    for tls in shm tcp; do
+        L=$(layout stop$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
+        for s in 0 1; do
+            na_bg "$DIR/t$tls$s.out" "$DIR/t$tls$s.err" "$BIN" node --config "$L" --name s$s
+            eval "SP$s=$NA_PID"
+        done
+        na_wait_all 20 READY "$DIR/t${tls}0.out" "$DIR/t${tls}1.out" || fail "stop $tls: nodes not ready"
+        na_bg "$DIR/stop$tls.off" "$DIR/stop$tls.err" timeout 120 "$BIN" run --config "$L" \
+            --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
+        RP=$NA_PID
+        sleep 0.4
+        kill -STOP "$SP1"
+        t0=$(date +%s%N)
+        t1=""
+        while kill -0 "$RP" 2>/dev/null; do
+            grep -q "s1 lost" "$DIR/stop$tls.err" && { t1=$(date +%s%N); break; }
+            sleep 0.02
+        done
+        wait "$RP"
+        rc=$?
+        kill -CONT "$SP1"
+        [ $rc -eq 124 ] && fail "stop $tls: offload run hung"
+        [ $rc -eq 0 ] || fail "stop $tls: run exited $rc, expected 0 (requests re-placed)"
+        na_same_sorted "$DIR/stop.mono" "$DIR/stop$tls.off" || fail "stop $tls: text differs"
+        if grep -q " [1-9][0-9]* re-placed" "$DIR/stop$tls.err"; then
+            [ -n "$t1" ] || fail "stop $tls: no \"s1 lost\" line while the run was going"
+            ms=$(( (t1 - t0) / 1000000 ))
+            [ $ms -le 4500 ] || fail "stop $tls: detected after $ms ms, peer_timeout_ms is 2000"
+            echo "ok: stop of s1 over $tls: lost after $ms ms ($(grep -o "s1 lost.*" "$DIR/stop$tls.err" | head -n 1)), $(grep -o "[0-9]* re-placed" "$DIR/stop$tls.err"), text as monolithic"
+        else
+            echo "note: generation finished before the stop; only completion is checked"
+        fi
+        kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
+        PORT=$((PORT + 2))
+    done
+    ;;
+ucxlog)
+    export UCX_LOG_LEVEL=info
+    for tls in shm tcp; do
+        L=$(layout ucx$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
+        offload_vs_mono ucx$tls "$L" "$STORIES" "$STOK" 16 start
+        grep -q "UCX INFO" "$DIR/ucx$tls.err" || fail "ucxlog $tls: no UCX line on stderr (is the level forced?)"
+        grep -q "UCX INFO" "$DIR/nearattn-run-ucx$tls-s0.log" || fail "ucxlog $tls: no UCX line in s0's log"
+    done
+    export UCX_LOG_FILE="$DIR/ucx-user.log"
+    offload_vs_mono ucxfile "$L" "$STORIES" "$STOK" 16 start
+    grep -q "UCX" "$DIR/ucxfile.err" && fail "ucxlog: UCX_LOG_FILE set, yet UCX lines on stderr"
+    grep -q "UCX" "$DIR/ucx-user.log" || fail "ucxlog: UCX_LOG_FILE set by the user not honoured"
+    unset UCX_LOG_FILE
+    echo "ok: ucxlog (UCX's lines on stderr or in UCX_LOG_FILE, stdout only the text)"
+    # a failed handshake (the compute node's secret is not the node's): exit 1, no abort
+    L=$(layout ucxok 1 request 1 auto auto 2 false "$STORIES" "$STOK")
+    na_bg "$DIR/u0.out" "$DIR/u0.err" "$BIN" node --config "$L" --name s0
+    na_wait_line "$DIR/u0.out" READY 20 || fail "ucxlog: s0 not ready"
+    printf 'NEARATTN-TEST-WRONG-SECRET-0123456789abcdef0123456789abcdef\n' > "$DIR/wrong.secret"
+    chmod 600 "$DIR/wrong.secret"
+    sed "s|secret_file: \"[^\"]*\"|secret_file: \"$DIR/wrong.secret\"|" "$L" > "$DIR/ucxbad.yaml"
+    for i in 1 2 3; do
+        na_fg "$DIR/ucxbad.out" "$DIR/ucxbad.err" timeout 60 "$BIN" run --config "$DIR/ucxbad.yaml" \
+            --cluster connect --prompt "Once upon a time" -n 8 --temp 0
+        rc=$?
+        [ $rc -eq 1 ] || fail "ucxlog: wrong secret: run exited $rc, expected 1"
+        grep -q "could not prove the cluster secret" "$DIR/ucxbad.err" || fail "ucxlog: no reason for the refusal"
+        grep -q "UCX.*\(Bug\|WARN\|ERROR\)" "$DIR/ucxbad.out" "$DIR/ucxbad.err" && fail "ucxlog: UCX complained"
+    done
+    unset UCX_LOG_LEVEL
+    echo "ok: a failed handshake exits 1 without an abort inside UCX"
+    ;;
+reclaim)
+    L=$(layout recl 1 request 1 auto ssd 2 false "$STORIES" "$STOK")
+    KVF="$DIR/kv/recl/s0/kv.dat"
+    na_bg "$DIR/r0.out" "$DIR/r0.err" "$BIN" node --config "$L" --name s0
+    R0=$NA_PID
+    na_wait_line "$DIR/r0.out" READY 20 || fail "reclaim: s0 not ready"
+    [ -f "$KVF" ] || fail "reclaim: no $KVF while s0 runs"
+    du1=$(du -sk "$DIR/kv/recl" | cut -f1)
+    kill -9 "$R0"; wait "$R0" 2>/dev/null
+    [ -f "$KVF" ] || fail "reclaim: kill -9 left no kv.dat (nothing to reclaim: test is moot)"
+    na_bg "$DIR/r1.out" "$DIR/r1.err" "$BIN" node --config "$L" --name s0
+    R1=$NA_PID
+    na_wait_line "$DIR/r1.out" READY 20 || fail "reclaim: s0 did not start again on its directory: $(tail -n 2 "$DIR/r1.err")"
+    grep -q "in use" "$DIR/r1.err" && fail "reclaim: the leftover kv.dat was called in use"
+    du2=$(du -sk "$DIR/kv/recl" | cut -f1)
+    [ "$du2" -le $((du1 + du1 / 10)) ] || fail "reclaim: disk usage $du1 KiB -> $du2 KiB after the restart"
+    mono recl 24
+    na_fg "$DIR/recl.off" "$DIR/recl.err" timeout 60 "$BIN" run --config "$L" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1 || fail "reclaim: run on the restarted node failed"
+    na_same_sorted "$DIR/recl.mono" "$DIR/recl.off" || fail "reclaim: text differs"
+    # a second node on the directory of a running one is still refused
+    na_fg "$DIR/r2.out" "$DIR/r2.err" timeout 20 "$BIN" node --config "$L" --name s0 --listen 127.0.0.1:0
+    grep -q "in use" "$DIR/r2.err" || fail "reclaim: a second node on a live directory was not refused: $(tail -n 1 "$DIR/r2.err")"
+    kill -TERM "$R1"; wait "$R1" 2>/dev/null
+    [ -f "$KVF" ] && fail "reclaim: kv.dat left after a clean stop"
+    echo "ok: reclaim (kv.dat of a killed node reused: $du1 KiB before, $du2 KiB after the restart)"
     ;;
 late)
     # s1 is down when the run starts; started by hand during the run, it is

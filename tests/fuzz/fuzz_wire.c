@@ -27,10 +27,9 @@
 #include <string.h>
 
 #include "common/wire.h"
+#include "tests/fuzz/fuzz_files.h"
 #include "tests/testutil.h"
 #include "tests/unit/wire_samples.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static unsigned long fuzz_bad;    /* unexpected statuses seen */
 static unsigned long fuzz_ok, fuzz_runs;  /* whole-message decodes that passed / tried */
@@ -166,20 +165,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     free(copy);
-#ifdef NA_LIBFUZZER
-    if (fuzz_bad)                   /* make libFuzzer keep the input that did it */
-        __builtin_trap();
-#endif
-    return 0;
+    return fuzz_trap_if(fuzz_bad);
 }
 
 #ifndef NA_LIBFUZZER
-
-static uint64_t env_u64(const char *name, uint64_t def)
-{
-    const char *s = getenv(name);
-    return s && *s ? strtoull(s, NULL, 0) : def;
-}
 
 /* Apply 1..4 random mutations to buf (len bytes, cap capacity); returns the new length. */
 static size_t mutate(na_rng_t *r, uint8_t *buf, size_t len, size_t cap,
@@ -250,7 +239,8 @@ static void write_seed(const char *dir, unsigned t, unsigned s, const uint8_t *b
 
 int main(void)
 {
-    uint64_t iters = env_u64("NA_FUZZ_ITERS", 60000), seed = env_u64("NA_FUZZ_SEED", 1), it;
+    uint64_t iters = fuzz_env_u64("NA_FUZZ_ITERS", 60000), it;
+    uint64_t seed = fuzz_env_u64("NA_FUZZ_SEED", 1);
     enum { N_SEEDS = 3 };
     uint8_t *corpus[NA_WIRE_MSG_COUNT * N_SEEDS];
     size_t corpus_len[NA_WIRE_MSG_COUNT * N_SEEDS], n_corpus = 0, i, cap = 1 << 16;

@@ -40,7 +40,7 @@ static na_status_t run_gen(const na_model_t *m, const char *backend, na_dtype_t 
     na_engine_opts_t eo = { backend, 1, kv, max_rows };
     na_sampler_cfg_t sc = { temp, 0.9f, 0 };
     na_request_t *reqs[MAX_PROMPTS] = { 0 };
-    na_gen_opts_t go = { max_batch, stop, n_stop, NULL, NULL, NULL };
+    na_gen_opts_t go = { max_batch, stop, n_stop, NULL, NULL, NULL, NULL };
     na_engine_t *e = NULL;
     na_status_t st;
     int i;
@@ -477,7 +477,7 @@ static void test_bad_requests(const char *dir)
     /* a full prompt of seq_len tokens: one token, then the context is full */
     NA_CHECK_OK(na_request_create(e, 0, long_prompt, 32, 10, &sc, &r));
     if (r != NULL) {
-        na_gen_opts_t go = { 0, NULL, 0, NULL, NULL, NULL };
+        na_gen_opts_t go = { 0, NULL, 0, NULL, NULL, NULL, NULL };
         NA_CHECK_OK(na_generate(e, &r, 1, &go, NULL));
         NA_CHECK(r->n_out == 1 && r->finish == NA_FINISH_CONTEXT);
         NA_CHECK(r->kv == NULL);            /* freed as soon as it finished */
@@ -487,7 +487,7 @@ static void test_bad_requests(const char *dir)
     /* prompt + n past the context stops at the context */
     NA_CHECK_OK(na_request_create(e, 0, long_prompt, 28, 10, &sc, &r));
     if (r != NULL) {
-        na_gen_opts_t go = { 0, NULL, 0, NULL, NULL, NULL };
+        na_gen_opts_t go = { 0, NULL, 0, NULL, NULL, NULL, NULL };
         NA_CHECK_OK(na_generate(e, &r, 1, &go, NULL));
         NA_CHECK(r->n_out == 5 && r->finish == NA_FINISH_CONTEXT);
         na_request_destroy(r);

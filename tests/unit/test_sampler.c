@@ -215,8 +215,51 @@ static void test_uniform(void)
     NA_CHECK(fabs(sum / 100000 - 0.5) < 0.01);
 }
 
+/* NaN or infinity anywhere in the row: every rule refuses it (no token, no
+ * out-of-bounds read of the nucleus, no random number drawn). */
+static void test_not_finite(void)
+{
+    float cfgs[3][2] = { { 0.0f, 1.0f }, { 0.9f, 1.0f }, { 0.9f, 0.9f } };
+    float bad[3] = { NAN, INFINITY, -INFINITY };
+    na_prob_index_t scratch[64];
+    float row[64];
+    int c, b, k, i;
+
+    for (c = 0; c < 3; c++) {
+        na_sampler_cfg_t sc = { cfgs[c][0], cfgs[c][1], 5 };
+        na_sampler_t *s = NULL;
+        uint64_t rng0;
+        NA_CHECK_OK(na_sampler_create(&sc, 64, &s));
+        if (s == NULL)
+            return;
+        rng0 = s->rng;
+        for (b = 0; b < 3; b++) {
+            for (k = 0; k < 64; k += 21) {           /* one bad logit at k */
+                for (i = 0; i < 64; i++)
+                    row[i] = (float)(i % 7) - 3.0f;
+                row[k] = bad[b];
+                NA_CHECK(na_sampler_sample(s, row, scratch) == NA_SAMPLER_NOT_FINITE);
+            }
+            for (i = 0; i < 64; i++)                  /* every logit bad */
+                row[i] = bad[b];
+            NA_CHECK(na_sampler_sample(s, row, scratch) == NA_SAMPLER_NOT_FINITE);
+        }
+        NA_CHECK(s->rng == rng0);
+        for (i = 0; i < 64; i++)                      /* finite again: a token */
+            row[i] = (float)(i % 7) - 3.0f;
+        k = na_sampler_sample(s, row, scratch);
+        NA_CHECK(k >= 0 && k < 64);
+        na_sampler_destroy(s);
+    }
+    row[0] = 1.0f;
+    row[1] = NAN;
+    NA_CHECK(!na_sampler_all_finite(row, 2));
+    NA_CHECK(na_sampler_all_finite(row, 1));
+}
+
 int main(void)
 {
+    test_not_finite();
     test_cfg_check();
     test_greedy();
     test_reproducible();

@@ -170,12 +170,14 @@ static void test_engine_test(void)
     NA_CHECK_OK(na_slotset_batch_add(ss, b, &rp, &e, 1));
     NA_CHECK(na_slotset_batch_test(ss, b, 0) == 0);      /* not closed: never done */
     na_slotset_batch_close(ss, b);
+    /* the workers start at add, so on a loaded machine the batch may already
+     * be done here: say which, the check is that test() gets there */
     first = na_slotset_batch_test(ss, b, 0);
-    NA_CHECK_MSG(first == 0, "a %d-token batch was done right after close", ntok);
     while (!first && !na_slotset_batch_test(ss, b, 1000))
         polls++;
     NA_CHECK(e.status == NA_OK);
-    printf("test(): not done at close, done after %d polls of 1 ms\n", polls);
+    printf("test(): %s at close, done after %d polls of 1 ms\n",
+           first ? "already done" : "not done", polls);
 
     e.o = o2;                            /* the same again, reaped by wait */
     NA_CHECK_OK(na_slotset_batch_begin(ss, &b));

@@ -1,0 +1,49 @@
+/* rdma/xp_log.c — UCX's own log lines go to stderr, never to stdout (which
+ * carries the generated text). UCX writes its log to stdout unless
+ * UCX_LOG_FILE names a file; that file is opened when libucs is loaded, so
+ * setting the variable here would come too late: a log handler in front of
+ * UCX's default one prints each line to stderr instead. A UCX_LOG_FILE set
+ * by the user is left alone (UCX's handler then writes where it says). */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <ucs/debug/log_def.h>
+
+#include "rdma/xp_internal.h"
+
+static ucs_log_func_rc_t xp_log_stderr(const char *file, unsigned line, const char *function,
+                                       ucs_log_level_t level,
+                                       const ucs_log_component_config_t *comp_conf,
+                                       const char *format, va_list ap)
+{
+    char msg[1024];
+    const char *base = file != NULL ? file : "?";
+    const char *s;
+
+    (void)function;
+    if (level != UCS_LOG_LEVEL_PRINT && !ucs_log_component_is_enabled(level, comp_conf))
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    for (s = base; *s != '\0'; s++)
+        if (*s == '/')
+            base = s + 1;
+    vsnprintf(msg, sizeof(msg), format, ap);
+    /* one write per line, so lines of several threads do not mix */
+    fprintf(stderr, "[%d] %s:%u UCX %s %s\n", (int)getpid(), base, line,
+            level < UCS_LOG_LEVEL_LAST ? ucs_log_level_names[level] : "?", msg);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void xp_log_once(void)
+{
+    const char *f = getenv("UCX_LOG_FILE");
+    if (f == NULL || f[0] == '\0')
+        ucs_log_push_handler(xp_log_stderr);
+}
+
+void na_xp_log_setup(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    (void)pthread_once(&once, xp_log_once);
+}
