@@ -40,8 +40,9 @@
 /* Request partition: try again to connect the storage nodes of the layout
  * that were unreachable when the service was created (started later, by hand
  * or by a launcher), after RM_RETRY_MS, doubling per failure up to
- * RM_RETRY_MAX (a refused connect returns at once, but a silent host blocks
- * this call for the transport's timeout). A node that joins takes
+ * RM_RETRY_MAX (a refused connect returns at once, a silent host blocks this
+ * call for the session's connect bound, min(timeout_ms, peer_timeout_ms / 3),
+ * short enough for the connected nodes not to drop us). A node that joins takes
  * new requests; a node lost after it was connected is not retried (its
  * requests failed or were re-placed). Never fails. */
 void rm_retry_late(rm_t *p)
@@ -353,6 +354,9 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         if (rn->h0 < 0)
             rn->h0 = rn->h1 = 0;
         st = rm_node_connect(p, j);
+        /* heartbeats to the nodes already connected, after a connect that
+         * may have waited its whole bound on a silent host */
+        (void)na_ses_poll(p->ses, 0);
         if (st != NA_OK) {
             snprintf(rn->why, sizeof(rn->why), "storage node %s (%s:%ld) unreachable: %s",
                      nd->name, nd->host, nd->port, na_errmsg());

@@ -154,7 +154,8 @@ static na_peer_t *ses_add(na_ses_t *s, na_xp_ep_t *ep)
 na_status_t na_ses_connect(na_ses_t *s, const char *host, int port, na_peer_t **p_p)
 {
     na_xp_ep_t *ep;
-    na_status_t st = na_xp_connect(s->xp, host, port, &ep);
+    int bound = s->o.connect_timeout_ms > 0 ? (int)s->o.connect_timeout_ms : -1;
+    na_status_t st = na_xp_connect_ms(s->xp, host, port, bound, &ep);
     na_peer_t *p;
 
     if (st != NA_OK)

@@ -74,6 +74,7 @@ typedef struct {
     unsigned    heartbeat_ms;     /* interval towards peers that announced none; 0 = none */
     unsigned    peer_timeout_ms;  /* silence that loses a peer; 0 = never */
     unsigned    reply_timeout_ms; /* default bound on an answer; 0 = 30000 */
+    unsigned    connect_timeout_ms; /* bound on na_ses_connect(); 0 = the transport's */
     int         max_peers;        /* accepted peers at once; 0 = no limit */
     int         own_xp;           /* 1: na_ses_destroy() destroys the transport too */
 } na_ses_opts_t;

@@ -193,6 +193,10 @@ na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p);
  * NA_ERR_AUTH/NA_ERR_VERSION if the peer fails the proof, NA_ERR_TIMEOUT if
  * the wait ran out. */
 na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **ep_p);
+/* na_xp_connect() bounded by timeout_ms instead (< 0 or more than
+ * opts.timeout_ms = opts.timeout_ms): a silent host costs at most that. */
+na_status_t na_xp_connect_ms(na_xp_t *xp, const char *host, int port, int timeout_ms,
+                             na_xp_ep_t **ep_p);
 
 /* Close an endpoint and free it (its queued messages stay valid until
  * released). Never fails; waits at most opts.timeout_ms for a clean close. */

@@ -260,6 +260,12 @@ static int xp_tcp_open(const struct sockaddr_storage *ss, socklen_t sslen, char 
 
 na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **ep_p)
 {
+    return na_xp_connect_ms(xp, host, port, -1, ep_p);
+}
+
+na_status_t na_xp_connect_ms(na_xp_t *xp, const char *host, int port, int timeout_ms,
+                             na_xp_ep_t **ep_p)
+{
     struct sockaddr_storage ss;
     socklen_t sslen;
     char addr[64], why[160];
@@ -281,6 +287,8 @@ na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **
     }
     ep->owned = 1;
     ep->tcp_connecting = 1;
+    if (timeout_ms >= 0 && timeout_ms < xp->opts.timeout_ms)
+        ep->hs_deadline_ns = na_xp_deadline(timeout_ms);
     xp->sweep_due = 1;
     if (!na_xp_wait_for(xp, xp_hs_finished, ep, ep->hs_deadline_ns + 1000000ull))
         na_xp_ep_fail(ep, NA_ERR_TIMEOUT, "handshake timed out");

@@ -34,6 +34,13 @@
 #   reclaim a storage node killed with kill -9 leaves its preallocated kv.dat;
 #           started again on the same directory it reuses it (no "in use"
 #           error, disk usage not doubled) and serves a run
+#   silent  s1 SIGSTOPped before `run --cluster connect` (its kernel still
+#           accepts the TCP connection, nobody answers the handshake): the
+#           connect to it gives up after min(timeout_ms, peer_timeout_ms / 3),
+#           s0 does not drop the compute meanwhile, every request runs on s0
+#           with the monolithic text within a bounded time; the time to the
+#           first text line (with and without the silent node) is printed;
+#           SIGCONT at the end
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
 #   kill    a storage node killed with kill -9 mid-generation: its requests
@@ -358,6 +365,48 @@ reclaim)
     kill -TERM "$R1"; wait "$R1" 2>/dev/null
     [ -f "$KVF" ] && fail "reclaim: kv.dat left after a clean stop"
     echo "ok: reclaim (kv.dat of a killed node reused: $du1 KiB before, $du2 KiB after the restart)"
+    ;;
+silent)
+    L=$(layout silent2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    for s in 0 1; do
+        na_bg "$DIR/q$s.out" "$DIR/q$s.err" "$BIN" node --config "$L" --name s$s
+        eval "SP$s=$NA_PID"
+    done
+    na_wait_all 20 READY "$DIR/q0.out" "$DIR/q1.out" || fail "silent: nodes not ready"
+    mono silent 200
+    # first_line NAME: ms from the start of `run --cluster connect` to its
+    # first line of text in DIR/NAME.off (t_first) and to its end (t_all)
+    first_line() {
+        t0=$(date +%s%N)
+        na_bg "$DIR/$1.off" "$DIR/$1.err" timeout 60 "$BIN" run --config "$L" --cluster connect \
+            --prompts "$DIR/prompts.txt" -n 200 --temp 0 --threads 1
+        RP=$NA_PID
+        t_first=""
+        while kill -0 "$RP" 2>/dev/null; do
+            [ -z "$t_first" ] && [ -s "$DIR/$1.off" ] && t_first=$(( ($(date +%s%N) - t0) / 1000000 ))
+            sleep 0.01
+        done
+        wait "$RP"
+        rc=$?
+        t_all=$(( ($(date +%s%N) - t0) / 1000000 ))
+        [ -n "$t_first" ] || t_first=$t_all
+    }
+    first_line healthy
+    [ $rc -eq 0 ] || fail "silent: run with both nodes exited $rc"
+    base_first=$t_first; base_all=$t_all
+    kill -STOP "$SP1"
+    first_line silent
+    kill -CONT "$SP1"
+    [ $rc -eq 124 ] && fail "silent: offload run hung"
+    [ $rc -eq 0 ] || fail "silent: run exited $rc, expected 0 (every request on s0)"
+    na_same_sorted "$DIR/silent.mono" "$DIR/silent.off" || fail "silent: text differs"
+    grep -q "s1 .*unreachable.*timed out" "$DIR/silent.err" || fail "silent: no reason naming s1"
+    grep -q "storage node s0 lost" "$DIR/silent.err" && fail "silent: s0 was lost"
+    grep -q "silent for" "$DIR/q0.err" && fail "silent: s0 dropped the compute"
+    # the bound: 2000 / 3 ms for the handshake, plus the run itself
+    [ $t_all -le $((base_all + 6000)) ] || fail "silent: took $t_all ms (both nodes up: $base_all ms)"
+    echo "ok: silent s1 at start: first text after $t_first ms (both up: $base_first ms), run $t_all ms (both up: $base_all ms), text as monolithic"
+    kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
     ;;
 late)
     # s1 is down when the run starts; started by hand during the run, it is
