@@ -354,19 +354,19 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         if (rn->h0 < 0)
             rn->h0 = rn->h1 = 0;
         st = rm_node_connect(p, j);
-        /* heartbeats to the nodes already connected, after a connect that
-         * may have waited its whole bound on a silent host */
-        (void)na_ses_poll(p->ses, 0);
         if (st != NA_OK) {
             snprintf(rn->why, sizeof(rn->why), "storage node %s (%s:%ld) unreachable: %s",
                      nd->name, nd->host, nd->port, na_errmsg());
             na_log_warn("%s", rn->why);
             rn->retry_ms = RM_RETRY_MS;
             rn->next_try_ns = na_xp_now_ns() + (uint64_t)RM_RETRY_MS * 1000000ull;
-            continue;
         }
-        n_alive++;
+        /* heartbeats to the nodes already connected, after a connect that
+         * may have waited its whole bound on a silent host */
+        (void)na_ses_poll(p->ses, 0);
     }
+    for (j = 0; j < p->n_nodes; j++)
+        n_alive += p->nodes[j].alive;
     if (n_alive == 0 || (p->head_part && n_alive < p->n_nodes)) {
         st = na_err(NA_ERR_PEER, "remote: %s", n_alive == 0 ? "no storage node of the layout "
                     "is reachable" : "head partition needs every storage node, one is "
