@@ -123,6 +123,16 @@ mono() {
     "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
         -n "$_mk" --temp 0 --threads 1 "$@" > "$DIR/$_mn.mono" 2>/dev/null || fail "$_mn: monolithic run failed"
 }
+# nodes2 P WHAT: storage nodes s0 and s1 of layout $L started (DIR/P0.out,
+# .err ...), their pids in SP0 and SP1; fail (naming WHAT) when not ready
+nodes2() {
+    for s in 0 1; do
+        na_bg "$DIR/$1$s.out" "$DIR/$1$s.err" "$BIN" node --config "$L" --name s$s
+        eval "SP$s=$NA_PID"
+    done
+    na_wait_all 20 READY "$DIR/${1}0.out" "$DIR/${1}1.out" ||
+        fail "$2: storage nodes not ready: $(cat "$DIR/$1"?.err | tail -n 3)"
+}
 case "$SCEN" in
 match)
     L=$(layout req3 3 request 3 auto auto 2 false "$STORIES" "$STOK")
@@ -237,12 +247,7 @@ kill)
     # the surviving requests can be compared with monolithic even though
     # their batch shrinks when the killed node's requests fail)
     L=$(layout kill2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
-    for s in 0 1; do
-        na_bg "$DIR/s$s.out" "$DIR/s$s.err" "$BIN" node --config "$L" --name s$s
-        eval "SP$s=$NA_PID"
-    done
-    na_wait_all 20 READY "$DIR/s0.out" "$DIR/s1.out" ||
-        fail "storage nodes not ready: $(cat "$DIR"/s?.err | tail -n 3)"
+    nodes2 s kill
     mono kill 480
     run_kill kill "$L" "$SP1"
     [ $rc -eq 0 ] || fail "kill: run exited $rc, expected 0 (requests re-placed)"
@@ -274,11 +279,7 @@ stop)
     mono stop 480
     for tls in shm tcp; do
         L=$(layout stop$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
-        for s in 0 1; do
-            na_bg "$DIR/t$tls$s.out" "$DIR/t$tls$s.err" "$BIN" node --config "$L" --name s$s
-            eval "SP$s=$NA_PID"
-        done
-        na_wait_all 20 READY "$DIR/t${tls}0.out" "$DIR/t${tls}1.out" || fail "stop $tls: nodes not ready"
+        nodes2 "t$tls" "stop $tls"
         na_bg "$DIR/stop$tls.off" "$DIR/stop$tls.err" timeout 120 "$BIN" run --config "$L" \
             --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
         RP=$NA_PID
@@ -369,11 +370,7 @@ reclaim)
     ;;
 silent)
     L=$(layout silent2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
-    for s in 0 1; do
-        na_bg "$DIR/q$s.out" "$DIR/q$s.err" "$BIN" node --config "$L" --name s$s
-        eval "SP$s=$NA_PID"
-    done
-    na_wait_all 20 READY "$DIR/q0.out" "$DIR/q1.out" || fail "silent: nodes not ready"
+    nodes2 q silent
     mono silent 200
     # timed NAME N [ARGS]: `run --cluster connect` of the prompts, N tokens,
     # into DIR/NAME.off, .err; its exit status in rc, its wall time in t_ms
