@@ -37,32 +37,118 @@
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
 
+static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
+                          const na_ses_in_t *in);
+
+/* Node j connected as peer: it takes requests; STATS for the base of the
+ * time split (a node that never answers is only left without a share). */
+static void rm_node_attach(rm_t *p, int j, na_peer_t *peer)
+{
+    rm_node_t *rn = &p->nodes[j];
+    na_wire_msg_t m;
+
+    rn->peer = peer;
+    na_peer_set_user(peer, rn);
+    rn->alive = 1;
+    rn->why[0] = '\0';
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_STATS_REQ;
+    (void)na_peer_request(peer, &m, NULL, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS,
+                          (int)p->cfg->transport.timeout_ms, rm_base_reply, 0);
+}
+
+/* A connect to node j failed (na_errmsg() says why): the first time (at
+ * create) a warning and a retry after RM_RETRY_MS, then doubling up to
+ * RM_RETRY_MAX. */
+static void rm_node_unreachable(rm_t *p, int j)
+{
+    rm_node_t *rn = &p->nodes[j];
+    const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
+
+    if (rn->retry_ms == 0) {
+        snprintf(rn->why, sizeof(rn->why), "storage node %s (%s:%ld) unreachable: %s",
+                 nd->name, nd->host, nd->port, na_errmsg());
+        na_log_warn("%s", rn->why);
+        rn->retry_ms = RM_RETRY_MS;
+    } else {
+        na_log_debug("storage node %s still unreachable: %s", rn->name, na_errmsg());
+        rn->retry_ms = rn->retry_ms * 2 < RM_RETRY_MAX ? rn->retry_ms * 2 : RM_RETRY_MAX;
+    }
+    rn->next_try_ns = na_xp_now_ns() + (uint64_t)rn->retry_ms * 1000000ull;
+}
+
+/* Finish the connects in progress that are done; returns how many still
+ * run. A node that connects after create says so. */
+static int rm_connect_poll(rm_t *p)
+{
+    int j, n = 0;
+
+    for (j = 0; j < p->n_nodes; j++) {
+        rm_node_t *rn = &p->nodes[j];
+        na_peer_t *peer;
+        na_status_t st;
+        if (rn->pending == NULL)
+            continue;
+        st = na_ses_connect_done(p->ses, rn->pending, &peer);
+        if (st == NA_INPROGRESS) {
+            n++;
+            continue;
+        }
+        rn->pending = NULL;
+        if (st != NA_OK) {
+            rm_node_unreachable(p, j);
+            continue;
+        }
+        rm_node_attach(p, j, peer);
+        if (rn->retry_ms != 0) {
+            const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
+            na_log_info("storage node %s joined (%s:%ld): it takes new requests", rn->name,
+                        nd->host, nd->port);
+        }
+    }
+    return n;
+}
+
+/* Start a connect to node j (its handshake goes on as the session polls). */
+static void rm_connect_start(rm_t *p, int j)
+{
+    const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
+    rm_node_t *rn = &p->nodes[j];
+
+    if (na_ses_connect_start(p->ses, nd->host, (int)nd->port, &rn->pending) != NA_OK) {
+        rn->pending = NULL;
+        rm_node_unreachable(p, j);
+    }
+}
+
 /* Request partition: try again to connect the storage nodes of the layout
  * that were unreachable when the service was created (started later, by hand
- * or by a launcher), after RM_RETRY_MS, doubling per failure up to
- * RM_RETRY_MAX (a refused connect returns at once, but a silent host blocks
- * this call for the transport's timeout). A node that joins takes
- * new requests; a node lost after it was connected is not retried (its
- * requests failed or were re-placed). Never fails. */
+ * or by a launcher, or silent then), after RM_RETRY_MS, doubling per failure
+ * up to RM_RETRY_MAX. Never blocks: a connect is started here and finished
+ * by a later call (each session poll makes one, see na_ses_on_tick), so a
+ * silent host costs the requests nothing; the connect gives up after the
+ * session's bound, min(timeout_ms, peer_timeout_ms / 3). A node that joins
+ * takes new requests; a node lost after it was connected is not retried
+ * (its requests failed or were re-placed). Never fails. */
 void rm_retry_late(rm_t *p)
 {
     uint64_t now = na_xp_now_ns();
     int j;
 
+    (void)rm_connect_poll(p);
     for (j = 0; j < p->n_nodes; j++) {
         rm_node_t *rn = &p->nodes[j];
-        const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
-        if (rn->alive || rn->peer != NULL || now < rn->next_try_ns)
+        if (rn->alive || rn->peer != NULL || rn->pending != NULL || now < rn->next_try_ns)
             continue;
-        if (rm_node_connect(p, j) != NA_OK) {
-            rn->retry_ms = rn->retry_ms * 2 < RM_RETRY_MAX ? rn->retry_ms * 2 : RM_RETRY_MAX;
-            rn->next_try_ns = na_xp_now_ns() + (uint64_t)rn->retry_ms * 1000000ull;
-            na_log_debug("storage node %s still unreachable: %s", rn->name, na_errmsg());
-            continue;
-        }
-        na_log_info("storage node %s joined (%s:%ld): it takes new requests", rn->name,
-                    nd->host, nd->port);
+        rm_connect_start(p, j);
     }
+}
+
+static void rm_tick(void *ctx)
+{
+    rm_t *p = ctx;
+    if (!p->head_part)
+        rm_retry_late(p);
 }
 
 /* Copy the string src into dst[cap], cut to fit. */
@@ -170,27 +256,6 @@ static void rm_stats_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_
         rm_counters(&in->m->u.stats, (rm_counters_t *)arg);
 }
 
-na_status_t rm_node_connect(rm_t *p, int j)
-{
-    const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
-    rm_node_t *rn = &p->nodes[j];
-    na_wire_msg_t m;
-    na_status_t st = na_ses_connect(p->ses, nd->host, (int)nd->port, &rn->peer);
-
-    if (st != NA_OK) {
-        rn->peer = NULL;
-        return st;
-    }
-    na_peer_set_user(rn->peer, rn);
-    rn->alive = 1;
-    rn->why[0] = '\0';
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    (void)na_peer_request(rn->peer, &m, NULL, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS,
-                          (int)p->cfg->transport.timeout_ms, rm_base_reply, 0);
-    return NA_OK;
-}
-
 na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsigned flags,
                     int timeout_ms, na_ses_reply_fn fn, uintptr_t arg)
 {
@@ -287,6 +352,8 @@ static void rm_destroy(na_asvc_t *s)
     rm_t *p = (rm_t *)s;
     int j, bi;
 
+    if (p->ses != NULL)
+        na_ses_on_tick(p->ses, NULL);   /* no new connects from here on */
     /* The caller may already have freed the entries of batches still in
      * flight (a run that failed mid-step): forget them, so answers that
      * arrive while we drain are dropped as stray instead of written. */
@@ -296,8 +363,10 @@ static void rm_destroy(na_asvc_t *s)
         rm_release(s, p->reqs->id, 0);
     if (p->ses != NULL)
         (void)na_ses_poll(p->ses, 0);
-    for (j = 0; j < p->n_nodes; j++)
+    for (j = 0; j < p->n_nodes; j++) {
+        na_xp_connect_cancel(p->nodes[j].pending);
         na_peer_close(p->nodes[j].peer, 0, "done");
+    }
     for (bi = 0; bi < RM_MAX_BATCH; bi++)
         for (j = 0; j < RM_MAX_NODES; j++)
             free(p->b[bi].map[j]);
@@ -352,17 +421,14 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         }
         if (rn->h0 < 0)
             rn->h0 = rn->h1 = 0;
-        st = rm_node_connect(p, j);
-        if (st != NA_OK) {
-            snprintf(rn->why, sizeof(rn->why), "storage node %s (%s:%ld) unreachable: %s",
-                     nd->name, nd->host, nd->port, na_errmsg());
-            na_log_warn("%s", rn->why);
-            rn->retry_ms = RM_RETRY_MS;
-            rn->next_try_ns = na_xp_now_ns() + (uint64_t)RM_RETRY_MS * 1000000ull;
-            continue;
-        }
-        n_alive++;
+        rm_connect_start(p, j);
     }
+    /* every handshake at once, the nodes already connected served meanwhile
+     * (their heartbeats): a silent host costs the connect bound, once */
+    while (rm_connect_poll(p) > 0)
+        (void)na_ses_poll(p->ses, 5);
+    for (j = 0; j < p->n_nodes; j++)
+        n_alive += p->nodes[j].alive;
     if (n_alive == 0 || (p->head_part && n_alive < p->n_nodes)) {
         st = na_err(NA_ERR_PEER, "remote: %s", n_alive == 0 ? "no storage node of the layout "
                     "is reachable" : "head partition needs every storage node, one is "
@@ -370,6 +436,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         rm_destroy(&p->base);
         return st;
     }
+    na_ses_on_tick(p->ses, rm_tick);
     *s_p = &p->base;
     return NA_OK;
 }

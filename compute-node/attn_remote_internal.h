@@ -18,6 +18,7 @@
 
 typedef struct {
     na_peer_t *peer;               /* NULL: never connected */
+    na_xp_ep_t *pending;           /* a connect in progress (its handshake) */
     char     name[NA_XP_NAME_MAX];
     int      alive;
     int      h0, h1;               /* head partition: KV heads held (h1 == h0: none) */
@@ -89,7 +90,6 @@ void        rm_node_lost(rm_t *p, int j, const char *why);
 void        rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why);
 /* Connect node j (index into cfg's storage nodes) as a session peer and ask
  * for its base counters. */
-na_status_t rm_node_connect(rm_t *p, int j);
 /* Send m to node j and wait for its answer of type reply (ACK ...). */
 na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsigned flags,
                     int timeout_ms, na_ses_reply_fn fn, uintptr_t arg);

@@ -151,21 +151,45 @@ static na_peer_t *ses_add(na_ses_t *s, na_xp_ep_t *ep)
     return p;
 }
 
-na_status_t na_ses_connect(na_ses_t *s, const char *host, int port, na_peer_t **p_p)
+/* The connect bound of s (-1: the transport's). */
+static int ses_connect_ms(const na_ses_t *s)
 {
-    na_xp_ep_t *ep;
-    na_status_t st = na_xp_connect(s->xp, host, port, &ep);
-    na_peer_t *p;
+    return s->o.connect_timeout_ms > 0 ? (int)s->o.connect_timeout_ms : -1;
+}
 
-    if (st != NA_OK)
-        return st;
-    p = ses_add(s, ep);
+/* ep connected: make it a peer (*p_p), or close it. */
+static na_status_t ses_connect_add(na_ses_t *s, na_xp_ep_t *ep, na_peer_t **p_p)
+{
+    na_peer_t *p = ses_add(s, ep);
+
     if (p == NULL) {
+        char addr[NA_XP_NAME_MAX];
+        snprintf(addr, sizeof(addr), "%s", na_xp_ep_addr(ep));
         na_xp_ep_close(ep);
-        return na_err(NA_ERR_NOMEM, "%s: out of memory for peer %s:%d", s->who, host, port);
+        return na_err(NA_ERR_NOMEM, "%s: out of memory for peer %s", s->who, addr);
     }
     *p_p = p;
     return NA_OK;
+}
+
+na_status_t na_ses_connect(na_ses_t *s, const char *host, int port, na_peer_t **p_p)
+{
+    na_xp_ep_t *ep;
+    na_status_t st = na_xp_connect_ms(s->xp, host, port, ses_connect_ms(s), &ep);
+
+    return st != NA_OK ? st : ses_connect_add(s, ep, p_p);
+}
+
+na_status_t na_ses_connect_start(na_ses_t *s, const char *host, int port, na_xp_ep_t **ep_p)
+{
+    return na_xp_connect_start(s->xp, host, port, ses_connect_ms(s), ep_p);
+}
+
+na_status_t na_ses_connect_done(na_ses_t *s, na_xp_ep_t *ep, na_peer_t **p_p)
+{
+    na_status_t st = na_xp_connect_done(ep);
+
+    return st != NA_OK ? st : ses_connect_add(s, ep, p_p);
 }
 
 void na_ses_msg_release(na_ses_t *s, na_xp_msg_t *raw)

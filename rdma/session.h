@@ -74,6 +74,7 @@ typedef struct {
     unsigned    heartbeat_ms;     /* interval towards peers that announced none; 0 = none */
     unsigned    peer_timeout_ms;  /* silence that loses a peer; 0 = never */
     unsigned    reply_timeout_ms; /* default bound on an answer; 0 = 30000 */
+    unsigned    connect_timeout_ms; /* bound on na_ses_connect(); 0 = the transport's */
     int         max_peers;        /* accepted peers at once; 0 = no limit */
     int         own_xp;           /* 1: na_ses_destroy() destroys the transport too */
 } na_ses_opts_t;
@@ -108,6 +109,15 @@ void        na_ses_on_tick(na_ses_t *s, na_ses_tick_fn fn);
 
 /* Connect to host:port (transport handshake included) and add the peer. */
 na_status_t na_ses_connect(na_ses_t *s, const char *host, int port, na_peer_t **p_p);
+/* The same in halves, for an owner that keeps serving its peers (polling)
+ * while a host answers, or not: _start returns at once; _done is
+ * NA_INPROGRESS while the handshake runs (it goes on in na_ses_poll), NA_OK
+ * with the peer added (*p_p), or the connect's error (ep closed then). What
+ * the host sends before that is dropped (a HEARTBEAT at most). A connect
+ * still running is given up with na_xp_connect_cancel(ep), before
+ * na_ses_destroy(). Both connects wait at most opts.connect_timeout_ms. */
+na_status_t na_ses_connect_start(na_ses_t *s, const char *host, int port, na_xp_ep_t **ep_p);
+na_status_t na_ses_connect_done(na_ses_t *s, na_xp_ep_t *ep, na_peer_t **p_p);
 
 /* Receive and dispatch: wait up to timeout_ms (0 = poll) for the first
  * message, handle everything queued, then run the timers and the tick hook.

@@ -22,6 +22,12 @@ na_status_t na_ses_create_cfg(const struct na_cfg *cfg, const char *name, int ro
     so.heartbeat_ms = (unsigned)cfg->transport.heartbeat_ms;
     so.peer_timeout_ms = (unsigned)cfg->transport.peer_timeout_ms;
     so.reply_timeout_ms = (unsigned)(cfg->transport.timeout_ms * 6);
+    /* A silent host must not hold us past what our connected peers (same
+     * layout, same peer_timeout_ms) tolerate from us: connect within a third
+     * of it, so their heartbeats are answered in time. */
+    so.connect_timeout_ms = (unsigned)cfg->transport.timeout_ms;
+    if (so.peer_timeout_ms > 0 && so.peer_timeout_ms / 3 < so.connect_timeout_ms)
+        so.connect_timeout_ms = so.peer_timeout_ms / 3 > 0 ? so.peer_timeout_ms / 3 : 1;
     so.own_xp = 1;
     st = na_ses_create(xp, &so, ctx, s_p);
     if (st != NA_OK)

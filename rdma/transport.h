@@ -193,6 +193,21 @@ na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p);
  * NA_ERR_AUTH/NA_ERR_VERSION if the peer fails the proof, NA_ERR_TIMEOUT if
  * the wait ran out. */
 na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **ep_p);
+/* na_xp_connect() bounded by timeout_ms instead (< 0 or more than
+ * opts.timeout_ms = opts.timeout_ms): a silent host costs at most that. */
+na_status_t na_xp_connect_ms(na_xp_t *xp, const char *host, int port, int timeout_ms,
+                             na_xp_ep_t **ep_p);
+/* na_xp_connect_ms() in halves, for a caller that keeps serving its other
+ * endpoints meanwhile. _start opens the connection and returns the endpoint
+ * at once; its handshake goes on as the transport makes progress (na_xp_recv,
+ * na_xp_progress). _done: NA_INPROGRESS while it runs, NA_OK once connected,
+ * else the error of na_xp_connect() and the endpoint is closed (never use it
+ * again). Messages that arrive before _done said NA_OK are the owner's to
+ * drop. _cancel closes an endpoint whose connect is still running. */
+na_status_t na_xp_connect_start(na_xp_t *xp, const char *host, int port, int timeout_ms,
+                                na_xp_ep_t **ep_p);
+na_status_t na_xp_connect_done(na_xp_ep_t *ep);
+void        na_xp_connect_cancel(na_xp_ep_t *ep);
 
 /* Close an endpoint and free it (its queued messages stay valid until
  * released). Never fails; waits at most opts.timeout_ms for a clean close. */

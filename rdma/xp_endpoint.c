@@ -260,6 +260,28 @@ static int xp_tcp_open(const struct sockaddr_storage *ss, socklen_t sslen, char 
 
 na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **ep_p)
 {
+    return na_xp_connect_ms(xp, host, port, -1, ep_p);
+}
+
+na_status_t na_xp_connect_ms(na_xp_t *xp, const char *host, int port, int timeout_ms,
+                             na_xp_ep_t **ep_p)
+{
+    na_xp_ep_t *ep;
+    na_status_t st = na_xp_connect_start(xp, host, port, timeout_ms, &ep);
+
+    if (st != NA_OK)
+        return st;
+    if (!na_xp_wait_for(xp, xp_hs_finished, ep, ep->hs_deadline_ns + 1000000ull))
+        na_xp_ep_fail(ep, NA_ERR_TIMEOUT, "handshake timed out");
+    st = na_xp_connect_done(ep);
+    if (st == NA_OK)
+        *ep_p = ep;
+    return st;
+}
+
+na_status_t na_xp_connect_start(na_xp_t *xp, const char *host, int port, int timeout_ms,
+                                na_xp_ep_t **ep_p)
+{
     struct sockaddr_storage ss;
     socklen_t sslen;
     char addr[64], why[160];
@@ -281,22 +303,44 @@ na_status_t na_xp_connect(na_xp_t *xp, const char *host, int port, na_xp_ep_t **
     }
     ep->owned = 1;
     ep->tcp_connecting = 1;
+    if (timeout_ms >= 0 && timeout_ms < xp->opts.timeout_ms)
+        ep->hs_deadline_ns = na_xp_deadline(timeout_ms);
     xp->sweep_due = 1;
-    if (!na_xp_wait_for(xp, xp_hs_finished, ep, ep->hs_deadline_ns + 1000000ull))
+    *ep_p = ep;
+    return NA_OK;
+}
+
+na_status_t na_xp_connect_done(na_xp_ep_t *ep)
+{
+    na_status_t st;
+
+    if (ep->hs_status == NA_INPROGRESS) {
+        if (na_xp_now_ns() <= ep->hs_deadline_ns + 1000000ull)
+            return NA_INPROGRESS;
         na_xp_ep_fail(ep, NA_ERR_TIMEOUT, "handshake timed out");
+    }
     st = ep->hs_status;
+    if (st == NA_OK && ep->state != NA_XP_EP_READY)
+        st = ep->err != NA_OK ? ep->err : NA_ERR_PEER;  /* lost right after */
     if (st != NA_OK) {
         const char *why = ep->errmsg[0] ? ep->errmsg : na_errmsg();
-        char msg[256];
+        char msg[256], addr[sizeof(ep->addr)];
         snprintf(msg, sizeof(msg), "%s", why);
-        ep->lost_reported = 1;               /* the caller hears it from us */
-        ep->discard = 1;                     /* messages the owner must never see */
-        na_xp_ep_close(ep);
+        snprintf(addr, sizeof(addr), "%s", ep->addr);
+        na_xp_connect_cancel(ep);
         return na_err(st == NA_ERR_TIMEOUT ? NA_ERR_TIMEOUT : st,
                       "transport: connecting to %s: %s", addr, msg);
     }
-    *ep_p = ep;
     return NA_OK;
+}
+
+void na_xp_connect_cancel(na_xp_ep_t *ep)
+{
+    if (ep == NULL)
+        return;
+    ep->lost_reported = 1;               /* the caller hears it from us */
+    ep->discard = 1;                     /* messages the owner must never see */
+    na_xp_ep_close(ep);
 }
 
 void na_xp_ep_close(na_xp_ep_t *ep)

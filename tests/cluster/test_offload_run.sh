@@ -34,6 +34,14 @@
 #   reclaim a storage node killed with kill -9 leaves its preallocated kv.dat;
 #           started again on the same directory it reuses it (no "in use"
 #           error, disk usage not doubled) and serves a run
+#   silent  s1 SIGSTOPped before `run --cluster connect` (its kernel still
+#           accepts the TCP connection, nobody answers the handshake): the
+#           connect to it gives up after min(timeout_ms, peer_timeout_ms / 3),
+#           s0 does not drop the compute meanwhile, every request runs on s0
+#           with the monolithic text within a bounded time; the time to the
+#           first token (run -n 1, with and without the silent node) is
+#           printed; then a longer run during which s1 wakes (SIGCONT): the
+#           background retries never hold the requests, s1 joins
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
 #   kill    a storage node killed with kill -9 mid-generation: its requests
@@ -114,6 +122,16 @@ mono() {
     shift 2
     "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
         -n "$_mk" --temp 0 --threads 1 "$@" > "$DIR/$_mn.mono" 2>/dev/null || fail "$_mn: monolithic run failed"
+}
+# nodes2 P WHAT: storage nodes s0 and s1 of layout $L started (DIR/P0.out,
+# .err ...), their pids in SP0 and SP1; fail (naming WHAT) when not ready
+nodes2() {
+    for s in 0 1; do
+        na_bg "$DIR/$1$s.out" "$DIR/$1$s.err" "$BIN" node --config "$L" --name s$s
+        eval "SP$s=$NA_PID"
+    done
+    na_wait_all 20 READY "$DIR/${1}0.out" "$DIR/${1}1.out" ||
+        fail "$2: storage nodes not ready: $(cat "$DIR/$1"?.err | tail -n 3)"
 }
 case "$SCEN" in
 match)
@@ -229,12 +247,7 @@ kill)
     # the surviving requests can be compared with monolithic even though
     # their batch shrinks when the killed node's requests fail)
     L=$(layout kill2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
-    for s in 0 1; do
-        na_bg "$DIR/s$s.out" "$DIR/s$s.err" "$BIN" node --config "$L" --name s$s
-        eval "SP$s=$NA_PID"
-    done
-    na_wait_all 20 READY "$DIR/s0.out" "$DIR/s1.out" ||
-        fail "storage nodes not ready: $(cat "$DIR"/s?.err | tail -n 3)"
+    nodes2 s kill
     mono kill 480
     run_kill kill "$L" "$SP1"
     [ $rc -eq 0 ] || fail "kill: run exited $rc, expected 0 (requests re-placed)"
@@ -266,11 +279,7 @@ stop)
     mono stop 480
     for tls in shm tcp; do
         L=$(layout stop$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
-        for s in 0 1; do
-            na_bg "$DIR/t$tls$s.out" "$DIR/t$tls$s.err" "$BIN" node --config "$L" --name s$s
-            eval "SP$s=$NA_PID"
-        done
-        na_wait_all 20 READY "$DIR/t${tls}0.out" "$DIR/t${tls}1.out" || fail "stop $tls: nodes not ready"
+        nodes2 "t$tls" "stop $tls"
         na_bg "$DIR/stop$tls.off" "$DIR/stop$tls.err" timeout 120 "$BIN" run --config "$L" \
             --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
         RP=$NA_PID
@@ -358,6 +367,64 @@ reclaim)
     kill -TERM "$R1"; wait "$R1" 2>/dev/null
     [ -f "$KVF" ] && fail "reclaim: kv.dat left after a clean stop"
     echo "ok: reclaim (kv.dat of a killed node reused: $du1 KiB before, $du2 KiB after the restart)"
+    ;;
+silent)
+    L=$(layout silent2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    nodes2 q silent
+    mono silent 200
+    # timed NAME N [ARGS]: `run --cluster connect` of the prompts, N tokens,
+    # into DIR/NAME.off, .err; its exit status in rc, its wall time in t_ms
+    timed() {
+        _tn=$1
+        _tk=$2
+        shift 2
+        t0=$(date +%s%N)
+        timeout 60 "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" \
+            -n "$_tk" --temp 0 --threads 1 "$@" > "$DIR/$_tn.off" 2> "$DIR/$_tn.err"
+        rc=$?
+        t_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    }
+    timed first_up 1
+    [ $rc -eq 0 ] || fail "silent: run with both nodes exited $rc"
+    up_first=$t_ms
+    timed healthy 200
+    [ $rc -eq 0 ] || fail "silent: run with both nodes exited $rc"
+    up_all=$t_ms
+    kill -STOP "$SP1"
+    timed first_silent 1
+    [ $rc -eq 0 ] || { kill -CONT "$SP1"; fail "silent: run (1 token) exited $rc"; }
+    silent_first=$t_ms
+    timed silent 200
+    [ $rc -eq 124 ] && { kill -CONT "$SP1"; fail "silent: offload run hung"; }
+    [ $rc -eq 0 ] || { kill -CONT "$SP1"; fail "silent: run exited $rc, expected 0 (every request on s0)"; }
+    na_same_sorted "$DIR/silent.mono" "$DIR/silent.off" || fail "silent: text differs"
+    grep -q "s1 .*unreachable.*handshake timed out" "$DIR/silent.err" || fail "silent: no reason naming s1"
+    grep -q "storage node s0 lost" "$DIR/silent.err" && fail "silent: s0 was lost"
+    # the connect bound is 2000 / 3 ms, paid once at start
+    [ $t_ms -le $((up_all + 3000)) ] || fail "silent: took $t_ms ms (both nodes up: $up_all ms)"
+    echo "ok: silent s1 at start: time to first token (run -n 1) $silent_first ms (both up: $up_first ms); run -n 200 $t_ms ms (both up: $up_all ms); text as monolithic"
+    # a longer run: s1 stays silent for 1.5 s (the background retries give
+    # up without holding the requests), then wakes and joins
+    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    mono silentj 400 --batch 2
+    t0=$(date +%s%N)
+    na_bg "$DIR/silentj.off" "$DIR/silentj.err" timeout 120 "$BIN" run --config "$L" \
+        --cluster connect --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
+    RP=$NA_PID
+    sleep 1.5
+    kill -CONT "$SP1"
+    wait "$RP"
+    rc=$?
+    t_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ $rc -eq 0 ] || fail "silent: run while s1 wakes exited $rc"
+    na_same_sorted "$DIR/silentj.mono" "$DIR/silentj.off" || fail "silent: text differs (s1 waking)"
+    grep -q "silent for" "$DIR/q0.err" && fail "silent: s0 dropped the compute"
+    if grep -q "storage node s1 joined" "$DIR/silentj.err"; then
+        echo "ok: s1 woke during a run of $t_ms ms and joined; text as monolithic"
+    else
+        echo "note: the run ($t_ms ms) ended before s1 joined; only completion is checked"
+    fi
+    kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
     ;;
 late)
     # s1 is down when the run starts; started by hand during the run, it is
