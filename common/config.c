@@ -28,13 +28,27 @@
 na_status_t na_cfg_errat(const na_cfg_parse_t *p, const na_yn_t *n, na_status_t st,
                          const char *fmt, ...)
 {
-    char msg[768];
+    char msg[768], esc[1024];
+    size_t i, o = 0;
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return na_err(st, "%s:%d:%d: %s", p->file, n ? n->line : 1, n ? n->col : 1, msg);
+    /* Values quoted in the message may hold control characters ("a\nb"):
+     * escape them so that the message stays one line. */
+    for (i = 0; msg[i] != '\0' && o + 5 < sizeof(esc); i++) {
+        unsigned char c = (unsigned char)msg[i];
+        if (c == '\n' || c == '\t' || c == '\r')
+            o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\%c",
+                                  c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\x%02x", c);
+        else
+            esc[o++] = (char)c;
+    }
+    esc[o] = '\0';
+    return na_err(st, "%s:%d:%d: %s", p->file, n ? n->line : 1, n ? n->col : 1, esc);
 }
 
 na_yn_t *na_cfg_yn_get(const na_yn_t *m, const char *key)

@@ -158,6 +158,17 @@ static void test_runtime_cases(const char *tmp)
     }
 }
 
+/* A value holding a newline is quoted escaped (one-line message). */
+static void test_escaped_value(const char *tmp)
+{
+    static const char text[] = "cluster:\n  name: \"a\\nb\"\n";
+    char yaml[4096];
+
+    snprintf(yaml, sizeof(yaml), "%s/newline.yaml", tmp);
+    NA_CHECK(write_file(yaml, text, sizeof(text) - 1, 0600) == 0);
+    check_bad(yaml, "newline.yaml", 2, 9, "name 'a\\nb' may hold only");
+}
+
 /* Defaults, order, lookups and helpers on cluster-configs/test-1s.yaml etc. */
 static void test_good_details(void)
 {
@@ -352,6 +363,7 @@ int main(void)
 
     test_bad_cases();
     test_runtime_cases(tmp);
+    test_escaped_value(tmp);
     test_good_details();
     test_head_split();
     test_all_layouts();
