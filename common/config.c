@@ -402,7 +402,7 @@ static na_status_t na_cfg_read_file(const char *path, size_t max, unsigned char 
         return st == NA_ERR_IO && errno == ENOENT ? NA_ERR_NOT_FOUND : st;
     if ((size_t)sb->st_size > max) {
         close(fd);
-        return na_err(NA_ERR_RANGE, "'%s' is larger than %zu bytes", path, max);
+        return na_err(NA_ERR_RANGE, "%s:1:1: file is larger than %zu bytes", path, max);
     }
     buf = malloc((size_t)sb->st_size + 1);
     if (buf == NULL) {

@@ -169,6 +169,24 @@ static void test_escaped_value(const char *tmp)
     check_bad(yaml, "newline.yaml", 2, 9, "name 'a\\nb' may hold only");
 }
 
+/* A file over the size cap is refused with the file:1:1: prefix. */
+static void test_too_large(const char *tmp)
+{
+    size_t n = NA_CFG_MAX_FILE_BYTES + 1;
+    char yaml[4096];
+    char *big = malloc(n);
+
+    NA_CHECK(big != NULL);
+    if (big == NULL)
+        return;
+    memset(big, '#', n);
+    big[n - 1] = '\n';
+    snprintf(yaml, sizeof(yaml), "%s/big.yaml", tmp);
+    NA_CHECK(write_file(yaml, big, n, 0600) == 0);
+    check_bad(yaml, "big.yaml", 1, 1, "larger than");
+    free(big);
+}
+
 /* Defaults, order, lookups and helpers on cluster-configs/test-1s.yaml etc. */
 static void test_good_details(void)
 {
@@ -364,6 +382,7 @@ int main(void)
     test_bad_cases();
     test_runtime_cases(tmp);
     test_escaped_value(tmp);
+    test_too_large(tmp);
     test_good_details();
     test_head_split();
     test_all_layouts();
