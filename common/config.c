@@ -180,7 +180,7 @@ static na_status_t na_cfg_on_event(na_cfg_parse_t *p, const yaml_event_t *ev, na
 {
     na_yn_t at = { .line = (int)ev->start_mark.line + 1, .col = (int)ev->start_mark.column + 1 };
     na_yn_t *n = NULL;
-    const char *anchor = NULL;
+    const char *anchor = NULL, *tag;
     size_t i;
     na_status_t st;
 
@@ -216,7 +216,10 @@ static na_status_t na_cfg_on_event(na_cfg_parse_t *p, const yaml_event_t *ev, na
         memcpy(n->text, ev->data.scalar.value, ev->data.scalar.length);
         n->text[ev->data.scalar.length] = '\0';
         n->len = ev->data.scalar.length;
-        n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        /* An explicit string tag (`!!str 14602`, `! 14602`) quotes like quotes do. */
+        tag = (const char *)ev->data.scalar.tag;
+        n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                   (tag == NULL || (strcmp(tag, YAML_STR_TAG) != 0 && strcmp(tag, "!") != 0));
         if (memchr(n->text, '\0', n->len) != NULL)
             return na_cfg_errat(p, n, NA_ERR_FORMAT, "a value holds a NUL character");
         anchor = (const char *)ev->data.scalar.anchor;

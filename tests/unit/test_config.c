@@ -187,6 +187,27 @@ static void test_too_large(const char *tmp)
     free(big);
 }
 
+/* `!!str 14001` is a string, refused for a number like "14001" is (runs after
+ * test_runtime_cases, which writes open.secret). */
+static void test_str_tag(const char *tmp)
+{
+    static const char *tagged[] = { "!!str 14001", "! 14001" };
+    char yaml[4096], layout[2048];
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        snprintf(layout, sizeof(layout),
+                 "cluster: { name: t, secret_file: open.secret }\n"
+                 "compute: [ { name: c0, host: 127.0.0.1 } ]\n"
+                 "storage:\n"
+                 "  - { name: s0, host: 127.0.0.1, port: %s,\n"
+                 "      devices: [ { path: kv/s0d0, dram_mb: 1, ssd_mb: 1 } ] }\n", tagged[i]);
+        snprintf(yaml, sizeof(yaml), "%s/str-tag.yaml", tmp);
+        NA_CHECK(write_file(yaml, layout, strlen(layout), 0600) == 0);
+        check_bad(yaml, "str-tag.yaml", 4, 40, "port: expected integer, got string '14001'");
+    }
+}
+
 /* Defaults, order, lookups and helpers on cluster-configs/test-1s.yaml etc. */
 static void test_good_details(void)
 {
@@ -383,6 +404,7 @@ int main(void)
     test_runtime_cases(tmp);
     test_escaped_value(tmp);
     test_too_large(tmp);
+    test_str_tag(tmp);
     test_good_details();
     test_head_split();
     test_all_layouts();
