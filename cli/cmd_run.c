@@ -71,6 +71,9 @@ typedef struct {
     char          **texts;           /* [n] prompt texts (owned) */
     na_request_t  **reqs;            /* [n] */
     int             n;
+    na_request_t  **live;            /* [n_live] the reqs that could be made (a
+                                        too-long prompt failed already) */
+    int             n_live;
     int             streaming;       /* one request: print tokens as they come */
     na_cfg_t       *cfg;             /* offload: the layout */
     char            cfg_path[4096];
@@ -447,7 +450,7 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
                 na_err_prefix(st, "prompt %d: ", i + 1);
         }
         free(toks);
-        if (st == NA_ERR_RANGE && r->n > 1 && strcmp(a->mode, "monolithic") != 0) {
+        if (st == NA_ERR_RANGE && r->n > 1) {
             /* one prompt too long for the context: that request fails, the job goes on */
             fprintf(stderr, "nearattn run: %s\n", na_errmsg());
             printf("[%d] FAILED (see the error above): %s\n", i + 1, r->texts[i]);
@@ -457,6 +460,12 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
         if (st != NA_OK)
             return st;
     }
+    r->live = calloc((size_t)r->n, sizeof(*r->live));
+    if (r->live == NULL)
+        return na_err(NA_ERR_NOMEM, "out of memory");
+    for (i = 0; i < r->n; i++)
+        if (r->reqs[i] != NULL)
+            r->live[r->n_live++] = r->reqs[i];
     return NA_OK;
 }
 
@@ -574,6 +583,7 @@ static void na_run_cleanup(na_run_t *r)
         for (i = 0; i < r->n; i++)
             na_request_destroy(r->reqs[i]);
     free(r->reqs);
+    free(r->live);
     if (r->texts != NULL)
         for (i = 0; i < r->n; i++)
             free(r->texts[i]);
@@ -665,6 +675,11 @@ int na_cmd_run(int argc, char **argv)
     if (st != NA_OK)
         goto out_fail;
 
+    if (r.n_live == 0) {                    /* every request was refused above */
+        fprintf(stderr, "%d request(s) failed\n", r.failed);
+        na_run_cleanup(&r);
+        return 1;
+    }
     r.streaming = r.n == 1;
     if (r.streaming) {
         printf("%s", r.texts[0]);
@@ -693,19 +708,8 @@ int na_cmd_run(int argc, char **argv)
         oa.on_error = na_run_on_error;
         oa.user = &r;
         oa.stop = &na_run_stop;
-        {   /* the requests that could be made (a too-long prompt failed already) */
-            na_request_t **live = calloc((size_t)r.n, sizeof(*live));
-            int n_live = 0, i;
-            if (live == NULL) {
-                st = na_err(NA_ERR_NOMEM, "out of memory");
-                goto out_fail;
-            }
-            for (i = 0; i < r.n; i++)
-                if (r.reqs[i] != NULL)
-                    live[n_live++] = r.reqs[i];
-            st = na_run_offload(&oa, r.engine, live, n_live, &os);
-            free(live);
-        }
+        oa.failed_before = r.failed;
+        st = na_run_offload(&oa, r.engine, r.live, r.n_live, &os);
         if (st != NA_OK && na_run_stop) {
             fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_run_stop);
             na_run_cleanup(&r);
@@ -720,7 +724,7 @@ int na_cmd_run(int argc, char **argv)
     }
     go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r,
                           na_run_on_error };
-    st = na_generate(r.engine, r.reqs, r.n, &go, &gs);
+    st = na_generate(r.engine, r.live, r.n_live, &go, &gs);
     if (st != NA_OK)
         goto out_fail;
 

@@ -22,6 +22,8 @@ typedef struct {
     na_off_error_fn  on_error;
     void            *user;
     volatile sig_atomic_t *stop;   /* set by SIGINT/SIGTERM: cancel and clean up */
+    int              failed_before; /* requests refused before the run (a prompt too
+                                       long...): counted with the failed ones */
 } na_run_offload_args_t;
 
 /* Run reqs[0..n) offloaded as described in cli/run_offload.c and print the
