@@ -37,7 +37,6 @@ static void na_run_on_signal(int sig)
 {
     na_run_stop = sig;
 }
-#define NA_RUN_MAX_LINE    (1 << 20)
 
 typedef struct {
     const char *mode;
@@ -69,6 +68,7 @@ typedef struct {
     na_tokenizer_t *tok;
     na_engine_t    *engine;
     char          **texts;           /* [n] prompt texts (owned) */
+    int            *nul_line;        /* [n] line of --prompts holding a NUL byte, or 0 */
     na_request_t  **reqs;            /* [n] */
     int             n;
     na_request_t  **live;            /* [n_live] the reqs that could be made (a
@@ -374,11 +374,15 @@ static na_status_t na_run_open_tokenizer(const na_run_args_t *a, na_run_t *r)
 static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
 {
     FILE *f;
-    char *line;
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t got;
+    int line_no = 0;
     na_status_t st = NA_OK;
 
     r->texts = calloc(NA_RUN_MAX_PROMPTS, sizeof(*r->texts));
-    if (r->texts == NULL)
+    r->nul_line = calloc(NA_RUN_MAX_PROMPTS, sizeof(*r->nul_line));
+    if (r->texts == NULL || r->nul_line == NULL)
         return na_err(NA_ERR_NOMEM, "out of memory");
     if (a->prompts_file == NULL) {
         r->texts[0] = strdup(a->prompt != NULL ? a->prompt : "");
@@ -391,16 +395,15 @@ static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
     if (f == NULL)
         return na_err(NA_ERR_IO, "cannot read prompts file %s: %s", a->prompts_file,
                       strerror(errno));
-    line = malloc(NA_RUN_MAX_LINE);
-    if (line == NULL) {
-        st = na_err(NA_ERR_NOMEM, "out of memory");
-        goto out_close;
-    }
-    while (fgets(line, NA_RUN_MAX_LINE, f) != NULL) {
-        size_t len = strcspn(line, "\r\n");
-        line[len] = '\0';
+    while ((got = getline(&line, &line_cap, f)) > 0) {
+        size_t len = (size_t)got;
+        line_no++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
         if (len == 0)
             continue;                      /* blank lines separate nothing */
+        if (memchr(line, '\0', len) != NULL)
+            r->nul_line[r->n] = line_no;   /* refused with its request */
         if (r->n == NA_RUN_MAX_PROMPTS) {
             st = na_err(NA_ERR_RANGE, "%s: more than %d prompts", a->prompts_file,
                         NA_RUN_MAX_PROMPTS);
@@ -419,7 +422,6 @@ static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
         st = na_err(NA_ERR_INVALID, "prompts file %s holds no prompt", a->prompts_file);
 out_free_line:
     free(line);
-out_close:
     fclose(f);
     return st;
 }
@@ -439,7 +441,11 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
         int *toks = malloc(cap * sizeof(int));
         if (toks == NULL)
             return na_err(NA_ERR_NOMEM, "out of memory");
-        st = na_tokenizer_encode(r->tok, r->texts[i], 1, 0, toks, cap, &n_tok);
+        if (r->nul_line != NULL && r->nul_line[i] > 0)
+            st = na_err(NA_ERR_INVALID, "%s:%d: the prompt holds a NUL byte", a->prompts_file,
+                        r->nul_line[i]);
+        else
+            st = na_tokenizer_encode(r->tok, r->texts[i], 1, 0, toks, cap, &n_tok);
         if (st == NA_OK) {
             sc.temperature = (float)a->temp;
             sc.top_p = (float)a->top_p;
@@ -450,8 +456,9 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
                 na_err_prefix(st, "prompt %d: ", i + 1);
         }
         free(toks);
-        if (st == NA_ERR_RANGE && r->n > 1) {
-            /* one prompt too long for the context: that request fails, the job goes on */
+        if ((st == NA_ERR_RANGE && r->n > 1) || (r->nul_line != NULL && r->nul_line[i] > 0)) {
+            /* one prompt too long for the context, or holding a NUL byte: that
+             * request fails, the job goes on */
             fprintf(stderr, "nearattn run: %s\n", na_errmsg());
             printf("[%d] FAILED (see the error above): %s\n", i + 1, r->texts[i]);
             r->failed++;
@@ -588,6 +595,7 @@ static void na_run_cleanup(na_run_t *r)
         for (i = 0; i < r->n; i++)
             free(r->texts[i]);
     free(r->texts);
+    free(r->nul_line);
     na_engine_destroy(r->engine);
     na_cfg_destroy(r->cfg);
     na_tokenizer_destroy(r->tok);

@@ -11,7 +11,8 @@
 #          stopped at the model context; --ctx N overrides it with a warning
 #   seed   one seed gives the same sampled texts at --batch 1, batched, and
 #          offload (--cluster inproc)
-#   request  a prompt too long for the context fails alone (monolithic and offload): the reason names it,
+#   request  a prompt too long for the context, or a --prompts line holding a
+#          NUL byte, fails alone (monolithic and offload): the reason names it,
 #          the others go on, the summary counts it, exit status 1
 set -u
 PART=${1:?usage: test_bad_input.sh nan|fifo|ctx|seed|request}
@@ -184,8 +185,10 @@ request)
     "$BIN" gen-model --out "$TMP/m" --format llama2c --seq-len 32 --quiet || fail "gen-model"
     long=$(i=0; while [ $i -lt 40 ]; do printf 'word '; i=$((i + 1)); done)
     printf 'hello\n%s\nworld\n' "$long" >"$TMP/long.txt"
+    printf 'hello\nab\000cd\nworld\n' >"$TMP/nul.txt"
     for mode in monolithic offload; do
-        for f in long:"prompt 2: prompt of [0-9]* tokens is longer than the model context"; do
+        for f in long:"prompt 2: prompt of [0-9]* tokens is longer than the model context" \
+                 nul:"nul.txt:2: the prompt holds a NUL byte"; do
             CHECKS=$((CHECKS + 1))
             timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/m.bin" \
                 --prompts "$TMP/${f%%:*}.txt" -n 4 --temp 0 >"$TMP/out" 2>"$TMP/err" </dev/null
@@ -200,6 +203,14 @@ request)
                 fail "$what: the summary does not count the failed request: $(cat "$TMP/err")"
         done
     done
+    # a single prompt holding a NUL byte: refused, nothing runs
+    CHECKS=$((CHECKS + 1))
+    printf 'ab\000cd\n' >"$TMP/nul1.txt"
+    "$BIN" run --mode monolithic --model "$TMP/m.bin" --prompts "$TMP/nul1.txt" -n 4 \
+        >"$TMP/out" 2>"$TMP/err" </dev/null
+    rc=$?
+    [ $rc = 1 ] && grep -q "nul1.txt:1: the prompt holds a NUL byte" "$TMP/err" ||
+        fail "single NUL prompt: exit $rc: $(cat "$TMP/err")"
     ;;
 *)
     echo "unknown part $PART" >&2
