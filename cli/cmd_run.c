@@ -497,6 +497,8 @@ static void na_run_on_token(void *user, const na_request_t *q, int token)
 
     if (!r->streaming)
         return;
+    if (q->n_out == 1)
+        fputs(r->texts[q->id], stdout);    /* the prompt comes with its text only */
     piece = na_tokenizer_decode_len(r->tok, prev, token, &len);
     na_run_put_piece(piece, len);
     fflush(stdout);
@@ -515,7 +517,10 @@ static void na_run_on_done(void *user, const na_request_t *q)
                 q->id + 1, r->model->cfg.seq_len);
     }
     if (r->streaming) {
-        fputc('\n', stdout);
+        if (q->n_out == 0 && q->finish != NA_FINISH_NONE)
+            fputs(r->texts[q->id], stdout);    /* ended at once: the prompt alone */
+        if (q->n_out > 0 || q->finish != NA_FINISH_NONE)
+            fputc('\n', stdout);               /* a request failing first prints nothing */
         fflush(stdout);
         return;
     }
@@ -689,10 +694,6 @@ int na_cmd_run(int argc, char **argv)
         return 1;
     }
     r.streaming = r.n == 1;
-    if (r.streaming) {
-        printf("%s", r.texts[0]);
-        fflush(stdout);
-    }
     stop[0] = na_tokenizer_eos(r.tok);
     stop[1] = na_tokenizer_bos(r.tok);
     if (strcmp(a.mode, "monolithic") != 0) {

@@ -65,6 +65,8 @@ nan)
             [ $rc = 1 ] || fail "$mode temp $temp all-NaN: exit $rc, expected 1"
             grep -q "logits are not finite (NaN/Inf) at token" "$TMP/err" ||
                 fail "$mode temp $temp all-NaN: no reason: $(cat "$TMP/err")"
+            # the prompt is echoed only with a generated text: none here
+            [ ! -s "$TMP/out" ] || fail "$mode temp $temp all-NaN: stdout: $(cat "$TMP/out")"
         done
     done
     # --check-weights refuses both files at load, naming the tensor; a clean
