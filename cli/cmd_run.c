@@ -37,7 +37,6 @@ static void na_run_on_signal(int sig)
 {
     na_run_stop = sig;
 }
-#define NA_RUN_MAX_LINE    (1 << 20)
 
 typedef struct {
     const char *mode;
@@ -70,8 +69,12 @@ typedef struct {
     na_tokenizer_t *tok;
     na_engine_t    *engine;
     char          **texts;           /* [n] prompt texts (owned) */
+    int            *nul_line;        /* [n] line of --prompts holding a NUL byte, or 0 */
     na_request_t  **reqs;            /* [n] */
     int             n;
+    na_request_t  **live;            /* [n_live] the reqs that could be made (a
+                                        too-long prompt failed already) */
+    int             n_live;
     int             streaming;       /* one request: print tokens as they come */
     na_cfg_t       *cfg;             /* offload: the layout */
     char            cfg_path[4096];
@@ -111,7 +114,9 @@ static void na_run_usage(FILE *f)
         "                  checkpoint P.bin: P.tok.bin or tokenizer.bin beside it)\n"
         "  --prompt S      the prompt (default: empty, start from BOS)\n"
         "  --prompts FILE  one prompt per line, generated together as one batch; each\n"
-        "                  text is printed as \"[i] ...\" when its request finishes\n"
+        "                  text is printed as \"[i] ...\" when its request finishes; a\n"
+        "                  prompt longer than the context or a line holding a NUL\n"
+        "                  byte fails alone (\"[i] FAILED\", the reason on stderr)\n"
         "  -n N            new tokens per prompt (default 256)\n"
         "  --temp T        temperature >= 0, 0 = greedy (default 1.0)\n"
         "  --top-p P       nucleus sampling mass in (0, 1] (default 0.9)\n"
@@ -377,11 +382,15 @@ static na_status_t na_run_open_tokenizer(const na_run_args_t *a, na_run_t *r)
 static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
 {
     FILE *f;
-    char *line;
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t got;
+    int line_no = 0;
     na_status_t st = NA_OK;
 
     r->texts = calloc(NA_RUN_MAX_PROMPTS, sizeof(*r->texts));
-    if (r->texts == NULL)
+    r->nul_line = calloc(NA_RUN_MAX_PROMPTS, sizeof(*r->nul_line));
+    if (r->texts == NULL || r->nul_line == NULL)
         return na_err(NA_ERR_NOMEM, "out of memory");
     if (a->prompts_file == NULL) {
         r->texts[0] = strdup(a->prompt != NULL ? a->prompt : "");
@@ -394,16 +403,15 @@ static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
     if (f == NULL)
         return na_err(NA_ERR_IO, "cannot read prompts file %s: %s", a->prompts_file,
                       strerror(errno));
-    line = malloc(NA_RUN_MAX_LINE);
-    if (line == NULL) {
-        st = na_err(NA_ERR_NOMEM, "out of memory");
-        goto out_close;
-    }
-    while (fgets(line, NA_RUN_MAX_LINE, f) != NULL) {
-        size_t len = strcspn(line, "\r\n");
-        line[len] = '\0';
+    while ((got = getline(&line, &line_cap, f)) > 0) {
+        size_t len = (size_t)got;
+        line_no++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
         if (len == 0)
             continue;                      /* blank lines separate nothing */
+        if (memchr(line, '\0', len) != NULL)
+            r->nul_line[r->n] = line_no;   /* refused with its request */
         if (r->n == NA_RUN_MAX_PROMPTS) {
             st = na_err(NA_ERR_RANGE, "%s: more than %d prompts", a->prompts_file,
                         NA_RUN_MAX_PROMPTS);
@@ -422,7 +430,6 @@ static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
         st = na_err(NA_ERR_INVALID, "prompts file %s holds no prompt", a->prompts_file);
 out_free_line:
     free(line);
-out_close:
     fclose(f);
     return st;
 }
@@ -442,7 +449,11 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
         int *toks = malloc(cap * sizeof(int));
         if (toks == NULL)
             return na_err(NA_ERR_NOMEM, "out of memory");
-        st = na_tokenizer_encode(r->tok, r->texts[i], 1, 0, toks, cap, &n_tok);
+        if (r->nul_line != NULL && r->nul_line[i] > 0)
+            st = na_err(NA_ERR_INVALID, "%s:%d: the prompt holds a NUL byte", a->prompts_file,
+                        r->nul_line[i]);
+        else
+            st = na_tokenizer_encode(r->tok, r->texts[i], 1, 0, toks, cap, &n_tok);
         if (st == NA_OK) {
             sc.temperature = (float)a->temp;
             sc.top_p = (float)a->top_p;
@@ -453,8 +464,9 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
                 na_err_prefix(st, "prompt %d: ", i + 1);
         }
         free(toks);
-        if (st == NA_ERR_RANGE && r->n > 1 && strcmp(a->mode, "monolithic") != 0) {
-            /* one prompt too long for the context: that request fails, the job goes on */
+        if ((st == NA_ERR_RANGE && r->n > 1) || (r->nul_line != NULL && r->nul_line[i] > 0)) {
+            /* one prompt too long for the context, or holding a NUL byte: that
+             * request fails, the job goes on */
             fprintf(stderr, "nearattn run: %s\n", na_errmsg());
             printf("[%d] FAILED (see the error above): %s\n", i + 1, r->texts[i]);
             r->failed++;
@@ -463,6 +475,12 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
         if (st != NA_OK)
             return st;
     }
+    r->live = calloc((size_t)r->n, sizeof(*r->live));
+    if (r->live == NULL)
+        return na_err(NA_ERR_NOMEM, "out of memory");
+    for (i = 0; i < r->n; i++)
+        if (r->reqs[i] != NULL)
+            r->live[r->n_live++] = r->reqs[i];
     return NA_OK;
 }
 
@@ -487,6 +505,8 @@ static void na_run_on_token(void *user, const na_request_t *q, int token)
 
     if (!r->streaming)
         return;
+    if (q->n_out == 1)
+        fputs(r->texts[q->id], stdout);    /* the prompt comes with its text only */
     piece = na_tokenizer_decode_len(r->tok, prev, token, &len);
     na_run_put_piece(piece, len);
     fflush(stdout);
@@ -505,7 +525,10 @@ static void na_run_on_done(void *user, const na_request_t *q)
                 q->id + 1, r->model->cfg.seq_len);
     }
     if (r->streaming) {
-        fputc('\n', stdout);
+        if (q->n_out == 0 && q->finish != NA_FINISH_NONE)
+            fputs(r->texts[q->id], stdout);    /* ended at once: the prompt alone */
+        if (q->n_out > 0 || q->finish != NA_FINISH_NONE)
+            fputc('\n', stdout);               /* a request failing first prints nothing */
         fflush(stdout);
         return;
     }
@@ -580,10 +603,12 @@ static void na_run_cleanup(na_run_t *r)
         for (i = 0; i < r->n; i++)
             na_request_destroy(r->reqs[i]);
     free(r->reqs);
+    free(r->live);
     if (r->texts != NULL)
         for (i = 0; i < r->n; i++)
             free(r->texts[i]);
     free(r->texts);
+    free(r->nul_line);
     na_engine_destroy(r->engine);
     na_cfg_destroy(r->cfg);
     na_tokenizer_destroy(r->tok);
@@ -673,11 +698,12 @@ int na_cmd_run(int argc, char **argv)
     if (st != NA_OK)
         goto out_fail;
 
-    r.streaming = r.n == 1;
-    if (r.streaming) {
-        printf("%s", r.texts[0]);
-        fflush(stdout);
+    if (r.n_live == 0) {                    /* every request was refused above */
+        fprintf(stderr, "%d request(s) failed\n", r.failed);
+        na_run_cleanup(&r);
+        return 1;
     }
+    r.streaming = r.n == 1;
     stop[0] = na_tokenizer_eos(r.tok);
     stop[1] = na_tokenizer_bos(r.tok);
     if (strcmp(a.mode, "monolithic") != 0) {
@@ -703,19 +729,8 @@ int na_cmd_run(int argc, char **argv)
         oa.stop = &na_run_stop;
         oa.model_path = a.model;
         oa.kv_dtype_given = a.kv_dtype_given;
-        {   /* the requests that could be made (a too-long prompt failed already) */
-            na_request_t **live = calloc((size_t)r.n, sizeof(*live));
-            int n_live = 0, i;
-            if (live == NULL) {
-                st = na_err(NA_ERR_NOMEM, "out of memory");
-                goto out_fail;
-            }
-            for (i = 0; i < r.n; i++)
-                if (r.reqs[i] != NULL)
-                    live[n_live++] = r.reqs[i];
-            st = na_run_offload(&oa, r.engine, live, n_live, &os);
-            free(live);
-        }
+        oa.failed_before = r.failed;
+        st = na_run_offload(&oa, r.engine, r.live, r.n_live, &os);
         if (st != NA_OK && na_run_stop) {
             fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_run_stop);
             na_run_cleanup(&r);
@@ -730,7 +745,7 @@ int na_cmd_run(int argc, char **argv)
     }
     go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r,
                           na_run_on_error };
-    st = na_generate(r.engine, r.reqs, r.n, &go, &gs);
+    st = na_generate(r.engine, r.live, r.n_live, &go, &gs);
     if (st != NA_OK)
         goto out_fail;
 

@@ -106,6 +106,7 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
         st = na_off_progress(g, a->stop != NULL ? NA_RUN_PROGRESS_MS : -1);
     }
     na_off_stats(g, stats);
+    stats->failed += a->failed_before;
     stats->wall_s = na_now_s() - t0;
     na_off_destroy(g);
     return st;

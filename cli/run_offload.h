@@ -25,6 +25,8 @@ typedef struct {
     const char      *model_path;   /* `--model F` (NULL: the layout's): cluster/setup.h */
     int              kv_dtype_given; /* `--kv-dtype` given: the engine's KV dtype for the
                                       nodes started here (cluster/setup.h) */
+    int              failed_before; /* requests refused before the run (a prompt too
+                                       long...): counted with the failed ones */
 } na_run_offload_args_t;
 
 /* Run reqs[0..n) offloaded as described in cli/run_offload.c and print the

@@ -200,9 +200,12 @@ static na_status_t na_launch_mpirun(const na_cfg_t *cfg, const na_launch_opts_t 
 
     snprintf(hostfile, sizeof(hostfile), "%s/hostfile", log_dir);
     snprintf(outdir, sizeof(outdir), "%s/mpirun", log_dir);
-    f = fopen(hostfile, "w");
-    if (f == NULL)
+    if (o->dry_run) {               /* a dry run writes nothing: show the host file */
+        fprintf(o->out, "# host file %s\n", hostfile);
+        f = o->out;
+    } else if ((f = fopen(hostfile, "w")) == NULL) {
         return na_err(NA_ERR_IO, "launch: fopen(%s): %s", hostfile, strerror(errno));
+    }
     for (i = 0; i < cfg->n_nodes; i++) {
         int seen = 0, slots = 0;
         for (j = 0; j < i; j++)
@@ -213,8 +216,9 @@ static na_status_t na_launch_mpirun(const na_cfg_t *cfg, const na_launch_opts_t 
             slots += !strcmp(cfg->nodes[j].host, cfg->nodes[i].host);
         fprintf(f, "%s slots=%d\n", cfg->nodes[i].host, slots);
     }
-    fclose(f);
-    hosts = calloc((size_t)cfg->n_nodes, sizeof(*hosts));
+    if (f != o->out)
+        fclose(f);
+    hosts = calloc(cfg->n_nodes > 0 ? (size_t)cfg->n_nodes : 1, sizeof(*hosts));
     if (hosts == NULL)
         return na_err(NA_ERR_NOMEM, "launch: out of memory");
     for (i = 0; i < cfg->n_nodes; i++) {
@@ -257,14 +261,6 @@ static na_status_t na_launch_mpirun(const na_cfg_t *cfg, const na_launch_opts_t 
     }
     argv[a] = NULL;
     if (o->dry_run) {
-        fprintf(o->out, "# host file %s\n", hostfile);
-        f = fopen(hostfile, "r");
-        if (f != NULL) {
-            char line[512];
-            while (fgets(line, sizeof(line), f) != NULL)
-                fprintf(o->out, "%s", line);
-            fclose(f);
-        }
         fprintf(o->out, "# command\n");
         for (i = 0; i < a; i++)
             fprintf(o->out, "%s%s", i ? " " : "", argv[i]);
@@ -324,7 +320,7 @@ na_status_t na_launch_run(const na_cfg_t *cfg, const na_launch_opts_t *o, int *e
         snprintf(dir, sizeof(dir), "%s/nearattn-launch-%s", tmp && *tmp ? tmp : "/tmp",
                  cfg->cluster.name);
     }
-    st = na_mkdir_p(dir, 0755);
+    st = o->dry_run ? NA_OK : na_mkdir_p(dir, 0755);     /* a dry run creates nothing */
     if (st != NA_OK)
         return st;
     for (i = 0; i < cfg->n_nodes; i++)

@@ -28,13 +28,27 @@
 na_status_t na_cfg_errat(const na_cfg_parse_t *p, const na_yn_t *n, na_status_t st,
                          const char *fmt, ...)
 {
-    char msg[768];
+    char msg[768], esc[1024];
+    size_t i, o = 0;
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return na_err(st, "%s:%d:%d: %s", p->file, n ? n->line : 1, n ? n->col : 1, msg);
+    /* Values quoted in the message may hold control characters ("a\nb"):
+     * escape them so that the message stays one line. */
+    for (i = 0; msg[i] != '\0' && o + 5 < sizeof(esc); i++) {
+        unsigned char c = (unsigned char)msg[i];
+        if (c == '\n' || c == '\t' || c == '\r')
+            o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\%c",
+                                  c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\x%02x", c);
+        else
+            esc[o++] = (char)c;
+    }
+    esc[o] = '\0';
+    return na_err(st, "%s:%d:%d: %s", p->file, n ? n->line : 1, n ? n->col : 1, esc);
 }
 
 na_yn_t *na_cfg_yn_get(const na_yn_t *m, const char *key)
@@ -166,7 +180,7 @@ static na_status_t na_cfg_on_event(na_cfg_parse_t *p, const yaml_event_t *ev, na
 {
     na_yn_t at = { .line = (int)ev->start_mark.line + 1, .col = (int)ev->start_mark.column + 1 };
     na_yn_t *n = NULL;
-    const char *anchor = NULL;
+    const char *anchor = NULL, *tag;
     size_t i;
     na_status_t st;
 
@@ -202,7 +216,10 @@ static na_status_t na_cfg_on_event(na_cfg_parse_t *p, const yaml_event_t *ev, na
         memcpy(n->text, ev->data.scalar.value, ev->data.scalar.length);
         n->text[ev->data.scalar.length] = '\0';
         n->len = ev->data.scalar.length;
-        n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        /* An explicit string tag (`!!str 14602`, `! 14602`) quotes like quotes do. */
+        tag = (const char *)ev->data.scalar.tag;
+        n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                   (tag == NULL || (strcmp(tag, YAML_STR_TAG) != 0 && strcmp(tag, "!") != 0));
         if (memchr(n->text, '\0', n->len) != NULL)
             return na_cfg_errat(p, n, NA_ERR_FORMAT, "a value holds a NUL character");
         anchor = (const char *)ev->data.scalar.anchor;
@@ -388,7 +405,7 @@ static na_status_t na_cfg_read_file(const char *path, size_t max, unsigned char 
         return st == NA_ERR_IO && errno == ENOENT ? NA_ERR_NOT_FOUND : st;
     if ((size_t)sb->st_size > max) {
         close(fd);
-        return na_err(NA_ERR_RANGE, "'%s' is larger than %zu bytes", path, max);
+        return na_err(NA_ERR_RANGE, "%s:1:1: file is larger than %zu bytes", path, max);
     }
     buf = malloc((size_t)sb->st_size + 1);
     if (buf == NULL) {

@@ -271,6 +271,34 @@ static na_status_t na_gguf_index_tensors(na_gguf_t *g)
     return NA_OK;
 }
 
+/* NA_ERR_FORMAT naming the key when a metadata key appears twice (a reader
+ * would otherwise see only the first of them). */
+static na_status_t na_gguf_check_keys(const na_gguf_t *g)
+{
+    uint64_t cap = 16, mask, i;
+    uint32_t *idx;
+    na_status_t st = NA_OK;
+
+    while (cap < 2 * g->n_kv)
+        cap <<= 1;
+    if ((idx = calloc((size_t)cap, sizeof(uint32_t))) == NULL)
+        return na_err(NA_ERR_NOMEM, "%s: no memory for the key index", g->path);
+    mask = cap - 1;
+    for (i = 0; i < g->n_kv && st == NA_OK; i++) {
+        uint64_t h = na_gguf_name_hash(g->kv[i].key) & mask;
+        while (idx[h] != 0 && st == NA_OK) {
+            if (strcmp(g->kv[idx[h] - 1].key, g->kv[i].key) == 0)
+                st = na_err(NA_ERR_FORMAT, "%s: metadata key '%s' appears twice (kv[%u] and "
+                            "kv[%llu])", g->path, g->kv[i].key, idx[h] - 1,
+                            (unsigned long long)i);
+            h = (h + 1) & mask;
+        }
+        idx[h] = (uint32_t)i + 1;
+    }
+    free(idx);
+    return st;
+}
+
 /* After all infos: alignment, data section, every tensor inside the file. */
 static na_status_t na_gguf_place_tensors(na_gguf_cur_t *c, na_gguf_t *g)
 {
@@ -388,6 +416,8 @@ na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_g
         if ((st = na_gguf_parse_value(&c, kv)) != NA_OK)
             goto err_destroy;
     }
+    if ((st = na_gguf_check_keys(g)) != NA_OK)
+        goto err_destroy;
     for (i = 0; i < g->n_tensors; i++)
         if ((st = na_gguf_parse_tensor(&c, i, &g->tensors[i])) != NA_OK)
             goto err_destroy;

@@ -11,8 +11,11 @@
 #          stopped at the model context; --ctx N overrides it with a warning
 #   seed   one seed gives the same sampled texts at --batch 1, batched, and
 #          offload (--cluster inproc)
+#   request  a prompt too long for the context, or a --prompts line holding a
+#          NUL byte, fails alone (monolithic and offload): the reason names it,
+#          the others go on, the summary counts it, exit status 1
 set -u
-PART=${1:?usage: test_bad_input.sh nan|fifo|ctx|seed}
+PART=${1:?usage: test_bad_input.sh nan|fifo|ctx|seed|request}
 BIN=${NA_BIN:?NA_BIN is not set}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-badin-XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
@@ -62,6 +65,8 @@ nan)
             [ $rc = 1 ] || fail "$mode temp $temp all-NaN: exit $rc, expected 1"
             grep -q "logits are not finite (NaN/Inf) at token" "$TMP/err" ||
                 fail "$mode temp $temp all-NaN: no reason: $(cat "$TMP/err")"
+            # the prompt is echoed only with a generated text: none here
+            [ ! -s "$TMP/out" ] || fail "$mode temp $temp all-NaN: stdout: $(cat "$TMP/out")"
         done
     done
     # --check-weights refuses both files at load, naming the tensor; a clean
@@ -177,6 +182,37 @@ seed)
             --temp 0.9 --top-p $top_p --seed 43 2>/dev/null </dev/null | sort >"$TMP/other.txt"
         ! cmp -s "$TMP/t1.txt" "$TMP/other.txt" || fail "top-p $top_p: seeds 42 and 43 agree"
     done
+    ;;
+request)
+    "$BIN" gen-model --out "$TMP/m" --format llama2c --seq-len 32 --quiet || fail "gen-model"
+    long=$(i=0; while [ $i -lt 40 ]; do printf 'word '; i=$((i + 1)); done)
+    printf 'hello\n%s\nworld\n' "$long" >"$TMP/long.txt"
+    printf 'hello\nab\000cd\nworld\n' >"$TMP/nul.txt"
+    for mode in monolithic offload; do
+        for f in long:"prompt 2: prompt of [0-9]* tokens is longer than the model context" \
+                 nul:"nul.txt:2: the prompt holds a NUL byte"; do
+            CHECKS=$((CHECKS + 1))
+            timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/m.bin" \
+                --prompts "$TMP/${f%%:*}.txt" -n 4 --temp 0 >"$TMP/out" 2>"$TMP/err" </dev/null
+            rc=$?
+            what="$mode ${f%%:*}"
+            [ $rc = 1 ] || fail "$what: exit $rc, expected 1: $(cat "$TMP/err")"
+            grep -q "${f#*:}" "$TMP/err" || fail "$what: no reason: $(cat "$TMP/err")"
+            grep -q '^\[2\] FAILED' "$TMP/out" || fail "$what: [2] not FAILED"
+            grep -q '^\[1\] hello' "$TMP/out" || fail "$what: [1] did not go on"
+            grep -q '^\[3\] world' "$TMP/out" || fail "$what: [3] did not go on"
+            grep -Eq "(^|[^0-9])1 request\(s\) failed" "$TMP/err" ||
+                fail "$what: the summary does not count the failed request: $(cat "$TMP/err")"
+        done
+    done
+    # a single prompt holding a NUL byte: refused, nothing runs
+    CHECKS=$((CHECKS + 1))
+    printf 'ab\000cd\n' >"$TMP/nul1.txt"
+    "$BIN" run --mode monolithic --model "$TMP/m.bin" --prompts "$TMP/nul1.txt" -n 4 \
+        >"$TMP/out" 2>"$TMP/err" </dev/null
+    rc=$?
+    [ $rc = 1 ] && grep -q "nul1.txt:1: the prompt holds a NUL byte" "$TMP/err" ||
+        fail "single NUL prompt: exit $rc: $(cat "$TMP/err")"
     ;;
 *)
     echo "unknown part $PART" >&2

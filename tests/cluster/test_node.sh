@@ -112,6 +112,12 @@ launch)
     grep -q "^127.0.0.1 slots=3" "$DIR/dry.log" || fail "dry run: no host file line"
     grep -q "mpirun.*--hostfile.*--name c0 : -n 1 --host 127.0.0.1:3 .*--name s0 :" "$DIR/dry.log" \
         || fail "dry run: no mpirun command"
+    [ ! -e "$DIR/logs3" ] || fail "launch --dry-run --mpirun created its log directory"
+    "$BIN" launch "$DIR/layout.yaml" --dry-run --log-dir "$DIR/logs4" >"$DIR/dry4.log" 2>&1 \
+        || fail "launch --dry-run failed"
+    grep -q "node --config .* --name s0 > $DIR/logs4/s0.log" "$DIR/dry4.log" \
+        || fail "dry run: no node command"
+    [ ! -e "$DIR/logs4" ] || fail "launch --dry-run created its log directory"
     ;;
 mpirun)
     command -v mpirun >/dev/null 2>&1 || { echo "SKIPPED: no mpirun"; exit 77; }

@@ -158,6 +158,56 @@ static void test_runtime_cases(const char *tmp)
     }
 }
 
+/* A value holding a newline is quoted escaped (one-line message). */
+static void test_escaped_value(const char *tmp)
+{
+    static const char text[] = "cluster:\n  name: \"a\\nb\"\n";
+    char yaml[4096];
+
+    snprintf(yaml, sizeof(yaml), "%s/newline.yaml", tmp);
+    NA_CHECK(write_file(yaml, text, sizeof(text) - 1, 0600) == 0);
+    check_bad(yaml, "newline.yaml", 2, 9, "name 'a\\nb' may hold only");
+}
+
+/* A file over the size cap is refused with the file:1:1: prefix. */
+static void test_too_large(const char *tmp)
+{
+    size_t n = NA_CFG_MAX_FILE_BYTES + 1;
+    char yaml[4096];
+    char *big = malloc(n);
+
+    NA_CHECK(big != NULL);
+    if (big == NULL)
+        return;
+    memset(big, '#', n);
+    big[n - 1] = '\n';
+    snprintf(yaml, sizeof(yaml), "%s/big.yaml", tmp);
+    NA_CHECK(write_file(yaml, big, n, 0600) == 0);
+    check_bad(yaml, "big.yaml", 1, 1, "larger than");
+    free(big);
+}
+
+/* `!!str 14001` is a string, refused for a number like "14001" is (runs after
+ * test_runtime_cases, which writes open.secret). */
+static void test_str_tag(const char *tmp)
+{
+    static const char *tagged[] = { "!!str 14001", "! 14001" };
+    char yaml[4096], layout[2048];
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        snprintf(layout, sizeof(layout),
+                 "cluster: { name: t, secret_file: open.secret }\n"
+                 "compute: [ { name: c0, host: 127.0.0.1 } ]\n"
+                 "storage:\n"
+                 "  - { name: s0, host: 127.0.0.1, port: %s,\n"
+                 "      devices: [ { path: kv/s0d0, dram_mb: 1, ssd_mb: 1 } ] }\n", tagged[i]);
+        snprintf(yaml, sizeof(yaml), "%s/str-tag.yaml", tmp);
+        NA_CHECK(write_file(yaml, layout, strlen(layout), 0600) == 0);
+        check_bad(yaml, "str-tag.yaml", 4, 40, "port: expected integer, got string '14001'");
+    }
+}
+
 /* Defaults, order, lookups and helpers on cluster-configs/test-1s.yaml etc. */
 static void test_good_details(void)
 {
@@ -352,6 +402,9 @@ int main(void)
 
     test_bad_cases();
     test_runtime_cases(tmp);
+    test_escaped_value(tmp);
+    test_too_large(tmp);
+    test_str_tag(tmp);
     test_good_details();
     test_head_split();
     test_all_layouts();

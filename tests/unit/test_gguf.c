@@ -44,6 +44,7 @@ static size_t put_str(buf_t *b, const char *s)
 typedef struct {
     size_t n_tensors, n_kv, key0_len, arch_len, align_type, align_val, arr_type, arr_count,
            arr_str1_len, bool_val, t0_ndims, t0_ne0, t0_type, t1_type, t1_offset, t1_name,
+           key_i8,
            data_start, total;
 } layout_t;
 
@@ -87,7 +88,7 @@ static buf_t build(layout_t *L)
     put_u64(&b, 3);
     put(&b, f3, 12);
     put_str(&b, "t.u8");  put_u32(&b, NA_GGUF_UINT8);   put(&b, &u8, 1);
-    put_str(&b, "t.i8");  put_u32(&b, NA_GGUF_INT8);    put(&b, &i8, 1);
+    L->key_i8 = put_str(&b, "t.i8");  put_u32(&b, NA_GGUF_INT8);    put(&b, &i8, 1);
     put_str(&b, "t.u16"); put_u32(&b, NA_GGUF_UINT16);  put(&b, &u16, 2);
     put_str(&b, "t.i16"); put_u32(&b, NA_GGUF_INT16);   put(&b, &i16, 2);
     put_str(&b, "t.u32"); put_u32(&b, NA_GGUF_UINT32);  put_u32(&b, 4000000000u);
@@ -227,6 +228,8 @@ static void check_corrupt(const char *path, const buf_t *b, const layout_t *L)
     expect_bad(path, b, L->t1_offset, ~0ull - 31, 8, NA_ERR_FORMAT, "offset"); /* wraps */
     expect_bad(path, b, L->t1_name + 8, 0x3074, 2, NA_ERR_FORMAT, "twice");   /* "t0" again */
     expect_bad(path, b, L->t1_type, 10, 4, NA_ERR_FORMAT, "ne[0]");           /* q2_k: 64 % 256 */
+    /* "t.i8" becomes "t.u8": a metadata key given twice is refused, naming it */
+    expect_bad(path, b, L->key_i8 + 8 + 2, 'u', 1, NA_ERR_FORMAT, "key 't.u8' appears twice");
     /* truncation anywhere: header fields and inside tensor data */
     for (cut = 0; cut < L->total; cut += (cut < L->data_start ? 1 : 37)) {
         na_gguf_t *g = NULL;
