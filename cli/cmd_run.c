@@ -716,9 +716,13 @@ int na_cmd_run(int argc, char **argv)
         sigaction(SIGINT, &sa, NULL);      /* stop cleanly: nodes, private KV directory */
         sigaction(SIGTERM, &sa, NULL);
         memset(&oa, 0, sizeof(oa));
-        oa.config_path = r.cfg_path;
-        oa.cluster = a.cluster;
-        oa.kvfetch = !strcmp(a.mode, "kv-fetch");
+        na_cluster_opts_default(&oa.cluster);
+        oa.cluster.config_path = r.cfg_path;
+        oa.cluster.mode = a.cluster;
+        oa.cluster.kvfetch = !strcmp(a.mode, "kv-fetch");
+        oa.cluster.stop = &na_run_stop;
+        oa.cluster.model_path = a.model;
+        oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
         oa.stop_ids = stop;
         oa.n_stop = 2;
@@ -726,9 +730,6 @@ int na_cmd_run(int argc, char **argv)
         oa.on_done = na_run_on_done;
         oa.on_error = na_run_on_error;
         oa.user = &r;
-        oa.stop = &na_run_stop;
-        oa.model_path = a.model;
-        oa.kv_dtype_given = a.kv_dtype_given;
         oa.failed_before = r.failed;
         st = na_run_offload(&oa, r.engine, r.live, r.n_live, &os);
         if (st != NA_OK && na_run_stop) {

@@ -99,11 +99,11 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
     for (i = 0; i < n && st == NA_OK; i++)
         st = na_off_submit(g, reqs[i], NULL);
     while (st == NA_OK && na_off_pending(g) > 0) {
-        if (a->stop != NULL && *a->stop) {
-            st = na_err(NA_ERR_CANCELED, "interrupted by signal %d", (int)*a->stop);
+        if (a->cluster.stop != NULL && *a->cluster.stop) {
+            st = na_err(NA_ERR_CANCELED, "interrupted by signal %d", (int)*a->cluster.stop);
             break;
         }
-        st = na_off_progress(g, a->stop != NULL ? NA_RUN_PROGRESS_MS : -1);
+        st = na_off_progress(g, a->cluster.stop != NULL ? NA_RUN_PROGRESS_MS : -1);
     }
     na_off_stats(g, stats);
     stats->failed += a->failed_before;
@@ -115,27 +115,19 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
 na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_request_t **reqs,
                            int n, na_off_stats_t *stats)
 {
-    na_cluster_opts_t co;
     na_cluster_t *cl = NULL;
     const na_cfg_t *cfg;
     na_rep_t *rep;
     na_status_t st;
 
-    na_cluster_opts_default(&co);
-    co.config_path = a->config_path;
-    co.mode = a->cluster;
-    co.kvfetch = a->kvfetch;
-    co.stop = a->stop;
-    co.model_path = a->model_path;
-    co.kv_dtype_given = a->kv_dtype_given;
-    st = na_cluster_create(&co, e, &cl);
+    st = na_cluster_create(&a->cluster, e, &cl);
     if (st != NA_OK)
         return st;
     cfg = na_cluster_cfg(cl);
     rep = na_cluster_rep(cl);
     st = na_ro_drive(a, e, cl, reqs, n, stats);
     if (st == NA_OK)
-        na_ro_print_summary(stats, cfg, a->kvfetch ? "kv-fetch" : "offload",
+        na_ro_print_summary(stats, cfg, a->cluster.kvfetch ? "kv-fetch" : "offload",
                             na_cluster_how(cl));
     if (st == NA_OK && rep != NULL) {
         na_rep_stats_t rs;

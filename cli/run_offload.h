@@ -4,16 +4,13 @@
 
 #include <signal.h>
 
+#include "cluster/setup.h"
 #include "common/config.h"
 #include "compute-node/offload.h"
 
 typedef struct {
-    const char      *config_path;  /* as given, for the storage nodes started here */
-    const char      *cluster;      /* "start" (fork/exec the storage nodes, private to
-                                      this run), "connect" (a running cluster), "inproc"
-                                      (slots in this process): cluster/setup.h */
-    int              kvfetch;      /* 1: the kv-fetch baseline (compute-node/attn_kvfetch.h)
-                                      in place of the remote attention service */
+    na_cluster_opts_t cluster;     /* the layout, start / connect / inproc, kv-fetch,
+                                      --model, --kv-dtype, the stop flag: cluster/setup.h */
     int              max_batch;    /* <= 0: the layout's parallel.max_batch */
     const int       *stop_ids;
     int              n_stop;
@@ -21,10 +18,6 @@ typedef struct {
     na_gen_done_fn   on_done;
     na_off_error_fn  on_error;
     void            *user;
-    volatile sig_atomic_t *stop;   /* set by SIGINT/SIGTERM: cancel and clean up */
-    const char      *model_path;   /* `--model F` (NULL: the layout's): cluster/setup.h */
-    int              kv_dtype_given; /* `--kv-dtype` given: the engine's KV dtype for the
-                                      nodes started here (cluster/setup.h) */
     int              failed_before; /* requests refused before the run (a prompt too
                                        long...): counted with the failed ones */
 } na_run_offload_args_t;
