@@ -40,7 +40,7 @@ static void test_rw(na_kv_file_t *f)
     const size_t len = 3u * NA_KV_IO_MAX + 5 * NA_KV_ALIGN;   /* several pieces */
     unsigned char *w = na_kv_aligned_alloc(len), *r = na_kv_aligned_alloc(len);
     na_kv_io_t *io;
-    na_fault_t fault;
+    na_kv_fault_t fault;
     size_t i;
 
     for (i = 0; i < len; i++)
@@ -54,7 +54,7 @@ static void test_rw(na_kv_file_t *f)
 
     /* the double: an error, then a short read, only where asked */
     memset(&fault, 0, sizeof(fault));
-    NA_CHECK_OK(na_fault_factory(&fault, 8, &io));
+    NA_CHECK_OK(na_kv_fault_factory(&fault, 8, &io));
     fault.on_reads = 1;
     fault.lo = 8 * NA_KV_ALIGN + NA_KV_IO_MAX;
     fault.hi = fault.lo + 1;
