@@ -1,11 +1,12 @@
 /* storage-node/kv_fault.c — the fault-injecting KV I/O double (kv_fault.h). */
-#include "storage-node/kv_fault.h"
-
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/faults.h"
+#include "storage-node/kv_fault.h"
 
 #define NA_KV_FAULT_TAGS 64   /* injected errors awaiting their completion */
 
@@ -136,77 +137,51 @@ err_free:
     return st;
 }
 
+/* One key of the "kv" part (na_faults_key_fn). */
+static int na_kv_fault_key(void *arg, const char *key, const char *val, char *err, size_t errlen)
+{
+    na_kv_fault_t *f = arg;
+    unsigned long long v;
+    char *e;
+
+    errno = 0;
+    v = strtoull(val, &e, 10);
+    if (errno != 0 || *e != '\0' || val[0] == '-') {
+        snprintf(err, errlen, "%s wants a non-negative integer, not \"%s\"", key, val);
+        return -1;
+    }
+    if (strcmp(key, "eio_after") == 0) {
+        f->mode = NA_FAULT_ERROR, f->err = EIO, f->on_reads = f->on_writes = 1, f->after = v;
+    } else if (strcmp(key, "short_after") == 0) {
+        f->mode = NA_FAULT_SHORT, f->on_reads = 1, f->on_writes = 0, f->after = v;
+    } else if (strcmp(key, "enospc_after") == 0) {
+        f->mode = NA_FAULT_ERROR, f->err = ENOSPC, f->on_reads = 0, f->on_writes = 1, f->after = v;
+    } else if (strcmp(key, "max") == 0) {
+        f->max = v;
+    } else if (strcmp(key, "lo") == 0) {
+        f->lo = v;
+    } else if (strcmp(key, "hi") == 0) {
+        f->hi = v;
+    } else {
+        snprintf(err, errlen, "unknown key \"%s\" (eio_after, short_after, enospc_after, "
+                 "max, lo, hi)", key);
+        return -1;
+    }
+    return 0;
+}
+
 int na_kv_fault_parse(const char *spec, na_kv_fault_t *f, char *err, size_t errlen)
 {
-    const char *s = spec, *end;
-    int set = 0;
+    int r;
 
     memset(f, 0, sizeof(*f));
     f->hi = UINT64_MAX;
-    /* find the "kv:" part: at the start or after ';' */
-    while (s != NULL && *s != '\0') {
-        while (*s == ' ')
-            s++;
-        if (strncmp(s, "kv:", 3) == 0)
-            break;
-        s = strchr(s, ';');
-        if (s != NULL)
-            s++;
-    }
-    if (s == NULL || *s == '\0')
-        return 0;
-    s += 3;
-    end = strchr(s, ';');
-    if (end == NULL)
-        end = s + strlen(s);
-    while (s < end) {
-        char key[32], *e;
-        const char *eq = memchr(s, '=', (size_t)(end - s));
-        const char *comma = memchr(s, ',', (size_t)(end - s));
-        unsigned long long v;
-        size_t kl;
-
-        if (comma == NULL)
-            comma = end;
-        if (eq == NULL || eq > comma || (kl = (size_t)(eq - s)) == 0 || kl >= sizeof(key)) {
-            snprintf(err, errlen, "NA_FAULTS kv: expected key=value at \"%.*s\"",
-                     (int)(comma - s), s);
-            return -1;
-        }
-        memcpy(key, s, kl);
-        key[kl] = '\0';
-        errno = 0;
-        v = strtoull(eq + 1, &e, 10);
-        if (errno != 0 || e != comma || e == eq + 1) {
-            snprintf(err, errlen, "NA_FAULTS kv: %s wants a non-negative integer", key);
-            return -1;
-        }
-        if (strcmp(key, "eio_after") == 0) {
-            f->mode = NA_FAULT_ERROR, f->err = EIO, f->on_reads = f->on_writes = 1;
-            f->on_writes = 1, f->after = v, set = 1;
-        } else if (strcmp(key, "short_after") == 0) {
-            f->mode = NA_FAULT_SHORT, f->on_reads = 1, f->on_writes = 0, f->after = v, set = 1;
-        } else if (strcmp(key, "enospc_after") == 0) {
-            f->mode = NA_FAULT_ERROR, f->err = ENOSPC, f->on_reads = 0, f->on_writes = 1;
-            f->after = v, set = 1;
-        } else if (strcmp(key, "max") == 0) {
-            f->max = v;
-        } else if (strcmp(key, "lo") == 0) {
-            f->lo = v;
-        } else if (strcmp(key, "hi") == 0) {
-            f->hi = v;
-        } else {
-            snprintf(err, errlen, "NA_FAULTS kv: unknown key \"%s\" (eio_after, short_after, "
-                     "enospc_after, max, lo, hi)", key);
-            return -1;
-        }
-        s = comma < end ? comma + 1 : end;
-    }
-    if (!set) {
+    r = na_faults_part(spec, "kv", na_kv_fault_key, f, err, errlen);
+    if (r > 0 && f->mode == NA_FAULT_NONE) {
         snprintf(err, errlen, "NA_FAULTS kv: names no fault (eio_after, short_after, enospc_after)");
         return -1;
     }
-    return 1;
+    return r;
 }
 
 static pthread_once_t na_kv_fault_once = PTHREAD_ONCE_INIT;
