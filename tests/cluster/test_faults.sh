@@ -9,6 +9,13 @@
 #           request either prints the monolithic text or "[i] FAILED" with
 #           a reason; with one node and unlimited EIO every request fails
 #           with a reason and run exits 1
+#   xp      s0 with transport faults on what it sends (s1 clean): a corrupted
+#           or truncated message (refused by the compute's decoder, s0
+#           dropped, its requests re-placed on s1), a dropped one (the
+#           request times out, s0 lost and its requests re-placed), a stall
+#           of s0 past peer_timeout_ms, duplicates, a delay on every message;
+#           every request ends with the monolithic text or a reason, and the
+#           time of each run is printed
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
 SCEN=$1
@@ -124,6 +131,32 @@ kv)
     na_fg /dev/null "$DIR/bad.err" env NA_FAULTS="kv:eio_after=x" timeout 20 "$BIN" node --config "$L" --name s0
     [ $? -ne 0 ] && grep -q "NA_FAULTS" "$DIR/bad.err" || fail "malformed NA_FAULTS accepted"
     echo "ok: malformed NA_FAULTS refused"
+    ;;
+xp)
+    # NAME FAULTS ALL: ALL=1 when every request must end with the monolithic text
+    for sc in "corrupt xp:corrupt=1,after=40,max=1 1" "truncate xp:truncate=1,after=40,max=1 1" \
+              "drop xp:drop=1,after=40,max=1 1" "stall xp:stall_ms=5000,after=40 1" \
+              "dup xp:dup=0.05,seed=3 0" "delay xp:delay_ms=2 1"; do
+        set -- $sc
+        name=$1
+        L=$(layout $name 2)
+        start $name "$L" 2 "$2"
+        grep -q "TEST DOUBLE" "$DIR/${name}0.err" || fail "$name: no TEST DOUBLE line in the node log"
+        t0=$(date +%s%N)
+        na_fg "$DIR/$name.off" "$DIR/$name.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
+            --prompts "$DIR/prompts.txt" -n $N --temp 0 --threads 1
+        rc=$?
+        t1=$(date +%s%N)
+        [ $rc -eq 124 ] && fail "$name: run hung"
+        [ $rc -le 1 ] || fail "$name: run exited $rc"
+        check $name
+        [ "$3" = 1 ] && [ "$NFAIL" -ne 0 ] && fail "$name: $NFAIL request(s) failed, s1 could take them"
+        [ "$name" = delay ] || grep -q "TEST DOUBLE: .*\(dropped\|corrupted\|truncated\|duplicated\|stalls\)" \
+            "$DIR/${name}0.err" || fail "$name: no fault was injected"
+        echo "ok: $name: run took $(( (t1 - t0) / 1000000 )) ms"
+        kill -CONT "$SP0" 2>/dev/null
+        stop "$SP0" "$SP1"
+    done
     ;;
 *) echo "unknown scenario $SCEN"; exit 1 ;;
 esac
