@@ -71,6 +71,25 @@ static void test_rw(na_kv_file_t *f)
     fault.on_writes = 1;
     NA_CHECK(na_kv_io_rw_sync(io, f->fd, 1, w, len, 8 * NA_KV_ALIGN, f->path) == NA_ERR_IO);
     na_kv_io_destroy(io);
+
+    /* NA_FAULTS's kv part: ENOSPC from the second write on, once */
+    {
+        char err[256];
+        NA_CHECK(na_kv_fault_parse("xp:drop=1", &fault, err, sizeof(err)) == 0);
+        NA_CHECK(na_kv_fault_parse("kv:eio_after=x", &fault, err, sizeof(err)) == -1);
+        NA_CHECK(strstr(err, "eio_after") != NULL);
+        NA_CHECK(na_kv_fault_parse("kv:max=1", &fault, err, sizeof(err)) == -1);
+        NA_CHECK(na_kv_fault_parse("xp:drop=1; kv:enospc_after=1,max=1", &fault, err,
+                                   sizeof(err)) == 1);
+        NA_CHECK_OK(na_kv_fault_factory(&fault, 8, &io));
+        NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 1, w, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path));
+        NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 0, r, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path));
+        NA_CHECK(na_kv_io_rw_sync(io, f->fd, 1, w, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path) == NA_ERR_IO);
+        NA_CHECK_MSG(strstr(na_errmsg(), "No space") != NULL, "%s", na_errmsg());
+        NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 1, w, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path));
+        NA_CHECK(fault.hits >= 1);
+        na_kv_io_destroy(io);
+    }
     na_kv_aligned_free(w);
     na_kv_aligned_free(r);
 }
