@@ -15,7 +15,8 @@
 #           request times out, s0 lost and its requests re-placed), a stall
 #           of s0 past peer_timeout_ms, duplicates, a delay on every message;
 #           every request ends with the monolithic text or a reason, and the
-#           time of each run is printed
+#           time of each run is printed; then the compute node's own messages
+#           corrupted / truncated (the storage node refuses them and drops it)
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
 SCEN=$1
@@ -136,23 +137,31 @@ xp)
     # NAME FAULTS ALL: ALL=1 when every request must end with the monolithic text
     for sc in "corrupt xp:corrupt=1,after=40,max=1 1" "truncate xp:truncate=1,after=40,max=1 1" \
               "drop xp:drop=1,after=40,max=1 1" "stall xp:stall_ms=5000,after=40 1" \
-              "dup xp:dup=0.05,seed=3 0" "delay xp:delay_ms=2 1"; do
+              "dup xp:dup=0.05,seed=3 0" "delay xp:delay_ms=2 1" \
+              "runcorrupt xp:corrupt=1,after=60,max=1 1 run" "runtruncate xp:truncate=1,after=60,max=1 1 run"; do
         set -- $sc
         name=$1
         L=$(layout $name 2)
-        start $name "$L" 2 "$2"
-        grep -q "TEST DOUBLE" "$DIR/${name}0.err" || fail "$name: no TEST DOUBLE line in the node log"
+        if [ "${4:-}" = run ]; then     # the compute node's messages
+            start $name "$L" 2 ""
+            rf=$2
+        else
+            start $name "$L" 2 "$2"
+            rf=""
+            grep -q "TEST DOUBLE" "$DIR/${name}0.err" || fail "$name: no TEST DOUBLE line in the node log"
+        fi
         t0=$(date +%s%N)
-        na_fg "$DIR/$name.off" "$DIR/$name.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
-            --prompts "$DIR/prompts.txt" -n $N --temp 0 --threads 1
+        na_fg "$DIR/$name.off" "$DIR/$name.err" env NA_FAULTS="$rf" timeout 120 "$BIN" run --config "$L" \
+            --cluster connect --prompts "$DIR/prompts.txt" -n $N --temp 0 --threads 1
         rc=$?
         t1=$(date +%s%N)
         [ $rc -eq 124 ] && fail "$name: run hung"
         [ $rc -le 1 ] || fail "$name: run exited $rc"
         check $name
         [ "$3" = 1 ] && [ "$NFAIL" -ne 0 ] && fail "$name: $NFAIL request(s) failed, s1 could take them"
+        fl="$DIR/${name}0.err"; [ "${4:-}" = run ] && fl="$DIR/$name.err"
         [ "$name" = delay ] || grep -q "TEST DOUBLE: .*\(dropped\|corrupted\|truncated\|duplicated\|stalls\)" \
-            "$DIR/${name}0.err" || fail "$name: no fault was injected"
+            "$fl" || fail "$name: no fault was injected"
         echo "ok: $name: run took $(( (t1 - t0) / 1000000 )) ms"
         kill -CONT "$SP0" 2>/dev/null
         stop "$SP0" "$SP1"
