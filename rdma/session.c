@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "rdma/ses_fault.h"
 #include "rdma/session.h"
 
 #define SES_REPLY_MS   30000u   /* default bound on an answer */
@@ -69,6 +70,8 @@ na_status_t na_ses_create(na_xp_t *xp, const na_ses_opts_t *opts, void *ctx, na_
 
     if (xp == NULL || opts == NULL)
         return na_err(NA_ERR_INVALID, "session: no transport or options");
+    if (na_ses_fault_init() != NA_OK)
+        return NA_ERR_INVALID;
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         return na_err(NA_ERR_NOMEM, "session: out of memory");
@@ -278,6 +281,42 @@ static void ses_end_broken(na_peer_t *p)
         na_peer_end(p, NA_SES_LOST, p->why);
 }
 
+/* Send an encoded message: hdr_len header bytes, then the payload up to len. */
+static na_status_t ses_send_wire(na_peer_t *p, uint8_t *data, size_t hdr_len, size_t len,
+                                 const na_xp_buf_t *buf)
+{
+    na_xp_op_t *op;
+    na_status_t st = na_xp_send_start(p->ep, data, hdr_len, data + NA_WIRE_HDR_SIZE,
+                                      len - NA_WIRE_HDR_SIZE, buf, &op);
+    if (st == NA_OK)
+        st = na_xp_op_wait(p->ses->xp, op, -1);
+    return st;
+}
+
+/* ses_send_wire through the fault double (rdma/ses_fault.h). */
+static na_status_t ses_send_faulty(na_peer_t *p, const na_wire_msg_t *m, uint8_t *data,
+                                   size_t len, const na_xp_buf_t *buf)
+{
+    na_status_t st;
+
+    switch (na_ses_fault_pick(p->ses->who, na_wire_type_name(m->type), p->name)) {
+    case NA_SES_FAULT_DROP:
+        return NA_OK;
+    case NA_SES_FAULT_CORRUPT:
+        data[0] ^= 0x5a;                            /* the magic */
+        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
+    case NA_SES_FAULT_TRUNCATE:
+        if (len > NA_WIRE_HDR_SIZE)
+            return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len - 1, buf);
+        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE - 1, len, buf);
+    case NA_SES_FAULT_DUP:
+        st = ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
+        return st == NA_OK ? ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf) : st;
+    default:
+        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
+    }
+}
+
 /* Encode m into buf (or a heap copy) and send it. */
 static na_status_t ses_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *buf,
                             na_wire_hdr_t *h_p)
@@ -285,7 +324,6 @@ static na_status_t ses_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *b
     na_ses_t *s = p->ses;
     size_t size, len;
     uint8_t *data;
-    na_xp_op_t *op;
     na_status_t st;
 
     if (!p->alive || p->closed || p->broken)
@@ -309,10 +347,10 @@ static na_status_t ses_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *b
             free(data);
         return na_err_prefix(st, "%s: encoding %s: ", s->who, na_wire_type_name(m->type));
     }
-    st = na_xp_send_start(p->ep, data, NA_WIRE_HDR_SIZE, data + NA_WIRE_HDR_SIZE,
-                          len - NA_WIRE_HDR_SIZE, buf, &op);
-    if (st == NA_OK)
-        st = na_xp_op_wait(s->xp, op, -1);
+    if (na_ses_faults_on)
+        st = ses_send_faulty(p, m, data, len, buf);
+    else
+        st = ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
     if (buf == NULL)
         free(data);
     p->last_sent_ns = na_xp_now_ns();

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "storage-node/attn_internal.h"
+#include "storage-node/kv_fault.h"
 
 /* Blocks per granule for a request of block_bytes bs. */
 static int na_attn_granule_blocks(const na_attn_cpu_t *e, size_t bs)
@@ -409,7 +410,7 @@ static na_status_t cpu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     g0 = cfg->split_tokens / e->kcfg->block_tokens;
     e->chunk_bytes = (size_t)(g0 < 1 ? 1 : g0) * na_kv_block_bytes(e->kcfg, cfg->max_kv_heads);
     st = cfg->io_factory ? cfg->io_factory(cfg->io_arg, cfg->io_depth, &e->io)
-                         : na_kv_io_uring_create(cfg->io_depth, &e->io);
+                         : na_kv_io_default_create(cfg->io_depth, &e->io);
     if (st != NA_OK)
         goto err_destroy;
     e->chunks = calloc((size_t)cfg->stage_chunks, sizeof(void *));

@@ -8,6 +8,7 @@
 #endif
 
 #include "common/log.h"
+#include "storage-node/kv_fault.h"
 #include "storage-node/kv_internal.h"
 
 size_t na_kv_block_bytes(const na_kv_store_cfg_t *cfg, int n_kvh)
@@ -70,7 +71,7 @@ na_status_t na_kv_store_create(const na_kv_store_cfg_t *cfg, na_kv_store_t **s_p
             goto err_free_store;
         s->has_ssd = 1;
         st = cfg->io_factory ? cfg->io_factory(cfg->io_arg, cfg->io_depth, &s->io)
-                             : na_kv_io_uring_create(cfg->io_depth, &s->io);
+                             : na_kv_io_default_create(cfg->io_depth, &s->io);
         if (st != NA_OK)
             goto err_close_file;
     }

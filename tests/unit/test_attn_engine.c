@@ -38,7 +38,7 @@ typedef struct {
     int            n_threads;
     int            prefetch;
     int            incremental;       /* submit entries one by one */
-    na_fault_t    *fault;             /* NULL: plain io_uring */
+    na_kv_fault_t    *fault;             /* NULL: plain io_uring */
     int            fault_req;         /* request whose extent gets the fault */
 } run_t;
 
@@ -136,7 +136,7 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
     c.stage_chunks = 4;
     c.no_dram_tier = cfg->no_dram_tier;
     if (cfg->fault) {
-        c.io_factory = na_fault_factory;
+        c.io_factory = na_kv_fault_factory;
         c.io_arg = cfg->fault;
     }
     for (i = 0; i < cfg->n_slots; i++) {
@@ -457,7 +457,7 @@ static int test_faults(void)
     run_t c;
     float *base, *out;
     na_status_t *sts, *sts0;
-    na_fault_t f;
+    na_kv_fault_t f;
     size_t n, i;
     int rc = 0, mode, r, l, step;
 

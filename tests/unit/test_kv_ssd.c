@@ -40,7 +40,7 @@ static void test_rw(na_kv_file_t *f)
     const size_t len = 3u * NA_KV_IO_MAX + 5 * NA_KV_ALIGN;   /* several pieces */
     unsigned char *w = na_kv_aligned_alloc(len), *r = na_kv_aligned_alloc(len);
     na_kv_io_t *io;
-    na_fault_t fault;
+    na_kv_fault_t fault;
     size_t i;
 
     for (i = 0; i < len; i++)
@@ -54,7 +54,7 @@ static void test_rw(na_kv_file_t *f)
 
     /* the double: an error, then a short read, only where asked */
     memset(&fault, 0, sizeof(fault));
-    NA_CHECK_OK(na_fault_factory(&fault, 8, &io));
+    NA_CHECK_OK(na_kv_fault_factory(&fault, 8, &io));
     fault.on_reads = 1;
     fault.lo = 8 * NA_KV_ALIGN + NA_KV_IO_MAX;
     fault.hi = fault.lo + 1;
@@ -71,6 +71,25 @@ static void test_rw(na_kv_file_t *f)
     fault.on_writes = 1;
     NA_CHECK(na_kv_io_rw_sync(io, f->fd, 1, w, len, 8 * NA_KV_ALIGN, f->path) == NA_ERR_IO);
     na_kv_io_destroy(io);
+
+    /* NA_FAULTS's kv part: ENOSPC from the second write on, once */
+    {
+        char err[256];
+        NA_CHECK(na_kv_fault_parse("xp:drop=1", &fault, err, sizeof(err)) == 0);
+        NA_CHECK(na_kv_fault_parse("kv:eio_after=x", &fault, err, sizeof(err)) == -1);
+        NA_CHECK(strstr(err, "eio_after") != NULL);
+        NA_CHECK(na_kv_fault_parse("kv:max=1", &fault, err, sizeof(err)) == -1);
+        NA_CHECK(na_kv_fault_parse("xp:drop=1; kv:enospc_after=1,max=1", &fault, err,
+                                   sizeof(err)) == 1);
+        NA_CHECK_OK(na_kv_fault_factory(&fault, 8, &io));
+        NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 1, w, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path));
+        NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 0, r, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path));
+        NA_CHECK(na_kv_io_rw_sync(io, f->fd, 1, w, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path) == NA_ERR_IO);
+        NA_CHECK_MSG(strstr(na_errmsg(), "No space") != NULL, "%s", na_errmsg());
+        NA_CHECK_OK(na_kv_io_rw_sync(io, f->fd, 1, w, NA_KV_ALIGN, 8 * NA_KV_ALIGN, f->path));
+        NA_CHECK(fault.hits >= 1);
+        na_kv_io_destroy(io);
+    }
     na_kv_aligned_free(w);
     na_kv_aligned_free(r);
 }

@@ -192,14 +192,14 @@ static void test_write_fault(void)
 {
     na_kv_store_cfg_t c;
     na_kv_store_t *s;
-    na_fault_t f;
+    na_kv_fault_t f;
     float *k = rows(64, 5), *vv = rows(64, 6);
     uint64_t off, len;
     na_status_t st;
 
     memset(&f, 0, sizeof(f));
     cfg_init(&c, "wfault", 1u << 20, 1u << 20);
-    c.io_factory = na_fault_factory;
+    c.io_factory = na_kv_fault_factory;
     c.io_arg = &f;
     NA_CHECK_OK(na_kv_store_create(&c, &s));
     NA_CHECK_OK(na_kv_open(s, 1, 60, KVH));
