@@ -276,3 +276,31 @@ na_node_layout() {
         -e "s|@PARTITION@|$1|" -e "s|tls: auto|tls: ${TLS:-auto}|" \
         "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
 }
+
+# na_stories: STORIES and STOK, the shared stories260K model and tokenizer
+# (after na_test_init); exit 77 (skipped) when they are absent.
+na_stories() {
+    STORIES="$SHARED/models/stories260K.bin"
+    STOK="$SHARED/models/tok512.bin"
+    [ -f "$STORIES" ] || { echo "SKIPPED: no $STORIES"; exit 77; }
+}
+
+# na_layout_head NAME MODEL_EXTRA TRANSPORT: the cluster, model (stories260K,
+# after na_stories; MODEL_EXTRA e.g. ", kv_dtype: f32") and transport lines
+# of a test layout.
+na_layout_head() {
+    echo "cluster: { name: $1, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
+    echo "model: { path: \"$STORIES\", tokenizer: \"$STOK\"$2 }"
+    echo "transport: { $3 }"
+}
+
+# na_cluster_test NAME N_PORTS LOGS: na_test_init NAME, TMPDIR set to DIR (the
+# logs of the nodes `run` starts land there), NA_LOGS=LOGS, the stories260K
+# model (na_stories) and PORT, the first of N_PORTS free ports.
+na_cluster_test() {
+    na_test_init "$1"
+    export TMPDIR="$DIR"
+    NA_LOGS=$3
+    na_stories
+    PORT=$(na_free_ports "$2") || fail "no free ports"
+}

@@ -21,34 +21,23 @@
 set -u
 SCEN=$1
 . "$(dirname "$0")/proc.sh"
-na_test_init na_faults_test
-export TMPDIR="$DIR"
-NA_LOGS="*.err"
-STORIES="$SHARED/models/stories260K.bin"
-STOK="$SHARED/models/tok512.bin"
-[ -f "$STORIES" ] || { echo "SKIPPED: no $STORIES"; exit 77; }
-PORT=$(na_free_ports 2) || fail "no free ports"
+na_cluster_test na_faults_test 2 "*.err"
 
 # layout NAME NODES: request partition, KV forced to SSD, spill every token
 layout() {
-    f="$DIR/$1.yaml"
-    {
-        echo "cluster: { name: $1, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
-        echo "model: { path: \"$STORIES\", tokenizer: \"$STOK\" }"
-        echo "transport: { tls: tcp, timeout_ms: 3000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
-        echo "compute:"
-        echo "  - { name: c0, host: 127.0.0.1 }"
-        echo "storage:"
-        i=0
-        while [ $i -lt "$2" ]; do
-            echo "  - { name: s$i, host: 127.0.0.1, port: $((PORT + i)),"
-            echo "      devices: [ { path: \"$DIR/kv/$1/s$i\", dram_mb: 64, ssd_mb: 64 } ] }"
-            i=$((i + 1))
-        done
-        echo "parallel: { partition: request, batches_in_flight: 2 }"
-        echo "kv: { block_tokens: 16, spill_interval: 1, tier: ssd }"
-    } > "$f"
-    echo "$f"
+    na_layout_head "$1" "" "tls: tcp, timeout_ms: 3000, heartbeat_ms: 200, peer_timeout_ms: 2000" \
+        > "$DIR/$1.yaml"
+    cat >> "$DIR/$1.yaml" <<EOF
+compute:
+  - { name: c0, host: 127.0.0.1 }
+parallel: { partition: request, batches_in_flight: 2 }
+kv: { block_tokens: 16, spill_interval: 1, tier: ssd }
+storage:
+EOF
+    for i in $(seq 0 $(($2 - 1))); do
+        echo "  - { name: s$i, host: 127.0.0.1, port: $((PORT + i)), devices: [ { path: \"$DIR/kv/$1/s$i\", dram_mb: 64, ssd_mb: 64 } ] }"
+    done >> "$DIR/$1.yaml"
+    echo "$DIR/$1.yaml"
 }
 i=0
 while [ $i -lt 8 ]; do echo "Once upon a time number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"

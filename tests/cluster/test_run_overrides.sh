@@ -24,13 +24,7 @@
 set -u
 SCEN=$1
 . "$(dirname "$0")/proc.sh"
-na_test_init na_overrides_test
-export TMPDIR="$DIR"          # logs of the storage nodes `run` starts
-NA_LOGS="*.err logs/*.log nearattn-run-*.log"
-STORIES="$SHARED/models/stories260K.bin"
-STOK="$SHARED/models/tok512.bin"
-[ -f "$STORIES" ] || { echo "SKIPPED: no $STORIES"; exit 77; }
-PORT=$(na_free_ports 4) || fail "no free ports"
+na_cluster_test na_overrides_test 4 "*.err logs/*.log nearattn-run-*.log"
 
 # layout NAME [rotational|fixed [KV_DTYPE]]: two storage nodes (request
 # partition) serving stories260K, KV_DTYPE (f16) KV; rotational: a second
@@ -38,9 +32,7 @@ PORT=$(na_free_ports 4) || fail "no free ports"
 layout() {
     f="$DIR/$1.yaml"
     {
-        echo "cluster: { name: $1, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
-        echo "model: { path: \"$STORIES\", tokenizer: \"$STOK\", kv_dtype: ${3:-f16} }"
-        echo "transport: { timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
+        na_layout_head "$1" ", kv_dtype: ${3:-f16}" "timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000"
         echo "compute:"
         if [ "${2:-}" = rotational ]; then
             echo "  - { name: c0, host: 127.0.0.1, port: $((PORT + 2)) }"
