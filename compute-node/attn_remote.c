@@ -32,9 +32,11 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_remote_internal.h"
+#include "compute-node/storage_dir.h"
 
 #define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
+#define RM_LAYOUT_MS   500  /* the layout file is looked at this often for new nodes */
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
 
 static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
@@ -63,11 +65,12 @@ static void rm_node_attach(rm_t *p, int j, na_peer_t *peer)
 static void rm_node_unreachable(rm_t *p, int j)
 {
     rm_node_t *rn = &p->nodes[j];
-    const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
 
     if (rn->retry_ms == 0) {
-        snprintf(rn->why, sizeof(rn->why), "storage node %s (%s:%ld) unreachable: %s",
-                 nd->name, nd->host, nd->port, na_errmsg());
+        char why[NA_ASVC_REASON_MAX];
+        snprintf(why, sizeof(why), "storage node %s (%s:%ld) unreachable: %s", rn->name,
+                 rn->host, rn->port, na_errmsg());
+        rm_copy(rn->why, sizeof(rn->why), why);
         na_log_warn("%s", rn->why);
         rn->retry_ms = RM_RETRY_MS;
     } else {
@@ -100,11 +103,9 @@ static int rm_connect_poll(rm_t *p)
             continue;
         }
         rm_node_attach(p, j, peer);
-        if (rn->retry_ms != 0) {
-            const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
+        if (rn->retry_ms != 0)
             na_log_info("storage node %s joined (%s:%ld): it takes new requests", rn->name,
-                        nd->host, nd->port);
-        }
+                        rn->host, rn->port);
     }
     return n;
 }
@@ -112,13 +113,67 @@ static int rm_connect_poll(rm_t *p)
 /* Start a connect to node j (its handshake goes on as the session polls). */
 static void rm_connect_start(rm_t *p, int j)
 {
-    const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
     rm_node_t *rn = &p->nodes[j];
 
-    if (na_ses_connect_start(p->ses, nd->host, (int)nd->port, &rn->pending) != NA_OK) {
+    if (na_ses_connect_start(p->ses, rn->host, (int)rn->port, &rn->pending) != NA_OK) {
         rn->pending = NULL;
         rm_node_unreachable(p, j);
     }
+}
+
+/* Node j is new: name and address from layout node nd, no head range (the
+ * head partition's ranges are fixed at create). */
+static void rm_node_init(rm_t *p, int j, const na_cfg_node_t *nd)
+{
+    rm_node_t *rn = &p->nodes[j];
+
+    rm_copy(rn->name, sizeof(rn->name), nd->name);
+    rm_copy(rn->host, sizeof(rn->host), nd->host);
+    rn->port = nd->port;
+    rn->h0 = rn->h1 = 0;
+}
+
+/* Request partition: the storage nodes that were added to the layout file
+ * since it was last read (docs/cluster.md "Joining a running cluster")
+ * become nodes of this service, connected like late nodes (the first try at
+ * once). Looked at every RM_LAYOUT_MS; a file that does not load is logged
+ * and read again at its next change; nodes are never removed (a node that
+ * left is lost, and not retried). Never fails. */
+static void rm_layout_poll(rm_t *p)
+{
+    uint64_t now = na_xp_now_ns();
+    na_cfg_t *cfg;
+    int i, j;
+
+    if (p->cfg->file == NULL || now < p->next_layout_ns)
+        return;
+    p->next_layout_ns = now + RM_LAYOUT_MS * 1000000ull;
+    if (!na_sc_dir_file_changed(p->cfg->file, &p->layout_seen))
+        return;
+    if (na_cfg_load(p->cfg->file, &cfg) != NA_OK) {
+        na_log_warn("remote: %s changed but does not load: %s", p->cfg->file, na_errmsg());
+        return;
+    }
+    for (i = cfg->n_compute; i < cfg->n_nodes; i++) {
+        const na_cfg_node_t *nd = &cfg->nodes[i];
+        int known = 0;
+        for (j = 0; j < p->n_nodes; j++)
+            known |= !strcmp(p->nodes[j].name, nd->name);
+        if (known)
+            continue;
+        if (p->n_nodes == RM_MAX_NODES) {
+            na_log_warn("remote: storage node %s joined the layout, but this compute node "
+                        "holds at most %d", nd->name, RM_MAX_NODES);
+            continue;
+        }
+        j = p->n_nodes++;
+        rm_node_init(p, j, nd);
+        p->nodes[j].retry_ms = RM_RETRY_MS / 2;     /* its "joined" line; then 1 s, ... */
+        na_log_info("remote: storage node %s (%s:%ld) joined the layout %s", nd->name,
+                    nd->host, nd->port, p->cfg->file);
+        rm_connect_start(p, j);
+    }
+    na_cfg_destroy(cfg);
 }
 
 /* Request partition: try again to connect the storage nodes of the layout
@@ -135,6 +190,7 @@ void rm_retry_late(rm_t *p)
     uint64_t now = na_xp_now_ns();
     int j;
 
+    rm_layout_poll(p);
     (void)rm_connect_poll(p);
     for (j = 0; j < p->n_nodes; j++) {
         rm_node_t *rn = &p->nodes[j];
@@ -407,7 +463,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     for (j = 0; j < p->n_nodes; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         rm_node_t *rn = &p->nodes[j];
-        snprintf(rn->name, sizeof(rn->name), "%s", nd->name);
+        rm_node_init(p, j, nd);
         /* head range: this node's global slots */
         rn->h0 = rn->h1 = -1;
         for (i = 0; i < nd->n_devices; i++) {
@@ -436,6 +492,9 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         rm_destroy(&p->base);
         return st;
     }
+    if (cfg->file != NULL)
+        (void)na_sc_dir_file_changed(cfg->file, &p->layout_seen);
+    p->next_layout_ns = na_xp_now_ns() + RM_LAYOUT_MS * 1000000ull;
     na_ses_on_tick(p->ses, rm_tick);
     *s_p = &p->base;
     return NA_OK;

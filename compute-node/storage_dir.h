@@ -18,9 +18,18 @@
 #ifndef NA_STORAGE_DIR_H
 #define NA_STORAGE_DIR_H
 
+#include <sys/stat.h>
+
 #include "compute-node/storage_client.h"
 
 typedef struct na_sc_dir na_sc_dir_t;
+
+/* Whether the layout file at path differs from *seen_p (modification time,
+ * size or inode: an editor's rename counts); when it does, *seen_p becomes
+ * the file as it is now. A file that cannot be stat'ed counts as unchanged.
+ * Shared by this directory and the remote attention service
+ * (compute-node/attn_remote.c), which add the storage nodes that join. */
+int         na_sc_dir_file_changed(const char *path, struct stat *seen_p);
 
 /* Load the layout at path (storage nodes only matter) and make a directory
  * as peers of ses (borrowed). Connects nothing yet. retry_ms 0 = 1000. */

@@ -44,6 +44,13 @@
 #           background retries never hold the requests, s1 joins
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
+#   join    scale-out while running: `run --cluster connect` over a copy of
+#           a one-node layout (s0); s1, not in it, is started and added to
+#           the copy mid-run: the compute node re-reads the file, connects
+#           s1 and places new requests on it (s1's log shows them opened);
+#           then s1 leaves with SIGTERM (exit 0), its requests are re-placed
+#           on s0; every text is the monolithic one. Prints the time from
+#           the layout change to s1's first opened request
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -447,6 +454,38 @@ late)
     else
         echo "note: the run ended before s1 was up; only completion is checked"
     fi
+    ;;
+join)
+    L1="$DIR/join1.yaml"         # one cluster (name join), with and without s1
+    cp "$(layout join 1 request 1 auto auto 2 false "$STORIES" "$STOK")" "$L1"
+    L2=$(layout join 2 request 1 auto auto 2 false "$STORIES" "$STOK")
+    RL="$DIR/joinrun.yaml"
+    cp "$L1" "$RL"
+    i=0; while [ $i -lt 32 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    na_bg "$DIR/j0.out" "$DIR/j0.err" "$BIN" node --config "$L1" --name s0
+    na_wait_line "$DIR/j0.out" READY 20 || fail "join: s0 not ready"
+    mono join 400 --batch 2
+    na_bg "$DIR/join.off" "$DIR/join.err" timeout 150 "$BIN" run --config "$RL" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
+    RP=$NA_PID
+    NA_LOG_LEVEL=debug na_bg "$DIR/j1.out" "$DIR/j1.err" "$BIN" node --config "$L2" --name s1
+    S1=$NA_PID
+    na_wait_line "$DIR/j1.out" READY 20 || fail "join: s1 not ready"
+    na_wait_line "$DIR/join.off" . 30 || fail "join: no text from the run"
+    kill -0 "$RP" 2>/dev/null || fail "join: the run ended before s1 could join"
+    # the layout change: a new file renamed over the one run reads
+    cp "$L2" "$RL.new" && mv "$RL.new" "$RL"
+    t0=$(date +%s%N)
+    na_wait_line "$DIR/j1.err" "opened request" 30 || fail "join: no request placed on s1"
+    t1=$(date +%s%N)
+    grep -q "storage node s1 .* joined the layout" "$DIR/join.err" || fail "join: no join line"
+    echo "join-to-first-request: $(( (t1 - t0) / 1000000 )) ms (layout looked at every 500 ms)"
+    kill -0 "$RP" 2>/dev/null || fail "join: the run ended before s1 could leave"
+    kill -TERM "$S1"
+    wait "$S1" || fail "join: s1 did not stop cleanly on SIGTERM"
+    wait "$RP" || fail "join: run failed"
+    na_same_sorted "$DIR/join.mono" "$DIR/join.off" || fail "join: text differs"
+    echo "ok: join ($(grep -c "opened request" "$DIR/j1.err") request(s) opened on s1, left by SIGTERM, text as monolithic)"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;
