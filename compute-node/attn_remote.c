@@ -220,7 +220,7 @@ rm_req_t *rm_find(rm_t *p, uint64_t id)
     return (rm_req_t *)na_asvc_req_find(p->reqs, id);
 }
 
-void rm_node_lost(rm_t *p, int j, const char *why)
+static void rm_node_end(rm_t *p, int j, const char *why, int left)
 {
     rm_node_t *nd = &p->nodes[j];
     char tmp[NA_ASVC_REASON_MAX], nm[NA_XP_NAME_MAX];
@@ -231,8 +231,12 @@ void rm_node_lost(rm_t *p, int j, const char *why)
     nd->alive = 0;
     rm_copy(tmp, 120, why);
     rm_copy(nm, sizeof(nm), nd->name);
-    snprintf(nd->why, sizeof(nd->why), "storage node %.60s lost: %.110s", nm, tmp);
-    na_log_warn("%s", nd->why);
+    snprintf(nd->why, sizeof(nd->why), "storage node %.60s %s: %.110s", nm,
+             left ? "left" : "lost", tmp);
+    if (left)       /* a clean leave (BYE, e.g. SIGTERM): its requests are re-placed */
+        na_log_info("%s; it takes no new requests", nd->why);
+    else
+        na_log_warn("%s", nd->why);
     for (bi = 0; bi < RM_MAX_BATCH; bi++) {
         rm_batch_t *b = &p->b[bi];
         if (!b->active || !b->owes[j])
@@ -241,6 +245,11 @@ void rm_node_lost(rm_t *p, int j, const char *why)
             rm_entry_fail(&b->e[b->map[j][k]], NA_ERR_PEER, nd->why);
         rm_batch_node_done(p, bi, j);
     }
+}
+
+void rm_node_lost(rm_t *p, int j, const char *why)
+{
+    rm_node_end(p, j, why, 0);
 }
 
 int rm_node_of(rm_t *p, na_peer_t *peer)
@@ -254,9 +263,8 @@ void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
     rm_t *p = ctx;
     int j = rm_node_of(p, peer);
 
-    (void)how;
     if (j >= 0)
-        rm_node_lost(p, j, why);
+        rm_node_end(p, j, why, how == NA_SES_LEFT);
 }
 
 /* Read the counters this service uses from a STATS answer. */
