@@ -32,7 +32,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_remote_internal.h"
-#include "compute-node/storage_dir.h"
 
 #define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
@@ -121,59 +120,52 @@ static void rm_connect_start(rm_t *p, int j)
     }
 }
 
-/* Node j is new: name and address from layout node nd, no head range (the
- * head partition's ranges are fixed at create). */
-static void rm_node_init(rm_t *p, int j, const na_cfg_node_t *nd)
+/* Node j: name and address, no head range (set by the caller at create). */
+static void rm_node_init(rm_t *p, int j, const char *name, const char *host, long port)
 {
     rm_node_t *rn = &p->nodes[j];
 
-    rm_copy(rn->name, sizeof(rn->name), nd->name);
-    rm_copy(rn->host, sizeof(rn->host), nd->host);
-    rn->port = nd->port;
+    rm_copy(rn->name, sizeof(rn->name), name);
+    rm_copy(rn->host, sizeof(rn->host), host);
+    rn->port = port;
     rn->h0 = rn->h1 = 0;
 }
 
 /* Request partition: the storage nodes that were added to the layout file
- * since it was last read (docs/cluster.md "Joining a running cluster")
- * become nodes of this service, connected like late nodes (the first try at
- * once). Looked at every RM_LAYOUT_MS; a file that does not load is logged
- * and read again at its next change; nodes are never removed (a node that
- * left is lost, and not retried). Never fails. */
+ * since it was last read (docs/cluster.md "Joining a running cluster";
+ * the file's directory, compute-node/storage_dir.h, re-reads it) become
+ * nodes of this service, connected like late nodes (the first try at once).
+ * Looked at every RM_LAYOUT_MS; nodes are never removed (a node that left
+ * is lost, and not retried). Never fails. */
 static void rm_layout_poll(rm_t *p)
 {
     uint64_t now = na_xp_now_ns();
-    na_cfg_t *cfg;
-    int i, j;
+    int n, j;
 
-    if (p->cfg->file == NULL || now < p->next_layout_ns)
+    if (p->dir == NULL || now < p->next_layout_ns)
         return;
     p->next_layout_ns = now + RM_LAYOUT_MS * 1000000ull;
-    if (!na_sc_dir_file_changed(p->cfg->file, &p->layout_seen))
-        return;
-    if (na_cfg_load(p->cfg->file, &cfg) != NA_OK) {
-        na_log_warn("remote: %s changed but does not load: %s", p->cfg->file, na_errmsg());
-        return;
-    }
-    for (i = cfg->n_compute; i < cfg->n_nodes; i++) {
-        const na_cfg_node_t *nd = &cfg->nodes[i];
-        int known = 0;
+    n = na_sc_dir_reload(p->dir);
+    for (; p->dir_seen < n; p->dir_seen++) {
+        const char *name = na_sc_dir_name(p->dir, p->dir_seen), *host;
+        int known = 0, port;
         for (j = 0; j < p->n_nodes; j++)
-            known |= !strcmp(p->nodes[j].name, nd->name);
+            known |= !strcmp(p->nodes[j].name, name);
         if (known)
             continue;
         if (p->n_nodes == RM_MAX_NODES) {
             na_log_warn("remote: storage node %s joined the layout, but this compute node "
-                        "holds at most %d", nd->name, RM_MAX_NODES);
+                        "holds at most %d", name, RM_MAX_NODES);
             continue;
         }
+        host = na_sc_dir_host(p->dir, p->dir_seen, &port);
         j = p->n_nodes++;
-        rm_node_init(p, j, nd);
+        rm_node_init(p, j, name, host, port);
         p->nodes[j].retry_ms = RM_RETRY_MS / 2;     /* its "joined" line; then 1 s, ... */
-        na_log_info("remote: storage node %s (%s:%ld) joined the layout %s", nd->name,
-                    nd->host, nd->port, p->cfg->file);
+        na_log_info("remote: storage node %s (%s:%d) joined the layout %s", name, host, port,
+                    p->cfg->file);
         rm_connect_start(p, j);
     }
-    na_cfg_destroy(cfg);
 }
 
 /* Request partition: try again to connect the storage nodes of the layout
@@ -434,6 +426,7 @@ static void rm_destroy(na_asvc_t *s)
     for (bi = 0; bi < RM_MAX_BATCH; bi++)
         for (j = 0; j < RM_MAX_NODES; j++)
             free(p->b[bi].map[j]);
+    na_sc_dir_destroy(p->dir);          /* its list only: it connected nothing */
     na_ses_destroy(p->ses);
     free(p);
 }
@@ -471,7 +464,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     for (j = 0; j < p->n_nodes; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         rm_node_t *rn = &p->nodes[j];
-        rm_node_init(p, j, nd);
+        rm_node_init(p, j, nd->name, nd->host, nd->port);
         /* head range: this node's global slots */
         rn->h0 = rn->h1 = -1;
         for (i = 0; i < nd->n_devices; i++) {
@@ -500,8 +493,12 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         rm_destroy(&p->base);
         return st;
     }
-    if (cfg->file != NULL)
-        (void)na_sc_dir_file_changed(cfg->file, &p->layout_seen);
+    if (!p->head_part && cfg->file != NULL &&
+        na_sc_dir_create(p->ses, cfg->file, 0, &p->dir) != NA_OK) {
+        na_log_warn("remote: %s: storage nodes that join it will not be seen: %s", cfg->file,
+                    na_errmsg());
+        p->dir = NULL;
+    }
     p->next_layout_ns = na_xp_now_ns() + RM_LAYOUT_MS * 1000000ull;
     na_ses_on_tick(p->ses, rm_tick);
     *s_p = &p->base;

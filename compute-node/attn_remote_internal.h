@@ -7,10 +7,10 @@
 #define NA_ATTN_REMOTE_INTERNAL_H
 
 #include <stdint.h>
-#include <sys/stat.h>
 
 #include "common/config.h"
 #include "compute-node/attn_service.h"
+#include "compute-node/storage_dir.h"
 #include "rdma/session.h"
 
 #define RM_MAX_NODES   64
@@ -80,7 +80,8 @@ typedef struct {
     int         done[RM_MAX_BATCH];
     int         n_done;
     int         rr;
-    struct stat layout_seen;        /* request partition: cfg->file as last read */
+    na_sc_dir_t *dir;               /* request partition: cfg->file re-read (NULL: no) */
+    int         dir_seen;           /* its entries looked at */
     uint64_t    next_layout_ns;     /* next look at it */
     na_asvc_stats_t st;
 } rm_t;

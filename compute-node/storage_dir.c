@@ -25,7 +25,10 @@ struct na_sc_dir {
     int               n, cap;
 };
 
-int na_sc_dir_file_changed(const char *path, struct stat *seen_p)
+/* Whether the file at path differs from *seen_p (modification time, size or
+ * inode: an editor's rename counts); when it does, *seen_p becomes the file
+ * as it is now. A file that cannot be stat'ed counts as unchanged. */
+static int na_sc_dir_file_changed(const char *path, struct stat *seen_p)
 {
     struct stat sb;
 
@@ -149,6 +152,18 @@ int na_sc_dir_refresh(na_sc_dir_t *d)
         joined++;
     }
     return joined;
+}
+
+int na_sc_dir_reload(na_sc_dir_t *d)
+{
+    (void)na_sc_dir_load(d, 0);
+    return d->n;
+}
+
+const char *na_sc_dir_host(const na_sc_dir_t *d, int i, int *port_p)
+{
+    *port_p = i >= 0 && i < d->n ? d->nodes[i].port : 0;
+    return i >= 0 && i < d->n ? d->nodes[i].host : "?";
 }
 
 int na_sc_dir_count(const na_sc_dir_t *d) { return d->n; }

@@ -18,18 +18,9 @@
 #ifndef NA_STORAGE_DIR_H
 #define NA_STORAGE_DIR_H
 
-#include <sys/stat.h>
-
 #include "compute-node/storage_client.h"
 
 typedef struct na_sc_dir na_sc_dir_t;
-
-/* Whether the layout file at path differs from *seen_p (modification time,
- * size or inode: an editor's rename counts); when it does, *seen_p becomes
- * the file as it is now. A file that cannot be stat'ed counts as unchanged.
- * Shared by this directory and the remote attention service
- * (compute-node/attn_remote.c), which add the storage nodes that join. */
-int         na_sc_dir_file_changed(const char *path, struct stat *seen_p);
 
 /* Load the layout at path (storage nodes only matter) and make a directory
  * as peers of ses (borrowed). Connects nothing yet. retry_ms 0 = 1000. */
@@ -42,6 +33,13 @@ void        na_sc_dir_destroy(na_sc_dir_t *dir);
  * entries became connected in this call (>= 0). Never fails: problems are
  * logged and retried. */
 int         na_sc_dir_refresh(na_sc_dir_t *dir);
+
+/* Only the re-read of na_sc_dir_refresh, connecting nothing: for a caller
+ * with its own connections (compute-node/attn_remote.c). Returns the number
+ * of entries; those added by this call are at the end. Never fails. */
+int         na_sc_dir_reload(na_sc_dir_t *dir);
+/* Where entry i listens: its host, the port in *port_p. */
+const char *na_sc_dir_host(const na_sc_dir_t *dir, int i, int *port_p);
 
 /* Entries, in the order they became known (layout order, then additions). */
 int         na_sc_dir_count(const na_sc_dir_t *dir);
