@@ -130,6 +130,20 @@ mono() {
     "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
         -n "$_mk" --temp 0 --threads 1 "$@" > "$DIR/$_mn.mono" 2>/dev/null || fail "$_mn: monolithic run failed"
 }
+# one_node_run NAME NODE_LAYOUT RUN_LAYOUT N: N prompts in DIR/prompts.txt;
+# s0 of NODE_LAYOUT started (DIR/NAME0.out, .err); their monolithic text
+# (400 tokens, batch 2) in DIR/NAME.mono; then the same `run --cluster
+# connect --config RUN_LAYOUT` in the background (DIR/NAME.off, .err), its
+# pid in RP
+one_node_run() {
+    i=0; while [ $i -lt "$4" ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    na_bg "$DIR/${1}0.out" "$DIR/${1}0.err" "$BIN" node --config "$2" --name s0
+    na_wait_line "$DIR/${1}0.out" READY 20 || fail "$1: s0 not ready"
+    mono "$1" 400 --batch 2
+    na_bg "$DIR/$1.off" "$DIR/$1.err" timeout 150 "$BIN" run --config "$3" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
+    RP=$NA_PID
+}
 # nodes2 P WHAT: storage nodes s0 and s1 of layout $L started (DIR/P0.out,
 # .err ...), their pids in SP0 and SP1; fail (naming WHAT) when not ready
 nodes2() {
@@ -437,13 +451,7 @@ late)
     # s1 is down when the run starts; started by hand during the run, it is
     # connected and takes new requests; every text is the monolithic one
     L=$(layout late2 2 request 1 auto auto 2 false "$STORIES" "$STOK")
-    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
-    na_bg "$DIR/l0.out" "$DIR/l0.err" "$BIN" node --config "$L" --name s0
-    na_wait_line "$DIR/l0.out" READY 20 || fail "late: s0 not ready"
-    mono late 400 --batch 2
-    na_bg "$DIR/late.off" "$DIR/late.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
-        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
-    RP=$NA_PID
+    one_node_run late "$L" "$L" 16
     sleep 0.3
     na_bg "$DIR/l1.out" "$DIR/l1.err" "$BIN" node --config "$L" --name s1
     wait "$RP" || fail "late: run failed"
@@ -461,13 +469,7 @@ join)
     L2=$(layout join 2 request 1 auto auto 2 false "$STORIES" "$STOK")
     RL="$DIR/joinrun.yaml"
     cp "$L1" "$RL"
-    i=0; while [ $i -lt 32 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
-    na_bg "$DIR/j0.out" "$DIR/j0.err" "$BIN" node --config "$L1" --name s0
-    na_wait_line "$DIR/j0.out" READY 20 || fail "join: s0 not ready"
-    mono join 400 --batch 2
-    na_bg "$DIR/join.off" "$DIR/join.err" timeout 150 "$BIN" run --config "$RL" --cluster connect \
-        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
-    RP=$NA_PID
+    one_node_run join "$L1" "$RL" 32
     NA_LOG_LEVEL=debug na_bg "$DIR/j1.out" "$DIR/j1.err" "$BIN" node --config "$L2" --name s1
     S1=$NA_PID
     na_wait_line "$DIR/j1.out" READY 20 || fail "join: s1 not ready"
