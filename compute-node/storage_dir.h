@@ -13,6 +13,8 @@
  *     once; a silent host costs up to the transport's timeout).
  * Call it when placing a new request (and from time to time). Requests are
  * never moved: a node that joins takes new requests.
+ * The remote attention service (attn_remote.c) uses only the re-read
+ * (na_sc_dir_reload) and connects on its own session.
  *
  * Not thread-safe; the transport's owner thread calls it. */
 #ifndef NA_STORAGE_DIR_H
