@@ -35,6 +35,7 @@
 
 #define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
+#define RM_LAYOUT_MS   500  /* the layout file is looked at this often for new nodes */
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
 
 static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
@@ -63,11 +64,12 @@ static void rm_node_attach(rm_t *p, int j, na_peer_t *peer)
 static void rm_node_unreachable(rm_t *p, int j)
 {
     rm_node_t *rn = &p->nodes[j];
-    const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
 
     if (rn->retry_ms == 0) {
-        snprintf(rn->why, sizeof(rn->why), "storage node %s (%s:%ld) unreachable: %s",
-                 nd->name, nd->host, nd->port, na_errmsg());
+        char why[NA_ASVC_REASON_MAX];
+        snprintf(why, sizeof(why), "storage node %s (%s:%ld) unreachable: %s", rn->name,
+                 rn->host, rn->port, na_errmsg());
+        rm_copy(rn->why, sizeof(rn->why), why);
         na_log_warn("%s", rn->why);
         rn->retry_ms = RM_RETRY_MS;
     } else {
@@ -100,11 +102,9 @@ static int rm_connect_poll(rm_t *p)
             continue;
         }
         rm_node_attach(p, j, peer);
-        if (rn->retry_ms != 0) {
-            const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
+        if (rn->retry_ms != 0)
             na_log_info("storage node %s joined (%s:%ld): it takes new requests", rn->name,
-                        nd->host, nd->port);
-        }
+                        rn->host, rn->port);
     }
     return n;
 }
@@ -112,12 +112,59 @@ static int rm_connect_poll(rm_t *p)
 /* Start a connect to node j (its handshake goes on as the session polls). */
 static void rm_connect_start(rm_t *p, int j)
 {
-    const na_cfg_node_t *nd = &p->cfg->nodes[p->cfg->n_compute + j];
     rm_node_t *rn = &p->nodes[j];
 
-    if (na_ses_connect_start(p->ses, nd->host, (int)nd->port, &rn->pending) != NA_OK) {
+    if (na_ses_connect_start(p->ses, rn->host, (int)rn->port, &rn->pending) != NA_OK) {
         rn->pending = NULL;
         rm_node_unreachable(p, j);
+    }
+}
+
+/* Node j: name and address, no head range (set by the caller at create). */
+static void rm_node_init(rm_t *p, int j, const char *name, const char *host, long port)
+{
+    rm_node_t *rn = &p->nodes[j];
+
+    rm_copy(rn->name, sizeof(rn->name), name);
+    rm_copy(rn->host, sizeof(rn->host), host);
+    rn->port = port;
+    rn->h0 = rn->h1 = 0;
+}
+
+/* Request partition: the storage nodes that were added to the layout file
+ * since it was last read (docs/cluster.md "Joining a running cluster";
+ * the file's directory, compute-node/storage_dir.h, re-reads it) become
+ * nodes of this service, connected like late nodes (the first try at once).
+ * Looked at every RM_LAYOUT_MS; nodes are never removed (a node that left
+ * is lost, and not retried). Never fails. */
+static void rm_layout_poll(rm_t *p)
+{
+    uint64_t now = na_xp_now_ns();
+    int n, j;
+
+    if (p->dir == NULL || now < p->next_layout_ns)
+        return;
+    p->next_layout_ns = now + RM_LAYOUT_MS * 1000000ull;
+    n = na_sc_dir_reload(p->dir);
+    for (; p->dir_seen < n; p->dir_seen++) {
+        const char *name = na_sc_dir_name(p->dir, p->dir_seen), *host;
+        int known = 0, port;
+        for (j = 0; j < p->n_nodes; j++)
+            known |= !strcmp(p->nodes[j].name, name);
+        if (known)
+            continue;
+        if (p->n_nodes == RM_MAX_NODES) {
+            na_log_warn("remote: storage node %s joined the layout, but this compute node "
+                        "holds at most %d", name, RM_MAX_NODES);
+            continue;
+        }
+        host = na_sc_dir_host(p->dir, p->dir_seen, &port);
+        j = p->n_nodes++;
+        rm_node_init(p, j, name, host, port);
+        p->nodes[j].retry_ms = RM_RETRY_MS / 2;     /* its "joined" line; then 1 s, ... */
+        na_log_info("remote: storage node %s (%s:%d) joined the layout %s", name, host, port,
+                    p->cfg->file);
+        rm_connect_start(p, j);
     }
 }
 
@@ -135,6 +182,7 @@ void rm_retry_late(rm_t *p)
     uint64_t now = na_xp_now_ns();
     int j;
 
+    rm_layout_poll(p);
     (void)rm_connect_poll(p);
     for (j = 0; j < p->n_nodes; j++) {
         rm_node_t *rn = &p->nodes[j];
@@ -164,7 +212,7 @@ rm_req_t *rm_find(rm_t *p, uint64_t id)
     return (rm_req_t *)na_asvc_req_find(p->reqs, id);
 }
 
-void rm_node_lost(rm_t *p, int j, const char *why)
+static void rm_node_end(rm_t *p, int j, const char *why, int left)
 {
     rm_node_t *nd = &p->nodes[j];
     char tmp[NA_ASVC_REASON_MAX], nm[NA_XP_NAME_MAX];
@@ -175,8 +223,12 @@ void rm_node_lost(rm_t *p, int j, const char *why)
     nd->alive = 0;
     rm_copy(tmp, 120, why);
     rm_copy(nm, sizeof(nm), nd->name);
-    snprintf(nd->why, sizeof(nd->why), "storage node %.60s lost: %.110s", nm, tmp);
-    na_log_warn("%s", nd->why);
+    snprintf(nd->why, sizeof(nd->why), "storage node %.60s %s: %.110s", nm,
+             left ? "left" : "lost", tmp);
+    if (left)       /* a clean leave (BYE, e.g. SIGTERM): its requests are re-placed */
+        na_log_info("%s; it takes no new requests", nd->why);
+    else
+        na_log_warn("%s", nd->why);
     for (bi = 0; bi < RM_MAX_BATCH; bi++) {
         rm_batch_t *b = &p->b[bi];
         if (!b->active || !b->owes[j])
@@ -185,6 +237,11 @@ void rm_node_lost(rm_t *p, int j, const char *why)
             rm_entry_fail(&b->e[b->map[j][k]], NA_ERR_PEER, nd->why);
         rm_batch_node_done(p, bi, j);
     }
+}
+
+void rm_node_lost(rm_t *p, int j, const char *why)
+{
+    rm_node_end(p, j, why, 0);
 }
 
 int rm_node_of(rm_t *p, na_peer_t *peer)
@@ -198,9 +255,8 @@ void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
     rm_t *p = ctx;
     int j = rm_node_of(p, peer);
 
-    (void)how;
     if (j >= 0)
-        rm_node_lost(p, j, why);
+        rm_node_end(p, j, why, how == NA_SES_LEFT);
 }
 
 /* Read the counters this service uses from a STATS answer. */
@@ -370,6 +426,7 @@ static void rm_destroy(na_asvc_t *s)
     for (bi = 0; bi < RM_MAX_BATCH; bi++)
         for (j = 0; j < RM_MAX_NODES; j++)
             free(p->b[bi].map[j]);
+    na_sc_dir_destroy(p->dir);          /* its list only: it connected nothing */
     na_ses_destroy(p->ses);
     free(p);
 }
@@ -407,7 +464,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     for (j = 0; j < p->n_nodes; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         rm_node_t *rn = &p->nodes[j];
-        snprintf(rn->name, sizeof(rn->name), "%s", nd->name);
+        rm_node_init(p, j, nd->name, nd->host, nd->port);
         /* head range: this node's global slots */
         rn->h0 = rn->h1 = -1;
         for (i = 0; i < nd->n_devices; i++) {
@@ -436,6 +493,13 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         rm_destroy(&p->base);
         return st;
     }
+    if (!p->head_part && cfg->file != NULL &&
+        na_sc_dir_create(p->ses, cfg->file, 0, &p->dir) != NA_OK) {
+        na_log_warn("remote: %s: storage nodes that join it will not be seen: %s", cfg->file,
+                    na_errmsg());
+        p->dir = NULL;
+    }
+    p->next_layout_ns = na_xp_now_ns() + RM_LAYOUT_MS * 1000000ull;
     na_ses_on_tick(p->ses, rm_tick);
     *s_p = &p->base;
     return NA_OK;

@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "compute-node/attn_service.h"
+#include "compute-node/storage_dir.h"
 #include "rdma/session.h"
 
 #define RM_MAX_NODES   64
@@ -20,6 +21,8 @@ typedef struct {
     na_peer_t *peer;               /* NULL: never connected */
     na_xp_ep_t *pending;           /* a connect in progress (its handshake) */
     char     name[NA_XP_NAME_MAX];
+    char     host[256];            /* where it listens (layout, or a later layout) */
+    long     port;
     int      alive;
     int      h0, h1;               /* head partition: KV heads held (h1 == h0: none) */
     long     n_open;
@@ -77,13 +80,17 @@ typedef struct {
     int         done[RM_MAX_BATCH];
     int         n_done;
     int         rr;
+    na_sc_dir_t *dir;               /* request partition: cfg->file re-read (NULL: no) */
+    int         dir_seen;           /* its entries looked at */
+    uint64_t    next_layout_ns;     /* next look at it */
     na_asvc_stats_t st;
 } rm_t;
 
 /* attn_remote.c: the service and its nodes */
 void        rm_copy(char *dst, size_t cap, const char *src);
 rm_req_t   *rm_find(rm_t *p, uint64_t id);
-/* Request partition: retry the nodes unreachable at create (see there). */
+/* Request partition: retry the nodes unreachable at create and add the
+ * storage nodes that join the layout file (see there). */
 void        rm_retry_late(rm_t *p);
 /* Node j is gone: fail what it owes. */
 void        rm_node_lost(rm_t *p, int j, const char *why);

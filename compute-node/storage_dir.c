@@ -25,14 +25,25 @@ struct na_sc_dir {
     int               n, cap;
 };
 
-static int na_sc_dir_same_file(const struct stat *a, const struct stat *b)
+/* Whether the file at path differs from *seen_p (modification time, size or
+ * inode: an editor's rename counts); when it does, *seen_p becomes the file
+ * as it is now. A file that cannot be stat'ed counts as unchanged. */
+static int na_sc_dir_file_changed(const char *path, struct stat *seen_p)
 {
-    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+    struct stat sb;
+
+    if (stat(path, &sb) != 0)
+        return 0;
+    if (sb.st_ino == seen_p->st_ino && sb.st_dev == seen_p->st_dev &&
+        sb.st_size == seen_p->st_size && sb.st_mtim.tv_sec == seen_p->st_mtim.tv_sec &&
+        sb.st_mtim.tv_nsec == seen_p->st_mtim.tv_nsec)
+        return 0;
+    *seen_p = sb;
+    return 1;
 }
 
 /* Add the storage nodes of cfg that are not known yet. */
-static na_status_t na_sc_dir_merge(na_sc_dir_t *d, const na_cfg_t *cfg)
+static na_status_t na_sc_dir_merge(na_sc_dir_t *d, const na_cfg_t *cfg, int first)
 {
     int i, j;
 
@@ -55,7 +66,7 @@ static na_status_t na_sc_dir_merge(na_sc_dir_t *d, const na_cfg_t *cfg)
         snprintf(d->nodes[d->n].name, sizeof(d->nodes[0].name), "%s", cn->name);
         snprintf(d->nodes[d->n].host, sizeof(d->nodes[0].host), "%s", cn->host);
         d->nodes[d->n].port = (int)cn->port;
-        if (d->seen.st_ino != 0)
+        if (!first)
             na_log_info("storage directory: %s (%s:%ld) joined the layout", cn->name,
                         cn->host, cn->port);
         d->n++;
@@ -66,27 +77,20 @@ static na_status_t na_sc_dir_merge(na_sc_dir_t *d, const na_cfg_t *cfg)
 /* (Re)load the layout if the file changed. */
 static na_status_t na_sc_dir_load(na_sc_dir_t *d, int first)
 {
-    struct stat sb;
     na_cfg_t *cfg;
     na_status_t st;
 
-    if (stat(d->path, &sb) != 0)
-        return na_err(NA_ERR_IO, "storage directory: stat(%s) failed", d->path);
-    if (!first && na_sc_dir_same_file(&sb, &d->seen))
-        return NA_OK;
+    if (!na_sc_dir_file_changed(d->path, &d->seen) && !first)
+        return NA_OK;                       /* (a failed load is retried at the next change) */
     st = na_cfg_load(d->path, &cfg);
     if (st != NA_OK) {
-        if (!first) {
+        if (!first)
             na_log_warn("storage directory: %s changed but does not load: %s", d->path,
                         na_errmsg());
-            d->seen = sb;                   /* retried at the next change */
-        }
         return st;
     }
-    st = na_sc_dir_merge(d, cfg);
+    st = na_sc_dir_merge(d, cfg, first);
     na_cfg_destroy(cfg);
-    if (st == NA_OK)
-        d->seen = sb;
     return st;
 }
 
@@ -148,6 +152,18 @@ int na_sc_dir_refresh(na_sc_dir_t *d)
         joined++;
     }
     return joined;
+}
+
+int na_sc_dir_reload(na_sc_dir_t *d)
+{
+    (void)na_sc_dir_load(d, 0);
+    return d->n;
+}
+
+const char *na_sc_dir_host(const na_sc_dir_t *d, int i, int *port_p)
+{
+    *port_p = i >= 0 && i < d->n ? d->nodes[i].port : 0;
+    return i >= 0 && i < d->n ? d->nodes[i].host : "?";
 }
 
 int na_sc_dir_count(const na_sc_dir_t *d) { return d->n; }

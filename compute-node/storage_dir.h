@@ -13,6 +13,8 @@
  *     once; a silent host costs up to the transport's timeout).
  * Call it when placing a new request (and from time to time). Requests are
  * never moved: a node that joins takes new requests.
+ * The remote attention service (attn_remote.c) uses only the re-read
+ * (na_sc_dir_reload) and connects on its own session.
  *
  * Not thread-safe; the transport's owner thread calls it. */
 #ifndef NA_STORAGE_DIR_H
@@ -33,6 +35,13 @@ void        na_sc_dir_destroy(na_sc_dir_t *dir);
  * entries became connected in this call (>= 0). Never fails: problems are
  * logged and retried. */
 int         na_sc_dir_refresh(na_sc_dir_t *dir);
+
+/* Only the re-read of na_sc_dir_refresh, connecting nothing: for a caller
+ * with its own connections (compute-node/attn_remote.c). Returns the number
+ * of entries; those added by this call are at the end. Never fails. */
+int         na_sc_dir_reload(na_sc_dir_t *dir);
+/* Where entry i listens: its host, the port in *port_p. */
+const char *na_sc_dir_host(const na_sc_dir_t *dir, int i, int *port_p);
 
 /* Entries, in the order they became known (layout order, then additions). */
 int         na_sc_dir_count(const na_sc_dir_t *dir);

@@ -343,6 +343,7 @@ static na_status_t na_node_ses_init(na_node_t *n)
 na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
 {
     int wait_ms = (int)(n->heartbeat_ms / 2);
+    na_node_peer_t *p;
 
     if (wait_ms > 100)
         wait_ms = 100;
@@ -364,6 +365,10 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
     }
     na_log_info("node %s: stopping (%d peer(s), %llu request(s) open)", n->name, n->n_peers,
                 (unsigned long long)n->n_requests);
+    /* drain: the batches computing are answered, then BYE hands the
+     * requests back (the compute nodes re-place them elsewhere) */
+    for (p = n->peers; p != NULL; p = p->next)
+        (void)na_node_decode_finish(n, p, 1);
     while (n->peers != NULL)
         na_node_peer_free(n, n->peers, NA_WIRE_REFUSE_SHUTDOWN, "storage node stopping");
     return NA_OK;

@@ -44,6 +44,13 @@
 #           background retries never hold the requests, s1 joins
 #   late    s1 down when the run starts, started during it: it joins and the
 #           texts are the monolithic ones
+#   join    scale-out while running: `run --cluster connect` over a copy of
+#           a one-node layout (s0); s1, not in it, is started and added to
+#           the copy mid-run: the compute node re-reads the file, connects
+#           s1 and places new requests on it (s1's log shows them opened);
+#           then s1 leaves with SIGTERM (exit 0), its requests are re-placed
+#           on s0; every text is the monolithic one. Prints the time from
+#           the layout change to s1's first opened request
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -122,6 +129,20 @@ mono() {
     shift 2
     "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
         -n "$_mk" --temp 0 --threads 1 "$@" > "$DIR/$_mn.mono" 2>/dev/null || fail "$_mn: monolithic run failed"
+}
+# one_node_run NAME NODE_LAYOUT RUN_LAYOUT N: N prompts in DIR/prompts.txt;
+# s0 of NODE_LAYOUT started (DIR/NAME0.out, .err); their monolithic text
+# (400 tokens, batch 2) in DIR/NAME.mono; then the same `run --cluster
+# connect --config RUN_LAYOUT` in the background (DIR/NAME.off, .err), its
+# pid in RP
+one_node_run() {
+    i=0; while [ $i -lt "$4" ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    na_bg "$DIR/${1}0.out" "$DIR/${1}0.err" "$BIN" node --config "$2" --name s0
+    na_wait_line "$DIR/${1}0.out" READY 20 || fail "$1: s0 not ready"
+    mono "$1" 400 --batch 2
+    na_bg "$DIR/$1.off" "$DIR/$1.err" timeout 150 "$BIN" run --config "$3" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
+    RP=$NA_PID
 }
 # nodes2 P WHAT: storage nodes s0 and s1 of layout $L started (DIR/P0.out,
 # .err ...), their pids in SP0 and SP1; fail (naming WHAT) when not ready
@@ -430,13 +451,7 @@ late)
     # s1 is down when the run starts; started by hand during the run, it is
     # connected and takes new requests; every text is the monolithic one
     L=$(layout late2 2 request 1 auto auto 2 false "$STORIES" "$STOK")
-    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
-    na_bg "$DIR/l0.out" "$DIR/l0.err" "$BIN" node --config "$L" --name s0
-    na_wait_line "$DIR/l0.out" READY 20 || fail "late: s0 not ready"
-    mono late 400 --batch 2
-    na_bg "$DIR/late.off" "$DIR/late.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
-        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
-    RP=$NA_PID
+    one_node_run late "$L" "$L" 16
     sleep 0.3
     na_bg "$DIR/l1.out" "$DIR/l1.err" "$BIN" node --config "$L" --name s1
     wait "$RP" || fail "late: run failed"
@@ -447,6 +462,39 @@ late)
     else
         echo "note: the run ended before s1 was up; only completion is checked"
     fi
+    ;;
+join)
+    L1="$DIR/join1.yaml"         # one cluster (name join), with and without s1
+    cp "$(layout join 1 request 1 auto auto 2 false "$STORIES" "$STOK")" "$L1"
+    L2=$(layout join 2 request 1 auto auto 2 false "$STORIES" "$STOK")
+    RL="$DIR/joinrun.yaml"
+    cp "$L1" "$RL"
+    one_node_run join "$L1" "$RL" 32
+    NA_LOG_LEVEL=debug na_bg "$DIR/j1.out" "$DIR/j1.err" "$BIN" node --config "$L2" --name s1
+    S1=$NA_PID
+    na_wait_line "$DIR/j1.out" READY 20 || fail "join: s1 not ready"
+    na_wait_line "$DIR/join.off" . 30 || fail "join: no text from the run"
+    kill -0 "$RP" 2>/dev/null || fail "join: the run ended before s1 could join"
+    # the layout change: a new file renamed over the one run reads
+    cp "$L2" "$RL.new" && mv "$RL.new" "$RL"
+    t0=$(date +%s%N)
+    na_wait_line "$DIR/j1.err" "opened request" 30 || fail "join: no request placed on s1"
+    t1=$(date +%s%N)
+    grep -q "storage node s1 .* joined the layout" "$DIR/join.err" || fail "join: no join line"
+    # from the logs' clocks: the compute node's "joined the layout" line
+    # (the file read) to s1's first "opened request"
+    ms() { sed -n "s/^[0-9-]*T\([0-9]*\):\([0-9]*\):\([0-9.]*\) .*/\1 \2 \3/p" | head -n 1 |
+           awk '{ printf "%d", (($1 * 60 + $2) * 60 + $3) * 1000 }'; }
+    r0=$(grep "joined the layout" "$DIR/join.err" | ms)
+    r1=$(grep "opened request" "$DIR/j1.err" | ms)
+    echo "join-to-first-request: $(( (t1 - t0) / 1000000 )) ms from the layout change" \
+         "(looked at every 500 ms), $((r1 - r0)) ms from the layout read to s1's first request"
+    kill -0 "$RP" 2>/dev/null || fail "join: the run ended before s1 could leave"
+    kill -TERM "$S1"
+    wait "$S1" || fail "join: s1 did not stop cleanly on SIGTERM"
+    wait "$RP" || fail "join: run failed"
+    na_same_sorted "$DIR/join.mono" "$DIR/join.off" || fail "join: text differs"
+    echo "ok: join ($(grep -c "opened request" "$DIR/j1.err") request(s) opened on s1, left by SIGTERM, text as monolithic)"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;
