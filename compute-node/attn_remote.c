@@ -67,8 +67,10 @@ static void rm_node_unreachable(rm_t *p, int j)
 
     if (rn->retry_ms == 0) {
         char why[NA_ASVC_REASON_MAX];
-        snprintf(why, sizeof(why), "storage node %s (%s:%ld) unreachable: %s", rn->name,
-                 rn->host, rn->port, na_errmsg());
+        int len = snprintf(why, sizeof(why), "storage node %s (%s:%ld) unreachable: %s",
+                           rn->name, rn->host, rn->port, na_errmsg());
+        if (len >= (int)sizeof(why))    /* a long host or reason: keep what fits */
+            memcpy(why + sizeof(why) - 4, "...", 4);
         rm_copy(rn->why, sizeof(rn->why), why);
         na_log_warn("%s", rn->why);
         rn->retry_ms = RM_RETRY_MS;
