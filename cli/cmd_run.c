@@ -410,13 +410,13 @@ static na_status_t na_run_read_prompts(const na_run_args_t *a, na_run_t *r)
             line[--len] = '\0';
         if (len == 0)
             continue;                      /* blank lines separate nothing */
-        if (memchr(line, '\0', len) != NULL)
-            r->nul_line[r->n] = line_no;   /* refused with its request */
         if (r->n == NA_RUN_MAX_PROMPTS) {
             st = na_err(NA_ERR_RANGE, "%s: more than %d prompts", a->prompts_file,
                         NA_RUN_MAX_PROMPTS);
             goto out_free_line;
         }
+        if (memchr(line, '\0', len) != NULL)
+            r->nul_line[r->n] = line_no;   /* refused with its request */
         r->texts[r->n] = strdup(line);
         if (r->texts[r->n] == NULL) {
             st = na_err(NA_ERR_NOMEM, "out of memory");

@@ -13,8 +13,10 @@
 
 #include "cluster/proc.h"
 #include "common/clock.h"
+#include "common/config.h"
 
-#define NA_PROC_MAX_ARGS 64
+/* launch runs mpirun with up to 11 arguments per node of the layout */
+#define NA_PROC_MAX_ARGS (12 * NA_CFG_MAX_NODES + 64)
 
 na_status_t na_proc_self_exe(char *buf, size_t len)
 {
@@ -47,7 +49,7 @@ na_status_t na_proc_spawn(const na_proc_opts_t *o, pid_t *pid_p)
     }
     argv[k] = NULL;
     if (o->log != NULL) {
-        fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+        fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0)
             return na_err(NA_ERR_IO, "open(%s): %s", o->log, strerror(errno));
     }

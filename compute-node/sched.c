@@ -296,7 +296,7 @@ static na_status_t na_sched_ctx(na_off_t *g, const na_wire_ctx_t *c)
     k = (int)c->slice;
     if (c->n_rows != (uint32_t)b->n_rows || c->dim != dim || c->dtype != NA_DTYPE_F32 ||
         k != b->layer + 1 || k > e->cfg.n_layers + 1 ||
-        (k <= e->cfg.n_layers && c->att_dim != qd))
+        (k <= e->cfg.n_layers && c->att_dim != qd) || (c->att_dim != 0 && c->att_dim != qd))
         return na_err(NA_ERR_PEER, "offload: a compute replica returned batch %u with %u "
                       "rows at slice %d (sent %d rows at slice %d)", c->batch_id, c->n_rows,
                       k, b->n_rows, b->layer);
