@@ -1,14 +1,55 @@
 /* common/faults.c — the NA_FAULTS syntax (common/faults.h). */
 #include "common/faults.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The whole spec names only known parts, each once. */
+static int na_faults_check(const char *spec, char *err, size_t errlen)
+{
+    static const char *const names[] = { "kv", "xp", NULL };
+    unsigned seen = 0;
+    const char *s = spec;
+
+    while (s != NULL && *s != '\0') {
+        const char *colon, *semi = strchr(s, ';');
+        size_t len = semi != NULL ? (size_t)(semi - s) : strlen(s);
+        int i;
+
+        while (len > 0 && *s == ' ')
+            s++, len--;
+        colon = memchr(s, ':', len);
+        for (i = 0; colon != NULL && names[i] != NULL; i++)
+            if (strlen(names[i]) == (size_t)(colon - s) &&
+                strncmp(s, names[i], (size_t)(colon - s)) == 0)
+                break;
+        if (len > 0 && (colon == NULL || names[i] == NULL)) {
+            snprintf(err, errlen, "NA_FAULTS: unknown part \"%.*s\" (parts: kv, xp)", (int)len,
+                     s);
+            return -1;
+        }
+        if (len > 0 && (seen & (1u << i))) {
+            snprintf(err, errlen, "NA_FAULTS: part \"%s\" given twice", names[i]);
+            return -1;
+        }
+        if (len > 0)
+            seen |= 1u << i;
+        s = semi != NULL ? semi + 1 : NULL;
+    }
+    return 0;
+}
 
 int na_faults_part(const char *spec, const char *name, na_faults_key_fn fn, void *arg,
                    char *err, size_t errlen)
 {
     size_t nl = strlen(name);
     const char *s = spec, *end;
+
+    if (na_faults_check(spec, err, errlen) != 0)
+        return -1;
 
     /* find "NAME:" at the start or after ';' */
     while (s != NULL && *s != '\0') {
@@ -51,4 +92,18 @@ int na_faults_part(const char *spec, const char *name, na_faults_key_fn fn, void
         s = comma < end ? comma + 1 : end;
     }
     return 1;
+}
+
+int na_faults_u64(const char *key, const char *val, unsigned long long *v, char *err,
+                  size_t errlen)
+{
+    char *e;
+
+    errno = 0;
+    *v = strtoull(val, &e, 10);
+    if (!isdigit((unsigned char)val[0]) || errno != 0 || *e != '\0') {
+        snprintf(err, errlen, "%s wants a non-negative integer, not \"%s\"", key, val);
+        return -1;
+    }
+    return 0;
 }

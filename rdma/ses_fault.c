@@ -53,11 +53,9 @@ static int ses_fault_key(void *arg, const char *key, const char *val, char *err,
         }
     }
     {
-        unsigned long long v = strtoull(val, &e, 10);
-        if (errno != 0 || *e != '\0' || val[0] == '-') {
-            snprintf(err, errlen, "%s wants a non-negative integer, not \"%s\"", key, val);
+        unsigned long long v;
+        if (na_faults_u64(key, val, &v, err, errlen) != 0)
             return -1;
-        }
         if (strcmp(key, "delay_ms") == 0 && v <= 60000)
             ses_f.delay_ms = (unsigned)v;
         else if (strcmp(key, "stall_ms") == 0 && v <= 600000)

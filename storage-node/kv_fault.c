@@ -142,14 +142,9 @@ static int na_kv_fault_key(void *arg, const char *key, const char *val, char *er
 {
     na_kv_fault_t *f = arg;
     unsigned long long v;
-    char *e;
 
-    errno = 0;
-    v = strtoull(val, &e, 10);
-    if (errno != 0 || *e != '\0' || val[0] == '-') {
-        snprintf(err, errlen, "%s wants a non-negative integer, not \"%s\"", key, val);
+    if (na_faults_u64(key, val, &v, err, errlen) != 0)
         return -1;
-    }
     if (strcmp(key, "eio_after") == 0) {
         f->mode = NA_FAULT_ERROR, f->err = EIO, f->on_reads = f->on_writes = 1, f->after = v;
     } else if (strcmp(key, "short_after") == 0) {
@@ -177,6 +172,11 @@ int na_kv_fault_parse(const char *spec, na_kv_fault_t *f, char *err, size_t errl
     memset(f, 0, sizeof(*f));
     f->hi = UINT64_MAX;
     r = na_faults_part(spec, "kv", na_kv_fault_key, f, err, errlen);
+    if (r > 0 && f->lo >= f->hi) {
+        snprintf(err, errlen, "NA_FAULTS kv: lo (%llu) must be below hi (%llu)",
+                 (unsigned long long)f->lo, (unsigned long long)f->hi);
+        return -1;
+    }
     if (r > 0 && f->mode == NA_FAULT_NONE) {
         snprintf(err, errlen, "NA_FAULTS kv: names no fault (eio_after, short_after, enospc_after)");
         return -1;

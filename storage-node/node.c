@@ -322,6 +322,7 @@ static void na_node_tick(void *ctx)
 /* The session the node serves its peers with. */
 static na_status_t na_node_ses_init(na_node_t *n)
 {
+    na_status_t st;
     na_ses_opts_t so;
     char who[NA_XP_NAME_MAX + 8];
 
@@ -331,8 +332,9 @@ static na_status_t na_node_ses_init(na_node_t *n)
     so.heartbeat_ms = n->heartbeat_ms;
     so.peer_timeout_ms = n->peer_timeout_ms;
     so.max_peers = n->max_peers;
-    if (na_ses_create(n->xp, &so, n, &n->ses) != NA_OK)
-        return na_err_prefix(NA_ERR_NOMEM, "node %s: ", n->name);
+    st = na_ses_create(n->xp, &so, n, &n->ses);
+    if (st != NA_OK)                       /* memory, or a malformed NA_FAULTS */
+        return na_err_prefix(st, "node %s: ", n->name);
     na_ses_on_accept(n->ses, na_node_on_accept);
     na_ses_on_end(n->ses, na_node_on_end);
     na_ses_on_tick(n->ses, na_node_tick);
