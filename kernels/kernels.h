@@ -224,6 +224,9 @@ struct na_kernels {
     int                    batch_invariant; /* 1: every output row of matmul is
                                           bit-identical to the same row at batch
                                           1 (cpu: no sgemm path); 0 at create */
+    const char            *isa;        /* the kernels' instruction set, chosen at
+                                          create (cpu: "x86-64-v3" or "x86-64-v4");
+                                          NULL when it does not apply */
 };
 
 /* Create a backend by name ("ref", "cpu", "refdev": ref whose preferred

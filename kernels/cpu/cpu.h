@@ -37,11 +37,29 @@ typedef struct {
  * needs none. */
 float *na_cpu_scratch(na_kernels_t *k, size_t n);
 
-/* ---- ops (kernels/cpu/cpu_matmul.c, kernels/cpu/cpu_attn.c) -------------- */
+/* ---- ops (kernels/cpu/cpu_matmul.c, kernels/cpu/cpu_attn.c) --------------
+ * Both files are compiled twice (kernels/CMakeLists.txt): for the build's
+ * baseline (x86-64-v3: AVX2, FMA, F16C) and with NA_CPU_V4 for x86-64-v4
+ * (AVX-512F/BW/CD/DQ/VL: 32 vector registers, so wider register blocking).
+ * The v4 copy's exported names end in _v4; na_kernels_cpu_create picks one
+ * set at run time from CPUID (NA_CPU_ISA=v3 forces the baseline), so the
+ * binary runs on any x86-64-v3 machine and uses AVX-512 where it exists. */
+#ifdef NA_CPU_V4
+#define na_cpu_matmul       na_cpu_matmul_v4
+#define na_cpu_attn_prefill na_cpu_attn_prefill_v4
+#define na_cpu_attn_decode  na_cpu_attn_decode_v4
+#define na_cpu_attn_partial na_cpu_attn_partial_v4
+#endif
 na_khost_matmul_fn       na_cpu_matmul;
 na_khost_attn_prefill_fn na_cpu_attn_prefill;
 na_khost_attn_decode_fn  na_cpu_attn_decode;
 na_kattn_partial_fn      na_cpu_attn_partial;
+#ifndef NA_CPU_V4
+na_khost_matmul_fn       na_cpu_matmul_v4;
+na_khost_attn_prefill_fn na_cpu_attn_prefill_v4;
+na_khost_attn_decode_fn  na_cpu_attn_decode_v4;
+na_kattn_partial_fn      na_cpu_attn_partial_v4;
+#endif
 
 /* ---- vector helpers ------------------------------------------------------ */
 

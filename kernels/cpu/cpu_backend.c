@@ -242,18 +242,22 @@ static void na_cpu_destroy(na_kernels_t *k)
     free(k);
 }
 
-static const na_khost_core_t na_cpu_core = {
-    .embed        = na_cpu_embed,
-    .add          = na_cpu_add,
-    .store        = na_cpu_store,
-    .matmul       = na_cpu_matmul,
-    .rmsnorm      = na_cpu_rmsnorm,
-    .rope         = na_cpu_rope,
-    .swiglu       = na_cpu_swiglu,
-    .softmax      = na_cpu_softmax,
-    .attn_prefill = na_cpu_attn_prefill,
-    .attn_decode  = na_cpu_attn_decode,
-};
+/* The baseline ops (x86-64-v3) and the x86-64-v4 copies of matmul and
+ * attention (kernels/cpu/cpu.h); the small ops here stay on the baseline. */
+#define NA_CPU_CORE(sfx) {                                  \
+        .embed        = na_cpu_embed,                       \
+        .add          = na_cpu_add,                         \
+        .store        = na_cpu_store,                       \
+        .matmul       = na_cpu_matmul##sfx,                 \
+        .rmsnorm      = na_cpu_rmsnorm,                     \
+        .rope         = na_cpu_rope,                        \
+        .swiglu       = na_cpu_swiglu,                      \
+        .softmax      = na_cpu_softmax,                     \
+        .attn_prefill = na_cpu_attn_prefill##sfx,           \
+        .attn_decode  = na_cpu_attn_decode##sfx,            \
+    }
+static const na_khost_core_t na_cpu_core    = NA_CPU_CORE();
+static const na_khost_core_t na_cpu_core_v4 = NA_CPU_CORE(_v4);
 
 static const na_kernel_ops_t na_cpu_ops = {
     .name         = "cpu",
@@ -262,6 +266,40 @@ static const na_kernel_ops_t na_cpu_ops = {
     .destroy      = na_cpu_destroy,
 };
 
+static const na_kernel_ops_t na_cpu_ops_v4 = {
+    .name         = "cpu",
+    NA_KHOST_OPS,
+    .attn_partial = na_cpu_attn_partial_v4,
+    .destroy      = na_cpu_destroy,
+};
+
+/* 1 when this CPU has x86-64-v4's AVX-512 subsets and NA_CPU_ISA does not
+ * ask for the baseline ("v3"); any other NA_CPU_ISA value is refused. */
+static na_status_t na_cpu_use_v4(int *v4)
+{
+    const char *want = getenv("NA_CPU_ISA");
+    int have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512cd");
+
+    if (want == NULL || *want == '\0' || !strcmp(want, "auto")) {
+        *v4 = have;
+        return NA_OK;
+    }
+    if (!strcmp(want, "v3")) {
+        *v4 = 0;
+        return NA_OK;
+    }
+    if (!strcmp(want, "v4")) {
+        if (!have)
+            return na_err(NA_ERR_UNSUPPORTED, "kernels cpu: NA_CPU_ISA=v4 but this CPU lacks "
+                          "AVX-512F/VL/BW/DQ/CD (unset it, or use v3)");
+        *v4 = 1;
+        return NA_OK;
+    }
+    return na_err(NA_ERR_INVALID, "kernels cpu: NA_CPU_ISA='%s' (use auto, v3 or v4)", want);
+}
+
 /* Create the backend with its pool; n_threads <= 0 means every online core.
  * NA_ERR_UNSUPPORTED when this CPU lacks AVX2/FMA/F16C. */
 na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
@@ -269,10 +307,14 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     na_kernels_t *k;
     na_cpu_state_t *s;
     na_status_t st;
+    int v4 = 0;
 
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         return na_err(NA_ERR_UNSUPPORTED, "kernels cpu: this CPU lacks AVX2/FMA (use backend 'ref')");
+    st = na_cpu_use_v4(&v4);
+    if (st != NA_OK)
+        return st;
     if (n_threads <= 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = nc > 0 ? (int)nc : 1;
@@ -291,8 +333,9 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     /* OpenBLAS's thread count is process-wide; it runs only while our pool
      * sleeps, so giving it the same count keeps the total at n_threads. */
     openblas_set_num_threads(n_threads);
-    s->host.core = &na_cpu_core;
-    k->ops = &na_cpu_ops;
+    s->host.core = v4 ? &na_cpu_core_v4 : &na_cpu_core;
+    k->ops = v4 ? &na_cpu_ops_v4 : &na_cpu_ops;
+    k->isa = v4 ? "x86-64-v4" : "x86-64-v3";
     k->n_threads = n_threads;
     k->priv = s;
     *k_p = k;

@@ -841,6 +841,18 @@ int main(void)
     if (ref_k == NULL || cpu_k[0] == NULL || cpu_k[1] == NULL)
         return na_test_finish();
     NA_CHECK(cpu_k[1]->n_threads == 2 && !strcmp(cpu_k[1]->ops->name, "cpu"));
+    /* the instruction set chosen at run time (ctest runs this twice: as the
+     * CPU allows, and with NA_CPU_ISA=v3 for the AVX2 baseline) */
+    {
+        const char *want = getenv("NA_CPU_ISA");
+        int v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512cd");
+        if (want != NULL && !strcmp(want, "v3"))
+            v4 = 0;
+        NA_CHECK(cpu_k[0]->isa != NULL && !strcmp(cpu_k[0]->isa, v4 ? "x86-64-v4" : "x86-64-v3"));
+        printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
+    }
 
     test_registry();
     test_pool();
