@@ -14,6 +14,16 @@
 /* Value j of row r of weight w, dequantised to f32 (any dtype). */
 float na_ref_weight_at(const na_tensor_t *w, int r, int j);
 
+/* Q8_0 weights are multiplied with their input in 8-bit blocks, as ggml's
+ * Q8_0 x Q8_0 dot does: each block of 32 inputs is quantised to int8 with
+ * d = max|x| / 127 and q = round-to-nearest-even(x * (1/d)) (d = 0: all
+ * zero), the 32 products are summed exactly in int32, and the block adds
+ * isum * (d_w * d_x) to the f32 sum. The inputs' rounding costs at most
+ * 0.5/127 of each block's largest input. A block with a NaN or Inf gives
+ * d = NaN (q = 0) so a non-finite input still makes a non-finite output.
+ * Quantise the NA_Q8_0_BLOCK values x into q; returns d. */
+float na_ref_quantize_q8(const float *x, int8_t *q);
+
 void na_ref_embed(float *x, const na_tensor_t *t, const int *tokens, int n);
 void na_ref_add(float *x, const float *y, size_t n);
 void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n);

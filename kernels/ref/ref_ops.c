@@ -4,6 +4,7 @@
  * is not a goal. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/host/host.h"
 #include "kernels/ref/ref.h"
@@ -39,7 +40,54 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j)
     }
 }
 
-/* y[b][r] = sum_j W[r][j] * x[b][j], summed in f32 left to right. */
+/* See ref.h. */
+float na_ref_quantize_q8(const float *x, int8_t *q)
+{
+    float amax = 0.0f, d, id;
+    int j, bad = 0;
+
+    for (j = 0; j < NA_Q8_0_BLOCK; j++) {
+        float a = fabsf(x[j]);
+        if (!(a <= 3.0e38f))               /* NaN or Inf */
+            bad = 1;
+        else if (a > amax)
+            amax = a;
+    }
+    if (bad) {
+        memset(q, 0, NA_Q8_0_BLOCK);
+        return NAN;
+    }
+    d = amax / 127.0f;
+    id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (j = 0; j < NA_Q8_0_BLOCK; j++)
+        q[j] = (int8_t)nearbyintf(x[j] * id);     /* |x * id| <= 127 (+ rounding) */
+    return d;
+}
+
+/* Row r of Q8_0 weight w dotted with the Q8 blocks of x (see ref.h). */
+static float na_ref_dot_q8(const na_tensor_t *w, int r, const float *x)
+{
+    const uint8_t *row = (const uint8_t *)w->data +
+                         (size_t)r * (size_t)(w->cols / NA_Q8_0_BLOCK) * NA_Q8_0_BLOCK_SIZE;
+    float sum = 0.0f;
+    int b, j;
+
+    for (b = 0; b < w->cols / NA_Q8_0_BLOCK; b++) {
+        const uint8_t *blk = row + (size_t)b * NA_Q8_0_BLOCK_SIZE;
+        int8_t qx[NA_Q8_0_BLOCK];
+        float dx = na_ref_quantize_q8(x + (size_t)b * NA_Q8_0_BLOCK, qx);
+        int32_t isum = 0;
+        uint16_t dw;
+        memcpy(&dw, blk, 2);
+        for (j = 0; j < NA_Q8_0_BLOCK; j++)
+            isum += (int32_t)(int8_t)blk[2 + j] * qx[j];
+        sum += (float)isum * (na_f16_to_f32(dw) * dx);
+    }
+    return sum;
+}
+
+/* y[b][r] = sum_j W[r][j] * x[b][j], summed in f32 left to right; Q8_0
+ * weights take x in Q8 blocks (see ref.h). */
 void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
                    const na_tensor_t *w, int batch)
 {
@@ -49,6 +97,10 @@ void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
         const float *xb = x + (size_t)b * w->cols;
         for (r = 0; r < w->rows; r++) {
             float sum = 0.0f;
+            if (w->dtype == NA_DTYPE_Q8_0) {
+                y[(size_t)b * w->rows + r] = na_ref_dot_q8(w, r, xb);
+                continue;
+            }
             for (j = 0; j < w->cols; j++)
                 sum += na_ref_weight_at(w, r, j) * xb[j];
             y[(size_t)b * w->rows + r] = sum;

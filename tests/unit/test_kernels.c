@@ -188,6 +188,17 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
 
     na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
     na_ref_matmul(ref_k, yr, x, &w, batch);
+    if (dt == NA_DTYPE_Q8_0 && batch >= 20) {
+        /* the dequantise + sgemm path takes f32 inputs, not Q8 blocks
+         * (kernels/cpu/cpu_matmul.c): compare with the f32 product */
+        for (b = 0; b < batch; b++)
+            for (r = 0; r < rows; r++) {
+                float sum = 0.0f;
+                for (j = 0; j < cols; j++)
+                    sum += na_ref_weight_at(&w, r, j) * x[(size_t)b * cols + j];
+                yr[(size_t)b * rows + r] = sum;
+            }
+    }
     for (t = 0; t < 2; t++) {
         double worst = 0.0;
         memset(yc, 0xff, sizeof(float) * (size_t)batch * rows);   /* NaN: catch unwritten */
@@ -231,6 +242,58 @@ static void test_matmul(void)
                     check_matmul((na_dtype_t)dt, shapes[s][0], shapes[s][1], batches[bi]);
             }
         }
+}
+
+/* Q8_0 weights take their inputs in Q8 blocks (kernels/ref/ref.h): known
+ * values, an all-zero block, rounding to nearest even, and a NaN or Inf input
+ * making the output non-finite on every backend. */
+static void test_q8_inputs(void)
+{
+    uint8_t blk[2 * NA_Q8_0_BLOCK_SIZE];
+    float x[64], y, d;
+    int8_t q[32];
+    na_tensor_t w = { NA_DTYPE_Q8_0, 1, 64, blk };
+    uint16_t one = na_f32_to_f16(1.0f);
+    int i, t;
+
+    for (i = 0; i < 32; i++)
+        x[i] = (float)i;                 /* amax 31: d = 31/127 */
+    d = na_ref_quantize_q8(x, q);
+    NA_CHECK(d == 31.0f / 127.0f);
+    NA_CHECK(q[31] == 127 && q[0] == 0);
+    for (i = 0; i < 32; i++)
+        x[i] = 0.0f;
+    NA_CHECK(na_ref_quantize_q8(x, q) == 0.0f && q[5] == 0);
+    x[0] = 127.0f;      /* d = 1: x = 2.5 rounds to 2, 3.5 to 4, -2.5 to -2 */
+    x[1] = 2.5f;
+    x[2] = 3.5f;
+    x[3] = -2.5f;
+    NA_CHECK(na_ref_quantize_q8(x, q) == 1.0f);
+    NA_CHECK(q[0] == 127 && q[1] == 2 && q[2] == 4 && q[3] == -2);
+
+    /* weights d = 1, q = 1: y = sum of the quantised inputs times d_x */
+    for (i = 0; i < 2; i++) {
+        memcpy(blk + i * NA_Q8_0_BLOCK_SIZE, &one, 2);
+        memset(blk + i * NA_Q8_0_BLOCK_SIZE + 2, 1, NA_Q8_0_BLOCK);
+    }
+    for (i = 0; i < 64; i++)
+        x[i] = i < 32 ? 1.0f : -0.5f;
+    na_ref_matmul(ref_k, &y, x, &w, 1);
+    NA_CHECK(y == 32.0f - 16.0f);
+    for (t = 0; t < 2; t++) {
+        NA_CHECK_OK(mm(cpu_k[t], &y, x, &w, 1));
+        NA_CHECK(y == 16.0f);
+        x[40] = NAN;
+        NA_CHECK_OK(mm(cpu_k[t], &y, x, &w, 1));
+        NA_CHECK_MSG(isnan(y), "q8 input NaN: %g", y);
+        x[40] = INFINITY;
+        NA_CHECK_OK(mm(cpu_k[t], &y, x, &w, 1));
+        NA_CHECK_MSG(!isfinite(y), "q8 input Inf: %g", y);
+        x[40] = -0.5f;
+    }
+    x[40] = NAN;
+    na_ref_matmul(ref_k, &y, x, &w, 1);
+    NA_CHECK(isnan(y));
 }
 
 /* Below the sgemm/tile crossovers (batch < 16 for F32, < 20 for the other
@@ -860,6 +923,7 @@ int main(void)
     test_elementwise();
     test_matmul();
     test_matmul_batch_exact();
+    test_q8_inputs();
     test_decode();
     test_prefill();
     test_partials();
