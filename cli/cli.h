@@ -47,5 +47,8 @@ int na_cli_lookup(const char *const *names, int n, const char *s);
 /* The shared/ folder: $NA_SHARED_DIR, else ../shared relative to the
  * executable's repository, else ../shared relative to the cwd. Static buffer. */
 const char *na_cli_shared_dir(void);
+/* Write a fresh random cluster secret (64 hex digits) to path, mode 0600
+ * (a run's private layout). NA_ERR_IO naming the path. */
+na_status_t na_cli_write_secret(const char *path);
 
 #endif /* NA_CLI_H */
