@@ -63,26 +63,12 @@ static void e2e_usage(FILE *f)
 static na_status_t e2e_layout(const char *dir, int bif, na_cfg_t **cfg_p)
 {
     char path[600], secret[600];
-    unsigned char key[32];
     FILE *f;
-    int fd, i;
+    na_status_t st;
 
-    /* A fresh secret of this run, private to its temporary folder. */
     snprintf(secret, sizeof(secret), "%s/e2e.secret", dir);
-    if (getentropy(key, sizeof(key)) != 0)
-        return na_err(NA_ERR_IO, "getentropy: %s", strerror(errno));
-    fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0)
-        return na_err(NA_ERR_IO, "cannot create %s: %s", secret, strerror(errno));
-    f = fdopen(fd, "w");
-    if (f == NULL) {
-        close(fd);
-        return na_err(NA_ERR_IO, "fdopen %s: %s", secret, strerror(errno));
-    }
-    for (i = 0; i < (int)sizeof(key); i++)
-        fprintf(f, "%02x", key[i]);
-    fputc('\n', f);
-    fclose(f);
+    if ((st = na_cli_write_secret(secret)) != NA_OK)
+        return st;
     snprintf(path, sizeof(path), "%s/e2e-%d.yaml", dir, bif);
     f = fopen(path, "w");
     if (f == NULL)

@@ -32,6 +32,9 @@
 #include "rdma/xp_cfg.h"
 #include "rdma/xp_echo.h"
 
+#define PT_MAX_B   4096      /* requests of one point */
+#define PT_MAX_CAP 65536     /* reservations of a --capacity probe */
+
 static const char *const na_e2e_mode_names[NA_E2E_N_MODES] = {
     "monolithic", "kv-fetch", "offload", "offload+wb", "offload+wb+pipe",
     "offload+wb+pipe+xcache",
@@ -68,6 +71,7 @@ int na_e2e_point_parse(const char *line, na_e2e_point_t *p)
         PF("net_s", net_s); PF("attn_s", attn_s); PF("disk_s", disk_s); PF("idle_s", idle_s);
         PF("bytes_out", bytes_out); PF("bytes_in", bytes_in); PF("an_out", an_out);
         PF("an_in", an_in); PF("ssd_bytes", ssd_bytes); PF("tm", tm); PF("ta", ta);
+        PF("rss", rss); PF("rss_dec", rss_dec);
 #undef PF
 #undef PI
     }
@@ -91,12 +95,31 @@ static void pt_requests(na_engine_t *e, na_request_t **r, int n, int ctx, int n_
     free(toks);
 }
 
+/* Resident memory of this process, bytes, from /proc/self/status: key
+ * "VmHWM" (peak) or "VmRSS" (now); 0 when unknown. */
+static double pt_rss(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kl = strlen(key);
+    double kb = 0;
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (!strncmp(line, key, kl) && line[kl] == ':' && sscanf(line + kl + 1, "%lf", &kb) == 1)
+            break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
 typedef struct {
     na_asvc_t      *svc;
     int             want;        /* first tokens before decode starts */
     int             seen;
     na_asvc_stats_t at_decode;   /* counters when every request had its first token */
     double          t0, t_last;  /* decode window: after that snapshot .. last token */
+    double          rss_dec;     /* resident bytes when decode starts */
 } pt_snap_t;
 
 /* Token callback: the decode window starts once every request has its first
@@ -110,6 +133,7 @@ static void pt_on_token(void *user, const na_request_t *r, int token)
     if (++s->seen == s->want) {
         if (s->svc != NULL)
             na_asvc_stats(s->svc, &s->at_decode);
+        s->rss_dec = pt_rss("VmRSS");
         s->t0 = na_bench_now();
     }
     s->t_last = na_bench_now();
@@ -358,13 +382,53 @@ out:
     return rc;
 }
 
+/* The storage nodes' admission capacity: requests of `tokens` tokens opened
+ * (KV reserved) until no node has room, then released. Prints
+ * "CAPACITY reqs=N tokens_each=T". */
+static int pt_capacity(const na_cfg_t *cfg, na_engine_t *e, int tokens)
+{
+    na_asvc_t *svc = NULL;
+    uint64_t *ids = NULL;
+    int n = 0, rc = 1, i;
+    na_status_t st = na_asvc_remote_create(cfg, &e->cfg, "c0", &svc);
+
+    ids = calloc(PT_MAX_CAP, sizeof(*ids));
+    if (st != NA_OK || ids == NULL) {
+        fprintf(stderr, "bench e2e --point --capacity: %s\n",
+                ids == NULL ? "out of memory" : na_errmsg());
+        goto out;
+    }
+    while (n < PT_MAX_CAP) {
+        uint64_t id = na_asvc_new_id(svc);
+        st = na_asvc_open(svc, id, tokens);
+        if (st == NA_ERR_NOSPACE)
+            break;
+        if (st != NA_OK) {
+            fprintf(stderr, "bench e2e --point --capacity: %s\n", na_errmsg());
+            goto out;
+        }
+        ids[n++] = id;
+    }
+    printf("CAPACITY reqs=%d tokens_each=%d%s\n", n, tokens, n == PT_MAX_CAP ? " capped=1" : "");
+    rc = 0;
+out:
+    for (i = 0; i < n; i++)
+        na_asvc_release(svc, ids[i], 0);
+    na_asvc_destroy(svc);
+    free(ids);
+    return rc;
+}
+
 static void pt_usage(FILE *f)
 {
-    fprintf(f, "usage: nearattn bench e2e --point --config L (--probe | --mode M --batch B\n"
-               "                          --ctx C [--new N] [--threads T] [--link-Bps R]\n"
-               "                          [--link-rtt S])\n"
-               "One point of the sweep (run by `nearattn bench e2e --sweep`): prints a\n"
-               "POINT or PROBE line. Modes: monolithic kv-fetch offload offload+wb\n"
+    fprintf(f, "usage: nearattn bench e2e --point --config L (--probe | --capacity --ctx C [--new N]\n"
+               "                          | --mode M --batch B --ctx C [--new N] [--threads T]\n"
+               "                          [--link-Bps R] [--link-rtt S])\n"
+               "One point of the sweep (run by `nearattn bench e2e --sweep` and `bench\n"
+               "capacity`): prints a POINT (rss / rss_dec: this process's peak resident\n"
+               "bytes / resident bytes when decode starts),\n"
+               "PROBE or CAPACITY (requests of C+N tokens the storage nodes admit) line.\n"
+               "Modes: monolithic kv-fetch offload offload+wb\n"
                "offload+wb+pipe offload+wb+pipe+xcache.\n");
 }
 
@@ -377,8 +441,10 @@ int na_cli_e2e_point(int argc, char **argv)
     na_model_t *m = NULL;
     na_engine_t *e = NULL;
     na_engine_opts_t eo;
-    na_request_t *r[64];
+    na_request_t **r = NULL;
     na_e2e_point_t p;
+    pt_snap_t snap;
+    int capacity = 0;
     long v;
 
     for (i = 1; i < argc; i++) {
@@ -390,6 +456,8 @@ int na_cli_e2e_point(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--probe")) {
             probe = 1;
+        } else if (!strcmp(a, "--capacity")) {
+            capacity = 1;
         } else if (!strcmp(a, "--link-Bps") && val) {
             link_Bps = atof(argv[++i]);
         } else if (!strcmp(a, "--link-rtt") && val) {
@@ -416,7 +484,7 @@ int na_cli_e2e_point(int argc, char **argv)
             return 2;
         }
     }
-    if (cfgp == NULL || (!probe && mode < 0) || B > 64) {
+    if (cfgp == NULL || (!probe && !capacity && mode < 0) || B > PT_MAX_B) {
         pt_usage(stderr);
         return 2;
     }
@@ -434,6 +502,15 @@ int na_cli_e2e_point(int argc, char **argv)
         fprintf(stderr, "bench e2e --point: %s\n", na_errmsg());
         goto out;
     }
+    if (capacity) {
+        rc = pt_capacity(cfg, e, C + N);
+        goto out;
+    }
+    r = calloc((size_t)B, sizeof(*r));
+    if (r == NULL) {
+        fprintf(stderr, "bench e2e --point: out of memory\n");
+        goto out;
+    }
     memset(&p, 0, sizeof(p));
     p.mode = mode;
     p.batch = B;
@@ -441,11 +518,15 @@ int na_cli_e2e_point(int argc, char **argv)
     p.new_tokens = N;
     p.nodes = cfg->n_storage;
     pt_requests(e, r, B, C, N);
+    memset(&snap, 0, sizeof(snap));
+    snap.want = B;
     if (mode == NA_E2E_MONO) {
         na_gen_opts_t go;
         na_gen_stats_t gs;
         memset(&go, 0, sizeof(go));
         go.max_batch = B;
+        go.on_token = pt_on_token;
+        go.user = &snap;
         if (na_generate(e, r, B, &go, &gs) == NA_OK && gs.decode_s > 0 && gs.decode_steps > 0) {
             p.ok = 1;
             p.tok_s = (double)gs.decode_tokens / gs.decode_s;
@@ -457,7 +538,6 @@ int na_cli_e2e_point(int argc, char **argv)
         na_asvc_t *svc = NULL;
         na_off_opts_t oo;
         na_off_stats_t os;
-        pt_snap_t snap;
         double node0, node1, steps, dec;
         na_status_t st;
 
@@ -472,9 +552,6 @@ int na_cli_e2e_point(int argc, char **argv)
             fprintf(stderr, "bench e2e --point: %s\n", na_errmsg());
             goto out_req;
         }
-        memset(&snap, 0, sizeof(snap));
-        snap.svc = NULL;
-        snap.want = B;
         memset(&oo, 0, sizeof(oo));
         oo.max_batch = mode == NA_E2E_OFF_WB_PIPE || mode == NA_E2E_OFF_WB_PIPE_XC
                            ? (B + 1) / 2 : B;
@@ -560,14 +637,16 @@ int na_cli_e2e_point(int argc, char **argv)
     }
     printf("POINT mode=%d batch=%d ctx=%d nodes=%d new=%d ok=%d tok_s=%.6g step_s=%.6g "
            "compute_s=%.6g net_s=%.6g attn_s=%.6g disk_s=%.6g idle_s=%.6g bytes_out=%.6g "
-           "bytes_in=%.6g an_out=%.6g an_in=%.6g ssd_bytes=%.6g tm=%.6g ta=%.6g\n",
+           "bytes_in=%.6g an_out=%.6g an_in=%.6g ssd_bytes=%.6g tm=%.6g ta=%.6g rss=%.6g "
+           "rss_dec=%.6g\n",
            p.mode, p.batch, p.ctx, p.nodes, p.new_tokens, p.ok, p.tok_s, p.step_s, p.compute_s,
            p.net_s, p.attn_s, p.disk_s, p.idle_s, p.bytes_out, p.bytes_in, p.an_out, p.an_in,
-           p.ssd_bytes, p.tm, p.ta);
+           p.ssd_bytes, p.tm, p.ta, pt_rss("VmHWM"), snap.rss_dec);
     rc = p.ok ? 0 : 1;
 out_req:
     for (i = 0; i < B; i++)
         na_request_destroy(r[i]);
+    free(r);
 out:
     na_engine_destroy(e);
     na_model_destroy(m);

@@ -51,5 +51,8 @@ const char *na_cli_shared_dir(void);
 /* The source tree holding cluster-configs/: $NA_SOURCE_DIR, else "." when it has
  * cluster-configs/local.yaml, else above the executable (build/cli/nearattn). Static buffer. */
 const char *na_cli_source_dir(void);
+/* Write a fresh random cluster secret (64 hex digits) to path, mode 0600
+ * (a run's private layout). NA_ERR_IO naming the path. */
+na_status_t na_cli_write_secret(const char *path);
 
 #endif /* NA_CLI_H */

@@ -45,6 +45,8 @@ typedef struct {
     double an_out, an_in;                /* analytic, per layer per step */
     double ssd_bytes;                    /* storage SSD bytes read per step */
     double tm, ta;                       /* mean compute slice, mean attention round trip */
+    double rss;                          /* the point process's peak resident bytes */
+    double rss_dec;                      /* its resident bytes when decode started */
     int    ok;
 } na_e2e_point_t;
 

@@ -1,5 +1,6 @@
-/* cli/util.c — argument parsing helpers shared by the subcommands. */
+/* cli/util.c — argument parsing and small helpers shared by the subcommands. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -167,4 +168,26 @@ const char *na_cli_source_dir(void)
         *slash = '\0';
     }
     return buf;
+}
+
+na_status_t na_cli_write_secret(const char *path)
+{
+    unsigned char key[32];
+    char hex[2 * sizeof(key) + 2];
+    size_t i;
+    int fd;
+    ssize_t w;
+
+    if (getentropy(key, sizeof(key)) != 0)
+        return na_err(NA_ERR_IO, "getentropy: %s", strerror(errno));
+    for (i = 0; i < sizeof(key); i++)
+        snprintf(hex + 2 * i, 3, "%02x", key[i]);
+    hex[2 * sizeof(key)] = '\n';
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return na_err(NA_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    w = write(fd, hex, 2 * sizeof(key) + 1);
+    if (close(fd) != 0 || w != (ssize_t)(2 * sizeof(key) + 1))
+        return na_err(NA_ERR_IO, "cannot write %s", path);
+    return NA_OK;
 }
