@@ -59,5 +59,7 @@ if(NOT NA_XRT STREQUAL "OFF")
   endif()
 endif()
 
+# The csd attention engine (storage-node/attn_csd.c) is built with XRT.
+add_compile_definitions(NA_HAVE_CSD_ENGINE=${NA_HAVE_XRT})
 add_compile_definitions(NA_HAVE_CUDA=${NA_HAVE_CUDA} NA_HAVE_NCCL=${NA_HAVE_NCCL}
                         NA_HAVE_XRT=${NA_HAVE_XRT})

@@ -44,7 +44,7 @@ static int32_t na_csd_job_check(const na_csd_desc_t *d, const na_csd_page_t *pag
         const na_csd_page_t *pg = &pages[d->page0 + p];
         if (pg->off > kv_bytes || pb > kv_bytes - pg->off || pg->off % 2 != 0)
             return NA_CSD_BAD_PAGE;
-        if ((d->flags & NA_CSD_F_CHECKSUM) &&
+        if ((pg->flags & NA_CSD_PAGE_SUM) &&
             na_csd_page_sum((const char *)kv + pg->off, pb) != pg->sum)
             return NA_CSD_CHECKSUM;
     }
@@ -138,6 +138,16 @@ void na_csd_attn(const na_csd_desc_t *desc, uint32_t n_jobs,
             na_csd_job(d, pages, kv, q + j * qn, o + j * qn, lse + (size_t)j * shape.group,
                        &shape);
     }
+}
+
+void na_csd_top(const na_csd_desc_t *desc, uint32_t n_jobs, const na_csd_page_t *pages,
+                uint32_t n_page_entries, const uint16_t *kv, uint64_t kv_bytes,
+                const float *q, float *o, float *lse, int32_t *status,
+                uint32_t head_dim, uint32_t group, uint32_t page_tokens, float scale)
+{
+#pragma HLS INTERFACE s_axilite port=return
+    na_csd_shape_t s = { head_dim, group, page_tokens, scale };
+    na_csd_attn(desc, n_jobs, pages, n_page_entries, kv, kv_bytes, q, o, lse, status, s);
 }
 
 void na_csd_merge(float *o_a, float *lse_a, const float *o_b, float lse_b, int head_dim)

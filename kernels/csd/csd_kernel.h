@@ -29,8 +29,8 @@
 #define NA_CSD_MAX_HEAD_DIM 256
 #define NA_CSD_MAX_GROUP    16
 
-/* Job descriptor flags. */
-#define NA_CSD_F_CHECKSUM 1u   /* verify each page's sum (na_csd_page_sum) */
+/* Page flags. */
+#define NA_CSD_PAGE_SUM 1u     /* verify the page's sum (na_csd_page_sum) */
 
 /* Job status codes (status[j]). */
 #define NA_CSD_OK        0
@@ -45,14 +45,13 @@ typedef struct {
     uint32_t n_tokens;     /* context tokens (0: o = 0, lse = -inf) */
     uint32_t page0;        /* first entry in the page table */
     uint32_t n_pages;      /* entries (>= ceil(n_tokens / page_tokens)) */
-    uint32_t flags;        /* NA_CSD_F_* */
-    uint32_t pad;
+    uint32_t rsvd[2];      /* 0 */
 } na_csd_desc_t;           /* 32 bytes */
 
 typedef struct {
     uint64_t off;          /* byte offset of the page in the KV buffer */
-    uint32_t sum;          /* na_csd_page_sum of its bytes (with NA_CSD_F_CHECKSUM) */
-    uint32_t pad;
+    uint32_t sum;          /* na_csd_page_sum of its bytes (with NA_CSD_PAGE_SUM) */
+    uint32_t flags;        /* NA_CSD_PAGE_* */
 } na_csd_page_t;           /* 16 bytes */
 
 typedef struct {
@@ -75,6 +74,13 @@ void na_csd_attn(const na_csd_desc_t *desc, uint32_t n_jobs,
                  const uint16_t *kv, uint64_t kv_bytes,
                  const float *q, float *o, float *lse, int32_t *status,
                  na_csd_shape_t shape);
+
+/* The top function v++ builds (kernel NA_CSD_KERNEL_NAME, arguments in the
+ * order of storage-node/csd_xclbin.h): na_csd_attn with the shape as scalars. */
+void na_csd_top(const na_csd_desc_t *desc, uint32_t n_jobs, const na_csd_page_t *pages,
+                uint32_t n_page_entries, const uint16_t *kv, uint64_t kv_bytes,
+                const float *q, float *o, float *lse, int32_t *status,
+                uint32_t head_dim, uint32_t group, uint32_t page_tokens, float scale);
 
 /* Merge partial b (o_b, lse_b) of one query head into a (flash-decoding):
  * afterwards a is the result over both token ranges. */

@@ -70,6 +70,7 @@ static void case_build(csd_case_t *c, na_rng_t *rng)
                 memcpy(dst + pt * hd + t * hd, c->vall + src, hd * 2);
             }
             pg->sum = na_csd_page_sum(dst, 2 * pt * hd * 2);
+            pg->flags = NA_CSD_PAGE_SUM;
         }
     c->q = malloc(sizeof(float) * nq);
     c->o = malloc(sizeof(float) * nq);
@@ -100,7 +101,6 @@ static void case_build(csd_case_t *c, na_rng_t *rng)
         c->desc[h].n_tokens = (uint32_t)c->n_tok;
         c->desc[h].page0 = (uint32_t)(h * c->n_pages);
         c->desc[h].n_pages = (uint32_t)c->n_pages;
-        c->desc[h].flags = NA_CSD_F_CHECKSUM;
     }
     free(perm);
     free(tmp);
