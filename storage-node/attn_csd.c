@@ -209,9 +209,9 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
         csd_fail_device(e, st, why);
     } else {
         e->stats.csd_noop = (uint64_t)na_xrt_dev_noop(e->dev);
-        na_log_info("csd slot %s: %s (device %s, xclbin %s, %zu MiB device buffer)",
+        na_log_info("csd slot %s: %s (device %s, xclbin %s, %zu KiB device buffer)",
                     k->dir ? k->dir : "(dram)", na_xrt_dev_mode(e->dev), cfg->csd_device,
-                    cfg->csd_xclbin, e->kv_cap >> 20);
+                    cfg->csd_xclbin, e->kv_cap >> 10);
     }
     *e_p = &e->base;
     return NA_OK;

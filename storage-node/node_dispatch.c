@@ -224,6 +224,9 @@ static const nd_counter_t nd_slot_counters[] = {
     { "attn_tokens",       offsetof(na_slot_stats_t, attn.tokens) },
     { "prefetch_hits",     offsetof(na_slot_stats_t, attn.prefetch_hits) },
     { "attn_compute_ns",   offsetof(na_slot_stats_t, attn.compute_ns) },
+    { "csd_noop",          offsetof(na_slot_stats_t, attn.csd_noop) },
+    { "csd_launches",      offsetof(na_slot_stats_t, attn.csd_launches) },
+    { "csd_p2p_bytes",     offsetof(na_slot_stats_t, attn.csd_p2p_bytes) },
 };
 
 static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
