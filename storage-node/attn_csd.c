@@ -196,6 +196,10 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
         free(e);
         return na_err(NA_ERR_INVALID, "%s", err);
     }
+    if (e->faults.corrupt_launch || e->faults.bad_desc_launch || e->faults.hang_launch ||
+        e->faults.lose_launch)
+        fprintf(stderr, "nearattn: TEST DOUBLE: csd faults injected (NA_FAULTS=\"%s\"); not "
+                "for production\n", getenv("NA_FAULTS"));
     st = csd_open(e);
     if (st != NA_OK) {
         /* not fatal for the node: this slot fails its entries with the reason */
