@@ -74,7 +74,6 @@ static na_status_t na_bc_empty_launch(const char *xclbin, int n, double *s_p)
     free(t);
     return st;
 }
-#endif
 
 /* The decode run: fills *stats_p with the csd counters over the timed steps
  * and *step_s_p with the median step. */
@@ -175,6 +174,7 @@ out:
     free(o);
     return st;
 }
+#endif
 
 int na_cli_bench_csd(const na_cli_bench_opts_t *o, const char *base, const char *rates)
 {
