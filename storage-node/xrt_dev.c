@@ -156,6 +156,8 @@ na_status_t na_xrt_bo_alloc(na_xrt_dev_t *d, size_t size, int p2p, int argno,
 
     if (bo == NULL)
         return na_err(NA_ERR_NOMEM, "csd: out of memory");
+    /* whole 4 KiB pages: XRT takes the size to aligned_alloc(4096, size) */
+    size = (size + 4095) & ~(size_t)4095;
     grp = xrtKernelArgGroupId(d->kern, argno);
     if (grp < 0) {
         free(bo);
