@@ -59,8 +59,9 @@ static void na_csd_job(const na_csd_desc_t *d, const na_csd_page_t *pages, const
     float acc[NA_CSD_MAX_GROUP][NA_CSD_MAX_HEAD_DIM];
     float m[NA_CSD_MAX_GROUP], l[NA_CSD_MAX_GROUP];
     uint16_t krow[NA_CSD_MAX_HEAD_DIM], vrow[NA_CSD_MAX_HEAD_DIM];
-#pragma HLS ARRAY_PARTITION variable=krow cyclic factor=16
-#pragma HLS ARRAY_PARTITION variable=vrow cyclic factor=16
+    float kf[NA_CSD_MAX_HEAD_DIM], vf[NA_CSD_MAX_HEAD_DIM];
+#pragma HLS ARRAY_PARTITION variable=kf cyclic factor=16
+#pragma HLS ARRAY_PARTITION variable=vf cyclic factor=16
     const uint32_t hd = s->head_dim, grp = s->group, bt = s->page_tokens;
     uint32_t g, i, t;
 
@@ -80,11 +81,16 @@ static void na_csd_job(const na_csd_desc_t *d, const na_csd_page_t *pages, const
         /* one burst per row, shared by every query head of the group */
         memcpy(krow, page + (size_t)r * hd, hd * sizeof(uint16_t));
         memcpy(vrow, page + (size_t)bt * hd + (size_t)r * hd, hd * sizeof(uint16_t));
+        for (i = 0; i < hd; i++) {            /* converted once for the group */
+#pragma HLS PIPELINE II=1
+            kf[i] = na_f16_to_f32(krow[i]);
+            vf[i] = na_f16_to_f32(vrow[i]);
+        }
         for (g = 0; g < grp; g++) {
             float dot = 0.0f, mx, a, p;
             for (i = 0; i < hd; i++) {
 #pragma HLS PIPELINE II=1
-                dot += qb[g][i] * na_f16_to_f32(krow[i]);
+                dot += qb[g][i] * kf[i];
             }
             dot *= s->scale;
             mx = dot > m[g] ? dot : m[g];
@@ -92,7 +98,7 @@ static void na_csd_job(const na_csd_desc_t *d, const na_csd_page_t *pages, const
             p = expf(dot - mx);
             for (i = 0; i < hd; i++) {
 #pragma HLS PIPELINE II=1
-                acc[g][i] = acc[g][i] * a + p * na_f16_to_f32(vrow[i]);
+                acc[g][i] = acc[g][i] * a + p * vf[i];
             }
             l[g] = l[g] * a + p;
             m[g] = mx;
