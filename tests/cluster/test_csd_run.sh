@@ -15,6 +15,9 @@
 #           requests placed on the csd slot, the others get the monolithic text
 #   faults  NA_FAULTS csd (test doubles): a corrupted KV page, a run that
 #           never completes: errors on the affected requests only
+#   bench   `bench storage --engine csd --quick` with the SmartSSD rates file:
+#           every figure present, labelled noop / modelled, JSON written;
+#           --engine warp refused
 # Exit 0 pass, 1 fail, 77 skipped (no XRT, no model).
 set -u
 SCEN=$1
@@ -167,6 +170,19 @@ faults)
         done < "$DIR/$name.off"
         echo "ok: $name ($n failed, $ok monolithic lines)"
     done
+    ;;
+bench)
+    na_fg "$DIR/bench.out" "$DIR/bench.err" timeout 250 "$BIN" bench storage --engine csd --quick \
+        --rates "$SRC/kernels/csd/smartssd.rates" --dir "$DIR" --json "$DIR/bench.json" ||
+        fail "bench storage --engine csd failed"
+    for w in "csd launches/s (XRT noop + C model)" "per-launch overhead" \
+             "SSD -> device bytes per token" "analytic" "modelled SmartSSD attn" "NOT an FPGA"; do
+        grep -qF "$w" "$DIR/bench.out" || fail "bench: no '$w' in the report"
+    done
+    grep -q "modelled SmartSSD" "$DIR/bench.json" || fail "bench: JSON lacks the modelled line"
+    na_fg "$DIR/warp.out" "$DIR/warp.err" "$BIN" bench storage --engine warp
+    [ $? -eq 2 ] || fail "bench: --engine warp not refused"
+    echo "ok: bench"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;
