@@ -226,6 +226,9 @@ int na_cli_bench_csd(const na_cli_bench_opts_t *o, const char *base, const char 
     analytic = (double)NA_BC_LAYERS * (ctx + 1 + NA_BC_STEPS / 2.0) * NA_BC_KVH * NA_BC_HD * 2 * 2;
     na_bench_add(b, "SSD -> device bytes per token", per_tok / 1e6, "MB", 0.0,
                  "analytic L*ctx*2*kvh*hd*2", analytic / 1e6);
+    na_bench_add(b, "host DRAM -> device bytes per token (rows not yet on SSD)",
+                 (double)d.csd_host_bytes / ((double)timed * NA_BC_REQ) / 1e6, "MB", 0.0, NULL,
+                 0.0);
     na_bench_add(b, noop ? "attn KV on SSD via csd (XRT noop + C model)" : "attn KV on SSD via csd",
                  bytes_step / step_s / 1e9, "GB/s", spread, NULL, 0.0);
     model_s = (double)d.csd_launches / timed * rt.step_overhead_s + bytes_step / rt.disk_Bps +
