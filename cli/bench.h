@@ -41,6 +41,9 @@ int  na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_ben
 
 int na_cli_bench_kernels(int argc, char **argv);    /* cli/bench_kernels.c */
 int na_cli_bench_storage(int argc, char **argv);    /* cli/bench_storage.c */
+/* `bench storage --engine csd` (cli/bench_csd.c): files under base, rates
+ * file or NULL. */
+int na_cli_bench_csd(const na_cli_bench_opts_t *o, const char *base, const char *rates);
 int na_cli_bench_transport(int argc, char **argv);  /* cli/bench_transport.c */
 int na_cli_bench_e2e(int argc, char **argv);        /* cli/bench_e2e.c */
 int na_cli_bench_capacity(int argc, char **argv);   /* cli/bench_capacity.c */

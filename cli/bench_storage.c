@@ -508,23 +508,40 @@ static double na_bs_copy(void *ctx)
 
 static void na_bs_usage(FILE *f)
 {
-    fprintf(f, "usage: nearattn bench storage [--dir D] [--json FILE] [--threads N] [--quick]\n\n"
+    fprintf(f, "usage: nearattn bench storage [--dir D] [--engine cpu|csd] [--rates FILE]\n"
+               "                              [--json FILE] [--threads N] [--quick]\n\n"
                "Decode attention over KV on the SSD tier vs the best O_DIRECT read bandwidth\n"
                "of the KV file (a sweep of read sizes, queue depths and parallel regions)\n"
                "and vs a 1 MiB QD32 sequential read of it, and over KV in DRAM vs STREAM\n"
                "copy, all measured in the same run. Files go to a fresh directory under D\n"
                "(default: the current directory; use a real disk, not tmpfs) and are\n"
                "removed afterwards.\n\n"
+               "With --engine csd: the computational-storage engine through XRT (needs\n"
+               "XILINX_XRT; XCL_EMULATION_MODE=noop runs the C model, and says so):\n"
+               "launches/s, per-launch overhead, SSD -> device bytes per token vs the\n"
+               "analytic count, and a modelled SmartSSD line from --rates (cli/bench_csd.c).\n\n"
                "options:\n"
                "  --dir D        where the KV and bandwidth files go\n"
+               "  --engine E     cpu (default) or csd\n"
+               "  --rates FILE   csd: SmartSSD rates, planner format (disk_Bps = P2P read,\n"
+               "                 attn_Bps = kernel, step_overhead_s = per launch);\n"
+               "                 e.g. kernels/csd/smartssd.rates\n"
                NA_CLI_BENCH_OPTS_HELP);
 }
 
-/* storage's own option: --dir DIR (ctx: the const char * it sets). */
+/* storage's own options: --dir DIR, --engine E, --rates FILE. */
+typedef struct {
+    const char *dir, *engine, *rates;
+} na_bs_args_t;
+
 static int na_bs_opt(void *ctx, int argc, char **argv, int *i)
 {
-    if (!strcmp(argv[*i], "--dir") && *i + 1 < argc) {
-        *(const char **)ctx = argv[++*i];
+    na_bs_args_t *a = ctx;
+    const char **to = !strcmp(argv[*i], "--dir") ? &a->dir
+                    : !strcmp(argv[*i], "--engine") ? &a->engine
+                    : !strcmp(argv[*i], "--rates") ? &a->rates : NULL;
+    if (to != NULL && *i + 1 < argc) {
+        *to = argv[++*i];
         return 1;
     }
     return 0;
@@ -543,9 +560,18 @@ int na_cli_bench_storage(int argc, char **argv)
     na_status_t st;
     int rc, ctx_ssd, ctx_dram, v;
 
-    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, na_bs_opt, &base);
+    na_bs_args_t args = { ".", "cpu", NULL };
+
+    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, na_bs_opt, &args);
     if (rc >= 0)
         return rc;
+    base = args.dir;
+    if (!strcmp(args.engine, "csd"))
+        return na_cli_bench_csd(&o, base, args.rates);
+    if (strcmp(args.engine, "cpu") != 0) {
+        fprintf(stderr, "nearattn bench storage: --engine %s: cpu or csd\n", args.engine);
+        return 2;
+    }
     ctx_ssd = o.quick ? 2048 : 8192;
     ctx_dram = o.quick ? 1024 : 4096;
     snprintf(dir, sizeof(dir), "%s/nearattn-bench-storage-XXXXXX", base);

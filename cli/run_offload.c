@@ -65,6 +65,12 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
             (unsigned long long)s->svc.msgs_recv, (unsigned long long)s->svc.bytes_recv,
             (unsigned long long)s->svc.prefill_bytes, (unsigned long long)s->svc.ssd_bytes_read,
             s->failed, s->recovered, s->xcache_reqs);
+    if (s->svc.csd_launches > 0)     /* engine csd: never pass the C model for hardware */
+        fprintf(stderr, "csd: %s: %llu kernel launches, %llu KV bytes SSD -> device buffers "
+                "(storage nodes' totals)\n", s->svc.csd_noop_slots > 0
+                ? "XRT noop + C model (no FPGA: the C kernel ran as its stand-in)"
+                : "XRT hardware", (unsigned long long)s->svc.csd_launches,
+                (unsigned long long)s->svc.csd_p2p_bytes);
 }
 
 /* Submit every request and drive the engine until none is left or *stop. */

@@ -28,15 +28,29 @@ if(NOT NA_CUDA STREQUAL "OFF")
   endif()
 endif()
 
-# XRT: Debian's libxrt-dev (headers xrt/xrt_*.h, library xrt_coreutil). Its
-# xrt.pc is broken (doubled prefix), so look for the files themselves.
+# XRT: Debian's libxrt-dev (headers /usr/include/xrt/xrt/xrt_*.h, included as
+# "xrt/xrt_device.h" with /usr/include/xrt on the path because they include
+# "xrt.h" and "xclbin.h" from there; library xrt_coreutil in the multiarch
+# directory). Its xrt.pc is broken (doubled prefix), so look for the files
+# themselves. NA_XRT_SHIM_ROOT is a directory built in the build tree whose
+# lib/ holds symlinks to the driver shims (libxrt_noop.so.2, ...): XRT loads
+# its shim from $XILINX_XRT/lib, and Debian's files are in the multiarch dir.
 set(NA_HAVE_XRT 0)
 if(NOT NA_XRT STREQUAL "OFF")
-  find_path(NA_XRT_INC xrt/xrt_device.h PATHS /usr/include /opt/xilinx/xrt/include)
+  find_path(NA_XRT_INC xrt/xrt_device.h PATHS /usr/include/xrt /opt/xilinx/xrt/include
+            NO_DEFAULT_PATH)
   find_library(NA_XRT_LIB xrt_coreutil PATHS /opt/xilinx/xrt/lib)
   if(NA_XRT_INC AND NA_XRT_LIB)
     set(NA_HAVE_XRT 1)
-    message(STATUS "nearattn: XRT found (${NA_XRT_LIB})")
+    get_filename_component(NA_XRT_LIBDIR "${NA_XRT_LIB}" DIRECTORY)
+    set(NA_XRT_SHIM_ROOT "${CMAKE_BINARY_DIR}/xrt-root")
+    file(MAKE_DIRECTORY "${NA_XRT_SHIM_ROOT}/lib")
+    file(GLOB NA_XRT_SHIMS "${NA_XRT_LIBDIR}/libxrt_*.so.2")
+    foreach(shim ${NA_XRT_SHIMS})
+      get_filename_component(shim_name "${shim}" NAME)
+      file(CREATE_LINK "${shim}" "${NA_XRT_SHIM_ROOT}/lib/${shim_name}" SYMBOLIC)
+    endforeach()
+    message(STATUS "nearattn: XRT found (${NA_XRT_LIB}; shim root ${NA_XRT_SHIM_ROOT})")
   elseif(NA_XRT STREQUAL "ON")
     message(FATAL_ERROR "NA_XRT=ON but xrt/xrt_device.h or libxrt_coreutil was not found "
                         "(install libxrt-dev, or NA_XRT=OFF)")
@@ -45,5 +59,7 @@ if(NOT NA_XRT STREQUAL "OFF")
   endif()
 endif()
 
+# The csd attention engine (storage-node/attn_csd.c) is built with XRT.
+add_compile_definitions(NA_HAVE_CSD_ENGINE=${NA_HAVE_XRT})
 add_compile_definitions(NA_HAVE_CUDA=${NA_HAVE_CUDA} NA_HAVE_NCCL=${NA_HAVE_NCCL}
                         NA_HAVE_XRT=${NA_HAVE_XRT})

@@ -51,6 +51,11 @@ typedef struct {
     long            ssd_mb;    /* SSD tier budget, MiB (>= 1) */
     long            threads;   /* engine worker threads (>= 1) */
     long            gpu;       /* GPU index for the cuda engine */
+    /* engine csd (docs/csd.md) */
+    char           *csd_device;     /* XRT device index or PCIe BDF (owned) */
+    char           *xclbin;         /* xclbin of the CSD kernel (owned) */
+    long            csd_mb;         /* device buffer for KV pages per launch, MiB */
+    long            csd_timeout_ms; /* bound on one kernel run */
 } na_cfg_device_t;
 
 typedef struct {

@@ -181,6 +181,11 @@ na_status_t na_cfg_check_engines(na_cfg_parse_t *p, const na_cfg_t *cfg)
                                 "built into this nearattn (available: %s)", n->name,
                                 cfg->slots[s].dev, na_cfg_engine_name(dev->engine),
                                 na_cfg_built_engines());
+        if (dev->engine == NA_CFG_ENGINE_CSD && (dev->xclbin == NULL || dev->xclbin[0] == '\0'))
+            return na_cfg_errat(p, na_cfg_key_at(dm, "engine"), NA_ERR_INVALID,
+                                "storage node '%s' device %d: engine csd needs xclbin (the CSD "
+                                "kernel's xclbin; for XRT noop write one with `nearattn "
+                                "csd-xclbin --out FILE`)", n->name, cfg->slots[s].dev);
     }
     return NA_OK;
 }
@@ -230,6 +235,9 @@ static void na_cfg_print_slots(const na_cfg_t *cfg, const na_model_config_t *mc,
                 na_cfg_engine_name(d->engine));
         if (d->engine == NA_CFG_ENGINE_CUDA)
             fprintf(f, " (gpu %ld)", d->gpu);
+        if (d->engine == NA_CFG_ENGINE_CSD)
+            fprintf(f, " (device %s, xclbin %s, %ld MiB buffer)", d->csd_device ? d->csd_device
+                    : "0", d->xclbin ? d->xclbin : "(none)", d->csd_mb);
         fprintf(f, ", %ld thread%s, DRAM ", d->threads, d->threads == 1 ? "" : "s");
         na_cfg_print_mib(f, d->dram_mb);
         fprintf(f, ", SSD ");

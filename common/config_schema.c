@@ -160,6 +160,11 @@ static const na_cfg_field_t na_cfg_device_fields[] = {
     INT_(ssd_mb, NA_CFG_REQ, NULL, 1, NA_MB_MAX, "SSD tier budget of the slot, MiB (files under path)"),
     INT_(threads, 0, "1", 1, 1024, "worker threads of the engine"),
     INT_(gpu, 0, "0", 0, 1023, "GPU index for engine cuda"),
+    STR_(csd_device, 0, "0", &na_cfg_host_chars,
+         "engine csd: XRT device index (0, 1, ...) or PCIe BDF (0000:3b:00.1) of the FPGA"),
+    PATH_(xclbin, 0, "engine csd: xclbin of the CSD kernel (required for csd; docs/csd.md)"),
+    INT_(csd_mb, 0, "64", 1, 65536, "engine csd: device buffer for KV pages per launch, MiB"),
+    INT_(csd_timeout_ms, 0, "10000", 1, 3600000, "engine csd: bound on one kernel run"),
     { NULL }
 };
 #undef T

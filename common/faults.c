@@ -10,7 +10,7 @@
 /* The whole spec names only known parts, each once. */
 static int na_faults_check(const char *spec, char *err, size_t errlen)
 {
-    static const char *const names[] = { "kv", "xp", NULL };
+    static const char *const names[] = { "kv", "xp", "csd", NULL };
     unsigned seen = 0;
     const char *s = spec;
 
@@ -27,7 +27,7 @@ static int na_faults_check(const char *spec, char *err, size_t errlen)
                 strncmp(s, names[i], (size_t)(colon - s)) == 0)
                 break;
         if (len > 0 && (colon == NULL || names[i] == NULL)) {
-            snprintf(err, errlen, "NA_FAULTS: unknown part \"%.*s\" (parts: kv, xp)", (int)len,
+            snprintf(err, errlen, "NA_FAULTS: unknown part \"%.*s\" (parts: kv, xp, csd)", (int)len,
                      s);
             return -1;
         }

@@ -278,6 +278,12 @@ static void rm_counters(const na_wire_stats_t *s, rm_counters_t *c)
             c->ssd += sv.value;
         else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".attn_compute_ns"))
             comp += sv.value;
+        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".csd_noop"))
+            c->csd_noop += sv.value;
+        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".csd_launches"))
+            c->csd_launches += sv.value;
+        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".csd_p2p_bytes"))
+            c->csd_p2p += sv.value;
         else if (!strcmp(sv.key, "node.decode_ns"))
             c->dec_ns = sv.value;
         else if (!strcmp(sv.key, "node.attn_threads") && sv.value > 0)
@@ -368,6 +374,9 @@ void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
             if (rm_call(p, j, &m, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, wait_ms, rm_stats_reply,
                         (uintptr_t)&c) == NA_OK) {
                 out->ssd_bytes_read += c.ssd - (nd->base_ok ? nd->base_ssd : 0);
+                out->csd_noop_slots += c.csd_noop;
+                out->csd_launches += c.csd_launches;
+                out->csd_p2p_bytes += c.csd_p2p;
                 if (nd->base_ok && c.dec_ns >= nd->base_dec_ns) {
                     double dec = 1e-9 * (double)(c.dec_ns - nd->base_dec_ns);
                     double att = 1e-9 * (double)(c.comp_ns - nd->base_comp_ns);

@@ -65,6 +65,7 @@ typedef struct {
     uint64_t ssd;                   /* sum of the slots' SSD bytes read */
     uint64_t dec_ns;                /* node.decode_ns */
     uint64_t comp_ns;               /* sum of s<i>.attn_compute_ns / node.attn_threads */
+    uint64_t csd_noop, csd_launches, csd_p2p;   /* s<i>.csd_* summed (engine csd) */
 } rm_counters_t;
 
 typedef struct {

@@ -65,6 +65,10 @@ typedef struct {
     double   attn_s;                   /* attention time the owners reported / measured */
     double   disk_s;                   /* SSD time the owners reported (0 when unknown) */
     uint64_t ssd_bytes_read;           /* from the owners' counters, when known */
+    /* engine csd slots of the owners (since they started; 0 when none) */
+    uint64_t csd_noop_slots;           /* slots running "csd: XRT noop + C model" */
+    uint64_t csd_launches;             /* kernel launches */
+    uint64_t csd_p2p_bytes;            /* KV bytes SSD -> device buffers */
     double   link_rtt_s;               /* median HEARTBEAT round trip to the owners at the
                                           end (remote): the network + dispatch floor of
                                           one attention round trip; 0 when unknown */

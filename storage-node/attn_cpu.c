@@ -481,33 +481,6 @@ static na_status_t cpu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
     return NA_OK;
 }
 
-/* Check an entry against its request before anything is touched. */
-static na_status_t na_attn_entry_check(na_attn_cpu_t *e, const na_attn_entry_t *en,
-                                       na_kv_req_t **r_p)
-{
-    na_kv_req_t *r = na_kv_find(e->store, en->req);
-    int n_kvh;
-
-    if (r == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "unknown request %llu", (unsigned long long)en->req);
-    n_kvh = na_kv_req_n_kvh(r);
-    if (en->layer < 0 || en->layer >= e->kcfg->n_layers)
-        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
-                      (unsigned long long)en->req, en->layer, e->kcfg->n_layers);
-    if (n_kvh > e->cfg.max_kv_heads)
-        return na_err(NA_ERR_RANGE, "request %llu: %d KV heads, the engine takes at most %d",
-                      (unsigned long long)en->req, n_kvh, e->cfg.max_kv_heads);
-    if (en->n_kv_heads != n_kvh || en->n_q_heads != n_kvh * e->cfg.group)
-        return na_err(NA_ERR_INVALID, "request %llu: shapes disagree: %d query / %d KV heads "
-                      "sent, slot holds %d KV heads x group %d", (unsigned long long)en->req,
-                      en->n_q_heads, en->n_kv_heads, n_kvh, e->cfg.group);
-    if (en->q == NULL || en->o == NULL || (en->k_new == NULL) != (en->v_new == NULL))
-        return na_err(NA_ERR_INVALID, "request %llu: missing q, o, k_new or v_new",
-                      (unsigned long long)en->req);
-    *r_p = r;
-    return na_kv_req_check(r);
-}
-
 /* Build item and queue its granules (loop thread). */
 static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r)
 {
@@ -612,7 +585,7 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
         pthread_mutex_lock(&e->mu);
         b->items[b->n++] = it;
         pthread_mutex_unlock(&e->mu);
-        st = na_attn_entry_check(e, en, &r);
+        st = na_attn_entry_check(e->store, &e->cfg, en, &r);
         if (st == NA_OK)
             st = na_attn_item_start(e, it, r);
         if (st != NA_OK) {

@@ -7,10 +7,16 @@
 #include "storage-node/attn_engine.h"
 
 extern const na_attn_engine_ops_t na_attn_cpu_ops;    /* attn_cpu.c */
+#if NA_HAVE_CSD_ENGINE
+extern const na_attn_engine_ops_t na_attn_csd_ops;    /* attn_csd.c */
+#endif
 
 /* Indexed by na_engine_id_t; NULL = not built (must agree with the registry). */
 static const na_attn_engine_ops_t *const na_attn_impl[NA_ENGINE_COUNT] = {
     [NA_ENGINE_CPU] = &na_attn_cpu_ops,
+#if NA_HAVE_CSD_ENGINE
+    [NA_ENGINE_CSD] = &na_attn_csd_ops,
+#endif
 };
 
 void na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg)
@@ -24,6 +30,9 @@ void na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg)
     cfg->io_depth = 32;
     cfg->prefetch_layers = 1;
     cfg->kernels = "cpu";
+    cfg->csd_device = "0";
+    cfg->csd_bytes = 64ull << 20;
+    cfg->csd_timeout_ms = 10000;
 }
 
 int na_attn_engine_has(int id)
@@ -85,6 +94,33 @@ na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b)
 void na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out)
 {
     e->ops->stats(e, out);
+}
+
+na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
+                                const na_attn_entry_t *en, na_kv_req_t **r_p)
+{
+    na_kv_req_t *r = na_kv_find(store, en->req);
+    const int n_layers = na_kv_store_cfg(store)->n_layers;
+    int n_kvh;
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "unknown request %llu", (unsigned long long)en->req);
+    n_kvh = na_kv_req_n_kvh(r);
+    if (en->layer < 0 || en->layer >= n_layers)
+        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
+                      (unsigned long long)en->req, en->layer, n_layers);
+    if (n_kvh > cfg->max_kv_heads)
+        return na_err(NA_ERR_RANGE, "request %llu: %d KV heads, the engine takes at most %d",
+                      (unsigned long long)en->req, n_kvh, cfg->max_kv_heads);
+    if (en->n_kv_heads != n_kvh || en->n_q_heads != n_kvh * cfg->group)
+        return na_err(NA_ERR_INVALID, "request %llu: shapes disagree: %d query / %d KV heads "
+                      "sent, slot holds %d KV heads x group %d", (unsigned long long)en->req,
+                      en->n_q_heads, en->n_kv_heads, n_kvh, cfg->group);
+    if (en->q == NULL || en->o == NULL || (en->k_new == NULL) != (en->v_new == NULL))
+        return na_err(NA_ERR_INVALID, "request %llu: missing q, o, k_new or v_new",
+                      (unsigned long long)en->req);
+    *r_p = r;
+    return na_kv_req_check(r);
 }
 
 const char *na_attn_engine_kind(const na_attn_engine_t *e)

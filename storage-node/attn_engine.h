@@ -19,8 +19,9 @@
  * Engines are an ops table (na_attn_engine_ops_t: create / begin / submit /
  * close / test / wait / stats / destroy) chosen per slot by name; the names
  * and which are built come from the one registry, common/engines.h. "cpu"
- * is the implementation here (attn_cpu.c); "cuda" and "csd" are known names
- * refused with NA_ERR_UNSUPPORTED until they are built.
+ * is the implementation here (attn_cpu.c); "csd" (attn_csd.c, built with
+ * XRT) runs the kernel of kernels/csd on the FPGA beside the slot's SSD;
+ * a known name not built is refused with NA_ERR_UNSUPPORTED.
  *
  * CPU engine: the context of an entry is cut into granules of split_tokens
  * tokens (flash-decoding); each granule's online-softmax partial is computed
@@ -71,6 +72,11 @@ typedef struct {
     const char        *kernels;         /* kernels backend name, "cpu" */
     na_kv_io_factory_t io_factory;      /* NULL = io_uring */
     void              *io_arg;
+    /* engine csd (attn_csd.c): the FPGA beside the slot's SSD */
+    const char        *csd_device;      /* XRT device index ("0") or PCIe BDF */
+    const char        *csd_xclbin;      /* xclbin path (NULL: the slot fails every entry) */
+    uint64_t           csd_bytes;       /* device buffer for KV pages per launch */
+    int                csd_timeout_ms;  /* bound on one kernel run */
 } na_attn_engine_cfg_t;
 
 typedef struct na_attn_engine na_attn_engine_t;
@@ -84,6 +90,12 @@ typedef struct {
     uint64_t tokens;                 /* context tokens attended */
     uint64_t compute_ns;             /* worker time in attention kernels (all workers) */
     uint64_t batch_ns;               /* begin -> wait returned, summed over batches */
+    /* engine csd */
+    uint64_t csd_noop;               /* 1: XRT noop + C model (never hardware) */
+    uint64_t csd_launches;           /* kernel runs */
+    uint64_t csd_launch_ns;          /* xrtRunStart -> wait returned, summed */
+    uint64_t csd_p2p_bytes;          /* KV read SSD -> device buffer (pread into the P2P map) */
+    uint64_t csd_host_bytes;         /* KV copied host DRAM -> device buffer */
 } na_attn_stats_t;
 
 /* One engine implementation. Every call is made from the slot's loop
@@ -142,6 +154,11 @@ na_status_t na_attn_batch_test(na_attn_engine_t *e, na_attn_batch_t *b, int wait
 na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b);
 
 void        na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out);
+/* Check an entry against its request before anything is touched (every
+ * engine's submit): the request is open and not failed, layer and shapes
+ * agree, q/o/k_new/v_new given. On NA_OK *r_p is the request. */
+na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
+                                const na_attn_entry_t *en, na_kv_req_t **r_p);
 const char *na_attn_engine_kind(const na_attn_engine_t *e);
 
 #endif /* NA_ATTN_ENGINE_H */

@@ -224,6 +224,9 @@ static const nd_counter_t nd_slot_counters[] = {
     { "attn_tokens",       offsetof(na_slot_stats_t, attn.tokens) },
     { "prefetch_hits",     offsetof(na_slot_stats_t, attn.prefetch_hits) },
     { "attn_compute_ns",   offsetof(na_slot_stats_t, attn.compute_ns) },
+    { "csd_noop",          offsetof(na_slot_stats_t, attn.csd_noop) },
+    { "csd_launches",      offsetof(na_slot_stats_t, attn.csd_launches) },
+    { "csd_p2p_bytes",     offsetof(na_slot_stats_t, attn.csd_p2p_bytes) },
 };
 
 static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
@@ -247,6 +250,9 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
         char key[NA_WIRE_STATS_KEY_MAX];
         na_slot_stats(n->slots[s], &ss);
         for (i = 0; i < sizeof(nd_slot_counters) / sizeof(nd_slot_counters[0]); i++) {
+            if (!strncmp(nd_slot_counters[i].key, "csd_", 4) && ss.attn.csd_noop == 0 &&
+                ss.attn.csd_launches == 0)
+                continue;               /* engine csd keys only for csd slots */
             snprintf(key, sizeof(key), "s%d.%s", s, nd_slot_counters[i].key);
             nd_stat(v, &k, NA_WIRE_STATS_MAX, key,
                     *(const uint64_t *)((const char *)&ss + nd_slot_counters[i].off));

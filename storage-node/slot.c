@@ -75,6 +75,13 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     ec.prefetch_layers = c->prefetch_layers;
     ec.io_factory = c->io_factory;
     ec.io_arg = c->io_arg;
+    if (dev->csd_device != NULL)
+        ec.csd_device = dev->csd_device;
+    ec.csd_xclbin = dev->csd_xclbin;
+    if (dev->csd_bytes > 0)
+        ec.csd_bytes = dev->csd_bytes;
+    if (dev->csd_timeout_ms > 0)
+        ec.csd_timeout_ms = dev->csd_timeout_ms;
     st = na_attn_engine_create(dev->engine ? dev->engine : "cpu", s->store, &ec, &s->engine);
     if (st != NA_OK)
         goto err_destroy_store;

@@ -51,6 +51,11 @@ typedef struct {
     uint64_t    dram_bytes;   /* dram_mb */
     uint64_t    ssd_bytes;    /* ssd_mb; 0 = DRAM only */
     int         threads;      /* engine workers; the slot takes max(this, common) */
+    /* engine csd (attn_engine.h): device, xclbin, buffer, run timeout */
+    const char *csd_device;   /* NULL = "0" */
+    const char *csd_xclbin;
+    uint64_t    csd_bytes;    /* 0 = default */
+    int         csd_timeout_ms; /* 0 = default */
 } na_slot_dev_t;
 
 typedef struct na_slot na_slot_t;

@@ -62,6 +62,10 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
         dev->dram_bytes = (uint64_t)d->dram_mb << 20;
         dev->ssd_bytes = (uint64_t)d->ssd_mb << 20;
         dev->threads = (int)(d->threads > 0 ? d->threads : 1);
+        dev->csd_device = d->csd_device;
+        dev->csd_xclbin = d->xclbin;
+        dev->csd_bytes = (uint64_t)d->csd_mb << 20;
+        dev->csd_timeout_ms = (int)d->csd_timeout_ms;
     }
     spec->n_devs = n;
     return NA_OK;

@@ -73,7 +73,7 @@ static void test_registry(void)
                      "engine %s: registry says built %d, the engine table %d",
                      na_engine_names[id], na_engine_built(id), na_attn_engine_has(id));
     }
-    NA_CHECK(!strcmp(na_engines_built(), "cpu"));
+    NA_CHECK(!strncmp(na_engines_built(), "cpu", 3));
     NA_CHECK_OK(na_engine_check("cpu"));
     NA_CHECK(na_engine_check("cuda") == NA_ERR_UNSUPPORTED);
     NA_CHECK_MSG(strstr(na_errmsg(), "'cuda' is not built") && strstr(na_errmsg(), "built: cpu"),
@@ -92,7 +92,9 @@ static void test_registry(void)
     kc.io_depth = 8;
     NA_CHECK_OK(na_kv_store_create(&kc, &store));
     na_attn_engine_cfg_default(&ec);
+#if !NA_HAVE_CSD_ENGINE
     NA_CHECK(na_attn_engine_create("csd", store, &ec, &e) == NA_ERR_UNSUPPORTED);
+#endif
     NA_CHECK(na_attn_engine_create("warp", store, &ec, &e) == NA_ERR_NOT_FOUND);
     NA_CHECK(e == NULL);
     NA_CHECK_OK(na_attn_engine_create("cpu", store, &ec, &e));
