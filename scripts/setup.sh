@@ -39,6 +39,8 @@ install_node_pkgs() {
             echo "setup: need root to apt-get install npm (for the openai package)" >&2
             exit 1
         fi
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
         apt-get install -y -qq --no-install-recommends npm >/dev/null
     fi
     [ -f "$dir/node_modules/openai/package.json" ] && return 0
