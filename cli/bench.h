@@ -43,5 +43,6 @@ int na_cli_bench_kernels(int argc, char **argv);    /* cli/bench_kernels.c */
 int na_cli_bench_storage(int argc, char **argv);    /* cli/bench_storage.c */
 int na_cli_bench_transport(int argc, char **argv);  /* cli/bench_transport.c */
 int na_cli_bench_e2e(int argc, char **argv);        /* cli/bench_e2e.c */
+int na_cli_bench_serve(int argc, char **argv);      /* cli/bench_serve.c */
 
 #endif /* NA_CLI_BENCH_H */

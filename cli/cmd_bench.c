@@ -14,6 +14,7 @@ static const na_cli_cmd_t na_cli_bench_kinds[] = {
     { "storage", "attention over SSD KV vs best O_DIRECT read, over DRAM KV vs STREAM copy", na_cli_bench_storage },
     { "transport", "message round trip and bandwidth vs ucx_perftest", na_cli_bench_transport },
     { "e2e", "decode tok/s monolithic vs offload, t_m/t_a, pipelining gain vs ideal", na_cli_bench_e2e },
+    { "serve", "HTTP serving: tok/s, TTFT, ITL at concurrency 1..64 vs nearattn run", na_cli_bench_serve },
     { NULL, NULL, NULL }
 };
 
