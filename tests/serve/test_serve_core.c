@@ -1,0 +1,125 @@
+/* tests/serve/test_serve_core.c — the serve core without a cluster: UTF-8
+ * holding and cleaning (serve/gen.h), chat template detection and rendering
+ * (serve/chat.h), OpenAI request parsing and the response objects
+ * (serve/oai.h, jansson). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/chat.h"
+#include "serve/gen.h"
+#include "serve/oai.h"
+#include "tests/testutil.h"
+
+static void test_utf8(void)
+{
+    char out[64];
+    size_t n;
+
+    NA_CHECK(na_sg_utf8_complete("abc", 3) == 3);
+    NA_CHECK(na_sg_utf8_complete("a\xE2\x82", 3) == 1);        /* € cut after 2 bytes */
+    NA_CHECK(na_sg_utf8_complete("a\xE2\x82\xAC", 4) == 4);
+    NA_CHECK(na_sg_utf8_complete("a\xF0", 2) == 1);
+    NA_CHECK(na_sg_utf8_complete("a\x80", 2) == 2);            /* stray: cleaned later */
+    n = na_sg_utf8_clean("a\xFF" "b", 3, out);
+    NA_CHECK(n == 5 && !memcmp(out, "a\xEF\xBF\xBD" "b", 5));
+    n = na_sg_utf8_clean("\xED\xA0\x80", 3, out);               /* a surrogate */
+    NA_CHECK(n == 9);
+    n = na_sg_utf8_clean("\xE2\x82\xAC", 3, out);
+    NA_CHECK(n == 3 && !memcmp(out, "\xE2\x82\xAC", 3));
+}
+
+static void test_chat(void)
+{
+    na_chat_msg_t m[3] = { { "system", "Be brief." }, { "user", "Hi" },
+                           { "assistant", "Hello" } };
+    na_chat_msg_t bad = { "tool", "x" };
+    na_chat_t t;
+    char *s = NULL;
+
+    NA_CHECK_OK(na_chat_detect("{% for m in messages %}<|im_start|>{{ m.role }}", &t));
+    NA_CHECK(t == NA_CHAT_CHATML);
+    NA_CHECK_OK(na_chat_detect("<|start_header_id|>", &t));
+    NA_CHECK(t == NA_CHAT_LLAMA3);
+    NA_CHECK_OK(na_chat_detect("{{ bos_token + '[INST] ' }}", &t));
+    NA_CHECK(t == NA_CHAT_LLAMA2);
+    NA_CHECK(na_chat_detect("{{ messages }}", &t) == NA_ERR_NOT_FOUND);
+    NA_CHECK(na_chat_lookup("nope", &t) == NA_ERR_NOT_FOUND);
+    NA_CHECK_OK(na_chat_render(NA_CHAT_CHATML, m, 2, &s));
+    NA_CHECK(s && !strcmp(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
+                             "<|im_end|>\n<|im_start|>assistant\n"));
+    free(s);
+    NA_CHECK_OK(na_chat_render(NA_CHAT_LLAMA2, m, 3, &s));
+    NA_CHECK(s && !strcmp(s, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s>"));
+    free(s);
+    NA_CHECK(na_chat_render(NA_CHAT_LLAMA3, &bad, 1, &s) == NA_ERR_INVALID);
+}
+
+/* Parse a NUL-terminated body. */
+static int parse(na_oai_kind_t k, const char *body, const na_chat_t *chat, const char *why,
+                 na_oai_req_t *r, na_oai_error_t *e)
+{
+    return na_oai_parse(k, body, strlen(body), chat, why, r, e);
+}
+
+static void test_oai_parse(void)
+{
+    na_chat_t chatml = NA_CHAT_CHATML;
+    na_oai_error_t e;
+    na_oai_req_t r;
+    const char *ok = "{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":5,\"temperature\":0,"
+                     "\"seed\":7,\"stop\":[\"a\",\"b\"],\"stream\":true,\"unknown\":{\"x\":1},"
+                     "\"stream_options\":{\"include_usage\":true}}";
+
+    NA_CHECK(parse(NA_OAI_COMPLETION, ok, NULL, NULL, &r, &e) == 0);
+    NA_CHECK(r.text && !strcmp(r.text, "Once") && r.max_tokens == 5 && r.temperature == 0.0 &&
+             r.seed_given && r.seed == 7 && r.n_stop == 2 && r.stream && r.include_usage);
+    na_oai_req_free(&r);
+    NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":", NULL, NULL, &r, &e) == 400);
+    NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", NULL, NULL,
+                   &r, &e) == 400 && !strcmp(e.param, "max_tokens"));
+    NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", NULL, NULL, &r,
+                          &e) == 400 && !strcmp(e.param, "n"));
+    NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":-3}", NULL,
+                          NULL, &r, &e) == 0 && r.max_tokens == 0);
+    na_oai_req_free(&r);
+    NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"\xff\"}", NULL, NULL, &r,
+                          &e) == 400);                         /* invalid UTF-8 */
+    NA_CHECK(parse(NA_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+                          NULL, "no template", &r, &e) == 400 &&
+             strstr(e.message, "no template") != NULL);
+    NA_CHECK(parse(NA_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                          "\"text\",\"text\":\"Hi\"}]}]}", &chatml, NULL, &r, &e) == 0);
+    NA_CHECK(r.text && strstr(r.text, "<|im_start|>user\nHi") != NULL && r.n_stop == 1 &&
+             !strcmp(r.stop[0], "<|im_end|>"));
+    na_oai_req_free(&r);
+}
+
+static void test_oai_build(void)
+{
+    na_oai_error_t e;
+    char *s;
+
+    na_oai_error_set(&e, 400, "invalid_request_error", NULL, "n", "only n = %d", 1);
+    s = na_oai_dump(na_oai_error_json(&e));
+    NA_CHECK(s && !strcmp(s, "{\"error\":{\"message\":\"only n = 1\",\"type\":"
+                             "\"invalid_request_error\",\"param\":\"n\",\"code\":null}}"));
+    free(s);
+    s = na_oai_dump(na_oai_response(NA_OAI_CHAT, "id1", 5, "m", "a\"b", 3, "stop",
+                                    na_oai_usage(3, 2)));
+    NA_CHECK(s && strstr(s, "\"content\":\"a\\\"b\"") && strstr(s, "\"total_tokens\":5") &&
+             strstr(s, "\"object\":\"chat.completion\""));
+    free(s);
+    s = na_oai_dump(na_oai_chunk(NA_OAI_CHAT, "id1", 5, "m", NULL, 0, 0, NULL,
+                                 na_oai_usage(3, 2), 1));
+    NA_CHECK(s && strstr(s, "\"choices\":[]") && strstr(s, "\"usage\""));
+    free(s);
+}
+
+int main(void)
+{
+    test_utf8();
+    test_chat();
+    test_oai_parse();
+    test_oai_build();
+    return na_test_finish();
+}
