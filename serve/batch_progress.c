@@ -20,6 +20,7 @@ void na_batch_progress_init(na_batch_progress_t *p, FILE *f, long total, long be
     p->before = p->done = before;
     p->failed = p->tokens = 0;
     p->drawn = 0;
+    p->shown_done = p->shown_tokens = -1;
 }
 
 /* "1h02m", "3m07s", "12s" into buf; "?" when unknown. */
@@ -65,6 +66,8 @@ static void bp_print(na_batch_progress_t *p, double now)
     }
     fflush(p->f);
     p->last = now;
+    p->shown_done = p->done;
+    p->shown_tokens = p->tokens;
 }
 
 void na_batch_progress_update(na_batch_progress_t *p, long done, long failed, long tokens,
@@ -90,7 +93,8 @@ void na_batch_progress_clear(na_batch_progress_t *p)
 
 void na_batch_progress_end(na_batch_progress_t *p)
 {
-    bp_print(p, na_now_s());
+    if (p->shown_done != p->done || p->shown_tokens != p->tokens || (p->tty && !p->drawn))
+        bp_print(p, na_now_s());
     if (p->tty) {
         fputc('\n', p->f);
         p->drawn = 0;

@@ -18,6 +18,7 @@ typedef struct {
     long   done, failed;  /* done so far (before included), of which failed in this run */
     long   tokens;        /* tokens generated in this run */
     int    drawn;         /* a bar is on the terminal line */
+    long   shown_done, shown_tokens;   /* the counts last printed (-1: none yet) */
 } na_batch_progress_t;
 
 /* Start: tty from isatty(fileno(f)) unless force_plain. */
@@ -29,7 +30,8 @@ void na_batch_progress_update(na_batch_progress_t *p, long done, long failed, lo
 /* Take the bar off the line (before other stderr output) so the next
  * update redraws it below. */
 void na_batch_progress_clear(na_batch_progress_t *p);
-/* The last report (forced), ended with a newline on a terminal. */
+/* The last report (unless the last one printed showed the same counts),
+ * ended with a newline on a terminal. */
 void na_batch_progress_end(na_batch_progress_t *p);
 
 #endif /* NA_BATCH_PROGRESS_H */

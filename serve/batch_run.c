@@ -305,7 +305,7 @@ na_status_t na_batch_run(const na_batch_in_t *in, na_batch_out_t *out,
         }
     }
     free(br.slots);
-    br_progress(&br, tok0, 1);
+    br_progress(&br, tok0, 0);                /* the counts (na_batch_progress_end prints) */
     s->not_started = s->total - s->before - s->ok - s->failed;
     s->wall_s = na_now_s() - t0;
     if (st == NA_OK && stopping && s->not_started > 0)
