@@ -114,7 +114,9 @@ static void br_on_end(void *user, const na_sg_end_t *end)
     br_t *br = j->br;
     na_status_t st = NA_OK;
 
-    if (end->finish == NA_SG_CANCELLED)
+    /* cancelled, or failed after a signal (a terminal's Ctrl-C reaches the
+     * storage nodes started here too): no record, a resumed run redoes it */
+    if (end->finish == NA_SG_CANCELLED || (end->finish == NA_SG_ERROR && *br->o->n_sigs > 0))
         br->s->cancelled++;
     else if (br->err == NA_OK)
         st = br_record(br, j, end);

@@ -20,8 +20,11 @@
  * Stopping: *stop_sig set by a signal handler and *n_sigs counted there.
  * The first SIGINT stops admitting and lets the jobs in flight finish (their
  * records are written); a second SIGINT, or SIGTERM, cancels them (no
- * record: a resumed run does them again). Either way the results file holds
- * whole lines only and NA_ERR_CANCELED is returned. */
+ * record: a resumed run does them again). A job that fails after a signal
+ * gets no record either (a terminal's Ctrl-C also reaches the storage nodes
+ * started in its process group: their jobs fail and are redone on resume).
+ * Either way the results file holds whole lines only and NA_ERR_CANCELED is
+ * returned. */
 #ifndef NA_BATCH_RUN_H
 #define NA_BATCH_RUN_H
 
