@@ -21,6 +21,7 @@ int na_cmd_bench(int argc, char **argv);        /* cli/cmd_bench.c */
 int na_cmd_gen_model(int argc, char **argv);    /* cli/cmd_gen_model.c */
 int na_cmd_node(int argc, char **argv);         /* cli/cmd_node.c */
 int na_cmd_launch(int argc, char **argv);       /* cli/cmd_launch.c */
+int na_cmd_serve(int argc, char **argv);        /* cli/cmd_serve.c */
 int na_cmd_batch(int argc, char **argv);        /* cli/cmd_batch.c */
 
 /* Parse a whole decimal integer / float from a flag value; on failure print
@@ -48,5 +49,8 @@ int na_cli_lookup(const char *const *names, int n, const char *s);
 /* The shared/ folder: $NA_SHARED_DIR, else ../shared relative to the
  * executable's repository, else ../shared relative to the cwd. Static buffer. */
 const char *na_cli_shared_dir(void);
+/* The source tree holding cluster-configs/: $NA_SOURCE_DIR, else "." when it has
+ * cluster-configs/local.yaml, else above the executable (build/cli/nearattn). Static buffer. */
+const char *na_cli_source_dir(void);
 
 #endif /* NA_CLI_H */

@@ -128,6 +128,18 @@ static int na_batch_parse(int argc, char **argv, na_batch_args_t *a)
                 "batch --help')\n");
         return 2;
     }
+    if (a->mode != NULL && strcmp(a->mode, "offload") && strcmp(a->mode, "monolithic") &&
+        strcmp(a->mode, "kv-fetch")) {
+        fprintf(stderr, "nearattn batch: unknown mode '%s' (use offload, monolithic or "
+                "kv-fetch)\n", a->mode);
+        return 2;
+    }
+    if (a->cluster != NULL && strcmp(a->cluster, "start") && strcmp(a->cluster, "connect") &&
+        strcmp(a->cluster, "inproc")) {
+        fprintf(stderr, "nearattn batch: unknown --cluster '%s' (use start, connect or "
+                "inproc)\n", a->cluster);
+        return 2;
+    }
     if (!strcmp(progress, "plain"))
         a->plain = 1;
     else if (!strcmp(progress, "none"))
@@ -211,8 +223,11 @@ int na_cmd_batch(int argc, char **argv)
                 "nothing to do\n", in->n, a.output);
         goto done;
     }
-    snprintf(cfg_path, sizeof(cfg_path), "%s", a.config != NULL ? a.config :
-             "cluster-configs/local.yaml");
+    if (a.config != NULL)
+        snprintf(cfg_path, sizeof(cfg_path), "%s", a.config);
+    else
+        snprintf(cfg_path, sizeof(cfg_path), "%s/cluster-configs/local.yaml",
+                 na_cli_source_dir());
     st = na_cfg_load(cfg_path, &cfg);
     if (st != NA_OK)
         goto fail;

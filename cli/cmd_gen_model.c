@@ -31,6 +31,7 @@ static void na_gen_model_usage(FILE *f, const na_genmodel_opts_t *d)
         "  --rms-eps X         RMSNorm epsilon (default %g)\n"
         "  --untied            separate output classifier (default: tied to embeddings)\n"
         "  --format F          llama2c, gguf or both (default both)\n"
+        "  --chat-template T   GGUF: store T as tokenizer.chat_template (Jinja text)\n"
         "  --quiet             no progress lines\n"
         "  --help              this text\n\n"
         "example (the 15M-parameter shape of llama2.c's stories15M):\n"
@@ -85,12 +86,15 @@ int na_cmd_gen_model(int argc, char **argv)
         }
         if (val == NULL && (!strcmp(a, "--out") || !strcmp(a, "--dtype") ||
                             !strcmp(a, "--seed") || !strcmp(a, "--format") ||
-                            !strcmp(a, "--rope-theta") || !strcmp(a, "--rms-eps"))) {
+                            !strcmp(a, "--rope-theta") || !strcmp(a, "--rms-eps") ||
+                            !strcmp(a, "--chat-template"))) {
             fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, a);
             return 2;
         }
         if (!strcmp(a, "--out")) {
             out = val;
+        } else if (!strcmp(a, "--chat-template")) {
+            o.chat_template = val;
         } else if (!strcmp(a, "--dtype")) {
             int t = na_dtype_parse(val);
             if (t < 0) {

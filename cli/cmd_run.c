@@ -566,33 +566,6 @@ static void na_run_on_error(void *user, const na_request_t *q, na_status_t st, c
             na_status_string(st), why);
 }
 
-/* The source tree holding cluster-configs/: $NA_SOURCE_DIR, else "." when
- * it has cluster-configs/local.yaml, else two levels above the executable
- * (build/cli/nearattn). */
-static const char *na_run_source_dir(void)
-{
-    static char buf[2048];
-    const char *s = getenv("NA_SOURCE_DIR");
-    ssize_t len;
-    int up;
-
-    if (s != NULL && s[0])
-        return s;
-    if (access("cluster-configs/local.yaml", R_OK) == 0)
-        return ".";
-    len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (len <= 0)
-        return ".";
-    buf[len] = '\0';
-    for (up = 0; up < 3; up++) {
-        char *slash = strrchr(buf, '/');
-        if (slash == NULL)
-            return ".";
-        *slash = '\0';
-    }
-    return buf;
-}
-
 /* Release everything na_cmd_run acquired (any subset), in reverse order, and
  * remove a generated fallback model. Never fails. */
 static void na_run_cleanup(na_run_t *r)
@@ -651,7 +624,7 @@ int na_cmd_run(int argc, char **argv)
             snprintf(r.cfg_path, sizeof(r.cfg_path), "%s", a.config);
         else
             snprintf(r.cfg_path, sizeof(r.cfg_path), "%s/cluster-configs/local.yaml",
-                     na_run_source_dir());
+                     na_cli_source_dir());
         st = na_cfg_load(r.cfg_path, &r.cfg);
         if (st != NA_OK)
             goto out_fail;

@@ -12,6 +12,7 @@ static const na_cli_cmd_t na_cli_cmds[] = {
     { "gen-model", "write a deterministic random-weight model (llama2.c and/or GGUF)", na_cmd_gen_model },
     { "node",      "run one node of a cluster layout (rank from --name/--rank or mpirun/srun)", na_cmd_node },
     { "launch",    "start every node of a layout (fork/exec here, or mpirun for several hosts)", na_cmd_launch },
+    { "serve",     "OpenAI-compatible HTTP server over the long-lived engine (docs/serve.md)", na_cmd_serve },
     { "batch",     "run an OpenAI batch file (JSONL) with progress and resume", na_cmd_batch },
     { NULL, NULL, NULL }
 };

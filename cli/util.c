@@ -141,3 +141,30 @@ const char *na_cli_shared_dir(void)
     }
     return "../shared";
 }
+
+/* The source tree holding cluster-configs/: $NA_SOURCE_DIR, else "." when
+ * it has cluster-configs/local.yaml, else two levels above the executable
+ * (build/cli/nearattn). */
+const char *na_cli_source_dir(void)
+{
+    static char buf[2048];
+    const char *s = getenv("NA_SOURCE_DIR");
+    ssize_t len;
+    int up;
+
+    if (s != NULL && s[0])
+        return s;
+    if (access("cluster-configs/local.yaml", R_OK) == 0)
+        return ".";
+    len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (len <= 0)
+        return ".";
+    buf[len] = '\0';
+    for (up = 0; up < 3; up++) {
+        char *slash = strrchr(buf, '/');
+        if (slash == NULL)
+            return ".";
+        *slash = '\0';
+    }
+    return buf;
+}

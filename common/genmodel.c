@@ -428,7 +428,10 @@ static na_status_t na_gm_gguf_meta(na_gguf_writer_t *w, const na_genmodel_opts_t
         (st = na_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1)) != NA_OK ||
         (st = na_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 2)) != NA_OK)
         return st;
-    return na_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    st = na_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (st == NA_OK && o->chat_template != NULL)
+        st = na_gguf_writer_kv_str(w, "tokenizer.chat_template", o->chat_template);
+    return st;
 }
 
 /* Pieces with ' ' spelled U+2581, as SentencePiece GGUF vocabularies are. */

@@ -41,6 +41,7 @@ typedef struct na_genmodel_opts {
     int        write_llama2c;       /* write P.bin + P.tok.bin */
     int        write_gguf;          /* write P.gguf */
     int        progress;            /* print progress lines to stderr */
+    const char *chat_template;      /* GGUF tokenizer.chat_template (Jinja text), or NULL */
 } na_genmodel_opts_t;
 
 /* Fill o with the defaults: a small model (dim 64, hidden 172, 2 layers,

@@ -29,6 +29,24 @@ install_deps() {
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The official openai npm package for the serve tests (tests/serve/), installed
+# outside the sources: $NA_NODE_DIR (default ~/.cache/nearattn/node), which
+# CMake passes to those tests. Debian's npm only when the npm command is missing.
+install_node_pkgs() {
+    local dir=${NA_NODE_DIR:-$HOME/.cache/nearattn/node}
+    if ! command -v npm >/dev/null 2>&1; then
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "setup: need root to apt-get install npm (for the openai package)" >&2
+            exit 1
+        fi
+        apt-get install -y -qq --no-install-recommends npm >/dev/null
+    fi
+    [ -f "$dir/node_modules/openai/package.json" ] && return 0
+    echo "setup: installing the openai npm package into $dir"
+    mkdir -p "$dir"
+    npm install --no-audit --no-fund --prefix "$dir" 'openai@^4' >/dev/null
+}
+
 build() {  # build DIR [cmake args...]
     local dir=$1; shift
     cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
@@ -46,6 +64,7 @@ run)
     ./build/cli/nearattn run --prompt "Once upon a time" --temp 0 -n 256
     ;;
 test)
+    install_node_pkgs
     # CI builds with warnings as errors (-DNA_WERROR=ON)
     build build -DCMAKE_BUILD_TYPE=Release -DNA_WERROR=ON
     (cd build && ctest --output-on-failure -j "$jobs")

@@ -1,0 +1,359 @@
+/* serve/http_engine.c — the engine thread of the HTTP server (see http.h):
+ * takes queued requests, submits them as jobs, forwards cancellations, runs
+ * the engine in short slices, and turns each job's text and end into its
+ * request's output (server-sent events or a whole response); and the
+ * /metrics page. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "serve/http_internal.h"
+
+#define NA_SRV_SLICE_MS 10     /* engine slice while jobs run */
+#define NA_SRV_IDLE_MS  50     /* wait for work when idle */
+
+int na_hreq_put(na_hreq_t *r, const char *s, size_t n)
+{
+    if (r->n_out + n + 1 > r->cap_out) {
+        size_t cap = 2 * (r->n_out + n + 1) + 256;
+        char *p = realloc(r->out, cap);
+        if (p == NULL)
+            return -1;
+        r->out = p;
+        r->cap_out = cap;
+    }
+    memcpy(r->out + r->n_out, s, n);
+    r->n_out += n;
+    r->out[r->n_out] = '\0';
+    return 0;
+}
+
+void na_hreq_unref(na_hreq_t *r)
+{
+    if (--r->refs > 0)
+        return;
+    pthread_cond_destroy(&r->cv);
+    na_oai_req_free(&r->oai);
+    free(r->body);
+    free(r->out);
+    free(r);
+}
+
+/* "data: JSON\n\n" of j (released) into r's stream (lock held). */
+static void srv_event(na_hreq_t *r, json_t *j)
+{
+    char *s = na_oai_dump(j);
+    if (s == NULL)
+        return;
+    na_hreq_put(r, "data: ", 6);
+    na_hreq_put(r, s, strlen(s));
+    na_hreq_put(r, "\n\n", 2);
+    free(s);
+}
+
+static void srv_on_text(void *user, const char *text, size_t len)
+{
+    na_hreq_t *r = user;
+    na_srv_t *s = r->s;
+    double now = na_now_s();
+
+    pthread_mutex_lock(&s->mu);
+    if (r->n_pieces++ == 0)
+        na_hist_observe(&s->ttft, now - r->t_arrive);
+    else
+        na_hist_observe(&s->itl, now - r->t_last);
+    r->t_last = now;
+    if (r->oai.stream) {
+        srv_event(r, na_oai_chunk(r->oai.kind, r->id, r->created, s->model, text, len,
+                                  !r->role_sent, NULL, NULL, 0));
+        r->role_sent = 1;
+    } else {
+        na_hreq_put(r, text, len);
+    }
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The error of a job that ended badly (timeout, cancel, failure). */
+static void srv_end_error(na_hreq_t *r, const na_sg_end_t *e, na_oai_error_t *err)
+{
+    if (r->timed_out)
+        na_oai_error_set(err, 504, "timeout", "request_timeout", NULL,
+                         "the request ran past the server's limit of %d s",
+                         r->s->o.timeout_s);
+    else if (e->finish == NA_SG_CANCELLED)
+        na_oai_error_set(err, 499, "cancelled", NULL, NULL, "the request was cancelled");
+    else
+        na_oai_error_set(err, 500, "server_error", NULL, NULL, "generation failed: %s",
+                         e->error != NULL ? e->error : "unknown error");
+}
+
+static void srv_on_end(void *user, const na_sg_end_t *e)
+{
+    na_hreq_t *r = user;
+    na_srv_t *s = r->s;
+    int ok = e->finish == NA_SG_STOP || e->finish == NA_SG_LENGTH;
+    const char *finish = na_sg_finish_name(e->finish);
+    na_oai_error_t err;
+
+    if (!ok)
+        srv_end_error(r, e, &err);
+    pthread_mutex_lock(&s->mu);
+    if (r->oai.stream) {
+        if (ok) {
+            srv_event(r, na_oai_chunk(r->oai.kind, r->id, r->created, s->model, NULL, 0,
+                                      !r->role_sent, finish, NULL, 0));
+            if (r->oai.include_usage)
+                srv_event(r, na_oai_chunk(r->oai.kind, r->id, r->created, s->model, NULL, 0,
+                                          0, NULL, na_oai_usage(e->prompt_tokens,
+                                                                e->completion_tokens), 1));
+        } else {
+            srv_event(r, na_oai_error_json(&err));
+        }
+        na_hreq_put(r, "data: [DONE]\n\n", 14);
+    } else {
+        char *body;
+        if (ok) {
+            body = na_oai_dump(na_oai_response(r->oai.kind, r->id, r->created, s->model,
+                                               r->out != NULL ? r->out : "", r->n_out, finish,
+                                               na_oai_usage(e->prompt_tokens,
+                                                            e->completion_tokens)));
+            r->http = 200;
+        } else {
+            body = na_oai_dump(na_oai_error_json(&err));
+            r->http = err.http;
+        }
+        r->n_out = 0;
+        if (body != NULL) {
+            na_hreq_put(r, body, strlen(body));
+            free(body);
+        } else {
+            r->http = 500;
+        }
+    }
+    if (r->timed_out)
+        s->timeouts++;
+    r->state = NA_HR_DONE;
+    s->n_held--;
+    pthread_cond_signal(&r->cv);
+    /* the engine's reference */
+    if (r->prev_live != NULL)
+        r->prev_live->next_live = r->next_live;
+    else
+        s->live = r->next_live;
+    if (r->next_live != NULL)
+        r->next_live->prev_live = r->prev_live;
+    na_hreq_unref(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Submit r as a job; refused: the connection is told why. */
+static void srv_submit(na_srv_t *s, na_hreq_t *r)
+{
+    na_sg_params_t p;
+    na_status_t st;
+
+    na_oai_params(&r->oai, &p);
+    p.on_text = srv_on_text;
+    p.on_end = srv_on_end;
+    p.user = r;
+    st = na_sg_submit(s->g, &p, &r->job);
+    pthread_mutex_lock(&s->mu);
+    if (st != NA_OK) {
+        int http = st == NA_ERR_INVALID || st == NA_ERR_RANGE ? 400 : 500;
+        na_oai_error_set(&r->err, http, http == 400 ? "invalid_request_error" : "server_error",
+                         st == NA_ERR_RANGE ? "context_length_exceeded" : NULL,
+                         r->oai.kind == NA_OAI_CHAT ? "messages" : "prompt", "%s", na_errmsg());
+        r->state = NA_HR_REFUSED;
+        s->n_held--;
+        pthread_cond_signal(&r->cv);
+        na_hreq_unref(r);
+    } else {
+        r->state = NA_HR_RUNNING;
+        r->next_live = s->live;
+        r->prev_live = NULL;
+        if (s->live != NULL)
+            s->live->prev_live = r;
+        s->live = r;
+        if (r->cancel) {               /* asked while it was queued */
+            r->cancel_sent = 1;
+            na_sg_cancel(s->g, r->job);
+        }
+        pthread_cond_signal(&r->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Take the queue and the cancellations asked (lock held): the queue's head. */
+static na_hreq_t *srv_take(na_srv_t *s)
+{
+    na_hreq_t *q = s->q_head, *r;
+
+    s->q_head = s->q_tail = NULL;
+    if (s->n_cancel > 0) {
+        s->n_cancel = 0;
+        for (r = s->live; r != NULL; r = r->next_live)
+            if (r->cancel && !r->cancel_sent) {
+                r->cancel_sent = 1;
+                na_sg_cancel(s->g, r->job);    /* only marks: no callback runs here */
+            }
+    }
+    return q;
+}
+
+na_status_t na_srv_run(na_srv_t *s, volatile sig_atomic_t *stop)
+{
+    na_status_t st = NA_OK;
+
+    while (!*stop) {
+        na_hreq_t *q, *next;
+        int stats;
+
+        pthread_mutex_lock(&s->mu);
+        q = srv_take(s);
+        stats = s->want_stats;
+        if (q == NULL && !stats && na_sg_pending(s->g) == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += NA_SRV_IDLE_MS * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&s->cv_engine, &s->mu, &ts);
+            q = srv_take(s);
+            stats = s->want_stats;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (; q != NULL; q = next) {
+            next = q->next_q;
+            srv_submit(s, q);
+        }
+        if (stats) {
+            na_sg_stats_t snap;
+            na_sg_stats(s->g, &snap);
+            pthread_mutex_lock(&s->mu);
+            s->snap = snap;
+            s->want_stats = 0;
+            s->stats_gen++;
+            pthread_cond_broadcast(&s->cv_stats);
+            pthread_mutex_unlock(&s->mu);
+        }
+        st = na_sg_progress(s->g, na_sg_pending(s->g) > 0 ? NA_SRV_SLICE_MS : 0);
+        if (st != NA_OK)
+            break;
+    }
+    /* stopping: cancel what is held and let the jobs end (bounded) */
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (st == NA_OK) {
+        double until = na_now_s() + 5.0;
+        na_hreq_t *r, *q;
+        pthread_mutex_lock(&s->mu);
+        q = s->q_head;
+        s->q_head = s->q_tail = NULL;
+        for (r = s->live; r != NULL; r = r->next_live)
+            na_sg_cancel(s->g, r->job);
+        pthread_mutex_unlock(&s->mu);
+        for (; q != NULL; q = r) {             /* never submitted: refused */
+            r = q->next_q;
+            pthread_mutex_lock(&s->mu);
+            na_oai_error_set(&q->err, 503, "server_error", NULL, NULL, "the server is stopping");
+            q->state = NA_HR_REFUSED;
+            s->n_held--;
+            pthread_cond_signal(&q->cv);
+            na_hreq_unref(q);
+            pthread_mutex_unlock(&s->mu);
+        }
+        while (na_sg_pending(s->g) > 0 && na_now_s() < until && st == NA_OK)
+            st = na_sg_progress(s->g, 50);
+    }
+    return st;
+}
+
+/* ---- /metrics ------------------------------------------------------------ */
+
+char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
+{
+    unsigned long gen;
+    na_sg_stats_t t;
+    na_hist_t ttft, itl;
+    long rejected, bad, timeouts;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+    struct timespec ts;
+
+    pthread_mutex_lock(&s->mu);
+    gen = s->stats_gen;
+    s->want_stats = 1;
+    pthread_cond_signal(&s->cv_engine);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    while (s->stats_gen == gen && !s->stopping)
+        if (pthread_cond_timedwait(&s->cv_stats, &s->mu, &ts) != 0)
+            break;                     /* the engine is busy: the last snapshot */
+    t = s->snap;
+    ttft = s->ttft;
+    itl = s->itl;
+    rejected = s->rejected;
+    bad = s->bad;
+    timeouts = s->timeouts;
+    pthread_mutex_unlock(&s->mu);
+
+    f = open_memstream(&buf, &len);
+    if (f == NULL)
+        return NULL;
+#define G(name, help, v) na_metric_head(f, name, "gauge", help), na_metric_value(f, name, "", v)
+#define C(name, help, v) na_metric_head(f, name, "counter", help), na_metric_value(f, name, "", v)
+    G("nearattn_requests_running", "Requests admitted to a batch and generating.",
+      (double)t.running);
+    G("nearattn_requests_queued", "Requests waiting for a place in a batch.", (double)t.waiting);
+    C("nearattn_requests_finished_total", "Requests that ended normally (stop or length).",
+      (double)t.finished);
+    C("nearattn_requests_failed_total", "Requests that ended with an error.", (double)t.failed);
+    C("nearattn_requests_cancelled_total",
+      "Requests cancelled (client gone, timeout, stop string excluded).", (double)t.cancelled);
+    C("nearattn_requests_rejected_total", "Requests refused with 429 (queue full).",
+      (double)rejected);
+    C("nearattn_requests_invalid_total", "Requests refused with another 4xx status.",
+      (double)bad);
+    C("nearattn_requests_timed_out_total", "Requests cancelled by the per-request timeout.",
+      (double)timeouts);
+    C("nearattn_requests_replaced_total",
+      "Requests re-placed on another storage node after a lost node.", (double)t.recovered);
+    C("nearattn_prompt_tokens_total", "Prompt tokens of the requests submitted.",
+      (double)t.prompt_tokens);
+    C("nearattn_generation_tokens_total", "Tokens generated.", (double)t.gen_tokens);
+    na_metric_hist(f, "nearattn_time_to_first_token_seconds",
+                   "Time from the request's arrival to its first text.", &ttft);
+    na_metric_hist(f, "nearattn_inter_token_latency_seconds",
+                   "Time between two text pieces of one request.", &itl);
+    na_metric_head(f, "nearattn_attention_round_trips_total", "counter",
+                   "Attention round trips (batch, layer) to the storage nodes.");
+    na_metric_value(f, "nearattn_attention_round_trips_total", "node=\"all\"",
+                    (double)t.attn_calls);
+    na_metric_head(f, "nearattn_attention_round_trip_seconds_total", "counter",
+                   "Summed time of the attention round trips.");
+    na_metric_value(f, "nearattn_attention_round_trip_seconds_total", "node=\"all\"",
+                    t.attn_rt_s);
+    na_metric_head(f, "nearattn_attention_bytes_total", "counter",
+                   "Bytes to and from the storage nodes (decode attention and prompt KV).");
+    na_metric_value(f, "nearattn_attention_bytes_total", "node=\"all\",direction=\"sent\"",
+                    (double)t.bytes_sent);
+    na_metric_value(f, "nearattn_attention_bytes_total", "node=\"all\",direction=\"received\"",
+                    (double)t.bytes_recv);
+    na_metric_head(f, "nearattn_kv_bytes", "gauge",
+                   "KV cache bytes of the requests held now, by tier.");
+    na_metric_value(f, "nearattn_kv_bytes", "tier=\"storage\"", (double)t.kv_bytes);
+    G("nearattn_storage_nodes", "Storage nodes of the layout.", (double)t.n_storage);
+#undef G
+#undef C
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    *len_p = len;
+    return buf;
+}

@@ -1,0 +1,223 @@
+#!/bin/sh
+# tests/serve/test_serve.sh SCENARIO [NODE_CLIENT] — `nearattn serve` driven
+# by the official openai npm package (tests/serve/client.cjs, from
+# $NA_NODE_DIR, installed by scripts/setup.sh) and curl.
+#   api     offload, the layout's storage node started by the server
+#           (test-1s.yaml, stories260K): a completion; 16 concurrent streams
+#           whose texts equal `nearattn run` with the same seeds; chat
+#           refused (400) for a model without a chat template; curl: malformed
+#           JSON, wrong types, n = 2, invalid UTF-8, a prompt past the context,
+#           max_tokens -1 (capped: finish_reason length), an unknown route, a
+#           GET on a POST route, an oversized body; `promtool check metrics`
+#   chat    a generated GGUF with a chatml tokenizer.chat_template: a streamed
+#           chat completion with usage (monolithic)
+#   cancel  a storage node started by hand (`nearattn node`), the server
+#           connected to it: a stream aborted by the client; the node held the
+#           request while it streamed and holds none after (node_client stat)
+#   limits  --api-key-file (right key, wrong key, /health open), --max-queue 1
+#           (429 with Retry-After while a long stream runs), --timeout 2 (that
+#           stream ends with a timeout error event), --max-body, huge headers
+# Exit 0 pass, 1 fail, 77 skipped (no shared model). No node or no openai
+# package is a failure: scripts/setup.sh installs them.
+set -u
+SCEN=$1
+NODE_CLIENT=${2:-}
+. "$(dirname "$0")/../cluster/proc.sh"
+na_test_init na_serve_test
+CJS="$SRC/tests/serve/client.cjs"
+L1="$SRC/cluster-configs/test-1s.yaml"
+[ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
+command -v node >/dev/null 2>&1 || fail "node is missing: install nodejs (scripts/deps.txt)"
+command -v curl >/dev/null 2>&1 || fail "curl is missing: install curl (scripts/deps.txt)"
+[ -f "${NA_NODE_DIR:-}/node_modules/openai/package.json" ] ||
+    fail "the openai npm package is not in NA_NODE_DIR='${NA_NODE_DIR:-}': run scripts/setup.sh test"
+
+# serve NAME ARGS...: start `nearattn serve --port 0 ARGS` (log DIR/NAME.log),
+# wait for READY, set BASE and SPID.
+serve() {
+    _n=$1
+    shift
+    na_spawn "$DIR/$_n.log" "$BIN" serve --port 0 --threads 1 "$@"
+    SPID=$NA_PID
+    na_wait_line "$DIR/$_n.log" "^READY" 30 || fail "serve $_n did not start"
+    BASE=$(sed -n 's/^READY \(http:[^ ]*\).*/\1/p' "$DIR/$_n.log")
+}
+stop_serve() {  # SIGTERM: must exit 0
+    kill -TERM "$SPID"
+    wait "$SPID" || fail "serve exited $? after SIGTERM"
+}
+client() {      # SCENARIO ARGS...: the openai client, must pass
+    node "$CJS" "$@" >"$DIR/client-$1.log" 2>&1 || fail "client $*: $(tail -5 "$DIR/client-$1.log")"
+    cat "$DIR/client-$1.log"
+}
+# http EXPECTED_STATUS NAME CURL_ARGS...: the status must match; body in DIR/NAME.out
+http() {
+    _want=$1
+    _name=$2
+    shift 2
+    _got=$(curl -s -o "$DIR/$_name.out" -D "$DIR/$_name.hdr" -w '%{http_code}' "$@")
+    [ "$_got" = "$_want" ] || fail "$_name: HTTP $_got, expected $_want: $(head -c 300 "$DIR/$_name.out")"
+    if [ "$_want" -ge 400 ]; then
+        grep -q '"error":{"message":' "$DIR/$_name.out" || fail "$_name: not an OpenAI error: $(cat "$DIR/$_name.out")"
+    fi
+    echo "ok $_name $_got"
+}
+metric() {      # NAME: its value on /metrics
+    curl -s ${KEYH:+-H "$KEYH"} "$BASE/metrics" | sed -n "s/^$1 //p"
+}
+
+case "$SCEN" in
+api)
+    serve api --config "$L1"
+    client completion "$BASE"
+    # 16 concurrent streams (sampled and greedy) against `nearattn run`
+    node -e '
+        const P = ["Once upon a time", "Lily", "The sun", "Tom had a", "One day", "A cat",
+                   "She", "The little dog", "Mom said", "In the park", "Ben", "It was",
+                   "The bird", "Sue and Tim", "He saw", "The big tree"];
+        console.log(JSON.stringify(P.map((p, i) => ({ prompt: p, seed: 7 * i + 1,
+            temperature: i % 4 === 3 ? 0 : 0.8, top_p: i % 2 ? 0.9 : 1, max_tokens: 24 }))));
+    ' >"$DIR/jobs.json"
+    client streams "$BASE" "$DIR/jobs.json" "$DIR/texts.json"
+    i=0
+    while [ $i -lt 16 ]; do
+        node -e 'const j = require(process.argv[1])[process.argv[2]];
+                 console.log([j.prompt, j.seed, j.temperature, j.top_p].join("\n"))' \
+            "$DIR/jobs.json" $i >"$DIR/job$i"
+        { read -r p; read -r seed; read -r temp; read -r topp; } <"$DIR/job$i"
+        "$BIN" run --mode monolithic --config "$L1" --prompt "$p" --seed "$seed" --temp "$temp" \
+            --top-p "$topp" -n 24 --threads 1 >"$DIR/run$i.txt" 2>"$DIR/run$i.log" ||
+            fail "run $i failed: $(cat "$DIR/run$i.log")"
+        i=$((i + 1))
+    done
+    node -e '
+        const fs = require("fs"), d = process.argv[1];
+        const jobs = require(d + "/jobs.json"), texts = require(d + "/texts.json");
+        let bad = 0;
+        jobs.forEach((j, i) => {
+            const run = fs.readFileSync(d + "/run" + i + ".txt", "utf8");
+            if (run !== j.prompt + texts[i] + "\n") {
+                bad++;
+                console.log("stream " + i + " differs:\n  run:   " + JSON.stringify(run) +
+                            "\n  serve: " + JSON.stringify(j.prompt + texts[i] + "\n"));
+            }
+        });
+        if (bad) process.exit(1);
+        console.log("ok 16 streams equal nearattn run");
+    ' "$DIR" || fail "streamed texts differ from nearattn run"
+    client chat400 "$BASE"
+    U="$BASE/v1/completions"
+    http 400 malformed "$U" -d '{"prompt": "x",'
+    http 400 wrongtype "$U" -d '{"prompt": "x", "max_tokens": "many"}'
+    http 400 wrongtemp "$U" -d '{"prompt": "x", "temperature": "hot"}'
+    http 400 n2 "$U" -d '{"prompt": "x", "n": 2}'
+    http 400 notobject "$U" -d '[1, 2]'
+    http 400 noprompt "$U" -d '{"max_tokens": 3}'
+    printf '{"prompt": "\377\376"}' >"$DIR/badutf8.json"
+    http 400 badutf8 "$U" --data-binary @"$DIR/badutf8.json"
+    node -e 'console.log(JSON.stringify({ prompt: "a b ".repeat(3000), max_tokens: 2 }))' >"$DIR/long.json"
+    http 400 toolong "$U" --data-binary @"$DIR/long.json"
+    grep -q context_length_exceeded "$DIR/toolong.out" || fail "toolong: $(cat "$DIR/toolong.out")"
+    http 200 unknownfields "$U" -d '{"prompt": "Hi", "max_tokens": 2, "logit_bias": {}, "whatever": [1]}'
+    http 200 negmax "$U" -d '{"prompt": "Once", "max_tokens": -1, "temperature": 0}'
+    grep -q '"finish_reason":"length"\|"finish_reason":"stop"' "$DIR/negmax.out" || fail "negmax: $(cat "$DIR/negmax.out")"
+    http 404 route "$BASE/v1/nothing"
+    http 405 method "$U"
+    head -c 2000000 /dev/zero | tr '\0' 'a' >"$DIR/big.txt"
+    http 413 bigbody "$U" --data-binary @"$DIR/big.txt"
+    http 200 models "$BASE/v1/models"
+    http 200 health "$BASE/health"
+    curl -s "$BASE/metrics" >"$DIR/metrics.txt"
+    promtool check metrics <"$DIR/metrics.txt" || fail "promtool check metrics: $(cat "$DIR/metrics.txt")"
+    [ "$(metric nearattn_requests_finished_total)" -ge 19 ] || fail "finished_total: $(cat "$DIR/metrics.txt")"
+    grep -q '^nearattn_time_to_first_token_seconds_count [1-9]' "$DIR/metrics.txt" || fail "no TTFT samples"
+    stop_serve
+    ;;
+chat)
+    "$BIN" gen-model --out "$DIR/chat" --format gguf --quiet --chat-template \
+        "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}" ||
+        fail "gen-model"
+    serve chat --config "$L1" --model "$DIR/chat.gguf" --mode monolithic
+    grep -q "chat completions are refused" "$DIR/chat.log" && fail "the chat template was not recognised"
+    client chat "$BASE"
+    http 400 badmsgs "$BASE/v1/chat/completions" -d '{"messages": "hi"}'
+    http 400 badrole "$BASE/v1/chat/completions" -d '{"messages": [{"role": "tool", "content": "x"}]}'
+    stop_serve
+    ;;
+cancel)
+    [ -x "$NODE_CLIENT" ] || fail "usage: test_serve.sh cancel NODE_CLIENT"
+    "$BIN" gen-model --out "$DIR/big" --dim 256 --hidden 688 --layers 4 --heads 8 --kv-heads 8 \
+        --vocab 512 --seq-len 4096 --format llama2c --quiet || fail "gen-model"
+    PORT=$(na_free_port) || fail "no free port"
+    sed -e "s|port: 13341|port: $PORT|" -e "s|path: \"\${NA_SHARED_DIR:-../../shared}/models/stories260K.bin\"|path: $DIR/big.bin|" \
+        -e "s|tokenizer: \"\${NA_SHARED_DIR:-../../shared}/models/tok512.bin\"|tokenizer: $DIR/big.tok.bin|" \
+        -e "s|secret_file: dev.secret|secret_file: $SRC/cluster-configs/dev.secret|" \
+        -e "s|/test-1s/s0d0|/serve-$PORT/s0d0|" "$L1" >"$DIR/layout.yaml"
+    grep -q "$DIR/big.bin" "$DIR/layout.yaml" || fail "layout: $(cat "$DIR/layout.yaml")"
+    na_spawn "$DIR/s0.log" "$BIN" node --config "$DIR/layout.yaml" --name s0
+    na_wait_line "$DIR/s0.log" "^READY" 20 || fail "node s0 did not start"
+    stat() {
+        timeout 30 "$NODE_CLIENT" --config "$DIR/layout.yaml" --name stat --node s0 --scenario stat \
+            --stat "$1" 2>>"$DIR/stat.log" | sed -n "s/^STAT $1 //p"
+    }
+    serve cancel --config "$DIR/layout.yaml" --cluster connect
+    node "$CJS" cancel "$BASE" "$DIR/mark" >"$DIR/client-cancel.log" 2>&1 &
+    CPID=$!
+    na_wait_line "$DIR/mark" streaming 30 || fail "the stream did not start: $(cat "$DIR/client-cancel.log")"
+    held=$(stat node.requests)
+    touch "$DIR/mark.go"
+    wait "$CPID" || fail "client cancel: $(cat "$DIR/client-cancel.log")"
+    cat "$DIR/client-cancel.log"
+    [ "$held" = 1 ] || fail "the node held $held requests while the stream ran (expected 1)"
+    n=0
+    while [ "$(stat node.requests)" != 0 ]; do
+        n=$((n + 1))
+        [ $n -lt 50 ] || fail "the node still holds the cancelled request's KV"
+        sleep 0.1
+    done
+    echo "ok the node released the cancelled request"
+    [ "$(metric nearattn_requests_cancelled_total)" = 1 ] || fail "cancelled_total is not 1"
+    [ "$(metric nearattn_requests_running)" = 0 ] || fail "a request still runs"
+    stop_serve
+    ;;
+limits)
+    "$BIN" gen-model --out "$DIR/big" --dim 256 --hidden 688 --layers 4 --heads 8 --kv-heads 8 \
+        --vocab 512 --seq-len 4096 --format llama2c --quiet || fail "gen-model"
+    echo "test-key-0123456789" >"$DIR/key"
+    KEYH="Authorization: Bearer test-key-0123456789"
+    serve limits --config "$L1" --model "$DIR/big.bin" --mode monolithic --api-key-file "$DIR/key" \
+        --max-queue 1 --timeout 2 --max-body 4096
+    client key "$BASE" test-key-0123456789
+    U="$BASE/v1/completions"
+    http 401 nokey "$U" -d '{"prompt": "x"}'
+    http 401 wrongkey "$U" -H "Authorization: Bearer test-key-0123456788" -d '{"prompt": "x"}'
+    http 200 healthopen "$BASE/health"
+    http 401 metricskey "$BASE/metrics"
+    # a long stream holds the one place of the queue until --timeout ends it
+    curl -sN -H "$KEYH" "$U" -d '{"prompt": "The", "max_tokens": 100000, "temperature": 0, "stream": true}' \
+        >"$DIR/long.sse" 2>&1 &
+    LPID=$!
+    na_wait_line "$DIR/long.sse" '^data: ' 20 || fail "the long stream did not start"
+    http 429 full "$U" -H "$KEYH" -d '{"prompt": "x", "max_tokens": 2}'
+    grep -qi '^Retry-After: 1' "$DIR/full.hdr" || fail "429 without Retry-After: $(cat "$DIR/full.hdr")"
+    wait "$LPID"
+    grep -q 'request_timeout' "$DIR/long.sse" || fail "the long stream did not time out: $(tail -c 400 "$DIR/long.sse")"
+    tail -n 2 "$DIR/long.sse" | grep -q '^data: \[DONE\]' || fail "no [DONE] after the timeout"
+    echo "ok timeout event"
+    head -c 5000 /dev/zero | tr '\0' 'a' >"$DIR/big.txt"
+    http 413 bigbody "$U" -H "$KEYH" --data-binary @"$DIR/big.txt"
+    head -c 40000 /dev/zero | tr '\0' 'h' >"$DIR/hdr.txt"
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Big: $(cat "$DIR/hdr.txt")" "$BASE/health")
+    [ "$code" -ge 400 ] || fail "a 40 kB header was accepted ($code)"
+    echo "ok big header $code"
+    http 200 afterall "$U" -H "$KEYH" -d '{"prompt": "x", "max_tokens": 2}'
+    [ "$(metric nearattn_requests_timed_out_total)" = 1 ] || fail "timed_out_total is not 1"
+    [ "$(metric nearattn_requests_rejected_total)" = 1 ] || fail "rejected_total is not 1"
+    stop_serve
+    ;;
+*)
+    echo "usage: test_serve.sh api|chat|cancel|limits [NODE_CLIENT]" >&2
+    exit 2
+    ;;
+esac
+echo PASS
