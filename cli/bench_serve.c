@@ -1,7 +1,7 @@
 /* cli/bench_serve.c — `nearattn bench serve`: the cost of serving over HTTP.
  *
- * Starts `nearattn serve` (cluster/proc.h: the one fork/exec) on a free
- * loopback port with the given layout / model / mode, waits for /health,
+ * Starts `nearattn serve --port 0` (cluster/proc.h: the one fork/exec) with
+ * the given layout / model / mode, reads its READY line, waits for /health,
  * then for each concurrency C (1, 2, 4, ..., 64 by default) sends R greedy
  * streamed completions (cli/bench_serve_http.c: libcurl multi, C in flight)
  * and reports:
@@ -15,12 +15,10 @@
  * `--url` benches a server that is already running (no start, no stop). */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,23 +132,36 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
     return 1;
 }
 
-/* A loopback TCP port free right now (bound, read back, closed). */
-static int bs_free_port(void)
+/* Wait up to timeout_s for serve's "READY http://HOST:PORT ..." line in
+ * log; the URL into base. NA_ERR_PEER (it exited), NA_ERR_TIMEOUT. */
+static na_status_t bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
+                                      size_t len)
 {
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    double end = na_bench_now() + timeout_s;
+    char line[512];
+    int status;
+    FILE *f;
 
-    if (fd < 0)
-        return -1;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
+    for (;;) {
+        f = fopen(log, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            if (strncmp(line, "READY http://", 13) == 0) {
+                line[6 + strcspn(line + 6, " \r\n")] = '\0';
+                snprintf(base, len, "%s", line + 6);
+                fclose(f);
+                return NA_OK;
+            }
+        }
+        if (f != NULL)
+            fclose(f);
+        if (waitpid(*pid, &status, WNOHANG) == *pid) {
+            *pid = 0;
+            return na_err(NA_ERR_PEER, "nearattn serve exited before it was ready");
+        }
+        if (na_bench_now() > end)
+            return na_err(NA_ERR_TIMEOUT, "nearattn serve was not ready within %d s", timeout_s);
+        usleep(50000);
+    }
 }
 
 /* Append the layout/model/mode flags of a to argv at *k. */
@@ -170,21 +181,20 @@ static void bs_common_argv(const bs_args_t *a, char **argv, int *k)
     }
 }
 
-/* Start `exe serve` on 127.0.0.1:port, its output into log. */
-static na_status_t bs_start_serve(const bs_args_t *a, const char *exe, int port,
-                                  const char *log, pid_t *pid_p)
+/* Start `exe serve` on a free loopback port, its output into log. */
+static na_status_t bs_start_serve(const bs_args_t *a, const char *exe, const char *log,
+                                  pid_t *pid_p)
 {
-    char ports[16], *argv[20];
+    char *argv[20];
     na_proc_opts_t po = { argv, log, 1, NULL, NULL };
     int k = 0;
 
-    snprintf(ports, sizeof(ports), "%d", port);
     argv[k++] = (char *)exe;
     argv[k++] = "serve";
     argv[k++] = "--host";
     argv[k++] = "127.0.0.1";
     argv[k++] = "--port";
-    argv[k++] = ports;
+    argv[k++] = "0";
     bs_common_argv(a, argv, &k);
     if (a->key_file != NULL) {
         argv[k++] = "--api-key-file";
@@ -306,11 +316,11 @@ int na_cli_bench_serve(int argc, char **argv)
     na_cli_bench_opts_t o;
     na_bsh_opts_t ho;
     na_bench_t *b = NULL;
-    char exe[4096], dir[512], log[600], prompts[600], base[128], model[256], key[512];
+    char exe[4096], dir[512], log[600], prompts[600], base[600], model[256], key[512];
     char **texts = NULL;
     const char *tmp = getenv("TMPDIR");
     pid_t pid = 0;
-    int rc, i, j, port, n_max = 0;
+    int rc, i, j, n_max = 0;
     FILE *f;
 
     rc = na_cli_bench_parse("serve", argc, argv, &o, bs_usage, bs_opt, &a);
@@ -361,11 +371,11 @@ int na_cli_bench_serve(int argc, char **argv)
     if (a.url != NULL) {
         snprintf(base, sizeof(base), "%s", a.url);
     } else {
-        port = bs_free_port();
         snprintf(log, sizeof(log), "%s/serve.log", dir);
-        snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
-        if (port <= 0 || bs_start_serve(&a, exe, port, log, &pid) != NA_OK) {
-            fprintf(stderr, "nearattn bench serve: cannot start nearattn serve: %s\n", na_errmsg());
+        if (bs_start_serve(&a, exe, log, &pid) != NA_OK ||
+            bs_wait_ready_line(log, &pid, a.ready_s, base, sizeof(base)) != NA_OK) {
+            fprintf(stderr, "nearattn bench serve: cannot start nearattn serve: %s; its log: "
+                    "%s\n", na_errmsg(), log);
             goto out;
         }
     }

@@ -227,11 +227,11 @@ na_status_t na_bsh_drive(const na_bsh_opts_t *o, char *const *prompts, int n, in
         st = bsh_req_start(o, m, &q[i], prompts[next++], r);
     inflight = next;
     while (st == NA_OK && inflight > 0) {
-        if (curl_multi_perform(m, &running) != CURLM_OK ||
-            curl_multi_poll(m, NULL, 0, 100, NULL) != CURLM_OK) {
-            st = na_err(NA_ERR_INTERNAL, "curl_multi_perform/poll failed");
+        if (curl_multi_perform(m, &running) != CURLM_OK) {
+            st = na_err(NA_ERR_INTERNAL, "curl_multi_perform failed");
             break;
         }
+        /* what ended is replaced before waiting, or the wait would hold the next one */
         while ((msg = curl_multi_info_read(m, &i)) != NULL) {
             bsh_req_t *d = NULL;
             if (msg->msg != CURLMSG_DONE)
@@ -246,6 +246,8 @@ na_status_t na_bsh_drive(const na_bsh_opts_t *o, char *const *prompts, int n, in
                 inflight += st == NA_OK;
             }
         }
+        if (st == NA_OK && inflight > 0 && curl_multi_poll(m, NULL, 0, 100, NULL) != CURLM_OK)
+            st = na_err(NA_ERR_INTERNAL, "curl_multi_poll failed");
     }
     r->wall_s = na_now_s() - t0;
     for (i = 0; i < concurrency; i++)
