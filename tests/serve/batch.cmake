@@ -13,3 +13,9 @@ foreach(batch_pair "resume;monolithic" "resume;offload" "bad;monolithic" "bad;of
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_batch.sh ${batch_scen} ${batch_mode}
     LABELS serve TIMEOUT 300)
 endforeach()
+# `nearattn bench serve --quick` (tests/serve/test_batch_bench.sh MODE): a smoke run
+foreach(bench_mode monolithic offload)
+  na_add_script_test(test_batch_bench_serve_${bench_mode}
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_batch_bench.sh ${bench_mode}
+    LABELS serve bench TIMEOUT 300)
+endforeach()
