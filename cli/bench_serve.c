@@ -34,8 +34,8 @@
 typedef struct {
     const char *config, *model, *mode, *url, *key_file;
     int         levels[BS_MAX_LEVELS], n_levels;
-    int         requests;       /* per level; 0: max(8, 2 C) */
-    int         max_tokens;     /* 0: 64, --quick 16 */
+    int         requests;       /* per level; 0: max(16, 4 C), --quick max(8, 2 C) */
+    int         max_tokens;     /* 0: 128, --quick 16 */
     int         no_run;         /* --no-run: skip the `nearattn run` reference */
     int         ready_s;        /* wait for the server's /health */
 } bs_args_t;
@@ -58,8 +58,9 @@ static void bs_usage(FILE *f)
         "  --url URL          bench a running server (http://HOST:PORT) instead of starting\n"
         "                     one; run still uses --config/--model/--mode\n"
         "  --concurrency L    comma-separated levels (default 1,2,4,8,16,32,64; --quick 1,4)\n"
-        "  --requests N       requests per level (default max(8, 2 x C))\n"
-        "  --max-tokens N     new tokens per request (default 64; --quick 16)\n"
+        "  --requests N       requests per level (default max(16, 4 x C); --quick\n"
+        "                     max(8, 2 x C))\n"
+        "  --max-tokens N     new tokens per request (default 128; --quick 16)\n"
         "  --api-key-file F   the server's bearer key (a started server gets it too)\n"
         "  --no-run           skip the `nearattn run` reference\n"
         "  --ready-timeout S  seconds to wait for the server's /health (default 120)\n"
@@ -268,6 +269,13 @@ static double bs_run_ref(const bs_args_t *a, const char *exe, const char *prompt
     return v;
 }
 
+/* Requests of level c: --requests, else max(16, 4c) (--quick: max(8, 2c)). */
+static int bs_requests(const bs_args_t *a, int quick, int c)
+{
+    int k = quick ? 2 : 4, lo = quick ? 8 : 16;
+    return a->requests > 0 ? a->requests : k * c > lo ? k * c : lo;
+}
+
 /* Read the first line of the key file into key (no newline). */
 static na_status_t bs_read_key(const char *path, char *key, size_t len)
 {
@@ -331,7 +339,7 @@ int na_cli_bench_serve(int argc, char **argv)
         memcpy(a.levels, o.quick ? quick : full, (size_t)a.n_levels * sizeof(int));
     }
     if (a.max_tokens == 0)
-        a.max_tokens = o.quick ? 16 : 64;
+        a.max_tokens = o.quick ? 16 : 128;
     key[0] = '\0';
     if (a.key_file != NULL && bs_read_key(a.key_file, key, sizeof(key)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
@@ -348,7 +356,7 @@ int na_cli_bench_serve(int argc, char **argv)
         goto out;
     }
     for (i = 0; i < a.n_levels; i++) {
-        int n = a.requests > 0 ? a.requests : a.levels[i] * 2 > 8 ? a.levels[i] * 2 : 8;
+        int n = bs_requests(&a, o.quick, a.levels[i]);
         n_max = n > n_max ? n : n_max;
     }
     /* the prompts, for serve and (as a file) for run */
@@ -389,7 +397,7 @@ int na_cli_bench_serve(int argc, char **argv)
         goto out;
     ho = (na_bsh_opts_t){ base, key[0] ? key : NULL, model, a.max_tokens, 600 };
     for (i = 0; i < a.n_levels; i++) {
-        int c = a.levels[i], n = a.requests > 0 ? a.requests : c * 2 > 8 ? c * 2 : 8;
+        int c = a.levels[i], n = bs_requests(&a, o.quick, c);
         na_bsh_result_t r;
         double run = 0;
 
