@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fnv.h"
@@ -148,10 +147,15 @@ na_status_t na_batch_in_load(const char *path, na_batch_in_t **in_p)
                         : na_err(NA_ERR_NOMEM, "batch input: out of memory");
         goto fail;
     }
-    f = fdopen(dup(in->fd), "r");
-    if (f == NULL) {
-        st = na_err(NA_ERR_IO, "fdopen %s: %s", path, strerror(errno));
-        goto fail;
+    {
+        int fd = dup(in->fd);
+        f = fd >= 0 ? fdopen(fd, "r") : NULL;
+        if (f == NULL) {
+            st = na_err(NA_ERR_IO, "cannot read the input %s: %s", path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            goto fail;
+        }
     }
     while (st == NA_OK && (got = getline(&buf, &cap, f)) > 0) {
         long len = (long)got;
@@ -267,67 +271,69 @@ static int bout_take(na_batch_out_t *o, const char *s, size_t n)
     return r;
 }
 
-/* Read the whole file into the done sets; repair its last line. */
+/* The last line lacked its newline: a whole record gets it, anything else
+ * is cut off at off (where the line starts). */
+static na_status_t bout_repair(na_batch_out_t *o, const char *frag, size_t n, off_t off,
+                               na_batch_out_info_t *info)
+{
+    if (bout_take(o, frag, n) == 0) {
+        if (write(o->fd, "\n", 1) != 1)
+            return na_err(NA_ERR_IO, "write %s: %s", o->path, strerror(errno));
+        info->records++;
+        info->repaired = 1;
+        o->size = off + (off_t)n + 1;
+        return NA_OK;
+    }
+    if (ftruncate(o->fd, off) != 0)
+        return na_err(NA_ERR_IO, "ftruncate %s: %s", o->path, strerror(errno));
+    info->cut_bytes = (long)n;
+    o->size = off;
+    return NA_OK;
+}
+
+/* Read the file line by line into the done sets; repair its last line. */
 static na_status_t bout_scan(na_batch_out_t *o, na_batch_out_info_t *info)
 {
-    char *buf = NULL, *p, *nl;
-    struct stat sb;
-    size_t n = 0;
-    long lineno = 0;
+    int fd = dup(o->fd);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    char *buf = NULL;
+    size_t cap = 0;
     ssize_t got;
+    off_t off = 0;
+    long lineno = 0;
+    na_status_t st = NA_OK;
 
-    if (fstat(o->fd, &sb) != 0)
-        return na_err(NA_ERR_IO, "fstat %s: %s", o->path, strerror(errno));
-    if (sb.st_size > 0) {
-        buf = malloc((size_t)sb.st_size);
-        if (buf == NULL)
-            return na_err(NA_ERR_NOMEM, "results %s: out of memory", o->path);
-        while (n < (size_t)sb.st_size) {
-            got = pread(o->fd, buf + n, (size_t)sb.st_size - n, (off_t)n);
-            if (got <= 0) {
-                free(buf);
-                return na_err(NA_ERR_IO, "cannot read %s: %s", o->path,
-                              got < 0 ? strerror(errno) : "it shrank");
-            }
-            n += (size_t)got;
-        }
+    if (f == NULL) {
+        st = na_err(NA_ERR_IO, "cannot read %s: %s", o->path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return st;
     }
-    for (p = buf; p != NULL && p < buf + n; p = nl + 1) {
-        nl = memchr(p, '\n', (size_t)(buf + n - p));
+    rewind(f);
+    o->size = 0;
+    while ((got = getline(&buf, &cap, f)) > 0) {
         lineno++;
-        if (nl == NULL) {                       /* the last line lacks its newline */
-            size_t frag = (size_t)(buf + n - p);
-            if (bout_take(o, p, frag) == 0) {
-                if (write(o->fd, "\n", 1) != 1) {
-                    free(buf);
-                    return na_err(NA_ERR_IO, "write %s: %s", o->path, strerror(errno));
-                }
-                info->records++;
-                info->repaired = 1;
-                n++;
-            } else {
-                if (ftruncate(o->fd, (off_t)(p - buf)) != 0) {
-                    free(buf);
-                    return na_err(NA_ERR_IO, "ftruncate %s: %s", o->path, strerror(errno));
-                }
-                info->cut_bytes = (long)frag;
-                n = (size_t)(p - buf);
-            }
+        if (buf[got - 1] != '\n') {           /* the last line lacks its newline */
+            st = bout_repair(o, buf, (size_t)got, off, info);
             break;
         }
-        if (bio_blank(p, (size_t)(nl - p)))
+        off += (off_t)got;
+        o->size = off;
+        if (bio_blank(buf, (size_t)got))
             continue;
-        if (bout_take(o, p, (size_t)(nl - p)) != 0) {
-            free(buf);
-            return na_err(NA_ERR_FORMAT, "%s line %ld is not a batch result record: is it the "
-                          "results file of this batch? (nothing was written to it)", o->path,
-                          lineno);
+        if (bout_take(o, buf, (size_t)got - 1) != 0) {
+            st = na_err(NA_ERR_FORMAT, "%s line %ld is not a batch result record: is it the "
+                        "results file of this batch? (nothing was written to it)", o->path,
+                        lineno);
+            break;
         }
         info->records++;
     }
+    if (st == NA_OK && ferror(f))
+        st = na_err(NA_ERR_IO, "cannot read %s: %s", o->path, strerror(errno));
     free(buf);
-    o->size = (off_t)n;
-    return NA_OK;
+    fclose(f);
+    return st;
 }
 
 na_status_t na_batch_out_open(const char *path, na_batch_out_t **out_p,
@@ -438,9 +444,13 @@ na_status_t na_batch_out_write(na_batch_out_t *o, const na_batch_line_t *l, int 
     else
         err = json_pack("{s:s, s:s}", "code", err_code != NULL ? err_code : "error",
                         "message", err_msg != NULL ? err_msg : "");
-    if (err != NULL && l->by_line)
-        json_object_set_new(err, "line", json_integer(l->line));
-    rec = json_pack("{s:s, s:s?, s:o?, s:o?}", "id", rid, "custom_id", l->custom_id,
+    if (err != NULL && l->by_line &&
+        json_object_set_new(err, "line", json_integer(l->line)) != 0) {
+        json_decref(err);
+        err = NULL;
+    }
+    rec = resp == NULL && err == NULL ? NULL :
+          json_pack("{s:s, s:s?, s:o, s:o}", "id", rid, "custom_id", l->custom_id,
                     "response", resp != NULL ? resp : json_null(),
                     "error", err != NULL ? err : json_null());
     text = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
