@@ -11,7 +11,7 @@ foreach(batch_pair "resume;monolithic" "resume;offload" "bad;monolithic" "bad;of
   list(GET batch_pair 1 batch_mode)
   na_add_script_test(test_batch_${batch_scen}_${batch_mode}
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_batch.sh ${batch_scen} ${batch_mode}
-    LABELS serve TIMEOUT 300)
+    LABELS serve TIMEOUT 480)
 endforeach()
 # `nearattn bench serve --quick` (tests/serve/test_batch_bench.sh MODE): a smoke run
 foreach(bench_mode monolithic offload)

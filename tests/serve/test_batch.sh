@@ -44,13 +44,13 @@ jobs() {
     while [ $i -lt "$2" ]; do
         if [ $((i % 6)) -eq 5 ]; then
             printf '{"custom_id":"chat-%02d","method":"POST","url":"/v1/chat/completions",' $i
-            printf '"body":{"model":"stories","messages":[{"role":"user","content":"Tell a story about cat %d"}],"max_tokens":160,"temperature":0}}\n' $i
+            printf '"body":{"model":"stories","messages":[{"role":"user","content":"Tell a story about cat %d"}],"max_tokens":100,"temperature":0}}\n' $i
         elif [ $((i % 2)) -eq 0 ]; then
             printf '{"custom_id":"greedy-%02d","method":"POST","url":"/v1/completions",' $i
-            printf '"body":{"prompt":"Once upon a time number %d","max_tokens":200,"temperature":0}}\n' $i
+            printf '"body":{"prompt":"Once upon a time number %d","max_tokens":128,"temperature":0}}\n' $i
         else
             printf '{"custom_id":"sampled-%02d","method":"POST","url":"/v1/completions",' $i
-            printf '"body":{"prompt":"Lily and Tom %d","max_tokens":200,"temperature":0.9}}\n' $i
+            printf '"body":{"prompt":"Lily and Tom %d","max_tokens":128,"temperature":0.9}}\n' $i
         fi
         i=$((i + 1))
     done > "$1"
