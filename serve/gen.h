@@ -52,7 +52,7 @@
 #include "common/status.h"
 #include "common/tokenizer.h"
 
-#define NA_SG_MAX_STOP      4      /* stop strings per job (OpenAI's limit) */
+#define NA_SG_MAX_STOP      8      /* stop strings per job (OpenAI allows 4, a chat template adds one) */
 #define NA_SG_MAX_STOP_LEN  256    /* bytes per stop string */
 
 typedef enum {

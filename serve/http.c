@@ -163,6 +163,8 @@ static ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             n = (ssize_t)(r->n_out - r->pos_out < max ? r->n_out - r->pos_out : max);
             memcpy(buf, r->out + r->pos_out, (size_t)n);
             r->pos_out += (size_t)n;
+            if (r->pos_out == r->n_out)
+                r->pos_out = r->n_out = 0;       /* all sent: the buffer starts over */
             break;
         }
         if (r->state == NA_HR_DONE) {

@@ -12,6 +12,8 @@
 //                                      created after the 5th chunk, the client
 //                                      waits for MARK.go before aborting
 //   key BASE KEY                       the right key works, a wrong one gets 401
+//   stall BASE MARK                    a raw connection asks for a long stream and never
+//                                      reads it; MARK is created once it is sent
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -145,7 +147,21 @@ async function key(base, k) {
   fail('a wrong key was accepted');
 }
 
+async function stall(base, mark) {
+  const net = require('net');
+  const u = new URL(base);
+  const body = JSON.stringify({ prompt: 'Once', max_tokens: 400, temperature: 0, stream: true });
+  const sock = net.connect(Number(u.port), u.hostname, () => {
+    sock.pause();                       // never read
+    sock.write('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+               'Content-Length: ' + Buffer.byteLength(body) + '\r\n\r\n' + body);
+    fs.writeFileSync(mark, 'sent\n');
+  });
+  sock.on('error', () => {});
+  await new Promise((r) => setTimeout(r, 60000));
+}
+
 const [scen, base, ...args] = process.argv.slice(2);
-const table = { completion, streams, chat, chat400, cancel, key };
+const table = { completion, streams, chat, chat400, cancel, key, stall };
 if (!table[scen]) fail('unknown scenario ' + scen);
 table[scen](base, ...args).catch((e) => fail(scen + ': ' + (e.stack || e)));

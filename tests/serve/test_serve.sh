@@ -3,7 +3,8 @@
 # by the official openai npm package (tests/serve/client.cjs, from
 # $NA_NODE_DIR, installed by scripts/setup.sh) and curl.
 #   api     offload, the layout's storage node started by the server
-#           (test-1s.yaml, stories260K): a completion; 16 concurrent streams
+#           (test-1s.yaml, stories260K): a completion while another client
+#           never reads its stream; 16 concurrent streams
 #           whose texts equal `nearattn run` with the same seeds; chat
 #           refused (400) for a model without a chat template; curl: malformed
 #           JSON, wrong types, n = 2, invalid UTF-8, a prompt past the context,
@@ -69,7 +70,11 @@ metric() {      # NAME: its value on /metrics
 case "$SCEN" in
 api)
     serve api --config "$L1"
+    # a client that never reads its stream must not hold up the others
+    node "$CJS" stall "$BASE" "$DIR/stall" >"$DIR/client-stall.log" 2>&1 &
+    na_wait_line "$DIR/stall" sent 20 || fail "the stalled client did not start"
     client completion "$BASE"
+    kill $! 2>/dev/null
     # 16 concurrent streams (sampled and greedy) against `nearattn run`
     node -e '
         const P = ["Once upon a time", "Lily", "The sun", "Tom had a", "One day", "A cat",

@@ -92,6 +92,13 @@ static void test_oai_parse(void)
     NA_CHECK(r.text && strstr(r.text, "<|im_start|>user\nHi") != NULL && r.n_stop == 1 &&
              !strcmp(r.stop[0], "<|im_end|>"));
     na_oai_req_free(&r);
+    /* 4 stop strings of the client + the template's end of turn */
+    NA_CHECK(parse(NA_OAI_CHAT, "{\"stop\":[\"a\",\"b\",\"c\",\"d\"],\"messages\":[{\"role\":"
+                   "\"user\",\"content\":\"Hi\"}]}", &chatml, NULL, &r, &e) == 0);
+    NA_CHECK(r.n_stop == 5 && r.n_stop <= NA_SG_MAX_STOP);
+    na_oai_req_free(&r);
+    NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+                   NULL, NULL, &r, &e) == 400 && !strcmp(e.param, "stop"));
 }
 
 static void test_oai_build(void)
