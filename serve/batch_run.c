@@ -39,15 +39,17 @@ struct br {
     na_status_t                err;      /* a results-file error: stop */
 };
 
-/* Write an OpenAI error body with this status as l's record. */
+/* Write an OpenAI error body with this status as l's record (code and
+ * param may be NULL), as `nearattn serve` answers it. */
 static na_status_t br_write_error(br_t *br, const na_batch_line_t *l, int http,
-                                  const char *type, const char *msg)
+                                  const char *type, const char *code, const char *param,
+                                  const char *msg)
 {
     na_oai_error_t e;
     json_t *body;
     na_status_t st;
 
-    na_oai_error_set(&e, http, type, NULL, NULL, "%s", msg);
+    na_oai_error_set(&e, http, type, code, param, "%s", msg);
     body = na_oai_error_json(&e);
     if (body == NULL)
         return na_err(NA_ERR_NOMEM, "batch: out of memory");
@@ -88,10 +90,13 @@ static na_status_t br_record(br_t *br, br_job_t *j, const na_sg_end_t *end)
     json_t *body;
     na_status_t st;
 
-    if (end->finish == NA_SG_ERROR || j->oom)
-        return br_write_error(br, j->l, 500, "server_error",
-                              j->oom ? "out of memory for the generated text" :
-                              end->error != NULL ? end->error : na_status_string(end->status));
+    if (end->finish == NA_SG_ERROR || j->oom) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "generation failed: %s", j->oom ?
+                 "out of memory for the generated text" :
+                 end->error != NULL ? end->error : na_status_string(end->status));
+        return br_write_error(br, j->l, 500, "server_error", NULL, NULL, msg);
+    }
     na_batch_record_id(j->l, j->kind == NA_OAI_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof(id));
     body = na_oai_response(j->kind, id, (long)time(NULL), na_sg_model_name(br->o->gen),
                            j->text != NULL ? j->text : "", j->n, na_sg_finish_name(end->finish),
@@ -186,7 +191,9 @@ static na_status_t br_admit(br_t *br, const na_batch_in_t *in, const na_batch_li
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", na_errmsg());
         free(j);
-        return br_write_error(br, l, 400, "invalid_request_error", msg);
+        return br_write_error(br, l, 400, "invalid_request_error",
+                              st == NA_ERR_RANGE ? "context_length_exceeded" : NULL,
+                              kind == NA_OAI_CHAT ? "messages" : "prompt", msg);
     }
     if (st != NA_OK) {
         free(j);

@@ -174,6 +174,9 @@ bad)
     done
     jq -se 'map(select(.custom_id == "chat"))[0].response.body.error.message |
         test("chat template")' "$DIR/bad.out" >/dev/null || fail "bad: the chat refusal does not name the template"
+    jq -se 'map(select(.custom_id == "long"))[0].response.body.error.code ==
+        "context_length_exceeded"' "$DIR/bad.out" >/dev/null ||
+        fail "bad: the long prompt is not refused as context_length_exceeded"
     jq -se 'map(select(.custom_id == "n2"))[0].response.body.error.param == "n"' \
         "$DIR/bad.out" >/dev/null || fail "bad: n = 2 refused without param n"
     grep -q "12 requests: 12 written now (1 ok, 11 error records)" "$DIR/bad.err" ||
