@@ -250,6 +250,16 @@ double na_bench_spread(double *v, int n)
     return med != 0.0 ? (v[n - 1] - v[0]) / med : 0.0;
 }
 
+double na_bench_percentile(double *v, long n, double p)
+{
+    long k;
+    if (n <= 0)
+        return 0.0;
+    qsort(v, (size_t)n, sizeof(double), na_bench_cmp);
+    k = (long)(p / 100.0 * (double)n + 0.999999) - 1;     /* nearest rank: ceil(p n) - 1 */
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
 /* ---- STREAM-style copy ----------------------------------------------------- */
 struct na_bench_copy {
     double            *a, *c;

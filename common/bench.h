@@ -60,6 +60,8 @@ double na_bench_now(void);
 double na_bench_median(double *v, int n);
 /* (max - min) / median of v[n] (sorts v in place); 0 for n < 2. */
 double na_bench_spread(double *v, int n);
+/* The p-th percentile (0..100, nearest rank) of v[n] (sorts v in place); 0 for n <= 0. */
+double na_bench_percentile(double *v, long n, double p);
 
 /* STREAM-style copy bandwidth c[i] = a[i] over two arrays of array_bytes each
  * (use >> L3), split over n_threads threads; counts 2 x array_bytes per pass

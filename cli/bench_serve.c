@@ -1,0 +1,445 @@
+/* cli/bench_serve.c — `nearattn bench serve`: the cost of serving over HTTP.
+ *
+ * Starts `nearattn serve --port 0` (cluster/proc.h: the one fork/exec) with
+ * the given layout / model / mode, reads its READY line, waits for /health,
+ * then for each concurrency C (1, 2, 4, ..., 64 by default) sends R greedy
+ * streamed completions (cli/bench_serve_http.c: libcurl multi, C in flight)
+ * and reports:
+ *   throughput    completion tokens / wall time of the level, beside
+ *                 `nearattn run --batch C` on the same prompts, greedy, in one
+ *                 process (its own "tok/s overall": the generation without
+ *                 start-up), ratio = serve / run
+ *   TTFT          p50 / p90 / p99 of the time from sending a request to its
+ *                 first text chunk
+ *   ITL           p50 / p90 / p99 of the gaps between successive text chunks
+ * `--url` benches a server that is already running (no start, no stop). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "cli/bench.h"
+#include "cli/bench_serve_http.h"
+#include "cli/cli.h"
+#include "cluster/proc.h"
+
+#define BS_MAX_LEVELS 16
+
+typedef struct {
+    const char *config, *model, *mode, *url, *key_file;
+    int         levels[BS_MAX_LEVELS], n_levels;
+    int         requests;       /* per level; 0: max(16, 4 C), --quick max(8, 2 C) */
+    int         max_tokens;     /* 0: 128, --quick 16 */
+    int         no_run;         /* --no-run: skip the `nearattn run` reference */
+    int         ready_s;        /* wait for the server's /health */
+} bs_args_t;
+
+static void bs_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: nearattn bench serve [--config F] [--model F] [--mode M] [--url URL]\n"
+        "                            [--concurrency LIST] [--requests N] [--max-tokens N]\n"
+        "                            [--api-key-file F] [--no-run] [options]\n\n"
+        "Serving over HTTP against generation in one process. Starts `nearattn serve`\n"
+        "(the given layout, model and mode) on a free loopback port and, at each\n"
+        "concurrency C, sends N greedy streamed completions with C in flight:\n"
+        "throughput (completion tokens/s) beside `nearattn run --batch C` on the same\n"
+        "prompts (ratio = serve/run: the cost of serving), and the time to first token\n"
+        "(TTFT) and inter-token latency (ITL) p50/p90/p99.\n\n"
+        "  --config F         layout for serve and run (default: theirs)\n"
+        "  --model F          model for serve and run (default: theirs)\n"
+        "  --mode M           offload, monolithic or kv-fetch (default: theirs)\n"
+        "  --url URL          bench a running server (http://HOST:PORT) instead of starting\n"
+        "                     one; run still uses --config/--model/--mode\n"
+        "  --concurrency L    comma-separated levels (default 1,2,4,8,16,32,64; --quick 1,4)\n"
+        "  --requests N       requests per level (default max(16, 4 x C); --quick\n"
+        "                     max(8, 2 x C))\n"
+        "  --max-tokens N     new tokens per request (default 128; --quick 16)\n"
+        "  --api-key-file F   the server's bearer key (a started server gets it too)\n"
+        "  --no-run           skip the `nearattn run` reference\n"
+        "  --ready-timeout S  seconds to wait for the server's /health (default 120)\n"
+        NA_CLI_BENCH_OPTS_HELP);
+}
+
+/* Parse "1,2,4" into a->levels. */
+static int bs_levels(bs_args_t *a, const char *s)
+{
+    char *end;
+    long v;
+
+    a->n_levels = 0;
+    while (*s != '\0') {
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno != 0 || end == s || v < 1 || v > 1024 || a->n_levels == BS_MAX_LEVELS ||
+            (*end != ',' && *end != '\0'))
+            return -1;
+        a->levels[a->n_levels++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return a->n_levels > 0 ? 0 : -1;
+}
+
+static int bs_opt(void *ctx, int argc, char **argv, int *i)
+{
+    static const char *const str[] = { "--config", "--model", "--mode", "--url",
+                                       "--api-key-file" };
+    bs_args_t *a = ctx;
+    const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const char **dst[] = { &a->config, &a->model, &a->mode, &a->url, &a->key_file };
+    long n;
+    int k;
+
+    if (!strcmp(f, "--no-run")) {
+        a->no_run = 1;
+        return 1;
+    }
+    for (k = 0; k < 5; k++)
+        if (!strcmp(f, str[k])) {
+            if (v == NULL) {
+                fprintf(stderr, "nearattn bench serve: %s needs a value\n", f);
+                return 2;
+            }
+            *dst[k] = v;
+            ++*i;
+            return 1;
+        }
+    if (!strcmp(f, "--concurrency")) {
+        if (v == NULL || bs_levels(a, v) != 0) {
+            fprintf(stderr, "nearattn bench serve: --concurrency expects a list like 1,2,4 "
+                    "(each 1..1024, at most %d)\n", BS_MAX_LEVELS);
+            return 2;
+        }
+        ++*i;
+        return 1;
+    }
+    if (strcmp(f, "--requests") && strcmp(f, "--max-tokens") && strcmp(f, "--ready-timeout"))
+        return 0;
+    if (na_cli_int("bench serve", f, v, 1, 1 << 20, &n) != NA_OK)
+        return 2;
+    if (!strcmp(f, "--requests"))
+        a->requests = (int)n;
+    else if (!strcmp(f, "--max-tokens"))
+        a->max_tokens = (int)n;
+    else
+        a->ready_s = (int)n;
+    ++*i;
+    return 1;
+}
+
+/* Wait up to timeout_s for serve's "READY http://HOST:PORT ..." line in
+ * log; the URL into base. NA_ERR_PEER (it exited), NA_ERR_TIMEOUT. */
+static na_status_t bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
+                                      size_t len)
+{
+    double end = na_bench_now() + timeout_s;
+    char line[512];
+    int status;
+    FILE *f;
+
+    for (;;) {
+        f = fopen(log, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            if (strncmp(line, "READY http://", 13) == 0) {
+                line[6 + strcspn(line + 6, " \r\n")] = '\0';
+                snprintf(base, len, "%s", line + 6);
+                fclose(f);
+                return NA_OK;
+            }
+        }
+        if (f != NULL)
+            fclose(f);
+        if (waitpid(*pid, &status, WNOHANG) == *pid) {
+            *pid = 0;
+            return na_err(NA_ERR_PEER, "nearattn serve exited before it was ready");
+        }
+        if (na_bench_now() > end)
+            return na_err(NA_ERR_TIMEOUT, "nearattn serve was not ready within %d s", timeout_s);
+        usleep(50000);
+    }
+}
+
+/* Append the layout/model/mode flags of a to argv at *k. */
+static void bs_common_argv(const bs_args_t *a, char **argv, int *k)
+{
+    if (a->config != NULL) {
+        argv[(*k)++] = "--config";
+        argv[(*k)++] = (char *)a->config;
+    }
+    if (a->model != NULL) {
+        argv[(*k)++] = "--model";
+        argv[(*k)++] = (char *)a->model;
+    }
+    if (a->mode != NULL) {
+        argv[(*k)++] = "--mode";
+        argv[(*k)++] = (char *)a->mode;
+    }
+}
+
+/* Start `exe serve` on a free loopback port, its output into log. */
+static na_status_t bs_start_serve(const bs_args_t *a, const char *exe, const char *log,
+                                  pid_t *pid_p)
+{
+    char *argv[20];
+    na_proc_opts_t po = { argv, log, 1, NULL, NULL };
+    int k = 0;
+
+    argv[k++] = (char *)exe;
+    argv[k++] = "serve";
+    argv[k++] = "--host";
+    argv[k++] = "127.0.0.1";
+    argv[k++] = "--port";
+    argv[k++] = "0";
+    bs_common_argv(a, argv, &k);
+    if (a->key_file != NULL) {
+        argv[k++] = "--api-key-file";
+        argv[k++] = (char *)a->key_file;
+    }
+    argv[k] = NULL;
+    return na_proc_spawn(&po, pid_p);
+}
+
+static int bs_alive(void *ctx)
+{
+    pid_t *pid = ctx;
+    int status;
+
+    if (*pid <= 0)
+        return 1;                      /* --url: not ours to watch */
+    if (waitpid(*pid, &status, WNOHANG) == *pid) {
+        *pid = 0;
+        return 0;
+    }
+    return 1;
+}
+
+/* `exe run --prompts file -n N --temp 0 --batch C ...`: its generation
+ * tok/s (the offload summary's "tok/s overall"; monolithic: generated
+ * tokens over prefill + decode time from its rates), 0 when it failed. */
+static double bs_run_ref(const bs_args_t *a, const char *exe, const char *prompts, int n_req,
+                         int max_tokens, int c, const char *log)
+{
+    char ns[16], cs[16], *argv[24], line[1024];
+    na_proc_opts_t po = { argv, log, 1, NULL, NULL };
+    long pt = 0, gt = 0;
+    double v = 0, pre = 0, dec = 0;
+    int k = 0, status = 0;
+    pid_t pid;
+    FILE *f;
+
+    snprintf(ns, sizeof(ns), "%d", max_tokens);
+    snprintf(cs, sizeof(cs), "%d", c);
+    argv[k++] = (char *)exe;
+    argv[k++] = "run";
+    argv[k++] = "--prompts";
+    argv[k++] = (char *)prompts;
+    argv[k++] = "-n";
+    argv[k++] = ns;
+    argv[k++] = "--temp";
+    argv[k++] = "0";
+    argv[k++] = "--batch";
+    argv[k++] = cs;
+    bs_common_argv(a, argv, &k);
+    argv[k] = NULL;
+    if (na_proc_spawn(&po, &pid) != NA_OK || waitpid(pid, &status, 0) != pid ||
+        !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return 0;
+    f = fopen(log, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        const char *g = strstr(line, "generated tokens ");
+        if (g == NULL)
+            continue;
+        if (sscanf(g, "generated tokens %ld, %lf tok/s overall", &gt, &v) == 2)
+            break;
+        if (sscanf(line, "prompt tokens %ld, generated tokens %ld, prefill %lf tok/s, decode "
+                   "%lf tok/s", &pt, &gt, &pre, &dec) == 4 && pre > 0 && dec > 0) {
+            long dt = gt - n_req;              /* the first token of each comes with prefill */
+            v = (double)gt / ((double)pt / pre + (double)(dt > 0 ? dt : 0) / dec);
+            break;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    return v;
+}
+
+/* Requests of level c: --requests, else max(16, 4c) (--quick: max(8, 2c)). */
+static int bs_requests(const bs_args_t *a, int quick, int c)
+{
+    int k = quick ? 2 : 4, lo = quick ? 8 : 16;
+    return a->requests > 0 ? a->requests : k * c > lo ? k * c : lo;
+}
+
+/* Read the first line of the key file into key (no newline). */
+static na_status_t bs_read_key(const char *path, char *key, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    size_t n;
+
+    if (f == NULL)
+        return na_err(NA_ERR_IO, "cannot open the API key file %s: %s", path, strerror(errno));
+    if (fgets(key, (int)len, f) == NULL)
+        key[0] = '\0';
+    fclose(f);
+    n = strcspn(key, "\r\n");
+    key[n] = '\0';
+    return n > 0 ? NA_OK : na_err(NA_ERR_INVALID, "the API key file %s is empty", path);
+}
+
+/* The figures of level c into b. */
+static void bs_report(na_bench_t *b, int c, na_bsh_result_t *r, double run)
+{
+    static const double pct[] = { 50, 90, 99 };
+    char name[96];
+    double tps = r->wall_s > 0 ? (double)r->tokens / r->wall_s : 0;
+    int i;
+
+    snprintf(name, sizeof(name), "c=%d serve throughput", c);
+    na_bench_add(b, name, tps, "tok/s", 0, run > 0 ? "nearattn run (one process)" : NULL, run);
+    for (i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "c=%d TTFT p%.0f", c, pct[i]);
+        na_bench_add(b, name, 1e3 * na_bench_percentile(r->ttft, r->n_ttft, pct[i]), "ms", 0,
+                     NULL, 0);
+    }
+    for (i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "c=%d ITL p%.0f", c, pct[i]);
+        na_bench_add(b, name, 1e3 * na_bench_percentile(r->itl, r->n_itl, pct[i]), "ms", 0,
+                     NULL, 0);
+    }
+    if (r->failed > 0)
+        na_bench_note(b, "c=%d: %ld of %ld requests failed (first: %s)", c, r->failed,
+                      r->requests, r->first_error);
+}
+
+int na_cli_bench_serve(int argc, char **argv)
+{
+    static const int full[] = { 1, 2, 4, 8, 16, 32, 64 }, quick[] = { 1, 4 };
+    bs_args_t a = { .ready_s = 120 };
+    na_cli_bench_opts_t o;
+    na_bsh_opts_t ho;
+    na_bench_t *b = NULL;
+    char exe[4096], dir[512], log[600], prompts[600], base[600], model[256], key[512];
+    char **texts = NULL;
+    const char *tmp = getenv("TMPDIR");
+    pid_t pid = 0;
+    int rc, i, j, n_max = 0;
+    FILE *f;
+
+    rc = na_cli_bench_parse("serve", argc, argv, &o, bs_usage, bs_opt, &a);
+    if (rc >= 0)
+        return rc;
+    if (a.n_levels == 0) {
+        a.n_levels = o.quick ? 2 : 7;
+        memcpy(a.levels, o.quick ? quick : full, (size_t)a.n_levels * sizeof(int));
+    }
+    if (a.max_tokens == 0)
+        a.max_tokens = o.quick ? 16 : 128;
+    key[0] = '\0';
+    if (a.key_file != NULL && bs_read_key(a.key_file, key, sizeof(key)) != NA_OK)
+        return na_cli_fail("bench serve", NA_ERR_IO);
+    if (na_proc_self_exe(exe, sizeof(exe)) != NA_OK)
+        return na_cli_fail("bench serve", NA_ERR_IO);
+    snprintf(dir, sizeof(dir), "%s/nearattn-bench-serve-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "nearattn bench serve: mkdtemp %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    rc = 1;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "nearattn bench serve: curl_global_init failed\n");
+        goto out;
+    }
+    for (i = 0; i < a.n_levels; i++) {
+        int n = bs_requests(&a, o.quick, a.levels[i]);
+        n_max = n > n_max ? n : n_max;
+    }
+    /* the prompts, for serve and (as a file) for run */
+    texts = calloc((size_t)n_max, sizeof(*texts));
+    snprintf(prompts, sizeof(prompts), "%s/prompts.txt", dir);
+    f = fopen(prompts, "w");
+    for (i = 0; texts != NULL && f != NULL && i < n_max; i++) {
+        static const char *const start[] = { "Once upon a time", "The little dog",
+                                             "Lily and Tom went to the park", "One day a bird" };
+        if (asprintf(&texts[i], "%s number %d", start[i % 4], i) < 0)
+            texts[i] = NULL;
+        if (texts[i] == NULL)
+            break;
+        fprintf(f, "%s\n", texts[i]);
+    }
+    if (f == NULL || fclose(f) != 0 || texts == NULL || i < n_max) {
+        fprintf(stderr, "nearattn bench serve: cannot write %s\n", prompts);
+        goto out;
+    }
+    if (a.url != NULL) {
+        snprintf(base, sizeof(base), "%s", a.url);
+    } else {
+        snprintf(log, sizeof(log), "%s/serve.log", dir);
+        if (bs_start_serve(&a, exe, log, &pid) != NA_OK ||
+            bs_wait_ready_line(log, &pid, a.ready_s, base, sizeof(base)) != NA_OK) {
+            fprintf(stderr, "nearattn bench serve: cannot start nearattn serve: %s; its log: "
+                    "%s\n", na_errmsg(), log);
+            goto out;
+        }
+    }
+    if (na_bsh_wait_ready(base, key[0] ? key : NULL, a.ready_s, bs_alive, &pid, model,
+                          sizeof(model)) != NA_OK) {
+        fprintf(stderr, "nearattn bench serve: %s%s%s\n", na_errmsg(),
+                a.url == NULL ? "; its log: " : "", a.url == NULL ? log : "");
+        goto out;
+    }
+    if (na_bench_create("serve", &b) != NA_OK)
+        goto out;
+    ho = (na_bsh_opts_t){ base, key[0] ? key : NULL, model, a.max_tokens, 600 };
+    for (i = 0; i < a.n_levels; i++) {
+        int c = a.levels[i], n = bs_requests(&a, o.quick, c);
+        na_bsh_result_t r;
+        double run = 0;
+
+        fprintf(stderr, "bench serve: concurrency %d, %d requests...\n", c, n);
+        if (na_bsh_drive(&ho, texts, n, c, &r) != NA_OK) {
+            fprintf(stderr, "nearattn bench serve: %s\n", na_errmsg());
+            na_bsh_result_free(&r);
+            goto out;
+        }
+        if (!a.no_run) {
+            FILE *pf = fopen(prompts, "w");      /* run gets the same n prompts */
+            for (j = 0; pf != NULL && j < n; j++)
+                fprintf(pf, "%s\n", texts[j]);
+            if (pf != NULL)
+                fclose(pf);
+            snprintf(log, sizeof(log), "%s/run-%d.log", dir, c);
+            run = bs_run_ref(&a, exe, prompts, n, a.max_tokens, c, log);
+            if (run <= 0)
+                na_bench_note(b, "c=%d: nearattn run gave no figure (see %s)", c, log);
+        }
+        bs_report(b, c, &r, run);
+        na_bsh_result_free(&r);
+    }
+    na_bench_note(b, "server %s (%s), model \"%s\"; greedy, max_tokens %d, streamed; "
+                  "throughput = completion tokens / wall time of the level; reference = "
+                  "`nearattn run --batch C` on the same prompts, its tok/s without start-up",
+                  base, a.url != NULL ? "given" : "started here", model, a.max_tokens);
+    rc = na_cli_bench_finish("serve", b, &o);
+out:
+    if (pid > 0)
+        na_proc_stop(&pid, 1, SIGTERM, 20000);
+    curl_global_cleanup();
+    na_bench_destroy(b);
+    for (i = 0; texts != NULL && i < n_max; i++)
+        free(texts[i]);
+    free(texts);
+    if (rc == 0) {
+        snprintf(log, sizeof(log), "rm -rf '%s'", dir);
+        if (system(log) != 0)
+            fprintf(stderr, "nearattn bench serve: cannot remove %s\n", dir);
+    } else {
+        fprintf(stderr, "nearattn bench serve: logs kept in %s\n", dir);
+    }
+    return rc;
+}

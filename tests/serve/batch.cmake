@@ -1,0 +1,21 @@
+# tests/serve/batch.cmake — the tests of `nearattn batch` and `nearattn bench
+# serve` (included by tests/serve/CMakeLists.txt; label serve).
+# the batch files (serve/batch_io.c): checked input lines, resume set, repaired last line, flock
+na_add_test(test_batch_io SOURCES test_batch_io.c LIBS na_serve LABELS serve unit)
+# `nearattn batch` (tests/serve/test_batch.sh SCENARIO MODE): SIGINT/SIGTERM halfway then
+# resumed = uninterrupted (monolithic and offload with storage-node processes), bad lines
+# become error records, a cut last line is repaired, a foreign or busy output is refused
+foreach(batch_pair "resume;monolithic" "resume;offload" "bad;monolithic" "bad;offload"
+                   "repair;monolithic")
+  list(GET batch_pair 0 batch_scen)
+  list(GET batch_pair 1 batch_mode)
+  na_add_script_test(test_batch_${batch_scen}_${batch_mode}
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_batch.sh ${batch_scen} ${batch_mode}
+    LABELS serve TIMEOUT 480)
+endforeach()
+# `nearattn bench serve --quick` (tests/serve/test_batch_bench.sh MODE): a smoke run
+foreach(bench_mode monolithic offload)
+  na_add_script_test(test_batch_bench_serve_${bench_mode}
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_batch_bench.sh ${bench_mode}
+    LABELS serve bench TIMEOUT 300)
+endforeach()

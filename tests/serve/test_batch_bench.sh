@@ -1,0 +1,54 @@
+#!/bin/sh
+# tests/serve/test_batch_bench.sh MODE — `nearattn bench serve --quick` smoke
+# run (cli/bench_serve.c): it starts `nearattn serve` (MODE: monolithic, or
+# offload with storage-node processes), drives it over HTTP at concurrency 1
+# and 2 and runs `nearattn run` beside it; the JSON report has the
+# throughput with the run reference, TTFT and ITL percentiles, no failed
+# request, and the server is gone afterwards; with --api-key-file; then
+# --url against a server started here (no run reference), and without the
+# key (refused).
+# Exit 0 pass, 1 fail, 77 skipped (no stories260K, no jq).
+set -u
+MODE=$1
+. "$(dirname "$0")/../cluster/proc.sh"
+na_test_init na_bench_serve_test
+export TMPDIR="$DIR"
+NA_LOGS="*.err nearattn-bench-serve-*/*.log"
+na_stories
+command -v jq >/dev/null 2>&1 || { echo "SKIPPED: no jq (scripts/deps.txt)"; exit 77; }
+
+echo "bench-serve-test-key-$$" > "$DIR/key"
+na_fg "$DIR/bench.out" "$DIR/bench.err" timeout 240 "$BIN" bench serve --quick --mode "$MODE" \
+    --config "$SRC/cluster-configs/local.yaml" --concurrency 1,2 --requests 4 --max-tokens 8 \
+    --api-key-file "$DIR/key" --json "$DIR/bench.json" || fail "bench serve failed"
+cat "$DIR/bench.out"
+jq -e '.bench == "serve"' "$DIR/bench.json" >/dev/null || fail "no serve report"
+for c in 1 2; do
+    jq -e --arg n "c=$c serve throughput" '[.results[] | select(.name == $n)][0] |
+        .value > 0 and .reference_value > 0 and .ratio > 0' "$DIR/bench.json" >/dev/null ||
+        fail "c=$c: no throughput beside nearattn run"
+    for m in "TTFT p50" "TTFT p99" "ITL p50" "ITL p90"; do
+        jq -e --arg n "c=$c $m" '[.results[] | select(.name == $n)][0].value > 0' \
+            "$DIR/bench.json" >/dev/null || fail "c=$c: no $m"
+    done
+done
+grep -q "requests failed" "$DIR/bench.out" && fail "requests failed"
+na_alive "$NA_PID" && fail "a process of the bench (the server, its nodes) is left"
+ls -d "$DIR"/nearattn-bench-serve-* >/dev/null 2>&1 && fail "bench serve left its directory"
+# --url: a server started here (with the key), no run reference
+na_bg /dev/null "$DIR/serve.err" "$BIN" serve --port 0 --mode "$MODE" \
+    --config "$SRC/cluster-configs/local.yaml" --api-key-file "$DIR/key"
+SP=$NA_PID
+na_wait_line "$DIR/serve.err" "^READY http://" 60 || fail "serve not ready"
+URL=$(sed -n 's/^READY \(http:[^ ]*\).*/\1/p' "$DIR/serve.err")
+na_fg "$DIR/url.out" "$DIR/url.err" timeout 120 "$BIN" bench serve --url "$URL" --no-run \
+    --api-key-file "$DIR/key" --concurrency 2 --requests 2 --max-tokens 4 ||
+    fail "bench serve --url failed"
+grep -q "^c=2 serve throughput .* -  *-  *-$" "$DIR/url.out" ||
+    fail "--url: no throughput row without a reference"
+na_fg "$DIR/nokey.out" "$DIR/nokey.err" timeout 60 "$BIN" bench serve --url "$URL" --no-run \
+    --concurrency 1 --requests 1 --ready-timeout 5 && fail "--url without the key succeeded"
+kill -TERM "$SP"
+wait "$SP" || fail "serve did not stop cleanly"
+echo "ok: bench serve ($MODE)"
+exit 0
