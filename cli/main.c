@@ -13,8 +13,8 @@ static const na_cli_cmd_t na_cli_cmds[] = {
     { "node",      "run one node of a cluster layout (rank from --name/--rank or mpirun/srun)", na_cmd_node },
     { "launch",    "start every node of a layout (fork/exec here, or mpirun for several hosts)", na_cmd_launch },
     { "serve",     "OpenAI-compatible HTTP server over the long-lived engine (docs/serve.md)", na_cmd_serve },
-    { "csd-xclbin", "write the metadata-only xclbin of the CSD kernel (XRT noop)", na_cmd_csd_xclbin },
     { "batch",     "run an OpenAI batch file (JSONL) with progress and resume", na_cmd_batch },
+    { "csd-xclbin", "write the metadata-only xclbin of the CSD kernel (XRT noop)", na_cmd_csd_xclbin },
     { NULL, NULL, NULL }
 };
 
