@@ -6,7 +6,7 @@
  * compute node alone in its process, so its peak RSS is the compute node's
  * memory) against storage-node processes started here (shared memory):
  *
- *   monolithic   peak RSS of B requests at contexts C1 < C2 < ...: the
+ *   monolithic   RSS in decode of B requests at contexts C1 < C2 < ...: the
  *                slope is the KV bytes per token the compute node holds (set
  *                beside the analytic count), the intercept the rest (weights,
  *                activations); the most KV tokens within --budget-mb follow,
@@ -228,7 +228,9 @@ static int cap_plot(const char *json, const int *nodes, const double *tok, int n
                "set title 'Most concurrent KV tokens (compute budget %.0f MiB)'\n"
                "set xlabel 'storage nodes (0 = monolithic)'\nset ylabel 'KV tokens'\n"
                "set boxwidth 0.5\nset style fill solid 0.6\nset xtics 1\n"
+               "set yrange [0:*]\nset xrange [-0.5:*]\nset key top left\n"
                "plot '%s' index 0 using 1:2 with boxes title 'max KV tokens'\n"
+               "set yrange [0:*]\nset xrange [*:*]\n"
                "set title 'Compute-node RSS in decode vs context (%d requests)'\n"
                "set xlabel 'context (tokens)'\nset ylabel 'MiB'\nset logscale x 2\n"
                "set xtics auto\n"
@@ -322,10 +324,10 @@ int na_cli_bench_capacity(int argc, char **argv)
         dec_m[nc] = p.rss_dec;
         rss_m[nc++] = p.rss;
     }
-    cap_fit(x, rss_m, nc, &a, &slope);
-    na_bench_add(b, "monolithic compute-node KV bytes/token (RSS slope)", slope, "B", 0,
+    cap_fit(x, dec_m, nc, &a, &slope);     /* decode RSS: the KV held, no prefill buffers */
+    na_bench_add(b, "monolithic compute-node KV bytes/token (decode RSS slope)", slope, "B", 0,
                  "analytic f16 K+V bytes/token", kv_tok);
-    na_bench_add(b, "monolithic compute-node memory without KV (RSS at 0 tokens)",
+    na_bench_add(b, "monolithic compute-node memory without KV (decode RSS at 0)",
                  a / 1048576.0, "MiB", 0, "budget", (double)c.budget_mb);
     /* the slope's estimate ignores what grows with the batch besides KV (prefill
      * activations of all admitted prompts): run it, and shrink B in proportion

@@ -1,0 +1,40 @@
+#!/bin/sh
+# tests/cli/test_bench_capacity.sh — `nearattn bench capacity --quick` with one
+# storage node: it exits 0, writes the JSON and the PNG (when gnuplot is
+# there), the compute node's KV bytes per token measured from its RSS are
+# within 15 % of the analytic f16 count, the monolithic maximum it ran fits
+# the budget, and the offload compute node's RSS at its maximum stays under
+# the budget; usage errors exit 2. No timing is checked.
+set -u
+BIN=${NA_BIN:?NA_BIN is not set}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-cap-test-XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+TMPDIR=$TMP "$BIN" bench capacity --quick --nodes 1 --json "$TMP/c.json" > "$TMP/out" 2> "$TMP/err"
+rc=$?
+[ $rc = 0 ] || fail "bench capacity exit $rc: $(tail -n 20 "$TMP/err")"
+[ -s "$TMP/c.json" ] || fail "no JSON written"
+if command -v gnuplot > /dev/null; then
+    [ -s "$TMP/c-capacity.png" ] || fail "no PNG written"
+fi
+# ratio column (last) of a row named by its start
+ratio() { grep "^$1" "$TMP/out" | head -n 1 | awk '{ r = $NF; sub("%", "", r); print r }'; }
+r=$(ratio "monolithic compute-node KV bytes/token")
+[ -n "$r" ] && awk -v r="$r" 'BEGIN { exit !(r >= 85 && r <= 115) }' ||
+    fail "KV bytes/token not within 15% of analytic: '$r'"
+r=$(ratio "monolithic peak RSS at the most requests")
+[ -n "$r" ] && awk -v r="$r" 'BEGIN { exit !(r <= 100) }' || fail "monolithic maximum over the budget: '$r'"
+r=$(ratio "offload compute peak RSS at the most")
+[ -n "$r" ] && awk -v r="$r" 'BEGIN { exit !(r <= 100) }' || fail "offload compute RSS over the budget: '$r'"
+grep -q "^offload most concurrent KV tokens, 1 node" "$TMP/out" || fail "no 1-node capacity row"
+ls "$TMP" | grep -q nearattn-cap- && fail "temporary directory left behind"
+
+"$BIN" bench capacity --nodes 0 > /dev/null 2>&1
+[ $? = 2 ] || fail "--nodes 0 is not a usage error"
+"$BIN" bench capacity --budget-mb x > /dev/null 2>&1
+[ $? = 2 ] || fail "--budget-mb x is not a usage error"
+
+[ $FAILS = 0 ] && echo "test_bench_capacity: ok"
+exit $((FAILS > 0))
