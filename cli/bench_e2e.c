@@ -47,6 +47,8 @@ static void e2e_usage(FILE *f)
         "256K prompt tokens skipped).\n\n"
         "  --sweep        the comparison sweep over modes, links, batch, context and\n"
         "                 storage nodes (nearattn bench e2e --sweep --help)\n"
+        "  --peers        batch-1 decode and pp512 beside llama.cpp's llama-bench on the\n"
+        "                 same GGUF files (nearattn bench e2e --peers --help)\n"
         "  --mode M       monolithic, offload or both (default both)\n"
         "  --full         the larger sweep\n"
         "  --remote       offload to one storage-node process started here (shared\n"
@@ -236,6 +238,8 @@ int na_cli_bench_e2e(int argc, char **argv)
             return na_cli_e2e_point(argc, argv);
         if (!strcmp(argv[i], "--sweep"))
             return na_cli_e2e_sweep(argc, argv);
+        if (!strcmp(argv[i], "--peers"))
+            return na_cli_e2e_peers(argc, argv);
     }
     rc = na_cli_bench_parse("e2e", argc, argv, &o, e2e_usage, e2e_opt, &ea);
     if (rc >= 0)

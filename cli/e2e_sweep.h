@@ -52,6 +52,7 @@ typedef struct {
 
 int  na_cli_e2e_point(int argc, char **argv);       /* cli/bench_point.c */
 int  na_cli_e2e_sweep(int argc, char **argv);       /* cli/bench_sweep.c */
+int  na_cli_e2e_peers(int argc, char **argv);       /* cli/bench_peer.c */
 /* Parse a "POINT ..." line into p; 0 ok, -1 not a point line. */
 int  na_e2e_point_parse(const char *line, na_e2e_point_t *p);
 
