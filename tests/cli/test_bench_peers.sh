@@ -1,0 +1,36 @@
+#!/bin/sh
+# tests/cli/test_bench_peers.sh — `nearattn bench e2e --peers --quick`: rows
+# for every dtype asked, an absent peer noted as skipped, a failing peer noted
+# as failed (the rows stay), a non-executable peer and bad lists are usage
+# errors. No timing is checked.
+set -u
+BIN=${NA_BIN:?NA_BIN is not set}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-peers-test-XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+TMPDIR=$TMP "$BIN" bench e2e --peers --quick --dtypes f16,q8_0 --threads-list 1 \
+    --json "$TMP/p.json" > "$TMP/out" 2> "$TMP/err"
+[ $? = 0 ] || fail "exit $?: $(tail -n 5 "$TMP/err")"
+for r in "decode b=1 15M f16 t=1" "prompt 15M f16 t=1" "decode b=1 15M q8_0 t=1" "prompt 15M q8_0 t=1"; do
+    grep -q "^$r" "$TMP/out" || fail "no row '$r'"
+done
+grep -q "skipped: peer llama.cpp llama-bench: not given" "$TMP/out" || fail "absent peer not noted"
+[ -s "$TMP/p.json" ] || fail "no JSON"
+ls "$TMP" | grep -q nearattn-peers- && fail "temporary directory left behind"
+
+TMPDIR=$TMP "$BIN" bench e2e --peers --quick --dtypes f32 --threads-list 1 --llama-bench /bin/false \
+    > "$TMP/out2" 2> "$TMP/err2"
+[ $? = 0 ] || fail "failing peer: exit $?"
+grep -q "llama-bench failed 1 of 1 runs" "$TMP/out2" || fail "failing peer not noted"
+
+"$BIN" bench e2e --peers --llama-bench "$TMP/none" > /dev/null 2>&1
+[ $? = 2 ] || fail "missing peer binary is not a usage error"
+"$BIN" bench e2e --peers --dtypes q4 > /dev/null 2>&1
+[ $? = 2 ] || fail "unknown dtype is not a usage error"
+"$BIN" bench e2e --peers --shapes 7b > /dev/null 2>&1
+[ $? = 2 ] || fail "unknown shape is not a usage error"
+
+[ $FAILS = 0 ] && echo "test_bench_peers: ok"
+exit $((FAILS > 0))
