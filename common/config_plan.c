@@ -144,7 +144,7 @@ int na_cfg_engine_built(na_cfg_engine_t e)
 
 int na_cfg_compute_dev_built(na_cfg_compute_dev_t d)
 {
-    return d == NA_CFG_DEV_CPU;
+    return d == NA_CFG_DEV_CPU || (d == NA_CFG_DEV_CUDA && NA_HAVE_CUDA);
 }
 
 const char *na_cfg_built_engines(void)
