@@ -41,12 +41,20 @@ if [ "$rc" -ne 0 ]; then
     grep -q "^nearattn run: no CUDA device: " "$TMP/cuda.err" ||
         fail "no device: stderr '$(cat "$TMP/cuda.err")' lacks 'no CUDA device:'"
     one_line 1 "^nearattn run: no CUDA device: " $ARGS --backend cuda:3
+    "$BIN" bench kernels --backend cuda --quick >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    [ "$rc" -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
+        grep -q "^nearattn bench kernels: no CUDA device: " "$TMP/err" ||
+        fail "bench kernels --backend cuda: exit $rc, stderr $(cat "$TMP/err")"
     echo "no CUDA device here: checked the one-line refusal"
 else
     "$BIN" run --mode monolithic $ARGS --backend cpu >"$TMP/cpu.out" 2>/dev/null </dev/null ||
         fail "cpu run failed"
     cmp -s "$TMP/cuda.out" "$TMP/cpu.out" || fail "cuda text differs from cpu"
     one_line 1 "no CUDA device: gpu 1000 does not exist" $ARGS --backend cuda:1000
+    "$BIN" bench kernels --backend cuda --quick --part attn >"$TMP/bench" 2>&1 ||
+        fail "bench kernels --backend cuda: $(cat "$TMP/bench")"
+    grep -q "cuda attn_decode" "$TMP/bench" || fail "bench kernels: no cuda rows"
 fi
 [ "$FAILS" -eq 0 ] && echo "test_cuda_cli: ok" && exit 0
 exit 1
