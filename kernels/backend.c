@@ -64,10 +64,12 @@ na_status_t na_kernels_create(const char *name, int n_threads, na_kernels_t **k_
         if (colon != NULL) {
             char *end = NULL;
             long v = strtol(colon + 1, &end, 10);
-            if (en->create_dev == NULL || colon[1] < '0' || colon[1] > '9' || *end != '\0' ||
-                v > 1023)
-                return na_err(NA_ERR_INVALID, "kernels: '%s': a device index NAME:N is taken "
-                              "by device backends only (cuda:0, cuda:1, ...)", name);
+            if (en->create_dev == NULL)
+                return na_err(NA_ERR_INVALID, "kernels: '%s': backend '%s' takes no device "
+                              "index", name, en->name);
+            if (colon[1] < '0' || colon[1] > '9' || *end != '\0' || v > 1023)
+                return na_err(NA_ERR_INVALID, "kernels: '%s': the device index must be a "
+                              "number 0..1023 (%s:0, %s:1, ...)", name, en->name, en->name);
             dev = (int)v;
         }
         return na_kernels_open(en, n_threads, dev, k_p);

@@ -226,14 +226,25 @@ static na_status_t na_cu_buf_resize(na_kernels_t *k, na_kbuf_t *b, size_t size)
     return NA_OK;
 }
 
-/* Copy between any two addresses in the stream's order. Pageable host memory
- * on one side makes the runtime stage the copy before returning, so the host
- * array may be reused at once; pinned/device pairs run asynchronously. */
-static na_status_t na_cu_memcpy(na_kernels_t *k, void *dst, const void *src, size_t size,
-                                const char *op)
+/* Copy between two addresses in the stream's order. Host to host (pinned or
+ * pageable on both sides) waits for the stream and copies on the host: the
+ * ops before it may still read or write that memory. With device memory on
+ * one side, cudaMemcpyAsync keeps the order; a pageable host side makes the
+ * runtime stage the copy before returning, so the host array may be reused
+ * at once. */
+static na_status_t na_cu_memcpy(na_kernels_t *k, void *dst, int dst_host, const void *src,
+                                int src_host, size_t size, const char *op)
 {
+    na_status_t st;
     if (size == 0 || dst == src)
         return NA_OK;
+    if (dst_host && src_host) {
+        if ((st = na_cu_status(k, cudaStreamSynchronize(NA_CU(k)->stream),
+                               "cudaStreamSynchronize")) != NA_OK)
+            return st;
+        memmove(dst, src, size);
+        return NA_OK;
+    }
     return na_cu_status(k, cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault,
                                            NA_CU(k)->stream), op);
 }
@@ -261,7 +272,10 @@ static na_status_t na_cu_upload(na_kernels_t *k, const na_kbuf_t *dst, const voi
         st = na_err(NA_ERR_INVALID, "kernels cuda upload: NULL source");
     if (st == NA_OK)
         st = na_cu_enter(k);
-    return st != NA_OK ? st : na_cu_memcpy(k, dst->dev, src, size, "cudaMemcpyAsync (upload)");
+    if (st != NA_OK)
+        return st;
+    return na_cu_memcpy(k, dst->host != NULL ? dst->host : dst->dev, dst->host != NULL, src, 1,
+                        size, "cudaMemcpyAsync (upload)");
 }
 
 static na_status_t na_cu_download(na_kernels_t *k, void *dst, const na_kbuf_t *src, size_t size)
@@ -275,7 +289,8 @@ static na_status_t na_cu_download(na_kernels_t *k, void *dst, const na_kbuf_t *s
         return NA_OK;
     if ((st = na_cu_enter(k)) != NA_OK)
         return st;
-    return na_cu_memcpy(k, dst, src->dev, size, "cudaMemcpyAsync (download)");
+    return na_cu_memcpy(k, dst, 1, src->host != NULL ? src->host : src->dev, src->host != NULL,
+                        size, "cudaMemcpyAsync (download)");
 }
 
 static na_status_t na_cu_copy(na_kernels_t *k, const na_kbuf_t *dst, const na_kbuf_t *src,
@@ -286,7 +301,9 @@ static na_status_t na_cu_copy(na_kernels_t *k, const na_kbuf_t *dst, const na_kb
         (st = na_cu_copy_arg(k, src, size, "copy", "src")) != NA_OK ||
         (st = na_cu_enter(k)) != NA_OK)
         return st;
-    return na_cu_memcpy(k, dst->dev, src->dev, size, "cudaMemcpyAsync (copy)");
+    return na_cu_memcpy(k, dst->host != NULL ? dst->host : dst->dev, dst->host != NULL,
+                        src->host != NULL ? src->host : src->dev, src->host != NULL, size,
+                        "cudaMemcpyAsync (copy)");
 }
 
 /* ---- weights ------------------------------------------------------------ */

@@ -11,7 +11,11 @@
  *   test_cuda engine   the monolithic engine on "cuda": greedy tokens equal
  *                      the cpu backend's for generated MHA and GQA models and
  *                      stories260K (f32 KV), logits within tolerance for f16
- *                      KV and f16/bf16/q8_0 weights.
+ *                      KV (a q8_0 model's tokens equal too: same dequantised
+ *                      values, f32 sums).
+ *   test_cuda tp       NCCL tensor parallelism at tp = 1 (one GPU): the
+ *                      all-reduce of one rank leaves a matmul output as it
+ *                      was; a GPU named twice is refused.
  *
  * Without a CUDA device (cudaGetDeviceCount fails: error 35 insufficient
  * driver, 100 no device) both exit 77: ctest reports them skipped.
@@ -33,6 +37,9 @@
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
 #include "kernels/cuda/cuda.h"
+#if NA_HAVE_NCCL
+#include "kernels/cuda/cuda_tp.h"
+#endif
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/testutil.h"
@@ -568,6 +575,43 @@ static int test_engine(void)
     return na_test_finish();
 }
 
+#if NA_HAVE_NCCL
+static int test_tp(void)
+{
+    int gpus[2] = { 0, 0 };
+    na_cuda_tp_t *tp = NULL;
+    na_tensor_t t;
+    na_kweight_t w;
+    float x[3 * 96], y0[3 * 40], y1[3 * 40];
+    na_kbuf_t *bx, *by;
+
+    NA_CHECK(na_cuda_tp_create(gpus, 2, &tp) == NA_ERR_INVALID);
+    NA_CHECK_OK(na_kernels_create("cuda:0", 1, &cu));
+    NA_CHECK_OK(na_cuda_tp_create(gpus, 1, &tp));
+    if (cu == NULL || tp == NULL)
+        return na_test_finish();
+    NA_CHECK(na_cuda_tp_size(tp) == 1);
+    make_weight(&t, NA_DTYPE_BF16, 40, 96);
+    na_rng_fill(&rng, x, 3 * 96, -1.0f, 1.0f);
+    NA_CHECK_OK(cu->ops->place(cu, &t, &w));
+    bx = dev_from(x, sizeof(x));
+    by = dev_from(NULL, sizeof(y0));
+    NA_CHECK_OK(cu->ops->matmul(cu, by, bx, &w, 3));
+    dev_to(y0, by, sizeof(y0));
+    NA_CHECK_OK(na_cuda_tp_allreduce(tp, 0, cu, by, 3 * 40));
+    NA_CHECK(na_cuda_tp_allreduce(tp, 1, cu, by, 3 * 40) == NA_ERR_INVALID);
+    dev_to(y1, by, sizeof(y1));
+    NA_CHECK_MSG(memcmp(y0, y1, sizeof(y0)) == 0, "tp=1 all-reduce changed the output");
+    cu->ops->unplace(cu, &w);
+    dev_free(bx);
+    dev_free(by);
+    free((void *)t.data);
+    na_cuda_tp_destroy(tp);
+    na_kernels_destroy(cu);
+    return na_test_finish();
+}
+#endif
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "ops";
@@ -577,6 +621,13 @@ int main(int argc, char **argv)
     na_rng_seed(&rng, 2026);
     if (strcmp(mode, "engine") == 0)
         return test_engine();
+    if (strcmp(mode, "tp") == 0) {
+#if NA_HAVE_NCCL
+        return test_tp();
+#else
+        NA_SKIP("built without NCCL");
+#endif
+    }
     NA_CHECK_OK(na_kernels_create("cuda", 1, &cu));
     if (cu == NULL)
         return na_test_finish();
