@@ -1,7 +1,7 @@
 /* kernels/cuda/cuda_attn.cu — causal prefill and decode attention on the GPU
  * (flash-decoding).
  *
- * Grid: (KV head x head sub-group, query row, context split). A block of
+ * Grid: (query row x KV head x head sub-group, context split). A block of
  * NA_CU_ATTN_WARPS warps takes one KV head, up to G query heads of its GQA
  * group, one query row and one split of that row's causal context. Each warp
  * walks every NA_CU_ATTN_WARPS-th token of the split: it loads the token's K
@@ -17,6 +17,9 @@
 
 #define NA_CU_ATTN_WARPS   4
 #define NA_CU_ATTN_MIN_LEN 64     /* tokens per split at least */
+
+/* Grid: x = row * (KV heads x sub-groups) + head block, y = split (rows may
+ * exceed gridDim.y's 65535, splits are capped there). */
 
 /* DL consecutive 16-bit or f32 elements, read as one (or two) vector loads. */
 template <int N>
@@ -58,20 +61,21 @@ static __device__ __forceinline__ void na_cu_attn_row(float *out, const void *ba
 template <int DT, int G, int DL>
 __global__ void __launch_bounds__(32 * NA_CU_ATTN_WARPS)
 na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_attn_shape_t s,
-             float *scratch)
+             bool vec, float *scratch)
 {
     __shared__ float sm_m[NA_CU_ATTN_WARPS][G], sm_l[NA_CU_ATTN_WARPS][G];
     __shared__ float sm_acc[NA_CU_ATTN_WARPS][G][32 * DL];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int group = s.n_heads / s.n_kv_heads, n_hg = (group + G - 1) / G;
-    int kvh = blockIdx.x / n_hg, hg = blockIdx.x % n_hg;
-    int row = blockIdx.y, split = blockIdx.z, hd = s.head_dim;
+    int n_hb = s.n_kv_heads * n_hg, hb = blockIdx.x % n_hb;
+    int kvh = hb / n_hg, hg = hb % n_hg;
+    int row = blockIdx.x / n_hb, split = blockIdx.y, hd = s.head_dim;
     int h0 = kvh * group + hg * G;                     /* first query head of the block */
     int ng = group - hg * G < G ? group - hg * G : G;  /* heads it takes */
     int ctx = s.ctx0 + row + 1;
     int t0 = split * s.split_len;
     int t1 = t0 + s.split_len < ctx ? t0 + s.split_len : ctx;
-    bool full = hd == 32 * DL;
+    bool full = vec && hd == 32 * DL;          /* whole, aligned rows: vector loads */
     float scale = 1.0f / sqrtf((float)hd);
     float qv[G][DL], acc[G][DL], m[G], l[G];
 
@@ -218,27 +222,27 @@ extern "C" size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s)
 template <int DT, int G>
 static void na_cu_attn_dl_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
                                  const void *kc, const void *vc, const na_cu_attn_shape_t *s,
-                                 float *scratch)
+                                 bool vec, float *scratch)
 {
     unsigned thr = 32 * NA_CU_ATTN_WARPS;
     switch (na_cu_attn_dl(s)) {
-    case 1:  na_cu_attn_k<DT, G, 1><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, scratch); break;
-    case 2:  na_cu_attn_k<DT, G, 2><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, scratch); break;
-    case 4:  na_cu_attn_k<DT, G, 4><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, scratch); break;
-    default: na_cu_attn_k<DT, G, 8><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, scratch); break;
+    case 1:  na_cu_attn_k<DT, G, 1><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    case 2:  na_cu_attn_k<DT, G, 2><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    case 4:  na_cu_attn_k<DT, G, 4><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    default: na_cu_attn_k<DT, G, 8><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
     }
 }
 
 template <int DT>
 static void na_cu_attn_g_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
                                 const void *kc, const void *vc, const na_cu_attn_shape_t *s,
-                                float *scratch)
+                                bool vec, float *scratch)
 {
     switch (na_cu_attn_g(s)) {
-    case 1:  na_cu_attn_dl_launch<DT, 1>(grid, st, out, q, kc, vc, s, scratch); break;
-    case 2:  na_cu_attn_dl_launch<DT, 2>(grid, st, out, q, kc, vc, s, scratch); break;
-    case 4:  na_cu_attn_dl_launch<DT, 4>(grid, st, out, q, kc, vc, s, scratch); break;
-    default: na_cu_attn_dl_launch<DT, 8>(grid, st, out, q, kc, vc, s, scratch); break;
+    case 1:  na_cu_attn_dl_launch<DT, 1>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    case 2:  na_cu_attn_dl_launch<DT, 2>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    case 4:  na_cu_attn_dl_launch<DT, 4>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    default: na_cu_attn_dl_launch<DT, 8>(grid, st, out, q, kc, vc, s, vec, scratch); break;
     }
 }
 
@@ -246,16 +250,17 @@ extern "C" int na_cu_attn(void *stream, float *out, const float *q, const void *
                           const void *vc, const na_cu_attn_shape_t *s, float *scratch)
 {
     cudaStream_t st = (cudaStream_t)stream;
-    dim3 grid(na_cu_attn_heads(s), (unsigned)s->n_rows, (unsigned)s->n_splits);
+    dim3 grid(na_cu_attn_heads(s) * (unsigned)s->n_rows, (unsigned)s->n_splits);
+    bool vec = (((uintptr_t)kc | (uintptr_t)vc) % 16) == 0;
     int e;
     if (s->n_rows <= 0)
         return 0;
     if (s->kv_dtype == NA_CU_F16)
-        na_cu_attn_g_launch<NA_CU_F16>(grid, st, out, q, kc, vc, s, scratch);
+        na_cu_attn_g_launch<NA_CU_F16>(grid, st, out, q, kc, vc, s, vec, scratch);
     else if (s->kv_dtype == NA_CU_BF16)
-        na_cu_attn_g_launch<NA_CU_BF16>(grid, st, out, q, kc, vc, s, scratch);
+        na_cu_attn_g_launch<NA_CU_BF16>(grid, st, out, q, kc, vc, s, vec, scratch);
     else
-        na_cu_attn_g_launch<NA_CU_F32>(grid, st, out, q, kc, vc, s, scratch);
+        na_cu_attn_g_launch<NA_CU_F32>(grid, st, out, q, kc, vc, s, vec, scratch);
     e = (int)cudaGetLastError();
     if (e != 0 || s->n_splits == 1)
         return e;

@@ -42,11 +42,17 @@ int na_cu_to_half(void *stream, void *dst, int dtype, const float *src, size_t n
 
 /* The batch size up to which na_cu_gemv reads the weights once for all rows. */
 #define NA_CU_GEMV_MAX_BATCH 8
-/* y[b, rows] = W · x[b, cols], W (rows, cols) row-major in f16, bf16 or q8_0,
+/* y[b, rows] = W · x[b, cols], W (rows, cols) row-major in f32, f16 or bf16,
  * x and y f32, f32 accumulation; any batch (rows of x are taken
  * NA_CU_GEMV_MAX_BATCH at a time, each group reading W once). */
 int na_cu_gemv(void *stream, float *y, const float *x, const void *w, int dtype, int rows,
                int cols, int batch);
+/* The same for Q8_0 weights (cols % 32 == 0), x taken in Q8 blocks as
+ * kernels/ref defines it; scratch: na_cu_gemv_q8_scratch(cols, batch) bytes
+ * of device memory (16-byte aligned) for the quantised x. */
+size_t na_cu_gemv_q8_scratch(int cols, int batch);
+int    na_cu_gemv_q8(void *stream, float *y, const float *x, const void *w, int rows, int cols,
+                     int batch, void *scratch);
 
 /* ---- attention (cuda_attn.cu) ----------------------------------------------
  * Rows r < n_rows of q (n_heads*head_dim f32 each) attend to the first

@@ -7,8 +7,10 @@
  * uses no TF32). f16/bf16 weights -> the GEMV kernel at batch <= 8 (f32
  * activations, the decode step) and cuBLAS GemmEx above it (activations
  * rounded to the weight's type for the tensor cores, f32 accumulation).
- * Q8_0 -> the dequantising GEMV at every batch. With k->batch_invariant the
- * GEMV takes every dtype, so that a row's result never depends on the batch. */
+ * Q8_0 -> the Q8 GEMV at every batch (x quantised to Q8 blocks once per
+ * call, int8 dot products, as kernels/ref defines Q8_0). With
+ * k->batch_invariant the GEMV takes every dtype, so that a row's result never
+ * depends on the batch. */
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
@@ -141,8 +143,16 @@ na_status_t na_cu_matmul_op(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t
     if (batch == 0)
         return NA_OK;
     NA_CU_ENTER();
-    gemv = k->batch_invariant || w->dtype == NA_DTYPE_Q8_0 ||
-           (w->dtype != NA_DTYPE_F32 && batch <= NA_CU_GEMV_MAX_BATCH);
+    if (w->dtype == NA_DTYPE_Q8_0) {
+        na_cuda_t *c = NA_CU(k);
+        na_status_t st = na_cu_scratch(k, &c->xh, &c->xh_bytes,
+                                       na_cu_gemv_q8_scratch(w->cols, batch));
+        if (st != NA_OK)
+            return st;
+        return na_cu_status(k, na_cu_gemv_q8(na_cu_stream(k), py, px, pw, w->rows, w->cols,
+                                             batch, c->xh), "q8_0 gemv kernel");
+    }
+    gemv = k->batch_invariant || (w->dtype != NA_DTYPE_F32 && batch <= NA_CU_GEMV_MAX_BATCH);
     if (gemv)
         return na_cu_status(k, na_cu_gemv(na_cu_stream(k), py, px, pw, (int)w->dtype, w->rows,
                                             w->cols, batch), "gemv kernel");
