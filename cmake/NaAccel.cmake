@@ -43,6 +43,10 @@ if(NOT NA_CUDA STREQUAL "OFF")
   endif()
 endif()
 
+# The storage nodes' GPU attention engine (common/engines.c: engine "cuda")
+# is built with the CUDA backend.
+add_compile_definitions(NA_HAVE_CUDA_ENGINE=${NA_HAVE_CUDA})
+
 # XRT: Debian's libxrt-dev (headers xrt/xrt_*.h, library xrt_coreutil). Its
 # xrt.pc is broken (doubled prefix), so look for the files themselves.
 set(NA_HAVE_XRT 0)

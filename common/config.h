@@ -51,6 +51,7 @@ typedef struct {
     long            ssd_mb;    /* SSD tier budget, MiB (>= 1) */
     long            threads;   /* engine worker threads (>= 1) */
     long            gpu;       /* GPU index for the cuda engine */
+    long            hbm_mb;    /* cuda engine: GPU memory for KV, MiB (0: 80% of the GPU) */
 } na_cfg_device_t;
 
 typedef struct {

@@ -160,6 +160,8 @@ static const na_cfg_field_t na_cfg_device_fields[] = {
     INT_(ssd_mb, NA_CFG_REQ, NULL, 1, NA_MB_MAX, "SSD tier budget of the slot, MiB (files under path)"),
     INT_(threads, 0, "1", 1, 1024, "worker threads of the engine"),
     INT_(gpu, 0, "0", 0, 1023, "GPU index for engine cuda"),
+    INT_(hbm_mb, 0, "0", 0, NA_MB_MAX, "engine cuda: GPU memory for KV copies, MiB (0: 80% "
+         "of the GPU); the rest stays on the DRAM/SSD tiers"),
     { NULL }
 };
 #undef T

@@ -19,8 +19,10 @@
  * Engines are an ops table (na_attn_engine_ops_t: create / begin / submit /
  * close / test / wait / stats / destroy) chosen per slot by name; the names
  * and which are built come from the one registry, common/engines.h. "cpu"
- * is the implementation here (attn_cpu.c); "cuda" and "csd" are known names
- * refused with NA_ERR_UNSUPPORTED until they are built.
+ * is the implementation here (attn_cpu.c); "cuda" (attn_cuda.c: KV copies in
+ * GPU memory, overflow through an inner CPU engine) is built with the CUDA
+ * toolkit; "csd" is a known name refused with NA_ERR_UNSUPPORTED until it is
+ * built.
  *
  * CPU engine: the context of an entry is cut into granules of split_tokens
  * tokens (flash-decoding); each granule's online-softmax partial is computed
@@ -71,6 +73,10 @@ typedef struct {
     const char        *kernels;         /* kernels backend name, "cpu" */
     na_kv_io_factory_t io_factory;      /* NULL = io_uring */
     void              *io_arg;
+    /* engine cuda (storage-node/attn_cuda.c) */
+    int                gpu;             /* GPU index ("cuda:N") */
+    long               hbm_mb;          /* device KV budget, MiB; 0 = 80% of the GPU */
+    const char        *device_kernels;  /* NULL = "cuda:<gpu>"; tests: "refdev" */
 } na_attn_engine_cfg_t;
 
 typedef struct na_attn_engine na_attn_engine_t;

@@ -75,6 +75,8 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     ec.prefetch_layers = c->prefetch_layers;
     ec.io_factory = c->io_factory;
     ec.io_arg = c->io_arg;
+    ec.gpu = dev->gpu;
+    ec.hbm_mb = dev->hbm_mb;
     st = na_attn_engine_create(dev->engine ? dev->engine : "cpu", s->store, &ec, &s->engine);
     if (st != NA_OK)
         goto err_destroy_store;

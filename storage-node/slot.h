@@ -51,6 +51,8 @@ typedef struct {
     uint64_t    dram_bytes;   /* dram_mb */
     uint64_t    ssd_bytes;    /* ssd_mb; 0 = DRAM only */
     int         threads;      /* engine workers; the slot takes max(this, common) */
+    int         gpu;          /* engine cuda: GPU index */
+    long        hbm_mb;       /* engine cuda: device KV budget, MiB (0: 80% of the GPU) */
 } na_slot_dev_t;
 
 typedef struct na_slot na_slot_t;

@@ -62,6 +62,8 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
         dev->dram_bytes = (uint64_t)d->dram_mb << 20;
         dev->ssd_bytes = (uint64_t)d->ssd_mb << 20;
         dev->threads = (int)(d->threads > 0 ? d->threads : 1);
+        dev->gpu = (int)d->gpu;
+        dev->hbm_mb = d->hbm_mb;
     }
     spec->n_devs = n;
     return NA_OK;

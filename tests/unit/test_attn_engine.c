@@ -141,7 +141,7 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
     }
     for (i = 0; i < cfg->n_slots; i++) {
         char d[600];
-        na_slot_dev_t dev = { d, "cpu", cfg->dram_bytes, cfg->ssd_bytes, 0 };
+        na_slot_dev_t dev = { d, "cpu", cfg->dram_bytes, cfg->ssd_bytes, 0, 0, 0 };
         na_status_t st;
         snprintf(d, sizeof(d), "%s/s%d", g_dir, i);
         (void)mkdir(d, 0700);
