@@ -58,6 +58,31 @@ static __device__ __forceinline__ void na_cu_attn_row(float *out, const void *ba
         out[e] = lane * DL + e < hd ? na_cu_load<DT>(base, i0 + (size_t)e) : 0.0f;
 }
 
+/* Fold one token's K/V row pair into the online softmax of the G heads. */
+template <int G, int DL>
+static __device__ __forceinline__ void na_cu_attn_fold(const float (&qv)[G][DL],
+                                                       float (&acc)[G][DL], float (&m)[G],
+                                                       float (&l)[G], const float *kr,
+                                                       const float *vr, float scale)
+{
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DL; e++)
+            d += qv[g][e] * kr[e];
+        float sc = na_cu_warp_sum(d) * scale;
+        float mn = fmaxf(m[g], sc);
+        float a = expf(m[g] - mn);                     /* m = -inf: 0 */
+        float p = expf(sc - mn);
+        l[g] = l[g] * a + p;
+#pragma unroll
+        for (int e = 0; e < DL; e++)
+            acc[g][e] = acc[g][e] * a + p * vr[e];
+        m[g] = mn;
+    }
+}
+
 template <int DT, int G, int DL>
 __global__ void __launch_bounds__(32 * NA_CU_ATTN_WARPS)
 na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_attn_shape_t s,
@@ -91,27 +116,22 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    for (int t = t0 + warp; t < t1; t += NA_CU_ATTN_WARPS) {
-        size_t off = ((size_t)t * (size_t)s.n_kv_heads + (size_t)kvh) * (size_t)hd;
-        float kr[DL], vr[DL];
+    /* two tokens per step, both rows loaded before either is folded: twice
+     * the loads in flight per warp (decode is bound by their latency) */
+    for (int t = t0 + warp; t < t1; t += 2 * NA_CU_ATTN_WARPS) {
+        int t2 = t + NA_CU_ATTN_WARPS;
+        size_t kvs = (size_t)s.n_kv_heads * (size_t)hd;
+        size_t off = (size_t)t * kvs + (size_t)kvh * (size_t)hd;
+        float kr[DL], vr[DL], kr2[DL], vr2[DL];
         na_cu_attn_row<DT, DL>(kr, kc, off, lane, hd, full);
         na_cu_attn_row<DT, DL>(vr, vc, off, lane, hd, full);
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int e = 0; e < DL; e++)
-                d += qv[g][e] * kr[e];
-            float sc = na_cu_warp_sum(d) * scale;
-            float mn = fmaxf(m[g], sc);
-            float a = expf(m[g] - mn);                 /* m = -inf: 0 */
-            float p = expf(sc - mn);
-            l[g] = l[g] * a + p;
-#pragma unroll
-            for (int e = 0; e < DL; e++)
-                acc[g][e] = acc[g][e] * a + p * vr[e];
-            m[g] = mn;
+        if (t2 < t1) {
+            na_cu_attn_row<DT, DL>(kr2, kc, off + (size_t)NA_CU_ATTN_WARPS * kvs, lane, hd, full);
+            na_cu_attn_row<DT, DL>(vr2, vc, off + (size_t)NA_CU_ATTN_WARPS * kvs, lane, hd, full);
         }
+        na_cu_attn_fold<G, DL>(qv, acc, m, l, kr, vr, scale);
+        if (t2 < t1)
+            na_cu_attn_fold<G, DL>(qv, acc, m, l, kr2, vr2, scale);
     }
     /* merge the warps */
 #pragma unroll

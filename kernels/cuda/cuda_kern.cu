@@ -266,6 +266,7 @@ __global__ void na_cu_gemv_k(float *y, const float *x, const void *w, int rows, 
     if (VEC) {
         const uint4 *row = reinterpret_cast<const uint4 *>(
             static_cast<const unsigned short *>(w) + (size_t)r * (size_t)cols);
+#pragma unroll 4
         for (int c8 = lane; c8 < cols / 8; c8 += 32) {
             uint4 raw = row[c8];
             const unsigned short *hs = reinterpret_cast<const unsigned short *>(&raw);
