@@ -385,6 +385,8 @@ static void na_bk_usage(FILE *f)
                "  --backend B    cpu (default) or cuda: the GPU's decode attention GB/s\n"
                "                 (ctx 1K-64K, batch 1-64) beside a device-to-device copy and\n"
                "                 matmul TFLOP/s beside cublasSgemm, measured in the same run\n"
+               "                 and batch-1 decode tok/s of a generated 1B-shape bf16 model\n"
+               "                 (--part model) beside weight bytes / copy bandwidth\n"
                "                 (no CUDA device: one 'no CUDA device' line, exit 1)\n");
 }
 
@@ -409,8 +411,9 @@ static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
     if (strcmp(argv[*i], "--part") != 0)
         return 0;
     if (v == NULL || (strcmp(v, "all") && strcmp(v, "attn") && strcmp(v, "matmul") &&
-                      strcmp(v, "small"))) {
-        fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul or small\n");
+                      strcmp(v, "small") && strcmp(v, "model"))) {
+        fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul, small or "
+                "model\n");
         return 2;
     }
     ((na_bk_own_t *)ctx)->part = v;
@@ -443,6 +446,12 @@ int na_cli_bench_kernels(int argc, char **argv)
             fprintf(stderr, "nearattn bench kernels: --part small is a cpu part\n");
             return 2;
         }
+    } else if (!strcmp(part, "model")) {
+        na_bench_destroy(b);
+        fprintf(stderr, "nearattn bench kernels: --part model is a cuda part (--backend cuda)\n");
+        return 2;
+    }
+    if (!strcmp(own.backend, "cuda")) {
         st = na_cli_bench_kernels_cuda(b, o.quick, part);
         rc = st == NA_OK ? na_cli_bench_finish("kernels", b, &o)
                          : na_cli_fail("bench kernels", st);

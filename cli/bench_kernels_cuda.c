@@ -11,17 +11,28 @@
  *     Q8_0 weights: TFLOP/s beside the plain cublasSgemm of the same shape
  *     (the F32 op is exactly that call); batch 1 also as GB/s of weight read
  *     vs the copy.
+ *   batch-1 greedy decode of a generated 1B-shape model (dim 2048, hidden
+ *     8192, 16 layers, 32/8 heads, vocab 32000, bf16 weights, bf16 KV; 4
+ *     layers with --quick) on the engine: tokens/s beside the limit weight
+ *     bytes / copy bandwidth. The model is written to a temporary directory
+ *     ($TMPDIR) and removed.
  * Timing: each figure enqueues `reps` calls between two na_kernels_finish
  * and divides (launch overhead included, as a decode step sees it); warm-up
  * first, median of >= 5 such groups. Without a CUDA device the command stops
  * with "no CUDA device: ..." (exit 1) before measuring anything. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/bench.h"
 #include "cli/bench_kernels_cuda.h"
 #include "cli/cli.h"
+#include "common/genmodel.h"
+#include "common/model.h"
+#include "compute-node/engine.h"
+#include "compute-node/generate.h"
 #include "kernels/kernels.h"
 
 #if NA_HAVE_CUDA
@@ -258,6 +269,89 @@ out:
     return st;
 }
 
+/* ---- batch-1 decode of a 1B-shape model ----------------------------------- */
+
+static uint64_t na_bkc_tensor_bytes(const na_tensor_t *t)
+{
+    return (uint64_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols);
+}
+
+/* Weight bytes a decode step reads: every layer matrix and the classifier. */
+static uint64_t na_bkc_step_bytes(const na_model_t *m)
+{
+    uint64_t n = na_bkc_tensor_bytes(&m->output);
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++) {
+        const na_layer_weights_t *w = &m->layers[l];
+        n += na_bkc_tensor_bytes(&w->wq) + na_bkc_tensor_bytes(&w->wk) +
+             na_bkc_tensor_bytes(&w->wv) + na_bkc_tensor_bytes(&w->wo) +
+             na_bkc_tensor_bytes(&w->w1) + na_bkc_tensor_bytes(&w->w2) +
+             na_bkc_tensor_bytes(&w->w3);
+    }
+    return n;
+}
+
+static void na_bkc_rmdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char p[4400];
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        (void)unlink(p);
+    }
+    if (d != NULL)
+        closedir(d);
+    (void)rmdir(dir);
+}
+
+static na_status_t na_bkc_model(na_bench_t *b, int quick, double copy)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096], prefix[4200], path[4300], name[128];
+    na_genmodel_opts_t o;
+    na_model_t *m = NULL;
+    na_engine_t *e = NULL;
+    na_request_t *r = NULL;
+    na_engine_opts_t eo = { "cuda", 1, NA_DTYPE_BF16, 0 };
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    na_gen_opts_t go = { 1, NULL, 0, NULL, NULL, NULL, NULL };
+    na_gen_stats_t gs;
+    int prompt[1] = { 1 };
+    na_status_t st;
+
+    snprintf(dir, sizeof(dir), "%s/nearattn-bench-XXXXXX", tmp != NULL ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL)
+        return na_err(NA_ERR_IO, "bench kernels: mkdtemp %s failed", dir);
+    na_genmodel_shape(&o, 2048, 8192, quick ? 4 : 16, 32, 8, 32000, 1024);
+    o.dtype = NA_DTYPE_BF16;
+    o.write_llama2c = 0;
+    o.write_gguf = 1;
+    snprintf(prefix, sizeof(prefix), "%s/m", dir);
+    snprintf(path, sizeof(path), "%s.gguf", prefix);
+    memset(&gs, 0, sizeof(gs));
+    if ((st = na_genmodel_check_space(prefix, &o)) == NA_OK &&
+        (st = na_genmodel_write(prefix, &o)) == NA_OK &&
+        (st = na_model_open(path, &m)) == NA_OK &&
+        (st = na_engine_create(m, &eo, &e)) == NA_OK &&
+        (st = na_request_create(e, 0, prompt, 1, quick ? 32 : 128, &sc, &r)) == NA_OK)
+        st = na_generate(e, &r, 1, &go, &gs);
+    if (st == NA_OK && gs.decode_s > 0) {
+        double bytes = (double)na_bkc_step_bytes(m), tps = gs.decode_tokens / gs.decode_s;
+        snprintf(name, sizeof(name), "cuda decode 1B-shape bf16 %d layers batch 1 (%.2f GB "
+                 "weights/step)", m->cfg.n_layers, bytes / 1e9);
+        st = na_bench_add(b, name, tps, "tok/s", 0.0, "weight bytes / D2D copy",
+                          copy * 1e9 / bytes);
+    }
+    na_request_destroy(r);
+    na_engine_destroy(e);
+    na_model_destroy(m);
+    na_bkc_rmdir(dir);
+    return st;
+}
+
 na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part)
 {
     na_kernels_t *k = NULL;
@@ -282,6 +376,8 @@ na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part
         st = na_bkc_attention(k, b, quick, copy);
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "matmul")))
         st = na_bkc_matmul(k, b, quick, copy);
+    if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "model")))
+        st = na_bkc_model(b, quick, copy);
     if (st == NA_OK)
         st = na_bench_note(b, "cuda: %s, %.0f GiB; attention GB/s = K+V bytes read; matmul "
                            "reference = cublasSgemm f32 (the F32 op); copy counts read + write",
