@@ -83,23 +83,6 @@ typedef struct {
     int             ctx_stopped;     /* requests that ended at the model context */
 } na_run_t;
 
-/* The backend of the layout's first compute node on this machine: "cuda:N"
- * for device cuda, else NULL (cpu). */
-static const char *na_run_layout_backend(const na_cfg_t *cfg, char *buf, size_t cap)
-{
-    int i;
-    for (i = 0; i < cfg->n_nodes; i++) {
-        const na_cfg_node_t *n = &cfg->nodes[i];
-        if (n->role != NA_CFG_ROLE_COMPUTE || !n->is_local)
-            continue;
-        if (n->device != NA_CFG_DEV_CUDA)
-            return NULL;
-        snprintf(buf, cap, "cuda:%ld", n->gpu);
-        return buf;
-    }
-    return NULL;
-}
-
 /* The --help text. */
 static void na_run_usage(FILE *f)
 {
@@ -685,7 +668,8 @@ int na_cmd_run(int argc, char **argv)
         if (!a.kv_dtype_given)          /* the nodes' KV dtype, for the prompt's KV too */
             a.kv_dtype = (na_dtype_t)r.cfg->model.kv_dtype;
         if (a.backend == NULL)          /* the layout's compute device */
-            a.backend = na_run_layout_backend(r.cfg, r.backend_buf, sizeof(r.backend_buf));
+            a.backend = na_cfg_local_compute_backend(r.cfg, r.backend_buf,
+                                                     sizeof(r.backend_buf));
     }
     if (a.backend == NULL)
         a.backend = "cpu";

@@ -41,6 +41,15 @@ if [ "$rc" -ne 0 ]; then
     grep -q "^nearattn run: no CUDA device: " "$TMP/cuda.err" ||
         fail "no device: stderr '$(cat "$TMP/cuda.err")' lacks 'no CUDA device:'"
     one_line 1 "^nearattn run: no CUDA device: " $ARGS --backend cuda:3
+    # offload: the layout's compute device cuda (gpu 2) is the default backend
+    SRC=${NA_SOURCE_DIR:?NA_SOURCE_DIR is not set}
+    sed -e 's|device: cpu, threads: 1|device: cuda, gpu: 2, threads: 1|' \
+        -e "s|secret_file: dev.secret|secret_file: $SRC/cluster-configs/dev.secret|" \
+        -e "s|path: \"\${NA_KV_DIR[^\"]*/local/|path: \"$TMP/kv/|" \
+        "$SRC/cluster-configs/local.yaml" > "$TMP/gpu.yaml"
+    grep -q "device: cuda, gpu: 2" "$TMP/gpu.yaml" || fail "layout edit failed"
+    one_line 1 "^nearattn run: no CUDA device: " $ARGS --mode offload --config "$TMP/gpu.yaml" \
+        --cluster inproc
     "$BIN" bench kernels --backend cuda --quick >"$TMP/out" 2>"$TMP/err"
     rc=$?
     [ "$rc" -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
