@@ -22,6 +22,7 @@
 #include <cblas.h>
 
 #include "cli/bench.h"
+#include "cli/bench_kernels_cuda.h"
 #include "cli/cli.h"
 #include "kernels/kernels.h"
 
@@ -373,29 +374,49 @@ static na_status_t na_bk_matmul_f32_small(na_bench_t *b, const na_cli_bench_opts
 static void na_bk_usage(FILE *f)
 {
     fprintf(f, "usage: nearattn bench kernels [--json FILE] [--threads N] [--quick]\n"
-               "                              [--part all|attn|matmul|small]\n\n"
+               "                              [--part all|attn|matmul|small] [--backend cpu|cuda]\n\n"
                "Decode attention (f16 KV, 32 q / 8 kv heads, head_dim 128, contexts 1K-64K)\n"
                "as GB/s of KV read beside a STREAM copy measured in the same run, and\n"
                "matmul GFLOP/s for F32/F16/BF16/Q8_0 weights beside cblas_sgemm, and\n"
                "small-batch F32 matmul on 15M-model shapes beside cblas_sgemm.\n\n"
                "options:\n" NA_CLI_BENCH_OPTS_HELP
                "  --part P       run only attn, matmul or small (the F32 small-batch\n"
-               "                 crossover); STREAM copy always runs (default all)\n");
+               "                 crossover); STREAM copy always runs (default all)\n"
+               "  --backend B    cpu (default) or cuda: the GPU's decode attention GB/s\n"
+               "                 (ctx 1K-64K, batch 1-64) beside a device-to-device copy and\n"
+               "                 matmul TFLOP/s beside cublasSgemm, measured in the same run\n"
+               "                 and batch-1 decode tok/s of a generated 1B-shape bf16 model\n"
+               "                 (--part model) beside weight bytes / copy bandwidth\n"
+               "                 (no CUDA device: one 'no CUDA device' line, exit 1)\n");
 }
 
-/* kernels' own option: --part P (ctx: the const char * it sets). */
+/* kernels' own options: --part P, --backend B (ctx: their two strings). */
+typedef struct {
+    const char *part, *backend;
+} na_bk_own_t;
+
 static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
 {
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
 
+    if (strcmp(argv[*i], "--backend") == 0) {
+        if (v == NULL || (strcmp(v, "cpu") && strcmp(v, "cuda"))) {
+            fprintf(stderr, "nearattn bench kernels: --backend needs cpu or cuda\n");
+            return 2;
+        }
+        ((na_bk_own_t *)ctx)->backend = v;
+        ++*i;
+        return 1;
+    }
     if (strcmp(argv[*i], "--part") != 0)
         return 0;
     if (v == NULL || (strcmp(v, "all") && strcmp(v, "attn") && strcmp(v, "matmul") &&
-                      strcmp(v, "small"))) {
-        fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul or small\n");
+                      strcmp(v, "small") && strcmp(v, "model"))) {
+        fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul, small or "
+                "model\n");
         return 2;
     }
-    *(const char **)ctx = v;
+    ((na_bk_own_t *)ctx)->part = v;
     ++*i;
     return 1;
 }
@@ -409,14 +430,34 @@ int na_cli_bench_kernels(int argc, char **argv)
     na_status_t st;
     int i, rc;
     char name[64];
-    const char *part = "all";
+    na_bk_own_t own = { "all", "cpu" };
+    const char *part;
 
-    rc = na_cli_bench_parse("kernels", argc, argv, &o, na_bk_usage, na_bk_opt, &part);
+    rc = na_cli_bench_parse("kernels", argc, argv, &o, na_bk_usage, na_bk_opt, &own);
     if (rc >= 0)
         return rc;
+    part = own.part;
     st = na_bench_create("kernels", &b);
     if (st != NA_OK)
         return na_cli_fail("bench kernels", st);
+    if (!strcmp(own.backend, "cuda")) {
+        if (!strcmp(part, "small")) {
+            na_bench_destroy(b);
+            fprintf(stderr, "nearattn bench kernels: --part small is a cpu part\n");
+            return 2;
+        }
+    } else if (!strcmp(part, "model")) {
+        na_bench_destroy(b);
+        fprintf(stderr, "nearattn bench kernels: --part model is a cuda part (--backend cuda)\n");
+        return 2;
+    }
+    if (!strcmp(own.backend, "cuda")) {
+        st = na_cli_bench_kernels_cuda(b, o.quick, part);
+        rc = st == NA_OK ? na_cli_bench_finish("kernels", b, &o)
+                         : na_cli_fail("bench kernels", st);
+        na_bench_destroy(b);
+        return rc;
+    }
     /* The limits on their own first, then interleaved with each measurement. */
     for (i = 0; i < (o.threads > 1 ? 2 : 1); i++) {
         int t = i == 0 ? 1 : o.threads;

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/plan_rates.h"
 #include "common/config.h"
+#include "rdma/ibv.h"
 
 static void na_check_config_usage(FILE *f)
 {
@@ -18,10 +19,25 @@ static void na_check_config_usage(FILE *f)
                "  --keys   print every layout key with its type, default and meaning\n"
                "  --plan   also estimate t_m, t_a, bytes per layer and tokens/s of each\n"
                "           mode, and suggest batches in flight and storage nodes\n"
-               "           (t_a ~= t_m/(n-1), Lamina 4.1/5.1; docs/benchmarks.md)\n"
+               "           (t_a ~= t_m/(n-1), Lamina 4.1/5.1; docs/benchmarks.md);\n"
+               "           then this machine's RDMA devices (libibverbs: ports, state,\n"
+               "           link layer, rate, GIDs, the UCX device) or \"no RDMA device\"\n"
                "  --rates R  'measured' (default: measured now on this machine) or a file\n"
                "           of 'key value' lines (gemv_Bps gemm_flops attn_Bps disk_Bps\n"
                "           link_Bps link_rtt_s step_overhead_s)\n");
+}
+
+/* The RDMA devices of this machine (rdma/ibv.c); none is a line, not an error. */
+static int na_check_config_rdma(void)
+{
+    na_ibv_dev_t *devs = NULL;
+    int n = 0;
+    na_status_t st = na_ibv_list(&devs, &n);
+    if (st != NA_OK)
+        return na_cli_fail("check-config", st);
+    na_ibv_print(stdout, devs, n);
+    na_ibv_free(devs);
+    return 0;
 }
 
 /* Returns 0 valid, 1 invalid layout, 2 usage error. */
@@ -61,6 +77,8 @@ int na_cmd_check_config(int argc, char **argv)
         return na_cli_fail("check-config", st);
     na_cfg_print_plan(cfg, stdout);
     i = plan ? na_cli_plan(cfg, rates) : 0;
+    if (plan && i == 0)
+        i = na_check_config_rdma();
     na_cfg_destroy(cfg);
     return i;
 }

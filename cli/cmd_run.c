@@ -78,6 +78,7 @@ typedef struct {
     int             streaming;       /* one request: print tokens as they come */
     na_cfg_t       *cfg;             /* offload: the layout */
     char            cfg_path[4096];
+    char            backend_buf[32];   /* "cuda:N" from the layout */
     int             failed;          /* requests that ended with an error */
     int             ctx_stopped;     /* requests that ended at the model context */
 } na_run_t;
@@ -89,7 +90,8 @@ static void na_run_usage(FILE *f)
         "usage: nearattn run [--mode monolithic|offload|kv-fetch] [--model F] [--tokenizer F]\n"
         "                    [--prompt S | --prompts FILE] [-n N] [--temp T] [--top-p P]\n"
         "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|bf16|f32]\n"
-        "                    [--backend cpu|ref] [--config F] [--cluster start|connect|inproc]\n"
+        "                    [--backend cpu|ref|cuda[:N]] [--config F]\n"
+        "                    [--cluster start|connect|inproc]\n"
         "                    [--ctx N] [--check-weights]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
         "prompt and generated tokens, prefill and decode tokens/s; a request that\n"
@@ -129,7 +131,11 @@ static void na_run_usage(FILE *f)
         "  --kv-dtype D    KV cache element type, f16, bf16 or f32 (default f16; offload: the\n"
         "                  layout's model.kv_dtype unless given, then the nodes started\n"
         "                  here use D and connect refuses a D the layout does not say)\n"
-        "  --backend B     kernels: cpu (default) or ref (plain C references)\n"
+        "  --backend B     kernels: cpu (default) or ref (plain C references), or\n"
+        "                  cuda / cuda:N (GPU 0 / N; builds with CUDA only; without\n"
+        "                  a device it stops with \"no CUDA device: ...\"); offload:\n"
+        "                  default cuda:N when the layout's compute node says\n"
+        "                  device: cuda, gpu: N\n"
         "  --ctx N         model context in tokens (prompt + generated), N >= 1,\n"
         "                  instead of the model file's (llama.context_length or the\n"
         "                  checkpoint's seq_len); a warning says so, and past the\n"
@@ -190,7 +196,7 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
     memset(a, 0, sizeof(*a));
     a->mode = "offload";
     a->cluster = "start";
-    a->backend = "cpu";
+    a->backend = NULL;                 /* cpu, or the layout's compute device */
     a->n_new = 256;
     a->temp = 1.0;
     a->top_p = 0.9;
@@ -292,8 +298,11 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         fprintf(stderr, "nearattn run: give either --prompt or --prompts, not both\n");
         return 2;
     }
-    if (strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "ref") != 0) {
-        fprintf(stderr, "nearattn run: unknown backend '%s' (use cpu or ref)\n", a->backend);
+    if (a->backend != NULL && strcmp(a->backend, "cpu") != 0 &&
+        strcmp(a->backend, "ref") != 0 && strcmp(a->backend, "cuda") != 0 &&
+        strncmp(a->backend, "cuda:", 5) != 0) {
+        fprintf(stderr, "nearattn run: unknown backend '%s' (use cpu, ref, cuda or cuda:N)\n",
+                a->backend);
         return 2;
     }
     return 0;
@@ -631,7 +640,12 @@ int na_cmd_run(int argc, char **argv)
         na_log_debug("run: layout %s", r.cfg_path);
         if (!a.kv_dtype_given)          /* the nodes' KV dtype, for the prompt's KV too */
             a.kv_dtype = (na_dtype_t)r.cfg->model.kv_dtype;
+        if (a.backend == NULL)          /* the layout's compute device */
+            a.backend = na_cfg_local_compute_backend(r.cfg, r.backend_buf,
+                                                     sizeof(r.backend_buf));
     }
+    if (a.backend == NULL)
+        a.backend = "cpu";
     st = na_run_pick_model(&a, &r);
     if (st != NA_OK)
         goto out_fail;

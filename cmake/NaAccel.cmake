@@ -1,8 +1,9 @@
 # cmake/NaAccel.cmake — find the accelerator toolkits (NA_CUDA, NA_XRT).
 #
 # Sets NA_HAVE_CUDA / NA_HAVE_XRT (0/1) and, when found, adds the compile
-# definitions of the same name to every target. Nothing here enables the CUDA
-# language: the backend issues add their sources when these are 1.
+# definitions of the same name to every target. The CUDA language is enabled
+# only when the toolkit is found (NA_CUDA AUTO or ON): a machine without it
+# builds everything else (kernels/cuda/ is then left out).
 
 # CUDA: the toolkit's runtime and cuBLAS (NCCL is optional, NA_HAVE_NCCL).
 set(NA_HAVE_CUDA 0)
@@ -19,7 +20,21 @@ if(NOT NA_CUDA STREQUAL "OFF")
     if(NA_NCCL_LIB AND NA_NCCL_INC)
       set(NA_HAVE_NCCL 1)
     endif()
-    message(STATUS "nearattn: CUDA ${CUDAToolkit_VERSION} found (NCCL: ${NA_HAVE_NCCL})")
+    # The CUDA language is enabled only here, when the toolkit is found: the
+    # kernels (kernels/cuda/*.cu) compile for sm_90 (H100/H200) plus the
+    # compute_90 PTX, which later GPUs JIT ("90" = 90-real + 90-virtual).
+    if(NOT CMAKE_CUDA_COMPILER AND EXISTS "${CUDAToolkit_NVCC_EXECUTABLE}")
+      set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
+    endif()
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)   # libcudart.so, as CUDA::cudart
+    enable_language(CUDA)
+    message(STATUS "nearattn: CUDA ${CUDAToolkit_VERSION} found (NCCL: ${NA_HAVE_NCCL}, "
+                   "architectures ${CMAKE_CUDA_ARCHITECTURES})")
   elseif(NA_CUDA STREQUAL "ON")
     message(FATAL_ERROR "NA_CUDA=ON but no CUDA toolkit with cudart and cuBLAS was found "
                         "(set CUDAToolkit_ROOT, or NA_CUDA=OFF)")
@@ -27,6 +42,10 @@ if(NOT NA_CUDA STREQUAL "OFF")
     message(STATUS "nearattn: CUDA toolkit not found, CUDA backend off")
   endif()
 endif()
+
+# The storage nodes' GPU attention engine (common/engines.c: engine "cuda")
+# is built with the CUDA backend.
+add_compile_definitions(NA_HAVE_CUDA_ENGINE=${NA_HAVE_CUDA})
 
 # XRT: Debian's libxrt-dev (headers /usr/include/xrt/xrt/xrt_*.h, included as
 # "xrt/xrt_device.h" with /usr/include/xrt on the path because they include

@@ -56,6 +56,7 @@ typedef struct {
     char           *xclbin;         /* xclbin of the CSD kernel (owned) */
     long            csd_mb;         /* device buffer for KV pages per launch, MiB */
     long            csd_timeout_ms; /* bound on one kernel run */
+    long            hbm_mb;    /* cuda engine: GPU memory for KV, MiB (0: 80% of the GPU) */
 } na_cfg_device_t;
 
 typedef struct {
@@ -190,6 +191,10 @@ const char *na_cfg_role_name(na_cfg_role_t r);
 int na_cfg_engine_built(na_cfg_engine_t e);
 int na_cfg_compute_dev_built(na_cfg_compute_dev_t d);
 const char *na_cfg_built_engines(void);
+/* The kernels backend of the layout's first compute node on this machine:
+ * "cuda:N" (written into buf) for device cuda with gpu N, NULL for cpu or
+ * when no compute node is local. Cannot fail. */
+const char *na_cfg_local_compute_backend(const na_cfg_t *cfg, char *buf, size_t cap);
 
 /* Print the resolved plan: nodes, addresses, roles, device slots with
  * budgets, partition (and heads per slot when the model file is a readable

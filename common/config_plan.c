@@ -144,12 +144,27 @@ int na_cfg_engine_built(na_cfg_engine_t e)
 
 int na_cfg_compute_dev_built(na_cfg_compute_dev_t d)
 {
-    return d == NA_CFG_DEV_CPU;
+    return d == NA_CFG_DEV_CPU || (d == NA_CFG_DEV_CUDA && NA_HAVE_CUDA);
 }
 
 const char *na_cfg_built_engines(void)
 {
     return na_engines_built();
+}
+
+const char *na_cfg_local_compute_backend(const na_cfg_t *cfg, char *buf, size_t cap)
+{
+    int i;
+    for (i = 0; i < cfg->n_nodes; i++) {
+        const na_cfg_node_t *n = &cfg->nodes[i];
+        if (n->role != NA_CFG_ROLE_COMPUTE || !n->is_local)
+            continue;
+        if (n->device != NA_CFG_DEV_CUDA)
+            return NULL;
+        snprintf(buf, cap, "cuda:%ld", n->gpu);
+        return buf;
+    }
+    return NULL;
 }
 
 /* Engines and compute devices of nodes on this machine must be built into

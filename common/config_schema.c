@@ -165,6 +165,8 @@ static const na_cfg_field_t na_cfg_device_fields[] = {
     PATH_(xclbin, 0, "engine csd: xclbin of the CSD kernel (required for csd; docs/csd.md)"),
     INT_(csd_mb, 0, "64", 1, 65536, "engine csd: device buffer for KV pages per launch, MiB"),
     INT_(csd_timeout_ms, 0, "10000", 1, 3600000, "engine csd: bound on one kernel run"),
+    INT_(hbm_mb, 0, "0", 0, NA_MB_MAX, "engine cuda: GPU memory for KV copies, MiB (0: 80% "
+         "of the GPU); the rest stays on the DRAM/SSD tiers"),
     { NULL }
 };
 #undef T

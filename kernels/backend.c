@@ -1,29 +1,39 @@
 /* kernels/backend.c — the registry of kernel backends: create one by name,
  * destroy it through its own table. New device kinds (cuda, csd) add one
- * line to the table below. */
+ * line to the table below. A device backend may also take "NAME:N", device
+ * N (create_dev); "NAME" alone is device 0. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/ref/ref.h"
+#if NA_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 typedef struct {
     const char *name;
     na_status_t (*create)(int n_threads, na_kernels_t **k_p);  /* NULL: not built */
+    na_status_t (*create_dev)(int dev, na_kernels_t **k_p);    /* "NAME:N"; NULL: none */
 } na_kernels_entry_t;
 
 static const na_kernels_entry_t na_kernels_table[] = {
-    { "ref",    na_kernels_ref_create },
-    { "refdev", na_kernels_refdev_create },
-    { "cpu",    na_kernels_cpu_create },
-    { "cuda",   NULL },
-    { "csd",    NULL },
+    { "ref",    na_kernels_ref_create, NULL },
+    { "refdev", na_kernels_refdev_create, NULL },
+    { "cpu",    na_kernels_cpu_create, NULL },
+#if NA_HAVE_CUDA
+    { "cuda",   na_kernels_cuda_create, na_kernels_cuda_create_on },
+#else
+    { "cuda",   NULL, NULL },
+#endif
+    { "csd",    NULL, NULL },
 };
 
 /* Construct the backend and the event na_kernels_finish records. */
-static na_status_t na_kernels_open(const na_kernels_entry_t *en, int n_threads,
+static na_status_t na_kernels_open(const na_kernels_entry_t *en, int n_threads, int dev,
                                    na_kernels_t **k_p)
 {
     na_kernels_t *k;
-    na_status_t st = en->create(n_threads, &k);
+    na_status_t st = dev >= 0 ? en->create_dev(dev, &k) : en->create(n_threads, &k);
     if (st != NA_OK)
         return st;
     st = k->ops->event_create(k, &k->fin);
@@ -39,14 +49,30 @@ static na_status_t na_kernels_open(const na_kernels_entry_t *en, int n_threads,
  * name, NA_ERR_UNSUPPORTED for a known backend not built into this binary. */
 na_status_t na_kernels_create(const char *name, int n_threads, na_kernels_t **k_p)
 {
-    size_t i;
+    const char *colon = strchr(name, ':');
+    size_t len = colon != NULL ? (size_t)(colon - name) : strlen(name), i;
+    int dev = -1;
+
     for (i = 0; i < sizeof(na_kernels_table) / sizeof(na_kernels_table[0]); i++) {
-        if (strcmp(na_kernels_table[i].name, name) != 0)
+        const na_kernels_entry_t *en = &na_kernels_table[i];
+        if (strncmp(en->name, name, len) != 0 || en->name[len] != '\0')
             continue;
-        if (na_kernels_table[i].create == NULL)
+        if (en->create == NULL)
             return na_err(NA_ERR_UNSUPPORTED,
-                          "kernels: backend '%s' is not built into this binary", name);
-        return na_kernels_open(&na_kernels_table[i], n_threads, k_p);
+                          "kernels: backend '%.*s' is not built into this binary", (int)len,
+                          name);
+        if (colon != NULL) {
+            char *end = NULL;
+            long v = strtol(colon + 1, &end, 10);
+            if (en->create_dev == NULL)
+                return na_err(NA_ERR_INVALID, "kernels: '%s': backend '%s' takes no device "
+                              "index", name, en->name);
+            if (colon[1] < '0' || colon[1] > '9' || *end != '\0' || v > 1023)
+                return na_err(NA_ERR_INVALID, "kernels: '%s': the device index must be a "
+                              "number 0..1023 (%s:0, %s:1, ...)", name, en->name, en->name);
+            dev = (int)v;
+        }
+        return na_kernels_open(en, n_threads, dev, k_p);
     }
     return na_err(NA_ERR_NOT_FOUND,
                   "kernels: unknown backend '%s' (known: ref, refdev, cpu, cuda, csd)", name);

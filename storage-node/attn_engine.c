@@ -10,12 +10,18 @@ extern const na_attn_engine_ops_t na_attn_cpu_ops;    /* attn_cpu.c */
 #if NA_HAVE_CSD_ENGINE
 extern const na_attn_engine_ops_t na_attn_csd_ops;    /* attn_csd.c */
 #endif
+#if NA_HAVE_CUDA
+extern const na_attn_engine_ops_t na_attn_cuda_ops;   /* attn_cuda.c */
+#endif
 
 /* Indexed by na_engine_id_t; NULL = not built (must agree with the registry). */
 static const na_attn_engine_ops_t *const na_attn_impl[NA_ENGINE_COUNT] = {
     [NA_ENGINE_CPU] = &na_attn_cpu_ops,
 #if NA_HAVE_CSD_ENGINE
     [NA_ENGINE_CSD] = &na_attn_csd_ops,
+#endif
+#if NA_HAVE_CUDA
+    [NA_ENGINE_CUDA] = &na_attn_cuda_ops,
 #endif
 };
 

@@ -21,7 +21,9 @@
  * and which are built come from the one registry, common/engines.h. "cpu"
  * is the implementation here (attn_cpu.c); "csd" (attn_csd.c, built with
  * XRT) runs the kernel of kernels/csd on the FPGA beside the slot's SSD;
- * a known name not built is refused with NA_ERR_UNSUPPORTED.
+ * "cuda" (attn_cuda.c: KV copies in GPU memory, overflow through an inner
+ * CPU engine) is built with the CUDA toolkit; a known name not built is
+ * refused with NA_ERR_UNSUPPORTED.
  *
  * CPU engine: the context of an entry is cut into granules of split_tokens
  * tokens (flash-decoding); each granule's online-softmax partial is computed
@@ -77,6 +79,10 @@ typedef struct {
     const char        *csd_xclbin;      /* xclbin path (NULL: the slot fails every entry) */
     uint64_t           csd_bytes;       /* device buffer for KV pages per launch */
     int                csd_timeout_ms;  /* bound on one kernel run */
+    /* engine cuda (storage-node/attn_cuda.c) */
+    int                gpu;             /* GPU index ("cuda:N") */
+    long               hbm_mb;          /* device KV budget, MiB; 0 = 80% of the GPU */
+    const char        *device_kernels;  /* NULL = "cuda:<gpu>"; tests: "refdev" */
 } na_attn_engine_cfg_t;
 
 typedef struct na_attn_engine na_attn_engine_t;

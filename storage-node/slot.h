@@ -56,6 +56,8 @@ typedef struct {
     const char *csd_xclbin;
     uint64_t    csd_bytes;    /* 0 = default */
     int         csd_timeout_ms; /* 0 = default */
+    int         gpu;          /* engine cuda: GPU index */
+    long        hbm_mb;       /* engine cuda: device KV budget, MiB (0: 80% of the GPU) */
 } na_slot_dev_t;
 
 typedef struct na_slot na_slot_t;

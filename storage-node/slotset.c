@@ -66,6 +66,8 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
         dev->csd_xclbin = d->xclbin;
         dev->csd_bytes = (uint64_t)d->csd_mb << 20;
         dev->csd_timeout_ms = (int)d->csd_timeout_ms;
+        dev->gpu = (int)d->gpu;
+        dev->hbm_mb = d->hbm_mb;
     }
     spec->n_devs = n;
     return NA_OK;

@@ -1,0 +1,14 @@
+/* cli/bench_kernels_cuda.h — the CUDA rows of `nearattn bench kernels`
+ * (cli/bench_kernels_cuda.c). */
+#ifndef NA_CLI_BENCH_KERNELS_CUDA_H
+#define NA_CLI_BENCH_KERNELS_CUDA_H
+
+#include "common/bench.h"
+#include "common/status.h"
+
+/* Measure the cuda backend's rows into b (part: all, attn or matmul).
+ * NA_ERR_UNSUPPORTED "no CUDA device: ..." without a device (nothing is
+ * measured), or when the backend is not built. */
+na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part);
+
+#endif /* NA_CLI_BENCH_KERNELS_CUDA_H */

@@ -1,0 +1,44 @@
+/* kernels/cuda/cuda.h — the CUDA backend of the kernels table (plain C; the
+ * CUDA code is behind it). Built only when the CUDA toolkit is found
+ * (NA_HAVE_CUDA); callers reach it through na_kernels_create("cuda") or
+ * "cuda:N" (GPU N), the functions below are for the registry, the CLI and
+ * the tests.
+ *
+ * Memory: NA_KMEM_DEVICE is cudaMalloc memory (no host pointer),
+ * NA_KMEM_PINNED cudaHostAlloc memory mapped into the device (the ops accept
+ * it too), NA_KMEM_HOST plain malloc memory (upload/download/copy only; the
+ * ops refuse it, as they refuse na_kbuf_host wrappers). Every op is enqueued
+ * on the backend's one stream; events are CUDA events on it. Weights are
+ * uploaded once by place (a tensor placed twice, e.g. tied embeddings, is
+ * shared). Matmul: f32 weights through cuBLAS SGEMM (no TF32); f16/bf16
+ * weights through the GEMV kernel at batch <= 8 (f32 activations) and
+ * cuBLAS GemmEx above (activations rounded to the weight's type, f32
+ * accumulation); Q8_0 weights stay Q8_0 on the device and go through the
+ * dequantising GEMV at every batch (see docs/gpu.md). */
+#ifndef NA_KERNELS_CUDA_H
+#define NA_KERNELS_CUDA_H
+
+#include "kernels/kernels.h"
+
+/* How many CUDA devices this process sees: NA_OK with *n >= 1, or
+ * NA_ERR_UNSUPPORTED with the message "no CUDA device: <why>" (the runtime's
+ * error for cudaGetDeviceCount: 35 insufficient driver, 100 no device, ...).
+ * With gpu >= 0, also NA_ERR_NOT_FOUND when GPU `gpu` does not exist. */
+na_status_t na_cuda_probe(int gpu, int *n_p);
+
+/* Backend on GPU 0 (n_threads is ignored), or on GPU `gpu`. Fails as
+ * na_cuda_probe, or with the CUDA/cuBLAS call that failed. */
+na_status_t na_kernels_cuda_create(int n_threads, na_kernels_t **k_p);
+na_status_t na_kernels_cuda_create_on(int gpu, na_kernels_t **k_p);
+
+/* A helper beyond the table: idx[b] = argmax of row b of x (batch rows of n
+ * f32; the first of equal maxima), enqueued like the ops; idx is an int
+ * buffer of this backend (device or pinned). For on-device greedy sampling. */
+na_status_t na_kernels_cuda_argmax(na_kernels_t *k, const na_kbuf_t *idx, const na_kbuf_t *x,
+                                   int n, int batch);
+
+/* The device's name and memory for summaries ("NVIDIA H100 80GB HBM3",
+ * bytes); NA_ERR_INVALID when k is not a cuda backend. */
+na_status_t na_kernels_cuda_info(na_kernels_t *k, const char **name_p, size_t *mem_p);
+
+#endif /* NA_KERNELS_CUDA_H */

@@ -1,0 +1,291 @@
+/* kernels/cuda/cuda_attn.cu — causal prefill and decode attention on the GPU
+ * (flash-decoding).
+ *
+ * Grid: (query row x KV head x head sub-group, context split). A block of
+ * NA_CU_ATTN_WARPS warps takes one KV head, up to G query heads of its GQA
+ * group, one query row and one split of that row's causal context. Each warp
+ * walks every NA_CU_ATTN_WARPS-th token of the split: it loads the token's K
+ * and V rows once (lane l holds elements [l*DL, l*DL+DL) of head_dim, vector
+ * loads when head_dim == 32*DL) and folds them into the online softmax
+ * (m, l, acc) of all G heads, so each K/V row is read once per group. The
+ * warps' partials merge in shared memory; with one split the block writes
+ * the output, otherwise (m, l, acc) go to scratch and a second kernel merges
+ * the splits by log-sum-exp. Scores are dot * (1/sqrt(head_dim)) as in
+ * kernels/ref/ref_attn.c. */
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+
+#define NA_CU_ATTN_WARPS   4
+#define NA_CU_ATTN_MIN_LEN 64     /* tokens per split at least */
+
+/* Grid: x = row * (KV heads x sub-groups) + head block, y = split (rows may
+ * exceed gridDim.y's 65535, splits are capped there). */
+
+/* DL consecutive 16-bit or f32 elements, read as one (or two) vector loads. */
+template <int N>
+struct alignas(2 * N > 16 ? 16 : 2 * N) na_cu_h_chunk {
+    unsigned short h[N];
+};
+template <int N>
+struct alignas(4 * N > 16 ? 16 : 4 * N) na_cu_f_chunk {
+    float f[N];
+};
+
+/* out[e] = row[off + lane*DL + e] for e < DL and element < hd (0 past it). */
+template <int DT, int DL>
+static __device__ __forceinline__ void na_cu_attn_row(float *out, const void *base, size_t off,
+                                                      int lane, int hd, bool full)
+{
+    size_t i0 = off + (size_t)lane * DL;
+    if (full) {
+        if (DT == NA_CU_F32) {
+            na_cu_f_chunk<DL> c = *reinterpret_cast<const na_cu_f_chunk<DL> *>(
+                static_cast<const float *>(base) + i0);
+#pragma unroll
+            for (int e = 0; e < DL; e++)
+                out[e] = c.f[e];
+        } else {
+            na_cu_h_chunk<DL> c = *reinterpret_cast<const na_cu_h_chunk<DL> *>(
+                static_cast<const unsigned short *>(base) + i0);
+#pragma unroll
+            for (int e = 0; e < DL; e++)
+                out[e] = DT == NA_CU_F16 ? na_cu_h2f(c.h[e]) : na_cu_bf2f(c.h[e]);
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < DL; e++)
+        out[e] = lane * DL + e < hd ? na_cu_load<DT>(base, i0 + (size_t)e) : 0.0f;
+}
+
+/* Fold one token's K/V row pair into the online softmax of the G heads. */
+template <int G, int DL>
+static __device__ __forceinline__ void na_cu_attn_fold(const float (&qv)[G][DL],
+                                                       float (&acc)[G][DL], float (&m)[G],
+                                                       float (&l)[G], const float *kr,
+                                                       const float *vr, float scale)
+{
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DL; e++)
+            d += qv[g][e] * kr[e];
+        float sc = na_cu_warp_sum(d) * scale;
+        float mn = fmaxf(m[g], sc);
+        float a = expf(m[g] - mn);                     /* m = -inf: 0 */
+        float p = expf(sc - mn);
+        l[g] = l[g] * a + p;
+#pragma unroll
+        for (int e = 0; e < DL; e++)
+            acc[g][e] = acc[g][e] * a + p * vr[e];
+        m[g] = mn;
+    }
+}
+
+template <int DT, int G, int DL>
+__global__ void __launch_bounds__(32 * NA_CU_ATTN_WARPS)
+na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_attn_shape_t s,
+             bool vec, float *scratch)
+{
+    __shared__ float sm_m[NA_CU_ATTN_WARPS][G], sm_l[NA_CU_ATTN_WARPS][G];
+    __shared__ float sm_acc[NA_CU_ATTN_WARPS][G][32 * DL];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int group = s.n_heads / s.n_kv_heads, n_hg = (group + G - 1) / G;
+    int n_hb = s.n_kv_heads * n_hg, hb = blockIdx.x % n_hb;
+    int kvh = hb / n_hg, hg = hb % n_hg;
+    int row = blockIdx.x / n_hb, split = blockIdx.y, hd = s.head_dim;
+    int h0 = kvh * group + hg * G;                     /* first query head of the block */
+    int ng = group - hg * G < G ? group - hg * G : G;  /* heads it takes */
+    int ctx = s.ctx0 + row + 1;
+    int t0 = split * s.split_len;
+    int t1 = t0 + s.split_len < ctx ? t0 + s.split_len : ctx;
+    bool full = vec && hd == 32 * DL;          /* whole, aligned rows: vector loads */
+    float scale = 1.0f / sqrtf((float)hd);
+    float qv[G][DL], acc[G][DL], m[G], l[G];
+
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        size_t qo = ((size_t)row * s.n_heads + (size_t)(h0 + (g < ng ? g : 0))) * (size_t)hd;
+#pragma unroll
+        for (int e = 0; e < DL; e++) {
+            int i = lane * DL + e;
+            qv[g][e] = g < ng && i < hd ? q[qo + (size_t)i] : 0.0f;
+            acc[g][e] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    /* two tokens per step, both rows loaded before either is folded: twice
+     * the loads in flight per warp (decode is bound by their latency) */
+    for (int t = t0 + warp; t < t1; t += 2 * NA_CU_ATTN_WARPS) {
+        int t2 = t + NA_CU_ATTN_WARPS;
+        size_t kvs = (size_t)s.n_kv_heads * (size_t)hd;
+        size_t off = (size_t)t * kvs + (size_t)kvh * (size_t)hd;
+        float kr[DL], vr[DL], kr2[DL], vr2[DL];
+        na_cu_attn_row<DT, DL>(kr, kc, off, lane, hd, full);
+        na_cu_attn_row<DT, DL>(vr, vc, off, lane, hd, full);
+        if (t2 < t1) {
+            na_cu_attn_row<DT, DL>(kr2, kc, off + (size_t)NA_CU_ATTN_WARPS * kvs, lane, hd, full);
+            na_cu_attn_row<DT, DL>(vr2, vc, off + (size_t)NA_CU_ATTN_WARPS * kvs, lane, hd, full);
+        }
+        na_cu_attn_fold<G, DL>(qv, acc, m, l, kr, vr, scale);
+        if (t2 < t1)
+            na_cu_attn_fold<G, DL>(qv, acc, m, l, kr2, vr2, scale);
+    }
+    /* merge the warps */
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (lane == 0) {
+            sm_m[warp][g] = m[g];
+            sm_l[warp][g] = l[g];
+        }
+#pragma unroll
+        for (int e = 0; e < DL; e++)
+            sm_acc[warp][g][lane * DL + e] = acc[g][e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < ng * hd; idx += blockDim.x) {
+        int g = idx / hd, i = idx % hd;
+        float mm = -INFINITY, ll = 0.0f, aa = 0.0f;
+        for (int w = 0; w < NA_CU_ATTN_WARPS; w++)
+            mm = fmaxf(mm, sm_m[w][g]);
+        if (mm != -INFINITY)
+            for (int w = 0; w < NA_CU_ATTN_WARPS; w++) {
+                float f = expf(sm_m[w][g] - mm);
+                ll += sm_l[w][g] * f;
+                aa += sm_acc[w][g][i] * f;
+            }
+        size_t oh = (size_t)row * s.n_heads + (size_t)(h0 + g);
+        if (s.n_splits == 1) {
+            out[oh * (size_t)hd + (size_t)i] = ll > 0.0f ? aa / ll : 0.0f;
+        } else {
+            float *p = scratch + (oh * (size_t)s.n_splits + (size_t)split) * (size_t)(hd + 2);
+            if (i == 0) {
+                p[0] = mm;
+                p[1] = ll;
+            }
+            p[2 + i] = aa;
+        }
+    }
+}
+
+/* One block per (row, head): fold the splits' (m, l, acc) into out. */
+__global__ void na_cu_attn_merge_k(float *out, const float *scratch, int n_splits, int hd)
+{
+    size_t oh = blockIdx.x;
+    const float *p0 = scratch + oh * (size_t)n_splits * (size_t)(hd + 2);
+    float mm = -INFINITY;
+    for (int sp = 0; sp < n_splits; sp++)
+        mm = fmaxf(mm, p0[(size_t)sp * (hd + 2)]);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float ll = 0.0f, aa = 0.0f;
+        if (mm != -INFINITY)
+            for (int sp = 0; sp < n_splits; sp++) {
+                const float *p = p0 + (size_t)sp * (hd + 2);
+                float f = expf(p[0] - mm);
+                ll += p[1] * f;
+                aa += p[2 + i] * f;
+            }
+        out[oh * (size_t)hd + (size_t)i] = ll > 0.0f ? aa / ll : 0.0f;
+    }
+}
+
+/* G: query heads per block (1, 2, 4, 8), DL: elements per lane (1, 2, 4, 8). */
+static int na_cu_attn_g(const na_cu_attn_shape_t *s)
+{
+    int group = s->n_heads / s->n_kv_heads;
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+static int na_cu_attn_dl(const na_cu_attn_shape_t *s)
+{
+    int per = (s->head_dim + 31) / 32;
+    return per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : 8;
+}
+
+static unsigned na_cu_attn_heads(const na_cu_attn_shape_t *s)
+{
+    int group = s->n_heads / s->n_kv_heads, g = na_cu_attn_g(s);
+    return (unsigned)(s->n_kv_heads * ((group + g - 1) / g));
+}
+
+extern "C" int na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm)
+{
+    long base, target = 4L * (n_sm > 0 ? n_sm : 132), max_ctx = (long)s->ctx0 + s->n_rows;
+    long splits, by_len;
+    if (s->head_dim <= 0 || s->head_dim > 256 || s->n_kv_heads <= 0 || s->n_rows <= 0 ||
+        s->n_heads % s->n_kv_heads != 0)
+        return -1;
+    base = (long)s->n_rows * (long)na_cu_attn_heads(s);
+    splits = (target + base - 1) / base;
+    by_len = (max_ctx + NA_CU_ATTN_MIN_LEN - 1) / NA_CU_ATTN_MIN_LEN;
+    if (splits > by_len)
+        splits = by_len;
+    if (splits > 65535)
+        splits = 65535;
+    if (splits < 1)
+        splits = 1;
+    s->n_splits = (int)splits;
+    s->split_len = (int)((max_ctx + splits - 1) / splits);
+    return 0;
+}
+
+extern "C" size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s)
+{
+    if (s->n_splits <= 1)
+        return 0;
+    return (size_t)s->n_rows * (size_t)s->n_heads * (size_t)s->n_splits *
+           (size_t)(s->head_dim + 2);
+}
+
+template <int DT, int G>
+static void na_cu_attn_dl_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
+                                 const void *kc, const void *vc, const na_cu_attn_shape_t *s,
+                                 bool vec, float *scratch)
+{
+    unsigned thr = 32 * NA_CU_ATTN_WARPS;
+    switch (na_cu_attn_dl(s)) {
+    case 1:  na_cu_attn_k<DT, G, 1><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    case 2:  na_cu_attn_k<DT, G, 2><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    case 4:  na_cu_attn_k<DT, G, 4><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    default: na_cu_attn_k<DT, G, 8><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    }
+}
+
+template <int DT>
+static void na_cu_attn_g_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
+                                const void *kc, const void *vc, const na_cu_attn_shape_t *s,
+                                bool vec, float *scratch)
+{
+    switch (na_cu_attn_g(s)) {
+    case 1:  na_cu_attn_dl_launch<DT, 1>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    case 2:  na_cu_attn_dl_launch<DT, 2>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    case 4:  na_cu_attn_dl_launch<DT, 4>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    default: na_cu_attn_dl_launch<DT, 8>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    }
+}
+
+extern "C" int na_cu_attn(void *stream, float *out, const float *q, const void *kc,
+                          const void *vc, const na_cu_attn_shape_t *s, float *scratch)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    dim3 grid(na_cu_attn_heads(s) * (unsigned)s->n_rows, (unsigned)s->n_splits);
+    bool vec = (((uintptr_t)kc | (uintptr_t)vc) % 16) == 0;
+    int e;
+    if (s->n_rows <= 0)
+        return 0;
+    if (s->kv_dtype == NA_CU_F16)
+        na_cu_attn_g_launch<NA_CU_F16>(grid, st, out, q, kc, vc, s, vec, scratch);
+    else if (s->kv_dtype == NA_CU_BF16)
+        na_cu_attn_g_launch<NA_CU_BF16>(grid, st, out, q, kc, vc, s, vec, scratch);
+    else
+        na_cu_attn_g_launch<NA_CU_F32>(grid, st, out, q, kc, vc, s, vec, scratch);
+    e = (int)cudaGetLastError();
+    if (e != 0 || s->n_splits == 1)
+        return e;
+    na_cu_attn_merge_k<<<(unsigned)(s->n_rows * s->n_heads), 128, 0, st>>>(out, scratch,
+                                                                         s->n_splits,
+                                                                         s->head_dim);
+    return (int)cudaGetLastError();
+}

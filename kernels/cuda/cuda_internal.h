@@ -1,0 +1,83 @@
+/* kernels/cuda/cuda_internal.h — the CUDA backend's private state, shared by
+ * cuda_backend.c (memory, events, weights) and cuda_ops.c (the math). */
+#ifndef NA_KERNELS_CUDA_INTERNAL_H
+#define NA_KERNELS_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda.h"
+#include "kernels/kernels.h"
+
+/* One uploaded weight, shared by every place of the same host tensor. */
+typedef struct {
+    const void *src;        /* t->data */
+    size_t      bytes;
+    void       *dev;
+    int         refs;
+} na_cu_placed_t;
+
+typedef struct {
+    int            gpu;
+    char           name[256];
+    size_t         mem_total;
+    int            n_sm;
+    cudaStream_t   stream;
+    cublasHandle_t blas;
+    /* small host arrays of the ops (token ids, positions), copied into
+     * mapped pinned memory the kernels read; reused from the start after a
+     * stream sync when full */
+    int           *ring;
+    int           *ring_dev;
+    size_t         ring_cap, ring_pos;     /* ints */
+    /* device scratch: attention split partials, half activations of GEMM */
+    void          *scratch;
+    size_t         scratch_bytes;
+    void          *xh;
+    size_t         xh_bytes;
+    na_cu_placed_t *placed;
+    int            n_placed, cap_placed;
+} na_cuda_t;
+
+#define NA_CU(k) ((na_cuda_t *)(k)->priv)
+
+/* NA_OK, or the error of `call` as na_err (NA_ERR_NOMEM for an allocation,
+ * NA_ERR_IO otherwise) naming the call and the device. */
+na_status_t na_cu_status(na_kernels_t *k, int err, const char *call);
+/* Make the backend's GPU current on the calling thread. */
+na_status_t na_cu_enter(na_kernels_t *k);
+/* Device (or mapped pinned) address of b for an op over `need` bytes:
+ * NA_ERR_INVALID for NULL, another backend's or pageable memory, too small. */
+na_status_t na_cu_arg(na_kernels_t *k, const na_kbuf_t *b, size_t need, const char *op,
+                      const char *what, void **p_p);
+/* Copy n ints into the ring; *dev_p is their device-readable address, valid
+ * for the ops enqueued next. */
+na_status_t na_cu_params(na_kernels_t *k, const int *src, int n, const int **dev_p);
+/* Grow a device scratch area (*p, *cap) to `bytes` (waits for the stream). */
+na_status_t na_cu_scratch(na_kernels_t *k, void **p, size_t *cap, size_t bytes);
+
+/* The math entries of the table (cuda_ops.c). */
+na_status_t na_cu_embed_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
+                           const int *tokens, int n);
+na_status_t na_cu_add_op(na_kernels_t *k, const na_kbuf_t *x, const na_kbuf_t *y, size_t n);
+na_status_t na_cu_store_op(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dtype,
+                           const na_kbuf_t *src, size_t n);
+na_status_t na_cu_matmul_op(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t *x,
+                            const na_kweight_t *w, int batch);
+na_status_t na_cu_rmsnorm_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
+                             const na_kweight_t *weight, int n, float eps, int batch);
+na_status_t na_cu_rope_op(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, int head_dim,
+                          const int *pos, float theta, int batch);
+na_status_t na_cu_swiglu_op(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
+                            size_t n);
+na_status_t na_cu_softmax_op(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);
+na_status_t na_cu_attn_prefill_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
+                                  const na_kbuf_t *kcache, const na_kbuf_t *vcache,
+                                  na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
+                                  int n_kv_heads, int head_dim);
+na_status_t na_cu_attn_decode_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
+                                 const na_kbuf_t *kcache, const na_kbuf_t *vcache,
+                                 na_dtype_t kv_dtype, int ctx, int n_heads, int n_kv_heads,
+                                 int head_dim);
+
+#endif /* NA_KERNELS_CUDA_INTERNAL_H */

@@ -1,0 +1,430 @@
+/* kernels/cuda/cuda_kern.cu — the CUDA backend's own element-wise and row
+ * kernels (embedding, residual add, KV store, rmsnorm, RoPE, SwiGLU,
+ * softmax, argmax, f32 -> f16/bf16) and the dequantising GEMV of f16, bf16
+ * and Q8_0 weights. Each kernel follows its reference in kernels/ref/ (same
+ * formulas, f32 arithmetic, accurate expf/powf/sinf/cosf, no fast math). */
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+
+#define NA_CU_THREADS 256
+
+static int na_cu_last(void)
+{
+    return (int)cudaGetLastError();
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+
+template <int DT>
+__global__ void na_cu_embed_k(float *x, const void *table, int cols, const int *tokens)
+{
+    size_t row = (size_t)tokens[blockIdx.x] * (size_t)cols;
+    float *xr = x + (size_t)blockIdx.x * (size_t)cols;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        xr[j] = DT == NA_CU_Q8_0 ? na_cu_load_q8(table, row + (size_t)j)
+                                 : na_cu_load<DT>(table, row + (size_t)j);
+}
+
+extern "C" int na_cu_embed(void *stream, float *x, const void *table, int dtype, int cols,
+                           const int *tokens, int n)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (n <= 0)
+        return 0;
+    switch (dtype) {
+    case NA_CU_F32:  na_cu_embed_k<NA_CU_F32><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
+    case NA_CU_F16:  na_cu_embed_k<NA_CU_F16><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
+    case NA_CU_BF16: na_cu_embed_k<NA_CU_BF16><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
+    default:         na_cu_embed_k<NA_CU_Q8_0><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
+    }
+    return na_cu_last();
+}
+
+/* ---- element-wise ------------------------------------------------------- */
+
+__global__ void na_cu_add_k(float *x, const float *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+extern "C" int na_cu_add(void *stream, float *x, const float *y, size_t n)
+{
+    if (n == 0)
+        return 0;
+    na_cu_add_k<<<na_cu_grid(n, NA_CU_THREADS), NA_CU_THREADS, 0, (cudaStream_t)stream>>>(x, y, n);
+    return na_cu_last();
+}
+
+template <int DT>
+__global__ void na_cu_store_k(void *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (DT == NA_CU_F16)
+            static_cast<__half *>(dst)[i] = __float2half_rn(src[i]);
+        else if (DT == NA_CU_BF16)
+            static_cast<__nv_bfloat16 *>(dst)[i] = __float2bfloat16_rn(src[i]);
+        else
+            static_cast<float *>(dst)[i] = src[i];
+    }
+}
+
+extern "C" int na_cu_store(void *stream, void *dst, int dtype, const float *src, size_t n)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned g = na_cu_grid(n, NA_CU_THREADS);
+    if (n == 0)
+        return 0;
+    if (dtype == NA_CU_F16)
+        na_cu_store_k<NA_CU_F16><<<g, NA_CU_THREADS, 0, s>>>(dst, src, n);
+    else if (dtype == NA_CU_BF16)
+        na_cu_store_k<NA_CU_BF16><<<g, NA_CU_THREADS, 0, s>>>(dst, src, n);
+    else
+        na_cu_store_k<NA_CU_F32><<<g, NA_CU_THREADS, 0, s>>>(dst, src, n);
+    return na_cu_last();
+}
+
+extern "C" int na_cu_to_half(void *stream, void *dst, int dtype, const float *src, size_t n)
+{
+    return na_cu_store(stream, dst, dtype, src, n);
+}
+
+__global__ void na_cu_swiglu_k(float *gate, const float *up, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+extern "C" int na_cu_swiglu(void *stream, float *gate, const float *up, size_t n)
+{
+    if (n == 0)
+        return 0;
+    na_cu_swiglu_k<<<na_cu_grid(n, NA_CU_THREADS), NA_CU_THREADS, 0, (cudaStream_t)stream>>>(
+        gate, up, n);
+    return na_cu_last();
+}
+
+/* One thread per rotated pair: (b, h, i/2). */
+__global__ void na_cu_rope_k(float *vec, int n_heads, int head_dim, const int *pos, float theta,
+                             size_t n_pairs)
+{
+    int half = head_dim / 2;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < n_pairs;
+         p += (size_t)gridDim.x * blockDim.x) {
+        size_t bh = p / (size_t)half;
+        int i = 2 * (int)(p % (size_t)half);
+        int b = (int)(bh / (size_t)n_heads);
+        float *v = vec + bh * (size_t)head_dim;
+        float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
+        float val = (float)pos[b] * freq;
+        float fcr = cosf(val), fci = sinf(val);
+        float v0 = v[i], v1 = v[i + 1];
+        v[i] = v0 * fcr - v1 * fci;
+        v[i + 1] = v0 * fci + v1 * fcr;
+    }
+}
+
+extern "C" int na_cu_rope(void *stream, float *vec, int n_heads, int head_dim, const int *pos,
+                          float theta, int batch)
+{
+    size_t n = (size_t)batch * (size_t)n_heads * (size_t)(head_dim / 2);
+    if (n == 0)
+        return 0;
+    na_cu_rope_k<<<na_cu_grid(n, NA_CU_THREADS), NA_CU_THREADS, 0, (cudaStream_t)stream>>>(
+        vec, n_heads, head_dim, pos, theta, n);
+    return na_cu_last();
+}
+
+/* ---- row kernels: one block per row ------------------------------------- */
+
+__global__ void na_cu_rmsnorm_k(float *out, const float *x, const float *w, int n, float eps)
+{
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * (size_t)n;
+    float *orow = out + (size_t)blockIdx.x * (size_t)n;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = na_cu_block_sum(ss, sh);
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        orow[i] = w[i] * (ss * xr[i]);
+}
+
+extern "C" int na_cu_rmsnorm(void *stream, float *out, const float *x, const float *w, int n,
+                             float eps, int batch)
+{
+    if (batch <= 0 || n <= 0)
+        return 0;
+    na_cu_rmsnorm_k<<<batch, NA_CU_THREADS, 0, (cudaStream_t)stream>>>(out, x, w, n, eps);
+    return na_cu_last();
+}
+
+__global__ void na_cu_softmax_k(float *x, int n)
+{
+    __shared__ float sh[32];
+    float *xr = x + (size_t)blockIdx.x * (size_t)n;
+    float m = -INFINITY, sum = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        m = fmaxf(m, xr[i]);
+    m = na_cu_block_max(m, sh);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float e = expf(xr[i] - m);
+        xr[i] = e;
+        sum += e;
+    }
+    sum = na_cu_block_sum(sum, sh);
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        xr[i] /= sum;
+}
+
+extern "C" int na_cu_softmax(void *stream, float *x, int n, int batch)
+{
+    if (batch <= 0 || n <= 0)
+        return 0;
+    na_cu_softmax_k<<<batch, NA_CU_THREADS, 0, (cudaStream_t)stream>>>(x, n);
+    return na_cu_last();
+}
+
+/* (value, index) pairs reduced to the larger value, the lower index on ties. */
+__global__ void na_cu_argmax_k(int *idx, const float *x, int n)
+{
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float *xr = x + (size_t)blockIdx.x * (size_t)n;
+    float best = -INFINITY;
+    int bi = 0x7fffffff, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (xr[i] > best || bi == 0x7fffffff) {
+            best = xr[i];
+            bi = i;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > best || (ov == best && oi < bi)) {
+            best = ov;
+            bi = oi;
+        }
+    }
+    if (lane == 0) {
+        sv[w] = best;
+        si[w] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < (int)(blockDim.x >> 5); k++)
+            if (sv[k] > sv[0] || (sv[k] == sv[0] && si[k] < si[0])) {
+                sv[0] = sv[k];
+                si[0] = si[k];
+            }
+        idx[blockIdx.x] = si[0];
+    }
+}
+
+extern "C" int na_cu_argmax(void *stream, int *idx, const float *x, int n, int batch)
+{
+    if (batch <= 0 || n <= 0)
+        return 0;
+    na_cu_argmax_k<<<batch, NA_CU_THREADS, 0, (cudaStream_t)stream>>>(idx, x, n);
+    return na_cu_last();
+}
+
+/* ---- dequantising GEMV ---------------------------------------------------
+ * One warp per output row, NA_CU_GEMV_WARPS rows per block; the warp walks
+ * the row's columns once and multiplies each weight into up to
+ * NA_CU_GEMV_MAX_BATCH rows of x (acc[b] in registers), then reduces across
+ * lanes. f16/bf16 rows whose columns are a multiple of 8 (and 16-byte
+ * aligned) are read 16 bytes per lane. Accumulation is f32; each product is
+ * (w as f32) * x, as in the reference.
+ *
+ * Q8_0 weights take x in Q8 blocks, as kernels/ref defines it (ggml's Q8_0 x
+ * Q8_0 dot): each block of 32 inputs is quantised once per call to int8
+ * with d = max|x| / 127, q = round-to-nearest-even(x * (1/d)) (d = 0: all
+ * zero; a NaN or Inf in the block: d = NaN, q = 0), bit for bit as
+ * na_ref_quantize_q8; a lane takes one 34-byte weight block per step, sums
+ * the 32 int8 products exactly in int32 (__dp4a) and adds isum * (d_w * d_x). */
+#define NA_CU_GEMV_WARPS 4
+#define NB NA_CU_GEMV_MAX_BATCH
+
+template <int DT, bool VEC>
+__global__ void na_cu_gemv_k(float *y, const float *x, const void *w, int rows, int cols, int nb)
+{
+    int lane = threadIdx.x & 31;
+    int r = blockIdx.x * NA_CU_GEMV_WARPS + (threadIdx.x >> 5);
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        acc[b] = 0.0f;
+    if (r >= rows)
+        return;                                  /* whole warp: no shuffles follow for it */
+    if (VEC) {
+        const uint4 *row = reinterpret_cast<const uint4 *>(
+            static_cast<const unsigned short *>(w) + (size_t)r * (size_t)cols);
+#pragma unroll 4
+        for (int c8 = lane; c8 < cols / 8; c8 += 32) {
+            uint4 raw = row[c8];
+            const unsigned short *hs = reinterpret_cast<const unsigned short *>(&raw);
+            float wv[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                wv[e] = DT == NA_CU_F16 ? na_cu_h2f(hs[e]) : na_cu_bf2f(hs[e]);
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                if (b < nb) {
+                    const float4 *xb = reinterpret_cast<const float4 *>(
+                        x + (size_t)b * (size_t)cols + (size_t)c8 * 8);
+                    float4 x0 = xb[0], x1 = xb[1];
+                    acc[b] += wv[0] * x0.x; acc[b] += wv[1] * x0.y;
+                    acc[b] += wv[2] * x0.z; acc[b] += wv[3] * x0.w;
+                    acc[b] += wv[4] * x1.x; acc[b] += wv[5] * x1.y;
+                    acc[b] += wv[6] * x1.z; acc[b] += wv[7] * x1.w;
+                }
+        }
+    } else {
+        size_t base = (size_t)r * (size_t)cols;
+        for (int j = lane; j < cols; j += 32) {
+            float wj = na_cu_load<DT>(w, base + (size_t)j);
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                if (b < nb)
+                    acc[b] += wj * x[(size_t)b * (size_t)cols + (size_t)j];
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        float s = na_cu_warp_sum(acc[b]);
+        if (lane == 0 && b < nb)
+            y[(size_t)b * (size_t)rows + (size_t)r] = s;
+    }
+}
+
+/* One warp per block of 32 inputs: q (int8, as x) and d (one per block). */
+__global__ void na_cu_quant_q8_k(signed char *q, float *d, const float *x, size_t n_blocks)
+{
+    size_t w0 = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+    size_t stride = ((size_t)gridDim.x * blockDim.x) >> 5;
+    int lane = threadIdx.x & 31;
+    for (size_t blk = w0; blk < n_blocks; blk += stride) {
+        float v = x[blk * NA_CU_Q8_BLOCK + (size_t)lane], a = fabsf(v);
+        bool bad = __any_sync(0xffffffffu, !(a <= 3.0e38f));
+        float amax = na_cu_warp_max(bad ? 0.0f : a);
+        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        q[blk * NA_CU_Q8_BLOCK + (size_t)lane] = bad ? 0 : (signed char)__float2int_rn(v * id);
+        if (lane == 0)
+            d[blk] = bad ? __int_as_float(0x7fc00000) : dd;
+    }
+}
+
+__global__ void na_cu_gemv_q8_k(float *y, const signed char *qx, const float *dx, const void *w,
+                                int rows, int cols, int nb)
+{
+    int lane = threadIdx.x & 31;
+    int r = blockIdx.x * NA_CU_GEMV_WARPS + (threadIdx.x >> 5);
+    int nblk = cols / NA_CU_Q8_BLOCK;
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        acc[b] = 0.0f;
+    if (r >= rows)
+        return;                                  /* whole warp */
+    const unsigned char *row = static_cast<const unsigned char *>(w) +
+                               (size_t)r * (size_t)nblk * NA_CU_Q8_BLOCK_SIZE;
+    for (int bi = lane; bi < nblk; bi += 32) {
+        /* 34-byte blocks are 2-byte aligned: read them as 17 shorts */
+        const unsigned short *blk =
+            reinterpret_cast<const unsigned short *>(row + (size_t)bi * NA_CU_Q8_BLOCK_SIZE);
+        float dw = na_cu_h2f(blk[0]);
+        int wq[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            wq[k] = (int)((unsigned)blk[1 + 2 * k] | ((unsigned)blk[2 + 2 * k] << 16));
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            if (b < nb) {
+                const int4 *xq = reinterpret_cast<const int4 *>(
+                    qx + (size_t)b * (size_t)cols + (size_t)bi * NA_CU_Q8_BLOCK);
+                int4 x0 = xq[0], x1 = xq[1];
+                int isum = 0;
+                isum = __dp4a(wq[0], x0.x, isum); isum = __dp4a(wq[1], x0.y, isum);
+                isum = __dp4a(wq[2], x0.z, isum); isum = __dp4a(wq[3], x0.w, isum);
+                isum = __dp4a(wq[4], x1.x, isum); isum = __dp4a(wq[5], x1.y, isum);
+                isum = __dp4a(wq[6], x1.z, isum); isum = __dp4a(wq[7], x1.w, isum);
+                acc[b] += (float)isum * (dw * dx[(size_t)b * nblk + bi]);
+            }
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        float s = na_cu_warp_sum(acc[b]);
+        if (lane == 0 && b < nb)
+            y[(size_t)b * (size_t)rows + (size_t)r] = s;
+    }
+}
+
+extern "C" size_t na_cu_gemv_q8_scratch(int cols, int batch)
+{
+    size_t n = (size_t)batch * (size_t)cols;
+    return ((n + 15) & ~(size_t)15) + n / NA_CU_Q8_BLOCK * sizeof(float);
+}
+
+extern "C" int na_cu_gemv_q8(void *stream, float *y, const float *x, const void *w, int rows,
+                             int cols, int batch, void *scratch)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t n = (size_t)batch * (size_t)cols, nblk = n / NA_CU_Q8_BLOCK;
+    signed char *qx = static_cast<signed char *>(scratch);
+    float *dx = reinterpret_cast<float *>(static_cast<char *>(scratch) + ((n + 15) & ~(size_t)15));
+    unsigned blocks = (unsigned)((rows + NA_CU_GEMV_WARPS - 1) / NA_CU_GEMV_WARPS);
+    if (batch <= 0)
+        return 0;
+    na_cu_quant_q8_k<<<na_cu_grid(nblk * 32, NA_CU_THREADS), NA_CU_THREADS, 0, s>>>(qx, dx, x,
+                                                                                   nblk);
+    for (int b0 = 0; b0 < batch; b0 += NB) {
+        int nb = batch - b0 < NB ? batch - b0 : NB, e;
+        na_cu_gemv_q8_k<<<blocks, 32 * NA_CU_GEMV_WARPS, 0, s>>>(
+            y + (size_t)b0 * (size_t)rows, qx + (size_t)b0 * (size_t)cols,
+            dx + (size_t)b0 * (size_t)(cols / NA_CU_Q8_BLOCK), w, rows, cols, nb);
+        if ((e = na_cu_last()) != 0)
+            return e;
+    }
+    return 0;
+}
+
+template <int DT, bool VEC>
+static void na_cu_gemv_launch(cudaStream_t s, float *y, const float *x, const void *w,
+                              int rows, int cols, int nb)
+{
+    unsigned blocks = (unsigned)((rows + NA_CU_GEMV_WARPS - 1) / NA_CU_GEMV_WARPS);
+    na_cu_gemv_k<DT, VEC><<<blocks, 32 * NA_CU_GEMV_WARPS, 0, s>>>(y, x, w, rows, cols, nb);
+}
+
+extern "C" int na_cu_gemv(void *stream, float *y, const float *x, const void *w, int dtype,
+                          int rows, int cols, int batch)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    bool vec = cols % 8 == 0 && ((uintptr_t)w % 16) == 0 && ((uintptr_t)x % 16) == 0;
+    for (int b0 = 0; b0 < batch; b0 += NB) {
+        int nb = batch - b0 < NB ? batch - b0 : NB;
+        float *yb = y + (size_t)b0 * (size_t)rows;
+        const float *xb = x + (size_t)b0 * (size_t)cols;
+        if (dtype == NA_CU_F16 && vec)
+            na_cu_gemv_launch<NA_CU_F16, true>(s, yb, xb, w, rows, cols, nb);
+        else if (dtype == NA_CU_F16)
+            na_cu_gemv_launch<NA_CU_F16, false>(s, yb, xb, w, rows, cols, nb);
+        else if (dtype == NA_CU_BF16 && vec)
+            na_cu_gemv_launch<NA_CU_BF16, true>(s, yb, xb, w, rows, cols, nb);
+        else if (dtype == NA_CU_BF16)
+            na_cu_gemv_launch<NA_CU_BF16, false>(s, yb, xb, w, rows, cols, nb);
+        else
+            na_cu_gemv_launch<NA_CU_F32, false>(s, yb, xb, w, rows, cols, nb);
+        int e = na_cu_last();
+        if (e != 0)
+            return e;
+    }
+    return 0;
+}

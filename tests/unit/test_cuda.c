@@ -1,0 +1,658 @@
+/* tests/unit/test_cuda.c — the CUDA backend (kernels/cuda/) on a GPU.
+ *
+ *   test_cuda ops      every op of the table against kernels/ref on awkward
+ *                      sizes: matmul in every weight dtype (GEMV and cuBLAS
+ *                      paths, batch invariance), embed, add, store, rmsnorm,
+ *                      RoPE, SwiGLU, softmax, argmax, causal prefill and
+ *                      flash-decoding attention (f32/f16/bf16 KV, MHA, GQA,
+ *                      groups over 8, head_dim up to 256, contexts across
+ *                      many splits); then the buffer API (every memory type,
+ *                      resize, events) and the statuses of bad arguments.
+ *   test_cuda engine   the monolithic engine on "cuda": greedy tokens equal
+ *                      the cpu backend's for generated MHA and GQA models and
+ *                      stories260K (f32 KV; GQA also f16 KV: the same RNE
+ *                      rounding of the stored rows), and a q8_0 model (x in
+ *                      Q8 blocks with int32 sums, as the cpu backend does
+ *                      since the Q8 x Q8 change on main).
+ *   test_cuda tp       NCCL tensor parallelism at tp = 1 (one GPU): the
+ *                      all-reduce of one rank leaves a matmul output as it
+ *                      was; a GPU named twice is refused.
+ *
+ * Without a CUDA device (cudaGetDeviceCount fails: error 35 insufficient
+ * driver, 100 no device) both exit 77: ctest reports them skipped.
+ *
+ * Tolerances. Sums of n f32 terms in another order differ by up to
+ * ~n·eps·Σ|terms|; as in test_kernels.c matmul is checked against
+ * 2e-5·Σ_j|w_rj x_j| (+1e-6). On the cuBLAS path of f16/bf16 weights
+ * (batch > 8) the activations are rounded to the weight's type first
+ * (relative error 2^-11 / 2^-8 each), so the bound is 2^-10 / 2^-7 of
+ * Σ|w x|. Q8_0 weights take x in Q8 blocks (as kernels/ref defines Q8_0
+ * on main since the Q8 x Q8 change; before it, ref used f32 x): each input
+ * is off by at most max|x_block|/254, so the bound adds Σ_blocks
+ * max|x|/254 · Σ|w| and holds against either reference. Attention outputs
+ * are convex combinations of V rows in [-1, 1]:
+ * 2e-5 absolute + 1e-4 relative. Element-wise ops: 1e-6 absolute + 1e-5
+ * relative (CUDA's expf/sinf/cosf/powf are within 2 ulp). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/genmodel.h"
+#include "common/model.h"
+#include "compute-node/engine.h"
+#include "compute-node/generate.h"
+#include "kernels/cuda/cuda.h"
+#if NA_HAVE_NCCL
+#include "kernels/cuda/cuda_tp.h"
+#endif
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+#include "tests/testutil.h"
+
+#define F32B(n) ((size_t)(n) * sizeof(float))
+
+static na_rng_t rng;
+static na_kernels_t *cu;
+
+static void *xalloc(size_t n)
+{
+    void *p = calloc(1, n ? n : 1);
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* A device buffer holding n bytes of src (NULL: uninitialised). */
+static na_kbuf_t *dev_from(const void *src, size_t n)
+{
+    na_kbuf_t *b = NULL;
+    NA_CHECK_OK(cu->ops->buf_alloc(cu, n, NA_KMEM_DEVICE, &b));
+    if (b != NULL && src != NULL)
+        NA_CHECK_OK(cu->ops->upload(cu, b, src, n));
+    return b;
+}
+
+static void dev_to(void *dst, na_kbuf_t *b, size_t n)
+{
+    NA_CHECK_OK(cu->ops->download(cu, dst, b, n));
+    NA_CHECK_OK(na_kernels_finish(cu));
+}
+
+static void dev_free(na_kbuf_t *b)
+{
+    cu->ops->buf_free(cu, b);
+}
+
+/* ---- weights in every dtype -------------------------------------------- */
+
+/* A rows x cols tensor of dtype dt from random values in [-1, 1) (Q8_0:
+ * per-block scale max|x|/127, rounded quants). Free t->data. */
+static void make_weight(na_tensor_t *t, na_dtype_t dt, int rows, int cols)
+{
+    size_t n = (size_t)rows * (size_t)cols, i;
+    float *f = xalloc(F32B(n));
+    na_rng_fill(&rng, f, n, -1.0f, 1.0f);
+    t->dtype = dt;
+    t->rows = rows;
+    t->cols = cols;
+    if (dt == NA_DTYPE_F32) {
+        t->data = f;
+        return;
+    }
+    if (dt == NA_DTYPE_Q8_0) {
+        uint8_t *q = xalloc(n / NA_Q8_0_BLOCK * NA_Q8_0_BLOCK_SIZE);
+        for (i = 0; i < n / NA_Q8_0_BLOCK; i++) {
+            float amax = 0.0f, d;
+            uint16_t dh;
+            int j;
+            for (j = 0; j < NA_Q8_0_BLOCK; j++)
+                amax = fmaxf(amax, fabsf(f[i * NA_Q8_0_BLOCK + j]));
+            dh = na_f32_to_f16(amax / 127.0f);
+            d = na_f16_to_f32(dh);
+            memcpy(q + i * NA_Q8_0_BLOCK_SIZE, &dh, 2);
+            for (j = 0; j < NA_Q8_0_BLOCK; j++)
+                q[i * NA_Q8_0_BLOCK_SIZE + 2 + j] =
+                    (uint8_t)(int8_t)lrintf(d > 0.0f ? f[i * NA_Q8_0_BLOCK + j] / d : 0.0f);
+        }
+        t->data = q;
+    } else {
+        uint16_t *h = xalloc(n * 2);
+        for (i = 0; i < n; i++)
+            h[i] = dt == NA_DTYPE_F16 ? na_f32_to_f16(f[i]) : na_f32_to_bf16(f[i]);
+        t->data = h;
+    }
+    free(f);
+}
+
+/* y = W x on the GPU (placed, device buffers) vs the reference. */
+static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
+{
+    na_tensor_t t;
+    na_kweight_t w;
+    size_t nx = (size_t)batch * cols, ny = (size_t)batch * rows;
+    float *x = xalloc(F32B(nx)), *y = xalloc(F32B(ny)), *yr = xalloc(F32B(ny));
+    double half_eps = batch > 8 && dt == NA_DTYPE_F16 ? 1.0 / 1024 :
+                      batch > 8 && dt == NA_DTYPE_BF16 ? 1.0 / 128 : 0.0;
+    na_kbuf_t *bx, *by;
+    int b, r, j, bad = 0;
+
+    make_weight(&t, dt, rows, cols);
+    na_rng_fill(&rng, x, nx, -1.0f, 1.0f);
+    na_ref_matmul(NULL, yr, x, &t, batch);
+    NA_CHECK_OK(cu->ops->place(cu, &t, &w));
+    bx = dev_from(x, F32B(nx));
+    by = dev_from(NULL, F32B(ny));
+    NA_CHECK_OK(cu->ops->matmul(cu, by, bx, &w, batch));
+    dev_to(y, by, F32B(ny));
+    for (b = 0; b < batch && !bad; b++)
+        for (r = 0; r < rows && !bad; r++) {
+            double mag = 0.0, qerr = 0.0, tol;
+            for (j = 0; j < cols; j++)
+                mag += fabs((double)na_ref_weight_at(&t, r, j) * x[(size_t)b * cols + j]);
+            /* Q8_0: x in Q8 blocks, each input off by at most d_x/2 = max|x|/254 */
+            for (j = 0; dt == NA_DTYPE_Q8_0 && j < cols; j += NA_Q8_0_BLOCK) {
+                double amax = 0.0, wsum = 0.0;
+                int i;
+                for (i = j; i < j + NA_Q8_0_BLOCK; i++) {
+                    amax = fmax(amax, fabs((double)x[(size_t)b * cols + i]));
+                    wsum += fabs((double)na_ref_weight_at(&t, r, i));
+                }
+                qerr += amax / 254.0 * wsum;
+            }
+            tol = 1e-6 + (2e-5 + half_eps) * mag + 1.0001 * qerr;
+            if (fabs((double)y[(size_t)b * rows + r] - yr[(size_t)b * rows + r]) > tol) {
+                NA_CHECK_MSG(0, "matmul %s %dx%d batch %d: y[%d][%d] = %g, ref %g (tol %g)",
+                             na_dtype_name(dt), rows, cols, batch, b, r,
+                             (double)y[(size_t)b * rows + r], (double)yr[(size_t)b * rows + r],
+                             tol);
+                bad = 1;
+            }
+        }
+    NA_CHECK(!bad);
+    /* batch invariance: every row bit-identical to the same row at batch 1 */
+    cu->batch_invariant = 1;
+    NA_CHECK_OK(cu->ops->matmul(cu, by, bx, &w, batch));
+    dev_to(yr, by, F32B(ny));
+    for (b = 0; b < batch; b++) {
+        na_kbuf_t xv = na_kbuf_view(bx, F32B((size_t)b * cols), F32B(cols));
+        na_kbuf_t yv = na_kbuf_view(by, F32B((size_t)b * rows), F32B(rows));
+        NA_CHECK_OK(cu->ops->matmul(cu, &yv, &xv, &w, 1));
+    }
+    dev_to(y, by, F32B(ny));
+    cu->batch_invariant = 0;
+    NA_CHECK_MSG(memcmp(y, yr, F32B(ny)) == 0, "matmul %s %dx%d batch %d: not batch invariant",
+                 na_dtype_name(dt), rows, cols, batch);
+    cu->ops->unplace(cu, &w);
+    dev_free(bx);
+    dev_free(by);
+    free((void *)t.data);
+    free(x);
+    free(y);
+    free(yr);
+}
+
+static void test_matmul(void)
+{
+    static const int shapes[][2] = { { 1, 32 }, { 7, 64 }, { 33, 96 }, { 130, 256 },
+                                     { 3, 40 }, { 65, 100 }, { 17, 1000 } };
+    static const int batches[] = { 1, 3, 8, 9, 17 };
+    size_t s, b;
+    int d;
+    for (d = 0; d < NA_DTYPE_COUNT; d++)
+        for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            if (d == NA_DTYPE_Q8_0 && shapes[s][1] % NA_Q8_0_BLOCK != 0)
+                continue;
+            for (b = 0; b < sizeof(batches) / sizeof(batches[0]); b++)
+                check_matmul((na_dtype_t)d, shapes[s][0], shapes[s][1], batches[b]);
+        }
+}
+
+/* ---- element-wise and row ops ------------------------------------------- */
+
+static void check_close(const float *a, const float *b, size_t n, double atol, double rtol,
+                        const char *what)
+{
+    double r = na_close_ratio(a, b, n, atol, rtol);
+    NA_CHECK_MSG(r <= 1.0, "%s: ratio %g", what, r);
+}
+
+static void test_embed(void)
+{
+    int toks[5] = { 0, 63, 5, 5, 31 }, d;
+    for (d = 0; d < NA_DTYPE_COUNT; d++) {
+        na_tensor_t t;
+        na_kweight_t w;
+        float out[5 * 96], ref[5 * 96];
+        na_kbuf_t *bx = dev_from(NULL, sizeof(out));
+        make_weight(&t, (na_dtype_t)d, 64, 96);
+        na_ref_embed(ref, &t, toks, 5);
+        NA_CHECK_OK(cu->ops->place(cu, &t, &w));
+        NA_CHECK_OK(cu->ops->embed(cu, bx, &w, toks, 5));
+        toks[1] = 64;                               /* outside the table */
+        NA_CHECK(cu->ops->embed(cu, bx, &w, toks, 5) == NA_ERR_INVALID);
+        toks[1] = 63;
+        dev_to(out, bx, sizeof(out));
+        NA_CHECK_MSG(memcmp(out, ref, sizeof(out)) == 0, "embed %s", na_dtype_name((na_dtype_t)d));
+        cu->ops->unplace(cu, &w);
+        dev_free(bx);
+        free((void *)t.data);
+    }
+}
+
+static void test_elementwise(void)
+{
+    static const size_t sizes[] = { 1, 31, 1000, 70001 };
+    size_t s;
+    for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        size_t n = sizes[s];
+        float *x = xalloc(F32B(n)), *y = xalloc(F32B(n)), *r = xalloc(F32B(n));
+        float *o = xalloc(F32B(n));
+        uint16_t *h = xalloc(n * 2), *hr = xalloc(n * 2);
+        na_kbuf_t *bx, *by, *bh;
+        int d;
+        na_rng_fill(&rng, x, n, -8.0f, 8.0f);
+        na_rng_fill(&rng, y, n, -8.0f, 8.0f);
+        bx = dev_from(x, F32B(n));
+        by = dev_from(y, F32B(n));
+        bh = dev_from(NULL, F32B(n));
+        /* add */
+        memcpy(r, x, F32B(n));
+        na_ref_add(r, y, n);
+        NA_CHECK_OK(cu->ops->add(cu, bx, by, n));
+        dev_to(o, bx, F32B(n));
+        NA_CHECK_MSG(memcmp(o, r, F32B(n)) == 0, "add n %zu", n);
+        /* swiglu */
+        na_ref_swiglu(r, y, n);
+        NA_CHECK_OK(cu->ops->swiglu(cu, bx, by, n));
+        dev_to(o, bx, F32B(n));
+        check_close(o, r, n, 1e-6, 1e-5, "swiglu");
+        /* store: the same rounding to nearest even, bit for bit */
+        for (d = 0; d < 3; d++) {
+            na_dtype_t dt = (na_dtype_t)d;
+            na_ref_store(d == 0 ? (void *)r : (void *)hr, dt, y, n);
+            NA_CHECK_OK(cu->ops->store(cu, bh, dt, by, n));
+            dev_to(d == 0 ? (void *)o : (void *)h, bh, na_dtype_bytes(dt, n));
+            NA_CHECK_MSG(d == 0 ? memcmp(o, r, F32B(n)) == 0 : memcmp(h, hr, n * 2) == 0,
+                         "store %s n %zu", na_dtype_name(dt), n);
+        }
+        NA_CHECK(cu->ops->store(cu, bh, NA_DTYPE_Q8_0, by, n) == NA_ERR_INVALID);
+        dev_free(bx);
+        dev_free(by);
+        dev_free(bh);
+        free(x);
+        free(y);
+        free(r);
+        free(o);
+        free(h);
+        free(hr);
+    }
+}
+
+static void test_rows(void)
+{
+    static const int ns[] = { 1, 7, 260, 4097, 32000 };
+    size_t s;
+    for (s = 0; s < sizeof(ns) / sizeof(ns[0]); s++) {
+        int n = ns[s], batch = 3, b, best[3], got[3];
+        size_t nn = (size_t)n * batch;
+        float *x = xalloc(F32B(nn)), *o = xalloc(F32B(nn)), *r = xalloc(F32B(nn));
+        float *wv = xalloc(F32B(n));
+        na_tensor_t wt = { NA_DTYPE_F32, 1, n, wv };
+        na_kweight_t w;
+        na_kbuf_t *bx, *bo, *bi = NULL;
+        na_rng_fill(&rng, x, nn, -4.0f, 4.0f);
+        na_rng_fill(&rng, wv, (size_t)n, 0.5f, 1.5f);
+        bx = dev_from(x, F32B(nn));
+        bo = dev_from(NULL, F32B(nn));
+        NA_CHECK_OK(cu->ops->place(cu, &wt, &w));
+        na_ref_rmsnorm(r, x, wv, n, 1e-5f, batch);
+        NA_CHECK_OK(cu->ops->rmsnorm(cu, bo, bx, &w, n, 1e-5f, batch));
+        dev_to(o, bo, F32B(nn));
+        check_close(o, r, nn, 1e-6, 1e-5, "rmsnorm");
+        /* argmax before softmax: the first of equal maxima */
+        x[(size_t)n - 1] = 100.0f;
+        x[0] = 100.0f;
+        NA_CHECK_OK(cu->ops->upload(cu, bx, x, F32B(nn)));
+        NA_CHECK_OK(cu->ops->buf_alloc(cu, sizeof(got), NA_KMEM_PINNED, &bi));
+        NA_CHECK_OK(na_kernels_cuda_argmax(cu, bi, bx, n, batch));
+        dev_to(got, bi, sizeof(got));
+        for (b = 0; b < batch; b++) {
+            int i;
+            best[b] = 0;
+            for (i = 1; i < n; i++)
+                if (x[(size_t)b * n + i] > x[(size_t)b * n + best[b]])
+                    best[b] = i;
+        }
+        NA_CHECK_MSG(memcmp(got, best, sizeof(got)) == 0, "argmax n %d: %d %d %d", n, got[0],
+                     got[1], got[2]);
+        memcpy(r, x, F32B(nn));
+        na_ref_softmax(r, n, batch);
+        NA_CHECK_OK(cu->ops->softmax(cu, bx, n, batch));
+        dev_to(o, bx, F32B(nn));
+        check_close(o, r, nn, 1e-7, 1e-5, "softmax");
+        cu->ops->unplace(cu, &w);
+        dev_free(bx);
+        dev_free(bo);
+        dev_free(bi);
+        free(x);
+        free(o);
+        free(r);
+        free(wv);
+    }
+}
+
+static void test_rope(void)
+{
+    static const int dims[] = { 2, 6, 64, 128 };
+    int pos[4] = { 0, 5, 1000, 30000 };
+    size_t s;
+    for (s = 0; s < sizeof(dims) / sizeof(dims[0]); s++) {
+        int hd = dims[s], nh = 3;
+        size_t n = (size_t)4 * nh * hd;
+        float *x = xalloc(F32B(n)), *r = xalloc(F32B(n)), *o = xalloc(F32B(n));
+        na_kbuf_t *bx;
+        na_rng_fill(&rng, x, n, -1.0f, 1.0f);
+        memcpy(r, x, F32B(n));
+        na_ref_rope(r, nh, hd, pos, 10000.0f, 4);
+        bx = dev_from(x, F32B(n));
+        NA_CHECK_OK(cu->ops->rope(cu, bx, nh, hd, pos, 10000.0f, 4));
+        dev_to(o, bx, F32B(n));
+        /* sin/cos of arguments up to 3e4 rad: 2 ulp of the argument reduction */
+        check_close(o, r, n, 1e-5, 1e-5, "rope");
+        dev_free(bx);
+        free(x);
+        free(r);
+        free(o);
+    }
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+/* Decode (n_tok 0) or prefill of n_tok rows after pos0 tokens, vs ref. */
+static void check_attn(na_dtype_t dt, int n_heads, int n_kv, int hd, int pos0, int n_tok)
+{
+    int decode = n_tok == 0, rows = decode ? 1 : n_tok, ctx = decode ? pos0 : pos0 + n_tok;
+    size_t nq = (size_t)rows * n_heads * hd, nkv = (size_t)ctx * n_kv * hd;
+    float *q = xalloc(F32B(nq)), *o = xalloc(F32B(nq)), *r = xalloc(F32B(nq));
+    float *kf = xalloc(F32B(nkv)), *vf = xalloc(F32B(nkv));
+    void *kc = xalloc(na_dtype_bytes(dt, nkv)), *vc = xalloc(na_dtype_bytes(dt, nkv));
+    na_kbuf_t *bq, *bo, *bk, *bv;
+
+    na_rng_fill(&rng, q, nq, -1.0f, 1.0f);
+    na_rng_fill(&rng, kf, nkv, -1.0f, 1.0f);
+    na_rng_fill(&rng, vf, nkv, -1.0f, 1.0f);
+    na_ref_store(kc, dt, kf, nkv);
+    na_ref_store(vc, dt, vf, nkv);
+    if (decode)
+        na_ref_attn_decode(NULL, r, q, kc, vc, dt, ctx, n_heads, n_kv, hd);
+    else
+        na_ref_attn_prefill(NULL, r, q, kc, vc, dt, n_tok, pos0, n_heads, n_kv, hd);
+    bq = dev_from(q, F32B(nq));
+    bo = dev_from(NULL, F32B(nq));
+    bk = dev_from(kc, na_dtype_bytes(dt, nkv));
+    bv = dev_from(vc, na_dtype_bytes(dt, nkv));
+    if (decode)
+        NA_CHECK_OK(cu->ops->attn_decode(cu, bo, bq, bk, bv, dt, ctx, n_heads, n_kv, hd));
+    else
+        NA_CHECK_OK(cu->ops->attn_prefill(cu, bo, bq, bk, bv, dt, n_tok, pos0, n_heads, n_kv,
+                                          hd));
+    dev_to(o, bo, F32B(nq));
+    {
+        double ratio = na_close_ratio(o, r, nq, 2e-5, 1e-4);
+        NA_CHECK_MSG(ratio <= 1.0, "attn %s %s heads %d/%d hd %d pos0 %d n_tok %d: ratio %g",
+                     decode ? "decode" : "prefill", na_dtype_name(dt), n_heads, n_kv, hd, pos0,
+                     n_tok, ratio);
+    }
+    dev_free(bq);
+    dev_free(bo);
+    dev_free(bk);
+    dev_free(bv);
+    free(q);
+    free(o);
+    free(r);
+    free(kf);
+    free(vf);
+    free(kc);
+    free(vc);
+}
+
+static void test_attention(void)
+{
+    static const int heads[][3] = { { 4, 4, 8 },   { 8, 2, 64 },  { 32, 8, 128 },
+                                    { 6, 2, 36 },  { 12, 1, 80 }, { 16, 1, 32 },
+                                    { 4, 2, 256 }, { 3, 3, 2 } };
+    static const int ctxs[] = { 1, 7, 64, 65, 300, 4100 };
+    size_t h, c;
+    int d;
+    for (d = 0; d < 3; d++)
+        for (h = 0; h < sizeof(heads) / sizeof(heads[0]); h++) {
+            for (c = 0; c < sizeof(ctxs) / sizeof(ctxs[0]); c++)
+                check_attn((na_dtype_t)d, heads[h][0], heads[h][1], heads[h][2], ctxs[c], 0);
+            check_attn((na_dtype_t)d, heads[h][0], heads[h][1], heads[h][2], 0, 1);
+            check_attn((na_dtype_t)d, heads[h][0], heads[h][1], heads[h][2], 0, 33);
+            check_attn((na_dtype_t)d, heads[h][0], heads[h][1], heads[h][2], 300, 5);
+        }
+    /* ctx 0: zeros; head_dim over 256: refused */
+    {
+        float o[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, z[8] = { 0 };
+        na_kbuf_t *bo = dev_from(o, sizeof(o)), *bk = dev_from(z, sizeof(z));
+        NA_CHECK_OK(cu->ops->attn_decode(cu, bo, bo, bk, bk, NA_DTYPE_F32, 0, 2, 1, 4));
+        dev_to(o, bo, sizeof(o));
+        NA_CHECK(memcmp(o, z, sizeof(o)) == 0);
+        dev_free(bo);
+        dev_free(bk);
+    }
+}
+
+/* ---- buffers, events, bad arguments ------------------------------------- */
+
+static void test_buffers(void)
+{
+    static const na_kmem_t mems[3] = { NA_KMEM_HOST, NA_KMEM_PINNED, NA_KMEM_DEVICE };
+    float src[1000], dst[1000];
+    na_kbuf_t *a = NULL, *b = NULL;
+    na_kevent_t *ev = NULL;
+    int i, j;
+
+    na_rng_fill(&rng, src, 1000, -1.0f, 1.0f);
+    for (i = 0; i < 3; i++)
+        for (j = 0; j < 3; j++) {
+            NA_CHECK_OK(cu->ops->buf_alloc(cu, sizeof(src), mems[i], &a));
+            NA_CHECK_OK(cu->ops->buf_alloc(cu, sizeof(src), mems[j], &b));
+            if (a == NULL || b == NULL)
+                return;
+            NA_CHECK(mems[i] == NA_KMEM_DEVICE ? a->host == NULL : a->host != NULL);
+            NA_CHECK_OK(cu->ops->upload(cu, a, src, sizeof(src)));
+            NA_CHECK_OK(cu->ops->copy(cu, b, a, sizeof(src)));
+            memset(dst, 0, sizeof(dst));
+            dev_to(dst, b, sizeof(src));
+            NA_CHECK_MSG(memcmp(dst, src, sizeof(src)) == 0, "round trip mem %d -> %d", i, j);
+            /* resize keeps the first bytes */
+            NA_CHECK_OK(cu->ops->buf_resize(cu, b, 3 * sizeof(src)));
+            memset(dst, 0, sizeof(dst));
+            dev_to(dst, b, sizeof(src));
+            NA_CHECK_MSG(memcmp(dst, src, sizeof(src)) == 0, "resize mem %d", j);
+            cu->ops->buf_free(cu, a);
+            cu->ops->buf_free(cu, b);
+        }
+    /* events: never recorded -> done; recorded after work -> done once waited */
+    NA_CHECK_OK(cu->ops->event_create(cu, &ev));
+    NA_CHECK_OK(cu->ops->event_query(cu, ev));
+    NA_CHECK_OK(cu->ops->event_record(cu, ev));
+    NA_CHECK_OK(cu->ops->event_wait(cu, ev));
+    NA_CHECK_OK(cu->ops->event_query(cu, ev));
+    cu->ops->event_destroy(cu, ev);
+    /* bad arguments */
+    {
+        na_kbuf_t h = na_kbuf_host(src, sizeof(src)), *d = dev_from(src, sizeof(src));
+        na_kbuf_t small = na_kbuf_view(d, 0, 16), *pg = NULL;
+        NA_CHECK(cu->ops->add(cu, &h, d, 10) == NA_ERR_INVALID);       /* caller memory */
+        NA_CHECK(cu->ops->add(cu, &small, d, 10) == NA_ERR_INVALID);   /* too small */
+        NA_CHECK(cu->ops->add(cu, NULL, d, 10) == NA_ERR_INVALID);
+        NA_CHECK_OK(cu->ops->buf_alloc(cu, sizeof(src), NA_KMEM_HOST, &pg));
+        NA_CHECK(cu->ops->add(cu, pg, d, 10) == NA_ERR_INVALID);       /* pageable */
+        NA_CHECK(cu->ops->softmax(cu, d, 0, 1) == NA_ERR_INVALID);
+        NA_CHECK(cu->ops->attn_decode(cu, d, d, d, d, NA_DTYPE_F32, 1, 3, 2, 4) ==
+                 NA_ERR_INVALID);                                      /* 3 % 2 heads */
+        NA_CHECK(cu->ops->attn_decode(cu, d, d, d, d, NA_DTYPE_Q8_0, 1, 2, 2, 4) ==
+                 NA_ERR_INVALID);
+        dev_free(pg);
+        dev_free(d);
+        NA_CHECK_OK(na_kernels_finish(cu));
+    }
+}
+
+/* ---- the engine ----------------------------------------------------------- */
+
+/* Greedy tokens of prompts on backend. */
+static na_status_t gen(const na_model_t *m, const char *backend, na_dtype_t kv, int *const *p,
+                       const int *np, int n, int max_new, int out[][64], int *n_out)
+{
+    na_engine_opts_t eo = { backend, 1, kv, 0 };
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    na_gen_opts_t go = { 0, NULL, 0, NULL, NULL, NULL, NULL };
+    na_request_t *reqs[4] = { 0 };
+    na_engine_t *e = NULL;
+    na_status_t st = na_engine_create(m, &eo, &e);
+    int i;
+    for (i = 0; i < n && st == NA_OK; i++)
+        st = na_request_create(e, i, p[i], np[i], max_new, &sc, &reqs[i]);
+    if (st == NA_OK)
+        st = na_generate(e, reqs, n, &go, NULL);
+    for (i = 0; i < n; i++) {
+        if (reqs[i] != NULL && st == NA_OK) {
+            n_out[i] = reqs[i]->n_out;
+            memcpy(out[i], reqs[i]->out, (size_t)reqs[i]->n_out * sizeof(int));
+        }
+        na_request_destroy(reqs[i]);
+    }
+    na_engine_destroy(e);
+    return st;
+}
+
+static void check_tokens(const na_model_t *m, const char *what, na_dtype_t kv)
+{
+    static int p0[] = { 1, 40, 41, 42 }, p1[] = { 1, 300 },
+               p2[] = { 1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 }, p3[] = { 1, 99, 98 };
+    int *p[4] = { p0, p1, p2, p3 }, np[4] = { 4, 2, 13, 3 };
+    int a[4][64], b[4][64], na[4] = { 0 }, nb[4] = { 0 }, i;
+    NA_CHECK_OK(gen(m, "cpu", kv, p, np, 4, 40, a, na));
+    NA_CHECK_OK(gen(m, "cuda", kv, p, np, 4, 40, b, nb));
+    for (i = 0; i < 4; i++)
+        NA_CHECK_MSG(na_test_same_ints(a[i], na[i], b[i], nb[i]),
+                     "%s, kv %s: prompt %d: cuda tokens differ from cpu", what,
+                     na_dtype_name(kv), i);
+}
+
+static int test_engine(void)
+{
+    char dir[512];
+    na_genmodel_opts_t o;
+    na_model_t *m;
+
+    if (na_test_tmpdir(dir, sizeof(dir)) != 0)
+        NA_SKIP("no temporary directory");
+    na_genmodel_shape(&o, 128, 352, 2, 4, 4, 600, 128);      /* MHA, head_dim 32 */
+    o.write_gguf = 0;
+    if ((m = na_test_genmodel_open(dir, "mha", &o, "bin")) != NULL) {
+        check_tokens(m, "generated MHA", NA_DTYPE_F32);
+        na_model_destroy(m);
+    }
+    na_genmodel_shape(&o, 256, 704, 2, 8, 2, 600, 128);      /* GQA 8/2, head_dim 32 */
+    o.write_gguf = 0;
+    if ((m = na_test_genmodel_open(dir, "gqa", &o, "bin")) != NULL) {
+        check_tokens(m, "generated GQA", NA_DTYPE_F32);
+        check_tokens(m, "generated GQA", NA_DTYPE_F16);
+        na_model_destroy(m);
+    }
+    /* q8_0 weights: x in Q8 blocks, exactly as the cpu backend (on main) */
+    na_genmodel_shape(&o, 256, 704, 2, 8, 2, 600, 128);
+    o.dtype = NA_DTYPE_Q8_0;
+    o.write_llama2c = 0;
+    o.write_gguf = 1;
+    if ((m = na_test_genmodel_open(dir, "q8", &o, "gguf")) != NULL) {
+        check_tokens(m, "generated GQA q8_0", NA_DTYPE_F32);
+        na_model_destroy(m);
+    }
+    if (na_test_shared_model("stories260K.bin") != NULL) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s", na_test_shared_model("stories260K.bin"));
+        m = NULL;
+        NA_CHECK_OK(na_model_open(path, &m));
+        if (m != NULL) {
+            check_tokens(m, "stories260K", NA_DTYPE_F32);
+            na_model_destroy(m);
+        }
+    }
+    na_test_rmtree(dir);
+    return na_test_finish();
+}
+
+#if NA_HAVE_NCCL
+static int test_tp(void)
+{
+    int gpus[2] = { 0, 0 };
+    na_cuda_tp_t *tp = NULL;
+    na_tensor_t t;
+    na_kweight_t w;
+    float x[3 * 96], y0[3 * 40], y1[3 * 40];
+    na_kbuf_t *bx, *by;
+
+    NA_CHECK(na_cuda_tp_create(gpus, 2, &tp) == NA_ERR_INVALID);
+    NA_CHECK_OK(na_kernels_create("cuda:0", 1, &cu));
+    NA_CHECK_OK(na_cuda_tp_create(gpus, 1, &tp));
+    if (cu == NULL || tp == NULL)
+        return na_test_finish();
+    NA_CHECK(na_cuda_tp_size(tp) == 1);
+    make_weight(&t, NA_DTYPE_BF16, 40, 96);
+    na_rng_fill(&rng, x, 3 * 96, -1.0f, 1.0f);
+    NA_CHECK_OK(cu->ops->place(cu, &t, &w));
+    bx = dev_from(x, sizeof(x));
+    by = dev_from(NULL, sizeof(y0));
+    NA_CHECK_OK(cu->ops->matmul(cu, by, bx, &w, 3));
+    dev_to(y0, by, sizeof(y0));
+    NA_CHECK_OK(na_cuda_tp_allreduce(tp, 0, cu, by, 3 * 40));
+    NA_CHECK(na_cuda_tp_allreduce(tp, 1, cu, by, 3 * 40) == NA_ERR_INVALID);
+    dev_to(y1, by, sizeof(y1));
+    NA_CHECK_MSG(memcmp(y0, y1, sizeof(y0)) == 0, "tp=1 all-reduce changed the output");
+    cu->ops->unplace(cu, &w);
+    dev_free(bx);
+    dev_free(by);
+    free((void *)t.data);
+    na_cuda_tp_destroy(tp);
+    na_kernels_destroy(cu);
+    return na_test_finish();
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "ops";
+    na_status_t st = na_cuda_probe(0, NULL);
+    if (st != NA_OK)
+        NA_SKIP("%s", na_errmsg());
+    na_rng_seed(&rng, 2026);
+    if (strcmp(mode, "engine") == 0)
+        return test_engine();
+    if (strcmp(mode, "tp") == 0) {
+#if NA_HAVE_NCCL
+        return test_tp();
+#else
+        NA_SKIP("built without NCCL");
+#endif
+    }
+    NA_CHECK_OK(na_kernels_create("cuda", 1, &cu));
+    if (cu == NULL)
+        return na_test_finish();
+    test_buffers();
+    test_embed();
+    test_elementwise();
+    test_rows();
+    test_rope();
+    test_matmul();
+    test_attention();
+    na_kernels_destroy(cu);
+    return na_test_finish();
+}
