@@ -436,6 +436,7 @@ na_status_t na_node_on_decode(void *ctx, na_ses_in_t *in)
     na_status_t st;
 
     n->msgs++;
+    ((na_node_peer_t *)na_peer_user(in->peer))->msgs++;
     st = nd_decode(n, na_peer_user(in->peer), in->h, &in->m->u.attn);
     n->decode_ns += na_xp_now_ns() - t0;
     return st;

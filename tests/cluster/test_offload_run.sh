@@ -78,7 +78,7 @@ layout() {
         echo "model: { path: \"$9\", tokenizer: \"${10}\" }"
         echo "transport: { tls: $5, timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
         echo "compute:"
-        echo "  - { name: c0, host: 127.0.0.1 }"
+        echo "  - { name: c0, host: 127.0.0.1${CPORT:+, port: $CPORT} }"
         echo "storage:"
         i=0
         while [ $i -lt "$2" ]; do
@@ -495,6 +495,51 @@ join)
     wait "$RP" || fail "join: run failed"
     na_same_sorted "$DIR/join.mono" "$DIR/join.off" || fail "join: text differs"
     echo "ok: join ($(grep -c "opened request" "$DIR/j1.err") request(s) opened on s1, left by SIGTERM, text as monolithic)"
+    ;;
+announce)
+    # a storage node in NO layout file (`node --listen HOST:0`) announces
+    # itself to c0 (which has a port in the layout, so `run` listens there);
+    # first one with the wrong model shape: refused with a reason, never
+    # used; then s9 with the right one: it takes new requests (its log and
+    # its served-entries count at stop say so), then leaves by SIGTERM
+    # without per-request warnings; every text is the monolithic one
+    CPORT=$((PORT + 4))
+    L=$(CPORT=$CPORT layout ann 1 request 1 auto auto 2 false "$STORIES" "$STOK")
+    grep -q "port: $CPORT" "$L" || fail "announce: no compute port in the layout"
+    one_node_run ann "$L" "$L" 32
+    na_wait_line "$DIR/ann.off" . 30 || fail "announce: no text from the run"
+    na_bg "$DIR/a8.out" "$DIR/a8.err" "$BIN" node --config "$L" --name s8 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s8" --dram-mb 64 --ssd-mb 64 --shape 3:8:4:8
+    S8=$NA_PID
+    na_wait_line "$DIR/ann.err" "storage node s8 holds KV for 3 layers" 20 ||
+        fail "announce: the wrong-shape node was not refused with a reason"
+    t0=$(date +%s%N)
+    NA_LOG_LEVEL=debug na_bg "$DIR/a9.out" "$DIR/a9.err" "$BIN" node --config "$L" --name s9 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s9" --dram-mb 64 --ssd-mb 64
+    S9=$NA_PID
+    na_wait_line "$DIR/a9.err" "opened request" 30 || fail "announce: no request placed on s9"
+    t1=$(date +%s%N)
+    kill -0 "$RP" 2>/dev/null || fail "announce: the run ended before s9 could leave"
+    grep -q "announced to compute node c0" "$DIR/a9.err" || fail "announce: s9 did not announce"
+    grep -q "storage node s9 joined" "$DIR/ann.err" || fail "announce: no join line"
+    ms() { sed -n "s/^[0-9-]*T\([0-9]*\):\([0-9]*\):\([0-9.]*\) .*/\1 \2 \3/p" | head -n 1 |
+           awk '{ printf "%d", (($1 * 60 + $2) * 60 + $3) * 1000 }'; }
+    r0=$(grep "announced to compute node" "$DIR/a9.err" | ms)
+    r1=$(grep "opened request" "$DIR/a9.err" | ms)
+    echo "join-to-first-request: $(( (t1 - t0) / 1000000 )) ms from the start of s9" \
+         "(process start, slots, listen, announce), $((r1 - r0)) ms from its announcement" \
+         "to its first request"
+    kill -TERM "$S9"
+    wait "$S9" || fail "announce: s9 did not stop cleanly on SIGTERM"
+    grep -q "served [1-9][0-9]* decode entries" "$DIR/a9.err" ||
+        fail "announce: s9's counters show no decode work: $(grep stopping "$DIR/a9.err")"
+    wait "$RP" || fail "announce: run failed"
+    na_same_sorted "$DIR/ann.mono" "$DIR/ann.off" || fail "announce: text differs"
+    grep -q "opened request" "$DIR/a8.err" && fail "announce: requests placed on the wrong-shape s8"
+    grep -q "storage node s9 left" "$DIR/ann.err" || fail "announce: s9's leave not logged"
+    grep -q "re-placing it" "$DIR/ann.err" && fail "announce: a clean leave logged per-request warnings"
+    kill -TERM "$S8"; wait "$S8" 2>/dev/null
+    echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries" "$DIR/a9.err"); wrong shape refused; left by SIGTERM; text as monolithic)"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;
