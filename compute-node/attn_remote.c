@@ -198,7 +198,8 @@ static void rm_on_accept(void *ctx, na_peer_t *peer, na_ses_end_t how, const cha
 }
 
 /* Request partition: listen on this compute node's layout address (its
- * `port`) for storage nodes that are in no layout and announce themselves
+ * `port`; not a rotational replica's, whose port is its replica service) for
+ * storage nodes that are in no layout and announce themselves
  * (docs/cluster.md "Joining"). No port: nothing; a failure is a warning
  * (the run goes on without it). */
 static void rm_listen(rm_t *p, const char *name)
@@ -207,6 +208,9 @@ static void rm_listen(rm_t *p, const char *name)
 
     if (me == NULL || me->role != NA_CFG_ROLE_COMPUTE || me->port <= 0)
         return;
+    if (p->cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && p->cfg->n_compute > 1 &&
+        me != &p->cfg->nodes[0])
+        return;                 /* a compute replica: its port is the replica service's */
     na_ses_on_accept(p->ses, rm_on_accept);
     if (na_xp_listen(na_ses_xp(p->ses), me->host, (int)me->port, NULL) != NA_OK) {
         na_log_warn("remote: storage nodes cannot announce themselves to %s: %s", name,

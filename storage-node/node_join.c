@@ -24,13 +24,22 @@
 #define NA_JOIN_RETRY_MS     1000
 #define NA_JOIN_RETRY_MAX_MS 8000
 
+/* 1 when compute node i listens for announcements: it has a port and is not
+ * a rotational replica (whose port is the replica service's). */
+static int na_node_join_door(const na_cfg_t *cfg, int i)
+{
+    if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && cfg->n_compute > 1 && i > 0)
+        return 0;
+    return cfg->nodes[i].port > 0;
+}
+
 na_status_t na_node_join_init(na_node_t *n)
 {
     const na_cfg_t *cfg = n->cfg;
     int i, k = 0;
 
     for (i = 0; i < cfg->n_compute; i++)
-        k += cfg->nodes[i].port > 0;
+        k += na_node_join_door(cfg, i);
     if (k == 0) {
         na_log_warn("node %s: not in %s, and no compute node there has a port to announce "
                     "it to: compute nodes will only find it if it is added to their layout "
@@ -43,7 +52,7 @@ na_status_t na_node_join_init(na_node_t *n)
     for (i = 0; i < cfg->n_compute; i++) {
         const na_cfg_node_t *cn = &cfg->nodes[i];
         na_node_door_t *d;
-        if (cn->port <= 0)
+        if (!na_node_join_door(cfg, i))
             continue;
         d = &n->doors[n->n_doors++];
         d->name = cn->name;
