@@ -12,6 +12,7 @@
 #include "storage-node/node_internal.h"
 
 #define NA_NODE_DEFAULT_PEERS 64
+#define NA_NODE_DEFAULT_BATCHES 256   /* a compute node has at most batches_in_flight */
 #define NA_NODE_EXTRA_DRAM_MB 256
 #define NA_NODE_EXTRA_SSD_MB  1024
 #define NA_NODE_REAP_WAIT_US  2000    /* idle loop: wait this long for a batch, then recv again */
@@ -187,6 +188,7 @@ na_status_t na_node_create(const na_node_opts_t *o, na_node_t **node_p)
     snprintf(n->host, sizeof(n->host), "%s", o->listen_host ? o->listen_host : cn->host);
     n->port = o->listen_port >= 0 ? o->listen_port : (int)cn->port;
     n->max_peers = o->max_peers > 0 ? o->max_peers : NA_NODE_DEFAULT_PEERS;
+    n->max_run = o->max_batches > 0 ? o->max_batches : NA_NODE_DEFAULT_BATCHES;
     n->heartbeat_ms = (unsigned)o->cfg->transport.heartbeat_ms;
     n->peer_timeout_ms = (unsigned)o->cfg->transport.peer_timeout_ms;
     n->next_peer_id = 1;

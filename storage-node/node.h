@@ -68,6 +68,8 @@ typedef struct {
                                    shape[0] > 0, used instead of a model file (for
                                    storage hosts without the model) */
     int         max_peers;      /* connections served at once (0 = 64) */
+    int         max_batches;    /* decode batches one peer may have computing at once;
+                                   a peer that sends more is dropped (0 = 256) */
     int         threads;        /* engine threads per slot (0 = the device's) */
 } na_node_opts_t;
 

@@ -23,6 +23,7 @@ typedef struct na_node_peer {
     struct nd_open *decode_open;     /* DECODE_ATTN batch whose parts are still
                                         arriving (node_decode.c), or NULL */
     struct nd_open *decode_run;      /* closed batches computing, oldest first */
+    int         n_run;               /* how many (at most na_node.max_run) */
     int         door;                /* 1 + index into na_node.doors of a connection
                                         this node made to announce itself; 0: accepted */
     struct na_node_peer *next;
@@ -81,6 +82,7 @@ struct na_node {
     uint64_t        decode_entries, prefill_tokens;
     uint64_t        decode_parts_early;  /* parts submitted while later ones were due */
     int             decode_computing;    /* closed batches not yet answered (all peers) */
+    int             max_run;             /* closed batches one peer may have computing */
     uint64_t        decode_busy_since;   /* when decode_computing last left 0 (decode_ns
                                             counts the time with batches computing) */
     uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
