@@ -82,8 +82,9 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
         memset(&po, 0, sizeof(po));
         po.log = log;
         po.out_fd_p = &n->fd[n->n];
-        snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log", tmp && tmp[0] ? tmp : "/tmp",
-                 cfg->cluster.name, nd->name);
+        /* one log per run and node: concurrent runs of a layout never share one */
+        snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s-%ld.log", tmp && tmp[0] ? tmp : "/tmp",
+                 cfg->cluster.name, nd->name, (long)getpid());
         if (nd->role == NA_CFG_ROLE_STORAGE)
             pn.shape = o->shape;
         else

@@ -192,7 +192,7 @@ queue)
     while [ $i -lt 8 ]; do echo "Once upon a time number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
     L=$(layout queue1 1 request 2 auto auto 2 false "$STORIES" "$STOK" 127.0.0.1 1)
     offload_vs_mono queue1 "$L" "$STORIES" "$STOK" 400 start
-    r=$(grep -c "refused request" "$DIR/nearattn-run-queue1-s0.log")
+    r=$(grep -c "refused request" "$DIR"/nearattn-run-queue1-s0-*.log)
     [ "$r" -ge 1 ] || fail "queue: the budget never refused a request (nothing queued)"
     [ "$r" -le 64 ] || fail "queue: $r refused opens: admission retries in a loop"
     long=$(i=0; while [ $i -lt 700 ]; do printf 'word '; i=$((i + 1)); done)
@@ -336,7 +336,7 @@ ucxlog)
         L=$(layout ucx$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
         offload_vs_mono ucx$tls "$L" "$STORIES" "$STOK" 16 start
         grep -q "UCX INFO" "$DIR/ucx$tls.err" || fail "ucxlog $tls: no UCX line on stderr (is the level forced?)"
-        grep -q "UCX INFO" "$DIR/nearattn-run-ucx$tls-s0.log" || fail "ucxlog $tls: no UCX line in s0's log"
+        grep -q "UCX INFO" "$DIR"/nearattn-run-ucx$tls-s0-*.log || fail "ucxlog $tls: no UCX line in s0's log"
     done
     export UCX_LOG_FILE="$DIR/ucx-user.log"
     offload_vs_mono ucxfile "$L" "$STORIES" "$STOK" 16 start
