@@ -19,8 +19,8 @@
  * that node's head range of every entry; the batch completes when every
  * node answered or failed.
  *
- * Failures. A node lost (transport event, BYE, silence, a request not
- * answered within 6 x transport.timeout_ms) fails exactly the entries it owes
+ * Failures. A node lost (transport event, BYE, silence, a DECODE_ATTN not
+ * answered within peer_timeout_ms, another request within 6 x timeout_ms) fails exactly the entries it owes
  * and every later entry of its requests, with a reason naming it; an
  * ATTN_OUT whose shape does not match what was sent fails its entries and
  * drops the node. */
