@@ -127,7 +127,8 @@ xp)
     # NAME FAULTS ALL: ALL=1 when every request must end with the monolithic text
     for sc in "corrupt xp:corrupt=1,after=40,max=1 1" "truncate xp:truncate=1,after=40,max=1 1" \
               "drop xp:drop=1,after=40,max=1 1" "stall xp:stall_ms=5000,after=40 1" \
-              "dup xp:dup=0.05,seed=3 0" "delay xp:delay_ms=2 1" \
+              "dup3 xp:dup=0.1,seed=3 1" "dup7 xp:dup=0.1,seed=7 1" "dup11 xp:dup=0.1,seed=11 1" \
+              "dup12 xp:dup=0.1,seed=12 1" "dup13 xp:dup=0.1,seed=13 1" "delay xp:delay_ms=2 1" \
               "runcorrupt xp:corrupt=1,after=60,max=1 1 run" "runtruncate xp:truncate=1,after=60,max=1 1 run"; do
         set -- $sc
         name=$1
