@@ -15,7 +15,10 @@
                                    N connections MS ms after it forwarded the
                                    node's HELLO_CHALLENGE (STAGE challenge) or
                                    its ADDR frame (STAGE addr): a handshake that
-                                   fails half-way, after the UCX addresses
+                                   fails half-way, after the UCX addresses;
+                                   STAGE stop:PID sends SIGSTOP to PID (the
+                                   node) the moment its ADDR frame went through
+                                   (its UCX worker never answers the wireup)
 
 Prints one line "CLOSED <mode> after <seconds>" when the node closed the
 connection (zeros/random/hugelen/half), "FLOOD opened=<n> closed_by_node=<m>",
@@ -151,6 +154,8 @@ def cut(host, port, node_port, stage, ms, n):
                 c.sendall(b)
                 if due is None and (stage == "challenge" or b"NAXA" in b):
                     due = time.monotonic() + ms / 1000.0
+                    if stage.startswith("stop:"):
+                        os.kill(int(stage[5:]), 19)     # SIGSTOP
         for x in (c, u):
             try:
                 x.shutdown(socket.SHUT_RDWR)
