@@ -37,7 +37,7 @@
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
 #define RM_LAYOUT_MS   500  /* the layout file is looked at this often for new nodes */
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
-#define RM_JOIN_ASK_MS 100  /* a node that announced itself: STATS asked this often */
+#define RM_JOIN_ASK_MS 25   /* a node that announced itself: STATS asked this often */
 
 static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
                           const na_ses_in_t *in);

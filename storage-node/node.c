@@ -369,7 +369,8 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
     while (!*stop) {
         /* batches computing: poll the peers without blocking, then wait a
          * little on the engines (na_node_tick answers what completed) */
-        na_status_t st = na_ses_poll(n->ses, n->decode_computing > 0 ? 0 : wait_ms);
+        na_status_t st = na_ses_poll(n->ses, n->decode_computing > 0 ? 0
+                                             : na_node_join_pending(n) ? 2 : wait_ms);
 
         if (st != NA_OK && st != NA_ERR_TIMEOUT)
             return st;

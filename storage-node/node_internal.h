@@ -113,6 +113,8 @@ na_node_peer_t *na_node_peer_add(na_node_t *n, na_peer_t *sp);
 na_status_t    na_node_join_init(na_node_t *n);
 /* The loop's hook: finish / start announcements. */
 void           na_node_join_poll(na_node_t *n);
+/* 1 while an announcement's handshake runs (the loop then waits briefly). */
+int            na_node_join_pending(const na_node_t *n);
 /* Peer p (door > 0) ended: announce again after a pause. */
 void           na_node_join_ended(na_node_t *n, const na_node_peer_t *p);
 void           na_node_join_destroy(na_node_t *n);

@@ -120,6 +120,15 @@ void na_node_join_poll(na_node_t *n)
     }
 }
 
+int na_node_join_pending(const na_node_t *n)
+{
+    int i;
+    for (i = 0; i < n->n_doors; i++)
+        if (n->doors[i].pending != NULL)
+            return 1;
+    return 0;
+}
+
 void na_node_join_ended(na_node_t *n, const na_node_peer_t *p)
 {
     na_node_door_t *d;

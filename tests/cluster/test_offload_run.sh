@@ -526,20 +526,24 @@ announce)
            awk '{ printf "%d", (($1 * 60 + $2) * 60 + $3) * 1000 }'; }
     r0=$(grep "announced to compute node" "$DIR/a9.err" | ms)
     r1=$(grep "opened request" "$DIR/a9.err" | ms)
+    ja=$(grep "storage node s9 announced itself" "$DIR/ann.err" | ms)
+    jj=$(grep "storage node s9 joined" "$DIR/ann.err" | ms)
     echo "join-to-first-request: $(( (t1 - t0) / 1000000 )) ms from the start of s9" \
          "(process start, slots, listen, announce), $((r1 - r0)) ms from its announcement" \
-         "to its first request"
+         "to its first request (the run's next new request); accepted to placeable" \
+         "(handshake, shape check) $((jj - ja)) ms"
+    sleep 0.5           # let it decode a little
     kill -TERM "$S9"
     wait "$S9" || fail "announce: s9 did not stop cleanly on SIGTERM"
-    grep -q "served [1-9][0-9]* decode entries" "$DIR/a9.err" ||
-        fail "announce: s9's counters show no decode work: $(grep stopping "$DIR/a9.err")"
+    grep -q "served [0-9]* decode entries, [1-9][0-9]* prefill tokens" "$DIR/a9.err" ||
+        fail "announce: s9's counters show no work: $(grep stopping "$DIR/a9.err")"
     wait "$RP" || fail "announce: run failed"
     na_same_sorted "$DIR/ann.mono" "$DIR/ann.off" || fail "announce: text differs"
     grep -q "opened request" "$DIR/a8.err" && fail "announce: requests placed on the wrong-shape s8"
     grep -q "storage node s9 left" "$DIR/ann.err" || fail "announce: s9's leave not logged"
     grep -q "re-placing it" "$DIR/ann.err" && fail "announce: a clean leave logged per-request warnings"
     kill -TERM "$S8"; wait "$S8" 2>/dev/null
-    echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries" "$DIR/a9.err"); wrong shape refused; left by SIGTERM; text as monolithic)"
+    echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries, [0-9]* prefill tokens" "$DIR/a9.err"); wrong shape refused; left by SIGTERM; text as monolithic)"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;
