@@ -51,6 +51,12 @@
 #           then s1 leaves with SIGTERM (exit 0), its requests are re-placed
 #           on s0; every text is the monolithic one. Prints the time from
 #           the layout change to s1's first opened request
+#   announce  scale-out by a node in no layout: c0 has a port in the layout
+#           (run listens there); s8 (wrong shape) and s7 (f32 KV) announce
+#           and are refused with the reason; s9 announces, takes new requests
+#           (its log, its served counters), leaves by SIGTERM without
+#           per-request warnings; every text is the monolithic one; prints the
+#           join times
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -499,8 +505,8 @@ join)
 announce)
     # a storage node in NO layout file (`node --listen HOST:0`) announces
     # itself to c0 (which has a port in the layout, so `run` listens there);
-    # first one with the wrong model shape: refused with a reason, never
-    # used; then s9 with the right one: it takes new requests (its log and
+    # first one with the wrong model shape and one with f32 KV: refused with
+    # a reason, never used; then s9 with the right one: it takes new requests (its log and
     # its served-entries count at stop say so), then leaves by SIGTERM
     # without per-request warnings; every text is the monolithic one
     CPORT=$((PORT + 4))
@@ -513,6 +519,11 @@ announce)
     S8=$NA_PID
     na_wait_line "$DIR/ann.err" "storage node s8 holds KV for 3 layers" 20 ||
         fail "announce: the wrong-shape node was not refused with a reason"
+    na_bg "$DIR/a7.out" "$DIR/a7.err" "$BIN" node --config "$L" --name s7 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s7" --dram-mb 64 --ssd-mb 64 --kv-dtype f32
+    S7=$NA_PID
+    na_wait_line "$DIR/ann.err" "storage node s7 holds KV for .* kv f32; this engine has .* kv f16" 20 ||
+        fail "announce: the wrong-KV-dtype node was not refused with a reason"
     t0=$(date +%s%N)
     NA_LOG_LEVEL=debug na_bg "$DIR/a9.out" "$DIR/a9.err" "$BIN" node --config "$L" --name s9 \
         --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s9" --dram-mb 64 --ssd-mb 64
@@ -540,10 +551,11 @@ announce)
     wait "$RP" || fail "announce: run failed"
     na_same_sorted "$DIR/ann.mono" "$DIR/ann.off" || fail "announce: text differs"
     grep -q "opened request" "$DIR/a8.err" && fail "announce: requests placed on the wrong-shape s8"
+    grep -q "opened request" "$DIR/a7.err" && fail "announce: requests placed on the f32 s7"
     grep -q "storage node s9 left" "$DIR/ann.err" || fail "announce: s9's leave not logged"
     grep -q "re-placing it" "$DIR/ann.err" && fail "announce: a clean leave logged per-request warnings"
-    kill -TERM "$S8"; wait "$S8" 2>/dev/null
-    echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries, [0-9]* prefill tokens" "$DIR/a9.err"); wrong shape refused; left by SIGTERM; text as monolithic)"
+    kill -TERM "$S8" "$S7"; wait "$S8" "$S7" 2>/dev/null
+    echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries, [0-9]* prefill tokens" "$DIR/a9.err"); wrong shape and KV dtype refused; left by SIGTERM; text as monolithic)"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;
