@@ -20,10 +20,10 @@
  * node answered or failed.
  *
  * Failures. A node lost (transport event, BYE, silence, a DECODE_ATTN not
- * answered within peer_timeout_ms, another request within 6 x timeout_ms) fails exactly the entries it owes
- * and every later entry of its requests, with a reason naming it; an
- * ATTN_OUT whose shape does not match what was sent fails its entries and
- * drops the node. */
+ * answered within peer_timeout_ms, another request within 6 x timeout_ms)
+ * fails exactly the entries it owes and every later entry of its requests,
+ * with a reason naming it; an ATTN_OUT whose shape does not match what was
+ * sent fails its entries and drops the node. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
