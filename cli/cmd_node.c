@@ -35,7 +35,9 @@ static void na_node_usage(FILE *f)
         "layout's compute nodes first, then its storage nodes (see check-config).\n"
         "A storage node serves KV and attention to compute nodes; it prints\n"
         "'READY NAME HOST:PORT' once listening. A storage node started by hand joins\n"
-        "the running cluster (compute nodes connect to it; storage-node/node.h).\n"
+        "the running cluster: compute nodes connect to a layout node; a node in no\n"
+        "layout (--listen, --kv-dir) announces itself to the layout's compute nodes\n"
+        "that have a port (docs/cluster.md, \"Joining a running cluster\").\n"
         "A compute rank has nothing to serve in this command yet: it waits for the\n"
         "signal so that a whole-layout mpirun job stays up.\n\n"
         "  --config FILE       the cluster layout (required)\n"
@@ -53,7 +55,9 @@ static void na_node_usage(FILE *f)
         "                      head_dim)\n"
         "  --kv-dtype T        KV element type f16, bf16 or f32 instead of the layout's\n"
         "                      model.kv_dtype (`nearattn run --kv-dtype` passes it)\n"
-        "  --threads N         attention threads per slot (default: the layout's)\n");
+        "  --threads N         attention threads per slot (default: the layout's)\n"
+        "  --max-batches N     decode batches one compute node may have computing here at\n"
+        "                      once (default 256); one that sends more is dropped\n");
 }
 
 /* Split HOST:PORT. 0 ok. */
@@ -169,6 +173,9 @@ int na_cmd_node(int argc, char **argv)
             if (na_cli_int("node", a, val, 1, 1L << 30, &o.dram_mb) != NA_OK) return 2;
         } else if (!strcmp(a, "--ssd-mb")) {
             if (na_cli_int("node", a, val, 1, 1L << 40, &o.ssd_mb) != NA_OK) return 2;
+        } else if (!strcmp(a, "--max-batches")) {
+            if (na_cli_int("node", a, val, 1, 1 << 20, &v) != NA_OK) return 2;
+            o.max_batches = (int)v;
         } else if (!strcmp(a, "--threads")) {
             if (na_cli_int("node", a, val, 1, 1024, &v) != NA_OK) return 2;
             o.threads = (int)v;

@@ -68,6 +68,8 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
     free_ports = o->private_run && n_rep == 0;
     if (o->private_run && (st = na_rundir_make(n->dir, sizeof(n->dir))) != NA_OK)
         return st;
+    if (free_ports && cfg->n_compute > 0)
+        cfg->nodes[0].port = 0;     /* private: no door for storage nodes to announce at */
     for (j = 0; j < cfg->n_storage + n_rep; j++) {
         na_cfg_node_t *nd = j < cfg->n_storage ? &cfg->nodes[cfg->n_compute + j]
                                                : &cfg->nodes[1 + j - cfg->n_storage];
@@ -80,8 +82,9 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
         memset(&po, 0, sizeof(po));
         po.log = log;
         po.out_fd_p = &n->fd[n->n];
-        snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s.log", tmp && tmp[0] ? tmp : "/tmp",
-                 cfg->cluster.name, nd->name);
+        /* one log per run and node: concurrent runs of a layout never share one */
+        snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s-%ld.log", tmp && tmp[0] ? tmp : "/tmp",
+                 cfg->cluster.name, nd->name, (long)getpid());
         if (nd->role == NA_CFG_ROLE_STORAGE)
             pn.shape = o->shape;
         else

@@ -176,16 +176,44 @@ static void na_proc_log_tail(const char *path, char *buf, size_t len)
     fclose(f);
 }
 
+/* Scan the complete lines of buf[0, *have) for "READY ...": 1 with *port_p
+ * set when one is there; else the last, incomplete line is kept at the start
+ * of buf (*have updated). A line longer than the buffer is skipped (*skip
+ * set until its end), never mistaken for the start of another. */
+static int na_proc_ready_scan(char *buf, size_t *have, size_t cap, int *skip, long *port_p)
+{
+    char *line = buf, *eol;
+
+    buf[*have] = '\0';
+    while ((eol = memchr(line, '\n', (size_t)(buf + *have - line))) != NULL) {
+        *eol = '\0';
+        if (!*skip && strncmp(line, "READY", 5) == 0) {
+            char *colon = strrchr(line, ':');
+            *port_p = colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
+            return 1;
+        }
+        *skip = 0;
+        line = eol + 1;
+    }
+    *have = (size_t)(buf + *have - line);
+    memmove(buf, line, *have);
+    if (*have == cap - 1) {     /* one line fills the buffer: not READY, skip it */
+        *skip = 1;
+        *have = 0;
+    }
+    return 0;
+}
+
 na_status_t na_proc_wait_ready(int fd, const char *name, const char *log, int timeout_ms,
                                volatile sig_atomic_t *stop, long *port_p)
 {
     char buf[512];
     size_t have = 0;
+    int skip = 0;
     double t0 = na_now_s();
 
     while (na_now_s() - t0 < timeout_ms / 1000.0) {
         struct pollfd pf = { fd, POLLIN, 0 };
-        char *ready, *eol, *colon;
         ssize_t got;
         if (stop != NULL && *stop)
             return na_err(NA_ERR_CANCELED, "interrupted while node %s started", name);
@@ -199,17 +227,8 @@ na_status_t na_proc_wait_ready(int fd, const char *name, const char *log, int ti
                           name, last[0] ? last : "no output", log ? log : "stderr");
         }
         have += (size_t)got;
-        buf[have] = '\0';
-        ready = strstr(buf, "READY");
-        eol = ready != NULL ? strchr(ready, '\n') : NULL;
-        if (eol != NULL) {
-            *eol = '\0';
-            colon = strrchr(ready, ':');
-            *port_p = colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
+        if (na_proc_ready_scan(buf, &have, sizeof(buf), &skip, port_p))
             return NA_OK;
-        }
-        if (have == sizeof(buf) - 1)
-            have = 0;
     }
     return na_err(NA_ERR_TIMEOUT, "node %s did not become ready within %d ms (log: %s)",
                   name, timeout_ms, log ? log : "stderr");

@@ -44,7 +44,8 @@ typedef struct {
 na_status_t na_proc_start_node(const na_proc_node_t *n, const na_proc_opts_t *o, pid_t *pid_p);
 
 /* Wait up to timeout_ms for a started node's "READY ..." line on fd (its
- * stdout pipe); *port_p gets the number after the line's last ':' (-1 when
+ * stdout pipe; a line that starts with READY, after any amount of other
+ * output); *port_p gets the number after the line's last ':' (-1 when
  * there is none: a compute replica). NA_ERR_PEER (it exited: the last line
  * of log), NA_ERR_TIMEOUT, NA_ERR_CANCELED when *stop got set. */
 na_status_t na_proc_wait_ready(int fd, const char *name, const char *log, int timeout_ms,

@@ -19,11 +19,11 @@
  * that node's head range of every entry; the batch completes when every
  * node answered or failed.
  *
- * Failures. A node lost (transport event, BYE, silence, a request not
- * answered within 6 x transport.timeout_ms) fails exactly the entries it owes
- * and every later entry of its requests, with a reason naming it; an
- * ATTN_OUT whose shape does not match what was sent fails its entries and
- * drops the node. */
+ * Failures. A node lost (transport event, BYE, silence, a DECODE_ATTN not
+ * answered within peer_timeout_ms, another request within 6 x timeout_ms)
+ * fails exactly the entries it owes and every later entry of its requests,
+ * with a reason naming it; an ATTN_OUT whose shape does not match what was
+ * sent fails its entries and drops the node. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,25 +37,40 @@
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
 #define RM_LAYOUT_MS   500  /* the layout file is looked at this often for new nodes */
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
+#define RM_JOIN_ASK_MS 25   /* a node that announced itself: STATS asked this often */
 
 static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
                           const na_ses_in_t *in);
 
-/* Node j connected as peer: it takes requests; STATS for the base of the
- * time split (a node that never answers is only left without a share). */
+/* STATS to a node that is joining (its answer: rm_base_reply). */
+static void rm_ask_stats(rm_t *p, rm_node_t *rn)
+{
+    na_wire_msg_t m;
+    int ms = rn->announced ? RM_JOIN_ASK_MS : (int)p->cfg->transport.timeout_ms;
+
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_STATS_REQ;
+    if (na_peer_request(rn->peer, &m, NULL, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, ms,
+                        rm_base_reply, 0) != NA_OK)
+        rn->joining = 0;        /* the peer ended: rm_on_end said why */
+}
+
+/* Node j connected as peer: ask for its STATS, whose shape keys are checked
+ * against the engine (rm_base_reply) before it takes requests; they are also
+ * the base of the time split. */
 static void rm_node_attach(rm_t *p, int j, na_peer_t *peer)
 {
     rm_node_t *rn = &p->nodes[j];
-    na_wire_msg_t m;
 
     rn->peer = peer;
     na_peer_set_user(peer, rn);
-    rn->alive = 1;
+    rn->joining = 1;
     rn->why[0] = '\0';
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    (void)na_peer_request(peer, &m, NULL, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS,
-                          (int)p->cfg->transport.timeout_ms, rm_base_reply, 0);
+    /* a node that connected to us may claim its connection a moment after
+     * our first message arrived, and that message is then dropped on its
+     * side: ask again every RM_JOIN_ASK_MS until timeout_ms */
+    rn->join_until_ns = na_xp_now_ns() + (uint64_t)p->cfg->transport.timeout_ms * 1000000ull;
+    rm_ask_stats(p, rn);
 }
 
 /* A connect to node j failed (na_errmsg() says why): the first time (at
@@ -104,9 +119,6 @@ static int rm_connect_poll(rm_t *p)
             continue;
         }
         rm_node_attach(p, j, peer);
-        if (rn->retry_ms != 0)
-            na_log_info("storage node %s joined (%s:%ld): it takes new requests", rn->name,
-                        rn->host, rn->port);
     }
     return n;
 }
@@ -131,6 +143,81 @@ static void rm_node_init(rm_t *p, int j, const char *name, const char *host, lon
     rm_copy(rn->host, sizeof(rn->host), host);
     rn->port = port;
     rn->h0 = rn->h1 = 0;
+}
+
+/* Nodes connected whose STATS (shape check) has not come yet. */
+static int rm_joining(const rm_t *p)
+{
+    int j, n = 0;
+    for (j = 0; j < p->n_nodes; j++)
+        n += p->nodes[j].joining;
+    return n;
+}
+
+/* A storage node connected to our listener (rm_listen): it announces itself
+ * (storage-node/node_join.c). It becomes a node of this service on that
+ * connection, checked like any other (rm_node_attach). */
+static void rm_on_accept(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
+{
+    rm_t *p = ctx;
+    const char *name = na_peer_name(peer);
+    const char *addr = na_xp_ep_addr(na_peer_ep(peer));
+    int j;
+
+    (void)how;
+    (void)why;
+    if (na_xp_ep_peer_role(na_peer_ep(peer)) != NA_WIRE_ROLE_STORAGE) {
+        na_log_warn("remote: %s (%s) connected as a %s node; only storage nodes announce "
+                    "themselves here: closed", name, addr,
+                    na_wire_role_name((unsigned)na_xp_ep_peer_role(na_peer_ep(peer))));
+        na_peer_close(peer, NA_WIRE_REFUSE_ROLE, "only storage nodes connect to a compute node");
+        return;
+    }
+    for (j = 0; j < p->n_nodes; j++)
+        if (!strcmp(p->nodes[j].name, name) && (p->nodes[j].alive || p->nodes[j].joining ||
+                                                 p->nodes[j].pending != NULL)) {
+            na_log_warn("remote: storage node %s announced itself from %s, but a node of that "
+                        "name is connected: closed", name, addr);
+            na_peer_close(peer, NA_WIRE_REFUSE_NAME, "a storage node of that name is "
+                          "connected already");
+            return;
+        }
+    if (p->n_nodes == RM_MAX_NODES) {
+        na_log_warn("remote: storage node %s announced itself, but this compute node holds at "
+                    "most %d", name, RM_MAX_NODES);
+        na_peer_close(peer, NA_WIRE_REFUSE_BUSY, "this compute node has no room for another "
+                      "storage node");
+        return;
+    }
+    j = p->n_nodes++;
+    rm_node_init(p, j, name, addr, 0);
+    p->nodes[j].announced = 1;
+    p->nodes[j].next_try_ns = UINT64_MAX;   /* it connected to us: never dialled */
+    na_log_info("remote: storage node %s announced itself (%s)", name, addr);
+    rm_node_attach(p, j, peer);
+}
+
+/* Request partition: listen on this compute node's layout address (its
+ * `port`; not a rotational replica's, whose port is its replica service) for
+ * storage nodes that are in no layout and announce themselves
+ * (docs/cluster.md "Joining"). No port: nothing; a failure is a warning
+ * (the run goes on without it). */
+static void rm_listen(rm_t *p, const char *name)
+{
+    const na_cfg_node_t *me = na_cfg_find_node(p->cfg, name);
+
+    if (me == NULL || me->role != NA_CFG_ROLE_COMPUTE || me->port <= 0)
+        return;
+    if (p->cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && p->cfg->n_compute > 1 &&
+        me != &p->cfg->nodes[0])
+        return;                 /* a compute replica: its port is the replica service's */
+    na_ses_on_accept(p->ses, rm_on_accept);
+    if (na_xp_listen(na_ses_xp(p->ses), me->host, (int)me->port, NULL) != NA_OK) {
+        na_log_warn("remote: storage nodes cannot announce themselves to %s: %s", name,
+                    na_errmsg());
+        return;
+    }
+    na_log_info("remote: storage nodes may announce themselves at %s:%ld", me->host, me->port);
 }
 
 /* Request partition: the storage nodes that were added to the layout file
@@ -292,23 +379,87 @@ static void rm_counters(const na_wire_stats_t *s, rm_counters_t *c)
     c->comp_ns = comp / thr;
 }
 
-/* STATS at connect: the base of this service's time split (a node that never
- * answers is only left without a share). */
+/* The node's shape keys in STATS (a node that sends none is not checked):
+ * NA_OK when they match the engine's model and KV dtype, else a reason. */
+static na_status_t rm_shape_check(const rm_t *p, const rm_node_t *nd, const na_wire_stats_t *s)
+{
+    const na_model_config_t *mc = &p->base.mc;
+    static const char *const key[5] = { "node.n_layers", "node.n_heads", "node.n_kv_heads",
+                                        "node.head_dim", "node.kv_dtype" };
+    uint64_t want[5], got[5];
+    int have = 0, i;
+    uint32_t k;
+
+    want[0] = (uint64_t)mc->n_layers;
+    want[1] = (uint64_t)mc->n_heads;
+    want[2] = (uint64_t)mc->n_kv_heads;
+    want[3] = (uint64_t)mc->head_dim;
+    want[4] = (uint64_t)p->kv_dtype;
+    memcpy(got, want, sizeof(got));
+    for (k = 0; k < s->n; k++) {
+        na_wire_stat_t sv;
+        if (na_wire_stats_get(s, k, &sv) != NA_OK)
+            continue;
+        for (i = 0; i < 5; i++)
+            if (!strcmp(sv.key, key[i])) {
+                got[i] = sv.value;
+                have++;
+            }
+    }
+    if (have == 0 || memcmp(got, want, sizeof(got)) == 0)
+        return NA_OK;
+    return na_err(NA_ERR_INVALID, "storage node %s holds KV for %llu layers, %llu heads, %llu KV "
+                  "heads, head_dim %llu, kv %s; this engine has %d, %d, %d, %d, kv %s: it takes "
+                  "no requests (start it with this model's --shape / --kv-dtype)", nd->name,
+                  (unsigned long long)got[0], (unsigned long long)got[1],
+                  (unsigned long long)got[2], (unsigned long long)got[3],
+                  got[4] < 64 ? na_dtype_name((na_dtype_t)got[4]) : "?", mc->n_layers,
+                  mc->n_heads, mc->n_kv_heads, mc->head_dim, na_dtype_name(p->kv_dtype));
+}
+
+/* STATS at connect: the node's shape is checked (rm_shape_check), then it
+ * takes requests; the counters are the base of this service's time split. */
 static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
                           const na_ses_in_t *in)
 {
+    rm_t *p = ctx;
     rm_node_t *nd = na_peer_user(peer);
     rm_counters_t c;
 
-    (void)ctx;
     (void)arg;
-    if (st != NA_OK || nd == NULL)
+    if (nd == NULL || !nd->joining)
         return;
+    if (st == NA_ERR_TIMEOUT && nd->announced && na_peer_alive(peer) &&
+        na_xp_now_ns() < nd->join_until_ns) {
+        rm_ask_stats(p, nd);
+        return;
+    }
+    nd->joining = 0;
+    if (st == NA_OK)
+        st = rm_shape_check(p, nd, &in->m->u.stats);
+    else if (na_peer_alive(peer))
+        st = na_err(st, "storage node %s did not answer STATS at connect: %s", nd->name,
+                    na_errmsg());
+    else
+        (void)na_err(st, "storage node %s: %s", nd->name, na_peer_why(peer));
+    if (st != NA_OK) {
+        rm_copy(nd->why, sizeof(nd->why), na_errmsg());
+        na_log_warn("remote: %s", nd->why);
+        na_peer_set_user(peer, NULL);
+        na_peer_close(peer, NA_WIRE_REFUSE_PROTO, na_peer_alive(peer) ? nd->why : NULL);
+        nd->peer = NULL;
+        nd->next_try_ns = UINT64_MAX;   /* not retried: it would be refused again */
+        return;
+    }
     rm_counters(&in->m->u.stats, &c);
     nd->base_ok = 1;
     nd->base_ssd = c.ssd;
     nd->base_dec_ns = c.dec_ns;
     nd->base_comp_ns = c.comp_ns;
+    nd->alive = 1;
+    if (nd->retry_ms != 0 || nd->announced)
+        na_log_info("storage node %s joined (%s%s%.0ld): it takes new requests", nd->name,
+                    nd->host, nd->port > 0 ? ":" : "", nd->port);
 }
 
 static void rm_stats_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
@@ -493,7 +644,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     }
     /* every handshake at once, the nodes already connected served meanwhile
      * (their heartbeats): a silent host costs the connect bound, once */
-    while (rm_connect_poll(p) > 0)
+    while (rm_connect_poll(p) > 0 || rm_joining(p) > 0)
         (void)na_ses_poll(p->ses, 5);
     for (j = 0; j < p->n_nodes; j++)
         n_alive += p->nodes[j].alive;
@@ -511,6 +662,8 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
         p->dir = NULL;
     }
     p->next_layout_ns = na_xp_now_ns() + RM_LAYOUT_MS * 1000000ull;
+    if (!p->head_part)
+        rm_listen(p, name);
     na_ses_on_tick(p->ses, rm_tick);
     *s_p = &p->base;
     return NA_OK;

@@ -46,7 +46,7 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
     rm_batch_t *b;
     na_wire_attn_entry_t *we;
     double t0 = na_now_s();
-    int i, j, k, c, n_chunks;
+    int i, j, k, c, n_chunks, ans_ms = (int)p->cfg->transport.peer_timeout_ms;
 
     if (batch < 0 || batch >= RM_MAX_BATCH || p->b[batch].active)
         return na_err(NA_ERR_INVALID, "remote: batch %d already in flight or out of range",
@@ -138,8 +138,12 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
             m.u.attn.dtype = NA_DTYPE_F32;
             m.u.attn.scale = 1.0f / sqrtf((float)hd);
             m.u.attn.entries = we + base;
+            /* answered within peer_timeout_ms, like any sign of life: the
+             * node answers heartbeats while it computes, so a lost answer
+             * (or a batch it forgot) is only seen by this deadline */
             if (na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ATTN_OUT,
-                                NA_SES_ERR_NOTE, 0, rm_attn_reply, (uintptr_t)batch) != NA_OK) {
+                                NA_SES_ERR_NOTE, ans_ms, rm_attn_reply,
+                                (uintptr_t)batch) != NA_OK) {
                 rm_node_lost(p, j, na_errmsg());    /* fails what it owes, this batch too */
                 break;
             }

@@ -23,7 +23,10 @@ typedef struct {
     char     name[NA_XP_NAME_MAX];
     char     host[256];            /* where it listens (layout, or a later layout) */
     long     port;
-    int      alive;
+    int      alive;                /* takes requests */
+    int      joining;              /* connected, its shape (STATS) not checked yet */
+    int      announced;            /* it connected to us (not in any layout we read) */
+    uint64_t join_until_ns;        /* announced: STATS asked again until then */
     int      h0, h1;               /* head partition: KV heads held (h1 == h0: none) */
     long     n_open;
     char     why[NA_ASVC_REASON_MAX]; /* why it is dead */

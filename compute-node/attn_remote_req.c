@@ -65,6 +65,8 @@ na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
                 p->rr = (best + 1) % p->n_nodes;
                 break;
             }
+            if (!p->nodes[best].alive)      /* lost meanwhile: another node takes it */
+                continue;
             if (st != NA_ERR_NOSPACE)
                 break;
             /* full: count it as loaded so the next try picks another node */

@@ -300,7 +300,14 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
         t0 = na_now_s();
         st = na_off_ship(g, q, why, sizeof(why));
         g->st->ship_s += na_now_s() - t0;
-        if (st != NA_OK) {
+        if (st == NA_ERR_PEER && !g->o->no_recover && g->rep == NULL && q->recoveries < 1) {
+            /* its storage node was lost while the prompt went out: re-place it */
+            snprintf(q->lost, sizeof(q->lost), "%s", why);
+            q->recoveries++;
+            st = na_off_recover(g, q);     /* re-prefills the prompt, same logits */
+            if (st != NA_OK || q->done)
+                return st;
+        } else if (st != NA_OK) {
             na_off_fail(g, q, st, why);
             return NA_OK;
         }

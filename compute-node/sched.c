@@ -262,8 +262,12 @@ static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
             memset(x->o, 0, (size_t)e->q_dim * sizeof(float));
             if (x->status == NA_ERR_PEER && !g->o->no_recover && g->rep == NULL &&
                 q->recoveries < 1) {
-                /* its storage node is gone: this step is void for it; re-place it */
-                na_log_warn("request %d: %s; re-placing it", q->r->id, why);
+                /* its storage node is gone: this step is void for it; re-place it
+                 * (a node that left cleanly was reported once, at info) */
+                if (strstr(x->reason, " left: ") != NULL)
+                    na_log_debug("request %d: %s; re-placing it", q->r->id, why);
+                else
+                    na_log_warn("request %d: %s; re-placing it", q->r->id, why);
                 snprintf(q->lost, sizeof(q->lost), "%s", why);
                 q->recover = 1;
                 q->recoveries++;

@@ -433,9 +433,7 @@ na_status_t na_peer_call(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *buf,
         if (st != NA_OK && st != NA_ERR_TIMEOUT)
             return st;
     }
-    if (call.st != NA_OK)
-        return na_err(call.st, "%s", call.text);
-    return NA_OK;
+    return call.st != NA_OK ? na_err(call.st, "%s", call.text) : NA_OK;
 }
 
 /* Copy text as printable ASCII (the wire's rule), truncated. */
@@ -707,8 +705,10 @@ static int ses_expire(na_peer_t *p, uint64_t now)
 
     while (*pp != NULL) {
         ses_pend_t *q = *pp;
+        uint64_t t = (uint64_t)q->timeout_ms * 1000000ull, st = p->ses->stall_end_ns;
+        uint64_t dl = st > q->deadline_ns - t ? st + t : q->deadline_ns;  /* we stalled */
         char why[128];
-        if (now <= q->deadline_ns) {
+        if (now <= dl) {
             pp = &q->next;
             continue;
         }

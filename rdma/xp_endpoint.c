@@ -362,7 +362,7 @@ void na_xp_ep_close(na_xp_ep_t *ep)
             ep->close_req = NULL;
         (void)na_xp_wait_ms(xp, xp_ep_close_done, ep, xp->opts.timeout_ms);
         if (ep->close_req != NULL) {
-            ucp_request_free(ep->close_req);   /* UCX frees it when it ends */
+            na_xp_req_drop(xp, ep->close_req);   /* UCX frees it when it ends */
             ep->close_req = NULL;
         }
         xp_ep_close_start(ep, 1);
@@ -404,7 +404,7 @@ void na_xp_ep_close_all(na_xp_t *xp)
     for (ep = xp->eps; ep != NULL; ep = next) {
         next = ep->next;
         if (ep->close_req != NULL) {
-            ucp_request_free(ep->close_req);   /* UCX frees it when it completes */
+            na_xp_req_drop(xp, ep->close_req);   /* UCX frees it when it completes */
             ep->close_req = NULL;
         }
     }

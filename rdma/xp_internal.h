@@ -126,10 +126,16 @@ struct na_xp {
     int              servicing;      /* re-entrancy guard of xp_service */
     int              sweep_due;      /* an endpoint changed: sweep on the next service */
     unsigned         svc_count;      /* service calls (periodic sweeps) */
+    int              stuck;          /* UCX requests given up while still in progress */
 };
 
 /* xp_worker.c */
 uint64_t    na_xp_deadline(int timeout_ms);
+/* Free a ucp request we stop waiting for; one still in progress is counted
+ * (na_xp_destroy then leaves the worker to the process exit: UCX 1.13 aborts,
+ * "pending request ... should have been flushed", destroying a worker whose
+ * endpoints still hold unfinished requests). */
+void        na_xp_req_drop(na_xp_t *xp, void *req);
 /* Progress until done(arg) is true or the deadline passes; 1 if done. */
 int         na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns);
 /* Same with a timeout counted from the first look at the clock; 1 if done. */

@@ -135,7 +135,7 @@ na_status_t na_xp_op_wait(na_xp_t *xp, na_xp_op_t *op, int timeout_ms)
                         ucs_status_string(us));
         }
     }
-    ucp_request_free(op->req);
+    na_xp_req_drop(xp, op->req);
     free(op);
     na_xp_ep_unref(ep);
     return st;

@@ -305,6 +305,19 @@ err_free:
     return st;
 }
 
+/* Workers (and contexts) not destroyed because requests of theirs never
+ * finished (na_xp_destroy): kept here until the process exits. */
+#define XP_GRAVEYARD 16
+static struct { ucp_worker_h worker; ucp_context_h ctx; } xp_graveyard[XP_GRAVEYARD];
+static int xp_graveyard_n;
+
+void na_xp_req_drop(na_xp_t *xp, void *req)
+{
+    if (ucp_request_check_status(req) == UCS_INPROGRESS)
+        xp->stuck++;
+    ucp_request_free(req);
+}
+
 /* Free every buffer kept in the landing pool. */
 static void xp_pool_drain(na_xp_t *xp)
 {
@@ -338,8 +351,15 @@ void na_xp_destroy(na_xp_t *xp)
     na_xp_ep_free_all(xp);
     xp_pool_drain(xp);
     ucp_worker_release_address(xp->worker, xp->waddr);
-    ucp_worker_destroy(xp->worker);
-    ucp_cleanup(xp->ctx);
+    if (xp->stuck == 0 || xp_graveyard_n == XP_GRAVEYARD) {
+        ucp_worker_destroy(xp->worker);
+        ucp_cleanup(xp->ctx);
+    } else {        /* see na_xp_req_drop: no abort inside UCX on the way out */
+        na_log_info("transport: %d UCX request(s) to peers that stopped answering never "
+                    "finished; the UCX worker is left to the process exit", xp->stuck);
+        xp_graveyard[xp_graveyard_n].worker = xp->worker;     /* still reachable */
+        xp_graveyard[xp_graveyard_n++].ctx = xp->ctx;
+    }
     if (xp->secret != NULL)
         memset(xp->secret, 0, xp->secret_len);
     free(xp->secret);

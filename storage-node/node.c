@@ -12,6 +12,7 @@
 #include "storage-node/node_internal.h"
 
 #define NA_NODE_DEFAULT_PEERS 64
+#define NA_NODE_DEFAULT_BATCHES 256   /* a compute node has at most batches_in_flight */
 #define NA_NODE_EXTRA_DRAM_MB 256
 #define NA_NODE_EXTRA_SSD_MB  1024
 #define NA_NODE_REAP_WAIT_US  2000    /* idle loop: wait this long for a batch, then recv again */
@@ -187,6 +188,7 @@ na_status_t na_node_create(const na_node_opts_t *o, na_node_t **node_p)
     snprintf(n->host, sizeof(n->host), "%s", o->listen_host ? o->listen_host : cn->host);
     n->port = o->listen_port >= 0 ? o->listen_port : (int)cn->port;
     n->max_peers = o->max_peers > 0 ? o->max_peers : NA_NODE_DEFAULT_PEERS;
+    n->max_run = o->max_batches > 0 ? o->max_batches : NA_NODE_DEFAULT_BATCHES;
     n->heartbeat_ms = (unsigned)o->cfg->transport.heartbeat_ms;
     n->peer_timeout_ms = (unsigned)o->cfg->transport.peer_timeout_ms;
     n->next_peer_id = 1;
@@ -213,6 +215,8 @@ na_status_t na_node_create(const na_node_opts_t *o, na_node_t **node_p)
     st = na_node_ses_init(n);
     if (st == NA_OK)
         st = na_xp_listen(n->xp, n->host, n->port, &n->port);
+    if (st == NA_OK && cn == NULL)     /* not in the layout: announce it (node_join.c) */
+        st = na_node_join_init(n);
     if (st != NA_OK)
         goto err_destroy_xp;
     *node_p = n;
@@ -232,17 +236,14 @@ int na_node_port(const na_node_t *n) { return n->port; }
 
 /* ---- peers (handlers of the session, rdma/session.h) ------------------------ */
 
-static void na_node_on_accept(void *ctx, na_peer_t *sp, na_ses_end_t how, const char *why)
+na_node_peer_t *na_node_peer_add(na_node_t *n, na_peer_t *sp)
 {
-    na_node_t *n = ctx;
     na_node_peer_t *p = calloc(1, sizeof(*p));
 
-    (void)how;
-    (void)why;
     if (p == NULL) {
         na_log_error("node %s: out of memory for peer %s", n->name, na_peer_name(sp));
         na_peer_close(sp, 0, NULL);
-        return;
+        return NULL;
     }
     p->sp = sp;
     p->id = n->next_peer_id++;
@@ -254,6 +255,14 @@ static void na_node_on_accept(void *ctx, na_peer_t *sp, na_ses_end_t how, const 
     na_log_info("node %s: peer %s (%s, %s) connected", n->name, p->name,
                 na_wire_role_name((unsigned)na_xp_ep_peer_role(na_peer_ep(sp))),
                 na_xp_ep_addr(na_peer_ep(sp)));
+    return p;
+}
+
+static void na_node_on_accept(void *ctx, na_peer_t *sp, na_ses_end_t how, const char *why)
+{
+    (void)how;
+    (void)why;
+    (void)na_node_peer_add(ctx, sp);
 }
 
 /* Forget p: its decode batch, its requests, the connection. */
@@ -270,6 +279,7 @@ static void na_node_peer_free(na_node_t *n, na_node_peer_t *p, int reason, const
     if (*pp == p)
         *pp = p->next;
     n->n_peers--;
+    na_node_join_ended(n, p);
     na_peer_close(p->sp, reason, bye);
     free(p);
 }
@@ -315,6 +325,7 @@ static void na_node_tick(void *ctx)
     na_node_t *n = ctx;
 
     (void)na_node_decode_reap(n, 0);
+    na_node_join_poll(n);
     if (n->ss != NULL && na_slotset_poll(n->ss) != NA_OK)
         na_log_warn("node %s: slots: %s", n->name, na_errmsg());
 }
@@ -358,15 +369,18 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
     while (!*stop) {
         /* batches computing: poll the peers without blocking, then wait a
          * little on the engines (na_node_tick answers what completed) */
-        na_status_t st = na_ses_poll(n->ses, n->decode_computing > 0 ? 0 : wait_ms);
+        na_status_t st = na_ses_poll(n->ses, n->decode_computing > 0 ? 0
+                                             : na_node_join_pending(n) ? 2 : wait_ms);
 
         if (st != NA_OK && st != NA_ERR_TIMEOUT)
             return st;
         if (st == NA_ERR_TIMEOUT && n->decode_computing > 0)
             (void)na_node_decode_reap(n, NA_NODE_REAP_WAIT_US);
     }
-    na_log_info("node %s: stopping (%d peer(s), %llu request(s) open)", n->name, n->n_peers,
-                (unsigned long long)n->n_requests);
+    na_log_info("node %s: stopping (%d peer(s), %llu request(s) open; served %llu decode "
+                "entries, %llu prefill tokens)", n->name, n->n_peers,
+                (unsigned long long)n->n_requests, (unsigned long long)n->decode_entries,
+                (unsigned long long)n->prefill_tokens);
     /* drain: the batches computing are answered, then BYE hands the
      * requests back (the compute nodes re-place them elsewhere) */
     for (p = n->peers; p != NULL; p = p->next)
@@ -387,6 +401,7 @@ void na_node_destroy(na_node_t *n)
         (void)na_node_free_peer_requests(n, p->id);
         free(p);
     }
+    na_node_join_destroy(n);
     na_ses_destroy(n->ses);
     na_xp_destroy(n->xp);
     na_slotset_destroy(n->ss);

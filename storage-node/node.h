@@ -35,21 +35,15 @@
  * therefore answer heartbeats (compute-node/storage_client.h does so in all
  * its waits, and na_sc_poll() for idle clients).
  *
- * Joining a running cluster (late storage nodes). A storage node started by
- * hand (`nearattn node --config F --name s3`) only listens; it never needs
- * to reach the compute nodes. Compute nodes discover it themselves:
- *   - a storage node listed in the layout but unreachable when the compute
- *     node started is retried (connect, at most once per heartbeat period)
- *     whenever the compute node places a new request, so it takes new
- *     requests as soon as it is up;
- *   - a storage node that is not in the layout (`--name s9 --listen H:P
- *     --kv-dir D`) becomes known to compute nodes by being added to the layout
- *     file: compute nodes re-read the layout when its modification time
- *     changes (checked with the same retry) and connect to the storage nodes
- *     that are new. Requests already placed stay where they are.
- * A request is never moved; capacity scales out for new requests. The compute
- * side of this is compute-node/storage_dir.h (tested by the `late` scenario of
- * tests/cluster/test_node.sh). */
+ * Joining a running cluster (late storage nodes). A storage node of the
+ * layout started by hand (`nearattn node --config F --name s3`) only
+ * listens: compute nodes retry the layout's nodes they could not reach, and
+ * re-read their layout file for nodes added to it. A node in no layout
+ * (`--name s9 --listen H:P --kv-dir D`) also announces itself to the
+ * layout's compute nodes that have a port (storage-node/node_join.c): it
+ * connects to them, and that connection is then served like an accepted
+ * one. A request is never moved; capacity scales out for new requests
+ * (docs/cluster.md "Joining a running cluster"). */
 #ifndef NA_NODE_H
 #define NA_NODE_H
 
@@ -74,6 +68,8 @@ typedef struct {
                                    shape[0] > 0, used instead of a model file (for
                                    storage hosts without the model) */
     int         max_peers;      /* connections served at once (0 = 64) */
+    int         max_batches;    /* decode batches one peer may have computing at once;
+                                   a peer that sends more is dropped (0 = 256) */
     int         threads;        /* engine threads per slot (0 = the device's) */
 } na_node_opts_t;
 

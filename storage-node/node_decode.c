@@ -290,6 +290,7 @@ static void nd_close(na_node_t *n, na_node_peer_t *p)
     while (*pp != NULL)
         pp = &(*pp)->next;
     *pp = o;
+    p->n_run++;
     if (n->decode_computing++ == 0)
         n->decode_busy_since = na_xp_now_ns();
 }
@@ -302,6 +303,7 @@ static na_status_t nd_answer(na_node_t *n, na_node_peer_t *p, int reply)
     nd_part_t *pt;
 
     p->decode_run = o->next;
+    p->n_run--;
     if (--n->decode_computing == 0)     /* STATS node.decode_ns: time serving decode */
         n->decode_ns += na_xp_now_ns() - n->decode_busy_since;
     while ((pt = o->head) != NULL) {
@@ -391,6 +393,10 @@ static na_status_t nd_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
         nd_close(n, p);
         o = NULL;
     }
+    if (o == NULL && p->n_run >= n->max_run)    /* it does not wait for its answers */
+        return na_err(NA_ERR_PROTO, "node %s: %s has %d decode batches computing, the most "
+                      "one peer may have (nearattn node --max-batches): it sends batches "
+                      "without waiting for their answers", n->name, p->name, p->n_run);
     if (o == NULL) {
         o = calloc(1, sizeof(*o));
         if (o == NULL || na_slotset_batch_begin(n->ss, &o->sb) != NA_OK) {
@@ -434,9 +440,16 @@ na_status_t na_node_on_decode(void *ctx, na_ses_in_t *in)
     na_node_t *n = ctx;
     uint64_t t0 = na_xp_now_ns();
     na_status_t st;
+    int busy = n->decode_computing > 0;
 
     n->msgs++;
+    ((na_node_peer_t *)na_peer_user(in->peer))->msgs++;
     st = nd_decode(n, na_peer_user(in->peer), in->h, &in->m->u.attn);
-    n->decode_ns += na_xp_now_ns() - t0;
+    /* node.decode_ns is the time with decode work: the busy window (batches
+     * computing, counted by nd_close / nd_answer) plus the handling outside
+     * it. Only the part before a window opened is added here, so a part
+     * handled while batches compute is not counted twice. */
+    if (!busy)
+        n->decode_ns += (n->decode_computing > 0 ? n->decode_busy_since : na_xp_now_ns()) - t0;
     return st;
 }

@@ -245,6 +245,13 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     /* attention kernel time: s<i>.attn_compute_ns is summed over this many
      * workers of slot i (the compute side's time split divides by it) */
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.attn_threads", (uint64_t)n->common.n_threads);
+    /* what the KV is for: a compute node checks it before placing requests
+     * on a node that joins (compute-node/attn_remote.c) */
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.n_layers", (uint64_t)n->common.n_layers);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.n_heads", (uint64_t)n->common.n_heads);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.n_kv_heads", (uint64_t)n->common.n_kv_heads);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.head_dim", (uint64_t)n->common.head_dim);
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.kv_dtype", (uint64_t)n->common.kv_dtype);
     for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {
         na_slot_stats_t ss;
         char key[NA_WIRE_STATS_KEY_MAX];
@@ -289,6 +296,7 @@ static na_status_t nd_on_msg(void *ctx, na_ses_in_t *in)
     na_status_t st;
 
     n->msgs++;
+    p->msgs++;
     /* a message that touches requests first ends the peer's decode batches
      * (node_decode.c), so none is touched while an engine holds it */
     st = na_node_decode_before(n, p, m->type);

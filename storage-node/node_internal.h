@@ -19,9 +19,13 @@ typedef struct na_node_peer {
     uint32_t    id;                  /* unique per node lifetime (request keys) */
     char        name[NA_XP_NAME_MAX];
     uint64_t    n_requests;          /* open requests owned */
+    uint64_t    msgs;                /* messages it sent that the node served */
     struct nd_open *decode_open;     /* DECODE_ATTN batch whose parts are still
                                         arriving (node_decode.c), or NULL */
     struct nd_open *decode_run;      /* closed batches computing, oldest first */
+    int         n_run;               /* how many (at most na_node.max_run) */
+    int         door;                /* 1 + index into na_node.doors of a connection
+                                        this node made to announce itself; 0: accepted */
     struct na_node_peer *next;
 } na_node_peer_t;
 
@@ -35,6 +39,16 @@ typedef struct na_node_req {
                                         relative to kv_h0 */
     struct na_node_req *hnext;
 } na_node_req_t;
+
+/* A compute node an extra storage node announces itself to (node_join.c). */
+typedef struct {
+    const char *name, *host;         /* the layout's (borrowed) */
+    int         port;
+    na_xp_ep_t *pending;             /* connect in progress */
+    int         up;                  /* announced: its connection is a peer */
+    unsigned    retry_ms;            /* back-off, doubled per failure (0: first try) */
+    uint64_t    next_ns;             /* next attempt */
+} na_node_door_t;
 
 struct na_node {
     const na_cfg_t *cfg;
@@ -58,6 +72,9 @@ struct na_node {
     uint64_t        next_sid;
     na_node_req_t  *req_hash[NA_NODE_REQ_BUCKETS];
     uint64_t        n_requests;
+    /* an extra node's announcements to the layout's compute nodes (node_join.c) */
+    na_node_door_t *doors;
+    int             n_doors;
     /* timing */
     unsigned        heartbeat_ms, peer_timeout_ms;
     /* counters (STATS) */
@@ -65,6 +82,7 @@ struct na_node {
     uint64_t        decode_entries, prefill_tokens;
     uint64_t        decode_parts_early;  /* parts submitted while later ones were due */
     int             decode_computing;    /* closed batches not yet answered (all peers) */
+    int             max_run;             /* closed batches one peer may have computing */
     uint64_t        decode_busy_since;   /* when decode_computing last left 0 (decode_ns
                                             counts the time with batches computing) */
     uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
@@ -83,6 +101,23 @@ na_status_t    na_node_send(na_node_t *n, na_node_peer_t *p, na_wire_msg_t *m);
 /* Send ERROR about the message with header h (request id r) to p. */
 na_status_t    na_node_send_error(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                   uint64_t req, na_status_t st, const char *text);
+
+/* Set up a peer on session peer sp (accepted, or our own announcement). */
+na_node_peer_t *na_node_peer_add(na_node_t *n, na_peer_t *sp);
+
+/* node_join.c: an extra storage node (not in the layout) announces itself to
+ * each compute node of the layout that has a port: it connects to it (front
+ * door, the layout's secret), and that connection is then one of its peers,
+ * served like an accepted one. Failed or ended announcements are retried
+ * (1 s, doubling up to 8 s) while the node runs. */
+na_status_t    na_node_join_init(na_node_t *n);
+/* The loop's hook: finish / start announcements. */
+void           na_node_join_poll(na_node_t *n);
+/* 1 while an announcement's handshake runs (the loop then waits briefly). */
+int            na_node_join_pending(const na_node_t *n);
+/* Peer p (door > 0) ended: announce again after a pause. */
+void           na_node_join_ended(na_node_t *n, const na_node_peer_t *p);
+void           na_node_join_destroy(na_node_t *n);
 
 /* node_dispatch.c: register the handlers of the message types a storage
  * node serves on its session (any other type drops the peer). A handler

@@ -5,7 +5,7 @@
 # monolithic text (each starts its storage nodes on free ports with a
 # private KV directory), and two with --cluster inproc; afterwards no run
 # directory and no node is left, and the layout's own KV path was never
-# created. A run stopped with SIGTERM
+# created; each run's nodes have log files of their own. A run stopped with SIGTERM
 # mid-generation exits 143, stops its nodes and removes its directory.
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
@@ -54,7 +54,15 @@ cmp -s "$DIR/a.out" "$DIR/mono.out" || fail "run a's text differs from monolithi
 grep -q "^offload (cluster started here)" "$DIR/a.err" || fail "run a: no offload summary"
 [ -z "$(left_behind)" ] || fail "left behind: $(left_behind)"
 [ -e "$NA_KV_DIR" ] && fail "the layout's KV directory was created"
-echo "ok: two concurrent runs, identical text, nothing left behind"
+# each run's nodes log to files of their own (the run's pid in the name)
+for s in s0 s1; do
+    n=$(ls "$DIR"/nearattn-run-local-$s-*.log 2>/dev/null | wc -l)
+    [ "$n" = 2 ] || fail "node $s: $n log file(s) for two runs, expected 2"
+    for f in "$DIR"/nearattn-run-local-$s-*.log; do
+        [ "$(grep -c "serving on" "$f")" = 1 ] || fail "$f holds the lines of more than one node"
+    done
+done
+echo "ok: two concurrent runs, identical text, own node logs, nothing left behind"
 
 # the same with --cluster inproc (each run's slots keep their KV in a private directory)
 na_bg "$DIR/ia.out" "$DIR/ia.err" "$BIN" run --cluster inproc --prompt "$P" -n 64 --temp 0 --threads 1

@@ -149,6 +149,10 @@ int main(int argc, char **argv)
                 send_msg(msg->ep, &r);
             }
             break;
+        case NA_WIRE_MSG_STATS_REQ:     /* no counters (so no shape to check) */
+            r.type = NA_WIRE_MSG_STATS;
+            send_msg(msg->ep, &r);
+            break;
         case NA_WIRE_MSG_DECODE_ATTN:
             answer_attn(msg->ep, &m.u.attn, argv[3]);
             break;

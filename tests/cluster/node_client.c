@@ -29,6 +29,10 @@
  *              followed at once by STATS_REQ and ECHO; the STATS and ECHO
  *              replies must arrive before the batch's ATTN_OUT (whose
  *              outputs are checked against the ref kernels)
+ *     flood    R requests of 8192 prompt tokens, then --steps DECODE_ATTN
+ *              batches of all of them sent back to back without reading an
+ *              answer: a node started with --max-batches below that must drop
+ *              us with the reason (prints "DROPPED reason")
  *     stat K   print "STAT K VALUE"
  *     discover (--expect N, no --node) a compute node's directory
  *              (compute-node/storage_dir.h): use storage nodes as they come
@@ -690,6 +694,65 @@ static int nc_garbage(na_sc_t *sc, int variant)
     return 0;
 }
 
+static int nc_flood(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+{
+    const int hd = s->head_dim, n = a->requests;
+    nc_req_t *rs = calloc((size_t)n, sizeof(*rs));
+    na_wire_attn_entry_t *e = calloc((size_t)n, sizeof(*e));
+    float *q = calloc((size_t)s->n_heads * hd, sizeof(float));
+    float *kv = calloc((size_t)2 * s->n_kv_heads * hd, sizeof(float));
+    uint64_t base = 1000u * (uint64_t)getpid();
+    na_status_t st = NA_OK;
+    na_wire_msg_t m;
+    na_rng_t rng;
+    int i, k;
+
+    na_rng_seed(&rng, (uint64_t)a->seed);
+    na_rng_fill(&rng, q, (size_t)s->n_heads * hd, -1.0f, 1.0f);
+    na_rng_fill(&rng, kv, (size_t)2 * s->n_kv_heads * hd, -1.0f, 1.0f);
+    for (i = 0; i < n; i++) {
+        nc_req_t *r = &rs[i];
+        r->id = base + (uint64_t)i + 1;
+        r->h1 = r->nh = s->n_kv_heads;
+        r->len = r->prompt = 8192;
+        r->max_tokens = r->prompt + a->steps + 1;
+        r->k = calloc((size_t)s->n_layers * r->max_tokens * r->nh * hd, sizeof(float));
+        r->v = calloc((size_t)s->n_layers * r->max_tokens * r->nh * hd, sizeof(float));
+        NA_CHECK_OK(nc_open(sc, s, r, NA_DTYPE_F32));
+        NA_CHECK_OK(nc_prefill(sc, s, r, &rng, NA_DTYPE_F32));
+        e[i].request_id = r->id;
+        e[i].position = (uint32_t)r->len;
+        e[i].kv_h1 = (uint16_t)r->nh;
+        e[i].q = q;
+        e[i].k = kv;
+        e[i].v = kv + (size_t)s->n_kv_heads * hd;
+    }
+    for (k = 0; k < a->steps && st == NA_OK; k++) {
+        memset(&m, 0, sizeof(m));
+        m.type = NA_WIRE_MSG_DECODE_ATTN;
+        m.u.attn.batch_id = (uint32_t)k + 1;
+        m.u.attn.layer = (uint32_t)(k % s->n_layers);
+        m.u.attn.n_entries = m.u.attn.batch_total = (uint32_t)n;
+        m.u.attn.head_dim = (uint16_t)hd;
+        m.u.attn.q_per_kv = (uint16_t)s->grp;
+        m.u.attn.dtype = NA_DTYPE_F32;
+        m.u.attn.scale = 1.0f / sqrtf((float)hd);
+        m.u.attn.entries = e;
+        st = na_sc_send(sc, &m);     /* may fail once we are dropped */
+    }
+    for (i = 0; i < 100 && st == NA_OK; i++)
+        st = na_sc_poll(sc, 100);
+    NA_CHECK_MSG(st == NA_ERR_PEER, "after %d batches unanswered: %s (%s)", a->steps,
+                 na_status_string(st), na_errmsg());
+    printf("DROPPED %s\n", na_errmsg());
+    for (i = 0; i < n; i++) {
+        free(rs[i].k);
+        free(rs[i].v);
+    }
+    free(rs); free(e); free(q); free(kv);
+    return 0;
+}
+
 static int nc_idle(na_sc_t *sc, const na_cfg_t *cfg)
 {
     na_status_t st = NA_OK;
@@ -880,6 +943,8 @@ int main(int argc, char **argv)
         rc = nc_hold(sc, &s, &a);
     else if (!strcmp(a.scenario, "busy"))
         rc = nc_busy(sc, &s, &a);
+    else if (!strcmp(a.scenario, "flood"))
+        rc = nc_flood(sc, &s, &a);
     else if (!strcmp(a.scenario, "refuse"))
         rc = nc_refuse(sc, &s, &a);
     else if (!strncmp(a.scenario, "garbage", 7))

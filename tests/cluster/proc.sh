@@ -196,6 +196,21 @@ fail() {
 
 # na_wait_line FILE PATTERN SECONDS: 0 once FILE has a line matching
 # PATTERN, 1 when SECONDS passed first.
+# na_wait_file DIR GLOB SECONDS: print the first file of DIR matching GLOB
+# once there is one (a run's node log: nearattn-run-CLUSTER-NODE-PID.log);
+# prints DIR/GLOB itself when SECONDS passed first
+na_wait_file() {
+    _na_w=$(($3 * 10))
+    while [ $_na_w -gt 0 ]; do
+        for _na_f in "$1"/$2; do
+            [ -e "$_na_f" ] && { echo "$_na_f"; return 0; }
+        done
+        sleep 0.1
+        _na_w=$((_na_w - 1))
+    done
+    echo "$1/$2"
+    return 1
+}
 na_wait_line() {
     na_wait_all "$3" "$2" "$1"
 }

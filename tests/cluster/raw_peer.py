@@ -9,6 +9,16 @@
   raw_peer.py flood HOST PORT N S  N connections opened and held S seconds (idle)
   raw_peer.py rogue HOST PORT S    listen on HOST:PORT for S seconds and answer
                                    every connection with garbage (a rogue node)
+  raw_peer.py cut HOST PORT NODEPORT STAGE MS N
+                                   a proxy on HOST:PORT to a real node on
+                                   HOST:NODEPORT that cuts both sockets of each of
+                                   N connections MS ms after it forwarded the
+                                   node's HELLO_CHALLENGE (STAGE challenge) or
+                                   its ADDR frame (STAGE addr): a handshake that
+                                   fails half-way, after the UCX addresses;
+                                   STAGE stop:PID sends SIGSTOP to PID (the
+                                   node) the moment its ADDR frame went through
+                                   (its UCX worker never answers the wireup)
 
 Prints one line "CLOSED <mode> after <seconds>" when the node closed the
 connection (zeros/random/hugelen/half), "FLOOD opened=<n> closed_by_node=<m>",
@@ -119,6 +129,42 @@ def rogue(host, port, seconds):
     print("ROGUE served=%d" % served)
 
 
+def cut(host, port, node_port, stage, ms, n):
+    import select
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((host, port))
+    ls.listen(8)
+    print("CUT listening", flush=True)
+    for _ in range(n):
+        c, _a = ls.accept()
+        u = socket.create_connection((host, node_port))
+        due = None
+        while due is None or time.monotonic() < due:
+            r, _w, _x = select.select([c, u], [], [], 0.01)
+            if c in r:
+                b = c.recv(65536)
+                if not b:
+                    break
+                u.sendall(b)
+            if u in r:
+                b = u.recv(65536)
+                if not b:
+                    break
+                c.sendall(b)
+                if due is None and (stage == "challenge" or b"NAXA" in b):
+                    due = time.monotonic() + ms / 1000.0
+                    if stage.startswith("stop:"):
+                        os.kill(int(stage[5:]), 19)     # SIGSTOP
+        for x in (c, u):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
+    print("CUT done", flush=True)
+
+
 def main():
     mode = sys.argv[1]
     host, port = sys.argv[2], int(sys.argv[3])
@@ -128,6 +174,8 @@ def main():
         flood(host, port, int(sys.argv[4]), float(sys.argv[5]))
     elif mode == "rogue":
         rogue(host, port, float(sys.argv[4]))
+    elif mode == "cut":
+        cut(host, port, int(sys.argv[4]), sys.argv[5], float(sys.argv[6]), int(sys.argv[7]))
     else:
         sys.exit("unknown mode " + mode)
 

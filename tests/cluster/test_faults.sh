@@ -12,7 +12,8 @@
 #   xp      s0 with transport faults on what it sends (s1 clean): a corrupted
 #           or truncated message (refused by the compute's decoder, s0
 #           dropped, its requests re-placed on s1), a dropped one (the
-#           request times out, s0 lost and its requests re-placed), a stall
+#           ATTN_OUT's deadline, peer_timeout_ms, passes: s0 lost and its
+#           requests re-placed, within 6 s, not 6 x timeout_ms), a stall
 #           of s0 past peer_timeout_ms, duplicates, a delay on every message;
 #           every request ends with the monolithic text or a reason, and the
 #           time of each run is printed; then the compute node's own messages
@@ -126,7 +127,8 @@ xp)
     # NAME FAULTS ALL: ALL=1 when every request must end with the monolithic text
     for sc in "corrupt xp:corrupt=1,after=40,max=1 1" "truncate xp:truncate=1,after=40,max=1 1" \
               "drop xp:drop=1,after=40,max=1 1" "stall xp:stall_ms=5000,after=40 1" \
-              "dup xp:dup=0.05,seed=3 0" "delay xp:delay_ms=2 1" \
+              "dup3 xp:dup=0.1,seed=3 1" "dup7 xp:dup=0.1,seed=7 1" "dup11 xp:dup=0.1,seed=11 1" \
+              "dup12 xp:dup=0.1,seed=12 1" "dup13 xp:dup=0.1,seed=13 1" "delay xp:delay_ms=2 1" \
               "runcorrupt xp:corrupt=1,after=60,max=1 1 run" "runtruncate xp:truncate=1,after=60,max=1 1 run"; do
         set -- $sc
         name=$1
@@ -151,6 +153,11 @@ xp)
         fl="$DIR/${name}0.err"; [ "${4:-}" = run ] && fl="$DIR/$name.err"
         [ "$name" = delay ] || grep -q "TEST DOUBLE: .*\(dropped\|corrupted\|truncated\|duplicated\|stalls\)" \
             "$fl" || fail "$name: no fault was injected"
+        if [ "$name" = drop ]; then      # found by the answer's deadline, peer_timeout_ms
+            grep -q "no answer to DECODE_ATTN within 2000 ms" "$DIR/$name.err" ||
+                fail "drop: the lost ATTN_OUT was not found by its peer_timeout_ms deadline"
+            [ $(( (t1 - t0) / 1000000 )) -lt 6000 ] || fail "drop: took $(( (t1 - t0) / 1000000 )) ms"
+        fi
         echo "ok: $name: run took $(( (t1 - t0) / 1000000 )) ms"
         kill -CONT "$SP0" 2>/dev/null
         stop "$SP0" "$SP1"

@@ -24,6 +24,17 @@
 #   rogue    a rogue listener answering garbage on s1's port: `nearattn run
 #            --cluster connect` stays up, is served by s0 and prints the
 #            monolithic text
+#   teardown handshakes that fail half-way never end in an abort inside UCX
+#            (issue 13 item 3: `ucp_ep.c: Bug: pending request ... should
+#            have been flushed`, rc 134): under shm and tcp, NA_TEARDOWN_N
+#            times each (default 3), `run --cluster connect` through a proxy
+#            (raw_peer.py cut) that cuts the connection after the node's
+#            challenge, cuts it after its ADDR frame (UCX endpoints made on
+#            both sides), or SIGSTOPs the node as its ADDR passes (the compute
+#            node's first requests stay pending in UCX, then it tears down);
+#            a wrong secret; and a transport client whose sends to a stopped
+#            server time out (requests left in UCX at destroy). Every process
+#            exits 0 or 1 and prints nothing from UCX's abort paths
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
 CLIENT=$1
@@ -61,6 +72,89 @@ cpu_ticks() {   # PID: utime + stime of the process (clock ticks)
 }
 
 case "$SCEN" in
+teardown)
+    NRUN=${NA_TEARDOWN_N:-3}
+    XP="$(dirname "$CLIENT")/xp_peer"
+    printf 'not-the-cluster-secret-0123456789abcdef\n' > "$DIR/wrong.secret"
+    noabort() {     # FILE WHAT: no trace of an abort inside UCX
+        ! grep -q "Bug\|Assertion\|ucp_ep\.c\|Aborted" "$1" ||
+            fail "$2: $(grep -m1 "Bug\|Assertion\|ucp_ep\.c\|Aborted" "$1")"
+    }
+    for tls in shm tcp; do
+        for f in real proxy wrong; do
+            p=$PORT0; [ $f = proxy ] && p=$PORT1
+            sec="$SRC/cluster-configs/dev.secret"; [ $f = wrong ] && sec="$DIR/wrong.secret"
+            {
+                echo "cluster: { name: td, secret_file: \"$sec\" }"
+                echo "model: { path: \"$SHARED/models/stories260K.bin\", tokenizer: \"$SHARED/models/tok512.bin\" }"
+                echo "transport: { tls: $tls, timeout_ms: 2000, heartbeat_ms: 200, peer_timeout_ms: 1000 }"
+                echo "compute:"
+                echo "  - { name: c0, host: 127.0.0.1 }"
+                echo "storage:"
+                echo "  - { name: s0, host: 127.0.0.1, port: $p, devices: [ { path: \"$DIR/kv/td\", dram_mb: 64, ssd_mb: 64 } ] }"
+                echo "parallel: { partition: request }"
+                echo "kv: { tier: dram }"
+            } > "$DIR/td-$f.yaml"
+        done
+        for stage in challenge addr stop; do
+            i=0
+            while [ $i -lt "$NRUN" ]; do
+                i=$((i + 1))
+                na_spawn "$DIR/td_s0.log" "$BIN" node --config "$DIR/td-real.yaml" --name s0
+                SP=$NA_PID
+                na_wait_line "$DIR/td_s0.log" "^READY" 15 || fail "teardown: s0 did not start"
+                st=$stage; [ $stage = stop ] && st="stop:$SP"
+                na_spawn "$DIR/td_proxy.log" $RAW cut 127.0.0.1 "$PORT1" "$PORT0" "$st" 0 1
+                PP=$NA_PID
+                na_wait_line "$DIR/td_proxy.log" "CUT listening" 10 || fail "teardown: no proxy"
+                timeout 60 "$BIN" run --config "$DIR/td-proxy.yaml" --cluster connect \
+                    --prompt "Once upon a time" -n 32 --temp 0 --threads 1 \
+                    > "$DIR/td.out" 2> "$DIR/td.err"
+                rc=$?
+                [ $rc -le 1 ] || fail "teardown $tls $stage #$i: run exited $rc: $(tail -n 2 "$DIR/td.err")"
+                noabort "$DIR/td.err" "teardown $tls $stage #$i (run)"
+                kill "$PP" 2>/dev/null
+                kill -CONT "$SP"
+                kill -TERM "$SP"
+                wait "$SP" || fail "teardown $tls $stage #$i: s0 did not stop cleanly"
+                noabort "$DIR/td_s0.log" "teardown $tls $stage #$i (node)"
+                wait "$PP" 2>/dev/null
+            done
+            echo "ok: teardown $tls $stage: $NRUN run(s), no abort"
+        done
+        # a wrong secret: refused, exit 1, no abort
+        na_spawn "$DIR/td_s0.log" "$BIN" node --config "$DIR/td-real.yaml" --name s0
+        SP=$NA_PID
+        na_wait_line "$DIR/td_s0.log" "^READY" 15 || fail "teardown: s0 did not start"
+        i=0
+        while [ $i -lt "$NRUN" ]; do
+            i=$((i + 1))
+            timeout 60 "$BIN" run --config "$DIR/td-wrong.yaml" --cluster connect \
+                --prompt "Once upon a time" -n 8 --temp 0 --threads 1 > "$DIR/td.out" 2> "$DIR/td.err"
+            rc=$?
+            [ $rc -eq 1 ] || fail "teardown $tls wrong secret: run exited $rc"
+            noabort "$DIR/td.err" "teardown $tls wrong secret"
+        done
+        kill -TERM "$SP"; wait "$SP" || fail "teardown: s0 did not stop cleanly"
+        echo "ok: teardown $tls wrong secret: $NRUN run(s) exit 1, no abort"
+        # sends to a stopped server time out: requests left in UCX at destroy
+        na_spawn "$DIR/td_xs.log" "$XP" server --listen "127.0.0.1:$PORT0" --clients 1 --tls $tls \
+            --timeout-ms 2000 --max-ms 30000
+        XS=$NA_PID
+        sleep 0.5
+        na_spawn "$DIR/td_xc.log" timeout 60 "$XP" client --connect "127.0.0.1:$PORT0" \
+            --rounds 100000 --burst 300 --sizes 64,4096 --tls $tls --timeout-ms 1000
+        XC=$NA_PID
+        sleep 0.6
+        kill -STOP "$XS"
+        wait "$XC"
+        rc=$?
+        kill -CONT "$XS"; kill -TERM "$XS"; wait "$XS" 2>/dev/null
+        [ $rc -eq 1 ] || fail "teardown $tls: the client of a stopped server exited $rc, expected 1"
+        noabort "$DIR/td_xc.log" "teardown $tls stopped server (client)"
+        echo "ok: teardown $tls: sends to a stopped server time out, client exits 1, no abort$(grep -q "left to the process exit" "$DIR/td_xc.log" && echo " (UCX worker left to the exit)")"
+    done
+    ;;
 raw)
     node s0
     client c_before

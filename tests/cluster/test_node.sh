@@ -20,7 +20,10 @@
 #   heartbeat  a silent client is dropped after peer_timeout_ms
 #   tier       kv.tier dram: `nearattn node` creates no SSD file (kv.dat) and
 #              reports no SSD tier; and the node answers STATS/ECHO while a
-#              large batch computes (node_client --scenario busy)
+#              large batch computes (node_client --scenario busy); its
+#              node.decode_ns is at most the busy client's life
+#   flood      a client that sends decode batches without reading answers is
+#              dropped past `node --max-batches` with the reason; node serves on
 #   refuse     a request past the SSD budget is refused with a reason, others run
 #   late       a compute node's directory (compute-node/storage_dir.h) picks up
 #              s1 started by hand later, and an extra node once it is added to
@@ -170,8 +173,15 @@ tier)
         -e 's|dram_mb: 8, ssd_mb: 32|dram_mb: 256, ssd_mb: 32|' "$DIR/layout.yaml"
     grep -q "tier: dram" "$DIR/layout.yaml" || fail "layout has no kv.tier dram"
     node s0
+    t0=$(date +%s%N)
     client cl_busy --node s0 --scenario busy --requests 16
+    t_ns=$(( $(date +%s%N) - t0 ))
     grep "^BUSY" "$DIR/cl_busy.log"
+    # node.decode_ns is time with decode work: never more than the client's
+    # whole life (a part handled while batches compute is counted once)
+    dns=$(stat s0 node.decode_ns)
+    [ -n "$dns" ] && [ "$dns" -gt 0 ] && [ "$dns" -le "$t_ns" ] ||
+        fail "node.decode_ns $dns ns, the busy client lived $t_ns ns"
     for d in s0d0 s0d1; do
         [ ! -e "$DIR/kv/$d/kv.dat" ] || fail "kv.tier dram: $d/kv.dat was created"
     done
@@ -183,6 +193,20 @@ tier)
     na_wait_line "$DIR/s0b.log" "^READY" 15 || fail "node s0 (default tier) did not start"
     [ -e "$DIR/kv/s0d0/kv.dat" ] || fail "default tier: no s0d0/kv.dat"
     stop_node s0b
+    ;;
+flood)
+    # a peer that sends decode batches without reading the answers: past
+    # --max-batches it is dropped with the reason; the node serves on
+    na_node_layout request
+    sed -i -e 's|prefetch_layers: 1 }|prefetch_layers: 1, tier: dram }|' \
+        -e 's|dram_mb: 8, ssd_mb: 32|dram_mb: 256, ssd_mb: 32|' "$DIR/layout.yaml"
+    node s0 --max-batches 2
+    client cl_flood --node s0 --scenario flood --requests 16 --steps 12
+    grep -q "^DROPPED.*decode batches computing" "$DIR/cl_flood.log" ||
+        fail "flood: not dropped with the reason: $(grep DROPPED "$DIR/cl_flood.log")"
+    grep -q "dropping peer cl_flood.*--max-batches" "$DIR/s0.log" || fail "flood: s0 did not log it"
+    grep "^DROPPED" "$DIR/cl_flood.log"
+    serves_then_stops s0
     ;;
 secret)
     na_node_layout head

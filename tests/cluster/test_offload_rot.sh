@@ -102,7 +102,7 @@ for i in 1 2 3 4 5 6; do echo "Once upon a time number $i"; done > "$DIR/long.tx
 na_bg "$DIR/kill1.out" "$DIR/kill1.err" timeout 60 "$BIN" run --config "$L" --prompts "$DIR/long.txt" \
     -n 240 --temp 0 --threads 1
 RP=$NA_PID
-na_wait_line "$DIR/nearattn-run-kill1-c1.log" "driven by c0" 15 || fail "kill1: replica c1 never driven"
+na_wait_line "$(na_wait_file "$DIR" "nearattn-run-kill1-c1-*.log" 15)" "driven by c0" 15 || fail "kill1: replica c1 never driven"
 sleep 0.2
 CP=$(pgrep -f "node --config $L --name c1")
 [ -n "$CP" ] || fail "kill1: no replica process"

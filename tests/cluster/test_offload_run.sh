@@ -51,6 +51,12 @@
 #           then s1 leaves with SIGTERM (exit 0), its requests are re-placed
 #           on s0; every text is the monolithic one. Prints the time from
 #           the layout change to s1's first opened request
+#   announce  scale-out by a node in no layout: c0 has a port in the layout
+#           (run listens there); s8 (wrong shape) and s7 (f32 KV) announce
+#           and are refused with the reason; s9 announces, takes new requests
+#           (its log, its served counters), leaves by SIGTERM without
+#           per-request warnings; every text is the monolithic one; prints the
+#           join times
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -78,7 +84,7 @@ layout() {
         echo "model: { path: \"$9\", tokenizer: \"${10}\" }"
         echo "transport: { tls: $5, timeout_ms: 5000, heartbeat_ms: 200, peer_timeout_ms: 2000 }"
         echo "compute:"
-        echo "  - { name: c0, host: 127.0.0.1 }"
+        echo "  - { name: c0, host: 127.0.0.1${CPORT:+, port: $CPORT} }"
         echo "storage:"
         i=0
         while [ $i -lt "$2" ]; do
@@ -192,7 +198,7 @@ queue)
     while [ $i -lt 8 ]; do echo "Once upon a time number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
     L=$(layout queue1 1 request 2 auto auto 2 false "$STORIES" "$STOK" 127.0.0.1 1)
     offload_vs_mono queue1 "$L" "$STORIES" "$STOK" 400 start
-    r=$(grep -c "refused request" "$DIR/nearattn-run-queue1-s0.log")
+    r=$(grep -c "refused request" "$DIR"/nearattn-run-queue1-s0-*.log)
     [ "$r" -ge 1 ] || fail "queue: the budget never refused a request (nothing queued)"
     [ "$r" -le 64 ] || fail "queue: $r refused opens: admission retries in a loop"
     long=$(i=0; while [ $i -lt 700 ]; do printf 'word '; i=$((i + 1)); done)
@@ -336,7 +342,7 @@ ucxlog)
         L=$(layout ucx$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
         offload_vs_mono ucx$tls "$L" "$STORIES" "$STOK" 16 start
         grep -q "UCX INFO" "$DIR/ucx$tls.err" || fail "ucxlog $tls: no UCX line on stderr (is the level forced?)"
-        grep -q "UCX INFO" "$DIR/nearattn-run-ucx$tls-s0.log" || fail "ucxlog $tls: no UCX line in s0's log"
+        grep -q "UCX INFO" "$DIR"/nearattn-run-ucx$tls-s0-*.log || fail "ucxlog $tls: no UCX line in s0's log"
     done
     export UCX_LOG_FILE="$DIR/ucx-user.log"
     offload_vs_mono ucxfile "$L" "$STORIES" "$STOK" 16 start
@@ -495,6 +501,61 @@ join)
     wait "$RP" || fail "join: run failed"
     na_same_sorted "$DIR/join.mono" "$DIR/join.off" || fail "join: text differs"
     echo "ok: join ($(grep -c "opened request" "$DIR/j1.err") request(s) opened on s1, left by SIGTERM, text as monolithic)"
+    ;;
+announce)
+    # a storage node in NO layout file (`node --listen HOST:0`) announces
+    # itself to c0 (which has a port in the layout, so `run` listens there);
+    # first one with the wrong model shape and one with f32 KV: refused with
+    # a reason, never used; then s9 with the right one: it takes new requests (its log and
+    # its served-entries count at stop say so), then leaves by SIGTERM
+    # without per-request warnings; every text is the monolithic one
+    CPORT=$((PORT + 4))
+    L=$(CPORT=$CPORT layout ann 1 request 1 auto auto 2 false "$STORIES" "$STOK")
+    grep -q "port: $CPORT" "$L" || fail "announce: no compute port in the layout"
+    one_node_run ann "$L" "$L" 32
+    na_wait_line "$DIR/ann.off" . 30 || fail "announce: no text from the run"
+    na_bg "$DIR/a8.out" "$DIR/a8.err" "$BIN" node --config "$L" --name s8 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s8" --dram-mb 64 --ssd-mb 64 --shape 3:8:4:8
+    S8=$NA_PID
+    na_wait_line "$DIR/ann.err" "storage node s8 holds KV for 3 layers" 20 ||
+        fail "announce: the wrong-shape node was not refused with a reason"
+    na_bg "$DIR/a7.out" "$DIR/a7.err" "$BIN" node --config "$L" --name s7 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s7" --dram-mb 64 --ssd-mb 64 --kv-dtype f32
+    S7=$NA_PID
+    na_wait_line "$DIR/ann.err" "storage node s7 holds KV for .* kv f32; this engine has .* kv f16" 20 ||
+        fail "announce: the wrong-KV-dtype node was not refused with a reason"
+    t0=$(date +%s%N)
+    NA_LOG_LEVEL=debug na_bg "$DIR/a9.out" "$DIR/a9.err" "$BIN" node --config "$L" --name s9 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s9" --dram-mb 64 --ssd-mb 64
+    S9=$NA_PID
+    na_wait_line "$DIR/a9.err" "opened request" 30 || fail "announce: no request placed on s9"
+    t1=$(date +%s%N)
+    kill -0 "$RP" 2>/dev/null || fail "announce: the run ended before s9 could leave"
+    grep -q "announced to compute node c0" "$DIR/a9.err" || fail "announce: s9 did not announce"
+    grep -q "storage node s9 joined" "$DIR/ann.err" || fail "announce: no join line"
+    ms() { sed -n "s/^[0-9-]*T\([0-9]*\):\([0-9]*\):\([0-9.]*\) .*/\1 \2 \3/p" | head -n 1 |
+           awk '{ printf "%d", (($1 * 60 + $2) * 60 + $3) * 1000 }'; }
+    r0=$(grep "announced to compute node" "$DIR/a9.err" | ms)
+    r1=$(grep "opened request" "$DIR/a9.err" | ms)
+    ja=$(grep "storage node s9 announced itself" "$DIR/ann.err" | ms)
+    jj=$(grep "storage node s9 joined" "$DIR/ann.err" | ms)
+    echo "join-to-first-request: $(( (t1 - t0) / 1000000 )) ms from the start of s9" \
+         "(process start, slots, listen, announce), $((r1 - r0)) ms from its announcement" \
+         "to its first request (the run's next new request); accepted to placeable" \
+         "(handshake, shape check) $((jj - ja)) ms"
+    sleep 0.5           # let it decode a little
+    kill -TERM "$S9"
+    wait "$S9" || fail "announce: s9 did not stop cleanly on SIGTERM"
+    grep -q "served [0-9]* decode entries, [1-9][0-9]* prefill tokens" "$DIR/a9.err" ||
+        fail "announce: s9's counters show no work: $(grep stopping "$DIR/a9.err")"
+    wait "$RP" || fail "announce: run failed"
+    na_same_sorted "$DIR/ann.mono" "$DIR/ann.off" || fail "announce: text differs"
+    grep -q "opened request" "$DIR/a8.err" && fail "announce: requests placed on the wrong-shape s8"
+    grep -q "opened request" "$DIR/a7.err" && fail "announce: requests placed on the f32 s7"
+    grep -q "storage node s9 left" "$DIR/ann.err" || fail "announce: s9's leave not logged"
+    grep -q "re-placing it" "$DIR/ann.err" && fail "announce: a clean leave logged per-request warnings"
+    kill -TERM "$S8" "$S7"; wait "$S8" "$S7" 2>/dev/null
+    echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries, [0-9]* prefill tokens" "$DIR/a9.err"); wrong shape and KV dtype refused; left by SIGTERM; text as monolithic)"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;

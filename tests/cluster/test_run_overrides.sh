@@ -85,7 +85,7 @@ model)
     L=$(layout gm)
     na_vs_mono gmstart offload "$DIR/g.bin" "$DIR/g.tok.bin" 24 --config "$L" --cluster start \
         --model "$DIR/g.bin" --tokenizer "$DIR/g.tok.bin"
-    grep -q "2 layers, 4/2 heads, head_dim 16" "$DIR"/nearattn-run-gm-s0.log ||
+    grep -q "2 layers, 4/2 heads, head_dim 16" "$DIR"/nearattn-run-gm-s0-*.log ||
         fail "gmstart: node s0 not sized for the generated model"
     echo "ok: start with --model of another shape"
     na_vs_mono gminproc offload "$DIR/g.bin" "$DIR/g.tok.bin" 24 --config "$L" --cluster inproc \
@@ -137,11 +137,11 @@ kvdtype)
         echo "ok: $c --kv-dtype f32 equals monolithic f32"
     done
     for s in s0 s1; do
-        grep -q "kv f32" "$DIR/nearattn-run-kd-$s.log" || fail "kdstart: node $s did not use f32 KV"
+        grep -q "kv f32" "$DIR"/nearattn-run-kd-$s-*.log || fail "kdstart: node $s did not use f32 KV"
     done
     rm -f "$DIR"/nearattn-run-kd-*.log
     na_vs_mono kdf16 offload "$STORIES" "$STOK" 200 --config "$L" --cluster start
-    grep -q "kv f16" "$DIR/nearattn-run-kd-s0.log" || fail "kdf16: node s0 not on the layout's f16"
+    grep -q "kv f16" "$DIR"/nearattn-run-kd-s0-*.log || fail "kdf16: node s0 not on the layout's f16"
     if cmp -s "$DIR/f32.mono" "$DIR/kdf16.mono"; then
         echo "note: f16 and f32 KV give the same greedy text here"
     else
@@ -168,7 +168,7 @@ bf16)
             fail "kb$c: --kv-dtype bf16 failed"
         na_same_sorted "$DIR/bf16.mono" "$DIR/kb$c.off" ||
             fail "kb$c: --kv-dtype bf16 text differs from monolithic bf16"
-        [ $cl = start ] && { grep -q "kv bf16" "$DIR/nearattn-run-kb-s0.log" ||
+        [ $cl = start ] && { grep -q "kv bf16" "$DIR"/nearattn-run-kb-s0-*.log ||
             fail "kb$c: node s0 not on bf16 KV"; }
         echo "ok: $c --kv-dtype bf16 equals monolithic bf16"
     done
