@@ -20,6 +20,20 @@
 
 #include "kernels/kernels.h"
 
+/* The backend lives in a module, libna_cuda.so (kernels/CMakeLists.txt),
+ * loaded on first use by kernels/cuda/cuda_load.c, which defines the names
+ * below for the rest of the program: a process that never asks for cuda
+ * never maps cudart, cuBLAS or NCCL (hundreds of MiB). Inside the module
+ * (NA_CUDA_MODULE) the implementations carry the na_cudam_ names the loader
+ * looks up. */
+#ifdef NA_CUDA_MODULE
+#define na_cuda_probe             na_cudam_probe
+#define na_kernels_cuda_create    na_cudam_create
+#define na_kernels_cuda_create_on na_cudam_create_on
+#define na_kernels_cuda_argmax    na_cudam_argmax
+#define na_kernels_cuda_info      na_cudam_info
+#endif
+
 /* How many CUDA devices this process sees: NA_OK with *n >= 1, or
  * NA_ERR_UNSUPPORTED with the message "no CUDA device: <why>" (the runtime's
  * error for cudaGetDeviceCount: 35 insufficient driver, 100 no device, ...).

@@ -10,6 +10,14 @@
 
 #include "kernels/kernels.h"
 
+/* In the module libna_cuda.so: see kernels/cuda/cuda.h. */
+#ifdef NA_CUDA_MODULE
+#define na_cuda_tp_create    na_cudam_tp_create
+#define na_cuda_tp_destroy   na_cudam_tp_destroy
+#define na_cuda_tp_size      na_cudam_tp_size
+#define na_cuda_tp_allreduce na_cudam_tp_allreduce
+#endif
+
 typedef struct na_cuda_tp na_cuda_tp_t;
 
 /* Communicators for gpus[0..n) (ncclCommInitAll: one process, all ranks).
