@@ -232,9 +232,14 @@ static void pc_progress(na_asvc_t *s)
     na_asvc_progress(((pt_count_t *)s)->in);
 }
 
+static int pc_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
+{
+    return na_asvc_node_stats(((pt_count_t *)s)->in, out, cap);
+}
+
 static const na_asvc_ops_t pt_count_ops = {
     pc_destroy, pc_open, pc_prefill, pc_prefill_done, pc_submit, pc_poll, pc_release, pc_stats,
-    pc_progress,
+    pc_progress, pc_node_stats,
 };
 
 /* Wrap svc (owned from now on, also on failure). */

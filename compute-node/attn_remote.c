@@ -371,6 +371,10 @@ static void rm_counters(const na_wire_stats_t *s, rm_counters_t *c)
             c->csd_launches += sv.value;
         else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".csd_p2p_bytes"))
             c->csd_p2p += sv.value;
+        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".dram_used"))
+            c->dram_used += sv.value;
+        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".ssd_used"))
+            c->ssd_used += sv.value;
         else if (!strcmp(sv.key, "node.decode_ns"))
             c->dec_ns = sv.value;
         else if (!strcmp(sv.key, "node.attn_threads") && sv.value > 0)
@@ -524,6 +528,8 @@ void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
             m.type = NA_WIRE_MSG_STATS_REQ;
             if (rm_call(p, j, &m, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, wait_ms, rm_stats_reply,
                         (uintptr_t)&c) == NA_OK) {
+                nd->kv_dram = c.dram_used;
+                nd->kv_ssd = c.ssd_used;
                 out->ssd_bytes_read += c.ssd - (nd->base_ok ? nd->base_ssd : 0);
                 out->csd_noop_slots += c.csd_noop;
                 out->csd_launches += c.csd_launches;
@@ -593,9 +599,46 @@ static void rm_destroy(na_asvc_t *s)
     free(p);
 }
 
+int rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
+{
+    rm_t *p = (rm_t *)s;
+    const int wait_ms = (int)p->cfg->transport.timeout_ms;
+    int j, n = 0;
+
+    for (j = 0; j < p->n_nodes && n < cap; j++) {
+        rm_node_t *nd = &p->nodes[j];
+        na_asvc_node_stats_t *o = &out[n++];
+        memset(o, 0, sizeof(*o));
+        rm_copy(o->name, sizeof(o->name), nd->name);
+        o->alive = nd->alive;
+        o->attn_calls = nd->attn_calls;
+        o->attn_rt_s = 1e-9 * (double)nd->attn_rt_ns;
+        if (nd->peer != NULL) {
+            na_xp_stats_t xs;
+            na_xp_ep_stats(na_peer_ep(nd->peer), &xs);
+            o->bytes_sent = xs.bytes_sent;
+            o->bytes_recv = xs.bytes_recv;
+        }
+        if (nd->alive && !rm_busy(p)) {
+            rm_counters_t c;
+            na_wire_msg_t m;
+            memset(&m, 0, sizeof(m));
+            m.type = NA_WIRE_MSG_STATS_REQ;
+            if (rm_call(p, j, &m, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, wait_ms, rm_stats_reply,
+                        (uintptr_t)&c) == NA_OK) {
+                nd->kv_dram = c.dram_used;
+                nd->kv_ssd = c.ssd_used;
+            }
+        }
+        o->kv_dram_bytes = nd->kv_dram;
+        o->kv_ssd_bytes = nd->kv_ssd;
+    }
+    return n;
+}
+
 static const na_asvc_ops_t na_remote_ops = {
     rm_destroy, rm_open, rm_prefill, rm_prefill_done, rm_submit, rm_poll, rm_release, rm_stats,
-    rm_progress,
+    rm_progress, rm_node_stats,
 };
 
 na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *mc,

@@ -32,6 +32,10 @@ void rm_batch_node_done(rm_t *p, int bi, int j)
     if (!b->owes[j])
         return;
     b->owes[j] = 0;
+    if (p->nodes[j].alive) {            /* answered (a lost node's batch ends too) */
+        p->nodes[j].attn_calls++;
+        p->nodes[j].attn_rt_ns += na_xp_now_ns() - b->t0_ns;
+    }
     if (--b->pending == 0) {
         b->active = 0;
         p->st.attn_s += 1e-9 * (double)(na_xp_now_ns() - b->t0_ns);

@@ -34,6 +34,9 @@ typedef struct {
     unsigned retry_ms;             /* its back-off, doubled per failed attempt */
     int      base_ok;              /* counters below read at connect */
     uint64_t base_dec_ns, base_comp_ns, base_ssd;
+    uint64_t attn_calls;           /* batches it answered (rm_batch_node_done) */
+    uint64_t attn_rt_ns;           /* their summed submit -> its last answer */
+    uint64_t kv_dram, kv_ssd;      /* its slots' dram_used / ssd_used, last STATS */
 } rm_node_t;
 
 typedef struct {
@@ -69,6 +72,7 @@ typedef struct {
     uint64_t dec_ns;                /* node.decode_ns */
     uint64_t comp_ns;               /* sum of s<i>.attn_compute_ns / node.attn_threads */
     uint64_t csd_noop, csd_launches, csd_p2p;   /* s<i>.csd_* summed (engine csd) */
+    uint64_t dram_used, ssd_used;   /* s<i>.dram_used / ssd_used summed */
 } rm_counters_t;
 
 typedef struct {
@@ -106,6 +110,8 @@ na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsi
                     int timeout_ms, na_ses_reply_fn fn, uintptr_t arg);
 /* The service's stats call (counters, STATS of the nodes, pings). */
 void        rm_stats(na_asvc_t *s, na_asvc_stats_t *out);
+/* The per-node counters (na_asvc_node_stats). */
+int         rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap);
 /* The node of a session peer, -1 if none. */
 int         rm_node_of(rm_t *p, na_peer_t *peer);
 

@@ -46,6 +46,11 @@ void na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out)
     out->prefill_bytes = s->prefill_bytes;
 }
 
+int na_asvc_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
+{
+    return s->ops->node_stats != NULL && cap > 0 ? s->ops->node_stats(s, out, cap) : 0;
+}
+
 void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
                        const na_model_config_t *mc)
 {

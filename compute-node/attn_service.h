@@ -82,6 +82,17 @@ typedef struct {
     double   node_disk_s;              /* the rest: waiting for SSD reads, staging, replies */
 } na_asvc_stats_t;
 
+/* One storage node as a remote service sees it (na_asvc_node_stats). */
+typedef struct {
+    char     name[64];
+    int      alive;                    /* takes requests now */
+    uint64_t attn_calls;               /* decode attention answers it gave (batch, layer) */
+    double   attn_rt_s;                /* their summed submit -> last answer time */
+    uint64_t bytes_sent, bytes_recv;   /* transport bytes to / from it */
+    uint64_t kv_dram_bytes;            /* its slots' KV in DRAM and on SSD (STATS: */
+    uint64_t kv_ssd_bytes;             /*  dram_used / ssd_used), as last read */
+} na_asvc_node_stats_t;
+
 typedef struct na_asvc na_asvc_t;
 
 typedef struct {
@@ -95,6 +106,8 @@ typedef struct {
     void        (*release)(na_asvc_t *s, uint64_t req, int status);
     void        (*stats)(na_asvc_t *s, na_asvc_stats_t *out);
     void        (*progress)(na_asvc_t *s);
+    /* optional (NULL: no storage nodes, e.g. in-process): see na_asvc_node_stats */
+    int         (*node_stats)(na_asvc_t *s, na_asvc_node_stats_t *out, int cap);
 } na_asvc_ops_t;
 
 /* The common head of every implementation. */
@@ -150,6 +163,11 @@ void        na_asvc_release(na_asvc_t *s, uint64_t req, int status);
  * kept for poll): call it during long local work (prefill). Never fails. */
 void        na_asvc_progress(na_asvc_t *s);
 void        na_asvc_stats(na_asvc_t *s, na_asvc_stats_t *out);
+/* Per storage node counters into out[0..cap): returns the nodes written
+ * (0 for a service without storage nodes: in-process, kv-fetch). The KV
+ * bytes are asked of each live node (STATS, a round trip each) only while no
+ * attention is in flight; otherwise the last values read are given. */
+int         na_asvc_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap);
 /* A fresh request id for this service (1, 2, ...). */
 uint64_t    na_asvc_new_id(na_asvc_t *s);
 /* Free the service (releases whatever is still open); NULL is a no-op. */

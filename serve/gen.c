@@ -604,6 +604,8 @@ void na_sg_stats(na_sg_t *g, na_sg_stats_t *out)
     out->bytes_sent = os.svc.bytes_sent;
     out->bytes_recv = os.svc.bytes_recv;
     out->prefill_bytes = os.svc.prefill_bytes;
+    out->n_nodes = na_asvc_node_stats(na_cluster_service(g->cluster), out->nodes,
+                                      NA_SG_MAX_NODES);
 }
 
 const na_model_t *na_sg_model(const na_sg_t *g)

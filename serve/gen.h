@@ -49,11 +49,13 @@
 #include <stdint.h>
 
 #include "common/model.h"
+#include "compute-node/attn_service.h"
 #include "common/status.h"
 #include "common/tokenizer.h"
 
 #define NA_SG_MAX_STOP      8      /* stop strings per job (OpenAI allows 4, a chat template adds one) */
 #define NA_SG_MAX_STOP_LEN  256    /* bytes per stop string */
+#define NA_SG_MAX_NODES     64     /* storage nodes in the per-node stats */
 
 typedef enum {
     NA_SG_STOP = 0,         /* a stop token (EOS/BOS) or a stop string */
@@ -129,6 +131,10 @@ typedef struct {
     uint64_t prefill_bytes;      /* prompt KV shipped */
     uint64_t kv_bytes;           /* KV of the jobs held now (tokens x bytes per token) */
     int      n_storage;          /* storage nodes of the layout */
+    /* per storage node (remote modes; none in-process): attention round
+     * trips, bytes, KV in DRAM / on SSD (compute-node/attn_service.h) */
+    na_asvc_node_stats_t nodes[NA_SG_MAX_NODES];
+    int      n_nodes;
 } na_sg_stats_t;
 
 void        na_sg_opts_default(na_sg_opts_t *o);

@@ -274,10 +274,38 @@ na_status_t na_srv_run(na_srv_t *s, volatile sig_atomic_t *stop)
 
 /* ---- /metrics ------------------------------------------------------------ */
 
+/* node="NAME"[,extra] into out, NAME escaped as the text format wants. */
+static void sm_label(char *out, size_t cap, const char *name, const char *extra)
+{
+    size_t o = 0;
+    const char *c;
+
+    o += (size_t)snprintf(out, cap, "node=\"");
+    for (c = name; *c != '\0' && o + 3 < cap; c++) {
+        if (*c == '\\' || *c == '"' || *c == '\n') {
+            out[o++] = '\\';
+            out[o++] = *c == '\n' ? 'n' : *c;
+        } else {
+            out[o++] = *c;
+        }
+    }
+    snprintf(out + o, cap - o, "\"%s%s", extra ? "," : "", extra ? extra : "");
+}
+
+static int sm_alive(const na_sg_stats_t *t)
+{
+    int i, n = 0;
+    for (i = 0; i < t->n_nodes; i++)
+        n += t->nodes[i].alive != 0;
+    return n;
+}
+
 char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
 {
     unsigned long gen;
     na_sg_stats_t t;
+    char lab[200];
+    int i;
     na_hist_t ttft, itl;
     long rejected, bad, timeouts;
     char *buf = NULL;
@@ -330,23 +358,54 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
                    "Time from the request's arrival to its first text.", &ttft);
     na_metric_hist(f, "nearattn_inter_token_latency_seconds",
                    "Time between two text pieces of one request.", &itl);
+    /* per storage node (remote modes); one node="all" sample in-process */
     na_metric_head(f, "nearattn_attention_round_trips_total", "counter",
-                   "Attention round trips (batch, layer) to the storage nodes.");
-    na_metric_value(f, "nearattn_attention_round_trips_total", "node=\"all\"",
-                    (double)t.attn_calls);
+                   "Attention round trips (batch, layer) answered by a storage node.");
+    if (t.n_nodes == 0)
+        na_metric_value(f, "nearattn_attention_round_trips_total", "node=\"all\"",
+                        (double)t.attn_calls);
+    for (i = 0; i < t.n_nodes; i++) {
+        sm_label(lab, sizeof(lab), t.nodes[i].name, NULL);
+        na_metric_value(f, "nearattn_attention_round_trips_total", lab,
+                        (double)t.nodes[i].attn_calls);
+    }
     na_metric_head(f, "nearattn_attention_round_trip_seconds_total", "counter",
-                   "Summed time of the attention round trips.");
-    na_metric_value(f, "nearattn_attention_round_trip_seconds_total", "node=\"all\"",
-                    t.attn_rt_s);
+                   "Summed time from sending a batch's attention to a node's last answer.");
+    if (t.n_nodes == 0)
+        na_metric_value(f, "nearattn_attention_round_trip_seconds_total", "node=\"all\"",
+                        t.attn_rt_s);
+    for (i = 0; i < t.n_nodes; i++) {
+        sm_label(lab, sizeof(lab), t.nodes[i].name, NULL);
+        na_metric_value(f, "nearattn_attention_round_trip_seconds_total", lab,
+                        t.nodes[i].attn_rt_s);
+    }
     na_metric_head(f, "nearattn_attention_bytes_total", "counter",
-                   "Bytes to and from the storage nodes (decode attention and prompt KV).");
-    na_metric_value(f, "nearattn_attention_bytes_total", "node=\"all\",direction=\"sent\"",
-                    (double)t.bytes_sent);
-    na_metric_value(f, "nearattn_attention_bytes_total", "node=\"all\",direction=\"received\"",
-                    (double)t.bytes_recv);
+                   "Bytes to and from a storage node (decode attention and prompt KV).");
+    if (t.n_nodes == 0) {
+        na_metric_value(f, "nearattn_attention_bytes_total", "node=\"all\",direction=\"sent\"",
+                        (double)t.bytes_sent);
+        na_metric_value(f, "nearattn_attention_bytes_total",
+                        "node=\"all\",direction=\"received\"", (double)t.bytes_recv);
+    }
+    for (i = 0; i < t.n_nodes; i++) {
+        sm_label(lab, sizeof(lab), t.nodes[i].name, "direction=\"sent\"");
+        na_metric_value(f, "nearattn_attention_bytes_total", lab, (double)t.nodes[i].bytes_sent);
+        sm_label(lab, sizeof(lab), t.nodes[i].name, "direction=\"received\"");
+        na_metric_value(f, "nearattn_attention_bytes_total", lab, (double)t.nodes[i].bytes_recv);
+    }
     na_metric_head(f, "nearattn_kv_bytes", "gauge",
-                   "KV cache bytes of the requests held now, by tier.");
-    na_metric_value(f, "nearattn_kv_bytes", "tier=\"storage\"", (double)t.kv_bytes);
+                   "KV cache bytes by tier: each storage node's DRAM and SSD use (its STATS), "
+                   "or the requests held now in-process.");
+    if (t.n_nodes == 0)
+        na_metric_value(f, "nearattn_kv_bytes", "tier=\"inproc\",node=\"all\"",
+                        (double)t.kv_bytes);
+    for (i = 0; i < t.n_nodes; i++) {
+        sm_label(lab, sizeof(lab), t.nodes[i].name, "tier=\"dram\"");
+        na_metric_value(f, "nearattn_kv_bytes", lab, (double)t.nodes[i].kv_dram_bytes);
+        sm_label(lab, sizeof(lab), t.nodes[i].name, "tier=\"ssd\"");
+        na_metric_value(f, "nearattn_kv_bytes", lab, (double)t.nodes[i].kv_ssd_bytes);
+    }
+    G("nearattn_storage_nodes_alive", "Storage nodes taking requests now.", (double)sm_alive(&t));
     G("nearattn_storage_nodes", "Storage nodes of the layout.", (double)t.n_storage);
 #undef G
 #undef C

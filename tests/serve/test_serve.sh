@@ -136,6 +136,13 @@ api)
     promtool check metrics <"$DIR/metrics.txt" || fail "promtool check metrics: $(cat "$DIR/metrics.txt")"
     [ "$(metric nearattn_requests_finished_total)" -ge 19 ] || fail "finished_total: $(cat "$DIR/metrics.txt")"
     grep -q '^nearattn_time_to_first_token_seconds_count [1-9]' "$DIR/metrics.txt" || fail "no TTFT samples"
+    # per storage node: its answered round trips, its bytes, its KV tiers
+    grep -q '^nearattn_attention_round_trips_total{node="s0"} [1-9]' "$DIR/metrics.txt" ||
+        fail "no round trips of node s0: $(grep round_trips "$DIR/metrics.txt")"
+    grep -q '^nearattn_attention_bytes_total{node="s0",direction="sent"} [1-9]' "$DIR/metrics.txt" ||
+        fail "no bytes to node s0"
+    grep -q '^nearattn_kv_bytes{node="s0",tier="dram"} ' "$DIR/metrics.txt" || fail "no KV tiers of node s0"
+    [ "$(metric nearattn_storage_nodes_alive)" = 1 ] || fail "storage_nodes_alive"
     stop_serve
     ;;
 chat)
