@@ -504,6 +504,23 @@ static int rm_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Node j's STATS counters into *c (a round trip); keeps its KV bytes. */
+static na_status_t rm_node_read(rm_t *p, int j, rm_counters_t *c)
+{
+    na_wire_msg_t m;
+    na_status_t st;
+
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_STATS_REQ;
+    st = rm_call(p, j, &m, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, (int)p->cfg->transport.timeout_ms,
+                 rm_stats_reply, (uintptr_t)c);
+    if (st == NA_OK) {
+        p->nodes[j].kv_dram = c->dram_used;
+        p->nodes[j].kv_ssd = c->ssd_used;
+    }
+    return st;
+}
+
 /* Counters, plus (when nothing is in flight) each live node's SSD reads
  * (STATS) and the median HEARTBEAT round trip (RM_PINGS pings per node). */
 void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
@@ -524,12 +541,7 @@ void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
             rm_counters_t c;
             na_wire_msg_t m;
             int k;
-            memset(&m, 0, sizeof(m));
-            m.type = NA_WIRE_MSG_STATS_REQ;
-            if (rm_call(p, j, &m, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, wait_ms, rm_stats_reply,
-                        (uintptr_t)&c) == NA_OK) {
-                nd->kv_dram = c.dram_used;
-                nd->kv_ssd = c.ssd_used;
+            if (rm_node_read(p, j, &c) == NA_OK) {
                 out->ssd_bytes_read += c.ssd - (nd->base_ok ? nd->base_ssd : 0);
                 out->csd_noop_slots += c.csd_noop;
                 out->csd_launches += c.csd_launches;
@@ -602,7 +614,6 @@ static void rm_destroy(na_asvc_t *s)
 int rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
 {
     rm_t *p = (rm_t *)s;
-    const int wait_ms = (int)p->cfg->transport.timeout_ms;
     int j, n = 0;
 
     for (j = 0; j < p->n_nodes && n < cap; j++) {
@@ -621,14 +632,7 @@ int rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
         }
         if (nd->alive && !rm_busy(p)) {
             rm_counters_t c;
-            na_wire_msg_t m;
-            memset(&m, 0, sizeof(m));
-            m.type = NA_WIRE_MSG_STATS_REQ;
-            if (rm_call(p, j, &m, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, wait_ms, rm_stats_reply,
-                        (uintptr_t)&c) == NA_OK) {
-                nd->kv_dram = c.dram_used;
-                nd->kv_ssd = c.ssd_used;
-            }
+            (void)rm_node_read(p, j, &c);          /* on failure: the last values */
         }
         o->kv_dram_bytes = nd->kv_dram;
         o->kv_ssd_bytes = nd->kv_ssd;
