@@ -174,6 +174,7 @@ typedef struct {
     size_t        wbytes;
     int           n_copies, batch;
     int           sgemm;         /* 1: cblas_sgemm with F32 weights */
+    int           threads;       /* the peer's OpenBLAS threads */
 } na_bk_mm_t;
 
 static void na_bk_mm_call(void *ctx, int rep)
@@ -183,8 +184,12 @@ static void na_bk_mm_call(void *ctx, int rep)
     na_kweight_t pw;
     w.data = m->copies + (size_t)(rep % m->n_copies) * m->wbytes;
     if (m->sgemm) {
+        /* the peer: OpenBLAS with its own threads (the cpu backend keeps it
+         * at 1 thread and splits rows over its pool instead) */
+        openblas_set_num_threads(m->threads);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->batch, w.rows, w.cols, 1.0f,
                     m->x, w.cols, (const float *)w.data, w.cols, 0.0f, m->y, w.rows);
+        openblas_set_num_threads(1);
     } else if (m->k->ops->place(m->k, &w, &pw) == NA_OK) {   /* cpu: wraps, no copy */
         na_kbuf_t y = na_kbuf_host(m->y, (size_t)m->batch * w.rows * sizeof(float));
         na_kbuf_t x = na_kbuf_host(m->x, (size_t)m->batch * w.cols * sizeof(float));
@@ -245,7 +250,7 @@ static na_status_t na_bk_mm_init(na_bk_mm_t *m, size_t nx, size_t ny, uint64_t s
     st = na_kernels_create("cpu", threads, &m->k);
     if (st != NA_OK)
         goto err_free;
-    openblas_set_num_threads(threads);
+    m->threads = threads;
     return NA_OK;
 
 err_free:

@@ -330,9 +330,10 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     st = na_cpu_pool_create(n_threads, &s->pool);
     if (st != NA_OK)
         goto err_free_state;
-    /* OpenBLAS's thread count is process-wide; it runs only while our pool
-     * sleeps, so giving it the same count keeps the total at n_threads. */
-    openblas_set_num_threads(n_threads);
+    /* OpenBLAS runs single-threaded: large matmuls split their rows over
+     * this pool (kernels/cpu/cpu_matmul.c), so OpenBLAS's own threads never
+     * spin beside the pool's between calls (its count is process-wide). */
+    openblas_set_num_threads(1);
     s->host.core = v4 ? &na_cpu_core_v4 : &na_cpu_core;
     k->ops = v4 ? &na_cpu_ops_v4 : &na_cpu_ops;
     k->isa = v4 ? "x86-64-v4" : "x86-64-v3";

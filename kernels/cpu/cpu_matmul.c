@@ -23,9 +23,12 @@
  *                         and dotted with NA_CPU_MM_NB inputs at a time, in
  *                         the batch-1 summation order: every output is
  *                         bit-identical to the same row computed at batch 1.
- *   batch > 1, F32 large  one cblas_sgemm (OpenBLAS, n_threads threads).
- *   batch > 1, large      a tile of rows is dequantised into f32 scratch by
- *                         the pool, then multiplied by cblas_sgemm; repeat.
+ *   batch > 1, F32 large  the weight's rows split across the pool, each
+ *                         part one single-threaded cblas_sgemm (OpenBLAS
+ *                         runs with 1 thread: no second set of threads
+ *                         spinning beside the pool's).
+ *   batch > 1, large      each thread dequantises a tile of its rows into
+ *                         f32 scratch and multiplies it by cblas_sgemm.
  *   k->batch_invariant    the "small" path at every batch size, so a row's
  *                         result never depends on what is batched beside it
  *                         (seeded sampling reproduces across batch sizes).
@@ -408,15 +411,33 @@ static void na_cpu_mm_rows_task(void *ctx, int t, int n_tasks)
     }
 }
 
-/* Tile: dequantise rows [lo, hi) of the tile into buf. */
-static void na_cpu_mm_tile_task(void *ctx, int t, int n_tasks)
+/* Large batch, one task per thread: its rows [lo, hi) of W times all inputs
+ * by a single-threaded cblas_sgemm (OpenBLAS runs with 1 thread: the pool is
+ * the one set of threads, so no OpenBLAS thread spins beside it between
+ * calls). F32 rows are used in place; other dtypes are dequantised into the
+ * task's part of buf, j->r1 rows (a tile) at a time. */
+static void na_cpu_mm_gemm_task(void *ctx, int t, int n_tasks)
 {
     const na_cpu_mm_job_t *j = ctx;
-    int r, lo, hi;
-    na_cpu_task_rows(j, t, n_tasks, &lo, &hi);
-    for (r = lo; r < hi; r++)
-        na_cpu_dequant_row(j->w->dtype, na_cpu_row(j->w, r),
-                           j->buf + (size_t)(r - j->r0) * j->w->cols, j->w->cols);
+    const int cols = j->w->cols, rows = j->w->rows, tile = j->r1;
+    int lo = (int)((long)rows * t / n_tasks), hi = (int)((long)rows * (t + 1) / n_tasks), r0, r;
+
+    if (j->w->dtype == NA_DTYPE_F32) {
+        if (hi > lo)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->batch, hi - lo, cols, 1.0f,
+                        j->x, cols, (const float *)j->w->data + (size_t)lo * cols, cols, 0.0f,
+                        j->y + lo, rows);
+        return;
+    }
+    for (r0 = lo; r0 < hi; r0 += tile) {
+        int n = hi - r0 < tile ? hi - r0 : tile;
+        float *buf = j->buf + (size_t)t * tile * cols;
+        for (r = 0; r < n; r++)
+            na_cpu_dequant_row(j->w->dtype, na_cpu_row(j->w, r0 + r), buf + (size_t)r * cols,
+                               cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->batch, n, cols, 1.0f, j->x, cols,
+                    buf, cols, 0.0f, j->y + r0, rows);
+    }
 }
 
 /* Tasks for a job over n rows of `cols` weights: 1 when too small to be
@@ -464,30 +485,20 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
     }
     if (k->batch_invariant)
         goto rows;                      /* the row kernel: batch-1 summation order */
-    if (w->dtype == NA_DTYPE_F32 && batch >= NA_CPU_F32_SGEMM_MIN_BATCH) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, rows, cols,
-                    1.0f, x, cols, (const float *)w->data, cols, 0.0f, y, rows);
-        return;
-    }
-    if (batch >= NA_CPU_TILE_MIN_BATCH) {
-        int tile = (int)(NA_CPU_TILE_FLOATS / (size_t)cols);
+    if ((w->dtype == NA_DTYPE_F32 && batch >= NA_CPU_F32_SGEMM_MIN_BATCH) ||
+        (w->dtype != NA_DTYPE_F32 && batch >= NA_CPU_TILE_MIN_BATCH)) {
+        int n_tasks = k->n_threads < rows ? k->n_threads : rows;
+        int tile = (int)(NA_CPU_TILE_FLOATS / ((size_t)cols * (size_t)n_tasks));
         if (tile < 8)
             tile = 8;
-        if (tile > rows)
-            tile = rows;
-        j.buf = na_cpu_scratch(k, (size_t)tile * cols);
-        if (j.buf != NULL) {
-            int r0;
-            for (r0 = 0; r0 < rows; r0 += tile) {
-                int n = rows - r0 < tile ? rows - r0 : tile;
-                j.r0 = r0;
-                j.r1 = r0 + n;
-                na_cpu_pool_run(s->pool, na_cpu_mm_tile_task, &j, na_cpu_mm_tasks(k, n, cols, 1));
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, n, cols,
-                            1.0f, x, cols, j.buf, cols, 0.0f, y + r0, rows);
-            }
+        j.r1 = tile;                    /* rows per dequantised tile of a task */
+        if (w->dtype != NA_DTYPE_F32)
+            j.buf = na_cpu_scratch(k, (size_t)n_tasks * tile * cols);
+        if (w->dtype == NA_DTYPE_F32 || j.buf != NULL) {
+            na_cpu_pool_run(s->pool, na_cpu_mm_gemm_task, &j, n_tasks);
             return;
         }
+        j.r1 = rows;
         /* no scratch: fall through to the row kernel without buffers */
     }
 rows:
