@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli/bench.h"
+#include "cli/bench_slot.h"
 #include "cli/cli.h"
 #include "common/plan.h"
 #include "storage-node/slot.h"
@@ -135,23 +136,9 @@ static na_status_t na_bc_run(const char *dir, const char *xclbin, int ctx,
         if (step == 1)
             na_slot_stats(s, &s0);
         t0 = na_bench_now();
-        for (l = 0; st == NA_OK && l < NA_BC_LAYERS; l++) {
-            for (r = 0; r < NA_BC_REQ; r++) {
-                memset(&ent[r], 0, sizeof(ent[r]));
-                ent[r].req = (uint64_t)r;
-                ent[r].layer = l;
-                ent[r].n_q_heads = NA_BC_HEADS;
-                ent[r].n_kv_heads = NA_BC_KVH;
-                ent[r].q = q + (size_t)r * qw;
-                ent[r].k_new = k;
-                ent[r].v_new = k;
-                ent[r].o = o + (size_t)r * qw;
-            }
-            st = na_slot_decode(s, ent, NA_BC_REQ);
-            for (r = 0; st == NA_OK && r < NA_BC_REQ; r++)
-                if (ent[r].status != NA_OK)
-                    st = na_err(ent[r].status, "bench csd: %s", ent[r].reason);
-        }
+        for (l = 0; st == NA_OK && l < NA_BC_LAYERS; l++)
+            st = na_cli_bench_slot_layer(s, ent, NA_BC_REQ, l, NA_BC_HEADS, NA_BC_KVH, q, qw, k, k,
+                                         o, "bench csd");
         t[step] = na_bench_now() - t0;
     }
     if (st == NA_OK) {

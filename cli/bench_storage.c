@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli/bench.h"
+#include "cli/bench_slot.h"
 #include "cli/cli.h"
 #include "storage-node/slot.h"
 
@@ -403,21 +404,8 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
             na_slot_stats(s, &st0);
         t0 = na_bench_now();
         for (l = 0; l < NA_BS_LAYERS; l++) {
-            for (r = 0; r < NA_BS_REQ; r++) {
-                memset(&ent[r], 0, sizeof(ent[r]));
-                ent[r].req = (uint64_t)r;
-                ent[r].layer = l;
-                ent[r].n_q_heads = run->n_heads;
-                ent[r].n_kv_heads = NA_BS_KVH;
-                ent[r].q = q + (size_t)r * qw;
-                ent[r].k_new = k;
-                ent[r].v_new = v;
-                ent[r].o = o + (size_t)r * qw;
-            }
-            st = na_slot_decode(s, ent, NA_BS_REQ);
-            for (r = 0; st == NA_OK && r < NA_BS_REQ; r++)
-                if (ent[r].status != NA_OK)
-                    st = na_err(ent[r].status, "bench storage: %s", ent[r].reason);
+            st = na_cli_bench_slot_layer(s, ent, NA_BS_REQ, l, run->n_heads, NA_BS_KVH, q, qw, k,
+                                         v, o, "bench storage");
             if (st != NA_OK)
                 goto out;
             (void)na_slot_poll(s);
@@ -689,4 +677,29 @@ fail:
     na_bench_destroy(b);
     rmdir(dir);
     return rc;
+}
+
+na_status_t na_cli_bench_slot_layer(na_slot_t *s, na_attn_entry_t *ent, int n_req, int layer,
+                                    int n_q_heads, int n_kv_heads, const float *q, size_t qw,
+                                    const float *k, const float *v, float *o, const char *who)
+{
+    na_status_t st;
+    int r;
+
+    for (r = 0; r < n_req; r++) {
+        memset(&ent[r], 0, sizeof(ent[r]));
+        ent[r].req = (uint64_t)r;
+        ent[r].layer = layer;
+        ent[r].n_q_heads = n_q_heads;
+        ent[r].n_kv_heads = n_kv_heads;
+        ent[r].q = q + (size_t)r * qw;
+        ent[r].k_new = k;
+        ent[r].v_new = v;
+        ent[r].o = o + (size_t)r * qw;
+    }
+    st = na_slot_decode(s, ent, n_req);
+    for (r = 0; st == NA_OK && r < n_req; r++)
+        if (ent[r].status != NA_OK)
+            st = na_err(ent[r].status, "%s: %s", who, ent[r].reason);
+    return st;
 }

@@ -201,6 +201,23 @@ na_status_t na_cfg_check_engines(na_cfg_parse_t *p, const na_cfg_t *cfg)
                                 "storage node '%s' device %d: engine csd needs xclbin (the CSD "
                                 "kernel's xclbin; for XRT noop write one with `nearattn "
                                 "csd-xclbin --out FILE`)", n->name, cfg->slots[s].dev);
+        {
+            /* an engine's own keys on a slot of another engine would be ignored */
+            static const struct { const char *key; na_cfg_engine_t engine; } own[] = {
+                { "csd_device", NA_CFG_ENGINE_CSD }, { "xclbin", NA_CFG_ENGINE_CSD },
+                { "csd_mb", NA_CFG_ENGINE_CSD }, { "csd_timeout_ms", NA_CFG_ENGINE_CSD },
+                { "hbm_mb", NA_CFG_ENGINE_CUDA },
+            };
+            size_t i;
+            for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+                if (dev->engine != own[i].engine && na_cfg_yn_get(dm, own[i].key) != NULL)
+                    return na_cfg_errat(p, na_cfg_key_at(dm, own[i].key), NA_ERR_INVALID,
+                                        "storage node '%s' device %d: %s is a key of engine %s, "
+                                        "this slot's engine is %s (remove it or set engine)",
+                                        n->name, cfg->slots[s].dev, own[i].key,
+                                        na_cfg_engine_name(own[i].engine),
+                                        na_cfg_engine_name(dev->engine));
+        }
     }
     return NA_OK;
 }

@@ -57,8 +57,12 @@ layout() {
             echo "    devices:"
             d=0
             for eng in $8; do
-                echo "      - { path: \"$DIR/kv/$1/s$i/d$d\", engine: $eng, dram_mb: 64, ssd_mb: 64,"
-                echo "          csd_device: \"${10:-$d}\", xclbin: \"$xb\" }"
+                if [ "$eng" = csd ]; then     # csd keys only on csd slots (refused elsewhere)
+                    echo "      - { path: \"$DIR/kv/$1/s$i/d$d\", engine: $eng, dram_mb: 64, ssd_mb: 64,"
+                    echo "          csd_device: \"${10:-$d}\", xclbin: \"$xb\" }"
+                else
+                    echo "      - { path: \"$DIR/kv/$1/s$i/d$d\", engine: $eng, dram_mb: 64, ssd_mb: 64 }"
+                fi
                 d=$((d + 1))
             done
             i=$((i + 1))

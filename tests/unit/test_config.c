@@ -69,6 +69,8 @@ static const bad_case_t bad_cases[] = {
 #else
     { "engine-unbuilt.yaml",    9, 46, "engine csd needs xclbin" },
 #endif
+    /* an engine's own key on a slot of another engine would be ignored */
+    { "engine-key-other.yaml",  9, 71, "hbm_mb is a key of engine cuda, this slot's engine is cpu" },
 #if !NA_HAVE_CUDA    /* a CUDA build has compute device cuda */
     { "device-unbuilt.yaml",    3, 42, "device cuda is not built into this nearattn (available: cpu)" },
 #endif
