@@ -225,13 +225,10 @@ static void br_drain(br_t *br)
 
 static void br_progress(br_t *br, long tok0, int force)
 {
-    na_sg_stats_t gs;
-
     if (br->o->progress == NULL)
         return;
-    na_sg_stats(br->o->gen, &gs);
     na_batch_progress_update(br->o->progress, br->s->before + br->s->ok + br->s->failed,
-                             br->s->failed, gs.gen_tokens - tok0, force);
+                             br->s->failed, na_sg_gen_tokens(br->o->gen) - tok0, force);
 }
 
 /* Say what a signal does now (the bar taken off the line first). */
@@ -251,7 +248,6 @@ na_status_t na_batch_run(const na_batch_in_t *in, na_batch_out_t *out,
     double t0 = na_now_s();
     int stopping = 0, cancelling = 0, i;
     long idx = 0, tok0;
-    na_sg_stats_t gs;
     char msg[160];
 
     memset(s, 0, sizeof(*s));
@@ -261,8 +257,7 @@ na_status_t na_batch_run(const na_batch_in_t *in, na_batch_out_t *out,
     br.slots = calloc((size_t)o->max_in_flight, sizeof(*br.slots));
     if (br.slots == NULL)
         return na_err(NA_ERR_NOMEM, "batch: out of memory");
-    na_sg_stats(o->gen, &gs);
-    tok0 = gs.gen_tokens;
+    tok0 = na_sg_gen_tokens(o->gen);
     for (;;) {
         if (*o->n_sigs != seen) {             /* a signal since the last look */
             seen = *o->n_sigs;

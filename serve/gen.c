@@ -608,6 +608,11 @@ void na_sg_stats(na_sg_t *g, na_sg_stats_t *out)
                                       NA_SG_MAX_NODES);
 }
 
+long na_sg_gen_tokens(const na_sg_t *g)
+{
+    return g->st.gen_tokens;
+}
+
 const na_model_t *na_sg_model(const na_sg_t *g)
 {
     return g->model;

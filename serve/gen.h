@@ -156,7 +156,12 @@ void        na_sg_cancel(na_sg_t *g, na_sg_job_t *j);
 na_status_t na_sg_progress(na_sg_t *g, int timeout_ms);
 /* Jobs held (submitted, on_end not called yet). */
 int         na_sg_pending(const na_sg_t *g);
+/* Counters since create, with the attention service's and each storage
+ * node's (round trips to the nodes when no attention is in flight: for
+ * /metrics, not for a progress line). */
 void        na_sg_stats(na_sg_t *g, na_sg_stats_t *out);
+/* Tokens generated since create (no round trip). */
+long        na_sg_gen_tokens(const na_sg_t *g);
 /* The model (its cfg.seq_len is the context in use; gguf for the chat
  * template), the tokenizer, and a name for /v1/models (the model file's
  * name without directories and extension). */
