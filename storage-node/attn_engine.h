@@ -94,7 +94,11 @@ typedef struct {
     uint64_t ssd_bytes_read;         /* demand + prefetch reads completed */
     uint64_t prefetch_hits, prefetch_issued;
     uint64_t tokens;                 /* context tokens attended */
-    uint64_t compute_ns;             /* worker time in attention kernels (all workers) */
+    uint64_t compute_ns;             /* time in attention kernels (all workers and the
+                                        loop thread while it helps) */
+    uint64_t helped;                 /* jobs the loop thread ran while waiting (cpu) */
+    uint32_t kernel_threads;         /* threads that run kernels: compute_ns / this is
+                                        the busy wall time (0: n_threads) */
     uint64_t batch_ns;               /* begin -> wait returned, summed over batches */
     /* engine csd */
     uint64_t csd_noop;               /* 1: XRT noop + C model (never hardware) */

@@ -80,7 +80,7 @@ struct na_attn_cpu {
     uint64_t             round;
     pthread_t            io_thread;
     pthread_t           *workers;
-    na_kernels_t       **kernels;       /* one backend per worker */
+    na_kernels_t       **kernels;       /* one backend per worker, then the loop's */
     int                  n_started;
     na_attn_stats_t      stats;         /* guarded by mu */
     uint64_t             read_unreported;

@@ -229,6 +229,21 @@ static const nd_counter_t nd_slot_counters[] = {
     { "csd_p2p_bytes",     offsetof(na_slot_stats_t, attn.csd_p2p_bytes) },
 };
 
+/* The most threads any slot's engine runs kernels on (see nd_stats). */
+static uint64_t nd_kernel_threads(na_node_t *n)
+{
+    uint64_t most = (uint64_t)n->common.n_threads;
+    int s;
+
+    for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {
+        na_slot_stats_t ss;
+        na_slot_stats(n->slots[s], &ss);
+        if (ss.attn.kernel_threads > most)
+            most = ss.attn.kernel_threads;
+    }
+    return most;
+}
+
 static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
 {
     na_wire_stat_t v[NA_WIRE_STATS_MAX];
@@ -243,8 +258,10 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
         nd_stat(v, &k, NA_WIRE_STATS_MAX, nd_node_counters[i].key,
                 *(const uint64_t *)((const char *)n + nd_node_counters[i].off));
     /* attention kernel time: s<i>.attn_compute_ns is summed over this many
-     * workers of slot i (the compute side's time split divides by it) */
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.attn_threads", (uint64_t)n->common.n_threads);
+     * threads of a slot (the compute side's time split divides by it): the
+     * engine's kernel_threads (cpu: the workers and the loop, which helps
+     * while it waits), else its workers */
+    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.attn_threads", nd_kernel_threads(n));
     /* what the KV is for: a compute node checks it before placing requests
      * on a node that joins (compute-node/attn_remote.c) */
     nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.n_layers", (uint64_t)n->common.n_layers);
