@@ -316,6 +316,7 @@ na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "inproc: out of memory");
     na_asvc_base_init(&p->base, &na_inproc_ops, "inproc", mc);
+    p->base.shares_cores = 1;          /* the slots' engine threads are ours */
     st = na_slotset_create(&spec, &p->ss);
     if (st != NA_OK) {
         free(p);

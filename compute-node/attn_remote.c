@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "compute-node/attn_remote_internal.h"
+#include "rdma/xp_cfg.h"
 
 #define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
@@ -660,6 +661,7 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
     na_asvc_base_init(&p->base, &na_remote_ops, "remote", mc);
+    p->base.shares_cores = na_xp_cfg_shares_cores(cfg, name);
     p->cfg = cfg;
     p->head_part = cfg->parallel.partition == NA_CFG_PARTITION_HEAD;
     p->kv_dtype = kv_dtype;

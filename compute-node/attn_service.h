@@ -119,6 +119,11 @@ struct na_asvc {
     uint64_t             next_req_id;  /* request ids handed out by na_asvc_new_id */
     double               prefill_s;    /* time in prefill / prefill_done (the wrappers) */
     uint64_t             prefill_bytes;/* K/V bytes of the prefill calls that succeeded */
+    int                  shares_cores; /* 1: the attention runs on this machine's cores
+                                          (in-process slots, or storage nodes of the
+                                          layout on this host): a compute node that
+                                          waits for it lets its threads sleep at once
+                                          (na_kernels_rest) instead of spinning */
 };
 
 /* ---- calls (thin wrappers over ops; see the top comment) ---------------- */

@@ -443,7 +443,10 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
         }
         if (ran)
             continue;
-        /* nothing can run: wait for attention (idle time) */
+        /* nothing can run: wait for attention (idle time); our pool's
+         * threads must not spin on cores the attention needs */
+        if (g->svc->shares_cores)
+            na_kernels_rest(g->e->kern);
         for (i = 0; i < g->n_batches; i++) {
             waiting += g->b[i].state == NA_OFF_B_WAIT;
             away += g->b[i].state == NA_OFF_B_AWAY;

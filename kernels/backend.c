@@ -86,6 +86,12 @@ void na_kernels_destroy(na_kernels_t *k)
     k->ops->destroy(k);
 }
 
+void na_kernels_rest(na_kernels_t *k)
+{
+    if (k->ops->rest != NULL)
+        k->ops->rest(k);
+}
+
 na_status_t na_kernels_finish(na_kernels_t *k)
 {
     na_status_t st = k->ops->event_record(k, k->fin);

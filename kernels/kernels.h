@@ -208,6 +208,12 @@ typedef struct {
      * read once for all heads of the group. scale is 1/sqrt(head_dim). */
     na_kattn_partial_fn *attn_partial;
 
+    /* Optional (NULL: nothing to do; call na_kernels_rest). The caller will
+     * enqueue nothing for a while (it waits on the network): threads that
+     * poll for work may sleep now, giving their cores to a storage node on
+     * the same machine. A hint: the next op works as always. */
+    void (*rest)(na_kernels_t *k);
+
     /* Release the backend (threads, scratch, the struct itself); called by
      * na_kernels_destroy only. */
     void (*destroy)(na_kernels_t *k);
@@ -238,6 +244,9 @@ struct na_kernels {
  * backend are stateless and may be called from several threads at once. */
 na_status_t na_kernels_create(const char *name, int n_threads, na_kernels_t **k_p);
 void        na_kernels_destroy(na_kernels_t *k);
+
+/* ops->rest if the backend has it (see there). */
+void        na_kernels_rest(na_kernels_t *k);
 
 /* Record the backend's own event and wait for it: every op enqueued so far
  * has completed. For callers that need nothing finer. */

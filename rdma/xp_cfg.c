@@ -21,4 +21,19 @@ void na_xp_opts_from_cfg(const na_cfg_t *cfg, const char *name, int role, size_t
     xo->secret_len = cfg->secret_len;
     xo->timeout_ms = (int)cfg->transport.timeout_ms;
     xo->max_msg = max_msg;
+    /* busy-poll only where a core is free (issue 14): beside another node
+     * of the layout on this machine, spinning takes the core the other
+     * node's attention or matmuls need (bench e2e --remote, t_a split) */
+    if (na_xp_cfg_shares_cores(cfg, name))
+        xo->spin_us = -1;
+}
+
+int na_xp_cfg_shares_cores(const na_cfg_t *cfg, const char *name)
+{
+    int i;
+
+    for (i = 0; i < cfg->n_nodes; i++)
+        if (cfg->nodes[i].is_local && (name == NULL || strcmp(cfg->nodes[i].name, name)))
+            return 1;
+    return 0;
 }

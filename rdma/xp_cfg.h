@@ -26,4 +26,11 @@ static inline na_cfg_tls_t na_xp_tls_cfg(na_xp_tls_t tls)
 void na_xp_opts_from_cfg(const na_cfg_t *cfg, const char *name, int role, size_t max_msg,
                          na_xp_opts_t *xo);
 
+/* 1 when node `name` shares this machine's cores with another node of the
+ * layout (their hosts name this machine: one box running compute and
+ * storage nodes, as `nearattn run` does): a thread waiting on the network
+ * must then sleep at once rather than busy-poll, since the peer it waits
+ * for needs the core. na_xp_opts_from_cfg sets spin_us = -1 (never) then. */
+int  na_xp_cfg_shares_cores(const na_cfg_t *cfg, const char *name);
+
 #endif /* NA_XP_CFG_H */

@@ -53,7 +53,8 @@ struct na_attn_batch {
     uint64_t         t_begin_ns;
     na_attn_item_t **items;
     int              n, cap;
-    int              done;           /* items completed (guarded by engine mu) */
+    int              done;           /* items completed (written under engine mu,
+                                        atomically: na_attn_yield_wait polls it) */
     int              closed;
 };
 

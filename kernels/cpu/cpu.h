@@ -23,6 +23,9 @@ void na_cpu_pool_destroy(na_cpu_pool_t *pool);
 /* Run fn(ctx, task, n_tasks) for every task, the caller taking part; returns
  * when all tasks are done. Cannot fail. Not re-entrant. */
 void na_cpu_pool_run(na_cpu_pool_t *pool, na_cpu_task_fn fn, void *ctx, int n_tasks);
+/* No job is coming for a while: workers polling for one sleep now instead of
+ * spinning out NA_CPU_POOL_SPIN (the next na_cpu_pool_run wakes them). */
+void na_cpu_pool_rest(na_cpu_pool_t *pool);
 
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
 typedef struct {

@@ -259,10 +259,17 @@ static void na_cpu_destroy(na_kernels_t *k)
 static const na_khost_core_t na_cpu_core    = NA_CPU_CORE();
 static const na_khost_core_t na_cpu_core_v4 = NA_CPU_CORE(_v4);
 
+/* ops->rest: the pool's workers sleep now rather than spin for the next job. */
+static void na_cpu_rest(na_kernels_t *k)
+{
+    na_cpu_pool_rest(((na_cpu_state_t *)k->priv)->pool);
+}
+
 static const na_kernel_ops_t na_cpu_ops = {
     .name         = "cpu",
     NA_KHOST_OPS,
     .attn_partial = na_cpu_attn_partial,
+    .rest         = na_cpu_rest,
     .destroy      = na_cpu_destroy,
 };
 
@@ -270,6 +277,7 @@ static const na_kernel_ops_t na_cpu_ops_v4 = {
     .name         = "cpu",
     NA_KHOST_OPS,
     .attn_partial = na_cpu_attn_partial_v4,
+    .rest         = na_cpu_rest,
     .destroy      = na_cpu_destroy,
 };
 

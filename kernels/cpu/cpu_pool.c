@@ -38,6 +38,7 @@ struct na_cpu_pool {
     pthread_cond_t  cv_done;    /* running fell to 0 */
     atomic_ulong    gen;        /* job generation: fn, ctx, n_tasks, next are set before it */
     atomic_int      running;    /* workers still inside the current job */
+    atomic_int      rest;       /* 1: no job soon (na_cpu_pool_rest): sleep, do not spin */
     atomic_int      stop;
     atomic_int      sleepers;   /* workers asleep (or about to be) on cv_job */
     atomic_int      waiting;    /* the caller asleep (or about to be) on cv_done */
@@ -64,7 +65,7 @@ static unsigned long na_cpu_pool_wait_job(na_cpu_pool_t *p, unsigned long seen)
     unsigned long g;
     int i;
 
-    for (i = 0; i < NA_CPU_POOL_SPIN; i++) {
+    for (i = 0; i < NA_CPU_POOL_SPIN && !atomic_load(&p->rest); i++) {
         g = atomic_load(&p->gen);
         if (g != seen || atomic_load(&p->stop))
             return g;
@@ -170,6 +171,7 @@ void na_cpu_pool_run(na_cpu_pool_t *p, na_cpu_task_fn fn, void *ctx, int n_tasks
     p->n_tasks = n_tasks;
     atomic_store(&p->next, 0);
     atomic_store(&p->running, p->n_workers);
+    atomic_store(&p->rest, 0);
     atomic_fetch_add(&p->gen, 1);          /* publishes the job (seq_cst) */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -189,4 +191,10 @@ void na_cpu_pool_run(na_cpu_pool_t *p, na_cpu_task_fn fn, void *ctx, int n_tasks
         atomic_store(&p->waiting, 0);
         pthread_mutex_unlock(&p->mu);
     }
+}
+
+void na_cpu_pool_rest(na_cpu_pool_t *pool)
+{
+    if (pool != NULL)
+        atomic_store(&pool->rest, 1);
 }
