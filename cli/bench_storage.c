@@ -57,7 +57,9 @@ typedef struct {
     double      ssd_read_per_tok;
     double      prefill_s;
     uint64_t    prefetch_hits;
-    double      compute_frac;    /* kernel time / (timed wall time x threads) */
+    double      compute_frac;    /* kernel time / (timed wall time x kernel threads) */
+    double      io_busy_frac;    /* wall time with >= 1 SSD read in flight / timed wall */
+    double      io_busy_gbs;     /* SSD bytes read / that busy time (GB/s) */
     na_bs_ref_fn ref;            /* limit measured between steps */
     void        *ref_ctx;
     double       ref_med, ref_spread;
@@ -452,8 +454,13 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
         double wall = 0;
         for (i = 1; i < NA_BS_STEPS; i++)
             wall += t[i];
+        int kt = st1.attn.kernel_threads > 0 ? (int)st1.attn.kernel_threads : run->threads;
+        double busy = (double)(st1.attn.io_busy_ns - st0.attn.io_busy_ns) / 1e9;
         run->compute_frac = (double)(st1.attn.compute_ns - st0.attn.compute_ns) / 1e9 /
-                            (wall * run->threads);
+                            (wall * kt);
+        run->io_busy_frac = busy / wall;
+        run->io_busy_gbs = busy > 0 ? (double)(st1.kv.bytes_read_ssd - st0.kv.bytes_read_ssd) /
+                                      busy / 1e9 : 0;
     }
 out:
     if (have_kvfile) {
@@ -625,9 +632,18 @@ int na_cli_bench_storage(int argc, char **argv)
     na_bench_note(b, "SSD run: attention / read of the KV file, step by step: median %.1f%% "
                   "(%.1f%% .. %.1f%%)", 100.0 * run.pair_med, 100.0 * run.pair_min,
                   100.0 * run.pair_max);
-    na_bench_note(b, "SSD run: %llu prefetched granules used over the timed steps; engine "
-                  "workers busy in kernels %.0f%% of the time (compute hidden under I/O)",
-                  (unsigned long long)run.prefetch_hits, 100.0 * run.compute_frac);
+    /* where a step's time goes: the disk's share (gaps in it = the pipeline
+     * left it idle), its rate while busy (below the reference = reads too
+     * small or too few in flight), the kernels' share (hidden under I/O) */
+    na_bench_add(b, "SSD step: disk busy (>= 1 read in flight)", 100.0 * run.io_busy_frac, "%",
+                 0.0, NULL, 0.0);
+    na_bench_add(b, "SSD step: read rate while the disk is busy", run.io_busy_gbs, "GB/s", 0.0,
+                 "O_DIRECT read, best config", run.best_rd);
+    na_bench_add(b, "SSD step: kernels busy (per kernel thread)", 100.0 * run.compute_frac, "%",
+                 0.0, NULL, 0.0);
+    na_bench_note(b, "SSD run: %llu prefetched granules used over the timed steps; a step = "
+                  "disk busy share x its rate; kernels busy %.0f%% of the time (hidden under "
+                  "the reads)", (unsigned long long)run.prefetch_hits, 100.0 * run.compute_frac);
 
     /* attention over DRAM-resident KV, a STREAM copy after each step:
      * GQA 4 with 1 and N engine threads, MHA with 1 thread */

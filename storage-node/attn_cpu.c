@@ -133,6 +133,8 @@ static void *na_attn_io_main(void *arg)
                 pieces++;
             }
             j->pieces = pieces;
+            if (e->reads_inflight == 0 && pieces > 0)
+                e->io_busy_since = na_now_ns();      /* the disk gets work: busy from now */
             e->reads_inflight += pieces;
             if (pieces == 0)
                 na_attn_read_done(e, j);
@@ -151,7 +153,8 @@ static void *na_attn_io_main(void *arg)
         pthread_mutex_lock(&e->mu);
         for (i = 0; i < n; i++) {
             na_attn_job_t *j = (na_attn_job_t *)(uintptr_t)cqe[i].tag;
-            e->reads_inflight--;
+            if (--e->reads_inflight == 0)          /* idle again: close the busy span */
+                e->stats.io_busy_ns += na_now_ns() - e->io_busy_since;
             j->pieces--;
             if (cqe[i].res < 0) {
                 if (!j->failed)

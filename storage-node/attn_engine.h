@@ -100,6 +100,7 @@ typedef struct {
     uint32_t kernel_threads;         /* threads that run kernels: compute_ns / this is
                                         the busy wall time (0: n_threads) */
     uint64_t batch_ns;               /* begin -> wait returned, summed over batches */
+    uint64_t io_busy_ns;             /* wall time with >= 1 SSD read in flight (cpu) */
     /* engine csd */
     uint64_t csd_noop;               /* 1: XRT noop + C model (never hardware) */
     uint64_t csd_launches;           /* kernel runs */

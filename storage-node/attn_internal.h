@@ -77,6 +77,7 @@ struct na_attn_cpu {
     na_attn_job_t       *cq_head, *cq_tail;   /* jobs ready to compute */
     na_attn_job_t       *pf;                  /* prefetch jobs issued, not claimed */
     int                  reads_inflight;
+    uint64_t             io_busy_since; /* when reads_inflight last rose from 0 */
     int                  stop;
     uint64_t             round;
     pthread_t            io_thread;
