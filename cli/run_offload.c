@@ -53,6 +53,14 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
                 s->prefill_s + compute + s->xcache_s + s->submit_s + s->ship_s, s->prefill_s,
                 compute, s->xcache_s, s->submit_s, s->ship_s, s->attn_rt_s, net, att, disk,
                 s->idle_s);
+        /* issue 14's round-trip target: mean round trip <= 2 x (the link's
+         * own round trip + the storage node's attention per round trip) */
+        if (s->svc.link_rtt_s > 0)
+            fprintf(stderr, "round trip: mean %.3f ms = %.2f x (HEARTBEAT ping %.3f ms + storage "
+                    "attention %.3f ms per round trip)\n", 1e3 * s->attn_rt_s / (double)s->attn_calls,
+                    s->attn_rt_s / (double)s->attn_calls /
+                        (s->svc.link_rtt_s + att / (double)s->attn_calls),
+                    1e3 * s->svc.link_rtt_s, 1e3 * att / (double)s->attn_calls);
     } else {
         fprintf(stderr, "time split of the run: the storage nodes' own attention and disk "
                 "times are not reported by this attention service\n");
