@@ -475,7 +475,7 @@ join)
     L2=$(layout join 2 request 1 auto auto 2 false "$STORIES" "$STOK")
     RL="$DIR/joinrun.yaml"
     cp "$L1" "$RL"
-    one_node_run join "$L1" "$RL" 32
+    one_node_run join "$L1" "$RL" 64    # long enough that s1 can start and join
     NA_LOG_LEVEL=debug na_bg "$DIR/j1.out" "$DIR/j1.err" "$BIN" node --config "$L2" --name s1
     S1=$NA_PID
     na_wait_line "$DIR/j1.out" READY 20 || fail "join: s1 not ready"
