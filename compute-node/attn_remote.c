@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -38,6 +39,10 @@
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
 #define RM_LAYOUT_MS   500  /* the layout file is looked at this often for new nodes */
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
+/* ... each after this pause: as decode's messages, a ping then finds the peer
+ * asleep (on these VMs the wake-ups are most of a round trip: back-to-back
+ * pings read 11-65 us from run to run, the decode round trips ~50 us) */
+#define RM_PING_GAP_US 1000
 #define RM_JOIN_ASK_MS 25   /* a node that announced itself: STATS asked this often */
 
 static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
@@ -558,7 +563,9 @@ void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
                 }
             }
             for (k = 0; k < RM_PINGS && n_rtt < RM_MAX_NODES * RM_PINGS; k++) {
-                double t0 = na_now_s();
+                double t0;
+                usleep(RM_PING_GAP_US);
+                t0 = na_now_s();
                 memset(&m, 0, sizeof(m));
                 m.type = NA_WIRE_MSG_HEARTBEAT;
                 m.u.heartbeat.send_ns = na_xp_now_ns();
