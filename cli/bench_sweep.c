@@ -125,7 +125,7 @@ static int sw_names(const char *s, int (*parse)(const char *), int *v, int cap)
 static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *out, size_t cap)
 {
     const char *src = getenv("NA_SOURCE_DIR");
-    char secret[700];
+    char secret[700], abs_secret[PATH_MAX];
     FILE *f;
     int j;
 
@@ -140,6 +140,12 @@ static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *ou
             *p = '\0';
         strncat(secret, "/cluster-configs/dev.secret", sizeof(secret) - strlen(secret) - 1);
     }
+    /* the layout lives in s->dir and a relative path in it is taken from
+     * there: write the secret's absolute path (a sweep started from the
+     * repository root found "./cluster-configs/dev.secret" and every point
+     * failed to load its layout) */
+    if (realpath(secret, abs_secret) != NULL)
+        snprintf(secret, sizeof(secret), "%.690s", abs_secret);
     snprintf(out, cap, "%s/%s-n%d-s%d.yaml", s->dir, L->link.name, nodes, spill);
     f = fopen(out, "w");
     if (f == NULL)
