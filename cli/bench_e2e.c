@@ -400,6 +400,11 @@ int na_cli_bench_e2e(int argc, char **argv)
         }
     if (ea.remote && g_link_rtt > 0)
         na_bench_add(b, "link round trip (HEARTBEAT ping)", 1e6 * g_link_rtt, "us", 0, NULL, 0);
+    if (ea.remote)
+        na_bench_note(b, "TARGET latency rows: the performance issue sets <= 1.3x at --dim 768 "
+                      "--ctx 4096 --batch 1; at small shapes a layer's attention is tens of us "
+                      "and its round trip (two wake-ups of sleeping threads, 20-45 us each on "
+                      "2-vCPU VMs) dominates");
     na_bench_note(b, "generated MHA model dim %d, %d layers, %d heads, f16 KV; %d new tokens "
                   "per request, greedy; offload = %s (1 slot, DRAM tier, %d engine worker(s) + "
                   "the thread that waits for the batch, which helps: the machine's %d "
