@@ -56,6 +56,7 @@
 #include "kernels/cpu/cpu.h"
 
 #define NA_CPU_TILE_MIN_BATCH 20
+#define NA_CPU_GEMM_BF16_MIN_BATCH 16   /* na_cpu_gemm_bf16 from here */
 #define NA_CPU_F32_SGEMM_MIN_BATCH 16
 #define NA_CPU_TILE_FLOATS    (512u * 1024u)   /* 2 MiB of dequantised rows */
 #define NA_CPU_PAR_MIN_WORK   (1u << 17)       /* weights per matmul worth waking the pool */
@@ -87,49 +88,6 @@ static inline void na_cpu_q8_block(const uint8_t *blk, __m256 out[4])
  * kernels/ref/ref.h, na_ref_quantize_q8): the inputs of a call are quantised
  * once, then each block's 32 products are summed exactly in int32 and added
  * to the f32 sum as isum * d_w * d_x. */
-
-/* Quantise x[n] (n % 32 == 0) into q[n] and d[n / 32], bit-identical to
- * na_ref_quantize_q8: the same amax, d, 1/d and x * (1/d) in f32, and
- * cvtps rounds to nearest even as nearbyintf does. */
-static void na_cpu_quantize_q8(const float *x, int n, int8_t *q, float *d)
-{
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 big = _mm256_set1_ps(3.0e38f);
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    int b, j;
-
-    for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
-        const float *xb = x + (size_t)b * NA_Q8_0_BLOCK;
-        __m256 v[4], am = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-        __m256i i0, i1, i2, i3;
-        float amax, dd, id;
-
-        for (j = 0; j < 4; j++) {
-            __m256 a;
-            v[j] = _mm256_loadu_ps(xb + 8 * j);
-            a = _mm256_and_ps(v[j], absmask);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));   /* NaN or Inf */
-            am = _mm256_max_ps(am, a);
-        }
-        if (_mm256_movemask_ps(bad)) {
-            memset(q + (size_t)b * NA_Q8_0_BLOCK, 0, NA_Q8_0_BLOCK);
-            d[b] = NAN;
-            continue;
-        }
-        amax = na_cpu_hmax(am);
-        dd = amax / 127.0f;
-        id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(id)));
-        i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(id)));
-        i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(id)));
-        i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], _mm256_set1_ps(id)));
-        /* packs work per 128-bit lane: the permute puts the 32 bytes back in order */
-        i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-        _mm256_storeu_si256((__m256i *)(q + (size_t)b * NA_Q8_0_BLOCK),
-                            _mm256_permutevar8x32_epi32(i0, perm));
-        d[b] = dd;
-    }
-}
 
 /* acc + the int32 products of Q8_0 block blk with Q8 inputs qx (lane l holds
  * products 4l..4l+3: |w| x sign(x, w) in pairs, then pairs of pairs; exact,
@@ -460,6 +418,14 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
     int rows = w->rows, cols = w->cols, tasks;
 
     if (batch <= 0 || rows <= 0)
+        return;
+    /* in the weight type (kernels/cpu/cpu_gemm_*.c); Q8_0 is bit-identical
+     * to the row kernels below, so it serves batch_invariant too */
+    if (w->dtype == NA_DTYPE_Q8_0 && batch >= s->gemm_q8_min_batch &&
+        s->gemm_q8(k, y, x, w, batch) == 0)
+        return;
+    if (w->dtype == NA_DTYPE_BF16 && batch >= NA_CPU_GEMM_BF16_MIN_BATCH &&
+        !k->batch_invariant && s->gemm_bf16 != NULL && s->gemm_bf16(k, y, x, w, batch) == 0)
         return;
     if (w->dtype == NA_DTYPE_Q8_0 && (batch < NA_CPU_TILE_MIN_BATCH || k->batch_invariant)) {
         /* the inputs in Q8 blocks: batch x cols bytes, then batch x cols/32 scales */

@@ -31,6 +31,7 @@
 
 static na_rng_t rng;
 static na_kernels_t *ref_k, *cpu_k[2];   /* cpu with 1 and 2 threads */
+static int gemm_bf16;                     /* the cpu backend has the AVX512-BF16 GEMM */
 
 static float *falloc(size_t n)
 {
@@ -188,17 +189,6 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
 
     na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
     na_ref_matmul(ref_k, yr, x, &w, batch);
-    if (dt == NA_DTYPE_Q8_0 && batch >= 20) {
-        /* the dequantise + sgemm path takes f32 inputs, not Q8 blocks
-         * (kernels/cpu/cpu_matmul.c): compare with the f32 product */
-        for (b = 0; b < batch; b++)
-            for (r = 0; r < rows; r++) {
-                float sum = 0.0f;
-                for (j = 0; j < cols; j++)
-                    sum += na_ref_weight_at(&w, r, j) * x[(size_t)b * cols + j];
-                yr[(size_t)b * rows + r] = sum;
-            }
-    }
     for (t = 0; t < 2; t++) {
         double worst = 0.0;
         memset(yc, 0xff, sizeof(float) * (size_t)batch * rows);   /* NaN: catch unwritten */
@@ -228,12 +218,14 @@ static void test_matmul(void)
                                      { 257, 288 }, { 288, 257 }, { 1000, 33 }, { 300, 1000 } };
     static const int q8_shapes[][2] = { { 1, 32 }, { 7, 64 }, { 33, 288 }, { 257, 1024 },
                                         { 1000, 96 } };
-    static const int batches[] = { 1, 3, 17, 24 };   /* 24: the dequantise+sgemm path */
+    /* 24: the dequantise+sgemm path, or the GEMMs in the weight type
+     * (kernels/cpu/cpu.h: Q8_0 from batch 8 with AVX512-VNNI, 20 without) */
+    static const int batches[] = { 1, 3, 8, 17, 24 };
     size_t s, bi;
     int dt;
 
     for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
-        for (bi = 0; bi < 4; bi++) {
+        for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
             if (dt == NA_DTYPE_Q8_0) {
                 for (s = 0; s < sizeof(q8_shapes) / sizeof(q8_shapes[0]); s++)
                     check_matmul((na_dtype_t)dt, q8_shapes[s][0], q8_shapes[s][1], batches[bi]);
@@ -297,30 +289,33 @@ static void test_q8_inputs(void)
 }
 
 /* Below the sgemm/tile crossovers (batch < 16 for F32, < 20 for the other
- * dtypes) every row of a batched matmul is bit-identical to the same row at
- * batch 1: the engine relies on it for batched == one-at-a-time greedy
- * tokens. Shapes with 8- and scalar tails, 1 and 2 threads. */
+ * dtypes), and at every batch for Q8_0 (its GEMMs, kernels/cpu/cpu.h), every
+ * row of a batched matmul is bit-identical to the same row at batch 1: the
+ * engine relies on it for batched == one-at-a-time greedy tokens. Shapes
+ * with 8- and scalar tails (Q8_0: 1, 2, 3 blocks past a multiple of 4; rows
+ * and batches not multiples of the micro-tiles), 1 and 2 threads. */
 static void test_matmul_batch_exact(void)
 {
     static const int shapes[][2] = { { 7, 31 }, { 33, 65 }, { 257, 288 }, { 300, 1000 } };
-    static const int q8_shapes[][2] = { { 7, 64 }, { 257, 288 }, { 33, 1024 } };
-    static const int batches[] = { 2, 3, 4, 5, 7, 9, 15 };
+    static const int q8_shapes[][2] = { { 7, 64 }, { 257, 288 }, { 33, 1024 }, { 100, 224 } };
+    static const int batches[] = { 2, 3, 4, 5, 7, 9, 15, 8, 19, 20, 21, 37, 64 };
     size_t s, bi;
     int dt, t, b;
 
     for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
         for (s = 0; s < 4; s++) {
             int q8 = dt == NA_DTYPE_Q8_0;
-            int rows = q8 ? q8_shapes[s % 3][0] : shapes[s][0];
-            int cols = q8 ? q8_shapes[s % 3][1] : shapes[s][1];
+            int rows = q8 ? q8_shapes[s][0] : shapes[s][0];
+            int cols = q8 ? q8_shapes[s][1] : shapes[s][1];
+            size_t nb = q8 ? sizeof(batches) / sizeof(batches[0]) : 7;   /* Q8_0: all */
             void *buf;
             na_tensor_t w = make_weight((na_dtype_t)dt, rows, cols, &buf);
-            float *x = falloc((size_t)15 * cols), *yb = falloc((size_t)15 * rows);
+            float *x = falloc((size_t)64 * cols), *yb = falloc((size_t)64 * rows);
             float *y1 = falloc((size_t)rows);
 
-            na_rng_fill(&rng, x, (size_t)15 * cols, -1.0f, 1.0f);
+            na_rng_fill(&rng, x, (size_t)64 * cols, -1.0f, 1.0f);
             for (t = 0; t < 2; t++)
-                for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                for (bi = 0; bi < nb; bi++) {
                     int bad = 0;
                     NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
                     for (b = 0; b < batches[bi]; b++) {
@@ -893,29 +888,49 @@ static void test_registry(void)
 
 int main(void)
 {
+    char isa[64];
     na_rng_seed(&rng, 20261122);
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
         !__builtin_cpu_supports("f16c"))
         NA_SKIP("this CPU lacks AVX2/FMA/F16C: the cpu backend cannot run");
+    /* the instruction set chosen at run time: ctest runs this as the CPU
+     * allows, with NA_CPU_ISA=v4 (AVX-512 without the VNNI / BF16 GEMMs:
+     * their fallbacks) and with NA_CPU_ISA=v3 (the AVX2 baseline) */
+    {
+        const char *want = getenv("NA_CPU_ISA");
+        int v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512cd");
+        int vnni = v4 && __builtin_cpu_supports("avx512vnni");
+        int bf16 = v4 && __builtin_cpu_supports("avx512bf16");
+
+        if (want != NULL && (!strcmp(want, "v4") || !strcmp(want, "v4x")) && !v4)
+            NA_SKIP("NA_CPU_ISA=%s: this CPU lacks AVX-512F/VL/BW/DQ/CD", want);
+        if (want != NULL && !strcmp(want, "v4x") && !(vnni && bf16))
+            NA_SKIP("NA_CPU_ISA=v4x: this CPU lacks AVX512-VNNI or AVX512-BF16");
+        if (want != NULL && !strcmp(want, "v3"))
+            v4 = 0;
+        if (want != NULL && (!strcmp(want, "v3") || !strcmp(want, "v4")))
+            vnni = bf16 = 0;
+        snprintf(isa, sizeof(isa), "%s%s%s", v4 ? "x86-64-v4" : "x86-64-v3",
+                 vnni ? "+vnni" : "", bf16 ? "+bf16" : "");
+        gemm_bf16 = bf16;
+        printf("cpu kernels: expect %s; Q8_0 GEMM: %s; BF16 GEMM: %s\n", isa,
+               vnni ? "AVX512-VNNI" : "AVX2 maddubs",
+               bf16 ? "AVX512-BF16" : "none (dequantise + sgemm)");
+        if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bf16"))
+            printf("not tested in any run on this CPU: the AVX512-VNNI / AVX512-BF16 GEMMs "
+                   "(this CPU lacks them)\n");
+    }
     NA_CHECK_OK(na_kernels_create("ref", 1, &ref_k));
     NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
     NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
     if (ref_k == NULL || cpu_k[0] == NULL || cpu_k[1] == NULL)
         return na_test_finish();
     NA_CHECK(cpu_k[1]->n_threads == 2 && !strcmp(cpu_k[1]->ops->name, "cpu"));
-    /* the instruction set chosen at run time (ctest runs this twice: as the
-     * CPU allows, and with NA_CPU_ISA=v3 for the AVX2 baseline) */
-    {
-        const char *want = getenv("NA_CPU_ISA");
-        int v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                 __builtin_cpu_supports("avx512cd");
-        if (want != NULL && !strcmp(want, "v3"))
-            v4 = 0;
-        NA_CHECK(cpu_k[0]->isa != NULL && !strcmp(cpu_k[0]->isa, v4 ? "x86-64-v4" : "x86-64-v3"));
-        printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
-    }
+    NA_CHECK_MSG(cpu_k[0]->isa != NULL && !strcmp(cpu_k[0]->isa, isa), "isa %s, expected %s",
+                 cpu_k[0]->isa ? cpu_k[0]->isa : "?", isa);
 
     test_registry();
     test_pool();
