@@ -39,6 +39,11 @@ void na_cpu_pool_run(na_cpu_pool_t *pool, na_cpu_task_fn fn, void *ctx, int n_ta
  * result. The baseline copy uses AVX2 maddubs, the _vnni copy AVX512-VNNI.
  * na_cpu_gemm_bf16 (kernels/cpu/cpu_gemm_bf16.c): BF16 weights times the
  * inputs rounded to bf16 with AVX512-BF16 (the math: na_ref_matmul_xbf16). */
+/* na_cpu_gemm_bf16 from this batch on: it is faster from batch 8 (768x768
+ * and 2048x768, 1 thread, best of 100, GFLOP/s row kernel / GEMM: b=6 66 /
+ * 65, b=8 79 / 84, b=12 85 / 129), but its bf16 inputs would break the
+ * bit-identity of batches below 20 with batch 1 (cpu_matmul.c). */
+#define NA_CPU_GEMM_BF16_MIN_BATCH 20
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
                               const na_tensor_t *w, int batch);
 int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);

@@ -56,7 +56,6 @@
 #include "kernels/cpu/cpu.h"
 
 #define NA_CPU_TILE_MIN_BATCH 20
-#define NA_CPU_GEMM_BF16_MIN_BATCH 16   /* na_cpu_gemm_bf16 from here */
 #define NA_CPU_F32_SGEMM_MIN_BATCH 16
 #define NA_CPU_TILE_FLOATS    (512u * 1024u)   /* 2 MiB of dequantised rows */
 #define NA_CPU_PAR_MIN_WORK   (1u << 17)       /* weights per matmul worth waking the pool */

@@ -188,7 +188,10 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
     int t, b, r, j;
 
     na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
-    na_ref_matmul(ref_k, yr, x, &w, batch);
+    if (dt == NA_DTYPE_BF16 && gemm_bf16 && batch >= NA_CPU_GEMM_BF16_MIN_BATCH)
+        na_ref_matmul_xbf16(yr, x, &w, batch);   /* inputs rounded to bf16 (ref.h) */
+    else
+        na_ref_matmul(ref_k, yr, x, &w, batch);
     for (t = 0; t < 2; t++) {
         double worst = 0.0;
         memset(yc, 0xff, sizeof(float) * (size_t)batch * rows);   /* NaN: catch unwritten */
@@ -218,9 +221,10 @@ static void test_matmul(void)
                                      { 257, 288 }, { 288, 257 }, { 1000, 33 }, { 300, 1000 } };
     static const int q8_shapes[][2] = { { 1, 32 }, { 7, 64 }, { 33, 288 }, { 257, 1024 },
                                         { 1000, 96 } };
-    /* 24: the dequantise+sgemm path, or the GEMMs in the weight type
-     * (kernels/cpu/cpu.h: Q8_0 from batch 8 with AVX512-VNNI, 20 without) */
-    static const int batches[] = { 1, 3, 8, 17, 24 };
+    /* from 16: the dequantise+sgemm path, or the GEMMs in the weight type
+     * (kernels/cpu/cpu.h: Q8_0 from batch 8 with AVX512-VNNI, 20 without;
+     * BF16 with AVX512-BF16 from NA_CPU_GEMM_BF16_MIN_BATCH) */
+    static const int batches[] = { 1, 3, 8, 16, 17, 20, 24, 37 };
     size_t s, bi;
     int dt;
 
