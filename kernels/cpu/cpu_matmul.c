@@ -9,13 +9,26 @@
  *   batch 1, any dtype    rows split across the pool; one AVX2 dot product
  *                         per row that converts 8 weights at a time in
  *                         registers (F16C for f16, shift for bf16).
- *   Q8_0, batch < 20      the inputs are quantised to Q8 blocks once per call
- *   (or batch-invariant)  (kernels/ref/ref.h: the definition), then each row's
+ *   Q8_0, batch > 1       the inputs are quantised to Q8 blocks once per call
+ *                         (kernels/ref/ref.h: the definition), then each row's
  *                         blocks are multiplied in int8 and summed exactly in
  *                         int32 (maddubs + madd), one f32 FMA per block.
  *                         2048x2048 Q8_0, 1 thread, min of 200 calls: 182 us
  *                         (f32 inputs, weights converted per block) -> 99 us;
  *                         512x512 (in L2), min of 3000: 11.5 -> 6.4 us.
+ *                         From s->gemm_q8_min_batch (8 with AVX512-VNNI, 20
+ *                         without) na_cpu_gemm_q8 (kernels/cpu/cpu_gemm_q8.c):
+ *                         the same sums, bit for bit, register-blocked.
+ *                         768x768 b=512, 1 thread, best of 10 (GFLOP/s):
+ *                         dequantise + sgemm 110-117, VNNI GEMM 205, AVX2
+ *                         maddubs GEMM 110 (NA_CPU_ISA=v3); 768x2048: 122,
+ *                         230, 114.
+ *   BF16, batch >= 20     with AVX512-BF16, na_cpu_gemm_bf16
+ *   (not batch-invariant) (kernels/cpu/cpu_gemm_bf16.c): inputs rounded to
+ *                         bf16, vdpbf16ps. 768x768 b=512, 1 thread, best of
+ *                         10: dequantise + sgemm 120 GFLOP/s, GEMM 438;
+ *                         768x2048: 385; 2048x768: 408. Without AVX512-BF16
+ *                         (or NA_CPU_ISA=v3/v4): the paths below.
  *   batch > 1, small      (F32: batch < NA_CPU_F32_SGEMM_MIN_BATCH; other
  *                         dtypes: batch < NA_CPU_TILE_MIN_BATCH) rows split
  *                         across the pool; each row is read once (other
@@ -28,7 +41,8 @@
  *                         runs with 1 thread: no second set of threads
  *                         spinning beside the pool's).
  *   batch > 1, large      each thread dequantises a tile of its rows into
- *                         f32 scratch and multiplies it by cblas_sgemm.
+ *                         f32 scratch and multiplies it by cblas_sgemm (F16;
+ *                         BF16 without AVX512-BF16).
  *   k->batch_invariant    the "small" path at every batch size, so a row's
  *                         result never depends on what is batched beside it
  *                         (seeded sampling reproduces across batch sizes).
