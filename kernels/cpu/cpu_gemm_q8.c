@@ -10,7 +10,8 @@
  * d_w * d_x, acc), lane l holding the products 4l..4l+3 of the block, and
  * the same final reduction ((a0 + a1) + (a2 + a3), then na_cpu_hsum). Blocks
  * past the end of a row are zero with zero scales: fma(0, 0, acc) == acc
- * exactly (an accumulator that starts at +0 never becomes -0).
+ * exactly (an accumulator that starts at +0 never becomes -0); units of
+ * padding only are skipped (cols 288 = 9 blocks: 5 of 6 VNNI units run).
  *
  * Compiled twice (kernels/CMakeLists.txt):
  *   baseline (x86-64-v3)  na_cpu_gemm_q8: per block and output
@@ -118,100 +119,126 @@ static void na_gq_pack_w(const uint8_t *row, int nblk, int u, uint8_t *out)
 }
 
 #if defined(__AVX512VNNI__)
-/* out[r][c] = packed rows wp (RM) · packed inputs xp + c * xs (RN). */
-NA_INLINE void na_gq_tile(const uint8_t *wp, const uint8_t *xp, size_t xs, int nunit,
-                          float out[NA_GQ_RM][NA_GQ_RN])
-{
-    __m512 acc[2][NA_GQ_RM][NA_GQ_RN];
-    int u, h, r, c;
+typedef __m512 na_gq_acc_t[NA_GQ_RM][NA_GQ_RN];
 
-#pragma GCC unroll 2
-    for (h = 0; h < 2; h++)
+/* acc += unit u of the packed rows wp (RM) times the packed inputs xp + c * xs. */
+NA_INLINE void na_gq_unit(na_gq_acc_t acc, const uint8_t *wp, const uint8_t *xp, size_t xs, int u)
+{
+    const uint8_t *wu = wp + (size_t)u * NA_GQ_RM * NA_GQ_WB;
+    __m512i xv[NA_GQ_RN];
+    __m512 dx[NA_GQ_RN];
+    int r, c;
+
 #pragma GCC unroll 4
-        for (r = 0; r < NA_GQ_RM; r++)
+    for (c = 0; c < NA_GQ_RN; c++) {
+        const uint8_t *xc = xp + (size_t)c * xs + (size_t)u * NA_GQ_XB;
+        xv[c] = _mm512_loadu_si512(xc);
+        dx[c] = _mm512_loadu_ps(xc + 64);
+    }
 #pragma GCC unroll 4
-            for (c = 0; c < NA_GQ_RN; c++)
-                acc[h][r][c] = _mm512_setzero_ps();
-    for (u = 0; u < nunit; u += 2)
-#pragma GCC unroll 2
-        for (h = 0; h < 2; h++) {           /* blocks 4q, 4q+1 -> (a0|a1); 4q+2, 4q+3 -> (a2|a3) */
-            const uint8_t *wu = wp + (size_t)(u + h) * NA_GQ_RM * NA_GQ_WB;
-            __m512i xv[NA_GQ_RN];
-            __m512 dx[NA_GQ_RN];
-#pragma GCC unroll 4
-            for (c = 0; c < NA_GQ_RN; c++) {
-                const uint8_t *xc = xp + (size_t)c * xs + (size_t)(u + h) * NA_GQ_XB;
-                xv[c] = _mm512_loadu_si512(xc);
-                dx[c] = _mm512_loadu_ps(xc + 64);
-            }
-#pragma GCC unroll 4
-            for (r = 0; r < NA_GQ_RM; r++) {
-                const uint8_t *wr = wu + (size_t)r * NA_GQ_WB;
-                __m512i wv = _mm512_loadu_si512(wr), cr = _mm512_loadu_si512(wr + 64);
-                __m512 dw = _mm512_loadu_ps(wr + 128);
-#pragma GCC unroll 4
-                for (c = 0; c < NA_GQ_RN; c++) {
-                    __m512i p = _mm512_dpbusd_epi32(cr, xv[c], wv);
-                    acc[h][r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-                                                   _mm512_mul_ps(dw, dx[c]), acc[h][r][c]);
-                }
-            }
-        }
-#pragma GCC unroll 4
-    for (r = 0; r < NA_GQ_RM; r++)
+    for (r = 0; r < NA_GQ_RM; r++) {
+        const uint8_t *wr = wu + (size_t)r * NA_GQ_WB;
+        __m512i wv = _mm512_loadu_si512(wr), cr = _mm512_loadu_si512(wr + 64);
+        __m512 dw = _mm512_loadu_ps(wr + 128);
 #pragma GCC unroll 4
         for (c = 0; c < NA_GQ_RN; c++) {
-            __m512 a = acc[0][r][c], b = acc[1][r][c];
-            __m256 a01 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-            __m256 a23 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
-            out[r][c] = na_cpu_hsum(_mm256_add_ps(a01, a23));
+            __m512i p = _mm512_dpbusd_epi32(cr, xv[c], wv);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, dx[c]),
+                                        acc[r][c]);
         }
+    }
 }
-#else
-/* out[r][c] = packed rows wp (RM) · packed inputs xp + c * xs (RN). */
-NA_INLINE void na_gq_tile(const uint8_t *wp, const uint8_t *xp, size_t xs, int nunit,
+
+/* out[r][c] = packed rows wp (RM) · packed inputs xp + c * xs (RN), over the
+ * nreal units that hold blocks (the rest of the padded row would add 0). */
+NA_INLINE void na_gq_tile(const uint8_t *wp, const uint8_t *xp, size_t xs, int nreal,
                           float out[NA_GQ_RM][NA_GQ_RN])
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][NA_GQ_RM][NA_GQ_RN];
-    int u, h, r, c;
+    na_gq_acc_t a, b;           /* blocks 4q, 4q+1 -> a = (a0|a1); 4q+2, 4q+3 -> b = (a2|a3) */
+    int u, r, c;
 
-#pragma GCC unroll 4
-    for (h = 0; h < 4; h++)
-#pragma GCC unroll 4
-        for (r = 0; r < NA_GQ_RM; r++)
-#pragma GCC unroll 4
-            for (c = 0; c < NA_GQ_RN; c++)
-                acc[h][r][c] = _mm256_setzero_ps();
-    for (u = 0; u < nunit; u += 4)
-#pragma GCC unroll 4
-        for (h = 0; h < 4; h++) {           /* block 4q + h -> accumulator h */
-            const uint8_t *wu = wp + (size_t)(u + h) * NA_GQ_RM * NA_GQ_WB;
-#pragma GCC unroll 4
-            for (r = 0; r < NA_GQ_RM; r++) {
-                const uint8_t *wr = wu + (size_t)r * NA_GQ_WB;
-                __m256i wv = _mm256_loadu_si256((const __m256i *)wr);
-                __m256i aw = _mm256_loadu_si256((const __m256i *)(wr + 32));
-                __m256 dw = _mm256_loadu_ps((const float *)(wr + 64));
-#pragma GCC unroll 4
-                for (c = 0; c < NA_GQ_RN; c++) {
-                    const uint8_t *xc = xp + (size_t)c * xs + (size_t)(u + h) * NA_GQ_XB;
-                    __m256i xv = _mm256_loadu_si256((const __m256i *)xc);
-                    __m256i p = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones);
-                    acc[h][r][c] = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(p),
-                        _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + 32))),
-                        acc[h][r][c]);
-                }
-            }
-        }
 #pragma GCC unroll 4
     for (r = 0; r < NA_GQ_RM; r++)
 #pragma GCC unroll 4
         for (c = 0; c < NA_GQ_RN; c++)
-            out[r][c] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(acc[0][r][c], acc[1][r][c]),
-                                                  _mm256_add_ps(acc[2][r][c], acc[3][r][c])));
+            a[r][c] = b[r][c] = _mm512_setzero_ps();
+    for (u = 0; u + 2 <= nreal; u += 2) {
+        na_gq_unit(a, wp, xp, xs, u);
+        na_gq_unit(b, wp, xp, xs, u + 1);
+    }
+    if (u < nreal)
+        na_gq_unit(a, wp, xp, xs, u);
+#pragma GCC unroll 4
+    for (r = 0; r < NA_GQ_RM; r++)
+#pragma GCC unroll 4
+        for (c = 0; c < NA_GQ_RN; c++) {
+            __m256 a01 = _mm256_add_ps(_mm512_castps512_ps256(a[r][c]),
+                                       _mm512_extractf32x8_ps(a[r][c], 1));
+            __m256 a23 = _mm256_add_ps(_mm512_castps512_ps256(b[r][c]),
+                                       _mm512_extractf32x8_ps(b[r][c], 1));
+            out[r][c] = na_cpu_hsum(_mm256_add_ps(a01, a23));
+        }
+}
+#else
+typedef __m256 na_gq_acc_t[NA_GQ_RM][NA_GQ_RN];
+
+/* acc += unit (block) u of the packed rows wp (RM) times the packed inputs
+ * xp + c * xs, as na_cpu_q8q8_block. */
+NA_INLINE void na_gq_unit(na_gq_acc_t acc, const uint8_t *wp, const uint8_t *xp, size_t xs, int u)
+{
+    const uint8_t *wu = wp + (size_t)u * NA_GQ_RM * NA_GQ_WB;
+    int r, c;
+
+#pragma GCC unroll 4
+    for (r = 0; r < NA_GQ_RM; r++) {
+        const uint8_t *wr = wu + (size_t)r * NA_GQ_WB;
+        __m256i wv = _mm256_loadu_si256((const __m256i *)wr);
+        __m256i aw = _mm256_loadu_si256((const __m256i *)(wr + 32));
+        __m256 dw = _mm256_loadu_ps((const float *)(wr + 64));
+#pragma GCC unroll 4
+        for (c = 0; c < NA_GQ_RN; c++) {
+            const uint8_t *xc = xp + (size_t)c * xs + (size_t)u * NA_GQ_XB;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xc);
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)),
+                                          _mm256_set1_epi16(1));
+            acc[r][c] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + 32))),
+                acc[r][c]);
+        }
+    }
+}
+
+/* out[r][c] = packed rows wp (RM) · packed inputs xp + c * xs (RN), over the
+ * nreal units that hold blocks (the rest of the padded row would add 0). */
+NA_INLINE void na_gq_tile(const uint8_t *wp, const uint8_t *xp, size_t xs, int nreal,
+                          float out[NA_GQ_RM][NA_GQ_RN])
+{
+    na_gq_acc_t a0, a1, a2, a3;     /* block 4q + i -> ai */
+    int u, r, c;
+
+#pragma GCC unroll 4
+    for (r = 0; r < NA_GQ_RM; r++)
+#pragma GCC unroll 4
+        for (c = 0; c < NA_GQ_RN; c++)
+            a0[r][c] = a1[r][c] = a2[r][c] = a3[r][c] = _mm256_setzero_ps();
+    for (u = 0; u + 4 <= nreal; u += 4) {
+        na_gq_unit(a0, wp, xp, xs, u);
+        na_gq_unit(a1, wp, xp, xs, u + 1);
+        na_gq_unit(a2, wp, xp, xs, u + 2);
+        na_gq_unit(a3, wp, xp, xs, u + 3);
+    }
+    if (u < nreal)
+        na_gq_unit(a0, wp, xp, xs, u);
+    if (u + 1 < nreal)
+        na_gq_unit(a1, wp, xp, xs, u + 1);
+    if (u + 2 < nreal)
+        na_gq_unit(a2, wp, xp, xs, u + 2);
+#pragma GCC unroll 4
+    for (r = 0; r < NA_GQ_RM; r++)
+#pragma GCC unroll 4
+        for (c = 0; c < NA_GQ_RN; c++)
+            out[r][c] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0[r][c], a1[r][c]),
+                                                  _mm256_add_ps(a2[r][c], a3[r][c])));
 }
 #endif
 
@@ -254,7 +281,7 @@ static void na_gq_mm_task(void *ctx, int t, int n_tasks)
                 for (c1 = c0; c1 < c0 + cn; c1 += NA_GQ_RN) {
                     float out[NA_GQ_RM][NA_GQ_RN];
                     na_gq_tile(wp + (size_t)(rt / NA_GQ_RM) * tile_b, j->xp + (size_t)c1 * xs,
-                               xs, nunit, out);
+                               xs, (j->nblk + NA_GQ_UB - 1) / NA_GQ_UB, out);
                     for (i = 0; i < NA_GQ_RM && r0 + rt + i < rows; i++)
                         for (c = 0; c < NA_GQ_RN && c1 + c < j->batch; c++)
                             j->y[(size_t)(c1 + c) * rows + r0 + rt + i] = out[i][c];
