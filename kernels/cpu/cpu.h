@@ -27,7 +27,8 @@ void na_cpu_pool_destroy(na_cpu_pool_t *pool);
 void na_cpu_pool_run(na_cpu_pool_t *pool, na_cpu_task_fn fn, void *ctx, int n_tasks);
 
 /* ---- large-batch GEMMs in the weight type --------------------------------
- * y (batch, rows) = W x for batches from NA_CPU_GEMM_MIN_BATCH, picked at
+ * y (batch, rows) = W x for large batches (cpu_matmul.c picks them: Q8_0 from
+ * gemm_q8_min_batch, BF16 from NA_CPU_GEMM_BF16_MIN_BATCH), chosen at
  * create time from CPUID (kernels/cpu/cpu_backend.c). Each returns 0, or -1
  * (nothing written) when the backend's scratch cannot be grown: the caller
  * then takes the dequantise + sgemm path.
@@ -38,7 +39,10 @@ void na_cpu_pool_run(na_cpu_pool_t *pool, na_cpu_task_fn fn, void *ctx, int n_ta
  * the same f32 accumulation order), so the batch size never changes a
  * result. The baseline copy uses AVX2 maddubs, the _vnni copy AVX512-VNNI.
  * na_cpu_gemm_bf16 (kernels/cpu/cpu_gemm_bf16.c): BF16 weights times the
- * inputs rounded to bf16 with AVX512-BF16 (the math: na_ref_matmul_xbf16). */
+ * inputs rounded to bf16 with AVX512-BF16 (the math: na_ref_matmul_xbf16).
+ * The AVX-512 extensions are not part of x86-64-v4: their copies get their
+ * own flags (kernels/CMakeLists.txt) and their own CPUID checks. */
+
 /* na_cpu_gemm_bf16 from this batch on: it is faster from batch 8 (768x768
  * and 2048x768, 1 thread, best of 100, GFLOP/s row kernel / GEMM: b=6 66 /
  * 65, b=8 79 / 84, b=12 85 / 129), but its bf16 inputs would break the
@@ -73,8 +77,9 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n);
  * baseline (x86-64-v3: AVX2, FMA, F16C) and with NA_CPU_V4 for x86-64-v4
  * (AVX-512F/BW/CD/DQ/VL: 32 vector registers, so wider register blocking).
  * The v4 copy's exported names end in _v4; na_kernels_cpu_create picks one
- * set at run time from CPUID (NA_CPU_ISA=v3 forces the baseline), so the
- * binary runs on any x86-64-v3 machine and uses AVX-512 where it exists. */
+ * set at run time from CPUID (NA_CPU_ISA=v3 forces the baseline, v4 leaves
+ * out the AVX512-VNNI / -BF16 GEMMs above), so the binary runs on any
+ * x86-64-v3 machine and uses AVX-512 where it exists. */
 #ifdef NA_CPU_V4
 #define na_cpu_matmul       na_cpu_matmul_v4
 #define na_cpu_attn_prefill na_cpu_attn_prefill_v4
