@@ -301,13 +301,15 @@ static void test_q8_inputs(void)
 static void test_matmul_batch_exact(void)
 {
     static const int shapes[][2] = { { 7, 31 }, { 33, 65 }, { 257, 288 }, { 300, 1000 } };
-    static const int q8_shapes[][2] = { { 7, 64 }, { 257, 288 }, { 33, 1024 }, { 100, 224 } };
+    /* 33x4096: more inputs than one pass of the Q8_0 GEMM holds (kernels/cpu/cpu_gemm_q8.c) */
+    static const int q8_shapes[][2] = { { 7, 64 }, { 257, 288 }, { 33, 1024 }, { 100, 224 },
+                                        { 33, 4096 } };
     static const int batches[] = { 2, 3, 4, 5, 7, 9, 15, 8, 19, 20, 21, 37, 64 };
     size_t s, bi;
     int dt, t, b;
 
     for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
-        for (s = 0; s < 4; s++) {
+        for (s = 0; s < (dt == NA_DTYPE_Q8_0 ? 5u : 4u); s++) {
             int q8 = dt == NA_DTYPE_Q8_0;
             int rows = q8 ? q8_shapes[s][0] : shapes[s][0];
             int cols = q8 ? q8_shapes[s][1] : shapes[s][1];
