@@ -4,7 +4,9 @@
 #define NA_KERNELS_CPU_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/host/host.h"
 #include "kernels/kernels.h"
@@ -27,12 +29,45 @@ void na_cpu_pool_run(na_cpu_pool_t *pool, na_cpu_task_fn fn, void *ctx, int n_ta
  * spinning out NA_CPU_POOL_SPIN (the next na_cpu_pool_run wakes them). */
 void na_cpu_pool_rest(na_cpu_pool_t *pool);
 
+/* ---- large-batch GEMMs in the weight type --------------------------------
+ * y (batch, rows) = W x for large batches (cpu_matmul.c picks them: Q8_0 from
+ * gemm_q8_min_batch, BF16 from NA_CPU_GEMM_BF16_MIN_BATCH), chosen at
+ * create time from CPUID (kernels/cpu/cpu_backend.c). Each returns 0, or -1
+ * (nothing written) when the backend's scratch cannot be grown: the caller
+ * then takes the dequantise + sgemm path.
+ *
+ * na_cpu_gemm_q8 (kernels/cpu/cpu_gemm_q8.c, compiled twice): Q8_0 weights
+ * times the inputs in Q8 blocks (kernels/ref/ref.h), bit-identical to the
+ * batch-1 and small-batch kernels of cpu_matmul.c (the same int32 block sums,
+ * the same f32 accumulation order), so the batch size never changes a
+ * result. The baseline copy uses AVX2 maddubs, the _vnni copy AVX512-VNNI.
+ * na_cpu_gemm_bf16 (kernels/cpu/cpu_gemm_bf16.c): BF16 weights times the
+ * inputs rounded to bf16 with AVX512-BF16 (the math: na_ref_matmul_xbf16).
+ * The AVX-512 extensions are not part of x86-64-v4: their copies get their
+ * own flags (kernels/CMakeLists.txt) and their own CPUID checks. */
+
+/* na_cpu_gemm_bf16 from this batch on: it is faster from batch 8 (768x768
+ * and 2048x768, 1 thread, best of 100, GFLOP/s row kernel / GEMM: b=6 66 /
+ * 65, b=8 79 / 84, b=12 85 / 129), but its bf16 inputs would break the
+ * bit-identity of batches below 20 with batch 1 (cpu_matmul.c). */
+#define NA_CPU_GEMM_BF16_MIN_BATCH 20
+typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
+                              const na_tensor_t *w, int batch);
+int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
+int na_cpu_gemm_q8_vnni(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                        int batch);
+int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                     int batch);
+
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
 typedef struct {
     na_khost_t     host;        /* first: the shared host-backend state */
     na_cpu_pool_t *pool;
     float         *scratch;     /* grown on demand, see na_cpu_scratch */
     size_t         scratch_n;   /* floats in scratch */
+    na_cpu_gemm_fn gemm_q8;     /* Q8_0 large batches: na_cpu_gemm_q8[_vnni] */
+    int            gemm_q8_min_batch;   /* from this batch on (its crossover) */
+    na_cpu_gemm_fn gemm_bf16;   /* BF16 large batches; NULL: dequantise + sgemm */
 } na_cpu_state_t;
 
 /* A scratch buffer of at least n floats owned by the backend (valid until the
@@ -45,8 +80,9 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n);
  * baseline (x86-64-v3: AVX2, FMA, F16C) and with NA_CPU_V4 for x86-64-v4
  * (AVX-512F/BW/CD/DQ/VL: 32 vector registers, so wider register blocking).
  * The v4 copy's exported names end in _v4; na_kernels_cpu_create picks one
- * set at run time from CPUID (NA_CPU_ISA=v3 forces the baseline), so the
- * binary runs on any x86-64-v3 machine and uses AVX-512 where it exists. */
+ * set at run time from CPUID (NA_CPU_ISA=v3 forces the baseline, v4 leaves
+ * out the AVX512-VNNI / -BF16 GEMMs above), so the binary runs on any
+ * x86-64-v3 machine and uses AVX-512 where it exists. */
 #ifdef NA_CPU_V4
 #define na_cpu_matmul       na_cpu_matmul_v4
 #define na_cpu_attn_prefill na_cpu_attn_prefill_v4
@@ -122,6 +158,49 @@ static inline __m256 na_cpu_load_bf16(const uint16_t *p)
 {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* Quantise x[n] (n % 32 == 0) into q[n] and d[n / 32], bit-identical to
+ * na_ref_quantize_q8: the same amax, d, 1/d and x * (1/d) in f32, and
+ * cvtps rounds to nearest even as nearbyintf does. */
+static inline void na_cpu_quantize_q8(const float *x, int n, int8_t *q, float *d)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 big = _mm256_set1_ps(3.0e38f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int b, j;
+
+    for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
+        const float *xb = x + (size_t)b * NA_Q8_0_BLOCK;
+        __m256 v[4], am = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        __m256i i0, i1, i2, i3;
+        float amax, dd, id;
+
+        for (j = 0; j < 4; j++) {
+            __m256 a;
+            v[j] = _mm256_loadu_ps(xb + 8 * j);
+            a = _mm256_and_ps(v[j], absmask);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));   /* NaN or Inf */
+            am = _mm256_max_ps(am, a);
+        }
+        if (_mm256_movemask_ps(bad)) {
+            memset(q + (size_t)b * NA_Q8_0_BLOCK, 0, NA_Q8_0_BLOCK);
+            d[b] = NAN;
+            continue;
+        }
+        amax = na_cpu_hmax(am);
+        dd = amax / 127.0f;
+        id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(id)));
+        i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(id)));
+        i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(id)));
+        i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], _mm256_set1_ps(id)));
+        /* packs work per 128-bit lane: the permute puts the 32 bytes back in order */
+        i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)(q + (size_t)b * NA_Q8_0_BLOCK),
+                            _mm256_permutevar8x32_epi32(i0, perm));
+        d[b] = dd;
+    }
 }
 
 #endif /* NA_KERNELS_CPU_H */

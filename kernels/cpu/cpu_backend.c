@@ -214,22 +214,49 @@ static void na_cpu_add(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-/* ops->store: f32 rows into a KV cache of f32 (memcpy), f16 or bf16 (scalar
- * round-to-nearest-even, the same conversion as everywhere else). */
+/* ops->store: f32 rows into a KV cache of f32 (memcpy), f16 or bf16, 8
+ * values at a time, bit-identical to the scalar round-to-nearest-even
+ * conversions used everywhere else: F16C vcvtps2ph for f16 (a group of 8
+ * holding a NaN goes through na_f32_to_f16, which does not keep NaN payload
+ * bits as vcvtps2ph does), na_f32_to_bf16's integer rounding for bf16. It
+ * was scalar: 10% of a 512-token prefill (110M bf16, f16 KV, 1 thread, perf),
+ * on the calling thread while the pool waits. */
 static void na_cpu_store(void *dst, na_dtype_t dtype, const float *src, size_t n)
 {
-    size_t i;
+    uint16_t *d = dst;
+    size_t i = 0, j;
     if (dtype == NA_DTYPE_F32) {
         memcpy(dst, src, n * sizeof(float));
         return;
     }
     if (dtype == NA_DTYPE_BF16) {
-        for (i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = na_f32_to_bf16(src[i]);
+        const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+        for (; i + 8 <= n; i += 8) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
+            __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+            __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+            __m256i r = _mm256_srli_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+            r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(x, 16),
+                                                      _mm256_set1_epi32(0x40)), nan);
+            _mm_storeu_si128((__m128i *)(d + i), _mm_packus_epi32(_mm256_castsi256_si128(r),
+                                                                  _mm256_extracti128_si256(r, 1)));
+        }
+        for (; i < n; i++)
+            d[i] = na_f32_to_bf16(src[i]);
         return;
     }
-    for (i = 0; i < n; i++)
-        ((uint16_t *)dst)[i] = na_f32_to_f16(src[i]);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(src + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+            for (j = i; j < i + 8; j++)
+                d[j] = na_f32_to_f16(src[j]);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++)
+        d[i] = na_f32_to_f16(src[i]);
 }
 
 /* ops->destroy: join the pool, free scratch, state and the struct. */
@@ -281,31 +308,46 @@ static const na_kernel_ops_t na_cpu_ops_v4 = {
     .destroy      = na_cpu_destroy,
 };
 
-/* 1 when this CPU has x86-64-v4's AVX-512 subsets and NA_CPU_ISA does not
- * ask for the baseline ("v3"); any other NA_CPU_ISA value is refused. */
-static na_status_t na_cpu_use_v4(int *v4)
+/* The kernels this CPU gets: *v4 = 1 when it has x86-64-v4's AVX-512
+ * subsets, *ext = NA_CPU_EXT_* bits of the extensions beyond v4 that have
+ * their own GEMMs (kernels/cpu/cpu.h). NA_CPU_ISA: auto (the best there is),
+ * v3 (the AVX2 baseline), v4 (AVX-512 without the VNNI / BF16 GEMMs: their
+ * fallbacks), v4x (AVX-512 and both extensions; refused where missing). */
+#define NA_CPU_EXT_VNNI 1
+#define NA_CPU_EXT_BF16 2
+static na_status_t na_cpu_pick_isa(int *v4, int *ext)
 {
     const char *want = getenv("NA_CPU_ISA");
     int have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512cd");
+    int have_ext = !have ? 0 :
+                   (__builtin_cpu_supports("avx512vnni") ? NA_CPU_EXT_VNNI : 0) |
+                   (__builtin_cpu_supports("avx512bf16") ? NA_CPU_EXT_BF16 : 0);
 
-    if (want == NULL || *want == '\0' || !strcmp(want, "auto")) {
-        *v4 = have;
+    *v4 = have;
+    *ext = have_ext;
+    if (want == NULL || *want == '\0' || !strcmp(want, "auto"))
         return NA_OK;
-    }
     if (!strcmp(want, "v3")) {
         *v4 = 0;
+        *ext = 0;
         return NA_OK;
     }
-    if (!strcmp(want, "v4")) {
+    if (!strcmp(want, "v4") || !strcmp(want, "v4x")) {
         if (!have)
-            return na_err(NA_ERR_UNSUPPORTED, "kernels cpu: NA_CPU_ISA=v4 but this CPU lacks "
-                          "AVX-512F/VL/BW/DQ/CD (unset it, or use v3)");
-        *v4 = 1;
+            return na_err(NA_ERR_UNSUPPORTED, "kernels cpu: NA_CPU_ISA=%s but this CPU lacks "
+                          "AVX-512F/VL/BW/DQ/CD (unset it, or use v3)", want);
+        if (want[2] == '\0') {
+            *ext = 0;
+        } else if (have_ext != (NA_CPU_EXT_VNNI | NA_CPU_EXT_BF16)) {
+            return na_err(NA_ERR_UNSUPPORTED, "kernels cpu: NA_CPU_ISA=v4x but this CPU lacks "
+                          "AVX512-VNNI or AVX512-BF16 (unset it, or use v4)");
+        }
         return NA_OK;
     }
-    return na_err(NA_ERR_INVALID, "kernels cpu: NA_CPU_ISA='%s' (use auto, v3 or v4)", want);
+    return na_err(NA_ERR_INVALID, "kernels cpu: NA_CPU_ISA='%s' (use auto, v3, v4 or v4x)",
+                  want);
 }
 
 /* Create the backend with its pool; n_threads <= 0 means every online core.
@@ -315,12 +357,14 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     na_kernels_t *k;
     na_cpu_state_t *s;
     na_status_t st;
-    int v4 = 0;
+    int v4 = 0, ext = 0;
+    static const char *const isa_v4[] = { "x86-64-v4", "x86-64-v4+vnni", "x86-64-v4+bf16",
+                                           "x86-64-v4+vnni+bf16" };
 
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         return na_err(NA_ERR_UNSUPPORTED, "kernels cpu: this CPU lacks AVX2/FMA (use backend 'ref')");
-    st = na_cpu_use_v4(&v4);
+    st = na_cpu_pick_isa(&v4, &ext);
     if (st != NA_OK)
         return st;
     if (n_threads <= 0) {
@@ -344,7 +388,13 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     openblas_set_num_threads(1);
     s->host.core = v4 ? &na_cpu_core_v4 : &na_cpu_core;
     k->ops = v4 ? &na_cpu_ops_v4 : &na_cpu_ops;
-    k->isa = v4 ? "x86-64-v4" : "x86-64-v3";
+    /* crossovers with the row kernels (kernels/cpu/cpu_matmul.c), 768x768
+     * Q8_0, 1 thread, best of 200 (GFLOP/s row kernel / GEMM): VNNI b=4
+     * 86 / 58, b=8 86 / 98, b=16 85 / 135; AVX2 b=16 85 / 73, b=24 82 / 88 */
+    s->gemm_q8 = ext & NA_CPU_EXT_VNNI ? na_cpu_gemm_q8_vnni : na_cpu_gemm_q8;
+    s->gemm_q8_min_batch = ext & NA_CPU_EXT_VNNI ? 8 : 20;
+    s->gemm_bf16 = ext & NA_CPU_EXT_BF16 ? na_cpu_gemm_bf16 : NULL;
+    k->isa = v4 ? isa_v4[ext] : "x86-64-v3";
     k->n_threads = n_threads;
     k->priv = s;
     *k_p = k;

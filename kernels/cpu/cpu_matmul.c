@@ -9,13 +9,26 @@
  *   batch 1, any dtype    rows split across the pool; one AVX2 dot product
  *                         per row that converts 8 weights at a time in
  *                         registers (F16C for f16, shift for bf16).
- *   Q8_0, batch < 20      the inputs are quantised to Q8 blocks once per call
- *   (or batch-invariant)  (kernels/ref/ref.h: the definition), then each row's
+ *   Q8_0, batch > 1       the inputs are quantised to Q8 blocks once per call
+ *                         (kernels/ref/ref.h: the definition), then each row's
  *                         blocks are multiplied in int8 and summed exactly in
  *                         int32 (maddubs + madd), one f32 FMA per block.
  *                         2048x2048 Q8_0, 1 thread, min of 200 calls: 182 us
  *                         (f32 inputs, weights converted per block) -> 99 us;
  *                         512x512 (in L2), min of 3000: 11.5 -> 6.4 us.
+ *                         From s->gemm_q8_min_batch (8 with AVX512-VNNI, 20
+ *                         without) na_cpu_gemm_q8 (kernels/cpu/cpu_gemm_q8.c):
+ *                         the same sums, bit for bit, register-blocked.
+ *                         768x768 b=512, 1 thread, best of 10 (GFLOP/s):
+ *                         dequantise + sgemm 110-117, VNNI GEMM 205, AVX2
+ *                         maddubs GEMM 110 (NA_CPU_ISA=v3); 768x2048: 122,
+ *                         230, 114.
+ *   BF16, batch >= 20     with AVX512-BF16, na_cpu_gemm_bf16
+ *   (not batch-invariant) (kernels/cpu/cpu_gemm_bf16.c): inputs rounded to
+ *                         bf16, vdpbf16ps. 768x768 b=512, 1 thread, best of
+ *                         10: dequantise + sgemm 120 GFLOP/s, GEMM 438;
+ *                         768x2048: 385; 2048x768: 408. Without AVX512-BF16
+ *                         (or NA_CPU_ISA=v3/v4): the paths below.
  *   batch > 1, small      (F32: batch < NA_CPU_F32_SGEMM_MIN_BATCH; other
  *                         dtypes: batch < NA_CPU_TILE_MIN_BATCH) rows split
  *                         across the pool; each row is read once (other
@@ -28,7 +41,8 @@
  *                         runs with 1 thread: no second set of threads
  *                         spinning beside the pool's).
  *   batch > 1, large      each thread dequantises a tile of its rows into
- *                         f32 scratch and multiplies it by cblas_sgemm.
+ *                         f32 scratch and multiplies it by cblas_sgemm (F16;
+ *                         BF16 without AVX512-BF16).
  *   k->batch_invariant    the "small" path at every batch size, so a row's
  *                         result never depends on what is batched beside it
  *                         (seeded sampling reproduces across batch sizes).
@@ -87,49 +101,6 @@ static inline void na_cpu_q8_block(const uint8_t *blk, __m256 out[4])
  * kernels/ref/ref.h, na_ref_quantize_q8): the inputs of a call are quantised
  * once, then each block's 32 products are summed exactly in int32 and added
  * to the f32 sum as isum * d_w * d_x. */
-
-/* Quantise x[n] (n % 32 == 0) into q[n] and d[n / 32], bit-identical to
- * na_ref_quantize_q8: the same amax, d, 1/d and x * (1/d) in f32, and
- * cvtps rounds to nearest even as nearbyintf does. */
-static void na_cpu_quantize_q8(const float *x, int n, int8_t *q, float *d)
-{
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 big = _mm256_set1_ps(3.0e38f);
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    int b, j;
-
-    for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
-        const float *xb = x + (size_t)b * NA_Q8_0_BLOCK;
-        __m256 v[4], am = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-        __m256i i0, i1, i2, i3;
-        float amax, dd, id;
-
-        for (j = 0; j < 4; j++) {
-            __m256 a;
-            v[j] = _mm256_loadu_ps(xb + 8 * j);
-            a = _mm256_and_ps(v[j], absmask);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));   /* NaN or Inf */
-            am = _mm256_max_ps(am, a);
-        }
-        if (_mm256_movemask_ps(bad)) {
-            memset(q + (size_t)b * NA_Q8_0_BLOCK, 0, NA_Q8_0_BLOCK);
-            d[b] = NAN;
-            continue;
-        }
-        amax = na_cpu_hmax(am);
-        dd = amax / 127.0f;
-        id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(id)));
-        i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(id)));
-        i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(id)));
-        i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], _mm256_set1_ps(id)));
-        /* packs work per 128-bit lane: the permute puts the 32 bytes back in order */
-        i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-        _mm256_storeu_si256((__m256i *)(q + (size_t)b * NA_Q8_0_BLOCK),
-                            _mm256_permutevar8x32_epi32(i0, perm));
-        d[b] = dd;
-    }
-}
 
 /* acc + the int32 products of Q8_0 block blk with Q8 inputs qx (lane l holds
  * products 4l..4l+3: |w| x sign(x, w) in pairs, then pairs of pairs; exact,
@@ -460,6 +431,14 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
     int rows = w->rows, cols = w->cols, tasks;
 
     if (batch <= 0 || rows <= 0)
+        return;
+    /* in the weight type (kernels/cpu/cpu_gemm_*.c); Q8_0 is bit-identical
+     * to the row kernels below, so it serves batch_invariant too */
+    if (w->dtype == NA_DTYPE_Q8_0 && batch >= s->gemm_q8_min_batch &&
+        s->gemm_q8(k, y, x, w, batch) == 0)
+        return;
+    if (w->dtype == NA_DTYPE_BF16 && batch >= NA_CPU_GEMM_BF16_MIN_BATCH &&
+        !k->batch_invariant && s->gemm_bf16 != NULL && s->gemm_bf16(k, y, x, w, batch) == 0)
         return;
     if (w->dtype == NA_DTYPE_Q8_0 && (batch < NA_CPU_TILE_MIN_BATCH || k->batch_invariant)) {
         /* the inputs in Q8 blocks: batch x cols bytes, then batch x cols/32 scales */

@@ -24,6 +24,14 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j);
  * Quantise the NA_Q8_0_BLOCK values x into q; returns d. */
 float na_ref_quantize_q8(const float *x, int8_t *q);
 
+/* BF16 weights at large batches on CPUs with AVX512-BF16
+ * (kernels/cpu/cpu_gemm_bf16.c) take their inputs rounded to bf16:
+ * y[b][r] = sum_j W[r][j] * bf16(x[b][j]), bf16() rounding to nearest even
+ * (na_f32_to_bf16), each product exact in f32, summed in f32 left to right.
+ * The fast kernel sums in another order and flushes denormal products: the
+ * tests compare within the usual f32 summation tolerance. */
+void na_ref_matmul_xbf16(float *y, const float *x, const na_tensor_t *w, int batch);
+
 void na_ref_embed(float *x, const na_tensor_t *t, const int *tokens, int n);
 void na_ref_add(float *x, const float *y, size_t n);
 void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n);

@@ -108,6 +108,20 @@ void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
     }
 }
 
+/* See ref.h. */
+void na_ref_matmul_xbf16(float *y, const float *x, const na_tensor_t *w, int batch)
+{
+    int b, r, j;
+    for (b = 0; b < batch; b++)
+        for (r = 0; r < w->rows; r++) {
+            float sum = 0.0f;
+            for (j = 0; j < w->cols; j++)
+                sum += na_ref_weight_at(w, r, j) *
+                       na_bf16_to_f32(na_f32_to_bf16(x[(size_t)b * w->cols + j]));
+            y[(size_t)b * w->rows + r] = sum;
+        }
+}
+
 /* out = x / sqrt(mean(x^2) + eps) * weight, per row. */
 void na_ref_rmsnorm(float *out, const float *x,
                     const float *weight, int n, float eps, int batch)

@@ -31,6 +31,7 @@
 
 static na_rng_t rng;
 static na_kernels_t *ref_k, *cpu_k[2];   /* cpu with 1 and 2 threads */
+static int gemm_bf16;                     /* the cpu backend has the AVX512-BF16 GEMM */
 
 static float *falloc(size_t n)
 {
@@ -187,18 +188,10 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
     int t, b, r, j;
 
     na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
-    na_ref_matmul(ref_k, yr, x, &w, batch);
-    if (dt == NA_DTYPE_Q8_0 && batch >= 20) {
-        /* the dequantise + sgemm path takes f32 inputs, not Q8 blocks
-         * (kernels/cpu/cpu_matmul.c): compare with the f32 product */
-        for (b = 0; b < batch; b++)
-            for (r = 0; r < rows; r++) {
-                float sum = 0.0f;
-                for (j = 0; j < cols; j++)
-                    sum += na_ref_weight_at(&w, r, j) * x[(size_t)b * cols + j];
-                yr[(size_t)b * rows + r] = sum;
-            }
-    }
+    if (dt == NA_DTYPE_BF16 && gemm_bf16 && batch >= NA_CPU_GEMM_BF16_MIN_BATCH)
+        na_ref_matmul_xbf16(yr, x, &w, batch);   /* inputs rounded to bf16 (ref.h) */
+    else
+        na_ref_matmul(ref_k, yr, x, &w, batch);
     for (t = 0; t < 2; t++) {
         double worst = 0.0;
         memset(yc, 0xff, sizeof(float) * (size_t)batch * rows);   /* NaN: catch unwritten */
@@ -228,12 +221,15 @@ static void test_matmul(void)
                                      { 257, 288 }, { 288, 257 }, { 1000, 33 }, { 300, 1000 } };
     static const int q8_shapes[][2] = { { 1, 32 }, { 7, 64 }, { 33, 288 }, { 257, 1024 },
                                         { 1000, 96 } };
-    static const int batches[] = { 1, 3, 17, 24 };   /* 24: the dequantise+sgemm path */
+    /* from 16: the dequantise+sgemm path, or the GEMMs in the weight type
+     * (kernels/cpu/cpu.h: Q8_0 from batch 8 with AVX512-VNNI, 20 without;
+     * BF16 with AVX512-BF16 from NA_CPU_GEMM_BF16_MIN_BATCH) */
+    static const int batches[] = { 1, 3, 8, 16, 17, 20, 24, 37 };
     size_t s, bi;
     int dt;
 
     for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
-        for (bi = 0; bi < 4; bi++) {
+        for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
             if (dt == NA_DTYPE_Q8_0) {
                 for (s = 0; s < sizeof(q8_shapes) / sizeof(q8_shapes[0]); s++)
                     check_matmul((na_dtype_t)dt, q8_shapes[s][0], q8_shapes[s][1], batches[bi]);
@@ -297,30 +293,35 @@ static void test_q8_inputs(void)
 }
 
 /* Below the sgemm/tile crossovers (batch < 16 for F32, < 20 for the other
- * dtypes) every row of a batched matmul is bit-identical to the same row at
- * batch 1: the engine relies on it for batched == one-at-a-time greedy
- * tokens. Shapes with 8- and scalar tails, 1 and 2 threads. */
+ * dtypes), and at every batch for Q8_0 (its GEMMs, kernels/cpu/cpu.h), every
+ * row of a batched matmul is bit-identical to the same row at batch 1: the
+ * engine relies on it for batched == one-at-a-time greedy tokens. Shapes
+ * with 8- and scalar tails (Q8_0: 1, 2, 3 blocks past a multiple of 4; rows
+ * and batches not multiples of the micro-tiles), 1 and 2 threads. */
 static void test_matmul_batch_exact(void)
 {
     static const int shapes[][2] = { { 7, 31 }, { 33, 65 }, { 257, 288 }, { 300, 1000 } };
-    static const int q8_shapes[][2] = { { 7, 64 }, { 257, 288 }, { 33, 1024 } };
-    static const int batches[] = { 2, 3, 4, 5, 7, 9, 15 };
+    /* 33x4096: more inputs than one pass of the Q8_0 GEMM holds (kernels/cpu/cpu_gemm_q8.c) */
+    static const int q8_shapes[][2] = { { 7, 64 }, { 257, 288 }, { 33, 1024 }, { 100, 224 },
+                                        { 33, 4096 } };
+    static const int batches[] = { 2, 3, 4, 5, 7, 9, 15, 8, 19, 20, 21, 37, 64 };
     size_t s, bi;
     int dt, t, b;
 
     for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
-        for (s = 0; s < 4; s++) {
+        for (s = 0; s < (dt == NA_DTYPE_Q8_0 ? 5u : 4u); s++) {
             int q8 = dt == NA_DTYPE_Q8_0;
-            int rows = q8 ? q8_shapes[s % 3][0] : shapes[s][0];
-            int cols = q8 ? q8_shapes[s % 3][1] : shapes[s][1];
+            int rows = q8 ? q8_shapes[s][0] : shapes[s][0];
+            int cols = q8 ? q8_shapes[s][1] : shapes[s][1];
+            size_t nb = q8 ? sizeof(batches) / sizeof(batches[0]) : 7;   /* Q8_0: all */
             void *buf;
             na_tensor_t w = make_weight((na_dtype_t)dt, rows, cols, &buf);
-            float *x = falloc((size_t)15 * cols), *yb = falloc((size_t)15 * rows);
+            float *x = falloc((size_t)64 * cols), *yb = falloc((size_t)64 * rows);
             float *y1 = falloc((size_t)rows);
 
-            na_rng_fill(&rng, x, (size_t)15 * cols, -1.0f, 1.0f);
+            na_rng_fill(&rng, x, (size_t)64 * cols, -1.0f, 1.0f);
             for (t = 0; t < 2; t++)
-                for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                for (bi = 0; bi < nb; bi++) {
                     int bad = 0;
                     NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
                     for (b = 0; b < batches[bi]; b++) {
@@ -634,10 +635,20 @@ static void test_add_store(void)
 
         na_rng_fill(&rng, x, n, -3.0f, 3.0f);
         na_rng_fill(&rng, y, n, -3.0f, 3.0f);
+        if (n > 40) {       /* the KV store's edge values (below: stored bit for bit as ref) */
+            static const uint32_t special[] = {
+                0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x7f800000u, 0xff800000u,  /* NaN, Inf */
+                0x477fe000u, 0x477ff000u, 0x47800000u, 0x7f7fffffu,   /* f16 max, overflow */
+                0x33800000u, 0x33000000u, 0x33000001u, 0x387fc000u,   /* f16 subnormal range */
+                0x00000001u, 0x80400000u, 0x80000000u, 0x3f808000u,   /* f32 subnormal, -0, ties */
+                0x3f818000u, 0x3f800fffu, 0x3f801000u, 0x3f803000u };
+            for (j = 0; j < sizeof(special) / sizeof(special[0]); j++)
+                memcpy(&x[j * 2], &special[j], 4);        /* spread over groups of 8 */
+        }
         memcpy(a, x, F32B(n));
         NA_CHECK_OK(ref_k->ops->add(ref_k, &ab, &yb, n));
         for (j = 0; j < n; j++)
-            NA_CHECK(a[j] == x[j] + y[j]);
+            NA_CHECK(a[j] == x[j] + y[j] || (isnan(a[j]) && isnan(x[j] + y[j])));
         for (t = 0; t < 2; t++) {
             memcpy(b, x, F32B(n));
             NA_CHECK_OK(cpu_k[t]->ops->add(cpu_k[t], &bb, &yb, n));
@@ -893,29 +904,49 @@ static void test_registry(void)
 
 int main(void)
 {
+    char isa[64];
     na_rng_seed(&rng, 20261122);
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
         !__builtin_cpu_supports("f16c"))
         NA_SKIP("this CPU lacks AVX2/FMA/F16C: the cpu backend cannot run");
+    /* the instruction set chosen at run time: ctest runs this as the CPU
+     * allows, with NA_CPU_ISA=v4 (AVX-512 without the VNNI / BF16 GEMMs:
+     * their fallbacks) and with NA_CPU_ISA=v3 (the AVX2 baseline) */
+    {
+        const char *want = getenv("NA_CPU_ISA");
+        int v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512cd");
+        int vnni = v4 && __builtin_cpu_supports("avx512vnni");
+        int bf16 = v4 && __builtin_cpu_supports("avx512bf16");
+
+        if (want != NULL && (!strcmp(want, "v4") || !strcmp(want, "v4x")) && !v4)
+            NA_SKIP("NA_CPU_ISA=%s: this CPU lacks AVX-512F/VL/BW/DQ/CD", want);
+        if (want != NULL && !strcmp(want, "v4x") && !(vnni && bf16))
+            NA_SKIP("NA_CPU_ISA=v4x: this CPU lacks AVX512-VNNI or AVX512-BF16");
+        if (want != NULL && !strcmp(want, "v3"))
+            v4 = 0;
+        if (want != NULL && (!strcmp(want, "v3") || !strcmp(want, "v4")))
+            vnni = bf16 = 0;
+        snprintf(isa, sizeof(isa), "%s%s%s", v4 ? "x86-64-v4" : "x86-64-v3",
+                 vnni ? "+vnni" : "", bf16 ? "+bf16" : "");
+        gemm_bf16 = bf16;
+        printf("cpu kernels: expect %s; Q8_0 GEMM: %s; BF16 GEMM: %s\n", isa,
+               vnni ? "AVX512-VNNI" : "AVX2 maddubs",
+               bf16 ? "AVX512-BF16" : "none (dequantise + sgemm)");
+        if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bf16"))
+            printf("not tested in any run on this CPU: the AVX512-VNNI / AVX512-BF16 GEMMs "
+                   "(this CPU lacks them)\n");
+    }
     NA_CHECK_OK(na_kernels_create("ref", 1, &ref_k));
     NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
     NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
     if (ref_k == NULL || cpu_k[0] == NULL || cpu_k[1] == NULL)
         return na_test_finish();
     NA_CHECK(cpu_k[1]->n_threads == 2 && !strcmp(cpu_k[1]->ops->name, "cpu"));
-    /* the instruction set chosen at run time (ctest runs this twice: as the
-     * CPU allows, and with NA_CPU_ISA=v3 for the AVX2 baseline) */
-    {
-        const char *want = getenv("NA_CPU_ISA");
-        int v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                 __builtin_cpu_supports("avx512cd");
-        if (want != NULL && !strcmp(want, "v3"))
-            v4 = 0;
-        NA_CHECK(cpu_k[0]->isa != NULL && !strcmp(cpu_k[0]->isa, v4 ? "x86-64-v4" : "x86-64-v3"));
-        printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
-    }
+    NA_CHECK_MSG(cpu_k[0]->isa != NULL && !strcmp(cpu_k[0]->isa, isa), "isa %s, expected %s",
+                 cpu_k[0]->isa ? cpu_k[0]->isa : "?", isa);
 
     test_registry();
     test_pool();

@@ -1,0 +1,178 @@
+/* kernels/cpu/cpu_gemm_bf16.c — y = W·x for BF16 weights at large batches
+ * with AVX512-BF16 (compiled with -mavx512bf16, picked at run time by
+ * kernels/cpu/cpu_backend.c; without it BF16 keeps cpu_matmul.c's
+ * dequantise + sgemm path).
+ *
+ * The math (kernels/ref/ref.h, na_ref_matmul_xbf16): the inputs are rounded
+ * to bf16 once per call (round to nearest even, as na_f32_to_bf16), each
+ * product of two bf16 values is exact in f32, and the products are summed in
+ * f32 — vdpbf16ps adds the two products of a pair in turn to a lane (it
+ * treats denormal inputs and results as zero). This is the precision
+ * llama.cpp multiplies bf16 weights at; batch 1 and small batches keep f32
+ * inputs (cpu_matmul.c).
+ *
+ * Layout: a weight panel of NA_GB_MR rows is packed as (k pair, row, 2)
+ * 32-bit words, so one zmm holds one pair of 16 rows; the micro-kernel
+ * multiplies NA_GB_MR rows by NA_GB_NR inputs, each input pair broadcast
+ * from the bf16 rows of x (vdpbf16ps with a {1to16} memory operand), and
+ * stores 16 consecutive rows of y per vector: no horizontal sums. */
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+#define NA_GB_MR 32         /* weight rows per panel: 2 zmm */
+#define NA_GB_NR 12         /* inputs per micro-tile: 24 accumulators */
+
+typedef struct {
+    float             *y;       /* (batch, rows) */
+    const float       *x;       /* (batch, cols) */
+    const na_tensor_t *w;
+    int                batch;
+    int                ncols;   /* batch rounded up to NA_GB_NR */
+    int                npair;   /* k pairs: (cols + 1) / 2 */
+    uint32_t          *xb;      /* inputs as bf16 pairs (ncols, npair) */
+    uint32_t          *wp;      /* per task: one packed panel (npair, NA_GB_MR) */
+} na_gb_job_t;
+
+/* n f32 (n % 16 == 0) to bf16 with round to nearest even, NaN kept quiet:
+ * na_f32_to_bf16 on 16 lanes. */
+static inline __m256i na_gb_round16(__m512i x)
+{
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
+                                                   odd), 16);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* Pool job 1: input columns [lo, hi) of the padded batch to bf16 pairs
+ * (padding columns and the odd last element zero). */
+static void na_gb_pack_x_task(void *ctx, int t, int n_tasks)
+{
+    const na_gb_job_t *j = ctx;
+    const int cols = j->w->cols;
+    int c, i, lo = (int)((long)j->ncols * t / n_tasks), hi = (int)((long)j->ncols * (t + 1) / n_tasks);
+
+    for (c = lo; c < hi; c++) {
+        uint16_t *out = (uint16_t *)(j->xb + (size_t)c * j->npair);
+        const float *xc = j->x + (size_t)c * cols;
+        memset(out, 0, (size_t)j->npair * 4);
+        if (c >= j->batch)
+            continue;
+        for (i = 0; i + 16 <= cols; i += 16)
+            _mm256_storeu_si256((__m256i *)(out + i),
+                                na_gb_round16(_mm512_loadu_si512(xc + i)));
+        for (; i < cols; i++)
+            out[i] = na_f32_to_bf16(xc[i]);
+    }
+}
+
+/* Rows [r0, r0 + NA_GB_MR) of w (past the end: zero) into the panel p. */
+static void na_gb_pack_w(const na_tensor_t *w, int r0, int npair, uint32_t *p)
+{
+    int r, kp;
+    for (r = 0; r < NA_GB_MR; r++) {
+        const uint8_t *row;
+        int whole = w->cols / 2;
+        if (r0 + r >= w->rows) {
+            for (kp = 0; kp < npair; kp++)
+                p[(size_t)kp * NA_GB_MR + r] = 0;
+            continue;
+        }
+        row = w->data + (size_t)(r0 + r) * (size_t)w->cols * 2;
+        for (kp = 0; kp < whole; kp++) {
+            uint32_t v;
+            memcpy(&v, row + (size_t)kp * 4, 4);
+            p[(size_t)kp * NA_GB_MR + r] = v;
+        }
+        if (whole < npair) {                    /* odd cols: the last element alone */
+            uint16_t h;
+            memcpy(&h, row + (size_t)whole * 4, 2);
+            p[(size_t)whole * NA_GB_MR + r] = h;
+        }
+    }
+}
+
+/* y rows [r0, r0 + 32) x inputs [c0, c0 + NR) from panel p and xb. */
+static inline __attribute__((always_inline)) void
+na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
+{
+    const uint32_t *xc = j->xb + (size_t)c0 * j->npair;
+    const int rows = j->w->rows;
+    __m512 acc[2][NA_GB_NR];
+    __mmask16 m0, m1;
+    int kp, c;
+
+#pragma GCC unroll 12
+    for (c = 0; c < NA_GB_NR; c++) {
+        acc[0][c] = _mm512_setzero_ps();
+        acc[1][c] = _mm512_setzero_ps();
+    }
+    for (kp = 0; kp < j->npair; kp++) {
+        __m512bh w0 = (__m512bh)_mm512_loadu_si512(p + (size_t)kp * NA_GB_MR);
+        __m512bh w1 = (__m512bh)_mm512_loadu_si512(p + (size_t)kp * NA_GB_MR + 16);
+#pragma GCC unroll 12
+        for (c = 0; c < NA_GB_NR; c++) {
+            __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xc[(size_t)c * j->npair + kp]);
+            acc[0][c] = _mm512_dpbf16_ps(acc[0][c], w0, xv);
+            acc[1][c] = _mm512_dpbf16_ps(acc[1][c], w1, xv);
+        }
+    }
+    m0 = rows - r0 >= 16 ? 0xffff : (__mmask16)((1u << (rows - r0)) - 1u);
+    m1 = rows - r0 >= 32 ? 0xffff : rows - r0 <= 16 ? 0 : (__mmask16)((1u << (rows - r0 - 16)) - 1u);
+#pragma GCC unroll 12
+    for (c = 0; c < NA_GB_NR; c++) {
+        float *yc = j->y + (size_t)(c0 + c) * rows + r0;
+        if (c0 + c >= j->batch)
+            break;
+        _mm512_mask_storeu_ps(yc, m0, acc[0][c]);
+        _mm512_mask_storeu_ps(yc + 16, m1, acc[1][c]);
+    }
+}
+
+/* Pool job 2: the row panels [lo, hi) of task t, each packed into the
+ * task's panel and multiplied by every input. */
+static void na_gb_mm_task(void *ctx, int t, int n_tasks)
+{
+    const na_gb_job_t *j = ctx;
+    const int npanel = (j->w->rows + NA_GB_MR - 1) / NA_GB_MR;
+    int pi, c0, lo = (int)((long)npanel * t / n_tasks), hi = (int)((long)npanel * (t + 1) / n_tasks);
+    uint32_t *p = j->wp + (size_t)t * j->npair * NA_GB_MR;
+
+    for (pi = lo; pi < hi; pi++) {
+        na_gb_pack_w(j->w, pi * NA_GB_MR, j->npair, p);
+        for (c0 = 0; c0 < j->ncols; c0 += NA_GB_NR)
+            na_gb_tile(j, p, pi * NA_GB_MR, c0);
+    }
+}
+
+/* See kernels/cpu/cpu.h. */
+int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                     int batch)
+{
+    na_cpu_state_t *s = k->priv;
+    const int npanel = (w->rows + NA_GB_MR - 1) / NA_GB_MR;
+    int n_tasks = k->n_threads == 1 ? 1 : 4 * k->n_threads;
+    na_gb_job_t j;
+    size_t xwords;
+
+    if (n_tasks > npanel)
+        n_tasks = npanel;
+    j.y = y;
+    j.x = x;
+    j.w = w;
+    j.batch = batch;
+    j.ncols = (batch + NA_GB_NR - 1) / NA_GB_NR * NA_GB_NR;
+    j.npair = (w->cols + 1) / 2;
+    xwords = (size_t)j.ncols * j.npair;
+    j.xb = (uint32_t *)na_cpu_scratch(k, xwords + (size_t)n_tasks * j.npair * NA_GB_MR);
+    if (j.xb == NULL)
+        return -1;
+    j.wp = j.xb + xwords;
+    na_cpu_pool_run(s->pool, na_gb_pack_x_task, &j,
+                    k->n_threads < j.ncols ? k->n_threads : j.ncols);
+    na_cpu_pool_run(s->pool, na_gb_mm_task, &j, n_tasks);
+    return 0;
+}
