@@ -245,6 +245,15 @@ struct na_kernels {
 na_status_t na_kernels_create(const char *name, int n_threads, na_kernels_t **k_p);
 void        na_kernels_destroy(na_kernels_t *k);
 
+/* The OpenBLAS core type this CPU could run when OpenBLAS loaded older
+ * (AVX2) kernels on an AVX-512 CPU, e.g. because OPENBLAS_CORETYPE=Haswell
+ * is in the environment (kernels/cpu/cpu_backend.c has the cost: ~1.6x on a
+ * prefill's matmuls); NULL when the loaded kernels are the CPU's own or
+ * NA_CPU_ISA=v3. OpenBLAS reads OPENBLAS_CORETYPE only as it loads, and an
+ * explicit setting is the user's: the benches say it (na_cli_blas_note),
+ * nothing overrides it. */
+const char *na_kernels_blas_better_core(void);
+
 /* ops->rest if the backend has it (see there). */
 void        na_kernels_rest(na_kernels_t *k);
 

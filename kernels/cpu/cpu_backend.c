@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -405,4 +406,28 @@ err_free_state:
 err_free_kernels:
     free(k);
     return st;
+}
+
+/* See kernels.h. OpenBLAS chooses its kernels as it loads, by CPUID or by
+ * OPENBLAS_CORETYPE (the machines of this project have OPENBLAS_CORETYPE=
+ * Haswell in their environment). Measured on the Zen 4 machine, `nearattn
+ * bench e2e --peers --shapes 110m --dtypes f32 --threads-list 1 --reps 1`,
+ * pp512 (one thread, user time = wall time): Haswell 653 tok/s, Cooperlake
+ * (what OpenBLAS 0.3.21 picks there by itself) 1060. NA_CPU_ISA=v3 (the
+ * AVX2 kernels on purpose) asks for nothing better. */
+const char *na_kernels_blas_better_core(void)
+{
+    const char *isa = getenv("NA_CPU_ISA"), *now;
+
+    if (isa != NULL && !strcmp(isa, "v3"))
+        return NULL;
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+          __builtin_cpu_supports("avx512cd")))
+        return NULL;
+    now = openblas_get_corename();
+    if (now == NULL || (strcasecmp(now, "haswell") && strcasecmp(now, "zen")))
+        return NULL;
+    return __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
 }

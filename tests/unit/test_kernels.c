@@ -509,6 +509,12 @@ static void test_prefill(void)
         check_prefill(kd, 33, 5, 8, 1, 64);
         check_prefill(kd, 65, 100, 4, 2, 128);
         check_prefill(kd, 17, 3, 6, 3, 36);
+        /* blocks of query tokens per task (na_cpu_pre_qb): MHA (8 per task,
+         * a short last block), group 5 (3 per task, 15 heads), a head too
+         * large for the blocked path (one token per task) */
+        check_prefill(kd, 21, 3, 6, 6, 40);
+        check_prefill(kd, 11, 0, 10, 2, 16);
+        check_prefill(kd, 9, 2, 2, 2, 264);
     }
 }
 
