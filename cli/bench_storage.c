@@ -22,6 +22,7 @@
 #define _GNU_SOURCE            /* O_DIRECT */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@
 #define NA_BS_KVH     8
 #define NA_BS_HD      128
 #define NA_BS_STEPS   6          /* 1 warm-up + 5 timed */
+#define NA_BS_MAX_SLOTS 4        /* device slots of the SSD run (each its own engine) */
 
 /* The in-run limit, measured once after every timed step so that limit
  * and attention see the same machine load: returns GB/s or < 0 on error. */
@@ -50,6 +52,7 @@ typedef struct {
     int         ctx;             /* tokens of context per request */
     int         threads;
     int         ssd;             /* 1: KV on SSD tier only; 0: DRAM tier */
+    int         n_slots;         /* device slots sharing the requests (1..NA_BS_MAX_SLOTS) */
     int         n_heads;         /* query heads (NA_BS_KVH * group) */
     double      med_s, spread;   /* per decode step (all layers) */
     double      kv_bytes_step;   /* KV bytes attended per step */
@@ -67,25 +70,98 @@ typedef struct {
     const struct na_bs_rdcfg *best_cfg;
 } na_bs_run_t;
 
-/* Prefill NA_BS_REQ requests of ctx tokens over NA_BS_LAYERS layers, then
- * time NA_BS_STEPS decode steps. */
+/* One slot's part of a decode step: its requests (ids 0..n_req-1 in that
+ * slot) through every layer; run by a thread of its own when there are
+ * several slots, so their engines read the disk at once. */
+typedef struct {
+    na_slot_t      *s;
+    int             n_req, n_heads;
+    size_t          qw;
+    const float    *q, *k, *v;   /* q: n_req rows of qw; k, v: the new row */
+    float          *o;
+    na_attn_entry_t ent[NA_BS_REQ];
+    na_status_t     st;
+    char            why[256];    /* the failure's message (errors are per thread) */
+} na_bs_part_t;
+
+static void *na_bs_part_step(void *arg)
+{
+    na_bs_part_t *p = arg;
+    int l;
+
+    p->st = NA_OK;
+    for (l = 0; l < NA_BS_LAYERS && p->st == NA_OK; l++) {
+        p->st = na_cli_bench_slot_layer(p->s, p->ent, p->n_req, l, p->n_heads, NA_BS_KVH, p->q,
+                                        p->qw, p->k, p->v, p->o, "bench storage");
+        (void)na_slot_poll(p->s);
+    }
+    if (p->st != NA_OK)
+        snprintf(p->why, sizeof(p->why), "%s", na_errmsg());
+    return NULL;
+}
+
+/* One decode step over every part (threads when there are several). */
+static na_status_t na_bs_step(na_bs_part_t *parts, int n)
+{
+    pthread_t th[NA_BS_MAX_SLOTS];
+    int i, started = 0;
+
+    if (n == 1) {
+        na_bs_part_step(&parts[0]);
+    } else {
+        for (i = 0; i < n; i++, started++)
+            if (pthread_create(&th[i], NULL, na_bs_part_step, &parts[i]) != 0)
+                break;
+        for (i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+        if (started < n)
+            return na_err(NA_ERR_INTERNAL, "bench storage: pthread_create failed");
+    }
+    for (i = 0; i < n; i++)
+        if (parts[i].st != NA_OK)
+            return na_err(parts[i].st, "%s", parts[i].why);
+    return NA_OK;
+}
+
+/* The counters the run reads, summed over its slots. */
+static void na_bs_stats(na_slot_t *const *s, int n, na_slot_stats_t *out)
+{
+    int i;
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < n; i++) {
+        na_slot_stats_t x;
+        na_slot_stats(s[i], &x);
+        out->kv.bytes_read_ssd += x.kv.bytes_read_ssd;
+        out->attn.prefetch_hits += x.attn.prefetch_hits;
+        out->attn.compute_ns += x.attn.compute_ns;
+        out->attn.io_busy_ns += x.attn.io_busy_ns;
+        out->attn.kernel_threads += x.attn.kernel_threads;
+    }
+}
+
+/* Prefill NA_BS_REQ requests of ctx tokens over NA_BS_LAYERS layers, spread
+ * over run->n_slots device slots (each in a directory of its own when there
+ * are several), then time NA_BS_STEPS decode steps. */
 static na_status_t na_bs_attn(na_bs_run_t *run)
 {
     const int kvw = NA_BS_KVH * NA_BS_HD, qw = run->n_heads * NA_BS_HD;
-    const int max_tok = run->ctx + NA_BS_STEPS + 1;
+    const int max_tok = run->ctx + NA_BS_STEPS + 1, ns = run->n_slots;
     const uint64_t kv_req_layer = (uint64_t)max_tok * kvw * 2 * 2;
     na_slot_common_t c;
     na_slot_dev_t dev = { 0 };
-    na_slot_t *s = NULL;
+    na_slot_t *s[NA_BS_MAX_SLOTS] = { NULL };
+    na_bs_part_t *parts = NULL;
     na_slot_stats_t st0, st1;
-    na_attn_entry_t ent[NA_BS_REQ];
     float *k = NULL, *v = NULL, *k2 = NULL, *v2 = NULL, *q = NULL, *o = NULL;
     double t[NA_BS_STEPS], refv[NA_BS_STEPS];
+    char sdir[NA_BS_MAX_SLOTS][1100];
     na_bs_disk_t kvfile;
-    int have_kvfile = 0;
-    na_status_t st;
+    int have_kvfile = 0, made = 0;
+    na_status_t st = NA_OK;
     int r, l, step, i, chunk = 512;
 
+    if (ns < 1 || ns > NA_BS_MAX_SLOTS)
+        return na_err(NA_ERR_RANGE, "bench storage: %d slots (1..%d)", ns, NA_BS_MAX_SLOTS);
     na_slot_common_default(&c);
     c.n_layers = NA_BS_LAYERS;
     c.n_heads = run->n_heads;
@@ -96,18 +172,35 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     c.stage_chunks = 16;
     c.split_tokens = 1024;
     c.no_dram_tier = run->ssd;
-    memset(&dev, 0, sizeof(dev));
-    dev.dir = run->dir;
-    dev.engine = "cpu";
-    if (run->ssd) {
-        dev.ssd_bytes = (kv_req_layer + (1u << 20)) * NA_BS_REQ * NA_BS_LAYERS;
-        dev.dram_bytes = 64u << 20;                     /* writeback buffers only */
-    } else {
-        dev.dram_bytes = (kv_req_layer + (1u << 20)) * NA_BS_REQ * NA_BS_LAYERS;
+    parts = calloc((size_t)ns, sizeof(*parts));
+    if (parts == NULL)
+        return na_err(NA_ERR_NOMEM, "bench storage: out of memory");
+    for (i = 0; i < ns; i++, made++) {
+        int n_req = NA_BS_REQ / ns + (i < NA_BS_REQ % ns);
+        if (ns == 1) {
+            snprintf(sdir[i], sizeof(sdir[i]), "%s", run->dir);
+        } else {
+            snprintf(sdir[i], sizeof(sdir[i]), "%s/slot%d", run->dir, i);
+            if (mkdir(sdir[i], 0700) != 0) {
+                st = na_err(NA_ERR_IO, "bench storage: mkdir %s: %s", sdir[i], strerror(errno));
+                goto out;
+            }
+        }
+        memset(&dev, 0, sizeof(dev));
+        dev.dir = sdir[i];
+        dev.engine = "cpu";
+        if (run->ssd) {
+            dev.ssd_bytes = (kv_req_layer + (1u << 20)) * n_req * NA_BS_LAYERS;
+            dev.dram_bytes = 64u << 20;                 /* writeback buffers only */
+        } else {
+            dev.dram_bytes = (kv_req_layer + (1u << 20)) * n_req * NA_BS_LAYERS;
+        }
+        st = na_slot_create(&c, &dev, &s[i]);
+        if (st != NA_OK)
+            goto out;
+        parts[i].s = s[i];
+        parts[i].n_req = n_req;
     }
-    st = na_slot_create(&c, &dev, &s);
-    if (st != NA_OK)
-        return st;
     k = malloc(sizeof(float) * (size_t)chunk * kvw);
     v = malloc(sizeof(float) * (size_t)chunk * kvw);
     k2 = malloc(sizeof(float) * (size_t)chunk * kvw);
@@ -124,28 +217,30 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     na_bs_fill(k2, (size_t)chunk * kvw, 3);
     na_bs_fill(v2, (size_t)chunk * kvw, 4);
     run->prefill_s = na_bench_now();
-    for (r = 0; r < NA_BS_REQ; r++) {
-        st = na_slot_open(s, (uint64_t)r, max_tok, NA_BS_KVH);
-        if (st != NA_OK)
-            goto out;
-        for (l = 0; l < NA_BS_LAYERS; l++) {
-            for (i = 0; i < run->ctx; i += chunk) {
-                int n = run->ctx - i < chunk ? run->ctx - i : chunk;
-                int alt = ((i / chunk) + r + l) & 1;
-                st = na_slot_prefill(s, (uint64_t)r, l, alt ? k2 : k, alt ? v2 : v,
-                                     NA_DTYPE_F32, 0, n);
-                if (st != NA_OK)
-                    goto out;
+    for (i = 0; i < ns; i++)
+        for (r = 0; r < parts[i].n_req; r++) {
+            st = na_slot_open(s[i], (uint64_t)r, max_tok, NA_BS_KVH);
+            if (st != NA_OK)
+                goto out;
+            for (l = 0; l < NA_BS_LAYERS; l++) {
+                int j;
+                for (j = 0; j < run->ctx; j += chunk) {
+                    int n = run->ctx - j < chunk ? run->ctx - j : chunk;
+                    int alt = ((j / chunk) + r + l + i) & 1;
+                    st = na_slot_prefill(s[i], (uint64_t)r, l, alt ? k2 : k, alt ? v2 : v,
+                                         NA_DTYPE_F32, 0, n);
+                    if (st != NA_OK)
+                        goto out;
+                }
             }
+            st = na_slot_prefill_done(s[i], (uint64_t)r);
+            if (st != NA_OK)
+                goto out;
         }
-        st = na_slot_prefill_done(s, (uint64_t)r);
-        if (st != NA_OK)
-            goto out;
-    }
     run->prefill_s = na_bench_now() - run->prefill_s;
     if (run->ssd && run->ref == NULL) {      /* the limit: O_DIRECT reads of this very file */
-        char path[1100];
-        snprintf(path, sizeof(path), "%s/kv.dat", run->dir);
+        char path[1200];                     /* (slot 0's with several: the same disk) */
+        snprintf(path, sizeof(path), "%s/kv.dat", sdir[0]);
         st = na_bs_disk_attach(&kvfile, path);
         if (st != NA_OK)
             goto out;
@@ -156,18 +251,22 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     na_bs_fill(q, (size_t)NA_BS_REQ * qw, 99);
     na_bs_fill(k, (size_t)kvw, 7);
     na_bs_fill(v, (size_t)kvw, 8);
+    for (i = 0, r = 0; i < ns; r += parts[i].n_req, i++) {
+        parts[i].n_heads = run->n_heads;
+        parts[i].qw = (size_t)qw;
+        parts[i].q = q + (size_t)r * qw;
+        parts[i].o = o + (size_t)r * qw;
+        parts[i].k = k;
+        parts[i].v = v;
+    }
     for (step = 0; step < NA_BS_STEPS; step++) {
         double t0;
         if (step == 1)
-            na_slot_stats(s, &st0);
+            na_bs_stats(s, ns, &st0);
         t0 = na_bench_now();
-        for (l = 0; l < NA_BS_LAYERS; l++) {
-            st = na_cli_bench_slot_layer(s, ent, NA_BS_REQ, l, run->n_heads, NA_BS_KVH, q, qw, k,
-                                         v, o, "bench storage");
-            if (st != NA_OK)
-                goto out;
-            (void)na_slot_poll(s);
-        }
+        st = na_bs_step(parts, ns);
+        if (st != NA_OK)
+            goto out;
         t[step] = na_bench_now() - t0;
         if (step > 0 && run->ref != NULL) {
             refv[step] = run->ref(run->ref_ctx);
@@ -197,7 +296,7 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
         run->ref_med = na_bench_median(refv + 1, NA_BS_STEPS - 1);
         run->ref_spread = na_bench_spread(refv + 1, NA_BS_STEPS - 1);
     }
-    na_slot_stats(s, &st1);
+    na_bs_stats(s, ns, &st1);
     run->med_s = na_bench_median(t + 1, NA_BS_STEPS - 1);
     run->spread = na_bench_spread(t + 1, NA_BS_STEPS - 1);
     /* context at the timed steps: ctx+1 .. ctx+NA_BS_STEPS-1 tokens; use the mean */
@@ -210,11 +309,12 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
         double wall = 0;
         for (i = 1; i < NA_BS_STEPS; i++)
             wall += t[i];
-        int kt = st1.attn.kernel_threads > 0 ? (int)st1.attn.kernel_threads : run->threads;
+        int kt = st1.attn.kernel_threads > 0 ? (int)st1.attn.kernel_threads
+                                              : run->threads * ns;
         double busy = (double)(st1.attn.io_busy_ns - st0.attn.io_busy_ns) / 1e9;
         run->compute_frac = (double)(st1.attn.compute_ns - st0.attn.compute_ns) / 1e9 /
                             (wall * kt);
-        run->io_busy_frac = busy / wall;
+        run->io_busy_frac = busy / (wall * ns);   /* per slot, on average */
         run->io_busy_gbs = busy > 0 ? (double)(st1.kv.bytes_read_ssd - st0.kv.bytes_read_ssd) /
                                       busy / 1e9 : 0;
     }
@@ -229,9 +329,14 @@ out:
     free(v2);
     free(q);
     free(o);
-    for (r = 0; r < NA_BS_REQ; r++)
-        (void)na_slot_release(s, (uint64_t)r);
-    na_slot_destroy(s);
+    for (i = 0; i < made; i++) {
+        for (r = 0; s[i] != NULL && r < parts[i].n_req; r++)
+            (void)na_slot_release(s[i], (uint64_t)r);
+        na_slot_destroy(s[i]);
+        if (ns > 1)
+            rmdir(sdir[i]);
+    }
+    free(parts);
     return st;
 }
 
@@ -354,6 +459,7 @@ int na_cli_bench_storage(int argc, char **argv)
     run.threads = o.threads;
     run.ssd = 1;
     run.n_heads = NA_BS_HEADS;
+    run.n_slots = 1;
     st = na_bs_attn(&run);
     if (st != NA_OK)
         goto fail;
@@ -401,6 +507,30 @@ int na_cli_bench_storage(int argc, char **argv)
                   "disk busy share x its rate; kernels busy %.0f%% of the time (hidden under "
                   "the reads)", (unsigned long long)run.prefetch_hits, 100.0 * run.compute_frac);
 
+    /* the same requests over two device slots (each its own engine, I/O
+     * thread and KV file, as a node with two devices: here on one disk),
+     * against the best read measured in that run */
+    memset(&run, 0, sizeof(run));
+    run.dir = dir;
+    run.ctx = ctx_ssd;
+    run.threads = o.threads;
+    run.ssd = 1;
+    run.n_heads = NA_BS_HEADS;
+    run.n_slots = 2;
+    st = na_bs_attn(&run);
+    if (st != NA_OK)
+        goto fail;
+    snprintf(name, sizeof(name), "attn KV on SSD %dq/%dkv ctx=%d t=%d, 2 slots", NA_BS_HEADS,
+             NA_BS_KVH, ctx_ssd, o.threads);
+    na_bench_add(b, name, run.kv_bytes_step / run.med_s / 1e9, "GB/s", run.spread,
+                 "O_DIRECT read, best config", run.best_rd);
+    na_bench_add(b, "SSD step, 2 slots: disk busy per slot", 100.0 * run.io_busy_frac, "%", 0.0,
+                 NULL, 0.0);
+    if (run.kv_bytes_step / run.med_s / 1e9 > run.best_rd)
+        na_bench_note(b, "NOTE: 2 slots: attention (%.2f GB/s) exceeds the best O_DIRECT read "
+                      "of that run (%.2f GB/s, slot 0's file)", run.kv_bytes_step / run.med_s /
+                      1e9, run.best_rd);
+
     /* attention over DRAM-resident KV, a STREAM copy after each step:
      * GQA 4 with 1 and N engine threads, MHA with 1 thread */
     for (v = 0; v < 3; v++) {
@@ -416,6 +546,7 @@ int na_cli_bench_storage(int argc, char **argv)
         run.threads = t;
         run.ssd = 0;
         run.n_heads = heads;
+        run.n_slots = 1;
         run.ref = na_bs_copy;
         run.ref_ctx = &cp;
         st = na_bs_attn(&run);
