@@ -166,7 +166,7 @@ double na_bs_disk_read(void *ctx)
 
 
 /* len * qd <= the 64 MiB buffer; qd <= NA_BS_QD_MAX */
-const na_bs_rdcfg_t na_bs_rdcfgs[NA_BS_N_RDCFG] = {
+const na_bs_rdcfg_t na_bs_rdcfgs[] = {   /* exactly NA_BS_N_RDCFG (the header's size) */
     { 1u << 20,  8, 1 }, { 1u << 20, 32, 1 }, { 1u << 20, 64, 1 },
     { 4u << 20,  8, 1 }, { 4u << 20, 16, 1 },
     { 1u << 20, 64, 4 }, { 4u << 20, 16, 4 }, { 1u << 20, 64, 8 },

@@ -59,6 +59,7 @@ typedef struct {
     double      ssd_read_per_tok;
     double      prefill_s;
     uint64_t    prefetch_hits;
+    uint64_t    helped, granules; /* jobs run by the thread waiting for the step / all */
     double      compute_frac;    /* kernel time / (timed wall time x kernel threads) */
     double      io_busy_frac;    /* wall time with >= 1 SSD read in flight / timed wall */
     double      io_busy_gbs;     /* SSD bytes read / that busy time (GB/s) */
@@ -136,6 +137,8 @@ static void na_bs_stats(na_slot_t *const *s, int n, na_slot_stats_t *out)
         out->attn.compute_ns += x.attn.compute_ns;
         out->attn.io_busy_ns += x.attn.io_busy_ns;
         out->attn.kernel_threads += x.attn.kernel_threads;
+        out->attn.helped += x.attn.helped;
+        out->attn.granules += x.attn.granules;
     }
 }
 
@@ -154,7 +157,7 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     na_slot_stats_t st0, st1;
     float *k = NULL, *v = NULL, *k2 = NULL, *v2 = NULL, *q = NULL, *o = NULL;
     double t[NA_BS_STEPS], refv[NA_BS_STEPS];
-    char sdir[NA_BS_MAX_SLOTS][1100];
+    char sdir[NA_BS_MAX_SLOTS][1100] = { { 0 } };
     na_bs_disk_t kvfile;
     int have_kvfile = 0, made = 0;
     na_status_t st = NA_OK;
@@ -305,6 +308,8 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     run->ssd_read_per_tok = (double)(st1.kv.bytes_read_ssd - st0.kv.bytes_read_ssd) /
                             ((NA_BS_STEPS - 1) * (double)NA_BS_REQ);
     run->prefetch_hits = st1.attn.prefetch_hits - st0.attn.prefetch_hits;
+    run->helped = st1.attn.helped - st0.attn.helped;
+    run->granules = st1.attn.granules - st0.attn.granules;
     {
         double wall = 0;
         for (i = 1; i < NA_BS_STEPS; i++)
@@ -329,15 +334,40 @@ out:
     free(v2);
     free(q);
     free(o);
-    for (i = 0; i < made; i++) {
-        for (r = 0; s[i] != NULL && r < parts[i].n_req; r++)
+    for (i = 0; i < ns; i++) {
+        for (r = 0; i < made && r < parts[i].n_req; r++)
             (void)na_slot_release(s[i], (uint64_t)r);
         na_slot_destroy(s[i]);
-        if (ns > 1)
-            rmdir(sdir[i]);
+        if (ns > 1 && sdir[i][0] != '\0')
+            rmdir(sdir[i]);          /* absent when its mkdir failed: harmless */
     }
     free(parts);
     return st;
+}
+
+/* A run of n_slots slots over dir: ctx tokens per request, threads engine
+ * workers per slot, KV on the SSD tier (ssd) or in DRAM, n_heads query heads. */
+static void na_bs_run_init(na_bs_run_t *run, const char *dir, int ctx, int threads, int ssd,
+                           int n_heads, int n_slots)
+{
+    memset(run, 0, sizeof(*run));
+    run->dir = dir;
+    run->ctx = ctx;
+    run->threads = threads;
+    run->ssd = ssd;
+    run->n_heads = n_heads;
+    run->n_slots = n_slots;
+}
+
+/* An SSD run whose attention beat its best O_DIRECT read: say so. */
+static void na_bs_note_over(na_bench_t *b, const char *what, const na_bs_run_t *run)
+{
+    double gbs = run->kv_bytes_step / run->med_s / 1e9;
+    if (gbs > run->best_rd)
+        na_bench_note(b, "NOTE: %s: attention on SSD KV (%.2f GB/s) exceeds the best O_DIRECT "
+                      "read measured in its run (%.2f GB/s, the first slot's KV file): on this "
+                      "(virtual) disk that reference is not a bound -- the host may cache or the "
+                      "device may serve reads of other shapes faster", what, gbs, run->best_rd);
 }
 
 typedef struct {
@@ -453,13 +483,7 @@ int na_cli_bench_storage(int argc, char **argv)
 
     /* attention over SSD-resident KV; after each step the KV file itself is
      * read whole with O_DIRECT, the limit on the same data path */
-    memset(&run, 0, sizeof(run));
-    run.dir = dir;
-    run.ctx = ctx_ssd;
-    run.threads = o.threads;
-    run.ssd = 1;
-    run.n_heads = NA_BS_HEADS;
-    run.n_slots = 1;
+    na_bs_run_init(&run, dir, ctx_ssd, o.threads, 1, NA_BS_HEADS, 1);
     st = na_bs_attn(&run);
     if (st != NA_OK)
         goto fail;
@@ -478,11 +502,7 @@ int na_cli_bench_storage(int argc, char **argv)
                   "each twice, after the timed steps; best: %zu MiB reads, QD %d, %d region%s",
                   NA_BS_N_RDCFG, run.best_cfg->len >> 20, run.best_cfg->qd, run.best_cfg->regions,
                   run.best_cfg->regions == 1 ? "" : "s");
-    if (run.kv_bytes_step / run.med_s / 1e9 > run.best_rd)
-        na_bench_note(b, "NOTE: attention on SSD KV (%.2f GB/s) exceeds the best O_DIRECT read "
-                      "measured (%.2f GB/s): on this (virtual) disk that reference is not a "
-                      "bound -- the host may cache or the device may serve reads of different "
-                      "shapes faster", run.kv_bytes_step / run.med_s / 1e9, run.best_rd);
+    na_bs_note_over(b, "1 slot", &run);
     analytic = (double)NA_BS_LAYERS * (ctx_ssd + 1 + NA_BS_STEPS / 2.0) * NA_BS_KVH * NA_BS_HD * 2 * 2;
     na_bench_add(b, "SSD bytes read per token", run.ssd_read_per_tok / 1e6, "MB", 0.0,
                  "analytic L*ctx*2*kvh*hd*2", analytic / 1e6);
@@ -505,18 +525,14 @@ int na_cli_bench_storage(int argc, char **argv)
                  0.0, NULL, 0.0);
     na_bench_note(b, "SSD run: %llu prefetched granules used over the timed steps; a step = "
                   "disk busy share x its rate; kernels busy %.0f%% of the time (hidden under "
-                  "the reads)", (unsigned long long)run.prefetch_hits, 100.0 * run.compute_frac);
+                  "the reads); the thread waiting for each layer ran %llu of the %llu granule "
+                  "jobs itself", (unsigned long long)run.prefetch_hits, 100.0 * run.compute_frac,
+                  (unsigned long long)run.helped, (unsigned long long)run.granules);
 
     /* the same requests over two device slots (each its own engine, I/O
      * thread and KV file, as a node with two devices: here on one disk),
      * against the best read measured in that run */
-    memset(&run, 0, sizeof(run));
-    run.dir = dir;
-    run.ctx = ctx_ssd;
-    run.threads = o.threads;
-    run.ssd = 1;
-    run.n_heads = NA_BS_HEADS;
-    run.n_slots = 2;
+    na_bs_run_init(&run, dir, ctx_ssd, o.threads, 1, NA_BS_HEADS, 2);
     st = na_bs_attn(&run);
     if (st != NA_OK)
         goto fail;
@@ -526,10 +542,7 @@ int na_cli_bench_storage(int argc, char **argv)
                  "O_DIRECT read, best config", run.best_rd);
     na_bench_add(b, "SSD step, 2 slots: disk busy per slot", 100.0 * run.io_busy_frac, "%", 0.0,
                  NULL, 0.0);
-    if (run.kv_bytes_step / run.med_s / 1e9 > run.best_rd)
-        na_bench_note(b, "NOTE: 2 slots: attention (%.2f GB/s) exceeds the best O_DIRECT read "
-                      "of that run (%.2f GB/s, slot 0's file)", run.kv_bytes_step / run.med_s /
-                      1e9, run.best_rd);
+    na_bs_note_over(b, "2 slots", &run);
 
     /* attention over DRAM-resident KV, a STREAM copy after each step:
      * GQA 4 with 1 and N engine threads, MHA with 1 thread */
@@ -540,13 +553,7 @@ int na_cli_bench_storage(int argc, char **argv)
         cp.threads = t;
         if (v == 1 && o.threads == 1)
             continue;
-        memset(&run, 0, sizeof(run));
-        run.dir = dir;
-        run.ctx = ctx_dram;
-        run.threads = t;
-        run.ssd = 0;
-        run.n_heads = heads;
-        run.n_slots = 1;
+        na_bs_run_init(&run, dir, ctx_dram, t, 0, heads, 1);
         run.ref = na_bs_copy;
         run.ref_ctx = &cp;
         st = na_bs_attn(&run);

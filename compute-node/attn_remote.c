@@ -41,7 +41,9 @@
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
 /* ... each after this pause: as decode's messages, a ping then finds the peer
  * asleep (on these VMs the wake-ups are most of a round trip: back-to-back
- * pings read 11-65 us from run to run, the decode round trips ~50 us) */
+ * pings read 11-65 us from run to run, the decode round trips ~50 us). It
+ * makes a stats call with nothing in flight take RM_PINGS ms per node
+ * (serve's /metrics reads them; never while attention is in flight). */
 #define RM_PING_GAP_US 1000
 #define RM_JOIN_ASK_MS 25   /* a node that announced itself: STATS asked this often */
 
