@@ -92,12 +92,17 @@ typedef struct {
 } na_attn_stat_t;
 
 /* One KV span: n consecutive tokens of one KV head, K and V rows of head_dim
- * elements of kv_dtype (f16, bf16 or f32) with a row stride of `stride` elements. */
+ * elements of kv_dtype (f16, bf16 or f32) with a row stride of `stride` elements.
+ * next/next_bytes (optional, NULL/0: none): the memory the caller reads after
+ * this span (e.g. the next head's K and V); a backend may prefetch it while
+ * it reads this span. A hint: never read as data, never dereferenced past. */
 typedef struct {
     const void *k;
     const void *v;
     size_t      stride;
     int         n;
+    const void *next;
+    size_t      next_bytes;
 } na_kv_span_t;
 
 /* The type of ops->attn_partial (below); backends declare theirs with it. */

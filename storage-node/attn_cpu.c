@@ -186,17 +186,21 @@ typedef struct {
     int               idx;
 } na_attn_worker_arg_t;
 
-/* Ask for len bytes from p towards the caches (a hint: never faults). */
-static void na_attn_prefetch(const char *p, size_t len)
+/* The base of block b of granule j's view: in memory, or in the granule's
+ * SSD chunk. */
+static const char *na_attn_block_base(const na_attn_job_t *j, const na_kv_view_t *v, int b)
 {
-    size_t o;
-    for (o = 0; o < len; o += 64)
-        __builtin_prefetch(p + o, 0, 2);
+    const na_kv_block_t *blk = &v->blocks[b];
+    return blk->loc == NA_KV_LOC_SSD
+        ? (const char *)j->chunk + (size_t)(b - j->s0) * v->block_bytes
+        : (const char *)blk->mem;
 }
 
 /* Fold granule j of its item into the item's partial slot j->g. Blocks
  * outer, KV heads inner: a block (all its heads, contiguous) is streamed
- * through once, front to back. */
+ * through once, front to back. Each span names the next head's K and V (the
+ * next block's first head after the last) for the kernel to prefetch while
+ * it reads this one. */
 static void na_attn_granule_compute(na_attn_cpu_t *e, na_kernels_t *k, na_attn_job_t *j)
 {
     na_attn_item_t *it = j->item;
@@ -211,23 +215,18 @@ static void na_attn_granule_compute(na_attn_cpu_t *e, na_kernels_t *k, na_attn_j
 
     na_attn_init(st0, acc0, it->n_kvh * grp, hd);
     for (b = j->b0; b < j->b0 + j->nb; b++) {
-        const na_kv_block_t *blk = &v->blocks[b];
-        const char *base = blk->loc == NA_KV_LOC_SSD
-            ? (const char *)j->chunk + (size_t)(b - j->s0) * v->block_bytes
-            : (const char *)blk->mem;
+        const char *base = na_attn_block_base(j, v, b);
+        const char *next_block = b + 1 < j->b0 + j->nb ? na_attn_block_base(j, v, b + 1) : NULL;
         int ntok = v->n_tokens - b * bt;
 
         for (h = 0; h < it->n_kvh; h++) {
             na_kv_span_t span;
-            /* the next head's K and V (contiguous after this one's) towards
-             * cache while this one is folded: each head's rows are a few KiB
-             * on their own pages, where the hardware prefetchers start cold */
-            if (h + 1 < it->n_kvh)
-                na_attn_prefetch(base + (size_t)(h + 1) * 2 * half, 2 * half);
             span.k = base + (size_t)h * 2 * half;
             span.v = base + (size_t)h * 2 * half + half;
             span.stride = (size_t)hd;
             span.n = ntok < bt ? ntok : bt;
+            span.next = h + 1 < it->n_kvh ? base + (size_t)(h + 1) * 2 * half : next_block;
+            span.next_bytes = span.next != NULL ? 2 * half : 0;
             k->ops->attn_partial(k, st0 + (size_t)h * grp, acc0 + (size_t)h * grp * hd,
                                  it->entry->q + (size_t)h * grp * hd, grp, hd, &span, dt, scale);
         }

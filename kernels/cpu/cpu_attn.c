@@ -13,10 +13,11 @@
  *   3. acc[g] += sum_t p[g][t] v_t, with G heads x NACC/G vectors of acc kept
  *      in registers across the chunk; each V row is converted once.
  * So each K/V row is read from memory once for all heads of its group, and
- * the rows one chunk ahead are prefetched as the current ones are read.
- * Measured on the 2-core machine (32 q / 8 kv heads, head_dim 128, f16 KV,
- * 1 thread, min of 400+ calls): ~200 ns per token with the KV in L2, ~270
- * ns from DRAM (8K context). A 256-bit FMA loop runs at 7.0-7.3 G FMA/s
+ * the bytes the caller reads next (na_cpu_pf_t: the next chunk in decode,
+ * the next head's block in the storage node) are prefetched at the pace of
+ * the reads. Measured on an AVX2 2-core machine (32 q / 8 kv heads, head_dim
+ * 128, f16 KV, 1 thread, min of 400+ calls, before na_cpu_pf_t): ~200 ns per
+ * token with the KV in L2, ~270 ns from DRAM (8K context). A 256-bit FMA loop runs at 7.0-7.3 G FMA/s
  * there (2 per cycle at ~3.5 GHz), so the 1024 FMAs per token alone take
  * 145 ns: the kernel is compute-bound at ~72% of FMA peak, the rest being
  * the 256 f16 conversions (which share the FP pipes), reductions and exp.
@@ -27,12 +28,13 @@
  * The 2 vCPUs of that machine share one core's FP throughput (two 1-thread
  * runs at once: ~425 ns per token each), so t=2 is no faster there.
  *
- * Decode splits a long context into up to 4 ranges per thread (flash-
- * decoding), claimed dynamically by the pool, so a thread that the OS
- * deschedules delays one small range, not half the context (no measurable
- * difference on the busy 2-vCPU machine: medians 284 vs 288 ns per token at
- * 32K, t=2). Each range walks its tokens chunk by chunk over every KV head,
- * and the partials are merged with na_attn_merge. head_dim must be a
+ * Decode splits a long context into one range per thread (flash-decoding).
+ * Each range walks its tokens chunk by chunk over every KV head, and the
+ * partials are merged with na_attn_merge. Nothing is prefetched for a
+ * range's first chunk, so more, smaller ranges (claimed dynamically, to
+ * spread a descheduled thread's delay) cost more than they saved: 8K
+ * context, t=2, with 1 / 2 / 4 ranges per thread: 86-89 / 81-84 / 79 % of
+ * the in-cache rate (bench kernels, TARGET attn roof, two runs each). head_dim must be a
  * multiple of 8; other shapes use the reference kernels. */
 #include <math.h>
 #include <string.h>
@@ -41,23 +43,16 @@
 #include "kernels/ref/ref.h"
 
 #define NA_CPU_CHUNK     64     /* tokens per softmax update */
-/* Software prefetch: while token t of a KV head is read, the same rows of
- * token t + NA_CPU_PF_DIST (the same head, one chunk later) are requested
- * into L2. The rows of one head are 256-byte pieces strided by all heads'
- * rows, a pattern the hardware prefetchers do not follow; prefetching one
- * chunk ahead at the pace of consumption keeps DRAM busy. Distance and hint
- * were chosen by measurement (16/32 tokens or T0 into L1 were slower). */
-#define NA_CPU_PF_DIST   NA_CPU_CHUNK
-#define NA_CPU_PF_HINT   _MM_HINT_T2
+/* Software prefetch (na_cpu_pf_t below) into L1, T0: measured against T2
+ * (into L2) with the block layout, 1 thread, 16K context: 26 vs 18 GB/s. */
+#define NA_CPU_PF_HINT   _MM_HINT_T0
 #define NA_CPU_MAX_GROUP 16     /* heads per core call */
 #define NA_CPU_PAR_MIN_CTX 512  /* decode contexts shorter than this stay on one thread */
 #define NA_CPU_PRE_QB    8      /* prefill: query tokens per task sharing each K/V row */
 #define NA_CPU_PRE_MAX_HD 256   /* prefill: larger heads go one token per task */
-/* Long decode contexts are cut into up to NA_CPU_PARTS_PER_THREAD parts per
- * thread (of >= NA_CPU_PART_MIN_CTX tokens), claimed dynamically: on a
- * shared machine one descheduled thread then delays only its current part
- * instead of half of the context. */
-#define NA_CPU_PARTS_PER_THREAD 4
+/* Long decode contexts are cut into NA_CPU_PARTS_PER_THREAD parts per thread
+ * (of >= NA_CPU_PART_MIN_CTX tokens; see the top of the file). */
+#define NA_CPU_PARTS_PER_THREAD 1
 #define NA_CPU_PART_MIN_CTX     512
 
 #define NA_INLINE static inline __attribute__((always_inline))
@@ -94,19 +89,34 @@ NA_INLINE __m256 na_cpu_kv8(const void *base, size_t off, int f16)
     return _mm256_loadu_ps((const float *)base + off);
 }
 
-/* Prefetch n rows (stride elements apart) of `elems` elements from element
- * offset off of base: the rows this loop reads NA_CPU_PF_DIST tokens
- * later. The hardware prefetchers do not follow the head-strided rows. A
- * prefetch past the end of the buffer is harmless (never faults). */
-NA_INLINE void na_cpu_prefetch_rows(const void *base, size_t off, size_t stride, int n,
-                                    int elems, int f16)
+/* Prefetch cursor: the bytes the caller reads after the current span (up
+ * to two regions, e.g. the next chunk's K rows, then its V rows), requested
+ * line by line at the pace of the span's own reads: every 64 bytes the core
+ * reads, it prefetches the next 64 bytes of the cursor. So DRAM sees one
+ * steady stream, a whole span ahead, instead of the hardware prefetchers'
+ * short, page-bounded run-ahead. Measured (32 q / 8 kv heads, head_dim 128,
+ * f16, 16K context, KV in 64-token blocks, 1 thread): 14 GB/s without, 26
+ * with, against 29 with the KV in cache. An empty cursor prefetches nothing. */
+typedef struct {
+    const char *p, *end;         /* the region being prefetched */
+    const char *p2, *end2;       /* then this one (p2 NULL: none) */
+} na_cpu_pf_t;
+
+NA_INLINE void na_cpu_pf_step(na_cpu_pf_t *pf, int lines)
 {
-    size_t esz = f16 ? 2 : 4, b;
-    int r;
-    for (r = 0; r < n; r++) {
-        const char *p = (const char *)base + (off + (size_t)r * stride) * esz;
-        for (b = 0; b < (size_t)elems * esz; b += 64)
-            _mm_prefetch(p + b, NA_CPU_PF_HINT);
+    int i;
+    for (i = 0; i < lines; i++) {
+        if (pf->p >= pf->end) {
+            if (pf->p2 == NULL)
+                return;
+            pf->p = pf->p2;
+            pf->end = pf->end2;
+            pf->p2 = NULL;
+            i--;
+            continue;
+        }
+        _mm_prefetch(pf->p, NA_CPU_PF_HINT);
+        pf->p += 64;
     }
 }
 
@@ -125,17 +135,16 @@ NA_INLINE __m256 na_cpu_reduce8(const __m256 a[8])
  * s[t * G + g] (token-major, so each reduced vector is one contiguous store).
  * TB = NA_CPU_NACC / G tokens per step. */
 NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
-                         int cn, int pf_n, int hd, float scale, int G, int f16)
+                         int cn, na_cpu_pf_t *pf, int hd, float scale, int G, int f16)
 {
-    const int TB = NA_CPU_NACC / G;
+    const int TB = NA_CPU_NACC / G, pf_lines = (TB * hd * (f16 ? 2 : 4) + 63) / 64;
     const __m256 vs = _mm256_set1_ps(scale);
     int t = 0, d, g;
 
     for (; t + TB <= cn; t += TB) {
         __m256 a[NA_CPU_NACC];
         int tt;
-        if (t + NA_CPU_PF_DIST + TB <= pf_n)
-            na_cpu_prefetch_rows(k, (size_t)(t + NA_CPU_PF_DIST) * stride, stride, TB, hd, f16);
+        na_cpu_pf_step(pf, pf_lines);
 #pragma GCC unroll 16
         for (g = 0; g < NA_CPU_NACC; g++)
             a[g] = _mm256_setzero_ps();
@@ -173,8 +182,9 @@ NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
 
 /* acc[g][d0 .. d0+8*DV) += sum_t p[g][t] v_t[...] for G heads, cn tokens. */
 NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t stride,
-                              int cn, int pf_n, int hd, int d0, int G, int DV, int f16)
+                              int cn, na_cpu_pf_t *pf, int hd, int d0, int G, int DV, int f16)
 {
+    const int pf_lines = (8 * DV * (f16 ? 2 : 4) + 63) / 64;
     __m256 a[NA_CPU_NACC];
     int t, g, j;
 #pragma GCC unroll 8
@@ -184,9 +194,7 @@ NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t 
             a[g * DV + j] = _mm256_loadu_ps(acc + (size_t)g * hd + d0 + 8 * j);
     for (t = 0; t < cn; t++) {
         __m256 vv[NA_CPU_NACC];
-        if (t + NA_CPU_PF_DIST < pf_n)
-            na_cpu_prefetch_rows(v, (size_t)(t + NA_CPU_PF_DIST) * stride + d0, stride, 1,
-                                 8 * DV, f16);
+        na_cpu_pf_step(pf, pf_lines);
 #pragma GCC unroll 16
         for (j = 0; j < DV; j++) {
             vv[j] = na_cpu_kv8(v, (size_t)t * stride + d0 + 8 * j, f16);
@@ -208,12 +216,12 @@ NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t 
 }
 
 NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t stride,
-                         int cn, int pf_n, int hd, int G, int f16)
+                         int cn, na_cpu_pf_t *pf, int hd, int G, int f16)
 {
     const int DV = NA_CPU_NACC / G;
     int d = 0;
     for (; d + 8 * DV <= hd; d += 8 * DV)
-        na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, DV, f16);
+        na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, DV, f16);
     /* The r < DV vectors left in one pass with r accumulators per head, so
      * that small heads (head_dim 48 with G = 1: 6 vectors) keep several
      * independent FMA chains instead of one latency-bound chain per vector
@@ -223,17 +231,17 @@ NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t strid
         int r = (hd - d) / 8;
         r = r > DV - 1 ? DV - 1 : r;
         switch (r > 8 ? 8 : r) {
-        case 8:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 8, f16); d += 64; break;
-        case 7:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 7, f16); d += 56; break;
-        case 6:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 6, f16); d += 48; break;
-        case 5:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 5, f16); d += 40; break;
-        case 4:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 4, f16); d += 32; break;
-        case 3:  na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 3, f16); d += 24; break;
-        default: na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 2, f16); d += 16; break;
+        case 8:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 8, f16); d += 64; break;
+        case 7:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 7, f16); d += 56; break;
+        case 6:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 6, f16); d += 48; break;
+        case 5:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 5, f16); d += 40; break;
+        case 4:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 4, f16); d += 32; break;
+        case 3:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 3, f16); d += 24; break;
+        default: na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 2, f16); d += 16; break;
         }
     }
     for (; d < hd; d += 8)
-        na_cpu_pv_cols(acc, p, v, stride, cn, pf_n, hd, d, G, 1, f16);
+        na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 1, f16);
 }
 
 /* Online-softmax update of G heads with the chunk's scores s[t * G + g]
@@ -297,17 +305,17 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
     }
 
 /* The core (see the top of the file): group <= NA_CPU_MAX_GROUP heads,
- * head_dim % 8 == 0, f16, bf16 or f32 rows (f16: na_cpu_kv8's kind); rows up to
- * n_pf may be prefetched. */
+ * head_dim % 8 == 0, f16, bf16 or f32 rows (f16: na_cpu_kv8's kind); pf
+ * advances as the rows are read. */
 NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
                                   int group, int hd, const void *k, const void *v,
-                                  size_t stride, int n, int n_pf, float scale, int f16)
+                                  size_t stride, int n, na_cpu_pf_t *pf, float scale, int f16)
 {
     float s[NA_CPU_MAX_GROUP * NA_CPU_CHUNK];
     int c0, g0, G;
 
     for (c0 = 0; c0 < n; c0 += NA_CPU_CHUNK) {
-        int cn = n - c0 < NA_CPU_CHUNK ? n - c0 : NA_CPU_CHUNK, pf_n = n_pf - c0;
+        int cn = n - c0 < NA_CPU_CHUNK ? n - c0 : NA_CPU_CHUNK;
         size_t off = (size_t)c0 * stride;
         const void *kc = f16 ? (const void *)((const uint16_t *)k + off)
                              : (const void *)((const float *)k + off);
@@ -318,10 +326,10 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
             float *sg = s + g0 * NA_CPU_CHUNK;
             const float *qg = q + (size_t)g0 * hd;
             switch (G) {
-            case 8:  na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 8, f16); break;
-            case 4:  na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 4, f16); break;
-            case 2:  na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 2, f16); break;
-            default: na_cpu_qk(sg, qg, kc, stride, cn, pf_n, hd, scale, 1, f16); break;
+            case 8:  na_cpu_qk(sg, qg, kc, stride, cn, pf, hd, scale, 8, f16); break;
+            case 4:  na_cpu_qk(sg, qg, kc, stride, cn, pf, hd, scale, 4, f16); break;
+            case 2:  na_cpu_qk(sg, qg, kc, stride, cn, pf, hd, scale, 2, f16); break;
+            default: na_cpu_qk(sg, qg, kc, stride, cn, pf, hd, scale, 1, f16); break;
             }
         })
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
@@ -338,10 +346,10 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
             float *ag = acc + (size_t)g0 * hd;
             const float *pg = s + g0 * NA_CPU_CHUNK;
             switch (G) {
-            case 8:  na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 8, f16); break;
-            case 4:  na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 4, f16); break;
-            case 2:  na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 2, f16); break;
-            default: na_cpu_pv(ag, pg, vc, stride, cn, pf_n, hd, 1, f16); break;
+            case 8:  na_cpu_pv(ag, pg, vc, stride, cn, pf, hd, 8, f16); break;
+            case 4:  na_cpu_pv(ag, pg, vc, stride, cn, pf, hd, 4, f16); break;
+            case 2:  na_cpu_pv(ag, pg, vc, stride, cn, pf, hd, 2, f16); break;
+            default: na_cpu_pv(ag, pg, vc, stride, cn, pf, hd, 1, f16); break;
             }
         })
     }
@@ -349,44 +357,43 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
 
 static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q, int group,
                                  int hd, const void *k, const void *v, size_t stride,
-                                 int n, int n_pf, float scale)
+                                 int n, na_cpu_pf_t *pf, float scale)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, n_pf, scale, 1);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pf, scale, 1);
 }
 
 static void na_cpu_attn_span_bf16(na_attn_stat_t *st, float *acc, const float *q, int group,
                                   int hd, const void *k, const void *v, size_t stride,
-                                  int n, int n_pf, float scale)
+                                  int n, na_cpu_pf_t *pf, float scale)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, n_pf, scale, 2);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pf, scale, 2);
 }
 
 static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
                                  int hd, const void *k, const void *v, size_t stride,
-                                 int n, int n_pf, float scale)
+                                 int n, na_cpu_pf_t *pf, float scale)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, n_pf, scale, 0);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pf, scale, 0);
 }
 
 /* Any group size: pieces of at most NA_CPU_MAX_GROUP heads. k/v point at the
- * first row of the span; n_pf >= n rows (same stride) exist from there and
- * may be prefetched (n for a lone span, the rest of the range in decode). */
+ * first row of the span; pf (na_cpu_pf_t) is the caller's next bytes. */
 static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
                              int hd, const void *k, const void *v, size_t stride, int n,
-                             int n_pf, float scale, int f16)
+                             na_cpu_pf_t *pf, float scale, int f16)
 {
     int g0;
     for (g0 = 0; g0 < group; g0 += NA_CPU_MAX_GROUP) {
         int gn = group - g0 < NA_CPU_MAX_GROUP ? group - g0 : NA_CPU_MAX_GROUP;
         if (f16 == 2)
             na_cpu_attn_span_bf16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                  gn, hd, k, v, stride, n, n_pf, scale);
+                                  gn, hd, k, v, stride, n, pf, scale);
         else if (f16)
             na_cpu_attn_span_f16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, n_pf, scale);
+                                 gn, hd, k, v, stride, n, pf, scale);
         else
             na_cpu_attn_span_f32(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, n_pf, scale);
+                                 gn, hd, k, v, stride, n, pf, scale);
     }
 }
 
@@ -403,23 +410,32 @@ static int na_cpu_kv_kind(na_dtype_t dt)
     return dt == NA_DTYPE_BF16 ? 2 : dt == NA_DTYPE_F16 ? 1 : 0;
 }
 
-/* ops->attn_partial: fold one span into (st, acc). No scratch, no pool:
- * safe to call from several threads at once. Cannot fail. */
+/* ops->attn_partial: fold one span into (st, acc), prefetching span->next.
+ * No scratch, no pool: safe to call from several threads at once. Cannot
+ * fail. */
 void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
                          const na_kv_span_t *span, na_dtype_t kv_dtype, float scale)
 {
+    na_cpu_pf_t pf = { NULL, NULL, NULL, NULL };
+
     if (!na_cpu_attn_ok(kv_dtype, head_dim)) {
         na_ref_attn_partial(k, st, acc, q, group, head_dim, span, kv_dtype, scale);
         return;
     }
+    if (span->next != NULL) {
+        pf.p = span->next;
+        pf.end = pf.p + span->next_bytes;
+    }
     na_cpu_attn_span(st, acc, q, group, head_dim, span->k, span->v, span->stride,
-                     span->n, span->n, scale, na_cpu_kv_kind(kv_dtype));
+                     span->n, &pf, scale, na_cpu_kv_kind(kv_dtype));
 }
 
 /* Tokens [t0, t1) of every KV head, folded into (st, acc) of all heads:
  * chunk by chunk, every head of a chunk before the next chunk, so the
- * chunk's K/V rows (contiguous for all heads) are used while in cache. */
+ * chunk's K/V rows (contiguous for all heads) are used while in cache; the
+ * next chunk's K rows, then its V rows, are prefetched meanwhile (the
+ * cursor runs on across the heads' spans). */
 static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
                               const void *kc, const void *vc, int f16, int t0, int t1,
                               int n_heads, int n_kv_heads, int hd)
@@ -429,13 +445,17 @@ static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
     float scale = 1.0f / sqrtf((float)hd);
 
     for (c0 = t0; c0 < t1; c0 += NA_CPU_CHUNK) {
-        int cn = t1 - c0 < NA_CPU_CHUNK ? t1 - c0 : NA_CPU_CHUNK;
+        int cn = t1 - c0 < NA_CPU_CHUNK ? t1 - c0 : NA_CPU_CHUNK, c1 = c0 + cn;
+        int nn = t1 - c1 < NA_CPU_CHUNK ? t1 - c1 : NA_CPU_CHUNK;
+        size_t next = (size_t)c1 * stride * esz, next_len = (size_t)nn * stride * esz;
+        na_cpu_pf_t pf = { (const char *)kc + next, (const char *)kc + next + next_len,
+                           (const char *)vc + next, (const char *)vc + next + next_len };
         for (h = 0; h < n_kv_heads; h++) {
             size_t off = ((size_t)c0 * n_kv_heads + h) * hd * esz;
             na_cpu_attn_span(st + h * group, acc + (size_t)h * group * hd,
                              q + (size_t)h * group * hd, group, hd,
                              (const uint8_t *)kc + off, (const uint8_t *)vc + off,
-                             stride, cn, t1 - c0, scale, f16);
+                             stride, cn, &pf, scale, f16);
         }
     }
 }
@@ -550,6 +570,7 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
     const float scale = 1.0f / sqrtf((float)hd);
     float qg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD], accg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
     na_attn_stat_t stg[NA_CPU_MAX_GROUP];
+    na_cpu_pf_t none = { NULL, NULL, NULL, NULL };   /* compute-bound: no prefetch */
     int h, i, g;
 
     if (j->qb == 1) {
@@ -565,13 +586,14 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
                        j->q + (size_t)(t0 + i) * qrow + (size_t)(h * group + g) * hd,
                        sizeof(float) * (size_t)hd);
         na_attn_init(stg, accg, gq, hd);
-        na_cpu_attn_span(stg, accg, qg, gq, hd, kh, vh, stride, n_common, n_common, scale,
+        na_cpu_attn_span(stg, accg, qg, gq, hd, kh, vh, stride, n_common, &none, scale,
                          j->f16);
         for (i = 1; i < nq; i++)        /* token t0+i: keys n_common .. n_common+i-1 */
             na_cpu_attn_span(stg + i * group, accg + (size_t)i * group * hd,
                              qg + (size_t)i * group * hd, group, hd,
                              kh + (size_t)n_common * stride * esz,
-                             vh + (size_t)n_common * stride * esz, stride, i, i, scale, j->f16);
+                             vh + (size_t)n_common * stride * esz, stride, i, &none, scale,
+                             j->f16);
         for (i = 0; i < nq; i++)
             na_attn_finalize(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
                              stg + i * group, accg + (size_t)i * group * hd, group, hd);

@@ -83,7 +83,7 @@ static void case_build(csd_case_t *c, na_rng_t *rng)
     for (h = 0; h < c->n_kvh; h++) {
         na_attn_stat_t st[NA_CSD_MAX_GROUP];
         float *acc = malloc(sizeof(float) * (size_t)c->group * hd);
-        na_kv_span_t span;
+        na_kv_span_t span = { 0 };
         int g;
         span.k = c->kall + (size_t)h * c->n_tok * hd;
         span.v = c->vall + (size_t)h * c->n_tok * hd;

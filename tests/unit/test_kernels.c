@@ -548,8 +548,12 @@ static void test_partials(void)
                 na_attn_init(st, acc, group, hd);
                 for (i = 0; i < 4 && splits[s][i] > 0; i++) {
                     size_t off = ((size_t)pos * 2 + 1) * hd * esz;
+                    /* next: the following span's K rows (a prefetch hint) */
                     na_kv_span_t sp = { (const uint8_t *)kc + off, (const uint8_t *)vc + off,
-                                        (size_t)2 * hd, splits[s][i] };
+                                        (size_t)2 * hd, splits[s][i],
+                                        (const uint8_t *)kc + off +
+                                            (size_t)splits[s][i] * 2 * hd * esz,
+                                        (size_t)(i < 3 ? splits[s][i + 1] : 0) * 2 * hd * esz };
                     na_attn_init(st2, acc2, group, hd);
                     k->ops->attn_partial(k, st2, acc2, q, group, hd, &sp, kd, scale);
                     na_attn_merge(st, acc, st2, acc2, group, hd);
