@@ -470,6 +470,9 @@ static void test_decode(void)
         check_decode(kd, 700, 3, 1, 64, 1.0f);
         check_decode(kd, 700, 12, 2, 64, 1.0f);
         check_decode(kd, 130, 40, 2, 32, 1.0f);
+        /* above 16 with one range per thread (each 16-head piece re-walks the
+         * range's chunks, and restarts the prefetch cursor) */
+        check_decode(kd, 1100, 40, 2, 32, 1.0f);
         /* peaked softmax: large scores exercise max tracking across chunks */
         check_decode(kd, 3000, 8, 2, 64, 8.0f);
     }
