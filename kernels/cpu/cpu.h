@@ -43,6 +43,8 @@ void na_cpu_pool_rest(na_cpu_pool_t *pool);
  * result. The baseline copy uses AVX2 maddubs, the _vnni copy AVX512-VNNI.
  * na_cpu_gemm_bf16 (kernels/cpu/cpu_gemm_bf16.c): BF16 weights times the
  * inputs rounded to bf16 with AVX512-BF16 (the math: na_ref_matmul_xbf16).
+ * na_cpu_gemm_f32 (kernels/cpu/cpu_gemm_f32.c, x86-64-v4 only): F32 and F16
+ * weights in f32 with AVX-512F, where cpu_matmul.c would call cblas_sgemm.
  * The AVX-512 extensions are not part of x86-64-v4: their copies get their
  * own flags (kernels/CMakeLists.txt) and their own CPUID checks. */
 
@@ -51,6 +53,12 @@ void na_cpu_pool_rest(na_cpu_pool_t *pool);
  * 65, b=8 79 / 84, b=12 85 / 129), but its bf16 inputs would break the
  * bit-identity of batches below 20 with batch 1 (cpu_matmul.c). */
 #define NA_CPU_GEMM_BF16_MIN_BATCH 20
+/* na_cpu_gemm_f32 from this batch on: its panel packing (a transposing copy
+ * of the weight per call) is paid back from ~64 inputs (1 thread, best of
+ * 0.3 s, GFLOP/s GEMM / OpenBLAS Haswell kernels; f32 768x768: b=32 100 /
+ * 105, b=64 139 / 120, b=512 219 / 130; 4096x4096: b=64 98 / 100, b=128 145
+ * / 113; f16 likewise). */
+#define NA_CPU_GEMM_F32_MIN_BATCH 64
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
                               const na_tensor_t *w, int batch);
 int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
@@ -58,6 +66,7 @@ int na_cpu_gemm_q8_vnni(na_kernels_t *k, float *y, const float *x, const na_tens
                         int batch);
 int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                      int batch);
+int na_cpu_gemm_f32(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
 
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
 typedef struct {
@@ -68,6 +77,7 @@ typedef struct {
     na_cpu_gemm_fn gemm_q8;     /* Q8_0 large batches: na_cpu_gemm_q8[_vnni] */
     int            gemm_q8_min_batch;   /* from this batch on (its crossover) */
     na_cpu_gemm_fn gemm_bf16;   /* BF16 large batches; NULL: dequantise + sgemm */
+    na_cpu_gemm_fn gemm_f32;    /* F32/F16 large batches; NULL: (dequantise +) sgemm */
 } na_cpu_state_t;
 
 /* A scratch buffer of at least n floats owned by the backend (valid until the

@@ -36,6 +36,11 @@
  *                         and dotted with NA_CPU_MM_NB inputs at a time, in
  *                         the batch-1 summation order: every output is
  *                         bit-identical to the same row computed at batch 1.
+ *   F32/F16, batch >= 64  with AVX-512F (x86-64-v4), na_cpu_gemm_f32
+ *   (not batch-invariant) (kernels/cpu/cpu_gemm_f32.c): f32 products, an
+ *                         AVX-512 register-blocked GEMM in place of the two
+ *                         paths below (768x768 b=516, 1 thread: 216 GFLOP/s,
+ *                         OpenBLAS's Haswell kernels 127).
  *   batch > 1, F32 large  the weight's rows split across the pool, each
  *                         part one single-threaded cblas_sgemm (OpenBLAS
  *                         runs with 1 thread: no second set of threads
@@ -464,6 +469,10 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
     }
     if (k->batch_invariant)
         goto rows;                      /* the row kernel: batch-1 summation order */
+    if ((w->dtype == NA_DTYPE_F32 || w->dtype == NA_DTYPE_F16) &&
+        batch >= NA_CPU_GEMM_F32_MIN_BATCH && s->gemm_f32 != NULL &&
+        s->gemm_f32(k, y, x, w, batch) == 0)
+        return;
     if ((w->dtype == NA_DTYPE_F32 && batch >= NA_CPU_F32_SGEMM_MIN_BATCH) ||
         (w->dtype != NA_DTYPE_F32 && batch >= NA_CPU_TILE_MIN_BATCH)) {
         int n_tasks = k->n_threads < rows ? k->n_threads : rows;

@@ -223,8 +223,10 @@ static void test_matmul(void)
                                         { 1000, 96 } };
     /* from 16: the dequantise+sgemm path, or the GEMMs in the weight type
      * (kernels/cpu/cpu.h: Q8_0 from batch 8 with AVX512-VNNI, 20 without;
-     * BF16 with AVX512-BF16 from NA_CPU_GEMM_BF16_MIN_BATCH) */
-    static const int batches[] = { 1, 3, 8, 16, 17, 20, 24, 37 };
+     * BF16 with AVX512-BF16 from NA_CPU_GEMM_BF16_MIN_BATCH; F32/F16 with
+     * AVX-512F from NA_CPU_GEMM_F32_MIN_BATCH: 70 = 5 full tiles of 12 and
+     * a partial one) */
+    static const int batches[] = { 1, 3, 8, 16, 17, 20, 24, 37, 70 };
     size_t s, bi;
     int dt;
 
