@@ -59,6 +59,13 @@ void na_cpu_pool_rest(na_cpu_pool_t *pool);
  * 105, b=64 139 / 120, b=512 219 / 130; 4096x4096: b=64 98 / 100, b=128 145
  * / 113; f16 likewise). */
 #define NA_CPU_GEMM_F32_MIN_BATCH 64
+/* Pool tasks for a GEMM over n_panels row panels: a few per thread so
+ * uneven cores balance, 1 on one thread, never more than the panels. */
+static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
+{
+    int n = k->n_threads == 1 ? 1 : 4 * k->n_threads;
+    return n < n_panels ? n : n_panels;
+}
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
                               const na_tensor_t *w, int batch);
 int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);

@@ -154,12 +154,10 @@ int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_
 {
     na_cpu_state_t *s = k->priv;
     const int npanel = (w->rows + NA_GB_MR - 1) / NA_GB_MR;
-    int n_tasks = k->n_threads == 1 ? 1 : 4 * k->n_threads;
+    const int n_tasks = na_cpu_gemm_tasks(k, npanel);
     na_gb_job_t j;
     size_t xwords;
 
-    if (n_tasks > npanel)
-        n_tasks = npanel;
     j.y = y;
     j.x = x;
     j.w = w;

@@ -136,13 +136,11 @@ int na_cpu_gemm_f32(na_kernels_t *k, float *y, const float *x, const na_tensor_t
     na_cpu_state_t *s = k->priv;
     const int npanel = (w->rows + NA_GF_MR - 1) / NA_GF_MR, cols = w->cols;
     const int left = batch % NA_GF_NR;
-    int n_tasks = k->n_threads == 1 ? 1 : 4 * k->n_threads;
+    const int n_tasks = na_cpu_gemm_tasks(k, npanel);
     na_gf_job_t j;
 
     if (w->dtype != NA_DTYPE_F32 && w->dtype != NA_DTYPE_F16)
         return -1;
-    if (n_tasks > npanel)
-        n_tasks = npanel;
     j.y = y;
     j.x = x;
     j.w = w;

@@ -312,9 +312,7 @@ int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     j.nc = (int)(NA_GQ_X_CHUNK / ((size_t)j.nunit * NA_GQ_XB)) / NA_GQ_RN * NA_GQ_RN;
     if (j.nc < NA_GQ_RN)
         j.nc = NA_GQ_RN;
-    n_tasks = k->n_threads == 1 ? 1 : 4 * k->n_threads;
-    if (n_tasks > ntile)
-        n_tasks = ntile;
+    n_tasks = na_cpu_gemm_tasks(k, ntile);
     if (j.mc > (ntile + n_tasks - 1) / n_tasks * NA_GQ_RM)
         j.mc = (ntile + n_tasks - 1) / n_tasks * NA_GQ_RM;   /* no larger than a task */
     xbytes = (size_t)j.ncols * j.nunit * NA_GQ_XB;
