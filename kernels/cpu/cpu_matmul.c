@@ -79,6 +79,14 @@
 #define NA_CPU_TILE_FLOATS    (512u * 1024u)   /* 2 MiB of dequantised rows */
 #define NA_CPU_PAR_MIN_WORK   (1u << 17)       /* weights per matmul worth waking the pool */
 
+/* Batch 1 and small batches read the weight rows front to back, one stream
+ * per thread: each kernel asks for the line NA_CPU_MV_PF bytes ahead of the
+ * one it reads (a hint; past the end of the weight it is dropped). */
+#ifndef NA_CPU_MV_PF
+#define NA_CPU_MV_PF 4096
+#endif
+#define NA_CPU_MV_PREFETCH(p) _mm_prefetch((const char *)(p) + NA_CPU_MV_PF, _MM_HINT_T0)
+
 /* Address of row r of w. */
 static const uint8_t *na_cpu_row(const na_tensor_t *w, int r)
 {
@@ -135,6 +143,9 @@ static float na_cpu_dot_q8q8(const uint8_t *row, const int8_t *qx, const float *
 #define NA_Q8B(a, i) na_cpu_q8q8_block(a, row + (size_t)(b + (i)) * NA_Q8_0_BLOCK_SIZE, \
                                        qx + (size_t)(b + (i)) * NA_Q8_0_BLOCK, dx[b + (i)])
     for (; b + 4 <= nblk; b += 4) {
+        NA_CPU_MV_PREFETCH(row + (size_t)b * NA_Q8_0_BLOCK_SIZE);
+        NA_CPU_MV_PREFETCH(row + (size_t)b * NA_Q8_0_BLOCK_SIZE + 64);
+        NA_CPU_MV_PREFETCH(row + (size_t)b * NA_Q8_0_BLOCK_SIZE + 128);
         a0 = NA_Q8B(a0, 0);
         a1 = NA_Q8B(a1, 1);
         a2 = NA_Q8B(a2, 2);
@@ -180,6 +191,8 @@ NA_INLINE void na_cpu_dotn_f32(const float *w, const float *x, size_t ld, int n,
             a[b][j] = _mm256_setzero_ps();
     for (; i + 32 <= n; i += 32) {
         __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
+        NA_CPU_MV_PREFETCH(w + i);
+        NA_CPU_MV_PREFETCH(w + i + 16);
         __m256 w2 = _mm256_loadu_ps(w + i + 16), w3 = _mm256_loadu_ps(w + i + 24);
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++) {
@@ -247,6 +260,7 @@ static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, i
         int f16 = dt == NA_DTYPE_F16;
 #define NA_LD(p) (f16 ? na_cpu_load_f16(p) : na_cpu_load_bf16(p))
         for (; i + 32 <= n; i += 32) {
+            NA_CPU_MV_PREFETCH(w + i);
             a0 = _mm256_fmadd_ps(NA_LD(w + i),      _mm256_loadu_ps(x + i),      a0);
             a1 = _mm256_fmadd_ps(NA_LD(w + i + 8),  _mm256_loadu_ps(x + i + 8),  a1);
             a2 = _mm256_fmadd_ps(NA_LD(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
