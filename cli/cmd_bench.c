@@ -90,7 +90,8 @@ int na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_benc
     na_bench_print(b, stdout);
     if (better != NULL)     /* the matmul figures ran on OpenBLAS's older kernels */
         printf("NOTE: OpenBLAS runs its AVX2 kernels%s%s%s; this CPU can run its %s kernels "
-               "(faster large-batch F32/F16 matmuls, i.e. prefill; docs/benchmarks.md): %s\n",
+               "(faster cblas_sgemm peer rows and F32/F16 matmuls at batches 16-63; nearattn's "
+               "own AVX-512 GEMM takes batches from 64; docs/benchmarks.md): %s\n",
                set ? " (OPENBLAS_CORETYPE=" : "", set ? set : "", set ? ")" : "", better,
                set ? "unset OPENBLAS_CORETYPE to use them" : "set OPENBLAS_CORETYPE to use them");
     if (o->json == NULL)

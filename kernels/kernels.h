@@ -252,8 +252,9 @@ void        na_kernels_destroy(na_kernels_t *k);
 
 /* The OpenBLAS core type this CPU could run when OpenBLAS loaded older
  * (AVX2) kernels on an AVX-512 CPU, e.g. because OPENBLAS_CORETYPE=Haswell
- * is in the environment (kernels/cpu/cpu_backend.c has the cost: ~1.6x on a
- * prefill's matmuls); NULL when the loaded kernels are the CPU's own or
+ * is in the environment (kernels/cpu/cpu_backend.c has the cost: ~1.6x on
+ * large-batch sgemm; nearattn's own AVX-512 GEMM takes F32/F16 batches from
+ * 64 on such CPUs, kernels/cpu/cpu_gemm_f32.c); NULL when the loaded kernels are the CPU's own or
  * NA_CPU_ISA=v3. OpenBLAS reads OPENBLAS_CORETYPE only as it loads, and an
  * explicit setting is the user's: the benches say it (na_cli_blas_note),
  * nothing overrides it. */

@@ -414,7 +414,9 @@ err_free_kernels:
  * Haswell in their environment). Measured on the Zen 4 machine, `nearattn
  * bench e2e --peers --shapes 110m --dtypes f32 --threads-list 1 --reps 1`,
  * pp512 (one thread, user time = wall time): Haswell 653 tok/s, Cooperlake
- * (what OpenBLAS 0.3.21 picks there by itself) 1060. NA_CPU_ISA=v3 (the
+ * (what OpenBLAS 0.3.21 picks there by itself) 1060 (before
+ * kernels/cpu/cpu_gemm_f32.c took batches from 64: 1021 now with Haswell
+ * set). NA_CPU_ISA=v3 (the
  * AVX2 kernels on purpose) asks for nothing better. */
 const char *na_kernels_blas_better_core(void)
 {
