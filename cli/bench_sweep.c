@@ -121,31 +121,24 @@ static int sw_names(const char *s, int (*parse)(const char *), int *v, int cap)
     return n;
 }
 
-/* Write the layout of one storage group and return its path in out. */
+/* Write the layout of one storage group and return its path in out. The
+ * cluster secret is the sweep's own, written once into its directory (an
+ * absolute path: a relative one in a layout is taken from the layout's
+ * directory), so the sweep needs nothing from the source tree. */
 static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *out, size_t cap)
 {
-    const char *src = getenv("NA_SOURCE_DIR");
-    char secret[700], abs_secret[PATH_MAX];
+    char secret[PATH_MAX];
     FILE *f;
     int j;
 
-    if (src == NULL || !src[0])
-        src = ".";
-    snprintf(secret, sizeof(secret), "%s/cluster-configs/dev.secret", src);
+    snprintf(secret, sizeof(secret), "%s/cluster.secret", s->dir);
     if (access(secret, R_OK) != 0) {
-        /* the repository of the binary: <repo>/<build dir>/cli/nearattn */
-        char *p;
-        snprintf(secret, sizeof(secret), "%.600s", s->exe);
-        for (j = 0; j < 3 && (p = strrchr(secret, '/')) != NULL; j++)
-            *p = '\0';
-        strncat(secret, "/cluster-configs/dev.secret", sizeof(secret) - strlen(secret) - 1);
+        na_status_t st = na_cli_write_secret(secret);
+        if (st != NA_OK) {
+            (void)na_cli_fail("bench e2e --sweep", st);
+            return -1;
+        }
     }
-    /* the layout lives in s->dir and a relative path in it is taken from
-     * there: write the secret's absolute path (a sweep started from the
-     * repository root found "./cluster-configs/dev.secret" and every point
-     * failed to load its layout) */
-    if (realpath(secret, abs_secret) != NULL)
-        snprintf(secret, sizeof(secret), "%.690s", abs_secret);
     snprintf(out, cap, "%s/%s-n%d-s%d.yaml", s->dir, L->link.name, nodes, spill);
     f = fopen(out, "w");
     if (f == NULL)
