@@ -125,7 +125,10 @@ static int na_off_token_at(const na_request_t *r, int i)
  * recovery the prompt and the outputs already in its KV): local causal
  * attention over a temporary local KV (chunks of max_rows), keeping each
  * layer's X when q uses the X-cache. On return g->pacts->logits row 0 holds
- * the logits after the last token and r->kv the KV (the caller ships it). */
+ * the logits after the last token and r->kv the KV (the caller ships it).
+ * A KV an earlier prefill left (its shipping failed and the request is being
+ * re-placed: na_off_admit_one -> na_off_recover) is dropped first; it was
+ * leaked here before (LeakSanitizer, test_batch_resume_offload, 1 run in ~6). */
 static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
 {
     na_engine_t *e = g->e;
@@ -134,6 +137,8 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
     na_status_t st;
     int l, j;
 
+    na_kv_local_destroy(r->kv);
+    r->kv = NULL;
     st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem, &r->kv);
     if (st != NA_OK)
         return st;

@@ -29,7 +29,7 @@
 
 #include "kernels/cpu/cpu.h"
 
-#if defined(__AVX512VNNI__)
+#if defined(NA_CPU_VNNI)
 #define na_cpu_gemm_q8 na_cpu_gemm_q8_vnni
 #define NA_GQ_UB 2          /* Q8 blocks per unit (one vector of quants) */
 #define NA_GQ_WB 192        /* packed bytes per weight row and unit: w, -128*sum4(w), d_w */
@@ -77,7 +77,7 @@ static void na_gq_pack_x(const float *x, int nblk, int nunit, uint8_t *out)
                 na_cpu_quantize_q8(x + (size_t)b * NA_Q8_0_BLOCK, NA_Q8_0_BLOCK, q, &d);
             else
                 memset(q, 0, NA_Q8_0_BLOCK);
-#if defined(__AVX512VNNI__)
+#if defined(NA_CPU_VNNI)
             _mm256_storeu_si256((__m256i *)q, _mm256_xor_si256(      /* x + 128 as u8 */
                 _mm256_loadu_si256((const __m256i *)q), _mm256_set1_epi8((char)0x80)));
 #endif
@@ -104,7 +104,7 @@ static void na_gq_pack_w(const uint8_t *row, int nblk, int u, uint8_t *out)
         }
         _mm256_storeu_ps(dw + 8 * k, _mm256_set1_ps(d));
     }
-#if defined(__AVX512VNNI__)
+#if defined(NA_CPU_VNNI)
     {   /* -128 * (sum of each 4 weights): the start of every lane's vpdpbusd */
         __m512i w = _mm512_loadu_si512(out);
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), w);
@@ -118,7 +118,7 @@ static void na_gq_pack_w(const uint8_t *row, int nblk, int u, uint8_t *out)
 #endif
 }
 
-#if defined(__AVX512VNNI__)
+#if defined(NA_CPU_VNNI)
 typedef __m512 na_gq_acc_t[NA_GQ_RM][NA_GQ_RN];
 
 /* acc += unit u of the packed rows wp (RM) times the packed inputs xp + c * xs. */
