@@ -3,6 +3,7 @@
  * text side: detokenizing, UTF-8 holding, stop strings, usage. */
 #define _GNU_SOURCE 1     /* memmem */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ struct na_sg {
     int             n_jobs;
     na_sg_stats_t   st;
     uint64_t        seed_ctr;
+    int             req_ctr;            /* engine requests made: their ids in the logs */
 };
 
 const char *na_sg_finish_name(na_sg_finish_t f)
@@ -537,7 +539,10 @@ na_status_t na_sg_submit(na_sg_t *g, const na_sg_params_t *p, na_sg_job_t **job_
         sc.temperature = (float)p->temperature;
         sc.top_p = (float)p->top_p;
         sc.seed = na_sampler_request_seed(p->seed_given ? p->seed : g->seed_ctr++, 0);
-        st = na_request_create(g->engine, 0, ids, n, max_new, &sc, &j->r);
+        /* ids 1, 2, ... (wrapping): the engine's log lines name the request
+         * ("request 7 failed: ..."); they were all 0 */
+        g->req_ctr = g->req_ctr == INT_MAX ? 1 : g->req_ctr + 1;
+        st = na_request_create(g->engine, g->req_ctr, ids, n, max_new, &sc, &j->r);
     }
     free(owned);
     if (st == NA_OK) {

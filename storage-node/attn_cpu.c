@@ -17,6 +17,12 @@
 /* Longest the loop thread polls (yielding) for a batch's last jobs before it
  * sleeps (na_attn_yield_wait). */
 #define NA_ATTN_YIELD_US 1000
+/* Longest the loop thread runs a batch's jobs in one test before it goes
+ * back to its peers (it finishes the job in hand): a STATS or ECHO sent right
+ * after a batch was answered only after the whole batch otherwise
+ * (test_node_tier's busy client: 5 of 5 layers late in a CI run, once the
+ * kernels took 2-3 ms per batch). */
+#define NA_ATTN_HELP_US 500
 
 /* Blocks per granule for a request of block_bytes bs. */
 static int na_attn_granule_blocks(const na_attn_cpu_t *e, size_t bs)
@@ -673,10 +679,11 @@ static void cpu_batch_finish(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t rd)
  * more worker: no wake-up of a sleeping worker for that share and none of
  * the loop at the end, and on a machine with as many workers as cores the
  * loop's core is not left idle (bench e2e --remote, "t_a: node other").
- * Returns 1 when b completed. */
-static int na_attn_help(na_attn_cpu_t *e, na_attn_batch_t *b)
+ * It starts no job after t_end_ns (0: no limit), so the loop gets back to
+ * its peers (NA_ATTN_HELP_US). Returns 1 when b completed. */
+static int na_attn_help(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t t_end_ns)
 {
-    while (b->done < b->n && e->cq_head != NULL) {
+    while (b->done < b->n && e->cq_head != NULL && (t_end_ns == 0 || na_now_ns() < t_end_ns)) {
         e->stats.helped++;
         na_attn_job_run(e, e->kernels[e->cfg.n_threads]);
     }
@@ -712,7 +719,10 @@ static na_status_t cpu_test(na_attn_engine_t *base, na_attn_batch_t *b, int wait
     ok = b->closed && b->done >= b->n;
     if (!ok && wait_us > 0 && b->closed) {
         struct timespec ts;
-        ok = na_attn_help(e, b);
+        int help_us = wait_us < NA_ATTN_HELP_US ? wait_us : NA_ATTN_HELP_US;
+        ok = na_attn_help(e, b, na_now_ns() + (uint64_t)help_us * 1000ull);
+        if (!ok && e->cq_head != NULL)      /* jobs left: the peers first, then more */
+            goto out;
         if (!ok)
             ok = na_attn_yield_wait(e, b, wait_us < NA_ATTN_YIELD_US ? wait_us : NA_ATTN_YIELD_US);
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -723,6 +733,7 @@ static na_status_t cpu_test(na_attn_engine_t *base, na_attn_batch_t *b, int wait
             ok = b->done >= b->n;
         ok = b->done >= b->n;
     }
+out:
     if (ok)
         rd = cpu_batch_settle(e, b);
     pthread_mutex_unlock(&e->mu);
@@ -738,7 +749,7 @@ static na_status_t cpu_wait(na_attn_engine_t *base, na_attn_batch_t *b)
     uint64_t rd;
 
     pthread_mutex_lock(&e->mu);
-    (void)na_attn_help(e, b);
+    (void)na_attn_help(e, b, 0);
     while (b->done < b->n)
         pthread_cond_wait(&e->cv_done, &e->mu);
     rd = cpu_batch_settle(e, b);

@@ -573,7 +573,7 @@ static int nc_busy(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
         nc_req_t *r = &rs[i];
         r->id = base + (uint64_t)i + 1;
         r->h1 = r->nh = s->n_kv_heads;
-        r->prompt = 8192;
+        r->prompt = 16384;
         r->max_tokens = r->prompt + 4;
         r->k = calloc((size_t)s->n_layers * r->max_tokens * r->nh * s->head_dim, sizeof(float));
         r->v = calloc((size_t)s->n_layers * r->max_tokens * r->nh * s->head_dim, sizeof(float));

@@ -168,7 +168,7 @@ kill|kill-shm)
     ;;
 tier)
     na_node_layout request
-    # kv.tier dram and room for the busy client's 8192-token requests
+    # kv.tier dram and room for the busy client's 16384-token requests
     sed -i -e 's|prefetch_layers: 1 }|prefetch_layers: 1, tier: dram }|' \
         -e 's|dram_mb: 8, ssd_mb: 32|dram_mb: 256, ssd_mb: 32|' "$DIR/layout.yaml"
     grep -q "tier: dram" "$DIR/layout.yaml" || fail "layout has no kv.tier dram"
