@@ -170,89 +170,10 @@ NA_INLINE __m256 na_cpu_reduce8(const __m256 a[8])
     return _mm256_add_ps(lo, hi);
 }
 
-/* Scores of G heads (q rows g0.., stride hd) against cn tokens of k, into
- * s[t * G + g] (token-major, so each reduced vector is one contiguous store).
- * TB = NA_CPU_NACC / G tokens per step. */
-NA_INLINE void na_cpu_qk(float *s, const float *q, const void *k, size_t stride,
-                         int cn, na_cpu_pf_t *pf, int hd, float scale, int G, int f16)
-{
-    const int TB = NA_CPU_NACC / G, pf_lines = (TB * hd * (f16 ? 2 : 4) + 63) / 64;
-    const __m256 vs = _mm256_set1_ps(scale);
-    int t = 0, d, g;
-
-    for (; t + TB <= cn; t += TB) {
-        __m256 a[NA_CPU_NACC];
-        int tt;
-        na_cpu_pf_step(pf, pf_lines);
-#pragma GCC unroll 16
-        for (g = 0; g < NA_CPU_NACC; g++)
-            a[g] = _mm256_setzero_ps();
-        for (d = 0; d < hd; d += 8) {
-            __m256 qv[8];
-#pragma GCC unroll 8
-            for (g = 0; g < G; g++) {
-                qv[g] = _mm256_loadu_ps(q + (size_t)g * hd + d);
-                NA_CPU_IN_REG(qv[g]);
-            }
-#pragma GCC unroll 16
-            for (tt = 0; tt < TB; tt++) {
-                __m256 kv = na_cpu_kv8(k, (size_t)(t + tt) * stride + d, f16);
-                NA_CPU_IN_REG(kv);
-#pragma GCC unroll 8
-                for (g = 0; g < G; g++)
-                    a[tt * G + g] = _mm256_fmadd_ps(qv[g], kv, a[tt * G + g]);
-            }
-        }
-        /* a[tt * G + g] holds (token t + tt, head g): lands at s[(t+tt)*G + g] */
-#pragma GCC unroll 2
-        for (g = 0; g < NA_CPU_NACC; g += 8)
-            _mm256_storeu_ps(s + (size_t)t * G + g, _mm256_mul_ps(na_cpu_reduce8(a + g), vs));
-    }
-    for (; t < cn; t++) {                       /* tail tokens, one at a time */
-        for (g = 0; g < G; g++) {
-            __m256 a = _mm256_setzero_ps();
-            for (d = 0; d < hd; d += 8)
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * hd + d),
-                                    na_cpu_kv8(k, (size_t)t * stride + d, f16), a);
-            s[t * G + g] = na_cpu_hsum(a) * scale;
-        }
-    }
-}
-
-/* acc[g][d0 .. d0+8*DV) += sum_t p[g][t] v_t[...] for G heads, cn tokens. */
-NA_INLINE void na_cpu_pv_cols(float *acc, const float *p, const void *v, size_t stride,
-                              int cn, na_cpu_pf_t *pf, int hd, int d0, int G, int DV, int f16)
-{
-    const int pf_lines = (8 * DV * (f16 ? 2 : 4) + 63) / 64;
-    __m256 a[NA_CPU_NACC];
-    int t, g, j;
-#pragma GCC unroll 8
-    for (g = 0; g < G; g++)
-#pragma GCC unroll 16
-        for (j = 0; j < DV; j++)
-            a[g * DV + j] = _mm256_loadu_ps(acc + (size_t)g * hd + d0 + 8 * j);
-    for (t = 0; t < cn; t++) {
-        __m256 vv[NA_CPU_NACC];
-        na_cpu_pf_step(pf, pf_lines);
-#pragma GCC unroll 16
-        for (j = 0; j < DV; j++) {
-            vv[j] = na_cpu_kv8(v, (size_t)t * stride + d0 + 8 * j, f16);
-            NA_CPU_IN_REG(vv[j]);
-        }
-#pragma GCC unroll 8
-        for (g = 0; g < G; g++) {
-            __m256 pg = _mm256_broadcast_ss(p + t * G + g);
-#pragma GCC unroll 16
-            for (j = 0; j < DV; j++)
-                a[g * DV + j] = _mm256_fmadd_ps(pg, vv[j], a[g * DV + j]);
-        }
-    }
-#pragma GCC unroll 8
-    for (g = 0; g < G; g++)
-#pragma GCC unroll 16
-        for (j = 0; j < DV; j++)
-            _mm256_storeu_ps(acc + (size_t)g * hd + d0 + 8 * j, a[g * DV + j]);
-}
+/* The score and PV loops (kernels/cpu/cpu_attn_loops.h), 256-bit: */
+#define NA_W 8
+#include "kernels/cpu/cpu_attn_loops.h"
+#undef NA_W
 
 #if defined(__AVX512F__)
 /* The same two loops with 512-bit vectors (x86-64-v4 build, head_dim % 16
@@ -273,89 +194,9 @@ NA_INLINE __m512 na_cpu_kv16(const void *base, size_t off, int f16)
     return _mm512_loadu_ps((const float *)base + off);
 }
 
-NA_INLINE void na_cpu_qk16(float *s, const float *q, const void *k, size_t stride,
-                           int cn, na_cpu_pf_t *pf, int hd, float scale, int G, int f16)
-{
-    const int TB = NA_CPU_NACC / G, pf_lines = (TB * hd * (f16 ? 2 : 4) + 63) / 64;
-    const __m256 vs = _mm256_set1_ps(scale);
-    int t = 0, d, g;
-
-    for (; t + TB <= cn; t += TB) {
-        __m512 a[NA_CPU_NACC];
-        __m256 h[NA_CPU_NACC];
-        int tt;
-        na_cpu_pf_step(pf, pf_lines);
-#pragma GCC unroll 16
-        for (g = 0; g < NA_CPU_NACC; g++)
-            a[g] = _mm512_setzero_ps();
-        for (d = 0; d < hd; d += 16) {
-            __m512 qv[8];
-#pragma GCC unroll 8
-            for (g = 0; g < G; g++) {
-                qv[g] = _mm512_loadu_ps(q + (size_t)g * hd + d);
-                NA_CPU_IN_REG(qv[g]);
-            }
-#pragma GCC unroll 16
-            for (tt = 0; tt < TB; tt++) {
-                __m512 kv = na_cpu_kv16(k, (size_t)(t + tt) * stride + d, f16);
-                NA_CPU_IN_REG(kv);
-#pragma GCC unroll 8
-                for (g = 0; g < G; g++)
-                    a[tt * G + g] = _mm512_fmadd_ps(qv[g], kv, a[tt * G + g]);
-            }
-        }
-#pragma GCC unroll 16
-        for (g = 0; g < NA_CPU_NACC; g++)
-            h[g] = _mm256_add_ps(_mm512_castps512_ps256(a[g]),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[g]), 1)));
-#pragma GCC unroll 2
-        for (g = 0; g < NA_CPU_NACC; g += 8)
-            _mm256_storeu_ps(s + (size_t)t * G + g, _mm256_mul_ps(na_cpu_reduce8(h + g), vs));
-    }
-    for (; t < cn; t++) {                       /* tail tokens, one at a time */
-        for (g = 0; g < G; g++) {
-            __m512 a = _mm512_setzero_ps();
-            for (d = 0; d < hd; d += 16)
-                a = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * hd + d),
-                                    na_cpu_kv16(k, (size_t)t * stride + d, f16), a);
-            s[t * G + g] = _mm512_reduce_add_ps(a) * scale;
-        }
-    }
-}
-
-NA_INLINE void na_cpu_pv_cols16(float *acc, const float *p, const void *v, size_t stride,
-                                int cn, na_cpu_pf_t *pf, int hd, int d0, int G, int DV, int f16)
-{
-    const int pf_lines = (16 * DV * (f16 ? 2 : 4) + 63) / 64;
-    __m512 a[NA_CPU_NACC];
-    int t, g, j;
-#pragma GCC unroll 8
-    for (g = 0; g < G; g++)
-#pragma GCC unroll 16
-        for (j = 0; j < DV; j++)
-            a[g * DV + j] = _mm512_loadu_ps(acc + (size_t)g * hd + d0 + 16 * j);
-    for (t = 0; t < cn; t++) {
-        __m512 vv[NA_CPU_NACC];
-        na_cpu_pf_step(pf, pf_lines);
-#pragma GCC unroll 16
-        for (j = 0; j < DV; j++) {
-            vv[j] = na_cpu_kv16(v, (size_t)t * stride + d0 + 16 * j, f16);
-            NA_CPU_IN_REG(vv[j]);
-        }
-#pragma GCC unroll 8
-        for (g = 0; g < G; g++) {
-            __m512 pg = _mm512_set1_ps(p[t * G + g]);
-#pragma GCC unroll 16
-            for (j = 0; j < DV; j++)
-                a[g * DV + j] = _mm512_fmadd_ps(pg, vv[j], a[g * DV + j]);
-        }
-    }
-#pragma GCC unroll 8
-    for (g = 0; g < G; g++)
-#pragma GCC unroll 16
-        for (j = 0; j < DV; j++)
-            _mm512_storeu_ps(acc + (size_t)g * hd + d0 + 16 * j, a[g * DV + j]);
-}
+#define NA_W 16
+#include "kernels/cpu/cpu_attn_loops.h"
+#undef NA_W
 #endif
 
 NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t stride,
@@ -384,7 +225,7 @@ NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t strid
     }
 #endif
     for (; d + 8 * DV <= hd; d += 8 * DV)
-        na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, DV, f16);
+        na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, DV, f16);
     /* The r < DV vectors left in one pass with r accumulators per head, so
      * that small heads (head_dim 48 with G = 1: 6 vectors) keep several
      * independent FMA chains instead of one latency-bound chain per vector
@@ -394,17 +235,17 @@ NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t strid
         int r = (hd - d) / 8;
         r = r > DV - 1 ? DV - 1 : r;
         switch (r > 8 ? 8 : r) {
-        case 8:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 8, f16); d += 64; break;
-        case 7:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 7, f16); d += 56; break;
-        case 6:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 6, f16); d += 48; break;
-        case 5:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 5, f16); d += 40; break;
-        case 4:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 4, f16); d += 32; break;
-        case 3:  na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 3, f16); d += 24; break;
-        default: na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 2, f16); d += 16; break;
+        case 8:  na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 8, f16); d += 64; break;
+        case 7:  na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 7, f16); d += 56; break;
+        case 6:  na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 6, f16); d += 48; break;
+        case 5:  na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 5, f16); d += 40; break;
+        case 4:  na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 4, f16); d += 32; break;
+        case 3:  na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 3, f16); d += 24; break;
+        default: na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 2, f16); d += 16; break;
         }
     }
     for (; d < hd; d += 8)
-        na_cpu_pv_cols(acc, p, v, stride, cn, pf, hd, d, G, 1, f16);
+        na_cpu_pv_cols8(acc, p, v, stride, cn, pf, hd, d, G, 1, f16);
 }
 
 /* Online-softmax update of G heads with the chunk's scores s[t * G + g]
@@ -469,9 +310,9 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
 
 /* The score loop: 16-wide where the build and head_dim allow. */
 #if defined(__AVX512F__)
-#define NA_CPU_QK(...) (hd % 16 == 0 ? na_cpu_qk16(__VA_ARGS__) : na_cpu_qk(__VA_ARGS__))
+#define NA_CPU_QK(...) (hd % 16 == 0 ? na_cpu_qk16(__VA_ARGS__) : na_cpu_qk8(__VA_ARGS__))
 #else
-#define NA_CPU_QK(...) na_cpu_qk(__VA_ARGS__)
+#define NA_CPU_QK(...) na_cpu_qk8(__VA_ARGS__)
 #endif
 
 /* The core (see the top of the file): group <= NA_CPU_MAX_GROUP heads,
