@@ -165,24 +165,24 @@ static void e2e_offload(na_engine_t *e, const char *dir, const na_cfg_t *rcfg, i
     na_cfg_destroy(cfg);
 }
 
-/* Median of one field (at byte offset off) over n runs. */
-static double e2e_med(const e2e_off_t *v, int n, size_t off)
+/* Median (spread = 0) or spread (1) of one field (at byte offset off) over n runs. */
+static double e2e_stat(const e2e_off_t *v, int n, size_t off, int spread)
 {
     double x[E2E_REPS];
     int i;
     for (i = 0; i < n && i < E2E_REPS; i++)
         x[i] = *(const double *)((const char *)&v[i] + off);
-    return na_bench_median(x, i);
+    return spread ? na_bench_spread(x, i) : na_bench_median(x, i);
 }
 
-/* Spread of one field over n runs. */
+static double e2e_med(const e2e_off_t *v, int n, size_t off)
+{
+    return e2e_stat(v, n, off, 0);
+}
+
 static double e2e_spread(const e2e_off_t *v, int n, size_t off)
 {
-    double x[E2E_REPS];
-    int i;
-    for (i = 0; i < n && i < E2E_REPS; i++)
-        x[i] = *(const double *)((const char *)&v[i] + off);
-    return na_bench_spread(x, i);
+    return e2e_stat(v, n, off, 1);
 }
 
 static double e2e_mono(na_engine_t *e, int B, int ctx)

@@ -124,24 +124,6 @@ static na_status_t na_bs_step(na_bs_part_t *parts, int n)
     return NA_OK;
 }
 
-/* The counters the run reads, summed over its slots. */
-static void na_bs_stats(na_slot_t *const *s, int n, na_slot_stats_t *out)
-{
-    int i;
-    memset(out, 0, sizeof(*out));
-    for (i = 0; i < n; i++) {
-        na_slot_stats_t x;
-        na_slot_stats(s[i], &x);
-        out->kv.bytes_read_ssd += x.kv.bytes_read_ssd;
-        out->attn.prefetch_hits += x.attn.prefetch_hits;
-        out->attn.compute_ns += x.attn.compute_ns;
-        out->attn.io_busy_ns += x.attn.io_busy_ns;
-        out->attn.kernel_threads += x.attn.kernel_threads;
-        out->attn.helped += x.attn.helped;
-        out->attn.granules += x.attn.granules;
-    }
-}
-
 /* Prefill NA_BS_REQ requests of ctx tokens over NA_BS_LAYERS layers, spread
  * over run->n_slots device slots (each in a directory of its own when there
  * are several), then time NA_BS_STEPS decode steps. */
@@ -265,7 +247,7 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     for (step = 0; step < NA_BS_STEPS; step++) {
         double t0;
         if (step == 1)
-            na_bs_stats(s, ns, &st0);
+            na_slot_stats_sum(s, ns, &st0);
         t0 = na_bench_now();
         st = na_bs_step(parts, ns);
         if (st != NA_OK)
@@ -299,7 +281,7 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
         run->ref_med = na_bench_median(refv + 1, NA_BS_STEPS - 1);
         run->ref_spread = na_bench_spread(refv + 1, NA_BS_STEPS - 1);
     }
-    na_bs_stats(s, ns, &st1);
+    na_slot_stats_sum(s, ns, &st1);
     run->med_s = na_bench_median(t + 1, NA_BS_STEPS - 1);
     run->spread = na_bench_spread(t + 1, NA_BS_STEPS - 1);
     /* context at the timed steps: ctx+1 .. ctx+NA_BS_STEPS-1 tokens; use the mean */

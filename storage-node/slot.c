@@ -170,5 +170,47 @@ void na_slot_stats(na_slot_t *s, na_slot_stats_t *out)
     na_attn_engine_stats(s->engine, &out->attn);
 }
 
+void na_slot_stats_sum(na_slot_t *const *s, int n, na_slot_stats_t *out)
+{
+    int i;
+
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < n; i++) {
+        na_slot_stats_t x;
+        na_kv_stats_t *k = &out->kv;
+        na_attn_stats_t *a = &out->attn;
+        na_slot_stats(s[i], &x);
+        k->dram_used += x.kv.dram_used;
+        k->dram_budget += x.kv.dram_budget;
+        k->ssd_used += x.kv.ssd_used;
+        k->ssd_size += x.kv.ssd_size;
+        k->n_requests += x.kv.n_requests;
+        k->bytes_appended += x.kv.bytes_appended;
+        k->bytes_spilled_dram += x.kv.bytes_spilled_dram;
+        k->bytes_written_ssd += x.kv.bytes_written_ssd;
+        k->bytes_read_ssd += x.kv.bytes_read_ssd;
+        k->n_spills += x.kv.n_spills;
+        k->n_refused += x.kv.n_refused;
+        a->entries += x.attn.entries;
+        a->entries_failed += x.attn.entries_failed;
+        a->granules += x.attn.granules;
+        a->granules_ssd += x.attn.granules_ssd;
+        a->ssd_bytes_read += x.attn.ssd_bytes_read;
+        a->prefetch_hits += x.attn.prefetch_hits;
+        a->prefetch_issued += x.attn.prefetch_issued;
+        a->tokens += x.attn.tokens;
+        a->compute_ns += x.attn.compute_ns;
+        a->helped += x.attn.helped;
+        a->kernel_threads += x.attn.kernel_threads;
+        a->batch_ns += x.attn.batch_ns;
+        a->io_busy_ns += x.attn.io_busy_ns;
+        a->csd_noop |= x.attn.csd_noop;
+        a->csd_launches += x.attn.csd_launches;
+        a->csd_launch_ns += x.attn.csd_launch_ns;
+        a->csd_p2p_bytes += x.attn.csd_p2p_bytes;
+        a->csd_host_bytes += x.attn.csd_host_bytes;
+    }
+}
+
 na_attn_engine_t *na_slot_engine(na_slot_t *s) { return s->engine; }
 na_kv_store_t    *na_slot_store(na_slot_t *s) { return s->store; }

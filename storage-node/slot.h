@@ -91,6 +91,9 @@ na_status_t na_slot_decode(na_slot_t *s, na_attn_entry_t *entries, int n);
 na_status_t na_slot_release(na_slot_t *s, uint64_t req);
 na_status_t na_slot_poll(na_slot_t *s);
 void        na_slot_stats(na_slot_t *s, na_slot_stats_t *out);
+/* The counters of n slots added up (kernel_threads too: the threads of all
+ * of them; csd_noop: 1 if any slot has it). */
+void        na_slot_stats_sum(na_slot_t *const *s, int n, na_slot_stats_t *out);
 na_attn_engine_t *na_slot_engine(na_slot_t *s);
 na_kv_store_t    *na_slot_store(na_slot_t *s);
 

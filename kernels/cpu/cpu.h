@@ -66,6 +66,10 @@ static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
     int n = k->n_threads == 1 ? 1 : 4 * k->n_threads;
     return n < n_panels ? n : n_panels;
 }
+/* The two pool jobs of a GEMM: pack_x over the ncols inputs (at most one
+ * task per thread), then mm over n_tasks tasks. */
+void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cpu_task_fn mm, void *job,
+                     int ncols, int n_tasks);
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
                               const na_tensor_t *w, int batch);
 int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);

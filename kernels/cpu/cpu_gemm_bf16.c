@@ -152,7 +152,6 @@ static void na_gb_mm_task(void *ctx, int t, int n_tasks)
 int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                      int batch)
 {
-    na_cpu_state_t *s = k->priv;
     const int npanel = (w->rows + NA_GB_MR - 1) / NA_GB_MR;
     const int n_tasks = na_cpu_gemm_tasks(k, npanel);
     na_gb_job_t j;
@@ -169,8 +168,6 @@ int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_
     if (j.xb == NULL)
         return -1;
     j.wp = j.xb + xwords;
-    na_cpu_pool_run(s->pool, na_gb_pack_x_task, &j,
-                    k->n_threads < j.ncols ? k->n_threads : j.ncols);
-    na_cpu_pool_run(s->pool, na_gb_mm_task, &j, n_tasks);
+    na_cpu_gemm_run(k, na_gb_pack_x_task, na_gb_mm_task, &j, j.ncols, n_tasks);
     return 0;
 }

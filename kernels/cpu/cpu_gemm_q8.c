@@ -293,7 +293,6 @@ static void na_gq_mm_task(void *ctx, int t, int n_tasks)
 /* See kernels/cpu/cpu.h. */
 int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch)
 {
-    na_cpu_state_t *s = k->priv;
     na_gq_job_t j;
     int ntile = (w->rows + NA_GQ_RM - 1) / NA_GQ_RM, n_tasks;
     size_t row_b, xbytes, wbytes;
@@ -321,8 +320,6 @@ int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     if (j.xp == NULL)
         return -1;
     j.wp = j.xp + xbytes;
-    na_cpu_pool_run(s->pool, na_gq_pack_x_task, &j,
-                    k->n_threads < j.ncols ? k->n_threads : j.ncols);
-    na_cpu_pool_run(s->pool, na_gq_mm_task, &j, n_tasks);
+    na_cpu_gemm_run(k, na_gq_pack_x_task, na_gq_mm_task, &j, j.ncols, n_tasks);
     return 0;
 }

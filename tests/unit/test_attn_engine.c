@@ -233,20 +233,8 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
             }
         }
     }
-    if (stats_out) {
-        memset(stats_out, 0, sizeof(*stats_out));
-        for (i = 0; i < cfg->n_slots; i++) {
-            na_slot_stats_t s1;
-            na_slot_stats(slots[i], &s1);
-            stats_out->kv.bytes_spilled_dram += s1.kv.bytes_spilled_dram;
-            stats_out->kv.bytes_written_ssd += s1.kv.bytes_written_ssd;
-            stats_out->kv.bytes_read_ssd += s1.kv.bytes_read_ssd;
-            stats_out->attn.granules += s1.attn.granules;
-            stats_out->attn.granules_ssd += s1.attn.granules_ssd;
-            stats_out->attn.prefetch_hits += s1.attn.prefetch_hits;
-            stats_out->attn.entries_failed += s1.attn.entries_failed;
-        }
-    }
+    if (stats_out)
+        na_slot_stats_sum(slots, cfg->n_slots, stats_out);
 out:
     for (r = 0; r < w->R; r++)
         for (p = 0; opened[r] && p < n_parts[r]; p++)
