@@ -133,13 +133,9 @@ static void srv_cancel(na_hreq_t *r, int timed_out)
  * its client is gone or its time is up. Returns 1 when the client is gone. */
 static int srv_wait(na_hreq_t *r)
 {
-    struct timespec ts;
+    struct timespec ts = na_cond_deadline(NA_SRV_WAKE_MS * 1000u);
     int gone;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += NA_SRV_WAKE_MS * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(&r->cv, &r->s->mu, &ts);
     gone = srv_client_gone(r->fd);
     if (gone)
@@ -328,7 +324,7 @@ static enum MHD_Result srv_handle(void *cls, struct MHD_Connection *c, const cha
         r->refs = 1;                             /* the connection's */
         r->route = route;
         r->t_arrive = na_now_s();
-        pthread_cond_init(&r->cv, NULL);
+        na_cond_init_mono(&r->cv);
         ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci != NULL ? ci->connect_fd : -1;
         *con_cls = r;
@@ -446,8 +442,8 @@ na_status_t na_srv_create(na_sg_t *g, const na_srv_opts_t *o, na_srv_t **s_p)
     s->created = (long)time(NULL);
     snprintf(s->model, sizeof(s->model), "%s", na_sg_model_name(g));
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv_engine, NULL);
-    pthread_cond_init(&s->cv_stats, NULL);
+    na_cond_init_mono(&s->cv_engine);
+    na_cond_init_mono(&s->cv_stats);
     st = srv_chat(s);
     if (st != NA_OK) {
         freeaddrinfo(ai);

@@ -215,11 +215,7 @@ na_status_t na_srv_run(na_srv_t *s, volatile sig_atomic_t *stop)
         q = srv_take(s);
         stats = s->want_stats;
         if (q == NULL && !stats && na_sg_pending(s->g) == 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += NA_SRV_IDLE_MS * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
+            struct timespec ts = na_cond_deadline(NA_SRV_IDLE_MS * 1000u);
             pthread_cond_timedwait(&s->cv_engine, &s->mu, &ts);
             q = srv_take(s);
             stats = s->want_stats;
@@ -317,8 +313,7 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
     gen = s->stats_gen;
     s->want_stats = 1;
     pthread_cond_signal(&s->cv_engine);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 5;
+    ts = na_cond_deadline(5000000u);
     while (s->stats_gen == gen && !s->stopping)
         if (pthread_cond_timedwait(&s->cv_stats, &s->mu, &ts) != 0)
             break;                     /* the engine is busy: the last snapshot */

@@ -433,7 +433,7 @@ static na_status_t cpu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv_work, NULL);
     pthread_cond_init(&e->cv_io, NULL);
-    pthread_cond_init(&e->cv_done, NULL);
+    na_cond_init_mono(&e->cv_done);                /* timed: na_attn_batch_wait */
 
     g0 = cfg->split_tokens / e->kcfg->block_tokens;
     e->chunk_bytes = (size_t)(g0 < 1 ? 1 : g0) * na_kv_block_bytes(e->kcfg, cfg->max_kv_heads);
@@ -725,10 +725,7 @@ static na_status_t cpu_test(na_attn_engine_t *base, na_attn_batch_t *b, int wait
             goto out;
         if (!ok)
             ok = na_attn_yield_wait(e, b, wait_us < NA_ATTN_YIELD_US ? wait_us : NA_ATTN_YIELD_US);
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)wait_us * 1000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        ts = na_cond_deadline((uint64_t)wait_us);
         while (!ok && pthread_cond_timedwait(&e->cv_done, &e->mu, &ts) == 0)
             ok = b->done >= b->n;
         ok = b->done >= b->n;

@@ -287,7 +287,6 @@ static void na_cpu_destroy(na_kernels_t *k)
 static const na_khost_core_t na_cpu_core    = NA_CPU_CORE();
 static const na_khost_core_t na_cpu_core_v4 = NA_CPU_CORE(_v4);
 
-/* ops->rest: the pool's workers sleep now rather than spin for the next job. */
 /* See kernels/cpu/cpu.h. */
 void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cpu_task_fn mm, void *job,
                      int ncols, int n_tasks)
@@ -297,6 +296,7 @@ void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cpu_task_fn mm, 
     na_cpu_pool_run(s->pool, mm, job, n_tasks);
 }
 
+/* ops->rest: the pool's workers sleep now rather than spin for the next job. */
 static void na_cpu_rest(na_kernels_t *k)
 {
     na_cpu_pool_rest(((na_cpu_state_t *)k->priv)->pool);

@@ -15,6 +15,7 @@
  * every weight dtype, residual add, KV store, upload/copy/download round
  * trips in every memory type (refdev: ref with emulated device memory),
  * events, and the statuses of bad arguments. */
+#include <cpuid.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -917,13 +918,20 @@ static void test_registry(void)
     NA_CHECK(k == NULL);
 }
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not
+ * know the name "f16c", gcc's does; <cpuid.h> works with both. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 int main(void)
 {
     char isa[64];
     na_rng_seed(&rng, 20261122);
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c"))
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !cpu_has_f16c())
         NA_SKIP("this CPU lacks AVX2/FMA/F16C: the cpu backend cannot run");
     /* the instruction set chosen at run time: ctest runs this as the CPU
      * allows, with NA_CPU_ISA=v4 (AVX-512 without the VNNI / BF16 GEMMs:
