@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -151,6 +152,24 @@ static int na_batch_parse(int argc, char **argv, na_batch_args_t *a)
     return 0;
 }
 
+/* The results file is a regular file or does not exist yet: a FIFO, device or
+ * directory is refused before anything opens it (opening a FIFO with no
+ * reader would block for ever; appending to a device is no results file).
+ * Returns 0, or 1 with the reason on stderr. */
+static int na_batch_output_kind(const char *path)
+{
+    struct stat sb;
+
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+        return 0;                          /* absent (created later) or a file */
+    fprintf(stderr, "nearattn batch: --output %s is not a regular file (it is %s): give "
+            "the path of a results file\n", path,
+            S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory" :
+            S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode) ?
+            "a block device" : S_ISSOCK(sb.st_mode) ? "a socket" : "not a file");
+    return 1;
+}
+
 /* Say how the results file was found. */
 static void na_batch_say_output(const char *path, const na_batch_out_info_t *oi,
                                 const na_batch_in_t *in, long before)
@@ -210,6 +229,8 @@ int na_cmd_batch(int argc, char **argv)
     rc = na_batch_parse(argc, argv, &a);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
+    if (na_batch_output_kind(a.output) != 0)
+        return 1;
     st = na_batch_in_load(a.input, &in);            /* cheap checks first */
     if (st == NA_OK)
         st = na_batch_out_open(a.output, &out, &oi);

@@ -148,7 +148,18 @@ int na_cmd_node(int argc, char **argv)
         if (!strcmp(a, "--config")) file = val;
         else if (!strcmp(a, "--name")) name = val;
         else if (!strcmp(a, "--listen")) listen = val;
-        else if (!strcmp(a, "--kv-dir")) o.kv_dir = val;
+        else if (!strcmp(a, "--kv-dir")) {
+            size_t k = 0;
+            while (val[k] != '\0' && (unsigned char)val[k] >= 0x20 && val[k] != 0x7f)
+                k++;
+            if (val[k] != '\0') {
+                fprintf(stderr, "nearattn node: --kv-dir holds a control character (0x%02x at "
+                        "byte %zu): newlines and tabs are not allowed in paths\n",
+                        (unsigned)(unsigned char)val[k], k);
+                return 2;
+            }
+            o.kv_dir = val;
+        }
         else if (!strcmp(a, "--model")) o.model_path = val;
         else if (!strcmp(a, "--kv-dtype")) {
             kv_dtype = na_dtype_parse(val);

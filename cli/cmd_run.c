@@ -465,7 +465,7 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
             st = na_tokenizer_encode(r->tok, r->texts[i], 1, 0, toks, cap, &n_tok);
         if (st == NA_OK) {
             sc.temperature = (float)a->temp;
-            sc.top_p = (float)a->top_p;
+            sc.top_p = na_sampler_top_p(a->top_p);
             sc.seed = na_sampler_request_seed(a->seed, (uint64_t)i);
             st = na_request_create(r->engine, i, toks, (int)n_tok, (int)a->n_new, &sc,
                                    &r->reqs[i]);

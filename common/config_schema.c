@@ -76,6 +76,22 @@ static na_status_t na_cfg_check_chars(const na_cfg_parse_t *p, const na_yn_t *n,
     return NA_OK;
 }
 
+/* A path (after ${VAR} expansion) holds no control character: a newline or
+ * tab in a KV directory or model file name is a mistake (a pasted line, a
+ * variable with a trailing newline), and would split the log lines and
+ * messages that name it. */
+static na_status_t na_cfg_check_path(const na_cfg_parse_t *p, const na_yn_t *n, const char *where,
+                                     const char *val)
+{
+    for (size_t i = 0; val[i] != '\0'; i++)
+        if ((unsigned char)val[i] < 0x20 || val[i] == 0x7f)
+            return na_cfg_errat(p, n, NA_ERR_FORMAT,
+                                "%s: path holds a control character (0x%02x at byte %zu): "
+                                "newlines and tabs are not allowed in paths",
+                                where, (unsigned)(unsigned char)val[i], i);
+    return NA_OK;
+}
+
 /* Node and cluster names: used as log tags and file names. */
 static const na_cfg_charset_t na_cfg_name_chars = {
     63, 1, "_.-", "%s: name '%s' must be 1..63 characters starting with a letter or digit",
@@ -432,6 +448,8 @@ static na_status_t na_cfg_set_scalar(na_cfg_parse_t *p, const na_cfg_field_t *f,
             break;
         }
         if (f->chars != NULL && (st = na_cfg_check_chars(p, n, where, val, f->chars)) != NA_OK)
+            break;
+        if (f->type == NA_CFG_F_PATH && (st = na_cfg_check_path(p, n, where, val)) != NA_OK)
             break;
         if (f->type == NA_CFG_F_PATH && (st = na_cfg_resolve_path(p, &val)) != NA_OK)
             break;

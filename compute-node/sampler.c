@@ -2,6 +2,7 @@
  * per-sampler xorshift64* generator (see sampler.h). */
 #include "compute-node/sampler.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -14,6 +15,11 @@ na_status_t na_sampler_cfg_check(const na_sampler_cfg_t *cfg)
         return na_err(NA_ERR_INVALID, "top-p %g is invalid: it must be in (0, 1]",
                       (double)cfg->top_p);
     return NA_OK;
+}
+
+float na_sampler_top_p(double p)
+{
+    return p > 0.0 && p < (double)FLT_MIN ? FLT_MIN : (float)p;
 }
 
 uint64_t na_sampler_seed_state(uint64_t seed)

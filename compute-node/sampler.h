@@ -47,6 +47,12 @@ typedef struct na_sampler {
  * Returns NA_ERR_INVALID with a message naming the bad field. */
 na_status_t na_sampler_cfg_check(const na_sampler_cfg_t *cfg);
 
+/* A top-p given as a double (a JSON number, --top-p) as the sampler's float.
+ * p in (0, 1] stays in (0, 1]: a p below the smallest normal float (1e-300)
+ * becomes FLT_MIN, the same nucleus (the most likely token alone), rather
+ * than 0, which na_sampler_cfg_check refuses. Other values convert as they are. */
+float na_sampler_top_p(double p);
+
 /* Create a sampler for rows of vocab_size logits. Fails with NA_ERR_INVALID
  * (bad cfg or vocab_size <= 0) or NA_ERR_NOMEM. The caller owns *s_p.
  * A sampler holds no O(vocab) memory: the nucleus scratch is passed to

@@ -537,7 +537,7 @@ na_status_t na_sg_submit(na_sg_t *g, const na_sg_params_t *p, na_sg_job_t **job_
         room = seq - n + 1;            /* as na_request_create: at most this many come out */
         max_new = p->max_tokens <= 0 || p->max_tokens > room ? room : p->max_tokens;
         sc.temperature = (float)p->temperature;
-        sc.top_p = (float)p->top_p;
+        sc.top_p = na_sampler_top_p(p->top_p);
         sc.seed = na_sampler_request_seed(p->seed_given ? p->seed : g->seed_ctr++, 0);
         /* ids 1, 2, ... (wrapping): the engine's log lines name the request
          * ("request 7 failed: ..."); they were all 0 */

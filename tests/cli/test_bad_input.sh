@@ -5,8 +5,10 @@
 #   nan    a generated model with a NaN weight: the requests whose logits are
 #          not finite fail with the reason, the others go on, exit status 1
 #          (monolithic and offload), greedy and sampled
-#   fifo   a FIFO as --config, --model, --tokenizer, check-config FILE or the
-#          layout's secret_file is refused at once, naming the file
+#   fifo   a FIFO as --config, --model, --tokenizer, check-config FILE, the
+#          layout's secret_file or batch --output is refused at once, naming
+#          the file; so is a control character in a KV directory (node
+#          --kv-dir, a layout's path)
 #   ctx    a model of small seq_len: the summary and the request say it
 #          stopped at the model context; --ctx N overrides it with a warning
 #   seed   one seed gives the same sampled texts at --batch 1, batched, and
@@ -116,6 +118,22 @@ fifo)
     refused_fast "secret_file FIFO" "$MSG" "$BIN" check-config "$TMP/secret.yaml"
     refused_fast "run --config (secret_file FIFO)" "$MSG" \
         "$BIN" run --config "$TMP/secret.yaml" --model "$TMP/g.gguf" -n 2
+    # batch --output FIFO: opening it for appending would wait for a reader
+    printf '{"custom_id":"a","method":"POST","url":"/v1/completions","body":{"prompt":"hi"}}\n' \
+        >"$TMP/in.jsonl"
+    refused_fast "batch --output FIFO" "--output $F is not a regular file (it is a FIFO)" \
+        "$BIN" batch --input "$TMP/in.jsonl" --output "$F" --mode monolithic --model "$TMP/g.gguf"
+    # a newline in a KV directory: node --kv-dir and a layout's path
+    refused_fast "node --kv-dir with a newline" "control character (0x0a at byte 4)" \
+        "$BIN" node --config "$TMP/secret.yaml" --name s0 --kv-dir "$(printf '/tmp\nx')"
+    printf '0123456789abcdef0123456789abcdef\n' >"$TMP/ok.secret"
+    chmod 600 "$TMP/ok.secret"
+    printf 'cluster: { secret_file: ok.secret }\ncompute: [ { name: c0, host: 127.0.0.1 } ]\n%s\n%s\n' \
+        'storage:' \
+        '  - { name: s0, host: 127.0.0.1, port: 14001, devices: [ { path: "kv/a\tb", dram_mb: 1, ssd_mb: 1 } ] }' \
+        >"$TMP/tab.yaml"
+    refused_fast "check-config, a tab in a KV path" "control character (0x09 at byte 4)" \
+        "$BIN" check-config "$TMP/tab.yaml"
     ;;
 ctx)
     # a model of 32 positions: greedy generation of 100 tokens stops at the

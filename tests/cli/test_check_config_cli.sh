@@ -58,6 +58,9 @@ grep -q 'rates needs' "$TMP/err" || fail "--rates: message: $(cat "$TMP/err")"
 run 2 --bogus "$SRC/cluster-configs/local.yaml"
 run 2 a.yaml b.yaml
 run 0 --help
+# the help says what loading does: KV directories are checked, never created
+grep -q 'never created' "$TMP/out" && ! grep -q 'are created' "$TMP/out" ||
+    fail "--help does not say KV directories are only checked: $(cat "$TMP/out")"
 
 echo "$CHECKS checks, $FAILS failed"
 [ "$FAILS" = 0 ]

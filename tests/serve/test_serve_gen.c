@@ -3,7 +3,8 @@
  * cut by a stop string inside that text (text up to the match, "stop"); two
  * jobs with one seed at temperature 1 batched with others give one text; a
  * cancelled job ends "cancelled"; a prompt past the context is refused;
- * max_tokens <= 0 runs to the context ("length"). */
+ * max_tokens <= 0 runs to the context ("length"); top_p 1e-300 (0 as a float)
+ * is the greedy text. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,24 @@ int main(void)
     na_sg_stats(g, &st);
     NA_CHECK(st.cancelled == 1 && st.running == 0 && st.waiting == 0 && st.finished == 5);
     NA_CHECK(na_sg_pending(g) == 0);
+
+    /* top_p 1e-300 (a valid JSON top_p, 0 as a float) at temperature 1: accepted,
+     * the nucleus is the most likely token alone, so the text is the greedy one */
+    na_sg_params_default(&p);
+    p.text = "Once upon a time";
+    p.max_tokens = 40;
+    p.temperature = 1.0;
+    p.top_p = 1e-300;
+    p.seed = 7;
+    p.seed_given = 1;
+    p.on_text = on_text;
+    p.on_end = on_end;
+    p.user = &c;
+    memset(&c, 0, sizeof(c));
+    NA_CHECK_OK(na_sg_submit(g, &p, NULL));
+    NA_CHECK_OK(na_sg_progress(g, -1));
+    NA_CHECK(c.ended == 1 && c.end.error == NULL && c.end.finish == NA_SG_LENGTH);
+    NA_CHECK(c.len == a.len && !strcmp(c.text, a.text));
     na_sg_destroy(g);
     return na_test_finish();
 }

@@ -43,6 +43,7 @@ static const bad_case_t bad_cases[] = {
     { "block-pow2.yaml",       11, 17, "not a power of two" },
     { "block-range.yaml",      11, 17, "16384 out of range" },
     { "kv-path.yaml",           9, 17, "Not a directory" },
+    { "kv-path-newline.yaml",   9, 17, "control character (0x0a at byte 4)" },
     { "rotational-1c.yaml",    12, 15, "at least 2 compute nodes" },
     { "empty-storage.yaml",     4, 10, "list is empty" },
     { "missing-storage.yaml",   1,  1, "missing required key 'storage'" },

@@ -62,6 +62,11 @@ static void test_cfg_check(void)
     NA_CHECK(na_sampler_cfg_check(&c) == NA_ERR_INVALID);
     c.top_p = 1.0f;
     NA_CHECK_OK(na_sampler_cfg_check(&c));
+    /* a double in (0, 1] stays valid as the sampler's float (1e-300 is 0 as a float) */
+    c.top_p = na_sampler_top_p(1e-300);
+    NA_CHECK(c.top_p > 0.0f);
+    NA_CHECK_OK(na_sampler_cfg_check(&c));
+    NA_CHECK(na_sampler_top_p(1.0) == 1.0f && na_sampler_top_p(0.5) == 0.5f);
 }
 
 static void test_greedy(void)
