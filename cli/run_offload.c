@@ -5,6 +5,7 @@
  * compute node until every request ended (or a signal asked to stop), print
  * the summary: tokens/s, the time split, bytes on the wire. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/run_offload.h"
@@ -15,17 +16,38 @@
 
 #define NA_RUN_PROGRESS_MS 100     /* between checks of the stop flag */
 
+/* The storage nodes of the run: the layout's, and those that joined it
+ * while it ran (announced, or added to the layout file) and served
+ * attention; from the service's node table (none for kv-fetch). */
+static void na_ro_nodes(na_asvc_t *svc, const na_cfg_t *cfg, char *buf, size_t len)
+{
+    na_asvc_node_stats_t *ns = calloc(NA_CFG_MAX_NODES, sizeof(*ns));
+    int n = ns != NULL ? na_asvc_node_stats(svc, ns, NA_CFG_MAX_NODES) : 0, j, joined = 0;
+
+    for (j = cfg->n_storage; j < n; j++)
+        joined += ns[j].attn_calls > 0;
+    free(ns);
+    if (joined > 0)
+        snprintf(buf, len, "%d storage node(s) (%d in the layout, %d joined during the run)",
+                 cfg->n_storage + joined, cfg->n_storage, joined);
+    else
+        snprintf(buf, len, "%d storage node(s)", cfg->n_storage);
+}
+
 static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, const char *kind,
-                                const char *how)
+                                const char *how, const char *nodes)
 {
     double dec = s->wall_s - s->prefill_s - s->ship_s;
     double compute = s->compute_s - s->prefill_s - s->ship_s - s->xcache_s;
+    char re[64] = "";
 
+    if (s->reprefill_tokens > 0)
+        snprintf(re, sizeof(re), " (+ %ld re-prefilled after a lost node)", s->reprefill_tokens);
     fprintf(stderr,
-            "%s (%s): %d storage node(s), partition %s, %d batch(es) in flight: "
-            "prompt tokens %ld, generated tokens %ld, %.1f tok/s overall, decode %.1f tok/s\n",
-            kind, how, cfg->n_storage, na_cfg_partition_name(cfg->parallel.partition),
-            (int)cfg->parallel.batches_in_flight, s->gen.prompt_tokens, s->gen.gen_tokens,
+            "%s (%s): %s, partition %s, %d batch(es) in flight: "
+            "prompt tokens %ld%s, generated tokens %ld, %.1f tok/s overall, decode %.1f tok/s\n",
+            kind, how, nodes, na_cfg_partition_name(cfg->parallel.partition),
+            (int)cfg->parallel.batches_in_flight, s->gen.prompt_tokens, re, s->gen.gen_tokens,
             s->wall_s > 0 ? (double)s->gen.gen_tokens / s->wall_s : 0.0,
             dec > 0 ? (double)s->gen.decode_tokens / dec : 0.0);
     fprintf(stderr,
@@ -140,9 +162,12 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
     cfg = na_cluster_cfg(cl);
     rep = na_cluster_rep(cl);
     st = na_ro_drive(a, e, cl, reqs, n, stats);
-    if (st == NA_OK)
+    if (st == NA_OK) {
+        char nodes[128];
+        na_ro_nodes(na_cluster_service(cl), cfg, nodes, sizeof(nodes));
         na_ro_print_summary(stats, cfg, a->cluster.kvfetch ? "kv-fetch" : "offload",
-                            na_cluster_how(cl));
+                            na_cluster_how(cl), nodes);
+    }
     if (st == NA_OK && rep != NULL) {
         na_rep_stats_t rs;
         na_rep_stats(rep, &rs);
@@ -154,6 +179,8 @@ na_status_t na_run_offload(const na_run_offload_args_t *a, na_engine_t *e, na_re
                 (unsigned long long)rs.bytes_sent, (unsigned long long)rs.bytes_recv,
                 (unsigned long long)rs.prefill_bytes);
     }
+    if (st != NA_OK || stats->failed > 0 || stats->recovered > 0)
+        na_cluster_keep_logs(cl);        /* what went wrong is in the nodes' logs */
     na_cluster_destroy(cl);
     return st;
 }

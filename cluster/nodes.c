@@ -23,7 +23,10 @@
 struct na_nodes {
     pid_t pid[NA_CFG_MAX_NODES];
     int   fd[NA_CFG_MAX_NODES];
+    char  log[NA_CFG_MAX_NODES][PATH_MAX + 64];   /* each node's log file */
     int   n;
+    int   private_run;
+    int   keep_logs;              /* na_nodes_keep_logs was called */
     char  dir[PATH_MAX];          /* private run directory, "" if none */
 };
 
@@ -32,18 +35,39 @@ const char *na_nodes_dir(const na_nodes_t *n)
     return n->dir;
 }
 
+void na_nodes_keep_logs(na_nodes_t *n)
+{
+    if (n != NULL)
+        n->keep_logs = 1;
+}
+
 void na_nodes_stop(na_nodes_t *n)
 {
-    int i;
+    const char *keep = getenv("NA_KEEP_LOGS");
+    int i, unclean;
 
     if (n == NULL)
         return;
-    na_proc_stop(n->pid, n->n, SIGTERM, NA_NODES_STOP_MS);
+    unclean = na_proc_stop(n->pid, n->n, SIGTERM, NA_NODES_STOP_MS);
     for (i = 0; i < n->n; i++)
         if (n->fd[i] >= 0)
             close(n->fd[i]);
     if (n->dir[0] != '\0')
         na_rundir_remove(n->dir);
+    /* a private run's logs go with it when all went well; kept (and named)
+     * when a node did not exit cleanly, the run failed, or NA_KEEP_LOGS=1 */
+    if (n->private_run && n->n > 0) {
+        if (unclean == 0 && !n->keep_logs && (keep == NULL || strcmp(keep, "1") != 0)) {
+            for (i = 0; i < n->n; i++)
+                unlink(n->log[i]);
+        } else if (unclean > 0 || n->keep_logs) {
+            char why[64] = "the run failed";
+            if (unclean > 0)
+                snprintf(why, sizeof(why), "%d node(s) did not exit cleanly", unclean);
+            na_log_warn("run: %s: the nodes' logs are kept: %s%s", why, n->log[0],
+                        n->n > 1 ? " and the others beside it" : "");
+        }
+    }
     free(n);
 }
 
@@ -66,6 +90,7 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
     if (cfg->parallel.pipelining == NA_CFG_PIPE_ROTATIONAL && cfg->n_compute > 1)
         n_rep = cfg->n_compute - 1;
     free_ports = o->private_run && n_rep == 0;
+    n->private_run = o->private_run;
     if (o->private_run && (st = na_rundir_make(n->dir, sizeof(n->dir))) != NA_OK)
         return st;
     if (free_ports && cfg->n_compute > 0)
@@ -73,7 +98,7 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
     for (j = 0; j < cfg->n_storage + n_rep; j++) {
         na_cfg_node_t *nd = j < cfg->n_storage ? &cfg->nodes[cfg->n_compute + j]
                                                : &cfg->nodes[1 + j - cfg->n_storage];
-        char log[PATH_MAX + 64], listen[300], kv[PATH_MAX + 64];
+        char *log = n->log[n->n], listen[300], kv[PATH_MAX + 64];
         na_proc_node_t pn = { exe, o->config_path, nd->name, NULL, NULL, NULL, NULL,
                               o->kv_dtype };
         na_proc_opts_t po;
@@ -83,7 +108,7 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
         po.log = log;
         po.out_fd_p = &n->fd[n->n];
         /* one log per run and node: concurrent runs of a layout never share one */
-        snprintf(log, sizeof(log), "%s/nearattn-run-%s-%s-%ld.log", tmp && tmp[0] ? tmp : "/tmp",
+        snprintf(log, sizeof(n->log[0]), "%s/nearattn-run-%s-%s-%ld.log", tmp && tmp[0] ? tmp : "/tmp",
                  cfg->cluster.name, nd->name, (long)getpid());
         if (nd->role == NA_CFG_ROLE_STORAGE)
             pn.shape = o->shape;

@@ -12,8 +12,10 @@
  * read them from the layout file); the KV stays private.
  * Not private (the benchmarks): the layout's ports and KV paths.
  * Either way each node's stdout/stderr go to $TMPDIR/nearattn-run-CLUSTER-
- * NAME.log, kept after the run (appended to, so runs at once share it
- * line by line). */
+ * NAME-PID.log (PID: the run's). A private run removes them at stop when
+ * every node exited cleanly on SIGTERM, unless na_nodes_keep_logs was called
+ * (the run failed) or NA_KEEP_LOGS=1; otherwise they are kept and named in a
+ * warning. The benchmarks' nodes (not private) keep their logs. */
 #ifndef NA_NODES_H
 #define NA_NODES_H
 
@@ -45,6 +47,9 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
 /* SIGTERM, a bounded wait, SIGKILL; removes a private run's directory;
  * frees n. NULL is a no-op. */
 void        na_nodes_stop(na_nodes_t *n);
+/* Keep the nodes' logs at na_nodes_stop (the run failed: they explain it).
+ * NULL is a no-op. */
+void        na_nodes_keep_logs(na_nodes_t *n);
 /* The private run's directory ("" when not private). */
 const char *na_nodes_dir(const na_nodes_t *n);
 

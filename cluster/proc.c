@@ -130,10 +130,10 @@ na_status_t na_proc_start_node(const na_proc_node_t *n, const na_proc_opts_t *o,
     return na_proc_spawn(&po, pid_p);
 }
 
-void na_proc_stop(pid_t *pids, int n, int sig, int timeout_ms)
+int na_proc_stop(pid_t *pids, int n, int sig, int timeout_ms)
 {
     double t0 = na_now_s();
-    int i, left;
+    int i, left, ws, unclean = 0;
 
     for (i = 0; i < n; i++)
         if (pids[i] > 0)
@@ -143,9 +143,10 @@ void na_proc_stop(pid_t *pids, int n, int sig, int timeout_ms)
         for (i = 0; i < n; i++) {
             if (pids[i] <= 0)
                 continue;
-            if (waitpid(pids[i], NULL, WNOHANG) == pids[i])
+            if (waitpid(pids[i], &ws, WNOHANG) == pids[i]) {
+                unclean += !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
                 pids[i] = 0;
-            else
+            } else
                 left++;
         }
         if (left > 0)
@@ -156,7 +157,9 @@ void na_proc_stop(pid_t *pids, int n, int sig, int timeout_ms)
             kill(pids[i], SIGKILL);
             waitpid(pids[i], NULL, 0);
             pids[i] = 0;
+            unclean++;
         }
+    return unclean;
 }
 
 /* The last non-empty line of file path into buf ("" if none). */

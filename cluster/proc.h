@@ -52,8 +52,9 @@ na_status_t na_proc_wait_ready(int fd, const char *name, const char *log, int ti
                                volatile sig_atomic_t *stop, long *port_p);
 
 /* SIGTERM (sig) every pids[i] > 0, wait up to timeout_ms for them, SIGKILL
- * what is left; reaps them all and sets their pids to 0. */
-void        na_proc_stop(pid_t *pids, int n, int sig, int timeout_ms);
+ * what is left; reaps them all and sets their pids to 0. Returns how many of
+ * them did not exit with status 0 (killed, or failed). */
+int         na_proc_stop(pid_t *pids, int n, int sig, int timeout_ms);
 
 /* The running executable (/proc/self/exe) into buf. NA_ERR_IO. */
 na_status_t na_proc_self_exe(char *buf, size_t len);

@@ -44,6 +44,12 @@ na_asvc_t *na_cluster_take_service(na_cluster_t *c)
     return s;
 }
 
+void na_cluster_keep_logs(na_cluster_t *c)
+{
+    if (c != NULL)
+        na_nodes_keep_logs(c->nodes);
+}
+
 void na_cluster_destroy(na_cluster_t *c)
 {
     if (c == NULL)

@@ -63,6 +63,10 @@ na_asvc_t  *na_cluster_take_service(na_cluster_t *c);
 struct na_rep *na_cluster_rep(const na_cluster_t *c);
 /* How the cluster was set up, for summaries ("cluster started here", ...). */
 const char *na_cluster_how(const na_cluster_t *c);
+/* The run failed: keep the started nodes' logs at destroy (cluster/nodes.h:
+ * a private run's logs are otherwise removed when its nodes exit cleanly).
+ * NULL is a no-op. */
+void        na_cluster_keep_logs(na_cluster_t *c);
 /* Service, replicas, started nodes (stopped), private directory (removed),
  * layout. NULL is a no-op. */
 void        na_cluster_destroy(na_cluster_t *c);

@@ -329,6 +329,7 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     int max_tok = r->n_prompt + r->max_new;
     char why[2 * NA_ASVC_REASON_MAX + 192];
     double t0 = na_now_s();
+    long before;
     na_status_t st;
 
     if (max_tok > g->e->cfg.seq_len)
@@ -346,7 +347,10 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     }
     q->opened = 1;
     /* the KV held positions 0..n_pos-1: the prompt and all outputs but the last */
+    before = g->st->gen.prompt_tokens;
     st = na_off_prefill_local(g, q, r->n_pos);
+    g->st->reprefill_tokens += g->st->gen.prompt_tokens - before;   /* prefilled again, */
+    g->st->gen.prompt_tokens = before;                              /* not prompt tokens */
     if (st != NA_OK)
         return st;
     st = na_off_ship(g, q, why, sizeof(why));

@@ -74,6 +74,8 @@ typedef struct {
     long             failed;             /* requests ended with an error */
     long             cancelled;          /* requests ended by na_off_cancel */
     long             recovered;          /* requests re-prefilled after a lost node */
+    long             reprefill_tokens;   /* tokens they prefilled again (prompt and
+                                            outputs so far; not in gen.prompt_tokens) */
     long             xcache_reqs;        /* requests served from the X-cache */
     size_t           xcache_bytes_peak;
     double           wall_s;             /* the whole call */

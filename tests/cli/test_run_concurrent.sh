@@ -5,7 +5,8 @@
 # monolithic text (each starts its storage nodes on free ports with a
 # private KV directory), and two with --cluster inproc; afterwards no run
 # directory and no node is left, and the layout's own KV path was never
-# created; each run's nodes have log files of their own. A run stopped with SIGTERM
+# created; each run's nodes have log files of their own (kept with
+# NA_KEEP_LOGS=1, removed without it). A run stopped with SIGTERM
 # mid-generation exits 143, stops its nodes and removes its directory.
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
@@ -63,6 +64,14 @@ for s in s0 s1; do
     done
 done
 echo "ok: two concurrent runs, identical text, own node logs, nothing left behind"
+
+# without NA_KEEP_LOGS a run that went well removes its nodes' logs; one whose
+# node died keeps them and names them
+rm -f "$DIR"/nearattn-run-*.log
+NA_KEEP_LOGS= "$BIN" run --prompt "$P" -n 16 --temp 0 --threads 1 >"$DIR/nolog.out" 2>"$DIR/nolog.err" ||
+    fail "run without NA_KEEP_LOGS failed"
+n=$(ls "$DIR"/nearattn-run-*.log 2>/dev/null | wc -l)
+[ "$n" = 0 ] || fail "a run that went well left $n node log(s) in \$TMPDIR"
 
 # the same with --cluster inproc (each run's slots keep their KV in a private directory)
 na_bg "$DIR/ia.out" "$DIR/ia.err" "$BIN" run --cluster inproc --prompt "$P" -n 64 --temp 0 --threads 1

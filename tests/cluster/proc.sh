@@ -20,6 +20,11 @@
 
 NA_SIDS=""
 
+# A run's private node logs ($TMPDIR/nearattn-run-*.log) are removed at its
+# end when all went well; the scripts read them (and show them on failure).
+NA_KEEP_LOGS=1
+export NA_KEEP_LOGS
+
 # na_spawn LOGFILE CMD...: start CMD in a new session, stdout+stderr to LOGFILE.
 na_spawn() {
     _na_log=$1

@@ -281,6 +281,9 @@ kill)
     na_same_sorted "$DIR/kill.mono" "$DIR/kill.off" || fail "kill: text differs"
     if grep -q " [1-9][0-9]* re-placed" "$DIR/kill.err"; then
         grep -q "s1 lost" "$DIR/kill.err" || fail "kill: the lost node is not named"
+        # the summary counts the prompts' tokens apart from those prefilled again
+        grep -q "prompt tokens [0-9]* (+ [1-9][0-9]* re-prefilled after a lost node)" "$DIR/kill.err" ||
+            fail "kill: the summary does not count re-prefilled tokens apart: $(grep '^offload' "$DIR/kill.err")"
         echo "ok: kill of s1 ($(grep -o "[0-9]* re-placed" "$DIR/kill.err") after a lost storage node, text as monolithic)"
     else
         echo "note: generation finished before the kill; only completion is checked"
@@ -499,6 +502,8 @@ join)
     kill -TERM "$S1"
     wait "$S1" || fail "join: s1 did not stop cleanly on SIGTERM"
     wait "$RP" || fail "join: run failed"
+    grep -q "^offload .*2 storage node(s) (1 in the layout, 1 joined during the run)" "$DIR/join.err" ||
+        fail "join: the summary does not count s1: $(grep '^offload' "$DIR/join.err")"
     na_same_sorted "$DIR/join.mono" "$DIR/join.off" || fail "join: text differs"
     echo "ok: join ($(grep -c "opened request" "$DIR/j1.err") request(s) opened on s1, left by SIGTERM, text as monolithic)"
     ;;
@@ -549,6 +554,9 @@ announce)
     grep -q "served [0-9]* decode entries, [1-9][0-9]* prefill tokens" "$DIR/a9.err" ||
         fail "announce: s9's counters show no work: $(grep stopping "$DIR/a9.err")"
     wait "$RP" || fail "announce: run failed"
+    # s9 counted, the refused s8 and s7 not
+    grep -q "^offload .*2 storage node(s) (1 in the layout, 1 joined during the run)" "$DIR/ann.err" ||
+        fail "announce: the summary does not count s9 alone: $(grep '^offload' "$DIR/ann.err")"
     na_same_sorted "$DIR/ann.mono" "$DIR/ann.off" || fail "announce: text differs"
     grep -q "opened request" "$DIR/a8.err" && fail "announce: requests placed on the wrong-shape s8"
     grep -q "opened request" "$DIR/a7.err" && fail "announce: requests placed on the f32 s7"
