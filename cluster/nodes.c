@@ -61,7 +61,7 @@ void na_nodes_stop(na_nodes_t *n)
             for (i = 0; i < n->n; i++)
                 unlink(n->log[i]);
         } else if (unclean > 0 || n->keep_logs) {
-            char why[64] = "the run failed";
+            char why[64] = "requests failed or were re-placed";
             if (unclean > 0)
                 snprintf(why, sizeof(why), "%d node(s) did not exit cleanly", unclean);
             na_log_warn("run: %s: the nodes' logs are kept: %s%s", why, n->log[0],

@@ -3,15 +3,36 @@
  * UCX_LOG_FILE names a file; that file is opened when libucs is loaded, so
  * setting the variable here would come too late: a log handler in front of
  * UCX's default one prints each line to stderr instead. A UCX_LOG_FILE set
- * by the user is left alone (UCX's handler then writes where it says). */
+ * by the user is left alone (UCX's handler then writes where it says).
+ * Lines more verbose than UCX_LOG_LEVEL (default warn) are dropped. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <unistd.h>
 #include <ucs/debug/log_def.h>
 
 #include "rdma/xp_internal.h"
+
+/* The most verbose level the user asked for: UCX_LOG_LEVEL by name, else
+ * UCX's default (warn). A line above it is dropped here, whatever made UCX
+ * emit it (a node woken by SIGCONT was seen logging dozens of DEBUG lines
+ * without UCX_LOG_LEVEL set). */
+static ucs_log_level_t xp_log_max = UCS_LOG_LEVEL_WARN;
+
+static ucs_log_level_t xp_log_user_level(void)
+{
+    const char *v = getenv("UCX_LOG_LEVEL");
+    int i;
+
+    if (v == NULL || v[0] == '\0')
+        return UCS_LOG_LEVEL_WARN;
+    for (i = 0; i < UCS_LOG_LEVEL_LAST; i++)
+        if (ucs_log_level_names[i] != NULL && !strcasecmp(v, ucs_log_level_names[i]))
+            return (ucs_log_level_t)i;
+    return UCS_LOG_LEVEL_LAST;       /* a name we do not know (e.g. "req"): let UCX decide */
+}
 
 static ucs_log_func_rc_t xp_log_stderr(const char *file, unsigned line, const char *function,
                                        ucs_log_level_t level,
@@ -25,6 +46,8 @@ static ucs_log_func_rc_t xp_log_stderr(const char *file, unsigned line, const ch
     (void)function;
     if (level != UCS_LOG_LEVEL_PRINT && !ucs_log_component_is_enabled(level, comp_conf))
         return UCS_LOG_FUNC_RC_CONTINUE;
+    if (level != UCS_LOG_LEVEL_PRINT && level > xp_log_max)
+        return UCS_LOG_FUNC_RC_STOP;           /* more verbose than asked: dropped */
     for (s = base; *s != '\0'; s++)
         if (*s == '/')
             base = s + 1;
@@ -38,6 +61,7 @@ static ucs_log_func_rc_t xp_log_stderr(const char *file, unsigned line, const ch
 static void xp_log_once(void)
 {
     const char *f = getenv("UCX_LOG_FILE");
+    xp_log_max = xp_log_user_level();
     if (f == NULL || f[0] == '\0')
         ucs_log_push_handler(xp_log_stderr);
 }

@@ -335,6 +335,9 @@ stop)
         else
             echo "note: generation finished before the stop; only completion is checked"
         fi
+        sleep 1         # s1 wakes to a peer that gave it up: no UCX chatter in its log
+        grep -q "UCX DEBUG" "$DIR/t${tls}1.err" &&
+            fail "stop $tls: UCX DEBUG lines in s1's log after SIGCONT: $(grep -c "UCX DEBUG" "$DIR/t${tls}1.err")"
         kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
         PORT=$((PORT + 2))
     done
