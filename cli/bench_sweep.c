@@ -209,6 +209,7 @@ static void sw_run_point(sw_t *s, const sw_link_t *L, const char *cfg, sw_pt_t *
         sw_run_once(s, L, cfg, &r[k]);
         if (!r[k].p.ok) {
             *pt = r[k];
+            pt->p.load1 = na_bench_loadavg();
             return;
         }
         v[k] = r[k].p.tok_s;
@@ -220,6 +221,7 @@ static void sw_run_point(sw_t *s, const sw_link_t *L, const char *cfg, sw_pt_t *
             best = k;
     r[best].spread = pt->spread;
     *pt = r[best];
+    pt->p.load1 = na_bench_loadavg();      /* what else ran beside the point */
 }
 
 /* Link probe: PROBE line from a point process on the link. */
@@ -335,7 +337,7 @@ static void sw_peers(sw_t *s, const char *l2c, const char *lbench)
 /* Print the table; write the JSON. */
 static int sw_report(sw_t *s, const char *json, int plot)
 {
-    char machine[512], date[64];
+    char machine[512], date[64], sprd[16];
     time_t now = time(NULL);
     FILE *f;
     int i, j;
@@ -359,9 +361,9 @@ static int sw_report(sw_t *s, const char *json, int plot)
                                         : "");
     }
     printf("%-9s %2s %-22s %3s %5s | %9s %5s %7s | %8s %7s %7s %7s %7s %7s | %9s %9s %9s %9s %6s | "
-           "%5s %5s | %8s %5s\n", "link", "n", "mode", "B", "ctx", "tok/s", "sprd", "x kvf", "step ms",
-           "comp", "net", "attn", "disk", "idle", "out B/L", "an out", "in B/L", "an in",
-           "wire/an", "link%", "busy%", "pred ms", "p/m");
+           "%5s %5s | %8s %5s | %5s\n", "link", "n", "mode", "B", "ctx", "tok/s", "sprd", "x kvf",
+           "step ms", "comp", "net", "attn", "disk", "idle", "out B/L", "an out", "in B/L", "an in",
+           "wire/an", "link%", "busy%", "pred ms", "p/m", "load");
     for (i = 0; i < s->n_pts; i++) {
         sw_pt_t *pt = &s->pts[i];
         const na_e2e_point_t *p = &pt->p;
@@ -376,23 +378,29 @@ static int sw_report(sw_t *s, const char *json, int plot)
         if (L != NULL && L->down_Bps > 0 && p->step_s > 0)
             lf = me * s->mc.n_layers / p->step_s /
                  L->down_Bps;
-        printf("%-9s %2d %-22s %3d %5d | %9.1f %5.2f %7s | %8.2f %7.2f %7.2f %7.2f %7.2f %7.2f | "
-               "%9.0f %9.0f %9.0f %9.0f %6.3f | %5.1f %5.1f | %8.2f %5.2f\n",
+        if (pt->spread > 0)
+            snprintf(sprd, sizeof(sprd), "%.2f", pt->spread);
+        else
+            snprintf(sprd, sizeof(sprd), "-");     /* one repeat: no spread to give */
+        printf("%-9s %2d %-22s %3d %5d | %9.1f %5s %7s | %8.2f %7.2f %7.2f %7.2f %7.2f %7.2f | "
+               "%9.0f %9.0f %9.0f %9.0f %6.3f | %5.1f %5.1f | %8.2f %5.2f | %5.2f\n",
                L ? L->link.name : "local", p->nodes, na_e2e_mode_name(p->mode), p->batch, p->ctx,
-               p->tok_s, pt->spread, ref && ref->p.tok_s > 0 ? (snprintf(date, sizeof(date), "%.2f",
+               p->tok_s, sprd, ref && ref->p.tok_s > 0 ? (snprintf(date, sizeof(date), "%.2f",
                                                              p->tok_s / ref->p.tok_s), date) : "-",
                1e3 * p->step_s, 1e3 * p->compute_s, 1e3 * p->net_s, 1e3 * p->attn_s,
                1e3 * p->disk_s, 1e3 * p->idle_s, p->bytes_out, p->an_out, p->bytes_in, p->an_in,
                an > 0 ? me / an : 0.0, 100 * lf,
                p->step_s > 0 ? 100 * (p->compute_s > p->step_s ? 1 : p->compute_s / p->step_s) : 0,
-               1e3 * pt->pred_step_s, p->step_s > 0 ? pt->pred_step_s / p->step_s : 0);
+               1e3 * pt->pred_step_s, p->step_s > 0 ? pt->pred_step_s / p->step_s : 0, p->load1);
     }
     printf("# x kvf: tokens/s over kv-fetch at the same link, batch, context and nodes. "
            "out/in B/L: bytes per layer per decode step (all requests) counted by the transport "
            "(nearattn header + payload), an: the analytic count (docs/benchmarks.md). link%%: "
            "wire bytes/s over the probe's bandwidth of the same link. busy%%: compute node busy "
            "share of a step. pred: planner (common/plan.h) from the rates above and the probe; "
-           "p/m = predicted / measured step time.\n");
+           "p/m = predicted / measured step time. sprd: (max - min) / median of the repeats' "
+           "tokens/s (- for one repeat). load: the 1-min load average as the point ended "
+           "(/proc/loadavg): what else ran beside it.\n");
     for (i = 0; i < s->n_peers; i++)
         printf("# peer: %s\n", s->peers[i]);
     for (i = 0; i < s->n_skipped; i++)
@@ -428,12 +436,13 @@ static int sw_report(sw_t *s, const char *json, int plot)
                    "%.6g, \"net_s\": %.6g, \"attn_s\": %.6g, \"disk_s\": %.6g, \"idle_s\": %.6g, "
                    "\"bytes_out_layer\": %.6g, \"bytes_in_layer\": %.6g, \"analytic_out_layer\": "
                    "%.6g, \"analytic_in_layer\": %.6g, \"ssd_bytes_step\": %.6g, \"t_m\": %.6g, "
-                   "\"t_a\": %.6g, \"predicted_step_s\": %.6g, \"spread\": %.4g, \"why\": \"%s\"}",
+                   "\"t_a\": %.6g, \"predicted_step_s\": %.6g, \"spread\": %.4g, \"load_avg\": "
+                   "%.2f, \"why\": \"%s\"}",
                 i ? "," : "", pt->link >= 0 ? s->links[pt->link].link.name : "local",
                 na_e2e_mode_name(p->mode), p->nodes, p->batch, p->ctx, p->ok, p->tok_s, p->step_s,
                 p->compute_s, p->net_s, p->attn_s, p->disk_s, p->idle_s, p->bytes_out,
                 p->bytes_in, p->an_out, p->an_in, p->ssd_bytes, p->tm, p->ta, pt->pred_step_s,
-                pt->spread, pt->why);
+                pt->spread, p->load1, pt->why);
     }
     fprintf(f, "\n  ],\n  \"peers\": [");
     for (i = 0; i < s->n_peers; i++)

@@ -15,6 +15,7 @@
 struct na_bench {
     char               name[64];
     char               machine[256];
+    double             load0;    /* 1-min load average at create (-1 unknown) */
     na_bench_result_t *res;      /* [n] */
     size_t             n, cap;
     char              *notes;    /* '\n'-separated, owned; NULL if none */
@@ -27,6 +28,7 @@ na_status_t na_bench_create(const char *name, na_bench_t **bench_p)
         return na_err(NA_ERR_NOMEM, "bench: out of memory");
     snprintf(b->name, sizeof(b->name), "%s", name);
     na_bench_machine(b->machine, sizeof(b->machine));
+    b->load0 = na_bench_loadavg();
     *bench_p = b;
     return NA_OK;
 }
@@ -106,12 +108,17 @@ void na_bench_print(const na_bench_t *b, FILE *f)
         if (c > wr) wr = c;
     }
     fprintf(f, "bench %s on %s\n", b->name, b->machine);
+    fprintf(f, "load average (1 min, /proc/loadavg): %.2f at the start, %.2f at the end\n",
+            b->load0, na_bench_loadavg());
     fprintf(f, "%-*s %12s %-8s %7s   %-*s %12s %7s\n", wn, "name", "value", "unit", "spread",
             wr, "reference", "ref value", "ratio");
     for (i = 0; i < b->n; i++) {
         const na_bench_result_t *r = &b->res[i];
-        fprintf(f, "%-*s %12.3f %-8s %6.1f%%   %-*s ", wn, r->name, r->value, r->unit,
-                100.0 * r->spread, wr, r->reference_name[0] ? r->reference_name : "-");
+        char sp[16] = "-";                        /* one run: no spread, not "0.0%" */
+        if (r->spread > 0.0)
+            snprintf(sp, sizeof(sp), "%.1f%%", 100.0 * r->spread);
+        fprintf(f, "%-*s %12.3f %-8s %7s   %-*s ", wn, r->name, r->value, r->unit, sp, wr,
+                r->reference_name[0] ? r->reference_name : "-");
         if (r->reference_value > 0.0)
             fprintf(f, "%12.3f %6.1f%%\n", r->reference_value, 100.0 * r->ratio);
         else
@@ -151,6 +158,8 @@ na_status_t na_bench_write_json(const na_bench_t *b, const char *path)
     na_bench_json_str(f, b->name);
     fputs(", \"machine\": ", f);
     na_bench_json_str(f, b->machine);
+    fprintf(f, ", \"load_avg_start\": %.2f, \"load_avg_end\": %.2f", b->load0,
+            na_bench_loadavg());
     fputs(", \"results\": [", f);
     for (i = 0; i < b->n; i++) {
         const na_bench_result_t *r = &b->res[i];
@@ -208,6 +217,19 @@ void na_bench_machine(char *buf, size_t len)
     else
         snprintf(buf, len, "%s, %ld cores, %.1f GiB memory", model, cores,
                  mem / (1024.0 * 1024.0 * 1024.0));
+}
+
+double na_bench_loadavg(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double la = -1.0;
+
+    if (f != NULL) {
+        if (fscanf(f, "%lf", &la) != 1)
+            la = -1.0;
+        fclose(f);
+    }
+    return la;
 }
 
 void *na_bench_alloc(size_t bytes)
@@ -275,8 +297,13 @@ struct na_bench_copy {
     int                stop;     /* set by destroy before the last start barrier */
 };
 
-/* Plain loop as in STREAM (regular stores); kept from becoming a memcpy call. */
+/* Plain loop as in STREAM (regular stores); kept from becoming a memcpy call
+ * (gcc: no loop-distribution into library calls; clang: no memcpy builtin). */
+#if defined(__clang__)
+__attribute__((no_builtin("memcpy")))
+#else
 __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
 static void na_bench_copy_slice(double *restrict c, const double *restrict a, size_t n)
 {
     size_t i;

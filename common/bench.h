@@ -1,7 +1,8 @@
 /* common/bench.h — the report every `nearattn bench ...` prints: results
  * {name, value, unit, reference_name, reference_value, ratio, spread},
  * an aligned table on stdout and, with --json FILE, one JSON document
- *   {"bench": ..., "machine": ..., "results": [{...}, ...]}
+ *   {"bench": ..., "machine": ..., "load_avg_start": ..., "load_avg_end": ...,
+ *    "results": [{...}, ...]}
  * plus the in-run limits benches compare against (STREAM-style copy) and
  * small statistics helpers (median, spread). Timing uses CLOCK_MONOTONIC. */
 #ifndef NA_BENCH_H
@@ -19,7 +20,8 @@ typedef struct {
     char   reference_name[96];  /* the in-run limit or peer it is set against; "" if none */
     double reference_value;     /* same unit as value; 0 if none */
     double ratio;               /* value / reference_value; 0 if none */
-    double spread;              /* (max - min) / median over the repeats; 0 if one run */
+    double spread;              /* (max - min) / median over the repeats; 0 if one run
+                                   (the table prints "-": no spread to give) */
 } na_bench_result_t;
 
 typedef struct na_bench na_bench_t;
@@ -47,6 +49,12 @@ na_status_t na_bench_write_json(const na_bench_t *bench, const char *path);
 /* One-line description of this machine: CPU model (/proc/cpuinfo), online
  * cores, memory, L3 size. Never fails (unknown parts say "?"). */
 void na_bench_machine(char *buf, size_t len);
+
+/* The 1-minute load average (/proc/loadavg), what else ran beside a
+ * measurement; -1 when unknown. Every report records it: the table's
+ * "load average" line and the JSON's load_avg_start / load_avg_end (at
+ * na_bench_create and at print / write). */
+double na_bench_loadavg(void);
 
 /* A large buffer for measured data: 2 MiB-aligned and advised for
  * transparent huge pages (MADV_HUGEPAGE; this machine's THP mode is
