@@ -134,6 +134,9 @@ static const char *const na_cfg_tier_names[]     = { "auto", "dram", "ssd", NULL
     { #k, NA_CFG_F_LIST, offsetof(T, k), offsetof(T, n_##k), NA_CFG_REQ | NA_CFG_NONEMPTY, NULL, \
       0, 0, NULL, &sec, NULL, doc }
 #define MAP_(k, fl, sec, doc)       F_(k, NA_CFG_F_MAP, fl, NULL, 0, 0, NULL, &sec, NULL, doc)
+/* The row that ends a table (key NULL; designated, so that no compiler
+ * warns of the fields left out). */
+#define NA_CFG_END_ { .key = NULL }
 #define NODE_NAME_ \
     STR_(name, NA_CFG_REQ, NULL, &na_cfg_name_chars, "node name, unique in the layout (nearattn node --name)")
 
@@ -142,7 +145,7 @@ static const na_cfg_field_t na_cfg_cluster_fields[] = {
     STR_(name, 0, "nearattn", &na_cfg_name_chars, "cluster name, shown in logs and plans"),
     PATH_(secret_file, NA_CFG_REQ,
           "file whose bytes (trimmed, >= 16) are the cluster secret; nodes prove they hold it at HELLO"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -151,7 +154,7 @@ static const na_cfg_field_t na_cfg_model_fields[] = {
     PATH_(path, 0, "model file (llama2.c checkpoint or GGUF); --model overrides it"),
     PATH_(tokenizer, 0, "tokenizer file (llama2.c tokenizer.bin); GGUF models carry their own"),
     ENUM_(kv_dtype, "f16", na_cfg_kv_dtype_names, "element type of the KV cache on storage nodes"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -163,7 +166,7 @@ static const na_cfg_field_t na_cfg_transport_fields[] = {
     INT_(heartbeat_ms, 0, "500", 10, 600000, "period of heartbeats between connected nodes"),
     INT_(peer_timeout_ms, 0, "5000", 20, 3600000,
          "silence after which a peer is declared lost; at least 2 x heartbeat_ms"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -183,7 +186,7 @@ static const na_cfg_field_t na_cfg_device_fields[] = {
     INT_(csd_timeout_ms, 0, "10000", 1, 3600000, "engine csd: bound on one kernel run"),
     INT_(hbm_mb, 0, "0", 0, NA_MB_MAX, "engine cuda: GPU memory for KV copies, MiB (0: 80% "
          "of the GPU); the rest stays on the DRAM/SSD tiers"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -199,7 +202,7 @@ static const na_cfg_field_t na_cfg_compute_fields[] = {
     ENUM_(device, "cpu", na_cfg_device_names, "compute backend"),
     INT_(gpu, 0, "0", 0, 1023, "GPU index for device cuda"),
     INT_(threads, 0, "1", 1, 1024, "compute threads"),
-    { NULL }
+    NA_CFG_END_
 };
 
 static const na_cfg_field_t na_cfg_storage_fields[] = {
@@ -207,7 +210,7 @@ static const na_cfg_field_t na_cfg_storage_fields[] = {
     STR_(host, NA_CFG_REQ, NULL, &na_cfg_host_chars, "host name or address the node listens on"),
     INT_(port, NA_CFG_REQ, NULL, 1, 65535, "listen port; host:port is unique in the layout"),
     LIST_(devices, na_cfg_device_section, "device slots: a KV directory and an attention engine each"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -226,7 +229,7 @@ static const na_cfg_field_t na_cfg_parallel_fields[] = {
     ENUM_(pipelining, "fixed", na_cfg_pipe_names,
           "fixed: one compute node; rotational: slices rotate over >= 2 compute nodes"),
     INT_(max_batch, 0, "64", 1, 4096, "most requests in one batch"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -237,7 +240,7 @@ static const na_cfg_field_t na_cfg_kv_fields[] = {
     INT_(prefetch_layers, 0, "1", 0, 64, "layers whose SSD blocks are read ahead (0 = no prefetch)"),
     ENUM_(tier, "auto", na_cfg_tier_names,
           "auto: DRAM first, SSD when full; dram: never spill; ssd: spill every block"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -246,7 +249,7 @@ static const na_cfg_field_t na_cfg_xcache_fields[] = {
     BOOL_(enabled, "false", "keep X (layer input) instead of K,V for a share of requests (MHA models only)"),
     INT_(host_mb, 0, "0", 0, NA_MB_MAX, "X budget in compute-node host memory, MiB (>= 1 when enabled)"),
     FLOAT_(share, "0.5", 0, 1, "fraction of requests that keep X, (0, 1] when enabled"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
@@ -268,7 +271,7 @@ static const na_cfg_field_t na_cfg_root_fields[] = {
     MAP_(parallel, 0, na_cfg_parallel_section, "partition and pipelining"),
     MAP_(kv, 0, na_cfg_kv_section, "KV cache layout and writeback"),
     MAP_(xcache, 0, na_cfg_xcache_section, "cooperative X-cache (INF2)"),
-    { NULL }
+    NA_CFG_END_
 };
 #undef T
 
