@@ -20,9 +20,10 @@
  * line and stats (csd_noop = 1): it never passes for hardware.
  *
  * Failures. A device that cannot be opened (no XILINX_XRT, a missing or
- * malformed xclbin, a wrong index) does not fail create: the engine is built
- * in a failed state and every entry fails with that reason, so the node
- * stays up for its other slots. A bad descriptor, a page outside the buffer
+ * malformed xclbin, a wrong index) fails create when cfg->csd_required (a
+ * storage node starting: refused at start, with the noop hint, not mid-run);
+ * otherwise the engine is built in a failed state and every entry fails with
+ * that reason. A bad descriptor, a page outside the buffer
  * or a checksum mismatch fails its entry (kernel status); a run that times
  * out or a lost device fails the entries of that launch. NA_FAULTS "csd"
  * (test doubles, docs/csd.md) injects those.
@@ -201,8 +202,18 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
         fprintf(stderr, "nearattn: TEST DOUBLE: csd faults injected (NA_FAULTS=\"%s\"); not "
                 "for production\n", getenv("NA_FAULTS"));
     st = csd_open(e);
+    if (st != NA_OK && cfg->csd_required) {
+        /* a storage node starting: refuse now, with how to run without an FPGA */
+        char why[400];
+        snprintf(why, sizeof(why), "%s", na_errmsg());
+        csd_free_buffers(e);
+        na_xrt_dev_close(e->dev);
+        free(e);
+        return na_err(st, "engine csd, device %s: %s%s", cfg->csd_device ? cfg->csd_device : "?",
+                      why, na_xrt_noop_hint());
+    }
     if (st != NA_OK) {
-        /* not fatal for the node: this slot fails its entries with the reason */
+        /* not fatal: this slot fails its entries with the reason */
         char why[200];
         snprintf(why, sizeof(why), "%s", na_errmsg());
         na_log_error("csd slot %s (device %s): %s; its requests fail, other slots serve",

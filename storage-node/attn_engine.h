@@ -79,6 +79,9 @@ typedef struct {
     const char        *csd_xclbin;      /* xclbin path (NULL: the slot fails every entry) */
     uint64_t           csd_bytes;       /* device buffer for KV pages per launch */
     int                csd_timeout_ms;  /* bound on one kernel run */
+    int                csd_required;    /* 1 (a storage node starting): a device that cannot
+                                           be used fails create, naming why, instead of a
+                                           slot that fails every entry mid-run */
     /* engine cuda (storage-node/attn_cuda.c) */
     int                gpu;             /* GPU index ("cuda:N") */
     long               hbm_mb;          /* device KV budget, MiB; 0 = 80% of the GPU */

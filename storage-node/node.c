@@ -92,6 +92,10 @@ na_status_t na_node_shape_init(na_node_t *n, int n_layers, int n_heads, int n_kv
     n->spec.common.n_heads = n_heads;
     n->spec.common.n_kv_heads = n_kv_heads;
     n->spec.common.head_dim = head_dim;
+    /* checked at start: a csd slot whose XRT device cannot be used refuses
+     * the node, rather than failing its requests mid-run after their first
+     * tokens */
+    n->spec.common.devices_required = 1;
     n->common = n->spec.common;
     st = na_slotset_create(&n->spec, &n->ss);
     if (st != NA_OK)

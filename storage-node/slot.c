@@ -82,6 +82,7 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
         ec.csd_bytes = dev->csd_bytes;
     if (dev->csd_timeout_ms > 0)
         ec.csd_timeout_ms = dev->csd_timeout_ms;
+    ec.csd_required = c->devices_required;
     ec.gpu = dev->gpu;
     ec.hbm_mb = dev->hbm_mb;
     st = na_attn_engine_create(dev->engine ? dev->engine : "cpu", s->store, &ec, &s->engine);

@@ -40,6 +40,8 @@ typedef struct {
     int                allow_buffered;    /* fall back without O_DIRECT */
     int                no_dram_tier;      /* full blocks go to the SSD only (kv.tier ssd) */
     int                no_ssd_tier;       /* no SSD tier, no file (kv.tier dram) */
+    int                devices_required;  /* a csd slot whose device cannot be used fails
+                                             create (the node refuses to start) */
     na_kv_io_factory_t io_factory;        /* NULL = io_uring (tests: a double) */
     void              *io_arg;
 } na_slot_common_t;

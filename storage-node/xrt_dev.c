@@ -1,6 +1,7 @@
 /* storage-node/xrt_dev.c — the XRT host layer (xrt_dev.h) over XRT's C API
  * (xrt/xrt_device.h, xrt_bo.h, xrt_kernel.h; libxrt_coreutil). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,37 @@ na_status_t na_xrt_env_check(int *noop_p)
                       "at an XRT root (the build tree's xrt-root has the shims)", root, shim,
                       strerror(errno));
     return NA_OK;
+}
+
+const char *na_xrt_noop_hint(void)
+{
+    static char hint[PATH_MAX + 200];
+    const char *root = getenv("XILINX_XRT"), *mode = getenv("XCL_EMULATION_MODE");
+    char exe[PATH_MAX], shim[PATH_MAX + 32];
+    ssize_t n;
+    char *slash;
+
+    if (root != NULL && root[0] != '\0' && mode != NULL && !strcmp(mode, "noop"))
+        return "";
+    /* the shim root beside this binary's build tree (build/cli/nearattn -> build/xrt-root) */
+    snprintf(shim, sizeof(shim), "<build>/xrt-root");
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        if ((slash = strrchr(exe, '/')) != NULL) {
+            *slash = '\0';
+            if ((slash = strrchr(exe, '/')) != NULL) {
+                struct stat sb;
+                *slash = '\0';
+                snprintf(shim, sizeof(shim), "%s/xrt-root", exe);
+                if (stat(shim, &sb) != 0)
+                    snprintf(shim, sizeof(shim), "<build>/xrt-root");
+            }
+        }
+    }
+    snprintf(hint, sizeof(hint), "; no FPGA here? run the csd host path with the C model "
+             "instead: XCL_EMULATION_MODE=noop XILINX_XRT=%s (docs/csd.md)", shim);
+    return hint;
 }
 
 na_status_t na_xrt_dev_open(const char *device, const char *xclbin, na_xrt_dev_t **d_p)

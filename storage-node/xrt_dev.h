@@ -28,6 +28,11 @@ typedef struct na_xrt_bo  na_xrt_bo_t;
 /* XILINX_XRT set, its shim present, mode known. NA_OK, or NA_ERR_UNSUPPORTED
  * with what to set. *noop_p = 1 under XCL_EMULATION_MODE=noop. */
 na_status_t na_xrt_env_check(int *noop_p);
+/* "" when XCL_EMULATION_MODE=noop and XILINX_XRT are set; otherwise how to
+ * run the C model without an FPGA ("; no FPGA? ... XCL_EMULATION_MODE=noop
+ * XILINX_XRT=<the build tree's xrt-root> ..."), to append to an error.
+ * A static string; cannot fail. */
+const char *na_xrt_noop_hint(void);
 
 /* Open device `device` ("0", "1", ... or a BDF "0000:3b:00.1"), load xclbin
  * (path) and open the kernel NA_CSD_KERNEL_NAME. Errors name the failing
