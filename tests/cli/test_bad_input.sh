@@ -19,6 +19,9 @@
 set -u
 PART=${1:?usage: test_bad_input.sh nan|fifo|ctx|seed|request}
 BIN=${NA_BIN:?NA_BIN is not set}
+# hang detectors below are sized for Release; the sanitizer build scales them
+NA_TS=${NA_TEST_TIME_SCALE:-1}
+case $NA_TS in ''|*[!0-9]*) NA_TS=1 ;; esac
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-badin-XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 FAILS=0
@@ -48,7 +51,7 @@ nan)
     for mode in monolithic offload; do
         for temp in 0 0.9; do
             CHECKS=$((CHECKS + 1))
-            timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/one.bin" \
+            timeout $((60 * NA_TS)) "$BIN" run --mode $mode --cluster inproc --model "$TMP/one.bin" \
                 --prompts "$TMP/p.txt" -n 8 --temp $temp --seed 5 --batch 3 \
                 >"$TMP/out" 2>"$TMP/err" </dev/null
             rc=$?
@@ -61,7 +64,7 @@ nan)
             [ "$(grep -c 'failed (' "$TMP/err")" = 1 ] ||
                 fail "$mode temp $temp: more than one request failed: $(cat "$TMP/err")"
             CHECKS=$((CHECKS + 1))
-            timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/all.bin" \
+            timeout $((60 * NA_TS)) "$BIN" run --mode $mode --cluster inproc --model "$TMP/all.bin" \
                 --prompt "hi" -n 8 --temp $temp --seed 5 >"$TMP/out" 2>"$TMP/err" </dev/null
             rc=$?
             [ $rc = 1 ] || fail "$mode temp $temp all-NaN: exit $rc, expected 1"
@@ -86,12 +89,12 @@ nan)
         >"$TMP/out" 2>"$TMP/err" </dev/null || fail "--check-weights on a clean model: $(cat "$TMP/err")"
     ;;
 fifo)
-    # refused_fast WHAT PATTERN CMD...: exits non-zero within 10 s (a plain
+    # refused_fast WHAT PATTERN CMD...: exits non-zero within 10 s x NA_TS (a plain
     # open of a FIFO with no writer blocks forever), stderr matches PATTERN
     refused_fast() {
         what=$1; pat=$2; shift 2
         CHECKS=$((CHECKS + 1))
-        timeout 10 "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+        timeout $((10 * NA_TS)) "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
         rc=$?
         if [ $rc = 124 ]; then
             fail "$what: hung on the FIFO"
@@ -144,7 +147,7 @@ ctx)
     ctx_run() {
         m=$1; c=$2; g=$3; shift 3
         CHECKS=$((CHECKS + 1))
-        timeout 60 "$BIN" run --mode $m --cluster inproc --model "$TMP/s.gguf" --prompt "hello" \
+        timeout $((60 * NA_TS)) "$BIN" run --mode $m --cluster inproc --model "$TMP/s.gguf" --prompt "hello" \
             -n 100 --temp 0 "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
         rc=$?
         [ $rc = 0 ] || fail "$m $*: exit $rc: $(cat "$TMP/err")"
@@ -184,7 +187,7 @@ seed)
             set -- $how
             CHECKS=$((CHECKS + 1))
             n=$((n + 1))
-            timeout 120 "$BIN" run --mode $1 --cluster inproc --model "$TMP/m.gguf" \
+            timeout $((120 * NA_TS)) "$BIN" run --mode $1 --cluster inproc --model "$TMP/m.gguf" \
                 --prompts "$TMP/p.txt" -n 60 --temp 0.9 --top-p $top_p --seed 42 --batch $2 \
                 >"$TMP/out" 2>"$TMP/err" </dev/null || fail "$how: $(cat "$TMP/err")"
             sort "$TMP/out" >"$TMP/t$n.txt"
@@ -210,7 +213,7 @@ request)
         for f in long:"prompt 2: prompt of [0-9]* tokens is longer than the model context" \
                  nul:"nul.txt:2: the prompt holds a NUL byte"; do
             CHECKS=$((CHECKS + 1))
-            timeout 60 "$BIN" run --mode $mode --cluster inproc --model "$TMP/m.bin" \
+            timeout $((60 * NA_TS)) "$BIN" run --mode $mode --cluster inproc --model "$TMP/m.bin" \
                 --prompts "$TMP/${f%%:*}.txt" -n 4 --temp 0 >"$TMP/out" 2>"$TMP/err" </dev/null
             rc=$?
             what="$mode ${f%%:*}"

@@ -25,6 +25,15 @@ NA_SIDS=""
 NA_KEEP_LOGS=1
 export NA_KEEP_LOGS
 
+# Bounds (hang detectors `timeout N`, waits for a line) are written for a
+# Release build; ctest gives NA_TEST_TIME_SCALE (4 in the sanitizer build,
+# cmake/NaHelpers.cmake) and the scripts multiply them by NA_TS, so that a
+# slower build or a busy machine never turns a wait into a failure. Timing
+# figures that are themselves checked are not scaled.
+NA_TS=${NA_TEST_TIME_SCALE:-1}
+case $NA_TS in ''|*[!0-9]*) NA_TS=1 ;; esac
+export NA_TS
+
 # na_spawn LOGFILE CMD...: start CMD in a new session, stdout+stderr to LOGFILE.
 na_spawn() {
     _na_log=$1
@@ -205,7 +214,7 @@ fail() {
 # once there is one (a run's node log: nearattn-run-CLUSTER-NODE-PID.log);
 # prints DIR/GLOB itself when SECONDS passed first
 na_wait_file() {
-    _na_w=$(($3 * 10))
+    _na_w=$(($3 * 10 * NA_TS))
     while [ $_na_w -gt 0 ]; do
         for _na_f in "$1"/$2; do
             [ -e "$_na_f" ] && { echo "$_na_f"; return 0; }
@@ -222,7 +231,7 @@ na_wait_line() {
 # na_wait_all SECONDS PATTERN FILE...: 0 once every FILE has a line matching
 # PATTERN, 1 when SECONDS passed first.
 na_wait_all() {
-    _na_w=$(($1 * 10))
+    _na_w=$(($1 * 10 * NA_TS))
     _na_pat=$2
     shift 2
     while :; do
@@ -241,7 +250,7 @@ na_wait_all() {
 # DIR, expanded at each look: files may appear meanwhile) hold N lines matching
 # PATTERN in all, 1 when SECONDS passed first.
 na_wait_count() {
-    _na_w=$(($1 * 10))
+    _na_w=$(($1 * 10 * NA_TS))
     while [ "$(cat "$DIR"/$4 2>/dev/null | grep -c "$3")" -lt "$2" ]; do
         [ "$_na_w" -le 0 ] && return 1
         sleep 0.1
@@ -272,7 +281,7 @@ na_vs_mono() {
         -n "$_na_k" --temp 0 --threads 1 > "$DIR/$_na_vn.mono" 2> "$DIR/$_na_vn.mono.err" ||
         fail "$_na_vn: monolithic run failed"
     shift 5
-    na_fg "$DIR/$_na_vn.off" "$DIR/$_na_vn.err" timeout 120 "$BIN" run "$@" \
+    na_fg "$DIR/$_na_vn.off" "$DIR/$_na_vn.err" timeout $((120 * NA_TS)) "$BIN" run "$@" \
         --prompts "$DIR/prompts.txt" -n "$_na_k" --temp 0 --threads 1 ||
         fail "$_na_vn: $_na_what run failed"
     na_same_sorted "$DIR/$_na_vn.mono" "$DIR/$_na_vn.off" ||

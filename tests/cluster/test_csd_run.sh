@@ -80,7 +80,7 @@ layout() {
 csd_vs() {
     na_vs_mono "$1" csd "$4" "$5" "$6" --config "$2" --cluster start
     grep -q "^csd: XRT noop + C model" "$DIR/$1.err" || fail "$1: the summary does not say 'csd: XRT noop + C model'"
-    na_fg "$DIR/$1.cpu" "$DIR/$1.cpu.err" timeout 120 "$BIN" run --config "$3" --cluster start \
+    na_fg "$DIR/$1.cpu" "$DIR/$1.cpu.err" timeout $((120 * NA_TS)) "$BIN" run --config "$3" --cluster start \
         --prompts "$DIR/prompts.txt" -n "$6" --temp 0 --threads 1 || fail "$1: engine cpu run failed"
     na_same_sorted "$DIR/$1.cpu" "$DIR/$1.off" || fail "$1: engine csd text differs from engine cpu"
     grep -q "^csd:" "$DIR/$1.cpu.err" && fail "$1: engine cpu run reports csd launches"
@@ -99,14 +99,14 @@ p2p() {
 # of the layout fails at start the same way
 broken() {
     L=$(layout "$1" 1 request auto 2 "$STORIES" "$STOK" "$3" "${4:-$XCLBIN}" "${5:-}")
-    na_fg "$DIR/$1.node.out" "$DIR/$1.node.err" timeout 30 env ${6:+-u $6} "$BIN" node \
+    na_fg "$DIR/$1.node.out" "$DIR/$1.node.err" timeout $((30 * NA_TS)) env ${6:+-u $6} "$BIN" node \
         --config "$L" --name s0
     rc=$?
     [ $rc -eq 1 ] || fail "$1: node exited $rc at start, expected 1"
     grep -q READY "$DIR/$1.node.out" && fail "$1: node said READY with a broken csd slot"
     grep -q "slot .*/d1: engine csd, device .*$2" "$DIR/$1.node.err" ||
         fail "$1: the node's error does not name the slot and '$2': $(cat "$DIR/$1.node.err")"
-    na_fg "$DIR/$1.off" "$DIR/$1.err" timeout 60 env ${6:+-u $6} "$BIN" run --config "$L" \
+    na_fg "$DIR/$1.off" "$DIR/$1.err" timeout $((60 * NA_TS)) env ${6:+-u $6} "$BIN" run --config "$L" \
         --cluster start --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1
     rc=$?
     [ $rc -ne 0 ] || fail "$1: run with a broken csd slot exited 0"
@@ -162,7 +162,7 @@ faults)
         why=${f#*:}
         name=${spec%%_*}
         L=$(layout "$name" 1 request auto 2 "$STORIES" "$STOK" "csd")
-        NA_FAULTS="csd:$spec" na_fg "$DIR/$name.off" "$DIR/$name.err" timeout 120 "$BIN" run \
+        NA_FAULTS="csd:$spec" na_fg "$DIR/$name.off" "$DIR/$name.err" timeout $((120 * NA_TS)) "$BIN" run \
             --config "$L" --cluster start --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1
         [ $? -eq 1 ] || fail "$name: run did not exit 1"
         grep -q "request .* failed.*$why" "$DIR/$name.err" || fail "$name: no request failed with '$why'"
@@ -175,7 +175,7 @@ faults)
     done
     ;;
 bench)
-    na_fg "$DIR/bench.out" "$DIR/bench.err" timeout 250 "$BIN" bench storage --engine csd --quick \
+    na_fg "$DIR/bench.out" "$DIR/bench.err" timeout $((250 * NA_TS)) "$BIN" bench storage --engine csd --quick \
         --rates "$SRC/kernels/csd/smartssd.rates" --dir "$DIR" --json "$DIR/bench.json" ||
         fail "bench storage --engine csd failed"
     for w in "csd launches/s (XRT noop + C model)" "per-launch overhead" \

@@ -100,7 +100,7 @@ kv)
         start $name "$L" 2 "kv:$fault"
         grep -q "TEST DOUBLE" "$DIR/${name}0.err" || fail "$name: no TEST DOUBLE line in the node log"
         grep -q "TEST DOUBLE" "$DIR/${name}1.err" && fail "$name: s1 says TEST DOUBLE without NA_FAULTS"
-        na_fg "$DIR/$name.off" "$DIR/$name.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
+        na_fg "$DIR/$name.off" "$DIR/$name.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" --cluster connect \
             --prompts "$DIR/prompts.txt" -n $N --temp 0 --threads 1
         rc=$?
         [ $rc -eq 124 ] && fail "$name: run hung"
@@ -111,7 +111,7 @@ kv)
     # one node, EIO on every operation: each request fails with a reason
     L=$(layout eioall 1)
     start eioall "$L" 1 "kv:eio_after=0"
-    na_fg "$DIR/eioall.off" "$DIR/eioall.err" timeout 120 "$BIN" run --config "$L" --cluster connect \
+    na_fg "$DIR/eioall.off" "$DIR/eioall.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" --cluster connect \
         --prompts "$DIR/prompts.txt" -n $N --temp 0 --threads 1
     rc=$?
     [ $rc -eq 1 ] || fail "eioall: run exited $rc, expected 1"
@@ -119,7 +119,7 @@ kv)
     [ "$NFAIL" -eq 8 ] || fail "eioall: $NFAIL of 8 failed"
     stop "$SP0"
     # a malformed value is refused, not ignored
-    na_fg /dev/null "$DIR/bad.err" env NA_FAULTS="kv:eio_after=x" timeout 20 "$BIN" node --config "$L" --name s0
+    na_fg /dev/null "$DIR/bad.err" env NA_FAULTS="kv:eio_after=x" timeout $((20 * NA_TS)) "$BIN" node --config "$L" --name s0
     [ $? -ne 0 ] && grep -q "NA_FAULTS" "$DIR/bad.err" || fail "malformed NA_FAULTS accepted"
     echo "ok: malformed NA_FAULTS refused"
     ;;
@@ -142,7 +142,7 @@ xp)
             grep -q "TEST DOUBLE" "$DIR/${name}0.err" || fail "$name: no TEST DOUBLE line in the node log"
         fi
         t0=$(date +%s%N)
-        na_fg "$DIR/$name.off" "$DIR/$name.err" env NA_FAULTS="$rf" timeout 120 "$BIN" run --config "$L" \
+        na_fg "$DIR/$name.off" "$DIR/$name.err" env NA_FAULTS="$rf" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
             --cluster connect --prompts "$DIR/prompts.txt" -n $N --temp 0 --threads 1
         rc=$?
         t1=$(date +%s%N)

@@ -60,7 +60,7 @@ alive() {       # NAME: the node process still runs
     kill -0 "$p" 2>/dev/null || fail "node $1 died"
 }
 client() {      # LOGNAME: a real client's attention checked against the ref kernels
-    na_spawn "$DIR/$1.log" timeout 60 "$CLIENT" --config "$DIR/layout.yaml" --name "$1" \
+    na_spawn "$DIR/$1.log" timeout $((60 * NA_TS)) "$CLIENT" --config "$DIR/layout.yaml" --name "$1" \
         --node s0 --scenario basic --requests 2 --steps 2
     wait "$NA_PID" || fail "client $1 failed"
 }
@@ -107,7 +107,7 @@ teardown)
                 na_spawn "$DIR/td_proxy.log" $RAW cut 127.0.0.1 "$PORT1" "$PORT0" "$st" 0 1
                 PP=$NA_PID
                 na_wait_line "$DIR/td_proxy.log" "CUT listening" 10 || fail "teardown: no proxy"
-                timeout 60 "$BIN" run --config "$DIR/td-proxy.yaml" --cluster connect \
+                timeout $((60 * NA_TS)) "$BIN" run --config "$DIR/td-proxy.yaml" --cluster connect \
                     --prompt "Once upon a time" -n 32 --temp 0 --threads 1 \
                     > "$DIR/td.out" 2> "$DIR/td.err"
                 rc=$?
@@ -129,7 +129,7 @@ teardown)
         i=0
         while [ $i -lt "$NRUN" ]; do
             i=$((i + 1))
-            timeout 60 "$BIN" run --config "$DIR/td-wrong.yaml" --cluster connect \
+            timeout $((60 * NA_TS)) "$BIN" run --config "$DIR/td-wrong.yaml" --cluster connect \
                 --prompt "Once upon a time" -n 8 --temp 0 --threads 1 > "$DIR/td.out" 2> "$DIR/td.err"
             rc=$?
             [ $rc -eq 1 ] || fail "teardown $tls wrong secret: run exited $rc"
@@ -142,7 +142,7 @@ teardown)
             --timeout-ms 2000 --max-ms 30000
         XS=$NA_PID
         sleep 0.5
-        na_spawn "$DIR/td_xc.log" timeout 60 "$XP" client --connect "127.0.0.1:$PORT0" \
+        na_spawn "$DIR/td_xc.log" timeout $((60 * NA_TS)) "$XP" client --connect "127.0.0.1:$PORT0" \
             --rounds 100000 --burst 300 --sizes 64,4096 --tls $tls --timeout-ms 1000
         XC=$NA_PID
         sleep 0.6
@@ -288,7 +288,7 @@ replica)
     "$BIN" run --mode monolithic --model "$SHARED/models/stories260K.bin" \
         --tokenizer "$SHARED/models/tok512.bin" --prompts "$DIR/p.txt" -n 20 --temp 0 \
         --threads 1 >"$DIR/mono.txt" 2>"$DIR/mono.log" || fail "monolithic run failed"
-    na_spawn "$DIR/run.log" sh -c 'timeout 120 "$0" run --mode offload --config "$1" \
+    na_spawn "$DIR/run.log" sh -c 'timeout $((120 * NA_TS)) "$0" run --mode offload --config "$1" \
         --cluster connect --prompts "$2" -n 20 --temp 0 --threads 1 >"$3"' \
         "$BIN" "$DIR/layout.yaml" "$DIR/p.txt" "$DIR/off.txt"
     wait "$NA_PID" || fail "the rotational run through the attacked replica failed"
@@ -305,7 +305,7 @@ rogue)
         --tokenizer "$SHARED/models/tok512.bin" --prompts "$DIR/p.txt" -n 40 --temp 0 \
         --threads 1 --batch 2 >"$DIR/mono.txt" 2>"$DIR/mono.log" || fail "monolithic run failed"
     sed -i "s|^model:|model:\n  tokenizer: \"$SHARED/models/tok512.bin\"|" "$DIR/layout.yaml"
-    na_spawn "$DIR/run.log" sh -c 'timeout 120 "$0" run --config "$1" --cluster connect \
+    na_spawn "$DIR/run.log" sh -c 'timeout $((120 * NA_TS)) "$0" run --config "$1" --cluster connect \
         --prompts "$2" -n 40 --temp 0 --threads 1 --batch 2 >"$3"' \
         "$BIN" "$DIR/layout.yaml" "$DIR/p.txt" "$DIR/off.txt"
     wait "$NA_PID" || fail "the compute process did not complete against a rogue s1"

@@ -58,7 +58,7 @@ stop_node() {   # NAME: SIGTERM, must exit 0 with a clean stop
 client() {      # LOGNAME ARGS...: run the client to completion, require exit 0
     name=$1
     shift
-    na_spawn "$DIR/$name.log" timeout 60 "$CLIENT" --config "$DIR/layout.yaml" --name "$name" "$@"
+    na_spawn "$DIR/$name.log" timeout $((60 * NA_TS)) "$CLIENT" --config "$DIR/layout.yaml" --name "$name" "$@"
     wait "$NA_PID"     # interruptible (a foreground run would defer the traps)
     rc=$?
     [ "$rc" -eq 0 ] || fail "client $name ($*) exited $rc"
@@ -72,7 +72,7 @@ serves_then_stops() {   # NODE: a fresh client is served by NODE, then stop_node
     stop_node "$1"
 }
 stat() {        # NODE KEY -> value on stdout
-    timeout 30 "$CLIENT" --config "$DIR/layout.yaml" --name stat --node "$1" --scenario stat \
+    timeout $((30 * NA_TS)) "$CLIENT" --config "$DIR/layout.yaml" --name stat --node "$1" --scenario stat \
         --stat "$2" 2>>"$DIR/stat.log" | sed -n "s/^STAT $2 //p"
 }
 

@@ -88,7 +88,7 @@ rot_vs_mono r3 "$L" "$STORIES" "$STOK" 16 start 3
 LR=$(layout samp_rot 2 "$STORIES" "$STOK" $((PORT + 16)))
 LF=$(layout samp_fix 2 "$STORIES" "$STOK" $((PORT + 20)) fixed)
 for l in "$LR" "$LF"; do
-    na_fg "$l.raw" "$DIR/samp.err" timeout 120 "$BIN" run --config "$l" --prompts "$DIR/prompts.txt" \
+    na_fg "$l.raw" "$DIR/samp.err" timeout $((120 * NA_TS)) "$BIN" run --config "$l" --prompts "$DIR/prompts.txt" \
         -n 16 --temp 0.9 --seed 7 --threads 1 || fail "sampled run with $l failed"
     sort "$l.raw" > "$l.out"
 done
@@ -99,7 +99,7 @@ echo "ok: sampled (temperature 0.9) rotational = fixed"
 # clear error naming it (exit 1), nothing hangs
 L=$(layout kill1 2 "$STORIES" "$STOK" $((PORT + 29)))
 for i in 1 2 3 4 5 6; do echo "Once upon a time number $i"; done > "$DIR/long.txt"
-na_bg "$DIR/kill1.out" "$DIR/kill1.err" timeout 60 "$BIN" run --config "$L" --prompts "$DIR/long.txt" \
+na_bg "$DIR/kill1.out" "$DIR/kill1.err" timeout $((60 * NA_TS)) "$BIN" run --config "$L" --prompts "$DIR/long.txt" \
     -n 240 --temp 0 --threads 1
 RP=$NA_PID
 na_wait_line "$(na_wait_file "$DIR" "nearattn-run-kill1-c1-*.log" 15)" "driven by c0" 15 || fail "kill1: replica c1 never driven"

@@ -119,7 +119,7 @@ offload_vs_mono() {
 # tokens) into DIR/NAME.off, .err; PID killed with kill -9 0.4 s in; its exit
 # status in rc; fail when it hung
 run_kill() {
-    na_bg "$DIR/$1.off" "$DIR/$1.err" timeout 120 "$BIN" run --config "$2" --cluster connect \
+    na_bg "$DIR/$1.off" "$DIR/$1.err" timeout $((120 * NA_TS)) "$BIN" run --config "$2" --cluster connect \
         --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
     RP=$NA_PID
     sleep 0.4
@@ -136,17 +136,22 @@ mono() {
     "$BIN" run --mode monolithic --model "$STORIES" --tokenizer "$STOK" --prompts "$DIR/prompts.txt" \
         -n "$_mk" --temp 0 --threads 1 "$@" > "$DIR/$_mn.mono" 2>/dev/null || fail "$_mn: monolithic run failed"
 }
-# one_node_run NAME NODE_LAYOUT RUN_LAYOUT N: N prompts in DIR/prompts.txt;
+# one_node_run NAME NODE_LAYOUT RUN_LAYOUT N: N prompts (N/2 in the sanitizer
+# build) in DIR/prompts.txt;
 # s0 of NODE_LAYOUT started (DIR/NAME0.out, .err); their monolithic text
 # (400 tokens, batch 2) in DIR/NAME.mono; then the same `run --cluster
 # connect --config RUN_LAYOUT` in the background (DIR/NAME.off, .err), its
 # pid in RP
 one_node_run() {
-    i=0; while [ $i -lt "$4" ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    # half the prompts in the sanitizer build (NA_TS > 1): its run is several
+    # times slower, so it still outlasts the node starts the scenarios wait for
+    _on=$4
+    [ "$NA_TS" -gt 1 ] && _on=$((_on / 2))
+    i=0; while [ $i -lt "$_on" ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
     na_bg "$DIR/${1}0.out" "$DIR/${1}0.err" "$BIN" node --config "$2" --name s0
     na_wait_line "$DIR/${1}0.out" READY 20 || fail "$1: s0 not ready"
     mono "$1" 400 --batch 2
-    na_bg "$DIR/$1.off" "$DIR/$1.err" timeout 150 "$BIN" run --config "$3" --cluster connect \
+    na_bg "$DIR/$1.off" "$DIR/$1.err" timeout $((150 * NA_TS)) "$BIN" run --config "$3" --cluster connect \
         --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
     RP=$NA_PID
 }
@@ -241,7 +246,7 @@ netns)
     done
     na_wait_all 20 READY "$DIR/ns0.out" "$DIR/ns1.out" || fail "netns: storage nodes not ready"
     mono ns 24
-    na_fg "$DIR/ns.off" "$DIR/ns.err" timeout 120 ip netns exec $B "$BIN" run --config "$L" \
+    na_fg "$DIR/ns.off" "$DIR/ns.err" timeout $((120 * NA_TS)) ip netns exec $B "$BIN" run --config "$L" \
         --cluster connect --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1 || fail "netns: offload failed"
     na_same_sorted "$DIR/ns.mono" "$DIR/ns.off" || fail "netns: text differs"
     echo "ok: netns"
@@ -256,7 +261,7 @@ badshape)
         P1=$NA_PID
         na_wait_all 20 READY "$DIR/b0$mode.out" "$DIR/b1$mode.out" || fail "badshape: nodes not ready"
         mono bad 24
-        na_fg "$DIR/bad.off" "$DIR/bad$mode.err" timeout 60 "$BIN" run --config "$L" --cluster connect \
+        na_fg "$DIR/bad.off" "$DIR/bad$mode.err" timeout $((60 * NA_TS)) "$BIN" run --config "$L" --cluster connect \
             --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1
         rc=$?
         [ $rc -eq 124 ] && fail "badshape $mode: run hung"
@@ -310,7 +315,7 @@ stop)
     for tls in shm tcp; do
         L=$(layout stop$tls 2 request 2 $tls auto 2 false "$STORIES" "$STOK")
         nodes2 "t$tls" "stop $tls"
-        na_bg "$DIR/stop$tls.off" "$DIR/stop$tls.err" timeout 120 "$BIN" run --config "$L" \
+        na_bg "$DIR/stop$tls.off" "$DIR/stop$tls.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
             --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
         RP=$NA_PID
         sleep 0.4
@@ -364,7 +369,7 @@ ucxlog)
     chmod 600 "$DIR/wrong.secret"
     sed "s|secret_file: \"[^\"]*\"|secret_file: \"$DIR/wrong.secret\"|" "$L" > "$DIR/ucxbad.yaml"
     for i in 1 2 3; do
-        na_fg "$DIR/ucxbad.out" "$DIR/ucxbad.err" timeout 60 "$BIN" run --config "$DIR/ucxbad.yaml" \
+        na_fg "$DIR/ucxbad.out" "$DIR/ucxbad.err" timeout $((60 * NA_TS)) "$BIN" run --config "$DIR/ucxbad.yaml" \
             --cluster connect --prompt "Once upon a time" -n 8 --temp 0
         rc=$?
         [ $rc -eq 1 ] || fail "ucxlog: wrong secret: run exited $rc, expected 1"
@@ -391,11 +396,11 @@ reclaim)
     du2=$(du -sk "$DIR/kv/recl" | cut -f1)
     [ "$du2" -le $((du1 + du1 / 10)) ] || fail "reclaim: disk usage $du1 KiB -> $du2 KiB after the restart"
     mono recl 24
-    na_fg "$DIR/recl.off" "$DIR/recl.err" timeout 60 "$BIN" run --config "$L" --cluster connect \
+    na_fg "$DIR/recl.off" "$DIR/recl.err" timeout $((60 * NA_TS)) "$BIN" run --config "$L" --cluster connect \
         --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1 || fail "reclaim: run on the restarted node failed"
     na_same_sorted "$DIR/recl.mono" "$DIR/recl.off" || fail "reclaim: text differs"
     # a second node on the directory of a running one is still refused
-    na_fg "$DIR/r2.out" "$DIR/r2.err" timeout 20 "$BIN" node --config "$L" --name s0 --listen 127.0.0.1:0
+    na_fg "$DIR/r2.out" "$DIR/r2.err" timeout $((20 * NA_TS)) "$BIN" node --config "$L" --name s0 --listen 127.0.0.1:0
     grep -q "in use" "$DIR/r2.err" || fail "reclaim: a second node on a live directory was not refused: $(tail -n 1 "$DIR/r2.err")"
     kill -TERM "$R1"; wait "$R1" 2>/dev/null
     [ -f "$KVF" ] && fail "reclaim: kv.dat left after a clean stop"
@@ -412,7 +417,7 @@ silent)
         _tk=$2
         shift 2
         t0=$(date +%s%N)
-        timeout 60 "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" \
+        timeout $((60 * NA_TS)) "$BIN" run --config "$L" --cluster connect --prompts "$DIR/prompts.txt" \
             -n "$_tk" --temp 0 --threads 1 "$@" > "$DIR/$_tn.off" 2> "$DIR/$_tn.err"
         rc=$?
         t_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -441,7 +446,7 @@ silent)
     i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
     mono silentj 400 --batch 2
     t0=$(date +%s%N)
-    na_bg "$DIR/silentj.off" "$DIR/silentj.err" timeout 120 "$BIN" run --config "$L" \
+    na_bg "$DIR/silentj.off" "$DIR/silentj.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
         --cluster connect --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
     RP=$NA_PID
     sleep 1.5

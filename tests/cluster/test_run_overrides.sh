@@ -69,7 +69,7 @@ refused() {
     _rw=$2
     _rp=$3
     shift 3
-    na_fg "$DIR/$_rn.off" "$DIR/$_rn.err" timeout 60 "$BIN" run "$@" \
+    na_fg "$DIR/$_rn.off" "$DIR/$_rn.err" timeout $((60 * NA_TS)) "$BIN" run "$@" \
         --prompts "$DIR/prompts.txt" -n 8 --temp 0 --threads 1
     rc=$?
     [ $rc -eq 1 ] || fail "$_rn: $_rw: exit $rc, expected 1"
@@ -129,7 +129,7 @@ kvdtype)
     for c in start inproc kvfetch; do
         cl=$c; m=offload
         [ $c = kvfetch ] && { cl=start; m=kv-fetch; }
-        na_fg "$DIR/kd$c.off" "$DIR/kd$c.err" timeout 120 "$BIN" run --config "$L" --cluster $cl \
+        na_fg "$DIR/kd$c.off" "$DIR/kd$c.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" --cluster $cl \
             --mode $m --kv-dtype f32 --prompts "$DIR/prompts.txt" -n 200 --temp 0 --threads 1 ||
             fail "kd$c: offload --kv-dtype f32 failed"
         na_same_sorted "$DIR/f32.mono" "$DIR/kd$c.off" ||
@@ -163,7 +163,7 @@ bf16)
         cl=$c; m=offload
         [ $c = kvfetch ] && { cl=start; m=kv-fetch; }
         rm -f "$DIR"/nearattn-run-kb-*.log
-        na_fg "$DIR/kb$c.off" "$DIR/kb$c.err" timeout 120 "$BIN" run --config "$L" --cluster $cl \
+        na_fg "$DIR/kb$c.off" "$DIR/kb$c.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" --cluster $cl \
             --mode $m --kv-dtype bf16 --prompts "$DIR/prompts.txt" -n 100 --temp 0 --threads 1 ||
             fail "kb$c: --kv-dtype bf16 failed"
         na_same_sorted "$DIR/bf16.mono" "$DIR/kb$c.off" ||
@@ -178,7 +178,7 @@ bf16)
     grep -q "kv bf16" "$DIR"/logs/s0*.log || fail "kbl: launched node not on bf16 KV"
     for m in offload kv-fetch; do       # the layout's dtype, named or not
         for kd in "--kv-dtype bf16" ""; do
-            na_fg "$DIR/kbl.off" "$DIR/kbl.err" timeout 120 "$BIN" run --config "$B" \
+            na_fg "$DIR/kbl.off" "$DIR/kbl.err" timeout $((120 * NA_TS)) "$BIN" run --config "$B" \
                 --cluster connect --mode $m $kd --prompts "$DIR/prompts.txt" -n 100 --temp 0 \
                 --threads 1 || fail "kbl: $m $kd: connect to bf16 nodes failed"
             na_same_sorted "$DIR/bf16.mono" "$DIR/kbl.off" || fail "kbl: $m $kd: text differs"

@@ -61,7 +61,7 @@ jobs() {
 batch() {
     _bn=$1; _bi=$2; _bo=$3
     shift 3
-    na_fg /dev/null "$DIR/$_bn.err" timeout 120 "$BIN" batch --input "$_bi" --output "$_bo" \
+    na_fg /dev/null "$DIR/$_bn.err" timeout $((120 * NA_TS)) "$BIN" batch --input "$_bi" --output "$_bo" \
         --mode "$MODE" --config "$LAYOUT" --threads 1 --chat-template chatml \
         --max-in-flight 4 --progress plain --progress-interval 0.5 "$@"
 }
@@ -162,7 +162,7 @@ bad)
         echo '{"custom_id":"ok-2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}}'
     } > "$DIR/bad.jsonl"
     # without --chat-template: the chat lines get the model's "no chat template" 400
-    na_fg /dev/null "$DIR/bad.err" timeout 120 "$BIN" batch --input "$DIR/bad.jsonl" \
+    na_fg /dev/null "$DIR/bad.err" timeout $((120 * NA_TS)) "$BIN" batch --input "$DIR/bad.jsonl" \
         --output "$DIR/bad.out" --mode "$MODE" --config "$LAYOUT" --threads 1 --progress none ||
         fail "bad: the batch failed (exit $?)"
     [ "$(wc -l < "$DIR/bad.out")" -eq 12 ] || fail "bad: not 12 records"
@@ -222,7 +222,7 @@ repair)
     [ "$(cat "$DIR/other.txt")" = "$(printf 'hello\nworld')" ] || fail "other: file changed"
     # two batches on one output: the second is refused while the first runs
     rm -f "$DIR/two.jsonl"
-    na_bg /dev/null "$DIR/two1.err" timeout 120 "$BIN" batch --input "$DIR/jobs.jsonl" \
+    na_bg /dev/null "$DIR/two1.err" timeout $((120 * NA_TS)) "$BIN" batch --input "$DIR/jobs.jsonl" \
         --output "$DIR/two.jsonl" --mode "$MODE" --config "$LAYOUT" --threads 1 \
         --chat-template chatml --max-in-flight 1 --progress none
     P1=$NA_PID

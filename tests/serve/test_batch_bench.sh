@@ -18,7 +18,7 @@ na_stories
 command -v jq >/dev/null 2>&1 || { echo "SKIPPED: no jq (scripts/deps.txt)"; exit 77; }
 
 echo "bench-serve-test-key-$$" > "$DIR/key"
-na_fg "$DIR/bench.out" "$DIR/bench.err" timeout 240 "$BIN" bench serve --quick --mode "$MODE" \
+na_fg "$DIR/bench.out" "$DIR/bench.err" timeout $((240 * NA_TS)) "$BIN" bench serve --quick --mode "$MODE" \
     --config "$SRC/cluster-configs/local.yaml" --concurrency 1,2 --requests 4 --max-tokens 8 \
     --api-key-file "$DIR/key" --json "$DIR/bench.json" || fail "bench serve failed"
 cat "$DIR/bench.out"
@@ -41,12 +41,12 @@ na_bg /dev/null "$DIR/serve.err" "$BIN" serve --port 0 --mode "$MODE" \
 SP=$NA_PID
 na_wait_line "$DIR/serve.err" "^READY http://" 60 || fail "serve not ready"
 URL=$(sed -n 's/^READY \(http:[^ ]*\).*/\1/p' "$DIR/serve.err")
-na_fg "$DIR/url.out" "$DIR/url.err" timeout 120 "$BIN" bench serve --url "$URL" --no-run \
+na_fg "$DIR/url.out" "$DIR/url.err" timeout $((120 * NA_TS)) "$BIN" bench serve --url "$URL" --no-run \
     --api-key-file "$DIR/key" --concurrency 2 --requests 2 --max-tokens 4 ||
     fail "bench serve --url failed"
 grep -q "^c=2 serve throughput .* -  *-  *-$" "$DIR/url.out" ||
     fail "--url: no throughput row without a reference"
-na_fg "$DIR/nokey.out" "$DIR/nokey.err" timeout 60 "$BIN" bench serve --url "$URL" --no-run \
+na_fg "$DIR/nokey.out" "$DIR/nokey.err" timeout $((60 * NA_TS)) "$BIN" bench serve --url "$URL" --no-run \
     --concurrency 1 --requests 1 --ready-timeout 5 && fail "--url without the key succeeded"
 kill -TERM "$SP"
 wait "$SP" || fail "serve did not stop cleanly"

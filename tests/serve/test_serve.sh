@@ -169,7 +169,7 @@ cancel)
     na_spawn "$DIR/s0.log" "$BIN" node --config "$DIR/layout.yaml" --name s0
     na_wait_line "$DIR/s0.log" "^READY" 20 || fail "node s0 did not start"
     stat() {
-        timeout 30 "$NODE_CLIENT" --config "$DIR/layout.yaml" --name stat --node s0 --scenario stat \
+        timeout $((30 * NA_TS)) "$NODE_CLIENT" --config "$DIR/layout.yaml" --name stat --node s0 --scenario stat \
             --stat "$1" 2>>"$DIR/stat.log" | sed -n "s/^STAT $1 //p"
     }
     serve cancel --config "$DIR/layout.yaml" --cluster connect
