@@ -114,6 +114,14 @@ if [ "$PART" = story ]; then
     else
         fail "greedy story run failed: $(cat "$TMP/err")"
     fi
+    # --top-p 1e-300 (0 as a float) is the most likely token alone: the greedy story
+    CHECKS=$((CHECKS + 1))
+    if "$BIN" run --mode monolithic --model "$MODEL" --tokenizer "$TOK" --prompt "Once upon a time" \
+           --temp 1 --top-p 1e-300 --seed 3 -n 40 --threads 1 >"$TMP/tiny" 2>"$TMP/err"; then
+        cmp -s "$TMP/out" "$TMP/tiny" || fail "--top-p 1e-300 is not the greedy text: '$(cat "$TMP/tiny")'"
+    else
+        fail "--top-p 1e-300 refused: $(cat "$TMP/err")"
+    fi
     # several prompts as one batch, f32 KV, ref backend
     printf 'Once upon a time\n\nThe dog\nLily saw a bird\n' >"$TMP/p.txt"
     CHECKS=$((CHECKS + 1))
