@@ -89,7 +89,10 @@ typedef struct {
  * with fallocate and open it O_DIRECT, holding an exclusive flock
  * (NA_ERR_BUSY if another slot or process holds the file). If the file system refuses O_DIRECT
  * and allow_buffered is set, open without it and log a warning; otherwise
- * NA_ERR_UNSUPPORTED naming the directory. Owns the fd; pair with
+ * NA_ERR_UNSUPPORTED naming the directory. The file is created O_EXCL,
+ * or, when one is there (left by a crash), reused only if it is a plain file
+ * of this user with one name; never through a symbolic link (O_NOFOLLOW):
+ * NA_ERR_IO saying why otherwise, the file untouched. Owns the fd; pair with
  * na_kv_file_close (which also unlinks the file). */
 na_status_t na_kv_file_open(na_kv_file_t *f, const char *dir, const char *name,
                             uint64_t size, int allow_buffered);
