@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fnv.h"
@@ -271,11 +272,19 @@ static int bout_take(na_batch_out_t *o, const char *s, size_t n)
     return r;
 }
 
-/* The last line lacked its newline: a whole record gets it, anything else
- * is cut off at off (where the line starts). */
+/* How every record line starts (na_batch_out_write: json_pack keeps the key
+ * order, JSON_COMPACT). */
+#define NA_BATCH_REC_START "{\"id\":\"batch_req_"
+
+/* The last line lacked its newline: a whole record gets it; the start of a
+ * record (a write cut by a crash) is cut off at off (where the line
+ * starts); anything else is refused, the file left as it is: it is not a
+ * results file of ours. */
 static na_status_t bout_repair(na_batch_out_t *o, const char *frag, size_t n, off_t off,
                                na_batch_out_info_t *info)
 {
+    size_t k = strlen(NA_BATCH_REC_START);
+
     if (bout_take(o, frag, n) == 0) {
         if (write(o->fd, "\n", 1) != 1)
             return na_err(NA_ERR_IO, "write %s: %s", o->path, strerror(errno));
@@ -284,6 +293,10 @@ static na_status_t bout_repair(na_batch_out_t *o, const char *frag, size_t n, of
         o->size = off + (off_t)n + 1;
         return NA_OK;
     }
+    if (memcmp(frag, NA_BATCH_REC_START, n < k ? n : k) != 0)
+        return na_err(NA_ERR_FORMAT, "%s ends with a line that is neither whole nor the start "
+                      "of a batch result record: is it the results file of this batch? "
+                      "(nothing was written to it)", o->path);
     if (ftruncate(o->fd, off) != 0)
         return na_err(NA_ERR_IO, "ftruncate %s: %s", o->path, strerror(errno));
     info->cut_bytes = (long)n;
@@ -353,10 +366,33 @@ na_status_t na_batch_out_open(const char *path, na_batch_out_t **out_p,
         st = na_err(NA_ERR_NOMEM, "results: out of memory");
         goto fail;
     }
-    o->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* never through a symbolic link, never a FIFO or device (O_NONBLOCK: the
+     * open itself does not wait), never a file with another name */
+    o->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                 0644);
     if (o->fd < 0) {
-        st = na_err(NA_ERR_IO, "cannot open the output %s: %s", path, strerror(errno));
+        st = errno == ELOOP
+           ? na_err(NA_ERR_INVALID, "the output %s is a symbolic link: refused (give the "
+                    "file it points to)", path)
+           : na_err(NA_ERR_IO, "cannot open the output %s: %s", path, strerror(errno));
         goto fail;
+    }
+    {
+        struct stat sb;
+        if (fstat(o->fd, &sb) != 0) {
+            st = na_err(NA_ERR_IO, "fstat %s: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (!S_ISREG(sb.st_mode)) {
+            st = na_err(NA_ERR_INVALID, "the output %s is not a regular file (a FIFO, device "
+                        "or directory): refused", path);
+            goto fail;
+        }
+        if (sb.st_nlink > 1) {
+            st = na_err(NA_ERR_INVALID, "the output %s has other names (hard links): refused",
+                        path);
+            goto fail;
+        }
     }
     if (flock(o->fd, LOCK_EX | LOCK_NB) != 0) {
         st = errno == EWOULDBLOCK

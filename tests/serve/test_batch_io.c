@@ -3,8 +3,11 @@
  * method, repeated custom_ids, blank and CRLF lines), bodies read again; the
  * results file appended to, reopened with the done set, its last line
  * repaired (a whole record without newline) or cut (a partial one), a
- * foreign file refused, a second writer refused (flock). */
+ * foreign file refused and left as it was (whole lines, a last line without
+ * newline, a symbolic link, a hard link, a FIFO), a second writer refused
+ * (flock). */
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -158,6 +161,54 @@ static void test_output(const char *dir)
     json_decref(body);
 }
 
+/* What is not a results file (or empty) is refused and left as it was. */
+static void test_output_foreign(const char *dir)
+{
+    static const char keep[] = "line one\nno newline at the end";
+    char path[600], other[600];
+    na_batch_out_info_t info;
+    na_batch_out_t *o = NULL;
+    size_t len;
+    char *text;
+
+    /* whole lines then a last line without newline that are no records */
+    snprintf(path, sizeof(path), "%s/notes.txt", dir);
+    NA_CHECK(na_test_write_file(path, keep, sizeof(keep) - 1) == 0);
+    NA_CHECK(na_batch_out_open(path, &o, &info) == NA_ERR_FORMAT && o == NULL);
+    snprintf(path, sizeof(path), "%s/one.txt", dir);       /* one line, no newline: was emptied */
+    NA_CHECK(na_test_write_file(path, "hello", 5) == 0);
+    NA_CHECK(na_batch_out_open(path, &o, &info) == NA_ERR_FORMAT && o == NULL);
+    NA_CHECK_MSG(strstr(na_errmsg(), "neither whole") != NULL, "%s", na_errmsg());
+    text = na_test_read_file(path, &len);
+    NA_CHECK(text != NULL && len == 5);
+    free(text);
+
+    /* a symbolic link to it, a hard link of it, a FIFO */
+    snprintf(path, sizeof(path), "%s/notes.txt", dir);
+    snprintf(other, sizeof(other), "%s/link.jsonl", dir);
+    NA_CHECK(symlink(path, other) == 0);
+    NA_CHECK(na_batch_out_open(other, &o, &info) == NA_ERR_INVALID && o == NULL);
+    NA_CHECK_MSG(strstr(na_errmsg(), "symbolic link") != NULL, "%s", na_errmsg());
+    snprintf(other, sizeof(other), "%s/hard.jsonl", dir);
+    NA_CHECK(link(path, other) == 0);
+    NA_CHECK(na_batch_out_open(other, &o, &info) == NA_ERR_INVALID && o == NULL);
+    NA_CHECK_MSG(strstr(na_errmsg(), "hard links") != NULL, "%s", na_errmsg());
+    text = na_test_read_file(path, &len);
+    NA_CHECK(text != NULL && len == sizeof(keep) - 1 && !memcmp(text, keep, len));
+    free(text);
+    snprintf(other, sizeof(other), "%s/fifo", dir);
+    NA_CHECK(mkfifo(other, 0600) == 0);
+    NA_CHECK(na_batch_out_open(other, &o, &info) == NA_ERR_INVALID && o == NULL);
+    NA_CHECK_MSG(strstr(na_errmsg(), "not a regular file") != NULL, "%s", na_errmsg());
+
+    /* an empty file is taken */
+    snprintf(path, sizeof(path), "%s/empty.jsonl", dir);
+    NA_CHECK(na_test_write_file(path, "", 0) == 0);
+    o = open_out(path, &info);
+    NA_CHECK(o != NULL && info.records == 0);
+    na_batch_out_close(o);
+}
+
 int main(void)
 {
     char dir[512];
@@ -166,6 +217,7 @@ int main(void)
         return 1;
     test_input(dir);
     test_output(dir);
+    test_output_foreign(dir);
     na_test_rmtree(dir);
     return na_test_finish();
 }
