@@ -150,6 +150,52 @@ err_free_io:
 }
 
 /* ---------------------------------------------------------------------- */
+/* Block checksum                                                          */
+
+#define NA_KV_P1 0x9E3779B185EBCA87ull
+#define NA_KV_P2 0xC2B2AE3D27D4EB4Full
+#define NA_KV_P3 0x165667B19E3779F9ull
+
+static inline uint64_t na_kv_rotl(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t na_kv_round(uint64_t acc, uint64_t w)
+{
+    return na_kv_rotl(acc + w * NA_KV_P2, 31) * NA_KV_P1;
+}
+
+uint64_t na_kv_sum(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t a0 = NA_KV_P1 + NA_KV_P2, a1 = NA_KV_P2, a2 = 0, a3 = 0 - NA_KV_P1, h, w[4];
+    size_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        memcpy(w, s + i, 32);
+        a0 = na_kv_round(a0, w[0]);
+        a1 = na_kv_round(a1, w[1]);
+        a2 = na_kv_round(a2, w[2]);
+        a3 = na_kv_round(a3, w[3]);
+    }
+    h = na_kv_rotl(a0, 1) + na_kv_rotl(a1, 7) + na_kv_rotl(a2, 12) + na_kv_rotl(a3, 18);
+    h = (h ^ na_kv_round(0, a0)) * NA_KV_P1 + NA_KV_P3;
+    h = (h ^ na_kv_round(0, a1)) * NA_KV_P1 + NA_KV_P3;
+    h = (h ^ na_kv_round(0, a2)) * NA_KV_P1 + NA_KV_P3;
+    h = (h ^ na_kv_round(0, a3)) * NA_KV_P1 + NA_KV_P3;
+    h += (uint64_t)n;
+    for (; i < n; i++)
+        h = na_kv_rotl(h ^ (s[i] * NA_KV_P3), 11) * NA_KV_P1;
+    h ^= h >> 33;
+    h *= NA_KV_P2;
+    h ^= h >> 29;
+    h *= NA_KV_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Aligned memory                                                          */
 
 void *na_kv_aligned_alloc(size_t bytes)

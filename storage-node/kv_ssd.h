@@ -110,6 +110,12 @@ void        na_kv_file_free(na_kv_file_t *f, uint64_t off, uint64_t len);
 na_status_t na_kv_io_rw_sync(na_kv_io_t *io, int fd, int write, void *buf,
                              size_t len, uint64_t off, const char *path);
 
+/* The checksum of an SSD block image: 64 bits over n bytes, four
+ * independent multiply-rotate lanes (xxHash64's round) so that it runs near
+ * memory speed. A block's sum is taken as it is written to the SSD tier and
+ * checked on every read back (na_kv_view_check, kv_store.h). */
+uint64_t na_kv_sum(const void *p, size_t n);
+
 /* Allocate / free NA_KV_ALIGN-aligned memory (NULL on failure). */
 void *na_kv_aligned_alloc(size_t bytes);
 void  na_kv_aligned_free(void *p);
