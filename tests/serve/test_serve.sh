@@ -19,7 +19,7 @@
 #           (429 with Retry-After while a long stream runs), --timeout 2 (that
 #           stream ends with a timeout error event), --max-body, huge headers
 #   guard   an API key file others may read, or longer than 4095 bytes, is
-#           refused; slow clients (tests/serve/slowloris.cjs, node's net
+#           refused, a 600-byte key is taken whole; slow clients (tests/serve/slowloris.cjs, node's net
 #           only): the per-address cap, a header sent one byte a second closed
 #           after --request-timeout, /health answered through a flood of slow
 #           connections larger than the connection limit
@@ -246,8 +246,16 @@ guard)
         fail "serve took a 5000-byte key"
     grep -q "longer than 4095 bytes" "$DIR/keylong.log" || fail "long key: $(cat "$DIR/keylong.log")"
     echo "ok key files refused"
+    # a 600-byte key is taken whole (it was cut at 511 bytes)
+    KEY600=$(head -c 600 /dev/zero | tr '\0' 'q')
+    echo "$KEY600" >"$DIR/key"
+    chmod 600 "$DIR/key"
+    KEYH="Authorization: Bearer $KEY600"
     # slow clients: --max-queue 8 gives 72 connections, 16 per address
-    serve guard --config "$L1" --mode monolithic --max-queue 8 --request-timeout 3
+    serve guard --config "$L1" --mode monolithic --max-queue 8 --request-timeout 3 \
+        --api-key-file "$DIR/key"
+    http 200 key600 "$BASE/v1/models" -H "$KEYH"
+    http 401 key511 "$BASE/v1/models" -H "Authorization: Bearer $(echo "$KEY600" | head -c 511)"
     PORT=${BASE##*:}
     node "$SRC/tests/serve/slowloris.cjs" "$PORT" 16 3 >"$DIR/slowloris.log" 2>&1 ||
         fail "slow clients: $(tail -5 "$DIR/slowloris.log")"
