@@ -1,9 +1,13 @@
 /* cli/cmd_serve.c — `nearattn serve`: the OpenAI-compatible HTTP server
  * (serve/http.h) over the long-lived generation front end (serve/gen.h). */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/log.h"
@@ -24,6 +28,7 @@ static void na_serve_usage(FILE *f)
         "                      [--mode offload|monolithic|kv-fetch] [--cluster start|connect|inproc]\n"
         "                      [--host 127.0.0.1] [--port 8080] [--api-key-file F] [--max-queue N]\n"
         "                      [--max-body BYTES] [--timeout S] [--idle-timeout S]\n"
+        "                      [--request-timeout S] [--max-conns-per-ip N]\n"
         "                      [--chat-template NAME] [--threads N] [--batch N] [--ctx N]\n"
         "                      [--backend cpu|ref]\n\n"
         "Serve the model over an OpenAI-compatible HTTP API (docs/serve.md):\n"
@@ -45,12 +50,18 @@ static void na_serve_usage(FILE *f)
         "                    without --api-key-file gives a warning)\n"
         "  --port P          TCP port (default 8080; 0: any free port)\n"
         "  --api-key-file F  a file whose first line is the key clients must send as\n"
-        "                    \"Authorization: Bearer KEY\" (every route but /health)\n"
+        "                    \"Authorization: Bearer KEY\" (every route but /health);\n"
+        "                    readable by its owner only (chmod 600), 8 to 4095 bytes\n"
         "  --max-queue N     requests held at once, running or waiting (default 64);\n"
         "                    the next one gets 429 with Retry-After\n"
         "  --max-body B      request body limit in bytes (default 1048576): 413 past it\n"
         "  --timeout S       per-request limit in seconds (default 600): cancelled after\n"
         "  --idle-timeout S  a connection that makes no progress is closed (default 60)\n"
+        "  --request-timeout S  a connection must send each complete request (header\n"
+        "                    and body) within S seconds of opening or of its previous\n"
+        "                    response, or is closed (default 30; slow clients)\n"
+        "  --max-conns-per-ip N  connections from one client address (default:\n"
+        "                    max-queue + 8); 16 connections are always kept free\n"
         "  --chat-template T llama2, llama3, chatml, gemma, zephyr or phi3 (default: the\n"
         "                    GGUF's tokenizer.chat_template; none: chat requests get 400)\n"
         "  --threads N       compute threads (default: all cores)\n"
@@ -59,25 +70,55 @@ static void na_serve_usage(FILE *f)
         "  --backend B       kernels: cpu (default) or ref\n");
 }
 
-/* The key: the file's first line without surrounding blanks. */
+#define NA_SERVE_KEY_MAX 4096             /* bytes of the key file's first line, + NUL */
+
+/* The key: the file's first line without surrounding blanks. The file must
+ * be a regular file that only its owner may read or write (a key others can
+ * read is no key); a first line that does not fit is refused, never cut. */
 static na_status_t na_serve_read_key(const char *path, char *key, size_t cap)
 {
-    FILE *f = fopen(path, "r");
-    size_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    size_t n = 0, line;
+    struct stat sb;
+    ssize_t r;
     char *s;
 
-    if (f == NULL)
-        return na_err(NA_ERR_IO, "cannot read --api-key-file %s", path);
-    if (fgets(key, (int)cap, f) == NULL)
-        key[0] = '\0';
-    fclose(f);
+    if (fd < 0)
+        return na_err(NA_ERR_IO, "cannot read --api-key-file %s: %s", path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return na_err(NA_ERR_INVALID, "--api-key-file %s: not a regular file", path);
+    }
+    if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
+        close(fd);
+        return na_err(NA_ERR_INVALID, "--api-key-file %s: readable or writable by other "
+                      "users (mode %04o): chmod 600 it", path, (unsigned)(sb.st_mode & 07777));
+    }
+    while (n < cap && (r = read(fd, key + n, cap - n)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            return na_err(NA_ERR_IO, "read(--api-key-file %s): %s", path, strerror(e));
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    for (line = 0; line < n && key[line] != '\n'; line++)
+        ;
+    if (line == cap)                     /* no end of line in cap bytes */
+        return na_err(NA_ERR_RANGE, "--api-key-file %s: the key (first line) is longer than "
+                      "%zu bytes", path, cap - 1);
+    if (memchr(key, '\0', line) != NULL)
+        return na_err(NA_ERR_INVALID, "--api-key-file %s: the key holds a NUL byte", path);
+    key[line] = '\0';
     s = key;
     while (*s == ' ' || *s == '\t')
         s++;
     memmove(key, s, strlen(s) + 1);
     n = strlen(key);
-    while (n > 0 && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' ' ||
-                     key[n - 1] == '\t'))
+    while (n > 0 && (key[n - 1] == '\r' || key[n - 1] == ' ' || key[n - 1] == '\t'))
         key[--n] = '\0';
     if (n < 8)
         return na_err(NA_ERR_INVALID, "--api-key-file %s: the key (first line) must have at "
@@ -120,6 +161,7 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
                 { "--max-body", 64, 1L << 30 }, { "--timeout", 1, 86400 },
                 { "--idle-timeout", 1, 86400 }, { "--threads", 1, 1024 },
                 { "--batch", 1, 4096 }, { "--ctx", 1, 1L << 20 },
+                { "--request-timeout", 1, 86400 }, { "--max-conns-per-ip", 1, 100000 },
             };
             size_t k;
             for (k = 0; k < sizeof(nums) / sizeof(nums[0]); k++)
@@ -140,7 +182,9 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
             case 4: so->idle_s = (int)n; break;
             case 5: go->threads = (int)n; break;
             case 6: go->max_batch = (int)n; break;
-            default: go->ctx = (int)n; break;
+            case 7: go->ctx = (int)n; break;
+            case 8: so->request_s = (int)n; break;
+            default: so->max_per_ip = (int)n; break;
             }
         }
     }
@@ -164,7 +208,7 @@ int na_cmd_serve(int argc, char **argv)
     na_sg_opts_t go;
     na_srv_opts_t so;
     const char *key_file = NULL;
-    char cfg[4096], key[512];
+    char cfg[4096], key[NA_SERVE_KEY_MAX];
     struct sigaction sa;
     na_sg_t *g = NULL;
     na_srv_t *s = NULL;

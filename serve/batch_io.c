@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fnv.h"
 #include "serve/batch_io.h"
+#include "serve/gen.h"
 
 struct na_batch_out {
     int     fd;
@@ -24,6 +26,23 @@ struct na_batch_out {
 };
 
 /* ---- input ---- */
+
+/* Make *s (malloc'd) valid UTF-8, invalid bytes as U+FFFD: a message that
+ * quotes the input (jansson's error text holds the bad token, cut at its
+ * own limit, maybe inside a character) must still fit in a JSON record.
+ * 0, or -1 out of memory (*s unchanged). */
+static int bio_utf8_fix(char **s)
+{
+    size_t n = strlen(*s);
+    char *t = malloc(3 * n + 1);
+
+    if (t == NULL)
+        return -1;
+    na_sg_utf8_clean(*s, n, t);
+    free(*s);
+    *s = t;
+    return 0;
+}
 
 /* Mark l bad: code and printf-style message (NA_ERR_NOMEM). */
 static na_status_t bio_bad(na_batch_in_t *in, na_batch_line_t *l, const char *code, int by_line,
@@ -41,6 +60,8 @@ static na_status_t bio_bad(na_batch_in_t *in, na_batch_line_t *l, const char *co
         l->err_msg = NULL;
         return na_err(NA_ERR_NOMEM, "batch input: out of memory");
     }
+    if (bio_utf8_fix(&l->err_msg) != 0)
+        return na_err(NA_ERR_NOMEM, "batch input: out of memory");
     l->err_code = code;
     l->by_line = by_line;
     in->n_bad++;
@@ -122,15 +143,59 @@ static int bio_blank(const char *s, size_t n)
     return 1;
 }
 
+/* Read the next line of f: at most NA_BATCH_LINE_MAX + 2 bytes of it are
+ * kept in *buf (grown as needed, so a longer line costs no more memory: it
+ * is read to its end and reported too long), *kept of them; *used = bytes it
+ * takes in the file, newline included (0 at the end of the file), *newline
+ * whether it ended with one. NA_OK,
+ * NA_ERR_IO (a read error) or NA_ERR_NOMEM. (glibc's getline returns -1 on
+ * ENOMEM without an error flag: the rest of the input read as absent.) */
+static na_status_t bio_getline(FILE *f, const char *path, char **buf, size_t *cap,
+                               size_t *kept, long *used, int *newline)
+{
+    const size_t keep_max = (size_t)NA_BATCH_LINE_MAX + 2;
+    size_t n = 0;
+    long total = 0;
+    int c;
+
+    while ((c = getc_unlocked(f)) != EOF) {
+        total++;
+        if (n < keep_max) {
+            if (n + 1 >= *cap) {
+                size_t nc = *cap < 4096 ? 4096 : 2 * *cap;
+                char *nb;
+                if (nc > keep_max + 1)
+                    nc = keep_max + 1;
+                nb = realloc(*buf, nc);
+                if (nb == NULL)
+                    return na_err(NA_ERR_NOMEM, "batch input %s: out of memory for line "
+                                  "bytes (%zu)", path, nc);
+                *buf = nb;
+                *cap = nc;
+            }
+            (*buf)[n++] = (char)c;
+        }
+        if (c == '\n')
+            break;
+    }
+    *newline = c == '\n';
+    if (ferror(f))
+        return na_err(NA_ERR_IO, "cannot read the input %s: %s", path, strerror(errno));
+    *kept = n;
+    *used = total;
+    return NA_OK;
+}
+
 na_status_t na_batch_in_load(const char *path, na_batch_in_t **in_p)
 {
     na_batch_in_t *in;
     json_t *ids = json_object();
     char *buf = NULL;
-    size_t cap = 0;
-    long lineno = 0, off = 0, room = 0;
-    ssize_t got;
+    size_t cap = 0, kept = 0;
+    long lineno = 0, off = 0, room = 0, got = 0;
+    int nl = 0;
     na_status_t st = NA_OK;
+    struct stat sb;
     FILE *f;
 
     in = calloc(1, sizeof(*in));
@@ -139,12 +204,18 @@ na_status_t na_batch_in_load(const char *path, na_batch_in_t **in_p)
         json_decref(ids);
         return na_err(NA_ERR_NOMEM, "batch input: out of memory");
     }
-    in->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO is refused below instead of waiting for a writer */
+    in->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     in->path = strdup(path);
     if (in->fd < 0 || in->path == NULL) {
         st = in->fd < 0 ? na_err(NA_ERR_IO, "cannot open the input %s: %s", path,
                                  strerror(errno))
                         : na_err(NA_ERR_NOMEM, "batch input: out of memory");
+        goto fail;
+    }
+    if (fstat(in->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = na_err(NA_ERR_INVALID, "the input %s is not a regular file (a pipe, FIFO or "
+                    "device): batch reads request bodies again by offset, give a file", path);
         goto fail;
     }
     {
@@ -157,17 +228,22 @@ na_status_t na_batch_in_load(const char *path, na_batch_in_t **in_p)
             goto fail;
         }
     }
-    while (st == NA_OK && (got = getline(&buf, &cap, f)) > 0) {
-        long len = (long)got;
+    while (st == NA_OK && (st = bio_getline(f, path, &buf, &cap, &kept, &got, &nl)) == NA_OK &&
+           got > 0) {
+        long len = (long)kept;
         na_batch_line_t *l;
 
         lineno++;
-        if (buf[len - 1] == '\n')
-            len--;
-        if (len > 0 && buf[len - 1] == '\r')
-            len--;
-        if (bio_blank(buf, (size_t)len)) {
-            off += (long)got;
+        if ((size_t)got > kept) {            /* too long: only its start is held */
+            len = got - nl;
+        } else {
+            if (buf[len - 1] == '\n')
+                len--;
+            if (len > 0 && buf[len - 1] == '\r')
+                len--;
+        }
+        if (bio_blank(buf, len < (long)kept ? (size_t)len : kept)) {
+            off += got;
             continue;
         }
         if (in->n == room) {
@@ -186,10 +262,8 @@ na_status_t na_batch_in_load(const char *path, na_batch_in_t **in_p)
         l->off = off;
         l->len = len;
         st = bio_check(in, l, buf, ids);
-        off += (long)got;
+        off += got;
     }
-    if (st == NA_OK && ferror(f))
-        st = na_err(NA_ERR_IO, "cannot read the input %s: %s", path, strerror(errno));
     fclose(f);
     free(buf);
     json_decref(ids);
@@ -271,11 +345,19 @@ static int bout_take(na_batch_out_t *o, const char *s, size_t n)
     return r;
 }
 
-/* The last line lacked its newline: a whole record gets it, anything else
- * is cut off at off (where the line starts). */
+/* How every record line starts (na_batch_out_write: json_pack keeps the key
+ * order, JSON_COMPACT). */
+#define NA_BATCH_REC_START "{\"id\":\"batch_req_"
+
+/* The last line lacked its newline: a whole record gets it; the start of a
+ * record (a write cut by a crash) is cut off at off (where the line
+ * starts); anything else is refused, the file left as it is: it is not a
+ * results file of ours. */
 static na_status_t bout_repair(na_batch_out_t *o, const char *frag, size_t n, off_t off,
                                na_batch_out_info_t *info)
 {
+    size_t k = strlen(NA_BATCH_REC_START);
+
     if (bout_take(o, frag, n) == 0) {
         if (write(o->fd, "\n", 1) != 1)
             return na_err(NA_ERR_IO, "write %s: %s", o->path, strerror(errno));
@@ -284,6 +366,10 @@ static na_status_t bout_repair(na_batch_out_t *o, const char *frag, size_t n, of
         o->size = off + (off_t)n + 1;
         return NA_OK;
     }
+    if (memcmp(frag, NA_BATCH_REC_START, n < k ? n : k) != 0)
+        return na_err(NA_ERR_FORMAT, "%s ends with a line that is neither whole nor the start "
+                      "of a batch result record: is it the results file of this batch? "
+                      "(nothing was written to it)", o->path);
     if (ftruncate(o->fd, off) != 0)
         return na_err(NA_ERR_IO, "ftruncate %s: %s", o->path, strerror(errno));
     info->cut_bytes = (long)n;
@@ -353,10 +439,33 @@ na_status_t na_batch_out_open(const char *path, na_batch_out_t **out_p,
         st = na_err(NA_ERR_NOMEM, "results: out of memory");
         goto fail;
     }
-    o->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* never through a symbolic link, never a FIFO or device (O_NONBLOCK: the
+     * open itself does not wait), never a file with another name */
+    o->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                 0644);
     if (o->fd < 0) {
-        st = na_err(NA_ERR_IO, "cannot open the output %s: %s", path, strerror(errno));
+        st = errno == ELOOP
+           ? na_err(NA_ERR_INVALID, "the output %s is a symbolic link: refused (give the "
+                    "file it points to)", path)
+           : na_err(NA_ERR_IO, "cannot open the output %s: %s", path, strerror(errno));
         goto fail;
+    }
+    {
+        struct stat sb;
+        if (fstat(o->fd, &sb) != 0) {
+            st = na_err(NA_ERR_IO, "fstat %s: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (!S_ISREG(sb.st_mode)) {
+            st = na_err(NA_ERR_INVALID, "the output %s is not a regular file (a FIFO, device "
+                        "or directory): refused", path);
+            goto fail;
+        }
+        if (sb.st_nlink > 1) {
+            st = na_err(NA_ERR_INVALID, "the output %s has other names (hard links): refused",
+                        path);
+            goto fail;
+        }
     }
     if (flock(o->fd, LOCK_EX | LOCK_NB) != 0) {
         st = errno == EWOULDBLOCK
@@ -441,9 +550,13 @@ na_status_t na_batch_out_write(na_batch_out_t *o, const na_batch_line_t *l, int 
     if (body != NULL)
         resp = json_pack("{s:i, s:s, s:O}", "status_code", status_code, "request_id", qid,
                          "body", body);
-    else
-        err = json_pack("{s:s, s:s}", "code", err_code != NULL ? err_code : "error",
-                        "message", err_msg != NULL ? err_msg : "");
+    else {
+        char *msg = strdup(err_msg != NULL ? err_msg : "");
+        if (msg != NULL && bio_utf8_fix(&msg) == 0)   /* a message quoting input bytes */
+            err = json_pack("{s:s, s:s}", "code", err_code != NULL ? err_code : "error",
+                            "message", msg);
+        free(msg);
+    }
     if (err != NULL && l->by_line &&
         json_object_set_new(err, "line", json_integer(l->line)) != 0) {
         json_decref(err);

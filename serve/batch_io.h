@@ -77,10 +77,14 @@ typedef struct {
     long cut_bytes;      /* > 0: the last line was cut off (this many bytes) */
 } na_batch_out_info_t;
 
-/* Open (create: 0644) path for appending and read what is there. NA_ERR_IO
- * (open, read, ftruncate, write), NA_ERR_BUSY (another process holds it),
- * NA_ERR_FORMAT (a whole line that is not a result record: not a results
- * file, nothing is written to it). */
+/* Open (create: 0644) path for appending and read what is there. Only an
+ * empty file or a results file is taken: NA_ERR_INVALID for a symbolic link
+ * (O_NOFOLLOW), a FIFO, device or directory, a file with hard links;
+ * NA_ERR_FORMAT (nothing is written to it) for a whole line that is not a
+ * result record, or a last line without newline that is neither a whole
+ * record nor the start of one (only that start, a write cut by a crash, is
+ * cut off). NA_ERR_IO (open, read, ftruncate, write), NA_ERR_BUSY (another
+ * process holds it). */
 na_status_t na_batch_out_open(const char *path, na_batch_out_t **out_p,
                               na_batch_out_info_t *info_p);
 /* 1 when line l's record is in the file already. */

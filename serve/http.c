@@ -43,6 +43,8 @@ void na_srv_opts_default(na_srv_opts_t *o)
     o->max_header = 32u << 10;
     o->timeout_s = 600;
     o->idle_s = 60;
+    o->request_s = 30;
+    o->max_per_ip = 0;
 }
 
 int na_srv_key_equal(const char *a, const char *b)
@@ -315,8 +317,10 @@ static enum MHD_Result srv_handle(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     if (r == NULL) {
         rc = srv_admit(s, c, url, method, &route);
-        if (rc >= 0)
+        if (rc >= 0) {
+            na_hguard_busy(&s->guard, c, 1);     /* refused: answered now */
             return (enum MHD_Result)rc;
+        }
         r = calloc(1, sizeof(*r));
         if (r == NULL)
             return MHD_NO;
@@ -345,6 +349,7 @@ static enum MHD_Result srv_handle(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    na_hguard_busy(&s->guard, c, 1);             /* the whole request is in */
     if (r->too_big)
         return srv_fail(s, c, 413, "invalid_request_error", "body_too_large",
                         "the request body is larger than the server's limit");
@@ -376,8 +381,8 @@ static void srv_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     na_srv_t *s = cls;
     na_hreq_t *r = *con_cls;
 
-    (void)c;
     (void)toe;
+    na_hguard_busy(&s->guard, c, 0);             /* the next request's time starts */
     if (r == NULL)
         return;
     *con_cls = NULL;
@@ -420,7 +425,7 @@ na_status_t na_srv_create(na_sg_t *g, const na_srv_opts_t *o, na_srv_t **s_p)
     char port[16];
     na_srv_t *s;
     na_status_t st;
-    int gai;
+    int gai, limit, per_ip;
 
     *s_p = NULL;
     memset(&hints, 0, sizeof(hints));
@@ -453,14 +458,27 @@ na_status_t na_srv_create(na_sg_t *g, const na_srv_opts_t *o, na_srv_t **s_p)
     if (!srv_loopback(ai->ai_addr) && o->api_key == NULL)
         na_log_warn("serve: listening on %s without an API key: anyone who reaches this "
                     "address can use the model (give --api-key-file)", o->host);
+    limit = o->max_queue + NA_SRV_SPARE;
+    per_ip = o->max_per_ip > 0 ? o->max_per_ip : o->max_queue + 8;
+    if (per_ip > limit - NA_SRV_RESERVE)
+        per_ip = limit - NA_SRV_RESERVE;             /* one address never takes the reserve */
+    st = na_hguard_start(&s->guard, limit, NA_SRV_RESERVE,
+                         o->request_s > 0 ? o->request_s : 30);
+    if (st != NA_OK) {
+        freeaddrinfo(ai);
+        na_srv_destroy(s);
+        return st;
+    }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                             (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
                             (uint16_t)o->port, NULL, NULL, srv_handle, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->max_header,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_queue + 64),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_ip,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_s,
                             MHD_OPTION_NOTIFY_COMPLETED, srv_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, na_hguard_notify, &s->guard,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (s->d == NULL) {
@@ -488,6 +506,7 @@ void na_srv_destroy(na_srv_t *s)
     pthread_mutex_unlock(&s->mu);
     if (s->d != NULL)
         MHD_stop_daemon(s->d);                   /* waits for the connection threads */
+    na_hguard_stop(&s->guard);
     pthread_cond_destroy(&s->cv_stats);
     pthread_cond_destroy(&s->cv_engine);
     pthread_mutex_destroy(&s->mu);

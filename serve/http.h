@@ -21,8 +21,13 @@
  * error event in a stream); a client that disconnects (seen by poll on its
  * socket while its request waits or streams) cancels its job, whose KV is
  * then released on the storage nodes; a client that does not read is cut
- * after the connection's idle timeout. With an API key, every route but
- * /health needs "Authorization: Bearer KEY" (compared in constant time). */
+ * after the connection's idle timeout. Slow clients (serve/http_guard.h): a
+ * connection must deliver each complete request (header and body) within
+ * request_s, one client address holds at most max_per_ip connections, and
+ * the oldest connection still waiting for its request is closed when fewer
+ * than NA_SRV_RESERVE connections are left, so /health stays answerable.
+ * With an API key, every route but /health needs "Authorization: Bearer
+ * KEY" (compared in constant time). */
 #ifndef NA_SERVE_HTTP_H
 #define NA_SERVE_HTTP_H
 
@@ -41,10 +46,17 @@ typedef struct {
     size_t      max_header;      /* per-connection memory for headers (default 32 KiB) */
     int         timeout_s;       /* per request (default 600) */
     int         idle_s;          /* a connection without progress is closed (default 60) */
+    int         request_s;       /* to deliver a complete request (default 30) */
+    int         max_per_ip;      /* connections of one client address (0: max_queue + 8) */
     const char *chat_template;   /* --chat-template NAME, or NULL: the model's */
 } na_srv_opts_t;
 
 typedef struct na_srv na_srv_t;
+
+/* Connections: max_queue + NA_SRV_SPARE in all, NA_SRV_RESERVE of them kept
+ * free for new clients. */
+#define NA_SRV_SPARE   64
+#define NA_SRV_RESERVE 16
 
 void        na_srv_opts_default(na_srv_opts_t *o);
 /* Start listening (g is borrowed and must only be used by na_srv_run from

@@ -303,7 +303,8 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
     char lab[200];
     int i;
     na_hist_t ttft, itl;
-    long rejected, bad, timeouts;
+    long rejected, bad, timeouts, cut_slow, cut_reserve;
+    int n_conn;
     char *buf = NULL;
     size_t len = 0;
     FILE *f;
@@ -324,6 +325,7 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
     bad = s->bad;
     timeouts = s->timeouts;
     pthread_mutex_unlock(&s->mu);
+    na_hguard_counts(&s->guard, &cut_slow, &cut_reserve, &n_conn);
 
     f = open_memstream(&buf, &len);
     if (f == NULL)
@@ -344,6 +346,14 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
       (double)bad);
     C("nearattn_requests_timed_out_total", "Requests cancelled by the per-request timeout.",
       (double)timeouts);
+    G("nearattn_http_connections", "Open HTTP connections.", (double)n_conn);
+    na_metric_head(f, "nearattn_http_connections_closed_total", "counter",
+                   "Connections closed by the server before a complete request: "
+                   "slow (past --request-timeout), reserve (to keep room for new clients).");
+    na_metric_value(f, "nearattn_http_connections_closed_total", "reason=\"slow\"",
+                    (double)cut_slow);
+    na_metric_value(f, "nearattn_http_connections_closed_total", "reason=\"reserve\"",
+                    (double)cut_reserve);
     C("nearattn_requests_replaced_total",
       "Requests re-placed on another storage node after a lost node.", (double)t.recovered);
     C("nearattn_prompt_tokens_total", "Prompt tokens of the requests submitted.",

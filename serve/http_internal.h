@@ -11,6 +11,7 @@
 #include "serve/chat.h"
 #include "serve/gen.h"
 #include "serve/http.h"
+#include "serve/http_guard.h"
 #include "serve/metrics.h"
 #include "serve/oai.h"
 
@@ -53,6 +54,7 @@ struct na_srv {
     na_sg_t          *g;
     na_srv_opts_t     o;
     struct MHD_Daemon *d;
+    na_hguard_t       guard;          /* slow clients, the connection reserve */
     int               port;
     char              model[128];
     long              created;

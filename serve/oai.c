@@ -6,6 +6,30 @@
 
 #include "serve/oai.h"
 
+/* Make the NUL-terminated s (in a buffer of cap bytes) valid UTF-8: invalid
+ * bytes become U+FFFD, and what no longer fits is cut at a character
+ * boundary. A message quoting the input (jansson's error text holds the bad
+ * token, cut at its own limit, maybe inside a character) would otherwise
+ * make the error body unbuildable: json_pack refuses invalid UTF-8. */
+static void oai_utf8_fix(char *s, size_t cap)
+{
+    size_t n = strlen(s), i;
+    char *t = malloc(3 * n + 1);
+
+    if (t == NULL) {
+        for (i = 0; i < n; i++)
+            if ((unsigned char)s[i] >= 0x80)
+                s[i] = '?';
+        return;
+    }
+    n = na_sg_utf8_clean(s, n, t);
+    if (n >= cap)
+        n = na_sg_utf8_complete(t, cap - 1);
+    memcpy(s, t, n);
+    s[n] = '\0';
+    free(t);
+}
+
 int na_oai_error_set(na_oai_error_t *e, int http, const char *type, const char *code,
                      const char *param, const char *fmt, ...)
 {
@@ -17,6 +41,8 @@ int na_oai_error_set(na_oai_error_t *e, int http, const char *type, const char *
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
     va_end(ap);
+    oai_utf8_fix(e->message, sizeof(e->message));
+    oai_utf8_fix(e->param, sizeof(e->param));
     return http;
 }
 

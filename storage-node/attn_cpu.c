@@ -287,6 +287,18 @@ static void na_attn_job_run(na_attn_cpu_t *e, na_kernels_t *k)
         e->cq_tail = NULL;
     ok = !j->failed && it->status == NA_OK;
     pthread_mutex_unlock(&e->mu);
+    if (ok && j->len > 0) {                      /* blocks read back from the SSD */
+        const na_kv_view_t *v = &it->view;
+        int b;
+        for (b = j->b0; b < j->b0 + j->nb && ok; b++)
+            if (v->blocks[b].loc == NA_KV_LOC_SSD &&
+                na_kv_view_check(v, b, (const char *)j->chunk +
+                                       (size_t)(b - j->s0) * v->block_bytes) != NA_OK) {
+                snprintf(j->why, sizeof(j->why), "%s", na_errmsg());
+                j->failed = 1;
+                ok = 0;
+            }
+    }
     if (ok) {
         t0 = na_now_ns();
         na_attn_granule_compute(e, k, j);

@@ -327,6 +327,8 @@ static na_status_t csd_stage_block(csd_engine_t *e, const csd_item_t *it, int b,
                               r < 0 ? strerror(errno) : "end of file");
             got += (size_t)r;
         }
+        if (na_kv_view_check(v, b, to) != NA_OK)
+            return NA_ERR_IO;                    /* the disk returned other bytes */
         if (!aligned)
             memcpy(dst, e->bounce, bb);
     }

@@ -24,8 +24,9 @@ typedef struct na_attn_job {
     size_t              len;         /* bytes read into chunk (0 = no read) */
     void               *chunk;       /* staging chunk, or NULL */
     int                 pieces;      /* reads in flight */
-    int                 failed;      /* a read failed or came back short */
-    char                why[120];
+    int                 failed;      /* a read failed, came back short or failed
+                                        its checksum */
+    char                why[200];
     /* prefetch */
     int                 prefetch;    /* issued by prefetch */
     int                 done;        /* all reads completed */

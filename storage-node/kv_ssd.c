@@ -150,6 +150,52 @@ err_free_io:
 }
 
 /* ---------------------------------------------------------------------- */
+/* Block checksum                                                          */
+
+#define NA_KV_P1 0x9E3779B185EBCA87ull
+#define NA_KV_P2 0xC2B2AE3D27D4EB4Full
+#define NA_KV_P3 0x165667B19E3779F9ull
+
+static inline uint64_t na_kv_rotl(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t na_kv_round(uint64_t acc, uint64_t w)
+{
+    return na_kv_rotl(acc + w * NA_KV_P2, 31) * NA_KV_P1;
+}
+
+uint64_t na_kv_sum(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t a0 = NA_KV_P1 + NA_KV_P2, a1 = NA_KV_P2, a2 = 0, a3 = 0 - NA_KV_P1, h, w[4];
+    size_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        memcpy(w, s + i, 32);
+        a0 = na_kv_round(a0, w[0]);
+        a1 = na_kv_round(a1, w[1]);
+        a2 = na_kv_round(a2, w[2]);
+        a3 = na_kv_round(a3, w[3]);
+    }
+    h = na_kv_rotl(a0, 1) + na_kv_rotl(a1, 7) + na_kv_rotl(a2, 12) + na_kv_rotl(a3, 18);
+    h = (h ^ na_kv_round(0, a0)) * NA_KV_P1 + NA_KV_P3;
+    h = (h ^ na_kv_round(0, a1)) * NA_KV_P1 + NA_KV_P3;
+    h = (h ^ na_kv_round(0, a2)) * NA_KV_P1 + NA_KV_P3;
+    h = (h ^ na_kv_round(0, a3)) * NA_KV_P1 + NA_KV_P3;
+    h += (uint64_t)n;
+    for (; i < n; i++)
+        h = na_kv_rotl(h ^ (s[i] * NA_KV_P3), 11) * NA_KV_P1;
+    h ^= h >> 33;
+    h *= NA_KV_P2;
+    h ^= h >> 29;
+    h *= NA_KV_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Aligned memory                                                          */
 
 void *na_kv_aligned_alloc(size_t bytes)
@@ -176,9 +222,52 @@ static uint64_t na_kv_round_up(uint64_t v)
     return (v + NA_KV_ALIGN - 1) / NA_KV_ALIGN * NA_KV_ALIGN;
 }
 
+/* Open path for the SSD tier (extra: O_DIRECT or 0): created afresh
+ * (O_EXCL), or one left by an earlier run of ours (a crash) opened again;
+ * never through a symbolic link (O_NOFOLLOW), and only a plain file of ours
+ * with one name, so that a link planted in the directory cannot make the
+ * truncate and preallocate below land on some other file. -1 with errno
+ * set, or with *why set to the reason the file was refused (errno 0). */
+static int na_kv_file_open_fd(const char *path, int extra, const char **why)
+{
+    const int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | extra;
+    struct stat sb;
+    int fd;
+
+    *why = NULL;
+    fd = open(path, flags | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0 || errno != EEXIST)
+        return fd;
+    fd = open(path, flags);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            *why = "is a symbolic link";
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode))
+        *why = "is not a regular file";
+    else if (sb.st_uid != geteuid())
+        *why = "is owned by another user";
+    else if (sb.st_nlink != 1)
+        *why = "has another name (a hard link)";
+    if (*why != NULL) {
+        close(fd);
+        errno = 0;
+        return -1;
+    }
+    return fd;
+}
+
 na_status_t na_kv_file_open(na_kv_file_t *f, const char *dir, const char *name,
                             uint64_t size, int allow_buffered)
 {
+    const char *why;
     int fd, r;
 
     memset(f, 0, sizeof(*f));
@@ -188,16 +277,19 @@ na_status_t na_kv_file_open(na_kv_file_t *f, const char *dir, const char *name,
         return na_err(NA_ERR_INVALID, "kv file: size 0");
     if ((size_t)snprintf(f->path, sizeof(f->path), "%s/%s", dir, name) >= sizeof(f->path))
         return na_err(NA_ERR_RANGE, "kv file: path too long: %s/%s", dir, name);
-    fd = open(f->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+    fd = na_kv_file_open_fd(f->path, O_DIRECT, &why);
     f->direct = 1;
-    if (fd < 0 && errno == EINVAL) {
+    if (fd < 0 && why == NULL && errno == EINVAL) {
         if (!allow_buffered)
             return na_err(NA_ERR_UNSUPPORTED, "kv file %s: the file system refuses O_DIRECT "
                           "(tmpfs?); put the KV directory on a real disk", f->path);
         na_log_warn("kv file %s: O_DIRECT refused, falling back to buffered I/O", f->path);
-        fd = open(f->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        fd = na_kv_file_open_fd(f->path, 0, &why);
         f->direct = 0;
     }
+    if (fd < 0 && why != NULL)
+        return na_err(NA_ERR_IO, "kv file %s %s: refused (a node truncates its KV file; "
+                      "remove it if it is yours)", f->path, why);
     if (fd < 0)
         return na_err(NA_ERR_IO, "open(%s): %s", f->path, strerror(errno));
     /* one slot per file: a second slot on the same directory must not

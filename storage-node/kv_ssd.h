@@ -89,7 +89,10 @@ typedef struct {
  * with fallocate and open it O_DIRECT, holding an exclusive flock
  * (NA_ERR_BUSY if another slot or process holds the file). If the file system refuses O_DIRECT
  * and allow_buffered is set, open without it and log a warning; otherwise
- * NA_ERR_UNSUPPORTED naming the directory. Owns the fd; pair with
+ * NA_ERR_UNSUPPORTED naming the directory. The file is created O_EXCL,
+ * or, when one is there (left by a crash), reused only if it is a plain file
+ * of this user with one name; never through a symbolic link (O_NOFOLLOW):
+ * NA_ERR_IO saying why otherwise, the file untouched. Owns the fd; pair with
  * na_kv_file_close (which also unlinks the file). */
 na_status_t na_kv_file_open(na_kv_file_t *f, const char *dir, const char *name,
                             uint64_t size, int allow_buffered);
@@ -106,6 +109,12 @@ void        na_kv_file_free(na_kv_file_t *f, uint64_t off, uint64_t len);
  * on an error or short transfer, naming path and offset. */
 na_status_t na_kv_io_rw_sync(na_kv_io_t *io, int fd, int write, void *buf,
                              size_t len, uint64_t off, const char *path);
+
+/* The checksum of an SSD block image: 64 bits over n bytes, four
+ * independent multiply-rotate lanes (xxHash64's round) so that it runs near
+ * memory speed. A block's sum is taken as it is written to the SSD tier and
+ * checked on every read back (na_kv_view_check, kv_store.h). */
+uint64_t na_kv_sum(const void *p, size_t n);
 
 /* Allocate / free NA_KV_ALIGN-aligned memory (NULL on failure). */
 void *na_kv_aligned_alloc(size_t bytes);

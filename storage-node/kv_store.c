@@ -437,6 +437,18 @@ void na_kv_view_release(na_kv_store_t *s, na_kv_view_t *view)
     view->req = NULL;
 }
 
+na_status_t na_kv_view_check(const na_kv_view_t *v, int b, const void *data)
+{
+    if (na_kv_sum(data, v->block_bytes) == v->blocks[b].sum)
+        return NA_OK;
+    return na_err(NA_ERR_IO, "KV block %d of layer %d of request %llu read back from the SSD "
+                  "tier (file offset %llu, %zu bytes) fails its checksum: the disk returned "
+                  "other bytes than were written", b, v->layer,
+                  (unsigned long long)na_kv_req_id(v->req),
+                  (unsigned long long)(v->ssd_off + (uint64_t)b * v->block_bytes),
+                  v->block_bytes);
+}
+
 void na_kv_stats(na_kv_store_t *s, na_kv_stats_t *out)
 {
     *out = s->st;

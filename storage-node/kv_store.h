@@ -28,6 +28,10 @@
  * attention keeps reading the DRAM copy meanwhile). The partial last block
  * stays in the buffer and its image is also rewritten to its SSD home so
  * that the SSD holds every spilled row. See writeback.c for crash semantics.
+ * Every whole block written to the SSD gets a checksum (na_kv_sum, kept in
+ * its block table entry, in DRAM); whoever reads it back (the attention
+ * engines, the KV fetch) checks it (na_kv_view_check), so a block the disk
+ * corrupted fails its request with the reason instead of a wrong answer.
  *
  * Budgets. dram_bytes bounds all block memory (buffer + DRAM tier); each
  * request reserves its worst-case buffer at open. A slot without SSD
@@ -80,6 +84,9 @@ typedef struct {
     uint8_t written;       /* WRITING: write completed, state change deferred
                               until no view of the layer is held */
     void   *mem;           /* block memory for BUF/WRITING/DRAM, else NULL */
+    uint64_t sum;          /* na_kv_sum of the image written to the SSD (taken
+                              when the whole block is spilled; set for
+                              WRITING, DRAM after a write, SSD) */
 } na_kv_block_t;
 
 typedef struct na_kv_req na_kv_req_t;
@@ -162,6 +169,12 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
  * na_kv_view_release. view->blocks is allocated here. */
 na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t *view);
 void        na_kv_view_release(na_kv_store_t *s, na_kv_view_t *view);
+/* Check block b of view v, read back from the SSD into data (block_bytes),
+ * against the checksum taken when it was written: NA_OK, or NA_ERR_IO with
+ * a message naming the request, layer, block and file offset (the disk gave
+ * back other bytes than were written: the request must fail, never compute
+ * on them). Any thread (reads only the view). */
+na_status_t na_kv_view_check(const na_kv_view_t *v, int b, const void *data);
 
 /* Spill every buffered row of request r now (all layers) and wait. */
 na_status_t na_kv_flush(na_kv_store_t *s, na_kv_req_t *r);

@@ -48,6 +48,10 @@ static na_status_t kr_copy_part(na_node_t *n, const na_node_req_t *r, const na_p
                             (unsigned long long)off, got < 0 ? strerror(errno) : "short read");
                 break;
             }
+            if (blk->loc == NA_KV_LOC_SSD && (st = na_kv_view_check(view, b, buf)) != NA_OK) {
+                st = na_err_prefix(st, "node %s: ", n->name);
+                break;
+            }
             src = buf;
         }
         for (; t < last; t++) {

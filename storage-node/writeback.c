@@ -301,6 +301,7 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
         for (i = 0; i < nb; i++) {
             na_kv_block_t *blk = &L->blocks[b + i];
             memcpy((char *)w->buf + (size_t)i * bs, blk->mem, bs);
+            blk->sum = na_kv_sum((char *)w->buf + (size_t)i * bs, bs);   /* checked on reads */
             blk->loc = NA_KV_LOC_WRITING;
             blk->written = 0;
             blk->keep = 0;

@@ -220,6 +220,17 @@ repair)
     [ $? -eq 1 ] || fail "other: a foreign output was not refused"
     grep -q "not a batch result record" "$DIR/other.err" || fail "other: no reason"
     [ "$(cat "$DIR/other.txt")" = "$(printf 'hello\nworld')" ] || fail "other: file changed"
+    # one line without newline (was emptied), and a symbolic link to it: refused, untouched
+    printf 'keep me' > "$DIR/nonl.txt"
+    batch nonl "$DIR/jobs.jsonl" "$DIR/nonl.txt"
+    [ $? -eq 1 ] || fail "nonl: a foreign output was not refused"
+    grep -q "neither whole nor the start of a batch result record" "$DIR/nonl.err" ||
+        fail "nonl: no reason: $(cat "$DIR/nonl.err")"
+    ln -s "$DIR/nonl.txt" "$DIR/link.jsonl"
+    batch link "$DIR/jobs.jsonl" "$DIR/link.jsonl"
+    [ $? -eq 1 ] || fail "link: a symbolic link as output was not refused"
+    grep -q "is a symbolic link: refused" "$DIR/link.err" || fail "link: no reason: $(cat "$DIR/link.err")"
+    [ "$(cat "$DIR/nonl.txt")" = "keep me" ] || fail "nonl: file changed"
     # two batches on one output: the second is refused while the first runs
     rm -f "$DIR/two.jsonl"
     na_bg /dev/null "$DIR/two1.err" timeout $((120 * NA_TS)) "$BIN" batch --input "$DIR/jobs.jsonl" \

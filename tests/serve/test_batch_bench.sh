@@ -18,6 +18,7 @@ na_stories
 command -v jq >/dev/null 2>&1 || { echo "SKIPPED: no jq (scripts/deps.txt)"; exit 77; }
 
 echo "bench-serve-test-key-$$" > "$DIR/key"
+chmod 600 "$DIR/key"
 na_fg "$DIR/bench.out" "$DIR/bench.err" timeout $((240 * NA_TS)) "$BIN" bench serve --quick --mode "$MODE" \
     --config "$SRC/cluster-configs/local.yaml" --concurrency 1,2 --requests 4 --max-tokens 8 \
     --api-key-file "$DIR/key" --json "$DIR/bench.json" || fail "bench serve failed"

@@ -18,6 +18,11 @@
 #   limits  --api-key-file (right key, wrong key, /health open), --max-queue 1
 #           (429 with Retry-After while a long stream runs), --timeout 2 (that
 #           stream ends with a timeout error event), --max-body, huge headers
+#   guard   an API key file others may read, or longer than 4095 bytes, is
+#           refused, a 600-byte key is taken whole; slow clients (tests/serve/slowloris.cjs, node's net
+#           only): the per-address cap, a header sent one byte a second closed
+#           after --request-timeout, /health answered through a flood of slow
+#           connections larger than the connection limit
 # Exit 0 pass, 1 fail, 77 skipped (no shared model). No node or no openai
 # package is a failure: scripts/setup.sh installs them.
 set -u
@@ -30,7 +35,7 @@ L1="$SRC/cluster-configs/test-1s.yaml"
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no $SHARED/models/stories260K.bin"; exit 77; }
 command -v node >/dev/null 2>&1 || fail "node is missing: install nodejs (scripts/deps.txt)"
 command -v curl >/dev/null 2>&1 || fail "curl is missing: install curl (scripts/deps.txt)"
-[ -f "${NA_NODE_DIR:-}/node_modules/openai/package.json" ] ||
+[ "$SCEN" = guard ] || [ -f "${NA_NODE_DIR:-}/node_modules/openai/package.json" ] ||
     fail "the openai npm package is not in NA_NODE_DIR='${NA_NODE_DIR:-}': run scripts/setup.sh test"
 
 # serve NAME ARGS...: start `nearattn serve --port 0 ARGS` (log DIR/NAME.log),
@@ -196,6 +201,7 @@ limits)
     "$BIN" gen-model --out "$DIR/big" --dim 256 --hidden 688 --layers 4 --heads 8 --kv-heads 8 \
         --vocab 512 --seq-len 4096 --format llama2c --quiet || fail "gen-model"
     echo "test-key-0123456789" >"$DIR/key"
+    chmod 600 "$DIR/key"
     KEYH="Authorization: Bearer test-key-0123456789"
     serve limits --config "$L1" --model "$DIR/big.bin" --mode monolithic --api-key-file "$DIR/key" \
         --max-queue 1 --timeout 2 --max-body 4096
@@ -227,8 +233,40 @@ limits)
     [ "$(metric nearattn_requests_rejected_total)" = 1 ] || fail "rejected_total is not 1"
     stop_serve
     ;;
+guard)
+    # the API key file: others may read it, or its first line does not fit
+    echo "test-key-0123456789" >"$DIR/key"
+    chmod 644 "$DIR/key"
+    "$BIN" serve --port 0 --api-key-file "$DIR/key" >"$DIR/key644.log" 2>&1 &&
+        fail "serve took a key file of mode 0644"
+    grep -q "mode 0644): chmod 600" "$DIR/key644.log" || fail "key 0644: $(cat "$DIR/key644.log")"
+    head -c 5000 /dev/zero | tr '\0' 'k' >"$DIR/key"
+    chmod 600 "$DIR/key"
+    "$BIN" serve --port 0 --api-key-file "$DIR/key" >"$DIR/keylong.log" 2>&1 &&
+        fail "serve took a 5000-byte key"
+    grep -q "longer than 4095 bytes" "$DIR/keylong.log" || fail "long key: $(cat "$DIR/keylong.log")"
+    echo "ok key files refused"
+    # a 600-byte key is taken whole (it was cut at 511 bytes)
+    KEY600=$(head -c 600 /dev/zero | tr '\0' 'q')
+    echo "$KEY600" >"$DIR/key"
+    chmod 600 "$DIR/key"
+    KEYH="Authorization: Bearer $KEY600"
+    # slow clients: --max-queue 8 gives 72 connections, 16 per address
+    serve guard --config "$L1" --mode monolithic --max-queue 8 --request-timeout 3 \
+        --api-key-file "$DIR/key"
+    http 200 key600 "$BASE/v1/models" -H "$KEYH"
+    http 401 key511 "$BASE/v1/models" -H "Authorization: Bearer $(echo "$KEY600" | head -c 511)"
+    PORT=${BASE##*:}
+    node "$SRC/tests/serve/slowloris.cjs" "$PORT" 16 3 >"$DIR/slowloris.log" 2>&1 ||
+        fail "slow clients: $(tail -5 "$DIR/slowloris.log")"
+    cat "$DIR/slowloris.log"
+    slow=$(metric 'nearattn_http_connections_closed_total{reason="slow"}')
+    [ "${slow:-0}" -ge 1 ] || fail "no connection counted as closed slow ($slow)"
+    http 200 afterflood "$BASE/health"
+    stop_serve
+    ;;
 *)
-    echo "usage: test_serve.sh api|chat|cancel|limits [NODE_CLIENT]" >&2
+    echo "usage: test_serve.sh api|chat|cancel|limits|guard [NODE_CLIENT]" >&2
     exit 2
     ;;
 esac

@@ -99,6 +99,29 @@ static void test_oai_parse(void)
     na_oai_req_free(&r);
     NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
                    NULL, NULL, &r, &e) == 400 && !strcmp(e.param, "stop"));
+    /* jansson's error text quotes the bad token cut inside a character
+     * ("invalid escape near '"\<c3>'): the error body must still build (it
+     * was NULL: serve closed the connection without an answer) */
+    {
+        char *body;
+        NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\": \"\\\xc3\xa9\"}", NULL, NULL, &r,
+                       &e) == 400);
+        NA_CHECK_MSG(strstr(e.message, "invalid escape") != NULL &&
+                     strstr(e.message, "\xef\xbf\xbd") != NULL, "%s", e.message);
+        body = na_oai_dump(na_oai_error_json(&e));
+        NA_CHECK(body != NULL && strstr(body, "invalid escape") != NULL);
+        free(body);
+        /* a message cut by its buffer inside a character, bytes that are no UTF-8 */
+        na_oai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "%*s\xe2\x82\xac\xe2\x82\xac",
+                         (int)sizeof(e.message) - 3, "x");
+        body = na_oai_dump(na_oai_error_json(&e));
+        NA_CHECK(body != NULL);
+        free(body);
+        na_oai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "bad \xff\xfe \xc3");
+        body = na_oai_dump(na_oai_error_json(&e));
+        NA_CHECK(body != NULL && strstr(body, "bad \xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd") != NULL);
+        free(body);
+    }
 }
 
 static void test_oai_build(void)

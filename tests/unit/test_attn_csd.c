@@ -14,12 +14,17 @@
  *   faults  NA_FAULTS csd (test doubles): a corrupted page (checksum), a
  *           bad descriptor, a run that never completes, a lost device: the
  *           affected entries fail with the reason, the others are computed
+ *   zeroed  a request's KV zeroed in kv.dat (KV forced to the SSD): its
+ *           entry fails with the block checksum's reason, the others are
+ *           computed
  * Exit 77 when XRT is not built. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/status.h"
 #include "storage-node/slot.h"
@@ -249,6 +254,65 @@ static void fault_case(const char *spec, const char *want, int all_fail)
     na_slot_destroy(slot);
 }
 
+/* Request 3's KV zeroed in kv.dat after its prefill (KV on the SSD only):
+ * entry 3 fails with the checksum's reason, entries 1, 2, 4 are computed. */
+static void zeroed_case(void)
+{
+    csd_setup_t s = { 2, 2, 64, 1, 16, 1, 8u << 20, "0", g_xclbin };
+    na_slot_t *slot = NULL;
+    na_attn_entry_t e[4];
+    float q[4 * 64], k[2 * 64], o[4][4 * 64], kp[40 * 2 * 64];
+    char path[700];
+    uint64_t off = 0, len = 0;
+    int r, fd;
+    na_rng_t rng;
+
+    NA_CHECK_OK(make_slot(&s, "csd", "zeroed", &slot));
+    if (slot == NULL)
+        return;
+    na_rng_seed(&rng, 6);
+    na_rng_fill(&rng, q, 4 * 64, -1, 1);
+    na_rng_fill(&rng, k, 2 * 64, -1, 1);
+    na_rng_fill(&rng, kp, 40 * 2 * 64, -1, 1);
+    for (r = 0; r < 4; r++) {
+        NA_CHECK_OK(na_slot_open(slot, 1 + (uint64_t)r, 50, 2));
+        NA_CHECK_OK(na_slot_prefill(slot, 1 + (uint64_t)r, 0, kp, kp, NA_DTYPE_F32, 0, 40));
+        NA_CHECK_OK(na_slot_prefill_done(slot, 1 + (uint64_t)r));
+        memset(&e[r], 0, sizeof(e[r]));
+        e[r].req = 1 + (uint64_t)r;
+        e[r].n_q_heads = 4;
+        e[r].n_kv_heads = 2;
+        e[r].q = q;
+        e[r].k_new = k;
+        e[r].v_new = k;
+        e[r].o = o[r];
+    }
+    na_kv_req_extent(na_kv_find(na_slot_store(slot), 3), &off, &len);
+    snprintf(path, sizeof(path), "%s/zeroed/kv.dat", g_dir);
+    fd = open(path, O_WRONLY);
+    NA_CHECK(fd >= 0 && len > 4096);
+    if (fd >= 0 && len > 4096) {
+        char *z = calloc(1, (size_t)len);
+        NA_CHECK(z != NULL && pwrite(fd, z, (size_t)len - 4096, (off_t)(off + 4096)) ==
+                 (ssize_t)len - 4096);
+        NA_CHECK(fdatasync(fd) == 0);
+        free(z);
+    }
+    if (fd >= 0)
+        close(fd);
+    NA_CHECK_OK(na_slot_decode(slot, e, 4));
+    for (r = 0; r < 4; r++) {
+        if (r == 2)
+            NA_CHECK_MSG(e[r].status == NA_ERR_IO && strstr(e[r].reason, "fails its checksum"),
+                         "zeroed: entry %d: %s", r, e[r].reason);
+        else
+            NA_CHECK_MSG(e[r].status == NA_OK, "zeroed: entry %d: %s", r, e[r].reason);
+    }
+    for (r = 0; r < 4; r++)
+        NA_CHECK_OK(na_slot_release(slot, 1 + (uint64_t)r));
+    na_slot_destroy(slot);
+}
+
 int main(void)
 {
     static const int groups[] = { 1, 2, 4, 8 };
@@ -314,6 +378,7 @@ int main(void)
     fault_case("csd:bad_desc_launch=1", "bad descriptor", 0);
     fault_case("csd:hang_launch=1", "did not complete", 1);
     fault_case("csd:lose_launch=1", "lost", 1);
+    zeroed_case();
     na_test_rmtree(g_dir);
     return na_test_finish();
 }

@@ -1,14 +1,17 @@
 /* tests/unit/test_attn_engine.c — decode attention of the storage node's
  * CPU engine (storage-node/attn_engine.c) against kernels' "ref" backend,
  * and exactness across tiers, spill intervals and partitions; injected I/O
- * faults and bad entries fail only the affected request. */
+ * faults, a zeroed region of kv.dat (block checksums) and bad entries fail
+ * only the affected request. */
 #define _GNU_SOURCE            /* O_DIRECT (kv_fault_io.h) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "storage-node/slot.h"
@@ -40,7 +43,31 @@ typedef struct {
     int            incremental;       /* submit entries one by one */
     na_kv_fault_t    *fault;             /* NULL: plain io_uring */
     int            fault_req;         /* request whose extent gets the fault */
+    int            zero;              /* zero fault_req's KV in kv.dat after its prefill */
 } run_t;
+
+/* Overwrite request id's KV on slot s (dir: its KV directory) in kv.dat with
+ * zeros, past the extent's header: what a disk that lost the data returns. */
+static void zero_kv(na_slot_t *s, const char *dir, uint64_t id)
+{
+    char path[700];
+    uint64_t off, len;
+    void *z;
+    int fd;
+
+    na_kv_req_extent(na_kv_find(na_slot_store(s), id), &off, &len);
+    snprintf(path, sizeof(path), "%s/kv.dat", dir);
+    fd = open(path, O_WRONLY);
+    z = calloc(1, (size_t)len);
+    NA_CHECK(fd >= 0 && z != NULL && len > 4096);
+    if (fd >= 0 && z != NULL && len > 4096) {
+        NA_CHECK(pwrite(fd, z, (size_t)len - 4096, (off_t)(off + 4096)) == (ssize_t)len - 4096);
+        NA_CHECK(fdatasync(fd) == 0);
+    }
+    free(z);
+    if (fd >= 0)
+        close(fd);
+}
 
 static char g_dir[512];
 
@@ -175,6 +202,11 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
             NA_CHECK_OK(na_slot_prefill_done(s, 100 + r));
         }
         opened[r] = 1;
+        for (p = 0; cfg->zero && r == cfg->fault_req && p < n_parts[r]; p++) {
+            char d[600];
+            snprintf(d, sizeof(d), "%s/s%d", g_dir, parts[r][p].slot);
+            zero_kv(slots[parts[r][p].slot], d, 100 + r);
+        }
         if (cfg->fault && r == cfg->fault_req) {
             uint64_t off, len;
             na_kv_req_extent(na_kv_find(na_slot_store(slots[parts[r][0].slot]), 100 + r),
@@ -495,6 +527,60 @@ out:
     return rc;
 }
 
+/* 3b. a zeroed region of kv.dat (the disk lost the data) fails that request
+ * with the checksum's reason at its first read (all SSD; with and without
+ * prefetch); the others give the same outputs. */
+static int test_corrupt(void)
+{
+    const int P[3] = { 70, 90, 33 };
+    work_t w;
+    run_t c;
+    float *base, *out;
+    na_status_t *sts;
+    size_t n, i;
+    int rc = 0, pf, r, l, step;
+
+    work_init(&w, 4343, 2, 4, 2, 64, 3, P, 3, 16, 32);
+    n = out_len(&w);
+    base = calloc(n, sizeof(float));
+    out = calloc(n, sizeof(float));
+    sts = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
+    for (pf = 0; pf < 2; pf++) {
+        c = run_default();
+        c.ssd_bytes = 16u << 20;
+        c.no_dram_tier = 1;
+        c.prefetch = pf;
+        rc = run(&w, &c, base, sts, NULL);
+        if (rc != 0)
+            goto out;
+        c.zero = 1;
+        c.fault_req = 1;
+        rc = run(&w, &c, out, sts, NULL);
+        if (rc != 0)
+            goto out;
+        for (step = 0; step < w.S; step++)
+            for (l = 0; l < w.n_layers; l++)
+                for (r = 0; r < w.R; r++) {
+                    na_status_t s1 = sts[((size_t)step * w.n_layers + l) * w.R + r];
+                    i = out_index(&w, step, l, r);
+                    if (r == 1) {
+                        NA_CHECK_MSG(s1 == NA_ERR_IO, "prefetch %d step %d layer %d: the "
+                                     "zeroed request got %s", pf, step, l,
+                                     na_status_string(s1));
+                    } else {
+                        NA_CHECK_MSG(s1 == NA_OK, "prefetch %d: request %d failed", pf, r);
+                        NA_CHECK(same(base + i, out + i, (size_t)w.n_heads * w.head_dim));
+                    }
+                }
+    }
+out:
+    work_free(&w);
+    free(base);
+    free(out);
+    free(sts);
+    return rc;
+}
+
 /* 4. bad entries fail alone; the store stays consistent. */
 static int test_bad_input(void)
 {
@@ -630,6 +716,8 @@ int main(void)
         rc = test_exactness();
     if (rc == 0)
         rc = test_faults();
+    if (rc == 0)
+        rc = test_corrupt();
     if (rc == 0)
         rc = test_bad_input();
     na_test_rmtree(g_dir);

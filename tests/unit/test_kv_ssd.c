@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "storage-node/kv_ssd.h"
+#include "storage-node/mkdir.h"
 #include "tests/testutil.h"
 #include "tests/unit/kv_fault_io.h"
 
@@ -94,6 +97,99 @@ static void test_rw(na_kv_file_t *f)
     na_kv_aligned_free(r);
 }
 
+/* A kv.dat someone planted (a symbolic link, a hard link to another file)
+ * is refused and what it points at is left as it was. */
+static void test_planted(const char *dir)
+{
+    static const char victim_text[] = "not a KV file: must survive\n";
+    char victim[600], sub[600], kv[700];
+    na_kv_file_t f;
+    size_t n = 0;
+    char *back;
+
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    snprintf(sub, sizeof(sub), "%s/planted", dir);
+    snprintf(kv, sizeof(kv), "%s/kv.dat", sub);
+    NA_CHECK(mkdir(sub, 0700) == 0);
+    NA_CHECK(na_test_write_file(victim, victim_text, sizeof(victim_text) - 1) == 0);
+    NA_CHECK(symlink(victim, kv) == 0);
+    NA_CHECK(na_kv_file_open(&f, sub, "kv.dat", 1u << 20, 1) == NA_ERR_IO);
+    NA_CHECK_MSG(strstr(na_errmsg(), "symbolic link") != NULL, "%s", na_errmsg());
+    NA_CHECK(unlink(kv) == 0);
+    NA_CHECK(link(victim, kv) == 0);
+    NA_CHECK(na_kv_file_open(&f, sub, "kv.dat", 1u << 20, 1) == NA_ERR_IO);
+    NA_CHECK_MSG(strstr(na_errmsg(), "hard link") != NULL, "%s", na_errmsg());
+    NA_CHECK(unlink(kv) == 0);
+    NA_CHECK(mkdir(kv, 0700) == 0);
+    NA_CHECK(na_kv_file_open(&f, sub, "kv.dat", 1u << 20, 1) == NA_ERR_IO);
+    NA_CHECK(rmdir(kv) == 0);
+    back = na_test_read_file(victim, &n);
+    NA_CHECK(back != NULL && n == sizeof(victim_text) - 1 && memcmp(back, victim_text, n) == 0);
+    free(back);
+    /* one left by an earlier run of ours (a crash) is taken again */
+    NA_CHECK(na_test_write_file(kv, "old", 3) == 0);
+    NA_CHECK_OK(na_kv_file_open(&f, sub, "kv.dat", 1u << 20, 1));
+    NA_CHECK(f.size == (1u << 20));
+    na_kv_file_close(&f);
+}
+
+/* na_mkdir_p: creates what is missing, and refuses a directory someone else
+ * could write in or swap. */
+static void test_mkdir(const char *dir)
+{
+    char p[700], q[700], link_p[700];
+    struct stat sb;
+
+    snprintf(p, sizeof(p), "%s/m/a/b", dir);
+    NA_CHECK_OK(na_mkdir_p(p, 0700));
+    NA_CHECK(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 077) == 0);
+    NA_CHECK_OK(na_mkdir_p(p, 0700));                     /* there already: fine */
+    snprintf(q, sizeof(q), "%s/m/a/b/", dir);
+    NA_CHECK_OK(na_mkdir_p(q, 0700));
+    NA_CHECK(na_mkdir_p(p, 0777) == NA_ERR_INVALID);
+
+    NA_CHECK(chmod(p, 0770) == 0);                        /* the directory: g+w */
+    NA_CHECK(na_mkdir_p(p, 0700) == NA_ERR_IO);
+    NA_CHECK_MSG(strstr(na_errmsg(), "writable by its group") != NULL, "%s", na_errmsg());
+    NA_CHECK(chmod(p, 0700) == 0);
+
+    snprintf(q, sizeof(q), "%s/m/a", dir);                /* a parent: o+w, not sticky */
+    NA_CHECK(chmod(q, 0777) == 0);
+    NA_CHECK(na_mkdir_p(p, 0700) == NA_ERR_IO);
+    NA_CHECK_MSG(strstr(na_errmsg(), "sticky") != NULL, "%s", na_errmsg());
+    NA_CHECK(chmod(q, 01777) == 0);                       /* sticky, like /tmp: fine */
+    NA_CHECK_OK(na_mkdir_p(p, 0700));
+    NA_CHECK(chmod(q, 0700) == 0);
+
+    snprintf(link_p, sizeof(link_p), "%s/m/l", dir);      /* our own link: followed */
+    NA_CHECK(symlink(p, link_p) == 0);
+    NA_CHECK_OK(na_mkdir_p(link_p, 0700));
+    snprintf(q, sizeof(q), "%s/m/l/c", dir);
+    NA_CHECK_OK(na_mkdir_p(q, 0700));
+
+    snprintf(q, sizeof(q), "%s/m/f", dir);                /* not a directory */
+    NA_CHECK(na_test_write_file(q, "x", 1) == 0);
+    NA_CHECK(na_mkdir_p(q, 0700) == NA_ERR_IO);
+
+    if (geteuid() == 0) {
+        /* another user's directory, or link, where ours would go: the
+         * /tmp/nearattn-$USER someone made first */
+        NA_CHECK(chown(p, 65534, 65534) == 0);
+        NA_CHECK(na_mkdir_p(p, 0700) == NA_ERR_IO);
+        NA_CHECK_MSG(strstr(na_errmsg(), "owned by uid 65534") != NULL, "%s", na_errmsg());
+        snprintf(q, sizeof(q), "%s/m/a/b/c", dir);
+        NA_CHECK(na_mkdir_p(q, 0700) == NA_ERR_IO);       /* as a parent too */
+        NA_CHECK(chown(p, 0, 0) == 0);
+        NA_CHECK(lchown(link_p, 65534, 65534) == 0);
+        NA_CHECK(na_mkdir_p(link_p, 0700) == NA_ERR_IO);
+        NA_CHECK_MSG(strstr(na_errmsg(), "symbolic link owned by uid 65534") != NULL, "%s",
+                     na_errmsg());
+    } else {
+        NA_CHECK(na_mkdir_p("/usr", 0700) == NA_ERR_IO);  /* root's, not ours */
+        NA_CHECK_MSG(strstr(na_errmsg(), "owned by uid 0") != NULL, "%s", na_errmsg());
+    }
+}
+
 int main(void)
 {
     char dir[512];
@@ -119,6 +215,8 @@ int main(void)
         test_rw(&f);
         na_kv_file_close(&f);
     }
+    test_planted(dir);
+    test_mkdir(dir);
     NA_CHECK(na_kv_file_open(&f, "/nonexistent-dir-of-nearattn", "kv.dat", 4096, 0) == NA_ERR_IO);
     NA_CHECK(strstr(na_errmsg(), "nonexistent-dir-of-nearattn") != NULL);
     na_test_rmtree(dir);
