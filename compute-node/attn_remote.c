@@ -491,6 +491,11 @@ na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsi
     if (!p->nodes[j].alive)
         return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
     st = na_peer_call(p->nodes[j].peer, m, NULL, reply, flags, timeout_ms, fn, arg);
+    /* a send that failed (its UCX endpoint failed: the session ends the peer
+     * at its next poll) takes the node down now, so that the caller places
+     * the request elsewhere instead of picking this node again */
+    if (st != NA_OK && p->nodes[j].alive && !na_peer_alive(p->nodes[j].peer))
+        rm_node_lost(p, j, na_peer_why(p->nodes[j].peer));
     if (st != NA_OK && !p->nodes[j].alive)
         return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
     return st;

@@ -302,6 +302,8 @@ static na_status_t ses_send_faulty(na_peer_t *p, const na_wire_msg_t *m, uint8_t
     switch (na_ses_fault_pick(p->ses->who, na_wire_type_name(m->type), p->name)) {
     case NA_SES_FAULT_DROP:
         return NA_OK;
+    case NA_SES_FAULT_FAIL:
+        return na_err(NA_ERR_PEER, "TEST DOUBLE: send to %s failed", p->name);
     case NA_SES_FAULT_CORRUPT:
         data[0] ^= 0x5a;                            /* the magic */
         return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
