@@ -18,9 +18,12 @@
 #   netns   storage nodes in one network namespace, the compute node in
 #           another, joined by a veth pair, UCX over TCP (77 without netns)
 #   badshape  one of two storage nodes is tests/cluster/bad_node.c (BAD_NODE),
-#           answering with a wrong GQA ratio, then with an extra entry: it is
-#           dropped with a reason naming it, its requests are re-placed on the
-#           other node, every text is the monolithic one, nothing hangs
+#           answering with a wrong GQA ratio, with an extra entry, with a
+#           wrong or a duplicate request id, with an entry status out of the
+#           wire's range (1000) or no na_status_t (-200): it is dropped at
+#           once (not by the answer's deadline) with a reason naming it, its
+#           requests are re-placed on the other node, every text is the
+#           monolithic one, nothing hangs (NA_BAD_MODES picks modes by hand)
 #   stop    a storage node stopped with SIGSTOP mid-generation (over shm,
 #           then tcp): it is lost after peer_timeout_ms (2 s here), not
 #           after 6 x timeout_ms; its requests are re-placed as for kill -9
@@ -248,7 +251,7 @@ netns)
     ;;
 badshape)
     BAD=${3:?badshape needs the bad_node binary}
-    for mode in shape count; do
+    for mode in ${NA_BAD_MODES:-shape count badid dupid status status200}; do
         L=$(layout bad$mode 2 request 2 auto auto 2 false "$STORIES" "$STOK")
         na_bg "$DIR/b0$mode.out" "$DIR/b0$mode.err" "$BIN" node --config "$L" --name s0
         P0=$NA_PID
@@ -261,8 +264,15 @@ badshape)
         rc=$?
         [ $rc -eq 124 ] && fail "badshape $mode: run hung"
         [ $rc -eq 0 ] || fail "badshape $mode: run exited $rc, expected 0 (requests re-placed)"
-        grep -q "s1 lost: answered batch .* with wrong shapes" "$DIR/bad$mode.err" \
-            || fail "badshape $mode: no clear reason"
+        case $mode in
+        shape|count) why="s1 lost: answered batch .* with wrong shapes" ;;
+        badid|dupid) why="s1 lost: answered batch .* entry .* request .* where .* was asked" ;;
+        status) why="s1 lost: wire ATTN_OUT: field 'entries\[0\].status' = 1000 out of range" ;;
+        *) why="s1 lost: answered batch .* entry .* status -200, which is no status" ;;
+        esac
+        grep -q "$why" "$DIR/bad$mode.err" || fail "badshape $mode: no clear reason: $(grep "s1" "$DIR/bad$mode.err" | head -n 3)"
+        grep -q "no answer to DECODE_ATTN" "$DIR/bad$mode.err" &&
+            fail "badshape $mode: found by the answer's deadline, not at once"
         grep -q " [1-9][0-9]* re-placed" "$DIR/bad$mode.err" || fail "badshape $mode: nothing re-placed"
         na_same_sorted "$DIR/bad.mono" "$DIR/bad.off" || fail "badshape $mode: text differs from monolithic"
         kill -TERM $P0 $P1; wait $P0 $P1 2>/dev/null
