@@ -148,6 +148,8 @@ typedef enum {
     NA_WIRE_REFUSE_PROTO    = 6,  /* malformed handshake */
     NA_WIRE_REFUSE_SHUTDOWN = 7,  /* node is stopping */
     NA_WIRE_REFUSE_NAME     = 8,  /* a peer of that name is already connected / unknown */
+    NA_WIRE_REFUSE_MODEL    = 9,  /* a storage node holding KV of another model shape /
+                                     dtype than the compute node's (BYE after STATS) */
     NA_WIRE_REFUSE_COUNT
 } na_wire_refuse_t;
 

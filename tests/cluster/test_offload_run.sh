@@ -60,6 +60,14 @@
 #           (its log, its served counters), leaves by SIGTERM without
 #           per-request warnings; every text is the monolithic one; prints the
 #           join times
+#   rejoin  the compute node's table of storage nodes (64 entries) is not used
+#           up by announcements that end (issue 22 item 12): during a run with a
+#           compute port, s8 (wrong shape) announces, is refused once, is told
+#           why in its own log and stops announcing (one refusal in 4 s; it
+#           retried after 1, 2, 4 s before); then 70 storage peers
+#           (xp_peer --role storage, 10 at a time) announce and leave at once;
+#           then s9 (right shape) announces and takes requests (before, it was
+#           refused: "holds at most 64"); every text is the monolithic one
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -566,6 +574,47 @@ announce)
     grep -q "re-placing it" "$DIR/ann.err" && fail "announce: a clean leave logged per-request warnings"
     kill -TERM "$S8" "$S7"; wait "$S8" "$S7" 2>/dev/null
     echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries, [0-9]* prefill tokens" "$DIR/a9.err"); wrong shape and KV dtype refused; left by SIGTERM; text as monolithic)"
+    ;;
+rejoin)
+    XP="$(dirname "${3:?rejoin needs the bad_node binary (xp_peer beside it)}")/xp_peer"
+    CPORT=$((PORT + 4))
+    L=$(CPORT=$CPORT layout rejoin 1 request 1 auto auto 2 false "$STORIES" "$STOK")
+    one_node_run rejoin "$L" "$L" 32
+    na_wait_line "$DIR/rejoin.off" . 30 || fail "rejoin: no text from the run"
+    t8=$(date +%s)
+    na_bg "$DIR/a8.out" "$DIR/a8.err" "$BIN" node --config "$L" --name s8 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s8" --dram-mb 64 --ssd-mb 64 --shape 3:8:4:8
+    S8=$NA_PID
+    na_wait_line "$DIR/a8.err" "refused it: .*holds KV for 3 layers.*not announcing to it again" 20 ||
+        fail "rejoin: s8 was not told why it was refused: $(tail -n 3 "$DIR/a8.err")"
+    SEC=$(cat "$SRC/cluster-configs/dev.secret")
+    i=0
+    while [ $i -lt 70 ]; do
+        pids=""
+        for k in 0 1 2 3 4 5 6 7 8 9; do
+            "$XP" client --name "f$((i + k))" --role storage --cluster rejoin --secret "$SEC" \
+                --connect "127.0.0.1:$CPORT" --rounds 0 --timeout-ms 5000 >>"$DIR/fake.log" 2>&1 &
+            pids="$pids $!"
+        done
+        for p in $pids; do wait "$p" || fail "rejoin: an announcing peer failed: $(tail -n 2 "$DIR/fake.log")"; done
+        i=$((i + 10))
+    done
+    kill -0 "$RP" 2>/dev/null || fail "rejoin: the run ended before the announcements were done"
+    grep -q "storage node f69 announced itself" "$DIR/rejoin.err" || fail "rejoin: f69 not seen"
+    na_bg "$DIR/a9.out" "$DIR/a9.err" env NA_LOG_LEVEL=debug "$BIN" node --config "$L" --name s9 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s9" --dram-mb 64 --ssd-mb 64
+    S9=$NA_PID
+    na_wait_line "$DIR/a9.err" "opened request" 30 ||
+        fail "rejoin: no request placed on s9: $(grep "s9" "$DIR/rejoin.err" | tail -n 3)"
+    while [ $(( $(date +%s) - t8 )) -lt 5 ]; do sleep 0.2; done
+    n=$(grep -c "storage node s8 holds KV for 3 layers" "$DIR/rejoin.err")
+    [ "$n" -eq 1 ] || fail "rejoin: s8 refused $n times in 5 s (it should stop announcing)"
+    kill -TERM "$S9" "$S8"
+    wait "$S9" || fail "rejoin: s9 did not stop cleanly"
+    wait "$S8" 2>/dev/null
+    wait "$RP" || fail "rejoin: run failed"
+    na_same_sorted "$DIR/rejoin.mono" "$DIR/rejoin.off" || fail "rejoin: text differs"
+    echo "ok: rejoin (s8 refused once and told why; 70 announcements that left; s9 then took $(grep -c "opened request" "$DIR/a9.err") request(s); text as monolithic)"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;

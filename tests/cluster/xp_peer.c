@@ -22,7 +22,8 @@
  *       Rank from the launcher (rdma/bootstrap.h): rank 0 is the client of
  *       ranks 1..size-1, which serve at base-port + rank - 1.
  *   common: --name N --secret S --tls auto|shm|tcp|RAW --errmode auto|peer|cm
- *           --cluster NAME (default xptest) --test-addr HEX (send these bytes,
+ *           --cluster NAME (default xptest) --role storage|compute|tool
+ *           (the role its HELLO says; default tool) --test-addr HEX (send these bytes,
  *           sealed as usual, instead of our UCX worker address: a secret
  *           holder sending garbage)
  *           (XP_PEER_DESCRIBE=1 in the environment: print UCX's lanes of the
@@ -52,6 +53,7 @@ typedef struct {
     int clients, rounds, forever, expect_refused, garbage, timeout_ms, max_ms, base_port;
     int skip_server_proof, burst, expect_fail;
     const char *cluster;        /* cluster name (default "xptest") */
+    int hello_role;             /* na_wire_role_t sent in HELLO (--role; 0: tool) */
     uint8_t test_addr[64];      /* --test-addr: sent instead of our UCX worker address */
     size_t test_addr_len;
 } peer_args_t;
@@ -90,6 +92,7 @@ static na_status_t peer_xp_create(const peer_args_t *a, const char *host, na_xp_
     o.name = a->name;
     o.host = host;
     o.cluster = a->cluster ? a->cluster : "xptest";
+    o.role = a->hello_role;
     o.tls = na_xp_tls_parse(a->tls);
     o.tls_raw = a->tls;
     o.errmode = (na_xp_errmode_t)na_xp_errmode_parse(a->errmode);
@@ -534,6 +537,14 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--burst")) a.burst = atoi(v);
         else if (!strcmp(k, "--until-file")) a.until_file = v;
         else if (!strcmp(k, "--cluster")) a.cluster = v;
+        else if (!strcmp(k, "--role")) {
+            if (strcmp(v, "storage") && strcmp(v, "compute") && strcmp(v, "tool")) {
+                fprintf(stderr, "xp_peer: --role expects storage, compute or tool\n");
+                return 2;
+            }
+            a.hello_role = !strcmp(v, "storage") ? NA_WIRE_ROLE_STORAGE
+                   : !strcmp(v, "compute") ? NA_WIRE_ROLE_COMPUTE : NA_WIRE_ROLE_TOOL;
+        }
         else if (!strcmp(k, "--test-addr")) {
             size_t n = strlen(v) / 2, j;
             for (j = 0; j < n && j < sizeof(a.test_addr) && strlen(v) % 2 == 0; j++) {
