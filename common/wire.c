@@ -55,6 +55,7 @@ const char *na_wire_refuse_name(unsigned reason)
 {
     static const char *const names[NA_WIRE_REFUSE_COUNT] = {
         "normal", "version", "auth", "cluster", "role", "busy", "protocol", "shutdown", "name",
+        "model",
     };
     return reason < NA_WIRE_REFUSE_COUNT ? names[reason] : "?";
 }

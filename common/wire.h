@@ -53,7 +53,12 @@
  *                                                 cluster, nonce_s, mac_s}
  *   verify mac_s                                  mac_s = auth(SERVER, ...)
  *   AUTH {mac_c = auth(CLIENT, ...)}        ──▶  verify mac_c
+ *   ADDR {id_c, worker address}, sealed    ──▶  open (mac), check, UCX endpoint
  *                                          ◀──  HELLO_OK {heartbeat_ms}
+ *                                          ◀──  ADDR {id_s, worker address}, sealed
+ *   (the ADDR frames are the transport's, rdma/xp_door.c; sealed with
+ *   na_wire_addr_seal(): encrypted and MAC'd over both nonces and the side,
+ *   so a relay can neither read nor alter them: new in major version 2)
  *   Any step may instead answer REFUSE {reason, text} and close.
  *   auth(side, ...) = HMAC(secret, label(side) | nonce_c | nonce_s |
  *                          u16 len | name_c | u16 len | name_s | cluster...)
@@ -69,7 +74,7 @@
 #include "common/status.h"
 
 #define NA_WIRE_MAGIC          "NATN"
-#define NA_WIRE_VERSION_MAJOR  1
+#define NA_WIRE_VERSION_MAJOR  2   /* 2: ADDR frame sealed to the handshake */
 #define NA_WIRE_VERSION_MINOR  0
 #define NA_WIRE_HDR_SIZE       64          /* bytes this version writes */
 #define NA_WIRE_HDR_MAX        256         /* largest hdr_len accepted */
@@ -143,6 +148,8 @@ typedef enum {
     NA_WIRE_REFUSE_PROTO    = 6,  /* malformed handshake */
     NA_WIRE_REFUSE_SHUTDOWN = 7,  /* node is stopping */
     NA_WIRE_REFUSE_NAME     = 8,  /* a peer of that name is already connected / unknown */
+    NA_WIRE_REFUSE_MODEL    = 9,  /* a storage node holding KV of another model shape /
+                                     dtype than the compute node's (BYE after STATS) */
     NA_WIRE_REFUSE_COUNT
 } na_wire_refuse_t;
 
@@ -517,6 +524,26 @@ na_status_t na_wire_auth_verify(const uint8_t *secret, size_t secret_len, na_wir
                                 const uint8_t nonce_c[NA_WIRE_NONCE_SIZE], const uint8_t nonce_s[NA_WIRE_NONCE_SIZE],
                                 const char *name_c, const char *name_s, const char *cluster,
                                 const uint8_t mac[NA_WIRE_MAC_SIZE]);
+
+/* The ADDR frame that follows AUTH in both directions (rdma/xp_door.c:
+ * "NAXA", u32 body length, mac[32], body = the sender's connection id (8) |
+ * its UCX worker address) is bound to this handshake and hidden from
+ * onlookers: side is the sender's (CLIENT for the connector's frame),
+ *   body ^= keystream, block i = HMAC(secret, "nearattn-addr-v2 key" | u8 side |
+ *                                     nonce_c | nonce_s | u32 i)
+ *   mac   = HMAC(secret, "nearattn-addr-v2 mac" | u8 side | nonce_c | nonce_s |
+ *                u32 len | body as sent).
+ * seal: encrypt body in place and write its mac. open: check the mac in
+ * constant time (NA_ERR_AUTH "address frame failed its MAC check ..." and body
+ * left alone), then decrypt in place. NA_ERR_INVALID on bad arguments. */
+na_status_t na_wire_addr_seal(const uint8_t *secret, size_t secret_len, na_wire_auth_side_t side,
+                              const uint8_t nonce_c[NA_WIRE_NONCE_SIZE],
+                              const uint8_t nonce_s[NA_WIRE_NONCE_SIZE], uint8_t *body, size_t len,
+                              uint8_t mac_out[NA_WIRE_MAC_SIZE]);
+na_status_t na_wire_addr_open(const uint8_t *secret, size_t secret_len, na_wire_auth_side_t side,
+                              const uint8_t nonce_c[NA_WIRE_NONCE_SIZE],
+                              const uint8_t nonce_s[NA_WIRE_NONCE_SIZE], uint8_t *body, size_t len,
+                              const uint8_t mac[NA_WIRE_MAC_SIZE]);
 
 /* Version rule for a received HELLO / HELLO_CHALLENGE: NA_OK for the same
  * major (any minor), NA_ERR_VERSION naming both versions otherwise. */

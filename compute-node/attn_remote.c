@@ -162,6 +162,50 @@ static int rm_joining(const rm_t *p)
     return n;
 }
 
+/* 1 while a batch in flight waits for node j. */
+static int rm_owed(const rm_t *p, int j)
+{
+    int bi;
+    for (bi = 0; bi < RM_MAX_BATCH; bi++)
+        if (p->b[bi].active && p->b[bi].owes[j])
+            return 1;
+    return 0;
+}
+
+/* The entry for a storage node NAME that announced itself: that name's
+ * entry if it announced before and is gone (refused, left or lost), else a
+ * new one, else the entry of any announced node that is gone and that no
+ * open request or batch still uses. -1 when the table is full of live ones.
+ * A reused entry starts afresh (its ended connection is closed). */
+static int rm_entry_for(rm_t *p, const char *name)
+{
+    int j, any = -1;
+
+    for (j = 0; j < p->n_nodes; j++) {
+        rm_node_t *rn = &p->nodes[j];
+        if (!rn->announced || rn->alive || rn->joining || rn->pending != NULL ||
+            rn->n_open > 0 || rm_owed(p, j))
+            continue;
+        if (!strcmp(rn->name, name)) {
+            any = j;
+            break;
+        }
+        if (any < 0)
+            any = j;
+    }
+    if ((any < 0 || strcmp(p->nodes[any].name, name) != 0) && p->n_nodes < RM_MAX_NODES)
+        return p->n_nodes++;
+    if (any >= 0) {
+        rm_node_t *rn = &p->nodes[any];
+        if (rn->peer != NULL) {
+            na_peer_set_user(rn->peer, NULL);
+            na_peer_close(rn->peer, 0, NULL);
+        }
+        memset(rn, 0, sizeof(*rn));
+    }
+    return any;
+}
+
 /* A storage node connected to our listener (rm_listen): it announces itself
  * (storage-node/node_join.c). It becomes a node of this service on that
  * connection, checked like any other (rm_node_attach). */
@@ -190,14 +234,14 @@ static void rm_on_accept(void *ctx, na_peer_t *peer, na_ses_end_t how, const cha
                           "connected already");
             return;
         }
-    if (p->n_nodes == RM_MAX_NODES) {
+    j = rm_entry_for(p, name);
+    if (j < 0) {
         na_log_warn("remote: storage node %s announced itself, but this compute node holds at "
-                    "most %d", name, RM_MAX_NODES);
+                    "most %d, all connected", name, RM_MAX_NODES);
         na_peer_close(peer, NA_WIRE_REFUSE_BUSY, "this compute node has no room for another "
                       "storage node");
         return;
     }
-    j = p->n_nodes++;
     rm_node_init(p, j, name, addr, 0);
     p->nodes[j].announced = 1;
     p->nodes[j].next_try_ns = UINT64_MAX;   /* it connected to us: never dialled */
@@ -352,8 +396,18 @@ void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
     rm_t *p = ctx;
     int j = rm_node_of(p, peer);
 
-    if (j >= 0)
-        rm_node_end(p, j, why, how == NA_SES_LEFT);
+    if (j < 0)
+        return;
+    rm_node_end(p, j, why, how == NA_SES_LEFT);
+    if (p->nodes[j].announced) {
+        /* it connected to us and is never dialled: its connection goes now,
+         * and its entry may be taken by the next node that announces itself
+         * (rm_entry_for) once no request uses it */
+        p->nodes[j].joining = 0;
+        p->nodes[j].peer = NULL;
+        na_peer_set_user(peer, NULL);
+        na_peer_close(peer, 0, NULL);
+    }
 }
 
 /* Read the counters this service uses from a STATS answer. */
@@ -437,6 +491,7 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
     rm_t *p = ctx;
     rm_node_t *nd = na_peer_user(peer);
     rm_counters_t c;
+    int reason = NA_WIRE_REFUSE_PROTO;
 
     (void)arg;
     if (nd == NULL || !nd->joining)
@@ -447,9 +502,10 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
         return;
     }
     nd->joining = 0;
-    if (st == NA_OK)
+    if (st == NA_OK) {
         st = rm_shape_check(p, nd, &in->m->u.stats);
-    else if (na_peer_alive(peer))
+        reason = NA_WIRE_REFUSE_MODEL;      /* it would be refused again: it stops */
+    } else if (na_peer_alive(peer))
         st = na_err(st, "storage node %s did not answer STATS at connect: %s", nd->name,
                     na_errmsg());
     else
@@ -458,7 +514,7 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
         rm_copy(nd->why, sizeof(nd->why), na_errmsg());
         na_log_warn("remote: %s", nd->why);
         na_peer_set_user(peer, NULL);
-        na_peer_close(peer, NA_WIRE_REFUSE_PROTO, na_peer_alive(peer) ? nd->why : NULL);
+        na_peer_close(peer, reason, na_peer_alive(peer) ? nd->why : NULL);
         nd->peer = NULL;
         nd->next_try_ns = UINT64_MAX;   /* not retried: it would be refused again */
         return;
@@ -491,6 +547,11 @@ na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsi
     if (!p->nodes[j].alive)
         return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
     st = na_peer_call(p->nodes[j].peer, m, NULL, reply, flags, timeout_ms, fn, arg);
+    /* a send that failed (its UCX endpoint failed: the session ends the peer
+     * at its next poll) takes the node down now, so that the caller places
+     * the request elsewhere instead of picking this node again */
+    if (st != NA_OK && p->nodes[j].alive && !na_peer_alive(p->nodes[j].peer))
+        rm_node_lost(p, j, na_peer_why(p->nodes[j].peer));
     if (st != NA_OK && !p->nodes[j].alive)
         return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
     return st;

@@ -202,16 +202,44 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
         na_peer_end(p->nodes[j].peer, NA_SES_DROPPED, why);
         return;
     }
+    /* every entry checked before any is used: a node that answers another
+     * request than asked (a wrong or repeated id), other heads, or a status
+     * that is no na_status_t (the wire allows -255..0; ours are
+     * NA_ERR_VERSION..-1) is dropped at once, and what it owes is re-placed,
+     * instead of failing those requests and staying placeable */
     for (k = 0; k < a->n_entries; k++) {
         na_wire_out_entry_t oe;
         na_asvc_entry_t *x = &b->e[b->map[j][a->entry_base + k]];
         int h0 = p->head_part ? p->nodes[j].h0 : 0;
         int h1 = p->head_part ? p->nodes[j].h1 : p->base.mc.n_kv_heads;
-        if (na_wire_attn_out_get(a, k, &oe) != NA_OK || oe.request_id != x->req ||
-            oe.kv_h0 != h0 || oe.kv_h1 != h1) {
-            rm_entry_fail(x, NA_ERR_PROTO, "storage node answered with a wrong entry shape");
-            continue;
+        char why[NA_ASVC_REASON_MAX];
+        why[0] = '\0';
+        if (na_wire_attn_out_get(a, k, &oe) != NA_OK)
+            snprintf(why, sizeof(why), "answered batch %u layer %u with an unreadable entry %u",
+                     a->batch_id, a->layer, a->entry_base + k);
+        else if (oe.request_id != x->req)
+            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with request %llu "
+                     "where %llu was asked", a->batch_id, a->layer, a->entry_base + k,
+                     (unsigned long long)oe.request_id, (unsigned long long)x->req);
+        else if (oe.kv_h0 != h0 || oe.kv_h1 != h1)
+            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with KV heads "
+                     "[%u, %u) where [%d, %d) were asked", a->batch_id, a->layer,
+                     a->entry_base + k, oe.kv_h0, oe.kv_h1, h0, h1);
+        else if (oe.status > 0 || oe.status < (int32_t)NA_ERR_VERSION)
+            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with status %d, "
+                     "which is no status", a->batch_id, a->layer, a->entry_base + k,
+                     (int)oe.status);
+        if (why[0] != '\0') {
+            na_peer_end(p->nodes[j].peer, NA_SES_DROPPED, why);
+            return;
         }
+    }
+    for (k = 0; k < a->n_entries; k++) {
+        na_wire_out_entry_t oe;
+        na_asvc_entry_t *x = &b->e[b->map[j][a->entry_base + k]];
+        int h0 = p->head_part ? p->nodes[j].h0 : 0;
+        int h1 = p->head_part ? p->nodes[j].h1 : p->base.mc.n_kv_heads;
+        (void)na_wire_attn_out_get(a, k, &oe);      /* read fine above */
         if (oe.status != 0) {
             char why[NA_ASVC_REASON_MAX];
             snprintf(why, sizeof(why), "storage node %s: %s", p->nodes[j].name,

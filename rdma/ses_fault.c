@@ -3,8 +3,10 @@
  * message; delay_ms = sleep before each message (delay = its probability,
  * default 1); stall_ms = one sleep of the whole sender (a stalled peer) at
  * message `after`; after = messages passed untouched first; max = injections
- * at most (0: no limit); seed = the pseudo-random stream. A message's fate
- * depends only on seed and its number, whatever the threads. */
+ * at most (0: no limit); seed = the pseudo-random stream; fail = the send
+ * itself fails (as when the UCX endpoint failed); to = only messages to the
+ * peer of that name are counted and touched. A message's fate depends only
+ * on seed and its number, whatever the threads. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -21,7 +23,8 @@
 int na_ses_faults_on;
 
 static struct {
-    double   p_drop, p_corrupt, p_truncate, p_dup, p_delay;
+    double   p_drop, p_corrupt, p_truncate, p_dup, p_delay, p_fail;
+    char     to[64];                    /* "": every peer */
     unsigned delay_ms, stall_ms;
     uint64_t after, max, seed;
     uint64_t n, hits;                   /* messages seen, injections (atomic) */
@@ -33,14 +36,23 @@ static pthread_once_t ses_f_once = PTHREAD_ONCE_INIT;
 
 static int ses_fault_key(void *arg, const char *key, const char *val, char *err, size_t errlen)
 {
-    static const char *const probs[] = { "drop", "corrupt", "truncate", "dup", "delay" };
+    static const char *const probs[] = { "drop", "corrupt", "truncate", "dup", "delay", "fail" };
     double *const pp[] = { &ses_f.p_drop, &ses_f.p_corrupt, &ses_f.p_truncate, &ses_f.p_dup,
-                           &ses_f.p_delay };
+                           &ses_f.p_delay, &ses_f.p_fail };
     char *e;
     size_t i;
 
     (void)arg;
     errno = 0;
+    if (strcmp(key, "to") == 0) {
+        if (val[0] == '\0' || strlen(val) >= sizeof(ses_f.to)) {
+            snprintf(err, errlen, "to wants a peer name of 1..%zu characters",
+                     sizeof(ses_f.to) - 1);
+            return -1;
+        }
+        snprintf(ses_f.to, sizeof(ses_f.to), "%s", val);
+        return 0;
+    }
     for (i = 0; i < sizeof(probs) / sizeof(probs[0]); i++) {
         if (strcmp(key, probs[i]) == 0) {
             double v = strtod(val, &e);
@@ -68,7 +80,7 @@ static int ses_fault_key(void *arg, const char *key, const char *val, char *err,
             ses_f.seed = v;
         else {
             snprintf(err, errlen, "unknown or out-of-range key \"%s\" (drop, corrupt, truncate, "
-                     "dup, delay, delay_ms, stall_ms, after, max, seed)", key);
+                     "dup, fail, delay, delay_ms, stall_ms, after, max, seed, to)", key);
             return -1;
         }
     }
@@ -114,11 +126,15 @@ static void ses_fault_sleep(unsigned ms)
 
 na_ses_fault_t na_ses_fault_pick(const char *who, const char *tname, const char *peer)
 {
-    static const char *const names[] = { "", "dropped", "corrupted", "truncated", "duplicated" };
-    uint64_t n = __atomic_fetch_add(&ses_f.n, 1, __ATOMIC_RELAXED);
+    static const char *const names[] = { "", "dropped", "corrupted", "truncated", "duplicated",
+                                         "failed the send of" };
+    uint64_t n;
     na_ses_fault_t f = NA_SES_FAULT_NONE;
     double u;
 
+    if (ses_f.to[0] != '\0' && (peer == NULL || strcmp(peer, ses_f.to) != 0))
+        return NA_SES_FAULT_NONE;
+    n = __atomic_fetch_add(&ses_f.n, 1, __ATOMIC_RELAXED);
     if (n < ses_f.after)
         return NA_SES_FAULT_NONE;
     if (n == ses_f.after && ses_f.stall_ms > 0) {
@@ -137,6 +153,8 @@ na_ses_fault_t na_ses_fault_pick(const char *who, const char *tname, const char 
         f = NA_SES_FAULT_TRUNCATE;
     else if ((u -= ses_f.p_truncate) < ses_f.p_dup)
         f = NA_SES_FAULT_DUP;
+    else if ((u -= ses_f.p_dup) < ses_f.p_fail)
+        f = NA_SES_FAULT_FAIL;
     if (f == NA_SES_FAULT_NONE)
         return f;
     if (ses_f.max > 0 && __atomic_fetch_add(&ses_f.hits, 1, __ATOMIC_RELAXED) >= ses_f.max)

@@ -14,6 +14,7 @@ typedef enum {
     NA_SES_FAULT_CORRUPT  = 2,  /* a header byte flipped: the decoder refuses it */
     NA_SES_FAULT_TRUNCATE = 3,  /* sent one byte short: the length check refuses it */
     NA_SES_FAULT_DUP      = 4,  /* sent twice */
+    NA_SES_FAULT_FAIL     = 5,  /* not sent: the send fails (a failed UCX endpoint) */
 } na_ses_fault_t;
 
 extern int na_ses_faults_on;    /* 1 once NA_FAULTS has an xp part */

@@ -43,6 +43,7 @@ struct na_peer {
     unsigned    hb_ms;
     int         alive, closed;
     int         broken;                 /* a send failed: ended at the next poll */
+    int         bye_reason;             /* the reason of the BYE it sent (0: none) */
     char        why[320];
     ses_pend_t *pend;                   /* oldest first */
     struct na_peer *next;
@@ -207,6 +208,7 @@ na_xp_ep_t *na_peer_ep(na_peer_t *p) { return p->ep; }
 na_ses_t   *na_peer_ses(na_peer_t *p) { return p->ses; }
 int         na_peer_alive(const na_peer_t *p) { return p->alive && !p->broken; }
 const char *na_peer_why(const na_peer_t *p) { return p->why; }
+int         na_peer_bye_reason(const na_peer_t *p) { return p->bye_reason; }
 void       *na_peer_user(const na_peer_t *p) { return p->user; }
 void        na_peer_set_user(na_peer_t *p, void *user) { p->user = user; }
 
@@ -302,6 +304,8 @@ static na_status_t ses_send_faulty(na_peer_t *p, const na_wire_msg_t *m, uint8_t
     switch (na_ses_fault_pick(p->ses->who, na_wire_type_name(m->type), p->name)) {
     case NA_SES_FAULT_DROP:
         return NA_OK;
+    case NA_SES_FAULT_FAIL:
+        return na_err(NA_ERR_PEER, "TEST DOUBLE: send to %s failed", p->name);
     case NA_SES_FAULT_CORRUPT:
         data[0] ^= 0x5a;                            /* the magic */
         return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
@@ -606,6 +610,7 @@ static na_status_t ses_dispatch(na_ses_t *s, na_peer_t *p, na_ses_in_t *in)
             return NA_OK;               /* our heartbeat came back: arrival counted */
         return ses_heartbeat_reply(p, &m->u.heartbeat);
     case NA_WIRE_MSG_BYE:
+        p->bye_reason = m->u.bye.reason;
         na_peer_end(p, NA_SES_LEFT, m->u.bye.text[0] ? m->u.bye.text : "said BYE");
         return NA_OK;
     case NA_WIRE_MSG_ACK:

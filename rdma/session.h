@@ -164,6 +164,8 @@ na_xp_ep_t *na_peer_ep(na_peer_t *p);
 int         na_peer_alive(const na_peer_t *p);
 /* Why the peer ended ("" while alive). */
 const char *na_peer_why(const na_peer_t *p);
+/* The reason (na_wire_refuse_t) of the BYE the peer sent; 0 if it sent none. */
+int         na_peer_bye_reason(const na_peer_t *p);
 void       *na_peer_user(const na_peer_t *p);
 void        na_peer_set_user(na_peer_t *p, void *user);
 /* Requests still waiting for an answer. */

@@ -124,6 +124,10 @@ typedef struct {
     int            test_skip_server_proof; /* tests only: answer AUTH even when the
                                    server's proof fails, to exercise the server's
                                    own check; never set in a real node */
+    const void    *test_addr;   /* tests only: sent in the ADDR frame instead of our
+                                   UCX worker address (a peer that holds the secret
+                                   and sends garbage); NULL in a real node */
+    size_t         test_addr_len;
 } na_xp_opts_t;
 
 /* Per-endpoint counters (messages and payload+header bytes). */

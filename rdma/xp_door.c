@@ -4,8 +4,11 @@
  * open as the connection's liveness channel (EOF = the peer is gone).
  *
  * Defences: accepted connections still in set-up are capped
- * (NA_XP_PREAUTH_MAX; more are closed at once) and must finish within
- * NA_XP_PREAUTH_MS; frames are read incrementally with strict size limits
+ * (NA_XP_PREAUTH_MAX, NA_XP_PREAUTH_PER_ADDR from one address; a newcomer
+ * displaces the oldest unproven set-up of the address holding the most, so
+ * that an attacker without the secret cannot starve peers that have it) and
+ * must finish within NA_XP_PREAUTH_MS (NA_XP_PREAUTH_BUSY_MS when the table
+ * is half full); frames are read incrementally with strict size limits
  * before anything is allocated or decoded; accept() failures (EMFILE ...)
  * pause the listener for a moment instead of spinning; every log line an
  * outsider can cause goes through a limiter. */
@@ -78,8 +81,9 @@ na_status_t na_xp_resolve(const char *host, int port, struct sockaddr_storage *s
     return NA_OK;
 }
 
-/* "host:port" of a socket address. */
-static void door_addr_str(const struct sockaddr_storage *ss, char *buf, size_t len)
+/* "host:port" of a socket address; the host alone in host (may be NULL). */
+static void door_addr_str(const struct sockaddr_storage *ss, char *buf, size_t len,
+                          char *host, size_t hlen)
 {
     char h[INET6_ADDRSTRLEN] = "?";
     int port = 0;
@@ -93,6 +97,8 @@ static void door_addr_str(const struct sockaddr_storage *ss, char *buf, size_t l
         port = ntohs(a->sin6_port);
     }
     snprintf(buf, len, "%s:%d", h, port);
+    if (host != NULL)
+        snprintf(host, hlen, "%s", h);
 }
 
 /* ---- listening -------------------------------------------------------------- */
@@ -126,7 +132,7 @@ na_status_t na_xp_listen(na_xp_t *xp, const char *host, int port, int *port_p)
     }
     sslen = sizeof(ss);
     if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0)
-        door_addr_str(&ss, xp->laddr, sizeof(xp->laddr));
+        door_addr_str(&ss, xp->laddr, sizeof(xp->laddr), NULL, 0);
     else
         snprintf(xp->laddr, sizeof(xp->laddr), "%s:%d", host, port);
     if (port_p != NULL) {
@@ -146,6 +152,65 @@ void na_xp_door_unlisten(na_xp_t *xp)
     xp->lfd = -1;
 }
 
+/* Room in the set-up table for a connection from host. An attacker without
+ * the secret must not starve peers that have it: a peer address holds at
+ * most NA_XP_PREAUTH_PER_ADDR set-ups (past that its own oldest unproven one
+ * goes), and a full table drops the oldest unproven set-up of the address
+ * holding the most; a proven peer (AUTH checked) is never dropped. 1 if the
+ * new connection may be taken (*why says what was dropped, "" if nothing). */
+static int door_make_room(na_xp_t *xp, const char *host, char *why, size_t wl)
+{
+    na_xp_ep_t *ep, *victim = NULL, *oldest_same = NULL;
+    int same = 0, i, n_hosts = 0, best = -1;
+    struct { const char *host; int n; na_xp_ep_t *oldest; } h[NA_XP_PREAUTH_MAX];
+
+    why[0] = '\0';
+    for (ep = xp->eps; ep != NULL; ep = ep->next) {
+        if (!ep->preauth || !ep->is_server)
+            continue;
+        if (strcmp(ep->host, host) == 0) {
+            same++;
+            if (!na_xp_hs_proven(ep) &&
+                (oldest_same == NULL || ep->accepted_ns < oldest_same->accepted_ns))
+                oldest_same = ep;
+        }
+        for (i = 0; i < n_hosts && strcmp(h[i].host, ep->host) != 0; i++)
+            ;
+        if (i == n_hosts) {
+            if (n_hosts == NA_XP_PREAUTH_MAX)
+                continue;
+            h[i].host = ep->host;
+            h[i].n = 0;
+            h[i].oldest = NULL;
+            n_hosts++;
+        }
+        h[i].n++;
+        if (!na_xp_hs_proven(ep) &&
+            (h[i].oldest == NULL || ep->accepted_ns < h[i].oldest->accepted_ns))
+            h[i].oldest = ep;
+    }
+    if (same >= NA_XP_PREAUTH_PER_ADDR) {
+        victim = oldest_same;
+        if (victim == NULL)
+            return 0;
+        snprintf(why, wl, "%d connections in set-up from %s", same, host);
+    } else if (xp->n_preauth >= NA_XP_PREAUTH_MAX) {
+        for (i = 0; i < n_hosts; i++)
+            if (h[i].oldest != NULL && (best < 0 || h[i].n > h[best].n))
+                best = i;
+        if (best < 0)
+            return 0;
+        victim = h[best].oldest;
+        snprintf(why, wl, "%d connections in set-up, %d from %s", xp->n_preauth, h[best].n,
+                 victim->host);
+    } else {
+        return 1;
+    }
+    xp->n_evicted++;
+    na_xp_ep_fail(victim, NA_ERR_BUSY, "set-up dropped for a newer connection");
+    return 1;
+}
+
 /* Accept what is waiting (a bounded burst). */
 static void door_accept(na_xp_t *xp)
 {
@@ -154,9 +219,9 @@ static void door_accept(na_xp_t *xp)
     for (i = 0; i < NA_XP_ACCEPT_BURST; i++) {
         struct sockaddr_storage ss;
         socklen_t sslen = sizeof(ss);
-        char addr[64];
+        char addr[64], host[48], why[160];
         na_xp_ep_t *ep;
-        int fd = accept4(xp->lfd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int ms, fd = accept4(xp->lfd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -171,13 +236,17 @@ static void door_accept(na_xp_t *xp)
             xp->accept_pause_ns = na_xp_now_ns() + NA_XP_ACCEPT_PAUSE_MS * 1000000ull;
             return;
         }
-        door_addr_str(&ss, addr, sizeof(addr));
-        if (xp->n_preauth >= NA_XP_PREAUTH_MAX) {
+        door_addr_str(&ss, addr, sizeof(addr), host, sizeof(host));
+        if (!door_make_room(xp, host, why, sizeof(why))) {
             close(fd);
-            na_xp_rl_warn(&xp->rl_accept, "transport: %d connections in set-up already: "
-                          "closed one from %s", NA_XP_PREAUTH_MAX, addr);
+            xp->n_refused_full++;
+            na_xp_rl_warn(&xp->rl_accept, "transport: %d connections in set-up already, none "
+                          "droppable: closed one from %s", xp->n_preauth, addr);
             continue;
         }
+        if (why[0] != '\0')
+            na_xp_rl_warn(&xp->rl_accept, "transport: %s: dropped the oldest unproven one "
+                          "for one from %s (%u so far)", why, addr, xp->n_evicted);
         ep = na_xp_ep_alloc(xp, addr, 1, fd);
         if (ep == NULL) {
             close(fd);
@@ -185,8 +254,11 @@ static void door_accept(na_xp_t *xp)
                           addr);
             continue;
         }
-        ep->hs_deadline_ns = na_xp_deadline(NA_XP_PREAUTH_MS < xp->opts.timeout_ms
-                                            ? NA_XP_PREAUTH_MS : xp->opts.timeout_ms);
+        snprintf(ep->host, sizeof(ep->host), "%s", host);
+        ep->accepted_ns = na_xp_now_ns();
+        /* under pressure (half the table taken) a set-up gets less time */
+        ms = xp->n_preauth >= NA_XP_PREAUTH_MAX / 2 ? NA_XP_PREAUTH_BUSY_MS : NA_XP_PREAUTH_MS;
+        ep->hs_deadline_ns = na_xp_deadline(ms < xp->opts.timeout_ms ? ms : xp->opts.timeout_ms);
         ep->preauth = 1;
         xp->n_preauth++;
         na_log_debug("transport: connection from %s", addr);
@@ -259,18 +331,31 @@ na_status_t na_xp_door_write(na_xp_ep_t *ep, const void *data, size_t len)
 na_status_t na_xp_door_send_addr(na_xp_ep_t *ep)
 {
     na_xp_t *xp = ep->xp;
-    uint8_t h[NA_XP_ADDR_HDR];
+    const void *waddr = xp->opts.test_addr ? xp->opts.test_addr : (const void *)xp->waddr;
+    size_t wlen = xp->opts.test_addr ? xp->opts.test_addr_len : xp->waddr_len;
+    size_t blen = NA_XP_ID_LEN + wlen;
+    uint8_t *f = malloc(NA_XP_ADDR_HDR + blen);
     na_status_t st;
 
-    memcpy(h, "NAXA", 4);
-    h[4] = (uint8_t)xp->waddr_len;
-    h[5] = (uint8_t)(xp->waddr_len >> 8);
-    h[6] = (uint8_t)(xp->waddr_len >> 16);
-    h[7] = (uint8_t)(xp->waddr_len >> 24);
-    memcpy(h + 8, &ep->rx_id, 8);          /* opaque to the peer: our own byte order */
-    st = na_xp_door_write(ep, h, sizeof(h));
+    if (f == NULL)
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    memcpy(f, "NAXA", 4);
+    f[4] = (uint8_t)blen;
+    f[5] = (uint8_t)(blen >> 8);
+    f[6] = (uint8_t)(blen >> 16);
+    f[7] = (uint8_t)(blen >> 24);
+    /* body: our id (opaque to the peer: our own byte order) | worker address,
+     * sealed to this handshake (encrypted, MAC over both nonces and the side) */
+    memcpy(f + NA_XP_ADDR_HDR, &ep->rx_id, NA_XP_ID_LEN);
+    memcpy(f + NA_XP_ADDR_HDR + NA_XP_ID_LEN, waddr, wlen);
+    st = na_wire_addr_seal(xp->secret, xp->secret_len,
+                           ep->is_server ? NA_WIRE_AUTH_SERVER : NA_WIRE_AUTH_CLIENT,
+                           ep->is_server ? ep->nonce_peer : ep->nonce_local,
+                           ep->is_server ? ep->nonce_local : ep->nonce_peer,
+                           f + NA_XP_ADDR_HDR, blen, f + 8);
     if (st == NA_OK)
-        st = na_xp_door_write(ep, xp->waddr, xp->waddr_len);
+        st = na_xp_door_write(ep, f, NA_XP_ADDR_HDR + blen);
+    free(f);
     return st;
 }
 
@@ -294,8 +379,10 @@ static int door_frame_size(na_xp_ep_t *ep)
     if (ep->want_addr) {
         uint32_t len = (uint32_t)ep->rbuf[4] | (uint32_t)ep->rbuf[5] << 8 |
                        (uint32_t)ep->rbuf[6] << 16 | (uint32_t)ep->rbuf[7] << 24;
-        if (memcmp(ep->rbuf, "NAXA", 4) != 0 || len == 0 || len > NA_XP_ADDR_MAX) {
-            na_err(NA_ERR_PROTO, "bad address frame (length %u, limit %d)", len, NA_XP_ADDR_MAX);
+        if (memcmp(ep->rbuf, "NAXA", 4) != 0 || len <= NA_XP_ID_LEN ||
+            len > NA_XP_ID_LEN + NA_XP_ADDR_MAX) {
+            na_err(NA_ERR_PROTO, "bad address frame (body of %u bytes, want %d..%d)", len,
+                   NA_XP_ID_LEN + 1, NA_XP_ID_LEN + NA_XP_ADDR_MAX);
             na_xp_hs_bad_frame(ep, NA_ERR_PROTO);
             return 0;
         }
@@ -327,7 +414,7 @@ static void door_read(na_xp_ep_t *ep)
         char why[160];
         int r;
         if (ep->rbuf == NULL) {
-            ep->rbuf = malloc(NA_XP_ADDR_HDR + NA_XP_ADDR_MAX);
+            ep->rbuf = malloc(NA_XP_ADDR_HDR + NA_XP_ID_LEN + NA_XP_ADDR_MAX + NA_XP_ADDR_PAD);
             if (ep->rbuf == NULL) {
                 na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory in the handshake");
                 return;
@@ -471,7 +558,7 @@ void na_xp_door_pollset(na_xp_t *xp)
 
 void na_xp_door_service(na_xp_t *xp)
 {
-    int i, n;
+    int i, n, accept_due = 0;
 
     na_xp_door_pollset(xp);
     if (xp->pfd_n <= 1)
@@ -485,7 +572,8 @@ void na_xp_door_service(na_xp_t *xp)
         if (rev == 0)
             continue;
         if (ep == NULL) {
-            door_accept(xp);
+            accept_due = 1;    /* after the sockets: a set-up that can progress does
+                                  so before newcomers may displace it */
             continue;
         }
         if (ep->fd != xp->pfd[i].fd)
@@ -503,5 +591,7 @@ void na_xp_door_service(na_xp_t *xp)
         else if (ep->state == NA_XP_EP_READY)
             door_watch(ep);
     }
+    if (accept_due)
+        door_accept(xp);
     xp->sweep_due = 1;
 }

@@ -209,6 +209,60 @@ void na_xp_ep_sweep(na_xp_t *xp)
 
 /* ---- connecting ------------------------------------------------------------------- */
 
+/* UCX 1.13's packed worker address (src/ucp/wireup/address.c): the low 4
+ * bits of byte 0 are the address version (0 = V1: the flags in the high 4
+ * bits, a 1-byte header; 1 = V2: byte 0 is the version alone, byte 1 the
+ * flags). Flags: DEBUG_INFO (a u8-length worker name follows), WORKER_UUID
+ * (u64), CLIENT_ID (u64), AM_ONLY. The device list follows, read without a
+ * length; ucp_address_unpack_header asserts (SIGABRT) on any other version. */
+#define XP_UCX_ADDR_V1          0
+#define XP_UCX_ADDR_V2          1
+#define XP_UCX_ADDR_DEBUG_INFO  0x1
+#define XP_UCX_ADDR_WORKER_UUID 0x2
+#define XP_UCX_ADDR_CLIENT_ID   0x4
+#define XP_UCX_ADDR_AM_ONLY     0x8
+
+na_status_t na_xp_ucx_addr_check(const na_xp_t *xp, const uint8_t *a, size_t len)
+{
+    const uint8_t *own = (const uint8_t *)xp->waddr;
+    unsigned ver, own_ver = xp->waddr_len > 0 ? own[0] & 0xfu : 0xffu;
+    unsigned flags;
+    size_t need;
+
+    if (len < 3 || len > NA_XP_ADDR_MAX)
+        return na_err(NA_ERR_PEER, "UCX worker address of %zu bytes (want 3..%d)", len,
+                      NA_XP_ADDR_MAX);
+    ver = a[0] & 0xfu;
+    if (ver != own_ver || (ver != XP_UCX_ADDR_V1 && ver != XP_UCX_ADDR_V2))
+        return na_err(NA_ERR_PEER, "UCX worker address version %u (header byte 0x%02x); this "
+                      "UCX packs version %u", ver, a[0], own_ver);
+    if (ver == XP_UCX_ADDR_V2) {
+        if (a[0] >> 4 != 0)
+            return na_err(NA_ERR_PEER, "UCX worker address header byte 0x%02x: high bits set",
+                          a[0]);
+        flags = a[1];
+        need = 2;
+    } else {
+        flags = a[0] >> 4;
+        need = 1;
+    }
+    if (flags & ~(unsigned)(XP_UCX_ADDR_DEBUG_INFO | XP_UCX_ADDR_WORKER_UUID |
+                            XP_UCX_ADDR_CLIENT_ID | XP_UCX_ADDR_AM_ONLY))
+        return na_err(NA_ERR_PEER, "UCX worker address flags 0x%02x: unknown bits", flags);
+    /* UCX reads a uuid from a V1 address whether flagged or not */
+    if ((flags & XP_UCX_ADDR_WORKER_UUID) || ver == XP_UCX_ADDR_V1)
+        need += 8;
+    if (flags & XP_UCX_ADDR_CLIENT_ID)
+        need += 8;
+    if ((flags & XP_UCX_ADDR_DEBUG_INFO) && need < len)
+        need += 1 + a[need];             /* u8 length + the worker name */
+    need += 1;                           /* at least the first device byte */
+    if (need > len)
+        return na_err(NA_ERR_PEER, "UCX worker address of %zu bytes: its header (flags 0x%02x) "
+                      "announces at least %zu", len, flags, need);
+    return NA_OK;
+}
+
 na_status_t na_xp_ep_ucp_create(na_xp_ep_t *ep, const void *waddr)
 {
     ucp_ep_params_t p;

@@ -12,10 +12,14 @@
  *
  * HELLO..HELLO_OK are wire messages (64-byte header + payload, at most
  * NA_XP_FRAME_MAX bytes); ADDR is the transport's own frame ("NAXA", u32
- * length, u64 connection id, the address). A UCX worker address leaves a
- * node only for a peer that has proven the cluster secret. The ids are
- * random; every message carries the receiver's id, so that a message is
- * matched to its connection whatever UCX's endpoint matching did.
+ * body length, mac[32], body = u64 connection id | the address), sealed to
+ * this handshake (na_wire_addr_seal: encrypted, MAC over both nonces and the
+ * sender's side): a relay that alters it gets the connection refused, and
+ * the address is checked (na_xp_ucx_addr_check) before UCX parses it. A UCX
+ * worker address leaves a node only for a peer that has proven the cluster
+ * secret. The ids are random; every message carries the receiver's id, so
+ * that a message is matched to its connection whatever UCX's endpoint
+ * matching did.
  * Any failure answers REFUSE {reason, text} and drops that connection only. */
 #include <stdlib.h>
 #include <string.h>
@@ -238,21 +242,39 @@ static void xp_hs_server_ready(na_xp_ep_t *ep)
                 na_wire_role_name(ep->peer_role), ep->addr);
 }
 
-/* An ADDR frame arrived (after the proofs): connect UCX to the peer. */
+/* An ADDR frame arrived (after the proofs): check that it is bound to this
+ * handshake and that UCX can parse the address, then connect UCX to the peer. */
 static void xp_hs_on_addr(na_xp_ep_t *ep)
 {
+    na_xp_t *xp = ep->xp;
+    uint8_t *body = ep->rbuf + NA_XP_ADDR_HDR;
+    size_t blen = ep->rlen - NA_XP_ADDR_HDR;
     char text[400];
     na_status_t st;
 
     ep->want_addr = 0;
-    memcpy(&ep->tx_id, ep->rbuf + 8, 8);
-    /* the address comes from a peer that proved the secret: UCX parses it */
-    st = na_xp_ep_ucp_create(ep, ep->rbuf + NA_XP_ADDR_HDR);
+    st = na_wire_addr_open(xp->secret, xp->secret_len,
+                           ep->is_server ? NA_WIRE_AUTH_CLIENT : NA_WIRE_AUTH_SERVER,
+                           ep->is_server ? ep->nonce_peer : ep->nonce_local,
+                           ep->is_server ? ep->nonce_local : ep->nonce_peer, body, blen,
+                           ep->rbuf + 8);
+    if (st != NA_OK) {
+        snprintf(text, sizeof(text), "peer '%s': %s", ep->name, na_errmsg());
+        xp_hs_refuse(ep, NA_WIRE_REFUSE_AUTH, NA_ERR_AUTH, text);
+        return;
+    }
+    memcpy(&ep->tx_id, body, NA_XP_ID_LEN);
+    st = na_xp_ucx_addr_check(xp, body + NA_XP_ID_LEN, blen - NA_XP_ID_LEN);
+    if (st == NA_OK) {
+        /* zeros after the address: UCX reads it without a length */
+        memset(ep->rbuf + ep->rlen, 0, NA_XP_ADDR_PAD);
+        st = na_xp_ep_ucp_create(ep, body + NA_XP_ID_LEN);
+    }
     free(ep->rbuf);                      /* the last frame: the socket only watches now */
     ep->rbuf = NULL;
     ep->rlen = ep->rneed = 0;
     if (st != NA_OK) {
-        snprintf(text, sizeof(text), "%s", na_errmsg());
+        snprintf(text, sizeof(text), "peer '%s': %s", ep->name, na_errmsg());
         xp_hs_refuse(ep, NA_WIRE_REFUSE_PROTO, NA_ERR_PEER, text);
         return;
     }
@@ -263,6 +285,11 @@ static void xp_hs_on_addr(na_xp_ep_t *ep)
     ep->state = NA_XP_EP_READY;
     ep->hs_status = NA_OK;
     ep->hs_step = XP_HS_DONE;
+}
+
+int na_xp_hs_proven(const na_xp_ep_t *ep)
+{
+    return !ep->refused && (ep->hs_step == XP_HS_AUTHED || ep->hs_step == XP_HS_DONE);
 }
 
 void na_xp_hs_bad_frame(na_xp_ep_t *ep, na_status_t st)

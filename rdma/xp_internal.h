@@ -20,11 +20,15 @@
 #define NA_XP_CM_GRACE_MS    50   /* errmode cm: delivery grace after a disconnect */
 #define NA_XP_POOL_MAX_BYTES ((size_t)512 << 20) /* ... and at most this much idle memory */
 /* The front door (rdma/xp_door.c): the node's own TCP listener. */
-#define NA_XP_PREAUTH_MAX    64    /* accepted connections in set-up at once; more are closed */
+#define NA_XP_PREAUTH_MAX    64    /* accepted connections in set-up at once */
+#define NA_XP_PREAUTH_PER_ADDR 8   /* ... of them from one peer address */
 #define NA_XP_PREAUTH_MS     3000  /* an accepted connection has this long for the handshake */
+#define NA_XP_PREAUTH_BUSY_MS 1000 /* ... when half the set-up table is taken */
 #define NA_XP_FRAME_MAX      1024  /* largest handshake frame (wire header + payload) */
-#define NA_XP_ADDR_HDR       16    /* ADDR frame header: "NAXA", u32 len, u64 connection id */
+#define NA_XP_ADDR_HDR       40    /* ADDR frame header: "NAXA", u32 body length, mac[32] */
 #define NA_XP_ADDR_MAX       16384 /* largest UCX worker address accepted */
+#define NA_XP_ADDR_PAD       256   /* zeros kept after a received address (UCX reads it
+                                      without a length) */
 #define NA_XP_ACCEPT_BURST   64    /* accept() calls per service turn */
 #define NA_XP_ACCEPT_PAUSE_MS 100  /* listener left alone this long after EMFILE & co */
 
@@ -82,6 +86,8 @@ struct na_xp_ep {
     uint8_t           nonce_peer[NA_XP_NONCE_LEN];
     char              name[NA_XP_NAME_MAX];
     char              addr[64];
+    char              host[48];      /* server: the peer's address without the port */
+    uint64_t          accepted_ns;   /* server: when it was accepted */
     int               peer_role;
     unsigned          peer_heartbeat_ms;
     na_xp_stats_t     stats;
@@ -106,6 +112,7 @@ struct na_xp {
     int              n_preauth;      /* accepted connections still in set-up */
     uint64_t         accept_pause_ns;/* listener not polled before this (EMFILE) */
     unsigned         n_refused_full; /* closed at once: pre-auth table full */
+    unsigned         n_evicted;      /* unproven set-ups dropped for newer ones */
     na_xp_rl_t       rl_accept, rl_drop;
     struct pollfd   *pfd;            /* poll set: efd, listener, sockets */
     na_xp_ep_t     **pfd_ep;         /* [i] endpoint of pfd[i] (NULL: efd / listener) */
@@ -153,6 +160,11 @@ na_xp_ep_t *na_xp_ep_alloc(na_xp_t *xp, const char *addr, int is_server, int fd)
 /* An accepted connection left set-up (READY, failed or freed): it no longer
  * counts against NA_XP_PREAUTH_MAX. */
 void        na_xp_ep_setup_over(na_xp_ep_t *ep);
+/* Check a peer's UCX worker address before UCX parses it (UCX 1.13 asserts,
+ * SIGABRT, on an unknown address version): its version must be the one this
+ * UCX packs, its header flags known, and the fixed fields they announce
+ * within len. NA_ERR_PEER naming what is wrong. */
+na_status_t na_xp_ucx_addr_check(const na_xp_t *xp, const uint8_t *a, size_t len);
 /* Create the ucp endpoint to the peer's worker address (after the proofs). */
 na_status_t na_xp_ep_ucp_create(na_xp_ep_t *ep, const void *waddr);
 /* Mark an endpoint failed (first reason wins); it is reported/closed by service. */
@@ -191,6 +203,8 @@ na_status_t na_xp_resolve(const char *host, int port, struct sockaddr_storage *s
 na_status_t na_xp_hs_start(na_xp_ep_t *ep);
 /* A whole frame arrived on ep's socket (ep->rbuf, ep->rlen bytes). */
 void        na_xp_hs_frame(na_xp_ep_t *ep);
+/* Server: the peer has proven the cluster secret (AUTH checked). */
+int         na_xp_hs_proven(const na_xp_ep_t *ep);
 /* A frame's header was bad (st: NA_ERR_VERSION or NA_ERR_PROTO, reason in na_errmsg()). */
 void        na_xp_hs_bad_frame(na_xp_ep_t *ep, na_status_t st);
 

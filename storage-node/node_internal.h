@@ -48,6 +48,8 @@ typedef struct {
     int         up;                  /* announced: its connection is a peer */
     unsigned    retry_ms;            /* back-off, doubled per failure (0: first try) */
     uint64_t    next_ns;             /* next attempt */
+    int         stopped;             /* refused for good (model, secret, version): not
+                                        announced to again */
 } na_node_door_t;
 
 struct na_node {
@@ -115,7 +117,8 @@ na_status_t    na_node_join_init(na_node_t *n);
 void           na_node_join_poll(na_node_t *n);
 /* 1 while an announcement's handshake runs (the loop then waits briefly). */
 int            na_node_join_pending(const na_node_t *n);
-/* Peer p (door > 0) ended: announce again after a pause. */
+/* Peer p (door > 0) ended: announce again after a pause, or never when
+ * the compute node refused it for good (its BYE's reason: model, role). */
 void           na_node_join_ended(na_node_t *n, const na_node_peer_t *p);
 void           na_node_join_destroy(na_node_t *n);
 

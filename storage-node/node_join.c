@@ -12,9 +12,13 @@
  * connection is made between the two workers. The compute node checks the
  * node's model shape and KV dtype (STATS) before it places requests on it.
  *
- * A compute node that is not up yet, refuses, or goes away later is tried
+ * A compute node that is not up yet, is busy, or goes away later is tried
  * again (1 s, doubling up to 8 s) as long as the node runs: a compute process
- * started later finds the node without anybody editing a file. */
+ * started later finds the node without anybody editing a file. One that
+ * refuses it for a reason retrying cannot change (this node holds KV of
+ * another model shape or dtype, a role it does not take, another secret or
+ * wire version) is told so in the log with the compute node's reason and
+ * not announced to again. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +67,15 @@ na_status_t na_node_join_init(na_node_t *n)
     return NA_OK;
 }
 
+/* Compute node d refused this node for good (why): say so, never again. */
+static void na_node_join_stop(na_node_t *n, na_node_door_t *d, const char *why)
+{
+    na_log_warn("node %s: compute node %s (%s:%d) refused it: %s; not announcing to it again "
+                "(restart this node once that is fixed)", n->name, d->name, d->host, d->port,
+                why);
+    d->stopped = 1;
+}
+
 /* Announcement d failed (na_errmsg() says why): try again later. */
 static void na_node_join_later(na_node_t *n, na_node_door_t *d)
 {
@@ -96,6 +109,10 @@ void na_node_join_poll(na_node_t *n)
             if (st == NA_INPROGRESS)
                 continue;
             d->pending = NULL;
+            if (st == NA_ERR_AUTH || st == NA_ERR_VERSION) {     /* secret, cluster, version */
+                na_node_join_stop(n, d, na_errmsg());
+                continue;
+            }
             if (st != NA_OK) {
                 na_node_join_later(n, d);
                 continue;
@@ -111,7 +128,7 @@ void na_node_join_poll(na_node_t *n)
                         d->host, d->port);
             continue;
         }
-        if (d->up || now < d->next_ns)
+        if (d->up || d->stopped || now < d->next_ns)
             continue;
         if (na_ses_connect_start(n->ses, d->host, d->port, &d->pending) != NA_OK) {
             d->pending = NULL;
@@ -132,13 +149,24 @@ int na_node_join_pending(const na_node_t *n)
 void na_node_join_ended(na_node_t *n, const na_node_peer_t *p)
 {
     na_node_door_t *d;
+    const char *why;
+    int reason;
 
     if (p->door <= 0 || p->door > n->n_doors)
         return;
     d = &n->doors[p->door - 1];
     d->up = 0;
-    if (p->msgs <= 1) {     /* closed after its STATS at most (refused: shape ...) */
-        (void)na_err(NA_ERR_PEER, "it closed the connection before using it");
+    reason = na_peer_bye_reason(p->sp);
+    why = na_peer_why(p->sp);
+    if (reason == NA_WIRE_REFUSE_MODEL || reason == NA_WIRE_REFUSE_ROLE ||
+        reason == NA_WIRE_REFUSE_AUTH || reason == NA_WIRE_REFUSE_CLUSTER ||
+        reason == NA_WIRE_REFUSE_VERSION) {
+        na_node_join_stop(n, d, why[0] ? why : na_wire_refuse_name((unsigned)reason));
+        return;
+    }
+    if (p->msgs <= 1) {     /* closed after its STATS at most (busy, a name taken ...) */
+        (void)na_err(NA_ERR_PEER, "it closed the connection before using it%s%s%s",
+                     reason != 0 ? " (" : "", reason != 0 ? why : "", reason != 0 ? ")" : "");
         na_node_join_later(n, d);
         return;
     }

@@ -11,6 +11,13 @@
  * answers every DECODE_ATTN according to MODE:
  *   shape   an ATTN_OUT whose q_per_kv is one more than asked
  *   count   an ATTN_OUT with one entry more than asked
+ *   badid   the first entry answers another request id than asked
+ *   dupid   the last entry repeats the first one's request id (badid
+ *           while a batch has one entry)
+ *   status  the first entry's status is 1000 (out of the wire's range;
+ *           written into the encoded bytes, the encoder refuses it)
+ *   status200 the first entry's status is -200 (in the wire's range, but no
+ *           na_status_t)
  * Prints "READY" once listening; runs until killed. */
 #include <signal.h>
 #include <stdio.h>
@@ -25,7 +32,9 @@
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = sig; }
 
-static void send_msg(na_xp_ep_t *ep, na_wire_msg_t *m)
+/* Encode and send m; status != 0: written over the first ATTN_OUT entry's
+ * status field after encoding (payload offset 32 + 8). */
+static void send_msg_status(na_xp_ep_t *ep, na_wire_msg_t *m, int32_t status)
 {
     size_t size, len;
     uint8_t *buf;
@@ -33,10 +42,18 @@ static void send_msg(na_xp_ep_t *ep, na_wire_msg_t *m)
     if (na_wire_msg_size(m, &size) != NA_OK)
         return;
     buf = calloc(1, size);
-    if (buf != NULL && na_wire_encode(m, buf, size, &len) == NA_OK)
+    if (buf != NULL && na_wire_encode(m, buf, size, &len) == NA_OK) {
+        if (status != 0)
+            memcpy(buf + NA_WIRE_HDR_SIZE + 32 + 8, &status, 4);    /* little-endian host */
         (void)na_xp_send(ep, buf, NA_WIRE_HDR_SIZE, buf + NA_WIRE_HDR_SIZE,
                          len - NA_WIRE_HDR_SIZE);
+    }
     free(buf);
+}
+
+static void send_msg(na_xp_ep_t *ep, na_wire_msg_t *m)
+{
+    send_msg_status(ep, m, 0);
 }
 
 static void answer_attn(na_xp_ep_t *ep, const na_wire_attn_t *a, const char *mode)
@@ -49,7 +66,7 @@ static void answer_attn(na_xp_ep_t *ep, const na_wire_attn_t *a, const char *mod
         return;
     if (!strcmp(mode, "count"))
         n++;
-    else
+    else if (!strcmp(mode, "shape"))
         qpk++;
     for (i = 0; i < n; i++) {
         na_wire_attn_entry_t e;
@@ -59,6 +76,10 @@ static void answer_attn(na_xp_ep_t *ep, const na_wire_attn_t *a, const char *mod
         oe[i].kv_h1 = e.kv_h1;
         oe[i].o = NULL;         /* rows stay zero */
     }
+    if (!strcmp(mode, "badid") || (!strcmp(mode, "dupid") && n < 2))
+        oe[0].request_id += 1000;
+    else if (!strcmp(mode, "dupid"))
+        oe[n - 1].request_id = oe[0].request_id;
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_ATTN_OUT;
     m.u.attn_out.batch_id = a->batch_id;
@@ -70,7 +91,7 @@ static void answer_attn(na_xp_ep_t *ep, const na_wire_attn_t *a, const char *mod
     m.u.attn_out.q_per_kv = (uint16_t)qpk;
     m.u.attn_out.dtype = NA_DTYPE_F32;
     m.u.attn_out.entries = oe;
-    send_msg(ep, &m);
+    send_msg_status(ep, &m, !strcmp(mode, "status") ? 1000 : !strcmp(mode, "status200") ? -200 : 0);
     free(oe);
 }
 
@@ -84,7 +105,7 @@ int main(int argc, char **argv)
     int rc = 1;
 
     if (argc != 4) {
-        fprintf(stderr, "usage: bad_node LAYOUT NAME shape|count\n");
+        fprintf(stderr, "usage: bad_node LAYOUT NAME shape|count|badid|dupid|status|status200\n");
         return 2;
     }
     if (na_cfg_load(argv[1], &cfg) != NA_OK) {

@@ -6,7 +6,9 @@
   raw_peer.py random HOST PORT     4 KiB of random bytes, then wait for the close
   raw_peer.py hugelen HOST PORT    a wire header (HELLO) claiming a payload of 2^64-1
   raw_peer.py half HOST PORT       half a HELLO header, then silence until closed
-  raw_peer.py flood HOST PORT N S  N connections opened and held S seconds (idle)
+  raw_peer.py flood HOST PORT N S [SRC,...]
+                                   N connections opened and held S seconds
+                                   (idle), from the source addresses in turn
   raw_peer.py rogue HOST PORT S    listen on HOST:PORT for S seconds and answer
                                    every connection with garbage (a rogue node)
   raw_peer.py cut HOST PORT NODEPORT STAGE MS N
@@ -19,6 +21,23 @@
                                    STAGE stop:PID sends SIGSTOP to PID (the
                                    node) the moment its ADDR frame went through
                                    (its UCX worker never answers the wireup)
+
+  raw_peer.py tamper HOST PORT NODEPORT DIR SECONDS
+                                   a relay on HOST:PORT to a real node on
+                                   HOST:NODEPORT (connections one after the
+                                   other, for SECONDS) that rewrites bytes of
+                                   the ADDR frame ("NAXA") going DIR (c2s: to
+                                   the node, s2c: from it): 8 bytes at offsets
+                                   16 and 48 of the frame are inverted (in
+                                   wire major 1 the first bytes of the UCX
+                                   address, version included)
+  raw_peer.py hold HOST PORT N SECONDS SRC[,SRC...]
+                                   N half-open handshakes (half a HELLO
+                                   header, then silence) from each source
+                                   address SRC (127.0.0.2 ...: any 127/8
+                                   address is local), each reopened at once
+                                   when the node closes it, for SECONDS;
+                                   prints "HOLD opened=<n>" every second
 
 Prints one line "CLOSED <mode> after <seconds>" when the node closed the
 connection (zeros/random/hugelen/half), "FLOOD opened=<n> closed_by_node=<m>",
@@ -33,7 +52,7 @@ import time
 
 def wire_header(msg_type, payload_len):
     # common/wire.h: magic, ver major/minor, type, flags, hdr_len, rsvd, payload_len...
-    return (b"NATN" + struct.pack("<HHHHHH", 1, 0, msg_type, 0, 64, 0) +
+    return (b"NATN" + struct.pack("<HHHHHH", 2, 0, msg_type, 0, 64, 0) +
             struct.pack("<Q", payload_len) + bytes(40))
 
 
@@ -69,11 +88,12 @@ def one_shot(mode, host, port):
     sys.stdout.flush()
 
 
-def flood(host, port, n, hold):
+def flood(host, port, n, hold, srcs=None):
     socks = []
-    for _ in range(n):
+    for i in range(n):
         try:
-            socks.append(socket.create_connection((host, port), timeout=5))
+            src = (srcs[i % len(srcs)], 0) if srcs else None
+            socks.append(socket.create_connection((host, port), timeout=5, source_address=src))
         except OSError as e:
             print("connect failed after %d: %s" % (len(socks), e))
             break
@@ -165,17 +185,122 @@ def cut(host, port, node_port, stage, ms, n):
     print("CUT done", flush=True)
 
 
+def tamper(host, port, node_port, direction, seconds):
+    import select
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((host, port))
+    ls.listen(8)
+    ls.settimeout(0.2)
+    print("TAMPER listening", flush=True)
+    t0 = time.monotonic()
+    rewritten = 0
+    while time.monotonic() - t0 < seconds:
+        try:
+            c, _a = ls.accept()
+        except socket.timeout:
+            continue
+        u = socket.create_connection((host, node_port))
+        # per direction: bytes forwarded, last 3 bytes (a magic split between
+        # two reads), where the ADDR frame starts (None until seen)
+        st = {c: [0, b"", None], u: [0, b"", None]}
+        src_of_dir = c if direction == "c2s" else u
+        while time.monotonic() - t0 < seconds:
+            r, _w, _x = select.select([c, u], [], [], 0.05)
+            done = False
+            for x in r:
+                try:
+                    b = bytearray(x.recv(65536))
+                except OSError:
+                    b = b""
+                if not b:
+                    done = True
+                    break
+                s = st[x]
+                if x is src_of_dir:
+                    if s[2] is None:
+                        i = (s[1] + bytes(b)).find(b"NAXA")
+                        if i >= 0:
+                            s[2] = s[0] - len(s[1]) + i
+                    if s[2] is not None:
+                        for off in (16, 48):
+                            for k in range(8):
+                                j = s[2] + off + k - s[0]
+                                if 0 <= j < len(b):
+                                    b[j] ^= 0xFF
+                                    rewritten += 1
+                s[0] += len(b)
+                s[1] = (s[1] + bytes(b))[-3:]
+                (u if x is c else c).sendall(bytes(b))
+            if done:
+                break
+        for x in (c, u):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
+    print("TAMPER rewritten=%d" % rewritten, flush=True)
+
+
+def hold(host, port, n, seconds, srcs):
+    import select
+    t0 = time.monotonic()
+    socks = {src: [] for src in srcs}
+    opened = 0
+    last = t0
+    while time.monotonic() - t0 < seconds:
+        for src in srcs:
+            lst = socks[src]
+            while len(lst) < n:
+                try:
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    s.bind((src, 0))
+                    s.settimeout(2)
+                    s.connect((host, port))
+                    s.sendall(wire_header(1, 168)[:32])
+                    lst.append(s)
+                    opened += 1
+                except OSError:
+                    s.close()
+                    break
+        every = [s for lst in socks.values() for s in lst]
+        r, _w, _x = select.select(every, [], [], 0.02) if every else ([], [], [])
+        for s in r:
+            try:
+                b = s.recv(4096)
+            except OSError:
+                b = b""
+            if not b:
+                for lst in socks.values():
+                    if s in lst:
+                        lst.remove(s)
+                s.close()
+        if time.monotonic() - last >= 1:
+            last = time.monotonic()
+            print("HOLD opened=%d" % opened, flush=True)
+    for lst in socks.values():
+        for s in lst:
+            s.close()
+    print("HOLD opened=%d done" % opened, flush=True)
+
+
 def main():
     mode = sys.argv[1]
     host, port = sys.argv[2], int(sys.argv[3])
     if mode in ("zeros", "random", "hugelen", "half"):
         one_shot(mode, host, port)
     elif mode == "flood":
-        flood(host, port, int(sys.argv[4]), float(sys.argv[5]))
+        flood(host, port, int(sys.argv[4]), float(sys.argv[5]),
+              sys.argv[6].split(",") if len(sys.argv) > 6 else None)
     elif mode == "rogue":
         rogue(host, port, float(sys.argv[4]))
     elif mode == "cut":
         cut(host, port, int(sys.argv[4]), sys.argv[5], float(sys.argv[6]), int(sys.argv[7]))
+    elif mode == "tamper":
+        tamper(host, port, int(sys.argv[4]), sys.argv[5], float(sys.argv[6]))
+    elif mode == "hold":
+        hold(host, port, int(sys.argv[4]), float(sys.argv[5]), sys.argv[6].split(","))
     else:
         sys.exit("unknown mode " + mode)
 

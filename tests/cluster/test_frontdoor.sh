@@ -7,10 +7,12 @@
 #   raw      64 zero bytes, 4 KiB of random bytes, a wire header claiming a
 #            payload of 2^64-1, half a header then silence (dropped by the
 #            3 s set-up limit): each connection is closed, with one log line
-#   flood    500 idle connections held open: beyond 64 they are closed at
-#            once, the 64 after 3 s; a client served while they are held;
-#            the log stays short
-#   emfile   the same with the node's hard RLIMIT_NOFILE at 80: accept fails
+#   flood    500 idle connections from one address held open: beyond 8
+#            (NA_XP_PREAUTH_PER_ADDR) each newcomer displaces the oldest, the
+#            last 8 go after 1-3 s; all 500 are closed by the node; a client
+#            served while they are held; the log stays short
+#   emfile   the same from 16 addresses (127.0.0.2..17: the table fills) with
+#            the node's hard RLIMIT_NOFILE at 80: accept fails
 #            with EMFILE, which is logged at most ~1 line/s and does not spin
 #            the CPU; a client served afterwards
 #   listen   with a loopback layout the node listens only on 127.0.0.1: its
@@ -35,6 +37,20 @@
 #            a wrong secret; and a transport client whose sends to a stopped
 #            server time out (requests left in UCX at destroy). Every process
 #            exits 0 or 1 and prints nothing from UCX's abort paths
+#   tamper   a relay without the secret (raw_peer.py tamper) rewrites bytes of
+#            the ADDR frame (the UCX worker address, issue 22 item 1) on its
+#            way to the node (c2s) or back to the connecting `run` (s2c): the
+#            connection is refused with a log line naming the frame's MAC check
+#            on the side that received it; no process aborts (UCX 1.13
+#            asserted on the altered address: the node, or run with rc 134);
+#            the node keeps serving a real client
+#   lockout  an attacker without the secret keeps half-open handshakes open
+#            (raw_peer.py hold: each reopened the moment the node closes it):
+#            64 from one address (127.0.0.2), then 8 from each of 16 addresses
+#            (127.0.0.2..17, twice the set-up table); meanwhile a real client
+#            from 127.0.0.1 connects and is served, each time within 10 s
+#            (issue 22 item 4: the 64 filled NA_XP_PREAUTH_MAX and every
+#            connect failed)
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
 CLIENT=$1
@@ -155,6 +171,78 @@ teardown)
         echo "ok: teardown $tls: sends to a stopped server time out, client exits 1, no abort$(grep -q "left to the process exit" "$DIR/td_xc.log" && echo " (UCX worker left to the exit)")"
     done
     ;;
+lockout)
+    node s0
+    client c_before
+    srcs16=$(i=2; while [ $i -le 17 ]; do printf '127.0.0.%d,' $i; i=$((i + 1)); done)
+    for att in "64 127.0.0.2" "8 ${srcs16%,}"; do
+        set -- $att
+        na_spawn "$DIR/hold.log" $RAW hold 127.0.0.1 "$PORT0" "$1" 40 "$2"
+        HP=$NA_PID
+        na_wait_line "$DIR/hold.log" "^HOLD opened" 10 || fail "lockout: the attacker did not start"
+        sleep 1
+        i=0 ts=""
+        while [ $i -lt 3 ]; do
+            i=$((i + 1))
+            t0=$(date +%s%N)
+            client "c_during_$1_$i"
+            t=$(( ($(date +%s%N) - t0) / 1000000 ))
+            [ "$t" -le 10000 ] || fail "lockout ($1 per address): client $i took $t ms"
+            ts="$ts ${t}ms"
+            alive s0
+        done
+        kill "$HP" 2>/dev/null; wait "$HP" 2>/dev/null
+        echo "ok: lockout, $1 half-open per address from $(echo "$2" | tr ',' '\n' | wc -l) address(es), $(tail -n 1 "$DIR/hold.log"): 3 clients served in$ts"
+    done
+    grep -q "in set-up from 127.0.0.2" "$DIR/s0.log" || fail "the per-address cap was not logged"
+    ;;
+tamper)
+    {
+        echo "cluster: { name: tam, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
+        echo "model: { path: \"$SHARED/models/stories260K.bin\", tokenizer: \"$SHARED/models/tok512.bin\" }"
+        echo "transport: { tls: tcp, timeout_ms: 2000, heartbeat_ms: 200, peer_timeout_ms: 1000 }"
+        echo "compute:"
+        echo "  - { name: c0, host: 127.0.0.1 }"
+        echo "storage:"
+        echo "  - { name: s0, host: 127.0.0.1, port: @P@, devices: [ { path: \"$DIR/kv/tam\", dram_mb: 64, ssd_mb: 64 } ] }"
+        echo "parallel: { partition: request }"
+        echo "kv: { tier: dram }"
+    } > "$DIR/tam.in"
+    sed "s/@P@/$PORT0/" "$DIR/tam.in" > "$DIR/tam-real.yaml"
+    sed "s/@P@/$PORT1/" "$DIR/tam.in" > "$DIR/tam-proxy.yaml"
+    na_spawn "$DIR/s0.log" "$BIN" node --config "$DIR/tam-real.yaml" --name s0
+    PID_s0=$NA_PID
+    na_wait_line "$DIR/s0.log" "^READY" 15 || fail "tamper: s0 did not start"
+    for dir in c2s s2c; do
+        na_spawn "$DIR/tam_$dir.log" $RAW tamper 127.0.0.1 "$PORT1" "$PORT0" $dir 30
+        TP=$NA_PID
+        na_wait_line "$DIR/tam_$dir.log" "TAMPER listening" 10 || fail "tamper: no relay"
+        timeout 60 "$BIN" run --config "$DIR/tam-proxy.yaml" --cluster connect \
+            --prompt "Once upon a time" -n 8 --temp 0 --threads 1 \
+            > "$DIR/tam.out" 2> "$DIR/tam_run_$dir.log"
+        rc=$?
+        kill "$TP" 2>/dev/null; wait "$TP" 2>/dev/null
+        [ $rc -le 1 ] || fail "tamper $dir: run exited $rc: $(tail -n 2 "$DIR/tam_run_$dir.log")"
+        ! grep -q "Assertion\|Aborted\|address.c" "$DIR/tam_run_$dir.log" ||
+            fail "tamper $dir: $(grep -m1 "Assertion\|Aborted\|address.c" "$DIR/tam_run_$dir.log")"
+        alive s0
+        if [ $dir = c2s ]; then
+            na_wait_line "$DIR/s0.log" "dropped peer 'c0'.*address frame failed its MAC check" 5 ||
+                fail "tamper c2s: no refusal logged by the node: $(tail -n 3 "$DIR/s0.log")"
+        else
+            grep -q "address frame failed its MAC check" "$DIR/tam_run_$dir.log" ||
+                fail "tamper s2c: run does not say why: $(tail -n 3 "$DIR/tam_run_$dir.log")"
+        fi
+        f="$DIR/s0.log"; [ $dir = s2c ] && f="$DIR/tam_run_$dir.log"
+        echo "ok: tamper $dir: run exited $rc, refused: $(grep -m1 -o "address frame failed[^)]*)" "$f")"
+    done
+    # the node still serves, directly
+    "$BIN" run --config "$DIR/tam-real.yaml" --cluster connect --prompt "Once upon a time" -n 8 \
+        --temp 0 --threads 1 > "$DIR/tam.out" 2> "$DIR/tam_ok.log" ||
+        fail "the node does not serve after the tampering: $(tail -n 2 "$DIR/tam_ok.log")"
+    [ -s "$DIR/tam.out" ] || fail "no text from the node after the tampering"
+    kill -TERM "$PID_s0"; wait "$PID_s0" || fail "s0 did not stop cleanly"
+    ;;
 raw)
     node s0
     client c_before
@@ -184,7 +272,9 @@ flood|emfile)
         node s0
     fi
     client c_before
-    na_spawn "$DIR/flood.log" $RAW flood 127.0.0.1 "$PORT0" 500 7
+    srcs=""      # emfile: from 16 addresses, so that the set-up table fills
+    [ "$SCEN" = emfile ] && srcs=$(i=2; while [ $i -le 17 ]; do printf '127.0.0.%d,' $i; i=$((i + 1)); done)
+    na_spawn "$DIR/flood.log" $RAW flood 127.0.0.1 "$PORT0" 500 7 ${srcs%,}
     FP=$NA_PID
     na_wait_line "$DIR/flood.log" "^OPENED" 20 || fail "flood did not open its connections"
     t0=$(cpu_ticks "$PID_s0")
@@ -209,7 +299,8 @@ flood|emfile)
         n=$(grep -c "Too many open files" "$DIR/s0.log")
         [ "$n" -le 10 ] || fail "$n EMFILE lines in ~7 s (want ~1/s)"
     else
-        grep -q "connections in set-up already" "$DIR/s0.log" || fail "the pre-auth cap was not hit"
+        grep -q "connections in set-up from 127.0.0.1: dropped the oldest" "$DIR/s0.log" ||
+            fail "the per-address pre-auth cap was not hit"
     fi
     ;;
 listen)

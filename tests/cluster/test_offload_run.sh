@@ -18,9 +18,12 @@
 #   netns   storage nodes in one network namespace, the compute node in
 #           another, joined by a veth pair, UCX over TCP (77 without netns)
 #   badshape  one of two storage nodes is tests/cluster/bad_node.c (BAD_NODE),
-#           answering with a wrong GQA ratio, then with an extra entry: it is
-#           dropped with a reason naming it, its requests are re-placed on the
-#           other node, every text is the monolithic one, nothing hangs
+#           answering with a wrong GQA ratio, with an extra entry, with a
+#           wrong or a duplicate request id, with an entry status out of the
+#           wire's range (1000) or no na_status_t (-200): it is dropped at
+#           once (not by the answer's deadline) with a reason naming it, its
+#           requests are re-placed on the other node, every text is the
+#           monolithic one, nothing hangs (NA_BAD_MODES picks modes by hand)
 #   stop    a storage node stopped with SIGSTOP mid-generation (over shm,
 #           then tcp): it is lost after peer_timeout_ms (2 s here), not
 #           after 6 x timeout_ms; its requests are re-placed as for kill -9
@@ -57,6 +60,14 @@
 #           (its log, its served counters), leaves by SIGTERM without
 #           per-request warnings; every text is the monolithic one; prints the
 #           join times
+#   rejoin  the compute node's table of storage nodes (64 entries) is not used
+#           up by announcements that end (issue 22 item 12): during a run with a
+#           compute port, s8 (wrong shape) announces, is refused once, is told
+#           why in its own log and stops announcing (one refusal in 4 s; it
+#           retried after 1, 2, 4 s before); then 70 storage peers
+#           (xp_peer --role storage, 10 at a time) announce and leave at once;
+#           then s9 (right shape) announces and takes requests (before, it was
+#           refused: "holds at most 64"); the run is stopped then (SIGTERM)
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -253,7 +264,7 @@ netns)
     ;;
 badshape)
     BAD=${3:?badshape needs the bad_node binary}
-    for mode in shape count; do
+    for mode in ${NA_BAD_MODES:-shape count badid dupid status status200}; do
         L=$(layout bad$mode 2 request 2 auto auto 2 false "$STORIES" "$STOK")
         na_bg "$DIR/b0$mode.out" "$DIR/b0$mode.err" "$BIN" node --config "$L" --name s0
         P0=$NA_PID
@@ -266,8 +277,15 @@ badshape)
         rc=$?
         [ $rc -eq 124 ] && fail "badshape $mode: run hung"
         [ $rc -eq 0 ] || fail "badshape $mode: run exited $rc, expected 0 (requests re-placed)"
-        grep -q "s1 lost: answered batch .* with wrong shapes" "$DIR/bad$mode.err" \
-            || fail "badshape $mode: no clear reason"
+        case $mode in
+        shape|count) why="s1 lost: answered batch .* with wrong shapes" ;;
+        badid|dupid) why="s1 lost: answered batch .* entry .* request .* where .* was asked" ;;
+        status) why="s1 lost: wire ATTN_OUT: field 'entries\[0\].status' = 1000 out of range" ;;
+        *) why="s1 lost: answered batch .* entry .* status -200, which is no status" ;;
+        esac
+        grep -q "$why" "$DIR/bad$mode.err" || fail "badshape $mode: no clear reason: $(grep "s1" "$DIR/bad$mode.err" | head -n 3)"
+        grep -q "no answer to DECODE_ATTN" "$DIR/bad$mode.err" &&
+            fail "badshape $mode: found by the answer's deadline, not at once"
         grep -q " [1-9][0-9]* re-placed" "$DIR/bad$mode.err" || fail "badshape $mode: nothing re-placed"
         na_same_sorted "$DIR/bad.mono" "$DIR/bad.off" || fail "badshape $mode: text differs from monolithic"
         kill -TERM $P0 $P1; wait $P0 $P1 2>/dev/null
@@ -572,6 +590,58 @@ announce)
     grep -q "re-placing it" "$DIR/ann.err" && fail "announce: a clean leave logged per-request warnings"
     kill -TERM "$S8" "$S7"; wait "$S8" "$S7" 2>/dev/null
     echo "ok: announce ($(grep -c "opened request" "$DIR/a9.err") request(s) opened on s9, $(grep -o "served [0-9]* decode entries, [0-9]* prefill tokens" "$DIR/a9.err"); wrong shape and KV dtype refused; left by SIGTERM; text as monolithic)"
+    ;;
+rejoin)
+    XP="$(dirname "${3:?rejoin needs the bad_node binary (xp_peer beside it)}")/xp_peer"
+    CPORT=$((PORT + 4))
+    L=$(CPORT=$CPORT layout rejoin 1 request 1 auto auto 2 false "$STORIES" "$STOK")
+    # no monolithic reference (the text is the announce scenario's business):
+    # the run only has to outlive the announcements; it is stopped at the end
+    i=0; while [ $i -lt 64 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    na_bg "$DIR/rejoin0.out" "$DIR/rejoin0.err" "$BIN" node --config "$L" --name s0
+    S0=$NA_PID
+    na_wait_line "$DIR/rejoin0.out" READY 20 || fail "rejoin: s0 not ready"
+    na_bg "$DIR/rejoin.off" "$DIR/rejoin.err" "$BIN" run --config "$L" --cluster connect \
+        --prompts "$DIR/prompts.txt" -n 400 --temp 0 --threads 1 --batch 2
+    RP=$NA_PID
+    na_wait_line "$DIR/rejoin.off" . 60 || fail "rejoin: no text from the run"
+    t8=$(date +%s)
+    na_bg "$DIR/a8.out" "$DIR/a8.err" "$BIN" node --config "$L" --name s8 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s8" --dram-mb 64 --ssd-mb 64 --shape 3:8:4:8
+    S8=$NA_PID
+    na_wait_line "$DIR/a8.err" "refused it: .*holds KV for 3 layers.*not announcing to it again" 20 ||
+        fail "rejoin: s8 was not told why it was refused: $(tail -n 3 "$DIR/a8.err")"
+    SEC=$(cat "$SRC/cluster-configs/dev.secret")
+    i=0
+    while [ $i -lt 70 ]; do
+        pids=""
+        for k in 0 1 2 3 4 5 6 7 8 9; do
+            "$XP" client --name "f$((i + k))" --role storage --cluster rejoin --secret "$SEC" \
+                --connect "127.0.0.1:$CPORT" --rounds 0 --timeout-ms 5000 >>"$DIR/fake.log" 2>&1 &
+            pids="$pids $!"
+        done
+        for p in $pids; do wait "$p" || fail "rejoin: an announcing peer failed: $(tail -n 2 "$DIR/fake.log")"; done
+        i=$((i + 10))
+    done
+    kill -0 "$RP" 2>/dev/null || fail "rejoin: the run ended before the announcements were done"
+    grep -q "storage node f69 announced itself" "$DIR/rejoin.err" || fail "rejoin: f69 not seen"
+    na_bg "$DIR/a9.out" "$DIR/a9.err" env NA_LOG_LEVEL=debug "$BIN" node --config "$L" --name s9 \
+        --listen 127.0.0.1:0 --kv-dir "$DIR/kv/s9" --dram-mb 64 --ssd-mb 64
+    S9=$NA_PID
+    na_wait_line "$DIR/a9.err" "opened request" 30 ||
+        fail "rejoin: no request placed on s9: $(grep "s9" "$DIR/rejoin.err" | tail -n 3)"
+    while [ $(( $(date +%s) - t8 )) -lt 5 ]; do sleep 0.2; done
+    n=$(grep -c "storage node s8 holds KV for 3 layers" "$DIR/rejoin.err")
+    [ "$n" -eq 1 ] || fail "rejoin: s8 refused $n times in 5 s (it should stop announcing)"
+    kill -0 "$RP" 2>/dev/null || fail "rejoin: the run ended early: $(tail -n 3 "$DIR/rejoin.err")"
+    kill -TERM "$RP"
+    wait "$RP"
+    rc=$?
+    [ $rc -le 1 ] || [ $rc -eq 143 ] || fail "rejoin: run exited $rc on SIGTERM"
+    kill -TERM "$S9" "$S8" "$S0"
+    wait "$S9" || fail "rejoin: s9 did not stop cleanly"
+    wait "$S8" "$S0" 2>/dev/null
+    echo "ok: rejoin (s8 refused once and told why; 70 announcements that left; s9 then took $(grep -c "opened request" "$DIR/a9.err") request(s))"
     ;;
 *)
     echo "unknown scenario $SCEN"; exit 2 ;;

@@ -21,6 +21,13 @@
 #                           well within the 3 s transport timeout
 #   secret                  a client with the wrong secret is refused; server keeps serving
 #   garbage                 a malformed message drops that peer only
+#   badaddr                 a peer that holds the secret sends a garbage UCX worker
+#                           address in its ADDR frame (8 bytes: an unknown address
+#                           version, a V2 header, too short a V1 header, ones): the
+#                           listener refuses each with a log line naming the
+#                           address and keeps serving; a listener that sends one
+#                           makes the connecting client fail, not abort (UCX 1.13
+#                           asserts on an unknown address version, rc 134)
 #   order-shm | order-tcp   bursts of mixed eager / rendezvous messages: answers keep
 #                           the order sent (per-endpoint ordering)
 #   busy                    a second listener on a taken port fails with "port taken";
@@ -186,6 +193,34 @@ garbage)
         --rounds 2 $COMMON
     finish c1
     finish s0
+    ;;
+badaddr)
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls tcp $COMMON
+    P0=$(port_of s0)
+    i=0
+    for a in 0e00000000000000 0100000000000000 0000000000000000 ffffffffffffffff 01020304; do
+        i=$((i + 1))
+        na_start "bad$i" "$PEER" client --name "junk$i" --connect 127.0.0.1:$P0 --tls tcp \
+            --test-addr "$a" --expect-fail $COMMON --timeout-ms 1000
+        finish "bad$i"
+        kill -0 "$PID_s0" 2>/dev/null || fail "the listener died on address $a"
+        na_wait_line "$DIR/s0.log" "dropped peer 'junk$i'.*UCX worker address" 5 ||
+            fail "no log line for address $a: $(tail -n 3 "$DIR/s0.log")"
+    done
+    na_start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
+        --rounds 2 $COMMON
+    finish c1
+    finish s0
+    # the other direction: a listener holding the secret answers with garbage
+    na_start s1 "$PEER" server --name s1 --listen 127.0.0.1:0 --clients 100 --tls tcp \
+        --test-addr 0e00000000000000 --max-ms 20000 --timeout-ms 3000
+    P1=$(port_of s1)
+    na_start c2 "$PEER" client --name c2 --connect 127.0.0.1:$P1 --tls tcp --expect-fail $COMMON \
+        --timeout-ms 1000
+    finish c2
+    grep -q "REFUSED c2: .*UCX worker address version" "$DIR/c2.log" ||
+        fail "the client's failure does not name the address: $(cat "$DIR/c2.log")"
+    kill "$PID_s1" 2>/dev/null
     ;;
 order-shm|order-tcp)
     tls=${SCEN#order-}

@@ -15,12 +15,17 @@
  *       own check of our proof is what refuses a wrong secret), --burst N:
  *       per round send N echoes of the sizes (cycling) to the first server
  *       before reading any answer; answers must come back in order.
+ *       --expect-fail: succeed only if the connection fails (any reason),
  *       --until-file F: paced rounds (20 ms apart) until file F exists, then
  *       --rounds R more (printing "UNTIL <name>" when F is seen), then BYE.
  *   xp_peer mpi --base-port P [common options]
  *       Rank from the launcher (rdma/bootstrap.h): rank 0 is the client of
  *       ranks 1..size-1, which serve at base-port + rank - 1.
  *   common: --name N --secret S --tls auto|shm|tcp|RAW --errmode auto|peer|cm
+ *           --cluster NAME (default xptest) --role storage|compute|tool
+ *           (the role its HELLO says; default tool) --test-addr HEX (send these bytes,
+ *           sealed as usual, instead of our UCX worker address: a secret
+ *           holder sending garbage)
  *           (XP_PEER_DESCRIBE=1 in the environment: print UCX's lanes of the
  *           server's accepted and the client's first endpoint)
  *           --timeout-ms T --max-ms T
@@ -46,7 +51,11 @@ typedef struct {
     const char *role, *listen, *connect, *name, *secret, *tls, *sizes, *errmode;
     const char *until_file;     /* client: paced rounds until it exists, then --rounds more */
     int clients, rounds, forever, expect_refused, garbage, timeout_ms, max_ms, base_port;
-    int skip_server_proof, burst;
+    int skip_server_proof, burst, expect_fail;
+    const char *cluster;        /* cluster name (default "xptest") */
+    int hello_role;             /* na_wire_role_t sent in HELLO (--role; 0: tool) */
+    uint8_t test_addr[64];      /* --test-addr: sent instead of our UCX worker address */
+    size_t test_addr_len;
 } peer_args_t;
 
 /* Deterministic bytes for (name, seq): what the echo must bring back. */
@@ -82,7 +91,8 @@ static na_status_t peer_xp_create(const peer_args_t *a, const char *host, na_xp_
     memset(&o, 0, sizeof(o));
     o.name = a->name;
     o.host = host;
-    o.cluster = "xptest";
+    o.cluster = a->cluster ? a->cluster : "xptest";
+    o.role = a->hello_role;
     o.tls = na_xp_tls_parse(a->tls);
     o.tls_raw = a->tls;
     o.errmode = (na_xp_errmode_t)na_xp_errmode_parse(a->errmode);
@@ -91,6 +101,10 @@ static na_status_t peer_xp_create(const peer_args_t *a, const char *host, na_xp_
     o.timeout_ms = a->timeout_ms;
     o.heartbeat_ms = 1000;
     o.test_skip_server_proof = a->skip_server_proof;
+    if (a->test_addr_len > 0) {
+        o.test_addr = a->test_addr;
+        o.test_addr_len = a->test_addr_len;
+    }
     return na_xp_create(&o, xp_p);
 }
 
@@ -366,9 +380,9 @@ static int peer_client(const peer_args_t *a, const char *connect)
             goto out;
         }
         st = peer_connect(xp, host, port, a->timeout_ms, &eps[n_eps]);
-        if (a->expect_refused) {
+        if (a->expect_refused || a->expect_fail) {
             printf("REFUSED %s: %s: %s\n", a->name, na_status_string(st), na_errmsg());
-            rc = (st == NA_ERR_AUTH) ? 0 : 1;
+            rc = (a->expect_refused ? st == NA_ERR_AUTH : st != NA_OK) ? 0 : 1;
             goto out;
         }
         if (st != NA_OK) {
@@ -496,6 +510,7 @@ int main(int argc, char **argv)
         if (!strcmp(k, "--expect-refused")) { a.expect_refused = 1; continue; }
         if (!strcmp(k, "--garbage")) { a.garbage = 1; continue; }
         if (!strcmp(k, "--skip-server-proof")) { a.skip_server_proof = 1; continue; }
+        if (!strcmp(k, "--expect-fail")) { a.expect_fail = 1; continue; }
         if (v == NULL) {
             fprintf(stderr, "xp_peer: %s needs a value\n", k);
             return 2;
@@ -521,6 +536,30 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--base-port")) a.base_port = atoi(v);
         else if (!strcmp(k, "--burst")) a.burst = atoi(v);
         else if (!strcmp(k, "--until-file")) a.until_file = v;
+        else if (!strcmp(k, "--cluster")) a.cluster = v;
+        else if (!strcmp(k, "--role")) {
+            if (strcmp(v, "storage") && strcmp(v, "compute") && strcmp(v, "tool")) {
+                fprintf(stderr, "xp_peer: --role expects storage, compute or tool\n");
+                return 2;
+            }
+            a.hello_role = !strcmp(v, "storage") ? NA_WIRE_ROLE_STORAGE
+                   : !strcmp(v, "compute") ? NA_WIRE_ROLE_COMPUTE : NA_WIRE_ROLE_TOOL;
+        }
+        else if (!strcmp(k, "--test-addr")) {
+            size_t n = strlen(v) / 2, j;
+            for (j = 0; j < n && j < sizeof(a.test_addr) && strlen(v) % 2 == 0; j++) {
+                unsigned x;
+                if (sscanf(v + 2 * j, "%2x", &x) != 1)
+                    break;
+                a.test_addr[j] = (uint8_t)x;
+            }
+            if (n == 0 || j != n) {
+                fprintf(stderr, "xp_peer: --test-addr expects 1..%zu bytes in hex\n",
+                        sizeof(a.test_addr));
+                return 2;
+            }
+            a.test_addr_len = n;
+        }
         else {
             fprintf(stderr, "xp_peer: unknown option %s\n", k);
             return 2;
