@@ -36,8 +36,11 @@
 
 /* How many CUDA devices this process sees: NA_OK with *n >= 1, or
  * NA_ERR_UNSUPPORTED with the message "no CUDA device: <why>" (the runtime's
- * error for cudaGetDeviceCount: 35 insufficient driver, 100 no device, ...).
- * With gpu >= 0, also NA_ERR_NOT_FOUND when GPU `gpu` does not exist. */
+ * error for cudaGetDeviceCount: 35 insufficient driver, 100 no device, ...)
+ * on a machine that shows no NVIDIA GPU (cuda_present.h). Where the driver's
+ * GPU nodes exist, a runtime that sees none or a module that cannot be
+ * loaded is NA_ERR_IO instead: a broken installation, never a skip. With
+ * gpu >= 0, also NA_ERR_NOT_FOUND when GPU `gpu` does not exist. */
 na_status_t na_cuda_probe(int gpu, int *n_p);
 
 /* Backend on GPU 0 (n_threads is ignored), or on GPU `gpu`. Fails as

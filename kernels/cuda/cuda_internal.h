@@ -37,7 +37,14 @@ typedef struct {
     size_t         xh_bytes;
     na_cu_placed_t *placed;
     int            n_placed, cap_placed;
+    /* weight uploads: two pinned staging halves, each free again once the
+     * copy out of it (recorded by its event) completed */
+    char          *stage;
+    cudaEvent_t    stage_ev[2];
 } na_cuda_t;
+
+/* Bytes of each pinned staging half of place(). */
+#define NA_CU_STAGE_BYTES ((size_t)8 << 20)
 
 #define NA_CU(k) ((na_cuda_t *)(k)->priv)
 

@@ -39,6 +39,13 @@ int na_cu_argmax(void *stream, int *idx, const float *x, int n, int batch);
 /* dst[i] = src[i] as f16 (dtype 1) or bf16 (dtype 2): activations for a
  * tensor-core GEMM. */
 int na_cu_to_half(void *stream, void *dst, int dtype, const float *src, size_t n);
+/* (cuda_half.cu) Row b of x (batch rows of cols) as f16 scaled by 2^-exp[b],
+ * exp[b] >= 0 the least keeping max|x_b| below 2^15 (0 for rows within f16's
+ * range: then bit-equal to na_cu_to_half); na_cu_unscale_rows multiplies row
+ * b of y (batch rows of `rows`) by 2^exp[b] after the GEMM. exp: device. */
+int na_cu_to_f16_scaled(void *stream, void *dst, int *exp_out, const float *src, int cols,
+                        int batch);
+int na_cu_unscale_rows(void *stream, float *y, const int *exp_in, int rows, int batch);
 
 /* The batch size up to which na_cu_gemv reads the weights once for all rows. */
 #define NA_CU_GEMV_MAX_BATCH 8

@@ -6,7 +6,9 @@
  * Matmul: f32 weights -> cublasSgemm (f32 in, f32 out; the default math mode
  * uses no TF32). f16/bf16 weights -> the GEMV kernel at batch <= 8 (f32
  * activations, the decode step) and cuBLAS GemmEx above it (activations
- * rounded to the weight's type for the tensor cores, f32 accumulation).
+ * rounded to the weight's type for the tensor cores, f32 accumulation; for
+ * f16 each row is first scaled by a power of two keeping it inside f16's
+ * range, the output row scaled back: cuda_half.cu).
  * Q8_0 -> the Q8 GEMV at every batch (x quantised to Q8 blocks once per
  * call, int8 dot products, as kernels/ref defines Q8_0). With
  * k->batch_invariant the GEMV takes every dtype, so that a row's result never
@@ -109,15 +111,30 @@ static na_status_t na_cu_gemm(na_kernels_t *k, float *y, const float *x, const v
         bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, batch, cols, &one, w, cols, x,
                          cols, &zero, y, rows);
     } else {
+        /* f16: x rounded to f16 after a per-row power-of-two scale that keeps
+         * |x| below 2^15 (a plain conversion made |x| > 65504 inf), the
+         * output rows scaled back; the row exponents follow the halves in
+         * the scratch. bf16 has f32's range: a plain conversion. */
+        size_t hb = (n * 2 + 15) / 16 * 16;
+        int *ex;
         ty = dt == NA_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-        if ((st = na_cu_scratch(k, &c->xh, &c->xh_bytes, n * 2)) != NA_OK)
+        if ((st = na_cu_scratch(k, &c->xh, &c->xh_bytes,
+                                hb + (size_t)batch * sizeof(int))) != NA_OK)
             return st;
-        if ((st = na_cu_status(k, na_cu_to_half(c->stream, c->xh, (int)dt, x, n),
-                                 "f32->half kernel")) != NA_OK)
+        ex = (int *)((char *)c->xh + hb);
+        st = dt == NA_DTYPE_F16
+           ? na_cu_status(k, na_cu_to_f16_scaled(c->stream, c->xh, ex, x, cols, batch),
+                          "f32->f16 (scaled) kernel")
+           : na_cu_status(k, na_cu_to_half(c->stream, c->xh, (int)dt, x, n), "f32->bf16 kernel");
+        if (st != NA_OK)
             return st;
         bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, batch, cols, &one, w, ty, cols,
                           c->xh, ty, cols, &zero, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT);
+        if (bs == CUBLAS_STATUS_SUCCESS && dt == NA_DTYPE_F16 &&
+            (st = na_cu_status(k, na_cu_unscale_rows(c->stream, y, ex, rows, batch),
+                               "unscale rows kernel")) != NA_OK)
+            return st;
     }
     if (bs != CUBLAS_STATUS_SUCCESS)
         return na_err(NA_ERR_IO, "kernels cuda (gpu %d) matmul: %s (%d x %d %s weight, batch "

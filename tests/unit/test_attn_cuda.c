@@ -220,8 +220,13 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "refdev";
 
     if (strcmp(mode, "gpu") == 0) {
-        if (na_cuda_probe(0, NULL) != NA_OK)
+        na_status_t st = na_cuda_probe(0, NULL);
+        if (st == NA_ERR_UNSUPPORTED)   /* no GPU on this machine */
             NA_SKIP("%s", na_errmsg());
+        if (st != NA_OK) {              /* a GPU the backend cannot use: a failure */
+            fprintf(stderr, "FAIL: %s\n", na_errmsg());
+            return 1;
+        }
         g_kernels = "cuda:0";
     } else {
         g_kernels = "refdev";
