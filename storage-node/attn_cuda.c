@@ -28,8 +28,12 @@
  * The device backend is "cuda:<gpu>", or cfg->device_kernels (tests run the
  * engine here on "refdev", ref with emulated device memory, and
  * "refdev:N" with N MiB of it to see failed allocations). Work is enqueued
- * on the backend's stream; outputs come back through a pinned buffer and an
- * event per batch. Single loop thread, as every engine. */
+ * on the backend's stream: submit appends k_new rows and uploads q; close
+ * launches the attention of every device entry — on cuda one batched launch
+ * per shape, i.e. per layer (na_kernels_cuda_attn_decode_batch, UNVERIFIED
+ * on a GPU; NA_CUDA_ATTN_BATCH=0 takes one attn_decode per entry, the path
+ * refdev tests) — and one download of the outputs into a pinned buffer,
+ * then records the batch's event. Single loop thread, as every engine. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +63,9 @@ typedef struct {
     na_attn_entry_t  shadow;       /* delegated: the copy the CPU engine fills */
     int              on_dev;       /* 1: computed on the device, its copy pinned */
     size_t           off;          /* floats into the batch's q/o buffers */
+    na_kbuf_t       *kc, *vc;      /* on_dev: its (pinned) copy, launched at close */
+    int              ctx, n_kvh;
+    int              vi;           /* its q/o views: views[2 vi + 0/1] (acu_launch) */
     na_status_t      status;
     char             reason[200];
 } na_acu_item_t;
@@ -73,6 +80,10 @@ struct na_attn_batch {
     size_t           floats, buf_floats;
     na_kbuf_t       *q, *o, *o_host;
     na_kevent_t     *ev;
+    na_kbuf_t       *views;        /* q and o views of the batched launch, 2 per item */
+    int              cap_views;
+    na_status_t      dev_st;       /* a launch at close failed: every device entry fails */
+    char             dev_reason[200];
     int              closed;
     uint64_t         t0;
 };
@@ -418,6 +429,7 @@ static void acu_batch_free(na_attn_cuda_t *e, na_attn_batch_t *b)
     for (i = 0; i < b->n_alloc; i++)
         free(b->items[i]);
     free(b->items);
+    free(b->views);
     free(b);
 }
 
@@ -453,36 +465,128 @@ static na_status_t acu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
     b->n = 0;
     b->floats = 0;
     b->closed = 0;
+    b->dev_st = NA_OK;
+    b->dev_reason[0] = '\0';
     b->t0 = na_now_ns();
     e->round++;
     *b_p = b;
     return NA_OK;
 }
 
-/* Enqueue attention of entry it (copy r) on the device. */
+/* Entry it (copy r) on the device: its q uploaded into the batch's buffer;
+ * the attention itself is launched at close, for all device entries at once
+ * (acu_launch). */
 static na_status_t acu_run(na_attn_cuda_t *e, na_attn_batch_t *b, na_acu_item_t *it,
                            const na_acu_res_t *r)
 {
-    const na_kernel_ops_t *ops = e->k->ops;
     const na_attn_entry_t *en = it->en;
     size_t nq = (size_t)en->n_q_heads * (size_t)e->kcfg->head_dim, bytes = nq * sizeof(float);
-    size_t kvb = (size_t)r->n * acu_row_bytes(e, r->n_kvh);
-    na_kbuf_t q, o, kc, vc;
+    na_kbuf_t q;
     na_status_t st;
 
     if ((st = acu_batch_room(e, b, nq)) != NA_OK)     /* made by acu_submit */
         return st;
     it->off = b->floats;
-    b->floats += nq;
     q = na_kbuf_view(b->q, it->off * sizeof(float), bytes);
-    o = na_kbuf_view(b->o, it->off * sizeof(float), bytes);
-    kc = na_kbuf_view(r->k, 0, kvb);
-    vc = na_kbuf_view(r->v, 0, kvb);
-    if ((st = ops->upload(e->k, &q, en->q, bytes)) != NA_OK ||
-        (st = ops->attn_decode(e->k, &o, &q, &kc, &vc, e->kcfg->kv_dtype, r->n, en->n_q_heads,
-                               r->n_kvh, e->kcfg->head_dim)) != NA_OK)
+    if ((st = e->k->ops->upload(e->k, &q, en->q, bytes)) != NA_OK)
         return st;
-    return ops->download(e->k, (float *)b->o_host->host + it->off, &o, bytes);
+    b->floats += nq;
+    it->kc = r->k;
+    it->vc = r->v;
+    it->ctx = r->n;
+    it->n_kvh = r->n_kvh;
+    return NA_OK;
+}
+
+/* 1 when the backend takes a batch of decodes in one launch (cuda), unless
+ * NA_CUDA_ATTN_BATCH=0 (one launch per entry: the path refdev takes). */
+static int acu_batched(const na_attn_cuda_t *e)
+{
+#if NA_HAVE_CUDA
+    const char *v = getenv("NA_CUDA_ATTN_BATCH");
+    return strcmp(e->k->ops->name, "cuda") == 0 && !(v != NULL && strcmp(v, "0") == 0);
+#else
+    (void)e;
+    return 0;
+#endif
+}
+
+/* Launch the attention of b's device entries: on cuda one batched launch per
+ * shape (n_q_heads, n_kv_heads) — one per layer in practice — else one
+ * attn_decode per entry; then the outputs down in one copy. */
+static na_status_t acu_launch(na_attn_cuda_t *e, na_attn_batch_t *b)
+{
+    const na_kernel_ops_t *ops = e->k->ops;
+    const size_t hd = (size_t)e->kcfg->head_dim;
+    na_status_t st = NA_OK;
+    int i, j, n_dev = 0;
+
+    for (i = 0; i < b->n; i++)
+        n_dev += b->items[i]->on_dev;
+    if (n_dev == 0)
+        return NA_OK;
+    if (b->cap_views < 2 * n_dev) {
+        na_kbuf_t *v = realloc(b->views, sizeof(*v) * 2 * (size_t)n_dev);
+        if (v == NULL)
+            return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+        b->views = v;
+        b->cap_views = 2 * n_dev;
+    }
+    for (i = 0, j = 0; i < b->n; i++) {
+        na_acu_item_t *it = b->items[i];
+        size_t bytes = (size_t)it->en->n_q_heads * hd * sizeof(float);
+        if (!it->on_dev)
+            continue;
+        it->vi = j++;
+        b->views[2 * it->vi] = na_kbuf_view(b->q, it->off * sizeof(float), bytes);
+        b->views[2 * it->vi + 1] = na_kbuf_view(b->o, it->off * sizeof(float), bytes);
+    }
+#if NA_HAVE_CUDA
+    if (acu_batched(e)) {
+        na_kcuda_attn_req_t *rq = malloc(sizeof(*rq) * (size_t)n_dev);
+        char *done = calloc((size_t)b->n, 1);
+        if (rq == NULL || done == NULL)
+            st = na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+        for (i = 0; st == NA_OK && i < b->n; i++) {   /* one launch per shape */
+            const na_acu_item_t *a = b->items[i];
+            int n = 0, k;
+            if (!a->on_dev || done[i])
+                continue;
+            for (k = i; k < b->n; k++) {
+                const na_acu_item_t *it = b->items[k];
+                if (it->on_dev && !done[k] && it->en->n_q_heads == a->en->n_q_heads &&
+                    it->n_kvh == a->n_kvh) {
+                    rq[n++] = (na_kcuda_attn_req_t){ &b->views[2 * it->vi + 1],
+                                                     &b->views[2 * it->vi], it->kc, it->vc,
+                                                     it->ctx };
+                    done[k] = 1;
+                }
+            }
+            st = na_kernels_cuda_attn_decode_batch(e->k, rq, n, e->kcfg->kv_dtype,
+                                                   a->en->n_q_heads, a->n_kvh, (int)hd);
+        }
+        free(rq);
+        free(done);
+    } else
+#endif
+    {
+        for (i = 0; st == NA_OK && i < b->n; i++) {
+            const na_acu_item_t *it = b->items[i];
+            na_kbuf_t kc, vc;
+            size_t kvb;
+            if (!it->on_dev)
+                continue;
+            kvb = (size_t)it->ctx * acu_row_bytes(e, it->n_kvh);
+            kc = na_kbuf_view(it->kc, 0, kvb);
+            vc = na_kbuf_view(it->vc, 0, kvb);
+            st = ops->attn_decode(e->k, &b->views[2 * it->vi + 1], &b->views[2 * it->vi], &kc,
+                                  &vc, e->kcfg->kv_dtype, it->ctx, it->en->n_q_heads,
+                                  it->n_kvh, (int)hd);
+        }
+    }
+    if (st == NA_OK)
+        st = ops->download(e->k, b->o_host->host, b->o, b->floats * sizeof(float));
+    return st;
 }
 
 /* A valid entry for this slot: the request, its shapes, its pointers. */
@@ -581,6 +685,8 @@ static na_status_t acu_close(na_attn_engine_t *base, na_attn_batch_t *b)
     b->closed = 1;
     if (b->inner != NULL)
         st = na_attn_batch_close(e->cpu, b->inner);
+    if (st == NA_OK && (b->dev_st = acu_launch(e, b)) != NA_OK)
+        snprintf(b->dev_reason, sizeof(b->dev_reason), "%s", na_errmsg());
     if (st == NA_OK)
         st = e->k->ops->event_record(e->k, b->ev);
     return st;
@@ -592,6 +698,10 @@ static void acu_finish(na_attn_cuda_t *e, na_attn_batch_t *b, na_status_t dev_st
 {
     size_t hd = (size_t)e->kcfg->head_dim;
     int i;
+    if (b->dev_st != NA_OK) {                     /* the launch at close failed */
+        dev_st = b->dev_st;
+        na_err(dev_st, "%s", b->dev_reason);
+    }
     for (i = 0; i < b->n; i++) {
         na_acu_item_t *it = b->items[i];
         na_attn_entry_t *en = it->en;

@@ -118,6 +118,7 @@ na_status_t na_cu_params(na_kernels_t *k, const int *src, int n, const int **dev
         *dev_p = c->ring_dev;
         return NA_OK;
     }
+    c->ring_pos += c->ring_pos & 1;    /* 8-byte aligned: descriptors hold pointers */
     if ((size_t)n > c->ring_cap - c->ring_pos) {   /* the kernels reading it finish first */
         if ((st = na_cu_status(k, cudaStreamSynchronize(c->stream),
                                "cudaStreamSynchronize")) != NA_OK)

@@ -83,6 +83,21 @@ size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s);
 int    na_cu_attn(void *stream, float *out, const float *q, const void *kc, const void *vc,
                   const na_cu_attn_shape_t *s, float *scratch);
 
+/* Batched decode (UNVERIFIED: never run on a GPU): one launch for n_req
+ * requests of one shape (s: n_rows 1, ctx0 = the longest context - 1, planned
+ * by na_cu_attn_plan_batch), request i reading reqs[i] (a device-readable
+ * array: mapped pinned memory) and attending to its first ctx tokens (0:
+ * zeros). scratch: n_req * na_cu_attn_scratch_floats(s) floats. */
+typedef struct {
+    float       *out;
+    const float *q;
+    const void  *k, *v;
+    int          ctx, pad_;
+} na_cu_attn_req_t;
+int    na_cu_attn_plan_batch(na_cu_attn_shape_t *s, int n_req, int n_sm);
+int    na_cu_attn_batch(void *stream, const na_cu_attn_req_t *reqs, int n_req,
+                        const na_cu_attn_shape_t *s, float *scratch);
+
 #ifdef __cplusplus
 }
 #endif

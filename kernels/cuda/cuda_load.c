@@ -106,6 +106,10 @@ NA_CUDA_FWD(na_kernels_cuda_create_on, "na_cudam_create_on", (int gpu, na_kernel
 NA_CUDA_FWD(na_kernels_cuda_argmax, "na_cudam_argmax",
             (na_kernels_t *k, const na_kbuf_t *idx, const na_kbuf_t *x, int n, int batch),
             (k, idx, x, n, batch))
+NA_CUDA_FWD(na_kernels_cuda_attn_decode_batch, "na_cudam_attn_decode_batch",
+            (na_kernels_t *k, const na_kcuda_attn_req_t *reqs, int n, na_dtype_t kv_dtype,
+             int n_heads, int n_kv_heads, int head_dim),
+            (k, reqs, n, kv_dtype, n_heads, n_kv_heads, head_dim))
 NA_CUDA_FWD(na_kernels_cuda_info, "na_cudam_info",
             (na_kernels_t *k, const char **name_p, size_t *mem_p), (k, name_p, mem_p))
 

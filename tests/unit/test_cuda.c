@@ -436,6 +436,59 @@ static void check_attn(na_dtype_t dt, int n_heads, int n_kv, int hd, int pos0, i
     free(vc);
 }
 
+/* Batched decode (na_kernels_cuda_attn_decode_batch): n requests with the
+ * contexts ctxs[], each against kernels/ref, in one launch. */
+static void check_attn_batch(na_dtype_t dt, int n_heads, int n_kv, int hd, const int *ctxs, int n)
+{
+    na_kcuda_attn_req_t *rq = xalloc(sizeof(*rq) * (size_t)n);
+    na_kbuf_t **bufs = xalloc(sizeof(*bufs) * 4 * (size_t)n);
+    float **ref = xalloc(sizeof(*ref) * (size_t)n);
+    size_t nq = (size_t)n_heads * hd;
+    float *o = xalloc(F32B(nq));
+    int i;
+
+    for (i = 0; i < n; i++) {
+        size_t nkv = (size_t)(ctxs[i] > 0 ? ctxs[i] : 1) * n_kv * hd;
+        float *q = xalloc(F32B(nq)), *kf = xalloc(F32B(nkv)), *vf = xalloc(F32B(nkv));
+        void *kc = xalloc(na_dtype_bytes(dt, nkv)), *vc = xalloc(na_dtype_bytes(dt, nkv));
+        na_rng_fill(&rng, q, nq, -1.0f, 1.0f);
+        na_rng_fill(&rng, kf, nkv, -1.0f, 1.0f);
+        na_rng_fill(&rng, vf, nkv, -1.0f, 1.0f);
+        na_ref_store(kc, dt, kf, nkv);
+        na_ref_store(vc, dt, vf, nkv);
+        ref[i] = xalloc(F32B(nq));
+        na_ref_attn_decode(NULL, ref[i], q, kc, vc, dt, ctxs[i], n_heads, n_kv, hd);
+        bufs[4 * i + 0] = dev_from(NULL, F32B(nq));
+        bufs[4 * i + 1] = dev_from(q, F32B(nq));
+        bufs[4 * i + 2] = dev_from(kc, na_dtype_bytes(dt, nkv));
+        bufs[4 * i + 3] = dev_from(vc, na_dtype_bytes(dt, nkv));
+        rq[i] = (na_kcuda_attn_req_t){ bufs[4 * i], bufs[4 * i + 1], bufs[4 * i + 2],
+                                       bufs[4 * i + 3], ctxs[i] };
+        free(q);
+        free(kf);
+        free(vf);
+        free(kc);
+        free(vc);
+    }
+    NA_CHECK_OK(na_kernels_cuda_attn_decode_batch(cu, rq, n, dt, n_heads, n_kv, hd));
+    for (i = 0; i < n; i++) {
+        double ratio;
+        dev_to(o, bufs[4 * i], F32B(nq));
+        ratio = na_close_ratio(o, ref[i], nq, 2e-5, 1e-4);
+        NA_CHECK_MSG(ratio <= 1.0, "batched decode %s heads %d/%d hd %d: request %d (ctx %d) "
+                     "ratio %g", na_dtype_name(dt), n_heads, n_kv, hd, i, ctxs[i], ratio);
+        dev_free(bufs[4 * i]);
+        dev_free(bufs[4 * i + 1]);
+        dev_free(bufs[4 * i + 2]);
+        dev_free(bufs[4 * i + 3]);
+        free(ref[i]);
+    }
+    free(o);
+    free(ref);
+    free(bufs);
+    free(rq);
+}
+
 static void test_attention(void)
 {
     static const int heads[][3] = { { 4, 4, 8 },   { 8, 2, 64 },  { 32, 8, 128 },
@@ -452,6 +505,15 @@ static void test_attention(void)
             check_attn((na_dtype_t)d, heads[h][0], heads[h][1], heads[h][2], 0, 33);
             check_attn((na_dtype_t)d, heads[h][0], heads[h][1], heads[h][2], 300, 5);
         }
+    /* batched decode: requests of unequal contexts (0: zeros) in one launch */
+    {
+        static const int bctx[] = { 5, 0, 4100, 1, 700, 64, 65 };
+        for (d = 0; d < 3; d++) {
+            check_attn_batch((na_dtype_t)d, 32, 8, 128, bctx, 7);
+            check_attn_batch((na_dtype_t)d, 12, 1, 80, bctx, 7);
+            check_attn_batch((na_dtype_t)d, 4, 4, 8, bctx + 2, 1);
+        }
+    }
     /* ctx 0: zeros; head_dim over 256: refused */
     {
         float o[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, z[8] = { 0 };
