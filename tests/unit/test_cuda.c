@@ -220,6 +220,9 @@ static void test_matmul(void)
             for (b = 0; b < sizeof(batches) / sizeof(batches[0]); b++)
                 check_matmul((na_dtype_t)d, shapes[s][0], shapes[s][1], batches[b]);
         }
+    /* a weight over the 2 x 8 MiB pinned staging of place (17.2 MB of f16:
+     * three chunks, the last partial) */
+    check_matmul(NA_DTYPE_F16, 4100, 2100, 3);
     /* activations beyond f16's range, GEMV (batch 3) and cuBLAS (9, 17) paths */
     for (d = 0; d < NA_DTYPE_COUNT; d++)
         for (b = 0; b < sizeof(batches) / sizeof(batches[0]); b++)
