@@ -5,9 +5,9 @@
 # only when the toolkit is found (NA_CUDA AUTO or ON): a machine without it
 # builds everything else (kernels/cuda/ is then left out).
 
-# CUDA: the toolkit's runtime and cuBLAS (NCCL is optional, NA_HAVE_NCCL).
+# CUDA: the toolkit's runtime and cuBLAS. NCCL is not looked for: the module
+# loads it on demand (kernels/cuda/cuda_tp.c).
 set(NA_HAVE_CUDA 0)
-set(NA_HAVE_NCCL 0)
 if(NOT NA_CUDA STREQUAL "OFF")
   if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
     set(CUDAToolkit_ROOT /usr/local/cuda)
@@ -15,11 +15,6 @@ if(NOT NA_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND AND TARGET CUDA::cudart AND TARGET CUDA::cublas)
     set(NA_HAVE_CUDA 1)
-    find_library(NA_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    find_path(NA_NCCL_INC nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-    if(NA_NCCL_LIB AND NA_NCCL_INC)
-      set(NA_HAVE_NCCL 1)
-    endif()
     # The CUDA language is enabled only here, when the toolkit is found: the
     # kernels (kernels/cuda/*.cu) compile for sm_90 (H100/H200) plus the
     # compute_90 PTX, which later GPUs JIT ("90" = 90-real + 90-virtual).
@@ -33,8 +28,8 @@ if(NOT NA_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)   # libcudart.so, as CUDA::cudart
     enable_language(CUDA)
-    message(STATUS "nearattn: CUDA ${CUDAToolkit_VERSION} found (NCCL: ${NA_HAVE_NCCL}, "
-                   "architectures ${CMAKE_CUDA_ARCHITECTURES})")
+    message(STATUS "nearattn: CUDA ${CUDAToolkit_VERSION} found (${CUDAToolkit_LIBRARY_DIR}, "
+                   "architectures ${CMAKE_CUDA_ARCHITECTURES}; NCCL loaded at run time)")
   elseif(NA_CUDA STREQUAL "ON")
     message(FATAL_ERROR "NA_CUDA=ON but no CUDA toolkit with cudart and cuBLAS was found "
                         "(set CUDAToolkit_ROOT, or NA_CUDA=OFF)")
@@ -80,5 +75,5 @@ endif()
 
 # The csd attention engine (storage-node/attn_csd.c) is built with XRT.
 add_compile_definitions(NA_HAVE_CSD_ENGINE=${NA_HAVE_XRT})
-add_compile_definitions(NA_HAVE_CUDA=${NA_HAVE_CUDA} NA_HAVE_NCCL=${NA_HAVE_NCCL}
+add_compile_definitions(NA_HAVE_CUDA=${NA_HAVE_CUDA}
                         NA_HAVE_XRT=${NA_HAVE_XRT})

@@ -18,7 +18,7 @@ typedef struct {
 
 static const na_kernels_entry_t na_kernels_table[] = {
     { "ref",    na_kernels_ref_create, NULL },
-    { "refdev", na_kernels_refdev_create, NULL },
+    { "refdev", na_kernels_refdev_create, na_kernels_refdev_create_mb },  /* refdev:N MiB */
     { "cpu",    na_kernels_cpu_create, NULL },
 #if NA_HAVE_CUDA
     { "cuda",   na_kernels_cuda_create, na_kernels_cuda_create_on },

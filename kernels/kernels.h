@@ -241,7 +241,9 @@ struct na_kernels {
 };
 
 /* Create a backend by name ("ref", "cpu", "refdev": ref whose preferred
- * memory is emulated device memory, which tests callers' device paths);
+ * memory is emulated device memory, which tests callers' device paths;
+ * "refdev:N": the same with N MiB of device memory, allocations beyond it
+ * failing as on a full GPU);
  * n_threads <= 0 means all cores.
  * NA_ERR_UNSUPPORTED for a backend not built or without a device here.
  * A backend instance serves one calling thread at a time (matmul and

@@ -14,10 +14,26 @@
  * A copy is rebuilt from the store whenever its token count disagrees with
  * the store's (a prefill appended rows, the request was reopened).
  *
+ * Memory. Every device copy grows only within the budget (acu_room evicts
+ * first). A device allocation that fails anyway (the GPU is shared: two
+ * slots on one GPU with the default hbm_mb 0 each plan for 80 % of it) is
+ * not an entry's failure: the entry goes to the CPU engine and the budget
+ * is lowered to what the engine holds then, so later growth evicts first.
+ * A batch's device and pinned buffers and its event come from a pool kept
+ * by the engine (one set preallocated at create, sized for
+ * NA_ACU_PRE_ENTRIES entries, grown in place when a batch needs more,
+ * never freed per batch: cudaMalloc / cudaFree per batch synchronised the
+ * device).
+ *
  * The device backend is "cuda:<gpu>", or cfg->device_kernels (tests run the
- * engine here on "refdev", ref with emulated device memory). Work is enqueued
- * on the backend's stream; outputs come back through a pinned buffer and an
- * event per batch. Single loop thread, as every engine. */
+ * engine here on "refdev", ref with emulated device memory, and
+ * "refdev:N" with N MiB of it to see failed allocations). Work is enqueued
+ * on the backend's stream: submit appends k_new rows and uploads q; close
+ * launches the attention of every device entry — on cuda one batched launch
+ * per shape, i.e. per layer (na_kernels_cuda_attn_decode_batch, UNVERIFIED
+ * on a GPU; NA_CUDA_ATTN_BATCH=0 takes one attn_decode per entry, the path
+ * refdev tests) — and one download of the outputs into a pinned buffer,
+ * then records the batch's event. Single loop thread, as every engine. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +45,7 @@
 #endif
 
 #define NA_ACU_DEFAULT_MB 256     /* budget when neither hbm_mb nor the device says */
+#define NA_ACU_PRE_ENTRIES 64     /* entries of the batch buffers made at create */
 
 /* The device copy of one (request, layer). */
 typedef struct {
@@ -46,6 +63,9 @@ typedef struct {
     na_attn_entry_t  shadow;       /* delegated: the copy the CPU engine fills */
     int              on_dev;       /* 1: computed on the device, its copy pinned */
     size_t           off;          /* floats into the batch's q/o buffers */
+    na_kbuf_t       *kc, *vc;      /* on_dev: its (pinned) copy, launched at close */
+    int              ctx, n_kvh;
+    int              vi;           /* its q/o views: views[2 vi + 0/1] (acu_launch) */
     na_status_t      status;
     char             reason[200];
 } na_acu_item_t;
@@ -53,11 +73,17 @@ typedef struct {
 struct na_attn_batch {
     na_attn_batch_t *inner;        /* the CPU engine's batch (delegated entries) */
     int              inner_done;
-    na_acu_item_t  **items;        /* one allocation each: the CPU engine holds shadows */
-    int              n, cap;
+    na_acu_item_t  **items;        /* one allocation each: the CPU engine holds shadows;
+                                      items[0..n_alloc) are kept for the next batch */
+    int              n, cap, n_alloc;
+    na_attn_batch_t *next;         /* in the engine's pool */
     size_t           floats, buf_floats;
     na_kbuf_t       *q, *o, *o_host;
     na_kevent_t     *ev;
+    na_kbuf_t       *views;        /* q and o views of the batched launch, 2 per item */
+    int              cap_views;
+    na_status_t      dev_st;       /* a launch at close failed: every device entry fails */
+    char             dev_reason[200];
     int              closed;
     uint64_t         t0;
 };
@@ -76,6 +102,7 @@ typedef struct {
     na_kbuf_t               *rows;   /* device f32 staging for k_new / v_new */
     char                    *gather; /* host staging of a layer's rows */
     size_t                   gather_bytes;
+    na_attn_batch_t         *pool;   /* completed batches: buffers, event, items */
     na_attn_stats_t          stats;
 } na_attn_cuda_t;
 
@@ -137,7 +164,10 @@ static int acu_all_dram(na_attn_cuda_t *e, na_kv_req_t *r, int layer)
     return ok;
 }
 
-/* Allocate or grow copy r to hold cap tokens (contents kept). */
+/* Allocate or grow copy r to hold cap tokens (contents kept); the caller
+ * made room in the budget. A device allocation that fails (NA_ERR_NOMEM:
+ * the GPU is fuller than the budget assumed) lowers the budget to what is
+ * held now and reads as NA_ERR_NOSPACE: the entry goes to the CPU engine. */
 static na_status_t acu_reserve(na_attn_cuda_t *e, na_acu_res_t *r, int cap)
 {
     const na_kernel_ops_t *ops = e->k->ops;
@@ -146,25 +176,58 @@ static na_status_t acu_reserve(na_attn_cuda_t *e, na_acu_res_t *r, int cap)
     if (cap <= r->cap)
         return NA_OK;
     if (r->k == NULL) {
-        if ((st = ops->buf_alloc(e->k, (size_t)cap * row, NA_KMEM_DEVICE, &r->k)) != NA_OK)
-            return st;
-        if ((st = ops->buf_alloc(e->k, (size_t)cap * row, NA_KMEM_DEVICE, &r->v)) != NA_OK)
-            return st;
-    } else if ((st = ops->buf_resize(e->k, r->k, (size_t)cap * row)) != NA_OK ||
-               (st = ops->buf_resize(e->k, r->v, (size_t)cap * row)) != NA_OK) {
-        return st;
+        st = ops->buf_alloc(e->k, (size_t)cap * row, NA_KMEM_DEVICE, &r->k);
+        if (st == NA_OK)
+            st = ops->buf_alloc(e->k, (size_t)cap * row, NA_KMEM_DEVICE, &r->v);
+        if (st != NA_OK) {
+            ops->buf_free(e->k, r->k);
+            r->k = r->v = NULL;
+        }
+    } else if ((st = ops->buf_resize(e->k, r->k, (size_t)cap * row)) == NA_OK) {
+        st = ops->buf_resize(e->k, r->v, (size_t)cap * row);
     }
+    if (st == NA_ERR_NOMEM) {
+        e->stats.cuda_alloc_failed++;
+        if (e->budget > e->used)
+            e->budget = e->used;
+        return na_err(NA_ERR_NOSPACE, "attention cuda: device memory full at %llu MiB of KV "
+                      "copies (budget lowered to that): %s", (unsigned long long)(e->used >> 20),
+                      na_errmsg());
+    }
+    if (st != NA_OK)
+        return st;
     e->used += 2 * (uint64_t)(cap - r->cap) * row;
+    if (e->used > e->stats.cuda_peak)
+        e->stats.cuda_peak = e->used;
     r->cap = cap;
     return NA_OK;
+}
+
+/* Room in the budget to grow copy *r_p to cap tokens, evicting others (never
+ * *r_p itself; *r_p is looked up again: evictions move the table's
+ * entries). NA_ERR_NOSPACE when it cannot be made. */
+static na_status_t acu_grow_room(na_attn_cuda_t *e, na_acu_res_t **r_p, int cap)
+{
+    na_acu_res_t *r = *r_p;
+    uint64_t more, req = r->req;
+    int layer = r->layer, ok;
+    if (cap <= r->cap)
+        return NA_OK;
+    more = 2 * (uint64_t)(cap - r->cap) * acu_row_bytes(e, r->n_kvh);
+    r->pins++;                                /* not evicted by the room it makes */
+    ok = acu_room(e, more);
+    *r_p = r = acu_find(e, req, layer);
+    r->pins--;
+    return ok ? NA_OK : na_err(NA_ERR_NOSPACE, "attention cuda: hbm budget full");
 }
 
 /* (Re)load copy r from the store's n_tok rows of (kr, layer): gather the
  * blocks ([kv_head][token][head_dim] per block) into [token][kv_head]
  * [head_dim] on the host, upload. 0 = done, 1 = a block is on the SSD only
  * (not loaded), < 0 error. */
-static int acu_load(na_attn_cuda_t *e, na_acu_res_t *r, na_kv_req_t *kr, int layer)
+static int acu_load(na_attn_cuda_t *e, na_acu_res_t **r_p, na_kv_req_t *kr, int layer)
 {
+    na_acu_res_t *r = *r_p;
     const int bt = e->kcfg->block_tokens, hd = e->kcfg->head_dim;
     const size_t es = na_dtype_bytes(e->kcfg->kv_dtype, 1), hrow = (size_t)hd * es;
     const size_t row = acu_row_bytes(e, r->n_kvh), half = (size_t)bt * hrow;
@@ -180,6 +243,9 @@ static int acu_load(na_attn_cuda_t *e, na_acu_res_t *r, na_kv_req_t *kr, int lay
         if (v.blocks[b].loc == NA_KV_LOC_SSD || v.blocks[b].mem == NULL)
             rc = 1;
     need = 2 * (size_t)v.n_tokens * row;
+    if (rc == 0)                                   /* grown within the budget */
+        rc = acu_grow_room(e, r_p, v.n_tokens);
+    r = *r_p;
     if (rc == 0 && need > e->gather_bytes) {
         char *g = realloc(e->gather, need);
         if (g == NULL)
@@ -225,15 +291,11 @@ static na_status_t acu_append(na_attn_cuda_t *e, na_acu_res_t **r_p, const float
     na_status_t st;
 
     if (r->n + 1 > r->cap) {
-        int cap = r->cap < 16 ? 16 : 2 * r->cap, ok;
-        uint64_t more = 2 * (uint64_t)(cap - r->cap) * row, req = r->req;
-        int layer = r->layer;
-        r->pins++;                                /* not evicted by the room it makes */
-        ok = acu_room(e, more);
-        *r_p = r = acu_find(e, req, layer);
-        r->pins--;
-        st = ok ? acu_reserve(e, r, cap)
-                : na_err(NA_ERR_NOSPACE, "attention cuda: hbm budget full");
+        int cap = r->cap < 16 ? 16 : 2 * r->cap;
+        st = acu_grow_room(e, r_p, cap);
+        r = *r_p;
+        if (st == NA_OK)
+            st = acu_reserve(e, r, cap);
         if (st != NA_OK)
             return st;
     }
@@ -272,8 +334,12 @@ static na_acu_res_t *acu_prepare(na_attn_cuda_t *e, const na_attn_entry_t *en, n
     if (r == NULL) {
         uint64_t want = 2 * (uint64_t)(na_kv_req_tokens(kr, en->layer) + 16) *
                         acu_row_bytes(e, n_kvh);
-        if (!acu_all_dram(e, kr, en->layer) || !acu_room(e, want))
+        if (!acu_all_dram(e, kr, en->layer))
             return NULL;
+        if (!acu_room(e, want)) {
+            e->stats.cuda_fallbacks++;
+            return NULL;
+        }
         if (e->n_res == e->cap_res) {
             int cap = e->cap_res ? 2 * e->cap_res : 64;
             na_acu_res_t *nr = realloc(e->res, sizeof(*nr) * (size_t)cap);
@@ -301,15 +367,17 @@ static na_acu_res_t *acu_prepare(na_attn_cuda_t *e, const na_attn_entry_t *en, n
     if (en->k_new != NULL && r->n == tokens - 1 && r->n > 0)
         *st_p = acu_append(e, &r, en->k_new, en->v_new);
     else if (r->n != tokens) {
-        rc = acu_load(e, r, kr, en->layer);
-        if (rc == 1) {                                /* a block went to the SSD */
-            if (r->pins == 0)
+        rc = acu_load(e, &r, kr, en->layer);
+        if (rc == 1 || rc == NA_ERR_NOSPACE) {        /* a block went to the SSD, no room */
+            if (r->pins == 0)                          /* stale: its memory is better free */
                 acu_drop(e, r);
-            return NULL;
+            if (rc == 1)
+                return NULL;
         }
         *st_p = (na_status_t)rc;
     }
     if (*st_p == NA_ERR_NOSPACE) {                    /* no room to grow: the CPU's turn */
+        e->stats.cuda_fallbacks++;
         *st_p = NA_OK;
         return NULL;
     }
@@ -318,24 +386,9 @@ static na_acu_res_t *acu_prepare(na_attn_cuda_t *e, const na_attn_entry_t *en, n
 
 /* ---- batches ------------------------------------------------------------- */
 
-static na_status_t acu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
-{
-    na_attn_cuda_t *e = (na_attn_cuda_t *)base;
-    na_attn_batch_t *b = calloc(1, sizeof(*b));
-    na_status_t st;
-    if (b == NULL)
-        return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
-    b->t0 = na_now_ns();
-    e->round++;
-    if ((st = e->k->ops->event_create(e->k, &b->ev)) != NA_OK) {
-        free(b);
-        return st;
-    }
-    *b_p = b;
-    return NA_OK;
-}
-
-/* Room for `floats` more q/o floats in b's buffers (grown keeping contents). */
+/* A batch's buffers for `floats` q/o floats: grown in place keeping the
+ * contents (entries already enqueued), never shrunk: the pooled batch keeps
+ * them for the next one. */
 static na_status_t acu_batch_room(na_attn_cuda_t *e, na_attn_batch_t *b, size_t floats)
 {
     const na_kernel_ops_t *ops = e->k->ops;
@@ -349,8 +402,12 @@ static na_status_t acu_batch_room(na_attn_cuda_t *e, na_attn_batch_t *b, size_t 
     if (b->q == NULL) {
         if ((st = ops->buf_alloc(e->k, bytes, NA_KMEM_DEVICE, &b->q)) != NA_OK ||
             (st = ops->buf_alloc(e->k, bytes, NA_KMEM_DEVICE, &b->o)) != NA_OK ||
-            (st = ops->buf_alloc(e->k, bytes, NA_KMEM_PINNED, &b->o_host)) != NA_OK)
+            (st = ops->buf_alloc(e->k, bytes, NA_KMEM_PINNED, &b->o_host)) != NA_OK) {
+            ops->buf_free(e->k, b->q);
+            ops->buf_free(e->k, b->o);
+            b->q = b->o = NULL;
             return st;
+        }
     } else if ((st = ops->buf_resize(e->k, b->q, bytes)) != NA_OK ||
                (st = ops->buf_resize(e->k, b->o, bytes)) != NA_OK ||
                (st = ops->buf_resize(e->k, b->o_host, bytes)) != NA_OK) {
@@ -360,30 +417,176 @@ static na_status_t acu_batch_room(na_attn_cuda_t *e, na_attn_batch_t *b, size_t 
     return NA_OK;
 }
 
-/* Enqueue attention of entry it (copy r) on the device. */
+static void acu_batch_free(na_attn_cuda_t *e, na_attn_batch_t *b)
+{
+    int i;
+    if (b == NULL)
+        return;
+    e->k->ops->event_destroy(e->k, b->ev);
+    e->k->ops->buf_free(e->k, b->q);
+    e->k->ops->buf_free(e->k, b->o);
+    e->k->ops->buf_free(e->k, b->o_host);
+    for (i = 0; i < b->n_alloc; i++)
+        free(b->items[i]);
+    free(b->items);
+    free(b->views);
+    free(b);
+}
+
+/* A new batch object with its event and buffers for `floats` floats. */
+static na_status_t acu_batch_new(na_attn_cuda_t *e, size_t floats, na_attn_batch_t **b_p)
+{
+    na_attn_batch_t *b = calloc(1, sizeof(*b));
+    na_status_t st;
+    if (b == NULL)
+        return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+    if ((st = e->k->ops->event_create(e->k, &b->ev)) != NA_OK ||
+        (floats > 0 && (st = acu_batch_room(e, b, floats)) != NA_OK)) {
+        acu_batch_free(e, b);
+        return st;
+    }
+    *b_p = b;
+    return NA_OK;
+}
+
+static na_status_t acu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
+{
+    na_attn_cuda_t *e = (na_attn_cuda_t *)base;
+    na_attn_batch_t *b = e->pool;
+    na_status_t st;
+    if (b != NULL) {
+        e->pool = b->next;
+    } else if ((st = acu_batch_new(e, 0, &b)) != NA_OK) {
+        return st;
+    }
+    b->next = NULL;
+    b->inner = NULL;
+    b->inner_done = 0;
+    b->n = 0;
+    b->floats = 0;
+    b->closed = 0;
+    b->dev_st = NA_OK;
+    b->dev_reason[0] = '\0';
+    b->t0 = na_now_ns();
+    e->round++;
+    *b_p = b;
+    return NA_OK;
+}
+
+/* Entry it (copy r) on the device: its q uploaded into the batch's buffer;
+ * the attention itself is launched at close, for all device entries at once
+ * (acu_launch). */
 static na_status_t acu_run(na_attn_cuda_t *e, na_attn_batch_t *b, na_acu_item_t *it,
                            const na_acu_res_t *r)
 {
-    const na_kernel_ops_t *ops = e->k->ops;
     const na_attn_entry_t *en = it->en;
     size_t nq = (size_t)en->n_q_heads * (size_t)e->kcfg->head_dim, bytes = nq * sizeof(float);
-    size_t kvb = (size_t)r->n * acu_row_bytes(e, r->n_kvh);
-    na_kbuf_t q, o, kc, vc;
+    na_kbuf_t q;
     na_status_t st;
 
-    if ((st = acu_batch_room(e, b, nq)) != NA_OK)
+    if ((st = acu_batch_room(e, b, nq)) != NA_OK)     /* made by acu_submit */
         return st;
     it->off = b->floats;
-    b->floats += nq;
     q = na_kbuf_view(b->q, it->off * sizeof(float), bytes);
-    o = na_kbuf_view(b->o, it->off * sizeof(float), bytes);
-    kc = na_kbuf_view(r->k, 0, kvb);
-    vc = na_kbuf_view(r->v, 0, kvb);
-    if ((st = ops->upload(e->k, &q, en->q, bytes)) != NA_OK ||
-        (st = ops->attn_decode(e->k, &o, &q, &kc, &vc, e->kcfg->kv_dtype, r->n, en->n_q_heads,
-                               r->n_kvh, e->kcfg->head_dim)) != NA_OK)
+    if ((st = e->k->ops->upload(e->k, &q, en->q, bytes)) != NA_OK)
         return st;
-    return ops->download(e->k, (float *)b->o_host->host + it->off, &o, bytes);
+    b->floats += nq;
+    it->kc = r->k;
+    it->vc = r->v;
+    it->ctx = r->n;
+    it->n_kvh = r->n_kvh;
+    return NA_OK;
+}
+
+/* 1 when the backend takes a batch of decodes in one launch (cuda), unless
+ * NA_CUDA_ATTN_BATCH=0 (one launch per entry: the path refdev takes). */
+static int acu_batched(const na_attn_cuda_t *e)
+{
+#if NA_HAVE_CUDA
+    const char *v = getenv("NA_CUDA_ATTN_BATCH");
+    return strcmp(e->k->ops->name, "cuda") == 0 && !(v != NULL && strcmp(v, "0") == 0);
+#else
+    (void)e;
+    return 0;
+#endif
+}
+
+/* Launch the attention of b's device entries: on cuda one batched launch per
+ * shape (n_q_heads, n_kv_heads) — one per layer in practice — else one
+ * attn_decode per entry; then the outputs down in one copy. */
+static na_status_t acu_launch(na_attn_cuda_t *e, na_attn_batch_t *b)
+{
+    const na_kernel_ops_t *ops = e->k->ops;
+    const size_t hd = (size_t)e->kcfg->head_dim;
+    na_status_t st = NA_OK;
+    int i, j, n_dev = 0;
+
+    for (i = 0; i < b->n; i++)
+        n_dev += b->items[i]->on_dev;
+    if (n_dev == 0)
+        return NA_OK;
+    if (b->cap_views < 2 * n_dev) {
+        na_kbuf_t *v = realloc(b->views, sizeof(*v) * 2 * (size_t)n_dev);
+        if (v == NULL)
+            return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+        b->views = v;
+        b->cap_views = 2 * n_dev;
+    }
+    for (i = 0, j = 0; i < b->n; i++) {
+        na_acu_item_t *it = b->items[i];
+        size_t bytes = (size_t)it->en->n_q_heads * hd * sizeof(float);
+        if (!it->on_dev)
+            continue;
+        it->vi = j++;
+        b->views[2 * it->vi] = na_kbuf_view(b->q, it->off * sizeof(float), bytes);
+        b->views[2 * it->vi + 1] = na_kbuf_view(b->o, it->off * sizeof(float), bytes);
+    }
+#if NA_HAVE_CUDA
+    if (acu_batched(e)) {
+        na_kcuda_attn_req_t *rq = malloc(sizeof(*rq) * (size_t)n_dev);
+        char *done = calloc((size_t)b->n, 1);
+        if (rq == NULL || done == NULL)
+            st = na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+        for (i = 0; st == NA_OK && i < b->n; i++) {   /* one launch per shape */
+            const na_acu_item_t *a = b->items[i];
+            int n = 0, k;
+            if (!a->on_dev || done[i])
+                continue;
+            for (k = i; k < b->n; k++) {
+                const na_acu_item_t *it = b->items[k];
+                if (it->on_dev && !done[k] && it->en->n_q_heads == a->en->n_q_heads &&
+                    it->n_kvh == a->n_kvh) {
+                    rq[n++] = (na_kcuda_attn_req_t){ &b->views[2 * it->vi + 1],
+                                                     &b->views[2 * it->vi], it->kc, it->vc,
+                                                     it->ctx };
+                    done[k] = 1;
+                }
+            }
+            st = na_kernels_cuda_attn_decode_batch(e->k, rq, n, e->kcfg->kv_dtype,
+                                                   a->en->n_q_heads, a->n_kvh, (int)hd);
+        }
+        free(rq);
+        free(done);
+    } else
+#endif
+    {
+        for (i = 0; st == NA_OK && i < b->n; i++) {
+            const na_acu_item_t *it = b->items[i];
+            na_kbuf_t kc, vc;
+            size_t kvb;
+            if (!it->on_dev)
+                continue;
+            kvb = (size_t)it->ctx * acu_row_bytes(e, it->n_kvh);
+            kc = na_kbuf_view(it->kc, 0, kvb);
+            vc = na_kbuf_view(it->vc, 0, kvb);
+            st = ops->attn_decode(e->k, &b->views[2 * it->vi + 1], &b->views[2 * it->vi], &kc,
+                                  &vc, e->kcfg->kv_dtype, it->ctx, it->en->n_q_heads,
+                                  it->n_kvh, (int)hd);
+        }
+    }
+    if (st == NA_OK)
+        st = ops->download(e->k, b->o_host->host, b->o, b->floats * sizeof(float));
+    return st;
 }
 
 /* A valid entry for this slot: the request, its shapes, its pointers. */
@@ -423,20 +626,31 @@ static na_status_t acu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
     }
     for (i = 0; i < n; i++) {
         na_attn_entry_t *en = &entries[i];
-        na_acu_item_t *it = calloc(1, sizeof(*it));
+        na_acu_item_t *it;
         na_kv_req_t *kr = NULL;
         na_acu_res_t *r = NULL;
         int appended = 0;
 
-        if (it == NULL)
-            return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
-        b->items[b->n++] = it;
+        if (b->n == b->n_alloc) {                 /* kept by the pooled batch */
+            if ((b->items[b->n] = malloc(sizeof(*it))) == NULL)
+                return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+            b->n_alloc++;
+        }
+        it = b->items[b->n++];
+        memset(it, 0, sizeof(*it));
         it->en = en;
         en->status = NA_OK;
         en->reason[0] = '\0';
         st = NA_OK;
-        if (acu_entry_ok(e, en, &kr))
-            r = acu_prepare(e, en, kr, &appended, &st);
+        if (acu_entry_ok(e, en, &kr)) {
+            /* the batch's q/o room first: no device memory for it is no
+             * room (the CPU's turn), not the entry's failure */
+            if (acu_batch_room(e, b, (size_t)en->n_q_heads * (size_t)e->kcfg->head_dim) ==
+                NA_OK)
+                r = acu_prepare(e, en, kr, &appended, &st);
+            else
+                e->stats.cuda_fallbacks++;
+        }
         if (r != NULL && (st = acu_run(e, b, it, r)) == NA_OK) {
             it->on_dev = 1;
             r->pins++;
@@ -471,6 +685,8 @@ static na_status_t acu_close(na_attn_engine_t *base, na_attn_batch_t *b)
     b->closed = 1;
     if (b->inner != NULL)
         st = na_attn_batch_close(e->cpu, b->inner);
+    if (st == NA_OK && (b->dev_st = acu_launch(e, b)) != NA_OK)
+        snprintf(b->dev_reason, sizeof(b->dev_reason), "%s", na_errmsg());
     if (st == NA_OK)
         st = e->k->ops->event_record(e->k, b->ev);
     return st;
@@ -482,6 +698,10 @@ static void acu_finish(na_attn_cuda_t *e, na_attn_batch_t *b, na_status_t dev_st
 {
     size_t hd = (size_t)e->kcfg->head_dim;
     int i;
+    if (b->dev_st != NA_OK) {                     /* the launch at close failed */
+        dev_st = b->dev_st;
+        na_err(dev_st, "%s", b->dev_reason);
+    }
     for (i = 0; i < b->n; i++) {
         na_acu_item_t *it = b->items[i];
         na_attn_entry_t *en = it->en;
@@ -502,15 +722,10 @@ static void acu_finish(na_attn_cuda_t *e, na_attn_batch_t *b, na_status_t dev_st
             en->status = it->shadow.status;
             snprintf(en->reason, sizeof(en->reason), "%s", it->shadow.reason);
         }
-        free(it);
     }
     e->stats.batch_ns += na_now_ns() - b->t0;
-    e->k->ops->event_destroy(e->k, b->ev);
-    e->k->ops->buf_free(e->k, b->q);
-    e->k->ops->buf_free(e->k, b->o);
-    e->k->ops->buf_free(e->k, b->o_host);
-    free(b->items);
-    free(b);
+    b->next = e->pool;                            /* buffers, event, items kept */
+    e->pool = b;
 }
 
 static na_status_t acu_test(na_attn_engine_t *base, na_attn_batch_t *b, int wait_us, int *done)
@@ -553,6 +768,11 @@ static void acu_stats(na_attn_engine_t *base, na_attn_stats_t *out)
     out->entries_failed += e->stats.entries_failed;
     out->tokens += e->stats.tokens;
     out->batch_ns = e->stats.batch_ns;
+    out->cuda_budget = e->budget;
+    out->cuda_bytes = e->used;
+    out->cuda_peak = e->stats.cuda_peak;
+    out->cuda_fallbacks = e->stats.cuda_fallbacks;
+    out->cuda_alloc_failed = e->stats.cuda_alloc_failed;
 }
 
 /* ---- create / destroy ---------------------------------------------------- */
@@ -564,6 +784,11 @@ static void acu_destroy(na_attn_engine_t *base)
         (void)na_kernels_finish(e->k);
         while (e->n_res > 0)
             acu_drop(e, &e->res[e->n_res - 1]);
+        while (e->pool != NULL) {
+            na_attn_batch_t *b = e->pool;
+            e->pool = b->next;
+            acu_batch_free(e, b);
+        }
         e->k->ops->buf_free(e->k, e->rows);
         na_kernels_destroy(e->k);
     }
@@ -610,6 +835,12 @@ static na_status_t acu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     st = e->k->ops->buf_alloc(e->k, 2 * sizeof(float) * (size_t)cfg->max_kv_heads *
                                         (size_t)e->kcfg->head_dim, NA_KMEM_DEVICE, &e->rows);
     if (st != NA_OK)
+        goto fail;
+    /* one batch's buffers now, so a batch of up to NA_ACU_PRE_ENTRIES
+     * entries allocates nothing */
+    if ((st = acu_batch_new(e, (size_t)NA_ACU_PRE_ENTRIES * (size_t)cfg->max_kv_heads *
+                                   (size_t)(cfg->group > 0 ? cfg->group : 1) *
+                                   (size_t)e->kcfg->head_dim, &e->pool)) != NA_OK)
         goto fail;
     *e_p = &e->base;
     return NA_OK;

@@ -110,6 +110,13 @@ typedef struct {
     uint64_t csd_launch_ns;          /* xrtRunStart -> wait returned, summed */
     uint64_t csd_p2p_bytes;          /* KV read SSD -> device buffer (pread into the P2P map) */
     uint64_t csd_host_bytes;         /* KV copied host DRAM -> device buffer */
+    /* engine cuda */
+    uint64_t cuda_budget;            /* device KV budget (bytes; lowered after a failed
+                                        allocation to what was held then) */
+    uint64_t cuda_bytes, cuda_peak;  /* device KV copies held now / at most */
+    uint64_t cuda_fallbacks;         /* entries sent to the CPU engine for want of room
+                                        or device memory (not SSD-only blocks) */
+    uint64_t cuda_alloc_failed;      /* device allocations refused (cudaMalloc) */
 } na_attn_stats_t;
 
 /* One engine implementation. Every call is made from the slot's loop

@@ -210,6 +210,11 @@ void na_slot_stats_sum(na_slot_t *const *s, int n, na_slot_stats_t *out)
         a->csd_launch_ns += x.attn.csd_launch_ns;
         a->csd_p2p_bytes += x.attn.csd_p2p_bytes;
         a->csd_host_bytes += x.attn.csd_host_bytes;
+        a->cuda_budget += x.attn.cuda_budget;
+        a->cuda_bytes += x.attn.cuda_bytes;
+        a->cuda_peak += x.attn.cuda_peak;
+        a->cuda_fallbacks += x.attn.cuda_fallbacks;
+        a->cuda_alloc_failed += x.attn.cuda_alloc_failed;
     }
 }
 

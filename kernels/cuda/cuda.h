@@ -32,12 +32,16 @@
 #define na_kernels_cuda_create_on na_cudam_create_on
 #define na_kernels_cuda_argmax    na_cudam_argmax
 #define na_kernels_cuda_info      na_cudam_info
+#define na_kernels_cuda_attn_decode_batch na_cudam_attn_decode_batch
 #endif
 
 /* How many CUDA devices this process sees: NA_OK with *n >= 1, or
  * NA_ERR_UNSUPPORTED with the message "no CUDA device: <why>" (the runtime's
- * error for cudaGetDeviceCount: 35 insufficient driver, 100 no device, ...).
- * With gpu >= 0, also NA_ERR_NOT_FOUND when GPU `gpu` does not exist. */
+ * error for cudaGetDeviceCount: 35 insufficient driver, 100 no device, ...)
+ * on a machine that shows no NVIDIA GPU (cuda_present.h). Where the driver's
+ * GPU nodes exist, a runtime that sees none or a module that cannot be
+ * loaded is NA_ERR_IO instead: a broken installation, never a skip. With
+ * gpu >= 0, also NA_ERR_NOT_FOUND when GPU `gpu` does not exist. */
 na_status_t na_cuda_probe(int gpu, int *n_p);
 
 /* Backend on GPU 0 (n_threads is ignored), or on GPU `gpu`. Fails as
@@ -50,6 +54,19 @@ na_status_t na_kernels_cuda_create_on(int gpu, na_kernels_t **k_p);
  * buffer of this backend (device or pinned). For on-device greedy sampling. */
 na_status_t na_kernels_cuda_argmax(na_kernels_t *k, const na_kbuf_t *idx, const na_kbuf_t *x,
                                    int n, int batch);
+
+/* Decode attention of n requests of one shape in one launch (+ one merge)
+ * instead of n: request i attends q (n_heads*head_dim f32) to the first ctx
+ * rows of its kcache/vcache ([token][kv_head][head_dim] in kv_dtype) into
+ * out, as attn_decode does each. UNVERIFIED: compiled, never run on a GPU
+ * (test_cuda_ops checks it against kernels/ref on the first GPU run). */
+typedef struct {
+    const na_kbuf_t *out, *q, *kcache, *vcache;
+    int              ctx;
+} na_kcuda_attn_req_t;
+na_status_t na_kernels_cuda_attn_decode_batch(na_kernels_t *k, const na_kcuda_attn_req_t *reqs,
+                                              int n, na_dtype_t kv_dtype, int n_heads,
+                                              int n_kv_heads, int head_dim);
 
 /* The device's name and memory for summaries ("NVIDIA H100 80GB HBM3",
  * bytes); NA_ERR_INVALID when k is not a cuda backend. */

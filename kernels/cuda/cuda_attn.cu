@@ -11,7 +11,14 @@
  * warps' partials merge in shared memory; with one split the block writes
  * the output, otherwise (m, l, acc) go to scratch and a second kernel merges
  * the splits by log-sum-exp. Scores are dot * (1/sqrt(head_dim)) as in
- * kernels/ref/ref_attn.c. */
+ * kernels/ref/ref_attn.c.
+ *
+ * Batched decode (na_cu_attn_batch; UNVERIFIED: compiled, never run on a
+ * GPU): the same kernels with grid z = request, each block reading its
+ * request's q/out/K/V pointers and context length from a descriptor array,
+ * so one launch (+ one merge) serves every request of a layer; the splits
+ * are planned for the longest context, and a split past a request's
+ * context leaves an empty partial (m = -inf) the merge ignores. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_launch.h"
 
@@ -86,8 +93,19 @@ static __device__ __forceinline__ void na_cu_attn_fold(const float (&qv)[G][DL],
 template <int DT, int G, int DL>
 __global__ void __launch_bounds__(32 * NA_CU_ATTN_WARPS)
 na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_attn_shape_t s,
-             bool vec, float *scratch)
+             bool vec, float *scratch, const na_cu_attn_req_t *reqs)
 {
+    if (reqs != NULL) {                  /* batched decode: request blockIdx.z */
+        const na_cu_attn_req_t *r = reqs + blockIdx.z;
+        out = r->out;
+        q = r->q;
+        kc = r->k;
+        vc = r->v;
+        s.ctx0 = r->ctx - 1;             /* ctx 0: no tokens, zeros */
+        vec = vec && (((uintptr_t)kc | (uintptr_t)vc) % 16) == 0;
+        scratch += (size_t)blockIdx.z * (size_t)s.n_heads * (size_t)s.n_splits *
+                   (size_t)(s.head_dim + 2);
+    }
     __shared__ float sm_m[NA_CU_ATTN_WARPS][G], sm_l[NA_CU_ATTN_WARPS][G];
     __shared__ float sm_acc[NA_CU_ATTN_WARPS][G][32 * DL];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -99,7 +117,7 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
     int ng = group - hg * G < G ? group - hg * G : G;  /* heads it takes */
     int ctx = s.ctx0 + row + 1;
     int t0 = split * s.split_len;
-    int t1 = t0 + s.split_len < ctx ? t0 + s.split_len : ctx;
+    int t1 = t0 + s.split_len < ctx ? t0 + s.split_len : ctx;   /* t1 <= t0: empty */
     bool full = vec && hd == 32 * DL;          /* whole, aligned rows: vector loads */
     float scale = 1.0f / sqrtf((float)hd);
     float qv[G][DL], acc[G][DL], m[G], l[G];
@@ -170,10 +188,16 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
     }
 }
 
-/* One block per (row, head): fold the splits' (m, l, acc) into out. */
-__global__ void na_cu_attn_merge_k(float *out, const float *scratch, int n_splits, int hd)
+/* One block per (row, head): fold the splits' (m, l, acc) into out. Batched:
+ * y = request (its out, its part of the scratch), x = head. */
+__global__ void na_cu_attn_merge_k(float *out, const float *scratch, int n_splits, int hd,
+                                   const na_cu_attn_req_t *reqs, int n_heads)
 {
     size_t oh = blockIdx.x;
+    if (reqs != NULL) {
+        out = reqs[blockIdx.y].out;
+        scratch += (size_t)blockIdx.y * (size_t)n_heads * (size_t)n_splits * (size_t)(hd + 2);
+    }
     const float *p0 = scratch + oh * (size_t)n_splits * (size_t)(hd + 2);
     float mm = -INFINITY;
     for (int sp = 0; sp < n_splits; sp++)
@@ -210,14 +234,15 @@ static unsigned na_cu_attn_heads(const na_cu_attn_shape_t *s)
     return (unsigned)(s->n_kv_heads * ((group + g - 1) / g));
 }
 
-extern "C" int na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm)
+/* n_req requests of this shape in one launch (1: the single kernel). */
+static int na_cu_attn_plan_n(na_cu_attn_shape_t *s, int n_req, int n_sm)
 {
     long base, target = 4L * (n_sm > 0 ? n_sm : 132), max_ctx = (long)s->ctx0 + s->n_rows;
     long splits, by_len;
     if (s->head_dim <= 0 || s->head_dim > 256 || s->n_kv_heads <= 0 || s->n_rows <= 0 ||
-        s->n_heads % s->n_kv_heads != 0)
+        s->n_heads % s->n_kv_heads != 0 || n_req < 1)
         return -1;
-    base = (long)s->n_rows * (long)na_cu_attn_heads(s);
+    base = (long)s->n_rows * (long)na_cu_attn_heads(s) * (long)n_req;
     splits = (target + base - 1) / base;
     by_len = (max_ctx + NA_CU_ATTN_MIN_LEN - 1) / NA_CU_ATTN_MIN_LEN;
     if (splits > by_len)
@@ -231,6 +256,18 @@ extern "C" int na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm)
     return 0;
 }
 
+extern "C" int na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm)
+{
+    return na_cu_attn_plan_n(s, 1, n_sm);
+}
+
+extern "C" int na_cu_attn_plan_batch(na_cu_attn_shape_t *s, int n_req, int n_sm)
+{
+    if (s->n_rows != 1 || n_req > 65535)
+        return -1;
+    return na_cu_attn_plan_n(s, n_req, n_sm);
+}
+
 extern "C" size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s)
 {
     if (s->n_splits <= 1)
@@ -242,28 +279,41 @@ extern "C" size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s)
 template <int DT, int G>
 static void na_cu_attn_dl_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
                                  const void *kc, const void *vc, const na_cu_attn_shape_t *s,
-                                 bool vec, float *scratch)
+                                 bool vec, float *scratch, const na_cu_attn_req_t *rq)
 {
     unsigned thr = 32 * NA_CU_ATTN_WARPS;
     switch (na_cu_attn_dl(s)) {
-    case 1:  na_cu_attn_k<DT, G, 1><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
-    case 2:  na_cu_attn_k<DT, G, 2><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
-    case 4:  na_cu_attn_k<DT, G, 4><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
-    default: na_cu_attn_k<DT, G, 8><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch); break;
+    case 1:  na_cu_attn_k<DT, G, 1><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch, rq); break;
+    case 2:  na_cu_attn_k<DT, G, 2><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch, rq); break;
+    case 4:  na_cu_attn_k<DT, G, 4><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch, rq); break;
+    default: na_cu_attn_k<DT, G, 8><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, vec, scratch, rq); break;
     }
 }
 
 template <int DT>
 static void na_cu_attn_g_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
                                 const void *kc, const void *vc, const na_cu_attn_shape_t *s,
-                                bool vec, float *scratch)
+                                bool vec, float *scratch, const na_cu_attn_req_t *rq)
 {
     switch (na_cu_attn_g(s)) {
-    case 1:  na_cu_attn_dl_launch<DT, 1>(grid, st, out, q, kc, vc, s, vec, scratch); break;
-    case 2:  na_cu_attn_dl_launch<DT, 2>(grid, st, out, q, kc, vc, s, vec, scratch); break;
-    case 4:  na_cu_attn_dl_launch<DT, 4>(grid, st, out, q, kc, vc, s, vec, scratch); break;
-    default: na_cu_attn_dl_launch<DT, 8>(grid, st, out, q, kc, vc, s, vec, scratch); break;
+    case 1:  na_cu_attn_dl_launch<DT, 1>(grid, st, out, q, kc, vc, s, vec, scratch, rq); break;
+    case 2:  na_cu_attn_dl_launch<DT, 2>(grid, st, out, q, kc, vc, s, vec, scratch, rq); break;
+    case 4:  na_cu_attn_dl_launch<DT, 4>(grid, st, out, q, kc, vc, s, vec, scratch, rq); break;
+    default: na_cu_attn_dl_launch<DT, 8>(grid, st, out, q, kc, vc, s, vec, scratch, rq); break;
     }
+}
+
+/* The kernel for dtype s->kv_dtype. */
+static void na_cu_attn_dt_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
+                                 const void *kc, const void *vc, const na_cu_attn_shape_t *s,
+                                 bool vec, float *scratch, const na_cu_attn_req_t *rq)
+{
+    if (s->kv_dtype == NA_CU_F16)
+        na_cu_attn_g_launch<NA_CU_F16>(grid, st, out, q, kc, vc, s, vec, scratch, rq);
+    else if (s->kv_dtype == NA_CU_BF16)
+        na_cu_attn_g_launch<NA_CU_BF16>(grid, st, out, q, kc, vc, s, vec, scratch, rq);
+    else
+        na_cu_attn_g_launch<NA_CU_F32>(grid, st, out, q, kc, vc, s, vec, scratch, rq);
 }
 
 extern "C" int na_cu_attn(void *stream, float *out, const float *q, const void *kc,
@@ -275,17 +325,28 @@ extern "C" int na_cu_attn(void *stream, float *out, const float *q, const void *
     int e;
     if (s->n_rows <= 0)
         return 0;
-    if (s->kv_dtype == NA_CU_F16)
-        na_cu_attn_g_launch<NA_CU_F16>(grid, st, out, q, kc, vc, s, vec, scratch);
-    else if (s->kv_dtype == NA_CU_BF16)
-        na_cu_attn_g_launch<NA_CU_BF16>(grid, st, out, q, kc, vc, s, vec, scratch);
-    else
-        na_cu_attn_g_launch<NA_CU_F32>(grid, st, out, q, kc, vc, s, vec, scratch);
+    na_cu_attn_dt_launch(grid, st, out, q, kc, vc, s, vec, scratch, NULL);
     e = (int)cudaGetLastError();
     if (e != 0 || s->n_splits == 1)
         return e;
-    na_cu_attn_merge_k<<<(unsigned)(s->n_rows * s->n_heads), 128, 0, st>>>(out, scratch,
-                                                                         s->n_splits,
-                                                                         s->head_dim);
+    na_cu_attn_merge_k<<<(unsigned)(s->n_rows * s->n_heads), 128, 0, st>>>(
+        out, scratch, s->n_splits, s->head_dim, NULL, s->n_heads);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int na_cu_attn_batch(void *stream, const na_cu_attn_req_t *reqs, int n_req,
+                                const na_cu_attn_shape_t *s, float *scratch)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    dim3 grid(na_cu_attn_heads(s), (unsigned)s->n_splits, (unsigned)n_req);
+    int e;
+    if (n_req <= 0)
+        return 0;
+    na_cu_attn_dt_launch(grid, st, NULL, NULL, NULL, NULL, s, true, scratch, reqs);
+    e = (int)cudaGetLastError();
+    if (e != 0 || s->n_splits == 1)
+        return e;
+    na_cu_attn_merge_k<<<dim3((unsigned)s->n_heads, (unsigned)n_req), 128, 0, st>>>(
+        NULL, scratch, s->n_splits, s->head_dim, reqs, s->n_heads);
     return (int)cudaGetLastError();
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_present.h"
 #include "kernels/ref/ref.h"
 
 #define NA_CU_RING_INTS 65536
@@ -34,7 +35,12 @@ na_status_t na_cu_enter(na_kernels_t *k)
 na_status_t na_cuda_probe(int gpu, int *n_p)
 {
     int n = 0;
+    char node[300];
     cudaError_t e = cudaGetDeviceCount(&n);
+    if ((e != cudaSuccess || n <= 0) && na_cuda_gpu_present(node, sizeof(node)))
+        return na_err(NA_ERR_IO, "the CUDA runtime sees no device on a machine with an NVIDIA "
+                      "GPU (%s): cudaGetDeviceCount: %s (error %d, %d devices)", node,
+                      cudaGetErrorString(e), (int)e, n);
     if (e != cudaSuccess)
         return na_err(NA_ERR_UNSUPPORTED, "no CUDA device: cudaGetDeviceCount: %s (error %d)",
                       cudaGetErrorString(e), (int)e);
@@ -112,6 +118,7 @@ na_status_t na_cu_params(na_kernels_t *k, const int *src, int n, const int **dev
         *dev_p = c->ring_dev;
         return NA_OK;
     }
+    c->ring_pos += c->ring_pos & 1;    /* 8-byte aligned: descriptors hold pointers */
     if ((size_t)n > c->ring_cap - c->ring_pos) {   /* the kernels reading it finish first */
         if ((st = na_cu_status(k, cudaStreamSynchronize(c->stream),
                                "cudaStreamSynchronize")) != NA_OK)
@@ -198,25 +205,38 @@ static void na_cu_buf_free(na_kernels_t *k, na_kbuf_t *b)
 {
     if (b == NULL)
         return;
-    if (na_cu_enter(k) == NA_OK)
+    /* the ops enqueued before may still use it: wait for them explicitly */
+    if (na_cu_enter(k) == NA_OK &&
+        (b->mem == NA_KMEM_HOST || cudaStreamSynchronize(NA_CU(k)->stream) == cudaSuccess))
         na_cu_mem_free(b);
     free(b);
 }
 
+/* Copy between two addresses in the stream's order (below). */
+static na_status_t na_cu_memcpy(na_kernels_t *k, void *dst, int dst_host, const void *src,
+                                int src_host, size_t size, const char *op);
+
+/* A new allocation, the kept contents copied into it on the stream (after
+ * every op enqueued before, which may still write b), then an explicit wait
+ * for that copy before the old memory is freed: the order never rests on
+ * cudaFree's implicit synchronisation. */
 static na_status_t na_cu_buf_resize(na_kernels_t *k, na_kbuf_t *b, size_t size)
 {
     na_cuda_t *c = NA_CU(k);
     na_kbuf_t nb;
+    size_t keep;
     na_status_t st;
 
     if (b == NULL || b->alloc == NULL || b->owner != k)
         return na_err(NA_ERR_INVALID, "kernels cuda buf_resize: not a buffer of this backend");
-    if ((st = na_cu_enter(k)) != NA_OK ||
-        (st = na_cu_status(k, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize")) != NA_OK ||
-        (st = na_cu_mem_alloc(k, &nb, size, b->mem)) != NA_OK)
+    if ((st = na_cu_enter(k)) != NA_OK || (st = na_cu_mem_alloc(k, &nb, size, b->mem)) != NA_OK)
         return st;
-    st = na_cu_status(k, cudaMemcpy(nb.dev, b->dev, size < b->size ? size : b->size,
-                                    cudaMemcpyDefault), "cudaMemcpy (resize)");
+    keep = size < b->size ? size : b->size;
+    st = na_cu_memcpy(k, nb.host != NULL ? nb.host : nb.dev, nb.host != NULL,
+                      b->host != NULL ? b->host : b->dev, b->host != NULL, keep,
+                      "cudaMemcpyAsync (resize)");
+    if (st == NA_OK)
+        st = na_cu_status(k, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (resize)");
     if (st != NA_OK) {
         na_cu_mem_free(&nb);
         return st;
@@ -308,6 +328,58 @@ static na_status_t na_cu_copy(na_kernels_t *k, const na_kbuf_t *dst, const na_kb
 
 /* ---- weights ------------------------------------------------------------ */
 
+/* Upload bytes of host memory src to device memory d on the stream, staged
+ * through two pinned halves of NA_CU_STAGE_BYTES: while one half's DMA
+ * runs the host fills the other; a half is refilled only after the event of
+ * its last copy completed. Pageable memory is never handed to
+ * cudaMemcpyAsync, and the copies are ordered with the ops on the stream
+ * (which may already use d's neighbours). Returns once src is no longer
+ * read (the last DMA may still be in flight: the ops after it wait for it
+ * in stream order). */
+static na_status_t na_cu_stage_upload(na_kernels_t *k, void *d, const void *src, size_t bytes)
+{
+    na_cuda_t *c = NA_CU(k);
+    size_t off = 0, n;
+    na_status_t st;
+    int half = 0, i;
+
+    if (c->stage == NULL) {
+        void *p = NULL;
+        if ((st = na_cu_status(k, cudaHostAlloc(&p, 2 * NA_CU_STAGE_BYTES, cudaHostAllocPortable),
+                               "cudaHostAlloc (weight staging)")) != NA_OK)
+            return st;
+        for (i = 0; i < 2 && st == NA_OK; i++)
+            st = na_cu_status(k, cudaEventCreateWithFlags(&c->stage_ev[i],
+                                                          cudaEventDisableTiming),
+                              "cudaEventCreateWithFlags (weight staging)");
+        if (st != NA_OK) {
+            for (i = 0; i < 2; i++)
+                if (c->stage_ev[i] != NULL)
+                    cudaEventDestroy(c->stage_ev[i]);
+            c->stage_ev[0] = c->stage_ev[1] = NULL;
+            cudaFreeHost(p);
+            return st;
+        }
+        c->stage = p;
+    }
+    while (off < bytes) {
+        char *h = c->stage + (size_t)half * NA_CU_STAGE_BYTES;
+        n = bytes - off < NA_CU_STAGE_BYTES ? bytes - off : NA_CU_STAGE_BYTES;
+        if ((st = na_cu_status(k, cudaEventSynchronize(c->stage_ev[half]),
+                               "cudaEventSynchronize (weight staging)")) != NA_OK)
+            return st;
+        memcpy(h, (const char *)src + off, n);
+        if ((st = na_cu_status(k, cudaMemcpyAsync((char *)d + off, h, n, cudaMemcpyHostToDevice,
+                                                  c->stream), "cudaMemcpyAsync (weight)")) != NA_OK ||
+            (st = na_cu_status(k, cudaEventRecord(c->stage_ev[half], c->stream),
+                               "cudaEventRecord (weight staging)")) != NA_OK)
+            return st;
+        off += n;
+        half ^= 1;
+    }
+    return NA_OK;
+}
+
 static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
 {
     na_cuda_t *c = NA_CU(k);
@@ -341,11 +413,11 @@ static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight
             (st = na_cu_status(k, cudaMalloc(&d, bytes), "cudaMalloc (weight)")) != NA_OK)
             return na_err_prefix(st, "placing a %d x %d %s weight (%zu bytes): ", t->rows,
                                  t->cols, na_dtype_name(t->dtype), bytes);
-        st = na_cu_status(k, cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice),
-                          "cudaMemcpy (weight)");
-        if (st != NA_OK) {
+        if ((st = na_cu_stage_upload(k, d, t->data, bytes)) != NA_OK) {
+            cudaStreamSynchronize(c->stream);     /* no copy may still target d */
             cudaFree(d);
-            return st;
+            return na_err_prefix(st, "placing a %d x %d %s weight: ", t->rows, t->cols,
+                                 na_dtype_name(t->dtype));
         }
         c->placed[c->n_placed++] = (na_cu_placed_t){ t->data, bytes, d, 1 };
     }
@@ -364,7 +436,8 @@ static void na_cu_unplace(na_kernels_t *k, na_kweight_t *w)
         if (c->placed[i].dev != w->buf.dev)
             continue;
         if (--c->placed[i].refs == 0) {
-            if (na_cu_enter(k) == NA_OK)
+            /* ops enqueued before may still read it: wait for them, then free */
+            if (na_cu_enter(k) == NA_OK && cudaStreamSynchronize(c->stream) == cudaSuccess)
                 cudaFree(c->placed[i].dev);
             c->placed[i] = c->placed[--c->n_placed];
         }
@@ -443,6 +516,11 @@ static void na_cu_destroy(na_kernels_t *k)
         cudaFree(c->xh);
         if (c->ring != NULL)
             cudaFreeHost(c->ring);
+        for (i = 0; i < 2; i++)
+            if (c->stage_ev[i] != NULL)
+                cudaEventDestroy(c->stage_ev[i]);
+        if (c->stage != NULL)
+            cudaFreeHost(c->stage);
         if (c->blas != NULL)
             cublasDestroy(c->blas);
         if (c->stream != NULL)

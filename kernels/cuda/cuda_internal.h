@@ -37,7 +37,14 @@ typedef struct {
     size_t         xh_bytes;
     na_cu_placed_t *placed;
     int            n_placed, cap_placed;
+    /* weight uploads: two pinned staging halves, each free again once the
+     * copy out of it (recorded by its event) completed */
+    char          *stage;
+    cudaEvent_t    stage_ev[2];
 } na_cuda_t;
+
+/* Bytes of each pinned staging half of place(). */
+#define NA_CU_STAGE_BYTES ((size_t)8 << 20)
 
 #define NA_CU(k) ((na_cuda_t *)(k)->priv)
 
@@ -50,8 +57,8 @@ na_status_t na_cu_enter(na_kernels_t *k);
  * NA_ERR_INVALID for NULL, another backend's or pageable memory, too small. */
 na_status_t na_cu_arg(na_kernels_t *k, const na_kbuf_t *b, size_t need, const char *op,
                       const char *what, void **p_p);
-/* Copy n ints into the ring; *dev_p is their device-readable address, valid
- * for the ops enqueued next. */
+/* Copy n ints into the ring (8-byte aligned); *dev_p is their
+ * device-readable address, valid for the ops enqueued next. */
 na_status_t na_cu_params(na_kernels_t *k, const int *src, int n, const int **dev_p);
 /* Grow a device scratch area (*p, *cap) to `bytes` (waits for the stream). */
 na_status_t na_cu_scratch(na_kernels_t *k, void **p, size_t *cap, size_t bytes);
@@ -75,6 +82,9 @@ na_status_t na_cu_attn_prefill_op(na_kernels_t *k, const na_kbuf_t *out, const n
                                   const na_kbuf_t *kcache, const na_kbuf_t *vcache,
                                   na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
                                   int n_kv_heads, int head_dim);
+na_status_t na_cu_attn_decode_batch_op(na_kernels_t *k, const na_kcuda_attn_req_t *reqs, int n,
+                                       na_dtype_t kv_dtype, int n_heads, int n_kv_heads,
+                                       int head_dim);
 na_status_t na_cu_attn_decode_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
                                  const na_kbuf_t *kcache, const na_kbuf_t *vcache,
                                  na_dtype_t kv_dtype, int ctx, int n_heads, int n_kv_heads,

@@ -39,6 +39,13 @@ int na_cu_argmax(void *stream, int *idx, const float *x, int n, int batch);
 /* dst[i] = src[i] as f16 (dtype 1) or bf16 (dtype 2): activations for a
  * tensor-core GEMM. */
 int na_cu_to_half(void *stream, void *dst, int dtype, const float *src, size_t n);
+/* (cuda_half.cu) Row b of x (batch rows of cols) as f16 scaled by 2^-exp[b],
+ * exp[b] >= 0 the least keeping max|x_b| below 2^15 (0 for rows within f16's
+ * range: then bit-equal to na_cu_to_half); na_cu_unscale_rows multiplies row
+ * b of y (batch rows of `rows`) by 2^exp[b] after the GEMM. exp: device. */
+int na_cu_to_f16_scaled(void *stream, void *dst, int *exp_out, const float *src, int cols,
+                        int batch);
+int na_cu_unscale_rows(void *stream, float *y, const int *exp_in, int rows, int batch);
 
 /* The batch size up to which na_cu_gemv reads the weights once for all rows. */
 #define NA_CU_GEMV_MAX_BATCH 8
@@ -75,6 +82,21 @@ int    na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm);
 size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s);
 int    na_cu_attn(void *stream, float *out, const float *q, const void *kc, const void *vc,
                   const na_cu_attn_shape_t *s, float *scratch);
+
+/* Batched decode (UNVERIFIED: never run on a GPU): one launch for n_req
+ * requests of one shape (s: n_rows 1, ctx0 = the longest context - 1, planned
+ * by na_cu_attn_plan_batch), request i reading reqs[i] (a device-readable
+ * array: mapped pinned memory) and attending to its first ctx tokens (0:
+ * zeros). scratch: n_req * na_cu_attn_scratch_floats(s) floats. */
+typedef struct {
+    float       *out;
+    const float *q;
+    const void  *k, *v;
+    int          ctx, pad_;
+} na_cu_attn_req_t;
+int    na_cu_attn_plan_batch(na_cu_attn_shape_t *s, int n_req, int n_sm);
+int    na_cu_attn_batch(void *stream, const na_cu_attn_req_t *reqs, int n_req,
+                        const na_cu_attn_shape_t *s, float *scratch);
 
 #ifdef __cplusplus
 }

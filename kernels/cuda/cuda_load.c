@@ -4,8 +4,12 @@
  * module is looked for at $NA_CUDA_MODULE, beside the executable, in
  * ../kernels/ from it (the build tree: build/cli/nearattn, build/tests/...),
  * in the directory it was built in, then by the loader's own search
- * (LD_LIBRARY_PATH). A module that cannot be loaded (no CUDA runtime on
- * this machine) reads as "no CUDA device: ...". */
+ * (LD_LIBRARY_PATH). A module that cannot be loaded reads as "no CUDA
+ * device: ..." (NA_ERR_UNSUPPORTED) only where the machine shows no NVIDIA
+ * GPU (cuda_present.h); where it does, the failure is an error
+ * (NA_ERR_IO, "... cannot be loaded on a machine with an NVIDIA GPU"), so a
+ * GPU machine with a broken installation never looks like one without a
+ * GPU (the tests skip on the first, fail on the second). */
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -15,9 +19,8 @@
 #include <unistd.h>
 
 #include "kernels/cuda/cuda.h"
-#if NA_HAVE_NCCL
+#include "kernels/cuda/cuda_present.h"
 #include "kernels/cuda/cuda_tp.h"
-#endif
 
 #define NA_CUDA_MODULE_NAME "libna_cuda.so"
 
@@ -70,9 +73,15 @@ static na_status_t na_cuda_sym(const char *name, void **f)
 {
     pthread_once(&na_cuda_once, na_cuda_open);
     *f = NULL;
-    if (na_cuda_mod == NULL)
+    if (na_cuda_mod == NULL) {
+        char gpu[300];
+        const char *why = na_cuda_why[0] ? na_cuda_why : "not found";
+        if (na_cuda_gpu_present(gpu, sizeof(gpu)))
+            return na_err(NA_ERR_IO, "the CUDA backend module " NA_CUDA_MODULE_NAME " cannot be "
+                          "loaded on a machine with an NVIDIA GPU (%s): %s", gpu, why);
         return na_err(NA_ERR_UNSUPPORTED, "no CUDA device: cannot load the CUDA backend module "
-                      NA_CUDA_MODULE_NAME " (%s)", na_cuda_why[0] ? na_cuda_why : "not found");
+                      NA_CUDA_MODULE_NAME " (%s)", why);
+    }
     *f = dlsym(na_cuda_mod, name);
     if (*f == NULL)
         return na_err(NA_ERR_UNSUPPORTED, "CUDA backend module: no symbol %s (a module of "
@@ -97,10 +106,14 @@ NA_CUDA_FWD(na_kernels_cuda_create_on, "na_cudam_create_on", (int gpu, na_kernel
 NA_CUDA_FWD(na_kernels_cuda_argmax, "na_cudam_argmax",
             (na_kernels_t *k, const na_kbuf_t *idx, const na_kbuf_t *x, int n, int batch),
             (k, idx, x, n, batch))
+NA_CUDA_FWD(na_kernels_cuda_attn_decode_batch, "na_cudam_attn_decode_batch",
+            (na_kernels_t *k, const na_kcuda_attn_req_t *reqs, int n, na_dtype_t kv_dtype,
+             int n_heads, int n_kv_heads, int head_dim),
+            (k, reqs, n, kv_dtype, n_heads, n_kv_heads, head_dim))
 NA_CUDA_FWD(na_kernels_cuda_info, "na_cudam_info",
             (na_kernels_t *k, const char **name_p, size_t *mem_p), (k, name_p, mem_p))
 
-#if NA_HAVE_NCCL
+NA_CUDA_FWD(na_cuda_tp_nccl, "na_cudam_tp_nccl", (int *version_p), (version_p))
 NA_CUDA_FWD(na_cuda_tp_create, "na_cudam_tp_create", (const int *gpus, int n, na_cuda_tp_t **tp_p),
             (gpus, n, tp_p))
 NA_CUDA_FWD(na_cuda_tp_allreduce, "na_cudam_tp_allreduce",
@@ -119,4 +132,3 @@ int na_cuda_tp_size(const na_cuda_tp_t *tp)
     int (*f)(const na_cuda_tp_t *);
     return na_cuda_sym("na_cudam_tp_size", (void **)&f) == NA_OK ? f(tp) : 0;
 }
-#endif

@@ -6,11 +6,14 @@
  * Matmul: f32 weights -> cublasSgemm (f32 in, f32 out; the default math mode
  * uses no TF32). f16/bf16 weights -> the GEMV kernel at batch <= 8 (f32
  * activations, the decode step) and cuBLAS GemmEx above it (activations
- * rounded to the weight's type for the tensor cores, f32 accumulation).
+ * rounded to the weight's type for the tensor cores, f32 accumulation; for
+ * f16 each row is first scaled by a power of two keeping it inside f16's
+ * range, the output row scaled back: cuda_half.cu).
  * Q8_0 -> the Q8 GEMV at every batch (x quantised to Q8 blocks once per
  * call, int8 dot products, as kernels/ref defines Q8_0). With
  * k->batch_invariant the GEMV takes every dtype, so that a row's result never
  * depends on the batch. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
@@ -109,15 +112,30 @@ static na_status_t na_cu_gemm(na_kernels_t *k, float *y, const float *x, const v
         bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, batch, cols, &one, w, cols, x,
                          cols, &zero, y, rows);
     } else {
+        /* f16: x rounded to f16 after a per-row power-of-two scale that keeps
+         * |x| below 2^15 (a plain conversion made |x| > 65504 inf), the
+         * output rows scaled back; the row exponents follow the halves in
+         * the scratch. bf16 has f32's range: a plain conversion. */
+        size_t hb = (n * 2 + 15) / 16 * 16;
+        int *ex;
         ty = dt == NA_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-        if ((st = na_cu_scratch(k, &c->xh, &c->xh_bytes, n * 2)) != NA_OK)
+        if ((st = na_cu_scratch(k, &c->xh, &c->xh_bytes,
+                                hb + (size_t)batch * sizeof(int))) != NA_OK)
             return st;
-        if ((st = na_cu_status(k, na_cu_to_half(c->stream, c->xh, (int)dt, x, n),
-                                 "f32->half kernel")) != NA_OK)
+        ex = (int *)((char *)c->xh + hb);
+        st = dt == NA_DTYPE_F16
+           ? na_cu_status(k, na_cu_to_f16_scaled(c->stream, c->xh, ex, x, cols, batch),
+                          "f32->f16 (scaled) kernel")
+           : na_cu_status(k, na_cu_to_half(c->stream, c->xh, (int)dt, x, n), "f32->bf16 kernel");
+        if (st != NA_OK)
             return st;
         bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, batch, cols, &one, w, ty, cols,
                           c->xh, ty, cols, &zero, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT);
+        if (bs == CUBLAS_STATUS_SUCCESS && dt == NA_DTYPE_F16 &&
+            (st = na_cu_status(k, na_cu_unscale_rows(c->stream, y, ex, rows, batch),
+                               "unscale rows kernel")) != NA_OK)
+            return st;
     }
     if (bs != CUBLAS_STATUS_SUCCESS)
         return na_err(NA_ERR_IO, "kernels cuda (gpu %d) matmul: %s (%d x %d %s weight, batch "
@@ -288,4 +306,71 @@ na_status_t na_cu_attn_decode_op(na_kernels_t *k, const na_kbuf_t *out, const na
     NA_CU_ENTER();
     return na_cu_status(k, cudaMemsetAsync(po, 0, F32B((size_t)n_heads * (size_t)head_dim),
                                            c->stream), "cudaMemsetAsync");
+}
+
+/* n requests in one launch (cuda_attn.cu: grid z = request). The
+ * descriptors go through the parameter ring (mapped pinned memory). */
+na_status_t na_cu_attn_decode_batch_op(na_kernels_t *k, const na_kcuda_attn_req_t *reqs, int n,
+                                       na_dtype_t dt, int n_heads, int n_kv_heads, int head_dim)
+{
+    na_cuda_t *c = NA_CU(k);
+    na_cu_attn_req_t *d;
+    na_cu_attn_shape_t s;
+    const int *dev;
+    size_t qb = F32B((size_t)n_heads * (size_t)head_dim);
+    na_status_t st = NA_OK;
+    int i, max_ctx = 0;
+
+    if ((dt != NA_DTYPE_F16 && dt != NA_DTYPE_BF16 && dt != NA_DTYPE_F32) || n_heads <= 0 ||
+        n_kv_heads <= 0 || head_dim <= 0 || n_heads % n_kv_heads != 0 || n < 0 ||
+        (n > 0 && reqs == NULL) || n > 65535)
+        return na_cu_shape("attn_decode_batch");
+    if (n == 0)
+        return NA_OK;
+    if ((d = calloc((size_t)n, sizeof(*d))) == NULL)
+        return na_err(NA_ERR_NOMEM, "kernels cuda attn_decode_batch: out of memory");
+    for (i = 0; i < n && st == NA_OK; i++) {
+        size_t kvb = na_dtype_bytes(dt, (size_t)reqs[i].ctx * (size_t)n_kv_heads *
+                                            (size_t)head_dim);
+        void *po = NULL, *pq = NULL, *pk = NULL, *pv = NULL;
+        if (reqs[i].ctx < 0)
+            st = na_cu_shape("attn_decode_batch");
+        if (st == NA_OK)
+            st = na_cu_arg(k, reqs[i].out, qb, "attn_decode_batch", "out", &po);
+        if (st == NA_OK)
+            st = na_cu_arg(k, reqs[i].q, qb, "attn_decode_batch", "q", &pq);
+        if (st == NA_OK)
+            st = na_cu_arg(k, reqs[i].kcache, kvb, "attn_decode_batch", "kcache", &pk);
+        if (st == NA_OK)
+            st = na_cu_arg(k, reqs[i].vcache, kvb, "attn_decode_batch", "vcache", &pv);
+        d[i] = (na_cu_attn_req_t){ po, pq, pk, pv, reqs[i].ctx, 0 };
+        if (reqs[i].ctx > max_ctx)
+            max_ctx = reqs[i].ctx;
+    }
+    s = (na_cu_attn_shape_t){ 1, max_ctx > 0 ? max_ctx - 1 : 0, n_heads, n_kv_heads, head_dim,
+                              (int)dt, 1, 1 };
+    if (st == NA_OK && na_cu_attn_plan_batch(&s, n, c->n_sm) != 0)
+        st = na_err(NA_ERR_UNSUPPORTED, "kernels cuda attn_decode_batch: head_dim %d is over "
+                    "256", head_dim);
+    if (st == NA_OK)
+        st = na_cu_enter(k);
+    if (st == NA_OK)
+        st = na_cu_scratch(k, &c->scratch, &c->scratch_bytes,
+                           F32B((size_t)n * na_cu_attn_scratch_floats(&s)));
+    if (st == NA_OK)
+        st = na_cu_params(k, (const int *)d, (int)(n * (sizeof(*d) / sizeof(int))), &dev);
+    if (st == NA_OK)
+        st = na_cu_status(k, na_cu_attn_batch(c->stream, (const na_cu_attn_req_t *)dev, n, &s,
+                                              c->scratch), "batched attention kernel");
+    free(d);
+    return st;
+}
+
+na_status_t na_kernels_cuda_attn_decode_batch(na_kernels_t *k, const na_kcuda_attn_req_t *reqs,
+                                              int n, na_dtype_t kv_dtype, int n_heads,
+                                              int n_kv_heads, int head_dim)
+{
+    if (k == NULL || strcmp(k->ops->name, "cuda") != 0)
+        return na_err(NA_ERR_INVALID, "kernels: attn_decode_batch needs a cuda backend");
+    return na_cu_attn_decode_batch_op(k, reqs, n, kv_dtype, n_heads, n_kv_heads, head_dim);
 }

@@ -57,7 +57,7 @@ static na_status_t na_khost_shape(na_kernels_t *k, const char *op, int ok)
 
 na_status_t na_khost_buf_alloc(na_kernels_t *k, size_t size, na_kmem_t mem, na_kbuf_t **b_p)
 {
-    const na_khost_t *h = k->priv;
+    na_khost_t *h = k->priv;
     na_kbuf_t *b;
     void *p = NULL;
 
@@ -65,6 +65,9 @@ na_status_t na_khost_buf_alloc(na_kernels_t *k, size_t size, na_kmem_t mem, na_k
         !(mem == NA_KMEM_DEVICE && h->emulate_device))
         return na_err(NA_ERR_UNSUPPORTED, "kernels %s: no memory of type %d",
                       k->ops->name, (int)mem);
+    if (mem == NA_KMEM_DEVICE && h->dev_limit > 0 && size > h->dev_limit - h->dev_used)
+        return na_err(NA_ERR_NOMEM, "kernels %s: out of (emulated) device memory: %zu bytes "
+                      "asked, %zu of %zu in use", k->ops->name, size, h->dev_used, h->dev_limit);
     b = calloc(1, sizeof(*b));
     if (b != NULL)
         p = malloc(size ? size : 1);
@@ -73,6 +76,8 @@ na_status_t na_khost_buf_alloc(na_kernels_t *k, size_t size, na_kmem_t mem, na_k
         return na_err(NA_ERR_NOMEM, "kernels %s: out of memory for a %zu-byte buffer",
                       k->ops->name, size);
     }
+    if (mem == NA_KMEM_DEVICE)
+        h->dev_used += size;
     b->owner = k;
     b->mem = mem;
     b->size = size;
@@ -85,23 +90,33 @@ na_status_t na_khost_buf_alloc(na_kernels_t *k, size_t size, na_kmem_t mem, na_k
 
 void na_khost_buf_free(na_kernels_t *k, na_kbuf_t *b)
 {
-    (void)k;
+    na_khost_t *h = k->priv;
     if (b == NULL)
         return;
+    if (b->mem == NA_KMEM_DEVICE && b->owner == k)
+        h->dev_used -= b->size;
     free(b->alloc);
     free(b);
 }
 
 na_status_t na_khost_buf_resize(na_kernels_t *k, na_kbuf_t *b, size_t size)
 {
+    na_khost_t *h = k->priv;
     void *p;
     if (b == NULL || b->alloc == NULL || b->owner != k)
         return na_err(NA_ERR_INVALID, "kernels %s buf_resize: not a buffer of this backend",
                       k->ops->name);
+    if (b->mem == NA_KMEM_DEVICE && h->dev_limit > 0 && size > b->size &&
+        size - b->size > h->dev_limit - h->dev_used)
+        return na_err(NA_ERR_NOMEM, "kernels %s: out of (emulated) device memory growing a "
+                      "buffer to %zu bytes, %zu of %zu in use", k->ops->name, size, h->dev_used,
+                      h->dev_limit);
     p = realloc(b->alloc, size ? size : 1);
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "kernels %s: out of memory growing a buffer to %zu bytes",
                       k->ops->name, size);
+    if (b->mem == NA_KMEM_DEVICE)
+        h->dev_used = h->dev_used - b->size + size;
     b->alloc = p;
     b->dev = p;
     b->host = b->mem == NA_KMEM_DEVICE ? NULL : p;

@@ -42,6 +42,10 @@ typedef struct {
     /* 1: NA_KMEM_DEVICE is emulated with host memory whose host pointer is
      * hidden (ref backend), so the device paths of callers run in tests. */
     int                    emulate_device;
+    /* emulated device memory: bytes allowed (0: no limit) and in use; an
+     * allocation beyond the limit fails with NA_ERR_NOMEM as cudaMalloc on
+     * a full GPU ("refdev:N", N MiB) */
+    size_t                 dev_limit, dev_used;
 } na_khost_t;
 
 na_status_t na_khost_buf_alloc(na_kernels_t *k, size_t size, na_kmem_t mem, na_kbuf_t **b_p);

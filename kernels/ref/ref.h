@@ -50,6 +50,9 @@ na_kattn_partial_fn      na_ref_attn_partial;
 /* Backend constructors (kernels/backend.c dispatches by name). */
 na_status_t na_kernels_ref_create(int n_threads, na_kernels_t **k_p);
 na_status_t na_kernels_refdev_create(int n_threads, na_kernels_t **k_p);
+/* "refdev:N": its emulated device holds N MiB; beyond that buf_alloc and
+ * buf_resize of device memory fail with NA_ERR_NOMEM, as on a full GPU. */
+na_status_t na_kernels_refdev_create_mb(int mb, na_kernels_t **k_p);
 na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p);
 
 #endif /* NA_KERNELS_REF_H */

@@ -274,3 +274,15 @@ na_status_t na_kernels_refdev_create(int n_threads, na_kernels_t **k_p)
         (*k_p)->mem = NA_KMEM_DEVICE;
     return st;
 }
+
+/* "refdev:N": refdev whose emulated device holds N MiB (N >= 1). */
+na_status_t na_kernels_refdev_create_mb(int mb, na_kernels_t **k_p)
+{
+    na_status_t st;
+    if (mb < 1)
+        return na_err(NA_ERR_INVALID, "kernels refdev:%d: the emulated device needs at least "
+                      "1 MiB", mb);
+    if ((st = na_kernels_refdev_create(1, k_p)) == NA_OK)
+        ((na_khost_t *)(*k_p)->priv)->dev_limit = (size_t)mb << 20;
+    return st;
+}

@@ -8,8 +8,13 @@
  *                          with LRU eviction, overflow to the CPU engine (no
  *                          room, SSD-only blocks), bad entries, a reopened
  *                          request.
+ *                          On "refdev:1" (1 MiB of emulated device
+ *                          memory, less than the default budget) failed
+ *                          device allocations send entries to the CPU
+ *                          engine, never fail them; a copy that grows (a
+ *                          later prefill chunk) stays within the budget.
  *   test_attn_cuda gpu     the same on "cuda:0" (label cuda; exit 77 without
- *                          a device).
+ *                          a device; the refdev:1 scenario is not run).
  * Outputs must match the CPU engine's within 2e-5 absolute + 1e-4 relative
  * (convex combinations of V rows in [-1, 1]; both sum in f32 in another
  * order). */
@@ -31,6 +36,7 @@
 
 static const char *g_kernels;
 static char g_dir[512];
+static int g_max_extra;            /* rows a scenario appends after the first decode */
 
 typedef struct {
     na_kv_store_t    *store;
@@ -38,7 +44,7 @@ typedef struct {
 } twin_t;
 
 static int twin_open(twin_t *t, const char *kind, na_dtype_t dt, long hbm_mb, int ssd,
-                     const char *sub)
+                     const char *sub, const char *kernels)
 {
     na_kv_store_cfg_t kc;
     na_attn_engine_cfg_t ec;
@@ -69,7 +75,7 @@ static int twin_open(twin_t *t, const char *kind, na_dtype_t dt, long hbm_mb, in
     ec.max_kv_heads = KVH;
     ec.split_tokens = 64;
     ec.hbm_mb = hbm_mb;
-    ec.device_kernels = g_kernels;
+    ec.device_kernels = kernels;
     st = na_attn_engine_create(kind, t->store, &ec, &t->eng);
     if (st != NA_OK) {
         fprintf(stderr, "engine %s: %s\n", kind, na_errmsg());
@@ -95,7 +101,7 @@ static void prefill(twin_t *tw, int n_tw, const int *P, uint64_t seed)
         size_t n = (size_t)P[r] * KVH * HD;
         float *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
         for (i = 0; i < n_tw; i++)
-            NA_CHECK_OK(na_kv_open(tw[i].store, 100 + r, P[r] + 64, KVH));
+            NA_CHECK_OK(na_kv_open(tw[i].store, 100 + r, P[r] + 64 + g_max_extra, KVH));
         for (l = 0; l < L; l++) {
             na_rng_fill(&rng, k, n, -1.0f, 1.0f);
             na_rng_fill(&rng, v, n, -1.0f, 1.0f);
@@ -173,9 +179,34 @@ static double decode(twin_t *tw, int steps, uint64_t seed)
     return worst;
 }
 
-/* One scenario: stores with dt KV, budget hbm_mb, optional SSD tier. Returns
- * the granules the cuda engine's inner CPU engine computed (overflow). */
-static uint64_t scenario(const char *name, na_dtype_t dt, long hbm_mb, int ssd, int reopen)
+/* Append n more random rows to request id of both twins (a later prefill
+ * chunk): the cuda engine's copy must grow to take them. */
+static void append_rows(twin_t *tw, uint64_t id, int n, uint64_t seed)
+{
+    na_rng_t rng;
+    size_t m = (size_t)n * KVH * HD;
+    float *k = malloc(m * sizeof(float)), *v = malloc(m * sizeof(float));
+    int l, i;
+    na_rng_seed(&rng, seed);
+    for (l = 0; l < L; l++) {
+        na_rng_fill(&rng, k, m, -1.0f, 1.0f);
+        na_rng_fill(&rng, v, m, -1.0f, 1.0f);
+        for (i = 0; i < 2; i++)
+            NA_CHECK_OK(na_kv_append(tw[i].store, na_kv_find(tw[i].store, id), l, k, v,
+                                     NA_DTYPE_F32, 0, n, 1));
+    }
+    for (i = 0; i < 2; i++)
+        NA_CHECK_OK(na_kv_flush(tw[i].store, na_kv_find(tw[i].store, id)));
+    free(k);
+    free(v);
+}
+
+/* One scenario: stores with dt KV, budget hbm_mb, optional SSD tier, the
+ * cuda engine on `kernels` (NULL: g_kernels); grow > 0 appends that many
+ * rows to request 101 after the first decode. Returns the granules the
+ * cuda engine's inner CPU engine computed (overflow); *st_p its stats. */
+static uint64_t scenario_on(const char *name, na_dtype_t dt, long hbm_mb, int ssd, int reopen,
+                            const char *kernels, int grow, na_attn_stats_t *st_p)
 {
     static const int P[R] = { 40, 333, 2600 };   /* 2600 f16 rows: 1.3 MiB of K+V */
     twin_t tw[2];
@@ -185,15 +216,22 @@ static uint64_t scenario(const char *name, na_dtype_t dt, long hbm_mb, int ssd, 
 
     snprintf(sub[0], sizeof(sub[0]), "%s-cpu", name);
     snprintf(sub[1], sizeof(sub[1]), "%s-cuda", name);
-    if (twin_open(&tw[0], "cpu", dt, 0, ssd, sub[0]) != 0)
+    g_max_extra = grow;
+    if (twin_open(&tw[0], "cpu", dt, 0, ssd, sub[0], NULL) != 0)
         return 0;
-    if (twin_open(&tw[1], "cuda", dt, hbm_mb, ssd, sub[1]) != 0) {
+    if (twin_open(&tw[1], "cuda", dt, hbm_mb, ssd, sub[1], kernels ? kernels : g_kernels) != 0) {
         NA_CHECK_MSG(0, "%s: cuda engine not created", name);
         twin_close(&tw[0]);
         return 0;
     }
     prefill(tw, 2, P, 11);
     worst = decode(tw, 5, 12);
+    if (grow > 0) {                    /* a later chunk: the copy of 101 grows */
+        double w2;
+        append_rows(tw, 101, grow, 15);
+        w2 = decode(tw, 3, 16);
+        worst = w2 > worst ? w2 : worst;
+    }
     if (reopen) {                      /* same ids, new contents: copies rebuilt */
         int r, i;
         for (r = 0; r < R; r++)
@@ -208,11 +246,24 @@ static uint64_t scenario(const char *name, na_dtype_t dt, long hbm_mb, int ssd, 
     NA_CHECK_MSG(worst <= 1.0, "%s: cuda engine vs cpu engine: ratio %g", name, worst);
     na_attn_engine_stats(tw[1].eng, &st);
     NA_CHECK(st.entries > 0);
+    NA_CHECK_MSG(st.cuda_peak <= st.cuda_budget,
+                 "%s: device KV peaked at %llu bytes, over the budget of %llu", name,
+                 (unsigned long long)st.cuda_peak, (unsigned long long)st.cuda_budget);
     twin_close(&tw[0]);
     twin_close(&tw[1]);
-    fprintf(stderr, "%s: worst ratio %.3g, %llu granules on the CPU side\n", name, worst,
-            (unsigned long long)st.granules);
+    fprintf(stderr, "%s: worst ratio %.3g, %llu granules on the CPU side, device KV peak %llu "
+            "of %llu bytes, %llu fallbacks, %llu failed allocations\n", name, worst,
+            (unsigned long long)st.granules, (unsigned long long)st.cuda_peak,
+            (unsigned long long)st.cuda_budget, (unsigned long long)st.cuda_fallbacks,
+            (unsigned long long)st.cuda_alloc_failed);
+    if (st_p != NULL)
+        *st_p = st;
     return st.granules;
+}
+
+static uint64_t scenario(const char *name, na_dtype_t dt, long hbm_mb, int ssd, int reopen)
+{
+    return scenario_on(name, dt, hbm_mb, ssd, reopen, NULL, 0, NULL);
 }
 
 int main(int argc, char **argv)
@@ -220,8 +271,13 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "refdev";
 
     if (strcmp(mode, "gpu") == 0) {
-        if (na_cuda_probe(0, NULL) != NA_OK)
+        na_status_t st = na_cuda_probe(0, NULL);
+        if (st == NA_ERR_UNSUPPORTED)   /* no GPU on this machine */
             NA_SKIP("%s", na_errmsg());
+        if (st != NA_OK) {              /* a GPU the backend cannot use: a failure */
+            fprintf(stderr, "FAIL: %s\n", na_errmsg());
+            return 1;
+        }
         g_kernels = "cuda:0";
     } else {
         g_kernels = "refdev";
@@ -236,6 +292,21 @@ int main(int argc, char **argv)
     NA_CHECK(scenario("budget", NA_DTYPE_F16, 1, 0, 0) > 0);
     /* an SSD tier with 1 MiB of DRAM: SSD-only blocks go to the CPU engine */
     NA_CHECK(scenario("ssd", NA_DTYPE_F16, 0, 1, 0) > 0);
+    {
+        na_attn_stats_t st;
+        /* 1 MiB budget, request 101 grows by 1700 rows (333 + 1700 f16 rows
+         * are 1.04 MB of K+V): the rebuilt copy may not outgrow the budget */
+        scenario_on("grow", NA_DTYPE_F16, 1, 0, 0, NULL, 1700, &st);
+        NA_CHECK(st.cuda_fallbacks > 0);
+        if (strcmp(mode, "gpu") != 0) {
+            /* 1 MiB of device memory under the default budget (256 MiB on
+             * refdev, as two slots on one GPU each planning for 80 %): the
+             * failed allocations send entries to the CPU engine */
+            scenario_on("devfull", NA_DTYPE_F16, 0, 0, 0, "refdev:1", 0, &st);
+            NA_CHECK(st.cuda_alloc_failed > 0 && st.cuda_fallbacks > 0);
+            NA_CHECK(st.cuda_budget < ((uint64_t)1 << 20) && st.cuda_peak > 0);
+        }
+    }
     na_test_rmtree(g_dir);
     return na_test_finish();
 }

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# scripts/gpu/verify.sh — run ON the GPU machine, from the repository root, with
+# build-gpu/ made by scripts/gpu/prepare.sh carried along (docs/gpu.md):
+#     bash scripts/gpu/verify.sh
+# Bounded to NA_VERIFY_SECONDS (default 330 s; a step that would start after
+# that is a failure, memcheck only runs if time is left). Every line is
+# labelled [step]; each step ends with "[step] RESULT PASS|FAIL ...|INFO ...";
+# the last line is the one-line summary. Exit 0 when every required step
+# passed, 1 when one failed, 2 when this machine shows no GPU (nothing run;
+# NA_VERIFY_REHEARSE=1 runs every step anyway, to check the script itself).
+# Logs and JSON go to $OUT (default build-gpu-work/verify-out): verify.log,
+# tests.log, bench.json, bench.txt, memcheck.log, summary.json.
+#
+# Steps: env (nvidia-smi, toolkit, OS); libs (every library of the binaries
+# resolved: the carried Debian ones, the machine's CUDA ones, NCCL found);
+# tests (every CUDA test binary; a skip (exit 77) counts as a failure here);
+# gen-stories, gen-bf16 (greedy text of --backend cuda equals cpu: stories260K,
+# and a generated bf16 GQA model with head_dim 128); offload-inproc,
+# offload-start (a GPU compute node and GPU attention engines on both storage
+# nodes, default hbm_mb: two slots on one GPU; text equals the cpu run);
+# bench (bench kernels --backend cuda, each row as a fraction of the in-run
+# device-to-device copy); memcheck (compute-sanitizer on test_cuda_ops).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+root=$PWD
+B=$root/build-gpu
+OUT=${OUT:-$root/build-gpu-work/verify-out}
+LIMIT=${NA_VERIFY_SECONDS:-330}
+mkdir -p "$OUT" || exit 1
+: >"$OUT/tests.log"
+W=$(mktemp -d "${TMPDIR:-/tmp}/na-verify-XXXXXX") || exit 1
+trap 'rm -rf "$W"' EXIT
+export TMPDIR=$W NA_SHARED_DIR=$B/shared NA_KV_DIR=$W/kv
+SECONDS=0
+sum=""; fails=0; nres=0; json=""
+
+say() { local l=$1; shift; printf '[%s] %s\n' "$l" "$*"; }
+tag() { sed -u "s/^/[$1] /"; }
+res() {     # res STEP "PASS|FAIL ...|INFO ..."
+    sum="$sum $1=${2%% *}"; nres=$((nres + 1))
+    case $2 in PASS*|INFO*) ;; *) fails=$((fails + 1)) ;; esac
+    json="$json${json:+, }\"$1\": \"$(printf '%s' "$2" | tr -d '"\\' | tr '\n' ' ')\""
+    say "$1" "RESULT $2"
+}
+left() { echo $((LIMIT - SECONDS)); }
+# tmo CAP: a timeout of at most CAP seconds, never past the limit (0: none left)
+tmo() { local l; l=$(left); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 0 ] && l=0; echo "$l"; }
+lib() { LD_LIBRARY_PATH=$NA_LD "$@"; }           # our programs only
+na()  { local t; t=$(tmo "$1"); shift; [ "$t" -gt 0 ] || return 124
+        lib timeout -k 5 "$t" "$B/cli/nearattn" "$@"; }
+same() {    # same REF GOT: PASS or why not
+    [ -s "$2" ] || { echo "FAIL (no text: $(tail -1 "${2%.txt}.err" 2>/dev/null))"; return; }
+    cmp -s "$1" "$2" && echo "PASS ($(wc -c <"$2") bytes equal)" ||
+        echo "FAIL (texts differ: $(cmp "$1" "$2" 2>&1 | head -1))"
+}
+finish() {
+    local s="$1"
+    printf '{"summary": "%s", "seconds": %d, "failed": %d, "steps": {%s}}\n' \
+        "$(printf '%s' "$s" | tr -d '"\\')" "$SECONDS" "$fails" "$json" >"$OUT/summary.json"
+    say summary "$s"
+}
+
+main() {
+    local gpu node
+    # ---- env ---------------------------------------------------------------
+    [ -x "$B/cli/nearattn" ] || { say setup "no build-gpu/cli/nearattn: run scripts/gpu/prepare.sh" \
+        "on the build machine and carry build-gpu"; finish "FAIL: nothing to verify (no build-gpu)"; return 1; }
+    say env "project: $(head -1 "$B/COMMIT")"
+    sed -n '2,$p' "$B/COMMIT" | tag env
+    say env "machine: $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"); $(uname -r);" \
+        "$(ldd --version 2>&1 | head -1); $(nproc) cores; $(free -g 2>/dev/null | awk '/Mem:/{print $2 " GiB"}')"
+    node=$(ls /dev/nvidia[0-9]* 2>/dev/null | head -1)
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem,pcie.link.gen.max \
+            --format=csv,noheader 2>&1 | tag env
+    else
+        say env "no nvidia-smi"
+    fi
+    say env "nvcc: $( (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | tail -1)"
+    gpu=1
+    [ -n "$node" ] || gpu=0
+    [ $gpu -eq 1 ] && res env "PASS (GPU node $node)" ||
+        res env "FAIL (no GPU: no /dev/nvidiaN on this machine$(command -v nvidia-smi >/dev/null || echo ', no nvidia-smi'))"
+
+    # ---- libs --------------------------------------------------------------
+    local L=$W/libs/usr/lib/x86_64-linux-gnu cuda="" l d c found nccl=""
+    mkdir -p "$W/libs" && tar -xzf "$B/libs.tar.gz" -C "$W/libs" ||
+        say libs "cannot unpack build-gpu/libs.tar.gz"
+    for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+        d=""
+        for c in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+            [ -e "$c/$l" ] && { d=$c; break; }
+        done
+        [ -n "$d" ] || { found=$(ldconfig -p 2>/dev/null | awk -v n="$l" '$1 == n {print $NF; exit}')
+                         [ -n "$found" ] && d=$(dirname "$found"); }
+        [ -n "$d" ] || { found=$(find /usr/local /opt /usr/lib -name "$l" 2>/dev/null | head -1)
+                         [ -n "$found" ] && d=$(dirname "$found"); }
+        say libs "$l: ${d:-not found}"
+        [ -n "$d" ] && case ":$cuda:" in *":$d:"*) ;; *) cuda="$cuda:$d" ;; esac
+        [ "$l" = libnccl.so.2 ] && [ -n "$d" ] && nccl=$d/$l
+    done
+    [ -n "$nccl" ] && export NA_NCCL_LIBRARY=$nccl
+    NA_LD=$L:$L/openblas-pthread:$W/libs/lib/x86_64-linux-gnu$cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export UCX_MODULE_DIR=$L/ucx
+    local nf bins="$B/cli/nearattn $B/kernels/libna_cuda.so $B/tests/test_*"
+    nf=$(lib ldd $bins 2>&1 | grep "not found" | sort -u)
+    if [ -n "$nf" ]; then echo "$nf" | tag libs; res libs "FAIL (unresolved: $(echo "$nf" | awk '{print $1}' | tr '\n' ' '))"
+    elif [ -z "$nccl" ]; then res libs "FAIL (no libnccl.so.2 on this machine: test_cuda_tp cannot run)"
+    else res libs "PASS (every library resolved; NCCL $nccl)"; fi
+
+    if [ $gpu -eq 0 ] && [ "${NA_VERIFY_REHEARSE:-0}" = 1 ]; then
+        say setup "NA_VERIFY_REHEARSE=1: every step runs without a GPU to check this script (CUDA steps fail)"
+    elif [ $gpu -eq 0 ]; then
+        finish "FAIL: no GPU on this machine (no /dev/nvidiaN): nothing CUDA was run; $nres steps, ${SECONDS}s"
+        return 2
+    fi
+
+    # ---- tests: exit 0 pass; 77 (skipped) and anything else fail -----------
+    export NA_BIN=$B/cli/nearattn NA_SOURCE_DIR=$root
+    local t np=0 nt=0 rc t0 to bad=""
+    # NAME ARG SECONDS [VAR=VALUE]; the batched decode launch of the GPU engine is
+    # unverified: its per-entry path (NA_CUDA_ATTN_BATCH=0) runs as well
+    for t in "test_cuda_module probe 20" "test_cuda_module nonccl 20" "test_cuda_module nomodule 20" \
+             "test_cuda_ops ops 150" "test_cuda_engine engine 90" "test_cuda_tp tp 30" \
+             "test_attn_cuda refdev 60" "test_attn_cuda_gpu gpu 60" \
+             "test_attn_cuda_gpu gpu 60 NA_CUDA_ATTN_BATCH=0" "test_cuda_module.sh - 20" \
+             "test_cuda_cli.sh - 60"; do
+        set -- $t; nt=$((nt + 1)); t0=$SECONDS; to=$(tmo "$3")
+        local envv=${4:-NA_VERIFY_NOTHING=1}
+        if [ "$to" -le 0 ]; then rc=124; : >"$W/t.log"
+        elif [ "$1" = test_cuda_module.sh ]; then
+            command -v readelf >/dev/null 2>&1 || { say tests "$1: INFO no readelf here: counted passed"; np=$((np + 1)); continue; }
+            timeout "$to" sh tests/cli/test_cuda_module.sh "$B/kernels/libna_cuda.so" \
+                "$(readelf -d "$B/kernels/libna_cuda.so" | sed -n 's/.*(RUNPATH).*\[\([^:]*\).*/\1/p')" >"$W/t.log" 2>&1
+            rc=$?
+        elif [ "$1" = test_cuda_cli.sh ]; then
+            lib timeout "$to" sh tests/cli/test_cuda_cli.sh >"$W/t.log" 2>&1; rc=$?
+        else
+            lib env "$envv" timeout -k 5 "$to" "$B/tests/$1" "$2" >"$W/t.log" 2>&1; rc=$?
+        fi
+        { echo "== $1 $2 ${4:-}: exit $rc, $((SECONDS - t0)) s"; cat "$W/t.log"; } >>"$OUT/tests.log"
+        set -- "$1" "$2${4:+ $4}"
+        case $rc in
+            0)   say tests "$1 $2: PASS ($((SECONDS - t0)) s; $(tail -1 "$W/t.log"))"; np=$((np + 1)) ;;
+            77)  say tests "$1 $2: FAIL: skipped ($(grep SKIPPED "$W/t.log" | tail -1))"; bad="$bad $1:$2" ;;
+            124|137) say tests "$1 $2: FAIL: timed out after $to s"; bad="$bad $1:$2" ;;
+            *)   say tests "$1 $2: FAIL (exit $rc)"; tail -12 "$W/t.log" | tag "tests $1"; bad="$bad $1:$2" ;;
+        esac
+    done
+    [ $np -eq $nt ] && res tests "PASS ($np of $nt)" || res tests "FAIL ($np of $nt passed; failed:$bad)"
+
+    # ---- greedy text: cuda = cpu ---------------------------------------------
+    local M=$B/shared/models b r
+    local tm=(--model "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --prompt "Once upon a time"
+              --temp 0 -n 256)
+    na 60 run --mode monolithic --backend cpu "${tm[@]}" >"$W/cpu.txt" 2>"$W/cpu.err"
+    na 60 run --mode monolithic --backend cuda "${tm[@]}" >"$W/cuda.txt" 2>"$W/cuda.err"
+    tail -2 "$W/cuda.err" | tag gen-stories
+    res gen-stories "$(same "$W/cpu.txt" "$W/cuda.txt")"
+    # bf16 GQA, head_dim 1024 / 8 = 128, 3 prompts at once (GEMV at batch 3)
+    na 60 gen-model --out "$W/g" --dim 1024 --hidden 2816 --layers 4 --heads 8 --kv-heads 2 \
+        --vocab 4096 --seq-len 1024 --dtype bf16 --format gguf --quiet >/dev/null 2>"$W/gen.err" ||
+        say gen-bf16 "gen-model: $(tail -1 "$W/gen.err")"
+    printf 'Once upon a time\nThe GPU\nA\n' >"$W/p.txt"
+    for b in cpu cuda; do
+        na 90 run --mode monolithic --backend $b --model "$W/g.gguf" --prompts "$W/p.txt" \
+            --temp 0 -n 300 >"$W/g-$b.txt" 2>"$W/g-$b.err"
+    done
+    tail -1 "$W/g-cuda.err" | tag gen-bf16
+    r=$(same "$W/g-cpu.txt" "$W/g-cuda.txt")
+    res gen-bf16 "$r"
+
+    # ---- offload: GPU compute node, GPU attention engines (default hbm_mb) --
+    sed -e 's|device: cpu, threads: 1|device: cuda, gpu: 0, threads: 1|' \
+        -e 's|^\( *\)engine: cpu$|\1engine: cuda\n\1gpu: 0|' \
+        -e "s|secret_file: dev.secret|secret_file: $root/cluster-configs/dev.secret|" \
+        cluster-configs/local.yaml >"$W/gpu.yaml"
+    [ "$(grep -c 'engine: cuda' "$W/gpu.yaml")" -eq 2 ] && grep -q 'device: cuda' "$W/gpu.yaml" ||
+        say offload "the layout edit did not apply: $(grep -E 'device:|engine:' "$W/gpu.yaml" | tr '\n' ' ')"
+    local mode
+    for mode in inproc start; do
+        na 90 run --config "$W/gpu.yaml" --cluster $mode --prompt "Once upon a time" --temp 0 -n 256 \
+            >"$W/off-$mode.txt" 2>"$W/off-$mode.err"
+        grep -iE "tok/s|backend|engine|error|fail" "$W/off-$mode.err" | head -4 | tag offload-$mode
+        res offload-$mode "$(same "$W/cpu.txt" "$W/off-$mode.txt")"
+    done
+
+    # ---- bench: each row against the in-run D2D copy --------------------------
+    local q=""
+    [ "$(left)" -lt 150 ] && q=--quick
+    if [ "$(left)" -gt 30 ]; then
+        na 200 bench kernels --backend cuda $q --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1; rc=$?
+        tag bench <"$OUT/bench.txt"
+        if [ -s "$OUT/bench.json" ] && command -v python3 >/dev/null 2>&1; then
+            python3 - "$OUT/bench.json" <<'PY' | tag bench-copy
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+copy = next((r["value"] for r in rows if r["name"].startswith("cuda D2D copy")), 0.0)
+for r in rows:
+    frac = f'{100 * r["value"] / copy:5.1f}% of the D2D copy ({copy:.0f} GB/s)' \
+        if r["unit"] == "GB/s" and copy > 0 else "(not bytes/s)"
+    ref = f'; {100 * r["ratio"]:.0f}% of {r["reference_name"]}' if r["reference_value"] > 0 else ""
+    print(f'{r["name"]}: {r["value"]:.2f} {r["unit"]} = {frac}{ref}')
+PY
+        fi
+        [ $rc -eq 0 ] && res bench "PASS ($(grep -c '"name"' "$OUT/bench.json" 2>/dev/null) rows${q:+, --quick})" ||
+            res bench "FAIL (exit $rc$( [ $rc -eq 124 ] && echo ': timed out'))"
+    else
+        res bench "FAIL (no time left: $(left) s)"
+    fi
+
+    # ---- memcheck, if time is left -------------------------------------------
+    local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    if [ -x "$cs" ] && [ "$(left)" -gt 60 ]; then
+        lib timeout -k 5 "$(tmo 300)" "$cs" --tool memcheck --error-exitcode 9 "$B/tests/test_cuda_ops" ops \
+            >"$OUT/memcheck.log" 2>&1; rc=$?
+        grep -E "ERROR SUMMARY|Invalid|out of bounds|misaligned|check failed" "$OUT/memcheck.log" | head -12 | tag memcheck
+        case $rc in 0) res memcheck PASS ;; 124|137) res memcheck "INFO (timed out: partial log)" ;;
+                    *) res memcheck "FAIL (exit $rc)" ;; esac
+    else
+        res memcheck "INFO (not run: $( [ -x "$cs" ] && echo "$(left) s left" || echo 'no compute-sanitizer'))"
+    fi
+    finish "$( [ $fails -eq 0 ] && echo PASS || echo FAIL):$sum; ${SECONDS}s; $fails failed"
+    return $((fails > 0))
+}
+
+main 2>&1 | tee "$OUT/verify.log"
+exit "${PIPESTATUS[0]}"
