@@ -533,6 +533,12 @@ na_status_t na_sg_submit(na_sg_t *g, const na_sg_params_t *p, na_sg_job_t **job_
     if (st == NA_OK && n > seq)
         st = na_err(NA_ERR_RANGE, "the prompt has %d tokens, more than the model context of "
                     "%d tokens", n, seq);
+    /* as OpenAI: prompt + max_tokens must fit the context (max_tokens unset
+     * or <= 0: as many as fit) */
+    if (st == NA_OK && p->max_tokens > 0 && (long)n + p->max_tokens > (long)seq)
+        st = na_err(NA_ERR_RANGE, "the model context is %d tokens, but %ld are requested "
+                    "(%d in the prompt, max_tokens %d): shorten the prompt or lower max_tokens",
+                    seq, (long)n + p->max_tokens, n, p->max_tokens);
     if (st == NA_OK) {
         room = seq - n + 1;            /* as na_request_create: at most this many come out */
         max_new = p->max_tokens <= 0 || p->max_tokens > room ? room : p->max_tokens;
