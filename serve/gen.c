@@ -371,6 +371,10 @@ static na_status_t sg_load_model(na_sg_t *g, const na_sg_opts_t *o)
     st = na_model_open(model_path, &g->model);
     if (st != NA_OK)
         return st;
+    if (o->ctx > g->model->cfg.seq_len)     /* as `run --ctx` says it */
+        na_log_warn("--ctx %d overrides the model context of %d tokens (RoPE was trained on "
+                    "the shorter context: the text past it may degrade)", o->ctx,
+                    g->model->cfg.seq_len);
     if (o->ctx > 0)
         g->model->cfg.seq_len = o->ctx;
     sg_set_name(g, model_path);

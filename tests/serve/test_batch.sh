@@ -200,6 +200,14 @@ bad)
         --mode "$MODE" --config "$LAYOUT" || fail "bad: second run failed"
     grep -q "nothing to do" "$DIR/bad2.err" || fail "bad: second run did not skip every line"
     cmp -s "$DIR/bad.out" "$DIR/bad.out.0" || fail "bad: second run changed the results"
+    # --ctx past the file's context: allowed, with run's warning; then 600 tokens fit
+    sed -n '/"pastctx"/p' "$DIR/bad.jsonl" >"$DIR/ctx.jsonl"
+    na_fg /dev/null "$DIR/ctx.err" timeout 120 "$BIN" batch --input "$DIR/ctx.jsonl" \
+        --output "$DIR/ctx.out" --mode "$MODE" --config "$LAYOUT" --threads 1 --progress none \
+        --ctx 700 || fail "ctx: the batch failed (exit $?)"
+    grep -q "ctx 700 overrides the model context of 512 tokens (RoPE" "$DIR/ctx.err" ||
+        fail "ctx: no warning: $(cat "$DIR/ctx.err")"
+    [ "$(jq -r .response.status_code "$DIR/ctx.out")" = 200 ] || fail "ctx: $(cat "$DIR/ctx.out")"
     echo "ok: bad lines ($MODE)"
     ;;
 repair)
