@@ -99,7 +99,8 @@ static void na_px_usage(FILE *f)
         "                  as `nearattn run` does)\n"
         "  --mode M        offload (default with --config) or monolithic (the whole\n"
         "                  model in this process; the default without --config)\n"
-        "  --cluster C     start (default), connect or inproc, as for `nearattn run`\n\n"
+        "  --cluster C     start (default), connect or inproc, as for `nearattn run`;\n"
+        "                  the layout's X-cache is not used\n\n"
         "How: every chunk is one request; its first half (and the first scored\n"
         "position) is prefilled, then the scored tokens are fed one decode step at a\n"
         "time (teacher forcing), so offloaded scoring runs the storage nodes'\n"
@@ -433,6 +434,13 @@ int na_cmd_perplexity(int argc, char **argv)
         oa.on_done = na_px_on_done;
         oa.on_error = na_px_on_error;
         oa.user = &r;
+        /* X-cache requests keep their KV here, regenerated from f16 layer
+         * inputs: scoring them would measure neither the storage nodes nor
+         * the model as monolithic runs it */
+        oa.no_xcache = 1;
+        if (r.cfg->xcache.enabled)
+            fprintf(stderr, "perplexity: the layout's X-cache is not used: every chunk's KV "
+                    "is on the storage nodes\n");
         st = na_run_offload(&oa, r.engine, r.ppl->reqs, r.ppl->n_chunks, &os);
         if (st != NA_OK && na_px_stop) {
             fprintf(stderr, "nearattn perplexity: stopped by signal %d\n", (int)na_px_stop);

@@ -1,9 +1,10 @@
 #!/bin/sh
 # tests/cli/test_perplexity.sh [modes|errors] — `nearattn perplexity`.
-#   modes   (a generated GQA model, and stories260K when shared/models has it)
-#           monolithic at the default batch and at --batch 1, offload with the
-#           storage nodes started privately (partition request and head) and
-#           with in-process slots: the same stdout (every running estimate and
+#   modes   (a generated MHA model, and stories260K (GQA) when shared/models
+#           has it) monolithic at the default batch and at --batch 1, offload
+#           with the storage nodes started privately (partition request and
+#           head; a layout with the X-cache on, which perplexity leaves off)
+#           and with in-process slots: the same stdout (every running estimate and
 #           the final "PPL = x +/- y") and the same mean NLL to the last of 17
 #           digits; --chunks 2 prints the first two estimates of the full run;
 #           the output has llama-perplexity's format
@@ -27,10 +28,10 @@ while [ $i -lt 60 ]; do
     i=$((i + 1))
 done >"$DIR/text.txt"
 
-"$BIN" gen-model --out "$DIR/g" --format gguf --seq-len 96 --quiet || fail "gen-model"
+"$BIN" gen-model --out "$DIR/g" --format gguf --seq-len 96 --heads 8 --quiet || fail "gen-model"
 
-# layout NAME PARTITION MODEL TOKENIZER: two storage nodes (ports are chosen
-# at run time: --cluster start runs them privately)
+# layout NAME PARTITION MODEL TOKENIZER [XCACHE]: two storage nodes (ports
+# are chosen at run time: --cluster start runs them privately)
 layout() {
     {
         echo "cluster: { name: $1, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
@@ -43,6 +44,7 @@ layout() {
             echo "  - { name: s$s, host: 127.0.0.1, port: $((14100 + s)), devices: [ { path: \"$DIR/kv/$1/s$s\", dram_mb: 64, ssd_mb: 64 } ] }"
         done
         echo "parallel: { partition: $2, batches_in_flight: 2, max_batch: 4 }"
+        echo "xcache: { enabled: ${5:-false}, host_mb: 64, share: 1.0 }"
     } >"$DIR/$1.yaml"
 }
 
@@ -72,6 +74,7 @@ modes() {
     t=$1; ctx=$2; m=$3; tok=${4:-}
     layout "${t}req" request "$m" "$tok"
     layout "${t}head" head "$m" "$tok"
+    layout "${t}xc" request "$m" "$tok" true
     ppl "${t}mono" --model "$m" ${tok:+--tokenizer "$tok"} --file "$DIR/text.txt" --ctx $ctx
     CHECKS=$((CHECKS + 1))
     n=$(grep -o '\[[0-9]*\]' "$DIR/${t}mono.out" | wc -l)
@@ -90,6 +93,9 @@ modes() {
     ppl "${t}head" --config "$DIR/${t}head.yaml" --mode offload --file "$DIR/text.txt" \
         --ctx $ctx --batch 3
     same "${t}mono" "${t}head"
+    ppl "${t}xc" --config "$DIR/${t}xc.yaml" --file "$DIR/text.txt" --ctx $ctx
+    grep -q "X-cache is not used" "$DIR/${t}xc.err" || fail "$t: no X-cache note"
+    same "${t}mono" "${t}xc"
     ppl "${t}inproc" --config "$DIR/${t}req.yaml" --cluster inproc --file "$DIR/text.txt" \
         --ctx $ctx
     same "${t}mono" "${t}inproc"
