@@ -199,6 +199,25 @@ static void test_model(const char *dir)
         NA_CHECK(p != NULL && p->n_chunks == 2);
         na_ppl_destroy(p);
     }
+    {   /* forced tokens out of range, or set on a request that ran */
+        na_sampler_cfg_t sc = { 0.0f, 1.0f, 0 };
+        na_gen_opts_t go = { 1, NULL, 0, NULL, NULL, NULL, NULL };
+        int force[2] = { 5, m->cfg.vocab_size };
+        double lp[2];
+        na_request_t *r = NULL;
+
+        NA_CHECK_OK(na_request_create(e, 0, toks, 4, 2, &sc, &r));
+        if (r != NULL) {
+            NA_CHECK(na_request_force(r, force, lp) == NA_ERR_INVALID);
+            NA_CHECK(strstr(na_errmsg(), "forced token 1") != NULL);
+            force[1] = 6;
+            NA_CHECK_OK(na_request_force(r, force, lp));
+            NA_CHECK_OK(na_generate(e, &r, 1, &go, NULL));
+            NA_CHECK(r->n_out == 2 && r->out[0] == 5 && r->out[1] == 6 && lp[0] < 0 && lp[1] < 0);
+            NA_CHECK(na_request_force(r, force, lp) == NA_ERR_INVALID);
+        }
+        na_request_destroy(r);
+    }
 out:
     na_engine_destroy(ec);
     na_engine_destroy(e);
