@@ -73,7 +73,8 @@ static void na_px_usage(FILE *f)
     fprintf(f,
         "usage: nearattn perplexity --model F --file T [--ctx N] [--chunks N] [--threads N]\n"
         "                           [--tokenizer F] [--batch N] [--kv-dtype f16|bf16|f32]\n"
-        "                           [--backend cpu|ref] [--config F [--mode offload|monolithic]\n"
+        "                           [--backend cpu|ref|cuda[:N]] [--config F\n"
+        "                           [--mode offload|monolithic]\n"
         "                           [--cluster start|connect|inproc]]\n\n"
         "The perplexity of the model on the text of file T, chunked as llama.cpp's\n"
         "llama-perplexity does, so the two figures compare: the whole text is tokenized\n"
