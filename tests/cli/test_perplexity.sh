@@ -70,34 +70,36 @@ same() {
 }
 
 # modes TAG CTX MODEL [TOKENIZER]: every way of running gives the same figures
+# for the first 4 chunks
 modes() {
     t=$1; ctx=$2; m=$3; tok=${4:-}
     layout "${t}req" request "$m" "$tok"
     layout "${t}head" head "$m" "$tok"
     layout "${t}xc" request "$m" "$tok" true
-    ppl "${t}mono" --model "$m" ${tok:+--tokenizer "$tok"} --file "$DIR/text.txt" --ctx $ctx
+    ppl "${t}mono" --model "$m" ${tok:+--tokenizer "$tok"} --file "$DIR/text.txt" --ctx $ctx \
+        --chunks 4
     CHECKS=$((CHECKS + 1))
     n=$(grep -o '\[[0-9]*\]' "$DIR/${t}mono.out" | wc -l)
-    [ "$n" -ge 3 ] || fail "$t: only $n chunks"
+    [ "$n" = 4 ] || fail "$t: $n chunks, not 4"
     grep -Eq '^(\[[0-9]+\][0-9]+\.[0-9]{4},)+$' "$DIR/${t}mono.out" ||
         fail "$t: running estimates not as llama-perplexity prints them: $(cat "$DIR/${t}mono.out")"
     grep -Eq '^Final estimate: PPL = [0-9]+\.[0-9]{4} \+/- [0-9]+\.[0-9]{5}$' "$DIR/${t}mono.out" ||
         fail "$t: no final estimate: $(cat "$DIR/${t}mono.out")"
     ppl "${t}b1" --model "$m" ${tok:+--tokenizer "$tok"} --file "$DIR/text.txt" --ctx $ctx \
-        --batch 1
+        --chunks 4 --batch 1
     same "${t}mono" "${t}b1"
-    ppl "${t}req" --config "$DIR/${t}req.yaml" --file "$DIR/text.txt" --ctx $ctx
+    ppl "${t}req" --config "$DIR/${t}req.yaml" --file "$DIR/text.txt" --ctx $ctx --chunks 4
     grep -q "^offload (cluster started here): 2 storage node(s), partition request" \
         "$DIR/${t}req.err" || fail "$t: not offloaded: $(cat "$DIR/${t}req.err")"
     same "${t}mono" "${t}req"
     ppl "${t}head" --config "$DIR/${t}head.yaml" --mode offload --file "$DIR/text.txt" \
-        --ctx $ctx --batch 3
+        --ctx $ctx --chunks 4 --batch 3
     same "${t}mono" "${t}head"
-    ppl "${t}xc" --config "$DIR/${t}xc.yaml" --file "$DIR/text.txt" --ctx $ctx
+    ppl "${t}xc" --config "$DIR/${t}xc.yaml" --file "$DIR/text.txt" --ctx $ctx --chunks 4
     grep -q "X-cache is not used" "$DIR/${t}xc.err" || fail "$t: no X-cache note"
     same "${t}mono" "${t}xc"
     ppl "${t}inproc" --config "$DIR/${t}req.yaml" --cluster inproc --file "$DIR/text.txt" \
-        --ctx $ctx
+        --ctx $ctx --chunks 4
     same "${t}mono" "${t}inproc"
     # --chunks 2: the first two running estimates of the whole run
     ppl "${t}c2" --config "$DIR/${t}req.yaml" --mode monolithic --file "$DIR/text.txt" \
