@@ -94,7 +94,8 @@ static void na_px_usage(FILE *f)
         "  --threads N     compute threads (default: all cores)\n"
         "  --batch N       chunks scored together (default %d; offload: at most this\n"
         "                  many per batch)\n"
-        "  --kv-dtype D    KV cache element type (default f16; offload: the layout's)\n"
+        "  --kv-dtype D    KV cache element type (default f16; with --config: the\n"
+        "                  layout's model.kv_dtype, in both modes)\n"
         "  --config F      a cluster layout: score through the offload path, attention\n"
         "                  on its storage nodes (started here, private to this run,\n"
         "                  as `nearattn run` does)\n"
@@ -327,7 +328,7 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
         st = na_cfg_load(a->config, &r->cfg);
         if (st != NA_OK)
             return st;
-        if (!strcmp(a->mode, "offload") && !a->kv_dtype_given)
+        if (!a->kv_dtype_given)     /* both modes: their figures compare */
             a->kv_dtype = (na_dtype_t)r->cfg->model.kv_dtype;
         if (!strcmp(a->mode, "offload") && a->backend == NULL)
             a->backend = na_cfg_local_compute_backend(r->cfg, r->backend_buf,

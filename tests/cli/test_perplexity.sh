@@ -3,7 +3,8 @@
 #   modes   (a generated MHA model, and stories260K (GQA) when shared/models
 #           has it) monolithic at the default batch and at --batch 1, offload
 #           with the storage nodes started privately (partition request and
-#           head; a layout with the X-cache on, which perplexity leaves off)
+#           head; a layout with the X-cache on, which perplexity leaves off,
+#           and f32 KV, which both modes take from it)
 #           and with in-process slots: the same stdout (every running estimate and
 #           the final "PPL = x +/- y") and the same mean NLL to the last of 17
 #           digits; --chunks 2 prints the first two estimates of the full run;
@@ -30,12 +31,12 @@ done >"$DIR/text.txt"
 
 "$BIN" gen-model --out "$DIR/g" --format gguf --seq-len 96 --heads 8 --quiet || fail "gen-model"
 
-# layout NAME PARTITION MODEL TOKENIZER [XCACHE]: two storage nodes (ports
-# are chosen at run time: --cluster start runs them privately)
+# layout NAME PARTITION MODEL TOKENIZER [XCACHE [KV_DTYPE]]: two storage
+# nodes (ports are chosen at run time: --cluster start runs them privately)
 layout() {
     {
         echo "cluster: { name: $1, secret_file: \"$SRC/cluster-configs/dev.secret\" }"
-        echo "model: { path: \"$3\"${4:+, tokenizer: \"$4\"}, kv_dtype: f16 }"
+        echo "model: { path: \"$3\"${4:+, tokenizer: \"$4\"}, kv_dtype: ${6:-f16} }"
         echo "transport: { tls: shm }"
         echo "compute:"
         echo "  - { name: c0, host: 127.0.0.1, threads: 1 }"
@@ -75,7 +76,7 @@ modes() {
     t=$1; ctx=$2; m=$3; tok=${4:-}
     layout "${t}req" request "$m" "$tok"
     layout "${t}head" head "$m" "$tok"
-    layout "${t}xc" request "$m" "$tok" true
+    layout "${t}xc" request "$m" "$tok" true f32
     ppl "${t}mono" --model "$m" ${tok:+--tokenizer "$tok"} --file "$DIR/text.txt" --ctx $ctx \
         --chunks 4
     CHECKS=$((CHECKS + 1))
@@ -97,7 +98,12 @@ modes() {
     same "${t}mono" "${t}head"
     ppl "${t}xc" --config "$DIR/${t}xc.yaml" --file "$DIR/text.txt" --ctx $ctx --chunks 4
     grep -q "X-cache is not used" "$DIR/${t}xc.err" || fail "$t: no X-cache note"
-    same "${t}mono" "${t}xc"
+    # its f32 KV, in both modes
+    ppl "${t}xcmono" --config "$DIR/${t}xc.yaml" --mode monolithic --file "$DIR/text.txt" \
+        --ctx $ctx --chunks 4
+    same "${t}xcmono" "${t}xc"
+    CHECKS=$((CHECKS + 1))
+    ! cmp -s "$DIR/${t}mono.nll" "$DIR/${t}xc.nll" || fail "$t: f32 KV gives the f16 figures"
     ppl "${t}inproc" --config "$DIR/${t}req.yaml" --cluster inproc --file "$DIR/text.txt" \
         --ctx $ctx --chunks 4
     same "${t}mono" "${t}inproc"
