@@ -50,7 +50,8 @@ na_status_t na_ppl_create(const na_engine_t *e, const int *tokens, int n_tokens,
         int *force = p->force + (size_t)c * (size_t)p->n_scored;
 
         memcpy(prompt, chunk, (size_t)(p->first + 1) * sizeof(*prompt));
-        prompt[0] = o->bos;
+        if (o->bos >= 0)
+            prompt[0] = o->bos;
         memcpy(force, chunk + p->first + 1, (size_t)p->n_scored * sizeof(*force));
         st = na_request_create(e, c, prompt, p->first + 1, p->n_scored, &sc, &p->reqs[c]);
         if (st == NA_OK)

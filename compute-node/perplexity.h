@@ -3,7 +3,8 @@
  *
  * The text's tokens (BOS first, as the tokenizer adds it) are cut into
  * n_chunks = n_tokens / n_ctx chunks of n_ctx tokens (the tail is dropped);
- * the first token of every chunk is replaced by BOS. Only the second half of
+ * the first token of every chunk is replaced by BOS (when the vocabulary
+ * adds one). Only the second half of
  * a chunk is scored: with first = n_ctx / 2, the logits after positions
  * first .. n_ctx-2 predict tokens first+1 .. n_ctx-1, so every chunk scores
  * n_ctx - 1 - first tokens, each by -log softmax(logits)[token] in double
@@ -32,7 +33,9 @@
 typedef struct {
     int n_ctx;      /* tokens per chunk, NA_PPL_MIN_CTX .. the model's seq_len */
     int n_chunks;   /* most chunks to score; <= 0: every whole chunk */
-    int bos;        /* the token put first in every chunk */
+    int bos;        /* the token put first in every chunk; < 0: none (a
+                       vocabulary that adds no BOS: the chunks are left as
+                       they are, as llama-perplexity does without add_bos) */
 } na_ppl_opts_t;
 
 typedef struct {

@@ -195,8 +195,12 @@ static void test_model(const char *dir)
         NA_CHECK(na_ppl_create(e, toks, NTOK, &po, &p) == NA_ERR_RANGE && p == NULL);
         po.n_ctx = CTX;
         po.n_chunks = 2;               /* --chunks */
+        po.bos = -1;                   /* no BOS: the chunks as they are */
         NA_CHECK_OK(na_ppl_create(e, toks, NTOK, &po, &p));
         NA_CHECK(p != NULL && p->n_chunks == 2);
+        if (p != NULL)
+            NA_CHECK(p->reqs[0]->prompt[0] == toks[0] && p->reqs[1]->prompt[0] == toks[CTX] &&
+                     toks[CTX] != BOS);
         na_ppl_destroy(p);
     }
     {   /* forced tokens out of range, or set on a request that ran */
