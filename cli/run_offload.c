@@ -121,7 +121,7 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
     oo.stop_ids = a->stop_ids;
     oo.n_stop = a->n_stop;
-    oo.xcache = cfg->xcache.enabled;
+    oo.xcache = a->no_xcache ? 0 : cfg->xcache.enabled;
     oo.xcache_share = cfg->xcache.share > 0 ? cfg->xcache.share : 1.0;
     oo.xcache_host_mb = cfg->xcache.host_mb;
     oo.on_token = a->on_token;

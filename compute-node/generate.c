@@ -117,10 +117,35 @@ int na_request_take(na_request_t *r, int t, const int *stop_ids, int n_stop, int
     return 1;
 }
 
+na_status_t na_request_force(na_request_t *r, const int *force, double *logprob)
+{
+    int k;
+
+    if (r->state != NA_REQ_WAITING || r->n_out > 0)
+        return na_err(NA_ERR_INVALID, "request %d: forced tokens must be set before it runs",
+                      r->id);
+    for (k = 0; k < r->max_new; k++)
+        if (force[k] < 0 || force[k] >= r->sampler->vocab_size)
+            return na_err(NA_ERR_INVALID, "request %d: forced token %d = %d outside [0, %d)",
+                          r->id, k, force[k], r->sampler->vocab_size);
+    r->force = force;
+    r->force_lp = logprob;
+    return NA_OK;
+}
+
 na_status_t na_request_sample(na_request_t *r, float *logits, na_prob_index_t *scratch,
                               int *t)
 {
-    *t = na_sampler_sample(r->sampler, logits, scratch);
+    if (r->force != NULL) {             /* teacher forcing: score, don't sample */
+        if (!na_sampler_all_finite(logits, r->sampler->vocab_size))
+            *t = NA_SAMPLER_NOT_FINITE;
+        else {
+            *t = r->force[r->n_out];
+            r->force_lp[r->n_out] = na_sampler_logprob(logits, r->sampler->vocab_size, *t);
+        }
+    } else {
+        *t = na_sampler_sample(r->sampler, logits, scratch);
+    }
     if (*t == NA_SAMPLER_NOT_FINITE)
         return na_err(NA_ERR_RANGE, "logits are not finite (NaN/Inf) at token %d", r->n_pos);
     return NA_OK;

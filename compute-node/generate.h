@@ -46,6 +46,8 @@ typedef struct na_request {
     na_sampler_t   *sampler;    /* owned */
     na_kv_local_t  *kv;         /* owned while admitted, NULL otherwise */
     void           *user;       /* caller's pointer, untouched */
+    const int      *force;      /* teacher forcing (na_request_force), or NULL */
+    double         *force_lp;   /* [max_new] log p of each forced token */
 } na_request_t;
 
 /* Called for every emitted token (streaming) and once when a request ends. */
@@ -93,7 +95,19 @@ void na_request_destroy(na_request_t *r);
 int  na_request_take(na_request_t *r, int t, const int *stop_ids, int n_stop, int seq_len,
                      na_gen_token_fn on_token, void *user);
 
-/* Sample r's next token from its logits row into *t. Fails with
+/* Teacher forcing, for scoring a text (nearattn perplexity): the k-th token
+ * r takes (k = 0 .. max_new-1) is force[k], not a sample, and logprob[k]
+ * receives log p(force[k]) under the logits row it was taken from
+ * (na_sampler_logprob: log-softmax in double). Both arrays are borrowed
+ * ([max_new], they outlive r). The request then runs like any other: its
+ * first forced token is scored on the prompt's last logits, each next one on
+ * the decode step that fed the one before, and it ends after max_new tokens
+ * (stop ids still end it: a scorer passes none). NA_ERR_INVALID for a token
+ * out of range or a request already admitted. */
+na_status_t na_request_force(na_request_t *r, const int *force, double *logprob);
+
+/* Sample r's next token from its logits row into *t (the forced token under
+ * teacher forcing, na_request_force). Fails with
  * NA_ERR_RANGE "logits are not finite (NaN/Inf) at token N" (N: the position
  * of the token being sampled) when the row holds a NaN or an infinity. */
 na_status_t na_request_sample(na_request_t *r, float *logits, na_prob_index_t *scratch,

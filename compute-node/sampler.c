@@ -210,3 +210,14 @@ int na_sampler_sample(na_sampler_t *s, float *logits, na_prob_index_t *scratch)
         return na_sampler_multinomial(logits, s->vocab_size, coin);
     return na_sampler_topp(s, logits, scratch, coin);
 }
+
+double na_sampler_logprob(const float *logits, int n, int tok)
+{
+    float max = logits[na_sampler_argmax(logits, n)];
+    double sum = 0.0;
+    int i;
+
+    for (i = 0; i < n; i++)
+        sum += (double)expf(logits[i] - max);
+    return (double)(logits[tok] - max) - log(sum);
+}

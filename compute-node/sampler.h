@@ -75,6 +75,11 @@ int na_sampler_sample(na_sampler_t *s, float *logits, na_prob_index_t *scratch);
 /* 1 when na_sampler_sample needs a scratch buffer (temperature > 0, top_p < 1). */
 int na_sampler_needs_scratch(const na_sampler_t *s);
 
+/* log p(tok) under softmax(logits[0..n)), the log-softmax in double as
+ * llama.cpp's perplexity computes it: logits[tok] - max - log(sum exp(l - max))
+ * (each exp in float, summed in double). The row must be finite. */
+double na_sampler_logprob(const float *logits, int n, int tok);
+
 /* Building blocks, exposed for tests. */
 /* 1 when every x[0..n) is finite (no NaN, no infinity). */
 int      na_sampler_all_finite(const float *x, int n);

@@ -371,6 +371,10 @@ static na_status_t sg_load_model(na_sg_t *g, const na_sg_opts_t *o)
     st = na_model_open(model_path, &g->model);
     if (st != NA_OK)
         return st;
+    if (o->ctx > g->model->cfg.seq_len)     /* as `run --ctx` says it */
+        na_log_warn("--ctx %d overrides the model context of %d tokens (RoPE was trained on "
+                    "the shorter context: the text past it may degrade)", o->ctx,
+                    g->model->cfg.seq_len);
     if (o->ctx > 0)
         g->model->cfg.seq_len = o->ctx;
     sg_set_name(g, model_path);
@@ -533,6 +537,12 @@ na_status_t na_sg_submit(na_sg_t *g, const na_sg_params_t *p, na_sg_job_t **job_
     if (st == NA_OK && n > seq)
         st = na_err(NA_ERR_RANGE, "the prompt has %d tokens, more than the model context of "
                     "%d tokens", n, seq);
+    /* as OpenAI: prompt + max_tokens must fit the context (max_tokens unset
+     * or <= 0: as many as fit) */
+    if (st == NA_OK && p->max_tokens > 0 && (long)n + p->max_tokens > (long)seq)
+        st = na_err(NA_ERR_RANGE, "the model context is %d tokens, but %ld are requested "
+                    "(%d in the prompt, max_tokens %d): shorten the prompt or lower max_tokens",
+                    seq, (long)n + p->max_tokens, n, p->max_tokens);
     if (st == NA_OK) {
         room = seq - n + 1;            /* as na_request_create: at most this many come out */
         max_new = p->max_tokens <= 0 || p->max_tokens > room ? room : p->max_tokens;

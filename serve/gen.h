@@ -103,7 +103,8 @@ typedef struct {
     const int         *prompt;       /* token ids, BOS first as the caller wants; or NULL: */
     int                n_prompt;
     const char        *text;         /* the prompt text, encoded with BOS (as `run`) */
-    int                max_tokens;   /* <= 0, or past the context: up to the context */
+    int                max_tokens;   /* <= 0: up to the context; prompt + max_tokens
+                                        past the context is refused (NA_ERR_RANGE) */
     double             temperature;  /* >= 0 (0 greedy) */
     double             top_p;        /* (0, 1] */
     uint64_t           seed;
@@ -144,7 +145,8 @@ void        na_sg_params_default(na_sg_params_t *p);   /* temperature 1, top_p 1
 na_status_t na_sg_create(const na_sg_opts_t *o, na_sg_t **g_p);
 /* Queue a job (p and its strings are copied). NA_ERR_INVALID (empty prompt,
  * bad sampling values, too many or empty stop strings, a token id out of
- * range), NA_ERR_RANGE (the prompt does not fit the context), the engine's
+ * range), NA_ERR_RANGE (the prompt, or the prompt and max_tokens together, do not
+ * fit the context: the message says the limit), the engine's
  * fatal error, NA_ERR_NOMEM. No callback runs for a refused job. */
 na_status_t na_sg_submit(na_sg_t *g, const na_sg_params_t *p, na_sg_job_t **job_p);
 /* End job j (ends with CANCELLED at the next progress); a no-op for a job

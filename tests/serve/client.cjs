@@ -14,6 +14,10 @@
 //   key BASE KEY                       the right key works, a wrong one gets 401
 //   stall BASE MARK                    a raw connection asks for a long stream and never
 //                                      reads it; MARK is created once it is sent
+//   ctxlimit BASE CTX                  a completion and a stream whose prompt + max_tokens
+//                                      pass the model context of CTX tokens: 400
+//                                      context_length_exceeded naming CTX; max_tokens
+//                                      that fits is served
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -112,7 +116,7 @@ async function chat400(base) {
 async function cancel(base, mark) {
   const ac = new AbortController();
   const s = await client(base).completions.create({ model: 'm', prompt: 'The', stream: true,
-    max_tokens: 100000, temperature: 0 }, { signal: ac.signal });
+    max_tokens: 4000, temperature: 0 }, { signal: ac.signal });
   let n = 0, aborted = false;
   try {
     for await (const ch of s) {
@@ -161,7 +165,37 @@ async function stall(base, mark) {
   await new Promise((r) => setTimeout(r, 60000));
 }
 
+async function ctxlimit(base, ctx) {
+  const c = client(base);
+  const n = Number(ctx);
+  const tries = [
+    () => c.completions.create({ model: 'm', prompt: 'Once upon a time', max_tokens: n }),
+    () => c.completions.create({ model: 'm', prompt: 'Once upon a time', max_tokens: n - 3,
+                                  stream: true }),
+  ];
+  for (const t of tries) {
+    try {
+      await t();
+    } catch (e) {
+      if (e.status === 400 && e.code === 'context_length_exceeded' &&
+          e.message.includes('the model context is ' + n + ' tokens') &&
+          /\(\d+ in the prompt, max_tokens \d+\)/.test(e.message)) {
+        console.log('OK ctxlimit ' + e.message);
+        continue;
+      }
+      fail('unexpected error ' + e.status + ' ' + e.code + ' ' + e.message);
+    }
+    fail('a request past the context of ' + n + ' tokens was served');
+  }
+  // prompt ("Once upon a time": BOS + 4 tokens) + max_tokens = the context: served
+  const r = await c.completions.create({ model: 'm', prompt: 'Once upon a time',
+                                         max_tokens: n - 5, temperature: 0 });
+  if (r.usage.prompt_tokens !== 5) fail('prompt_tokens ' + r.usage.prompt_tokens + ', not 5');
+  console.log('OK ctxlimit fits: ' + r.usage.completion_tokens + ' tokens, ' +
+              r.choices[0].finish_reason);
+}
+
 const [scen, base, ...args] = process.argv.slice(2);
-const table = { completion, streams, chat, chat400, cancel, key, stall };
+const table = { completion, streams, chat, chat400, cancel, key, stall, ctxlimit };
 if (!table[scen]) fail('unknown scenario ' + scen);
 table[scen](base, ...args).catch((e) => fail(scen + ': ' + (e.stack || e)));

@@ -17,8 +17,9 @@
 #                 by batch get it too); every custom_id has one record
 #   bad           bad lines become error records (invalid JSON, no custom_id,
 #                 a repeated one, another url or method, no body, n = 2, a
-#                 chat request without a template, a prompt past the context)
-#                 and the valid ones complete; exit 0
+#                 chat request without a template, a prompt past the context,
+#                 prompt + max_tokens past it: the message names the limit)
+#                 and the valid ones complete (one that just fits); exit 0
 #   repair        a results file cut in the middle of its last line (a crash
 #                 while writing) is cut back to whole lines and the run
 #                 completes it to the uninterrupted file; a whole last record
@@ -160,12 +161,14 @@ bad)
         echo '"}}'
         echo ''
         echo '{"custom_id":"ok-2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}}'
+        echo '{"custom_id":"pastctx","method":"POST","url":"/v1/completions","body":{"prompt":"Once","max_tokens":600}}'
+        echo '{"custom_id":"fits","method":"POST","url":"/v1/completions","body":{"prompt":"Once","max_tokens":510,"temperature":0}}'
     } > "$DIR/bad.jsonl"
     # without --chat-template: the chat lines get the model's "no chat template" 400
     na_fg /dev/null "$DIR/bad.err" timeout $((120 * NA_TS)) "$BIN" batch --input "$DIR/bad.jsonl" \
         --output "$DIR/bad.out" --mode "$MODE" --config "$LAYOUT" --threads 1 --progress none ||
         fail "bad: the batch failed (exit $?)"
-    [ "$(wc -l < "$DIR/bad.out")" -eq 12 ] || fail "bad: not 12 records"
+    [ "$(wc -l < "$DIR/bad.out")" -eq 14 ] || fail "bad: not 14 records"
     code() {   # code LINE-OR-ID: the record's error code or status
         jq -r --arg k "$1" 'select(if .error.line then (.error.line | tostring) == $k
                                    else .custom_id == $k end) |
@@ -173,7 +176,7 @@ bad)
     }
     for pair in ok-1:200 2:invalid_json 3:missing_custom_id 4:duplicate_custom_id \
                 emb:invalid_url get:invalid_method nobody:missing_field n2:400 type:400 \
-                chat:400 long:400 ok-2:400; do
+                chat:400 long:400 ok-2:400 pastctx:400 fits:200; do
         k=${pair%%:*}; v=${pair#*:}
         [ "$(code "$k")" = "$v" ] || fail "bad: $k: '$(code "$k")', expected $v"
     done
@@ -182,9 +185,14 @@ bad)
     jq -se 'map(select(.custom_id == "long"))[0].response.body.error.code ==
         "context_length_exceeded"' "$DIR/bad.out" >/dev/null ||
         fail "bad: the long prompt is not refused as context_length_exceeded"
+    # prompt (2 tokens) + max_tokens past the context: refused alone, naming the limit
+    jq -se 'map(select(.custom_id == "pastctx"))[0].response.body.error |
+        .code == "context_length_exceeded" and (.message |
+        test("the model context is 512 tokens, but 602 are requested \\(2 in the prompt, max_tokens 600\\)"))' \
+        "$DIR/bad.out" >/dev/null || fail "bad: pastctx: $(grep pastctx "$DIR/bad.out")"
     jq -se 'map(select(.custom_id == "n2"))[0].response.body.error.param == "n"' \
         "$DIR/bad.out" >/dev/null || fail "bad: n = 2 refused without param n"
-    grep -q "12 requests: 12 written now (1 ok, 11 error records)" "$DIR/bad.err" ||
+    grep -q "14 requests: 14 written now (2 ok, 12 error records)" "$DIR/bad.err" ||
         fail "bad: summary: $(tail -n 1 "$DIR/bad.err")"
     # resumed: nothing to do, nothing written twice
     cp "$DIR/bad.out" "$DIR/bad.out.0"
@@ -192,6 +200,14 @@ bad)
         --mode "$MODE" --config "$LAYOUT" || fail "bad: second run failed"
     grep -q "nothing to do" "$DIR/bad2.err" || fail "bad: second run did not skip every line"
     cmp -s "$DIR/bad.out" "$DIR/bad.out.0" || fail "bad: second run changed the results"
+    # --ctx past the file's context: allowed, with run's warning; then 600 tokens fit
+    sed -n '/"pastctx"/p' "$DIR/bad.jsonl" >"$DIR/ctx.jsonl"
+    na_fg /dev/null "$DIR/ctx.err" timeout 120 "$BIN" batch --input "$DIR/ctx.jsonl" \
+        --output "$DIR/ctx.out" --mode "$MODE" --config "$LAYOUT" --threads 1 --progress none \
+        --ctx 700 || fail "ctx: the batch failed (exit $?)"
+    grep -q "ctx 700 overrides the model context of 512 tokens (RoPE" "$DIR/ctx.err" ||
+        fail "ctx: no warning: $(cat "$DIR/ctx.err")"
+    [ "$(jq -r .response.status_code "$DIR/ctx.out")" = 200 ] || fail "ctx: $(cat "$DIR/ctx.out")"
     echo "ok: bad lines ($MODE)"
     ;;
 repair)

@@ -8,7 +8,9 @@
 #           whose texts equal `nearattn run` with the same seeds; chat
 #           refused (400) for a model without a chat template; curl: malformed
 #           JSON, wrong types, n = 2, invalid UTF-8, a prompt past the context,
-#           max_tokens -1 (capped: finish_reason length), an unknown route, a
+#           max_tokens -1 (up to the context: finish_reason length), prompt +
+#           max_tokens past the context (openai client and curl: 400
+#           context_length_exceeded naming the 512 tokens), an unknown route, a
 #           GET on a POST route, an oversized body; `promtool check metrics`
 #   chat    a generated GGUF with a chatml tokenizer.chat_template: a streamed
 #           chat completion with usage (monolithic)
@@ -128,6 +130,11 @@ api)
     node -e 'console.log(JSON.stringify({ prompt: "a b ".repeat(3000), max_tokens: 2 }))' >"$DIR/long.json"
     http 400 toolong "$U" --data-binary @"$DIR/long.json"
     grep -q context_length_exceeded "$DIR/toolong.out" || fail "toolong: $(cat "$DIR/toolong.out")"
+    client ctxlimit "$BASE" 512
+    http 400 pastctx "$U" -d '{"prompt": "Once", "max_tokens": 600}'
+    grep -q '"code":"context_length_exceeded"' "$DIR/pastctx.out" &&
+        grep -q 'the model context is 512 tokens, but 602 are requested (2 in the prompt, max_tokens 600)' \
+            "$DIR/pastctx.out" || fail "pastctx: $(cat "$DIR/pastctx.out")"
     http 200 unknownfields "$U" -d '{"prompt": "Hi", "max_tokens": 2, "logit_bias": {}, "whatever": [1]}'
     http 200 negmax "$U" -d '{"prompt": "Once", "max_tokens": -1, "temperature": 0}'
     grep -q '"finish_reason":"length"\|"finish_reason":"stop"' "$DIR/negmax.out" || fail "negmax: $(cat "$DIR/negmax.out")"
@@ -212,7 +219,7 @@ limits)
     http 200 healthopen "$BASE/health"
     http 401 metricskey "$BASE/metrics"
     # a long stream holds the one place of the queue until --timeout ends it
-    curl -sN -H "$KEYH" "$U" -d '{"prompt": "The", "max_tokens": 100000, "temperature": 0, "stream": true}' \
+    curl -sN -H "$KEYH" "$U" -d '{"prompt": "The", "max_tokens": 4000, "temperature": 0, "stream": true}' \
         >"$DIR/long.sse" 2>&1 &
     LPID=$!
     na_wait_line "$DIR/long.sse" '^data: ' 20 || fail "the long stream did not start"
