@@ -140,7 +140,13 @@ void na_ref_rmsnorm(float *out, const float *x,
 }
 
 /* Pair i of each head turns by pos * freq[i] (kernels/rope.h): elements
- * (2i, 2i+1) for NORM, (i, i + n_dims/2) for NEOX; cos/sin times mscale. */
+ * (2i, 2i+1) for NORM, (i, i + n_dims/2) for NEOX; cos/sin times mscale.
+ * Products rounded before the sum (no FMA contraction): the results of the
+ * earlier adjacent-pair loop, which the compiler vectorised without FMA, bit
+ * for bit (llama2.c models give the same logits as before). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
 void na_ref_rope(float *vec, int n_heads, const int *pos, const na_rope_t *r, int batch)
 {
     int b, h, i, half = r->n_dims / 2;

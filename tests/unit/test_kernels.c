@@ -437,7 +437,10 @@ static void test_elementwise(void)
                 memcpy(b, x, tot * 4);
                 na_ref_rope(a, nh, pos, rr, batch);
                 NA_CHECK_OK(rope(cpu_k[t], b, nh, pos, rc, batch));
-                NA_CHECK_MSG(memcmp(a, b, tot * 4) == 0, "rope hd %d variant %d", hd, v);
+                /* the same table and formula; the compilers' FMA contraction
+                 * differs (ref rounds each product): a few ulp */
+                NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-6) <= 1.0, "rope hd %d variant %d",
+                             hd, v);
                 /* a table of another backend is refused */
                 NA_CHECK(rope(cpu_k[t], b, nh, pos, rr, batch) == NA_ERR_INVALID);
                 na_rope_destroy(rc);
