@@ -26,6 +26,13 @@ static void na_gen_model_usage(FILE *f, const na_genmodel_opts_t *d)
         "  --vocab N           vocabulary size, >= %d (default %d)\n"
         "  --seq-len N         maximum context (default %d)\n"
         "  --dtype T           GGUF weight type: f32, f16, bf16, q8_0 (default %s)\n"
+        "  --arch A            llama (default), llama3 (rope_freqs of Llama-3.x's\n"
+        "                      scaling, theta 500000), qwen2 (q/k/v biases), qwen3\n"
+        "                      (per-head q/k norms, key_length); all but llama write\n"
+        "                      the GGUF file only, with theta 1e6 for qwen\n"
+        "  --head-dim N        head width written as key_length (default dim/heads)\n"
+        "  --rope-dims N       rotated elements per head (default head_dim: partial)\n"
+        "  --rope-scaling T    linear or yarn (GGUF keys), --rope-factor X (default 4)\n"
         "  --seed S            random seed (default %llu)\n"
         "  --rope-theta X      RoPE base (default %g)\n"
         "  --rms-eps X         RMSNorm epsilon (default %g)\n"
@@ -47,7 +54,7 @@ int na_cmd_gen_model(int argc, char **argv)
     static const char *const cmd = "gen-model";
     na_genmodel_opts_t o, d;
     const char *out = NULL;
-    int i, quiet = 0, kv_given = 0;
+    int i, quiet = 0, kv_given = 0, theta_given = 0, format_given = 0;
     na_status_t st;
 
     na_genmodel_defaults(&o);
@@ -73,6 +80,8 @@ int na_cmd_gen_model(int argc, char **argv)
         else if (!strcmp(a, "--vocab"))    { ip = &o.vocab_size; hi = NA_MODEL_MAX_VOCAB;
                                              lo = NA_GENMODEL_MIN_VOCAB; }
         else if (!strcmp(a, "--seq-len"))  { ip = &o.seq_len;    hi = NA_MODEL_MAX_SEQ; }
+        else if (!strcmp(a, "--head-dim")) { ip = &o.head_dim;   hi = NA_MODEL_MAX_HEAD_DIM; }
+        else if (!strcmp(a, "--rope-dims")) { ip = &o.rope_dims; hi = NA_MODEL_MAX_HEAD_DIM; }
         if (ip != NULL) {
             if (na_cli_int(cmd, a, val, lo, hi, &v) != NA_OK)
                 return 2;
@@ -87,7 +96,8 @@ int na_cmd_gen_model(int argc, char **argv)
         if (val == NULL && (!strcmp(a, "--out") || !strcmp(a, "--dtype") ||
                             !strcmp(a, "--seed") || !strcmp(a, "--format") ||
                             !strcmp(a, "--rope-theta") || !strcmp(a, "--rms-eps") ||
-                            !strcmp(a, "--chat-template"))) {
+                            !strcmp(a, "--chat-template") || !strcmp(a, "--arch") ||
+                            !strcmp(a, "--rope-scaling") || !strcmp(a, "--rope-factor"))) {
             fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, a);
             return 2;
         }
@@ -103,6 +113,33 @@ int na_cmd_gen_model(int argc, char **argv)
                 return 2;
             }
             o.dtype = (na_dtype_t)t;
+        } else if (!strcmp(a, "--arch")) {
+            int ar = na_genmodel_arch_parse(val);
+            float theta = o.rope_theta;
+            int l2c = o.write_llama2c, gguf = o.write_gguf;
+            if (ar < 0) {
+                fprintf(stderr, "nearattn %s: --arch expects llama, llama3, qwen2 or qwen3, got "
+                        "'%s'\n", cmd, val);
+                return 2;
+            }
+            na_genmodel_set_arch(&o, (na_genmodel_arch_t)ar);
+            if (theta_given)
+                o.rope_theta = theta;
+            if (format_given)
+                o.write_llama2c = l2c, o.write_gguf = gguf;
+        } else if (!strcmp(a, "--rope-scaling")) {
+            if (strcmp(val, "linear") && strcmp(val, "yarn")) {
+                fprintf(stderr, "nearattn %s: --rope-scaling expects linear or yarn, got '%s'\n",
+                        cmd, val);
+                return 2;
+            }
+            o.rope_scaling = val;
+            if (!format_given)
+                o.write_llama2c = 0;
+        } else if (!strcmp(a, "--rope-factor")) {
+            if (na_cli_float(cmd, a, val, 1e-3, 1e6, &x) != NA_OK)
+                return 2;
+            o.rope_scaling_factor = (float)x;
         } else if (!strcmp(a, "--seed")) {
             if (na_cli_int(cmd, a, val, 0, 0x7fffffffffffffffL, &v) != NA_OK)
                 return 2;
@@ -111,6 +148,7 @@ int na_cmd_gen_model(int argc, char **argv)
             if (na_cli_float(cmd, a, val, 1.0, 1e9, &x) != NA_OK)
                 return 2;
             o.rope_theta = (float)x;
+            theta_given = 1;
         } else if (!strcmp(a, "--rms-eps")) {
             if (na_cli_float(cmd, a, val, 1e-12, 0.1, &x) != NA_OK)
                 return 2;
@@ -118,6 +156,7 @@ int na_cmd_gen_model(int argc, char **argv)
         } else if (!strcmp(a, "--format")) {
             o.write_llama2c = !strcmp(val, "llama2c") || !strcmp(val, "both");
             o.write_gguf = !strcmp(val, "gguf") || !strcmp(val, "both");
+            format_given = 1;
             if (!o.write_llama2c && !o.write_gguf) {
                 fprintf(stderr, "nearattn %s: --format expects llama2c, gguf or both, got '%s'\n",
                         cmd, val);
@@ -133,6 +172,10 @@ int na_cmd_gen_model(int argc, char **argv)
         fprintf(stderr, "nearattn %s: --out PREFIX is required (try --help)\n", cmd);
         return 2;
     }
+    if (!format_given && (o.head_dim > 0 || o.rope_dims > 0))
+        o.write_llama2c = 0;        /* only GGUF can say these */
+    if (o.rope_scaling != NULL && o.rope_scaling_factor == 0.0f)
+        o.rope_scaling_factor = 4.0f;
     if (na_genmodel_check(&o) != NA_OK) {
         fprintf(stderr, "nearattn %s\n", na_errmsg());   /* "gen-model: ..." */
         return 2;
@@ -145,7 +188,8 @@ int na_cmd_gen_model(int argc, char **argv)
         if (o.write_llama2c)
             printf("wrote %s.bin (f32) and %s.tok.bin\n", out, out);
         if (o.write_gguf)
-            printf("wrote %s.gguf (%s)\n", out, na_dtype_name(o.dtype));
+            printf("wrote %s.gguf (%s, arch %s)\n", out, na_dtype_name(o.dtype),
+                   na_genmodel_arch_name(o.arch));
     }
     return 0;
 }

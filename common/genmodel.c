@@ -22,8 +22,66 @@
 
 typedef enum {
     NA_GM_TOK, NA_GM_ATTN_NORM, NA_GM_WQ, NA_GM_WK, NA_GM_WV, NA_GM_WO, NA_GM_FFN_NORM,
-    NA_GM_W1, NA_GM_W2, NA_GM_W3, NA_GM_OUT_NORM, NA_GM_WCLS, NA_GM_KINDS
+    NA_GM_W1, NA_GM_W2, NA_GM_W3, NA_GM_OUT_NORM, NA_GM_WCLS,
+    /* the architectures' optional tensors (after the others: their draws stay) */
+    NA_GM_BQ, NA_GM_BK, NA_GM_BV, NA_GM_QNORM, NA_GM_KNORM, NA_GM_ROPE_FREQS,
+    NA_GM_KINDS
 } na_gm_kind_t;
+
+static const char *const na_gm_arch_names[NA_GENMODEL_ARCH_COUNT] = {
+    "llama", "llama3", "qwen2", "qwen3",
+};
+
+int na_genmodel_arch_parse(const char *name)
+{
+    int i;
+    for (i = 0; i < NA_GENMODEL_ARCH_COUNT; i++)
+        if (!strcmp(name, na_gm_arch_names[i]))
+            return i;
+    return -1;
+}
+
+const char *na_genmodel_arch_name(na_genmodel_arch_t arch)
+{
+    return (int)arch >= 0 && arch < NA_GENMODEL_ARCH_COUNT ? na_gm_arch_names[arch] : "?";
+}
+
+void na_genmodel_set_arch(na_genmodel_opts_t *o, na_genmodel_arch_t arch)
+{
+    o->arch = arch;
+    o->rope_theta = arch == NA_GENMODEL_LLAMA3 ? 500000.0f
+                  : arch == NA_GENMODEL_LLAMA ? 10000.0f : 1000000.0f;
+    if (arch != NA_GENMODEL_LLAMA) {
+        o->write_llama2c = 0;
+        o->write_gguf = 1;
+    }
+}
+
+/* head_dim of o. */
+static int na_gm_hd(const na_genmodel_opts_t *o)
+{
+    return o->head_dim > 0 ? o->head_dim : o->dim / o->n_heads;
+}
+
+/* Whether tensor kind k is written for o's architecture. */
+static int na_gm_has(const na_genmodel_opts_t *o, na_gm_kind_t k)
+{
+    switch (k) {
+    case NA_GM_BQ: case NA_GM_BK: case NA_GM_BV: return o->arch == NA_GENMODEL_QWEN2;
+    case NA_GM_QNORM: case NA_GM_KNORM:           return o->arch == NA_GENMODEL_QWEN3;
+    case NA_GM_ROPE_FREQS:                        return o->arch == NA_GENMODEL_LLAMA3;
+    case NA_GM_WCLS:                              return !o->shared_classifier;
+    default:                                      return 1;
+    }
+}
+
+/* Vectors stored as f32 whatever the dtype. */
+static int na_gm_is_vector(na_gm_kind_t k)
+{
+    return k == NA_GM_ATTN_NORM || k == NA_GM_FFN_NORM || k == NA_GM_OUT_NORM || k == NA_GM_BQ ||
+           k == NA_GM_BK || k == NA_GM_BV || k == NA_GM_QNORM || k == NA_GM_KNORM ||
+           k == NA_GM_ROPE_FREQS;
+}
 
 /* Progress over all bytes of one file. */
 typedef struct {
@@ -75,13 +133,28 @@ na_status_t na_genmodel_check(const na_genmodel_opts_t *o)
                           NA_MODEL_MAX_VOCAB)) != NA_OK ||
         (st = na_gm_bound("seq-len", o->seq_len, 1, NA_MODEL_MAX_SEQ)) != NA_OK)
         return st;
-    if (o->dim % o->n_heads != 0)
+    if ((int)o->arch < 0 || o->arch >= NA_GENMODEL_ARCH_COUNT)
+        return na_err(NA_ERR_INVALID, "gen-model: invalid arch %d", (int)o->arch);
+    if (o->head_dim <= 0 && o->dim % o->n_heads != 0)
         return na_err(NA_ERR_INVALID, "gen-model: heads = %d does not divide dim = %d",
                       o->n_heads, o->dim);
     if (o->n_heads % o->n_kv_heads != 0)
         return na_err(NA_ERR_INVALID, "gen-model: kv-heads = %d does not divide heads = %d",
                       o->n_kv_heads, o->n_heads);
-    hd = o->dim / o->n_heads;
+    hd = na_gm_hd(o);
+    if (o->rope_dims < 0 || o->rope_dims % 2 != 0 || o->rope_dims > hd)
+        return na_err(NA_ERR_INVALID, "gen-model: rope-dims = %d must be even and <= head_dim "
+                      "%d", o->rope_dims, hd);
+    if (o->rope_scaling != NULL && ((strcmp(o->rope_scaling, "linear") &&
+                                     strcmp(o->rope_scaling, "yarn")) ||
+                                    !(o->rope_scaling_factor > 0.0f)))
+        return na_err(NA_ERR_INVALID, "gen-model: rope scaling '%s' factor %g: expected linear "
+                      "or yarn with a factor > 0", o->rope_scaling, (double)o->rope_scaling_factor);
+    if (o->write_llama2c && (o->arch != NA_GENMODEL_LLAMA || hd != o->dim / o->n_heads ||
+                             (o->rope_dims != 0 && o->rope_dims != hd) ||
+                             o->rope_scaling != NULL))
+        return na_err(NA_ERR_INVALID, "gen-model: arch %s with these head/RoPE options has no "
+                      "llama2.c form (use --format gguf)", na_genmodel_arch_name(o->arch));
     if (hd % 2 != 0 || hd > NA_MODEL_MAX_HEAD_DIM)
         return na_err(NA_ERR_INVALID, "gen-model: head_dim = dim / heads = %d must be even and "
                       "<= %d", hd, NA_MODEL_MAX_HEAD_DIM);
@@ -124,6 +197,10 @@ static void na_gm_values(const na_genmodel_opts_t *o, na_gm_kind_t kind, int lay
         std = 1.0f / sqrtf((float)o->dim); break;
     case NA_GM_W2:
         std = 1.0f / sqrtf((float)o->hidden_dim); break;
+    case NA_GM_BQ: case NA_GM_BK: case NA_GM_BV:
+        std = 0.2f; break;
+    case NA_GM_QNORM: case NA_GM_KNORM:
+        std = 0.2f; break;
     default:
         std = 1.0f / sqrtf((float)o->dim); break;
     }
@@ -133,18 +210,45 @@ static void na_gm_values(const na_genmodel_opts_t *o, na_gm_kind_t kind, int lay
         float u1 = ((float)((r >> 40) & 0xffffff) + 1.0f) / 16777216.0f;
         float u2 = (float)((r >> 8) & 0xffffff) / 16777216.0f;
         float z = sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
-        out[i] = (kind == NA_GM_ATTN_NORM || kind == NA_GM_FFN_NORM || kind == NA_GM_OUT_NORM)
-                     ? 1.0f + std * z : std * z;
+        out[i] = (kind == NA_GM_ATTN_NORM || kind == NA_GM_FFN_NORM || kind == NA_GM_OUT_NORM ||
+                  kind == NA_GM_QNORM || kind == NA_GM_KNORM) ? 1.0f + std * z : std * z;
+    }
+}
+
+/* rope_freqs as convert_hf_to_gguf.py writes it for Llama-3.x's rope scaling
+ * "llama3" (factor 32, low/high frequency factors 1/4, original context
+ * 8192): per-pair divisors of the frequency. */
+static void na_gm_llama3_factors(const na_genmodel_opts_t *o, float *out, int n)
+{
+    const double factor = 32.0, low = 1.0, high = 4.0, old_ctx = 8192.0;
+    const double low_wl = old_ctx / low, high_wl = old_ctx / high;
+    int dims = o->rope_dims > 0 ? o->rope_dims : na_gm_hd(o), i;
+
+    for (i = 0; i < n; i++) {
+        double freq = 1.0 / pow((double)o->rope_theta, (double)(2 * i) / dims);
+        double wl = 2.0 * M_PI / freq;
+        if (wl < high_wl) {
+            out[i] = 1.0f;
+        } else if (wl > low_wl) {
+            out[i] = (float)factor;
+        } else {
+            double smooth = (old_ctx / wl - low) / (high - low);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
     }
 }
 
 /* Shape (rows, cols) of a tensor kind for one layer. */
 static void na_gm_shape(const na_genmodel_opts_t *o, na_gm_kind_t kind, int *rows, int *cols)
 {
-    int hd = o->dim / o->n_heads, q = o->n_heads * hd, kv = o->n_kv_heads * hd;
+    int hd = na_gm_hd(o), q = o->n_heads * hd, kv = o->n_kv_heads * hd;
     *rows = 1;
     *cols = o->dim;
     switch (kind) {
+    case NA_GM_BQ:  *cols = q; break;
+    case NA_GM_BK: case NA_GM_BV: *cols = kv; break;
+    case NA_GM_QNORM: case NA_GM_KNORM: *cols = hd; break;
+    case NA_GM_ROPE_FREQS: *cols = (o->rope_dims > 0 ? o->rope_dims : hd) / 2; break;
     case NA_GM_TOK: case NA_GM_WCLS: *rows = o->vocab_size; break;
     case NA_GM_WQ:  *rows = q; break;
     case NA_GM_WK: case NA_GM_WV: *rows = kv; break;
@@ -349,7 +453,7 @@ static na_status_t na_gm_declare(na_gguf_writer_t *w, const na_genmodel_opts_t *
                                  na_gm_kind_t kind, const char *name)
 {
     int rows, cols;
-    int norm = kind == NA_GM_ATTN_NORM || kind == NA_GM_FFN_NORM || kind == NA_GM_OUT_NORM;
+    int norm = na_gm_is_vector(kind);
     uint64_t ne[2];
 
     na_gm_shape(o, kind, &rows, &cols);
@@ -365,7 +469,7 @@ static na_status_t na_gm_gguf_tensor(na_gguf_writer_t *w, const na_genmodel_opts
                                      na_gm_progress_t *p)
 {
     int rows, cols;
-    int norm = kind == NA_GM_ATTN_NORM || kind == NA_GM_FFN_NORM || kind == NA_GM_OUT_NORM;
+    int norm = na_gm_is_vector(kind);
     na_dtype_t t = norm ? NA_DTYPE_F32 : o->dtype;
     uint64_t r, per;
     na_status_t st;
@@ -377,7 +481,10 @@ static na_status_t na_gm_gguf_tensor(na_gguf_writer_t *w, const na_genmodel_opts
     for (r = 0; r < (uint64_t)rows; r += per) {
         uint64_t nr = (uint64_t)rows - r < per ? (uint64_t)rows - r : per;
         size_t n = (size_t)(nr * (uint64_t)cols), bytes;
-        na_gm_values(o, kind, layer, r * (uint64_t)cols, n, buf);
+        if (kind == NA_GM_ROPE_FREQS)
+            na_gm_llama3_factors(o, buf, (int)n);
+        else
+            na_gm_values(o, kind, layer, r * (uint64_t)cols, n, buf);
         bytes = na_gm_convert(t, buf, n, cvt);
         if ((st = na_gguf_writer_data(w, cvt, bytes)) != NA_OK)
             return st;
@@ -390,35 +497,64 @@ static const char *const na_gm_blk_names[NA_GM_KINDS] = {
     [NA_GM_ATTN_NORM] = "attn_norm", [NA_GM_WQ] = "attn_q", [NA_GM_WK] = "attn_k",
     [NA_GM_WV] = "attn_v", [NA_GM_WO] = "attn_output", [NA_GM_FFN_NORM] = "ffn_norm",
     [NA_GM_W1] = "ffn_gate", [NA_GM_W2] = "ffn_down", [NA_GM_W3] = "ffn_up",
+    [NA_GM_BQ] = "attn_q", [NA_GM_BK] = "attn_k", [NA_GM_BV] = "attn_v",
+    [NA_GM_QNORM] = "attn_q_norm", [NA_GM_KNORM] = "attn_k_norm",
 };
+
+/* The per-layer kinds in the order a GGUF file holds them. */
+static const na_gm_kind_t na_gm_layer_kinds[] = {
+    NA_GM_ATTN_NORM, NA_GM_WQ, NA_GM_BQ, NA_GM_WK, NA_GM_BK, NA_GM_WV, NA_GM_BV, NA_GM_QNORM,
+    NA_GM_KNORM, NA_GM_WO, NA_GM_FFN_NORM, NA_GM_W1, NA_GM_W2, NA_GM_W3,
+};
+#define NA_GM_N_LAYER_KINDS (sizeof(na_gm_layer_kinds) / sizeof(na_gm_layer_kinds[0]))
 
 /* Metadata: architecture, hyper-parameters, tokenizer. */
 static na_status_t na_gm_gguf_meta(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
                                    const na_genvocab_t *v, char **sp_pieces)
 {
     static const uint32_t ftype[NA_DTYPE_COUNT] = { 0, 1, 32, 7 };
+    const char *a = o->arch == NA_GENMODEL_QWEN2 ? "qwen2"
+                  : o->arch == NA_GENMODEL_QWEN3 ? "qwen3" : "llama";
+    int hd = na_gm_hd(o);
+    char k[20][96];
     na_status_t st;
 
-    if ((st = na_gguf_writer_kv_str(w, "general.architecture", "llama")) != NA_OK ||
+#define NA_GM_K(i, suffix) (snprintf(k[i], sizeof(k[i]), "%s." suffix, a), k[i])
+    if ((st = na_gguf_writer_kv_str(w, "general.architecture", a)) != NA_OK ||
         (st = na_gguf_writer_kv_str(w, "general.name", "nearattn gen-model")) != NA_OK ||
         (st = na_gguf_writer_kv_u32(w, "general.alignment", NA_GGUF_DEFAULT_ALIGNMENT)) != NA_OK ||
         (st = na_gguf_writer_kv_u32(w, "general.file_type", ftype[o->dtype])) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.context_length", (uint32_t)o->seq_len)) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.embedding_length", (uint32_t)o->dim)) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.block_count", (uint32_t)o->n_layers)) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.feed_forward_length",
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(0, "context_length"), (uint32_t)o->seq_len)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(1, "embedding_length"), (uint32_t)o->dim)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(2, "block_count"), (uint32_t)o->n_layers)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(3, "feed_forward_length"),
                                     (uint32_t)o->hidden_dim)) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.rope.dimension_count",
-                                    (uint32_t)(o->dim / o->n_heads))) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.attention.head_count",
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(4, "rope.dimension_count"),
+                                    (uint32_t)(o->rope_dims > 0 ? o->rope_dims : hd))) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(5, "attention.head_count"),
                                     (uint32_t)o->n_heads)) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.attention.head_count_kv",
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(6, "attention.head_count_kv"),
                                     (uint32_t)o->n_kv_heads)) != NA_OK ||
-        (st = na_gguf_writer_kv_f32(w, "llama.attention.layer_norm_rms_epsilon",
+        (st = na_gguf_writer_kv_f32(w, NA_GM_K(7, "attention.layer_norm_rms_epsilon"),
                                     o->rms_eps)) != NA_OK ||
-        (st = na_gguf_writer_kv_f32(w, "llama.rope.freq_base", o->rope_theta)) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "llama.vocab_size", (uint32_t)o->vocab_size)) != NA_OK ||
-        (st = na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama")) != NA_OK ||
+        (st = na_gguf_writer_kv_f32(w, NA_GM_K(8, "rope.freq_base"), o->rope_theta)) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, NA_GM_K(9, "vocab_size"), (uint32_t)o->vocab_size)) != NA_OK)
+        return st;
+    if ((o->arch == NA_GENMODEL_QWEN3 || hd != o->dim / o->n_heads) &&
+        ((st = na_gguf_writer_kv_u32(w, NA_GM_K(10, "attention.key_length"),
+                                     (uint32_t)hd)) != NA_OK ||
+         (st = na_gguf_writer_kv_u32(w, NA_GM_K(11, "attention.value_length"),
+                                     (uint32_t)hd)) != NA_OK))
+        return st;
+    if (o->rope_scaling != NULL &&
+        ((st = na_gguf_writer_kv_str(w, NA_GM_K(12, "rope.scaling.type"), o->rope_scaling)) != NA_OK ||
+         (st = na_gguf_writer_kv_f32(w, NA_GM_K(13, "rope.scaling.factor"),
+                                     o->rope_scaling_factor)) != NA_OK ||
+         (st = na_gguf_writer_kv_u32(w, NA_GM_K(14, "rope.scaling.original_context_length"),
+                                     (uint32_t)o->seq_len)) != NA_OK))
+        return st;
+#undef NA_GM_K
+    if ((st = na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama")) != NA_OK ||
         (st = na_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)sp_pieces,
                                         (uint64_t)v->n)) != NA_OK ||
         (st = na_gguf_writer_kv_arr_f32(w, "tokenizer.ggml.scores", v->scores,
@@ -471,9 +607,10 @@ static uint64_t na_gm_gguf_data_size(const na_genmodel_opts_t *o)
     int rows, cols, kk;
 
     for (kk = 0; kk < NA_GM_KINDS; kk++) {
-        int norm = kk == NA_GM_ATTN_NORM || kk == NA_GM_FFN_NORM || kk == NA_GM_OUT_NORM;
-        int count = kk == NA_GM_TOK || kk == NA_GM_OUT_NORM ? 1
-                  : kk == NA_GM_WCLS ? !o->shared_classifier : o->n_layers;
+        int norm = na_gm_is_vector((na_gm_kind_t)kk);
+        int count = !na_gm_has(o, (na_gm_kind_t)kk) ? 0
+                  : kk == NA_GM_TOK || kk == NA_GM_OUT_NORM || kk == NA_GM_WCLS ||
+                    kk == NA_GM_ROPE_FREQS ? 1 : o->n_layers;
         na_gm_shape(o, (na_gm_kind_t)kk, &rows, &cols);
         total += (uint64_t)count * na_dtype_bytes(norm ? NA_DTYPE_F32 : o->dtype,
                                                   (size_t)rows * (size_t)cols);
@@ -488,7 +625,8 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
     na_gguf_writer_t *w;
     char name[64], **sp;
     na_status_t st;
-    int l, k;
+    size_t k;
+    int l;
 
     sp = na_gm_sp_pieces(v);
     if (sp == NULL)
@@ -499,12 +637,19 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
         (st = na_gm_declare(w, o, NA_GM_TOK, "token_embd.weight")) != NA_OK)
         goto err_abort;
     for (l = 0; l < o->n_layers; l++)
-        for (k = NA_GM_ATTN_NORM; k <= NA_GM_W3; k++) {
-            snprintf(name, sizeof(name), "blk.%d.%s.weight", l, na_gm_blk_names[k]);
-            if ((st = na_gm_declare(w, o, (na_gm_kind_t)k, name)) != NA_OK)
+        for (k = 0; k < NA_GM_N_LAYER_KINDS; k++) {
+            na_gm_kind_t kind = na_gm_layer_kinds[k];
+            int bias = kind == NA_GM_BQ || kind == NA_GM_BK || kind == NA_GM_BV;
+            if (!na_gm_has(o, kind))
+                continue;
+            const char *base = na_gm_blk_names[kind] != NULL ? na_gm_blk_names[kind] : "?";
+            snprintf(name, sizeof(name), "blk.%d.%s.%s", l, base, bias ? "bias" : "weight");
+            if ((st = na_gm_declare(w, o, kind, name)) != NA_OK)
                 goto err_abort;
         }
     if ((st = na_gm_declare(w, o, NA_GM_OUT_NORM, "output_norm.weight")) != NA_OK ||
+        (na_gm_has(o, NA_GM_ROPE_FREQS) &&
+         (st = na_gm_declare(w, o, NA_GM_ROPE_FREQS, "rope_freqs.weight")) != NA_OK) ||
         (!o->shared_classifier &&
          (st = na_gm_declare(w, o, NA_GM_WCLS, "output.weight")) != NA_OK))
         goto err_abort;
@@ -512,10 +657,13 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
     if ((st = na_gm_gguf_tensor(w, o, NA_GM_TOK, 0, buf, cvt, &p)) != NA_OK)
         goto err_abort;
     for (l = 0; l < o->n_layers; l++)
-        for (k = NA_GM_ATTN_NORM; k <= NA_GM_W3; k++)
-            if ((st = na_gm_gguf_tensor(w, o, (na_gm_kind_t)k, l, buf, cvt, &p)) != NA_OK)
+        for (k = 0; k < NA_GM_N_LAYER_KINDS; k++)
+            if (na_gm_has(o, na_gm_layer_kinds[k]) &&
+                (st = na_gm_gguf_tensor(w, o, na_gm_layer_kinds[k], l, buf, cvt, &p)) != NA_OK)
                 goto err_abort;
     if ((st = na_gm_gguf_tensor(w, o, NA_GM_OUT_NORM, 0, buf, cvt, &p)) != NA_OK ||
+        (na_gm_has(o, NA_GM_ROPE_FREQS) &&
+         (st = na_gm_gguf_tensor(w, o, NA_GM_ROPE_FREQS, 0, buf, cvt, &p)) != NA_OK) ||
         (!o->shared_classifier &&
          (st = na_gm_gguf_tensor(w, o, NA_GM_WCLS, 0, buf, cvt, &p)) != NA_OK))
         goto err_abort;

@@ -22,6 +22,15 @@
 #include "dtype.h"
 #include "status.h"
 
+/* The architecture gen-model writes (GGUF general.architecture and tensors):
+ * llama (Llama-2 shape, both formats), llama3 (llama with rope_freqs from
+ * Llama-3.x's rope scaling, theta 500000), qwen2 (q/k/v biases), qwen3
+ * (per-head q/k norms, key_length). All but llama are GGUF only. */
+typedef enum {
+    NA_GENMODEL_LLAMA = 0, NA_GENMODEL_LLAMA3, NA_GENMODEL_QWEN2, NA_GENMODEL_QWEN3,
+    NA_GENMODEL_ARCH_COUNT
+} na_genmodel_arch_t;
+
 #define NA_GENMODEL_MIN_VOCAB 259   /* 3 specials + 256 byte tokens */
 #define NA_GENMODEL_MAX_BYTES (1024ull << 30)  /* cap on all files of one run: 1 TiB */
 
@@ -42,7 +51,19 @@ typedef struct na_genmodel_opts {
     int        write_gguf;          /* write P.gguf */
     int        progress;            /* print progress lines to stderr */
     const char *chat_template;      /* GGUF tokenizer.chat_template (Jinja text), or NULL */
+    na_genmodel_arch_t arch;        /* default NA_GENMODEL_LLAMA */
+    int        head_dim;            /* 0: dim / n_heads; else written as key_length (GGUF) */
+    int        rope_dims;           /* 0: head_dim; else rope.dimension_count (partial, GGUF) */
+    const char *rope_scaling;       /* NULL, "linear" or "yarn": rope.scaling.* keys (GGUF) */
+    float      rope_scaling_factor; /* with rope_scaling (> 0) */
 } na_genmodel_opts_t;
+
+/* "llama", "llama3", "qwen2", "qwen3" -> the arch (< 0 if unknown). */
+int         na_genmodel_arch_parse(const char *name);
+const char *na_genmodel_arch_name(na_genmodel_arch_t arch);
+/* Set o->arch and its RoPE base (llama3 500000, qwen 1000000); an arch
+ * other than llama writes the GGUF file only. */
+void        na_genmodel_set_arch(na_genmodel_opts_t *o, na_genmodel_arch_t arch);
 
 /* Fill o with the defaults: a small model (dim 64, hidden 172, 2 layers,
  * 8 heads, 4 kv heads, vocab 512, seq 256, f32, seed 1, theta 10000,

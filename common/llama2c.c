@@ -29,7 +29,7 @@ static const char *const na_l2c_names[NA_L2C_COUNT] = {
 };
 
 static const na_model_field_names_t na_l2c_fields = {
-    "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len",
+    "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len", NULL, NULL,
 };
 
 /* A 2-D f32 tensor at byte offset off of the map. */

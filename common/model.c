@@ -44,16 +44,38 @@ na_status_t na_model_check_config(const na_model_t *m, const na_model_field_name
         (st = na_model_bound(m, f->vocab_size, c->vocab_size, 1, NA_MODEL_MAX_VOCAB)) != NA_OK ||
         (st = na_model_bound(m, f->seq_len, c->seq_len, 1, NA_MODEL_MAX_SEQ)) != NA_OK)
         return st;
-    if (c->dim % c->n_heads != 0)
-        return na_err(NA_ERR_FORMAT, "%s: field '%s' = %d does not divide field '%s' = %d",
-                      m->path, f->n_heads, c->n_heads, f->dim, c->dim);
+    if (c->head_dim <= 0) {
+        if (c->dim % c->n_heads != 0)
+            return na_err(NA_ERR_FORMAT, "%s: field '%s' = %d does not divide field '%s' = %d",
+                          m->path, f->n_heads, c->n_heads, f->dim, c->dim);
+        c->head_dim = c->dim / c->n_heads;
+        if (c->head_dim % 2 != 0 || c->head_dim > NA_MODEL_MAX_HEAD_DIM)
+            return na_err(NA_ERR_FORMAT, "%s: head_dim = '%s' / '%s' = %d must be even and <= %d",
+                          m->path, f->dim, f->n_heads, c->head_dim, NA_MODEL_MAX_HEAD_DIM);
+    } else if (c->head_dim % 2 != 0 || c->head_dim > NA_MODEL_MAX_HEAD_DIM) {
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' = %d must be even and <= %d", m->path,
+                      f->head_dim, c->head_dim, NA_MODEL_MAX_HEAD_DIM);
+    }
     if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads != 0)
         return na_err(NA_ERR_FORMAT, "%s: field '%s' = %d does not divide field '%s' = %d",
                       m->path, f->n_kv_heads, c->n_kv_heads, f->n_heads, c->n_heads);
-    c->head_dim = c->dim / c->n_heads;
-    if (c->head_dim % 2 != 0 || c->head_dim > NA_MODEL_MAX_HEAD_DIM)
-        return na_err(NA_ERR_FORMAT, "%s: head_dim = '%s' / '%s' = %d must be even and <= %d",
-                      m->path, f->dim, f->n_heads, c->head_dim, NA_MODEL_MAX_HEAD_DIM);
+    if (c->rope_dims <= 0)
+        c->rope_dims = c->head_dim;
+    else if (c->rope_dims % 2 != 0 || c->rope_dims > c->head_dim)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' = %d must be even and <= head_dim %d",
+                      m->path, f->rope_dims, c->rope_dims, c->head_dim);
+    if (c->rope_freq_scale == 0.0f)
+        c->rope_freq_scale = 1.0f;
+    if (c->yarn_attn_factor == 0.0f)
+        c->yarn_attn_factor = 1.0f;
+    if (c->yarn_beta_fast == 0.0f)
+        c->yarn_beta_fast = 32.0f;
+    if (c->yarn_beta_slow == 0.0f)
+        c->yarn_beta_slow = 1.0f;
+    if (c->yarn_orig_ctx == 0)
+        c->yarn_orig_ctx = c->seq_len;
+    if (c->arch[0] == 0)
+        memcpy(c->arch, "llama", 6);
     if (!(c->rope_theta > 0.0f) || !(c->rope_theta < 1e12f))
         return na_err(NA_ERR_RANGE, "%s: rope theta %g out of range (0, 1e12)", m->path,
                       (double)c->rope_theta);
@@ -125,6 +147,16 @@ size_t na_model_param_count(const na_model_t *m)
     size_t kv = (size_t)c->n_kv_heads * (size_t)c->head_dim, h = (size_t)c->hidden_dim;
     size_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * h;
     size_t n = (size_t)c->vocab_size * d + (size_t)c->n_layers * per_layer + d;
+    int l;
+
+    for (l = 0; l < c->n_layers; l++) {
+        const na_layer_weights_t *w = &m->layers[l];
+        const na_tensor_t *opt[6] = { &w->bq, &w->bk, &w->bv, &w->bo, &w->q_norm, &w->k_norm };
+        int k;
+        for (k = 0; k < 6; k++)
+            if (na_tensor_present(opt[k]))
+                n += (size_t)opt[k]->cols;
+    }
 
     if (!c->shared_classifier)
         n += (size_t)c->vocab_size * d;
@@ -171,7 +203,8 @@ static long na_model_first_bad(const na_tensor_t *t)
 na_status_t na_model_check_finite(const na_model_t *m)
 {
     static const char *const names[] = { "attn_norm", "wq", "wk", "wv", "wo", "ffn_norm",
-                                         "w1", "w2", "w3" };
+                                         "w1", "w2", "w3", "bq", "bk", "bv", "bo", "q_norm",
+                                         "k_norm" };
     long at;
     int l, k;
 
@@ -180,15 +213,19 @@ na_status_t na_model_check_finite(const na_model_t *m)
                       "(NaN/Inf)", m->path, at);
     for (l = 0; l < m->cfg.n_layers; l++) {
         const na_layer_weights_t *w = &m->layers[l];
-        const na_tensor_t *t[9] = { &w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
-                                    &w->ffn_norm, &w->w1, &w->w2, &w->w3 };
-        for (k = 0; k < 9; k++)
-            if ((at = na_model_first_bad(t[k])) >= 0)
+        const na_tensor_t *t[15] = { &w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
+                                     &w->ffn_norm, &w->w1, &w->w2, &w->w3, &w->bq, &w->bk,
+                                     &w->bv, &w->bo, &w->q_norm, &w->k_norm };
+        for (k = 0; k < 15; k++)
+            if (na_tensor_present(t[k]) && (at = na_model_first_bad(t[k])) >= 0)
                 return na_err(NA_ERR_FORMAT, "%s: weight %s of layer %d element %ld is not "
                               "finite (NaN/Inf)", m->path, names[k], l, at);
     }
     if ((at = na_model_first_bad(&m->out_norm)) >= 0)
         return na_err(NA_ERR_FORMAT, "%s: weight output_norm element %ld is not finite "
+                      "(NaN/Inf)", m->path, at);
+    if (na_tensor_present(&m->rope_freqs) && (at = na_model_first_bad(&m->rope_freqs)) >= 0)
+        return na_err(NA_ERR_FORMAT, "%s: weight rope_freqs element %ld is not finite "
                       "(NaN/Inf)", m->path, at);
     if (!m->cfg.shared_classifier && (at = na_model_first_bad(&m->output)) >= 0)
         return na_err(NA_ERR_FORMAT, "%s: weight output element %ld is not finite (NaN/Inf)",

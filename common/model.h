@@ -10,9 +10,17 @@
  * GGUF file stores as F16/BF16 are converted to F32 at load (into `owned`).
  * Loaders: common/llama2c.c, common/model_gguf.c; tokenizer: common/tokenizer.h.
  *
- * RoPE convention: rotate adjacent pairs (x[2i], x[2i+1]) of each head with
- * frequency theta^(-2i/head_dim), as llama2.c's run.c and llama.cpp's LLaMA
- * (GGUF stores Q/K already permuted for this). */
+ * Architectures (GGUF general.architecture; common/model_arch.c holds one
+ * table per family): llama (llama2.c files too), qwen2, qwen3. What differs
+ * between them is data here: optional tensors (q/k/v/o biases, per-head q/k
+ * RMS norms, rope_freqs) and the RoPE style and scaling of the config.
+ *
+ * RoPE: pair i of each head (i < rope_dims/2) turns by pos * freq_i with
+ * freq_i = theta^(-2i/rope_dims) / rope_freqs[i] (when present), then
+ * scaled (linear / yarn); NORM pairs (x[2i], x[2i+1]) as llama2.c's run.c and
+ * llama.cpp's LLaMA (GGUF stores Q/K already permuted for this), NEOX pairs
+ * (x[i], x[i + rope_dims/2]) as Qwen. Elements past rope_dims stay as they
+ * are. kernels/rope.h computes the table. */
 #ifndef NA_MODEL_H
 #define NA_MODEL_H
 
@@ -36,6 +44,21 @@ typedef enum {
     NA_MODEL_FORMAT_GGUF    = 1,
 } na_model_format_t;
 
+/* RoPE pairing (see above). */
+typedef enum {
+    NA_ROPE_NORM = 0,       /* adjacent pairs (x[2i], x[2i+1]) */
+    NA_ROPE_NEOX = 1,       /* halves (x[i], x[i + rope_dims/2]) */
+} na_rope_style_t;
+
+/* RoPE scaling ({arch}.rope.scaling.type). */
+typedef enum {
+    NA_ROPE_SCALING_NONE   = 0,
+    NA_ROPE_SCALING_LINEAR = 1,     /* every frequency times rope_freq_scale */
+    NA_ROPE_SCALING_YARN   = 2,     /* llama.cpp's rope_yarn: ramp between the two */
+} na_rope_scaling_t;
+
+#define NA_MODEL_ARCH_MAX 16        /* bytes of na_model_config_t.arch, with the NUL */
+
 typedef struct {
     int   dim;              /* model width */
     int   hidden_dim;       /* FFN inner width */
@@ -44,19 +67,37 @@ typedef struct {
     int   n_kv_heads;       /* KV heads (GQA when < n_heads) */
     int   vocab_size;
     int   seq_len;          /* maximum context length */
-    int   head_dim;         /* dim / n_heads */
+    int   head_dim;         /* {arch}.attention.key_length, else dim / n_heads */
     float rope_theta;       /* 10000 for llama2.c files */
     float rms_eps;          /* 1e-5 for llama2.c files */
     int   shared_classifier;/* 1: output projection is tok_embd */
+    char  arch[NA_MODEL_ARCH_MAX]; /* "llama", "qwen2", "qwen3" */
+    /* RoPE; all zero means NORM, full head_dim, no scaling (the loaders set
+     * rope_dims = head_dim, rope_freq_scale = yarn_attn_factor = 1). */
+    int   rope_dims;        /* rotated elements per head: even, <= head_dim */
+    na_rope_style_t   rope_style;
+    na_rope_scaling_t rope_scaling;
+    float rope_freq_scale;  /* 1 / {arch}.rope.scaling.factor (linear, yarn); 1: none */
+    float yarn_ext_factor;  /* yarn: extrapolation mix (default 1; 0 = linear) */
+    float yarn_attn_factor; /* magnitude of cos/sin ({arch}.rope.scaling.attn_factor, 1) */
+    float yarn_beta_fast;   /* yarn ramp ends (32, 1) */
+    float yarn_beta_slow;
+    int   yarn_orig_ctx;    /* {arch}.rope.scaling.original_context_length (seq_len) */
 } na_model_config_t;
 
-/* A 1-D or 2-D weight. A 1-D tensor has rows = 1. */
+/* A 1-D or 2-D weight. A 1-D tensor has rows = 1. An optional tensor the
+ * file lacks is all zero (data == NULL): na_tensor_present. */
 typedef struct {
     na_dtype_t  dtype;
     int         rows;       /* output features */
     int         cols;       /* input features (contiguous) */
     const void *data;       /* rows*cols elements, row-major; Q8_0: rows * cols/32 blocks */
 } na_tensor_t;
+
+static inline int na_tensor_present(const na_tensor_t *t)
+{
+    return t->data != NULL;
+}
 
 typedef struct {
     na_tensor_t attn_norm;  /* (dim) f32 */
@@ -68,6 +109,11 @@ typedef struct {
     na_tensor_t w1;         /* gate: (hidden_dim, dim) */
     na_tensor_t w2;         /* down: (dim, hidden_dim) */
     na_tensor_t w3;         /* up:   (hidden_dim, dim) */
+    /* optional (the architecture's table says which): f32 vectors */
+    na_tensor_t bq, bk, bv; /* projection biases (qwen2): (q), (kv), (kv) */
+    na_tensor_t bo;         /* output projection bias (dim) */
+    na_tensor_t q_norm;     /* per-head RMS norm of q before RoPE (qwen3): (head_dim) */
+    na_tensor_t k_norm;     /* per-head RMS norm of k before RoPE (qwen3): (head_dim) */
 } na_layer_weights_t;
 
 typedef struct na_model {
@@ -77,6 +123,7 @@ typedef struct na_model {
     na_layer_weights_t *layers;     /* [n_layers] */
     na_tensor_t         out_norm;   /* (dim) f32 */
     na_tensor_t         output;     /* (vocab_size, dim); == tok_embd when shared */
+    na_tensor_t         rope_freqs; /* optional (rope_dims/2) f32: per-pair frequency divisors */
     char               *path;       /* the file it came from (owned) */
     void               *map;        /* read-only mmap of the whole file */
     size_t              map_size;

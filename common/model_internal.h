@@ -6,11 +6,16 @@
 #include "model.h"
 
 /* Check every config field of m->cfg against common/model.h's bounds and the
- * divisibility rules; sets head_dim. fmt_field(x) names fields in messages the
+ * divisibility rules; sets head_dim (= dim / n_heads unless the loader set
+ * it, e.g. from key_length) and the RoPE defaults (rope_dims = head_dim,
+ * scale and attention factor 1, yarn betas 32 / 1, original context
+ * seq_len) where the loader left them zero. fmt_field(x) names fields in messages the
  * way the format spells them (e.g. "dim" or "llama.embedding_length").
  * NA_ERR_RANGE / NA_ERR_FORMAT with a message naming m->path and the field. */
 typedef struct {
     const char *dim, *hidden_dim, *n_layers, *n_heads, *n_kv_heads, *vocab_size, *seq_len;
+    const char *head_dim;   /* the field that set c->head_dim when it is > 0 on entry */
+    const char *rope_dims;  /* the field that set c->rope_dims when it is > 0 on entry */
 } na_model_field_names_t;
 
 na_status_t na_model_check_config(const na_model_t *m, const na_model_field_names_t *names,

@@ -7,7 +7,8 @@
 
 /* The placed weights of a layer, in the order of na_engine_layer_w_t, with
  * the model tensors they come from. */
-#define NA_ENGINE_LAYER_W(X) X(attn_norm) X(wq) X(wk) X(wv) X(wo) X(ffn_norm) X(w1) X(w2) X(w3)
+#define NA_ENGINE_LAYER_W(X) X(attn_norm) X(wq) X(wk) X(wv) X(wo) X(ffn_norm) X(w1) X(w2) X(w3) \
+    X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm)
 
 /* Place every weight of the model on the backend once. */
 static na_status_t na_engine_place(na_engine_t *e)
@@ -26,7 +27,8 @@ static na_status_t na_engine_place(na_engine_t *e)
         return st;
     for (l = 0; l < e->cfg.n_layers; l++) {
 #define NA_PLACE(f)                                                                 \
-        if ((st = ops->place(e->kern, &m->layers[l].f, &e->w.layers[l].f)) != NA_OK) \
+        if (na_tensor_present(&m->layers[l].f) &&                                   \
+            (st = ops->place(e->kern, &m->layers[l].f, &e->w.layers[l].f)) != NA_OK) \
             return st;
         NA_ENGINE_LAYER_W(NA_PLACE)
 #undef NA_PLACE
@@ -83,6 +85,12 @@ na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *op
     st = na_engine_place(e);
     if (st != NA_OK)
         goto err_destroy_kernels;
+    {
+        na_rope_desc_t rd;
+        na_rope_desc_model(&rd, model);
+        if ((st = na_rope_create(e->kern, &rd, &e->rope)) != NA_OK)
+            goto err_destroy_kernels;
+    }
     *e_p = e;
     return NA_OK;
 
@@ -98,6 +106,7 @@ void na_engine_destroy(na_engine_t *e)
 {
     if (e == NULL)
         return;
+    na_rope_destroy(e->rope);
     na_engine_unplace(e);
     na_kernels_destroy(e->kern);
     free(e);

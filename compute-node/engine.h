@@ -13,10 +13,11 @@
  *
  *   na_slice_embed            x = tok_embd[token]
  *   for each layer l:
- *     na_slice_pre_attn       xb = rmsnorm(x); q,k,v = xb·Wq,Wk,Wv; RoPE(q, k)
+ *     na_slice_pre_attn       xb = rmsnorm(x); q,k,v = xb·Wq,Wk,Wv (+ biases);
+ *                             per-head rmsnorm(q, k) (qwen3); RoPE(q, k)
  *     -- attention --         att = softmax(q·Kᵀ/√d)·V   (monolithic: local KV,
  *                                                         offload: a storage node)
- *     na_slice_post_attn      x += att·Wo; x += W2·(silu(W1·rmsnorm(x)) * W3·rmsnorm(x))
+ *     na_slice_post_attn      x += att·Wo (+ bo); x += W2·(silu(W1·rmsnorm(x)) * W3·rmsnorm(x))
  *   na_slice_final            logits = Wout·rmsnorm(x) of each segment's last row
  *
  * na_engine_forward runs them back to back with local attention; an offload
@@ -31,6 +32,7 @@
 #include "common/status.h"
 #include "compute-node/kv_local.h"
 #include "kernels/kernels.h"
+#include "kernels/rope.h"
 
 #define NA_ENGINE_DEFAULT_MAX_ROWS 512
 
@@ -46,6 +48,9 @@ typedef struct {
  * backends wrap the mmap, a device backend holds its own copy. */
 typedef struct {
     na_kweight_t attn_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+    /* the architecture's optional tensors; placed only when the model has
+     * them (the model's na_tensor_present says which) */
+    na_kweight_t bq, bk, bv, bo, q_norm, k_norm;
 } na_engine_layer_w_t;
 
 typedef struct {
@@ -61,6 +66,7 @@ typedef struct na_engine {
     na_engine_opts_t   opts;    /* backend string not kept (NULL after create) */
     na_kernels_t      *kern;    /* owned */
     na_engine_w_t      w;       /* placed weights (owned placements) */
+    na_rope_t         *rope;    /* the model's RoPE table on kern (owned) */
     int                q_dim;   /* n_heads * head_dim */
     int                kv_dim;  /* n_kv_heads * head_dim */
 } na_engine_t;
@@ -155,6 +161,11 @@ na_status_t na_step_check(const na_engine_t *e, const na_step_t *s);
 na_status_t na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s);
 /* Outputs a->q, a->k, a->v (rows of the step). */
 na_status_t na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
+/* K and V of n rows of the attention-normed input xb at positions pos (the
+ * K/V part of na_slice_pre_attn: projections, biases, k norm, RoPE of k),
+ * also run by the X-cache to regenerate K/V. k/v/xb: (n, kv_dim/kv_dim/dim). */
+na_status_t na_slice_kv(na_engine_t *e, int layer, const na_kbuf_t *k, const na_kbuf_t *v,
+                        const na_kbuf_t *xb, const int *pos, int n);
 /* Input a->att (rows of the step); updates a->x. */
 na_status_t na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer);
 /* a->logits row i = logits after segment i's last token. */

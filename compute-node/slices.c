@@ -20,10 +20,34 @@ na_status_t na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s)
                                s->n_rows);
 }
 
+na_status_t na_slice_kv(na_engine_t *e, int layer, const na_kbuf_t *kb, const na_kbuf_t *vb,
+                        const na_kbuf_t *xb, const int *pos, int n)
+{
+    const na_kernel_ops_t *ops = e->kern->ops;
+    const na_engine_layer_w_t *w = &e->w.layers[layer];
+    const na_layer_weights_t *mw = &e->model->layers[layer];
+    const na_model_config_t *c = &e->cfg;
+    na_kernels_t *k = e->kern;
+
+    /* k, v projections (+ biases) */
+    NA_OP(ops->matmul(k, kb, xb, &w->wk, n));
+    NA_OP(ops->matmul(k, vb, xb, &w->wv, n));
+    if (na_tensor_present(&mw->bk))
+        NA_OP(ops->bias(k, kb, &w->bk, e->kv_dim, n));
+    if (na_tensor_present(&mw->bv))
+        NA_OP(ops->bias(k, vb, &w->bv, e->kv_dim, n));
+    /* per-head RMS norm of k (qwen3), then RoPE by each row's position */
+    if (na_tensor_present(&mw->k_norm))
+        NA_OP(ops->rmsnorm(k, kb, kb, &w->k_norm, c->head_dim, c->rms_eps, n * c->n_kv_heads));
+    NA_OP(ops->rope(k, kb, c->n_kv_heads, pos, e->rope, n));
+    return NA_OK;
+}
+
 na_status_t na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer)
 {
     const na_kernel_ops_t *ops = e->kern->ops;
     const na_engine_layer_w_t *w = &e->w.layers[layer];
+    const na_layer_weights_t *mw = &e->model->layers[layer];
     const na_model_config_t *c = &e->cfg;
     na_kernels_t *k = e->kern;
     na_kbuf_t *const *b = a->buf;
@@ -31,14 +55,16 @@ na_status_t na_slice_pre_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, 
 
     /* attention rmsnorm */
     NA_OP(ops->rmsnorm(k, b[NA_ACT_XB], b[NA_ACT_X], &w->attn_norm, c->dim, c->rms_eps, n));
-    /* q, k, v projections */
+    /* q projection (+ bias), per-head RMS norm (qwen3), RoPE by each row's position */
     NA_OP(ops->matmul(k, b[NA_ACT_Q], b[NA_ACT_XB], &w->wq, n));
-    NA_OP(ops->matmul(k, b[NA_ACT_K], b[NA_ACT_XB], &w->wk, n));
-    NA_OP(ops->matmul(k, b[NA_ACT_V], b[NA_ACT_XB], &w->wv, n));
-    /* RoPE: rotate q and k by each row's position */
-    NA_OP(ops->rope(k, b[NA_ACT_Q], c->n_heads, c->head_dim, s->pos, c->rope_theta, n));
-    NA_OP(ops->rope(k, b[NA_ACT_K], c->n_kv_heads, c->head_dim, s->pos, c->rope_theta, n));
-    return NA_OK;
+    if (na_tensor_present(&mw->bq))
+        NA_OP(ops->bias(k, b[NA_ACT_Q], &w->bq, e->q_dim, n));
+    if (na_tensor_present(&mw->q_norm))
+        NA_OP(ops->rmsnorm(k, b[NA_ACT_Q], b[NA_ACT_Q], &w->q_norm, c->head_dim, c->rms_eps,
+                           n * c->n_heads));
+    NA_OP(ops->rope(k, b[NA_ACT_Q], c->n_heads, s->pos, e->rope, n));
+    /* k and v */
+    return na_slice_kv(e, layer, b[NA_ACT_K], b[NA_ACT_V], b[NA_ACT_XB], s->pos, n);
 }
 
 na_status_t na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s, int layer)
@@ -53,6 +79,8 @@ na_status_t na_slice_post_attn(na_engine_t *e, na_acts_t *a, const na_step_t *s,
 
     /* output projection and residual */
     NA_OP(ops->matmul(k, b[NA_ACT_XB], b[NA_ACT_ATT], &w->wo, n));
+    if (na_tensor_present(&e->model->layers[layer].bo))
+        NA_OP(ops->bias(k, b[NA_ACT_XB], &w->bo, c->dim, n));
     NA_OP(ops->add(k, b[NA_ACT_X], b[NA_ACT_XB], xs));
     /* ffn rmsnorm */
     NA_OP(ops->rmsnorm(k, b[NA_ACT_XB], b[NA_ACT_X], &w->ffn_norm, c->dim, c->rms_eps, n));

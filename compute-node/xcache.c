@@ -3,7 +3,8 @@
  * For an X-cache request the compute node keeps X, the input of each
  * layer's K/V projection (the attention-normed residual xb), instead of
  * sending K and V to a storage node. Each decode step regenerates
- * K = RoPE(X·Wk) and V = X·Wv for the layer and runs the attention here,
+ * K = RoPE(X·Wk) and V = X·Wv for the layer (na_slice_kv: with the
+ * architecture's biases and k norm) and runs the attention here,
  * while the storage nodes compute the batch's other requests (the batch's
  * remote entries are sent first). Nothing of such a request lives on a
  * storage node, so they need nothing for it.
@@ -99,7 +100,6 @@ na_status_t na_xcache_attend(na_xcache_t *x, na_engine_t *e, int layer, int pos,
                              const float *q, float *out)
 {
     const na_model_config_t *c = &e->cfg;
-    const na_engine_layer_w_t *w = &e->w.layers[layer];
     const na_kernel_ops_t *ops = e->kern->ops;
     na_dtype_t kt = e->opts.kv_dtype;
     int n = pos + 1, i;
@@ -134,10 +134,7 @@ na_status_t na_xcache_attend(na_xcache_t *x, na_engine_t *e, int layer, int pos,
         na_kbuf_t vb = na_kbuf_host(v, cnt * sizeof(float));
         na_kbuf_t kcb = na_kbuf_host(kc, na_dtype_bytes(kt, cnt));
         na_kbuf_t vcb = na_kbuf_host(vc, na_dtype_bytes(kt, cnt));
-        if ((st = ops->matmul(e->kern, &kb, &xb, &w->wk, n)) != NA_OK ||
-            (st = ops->matmul(e->kern, &vb, &xb, &w->wv, n)) != NA_OK ||
-            (st = ops->rope(e->kern, &kb, c->n_kv_heads, c->head_dim, positions, c->rope_theta,
-                            n)) != NA_OK ||
+        if ((st = na_slice_kv(e, layer, &kb, &vb, &xb, positions, n)) != NA_OK ||
             (st = ops->store(e->kern, &kcb, kt, &kb, cnt)) != NA_OK ||
             (st = ops->store(e->kern, &vcb, kt, &vb, cnt)) != NA_OK)
             goto out;

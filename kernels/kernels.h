@@ -27,6 +27,7 @@
 
 typedef struct na_kernels na_kernels_t;
 typedef struct na_kevent na_kevent_t;     /* a point in a backend's queue */
+typedef struct na_rope na_rope_t;         /* a model's RoPE table (kernels/rope.h) */
 
 /* ---- buffers ---------------------------------------------------------------
  * Memory the ops read and write. A buffer is allocated, freed, filled
@@ -172,14 +173,21 @@ typedef struct {
     na_status_t (*matmul)(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t *x,
                           const na_kweight_t *w, int batch);
 
-    /* out[b] = x[b] / rms(x[b]) * weight (f32, n), over n elements, b < batch. */
+    /* out[b] = x[b] / rms(x[b]) * weight (f32, n), over n elements, b < batch.
+     * out may be x (in place: also the per-head q/k norms, n = head_dim). */
     na_status_t (*rmsnorm)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
                            const na_kweight_t *weight, int n, float eps, int batch);
 
-    /* Rotate adjacent pairs of each head of vec (n_heads*head_dim) for
-     * position pos[b] of row b (row stride n_heads*head_dim). */
-    na_status_t (*rope)(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, int head_dim,
-                        const int *pos, float theta, int batch);
+    /* Rotate the pairs of each head of vec (n_heads * rope->head_dim per
+     * row) for position pos[b] of row b, by the table of rope (kernels/rope.h:
+     * NORM or NEOX pairs, its frequencies and magnitude); rope was created
+     * on this backend. */
+    na_status_t (*rope)(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
+                        const na_rope_t *rope, int batch);
+
+    /* x[b*n + i] += bias[i] (f32, n), i < n, b < batch: a projection's bias. */
+    na_status_t (*bias)(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
+                        int batch);
 
     /* gate[i] = silu(gate[i]) * up[i], n*batch elements in place. */
     na_status_t (*swiglu)(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,

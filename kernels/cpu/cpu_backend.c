@@ -63,31 +63,35 @@ static void na_cpu_rmsnorm(float *out, const float *x,
     }
 }
 
-/* Same formula as the reference (llama2.c), with cos/sin computed once per
- * pair and row instead of once per head: results are bit-identical. */
-static void na_cpu_rope(float *vec, int n_heads, int head_dim,
-                        const int *pos, float theta, int batch)
+/* Same formula as the reference, with cos/sin computed once per pair and
+ * row instead of once per head: results are bit-identical. */
+static void na_cpu_rope(float *vec, int n_heads, const int *pos, const na_rope_t *r, int batch)
 {
     float fcr[NA_MODEL_MAX_HEAD_DIM / 2], fci[NA_MODEL_MAX_HEAD_DIM / 2];
-    int b, h, i;
+    int b, h, i, half = r->n_dims / 2;
+    int step = r->style == NA_ROPE_NEOX ? 1 : 2, other = r->style == NA_ROPE_NEOX ? half : 1;
 
-    if (head_dim > NA_MODEL_MAX_HEAD_DIM) {
-        na_ref_rope(vec, n_heads, head_dim, pos, theta, batch);
+    if (r->n_dims > NA_MODEL_MAX_HEAD_DIM) {
+        na_ref_rope(vec, n_heads, pos, r, batch);
         return;
     }
     for (b = 0; b < batch; b++) {
-        for (i = 0; i + 1 < head_dim; i += 2) {
-            float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
-            float val = (float)pos[b] * freq;
-            fcr[i / 2] = cosf(val);
-            fci[i / 2] = sinf(val);
+        for (i = 0; i < half; i++) {
+            float val = (float)pos[b] * r->freq[i];
+            fcr[i] = cosf(val);
+            fci[i] = sinf(val);
+            if (r->mscale != 1.0f) {
+                fcr[i] *= r->mscale;
+                fci[i] *= r->mscale;
+            }
         }
         for (h = 0; h < n_heads; h++) {
-            float *v = vec + ((size_t)b * n_heads + h) * head_dim;
-            for (i = 0; i + 1 < head_dim; i += 2) {
-                float v0 = v[i], v1 = v[i + 1];
-                v[i]     = v0 * fcr[i / 2] - v1 * fci[i / 2];
-                v[i + 1] = v0 * fci[i / 2] + v1 * fcr[i / 2];
+            float *v = vec + ((size_t)b * n_heads + h) * r->head_dim;
+            for (i = 0; i < half; i++) {
+                float *p = v + i * step;
+                float v0 = p[0], v1 = p[other];
+                p[0]     = v0 * fcr[i] - v1 * fci[i];
+                p[other] = v0 * fci[i] + v1 * fcr[i];
             }
         }
     }

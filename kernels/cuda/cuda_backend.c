@@ -551,6 +551,7 @@ static const na_kernel_ops_t na_cu_ops = {
     .matmul        = na_cu_matmul_op,
     .rmsnorm       = na_cu_rmsnorm_op,
     .rope          = na_cu_rope_op,
+    .bias          = na_cu_bias_op,
     .swiglu        = na_cu_swiglu_op,
     .softmax       = na_cu_softmax_op,
     .attn_prefill  = na_cu_attn_prefill_op,

@@ -73,8 +73,10 @@ na_status_t na_cu_matmul_op(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t
                             const na_kweight_t *w, int batch);
 na_status_t na_cu_rmsnorm_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
                              const na_kweight_t *weight, int n, float eps, int batch);
-na_status_t na_cu_rope_op(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, int head_dim,
-                          const int *pos, float theta, int batch);
+na_status_t na_cu_rope_op(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
+                          const na_rope_t *rope, int batch);
+na_status_t na_cu_bias_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
+                          int batch);
 na_status_t na_cu_swiglu_op(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
                             size_t n);
 na_status_t na_cu_softmax_op(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);

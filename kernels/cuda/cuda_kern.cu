@@ -109,34 +109,56 @@ extern "C" int na_cu_swiglu(void *stream, float *gate, const float *up, size_t n
     return na_cu_last();
 }
 
-/* One thread per rotated pair: (b, h, i/2). */
-__global__ void na_cu_rope_k(float *vec, int n_heads, int head_dim, const int *pos, float theta,
-                             size_t n_pairs)
+/* One thread per rotated pair: (b, h, i). The angles come from the host's
+ * table (kernels/rope.h), never from powf on the device. */
+__global__ void na_cu_rope_k(float *vec, int n_heads, int head_dim, int n_dims, int neox,
+                             const float *freq, float mscale, const int *pos, size_t n_pairs)
 {
-    int half = head_dim / 2;
+    int half = n_dims / 2;
     for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < n_pairs;
          p += (size_t)gridDim.x * blockDim.x) {
         size_t bh = p / (size_t)half;
-        int i = 2 * (int)(p % (size_t)half);
+        int i = (int)(p % (size_t)half);
         int b = (int)(bh / (size_t)n_heads);
-        float *v = vec + bh * (size_t)head_dim;
-        float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
-        float val = (float)pos[b] * freq;
+        float *v = vec + bh * (size_t)head_dim + (neox ? i : 2 * i);
+        int other = neox ? half : 1;
+        float val = (float)pos[b] * freq[i];
         float fcr = cosf(val), fci = sinf(val);
-        float v0 = v[i], v1 = v[i + 1];
-        v[i] = v0 * fcr - v1 * fci;
-        v[i + 1] = v0 * fci + v1 * fcr;
+        if (mscale != 1.0f) {
+            fcr *= mscale;
+            fci *= mscale;
+        }
+        float v0 = v[0], v1 = v[other];
+        v[0] = v0 * fcr - v1 * fci;
+        v[other] = v0 * fci + v1 * fcr;
     }
 }
 
-extern "C" int na_cu_rope(void *stream, float *vec, int n_heads, int head_dim, const int *pos,
-                          float theta, int batch)
+extern "C" int na_cu_rope(void *stream, float *vec, int n_heads, int head_dim, int n_dims,
+                          int neox, const float *freq, float mscale, const int *pos, int batch)
 {
-    size_t n = (size_t)batch * (size_t)n_heads * (size_t)(head_dim / 2);
+    size_t n = (size_t)batch * (size_t)n_heads * (size_t)(n_dims / 2);
     if (n == 0)
         return 0;
     na_cu_rope_k<<<na_cu_grid(n, NA_CU_THREADS), NA_CU_THREADS, 0, (cudaStream_t)stream>>>(
-        vec, n_heads, head_dim, pos, theta, n);
+        vec, n_heads, head_dim, n_dims, neox, freq, mscale, pos, n);
+    return na_cu_last();
+}
+
+__global__ void na_cu_bias_k(float *x, const float *bias, int n, size_t total)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] += bias[i % (size_t)n];
+}
+
+extern "C" int na_cu_bias(void *stream, float *x, const float *bias, int n, int batch)
+{
+    size_t total = (size_t)n * (size_t)batch;
+    if (total == 0)
+        return 0;
+    na_cu_bias_k<<<na_cu_grid(total, NA_CU_THREADS), NA_CU_THREADS, 0, (cudaStream_t)stream>>>(
+        x, bias, n, total);
     return na_cu_last();
 }
 

@@ -27,9 +27,13 @@ int na_cu_store(void *stream, void *dst, int dtype, const float *src, size_t n);
 /* out = x / rms(x) * w per row of n, batch rows. */
 int na_cu_rmsnorm(void *stream, float *out, const float *x, const float *w, int n,
                   float eps, int batch);
-/* RoPE on adjacent pairs, position pos[b] for row b (pos: device-readable). */
-int na_cu_rope(void *stream, float *vec, int n_heads, int head_dim, const int *pos,
-               float theta, int batch);
+/* RoPE, position pos[b] for row b (pos: device-readable): pair i of each
+ * head turns by pos * freq[i] (freq: the host's table, uploaded; n_dims/2
+ * entries), cos/sin times mscale; neox 0 pairs (2i, 2i+1), 1 (i, i+n_dims/2). */
+int na_cu_rope(void *stream, float *vec, int n_heads, int head_dim, int n_dims, int neox,
+               const float *freq, float mscale, const int *pos, int batch);
+/* x[b*n + i] += bias[i], batch rows of n. */
+int na_cu_bias(void *stream, float *x, const float *bias, int n, int batch);
 /* gate[i] = silu(gate[i]) * up[i]. */
 int na_cu_swiglu(void *stream, float *gate, const float *up, size_t n);
 /* In-place softmax of batch rows of n. */

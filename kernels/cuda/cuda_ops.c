@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/rope.h"
 
 #define F32B(n) ((size_t)(n) * sizeof(float))
 
@@ -191,20 +192,35 @@ na_status_t na_cu_rmsnorm_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbu
                           "rmsnorm kernel");
 }
 
-na_status_t na_cu_rope_op(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, int head_dim,
-                          const int *pos, float theta, int batch)
+na_status_t na_cu_rope_op(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
+                          const na_rope_t *rope, int batch)
 {
     const int *dpos;
-    float *pv;
+    float *pv, *pf;
     na_status_t st;
-    if (pos == NULL || n_heads < 0 || head_dim < 0 || batch < 0)
+    if (pos == NULL || rope == NULL || rope->k != k || n_heads < 0 || batch < 0)
         return na_cu_shape("rope");
-    NA_CU_ARG(vec, F32B((size_t)batch * (size_t)n_heads * (size_t)head_dim), "rope", "vec", pv);
+    NA_CU_ARG(vec, F32B((size_t)batch * (size_t)n_heads * (size_t)rope->head_dim), "rope", "vec",
+              pv);
+    NA_CU_ARG(rope->buf, F32B(rope->n_dims / 2), "rope", "freq", pf);
     NA_CU_ENTER();
     if ((st = na_cu_params(k, pos, batch, &dpos)) != NA_OK)
         return st;
-    return na_cu_status(k, na_cu_rope(na_cu_stream(k), pv, n_heads, head_dim, dpos, theta,
-                                        batch), "rope kernel");
+    return na_cu_status(k, na_cu_rope(na_cu_stream(k), pv, n_heads, rope->head_dim,
+                                        rope->n_dims, rope->style == NA_ROPE_NEOX, pf,
+                                        rope->mscale, dpos, batch), "rope kernel");
+}
+
+na_status_t na_cu_bias_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
+                          int batch)
+{
+    float *px, *pb;
+    if (bias == NULL || bias->dtype != NA_DTYPE_F32 || n < 0 || batch < 0)
+        return na_cu_shape("bias");
+    NA_CU_ARG(x, F32B((size_t)batch * (size_t)n), "bias", "x", px);
+    NA_CU_ARG(&bias->buf, F32B(n), "bias", "bias", pb);
+    NA_CU_ENTER();
+    return na_cu_status(k, na_cu_bias(na_cu_stream(k), px, pb, n, batch), "bias kernel");
 }
 
 na_status_t na_cu_swiglu_op(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/host/host.h"
+#include "kernels/rope.h"
 
 struct na_kevent {
     int recorded;
@@ -295,15 +296,30 @@ na_status_t na_khost_rmsnorm(na_kernels_t *k, const na_kbuf_t *out, const na_kbu
     return NA_OK;
 }
 
-na_status_t na_khost_rope(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, int head_dim,
-                          const int *pos, float theta, int batch)
+na_status_t na_khost_rope(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
+                          const na_rope_t *rope, int batch)
 {
     float *pv;
-    if (pos == NULL || n_heads < 0 || head_dim < 0 || batch < 0)
+    if (pos == NULL || rope == NULL || rope->k != k || n_heads < 0 || batch < 0)
         return na_khost_shape(k, "rope", 0);
-    NA_KHOST_ARG(vec, F32B((size_t)batch * (size_t)n_heads * (size_t)head_dim), "rope",
+    NA_KHOST_ARG(vec, F32B((size_t)batch * (size_t)n_heads * (size_t)rope->head_dim), "rope",
                  "vec", pv);
-    na_khost_core(k)->rope(pv, n_heads, head_dim, pos, theta, batch);
+    na_khost_core(k)->rope(pv, n_heads, pos, rope, batch);
+    return NA_OK;
+}
+
+/* Row by row through the backend's add kernel. */
+na_status_t na_khost_bias(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
+                          int batch)
+{
+    float *px, *pb;
+    int b;
+    if (bias == NULL || bias->dtype != NA_DTYPE_F32 || n < 0 || batch < 0)
+        return na_khost_shape(k, "bias", 0);
+    NA_KHOST_ARG(x, F32B((size_t)batch * (size_t)n), "bias", "x", px);
+    NA_KHOST_ARG(&bias->buf, F32B(n), "bias", "bias", pb);
+    for (b = 0; b < batch; b++)
+        na_khost_core(k)->add(px + (size_t)b * (size_t)n, pb, (size_t)n);
     return NA_OK;
 }
 

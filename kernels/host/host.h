@@ -28,8 +28,7 @@ typedef struct {
     na_khost_matmul_fn *matmul;
     void (*rmsnorm)(float *out, const float *x, const float *weight, int n,
                     float eps, int batch);
-    void (*rope)(float *vec, int n_heads, int head_dim, const int *pos,
-                 float theta, int batch);
+    void (*rope)(float *vec, int n_heads, const int *pos, const na_rope_t *rope, int batch);
     void (*swiglu)(float *gate, const float *up, size_t n);
     void (*softmax)(float *x, int n, int batch);
     na_khost_attn_prefill_fn *attn_prefill;
@@ -70,8 +69,10 @@ na_status_t na_khost_matmul(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t
                             const na_kweight_t *w, int batch);
 na_status_t na_khost_rmsnorm(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
                              const na_kweight_t *weight, int n, float eps, int batch);
-na_status_t na_khost_rope(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, int head_dim,
-                          const int *pos, float theta, int batch);
+na_status_t na_khost_rope(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
+                          const na_rope_t *rope, int batch);
+na_status_t na_khost_bias(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
+                          int batch);
 na_status_t na_khost_swiglu(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
                             size_t n);
 na_status_t na_khost_softmax(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);
@@ -105,6 +106,7 @@ na_status_t na_khost_attn_decode(na_kernels_t *k, const na_kbuf_t *out, const na
     .matmul        = na_khost_matmul,             \
     .rmsnorm       = na_khost_rmsnorm,            \
     .rope          = na_khost_rope,               \
+    .bias          = na_khost_bias,               \
     .swiglu        = na_khost_swiglu,             \
     .softmax       = na_khost_softmax,            \
     .attn_prefill  = na_khost_attn_prefill,       \

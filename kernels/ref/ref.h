@@ -10,6 +10,7 @@
 
 #include "kernels/host/host.h"
 #include "kernels/kernels.h"
+#include "kernels/rope.h"
 
 /* Value j of row r of weight w, dequantised to f32 (any dtype). */
 float na_ref_weight_at(const na_tensor_t *w, int r, int j);
@@ -37,8 +38,7 @@ void na_ref_add(float *x, const float *y, size_t n);
 void na_ref_store(void *dst, na_dtype_t dtype, const float *src, size_t n);
 void na_ref_rmsnorm(float *out, const float *x,
                     const float *weight, int n, float eps, int batch);
-void na_ref_rope(float *vec, int n_heads, int head_dim,
-                 const int *pos, float theta, int batch);
+void na_ref_rope(float *vec, int n_heads, const int *pos, const na_rope_t *rope, int batch);
 void na_ref_swiglu(float *gate, const float *up, size_t n);
 void na_ref_softmax(float *x, int n, int batch);
 /* The kernels that take the backend: types in kernels/host/host.h, kernels.h. */

@@ -139,21 +139,32 @@ void na_ref_rmsnorm(float *out, const float *x,
     }
 }
 
-/* Pair (x[i], x[i+1]) for even i of each head turns by pos * theta^(-i/head_dim). */
-void na_ref_rope(float *vec, int n_heads, int head_dim,
-                 const int *pos, float theta, int batch)
+/* Pair i of each head turns by pos * freq[i] (kernels/rope.h): elements
+ * (2i, 2i+1) for NORM, (i, i + n_dims/2) for NEOX; cos/sin times mscale.
+ * Products rounded before the sum (no FMA contraction): the results of the
+ * earlier adjacent-pair loop, which the compiler vectorised without FMA, bit
+ * for bit (llama2.c models give the same logits as before). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+void na_ref_rope(float *vec, int n_heads, const int *pos, const na_rope_t *r, int batch)
 {
-    int b, h, i;
+    int b, h, i, half = r->n_dims / 2;
+    int step = r->style == NA_ROPE_NEOX ? 1 : 2, other = r->style == NA_ROPE_NEOX ? half : 1;
     for (b = 0; b < batch; b++) {
         for (h = 0; h < n_heads; h++) {
-            float *v = vec + ((size_t)b * n_heads + h) * head_dim;
-            for (i = 0; i + 1 < head_dim; i += 2) {
-                float freq = 1.0f / powf(theta, (float)i / (float)head_dim);
-                float val = (float)pos[b] * freq;
+            float *v = vec + ((size_t)b * n_heads + h) * r->head_dim;
+            for (i = 0; i < half; i++) {
+                float val = (float)pos[b] * r->freq[i];
                 float fcr = cosf(val), fci = sinf(val);
-                float v0 = v[i], v1 = v[i + 1];
-                v[i]     = v0 * fcr - v1 * fci;
-                v[i + 1] = v0 * fci + v1 * fcr;
+                float *p = v + i * step;
+                float v0 = p[0], v1 = p[other];
+                if (r->mscale != 1.0f) {
+                    fcr *= r->mscale;
+                    fci *= r->mscale;
+                }
+                p[0]     = v0 * fcr - v1 * fci;
+                p[other] = v0 * fci + v1 * fcr;
             }
         }
     }

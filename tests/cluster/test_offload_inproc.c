@@ -4,7 +4,10 @@
  * monolithic engine for request / head partition, 1 and 3 slots, 1..3
  * batches in flight, KV forced to DRAM and to SSD, spill intervals 1 and 4,
  * X-cache on and off (MHA); X-cache is refused for GQA. (Queueing past a
- * storage budget: tests/cluster/test_offload_run.sh queue.) Models: stories260K (GQA) and generated MHA / GQA ones. */
+ * storage budget: tests/cluster/test_offload_run.sh queue.) Models: stories260K (GQA) and generated MHA / GQA ones,
+ * and one of each architecture (llama3's rope_freqs, qwen2's biases, qwen3's
+ * q/k norms with key_length != dim/heads, partial RoPE with yarn scaling;
+ * MHA ones also through the X-cache's K/V regeneration). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +213,37 @@ int main(void)
     go.seed = 7;
     if (na_test_genmodel(g_tmp, "gqa", &go, "bin", path, sizeof(path)) == 0)
         run_model(path, vs, nv, 0);
+
+    /* the architectures (GGUF only): f32 weights, GQA and MHA */
+    {
+        static const struct {
+            const char *name;
+            na_genmodel_arch_t arch;
+            int heads, kv_heads, head_dim, rope_dims;
+            const char *scaling;
+        } as[] = {
+            { "llama3",   NA_GENMODEL_LLAMA3, 8, 2, 0,  0,  NULL },
+            { "qwen2",    NA_GENMODEL_QWEN2,  8, 2, 0,  0,  NULL },
+            { "qwen2mha", NA_GENMODEL_QWEN2,  4, 4, 0,  0,  NULL },
+            { "qwen3",    NA_GENMODEL_QWEN3,  4, 2, 24, 0,  NULL },
+            { "qwen3mha", NA_GENMODEL_QWEN3,  4, 4, 0,  0,  NULL },
+            { "llamapy",  NA_GENMODEL_LLAMA,  4, 2, 24, 16, "yarn" },
+        };
+        size_t a;
+        for (a = 0; a < sizeof(as) / sizeof(as[0]); a++) {
+            na_genmodel_shape(&go, 64, 128, 2, as[a].heads, as[a].kv_heads, 300, 96);
+            na_genmodel_set_arch(&go, as[a].arch);
+            go.head_dim = as[a].head_dim;
+            go.rope_dims = as[a].rope_dims;
+            go.rope_scaling = as[a].scaling;
+            go.rope_scaling_factor = 4.0f;
+            go.write_llama2c = 0;
+            go.write_gguf = 1;
+            go.seed = 11 + a;
+            if (na_test_genmodel(g_tmp, as[a].name, &go, "gguf", path, sizeof(path)) == 0)
+                run_model(path, vs, nv, as[a].heads == as[a].kv_heads);
+        }
+    }
 
     na_test_rmtree(g_tmp);
     return na_test_finish();

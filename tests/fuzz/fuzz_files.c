@@ -168,7 +168,26 @@ static void use_model(const na_model_t *m)
         use_tensor(m, &w->w1, "w1", c->hidden_dim, c->dim);
         use_tensor(m, &w->w2, "w2", c->dim, c->hidden_dim);
         use_tensor(m, &w->w3, "w3", c->hidden_dim, c->dim);
+        /* the architectures' optional vectors, where the file has them */
+        if (na_tensor_present(&w->bq))
+            use_tensor(m, &w->bq, "bq", 1, q);
+        if (na_tensor_present(&w->bk))
+            use_tensor(m, &w->bk, "bk", 1, kv);
+        if (na_tensor_present(&w->bv))
+            use_tensor(m, &w->bv, "bv", 1, kv);
+        if (na_tensor_present(&w->bo))
+            use_tensor(m, &w->bo, "bo", 1, c->dim);
+        if (na_tensor_present(&w->q_norm))
+            use_tensor(m, &w->q_norm, "q_norm", 1, c->head_dim);
+        if (na_tensor_present(&w->k_norm))
+            use_tensor(m, &w->k_norm, "k_norm", 1, c->head_dim);
     }
+    if (na_tensor_present(&m->rope_freqs))
+        use_tensor(m, &m->rope_freqs, "rope_freqs", 1, c->rope_dims / 2);
+    fuzz_expect(c->rope_dims >= 2 && c->rope_dims <= c->head_dim && c->rope_dims % 2 == 0 &&
+                c->rope_freq_scale > 0.0f && c->yarn_attn_factor > 0.0f && c->yarn_orig_ctx >= 1,
+                "%s: a loaded RoPE config is out of bounds (dims %d of %d)", m->path,
+                c->rope_dims, c->head_dim);
     (void)na_model_param_count(m);
     if (m->gguf != NULL)
         fuzz_use_gguf_tokenizer(m->gguf);

@@ -73,15 +73,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifndef NA_LIBFUZZER
 
+#include <stdio.h>
+
 #include "common/genmodel.h"
 
 static const char *const seed_files[] = {
-    "f32.gguf", "f16.gguf", "bf16.gguf", "q8_0.gguf", NULL,
+    "f32.gguf", "f16.gguf", "bf16.gguf", "q8_0.gguf", "qwen2.gguf", "qwen3.gguf",
+    "llama3.gguf", NULL,
 };
+
+/* A seed of architecture a at the tiny shape: qwen2's biases, qwen3's q/k
+ * norms and key_length, llama3's rope_freqs with yarn scaling keys. */
+static int arch_seed(const char *dir, const char *name, na_genmodel_arch_t a)
+{
+    char prefix[2048];
+    na_genmodel_opts_t o;
+
+    na_genmodel_shape(&o, 8, 16, 1, 2, 1, NA_GENMODEL_MIN_VOCAB, 8);
+    na_genmodel_set_arch(&o, a);
+    o.write_llama2c = 0;
+    o.write_gguf = 1;
+    if (a == NA_GENMODEL_LLAMA3) {
+        o.rope_scaling = "yarn";
+        o.rope_scaling_factor = 4.0f;
+    }
+    snprintf(prefix, sizeof(prefix), "%s/%s", dir, name);
+    return na_genmodel_write(prefix, &o) == NA_OK ? 0 : -1;
+}
 
 static int make_seeds(const char *dir)
 {
-    return fuzz_genmodel(dir, "f32", 8, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_F32, 1, 1) ||
+    return arch_seed(dir, "qwen2", NA_GENMODEL_QWEN2) ||
+           arch_seed(dir, "qwen3", NA_GENMODEL_QWEN3) ||
+           arch_seed(dir, "llama3", NA_GENMODEL_LLAMA3) ||
+           fuzz_genmodel(dir, "f32", 8, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_F32, 1, 1) ||
            fuzz_genmodel(dir, "f16", 8, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_F16, 0, 1) ||
            fuzz_genmodel(dir, "bf16", 8, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_BF16, 1, 1) ||
            fuzz_genmodel(dir, "q8_0", 32, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_Q8_0, 0, 1) ? -1 : 0;

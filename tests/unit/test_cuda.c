@@ -49,6 +49,7 @@
 #include "kernels/cuda/cuda_tp.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "kernels/rope.h"
 #include "tests/testutil.h"
 
 #define F32B(n) ((size_t)(n) * sizeof(float))
@@ -368,25 +369,72 @@ static void test_rope(void)
 {
     static const int dims[] = { 2, 6, 64, 128 };
     int pos[4] = { 0, 5, 1000, 30000 };
+    na_kernels_t *ref_k = NULL;
     size_t s;
-    for (s = 0; s < sizeof(dims) / sizeof(dims[0]); s++) {
-        int hd = dims[s], nh = 3;
+    int v;
+    NA_CHECK_OK(na_kernels_create("ref", 1, &ref_k));
+    for (s = 0; s < sizeof(dims) / sizeof(dims[0]); s++)
+    for (v = 0; v < 3; v++) {
+        int hd = dims[s], nh = 3, i;
         size_t n = (size_t)4 * nh * hd;
-        float *x = xalloc(F32B(n)), *r = xalloc(F32B(n)), *o = xalloc(F32B(n));
+        float *x = xalloc(F32B(n)), *r = xalloc(F32B(n)), *o = xalloc(F32B(n)), ff[64];
+        na_rope_desc_t d;
+        na_rope_t *rr = NULL, *rc = NULL;
         na_kbuf_t *bx;
+        /* NORM; NEOX with divisors on part of the head; yarn (mscale != 1) */
+        na_rope_desc_plain(&d, hd, 10000.0f);
+        for (i = 0; i < 64; i++)
+            ff[i] = 1.0f + (float)(i % 3);
+        if (v == 1) {
+            d.style = NA_ROPE_NEOX;
+            d.n_dims = hd >= 4 ? hd / 2 - (hd / 2) % 2 : hd;
+            d.freq_factors = ff;
+        } else if (v == 2) {
+            d.scaling = NA_ROPE_SCALING_YARN;
+            d.freq_scale = 0.25f;
+            d.ext_factor = 1.0f;
+            d.orig_ctx = 512;
+        }
+        NA_CHECK_OK(na_rope_create(ref_k, &d, &rr));
+        NA_CHECK_OK(na_rope_create(cu, &d, &rc));
         na_rng_fill(&rng, x, n, -1.0f, 1.0f);
         memcpy(r, x, F32B(n));
-        na_ref_rope(r, nh, hd, pos, 10000.0f, 4);
+        na_ref_rope(r, nh, pos, rr, 4);
         bx = dev_from(x, F32B(n));
-        NA_CHECK_OK(cu->ops->rope(cu, bx, nh, hd, pos, 10000.0f, 4));
+        NA_CHECK_OK(cu->ops->rope(cu, bx, nh, pos, rc, 4));
         dev_to(o, bx, F32B(n));
-        /* sin/cos of arguments up to 3e4 rad: 2 ulp of the argument reduction */
+        /* the host's frequency table: only sin/cos of arguments up to 3e4 rad
+         * differ (2 ulp of the argument reduction) */
         check_close(o, r, n, 1e-5, 1e-5, "rope");
+        na_rope_destroy(rc);
+        na_rope_destroy(rr);
         dev_free(bx);
         free(x);
         free(r);
         free(o);
     }
+    na_kernels_destroy(ref_k);
+}
+
+/* x += bias per row (qwen2's projection biases). */
+static void test_bias(void)
+{
+    int n = 100, batch = 3, i;
+    float x[300], b[100], r[300], o[300];
+    na_tensor_t t = { NA_DTYPE_F32, 1, 100, b };
+    na_kweight_t w;
+    na_kbuf_t *bx;
+    na_rng_fill(&rng, x, 300, -1.0f, 1.0f);
+    na_rng_fill(&rng, b, 100, -1.0f, 1.0f);
+    for (i = 0; i < n * batch; i++)
+        r[i] = x[i] + b[i % n];
+    NA_CHECK_OK(cu->ops->place(cu, &t, &w));
+    bx = dev_from(x, F32B(300));
+    NA_CHECK_OK(cu->ops->bias(cu, bx, &w, n, batch));
+    dev_to(o, bx, F32B(300));
+    NA_CHECK(memcmp(o, r, sizeof(o)) == 0);
+    dev_free(bx);
+    cu->ops->unplace(cu, &w);
 }
 
 /* ---- attention ---------------------------------------------------------- */
@@ -735,6 +783,7 @@ int main(int argc, char **argv)
     test_elementwise();
     test_rows();
     test_rope();
+    test_bias();
     test_matmul();
     test_attention();
     na_kernels_destroy(cu);

@@ -407,6 +407,94 @@ static void check_mutations(const char *path, const uint8_t *orig, size_t n)
     free(copy);
 }
 
+/* Generate arch a (with scaling sc or NULL) at the test shape: its bytes. */
+static uint8_t *arch_file(const char *dir, na_genmodel_arch_t a, const char *sc, size_t *n_p,
+                          char *path, size_t plen)
+{
+    na_genmodel_opts_t o;
+    char prefix[600];
+    na_genmodel_defaults(&o);
+    na_genmodel_set_arch(&o, a);
+    o.write_llama2c = 0;
+    o.dim = 128, o.n_heads = 4, o.n_kv_heads = 2, o.hidden_dim = 160;
+    o.rope_scaling = sc;
+    o.rope_scaling_factor = 4.0f;
+    snprintf(prefix, sizeof(prefix), "%s/arch%d%s", dir, (int)a, sc ? sc : "");
+    NA_CHECK_OK(na_genmodel_write(prefix, &o));
+    snprintf(path, plen, "%s.gguf", prefix);
+    return (uint8_t *)na_test_read_file(path, n_p);
+}
+
+/* The architectures' own tensors and keys: loaded, and bad ones refused
+ * naming the file and the field (issue 20 item 1). */
+static void check_arch_models(const char *dir)
+{
+    char path[640], bad[640];
+    na_model_t *m = NULL;
+    uint8_t *raw;
+    size_t n = 0;
+    int a;
+
+    snprintf(bad, sizeof(bad), "%s/badarch.gguf", dir);
+    for (a = 0; a < NA_GENMODEL_ARCH_COUNT; a++) {
+        raw = arch_file(dir, (na_genmodel_arch_t)a, NULL, &n, path, sizeof(path));
+        NA_CHECK_OK(na_model_open(path, &m));
+        if (m != NULL) {
+            const na_layer_weights_t *w = &m->layers[1];
+            NA_CHECK(m->cfg.head_dim == 32 && m->cfg.rope_dims == 32);
+            NA_CHECK(m->cfg.rope_style == (a >= NA_GENMODEL_QWEN2 ? NA_ROPE_NEOX : NA_ROPE_NORM));
+            NA_CHECK(!strcmp(m->cfg.arch, a == NA_GENMODEL_QWEN2 ? "qwen2"
+                                         : a == NA_GENMODEL_QWEN3 ? "qwen3" : "llama"));
+            NA_CHECK(na_tensor_present(&w->bq) == (a == NA_GENMODEL_QWEN2));
+            NA_CHECK(na_tensor_present(&w->bk) == (a == NA_GENMODEL_QWEN2) &&
+                     (a != NA_GENMODEL_QWEN2 || w->bk.cols == 64));
+            NA_CHECK(na_tensor_present(&w->q_norm) == (a == NA_GENMODEL_QWEN3) &&
+                     (a != NA_GENMODEL_QWEN3 || w->q_norm.cols == 32));
+            NA_CHECK(na_tensor_present(&m->rope_freqs) == (a == NA_GENMODEL_LLAMA3));
+            NA_CHECK(!na_tensor_present(&w->bo));
+            na_model_destroy(m);
+            m = NULL;
+        }
+#define BAD(key, rel, v, width, want, needle) \
+    expect_model_bad(bad, raw, n, key, rel, v, width, want, needle)
+        if (a == NA_GENMODEL_QWEN2) {
+            BAD("blk.0.attn_k.bias", 0, 32, 8, NA_ERR_FORMAT, "blk.0.attn_k.bias");  /* ne[0] */
+            BAD("blk.1.attn_v.bias", 0, 0, 0, NA_ERR_FORMAT, "blk.1.attn_v.bias");   /* gone */
+            BAD("blk.0.attn_q.bias", 8, 8, 4, NA_ERR_UNSUPPORTED, "blk.0.attn_q.bias"); /* q8_0 */
+        } else if (a == NA_GENMODEL_QWEN3) {
+            BAD("blk.0.attn_q_norm.weight", 0, 16, 8, NA_ERR_FORMAT, "blk.0.attn_q_norm.weight");
+            BAD("blk.1.attn_k_norm.weight", 0, 0, 0, NA_ERR_FORMAT, "blk.1.attn_k_norm.weight");
+            BAD("qwen3.attention.key_length", 0, 33, 4, NA_ERR_FORMAT,
+                "qwen3.attention.key_length");
+            BAD("qwen3.attention.value_length", 0, 16, 4, NA_ERR_UNSUPPORTED,
+                "qwen3.attention.value_length");
+            BAD("general.architecture", 8 + 4, '9', 1, NA_ERR_UNSUPPORTED, "'qwen9'");
+        } else if (a == NA_GENMODEL_LLAMA3) {
+            BAD("rope_freqs.weight", 0, 8, 8, NA_ERR_FORMAT, "rope_freqs.weight");
+        }
+#undef BAD
+        free(raw);
+    }
+    /* rope scaling keys */
+    raw = arch_file(dir, NA_GENMODEL_LLAMA, "yarn", &n, path, sizeof(path));
+    NA_CHECK_OK(na_model_open(path, &m));
+    if (m != NULL) {
+        NA_CHECK(m->cfg.rope_scaling == NA_ROPE_SCALING_YARN && m->cfg.rope_freq_scale == 0.25f);
+        NA_CHECK(m->cfg.yarn_ext_factor == 1.0f && m->cfg.yarn_orig_ctx == 256);
+        na_model_destroy(m);
+        m = NULL;
+    }
+#define BAD(key, rel, v, width, want, needle) \
+    expect_model_bad(bad, raw, n, key, rel, v, width, want, needle)
+    BAD("llama.rope.scaling.type", 8, 'x', 1, NA_ERR_UNSUPPORTED, "llama.rope.scaling.type");
+    BAD("llama.rope.scaling.factor", 0, 0xc0000000u, 4, NA_ERR_RANGE,
+        "llama.rope.scaling.factor");                                      /* -2.0f */
+    BAD("llama.rope.scaling.original_context_length", 0, 0, 4, NA_ERR_RANGE,
+        "llama.rope.scaling.original_context_length");
+#undef BAD
+    free(raw);
+}
+
 static void check_model(const char *dir)
 {
     na_genmodel_opts_t o;
@@ -450,9 +538,12 @@ static void check_model(const char *dir)
     BAD("llama.block_count", 0, 3, 4, NA_ERR_FORMAT, "blk.2.attn_norm.weight");
     BAD("llama.block_count", 0, 100000, 4, NA_ERR_RANGE, "llama.block_count");
     BAD("llama.feed_forward_length", 0, 160, 4, NA_ERR_FORMAT, "blk.0.ffn_gate.weight");
-    BAD("llama.rope.dimension_count", 0, 4, 4, NA_ERR_UNSUPPORTED, "llama.rope.dimension_count");
+    BAD("llama.rope.dimension_count", 0, 5, 4, NA_ERR_FORMAT, "llama.rope.dimension_count");
+    BAD("llama.rope.dimension_count", 0, 10, 4, NA_ERR_FORMAT, "llama.rope.dimension_count");
+    BAD("llama.rope.dimension_count", 0, 0, 4, NA_ERR_RANGE, "llama.rope.dimension_count");
     BAD("llama.rope.freq_base", 0, 0xbf800000u, 4, NA_ERR_RANGE, "theta");   /* -1.0f */
     BAD("general.architecture", 8 + 4, 'b', 1, NA_ERR_UNSUPPORTED, "general.architecture");
+    BAD("general.architecture", 8 + 4, 'b', 1, NA_ERR_UNSUPPORTED, "llama, qwen2, qwen3");
     BAD("blk.1.ffn_up.weight", 0, 0, 0, NA_ERR_FORMAT, "blk.1.ffn_up.weight");     /* renamed */
     BAD("blk.0.attn_q.weight", 0, 32, 8, NA_ERR_FORMAT, "blk.0.attn_q.weight");    /* ne[0] */
     BAD("blk.0.attn_q.weight", 16, 2, 4, NA_ERR_UNSUPPORTED, "q4_0");             /* type */
@@ -475,6 +566,7 @@ int main(void)
     check_good(path, &b, &L);
     check_corrupt(path, &b, &L);
     check_model(dir);
+    check_arch_models(dir);
     check_norm_conversion(dir);
     free(b.b);
     na_test_rmtree(dir);

@@ -28,6 +28,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "kernels/rope.h"
 #include "tests/testutil.h"
 
 static na_rng_t rng;
@@ -86,10 +87,32 @@ static na_status_t swiglu(na_kernels_t *k, float *g, float *u, size_t n)
     return k->ops->swiglu(k, &gb, &ub, n);
 }
 
-static na_status_t rope(na_kernels_t *k, float *v, int nh, int hd, const int *pos, int batch)
+/* A RoPE table on k: style, n_dims of hd rotated, theta 1e4; scale != 1:
+ * yarn with that scale (mscale != 1); ff: divisors or NULL. */
+static na_rope_t *mkrope(na_kernels_t *k, int hd, int n_dims, na_rope_style_t style,
+                         float scale, const float *ff)
 {
-    na_kbuf_t vb = na_kbuf_host(v, F32B((size_t)batch * nh * hd));
-    return k->ops->rope(k, &vb, nh, hd, pos, 10000.0f, batch);
+    na_rope_desc_t d;
+    na_rope_t *r = NULL;
+    na_rope_desc_plain(&d, hd, 10000.0f);
+    d.style = style;
+    d.n_dims = n_dims;
+    d.freq_factors = ff;
+    if (scale != 1.0f) {
+        d.scaling = NA_ROPE_SCALING_YARN;
+        d.freq_scale = scale;
+        d.ext_factor = 1.0f;
+        d.orig_ctx = 256;
+    }
+    NA_CHECK_OK(na_rope_create(k, &d, &r));
+    return r;
+}
+
+static na_status_t rope(na_kernels_t *k, float *v, int nh, const int *pos, const na_rope_t *r,
+                        int batch)
+{
+    na_kbuf_t vb = na_kbuf_host(v, F32B((size_t)batch * nh * r->head_dim));
+    return k->ops->rope(k, &vb, nh, pos, r, batch);
 }
 
 static na_status_t prefill(na_kernels_t *k, float *out, float *q, void *kc, void *vc,
@@ -109,6 +132,13 @@ static void test_ref_known(void)
     float exp_sm[3] = { 0.09003057f, 0.24472847f, 0.66524096f };
     float rv[4] = { 1.0f, 0.0f, 0.0f, 1.0f };
     float exp_rv[4] = { cosf(1.0f), sinf(1.0f), -sinf(0.01f), cosf(0.01f) };
+    float nv[4] = { 1.0f, 0.0f, 0.0f, 1.0f };   /* NEOX pairs (0, 2) and (1, 3) */
+    float exp_nv[4] = { cosf(1.0f), -sinf(0.01f), sinf(1.0f), cosf(0.01f) };
+    float pv[6] = { 1.0f, 0.0f, 0.0f, 1.0f, 5.0f, 6.0f };   /* 4 of 6 rotated: */
+    float exp_pv[6] = { cosf(1.0f), sinf(1.0f), -sinf(0.01f), cosf(0.01f), 5.0f, 6.0f };
+    na_rope_t *r4 = mkrope(ref_k, 4, 4, NA_ROPE_NORM, 1.0f, NULL);
+    na_rope_t *n4 = mkrope(ref_k, 4, 4, NA_ROPE_NEOX, 1.0f, NULL);
+    na_rope_t *p6 = mkrope(ref_k, 6, 4, NA_ROPE_NORM, 1.0f, NULL);
     float rx[2] = { 3.0f, 4.0f }, rw[2] = { 1.0f, 2.0f }, ro[2];
     float exp_ro[2] = { 0.84852814f, 2.26274170f };      /* x / sqrt(12.5) * w */
     float g[1] = { 1.0f }, u[1] = { 2.0f };
@@ -123,8 +153,16 @@ static void test_ref_known(void)
     na_ref_softmax(sm, 3, 1);
     NA_CHECK(na_close_ratio(sm, exp_sm, 3, 1e-7, 1e-6) <= 1.0);
     /* head_dim 4: pair 0 turns by pos·1, pair 2 by pos·10000^(-2/4) = 0.01 */
-    na_ref_rope(rv, 1, 4, &pos, 10000.0f, 1);
+    na_ref_rope(rv, 1, &pos, r4, 1);
     NA_CHECK(na_close_ratio(rv, exp_rv, 4, 1e-7, 1e-6) <= 1.0);
+    na_ref_rope(nv, 1, &pos, n4, 1);
+    NA_CHECK(na_close_ratio(nv, exp_nv, 4, 1e-7, 1e-6) <= 1.0);
+    /* partial: 10000^(-2/4) for the second pair, elements 4 and 5 stay */
+    na_ref_rope(pv, 1, &pos, p6, 1);
+    NA_CHECK(na_close_ratio(pv, exp_pv, 6, 1e-7, 1e-6) <= 1.0);
+    na_rope_destroy(p6);
+    na_rope_destroy(n4);
+    na_rope_destroy(r4);
     na_ref_rmsnorm(ro, rx, rw, 2, 0.0f, 1);
     NA_CHECK(na_close_ratio(ro, exp_ro, 2, 1e-7, 1e-6) <= 1.0);
     na_ref_swiglu(g, u, 1);
@@ -382,16 +420,33 @@ static void test_elementwise(void)
             free(x);
         }
     for (d = 0; d < sizeof(hds) / sizeof(hds[0]); d++) {
-        int hd = hds[d], nh = 3, batch = 3, pos[3] = { 0, 17, 4999 };
+        int hd = hds[d], nh = 3, batch = 3, pos[3] = { 0, 17, 4999 }, v;
         size_t tot = (size_t)batch * nh * hd;
-        float *x = falloc(tot), *a = falloc(tot), *b = falloc(tot);
+        float *x = falloc(tot), *a = falloc(tot), *b = falloc(tot), ff[512];
         na_rng_fill(&rng, x, tot, -1.0f, 1.0f);
-        for (t = 0; t < 2; t++) {
-            memcpy(a, x, tot * 4);
-            memcpy(b, x, tot * 4);
-            na_ref_rope(a, nh, hd, pos, 10000.0f, batch);
-            NA_CHECK_OK(rope(cpu_k[t], b, nh, hd, pos, batch));
-            NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-6) <= 1.0, "rope hd %d", hd);
+        for (v = 0; v < hd / 2 && v < 512; v++)
+            ff[v] = 1.0f + (float)(v % 5);
+        /* NORM, NEOX, partial NEOX with divisors, yarn (mscale != 1) */
+        for (v = 0; v < 4; v++) {
+            int nd = v == 2 && hd >= 4 ? hd / 2 - (hd / 2) % 2 : hd;
+            na_rope_style_t sty = v == 0 || v == 3 ? NA_ROPE_NORM : NA_ROPE_NEOX;
+            na_rope_t *rr = mkrope(ref_k, hd, nd, sty, v == 3 ? 0.25f : 1.0f, v == 2 ? ff : NULL);
+            for (t = 0; t < 2; t++) {
+                na_rope_t *rc = mkrope(cpu_k[t], hd, nd, sty, v == 3 ? 0.25f : 1.0f,
+                                       v == 2 ? ff : NULL);
+                memcpy(a, x, tot * 4);
+                memcpy(b, x, tot * 4);
+                na_ref_rope(a, nh, pos, rr, batch);
+                NA_CHECK_OK(rope(cpu_k[t], b, nh, pos, rc, batch));
+                /* the same table and formula; the compilers' FMA contraction
+                 * differs (ref rounds each product): a few ulp */
+                NA_CHECK_MSG(na_close_ratio(b, a, tot, 1e-6, 1e-6) <= 1.0, "rope hd %d variant %d",
+                             hd, v);
+                /* a table of another backend is refused */
+                NA_CHECK(rope(cpu_k[t], b, nh, pos, rr, batch) == NA_ERR_INVALID);
+                na_rope_destroy(rc);
+            }
+            na_rope_destroy(rr);
         }
         free(b);
         free(a);
@@ -838,8 +893,14 @@ static void test_bad_args(void)
              NA_ERR_INVALID);                                             /* 3 heads / 2 */
     NA_CHECK(c->ops->attn_prefill(c, &yb, &xb, &small, &xb, NA_DTYPE_F32, 1, 0, 2, 2, 8) ==
              NA_ERR_INVALID);
-    NA_CHECK(c->ops->rope(c, &xb, 2, 32, NULL, 1e4f, 1) == NA_ERR_INVALID);
-    NA_CHECK(c->ops->rope(c, &xb, 4, 32, &pos, 1e4f, 1) == NA_ERR_INVALID);
+    {
+        na_rope_t *r32 = mkrope(c, 32, 32, NA_ROPE_NORM, 1.0f, NULL);
+        NA_CHECK(c->ops->rope(c, &xb, 2, NULL, r32, 1) == NA_ERR_INVALID);
+        NA_CHECK(c->ops->rope(c, &xb, 4, &pos, r32, 1) == NA_ERR_INVALID);
+        NA_CHECK(c->ops->rope(c, &xb, 2, &pos, NULL, 1) == NA_ERR_INVALID);
+        NA_CHECK(c->ops->bias(c, &xb, &pn, 8, 1) == NA_ERR_INVALID);    /* f16 */
+        na_rope_destroy(r32);
+    }
     NA_CHECK(c->ops->softmax(c, &xb, 0, 1) == NA_ERR_INVALID);
     NA_CHECK(c->ops->upload(c, &xb, NULL, 4) == NA_ERR_INVALID);
     NA_CHECK(c->ops->download(c, NULL, &xb, 4) == NA_ERR_INVALID);
