@@ -14,6 +14,7 @@ static const na_cli_cmd_t na_cli_cmds[] = {
     { "launch",    "start every node of a layout (fork/exec here, or mpirun for several hosts)", na_cmd_launch },
     { "serve",     "OpenAI-compatible HTTP server over the long-lived engine (docs/serve.md)", na_cmd_serve },
     { "batch",     "run an OpenAI batch file (JSONL) with progress and resume", na_cmd_batch },
+    { "tokenize",  "print the token ids of a text (or check llama.cpp's tokenizer test vectors)", na_cmd_tokenize },
     { "csd-xclbin", "write the metadata-only xclbin of the CSD kernel (XRT noop)", na_cmd_csd_xclbin },
     { NULL, NULL, NULL }
 };
