@@ -544,6 +544,36 @@ int na_tokenizer_bos(const na_tokenizer_t *t) { return t->bos; }
 int na_tokenizer_eos(const na_tokenizer_t *t) { return t->eos; }
 int na_tokenizer_add_bos(const na_tokenizer_t *t) { return t->add_bos && t->bos >= 0; }
 int na_tokenizer_add_eos(const na_tokenizer_t *t) { return t->add_eos && t->eos >= 0; }
+int na_tokenizer_stop_ids(const na_tokenizer_t *t, int *ids, int cap)
+{
+    static const char *const eog[] = { "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>",
+                                       "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>" };
+    int n = 0, k, id, s;
+    int cand[2] = { t->eos, t->bos };
+
+    for (k = 0; k < 2; k++) {
+        for (s = 0; s < n && ids[s] != cand[k]; s++)
+            ;
+        if (cand[k] >= 0 && s == n && n < cap)
+            ids[n++] = cand[k];
+    }
+    for (k = 0; t->bpe && k < t->n_special; k++) {
+        id = t->special[k];
+        if (t->kind[id] != NA_TOK_CONTROL)
+            continue;
+        for (s = 0; s < (int)(sizeof(eog) / sizeof(eog[0])); s++)
+            if (!strcmp(t->pieces[id], eog[s]))
+                break;
+        if (s == (int)(sizeof(eog) / sizeof(eog[0])))
+            continue;
+        for (s = 0; s < n && ids[s] != id; s++)
+            ;
+        if (s == n && n < cap)
+            ids[n++] = id;
+    }
+    return n;
+}
+
 const char *na_tokenizer_kind(const na_tokenizer_t *t) { return t->bpe ? "bpe" : "spm"; }
 
 size_t na_tokenizer_max_tokens(size_t text_len) { return text_len + 3; }

@@ -69,6 +69,12 @@ int na_tokenizer_eos(const na_tokenizer_t *tok);   /* -1: none */
  * no). 0 when the vocabulary has no such token. */
 int na_tokenizer_add_bos(const na_tokenizer_t *tok);
 int na_tokenizer_add_eos(const na_tokenizer_t *tok);
+/* The tokens that end a generation: EOS and BOS (as `run` always stopped),
+ * then for byte-level BPE the control tokens that end a turn
+ * (<|eot_id|>, <|eom_id|>, <|im_end|>, <|end|>, <end_of_turn>,
+ * <|endoftext|>, <|end_of_text|>, as llama.cpp's end-of-generation set).
+ * Writes at most cap ids (none negative, none twice); returns how many. */
+int na_tokenizer_stop_ids(const na_tokenizer_t *tok, int *ids, int cap);
 /* "spm" or "bpe". */
 const char *na_tokenizer_kind(const na_tokenizer_t *tok);
 

@@ -256,6 +256,10 @@ int main(void)
         NA_CHECK(na_tokenizer_vocab_size(t) == NA_TEST_BPE_N);
         NA_CHECK(na_tokenizer_bos(t) == NA_TEST_BPE_BOS && na_tokenizer_eos(t) == NA_TEST_BPE_EOS);
         NA_CHECK(!na_tokenizer_add_bos(t) && !na_tokenizer_add_eos(t));   /* gpt-2: neither */
+        {   /* EOS, BOS; <|end_of_text|> (an end of turn) is EOS already */
+            int stop[8], ns = na_tokenizer_stop_ids(t, stop, 8);
+            NA_CHECK(ns == 2 && stop[0] == NA_TEST_BPE_EOS && stop[1] == NA_TEST_BPE_BOS);
+        }
         check_merges(t);
         check_special(t);
         check_decode(t);
