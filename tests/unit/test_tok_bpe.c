@@ -7,10 +7,12 @@
  * decoding (bytes, a character split over tokens, special tokens), lossless
  * round trips of random bytes, the pre-tokenizer splits of several families
  * on numbers, contractions, CJK, emoji and whitespace runs, and clear errors
- * for an unknown pre-tokenizer and a merge naming no token. */
+ * for an unknown pre-tokenizer and a merge naming no token; and `nearattn
+ * tokenize` (cli/cmd_tokenize.c) on that vocabulary. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "common/gguf.h"
 #include "common/tok_pretok.h"
@@ -243,6 +245,76 @@ static void check_errors(const char *dir)
     }
 }
 
+/* The output of a shell command (first line), or "" ; *rc_p its exit code. */
+static void run_cmd(const char *cmd, char *out, size_t cap, int *rc_p)
+{
+    FILE *f = popen(cmd, "r");
+    size_t n = 0;
+    int st;
+    out[0] = 0;
+    *rc_p = -1;
+    if (f == NULL)
+        return;
+    if (fgets(out, (int)cap, f) != NULL)
+        n = strlen(out);
+    while (n > 0 && out[n - 1] == '\n')
+        out[--n] = 0;
+    while (fgetc(f) != EOF)
+        ;
+    st = pclose(f);
+    *rc_p = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `nearattn tokenize` on the gpt-2 test vocabulary: --prompt, --special,
+ * --inp/--check against a right and a wrong .out, usage errors. */
+static void check_cli(const char *dir, const char *vocab)
+{
+    const char *bin = getenv("NA_BIN");
+    char cmd[2048], out[256], inp[512], good[512], bad[512];
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    char text[128];
+    int rc;
+
+    if (bin == NULL) {
+        fprintf(stderr, "note: NA_BIN unset: nearattn tokenize not checked\n");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "'%s' tokenize --model '%s' --prompt 'abc hi'", bin, vocab);
+    run_cmd(cmd, out, sizeof(out), &rc);
+    snprintf(text, sizeof(text), "%d %d %d", NA_TEST_BPE_ABC, ' ', NA_TEST_BPE_HI);
+    NA_CHECK_MSG(rc == 0 && !strcmp(out, text), "rc %d out '%s' want '%s'", rc, out, text);
+    snprintf(cmd, sizeof(cmd), "'%s' tokenize --model '%s' --special --prompt '<|im_start|>hi'",
+             bin, vocab);
+    run_cmd(cmd, out, sizeof(out), &rc);
+    snprintf(text, sizeof(text), "%d %d", NA_TEST_BPE_IM_START, NA_TEST_BPE_HI);
+    NA_CHECK_MSG(rc == 0 && !strcmp(out, text), "rc %d out '%s' want '%s'", rc, out, text);
+    /* .inp: "abc", "", "aaa" (the last ends with the separator, as llama.cpp's) */
+    snprintf(inp, sizeof(inp), "%s/t.inp", dir);
+    snprintf(good, sizeof(good), "%s/t.out", dir);
+    snprintf(bad, sizeof(bad), "%s/bad.out", dir);
+    snprintf(text, sizeof(text), "abc%s%saaa%s", sep, sep, sep);
+    NA_CHECK(na_test_write_file(inp, text, strlen(text)) == 0);
+    snprintf(text, sizeof(text), " %d\n\n %d %d\n", NA_TEST_BPE_ABC, NA_TEST_BPE_AA, 'a');
+    NA_CHECK(na_test_write_file(good, text, strlen(text)) == 0);
+    snprintf(text, sizeof(text), " %d\n\n %d %d\n", NA_TEST_BPE_ABC, 'a', NA_TEST_BPE_AA);
+    NA_CHECK(na_test_write_file(bad, text, strlen(text)) == 0);
+    snprintf(cmd, sizeof(cmd), "'%s' tokenize --model '%s' --inp '%s'", bin, vocab, inp);
+    run_cmd(cmd, out, sizeof(out), &rc);
+    snprintf(text, sizeof(text), " %d", NA_TEST_BPE_ABC);
+    NA_CHECK_MSG(rc == 0 && !strcmp(out, text), "rc %d out '%s'", rc, out);
+    snprintf(cmd, sizeof(cmd), "'%s' tokenize --model '%s' --inp '%s' --check '%s'", bin, vocab,
+             inp, good);
+    run_cmd(cmd, out, sizeof(out), &rc);
+    NA_CHECK_MSG(rc == 0 && strstr(out, "3 strings, every id matches"), "rc %d out '%s'", rc, out);
+    snprintf(cmd, sizeof(cmd), "'%s' tokenize --model '%s' --inp '%s' --check '%s'", bin, vocab,
+             inp, bad);
+    run_cmd(cmd, out, sizeof(out), &rc);
+    NA_CHECK_MSG(rc == 1 && strstr(out, "string 3 'aaa'"), "rc %d out '%s'", rc, out);
+    snprintf(cmd, sizeof(cmd), "'%s' tokenize --prompt x 2>/dev/null", bin);
+    run_cmd(cmd, out, sizeof(out), &rc);
+    NA_CHECK(rc == 2);
+}
+
 int main(void)
 {
     char dir[256], path[512];
@@ -264,6 +336,7 @@ int main(void)
         check_special(t);
         check_decode(t);
         check_round_trips(t);
+        check_cli(dir, path);
         na_tokenizer_destroy(t);
     }
     /* llama3: words that are a token are taken whole; BOS added by default */
