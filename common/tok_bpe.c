@@ -21,23 +21,17 @@ static int na_bpe_is_direct(unsigned b)
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
 }
 
-/* The byte a code point stands for, or -1. */
+/* The byte a code point stands for, or -1. The 68 other bytes, in order:
+ * 0x00-0x20, 0x7F-0xA0, 0xAD. */
 static int na_bpe_cp_byte(uint32_t cp)
 {
-    static int inv[68];
-    static int ready;
-    if (!ready) {                      /* idempotent: racing threads write the same values */
-        unsigned b, n = 0;
-        for (b = 0; b < 256; b++)
-            if (!na_bpe_is_direct(b))
-                inv[n++] = (int)b;
-        ready = 1;
-    }
     if (cp < 256)
         return na_bpe_is_direct(cp) ? (int)cp : -1;
-    if (cp < 256 + 68)
-        return inv[cp - 256];
-    return -1;
+    if (cp < 256 + 33)
+        return (int)(cp - 256);
+    if (cp < 256 + 67)
+        return (int)(0x7F + cp - (256 + 33));
+    return cp == 256 + 67 ? 0xAD : -1;
 }
 
 size_t na_bpe_unmap(char *dst, const char *s, size_t len)

@@ -11,19 +11,23 @@
 
 #include "tok_internal.h"
 
-static const na_tokenizer_t *na_tok_sort_t;   /* qsort has no context argument */
+typedef struct {
+    uint32_t len;
+    int      id;
+} na_tok_by_len_t;
 
+/* Longest text first, then lowest id. */
 static int na_tok_special_cmp(const void *a, const void *b)
 {
-    int x = *(const int *)a, y = *(const int *)b;
-    uint32_t lx = na_tok_sort_t->piece_len[x], ly = na_tok_sort_t->piece_len[y];
-    if (lx != ly)
-        return lx > ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+    const na_tok_by_len_t *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 na_status_t na_tok_special_index(na_tokenizer_t *t)
 {
+    na_tok_by_len_t *v;
     int id, n = 0;
 
     for (id = 0; id < t->vocab_size; id++)
@@ -32,17 +36,20 @@ na_status_t na_tok_special_index(na_tokenizer_t *t)
     if (n == 0)
         return NA_OK;
     t->special = malloc((size_t)n * sizeof(int));
-    if (t->special == NULL)
+    v = malloc((size_t)n * sizeof(*v));
+    if (t->special == NULL || v == NULL) {
+        free(v);
         return na_err(NA_ERR_NOMEM, "tokenizer: no memory for %d special tokens", n);
+    }
     n = 0;
     for (id = 0; id < t->vocab_size; id++)
         if ((t->kind[id] == NA_TOK_CONTROL || t->kind[id] == NA_TOK_USER) && t->piece_len[id] > 0)
-            t->special[n++] = id;
+            v[n++] = (na_tok_by_len_t){ t->piece_len[id], id };
+    qsort(v, (size_t)n, sizeof(*v), na_tok_special_cmp);
+    for (id = 0; id < n; id++)
+        t->special[id] = v[id].id;
     t->n_special = n;
-    /* the sort is only ever run at load, one tokenizer at a time per thread is
-     * not guaranteed: the comparison reads piece_len only, identical for all */
-    na_tok_sort_t = t;
-    qsort(t->special, (size_t)n, sizeof(int), na_tok_special_cmp);
+    free(v);
     return NA_OK;
 }
 
