@@ -142,7 +142,8 @@ na_status_t na_bpe_merges_load(na_tokenizer_t *t, const na_gguf_t *g)
         r = na_tok_lookup(t, buf + ll, rl);
         to = na_tok_lookup(t, buf, ll + rl);
         if (l < 0 || r < 0 || to < 0) {
-            const char *what = l < 0 ? "its left side" : r < 0 ? "its right side" : "the merged text";
+            const char *what = l < 0 ? "its left side" : r < 0 ? "its right side"
+                                                         : "the merged text";
             st = na_err(NA_ERR_FORMAT, "%s: field 'tokenizer.ggml.merges'[%llu] = '%.*s': %s is "
                         "not a token of tokenizer.ggml.tokens", g->path, (unsigned long long)i,
                         (int)(s->len > 64 ? 64 : s->len), s->data, what);

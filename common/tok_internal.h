@@ -17,7 +17,8 @@ enum {
     NA_TOK_CONTROL = 1,       /* BOS/EOS/unknown/<|im_start|>: decodes to "", never from text
                                * unless special tokens are parsed */
     NA_TOK_BYTE    = 2,       /* <0xNN> */
-    NA_TOK_USER    = 3,       /* user-defined (added) token: found in any text, decodes to its text */
+    NA_TOK_USER    = 3,       /* user-defined (added) token: found in any text, decodes to
+                               * its text */
     NA_TOK_UNUSED  = 4,       /* padding: decodes to "" */
 };
 

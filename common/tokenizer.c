@@ -1,7 +1,9 @@
 /* common/tokenizer.c — SentencePiece-style BPE with byte fallback (see
- * tokenizer.h) and the loading of both vocabularies. Pieces live in one arena; lookup is an open-addressing hash
- * table over the piece bytes; encoding merges with a binary heap, so long
- * prompts cost O(n log n) rather than O(n^2). */
+ * tokenizer.h) and the loading of both vocabularies (byte-level BPE
+ * encoding: tok_special.c, tok_pretok.c, tok_bpe.c). Pieces live in one
+ * arena; lookup is an open-addressing hash table over the piece bytes;
+ * encoding merges with a binary heap, so long prompts cost O(n log n)
+ * rather than O(n^2). */
 #include "tokenizer.h"
 
 #include <errno.h>

@@ -114,9 +114,10 @@ na_status_t na_tokenizer_encode_ex(const na_tokenizer_t *tok, const char *text, 
 
 /* The text of `token` following `prev_token` (pass -1 for none): a
  * NUL-terminated piece owned by the tokenizer. Strips the leading space when
- * prev_token is BOS (SentencePiece only); a <0xNN> byte token gives a 1-byte string (the raw byte,
- * which may be 0x00: then the string is "" — use na_tokenizer_decode_len).
- * Control tokens (BOS/EOS/unk, type 2/3 in GGUF) decode to "". An id outside
+ * prev_token is BOS (SentencePiece only); a <0xNN> byte token gives a 1-byte
+ * string (the raw byte, which may be 0x00: then the string is "" — use
+ * na_tokenizer_decode_len). Control tokens (BOS/EOS/unk, type 2/3 in GGUF)
+ * and padding tokens decode to "". An id outside
  * [0, vocab) gives "". Never fails. */
 const char *na_tokenizer_decode(const na_tokenizer_t *tok, int prev_token, int token);
 

@@ -1,7 +1,7 @@
 /* tests/serve/test_serve_core.c — the serve core without a cluster: UTF-8
  * holding and cleaning (serve/gen.h), chat template detection and rendering
- * (serve/chat.h; the template's markers as special tokens), OpenAI request parsing and the response objects
- * (serve/oai.h, jansson). */
+ * (serve/chat.h; the template's markers as special tokens), OpenAI request
+ * parsing and the response objects (serve/oai.h, jansson). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
