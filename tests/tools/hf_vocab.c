@@ -90,12 +90,15 @@ int main(int argc, char **argv)
     for (i = 0; i < n; i++)
         if (toks[i] == NULL) {
             snprintf(pad, sizeof(pad), "[PAD%zu]", i);
-            toks[i] = strdup(pad);      /* leaked: a one-shot tool */
-            types[i] = 5;
+            if ((toks[i] = strdup(pad)) == NULL)
+                return fail("memory", "out of memory");
+            types[i] = 5;               /* freed below by its type */
         }
     json_array_foreach(merges, i, v) {
         if (json_is_string(v)) {
-            ms[i] = (char *)json_string_value(v);
+            ms[i] = strdup(json_string_value(v));
+            if (ms[i] == NULL)
+                return fail("memory", "out of memory");
         } else {
             const char *a = json_string_value(json_array_get(v, 0));
             const char *b = json_string_value(json_array_get(v, 1));
@@ -138,6 +141,11 @@ int main(int argc, char **argv)
     printf("%s: %zu tokens, %zu merges, pre %s, bos %d, eos %d\n", argv[4], n, nm, argv[3], bos,
            eos);
     rc = 0;
+    for (i = 0; i < n; i++)
+        if (types[i] == 5)
+            free(toks[i]);
+    for (i = 0; i < nm; i++)
+        free(ms[i]);
     free(toks);
     free(types);
     free(ms);
