@@ -25,6 +25,7 @@ int na_cmd_serve(int argc, char **argv);        /* cli/cmd_serve.c */
 int na_cmd_csd_xclbin(int argc, char **argv);   /* cli/cmd_csd_xclbin.c */
 int na_cmd_batch(int argc, char **argv);        /* cli/cmd_batch.c */
 int na_cmd_perplexity(int argc, char **argv);   /* cli/cmd_perplexity.c */
+int na_cmd_tokenize(int argc, char **argv);     /* cli/cmd_tokenize.c */
 
 /* Parse a whole decimal integer / float from a flag value; on failure print
  * "nearattn <cmd>: <flag> expects ..." to stderr and return NA_ERR_INVALID. */

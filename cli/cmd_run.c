@@ -443,7 +443,7 @@ out_free_line:
     return st;
 }
 
-/* Encode every prompt (BOS first) and create its request. */
+/* Encode every prompt (BOS first when the tokenizer asks) and create its request. */
 static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
 {
     na_sampler_cfg_t sc;
@@ -462,7 +462,8 @@ static na_status_t na_run_make_requests(const na_run_args_t *a, na_run_t *r)
             st = na_err(NA_ERR_INVALID, "%s:%d: the prompt holds a NUL byte", a->prompts_file,
                         r->nul_line[i]);
         else
-            st = na_tokenizer_encode(r->tok, r->texts[i], 1, 0, toks, cap, &n_tok);
+            st = na_tokenizer_encode(r->tok, r->texts[i], na_tokenizer_add_bos(r->tok), 0, toks,
+                                     cap, &n_tok);
         if (st == NA_OK) {
             sc.temperature = (float)a->temp;
             sc.top_p = na_sampler_top_p(a->top_p);
@@ -616,7 +617,7 @@ int na_cmd_run(int argc, char **argv)
     na_gen_opts_t go;
     na_gen_stats_t gs;
     na_status_t st;
-    int rc, stop[2];
+    int rc, stop[8], n_stop;
 
     rc = na_run_parse(argc, argv, &a);
     if (rc != 0)
@@ -691,8 +692,7 @@ int na_cmd_run(int argc, char **argv)
         return 1;
     }
     r.streaming = r.n == 1;
-    stop[0] = na_tokenizer_eos(r.tok);
-    stop[1] = na_tokenizer_bos(r.tok);
+    n_stop = na_tokenizer_stop_ids(r.tok, stop, 8);
     if (strcmp(a.mode, "monolithic") != 0) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
@@ -712,7 +712,7 @@ int na_cmd_run(int argc, char **argv)
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
         oa.stop_ids = stop;
-        oa.n_stop = 2;
+        oa.n_stop = n_stop;
         oa.on_token = na_run_on_token;
         oa.on_done = na_run_on_done;
         oa.on_error = na_run_on_error;
@@ -731,7 +731,7 @@ int na_cmd_run(int argc, char **argv)
         na_run_cleanup(&r);
         return rc;
     }
-    go = (na_gen_opts_t){ (int)a.max_batch, stop, 2, na_run_on_token, na_run_on_done, &r,
+    go = (na_gen_opts_t){ (int)a.max_batch, stop, n_stop, na_run_on_token, na_run_on_done, &r,
                           na_run_on_error };
     st = na_generate(r.engine, r.live, r.n_live, &go, &gs);
     if (st != NA_OK)

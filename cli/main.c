@@ -15,6 +15,7 @@ static const na_cli_cmd_t na_cli_cmds[] = {
     { "serve",     "OpenAI-compatible HTTP server over the long-lived engine (docs/serve.md)", na_cmd_serve },
     { "batch",     "run an OpenAI batch file (JSONL) with progress and resume", na_cmd_batch },
     { "perplexity", "perplexity of a model on a text file (llama-perplexity's chunks)", na_cmd_perplexity },
+    { "tokenize",  "print the token ids of a text (or check llama.cpp's tokenizer test vectors)", na_cmd_tokenize },
     { "csd-xclbin", "write the metadata-only xclbin of the CSD kernel (XRT noop)", na_cmd_csd_xclbin },
     { NULL, NULL, NULL }
 };

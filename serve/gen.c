@@ -43,7 +43,8 @@ struct na_sg {
     na_cfg_t       *cfg;
     na_cluster_t   *cluster;
     na_off_t       *off;
-    int             stop_ids[2];
+    int             stop_ids[8];
+    int             n_stop_ids;
     char            name[128];
     char            cfg_path[4096];
     na_sg_job_t    *jobs;               /* held jobs */
@@ -391,8 +392,7 @@ static na_status_t sg_load_model(na_sg_t *g, const na_sg_opts_t *o)
         return st;
     /* a job's logits must not depend on the batch it shares (sampler.h) */
     g->engine->kern->batch_invariant = 1;
-    g->stop_ids[0] = na_tokenizer_eos(g->tok);
-    g->stop_ids[1] = na_tokenizer_bos(g->tok);
+    g->n_stop_ids = na_tokenizer_stop_ids(g->tok, g->stop_ids, 8);
     return NA_OK;
 }
 
@@ -422,7 +422,7 @@ static na_status_t sg_start_engine(na_sg_t *g, const na_sg_opts_t *o)
     oo.max_batch = o->max_batch > 0 ? o->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
     oo.stop_ids = g->stop_ids;
-    oo.n_stop = 2;
+    oo.n_stop = g->n_stop_ids;
     oo.xcache = cfg->xcache.enabled;
     oo.xcache_share = cfg->xcache.share > 0 ? cfg->xcache.share : 1.0;
     oo.xcache_host_mb = cfg->xcache.host_mb;
@@ -484,7 +484,8 @@ static na_status_t sg_job_strings(na_sg_job_t *j, const na_sg_params_t *p)
     return NA_OK;
 }
 
-/* The prompt's token ids: p->prompt, or p->text encoded with BOS (*owned set). */
+/* The prompt's token ids: p->prompt, or p->text encoded with BOS as the
+ * tokenizer asks and the control tokens of p->special (*owned set). */
 static na_status_t sg_prompt(na_sg_t *g, const na_sg_params_t *p, const int **ids, int *n,
                              int **owned)
 {
@@ -503,7 +504,9 @@ static na_status_t sg_prompt(na_sg_t *g, const na_sg_params_t *p, const int **id
     *owned = malloc(cap * sizeof(int));
     if (*owned == NULL)
         return na_err(NA_ERR_NOMEM, "out of memory for a prompt of %zu bytes", strlen(p->text));
-    st = na_tokenizer_encode(g->tok, p->text, 1, 0, *owned, cap, &n_tok);
+    st = na_tokenizer_encode_ex(g->tok, p->text, strlen(p->text),
+                                na_tokenizer_add_bos(g->tok) ? NA_TOK_ADD_BOS : 0, p->special,
+                                p->n_special, *owned, cap, &n_tok);
     if (st != NA_OK)
         return st;
     *ids = *owned;

@@ -102,7 +102,11 @@ typedef void (*na_sg_end_fn)(void *user, const na_sg_end_t *end);
 typedef struct {
     const int         *prompt;       /* token ids, BOS first as the caller wants; or NULL: */
     int                n_prompt;
-    const char        *text;         /* the prompt text, encoded with BOS (as `run`) */
+    const char        *text;         /* the prompt text, encoded with BOS when the
+                                      * tokenizer asks for it (as `run`) */
+    const na_tok_span_t *special;    /* [n_special] parts of text whose control tokens
+                                      * (<|im_start|>) are tokens: a chat's template */
+    size_t             n_special;
     int                max_tokens;   /* <= 0: up to the context; prompt + max_tokens
                                         past the context is refused (NA_ERR_RANGE) */
     double             temperature;  /* >= 0 (0 greedy) */

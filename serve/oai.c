@@ -54,6 +54,7 @@ void na_oai_req_free(na_oai_req_t *r)
 {
     int k;
     free(r->text);
+    free(r->special);
     free(r->ids);
     free(r->model);
     for (k = 0; k < r->n_stop; k++)
@@ -276,7 +277,8 @@ static int oai_messages(json_t *o, const na_chat_t *chat, const char *chat_err,
         msgs[i].role = json_string_value(role);
         msgs[i].content = texts[i];
     }
-    if (rc == 0 && na_chat_render(*chat, msgs, (int)n, &r->text) != NA_OK)
+    if (rc == 0 && na_chat_render_spans(*chat, msgs, (int)n, &r->text, &r->special,
+                                        &r->n_special) != NA_OK)
         rc = BAD("messages", "%s", na_errmsg());
     for (i = 0; i < n; i++)
         free(texts[i]);
@@ -327,6 +329,8 @@ void na_oai_params(const na_oai_req_t *r, na_sg_params_t *p)
     p->prompt = r->ids;
     p->n_prompt = r->n_ids;
     p->text = r->text;
+    p->special = r->special;
+    p->n_special = r->n_special;
     p->max_tokens = r->max_tokens;
     p->temperature = r->temperature;
     p->top_p = r->top_p;

@@ -32,6 +32,8 @@ typedef enum { NA_OAI_COMPLETION = 0, NA_OAI_CHAT = 1 } na_oai_kind_t;
 typedef struct {
     na_oai_kind_t kind;
     char     *text;                    /* the prompt text (chat: rendered), or NULL: */
+    na_tok_span_t *special;            /* chat: the template parts of text (serve/chat.h) */
+    size_t    n_special;
     int      *ids;                     /* completions: the prompt as token ids */
     int       n_ids;
     char     *model;                   /* as given, or NULL */

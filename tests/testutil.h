@@ -77,4 +77,21 @@ FILE *na_test_layout_begin(const char *path, const char *cluster);
  * with dram_mb / ssd_mb. */
 void  na_test_layout_nodes(FILE *f, int n, int port0, const char *kvdir, int dram_mb, int ssd_mb);
 
+/* ---- tests/testvocab.c (na_testutil; needs na_common) ---------------------- */
+/* A GPT-2-style byte-level BPE vocabulary (tokenizer.ggml.model "gpt2") at
+ * path, pre-tokenizer pre (NULL: the key absent): ids 0..255 the one-byte
+ * tokens (byte b is id b), then NA_TEST_BPE_* below; merges by rank "b c",
+ * "a b", "a bc", "a a", " b", "\xc3 \xa9" (é), "h i", then extra_merge
+ * when not NULL. BOS/EOS are <|begin_of_text|> / <|end_of_text|>; the
+ * file names no add_bos_token. 0, or -1 (said why on stderr). */
+enum {
+    NA_TEST_BPE_BC = 256, NA_TEST_BPE_AB, NA_TEST_BPE_ABC, NA_TEST_BPE_AA, NA_TEST_BPE_SP_B,
+    NA_TEST_BPE_E_ACUTE, NA_TEST_BPE_HI, NA_TEST_BPE_CA,
+    NA_TEST_BPE_BOS, NA_TEST_BPE_EOS, NA_TEST_BPE_IM_START, /* control tokens */
+    NA_TEST_BPE_THINK,                                        /* user-defined <think> */
+    NA_TEST_BPE_PAD,                                          /* unused [PAD9] */
+    NA_TEST_BPE_N
+};
+int na_test_bpe_vocab(const char *path, const char *pre, const char *extra_merge);
+
 #endif /* NA_TESTUTIL_H */

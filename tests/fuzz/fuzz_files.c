@@ -86,6 +86,7 @@ void fuzz_use_tokenizer(na_tokenizer_t *tok)
     static const char *const texts[] = {
         "", " ", "Hello, world!", "the  quick brown fox\n\t", "\xe2\x96\x81 \xff\xfe\xc3(",
         "<0x41><s></s><unk>", "\xf0\x9f\x98\x80 caf\xc3\xa9",
+        "<|im_start|>x<think>I'M 12345\r\n\n  \xe4\xbd\xa0\xe5\xa5\xbd!!", "<|<|im_start|",
     };
     int n_vocab = na_tokenizer_vocab_size(tok), toks[64], i;
     size_t j, n, len;
@@ -102,9 +103,13 @@ void fuzz_use_tokenizer(na_tokenizer_t *tok)
             (void)fuzz_touch(d, len);
         (void)na_tokenizer_score(tok, i);
     }
-    for (j = 0; j < sizeof(texts) / sizeof(texts[0]); j++) {
-        na_status_t st = na_tokenizer_encode(tok, texts[j], 1, 1, toks, 64, &n);
-        if (!fuzz_expect(st == NA_OK, "tokenizer: encode '%s': %s: %s", texts[j],
+    for (j = 0; j < 2 * sizeof(texts) / sizeof(texts[0]); j++) {
+        const char *text = texts[j / 2];
+        na_status_t st = (j & 1) ? na_tokenizer_encode_ex(tok, text, strlen(text),
+                                                          NA_TOK_ADD_BOS | NA_TOK_PARSE_SPECIAL,
+                                                          NULL, 0, toks, 64, &n)
+                                 : na_tokenizer_encode(tok, text, 1, 1, toks, 64, &n);
+        if (!fuzz_expect(st == NA_OK, "tokenizer: encode '%s': %s: %s", text,
                          na_status_string(st), na_errmsg()))
             continue;
         for (i = 0; (size_t)i < n; i++)

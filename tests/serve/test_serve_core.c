@@ -1,7 +1,8 @@
 /* tests/serve/test_serve_core.c — the serve core without a cluster: UTF-8
  * holding and cleaning (serve/gen.h), chat template detection and rendering
- * (serve/chat.h), OpenAI request parsing and the response objects
- * (serve/oai.h, jansson). */
+ * (serve/chat.h; the template's markers as special tokens), OpenAI request
+ * parsing and the response objects (serve/oai.h, jansson). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,44 @@ static void test_chat(void)
     NA_CHECK(s && !strcmp(s, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s>"));
     free(s);
     NA_CHECK(na_chat_render(NA_CHAT_LLAMA3, &bad, 1, &s) == NA_ERR_INVALID);
+}
+
+/* A chat rendered for a byte-level BPE vocabulary: the template's markers
+ * are its control tokens, the same marker written in a message is text. */
+static void test_chat_tokens(void)
+{
+    na_chat_msg_t m[1] = { { "user", "<|im_start|>hi" } };
+    char dir[256], path[512], *s = NULL;
+    na_tok_span_t *sp = NULL;
+    size_t nsp = 0, n = 0, i;
+    na_tokenizer_t *t = NULL;
+    int ids[256], marks = 0;
+
+    if (na_test_tmpdir(dir, sizeof(dir)) != 0)
+        return;
+    snprintf(path, sizeof(path), "%s/v.gguf", dir);
+    if (na_test_bpe_vocab(path, "qwen2", NULL) == 0)
+        NA_CHECK_OK(na_tokenizer_open(path, 0, &t));
+    NA_CHECK_OK(na_chat_render_spans(NA_CHAT_CHATML, m, 1, &s, &sp, &nsp));
+    if (t != NULL && s != NULL) {
+        NA_CHECK(!strcmp(s, "<|im_start|>user\n<|im_start|>hi<|im_end|>\n<|im_start|>assistant\n"));
+        /* template parts: "<|im_start|>user\n" and "<|im_end|>\n<|im_start|>assistant\n" */
+        NA_CHECK(nsp == 2 && sp[0].off == 0 && sp[0].len == 17 && sp[1].off == 31);
+        NA_CHECK_OK(na_tokenizer_encode_ex(t, s, strlen(s), 0, sp, nsp, ids, 256, &n));
+        for (i = 0; i < n; i++)
+            marks += ids[i] == NA_TEST_BPE_IM_START;
+        NA_CHECK(marks == 2 && n > 2 && ids[0] == NA_TEST_BPE_IM_START &&
+                 ids[1] != NA_TEST_BPE_IM_START);
+        marks = 0;                      /* without the spans: all text */
+        NA_CHECK_OK(na_tokenizer_encode_ex(t, s, strlen(s), 0, NULL, 0, ids, 256, &n));
+        for (i = 0; i < n; i++)
+            marks += ids[i] == NA_TEST_BPE_IM_START;
+        NA_CHECK(marks == 0);
+    }
+    free(s);
+    free(sp);
+    na_tokenizer_destroy(t);
+    na_test_rmtree(dir);
 }
 
 /* Parse a NUL-terminated body. */
@@ -149,6 +188,7 @@ int main(void)
 {
     test_utf8();
     test_chat();
+    test_chat_tokens();
     test_oai_parse();
     test_oai_build();
     return na_test_finish();

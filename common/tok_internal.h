@@ -1,0 +1,81 @@
+/* common/tok_internal.h — the tokenizer object shared by the files of the
+ * tokenizer (tokenizer.c: the vocabulary and SentencePiece; tok_bpe.c:
+ * byte-level BPE merges; tok_special.c: special tokens in text). Not for
+ * other modules: they use tokenizer.h. */
+#ifndef NA_TOK_INTERNAL_H
+#define NA_TOK_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tok_pretok.h"
+#include "tokenizer.h"
+
+/* kind[] of a token */
+enum {
+    NA_TOK_NORMAL  = 0,
+    NA_TOK_CONTROL = 1,       /* BOS/EOS/unknown/<|im_start|>: decodes to "", never from text
+                               * unless special tokens are parsed */
+    NA_TOK_BYTE    = 2,       /* <0xNN> */
+    NA_TOK_USER    = 3,       /* user-defined (added) token: found in any text, decodes to
+                               * its text */
+    NA_TOK_UNUSED  = 4,       /* padding: decodes to "" */
+};
+
+struct na_tokenizer {
+    int       vocab_size;
+    char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the one block
+                              * that holds every array below (na_tok_alloc). BPE: normal
+                              * pieces hold raw bytes (byte-to-unicode mapping undone) */
+    uint32_t *piece_len;     /* [vocab] */
+    float    *scores;        /* [vocab] */
+    uint8_t  *kind;          /* [vocab] NA_TOK_* */
+    uint8_t  *byte_val;      /* [vocab] value of a byte token */
+    char     *arena;
+    uint32_t  max_piece_len;
+    uint32_t *hash;          /* [hash_mask+1] token id + 1, 0 = empty */
+    uint32_t  hash_mask;
+    int       byte_id[256];  /* SPM: the <0xNN> token of each byte; BPE: the token of the
+                              * one-byte piece; -1 if none */
+    int       bos, eos, unk;
+    char      byte_str[256][2];
+    /* byte-level BPE (tokenizer.ggml.model = "gpt2"); bpe == 0: SentencePiece */
+    int          bpe;
+    int          add_bos, add_eos;   /* what the file asks (tokenizer.ggml.add_*_token) */
+    int          ignore_merges;      /* a word that is a token is taken whole (llama3) */
+    na_pretok_t *pre;
+    uint64_t    *mkey;               /* merges: open addressing over (left << 32 | right) + 1 */
+    uint32_t    *mrank;              /* [mmask+1] rank (index in tokenizer.ggml.merges) */
+    int32_t     *mto;                /* [mmask+1] the merged token */
+    uint64_t     mmask;
+    int         *special;            /* [n_special] control / user tokens, longest text first */
+    int          n_special;
+};
+
+/* Token id of the piece s[0..len) (normal, user and unused tokens), or -1. */
+int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t len);
+
+/* tok_bpe.c: the byte-to-unicode mapping of GPT-2 vocabularies undone on
+ * s[0..len) into dst (room for len bytes): a mapped code point becomes its
+ * byte, anything else is copied. Returns the bytes written. */
+size_t na_bpe_unmap(char *dst, const char *s, size_t len);
+/* Read tokenizer.ggml.merges into t->mkey/mrank/mto (after the hash is
+ * built). NA_ERR_FORMAT naming the file, the field and the entry for a
+ * merge that names an unknown token or whose result is none. */
+na_status_t na_bpe_merges_load(na_tokenizer_t *t, const struct na_gguf *g);
+/* Encode raw text (no special tokens in it) by pre-tokenizer words and
+ * merges, appending to tokens[*n_p ..max). NA_ERR_NOSPACE, NA_ERR_NOMEM. */
+na_status_t na_bpe_encode(const na_tokenizer_t *t, const char *text, size_t len, int *tokens,
+                          size_t max, size_t *n_p);
+
+/* tok_special.c: the special-token list (t->special), built after the kinds
+ * are known; NA_ERR_NOMEM. */
+na_status_t na_tok_special_index(na_tokenizer_t *t);
+/* Encode text[0..len) of a BPE vocabulary, its special tokens cut out first
+ * (see na_tokenizer_encode_ex for flags and spans), appending to
+ * tokens[*n_p .. max). */
+na_status_t na_tok_encode_parts(const na_tokenizer_t *t, const char *text, size_t len,
+                                unsigned flags, const na_tok_span_t *spans, size_t n_spans,
+                                int *tokens, size_t max, size_t *n_p);
+
+#endif /* NA_TOK_INTERNAL_H */
