@@ -79,7 +79,9 @@ static void na_px_usage(FILE *f)
         "The perplexity of the model on the text of file T, chunked as llama.cpp's\n"
         "llama-perplexity does, so the two figures compare: the whole text is tokenized\n"
         "with BOS first, cut into chunks of N tokens (the tail is dropped), BOS is put\n"
-        "first in every chunk, and only the second half of each chunk is scored. Prints\n"
+        "first in every chunk (both only when the vocabulary asks for BOS, as llama.cpp\n"
+        "does: tokenizer.ggml.add_bos_token), and only the second half of each chunk is\n"
+        "scored. Prints\n"
         "the running perplexity after each chunk, \"[1]x.xxxx,[2]...\", then\n"
         "\"Final estimate: PPL = x.xxxx +/- y.yyyyy\" (stdout); progress and a summary\n"
         "with the mean negative log-likelihood go to stderr.\n\n"
@@ -369,7 +371,9 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     r->tokens = malloc(cap * sizeof(*r->tokens));
     if (r->tokens == NULL)
         return na_err(NA_ERR_NOMEM, "out of memory for the tokens of %s", a->file);
-    st = na_tokenizer_encode(r->tok, r->text, 1, 0, r->tokens, cap, n_tok);
+    /* BOS as the file asks (llama-perplexity: llama_vocab_get_add_bos) */
+    st = na_tokenizer_encode(r->tok, r->text, na_tokenizer_add_bos(r->tok), 0, r->tokens, cap,
+                             n_tok);
     if (st != NA_OK)
         return na_err_prefix(st, "%s: ", a->file);
     if (*n_tok > (size_t)0x7fffffff)
@@ -383,7 +387,8 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     /* a row's logits must not depend on which rows run beside it: the
      * figures must not change with --batch, nor between the modes */
     r->engine->kern->batch_invariant = 1;
-    po = (na_ppl_opts_t){ (int)a->ctx, (int)a->chunks, na_tokenizer_bos(r->tok) };
+    po = (na_ppl_opts_t){ (int)a->ctx, (int)a->chunks,
+                         na_tokenizer_add_bos(r->tok) ? na_tokenizer_bos(r->tok) : -1 };
     st = na_ppl_create(r->engine, r->tokens, (int)*n_tok, &po, &r->ppl);
     if (st != NA_OK)
         return na_err_prefix(st, "%s: ", a->file);
