@@ -403,7 +403,7 @@ static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o,
     st = na_bk_mm_init(&m, 64 * (size_t)dim, 64 * (size_t)dim, 3, o->threads);
     if (st != NA_OK)
         return st;
-    for (dt = 0; dt < NA_DTYPE_COUNT && st == NA_OK; dt++) {
+    for (dt = 0; dt <= NA_DTYPE_Q8_0 && st == NA_OK; dt++) {
         st = na_bk_mm_weights(&m, (na_dtype_t)dt, dim, dim);
         if (st != NA_OK)
             break;

@@ -109,7 +109,13 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n);
 #define na_cpu_attn_prefill na_cpu_attn_prefill_v4
 #define na_cpu_attn_decode  na_cpu_attn_decode_v4
 #define na_cpu_attn_partial na_cpu_attn_partial_v4
+#define na_cpu_matmul_quant na_cpu_matmul_quant_v4
 #endif
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights (kernels/cpu/cpu_quant.c,
+ * called by na_cpu_matmul): 0, or -1 when the scratch for the quantised
+ * inputs cannot be had (nothing written). */
+int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                        int batch);
 na_khost_matmul_fn       na_cpu_matmul;
 na_khost_attn_prefill_fn na_cpu_attn_prefill;
 na_khost_attn_decode_fn  na_cpu_attn_decode;

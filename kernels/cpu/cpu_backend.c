@@ -191,8 +191,9 @@ static void na_cpu_tensor_row(const na_tensor_t *t, int row, float *out)
         }
         break;
     }
-    default:
-        memset(out, 0, n * sizeof(float));      /* the loader rejects other dtypes */
+    default:                                    /* the other block formats */
+        na_ref_dequant_row(t->dtype, (const uint8_t *)t->data +
+                                     (size_t)row * na_dtype_bytes(t->dtype, n), out, (int)n);
         break;
     }
 }

@@ -1,0 +1,371 @@
+/* kernels/cpu/cpu_quant.c — y = W·x for the GGML block formats Q4_0, Q4_1,
+ * Q5_0, Q5_1 (blocks of 32) and Q4_K, Q5_K, Q6_K (super-blocks of 256), the
+ * math of kernels/ref/ref_quant.c (its header comment is the definition).
+ *
+ * The inputs of a call are quantised once per input row (Q8 blocks of 32
+ * with their sums for the legacy types, Q8_K blocks of 256 with sums of 16
+ * for the K-quants: the same bits as the reference's quantisers), then the
+ * pool's threads split the weight rows; each row is read once and dotted
+ * with every input of the batch while it sits in L1. A dot product unpacks
+ * 32 codes into a vector of bytes and multiplies them with the int8 inputs
+ * (maddubs: unsigned codes x signed inputs, pairs summed in int16, never
+ * saturating as the codes are <= 63 and |q| <= 127; then madd into int32):
+ *   legacy blocks   the block's int32 lanes to f32 times d_w * d_x, summed in
+ *                   vector lanes (the only difference from the reference:
+ *                   the f32 order over blocks);
+ *   K-quants        the exact int32 sums per super-block (sub-block scales
+ *                   applied with madd; the mins through the input's sums of
+ *                   16), then the reference's f32 expression per super-block
+ *                   summed left to right (equal to the reference but for
+ *                   where the compiler fuses a multiply-add).
+ * Compiled for x86-64-v3 and, as na_cpu_matmul_quant_v4, for x86-64-v4
+ * (kernels/CMakeLists.txt); the AVX512-VNNI copy (NA_CPU_VNNI) replaces each
+ * maddubs + madd pair by one vpdpbusd. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+
+#define NA_INLINE static inline __attribute__((always_inline))
+
+#define NA_CPU_QPF 4096          /* prefetch distance along a weight row, bytes */
+#define NA_CPU_QPREFETCH(p) _mm_prefetch((const char *)(p) + NA_CPU_QPF, _MM_HINT_T0)
+#define NA_CPU_Q_PAR_MIN  (1u << 17)   /* weights x inputs worth waking the pool */
+
+/* ---- helpers ------------------------------------------------------------- */
+
+NA_INLINE int32_t na_cq_hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Unsigned bytes u (<= 63) times signed bytes s, the 4 products of each
+ * 32-bit lane summed into it. */
+NA_INLINE __m256i na_cq_dot4(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* The 16 bytes qs as 32 nibbles: low nibbles in bytes 0..15, high in 16..31. */
+NA_INLINE __m256i na_cq_nibbles32(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0. */
+NA_INLINE __m256i na_cq_bits32(const uint8_t *p)
+{
+    uint32_t x32;
+    __m256i bytes;
+    memcpy(&x32, p, 4);
+    bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32),
+                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                  0x0101010101010101, 0x0000000000000000));
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+NA_INLINE float na_cq_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* ---- inputs ----------------------------------------------------------------- */
+
+/* The inputs of one row, as kernels/ref/ref.h's na_ref_qx_t. */
+typedef struct {
+    const int8_t  *q;
+    const float   *d;
+    const int16_t *bs;
+} na_cq_x_t;
+
+/* Q8_K: 256 inputs -> q, d (returned), the 16 sums of 16; bit-identical to
+ * na_ref_quantize_q8k (same amax, d, 1/d, x * (1/d), round to nearest even). */
+static float na_cq_quantize_q8k(const float *x, int8_t *q, int16_t *bs)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 big = _mm256_set1_ps(3.0e38f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256 am = _mm256_setzero_ps(), bad = _mm256_setzero_ps(), vid;
+    float amax, d, id;
+    int j, i;
+
+    for (j = 0; j < NA_QK_K; j += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + j), absmask);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));    /* NaN or Inf */
+        am = _mm256_max_ps(am, a);
+    }
+    if (_mm256_movemask_ps(bad)) {
+        memset(q, 0, NA_QK_K);
+        memset(bs, 0, NA_QK_K / 16 * sizeof(int16_t));
+        return NAN;
+    }
+    amax = na_cpu_hmax(am);
+    d = amax / 127.0f;
+    id = d != 0.0f ? 1.0f / d : 0.0f;
+    vid = _mm256_set1_ps(id);
+    for (j = 0; j < NA_QK_K; j += 32) {
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vid));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8), vid));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 16), vid));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 24), vid));
+        i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)(q + j), _mm256_permutevar8x32_epi32(i0, perm));
+    }
+    for (j = 0; j < NA_QK_K / 16; j++) {
+        int s = 0;
+        for (i = 0; i < 16; i++)
+            s += q[16 * j + i];
+        bs[j] = (int16_t)s;
+    }
+    return d;
+}
+
+/* ---- dot products: one weight row (n elements) with one quantised input row -- */
+
+/* Q4_0, Q5_0 (centred codes) and Q4_1, Q5_1 (codes + min), blocks of 32. */
+NA_INLINE float na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int n)
+{
+    const int nb = n / 32;
+    const size_t bb = na_dtype_block_bytes(dt);
+    const int q5 = dt == NA_DTYPE_Q5_0 || dt == NA_DTYPE_Q5_1;
+    const int has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float summ = 0.0f;
+    int b;
+
+    for (b = 0; b < nb; b++, row += bb) {
+        const uint8_t *qs = row + 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0);
+        __m256i w = na_cq_nibbles32(qs), xq, p;
+        float dx = x->d[b];
+        __m256 s;
+        if ((b & 7) == 0)
+            NA_CPU_QPREFETCH(row);
+        xq = _mm256_loadu_si256((const __m256i *)(x->q + 32 * (size_t)b));
+        if (q5) {
+            __m256i hb = na_cq_bits32(row + 2 + (has_m ? 2 : 0));
+            if (has_m)                          /* q = nibble + 16 bit */
+                w = _mm256_or_si256(w, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+            else                                /* q - 16 = nibble - 16 (1 - bit) as int8 */
+                w = _mm256_or_si256(w, _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)));
+        } else if (!has_m) {
+            w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+        }
+        if (has_m) {
+            p = na_cq_dot4(w, xq);
+            summ += na_cq_f16(row + 2) * (dx * (float)x->bs[b]);
+        } else {                                /* signed codes: |w| x sign(x, w) */
+            p = na_cq_dot4(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+        }
+        s = _mm256_set1_ps(na_cq_f16(row) * dx);
+        if (b & 1)
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc1);
+        else
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc0);
+    }
+    return na_cpu_hsum(_mm256_add_ps(acc0, acc1)) + summ;
+}
+
+/* Q4_K / Q5_K: exact int32 sums per super-block, the reference's f32 after. */
+NA_INLINE float na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int n)
+{
+    const int nb = n / NA_QK_K;
+    const size_t bb = q5 ? 176 : 144;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    float sum = 0.0f;
+    int b, j;
+
+    for (b = 0; b < nb; b++, row += bb) {
+        const int8_t *xq = x->q + (size_t)b * NA_QK_K;
+        const int16_t *bs = x->bs + (size_t)b * (NA_QK_K / 16);
+        const uint8_t *qs = row + (q5 ? 48 : 16);
+        __m256i acc = _mm256_setzero_si256(), qh = _mm256_setzero_si256();
+        int32_t summ = 0, sumi;
+        int sc[8], mn[8];
+        float dx = x->d[b];
+
+        NA_CPU_QPREFETCH(row);
+        NA_CPU_QPREFETCH(row + 64);
+        NA_CPU_QPREFETCH(row + 128);
+        for (j = 0; j < 8; j++) {
+            na_ref_k4_scale_min(row + 4, j, &sc[j], &mn[j]);
+            summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+        }
+        if (q5)
+            qh = _mm256_loadu_si256((const __m256i *)(row + 16));
+        for (j = 0; j < 4; j++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(v, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            __m256i p0, p1;
+            if (q5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                         _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                         _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+            }
+            p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xq + 64 * j)));
+            p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * j])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * j + 1])));
+        }
+        sumi = na_cq_hsum_i32(acc);
+        sum += (na_cq_f16(row) * dx) * (float)sumi - (na_cq_f16(row + 2) * dx) * (float)summ;
+    }
+    return sum;
+}
+
+/* Q6_K: codes 0..63 times the inputs, minus 32 x the inputs' sums of 16. */
+NA_INLINE float na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int n)
+{
+    const int nb = n / NA_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    float sum = 0.0f;
+    int b, h, j;
+
+    for (b = 0; b < nb; b++, row += 210) {
+        const int8_t *xq = x->q + (size_t)b * NA_QK_K;
+        const int16_t *bs = x->bs + (size_t)b * (NA_QK_K / 16);
+        const int8_t *sc = (const int8_t *)(row + 192);
+        __m256i acc = _mm256_setzero_si256();
+        int32_t corr = 0, sumi;
+
+        NA_CPU_QPREFETCH(row);
+        NA_CPU_QPREFETCH(row + 64);
+        NA_CPU_QPREFETCH(row + 128);
+        NA_CPU_QPREFETCH(row + 192);
+        for (j = 0; j < 16; j++)
+            corr += sc[j] * bs[j];
+        for (h = 0; h < 2; h++) {
+            const uint8_t *ql = row + 64 * h, *qh = row + 128 + 32 * h;
+            const int8_t *xh = xq + 128 * h;
+            const int8_t *sh = sc + 8 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hv, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m3), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m3), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m3), 4));
+            for (j = 0; j < 4; j++) {
+                /* 32 elements = sub-blocks 2j and 2j+1 of this half: int16 lanes 0..7, 8..15 */
+                __m256i p = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(xh + 32 * j)));
+                __m256i s = _mm256_set_m128i(_mm_set1_epi16(sh[2 * j + 1]), _mm_set1_epi16(sh[2 * j]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+            }
+        }
+        sumi = na_cq_hsum_i32(acc) - 32 * corr;
+        sum += (na_cq_f16(row + 208) * x->d[b]) * (float)sumi;
+    }
+    return sum;
+}
+
+static float na_cq_dot(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int n)
+{
+    switch (dt) {
+    case NA_DTYPE_Q4_0: return na_cq_dot_legacy(NA_DTYPE_Q4_0, row, x, n);
+    case NA_DTYPE_Q4_1: return na_cq_dot_legacy(NA_DTYPE_Q4_1, row, x, n);
+    case NA_DTYPE_Q5_0: return na_cq_dot_legacy(NA_DTYPE_Q5_0, row, x, n);
+    case NA_DTYPE_Q5_1: return na_cq_dot_legacy(NA_DTYPE_Q5_1, row, x, n);
+    case NA_DTYPE_Q4_K: return na_cq_dot_k45(0, row, x, n);
+    case NA_DTYPE_Q5_K: return na_cq_dot_k45(1, row, x, n);
+    case NA_DTYPE_Q6_K: return na_cq_dot_q6k(row, x, n);
+    default:            return NAN;
+    }
+}
+
+/* ---- the matmul --------------------------------------------------------------- */
+
+typedef struct {
+    float             *y;
+    const na_tensor_t *w;
+    int                batch;
+    size_t             row_bytes;
+    const int8_t      *q;       /* (batch, cols) */
+    const float       *d;       /* (batch, nd) */
+    const int16_t     *bs;      /* (batch, nbs) */
+    int                nd, nbs;
+} na_cq_job_t;
+
+static void na_cq_task(void *ctx, int t, int n_tasks)
+{
+    const na_cq_job_t *j = ctx;
+    int rows = j->w->rows, cols = j->w->cols;
+    int lo = (int)((long)rows * t / n_tasks), hi = (int)((long)rows * (t + 1) / n_tasks);
+    int r, b;
+
+    for (r = lo; r < hi; r++) {
+        const uint8_t *row = (const uint8_t *)j->w->data + (size_t)r * j->row_bytes;
+        for (b = 0; b < j->batch; b++) {
+            na_cq_x_t x = { j->q + (size_t)b * cols, j->d + (size_t)b * j->nd,
+                            j->bs + (size_t)b * j->nbs };
+            j->y[(size_t)b * rows + r] = na_cq_dot(j->w->dtype, row, &x, cols);
+        }
+    }
+}
+
+/* 0 done; -1 no scratch (the caller takes the reference). */
+int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                        int batch)
+{
+    na_cpu_state_t *s = k->priv;
+    int kind = na_ref_quant_kind(w->dtype), cols = w->cols, b, tasks;
+    size_t nq = (size_t)batch * (size_t)cols, work;
+    na_cq_job_t j;
+    float *sc;
+
+    j.y = y;
+    j.w = w;
+    j.batch = batch;
+    j.row_bytes = na_dtype_bytes(w->dtype, (size_t)cols);
+    j.nd = kind == 2 ? cols / NA_QK_K : cols / 32;
+    j.nbs = kind == 2 ? cols / 16 : cols / 32;
+    /* q (nq bytes), d (batch * nd floats), bs (batch * nbs int16), float-aligned */
+    sc = na_cpu_scratch(k, nq / 4 + 1 + (size_t)batch * (size_t)j.nd +
+                           ((size_t)batch * (size_t)j.nbs + 1) / 2);
+    if (sc == NULL)
+        return -1;
+    j.q = (const int8_t *)sc;
+    j.d = sc + nq / 4 + 1;
+    j.bs = (const int16_t *)(j.d + (size_t)batch * j.nd);
+    for (b = 0; b < batch; b++) {
+        const float *xb = x + (size_t)b * cols;
+        int8_t *qb = (int8_t *)j.q + (size_t)b * cols;
+        float *db = (float *)j.d + (size_t)b * j.nd;
+        int16_t *sb = (int16_t *)j.bs + (size_t)b * j.nbs;
+        int i, e;
+        if (kind == 2) {
+            for (i = 0; i < j.nd; i++)
+                db[i] = na_cq_quantize_q8k(xb + (size_t)i * NA_QK_K, qb + (size_t)i * NA_QK_K,
+                                           sb + (size_t)i * (NA_QK_K / 16));
+        } else {
+            na_cpu_quantize_q8(xb, cols, qb, db);
+            for (i = 0; i < j.nd; i++) {
+                int sum = 0;
+                for (e = 0; e < 32; e++)
+                    sum += qb[32 * i + e];
+                sb[i] = (int16_t)sum;
+            }
+        }
+    }
+    work = (size_t)w->rows * (size_t)cols * (size_t)batch;
+    tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;
+    if (tasks > w->rows)
+        tasks = w->rows;
+    na_cpu_pool_run(s->pool, na_cq_task, &j, tasks);
+    return 0;
+}
