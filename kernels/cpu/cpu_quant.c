@@ -5,8 +5,8 @@
  * The inputs of a call are quantised once per input row (Q8 blocks of 32
  * with their sums for the legacy types, Q8_K blocks of 256 with sums of 16
  * for the K-quants: the same bits as the reference's quantisers), then the
- * pool's threads split the weight rows; each row is read once and dotted
- * with every input of the batch while it sits in L1. A dot product unpacks
+ * pool's threads split the weight rows; a task walks tiles of rows x inputs
+ * (NA_CQ_TR x NA_CQ_TB) so both stay in cache while every pair is dotted. A dot product unpacks
  * 32 codes into a vector of bytes and multiplies them with the int8 inputs
  * (maddubs: unsigned codes x signed inputs, pairs summed in int16, never
  * saturating as the codes are <= 63 and |q| <= 127; then madd into int32):
@@ -132,25 +132,35 @@ static float na_cq_quantize_q8k(const float *x, int8_t *q, int16_t *bs)
 
 /* ---- dot products: one weight row (n elements) with one quantised input row -- */
 
+/* Each kernel dots one weight row with NB (1..NA_CQ_NB, a constant after
+ * inlining) input rows at once: the row's codes are unpacked once per block
+ * and multiplied with every input, each input summed exactly as alone (so a
+ * result never depends on the batch). */
+#define NA_CQ_NB 4
+
 /* Q4_0, Q5_0 (centred codes) and Q4_1, Q5_1 (codes + min), blocks of 32. */
-NA_INLINE float na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int n)
+NA_INLINE void na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int NB,
+                                int n, float *out)
 {
     const int nb = n / 32;
     const size_t bb = na_dtype_block_bytes(dt);
     const int q5 = dt == NA_DTYPE_Q5_0 || dt == NA_DTYPE_Q5_1;
     const int has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float summ = 0.0f;
-    int b;
+    __m256 acc[NA_CQ_NB];
+    float summ[NA_CQ_NB];
+    int b, i;
 
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++) {
+        acc[i] = _mm256_setzero_ps();
+        summ[i] = 0.0f;
+    }
     for (b = 0; b < nb; b++, row += bb) {
         const uint8_t *qs = row + 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0);
-        __m256i w = na_cq_nibbles32(qs), xq, p;
-        float dx = x->d[b];
-        __m256 s;
+        __m256i w = na_cq_nibbles32(qs), wa = w;
+        float dw = na_cq_f16(row), mw = has_m ? na_cq_f16(row + 2) : 0.0f;
         if ((b & 7) == 0)
             NA_CPU_QPREFETCH(row);
-        xq = _mm256_loadu_si256((const __m256i *)(x->q + 32 * (size_t)b));
         if (q5) {
             __m256i hb = na_cq_bits32(row + 2 + (has_m ? 2 : 0));
             if (has_m)                          /* q = nibble + 16 bit */
@@ -160,94 +170,112 @@ NA_INLINE float na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_
         } else if (!has_m) {
             w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
         }
-        if (has_m) {
-            p = na_cq_dot4(w, xq);
-            summ += na_cq_f16(row + 2) * (dx * (float)x->bs[b]);
-        } else {                                /* signed codes: |w| x sign(x, w) */
-            p = na_cq_dot4(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+        wa = has_m ? w : _mm256_sign_epi8(w, w);  /* signed codes: |w| x sign(x, w) */
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(x[i].q + 32 * (size_t)b));
+            float dx = x[i].d[b];
+            __m256i p = na_cq_dot4(wa, has_m ? xq : _mm256_sign_epi8(xq, w));
+            if (has_m)
+                summ[i] += mw * (dx * (float)x[i].bs[b]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx), acc[i]);
         }
-        s = _mm256_set1_ps(na_cq_f16(row) * dx);
-        if (b & 1)
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc1);
-        else
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc0);
     }
-    return na_cpu_hsum(_mm256_add_ps(acc0, acc1)) + summ;
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        out[i] = na_cpu_hsum(acc[i]) + summ[i];
 }
 
 /* Q4_K / Q5_K: exact int32 sums per super-block, the reference's f32 after. */
-NA_INLINE float na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int n)
+NA_INLINE void na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int NB, int n,
+                             float *out)
 {
     const int nb = n / NA_QK_K;
     const size_t bb = q5 ? 176 : 144;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    float sum = 0.0f;
-    int b, j;
+    float sum[NA_CQ_NB];
+    int b, j, i;
 
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        sum[i] = 0.0f;
     for (b = 0; b < nb; b++, row += bb) {
-        const int8_t *xq = x->q + (size_t)b * NA_QK_K;
-        const int16_t *bs = x->bs + (size_t)b * (NA_QK_K / 16);
         const uint8_t *qs = row + (q5 ? 48 : 16);
-        __m256i acc = _mm256_setzero_si256(), qh = _mm256_setzero_si256();
-        int32_t summ = 0, sumi;
+        __m256i acc[NA_CQ_NB], qh = _mm256_setzero_si256();
         int sc[8], mn[8];
-        float dx = x->d[b];
+        float d = na_cq_f16(row), dmin = na_cq_f16(row + 2);
 
         NA_CPU_QPREFETCH(row);
         NA_CPU_QPREFETCH(row + 64);
         NA_CPU_QPREFETCH(row + 128);
-        for (j = 0; j < 8; j++) {
+        for (j = 0; j < 8; j++)
             na_ref_k4_scale_min(row + 4, j, &sc[j], &mn[j]);
-            summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-        }
         if (q5)
             qh = _mm256_loadu_si256((const __m256i *)(row + 16));
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++)
+            acc[i] = _mm256_setzero_si256();
         for (j = 0; j < 4; j++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
             __m256i lo = _mm256_and_si256(v, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            __m256i p0, p1;
+            __m256i s0 = _mm256_set1_epi16((short)sc[2 * j]);
+            __m256i s1 = _mm256_set1_epi16((short)sc[2 * j + 1]);
             if (q5) {
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(
                          _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(
                          _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
             }
-            p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xq + 64 * j)));
-            p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * j])));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * j + 1])));
+#pragma GCC unroll 4
+            for (i = 0; i < NB; i++) {
+                const int8_t *xq = x[i].q + (size_t)b * NA_QK_K + 64 * j;
+                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                acc[i] = _mm256_add_epi32(acc[i], _mm256_add_epi32(_mm256_madd_epi16(p0, s0),
+                                                                   _mm256_madd_epi16(p1, s1)));
+            }
         }
-        sumi = na_cq_hsum_i32(acc);
-        sum += (na_cq_f16(row) * dx) * (float)sumi - (na_cq_f16(row + 2) * dx) * (float)summ;
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {
+            const int16_t *bs = x[i].bs + (size_t)b * (NA_QK_K / 16);
+            float dx = x[i].d[b];
+            int32_t summ = 0, sumi = na_cq_hsum_i32(acc[i]);
+            for (j = 0; j < 8; j++)
+                summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+            sum[i] += (d * dx) * (float)sumi - (dmin * dx) * (float)summ;
+        }
     }
-    return sum;
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        out[i] = sum[i];
 }
 
 /* Q6_K: codes 0..63 times the inputs, minus 32 x the inputs' sums of 16. */
-NA_INLINE float na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int n)
+NA_INLINE void na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int NB, int n, float *out)
 {
     const int nb = n / NA_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    float sum = 0.0f;
-    int b, h, j;
+    float sum[NA_CQ_NB];
+    int b, h, j, i;
 
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        sum[i] = 0.0f;
     for (b = 0; b < nb; b++, row += 210) {
-        const int8_t *xq = x->q + (size_t)b * NA_QK_K;
-        const int16_t *bs = x->bs + (size_t)b * (NA_QK_K / 16);
         const int8_t *sc = (const int8_t *)(row + 192);
-        __m256i acc = _mm256_setzero_si256();
-        int32_t corr = 0, sumi;
+        __m256i acc[NA_CQ_NB];
+        float d = na_cq_f16(row + 208);
 
         NA_CPU_QPREFETCH(row);
         NA_CPU_QPREFETCH(row + 64);
         NA_CPU_QPREFETCH(row + 128);
         NA_CPU_QPREFETCH(row + 192);
-        for (j = 0; j < 16; j++)
-            corr += sc[j] * bs[j];
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++)
+            acc[i] = _mm256_setzero_si256();
         for (h = 0; h < 2; h++) {
             const uint8_t *ql = row + 64 * h, *qh = row + 128 + 32 * h;
-            const int8_t *xh = xq + 128 * h;
             const int8_t *sh = sc + 8 * h;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -263,28 +291,69 @@ NA_INLINE float na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int n)
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m3), 4));
             for (j = 0; j < 4; j++) {
                 /* 32 elements = sub-blocks 2j and 2j+1 of this half: int16 lanes 0..7, 8..15 */
-                __m256i p = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(xh + 32 * j)));
                 __m256i s = _mm256_set_m128i(_mm_set1_epi16(sh[2 * j + 1]), _mm_set1_epi16(sh[2 * j]));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+#pragma GCC unroll 4
+                for (i = 0; i < NB; i++) {
+                    const int8_t *xh = x[i].q + (size_t)b * NA_QK_K + 128 * h + 32 * j;
+                    __m256i p = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)xh));
+                    acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p, s));
+                }
             }
         }
-        sumi = na_cq_hsum_i32(acc) - 32 * corr;
-        sum += (na_cq_f16(row + 208) * x->d[b]) * (float)sumi;
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {
+            const int16_t *bs = x[i].bs + (size_t)b * (NA_QK_K / 16);
+            int32_t corr = 0, sumi;
+            for (j = 0; j < 16; j++)
+                corr += sc[j] * bs[j];
+            sumi = na_cq_hsum_i32(acc[i]) - 32 * corr;
+            sum[i] += (d * x[i].d[b]) * (float)sumi;
+        }
     }
-    return sum;
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        out[i] = sum[i];
 }
 
-static float na_cq_dot(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int n)
+/* Kernel of type DT for NB inputs (constants: one copy per pair). */
+NA_INLINE void na_cq_dotn(na_dtype_t DT, const uint8_t *row, const na_cq_x_t *x, int NB, int n,
+                          float *out)
+{
+    switch (DT) {
+    case NA_DTYPE_Q4_K: na_cq_dot_k45(0, row, x, NB, n, out); break;
+    case NA_DTYPE_Q5_K: na_cq_dot_k45(1, row, x, NB, n, out); break;
+    case NA_DTYPE_Q6_K: na_cq_dot_q6k(row, x, NB, n, out); break;
+    default:            na_cq_dot_legacy(DT, row, x, NB, n, out); break;
+    }
+}
+
+/* One row of type DT with nb (any) inputs, NA_CQ_NB at a time. */
+NA_INLINE void na_cq_row_t(na_dtype_t DT, const uint8_t *row, const na_cq_x_t *x, int nb, int n,
+                           float *out)
+{
+    int b = 0;
+    for (; b + NA_CQ_NB <= nb; b += NA_CQ_NB)
+        na_cq_dotn(DT, row, x + b, NA_CQ_NB, n, out + b);
+    switch (nb - b) {
+    case 3: na_cq_dotn(DT, row, x + b, 3, n, out + b); break;
+    case 2: na_cq_dotn(DT, row, x + b, 2, n, out + b); break;
+    case 1: na_cq_dotn(DT, row, x + b, 1, n, out + b); break;
+    default: break;
+    }
+}
+
+static void na_cq_row(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int nb, int n,
+                      float *out)
 {
     switch (dt) {
-    case NA_DTYPE_Q4_0: return na_cq_dot_legacy(NA_DTYPE_Q4_0, row, x, n);
-    case NA_DTYPE_Q4_1: return na_cq_dot_legacy(NA_DTYPE_Q4_1, row, x, n);
-    case NA_DTYPE_Q5_0: return na_cq_dot_legacy(NA_DTYPE_Q5_0, row, x, n);
-    case NA_DTYPE_Q5_1: return na_cq_dot_legacy(NA_DTYPE_Q5_1, row, x, n);
-    case NA_DTYPE_Q4_K: return na_cq_dot_k45(0, row, x, n);
-    case NA_DTYPE_Q5_K: return na_cq_dot_k45(1, row, x, n);
-    case NA_DTYPE_Q6_K: return na_cq_dot_q6k(row, x, n);
-    default:            return NAN;
+    case NA_DTYPE_Q4_0: na_cq_row_t(NA_DTYPE_Q4_0, row, x, nb, n, out); break;
+    case NA_DTYPE_Q4_1: na_cq_row_t(NA_DTYPE_Q4_1, row, x, nb, n, out); break;
+    case NA_DTYPE_Q5_0: na_cq_row_t(NA_DTYPE_Q5_0, row, x, nb, n, out); break;
+    case NA_DTYPE_Q5_1: na_cq_row_t(NA_DTYPE_Q5_1, row, x, nb, n, out); break;
+    case NA_DTYPE_Q4_K: na_cq_row_t(NA_DTYPE_Q4_K, row, x, nb, n, out); break;
+    case NA_DTYPE_Q5_K: na_cq_row_t(NA_DTYPE_Q5_K, row, x, nb, n, out); break;
+    case NA_DTYPE_Q6_K: na_cq_row_t(NA_DTYPE_Q6_K, row, x, nb, n, out); break;
+    default: break;
     }
 }
 
@@ -301,19 +370,36 @@ typedef struct {
     int                nd, nbs;
 } na_cq_job_t;
 
+/* Tiles of the (rows x batch) outputs a task computes: NA_CQ_TR weight rows
+ * (a few KiB each) times NA_CQ_TB quantised inputs (cols bytes each) stay
+ * in L1/L2 while every pair is dotted; batch 1 reads each row once. */
+#define NA_CQ_TR 8
+#define NA_CQ_TB 16
+
 static void na_cq_task(void *ctx, int t, int n_tasks)
 {
     const na_cq_job_t *j = ctx;
     int rows = j->w->rows, cols = j->w->cols;
     int lo = (int)((long)rows * t / n_tasks), hi = (int)((long)rows * (t + 1) / n_tasks);
-    int r, b;
+    int r0, b0, r, b;
 
-    for (r = lo; r < hi; r++) {
-        const uint8_t *row = (const uint8_t *)j->w->data + (size_t)r * j->row_bytes;
-        for (b = 0; b < j->batch; b++) {
-            na_cq_x_t x = { j->q + (size_t)b * cols, j->d + (size_t)b * j->nd,
-                            j->bs + (size_t)b * j->nbs };
-            j->y[(size_t)b * rows + r] = na_cq_dot(j->w->dtype, row, &x, cols);
+    for (r0 = lo; r0 < hi; r0 += NA_CQ_TR) {
+        int r1 = r0 + NA_CQ_TR < hi ? r0 + NA_CQ_TR : hi;
+        for (b0 = 0; b0 < j->batch; b0 += NA_CQ_TB) {
+            int b1 = b0 + NA_CQ_TB < j->batch ? b0 + NA_CQ_TB : j->batch;
+            na_cq_x_t x[NA_CQ_TB];
+            float out[NA_CQ_TB];
+            for (b = b0; b < b1; b++) {
+                x[b - b0].q = j->q + (size_t)b * cols;
+                x[b - b0].d = j->d + (size_t)b * j->nd;
+                x[b - b0].bs = j->bs + (size_t)b * j->nbs;
+            }
+            for (r = r0; r < r1; r++) {
+                na_cq_row(j->w->dtype, (const uint8_t *)j->w->data + (size_t)r * j->row_bytes,
+                          x, b1 - b0, cols, out);
+                for (b = b0; b < b1; b++)
+                    j->y[(size_t)b * rows + r] = out[b - b0];
+            }
         }
     }
 }
