@@ -1,7 +1,8 @@
 /* common/model.c — open a model file: map it, detect the format, dispatch to
  * the loader, and the checks both formats share.
  *
- * Weights keep the file's dtype (F32, F16, BF16 or Q8_0) and point into the
+ * Weights keep the file's dtype (F32, F16, BF16 or a GGML block format:
+ * common/dtype.h) and point into the
  * read-only mmap; the matmul kernels dequantize per row / tile (see
  * kernels/kernels.h). Only norm weights stored as non-F32 in a GGUF file are
  * converted to F32 at load, into model->owned. */
