@@ -406,6 +406,8 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     s->gemm_q8_min_batch = ext & NA_CPU_EXT_VNNI ? 8 : 20;
     s->gemm_bf16 = ext & NA_CPU_EXT_BF16 ? na_cpu_gemm_bf16 : NULL;
     s->gemm_f32 = v4 ? na_cpu_gemm_f32 : NULL;
+    s->matmul_quant = ext & NA_CPU_EXT_VNNI ? na_cpu_matmul_quant_vnni
+                    : v4 ? na_cpu_matmul_quant_v4 : na_cpu_matmul_quant;
     k->isa = v4 ? isa_v4[ext] : "x86-64-v3";
     k->n_threads = n_threads;
     k->priv = s;

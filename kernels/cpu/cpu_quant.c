@@ -28,6 +28,10 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 
+#if defined(NA_CPU_VNNI)
+#define na_cpu_matmul_quant na_cpu_matmul_quant_vnni
+#endif
+
 #define NA_INLINE static inline __attribute__((always_inline))
 
 #define NA_CPU_QPF 4096          /* prefetch distance along a weight row, bytes */
@@ -48,7 +52,11 @@ NA_INLINE int32_t na_cq_hsum_i32(__m256i v)
  * 32-bit lane summed into it. */
 NA_INLINE __m256i na_cq_dot4(__m256i u, __m256i s)
 {
+#if defined(NA_CPU_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
 }
 
 /* The 16 bytes qs as 32 nibbles: low nibbles in bytes 0..15, high in 16..31. */
