@@ -33,7 +33,7 @@ static void na_q_legacy(na_dtype_t t, const float *x, uint8_t *blk)
 {
     int q5 = t == NA_DTYPE_Q5_0 || t == NA_DTYPE_Q5_1;
     int has_m = t == NA_DTYPE_Q4_1 || t == NA_DTYPE_Q5_1;
-    int nq = q5 ? 32 : 16, j, code[32];
+    int nq = q5 ? 16 : 8, j, code[32];    /* half the code range */
     uint8_t *qs = blk + 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0);
     uint32_t qh = 0;
 
