@@ -13,11 +13,11 @@
  *   legacy blocks   the block's int32 lanes to f32 times d_w * d_x, summed in
  *                   vector lanes (the only difference from the reference:
  *                   the f32 order over blocks);
- *   K-quants        the exact int32 sums per super-block (sub-block scales
- *                   applied with madd; the mins through the input's sums of
- *                   16), then the reference's f32 expression per super-block
- *                   summed left to right (equal to the reference but for
- *                   where the compiler fuses a multiply-add).
+ *   K-quants        the exact int32 sums per super-block in vector lanes
+ *                   (sub-block scales applied with madd; the mins / the
+ *                   Q6_K offset through the input's sums of 16), each lane
+ *                   to f32 times d * d_x, summed in lanes (again only the
+ *                   f32 order differs from the reference).
  * Compiled for x86-64-v3 and, as na_cpu_matmul_quant_v4, for x86-64-v4
  * (kernels/CMakeLists.txt); the AVX512-VNNI copy (NA_CPU_VNNI) replaces each
  * maddubs + madd pair by one vpdpbusd. */
@@ -194,30 +194,53 @@ NA_INLINE void na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x
         out[i] = na_cpu_hsum(acc[i]) + summ[i];
 }
 
-/* Q4_K / Q5_K: exact int32 sums per super-block, the reference's f32 after. */
+/* Q4_K / Q5_K. Per super-block: the 8 scales and mins unpacked with
+ * 32-bit masks (as ggml does), the scales broadcast to the int16 lanes by
+ * byte shuffles; exact int32 sums of scale x code x input per lane, then
+ * converted and multiplied by d * d_x into f32 lanes; the mins' term from
+ * the inputs' sums of 32 (pairs of the sums of 16) in 4 lanes. */
+NA_INLINE __m256i na_cq_bcast_pair(__m256i v, int k)
+{
+    /* int16 lane k of each 128-bit half of v into all 8 lanes of that half */
+    const __m256i m = _mm256_set1_epi16((short)((2 * k) | ((2 * k + 1) << 8)));
+    return _mm256_shuffle_epi8(v, m);
+}
+
 NA_INLINE void na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int NB, int n,
                              float *out)
 {
     const int nb = n / NA_QK_K;
     const size_t bb = q5 ? 176 : 144;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    float sum[NA_CQ_NB];
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    __m256 acc_f[NA_CQ_NB];
+    __m128 acc_m[NA_CQ_NB];
     int b, j, i;
 
 #pragma GCC unroll 4
-    for (i = 0; i < NB; i++)
-        sum[i] = 0.0f;
+    for (i = 0; i < NB; i++) {
+        acc_f[i] = _mm256_setzero_ps();
+        acc_m[i] = _mm_setzero_ps();
+    }
     for (b = 0; b < nb; b++, row += bb) {
         const uint8_t *qs = row + (q5 ? 48 : 16);
-        __m256i acc[NA_CQ_NB], qh = _mm256_setzero_si256();
-        int sc[8], mn[8];
+        __m256i acc[NA_CQ_NB], qh = _mm256_setzero_si256(), sc2;
+        __m128i ms;
+        uint32_t u[4], aux;
         float d = na_cq_f16(row), dmin = na_cq_f16(row + 2);
 
         NA_CPU_QPREFETCH(row);
         NA_CPU_QPREFETCH(row + 64);
         NA_CPU_QPREFETCH(row + 128);
-        for (j = 0; j < 8; j++)
-            na_ref_k4_scale_min(row + 4, j, &sc[j], &mn[j]);
+        memcpy(u, row + 4, 12);                 /* 6-bit scales, mins (get_scale_min_k4) */
+        u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+        aux = u[1] & km1;
+        u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+        u[2] = aux;
+        u[0] &= km1;
+        /* int16: scales 0..7, then mins 0..7 */
+        ms = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+        sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(ms));
         if (q5)
             qh = _mm256_loadu_si256((const __m256i *)(row + 16));
 #pragma GCC unroll 4
@@ -227,8 +250,8 @@ NA_INLINE void na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int
             __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
             __m256i lo = _mm256_and_si256(v, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            __m256i s0 = _mm256_set1_epi16((short)sc[2 * j]);
-            __m256i s1 = _mm256_set1_epi16((short)sc[2 * j + 1]);
+            __m256i s0 = na_cq_bcast_pair(sc2, 2 * j);
+            __m256i s1 = na_cq_bcast_pair(sc2, 2 * j + 1);
             if (q5) {
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(
                          _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
@@ -248,43 +271,56 @@ NA_INLINE void na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int
         for (i = 0; i < NB; i++) {
             const int16_t *bs = x[i].bs + (size_t)b * (NA_QK_K / 16);
             float dx = x[i].d[b];
-            int32_t summ = 0, sumi = na_cq_hsum_i32(acc[i]);
-            for (j = 0; j < 8; j++)
-                summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-            sum[i] += (d * dx) * (float)sumi - (dmin * dx) * (float)summ;
+            __m128i s16a = _mm_loadu_si128((const __m128i *)bs);
+            __m128i s16b = _mm_loadu_si128((const __m128i *)(bs + 8));
+            __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(ms, 8));
+            __m128i pm = _mm_madd_epi16(mins, _mm_hadd_epi16(s16a, s16b));   /* 4 x int32 */
+            acc_f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(d * dx), acc_f[i]);
+            acc_m[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(pm), _mm_set1_ps(dmin * dx), acc_m[i]);
         }
     }
 #pragma GCC unroll 4
-    for (i = 0; i < NB; i++)
-        out[i] = sum[i];
+    for (i = 0; i < NB; i++) {
+        __m128 m = acc_m[i];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[i] = na_cpu_hsum(acc_f[i]) - _mm_cvtss_f32(m);
+    }
 }
 
-/* Q6_K: codes 0..63 times the inputs, minus 32 x the inputs' sums of 16. */
+/* Q6_K: codes 0..63 times the inputs, minus 32 x the scaled inputs' sums of
+ * 16, exact in int32 lanes, then times d * d_x into f32 lanes. */
 NA_INLINE void na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int NB, int n, float *out)
 {
     const int nb = n / NA_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    float sum[NA_CQ_NB];
+    __m256 acc_f[NA_CQ_NB];
     int b, h, j, i;
 
 #pragma GCC unroll 4
     for (i = 0; i < NB; i++)
-        sum[i] = 0.0f;
+        acc_f[i] = _mm256_setzero_ps();
     for (b = 0; b < nb; b++, row += 210) {
-        const int8_t *sc = (const int8_t *)(row + 192);
         __m256i acc[NA_CQ_NB];
+        /* int16 scales 0..15; each half broadcast to both 128-bit lanes */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
+        __m256i sch[2];
         float d = na_cq_f16(row + 208);
 
+        sch[0] = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        sch[1] = _mm256_permute2x128_si256(sc16, sc16, 0x11);
         NA_CPU_QPREFETCH(row);
         NA_CPU_QPREFETCH(row + 64);
         NA_CPU_QPREFETCH(row + 128);
         NA_CPU_QPREFETCH(row + 192);
 #pragma GCC unroll 4
-        for (i = 0; i < NB; i++)
-            acc[i] = _mm256_setzero_si256();
+        for (i = 0; i < NB; i++) {            /* - 32 sum_j sc_j bsum_j, in 8 lanes */
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(x[i].bs + (size_t)b * (NA_QK_K / 16)));
+            acc[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                      _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+        }
         for (h = 0; h < 2; h++) {
             const uint8_t *ql = row + 64 * h, *qh = row + 128 + 32 * h;
-            const int8_t *sh = sc + 8 * h;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
             __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
@@ -298,8 +334,11 @@ NA_INLINE void na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int NB, int
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m3), 4));
             for (j = 0; j < 4; j++) {
-                /* 32 elements = sub-blocks 2j and 2j+1 of this half: int16 lanes 0..7, 8..15 */
-                __m256i s = _mm256_set_m128i(_mm_set1_epi16(sh[2 * j + 1]), _mm_set1_epi16(sh[2 * j]));
+                /* 32 elements = sub-blocks 8h+2j (int16 lanes 0..7) and 8h+2j+1 (8..15) */
+                const __m256i sm = _mm256_set_m128i(
+                    _mm_set1_epi16((short)((4 * j + 2) | ((4 * j + 3) << 8))),
+                    _mm_set1_epi16((short)((4 * j) | ((4 * j + 1) << 8))));
+                __m256i s = _mm256_shuffle_epi8(sch[h], sm);
 #pragma GCC unroll 4
                 for (i = 0; i < NB; i++) {
                     const int8_t *xh = x[i].q + (size_t)b * NA_QK_K + 128 * h + 32 * j;
@@ -309,18 +348,13 @@ NA_INLINE void na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int NB, int
             }
         }
 #pragma GCC unroll 4
-        for (i = 0; i < NB; i++) {
-            const int16_t *bs = x[i].bs + (size_t)b * (NA_QK_K / 16);
-            int32_t corr = 0, sumi;
-            for (j = 0; j < 16; j++)
-                corr += sc[j] * bs[j];
-            sumi = na_cq_hsum_i32(acc[i]) - 32 * corr;
-            sum[i] += (d * x[i].d[b]) * (float)sumi;
-        }
+        for (i = 0; i < NB; i++)
+            acc_f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(d * x[i].d[b]),
+                                       acc_f[i]);
     }
 #pragma GCC unroll 4
     for (i = 0; i < NB; i++)
-        out[i] = sum[i];
+        out[i] = na_cpu_hsum(acc_f[i]);
 }
 
 /* Kernel of type DT for NB inputs (constants: one copy per pair). */
