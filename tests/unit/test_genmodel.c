@@ -489,6 +489,63 @@ static void check_quant_types(const char *dir)
     }
 }
 
+/* A non-finite f16 scale of a block format (Q6_K's d at the end of its
+ * block, Q4_1's min, Q4_K's dmin) is found by na_model_check_finite. */
+static void check_quant_nonfinite(const char *dir)
+{
+    static const struct { const char *name; na_dtype_t dt; size_t off; } c[] = {
+        { "q6_k", NA_DTYPE_Q6_K, 208 }, { "q4_1", NA_DTYPE_Q4_1, 2 }, { "q4_k", NA_DTYPE_Q4_K, 2 },
+        { "q5_0", NA_DTYPE_Q5_0, 0 },
+    };
+    size_t i;
+    for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        na_genmodel_opts_t o;
+        char prefix[600], path[640];
+        na_model_t *m = NULL;
+        size_t off = 0, n = 0;
+        uint8_t *raw;
+        na_genmodel_defaults(&o);
+        o.dim = 256;
+        o.hidden_dim = 256;
+        o.n_layers = 1;
+        o.n_heads = 2;
+        o.n_kv_heads = 1;
+        o.vocab_size = 300;
+        o.dtype = c[i].dt;
+        o.write_llama2c = 0;
+        snprintf(prefix, sizeof(prefix), "%s/nf_%s", dir, c[i].name);
+        snprintf(path, sizeof(path), "%s.gguf", prefix);
+        NA_CHECK_OK(na_genmodel_write(prefix, &o));
+        NA_CHECK_OK(na_model_open(path, &m));
+        if (m == NULL)
+            continue;
+        NA_CHECK_OK(na_model_check_finite(m));
+        /* the second block of layer 0's wk */
+        off = (size_t)((const uint8_t *)m->layers[0].wk.data - (const uint8_t *)m->map) +
+              na_dtype_block_bytes(c[i].dt) + c[i].off;
+        na_model_destroy(m);
+        m = NULL;
+        raw = (uint8_t *)na_test_read_file(path, &n);
+        NA_CHECK(raw != NULL && off + 2 <= n);
+        if (raw == NULL || off + 2 > n) {
+            free(raw);
+            continue;
+        }
+        raw[off] = 0x00;
+        raw[off + 1] = 0x7e;                     /* f16 NaN */
+        NA_CHECK(na_test_write_file(path, raw, n) == 0);
+        free(raw);
+        NA_CHECK_OK(na_model_open(path, &m));
+        if (m != NULL) {
+            NA_CHECK(na_model_check_finite(m) == NA_ERR_FORMAT);
+            NA_CHECK_MSG(strstr(na_errmsg(), "wk of layer 0") != NULL &&
+                         strstr(na_errmsg(), na_dtype_block(c[i].dt) == 256 ? "element 256" : "element 32"),
+                         "%s: %s", c[i].name, na_errmsg());
+            na_model_destroy(m);
+        }
+    }
+}
+
 int main(void)
 {
     char dir[512];
@@ -499,6 +556,7 @@ int main(void)
     for (dt = 0; dt <= NA_DTYPE_Q8_0; dt++)
         check_formats(dir, (na_dtype_t)dt, dt == NA_DTYPE_F16 || dt == NA_DTYPE_Q8_0);
     check_quant_types(dir);
+    check_quant_nonfinite(dir);
     check_determinism_and_scale(dir);
     check_bad_options();
     check_space_refusal(dir);
