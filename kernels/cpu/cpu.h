@@ -93,6 +93,8 @@ typedef struct {
     na_cpu_gemm_fn gemm_bf16;   /* BF16 large batches; NULL: dequantise + sgemm */
     na_cpu_gemm_fn gemm_f32;    /* F32/F16 large batches; NULL: (dequantise +) sgemm */
     na_cpu_matmul_quant_fn matmul_quant;  /* Q4_0 ... Q6_K: the copy of cpu_quant.c for this CPU */
+    uint8_t       *q8w;         /* Q4_0 / Q5_0 weights re-blocked as Q8_0 for gemm_q8 */
+    size_t         q8w_n;       /* bytes in q8w */
 } na_cpu_state_t;
 
 /* A scratch buffer of at least n floats owned by the backend (valid until the

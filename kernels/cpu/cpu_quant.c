@@ -446,6 +446,50 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
     }
 }
 
+/* Large batches of Q4_0 / Q5_0 weights: their blocks are Q8_0 blocks with
+ * narrower codes (d (q - 8), d (q - 16): the same f16 d, the centred code
+ * as int8), so the weight is re-blocked as Q8_0, exactly, into s->q8w and
+ * multiplied by the Q8_0 GEMM (kernels/cpu/cpu_gemm_q8.c): the same inputs
+ * in Q8 blocks, the same integer block sums, f32 summed in that GEMM's
+ * order (not the row kernel's: off for batch_invariant). 0 done, -1 not. */
+#define NA_CQ_GEMM_MIN_BATCH 32
+
+static int na_cq_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                         int batch)
+{
+    na_cpu_state_t *s = k->priv;
+    size_t nblk = (size_t)w->rows * (size_t)(w->cols / 32), need = nblk * NA_Q8_0_BLOCK_SIZE, i;
+    const uint8_t *src = w->data;
+    size_t bb = na_dtype_block_bytes(w->dtype);
+    na_tensor_t t;
+    int q5 = w->dtype == NA_DTYPE_Q5_0, j;
+
+    if (s->q8w_n < need) {
+        uint8_t *p = realloc(s->q8w, need);
+        if (p == NULL)
+            return -1;
+        s->q8w = p;
+        s->q8w_n = need;
+    }
+    for (i = 0; i < nblk; i++, src += bb) {
+        uint8_t *o = s->q8w + i * NA_Q8_0_BLOCK_SIZE;
+        __m256i v = na_cq_nibbles32(src + (q5 ? 6 : 2));
+        if (q5)
+            v = _mm256_or_si256(v, _mm256_andnot_si256(na_cq_bits32(src + 2),
+                                                       _mm256_set1_epi8((char)0xF0)));
+        else
+            v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+        memcpy(o, src, 2);
+        _mm256_storeu_si256((__m256i *)(o + 2), v);
+        (void)j;
+    }
+    t.dtype = NA_DTYPE_Q8_0;
+    t.rows = w->rows;
+    t.cols = w->cols;
+    t.data = s->q8w;
+    return s->gemm_q8(k, y, x, &t, batch);
+}
+
 /* 0 done; -1 no scratch (the caller takes the reference). */
 int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                         int batch)
@@ -456,6 +500,10 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     na_cq_job_t j;
     float *sc;
 
+    if ((w->dtype == NA_DTYPE_Q4_0 || w->dtype == NA_DTYPE_Q5_0) && !k->batch_invariant &&
+        batch >= NA_CQ_GEMM_MIN_BATCH && batch >= s->gemm_q8_min_batch &&
+        na_cq_gemm_q8(k, y, x, w, batch) == 0)
+        return 0;
     j.y = y;
     j.w = w;
     j.batch = batch;
