@@ -25,6 +25,7 @@
 #include "cli/bench.h"
 #include "cli/bench_kernels_cuda.h"
 #include "cli/cli.h"
+#include "common/quantize.h"
 #include "kernels/kernels.h"
 
 #define NA_BK_MAX_REPS   200
@@ -318,6 +319,18 @@ static uint8_t *na_bk_weights(na_dtype_t dt, int rows, int cols, int n_copies, s
 
     if (p == NULL)
         return NULL;
+    if (dt > NA_DTYPE_Q8_0) {          /* the other block formats: quantised f32 */
+        float *f = malloc(sizeof(float) * n);
+        if (f == NULL) {
+            free(p);
+            return NULL;
+        }
+        for (i = 0; i < n; i++)
+            f[i] = na_bk_rand(&seed);
+        na_quantize(dt, f, n, p);
+        free(f);
+        n = 0;
+    }
     for (i = 0; i < n; i++) {
         float f = na_bk_rand(&seed);
         if (dt == NA_DTYPE_F32) {
@@ -391,7 +404,7 @@ static na_status_t na_bk_mm_weights(na_bk_mm_t *m, na_dtype_t dt, int rows, int 
 }
 
 static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o,
-                                na_bench_copy_t *copyN)
+                                na_bench_copy_t *copyN, unsigned dtypes)
 {
     static const int batches[] = { 1, 8, 64 };
     int dim = o->quick ? 2048 : 4096, bi, dt;
@@ -404,6 +417,8 @@ static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o,
     if (st != NA_OK)
         return st;
     for (dt = 0; dt < NA_DTYPE_COUNT && st == NA_OK; dt++) {
+        if (!(dtypes & (1u << dt)) && dt != NA_DTYPE_F32)   /* f32: the sgemm reference */
+            continue;
         st = na_bk_mm_weights(&m, (na_dtype_t)dt, dim, dim);
         if (st != NA_OK)
             break;
@@ -489,12 +504,15 @@ static na_status_t na_bk_matmul_f32_small(na_bench_t *b, const na_cli_bench_opts
 static void na_bk_usage(FILE *f)
 {
     fprintf(f, "usage: nearattn bench kernels [--json FILE] [--threads N] [--quick]\n"
-               "                              [--part all|attn|matmul|small] [--backend cpu|cuda]\n\n"
+               "                              [--part all|attn|matmul|small] [--backend cpu|cuda]\n"
+               "                              [--dtypes LIST]\n\n"
                "Decode attention (f16 KV, 32 q / 8 kv heads, head_dim 128, contexts 1K-64K)\n"
                "as GB/s of KV read beside a STREAM copy measured in the same run, and\n"
                "matmul GFLOP/s for F32/F16/BF16/Q8_0 weights beside cblas_sgemm, and\n"
                "small-batch F32 matmul on 15M-model shapes beside cblas_sgemm.\n\n"
                "options:\n" NA_CLI_BENCH_OPTS_HELP
+               "  --dtypes LIST  matmul weight types (default f32,f16,bf16,q8_0; also q4_0,\n"
+               "                 q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)\n"
                "  --part P       run only attn, matmul or small (the F32 small-batch\n"
                "                 crossover); STREAM copy always runs (default all)\n"
                "  --backend B    cpu (default) or cuda: the GPU's decode attention GB/s\n"
@@ -508,6 +526,7 @@ static void na_bk_usage(FILE *f)
 /* kernels' own options: --part P, --backend B (ctx: their two strings). */
 typedef struct {
     const char *part, *backend;
+    unsigned    dtypes;         /* --dtypes: bit per na_dtype_t of the matmul rows */
 } na_bk_own_t;
 
 static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
@@ -520,6 +539,26 @@ static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
             return 2;
         }
         ((na_bk_own_t *)ctx)->backend = v;
+        ++*i;
+        return 1;
+    }
+    if (strcmp(argv[*i], "--dtypes") == 0) {
+        char buf[256], *tok, *save = NULL;
+        unsigned m = 0;
+        int t;
+        snprintf(buf, sizeof(buf), "%s", v ? v : "");
+        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if ((t = na_dtype_parse(tok)) < 0) {
+                fprintf(stderr, "nearattn bench kernels: --dtypes: unknown type '%s'\n", tok);
+                return 2;
+            }
+            m |= 1u << t;
+        }
+        if (m == 0) {
+            fprintf(stderr, "nearattn bench kernels: --dtypes needs a list of types\n");
+            return 2;
+        }
+        ((na_bk_own_t *)ctx)->dtypes = m;
         ++*i;
         return 1;
     }
@@ -545,7 +584,8 @@ int na_cli_bench_kernels(int argc, char **argv)
     na_status_t st;
     int i, rc;
     char name[64];
-    na_bk_own_t own = { "all", "cpu" };
+    na_bk_own_t own = { "all", "cpu", (1u << NA_DTYPE_F32) | (1u << NA_DTYPE_F16) |
+                                      (1u << NA_DTYPE_BF16) | (1u << NA_DTYPE_Q8_0) };
     const char *part;
 
     rc = na_cli_bench_parse("kernels", argc, argv, &o, na_bk_usage, na_bk_opt, &own);
@@ -588,7 +628,7 @@ int na_cli_bench_kernels(int argc, char **argv)
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "attn")))
         st = na_bk_attention(b, &o, copy1, copyN);
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "matmul")))
-        st = na_bk_matmul(b, &o, copyN);
+        st = na_bk_matmul(b, &o, copyN, own.dtypes);
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "small")))
         st = na_bk_matmul_f32_small(b, &o);
     if (st != NA_OK)

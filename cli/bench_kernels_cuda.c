@@ -206,7 +206,7 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
     if ((st = na_bkc_buf(k, (size_t)512 * n * sizeof(float), &m.x)) != NA_OK ||
         (st = k->ops->buf_alloc(k, (size_t)512 * n * sizeof(float), NA_KMEM_DEVICE, &m.y)) != NA_OK)
         goto out;
-    for (d = 0; d < NA_DTYPE_COUNT && st == NA_OK; d++) {
+    for (d = 0; d <= NA_DTYPE_Q8_0 && st == NA_OK; d++) {
         na_tensor_t t = { (na_dtype_t)d, n, n, NULL };
         size_t bytes = na_dtype_bytes((na_dtype_t)d, wn);
         uint8_t *p = malloc(bytes);
@@ -237,7 +237,7 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
         st = k->ops->place(k, &t, &w[d]);
         free(p);
     }
-    for (d = 0; d < NA_DTYPE_COUNT && st == NA_OK; d++)
+    for (d = 0; d <= NA_DTYPE_Q8_0 && st == NA_OK; d++)
         for (bi = 0; bi < 4 && st == NA_OK; bi++) {
             double med = 0, spread = 0, flops;
             m.w = &w[d];

@@ -37,6 +37,7 @@ typedef struct {
     int         dtypes;          /* bit per na_dtype_t */
     int         threads[4], n_threads;
     int         reps;
+    const char *models;          /* --models: GGUF files to bench instead, comma-separated */
 } pr_args_t;
 
 static void pr_usage(FILE *f)
@@ -44,7 +45,7 @@ static void pr_usage(FILE *f)
     fprintf(f,
         "usage: nearattn bench e2e --peers [--llama-bench PATH] [--shapes 15m,110m]\n"
         "                          [--dtypes f32,f16,bf16,q8_0] [--threads-list 1,2]\n"
-        "                          [--reps N] [--json FILE] [--quick]\n\n"
+        "                          [--reps N] [--models F,F...] [--json FILE] [--quick]\n\n"
         "Batch-1 decode (tg64) and 512-token prompt processing (pp512) of the monolithic\n"
         "engine beside llama.cpp's llama-bench on the same generated GGUF files: the 15M\n"
         "shape (dim 288, 6 layers) and a 110M-class shape (dim 768, 12 layers), every\n"
@@ -55,6 +56,8 @@ static void pr_usage(FILE *f)
         "  --dtypes LIST       weight dtypes (default f32,f16,bf16,q8_0)\n"
         "  --threads-list LIST thread counts (default 1,2)\n"
         "  --reps N            pairs per row, ABBA order (default 4; --quick: 1)\n"
+        "  --models LIST       bench these GGUF files (comma-separated) instead of the\n"
+        "                      generated shapes (e.g. gen-model --dtype q4_k_m files)\n"
         "  --json FILE         also write the results as JSON\n"
         "  --quick             15m only, one pair\n");
 }
@@ -225,6 +228,8 @@ static int pr_own(void *ctx, int argc, char **argv, int *i)
             a->threads[a->n_threads++] = (int)t;
             s = *end ? end + 1 : end;
         }
+    } else if (!strcmp(f, "--models")) {
+        a->models = v;
     } else if (!strcmp(f, "--reps")) {
         long r;
         if (na_cli_int("bench e2e --peers", f, v, 1, PR_MAX_REPS, &r) != NA_OK)
@@ -237,17 +242,64 @@ static int pr_own(void *ctx, int argc, char **argv, int *i)
     return 1;
 }
 
+/* The rows of one model (label, dtname: how the rows name it): every thread
+ * count, a->reps pairs in ABBA order. -1 when nearattn failed (said). */
+static int pr_rows(na_bench_t *b, const pr_args_t *a, na_model_t *m, const char *path,
+                   const char *label, const char *dtname)
+{
+    char name[160], ref[96];
+    int ti, k;
+
+    for (ti = 0; ti < a->n_threads; ti++) {
+        double opp[PR_MAX_REPS], otg[PR_MAX_REPS], ppp[PR_MAX_REPS], ptg[PR_MAX_REPS];
+        double mpp, mtg, spp, stg;
+        int np = 0, t = a->threads[ti];
+        for (k = 0; k < a->reps; k++) {
+            /* ABBA order: what runs right after a 2-thread burst of the
+             * other is slower on these VMs, so neither always goes second */
+            if (k % 2 == 1 && a->llama_bench != NULL &&
+                pr_peer(a->llama_bench, path, t, &ppp[np], &ptg[np]) == 0)
+                np++;
+            if (pr_ours(m, t, &opp[k], &otg[k]) != NA_OK) {
+                na_cli_fail("bench e2e --peers", NA_ERR_INTERNAL);
+                return -1;
+            }
+            if (k % 2 == 0 && a->llama_bench != NULL &&
+                pr_peer(a->llama_bench, path, t, &ppp[np], &ptg[np]) == 0)
+                np++;
+        }
+        spp = na_bench_spread(opp, a->reps);
+        stg = na_bench_spread(otg, a->reps);
+        mpp = na_bench_median(opp, a->reps);
+        mtg = na_bench_median(otg, a->reps);
+        snprintf(name, sizeof(name), "decode b=1 %s %s t=%d (tg%d)", label,
+                 dtname, t, PR_TG);
+        snprintf(ref, sizeof(ref), "llama-bench tg%d t=%d", PR_TG, t);
+        na_bench_add(b, name, mtg, "tok/s", stg, np ? ref : NULL,
+                     np ? na_bench_median(ptg, np) : 0);
+        snprintf(name, sizeof(name), "prompt %s %s t=%d (pp%d)", label,
+                 dtname, t, PR_PP);
+        snprintf(ref, sizeof(ref), "llama-bench pp%d t=%d", PR_PP, t);
+        na_bench_add(b, name, mpp, "tok/s", spp, np ? ref : NULL,
+                     np ? na_bench_median(ppp, np) : 0);
+        if (a->llama_bench != NULL && np < a->reps)
+            na_bench_note(b, "llama-bench failed %d of %d runs on %s %s t=%d",
+                          a->reps - np, a->reps, label, dtname, t);
+    }
+    return 0;
+}
+
 int na_cli_e2e_peers(int argc, char **argv)
 {
     static const struct { const char *name; int dim, hidden, layers, heads; } shp[2] = {
         { "15M", 288, 768, 6, 6 }, { "110M", 768, 2048, 12, 12 },
     };
-    pr_args_t a = { NULL, 0, 0, { 1, 2 }, 2, 0 };
+    pr_args_t a = { NULL, 0, 0, { 1, 2 }, 2, 0, NULL };
     na_cli_bench_opts_t o;
     na_bench_t *b = NULL;
-    char dir[512], prefix[600], path[620], name[96], ref[96];
+    char dir[512], prefix[600], path[620];
     const char *tmp = getenv("TMPDIR");
-    int rc, s, dt, ti, k;
+    int rc, s, dt;
 
     rc = na_cli_bench_parse("e2e", argc, argv, &o, pr_usage, pr_own, &a);
     if (rc >= 0)
@@ -272,6 +324,26 @@ int na_cli_e2e_peers(int argc, char **argv)
     rc = 1;
     if (na_bench_create("e2e-peers", &b) != NA_OK)
         goto out;
+    if (a.models != NULL) {                 /* the given files, in order */
+        char list[4096], *tok, *save = NULL;
+        snprintf(list, sizeof(list), "%s", a.models);
+        for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            na_model_t *m = NULL;
+            const char *base = strrchr(tok, '/');
+            if (na_model_open(tok, &m) != NA_OK) {
+                na_cli_fail("bench e2e --peers", NA_ERR_IO);
+                goto out;
+            }
+            fprintf(stderr, "bench e2e --peers: %s ...\n", tok);
+            if (pr_rows(b, &a, m, tok, base ? base + 1 : tok,
+                        na_dtype_name(m->layers[0].wq.dtype)) != 0) {
+                na_model_destroy(m);
+                goto out;
+            }
+            na_model_destroy(m);
+        }
+        a.shapes = 0;
+    }
     for (s = 0; s < 2; s++) {
         if (!(a.shapes & (1 << s)))
             continue;
@@ -293,42 +365,9 @@ int na_cli_e2e_peers(int argc, char **argv)
                 na_cli_fail("bench e2e --peers", NA_ERR_IO);
                 goto out;
             }
-            for (ti = 0; ti < a.n_threads; ti++) {
-                double opp[PR_MAX_REPS], otg[PR_MAX_REPS], ppp[PR_MAX_REPS], ptg[PR_MAX_REPS];
-                double mpp, mtg, spp, stg;
-                int np = 0, t = a.threads[ti];
-                for (k = 0; k < a.reps; k++) {
-                    /* ABBA order: what runs right after a 2-thread burst of the
-                     * other is slower on these VMs, so neither always goes second */
-                    if (k % 2 == 1 && a.llama_bench != NULL &&
-                        pr_peer(a.llama_bench, path, t, &ppp[np], &ptg[np]) == 0)
-                        np++;
-                    if (pr_ours(m, t, &opp[k], &otg[k]) != NA_OK) {
-                        na_model_destroy(m);
-                        na_cli_fail("bench e2e --peers", NA_ERR_INTERNAL);
-                        goto out;
-                    }
-                    if (k % 2 == 0 && a.llama_bench != NULL &&
-                        pr_peer(a.llama_bench, path, t, &ppp[np], &ptg[np]) == 0)
-                        np++;
-                }
-                spp = na_bench_spread(opp, a.reps);
-                stg = na_bench_spread(otg, a.reps);
-                mpp = na_bench_median(opp, a.reps);
-                mtg = na_bench_median(otg, a.reps);
-                snprintf(name, sizeof(name), "decode b=1 %s %s t=%d (tg%d)", shp[s].name,
-                         na_dtype_name(go.dtype), t, PR_TG);
-                snprintf(ref, sizeof(ref), "llama-bench tg%d t=%d", PR_TG, t);
-                na_bench_add(b, name, mtg, "tok/s", stg, np ? ref : NULL,
-                             np ? na_bench_median(ptg, np) : 0);
-                snprintf(name, sizeof(name), "prompt %s %s t=%d (pp%d)", shp[s].name,
-                         na_dtype_name(go.dtype), t, PR_PP);
-                snprintf(ref, sizeof(ref), "llama-bench pp%d t=%d", PR_PP, t);
-                na_bench_add(b, name, mpp, "tok/s", spp, np ? ref : NULL,
-                             np ? na_bench_median(ppp, np) : 0);
-                if (a.llama_bench != NULL && np < a.reps)
-                    na_bench_note(b, "llama-bench failed %d of %d runs on %s %s t=%d",
-                                  a.reps - np, a.reps, shp[s].name, na_dtype_name(go.dtype), t);
+            if (pr_rows(b, &a, m, path, shp[s].name, na_dtype_name(go.dtype)) != 0) {
+                na_model_destroy(m);
+                goto out;
             }
             na_model_destroy(m);
             unlink(path);

@@ -25,7 +25,9 @@ static void na_gen_model_usage(FILE *f, const na_genmodel_opts_t *d)
         "                      when --heads is given: multi-head attention)\n"
         "  --vocab N           vocabulary size, >= %d (default %d)\n"
         "  --seq-len N         maximum context (default %d)\n"
-        "  --dtype T           GGUF weight type: f32, f16, bf16, q8_0 (default %s)\n"
+        "  --dtype T           GGUF weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+        "                      q5_1, q4_k, q5_k, q6_k, or q4_k_m (llama-quantize's mix:\n"
+        "                      q4_k with q6_k output, half of attn_v/ffn_down) (default %s)\n"
         "  --arch A            llama (default), llama3 (rope_freqs of Llama-3.x's\n"
         "                      scaling, theta 500000), qwen2 (q/k/v biases), qwen3\n"
         "                      (per-head q/k norms, key_length); all but llama write\n"
@@ -106,13 +108,11 @@ int na_cmd_gen_model(int argc, char **argv)
         } else if (!strcmp(a, "--chat-template")) {
             o.chat_template = val;
         } else if (!strcmp(a, "--dtype")) {
-            int t = na_dtype_parse(val);
-            if (t < 0) {
-                fprintf(stderr, "nearattn %s: --dtype expects f32, f16, bf16 or q8_0, got '%s'\n",
-                        cmd, val);
+            if (na_genmodel_parse_dtype(val, &o.dtype, &o.quant_mix) < 0) {
+                fprintf(stderr, "nearattn %s: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, "
+                        "q5_0, q5_1, q4_k, q5_k, q6_k or q4_k_m, got '%s'\n", cmd, val);
                 return 2;
             }
-            o.dtype = (na_dtype_t)t;
         } else if (!strcmp(a, "--arch")) {
             int ar = na_genmodel_arch_parse(val);
             float theta = o.rope_theta;
@@ -188,7 +188,8 @@ int na_cmd_gen_model(int argc, char **argv)
         if (o.write_llama2c)
             printf("wrote %s.bin (f32) and %s.tok.bin\n", out, out);
         if (o.write_gguf)
-            printf("wrote %s.gguf (%s, arch %s)\n", out, na_dtype_name(o.dtype),
+            printf("wrote %s.gguf (%s, arch %s)\n", out,
+                   o.quant_mix == NA_GENMODEL_MIX_Q4_K_M ? "q4_k_m" : na_dtype_name(o.dtype),
                    na_genmodel_arch_name(o.arch));
     }
     return 0;

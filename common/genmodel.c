@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "genvocab.h"
 #include "gguf.h"
 #include "model.h"
+#include "quantize.h"
 
 #define NA_GM_CHUNK (1u << 20)       /* floats generated per step */
 #define NA_GM_PIECE_MAX 48           /* bytes of a piece: <= 16 chars (genvocab.c), ' ' -> 3-byte U+2581 */
@@ -160,14 +162,31 @@ na_status_t na_genmodel_check(const na_genmodel_opts_t *o)
                       "<= %d", hd, NA_MODEL_MAX_HEAD_DIM);
     if ((int)o->dtype < 0 || o->dtype >= NA_DTYPE_COUNT)
         return na_err(NA_ERR_INVALID, "gen-model: invalid dtype %d", (int)o->dtype);
-    if (o->dtype == NA_DTYPE_Q8_0 && (o->dim % 32 != 0 || o->hidden_dim % 32 != 0))
-        return na_err(NA_ERR_INVALID, "gen-model: q8_0 needs dim (%d) and hidden (%d) to be "
-                      "multiples of 32", o->dim, o->hidden_dim);
+    if (na_dtype_block(o->dtype) == 32 && (o->dim % 32 != 0 || o->hidden_dim % 32 != 0))
+        return na_err(NA_ERR_INVALID, "gen-model: %s needs dim (%d) and hidden (%d) to be "
+                      "multiples of 32", na_dtype_name(o->dtype), o->dim, o->hidden_dim);
+    if (o->quant_mix != NA_GENMODEL_MIX_NONE &&
+        !(o->quant_mix == NA_GENMODEL_MIX_Q4_K_M && o->dtype == NA_DTYPE_Q4_K))
+        return na_err(NA_ERR_INVALID, "gen-model: quant mix %d needs dtype q4_k", o->quant_mix);
     if (!(o->rope_theta > 0.0f) || !(o->rms_eps > 0.0f && o->rms_eps < 1.0f))
         return na_err(NA_ERR_INVALID, "gen-model: rope theta must be > 0 and eps in (0, 1)");
     if (!o->write_llama2c && !o->write_gguf)
         return na_err(NA_ERR_INVALID, "gen-model: no output format selected");
     return NA_OK;
+}
+
+int na_genmodel_parse_dtype(const char *s, na_dtype_t *dtype, int *mix)
+{
+    int t = na_dtype_parse(s);
+    *mix = NA_GENMODEL_MIX_NONE;
+    if (t < 0 && strcasecmp(s, "q4_k_m") == 0) {
+        t = NA_DTYPE_Q4_K;
+        *mix = NA_GENMODEL_MIX_Q4_K_M;
+    }
+    if (t < 0)
+        return -1;
+    *dtype = (na_dtype_t)t;
+    return t;
 }
 
 /* ---- values ------------------------------------------------------------- */
@@ -406,6 +425,13 @@ static uint32_t na_gm_ggml_type(na_dtype_t t)
     case NA_DTYPE_F16:  return NA_GGML_TYPE_F16;
     case NA_DTYPE_BF16: return NA_GGML_TYPE_BF16;
     case NA_DTYPE_Q8_0: return NA_GGML_TYPE_Q8_0;
+    case NA_DTYPE_Q4_0: return NA_GGML_TYPE_Q4_0;
+    case NA_DTYPE_Q4_1: return NA_GGML_TYPE_Q4_1;
+    case NA_DTYPE_Q5_0: return NA_GGML_TYPE_Q5_0;
+    case NA_DTYPE_Q5_1: return NA_GGML_TYPE_Q5_1;
+    case NA_DTYPE_Q4_K: return NA_GGML_TYPE_Q4_K;
+    case NA_DTYPE_Q5_K: return NA_GGML_TYPE_Q5_K;
+    case NA_DTYPE_Q6_K: return NA_GGML_TYPE_Q6_K;
     default:            return NA_GGML_TYPE_F32;
     }
 }
@@ -442,15 +468,42 @@ static size_t na_gm_convert(na_dtype_t t, const float *src, size_t n, void *dst)
                 blk[2 + j] = (uint8_t)(int8_t)lroundf(x[j] * id);
         }
         return n / NA_Q8_0_BLOCK * NA_Q8_0_BLOCK_SIZE;
-    default:
+    case NA_DTYPE_F32:
         memcpy(dst, src, 4 * n);
         return 4 * n;
+    default:                             /* the other block formats */
+        return na_quantize(t, src, n, dst);
     }
 }
 
-/* Declare tensor `name` of (rows, cols); norms are always f32. */
+/* The dtype of tensor (kind, layer): norms f32; the matrices o->dtype, or
+ * another by o->quant_mix, with llama-quantize's fallbacks (genmodel.h). */
+static na_dtype_t na_gm_dtype(const na_genmodel_opts_t *o, na_gm_kind_t kind, int layer)
+{
+    int rows, cols, n = o->n_layers;
+    na_dtype_t t = o->dtype;
+
+    if (na_gm_is_vector(kind))
+        return NA_DTYPE_F32;
+    if (o->quant_mix == NA_GENMODEL_MIX_Q4_K_M) {
+        int more = layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+        if (kind == NA_GM_WCLS || (kind == NA_GM_TOK && o->shared_classifier) ||
+            ((kind == NA_GM_WV || kind == NA_GM_W2) && more))
+            t = NA_DTYPE_Q6_K;
+    }
+    na_gm_shape(o, kind, &rows, &cols);
+    if (cols % na_dtype_block(t) != 0) {
+        t = t == NA_DTYPE_Q4_K ? NA_DTYPE_Q5_0 : t == NA_DTYPE_Q5_K ? NA_DTYPE_Q5_1
+          : t == NA_DTYPE_Q6_K ? NA_DTYPE_Q8_0 : t;
+        if (cols % na_dtype_block(t) != 0)
+            t = NA_DTYPE_F16;
+    }
+    return t;
+}
+
+/* Declare tensor `name` of (rows, cols) in its dtype (na_gm_dtype). */
 static na_status_t na_gm_declare(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
-                                 na_gm_kind_t kind, const char *name)
+                                 na_gm_kind_t kind, int layer, const char *name)
 {
     int rows, cols;
     int norm = na_gm_is_vector(kind);
@@ -459,7 +512,7 @@ static na_status_t na_gm_declare(na_gguf_writer_t *w, const na_genmodel_opts_t *
     na_gm_shape(o, kind, &rows, &cols);
     ne[0] = (uint64_t)cols;
     ne[1] = (uint64_t)rows;
-    return na_gguf_writer_tensor(w, name, norm ? NA_GGML_TYPE_F32 : na_gm_ggml_type(o->dtype),
+    return na_gguf_writer_tensor(w, name, na_gm_ggml_type(na_gm_dtype(o, kind, layer)),
                                  norm ? 1 : 2, ne);
 }
 
@@ -469,8 +522,7 @@ static na_status_t na_gm_gguf_tensor(na_gguf_writer_t *w, const na_genmodel_opts
                                      na_gm_progress_t *p)
 {
     int rows, cols;
-    int norm = na_gm_is_vector(kind);
-    na_dtype_t t = norm ? NA_DTYPE_F32 : o->dtype;
+    na_dtype_t t = na_gm_dtype(o, kind, layer);
     uint64_t r, per;
     na_status_t st;
 
@@ -512,7 +564,8 @@ static const na_gm_kind_t na_gm_layer_kinds[] = {
 static na_status_t na_gm_gguf_meta(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
                                    const na_genvocab_t *v, char **sp_pieces)
 {
-    static const uint32_t ftype[NA_DTYPE_COUNT] = { 0, 1, 32, 7 };
+    /* llama_ftype: q4_k, q5_k as their _S files, q4_k_m as MOSTLY_Q4_K_M */
+    static const uint32_t ftype[NA_DTYPE_COUNT] = { 0, 1, 32, 7, 2, 3, 8, 9, 14, 16, 18 };
     const char *a = o->arch == NA_GENMODEL_QWEN2 ? "qwen2"
                   : o->arch == NA_GENMODEL_QWEN3 ? "qwen3" : "llama";
     int hd = na_gm_hd(o);
@@ -523,7 +576,9 @@ static na_status_t na_gm_gguf_meta(na_gguf_writer_t *w, const na_genmodel_opts_t
     if ((st = na_gguf_writer_kv_str(w, "general.architecture", a)) != NA_OK ||
         (st = na_gguf_writer_kv_str(w, "general.name", "nearattn gen-model")) != NA_OK ||
         (st = na_gguf_writer_kv_u32(w, "general.alignment", NA_GGUF_DEFAULT_ALIGNMENT)) != NA_OK ||
-        (st = na_gguf_writer_kv_u32(w, "general.file_type", ftype[o->dtype])) != NA_OK ||
+        (st = na_gguf_writer_kv_u32(w, "general.file_type",
+                                    o->quant_mix == NA_GENMODEL_MIX_Q4_K_M ? 15u
+                                                                           : ftype[o->dtype])) != NA_OK ||
         (st = na_gguf_writer_kv_u32(w, NA_GM_K(0, "context_length"), (uint32_t)o->seq_len)) != NA_OK ||
         (st = na_gguf_writer_kv_u32(w, NA_GM_K(1, "embedding_length"), (uint32_t)o->dim)) != NA_OK ||
         (st = na_gguf_writer_kv_u32(w, NA_GM_K(2, "block_count"), (uint32_t)o->n_layers)) != NA_OK ||
@@ -604,16 +659,16 @@ static char **na_gm_sp_pieces(const na_genvocab_t *v)
 static uint64_t na_gm_gguf_data_size(const na_genmodel_opts_t *o)
 {
     uint64_t total = 0;
-    int rows, cols, kk;
+    int rows, cols, kk, l;
 
     for (kk = 0; kk < NA_GM_KINDS; kk++) {
-        int norm = na_gm_is_vector((na_gm_kind_t)kk);
         int count = !na_gm_has(o, (na_gm_kind_t)kk) ? 0
                   : kk == NA_GM_TOK || kk == NA_GM_OUT_NORM || kk == NA_GM_WCLS ||
                     kk == NA_GM_ROPE_FREQS ? 1 : o->n_layers;
         na_gm_shape(o, (na_gm_kind_t)kk, &rows, &cols);
-        total += (uint64_t)count * na_dtype_bytes(norm ? NA_DTYPE_F32 : o->dtype,
-                                                  (size_t)rows * (size_t)cols);
+        for (l = 0; l < count; l++)      /* the type may differ by layer */
+            total += na_dtype_bytes(na_gm_dtype(o, (na_gm_kind_t)kk, l),
+                                    (size_t)rows * (size_t)cols);
     }
     return total;
 }
@@ -634,7 +689,7 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
     if ((st = na_gguf_writer_create(path, &w)) != NA_OK)
         goto out_free;
     if ((st = na_gm_gguf_meta(w, o, v, sp)) != NA_OK ||
-        (st = na_gm_declare(w, o, NA_GM_TOK, "token_embd.weight")) != NA_OK)
+        (st = na_gm_declare(w, o, NA_GM_TOK, 0, "token_embd.weight")) != NA_OK)
         goto err_abort;
     for (l = 0; l < o->n_layers; l++)
         for (k = 0; k < NA_GM_N_LAYER_KINDS; k++) {
@@ -644,14 +699,14 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
                 continue;
             const char *base = na_gm_blk_names[kind] != NULL ? na_gm_blk_names[kind] : "?";
             snprintf(name, sizeof(name), "blk.%d.%s.%s", l, base, bias ? "bias" : "weight");
-            if ((st = na_gm_declare(w, o, kind, name)) != NA_OK)
+            if ((st = na_gm_declare(w, o, kind, l, name)) != NA_OK)
                 goto err_abort;
         }
-    if ((st = na_gm_declare(w, o, NA_GM_OUT_NORM, "output_norm.weight")) != NA_OK ||
+    if ((st = na_gm_declare(w, o, NA_GM_OUT_NORM, 0, "output_norm.weight")) != NA_OK ||
         (na_gm_has(o, NA_GM_ROPE_FREQS) &&
-         (st = na_gm_declare(w, o, NA_GM_ROPE_FREQS, "rope_freqs.weight")) != NA_OK) ||
+         (st = na_gm_declare(w, o, NA_GM_ROPE_FREQS, 0, "rope_freqs.weight")) != NA_OK) ||
         (!o->shared_classifier &&
-         (st = na_gm_declare(w, o, NA_GM_WCLS, "output.weight")) != NA_OK))
+         (st = na_gm_declare(w, o, NA_GM_WCLS, 0, "output.weight")) != NA_OK))
         goto err_abort;
     p.total = na_gm_gguf_data_size(o);
     if ((st = na_gm_gguf_tensor(w, o, NA_GM_TOK, 0, buf, cvt, &p)) != NA_OK)

@@ -43,6 +43,7 @@ typedef struct na_genmodel_opts {
     int        vocab_size;          /* >= NA_GENMODEL_MIN_VOCAB */
     int        seq_len;
     na_dtype_t dtype;               /* GGUF weight dtype (norms stay f32) */
+    int        quant_mix;           /* NA_GENMODEL_MIX_*: which matrices take another type */
     uint64_t   seed;
     float      rope_theta;
     float      rms_eps;
@@ -65,6 +66,21 @@ const char *na_genmodel_arch_name(na_genmodel_arch_t arch);
  * other than llama writes the GGUF file only. */
 void        na_genmodel_set_arch(na_genmodel_opts_t *o, na_genmodel_arch_t arch);
 
+/* quant_mix values. NONE: every matrix in dtype (a K-quant falls back as
+ * llama-quantize does where the columns are not whole super-blocks of 256:
+ * Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16 where not whole blocks
+ * of 32). Q4_K_M: llama-quantize's Q4_K_M rule for the llama architecture
+ * (src/llama-quant.cpp, llama_tensor_get_type): dtype Q4_K, but Q6_K for
+ * the output classifier (the token embedding when tied) and for attn_v and
+ * ffn_down of the layers i where use_more_bits(i, n_layers) (i < n/8, or
+ * i >= 7n/8, or (i - n/8) % 3 == 2). */
+#define NA_GENMODEL_MIX_NONE   0
+#define NA_GENMODEL_MIX_Q4_K_M 1
+
+/* Parse a --dtype value: a dtype name (na_dtype_parse) or "q4_k_m" (dtype
+ * Q4_K, mix Q4_K_M); -1 on failure. */
+int na_genmodel_parse_dtype(const char *s, na_dtype_t *dtype, int *mix);
+
 /* Fill o with the defaults: a small model (dim 64, hidden 172, 2 layers,
  * 8 heads, 4 kv heads, vocab 512, seq 256, f32, seed 1, theta 10000,
  * eps 1e-5, tied, both formats, no progress). */
@@ -76,8 +92,8 @@ void na_genmodel_shape(na_genmodel_opts_t *o, int dim, int hidden_dim, int n_lay
                        int n_kv_heads, int vocab_size, int seq_len);
 
 /* Check the shape against common/model.h's bounds and the format rules
- * (dim % n_heads, n_heads % n_kv_heads, even head_dim, Q8_0 needs dim and
- * hidden_dim multiples of 32). NA_ERR_INVALID with a message naming the field. */
+ * (dim % n_heads, n_heads % n_kv_heads, even head_dim, Q8_0, Q4_0, Q4_1, Q5_0
+ * and Q5_1 need dim and hidden_dim multiples of 32; the K-quants fall back). NA_ERR_INVALID with a message naming the field. */
 na_status_t na_genmodel_check(const na_genmodel_opts_t *o);
 
 /* Upper bound of the bytes na_genmodel_write writes for o (all selected

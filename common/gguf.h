@@ -54,7 +54,14 @@ typedef enum {
 enum {
     NA_GGML_TYPE_F32  = 0,
     NA_GGML_TYPE_F16  = 1,
+    NA_GGML_TYPE_Q4_0 = 2,
+    NA_GGML_TYPE_Q4_1 = 3,
+    NA_GGML_TYPE_Q5_0 = 6,
+    NA_GGML_TYPE_Q5_1 = 7,
     NA_GGML_TYPE_Q8_0 = 8,
+    NA_GGML_TYPE_Q4_K = 12,
+    NA_GGML_TYPE_Q5_K = 13,
+    NA_GGML_TYPE_Q6_K = 14,
     NA_GGML_TYPE_BF16 = 30,
 };
 

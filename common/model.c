@@ -1,7 +1,8 @@
 /* common/model.c — open a model file: map it, detect the format, dispatch to
  * the loader, and the checks both formats share.
  *
- * Weights keep the file's dtype (F32, F16, BF16 or Q8_0) and point into the
+ * Weights keep the file's dtype (F32, F16, BF16 or a GGML block format:
+ * common/dtype.h) and point into the
  * read-only mmap; the matmul kernels dequantize per row / tile (see
  * kernels/kernels.h). Only norm weights stored as non-F32 in a GGUF file are
  * converted to F32 at load, into model->owned. */
@@ -163,8 +164,8 @@ size_t na_model_param_count(const na_model_t *m)
     return n;
 }
 
-/* Index of the first non-finite element of t (NaN or infinity; for Q8_0 a
- * block scale), or -1. */
+/* Index of the first non-finite element of t (NaN or infinity; for the
+ * block formats the first element of a block with a non-finite scale), or -1. */
 static long na_model_first_bad(const na_tensor_t *t)
 {
     size_t n = (size_t)t->rows * (size_t)t->cols, i;
@@ -185,18 +186,28 @@ static long na_model_first_bad(const na_tensor_t *t)
                 return (long)i;
         return -1;
     }
-    case NA_DTYPE_Q8_0: {
+    default: {
+        /* block formats: their f16 scales (d; and m / dmin where the type has
+         * one; Q6_K keeps d at the end of its block) */
         const uint8_t *b = t->data;
-        for (i = 0; i < n / NA_Q8_0_BLOCK; i++) {
-            uint16_t d;
-            memcpy(&d, b + i * NA_Q8_0_BLOCK_SIZE, 2);
-            if ((d & 0x7C00u) == 0x7C00u)
-                return (long)(i * NA_Q8_0_BLOCK);
-        }
+        size_t bb = na_dtype_block_bytes(t->dtype), blk = (size_t)na_dtype_block(t->dtype), f;
+        size_t off[2] = { 0, 2 }, n_off = 1;
+        if (t->dtype == NA_DTYPE_Q4_1 || t->dtype == NA_DTYPE_Q5_1 ||
+            t->dtype == NA_DTYPE_Q4_K || t->dtype == NA_DTYPE_Q5_K)
+            n_off = 2;
+        else if (t->dtype == NA_DTYPE_Q6_K)
+            off[0] = bb - 2;
+        if (!na_dtype_is_quant(t->dtype))
+            return -1;
+        for (i = 0; i < n / blk; i++)
+            for (f = 0; f < n_off; f++) {
+                uint16_t d;
+                memcpy(&d, b + i * bb + off[f], 2);
+                if ((d & 0x7C00u) == 0x7C00u)
+                    return (long)(i * blk);
+            }
         return -1;
     }
-    default:
-        return -1;
     }
 }
 

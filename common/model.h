@@ -5,7 +5,8 @@
  * row-major, rows = output features, cols = input features (GGUF ne0 = cols).
  * Weights are pointers into a read-only mmap of the file whenever the file's
  * dtype can be used directly; nothing is copied in that case.
- * Matrices keep the file's dtype (F32, F16, BF16, Q8_0) and are dequantized
+ * Matrices keep the file's dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q4_K, Q5_K, Q6_K: common/dtype.h) and are dequantized
  * per row / tile inside the matmul kernels, never at load; only norm weights a
  * GGUF file stores as F16/BF16 are converted to F32 at load (into `owned`).
  * Loaders: common/llama2c.c, common/model_gguf.c; tokenizer: common/tokenizer.h.
@@ -91,7 +92,7 @@ typedef struct {
     na_dtype_t  dtype;
     int         rows;       /* output features */
     int         cols;       /* input features (contiguous) */
-    const void *data;       /* rows*cols elements, row-major; Q8_0: rows * cols/32 blocks */
+    const void *data;       /* rows*cols elements, row-major; block types: rows * cols/block blocks */
 } na_tensor_t;
 
 static inline int na_tensor_present(const na_tensor_t *t)
@@ -139,7 +140,7 @@ na_status_t na_model_open(const char *path, na_model_t **model_p);
 void        na_model_destroy(na_model_t *model);
 
 /* Read every weight: NA_ERR_FORMAT naming the tensor, layer and element of
- * the first NaN or infinity (Q8_0: a block scale), else NA_OK. Reads the
+ * the first NaN or infinity (block types: a block's f16 scale or min), else NA_OK. Reads the
  * whole file (`nearattn run --check-weights`). */
 na_status_t na_model_check_finite(const na_model_t *model);
 

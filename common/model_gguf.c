@@ -17,7 +17,8 @@
  * are used when there), output_norm.weight, output.weight (absent: tied to
  * token_embd), rope_freqs.weight. GGUF ne[0] is the contiguous (input)
  * dimension, so a matrix has cols = ne[0], rows = ne[1].
- * Matrices stay in their file dtype (F32/F16/BF16/Q8_0) inside the mmap;
+ * Matrices stay in their file dtype (F32/F16/BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q4_K, Q5_K, Q6_K: na_dtype_t) inside the mmap;
  * vectors (norms, biases, rope_freqs) are converted to F32 into m->owned
  * when stored otherwise. */
 #include <stdio.h>
@@ -52,6 +53,13 @@ static int na_mg_dtype(uint32_t ggml_type)
     case NA_GGML_TYPE_F16:  return NA_DTYPE_F16;
     case NA_GGML_TYPE_BF16: return NA_DTYPE_BF16;
     case NA_GGML_TYPE_Q8_0: return NA_DTYPE_Q8_0;
+    case NA_GGML_TYPE_Q4_0: return NA_DTYPE_Q4_0;
+    case NA_GGML_TYPE_Q4_1: return NA_DTYPE_Q4_1;
+    case NA_GGML_TYPE_Q5_0: return NA_DTYPE_Q5_0;
+    case NA_GGML_TYPE_Q5_1: return NA_DTYPE_Q5_1;
+    case NA_GGML_TYPE_Q4_K: return NA_DTYPE_Q4_K;
+    case NA_GGML_TYPE_Q5_K: return NA_DTYPE_Q5_K;
+    case NA_GGML_TYPE_Q6_K: return NA_DTYPE_Q6_K;
     default:                return -1;
     }
 }
@@ -121,8 +129,12 @@ static na_status_t na_mg_tensor(const na_model_t *m, const char *name, int rows,
     dt = na_mg_dtype(gt->type);
     if (dt < 0)
         return na_err(NA_ERR_UNSUPPORTED, "%s: tensor '%s': type %s (%u) is not supported "
-                      "(f32, f16, bf16, q8_0)", m->path, name, na_gguf_ggml_type_name(gt->type),
+                      "(f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)", m->path, name, na_gguf_ggml_type_name(gt->type),
                       gt->type);
+    if (cols % na_dtype_block((na_dtype_t)dt) != 0)      /* the reader checked ne[0]: kept local */
+        return na_err(NA_ERR_FORMAT, "%s: tensor '%s': %d columns are not whole %s blocks of %d",
+                      m->path, name, cols, na_dtype_name((na_dtype_t)dt),
+                      na_dtype_block((na_dtype_t)dt));
     if ((uintptr_t)gt->data % (dt == NA_DTYPE_F32 ? 4 : 2) != 0)
         return na_err(NA_ERR_FORMAT, "%s: tensor '%s': data at offset %llu is misaligned for %s",
                       m->path, name, (unsigned long long)(m->gguf->data_offset + gt->offset),
@@ -145,9 +157,9 @@ static na_status_t na_mg_vector(na_mg_t *g, const char *name, int n, na_tensor_t
 
     if (st != NA_OK || t->dtype == NA_DTYPE_F32)
         return st;
-    if (t->dtype == NA_DTYPE_Q8_0)
-        return na_err(NA_ERR_UNSUPPORTED, "%s: tensor '%s': q8_0 vectors (norms, biases) are "
-                      "not supported", m->path, name);
+    if (na_dtype_is_quant(t->dtype))
+        return na_err(NA_ERR_UNSUPPORTED, "%s: tensor '%s': %s vectors (norms, biases) are "
+                      "not supported", m->path, name, na_dtype_name(t->dtype));
     if (g->owned_used + (size_t)n > g->owned_cap)
         return na_err(NA_ERR_FORMAT, "%s: tensor '%s': more vector data than the config "
                       "allows", m->path, name);

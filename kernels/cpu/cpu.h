@@ -73,6 +73,9 @@ void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cpu_task_fn mm, 
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
                               const na_tensor_t *w, int batch);
 int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
+/* kernels/cpu/cpu_quant.c's entry (declared below), one copy per ISA */
+typedef int (*na_cpu_matmul_quant_fn)(na_kernels_t *k, float *y, const float *x,
+                                      const na_tensor_t *w, int batch);
 int na_cpu_gemm_q8_vnni(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                         int batch);
 int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
@@ -89,6 +92,9 @@ typedef struct {
     int            gemm_q8_min_batch;   /* from this batch on (its crossover) */
     na_cpu_gemm_fn gemm_bf16;   /* BF16 large batches; NULL: dequantise + sgemm */
     na_cpu_gemm_fn gemm_f32;    /* F32/F16 large batches; NULL: (dequantise +) sgemm */
+    na_cpu_matmul_quant_fn matmul_quant;  /* Q4_0 ... Q6_K: the copy of cpu_quant.c for this CPU */
+    uint8_t       *q8w;         /* Q4_0 / Q5_0 weights re-blocked as Q8_0 for gemm_q8 */
+    size_t         q8w_n;       /* bytes in q8w */
 } na_cpu_state_t;
 
 /* A scratch buffer of at least n floats owned by the backend (valid until the
@@ -109,6 +115,19 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n);
 #define na_cpu_attn_prefill na_cpu_attn_prefill_v4
 #define na_cpu_attn_decode  na_cpu_attn_decode_v4
 #define na_cpu_attn_partial na_cpu_attn_partial_v4
+#define na_cpu_matmul_quant na_cpu_matmul_quant_v4
+#endif
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights (kernels/cpu/cpu_quant.c,
+ * called by na_cpu_matmul): 0, or -1 when the scratch for the quantised
+ * inputs cannot be had (nothing written). */
+int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                        int batch);
+#ifndef NA_CPU_V4
+int na_cpu_matmul_quant_v4(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                           int batch);
+/* the same built with AVX512-VNNI (vpdpbusd), picked where the CPU has it */
+int na_cpu_matmul_quant_vnni(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                             int batch);
 #endif
 na_khost_matmul_fn       na_cpu_matmul;
 na_khost_attn_prefill_fn na_cpu_attn_prefill;

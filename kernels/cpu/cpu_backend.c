@@ -195,8 +195,9 @@ static void na_cpu_tensor_row(const na_tensor_t *t, int row, float *out)
         }
         break;
     }
-    default:
-        memset(out, 0, n * sizeof(float));      /* the loader rejects other dtypes */
+    default:                                    /* the other block formats */
+        na_ref_dequant_row(t->dtype, (const uint8_t *)t->data +
+                                     (size_t)row * na_dtype_bytes(t->dtype, n), out, (int)n);
         break;
     }
 }
@@ -270,6 +271,7 @@ static void na_cpu_destroy(na_kernels_t *k)
     na_cpu_state_t *s = k->priv;
     na_cpu_pool_destroy(s->pool);
     free(s->scratch);
+    free(s->q8w);
     free(s);
     free(k);
 }
@@ -409,6 +411,8 @@ na_status_t na_kernels_cpu_create(int n_threads, na_kernels_t **k_p)
     s->gemm_q8_min_batch = ext & NA_CPU_EXT_VNNI ? 8 : 20;
     s->gemm_bf16 = ext & NA_CPU_EXT_BF16 ? na_cpu_gemm_bf16 : NULL;
     s->gemm_f32 = v4 ? na_cpu_gemm_f32 : NULL;
+    s->matmul_quant = ext & NA_CPU_EXT_VNNI ? na_cpu_matmul_quant_vnni
+                    : v4 ? na_cpu_matmul_quant_v4 : na_cpu_matmul_quant;
     k->isa = v4 ? isa_v4[ext] : "x86-64-v3";
     k->n_threads = n_threads;
     k->priv = s;

@@ -1,4 +1,5 @@
-/* kernels/cpu/cpu_matmul.c — y = W·x for F32, F16, BF16 and Q8_0 weights.
+/* kernels/cpu/cpu_matmul.c — y = W·x for F32, F16, BF16 and Q8_0 weights
+ * (the other block formats: kernels/cpu/cpu_quant.c).
  *
  * Weights stay in their file dtype (usually a read-only mmap of the model
  * file) and are dequantised inside the kernel, per row or per tile of rows,
@@ -73,6 +74,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
 
 #define NA_CPU_TILE_MIN_BATCH 20
 #define NA_CPU_F32_SGEMM_MIN_BATCH 16
@@ -451,6 +453,11 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
 
     if (batch <= 0 || rows <= 0)
         return;
+    if (na_ref_quant_kind(w->dtype) != 0) {       /* Q4_0 ... Q6_K: cpu_quant.c */
+        if (s->matmul_quant(k, y, x, w, batch) != 0)
+            na_ref_matmul(k, y, x, w, batch);
+        return;
+    }
     /* in the weight type (kernels/cpu/cpu_gemm_*.c); Q8_0 is bit-identical
      * to the row kernels below, so it serves batch_invariant too */
     if (w->dtype == NA_DTYPE_Q8_0 && batch >= s->gemm_q8_min_batch &&

@@ -393,6 +393,10 @@ static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight
         (unsigned)t->dtype >= (unsigned)NA_DTYPE_COUNT ||
         (t->dtype == NA_DTYPE_Q8_0 && t->cols % NA_Q8_0_BLOCK != 0))
         return na_err(NA_ERR_INVALID, "kernels cuda place: empty or malformed tensor");
+    if (t->dtype > NA_DTYPE_Q8_0)      /* Q4_0 ... Q6_K: no device kernels yet */
+        return na_err(NA_ERR_UNSUPPORTED, "kernels cuda place: weight type %s is not supported "
+                      "on cuda (f32, f16, bf16, q8_0; use the cpu backend)",
+                      na_dtype_name(t->dtype));
     bytes = (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols);
     for (i = 0; i < c->n_placed; i++)
         if (c->placed[i].src == t->data && c->placed[i].bytes == bytes) {

@@ -60,6 +60,9 @@ na_status_t na_cu_embed_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight
 
     if (t == NULL || tokens == NULL || n < 0)
         return na_cu_shape("embed");
+    if ((unsigned)t->dtype > NA_DTYPE_Q8_0)
+        return na_err(NA_ERR_UNSUPPORTED, "kernels cuda embed: weight type %s is not supported "
+                      "on cuda", na_dtype_name(t->dtype));
     NA_CU_ARG(x, F32B((size_t)n * (size_t)t->cols), "embed", "x", px);
     NA_CU_ARG(&t->buf, (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols), "embed",
               "table", pt);
@@ -155,6 +158,9 @@ na_status_t na_cu_matmul_op(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t
     if (w == NULL || batch < 0 || (unsigned)w->dtype >= (unsigned)NA_DTYPE_COUNT ||
         (w->dtype == NA_DTYPE_Q8_0 && w->cols % NA_Q8_0_BLOCK != 0))
         return na_cu_shape("matmul");
+    if (w->dtype > NA_DTYPE_Q8_0)
+        return na_err(NA_ERR_UNSUPPORTED, "kernels cuda matmul: weight type %s is not supported "
+                      "on cuda", na_dtype_name(w->dtype));
     NA_CU_ARG(y, F32B((size_t)batch * (size_t)w->rows), "matmul", "y", py);
     NA_CU_ARG(x, F32B((size_t)batch * (size_t)w->cols), "matmul", "x", px);
     NA_CU_ARG(&w->buf, (size_t)w->rows * na_dtype_bytes(w->dtype, (size_t)w->cols), "matmul",

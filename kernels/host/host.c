@@ -49,6 +49,18 @@ static na_status_t na_khost_arg(na_kernels_t *k, const na_kbuf_t *b, size_t need
         (p) = na_p_;                                                                 \
     } while (0)
 
+/* A weight of dtype dt with rows of cols elements: a known dtype, whole blocks. */
+static na_status_t na_khost_blocks(na_kernels_t *k, const char *op, na_dtype_t dt, int cols)
+{
+    if ((unsigned)dt >= NA_DTYPE_COUNT)
+        return na_err(NA_ERR_INVALID, "kernels %s %s: weight dtype %d unknown", k->ops->name,
+                      op, (int)dt);
+    if (cols % na_dtype_block(dt) != 0)
+        return na_err(NA_ERR_INVALID, "kernels %s %s: %d columns are not whole %s blocks of %d",
+                      k->ops->name, op, cols, na_dtype_name(dt), na_dtype_block(dt));
+    return NA_OK;
+}
+
 static na_status_t na_khost_shape(na_kernels_t *k, const char *op, int ok)
 {
     return ok ? NA_OK : na_err(NA_ERR_INVALID, "kernels %s %s: bad shape", k->ops->name, op);
@@ -163,6 +175,8 @@ na_status_t na_khost_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *
 {
     if (t == NULL || t->data == NULL || t->rows <= 0 || t->cols <= 0)
         return na_err(NA_ERR_INVALID, "kernels %s place: empty tensor", k->ops->name);
+    if (na_khost_blocks(k, "place", t->dtype, t->cols) != NA_OK)
+        return NA_ERR_INVALID;
     w->dtype = t->dtype;
     w->rows = t->rows;
     w->cols = t->cols;
@@ -224,6 +238,8 @@ na_status_t na_khost_embed(na_kernels_t *k, const na_kbuf_t *x, const na_kweight
 
     if (t == NULL || tokens == NULL || n < 0)
         return na_khost_shape(k, "embed", 0);
+    if (na_khost_blocks(k, "embed", t->dtype, t->cols) != NA_OK)
+        return NA_ERR_INVALID;
     NA_KHOST_ARG(x, F32B((size_t)n * (size_t)t->cols), "embed", "x", px);
     NA_KHOST_ARG(&t->buf, (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols),
                  "embed", "table", pt);
@@ -271,6 +287,8 @@ na_status_t na_khost_matmul(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t
 
     if (w == NULL || batch < 0)
         return na_khost_shape(k, "matmul", 0);
+    if (na_khost_blocks(k, "matmul", w->dtype, w->cols) != NA_OK)
+        return NA_ERR_INVALID;
     NA_KHOST_ARG(y, F32B((size_t)batch * (size_t)w->rows), "matmul", "y", py);
     NA_KHOST_ARG(x, F32B((size_t)batch * (size_t)w->cols), "matmul", "x", px);
     NA_KHOST_ARG(&w->buf, (size_t)w->rows * na_dtype_bytes(w->dtype, (size_t)w->cols),

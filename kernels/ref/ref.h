@@ -25,6 +25,46 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j);
  * Quantise the NA_Q8_0_BLOCK values x into q; returns d. */
 float na_ref_quantize_q8(const float *x, int8_t *q);
 
+/* ---- the other GGML block formats (kernels/ref/ref_quant.c: the definition
+ * of their dot products is at the top of that file) ---- */
+/* Row of n elements of any dtype (n a multiple of its block) to f32. */
+void na_ref_dequant_row(na_dtype_t dt, const void *row, float *out, int n);
+/* Scale sc and min m (6 bits each) of sub-block j (0..7) of a Q4_K/Q5_K
+ * block's 12 scale bytes s (ggml's get_scale_min_k4). */
+static inline void na_ref_k4_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+/* Which inputs a weight type takes: 1 Q8 blocks of 32 (Q4_0, Q4_1, Q5_0,
+ * Q5_1), 2 Q8_K blocks of 256 (Q4_K, Q5_K, Q6_K), 0 another type (the
+ * f32/f16/bf16 paths, Q8_0's own na_ref_quantize_q8 path). */
+int na_ref_quant_kind(na_dtype_t dt);
+/* Inputs in blocks: q[n]; kind 1: d[n/32] and bsums[n/32] the sum of each
+ * block's q; kind 2: d[n/256] and bsums[n/16] the sums of 16. */
+typedef struct {
+    int8_t  *q;
+    float   *d;
+    int16_t *bsums;
+} na_ref_qx_t;
+/* Quantise 256 inputs to a Q8_K block as na_ref_quantize_q8 does 32 (d =
+ * max|x| / 127, q = round-to-nearest-even(x * (1/d)), NaN/Inf -> d = NaN,
+ * q = 0) plus the 16 sums of 16 q; returns d. */
+float na_ref_quantize_q8k(const float *x, int8_t *q, int16_t *bsums);
+/* x[n] into qx for weight type dt (kind 1 or 2). */
+void na_ref_quantize_x(na_dtype_t dt, const float *x, int n, na_ref_qx_t *qx);
+/* Row of n weights of type dt (kind 1 or 2) dotted with quantised inputs. */
+float na_ref_vec_dot(na_dtype_t dt, const void *row, const na_ref_qx_t *qx, int n);
+/* The same from f32 inputs, quantised block by block (no allocation). */
+float na_ref_dot_quant(na_dtype_t dt, const void *row, const float *x, int n);
+/* Value j of row r of a weight of a block type (any), via its block. */
+float na_ref_quant_weight_at(const na_tensor_t *w, int r, int j);
+
 /* BF16 weights at large batches on CPUs with AVX512-BF16
  * (kernels/cpu/cpu_gemm_bf16.c) take their inputs rounded to bf16:
  * y[b][r] = sum_j W[r][j] * bf16(x[b][j]), bf16() rounding to nearest even

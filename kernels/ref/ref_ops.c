@@ -36,7 +36,7 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j)
         return na_f16_to_f32(d) * (float)(int8_t)blk[2 + idx % NA_Q8_0_BLOCK];
     }
     default:
-        return NAN;
+        return na_ref_quant_weight_at(w, r, j);
     }
 }
 
@@ -99,6 +99,13 @@ void na_ref_matmul(na_kernels_t *k, float *y, const float *x,
             float sum = 0.0f;
             if (w->dtype == NA_DTYPE_Q8_0) {
                 y[(size_t)b * w->rows + r] = na_ref_dot_q8(w, r, xb);
+                continue;
+            }
+            if (na_ref_quant_kind(w->dtype) != 0) {      /* ref_quant.c */
+                y[(size_t)b * w->rows + r] = na_ref_dot_quant(
+                    w->dtype, (const uint8_t *)w->data +
+                              (size_t)r * na_dtype_bytes(w->dtype, (size_t)w->cols),
+                    xb, w->cols);
                 continue;
             }
             for (j = 0; j < w->cols; j++)
@@ -199,13 +206,14 @@ void na_ref_softmax(float *x, int n, int batch)
     }
 }
 
-/* x[r] = row tokens[r] of t, element by element through na_ref_weight_at. */
+/* x[r] = row tokens[r] of t, dequantised (na_ref_dequant_row). */
 void na_ref_embed(float *x, const na_tensor_t *t, const int *tokens, int n)
 {
-    int r, j;
+    int r;
     for (r = 0; r < n; r++)
-        for (j = 0; j < t->cols; j++)
-            x[(size_t)r * t->cols + j] = na_ref_weight_at(t, tokens[r], j);
+        na_ref_dequant_row(t->dtype, (const uint8_t *)t->data +
+                                     (size_t)tokens[r] * na_dtype_bytes(t->dtype, (size_t)t->cols),
+                           x + (size_t)r * t->cols, t->cols);
 }
 
 void na_ref_add(float *x, const float *y, size_t n)

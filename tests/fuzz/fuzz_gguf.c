@@ -10,7 +10,8 @@
  *      every weight byte is read and the embedded tokenizer is used.
  * A failure must carry a status other than NA_ERR_INTERNAL / NA_ERR_NOMEM and
  * a message naming the file. Seeds: tiny generated models (dim 8 or 32, one
- * layer, 259 tokens) in f32, f16, bf16 and q8_0, tied and untied. Driver and
+ * layer, 259 tokens) in f32, f16, bf16, q8_0, q4_0 and q5_1, and dim 256 in
+ * q4_k and q6_k, tied and untied. Driver and
  * builds: tests/fuzz/fuzz_files.h (NA_FUZZ_ITERS, default 6000). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,8 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #include "common/genmodel.h"
 
 static const char *const seed_files[] = {
-    "f32.gguf", "f16.gguf", "bf16.gguf", "q8_0.gguf", "qwen2.gguf", "qwen3.gguf",
-    "llama3.gguf", NULL,
+    "f32.gguf", "f16.gguf", "bf16.gguf", "q8_0.gguf", "q4_0.gguf", "q5_1.gguf", "q4_k.gguf",
+    "q6_k.gguf", "qwen2.gguf", "qwen3.gguf", "llama3.gguf", NULL,
 };
 
 /* A seed of architecture a at the tiny shape: qwen2's biases, qwen3's q/k
@@ -109,7 +110,12 @@ static int make_seeds(const char *dir)
            fuzz_genmodel(dir, "f32", 8, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_F32, 1, 1) ||
            fuzz_genmodel(dir, "f16", 8, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_F16, 0, 1) ||
            fuzz_genmodel(dir, "bf16", 8, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_BF16, 1, 1) ||
-           fuzz_genmodel(dir, "q8_0", 32, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_Q8_0, 0, 1) ? -1 : 0;
+           fuzz_genmodel(dir, "q8_0", 32, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_Q8_0, 0, 1) ||
+           fuzz_genmodel(dir, "q4_0", 32, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_Q4_0, 1, 1) ||
+           fuzz_genmodel(dir, "q5_1", 32, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_Q5_1, 0, 1) ||
+           /* the K-quants need rows of 256 (smaller dims fall back to Q5_0 / Q8_0) */
+           fuzz_genmodel(dir, "q4_k", 256, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_Q4_K, 0, 1) ||
+           fuzz_genmodel(dir, "q6_k", 256, NA_GENMODEL_MIN_VOCAB, NA_DTYPE_Q6_K, 1, 1) ? -1 : 0;
 }
 
 int main(void)

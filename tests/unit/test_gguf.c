@@ -228,6 +228,32 @@ static void check_corrupt(const char *path, const buf_t *b, const layout_t *L)
     expect_bad(path, b, L->t1_offset, ~0ull - 31, 8, NA_ERR_FORMAT, "offset"); /* wraps */
     expect_bad(path, b, L->t1_name + 8, 0x3074, 2, NA_ERR_FORMAT, "twice");   /* "t0" again */
     expect_bad(path, b, L->t1_type, 10, 4, NA_ERR_FORMAT, "ne[0]");           /* q2_k: 64 % 256 */
+    /* the block formats nearattn loads: columns not whole blocks, a type id
+     * past the table, blocks cut short by the end of the data */
+    expect_bad(path, b, L->t1_type, NA_GGML_TYPE_Q4_K, 4, NA_ERR_FORMAT, "q4_k block (256)");
+    expect_bad(path, b, L->t1_type, NA_GGML_TYPE_Q6_K, 4, NA_ERR_FORMAT, "q6_k block (256)");
+    expect_bad(path, b, L->t1_type, 31, 4, NA_ERR_FORMAT, "'type' = 31");
+    expect_bad(path, b, L->t1_type, 0xffffffffu, 4, NA_ERR_FORMAT, "is not a known ggml type");
+    {
+        buf_t c = { malloc(b->n), b->n, b->n };
+        uint32_t q4_0 = NA_GGML_TYPE_Q4_0, q6_k = NA_GGML_TYPE_Q6_K;
+        na_gguf_t *g = NULL;
+        /* q4_0 [64]: 36 bytes fit the 68 of t1 */
+        memcpy(c.b, b->b, b->n);
+        memcpy(c.b + L->t1_type, &q4_0, 4);
+        (void)na_test_write_file(path, c.b, c.n);
+        NA_CHECK_OK(na_gguf_open(path, &g));
+        if (g != NULL) {
+            NA_CHECK(g->tensors[1].size == 36);
+            na_gguf_destroy(g);
+        }
+        /* q4_0 [128]: 4 blocks, 72 bytes, the last one cut after 14 */
+        expect_bad(path, &c, L->t1_name + 10 + 4, 128, 8, NA_ERR_FORMAT, "past the end");
+        /* q6_k [256]: one 210-byte block in 68 */
+        memcpy(c.b + L->t1_type, &q6_k, 4);
+        expect_bad(path, &c, L->t1_name + 10 + 4, 256, 8, NA_ERR_FORMAT, "'t1'");
+        free(c.b);
+    }
     /* "t.i8" becomes "t.u8": a metadata key given twice is refused, naming it */
     expect_bad(path, b, L->key_i8 + 8 + 2, 'u', 1, NA_ERR_FORMAT, "key 't.u8' appears twice");
     /* truncation anywhere: header fields and inside tensor data */
@@ -546,7 +572,9 @@ static void check_model(const char *dir)
     BAD("general.architecture", 8 + 4, 'b', 1, NA_ERR_UNSUPPORTED, "llama, qwen2, qwen3");
     BAD("blk.1.ffn_up.weight", 0, 0, 0, NA_ERR_FORMAT, "blk.1.ffn_up.weight");     /* renamed */
     BAD("blk.0.attn_q.weight", 0, 32, 8, NA_ERR_FORMAT, "blk.0.attn_q.weight");    /* ne[0] */
-    BAD("blk.0.attn_q.weight", 16, 2, 4, NA_ERR_UNSUPPORTED, "q4_0");             /* type */
+    BAD("blk.0.attn_q.weight", 16, 9, 4, NA_ERR_UNSUPPORTED, "q8_1");             /* type */
+    BAD("blk.0.attn_q.weight", 16, 12, 4, NA_ERR_FORMAT, "q4_k block");       /* 64 % 256 */
+    BAD("output_norm.weight", 8, 2, 4, NA_ERR_UNSUPPORTED, "q4_0 norm weights"); /* wrong tensor */
     BAD("output_norm.weight", 8, 9, 4, NA_ERR_UNSUPPORTED, "output_norm.weight"); /* q8_1 */
 #undef BAD
     check_mutations(bad, raw, n);

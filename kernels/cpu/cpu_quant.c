@@ -1,0 +1,547 @@
+/* kernels/cpu/cpu_quant.c — y = W·x for the GGML block formats Q4_0, Q4_1,
+ * Q5_0, Q5_1 (blocks of 32) and Q4_K, Q5_K, Q6_K (super-blocks of 256), the
+ * math of kernels/ref/ref_quant.c (its header comment is the definition).
+ *
+ * The inputs of a call are quantised once per input row (Q8 blocks of 32
+ * with their sums for the legacy types, Q8_K blocks of 256 with sums of 16
+ * for the K-quants: the same bits as the reference's quantisers), then the
+ * pool's threads split the weight rows; a task walks tiles of rows x inputs
+ * (NA_CQ_TR x NA_CQ_TB) so both stay in cache while every pair is dotted. A dot product unpacks
+ * 32 codes into a vector of bytes and multiplies them with the int8 inputs
+ * (maddubs: unsigned codes x signed inputs, pairs summed in int16, never
+ * saturating as the codes are <= 63 and |q| <= 127; then madd into int32):
+ *   legacy blocks   the block's int32 lanes to f32 times d_w * d_x, summed in
+ *                   vector lanes (the only difference from the reference:
+ *                   the f32 order over blocks);
+ *   K-quants        the exact int32 sums per super-block in vector lanes
+ *                   (sub-block scales applied with madd; the mins / the
+ *                   Q6_K offset through the input's sums of 16), each lane
+ *                   to f32 times d * d_x, summed in lanes (again only the
+ *                   f32 order differs from the reference).
+ * Compiled for x86-64-v3 and, as na_cpu_matmul_quant_v4, for x86-64-v4
+ * (kernels/CMakeLists.txt); the AVX512-VNNI copy (NA_CPU_VNNI) replaces each
+ * maddubs + madd pair by one vpdpbusd. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+
+#if defined(NA_CPU_VNNI)
+#define na_cpu_matmul_quant na_cpu_matmul_quant_vnni
+#endif
+
+#define NA_INLINE static inline __attribute__((always_inline))
+
+#define NA_CPU_QPF 4096          /* prefetch distance along a weight row, bytes */
+#define NA_CPU_QPREFETCH(p) _mm_prefetch((const char *)(p) + NA_CPU_QPF, _MM_HINT_T0)
+#define NA_CPU_Q_PAR_MIN  (1u << 17)   /* weights x inputs worth waking the pool */
+
+/* ---- helpers ------------------------------------------------------------- */
+
+NA_INLINE int32_t na_cq_hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Unsigned bytes u (<= 63) times signed bytes s, the 4 products of each
+ * 32-bit lane summed into it. */
+NA_INLINE __m256i na_cq_dot4(__m256i u, __m256i s)
+{
+#if defined(NA_CPU_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* The 16 bytes qs as 32 nibbles: low nibbles in bytes 0..15, high in 16..31. */
+NA_INLINE __m256i na_cq_nibbles32(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0. */
+NA_INLINE __m256i na_cq_bits32(const uint8_t *p)
+{
+    uint32_t x32;
+    __m256i bytes;
+    memcpy(&x32, p, 4);
+    bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32),
+                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                  0x0101010101010101, 0x0000000000000000));
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+NA_INLINE float na_cq_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* ---- inputs ----------------------------------------------------------------- */
+
+/* The inputs of one row, as kernels/ref/ref.h's na_ref_qx_t. */
+typedef struct {
+    const int8_t  *q;
+    const float   *d;
+    const int16_t *bs;
+} na_cq_x_t;
+
+/* Q8_K: 256 inputs -> q, d (returned), the 16 sums of 16; bit-identical to
+ * na_ref_quantize_q8k (same amax, d, 1/d, x * (1/d), round to nearest even). */
+static float na_cq_quantize_q8k(const float *x, int8_t *q, int16_t *bs)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 big = _mm256_set1_ps(3.0e38f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256 am = _mm256_setzero_ps(), bad = _mm256_setzero_ps(), vid;
+    float amax, d, id;
+    int j, i;
+
+    for (j = 0; j < NA_QK_K; j += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + j), absmask);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));    /* NaN or Inf */
+        am = _mm256_max_ps(am, a);
+    }
+    if (_mm256_movemask_ps(bad)) {
+        memset(q, 0, NA_QK_K);
+        memset(bs, 0, NA_QK_K / 16 * sizeof(int16_t));
+        return NAN;
+    }
+    amax = na_cpu_hmax(am);
+    d = amax / 127.0f;
+    id = d != 0.0f ? 1.0f / d : 0.0f;
+    vid = _mm256_set1_ps(id);
+    for (j = 0; j < NA_QK_K; j += 32) {
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vid));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8), vid));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 16), vid));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 24), vid));
+        i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)(q + j), _mm256_permutevar8x32_epi32(i0, perm));
+    }
+    for (j = 0; j < NA_QK_K / 16; j++) {
+        int s = 0;
+        for (i = 0; i < 16; i++)
+            s += q[16 * j + i];
+        bs[j] = (int16_t)s;
+    }
+    return d;
+}
+
+/* ---- dot products: one weight row (n elements) with one quantised input row -- */
+
+/* Each kernel dots one weight row with NB (1..NA_CQ_NB, a constant after
+ * inlining) input rows at once: the row's codes are unpacked once per block
+ * and multiplied with every input, each input summed exactly as alone (so a
+ * result never depends on the batch). */
+#define NA_CQ_NB 4
+
+/* Q4_0, Q5_0 (centred codes) and Q4_1, Q5_1 (codes + min), blocks of 32. */
+NA_INLINE void na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int NB,
+                                int n, float *out)
+{
+    const int nb = n / 32;
+    const size_t bb = na_dtype_block_bytes(dt);
+    const int q5 = dt == NA_DTYPE_Q5_0 || dt == NA_DTYPE_Q5_1;
+    const int has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
+    __m256 acc[NA_CQ_NB];
+    float summ[NA_CQ_NB];
+    int b, i;
+
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++) {
+        acc[i] = _mm256_setzero_ps();
+        summ[i] = 0.0f;
+    }
+    for (b = 0; b < nb; b++, row += bb) {
+        const uint8_t *qs = row + 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0);
+        __m256i w = na_cq_nibbles32(qs), wa = w;
+        float dw = na_cq_f16(row), mw = has_m ? na_cq_f16(row + 2) : 0.0f;
+        if ((b & 7) == 0)
+            NA_CPU_QPREFETCH(row);
+        if (q5) {
+            __m256i hb = na_cq_bits32(row + 2 + (has_m ? 2 : 0));
+            if (has_m)                          /* q = nibble + 16 bit */
+                w = _mm256_or_si256(w, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+            else                                /* q - 16 = nibble - 16 (1 - bit) as int8 */
+                w = _mm256_or_si256(w, _mm256_andnot_si256(hb, _mm256_set1_epi8((char)0xF0)));
+        } else if (!has_m) {
+            w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+        }
+        wa = has_m ? w : _mm256_sign_epi8(w, w);  /* signed codes: |w| x sign(x, w) */
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(x[i].q + 32 * (size_t)b));
+            float dx = x[i].d[b];
+            __m256i p = na_cq_dot4(wa, has_m ? xq : _mm256_sign_epi8(xq, w));
+            if (has_m)
+                summ[i] += mw * (dx * (float)x[i].bs[b]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx), acc[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        out[i] = na_cpu_hsum(acc[i]) + summ[i];
+}
+
+/* Q4_K / Q5_K. Per super-block: the 8 scales and mins unpacked with
+ * 32-bit masks (as ggml does), the scales broadcast to the int16 lanes by
+ * byte shuffles; exact int32 sums of scale x code x input per lane, then
+ * converted and multiplied by d * d_x into f32 lanes; the mins' term from
+ * the inputs' sums of 32 (pairs of the sums of 16) in 4 lanes. */
+NA_INLINE __m256i na_cq_bcast_pair(__m256i v, int k)
+{
+    /* int16 lane k of each 128-bit half of v into all 8 lanes of that half */
+    const __m256i m = _mm256_set1_epi16((short)((2 * k) | ((2 * k + 1) << 8)));
+    return _mm256_shuffle_epi8(v, m);
+}
+
+NA_INLINE void na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int NB, int n,
+                             float *out)
+{
+    const int nb = n / NA_QK_K;
+    const size_t bb = q5 ? 176 : 144;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    __m256 acc_f[NA_CQ_NB];
+    __m128 acc_m[NA_CQ_NB];
+    int b, j, i;
+
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++) {
+        acc_f[i] = _mm256_setzero_ps();
+        acc_m[i] = _mm_setzero_ps();
+    }
+    for (b = 0; b < nb; b++, row += bb) {
+        const uint8_t *qs = row + (q5 ? 48 : 16);
+        __m256i acc[NA_CQ_NB], qh = _mm256_setzero_si256(), sc2;
+        __m128i ms;
+        uint32_t u[4], aux;
+        float d = na_cq_f16(row), dmin = na_cq_f16(row + 2);
+
+        NA_CPU_QPREFETCH(row);
+        NA_CPU_QPREFETCH(row + 64);
+        NA_CPU_QPREFETCH(row + 128);
+        memcpy(u, row + 4, 12);                 /* 6-bit scales, mins (get_scale_min_k4) */
+        u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+        aux = u[1] & km1;
+        u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+        u[2] = aux;
+        u[0] &= km1;
+        /* int16: scales 0..7, then mins 0..7 */
+        ms = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+        sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(ms));
+        if (q5)
+            qh = _mm256_loadu_si256((const __m256i *)(row + 16));
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++)
+            acc[i] = _mm256_setzero_si256();
+        for (j = 0; j < 4; j++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(v, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            __m256i s0 = na_cq_bcast_pair(sc2, 2 * j);
+            __m256i s1 = na_cq_bcast_pair(sc2, 2 * j + 1);
+            if (q5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                         _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                         _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+            }
+#pragma GCC unroll 4
+            for (i = 0; i < NB; i++) {
+                const int8_t *xq = x[i].q + (size_t)b * NA_QK_K + 64 * j;
+                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                acc[i] = _mm256_add_epi32(acc[i], _mm256_add_epi32(_mm256_madd_epi16(p0, s0),
+                                                                   _mm256_madd_epi16(p1, s1)));
+            }
+        }
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {
+            const int16_t *bs = x[i].bs + (size_t)b * (NA_QK_K / 16);
+            float dx = x[i].d[b];
+            __m128i s16a = _mm_loadu_si128((const __m128i *)bs);
+            __m128i s16b = _mm_loadu_si128((const __m128i *)(bs + 8));
+            __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(ms, 8));
+            __m128i pm = _mm_madd_epi16(mins, _mm_hadd_epi16(s16a, s16b));   /* 4 x int32 */
+            acc_f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(d * dx), acc_f[i]);
+            acc_m[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(pm), _mm_set1_ps(dmin * dx), acc_m[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++) {
+        __m128 m = acc_m[i];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[i] = na_cpu_hsum(acc_f[i]) - _mm_cvtss_f32(m);
+    }
+}
+
+/* Q6_K: codes 0..63 times the inputs, minus 32 x the scaled inputs' sums of
+ * 16, exact in int32 lanes, then times d * d_x into f32 lanes. */
+NA_INLINE void na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int NB, int n, float *out)
+{
+    const int nb = n / NA_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    __m256 acc_f[NA_CQ_NB];
+    int b, h, j, i;
+
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        acc_f[i] = _mm256_setzero_ps();
+    for (b = 0; b < nb; b++, row += 210) {
+        __m256i acc[NA_CQ_NB];
+        /* int16 scales 0..15; each half broadcast to both 128-bit lanes */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
+        __m256i sch[2];
+        float d = na_cq_f16(row + 208);
+
+        sch[0] = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        sch[1] = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        NA_CPU_QPREFETCH(row);
+        NA_CPU_QPREFETCH(row + 64);
+        NA_CPU_QPREFETCH(row + 128);
+        NA_CPU_QPREFETCH(row + 192);
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {            /* - 32 sum_j sc_j bsum_j, in 8 lanes */
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(x[i].bs + (size_t)b * (NA_QK_K / 16)));
+            acc[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                      _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+        }
+        for (h = 0; h < 2; h++) {
+            const uint8_t *ql = row + 64 * h, *qh = row + 128 + 32 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hv = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hv, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2), m3), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 4), m3), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 6), m3), 4));
+            for (j = 0; j < 4; j++) {
+                /* 32 elements = sub-blocks 8h+2j (int16 lanes 0..7) and 8h+2j+1 (8..15) */
+                const __m256i sm = _mm256_set_m128i(
+                    _mm_set1_epi16((short)((4 * j + 2) | ((4 * j + 3) << 8))),
+                    _mm_set1_epi16((short)((4 * j) | ((4 * j + 1) << 8))));
+                __m256i s = _mm256_shuffle_epi8(sch[h], sm);
+#pragma GCC unroll 4
+                for (i = 0; i < NB; i++) {
+                    const int8_t *xh = x[i].q + (size_t)b * NA_QK_K + 128 * h + 32 * j;
+                    __m256i p = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)xh));
+                    acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p, s));
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++)
+            acc_f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_set1_ps(d * x[i].d[b]),
+                                       acc_f[i]);
+    }
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        out[i] = na_cpu_hsum(acc_f[i]);
+}
+
+/* Kernel of type DT for NB inputs (constants: one copy per pair). */
+NA_INLINE void na_cq_dotn(na_dtype_t DT, const uint8_t *row, const na_cq_x_t *x, int NB, int n,
+                          float *out)
+{
+    switch (DT) {
+    case NA_DTYPE_Q4_K: na_cq_dot_k45(0, row, x, NB, n, out); break;
+    case NA_DTYPE_Q5_K: na_cq_dot_k45(1, row, x, NB, n, out); break;
+    case NA_DTYPE_Q6_K: na_cq_dot_q6k(row, x, NB, n, out); break;
+    default:            na_cq_dot_legacy(DT, row, x, NB, n, out); break;
+    }
+}
+
+/* One row of type DT with nb (any) inputs, NA_CQ_NB at a time. */
+NA_INLINE void na_cq_row_t(na_dtype_t DT, const uint8_t *row, const na_cq_x_t *x, int nb, int n,
+                           float *out)
+{
+    int b = 0;
+    for (; b + NA_CQ_NB <= nb; b += NA_CQ_NB)
+        na_cq_dotn(DT, row, x + b, NA_CQ_NB, n, out + b);
+    switch (nb - b) {
+    case 3: na_cq_dotn(DT, row, x + b, 3, n, out + b); break;
+    case 2: na_cq_dotn(DT, row, x + b, 2, n, out + b); break;
+    case 1: na_cq_dotn(DT, row, x + b, 1, n, out + b); break;
+    default: break;
+    }
+}
+
+static void na_cq_row(na_dtype_t dt, const uint8_t *row, const na_cq_x_t *x, int nb, int n,
+                      float *out)
+{
+    switch (dt) {
+    case NA_DTYPE_Q4_0: na_cq_row_t(NA_DTYPE_Q4_0, row, x, nb, n, out); break;
+    case NA_DTYPE_Q4_1: na_cq_row_t(NA_DTYPE_Q4_1, row, x, nb, n, out); break;
+    case NA_DTYPE_Q5_0: na_cq_row_t(NA_DTYPE_Q5_0, row, x, nb, n, out); break;
+    case NA_DTYPE_Q5_1: na_cq_row_t(NA_DTYPE_Q5_1, row, x, nb, n, out); break;
+    case NA_DTYPE_Q4_K: na_cq_row_t(NA_DTYPE_Q4_K, row, x, nb, n, out); break;
+    case NA_DTYPE_Q5_K: na_cq_row_t(NA_DTYPE_Q5_K, row, x, nb, n, out); break;
+    case NA_DTYPE_Q6_K: na_cq_row_t(NA_DTYPE_Q6_K, row, x, nb, n, out); break;
+    default: break;
+    }
+}
+
+/* ---- the matmul --------------------------------------------------------------- */
+
+typedef struct {
+    float             *y;
+    const na_tensor_t *w;
+    int                batch;
+    size_t             row_bytes;
+    const int8_t      *q;       /* (batch, cols) */
+    const float       *d;       /* (batch, nd) */
+    const int16_t     *bs;      /* (batch, nbs) */
+    int                nd, nbs;
+} na_cq_job_t;
+
+/* Tiles of the (rows x batch) outputs a task computes: NA_CQ_TR weight rows
+ * (a few KiB each) times NA_CQ_TB quantised inputs (cols bytes each) stay
+ * in L1/L2 while every pair is dotted; batch 1 reads each row once. */
+#define NA_CQ_TR 8
+#define NA_CQ_TB 16
+
+static void na_cq_task(void *ctx, int t, int n_tasks)
+{
+    const na_cq_job_t *j = ctx;
+    int rows = j->w->rows, cols = j->w->cols;
+    int lo = (int)((long)rows * t / n_tasks), hi = (int)((long)rows * (t + 1) / n_tasks);
+    int r0, b0, r, b;
+
+    for (r0 = lo; r0 < hi; r0 += NA_CQ_TR) {
+        int r1 = r0 + NA_CQ_TR < hi ? r0 + NA_CQ_TR : hi;
+        for (b0 = 0; b0 < j->batch; b0 += NA_CQ_TB) {
+            int b1 = b0 + NA_CQ_TB < j->batch ? b0 + NA_CQ_TB : j->batch;
+            na_cq_x_t x[NA_CQ_TB];
+            float out[NA_CQ_TB];
+            for (b = b0; b < b1; b++) {
+                x[b - b0].q = j->q + (size_t)b * cols;
+                x[b - b0].d = j->d + (size_t)b * j->nd;
+                x[b - b0].bs = j->bs + (size_t)b * j->nbs;
+            }
+            for (r = r0; r < r1; r++) {
+                na_cq_row(j->w->dtype, (const uint8_t *)j->w->data + (size_t)r * j->row_bytes,
+                          x, b1 - b0, cols, out);
+                for (b = b0; b < b1; b++)
+                    j->y[(size_t)b * rows + r] = out[b - b0];
+            }
+        }
+    }
+}
+
+/* Large batches of Q4_0 / Q5_0 weights: their blocks are Q8_0 blocks with
+ * narrower codes (d (q - 8), d (q - 16): the same f16 d, the centred code
+ * as int8), so the weight is re-blocked as Q8_0, exactly, into s->q8w and
+ * multiplied by the Q8_0 GEMM (kernels/cpu/cpu_gemm_q8.c): the same inputs
+ * in Q8 blocks, the same integer block sums, f32 summed in that GEMM's
+ * order (not the row kernel's: off for batch_invariant). 0 done, -1 not. */
+#define NA_CQ_GEMM_MIN_BATCH 32
+
+static int na_cq_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                         int batch)
+{
+    na_cpu_state_t *s = k->priv;
+    size_t nblk = (size_t)w->rows * (size_t)(w->cols / 32), need = nblk * NA_Q8_0_BLOCK_SIZE, i;
+    const uint8_t *src = w->data;
+    size_t bb = na_dtype_block_bytes(w->dtype);
+    na_tensor_t t;
+    int q5 = w->dtype == NA_DTYPE_Q5_0, j;
+
+    if (s->q8w_n < need) {
+        uint8_t *p = realloc(s->q8w, need);
+        if (p == NULL)
+            return -1;
+        s->q8w = p;
+        s->q8w_n = need;
+    }
+    for (i = 0; i < nblk; i++, src += bb) {
+        uint8_t *o = s->q8w + i * NA_Q8_0_BLOCK_SIZE;
+        __m256i v = na_cq_nibbles32(src + (q5 ? 6 : 2));
+        if (q5)
+            v = _mm256_or_si256(v, _mm256_andnot_si256(na_cq_bits32(src + 2),
+                                                       _mm256_set1_epi8((char)0xF0)));
+        else
+            v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+        memcpy(o, src, 2);
+        _mm256_storeu_si256((__m256i *)(o + 2), v);
+        (void)j;
+    }
+    t.dtype = NA_DTYPE_Q8_0;
+    t.rows = w->rows;
+    t.cols = w->cols;
+    t.data = s->q8w;
+    return s->gemm_q8(k, y, x, &t, batch);
+}
+
+/* 0 done; -1 no scratch (the caller takes the reference). */
+int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                        int batch)
+{
+    na_cpu_state_t *s = k->priv;
+    int kind = na_ref_quant_kind(w->dtype), cols = w->cols, b, tasks;
+    size_t nq = (size_t)batch * (size_t)cols, work;
+    na_cq_job_t j;
+    float *sc;
+
+    if ((w->dtype == NA_DTYPE_Q4_0 || w->dtype == NA_DTYPE_Q5_0) && !k->batch_invariant &&
+        batch >= NA_CQ_GEMM_MIN_BATCH && batch >= s->gemm_q8_min_batch &&
+        na_cq_gemm_q8(k, y, x, w, batch) == 0)
+        return 0;
+    j.y = y;
+    j.w = w;
+    j.batch = batch;
+    j.row_bytes = na_dtype_bytes(w->dtype, (size_t)cols);
+    j.nd = kind == 2 ? cols / NA_QK_K : cols / 32;
+    j.nbs = kind == 2 ? cols / 16 : cols / 32;
+    /* q (nq bytes), d (batch * nd floats), bs (batch * nbs int16), float-aligned */
+    sc = na_cpu_scratch(k, nq / 4 + 1 + (size_t)batch * (size_t)j.nd +
+                           ((size_t)batch * (size_t)j.nbs + 1) / 2);
+    if (sc == NULL)
+        return -1;
+    j.q = (const int8_t *)sc;
+    j.d = sc + nq / 4 + 1;
+    j.bs = (const int16_t *)(j.d + (size_t)batch * j.nd);
+    for (b = 0; b < batch; b++) {
+        const float *xb = x + (size_t)b * cols;
+        int8_t *qb = (int8_t *)j.q + (size_t)b * cols;
+        float *db = (float *)j.d + (size_t)b * j.nd;
+        int16_t *sb = (int16_t *)j.bs + (size_t)b * j.nbs;
+        int i, e;
+        if (kind == 2) {
+            for (i = 0; i < j.nd; i++)
+                db[i] = na_cq_quantize_q8k(xb + (size_t)i * NA_QK_K, qb + (size_t)i * NA_QK_K,
+                                           sb + (size_t)i * (NA_QK_K / 16));
+        } else {
+            na_cpu_quantize_q8(xb, cols, qb, db);
+            for (i = 0; i < j.nd; i++) {
+                int sum = 0;
+                for (e = 0; e < 32; e++)
+                    sum += qb[32 * i + e];
+                sb[i] = (int16_t)sum;
+            }
+        }
+    }
+    work = (size_t)w->rows * (size_t)cols * (size_t)batch;
+    tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;
+    if (tasks > w->rows)
+        tasks = w->rows;
+    na_cpu_pool_run(s->pool, na_cq_task, &j, tasks);
+    return 0;
+}

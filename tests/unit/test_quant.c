@@ -1,0 +1,464 @@
+/* tests/unit/test_quant.c — the GGML block formats beyond Q8_0 (Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the reference dequantisation against
+ * blocks packed here from known codes (the bit layout written a second
+ * time, from ggml-common.h's structs), the reference dot product against
+ * dequantise-then-dot, and the cpu backend (1 and 2 threads, the ISA chosen
+ * at run time; ctest runs it again with NA_CPU_ISA=v3 and v4) against the
+ * reference on awkward shapes and batches; embed; bad shapes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+#include "tests/testutil.h"
+
+static na_rng_t rng;
+static na_kernels_t *ref_k, *cpu_k[2];
+
+static const na_dtype_t types[] = { NA_DTYPE_Q4_0, NA_DTYPE_Q4_1, NA_DTYPE_Q5_0, NA_DTYPE_Q5_1,
+                                    NA_DTYPE_Q4_K, NA_DTYPE_Q5_K, NA_DTYPE_Q6_K };
+#define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
+
+#define F32B(n) ((size_t)(n) * sizeof(float))
+
+static void *xalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void put_f16(uint8_t *p, float f)
+{
+    uint16_t h = na_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* ---- blocks packed from codes ---------------------------------------------
+ * code[el] in the type's range (Q4: 0..15, Q5: 0..31, Q6: 0..63), scale/min
+ * codes sc[], m[] (K-quants), the f16 fields d, m/dmin; expected value of
+ * each element computed from the formula of common/dtype.h. */
+static void pack_block(na_dtype_t dt, uint8_t *blk, const int *code, const int *sc,
+                       const int *mn, float d, float dm, float *want)
+{
+    int j, l, i;
+    memset(blk, 0, na_dtype_block_bytes(dt));
+    switch (dt) {
+    case NA_DTYPE_Q4_0: case NA_DTYPE_Q4_1: case NA_DTYPE_Q5_0: case NA_DTYPE_Q5_1: {
+        int has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
+        int q5 = dt == NA_DTYPE_Q5_0 || dt == NA_DTYPE_Q5_1;
+        uint8_t *qs = blk + 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0);
+        uint32_t qh = 0;
+        put_f16(blk, d);
+        if (has_m)
+            put_f16(blk + 2, dm);
+        for (j = 0; j < 32; j++) {
+            int c = code[j];
+            if (j < 16)
+                qs[j] |= (uint8_t)(c & 15);
+            else
+                qs[j - 16] |= (uint8_t)((c & 15) << 4);
+            if (c & 16)
+                qh |= 1u << j;
+            want[j] = has_m ? na_f16_to_f32(na_f32_to_f16(d)) * (float)c +
+                              na_f16_to_f32(na_f32_to_f16(dm))
+                            : na_f16_to_f32(na_f32_to_f16(d)) *
+                              (float)(c - (q5 ? 16 : 8));
+        }
+        if (q5)
+            memcpy(blk + 2 + (has_m ? 2 : 0), &qh, 4);
+        return;
+    }
+    case NA_DTYPE_Q4_K: case NA_DTYPE_Q5_K: {
+        int q5 = dt == NA_DTYPE_Q5_K;
+        uint8_t *s = blk + 4, *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+        float dd = na_f16_to_f32(na_f32_to_f16(d)), dmm = na_f16_to_f32(na_f32_to_f16(dm));
+        put_f16(blk, d);
+        put_f16(blk + 2, dm);
+        for (j = 0; j < 8; j++) {         /* ggml's quantize_row_q4_K_ref packing */
+            if (j < 4) {
+                s[j] = (uint8_t)sc[j];
+                s[j + 4] = (uint8_t)mn[j];
+            } else {
+                s[j + 4] = (uint8_t)((sc[j] & 0xF) | ((mn[j] & 0xF) << 4));
+                s[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+                s[j] |= (uint8_t)((mn[j] >> 4) << 6);
+            }
+        }
+        for (i = 0; i < 4; i++)          /* 64 elements: 32 low nibbles, 32 high */
+            for (l = 0; l < 32; l++) {
+                int c0 = code[64 * i + l], c1 = code[64 * i + 32 + l];
+                qs[32 * i + l] = (uint8_t)((c0 & 15) | ((c1 & 15) << 4));
+                if (q5)
+                    qh[l] |= (uint8_t)((((c0 >> 4) & 1) << (2 * i)) |
+                                       (((c1 >> 4) & 1) << (2 * i + 1)));
+            }
+        for (j = 0; j < 256; j++)
+            want[j] = dd * (float)sc[j / 32] * (float)code[j] - dmm * (float)mn[j / 32];
+        return;
+    }
+    case NA_DTYPE_Q6_K: {
+        uint8_t *ql = blk, *qh = blk + 128;
+        float dd = na_f16_to_f32(na_f32_to_f16(d));
+        for (i = 0; i < 2; i++)          /* 128 elements: ql[64], qh[32] */
+            for (l = 0; l < 32; l++) {
+                const int *c = code + 128 * i;
+                ql[64 * i + l] = (uint8_t)((c[l] & 15) | ((c[l + 64] & 15) << 4));
+                ql[64 * i + 32 + l] = (uint8_t)((c[l + 32] & 15) | ((c[l + 96] & 15) << 4));
+                qh[32 * i + l] = (uint8_t)((c[l] >> 4) | ((c[l + 32] >> 4) << 2) |
+                                           ((c[l + 64] >> 4) << 4) | ((c[l + 96] >> 4) << 6));
+            }
+        for (j = 0; j < 16; j++)
+            blk[192 + j] = (uint8_t)(int8_t)sc[j];
+        put_f16(blk + 208, d);
+        for (j = 0; j < 256; j++)
+            want[j] = dd * (float)sc[j / 16] * (float)(code[j] - 32);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+static int code_max(na_dtype_t dt)
+{
+    switch (dt) {
+    case NA_DTYPE_Q4_0: case NA_DTYPE_Q4_1: case NA_DTYPE_Q4_K: return 15;
+    case NA_DTYPE_Q6_K: return 63;
+    default: return 31;
+    }
+}
+
+/* Dequantisation of packed random codes, the extremes included. */
+static void test_dequant_known(void)
+{
+    int ti, rep, j;
+    for (ti = 0; ti < N_TYPES; ti++) {
+        na_dtype_t dt = types[ti];
+        int blk = na_dtype_block(dt), cm = code_max(dt);
+        for (rep = 0; rep < 20; rep++) {
+            uint8_t b[256];
+            int code[256], sc[16], mn[16], bad = 0;
+            float want[256], got[256];
+            for (j = 0; j < blk; j++)
+                code[j] = rep == 0 ? cm : rep == 1 ? 0 : (int)(na_rng_u64(&rng) % (unsigned)(cm + 1));
+            for (j = 0; j < 16; j++) {
+                if (dt == NA_DTYPE_Q6_K)
+                    sc[j] = rep == 0 ? 127 : rep == 1 ? -128 : (int)(na_rng_u64(&rng) % 256) - 128;
+                else
+                    sc[j] = rep == 0 ? 63 : (int)(na_rng_u64(&rng) % 64);
+                mn[j] = rep == 0 ? 63 : (int)(na_rng_u64(&rng) % 64);
+            }
+            pack_block(dt, b, code, sc, mn, 0.01f + 0.1f * na_rng_uniform(&rng),
+                       0.2f * na_rng_uniform(&rng) - 0.1f, want);
+            na_ref_dequant_row(dt, b, got, blk);
+            for (j = 0; j < blk; j++)
+                if (!(fabsf(got[j] - want[j]) <= 1e-6f * (1.0f + fabsf(want[j]))))
+                    bad++;
+            NA_CHECK_MSG(bad == 0, "dequant %s rep %d: %d elements differ", na_dtype_name(dt),
+                         rep, bad);
+        }
+        /* by element through na_ref_weight_at */
+        {
+            uint8_t b[2 * 256];
+            int code[256], sc[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
+            int mn[16] = { 0 };
+            float want[256];
+            na_tensor_t w = { dt, 2, blk, b };
+            for (j = 0; j < blk; j++)
+                code[j] = j % (cm + 1);
+            pack_block(dt, b + na_dtype_block_bytes(dt), code, sc, mn, 0.5f, 0.25f, want);
+            NA_CHECK(na_ref_weight_at(&w, 1, blk - 1) == want[blk - 1]);
+            NA_CHECK(na_ref_weight_at(&w, 1, 3) == want[3]);
+        }
+    }
+}
+
+/* A random weight of type dt (rows, cols): random code bytes, f16 scales
+ * in a sane range (a random f16 may be NaN or huge). */
+static void *make_weight(na_dtype_t dt, int rows, int cols, na_tensor_t *w)
+{
+    size_t nblk = (size_t)rows * (size_t)(cols / na_dtype_block(dt)), bb = na_dtype_block_bytes(dt);
+    uint8_t *p = xalloc(nblk * bb), *b;
+    size_t i, j;
+
+    for (i = 0; i < nblk * bb; i++)
+        p[i] = (uint8_t)na_rng_u64(&rng);
+    for (i = 0, b = p; i < nblk; i++, b += bb) {
+        switch (dt) {
+        case NA_DTYPE_Q4_0: case NA_DTYPE_Q5_0:
+            put_f16(b, 0.001f + 0.02f * na_rng_uniform(&rng));
+            break;
+        case NA_DTYPE_Q4_1: case NA_DTYPE_Q5_1:
+            put_f16(b, 0.001f + 0.02f * na_rng_uniform(&rng));
+            put_f16(b + 2, -0.2f * na_rng_uniform(&rng));
+            break;
+        case NA_DTYPE_Q4_K: case NA_DTYPE_Q5_K:
+            put_f16(b, 0.0005f * na_rng_uniform(&rng));
+            put_f16(b + 2, 0.0005f * na_rng_uniform(&rng));
+            break;
+        case NA_DTYPE_Q6_K:
+            put_f16(b + 208, 0.0002f * na_rng_uniform(&rng));
+            break;
+        default:
+            break;
+        }
+        (void)j;
+    }
+    w->dtype = dt;
+    w->rows = rows;
+    w->cols = cols;
+    w->data = p;
+    return p;
+}
+
+/* The reference dot (quantised inputs, integer block sums) against the
+ * dequantised weight times the dequantised inputs summed in double: they
+ * differ only by f32 rounding (~1e-6 of the sum of |terms|). And against the
+ * f32 inputs: the inputs' rounding is at most 0.5/127 of each block's
+ * largest |x|. */
+static void test_ref_dot(void)
+{
+    static const int mult[] = { 1, 3, 5 };
+    int ti, mi, r;
+    for (ti = 0; ti < N_TYPES; ti++) {
+        na_dtype_t dt = types[ti];
+        int kind = na_ref_quant_kind(dt), qb = kind == 2 ? NA_QK_K : NA_Q8_0_BLOCK;
+        NA_CHECK(kind != 0);
+        for (mi = 0; mi < 3; mi++) {
+            int cols = na_dtype_block(dt) * mult[mi], rows = 5, j;
+            na_tensor_t w;
+            void *buf = make_weight(dt, rows, cols, &w);
+            float *x = xalloc(F32B(cols)), *wf = xalloc(F32B(cols)), *xq = xalloc(F32B(cols));
+            int8_t *q = xalloc((size_t)cols);
+            float *d = xalloc(F32B(cols / 32));
+            int16_t *bs = xalloc(sizeof(int16_t) * (size_t)(cols / 16));
+            na_ref_qx_t qx = { q, d, bs };
+
+            na_rng_fill(&rng, x, (size_t)cols, -1.0f, 1.0f);
+            x[cols / 2] = 3.0f;                          /* one large input */
+            na_ref_quantize_x(dt, x, cols, &qx);
+            for (j = 0; j < cols; j++)
+                xq[j] = (float)q[j] * d[j / qb];
+            for (r = 0; r < rows; r++) {
+                const uint8_t *row = (const uint8_t *)w.data +
+                                     (size_t)r * na_dtype_bytes(dt, (size_t)cols);
+                double exact = 0.0, mag = 0.0, fx = 0.0, xtol = 0.0;
+                float got = na_ref_vec_dot(dt, row, &qx, cols);
+                float got2 = na_ref_dot_quant(dt, row, x, cols);
+                na_ref_dequant_row(dt, row, wf, cols);
+                for (j = 0; j < cols; j++) {
+                    exact += (double)wf[j] * xq[j];
+                    mag += fabs((double)wf[j] * xq[j]);
+                    fx += (double)wf[j] * x[j];
+                    xtol += fabs((double)wf[j]) * (0.5 / 127.0) * 3.0;
+                }
+                NA_CHECK_MSG(fabs(got - exact) <= 2e-6 * mag + 1e-7, "ref dot %s cols %d row %d: "
+                             "%g vs dequantised %g (mag %g)", na_dtype_name(dt), cols, r,
+                             (double)got, exact, mag);
+                /* the same terms (the compiler may fuse a different multiply-add) */
+                NA_CHECK_MSG(fabs(got - got2) <= 1e-6 * mag, "ref dot %s: quantised at once %g, "
+                             "by block %g", na_dtype_name(dt), (double)got, (double)got2);
+                NA_CHECK_MSG(fabs(got - fx) <= xtol + 2e-6 * mag, "ref dot %s cols %d: %g vs "
+                             "f32 inputs %g (bound %g)", na_dtype_name(dt), cols, (double)got,
+                             fx, xtol);
+            }
+            free(bs);
+            free(d);
+            free(q);
+            free(xq);
+            free(wf);
+            free(x);
+            free(buf);
+        }
+    }
+}
+
+static na_status_t mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w, int batch)
+{
+    na_kbuf_t yb = na_kbuf_host(y, F32B((size_t)batch * w->rows));
+    na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * w->cols));
+    na_kweight_t pw;
+    na_status_t st = k->ops->place(k, w, &pw);
+    if (st == NA_OK)
+        st = k->ops->matmul(k, &yb, &xb, &pw, batch);
+    if (st == NA_OK)
+        k->ops->unplace(k, &pw);
+    return st;
+}
+
+/* cpu vs ref: the same quantised inputs and integer block sums, the f32 sum
+ * over blocks in another order (vector lanes, several accumulators): within
+ * 2e-6 of the sum of |terms| (a few f32 roundings of it; observed well below). */
+static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
+{
+    na_tensor_t w;
+    void *buf = make_weight(dt, rows, cols, &w);
+    float *x = xalloc(F32B((size_t)batch * cols)), *yr = xalloc(F32B((size_t)batch * rows));
+    float *yc = xalloc(F32B((size_t)batch * rows)), *wf = xalloc(F32B((size_t)rows * cols));
+    double *mag = xalloc(sizeof(double) * (size_t)batch * rows);
+    int t, b, r, j;
+
+    na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
+    for (r = 0; r < rows; r++)
+        na_ref_dequant_row(dt, (const uint8_t *)w.data + (size_t)r * na_dtype_bytes(dt, (size_t)cols),
+                           wf + (size_t)r * cols, cols);
+    for (b = 0; b < batch; b++)
+        for (r = 0; r < rows; r++) {
+            double m = 0.0;
+            for (j = 0; j < cols; j++)
+                m += fabs((double)wf[(size_t)r * cols + j] * x[(size_t)b * cols + j]);
+            mag[(size_t)b * rows + r] = m;
+        }
+    NA_CHECK_OK(mm(ref_k, yr, x, &w, batch));
+    for (t = 0; t < 2; t++) {
+        double worst = 0.0;
+        memset(yc, 0xff, F32B((size_t)batch * rows));      /* NaN: catch unwritten */
+        NA_CHECK_OK(mm(cpu_k[t], yc, x, &w, batch));
+        for (b = 0; b < batch; b++)
+            for (r = 0; r < rows; r++) {
+                size_t i = (size_t)b * rows + r;
+                double err = fabs((double)yc[i] - yr[i]) / (2e-6 * mag[i] + 1e-6);
+                if (!(err <= worst))
+                    worst = isnan(err) ? INFINITY : err;
+            }
+        NA_CHECK_MSG(worst <= 1.0, "matmul %s rows %d cols %d batch %d threads %d: ratio %g",
+                     na_dtype_name(dt), rows, cols, batch, t + 1, worst);
+    }
+    free(mag);
+    free(wf);
+    free(yc);
+    free(yr);
+    free(x);
+    free(buf);
+}
+
+static void test_matmul(void)
+{
+    static const int rows[] = { 1, 7, 33, 130 };
+    static const int mult[] = { 1, 3, 7 };
+    static const int batches[] = { 1, 3, 8, 21, 70 };
+    size_t ri, mi, bi;
+    int ti;
+    for (ti = 0; ti < N_TYPES; ti++)
+        for (ri = 0; ri < sizeof(rows) / sizeof(rows[0]); ri++)
+            for (mi = 0; mi < sizeof(mult) / sizeof(mult[0]); mi++)
+                for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++)
+                    check_matmul(types[ti], rows[ri], na_dtype_block(types[ti]) * mult[mi],
+                                 batches[bi]);
+    /* a large one: the threads' row split, the bandwidth path */
+    for (ti = 0; ti < N_TYPES; ti++)
+        check_matmul(types[ti], 1000, 2048, 1);
+}
+
+/* Non-finite inputs give non-finite outputs (a block's d = NaN), on both. */
+static void test_nonfinite(void)
+{
+    int ti, t;
+    for (ti = 0; ti < N_TYPES; ti++) {
+        na_tensor_t w;
+        int cols = na_dtype_block(types[ti]) * 2;
+        void *buf = make_weight(types[ti], 3, cols, &w);
+        float *x = xalloc(F32B(cols)), y[3];
+        na_rng_fill(&rng, x, (size_t)cols, -1.0f, 1.0f);
+        x[cols - 1] = NAN;
+        NA_CHECK_OK(mm(ref_k, y, x, &w, 1));
+        NA_CHECK_MSG(isnan(y[0]) && isnan(y[2]), "ref %s: NaN input gave %g",
+                     na_dtype_name(types[ti]), (double)y[0]);
+        for (t = 0; t < 2; t++) {
+            NA_CHECK_OK(mm(cpu_k[t], y, x, &w, 1));
+            NA_CHECK_MSG(isnan(y[0]) && isnan(y[2]), "cpu %s: NaN input gave %g",
+                         na_dtype_name(types[ti]), (double)y[0]);
+        }
+        free(x);
+        free(buf);
+    }
+}
+
+/* embed on ref and cpu: exactly the dequantised rows. */
+static void test_embed(void)
+{
+    static const int toks[] = { 0, 12, 5, 5, 1 };
+    int ti, t, r;
+    for (ti = 0; ti < N_TYPES; ti++) {
+        na_dtype_t dt = types[ti];
+        int cols = na_dtype_block(dt) * 3;
+        na_tensor_t w;
+        void *buf = make_weight(dt, 13, cols, &w);
+        float *want = xalloc(F32B(5 * cols)), *got = xalloc(F32B(5 * cols));
+        for (r = 0; r < 5; r++)
+            na_ref_dequant_row(dt, (const uint8_t *)w.data +
+                                   (size_t)toks[r] * na_dtype_bytes(dt, (size_t)cols),
+                               want + (size_t)r * cols, cols);
+        for (t = 0; t < 3; t++) {
+            na_kernels_t *k = t == 0 ? ref_k : cpu_k[t - 1];
+            na_kbuf_t xb = na_kbuf_host(got, F32B(5 * cols));
+            na_kweight_t pw;
+            memset(got, 0xff, F32B(5 * cols));
+            NA_CHECK_OK(k->ops->place(k, &w, &pw));
+            NA_CHECK_OK(k->ops->embed(k, &xb, &pw, toks, 5));
+            NA_CHECK_MSG(memcmp(got, want, F32B(5 * cols)) == 0, "embed %s on %s differs",
+                         na_dtype_name(dt), k->ops->name);
+            k->ops->unplace(k, &pw);
+        }
+        free(got);
+        free(want);
+        free(buf);
+    }
+}
+
+/* cols not whole blocks, an unknown dtype: NA_ERR_INVALID from every entry. */
+static void test_bad_shapes(void)
+{
+    uint8_t blk[512];
+    float x[300], y[4];
+    int t;
+    memset(blk, 0, sizeof(blk));
+    for (t = 0; t < 3; t++) {
+        na_kernels_t *k = t == 0 ? ref_k : cpu_k[t - 1];
+        na_tensor_t w = { NA_DTYPE_Q4_K, 1, 255, blk };
+        na_tensor_t w2 = { NA_DTYPE_Q4_0, 2, 40, blk };
+        na_tensor_t w3 = { (na_dtype_t)NA_DTYPE_COUNT, 1, 32, blk };
+        na_kweight_t pw = { NA_DTYPE_Q4_0, 2, 40, na_kbuf_host(blk, sizeof(blk)) };
+        na_kbuf_t xb = na_kbuf_host(x, sizeof(x)), yb = na_kbuf_host(y, sizeof(y));
+        int tok = 0;
+        NA_CHECK(k->ops->place(k, &w, &pw) == NA_ERR_INVALID);
+        NA_CHECK(k->ops->place(k, &w2, &pw) == NA_ERR_INVALID);
+        NA_CHECK(k->ops->place(k, &w3, &pw) == NA_ERR_INVALID);
+        pw.dtype = NA_DTYPE_Q4_0;
+        pw.rows = 2;
+        pw.cols = 40;
+        pw.buf = na_kbuf_host(blk, sizeof(blk));
+        NA_CHECK(k->ops->matmul(k, &yb, &xb, &pw, 1) == NA_ERR_INVALID);
+        NA_CHECK(k->ops->embed(k, &xb, &pw, &tok, 1) == NA_ERR_INVALID);
+    }
+}
+
+int main(void)
+{
+    na_rng_seed(&rng, 20261127);
+    __builtin_cpu_init();
+    NA_CHECK_OK(na_kernels_create("ref", 1, &ref_k));
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c"))
+        NA_SKIP("this CPU lacks AVX2/FMA/F16C: the cpu backend cannot run");
+    NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
+    NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
+    if (ref_k == NULL || cpu_k[0] == NULL || cpu_k[1] == NULL)
+        return na_test_finish();
+    printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
+    test_dequant_known();
+    test_ref_dot();
+    test_embed();
+    test_bad_shapes();
+    test_nonfinite();
+    test_matmul();
+    na_kernels_destroy(cpu_k[1]);
+    na_kernels_destroy(cpu_k[0]);
+    na_kernels_destroy(ref_k);
+    return na_test_finish();
+}
