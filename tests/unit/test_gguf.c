@@ -574,7 +574,7 @@ static void check_model(const char *dir)
     BAD("blk.0.attn_q.weight", 0, 32, 8, NA_ERR_FORMAT, "blk.0.attn_q.weight");    /* ne[0] */
     BAD("blk.0.attn_q.weight", 16, 9, 4, NA_ERR_UNSUPPORTED, "q8_1");             /* type */
     BAD("blk.0.attn_q.weight", 16, 12, 4, NA_ERR_FORMAT, "q4_k block");       /* 64 % 256 */
-    BAD("output_norm.weight", 8, 2, 4, NA_ERR_UNSUPPORTED, "q4_0 norm weights"); /* wrong tensor */
+    BAD("output_norm.weight", 8, 2, 4, NA_ERR_UNSUPPORTED, "q4_0 vectors (norms, biases)"); /* wrong tensor */
     BAD("output_norm.weight", 8, 9, 4, NA_ERR_UNSUPPORTED, "output_norm.weight"); /* q8_1 */
 #undef BAD
     check_mutations(bad, raw, n);
