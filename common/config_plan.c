@@ -1,5 +1,5 @@
 /* common/config_plan.c — lookups on a loaded layout (node by name or rank,
- * UCX_TLS, head split) and the human-readable plan `nearattn check-config`
+ * head split) and the human-readable plan `nearattn check-config`
  * prints. */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,30 +22,6 @@ const na_cfg_node_t *na_cfg_find_node(const na_cfg_t *cfg, const char *name)
 const na_cfg_node_t *na_cfg_node_at(const na_cfg_t *cfg, int rank)
 {
     return (rank >= 0 && rank < cfg->n_nodes) ? &cfg->nodes[rank] : NULL;
-}
-
-/* The one tls -> UCX_TLS table (rdma/ maps its na_xp_tls_t through it). shm
- * keeps tcp so that a peer on another host is still reached; connection
- * set-up does not need UCX's tcp (it is our own TCP socket, docs/transport.md). */
-static const char *const na_cfg_tls_ucx_str[] = {
-    [NA_CFG_TLS_AUTO] = NULL,             /* UCX's default */
-    [NA_CFG_TLS_SHM]  = "sm,self,tcp",
-    [NA_CFG_TLS_TCP]  = "tcp,self",
-    [NA_CFG_TLS_RAW]  = NULL,             /* the string as written */
-};
-
-const char *na_cfg_tls_ucx(na_cfg_tls_t kind, const char *raw)
-{
-    if (kind == NA_CFG_TLS_RAW)
-        return raw;
-    if ((unsigned)kind >= sizeof(na_cfg_tls_ucx_str) / sizeof(na_cfg_tls_ucx_str[0]))
-        return NULL;
-    return na_cfg_tls_ucx_str[kind];
-}
-
-const char *na_cfg_ucx_tls(const na_cfg_t *cfg)
-{
-    return na_cfg_tls_ucx(cfg->transport.tls_kind, cfg->transport.tls);
 }
 
 void na_cfg_head_split(int n_kv_heads, int n_slots, int slot, int *first_p, int *count_p)
@@ -306,7 +282,6 @@ void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
     na_model_config_t mc;
     char why[128] = "";
     int have_model = 0;
-    const char *tls = na_cfg_ucx_tls(cfg);
 
     fprintf(f, "layout     %s (cluster '%s')\n", cfg->file, cfg->cluster.name);
     fprintf(f, "secret     %s, %zu bytes%s\n", cfg->cluster.secret_file, cfg->secret_len,
@@ -326,8 +301,8 @@ void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
     if (cfg->model.tokenizer != NULL)
         fprintf(f, "tokenizer  %s\n", cfg->model.tokenizer);
     fprintf(f, "kv dtype   %s\n", na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
-    fprintf(f, "transport  tls %s -> UCX_TLS=%s; timeout %ld ms, heartbeat %ld ms, peer lost "
-               "after %ld ms\n", cfg->transport.tls, tls != NULL ? tls : "(from environment)",
+    fprintf(f, "transport  tls %s; timeout %ld ms, heartbeat %ld ms, peer lost after %ld ms\n",
+            cfg->transport.tls,
             cfg->transport.timeout_ms, cfg->transport.heartbeat_ms,
             cfg->transport.peer_timeout_ms);
 
