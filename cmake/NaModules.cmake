@@ -12,7 +12,8 @@
 # link na_storage; the arrows are the libraries' links. The other targets of
 # a module's folder (object libraries, the CUDA parts) get their own folder
 # PRIVATE. tests/ is not a module: its targets see the whole tree.
-# tests/arch_includes.sh checks every #include against the table as well.
+# tests/arch_includes.sh (ctest test_arch_includes) checks every #include
+# against the documented table as well.
 
 # Stage folder F and return the staging folder in ${out}.
 function(na_module_stage folder out)
