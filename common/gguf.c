@@ -524,6 +524,9 @@ na_status_t na_gguf_open_head(const char *path, na_gguf_t **g_p)
         have = want;
         st = na_gguf_parse_prefix(path, buf, have, (uint64_t)sb.st_size, &more, g_p);
         if (st == NA_OK) {
+            uint64_t i;
+            for (i = 0; i < (*g_p)->n_tensors; i++)
+                (*g_p)->tensors[i].data = NULL;   /* also when the whole file was read */
             (*g_p)->own_buf = buf;
             buf = NULL;
         } else if (more) {

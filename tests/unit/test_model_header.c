@@ -97,9 +97,12 @@ int main(void)
     if (na_test_genmodel(dir, "bigvocab", &o, "gguf", path, sizeof(path)) == 0) {
         na_gguf_t *g = NULL;
         NA_CHECK_OK(na_gguf_open_head(path, &g));
-        if (g != NULL)
+        if (g != NULL) {
             NA_CHECK_MSG(g->data_offset > NA_GGUF_HEAD_FIRST, "header of %llu bytes",
                          (unsigned long long)g->data_offset);
+            NA_CHECK(g->n_tensors > 0 && g->tensors[0].data == NULL &&
+                     g->tensors[g->n_tensors - 1].data == NULL);
+        }
         na_gguf_destroy(g);
         check_same("bigvocab", path);
     }
