@@ -90,6 +90,19 @@ int main(void)
         truncated(path, cut, 10);
         check_same("cut in magic", cut);
     }
+    /* a file under NA_GGUF_HEAD_FIRST is read whole: still no tensor data */
+    na_genmodel_shape(&o, 32, 32, 1, 2, 1, 300, 64);
+    o.write_llama2c = 0;
+    o.write_gguf = 1;
+    if (na_test_genmodel(dir, "tiny", &o, "gguf", path, sizeof(path)) == 0) {
+        na_gguf_t *g = NULL;
+        NA_CHECK_OK(na_gguf_open_head(path, &g));
+        NA_CHECK(g != NULL && g->n_tensors > 0 && g->data_offset < NA_GGUF_HEAD_FIRST);
+        NA_CHECK(g != NULL && g->tensors[0].data == NULL &&
+                 g->tensors[g->n_tensors - 1].data == NULL);
+        na_gguf_destroy(g);
+        check_same("tiny", path);
+    }
     /* a GGUF header over NA_GGUF_HEAD_FIRST (vocabulary 120000): read again, longer */
     na_genmodel_shape(&o, 32, 32, 1, 2, 1, 120000, 64);
     o.write_llama2c = 0;
