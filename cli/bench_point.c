@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/model.h"
 #include "common/plan.h"
+#include "common/wire_stats.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/generate.h"
 #include "compute-node/offload.h"
@@ -264,6 +265,12 @@ static na_status_t pt_count_wrap(na_asvc_t *svc, na_plan_kind_t kind, int nodes,
 
 /* Storage-side counter `key` summed over the layout's storage nodes, read
  * over a connection of our own as compute node c1 (0 when unavailable). */
+/* The node counter of attention-service time in mode (common/wire_stats.h). */
+static const char *pt_node_time_key(na_e2e_mode_t mode)
+{
+    return na_stat_node_key(mode == NA_E2E_KVFETCH ? NA_STAT_FETCH_NS : NA_STAT_DECODE_NS);
+}
+
 static double pt_node_stat(const na_cfg_t *cfg, const char *key)
 {
     na_xp_opts_t xo;
@@ -546,7 +553,7 @@ int na_cli_e2e_point(int argc, char **argv)
         double node0, node1, steps, dec;
         na_status_t st;
 
-        node0 = pt_node_stat(cfg, mode == NA_E2E_KVFETCH ? "node.fetch_ns" : "node.decode_ns");
+        node0 = pt_node_stat(cfg, pt_node_time_key(mode));
         st = mode == NA_E2E_KVFETCH ? na_asvc_kvfetch_create(cfg, &e->cfg, "c0", e->kern, &svc)
                                     : na_asvc_remote_create(cfg, &e->cfg, "c0", &svc);
         if (st == NA_OK)
@@ -576,7 +583,7 @@ int na_cli_e2e_point(int argc, char **argv)
             p.an_in = ls > 0 ? c->an_in / ls : 0;
         }
         na_asvc_destroy(svc);
-        node1 = pt_node_stat(cfg, mode == NA_E2E_KVFETCH ? "node.fetch_ns" : "node.decode_ns");
+        node1 = pt_node_stat(cfg, pt_node_time_key(mode));
         if (st != NA_OK || os.failed > 0) {
             fprintf(stderr, "bench e2e --point: %s\n",
                     st != NA_OK ? na_errmsg() : "requests failed");

@@ -7,6 +7,7 @@
 #include "cli/plan_rates.h"
 #include "common/config.h"
 #include "rdma/ibv.h"
+#include "rdma/xp_cfg.h"
 
 static void na_check_config_usage(FILE *f)
 {
@@ -45,7 +46,7 @@ static int na_check_config_rdma(void)
 /* Returns 0 valid, 1 invalid layout, 2 usage error. */
 int na_cmd_check_config(int argc, char **argv)
 {
-    const char *file = NULL, *rates = NULL;
+    const char *file = NULL, *rates = NULL, *tls;
     int plan = 0;
     na_cfg_t *cfg;
     na_status_t st;
@@ -78,6 +79,8 @@ int na_cmd_check_config(int argc, char **argv)
     if (st != NA_OK)
         return na_cli_fail("check-config", st);
     na_cfg_print_plan(cfg, stdout);
+    tls = na_xp_cfg_ucx_tls(cfg);      /* the transport's mapping (rdma/) */
+    printf("ucx        UCX_TLS=%s\n", tls != NULL ? tls : "(from environment)");
     i = plan ? na_cli_plan(cfg, rates) : 0;
     if (plan && i == 0)
         i = na_check_config_rdma();

@@ -160,13 +160,6 @@ const na_cfg_node_t *na_cfg_find_node(const na_cfg_t *cfg, const char *name);
 /* The node at launcher rank `rank`, or NULL when out of range. */
 const na_cfg_node_t *na_cfg_node_at(const na_cfg_t *cfg, int rank);
 
-/* The one tls -> UCX_TLS mapping (rdma/'s na_xp_tls_ucx uses it): NULL for
- * auto (leave UCX_TLS as the environment has it), "sm,self,tcp" for shm
- * (shared memory for data, tcp kept for a peer on another host), "tcp,self"
- * for tcp, raw for raw. Cannot fail. */
-const char *na_cfg_tls_ucx(na_cfg_tls_t kind, const char *raw);
-/* na_cfg_tls_ucx of this layout's transport.tls. Owned by cfg. */
-const char *na_cfg_ucx_tls(const na_cfg_t *cfg);
 
 /* Head partition: the KV heads [*first_p, *first_p + *count_p) that global
  * slot `slot` of `n_slots` holds when `n_kv_heads` heads are split into

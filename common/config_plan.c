@@ -1,5 +1,5 @@
 /* common/config_plan.c — lookups on a loaded layout (node by name or rank,
- * UCX_TLS, head split) and the human-readable plan `nearattn check-config`
+ * head split) and the human-readable plan `nearattn check-config`
  * prints. */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,30 +24,6 @@ const na_cfg_node_t *na_cfg_node_at(const na_cfg_t *cfg, int rank)
     return (rank >= 0 && rank < cfg->n_nodes) ? &cfg->nodes[rank] : NULL;
 }
 
-/* The one tls -> UCX_TLS table (rdma/ maps its na_xp_tls_t through it). shm
- * keeps tcp so that a peer on another host is still reached; connection
- * set-up does not need UCX's tcp (it is our own TCP socket, docs/transport.md). */
-static const char *const na_cfg_tls_ucx_str[] = {
-    [NA_CFG_TLS_AUTO] = NULL,             /* UCX's default */
-    [NA_CFG_TLS_SHM]  = "sm,self,tcp",
-    [NA_CFG_TLS_TCP]  = "tcp,self",
-    [NA_CFG_TLS_RAW]  = NULL,             /* the string as written */
-};
-
-const char *na_cfg_tls_ucx(na_cfg_tls_t kind, const char *raw)
-{
-    if (kind == NA_CFG_TLS_RAW)
-        return raw;
-    if ((unsigned)kind >= sizeof(na_cfg_tls_ucx_str) / sizeof(na_cfg_tls_ucx_str[0]))
-        return NULL;
-    return na_cfg_tls_ucx_str[kind];
-}
-
-const char *na_cfg_ucx_tls(const na_cfg_t *cfg)
-{
-    return na_cfg_tls_ucx(cfg->transport.tls_kind, cfg->transport.tls);
-}
-
 void na_cfg_head_split(int n_kv_heads, int n_slots, int slot, int *first_p, int *count_p)
 {
     int base, extra;
@@ -63,54 +39,16 @@ void na_cfg_head_split(int n_kv_heads, int n_slots, int slot, int *first_p, int 
     *count_p = base + (slot < extra ? 1 : 0);
 }
 
-/* The model's shape from a llama2.c checkpoint header (7 little-endian int32:
- * dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len).
- * Returns 1 with *mc filled, 0 with a reason in why. Only the header is read:
- * this does not depend on the model loader. */
+/* The model's shape from its header (na_model_read_config: llama2.c or GGUF,
+ * the weights are not read). Returns 1 with *mc filled, 0 with the reason
+ * (the reader's message) in why. */
 static int na_cfg_peek_model(const char *path, na_model_config_t *mc, char *why, size_t len)
 {
-    unsigned char h[28];
-    int32_t v[7];
-    FILE *f;
-    size_t got;
-    int i;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        snprintf(why, len, "not readable here");
-        return 0;
-    }
-    got = fread(h, 1, sizeof(h), f);
-    fclose(f);
-    if (got >= 4 && !memcmp(h, "GGUF", 4)) {
-        snprintf(why, len, "GGUF file (shape not shown by check-config)");
-        return 0;
-    }
-    if (got < sizeof(h)) {
-        snprintf(why, len, "shorter than a llama2.c header");
-        return 0;
-    }
-    for (i = 0; i < 7; i++)
-        v[i] = (int32_t)((uint32_t)h[4 * i] | (uint32_t)h[4 * i + 1] << 8 |
-                         (uint32_t)h[4 * i + 2] << 16 | (uint32_t)h[4 * i + 3] << 24);
-    memset(mc, 0, sizeof(*mc));
-    mc->dim = v[0];
-    mc->hidden_dim = v[1];
-    mc->n_layers = v[2];
-    mc->n_heads = v[3];
-    mc->n_kv_heads = v[4];
-    mc->vocab_size = v[5] < 0 ? -v[5] : v[5];
-    mc->seq_len = v[6];
-    if (mc->dim < 1 || mc->dim > NA_MODEL_MAX_DIM || mc->n_layers < 1 ||
-        mc->n_layers > NA_MODEL_MAX_LAYERS || mc->n_heads < 1 ||
-        mc->n_heads > NA_MODEL_MAX_HEADS || mc->n_kv_heads < 1 ||
-        mc->n_kv_heads > mc->n_heads || mc->n_heads % mc->n_kv_heads != 0 ||
-        mc->dim % mc->n_heads != 0 || mc->seq_len < 1 || mc->seq_len > NA_MODEL_MAX_SEQ) {
-        snprintf(why, len, "header is not a valid llama2.c checkpoint");
-        return 0;
-    }
-    mc->head_dim = mc->dim / mc->n_heads;
-    return 1;
+    if (na_model_read_config(path, mc) == NA_OK)
+        return 1;
+    snprintf(why, len, "%s", na_errmsg());
+    na_err_clear();
+    return 0;
 }
 
 /* Print a MiB budget in the largest unit that reads well. */
@@ -304,9 +242,8 @@ static void na_cfg_print_slots(const na_cfg_t *cfg, const na_model_config_t *mc,
 void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
 {
     na_model_config_t mc;
-    char why[128] = "";
+    char why[512] = "";
     int have_model = 0;
-    const char *tls = na_cfg_ucx_tls(cfg);
 
     fprintf(f, "layout     %s (cluster '%s')\n", cfg->file, cfg->cluster.name);
     fprintf(f, "secret     %s, %zu bytes%s\n", cfg->cluster.secret_file, cfg->secret_len,
@@ -315,8 +252,8 @@ void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
         have_model = na_cfg_peek_model(cfg->model.path, &mc, why, sizeof(why));
         fprintf(f, "model      %s\n", cfg->model.path);
         if (have_model)
-            fprintf(f, "           llama2.c: dim %d, %d layers, %d heads, %d KV heads, head dim "
-                       "%d, context %d, vocab %d\n", mc.dim, mc.n_layers, mc.n_heads,
+            fprintf(f, "           %s: dim %d, %d layers, %d heads, %d KV heads, head dim "
+                       "%d, context %d, vocab %d\n", mc.arch, mc.dim, mc.n_layers, mc.n_heads,
                     mc.n_kv_heads, mc.head_dim, mc.seq_len, mc.vocab_size);
         else
             fprintf(f, "           (%s)\n", why);
@@ -326,8 +263,8 @@ void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
     if (cfg->model.tokenizer != NULL)
         fprintf(f, "tokenizer  %s\n", cfg->model.tokenizer);
     fprintf(f, "kv dtype   %s\n", na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
-    fprintf(f, "transport  tls %s -> UCX_TLS=%s; timeout %ld ms, heartbeat %ld ms, peer lost "
-               "after %ld ms\n", cfg->transport.tls, tls != NULL ? tls : "(from environment)",
+    fprintf(f, "transport  tls %s; timeout %ld ms, heartbeat %ld ms, peer lost after %ld ms\n",
+            cfg->transport.tls,
             cfg->transport.timeout_ms, cfg->transport.heartbeat_ms,
             cfg->transport.peer_timeout_ms);
 

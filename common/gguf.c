@@ -75,13 +75,23 @@ static size_t na_gguf_scalar_size(uint32_t type)
 typedef struct {
     const char    *path;
     const uint8_t *base;
-    size_t         size;
+    size_t         size;        /* bytes of the image (a prefix of the file when head-only) */
     size_t         off;
+    uint64_t       file_size;   /* bytes of the whole file */
+    int            more;        /* head-only: ran past the prefix, not the file */
 } na_gguf_cur_t;
+
+/* n bytes at the cursor run past the image: note when a longer prefix of the
+ * file could hold them (head-only parsing reads more and starts again). */
+static void na_gguf_short(na_gguf_cur_t *c)
+{
+    if (c->size < c->file_size)
+        c->more = 1;
+}
 
 static na_status_t na_gguf_need(na_gguf_cur_t *c, size_t n, const char *what, const char *field)
 {
-    if (n > c->size - c->off)
+    if (n > c->size - c->off && (na_gguf_short(c), 1))
         return na_err(NA_ERR_FORMAT, "%s: %s '%s' runs past the end (needs %zu bytes at "
                       "offset %zu, file is %zu bytes)", c->path, what, field, n, c->off, c->size);
     return NA_OK;
@@ -173,7 +183,7 @@ static na_status_t na_gguf_parse_value(na_gguf_cur_t *c, na_gguf_kv_t *kv)
     kv->v.arr.n = n;
     es = et == NA_GGUF_STRING ? 8 : na_gguf_scalar_size(et);
     /* every element takes at least es bytes: bounds the count before allocating */
-    if (n > (c->size - c->off) / es)
+    if (n > (c->size - c->off) / es && (na_gguf_short(c), 1))
         return na_err(NA_ERR_FORMAT, "%s: field '%s': array of %llu elements runs past the end "
                       "(offset %zu, file is %zu bytes)", c->path, k, (unsigned long long)n,
                       c->off, c->size);
@@ -316,12 +326,13 @@ static na_status_t na_gguf_place_tensors(na_gguf_cur_t *c, na_gguf_t *g)
         g->alignment = al->v.u64;
     }
     g->data_offset = (c->off + g->alignment - 1) / g->alignment * g->alignment;
-    if (g->n_tensors > 0 && g->data_offset > c->size)
+    if (g->n_tensors > 0 && g->data_offset > c->file_size)
         return na_err(NA_ERR_FORMAT, "%s: data section (offset %llu) starts past the end "
-                      "(file is %zu bytes)", g->path, (unsigned long long)g->data_offset, c->size);
+                      "(file is %llu bytes)", g->path, (unsigned long long)g->data_offset,
+                      (unsigned long long)c->file_size);
     for (i = 0; i < g->n_tensors; i++) {
         na_gguf_tensor_t *t = &g->tensors[i];
-        uint64_t room = (uint64_t)c->size - g->data_offset;
+        uint64_t room = c->file_size - g->data_offset;
         if (t->offset % g->alignment != 0)
             return na_err(NA_ERR_FORMAT, "%s: tensor '%s': field 'offset' = %llu is not aligned "
                           "to %llu", g->path, t->name, (unsigned long long)t->offset,
@@ -331,7 +342,8 @@ static na_status_t na_gguf_place_tensors(na_gguf_cur_t *c, na_gguf_t *g)
                           "runs past the end of the data section (%llu bytes)", g->path, t->name,
                           (unsigned long long)t->offset, (unsigned long long)t->size,
                           (unsigned long long)room);
-        t->data = c->base + g->data_offset + t->offset;
+        /* head-only (the image is a prefix): infos without data */
+        t->data = c->size < c->file_size ? NULL : c->base + g->data_offset + t->offset;
     }
     return na_gguf_index_tensors(g);
 }
@@ -340,27 +352,35 @@ static na_status_t na_gguf_place_tensors(na_gguf_cur_t *c, na_gguf_t *g)
  * that many entries of at least min_bytes cannot fit the file; either way
  * the count is reset to 0 (so that destroy does not walk it). */
 static na_status_t na_gguf_count_check(const char *path, const char *field, const char *what,
-                                       uint64_t *count, int limit, size_t min_bytes, size_t size)
+                                       uint64_t *count, int limit, size_t min_bytes,
+                                       uint64_t size)
 {
     na_status_t st;
 
     if (*count <= (uint64_t)limit && *count <= size / min_bytes)
         return NA_OK;
     st = na_err(*count > (uint64_t)limit ? NA_ERR_RANGE : NA_ERR_FORMAT,
-                "%s: field '%s' = %llu: that many %s run past the end of a file of %zu bytes "
-                "(limit %d)", path, field, (unsigned long long)*count, what, size, limit);
+                "%s: field '%s' = %llu: that many %s run past the end of a file of %llu bytes "
+                "(limit %d)", path, field, (unsigned long long)*count, what,
+                (unsigned long long)size, limit);
     *count = 0;
     return st;
 }
 
-na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_gguf_t **g_p)
+/* Parse the first `size` bytes of a file of file_size bytes (size ==
+ * file_size: the whole image). *more_p (may be NULL) is set when the parse
+ * failed only because the prefix was too short. */
+static na_status_t na_gguf_parse_prefix(const char *path, const void *image, size_t size,
+                                        uint64_t file_size, int *more_p, na_gguf_t **g_p)
 {
-    na_gguf_cur_t c = { path, image, size, 0 };
+    na_gguf_cur_t c = { path, image, size, 0, file_size, 0 };
     na_gguf_t *g;
     uint32_t magic;
     uint64_t i;
     na_status_t st;
 
+    if (more_p != NULL)
+        *more_p = 0;
     g = calloc(1, sizeof(*g));
     if (g == NULL || (g->path = strdup(path)) == NULL) {
         free(g);
@@ -386,9 +406,9 @@ na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_g
         goto err_destroy;
     /* absurd counts are RANGE; counts that cannot fit the file are FORMAT (truncated) */
     if ((st = na_gguf_count_check(path, "n_tensors", "tensor infos", &g->n_tensors,
-                                  NA_GGUF_MAX_TENSORS, 32, size)) != NA_OK ||
+                                  NA_GGUF_MAX_TENSORS, 32, file_size)) != NA_OK ||
         (st = na_gguf_count_check(path, "n_kv", "metadata pairs", &g->n_kv, NA_GGUF_MAX_KV, 13,
-                                  size)) != NA_OK)
+                                  file_size)) != NA_OK)
         goto err_destroy;
     g->kv = calloc(g->n_kv ? (size_t)g->n_kv : 1, sizeof(*g->kv));
     g->tensors = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof(*g->tensors));
@@ -427,8 +447,15 @@ na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_g
     return NA_OK;
 
 err_destroy:
+    if (more_p != NULL)
+        *more_p = c.more;
     na_gguf_destroy(g);
     return st;
+}
+
+na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_gguf_t **g_p)
+{
+    return na_gguf_parse_prefix(path, image, size, size, NULL, g_p);
 }
 
 /* A GGUF file holds at least its 24-byte header. */
@@ -457,6 +484,61 @@ na_status_t na_gguf_open(const char *path, na_gguf_t **g_p)
     return NA_OK;
 }
 
+/* Read bytes [have, want) of fd into buf. */
+static na_status_t na_gguf_pread(const char *path, int fd, uint8_t *buf, size_t have,
+                                 size_t want)
+{
+    while (have < want) {
+        ssize_t n = pread(fd, buf + have, want - have, (off_t)have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return na_err(NA_ERR_IO, "%s: pread at offset %zu: %s", path, have,
+                          n < 0 ? strerror(errno) : "file shrank while reading");
+        have += (size_t)n;
+    }
+    return NA_OK;
+}
+
+na_status_t na_gguf_open_head(const char *path, na_gguf_t **g_p)
+{
+    struct stat sb;
+    uint8_t *buf = NULL, *nb;
+    size_t have = 0, want;
+    int fd, more = 1;
+    na_status_t st;
+
+    st = na_open_regular(path, "GGUF file", NA_ERR_FORMAT, &fd, &sb);
+    if (st != NA_OK)
+        return st;
+    /* a prefix of 1 MiB holds most headers; a larger vocabulary doubles it */
+    want = (uint64_t)sb.st_size < NA_GGUF_HEAD_FIRST ? (size_t)sb.st_size : NA_GGUF_HEAD_FIRST;
+    while (more) {
+        if ((nb = realloc(buf, want > 0 ? want : 1)) == NULL) {
+            st = na_err(NA_ERR_NOMEM, "%s: no memory for a %zu-byte header", path, want);
+            break;
+        }
+        buf = nb;
+        if ((st = na_gguf_pread(path, fd, buf, have, want)) != NA_OK)
+            break;
+        have = want;
+        st = na_gguf_parse_prefix(path, buf, have, (uint64_t)sb.st_size, &more, g_p);
+        if (st == NA_OK) {
+            uint64_t i;
+            for (i = 0; i < (*g_p)->n_tensors; i++)
+                (*g_p)->tensors[i].data = NULL;   /* also when the whole file was read */
+            (*g_p)->own_buf = buf;
+            buf = NULL;
+        } else if (more) {
+            na_err_clear();
+            want = (uint64_t)sb.st_size / 2 < have ? (size_t)sb.st_size : have * 2;
+        }
+    }
+    free(buf);
+    close(fd);
+    return st;
+}
+
 void na_gguf_destroy(na_gguf_t *g)
 {
     uint64_t i;
@@ -475,6 +557,7 @@ void na_gguf_destroy(na_gguf_t *g)
     free(g->tensor_index);
     if (g->own_map)
         munmap(g->own_map, g->size);
+    free(g->own_buf);
     free(g->path);
     free(g);
 }

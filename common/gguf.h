@@ -103,6 +103,7 @@ typedef struct na_gguf {
     const uint8_t    *base;        /* the image */
     size_t            size;
     void             *own_map;     /* non-NULL when na_gguf_open mapped it */
+    void             *own_buf;     /* the header bytes na_gguf_open_head read (owned) */
     uint32_t          version;
     uint64_t          n_kv;
     na_gguf_kv_t     *kv;          /* [n_kv] */
@@ -122,6 +123,13 @@ na_status_t na_gguf_parse(const char *path, const void *image, size_t size, na_g
 
 /* mmap `path` read-only and parse it; the result owns the map. */
 na_status_t na_gguf_open(const char *path, na_gguf_t **g_p);
+
+/* Read only the header of `path` (magic, metadata, tensor infos; not the
+ * tensor data) into memory it owns and parse it with the same checks as
+ * na_gguf_parse, tensor extents against the file's size. Every tensor's
+ * `data` is NULL. For readers that need a model's shape, not its weights. */
+#define NA_GGUF_HEAD_FIRST ((size_t)1 << 20)   /* bytes read first; doubled as needed */
+na_status_t na_gguf_open_head(const char *path, na_gguf_t **g_p);
 
 /* Free the metadata (and the map if owned). NULL is a no-op. */
 void na_gguf_destroy(na_gguf_t *g);

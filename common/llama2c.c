@@ -43,15 +43,17 @@ static na_tensor_t na_l2c_tensor(const na_model_t *m, uint64_t off, int rows, in
     return t;
 }
 
-na_status_t na_llama2c_load(na_model_t *m)
+/* The header into m->cfg and every tensor's offset, checked against the file
+ * size m->map_size (m->map holds at least the header's bytes). */
+static na_status_t na_l2c_layout(na_model_t *m, uint64_t off[NA_L2C_COUNT])
 {
     static const char *const hdr_names[7] = {
         "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len",
     };
     na_model_config_t *c = &m->cfg;
-    uint64_t elems[NA_L2C_COUNT], off[NA_L2C_COUNT], pos, d, h, L, q, kv, hs;
+    uint64_t elems[NA_L2C_COUNT], pos, d, h, L, q, kv, hs;
     int32_t hdr[7];
-    int i, l;
+    int i;
     na_status_t st;
 
     if (m->map_size < sizeof(hdr)) {
@@ -115,7 +117,28 @@ na_status_t na_llama2c_load(na_model_t *m)
                       c->hidden_dim, c->n_layers, c->vocab_size,
                       c->shared_classifier ? ", shared classifier" : "",
                       (unsigned long long)pos);
+    return NA_OK;
+}
 
+na_status_t na_llama2c_config(na_model_t *m)
+{
+    uint64_t off[NA_L2C_COUNT];
+    return na_l2c_layout(m, off);
+}
+
+na_status_t na_llama2c_load(na_model_t *m)
+{
+    na_model_config_t *c = &m->cfg;
+    uint64_t off[NA_L2C_COUNT], d, h, q, kv;
+    int l;
+    na_status_t st;
+
+    if ((st = na_l2c_layout(m, off)) != NA_OK)
+        return st;
+    d = (uint64_t)c->dim;
+    h = (uint64_t)c->hidden_dim;
+    q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
+    kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
     m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
     if (m->layers == NULL)
         return na_err(NA_ERR_NOMEM, "%s: no memory for %d layers", m->path, c->n_layers);

@@ -95,6 +95,13 @@ static na_status_t na_model_check_file(const char *path, const struct stat *sb)
     return NA_OK;
 }
 
+/* A llama2.c export of version 1/2 (magic "ak42"). */
+static na_status_t na_model_ak42(const char *path)
+{
+    return na_err(NA_ERR_UNSUPPORTED, "%s: field 'magic' = \"ak42\": llama2.c export "
+                    "versions 1/2 are not supported (export with --version 0)", path);
+}
+
 na_status_t na_model_open(const char *path, na_model_t **model_p)
 {
     na_model_t *m;
@@ -112,8 +119,7 @@ na_status_t na_model_open(const char *path, na_model_t **model_p)
         m->format = NA_MODEL_FORMAT_GGUF;
         st = na_model_gguf_load(m);
     } else if (m->map_size >= 4 && memcmp(m->map, "ak42", 4) == 0) {
-        st = na_err(NA_ERR_UNSUPPORTED, "%s: field 'magic' = \"ak42\": llama2.c export "
-                    "versions 1/2 are not supported (export with --version 0)", path);
+        st = na_model_ak42(path);
     } else {
         m->format = NA_MODEL_FORMAT_LLAMA2C;
         st = na_llama2c_load(m);
@@ -125,6 +131,54 @@ na_status_t na_model_open(const char *path, na_model_t **model_p)
 
 err_destroy:
     na_model_destroy(m);
+    return st;
+}
+
+/* The llama2.c header's bytes (fewer when the file is shorter). */
+#define NA_MODEL_L2C_HEAD 28
+
+na_status_t na_model_read_config(const char *path, na_model_config_t *cfg)
+{
+    uint8_t head[NA_MODEL_L2C_HEAD];
+    na_model_t m;
+    struct stat sb;
+    ssize_t n = 0;
+    int fd;
+    na_status_t st;
+
+    memset(&m, 0, sizeof(m));
+    m.path = (char *)path;
+    st = na_open_regular(path, "model", NA_ERR_FORMAT, &fd, &sb);
+    if (st != NA_OK)
+        return st;
+    if ((st = na_model_check_file(path, &sb)) == NA_OK) {
+        do
+            n = pread(fd, head, sizeof(head), 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+            st = na_err(NA_ERR_IO, "%s: pread: %s", path, strerror(errno));
+    }
+    close(fd);
+    if (st != NA_OK)
+        return st;
+    if (n >= 4 && memcmp(head, "GGUF", 4) == 0) {
+        m.format = NA_MODEL_FORMAT_GGUF;
+        if ((st = na_gguf_open_head(path, &m.gguf)) == NA_OK)
+            st = na_model_gguf_config(&m);
+        na_gguf_destroy(m.gguf);
+    } else if (n >= 4 && memcmp(head, "ak42", 4) == 0) {
+        st = na_model_ak42(path);
+    } else {
+        m.format = NA_MODEL_FORMAT_LLAMA2C;
+        m.map = head;                       /* the header; sizes against the whole file */
+        m.map_size = (size_t)sb.st_size;
+        if ((size_t)n < sizeof(head) && m.map_size >= sizeof(head))
+            st = na_err(NA_ERR_IO, "%s: short read of the header", path);
+        else
+            st = na_llama2c_config(&m);
+    }
+    if (st == NA_OK)
+        *cfg = m.cfg;
     return st;
 }
 

@@ -139,6 +139,13 @@ typedef struct na_model {
 na_status_t na_model_open(const char *path, na_model_t **model_p);
 void        na_model_destroy(na_model_t *model);
 
+/* Only the hyper-parameters of a model file, the same as na_model_open's
+ * model->cfg and with the same checks and messages (llama2.c: the header
+ * and the file size; GGUF: metadata and tensor infos), without mapping or
+ * reading the weights (common/gguf.h: na_gguf_open_head). For the storage
+ * node, which needs the shape of the KV cache, not the model. */
+na_status_t na_model_read_config(const char *path, na_model_config_t *cfg);
+
 /* Read every weight: NA_ERR_FORMAT naming the tensor, layer and element of
  * the first NaN or infinity (block types: a block's f16 scale or min), else NA_OK. Reads the
  * whole file (`nearattn run --check-weights`). */

@@ -320,6 +320,8 @@ static na_status_t na_mg_config(na_mg_t *g)
         return na_err(NA_ERR_UNSUPPORTED, "%s: field '%s.attention.value_length' = %d differs "
                       "from the key length %d: not supported", m->path, c->arch, head_v,
                       c->head_dim);
+    c->shared_classifier = g->arch->output != NA_TP_REQUIRED &&
+                           na_gguf_find_tensor(m->gguf, "output.weight") == NULL;
     return na_mg_rope_scaling(g);
 }
 
@@ -346,6 +348,15 @@ static na_status_t na_mg_layer(na_mg_t *g, int l)
             return st;
     }
     return NA_OK;
+}
+
+na_status_t na_model_gguf_config(na_model_t *m)
+{
+    na_mg_t g;
+
+    memset(&g, 0, sizeof(g));
+    g.m = m;
+    return na_mg_config(&g);
 }
 
 na_status_t na_model_gguf_load(na_model_t *m)
@@ -392,8 +403,6 @@ na_status_t na_model_gguf_load(na_model_t *m)
             return na_err(NA_ERR_FORMAT, "%s: tensor 'rope_freqs.weight': element %d = %g is "
                           "not a positive frequency divisor", m->path, i, (double)f);
     }
-    c->shared_classifier = g.arch->output != NA_TP_REQUIRED &&
-                           na_gguf_find_tensor(m->gguf, "output.weight") == NULL;
     if (c->shared_classifier)
         m->output = m->tok_embd;
     else if ((st = na_mg_tensor(m, "output.weight", c->vocab_size, c->dim, &m->output)) != NA_OK)

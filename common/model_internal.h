@@ -27,4 +27,11 @@ na_status_t na_llama2c_load(na_model_t *m);
 /* Fill m from a GGUF v3 file mapped at m->map; m->gguf is set (owned by m). */
 na_status_t na_model_gguf_load(na_model_t *m);
 
+/* Only m->cfg, with every check the loaders make on it: llama2.c from the
+ * header bytes at m->map and the file size in m->map_size (tensor extents
+ * included); GGUF from the metadata and tensor infos of m->gguf (set by the
+ * caller, e.g. na_gguf_open_head). No tensor is touched. */
+na_status_t na_llama2c_config(na_model_t *m);
+na_status_t na_model_gguf_config(na_model_t *m);
+
 #endif /* NA_MODEL_INTERNAL_H */

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/wire_stats.h"
 #include "compute-node/attn_kvfetch.h"
 #include "compute-node/storage_client.h"
 
@@ -356,9 +357,9 @@ static void kf_stats(na_asvc_t *s, na_asvc_stats_t *out)
         out->bytes_recv += xs.bytes_recv;
         if (p->nodes[j].alive) {
             int s2;
-            char key[32];
+            char key[NA_WIRE_STATS_KEY_MAX];
             for (s2 = 0; s2 < NA_CFG_MAX_DEVICES; s2++) {
-                snprintf(key, sizeof(key), "s%d.bytes_read_ssd", s2);
+                na_stat_slot_name(key, s2, NA_STAT_SLOT_BYTES_READ_SSD);
                 if (na_sc_stat(p->nodes[j].sc, key, &v) != NA_OK)
                     break;
                 out->ssd_bytes_read += v;

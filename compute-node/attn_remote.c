@@ -32,6 +32,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/wire_stats.h"
 #include "compute-node/attn_remote_internal.h"
 #include "rdma/xp_cfg.h"
 
@@ -413,36 +414,20 @@ void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
 /* Read the counters this service uses from a STATS answer. */
 static void rm_counters(const na_wire_stats_t *s, rm_counters_t *c)
 {
-    uint64_t thr = 1, comp = 0;
-    uint32_t k;
+    na_stats_view_t v;
+    uint64_t thr;
 
+    na_stats_view(s, &v);
     memset(c, 0, sizeof(*c));
-    for (k = 0; k < s->n; k++) {
-        na_wire_stat_t sv;
-        const char *dot;
-        if (na_wire_stats_get(s, k, &sv) != NA_OK)
-            continue;
-        dot = strchr(sv.key, '.');
-        if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".bytes_read_ssd"))
-            c->ssd += sv.value;
-        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".attn_compute_ns"))
-            comp += sv.value;
-        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".csd_noop"))
-            c->csd_noop += sv.value;
-        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".csd_launches"))
-            c->csd_launches += sv.value;
-        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".csd_p2p_bytes"))
-            c->csd_p2p += sv.value;
-        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".dram_used"))
-            c->dram_used += sv.value;
-        else if (sv.key[0] == 's' && dot != NULL && !strcmp(dot, ".ssd_used"))
-            c->ssd_used += sv.value;
-        else if (!strcmp(sv.key, "node.decode_ns"))
-            c->dec_ns = sv.value;
-        else if (!strcmp(sv.key, "node.attn_threads") && sv.value > 0)
-            thr = sv.value;
-    }
-    c->comp_ns = comp / thr;
+    c->ssd = v.slot_sum[NA_STAT_SLOT_BYTES_READ_SSD];
+    c->csd_noop = v.slot_sum[NA_STAT_SLOT_CSD_NOOP];
+    c->csd_launches = v.slot_sum[NA_STAT_SLOT_CSD_LAUNCHES];
+    c->csd_p2p = v.slot_sum[NA_STAT_SLOT_CSD_P2P_BYTES];
+    c->dram_used = v.slot_sum[NA_STAT_SLOT_DRAM_USED];
+    c->ssd_used = v.slot_sum[NA_STAT_SLOT_SSD_USED];
+    c->dec_ns = v.node[NA_STAT_DECODE_NS];
+    thr = v.node[NA_STAT_ATTN_THREADS] > 0 ? v.node[NA_STAT_ATTN_THREADS] : 1;
+    c->comp_ns = v.slot_sum[NA_STAT_SLOT_ATTN_COMPUTE_NS] / thr;
 }
 
 /* The node's shape keys in STATS (a node that sends none is not checked):
@@ -450,27 +435,22 @@ static void rm_counters(const na_wire_stats_t *s, rm_counters_t *c)
 static na_status_t rm_shape_check(const rm_t *p, const rm_node_t *nd, const na_wire_stats_t *s)
 {
     const na_model_config_t *mc = &p->base.mc;
-    static const char *const key[5] = { "node.n_layers", "node.n_heads", "node.n_kv_heads",
-                                        "node.head_dim", "node.kv_dtype" };
+    static const na_stat_node_t key[5] = { NA_STAT_N_LAYERS, NA_STAT_N_HEADS,
+                                           NA_STAT_N_KV_HEADS, NA_STAT_HEAD_DIM,
+                                           NA_STAT_KV_DTYPE };
+    na_stats_view_t v;
     uint64_t want[5], got[5];
     int have = 0, i;
-    uint32_t k;
 
     want[0] = (uint64_t)mc->n_layers;
     want[1] = (uint64_t)mc->n_heads;
     want[2] = (uint64_t)mc->n_kv_heads;
     want[3] = (uint64_t)mc->head_dim;
     want[4] = (uint64_t)p->kv_dtype;
-    memcpy(got, want, sizeof(got));
-    for (k = 0; k < s->n; k++) {
-        na_wire_stat_t sv;
-        if (na_wire_stats_get(s, k, &sv) != NA_OK)
-            continue;
-        for (i = 0; i < 5; i++)
-            if (!strcmp(sv.key, key[i])) {
-                got[i] = sv.value;
-                have++;
-            }
+    na_stats_view(s, &v);
+    for (i = 0; i < 5; i++) {
+        got[i] = v.has_node[key[i]] ? v.node[key[i]] : want[i];
+        have += v.has_node[key[i]];
     }
     if (have == 0 || memcmp(got, want, sizeof(got)) == 0)
         return NA_OK;

@@ -71,7 +71,7 @@ typedef enum {
 na_xp_tls_t na_xp_tls_parse(const char *s);
 const char *na_xp_tls_name(na_xp_tls_t tls);
 /* The UCX_TLS value the transport gives UCX for tls (tls_raw for RAW), or
- * NULL for AUTO (UCX's default): common/config.h na_cfg_tls_ucx, the one mapping. */
+ * NULL for AUTO (UCX's default): the one table, in rdma/xp_cfg.c. */
 const char *na_xp_tls_ucx(na_xp_tls_t tls, const char *tls_raw);
 
 /* How UCX handles a failing peer on our endpoints (docs/transport.md). */

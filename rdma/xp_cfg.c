@@ -3,6 +3,30 @@
 
 #include "rdma/xp_cfg.h"
 
+/* The one tls -> UCX_TLS table. shm keeps tcp so that a peer on another
+ * host is still reached; connection set-up does not need UCX's tcp (it is
+ * our own TCP socket, docs/transport.md). */
+static const char *const na_xp_tls_ucx_str[] = {
+    [NA_XP_TLS_AUTO] = NULL,             /* UCX's default */
+    [NA_XP_TLS_SHM]  = "sm,self,tcp",
+    [NA_XP_TLS_TCP]  = "tcp,self",
+    [NA_XP_TLS_RAW]  = NULL,             /* the string as written */
+};
+
+const char *na_xp_tls_ucx(na_xp_tls_t tls, const char *tls_raw)
+{
+    if (tls == NA_XP_TLS_RAW)
+        return tls_raw;
+    if ((unsigned)tls >= sizeof(na_xp_tls_ucx_str) / sizeof(na_xp_tls_ucx_str[0]))
+        return NULL;
+    return na_xp_tls_ucx_str[tls];
+}
+
+const char *na_xp_cfg_ucx_tls(const na_cfg_t *cfg)
+{
+    return na_xp_tls_ucx(na_xp_tls_from_cfg(cfg->transport.tls_kind), cfg->transport.tls);
+}
+
 void na_xp_opts_from_cfg(const na_cfg_t *cfg, const char *name, int role, size_t max_msg,
                          na_xp_opts_t *xo)
 {

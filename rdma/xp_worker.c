@@ -91,11 +91,6 @@ na_xp_errmode_t na_xp_errmode(const na_xp_t *xp)
     return xp->opts.errmode;
 }
 
-const char *na_xp_tls_ucx(na_xp_tls_t tls, const char *tls_raw)
-{
-    return na_cfg_tls_ucx(na_xp_tls_cfg(tls), tls_raw);
-}
-
 /* Copy and default the options into xp. Fails with NA_ERR_INVALID. */
 static na_status_t xp_opts_init(na_xp_t *xp, const na_xp_opts_t *o)
 {

@@ -142,17 +142,14 @@ static na_status_t na_node_devs_init(na_node_t *n, const na_node_opts_t *o,
     return NA_OK;
 }
 
-/* Read the model's shape (header only matters; the file is mapped, not copied). */
+/* Read the model's shape from its header (the weights are neither mapped nor read). */
 static na_status_t na_node_model_shape(na_node_t *n, const char *path)
 {
-    na_model_t *m;
-    na_status_t st = na_model_open(path, &m);
+    na_model_config_t c;
+    na_status_t st = na_model_read_config(path, &c);
     if (st != NA_OK)
         return na_err_prefix(st, "node %s: model: ", n->name);
-    st = na_node_shape_init(n, m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads,
-                            m->cfg.head_dim);
-    na_model_destroy(m);
-    return st;
+    return na_node_shape_init(n, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim);
 }
 
 static na_status_t na_node_xp_init(na_node_t *n)

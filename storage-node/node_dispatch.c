@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/wire_stats.h"
 #include "storage-node/node_internal.h"
 
 static na_status_t nd_ack(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h, uint64_t req)
@@ -186,47 +187,47 @@ static void nd_stat(na_wire_stat_t *v, uint32_t *k, uint32_t cap, const char *ke
     (*k)++;
 }
 
-/* The uint64_t counters a STATS answer carries, in this order: the node's
- * ("node.KEY"), then each slot's ("s<i>.KEY"). */
+/* Where the uint64_t counters of a STATS answer live (keys:
+ * common/wire_stats.h): the node's, then each slot's. */
 typedef struct {
-    const char *key;
-    size_t      off;
+    na_stat_node_t id;
+    size_t         off;
 } nd_counter_t;
 
 static const nd_counter_t nd_node_counters[] = {
-    { "node.requests",           offsetof(na_node_t, n_requests) },
-    { "node.msgs",               offsetof(na_node_t, msgs) },
-    { "node.errors_sent",        offsetof(na_node_t, errors_sent) },
-    { "node.peers_dropped",      offsetof(na_node_t, dropped) },
-    { "node.peers_lost",         offsetof(na_node_t, lost) },
-    { "node.opens_refused",      offsetof(na_node_t, refused_opens) },
-    { "node.decode_entries",     offsetof(na_node_t, decode_entries) },
-    { "node.prefill_tokens",     offsetof(na_node_t, prefill_tokens) },
-    { "node.decode_ns",          offsetof(na_node_t, decode_ns) },
-    { "node.decode_parts_early", offsetof(na_node_t, decode_parts_early) },
-    { "node.prefill_ns",         offsetof(na_node_t, prefill_ns) },
-    { "node.fetch_ns",           offsetof(na_node_t, fetch_ns) },
+    { NA_STAT_REQUESTS, offsetof(na_node_t, n_requests) },
+    { NA_STAT_MSGS, offsetof(na_node_t, msgs) },
+    { NA_STAT_ERRORS_SENT, offsetof(na_node_t, errors_sent) },
+    { NA_STAT_PEERS_DROPPED, offsetof(na_node_t, dropped) },
+    { NA_STAT_PEERS_LOST, offsetof(na_node_t, lost) },
+    { NA_STAT_OPENS_REFUSED, offsetof(na_node_t, refused_opens) },
+    { NA_STAT_DECODE_ENTRIES, offsetof(na_node_t, decode_entries) },
+    { NA_STAT_PREFILL_TOKENS, offsetof(na_node_t, prefill_tokens) },
+    { NA_STAT_DECODE_NS, offsetof(na_node_t, decode_ns) },
+    { NA_STAT_DECODE_PARTS_EARLY, offsetof(na_node_t, decode_parts_early) },
+    { NA_STAT_PREFILL_NS, offsetof(na_node_t, prefill_ns) },
+    { NA_STAT_FETCH_NS, offsetof(na_node_t, fetch_ns) },
 };
 
-static const nd_counter_t nd_slot_counters[] = {
-    { "requests",          offsetof(na_slot_stats_t, kv.n_requests) },
-    { "dram_used",         offsetof(na_slot_stats_t, kv.dram_used) },
-    { "dram_budget",       offsetof(na_slot_stats_t, kv.dram_budget) },
-    { "ssd_used",          offsetof(na_slot_stats_t, kv.ssd_used) },
-    { "ssd_size",          offsetof(na_slot_stats_t, kv.ssd_size) },
-    { "bytes_appended",    offsetof(na_slot_stats_t, kv.bytes_appended) },
-    { "bytes_written_ssd", offsetof(na_slot_stats_t, kv.bytes_written_ssd) },
-    { "bytes_read_ssd",    offsetof(na_slot_stats_t, kv.bytes_read_ssd) },
-    { "spills",            offsetof(na_slot_stats_t, kv.n_spills) },
-    { "refused",           offsetof(na_slot_stats_t, kv.n_refused) },
-    { "attn_entries",      offsetof(na_slot_stats_t, attn.entries) },
-    { "attn_failed",       offsetof(na_slot_stats_t, attn.entries_failed) },
-    { "attn_tokens",       offsetof(na_slot_stats_t, attn.tokens) },
-    { "prefetch_hits",     offsetof(na_slot_stats_t, attn.prefetch_hits) },
-    { "attn_compute_ns",   offsetof(na_slot_stats_t, attn.compute_ns) },
-    { "csd_noop",          offsetof(na_slot_stats_t, attn.csd_noop) },
-    { "csd_launches",      offsetof(na_slot_stats_t, attn.csd_launches) },
-    { "csd_p2p_bytes",     offsetof(na_slot_stats_t, attn.csd_p2p_bytes) },
+static const size_t nd_slot_counters[NA_STAT_SLOT_COUNT] = {
+    [NA_STAT_SLOT_REQUESTS]          = offsetof(na_slot_stats_t, kv.n_requests),
+    [NA_STAT_SLOT_DRAM_USED]         = offsetof(na_slot_stats_t, kv.dram_used),
+    [NA_STAT_SLOT_DRAM_BUDGET]       = offsetof(na_slot_stats_t, kv.dram_budget),
+    [NA_STAT_SLOT_SSD_USED]          = offsetof(na_slot_stats_t, kv.ssd_used),
+    [NA_STAT_SLOT_SSD_SIZE]          = offsetof(na_slot_stats_t, kv.ssd_size),
+    [NA_STAT_SLOT_BYTES_APPENDED]    = offsetof(na_slot_stats_t, kv.bytes_appended),
+    [NA_STAT_SLOT_BYTES_WRITTEN_SSD] = offsetof(na_slot_stats_t, kv.bytes_written_ssd),
+    [NA_STAT_SLOT_BYTES_READ_SSD]    = offsetof(na_slot_stats_t, kv.bytes_read_ssd),
+    [NA_STAT_SLOT_SPILLS]            = offsetof(na_slot_stats_t, kv.n_spills),
+    [NA_STAT_SLOT_REFUSED]           = offsetof(na_slot_stats_t, kv.n_refused),
+    [NA_STAT_SLOT_ATTN_ENTRIES]      = offsetof(na_slot_stats_t, attn.entries),
+    [NA_STAT_SLOT_ATTN_FAILED]       = offsetof(na_slot_stats_t, attn.entries_failed),
+    [NA_STAT_SLOT_ATTN_TOKENS]       = offsetof(na_slot_stats_t, attn.tokens),
+    [NA_STAT_SLOT_PREFETCH_HITS]     = offsetof(na_slot_stats_t, attn.prefetch_hits),
+    [NA_STAT_SLOT_ATTN_COMPUTE_NS]   = offsetof(na_slot_stats_t, attn.compute_ns),
+    [NA_STAT_SLOT_CSD_NOOP]          = offsetof(na_slot_stats_t, attn.csd_noop),
+    [NA_STAT_SLOT_CSD_LAUNCHES]      = offsetof(na_slot_stats_t, attn.csd_launches),
+    [NA_STAT_SLOT_CSD_P2P_BYTES]     = offsetof(na_slot_stats_t, attn.csd_p2p_bytes),
 };
 
 /* The most threads any slot's engine runs kernels on (see nd_stats). */
@@ -247,39 +248,42 @@ static uint64_t nd_kernel_threads(na_node_t *n)
 static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
 {
     na_wire_stat_t v[NA_WIRE_STATS_MAX];
+    uint64_t node[NA_STAT_NODE_COUNT];
     na_wire_msg_t m;
     uint32_t k = 0;
-    size_t i;
-    int s;
+    int i, s;
 
     memset(v, 0, sizeof(v));
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.peers", (uint64_t)n->n_peers);
-    for (i = 0; i < sizeof(nd_node_counters) / sizeof(nd_node_counters[0]); i++)
-        nd_stat(v, &k, NA_WIRE_STATS_MAX, nd_node_counters[i].key,
-                *(const uint64_t *)((const char *)n + nd_node_counters[i].off));
+    memset(node, 0, sizeof(node));
+    for (i = 0; i < (int)(sizeof(nd_node_counters) / sizeof(nd_node_counters[0])); i++)
+        node[nd_node_counters[i].id] =
+            *(const uint64_t *)((const char *)n + nd_node_counters[i].off);
+    node[NA_STAT_PEERS] = (uint64_t)n->n_peers;
     /* attention kernel time: s<i>.attn_compute_ns is summed over this many
      * threads of a slot (the compute side's time split divides by it): the
      * engine's kernel_threads (cpu: the workers and the loop, which helps
      * while it waits), else its workers */
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.attn_threads", nd_kernel_threads(n));
+    node[NA_STAT_ATTN_THREADS] = nd_kernel_threads(n);
     /* what the KV is for: a compute node checks it before placing requests
      * on a node that joins (compute-node/attn_remote.c) */
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.n_layers", (uint64_t)n->common.n_layers);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.n_heads", (uint64_t)n->common.n_heads);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.n_kv_heads", (uint64_t)n->common.n_kv_heads);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.head_dim", (uint64_t)n->common.head_dim);
-    nd_stat(v, &k, NA_WIRE_STATS_MAX, "node.kv_dtype", (uint64_t)n->common.kv_dtype);
+    node[NA_STAT_N_LAYERS] = (uint64_t)n->common.n_layers;
+    node[NA_STAT_N_HEADS] = (uint64_t)n->common.n_heads;
+    node[NA_STAT_N_KV_HEADS] = (uint64_t)n->common.n_kv_heads;
+    node[NA_STAT_HEAD_DIM] = (uint64_t)n->common.head_dim;
+    node[NA_STAT_KV_DTYPE] = (uint64_t)n->common.kv_dtype;
+    for (i = 0; i < NA_STAT_NODE_COUNT; i++)
+        nd_stat(v, &k, NA_WIRE_STATS_MAX, na_stat_node_key((na_stat_node_t)i), node[i]);
     for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {
         na_slot_stats_t ss;
         char key[NA_WIRE_STATS_KEY_MAX];
         na_slot_stats(n->slots[s], &ss);
-        for (i = 0; i < sizeof(nd_slot_counters) / sizeof(nd_slot_counters[0]); i++) {
-            if (!strncmp(nd_slot_counters[i].key, "csd_", 4) && ss.attn.csd_noop == 0 &&
-                ss.attn.csd_launches == 0)
+        for (i = 0; i < NA_STAT_SLOT_COUNT; i++) {
+            if (i >= NA_STAT_SLOT_CSD_NOOP && i <= NA_STAT_SLOT_CSD_P2P_BYTES &&
+                ss.attn.csd_noop == 0 && ss.attn.csd_launches == 0)
                 continue;               /* engine csd keys only for csd slots */
-            snprintf(key, sizeof(key), "s%d.%s", s, nd_slot_counters[i].key);
+            na_stat_slot_name(key, s, (na_stat_slot_t)i);
             nd_stat(v, &k, NA_WIRE_STATS_MAX, key,
-                    *(const uint64_t *)((const char *)&ss + nd_slot_counters[i].off));
+                    *(const uint64_t *)((const char *)&ss + nd_slot_counters[i]));
         }
     }
     memset(&m, 0, sizeof(m));

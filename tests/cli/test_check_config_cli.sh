@@ -45,6 +45,16 @@ NA_KV_DIR=$TMP/afile/sub run 1 "$SRC/cluster-configs/local.yaml"
 grep -q "KV directory: '.*afile' cannot hold a directory: Not a directory" "$TMP/err" || fail "KV under a file: $(cat "$TMP/err")"
 [ -e "$TMP/afile/sub" ] && fail "check-config created under a file"
 
+# the model's shape comes from its header, GGUF too (key_length as head dim)
+"$BIN" gen-model --out "$TMP/q3" --arch qwen3 --dim 64 --heads 4 --kv-heads 2 --head-dim 24 \
+    --layers 3 >/dev/null 2>&1 || fail "gen-model qwen3"
+cp "$SRC/cluster-configs/dev.secret" "$TMP/dev.secret"
+sed "s|^  path: .*stories260K.bin\"|  path: \"$TMP/q3.gguf\"|" "$SRC/cluster-configs/local.yaml" \
+    > "$TMP/q3.yaml"
+run 0 "$TMP/q3.yaml"
+grep -q 'qwen3: dim 64, 3 layers, 4 heads, 2 KV heads, head dim 24' "$TMP/out" ||
+    fail "GGUF model: no shape in the plan: $(head -5 "$TMP/out")"
+
 run 1 "$SRC/tests/data/config/port-range.yaml"
 [ "$(wc -l <"$TMP/err")" = 1 ] || fail "bad layout: stderr is not one line: $(cat "$TMP/err")"
 grep -q 'port-range.yaml:7:11: .*out of range' "$TMP/err" || fail "bad layout: message: $(cat "$TMP/err")"

@@ -47,6 +47,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/model.h"
+#include "common/wire_stats.h"
 #include "compute-node/storage_client.h"
 #include "compute-node/storage_dir.h"
 #include "kernels/kernels.h"
@@ -448,12 +449,12 @@ static int nc_basic(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
         f.dtype = NA_DTYPE_F32;
         NA_CHECK(na_sc_fetch(sc, &f, s->head_dim, row, row) == NA_ERR_RANGE);
     }
-    NA_CHECK(nc_stat(sc, "node.requests") >= (uint64_t)a->requests);
+    NA_CHECK(nc_stat(sc, na_stat_node_key(NA_STAT_REQUESTS)) >= (uint64_t)a->requests);
     for (t = 0; t < a->steps; t++)
         nc_decode_step(sc, a->xp, s, rs, a->requests, t, &rng, a->dtype, ref);
     for (i = 0; i < a->requests; i++)
         nc_fetch_check(sc, s, &rs[i], i % s->n_layers);
-    NA_CHECK(nc_stat(sc, "node.decode_entries") > 0);
+    NA_CHECK(nc_stat(sc, na_stat_node_key(NA_STAT_DECODE_ENTRIES)) > 0);
     for (i = 0; i < a->requests; i++) {
         NA_CHECK_OK(na_sc_release(sc, rs[i].id));
         free(rs[i].k);
@@ -640,7 +641,7 @@ static int nc_refuse(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     NA_CHECK_MSG(st == NA_ERR_NOSPACE, "huge open gave %s: %s", na_status_string(st), na_errmsg());
     printf("REFUSED %s\n", na_errmsg());
     NA_CHECK(strstr(na_errmsg(), "refused") != NULL);
-    NA_CHECK(nc_stat(sc, "node.opens_refused") >= 1);
+    NA_CHECK(nc_stat(sc, na_stat_node_key(NA_STAT_OPENS_REFUSED)) >= 1);
     return nc_basic(sc, s, a);
 }
 

@@ -239,7 +239,7 @@ static void test_good_details(void)
     NA_CHECK(cfg->parallel.pipelining == NA_CFG_PIPE_FIXED && cfg->parallel.max_batch == 64);
     NA_CHECK(cfg->kv.prefetch_layers == 1 && cfg->kv.tier == NA_CFG_TIER_AUTO);
     NA_CHECK(!cfg->xcache.enabled && cfg->xcache.host_mb == 0 && cfg->xcache.share == 0.5);
-    NA_CHECK(cfg->transport.tls_kind == NA_CFG_TLS_AUTO && na_cfg_ucx_tls(cfg) == NULL);
+    NA_CHECK(cfg->transport.tls_kind == NA_CFG_TLS_AUTO);
     /* values as written */
     NA_CHECK(cfg->kv.block_tokens == 16 && cfg->kv.spill_interval == 1);
     NA_CHECK(cfg->transport.heartbeat_ms == 200 && cfg->transport.peer_timeout_ms == 2000);
@@ -265,13 +265,13 @@ static void test_good_details(void)
     snprintf(path, sizeof(path), "%s/cluster-configs/test-tcp.yaml", src_dir);
     NA_CHECK_OK(na_cfg_load(path, &cfg));
     if (cfg != NULL) {
-        NA_CHECK(na_cfg_ucx_tls(cfg) != NULL && !strcmp(na_cfg_ucx_tls(cfg), "tcp,self"));
+        NA_CHECK(cfg->transport.tls_kind == NA_CFG_TLS_TCP);
         na_cfg_destroy(cfg);
     }
     snprintf(path, sizeof(path), "%s/cluster-configs/test-shm.yaml", src_dir);
     NA_CHECK_OK(na_cfg_load(path, &cfg));
     if (cfg != NULL) {
-        NA_CHECK(na_cfg_ucx_tls(cfg) != NULL && !strcmp(na_cfg_ucx_tls(cfg), "sm,self,tcp"));
+        NA_CHECK(cfg->transport.tls_kind == NA_CFG_TLS_SHM);
         na_cfg_destroy(cfg);
     }
     snprintf(path, sizeof(path), "%s/cluster-configs/test-head.yaml", src_dir);

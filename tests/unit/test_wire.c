@@ -10,6 +10,7 @@
 
 #include "common/sha256.h"
 #include "common/wire.h"
+#include "common/wire_stats.h"
 #include "tests/testutil.h"
 #include "tests/unit/wire_samples.h"
 
@@ -799,8 +800,69 @@ static void test_addr_seal(void)
              NA_ERR_INVALID);
 }
 
+/* The STATS key table (common/wire_stats.h): every key valid on the wire
+ * and unique, and a STATS answer read back by id: node values, slot sums,
+ * unknown keys skipped. */
+static void test_stats_keys(void)
+{
+    na_wire_stat_t pairs[NA_STAT_NODE_COUNT + 2 * NA_STAT_SLOT_COUNT + 1];
+    uint8_t buf[NA_WIRE_HDR_SIZE + 8 + sizeof(pairs) / sizeof(pairs[0]) * 40];
+    na_wire_msg_t m, d;
+    na_wire_hdr_t h;
+    na_stats_view_t v;
+    size_t len = 0;
+    uint32_t n = 0;
+    int i, j;
+
+    memset(pairs, 0, sizeof(pairs));
+    memset(&m, 0, sizeof(m));
+    for (i = 0; i < NA_STAT_NODE_COUNT; i++) {
+        const char *k = na_stat_node_key((na_stat_node_t)i);
+        NA_CHECK_MSG(k != NULL && strncmp(k, "node.", 5) == 0, "node key %d: %s", i, k);
+        for (j = 0; j < i; j++)
+            NA_CHECK(strcmp(k, na_stat_node_key((na_stat_node_t)j)) != 0);
+        snprintf(pairs[n].key, sizeof(pairs[n].key), "%s", k);
+        pairs[n++].value = 1000 + (uint64_t)i;
+    }
+    for (i = 0; i < NA_STAT_SLOT_COUNT; i++) {
+        NA_CHECK(na_stat_slot_key((na_stat_slot_t)i) != NULL);
+        for (j = 0; j < i; j++)
+            NA_CHECK(strcmp(na_stat_slot_key((na_stat_slot_t)i),
+                            na_stat_slot_key((na_stat_slot_t)j)) != 0);
+        na_stat_slot_name(pairs[n].key, 0, (na_stat_slot_t)i);
+        pairs[n++].value = 10 + (uint64_t)i;
+        /* the longest slot name fits the key */
+        na_stat_slot_name(pairs[n].key, NA_STATS_MAX_SLOTS - 1, (na_stat_slot_t)i);
+        NA_CHECK(strlen(pairs[n].key) < NA_WIRE_STATS_KEY_MAX - 1);
+        pairs[n++].value = 20 + (uint64_t)i;
+    }
+    snprintf(pairs[n].key, sizeof(pairs[n].key), "node.future_counter");
+    pairs[n++].value = 7;
+    NA_CHECK(na_stat_node_key(NA_STAT_NODE_COUNT) == NULL);
+    NA_CHECK(na_stat_slot_key(NA_STAT_SLOT_COUNT) == NULL);
+    m.type = NA_WIRE_MSG_STATS;
+    m.u.stats.n = n;
+    m.u.stats.pairs = pairs;
+    NA_CHECK_OK(na_wire_encode(&m, buf, sizeof(buf), &len));
+    NA_CHECK_OK(na_wire_decode_buf(buf, len, &h, &d));
+    na_stats_view(&d.u.stats, &v);
+    for (i = 0; i < NA_STAT_NODE_COUNT; i++)
+        NA_CHECK_MSG(v.has_node[i] && v.node[i] == 1000 + (uint64_t)i, "node counter %s",
+                     na_stat_node_key((na_stat_node_t)i));
+    for (i = 0; i < NA_STAT_SLOT_COUNT; i++)
+        NA_CHECK_MSG(v.has_slot[i] && v.slot_sum[i] == 30 + 2 * (uint64_t)i, "slot counter %s",
+                     na_stat_slot_key((na_stat_slot_t)i));
+    NA_CHECK(v.n_slots == NA_STATS_MAX_SLOTS);
+    /* a node that sends only some keys */
+    m.u.stats.n = 2;
+    na_stats_view(&m.u.stats, &v);
+    NA_CHECK(v.has_node[0] && v.has_node[1] && !v.has_node[2] && v.node[2] == 0);
+    NA_CHECK(v.n_slots == 0 && !v.has_slot[0]);
+}
+
 int main(void)
 {
+    test_stats_keys();
     test_header();
     test_golden();
     test_round_trip();

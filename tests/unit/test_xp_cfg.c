@@ -3,6 +3,7 @@
  * busy-polls (spin_us -1); a node alone on its host keeps the default. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rdma/xp_cfg.h"
 #include "tests/testutil.h"
@@ -42,5 +43,23 @@ int main(void)
         NA_CHECK(xo.spin_us == 0);                          /* the transport's default */
         na_cfg_destroy(cfg);
     }
+    /* the tls -> UCX_TLS table (it lives here, not in common/) */
+    if ((cfg = load(src, "test-tcp.yaml")) != NULL) {
+        const char *t = na_xp_cfg_ucx_tls(cfg);
+        NA_CHECK(t != NULL && !strcmp(t, "tcp,self"));
+        na_cfg_destroy(cfg);
+    }
+    if ((cfg = load(src, "test-shm.yaml")) != NULL) {
+        const char *t = na_xp_cfg_ucx_tls(cfg);
+        NA_CHECK(t != NULL && !strcmp(t, "sm,self,tcp"));
+        na_cfg_destroy(cfg);
+    }
+    if ((cfg = load(src, "local.yaml")) != NULL) {
+        NA_CHECK(cfg->transport.tls_kind != NA_CFG_TLS_AUTO || na_xp_cfg_ucx_tls(cfg) == NULL);
+        na_cfg_destroy(cfg);
+    }
+    NA_CHECK(na_xp_tls_ucx(NA_XP_TLS_AUTO, NULL) == NULL);
+    NA_CHECK(!strcmp(na_xp_tls_ucx(NA_XP_TLS_RAW, "rc_x,sm,self"), "rc_x,sm,self"));
+    NA_CHECK(na_xp_tls_ucx((na_xp_tls_t)9, NULL) == NULL);
     return na_test_finish();
 }
