@@ -13,6 +13,7 @@
 
 #define NA_SRV_SLICE_MS 10     /* engine slice while jobs run */
 #define NA_SRV_IDLE_MS  50     /* wait for work when idle */
+#define NA_SRV_HEAL_MS  100    /* nodes started here: reaped and restarted this often */
 #define NA_SRV_NODES_MS 250    /* storage nodes looked at this often while none is
                                   alive (reads no node: the lost ones are not asked) */
 
@@ -254,12 +255,17 @@ const char *na_srv_health(const na_srv_t *s)
 na_status_t na_srv_run(na_srv_t *s, volatile sig_atomic_t *stop)
 {
     na_status_t st = NA_OK;
+    double t_heal = 0;
 
     srv_take_stats(s);
-
     while (!*stop) {
         na_hreq_t *q, *next;
         int stats;
+
+        if (na_now_s() - t_heal >= NA_SRV_HEAL_MS * 1e-3) {
+            t_heal = na_now_s();
+            (void)na_sg_heal(s->g);
+        }
 
         pthread_mutex_lock(&s->mu);
         q = srv_take(s);
