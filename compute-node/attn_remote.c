@@ -413,14 +413,15 @@ void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
         na_peer_set_user(peer, NULL);
         na_peer_close(peer, 0, NULL);
     } else if (!p->head_part && p->nodes[j].next_try_ns != UINT64_MAX) {
-        /* a node of the layout (request partition): its connection goes, and
-         * it is dialled again (rm_retry_late) until it is back, e.g.
-         * restarted by `serve` or by hand; once back it takes new requests */
+        /* a node of the layout (request partition): dialled again
+         * (rm_retry_late) until it is back, e.g. restarted by `serve` or by
+         * hand; once back it takes new requests. The ended peer is left to
+         * the session (as before: closing a silent TCP peer here can block
+         * the loop for timeout_ms), detached from the entry. */
         rm_node_t *rn = &p->nodes[j];
         rn->joining = 0;
         rn->peer = NULL;
         na_peer_set_user(peer, NULL);
-        na_peer_close(peer, 0, NULL);
         rn->retry_ms = RM_LOST_RETRY_MS;
         rn->next_try_ns = na_xp_now_ns() + (uint64_t)RM_LOST_RETRY_MS * 1000000ull;
     }
