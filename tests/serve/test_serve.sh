@@ -27,8 +27,9 @@
 #           connections larger than the connection limit
 #   heal    (issue 22 item 10) storage nodes lost and back. Private (the
 #           server started its node): the node stopped (SIGSTOP), /health 503
-#           "unavailable" with Retry-After, requests 503 storage_unavailable +
-#           Retry-After (curl and the openai client), never 500; then SIGKILL:
+#           "unavailable" with Retry-After, requests running then and after
+#           503 storage_unavailable + Retry-After (a stream: its error event;
+#           curl and the openai client), never 500; then SIGKILL:
 #           the node is reaped (no zombie) and started again, /health ok and
 #           requests served. Connect: a node in no layout announces itself to
 #           the idle server and is taken within 3 s (was 0-13 s: the front door
@@ -261,14 +262,34 @@ heal)
             sleep 0.1
         done
     }
-    serve heal --config "$L1"
+    # a model whose greedy "The" runs past 4000 tokens: requests that outlive the node
+    "$BIN" gen-model --out "$DIR/big" --dim 256 --hidden 688 --layers 4 --heads 8 --kv-heads 8 \
+        --vocab 512 --seq-len 4096 --format llama2c --quiet || fail "gen-model"
+    serve heal --config "$L1" --model "$DIR/big.bin"
     U="$BASE/v1/completions"
     health ok 10
     grep -q '"storage_nodes":1,"storage_nodes_alive":1' "$DIR/health.out" || fail "health: $(cat "$DIR/health.out")"
     http 200 before "$U" -d '{"prompt": "Once", "max_tokens": 4, "temperature": 0}'
     NPID=$(pgrep -P "$SPID" -f " node ") || fail "no storage node under serve"
+    # a stream and a whole response running when the node stops
+    curl -sN "$U" -d '{"prompt": "The", "max_tokens": 4000, "temperature": 0, "stream": true}' \
+        >"$DIR/long.sse" 2>&1 &
+    LPID=$!
+    curl -s -o "$DIR/longw.out" -D "$DIR/longw.hdr" -w '%{http_code}' "$U" \
+        -d '{"prompt": "The", "max_tokens": 4000, "temperature": 0}' >"$DIR/longw.code" 2>&1 &
+    WPID=$!
+    na_wait_line "$DIR/long.sse" '^data: ' 20 || fail "the long stream did not start"
     # stopped: its heartbeats stop, it is lost, and it cannot come back yet
     kill -STOP "$NPID"
+    wait "$LPID"
+    wait "$WPID"
+    grep -q '"code":"storage_unavailable"' "$DIR/long.sse" ||
+        fail "the stream did not end with storage_unavailable: $(tail -c 400 "$DIR/long.sse")"
+    tail -n 2 "$DIR/long.sse" | grep -q '^data: \[DONE\]' || fail "no [DONE] after the error event"
+    [ "$(cat "$DIR/longw.code")" = 503 ] ||
+        fail "a request whose node was lost: HTTP $(cat "$DIR/longw.code"), not 503: $(head -c 300 "$DIR/longw.out")"
+    grep -qi '^Retry-After: 1' "$DIR/longw.hdr" || fail "503 without Retry-After: $(cat "$DIR/longw.hdr")"
+    echo "ok requests running when the node was lost: 503 storage_unavailable"
     health unavailable 30
     grep -q '^HTTP/1.1 503' "$DIR/health.hdr" || fail "unavailable /health is not a 503: $(cat "$DIR/health.hdr")"
     grep -qi '^Retry-After: 1' "$DIR/health.hdr" || fail "/health 503 without Retry-After"
