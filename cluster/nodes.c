@@ -187,8 +187,14 @@ static void nodes_restart(na_nodes_t *n, int i)
     na_proc_node_t pn = { n->exe, n->config_path, r->name, r->listen[0] ? r->listen : NULL,
                           r->kv[0] ? r->kv : NULL, NULL, n->shape, n->kv_dtype };
     na_proc_opts_t po;
+    char prev[PATH_MAX + 80];
     na_status_t st;
 
+    /* the log of the run that ended is kept beside (the new one truncates) */
+    if (snprintf(prev, sizeof(prev), "%s.%d", n->log[i], r->tries) < (int)sizeof(prev) &&
+        rename(n->log[i], prev) != 0 && errno != ENOENT)
+        na_log_warn("run: cannot keep the log of node %s as %s: %s", r->name, prev,
+                    strerror(errno));
     memset(&po, 0, sizeof(po));
     po.log = n->log[i];
     po.out_fd_p = &n->fd[i];
@@ -244,8 +250,8 @@ int na_nodes_heal(na_nodes_t *n)
                 double wait = NA_NODES_BACKOFF_S * (double)(1 << r->tries);
                 r->tries++;
                 r->t_due = now + wait;
-                na_log_warn("run: storage node %s %s; starting it again in %.1f s (log %s)",
-                            r->name, how, wait, n->log[i]);
+                na_log_warn("run: storage node %s %s; starting it again in %.1f s (its log "
+                            "kept as %s.%d)", r->name, how, wait, n->log[i], r->tries);
             }
         }
         if (n->pid[i] <= 0 && !r->given_up && r->t_due > 0 && now >= r->t_due)

@@ -251,6 +251,7 @@ limits)
     stop_serve
     ;;
 heal)
+    export TMPDIR="$DIR"               # the private nodes' logs (kept: NA_KEEP_LOGS) go with DIR
     # health STATUS SECONDS: wait until /health says STATUS
     health() {
         _n=0
@@ -303,6 +304,8 @@ heal)
     health ok 30
     na_wait_line "$DIR/heal.log" "storage node s0 killed by signal 9; starting it again" 10 ||
         fail "no restart line: $(tail -5 "$DIR/heal.log")"
+    kept=$(sed -n 's/.*its log kept as \(.*\))$/\1/p' "$DIR/heal.log" | head -n 1)
+    grep -q "node s0" "$kept" 2>/dev/null || fail "the killed node's log was not kept: '$kept'"
     ps -o stat= --ppid "$SPID" | grep -q Z && fail "a zombie under serve: $(ps -o pid,stat,cmd --ppid "$SPID")"
     kill -0 "$NPID" 2>/dev/null && fail "the killed node $NPID was not reaped"
     http 200 after "$U" -d '{"prompt": "Once", "max_tokens": 4, "temperature": 0}'
