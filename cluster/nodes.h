@@ -47,6 +47,13 @@ na_status_t na_nodes_start(na_cfg_t *cfg, const na_nodes_opts_t *o, na_nodes_t *
 /* SIGTERM, a bounded wait, SIGKILL; removes a private run's directory;
  * frees n. NULL is a no-op. */
 void        na_nodes_stop(na_nodes_t *n);
+/* Reap the nodes that exited (waitpid, no zombies) and start the storage
+ * nodes among them again, each on its port and KV directory, after a
+ * back-off (0.5 s, doubling; at most 5 restarts in a row of a node that ran
+ * less than 30 s each, then it is given up with a warning). Never blocks
+ * (a restarted node is not waited for: the compute node dials it again).
+ * Returns how many nodes are down now. NULL: 0. */
+int         na_nodes_heal(na_nodes_t *n);
 /* Keep the nodes' logs at na_nodes_stop (the run failed: they explain it).
  * NULL is a no-op. */
 void        na_nodes_keep_logs(na_nodes_t *n);

@@ -37,6 +37,11 @@ na_asvc_t *na_cluster_service(const na_cluster_t *c) { return c->svc; }
 struct na_rep *na_cluster_rep(const na_cluster_t *c) { return c->rep; }
 const char *na_cluster_how(const na_cluster_t *c) { return c->how; }
 
+int na_cluster_heal(na_cluster_t *c)
+{
+    return c != NULL ? na_nodes_heal(c->nodes) : 0;
+}
+
 na_asvc_t *na_cluster_take_service(na_cluster_t *c)
 {
     na_asvc_t *s = c->svc;

@@ -63,6 +63,10 @@ na_asvc_t  *na_cluster_take_service(na_cluster_t *c);
 struct na_rep *na_cluster_rep(const na_cluster_t *c);
 /* How the cluster was set up, for summaries ("cluster started here", ...). */
 const char *na_cluster_how(const na_cluster_t *c);
+/* start: reap the nodes started here that exited and start the storage
+ * nodes among them again (na_nodes_heal); never blocks. Returns how many are
+ * down now; 0 for connect and inproc. */
+int         na_cluster_heal(na_cluster_t *c);
 /* The run failed: keep the started nodes' logs at destroy (cluster/nodes.h:
  * a private run's logs are otherwise removed when its nodes exit cleanly).
  * NULL is a no-op. */

@@ -38,6 +38,9 @@
 
 #define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
 #define RM_RETRY_MAX   32000 /* doubling up to this (a silent host costs a timeout) */
+#define RM_LOST_RETRY_MS 250 /* a node of the layout lost after it joined: dialled again
+                                after this, doubling up to 1 s (it may be restarted) */
+#define RM_LOST_RETRY_MAX 1000
 #define RM_LAYOUT_MS   500  /* the layout file is looked at this often for new nodes */
 #define RM_PINGS       5    /* HEARTBEAT round trips per node measured at the end */
 /* ... each after this pause: as decode's messages, a ping then finds the peer
@@ -100,7 +103,8 @@ static void rm_node_unreachable(rm_t *p, int j)
         rn->retry_ms = RM_RETRY_MS;
     } else {
         na_log_debug("storage node %s still unreachable: %s", rn->name, na_errmsg());
-        rn->retry_ms = rn->retry_ms * 2 < RM_RETRY_MAX ? rn->retry_ms * 2 : RM_RETRY_MAX;
+        unsigned max = rn->base_ok ? RM_LOST_RETRY_MAX : RM_RETRY_MAX;  /* joined once */
+        rn->retry_ms = rn->retry_ms * 2 < max ? rn->retry_ms * 2 : max;
     }
     rn->next_try_ns = na_xp_now_ns() + (uint64_t)rn->retry_ms * 1000000ull;
 }
@@ -317,8 +321,9 @@ static void rm_layout_poll(rm_t *p)
  * by a later call (each session poll makes one, see na_ses_on_tick), so a
  * silent host costs the requests nothing; the connect gives up after the
  * session's bound, min(timeout_ms, peer_timeout_ms / 3). A node that joins
- * takes new requests; a node lost after it was connected is not retried
- * (its requests failed or were re-placed). Never fails. */
+ * takes new requests. A node lost after it was connected (its requests
+ * failed or were re-placed) is dialled again likewise, from RM_LOST_RETRY_MS
+ * up to RM_LOST_RETRY_MAX, and takes new requests once back. Never fails. */
 void rm_retry_late(rm_t *p)
 {
     uint64_t now = na_xp_now_ns();
@@ -408,6 +413,18 @@ void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
         p->nodes[j].peer = NULL;
         na_peer_set_user(peer, NULL);
         na_peer_close(peer, 0, NULL);
+    } else if (!p->head_part && p->nodes[j].next_try_ns != UINT64_MAX) {
+        /* a node of the layout (request partition): dialled again
+         * (rm_retry_late) until it is back, e.g. restarted by `serve` or by
+         * hand; once back it takes new requests. The ended peer is left to
+         * the session (as before: closing a silent TCP peer here can block
+         * the loop for timeout_ms), detached from the entry. */
+        rm_node_t *rn = &p->nodes[j];
+        rn->joining = 0;
+        rn->peer = NULL;
+        na_peer_set_user(peer, NULL);
+        rn->retry_ms = RM_LOST_RETRY_MS;
+        rn->next_try_ns = na_xp_now_ns() + (uint64_t)RM_LOST_RETRY_MS * 1000000ull;
     }
 }
 

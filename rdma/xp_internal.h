@@ -133,6 +133,7 @@ struct na_xp {
     int              servicing;      /* re-entrancy guard of xp_service */
     int              sweep_due;      /* an endpoint changed: sweep on the next service */
     unsigned         svc_count;      /* service calls (periodic sweeps) */
+    uint64_t         svc_next_ns;    /* coarse clock: the door and a sweep are due */
     int              stuck;          /* UCX requests given up while still in progress */
 };
 

@@ -18,6 +18,9 @@
 #include "rdma/xp_cfg.h"
 #include "rdma/xp_internal.h"
 
+#define XP_SERVICE_NS 20000000ull  /* the front door and a sweep at least this often
+                                      (20 ms of the coarse clock) while progress runs */
+
 uint64_t na_xp_now_ns(void)
 {
     return na_now_ns();
@@ -382,16 +385,20 @@ void na_xp_destroy(na_xp_t *xp)
  * (guarded). */
 static void xp_service(na_xp_t *xp)
 {
+    uint64_t now;
+
     if (xp->servicing)
         return;
     xp->servicing = 1;
     na_xp_door_service(xp);
-    /* Sweeps read the clock; when nothing asked for one, run it only every
-     * 256 calls so busy-polling stays cheap (na_xp_progress counts them). */
-    if (xp->sweep_due || (xp->svc_count & 255u) == 0) {
+    /* Sweeps read the clock; when nothing asked for one, run one every 256
+     * calls or XP_SERVICE_NS, whichever comes first. */
+    now = na_xp_coarse_ns();
+    if (xp->sweep_due || (xp->svc_count & 255u) == 0 || now >= xp->svc_next_ns) {
         xp->sweep_due = 0;
         na_xp_ep_sweep(xp);
     }
+    xp->svc_next_ns = now + XP_SERVICE_NS;
     xp->servicing = 0;
 }
 
@@ -400,9 +407,13 @@ int na_xp_progress(na_xp_t *xp)
     /* one pass: each pass may cost a syscall per tcp interface (epoll), and
      * the waits call us in a loop anyway */
     int n = (int)ucp_worker_progress(xp->worker);
-    /* the busy-poll fast path: nothing to service on most turns, so no call,
-     * no clock (xp_service's periodic sweep keeps its 1-in-256 pace) */
-    if (!xp->sweep_due && (++xp->svc_count & 255u) != 0)
+    /* the busy-poll fast path: nothing to service on most turns. The pace is
+     * 1 call in 256 or XP_SERVICE_NS of the coarse clock (a vDSO read, no
+     * syscall), whichever comes first: a caller that polls seldom (an idle
+     * server, 20 calls a second) must still answer the front door (a node
+     * announcing itself, a handshake) and notice lost peers within a fraction
+     * of a second, not after 256 calls (13 s). */
+    if (!xp->sweep_due && (++xp->svc_count & 255u) != 0 && na_xp_coarse_ns() < xp->svc_next_ns)
         return n;
     xp_service(xp);
     return n;

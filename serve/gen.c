@@ -646,6 +646,11 @@ const char *na_sg_model_name(const na_sg_t *g)
     return g->name;
 }
 
+int na_sg_heal(na_sg_t *g)
+{
+    return na_cluster_heal(g->cluster);
+}
+
 const char *na_sg_how(const na_sg_t *g)
 {
     return g->cluster != NULL ? na_cluster_how(g->cluster) : "";

@@ -176,6 +176,10 @@ const na_tokenizer_t *na_sg_tokenizer(const na_sg_t *g);
 const char           *na_sg_model_name(const na_sg_t *g);
 /* How the cluster was set up ("cluster started here", ...). */
 const char           *na_sg_how(const na_sg_t *g);
+/* The storage nodes started here (--cluster start): reap those that exited
+ * and start them again (na_cluster_heal); never blocks. Returns how many
+ * are down now (0 for connect and monolithic). */
+int                   na_sg_heal(na_sg_t *g);
 /* Stop the engine and the cluster (nodes started here stopped, private
  * directories removed); jobs still held are freed without callbacks. NULL
  * is a no-op. */

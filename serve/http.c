@@ -18,6 +18,7 @@
 #include "serve/http_internal.h"
 
 #define NA_SRV_WAKE_MS 100     /* a waiting connection checks its client this often */
+#define NA_SRV_RETRY_AFTER "1" /* seconds: Retry-After of a 429 or a 503 */
 
 enum { NA_ROUTE_COMPLETIONS, NA_ROUTE_CHAT, NA_ROUTE_MODELS, NA_ROUTE_HEALTH, NA_ROUTE_METRICS };
 
@@ -97,6 +98,10 @@ static enum MHD_Result srv_send_error(na_srv_t *s, struct MHD_Connection *c,
         pthread_mutex_lock(&s->mu);
         s->bad++;
         pthread_mutex_unlock(&s->mu);
+    }
+    if (e->http == 503 && hdr == NULL) {        /* unavailable now: when to try again */
+        hdr = "Retry-After";
+        val = NA_SRV_RETRY_AFTER;
     }
     return srv_send_json(c, e->http, na_oai_error_json(e), hdr, val);
 }
@@ -204,13 +209,21 @@ static enum MHD_Result srv_generate(na_srv_t *s, struct MHD_Connection *c, na_hr
         pthread_mutex_unlock(&s->mu);
         return srv_fail(s, c, 503, "server_error", NULL, "the server is stopping");
     }
+    if (s->n_nodes > 0 && s->n_alive == 0) {
+        int n = s->n_nodes;
+        pthread_mutex_unlock(&s->mu);
+        na_oai_error_set(&err, 503, "server_error", "storage_unavailable", NULL,
+                         "none of the %d storage nodes takes requests now: retry later", n);
+        return srv_send_error(s, c, &err, NULL, NULL);
+    }
     if (s->n_held >= s->o.max_queue) {
         s->rejected++;
         pthread_mutex_unlock(&s->mu);
         na_oai_error_set(&err, 429, "rate_limit_error", "queue_full", NULL,
                          "the server holds %d requests, its limit (--max-queue): retry later",
                          s->o.max_queue);
-        return srv_send_json(c, 429, na_oai_error_json(&err), "Retry-After", "1");
+        return srv_send_json(c, 429, na_oai_error_json(&err), "Retry-After",
+                             NA_SRV_RETRY_AFTER);
     }
     snprintf(r->id, sizeof(r->id), "%s-%lx", kind == NA_OAI_CHAT ? "chatcmpl" : "cmpl",
              ++s->next_id);
@@ -261,9 +274,32 @@ static enum MHD_Result srv_generate(na_srv_t *s, struct MHD_Connection *c, na_hr
         return srv_fail(s, c, 503, "server_error", NULL, "the server is stopping");
     }
     rc = srv_send(c, r->http, "application/json", r->out != NULL ? r->out : "", r->n_out,
-                  NULL, NULL);
+                  r->http == 503 ? "Retry-After" : NULL, NA_SRV_RETRY_AFTER);
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+/* GET /health: the cluster's state from a fresh engine snapshot; 503 (with
+ * Retry-After) while no storage node takes requests. */
+static enum MHD_Result srv_health(na_srv_t *s, struct MHD_Connection *c)
+{
+    const char *state;
+    char body[160];
+    int n, alive, len;
+
+    pthread_mutex_lock(&s->mu);
+    na_srv_snapshot(s);
+    state = s->stopping ? "stopping" : na_srv_health(s);
+    n = s->n_nodes;
+    alive = s->n_alive;
+    pthread_mutex_unlock(&s->mu);
+    len = snprintf(body, sizeof(body),
+                   "{\"status\":\"%s\",\"storage_nodes\":%d,\"storage_nodes_alive\":%d}",
+                   state, n, alive);
+    if (!strcmp(state, "ok") || !strcmp(state, "degraded"))
+        return srv_send(c, 200, "application/json", body, (size_t)len, NULL, NULL);
+    return srv_send(c, 503, "application/json", body, (size_t)len, "Retry-After",
+                    NA_SRV_RETRY_AFTER);
 }
 
 /* ---- the access handler ------------------------------------------------------- */
@@ -355,7 +391,7 @@ static enum MHD_Result srv_handle(void *cls, struct MHD_Connection *c, const cha
                         "the request body is larger than the server's limit");
     switch (r->route) {
     case NA_ROUTE_HEALTH:
-        return srv_send(c, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL);
+        return srv_health(s, c);
     case NA_ROUTE_MODELS:
         return srv_send_json(c, 200, na_oai_models(s->model, s->created), NULL, NULL);
     case NA_ROUTE_METRICS: {

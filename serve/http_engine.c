@@ -13,6 +13,9 @@
 
 #define NA_SRV_SLICE_MS 10     /* engine slice while jobs run */
 #define NA_SRV_IDLE_MS  50     /* wait for work when idle */
+#define NA_SRV_HEAL_MS  100    /* nodes started here: reaped and restarted this often */
+#define NA_SRV_NODES_MS 250    /* storage nodes looked at this often while none is
+                                  alive (reads no node: the lost ones are not asked) */
 
 int na_hreq_put(na_hreq_t *r, const char *s, size_t n)
 {
@@ -85,6 +88,10 @@ static void srv_end_error(na_hreq_t *r, const na_sg_end_t *e, na_oai_error_t *er
                          r->s->o.timeout_s);
     else if (e->finish == NA_SG_CANCELLED)
         na_oai_error_set(err, 499, "cancelled", NULL, NULL, "the request was cancelled");
+    else if (e->status == NA_ERR_PEER)   /* its storage node lost, no other took it */
+        na_oai_error_set(err, 503, "server_error", "storage_unavailable", NULL,
+                         "no storage node can take the request now: %s (retry later)",
+                         e->error != NULL ? e->error : "a storage node was lost");
     else
         na_oai_error_set(err, 500, "server_error", NULL, NULL, "generation failed: %s",
                          e->error != NULL ? e->error : "unknown error");
@@ -101,6 +108,8 @@ static void srv_on_end(void *user, const na_sg_end_t *e)
     if (!ok)
         srv_end_error(r, e, &err);
     pthread_mutex_lock(&s->mu);
+    if (!ok && e->status == NA_ERR_PEER)
+        s->check_nodes = 1;            /* the engine looks at the nodes after this step */
     if (r->oai.stream) {
         if (ok) {
             srv_event(r, na_oai_chunk(r->oai.kind, r->id, r->created, s->model, NULL, 0,
@@ -203,13 +212,60 @@ static na_hreq_t *srv_take(na_srv_t *s)
     return q;
 }
 
+static int sm_alive(const na_sg_stats_t *t);
+
+/* A fresh snapshot of the engine (engine thread, lock not held). */
+static void srv_take_stats(na_srv_t *s)
+{
+    na_sg_stats_t snap;
+
+    na_sg_stats(s->g, &snap);
+    s->t_nodes = na_now_s();
+    pthread_mutex_lock(&s->mu);
+    s->snap = snap;
+    s->n_nodes = snap.n_nodes;
+    s->n_alive = sm_alive(&snap);
+    s->want_stats = 0;
+    s->check_nodes = 0;
+    s->stats_gen++;
+    pthread_cond_broadcast(&s->cv_stats);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void na_srv_snapshot(na_srv_t *s)
+{
+    unsigned long gen = s->stats_gen;
+    struct timespec ts;
+
+    s->want_stats = 1;
+    pthread_cond_signal(&s->cv_engine);
+    ts = na_cond_deadline(5000000u);
+    while (s->stats_gen == gen && !s->stopping)
+        if (pthread_cond_timedwait(&s->cv_stats, &s->mu, &ts) != 0)
+            break;                     /* the engine is busy: the last snapshot */
+}
+
+const char *na_srv_health(const na_srv_t *s)
+{
+    if (s->n_nodes == 0 || s->n_alive == s->n_nodes)
+        return "ok";
+    return s->n_alive > 0 ? "degraded" : "unavailable";
+}
+
 na_status_t na_srv_run(na_srv_t *s, volatile sig_atomic_t *stop)
 {
     na_status_t st = NA_OK;
+    double t_heal = 0;
 
+    srv_take_stats(s);
     while (!*stop) {
         na_hreq_t *q, *next;
         int stats;
+
+        if (na_now_s() - t_heal >= NA_SRV_HEAL_MS * 1e-3) {
+            t_heal = na_now_s();
+            (void)na_sg_heal(s->g);
+        }
 
         pthread_mutex_lock(&s->mu);
         q = srv_take(s);
@@ -220,20 +276,17 @@ na_status_t na_srv_run(na_srv_t *s, volatile sig_atomic_t *stop)
             q = srv_take(s);
             stats = s->want_stats;
         }
+        /* a node was lost, or none is alive: look again (none alive: the
+         * lost are not asked, so this costs no round trip) */
+        if (s->check_nodes || (s->n_nodes > 0 && s->n_alive == 0 &&
+                               na_now_s() - s->t_nodes >= NA_SRV_NODES_MS * 1e-3))
+            stats = 1;
         pthread_mutex_unlock(&s->mu);
+        if (stats)
+            srv_take_stats(s);
         for (; q != NULL; q = next) {
             next = q->next_q;
             srv_submit(s, q);
-        }
-        if (stats) {
-            na_sg_stats_t snap;
-            na_sg_stats(s->g, &snap);
-            pthread_mutex_lock(&s->mu);
-            s->snap = snap;
-            s->want_stats = 0;
-            s->stats_gen++;
-            pthread_cond_broadcast(&s->cv_stats);
-            pthread_mutex_unlock(&s->mu);
         }
         st = na_sg_progress(s->g, na_sg_pending(s->g) > 0 ? NA_SRV_SLICE_MS : 0);
         if (st != NA_OK)
@@ -298,7 +351,6 @@ static int sm_alive(const na_sg_stats_t *t)
 
 char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
 {
-    unsigned long gen;
     na_sg_stats_t t;
     char lab[200];
     int i;
@@ -308,16 +360,9 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
     char *buf = NULL;
     size_t len = 0;
     FILE *f;
-    struct timespec ts;
 
     pthread_mutex_lock(&s->mu);
-    gen = s->stats_gen;
-    s->want_stats = 1;
-    pthread_cond_signal(&s->cv_engine);
-    ts = na_cond_deadline(5000000u);
-    while (s->stats_gen == gen && !s->stopping)
-        if (pthread_cond_timedwait(&s->cv_stats, &s->mu, &ts) != 0)
-            break;                     /* the engine is busy: the last snapshot */
+    na_srv_snapshot(s);
     t = s->snap;
     ttft = s->ttft;
     itl = s->itl;

@@ -77,8 +77,12 @@ struct na_srv {
     long              timeouts;
     unsigned long     next_id;
     int               stopping;
+    int               n_nodes;        /* storage nodes of the layout (0: in-process) */
+    int               n_alive;        /* of which taking requests, as last seen */
+    int               check_nodes;    /* a job failed for a lost node: look again */
     /* [engine] */
     na_hreq_t        *live;
+    double            t_nodes;        /* when n_alive was last read */
 };
 
 /* Drop one reference of r (lock held); the last frees it. */
@@ -88,5 +92,13 @@ int  na_hreq_put(na_hreq_t *r, const char *s, size_t n);
 
 /* The /metrics page (malloc'd text), from a fresh engine snapshot. */
 char *na_srv_metrics_page(struct na_srv *s, size_t *len_p);
+
+/* Refresh s->snap (and n_nodes / n_alive) from the engine thread, waiting
+ * up to 5 s; a busy engine leaves the last snapshot. Lock held. */
+void  na_srv_snapshot(struct na_srv *s);
+
+/* The cluster's state (lock held): "ok", "degraded" (some storage nodes
+ * lost) or "unavailable" (none takes requests). */
+const char *na_srv_health(const struct na_srv *s);
 
 #endif /* NA_SERVE_HTTP_INTERNAL_H */

@@ -18,6 +18,8 @@
 //                                      pass the model context of CTX tokens: 400
 //                                      context_length_exceeded naming CTX; max_tokens
 //                                      that fits is served
+//   unavailable BASE                   no storage node is alive: a completion and a
+//                                      stream get 503 storage_unavailable (not 500)
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -195,7 +197,28 @@ async function ctxlimit(base, ctx) {
               r.choices[0].finish_reason);
 }
 
+async function unavailable(base) {
+  const c = client(base);
+  const tries = [
+    () => c.completions.create({ model: 'm', prompt: 'Once', max_tokens: 4 }),
+    () => c.completions.create({ model: 'm', prompt: 'Once', max_tokens: 4, stream: true }),
+  ];
+  for (const t of tries) {
+    try {
+      await t();
+    } catch (e) {
+      if (e.status === 503 && e.code === 'storage_unavailable' &&
+          e.headers && e.headers['retry-after'] === '1') {
+        console.log('OK unavailable ' + e.status + ' ' + e.message);
+        continue;
+      }
+      fail('unexpected error ' + e.status + ' ' + e.code + ' ' + e.message);
+    }
+    fail('a request was served while no storage node was alive');
+  }
+}
+
 const [scen, base, ...args] = process.argv.slice(2);
-const table = { completion, streams, chat, chat400, cancel, key, stall, ctxlimit };
+const table = { completion, streams, chat, chat400, cancel, key, stall, ctxlimit, unavailable };
 if (!table[scen]) fail('unknown scenario ' + scen);
 table[scen](base, ...args).catch((e) => fail(scen + ': ' + (e.stack || e)));
