@@ -362,29 +362,10 @@ static na_status_t na_run_pick_model(const na_run_args_t *a, na_run_t *r)
  * GGUF's own, or P.tok.bin / tokenizer.bin beside a checkpoint P.bin. */
 static na_status_t na_run_open_tokenizer(const na_run_args_t *a, na_run_t *r)
 {
-    const na_model_t *m = r->model;
-    const char *slash;
-    size_t len;
-
-    if (a->tokenizer != NULL)
-        snprintf(r->tok_path, sizeof(r->tok_path), "%s", a->tokenizer);
-    if (r->tok_path[0] != '\0')
-        return na_tokenizer_open(r->tok_path, m->cfg.vocab_size, &r->tok);
-    if (m->gguf != NULL)
-        return na_tokenizer_create_gguf(m->gguf, &r->tok);
-    len = strlen(r->model_path);
-    if (len > 4 && !strcmp(r->model_path + len - 4, ".bin")) {
-        snprintf(r->tok_path, sizeof(r->tok_path), "%.*s.tok.bin", (int)(len - 4), r->model_path);
-        if (na_run_readable(r->tok_path))
-            return na_tokenizer_open(r->tok_path, m->cfg.vocab_size, &r->tok);
-    }
-    slash = strrchr(r->model_path, '/');
-    snprintf(r->tok_path, sizeof(r->tok_path), "%.*stokenizer.bin",
-             slash ? (int)(slash - r->model_path + 1) : 0, r->model_path);
-    if (na_run_readable(r->tok_path))
-        return na_tokenizer_open(r->tok_path, m->cfg.vocab_size, &r->tok);
-    return na_err(NA_ERR_NOT_FOUND, "%s is a llama2.c checkpoint without a tokenizer: "
-                  "give one with --tokenizer", r->model_path);
+    const char *given = a->tokenizer != NULL ? a->tokenizer
+                      : r->tok_path[0] != '\0' ? r->tok_path : NULL;
+    return na_tokenizer_open_for_model(r->model, r->model_path, given, r->tok_path,
+                                       sizeof(r->tok_path), &r->tok);
 }
 
 /* Collect prompt texts: --prompt, the lines of --prompts, or one empty prompt. */

@@ -19,6 +19,7 @@
 #include "common/mapfile.h"
 #include "common/log.h"
 #include "gguf.h"
+#include "model.h"
 #include "tok_internal.h"
 
 #define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
@@ -883,4 +884,38 @@ const char *na_tokenizer_piece(const na_tokenizer_t *t, int token)
 float na_tokenizer_score(const na_tokenizer_t *t, int token)
 {
     return token >= 0 && token < t->vocab_size ? t->scores[token] : 0.0f;
+}
+
+na_status_t na_tokenizer_open_for_model(const na_model_t *m, const char *model_path,
+                                        const char *given, char *used, size_t used_cap,
+                                        na_tokenizer_t **tok_p)
+{
+    size_t len = strlen(model_path);
+    const char *slash;
+    char path[4096];
+
+    if (given != NULL) {
+        snprintf(path, sizeof(path), "%s", given);     /* given may be `used` */
+        snprintf(used, used_cap, "%s", path);
+        return na_tokenizer_open(path, m->cfg.vocab_size, tok_p);
+    }
+    used[0] = '\0';
+    if (m->gguf != NULL)
+        return na_tokenizer_create_gguf(m->gguf, tok_p);
+    if (len > 4 && !strcmp(model_path + len - 4, ".bin")) {
+        snprintf(path, sizeof(path), "%.*s.tok.bin", (int)(len - 4), model_path);
+        if (access(path, R_OK) == 0) {
+            snprintf(used, used_cap, "%s", path);
+            return na_tokenizer_open(path, m->cfg.vocab_size, tok_p);
+        }
+    }
+    slash = strrchr(model_path, '/');
+    snprintf(path, sizeof(path), "%.*stokenizer.bin", slash ? (int)(slash - model_path + 1) : 0,
+             model_path);
+    if (access(path, R_OK) == 0) {
+        snprintf(used, used_cap, "%s", path);
+        return na_tokenizer_open(path, m->cfg.vocab_size, tok_p);
+    }
+    return na_err(NA_ERR_NOT_FOUND, "%s is a llama2.c checkpoint without a tokenizer: "
+                  "give one with --tokenizer", model_path);
 }

@@ -58,6 +58,17 @@ na_status_t na_tokenizer_create_gguf(const struct na_gguf *gguf, na_tokenizer_t 
  * for GGUF it is checked against the file's vocabulary when > 0). */
 na_status_t na_tokenizer_open(const char *path, int vocab_size, na_tokenizer_t **tok_p);
 
+/* The tokenizer of model m (opened from model_path), as every front end finds
+ * it: `given` when not NULL, else the GGUF's own vocabulary, else for a
+ * llama2.c checkpoint P.bin the file P.tok.bin, else tokenizer.bin in the
+ * checkpoint's folder; NA_ERR_NOT_FOUND saying to give --tokenizer when none
+ * is there. used[used_cap] gets the path opened ("" for the GGUF's own); it
+ * may be the same buffer as `given`. */
+struct na_model;
+na_status_t na_tokenizer_open_for_model(const struct na_model *m, const char *model_path,
+                                        const char *given, char *used, size_t used_cap,
+                                        na_tokenizer_t **tok_p);
+
 /* Free everything; NULL is a no-op. */
 void na_tokenizer_destroy(na_tokenizer_t *tok);
 

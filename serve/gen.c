@@ -325,28 +325,11 @@ static void sg_on_done(void *user, const na_request_t *r)
 static na_status_t sg_open_tokenizer(na_sg_t *g, const na_sg_opts_t *o, const char *model_path)
 {
     const char *path = o->tokenizer_path;
-    char buf[4096];
-    const char *slash;
-    size_t len = strlen(model_path);
+    char used[4096];
 
     if (path == NULL && o->model_path == NULL && g->cfg->model.tokenizer != NULL)
         path = g->cfg->model.tokenizer;
-    if (path != NULL)
-        return na_tokenizer_open(path, g->model->cfg.vocab_size, &g->tok);
-    if (g->model->gguf != NULL)
-        return na_tokenizer_create_gguf(g->model->gguf, &g->tok);
-    if (len > 4 && !strcmp(model_path + len - 4, ".bin")) {
-        snprintf(buf, sizeof(buf), "%.*s.tok.bin", (int)(len - 4), model_path);
-        if (access(buf, R_OK) == 0)
-            return na_tokenizer_open(buf, g->model->cfg.vocab_size, &g->tok);
-    }
-    slash = strrchr(model_path, '/');
-    snprintf(buf, sizeof(buf), "%.*stokenizer.bin", slash ? (int)(slash - model_path + 1) : 0,
-             model_path);
-    if (access(buf, R_OK) == 0)
-        return na_tokenizer_open(buf, g->model->cfg.vocab_size, &g->tok);
-    return na_err(NA_ERR_NOT_FOUND, "%s is a llama2.c checkpoint without a tokenizer: "
-                  "give one with --tokenizer", model_path);
+    return na_tokenizer_open_for_model(g->model, model_path, path, used, sizeof(used), &g->tok);
 }
 
 /* The model's name for /v1/models: the file name without directories and extension. */
