@@ -456,8 +456,16 @@ silent)
     na_same_sorted "$DIR/silent.mono" "$DIR/silent.off" || fail "silent: text differs"
     grep -q "s1 .*unreachable.*handshake timed out" "$DIR/silent.err" || fail "silent: no reason naming s1"
     grep -q "storage node s0 lost" "$DIR/silent.err" && fail "silent: s0 was lost"
-    # the connect bound is 2000 / 3 ms, paid once at start
-    [ $t_ms -le $((up_all + 3000)) ] || fail "silent: took $t_ms ms (both nodes up: $up_all ms)"
+    # the connect bound is 2000 / 3 ms, paid once at start: a 1-token run shows
+    # it, the long run reports s1 once, and the long run, with s0 doing the
+    # work of both nodes, takes at most twice the healthy one plus that bound
+    # (wall times on a busy machine, so the bounds are loose: NA_TS)
+    [ $silent_first -le $((up_first + 3000 * NA_TS)) ] ||
+        fail "silent: first token took $silent_first ms (both nodes up: $up_first ms)"
+    [ "$(grep -c "s1 .*unreachable" "$DIR/silent.err")" -eq 1 ] ||
+        fail "silent: s1's connect wait was paid more than once"
+    [ $t_ms -le $((2 * up_all + 3000 * NA_TS)) ] ||
+        fail "silent: took $t_ms ms (both nodes up: $up_all ms)"
     echo "ok: silent s1 at start: time to first token (run -n 1) $silent_first ms (both up: $up_first ms); run -n 200 $t_ms ms (both up: $up_all ms); text as monolithic"
     # a longer run: s1 stays silent for 1.5 s (the background retries give
     # up without holding the requests), then wakes and joins
