@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/cuda/cuda_present.h"
 #include "kernels/ref/ref.h"
 
@@ -380,24 +381,33 @@ static na_status_t na_cu_stage_upload(na_kernels_t *k, void *d, const void *src,
     return NA_OK;
 }
 
+/* Placed bytes of t: GGML's bytes for f32/f16/bf16, the repacked layout
+ * (cuda_launch.h) for the quantised types. */
+static size_t na_cu_placed_bytes(const na_tensor_t *t)
+{
+    if (na_dtype_is_quant(t->dtype))
+        return na_cu_qpack_bytes((int)t->dtype, (size_t)t->rows * (size_t)t->cols /
+                                                (size_t)na_dtype_block(t->dtype));
+    return (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols);
+}
+
 static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
 {
     na_cuda_t *c = NA_CU(k);
     na_cu_placed_t *pl;
     size_t bytes;
-    void *d = NULL;
+    void *d = NULL, *packed = NULL;
+    const void *src;
     na_status_t st;
     int i;
 
     if (t == NULL || t->data == NULL || t->rows <= 0 || t->cols <= 0 ||
         (unsigned)t->dtype >= (unsigned)NA_DTYPE_COUNT ||
-        (t->dtype == NA_DTYPE_Q8_0 && t->cols % NA_Q8_0_BLOCK != 0))
-        return na_err(NA_ERR_INVALID, "kernels cuda place: empty or malformed tensor");
-    if (t->dtype > NA_DTYPE_Q8_0)      /* Q4_0 ... Q6_K: no device kernels yet */
-        return na_err(NA_ERR_UNSUPPORTED, "kernels cuda place: weight type %s is not supported "
-                      "on cuda (f32, f16, bf16, q8_0; use the cpu backend)",
-                      na_dtype_name(t->dtype));
-    bytes = (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols);
+        t->cols % na_dtype_block(t->dtype) != 0)
+        return na_err(NA_ERR_INVALID, "kernels cuda place: empty or malformed tensor (a %s row "
+                      "holds whole blocks of %d)", t != NULL ? na_dtype_name(t->dtype) : "?",
+                      t != NULL ? na_dtype_block(t->dtype) : 0);
+    bytes = na_cu_placed_bytes(t);
     for (i = 0; i < c->n_placed; i++)
         if (c->placed[i].src == t->data && c->placed[i].bytes == bytes) {
             c->placed[i].refs++;
@@ -413,11 +423,25 @@ static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight
             c->placed = pl;
             c->cap_placed = cap;
         }
+        src = t->data;
+        if (na_dtype_is_quant(t->dtype)) {    /* one array per field (cuda_qpack.c) */
+            if ((packed = malloc(bytes)) == NULL)
+                return na_err(NA_ERR_NOMEM, "kernels cuda place: out of host memory repacking "
+                              "a %d x %d %s weight (%zu bytes)", t->rows, t->cols,
+                              na_dtype_name(t->dtype), bytes);
+            na_cu_qpack((int)t->dtype, t->data, (size_t)t->rows * (size_t)t->cols /
+                                                (size_t)na_dtype_block(t->dtype), packed);
+            src = packed;
+        }
         if ((st = na_cu_enter(k)) != NA_OK ||
-            (st = na_cu_status(k, cudaMalloc(&d, bytes), "cudaMalloc (weight)")) != NA_OK)
+            (st = na_cu_status(k, cudaMalloc(&d, bytes), "cudaMalloc (weight)")) != NA_OK) {
+            free(packed);
             return na_err_prefix(st, "placing a %d x %d %s weight (%zu bytes): ", t->rows,
                                  t->cols, na_dtype_name(t->dtype), bytes);
-        if ((st = na_cu_stage_upload(k, d, t->data, bytes)) != NA_OK) {
+        }
+        st = na_cu_stage_upload(k, d, src, bytes);
+        free(packed);                           /* staged: no longer read */
+        if (st != NA_OK) {
             cudaStreamSynchronize(c->stream);     /* no copy may still target d */
             cudaFree(d);
             return na_err_prefix(st, "placing a %d x %d %s weight: ", t->rows, t->cols,
