@@ -34,11 +34,11 @@
  * warp reduction is unchanged; only where the bytes come from moved. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/cuda_qcodes.h"
 
 #define NA_CU_QW_WARPS 4
 #define NA_CU_QT 256
 #define NB NA_CU_GEMV_MAX_BATCH
-#define ONES 0x01010101
 
 static int na_cu_qlast(void)
 {
@@ -102,79 +102,7 @@ __global__ void na_cu_quant_q8k_k(signed char *q, float *d, const float *x, size
     }
 }
 
-/* ---- codes of 32 elements as 8 words of 4 int8 ------------------------------ */
-
-/* Bits 0..3 of t to bit 4 of bytes 0..3. */
-static __device__ __forceinline__ int na_cu_spread4(unsigned t)
-{
-    return (int)(((t & 1u) << 4) | ((t & 2u) << 11) | ((t & 4u) << 18) | ((t & 8u) << 25));
-}
-
-/* Block bi of a 32-element type: wq[k] = codes of elements 4k..4k+3 (not
- * centred: 0..15 / 0..31 for the 4/5-bit types, int8 for Q8_0). */
-template <int DT>
-static __device__ __forceinline__ void na_cu_codes32(const na_cu_qw_t &w, size_t bi, int wq[8])
-{
-    if (DT == NA_CU_Q8_0) {
-        const int4 *p = reinterpret_cast<const int4 *>(w.qs) + 2 * bi;
-        int4 a = p[0], b = p[1];
-        wq[0] = a.x; wq[1] = a.y; wq[2] = a.z; wq[3] = a.w;
-        wq[4] = b.x; wq[5] = b.y; wq[6] = b.z; wq[7] = b.w;
-        return;
-    }
-    uint4 v = reinterpret_cast<const uint4 *>(w.qs)[bi];
-    unsigned vw[4] = { v.x, v.y, v.z, v.w };
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        wq[k] = (int)(vw[k] & 0x0F0F0F0Fu);
-        wq[k + 4] = (int)((vw[k] >> 4) & 0x0F0F0F0Fu);
-    }
-    if (DT == NA_CU_Q5_0 || DT == NA_CU_Q5_1) {
-        unsigned qh = reinterpret_cast<const unsigned *>(w.qh)[bi];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            wq[k] |= na_cu_spread4((qh >> (4 * k)) & 0xFu);
-            wq[k + 4] |= na_cu_spread4((qh >> (16 + 4 * k)) & 0xFu);
-        }
-    }
-}
-
-/* Lane part s (0..7: elements 32s..32s+31) of super-block bi of a K-quant. */
-template <int DT>
-static __device__ __forceinline__ void na_cu_codes256(const na_cu_qw_t &w, size_t bi, int s,
-                                                      int wq[8])
-{
-    if (DT == NA_CU_Q6_K) {
-        int h = s >> 2, g = s & 3;
-        const uint4 *ql = reinterpret_cast<const uint4 *>(w.qs + bi * 128 + (size_t)h * 64 +
-                                                          (size_t)(g & 1) * 32);
-        const uint4 *qh = reinterpret_cast<const uint4 *>(w.qh + bi * 64 + (size_t)h * 32);
-        uint4 l0 = ql[0], l1 = ql[1], h0 = qh[0], h1 = qh[1];
-        unsigned lw[8] = { l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w };
-        unsigned hw[8] = { h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w };
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            wq[k] = (int)(((lw[k] >> (4 * (g >> 1))) & 0x0F0F0F0Fu) |
-                          (((hw[k] >> (2 * g)) & 0x03030303u) << 4));
-        return;
-    }
-    const uint4 *qs = reinterpret_cast<const uint4 *>(w.qs + bi * 128 + (size_t)(s >> 1) * 32);
-    uint4 a = qs[0], b = qs[1];
-    unsigned vw[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
-#pragma unroll
-    for (int k = 0; k < 8; k++)
-        wq[k] = (int)((vw[k] >> (4 * (s & 1))) & 0x0F0F0F0Fu);
-    if (DT == NA_CU_Q5_K) {
-        const uint4 *qh = reinterpret_cast<const uint4 *>(w.qh + bi * 32);
-        uint4 c = qh[0], e = qh[1];
-        unsigned hw[8] = { c.x, c.y, c.z, c.w, e.x, e.y, e.z, e.w };
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            wq[k] |= (int)(((hw[k] >> s) & 0x01010101u) << 4);
-    }
-}
-
-/* ---- the GEMVs ------------------------------------------------------------------ */
+/* ---- the GEMVs (the per-block arithmetic: cuda_qcodes.h) ---------------------- */
 
 template <int DT>
 __global__ void na_cu_gemv_q32_k(float *y, const signed char *qx, const float *dx, na_cu_qw_t w,
@@ -191,36 +119,16 @@ __global__ void na_cu_gemv_q32_k(float *y, const signed char *qx, const float *d
         return;                                  /* whole warp: no shuffles follow for it */
     for (int bi = lane; bi < nblk; bi += 32) {
         size_t gb = (size_t)r * (size_t)nblk + (size_t)bi;
-        float dw = na_cu_h2f(w.d[gb]);
         int wq[8];
-        na_cu_codes32<DT>(w, gb, wq);
+        na_qc_codes32(DT, &w, gb, wq);
 #pragma unroll
         for (int b = 0; b < NB; b++)
             if (b < nb) {
                 const int4 *xq = reinterpret_cast<const int4 *>(
                     qx + (size_t)b * (size_t)cols + (size_t)bi * NA_CU_Q8_BLOCK);
                 int4 x0 = xq[0], x1 = xq[1];
-                float db = dx[(size_t)b * nblk + bi];
-                int isum = 0;
-                isum = __dp4a(wq[0], x0.x, isum); isum = __dp4a(wq[1], x0.y, isum);
-                isum = __dp4a(wq[2], x0.z, isum); isum = __dp4a(wq[3], x0.w, isum);
-                isum = __dp4a(wq[4], x1.x, isum); isum = __dp4a(wq[5], x1.y, isum);
-                isum = __dp4a(wq[6], x1.z, isum); isum = __dp4a(wq[7], x1.w, isum);
-                if (DT == NA_CU_Q8_0) {
-                    acc[b] += (float)isum * (dw * db);
-                    continue;
-                }
-                int qsum = 0;
-                qsum = __dp4a(ONES, x0.x, qsum); qsum = __dp4a(ONES, x0.y, qsum);
-                qsum = __dp4a(ONES, x0.z, qsum); qsum = __dp4a(ONES, x0.w, qsum);
-                qsum = __dp4a(ONES, x1.x, qsum); qsum = __dp4a(ONES, x1.y, qsum);
-                qsum = __dp4a(ONES, x1.z, qsum); qsum = __dp4a(ONES, x1.w, qsum);
-                if (DT == NA_CU_Q4_0 || DT == NA_CU_Q5_0) {
-                    isum -= (DT == NA_CU_Q4_0 ? 8 : 16) * qsum;
-                    acc[b] += (float)isum * (dw * db);
-                } else {
-                    acc[b] += (float)isum * (dw * db) + na_cu_h2f(w.m[gb]) * (db * (float)qsum);
-                }
+                int xw[8] = { x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w };
+                acc[b] += na_qc_term32(DT, &w, gb, wq, xw, dx[(size_t)b * nblk + bi]);
             }
     }
 #pragma unroll
@@ -245,55 +153,25 @@ __global__ void na_cu_gemv_qk_k(float *y, const signed char *qx, const float *dx
     if (r >= rows)
         return;                                  /* whole warp */
     /* the loop runs the same steps on every lane (the shuffles need all);
-     * lanes of a super-block past the row's end add zeros */
+     * the lanes of a super-block past the row's end add nothing */
     for (int j0 = 0; j0 < nsb * 8; j0 += 32) {
         int j = j0 + lane, sb = j >> 3;
         bool ok = j < nsb * 8;                   /* the same for the 8 lanes of sb */
         size_t gb = (size_t)r * (size_t)nsb + (size_t)(ok ? sb : 0);
-        int wq[8], sc0 = 0, sc1 = 0;
-        float dd = 0.0f, dm = 0.0f;
-        if (ok) {
-            na_cu_codes256<DT>(w, gb, s, wq);
-            dd = na_cu_h2f(w.d[gb]);
-            if (DT == NA_CU_Q6_K) {
-                sc0 = (int)(signed char)w.sc[gb * 16 + (size_t)(2 * s)];
-                sc1 = (int)(signed char)w.sc[gb * 16 + (size_t)(2 * s + 1)];
-            } else {
-                sc0 = (int)w.sc[gb * 16 + (size_t)s];        /* scale */
-                sc1 = (int)w.sc[gb * 16 + 8 + (size_t)s];    /* min */
-                dm = na_cu_h2f(w.m[gb]);
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                wq[k] = 0;
-        }
+        int wq[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        if (ok)
+            na_qc_codes256(DT, &w, gb, s, wq);
 #pragma unroll
         for (int b = 0; b < NB; b++)
             if (b < nb) {                        /* nb: the same on every lane */
-                int4 x0 = make_int4(0, 0, 0, 0), x1 = x0;
-                float db = 0.0f;
+                int xw[8] = { 0, 0, 0, 0, 0, 0, 0, 0 }, sumi = 0, summ = 0;
                 if (ok) {
                     const int4 *xq = reinterpret_cast<const int4 *>(
                         qx + (size_t)b * (size_t)cols + (size_t)sb * NA_CU_QK_K + (size_t)s * 32);
-                    x0 = xq[0];
-                    x1 = xq[1];
-                    db = dx[(size_t)b * nsb + sb];
-                }
-                int i0 = 0, i1 = 0, q0 = 0, q1 = 0, sumi, summ = 0;
-                i0 = __dp4a(wq[0], x0.x, i0); i0 = __dp4a(wq[1], x0.y, i0);
-                i0 = __dp4a(wq[2], x0.z, i0); i0 = __dp4a(wq[3], x0.w, i0);
-                i1 = __dp4a(wq[4], x1.x, i1); i1 = __dp4a(wq[5], x1.y, i1);
-                i1 = __dp4a(wq[6], x1.z, i1); i1 = __dp4a(wq[7], x1.w, i1);
-                q0 = __dp4a(ONES, x0.x, q0); q0 = __dp4a(ONES, x0.y, q0);
-                q0 = __dp4a(ONES, x0.z, q0); q0 = __dp4a(ONES, x0.w, q0);
-                q1 = __dp4a(ONES, x1.x, q1); q1 = __dp4a(ONES, x1.y, q1);
-                q1 = __dp4a(ONES, x1.z, q1); q1 = __dp4a(ONES, x1.w, q1);
-                if (DT == NA_CU_Q6_K) {          /* two sub-blocks of 16, codes - 32 */
-                    sumi = sc0 * (i0 - 32 * q0) + sc1 * (i1 - 32 * q1);
-                } else {                         /* one sub-block of 32 */
-                    sumi = sc0 * (i0 + i1);
-                    summ = sc1 * (q0 + q1);
+                    int4 x0 = xq[0], x1 = xq[1];
+                    xw[0] = x0.x; xw[1] = x0.y; xw[2] = x0.z; xw[3] = x0.w;
+                    xw[4] = x1.x; xw[5] = x1.y; xw[6] = x1.z; xw[7] = x1.w;
+                    na_qc_part256(DT, &w, gb, s, wq, xw, &sumi, &summ);
                 }
                 /* exact: the super-block's int32 sums over its 8 lanes */
 #pragma unroll
@@ -301,12 +179,8 @@ __global__ void na_cu_gemv_qk_k(float *y, const signed char *qx, const float *dx
                     sumi += __shfl_xor_sync(0xffffffffu, sumi, o);
                     summ += __shfl_xor_sync(0xffffffffu, summ, o);
                 }
-                if (ok && s == 0) {
-                    if (DT == NA_CU_Q6_K)
-                        acc[b] += (dd * db) * (float)sumi;
-                    else
-                        acc[b] += (dd * db) * (float)sumi - (dm * db) * (float)summ;
-                }
+                if (ok && s == 0)
+                    acc[b] += na_qc_term256(DT, &w, gb, sumi, summ, dx[(size_t)b * nsb + sb]);
             }
     }
 #pragma unroll
@@ -373,42 +247,6 @@ extern "C" int na_cu_gemv_quant(void *stream, float *y, const float *x, const na
 
 /* ---- embedding ------------------------------------------------------------------ */
 
-/* Element e of block bi, as na_ref_dequant_row computes it (the roundings
- * written out: no fused multiply-add where the reference has none). */
-template <int DT>
-static __device__ __forceinline__ float na_cu_deq(const na_cu_qw_t &w, size_t bi, int e)
-{
-    float d = na_cu_h2f(w.d[bi]);
-    if (DT == NA_CU_Q8_0)
-        return d * (float)(signed char)w.qs[bi * 32 + (size_t)e];
-    if (DT == NA_CU_Q6_K) {
-        int h = e >> 7, g = (e >> 5) & 3, l = e & 31;
-        int lo = (w.qs[bi * 128 + (size_t)(h * 64 + (g & 1) * 32 + l)] >> (4 * (g >> 1))) & 0xF;
-        int hi = (w.qh[bi * 64 + (size_t)(h * 32 + l)] >> (2 * g)) & 3;
-        return __fmul_rn(__fmul_rn(d, (float)(signed char)w.sc[bi * 16 + (size_t)(e >> 4)]),
-                         (float)((lo | (hi << 4)) - 32));
-    }
-    if (DT == NA_CU_Q4_K || DT == NA_CU_Q5_K) {
-        int s = e >> 5, l = e & 31;
-        int q = (w.qs[bi * 128 + (size_t)((s >> 1) * 32 + l)] >> (4 * (s & 1))) & 0xF;
-        if (DT == NA_CU_Q5_K)
-            q |= ((w.qh[bi * 32 + (size_t)l] >> s) & 1) << 4;
-        float d1 = __fmul_rn(d, (float)w.sc[bi * 16 + (size_t)s]);
-        float m1 = __fmul_rn(na_cu_h2f(w.m[bi]), (float)w.sc[bi * 16 + 8 + (size_t)s]);
-        return __fsub_rn(__fmul_rn(d1, (float)q), m1);
-    }
-    int q = (w.qs[bi * 16 + (size_t)(e & 15)] >> (e < 16 ? 0 : 4)) & 0xF;
-    if (DT == NA_CU_Q5_0 || DT == NA_CU_Q5_1)
-        q |= (int)((reinterpret_cast<const unsigned *>(w.qh)[bi] >> e) & 1u) << 4;
-    if (DT == NA_CU_Q4_0)
-        q -= 8;
-    if (DT == NA_CU_Q5_0)
-        q -= 16;
-    if (DT == NA_CU_Q4_1 || DT == NA_CU_Q5_1)
-        return __fadd_rn(__fmul_rn((float)q, d), na_cu_h2f(w.m[bi]));
-    return __fmul_rn((float)q, d);
-}
-
 template <int DT>
 __global__ void na_cu_embed_q_k(float *x, na_cu_qw_t w, int cols, const int *tokens)
 {
@@ -417,7 +255,7 @@ __global__ void na_cu_embed_q_k(float *x, na_cu_qw_t w, int cols, const int *tok
     size_t row = (size_t)tokens[blockIdx.x] * (size_t)(cols / blk);
     float *xr = x + (size_t)blockIdx.x * (size_t)cols;
     for (int j = threadIdx.x; j < cols; j += blockDim.x)
-        xr[j] = na_cu_deq<DT>(w, row + (size_t)(j / blk), j % blk);
+        xr[j] = na_qc_deq(DT, &w, row + (size_t)(j / blk), j % blk);
 }
 
 extern "C" int na_cu_embed_quant(void *stream, float *x, const na_cu_qw_t *w, int dtype, int cols,
