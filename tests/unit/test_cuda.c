@@ -11,9 +11,10 @@
  *   test_cuda engine   the monolithic engine on "cuda": greedy tokens equal
  *                      the cpu backend's for generated MHA and GQA models and
  *                      stories260K (f32 KV; GQA also f16 KV: the same RNE
- *                      rounding of the stored rows), and a q8_0 model (x in
+ *                      rounding of the stored rows), a q8_0 model (x in
  *                      Q8 blocks with int32 sums, as the cpu backend does
- *                      since the Q8 x Q8 change on main).
+ *                      since the Q8 x Q8 change on main) and q5_1, q4_k,
+ *                      q6_k models (compiled, not run on a GPU yet).
  *   test_cuda tp       NCCL tensor parallelism at tp = 1 (one GPU): the
  *                      all-reduce of one rank leaves a matmul output as it
  *                      was; a GPU named twice is refused.
@@ -741,6 +742,24 @@ static int test_engine(void)
     if ((m = na_test_genmodel_open(dir, "q8", &o, "gguf")) != NULL) {
         check_tokens(m, "generated GQA q8_0", NA_DTYPE_F32);
         na_model_destroy(m);
+    }
+    /* the other quantised types (repacked on the device; x in Q8 / Q8_K
+     * blocks as the cpu backend takes them): a legacy and a K-quant mix */
+    {
+        static const na_dtype_t qd[] = { NA_DTYPE_Q5_1, NA_DTYPE_Q4_K, NA_DTYPE_Q6_K };
+        size_t i;
+        for (i = 0; i < sizeof(qd) / sizeof(qd[0]); i++) {
+            char what[64];
+            na_genmodel_shape(&o, 256, 768, 2, 8, 2, 600, 128);   /* rows of whole super-blocks */
+            o.dtype = qd[i];
+            o.write_llama2c = 0;
+            o.write_gguf = 1;
+            snprintf(what, sizeof(what), "generated GQA %s", na_dtype_name(qd[i]));
+            if ((m = na_test_genmodel_open(dir, na_dtype_name(qd[i]), &o, "gguf")) != NULL) {
+                check_tokens(m, what, NA_DTYPE_F32);
+                na_model_destroy(m);
+            }
+        }
     }
     if (na_test_shared_model("stories260K.bin") != NULL) {
         char path[1024];
