@@ -150,12 +150,12 @@ NA_QC_FN void na_qc_codes256(int dt, const na_cu_qw_t *w, size_t bi, int s, int 
     }
 }
 
-/* The f32 term of block bi of a 32-element type with the 32 quantised
- * inputs xw (8 words) of scale dx, as kernels/ref/ref_quant.c adds it. */
-NA_QC_FN float na_qc_term32(int dt, const na_cu_qw_t *w, size_t bi, const int wq[8],
-                            const int xw[8], float dx)
+/* The f32 term of a block of a 32-element type (scale dw, min mw: Q4_1 and
+ * Q5_1 only) with the 32 quantised inputs xw (8 words) of scale dx, as
+ * kernels/ref/ref_quant.c adds it. */
+NA_QC_FN float na_qc_term32(int dt, float dw, float mw, const int wq[8], const int xw[8],
+                            float dx)
 {
-    float dw = na_qc_h2f(w->d[bi]);
     int isum = 0, qsum = 0, k;
     for (k = 0; k < 8; k++)
         isum = na_qc_dp4a(wq[k], xw[k], isum);
@@ -167,8 +167,7 @@ NA_QC_FN float na_qc_term32(int dt, const na_cu_qw_t *w, size_t bi, const int wq
         isum -= (dt == NA_QC_Q4_0 ? 8 : 16) * qsum;
         return (float)isum * (dw * dx);
     }
-    return NA_QC_ADD(NA_QC_MUL((float)isum, dw * dx),
-                     NA_QC_MUL(na_qc_h2f(w->m[bi]), dx * (float)qsum));
+    return NA_QC_ADD(NA_QC_MUL((float)isum, dw * dx), NA_QC_MUL(mw, dx * (float)qsum));
 }
 
 /* Part s of super-block bi of a K-quant with its 32 quantised inputs xw:

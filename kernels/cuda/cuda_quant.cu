@@ -120,6 +120,8 @@ __global__ void na_cu_gemv_q32_k(float *y, const signed char *qx, const float *d
     for (int bi = lane; bi < nblk; bi += 32) {
         size_t gb = (size_t)r * (size_t)nblk + (size_t)bi;
         int wq[8];
+        float dw = na_cu_h2f(w.d[gb]);
+        float mw = DT == NA_CU_Q4_1 || DT == NA_CU_Q5_1 ? na_cu_h2f(w.m[gb]) : 0.0f;
         na_qc_codes32(DT, &w, gb, wq);
 #pragma unroll
         for (int b = 0; b < NB; b++)
@@ -128,7 +130,7 @@ __global__ void na_cu_gemv_q32_k(float *y, const signed char *qx, const float *d
                     qx + (size_t)b * (size_t)cols + (size_t)bi * NA_CU_Q8_BLOCK);
                 int4 x0 = xq[0], x1 = xq[1];
                 int xw[8] = { x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w };
-                acc[b] += na_qc_term32(DT, &w, gb, wq, xw, dx[(size_t)b * nblk + bi]);
+                acc[b] += na_qc_term32(DT, dw, mw, wq, xw, dx[(size_t)b * nblk + bi]);
             }
     }
 #pragma unroll
@@ -201,7 +203,7 @@ template <int DT>
 static void na_cu_gemv_q_launch(cudaStream_t s, unsigned blocks, float *y, const signed char *qx,
                                 const float *dx, const na_cu_qw_t &w, int rows, int cols, int nb)
 {
-    if (DT == NA_CU_Q4_K || DT == NA_CU_Q5_K || DT == NA_CU_Q6_K)
+    if constexpr (DT == NA_CU_Q4_K || DT == NA_CU_Q5_K || DT == NA_CU_Q6_K)
         na_cu_gemv_qk_k<DT><<<blocks, 32 * NA_CU_QW_WARPS, 0, s>>>(y, qx, dx, w, rows, cols, nb);
     else
         na_cu_gemv_q32_k<DT><<<blocks, 32 * NA_CU_QW_WARPS, 0, s>>>(y, qx, dx, w, rows, cols, nb);

@@ -56,8 +56,18 @@ static float qc_dot(int dt, const na_cu_qw_t *w, int r, const float *x, int cols
         if (!k) {
             memcpy(xw, q, 32);
             na_qc_codes32(dt, w, gb, wq);
-            sum += na_qc_term32(dt, w, gb, wq, xw, dx);
-            *mag += fabs((double)na_qc_term32(dt, w, gb, wq, xw, dx));
+            {
+                float dw = na_f16_to_f32(w->d[gb]), mw = w->m ? na_f16_to_f32(w->m[gb]) : 0.0f;
+                float term = na_qc_term32(dt, dw, mw, wq, xw, dx);
+                int qsum = 0;
+                for (s = 0; s < 32; s++)
+                    qsum += q[s];
+                sum += term;
+                /* Q4_1/Q5_1: the term is d-part + m-part, which may cancel:
+                 * the roundings scale with the parts, |d-part| <= |term| +
+                 * |m-part| */
+                *mag += fabs((double)term) + 2.0 * fabs((double)mw * dx * qsum);
+            }
             continue;
         }
         {
