@@ -381,6 +381,39 @@ static na_status_t na_cu_stage_upload(na_kernels_t *k, void *d, const void *src,
     return NA_OK;
 }
 
+/* Upload quantised t into d in the repacked layout (cuda_launch.h), a field
+ * and a range of blocks at a time through a host buffer of at most
+ * NA_CU_STAGE_BYTES: never a host copy of the whole weight. The padding
+ * between the field arrays is left as it is (never read). */
+static na_status_t na_cu_qupload(na_kernels_t *k, void *d, const na_tensor_t *t)
+{
+    size_t nb = (size_t)t->rows * (size_t)t->cols / (size_t)na_dtype_block(t->dtype);
+    size_t off, per, b0, n, chunk = 0;
+    unsigned char *h;
+    na_status_t st = NA_OK;
+    int field;
+
+    for (field = 0; field < 5; field++)          /* the buffer: the largest chunk */
+        if ((per = na_cu_qpack_field((int)t->dtype, field, nb, &off)) > 0 && per * nb > chunk)
+            chunk = per * nb;
+    chunk = chunk < NA_CU_STAGE_BYTES ? chunk : NA_CU_STAGE_BYTES;
+    if ((h = malloc(chunk ? chunk : 1)) == NULL)
+        return na_err(NA_ERR_NOMEM, "kernels cuda place: out of host memory repacking a %s "
+                      "weight (%zu bytes)", na_dtype_name(t->dtype), chunk);
+    for (field = 0; field < 5 && st == NA_OK; field++) {
+        if ((per = na_cu_qpack_field((int)t->dtype, field, nb, &off)) == 0)
+            continue;
+        for (b0 = 0; b0 < nb && st == NA_OK; b0 += n) {
+            n = nb - b0 < NA_CU_STAGE_BYTES / per ? nb - b0 : NA_CU_STAGE_BYTES / per;
+            na_cu_qpack_blocks((int)t->dtype, field, t->data, b0, n, h);
+            /* returns once h is no longer read: refilled next */
+            st = na_cu_stage_upload(k, (char *)d + off + b0 * per, h, n * per);
+        }
+    }
+    free(h);
+    return st;
+}
+
 /* Placed bytes of t: GGML's bytes for f32/f16/bf16, the repacked layout
  * (cuda_launch.h) for the quantised types. */
 static size_t na_cu_placed_bytes(const na_tensor_t *t)
@@ -396,8 +429,7 @@ static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight
     na_cuda_t *c = NA_CU(k);
     na_cu_placed_t *pl;
     size_t bytes;
-    void *d = NULL, *packed = NULL;
-    const void *src;
+    void *d = NULL;
     na_status_t st;
     int i;
 
@@ -423,24 +455,12 @@ static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight
             c->placed = pl;
             c->cap_placed = cap;
         }
-        src = t->data;
-        if (na_dtype_is_quant(t->dtype)) {    /* one array per field (cuda_qpack.c) */
-            if ((packed = malloc(bytes)) == NULL)
-                return na_err(NA_ERR_NOMEM, "kernels cuda place: out of host memory repacking "
-                              "a %d x %d %s weight (%zu bytes)", t->rows, t->cols,
-                              na_dtype_name(t->dtype), bytes);
-            na_cu_qpack((int)t->dtype, t->data, (size_t)t->rows * (size_t)t->cols /
-                                                (size_t)na_dtype_block(t->dtype), packed);
-            src = packed;
-        }
         if ((st = na_cu_enter(k)) != NA_OK ||
-            (st = na_cu_status(k, cudaMalloc(&d, bytes), "cudaMalloc (weight)")) != NA_OK) {
-            free(packed);
+            (st = na_cu_status(k, cudaMalloc(&d, bytes), "cudaMalloc (weight)")) != NA_OK)
             return na_err_prefix(st, "placing a %d x %d %s weight (%zu bytes): ", t->rows,
                                  t->cols, na_dtype_name(t->dtype), bytes);
-        }
-        st = na_cu_stage_upload(k, d, src, bytes);
-        free(packed);                           /* staged: no longer read */
+        st = na_dtype_is_quant(t->dtype) ? na_cu_qupload(k, d, t)
+                                         : na_cu_stage_upload(k, d, t->data, bytes);
         if (st != NA_OK) {
             cudaStreamSynchronize(c->stream);     /* no copy may still target d */
             cudaFree(d);

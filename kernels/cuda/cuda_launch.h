@@ -83,6 +83,14 @@ void   na_cu_qpack_view(int dtype, const void *base, size_t n_blocks, na_cu_qw_t
 /* Repack n_blocks GGML blocks at src into dst (na_cu_qpack_bytes bytes,
  * 16-byte aligned); host memory, no device call. */
 void   na_cu_qpack(int dtype, const void *src, size_t n_blocks, void *dst);
+/* The same a field and a range at a time (place() streams a weight through
+ * its staging buffer this way): field 0 qs, 1 qh, 2 sc, 3 d, 4 m. Returns
+ * the field's bytes a block (0: the type has no such field) and its array's
+ * offset in the repacked layout of n_blocks; na_cu_qpack_blocks writes
+ * blocks b0 .. b0+nb-1 of src's field to dst (nb * bytes a block). */
+size_t na_cu_qpack_field(int dtype, int field, size_t n_blocks, size_t *off_p);
+void   na_cu_qpack_blocks(int dtype, int field, const void *src, size_t b0, size_t nb,
+                          void *dst);
 
 /* y[b, rows] = W · x[b, cols] for repacked quantised W (cols a multiple of
  * the block), x taken as kernels/ref defines each type: in Q8 blocks of 32

@@ -76,33 +76,70 @@ void na_cu_qpack_view(int dtype, const void *base, size_t n_blocks, na_cu_qw_t *
     qw->m = f.m ? (const unsigned short *)(const void *)(p + off[4]) : NULL;
 }
 
-void na_cu_qpack(int dtype, const void *src, size_t n_blocks, void *dst)
+size_t na_cu_qpack_field(int dtype, int field, size_t n_blocks, size_t *off_p)
+{
+    na_cu_qfields_t f;
+    size_t off[5];
+    if (na_cu_qfields(dtype, &f) != 0 || field < 0 || field > 4)
+        return 0;
+    na_cu_qoffs(&f, n_blocks, off);
+    *off_p = off[field];
+    switch (field) {
+    case 0:  return (size_t)f.qs;
+    case 1:  return (size_t)f.qh;
+    case 2:  return (size_t)f.sc;
+    case 3:  return 2;
+    default: return (size_t)f.m;
+    }
+}
+
+void na_cu_qpack_blocks(int dtype, int field, const void *src, size_t b0, size_t nb, void *dst)
 {
     const unsigned char *s = src;
     unsigned char *p = dst;
-    size_t bb = na_dtype_block_bytes((na_dtype_t)dtype), off[5], i;
+    size_t bb = na_dtype_block_bytes((na_dtype_t)dtype), i;
     na_cu_qfields_t f;
     int j;
 
     if (na_cu_qfields(dtype, &f) != 0)
         return;
-    memset(dst, 0, na_cu_qoffs(&f, n_blocks, off));
-    for (i = 0; i < n_blocks; i++, s += bb) {
-        memcpy(p + off[0] + i * (size_t)f.qs, s + f.qs_src, (size_t)f.qs);
-        if (f.qh)
-            memcpy(p + off[1] + i * (size_t)f.qh, s + f.qh_src, (size_t)f.qh);
-        if (f.sc && dtype == NA_DTYPE_Q6_K) {
-            memcpy(p + off[2] + i * 16, s + f.sc_src, 16);
-        } else if (f.sc) {                  /* Q4_K/Q5_K: 8 scales, then 8 mins */
-            for (j = 0; j < 8; j++) {
+    for (i = 0, s += b0 * bb; i < nb; i++, s += bb) {
+        switch (field) {
+        case 0:
+            memcpy(p + i * (size_t)f.qs, s + f.qs_src, (size_t)f.qs);
+            break;
+        case 1:
+            memcpy(p + i * (size_t)f.qh, s + f.qh_src, (size_t)f.qh);
+            break;
+        case 2:
+            if (dtype == NA_DTYPE_Q6_K) {
+                memcpy(p + i * 16, s + f.sc_src, 16);
+                break;
+            }
+            for (j = 0; j < 8; j++) {       /* Q4_K/Q5_K: 8 scales, then 8 mins */
                 int sc, m;
                 na_ref_k4_scale_min(s + f.sc_src, j, &sc, &m);
-                p[off[2] + i * 16 + (size_t)j] = (unsigned char)sc;
-                p[off[2] + i * 16 + 8 + (size_t)j] = (unsigned char)m;
+                p[i * 16 + (size_t)j] = (unsigned char)sc;
+                p[i * 16 + 8 + (size_t)j] = (unsigned char)m;
             }
+            break;
+        case 3:
+            memcpy(p + i * 2, s + f.d_src, 2);
+            break;
+        default:
+            memcpy(p + i * 2, s + f.m_src, 2);
+            break;
         }
-        memcpy(p + off[3] + i * 2, s + f.d_src, 2);
-        if (f.m)
-            memcpy(p + off[4] + i * 2, s + f.m_src, 2);
     }
+}
+
+void na_cu_qpack(int dtype, const void *src, size_t n_blocks, void *dst)
+{
+    size_t off, per;
+    int field;
+
+    memset(dst, 0, na_cu_qpack_bytes(dtype, n_blocks));
+    for (field = 0; field < 5; field++)
+        if ((per = na_cu_qpack_field(dtype, field, n_blocks, &off)) > 0)
+            na_cu_qpack_blocks(dtype, field, src, 0, n_blocks, (unsigned char *)dst + off);
 }

@@ -5,6 +5,8 @@
  * here as C), for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K against
  * kernels/ref:
  *   - the repacked size is never below GGML's, and its arrays 16-byte aligned;
+ *   - a field packed in two ranges of blocks (as place() streams it) gives
+ *     the bytes of the whole repack;
  *   - every element dequantised from the repacked blocks equals
  *     na_ref_dequant_row's, bit for bit;
  *   - a row's dot product with x, summed block after block as the reference
@@ -109,6 +111,22 @@ static void check_type(na_dtype_t dt, int rows, int nblocks)
     na_cu_qpack_view((int)dt, p, nb, &w);
     NA_CHECK(((uintptr_t)w.qs | (uintptr_t)w.qh | (uintptr_t)w.sc | (uintptr_t)w.d |
               (uintptr_t)w.m) % 16 == 0);
+
+    /* place() streams the layout a field and a range of blocks at a time:
+     * two ranges of each field give the bytes of the whole repack */
+    for (j = 0; j < 5; j++) {
+        size_t off, per = na_cu_qpack_field((int)dt, j, nb, &off), h = nb / 2;
+        unsigned char *c;
+        if (per == 0)
+            continue;
+        c = malloc(per * nb);
+        NA_CHECK(c != NULL && off + per * nb <= bytes);
+        na_cu_qpack_blocks((int)dt, j, g, h, nb - h, c + h * per);
+        na_cu_qpack_blocks((int)dt, j, g, 0, h, c);
+        NA_CHECK_MSG(memcmp(c, (unsigned char *)p + off, per * nb) == 0,
+                     "%s field %d: ranges differ from the whole repack", na_dtype_name(dt), j);
+        free(c);
+    }
 
     /* embed: every element, bit for bit */
     for (r = 0; r < rows; r++)
