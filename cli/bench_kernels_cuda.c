@@ -8,9 +8,10 @@
  *     1K..64K, batch 1..64 (one attn_decode per request, each on its own KV
  *     slice of a >= 512 MiB pool): GB/s of K+V read vs the copy
  *   matmul 4096x4096 (2048 with --quick), batch 1/8/64/512, F32/F16/BF16/
- *     Q8_0 weights: TFLOP/s beside the plain cublasSgemm of the same shape
- *     (the F32 op is exactly that call); batch 1 also as GB/s of weight read
- *     vs the copy.
+ *     Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K weights: TFLOP/s beside the
+ *     plain cublasSgemm of the same shape (the F32 op is exactly that call);
+ *     batch 1 also as GB/s of weight read (the placed bytes: quantised
+ *     weights repacked, a few % over GGML's) vs the copy.
  *   batch-1 greedy decode of a generated 1B-shape model (dim 2048, hidden
  *     8192, 16 layers, 32/8 heads, vocab 32000, bf16 weights, bf16 KV; 4
  *     layers with --quick) on the engine: tokens/s beside the limit weight
@@ -31,6 +32,7 @@
 #include "cli/cli.h"
 #include "common/genmodel.h"
 #include "common/model.h"
+#include "common/quantize.h"
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
 #include "kernels/kernels.h"
@@ -206,7 +208,7 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
     if ((st = na_bkc_buf(k, (size_t)512 * n * sizeof(float), &m.x)) != NA_OK ||
         (st = k->ops->buf_alloc(k, (size_t)512 * n * sizeof(float), NA_KMEM_DEVICE, &m.y)) != NA_OK)
         goto out;
-    for (d = 0; d <= NA_DTYPE_Q8_0 && st == NA_OK; d++) {
+    for (d = 0; d < NA_DTYPE_COUNT && st == NA_OK; d++) {
         na_tensor_t t = { (na_dtype_t)d, n, n, NULL };
         size_t bytes = na_dtype_bytes((na_dtype_t)d, wn);
         uint8_t *p = malloc(bytes);
@@ -218,7 +220,7 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             host[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
         }
-        for (i = 0; d != NA_DTYPE_Q8_0 && i < wn; i++) {
+        for (i = 0; d < NA_DTYPE_Q8_0 && i < wn; i++) {
             if (d == NA_DTYPE_F32)
                 ((float *)p)[i] = host[i];
             else
@@ -233,11 +235,13 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
                 p[i * NA_Q8_0_BLOCK_SIZE + 2 + j] =
                     (uint8_t)(int8_t)(host[i * NA_Q8_0_BLOCK + j] * 254.0f);
         }
+        if (d > NA_DTYPE_Q8_0)                /* Q4_0 ... Q6_K: gen-model's quantiser */
+            na_quantize((na_dtype_t)d, host, wn, p);
         t.data = p;
         st = k->ops->place(k, &t, &w[d]);
         free(p);
     }
-    for (d = 0; d <= NA_DTYPE_Q8_0 && st == NA_OK; d++)
+    for (d = 0; d < NA_DTYPE_COUNT && st == NA_OK; d++)
         for (bi = 0; bi < 4 && st == NA_OK; bi++) {
             double med = 0, spread = 0, flops;
             m.w = &w[d];

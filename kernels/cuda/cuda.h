@@ -13,8 +13,10 @@
  * shared). Matmul: f32 weights through cuBLAS SGEMM (no TF32); f16/bf16
  * weights through the GEMV kernel at batch <= 8 (f32 activations) and
  * cuBLAS GemmEx above (activations rounded to the weight's type, f32
- * accumulation); Q8_0 weights stay Q8_0 on the device and go through the
- * dequantising GEMV at every batch (see docs/gpu.md). */
+ * accumulation); quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+ * Q5_K, Q6_K) stay quantised on the device, repacked into aligned per-field
+ * arrays, and go through the dequantise-in-register GEMV at every batch
+ * (see docs/gpu.md). */
 #ifndef NA_KERNELS_CUDA_H
 #define NA_KERNELS_CUDA_H
 

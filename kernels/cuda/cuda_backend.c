@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/cuda/cuda_present.h"
 #include "kernels/ref/ref.h"
 
@@ -380,6 +381,49 @@ static na_status_t na_cu_stage_upload(na_kernels_t *k, void *d, const void *src,
     return NA_OK;
 }
 
+/* Upload quantised t into d in the repacked layout (cuda_launch.h), a field
+ * and a range of blocks at a time through a host buffer of at most
+ * NA_CU_STAGE_BYTES: never a host copy of the whole weight. The padding
+ * between the field arrays is left as it is (never read). */
+static na_status_t na_cu_qupload(na_kernels_t *k, void *d, const na_tensor_t *t)
+{
+    size_t nb = (size_t)t->rows * (size_t)t->cols / (size_t)na_dtype_block(t->dtype);
+    size_t off, per, b0, n, chunk = 0;
+    unsigned char *h;
+    na_status_t st = NA_OK;
+    int field;
+
+    for (field = 0; field < 5; field++)          /* the buffer: the largest chunk */
+        if ((per = na_cu_qpack_field((int)t->dtype, field, nb, &off)) > 0 && per * nb > chunk)
+            chunk = per * nb;
+    chunk = chunk < NA_CU_STAGE_BYTES ? chunk : NA_CU_STAGE_BYTES;
+    if ((h = malloc(chunk ? chunk : 1)) == NULL)
+        return na_err(NA_ERR_NOMEM, "kernels cuda place: out of host memory repacking a %s "
+                      "weight (%zu bytes)", na_dtype_name(t->dtype), chunk);
+    for (field = 0; field < 5 && st == NA_OK; field++) {
+        if ((per = na_cu_qpack_field((int)t->dtype, field, nb, &off)) == 0)
+            continue;
+        for (b0 = 0; b0 < nb && st == NA_OK; b0 += n) {
+            n = nb - b0 < NA_CU_STAGE_BYTES / per ? nb - b0 : NA_CU_STAGE_BYTES / per;
+            na_cu_qpack_blocks((int)t->dtype, field, t->data, b0, n, h);
+            /* returns once h is no longer read: refilled next */
+            st = na_cu_stage_upload(k, (char *)d + off + b0 * per, h, n * per);
+        }
+    }
+    free(h);
+    return st;
+}
+
+/* Placed bytes of t: GGML's bytes for f32/f16/bf16, the repacked layout
+ * (cuda_launch.h) for the quantised types. */
+static size_t na_cu_placed_bytes(const na_tensor_t *t)
+{
+    if (na_dtype_is_quant(t->dtype))
+        return na_cu_qpack_bytes((int)t->dtype, (size_t)t->rows * (size_t)t->cols /
+                                                (size_t)na_dtype_block(t->dtype));
+    return (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols);
+}
+
 static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
 {
     na_cuda_t *c = NA_CU(k);
@@ -391,13 +435,11 @@ static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight
 
     if (t == NULL || t->data == NULL || t->rows <= 0 || t->cols <= 0 ||
         (unsigned)t->dtype >= (unsigned)NA_DTYPE_COUNT ||
-        (t->dtype == NA_DTYPE_Q8_0 && t->cols % NA_Q8_0_BLOCK != 0))
-        return na_err(NA_ERR_INVALID, "kernels cuda place: empty or malformed tensor");
-    if (t->dtype > NA_DTYPE_Q8_0)      /* Q4_0 ... Q6_K: no device kernels yet */
-        return na_err(NA_ERR_UNSUPPORTED, "kernels cuda place: weight type %s is not supported "
-                      "on cuda (f32, f16, bf16, q8_0; use the cpu backend)",
-                      na_dtype_name(t->dtype));
-    bytes = (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols);
+        t->cols % na_dtype_block(t->dtype) != 0)
+        return na_err(NA_ERR_INVALID, "kernels cuda place: empty or malformed tensor (a %s row "
+                      "holds whole blocks of %d)", t != NULL ? na_dtype_name(t->dtype) : "?",
+                      t != NULL ? na_dtype_block(t->dtype) : 0);
+    bytes = na_cu_placed_bytes(t);
     for (i = 0; i < c->n_placed; i++)
         if (c->placed[i].src == t->data && c->placed[i].bytes == bytes) {
             c->placed[i].refs++;
@@ -417,7 +459,9 @@ static na_status_t na_cu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight
             (st = na_cu_status(k, cudaMalloc(&d, bytes), "cudaMalloc (weight)")) != NA_OK)
             return na_err_prefix(st, "placing a %d x %d %s weight (%zu bytes): ", t->rows,
                                  t->cols, na_dtype_name(t->dtype), bytes);
-        if ((st = na_cu_stage_upload(k, d, t->data, bytes)) != NA_OK) {
+        st = na_dtype_is_quant(t->dtype) ? na_cu_qupload(k, d, t)
+                                         : na_cu_stage_upload(k, d, t->data, bytes);
+        if (st != NA_OK) {
             cudaStreamSynchronize(c->stream);     /* no copy may still target d */
             cudaFree(d);
             return na_err_prefix(st, "placing a %d x %d %s weight: ", t->rows, t->cols,

@@ -12,8 +12,15 @@
 #define NA_CU_F16  1
 #define NA_CU_BF16 2
 #define NA_CU_Q8_0 3
+#define NA_CU_Q4_0 4
+#define NA_CU_Q4_1 5
+#define NA_CU_Q5_0 6
+#define NA_CU_Q5_1 7
+#define NA_CU_Q4_K 8
+#define NA_CU_Q5_K 9
+#define NA_CU_Q6_K 10
+#define NA_CU_QK_K 256
 #define NA_CU_Q8_BLOCK      32
-#define NA_CU_Q8_BLOCK_SIZE 34
 
 static __device__ __forceinline__ float na_cu_h2f(unsigned short h)
 {
@@ -33,16 +40,6 @@ static __device__ __forceinline__ float na_cu_load(const void *p, size_t idx)
         return static_cast<const float *>(p)[idx];
     unsigned short h = static_cast<const unsigned short *>(p)[idx];
     return DT == NA_CU_F16 ? na_cu_h2f(h) : na_cu_bf2f(h);
-}
-
-/* Element idx of a Q8_0 array (blocks of 32: f16 scale, 32 x int8): d * q, as
- * the reference dequantises it. */
-static __device__ __forceinline__ float na_cu_load_q8(const void *p, size_t idx)
-{
-    const unsigned char *blk = static_cast<const unsigned char *>(p) +
-                               (idx / NA_CU_Q8_BLOCK) * NA_CU_Q8_BLOCK_SIZE;
-    unsigned short d = (unsigned short)(blk[0] | (blk[1] << 8));
-    return na_cu_h2f(d) * (float)(signed char)blk[2 + idx % NA_CU_Q8_BLOCK];
 }
 
 static __device__ __forceinline__ float na_cu_warp_sum(float v)

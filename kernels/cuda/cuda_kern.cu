@@ -1,7 +1,7 @@
 /* kernels/cuda/cuda_kern.cu — the CUDA backend's own element-wise and row
  * kernels (embedding, residual add, KV store, rmsnorm, RoPE, SwiGLU,
- * softmax, argmax, f32 -> f16/bf16) and the dequantising GEMV of f16, bf16
- * and Q8_0 weights. Each kernel follows its reference in kernels/ref/ (same
+ * softmax, argmax, f32 -> f16/bf16) and the GEMV of f32, f16 and bf16
+ * weights (the quantised types: cuda_quant.cu). Each kernel follows its reference in kernels/ref/ (same
  * formulas, f32 arithmetic, accurate expf/powf/sinf/cosf, no fast math). */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_launch.h"
@@ -21,8 +21,7 @@ __global__ void na_cu_embed_k(float *x, const void *table, int cols, const int *
     size_t row = (size_t)tokens[blockIdx.x] * (size_t)cols;
     float *xr = x + (size_t)blockIdx.x * (size_t)cols;
     for (int j = threadIdx.x; j < cols; j += blockDim.x)
-        xr[j] = DT == NA_CU_Q8_0 ? na_cu_load_q8(table, row + (size_t)j)
-                                 : na_cu_load<DT>(table, row + (size_t)j);
+        xr[j] = na_cu_load<DT>(table, row + (size_t)j);
 }
 
 extern "C" int na_cu_embed(void *stream, float *x, const void *table, int dtype, int cols,
@@ -34,8 +33,7 @@ extern "C" int na_cu_embed(void *stream, float *x, const void *table, int dtype,
     switch (dtype) {
     case NA_CU_F32:  na_cu_embed_k<NA_CU_F32><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
     case NA_CU_F16:  na_cu_embed_k<NA_CU_F16><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
-    case NA_CU_BF16: na_cu_embed_k<NA_CU_BF16><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
-    default:         na_cu_embed_k<NA_CU_Q8_0><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
+    default:         na_cu_embed_k<NA_CU_BF16><<<n, NA_CU_THREADS, 0, s>>>(x, table, cols, tokens); break;
     }
     return na_cu_last();
 }
@@ -264,13 +262,7 @@ extern "C" int na_cu_argmax(void *stream, int *idx, const float *x, int n, int b
  * lanes. f16/bf16 rows whose columns are a multiple of 8 (and 16-byte
  * aligned) are read 16 bytes per lane. Accumulation is f32; each product is
  * (w as f32) * x, as in the reference.
- *
- * Q8_0 weights take x in Q8 blocks, as kernels/ref defines it (ggml's Q8_0 x
- * Q8_0 dot): each block of 32 inputs is quantised once per call to int8
- * with d = max|x| / 127, q = round-to-nearest-even(x * (1/d)) (d = 0: all
- * zero; a NaN or Inf in the block: d = NaN, q = 0), bit for bit as
- * na_ref_quantize_q8; a lane takes one 34-byte weight block per step, sums
- * the 32 int8 products exactly in int32 (__dp4a) and adds isum * (d_w * d_x). */
+ * The quantised types' GEMV (Q8_0 and the other GGML blocks): cuda_quant.cu. */
 #define NA_CU_GEMV_WARPS 4
 #define NB NA_CU_GEMV_MAX_BATCH
 
@@ -324,97 +316,6 @@ __global__ void na_cu_gemv_k(float *y, const float *x, const void *w, int rows, 
         if (lane == 0 && b < nb)
             y[(size_t)b * (size_t)rows + (size_t)r] = s;
     }
-}
-
-/* One warp per block of 32 inputs: q (int8, as x) and d (one per block). */
-__global__ void na_cu_quant_q8_k(signed char *q, float *d, const float *x, size_t n_blocks)
-{
-    size_t w0 = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
-    size_t stride = ((size_t)gridDim.x * blockDim.x) >> 5;
-    int lane = threadIdx.x & 31;
-    for (size_t blk = w0; blk < n_blocks; blk += stride) {
-        float v = x[blk * NA_CU_Q8_BLOCK + (size_t)lane], a = fabsf(v);
-        bool bad = __any_sync(0xffffffffu, !(a <= 3.0e38f));
-        float amax = na_cu_warp_max(bad ? 0.0f : a);
-        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        q[blk * NA_CU_Q8_BLOCK + (size_t)lane] = bad ? 0 : (signed char)__float2int_rn(v * id);
-        if (lane == 0)
-            d[blk] = bad ? __int_as_float(0x7fc00000) : dd;
-    }
-}
-
-__global__ void na_cu_gemv_q8_k(float *y, const signed char *qx, const float *dx, const void *w,
-                                int rows, int cols, int nb)
-{
-    int lane = threadIdx.x & 31;
-    int r = blockIdx.x * NA_CU_GEMV_WARPS + (threadIdx.x >> 5);
-    int nblk = cols / NA_CU_Q8_BLOCK;
-    float acc[NB];
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-        acc[b] = 0.0f;
-    if (r >= rows)
-        return;                                  /* whole warp */
-    const unsigned char *row = static_cast<const unsigned char *>(w) +
-                               (size_t)r * (size_t)nblk * NA_CU_Q8_BLOCK_SIZE;
-    for (int bi = lane; bi < nblk; bi += 32) {
-        /* 34-byte blocks are 2-byte aligned: read them as 17 shorts */
-        const unsigned short *blk =
-            reinterpret_cast<const unsigned short *>(row + (size_t)bi * NA_CU_Q8_BLOCK_SIZE);
-        float dw = na_cu_h2f(blk[0]);
-        int wq[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            wq[k] = (int)((unsigned)blk[1 + 2 * k] | ((unsigned)blk[2 + 2 * k] << 16));
-#pragma unroll
-        for (int b = 0; b < NB; b++)
-            if (b < nb) {
-                const int4 *xq = reinterpret_cast<const int4 *>(
-                    qx + (size_t)b * (size_t)cols + (size_t)bi * NA_CU_Q8_BLOCK);
-                int4 x0 = xq[0], x1 = xq[1];
-                int isum = 0;
-                isum = __dp4a(wq[0], x0.x, isum); isum = __dp4a(wq[1], x0.y, isum);
-                isum = __dp4a(wq[2], x0.z, isum); isum = __dp4a(wq[3], x0.w, isum);
-                isum = __dp4a(wq[4], x1.x, isum); isum = __dp4a(wq[5], x1.y, isum);
-                isum = __dp4a(wq[6], x1.z, isum); isum = __dp4a(wq[7], x1.w, isum);
-                acc[b] += (float)isum * (dw * dx[(size_t)b * nblk + bi]);
-            }
-    }
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-        float s = na_cu_warp_sum(acc[b]);
-        if (lane == 0 && b < nb)
-            y[(size_t)b * (size_t)rows + (size_t)r] = s;
-    }
-}
-
-extern "C" size_t na_cu_gemv_q8_scratch(int cols, int batch)
-{
-    size_t n = (size_t)batch * (size_t)cols;
-    return ((n + 15) & ~(size_t)15) + n / NA_CU_Q8_BLOCK * sizeof(float);
-}
-
-extern "C" int na_cu_gemv_q8(void *stream, float *y, const float *x, const void *w, int rows,
-                             int cols, int batch, void *scratch)
-{
-    cudaStream_t s = (cudaStream_t)stream;
-    size_t n = (size_t)batch * (size_t)cols, nblk = n / NA_CU_Q8_BLOCK;
-    signed char *qx = static_cast<signed char *>(scratch);
-    float *dx = reinterpret_cast<float *>(static_cast<char *>(scratch) + ((n + 15) & ~(size_t)15));
-    unsigned blocks = (unsigned)((rows + NA_CU_GEMV_WARPS - 1) / NA_CU_GEMV_WARPS);
-    if (batch <= 0)
-        return 0;
-    na_cu_quant_q8_k<<<na_cu_grid(nblk * 32, NA_CU_THREADS), NA_CU_THREADS, 0, s>>>(qx, dx, x,
-                                                                                   nblk);
-    for (int b0 = 0; b0 < batch; b0 += NB) {
-        int nb = batch - b0 < NB ? batch - b0 : NB, e;
-        na_cu_gemv_q8_k<<<blocks, 32 * NA_CU_GEMV_WARPS, 0, s>>>(
-            y + (size_t)b0 * (size_t)rows, qx + (size_t)b0 * (size_t)cols,
-            dx + (size_t)b0 * (size_t)(cols / NA_CU_Q8_BLOCK), w, rows, cols, nb);
-        if ((e = na_cu_last()) != 0)
-            return e;
-    }
-    return 0;
 }
 
 template <int DT, bool VEC>

@@ -6,7 +6,7 @@
  * (or mapped pinned host addresses), already checked by the caller, and the
  * stream as `void *` (a cudaStream_t); they enqueue and return the launch's
  * cudaError_t as an int (0: cudaSuccess). Dtypes are na_dtype_t values
- * (0 f32, 1 f16, 2 bf16, 3 q8_0) passed as int so this header needs nothing
+ * (0 f32, 1 f16, 2 bf16, 3 q8_0, 4..10 the other quants) passed as int so this header needs nothing
  * of common/. */
 #ifndef NA_KERNELS_CUDA_LAUNCH_H
 #define NA_KERNELS_CUDA_LAUNCH_H
@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-/* x[r] = row tokens[r] of table (vocab rows, cols, dtype) as f32, r < n. */
+/* x[r] = row tokens[r] of table (vocab rows, cols, dtype f32/f16/bf16) as f32, r < n. */
 int na_cu_embed(void *stream, float *x, const void *table, int dtype, int cols,
                 const int *tokens, int n);
 /* x[i] += y[i]. */
@@ -58,12 +58,53 @@ int na_cu_unscale_rows(void *stream, float *y, const int *exp_in, int rows, int 
  * NA_CU_GEMV_MAX_BATCH at a time, each group reading W once). */
 int na_cu_gemv(void *stream, float *y, const float *x, const void *w, int dtype, int rows,
                int cols, int batch);
-/* The same for Q8_0 weights (cols % 32 == 0), x taken in Q8 blocks as
- * kernels/ref defines it; scratch: na_cu_gemv_q8_scratch(cols, batch) bytes
- * of device memory (16-byte aligned) for the quantised x. */
+/* ---- quantised weights (cuda_qpack.c, cuda_quant.cu) -----------------------
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (dtype 3..10; layouts in
+ * common/dtype.h) are repacked by place(): GGML's array of interleaved
+ * blocks (34, 18, ... 210 bytes: 2-byte aligned at best) becomes one array
+ * per field, each starting 16-byte aligned, so that a lane reads a block's
+ * codes with 16-byte loads and the scales of neighbouring blocks sit side by
+ * side. The bytes are GGML's own (no value changes), except the 12 packed
+ * 6-bit scale/min bytes of Q4_K/Q5_K, unpacked to 8 scales then 8 mins. */
+typedef struct {
+    const unsigned char  *qs;   /* codes: Q8_0 32 B a block (int8); Q4_0..Q5_1 16 B (nibbles);
+                                 * K-quants 128 B (Q4_K/Q5_K qs, Q6_K ql) */
+    const unsigned char  *qh;   /* high bits: Q5_0/Q5_1 4 B, Q5_K 32 B, Q6_K 64 B; else NULL */
+    const unsigned char  *sc;   /* K-quants 16 B: Q4_K/Q5_K 8 scales, 8 mins; Q6_K 16 int8 */
+    const unsigned short *d;    /* f16 scale, one a block */
+    const unsigned short *m;    /* f16 min (Q4_1, Q5_1) or dmin (Q4_K, Q5_K); else NULL */
+} na_cu_qw_t;
+
+/* Bytes of n_blocks blocks of dtype repacked (0 for a type that is not
+ * block-quantised); never less than GGML's n_blocks * block bytes. */
+size_t na_cu_qpack_bytes(int dtype, size_t n_blocks);
+/* The field arrays of n_blocks repacked blocks at base (host or device). */
+void   na_cu_qpack_view(int dtype, const void *base, size_t n_blocks, na_cu_qw_t *qw);
+/* Repack n_blocks GGML blocks at src into dst (na_cu_qpack_bytes bytes,
+ * 16-byte aligned); host memory, no device call. */
+void   na_cu_qpack(int dtype, const void *src, size_t n_blocks, void *dst);
+/* The same a field and a range at a time (place() streams a weight through
+ * its staging buffer this way): field 0 qs, 1 qh, 2 sc, 3 d, 4 m. Returns
+ * the field's bytes a block (0: the type has no such field) and its array's
+ * offset in the repacked layout of n_blocks; na_cu_qpack_blocks writes
+ * blocks b0 .. b0+nb-1 of src's field to dst (nb * bytes a block). */
+size_t na_cu_qpack_field(int dtype, int field, size_t n_blocks, size_t *off_p);
+void   na_cu_qpack_blocks(int dtype, int field, const void *src, size_t b0, size_t nb,
+                          void *dst);
+
+/* y[b, rows] = W · x[b, cols] for repacked quantised W (cols a multiple of
+ * the block), x taken as kernels/ref defines each type: in Q8 blocks of 32
+ * (Q8_0 and the legacy types) or Q8_K blocks of 256 (K-quants), integer
+ * block sums, f32 scales; any batch (NA_CU_GEMV_MAX_BATCH rows of x a
+ * launch, each reading W once). scratch: na_cu_gemv_q8_scratch(cols, batch)
+ * bytes of device memory (16-byte aligned) for the quantised x. */
 size_t na_cu_gemv_q8_scratch(int cols, int batch);
-int    na_cu_gemv_q8(void *stream, float *y, const float *x, const void *w, int rows, int cols,
-                     int batch, void *scratch);
+int    na_cu_gemv_quant(void *stream, float *y, const float *x, const na_cu_qw_t *w, int dtype,
+                        int rows, int cols, int batch, void *scratch);
+/* x[r] = row tokens[r] of a repacked quantised table (cols a row) as f32,
+ * dequantised exactly as na_ref_dequant_row does. */
+int    na_cu_embed_quant(void *stream, float *x, const na_cu_qw_t *table, int dtype, int cols,
+                         const int *tokens, int n);
 
 /* ---- attention (cuda_attn.cu) ----------------------------------------------
  * Rows r < n_rows of q (n_heads*head_dim f32 each) attend to the first

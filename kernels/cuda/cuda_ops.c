@@ -9,8 +9,10 @@
  * rounded to the weight's type for the tensor cores, f32 accumulation; for
  * f16 each row is first scaled by a power of two keeping it inside f16's
  * range, the output row scaled back: cuda_half.cu).
- * Q8_0 -> the Q8 GEMV at every batch (x quantised to Q8 blocks once per
- * call, int8 dot products, as kernels/ref defines Q8_0). With
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K -> the quantised GEMV
+ * at every batch (cuda_quant.cu: weights repacked by place(), x quantised
+ * to Q8 / Q8_K blocks once per call, int32 block sums, as kernels/ref
+ * defines each type); embed dequantises them as the reference does. With
  * k->batch_invariant the GEMV takes every dtype, so that a row's result never
  * depends on the batch. */
 #include <stdlib.h>
@@ -49,6 +51,22 @@ static void *na_cu_stream(na_kernels_t *k)
 }
 
 
+/* Bytes of a placed weight (quantised: the repacked layout, cuda_qpack.c). */
+static size_t na_cu_wbytes(const na_kweight_t *w)
+{
+    if (na_dtype_is_quant(w->dtype))
+        return na_cu_qpack_bytes((int)w->dtype, (size_t)w->rows * (size_t)w->cols /
+                                                (size_t)na_dtype_block(w->dtype));
+    return (size_t)w->rows * na_dtype_bytes(w->dtype, (size_t)w->cols);
+}
+
+/* A placed weight's shape: a known dtype, whole blocks a row. */
+static int na_cu_wshape_ok(const na_kweight_t *w)
+{
+    return w != NULL && (unsigned)w->dtype < (unsigned)NA_DTYPE_COUNT && w->rows >= 0 &&
+           w->cols >= 0 && w->cols % na_dtype_block(w->dtype) == 0;
+}
+
 na_status_t na_cu_embed_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
                            const int *tokens, int n)
 {
@@ -58,14 +76,10 @@ na_status_t na_cu_embed_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight
     na_status_t st;
     int i;
 
-    if (t == NULL || tokens == NULL || n < 0)
+    if (!na_cu_wshape_ok(t) || tokens == NULL || n < 0)
         return na_cu_shape("embed");
-    if ((unsigned)t->dtype > NA_DTYPE_Q8_0)
-        return na_err(NA_ERR_UNSUPPORTED, "kernels cuda embed: weight type %s is not supported "
-                      "on cuda", na_dtype_name(t->dtype));
     NA_CU_ARG(x, F32B((size_t)n * (size_t)t->cols), "embed", "x", px);
-    NA_CU_ARG(&t->buf, (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols), "embed",
-              "table", pt);
+    NA_CU_ARG(&t->buf, na_cu_wbytes(t), "embed", "table", pt);
     for (i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= t->rows)
             return na_err(NA_ERR_INVALID, "kernels cuda embed: token %d outside [0, %d)",
@@ -73,6 +87,13 @@ na_status_t na_cu_embed_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight
     NA_CU_ENTER();
     if ((st = na_cu_params(k, tokens, n, &dtok)) != NA_OK)
         return st;
+    if (na_dtype_is_quant(t->dtype)) {
+        na_cu_qw_t qw;
+        na_cu_qpack_view((int)t->dtype, pt, (size_t)t->rows * (size_t)t->cols /
+                                            (size_t)na_dtype_block(t->dtype), &qw);
+        return na_cu_status(k, na_cu_embed_quant(na_cu_stream(k), px, &qw, (int)t->dtype,
+                                                 t->cols, dtok, n), "embed kernel");
+    }
     return na_cu_status(k, na_cu_embed(na_cu_stream(k), px, pt, (int)t->dtype, t->cols, dtok,
                                          n), "embed kernel");
 }
@@ -155,27 +176,26 @@ na_status_t na_cu_matmul_op(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t
     void *pw;
     int gemv;
 
-    if (w == NULL || batch < 0 || (unsigned)w->dtype >= (unsigned)NA_DTYPE_COUNT ||
-        (w->dtype == NA_DTYPE_Q8_0 && w->cols % NA_Q8_0_BLOCK != 0))
+    if (!na_cu_wshape_ok(w) || batch < 0)
         return na_cu_shape("matmul");
-    if (w->dtype > NA_DTYPE_Q8_0)
-        return na_err(NA_ERR_UNSUPPORTED, "kernels cuda matmul: weight type %s is not supported "
-                      "on cuda", na_dtype_name(w->dtype));
     NA_CU_ARG(y, F32B((size_t)batch * (size_t)w->rows), "matmul", "y", py);
     NA_CU_ARG(x, F32B((size_t)batch * (size_t)w->cols), "matmul", "x", px);
-    NA_CU_ARG(&w->buf, (size_t)w->rows * na_dtype_bytes(w->dtype, (size_t)w->cols), "matmul",
-              "w", pw);
+    NA_CU_ARG(&w->buf, na_cu_wbytes(w), "matmul", "w", pw);
     if (batch == 0)
         return NA_OK;
     NA_CU_ENTER();
-    if (w->dtype == NA_DTYPE_Q8_0) {
+    if (na_dtype_is_quant(w->dtype)) {
         na_cuda_t *c = NA_CU(k);
+        na_cu_qw_t qw;
         na_status_t st = na_cu_scratch(k, &c->xh, &c->xh_bytes,
                                        na_cu_gemv_q8_scratch(w->cols, batch));
         if (st != NA_OK)
             return st;
-        return na_cu_status(k, na_cu_gemv_q8(na_cu_stream(k), py, px, pw, w->rows, w->cols,
-                                             batch, c->xh), "q8_0 gemv kernel");
+        na_cu_qpack_view((int)w->dtype, pw, (size_t)w->rows * (size_t)w->cols /
+                                            (size_t)na_dtype_block(w->dtype), &qw);
+        return na_cu_status(k, na_cu_gemv_quant(na_cu_stream(k), py, px, &qw, (int)w->dtype,
+                                                w->rows, w->cols, batch, c->xh),
+                            "quantised gemv kernel");
     }
     gemv = k->batch_invariant || (w->dtype != NA_DTYPE_F32 && batch <= NA_CU_GEMV_MAX_BATCH);
     if (gemv)

@@ -15,7 +15,8 @@
 # resolved: the carried Debian ones, the machine's CUDA ones, NCCL found);
 # tests (every CUDA test binary; a skip (exit 77) counts as a failure here);
 # gen-stories, gen-bf16 (greedy text of --backend cuda equals cpu: stories260K,
-# and a generated bf16 GQA model with head_dim 128); offload-inproc,
+# and a generated bf16 GQA model with head_dim 128; gen-q4_k, gen-q5_0: the
+# same model in q4_k / q5_0 weights); offload-inproc,
 # offload-start (a GPU compute node and GPU attention engines on both storage
 # nodes, default hbm_mb: two slots on one GPU; text equals the cpu run);
 # bench (bench kernels --backend cuda, each row as a fraction of the in-run
@@ -169,6 +170,20 @@ main() {
     tail -1 "$W/g-cuda.err" | tag gen-bf16
     r=$(same "$W/g-cpu.txt" "$W/g-cuda.txt")
     res gen-bf16 "$r"
+    # the same shape in q4_k and q5_0 weights (the repacked quantised GEMVs;
+    # test_cuda_ops checks every quantised type against kernels/ref)
+    local qd
+    for qd in q4_k q5_0; do
+        na 60 gen-model --out "$W/g$qd" --dim 1024 --hidden 2816 --layers 4 --heads 8 --kv-heads 2 \
+            --vocab 4096 --seq-len 1024 --dtype $qd --format gguf --quiet >/dev/null 2>"$W/gen.err" ||
+            say gen-$qd "gen-model: $(tail -1 "$W/gen.err")"
+        for b in cpu cuda; do
+            na 90 run --mode monolithic --backend $b --model "$W/g$qd.gguf" --prompts "$W/p.txt" \
+                --temp 0 -n 300 >"$W/g$qd-$b.txt" 2>"$W/g$qd-$b.err"
+        done
+        tail -1 "$W/g$qd-cuda.err" | tag gen-$qd
+        res gen-$qd "$(same "$W/g$qd-cpu.txt" "$W/g$qd-cuda.txt")"
+    done
 
     # ---- offload: GPU compute node, GPU attention engines (default hbm_mb) --
     sed -e 's|device: cpu, threads: 1|device: cuda, gpu: 0, threads: 1|' \

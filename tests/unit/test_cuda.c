@@ -11,9 +11,10 @@
  *   test_cuda engine   the monolithic engine on "cuda": greedy tokens equal
  *                      the cpu backend's for generated MHA and GQA models and
  *                      stories260K (f32 KV; GQA also f16 KV: the same RNE
- *                      rounding of the stored rows), and a q8_0 model (x in
+ *                      rounding of the stored rows), a q8_0 model (x in
  *                      Q8 blocks with int32 sums, as the cpu backend does
- *                      since the Q8 x Q8 change on main).
+ *                      since the Q8 x Q8 change on main) and q5_1, q4_k,
+ *                      q6_k models (compiled, not run on a GPU yet).
  *   test_cuda tp       NCCL tensor parallelism at tp = 1 (one GPU): the
  *                      all-reduce of one rank leaves a matmul output as it
  *                      was; a GPU named twice is refused.
@@ -30,10 +31,12 @@
  * 2e-5·Σ_j|w_rj x_j| (+1e-6). On the cuBLAS path of f16/bf16 weights
  * (batch > 8) the activations are rounded to the weight's type first
  * (relative error 2^-11 / 2^-8 each), so the bound is 2^-10 / 2^-7 of
- * Σ|w x|. Q8_0 weights take x in Q8 blocks (as kernels/ref defines Q8_0
- * on main since the Q8 x Q8 change; before it, ref used f32 x): each input
- * is off by at most max|x_block|/254, so the bound adds Σ_blocks
- * max|x|/254 · Σ|w| and holds against either reference. Attention outputs
+ * Σ|w x|. Quantised weights take x in Q8 blocks of 32 (Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1) or Q8_K blocks of 256 (Q4_K, Q5_K, Q6_K), as kernels/ref
+ * defines each type: each input is off by at most max|x_block|/254, so the
+ * bound adds Σ_blocks max|x|/254 · Σ|w| and holds against a reference with
+ * f32 x too. The quantised types run on their awkward shapes too (rows of
+ * 40 legacy blocks, 5 super-blocks), and embed compares bit for bit. Attention outputs
  * are convex combinations of V rows in [-1, 1]:
  * 2e-5 absolute + 1e-4 relative. Element-wise ops: 1e-6 absolute + 1e-5
  * relative (CUDA's expf/sinf/cosf/powf are within 2 ulp). */
@@ -43,6 +46,7 @@
 
 #include "common/genmodel.h"
 #include "common/model.h"
+#include "common/quantize.h"
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
 #include "kernels/cuda/cuda.h"
@@ -91,7 +95,8 @@ static void dev_free(na_kbuf_t *b)
 /* ---- weights in every dtype -------------------------------------------- */
 
 /* A rows x cols tensor of dtype dt from random values in [-1, 1) (Q8_0:
- * per-block scale max|x|/127, rounded quants). Free t->data. */
+ * per-block scale max|x|/127, rounded quants; the other quantised types:
+ * common/quantize.c). Free t->data. */
 static void make_weight(na_tensor_t *t, na_dtype_t dt, int rows, int cols)
 {
     size_t n = (size_t)rows * (size_t)cols, i;
@@ -120,6 +125,10 @@ static void make_weight(na_tensor_t *t, na_dtype_t dt, int rows, int cols)
                     (uint8_t)(int8_t)lrintf(d > 0.0f ? f[i * NA_Q8_0_BLOCK + j] / d : 0.0f);
         }
         t->data = q;
+    } else if (na_dtype_is_quant(dt)) {   /* Q4_0 ... Q6_K: gen-model's quantiser */
+        void *q = xalloc(na_dtype_bytes(dt, n));
+        NA_CHECK(na_quantize(dt, f, n, q) == na_dtype_bytes(dt, n));
+        t->data = q;
     } else {
         uint16_t *h = xalloc(n * 2);
         for (i = 0; i < n; i++)
@@ -142,9 +151,14 @@ static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int big
     double half_eps = batch > 8 && dt == NA_DTYPE_F16 ? 1.0 / 1024 :
                       batch > 8 && dt == NA_DTYPE_BF16 ? 1.0 / 128 : 0.0;
     na_kbuf_t *bx, *by;
-    int b, r, j, bad = 0;
+    int b, r, j, bad = 0, xblk = na_dtype_block(dt) == NA_QK_K ? NA_QK_K : NA_Q8_0_BLOCK;
+
+    float *wd = xalloc(F32B((size_t)rows * cols));     /* W dequantised */
 
     make_weight(&t, dt, rows, cols);
+    for (r = 0; r < rows; r++)
+        na_ref_dequant_row(dt, (const uint8_t *)t.data + (size_t)r * na_dtype_bytes(dt, cols),
+                           wd + (size_t)r * cols, cols);
     na_rng_fill(&rng, x, nx, -1.0f, 1.0f);
     for (b = 0; big && b < batch; b++)
         for (j = 0; j < cols && b % 3 != 0; j++)
@@ -159,14 +173,16 @@ static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int big
         for (r = 0; r < rows && !bad; r++) {
             double mag = 0.0, qerr = 0.0, tol;
             for (j = 0; j < cols; j++)
-                mag += fabs((double)na_ref_weight_at(&t, r, j) * x[(size_t)b * cols + j]);
-            /* Q8_0: x in Q8 blocks, each input off by at most d_x/2 = max|x|/254 */
-            for (j = 0; dt == NA_DTYPE_Q8_0 && j < cols; j += NA_Q8_0_BLOCK) {
+                mag += fabs((double)wd[(size_t)r * cols + j] * x[(size_t)b * cols + j]);
+            /* quantised weights: x in Q8 blocks of 32 (Q8_0, Q4_0 ... Q5_1) or
+             * Q8_K blocks of 256 (K-quants), each input off by at most
+             * d_x/2 = max|x|/254 */
+            for (j = 0; na_dtype_is_quant(dt) && j < cols; j += xblk) {
                 double amax = 0.0, wsum = 0.0;
                 int i;
-                for (i = j; i < j + NA_Q8_0_BLOCK; i++) {
+                for (i = j; i < j + xblk; i++) {
                     amax = fmax(amax, fabs((double)x[(size_t)b * cols + i]));
-                    wsum += fabs((double)na_ref_weight_at(&t, r, i));
+                    wsum += fabs((double)wd[(size_t)r * cols + i]);
                 }
                 qerr += amax / 254.0 * wsum;
             }
@@ -197,6 +213,7 @@ static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int big
     dev_free(bx);
     dev_free(by);
     free((void *)t.data);
+    free(wd);
     free(x);
     free(y);
     free(yr);
@@ -209,14 +226,18 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
 
 static void test_matmul(void)
 {
+    /* 512 and 1280: 2 and 5 super-blocks of the K-quants (1280: a second
+     * step of the warp with 8 of its 32 lanes on the row), 40 legacy blocks
+     * (more than a warp's lanes) */
     static const int shapes[][2] = { { 1, 32 }, { 7, 64 }, { 33, 96 }, { 130, 256 },
-                                     { 3, 40 }, { 65, 100 }, { 17, 1000 } };
+                                     { 3, 40 }, { 65, 100 }, { 17, 1000 }, { 9, 512 },
+                                     { 31, 1280 } };
     static const int batches[] = { 1, 3, 8, 9, 17 };
     size_t s, b;
     int d;
-    for (d = 0; d <= NA_DTYPE_Q8_0; d++)
+    for (d = 0; d < NA_DTYPE_COUNT; d++)        /* every weight type, quantised ones too */
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-            if (d == NA_DTYPE_Q8_0 && shapes[s][1] % NA_Q8_0_BLOCK != 0)
+            if (shapes[s][1] % na_dtype_block((na_dtype_t)d) != 0)
                 continue;
             for (b = 0; b < sizeof(batches) / sizeof(batches[0]); b++)
                 check_matmul((na_dtype_t)d, shapes[s][0], shapes[s][1], batches[b]);
@@ -228,7 +249,18 @@ static void test_matmul(void)
     for (d = 0; d < NA_DTYPE_COUNT; d++)
         for (b = 0; b < sizeof(batches) / sizeof(batches[0]); b++)
             if (batches[b] >= 3)
-                check_matmul_x((na_dtype_t)d, 65, 128, batches[b], 1);
+                check_matmul_x((na_dtype_t)d, 65, na_dtype_block((na_dtype_t)d) == NA_QK_K
+                                                  ? NA_QK_K : 128, batches[b], 1);
+    /* a row of partial blocks is refused by place, never read past its end */
+    for (d = NA_DTYPE_Q8_0; d < NA_DTYPE_COUNT; d++) {
+        na_tensor_t t;
+        na_kweight_t w;
+        make_weight(&t, (na_dtype_t)d, 4, na_dtype_block((na_dtype_t)d));
+        t.cols = na_dtype_block((na_dtype_t)d) / 2 + 8;
+        NA_CHECK_MSG(cu->ops->place(cu, &t, &w) == NA_ERR_INVALID, "place %s with %d columns",
+                     na_dtype_name((na_dtype_t)d), t.cols);
+        free((void *)t.data);
+    }
 }
 
 /* ---- element-wise and row ops ------------------------------------------- */
@@ -243,23 +275,27 @@ static void check_close(const float *a, const float *b, size_t n, double atol, d
 static void test_embed(void)
 {
     int toks[5] = { 0, 63, 5, 5, 31 }, d;
-    for (d = 0; d <= NA_DTYPE_Q8_0; d++) {
+    for (d = 0; d < NA_DTYPE_COUNT; d++) {     /* every weight type, quantised ones too */
+        int cols = na_dtype_block((na_dtype_t)d) == NA_QK_K ? 2 * NA_QK_K : 96;
         na_tensor_t t;
         na_kweight_t w;
-        float out[5 * 96], ref[5 * 96];
-        na_kbuf_t *bx = dev_from(NULL, sizeof(out));
-        make_weight(&t, (na_dtype_t)d, 64, 96);
+        float *out = xalloc(F32B(5 * cols)), *ref = xalloc(F32B(5 * cols));
+        na_kbuf_t *bx = dev_from(NULL, F32B(5 * cols));
+        make_weight(&t, (na_dtype_t)d, 64, cols);
         na_ref_embed(ref, &t, toks, 5);
         NA_CHECK_OK(cu->ops->place(cu, &t, &w));
         NA_CHECK_OK(cu->ops->embed(cu, bx, &w, toks, 5));
         toks[1] = 64;                               /* outside the table */
         NA_CHECK(cu->ops->embed(cu, bx, &w, toks, 5) == NA_ERR_INVALID);
         toks[1] = 63;
-        dev_to(out, bx, sizeof(out));
-        NA_CHECK_MSG(memcmp(out, ref, sizeof(out)) == 0, "embed %s", na_dtype_name((na_dtype_t)d));
+        dev_to(out, bx, F32B(5 * cols));
+        NA_CHECK_MSG(memcmp(out, ref, F32B(5 * cols)) == 0, "embed %s",
+                     na_dtype_name((na_dtype_t)d));
         cu->ops->unplace(cu, &w);
         dev_free(bx);
         free((void *)t.data);
+        free(out);
+        free(ref);
     }
 }
 
@@ -706,6 +742,24 @@ static int test_engine(void)
     if ((m = na_test_genmodel_open(dir, "q8", &o, "gguf")) != NULL) {
         check_tokens(m, "generated GQA q8_0", NA_DTYPE_F32);
         na_model_destroy(m);
+    }
+    /* the other quantised types (repacked on the device; x in Q8 / Q8_K
+     * blocks as the cpu backend takes them): a legacy and a K-quant mix */
+    {
+        static const na_dtype_t qd[] = { NA_DTYPE_Q5_1, NA_DTYPE_Q4_K, NA_DTYPE_Q6_K };
+        size_t i;
+        for (i = 0; i < sizeof(qd) / sizeof(qd[0]); i++) {
+            char what[64];
+            na_genmodel_shape(&o, 256, 768, 2, 8, 2, 600, 128);   /* rows of whole super-blocks */
+            o.dtype = qd[i];
+            o.write_llama2c = 0;
+            o.write_gguf = 1;
+            snprintf(what, sizeof(what), "generated GQA %s", na_dtype_name(qd[i]));
+            if ((m = na_test_genmodel_open(dir, na_dtype_name(qd[i]), &o, "gguf")) != NULL) {
+                check_tokens(m, what, NA_DTYPE_F32);
+                na_model_destroy(m);
+            }
+        }
     }
     if (na_test_shared_model("stories260K.bin") != NULL) {
         char path[1024];
