@@ -172,73 +172,31 @@ typedef struct {
 } na_bpe_node_t;
 
 typedef struct {
-    uint32_t rank;
-    int      pos;              /* left node */
-    int      left, right, to;  /* token ids when pushed */
-} na_bpe_cand_t;
-
-static int na_bpe_before(const na_bpe_cand_t *a, const na_bpe_cand_t *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
-static void na_bpe_push(na_bpe_cand_t *h, size_t *n, na_bpe_cand_t c)
-{
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!na_bpe_before(&c, &h[p]))
-            break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = c;
-}
-
-static na_bpe_cand_t na_bpe_pop(na_bpe_cand_t *h, size_t *n)
-{
-    na_bpe_cand_t top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n)
-            break;
-        if (c + 1 < *n && na_bpe_before(&h[c + 1], &h[c]))
-            c++;
-        if (!na_bpe_before(&h[c], &last))
-            break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0)
-        h[i] = last;
-    return top;
-}
-
-typedef struct {
     const na_tokenizer_t *t;
     const char           *text;
     int                  *tokens;
     size_t                max, n;
     na_bpe_node_t        *nodes;   /* scratch, grown to the longest word */
-    na_bpe_cand_t        *heap;
+    na_tok_cand_t        *heap;
     size_t                cap;
     na_status_t           st;
 } na_bpe_ctx_t;
 
 static void na_bpe_try(const na_tokenizer_t *t, const na_bpe_node_t *nodes, int pos,
-                       na_bpe_cand_t *heap, size_t *nheap)
+                       na_tok_cand_t *heap, size_t *nheap)
 {
-    na_bpe_cand_t c;
+    na_tok_cand_t c;
+    uint32_t rank;
     int r;
     if (pos < 0 || (r = nodes[pos].next) < 0 || nodes[pos].id < 0 || nodes[r].id < 0)
         return;
-    if (!na_bpe_find(t, nodes[pos].id, nodes[r].id, &c.rank, &c.to))
+    if (!na_bpe_find(t, nodes[pos].id, nodes[r].id, &rank, &c.to))
         return;
+    c.key = rank;                      /* the lowest rank first */
     c.pos = pos;
     c.left = nodes[pos].id;
     c.right = nodes[r].id;
-    na_bpe_push(heap, nheap, c);
+    na_tok_heap_push(heap, nheap, c);
 }
 
 static int na_bpe_emit(na_bpe_ctx_t *x, int id)
@@ -268,7 +226,7 @@ static int na_bpe_word(void *user, size_t off, size_t len)
     if (len > x->cap) {
         size_t cap = len > 2 * x->cap ? len : 2 * x->cap;
         na_bpe_node_t *nodes = realloc(x->nodes, cap * sizeof(*nodes));
-        na_bpe_cand_t *heap;
+        na_tok_cand_t *heap;
         if (nodes != NULL)
             x->nodes = nodes;
         heap = nodes != NULL ? realloc(x->heap, 3 * cap * sizeof(*heap)) : NULL;
@@ -287,7 +245,7 @@ static int na_bpe_word(void *user, size_t off, size_t len)
     for (i = 0; i + 1 < len; i++)
         na_bpe_try(t, x->nodes, (int)i, x->heap, &nheap);
     while (nheap > 0) {
-        na_bpe_cand_t c = na_bpe_pop(x->heap, &nheap);
+        na_tok_cand_t c = na_tok_heap_pop(x->heap, &nheap);
         na_bpe_node_t *nd = x->nodes;
         int r = nd[c.pos].next;
         if (nd[c.pos].id != c.left || r < 0 || nd[r].id != c.right)

@@ -52,6 +52,20 @@ struct na_tokenizer {
     int          n_special;
 };
 
+/* A merge candidate of both merge loops (SentencePiece in tokenizer.c,
+ * byte-level BPE in tok_bpe.c): the pair (left, right) at node pos, which
+ * merges into token `to`. The heap pops the smallest key first (BPE: the
+ * merge's rank; SentencePiece: minus the merged piece's score), equal keys
+ * leftmost first. */
+typedef struct {
+    double key;
+    int    pos;                /* left node */
+    int    left, right, to;    /* token ids when pushed */
+} na_tok_cand_t;
+
+void          na_tok_heap_push(na_tok_cand_t *h, size_t *n, na_tok_cand_t c);
+na_tok_cand_t na_tok_heap_pop(na_tok_cand_t *h, size_t *n);
+
 /* Token id of the piece s[0..len) (normal, user and unused tokens), or -1. */
 int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t len);
 

@@ -588,20 +588,14 @@ typedef struct {
     int prev, next;           /* list links, -1 at the ends */
 } na_tok_node_t;
 
-typedef struct {
-    float score;
-    int   pos;                /* left node */
-    int   left, right;        /* token ids when pushed */
-    int   merged;
-} na_tok_cand_t;
 
 /* Heap order: higher score first, then leftmost. */
 static int na_tok_before(const na_tok_cand_t *a, const na_tok_cand_t *b)
 {
-    return a->score > b->score || (a->score == b->score && a->pos < b->pos);
+    return a->key < b->key || (a->key == b->key && a->pos < b->pos);
 }
 
-static void na_tok_heap_push(na_tok_cand_t *h, size_t *n, na_tok_cand_t c)
+void na_tok_heap_push(na_tok_cand_t *h, size_t *n, na_tok_cand_t c)
 {
     size_t i = (*n)++;
     while (i > 0) {
@@ -614,7 +608,7 @@ static void na_tok_heap_push(na_tok_cand_t *h, size_t *n, na_tok_cand_t c)
     h[i] = c;
 }
 
-static na_tok_cand_t na_tok_heap_pop(na_tok_cand_t *h, size_t *n)
+na_tok_cand_t na_tok_heap_pop(na_tok_cand_t *h, size_t *n)
 {
     na_tok_cand_t top = h[0], last = h[--(*n)];
     size_t i = 0;
@@ -652,11 +646,11 @@ static void na_tok_try_pair(const na_tokenizer_t *t, const na_tok_node_t *nodes,
     m = na_tok_lookup(t, scratch, (size_t)ll + rl);
     if (m < 0 || t->scores[m] <= -1e10f)
         return;
-    c.score = t->scores[m];
+    c.key = -(double)t->scores[m];    /* the highest score first */
     c.pos = pos;
     c.left = l;
     c.right = nodes[r].id;
-    c.merged = m;
+    c.to = m;
     na_tok_heap_push(heap, nheap, c);
 }
 
@@ -724,7 +718,7 @@ static na_status_t na_tok_encode_spm(const na_tokenizer_t *t, const char *text, 
         int r = nodes[c.pos].next;
         if (nodes[c.pos].id != c.left || r < 0 || nodes[r].id != c.right)
             continue;                              /* stale candidate */
-        nodes[c.pos].id = c.merged;
+        nodes[c.pos].id = c.to;
         nodes[c.pos].next = nodes[r].next;
         if (nodes[r].next >= 0)
             nodes[nodes[r].next].prev = c.pos;
