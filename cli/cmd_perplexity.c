@@ -366,9 +366,8 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     st = na_engine_create(r->model, &eo, &r->engine);
     if (st != NA_OK)
         return st;
-    /* a row's logits must not depend on which rows run beside it: the
-     * figures must not change with --batch, nor between the modes */
-    r->engine->kern->batch_invariant = 1;
+    /* na_engine_create made the kernels batch-invariant: the figures do
+     * not change with --batch, nor between the modes */
     po = (na_ppl_opts_t){ (int)a->ctx, (int)a->chunks,
                          na_tokenizer_add_bos(r->tok) ? na_tokenizer_bos(r->tok) : -1 };
     st = na_ppl_create(r->engine, r->tokens, (int)*n_tok, &po, &r->ppl);

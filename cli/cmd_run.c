@@ -125,7 +125,7 @@ static void na_run_usage(FILE *f)
         "  --seed S        random seed (default: from the clock; printed); request i\n"
         "                  (0-based) draws from its own stream seeded by S and i,\n"
         "                  so a seed gives the same texts at any --batch and in every\n"
-        "                  mode (sampled runs use batch-invariant kernels for this)\n"
+        "                  mode (greedy too: the kernels are batch-invariant)\n"
         "  --threads N     compute threads (default: all cores)\n"
         "  --batch N       most requests decoded together (default: all)\n"
         "  --kv-dtype D    KV cache element type, f16, bf16 or f32 (default f16; offload: the\n"
@@ -659,10 +659,6 @@ int na_cmd_run(int argc, char **argv)
     st = na_engine_create(r.model, &eo, &r.engine);
     if (st != NA_OK)
         goto out_fail;
-    /* sampled text: every request's logits must not depend on the batch, or
-     * a seed would give another text at another --batch (see sampler.h) */
-    if (a.temp > 0.0)
-        r.engine->kern->batch_invariant = 1;
     st = na_run_make_requests(&a, &r);
     if (st != NA_OK)
         goto out_fail;

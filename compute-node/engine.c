@@ -82,6 +82,10 @@ na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *op
     st = na_kernels_create(backend, opts->n_threads, &e->kern);
     if (st != NA_OK)
         goto err_free_engine;
+    /* every front end (run, serve, batch, perplexity; monolithic and
+     * offload): a row's logits must not depend on the rows batched beside
+     * it, so greedy and seeded text is the same at any batch (sampler.h) */
+    e->kern->batch_invariant = 1;
     st = na_engine_place(e);
     if (st != NA_OK)
         goto err_destroy_kernels;

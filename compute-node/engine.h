@@ -124,7 +124,10 @@ typedef struct na_acts {
 
 /* Create an engine over a loaded model. Fails with NA_ERR_INVALID (bad opts,
  * e.g. an unsupported kv dtype), NA_ERR_UNSUPPORTED (backend not available),
- * NA_ERR_NOMEM. The model must outlive the engine; *e_p is owned by the caller. */
+ * NA_ERR_NOMEM. The model must outlive the engine; *e_p is owned by the caller.
+ * The engine's kernels are batch-invariant (kern->batch_invariant = 1): a
+ * request's logits, so its greedy or seeded text, never depend on the
+ * requests batched beside it, in any front end or mode. */
 na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *opts,
                              na_engine_t **e_p);
 /* Free the engine and its backend; NULL is a no-op. */

@@ -242,7 +242,8 @@ struct na_kernels {
                                           cpu, device for refdev and devices) */
     int                    batch_invariant; /* 1: every output row of matmul is
                                           bit-identical to the same row at batch
-                                          1 (cpu: no sgemm path); 0 at create */
+                                          1 (cpu: no sgemm path); 0 at create,
+                                          1 from na_engine_create */
     const char            *isa;        /* the kernels' instruction set, chosen at
                                           create (cpu: "x86-64-v3" or "x86-64-v4");
                                           NULL when it does not apply */

@@ -373,8 +373,6 @@ static na_status_t sg_load_model(na_sg_t *g, const na_sg_opts_t *o)
     st = na_engine_create(g->model, &eo, &g->engine);
     if (st != NA_OK)
         return st;
-    /* a job's logits must not depend on the batch it shares (sampler.h) */
-    g->engine->kern->batch_invariant = 1;
     g->n_stop_ids = na_tokenizer_stop_ids(g->tok, g->stop_ids, 8);
     return NA_OK;
 }

@@ -37,6 +37,9 @@
  *                         and dotted with NA_CPU_MM_NB inputs at a time, in
  *                         the batch-1 summation order: every output is
  *                         bit-identical to the same row computed at batch 1.
+ *                         With AVX-512 four rows per pass (na_cpu_dotrn_f32,
+ *                         the same order in zmm halves): each input vector
+ *                         loaded feeds four rows.
  *   F32/F16, batch >= 64  with AVX-512F (x86-64-v4), na_cpu_gemm_f32
  *   (not batch-invariant) (kernels/cpu/cpu_gemm_f32.c): f32 products, an
  *                         AVX-512 register-blocked GEMM in place of the two
@@ -51,7 +54,17 @@
  *                         BF16 without AVX512-BF16).
  *   k->batch_invariant    the "small" path at every batch size, so a row's
  *                         result never depends on what is batched beside it
- *                         (seeded sampling reproduces across batch sizes).
+ *                         (greedy and seeded text reproduce across batch
+ *                         sizes); na_engine_create sets it for every engine.
+ *                         Its cost against the paths above (busy 2-core
+ *                         EPYC, load 9-13, medians of 4-7 alternated runs):
+ *                         `bench e2e --mode monolithic` dim 256 decode B=32
+ *                         469 -> 638 tok/s, B=64 597 -> 603 (no cost); a
+ *                         dim-768 F16 model, 32 prompts: decode 513 -> 475,
+ *                         prefill (398 rows) 540 -> 371 tok/s (the AVX-512
+ *                         GEMM is faster at hundreds of rows); stories260K
+ *                         (dim 64: the per-output reduction dominates), 64
+ *                         prompts: decode 7751 -> 5422, prefill 7471 -> 4788.
  *
  * F32 crossover, `nearattn bench kernels --part small` (2 threads, weights
  * from DRAM, GFLOP/s row kernel / cblas_sgemm, busy machine, spreads of
@@ -244,6 +257,98 @@ static void na_cpu_dot_batch_f32(const float *w, const float *x, size_t ld, int 
     }
 }
 
+#if defined(__AVX512F__)
+/* NR weight rows at a time (AVX-512): out[b * os + r] = w[r] · x[b * ld ..]
+ * for r < NR, b < NB (NR * NB <= 8, constants after inlining). Every output
+ * is summed in exactly the order of na_cpu_dotn_f32 — a zmm accumulator
+ * holds that kernel's a0|a1 (lanes i..i+15 of each block of 32), another
+ * a2|a3; blocks of 8 go into the low half (a0) under a mask; the same
+ * reduction tree and scalar tail — so it is bit-identical to batch 1, while
+ * each input vector loaded feeds NR rows (NR 4, NB 2: 12 loads per 16 FMAs of
+ * 16 lanes, where na_cpu_dotn_f32 needs 20 per 16 of 8). */
+NA_INLINE void na_cpu_dotrn_f32(const float *const *w, int NR, const float *x, size_t ld,
+                                int n, int NB, float *out, size_t os)
+{
+    __m512 a[4][4][2];
+    float sum[4][4];
+    int i = 0, b, r;
+
+#pragma GCC unroll 4
+    for (b = 0; b < NB; b++)
+#pragma GCC unroll 4
+        for (r = 0; r < NR; r++)
+            a[r][b][0] = a[r][b][1] = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        __m512 u[4][2];
+#pragma GCC unroll 4
+        for (r = 0; r < NR; r++) {
+            u[r][0] = _mm512_loadu_ps(w[r] + i);
+            u[r][1] = _mm512_loadu_ps(w[r] + i + 16);
+            NA_CPU_MV_PREFETCH(w[r] + i);
+        }
+#pragma GCC unroll 4
+        for (b = 0; b < NB; b++) {
+            const float *xb = x + (size_t)b * ld + i;
+            __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+#pragma GCC unroll 4
+            for (r = 0; r < NR; r++) {
+                a[r][b][0] = _mm512_fmadd_ps(u[r][0], x0, a[r][b][0]);
+                a[r][b][1] = _mm512_fmadd_ps(u[r][1], x1, a[r][b][1]);
+            }
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m512 u[4];
+#pragma GCC unroll 4
+        for (r = 0; r < NR; r++)
+            u[r] = _mm512_maskz_loadu_ps(0xff, w[r] + i);
+#pragma GCC unroll 4
+        for (b = 0; b < NB; b++) {
+            __m512 xv = _mm512_maskz_loadu_ps(0xff, x + (size_t)b * ld + i);
+#pragma GCC unroll 4
+            for (r = 0; r < NR; r++)
+                a[r][b][0] = _mm512_mask3_fmadd_ps(u[r], xv, a[r][b][0], 0xff);
+        }
+    }
+#pragma GCC unroll 4
+    for (b = 0; b < NB; b++)
+#pragma GCC unroll 4
+        for (r = 0; r < NR; r++) {
+            __m256 p0 = _mm512_castps512_ps256(a[r][b][0]);
+            __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][0]), 1));
+            __m256 p2 = _mm512_castps512_ps256(a[r][b][1]);
+            __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][1]), 1));
+            sum[r][b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
+        }
+    for (; i < n; i++)
+#pragma GCC unroll 4
+        for (b = 0; b < NB; b++)
+#pragma GCC unroll 4
+            for (r = 0; r < NR; r++)
+                sum[r][b] = fmaf(w[r][i], x[(size_t)b * ld + i], sum[r][b]);
+#pragma GCC unroll 4
+    for (b = 0; b < NB; b++)
+#pragma GCC unroll 4
+        for (r = 0; r < NR; r++)
+            out[(size_t)b * os + r] = sum[r][b];
+}
+
+/* NA_CPU_MM_ROWS adjacent rows w[0..3] (outputs out[b * os + r]) times
+ * inputs b < nb, 2 at a time. */
+static void na_cpu_dot4_batch_f32(const float *const *w, const float *x, size_t ld, int n,
+                                  int nb, float *out, size_t os)
+{
+    int b = 0;
+    for (; b + 2 <= nb; b += 2)
+        na_cpu_dotrn_f32(w, 4, x + (size_t)b * ld, ld, n, 2, out + (size_t)b * os, os);
+    if (b < nb)
+        na_cpu_dotrn_f32(w, 4, x + (size_t)b * ld, ld, n, 1, out + (size_t)b * os, os);
+}
+#define NA_CPU_MM_ROWS 4    /* weight rows per pass of the small-batch kernel */
+#else
+#define NA_CPU_MM_ROWS 1
+#endif
+
 /* Dot product of one weight row (any dtype) with x[n]. */
 static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, int n)
 {
@@ -374,7 +479,7 @@ static void na_cpu_mm_rows_task(void *ctx, int t, int n_tasks)
     const na_cpu_mm_job_t *j = ctx;
     int cols = j->w->cols, rows = j->w->rows;
     int r, b, lo, hi;
-    float *rb = j->buf ? j->buf + (size_t)t * cols : NULL;
+    float *rb = j->buf ? j->buf + (size_t)t * NA_CPU_MM_ROWS * cols : NULL;
 
     na_cpu_task_rows(j, t, n_tasks, &lo, &hi);
     if (j->qx != NULL) {                /* Q8_0: the row stays in L1 across the inputs */
@@ -386,7 +491,25 @@ static void na_cpu_mm_rows_task(void *ctx, int t, int n_tasks)
                                     j->dx + (size_t)b * nblk, nblk);
         return;
     }
-    for (r = lo; r < hi; r++) {
+#if NA_CPU_MM_ROWS == 4
+    /* F32 below 8 inputs: the rows in place, one at a time (4 at a time with
+     * the copy measured 15 % slower at batch 4; from batch 8 faster) */
+    for (r = lo; r + 4 <= hi && rb != NULL && (j->w->dtype != NA_DTYPE_F32 || j->batch >= 8);
+         r += 4) {
+        const float *w4[4];
+        int i;
+        for (i = 0; i < 4; i++) {
+            /* F32 rows copied too: the 4 rows stay together in L1 (measured
+             * 52 -> 68-77 GFLOP/s at 768 cols, batch 32-64, 1 thread) */
+            na_cpu_dequant_row(j->w->dtype, na_cpu_row(j->w, r + i), rb + (size_t)i * cols, cols);
+            w4[i] = rb + (size_t)i * cols;
+        }
+        na_cpu_dot4_batch_f32(w4, j->x, (size_t)cols, cols, j->batch, j->y + r, (size_t)rows);
+    }
+#else
+    r = lo;
+#endif
+    for (; r < hi; r++) {
         const uint8_t *row = na_cpu_row(j->w, r);
         const float *wf = (const float *)row;
         if (j->w->dtype != NA_DTYPE_F32) {
@@ -514,7 +637,7 @@ rows:
     tasks = na_cpu_mm_tasks(k, rows, cols, batch);
     j.r0 = 0;
     j.r1 = rows;
-    if (w->dtype != NA_DTYPE_F32)
-        j.buf = na_cpu_scratch(k, (size_t)tasks * cols);
+    if (w->dtype != NA_DTYPE_F32 || NA_CPU_MM_ROWS > 1)
+        j.buf = na_cpu_scratch(k, (size_t)tasks * NA_CPU_MM_ROWS * cols);
     na_cpu_pool_run(s->pool, na_cpu_mm_rows_task, &j, tasks);
 }

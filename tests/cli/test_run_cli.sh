@@ -5,7 +5,8 @@
 # tests/cluster/test_offload_run.sh). Needs NA_BIN (set by ctest).
 #   basic  (default) everything that runs on generated models
 #   story  the checks that need shared/models/stories260K.bin and tok512.bin
-#          (the known greedy story, truncated files, batches of prompts);
+#          (the known greedy story, truncated files, batches of prompts,
+#          the same greedy texts at --batch 1 and batched);
 #          exits 77 (skipped) when they are absent
 set -u
 PART=${1:-basic}
@@ -133,6 +134,36 @@ if [ "$PART" = story ]; then
         cmp -s "$TMP/out" "$TMP/out2" || fail "--prompts: same seed, different text"
     else
         fail "--prompts run failed: $(cat "$TMP/err")"
+    fi
+    # greedy text does not depend on the batch: 64 prompts one at a time
+    # (--batch 1) and all together give the same texts (before the engine's
+    # kernels were batch-invariant by default, 3 of these 64 differed: the
+    # sgemm / AVX-512 GEMM paths sum a row in another order from batch 16)
+    awk 'BEGIN { split("Lily,Tom,a little dog,the cat,Sue,Ben,a bird,the sun,Mom,a big bear,the boy,Tim", s, ",");
+                 split("went to,saw,wanted,liked,found,played with,looked at,ran to", v, ",");
+                 split("the park,a ball,the tree,a toy,the sky,her friend,a cake,the box", o, ",");
+                 for (i = 0; i < 64; i++)
+                     printf "%s %s %s\n", s[i % 12 + 1], v[(i * 5) % 8 + 1], o[(i * 3 + int(i / 8)) % 8 + 1] }' \
+        >"$TMP/p64.txt"
+    # the texts by request index (requests finish in any order)
+    by_index() {
+        awk '/^\[[0-9]+\] / { id = substr($1, 2, length($1) - 2) + 0 } { print id "\t" NR "\t" $0 }' "$1" |
+            sort -k1,1n -k2,2n | cut -f1,3-
+    }
+    CHECKS=$((CHECKS + 1))
+    if "$BIN" run --mode monolithic --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p64.txt" \
+           --temp 0 -n 200 --batch 1 >"$TMP/b1" 2>"$TMP/err" &&
+       "$BIN" run --mode monolithic --model "$MODEL" --tokenizer "$TOK" --prompts "$TMP/p64.txt" \
+           --temp 0 -n 200 >"$TMP/b64" 2>>"$TMP/err"; then
+        by_index "$TMP/b1" >"$TMP/b1.s"
+        by_index "$TMP/b64" >"$TMP/b64.s"
+        [ "$(grep -c '^[0-9]*	\[[0-9]*\] ' "$TMP/b1.s")" = 64 ] || fail "64 prompts: got '$(cat "$TMP/b1")'"
+        if ! cmp -s "$TMP/b1.s" "$TMP/b64.s"; then
+            fail "greedy text depends on the batch: prompts $(diff "$TMP/b1.s" "$TMP/b64.s" |
+                 sed -n 's/^[<>] \([0-9]*\)	.*/\1/p' | sort -un | tr '\n' ' ')differ between --batch 1 and 64"
+        fi
+    else
+        fail "64-prompt greedy runs failed: $(cat "$TMP/err")"
     fi
 fi # story
 

@@ -8,7 +8,9 @@
  *                          backends give the same greedy tokens.
  *   test_engine generated  on generated models: GGUF and llama2.c files of the
  *                          same weights give the same logits; batched = single
- *                          on a GQA model; bad requests are refused. */
+ *                          on a GQA model; the engine's kernels are batch-
+ *                          invariant for every weight dtype; bad requests are
+ *                          refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -520,6 +522,149 @@ out_model:
     na_model_destroy(m);
 }
 
+/* ---- batch invariance of the engine's kernels --------------------------
+ * Every front end creates its kernels through na_engine_create, which makes
+ * them batch-invariant: row b of a batch-B matmul is bit-identical to the
+ * batch-1 matmul of input b, for every weight dtype and batches on both
+ * sides of every kernel's crossover (sgemm, the GEMMs, the tiles), with 1
+ * and 2 threads. Without it greedy text depends on what was batched beside
+ * a request (`run --batch 1` vs the default; serve vs run). */
+static void put_f16(uint8_t *p, float f)
+{
+    uint16_t h = na_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* A rows x cols weight of dtype dt, random but finite (block scales small). */
+static void *make_weight(na_rng_t *rng, na_dtype_t dt, int rows, int cols, na_tensor_t *w)
+{
+    size_t n = (size_t)rows * (size_t)cols, i;
+    size_t nblk = n / (size_t)na_dtype_block(dt), bb = na_dtype_block_bytes(dt);
+    uint8_t *p = malloc(nblk * bb), *b;
+
+    if (p == NULL)
+        return NULL;
+    for (i = 0; i < nblk * bb; i++)
+        p[i] = (uint8_t)na_rng_u64(rng);
+    for (i = 0, b = p; i < nblk; i++, b += bb) {
+        switch (dt) {
+        case NA_DTYPE_F32: {
+            float f = na_rng_uniform(rng) - 0.5f;
+            memcpy(b, &f, 4);
+            break;
+        }
+        case NA_DTYPE_F16: put_f16(b, na_rng_uniform(rng) - 0.5f); break;
+        case NA_DTYPE_BF16: {
+            uint16_t h = na_f32_to_bf16(na_rng_uniform(rng) - 0.5f);
+            memcpy(b, &h, 2);
+            break;
+        }
+        case NA_DTYPE_Q8_0: case NA_DTYPE_Q4_0: case NA_DTYPE_Q5_0:
+            put_f16(b, 0.001f + 0.02f * na_rng_uniform(rng));
+            break;
+        case NA_DTYPE_Q4_1: case NA_DTYPE_Q5_1:
+            put_f16(b, 0.001f + 0.02f * na_rng_uniform(rng));
+            put_f16(b + 2, -0.2f * na_rng_uniform(rng));
+            break;
+        case NA_DTYPE_Q4_K: case NA_DTYPE_Q5_K:
+            put_f16(b, 0.0005f * na_rng_uniform(rng));
+            put_f16(b + 2, 0.0005f * na_rng_uniform(rng));
+            break;
+        case NA_DTYPE_Q6_K:
+            put_f16(b + 208, 0.0002f * na_rng_uniform(rng));
+            break;
+        default:
+            break;
+        }
+    }
+    memset(w, 0, sizeof(*w));
+    w->dtype = dt;
+    w->rows = rows;
+    w->cols = cols;
+    w->data = p;
+    return p;
+}
+
+static na_status_t engine_mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w,
+                             int batch)
+{
+    na_kbuf_t yb = na_kbuf_host(y, sizeof(float) * (size_t)batch * (size_t)w->rows);
+    na_kbuf_t xb = na_kbuf_host(x, sizeof(float) * (size_t)batch * (size_t)w->cols);
+    na_kweight_t pw;
+    na_status_t st = k->ops->place(k, w, &pw);
+    if (st == NA_OK) {
+        st = k->ops->matmul(k, &yb, &xb, &pw, batch);
+        k->ops->unplace(k, &pw);
+    }
+    return st;
+}
+
+static void test_engine_batch_invariant(const char *dir)
+{
+    static const int batches[] = { 1, 3, 31, 32, 33, 64, 70, 130 };
+    static const int shapes[][2] = { { 37, 512 }, { 70, 768 } };
+    enum { MAXB = 130 };
+    na_genmodel_opts_t o;
+    na_model_t *m = NULL;
+    na_rng_t rng;
+    int th, dt, s, bi, b;
+
+    na_genmodel_defaults(&o);
+    o.write_gguf = 0;
+    o.seed = 11;
+    m = na_test_genmodel_open(dir, "inv", &o, "bin");
+    if (m == NULL)
+        return;
+    na_rng_seed(&rng, 2026);
+    for (th = 1; th <= 2; th++) {
+        na_engine_opts_t eo = { "cpu", th, NA_DTYPE_F32, 0 };
+        na_engine_t *e = NULL;
+        NA_CHECK_OK(na_engine_create(m, &eo, &e));
+        if (e == NULL)
+            break;
+        NA_CHECK(e->kern->batch_invariant == 1);
+        for (dt = 0; dt < NA_DTYPE_COUNT; dt++)
+            for (s = 0; s < 2; s++) {
+                int rows = shapes[s][0], cols = shapes[s][1];
+                na_tensor_t w;
+                void *wbuf = make_weight(&rng, (na_dtype_t)dt, rows, cols, &w);
+                float *x = malloc(sizeof(float) * (size_t)MAXB * (size_t)cols);
+                float *yb = malloc(sizeof(float) * (size_t)MAXB * (size_t)rows);
+                float *y1 = malloc(sizeof(float) * (size_t)MAXB * (size_t)rows);
+
+                NA_CHECK(wbuf != NULL && x != NULL && yb != NULL && y1 != NULL);
+                if (wbuf == NULL || x == NULL || yb == NULL || y1 == NULL) {
+                    free(wbuf), free(x), free(yb), free(y1);
+                    continue;
+                }
+                na_rng_fill(&rng, x, (size_t)MAXB * (size_t)cols, -1.0f, 1.0f);
+                for (b = 0; b < MAXB; b++)             /* each input alone */
+                    NA_CHECK_OK(engine_mm(e->kern, y1 + (size_t)b * rows,
+                                          x + (size_t)b * cols, &w, 1));
+                for (bi = 0; bi < (int)(sizeof(batches) / sizeof(batches[0])); bi++) {
+                    int bad = 0, first = -1;
+                    NA_CHECK_OK(engine_mm(e->kern, yb, x, &w, batches[bi]));
+                    for (b = 0; b < batches[bi]; b++)
+                        if (memcmp(yb + (size_t)b * rows, y1 + (size_t)b * rows,
+                                   sizeof(float) * (size_t)rows) != 0) {
+                            bad++;
+                            first = first < 0 ? b : first;
+                        }
+                    NA_CHECK_MSG(bad == 0, "engine kernels, %s %dx%d, batch %d, %d thread(s): "
+                                 "%d rows differ from batch 1 (first: input %d)",
+                                 na_dtype_name((na_dtype_t)dt), rows, cols, batches[bi], th,
+                                 bad, first);
+                }
+                free(wbuf);
+                free(x);
+                free(yb);
+                free(y1);
+            }
+        na_engine_destroy(e);
+    }
+    na_model_destroy(m);
+}
+
 static int test_generated(void)
 {
     char dir[512];
@@ -531,6 +676,7 @@ static int test_generated(void)
     test_gguf_vs_llama2c(dir);
     test_gguf_dtypes(dir);
     test_generated_batching(dir);
+    test_engine_batch_invariant(dir);
     test_bad_requests(dir);
     na_test_rmtree(dir);
     return na_test_finish();
