@@ -53,13 +53,17 @@
  * the end of the cursor it may touch other memory, never faults. */
 #define NA_CPU_PF_L2_AHEAD 8192
 #define NA_CPU_MAX_GROUP 16     /* heads per core call */
-#define NA_CPU_PAR_MIN_CTX 512  /* decode contexts shorter than this stay on one thread */
 #define NA_CPU_PRE_QB    8      /* prefill: query tokens per task sharing each K/V row */
 #define NA_CPU_PRE_MAX_HD 256   /* prefill: larger heads go one token per task */
-/* Long decode contexts are cut into NA_CPU_PARTS_PER_THREAD parts per thread
- * (of >= NA_CPU_PART_MIN_CTX tokens; see the top of the file). */
-#define NA_CPU_PARTS_PER_THREAD 1
-#define NA_CPU_PART_MIN_CTX     512
+/* Bit-exact attention: a query row's output is one function of its context
+ * length, whichever op computes it (decode, prefill, the storage node's
+ * partials): the context is cut into parts of NA_CPU_PART tokens from
+ * position 0 (the storage node's default split_tokens, blocks of 64), each
+ * part folded chunk by chunk (NA_CPU_CHUNK, aligned on position 0), the
+ * parts merged in order with na_attn_merge. Decode runs the parts on the
+ * pool; prefill folds the chunks its query tokens share together, then each
+ * token its own last chunk. */
+#define NA_CPU_PART             1024
 
 #define NA_INLINE static inline __attribute__((always_inline))
 
@@ -276,17 +280,42 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
     for (l = 0; l < 8; l++)
         ml[l] = m[l % G];
     vm = _mm256_loadu_ps(ml);
+    /* Every weight through the vector exp (the tail in a padded vector), and
+     * each head's sum taken by token index mod 8 in token order, then over
+     * those 8 in order: the same bits whatever G, the chunk's length or a
+     * token's place in it (prefill and decode fold the same rows with
+     * different G; see na_cpu_attn_prefill). */
     for (i = 0; i + 8 <= n; i += 8) {
         __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
         _mm256_storeu_ps(s + i, e);
-        vsum = _mm256_add_ps(vsum, e);
+        if (G == 1)
+            vsum = _mm256_add_ps(vsum, e);
     }
-    _mm256_storeu_ps(lanes, vsum);
-    for (l = 0; l < 8; l++)
-        sum[l % G] += lanes[l];
-    for (; i < n; i++) {
-        s[i] = expf(s[i] - m[i % G]);
-        sum[i % G] += s[i];
+    if (i < n) {
+        float buf[8];
+        for (l = 0; l < 8; l++)
+            buf[l] = i + l < n ? s[i + l] : -INFINITY;
+        _mm256_storeu_ps(buf, na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(buf), vm)));
+        for (l = 0; l < 8; l++)
+            if (i + l >= n)
+                buf[l] = 0.0f;
+        if (G == 1)
+            vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(buf));
+        for (l = 0; i + l < n; l++)
+            s[i + l] = buf[l];
+    }
+    if (G == 1) {
+        _mm256_storeu_ps(lanes, vsum);
+        for (l = 0; l < 8; l++)
+            sum[0] += lanes[l];
+    } else {
+        for (g = 0; g < G; g++) {
+            float part[8] = { 0 };
+            for (i = 0; i < cn; i++)
+                part[i & 7] += s[i * G + g];
+            for (l = 0; l < 8; l++)
+                sum[g] += part[l];
+        }
     }
     for (g = 0; g < G; g++) {
         float *ag = acc + (size_t)g * hd;
@@ -489,15 +518,13 @@ typedef struct {
     int             f16, ctx, n_heads, n_kv_heads, hd;
 } na_cpu_dec_job_t;
 
-/* Pool task p of n_parts: one context range into its own partial. */
+/* Pool task p of n_parts: context part p (NA_CPU_PART) into its own partial. */
 static void na_cpu_dec_task(void *ctx, int p, int n_parts)
 {
+    (void)n_parts;
     const na_cpu_dec_job_t *j = ctx;
     size_t hsz = (size_t)j->n_heads * j->hd;
-    /* Range boundaries on chunk multiples keep chunks full. */
-    int nch = (j->ctx + NA_CPU_CHUNK - 1) / NA_CPU_CHUNK;
-    int t0 = (int)((long)nch * p / n_parts) * NA_CPU_CHUNK;
-    int t1 = (int)((long)nch * (p + 1) / n_parts) * NA_CPU_CHUNK;
+    int t0 = p * NA_CPU_PART, t1 = t0 + NA_CPU_PART;
     na_attn_stat_t *st = j->sts + (size_t)p * j->n_heads;
     float *acc = p == 0 ? j->out : j->accs + (size_t)(p - 1) * hsz;
 
@@ -508,9 +535,11 @@ static void na_cpu_dec_task(void *ctx, int p, int n_parts)
                       j->n_heads, j->n_kv_heads, j->hd);
 }
 
-/* ops->attn_decode: split the context over the pool (contexts >= 512 tokens
- * with n_threads > 1), merge the partials, normalise into out. Uses the
- * backend scratch; without it, runs on one thread. Cannot fail. */
+/* ops->attn_decode: one partial per NA_CPU_PART tokens of context (on the
+ * pool), merged in order and normalised into out: the same bits with any
+ * thread count, and as prefill's row (see NA_CPU_PART). Uses the backend
+ * scratch; without it (out of memory) the reference kernel, which is not
+ * bit-exact with prefill. Cannot fail. */
 void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                         int ctx, int n_heads, int n_kv_heads, int head_dim)
@@ -520,29 +549,20 @@ void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
     na_cpu_dec_job_t j = { out, NULL, st0, q, kcache, vcache, na_cpu_kv_kind(kv_dtype),
                            ctx, n_heads, n_kv_heads, head_dim };
     size_t hsz = (size_t)n_heads * head_dim;
-    int n_parts = 1, p;
+    int n_parts = (ctx + NA_CPU_PART - 1) / NA_CPU_PART, p;
+    float *buf = NULL;
 
-    if (!na_cpu_attn_ok(kv_dtype, head_dim) || n_heads > NA_MODEL_MAX_HEADS || ctx <= 0) {
+    if (n_parts > 1)       /* scratch: (n_parts-1) accumulators, then n_parts stat arrays */
+        buf = na_cpu_scratch(k, (size_t)(n_parts - 1) * hsz + (size_t)n_parts * n_heads * 2);
+    if (!na_cpu_attn_ok(kv_dtype, head_dim) || n_heads > NA_MODEL_MAX_HEADS || ctx <= 0 ||
+        (n_parts > 1 && buf == NULL)) {
         na_ref_attn_decode(k, out, q, kcache, vcache, kv_dtype, ctx, n_heads, n_kv_heads,
                            head_dim);
         return;
     }
-    if (k->n_threads > 1 && ctx >= NA_CPU_PAR_MIN_CTX) {
-        float *buf;
-        int max_parts = ctx / NA_CPU_PART_MIN_CTX;
-        n_parts = NA_CPU_PARTS_PER_THREAD * k->n_threads;
-        if (n_parts > max_parts)
-            n_parts = max_parts;
-        if (n_parts < k->n_threads)
-            n_parts = k->n_threads;
-        /* scratch: (n_parts-1) accumulators, then n_parts stat arrays */
-        buf = na_cpu_scratch(k, (size_t)(n_parts - 1) * hsz + (size_t)n_parts * n_heads * 2);
-        if (buf == NULL) {
-            n_parts = 1;
-        } else {
-            j.accs = buf;
-            j.sts = (na_attn_stat_t *)(buf + (size_t)(n_parts - 1) * hsz);
-        }
+    if (buf != NULL) {
+        j.accs = buf;
+        j.sts = (na_attn_stat_t *)(buf + (size_t)(n_parts - 1) * hsz);
     }
     na_cpu_pool_run(s->pool, na_cpu_dec_task, &j, n_parts);
     for (p = 1; p < n_parts; p++)
@@ -559,37 +579,102 @@ typedef struct {
     int          n_tok, qb;     /* query tokens; per task (na_cpu_pre_qb) */
 } na_cpu_pre_job_t;
 
-/* Query token t attends to positions 0 .. pos0 + t. */
+/* A part (NA_CPU_PART) of `group` rows ended: the first becomes the total
+ * (tst, tacc), a later one is merged into it, as decode does; the part
+ * partial starts again. */
+static void na_cpu_part_done(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *pst,
+                             float *pacc, int group, int hd, int first)
+{
+    if (first) {
+        memcpy(tst, pst, sizeof(*tst) * (size_t)group);
+        memcpy(tacc, pacc, sizeof(float) * (size_t)group * hd);
+    } else {
+        na_attn_merge(tst, tacc, pst, pacc, group, hd);
+    }
+    na_attn_init(pst, pacc, group, hd);
+}
+
+/* Fold keys [a, b) of one KV head (rows kh/vh, `rstride` bytes apart; a on a
+ * chunk boundary) into the part partial (pst, pacc) of `group` query rows q,
+ * closing each part that ends (na_cpu_part_done). */
+static void na_cpu_fold_parts(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *pst,
+                              float *pacc, const float *q, int group, int hd,
+                              const uint8_t *kh, const uint8_t *vh, size_t stride,
+                              size_t rstride, int a, int b, na_cpu_pf_t *pk, na_cpu_pf_t *pv,
+                              float scale, int f16)
+{
+    while (a < b) {
+        int pend = (a / NA_CPU_PART + 1) * NA_CPU_PART, e = b < pend ? b : pend;
+        na_cpu_attn_span(pst, pacc, q, group, hd, kh + (size_t)a * rstride,
+                         vh + (size_t)a * rstride, stride, e - a, pk, pv, scale, f16);
+        if (e == pend)
+            na_cpu_part_done(tst, tacc, pst, pacc, group, hd, pend == NA_CPU_PART);
+        a = e;
+    }
+}
+
+/* The rows' context (ctx tokens) is folded: the open part, if any, joins
+ * the total, which is normalised into out. */
+static void na_cpu_parts_finish(float *out, na_attn_stat_t *tst, float *tacc,
+                                na_attn_stat_t *pst, float *pacc, int group, int hd, int ctx)
+{
+    if (ctx % NA_CPU_PART != 0)
+        na_cpu_part_done(tst, tacc, pst, pacc, group, hd, ctx < NA_CPU_PART);
+    na_attn_finalize(out, tst, tacc, group, hd);
+}
+
+/* Heads per piece of na_cpu_pre_token: as many as NA_CPU_PRE_ACC floats hold. */
+#define NA_CPU_PRE_ACC (NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD)
+
+/* Query token t attends to positions 0 .. pos0 + t: per KV head, its query
+ * heads in pieces, each folded part by part (see NA_CPU_PART); the total
+ * accumulates in the output row. */
 static void na_cpu_pre_token(const na_cpu_pre_job_t *j, int t)
 {
-    na_attn_stat_t st[NA_MODEL_MAX_HEADS];
-    size_t row = (size_t)t * j->n_heads * j->hd;
+    const int hd = j->hd, group = j->n_heads / j->n_kv_heads, ctx = j->pos0 + t + 1;
+    const size_t stride = (size_t)j->n_kv_heads * hd, esz = j->f16 ? 2 : 4;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int pg = NA_CPU_PRE_ACC / hd, h, g0;
+    float pacc[NA_CPU_PRE_ACC];
+    na_attn_stat_t tst[NA_CPU_MAX_GROUP], pst[NA_CPU_MAX_GROUP];
+    na_cpu_pf_t none = na_cpu_pf_rows(NULL, 0, 0, 0);
 
-    na_attn_init(st, j->out + row, j->n_heads, j->hd);
-    na_cpu_attn_range(st, j->out + row, j->q + row, j->kc, j->vc, j->f16, 0, j->pos0 + t + 1,
-                      j->n_heads, j->n_kv_heads, j->hd);
-    na_attn_finalize(j->out + row, st, j->out + row, j->n_heads, j->hd);
+    pg = pg > NA_CPU_MAX_GROUP ? NA_CPU_MAX_GROUP : pg < 1 ? 1 : pg;
+    for (h = 0; h < j->n_kv_heads; h++)
+        for (g0 = 0; g0 < group; g0 += pg) {
+            int gn = group - g0 < pg ? group - g0 : pg;
+            size_t row = (size_t)t * j->n_heads * hd + ((size_t)h * group + g0) * hd;
+            float *o = j->out + row;
+            na_attn_init(tst, o, gn, hd);
+            na_attn_init(pst, pacc, gn, hd);
+            na_cpu_fold_parts(tst, o, pst, pacc, j->q + row, gn, hd,
+                              (const uint8_t *)j->kc + (size_t)h * hd * esz,
+                              (const uint8_t *)j->vc + (size_t)h * hd * esz, stride,
+                              stride * esz, 0, ctx, &none, &none, scale, j->f16);
+            na_cpu_parts_finish(o, tst, o, pst, pacc, gn, hd, ctx);
+        }
 }
 
 /* Prefill task: query tokens t0 .. t0+nq-1 (nq = na_cpu_pre_qb) together.
  * Per KV head, the nq tokens' query heads of that KV head are one group of
  * the core (gathered into qg), so each K/V row read is used for all of them
  * (a token alone uses it for its `group` heads: 1 in MHA, where prefill
- * attention ran ~5x below the FMA peak). The keys every token of the block
- * sees, 0 .. pos0+t0, are folded together; token t0+i then folds its own
- * last i keys. */
+ * attention ran ~5x below the FMA peak). The whole chunks every token of
+ * the block sees are folded together; each token then folds its own last,
+ * partial chunk(s), so that its chunks and parts are decode's (NA_CPU_PART). */
 static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
 {
     (void)n_tasks;
     const na_cpu_pre_job_t *j = ctx;
     const int hd = j->hd, group = j->n_heads / j->n_kv_heads, t0 = task * j->qb;
     const int nq = j->n_tok - t0 < j->qb ? j->n_tok - t0 : j->qb, gq = group * nq;
-    const int n_common = j->pos0 + t0 + 1;
+    const int n_common = j->pos0 + t0 + 1, c_common = n_common / NA_CPU_CHUNK * NA_CPU_CHUNK;
     const size_t stride = (size_t)j->n_kv_heads * hd, esz = j->f16 ? 2 : 4;
     const size_t qrow = (size_t)j->n_heads * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float qg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD], accg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
-    na_attn_stat_t stg[NA_CPU_MAX_GROUP];
+    float acct[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
+    na_attn_stat_t stg[NA_CPU_MAX_GROUP], stt[NA_CPU_MAX_GROUP];
     int h, i, g;
 
     if (j->qb == 1) {
@@ -604,26 +689,28 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
                 memcpy(qg + (size_t)(i * group + g) * hd,
                        j->q + (size_t)(t0 + i) * qrow + (size_t)(h * group + g) * hd,
                        sizeof(float) * (size_t)hd);
-        /* the common keys: this head's own rows one chunk ahead are
+        /* the common chunks: this head's own rows one chunk ahead are
          * prefetched (the hardware prefetchers do not follow rows strided by
          * all heads' rows: 2.3x slower without, 64 queries at 16K) */
-        size_t ahead = n_common > NA_CPU_CHUNK ? (size_t)(n_common - NA_CPU_CHUNK) : 0;
+        size_t ahead = c_common > NA_CPU_CHUNK ? (size_t)(c_common - NA_CPU_CHUNK) : 0;
         const size_t rstride = stride * esz, skip = (size_t)NA_CPU_CHUNK * rstride;
         na_cpu_pf_t pk = na_cpu_pf_rows(ahead ? kh + skip : NULL, (size_t)hd * esz, rstride, ahead);
         na_cpu_pf_t pv = na_cpu_pf_rows(ahead ? vh + skip : NULL, (size_t)hd * esz, rstride, ahead);
         na_cpu_pf_t none = na_cpu_pf_rows(NULL, 0, 0, 0);
 
         na_attn_init(stg, accg, gq, hd);
-        na_cpu_attn_span(stg, accg, qg, gq, hd, kh, vh, stride, n_common, &pk, &pv, scale,
-                         j->f16);
-        for (i = 1; i < nq; i++)        /* token t0+i: keys n_common .. n_common+i-1 */
-            na_cpu_attn_span(stg + i * group, accg + (size_t)i * group * hd,
-                             qg + (size_t)i * group * hd, group, hd,
-                             kh + (size_t)n_common * rstride, vh + (size_t)n_common * rstride,
-                             stride, i, &none, &none, scale, j->f16);
-        for (i = 0; i < nq; i++)
-            na_attn_finalize(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
-                             stg + i * group, accg + (size_t)i * group * hd, group, hd);
+        na_attn_init(stt, acct, gq, hd);
+        na_cpu_fold_parts(stt, acct, stg, accg, qg, gq, hd, kh, vh, stride, rstride, 0,
+                          c_common, &pk, &pv, scale, j->f16);
+        for (i = 0; i < nq; i++) {      /* token t0+i: keys c_common .. n_common+i-1 */
+            na_attn_stat_t *ti = stt + i * group, *pi = stg + i * group;
+            float *tacc = acct + (size_t)i * group * hd, *pacc = accg + (size_t)i * group * hd;
+            na_cpu_fold_parts(ti, tacc, pi, pacc, qg + (size_t)i * group * hd, group, hd, kh,
+                              vh, stride, rstride, c_common, n_common + i, &none, &none,
+                              scale, j->f16);
+            na_cpu_parts_finish(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
+                                ti, tacc, pi, pacc, group, hd, n_common + i);
+        }
     }
 }
 
