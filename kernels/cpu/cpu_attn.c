@@ -253,16 +253,22 @@ NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t strid
 }
 
 /* Online-softmax update of G heads with the chunk's scores s[t * G + g]
- * (replaced by the weights p). Since G divides 8, lane l of every 8-float
+ * (replaced by the weights p). lim (NULL: none) masks head g's tokens t >=
+ * lim[g]: weight exactly 0, so the head's state is bits-for-bits the one of a
+ * chunk of lim[g] tokens (lim[g] >= 1). Since G divides 8, lane l of every 8-float
  * vector of s belongs to head l % G. */
 NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int cn, int hd,
-                                   int G)
+                                   int G, const int *lim)
 {
     const int n = cn * G;
     float lanes[8], cmax[8], m[8], alpha[8], sum[8], ml[8];
     __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps(), vm;
     int i, g, l, d;
 
+    if (lim != NULL)
+        for (g = 0; g < G; g++)
+            for (i = lim[g]; i < cn; i++)
+                s[i * G + g] = -INFINITY;
     for (i = 0; i + 8 <= n; i += 8)
         vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
     _mm256_storeu_ps(lanes, vmax);
@@ -288,7 +294,7 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
     for (i = 0; i + 8 <= n; i += 8) {
         __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
         _mm256_storeu_ps(s + i, e);
-        if (G == 1)
+        if (G == 1 && lim == NULL)
             vsum = _mm256_add_ps(vsum, e);
     }
     if (i < n) {
@@ -299,10 +305,25 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
         for (l = 0; l < 8; l++)
             if (i + l >= n)
                 buf[l] = 0.0f;
-        if (G == 1)
+        if (G == 1 && lim == NULL)
             vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(buf));
         for (l = 0; i + l < n; l++)
             s[i + l] = buf[l];
+    }
+    if (lim != NULL) {          /* the vector exp gives ~1e-38 for -inf: exactly 0 */
+        for (g = 0; g < G; g++)
+            for (i = lim[g]; i < cn; i++)
+                s[i * G + g] = 0.0f;
+        if (G == 1) {
+            for (i = 0; i + 8 <= n; i += 8)
+                vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(s + i));
+            if (i < n) {
+                float buf[8] = { 0 };
+                for (l = 0; i + l < n; l++)
+                    buf[l] = s[i + l];
+                vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(buf));
+            }
+        }
     }
     if (G == 1) {
         _mm256_storeu_ps(lanes, vsum);
@@ -350,9 +371,10 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
 NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
                                   int group, int hd, const void *k, const void *v,
                                   size_t stride, int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv,
-                                  float scale, int f16)
+                                  float scale, int f16, const int *lim)
 {
     float s[NA_CPU_MAX_GROUP * NA_CPU_CHUNK];
+    int cl[NA_CPU_MAX_GROUP];
     na_cpu_pf_t idle = na_cpu_pf_rows(NULL, 0, 0, 0);
     int c0, g0, G;
 
@@ -376,14 +398,18 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
             default: NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 1, f16); break;
             }
         })
+        if (lim != NULL)            /* the chunk's share of each head's limit */
+            for (g0 = 0; g0 < group; g0++)
+                cl[g0] = lim[g0] - c0 < cn ? lim[g0] - c0 : cn;
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
             float *ag = acc + (size_t)g0 * hd;
             float *sg = s + g0 * NA_CPU_CHUNK;
+            const int *lg = lim != NULL ? cl + g0 : NULL;
             switch (G) {
-            case 8:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 8); break;
-            case 4:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 4); break;
-            case 2:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 2); break;
-            default: na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 1); break;
+            case 8:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 8, lg); break;
+            case 4:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 4, lg); break;
+            case 2:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 2, lg); break;
+            default: na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 1, lg); break;
             }
         })
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
@@ -401,32 +427,38 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
 
 static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q, int group,
                                  int hd, const void *k, const void *v, size_t stride,
-                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale)
+                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,
+                                 const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 1);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 1, lim);
 }
 
 static void na_cpu_attn_span_bf16(na_attn_stat_t *st, float *acc, const float *q, int group,
                                   int hd, const void *k, const void *v, size_t stride,
-                                  int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale)
+                                  int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,
+                                 const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 2);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 2, lim);
 }
 
 static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
                                  int hd, const void *k, const void *v, size_t stride,
-                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale)
+                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,
+                                 const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 0);
+    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 0, lim);
 }
 
-/* Any group size: pieces of at most NA_CPU_MAX_GROUP heads. k/v point at the
+/* Any group size: pieces of at most NA_CPU_MAX_GROUP heads. lim (NULL:
+ * none): head g sees only the span's first lim[g] >= 1 tokens (prefill's
+ * causal mask), with the bits of a span that ends there. k/v point at the
  * first row of the span; pk/pv (na_cpu_pf_t) advance as K/V rows are read.
  * Each piece walks the whole span again, so each starts from the cursors as
  * they were given (pk and pv may be one cursor). */
 static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
                              int hd, const void *k, const void *v, size_t stride, int n,
-                             na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16)
+                             na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
+                             const int *lim)
 {
     const na_cpu_pf_t pk0 = *pk, pv0 = *pv;
     int g0;
@@ -438,13 +470,16 @@ static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int
         }
         if (f16 == 2)
             na_cpu_attn_span_bf16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                  gn, hd, k, v, stride, n, pk, pv, scale);
+                                  gn, hd, k, v, stride, n, pk, pv, scale,
+                                  lim != NULL ? lim + g0 : NULL);
         else if (f16)
             na_cpu_attn_span_f16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, pk, pv, scale);
+                                 gn, hd, k, v, stride, n, pk, pv, scale,
+                                  lim != NULL ? lim + g0 : NULL);
         else
             na_cpu_attn_span_f32(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, pk, pv, scale);
+                                 gn, hd, k, v, stride, n, pk, pv, scale,
+                                  lim != NULL ? lim + g0 : NULL);
     }
 }
 
@@ -477,7 +512,7 @@ void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
         return;
     }
     na_cpu_attn_span(st, acc, q, group, head_dim, span->k, span->v, span->stride,
-                     span->n, &pf, &pf, scale, na_cpu_kv_kind(kv_dtype));
+                     span->n, &pf, &pf, scale, na_cpu_kv_kind(kv_dtype), NULL);
 }
 
 /* Tokens [t0, t1) of every KV head, folded into (st, acc) of all heads:
@@ -504,7 +539,7 @@ static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
             na_cpu_attn_span(st + h * group, acc + (size_t)h * group * hd,
                              q + (size_t)h * group * hd, group, hd,
                              (const uint8_t *)kc + off, (const uint8_t *)vc + off,
-                             stride, cn, &pf, &pf, scale, f16);
+                             stride, cn, &pf, &pf, scale, f16, NULL);
         }
     }
 }
@@ -606,7 +641,7 @@ static void na_cpu_fold_parts(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *
     while (a < b) {
         int pend = (a / NA_CPU_PART + 1) * NA_CPU_PART, e = b < pend ? b : pend;
         na_cpu_attn_span(pst, pacc, q, group, hd, kh + (size_t)a * rstride,
-                         vh + (size_t)a * rstride, stride, e - a, pk, pv, scale, f16);
+                         vh + (size_t)a * rstride, stride, e - a, pk, pv, scale, f16, NULL);
         if (e == pend)
             na_cpu_part_done(tst, tacc, pst, pacc, group, hd, pend == NA_CPU_PART);
         a = e;
@@ -660,8 +695,9 @@ static void na_cpu_pre_token(const na_cpu_pre_job_t *j, int t)
  * the core (gathered into qg), so each K/V row read is used for all of them
  * (a token alone uses it for its `group` heads: 1 in MHA, where prefill
  * attention ran ~5x below the FMA peak). The whole chunks every token of
- * the block sees are folded together; each token then folds its own last,
- * partial chunk(s), so that its chunks and parts are decode's (NA_CPU_PART). */
+ * the block sees are folded together, then the last chunk(s) with each
+ * token's causal limit (masked: exactly a shorter chunk), so that every
+ * token's chunks and parts are decode's (NA_CPU_PART). */
 static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
 {
     (void)n_tasks;
@@ -675,7 +711,8 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
     float qg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD], accg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
     float acct[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
     na_attn_stat_t stg[NA_CPU_MAX_GROUP], stt[NA_CPU_MAX_GROUP];
-    int h, i, g;
+    int lim[NA_CPU_MAX_GROUP];
+    int h, i, g, c;
 
     if (j->qb == 1) {
         na_cpu_pre_token(j, t0);
@@ -702,15 +739,33 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
         na_attn_init(stt, acct, gq, hd);
         na_cpu_fold_parts(stt, acct, stg, accg, qg, gq, hd, kh, vh, stride, rstride, 0,
                           c_common, &pk, &pv, scale, j->f16);
-        for (i = 0; i < nq; i++) {      /* token t0+i: keys c_common .. n_common+i-1 */
-            na_attn_stat_t *ti = stt + i * group, *pi = stg + i * group;
-            float *tacc = acct + (size_t)i * group * hd, *pacc = accg + (size_t)i * group * hd;
-            na_cpu_fold_parts(ti, tacc, pi, pacc, qg + (size_t)i * group * hd, group, hd, kh,
-                              vh, stride, rstride, c_common, n_common + i, &none, &none,
-                              scale, j->f16);
-            na_cpu_parts_finish(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
-                                ti, tacc, pi, pacc, group, hd, n_common + i);
+        /* the last keys, c_common .. n_common+nq-2, chunk by chunk with each
+         * token's own limit (token t0+i sees keys < n_common+i: the tokens
+         * still seeing keys of a chunk are the last ones of the block) */
+        for (c = c_common; c < n_common + nq - 1; c += NA_CPU_CHUNK) {
+            int i0 = c - n_common + 1 > 0 ? c - n_common + 1 : 0, ce = c + NA_CPU_CHUNK;
+            int rows = (nq - i0) * group;
+            if (ce > n_common + nq - 1)
+                ce = n_common + nq - 1;
+            for (i = i0; i < nq; i++)
+                for (g = 0; g < group; g++)
+                    lim[(i - i0) * group + g] = n_common + i - c;
+            na_cpu_attn_span(stg + i0 * group, accg + (size_t)i0 * group * hd,
+                             qg + (size_t)i0 * group * hd, rows, hd,
+                             kh + (size_t)c * rstride, vh + (size_t)c * rstride, stride,
+                             ce - c, &none, &none, scale, j->f16, lim);
+            if ((c + NA_CPU_CHUNK) % NA_CPU_PART == 0)     /* tokens past it: the part ends */
+                for (i = i0; i < nq; i++)
+                    if (n_common + i >= c + NA_CPU_CHUNK)
+                        na_cpu_part_done(stt + i * group, acct + (size_t)i * group * hd,
+                                         stg + i * group, accg + (size_t)i * group * hd,
+                                         group, hd, c + NA_CPU_CHUNK == NA_CPU_PART);
         }
+        for (i = 0; i < nq; i++)
+            na_cpu_parts_finish(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
+                                stt + i * group, acct + (size_t)i * group * hd,
+                                stg + i * group, accg + (size_t)i * group * hd, group, hd,
+                                n_common + i);
     }
 }
 
