@@ -29,9 +29,15 @@
  * The 2 vCPUs of that machine share one core's FP throughput (two 1-thread
  * runs at once: ~425 ns per token each), so t=2 is no faster there.
  *
- * Decode splits a long context into one range per thread (flash-decoding).
- * Each range walks its tokens chunk by chunk over every KV head, and the
- * partials are merged with na_attn_merge. Nothing is prefetched for a
+ * Decode splits a long context into parts of NA_CPU_PART (1024) tokens
+ * (flash-decoding), claimed by the pool's threads; each part walks its
+ * tokens chunk by chunk over every KV head, and the partials are merged in
+ * order with na_attn_merge. The parts are fixed by the context length, not
+ * the thread count, so that a query row gets the same bits from decode (any
+ * thread count), from prefill and from the storage node (granules of
+ * split_tokens = 1024, blocks of 64): a recovered request is prefilled again
+ * over the tokens decode produced (issue 22 item 15; test_attn_exact). It
+ * was one range per thread; nothing is prefetched for a
  * range's first chunk, so more, smaller ranges (claimed dynamically, to
  * spread a descheduled thread's delay) cost more than they saved: 8K
  * context, t=2, with 1 / 2 / 4 ranges per thread: 86-89 / 81-84 / 79 % of
