@@ -268,7 +268,7 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
 {
     const int n = cn * G;
     float lanes[8], cmax[8], m[8], alpha[8], sum[8], ml[8];
-    __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps(), vm;
+    __m256 vmax = _mm256_set1_ps(-INFINITY), vm;
     int i, g, l, d;
 
     if (lim != NULL)
@@ -297,52 +297,42 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
      * those 8 in order: the same bits whatever G, the chunk's length or a
      * token's place in it (prefill and decode fold the same rows with
      * different G; see na_cpu_attn_prefill). */
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
-        _mm256_storeu_ps(s + i, e);
-        if (G == 1 && lim == NULL)
-            vsum = _mm256_add_ps(vsum, e);
-    }
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(s + i, na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm)));
     if (i < n) {
         float buf[8];
         for (l = 0; l < 8; l++)
             buf[l] = i + l < n ? s[i + l] : -INFINITY;
         _mm256_storeu_ps(buf, na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(buf), vm)));
-        for (l = 0; l < 8; l++)
-            if (i + l >= n)
-                buf[l] = 0.0f;
-        if (G == 1 && lim == NULL)
-            vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(buf));
         for (l = 0; i + l < n; l++)
             s[i + l] = buf[l];
     }
-    if (lim != NULL) {          /* the vector exp gives ~1e-38 for -inf: exactly 0 */
+    if (lim != NULL)            /* the vector exp gives ~1e-38 for -inf: exactly 0 */
         for (g = 0; g < G; g++)
             for (i = lim[g]; i < cn; i++)
                 s[i * G + g] = 0.0f;
-        if (G == 1) {
-            for (i = 0; i + 8 <= n; i += 8)
-                vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(s + i));
-            if (i < n) {
-                float buf[8] = { 0 };
-                for (l = 0; i + l < n; l++)
-                    buf[l] = s[i + l];
-                vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(buf));
-            }
+    /* Sums: vector i (tokens i*8/G.., all G heads) into vs[i % G], so lane
+     * (m % (8/G)) * G + g of vs[m / (8/G)] holds head g's tokens t = m mod 8
+     * in token order; then m = 0..7 in order. */
+    {
+        __m256 vs[8];
+        float part[8][8];
+        const int tpv = 8 / G;
+        for (g = 0; g < G; g++)
+            vs[g] = _mm256_setzero_ps();
+        for (i = 0; i + 8 <= n; i += 8)
+            vs[(i / 8) % G] = _mm256_add_ps(vs[(i / 8) % G], _mm256_loadu_ps(s + i));
+        if (i < n) {
+            float buf[8] = { 0 };
+            for (l = 0; i + l < n; l++)
+                buf[l] = s[i + l];
+            vs[(i / 8) % G] = _mm256_add_ps(vs[(i / 8) % G], _mm256_loadu_ps(buf));
         }
-    }
-    if (G == 1) {
-        _mm256_storeu_ps(lanes, vsum);
-        for (l = 0; l < 8; l++)
-            sum[0] += lanes[l];
-    } else {
-        for (g = 0; g < G; g++) {
-            float part[8] = { 0 };
-            for (i = 0; i < cn; i++)
-                part[i & 7] += s[i * G + g];
+        for (g = 0; g < G; g++)
+            _mm256_storeu_ps(part[g], vs[g]);
+        for (g = 0; g < G; g++)
             for (l = 0; l < 8; l++)
-                sum[g] += part[l];
-        }
+                sum[g] += part[l / tpv][(l % tpv) * G + g];
     }
     for (g = 0; g < G; g++) {
         float *ag = acc + (size_t)g * hd;
