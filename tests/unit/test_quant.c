@@ -355,6 +355,41 @@ static void test_matmul(void)
         check_matmul(types[ti], 1000, 2048, 1);
 }
 
+/* Batch invariance: each output of a batch is bit-identical to the same
+ * input's output alone (batch 1), whatever path the batch takes (several
+ * weight rows per pass for 1..2 inputs, several inputs per row above), on
+ * row counts that leave tails of those groups and the threads' split; below
+ * the Q4_0 / Q5_0 GEMM's batch (it sums in its own order). */
+static void test_batch_invariant(void)
+{
+    static const int batches[] = { 2, 3, 5 };
+    const int rows = 70, nb_max = 5;
+    int ti, t, bi, b;
+    for (ti = 0; ti < N_TYPES; ti++) {
+        na_dtype_t dt = types[ti];
+        int cols = na_dtype_block(dt) * (na_dtype_block(dt) == 32 ? 37 : 3);
+        na_tensor_t w;
+        void *buf = make_weight(dt, rows, cols, &w);
+        float *x = xalloc(F32B((size_t)nb_max * cols));
+        float *yb = xalloc(F32B((size_t)nb_max * rows)), *y1 = xalloc(F32B(rows));
+        na_rng_fill(&rng, x, (size_t)nb_max * cols, -1.0f, 1.0f);
+        for (t = 0; t < 2; t++)
+            for (bi = 0; bi < (int)(sizeof(batches) / sizeof(batches[0])); bi++) {
+                NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
+                for (b = 0; b < batches[bi]; b++) {
+                    NA_CHECK_OK(mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
+                    NA_CHECK_MSG(memcmp(y1, yb + (size_t)b * rows, F32B(rows)) == 0,
+                                 "batch invariance %s batch %d input %d threads %d",
+                                 na_dtype_name(dt), batches[bi], b, t + 1);
+                }
+            }
+        free(y1);
+        free(yb);
+        free(x);
+        free(buf);
+    }
+}
+
 /* Non-finite inputs give non-finite outputs (a block's d = NaN), on both. */
 static void test_nonfinite(void)
 {
@@ -457,6 +492,7 @@ int main(void)
     test_bad_shapes();
     test_nonfinite();
     test_matmul();
+    test_batch_invariant();
     na_kernels_destroy(cpu_k[1]);
     na_kernels_destroy(cpu_k[0]);
     na_kernels_destroy(ref_k);
