@@ -153,6 +153,25 @@ static int pr_peer(const char *exe, const char *gguf, int threads, double *pp, d
     return *pp > 0 && *tg > 0 ? 0 : -1;
 }
 
+/* Bytes of weights one decode token reads: every layer matrix and the
+ * classifier (the embedding when tied), in their file dtypes; vectors
+ * (norms, biases) are left out, and an untied embedding (one row read). */
+static double pr_decode_bytes(const na_model_t *m)
+{
+    double b = 0;
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++) {
+        const na_tensor_t *t[7] = { &m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv,
+                                    &m->layers[l].wo, &m->layers[l].w1, &m->layers[l].w2,
+                                    &m->layers[l].w3 };
+        int k;
+        for (k = 0; k < 7; k++)
+            b += (double)na_dtype_bytes(t[k]->dtype, (size_t)t[k]->rows * (size_t)t[k]->cols);
+    }
+    return b + (double)na_dtype_bytes(m->output.dtype,
+                                      (size_t)m->output.rows * (size_t)m->output.cols);
+}
+
 /* nearattn, in this process: pp = 512 prompt tokens / prefill time; tg = 64
  * decode tokens / decode time after a one-token prompt. */
 static na_status_t pr_ours(na_model_t *m, int threads, double *pp, double *tg)
@@ -282,6 +301,16 @@ static int pr_rows(na_bench_t *b, const pr_args_t *a, na_model_t *m, const char 
         snprintf(ref, sizeof(ref), "llama-bench pp%d t=%d", PR_PP, t);
         na_bench_add(b, name, mpp, "tok/s", spp, np ? ref : NULL,
                      np ? na_bench_median(ppp, np) : 0);
+        {   /* decode reads every weight once a token: beside the copy
+             * bandwidth of the same thread count, measured now */
+            double gbs = 0, csp = 0;
+            if (na_bench_stream_copy(t, (size_t)256 << 20, 5, &gbs, &csp) == NA_OK) {
+                snprintf(name, sizeof(name), "decode weight read %s %s t=%d (%.0f MB x tg)",
+                         label, dtname, t, pr_decode_bytes(m) / 1e6);
+                snprintf(ref, sizeof(ref), "copy t=%d (in-run)", t);
+                na_bench_add(b, name, pr_decode_bytes(m) * mtg / 1e9, "GB/s", stg, ref, gbs);
+            }
+        }
         if (a->llama_bench != NULL && np < a->reps)
             na_bench_note(b, "llama-bench failed %d of %d runs on %s %s t=%d",
                           a->reps - np, a->reps, label, dtname, t);

@@ -13,9 +13,12 @@ fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 TMPDIR=$TMP "$BIN" bench e2e --peers --quick --dtypes f16,q8_0 --threads-list 1 \
     --json "$TMP/p.json" > "$TMP/out" 2> "$TMP/err"
 [ $? = 0 ] || fail "exit $?: $(tail -n 5 "$TMP/err")"
-for r in "decode b=1 15M f16 t=1" "prompt 15M f16 t=1" "decode b=1 15M q8_0 t=1" "prompt 15M q8_0 t=1"; do
+for r in "decode b=1 15M f16 t=1" "prompt 15M f16 t=1" "decode b=1 15M q8_0 t=1" "prompt 15M q8_0 t=1" \
+         "decode weight read 15M q8_0 t=1"; do
     grep -q "^$r" "$TMP/out" || fail "no row '$r'"
 done
+grep "^decode weight read 15M f16 t=1" "$TMP/out" | grep -q "copy t=1 (in-run)" ||
+    fail "decode weight bytes x tok/s not beside the in-run copy bandwidth"
 grep -q "skipped: peer llama.cpp llama-bench: not given" "$TMP/out" || fail "absent peer not noted"
 [ -s "$TMP/p.json" ] || fail "no JSON"
 ls "$TMP" | grep -q nearattn-peers- && fail "temporary directory left behind"
