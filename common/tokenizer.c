@@ -333,6 +333,37 @@ static na_status_t na_tok_id(const na_gguf_t *g, const char *key, int n, int *v)
     return NA_OK;
 }
 
+/* tokenizer.ggml.tokens of g, checked (1 .. 2^22 entries, each at most
+ * NA_TOK_MAX_PIECE bytes): the array in *toks_p, its count in *n_p, the arena
+ * bytes its pieces need (with their NULs) in *arena_p. Both vocabulary kinds. */
+static na_status_t na_tok_gguf_tokens(const na_gguf_t *g, const na_gguf_kv_t **toks_p,
+                                      uint64_t *n_p, size_t *arena_p)
+{
+    const na_gguf_kv_t *toks;
+    size_t arena = 0;
+    uint64_t i, n;
+    na_status_t st;
+
+    st = na_gguf_get_arr(g, "tokenizer.ggml.tokens", NA_GGUF_STRING, &toks);
+    if (st != NA_OK)
+        return st;
+    n = toks->v.arr.n;
+    if (n == 0 || n > (1u << 22))
+        return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens' has %llu entries, "
+                      "out of range [1, %u]", g->path, (unsigned long long)n, 1u << 22);
+    for (i = 0; i < n; i++) {
+        if (toks->v.arr.strs[i].len > NA_TOK_MAX_PIECE)
+            return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens'[%llu]: length %llu "
+                          "exceeds %d", g->path, (unsigned long long)i,
+                          (unsigned long long)toks->v.arr.strs[i].len, NA_TOK_MAX_PIECE);
+        arena += (size_t)toks->v.arr.strs[i].len + 1;
+    }
+    *toks_p = toks;
+    *n_p = n;
+    *arena_p = arena;
+    return NA_OK;
+}
+
 /* tokenizer.ggml.model = "gpt2": byte-level BPE (see tokenizer.h). */
 static na_status_t na_tok_create_bpe(const na_gguf_t *g, na_tokenizer_t **tok_p)
 {
@@ -344,25 +375,13 @@ static na_status_t na_tok_create_bpe(const na_gguf_t *g, na_tokenizer_t **tok_p)
     int b, def_bos = 0;
     na_status_t st;
 
-    st = na_gguf_get_arr(g, "tokenizer.ggml.tokens", NA_GGUF_STRING, &toks);
-    if (st != NA_OK)
+    if ((st = na_tok_gguf_tokens(g, &toks, &n, &arena)) != NA_OK)
         return st;
-    n = toks->v.arr.n;
-    if (n == 0 || n > (1u << 22))
-        return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens' has %llu entries, "
-                      "out of range [1, %u]", g->path, (unsigned long long)n, 1u << 22);
     if ((st = na_tok_side_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, n, &types)) != NA_OK)
         return st;
     if (na_gguf_find(g, "tokenizer.ggml.pre") != NULL &&
         (st = na_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) != NA_OK)
         return st;
-    for (i = 0; i < n; i++) {
-        if (toks->v.arr.strs[i].len > NA_TOK_MAX_PIECE)
-            return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens'[%llu]: length %llu "
-                          "exceeds %d", g->path, (unsigned long long)i,
-                          (unsigned long long)toks->v.arr.strs[i].len, NA_TOK_MAX_PIECE);
-        arena += (size_t)toks->v.arr.strs[i].len + 1;
-    }
     t = na_tok_alloc((int)n, arena);
     if (t == NULL)
         return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", g->path);
@@ -434,23 +453,11 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
         return na_err(NA_ERR_UNSUPPORTED, "%s: field 'tokenizer.ggml.model' = '%.*s': only "
                       "'llama' (SentencePiece BPE) and 'gpt2' (byte-level BPE) are supported",
                       g->path, (int)(model.len > 64 ? 64 : model.len), model.data);
-    st = na_gguf_get_arr(g, "tokenizer.ggml.tokens", NA_GGUF_STRING, &toks);
-    if (st != NA_OK)
+    if ((st = na_tok_gguf_tokens(g, &toks, &n, &arena)) != NA_OK)
         return st;
-    n = toks->v.arr.n;
-    if (n == 0 || n > (1u << 22))
-        return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens' has %llu entries, "
-                      "out of range [1, %u]", g->path, (unsigned long long)n, 1u << 22);
     if ((st = na_tok_side_arr(g, "tokenizer.ggml.scores", NA_GGUF_FLOAT32, n, &scores)) != NA_OK ||
         (st = na_tok_side_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, n, &types)) != NA_OK)
         return st;
-    for (i = 0; i < n; i++) {
-        if (toks->v.arr.strs[i].len > NA_TOK_MAX_PIECE)
-            return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.tokens'[%llu]: length %llu "
-                          "exceeds %d", g->path, (unsigned long long)i,
-                          (unsigned long long)toks->v.arr.strs[i].len, NA_TOK_MAX_PIECE);
-        arena += (size_t)toks->v.arr.strs[i].len + 1;
-    }
     t = na_tok_alloc((int)n, arena);
     if (t == NULL)
         return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", g->path);
