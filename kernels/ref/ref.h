@@ -15,6 +15,10 @@
 /* Value j of row r of weight w, dequantised to f32 (any dtype). */
 float na_ref_weight_at(const na_tensor_t *w, int r, int j);
 
+/* x[0..n) as int8 with one scale d = max|x| / 127 (q = round-to-nearest-even
+ * of x / d): returns d; NaN with q all 0 when x holds a NaN or an infinity.
+ * Q8_0 blocks (n = 32) and Q8_K blocks (n = 256) are this. */
+float na_ref_quantize_i8(const float *x, int n, int8_t *q);
 /* Q8_0 weights are multiplied with their input in 8-bit blocks, as ggml's
  * Q8_0 x Q8_0 dot does: each block of 32 inputs is quantised to int8 with
  * d = max|x| / 127 and q = round-to-nearest-even(x * (1/d)) (d = 0: all

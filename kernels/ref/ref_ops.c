@@ -41,12 +41,12 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j)
 }
 
 /* See ref.h. */
-float na_ref_quantize_q8(const float *x, int8_t *q)
+float na_ref_quantize_i8(const float *x, int n, int8_t *q)
 {
     float amax = 0.0f, d, id;
     int j, bad = 0;
 
-    for (j = 0; j < NA_Q8_0_BLOCK; j++) {
+    for (j = 0; j < n; j++) {
         float a = fabsf(x[j]);
         if (!(a <= 3.0e38f))               /* NaN or Inf */
             bad = 1;
@@ -54,14 +54,20 @@ float na_ref_quantize_q8(const float *x, int8_t *q)
             amax = a;
     }
     if (bad) {
-        memset(q, 0, NA_Q8_0_BLOCK);
+        memset(q, 0, (size_t)n);
         return NAN;
     }
     d = amax / 127.0f;
     id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (j = 0; j < NA_Q8_0_BLOCK; j++)
+    for (j = 0; j < n; j++)
         q[j] = (int8_t)nearbyintf(x[j] * id);     /* |x * id| <= 127 (+ rounding) */
     return d;
+}
+
+/* See ref.h. */
+float na_ref_quantize_q8(const float *x, int8_t *q)
+{
+    return na_ref_quantize_i8(x, NA_Q8_0_BLOCK, q);
 }
 
 /* Row r of Q8_0 weight w dotted with the Q8 blocks of x (see ref.h). */

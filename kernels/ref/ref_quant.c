@@ -173,25 +173,9 @@ float na_ref_quant_weight_at(const na_tensor_t *w, int r, int j)
 
 float na_ref_quantize_q8k(const float *x, int8_t *q, int16_t *bsums)
 {
-    float amax = 0.0f, d, id;
-    int j, bad = 0;
+    float d = na_ref_quantize_i8(x, NA_QK_K, q);     /* NaN: q all 0, so bsums 0 */
+    int j;
 
-    for (j = 0; j < NA_QK_K; j++) {
-        float a = fabsf(x[j]);
-        if (!(a <= 3.0e38f))               /* NaN or Inf */
-            bad = 1;
-        else if (a > amax)
-            amax = a;
-    }
-    if (bad) {
-        memset(q, 0, NA_QK_K);
-        memset(bsums, 0, NA_QK_K / 16 * sizeof(int16_t));
-        return NAN;
-    }
-    d = amax / 127.0f;
-    id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (j = 0; j < NA_QK_K; j++)
-        q[j] = (int8_t)nearbyintf(x[j] * id);
     for (j = 0; j < NA_QK_K / 16; j++) {
         int s = 0, i;
         for (i = 0; i < 16; i++)
