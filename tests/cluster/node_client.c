@@ -695,7 +695,19 @@ static int nc_garbage(na_sc_t *sc, int variant)
     return 0;
 }
 
-static int nc_flood(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+/* ATTN_OUT of a flooded batch: a fast node may answer the first batches
+ * before the rest arrive; the client takes them and reads nothing from them. */
+static int nc_flood_answers;
+
+static na_status_t nc_flood_answer(void *ctx, na_ses_in_t *in)
+{
+    (void)ctx;
+    (void)in;
+    nc_flood_answers++;
+    return NA_OK;
+}
+
+static int nc_flood(na_ses_t *ses, na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
 {
     const int hd = s->head_dim, n = a->requests;
     nc_req_t *rs = calloc((size_t)n, sizeof(*rs));
@@ -711,6 +723,7 @@ static int nc_flood(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     na_rng_seed(&rng, (uint64_t)a->seed);
     na_rng_fill(&rng, q, (size_t)s->n_heads * hd, -1.0f, 1.0f);
     na_rng_fill(&rng, kv, (size_t)2 * s->n_kv_heads * hd, -1.0f, 1.0f);
+    na_ses_on(ses, NA_WIRE_MSG_ATTN_OUT, nc_flood_answer);
     for (i = 0; i < n; i++) {
         nc_req_t *r = &rs[i];
         r->id = base + (uint64_t)i + 1;
@@ -746,6 +759,7 @@ static int nc_flood(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     NA_CHECK_MSG(st == NA_ERR_PEER, "after %d batches unanswered: %s (%s)", a->steps,
                  na_status_string(st), na_errmsg());
     printf("DROPPED %s\n", na_errmsg());
+    printf("ANSWERED %d of %d batches before the drop\n", nc_flood_answers, a->steps);
     for (i = 0; i < n; i++) {
         free(rs[i].k);
         free(rs[i].v);
@@ -945,7 +959,7 @@ int main(int argc, char **argv)
     else if (!strcmp(a.scenario, "busy"))
         rc = nc_busy(sc, &s, &a);
     else if (!strcmp(a.scenario, "flood"))
-        rc = nc_flood(sc, &s, &a);
+        rc = nc_flood(ses, sc, &s, &a);
     else if (!strcmp(a.scenario, "refuse"))
         rc = nc_refuse(sc, &s, &a);
     else if (!strncmp(a.scenario, "garbage", 7))
