@@ -303,6 +303,7 @@ na_node_layout() {
     sed -e "s|@PORT0@|$PORT0|" -e "s|@PORT1@|$PORT1|" -e "s|@KV@|$DIR/kv|" \
         -e "s|@SHARED@|$SHARED|" -e "s|@SECRET@|$SRC/cluster-configs/dev.secret|" \
         -e "s|@PARTITION@|$1|" -e "s|tls: auto|tls: ${TLS:-auto}|" \
+        -e "s|peer_timeout_ms: 1500|peer_timeout_ms: $((1500 * NA_TS))|" \
         "$SRC/tests/data/node/node.yaml.in" >"$DIR/layout.yaml"
 }
 
