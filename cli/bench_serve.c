@@ -42,11 +42,13 @@ typedef struct {
     const char *config, *model, *mode, *url, *key_file;
     const char *peer, *peer_key_file;   /* --peer URL, its bearer key */
     int         reps;           /* pairs per level (0: 2 with --peer, else 1; --quick 1) */
+    long        peer_pid;       /* --peer-pid: the peer's process, for its CPU time (0: none) */
     int         levels[BS_MAX_LEVELS], n_levels;
     int         requests;       /* per level; 0: max(16, 4 C), --quick max(8, 2 C) */
     int         max_tokens;     /* 0: 128, --quick 16 */
     int         no_run;         /* --no-run: skip the `nearattn run` reference */
     int         ready_s;        /* wait for the server's /health */
+    char        threads[16];    /* --threads of serve and run (the bench's --threads) */
 } bs_args_t;
 
 static void bs_usage(FILE *f)
@@ -81,6 +83,8 @@ static void bs_usage(FILE *f)
         "                     (ratio serve/peer); the two alternate, serve first in even\n"
         "                     pairs, the peer first in odd ones\n"
         "  --peer-api-key-file F  the peer's bearer key\n"
+        "  --peer-pid PID     the peer's process: its CPU time per completion token is\n"
+        "                     set beside serve's (a started serve's is always given)\n"
         "  --reps N           measurements of each server per level, medians (default 1;\n"
         "                     with --peer 2, --quick 1; at most 9)\n"
         NA_CLI_BENCH_OPTS_HELP);
@@ -139,6 +143,13 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
         ++*i;
         return 1;
     }
+    if (!strcmp(f, "--peer-pid")) {
+        if (na_cli_int("bench serve", f, v, 1, 1L << 30, &n) != NA_OK)
+            return 2;
+        a->peer_pid = n;
+        ++*i;
+        return 1;
+    }
     if (strcmp(f, "--requests") && strcmp(f, "--max-tokens") && strcmp(f, "--ready-timeout") &&
         strcmp(f, "--reps"))
         return 0;
@@ -189,9 +200,11 @@ static na_status_t bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s
     }
 }
 
-/* Append the layout/model/mode flags of a to argv at *k. */
+/* Append the layout/model/mode/threads flags of a to argv at *k. */
 static void bs_common_argv(const bs_args_t *a, char **argv, int *k)
 {
+    argv[(*k)++] = "--threads";
+    argv[(*k)++] = (char *)a->threads;
     if (a->config != NULL) {
         argv[(*k)++] = "--config";
         argv[(*k)++] = (char *)a->config;
@@ -322,7 +335,34 @@ typedef struct {
     double          tps[BS_MAX_REPS];
     int             n;
     na_bsh_result_t all;
+    double          cpu_s;          /* the server's CPU time over the reps; < 0: unknown */
 } bs_side_t;
+
+/* CPU time (user + system, all threads) of process pid so far, in seconds;
+ * -1 when it cannot be read (no such process, pid <= 0). */
+static double bs_cpu_s(long pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long ut, st;
+    size_t n;
+    FILE *f;
+
+    if (pid <= 0)
+        return -1;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');            /* the name may hold spaces: fields after its ')' */
+    /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (p == NULL || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                            &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
 
 /* Append r's samples to a (grown) pool; -1 out of memory. */
 static int bs_cat(double **dst, long *n_dst, const double *src, long n)
@@ -394,6 +434,12 @@ static void bs_report(na_bench_t *b, int c, bs_side_t *sv, double run, bs_side_t
     if (r->failed > 0)
         na_bench_note(b, "c=%d: %ld of %ld requests failed (first: %s)", c, r->failed,
                       r->requests, r->first_error);
+    if (sv->cpu_s >= 0 && r->tokens > 0) {
+        int pk = peer != NULL && peer->cpu_s >= 0 && peer->all.tokens > 0;
+        snprintf(name, sizeof(name), "c=%d serve CPU per token", c);
+        na_bench_add(b, name, 1e3 * sv->cpu_s / (double)r->tokens, "ms", 0,
+                     pk ? "peer" : NULL, pk ? 1e3 * peer->cpu_s / (double)peer->all.tokens : 0);
+    }
     if (peer == NULL)
         return;
     snprintf(name, sizeof(name), "c=%d serve vs peer throughput", c);
@@ -412,13 +458,20 @@ static void bs_report(na_bench_t *b, int c, bs_side_t *sv, double run, bs_side_t
                       peer->all.failed, peer->all.requests, peer->all.first_error);
 }
 
-/* Drive one server (o) with n prompts, c in flight, into side. */
-static na_status_t bs_measure(const na_bsh_opts_t *o, char *const *texts, int n, int c,
-                              bs_side_t *side)
+/* Drive one server (o; its process pid, 0 if unknown) with n prompts, c in
+ * flight, into side. */
+static na_status_t bs_measure(const na_bsh_opts_t *o, long pid, char *const *texts, int n,
+                              int c, bs_side_t *side)
 {
     na_bsh_result_t r;
+    double c0 = bs_cpu_s(pid), c1;
     na_status_t st = na_bsh_drive(o, texts, n, c, &r);
 
+    c1 = bs_cpu_s(pid);
+    if (c0 < 0 || c1 < 0 || side->cpu_s < 0)
+        side->cpu_s = -1;
+    else
+        side->cpu_s += c1 - c0;
     if (st == NA_OK)
         st = bs_side_add(side, &r);
     na_bsh_result_free(&r);
@@ -449,6 +502,7 @@ int na_cli_bench_serve(int argc, char **argv)
     }
     if (a.max_tokens == 0)
         a.max_tokens = o.quick ? 16 : 128;
+    snprintf(a.threads, sizeof(a.threads), "%d", o.threads);
     if (a.reps == 0)
         a.reps = a.peer != NULL && !o.quick ? 2 : 1;
     key[0] = pkey[0] = '\0';
@@ -531,11 +585,11 @@ int na_cli_bench_serve(int argc, char **argv)
                     a.peer != NULL ? (peer_first ? ", peer then serve" : ", serve then peer")
                                    : "");
             if (peer_first)
-                st = bs_measure(&po, texts, n, c, &pe);
+                st = bs_measure(&po, a.peer_pid, texts, n, c, &pe);
             if (st == NA_OK)
-                st = bs_measure(&ho, texts, n, c, &sv);
+                st = bs_measure(&ho, pid, texts, n, c, &sv);
             if (st == NA_OK && a.peer != NULL && !peer_first)
-                st = bs_measure(&po, texts, n, c, &pe);
+                st = bs_measure(&po, a.peer_pid, texts, n, c, &pe);
         }
         if (st != NA_OK) {
             fprintf(stderr, "nearattn bench serve: %s\n", na_errmsg());
@@ -563,6 +617,11 @@ int na_cli_bench_serve(int argc, char **argv)
                   "reference = `nearattn run --batch C` on the same prompts, its tok/s "
                   "without start-up", base, a.url != NULL ? "given" : "started here", model,
                   a.max_tokens, a.reps);
+    if (pid > 0 || a.peer_pid > 0)
+        na_bench_note(b, "CPU per token: the server process's user + system time over the level "
+                      "/ its completion tokens (all its threads; storage-node processes not "
+                      "counted), load-independent where the wall times are not; the peer's "
+                      "with --peer-pid");
     if (a.peer != NULL)
         na_bench_note(b, "peer %s, model \"%s\": the same client, prompts, max_tokens and "
                       "concurrency, alternated with serve; ratio = serve / peer (throughput: "

@@ -9,7 +9,8 @@
 # key (refused); then --peer: the same client against a second server (a
 # monolithic `nearattn serve` with a key of its own), the rows beside the
 # peer, the pairs alternated, and a peer that is not there or refuses the
-# key is a clear failure.
+# key is a clear failure; the CPU time per token of serve and of the peer
+# (--peer-pid).
 # Exit 0 pass, 1 fail, 77 skipped (no stories260K, no jq).
 set -u
 MODE=$1
@@ -60,11 +61,17 @@ na_bg /dev/null "$DIR/peer.err" "$BIN" serve --port 0 --mode monolithic \
 PP=$NA_PID
 na_wait_line "$DIR/peer.err" "^READY http://" 60 || fail "the peer serve is not ready"
 PURL=$(sed -n 's/^READY \(http:[^ ]*\).*/\1/p' "$DIR/peer.err")
-na_fg "$DIR/peer.out" "$DIR/peer-bench.err" timeout $((180 * NA_TS)) "$BIN" bench serve --url "$URL" \
-    --no-run --api-key-file "$DIR/key" --peer "$PURL" --peer-api-key-file "$DIR/pkey" \
+na_fg "$DIR/peer.out" "$DIR/peer-bench.err" timeout $((180 * NA_TS)) "$BIN" bench serve \
+    --mode "$MODE" --config "$SRC/cluster-configs/local.yaml" --no-run --api-key-file "$DIR/key" \
+    --peer "$PURL" --peer-api-key-file "$DIR/pkey" --peer-pid "$PP" \
     --concurrency 1,2 --requests 3 --max-tokens 6 --json "$DIR/peer.json" ||
     fail "bench serve --peer failed"
 cat "$DIR/peer.out"
+# CPU time per token: serve's (started here) beside the peer's (--peer-pid);
+# a few ticks at most here, so only their presence is checked
+jq -e '[.results[] | select(.name == "c=2 serve CPU per token")][0] |
+    .value >= 0 and .reference_name == "peer" and .reference_value >= 0' "$DIR/peer.json" \
+    >/dev/null || fail "no CPU per token beside the peer's"
 for c in 1 2; do
     jq -e --arg n "c=$c serve vs peer throughput" '[.results[] | select(.name == $n)][0] |
         .value > 0 and .reference_name == "peer" and .reference_value > 0 and .ratio > 0' \
