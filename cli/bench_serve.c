@@ -12,6 +12,9 @@
  *   TTFT          p50 / p90 / p99 of the time from sending a request to its
  *                 first text chunk
  *   ITL           p50 / p90 / p99 of the gaps between successive text chunks
+ *   CPU per token the started server's user + system time over the level /
+ *                 its completion tokens (hardly moved by a shared machine's
+ *                 load, unlike the wall times)
  * `--url` benches a server that is already running (no start, no stop).
  * `--peer URL` drives another OpenAI-compatible server (llama-server, or a
  * second `nearattn serve`) with the same client, prompts, max_tokens and
@@ -57,7 +60,8 @@ static void bs_usage(FILE *f)
         "usage: nearattn bench serve [--config F] [--model F] [--mode M] [--url URL]\n"
         "                            [--concurrency LIST] [--requests N] [--max-tokens N]\n"
         "                            [--api-key-file F] [--no-run] [--peer URL]\n"
-        "                            [--peer-api-key-file F] [--reps N] [options]\n\n"
+        "                            [--peer-api-key-file F] [--peer-pid PID] [--reps N]\n"
+        "                            [options]\n\n"
         "Serving over HTTP against generation in one process. Starts `nearattn serve`\n"
         "(the given layout, model and mode) on a free loopback port and, at each\n"
         "concurrency C, sends N greedy streamed completions with C in flight:\n"
@@ -558,6 +562,11 @@ int na_cli_bench_serve(int argc, char **argv)
                           sizeof(model)) != NA_OK) {
         fprintf(stderr, "nearattn bench serve: %s%s%s\n", na_errmsg(),
                 a.url == NULL ? "; its log: " : "", a.url == NULL ? log : "");
+        goto out;
+    }
+    if (a.peer_pid > 0 && bs_cpu_s(a.peer_pid) < 0) {
+        fprintf(stderr, "nearattn bench serve: --peer-pid %ld: no such process (its "
+                "/proc/%ld/stat cannot be read)\n", a.peer_pid, a.peer_pid);
         goto out;
     }
     if (a.peer != NULL &&

@@ -99,6 +99,10 @@ na_fg "$DIR/pgone.out" "$DIR/pgone.err" timeout $((60 * NA_TS)) "$BIN" bench ser
     --no-run --api-key-file "$DIR/key" --peer "$PURL" --concurrency 1 --requests 1 \
     --ready-timeout 2 && fail "--peer to a stopped server succeeded"
 grep -q "the peer: .*health" "$DIR/pgone.err" || fail "--peer to a stopped server: unclear error"
+na_fg "$DIR/ppid.out" "$DIR/ppid.err" timeout $((60 * NA_TS)) "$BIN" bench serve --url "$URL" \
+    --no-run --api-key-file "$DIR/key" --peer "$URL" --peer-pid "$PP" --concurrency 1 \
+    --requests 1 && fail "--peer-pid of an ended process succeeded"
+grep -q "peer-pid $PP: no such process" "$DIR/ppid.err" || fail "--peer-pid of an ended process: unclear error"
 kill -TERM "$SP"
 wait "$SP" || fail "serve did not stop cleanly"
 echo "ok: bench serve ($MODE)"
