@@ -12,7 +12,16 @@
  *   TTFT          p50 / p90 / p99 of the time from sending a request to its
  *                 first text chunk
  *   ITL           p50 / p90 / p99 of the gaps between successive text chunks
- * `--url` benches a server that is already running (no start, no stop). */
+ *   CPU per token the started server's user + system time over the level /
+ *                 its completion tokens (hardly moved by a shared machine's
+ *                 load, unlike the wall times)
+ * `--url` benches a server that is already running (no start, no stop).
+ * `--peer URL` drives another OpenAI-compatible server (llama-server, or a
+ * second `nearattn serve`) with the same client, prompts, max_tokens and
+ * concurrency, pairs alternated (serve first, then the peer first, ...), and
+ * sets serve's throughput, ITL p50 / p99 and TTFT p50 beside the peer's
+ * (ratio = serve / peer: above 1 is better for throughput, below 1 for
+ * latencies). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -30,14 +39,19 @@
 #include "cluster/proc.h"
 
 #define BS_MAX_LEVELS 16
+#define BS_MAX_REPS   9
 
 typedef struct {
     const char *config, *model, *mode, *url, *key_file;
+    const char *peer, *peer_key_file;   /* --peer URL, its bearer key */
+    int         reps;           /* pairs per level (0: 2 with --peer, else 1; --quick 1) */
+    long        peer_pid;       /* --peer-pid: the peer's process, for its CPU time (0: none) */
     int         levels[BS_MAX_LEVELS], n_levels;
     int         requests;       /* per level; 0: max(16, 4 C), --quick max(8, 2 C) */
     int         max_tokens;     /* 0: 128, --quick 16 */
     int         no_run;         /* --no-run: skip the `nearattn run` reference */
     int         ready_s;        /* wait for the server's /health */
+    char        threads[16];    /* --threads of serve and run (the bench's --threads) */
 } bs_args_t;
 
 static void bs_usage(FILE *f)
@@ -45,7 +59,9 @@ static void bs_usage(FILE *f)
     fprintf(f,
         "usage: nearattn bench serve [--config F] [--model F] [--mode M] [--url URL]\n"
         "                            [--concurrency LIST] [--requests N] [--max-tokens N]\n"
-        "                            [--api-key-file F] [--no-run] [options]\n\n"
+        "                            [--api-key-file F] [--no-run] [--peer URL]\n"
+        "                            [--peer-api-key-file F] [--peer-pid PID] [--reps N]\n"
+        "                            [options]\n\n"
         "Serving over HTTP against generation in one process. Starts `nearattn serve`\n"
         "(the given layout, model and mode) on a free loopback port and, at each\n"
         "concurrency C, sends N greedy streamed completions with C in flight:\n"
@@ -64,6 +80,17 @@ static void bs_usage(FILE *f)
         "  --api-key-file F   the server's bearer key (a started server gets it too)\n"
         "  --no-run           skip the `nearattn run` reference\n"
         "  --ready-timeout S  seconds to wait for the server's /health (default 120)\n"
+        "  --peer URL         also drive this OpenAI-compatible server (llama-server, or\n"
+        "                     another nearattn serve; already running, http://HOST:PORT)\n"
+        "                     with the same prompts, max_tokens and concurrency, and set\n"
+        "                     serve's throughput, ITL p50/p99 and TTFT p50 beside its\n"
+        "                     (ratio serve/peer); the two alternate, serve first in even\n"
+        "                     pairs, the peer first in odd ones\n"
+        "  --peer-api-key-file F  the peer's bearer key\n"
+        "  --peer-pid PID     the peer's process: its CPU time per completion token is\n"
+        "                     set beside serve's (a started serve's is always given)\n"
+        "  --reps N           measurements of each server per level, medians (default 1;\n"
+        "                     with --peer 2, --quick 1; at most 9)\n"
         NA_CLI_BENCH_OPTS_HELP);
 }
 
@@ -89,10 +116,11 @@ static int bs_levels(bs_args_t *a, const char *s)
 static int bs_opt(void *ctx, int argc, char **argv, int *i)
 {
     static const char *const str[] = { "--config", "--model", "--mode", "--url",
-                                       "--api-key-file" };
+                                       "--api-key-file", "--peer", "--peer-api-key-file" };
     bs_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const char **dst[] = { &a->config, &a->model, &a->mode, &a->url, &a->key_file };
+    const char **dst[] = { &a->config, &a->model, &a->mode, &a->url, &a->key_file,
+                           &a->peer, &a->peer_key_file };
     long n;
     int k;
 
@@ -100,7 +128,7 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
         a->no_run = 1;
         return 1;
     }
-    for (k = 0; k < 5; k++)
+    for (k = 0; k < 7; k++)
         if (!strcmp(f, str[k])) {
             if (v == NULL) {
                 fprintf(stderr, "nearattn bench serve: %s needs a value\n", f);
@@ -119,11 +147,22 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
         ++*i;
         return 1;
     }
-    if (strcmp(f, "--requests") && strcmp(f, "--max-tokens") && strcmp(f, "--ready-timeout"))
+    if (!strcmp(f, "--peer-pid")) {
+        if (na_cli_int("bench serve", f, v, 1, 1L << 30, &n) != NA_OK)
+            return 2;
+        a->peer_pid = n;
+        ++*i;
+        return 1;
+    }
+    if (strcmp(f, "--requests") && strcmp(f, "--max-tokens") && strcmp(f, "--ready-timeout") &&
+        strcmp(f, "--reps"))
         return 0;
-    if (na_cli_int("bench serve", f, v, 1, 1 << 20, &n) != NA_OK)
+    if (na_cli_int("bench serve", f, v, 1, !strcmp(f, "--reps") ? BS_MAX_REPS : 1 << 20,
+                   &n) != NA_OK)
         return 2;
-    if (!strcmp(f, "--requests"))
+    if (!strcmp(f, "--reps"))
+        a->reps = (int)n;
+    else if (!strcmp(f, "--requests"))
         a->requests = (int)n;
     else if (!strcmp(f, "--max-tokens"))
         a->max_tokens = (int)n;
@@ -165,9 +204,11 @@ static na_status_t bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s
     }
 }
 
-/* Append the layout/model/mode flags of a to argv at *k. */
+/* Append the layout/model/mode/threads flags of a to argv at *k. */
 static void bs_common_argv(const bs_args_t *a, char **argv, int *k)
 {
+    argv[(*k)++] = "--threads";
+    argv[(*k)++] = (char *)a->threads;
     if (a->config != NULL) {
         argv[(*k)++] = "--config";
         argv[(*k)++] = (char *)a->config;
@@ -292,16 +333,98 @@ static na_status_t bs_read_key(const char *path, char *key, size_t len)
     return n > 0 ? NA_OK : na_err(NA_ERR_INVALID, "the API key file %s is empty", path);
 }
 
-/* The figures of level c into b. */
-static void bs_report(na_bench_t *b, int c, na_bsh_result_t *r, double run)
+/* One server's measurements of a level over its reps: the throughput of
+ * each, the TTFT / ITL samples and failures of all together. */
+typedef struct {
+    double          tps[BS_MAX_REPS];
+    int             n;
+    na_bsh_result_t all;
+    double          cpu_s;          /* the server's CPU time over the reps; < 0: unknown */
+} bs_side_t;
+
+/* CPU time (user + system, all threads) of process pid so far, in seconds;
+ * -1 when it cannot be read (no such process, pid <= 0). */
+static double bs_cpu_s(long pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long ut, st;
+    size_t n;
+    FILE *f;
+
+    if (pid <= 0)
+        return -1;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');            /* the name may hold spaces: fields after its ')' */
+    /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (p == NULL || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                            &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Append r's samples to a (grown) pool; -1 out of memory. */
+static int bs_cat(double **dst, long *n_dst, const double *src, long n)
+{
+    double *p;
+
+    if (n == 0)
+        return 0;
+    p = realloc(*dst, (size_t)(*n_dst + n) * sizeof(double));
+    if (p == NULL)
+        return -1;
+    memcpy(p + *n_dst, src, (size_t)n * sizeof(double));
+    *dst = p;
+    *n_dst += n;
+    return 0;
+}
+
+/* Take the figures of one measurement r into side. NA_ERR_NOMEM. */
+static na_status_t bs_side_add(bs_side_t *side, const na_bsh_result_t *r)
+{
+    na_bsh_result_t *a = &side->all;
+
+    side->tps[side->n++] = r->wall_s > 0 ? (double)r->tokens / r->wall_s : 0;
+    if (bs_cat(&a->ttft, &a->n_ttft, r->ttft, r->n_ttft) != 0 ||
+        bs_cat(&a->itl, &a->n_itl, r->itl, r->n_itl) != 0)
+        return na_err(NA_ERR_NOMEM, "bench serve: out of memory for the latencies");
+    a->requests += r->requests;
+    a->failed += r->failed;
+    a->tokens += r->tokens;
+    a->wall_s += r->wall_s;
+    if (a->first_error[0] == '\0')
+        memcpy(a->first_error, r->first_error, sizeof(a->first_error));
+    return NA_OK;
+}
+
+/* Median throughput of side (its spread into *spread). */
+static double bs_side_tps(const bs_side_t *side, double *spread)
+{
+    double v[BS_MAX_REPS];
+
+    memcpy(v, side->tps, (size_t)side->n * sizeof(double));
+    *spread = na_bench_spread(v, side->n);
+    return na_bench_median(v, side->n);
+}
+
+/* The figures of level c into b: serve's, beside run's throughput and,
+ * with a peer, beside the peer's. */
+static void bs_report(na_bench_t *b, int c, bs_side_t *sv, double run, bs_side_t *peer)
 {
     static const double pct[] = { 50, 90, 99 };
+    na_bsh_result_t *r = &sv->all;
     char name[96];
-    double tps = r->wall_s > 0 ? (double)r->tokens / r->wall_s : 0;
+    double spread, pspread, tps = bs_side_tps(sv, &spread);
     int i;
 
     snprintf(name, sizeof(name), "c=%d serve throughput", c);
-    na_bench_add(b, name, tps, "tok/s", 0, run > 0 ? "nearattn run (one process)" : NULL, run);
+    na_bench_add(b, name, tps, "tok/s", spread, run > 0 ? "nearattn run (one process)" : NULL,
+                 run);
     for (i = 0; i < 3; i++) {
         snprintf(name, sizeof(name), "c=%d TTFT p%.0f", c, pct[i]);
         na_bench_add(b, name, 1e3 * na_bench_percentile(r->ttft, r->n_ttft, pct[i]), "ms", 0,
@@ -315,6 +438,48 @@ static void bs_report(na_bench_t *b, int c, na_bsh_result_t *r, double run)
     if (r->failed > 0)
         na_bench_note(b, "c=%d: %ld of %ld requests failed (first: %s)", c, r->failed,
                       r->requests, r->first_error);
+    if (sv->cpu_s >= 0 && r->tokens > 0) {
+        int pk = peer != NULL && peer->cpu_s >= 0 && peer->all.tokens > 0;
+        snprintf(name, sizeof(name), "c=%d serve CPU per token", c);
+        na_bench_add(b, name, 1e3 * sv->cpu_s / (double)r->tokens, "ms", 0,
+                     pk ? "peer" : NULL, pk ? 1e3 * peer->cpu_s / (double)peer->all.tokens : 0);
+    }
+    if (peer == NULL)
+        return;
+    snprintf(name, sizeof(name), "c=%d serve vs peer throughput", c);
+    na_bench_add(b, name, tps, "tok/s", spread, "peer", bs_side_tps(peer, &pspread));
+    snprintf(name, sizeof(name), "c=%d serve vs peer ITL p50", c);
+    na_bench_add(b, name, 1e3 * na_bench_percentile(r->itl, r->n_itl, 50), "ms", 0, "peer",
+                 1e3 * na_bench_percentile(peer->all.itl, peer->all.n_itl, 50));
+    snprintf(name, sizeof(name), "c=%d serve vs peer ITL p99", c);
+    na_bench_add(b, name, 1e3 * na_bench_percentile(r->itl, r->n_itl, 99), "ms", 0, "peer",
+                 1e3 * na_bench_percentile(peer->all.itl, peer->all.n_itl, 99));
+    snprintf(name, sizeof(name), "c=%d serve vs peer TTFT p50", c);
+    na_bench_add(b, name, 1e3 * na_bench_percentile(r->ttft, r->n_ttft, 50), "ms", 0, "peer",
+                 1e3 * na_bench_percentile(peer->all.ttft, peer->all.n_ttft, 50));
+    if (peer->all.failed > 0)
+        na_bench_note(b, "c=%d: %ld of %ld requests to the peer failed (first: %s)", c,
+                      peer->all.failed, peer->all.requests, peer->all.first_error);
+}
+
+/* Drive one server (o; its process pid, 0 if unknown) with n prompts, c in
+ * flight, into side. */
+static na_status_t bs_measure(const na_bsh_opts_t *o, long pid, char *const *texts, int n,
+                              int c, bs_side_t *side)
+{
+    na_bsh_result_t r;
+    double c0 = bs_cpu_s(pid), c1;
+    na_status_t st = na_bsh_drive(o, texts, n, c, &r);
+
+    c1 = bs_cpu_s(pid);
+    if (c0 < 0 || c1 < 0 || side->cpu_s < 0)
+        side->cpu_s = -1;
+    else
+        side->cpu_s += c1 - c0;
+    if (st == NA_OK)
+        st = bs_side_add(side, &r);
+    na_bsh_result_free(&r);
+    return st;
 }
 
 int na_cli_bench_serve(int argc, char **argv)
@@ -322,13 +487,14 @@ int na_cli_bench_serve(int argc, char **argv)
     static const int full[] = { 1, 2, 4, 8, 16, 32, 64 }, quick[] = { 1, 4 };
     bs_args_t a = { .ready_s = 120 };
     na_cli_bench_opts_t o;
-    na_bsh_opts_t ho;
+    na_bsh_opts_t ho, po;
     na_bench_t *b = NULL;
     char exe[4096], dir[512], log[600], prompts[600], base[600], model[256], key[512];
+    char pkey[512], pmodel[256];
     char **texts = NULL;
     const char *tmp = getenv("TMPDIR");
-    pid_t pid = 0;
-    int rc, i, j, n_max = 0;
+    pid_t pid = 0, no_pid = 0;
+    int rc, i, j, k, n_max = 0;
     FILE *f;
 
     rc = na_cli_bench_parse("serve", argc, argv, &o, bs_usage, bs_opt, &a);
@@ -340,8 +506,13 @@ int na_cli_bench_serve(int argc, char **argv)
     }
     if (a.max_tokens == 0)
         a.max_tokens = o.quick ? 16 : 128;
-    key[0] = '\0';
+    snprintf(a.threads, sizeof(a.threads), "%d", o.threads);
+    if (a.reps == 0)
+        a.reps = a.peer != NULL && !o.quick ? 2 : 1;
+    key[0] = pkey[0] = '\0';
     if (a.key_file != NULL && bs_read_key(a.key_file, key, sizeof(key)) != NA_OK)
+        return na_cli_fail("bench serve", NA_ERR_IO);
+    if (a.peer_key_file != NULL && bs_read_key(a.peer_key_file, pkey, sizeof(pkey)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
     if (na_proc_self_exe(exe, sizeof(exe)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
@@ -393,18 +564,46 @@ int na_cli_bench_serve(int argc, char **argv)
                 a.url == NULL ? "; its log: " : "", a.url == NULL ? log : "");
         goto out;
     }
+    if (a.peer_pid > 0 && bs_cpu_s(a.peer_pid) < 0) {
+        fprintf(stderr, "nearattn bench serve: --peer-pid %ld: no such process (its "
+                "/proc/%ld/stat cannot be read)\n", a.peer_pid, a.peer_pid);
+        goto out;
+    }
+    if (a.peer != NULL &&
+        na_bsh_wait_ready(a.peer, pkey[0] ? pkey : NULL, a.ready_s, bs_alive, &no_pid, pmodel,
+                          sizeof(pmodel)) != NA_OK) {
+        fprintf(stderr, "nearattn bench serve: the peer: %s\n", na_errmsg());
+        goto out;
+    }
     if (na_bench_create("serve", &b) != NA_OK)
         goto out;
     ho = (na_bsh_opts_t){ base, key[0] ? key : NULL, model, a.max_tokens, 600 };
+    po = (na_bsh_opts_t){ a.peer, pkey[0] ? pkey : NULL, pmodel, a.max_tokens, 600 };
     for (i = 0; i < a.n_levels; i++) {
         int c = a.levels[i], n = bs_requests(&a, o.quick, c);
-        na_bsh_result_t r;
+        bs_side_t sv, pe;
+        na_status_t st = NA_OK;
         double run = 0;
 
-        fprintf(stderr, "bench serve: concurrency %d, %d requests...\n", c, n);
-        if (na_bsh_drive(&ho, texts, n, c, &r) != NA_OK) {
+        memset(&sv, 0, sizeof(sv));
+        memset(&pe, 0, sizeof(pe));
+        for (k = 0; k < a.reps && st == NA_OK; k++) {
+            /* pairs alternate: serve first, then the peer first (ABBA) */
+            int peer_first = a.peer != NULL && (i + k) % 2 == 1;
+            fprintf(stderr, "bench serve: concurrency %d, %d requests%s...\n", c, n,
+                    a.peer != NULL ? (peer_first ? ", peer then serve" : ", serve then peer")
+                                   : "");
+            if (peer_first)
+                st = bs_measure(&po, a.peer_pid, texts, n, c, &pe);
+            if (st == NA_OK)
+                st = bs_measure(&ho, pid, texts, n, c, &sv);
+            if (st == NA_OK && a.peer != NULL && !peer_first)
+                st = bs_measure(&po, a.peer_pid, texts, n, c, &pe);
+        }
+        if (st != NA_OK) {
             fprintf(stderr, "nearattn bench serve: %s\n", na_errmsg());
-            na_bsh_result_free(&r);
+            na_bsh_result_free(&sv.all);
+            na_bsh_result_free(&pe.all);
             goto out;
         }
         if (!a.no_run) {
@@ -418,13 +617,25 @@ int na_cli_bench_serve(int argc, char **argv)
             if (run <= 0)
                 na_bench_note(b, "c=%d: nearattn run gave no figure (see %s)", c, log);
         }
-        bs_report(b, c, &r, run);
-        na_bsh_result_free(&r);
+        bs_report(b, c, &sv, run, a.peer != NULL ? &pe : NULL);
+        na_bsh_result_free(&sv.all);
+        na_bsh_result_free(&pe.all);
     }
     na_bench_note(b, "server %s (%s), model \"%s\"; greedy, max_tokens %d, streamed; "
-                  "throughput = completion tokens / wall time of the level; reference = "
-                  "`nearattn run --batch C` on the same prompts, its tok/s without start-up",
-                  base, a.url != NULL ? "given" : "started here", model, a.max_tokens);
+                  "throughput = completion tokens / wall time of the level (median of %d); "
+                  "reference = `nearattn run --batch C` on the same prompts, its tok/s "
+                  "without start-up", base, a.url != NULL ? "given" : "started here", model,
+                  a.max_tokens, a.reps);
+    if (pid > 0 || a.peer_pid > 0)
+        na_bench_note(b, "CPU per token: the server process's user + system time over the level "
+                      "/ its completion tokens (all its threads; storage-node processes not "
+                      "counted), load-independent where the wall times are not; the peer's "
+                      "with --peer-pid");
+    if (a.peer != NULL)
+        na_bench_note(b, "peer %s, model \"%s\": the same client, prompts, max_tokens and "
+                      "concurrency, alternated with serve; ratio = serve / peer (throughput: "
+                      "above 1 serve is faster; ITL and TTFT: below 1 serve is faster)",
+                      a.peer, pmodel);
     rc = na_cli_bench_finish("serve", b, &o);
 out:
     if (pid > 0)

@@ -30,6 +30,7 @@ static void na_serve_usage(FILE *f)
         "                      [--max-body BYTES] [--timeout S] [--idle-timeout S]\n"
         "                      [--request-timeout S] [--max-conns-per-ip N]\n"
         "                      [--chat-template NAME] [--threads N] [--batch N] [--ctx N]\n"
+        "                      [--batches-in-flight N]\n"
         "                      [--backend cpu|ref]\n\n"
         "Serve the model over an OpenAI-compatible HTTP API (docs/serve.md):\n"
         "POST /v1/completions, POST /v1/chat/completions (stream: true gives\n"
@@ -66,6 +67,8 @@ static void na_serve_usage(FILE *f)
         "                    GGUF's tokenizer.chat_template; none: chat requests get 400)\n"
         "  --threads N       compute threads (default: all cores)\n"
         "  --batch N         requests per batch (default: the layout's parallel.max_batch)\n"
+        "  --batches-in-flight N  batches the engine keeps going at once (default: 1 in\n"
+        "                    monolithic mode, else the layout's parallel.batches_in_flight)\n"
         "  --ctx N           model context in tokens (default: the model file's)\n"
         "  --backend B       kernels: cpu (default) or ref\n");
 }
@@ -162,6 +165,7 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
                 { "--idle-timeout", 1, 86400 }, { "--threads", 1, 1024 },
                 { "--batch", 1, 4096 }, { "--ctx", 1, 1L << 20 },
                 { "--request-timeout", 1, 86400 }, { "--max-conns-per-ip", 1, 100000 },
+                { "--batches-in-flight", 1, 8 },
             };
             size_t k;
             for (k = 0; k < sizeof(nums) / sizeof(nums[0]); k++)
@@ -184,7 +188,8 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
             case 6: go->max_batch = (int)n; break;
             case 7: go->ctx = (int)n; break;
             case 8: so->request_s = (int)n; break;
-            default: so->max_per_ip = (int)n; break;
+            case 9: so->max_per_ip = (int)n; break;
+            default: go->batches_in_flight = (int)n; break;
             }
         }
     }

@@ -401,7 +401,11 @@ static na_status_t sg_start_engine(na_sg_t *g, const na_sg_opts_t *o)
     memset(&oo, 0, sizeof(oo));
     oo.rep = na_cluster_rep(g->cluster);
     oo.max_batch = o->max_batch > 0 ? o->max_batch : (int)cfg->parallel.max_batch;
-    oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
+    oo.batches_in_flight = o->batches_in_flight > 0 ? o->batches_in_flight :
+                           !strcmp(mode, "monolithic") ? 1 : (int)cfg->parallel.batches_in_flight;
+    if (oo.batches_in_flight > NA_OFF_MAX_BATCHES)
+        return na_err(NA_ERR_INVALID, "batches in flight: %d, at most %d",
+                      oo.batches_in_flight, NA_OFF_MAX_BATCHES);
     oo.stop_ids = g->stop_ids;
     oo.n_stop = g->n_stop_ids;
     oo.xcache = cfg->xcache.enabled;

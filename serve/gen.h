@@ -78,6 +78,11 @@ typedef struct {
     const char *backend;         /* kernels: "cpu" (default) or "ref" */
     int         threads;         /* <= 0: all cores */
     int         max_batch;       /* requests per batch; <= 0: the layout's */
+    int         batches_in_flight; /* <= 0: 1 in monolithic mode (the slots' attention
+                                    * runs on the compute threads' cores, so a second
+                                    * batch cannot overlap it and only halves the
+                                    * batches: the weights read twice per step), the
+                                    * layout's parallel.batches_in_flight otherwise */
     int         ctx;             /* model context in tokens; <= 0: the model file's */
     volatile sig_atomic_t *stop; /* start: set by a signal to give up waiting for nodes */
 } na_sg_opts_t;

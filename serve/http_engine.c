@@ -11,7 +11,8 @@
 #include "common/log.h"
 #include "serve/http_internal.h"
 
-#define NA_SRV_SLICE_MS 10     /* engine slice while jobs run */
+#define NA_SRV_SLICE_MS 2      /* engine slice while jobs run: a request that arrives
+                                  waits at most this (and the step under way) */
 #define NA_SRV_IDLE_MS  50     /* wait for work when idle */
 #define NA_SRV_HEAL_MS  100    /* nodes started here: reaped and restarted this often */
 #define NA_SRV_NODES_MS 250    /* storage nodes looked at this often while none is
@@ -56,27 +57,38 @@ static void srv_event(na_hreq_t *r, json_t *j)
     free(s);
 }
 
+/* A piece of text: its event is made before the lock is taken (the
+ * connection threads wait on s->mu too, and a thread preempted while holding
+ * it stalls the engine), then appended and the connection woken. */
 static void srv_on_text(void *user, const char *text, size_t len)
 {
     na_hreq_t *r = user;
     na_srv_t *s = r->s;
-    double now = na_now_s();
+    char *ev = NULL;
+    double now;
 
+    if (r->oai.stream) {
+        ev = na_oai_dump(na_oai_chunk(r->oai.kind, r->id, r->created, s->model, text, len,
+                                      !r->role_sent, NULL, NULL, 0));
+        r->role_sent = 1;
+    }
+    now = na_now_s();
     pthread_mutex_lock(&s->mu);
     if (r->n_pieces++ == 0)
         na_hist_observe(&s->ttft, now - r->t_arrive);
     else
         na_hist_observe(&s->itl, now - r->t_last);
     r->t_last = now;
-    if (r->oai.stream) {
-        srv_event(r, na_oai_chunk(r->oai.kind, r->id, r->created, s->model, text, len,
-                                  !r->role_sent, NULL, NULL, 0));
-        r->role_sent = 1;
-    } else {
+    if (!r->oai.stream) {
         na_hreq_put(r, text, len);
+    } else if (ev != NULL) {
+        na_hreq_put(r, "data: ", 6);
+        na_hreq_put(r, ev, strlen(ev));
+        na_hreq_put(r, "\n\n", 2);
     }
     pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&s->mu);
+    free(ev);
 }
 
 /* The error of a job that ended badly (timeout, cancel, failure). */

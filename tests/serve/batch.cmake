@@ -19,3 +19,9 @@ foreach(bench_mode monolithic offload)
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_batch_bench.sh ${bench_mode}
     LABELS serve bench TIMEOUT 300)
 endforeach()
+# `nearattn bench serve --peer` against llama.cpp's llama-server on the same
+# generated GGUF (tests/serve/test_bench_serve_llama.sh); skipped (77) where
+# llama-server is absent (NA_LLAMA_SERVER or PATH): llama.cpp is built outside
+na_add_script_test(test_bench_serve_llama
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_serve_llama.sh
+  LABELS serve bench TIMEOUT 300)

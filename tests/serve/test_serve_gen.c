@@ -4,7 +4,10 @@
  * jobs with one seed at temperature 1 batched with others give one text; a
  * cancelled job ends "cancelled"; a prompt past the context is refused;
  * max_tokens <= 0 runs to the context ("length"); top_p 1e-300 (0 as a float)
- * is the greedy text. */
+ * is the greedy text. Batches in flight: a layout of 2 (local.yaml) runs
+ * one batch in monolithic mode unless asked (4 jobs of 8 tokens: 7 decode
+ * steps of one batch, each one attention round trip per layer; 2 batches
+ * asked: more round trips, the same greedy texts). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,5 +147,35 @@ int main(void)
     NA_CHECK(c.ended == 1 && c.end.error == NULL && c.end.finish == NA_SG_LENGTH);
     NA_CHECK(c.len == a.len && !strcmp(c.text, a.text));
     na_sg_destroy(g);
+
+    /* batches in flight: 1 by default in monolithic mode, the layout's 2 ignored */
+    snprintf(layout, sizeof(layout), "%s/cluster-configs/local.yaml", src ? src : ".");
+    for (int bif = 0; bif <= 2; bif += 2) {
+        job_out_t q[4];
+        long calls;
+        int k, layers;
+
+        o.config_path = layout;
+        o.batches_in_flight = bif;
+        NA_CHECK_OK(na_sg_create(&o, &g));
+        if (g == NULL)
+            break;
+        layers = na_sg_model(g)->cfg.n_layers;
+        for (k = 0; k < 4; k++)
+            submit(g, "Once upon a time", 8, 0.0, 1, NULL, &q[k]);
+        NA_CHECK_OK(na_sg_progress(g, -1));
+        na_sg_stats(g, &st);
+        calls = st.attn_calls;
+        fprintf(stderr, "batches in flight %d (0: default): %ld attention round trips, "
+                "%d layers\n", bif, calls, layers);
+        for (k = 0; k < 4; k++)
+            NA_CHECK(q[k].ended == 1 && q[k].end.completion_tokens == 8 &&
+                     !strcmp(q[k].text, q[0].text) && !strncmp(q[k].text, a.text, 8));
+        if (bif == 0)
+            NA_CHECK(calls == 7L * layers);
+        else
+            NA_CHECK(calls > 7L * layers);
+        na_sg_destroy(g);
+    }
     return na_test_finish();
 }
