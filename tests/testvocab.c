@@ -33,7 +33,7 @@ static void byte_char(unsigned b, char out[3])
 
 /* The tokens after the 256 byte tokens (ids 256..), written in mapped form. */
 static const char *const tv_words[] = {
-    "bc", "ab", "abc", "aa", "\xc4\xa0" "b", "\xc3\x83\xc2\xa9", "hi", "ca",
+    "bc", "ab", "abc", "aa", "\xc4\240b", "\xc3\x83\xc2\xa9", "hi", "ca",
 };
 /* "a b" merges in rank order; every one yields a token above */
 static const char *const tv_merges[] = {
