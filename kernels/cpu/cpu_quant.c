@@ -2,9 +2,10 @@
  * Q5_0, Q5_1 (blocks of 32) and Q4_K, Q5_K, Q6_K (super-blocks of 256), the
  * math of kernels/ref/ref_quant.c (its header comment is the definition).
  *
- * The inputs of a call are quantised once per input row (Q8 blocks of 32
- * with their sums for the legacy types, Q8_K blocks of 256 with sums of 16
- * for the K-quants: the same bits as the reference's quantisers), then the
+ * The inputs of a call are quantised once per input row as ggml does for
+ * the type's vec_dot_type (Q8_0 blocks of 32 for Q4_0/Q5_0, Q8_1 for
+ * Q4_1/Q5_1: the same plus s = f16(d sum q), Q8_K blocks of 256 with sums
+ * of 16 for the K-quants: the same bits as the reference's quantisers), then the
  * pool's threads split the weight rows; a task walks tiles of rows x inputs
  * (NA_CQ_TR x NA_CQ_TB) so both stay in cache while every pair is dotted. A dot product unpacks
  * 32 codes into a vector of bytes and multiplies them with the int8 inputs
@@ -30,6 +31,7 @@
 
 #if defined(NA_CPU_VNNI)
 #define na_cpu_matmul_quant na_cpu_matmul_quant_vnni
+#define na_cpu_quant_inputs na_cpu_quant_inputs_vnni
 #endif
 
 #define NA_INLINE static inline __attribute__((always_inline))
@@ -93,11 +95,13 @@ NA_INLINE float na_cq_f16(const uint8_t *p)
 typedef struct {
     const int8_t  *q;
     const float   *d;
-    const int16_t *bs;
+    const int16_t *bs;      /* K-quants: sums of 16 */
+    const float   *s;       /* Q4_1 / Q5_1: Q8_1's s per block */
 } na_cq_x_t;
 
 /* Q8_K: 256 inputs -> q, d (returned), the 16 sums of 16; bit-identical to
- * na_ref_quantize_q8k (same amax, d, 1/d, x * (1/d), round to nearest even). */
+ * na_ref_quantize_q8k (ggml's quantize_row_q8_K_ref: same amax, iscale =
+ * 127 / amax, x * iscale rounded to nearest even, d = 1 / iscale). */
 static float na_cq_quantize_q8k(const float *x, int8_t *q, int16_t *bs)
 {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -118,8 +122,8 @@ static float na_cq_quantize_q8k(const float *x, int8_t *q, int16_t *bs)
         return NAN;
     }
     amax = na_cpu_hmax(am);
-    d = amax / 127.0f;
-    id = d != 0.0f ? 1.0f / d : 0.0f;
+    id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    d = amax != 0.0f ? 1.0f / id : 0.0f;
     vid = _mm256_set1_ps(id);
     for (j = 0; j < NA_QK_K; j += 32) {
         __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vid));
@@ -185,7 +189,7 @@ NA_INLINE void na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x
             float dx = x[i].d[b];
             __m256i p = na_cq_dot4(wa, has_m ? xq : _mm256_sign_epi8(xq, w));
             if (has_m)
-                summ[i] = fmaf(mw, dx * (float)x[i].bs[b], summ[i]);   /* fixed: one fma */
+                summ[i] = fmaf(mw, x[i].s[b], summ[i]);   /* fixed: one fma */
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx), acc[i]);
         }
     }
@@ -287,7 +291,7 @@ NA_INLINE void na_cq_dot_legacy_rows(na_dtype_t dt, const uint8_t *row, size_t r
             for (i = 0; i < NB; i++) {
                 __m256i p = na_cq_dot4acc(neg[i], w, xq[i]);
                 if (has_m)
-                    summ[r][i] = fmaf(mw, _mm256_cvtss_f32(dx[i]) * (float)x[i].bs[b], summ[r][i]);
+                    summ[r][i] = fmaf(mw, x[i].s[b], summ[r][i]);
                 acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, dx[i]),
                                             acc[r][i]);
             }
@@ -529,6 +533,21 @@ static int na_cq_rows(na_dtype_t dt, const uint8_t *row, size_t rs, const na_cq_
     }
 }
 
+/* See cpu.h. */
+void na_cpu_quant_inputs(na_dtype_t dt, const float *x, int n, int8_t *q, float *d,
+                         int16_t *bs, float *s)
+{
+    int i;
+    if (na_ref_quant_kind(dt) == 2) {
+        for (i = 0; i < n / NA_QK_K; i++)
+            d[i] = na_cq_quantize_q8k(x + (size_t)i * NA_QK_K, q + (size_t)i * NA_QK_K,
+                                      bs + (size_t)i * (NA_QK_K / 16));
+        return;
+    }
+    /* Q8_0 blocks; Q8_1's s for Q4_1 / Q5_1 */
+    na_cpu_quantize_q8s(x, n, q, d, dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1 ? s : NULL);
+}
+
 /* ---- the matmul --------------------------------------------------------------- */
 
 typedef struct {
@@ -538,7 +557,8 @@ typedef struct {
     size_t             row_bytes;
     const int8_t      *q;       /* (batch, cols) */
     const float       *d;       /* (batch, nd) */
-    const int16_t     *bs;      /* (batch, nbs) */
+    const int16_t     *bs;      /* (batch, nbs), K-quants */
+    const float       *s;       /* (batch, nd), Q4_1 / Q5_1 */
     int                nd, nbs;
 } na_cq_job_t;
 
@@ -570,6 +590,7 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
                 x[b - b0].q = j->q + (size_t)b * cols;
                 x[b - b0].d = j->d + (size_t)b * j->nd;
                 x[b - b0].bs = j->bs + (size_t)b * j->nbs;
+                x[b - b0].s = j->s + (size_t)b * j->nd;
             }
             r = r0;
             if (b1 - b0 <= 2) {         /* NA_CQ_NR rows at a time where the type has it */
@@ -657,34 +678,23 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     j.batch = batch;
     j.row_bytes = na_dtype_bytes(w->dtype, (size_t)cols);
     j.nd = kind == 2 ? cols / NA_QK_K : cols / 32;
-    j.nbs = kind == 2 ? cols / 16 : cols / 32;
-    /* q (nq bytes), d (batch * nd floats), bs (batch * nbs int16), float-aligned */
-    sc = na_cpu_scratch(k, nq / 4 + 1 + (size_t)batch * (size_t)j.nd +
+    j.nbs = kind == 2 ? cols / 16 : 0;
+    /* q (nq bytes), d and s (batch * nd floats each), bs (batch * nbs int16),
+     * float-aligned */
+    sc = na_cpu_scratch(k, nq / 4 + 1 + 2 * (size_t)batch * (size_t)j.nd +
                            ((size_t)batch * (size_t)j.nbs + 1) / 2);
     if (sc == NULL)
         return -1;
     j.q = (const int8_t *)sc;
     j.d = sc + nq / 4 + 1;
-    j.bs = (const int16_t *)(j.d + (size_t)batch * j.nd);
+    j.s = j.d + (size_t)batch * j.nd;
+    j.bs = (const int16_t *)(j.s + (size_t)batch * j.nd);
     for (b = 0; b < batch; b++) {
         const float *xb = x + (size_t)b * cols;
         int8_t *qb = (int8_t *)j.q + (size_t)b * cols;
         float *db = (float *)j.d + (size_t)b * j.nd;
         int16_t *sb = (int16_t *)j.bs + (size_t)b * j.nbs;
-        int i, e;
-        if (kind == 2) {
-            for (i = 0; i < j.nd; i++)
-                db[i] = na_cq_quantize_q8k(xb + (size_t)i * NA_QK_K, qb + (size_t)i * NA_QK_K,
-                                           sb + (size_t)i * (NA_QK_K / 16));
-        } else {
-            na_cpu_quantize_q8(xb, cols, qb, db);
-            for (i = 0; i < j.nd; i++) {
-                int sum = 0;
-                for (e = 0; e < 32; e++)
-                    sum += qb[32 * i + e];
-                sb[i] = (int16_t)sum;
-            }
-        }
+        na_cpu_quant_inputs(w->dtype, xb, cols, qb, db, sb, (float *)j.s + (size_t)b * j.nd);
     }
     work = (size_t)w->rows * (size_t)cols * (size_t)batch;
     tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;
