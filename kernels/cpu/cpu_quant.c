@@ -623,15 +623,41 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
  * order (not the row kernel's: off for batch_invariant). 0 done, -1 not. */
 #define NA_CQ_GEMM_MIN_BATCH 32
 
+typedef struct {
+    const uint8_t *src;         /* the Q4_0 / Q5_0 blocks */
+    uint8_t       *dst;         /* Q8_0 blocks */
+    size_t         nblk;
+    int            q5;
+} na_cq_reblock_t;
+
+/* Task t of n: its share of the blocks (neighbours share at most a line). */
+static void na_cq_reblock_task(void *ctx, int t, int n_tasks)
+{
+    const na_cq_reblock_t *j = ctx;
+    size_t lo = j->nblk * (size_t)t / (size_t)n_tasks, hi = j->nblk * (size_t)(t + 1) / (size_t)n_tasks;
+    size_t bb = j->q5 ? 22 : 18, i;
+    const uint8_t *src = j->src + lo * bb;
+
+    for (i = lo; i < hi; i++, src += bb) {
+        uint8_t *o = j->dst + i * NA_Q8_0_BLOCK_SIZE;
+        __m256i v = na_cq_nibbles32(src + (j->q5 ? 6 : 2));
+        if (j->q5)
+            v = _mm256_or_si256(v, _mm256_andnot_si256(na_cq_bits32(src + 2),
+                                                       _mm256_set1_epi8((char)0xF0)));
+        else
+            v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+        memcpy(o, src, 2);
+        _mm256_storeu_si256((__m256i *)(o + 2), v);
+    }
+}
+
 static int na_cq_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                          int batch)
 {
     na_cpu_state_t *s = k->priv;
-    size_t nblk = (size_t)w->rows * (size_t)(w->cols / 32), need = nblk * NA_Q8_0_BLOCK_SIZE, i;
-    const uint8_t *src = w->data;
-    size_t bb = na_dtype_block_bytes(w->dtype);
+    size_t nblk = (size_t)w->rows * (size_t)(w->cols / 32), need = nblk * NA_Q8_0_BLOCK_SIZE;
+    na_cq_reblock_t rb;
     na_tensor_t t;
-    int q5 = w->dtype == NA_DTYPE_Q5_0, j;
 
     if (s->q8w_n < need) {
         uint8_t *p = realloc(s->q8w, need);
@@ -640,18 +666,14 @@ static int na_cq_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_ten
         s->q8w = p;
         s->q8w_n = need;
     }
-    for (i = 0; i < nblk; i++, src += bb) {
-        uint8_t *o = s->q8w + i * NA_Q8_0_BLOCK_SIZE;
-        __m256i v = na_cq_nibbles32(src + (q5 ? 6 : 2));
-        if (q5)
-            v = _mm256_or_si256(v, _mm256_andnot_si256(na_cq_bits32(src + 2),
-                                                       _mm256_set1_epi8((char)0xF0)));
-        else
-            v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-        memcpy(o, src, 2);
-        _mm256_storeu_si256((__m256i *)(o + 2), v);
-        (void)j;
-    }
+    /* the re-blocking reads and writes ~3 bytes a weight: split over the
+     * pool (it had been one thread's ~3 ms per 2048x8192 weight) */
+    rb.src = w->data;
+    rb.dst = s->q8w;
+    rb.nblk = nblk;
+    rb.q5 = w->dtype == NA_DTYPE_Q5_0;
+    na_cpu_pool_run(s->pool, na_cq_reblock_task, &rb,
+                    k->n_threads > 1 && nblk >= 4096 ? k->n_threads : 1);
     t.dtype = NA_DTYPE_Q8_0;
     t.rows = w->rows;
     t.cols = w->cols;

@@ -580,6 +580,10 @@ static void test_matmul(void)
     /* a large one: the threads' row split, the bandwidth path */
     for (ti = 0; ti < N_TYPES; ti++)
         check_matmul(types[ti], 1000, 2048, 1);
+    /* Q4_0 / Q5_0 through the Q8_0 GEMM with their re-blocking split over
+     * the threads (>= 4096 blocks), in uneven shares */
+    check_matmul(NA_DTYPE_Q4_0, 301, 32 * 15, 40);
+    check_matmul(NA_DTYPE_Q5_0, 301, 32 * 15, 40);
 }
 
 /* Batch invariance: each output of a batch is bit-identical to the same
