@@ -282,7 +282,9 @@ NA_INLINE void na_cq_dot_legacy_rows(na_dtype_t dt, const uint8_t *row, size_t r
         for (r = 0; r < NR; r++) {
             const uint8_t *rb = row + (size_t)r * rs;
             __m256i w = na_cq_nibbles32b(rb + qoff);
-            __m256 dw = _mm256_set1_ps(na_cq_f16(rb));
+            /* the f16 scale broadcast as f16 then widened: one load-op
+             * and one convert (the same value as na_cq_f16) */
+            __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)(rb[0] | (rb[1] << 8))));
             float mw = has_m ? na_cq_f16(rb + 2) : 0.0f;
             if (q5)                             /* code = nibble + 16 bit */
                 w = _mm256_or_si256(w, _mm256_and_si256(na_cq_bits32(rb + 2 + (has_m ? 2 : 0)),
