@@ -116,13 +116,24 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n);
 #define na_cpu_attn_decode  na_cpu_attn_decode_v4
 #define na_cpu_attn_partial na_cpu_attn_partial_v4
 #define na_cpu_matmul_quant na_cpu_matmul_quant_v4
+#define na_cpu_quant_inputs na_cpu_quant_inputs_v4
 #endif
 /* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights (kernels/cpu/cpu_quant.c,
  * called by na_cpu_matmul): 0, or -1 when the scratch for the quantised
  * inputs cannot be had (nothing written). */
 int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                         int batch);
+/* The inputs x[n] of a weight of type dt (na_ref_quant_kind 1 or 2) as
+ * na_cpu_matmul_quant quantises them: q[n]; kind 1: d[n/32], and s[n/32]
+ * (Q8_1's s) for Q4_1 / Q5_1 (bs unused); kind 2: d[n/256], bs[n/16] (s
+ * unused). Bit for bit na_ref_quantize_x's (test_quant checks each copy). */
+void na_cpu_quant_inputs(na_dtype_t dt, const float *x, int n, int8_t *q, float *d,
+                         int16_t *bs, float *s);
 #ifndef NA_CPU_V4
+void na_cpu_quant_inputs_v4(na_dtype_t dt, const float *x, int n, int8_t *q, float *d,
+                            int16_t *bs, float *s);
+void na_cpu_quant_inputs_vnni(na_dtype_t dt, const float *x, int n, int8_t *q, float *d,
+                              int16_t *bs, float *s);
 int na_cpu_matmul_quant_v4(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                            int batch);
 /* the same built with AVX512-VNNI (vpdpbusd), picked where the CPU has it */
@@ -200,10 +211,23 @@ static inline __m256 na_cpu_load_bf16(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+/* na_ref_f16_round with F16C: v to f16 and back, v itself where f16
+ * overflows. */
+static inline float na_cpu_f16_round(float v)
+{
+    unsigned short h = _cvtss_sh(v, 0);
+    if ((h & 0x7fffu) == 0x7c00u && fabsf(v) <= 3.4028235e38f)
+        return v;
+    return _cvtsh_ss(h);
+}
+
 /* Quantise x[n] (n % 32 == 0) into q[n] and d[n / 32], bit-identical to
- * na_ref_quantize_q8: the same amax, d, 1/d and x * (1/d) in f32, and
- * cvtps rounds to nearest even as nearbyintf does. */
-static inline void na_cpu_quantize_q8(const float *x, int n, int8_t *q, float *d)
+ * na_ref_quantize_q8 (ggml's quantize_row_q8_0): the same amax, iscale =
+ * 127 / amax, x * iscale in f32, cvtps rounding to nearest even as
+ * nearbyintf does, d = f16(amax / 127) as f32 (na_cpu_f16_round). With
+ * s != NULL also Q8_1's s[n / 32] = f16(amax / 127 * sum q)
+ * (na_ref_quantize_q8_1). */
+static inline void na_cpu_quantize_q8s(const float *x, int n, int8_t *q, float *d, float *s)
 {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 big = _mm256_set1_ps(3.0e38f);
@@ -212,9 +236,9 @@ static inline void na_cpu_quantize_q8(const float *x, int n, int8_t *q, float *d
 
     for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
         const float *xb = x + (size_t)b * NA_Q8_0_BLOCK;
-        __m256 v[4], am = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        __m256 v[4], am = _mm256_setzero_ps(), bad = _mm256_setzero_ps(), vid;
         __m256i i0, i1, i2, i3;
-        float amax, dd, id;
+        float amax, id;
 
         for (j = 0; j < 4; j++) {
             __m256 a;
@@ -226,21 +250,36 @@ static inline void na_cpu_quantize_q8(const float *x, int n, int8_t *q, float *d
         if (_mm256_movemask_ps(bad)) {
             memset(q + (size_t)b * NA_Q8_0_BLOCK, 0, NA_Q8_0_BLOCK);
             d[b] = NAN;
+            if (s != NULL)
+                s[b] = NAN;
             continue;
         }
         amax = na_cpu_hmax(am);
-        dd = amax / 127.0f;
-        id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(id)));
-        i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(id)));
-        i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(id)));
-        i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], _mm256_set1_ps(id)));
+        id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        vid = _mm256_set1_ps(id);
+        i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], vid));
+        i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], vid));
+        i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], vid));
+        i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], vid));
+        d[b] = na_cpu_f16_round(amax / 127.0f);
+        if (s != NULL) {
+            __m256i t = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+            __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+            u = _mm_add_epi32(u, _mm_unpackhi_epi64(u, u));
+            u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xB1));
+            s[b] = na_cpu_f16_round((float)_mm_cvtsi128_si32(u) * (amax / 127.0f));
+        }
         /* packs work per 128-bit lane: the permute puts the 32 bytes back in order */
         i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         _mm256_storeu_si256((__m256i *)(q + (size_t)b * NA_Q8_0_BLOCK),
                             _mm256_permutevar8x32_epi32(i0, perm));
-        d[b] = dd;
     }
+}
+
+/* The same without Q8_1's sums (Q8_0 inputs). */
+static inline void na_cpu_quantize_q8(const float *x, int n, int8_t *q, float *d)
+{
+    na_cpu_quantize_q8s(x, n, q, d, NULL);
 }
 
 #endif /* NA_KERNELS_CPU_H */

@@ -2,9 +2,10 @@
  * Q5_0, Q5_1 (blocks of 32) and Q4_K, Q5_K, Q6_K (super-blocks of 256), the
  * math of kernels/ref/ref_quant.c (its header comment is the definition).
  *
- * The inputs of a call are quantised once per input row (Q8 blocks of 32
- * with their sums for the legacy types, Q8_K blocks of 256 with sums of 16
- * for the K-quants: the same bits as the reference's quantisers), then the
+ * The inputs of a call are quantised once per input row as ggml does for
+ * the type's vec_dot_type (Q8_0 blocks of 32 for Q4_0/Q5_0, Q8_1 for
+ * Q4_1/Q5_1: the same plus s = f16(d sum q), Q8_K blocks of 256 with sums
+ * of 16 for the K-quants: the same bits as the reference's quantisers), then the
  * pool's threads split the weight rows; a task walks tiles of rows x inputs
  * (NA_CQ_TR x NA_CQ_TB) so both stay in cache while every pair is dotted. A dot product unpacks
  * 32 codes into a vector of bytes and multiplies them with the int8 inputs
@@ -30,6 +31,7 @@
 
 #if defined(NA_CPU_VNNI)
 #define na_cpu_matmul_quant na_cpu_matmul_quant_vnni
+#define na_cpu_quant_inputs na_cpu_quant_inputs_vnni
 #endif
 
 #define NA_INLINE static inline __attribute__((always_inline))
@@ -93,11 +95,13 @@ NA_INLINE float na_cq_f16(const uint8_t *p)
 typedef struct {
     const int8_t  *q;
     const float   *d;
-    const int16_t *bs;
+    const int16_t *bs;      /* K-quants: sums of 16 */
+    const float   *s;       /* Q4_1 / Q5_1: Q8_1's s per block */
 } na_cq_x_t;
 
 /* Q8_K: 256 inputs -> q, d (returned), the 16 sums of 16; bit-identical to
- * na_ref_quantize_q8k (same amax, d, 1/d, x * (1/d), round to nearest even). */
+ * na_ref_quantize_q8k (ggml's quantize_row_q8_K_ref: same amax, iscale =
+ * 127 / amax, x * iscale rounded to nearest even, d = 1 / iscale). */
 static float na_cq_quantize_q8k(const float *x, int8_t *q, int16_t *bs)
 {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -118,8 +122,8 @@ static float na_cq_quantize_q8k(const float *x, int8_t *q, int16_t *bs)
         return NAN;
     }
     amax = na_cpu_hmax(am);
-    d = amax / 127.0f;
-    id = d != 0.0f ? 1.0f / d : 0.0f;
+    id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    d = amax != 0.0f ? 1.0f / id : 0.0f;
     vid = _mm256_set1_ps(id);
     for (j = 0; j < NA_QK_K; j += 32) {
         __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vid));
@@ -185,7 +189,7 @@ NA_INLINE void na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x
             float dx = x[i].d[b];
             __m256i p = na_cq_dot4(wa, has_m ? xq : _mm256_sign_epi8(xq, w));
             if (has_m)
-                summ[i] = fmaf(mw, dx * (float)x[i].bs[b], summ[i]);   /* fixed: one fma */
+                summ[i] = fmaf(mw, x[i].s[b], summ[i]);   /* fixed: one fma */
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx), acc[i]);
         }
     }
@@ -278,7 +282,9 @@ NA_INLINE void na_cq_dot_legacy_rows(na_dtype_t dt, const uint8_t *row, size_t r
         for (r = 0; r < NR; r++) {
             const uint8_t *rb = row + (size_t)r * rs;
             __m256i w = na_cq_nibbles32b(rb + qoff);
-            __m256 dw = _mm256_set1_ps(na_cq_f16(rb));
+            /* the f16 scale broadcast as f16 then widened: one load-op
+             * and one convert (the same value as na_cq_f16) */
+            __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)(rb[0] | (rb[1] << 8))));
             float mw = has_m ? na_cq_f16(rb + 2) : 0.0f;
             if (q5)                             /* code = nibble + 16 bit */
                 w = _mm256_or_si256(w, _mm256_and_si256(na_cq_bits32(rb + 2 + (has_m ? 2 : 0)),
@@ -287,7 +293,7 @@ NA_INLINE void na_cq_dot_legacy_rows(na_dtype_t dt, const uint8_t *row, size_t r
             for (i = 0; i < NB; i++) {
                 __m256i p = na_cq_dot4acc(neg[i], w, xq[i]);
                 if (has_m)
-                    summ[r][i] = fmaf(mw, _mm256_cvtss_f32(dx[i]) * (float)x[i].bs[b], summ[r][i]);
+                    summ[r][i] = fmaf(mw, x[i].s[b], summ[r][i]);
                 acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, dx[i]),
                                             acc[r][i]);
             }
@@ -529,6 +535,21 @@ static int na_cq_rows(na_dtype_t dt, const uint8_t *row, size_t rs, const na_cq_
     }
 }
 
+/* See cpu.h. */
+void na_cpu_quant_inputs(na_dtype_t dt, const float *x, int n, int8_t *q, float *d,
+                         int16_t *bs, float *s)
+{
+    int i;
+    if (na_ref_quant_kind(dt) == 2) {
+        for (i = 0; i < n / NA_QK_K; i++)
+            d[i] = na_cq_quantize_q8k(x + (size_t)i * NA_QK_K, q + (size_t)i * NA_QK_K,
+                                      bs + (size_t)i * (NA_QK_K / 16));
+        return;
+    }
+    /* Q8_0 blocks; Q8_1's s for Q4_1 / Q5_1 */
+    na_cpu_quantize_q8s(x, n, q, d, dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1 ? s : NULL);
+}
+
 /* ---- the matmul --------------------------------------------------------------- */
 
 typedef struct {
@@ -538,7 +559,8 @@ typedef struct {
     size_t             row_bytes;
     const int8_t      *q;       /* (batch, cols) */
     const float       *d;       /* (batch, nd) */
-    const int16_t     *bs;      /* (batch, nbs) */
+    const int16_t     *bs;      /* (batch, nbs), K-quants */
+    const float       *s;       /* (batch, nd), Q4_1 / Q5_1 */
     int                nd, nbs;
 } na_cq_job_t;
 
@@ -570,6 +592,7 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
                 x[b - b0].q = j->q + (size_t)b * cols;
                 x[b - b0].d = j->d + (size_t)b * j->nd;
                 x[b - b0].bs = j->bs + (size_t)b * j->nbs;
+                x[b - b0].s = j->s + (size_t)b * j->nd;
             }
             r = r0;
             if (b1 - b0 <= 2) {         /* NA_CQ_NR rows at a time where the type has it */
@@ -602,15 +625,41 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
  * order (not the row kernel's: off for batch_invariant). 0 done, -1 not. */
 #define NA_CQ_GEMM_MIN_BATCH 32
 
+typedef struct {
+    const uint8_t *src;         /* the Q4_0 / Q5_0 blocks */
+    uint8_t       *dst;         /* Q8_0 blocks */
+    size_t         nblk;
+    int            q5;
+} na_cq_reblock_t;
+
+/* Task t of n: its share of the blocks (neighbours share at most a line). */
+static void na_cq_reblock_task(void *ctx, int t, int n_tasks)
+{
+    const na_cq_reblock_t *j = ctx;
+    size_t lo = j->nblk * (size_t)t / (size_t)n_tasks, hi = j->nblk * (size_t)(t + 1) / (size_t)n_tasks;
+    size_t bb = j->q5 ? 22 : 18, i;
+    const uint8_t *src = j->src + lo * bb;
+
+    for (i = lo; i < hi; i++, src += bb) {
+        uint8_t *o = j->dst + i * NA_Q8_0_BLOCK_SIZE;
+        __m256i v = na_cq_nibbles32(src + (j->q5 ? 6 : 2));
+        if (j->q5)
+            v = _mm256_or_si256(v, _mm256_andnot_si256(na_cq_bits32(src + 2),
+                                                       _mm256_set1_epi8((char)0xF0)));
+        else
+            v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+        memcpy(o, src, 2);
+        _mm256_storeu_si256((__m256i *)(o + 2), v);
+    }
+}
+
 static int na_cq_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                          int batch)
 {
     na_cpu_state_t *s = k->priv;
-    size_t nblk = (size_t)w->rows * (size_t)(w->cols / 32), need = nblk * NA_Q8_0_BLOCK_SIZE, i;
-    const uint8_t *src = w->data;
-    size_t bb = na_dtype_block_bytes(w->dtype);
+    size_t nblk = (size_t)w->rows * (size_t)(w->cols / 32), need = nblk * NA_Q8_0_BLOCK_SIZE;
+    na_cq_reblock_t rb;
     na_tensor_t t;
-    int q5 = w->dtype == NA_DTYPE_Q5_0, j;
 
     if (s->q8w_n < need) {
         uint8_t *p = realloc(s->q8w, need);
@@ -619,18 +668,14 @@ static int na_cq_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_ten
         s->q8w = p;
         s->q8w_n = need;
     }
-    for (i = 0; i < nblk; i++, src += bb) {
-        uint8_t *o = s->q8w + i * NA_Q8_0_BLOCK_SIZE;
-        __m256i v = na_cq_nibbles32(src + (q5 ? 6 : 2));
-        if (q5)
-            v = _mm256_or_si256(v, _mm256_andnot_si256(na_cq_bits32(src + 2),
-                                                       _mm256_set1_epi8((char)0xF0)));
-        else
-            v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-        memcpy(o, src, 2);
-        _mm256_storeu_si256((__m256i *)(o + 2), v);
-        (void)j;
-    }
+    /* the re-blocking reads and writes ~3 bytes a weight: split over the
+     * pool (it had been one thread's ~3 ms per 2048x8192 weight) */
+    rb.src = w->data;
+    rb.dst = s->q8w;
+    rb.nblk = nblk;
+    rb.q5 = w->dtype == NA_DTYPE_Q5_0;
+    na_cpu_pool_run(s->pool, na_cq_reblock_task, &rb,
+                    k->n_threads > 1 && nblk >= 4096 ? k->n_threads : 1);
     t.dtype = NA_DTYPE_Q8_0;
     t.rows = w->rows;
     t.cols = w->cols;
@@ -657,34 +702,23 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     j.batch = batch;
     j.row_bytes = na_dtype_bytes(w->dtype, (size_t)cols);
     j.nd = kind == 2 ? cols / NA_QK_K : cols / 32;
-    j.nbs = kind == 2 ? cols / 16 : cols / 32;
-    /* q (nq bytes), d (batch * nd floats), bs (batch * nbs int16), float-aligned */
-    sc = na_cpu_scratch(k, nq / 4 + 1 + (size_t)batch * (size_t)j.nd +
+    j.nbs = kind == 2 ? cols / 16 : 0;
+    /* q (nq bytes), d and s (batch * nd floats each), bs (batch * nbs int16),
+     * float-aligned */
+    sc = na_cpu_scratch(k, nq / 4 + 1 + 2 * (size_t)batch * (size_t)j.nd +
                            ((size_t)batch * (size_t)j.nbs + 1) / 2);
     if (sc == NULL)
         return -1;
     j.q = (const int8_t *)sc;
     j.d = sc + nq / 4 + 1;
-    j.bs = (const int16_t *)(j.d + (size_t)batch * j.nd);
+    j.s = j.d + (size_t)batch * j.nd;
+    j.bs = (const int16_t *)(j.s + (size_t)batch * j.nd);
     for (b = 0; b < batch; b++) {
         const float *xb = x + (size_t)b * cols;
         int8_t *qb = (int8_t *)j.q + (size_t)b * cols;
         float *db = (float *)j.d + (size_t)b * j.nd;
         int16_t *sb = (int16_t *)j.bs + (size_t)b * j.nbs;
-        int i, e;
-        if (kind == 2) {
-            for (i = 0; i < j.nd; i++)
-                db[i] = na_cq_quantize_q8k(xb + (size_t)i * NA_QK_K, qb + (size_t)i * NA_QK_K,
-                                           sb + (size_t)i * (NA_QK_K / 16));
-        } else {
-            na_cpu_quantize_q8(xb, cols, qb, db);
-            for (i = 0; i < j.nd; i++) {
-                int sum = 0;
-                for (e = 0; e < 32; e++)
-                    sum += qb[32 * i + e];
-                sb[i] = (int16_t)sum;
-            }
-        }
+        na_cpu_quant_inputs(w->dtype, xb, cols, qb, db, sb, (float *)j.s + (size_t)b * j.nd);
     }
     work = (size_t)w->rows * (size_t)cols * (size_t)batch;
     tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;

@@ -7,14 +7,18 @@
  * The arithmetic is kernels/ref/ref_quant.c's definition (ggml's vec_dot):
  * x is quantised once per call, to Q8 blocks of 32 (Q8_0 and the legacy
  * types) or to Q8_K blocks of 256 (the K-quants), bit for bit as
- * na_ref_quantize_q8 / na_ref_quantize_q8k (d = max|x| / 127, q =
- * round-to-nearest-even(x * (1/d)); d = 0: all zero; a NaN or Inf in the
- * block: d = NaN, q = 0). Per weight block the integer sums are exact in
+ * na_ref_quantize_q8 / na_ref_quantize_q8k, ggml's quantisers (q =
+ * round-to-nearest-even(x * (127 / max|x|)); d = f16(max|x| / 127) for Q8
+ * blocks, 1 / (127 / max|x|) for Q8_K; d = 0: all zero; a NaN or Inf in
+ * the block: d = NaN, q = 0). Per weight block the integer sums are exact in
  * int32 (__dp4a over 4 codes at a time; a centred code q - o is summed as
  * sum q x - o sum x, the same integer), and the block adds the same f32
  * expression as the reference:
  *   Q8_0, Q4_0, Q5_0   isum * (d_w * d_x)
  *   Q4_1, Q5_1         isum * (d_w * d_x) + m_w * (d_x * qsum)
+ *                      (the one difference from the reference, which takes
+ *                      ggml's Q8_1 s = f16(max|x| / 127 * qsum) for d_x *
+ *                      qsum: within 2^-11 of that term)
  *   Q4_K, Q5_K         (d * d_x) * sumi - (dmin * d_x) * summ
  *   Q6_K               (d * d_x) * sumi
  * Only the order of the f32 sum over blocks differs from the reference
@@ -57,8 +61,11 @@ __global__ void na_cu_quant_q8_k(signed char *q, float *d, const float *x, size_
         float v = x[blk * NA_CU_Q8_BLOCK + (size_t)lane], a = fabsf(v);
         bool bad = __any_sync(0xffffffffu, !(a <= 3.0e38f));
         float amax = na_cu_warp_max(bad ? 0.0f : a);
-        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        q[blk * NA_CU_Q8_BLOCK + (size_t)lane] = bad ? 0 : (signed char)__float2int_rn(v * id);
+        float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        float dd = __fdiv_rn(amax, 127.0f), dh = __half2float(__float2half_rn(dd));
+        dd = isinf(dh) ? dd : dh;                /* na_ref_f16_round */
+        q[blk * NA_CU_Q8_BLOCK + (size_t)lane] =
+            bad ? 0 : (signed char)__float2int_rn(__fmul_rn(v, id));
         if (lane == 0)
             d[blk] = bad ? __int_as_float(0x7fc00000) : dd;
     }
@@ -87,13 +94,14 @@ __global__ void na_cu_quant_q8k_k(signed char *q, float *d, const float *x, size
         }
         bad = __any_sync(0xffffffffu, bad);
         amax = na_cu_warp_max(bad ? 0.0f : amax);
-        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        float dd = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
         unsigned lo = 0, hi = 0;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            lo |= (unsigned)(unsigned char)(signed char)(bad ? 0 : __float2int_rn(v[e] * id))
+            lo |= (unsigned)(unsigned char)(signed char)(bad ? 0 : __float2int_rn(__fmul_rn(v[e], id)))
                   << (8 * e);
-            hi |= (unsigned)(unsigned char)(signed char)(bad ? 0 : __float2int_rn(v[e + 4] * id))
+            hi |= (unsigned)(unsigned char)(signed char)(bad ? 0 : __float2int_rn(__fmul_rn(v[e + 4], id)))
                   << (8 * e);
         }
         reinterpret_cast<uint2 *>(q + blk * NA_CU_QK_K)[lane] = make_uint2(lo, hi);

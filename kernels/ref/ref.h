@@ -15,19 +15,34 @@
 /* Value j of row r of weight w, dequantised to f32 (any dtype). */
 float na_ref_weight_at(const na_tensor_t *w, int r, int j);
 
-/* x[0..n) as int8 with one scale d = max|x| / 127 (q = round-to-nearest-even
- * of x / d): returns d; NaN with q all 0 when x holds a NaN or an infinity.
- * Q8_0 blocks (n = 32) and Q8_K blocks (n = 256) are this. */
+/* x[0..n) as int8, as ggml's activation quantisers do it: with amax =
+ * max|x| and iscale = 127 / amax (0 when amax = 0), q = round-to-nearest-
+ * even(x * iscale); returns amax (the caller derives its block's d); NaN
+ * with q all 0 when x holds a NaN or an infinity. */
 float na_ref_quantize_i8(const float *x, int n, int8_t *q);
 /* Q8_0 weights are multiplied with their input in 8-bit blocks, as ggml's
- * Q8_0 x Q8_0 dot does: each block of 32 inputs is quantised to int8 with
- * d = max|x| / 127 and q = round-to-nearest-even(x * (1/d)) (d = 0: all
- * zero), the 32 products are summed exactly in int32, and the block adds
+ * Q8_0 x Q8_0 dot does: each block of 32 inputs is quantised to a Q8_0
+ * block as ggml's quantize_row_q8_0 does (na_ref_quantize_i8's codes, and
+ * d = max|x| / 127 rounded to f16 and back: the scale ggml stores;
+ * na_ref_f16_round), the 32
+ * products are summed exactly in int32, and the block adds
  * isum * (d_w * d_x) to the f32 sum. The inputs' rounding costs at most
- * 0.5/127 of each block's largest input. A block with a NaN or Inf gives
- * d = NaN (q = 0) so a non-finite input still makes a non-finite output.
- * Quantise the NA_Q8_0_BLOCK values x into q; returns d. */
+ * 0.5/127 of each block's largest input plus 2^-11 of it for the f16 scale.
+ * A block with a NaN or Inf gives d = NaN (q = 0) so a non-finite input
+ * still makes a non-finite output.
+ * Quantise the NA_Q8_0_BLOCK values x into q; returns d (an f16 value). */
 float na_ref_quantize_q8(const float *x, int8_t *q);
+/* v rounded to f16 and back (nearest even), as ggml stores Q8_0 / Q8_1
+ * scales; where f16 would overflow (|v| >= 65520: ggml's block then holds
+ * an infinity) v stays as it is, so huge activations still give finite
+ * sums. NaN stays NaN. */
+static inline float na_ref_f16_round(float v)
+{
+    uint16_t h = na_f32_to_f16(v);
+    if ((h & 0x7fffu) == 0x7c00u && v == v && v - v == 0.0f)   /* finite v, f16 inf */
+        return v;
+    return na_f16_to_f32(h);
+}
 
 /* ---- the other GGML block formats (kernels/ref/ref_quant.c: the definition
  * of their dot products is at the top of that file) ---- */
@@ -49,17 +64,27 @@ static inline void na_ref_k4_scale_min(const uint8_t *s, int j, int *sc, int *m)
  * Q5_1), 2 Q8_K blocks of 256 (Q4_K, Q5_K, Q6_K), 0 another type (the
  * f32/f16/bf16 paths, Q8_0's own na_ref_quantize_q8 path). */
 int na_ref_quant_kind(na_dtype_t dt);
-/* Inputs in blocks: q[n]; kind 1: d[n/32] and bsums[n/32] the sum of each
- * block's q; kind 2: d[n/256] and bsums[n/16] the sums of 16. */
+/* Inputs in blocks, as ggml's vec_dot_type of the weight type: q[n];
+ * kind 1 (Q8_0 blocks for Q4_0/Q5_0, Q8_1 for Q4_1/Q5_1): d[n/32] (the
+ * f16 scale), bsums[n/32] the sum of each block's q and s[n/32] Q8_1's s,
+ * f16(amax / 127 * bsum) with the unrounded scale (what Q4_1/Q5_1's min
+ * multiplies); kind 2 (Q8_K): d[n/256] and bsums[n/16] the sums of 16
+ * (s unused, may be NULL). */
 typedef struct {
     int8_t  *q;
     float   *d;
     int16_t *bsums;
+    float   *s;
 } na_ref_qx_t;
-/* Quantise 256 inputs to a Q8_K block as na_ref_quantize_q8 does 32 (d =
- * max|x| / 127, q = round-to-nearest-even(x * (1/d)), NaN/Inf -> d = NaN,
- * q = 0) plus the 16 sums of 16 q; returns d. */
+/* Quantise 256 inputs to a Q8_K block as ggml's quantize_row_q8_K_ref does:
+ * na_ref_quantize_i8's codes (ggml's sign-flipped -127/max gives the same
+ * products), d = 1 / iscale in f32 (0 when all inputs are 0; NaN/Inf ->
+ * d = NaN, q = 0), plus the 16 sums of 16 q; returns d. */
 float na_ref_quantize_q8k(const float *x, int8_t *q, int16_t *bsums);
+/* One block of 32 inputs as a Q8_1 block (quantize_row_q8_1): q, d as
+ * na_ref_quantize_q8, *bsum the sum of q, *s = f16(amax / 127 * bsum) as
+ * f32; returns d. */
+float na_ref_quantize_q8_1(const float *x, int8_t *q, int16_t *bsum, float *s);
 /* x[n] into qx for weight type dt (kind 1 or 2). */
 void na_ref_quantize_x(na_dtype_t dt, const float *x, int n, na_ref_qx_t *qx);
 /* Row of n weights of type dt (kind 1 or 2) dotted with quantised inputs. */

@@ -43,7 +43,7 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j)
 /* See ref.h. */
 float na_ref_quantize_i8(const float *x, int n, int8_t *q)
 {
-    float amax = 0.0f, d, id;
+    float amax = 0.0f, id;
     int j, bad = 0;
 
     for (j = 0; j < n; j++) {
@@ -57,17 +57,18 @@ float na_ref_quantize_i8(const float *x, int n, int8_t *q)
         memset(q, 0, (size_t)n);
         return NAN;
     }
-    d = amax / 127.0f;
-    id = d != 0.0f ? 1.0f / d : 0.0f;
+    id = amax != 0.0f ? 127.0f / amax : 0.0f;     /* ggml's 127 / max (iscale) */
     for (j = 0; j < n; j++)
         q[j] = (int8_t)nearbyintf(x[j] * id);     /* |x * id| <= 127 (+ rounding) */
-    return d;
+    return amax;
 }
 
 /* See ref.h. */
 float na_ref_quantize_q8(const float *x, int8_t *q)
 {
-    return na_ref_quantize_i8(x, NA_Q8_0_BLOCK, q);
+    float amax = na_ref_quantize_i8(x, NA_Q8_0_BLOCK, q);
+    /* NaN stays NaN through the f16 round trip */
+    return na_ref_f16_round(amax / 127.0f);
 }
 
 /* Row r of Q8_0 weight w dotted with the Q8 blocks of x (see ref.h). */

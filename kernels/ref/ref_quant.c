@@ -6,13 +6,17 @@
  * expression per block; only the order of the f32 sum over blocks differs.
  *
  * The definition (as ggml's vec_dot kernels, ggml-cpu-quants.c): the
- * inputs of a row are quantised once, to Q8 blocks of 32 (na_ref_quantize_q8)
- * for Q4_0/Q4_1/Q5_0/Q5_1, to Q8_K blocks of 256 with sums of 16
- * (na_ref_quantize_q8k) for the K-quants. Per weight block, with d_w, m_w
- * the weight's scale and min and d_x the input block's scale:
+ * inputs of a row are quantised once, as ggml quantises them for the
+ * weight type's vec_dot_type, bit for bit: Q8_0 blocks of 32 for Q4_0/Q5_0
+ * (and Q8_0 weights, ref_ops.c), Q8_1 blocks for Q4_1/Q5_1 (the same plus
+ * s = f16(d * sum q)), Q8_K blocks of 256 with sums of 16 for the K-quants
+ * (na_ref_quantize_q8 / _q8_1 / _q8k: codes round(x * 127 / max|x|) to
+ * nearest even; d rounded to f16 for Q8_0/Q8_1, 1 / (127 / max|x|) in f32
+ * for Q8_K). Per weight block, with d_w, m_w the weight's scale and min and
+ * d_x the input block's scale:
  *   Q4_0, Q5_0   sum += isum * (d_w * d_x)                isum = sum (q - 8|16) qx
- *   Q4_1, Q5_1   sum += isum * (d_w * d_x) + m_w * (d_x * qsum)   isum = sum q qx,
- *                                                         qsum = sum qx (the block's)
+ *   Q4_1, Q5_1   sum += isum * (d_w * d_x),  summs += m_w * s_x; result sum + summs
+ *                                                         isum = sum q qx
  *   Q4_K, Q5_K   sum += (d * d_x) * sumi - (dmin * d_x) * summ
  *                sumi = sum_j sc_j sum_{32 el} q qx, summ = sum_j m_j (bsum_2j + bsum_2j+1)
  *   Q6_K         sum += (d * d_x) * sumi,  sumi = sum_j sc_j sum_{16 el} (q - 32) qx
@@ -173,7 +177,7 @@ float na_ref_quant_weight_at(const na_tensor_t *w, int r, int j)
 
 float na_ref_quantize_q8k(const float *x, int8_t *q, int16_t *bsums)
 {
-    float d = na_ref_quantize_i8(x, NA_QK_K, q);     /* NaN: q all 0, so bsums 0 */
+    float amax = na_ref_quantize_i8(x, NA_QK_K, q);  /* NaN: q all 0, so bsums 0 */
     int j;
 
     for (j = 0; j < NA_QK_K / 16; j++) {
@@ -182,7 +186,21 @@ float na_ref_quantize_q8k(const float *x, int8_t *q, int16_t *bsums)
             s += q[16 * j + i];
         bsums[j] = (int16_t)s;
     }
-    return d;
+    if (amax == 0.0f)
+        return 0.0f;
+    return 1.0f / (127.0f / amax);                    /* ggml: d = 1 / iscale */
+}
+
+float na_ref_quantize_q8_1(const float *x, int8_t *q, int16_t *bsum, float *s)
+{
+    float amax = na_ref_quantize_i8(x, NA_Q8_0_BLOCK, q), d = amax / 127.0f;
+    int j, sum = 0;
+
+    for (j = 0; j < NA_Q8_0_BLOCK; j++)
+        sum += q[j];
+    *bsum = (int16_t)sum;                             /* |sum| <= 32 * 127 */
+    *s = na_ref_f16_round((float)sum * d);
+    return na_ref_f16_round(d);
 }
 
 int na_ref_quant_kind(na_dtype_t dt)
@@ -207,11 +225,11 @@ void na_ref_quantize_x(na_dtype_t dt, const float *x, int n, na_ref_qx_t *qx)
         return;
     }
     for (b = 0; b < n / NA_Q8_0_BLOCK; b++) {
-        int j, s = 0;
-        qx->d[b] = na_ref_quantize_q8(x + (size_t)b * NA_Q8_0_BLOCK, qx->q + (size_t)b * NA_Q8_0_BLOCK);
-        for (j = 0; j < NA_Q8_0_BLOCK; j++)
-            s += qx->q[(size_t)b * NA_Q8_0_BLOCK + j];
-        qx->bsums[b] = (int16_t)s;           /* |s| <= 32 * 127 */
+        float s;
+        qx->d[b] = na_ref_quantize_q8_1(x + (size_t)b * NA_Q8_0_BLOCK, qx->q + (size_t)b * NA_Q8_0_BLOCK,
+                                        qx->bsums + b, &s);
+        if (qx->s != NULL)
+            qx->s[b] = s;
     }
 }
 
@@ -221,7 +239,7 @@ float na_ref_vec_dot(na_dtype_t dt, const void *rowp, const na_ref_qx_t *qx, int
 {
     const uint8_t *row = rowp;
     size_t bb = na_dtype_block_bytes(dt);
-    float sum = 0.0f;
+    float sum = 0.0f, summs = 0.0f;
     int b, j, s, q[NA_QK_K];
 
     if (na_ref_quant_kind(dt) == 1) {
@@ -232,12 +250,11 @@ float na_ref_vec_dot(na_dtype_t dt, const void *rowp, const na_ref_qx_t *qx, int
             na_rq_codes32(dt, row, q);
             for (j = 0; j < NA_Q8_0_BLOCK; j++)
                 isum += q[j] * x[j];
+            sum += (float)isum * (dw * dx);
             if (dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1)
-                sum += (float)isum * (dw * dx) + na_rq_f16(row + 2) * (dx * (float)qx->bsums[b]);
-            else
-                sum += (float)isum * (dw * dx);
+                summs += na_rq_f16(row + 2) * qx->s[b];
         }
-        return sum;
+        return sum + summs;
     }
     for (b = 0; b < n / NA_QK_K; b++, row += bb) {
         const int8_t *x = qx->q + (size_t)b * NA_QK_K;
@@ -277,7 +294,8 @@ float na_ref_dot_quant(na_dtype_t dt, const void *rowp, const float *x, int n)
     int8_t q[NA_QK_K];
     float d;
     int16_t bsums[NA_QK_K / 16];
-    na_ref_qx_t qx = { q, &d, bsums };
+    float qs;
+    na_ref_qx_t qx = { q, &d, bsums, &qs };
     float sum = 0.0f;
 
     for (b = 0; b < n / blk; b++) {     /* one block of inputs at a time: the same bits */

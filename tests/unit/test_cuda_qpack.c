@@ -12,7 +12,9 @@
  *   - a row's dot product with x, summed block after block as the reference
  *     does (the K-quants' super-block sums joined from their 8 lane parts, as
  *     the warp's shuffles join them), equals na_ref_matmul's within
- *     4e-7 * Σ|block terms| (the integer sums are exact; the f32 terms may
+ *     4e-7 * Σ|block terms| (plus Q4_1/Q5_1's f16 rounding of the input
+ *     sums' term: the reference takes ggml's Q8_1 s, the GEMV d_x * qsum;
+ *     the integer sums are exact; the f32 terms may
  *     round differently where the C compiler fuses a multiply-add in one
  *     build and not the other: Q8_0's reference does),
  *     on rows of several blocks with x of mixed scales, a zero block and (for
@@ -69,6 +71,10 @@ static float qc_dot(int dt, const na_cu_qw_t *w, int r, const float *x, int cols
                  * the roundings scale with the parts, |d-part| <= |term| +
                  * |m-part| */
                 *mag += fabs((double)term) + 2.0 * fabs((double)mw * dx * qsum);
+                /* the reference's min term takes ggml's Q8_1 s = f16(d32 qsum),
+                 * the GEMV d_x qsum with d_x = f16(d32): each within 2^-11 of
+                 * d32 qsum; in units of the check's 4e-7 */
+                *mag += fabs((double)mw * dx * qsum) * (1.1 / 1024.0) / 4e-7;
             }
             continue;
         }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/testutil.h"
@@ -204,6 +205,9 @@ static void *make_weight(na_dtype_t dt, int rows, int cols, na_tensor_t *w)
         case NA_DTYPE_Q6_K:
             put_f16(b + 208, 0.0002f * na_rng_uniform(&rng));
             break;
+        case NA_DTYPE_Q8_0:
+            put_f16(b, 0.0002f + 0.002f * na_rng_uniform(&rng));
+            break;
         default:
             break;
         }
@@ -237,7 +241,9 @@ static void test_ref_dot(void)
             int8_t *q = xalloc((size_t)cols);
             float *d = xalloc(F32B(cols / 32));
             int16_t *bs = xalloc(sizeof(int16_t) * (size_t)(cols / 16));
-            na_ref_qx_t qx = { q, d, bs };
+            float *s1 = xalloc(F32B(cols / 32));
+            na_ref_qx_t qx = { q, d, bs, s1 };
+            int has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
 
             na_rng_fill(&rng, x, (size_t)cols, -1.0f, 1.0f);
             x[cols / 2] = 3.0f;                          /* one large input */
@@ -255,7 +261,17 @@ static void test_ref_dot(void)
                     exact += (double)wf[j] * xq[j];
                     mag += fabs((double)wf[j] * xq[j]);
                     fx += (double)wf[j] * x[j];
-                    xtol += fabs((double)wf[j]) * (0.5 / 127.0) * 3.0;
+                    /* code rounding and the f16 scale of Q8_0 / Q8_1 blocks */
+                    xtol += fabs((double)wf[j]) * (0.5 / 127.0 + 1.0 / 2048.0) * 3.0;
+                }
+                /* Q4_1 / Q5_1: the min times Q8_1's s (f16(d sum q)), not d16 sum q */
+                for (j = 0; has_m && j < cols / 32; j++) {
+                    uint16_t mh;
+                    double m;
+                    memcpy(&mh, row + (size_t)j * na_dtype_block_bytes(dt) + 2, 2);
+                    m = na_f16_to_f32(mh);
+                    exact += m * ((double)s1[j] - (double)d[j] * bs[j]);
+                    xtol += fabs(m * s1[j]) / 2048.0;
                 }
                 NA_CHECK_MSG(fabs(got - exact) <= 2e-6 * mag + 1e-7, "ref dot %s cols %d row %d: "
                              "%g vs dequantised %g (mag %g)", na_dtype_name(dt), cols, r,
@@ -267,6 +283,7 @@ static void test_ref_dot(void)
                              "f32 inputs %g (bound %g)", na_dtype_name(dt), cols, (double)got,
                              fx, xtol);
             }
+            free(s1);
             free(bs);
             free(d);
             free(q);
@@ -294,7 +311,9 @@ static na_status_t mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w,
 /* cpu vs ref: the same quantised inputs and integer block sums, the f32 sum
  * over blocks in another order (vector lanes, several accumulators): within
  * 2e-6 of the sum of |terms| (a few f32 roundings of it; observed well below). */
-static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
+static void fill_halfway(float *x, size_t n);
+
+static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int halfway)
 {
     na_tensor_t w;
     void *buf = make_weight(dt, rows, cols, &w);
@@ -303,7 +322,10 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
     double *mag = xalloc(sizeof(double) * (size_t)batch * rows);
     int t, b, r, j;
 
-    na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
+    if (halfway)
+        fill_halfway(x, (size_t)batch * cols);
+    else
+        na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
     for (r = 0; r < rows; r++)
         na_ref_dequant_row(dt, (const uint8_t *)w.data + (size_t)r * na_dtype_bytes(dt, (size_t)cols),
                            wf + (size_t)r * cols, cols);
@@ -337,6 +359,211 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
     free(buf);
 }
 
+static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
+{
+    check_matmul_x(dt, rows, cols, batch, 0);
+}
+
+/* ---- the inputs quantised as ggml quantises them ---------------------------
+ * ggml's activation quantisers written a second time, from ggml-quants.c and
+ * ggml-cpu-quants.c (llama.cpp c392e5094): quantize_row_q8_0 / _q8_1 (the
+ * AVX2 versions: id = 127 / max, round to nearest even, d and s stored in
+ * f16) and quantize_row_q8_K_ref (the signed max, iscale = -127 / max,
+ * nearest_int, d = 1 / iscale in f32). */
+static float g_f16(float f)
+{
+    return na_f16_to_f32(na_f32_to_f16(f));
+}
+
+static int g_nearest_int(volatile float f)   /* ggml's nearest_int */
+{
+    /* volatile: f is the product rounded to f32, never fused into an fma
+     * with the add (libggml-base, where ggml's version lives, has no FMA) */
+    float v = f + 12582912.f;
+    int i;
+    memcpy(&i, &v, sizeof(i));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+static void g_q8_1(const float *x, int8_t *q, float *d, float *s)
+{
+    float amax = 0.0f, dd, id;
+    int j, sum = 0;
+    for (j = 0; j < 32; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    dd = amax / 127.f;
+    id = amax != 0.0f ? 127.f / amax : 0.0f;
+    for (j = 0; j < 32; j++) {
+        q[j] = (int8_t)g_nearest_int(x[j] * id);
+        sum += q[j];
+    }
+    *d = g_f16(dd);
+    *s = g_f16((float)sum * dd);
+}
+
+static float g_q8_k(const float *x, int8_t *q, int16_t *bsums)
+{
+    float max = 0, amax = 0, iscale;
+    int j, i;
+    for (j = 0; j < NA_QK_K; j++) {
+        float ax = fabsf(x[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[j];
+        }
+    }
+    if (!amax) {
+        memset(q, 0, NA_QK_K);
+        memset(bsums, 0, 32);
+        return 0.0f;
+    }
+    iscale = -127.f / max;
+    for (j = 0; j < NA_QK_K; j++) {
+        int v = g_nearest_int(iscale * x[j]);
+        q[j] = (int8_t)(v < 127 ? v : 127);
+    }
+    for (j = 0; j < NA_QK_K / 16; j++) {
+        int sum = 0;
+        for (i = 0; i < 16; i++)
+            sum += q[j * 16 + i];
+        bsums[j] = (int16_t)sum;
+    }
+    return 1 / iscale;
+}
+
+/* Inputs whose codes sit at half-way points: per 256 one random scale
+ * a (the block's max|x|, signed at random), the others a (k + 1/2) / 127
+ * for random |k| < 127, where the last bit of the multiplier decides the
+ * rounding; a few blocks all zero. */
+static void fill_halfway(float *x, size_t n)
+{
+    size_t i, j;
+    for (i = 0; i < n; i += NA_QK_K) {
+        float a = 0.01f + 4.0f * na_rng_uniform(&rng);
+        int zero = na_rng_u64(&rng) % 17 == 0;
+        for (j = i; j < i + NA_QK_K && j < n; j++) {
+            int k = (int)(na_rng_u64(&rng) % 253) - 126;
+            x[j] = zero ? 0.0f : a * ((float)k + (k < 0 ? -0.5f : 0.5f)) / 127.0f;
+        }
+        if (!zero)
+            for (j = i; j < i + NA_QK_K && j < n; j += 32)   /* each block's max */
+                x[j + na_rng_u64(&rng) % 32] = (na_rng_u64(&rng) & 1) ? a : -a;
+    }
+}
+
+/* The reference's Q8_0 / Q8_1 / Q8_K blocks are ggml's, bit for bit (Q8_K's
+ * codes and d with the sign flipped where ggml's max is positive), on
+ * half-way inputs that the quantiser before this (d = max / 127 in f32, x *
+ * (1 / d)) rounded differently; then cpu = ref on those inputs for every
+ * type, Q8_0 included (a code or a scale off by one rounding moves an
+ * output ~1e-4 of its terms, 50x the comparison's bound). */
+static void test_act_quant_ggml(void)
+{
+    enum { N = 64 * NA_QK_K };
+    float *x = xalloc(F32B(N));
+    int8_t q[NA_QK_K], g[NA_QK_K];
+    int16_t bs[NA_QK_K / 16], gbs[NA_QK_K / 16], bs1;
+    size_t b;
+    int j, ti, old_differs = 0;
+
+    fill_halfway(x, N);
+    for (j = 32; j < 64; j++)        /* a block of tiny values (its f16 d is 0) */
+        x[j] = 1e-30f * (float)(j - 40);
+    for (b = 0; b < N / 32; b++) {
+        const float *xb = x + 32 * b;
+        float d, s, gd, gs, amax = 0.0f, od;
+        g_q8_1(xb, g, &gd, &gs);
+        d = na_ref_quantize_q8(xb, q);
+        NA_CHECK_MSG(memcmp(q, g, 32) == 0 && memcmp(&d, &gd, 4) == 0,
+                     "Q8_0 block %zu: d %a vs ggml %a", b, (double)d, (double)gd);
+        d = na_ref_quantize_q8_1(xb, q, &bs1, &s);
+        NA_CHECK_MSG(memcmp(q, g, 32) == 0 && memcmp(&d, &gd, 4) == 0 &&
+                     memcmp(&s, &gs, 4) == 0, "Q8_1 block %zu: s %a vs ggml %a", b,
+                     (double)s, (double)gs);
+        for (j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        od = amax / 127.0f;
+        for (j = 0; j < 32; j++)      /* the old rounding, to show the inputs bite */
+            old_differs += (int8_t)nearbyintf(xb[j] * (od != 0.0f ? 1.0f / od : 0.0f)) != g[j];
+    }
+    NA_CHECK_MSG(old_differs > 0, "no half-way input tells the two roundings apart");
+    for (b = 0; b < N / NA_QK_K; b++) {
+        const float *xb = x + NA_QK_K * b;
+        float d = na_ref_quantize_q8k(xb, q, bs), gd = g_q8_k(xb, g, gbs);
+        if (gd < 0.0f) {              /* ggml's max was positive: codes negated */
+            gd = -gd;
+            for (j = 0; j < NA_QK_K; j++)
+                g[j] = (int8_t)-g[j];
+            for (j = 0; j < NA_QK_K / 16; j++)
+                gbs[j] = (int16_t)-gbs[j];
+        }
+        NA_CHECK_MSG(memcmp(q, g, NA_QK_K) == 0 && memcmp(&d, &gd, 4) == 0 &&
+                     memcmp(bs, gbs, sizeof(bs)) == 0, "Q8_K block %zu: d %a vs ggml %a", b,
+                     (double)d, (double)gd);
+    }
+    for (ti = 0; ti < N_TYPES; ti++) {
+        int blk = na_dtype_block(types[ti]);
+        check_matmul_x(types[ti], 37, blk * (blk == 32 ? 24 : 3), 1, 1);
+        check_matmul_x(types[ti], 37, blk * (blk == 32 ? 24 : 3), 3, 1);
+        check_matmul_x(types[ti], 20, blk * (blk == 32 ? 8 : 1), 40, 1);
+    }
+    /* where ggml's f16 scale would overflow (max|x| / 127 >= 65520: its
+     * block holds an infinity), d and s stay in f32 */
+    for (j = 0; j < 32; j++)
+        x[64 + j] = 1e7f * (float)(j - 16) / 16.0f;
+    {
+        float d = na_ref_quantize_q8(x + 64, q), s;
+        NA_CHECK(d == 1e7f / 127.0f && q[0] == -127);
+        d = na_ref_quantize_q8_1(x + 64, q, &bs1, &s);
+        NA_CHECK_MSG(isfinite(s) && s == (float)bs1 * (1e7f / 127.0f), "s %g", (double)s);
+    }
+    /* each copy of cpu_quant.c quantises exactly as the reference */
+    for (ti = 0; ti < N_TYPES; ti++) {
+        typedef void (*qfn_t)(na_dtype_t, const float *, int, int8_t *, float *, int16_t *,
+                              float *);
+        static const qfn_t fns[] = { na_cpu_quant_inputs, na_cpu_quant_inputs_v4,
+                                     na_cpu_quant_inputs_vnni };
+        static const char *const names[] = { "v3", "v4", "vnni" };
+        na_dtype_t dt = types[ti];
+        int kind = na_ref_quant_kind(dt), has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
+        int nd = N / (kind == 2 ? NA_QK_K : 32), nbs = kind == 2 ? N / 16 : nd, f;
+        int8_t *rq = xalloc(N), *cq = xalloc(N);
+        float *rd = xalloc(F32B(nd)), *cd = xalloc(F32B(nd)), *rs = xalloc(F32B(nd));
+        float *cs = xalloc(F32B(nd));
+        int16_t *rb = xalloc(sizeof(int16_t) * (size_t)nbs), *cb = xalloc(sizeof(int16_t) * (size_t)nbs);
+        na_ref_qx_t qx = { rq, rd, rb, rs };
+        na_ref_quantize_x(dt, x, N, &qx);
+        for (f = 0; f < 3; f++) {
+            if ((f >= 1 && (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+                            !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))) ||
+                (f == 2 && !__builtin_cpu_supports("avx512vnni")))
+                continue;
+            memset(cq, 0x55, N);
+            memset(cd, 0x55, F32B(nd));
+            memset(cs, 0x55, F32B(nd));
+            memset(cb, 0x55, sizeof(int16_t) * (size_t)nbs);
+            fns[f](dt, x, N, cq, cd, cb, cs);
+            NA_CHECK_MSG(memcmp(rq, cq, N) == 0 && memcmp(rd, cd, F32B(nd)) == 0 &&
+                         (kind != 2 || memcmp(rb, cb, sizeof(int16_t) * (size_t)nbs) == 0) &&
+                         (!has_m || memcmp(rs, cs, F32B(nd)) == 0),
+                         "cpu (%s) inputs for %s differ from the reference's", names[f],
+                         na_dtype_name(dt));
+        }
+        free(cb);
+        free(rb);
+        free(cs);
+        free(rs);
+        free(cd);
+        free(rd);
+        free(cq);
+        free(rq);
+    }
+    check_matmul_x(NA_DTYPE_Q8_0, 37, 32 * 24, 1, 1);
+    check_matmul_x(NA_DTYPE_Q8_0, 37, 32 * 24, 3, 1);
+    check_matmul_x(NA_DTYPE_Q8_0, 64, 32 * 8, 70, 1);
+    free(x);
+}
+
 static void test_matmul(void)
 {
     static const int rows[] = { 1, 7, 33, 130 };
@@ -353,6 +580,10 @@ static void test_matmul(void)
     /* a large one: the threads' row split, the bandwidth path */
     for (ti = 0; ti < N_TYPES; ti++)
         check_matmul(types[ti], 1000, 2048, 1);
+    /* Q4_0 / Q5_0 through the Q8_0 GEMM with their re-blocking split over
+     * the threads (>= 4096 blocks), in uneven shares */
+    check_matmul(NA_DTYPE_Q4_0, 301, 32 * 15, 40);
+    check_matmul(NA_DTYPE_Q5_0, 301, 32 * 15, 40);
 }
 
 /* Batch invariance: each output of a batch is bit-identical to the same
@@ -488,6 +719,7 @@ int main(void)
     printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
     test_dequant_known();
     test_ref_dot();
+    test_act_quant_ggml();
     test_embed();
     test_bad_shapes();
     test_nonfinite();

@@ -1,0 +1,92 @@
+#!/bin/sh
+# scripts/llama_agree.sh — greedy tokens and top logits of nearattn against
+# llama.cpp on the same random-weight GGUF files, for every architecture x
+# weight type (issue 20's acceptance): `nearattn gen-model` writes each file
+# (dim 256, hidden 512, 4 layers, 4 heads / 2 KV heads: head_dim 64, vocab
+# 512, tied embeddings), tests/tools/greedy_top.c (na_greedy_top: monolithic
+# engine, cpu backend, f16 KV, 1 thread) and tests/tools/llama_greedy.c
+# (compiled here against the llama.cpp build: f16 KV, no flash attention,
+# 1 thread) each decode N tokens greedily from the same prompt ids, and a
+# markdown table gives per file: tokens equal (the common prefix of the two
+# greedy sequences, out of N), the first divergence (step, our token / theirs,
+# and the top-2 gap of both there: a near tie or not), and the largest
+# |logit difference| of the top token over the agreeing steps.
+#
+# usage: llama_agree.sh NEARATTN NA_GREEDY_TOP [N]
+#   NA_LLAMA_CPP   a llama.cpp checkout with its build in build/ (bin/ holding
+#                  libllama.so); without it the script skips (exit 77)
+#   NA_AGREE_ARCHS / NA_AGREE_TYPES  override the lists
+#   NA_AGREE_CHECK=1  fail (exit 1) unless every f32 file agrees for all N
+#                  tokens (the architectures' math: RoPE styles, rope_freqs,
+#                  biases, q/k norms) and llama.cpp loads every file whose
+#                  architecture it knows (the check ctest's test_llama_agree
+#                  makes; the quantised files' agreement is reported, not
+#                  asserted: docs/benchmarks.md says why)
+set -eu
+NA=${1:?usage: llama_agree.sh NEARATTN NA_GREEDY_TOP [N]}
+GT=${2:?usage: llama_agree.sh NEARATTN NA_GREEDY_TOP [N]}
+N=${3:-64}
+L=${NA_LLAMA_CPP:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+SRC=$HERE/../tests/tools/llama_greedy.c
+
+if [ -z "$L" ]; then
+    echo "SKIPPED: NA_LLAMA_CPP is not set (a llama.cpp checkout with build/bin/libllama.so)"
+    exit 77
+fi
+LIB=
+for d in "$L/build/bin" "$L/build/src" "$L/build/lib"; do
+    [ -f "$d/libllama.so" ] && LIB=$d && break
+done
+if [ -z "$LIB" ] || [ ! -f "$L/include/llama.h" ]; then
+    echo "SKIPPED: no llama.h / libllama.so under $L (include/, build/bin/)"
+    exit 77
+fi
+CC=${CC:-cc}
+if ! command -v "$CC" >/dev/null 2>&1; then
+    echo "SKIPPED: no C compiler ($CC) to build the llama.cpp side"
+    exit 77
+fi
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+"$CC" -O2 -o "$TMP/llama_greedy" "$SRC" -I"$L/include" -I"$L/ggml/include" \
+    -L"$LIB" -lllama -Wl,-rpath,"$LIB"
+
+ARCHS=${NA_AGREE_ARCHS:-llama llama3 qwen2 qwen3}
+TYPES=${NA_AGREE_TYPES:-f32 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m}
+# the ids of "hello world" in gen-model's vocabulary, BOS first
+PROMPT="1 259 331 328 335 378 409 391 335 327"
+fail=0
+echo "| arch | type | tokens equal (of $N) | first divergence: step, ours / llama.cpp | top-2 gap there: ours / llama.cpp | max abs top-logit diff before it |"
+echo "|---|---|---|---|---|---|"
+for a in $ARCHS; do
+    for t in $TYPES; do
+        f=$TMP/m-$a-$t
+        "$NA" gen-model --out "$f" --arch "$a" --dtype "$t" --format gguf --dim 256 \
+            --hidden 512 --layers 4 --heads 4 --kv-heads 2 --vocab 512 --seq-len 512 \
+            --quiet >/dev/null
+        "$GT" "$f.gguf" "$N" $PROMPT >"$TMP/na.txt"
+        if ! "$TMP/llama_greedy" "$f.gguf" "$N" $PROMPT >"$TMP/ll.txt" 2>"$TMP/ll.err"; then
+            # an architecture this llama.cpp predates (qwen3 before 2025-04)
+            why=$(grep -o "unknown model architecture: '[^']*'" "$TMP/ll.err" | head -n 1)
+            echo "| $a | $t | - | llama.cpp cannot load it (${why:-see its log}) | - | - |"
+            [ -n "$why" ] || { cat "$TMP/ll.err" >&2; fail=1; }
+            continue
+        fi
+        row=$(paste -d' ' "$TMP/na.txt" "$TMP/ll.txt" | awk -v n="$N" '
+            function abs(x) { return x < 0 ? -x : x }
+            { if (!div && $2 != $7) { div = 1; step = $1; a = $2; b = $7;
+                                      ga = $3 - $5; gb = $8 - $10 }
+              if (!div) { eq++; d = abs($3 - $8); if (d > md) md = d } }
+            END { if (div) printf "%d | %d, %d / %d | %.4f / %.4f | %.4f\n", eq, step, a, b, ga, gb, md
+                  else printf "%d | none | - | %.4f\n", eq, md }')
+        echo "| $a | $t | $row |"
+        if [ "${NA_AGREE_CHECK:-0}" = 1 ] && [ "$t" = f32 ]; then
+            case $row in
+                "$N | none"*) ;;
+                *) echo "f32 greedy tokens differ from llama.cpp's: $a" >&2; fail=1 ;;
+            esac
+        fi
+    done
+done
+exit $fail

@@ -1,0 +1,96 @@
+/* tests/tools/llama_greedy.c — the peer side of scripts/llama_agree.sh:
+ * greedy decoding with llama.cpp's C API (llama.h), printing what
+ * tests/tools/greedy_top.c prints ("step id logit id2 logit2" per new
+ * token) for the same prompt ids. Not built by CMake (llama.cpp is not a
+ * dependency): the script compiles it against a llama.cpp build tree.
+ * usage: llama_greedy MODEL N_NEW ID [ID ...]
+ * Context: 512 tokens (or prompt + N_NEW), f16 KV cache (llama.cpp's
+ * default), no flash attention, CPU only, 1 thread; the prompt is one
+ * llama_decode, each new token another. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "llama.h"
+
+static void quiet(enum ggml_log_level level, const char *text, void *user)
+{
+    (void)user;
+    if (level == GGML_LOG_LEVEL_ERROR)
+        fputs(text, stderr);
+}
+
+int main(int argc, char **argv)
+{
+    struct llama_model_params mp;
+    struct llama_context_params cp;
+    struct llama_model *model;
+    struct llama_context *ctx;
+    const struct llama_vocab *vocab;
+    llama_token *toks;
+    int n_new, n_prompt, i, v;
+
+    if (argc < 4) {
+        fprintf(stderr, "usage: llama_greedy MODEL N_NEW ID [ID ...]\n");
+        return 2;
+    }
+    n_new = atoi(argv[2]);
+    n_prompt = argc - 3;
+    if (n_new <= 0 || n_new > 100000)
+        return 2;
+    toks = calloc((size_t)(n_prompt + n_new), sizeof(*toks));
+    if (toks == NULL)
+        return 1;
+    for (i = 0; i < n_prompt; i++)
+        toks[i] = (llama_token)atoi(argv[3 + i]);
+    llama_log_set(quiet, NULL);
+    llama_backend_init();
+    mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    model = llama_model_load_from_file(argv[1], mp);
+    if (model == NULL) {
+        fprintf(stderr, "llama_greedy: cannot load %s\n", argv[1]);
+        return 1;
+    }
+    cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)(n_prompt + n_new > 512 ? n_prompt + n_new : 512);
+    cp.n_batch = cp.n_ctx;
+    cp.n_ubatch = cp.n_ctx;
+    cp.n_threads = 1;
+    cp.n_threads_batch = 1;
+    cp.flash_attn = false;
+    ctx = llama_init_from_model(model, cp);
+    if (ctx == NULL) {
+        fprintf(stderr, "llama_greedy: cannot create a context\n");
+        return 1;
+    }
+    vocab = llama_model_get_vocab(model);
+    v = llama_vocab_n_tokens(vocab);
+    for (i = 0; i < n_new; i++) {
+        int at = i == 0 ? 0 : n_prompt + i - 1, n = i == 0 ? n_prompt : 1, j, i1 = 0, i2 = 1;
+        const float *l;
+        if (llama_decode(ctx, llama_batch_get_one(&toks[at], n)) != 0) {
+            fprintf(stderr, "llama_greedy: llama_decode failed at step %d\n", i);
+            return 1;
+        }
+        l = llama_get_logits_ith(ctx, -1);
+        if (l[1] > l[0]) {
+            i1 = 1;
+            i2 = 0;
+        }
+        for (j = 2; j < v; j++) {
+            if (l[j] > l[i1]) {
+                i2 = i1;
+                i1 = j;
+            } else if (l[j] > l[i2]) {
+                i2 = j;
+            }
+        }
+        printf("%d %d %.6f %d %.6f\n", i, i1, (double)l[i1], i2, (double)l[i2]);
+        toks[n_prompt + i] = i1;
+    }
+    llama_free(ctx);
+    llama_model_free(model);
+    llama_backend_free();
+    free(toks);
+    return 0;
+}
