@@ -42,14 +42,6 @@
 
 /* ---- helpers ------------------------------------------------------------- */
 
-NA_INLINE int32_t na_cq_hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* Unsigned bytes u (<= 63) times signed bytes s, the 4 products of each
  * 32-bit lane summed into it. */
 NA_INLINE __m256i na_cq_dot4(__m256i u, __m256i s)
