@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cluster/setup.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/genmodel.h"
 #include "common/model.h"
@@ -46,6 +47,7 @@ typedef struct {
     int          tokens;
     int          opened, closed;
     void        *probe;          /* the deliberate allocation */
+    double       t0, t1;         /* when the window opened, closed */
 } win_t;
 
 /* The deliberate allocation in the window: a site the report must show. */
@@ -65,11 +67,13 @@ static void w_token(void *user, const na_request_t *r, int t)
         na_ac_window(w->stor, 1);
         na_ac_window(w->comp, 1);
         w->opened = w->tokens;
+        w->t0 = na_now_s();
         w->probe = alloc_probe();
     } else if (w->tokens == WARM + WINDOW) {
         na_ac_window(w->comp, 0);
         na_ac_window(w->stor, 0);
         w->closed = w->tokens;
+        w->t1 = na_now_s();
     }
 }
 
@@ -96,7 +100,8 @@ static na_status_t load_layout(const char *model, const char *tls, na_cfg_t **cf
     if (f == NULL)
         return NA_ERR_IO;
     fprintf(f, "model: { path: \"%s\" }\n", model);
-    fprintf(f, "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 200, "
+    /* heartbeats every 10 ms (the least): the window holds some each way */
+    fprintf(f, "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 10, "
                "peer_timeout_ms: 5000 }\n", tls);
     snprintf(kvdir, sizeof(kvdir), "%s/kv", g_tmp);
     na_test_layout_nodes(f, 1, 14300, kvdir, 16, 64);
@@ -213,6 +218,8 @@ int main(int argc, char **argv)
     }
     if (w.closed > 0) {
         double rts = (double)(w.closed - w.opened) * e->cfg.n_layers;
+        fprintf(stderr, "window: %d tokens x %d layers = %.0f round trips (tls %s) in %.1f ms\n",
+                w.closed - w.opened, e->cfg.n_layers, rts, tls, 1e3 * (w.t1 - w.t0));
         long rc = na_ac_report(w.comp, "compute node (this process)", rts, stderr);
         long rs = na_ac_report(w.stor, "storage node", rts, stderr);
         NA_CHECK_MSG(w.comp->calls > 0 && w.stor->calls > 0,

@@ -173,7 +173,7 @@ static int ac_rdma(const ac_fn_t *f)
 }
 
 typedef struct {
-    char     site[320];
+    char     site[360];
     uint64_t count, bytes;
     int      rdma;
 } ac_site_t;
@@ -184,11 +184,14 @@ static int ac_site_cmp(const void *a, const void *b)
     return x->count < y->count ? 1 : x->count > y->count ? -1 : strcmp(x->site, y->site);
 }
 
-/* Name stack st: the decisive frame and two callers; 1 if it is rdma's. */
+/* Name stack st: the decisive frame (with the ELF address of its call:
+ * `addr2line -e EXE ADDR` names the line in a build with -g) and two
+ * callers; 1 if it is rdma's. */
 static int ac_site_name(const na_ac_shm_t *m, const ac_syms_t *s, const na_ac_stack_t *st,
                         char *out, size_t cap)
 {
     const ac_fn_t *f[NA_AC_FRAMES];
+    uint64_t at[NA_AC_FRAMES];
     uint32_t i, n = 0, d;
     size_t len = 0;
     int rdma;
@@ -199,8 +202,10 @@ static int ac_site_name(const na_ac_shm_t *m, const ac_syms_t *s, const na_ac_st
         if (pc < m->exe_lo || pc >= m->exe_hi)
             continue;                          /* libc, UCX, ...: not ours */
         fn = ac_syms_find(s, pc - m->exe_bias - 1);
-        if (fn != NULL && (n == 0 || f[n - 1] != fn))
+        if (fn != NULL && (n == 0 || f[n - 1] != fn)) {
+            at[n] = pc - m->exe_bias - 1;
             f[n++] = fn;
+        }
     }
     if (n == 0) {
         snprintf(out, cap, "(no frame in the executable)");
@@ -217,8 +222,12 @@ static int ac_site_name(const na_ac_shm_t *m, const ac_syms_t *s, const na_ac_st
             break;
         len += (size_t)w;
     }
-    if (d > 0 && len + 16 < cap)
-        snprintf(out + len, cap - len, " [via %s]", f[0]->name);
+    if (d > 0 && len + 16 < cap) {
+        int w = snprintf(out + len, cap - len, " [via %s]", f[0]->name);
+        len += w > 0 ? (size_t)w : 0;
+    }
+    if (len + 24 < cap)
+        snprintf(out + len, cap - len, " @%#llx", (unsigned long long)at[d]);
     return rdma;
 }
 
