@@ -327,8 +327,8 @@ void na_xp_owned_reap(na_xp_t *xp)
             continue;
         xp_owned_unlink(xp, op);
         ucp_request_free(op->req);
-        if (op->status != UCS_OK)
-            (void)na_err(NA_ERR_PEER, "transport: send to %s at %s: %s", ep->name, ep->addr,
+        if (op->status != UCS_OK)        /* the endpoint's failure tells the owner */
+            na_log_debug("transport: send to %s at %s: %s", ep->name, ep->addr,
                          ucs_status_string(op->status));
         xp_owned_finish(xp, op, op->status == UCS_OK ? NA_OK : NA_ERR_PEER);
         na_xp_ep_unref(ep);
