@@ -157,8 +157,8 @@ typedef struct na_xp_msg {
     struct na_xp_msg *next;
     int            ready;               /* 1 when the payload has fully arrived */
     void          *ucx_desc;            /* UCX-owned eager data to release */
-    struct na_xp_buf *pool_buf;         /* rendezvous landing buffer */
-    int            heap;                /* data was malloc'ed */
+    struct na_xp_buf *pool_buf;         /* landing buffer (rendezvous, or a copy of
+                                           eager data UCX does not keep) */
 } na_xp_msg_t;
 
 /* A registered buffer (ucp_mem_map). */

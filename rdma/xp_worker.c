@@ -570,8 +570,6 @@ void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
         ucp_am_data_release(xp->worker, msg->ucx_desc);
     if (msg->pool_buf != NULL)
         na_xp_pool_put(xp, msg->pool_buf);
-    if (msg->heap)
-        free(msg->data);
     if (msg->ep != NULL)
         na_xp_ep_unref(msg->ep);
     if (xp->msg_free_n >= NA_XP_MSGS_KEEP) {
@@ -602,7 +600,6 @@ na_xp_msg_t *na_xp_msg_new(na_xp_t *xp)
     m->ready = 0;
     m->ucx_desc = NULL;
     m->pool_buf = NULL;
-    m->heap = 0;
     return m;
 }
 
