@@ -11,6 +11,7 @@
 #define SES_BATCH_MAX  256      /* messages handled per poll before the timers run */
 #define SES_CALL_MS    50       /* one wait slice of a blocking call */
 #define SES_PEND_KEEP  4096     /* idle request records kept for reuse */
+#define SES_PEND_START 64       /* ... made at create (a burst after warm-up) */
 
 /* A request waiting for its answer. */
 typedef struct ses_pend {
@@ -112,6 +113,12 @@ na_status_t na_ses_create(na_xp_t *xp, const na_ses_opts_t *opts, void *ctx, na_
     if (s->o.reply_timeout_ms == 0)
         s->o.reply_timeout_ms = SES_REPLY_MS;
     s->ctx = ctx;
+    while (s->pend_free_n < SES_PEND_START) {   /* best effort: grown on demand */
+        ses_pend_t *q = calloc(1, sizeof(*q));
+        if (q == NULL)
+            break;
+        ses_pend_put(s, q);
+    }
     *s_p = s;
     return NA_OK;
 }

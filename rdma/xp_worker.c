@@ -238,6 +238,34 @@ static na_status_t xp_context_create(na_xp_t *xp)
     return NA_OK;
 }
 
+/* Records a node holds at once in steady state, made at create so that a
+ * burst after warm-up does not reach the heap (best effort: the free lists
+ * grow on demand anyway). */
+#define XP_MSGS_START 64
+#define XP_OPS_START  32
+
+static void xp_recs_prefill(na_xp_t *xp)
+{
+    int i;
+
+    for (i = 0; i < XP_MSGS_START; i++) {
+        na_xp_msg_t *m = calloc(1, sizeof(*m));
+        if (m == NULL)
+            return;
+        m->next = xp->msg_free;
+        xp->msg_free = m;
+        xp->msg_free_n++;
+    }
+    for (i = 0; i < XP_OPS_START; i++) {
+        na_xp_op_t *op = calloc(1, sizeof(*op));
+        if (op == NULL)
+            return;
+        op->next = xp->op_free;
+        xp->op_free = op;
+        xp->op_free_n++;
+    }
+}
+
 na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
 {
     ucp_worker_params_t wp;
@@ -288,6 +316,7 @@ na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
     st = na_xp_ep_setup(xp);
     if (st != NA_OK)
         goto err_release_address;
+    xp_recs_prefill(xp);
     *xp_p = xp;
     return NA_OK;
 
