@@ -16,10 +16,11 @@
  *     interval (the one it announced in HELLO_OK, else opts.heartbeat_ms) and
  *     every HEARTBEAT is answered here;
  *   - request/answer matching: na_peer_request() stamps the message's seq and
- *     remembers the waiter (records reused from a free list); an ACK or ERROR finds it by about_seq, any other
- *     answer (STATS, KV_DATA, ATTN_OUT, HEARTBEAT/ECHO replies) by type and
- *     the header's (request_id, batch_id, layer), oldest first. An answer that
- *     does not come within the request's timeout loses the peer;
+ *     remembers the waiter (records reused from a free list); an ACK or
+ *     ERROR finds it by about_seq, any other answer (STATS, KV_DATA,
+ *     ATTN_OUT, HEARTBEAT/ECHO replies) by type and the header's
+ *     (request_id, batch_id, layer), oldest first. An answer that does not
+ *     come within the request's timeout loses the peer;
  *   - the silence timer: a peer from which nothing arrived for
  *     opts.peer_timeout_ms is declared lost, exactly like a transport
  *     NA_XP_EV_LOST (a stall of the owner's own loop restarts the clocks).

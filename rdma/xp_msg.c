@@ -2,9 +2,10 @@
  * messages (with the header kept alive while in flight), waiting for their
  * completion with a bound (a send that does not finish fails its endpoint),
  * owned sends (the buffer goes back to the pool at completion, the owner
- * told by callback; a deadline per send), and the active-message receive path that queues what arrives for
- * na_xp_recv (eager data kept in UCX's buffer, rendezvous data landing in a
- * registered pool buffer). */
+ * told by callback; a deadline per send), and the active-message receive
+ * path that queues what arrives for na_xp_recv (eager data kept in UCX's
+ * buffer or copied into a pooled one, rendezvous data landing in a
+ * registered pool buffer). Operation and message records are reused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
