@@ -10,6 +10,8 @@
 #define SES_REPLY_MS   30000u   /* default bound on an answer */
 #define SES_BATCH_MAX  256      /* messages handled per poll before the timers run */
 #define SES_CALL_MS    50       /* one wait slice of a blocking call */
+#define SES_PEND_KEEP  4096     /* idle request records kept for reuse */
+#define SES_PEND_START 64       /* ... made at create (a burst after warm-up) */
 
 /* A request waiting for its answer. */
 typedef struct ses_pend {
@@ -59,9 +61,37 @@ struct na_ses {
     na_ses_tick_fn   on_tick;
     na_peer_t       *peers, *dead;
     int              n_peers;
+    ses_pend_t      *pend_free;         /* idle request records (reused, no heap) */
+    int              pend_free_n;
     int              depth;             /* nested polls (frees wait for 0) */
     uint64_t         last_tick_ns, stall_end_ns;
 };
+
+/* ---- request records ----------------------------------------------------- */
+
+/* A zeroed request record from the session's free list (NULL: out of memory). */
+static ses_pend_t *ses_pend_new(na_ses_t *s)
+{
+    ses_pend_t *q = s->pend_free;
+
+    if (q == NULL)
+        return calloc(1, sizeof(*q));
+    s->pend_free = q->next;
+    s->pend_free_n--;
+    memset(q, 0, sizeof(*q));
+    return q;
+}
+
+static void ses_pend_put(na_ses_t *s, ses_pend_t *q)
+{
+    if (s->pend_free_n >= SES_PEND_KEEP) {
+        free(q);
+        return;
+    }
+    q->next = s->pend_free;
+    s->pend_free = q;
+    s->pend_free_n++;
+}
 
 /* ---- session ------------------------------------------------------------- */
 
@@ -83,6 +113,12 @@ na_status_t na_ses_create(na_xp_t *xp, const na_ses_opts_t *opts, void *ctx, na_
     if (s->o.reply_timeout_ms == 0)
         s->o.reply_timeout_ms = SES_REPLY_MS;
     s->ctx = ctx;
+    while (s->pend_free_n < SES_PEND_START) {   /* best effort: grown on demand */
+        ses_pend_t *q = calloc(1, sizeof(*q));
+        if (q == NULL)
+            break;
+        ses_pend_put(s, q);
+    }
     *s_p = s;
     return NA_OK;
 }
@@ -92,7 +128,7 @@ static void ses_free_peer(na_peer_t *p)
     while (p->pend != NULL) {
         ses_pend_t *q = p->pend;
         p->pend = q->next;
-        free(q);
+        ses_pend_put(p->ses, q);
     }
     free(p);
 }
@@ -118,6 +154,11 @@ void na_ses_destroy(na_ses_t *s)
     }
     s->depth = 0;
     ses_reap(s);
+    while (s->pend_free != NULL) {
+        ses_pend_t *q = s->pend_free;
+        s->pend_free = q->next;
+        free(q);
+    }
     if (s->o.own_xp)
         na_xp_destroy(s->xp);
     free(s);
@@ -248,7 +289,7 @@ static void ses_fail_pending(na_peer_t *p)
         ses_pend_t *q = p->pend;
         p->pend = q->next;
         ses_deliver(p, q, NA_ERR_PEER, text, NULL);
-        free(q);
+        ses_pend_put(p->ses, q);
     }
 }
 
@@ -283,51 +324,77 @@ static void ses_end_broken(na_peer_t *p)
         na_peer_end(p, NA_SES_LOST, p->why);
 }
 
-/* Send an encoded message: hdr_len header bytes, then the payload up to len. */
+/* Send an encoded message: hdr_len header bytes, then the payload from
+ * NA_WIRE_HDR_SIZE up to len. own: the session's buffer holding it, handed
+ * to the transport (back to its pool when the send completes; we do not
+ * wait); else the caller's buf (or none), sent and waited for. */
 static na_status_t ses_send_wire(na_peer_t *p, uint8_t *data, size_t hdr_len, size_t len,
-                                 const na_xp_buf_t *buf)
+                                 const na_xp_buf_t *buf, na_xp_buf_t *own)
 {
     na_xp_op_t *op;
-    na_status_t st = na_xp_send_start(p->ep, data, hdr_len, data + NA_WIRE_HDR_SIZE,
-                                      len - NA_WIRE_HDR_SIZE, buf, &op);
+    na_status_t st;
+
+    if (own != NULL)
+        return na_xp_send_owned(p->ep, own, hdr_len, NA_WIRE_HDR_SIZE, len - NA_WIRE_HDR_SIZE,
+                                NULL, NULL);
+    st = na_xp_send_start(p->ep, data, hdr_len, data + NA_WIRE_HDR_SIZE,
+                          len - NA_WIRE_HDR_SIZE, buf, &op);
     if (st == NA_OK)
         st = na_xp_op_wait(p->ses->xp, op, -1);
     return st;
 }
 
-/* ses_send_wire through the fault double (rdma/ses_fault.h). */
+/* ses_send_wire through the fault double (rdma/ses_fault.h). Takes own. */
 static na_status_t ses_send_faulty(na_peer_t *p, const na_wire_msg_t *m, uint8_t *data,
-                                   size_t len, const na_xp_buf_t *buf)
+                                   size_t len, const na_xp_buf_t *buf, na_xp_buf_t *own)
 {
+    na_xp_t *xp = p->ses->xp;
+    na_xp_buf_t *dup;
     na_status_t st;
 
     switch (na_ses_fault_pick(p->ses->who, na_wire_type_name(m->type), p->name)) {
     case NA_SES_FAULT_DROP:
+        na_xp_buf_put(xp, own);
         return NA_OK;
     case NA_SES_FAULT_FAIL:
+        na_xp_buf_put(xp, own);
         return na_err(NA_ERR_PEER, "TEST DOUBLE: send to %s failed", p->name);
     case NA_SES_FAULT_CORRUPT:
         data[0] ^= 0x5a;                            /* the magic */
-        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
+        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf, own);
     case NA_SES_FAULT_TRUNCATE:
         if (len > NA_WIRE_HDR_SIZE)
-            return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len - 1, buf);
-        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE - 1, len, buf);
+            return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len - 1, buf, own);
+        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE - 1, len, buf, own);
     case NA_SES_FAULT_DUP:
-        st = ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
-        return st == NA_OK ? ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf) : st;
+        /* an owned buffer goes with its send: the copy needs its own */
+        dup = own != NULL ? na_xp_buf_get(xp, len) : NULL;
+        if (own != NULL && dup == NULL) {
+            na_xp_buf_put(xp, own);
+            return NA_ERR_NOMEM;
+        }
+        if (dup != NULL)
+            memcpy(dup->ptr, data, len);
+        st = ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf, own);
+        if (st != NA_OK) {
+            na_xp_buf_put(xp, dup);
+            return st;
+        }
+        return ses_send_wire(p, dup != NULL ? dup->ptr : data, NA_WIRE_HDR_SIZE, len, buf, dup);
     default:
-        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
+        return ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf, own);
     }
 }
 
-/* Encode m into buf (or a heap copy) and send it. */
+/* Encode m into buf, or into a registered buffer of the transport's pool
+ * that the send then owns, and send it. */
 static na_status_t ses_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *buf,
                             na_wire_hdr_t *h_p)
 {
     na_ses_t *s = p->ses;
     size_t size, len;
     uint8_t *data;
+    na_xp_buf_t *own = NULL;
     na_status_t st;
 
     if (!p->alive || p->closed || p->broken)
@@ -340,23 +407,24 @@ static na_status_t ses_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *b
     if (buf != NULL && buf->size < size)
         return na_err(NA_ERR_NOSPACE, "%s: %s of %zu bytes does not fit a %zu-byte buffer",
                       s->who, na_wire_type_name(m->type), size, buf->size);
-    data = buf != NULL ? buf->ptr : calloc(1, size);
-    if (data == NULL)
-        return na_err(NA_ERR_NOMEM, "%s: out of memory for a %zu-byte message", s->who, size);
+    if (buf == NULL) {
+        own = na_xp_buf_get(s->xp, size);
+        if (own == NULL)
+            return na_err(NA_ERR_NOMEM, "%s: no buffer for a %zu-byte message", s->who, size);
+    }
+    data = own != NULL ? own->ptr : buf->ptr;
     st = na_wire_encode(m, data, size, &len);
     if (st == NA_OK && h_p != NULL)
         st = na_wire_hdr_decode(data, NA_WIRE_HDR_SIZE, h_p);
     if (st != NA_OK) {
-        if (buf == NULL)
-            free(data);
+        na_xp_buf_put(s->xp, own);
         return na_err_prefix(st, "%s: encoding %s: ", s->who, na_wire_type_name(m->type));
     }
+    /* own goes to the transport with the send, whatever happens */
     if (na_ses_faults_on)
-        st = ses_send_faulty(p, m, data, len, buf);
+        st = ses_send_faulty(p, m, data, len, buf, own);
     else
-        st = ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf);
-    if (buf == NULL)
-        free(data);
+        st = ses_send_wire(p, data, NA_WIRE_HDR_SIZE, len, buf, own);
     p->last_sent_ns = na_xp_now_ns();
     if (st != NA_OK) {
         /* the peer ends at the next poll (or end of this one), never under
@@ -387,7 +455,7 @@ static na_status_t ses_request(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t
                                na_wire_type_t reply, unsigned flags, int timeout_ms,
                                na_ses_reply_fn fn, uintptr_t arg, ses_call_t *call)
 {
-    ses_pend_t *q = calloc(1, sizeof(*q));
+    ses_pend_t *q = ses_pend_new(p->ses);
     na_wire_hdr_t h;
     na_status_t st;
 
@@ -395,7 +463,7 @@ static na_status_t ses_request(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t
         return na_err(NA_ERR_NOMEM, "%s: out of memory", p->ses->who);
     st = ses_send(p, m, buf, &h);
     if (st != NA_OK) {
-        free(q);
+        ses_pend_put(p->ses, q);
         return st;
     }
     q->seq = h.seq;
@@ -596,12 +664,12 @@ static na_status_t ses_dispatch(na_ses_t *s, na_peer_t *p, na_ses_in_t *in)
                 (void)ses_match(p, in, 1);
             ses_deliver(p, q, es, m->u.error.text, in);
             if (!(q->flags & NA_SES_ERR_NOTE))
-                free(q);
+                ses_pend_put(s, q);
             return NA_OK;
         }
         (void)ses_match(p, in, 1);
         ses_deliver(p, q, NA_OK, NULL, in);
-        free(q);
+        ses_pend_put(s, q);
         return NA_OK;
     }
     switch (m->type) {
@@ -725,7 +793,7 @@ static int ses_expire(na_peer_t *p, uint64_t now)
         }
         *pp = q->next;
         ses_deliver(p, q, NA_ERR_TIMEOUT, why, NULL);
-        free(q);
+        ses_pend_put(p->ses, q);
     }
     return 0;
 }

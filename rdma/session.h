@@ -2,9 +2,11 @@
  * between peers over one transport (rdma/transport.h).
  *
  * A session owns the protocol plumbing every node role shares, once:
- *   - encode -> send: na_peer_send() encodes any na_wire_msg_t and sends
- *     header + payload; it is the one place where a registered, memory-typed
- *     buffer (na_xp_buf_t: zero-copy now, device memory later) plugs in;
+ *   - encode -> send: na_peer_send() encodes any na_wire_msg_t into a
+ *     registered buffer (na_xp_buf_t, from the transport's pool, or the
+ *     caller's) and sends header + payload without waiting: the send owns
+ *     the pooled buffer until it completes (rdma/transport.h,
+ *     na_xp_send_owned);
  *   - receive -> decode -> dispatch: na_ses_poll() takes what the transport
  *     delivers, validates and decodes the header and payload once and calls
  *     the handler registered for that message type. A message of a type with
@@ -14,10 +16,11 @@
  *     interval (the one it announced in HELLO_OK, else opts.heartbeat_ms) and
  *     every HEARTBEAT is answered here;
  *   - request/answer matching: na_peer_request() stamps the message's seq and
- *     remembers the waiter; an ACK or ERROR finds it by about_seq, any other
- *     answer (STATS, KV_DATA, ATTN_OUT, HEARTBEAT/ECHO replies) by type and
- *     the header's (request_id, batch_id, layer), oldest first. An answer that
- *     does not come within the request's timeout loses the peer;
+ *     remembers the waiter (records reused from a free list); an ACK or
+ *     ERROR finds it by about_seq, any other answer (STATS, KV_DATA,
+ *     ATTN_OUT, HEARTBEAT/ECHO replies) by type and the header's
+ *     (request_id, batch_id, layer), oldest first. An answer that does not
+ *     come within the request's timeout loses the peer;
  *   - the silence timer: a peer from which nothing arrived for
  *     opts.peer_timeout_ms is declared lost, exactly like a transport
  *     NA_XP_EV_LOST (a stall of the owner's own loop restarts the clocks).
@@ -129,11 +132,16 @@ void        na_ses_msg_release(na_ses_t *s, na_xp_msg_t *raw);
 
 /* ---- peers --------------------------------------------------------------- */
 
-/* Encode m (seq and time stamped here) and send it, waiting for local
- * completion. buf, if non-NULL, is a registered buffer the message is
- * encoded into (it must hold na_wire_msg_size() bytes) so the transport sends
- * it without registering memory. NA_ERR_PEER on a peer that ended; a send
- * failure loses the peer. */
+/* Encode m (seq and time stamped here) and send it. With buf NULL (every
+ * production call) the message is encoded into a registered buffer of the
+ * transport's pool that the send owns (na_xp_send_owned): the call returns
+ * once the send is started, the buffer goes back to the pool when it
+ * completes, so sends to several peers overlap and a steady stream
+ * allocates nothing. buf, if non-NULL, is the caller's registered buffer
+ * the message is encoded into (it must hold na_wire_msg_size() bytes); the
+ * call then waits for local completion, so buf can be reused at once.
+ * NA_ERR_PEER on a peer that ended; a failed send loses the peer (at once,
+ * or through the transport when it fails after the call returned). */
 na_status_t na_peer_send(na_peer_t *p, na_wire_msg_t *m, const na_xp_buf_t *buf);
 /* Send m as a request whose answer is of type `reply` (ACK, STATS, ...) and
  * return at once; fn (may be NULL) gets the answer from a later poll.

@@ -157,8 +157,8 @@ typedef struct na_xp_msg {
     struct na_xp_msg *next;
     int            ready;               /* 1 when the payload has fully arrived */
     void          *ucx_desc;            /* UCX-owned eager data to release */
-    struct na_xp_buf *pool_buf;         /* rendezvous landing buffer */
-    int            heap;                /* data was malloc'ed */
+    struct na_xp_buf *pool_buf;         /* landing buffer (rendezvous, or a copy of
+                                           eager data UCX does not keep) */
 } na_xp_msg_t;
 
 /* A registered buffer (ucp_mem_map). */
@@ -252,6 +252,29 @@ na_status_t na_xp_op_wait(na_xp_t *xp, na_xp_op_t *op, int timeout_ms);
 na_status_t na_xp_send(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
                        const void *data, size_t len);
 
+/* Told once when an owned send completed locally: NA_OK, or why it failed
+ * (NA_ERR_PEER, NA_ERR_TIMEOUT). Called from the owner's progress (never
+ * from inside UCX); it may not call into the transport. */
+typedef void (*na_xp_sent_fn)(void *arg, na_status_t st);
+
+/* Send a message that owns its buffer and return without waiting: buf
+ * (from na_xp_buf_get) holds the hdr_len header bytes at buf->ptr and the
+ * payload's len bytes at buf->ptr + off. The transport takes buf in every
+ * case, success or not, and gives it back to its pool once the send
+ * completed (or failed); fn (may be NULL) is then told the status with arg,
+ * at once when UCX completed the send inside this call, else from a later
+ * progress. Sends to one endpoint arrive in order; sends to several
+ * endpoints overlap. A send not completed within opts.timeout_ms fails its
+ * endpoint (NA_XP_EV_LOST). With NA_XP_INFLIGHT_MAX sends or 256 MiB in
+ * flight on the node the call first makes progress until the older ones
+ * drain (bounded by opts.timeout_ms). Fails with NA_ERR_PEER on a dead
+ * endpoint (fn not called then). Steady state allocates nothing: operation
+ * records and buffers are reused. */
+na_status_t na_xp_send_owned(na_xp_ep_t *ep, na_xp_buf_t *buf, size_t hdr_len, size_t off,
+                             size_t len, na_xp_sent_fn fn, void *arg);
+/* Owned sends of the node still in flight. */
+int         na_xp_inflight(const na_xp_t *xp);
+
 /* Make progress (non-blocking). Returns the number of UCX events handled. */
 int         na_xp_progress(na_xp_t *xp);
 /* Next message or event, waiting up to timeout_ms (0 = poll once; < 0 =
@@ -266,6 +289,13 @@ void        na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg);
  * memory type: host only in this build (NA_ERR_UNSUPPORTED for cuda). */
 na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_buf_t **buf_p);
 void        na_xp_buf_destroy(na_xp_t *xp, na_xp_buf_t *buf);
+/* A registered host buffer of at least len bytes (a power of two from
+ * 4 KiB) from the transport's pool, grown on demand; NULL when out of memory
+ * or over 2 GiB (na_errmsg says). Give it back with na_xp_buf_put, or hand
+ * it to na_xp_send_owned. Idle buffers are kept (16 per size, 512 MiB in
+ * all), so a steady stream of messages reuses the same few. */
+na_xp_buf_t *na_xp_buf_get(na_xp_t *xp, size_t len);
+void        na_xp_buf_put(na_xp_t *xp, na_xp_buf_t *buf);
 
 /* CLOCK_MONOTONIC in nanoseconds (compare last_recv_ns with a margin of a
  * few ms: it is taken from the coarse clock). */

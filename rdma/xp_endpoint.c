@@ -177,7 +177,7 @@ void na_xp_ep_sweep(na_xp_t *xp)
                 na_log_debug("transport: connecting to %s failed: %s", ep->addr, ep->errmsg);
                 ep->lost_reported = 1;
             } else if (ep->owned && !ep->lost_reported) {
-                na_xp_msg_t *m = calloc(1, sizeof(*m));
+                na_xp_msg_t *m = na_xp_msg_new(xp);
                 /* info: after an orderly BYE this is the normal end; the owner
                  * decides whether a loss deserves a warning */
                 na_log_info("transport: peer %s at %s disconnected: %s", ep->name, ep->addr,

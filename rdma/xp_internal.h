@@ -94,10 +94,23 @@ struct na_xp_ep {
     na_xp_ep_t       *next;          /* xp->eps list */
 };
 
+#define NA_XP_OPS_KEEP      256   /* idle send operations kept for reuse */
+#define NA_XP_MSGS_KEEP     1024  /* idle message records kept for reuse */
+#define NA_XP_INFLIGHT_MAX  4096  /* owned sends in flight before a send waits */
+#define NA_XP_INFLIGHT_BYTES ((size_t)256 << 20) /* ... or this many bytes */
+
 struct na_xp_op {
     void        *req;                /* UCX request */
     na_xp_ep_t  *ep;
     size_t       bytes;
+    /* owned sends (na_xp_send_owned): on the node's in-flight list */
+    na_xp_buf_t *buf;                /* back to the pool at completion */
+    na_xp_sent_fn fn;                /* told the status at completion (may be NULL) */
+    void        *arg;
+    uint64_t     deadline_ns;        /* completion due by then, or the ep fails */
+    int          done;               /* UCX called back (status in status) */
+    ucs_status_t status;
+    struct na_xp_op *next, *prev;    /* in-flight list; next: free list */
     uint8_t      hdr[NA_XP_HDR_MAX + NA_XP_ID_LEN]; /* header + peer's id, alive in flight */
 };
 
@@ -135,6 +148,15 @@ struct na_xp {
     unsigned         svc_count;      /* service calls (periodic sweeps) */
     uint64_t         svc_next_ns;    /* coarse clock: the door and a sweep are due */
     int              stuck;          /* UCX requests given up while still in progress */
+    /* steady state without the heap: records reused, not freed */
+    na_xp_op_t      *op_free;        /* idle send operations */
+    int              op_free_n;
+    na_xp_msg_t     *msg_free;       /* idle message records */
+    int              msg_free_n;
+    na_xp_op_t      *inflight;       /* owned sends not yet completed (newest first) */
+    int              inflight_n;
+    size_t           inflight_bytes;
+    int              cmpl_due;       /* an owned send completed: finish it in progress */
 };
 
 /* xp_worker.c */
@@ -153,6 +175,20 @@ uint64_t    na_xp_coarse_ns(void);
 void        na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg);
 na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len);
 void        na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf);
+/* A zeroed message record (reused), NULL when out of memory; its release
+ * (na_xp_msg_release) keeps it for the next. */
+na_xp_msg_t *na_xp_msg_new(na_xp_t *xp);
+/* Free the idle records (destroy). */
+void        na_xp_recs_drain(na_xp_t *xp);
+
+/* xp_msg.c */
+/* Finish the owned sends UCX completed (pool, callbacks); progress calls it. */
+void        na_xp_owned_reap(na_xp_t *xp);
+/* Owned sends past their deadline fail their endpoint (the sweep calls it). */
+void        na_xp_owned_check(na_xp_t *xp, uint64_t now_ns);
+/* Give up every owned send still in flight (destroy): buffers freed,
+ * callbacks told NA_ERR_PEER. */
+void        na_xp_owned_drop_all(na_xp_t *xp);
 
 /* xp_endpoint.c */
 na_status_t na_xp_ep_setup(na_xp_t *xp);     /* register AM handlers */

@@ -1,9 +1,11 @@
 /* rdma/xp_msg.c — messages on an endpoint, both ways: sending owner
  * messages (with the header kept alive while in flight), waiting for their
  * completion with a bound (a send that does not finish fails its endpoint),
- * and the active-message receive path that queues what arrives for
- * na_xp_recv (eager data kept in UCX's buffer, rendezvous data landing in a
- * registered pool buffer). */
+ * owned sends (the buffer goes back to the pool at completion, the owner
+ * told by callback; a deadline per send), and the active-message receive
+ * path that queues what arrives for na_xp_recv (eager data kept in UCX's
+ * buffer or copied into a pooled one, rendezvous data landing in a
+ * registered pool buffer). Operation and message records are reused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +17,58 @@
 /* Largest message sent with UCP_OP_ATTR_FLAG_FAST_CMPL (see xp_am_send). */
 #define XP_FAST_CMPL_MAX ((size_t)256 << 10)
 
+/* An operation record from the node's free list (NULL: out of memory). */
+static na_xp_op_t *xp_op_new(na_xp_t *xp)
+{
+    na_xp_op_t *op = xp->op_free;
+
+    if (op != NULL) {
+        xp->op_free = op->next;
+        xp->op_free_n--;
+    } else {
+        op = malloc(sizeof(*op));
+        if (op == NULL)
+            return NULL;
+    }
+    op->req = NULL;
+    op->ep = NULL;
+    op->bytes = 0;
+    op->buf = NULL;
+    op->fn = NULL;
+    op->arg = NULL;
+    op->deadline_ns = 0;
+    op->done = 0;
+    op->status = UCS_OK;
+    op->next = op->prev = NULL;
+    return op;
+}
+
+/* Give op back to the free list (freed beyond NA_XP_OPS_KEEP). */
+static void xp_op_put(na_xp_t *xp, na_xp_op_t *op)
+{
+    if (xp->op_free_n >= NA_XP_OPS_KEEP) {
+        free(op);
+        return;
+    }
+    op->next = xp->op_free;
+    xp->op_free = op;
+    xp->op_free_n++;
+}
+
+/* UCX completed an owned send: mark it; progress finishes it outside UCX. */
+static void xp_owned_cb(void *request, ucs_status_t status, void *user_data)
+{
+    na_xp_op_t *op = user_data;
+    (void)request;
+    op->done = 1;
+    op->status = status;
+    op->ep->xp->cmpl_due = 1;
+}
+
 /* Issue ucp_am_send_nbx on id with the header (owner header + the peer's
- * connection id) kept in op. */
+ * connection id) kept in op; owned (op->buf set): UCX calls xp_owned_cb. */
 static void *xp_am_send(na_xp_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
-                        const void *data, size_t len, const na_xp_buf_t *buf)
+                        const void *data, size_t len, const na_xp_buf_t *buf, na_xp_op_t *op)
 {
     ucp_request_param_t p;
 
@@ -39,6 +89,11 @@ static void *xp_am_send(na_xp_ep_t *ep, unsigned id, const void *hdr, size_t hdr
         p.memh = (ucp_mem_h)buf->memh;
         p.memory_type = UCS_MEMORY_TYPE_HOST;
     }
+    if (op->buf != NULL) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.send = xp_owned_cb;
+        p.user_data = op;
+    }
     return ucp_am_send_nbx(ep->uep, id, hdr, hdr_len, data, len, &p);
 }
 
@@ -56,21 +111,21 @@ na_status_t na_xp_send_start(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
     if (hdr_len > NA_XP_HDR_MAX || len > ep->xp->opts.max_msg)
         return na_err(NA_ERR_INVALID, "transport: message of %zu+%zu bytes over the limits",
                       hdr_len, len);
-    op = malloc(sizeof(*op));
+    op = xp_op_new(ep->xp);
     if (op == NULL)
         return na_err(NA_ERR_NOMEM, "transport: out of memory");
     if (hdr_len > 0)
         memcpy(op->hdr, hdr, hdr_len);
     memcpy(op->hdr + hdr_len, &ep->tx_id, NA_XP_ID_LEN);
-    req = xp_am_send(ep, NA_XP_AM_MSG, op->hdr, hdr_len + NA_XP_ID_LEN, data, len, buf);
+    req = xp_am_send(ep, NA_XP_AM_MSG, op->hdr, hdr_len + NA_XP_ID_LEN, data, len, buf, op);
     if (UCS_PTR_IS_ERR(req)) {
-        free(op);
+        xp_op_put(ep->xp, op);
         na_xp_ep_fail(ep, NA_ERR_PEER, ucs_status_string(UCS_PTR_STATUS(req)));
         return na_err(NA_ERR_PEER, "transport: send to %s: %s", ep->name,
                       ucs_status_string(UCS_PTR_STATUS(req)));
     }
     if (req == NULL) {
-        free(op);
+        xp_op_put(ep->xp, op);
         ep->stats.msgs_sent++;
         ep->stats.bytes_sent += hdr_len + len;
         return NA_OK;
@@ -136,7 +191,7 @@ na_status_t na_xp_op_wait(na_xp_t *xp, na_xp_op_t *op, int timeout_ms)
         }
     }
     na_xp_req_drop(xp, op->req);
-    free(op);
+    xp_op_put(xp, op);
     na_xp_ep_unref(ep);
     return st;
 }
@@ -149,6 +204,169 @@ na_status_t na_xp_send(na_xp_ep_t *ep, const void *hdr, size_t hdr_len,
     if (st != NA_OK)
         return st;
     return na_xp_op_wait(ep->xp, op, -1);
+}
+
+/* ---- owned sends ------------------------------------------------------------ */
+
+int na_xp_inflight(const na_xp_t *xp)
+{
+    return xp->inflight_n;
+}
+
+/* 1 while the node has room for another owned send. */
+static int xp_owned_room(void *arg)
+{
+    na_xp_t *xp = arg;
+    if (xp->cmpl_due)
+        na_xp_owned_reap(xp);
+    return xp->inflight_n < NA_XP_INFLIGHT_MAX && xp->inflight_bytes < NA_XP_INFLIGHT_BYTES;
+}
+
+/* op is over: stats, its buffer back to the pool, the owner told. */
+static void xp_owned_finish(na_xp_t *xp, na_xp_op_t *op, na_status_t st)
+{
+    na_xp_ep_t *ep = op->ep;
+
+    if (st == NA_OK) {
+        ep->stats.msgs_sent++;
+        ep->stats.bytes_sent += op->bytes;
+    }
+    na_xp_pool_put(xp, op->buf);
+    if (op->fn != NULL)
+        op->fn(op->arg, st);
+    xp_op_put(xp, op);
+}
+
+/* Unlink op from the in-flight list. */
+static void xp_owned_unlink(na_xp_t *xp, na_xp_op_t *op)
+{
+    if (op->prev != NULL)
+        op->prev->next = op->next;
+    else
+        xp->inflight = op->next;
+    if (op->next != NULL)
+        op->next->prev = op->prev;
+    xp->inflight_n--;
+    xp->inflight_bytes -= op->bytes;
+}
+
+na_status_t na_xp_send_owned(na_xp_ep_t *ep, na_xp_buf_t *buf, size_t hdr_len, size_t off,
+                             size_t len, na_xp_sent_fn fn, void *arg)
+{
+    na_xp_t *xp = ep->xp;
+    na_xp_op_t *op;
+    void *req;
+
+    if (buf == NULL)
+        return na_err(NA_ERR_INVALID, "transport: owned send without a buffer");
+    if (ep->state != NA_XP_EP_READY) {
+        na_xp_pool_put(xp, buf);
+        return na_err(NA_ERR_PEER, "transport: peer %s at %s: %s", ep->name, ep->addr,
+                      ep->errmsg[0] ? ep->errmsg : "not connected");
+    }
+    if (hdr_len > NA_XP_HDR_MAX || len > xp->opts.max_msg || off < hdr_len ||
+        off + len > buf->size) {
+        na_xp_pool_put(xp, buf);
+        return na_err(NA_ERR_INVALID, "transport: message of %zu+%zu bytes (at %zu) over the "
+                      "limits or its %zu-byte buffer", hdr_len, len, off, buf->size);
+    }
+    if (!xp_owned_room(xp)) {
+        (void)na_xp_wait_ms(xp, xp_owned_room, xp, xp->opts.timeout_ms);
+        if (ep->state != NA_XP_EP_READY) {
+            na_xp_pool_put(xp, buf);
+            return na_err(NA_ERR_PEER, "transport: peer %s at %s: %s", ep->name, ep->addr,
+                          ep->errmsg[0] ? ep->errmsg : "connection lost");
+        }
+    }
+    op = xp_op_new(xp);
+    if (op == NULL) {
+        na_xp_pool_put(xp, buf);
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    }
+    op->ep = ep;
+    op->buf = buf;
+    op->fn = fn;
+    op->arg = arg;
+    op->bytes = hdr_len + len;
+    if (hdr_len > 0)
+        memcpy(op->hdr, buf->ptr, hdr_len);
+    memcpy(op->hdr + hdr_len, &ep->tx_id, NA_XP_ID_LEN);
+    req = xp_am_send(ep, NA_XP_AM_MSG, op->hdr, hdr_len + NA_XP_ID_LEN,
+                     (const uint8_t *)buf->ptr + off, len, buf, op);
+    if (UCS_PTR_IS_ERR(req)) {
+        na_xp_pool_put(xp, buf);
+        xp_op_put(xp, op);
+        na_xp_ep_fail(ep, NA_ERR_PEER, ucs_status_string(UCS_PTR_STATUS(req)));
+        return na_err(NA_ERR_PEER, "transport: send to %s: %s", ep->name,
+                      ucs_status_string(UCS_PTR_STATUS(req)));
+    }
+    if (req == NULL) {                  /* completed inside the call */
+        xp_owned_finish(xp, op, NA_OK);
+        return NA_OK;
+    }
+    op->req = req;
+    op->deadline_ns = na_xp_now_ns() + (uint64_t)xp->opts.timeout_ms * 1000000ull;
+    ep->refs++;
+    op->next = xp->inflight;
+    if (op->next != NULL)
+        op->next->prev = op;
+    xp->inflight = op;
+    xp->inflight_n++;
+    xp->inflight_bytes += op->bytes;
+    return NA_OK;
+}
+
+void na_xp_owned_reap(na_xp_t *xp)
+{
+    na_xp_op_t *op, *next;
+
+    xp->cmpl_due = 0;
+    for (op = xp->inflight; op != NULL; op = next) {
+        na_xp_ep_t *ep = op->ep;
+        next = op->next;
+        if (!op->done)
+            continue;
+        xp_owned_unlink(xp, op);
+        ucp_request_free(op->req);
+        if (op->status != UCS_OK)        /* the endpoint's failure tells the owner */
+            na_log_debug("transport: send to %s at %s: %s", ep->name, ep->addr,
+                         ucs_status_string(op->status));
+        xp_owned_finish(xp, op, op->status == UCS_OK ? NA_OK : NA_ERR_PEER);
+        na_xp_ep_unref(ep);
+    }
+}
+
+void na_xp_owned_check(na_xp_t *xp, uint64_t now_ns)
+{
+    na_xp_op_t *op;
+
+    for (op = xp->inflight; op != NULL; op = op->next) {
+        if (!op->done && now_ns > op->deadline_ns && op->ep->state == NA_XP_EP_READY) {
+            char why[96];
+            snprintf(why, sizeof(why), "send did not complete within %d ms",
+                     xp->opts.timeout_ms);
+            na_xp_ep_fail(op->ep, NA_ERR_TIMEOUT, why);
+        }
+    }
+}
+
+void na_xp_owned_drop_all(na_xp_t *xp)
+{
+    na_xp_owned_reap(xp);
+    while (xp->inflight != NULL) {
+        na_xp_op_t *op = xp->inflight;
+        na_xp_ep_t *ep = op->ep;
+        xp_owned_unlink(xp, op);
+        na_xp_req_drop(xp, op->req);     /* a stuck one leaves the worker to the exit */
+        xp_owned_finish(xp, op, NA_ERR_PEER);
+        ep->refs--;
+    }
+    while (xp->op_free != NULL) {
+        na_xp_op_t *op = xp->op_free;
+        xp->op_free = op->next;
+        free(op);
+    }
+    xp->op_free_n = 0;
 }
 
 /* ---- receive path ----------------------------------------------------------- */
@@ -195,7 +413,7 @@ static ucs_status_t xp_am_msg_cb(void *arg, const void *header, size_t header_le
         na_xp_ep_fail(ep, NA_ERR_PROTO, why);
         return rndv ? UCS_ERR_REJECTED : UCS_OK;
     }
-    m = calloc(1, sizeof(*m));
+    m = na_xp_msg_new(xp);
     if (m == NULL) {
         na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory for a message");
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
@@ -246,13 +464,14 @@ static ucs_status_t xp_am_msg_cb(void *arg, const void *header, size_t header_le
         m->ready = 1;
         return UCS_INPROGRESS;
     }
-    m->data = malloc(length);
-    if (m->data == NULL) {
+    /* UCX keeps no copy: ours goes into a pooled buffer (reused, no heap) */
+    m->pool_buf = na_xp_pool_get(xp, length);
+    if (m->pool_buf == NULL) {
         m->ready = -1;
         na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory for a message");
         return UCS_OK;
     }
-    m->heap = 1;
+    m->data = m->pool_buf->ptr;
     memcpy(m->data, data, length);
     m->ready = 1;
     return UCS_OK;

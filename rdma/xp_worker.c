@@ -238,6 +238,34 @@ static na_status_t xp_context_create(na_xp_t *xp)
     return NA_OK;
 }
 
+/* Records a node holds at once in steady state, made at create so that a
+ * burst after warm-up does not reach the heap (best effort: the free lists
+ * grow on demand anyway). */
+#define XP_MSGS_START 64
+#define XP_OPS_START  32
+
+static void xp_recs_prefill(na_xp_t *xp)
+{
+    int i;
+
+    for (i = 0; i < XP_MSGS_START; i++) {
+        na_xp_msg_t *m = calloc(1, sizeof(*m));
+        if (m == NULL)
+            return;
+        m->next = xp->msg_free;
+        xp->msg_free = m;
+        xp->msg_free_n++;
+    }
+    for (i = 0; i < XP_OPS_START; i++) {
+        na_xp_op_t *op = calloc(1, sizeof(*op));
+        if (op == NULL)
+            return;
+        op->next = xp->op_free;
+        xp->op_free = op;
+        xp->op_free_n++;
+    }
+}
+
 na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
 {
     ucp_worker_params_t wp;
@@ -288,6 +316,7 @@ na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
     st = na_xp_ep_setup(xp);
     if (st != NA_OK)
         goto err_release_address;
+    xp_recs_prefill(xp);
     *xp_p = xp;
     return NA_OK;
 
@@ -351,6 +380,7 @@ void na_xp_destroy(na_xp_t *xp)
         return;
     na_xp_door_unlisten(xp);
     na_xp_ep_close_all(xp);
+    na_xp_owned_drop_all(xp);
     /* Drop what the owner never took; pending payloads are gone with the eps.
      * servicing = 1 keeps endpoint records alive until freed below. */
     xp->servicing = 1;
@@ -361,6 +391,7 @@ void na_xp_destroy(na_xp_t *xp)
         na_xp_msg_release(xp, m);
     }
     na_xp_ep_free_all(xp);
+    na_xp_recs_drain(xp);
     xp_pool_drain(xp);
     ucp_worker_release_address(xp->worker, xp->waddr);
     if (xp->stuck == 0 || xp_graveyard_n == XP_GRAVEYARD) {
@@ -396,6 +427,8 @@ static void xp_service(na_xp_t *xp)
     now = na_xp_coarse_ns();
     if (xp->sweep_due || (xp->svc_count & 255u) == 0 || now >= xp->svc_next_ns) {
         xp->sweep_due = 0;
+        if (xp->inflight != NULL)
+            na_xp_owned_check(xp, na_xp_now_ns());
         na_xp_ep_sweep(xp);
     }
     xp->svc_next_ns = now + XP_SERVICE_NS;
@@ -407,6 +440,8 @@ int na_xp_progress(na_xp_t *xp)
     /* one pass: each pass may cost a syscall per tcp interface (epoll), and
      * the waits call us in a loop anyway */
     int n = (int)ucp_worker_progress(xp->worker);
+    if (xp->cmpl_due)
+        na_xp_owned_reap(xp);          /* owned sends UCX completed */
     /* the busy-poll fast path: nothing to service on most turns. The pace is
      * 1 call in 256 or XP_SERVICE_NS of the coarse clock (a vDSO read, no
      * syscall), whichever comes first: a caller that polls seldom (an idle
@@ -564,11 +599,61 @@ void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
         ucp_am_data_release(xp->worker, msg->ucx_desc);
     if (msg->pool_buf != NULL)
         na_xp_pool_put(xp, msg->pool_buf);
-    if (msg->heap)
-        free(msg->data);
     if (msg->ep != NULL)
         na_xp_ep_unref(msg->ep);
-    free(msg);
+    if (xp->msg_free_n >= NA_XP_MSGS_KEEP) {
+        free(msg);
+        return;
+    }
+    msg->next = xp->msg_free;
+    xp->msg_free = msg;
+    xp->msg_free_n++;
+}
+
+na_xp_msg_t *na_xp_msg_new(na_xp_t *xp)
+{
+    na_xp_msg_t *m = xp->msg_free;
+
+    if (m == NULL)
+        return calloc(1, sizeof(*m));
+    xp->msg_free = m->next;
+    xp->msg_free_n--;
+    /* the record is large (the header array): clear the fields, not the bytes */
+    m->kind = NA_XP_MSG_DATA;
+    m->ep = NULL;
+    m->status = NA_OK;
+    m->hdr_len = 0;
+    m->data = NULL;
+    m->len = 0;
+    m->next = NULL;
+    m->ready = 0;
+    m->ucx_desc = NULL;
+    m->pool_buf = NULL;
+    return m;
+}
+
+void na_xp_recs_drain(na_xp_t *xp)
+{
+    while (xp->msg_free != NULL) {
+        na_xp_msg_t *m = xp->msg_free;
+        xp->msg_free = m->next;
+        free(m);
+    }
+    xp->msg_free_n = 0;
+}
+
+na_xp_buf_t *na_xp_buf_get(na_xp_t *xp, size_t len)
+{
+    na_xp_buf_t *b = na_xp_pool_get(xp, len == 0 ? 1 : len);
+    if (b == NULL)
+        (void)na_err(NA_ERR_NOMEM, "transport: no registered buffer of %zu bytes", len);
+    return b;
+}
+
+void na_xp_buf_put(na_xp_t *xp, na_xp_buf_t *buf)
+{
+    if (buf != NULL)
+        na_xp_pool_put(xp, buf);
 }
 
 na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_buf_t **buf_p)

@@ -5,7 +5,8 @@
  * until three arrived, then given in reverse order, one as ERROR),
  * PREFILL_KV (rows checked, ACK) and STATS_REQ; nothing for KV_FETCH. The
  * parent checks: handler dispatch and blocking calls, request/answer
- * matching out of order, a registered buffer on the send path, a HEARTBEAT
+ * matching out of order, a registered buffer on the send path, a send that
+ * returns before it completes (4 MiB to a stopped server), a HEARTBEAT
  * answered by the peer's session, a message of an unserved type dropping
  * only that connection (the server keeps serving), and the silence timer:
  * the SIGSTOPped server is declared lost after peer_timeout_ms. */
@@ -23,6 +24,7 @@
 #define TS_SECRET       "session-test-secret"
 #define TS_TIMEOUT_MS   500     /* the client's peer_timeout_ms */
 #define TS_ROWS         256     /* floats per K and V in the PREFILL_KV */
+#define TS_BIG_TOKENS   8192    /* the in-flight PREFILL_KV: 2 x 2 MiB of f32 rows */
 
 static volatile sig_atomic_t g_stop;
 static void ts_on_signal(int sig) { g_stop = sig; }
@@ -204,6 +206,16 @@ static void ts_cli_end(void *ctx, na_peer_t *p, na_ses_end_t how, const char *wh
         while (!(cond) && na_xp_now_ns() - t0_ < (uint64_t)(ms) * 1000000ull) \
             (void)na_ses_poll((ses), 20); } while (0)
 
+/* The answer to the big PREFILL_KV: *arg = 1 on ACK, -1 otherwise. */
+static void ts_big_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
+                         const na_ses_in_t *in)
+{
+    (void)ctx;
+    (void)p;
+    (void)in;
+    *(int *)arg = st == NA_OK ? 1 : -1;
+}
+
 static void ts_client(pid_t child, int port, const char *tls)
 {
     na_ses_opts_t so;
@@ -292,6 +304,47 @@ static void ts_client(pid_t child, int port, const char *tls)
         NA_CHECK_OK(na_peer_call(p, &m, buf, NA_WIRE_MSG_ACK, 0, 0, NULL, 0));
         na_xp_buf_destroy(xp, buf);
         printf("ok: PREFILL_KV sent from a registered %zu-byte buffer\n", need);
+    }
+
+    /* a send returns before it completes: 4 MiB (rendezvous) to a stopped
+     * server stays in flight, its buffer owned by the transport; once the
+     * server runs again it arrives intact and is answered */
+    {
+        size_t nf = (size_t)TS_BIG_TOKENS * 64, j;
+        float *bk = malloc(nf * sizeof(float)), *bv = malloc(nf * sizeof(float));
+        int acked = 0, inflight;
+        double ms;
+        NA_CHECK(bk != NULL && bv != NULL);
+        for (j = 0; bk != NULL && bv != NULL && j < nf; j++) {
+            bk[j] = (float)j;
+            bv[j] = -(float)j;
+        }
+        memset(&m, 0, sizeof(m));
+        m.type = NA_WIRE_MSG_PREFILL_KV;
+        m.u.kv.request_id = 12;
+        m.u.kv.n_tokens = TS_BIG_TOKENS;
+        m.u.kv.kv_h1 = 1;
+        m.u.kv.head_dim = 64;
+        m.u.kv.dtype = NA_DTYPE_F32;
+        m.u.kv.k = bk;
+        m.u.kv.v = bv;
+        kill(child, SIGSTOP);
+        t0 = na_xp_now_ns();
+        if (bk != NULL && bv != NULL)
+            NA_CHECK_OK(na_peer_request(p, &m, NULL, NA_WIRE_MSG_ACK, 0, 0, ts_big_reply,
+                                        (uintptr_t)&acked));
+        ms = 1e-6 * (double)(na_xp_now_ns() - t0);
+        inflight = na_xp_inflight(xp);
+        kill(child, SIGCONT);
+        free(bk);                       /* encoded: the caller's rows are free at once */
+        free(bv);
+        NA_CHECK_MSG(inflight >= 1 && ms < 1000.0,
+                     "a send to a stopped peer: %d in flight after %.1f ms", inflight, ms);
+        TS_POLL_UNTIL(ses, acked != 0, 5000);
+        NA_CHECK_MSG(acked == 1 && na_xp_inflight(xp) == 0 && na_peer_alive(p),
+                     "the 4 MiB send: answer %d, %d in flight", acked, na_xp_inflight(xp));
+        printf("ok: a 4 MiB send to a stopped peer returned in %.2f ms (%d in flight), "
+               "delivered once it ran\n", ms, inflight);
     }
 
     /* a type the server has no handler for drops that connection only */

@@ -221,6 +221,39 @@ static void test_round_trip(void)
     }
 }
 
+/* Encoding writes every byte it sends: a message encoded into a buffer
+ * full of old bytes (the session's reused registered buffers, rdma/) equals
+ * one encoded into zeros. */
+static void test_encode_dirty(void)
+{
+    unsigned t, seed;
+
+    for (t = 1; t < NA_WIRE_MSG_COUNT; t++) {
+        for (seed = 0; seed < 4; seed++) {
+            na_wire_sample_t s;
+            uint8_t *clean, *dirty;
+            size_t size = 0, l0 = 0, l1 = 0;
+
+            NA_CHECK(na_wire_sample_make(&s, (na_wire_type_t)t, seed) == 0);
+            NA_CHECK_OK(na_wire_msg_size(&s.msg, &size));
+            clean = calloc(1, size + 1);
+            dirty = malloc(size + 1);
+            NA_CHECK(clean != NULL && dirty != NULL);
+            if (clean != NULL && dirty != NULL) {
+                memset(dirty, 0xa5, size + 1);
+                NA_CHECK_OK(na_wire_encode(&s.msg, clean, size, &l0));
+                NA_CHECK_OK(na_wire_encode(&s.msg, dirty, size, &l1));
+                NA_CHECK_MSG(l0 == l1 && !memcmp(clean, dirty, l0),
+                             "%s (seed %u): bytes left unwritten by the encoder",
+                             na_wire_type_name(t), seed);
+            }
+            free(clean);
+            free(dirty);
+            na_wire_sample_free(&s);
+        }
+    }
+}
+
 /* A cut at every byte offset is refused, whether the header still claims the
  * full length or has been patched to agree with the cut. */
 static void test_truncation(void)
@@ -866,6 +899,7 @@ int main(void)
     test_header();
     test_golden();
     test_round_trip();
+    test_encode_dirty();
     test_truncation();
     test_bit_flips();
     test_garbage();
