@@ -10,10 +10,13 @@
  *   batch 1, any dtype    rows split across the pool; one AVX2 dot product
  *                         per row that converts 8 weights at a time in
  *                         registers (F16C for f16, shift for bf16). With
- *                         AVX-512, F32/F16/BF16 rows go 4 per pass
+ *                         AVX-512, F16/BF16 rows go 4 per pass
  *                         (na_cpu_dot4_row, the same sums): 8192x8192 from
  *                         DRAM, 1 thread, CPU-time GFLOP/s at load 15-19, f16
- *                         12.1 -> 16.7, bf16 10.0 -> 16.2, f32 6.2 -> 10.7.
+ *                         12.1 -> 16.7, bf16 10.0 -> 16.2. F32 stays one row
+ *                         at a time: 4 rows read 16-19 GB/s against 26-27 in
+ *                         `bench kernels --part matmul --quick` (2048x2048,
+ *                         load 3, alternated twice).
  *                         (Q8_0 4 rows per pass measured no faster: 28 vs
  *                         29-35, not kept.)
  *   Q8_0, batch > 1       the inputs are quantised to Q8 blocks once per call
@@ -712,7 +715,6 @@ static void na_cpu_mm_vec_task(void *ctx, int t, int n_tasks)
         const uint8_t *w4[4] = { na_cpu_row(j->w, r), na_cpu_row(j->w, r + 1),
                                  na_cpu_row(j->w, r + 2), na_cpu_row(j->w, r + 3) };
         switch (j->w->dtype) {      /* the dtype a constant in each copy */
-        case NA_DTYPE_F32:  na_cpu_dot4_row(NA_DTYPE_F32, w4, j->x, j->w->cols, j->y + r); break;
         case NA_DTYPE_F16:  na_cpu_dot4_row(NA_DTYPE_F16, w4, j->x, j->w->cols, j->y + r); break;
         case NA_DTYPE_BF16: na_cpu_dot4_row(NA_DTYPE_BF16, w4, j->x, j->w->cols, j->y + r); break;
         default:
