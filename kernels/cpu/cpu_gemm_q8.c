@@ -44,8 +44,13 @@
 #define NA_GQ_RN 3
 #endif
 #define NA_GQ_QUAD (4 / NA_GQ_UB)           /* units per step of all 4 accumulators */
-#define NA_GQ_W_CHUNK (128u * 1024u)        /* bytes of packed weight rows per chunk (L2) */
-#define NA_GQ_X_CHUNK (256u * 1024u)        /* bytes of packed inputs per pass (L2) */
+/* bytes of packed weight rows per chunk and of packed inputs per pass (both
+ * in L2). 1B shape, b=512, 1 thread, CPU-time GFLOP/s at load 20 (weight /
+ * input KiB): 2048x8192 128/256 80, 256/128 97, 512/128 98; 8192x2048
+ * 128-129 for each (at 8192 columns a 128 KiB chunk held 3 rows, so every
+ * 3 rows read all the packed inputs again) */
+#define NA_GQ_W_CHUNK (256u * 1024u)
+#define NA_GQ_X_CHUNK (128u * 1024u)
 
 #define NA_INLINE static inline __attribute__((always_inline))
 
@@ -140,6 +145,8 @@ NA_INLINE void na_gq_unit(na_gq_acc_t acc, const uint8_t *wp, const uint8_t *xp,
         const uint8_t *wr = wu + (size_t)r * NA_GQ_WB;
         __m512i wv = _mm512_loadu_si512(wr), cr = _mm512_loadu_si512(wr + 64);
         __m512 dw = _mm512_loadu_ps(wr + 128);
+        /* in registers: else gcc reloads cr and wv for each of the RN inputs */
+        __asm__("" : "+v"(wv), "+v"(cr), "+v"(dw));
 #pragma GCC unroll 4
         for (c = 0; c < NA_GQ_RN; c++) {
             __m512i p = _mm512_dpbusd_epi32(cr, xv[c], wv);

@@ -383,6 +383,58 @@ static void test_matmul_batch_exact(void)
         }
 }
 
+/* With batch_invariant set (na_engine_create sets it for every engine), every
+ * row of a matmul is bit-identical to the same row at batch 1 at every batch
+ * size and every weight type of this file, the prefill sizes included (F32 /
+ * F16 / BF16 from batch 8: the panel kernel of kernels/cpu/cpu_matmul.c).
+ * Shapes: rows not multiples of its 4-row groups, panels of several sizes,
+ * 8- and scalar tails, a row longer than one part (NA_CPU_PANEL_KC 4096:
+ * 4139 = 4096 + 32 + 8 + 3); batches not multiples of its 3 inputs. */
+static void test_matmul_invariant(void)
+{
+    static const int shapes[][2] = { { 7, 40 }, { 70, 1000 }, { 13, 4139 }, { 130, 256 } };
+    static const int batches[] = { 8, 9, 10, 11, 64, 70, 131 };
+    size_t s, bi;
+    int dt, t, b;
+
+    for (t = 0; t < 2; t++)
+        cpu_k[t]->batch_invariant = 1;
+    for (dt = 0; dt <= NA_DTYPE_Q8_0; dt++)
+        for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            int rows = shapes[s][0], cols = shapes[s][1];
+            void *buf;
+            na_tensor_t w;
+            float *x, *yb, *y1;
+
+            if (dt == NA_DTYPE_Q8_0)
+                cols = cols / NA_Q8_0_BLOCK * NA_Q8_0_BLOCK;
+            w = make_weight((na_dtype_t)dt, rows, cols, &buf);
+            x = falloc((size_t)131 * cols);
+            yb = falloc((size_t)131 * rows);
+            y1 = falloc((size_t)rows);
+            na_rng_fill(&rng, x, (size_t)131 * cols, -1.0f, 1.0f);
+            for (t = 0; t < 2; t++)
+                for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                    int bad = 0;
+                    NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
+                    for (b = 0; b < batches[bi]; b++) {
+                        NA_CHECK_OK(mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
+                        bad += memcmp(y1, yb + (size_t)b * rows, sizeof(float) * rows) != 0;
+                    }
+                    NA_CHECK_MSG(bad == 0, "batch_invariant matmul %s %dx%d batch %d threads "
+                                 "%d: %d rows differ from batch 1",
+                                 na_dtype_name((na_dtype_t)dt), rows, cols, batches[bi], t + 1,
+                                 bad);
+                }
+            free(y1);
+            free(yb);
+            free(x);
+            free(buf);
+        }
+    for (t = 0; t < 2; t++)
+        cpu_k[t]->batch_invariant = 0;
+}
+
 /* ---- element-wise ops ---------------------------------------------------- */
 static void test_elementwise(void)
 {
@@ -1041,6 +1093,7 @@ int main(void)
     test_elementwise();
     test_matmul();
     test_matmul_batch_exact();
+    test_matmul_invariant();
     test_q8_inputs();
     test_decode();
     test_prefill();
