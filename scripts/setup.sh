@@ -2,10 +2,11 @@
 # scripts/setup.sh — install missing Debian dependencies, build, then run.
 #
 #   bash scripts/setup.sh run    # install + Release build + the main job (generation)
-#   bash scripts/setup.sh test   # install + Release and ASan/UBSan builds + whole test suite
+#   bash scripts/setup.sh test   # install + Release (clang) and ASan/UBSan (gcc) builds + whole test suite
 #   bash scripts/setup.sh build  # install + Release build only
 #
-# Builds go to build/ (Release) and build-asan/ (sanitizers). Runs as root on
+# Builds go to build/ (Release, the default compiler), build-clang/ (the test
+# command's Release build, clang) and build-asan/ (sanitizers, gcc). Runs as root on
 # a fresh Debian 12 machine; elsewhere, install scripts/deps.txt by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,9 +73,12 @@ run)
     ;;
 test)
     install_node_pkgs
-    # CI builds with warnings as errors (-DNA_WERROR=ON)
-    build build -DCMAKE_BUILD_TYPE=Release -DNA_WERROR=ON
-    (cd build && ctest --output-on-failure -j "$jobs")
+    # CI builds with warnings as errors (-DNA_WERROR=ON), every target with
+    # both compilers: Release with clang (build-clang/), the sanitizer build
+    # with gcc (its CUDA module is compiled by nvcc with gcc as host compiler,
+    # whose ASan runtime the tests must share)
+    build build-clang -DCMAKE_BUILD_TYPE=Release -DNA_WERROR=ON -DCMAKE_C_COMPILER=clang
+    (cd build-clang && ctest --output-on-failure -j "$jobs")
     build build-asan -DCMAKE_BUILD_TYPE=Debug -DNA_SANITIZE=ON -DNA_WERROR=ON
     (cd build-asan && ctest --output-on-failure -j "$jobs" -LE bench)
     ;;
