@@ -9,16 +9,12 @@
  *
  *   batch 1, any dtype    rows split across the pool; one AVX2 dot product
  *                         per row that converts 8 weights at a time in
- *                         registers (F16C for f16, shift for bf16). With
- *                         AVX-512, F16/BF16 rows go 4 per pass
- *                         (na_cpu_dot4_row, the same sums): 8192x8192 from
- *                         DRAM, 1 thread, CPU-time GFLOP/s at load 15-19, f16
- *                         12.1 -> 16.7, bf16 10.0 -> 16.2. F32 stays one row
- *                         at a time: 4 rows read 16-19 GB/s against 26-27 in
- *                         `bench kernels --part matmul --quick` (2048x2048,
- *                         load 3, alternated twice).
- *                         (Q8_0 4 rows per pass measured no faster: 28 vs
- *                         29-35, not kept.)
+ *                         registers (F16C for f16, shift for bf16). Four
+ *                         rows per pass (AVX-512) were tried and removed:
+ *                         F32 read 16-19 GB/s against 26-27 (bench kernels,
+ *                         2048x2048, load 3), and a 1B-shape F16 decode
+ *                         (tg64, t=1, load 1.3-1.6) ran 5.79 tok/s against
+ *                         7.89 one row at a time; Q8_0 was no faster.
  *   Q8_0, batch > 1       the inputs are quantised to Q8 blocks once per call
  *                         (kernels/ref/ref.h: the definition), then each row's
  *                         blocks are multiplied in int8 and summed exactly in
@@ -625,77 +621,6 @@ static void na_cpu_task_rows(const na_cpu_mm_job_t *j, int t, int n_tasks, int *
     *hi = j->r0 + (int)((long)n * (t + 1) / n_tasks);
 }
 
-#if NA_CPU_MM_ROWS == 4
-/* 16 weights of dtype dt (F32, F16, BF16) at element i of row w as f32 lanes. */
-NA_INLINE __m512 na_cpu_ld16(na_dtype_t dt, const uint8_t *w, int i)
-{
-    if (dt == NA_DTYPE_F32)
-        return _mm512_loadu_ps((const float *)w + i);
-    if (dt == NA_DTYPE_F16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i))), 16));
-}
-
-/* Batch 1, 4 rows per pass (AVX-512): out[r] = w[r] · x for r < 4, each
- * summed exactly as na_cpu_dot_row sums it (a zmm holds its a0|a1, another
- * its a2|a3; blocks of 8 into a0 under a mask; the same reduction and
- * scalar tail), so bit-identical to the one-row kernel, while 4 rows are
- * read at once (4 streams, each prefetched) and each input vector loaded
- * feeds 4 rows. */
-NA_INLINE void na_cpu_dot4_row(na_dtype_t dt, const uint8_t *const *w, const float *x, int n,
-                               float *out)
-{
-    __m512 a[4][2];
-    float sum[4];
-    int i = 0, r;
-    const int es = dt == NA_DTYPE_F32 ? 4 : 2;
-
-#pragma GCC unroll 4
-    for (r = 0; r < 4; r++)
-        a[r][0] = a[r][1] = _mm512_setzero_ps();
-    for (; i + 32 <= n; i += 32) {
-        __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-#pragma GCC unroll 4
-        for (r = 0; r < 4; r++) {
-            _mm_prefetch((const char *)w[r] + (size_t)i * es + NA_CPU_MV_PF, _MM_HINT_T0);
-            if (es == 4)
-                _mm_prefetch((const char *)w[r] + (size_t)i * es + 64 + NA_CPU_MV_PF, _MM_HINT_T0);
-            a[r][0] = _mm512_fmadd_ps(na_cpu_ld16(dt, w[r], i), x0, a[r][0]);
-            a[r][1] = _mm512_fmadd_ps(na_cpu_ld16(dt, w[r], i + 16), x1, a[r][1]);
-        }
-    }
-    for (; i + 8 <= n; i += 8) {
-        __m512 xv = _mm512_maskz_loadu_ps(0xff, x + i);
-#pragma GCC unroll 4
-        for (r = 0; r < 4; r++) {
-            __m256 wv = dt == NA_DTYPE_F32 ? _mm256_loadu_ps((const float *)w[r] + i)
-                      : dt == NA_DTYPE_F16 ? na_cpu_load_f16((const uint16_t *)w[r] + i)
-                      : na_cpu_load_bf16((const uint16_t *)w[r] + i);
-            a[r][0] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(wv), xv, a[r][0], 0xff);
-        }
-    }
-#pragma GCC unroll 4
-    for (r = 0; r < 4; r++) {
-        __m256 p0 = _mm512_castps512_ps256(a[r][0]);
-        __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][0]), 1));
-        __m256 p2 = _mm512_castps512_ps256(a[r][1]);
-        __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][1]), 1));
-        sum[r] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
-    }
-    for (; i < n; i++)
-#pragma GCC unroll 4
-        for (r = 0; r < 4; r++) {
-            float wi = dt == NA_DTYPE_F32 ? ((const float *)w[r])[i]
-                     : dt == NA_DTYPE_F16 ? na_f16_to_f32(((const uint16_t *)w[r])[i])
-                     : na_bf16_to_f32(((const uint16_t *)w[r])[i]);
-            sum[r] = fmaf(wi, x[i], sum[r]);
-        }
-#pragma GCC unroll 4
-    for (r = 0; r < 4; r++)
-        out[r] = sum[r];
-}
-#endif
 
 /* Batch 1: y[r] = dot(row r, x). */
 static void na_cpu_mm_vec_task(void *ctx, int t, int n_tasks)
@@ -709,22 +634,7 @@ static void na_cpu_mm_vec_task(void *ctx, int t, int n_tasks)
                                       j->w->cols / NA_Q8_0_BLOCK);
         return;
     }
-    r = lo;
-#if NA_CPU_MM_ROWS == 4
-    for (; r + 4 <= hi; r += 4) {
-        const uint8_t *w4[4] = { na_cpu_row(j->w, r), na_cpu_row(j->w, r + 1),
-                                 na_cpu_row(j->w, r + 2), na_cpu_row(j->w, r + 3) };
-        switch (j->w->dtype) {      /* the dtype a constant in each copy */
-        case NA_DTYPE_F16:  na_cpu_dot4_row(NA_DTYPE_F16, w4, j->x, j->w->cols, j->y + r); break;
-        case NA_DTYPE_BF16: na_cpu_dot4_row(NA_DTYPE_BF16, w4, j->x, j->w->cols, j->y + r); break;
-        default:
-            for (; r < hi; r++)
-                j->y[r] = na_cpu_dot_row(j->w->dtype, na_cpu_row(j->w, r), j->x, j->w->cols);
-            return;
-        }
-    }
-#endif
-    for (; r < hi; r++)
+    for (r = lo; r < hi; r++)
         j->y[r] = na_cpu_dot_row(j->w->dtype, na_cpu_row(j->w, r), j->x, j->w->cols);
 }
 
