@@ -49,7 +49,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 
-#define NA_CPU_CHUNK     64     /* tokens per softmax update */
+#define NA_CPU_CHUNK     NA_ATTN_CHUNK  /* tokens per softmax update (64) */
 /* Software prefetch (na_cpu_pf_t below) into L1, T0: measured against T2
  * (into L2) with the block layout, 1 thread, 16K context: 26 vs 18 GB/s. */
 #define NA_CPU_PF_HINT   _MM_HINT_T0
@@ -69,7 +69,7 @@
  * parts merged in order with na_attn_merge. Decode runs the parts on the
  * pool; prefill folds the chunks its query tokens share together, then each
  * token its own last chunk. */
-#define NA_CPU_PART             1024
+#define NA_CPU_PART             NA_ATTN_PART   /* 1024 */
 
 #define NA_INLINE static inline __attribute__((always_inline))
 
@@ -361,37 +361,73 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
 #define NA_CPU_QK(...) na_cpu_qk8(__VA_ARGS__)
 #endif
 
+/* One piece of a chunk: n tokens of one span, landing at token o of the chunk. */
+typedef struct {
+    const void *k, *v;
+    size_t      stride;          /* elements between rows */
+    int         n, o;
+} na_cpu_piece_t;
+
 /* The core (see the top of the file): group <= NA_CPU_MAX_GROUP heads,
- * head_dim % 8 == 0, f16, bf16 or f32 rows (f16: na_cpu_kv8's kind); pf
- * advances as the rows are read. */
+ * head_dim % 8 == 0, f16, bf16 or f32 rows (f16: na_cpu_kv8's kind), over
+ * the run of keys of the nsp spans sp[] (in order; each with its own row
+ * stride). The run is folded in chunks of NA_CPU_CHUNK tokens counted from
+ * its first token, across span boundaries: a chunk's scores are taken piece
+ * by piece (a token's score does not depend on its place, see na_cpu_qk),
+ * its softmax update is one (na_cpu_softmax_fold), and its PV products run
+ * piece by piece on the same accumulators in token order (stored and
+ * loaded between pieces, which is exact). So the bits depend on the run's
+ * tokens only, not on how spans split it (the storage node's KV blocks of
+ * any size; tests/unit/test_attn_exact.c). pk/pv advance as the rows are
+ * read. */
 NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
-                                  int group, int hd, const void *k, const void *v,
-                                  size_t stride, int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv,
-                                  float scale, int f16, const int *lim)
+                                  int group, int hd, const na_kv_span_t *sp, int nsp,
+                                  na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
+                                  const int *lim)
 {
     float s[NA_CPU_MAX_GROUP * NA_CPU_CHUNK];
     int cl[NA_CPU_MAX_GROUP];
+    na_cpu_piece_t pc[NA_CPU_CHUNK];
     na_cpu_pf_t idle = na_cpu_pf_rows(NULL, 0, 0, 0);
-    int c0, g0, G;
+    const size_t esz = f16 ? 2 : 4;
+    int c0 = 0, g0, G, si = 0, so = 0, np, i;
 
     /* Head blocks after the first read the same rows again: only the first
      * steps the cursors, which run one line per line of KV, not per pass. */
-    for (c0 = 0; c0 < n; c0 += NA_CPU_CHUNK) {
-        int cn = n - c0 < NA_CPU_CHUNK ? n - c0 : NA_CPU_CHUNK;
-        size_t off = (size_t)c0 * stride;
-        const void *kc = f16 ? (const void *)((const uint16_t *)k + off)
-                             : (const void *)((const float *)k + off);
-        const void *vc = f16 ? (const void *)((const uint16_t *)v + off)
-                             : (const void *)((const float *)v + off);
-
+    for (;;) {
+        int cn = 0;
+        /* the chunk's pieces: the next NA_CPU_CHUNK tokens of the run */
+        for (np = 0; cn < NA_CPU_CHUNK && si < nsp;) {
+            int take = sp[si].n - so < NA_CPU_CHUNK - cn ? sp[si].n - so : NA_CPU_CHUNK - cn;
+            if (take > 0) {
+                size_t off = (size_t)so * sp[si].stride * esz;
+                pc[np].k = (const char *)sp[si].k + off;
+                pc[np].v = (const char *)sp[si].v + off;
+                pc[np].stride = sp[si].stride;
+                pc[np].n = take;
+                pc[np].o = cn;
+                np++;
+                cn += take;
+                so += take;
+            }
+            if (so >= sp[si].n) {
+                si++;
+                so = 0;
+            }
+        }
+        if (cn == 0)
+            break;
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
-            float *sg = s + g0 * NA_CPU_CHUNK;
             const float *qg = q + (size_t)g0 * hd;
-            switch (G) {
-            case 8:  NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 8, f16); break;
-            case 4:  NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 4, f16); break;
-            case 2:  NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 2, f16); break;
-            default: NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 1, f16); break;
+            for (i = 0; i < np; i++) {
+                float *sg = s + g0 * NA_CPU_CHUNK + pc[i].o * G;
+                const size_t stride = pc[i].stride;
+                switch (G) {
+                case 8:  NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 8, f16); break;
+                case 4:  NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 4, f16); break;
+                case 2:  NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 2, f16); break;
+                default: NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 1, f16); break;
+                }
             }
         })
         if (lim != NULL)            /* the chunk's share of each head's limit */
@@ -410,73 +446,81 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
         })
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
             float *ag = acc + (size_t)g0 * hd;
-            const float *pg = s + g0 * NA_CPU_CHUNK;
-            switch (G) {
-            case 8:  na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 8, f16); break;
-            case 4:  na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 4, f16); break;
-            case 2:  na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 2, f16); break;
-            default: na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 1, f16); break;
+            for (i = 0; i < np; i++) {
+                const float *pg = s + g0 * NA_CPU_CHUNK + pc[i].o * G;
+                const size_t stride = pc[i].stride;
+                switch (G) {
+                case 8:  na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 8, f16); break;
+                case 4:  na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 4, f16); break;
+                case 2:  na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 2, f16); break;
+                default: na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 1, f16); break;
+                }
             }
         })
+        c0 += cn;
     }
 }
-
 static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                 int hd, const void *k, const void *v, size_t stride,
-                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,
-                                 const int *lim)
+                                 int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                                 na_cpu_pf_t *pv, float scale, const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 1, lim);
+    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 1, lim);
 }
 
 static void na_cpu_attn_span_bf16(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                  int hd, const void *k, const void *v, size_t stride,
-                                  int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,
-                                 const int *lim)
+                                  int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                                  na_cpu_pf_t *pv, float scale, const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 2, lim);
+    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 2, lim);
 }
 
 static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                 int hd, const void *k, const void *v, size_t stride,
-                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,
-                                 const int *lim)
+                                 int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                                 na_cpu_pf_t *pv, float scale, const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 0, lim);
+    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 0, lim);
 }
 
-/* Any group size: pieces of at most NA_CPU_MAX_GROUP heads. lim (NULL:
- * none): head g sees only the span's first lim[g] >= 1 tokens (prefill's
- * causal mask), with the bits of a span that ends there. k/v point at the
- * first row of the span; pk/pv (na_cpu_pf_t) advance as K/V rows are read.
- * Each piece walks the whole span again, so each starts from the cursors as
- * they were given (pk and pv may be one cursor). */
-static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
-                             int hd, const void *k, const void *v, size_t stride, int n,
-                             na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
-                             const int *lim)
+/* The core over a run of spans, any group size: pieces of at most
+ * NA_CPU_MAX_GROUP heads. lim (NULL: none): head g sees only the run's
+ * first lim[g] >= 1 tokens (prefill's causal mask), with the bits of a run
+ * that ends there. pk/pv (na_cpu_pf_t) advance as K/V rows are read. Each
+ * piece walks the whole run again, so each starts from the cursors as they
+ * were given (pk and pv may be one cursor). */
+static void na_cpu_attn_spans(na_attn_stat_t *st, float *acc, const float *q, int group,
+                              int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                              na_cpu_pf_t *pv, float scale, int f16, const int *lim)
 {
     const na_cpu_pf_t pk0 = *pk, pv0 = *pv;
     int g0;
     for (g0 = 0; g0 < group; g0 += NA_CPU_MAX_GROUP) {
         int gn = group - g0 < NA_CPU_MAX_GROUP ? group - g0 : NA_CPU_MAX_GROUP;
+        const int *lg = lim != NULL ? lim + g0 : NULL;
         if (g0 > 0) {
             *pk = pk0;
             *pv = pv0;
         }
         if (f16 == 2)
             na_cpu_attn_span_bf16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                  gn, hd, k, v, stride, n, pk, pv, scale,
-                                  lim != NULL ? lim + g0 : NULL);
+                                  gn, hd, sp, nsp, pk, pv, scale, lg);
         else if (f16)
             na_cpu_attn_span_f16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, pk, pv, scale,
-                                  lim != NULL ? lim + g0 : NULL);
+                                 gn, hd, sp, nsp, pk, pv, scale, lg);
         else
             na_cpu_attn_span_f32(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, pk, pv, scale,
-                                  lim != NULL ? lim + g0 : NULL);
+                                 gn, hd, sp, nsp, pk, pv, scale, lg);
     }
+}
+
+/* The same over one contiguous span of n rows from k/v (row stride
+ * `stride` elements). */
+static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
+                             int hd, const void *k, const void *v, size_t stride, int n,
+                             na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
+                             const int *lim)
+{
+    na_kv_span_t sp = { k, v, stride, n, NULL, 0 };
+    na_cpu_attn_spans(st, acc, q, group, hd, &sp, 1, pk, pv, scale, f16, lim);
 }
 
 /* 1 if the vector paths handle this KV dtype and head_dim, else 0. */
@@ -492,23 +536,28 @@ static int na_cpu_kv_kind(na_dtype_t dt)
     return dt == NA_DTYPE_BF16 ? 2 : dt == NA_DTYPE_F16 ? 1 : 0;
 }
 
-/* ops->attn_partial: fold one span into (st, acc), prefetching span->next.
+/* ops->attn_partial: fold the run of spans into (st, acc) (chunks across
+ * the spans, na_cpu_attn_spans), prefetching the first two spans' `next`.
  * No scratch, no pool: safe to call from several threads at once. Cannot
  * fail. */
 void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
-                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale)
+                         const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
+                         float scale)
 {
     /* one cursor for K and V: the K reads prefetch the first part of next,
      * the V reads the rest (the next head's K, then V, in the block layout) */
-    na_cpu_pf_t pf = na_cpu_pf_rows(span->next, span->next_bytes, 0, 1);
+    na_cpu_pf_t pf = na_cpu_pf(na_cpu_pf_seg(n_spans > 0 ? spans[0].next : NULL,
+                                             n_spans > 0 ? spans[0].next_bytes : 0, 0, 1),
+                               na_cpu_pf_seg(n_spans > 1 ? spans[1].next : NULL,
+                                             n_spans > 1 ? spans[1].next_bytes : 0, 0, 1));
 
     if (!na_cpu_attn_ok(kv_dtype, head_dim)) {
-        na_ref_attn_partial(k, st, acc, q, group, head_dim, span, kv_dtype, scale);
+        na_ref_attn_partial(k, st, acc, q, group, head_dim, spans, n_spans, kv_dtype, scale);
         return;
     }
-    na_cpu_attn_span(st, acc, q, group, head_dim, span->k, span->v, span->stride,
-                     span->n, &pf, &pf, scale, na_cpu_kv_kind(kv_dtype), NULL);
+    na_cpu_attn_spans(st, acc, q, group, head_dim, spans, n_spans, &pf, &pf, scale,
+                      na_cpu_kv_kind(kv_dtype), NULL);
 }
 
 /* Tokens [t0, t1) of every KV head, folded into (st, acc) of all heads:
