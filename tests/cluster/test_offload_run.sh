@@ -68,6 +68,13 @@
 #           (xp_peer --role storage, 10 at a time) announce and leave at once;
 #           then s9 (right shape) announces and takes requests (before, it was
 #           refused: "holds at most 64"); the run is stopped then (SIGTERM)
+#   recover a storage node stopped (SIGSTOP) a third of the way through a run
+#           of 16 prompts x 480 tokens: its requests are prefilled again on
+#           s0 over their prompt and the tokens generated so far, and continue
+#           exactly where they were: every text is the monolithic one (issue 22
+#           item 15: prefill, decode and the storage node's attention give a
+#           query row the same bits; before, the re-placed texts diverged).
+#           A healthy run first (also monolithic text) gives the run's length
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -291,6 +298,38 @@ badshape)
         kill -TERM $P0 $P1; wait $P0 $P1 2>/dev/null
         echo "ok: badshape $mode (its requests re-placed on s0, text as monolithic)"
     done
+    ;;
+recover)
+    i=0; while [ $i -lt 16 ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    L=$(layout rec2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    nodes2 r recover
+    mono rec 480
+    recrun() {
+        na_bg "$DIR/$1.off" "$DIR/$1.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
+            --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
+        RP=$NA_PID
+    }
+    t0=$(date +%s%N)
+    recrun rec0
+    wait "$RP" || fail "recover: the run with both nodes failed"
+    t_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    na_same_sorted "$DIR/rec.mono" "$DIR/rec0.off" || fail "recover: text differs with both nodes up"
+    # again, s1 stopped a third of the way through (some 160 tokens per request)
+    recrun rec1
+    sleep "$(awk "BEGIN { print $t_ms / 3000 }")"
+    kill -STOP "$SP1"
+    wait "$RP"
+    rc=$?
+    kill -CONT "$SP1"
+    [ $rc -eq 124 ] && fail "recover: offload run hung"
+    [ $rc -eq 0 ] || fail "recover: run exited $rc, expected 0 (requests re-placed)"
+    grep -q " [1-9][0-9]* re-placed" "$DIR/rec1.err" ||
+        fail "recover: nothing re-placed (the run of $t_ms ms ended before the stop?)"
+    n=$(sed -n "s/.*prompt tokens [0-9]* (+ \([0-9]*\) re-prefilled.*/\1/p" "$DIR/rec1.err")
+    na_same_sorted "$DIR/rec.mono" "$DIR/rec1.off" ||
+        fail "recover: the re-placed requests' text differs from monolithic"
+    kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
+    echo "ok: recover (s1 stopped after $((t_ms / 3)) ms of a $t_ms ms run: $(grep -o "[0-9]* re-placed" "$DIR/rec1.err"), ${n:-?} tokens prefilled again, every text as monolithic)"
     ;;
 kill)
     # stories260K (a trained model: greedy tokens do not hinge on rounding, so
