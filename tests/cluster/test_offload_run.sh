@@ -68,6 +68,17 @@
 #           (xp_peer --role storage, 10 at a time) announce and leave at once;
 #           then s9 (right shape) announces and takes requests (before, it was
 #           refused: "holds at most 64"); the run is stopped then (SIGTERM)
+#   recover a storage node stopped (SIGSTOP) a third of the way through a
+#           run of 16 prompts x 480 tokens (8 in the sanitizer build; a
+#           healthy run first, also the monolithic text, gives the run's
+#           length): its requests are prefilled again on s0 over their prompt
+#           and the tokens generated so far and continue exactly where they
+#           were, every text the monolithic one (issue 22 item 15: prefill,
+#           decode and the storage node's attention give a query row the
+#           same bits). Then the same with `perplexity` (blocks of 32 tokens),
+#           whose mean NLL shows the last bits: to all 17 digits the
+#           monolithic one with both nodes and with s1 stopped (before, it
+#           differed in both cases; stories260K's greedy text hid it)
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -291,6 +302,85 @@ badshape)
         kill -TERM $P0 $P1; wait $P0 $P1 2>/dev/null
         echo "ok: badshape $mode (its requests re-placed on s0, text as monolithic)"
     done
+    ;;
+recover)
+    # 16 prompts and chunks (8 in the sanitizer build, several times slower)
+    RN=16
+    [ "$NA_TS" -gt 1 ] && RN=8
+    i=0; while [ $i -lt $RN ]; do echo "Tom and Lily number $i"; i=$((i + 1)); done > "$DIR/prompts.txt"
+    L=$(layout rec2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    nodes2 r recover
+    mono rec 480
+    recrun() {
+        na_bg "$DIR/$1.off" "$DIR/$1.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
+            --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
+        RP=$NA_PID
+    }
+    t0=$(date +%s%N)
+    recrun rec0
+    wait "$RP" || fail "recover: the run with both nodes failed"
+    t_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    na_same_sorted "$DIR/rec.mono" "$DIR/rec0.off" || fail "recover: text differs with both nodes up"
+    # again, s1 stopped a third of the way through (some 160 tokens per request)
+    recrun rec1
+    sleep "$(awk "BEGIN { print $t_ms / 3000 }")"
+    kill -STOP "$SP1"
+    wait "$RP"
+    rc=$?
+    kill -CONT "$SP1"
+    [ $rc -eq 124 ] && fail "recover: offload run hung"
+    [ $rc -eq 0 ] || fail "recover: run exited $rc, expected 0 (requests re-placed)"
+    grep -q " [1-9][0-9]* re-placed" "$DIR/rec1.err" ||
+        fail "recover: nothing re-placed (the run of $t_ms ms ended before the stop?)"
+    n=$(sed -n "s/.*prompt tokens [0-9]* (+ \([0-9]*\) re-prefilled.*/\1/p" "$DIR/rec1.err")
+    na_same_sorted "$DIR/rec.mono" "$DIR/rec1.off" ||
+        fail "recover: the re-placed requests' text differs from monolithic"
+    echo "ok: recover (s1 stopped after $((t_ms / 3)) ms of a $t_ms ms run: $(grep -o "[0-9]* re-placed" "$DIR/rec1.err"), ${n:-?} tokens prefilled again, every text as monolithic)"
+    # the same through `perplexity` (teacher forcing), whose mean NLL shows
+    # the last bits of every scored position (17 digits): 16 chunks of 512,
+    # s1 stopped a third of the way through; its chunks are prefilled again
+    # over their tokens so far and score the same figures as monolithic
+    # (stories260K's greedy text above hides most rounding; this does not:
+    # before, with blocks of 64 the healthy run matched and the re-placed
+    # one did not, 2.9569595360013103 vs 2.9569556727151416; with blocks of
+    # 32 here, which cut the 64-token chunks, even the healthy one did not)
+    kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
+    PORT=$((PORT + 2))
+    L=$(layout recp 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    sed -i 's/block_tokens: 16/block_tokens: 32/' "$L"
+    nodes2 p "recover (perplexity)"
+    i=0; while [ $i -lt 400 ]; do
+        echo "Tim saw a red ball in the park $i times, and Lily ran to the big tree with her dog $((i * 7 % 13))."
+        i=$((i + 1))
+    done > "$DIR/text.txt"
+    nll() { sed -n 's/.*; mean NLL \([0-9.e+-]*\)$/\1/p' "$DIR/$1.err"; }
+    "$BIN" perplexity --model "$STORIES" --tokenizer "$STOK" --file "$DIR/text.txt" --chunks $RN \
+        --threads 1 > "$DIR/pmono.out" 2> "$DIR/pmono.err" || fail "recover: monolithic perplexity failed"
+    pplrun() {
+        na_bg "$DIR/$1.out" "$DIR/$1.err" timeout $((120 * NA_TS)) "$BIN" perplexity --config "$L" \
+            --cluster connect --file "$DIR/text.txt" --chunks $RN --threads 1
+        RP=$NA_PID
+    }
+    t0=$(date +%s%N)
+    pplrun pp0
+    wait "$RP" || fail "recover: perplexity with both nodes failed: $(tail -n 2 "$DIR/pp0.err")"
+    t_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ "$(nll pp0)" = "$(nll pmono)" ] ||
+        fail "recover: perplexity with both nodes: mean NLL $(nll pp0), monolithic $(nll pmono)"
+    pplrun pp1
+    sleep "$(awk "BEGIN { print $t_ms / 3000 }")"
+    kill -STOP "$SP1"
+    wait "$RP"
+    rc=$?
+    kill -CONT "$SP1"
+    [ $rc -eq 0 ] || fail "recover: perplexity with s1 stopped exited $rc: $(tail -n 2 "$DIR/pp1.err")"
+    grep -q " [1-9][0-9]* re-placed" "$DIR/pp1.err" ||
+        fail "recover: perplexity: nothing re-placed (the run of $t_ms ms ended before the stop?)"
+    [ "$(nll pp1)" = "$(nll pmono)" ] ||
+        fail "recover: perplexity with re-placed chunks: mean NLL $(nll pp1), monolithic $(nll pmono)"
+    cmp -s "$DIR/pp1.out" "$DIR/pmono.out" || fail "recover: perplexity output differs from monolithic"
+    kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
+    echo "ok: recover, perplexity (s1 stopped after $((t_ms / 3)) ms of $t_ms: $(grep -o "[0-9]* re-placed" "$DIR/pp1.err"); mean NLL $(nll pp1) as monolithic)"
     ;;
 kill)
     # stories260K (a trained model: greedy tokens do not hinge on rounding, so
