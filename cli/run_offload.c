@@ -119,6 +119,7 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
     oo.rep = na_cluster_rep(cl);
     oo.max_batch = a->max_batch > 0 ? a->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
+    oo.prefill_chunk = a->prefill_chunk > 0 ? a->prefill_chunk : (int)cfg->parallel.prefill_chunk;
     oo.stop_ids = a->stop_ids;
     oo.n_stop = a->n_stop;
     oo.xcache = a->no_xcache ? 0 : cfg->xcache.enabled;
