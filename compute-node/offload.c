@@ -678,6 +678,7 @@ int na_off_pending(const na_off_t *g)
 void na_off_stats(na_off_t *g, na_off_stats_t *out)
 {
     *out = g->stats;
+    out->prefill_chunk = g->prefill_chunk;
     na_asvc_stats(g->svc, &out->svc);
     out->wall_s = na_now_s() - g->t_create;
 }

@@ -87,6 +87,7 @@ typedef struct {
 
 typedef struct {
     na_gen_stats_t   gen;                /* tokens and steps, as monolithic */
+    int              prefill_chunk;      /* the prompt tokens a step took (the option) */
     long             failed;             /* requests ended with an error */
     long             cancelled;          /* requests ended by na_off_cancel */
     long             recovered;          /* requests re-prefilled after a lost node */

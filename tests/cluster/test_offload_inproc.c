@@ -3,7 +3,10 @@
  * this process (cluster/inproc.c): the same greedy tokens as the
  * monolithic engine for request / head partition, 1 and 3 slots, 1..3
  * batches in flight, KV forced to DRAM and to SSD, spill intervals 1 and 4,
- * X-cache on and off (MHA); X-cache is refused for GQA. (Queueing past a
+ * X-cache on and off (MHA), prompts prefilled on the slots in chunks of
+ * 1, 7, 64 and the default (more than any prompt here: one chunk), with
+ * requests admitted while others decode (max_batch 2: chunks interleaved
+ * with decode rows); X-cache is refused for GQA. (Queueing past a
  * storage budget: tests/cluster/test_offload_run.sh queue.) Models: stories260K (GQA) and generated MHA / GQA ones,
  * and one of each architecture (llama3's rope_freqs, qwen2's biases, qwen3's
  * q/k norms with key_length != dim/heads, partial RoPE with yarn scaling;
@@ -32,6 +35,7 @@ typedef struct {
     int         xcache;
     int         dram_mb;        /* per slot */
     int         max_batch;
+    int         chunk;          /* prefill_chunk (0: the default) */
 } variant_t;
 
 static char g_tmp[512];
@@ -127,6 +131,7 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         memset(&oo, 0, sizeof(oo));
         oo.max_batch = v->max_batch;
         oo.batches_in_flight = v->bif;
+        oo.prefill_chunk = v->chunk;
         oo.xcache = v->xcache;
         oo.xcache_share = 0.5;
         oo.xcache_host_mb = 64;
@@ -138,10 +143,15 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         for (i = 0; i < N_REQ; i++)
             NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
                                            ref[i]->n_out),
-                         "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d): "
-                         "request %d differs (%d vs %d tokens)", path, k, v->partition,
-                         v->slots, v->bif, v->tier, v->spill, v->xcache, i, got[i]->n_out,
-                         ref[i]->n_out);
+                         "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d, "
+                         "chunk %d): request %d differs (%d vs %d tokens)", path, k,
+                         v->partition, v->slots, v->bif, v->tier, v->spill, v->xcache,
+                         v->chunk, i, got[i]->n_out, ref[i]->n_out);
+        /* chunked prefill: a prompt of n tokens takes ceil(n / chunk) steps */
+        if (v->chunk == 1 && !v->xcache)
+            NA_CHECK_MSG(os.gen.prefill_steps >= os.gen.prompt_tokens / v->bif,
+                         "variant %d: %d prefill steps for %ld prompt tokens in chunks of 1",
+                         k, os.gen.prefill_steps, os.gen.prompt_tokens);
         NA_CHECK(os.svc.decode_entries > 0 || v->xcache);
         fprintf(stderr, "%s v%d: %ld tokens, %ld slices, %llu remote entries, %ld x-cache, "
                 "ssd read %llu B, idle %.3f s\n", path, k, os.gen.gen_tokens, os.slices,
@@ -181,13 +191,15 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
 int main(void)
 {
     static const variant_t vs[] = {
-        /* partition slots bif tier spill xc dram max_batch */
-        { "request", 1, 1, "dram", 1, 0, 16, 64 },
-        { "request", 3, 2, "auto", 4, 0, 16, 64 },
-        { "head",    3, 3, "ssd",  1, 0, 16, 64 },
-        { "head",    1, 2, "ssd",  4, 1, 16, 64 },
-        { "request", 3, 3, "dram", 4, 1, 16, 2 },
-        { "request", 1, 2, "auto", 2, 0, 1, 64 },   /* 1 MiB DRAM tier: blocks spill */
+        /* partition slots bif tier spill xc dram max_batch chunk */
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 0 },
+        { "request", 3, 2, "auto", 4, 0, 16, 64, 7 },
+        { "head",    3, 3, "ssd",  1, 0, 16, 64, 1 },
+        { "head",    1, 2, "ssd",  4, 1, 16, 64, 64 },
+        { "request", 3, 3, "dram", 4, 1, 16, 2, 7 },
+        { "request", 1, 2, "auto", 2, 0, 1, 64, 0 },   /* 1 MiB DRAM tier: blocks spill */
+        { "request", 1, 1, "ssd",  1, 0, 16, 2, 1 },   /* chunks beside decode rows */
+        { "head",    3, 2, "auto", 2, 0, 16, 3, 7 },
     };
     const int nv = (int)(sizeof(vs) / sizeof(vs[0]));
     const char *stories = na_test_shared_model("stories260K.bin");
