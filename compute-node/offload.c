@@ -248,7 +248,6 @@ void na_off_chunk_done(na_off_t *g, na_off_req_t *q, int n, float *logits)
         na_off_take_token(g, q, logits);
     } else {
         r->state = NA_REQ_DECODE;
-        g->st->recovered++;
         na_log_warn("request %d: re-prefilled %d tokens on another storage node; it goes on",
                     r->id, r->n_pos);
     }
@@ -400,6 +399,7 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
         return NA_OK;
     }
     q->opened = 1;
+    g->st->recovered++;
     /* chunked prefill again from token 0: a request still in its prompt
      * feeds the prompt (and samples its first token at the end); one that
      * was decoding feeds positions 0..n_pos-1 (the prompt and all outputs

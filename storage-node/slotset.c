@@ -289,7 +289,6 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
                                  int n)
 {
     const int hd = ss->common.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
-    const size_t qrow = (size_t)ss->common.n_heads * hd;   /* one query's heads */
     int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
     na_ss_chunk_t *ck;
     int i, j, s, t, total = 0;
@@ -338,6 +337,9 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
         for (j = 0; j < req[i]->n_parts; j++) {
             const na_place_part_t *pp = &req[i]->parts[j];
             if (e->n_q > 1) {
+                /* one query's rows: the heads the entry covers (the node's
+                 * range under head partition), not the model's */
+                const size_t qrow = (size_t)e->n_q_heads * hd;
                 for (t = 0; t < e->n_q; t++) {
                     int x = fill[pp->slot]++;
                     na_attn_entry_t *a = &ck->ae[x];
