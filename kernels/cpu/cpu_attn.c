@@ -576,15 +576,19 @@ static void na_cpu_pre_token(const na_cpu_pre_job_t *j, int t)
  * the core (gathered into qg), so each K/V row read is used for all of them
  * (a token alone uses it for its `group` heads: 1 in MHA, where prefill
  * attention ran ~5x below the FMA peak). The keys every token of the block
- * sees, 0 .. pos0+t0, are folded together; token t0+i then folds its own
- * last i keys. */
+ * sees, 0 .. pos0+t0, are folded together up to the last whole chunk of
+ * them; token t0+i then folds the rest of its keys alone. The common span
+ * ends on a chunk boundary so that every token folds the chunks [64c,
+ * 64c+64) a decode of the same position folds (one range): a prompt token
+ * gets the numbers a decode step at its position gets, here and on a
+ * storage node that answers prompt queries with its decode code. */
 static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
 {
     (void)n_tasks;
     const na_cpu_pre_job_t *j = ctx;
     const int hd = j->hd, group = j->n_heads / j->n_kv_heads, t0 = task * j->qb;
     const int nq = j->n_tok - t0 < j->qb ? j->n_tok - t0 : j->qb, gq = group * nq;
-    const int n_common = j->pos0 + t0 + 1;
+    const int n_common = (j->pos0 + t0 + 1) / NA_CPU_CHUNK * NA_CPU_CHUNK;
     const size_t stride = (size_t)j->n_kv_heads * hd, esz = j->f16 ? 2 : 4;
     const size_t qrow = (size_t)j->n_heads * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -616,11 +620,12 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
         na_attn_init(stg, accg, gq, hd);
         na_cpu_attn_span(stg, accg, qg, gq, hd, kh, vh, stride, n_common, &pk, &pv, scale,
                          j->f16);
-        for (i = 1; i < nq; i++)        /* token t0+i: keys n_common .. n_common+i-1 */
+        for (i = 0; i < nq; i++)        /* token t0+i: keys n_common .. pos0+t0+i */
             na_cpu_attn_span(stg + i * group, accg + (size_t)i * group * hd,
                              qg + (size_t)i * group * hd, group, hd,
                              kh + (size_t)n_common * rstride, vh + (size_t)n_common * rstride,
-                             stride, i, &none, &none, scale, j->f16);
+                             stride, j->pos0 + t0 + i + 1 - n_common, &none, &none, scale,
+                             j->f16);
         for (i = 0; i < nq; i++)
             na_attn_finalize(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
                              stg + i * group, accg + (size_t)i * group * hd, group, hd);
