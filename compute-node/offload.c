@@ -122,14 +122,12 @@ int na_off_token_at(const na_request_t *r, int i)
     return i < r->n_prompt ? r->prompt[i] : r->out[i - r->n_prompt];
 }
 
-/* Prefill here the first n_tok tokens q has fed (the prompt, or for a
- * recovery the prompt and the outputs already in its KV): local causal
- * attention over a temporary local KV (chunks of max_rows), keeping each
- * layer's X when q uses the X-cache. On return g->pacts->logits row 0 holds
- * the logits after the last token and r->kv the KV (the caller ships it).
- * A KV an earlier prefill left (its shipping failed and the request is being
- * re-placed: na_off_admit_one -> na_off_recover) is dropped first; it was
- * leaked here before (LeakSanitizer, test_batch_resume_offload, 1 run in ~6). */
+/* Prefill here the first n_tok tokens of q's prompt (X-cache requests and
+ * rotational pipelining only; the others prefill in chunks on the storage
+ * nodes): local causal attention over a temporary local KV (chunks of
+ * max_rows), keeping each layer's X when q uses the X-cache. On return
+ * g->pacts->logits row 0 holds the logits after the last token and r->kv
+ * the KV (the caller ships it). A KV an earlier call left is dropped first. */
 static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
 {
     na_engine_t *e = g->e;
