@@ -258,6 +258,8 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
         e->v_new = x->v;
         e->o = x->o;
         e->n_q = (int)nt;                         /* > 1: a prompt chunk (slot set) */
+        if (nt > 1)
+            n->prefill_tokens += nt;              /* STATS node.prefill_tokens, as PREFILL_KV */
         pt->rq[pt->total] = &x->r->sr;
         pt->owner[pt->total++] = (int)i;
     }
