@@ -12,6 +12,7 @@ typedef struct {
     na_cluster_opts_t cluster;     /* the layout, start / connect / inproc, kv-fetch,
                                       --model, --kv-dtype, the stop flag: cluster/setup.h */
     int              max_batch;    /* <= 0: the layout's parallel.max_batch */
+    int              prefill_chunk; /* <= 0: the layout's parallel.prefill_chunk */
     const int       *stop_ids;
     int              n_stop;
     na_gen_token_fn  on_token;

@@ -205,6 +205,7 @@ static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
         a->k_new = e[i].k;
         a->v_new = e[i].v;
         a->o = e[i].o;
+        a->n_q = e[i].n_q;          /* > 1: a prompt chunk (the slot set splits it) */
         run->rq[run->n] = &r->sr;
         run->owner[run->n++] = i;
     }

@@ -107,6 +107,7 @@ typedef struct {
     long                batches_in_flight;
     na_cfg_pipelining_t pipelining;
     long                max_batch;    /* requests per batch */
+    long                prefill_chunk; /* prompt tokens one batch step takes */
 } na_cfg_parallel_t;
 
 typedef struct {

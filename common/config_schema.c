@@ -229,6 +229,8 @@ static const na_cfg_field_t na_cfg_parallel_fields[] = {
     ENUM_(pipelining, "fixed", na_cfg_pipe_names,
           "fixed: one compute node; rotational: slices rotate over >= 2 compute nodes"),
     INT_(max_batch, 0, "64", 1, 4096, "most requests in one batch"),
+    INT_(prefill_chunk, 0, "256", 1, 65536, "prompt tokens one batch step takes beside its "
+         "decode rows (chunked prefill on the storage nodes)"),
     NA_CFG_END_
 };
 #undef T

@@ -75,7 +75,7 @@
 
 #define NA_WIRE_MAGIC          "NATN"
 #define NA_WIRE_VERSION_MAJOR  2   /* 2: ADDR frame sealed to the handshake */
-#define NA_WIRE_VERSION_MINOR  0
+#define NA_WIRE_VERSION_MINOR  1   /* 1: n_queries per DECODE_ATTN / ATTN_OUT entry */
 #define NA_WIRE_HDR_SIZE       64          /* bytes this version writes */
 #define NA_WIRE_HDR_MAX        256         /* largest hdr_len accepted */
 #define NA_WIRE_ALIGN          64          /* row sections start on this */
@@ -89,6 +89,7 @@
 #define NA_WIRE_MAX_LAYERS     1024        /* layer < this */
 #define NA_WIRE_MAX_POS        (1u << 24)  /* token positions < this (16 Mi) */
 #define NA_WIRE_MAX_TOKENS     (1u << 20)  /* tokens in one PREFILL_KV / KV_DATA */
+#define NA_WIRE_MAX_QUERIES    65536       /* queries (prompt tokens) of one DECODE_ATTN entry */
 #define NA_WIRE_NAME_MAX       64          /* node/cluster names incl. NUL (<= 63 chars) */
 #define NA_WIRE_TEXT_MAX       256         /* REFUSE / ERROR text bytes (no NUL on wire) */
 #define NA_WIRE_STATS_MAX      256         /* key/value pairs in one STATS */
@@ -283,28 +284,38 @@ typedef struct {
  *   n_entries u32, entry_base u32, batch_total u32, head_dim u16, q_per_kv u16,
  *   dtype u16, rsvd u16, scale f32, rsvd u64                     (32 bytes)
  *   entry table: n_entries x {request_id u64, position u32, kv_h0 u16, kv_h1 u16,
- *                             offset u32, rsvd u32}                 (24 bytes each)
+ *                             offset u32, n_queries u32}            (24 bytes each)
  *   pad to 64
  *   per entry i, at `offset` (a multiple of 64: the previous entry's end
- *   rounded up, the first right after the padded table), contiguous:
- *     q     [(kv_h1-kv_h0)*q_per_kv][head_dim]   (query head of kv head h: rows
- *                                                 (h-h0)*q_per_kv .. +q_per_kv-1)
- *     k_new [kv_h1-kv_h0][head_dim]
- *     v_new [kv_h1-kv_h0][head_dim]
+ *   rounded up, the first right after the padded table), contiguous, with
+ *   nq = n_queries (0 is read as 1: encoders before version 2.1 wrote 0):
+ *     q     [nq][(kv_h1-kv_h0)*q_per_kv][head_dim] (query head of kv head h:
+ *                                           rows (h-h0)*q_per_kv .. +q_per_kv-1)
+ *     k_new [nq][kv_h1-kv_h0][head_dim]
+ *     v_new [nq][kv_h1-kv_h0][head_dim]
  * The table comes first so a receiver knows every entry's place; entry i's
  * rows end at na_wire_attn_entry_end(), so attention on the first entries can
  * start before the last ones are in (na_wire_decode_attn_prefix). A batch may
  * also be split into several messages: entries [entry_base, entry_base +
  * n_entries) of batch_total, flag MORE on all but the last. position is the
  * new token's position: after appending k_new/v_new the request has
- * position+1 tokens, and attention runs over all of them. */
+ * position+1 tokens, and attention runs over all of them. An entry of
+ * n_queries > 1 is a chunk of a prompt (chunked prefill): row t = 0..nq-1
+ * is token position+t; the node appends all nq K/V rows and query t attends
+ * over the position+t+1 tokens up to its own (causal), exactly as nq
+ * single-query entries sent one step after another would. */
 typedef struct {
     uint64_t request_id;
-    uint32_t position;                   /* < NA_WIRE_MAX_POS */
+    uint32_t position;                   /* position + nq <= NA_WIRE_MAX_POS */
     uint16_t kv_h0, kv_h1;
-    const void *q;                       /* [(kv_h1-kv_h0)*q_per_kv][head_dim] */
-    const void *k;                       /* [kv_h1-kv_h0][head_dim] */
-    const void *v;                       /* [kv_h1-kv_h0][head_dim] */
+    uint32_t n_queries;                  /* 1..NA_WIRE_MAX_QUERIES (0 = 1) */
+    const void *q;                       /* [nq][(kv_h1-kv_h0)*q_per_kv][head_dim] */
+    const void *k;                       /* [nq][kv_h1-kv_h0][head_dim] */
+    const void *v;                       /* [nq][kv_h1-kv_h0][head_dim] */
+    /* encode only: elements of dtype from one query's q (k, v) rows to the
+     * next one's; 0 = packed. A head range of wider rows goes out without a
+     * copy. Decode sets 0 (rows are packed on the wire). */
+    size_t   q_stride, kv_stride;
 } na_wire_attn_entry_t;
 
 typedef struct {
@@ -322,16 +333,17 @@ typedef struct {
  *   n_entries u32, entry_base u32, batch_total u32, head_dim u16, q_per_kv u16,
  *   dtype u16, rsvd u16, rsvd u32, rsvd u64                     (32 bytes)
  *   entry table: n_entries x {request_id u64, status i32, kv_h0 u16, kv_h1 u16,
- *                             offset u32, rsvd u32}                 (24 bytes each)
+ *                             offset u32, n_queries u32}            (24 bytes each)
  *   pad to 64, per entry at `offset` (placed as in DECODE_ATTN):
- *     o [(kv_h1-kv_h0)*q_per_kv][head_dim]
+ *     o [nq][(kv_h1-kv_h0)*q_per_kv][head_dim]   (nq = n_queries, 0 read as 1)
  * Rows are present for every entry; for status != 0 they are zero and the
  * status (a negative na_status_t) says why that request failed. */
 typedef struct {
     uint64_t request_id;
     int32_t  status;                     /* 0 or a negative na_status_t */
     uint16_t kv_h0, kv_h1;
-    const void *o;                       /* [(kv_h1-kv_h0)*q_per_kv][head_dim] */
+    uint32_t n_queries;                  /* as asked (1..NA_WIRE_MAX_QUERIES; 0 = 1) */
+    const void *o;                       /* [nq][(kv_h1-kv_h0)*q_per_kv][head_dim] */
 } na_wire_out_entry_t;
 
 typedef struct {

@@ -40,15 +40,20 @@
 #define NA_ASVC_REASON_MAX 200
 
 /* One request's decode attention of one layer. q/k/v/o are rows of the
- * request's full shape; the service sends each owner its head range. */
+ * request's full shape; the service sends each owner its head range.
+ * n_q > 1 makes it a prompt chunk (chunked prefill): n_q tokens at
+ * positions pos .. pos+n_q-1, each of q/k/v/o n_q packed rows; the owners
+ * append all n_q K/V rows and answer query t over the tokens 0..pos+t
+ * (causal), as n_q decode steps one after another would. */
 typedef struct {
     uint64_t     req;        /* request id (>= 1) */
-    int          pos;        /* position of the new token: the KV holds pos
-                                tokens before, pos + 1 after */
-    const float *q;          /* (n_heads*head_dim), RoPE applied */
-    const float *k;          /* (n_kv_heads*head_dim) new key, RoPE applied */
-    const float *v;          /* (n_kv_heads*head_dim) new value */
-    float       *o;          /* (n_heads*head_dim) output, set on completion */
+    int          pos;        /* position of the (first) new token: the KV holds
+                                pos tokens before, pos + n_q after */
+    int          n_q;        /* tokens (queries) of the entry; 0 or 1 = one */
+    const float *q;          /* (n_q, n_heads*head_dim), RoPE applied */
+    const float *k;          /* (n_q, n_kv_heads*head_dim) new keys, RoPE applied */
+    const float *v;          /* (n_q, n_kv_heads*head_dim) new values */
+    float       *o;          /* (n_q, n_heads*head_dim) output, set on completion */
     /* results */
     na_status_t  status;     /* NA_OK, or why this request failed */
     char         reason[NA_ASVC_REASON_MAX];

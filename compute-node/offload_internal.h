@@ -23,6 +23,14 @@ typedef struct na_off_req {
     int           recoveries; /* re-prefills so far */
     char          lost[NA_ASVC_REASON_MAX + 64]; /* why it is being re-placed */
     na_xcache_t  *xc;         /* X-cache instead of remote KV, or NULL */
+    /* chunked prefill on the storage nodes (state NA_REQ_PREFILL, pf_target
+     * > 0): tokens 0..pf_target-1 go out pf_done at a time, a chunk a step */
+    int           pf_done;    /* tokens of the prefill fed so far */
+    int           pf_target;  /* tokens to feed (the prompt, or for a re-placement
+                                 the prompt and outputs in its KV); 0 = none due */
+    int           pf_first;   /* 1: a new request (sample its first token at the end);
+                                 0: a re-placement (goes on decoding) */
+    int           pf_seen;    /* prompt tokens counted in gen.prompt_tokens */
     struct na_off_req *next_wait;           /* waiting queue (FIFO) */
     struct na_off_req *prev_all, *next_all; /* every request the engine holds */
 } na_off_req_t;
@@ -44,16 +52,21 @@ typedef struct {
     int              n_mem;
     /* the current decode step (one row per member at step start) */
     int              n_rows;
-    na_off_req_t   **row_req; /* [max_batch] */
-    int             *tokens;  /* [max_batch] */
-    int             *pos;     /* [max_batch] */
+    /* rows: one per decode member, plus up to prefill_chunk prompt rows of
+     * members in prefill (max_rows = max_batch + prefill_chunk) */
+    na_off_req_t   **row_req; /* [max_rows] */
+    int             *tokens;  /* [max_rows] */
+    int             *pos;     /* [max_rows] */
+    int              n_seg;   /* segments: one per member with rows this step */
+    int              pf_rows; /* of the rows, prompt tokens (chunked prefill) */
     na_step_seg_t   *seg;     /* [max_batch] */
-    na_asvc_entry_t *ent;     /* [max_batch] */
-    int             *ent_row; /* [max_batch] row of each entry */
+    na_off_req_t   **seg_req; /* [max_batch] */
+    na_asvc_entry_t *ent;     /* [max_batch] one per segment sent */
+    int             *ent_seg; /* [max_batch] segment of each entry */
     int              n_ent;
     double           t_submit;
     uint64_t         step;    /* decode steps started */
-    na_wire_ctx_row_t *crow;  /* [max_batch] rotational: rows of a migrating context */
+    na_wire_ctx_row_t *crow;  /* [max_rows] rotational: rows of a migrating context */
 } na_off_batch_t;
 
 struct na_off {
@@ -66,6 +79,7 @@ struct na_off {
     double                t_create;
     na_status_t           fatal;      /* a compute-node error ended the engine */
     int                   max_batch;
+    int                   prefill_chunk; /* prompt tokens a batch step takes (budget) */
     int                   n_batches;
     na_off_batch_t        b[NA_OFF_MAX_BATCHES];
     na_off_req_t         *all;        /* every request held (list) */
@@ -99,10 +113,19 @@ void        na_off_cancel_now(na_off_t *g, na_off_req_t *q);
 /* End (and free) the waiting requests whose cancel was asked. */
 void        na_off_cancel_waiting(na_off_t *g);
 /* Re-place request q (flagged `recover`) after its storage node was lost:
- * release, open elsewhere, prefill its prompt and outputs here again and
- * ship the KV; q then goes on decoding. Fails q (with the reason) if no
- * node takes it; returns only compute-node errors. */
+ * release and open elsewhere; q goes back to chunked prefill of its prompt
+ * and the outputs in its KV (from token 0), then on decoding. Fails q (with
+ * the reason) if no node takes it; returns only compute-node errors. */
 na_status_t na_off_recover(na_off_t *g, na_off_req_t *q);
+/* Whether q prefills in chunks on the storage nodes (else here, at admission:
+ * X-cache requests and rotational pipelining). */
+int         na_off_chunked(const na_off_t *g, const na_off_req_t *q);
+/* n more prefill tokens of q were fed (a step's segment); logits: the
+ * segment's last row. At the end of its prefill q samples its first token
+ * (a new request) or goes on decoding (a re-placement). */
+void        na_off_chunk_done(na_off_t *g, na_off_req_t *q, int n, float *logits);
+/* The token q feeds at position i: the prompt, then its outputs. */
+int         na_off_token_at(const na_request_t *r, int i);
 /* Drop ended members from batch b (and free them). */
 void        na_off_compact(na_off_t *g, na_off_batch_t *b);
 /* Unlink an ended request that is in no batch and free it. */

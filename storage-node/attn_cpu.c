@@ -535,7 +535,7 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
         if (st != NA_OK)
             return st;
     }
-    st = na_kv_view(e->store, r, en->layer, &it->view);
+    st = na_kv_view_n(e->store, r, en->layer, en->n_ctx, &it->view);
     if (st != NA_OK)
         return st;
     it->has_view = 1;

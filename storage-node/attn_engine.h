@@ -61,6 +61,13 @@ typedef struct {
     const float *k_new;      /* (n_kv_heads*head_dim) row to append first, or NULL */
     const float *v_new;      /* (n_kv_heads*head_dim), NULL iff k_new is NULL */
     float       *o;          /* (n_q_heads*head_dim) output */
+    int          n_ctx;      /* > 0: attend over the request's first n_ctx tokens only
+                                (a query of a prompt chunk whose later rows are
+                                appended already: causal); 0 = all it holds */
+    int          n_q;        /* slot set entries only (na_slotset_batch_add): a prompt
+                                chunk of n_q queries at consecutive positions, q, k_new,
+                                v_new and o n_q rows each (one query's heads per row);
+                                0 or 1 = one. Engines take 0 or 1. */
     /* results, set by na_attn_batch_wait */
     na_status_t  status;
     char         reason[200];

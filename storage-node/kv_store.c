@@ -378,6 +378,12 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
 
 na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t *view)
 {
+    return na_kv_view_n(s, r, layer, 0, view);
+}
+
+na_status_t na_kv_view_n(na_kv_store_t *s, na_kv_req_t *r, int layer, int n_tok,
+                         na_kv_view_t *view)
+{
     na_kv_layer_t *L;
     na_status_t st;
 
@@ -389,10 +395,13 @@ na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t
         return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
                       (unsigned long long)r->id, layer, s->cfg.n_layers);
     L = &r->layers[layer];
+    if (n_tok > L->n_tokens)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: a view of %d tokens, the layer "
+                      "holds %d", (unsigned long long)r->id, layer, n_tok, L->n_tokens);
     view->req = r;
     view->layer = layer;
-    view->n_tokens = L->n_tokens;
-    view->n_blocks = (L->n_tokens + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
+    view->n_tokens = n_tok > 0 ? n_tok : L->n_tokens;
+    view->n_blocks = (view->n_tokens + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
     view->n_kvh = r->n_kvh;
     view->block_bytes = r->block_bytes;
     view->fd = s->has_ssd ? s->file.fd : -1;

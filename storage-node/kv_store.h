@@ -168,6 +168,11 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
 /* Take a snapshot of (r, layer) for attention; marks it busy until
  * na_kv_view_release. view->blocks is allocated here. */
 na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t *view);
+/* The same for the first n_tok tokens only (n_tok <= 0: all): the view of a
+ * prompt query whose chunk's later rows are appended already.
+ * NA_ERR_RANGE when the layer holds fewer than n_tok tokens. */
+na_status_t na_kv_view_n(na_kv_store_t *s, na_kv_req_t *r, int layer, int n_tok,
+                         na_kv_view_t *view);
 void        na_kv_view_release(na_kv_store_t *s, na_kv_view_t *view);
 /* Check block b of view v, read back from the SSD into data (block_bytes),
  * against the checksum taken when it was written: NA_OK, or NA_ERR_IO with

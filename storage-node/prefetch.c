@@ -98,8 +98,8 @@ void na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b)
             na_kv_view_t v;
             int layer, n_gran;
 
-            if (!it->has_view || it->status != NA_OK)
-                continue;
+            if (!it->has_view || it->status != NA_OK || it->entry->n_ctx > 0)
+                continue;       /* a prompt chunk's earlier queries: its last one reads ahead */
             layer = it->entry->layer + d;
             if (layer >= kc->n_layers)
                 continue;

@@ -259,6 +259,31 @@ static void na_ss_fail(na_ss_chunk_t *ck, int x0, int x1, na_status_t st)
         }
 }
 
+/* A prompt chunk (entry e of n_q > 1 queries): append its n_q K/V rows of
+ * `layer` on every part of r (as a prefill: bulk, flushed by prefill_done)
+ * and say in *before_p how many tokens the layer held before. Fails e
+ * (status, reason) and returns its status when a part refuses. */
+static na_status_t na_ss_chunk_append(na_slotset_t *ss, const na_slotset_req_t *r,
+                                      na_attn_entry_t *e, int *before_p)
+{
+    na_status_t st;
+
+    *before_p = na_slotset_tokens(ss, r, e->layer);
+    if (*before_p < 0)
+        st = na_err(NA_ERR_IO, "request %llu: its KV was lost on this node",
+                    (unsigned long long)e->req);
+    else if (e->k_new == NULL || e->v_new == NULL)
+        st = na_err(NA_ERR_INVALID, "request %llu: a prompt chunk without K or V rows",
+                    (unsigned long long)e->req);
+    else
+        st = na_slotset_prefill(ss, r, e->layer, e->k_new, e->v_new, NA_DTYPE_F32, 0, e->n_q);
+    if (st != NA_OK) {
+        e->status = st;
+        snprintf(e->reason, sizeof(e->reason), "%s", na_errmsg());
+    }
+    return st;
+}
+
 na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
                                  const na_slotset_req_t *const *req, na_attn_entry_t *entries,
                                  int n)
@@ -266,26 +291,40 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     const int hd = ss->common.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
     int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
     na_ss_chunk_t *ck;
-    int i, j, s, total = 0;
+    int i, j, s, t, total = 0;
+    int *before = NULL;
 
+    for (i = 0; i < n; i++)
+        if (entries[i].n_q > 1)
+            break;
+    if (i < n && (before = calloc((size_t)n, sizeof(int))) == NULL)
+        return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", n);
     for (i = 0; i < n; i++) {
+        int mult = entries[i].n_q > 1 ? entries[i].n_q : 1;
         entries[i].status = NA_OK;
         entries[i].reason[0] = '\0';
+        /* a prompt chunk: its rows first, then one query per engine entry,
+         * each over the tokens up to its own position (causal) */
+        if (mult > 1 && na_ss_chunk_append(ss, req[i], &entries[i], &before[i]) != NA_OK)
+            continue;
         for (j = 0; j < req[i]->n_parts; j++)
-            count[req[i]->parts[j].slot]++;
+            count[req[i]->parts[j].slot] += mult;
     }
     for (s = 0; s < ss->n_slots; s++) {
         base[s] = fill[s] = total;
         total += count[s];
     }
-    if (total == 0)
+    if (total == 0) {
+        free(before);
         return NA_OK;
+    }
     ck = calloc(1, sizeof(*ck));
     if (ck == NULL || (ck->ae = calloc((size_t)total, sizeof(*ck->ae))) == NULL ||
         (ck->owner = calloc((size_t)total, sizeof(*ck->owner))) == NULL) {
         if (ck != NULL)
             free(ck->ae);
         free(ck);
+        free(before);
         return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", total);
     }
     ck->n = total;
@@ -293,8 +332,31 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     b->chunks = ck;
     for (i = 0; i < n; i++) {
         const na_attn_entry_t *e = &entries[i];
+        if (e->status != NA_OK)
+            continue;                 /* a chunk whose rows were refused */
         for (j = 0; j < req[i]->n_parts; j++) {
             const na_place_part_t *pp = &req[i]->parts[j];
+            if (e->n_q > 1) {
+                /* one query's rows: the heads the entry covers (the node's
+                 * range under head partition), not the model's */
+                const size_t qrow = (size_t)e->n_q_heads * hd;
+                for (t = 0; t < e->n_q; t++) {
+                    int x = fill[pp->slot]++;
+                    na_attn_entry_t *a = &ck->ae[x];
+                    ck->owner[x] = &entries[i];
+                    a->req = req[i]->sid;
+                    a->layer = e->layer;
+                    a->n_kv_heads = pp->n_kvh;
+                    a->n_q_heads = pp->n_kvh * grp;
+                    a->q = e->q + (size_t)t * qrow + (size_t)pp->kvh0 * grp * hd;
+                    a->o = e->o + (size_t)t * qrow + (size_t)pp->kvh0 * grp * hd;
+                    /* rows appended: query t sees tokens 0..before+t; the last
+                     * one sees them all (n_ctx 0: it also reads the next
+                     * layer ahead) */
+                    a->n_ctx = t + 1 < e->n_q ? before[i] + t + 1 : 0;
+                }
+                continue;
+            }
             int x = fill[pp->slot]++;
             na_attn_entry_t *a = &ck->ae[x];
             ck->owner[x] = &entries[i];
@@ -306,8 +368,10 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
             a->k_new = e->k_new ? e->k_new + (size_t)pp->kvh0 * hd : NULL;
             a->v_new = e->v_new ? e->v_new + (size_t)pp->kvh0 * hd : NULL;
             a->o = e->o + (size_t)pp->kvh0 * grp * hd;
+            a->n_ctx = e->n_ctx;
         }
     }
+    free(before);
     /* every slot's share starts before any is reaped: the engines run side
      * by side, and beside the owner's loop */
     for (s = 0; s < ss->n_slots; s++) {

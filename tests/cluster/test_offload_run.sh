@@ -13,6 +13,16 @@
 #   queue   more requests than the storage node's SSD budget holds at once:
 #           they queue and all finish with the monolithic text; a prompt
 #           longer than the context is refused with a clear message
+#   chunks  chunked prefill on the storage nodes (run --prefill-chunk 1, 7,
+#           64 and more than any prompt): the monolithic text with request
+#           partition over 2 nodes (started by run) and head partition over 2
+#           nodes with KV forced to SSD (launch, connect); a storage node
+#           killed while long prompts come in chunks of 1: its requests are
+#           re-placed (prefilled again in chunks) with the monolithic text
+#   longctx the compute process's peak RSS (run's summary, VmHWM) does not
+#           grow with the prompt: a generated model with a 4200-token
+#           context, prompts of ~1000 and ~4000 tokens, within 3 MiB (a
+#           prompt's local KV here would be 6 MiB more)
 #   mpirun  storage nodes under `mpirun -n 3 nearattn node` (ranks from the
 #           environment), run --cluster connect
 #   netns   storage nodes in one network namespace, the compute node in
@@ -219,6 +229,73 @@ match)
     L=$(layout mhaxc 2 head 2 auto auto 2 true "$DIR/mha.bin" "$DIR/mha.tok.bin")
     offload_vs_mono mhaxc "$L" "$DIR/mha.bin" "$DIR/mha.tok.bin" 16 start
     grep -q ", 0 via x-cache" "$DIR/mhaxc.err" && fail "mhaxc: no request used the X-cache"
+    ;;
+chunks)
+    L=$(layout chreq 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    for c in 1 7 64 1000; do
+        na_vs_mono chreq$c offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
+            --cluster start --prefill-chunk $c
+        grep -q "chunked prefill: $c prompt tokens a step" "$DIR/chreq$c.err" ||
+            fail "chreq$c: the summary does not say the chunk size"
+        echo "ok: request partition, prefill_chunk $c"
+    done
+    L=$(layout chhead 2 head 2 tcp ssd 1 false "$STORIES" "$STOK")
+    mkdir -p "$DIR/logs"
+    na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
+    LP=$NA_PID
+    na_wait_count 20 2 READY 'logs/s*.log' || fail "launch: storage nodes not ready"
+    for c in 1 7 64 1000; do
+        na_vs_mono chhead$c offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
+            --cluster connect --prefill-chunk $c
+        echo "ok: head partition (SSD tier), prefill_chunk $c"
+    done
+    kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
+    # a node lost while long prompts come in a token a step: re-placed
+    PORT=$((PORT + 2))
+    L=$(layout chkill 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    long=$(i=0; while [ $i -lt 30 ]; do printf 'Tom and Lily went to the park %d. ' $i; i=$((i + 1)); done)
+    { echo "$long"; echo "The cat $long"; echo "A dog $long"; echo "Once $long"; } > "$DIR/prompts.txt"
+    NA_LOG_LEVEL=debug nodes2 ck chkill       # debug: s1 logs the requests it opens
+    mono chkill 24
+    na_bg "$DIR/chkill.off" "$DIR/chkill.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
+        --cluster connect --prompts "$DIR/prompts.txt" -n 24 --temp 0 --threads 1 --prefill-chunk 1
+    RP=$NA_PID
+    na_wait_line "$DIR/ck1.err" "opened request" 30 || fail "chkill: no request placed on s1"
+    sleep 0.1
+    kill -9 "$SP1"
+    wait "$RP"
+    rc=$?
+    grep -E '^offload \(|lost|re-prefilled' "$DIR/chkill.err" | head -n 5
+    [ $rc -eq 0 ] || fail "chkill: run exited $rc, expected 0 (requests re-placed)"
+    na_same_sorted "$DIR/chkill.mono" "$DIR/chkill.off" || fail "chkill: text differs"
+    if grep -q " [1-9][0-9]* re-placed" "$DIR/chkill.err"; then
+        echo "ok: s1 killed mid-prefill ($(grep -o "[0-9]* re-placed" "$DIR/chkill.err"), text as monolithic)"
+    else
+        echo "note: the prompts were in before the kill; only completion is checked"
+    fi
+    kill -TERM "$SP0"; wait "$SP0" 2>/dev/null
+    ;;
+longctx)
+    "$BIN" gen-model --out "$DIR/lc" --dim 128 --hidden 256 --layers 4 --heads 4 --kv-heads 4 \
+        --vocab 300 --seq-len 4200 --format llama2c --quiet || fail "gen-model failed"
+    L=$(layout lc1 1 request 1 auto dram 2 false "$DIR/lc.bin" "$DIR/lc.tok.bin")
+    # ~3.7 tokens a word with this vocabulary: 270 words ~ 1000 tokens
+    for n in 270 1080; do
+        i=0; while [ $i -lt $n ]; do printf 'the cat sat on a mat and ran far '; i=$((i + 9)); done > "$DIR/p$n.txt"
+        echo >> "$DIR/p$n.txt"
+        na_fg "$DIR/lc$n.out" "$DIR/lc$n.err" timeout $((150 * NA_TS)) "$BIN" run --config "$L" \
+            --cluster start --prompts "$DIR/p$n.txt" -n 2 --temp 0 --threads 1 --prefill-chunk 256 ||
+            fail "longctx: the run of $n words failed: $(tail -n 3 "$DIR/lc$n.err")"
+    done
+    t1=$(grep -o "prompt tokens [0-9]*" "$DIR/lc270.err" | grep -o "[0-9]*")
+    t4=$(grep -o "prompt tokens [0-9]*" "$DIR/lc1080.err" | grep -o "[0-9]*")
+    r1=$(sed -n 's/^compute process: peak RSS \([0-9.]*\) MiB.*/\1/p' "$DIR/lc270.err")
+    r4=$(sed -n 's/^compute process: peak RSS \([0-9.]*\) MiB.*/\1/p' "$DIR/lc1080.err")
+    [ -n "$r1" ] && [ -n "$r4" ] || fail "longctx: no peak RSS in the summaries"
+    [ "$t4" -gt $((3 * t1)) ] || fail "longctx: prompts of $t1 and $t4 tokens, expected ~1000 and ~4000"
+    awk -v a="$r1" -v b="$r4" 'BEGIN { exit !(b - a < 3.0) }' ||
+        fail "longctx: compute peak RSS $r1 MiB for $t1 prompt tokens, $r4 MiB for $t4"
+    echo "ok: compute peak RSS $r1 MiB ($t1 prompt tokens), $r4 MiB ($t4)"
     ;;
 queue)
     i=0
