@@ -97,7 +97,7 @@ static void na_kv_req_free_mem(na_kv_store_t *s, na_kv_req_t *r)
             if (L->blocks == NULL)
                 continue;
             for (b = 0; b < r->max_blocks; b++)
-                if (L->blocks[b].mem != NULL)
+                if (L->blocks[b].mem != NULL && !L->blocks[b].shared)
                     na_kv_dram_block_put(s, L->blocks[b].mem, r->block_bytes);
             free(L->blocks);
         }
@@ -374,6 +374,54 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
     if (L->pending_steps >= c->spill_interval)
         return na_kv_spill(s, r, layer, 0);
     return NA_OK;
+}
+
+na_status_t na_kv_attach(na_kv_store_t *s, na_kv_req_t *r, int layer, const void *mem)
+{
+    const int bt = s->cfg.block_tokens;
+    na_kv_layer_t *L;
+    na_kv_block_t *blk;
+    int b;
+
+    if (layer < 0 || layer >= s->cfg.n_layers)
+        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
+                      (unsigned long long)r->id, layer, s->cfg.n_layers);
+    L = &r->layers[layer];
+    b = L->n_tokens / bt;
+    if (L->busy || L->writes)
+        return na_err(NA_ERR_BUSY, "request %llu layer %d: a prefix block cannot be attached "
+                      "while the layer is read or written", (unsigned long long)r->id, layer);
+    if (L->n_tokens % bt != 0 || L->n_committed != L->n_tokens || b >= r->max_blocks ||
+        L->n_tokens + bt > r->max_tokens)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: a prefix block after %d tokens "
+                      "(max %d, block %d)", (unsigned long long)r->id, layer, L->n_tokens,
+                      r->max_tokens, bt);
+    blk = &L->blocks[b];
+    blk->loc = NA_KV_LOC_DRAM;
+    blk->shared = 1;
+    blk->keep = blk->written = 0;
+    blk->mem = (void *)(uintptr_t)mem;      /* read-only: never written through */
+    blk->sum = 0;
+    L->n_tokens += bt;
+    L->n_committed = L->n_spilled = L->n_tokens;
+    return NA_OK;
+}
+
+const void *na_kv_block_mem(const na_kv_req_t *r, int layer, int b)
+{
+    const na_kv_block_t *blk;
+
+    if (b < 0 || b >= r->max_blocks)
+        return NULL;
+    blk = &r->layers[layer].blocks[b];
+    if (blk->loc == NA_KV_LOC_NONE || blk->loc == NA_KV_LOC_SSD)
+        return NULL;
+    return blk->mem;
+}
+
+size_t na_kv_req_block_bytes(const na_kv_req_t *r)
+{
+    return r->block_bytes;
 }
 
 na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t *view)

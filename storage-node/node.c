@@ -58,6 +58,7 @@ na_status_t na_node_req_free(na_node_t *n, na_node_req_t *r)
         if (p->id == r->peer_id && p->n_requests > 0)
             p->n_requests--;
     n->n_requests--;
+    free(r->pfx_tokens);
     free(r);
     return st;
 }

@@ -37,6 +37,10 @@ typedef struct na_node_req {
     uint16_t kv_h0, kv_h1;           /* KV heads this node holds */
     na_slotset_req_t sr;             /* store id (node-unique) and parts, kvh0
                                         relative to kv_h0 */
+    uint32_t *pfx_tokens;            /* the REQ_OPEN's prefix tokens until the prompt's
+                                        blocks went to the prefix caches (NULL: none) */
+    int       pfx_n;
+    uint8_t   pfx_fp[NA_WIRE_FP_SIZE];
     struct na_node_req *hnext;
 } na_node_req_t;
 
