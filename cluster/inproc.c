@@ -296,6 +296,7 @@ static void ip_destroy(na_asvc_t *s)
 static const na_asvc_ops_t na_inproc_ops = {
     ip_destroy, ip_open, ip_prefill, ip_prefill_done, ip_submit, ip_poll, ip_release, ip_stats,
     ip_progress, NULL,      /* no storage nodes */
+    NULL, NULL,             /* no prefix reuse (in-process slots) */
 };
 
 na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "compute-node/offload_internal.h"
+#include "compute-node/prefix.h"
 #include "compute-node/replica.h"
 
 /* Release everything request q holds (service KV, X, local KV) and mark it
@@ -129,19 +130,21 @@ static int na_off_token_at(const na_request_t *r, int i)
  * A KV an earlier prefill left (its shipping failed and the request is being
  * re-placed: na_off_admit_one -> na_off_recover) is dropped first; it was
  * leaked here before (LeakSanitizer, test_batch_resume_offload, 1 run in ~6). */
-static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
+static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int from, int n_tok)
 {
     na_engine_t *e = g->e;
     na_request_t *r = q->r;
-    int max_rows = e->opts.max_rows, done = 0;
+    int max_rows = e->opts.max_rows, done = from;
     na_status_t st;
     int l, j;
 
-    na_kv_local_destroy(r->kv);
-    r->kv = NULL;
-    st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem, &r->kv);
-    if (st != NA_OK)
-        return st;
+    if (from == 0) {        /* from > 0: r->kv holds positions 0..from-1 (a prefix hit) */
+        na_kv_local_destroy(r->kv);
+        r->kv = NULL;
+        st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem, &r->kv);
+        if (st != NA_OK)
+            return st;
+    }
     while (done < n_tok) {
         int n = n_tok - done < max_rows ? n_tok - done : max_rows;
         na_step_seg_t seg = { 0, n, done, r->kv };
@@ -183,19 +186,22 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
     return NA_OK;
 }
 
-/* Ship q's prompt KV (all layers) to its owners and drop the local copy.
+/* Ship q's prompt KV (all layers, positions from..) to its owners and drop
+ * the local copy (from > 0: the owner holds the first `from` already).
  * Rotational: layer l goes through the replica that sends its attention,
  * (batch + l) mod R. */
-static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, char *why, size_t len)
+static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, int from, char *why, size_t len)
 {
     na_kv_local_t *kv = q->r->kv;
     na_status_t st = na_kv_local_to_host(kv);
+    size_t skip = na_dtype_bytes(kv->dtype, (size_t)from * (size_t)kv->kv_dim);
     int l;
 
     for (l = 0; l < kv->n_layers && st == NA_OK; l++) {
         int w = g->n_rep > 1 ? (q->batch + l) % g->n_rep : 0;
         if (w == 0)
-            st = na_asvc_prefill(g->svc, q->wid, l, kv->k[l], kv->v[l], kv->dtype, kv->n_tok);
+            st = na_asvc_prefill(g->svc, q->wid, l, (const uint8_t *)kv->k[l] + skip,
+                                 (const uint8_t *)kv->v[l] + skip, kv->dtype, kv->n_tok - from);
         else
             st = na_rep_prefill(g->rep, w, q->wid, l, kv->k[l], kv->v[l], kv->dtype,
                                 kv->n_tok, &g->e->cfg);
@@ -257,7 +263,7 @@ static na_status_t na_off_open_replicas(na_off_t *g, na_off_req_t *q, int max_to
 static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t *q)
 {
     na_request_t *r = q->r;
-    int max_tok = r->n_prompt + r->max_new;
+    int max_tok = r->n_prompt + r->max_new, hit = 0;
     char why[NA_ASVC_REASON_MAX];
     double t0;
     na_status_t st;
@@ -267,7 +273,7 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     na_off_pick_xcache(g, q);
     if (q->xc == NULL) {
         q->wid = na_asvc_new_id(g->svc);
-        st = na_asvc_open(g->svc, q->wid, max_tok);
+        st = na_off_prefix_open(g, q, max_tok, &hit);   /* hit: its first tokens are there */
         if (st == NA_ERR_NOSPACE && g->n_live > 0)
             return NA_ERR_NOSPACE;
         if (st != NA_OK) {
@@ -282,6 +288,8 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
         if (st == NA_ERR_NOSPACE && g->n_live > 0) {
             na_asvc_release(g->svc, q->wid, 0);
             q->opened = 0;
+            na_kv_local_destroy(r->kv);
+            r->kv = NULL;
             return NA_ERR_NOSPACE;
         }
         if (st != NA_OK) {
@@ -296,14 +304,14 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     q->batch = b->id;
     b->mem[b->n_mem++] = q;
     t0 = na_now_s();
-    st = na_off_prefill_local(g, q, r->n_prompt);
+    st = na_off_prefill_local(g, q, hit, r->n_prompt);
     r->n_pos = r->n_prompt;
     g->st->prefill_s += na_now_s() - t0;
     if (st != NA_OK)
         return st;
     if (q->xc == NULL) {
         t0 = na_now_s();
-        st = na_off_ship(g, q, why, sizeof(why));
+        st = na_off_ship(g, q, hit, why, sizeof(why));
         g->st->ship_s += na_now_s() - t0;
         if (st == NA_ERR_PEER && !g->o->no_recover && g->rep == NULL && q->recoveries < 1) {
             /* its storage node was lost while the prompt went out: re-place it */
@@ -348,12 +356,12 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     q->opened = 1;
     /* the KV held positions 0..n_pos-1: the prompt and all outputs but the last */
     before = g->st->gen.prompt_tokens;
-    st = na_off_prefill_local(g, q, r->n_pos);
+    st = na_off_prefill_local(g, q, 0, r->n_pos);
     g->st->reprefill_tokens += g->st->gen.prompt_tokens - before;   /* prefilled again, */
     g->st->gen.prompt_tokens = before;                              /* not prompt tokens */
     if (st != NA_OK)
         return st;
-    st = na_off_ship(g, q, why, sizeof(why));
+    st = na_off_ship(g, q, 0, why, sizeof(why));
     na_kv_local_destroy(r->kv);
     r->kv = NULL;
     g->st->prefill_s += na_now_s() - t0;
@@ -532,6 +540,8 @@ na_status_t na_off_create(na_engine_t *e, na_asvc_t *svc, const na_off_opts_t *o
     g->n_batches = opts->batches_in_flight;
     g->rep = opts->rep;
     g->n_rep = na_rep_count(opts->rep);
+    if (opts->prefix_reuse)
+        na_pfx_fingerprint(e->model, g->pfx_fp);
     g->blocked_at = -1;
     g->xc_budget = opts->xcache_host_mb << 20;
     g->scratch = malloc((size_t)e->cfg.vocab_size * sizeof(*g->scratch));

@@ -83,7 +83,13 @@ struct na_off {
     int                  *ptok, *ppos;/* [max_rows] prefill step */
     struct na_rep        *rep;        /* rotational: link to replicas 1..n_rep-1, or NULL */
     int                   n_rep;      /* replicas R (1 = fixed schedule) */
+    uint8_t               pfx_fp[16]; /* the model's fingerprint (compute-node/prefix.h) */
 };
+
+/* prefix.c: open request q (its wid set) on the service offering its
+ * prompt (when o->prefix_reuse); on a hit of *hit_p tokens r->kv holds
+ * their KV (fetched back) and the caller prefills and ships from there. */
+na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *hit_p);
 
 /* offload.c */
 /* Admit waiting requests into batch b (at a step boundary): open, prefill,
