@@ -68,6 +68,13 @@
 #           (xp_peer --role storage, 10 at a time) announce and leave at once;
 #           then s9 (right shape) announces and takes requests (before, it was
 #           refused: "holds at most 64"); the run is stopped then (SIGTERM)
+#   prefix  prefix reuse (docs/prefix-reuse.md): 8 prompts sharing a
+#           ~90-token prefix over 2 storage nodes (block 16): the same text as
+#           monolithic with reuse on and with --no-prefix-reuse; on, the run
+#           reports prompt tokens held by a node already (> 0) and per node,
+#           off none; with kv.tier ssd (no DRAM copy to keep) the text is the
+#           same and nothing is hit; a second run on running nodes
+#           (--cluster connect) hits from its first request
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -208,6 +215,42 @@ match)
     L=$(layout mhaxc 2 head 2 auto auto 2 true "$DIR/mha.bin" "$DIR/mha.tok.bin")
     offload_vs_mono mhaxc "$L" "$DIR/mha.bin" "$DIR/mha.tok.bin" 16 start
     grep -q ", 0 via x-cache" "$DIR/mhaxc.err" && fail "mhaxc: no request used the X-cache"
+    ;;
+prefix)
+    base="Once upon a time there was a little girl named Lily who loved to play in the park"
+    base="$base with her big red ball and her small brown dog. One day the sun was hot and the"
+    base="$base sky was blue, so Lily and her dog ran to the pond to see the ducks and the fish."
+    for t in "The ducks" "A fish jumped" "Tom came" "It rained" "Mom called" "The dog barked" \
+             "Lily sang" "A frog sat"; do
+        echo "$base $t"
+    done > "$DIR/prompts.txt"
+    L=$(layout pfx2 2 request 1 shm auto 2 false "$STORIES" "$STOK")
+    na_vs_mono pfxon "prefix reuse on" "$STORIES" "$STOK" 24 --config "$L" --cluster start --batch 3
+    hit=$(sed -n 's/^prefix reuse: \([0-9]*\) prompt tokens held.*/\1/p' "$DIR/pfxon.err")
+    [ -n "$hit" ] && [ "$hit" -gt 0 ] || fail "prefix: no prompt tokens reused ($(grep '^prefix' "$DIR/pfxon.err"))"
+    grep -q "^prefix reuse: .*; s[01]: hit [1-9][0-9]* / computed" "$DIR/pfxon.err" ||
+        fail "prefix: no per-node hit / computed counts"
+    echo "ok: prefix reuse on: $(grep '^prefix reuse' "$DIR/pfxon.err")"
+    na_vs_mono pfxoff "prefix reuse off" "$STORIES" "$STOK" 24 --config "$L" --cluster start \
+        --batch 3 --no-prefix-reuse
+    grep -q "^prefix reuse" "$DIR/pfxoff.err" && fail "prefix: reused with --no-prefix-reuse"
+    echo "ok: prefix reuse off"
+    L=$(layout pfxssd 1 request 1 shm ssd 1 false "$STORIES" "$STOK")
+    na_vs_mono pfxssd "prefix reuse, KV on SSD only" "$STORIES" "$STOK" 24 --config "$L" --cluster start
+    grep -q "^prefix reuse: 0 prompt tokens held" "$DIR/pfxssd.err" ||
+        fail "prefix: kv.tier ssd kept blocks it has no DRAM copy of"
+    echo "ok: prefix reuse with the KV on SSD only: nothing kept, same text"
+    # running nodes keep their caches between runs: a second run hits at once
+    L=$(layout pfxrun 1 request 1 shm auto 2 false "$STORIES" "$STOK")
+    na_bg "$DIR/pfxrun0.out" "$DIR/pfxrun0.err" "$BIN" node --config "$L" --name s0
+    na_wait_line "$DIR/pfxrun0.out" READY 20 || fail "prefix: s0 not ready"
+    na_vs_mono pfxrun1 "prefix reuse, first run" "$STORIES" "$STOK" 24 --config "$L" --cluster connect
+    sed -n 3p "$DIR/prompts.txt" > "$DIR/prompts1.txt"
+    mv "$DIR/prompts1.txt" "$DIR/prompts.txt"
+    na_vs_mono pfxrun2 "prefix reuse, second run" "$STORIES" "$STOK" 24 --config "$L" --cluster connect
+    grep -q "^prefix reuse: [1-9][0-9]* prompt tokens held .*(1 request" "$DIR/pfxrun2.err" ||
+        fail "prefix: the second run's one request did not hit ($(grep '^prefix' "$DIR/pfxrun2.err"))"
+    echo "ok: a second run on running nodes reuses the first run's prefix"
     ;;
 queue)
     i=0
