@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/faults.h"
 #include "storage-node/slotset.h"
 
 struct na_slotset {
@@ -76,6 +77,41 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
     return NA_OK;
 }
 
+/* One key of NA_FAULTS part "prefix" (na_faults_key_fn): hash_bits=N. */
+static int na_ss_prefix_key(void *arg, const char *key, const char *val, char *err, size_t errlen)
+{
+    unsigned long long v;
+
+    if (strcmp(key, "hash_bits") != 0) {
+        snprintf(err, errlen, "unknown key \"%s\" (hash_bits)", key);
+        return -1;
+    }
+    if (na_faults_u64(key, val, &v, err, errlen) != 0)
+        return -1;
+    if (v < 1 || v > 256) {
+        snprintf(err, errlen, "hash_bits wants 1..256, not %llu", v);
+        return -1;
+    }
+    *(int *)arg = (int)v;
+    return 0;
+}
+
+/* The test double of NA_FAULTS="prefix:hash_bits=N" (docs/fault-injection.md):
+ * the prefix caches' keys cut to N bits, so they collide. */
+static na_status_t na_ss_prefix_fault(int *bits)
+{
+    const char *spec = getenv("NA_FAULTS");
+    char err[256];
+    int r = na_faults_part(spec, "prefix", na_ss_prefix_key, bits, err, sizeof(err));
+
+    if (r < 0)
+        return na_err(NA_ERR_INVALID, "%s", err);
+    if (r > 0)
+        fprintf(stderr, "nearattn: TEST DOUBLE: prefix cache keys cut to %d bits "
+                "(NA_FAULTS=\"%s\"); not for production\n", *bits, spec);
+    return NA_OK;
+}
+
 na_status_t na_slotset_create(const na_slotset_spec_t *spec, na_slotset_t **ss_p)
 {
     uint64_t cap[NA_PLACE_MAX_SLOTS] = { 0 };
@@ -99,6 +135,9 @@ na_status_t na_slotset_create(const na_slotset_spec_t *spec, na_slotset_t **ss_p
         if (ss->common.prefix_cache_bytes > 0) {
             na_pcache_cfg_t pcc = { ss->common.prefix_cache_bytes, ss->common.n_layers,
                                     ss->common.block_tokens, ss->common.prefix_hash_bits };
+            if (i == 0 && (st = na_ss_prefix_fault(&pcc.hash_bits)) != NA_OK)
+                goto err_destroy;
+            ss->common.prefix_hash_bits = pcc.hash_bits;
             st = na_pcache_create(&pcc, &ss->pc[i]);
             if (st != NA_OK)
                 goto err_destroy;

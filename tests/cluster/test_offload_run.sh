@@ -72,7 +72,9 @@
 #           ~90-token prefix over 2 storage nodes (block 16): the same text as
 #           monolithic with reuse on and with --no-prefix-reuse; on, the run
 #           reports prompt tokens held by a node already (> 0) and per node,
-#           off none; with kv.tier ssd (no DRAM copy to keep) the text is the
+#           off none; with NA_FAULTS="prefix:hash_bits=1" (keys collide) the
+#           text is still the monolithic one and the nodes count collisions;
+#           with kv.tier ssd (no DRAM copy to keep) the text is the
 #           same and nothing is hit; a second run on running nodes
 #           (--cluster connect) hits from its first request
 #   kill    a storage node killed with kill -9 mid-generation: its requests
@@ -235,6 +237,19 @@ prefix)
         --batch 3 --no-prefix-reuse
     grep -q "^prefix reuse" "$DIR/pfxoff.err" && fail "prefix: reused with --no-prefix-reuse"
     echo "ok: prefix reuse off"
+    # forced collisions: keys cut to 1 bit, nearly every block's key matches
+    # another's; tokens / parent decide, the text stays the monolithic one
+    NA_FAULTS="prefix:hash_bits=1" na_vs_mono pfxcol "prefix reuse, colliding keys" "$STORIES" \
+        "$STOK" 24 --config "$L" --cluster start --batch 3
+    grep -q "^prefix reuse: [1-9][0-9]* prompt tokens held" "$DIR/pfxcol.err" ||
+        fail "prefix: no reuse with colliding keys ($(grep '^prefix' "$DIR/pfxcol.err"))"
+    c=$(cat "$DIR"/nearattn-run-pfx2-s*.log | sed -n 's/.*TEST DOUBLE: prefix cache keys cut to 1 bits.*/x/p' | wc -l)
+    [ "$c" -ge 1 ] || fail "prefix: the nodes did not take NA_FAULTS=prefix:hash_bits=1"
+    n=$(cat "$DIR"/nearattn-run-pfx2-s*.log | sed -n 's/.* \([0-9][0-9]*\) key collisions).*/\1/p' |
+        awk '{ s += $1 } END { print s + 0 }')
+    [ "$n" -gt 0 ] || fail "prefix: keys cut to 1 bit but no collision seen"
+    unset NA_FAULTS
+    echo "ok: prefix reuse with keys cut to 1 bit: $n collisions, monolithic text"
     L=$(layout pfxssd 1 request 1 shm ssd 1 false "$STORIES" "$STOK")
     na_vs_mono pfxssd "prefix reuse, KV on SSD only" "$STORIES" "$STOK" 24 --config "$L" --cluster start
     grep -q "^prefix reuse: 0 prompt tokens held" "$DIR/pfxssd.err" ||
