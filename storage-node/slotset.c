@@ -373,6 +373,53 @@ void na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r, const na_s
     free(mem);
 }
 
+na_status_t na_slotset_prefix_read(const na_slotset_t *ss, const na_slotset_req_t *r, int layer,
+                                   int n_tok, void *k, void *v, na_dtype_t dtype)
+{
+    const na_slot_common_t *c = &ss->common;
+    const int bt = c->block_tokens, hd = c->head_dim;
+    const size_t es = na_dtype_bytes(c->kv_dtype, 1), oes = na_dtype_bytes(dtype, 1);
+    const size_t half = (size_t)bt * (size_t)hd * es;
+    int i, nkv = 0, t, h, x;
+
+    if (n_tok < 0 || n_tok > r->n_pfx * bt || layer < 0 || layer >= c->n_layers)
+        return na_err(NA_ERR_RANGE, "prefix read: %d rows of layer %d, the request holds %d "
+                      "from the prefix caches", n_tok, layer, r->n_pfx * bt);
+    if (dtype != c->kv_dtype && dtype != NA_DTYPE_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "prefix read: rows in %s (the KV is %s; f32 or it)",
+                      na_dtype_name(dtype), na_dtype_name(c->kv_dtype));
+    for (i = 0; i < r->n_parts; i++)
+        nkv += r->parts[i].n_kvh;
+    for (i = 0; i < r->n_parts; i++)
+        for (t = 0; t < n_tok; t++) {
+            const uint8_t *mem = na_pcache_mem(r->pfx[(size_t)i * r->n_pfx + t / bt], layer);
+            for (h = 0; h < r->parts[i].n_kvh; h++) {
+                const uint8_t *ks = mem + (size_t)h * 2 * half + (size_t)(t % bt) * hd * es;
+                size_t o = ((size_t)t * nkv + (size_t)(r->parts[i].kvh0 + h)) * hd;
+                if (dtype == c->kv_dtype) {
+                    memcpy((uint8_t *)k + o * oes, ks, (size_t)hd * es);
+                    memcpy((uint8_t *)v + o * oes, ks + half, (size_t)hd * es);
+                    continue;
+                }
+                for (x = 0; x < hd; x++) {      /* to f32 */
+                    uint16_t kh, vh;
+                    if (c->kv_dtype == NA_DTYPE_F32) {
+                        memcpy((float *)k + o + x, ks + (size_t)x * 4, 4);
+                        memcpy((float *)v + o + x, ks + half + (size_t)x * 4, 4);
+                        continue;
+                    }
+                    memcpy(&kh, ks + (size_t)x * 2, 2);
+                    memcpy(&vh, ks + half + (size_t)x * 2, 2);
+                    ((float *)k)[o + x] = c->kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(kh)
+                                                                      : na_bf16_to_f32(kh);
+                    ((float *)v)[o + x] = c->kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(vh)
+                                                                      : na_bf16_to_f32(vh);
+                }
+            }
+        }
+    return NA_OK;
+}
+
 void na_slotset_prefix_stats(const na_slotset_t *ss, na_slotset_prefix_stats_t *out)
 {
     int i;

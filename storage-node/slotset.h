@@ -106,6 +106,12 @@ int         na_slotset_prefix_attach(na_slotset_t *ss, na_slotset_req_t *r,
 void        na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r,
                                       const na_slotset_prompt_t *p);
 void        na_slotset_prefix_stats(const na_slotset_t *ss, na_slotset_prefix_stats_t *out);
+/* Rows 0..n_tok-1 of layer that r holds from the prefix caches (n_tok <=
+ * its attached tokens) into k, v: (n_tok, n_kvh * head_dim) rows of the
+ * request's heads, dtype F32 or the KV dtype (the in-process KV fetch).
+ * NA_ERR_RANGE past the attached rows, NA_ERR_UNSUPPORTED for another dtype. */
+na_status_t na_slotset_prefix_read(const na_slotset_t *ss, const na_slotset_req_t *r, int layer,
+                                   int n_tok, void *k, void *v, na_dtype_t dtype);
 /* Close the parts and give the placement back. No batch may hold it. */
 na_status_t na_slotset_release(na_slotset_t *ss, na_slotset_req_t *r);
 /* Tokens the request holds in layer (-1 if its store lost it). */
