@@ -104,15 +104,14 @@ static void pc_free(na_pcache_t *pc, na_pcache_ent_t *e)
 
 void na_pcache_destroy(na_pcache_t *pc)
 {
+    na_pcache_ent_t *e;
+
     if (pc == NULL)
         return;
-    while (pc->mru != NULL) {
-        na_pcache_ent_t *e = pc->mru;
-        e->refs = 0;
-        if (e->parent != NULL)
-            e->parent->refs++;      /* pc_free takes it back */
-        pc_free(pc, e);
-    }
+    for (e = pc->mru; e != NULL; e = e->next)
+        e->parent = NULL;           /* every entry goes: no parent to give back to */
+    while (pc->mru != NULL)
+        pc_free(pc, pc->mru);
     free(pc);
 }
 
