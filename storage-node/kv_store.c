@@ -419,6 +419,40 @@ const void *na_kv_block_mem(const na_kv_req_t *r, int layer, int b)
     return blk->mem;
 }
 
+na_status_t na_kv_block_read(na_kv_store_t *s, na_kv_req_t *r, int layer, int b, void *buf)
+{
+    const int bt = s->cfg.block_tokens;
+    na_kv_block_t *blk;
+    uint64_t off;
+    na_status_t st;
+
+    if (layer < 0 || layer >= s->cfg.n_layers || b < 0 || b >= r->max_blocks ||
+        (b + 1) * bt > r->layers[layer].n_committed)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: block %d is not a whole block held",
+                      (unsigned long long)r->id, layer, b);
+    blk = &r->layers[layer].blocks[b];
+    if (blk->mem != NULL && blk->loc != NA_KV_LOC_SSD) {
+        memcpy(buf, blk->mem, r->block_bytes);
+        return NA_OK;
+    }
+    if (!r->has_ext || blk->loc != NA_KV_LOC_SSD)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: block %d is in no tier",
+                      (unsigned long long)r->id, layer, b);
+    if ((st = na_kv_poll(s, 1)) != NA_OK)       /* the ring is shared: drain it first */
+        return st;
+    off = na_kv_layer_off(r, layer) + (uint64_t)b * r->block_bytes;
+    st = na_kv_io_rw_sync(s->io, s->file.fd, 0, buf, r->block_bytes, off, s->file.path);
+    if (st != NA_OK)
+        return st;
+    s->st.bytes_read_ssd += r->block_bytes;
+    if (na_kv_sum(buf, r->block_bytes) != blk->sum)
+        return na_err(NA_ERR_IO, "KV block %d of layer %d of request %llu read back from the SSD "
+                      "tier (%s, offset %llu, %zu bytes) fails its checksum", b, layer,
+                      (unsigned long long)r->id, s->file.path, (unsigned long long)off,
+                      r->block_bytes);
+    return NA_OK;
+}
+
 size_t na_kv_req_block_bytes(const na_kv_req_t *r)
 {
     return r->block_bytes;

@@ -180,6 +180,12 @@ na_status_t na_kv_attach(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
  * not in DRAM (SSD tier only, or not written). */
 const void *na_kv_block_mem(const na_kv_req_t *r, int layer, int b);
 size_t      na_kv_req_block_bytes(const na_kv_req_t *r);
+/* Copy block b of (r, layer) (a whole, committed block) into buf (block
+ * bytes, NA_KV_ALIGN-aligned): from DRAM, or read back from the SSD tier
+ * (synchronously, after the ring's writes) and checked against the checksum
+ * taken when it was written: NA_ERR_IO naming the block when the disk gave
+ * other bytes, never those bytes. NA_ERR_RANGE for a block not held. */
+na_status_t na_kv_block_read(na_kv_store_t *s, na_kv_req_t *r, int layer, int b, void *buf);
 
 /* Take a snapshot of (r, layer) for attention; marks it busy until
  * na_kv_view_release. view->blocks is allocated here. */

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "common/faults.h"
+#include "common/log.h"
+#include "storage-node/kv_ssd.h"
 #include "storage-node/slotset.h"
 
 struct na_slotset {
@@ -334,11 +336,16 @@ void na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r, const na_s
 {
     const int bt = ss->common.block_tokens, nl = ss->common.n_layers;
     const void **mem;
+    void **buf;
     int i, b, l;
 
     mem = malloc(sizeof(*mem) * (size_t)nl);
-    if (mem == NULL)
+    buf = calloc((size_t)nl, sizeof(*buf));
+    if (mem == NULL || buf == NULL) {
+        free(mem);
+        free(buf);
         return;
+    }
     for (i = 0; i < r->n_parts; i++) {
         na_pcache_t *pc = ss->pc[r->parts[i].slot];
         na_kv_req_t *kr = na_kv_find(na_slot_store(ss->slots[r->parts[i].slot]), r->sid);
@@ -355,9 +362,21 @@ void na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r, const na_s
         if (r->n_pfx > 0)
             prev = r->pfx[(size_t)i * r->n_pfx + r->n_pfx - 1];
         for (b = r->n_pfx; b < n_full; b++) {
-            for (l = 0; l < nl; l++)
-                if ((mem[l] = na_kv_block_mem(kr, l, b)) == NULL)
+            na_kv_store_t *kst = na_slot_store(ss->slots[r->parts[i].slot]);
+            for (l = 0; l < nl; l++) {
+                if ((mem[l] = na_kv_block_mem(kr, l, b)) != NULL)
+                    continue;
+                /* on the SSD tier only: read back, checked against its sum */
+                if (buf[l] == NULL &&
+                    (buf[l] = na_kv_aligned_alloc(na_kv_req_block_bytes(kr))) == NULL)
                     break;
+                if (na_kv_block_read(kst, kr, l, b, buf[l]) != NA_OK) {
+                    na_log_warn("prefix cache: %s; the prompt's blocks from %d on are not kept",
+                                na_errmsg(), b);
+                    break;
+                }
+                mem[l] = buf[l];
+            }
             if (l < nl ||
                 na_pcache_insert(pc, &id, na_kv_req_block_bytes(kr), prev, b,
                                  p->tokens + (size_t)b * bt, mem, &e) != NA_OK)
@@ -369,8 +388,13 @@ void na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r, const na_s
         }
         if (own_prev)
             na_pcache_unref(pc, prev);
+        for (l = 0; l < nl; l++) {     /* the block size may differ between parts */
+            na_kv_aligned_free(buf[l]);
+            buf[l] = NULL;
+        }
     }
     free(mem);
+    free(buf);
 }
 
 na_status_t na_slotset_prefix_read(const na_slotset_t *ss, const na_slotset_req_t *r, int layer,

@@ -2,14 +2,18 @@
  * (storage-node/prefix_cache.c) and the store's shared blocks
  * (na_kv_attach): hits along a chain, references, LRU eviction within the
  * budget, forced key collisions that must never return another prompt's KV,
- * a corrupted block that must never be served. */
+ * a corrupted block that must never be served (in the cache, and read back
+ * from the SSD tier to be kept: na_kv_block_read). */
+#define _GNU_SOURCE            /* O_DIRECT (kv_fault_io.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage-node/kv_ssd.h"
 #include "storage-node/kv_store.h"
 #include "storage-node/prefix_cache.h"
 #include "tests/testutil.h"
+#include "tests/unit/kv_fault_io.h"
 
 #define NL  3                 /* layers */
 #define BT  4                 /* tokens per block */
@@ -281,6 +285,72 @@ static void test_store_attach(void)
     free(shared);                 /* still ours: a double free shows under ASan */
 }
 
+/* A block kept on the SSD tier only is read back for the cache and checked:
+ * the bytes written come back; a block the disk changed is refused with
+ * NA_ERR_IO, never handed over. */
+static void test_block_read_ssd(void)
+{
+    char dir[512], file[600];
+    na_kv_store_cfg_t c;
+    na_kv_store_t *s;
+    na_kv_req_t *r;
+    float k[2 * BT * 8], v[2 * BT * 8];
+    uint8_t *buf;
+    uint64_t off, len;
+    size_t bb;
+    int i, fd;
+
+    if (na_kv_test_dir(dir, sizeof(dir)) != 0) {
+        fprintf(stderr, "no O_DIRECT directory: SSD read-back not tested\n");
+        return;
+    }
+    memset(&c, 0, sizeof(c));
+    c.n_layers = 1;
+    c.head_dim = 8;
+    c.block_tokens = BT;
+    c.kv_dtype = NA_DTYPE_F32;
+    c.spill_interval = 1;
+    c.dram_bytes = 1u << 20;
+    c.ssd_bytes = 1u << 20;
+    c.dir = dir;
+    c.no_dram_tier = 1;                 /* whole blocks go to the SSD only */
+    c.io_depth = 8;
+    if (na_kv_store_create(&c, &s) != NA_OK) {
+        fprintf(stderr, "kv store on %s: %s: SSD read-back not tested\n", dir, na_errmsg());
+        na_test_rmtree(dir);
+        return;
+    }
+    bb = na_kv_block_bytes(&c, 1);
+    buf = na_kv_aligned_alloc(bb);
+    for (i = 0; i < 2 * BT * 8; i++)
+        k[i] = v[i] = (float)i * 0.5f;
+    NA_CHECK_OK(na_kv_open(s, 1, 4 * BT, 1));
+    r = na_kv_find(s, 1);
+    NA_CHECK_OK(na_kv_append(s, r, 0, k, v, NA_DTYPE_F32, 0, 2 * BT, 1));
+    NA_CHECK_OK(na_kv_flush(s, r));
+    NA_CHECK(na_kv_block_mem(r, 0, 0) == NULL);          /* on the SSD only */
+    NA_CHECK_OK(na_kv_block_read(s, r, 0, 0, buf));
+    NA_CHECK(buf != NULL && memcmp(buf, k, 8 * sizeof(float)) == 0);   /* head 0, K row 0 */
+    NA_CHECK(na_kv_block_read(s, r, 0, 2, buf) == NA_ERR_RANGE);        /* not held */
+    /* the disk changes a byte of block 1 */
+    na_kv_req_extent(r, &off, &len);
+    snprintf(file, sizeof(file), "%s/kv.dat", dir);
+    fd = open(file, O_RDWR);
+    NA_CHECK(fd >= 0);
+    if (fd >= 0) {
+        uint8_t x = 0x77;
+        NA_CHECK(pwrite(fd, &x, 1, (off_t)(off + NA_KV_ALIGN + bb + 5)) == 1);
+        fsync(fd);
+        close(fd);
+    }
+    NA_CHECK(na_kv_block_read(s, r, 0, 1, buf) == NA_ERR_IO);
+    NA_CHECK(strstr(na_errmsg(), "checksum") != NULL);
+    NA_CHECK_OK(na_kv_close(s, 1));
+    na_kv_store_destroy(s);
+    na_kv_aligned_free(buf);
+    na_test_rmtree(dir);
+}
+
 int main(void)
 {
     test_hits_and_refs();
@@ -288,5 +358,6 @@ int main(void)
     test_forced_collision();
     test_bad_sum();
     test_store_attach();
+    test_block_read_ssd();
     return na_test_finish();
 }
