@@ -59,7 +59,7 @@ static int pb_own(void *ctx, int argc, char **argv, int *i)
 
     if (dst == NULL)
         return 0;
-    if (na_cli_int("bench prefix", a, v, dst == &c->suffix ? 1 : 1, 100000, dst) != NA_OK)
+    if (na_cli_int("bench prefix", a, v, 1, 100000, dst) != NA_OK)
         return 2;
     ++*i;
     return 1;
@@ -229,16 +229,12 @@ int na_cli_bench_prefix(int argc, char **argv)
         s = na_err(NA_ERR_NOMEM, "bench prefix: out of memory");
         goto out;
     }
-    for (j = 0; j < np; j++) {          /* the shared prefix, then each request's own tail */
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        for (i = 0; i < c.n_req; i++)
-            prompts[i * np + j] = 1 + (int)(rng % 511);
-        if (j >= c.prefix)
-            for (i = 0; i < c.n_req; i++) {
+    for (j = 0; j < np; j++)            /* the shared prefix, then each request's own tail */
+        for (i = 0; i < c.n_req; i++) {
+            if (i == 0 || j >= c.prefix)
                 rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                prompts[i * np + j] = 1 + (int)(rng % 511);
-            }
-    }
+            prompts[i * np + j] = 1 + (int)(rng % 511);
+        }
     for (r = 0; r < 2 && s == NA_OK; r++) {     /* r = 0: reuse on, 1: off */
         fprintf(stderr, "bench prefix: %ld requests, %ld + %ld prompt tokens, reuse %s ...\n",
                 c.n_req, c.prefix, c.suffix, r == 0 ? "on" : "off");
