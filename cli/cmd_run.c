@@ -55,6 +55,7 @@ typedef struct {
     long        threads;
     long        max_batch;
     long        prefill_chunk;   /* --prefill-chunk: 0 = the layout's */
+    int         no_prefix_reuse;  /* --no-prefix-reuse */
     long        ctx;             /* --ctx: the model context to use; 0 = the file's */
     int         check_weights;   /* --check-weights: refuse NaN/Inf weights at load */
     na_dtype_t  kv_dtype;
@@ -132,6 +133,9 @@ static void na_run_usage(FILE *f)
         "  --prefill-chunk N  offload: prompt tokens a batch step takes (chunked prefill\n"
         "                  on the storage nodes; default: the layout's\n"
         "                  parallel.prefill_chunk)\n"
+        "  --no-prefix-reuse  offload: every prompt is prefilled whole, none reuses\n"
+        "                  the KV of a prefix a storage node holds (default: the\n"
+        "                  layout's kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
         "  --kv-dtype D    KV cache element type, f16, bf16 or f32 (default f16; offload: the\n"
         "                  layout's model.kv_dtype unless given, then the nodes started\n"
         "                  here use D and connect refuses a D the layout does not say)\n"
@@ -214,8 +218,12 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             na_run_usage(stdout);
             return -1;
         }
-        if (!strcmp(f, "--check-weights")) {     /* the one flag without a value */
+        if (!strcmp(f, "--check-weights")) {     /* the flags without a value */
             a->check_weights = 1;
+            continue;
+        }
+        if (!strcmp(f, "--no-prefix-reuse")) {
+            a->no_prefix_reuse = 1;
             continue;
         }
         if (strncmp(f, "-", 1) != 0) {
@@ -697,6 +705,7 @@ int na_cmd_run(int argc, char **argv)
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
         oa.prefill_chunk = (int)a.prefill_chunk;
+        oa.no_prefix_reuse = a.no_prefix_reuse;
         oa.stop_ids = stop;
         oa.n_stop = n_stop;
         oa.on_token = na_run_on_token;

@@ -242,6 +242,9 @@ static const na_cfg_field_t na_cfg_kv_fields[] = {
     INT_(prefetch_layers, 0, "1", 0, 64, "layers whose SSD blocks are read ahead (0 = no prefetch)"),
     ENUM_(tier, "auto", na_cfg_tier_names,
           "auto: DRAM first, SSD when full; dram: never spill; ssd: spill every block"),
+    BOOL_(prefix_reuse, "true", "requests whose prompt starts with blocks a storage node holds reuse their KV"),
+    INT_(prefix_cache_mb, 0, "256", 0, NA_MB_MAX,
+         "KV of finished prompts each storage node keeps for prefix reuse, MiB (0 = none)"),
     NA_CFG_END_
 };
 #undef T

@@ -234,8 +234,15 @@ typedef struct {
 
 /* REQ_OPEN payload (request_id in header): max_tokens u32, n_layers u32,
  * kv_h0 u16, kv_h1 u16, head_dim u16, q_per_kv u16, dtype u16 (KV storage
- * type: f32/f16/bf16), rsvd u16, rsvd u32. 24 bytes. The storage node
- * answers ACK or ERROR (e.g. NA_ERR_NOSPACE). */
+ * type: f32/f16/bf16), sections u16, rsvd u32. 24 bytes. The storage node
+ * answers ACK or ERROR (e.g. NA_ERR_NOSPACE).
+ * Optional prefix section (prefix reuse, docs/prefix-reuse.md), present when
+ * sections is 1 (0: absent): model_fp[16], n_prefix u32, rsvd u32,
+ * then n_prefix token ids u32 (the prompt's leading tokens the node may
+ * already hold KV of). The node hashes them itself (common/kvhash.h) and
+ * answers with an ACK whose prefix_tokens says how many leading tokens it
+ * attached to the request (0: none). */
+#define NA_WIRE_FP_SIZE 16
 typedef struct {
     uint64_t request_id;
     uint32_t max_tokens;                 /* 1..NA_WIRE_MAX_POS: prompt + generated */
@@ -244,7 +251,14 @@ typedef struct {
     uint16_t head_dim;
     uint16_t q_per_kv;                   /* query heads per kv head (GQA ratio) */
     na_dtype_t dtype;
+    uint32_t n_prefix;                   /* 0 (no section), 1..min(max_tokens, MAX_TOKENS) */
+    uint8_t  model_fp[NA_WIRE_FP_SIZE];  /* the model's fingerprint (opaque) */
+    const void *prefix;                  /* encode: uint32_t[n_prefix]; decode: the raw
+                                            little-endian ids (na_wire_req_open_token) */
 } na_wire_req_open_t;
+
+/* Token i of a REQ_OPEN's prefix section (i < n_prefix). */
+uint32_t na_wire_req_open_token(const na_wire_req_open_t *o, uint32_t i);
 
 /* REQ_RELEASE payload (request_id in header): status i32 (0 = normal end), rsvd u32. */
 typedef struct {
@@ -380,11 +394,15 @@ typedef struct {
     char     text[NA_WIRE_TEXT_MAX + 1];
 } na_wire_error_t;
 
-/* ACK (request_id in header): about_type u16, rsvd u16, about_seq u32. */
+/* ACK (request_id in header): about_type u16, sections u16, about_seq u32;
+ * then, when sections is 1 (only when prefix_tokens != 0), prefix_tokens u32,
+ * rsvd u32 (16 bytes). */
 typedef struct {
     uint64_t request_id;
     uint16_t about_type;                 /* REQ_OPEN, REQ_RELEASE, PREFILL_KV, ... */
     uint32_t about_seq;
+    uint32_t prefix_tokens;              /* REQ_OPEN: leading prompt tokens the node
+                                            attached from its prefix cache (0: none) */
 } na_wire_ack_t;
 
 /* BYE: reason u16 (a na_wire_refuse_t or 0 = normal), text_len u16, rsvd u32, text. */

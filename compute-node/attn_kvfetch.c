@@ -404,6 +404,7 @@ static void kf_destroy(na_asvc_t *s)
 static const na_asvc_ops_t na_kvfetch_ops = {
     kf_destroy, kf_open, kf_prefill, kf_prefill_done, kf_submit, kf_poll, kf_release, kf_stats,
     kf_progress, NULL,      /* no per-node counters */
+    NULL, NULL,             /* no prefix reuse */
 };
 
 na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t *mc,

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "compute-node/offload_internal.h"
+#include "compute-node/prefix.h"
 #include "compute-node/replica.h"
 
 /* Release everything request q holds (service KV, X, local KV) and mark it
@@ -301,7 +302,7 @@ static na_status_t na_off_open_replicas(na_off_t *g, na_off_req_t *q, int max_to
 static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t *q)
 {
     na_request_t *r = q->r;
-    int max_tok = r->n_prompt + r->max_new;
+    int max_tok = r->n_prompt + r->max_new, hit = 0;
     char why[NA_ASVC_REASON_MAX];
     double t0;
     na_status_t st;
@@ -320,7 +321,7 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     na_off_pick_xcache(g, q);
     if (q->xc == NULL) {
         q->wid = na_asvc_new_id(g->svc);
-        st = na_asvc_open(g->svc, q->wid, max_tok);
+        st = na_off_prefix_open(g, q, max_tok, &hit);   /* hit: its first tokens are there */
         if (st == NA_ERR_NOSPACE && g->n_live > 0)
             return NA_ERR_NOSPACE;
         if (st != NA_OK) {
@@ -349,8 +350,10 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     q->batch = b->id;
     b->mem[b->n_mem++] = q;
     if (na_off_chunked(g, q)) {
-        /* its prompt goes to its owners in chunks, in the batch's steps */
-        q->pf_done = 0;
+        /* its prompt goes to its owners in chunks, in the batch's steps,
+         * from the end of a prefix its owner holds already (hit tokens) */
+        q->pf_done = hit;
+        q->pf_seen = hit;
         q->pf_target = r->n_prompt;
         q->pf_first = 1;
         return NA_OK;
@@ -379,7 +382,7 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
 na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
 {
     na_request_t *r = q->r;
-    int max_tok = r->n_prompt + r->max_new;
+    int max_tok = r->n_prompt + r->max_new, hit = 0;
     char why[2 * NA_ASVC_REASON_MAX + 192];
     na_status_t st;
 
@@ -389,7 +392,7 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     na_asvc_release(g->svc, q->wid, (int)NA_ERR_PEER);      /* what is left of it */
     q->opened = 0;
     q->wid = na_asvc_new_id(g->svc);
-    st = na_asvc_open(g->svc, q->wid, max_tok);
+    st = na_off_prefix_open(g, q, max_tok, &hit);   /* another node may hold its prefix */
     if (st != NA_OK) {
         snprintf(why, sizeof(why), "%s; no other storage node took it: %s", q->lost,
                  na_errmsg());
@@ -398,12 +401,13 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     }
     q->opened = 1;
     g->st->recovered++;
-    /* chunked prefill again from token 0: a request still in its prompt
-     * feeds the prompt (and samples its first token at the end); one that
-     * was decoding feeds positions 0..n_pos-1 (the prompt and all outputs
-     * but the last, which its next step feeds) and goes on decoding */
+    /* chunked prefill again from token 0, or from the end of a prefix the
+     * new owner holds (hit): a request still in its prompt feeds the prompt
+     * (and samples its first token at the end); one that was decoding feeds
+     * positions up to n_pos-1 (the prompt and all outputs but the last,
+     * which its next step feeds) and goes on decoding */
     r->state = NA_REQ_PREFILL;
-    q->pf_done = 0;
+    q->pf_done = hit;
     if (q->pf_first && q->pf_target > 0) {
         q->pf_target = r->n_prompt;
     } else {
@@ -413,14 +417,25 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     return NA_OK;
 }
 
-/* Take the first waiting request off the queue. */
+/* Take the first waiting request that need not wait for another's prompt
+ * (na_off_prefix_wait) off the queue; NULL when every one must. */
 static na_off_req_t *na_off_pop_wait(na_off_t *g)
 {
-    na_off_req_t *q = g->wait_head;
+    na_off_req_t **pp = &g->wait_head, *q, *prev = NULL;
 
-    g->wait_head = q->next_wait;
-    if (g->wait_head == NULL)
-        g->wait_tail = NULL;
+    while ((q = *pp) != NULL && na_off_prefix_wait(g, q)) {
+        if (!q->pfx_waited) {
+            q->pfx_waited = 1;
+            g->st->prefix_waits++;
+        }
+        prev = q;
+        pp = &q->next_wait;
+    }
+    if (q == NULL)
+        return NULL;
+    *pp = q->next_wait;
+    if (g->wait_tail == q)
+        g->wait_tail = prev;
     q->next_wait = NULL;
     g->n_wait--;
     return q;
@@ -467,6 +482,8 @@ na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b)
         target = 1;
     while (g->n_wait > 0 && b->n_mem < target) {
         na_off_req_t *q = na_off_pop_wait(g);
+        if (q == NULL)
+            break;                  /* those left wait for a prompt sharing their prefix */
         st = na_off_admit_one(g, b, q);
         if (st == NA_ERR_NOSPACE) {
             q->next_wait = g->wait_head;  /* back to the front: it stays first */
@@ -587,6 +604,8 @@ na_status_t na_off_create(na_engine_t *e, na_asvc_t *svc, const na_off_opts_t *o
     g->n_batches = opts->batches_in_flight;
     g->rep = opts->rep;
     g->n_rep = na_rep_count(opts->rep);
+    if (opts->prefix_reuse)
+        na_pfx_fingerprint(e->model, g->pfx_fp);
     g->blocked_at = -1;
     g->xc_budget = opts->xcache_host_mb << 20;
     g->scratch = malloc((size_t)e->cfg.vocab_size * sizeof(*g->scratch));

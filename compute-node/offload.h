@@ -53,6 +53,7 @@
  * was chosen). */
 #define NA_OFF_DEFAULT_PREFILL_CHUNK 256
 #define NA_OFF_MAX_PREFILL_CHUNK     65536   /* the wire's queries per entry */
+#define NA_OFF_PREFIX_NODES 16
 
 struct na_rep;   /* compute-node/replica.h */
 
@@ -77,6 +78,9 @@ typedef struct {
     na_off_error_fn  on_error;           /* may be NULL */
     int              no_recover;         /* 1: a request whose storage node is lost
                                             fails instead of being re-prefilled */
+    int              prefix_reuse;       /* 1: offer each prompt to the storage nodes'
+                                            prefix caches (kv.prefix_reuse;
+                                            docs/prefix-reuse.md) */
     /* rotational pipelining (compute-node/replica.h): the link to compute
      * replicas 1..R-1, or NULL for the fixed schedule on this node alone.
      * Batch j's slice k runs on replica (j + k) mod R; X-cache and the
@@ -109,7 +113,19 @@ typedef struct {
     long             ctx_recv;           /* rotational: batch contexts received back */
     double           ctx_rt_s;           /* rotational: sum of send -> back (the replica's
                                             slice + its attention + two hops) */
+    long             prefix_hit_tokens;  /* prompt tokens whose KV a storage node
+                                            already held (not in gen.prompt_tokens,
+                                            which counts the tokens prefilled here) */
+    long             prefix_hit_reqs;    /* requests with a prefix hit (their chunked
+                                            prefill starts after it) */
+    long             prefix_waits;       /* requests whose admission was put off until
+                                            one sharing their first KV block had its
+                                            prompt in (na_off_prefix_wait) */
     na_asvc_stats_t  svc;                /* the service's counters at the end */
+    /* filled by front ends that print them (cli/run_offload.c): each storage
+     * node's prefix tokens hit / computed (na_asvc_node_stats) */
+    na_asvc_node_stats_t prefix_nodes[NA_OFF_PREFIX_NODES];
+    int              n_prefix_nodes;
 } na_off_stats_t;
 
 /* ---- the engine object ----------------------------------------------------

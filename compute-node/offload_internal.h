@@ -30,7 +30,12 @@ typedef struct na_off_req {
                                  the prompt and outputs in its KV); 0 = none due */
     int           pf_first;   /* 1: a new request (sample its first token at the end);
                                  0: a re-placement (goes on decoding) */
-    int           pf_seen;    /* prompt tokens counted in gen.prompt_tokens */
+    int           pf_seen;    /* prompt tokens counted in gen.prompt_tokens, or
+                                 held by its storage node already (a prefix hit) */
+    int           pfx;        /* opened offering its prompt (prefix reuse): its
+                                 owner keeps the prompt's whole blocks once the
+                                 prefill is in (docs/prefix-reuse.md) */
+    int           pfx_waited; /* was put off for another's prompt (counted once) */
     struct na_off_req *next_wait;           /* waiting queue (FIFO) */
     struct na_off_req *prev_all, *next_all; /* every request the engine holds */
 } na_off_req_t;
@@ -97,7 +102,21 @@ struct na_off {
     int                  *ptok, *ppos;/* [max_rows] prefill step */
     struct na_rep        *rep;        /* rotational: link to replicas 1..n_rep-1, or NULL */
     int                   n_rep;      /* replicas R (1 = fixed schedule) */
+    uint8_t               pfx_fp[16]; /* the model's fingerprint (compute-node/prefix.h) */
 };
+
+/* prefix.c: open request q (its wid set) on the service, offering its
+ * prompt when prefix reuse applies (o->prefix_reuse, a service that keeps
+ * prefixes, a request prefilled in chunks on the storage nodes: never
+ * X-cache or rotational, whose prompts are prefilled here whole). On a hit
+ * of *hit_p tokens its owner holds their KV already (shared blocks): the
+ * chunked prefill starts at position *hit_p, nothing is fetched back. */
+na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *hit_p);
+/* 1 when waiting request q should stay waiting: a request in its chunked
+ * prefill, opened offering its prompt, shares q's first whole KV block, so
+ * once its prompt is in q's owner can attach those blocks instead of q
+ * computing them again alongside it (requests submitted together). */
+int         na_off_prefix_wait(const na_off_t *g, const na_off_req_t *q);
 
 /* offload.c */
 /* Admit waiting requests into batch b (at a step boundary): open, prefill,

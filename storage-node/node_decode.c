@@ -286,6 +286,24 @@ static void nd_part_collect(nd_part_t *pt)
     }
 }
 
+/* Part pt was answered: a request whose prompt it completed (the last
+ * layer's rows up to the prompt's end are in: chunked prefill feeds the
+ * prompt's rows through DECODE_ATTN, never PREFILL_KV) has the prompt's
+ * whole blocks published to the prefix caches now, before any later message
+ * of the peer (a REQ_OPEN sharing the prompt) is read. */
+static void nd_part_prompts(na_node_t *n, const nd_part_t *pt)
+{
+    uint32_t i;
+
+    for (i = 0; i < pt->a.n_entries; i++) {
+        const nd_entry_t *x = &pt->xs[i];
+        uint64_t end = (uint64_t)x->e.position + (x->e.n_queries ? x->e.n_queries : 1);
+        if (x->status == NA_OK && x->r != NULL && x->r->pfx_tokens != NULL &&
+            pt->a.layer + 1 == x->r->n_layers && end >= (uint64_t)x->r->pfx_n)
+            na_node_prefix_publish(n, x->r);
+    }
+}
+
 /* No more parts for p's open batch: it computes on, queued on decode_run. */
 static void nd_close(na_node_t *n, na_node_peer_t *p)
 {
@@ -320,6 +338,8 @@ static na_status_t nd_answer(na_node_t *n, na_node_peer_t *p, int reply)
         n->decode_entries += pt->a.n_entries;
         if (reply && st == NA_OK)
             st = nd_attn_reply(n, p, &pt->h, &pt->a, pt->xs);
+        if (reply)
+            nd_part_prompts(n, pt);
         nd_part_free(pt);
     }
     if (reply && o->got < o->batch_total)

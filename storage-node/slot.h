@@ -40,6 +40,8 @@ typedef struct {
     int                allow_buffered;    /* fall back without O_DIRECT */
     int                no_dram_tier;      /* full blocks go to the SSD only (kv.tier ssd) */
     int                no_ssd_tier;       /* no SSD tier, no file (kv.tier dram) */
+    uint64_t           prefix_cache_bytes;/* prefix cache per slot (0: none) */
+    int                prefix_hash_bits;  /* test hook: prefix keys cut to this many bits */
     int                devices_required;  /* a csd slot whose device cannot be used fails
                                              create (the node refuses to start) */
     na_kv_io_factory_t io_factory;        /* NULL = io_uring (tests: a double) */

@@ -10,7 +10,9 @@
  * storage budget: tests/cluster/test_offload_run.sh queue.) Models: stories260K (GQA) and generated MHA / GQA ones,
  * and one of each architecture (llama3's rope_freqs, qwen2's biases, qwen3's
  * q/k norms with key_length != dim/heads, partial RoPE with yarn scaling;
- * MHA ones also through the X-cache's K/V regeneration). */
+ * MHA ones also through the X-cache's K/V regeneration). Prefix reuse:
+ * prompts sharing a prefix give the monolithic tokens with the shared
+ * blocks attached (test_prefix). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +91,97 @@ static void on_error(void *user, const na_request_t *r, na_status_t st, const ch
     (void)user;
     fprintf(stderr, "request %d failed (%s): %s\n", r->id, na_status_string(st), why);
     g_errors++;
+}
+
+/* Prefix reuse (docs/prefix-reuse.md): prompts sharing 40 tokens, then 5 of
+ * their own; the in-process slots attach the shared blocks (block 16: 32
+ * tokens) to the later requests. Same greedy tokens as monolithic, with
+ * request partition on 1 and 3 slots and head partition over 3 slots (a
+ * request in 3 parts: every part must hold the block), with chunks of 7 and
+ * 5 tokens (ending inside blocks) and on the SSD tier only. The chunked
+ * prefill of a hit starts after the attached blocks; the requests are
+ * submitted together, so the later ones wait for the first one's prompt
+ * (na_off_prefix_wait) and on one slot every one of them hits. */
+static void test_prefix(const char *path)
+{
+    static const variant_t pv[] = {
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 0 },
+        { "request", 3, 2, "auto", 4, 0, 16, 64, 0 },
+        { "head",    3, 1, "auto", 2, 0, 16, 2, 0 },
+        /* chunks that end inside blocks, after the attached ones; the SSD
+         * tier only (blocks read back to be kept) */
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 7 },
+        { "request", 1, 2, "ssd",  1, 0, 16, 64, 5 },
+    };
+    na_model_t *m;
+    na_engine_t *e;
+    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
+    na_request_t *ref[N_REQ], *got[N_REQ];
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    na_gen_opts_t go;
+    int toks[N_REQ][45], i, k, stop = -1;
+    uint64_t rng = 777;
+
+    if (na_model_open(path, &m) != NA_OK) {
+        NA_CHECK_MSG(0, "cannot open %s", path);
+        return;
+    }
+    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    na_test_prompt(&rng, toks[0], 45, m->cfg.vocab_size);
+    for (i = 1; i < N_REQ; i++) {
+        memcpy(toks[i], toks[0], sizeof(toks[0]));
+        na_test_prompt(&rng, toks[i] + 40, 5, m->cfg.vocab_size);
+    }
+    for (i = 0; i < N_REQ; i++)
+        NA_CHECK_OK(na_request_create(e, i, toks[i], 45, MAX_NEW, &sc, &ref[i]));
+    memset(&go, 0, sizeof(go));
+    go.max_batch = N_REQ;
+    go.stop_ids = &stop;
+    NA_CHECK_OK(na_generate(e, ref, N_REQ, &go, NULL));
+    for (k = 0; k < (int)(sizeof(pv) / sizeof(pv[0])); k++) {
+        na_cfg_t *cfg = NULL;
+        na_asvc_t *svc = NULL;
+        na_off_opts_t oo;
+        na_off_stats_t os;
+
+        NA_CHECK_OK(load_layout(&pv[k], 900 + k, &cfg));
+        if (cfg == NULL)
+            continue;
+        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        for (i = 0; i < N_REQ; i++)
+            NA_CHECK_OK(na_request_create(e, i, toks[i], 45, MAX_NEW, &sc, &got[i]));
+        memset(&oo, 0, sizeof(oo));
+        oo.max_batch = pv[k].max_batch;
+        oo.batches_in_flight = pv[k].bif;
+        oo.prefix_reuse = 1;
+        oo.prefill_chunk = pv[k].chunk;
+        oo.on_error = on_error;
+        g_errors = 0;
+        NA_CHECK_OK(na_offload_generate(e, svc, got, N_REQ, &oo, &os));
+        NA_CHECK(g_errors == 0);
+        for (i = 0; i < N_REQ; i++)
+            NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
+                                           ref[i]->n_out),
+                         "%s prefix variant %d (%s, %d slots): request %d differs", path, k,
+                         pv[k].partition, pv[k].slots, i);
+        /* one slot: every request after the first hits its 2 blocks; with 3
+         * slots placement rotates over them (and over the head ranges), so
+         * the first request on each slot (layout) misses */
+        NA_CHECK_MSG(pv[k].slots == 1 ? os.prefix_hit_tokens == 32 * (N_REQ - 1)
+                                      : os.prefix_hit_tokens >= 32,
+                     "%s prefix variant %d: %ld prompt tokens hit, want %s%d", path, k,
+                     os.prefix_hit_tokens, pv[k].slots == 1 ? "" : ">= ",
+                     pv[k].slots == 1 ? 32 * (N_REQ - 1) : 32);
+        NA_CHECK(os.gen.prompt_tokens == 45 * N_REQ - os.prefix_hit_tokens);
+        fprintf(stderr, "%s prefix v%d: %ld prompt tokens hit, %ld prefilled\n", path, k,
+                os.prefix_hit_tokens, os.gen.prompt_tokens);
+        free_requests(got);
+        na_asvc_destroy(svc);
+        na_cfg_destroy(cfg);
+    }
+    free_requests(ref);
+    na_engine_destroy(e);
+    na_model_destroy(m);
 }
 
 /* Run all variants on one model; compare with monolithic greedy tokens. */
@@ -287,6 +380,7 @@ int main(void)
         return 1;
     setenv("NA_KV_DIR", g_tmp, 1);
     if (stories != NULL) {
+        test_prefix(stories);
         run_model(stories, vs, nv, 0);
         test_interleave(stories);
     } else

@@ -89,6 +89,16 @@
 #           whose mean NLL shows the last bits: to all 17 digits the
 #           monolithic one with both nodes and with s1 stopped (before, it
 #           differed in both cases; stories260K's greedy text hid it)
+#   prefix  prefix reuse (docs/prefix-reuse.md): 8 prompts sharing a
+#           ~90-token prefix over 2 storage nodes (block 16): the same text as
+#           monolithic with reuse on and with --no-prefix-reuse; on, the run
+#           reports prompt tokens held by a node already (> 0) and per node,
+#           off none; with NA_FAULTS="prefix:hash_bits=1" (keys collide) the
+#           text is still the monolithic one and the nodes count collisions;
+#           with kv.tier ssd (blocks read back from the SSD, checksums
+#           checked, to be kept) the text is the same and prompts hit; a
+#           second run on running nodes
+#           (--cluster connect) hits from its first request
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -296,6 +306,55 @@ longctx)
     awk -v a="$r1" -v b="$r4" 'BEGIN { exit !(b - a < 3.0) }' ||
         fail "longctx: compute peak RSS $r1 MiB for $t1 prompt tokens, $r4 MiB for $t4"
     echo "ok: compute peak RSS $r1 MiB ($t1 prompt tokens), $r4 MiB ($t4)"
+    ;;
+prefix)
+    base="Once upon a time there was a little girl named Lily who loved to play in the park"
+    base="$base with her big red ball and her small brown dog. One day the sun was hot and the"
+    base="$base sky was blue, so Lily and her dog ran to the pond to see the ducks and the fish."
+    for t in "The ducks" "A fish jumped" "Tom came" "It rained" "Mom called" "The dog barked" \
+             "Lily sang" "A frog sat"; do
+        echo "$base $t"
+    done > "$DIR/prompts.txt"
+    L=$(layout pfx2 2 request 1 shm auto 2 false "$STORIES" "$STOK")
+    na_vs_mono pfxon "prefix reuse on" "$STORIES" "$STOK" 24 --config "$L" --cluster start --batch 3
+    hit=$(sed -n 's/^prefix reuse: \([0-9]*\) prompt tokens held.*/\1/p' "$DIR/pfxon.err")
+    [ -n "$hit" ] && [ "$hit" -gt 0 ] || fail "prefix: no prompt tokens reused ($(grep '^prefix' "$DIR/pfxon.err"))"
+    grep -q "^prefix reuse: .*; s[01]: hit [1-9][0-9]* / computed" "$DIR/pfxon.err" ||
+        fail "prefix: no per-node hit / computed counts"
+    echo "ok: prefix reuse on: $(grep '^prefix reuse' "$DIR/pfxon.err")"
+    na_vs_mono pfxoff "prefix reuse off" "$STORIES" "$STOK" 24 --config "$L" --cluster start \
+        --batch 3 --no-prefix-reuse
+    grep -q "^prefix reuse" "$DIR/pfxoff.err" && fail "prefix: reused with --no-prefix-reuse"
+    echo "ok: prefix reuse off"
+    # forced collisions: keys cut to 1 bit, nearly every block's key matches
+    # another's; tokens / parent decide, the text stays the monolithic one
+    NA_FAULTS="prefix:hash_bits=1" na_vs_mono pfxcol "prefix reuse, colliding keys" "$STORIES" \
+        "$STOK" 24 --config "$L" --cluster start --batch 3
+    grep -q "^prefix reuse: [1-9][0-9]* prompt tokens held" "$DIR/pfxcol.err" ||
+        fail "prefix: no reuse with colliding keys ($(grep '^prefix' "$DIR/pfxcol.err"))"
+    c=$(cat "$DIR"/nearattn-run-pfx2-s*.log | sed -n 's/.*TEST DOUBLE: prefix cache keys cut to 1 bits.*/x/p' | wc -l)
+    [ "$c" -ge 1 ] || fail "prefix: the nodes did not take NA_FAULTS=prefix:hash_bits=1"
+    n=$(cat "$DIR"/nearattn-run-pfx2-s*.log | sed -n 's/.* \([0-9][0-9]*\) key collisions).*/\1/p' |
+        awk '{ s += $1 } END { print s + 0 }')
+    [ "$n" -gt 0 ] || fail "prefix: keys cut to 1 bit but no collision seen"
+    unset NA_FAULTS
+    echo "ok: prefix reuse with keys cut to 1 bit: $n collisions, monolithic text"
+    L=$(layout pfxssd 1 request 1 shm ssd 1 false "$STORIES" "$STOK")
+    na_vs_mono pfxssd "prefix reuse, KV on SSD only" "$STORIES" "$STOK" 24 --config "$L" --cluster start
+    grep -q "^prefix reuse: [1-9][0-9]* prompt tokens held" "$DIR/pfxssd.err" ||
+        fail "prefix: kv.tier ssd: the blocks read back from the SSD were not kept"
+    echo "ok: prefix reuse with the KV on SSD only (blocks read back and checked): same text"
+    # running nodes keep their caches between runs: a second run hits at once
+    L=$(layout pfxrun 1 request 1 shm auto 2 false "$STORIES" "$STOK")
+    na_bg "$DIR/pfxrun0.out" "$DIR/pfxrun0.err" "$BIN" node --config "$L" --name s0
+    na_wait_line "$DIR/pfxrun0.out" READY 20 || fail "prefix: s0 not ready"
+    na_vs_mono pfxrun1 "prefix reuse, first run" "$STORIES" "$STOK" 24 --config "$L" --cluster connect
+    sed -n 3p "$DIR/prompts.txt" > "$DIR/prompts1.txt"
+    mv "$DIR/prompts1.txt" "$DIR/prompts.txt"
+    na_vs_mono pfxrun2 "prefix reuse, second run" "$STORIES" "$STOK" 24 --config "$L" --cluster connect
+    grep -q "^prefix reuse: [1-9][0-9]* prompt tokens held .*(1 request" "$DIR/pfxrun2.err" ||
+        fail "prefix: the second run's one request did not hit ($(grep '^prefix' "$DIR/pfxrun2.err"))"
+    echo "ok: a second run on running nodes reuses the first run's prefix"
     ;;
 queue)
     i=0

@@ -58,8 +58,19 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
     case NA_WIRE_MSG_HEARTBEAT:
         return a->u.heartbeat.send_ns == b->u.heartbeat.send_ns &&
                a->u.heartbeat.echo_ns == b->u.heartbeat.echo_ns;
-    case NA_WIRE_MSG_REQ_OPEN:
-        return !memcmp(&a->u.req_open, &b->u.req_open, sizeof(a->u.req_open));
+    case NA_WIRE_MSG_REQ_OPEN: {
+        const na_wire_req_open_t *x = &a->u.req_open, *y = &b->u.req_open;
+        if (x->request_id != y->request_id || x->max_tokens != y->max_tokens ||
+            x->n_layers != y->n_layers || x->kv_h0 != y->kv_h0 || x->kv_h1 != y->kv_h1 ||
+            x->head_dim != y->head_dim || x->q_per_kv != y->q_per_kv || x->dtype != y->dtype ||
+            x->n_prefix != y->n_prefix ||
+            (x->n_prefix && memcmp(x->model_fp, y->model_fp, NA_WIRE_FP_SIZE)))
+            return 0;
+        for (i = 0; i < x->n_prefix; i++)      /* encode side: host array; decode: raw LE */
+            if (((const uint32_t *)x->prefix)[i] != na_wire_req_open_token(y, (uint32_t)i))
+                return 0;
+        return 1;
+    }
     case NA_WIRE_MSG_REQ_RELEASE:
         return a->u.req_release.request_id == b->u.req_release.request_id &&
                a->u.req_release.status == b->u.req_release.status;
@@ -136,7 +147,8 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
                (a->u.echo.len == 0 || !memcmp(a->u.echo.data, b->u.echo.data, (size_t)a->u.echo.len));
     case NA_WIRE_MSG_ACK:
         return a->u.ack.request_id == b->u.ack.request_id && a->u.ack.about_type == b->u.ack.about_type &&
-               a->u.ack.about_seq == b->u.ack.about_seq;
+               a->u.ack.about_seq == b->u.ack.about_seq &&
+               a->u.ack.prefix_tokens == b->u.ack.prefix_tokens;
     case NA_WIRE_MSG_BATCH_CTX: {
         const na_wire_ctx_t *x = &a->u.ctx, *y = &b->u.ctx;
         size_t ce = na_dtype_bytes(x->dtype, 1);

@@ -111,6 +111,12 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
         o->head_dim = (uint16_t)rnd(&r, 1, 256);
         o->q_per_kv = (uint16_t)rnd(&r, 1, 8);
         o->dtype = dts[rnd(&r, 0, 2)];
+        if (rnd(&r, 0, 1)) {                    /* a prefix section (prefix reuse) */
+            o->n_prefix = rnd(&r, 1, o->max_tokens < 300 ? o->max_tokens : 300);
+            memcpy(o->model_fp, take(s, &used, NA_WIRE_FP_SIZE), NA_WIRE_FP_SIZE);
+            used = (used + 3) & ~(size_t)3;     /* the ids are read as uint32_t */
+            o->prefix = take(s, &used, 4u * o->n_prefix);
+        }
         break;
     }
     case NA_WIRE_MSG_REQ_RELEASE:
@@ -201,6 +207,7 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
         m->u.ack.request_id = rnd(&r, 0, 1000);
         m->u.ack.about_type = (uint16_t)rnd(&r, 1, NA_WIRE_MSG_COUNT - 1);
         m->u.ack.about_seq = (uint32_t)na_rng_u64(&r);
+        m->u.ack.prefix_tokens = rnd(&r, 0, 1) ? rnd(&r, 1, 5000) : 0;
         break;
     case NA_WIRE_MSG_BATCH_CTX: {
         na_wire_ctx_t *c = &m->u.ctx;
