@@ -263,8 +263,6 @@ int na_cli_bench_prefix(int argc, char **argv)
     na_bench_add(b, "total time, reuse on", wall[0], "s", 0, "reuse off", wall[1]);
     na_bench_add(b, "prefill compute time, reuse on", st[0].prefill_s, "s", 0, "reuse off",
                  st[1].prefill_s);
-    na_bench_add(b, "prompt KV shipped, reuse on", (double)st[0].svc.prefill_bytes / 1048576.0,
-                 "MiB", 0, "reuse off", (double)st[1].svc.prefill_bytes / 1048576.0);
     na_bench_add(b, "greedy tokens identical on / off (1 = yes)", same, "", 0, NULL, 0);
     na_bench_note(b, "%ld requests submitted at once, prompts of %ld shared + %ld own tokens, "
                   "%ld new tokens each, greedy; generated model dim %d, %d layers, %d q / %d kv "
