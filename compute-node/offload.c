@@ -401,6 +401,9 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     }
     q->opened = 1;
     g->st->recovered++;
+    if (hit > 0)
+        na_log_warn("request %d: re-placed; its new storage node holds the first %d tokens "
+                    "of its prompt already", r->id, hit);
     /* chunked prefill again from token 0, or from the end of a prefix the
      * new owner holds (hit): a request still in its prompt feeds the prompt
      * (and samples its first token at the end); one that was decoding feeds

@@ -98,7 +98,9 @@
 #           with kv.tier ssd (blocks read back from the SSD, checksums
 #           checked, to be kept) the text is the same and prompts hit; a
 #           second run on running nodes
-#           (--cluster connect) hits from its first request
+#           (--cluster connect) hits from its first request; s0 stopped
+#           (SIGSTOP) once both nodes hold the prefix: its request is
+#           re-placed on s1 and attaches the prefix there, monolithic text
 #   kill    a storage node killed with kill -9 mid-generation: its requests
 #           are re-placed on the other node (re-prefilled) and every text is
 #           the monolithic one; then with a single storage node: its requests
@@ -315,6 +317,7 @@ prefix)
              "Lily sang" "A frog sat"; do
         echo "$base $t"
     done > "$DIR/prompts.txt"
+    cp "$DIR/prompts.txt" "$DIR/pfx8.txt"
     L=$(layout pfx2 2 request 1 shm auto 2 false "$STORIES" "$STOK")
     na_vs_mono pfxon "prefix reuse on" "$STORIES" "$STOK" 24 --config "$L" --cluster start --batch 3
     hit=$(sed -n 's/^prefix reuse: \([0-9]*\) prompt tokens held.*/\1/p' "$DIR/pfxon.err")
@@ -355,6 +358,39 @@ prefix)
     grep -q "^prefix reuse: [1-9][0-9]* prompt tokens held .*(1 request" "$DIR/pfxrun2.err" ||
         fail "prefix: the second run's one request did not hit ($(grep '^prefix' "$DIR/pfxrun2.err"))"
     echo "ok: a second run on running nodes reuses the first run's prefix"
+    # a node lost once both hold the prefix (a first run over both): in a
+    # second run s0 is stopped (SIGSTOP) as soon as it opens a request, which
+    # is re-placed on s1 after the peer timeout and attaches the prefix
+    # there (its prefill starts after it); every text is the monolithic one
+    cp "$DIR/pfx8.txt" "$DIR/prompts.txt"
+    PORT=$((PORT + 2))
+    L=$(layout pfxlost 2 request 2 auto auto 2 false "$STORIES" "$STOK")
+    NA_LOG_LEVEL=debug nodes2 pk "prefix, a node lost"    # debug: the nodes log their opens
+    mono pfxlost 200
+    na_vs_mono pfxlost0 "prefix reuse, both nodes" "$STORIES" "$STOK" 200 --config "$L" \
+        --cluster connect
+    grep -q "s0: hit [0-9]* / computed [1-9][0-9]*, s1: hit [0-9]* / computed [1-9]" "$DIR/pfxlost0.err" ||
+        fail "prefix, a node lost: the first run did not prefill on both nodes ($(grep '^prefix' "$DIR/pfxlost0.err"))"
+    n0=$(grep -c "opened request" "$DIR/pk0.err")
+    na_bg "$DIR/pfxlost.off" "$DIR/pfxlost.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
+        --cluster connect --prompts "$DIR/prompts.txt" -n 200 --temp 0 --threads 1
+    RP=$NA_PID
+    i=0
+    while [ "$(grep -c "opened request" "$DIR/pk0.err")" -le "$n0" ] && [ $i -lt $((3000 * NA_TS)) ]; do
+        sleep 0.01; i=$((i + 1))
+    done
+    kill -STOP "$SP0"
+    wait "$RP"
+    rc=$?
+    kill -CONT "$SP0"
+    [ $rc -eq 0 ] || fail "prefix, a node lost: run exited $rc, expected 0 (requests re-placed)"
+    na_same_sorted "$DIR/pfxlost.mono" "$DIR/pfxlost.off" || fail "prefix, a node lost: text differs"
+    grep -q " [1-9][0-9]* re-placed" "$DIR/pfxlost.err" ||
+        fail "prefix, a node lost: nothing re-placed"
+    grep -q "re-placed; its new storage node holds the first [1-9][0-9]* tokens" "$DIR/pfxlost.err" ||
+        fail "prefix, a node lost: no re-placed request attached its prefix on s1"
+    echo "ok: s0 stopped: $(grep -o "[0-9]* re-placed after" "$DIR/pfxlost.err" | grep -o "[0-9]*") re-placed, $(grep -c "its new storage node holds" "$DIR/pfxlost.err") attached their prefix on s1, text as monolithic"
+    kill -TERM "$SP0" "$SP1"; wait "$SP0" "$SP1" 2>/dev/null
     ;;
 queue)
     i=0
