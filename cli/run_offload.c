@@ -120,7 +120,7 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
         int i;
         fprintf(stderr, "prefix reuse: %ld prompt tokens held by a storage node already "
                 "(%ld request(s): their prefill starts after them; %ld waited for a prompt "
-                "sharing their first block), %ld prefilled", s->prefix_hit_tokens,
+                "computing a block they share), %ld prefilled", s->prefix_hit_tokens,
                 s->prefix_hit_reqs, s->prefix_waits, s->gen.prompt_tokens);
         for (i = 0; i < s->n_prefix_nodes; i++)
             fprintf(stderr, "%s %s: hit %llu / computed %llu", i == 0 ? ";" : ",",

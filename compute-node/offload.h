@@ -119,7 +119,7 @@ typedef struct {
     long             prefix_hit_reqs;    /* requests with a prefix hit (their chunked
                                             prefill starts after it) */
     long             prefix_waits;       /* requests whose admission was put off until
-                                            one sharing their first KV block had its
+                                            one computing a KV block they share had its
                                             prompt in (na_off_prefix_wait) */
     na_asvc_stats_t  svc;                /* the service's counters at the end */
     /* filled by front ends that print them (cli/run_offload.c): each storage

@@ -36,6 +36,7 @@ typedef struct na_off_req {
                                  owner keeps the prompt's whole blocks once the
                                  prefill is in (docs/prefix-reuse.md) */
     int           pfx_waited; /* was put off for another's prompt (counted once) */
+    int           pfx_hit;    /* prompt tokens its owner attached (its prefill's start) */
     struct na_off_req *next_wait;           /* waiting queue (FIFO) */
     struct na_off_req *prev_all, *next_all; /* every request the engine holds */
 } na_off_req_t;
@@ -113,9 +114,11 @@ struct na_off {
  * chunked prefill starts at position *hit_p, nothing is fetched back. */
 na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *hit_p);
 /* 1 when waiting request q should stay waiting: a request in its chunked
- * prefill, opened offering its prompt, shares q's first whole KV block, so
- * once its prompt is in q's owner can attach those blocks instead of q
- * computing them again alongside it (requests submitted together). */
+ * prefill, opened offering its prompt, is computing a KV block q shares
+ * (the whole block after the prefix it attached itself: both prompts agree
+ * up to its end), so once that prompt is in q's owner can attach the block
+ * instead of q computing it again alongside (requests submitted together).
+ * A request whose shared part is all attached already holds no one up. */
 int         na_off_prefix_wait(const na_off_t *g, const na_off_req_t *q);
 
 /* offload.c */

@@ -180,6 +180,7 @@ na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *h
 
     *hit_p = 0;
     q->pfx = 0;
+    q->pfx_hit = 0;
     if (!pfx_applies(g, q))
         return na_asvc_open(g->svc, q->wid, max_tok);
     pr.fp = g->pfx_fp;
@@ -201,6 +202,7 @@ na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *h
      * chunked prefill feeds the rest, its queries answered over both */
     g->st->prefix_hit_tokens += hit;
     g->st->prefix_hit_reqs++;
+    q->pfx_hit = hit;
     *hit_p = hit;
     return NA_OK;
 }
@@ -212,10 +214,13 @@ int na_off_prefix_wait(const na_off_t *g, const na_off_req_t *q)
 
     if (!pfx_applies(g, q) || q->r->n_prompt <= bt)
         return 0;                   /* no whole block of it could be attached */
-    for (p = g->all; p != NULL; p = p->next_all)
+    for (p = g->all; p != NULL; p = p->next_all) {
+        int end = p->pfx_hit + bt;  /* the first block p computes itself */
         if (p != q && !p->done && p->batch >= 0 && p->pfx && p->pf_first &&
-            p->pf_target > 0 && p->r->state == NA_REQ_PREFILL && p->r->n_prompt >= bt &&
-            memcmp(p->r->prompt, q->r->prompt, sizeof(int) * (size_t)bt) == 0)
+            p->pf_target > 0 && p->r->state == NA_REQ_PREFILL && p->r->n_prompt >= end &&
+            q->r->n_prompt > end &&
+            memcmp(p->r->prompt, q->r->prompt, sizeof(int) * (size_t)end) == 0)
             return 1;
+    }
     return 0;
 }
