@@ -50,11 +50,11 @@ static void *make_kv(na_dtype_t dt, size_t n)
     return p;
 }
 
-/* The storage node's attention of one query row over ctx tokens of the KV
- * (token-major rows of nkv heads), in the store's block layout ([kv_head][K
- * rows: bt x hd][V rows: bt x hd] per block of bt tokens): the blocks built
- * here, then storage-node/attn_fold.c (na_attn_fold_query, what the CPU
- * engine's granules run part by part). */
+/* The storage node's attention of one query row over the KV (token-major
+ * rows of nkv heads) in the store's block layout ([kv_head][K rows: bt x
+ * hd][V rows: bt x hd] per block of bt tokens): the blocks built here, then
+ * storage-node/attn_fold.c (na_attn_fold_query, what the CPU engine's
+ * granules run part by part). */
 typedef struct {
     char  *mem;
     size_t block_bytes;
@@ -66,28 +66,32 @@ static const char *block_at(void *arg, int b)
     return bl->mem + (size_t)b * bl->block_bytes;
 }
 
-static void storage_fold(na_kernels_t *k, float *out, const float *q, const void *kc,
-                         const void *vc, na_dtype_t dt, int ctx, int nh, int nkv, int hd, int bt)
+/* The KV's ctx tokens in blocks of bt (rows past ctx: NaN). */
+static void blocks_make(blocks_t *bl, const void *kc, const void *vc, na_dtype_t dt, int ctx,
+                        int nkv, int hd, int bt)
 {
-    const size_t es = na_dtype_bytes(dt, 1), row = (size_t)hd * es;
+    const size_t row = (size_t)hd * na_dtype_bytes(dt, 1);
     const int nb = (ctx + bt - 1) / bt;
-    const na_attn_shape_t sh = { bt, hd, dt, nkv, nh / nkv };
-    blocks_t bl;
-    int b, h, t;
+    int h, t;
 
-    bl.block_bytes = (size_t)nkv * 2 * bt * row;
-    bl.mem = xmalloc(bl.block_bytes * (size_t)nb);
-    memset(bl.mem, 0xff, bl.block_bytes * (size_t)nb);     /* rows past ctx: NaN */
+    bl->block_bytes = (size_t)nkv * 2 * bt * row;
+    bl->mem = xmalloc(bl->block_bytes * (size_t)nb);
+    memset(bl->mem, 0xff, bl->block_bytes * (size_t)nb);
     for (t = 0; t < ctx; t++)
         for (h = 0; h < nkv; h++) {
-            char *blk = bl.mem + (size_t)(t / bt) * bl.block_bytes + (size_t)h * 2 * bt * row;
+            char *blk = bl->mem + (size_t)(t / bt) * bl->block_bytes + (size_t)h * 2 * bt * row;
             size_t src = ((size_t)t * nkv + h) * row;
-            b = t % bt;
-            memcpy(blk + (size_t)b * row, (const char *)kc + src, row);
-            memcpy(blk + (size_t)(bt + b) * row, (const char *)vc + src, row);
+            memcpy(blk + (size_t)(t % bt) * row, (const char *)kc + src, row);
+            memcpy(blk + (size_t)(bt + t % bt) * row, (const char *)vc + src, row);
         }
-    NA_CHECK_OK(na_attn_fold_query(k, &sh, q, ctx, block_at, &bl, out));
-    free(bl.mem);
+}
+
+/* One query row over the first ctx tokens of the blocks. */
+static void storage_fold(na_kernels_t *k, float *out, const float *q, blocks_t *bl,
+                         na_dtype_t dt, int ctx, int nh, int nkv, int hd, int bt)
+{
+    const na_attn_shape_t sh = { bt, hd, dt, nkv, nh / nkv };
+    NA_CHECK_OK(na_attn_fold_query(k, &sh, q, ctx, block_at, bl, out));
 }
 
 static int first_diff(const float *a, const float *b, size_t n)
@@ -109,9 +113,12 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
     float *q = xmalloc(sizeof(float) * qrow * n_tok), *pre[2], *dec = xmalloc(sizeof(float) * qrow);
     float *sto = xmalloc(sizeof(float) * qrow);
     void *kc = make_kv(dt, kvn), *vc = make_kv(dt, kvn);
+    blocks_t bl[3];
     int t, th, bad = 0;
 
     na_rng_fill(&rng, q, qrow * n_tok, -2.0f, 2.0f);
+    for (t = 0; t < 3; t++)
+        blocks_make(&bl[t], kc, vc, dt, ctx, nkv, hd, block_sizes[t]);
     for (th = 0; th < 2; th++) {
         size_t qb = sizeof(float) * qrow * n_tok, kvb = na_dtype_bytes(dt, kvn);
         na_kbuf_t ob, qq = na_kbuf_host(q, qb), kb = na_kbuf_host(kc, kvb),
@@ -139,7 +146,7 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
             int bi;
             for (bi = 0; bi < 3 && bad < 3; bi++) {
                 const int bt = block_sizes[bi];
-                storage_fold(cpu_k[0], sto, qt, kc, vc, dt, pos0 + t + 1, nh, nkv, hd, bt);
+                storage_fold(cpu_k[0], sto, qt, &bl[bi], dt, pos0 + t + 1, nh, nkv, hd, bt);
                 d = first_diff(pre[0] + (size_t)t * qrow, sto, qrow);
                 if (d >= 0)
                     bad++;
@@ -150,6 +157,8 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
             }
         }
     }
+    for (t = 0; t < 3; t++)
+        free(bl[t].mem);
     free(pre[1]);
     free(pre[0]);
     free(vc);
