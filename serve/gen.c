@@ -402,13 +402,13 @@ static na_status_t sg_start_engine(na_sg_t *g, const na_sg_opts_t *o)
     oo.rep = na_cluster_rep(g->cluster);
     oo.max_batch = o->max_batch > 0 ? o->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
-    oo.prefill_chunk = (int)cfg->parallel.prefill_chunk;
     oo.stop_ids = g->stop_ids;
     oo.n_stop = g->n_stop_ids;
     oo.xcache = cfg->xcache.enabled;
     oo.xcache_share = cfg->xcache.share > 0 ? cfg->xcache.share : 1.0;
     oo.xcache_host_mb = cfg->xcache.host_mb;
     oo.prefix_reuse = cfg->kv.prefix_reuse && !o->no_prefix_reuse;
+    oo.prefill_chunk = (int)cfg->parallel.prefill_chunk;
     g->st.n_storage = cfg->n_storage;
     return na_off_create(g->engine, na_cluster_service(g->cluster), &oo, &g->off);
 }

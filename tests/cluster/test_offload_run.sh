@@ -291,6 +291,12 @@ longctx)
     "$BIN" gen-model --out "$DIR/lc" --dim 128 --hidden 256 --layers 4 --heads 4 --kv-heads 4 \
         --vocab 300 --seq-len 4200 --format llama2c --quiet || fail "gen-model failed"
     L=$(layout lc1 1 request 1 auto dram 2 false "$DIR/lc.bin" "$DIR/lc.tok.bin")
+    # a chunk of 256 prompt queries over a 4K prefix is one long answer (the
+    # sanitizer build: seconds): the answer's deadline is peer_timeout_ms
+    sed -i "s/peer_timeout_ms: 2000/peer_timeout_ms: $((30000 * NA_TS))/" "$L"
+    # the sanitizer build holds freed memory in its quarantine (RSS would
+    # grow with the work done, not with what is live): none here
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
     # ~3.7 tokens a word with this vocabulary: 270 words ~ 1000 tokens
     for n in 270 1080; do
         i=0; while [ $i -lt $n ]; do printf 'the cat sat on a mat and ran far '; i=$((i + 9)); done > "$DIR/p$n.txt"
