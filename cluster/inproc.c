@@ -111,24 +111,35 @@ static na_status_t ip_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
 {
     na_inproc_t *p = (na_inproc_t *)s;
     na_inproc_req_t *r;
-    na_status_t st = ip_open(s, req, max_tokens);
+    na_status_t st;
     int i, n, hit;
 
     *hit_p = 0;
-    if (st != NA_OK || pr == NULL || pr->n_tok < 2)
-        return st;
-    r = ip_find(p, req);
+    if (pr == NULL || pr->n_tok < 2)
+        return ip_open(s, req, max_tokens);
+    if (ip_find(p, req) != NULL)
+        return na_err(NA_ERR_BUSY, "inproc: request %llu is already open",
+                      (unsigned long long)req);
+    r = calloc(1, sizeof(*r));
     n = pr->n_tok < max_tokens ? pr->n_tok : max_tokens;
-    r->pr_tokens = malloc(sizeof(uint32_t) * (size_t)n);
-    if (r->pr_tokens == NULL)
-        return NA_OK;                   /* no reuse for it: prefilled whole */
+    if (r == NULL || (r->pr_tokens = malloc(sizeof(uint32_t) * (size_t)n)) == NULL) {
+        free(r);
+        return ip_open(s, req, max_tokens);     /* no reuse for it: prefilled whole */
+    }
+    r->link.id = req;
     for (i = 0; i < n; i++)
         r->pr_tokens[i] = (uint32_t)pr->tokens[i];
-    memset(&r->pr, 0, sizeof(r->pr));
     memcpy(r->pr.fp, pr->fp, NA_KVHASH_FP);
     r->pr.kv_h0 = 0;
     r->pr.tokens = r->pr_tokens;
     r->pr.n_tok = n;
+    st = na_slotset_open_near(p->ss, &r->sr, req, max_tokens, s->mc.n_kv_heads, &r->pr);
+    if (st != NA_OK) {
+        free(r->pr_tokens);
+        free(r);
+        return na_err_prefix(st, "inproc: request %llu: ", (unsigned long long)req);
+    }
+    na_asvc_req_push(&p->reqs, &r->link);
     hit = na_slotset_prefix_attach(p->ss, &r->sr, &r->pr);
     if (hit < 0) {
         char why[200];

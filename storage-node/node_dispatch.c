@@ -52,10 +52,33 @@ static na_status_t nd_open_check(na_node_t *n, const na_wire_req_open_t *o)
 static na_status_t nd_prefix_open(na_node_t *n, na_node_req_t *r, const na_wire_req_open_t *o,
                                   int *hit_p);
 
+/* Keep the REQ_OPEN's prefix tokens in r (until its prefill is done:
+ * na_node_prefix_publish) and describe them in *pr. 0 when out of memory (the
+ * request goes on without prefix reuse). */
+static int nd_prefix_take(na_node_req_t *r, const na_wire_req_open_t *o, na_slotset_prompt_t *pr)
+{
+    uint32_t i;
+
+    r->pfx_tokens = malloc(sizeof(uint32_t) * o->n_prefix);
+    if (r->pfx_tokens == NULL)
+        return 0;
+    for (i = 0; i < o->n_prefix; i++)
+        r->pfx_tokens[i] = na_wire_req_open_token(o, i);
+    r->pfx_n = (int)o->n_prefix;
+    memcpy(r->pfx_fp, o->model_fp, NA_WIRE_FP_SIZE);
+    memset(pr, 0, sizeof(*pr));
+    memcpy(pr->fp, r->pfx_fp, NA_KVHASH_FP);
+    pr->kv_h0 = r->kv_h0;
+    pr->tokens = r->pfx_tokens;
+    pr->n_tok = r->pfx_n;
+    return 1;
+}
+
 static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                            const na_wire_req_open_t *o)
 {
     na_node_req_t *r;
+    na_slotset_prompt_t pr;
     na_status_t st;
     int nkvh, hit = 0;
 
@@ -77,7 +100,10 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     r->n_layers = o->n_layers;
     r->kv_h0 = o->kv_h0;
     r->kv_h1 = o->kv_h1;
-    st = na_slotset_open(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh);
+    if (o->n_prefix > 0 && nd_prefix_take(r, o, &pr))       /* prefix reuse: near its blocks */
+        st = na_slotset_open_near(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh, &pr);
+    else
+        st = na_slotset_open(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh);
     if (st != NA_OK) {
         char why[NA_WIRE_TEXT_MAX + 1];
         snprintf(why, sizeof(why), "%s", na_errmsg());
@@ -85,12 +111,13 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
             n->refused_opens++;
         st = na_err(st, "node %s refused request %llu: %s", n->name,
                     (unsigned long long)o->request_id, why);
+        free(r->pfx_tokens);
         free(r);
         return nd_fail(n, p, h, o->request_id, st);
     }
     na_node_req_insert(n, r);
     p->n_requests++;
-    if (o->n_prefix > 0) {
+    if (r->pfx_tokens != NULL) {
         st = nd_prefix_open(n, r, o, &hit);
         if (st != NA_OK) {
             char why[NA_WIRE_TEXT_MAX + 1];
@@ -116,24 +143,14 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     return nd_ack(n, p, h, o->request_id);
 }
 
-/* The prompt's prefix tokens of a REQ_OPEN: kept until its prefill is done
- * (na_node_prefix_publish), and the leading blocks the prefix caches hold
+/* The leading blocks of r's prompt (nd_prefix_take) the prefix caches hold,
  * attached now (*hit_p tokens). */
 static na_status_t nd_prefix_open(na_node_t *n, na_node_req_t *r, const na_wire_req_open_t *o,
                                   int *hit_p)
 {
     na_slotset_prompt_t pr;
-    uint32_t i;
     int hit;
 
-    r->pfx_tokens = malloc(sizeof(uint32_t) * o->n_prefix);
-    if (r->pfx_tokens == NULL)
-        return na_err(NA_ERR_NOMEM, "node %s: out of memory for %u prefix tokens", n->name,
-                      o->n_prefix);
-    for (i = 0; i < o->n_prefix; i++)
-        r->pfx_tokens[i] = na_wire_req_open_token(o, i);
-    r->pfx_n = (int)o->n_prefix;
-    memcpy(r->pfx_fp, o->model_fp, NA_WIRE_FP_SIZE);
     memset(&pr, 0, sizeof(pr));
     memcpy(pr.fp, r->pfx_fp, NA_KVHASH_FP);
     pr.kv_h0 = r->kv_h0;

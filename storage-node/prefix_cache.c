@@ -220,6 +220,28 @@ int na_pcache_lookup(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_
     return n;
 }
 
+int na_pcache_peek(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
+                   const uint32_t *tokens, int n_blocks)
+{
+    const int bt = pc->cfg.block_tokens;
+    const na_pcache_ent_t *parent = NULL;
+    uint64_t coll = pc->st.collisions;
+    int i;
+
+    for (i = 0; i < n_blocks; i++) {
+        na_kvhash_t key, tkey;
+        na_pcache_ent_t *e;
+
+        pc_key(pc, id, parent, tokens + (size_t)i * bt, &key, &tkey);
+        e = pc_find(pc, id, block_bytes, parent, i, tokens + (size_t)i * bt, &tkey);
+        if (e == NULL)
+            break;
+        parent = e;
+    }
+    pc->st.collisions = coll;           /* a look, not a lookup */
+    return i;
+}
+
 na_status_t na_pcache_insert(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
                              na_pcache_ent_t *parent, int index, const uint32_t *tokens,
                              const void *const *mem, na_pcache_ent_t **out)

@@ -71,6 +71,11 @@ void        na_pcache_destroy(na_pcache_t *pc);
  * another size never match. Returns the count (0: none). */
 int         na_pcache_lookup(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
                              const uint32_t *tokens, int n_blocks, na_pcache_ent_t **out);
+/* How many of the prompt's first blocks the cache holds (as lookup, but
+ * nothing referenced, counted or refreshed, checksums not checked): a hint
+ * for placement. */
+int         na_pcache_peek(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
+                           const uint32_t *tokens, int n_blocks);
 /* Insert block `index` of a prompt (tokens: its block_tokens ids) after
  * parent (out[index - 1] of a lookup or insert; NULL for index 0), copying
  * layer l's image from mem[l] (block_bytes each). If an equal entry is there

@@ -182,8 +182,9 @@ uint64_t na_slotset_bytes_per_kvh(const na_slotset_t *ss, int max_tokens)
 
 /* ---- requests ----------------------------------------------------------- */
 
-na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
-                            int max_tokens, int n_kvh)
+/* Place (near slot prefer, -1: anywhere) and open the parts. */
+static na_status_t na_ss_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                              int max_tokens, int n_kvh, int prefer)
 {
     na_status_t st;
     int i;
@@ -192,7 +193,7 @@ na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
     r->sid = sid;
     r->bytes_per_kvh = na_slotset_bytes_per_kvh(ss, max_tokens);
     ss->place.n_kv_heads = n_kvh;            /* this request's share of the heads */
-    st = na_place_request(&ss->place, r->bytes_per_kvh, r->parts, &r->n_parts);
+    st = na_place_request_near(&ss->place, r->bytes_per_kvh, prefer, r->parts, &r->n_parts);
     if (st == NA_ERR_NOSPACE) {
         char why[256];
         uint64_t best = 0;
@@ -221,6 +222,47 @@ na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
     na_place_release(&ss->place, r->bytes_per_kvh, r->parts, r->n_parts);
     r->n_parts = 0;
     return st;
+}
+
+na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                            int max_tokens, int n_kvh)
+{
+    return na_ss_open(ss, r, sid, max_tokens, n_kvh, -1);
+}
+
+na_status_t na_slotset_open_near(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                                 int max_tokens, int n_kvh, const na_slotset_prompt_t *p)
+{
+    const int bt = ss->common.block_tokens;
+    const uint64_t bytes = na_slotset_bytes_per_kvh(ss, max_tokens) * (uint64_t)n_kvh;
+    int want = p->n_tok > 0 ? (p->n_tok - 1) / bt : 0, prefer = -1, most = 0, i;
+    uint64_t lo = UINT64_MAX;
+
+    for (i = 0; i < ss->n_slots; i++)           /* the least load of a slot that fits */
+        if ((ss->place.cap[i] == 0 || ss->place.load[i] + bytes <= ss->place.cap[i]) &&
+            ss->place.load[i] < lo)
+            lo = ss->place.load[i];
+    if (ss->place.mode == NA_PART_REQUEST && want > 0 && lo != UINT64_MAX) {
+        na_kv_store_cfg_t kc = *na_kv_store_cfg(na_slot_store(ss->slots[0]));
+        na_pcache_ident_t id;
+        memset(&id, 0, sizeof(id));
+        memcpy(id.fp, p->fp, NA_KVHASH_FP);
+        id.kv_h0 = p->kv_h0;
+        id.n_kvh = n_kvh;
+        id.kv_dtype = (int)ss->common.kv_dtype;
+        for (i = 0; i < ss->n_slots; i++) {      /* the longest run among slots in balance */
+            int n;
+            if (ss->pc[i] == NULL || ss->place.load[i] > lo + 2 * bytes ||
+                (ss->place.cap[i] != 0 && ss->place.load[i] + bytes > ss->place.cap[i]))
+                continue;
+            n = na_pcache_peek(ss->pc[i], &id, na_kv_block_bytes(&kc, n_kvh), p->tokens, want);
+            if (n > most) {
+                most = n;
+                prefer = i;
+            }
+        }
+    }
+    return na_ss_open(ss, r, sid, max_tokens, n_kvh, prefer);
 }
 
 na_status_t na_slotset_prefill(na_slotset_t *ss, const na_slotset_req_t *r, int layer,

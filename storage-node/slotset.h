@@ -84,6 +84,14 @@ uint64_t    na_slotset_bytes_per_kvh(const na_slotset_t *ss, int max_tokens);
  * the most any slot has free. */
 na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
                             int max_tokens, int n_kvh);
+/* na_slotset_open for a request whose prompt p is offered for prefix reuse:
+ * with request partition it goes to the slot whose prefix cache holds the
+ * longest run of the prompt's first blocks among the slots in balance (at
+ * most two such requests' bytes above the least-loaded slot that fits;
+ * na_place_request_near), else as na_slotset_open. Then call
+ * na_slotset_prefix_attach. */
+na_status_t na_slotset_open_near(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                                 int max_tokens, int n_kvh, const na_slotset_prompt_t *p);
 /* Append n_tok prompt rows of layer: rows of the request's n_kvh*head_dim
  * elements of dtype (F32 or the KV dtype), row_stride elements apart
  * (0 = packed); each part takes its head range. */

@@ -164,14 +164,20 @@ static void test_prefix(const char *path)
                                            ref[i]->n_out),
                          "%s prefix variant %d (%s, %d slots): request %d differs", path, k,
                          pv[k].partition, pv[k].slots, i);
-        /* one slot: every request after the first hits its 2 blocks; with 3
-         * slots placement rotates over them (and over the head ranges), so
-         * the first request on each slot (layout) misses */
-        NA_CHECK_MSG(pv[k].slots == 1 ? os.prefix_hit_tokens == 32 * (N_REQ - 1)
-                                      : os.prefix_hit_tokens >= 32,
-                     "%s prefix variant %d: %ld prompt tokens hit, want %s%d", path, k,
-                     os.prefix_hit_tokens, pv[k].slots == 1 ? "" : ">= ",
-                     pv[k].slots == 1 ? 32 * (N_REQ - 1) : 32);
+        /* one slot: every request after the first hits its 2 blocks. 3
+         * slots, request partition: the 6 requests stay open together, so
+         * placement near the blocks keeps balance (at most 2 requests more
+         * than the least-loaded slot): the 4th goes to an empty slot and
+         * misses, the 5th and 6th go near it again: 4 hits (3 when placement
+         * ignored the caches). Head partition rotates the head ranges over
+         * the slots: the first request of each layout misses. */
+        {
+            int want = pv[k].slots == 1 ? N_REQ - 1 : !strcmp(pv[k].partition, "request") ? 4 : 1;
+            NA_CHECK_MSG(pv[k].slots == 1 || !strcmp(pv[k].partition, "request")
+                         ? os.prefix_hit_tokens == 32 * want : os.prefix_hit_tokens >= 32 * want,
+                         "%s prefix variant %d: %ld prompt tokens hit, want %d", path, k,
+                         os.prefix_hit_tokens, 32 * want);
+        }
         NA_CHECK(os.gen.prompt_tokens == 45 * N_REQ - os.prefix_hit_tokens);
         fprintf(stderr, "%s prefix v%d: %ld prompt tokens hit, %ld prefilled\n", path, k,
                 os.prefix_hit_tokens, os.gen.prompt_tokens);
