@@ -240,7 +240,7 @@ static int pc_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
 
 static const na_asvc_ops_t pt_count_ops = {
     pc_destroy, pc_open, pc_prefill, pc_prefill_done, pc_submit, pc_poll, pc_release, pc_stats,
-    pc_progress, pc_node_stats,
+    pc_progress, pc_node_stats, NULL, NULL,     /* no prefix reuse through the counter */
 };
 
 /* Wrap svc (owned from now on, also on failure). */

@@ -31,6 +31,7 @@ typedef struct {
     const char *input, *output;
     const char *config, *model, *tokenizer, *mode, *cluster, *backend, *chat_template;
     long        threads, max_batch, ctx, max_in_flight;
+    int         no_prefix_reuse;
     double      interval_s;
     int         plain;               /* --progress plain */
     int         quiet;               /* --progress none */
@@ -70,6 +71,8 @@ static void na_batch_usage(FILE *f)
         "                     (llama2, llama3, chatml, gemma, zephyr, phi3)\n"
         "  --threads N        compute threads (default: all cores)\n"
         "  --batch N          requests per batch (default: the layout's max_batch)\n"
+        "  --no-prefix-reuse  every prompt is prefilled whole (default: the layout's\n"
+        "                     kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
         "  --ctx N            model context in tokens (default: the model file's)\n"
         "  --max-in-flight N  requests submitted at once (default: the layout's\n"
         "                     max_batch x batches_in_flight)\n"
@@ -100,6 +103,10 @@ static int na_batch_parse(int argc, char **argv, na_batch_args_t *a)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             na_batch_usage(stdout);
             return -1;
+        }
+        if (!strcmp(f, "--no-prefix-reuse")) {      /* no value */
+            a->no_prefix_reuse = 1;
+            continue;
         }
         for (k = 0; k < 10 && strcmp(f, sf[k]); k++)
             ;
@@ -204,6 +211,7 @@ static void na_batch_gen_opts(const na_batch_args_t *a, const char *cfg, na_sg_o
     go->threads = (int)a->threads;
     go->max_batch = (int)a->max_batch;
     go->ctx = (int)a->ctx;
+    go->no_prefix_reuse = a->no_prefix_reuse;
     go->stop = &na_batch_sig;
 }
 

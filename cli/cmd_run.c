@@ -54,6 +54,8 @@ typedef struct {
     int         seed_given;
     long        threads;
     long        max_batch;
+    long        prefill_chunk;   /* --prefill-chunk: 0 = the layout's */
+    int         no_prefix_reuse;  /* --no-prefix-reuse */
     long        ctx;             /* --ctx: the model context to use; 0 = the file's */
     int         check_weights;   /* --check-weights: refuse NaN/Inf weights at load */
     na_dtype_t  kv_dtype;
@@ -92,7 +94,7 @@ static void na_run_usage(FILE *f)
         "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|bf16|f32]\n"
         "                    [--backend cpu|ref|cuda[:N]] [--config F]\n"
         "                    [--cluster start|connect|inproc]\n"
-        "                    [--ctx N] [--check-weights]\n\n"
+        "                    [--ctx N] [--check-weights] [--prefill-chunk N]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
         "prompt and generated tokens, prefill and decode tokens/s; a request that\n"
         "ended because the model context was full says \"stopped at the model\n"
@@ -128,6 +130,12 @@ static void na_run_usage(FILE *f)
         "                  mode (greedy too: the kernels are batch-invariant)\n"
         "  --threads N     compute threads (default: all cores)\n"
         "  --batch N       most requests decoded together (default: all)\n"
+        "  --prefill-chunk N  offload: prompt tokens a batch step takes (chunked prefill\n"
+        "                  on the storage nodes; default: the layout's\n"
+        "                  parallel.prefill_chunk)\n"
+        "  --no-prefix-reuse  offload: every prompt is prefilled whole, none reuses\n"
+        "                  the KV of a prefix a storage node holds (default: the\n"
+        "                  layout's kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
         "  --kv-dtype D    KV cache element type, f16, bf16 or f32 (default f16; offload: the\n"
         "                  layout's model.kv_dtype unless given, then the nodes started\n"
         "                  here use D and connect refuses a D the layout does not say)\n"
@@ -162,7 +170,8 @@ static const struct {
 };
 /* ... and those parsed in na_run_parse. */
 static const char *const na_run_num_flags[] = {
-    "-n", "--temp", "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--ctx", NULL
+    "-n", "--temp", "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--ctx",
+    "--prefill-chunk", NULL
 };
 
 /* The index of string option f in na_run_str_opts, or -1. */
@@ -209,8 +218,12 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             na_run_usage(stdout);
             return -1;
         }
-        if (!strcmp(f, "--check-weights")) {     /* the one flag without a value */
+        if (!strcmp(f, "--check-weights")) {     /* the flags without a value */
             a->check_weights = 1;
+            continue;
+        }
+        if (!strcmp(f, "--no-prefix-reuse")) {
+            a->no_prefix_reuse = 1;
             continue;
         }
         if (strncmp(f, "-", 1) != 0) {
@@ -252,6 +265,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
                 return 2;
         } else if (!strcmp(f, "--ctx")) {
             if (na_cli_int("run", f, v, 1, NA_MODEL_MAX_SEQ, &a->ctx) != NA_OK)
+                return 2;
+        } else if (!strcmp(f, "--prefill-chunk")) {
+            if (na_cli_int("run", f, v, 1, NA_OFF_MAX_PREFILL_CHUNK, &a->prefill_chunk) != NA_OK)
                 return 2;
         } else if (!strcmp(f, "--batch")) {
             if (na_cli_int("run", f, v, 1, NA_RUN_MAX_PROMPTS, &a->max_batch) != NA_OK)
@@ -688,6 +704,8 @@ int na_cmd_run(int argc, char **argv)
         oa.cluster.model_path = a.model;
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
+        oa.prefill_chunk = (int)a.prefill_chunk;
+        oa.no_prefix_reuse = a.no_prefix_reuse;
         oa.stop_ids = stop;
         oa.n_stop = n_stop;
         oa.on_token = na_run_on_token;

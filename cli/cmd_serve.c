@@ -69,6 +69,8 @@ static void na_serve_usage(FILE *f)
         "  --batch N         requests per batch (default: the layout's parallel.max_batch)\n"
         "  --batches-in-flight N  batches the engine keeps going at once (default: 1 in\n"
         "                    monolithic mode, else the layout's parallel.batches_in_flight)\n"
+        "  --no-prefix-reuse every prompt is prefilled whole (default: the layout's\n"
+        "                    kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
         "  --ctx N           model context in tokens (default: the model file's)\n"
         "  --backend B       kernels: cpu (default) or ref\n");
 }
@@ -142,6 +144,10 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             na_serve_usage(stdout);
             return -1;
+        }
+        if (!strcmp(f, "--no-prefix-reuse")) {      /* no value */
+            go->no_prefix_reuse = 1;
+            continue;
         }
         if (v == NULL || f[0] != '-') {
             fprintf(stderr, "nearattn serve: %s '%s' (try 'nearattn serve --help')\n",

@@ -34,6 +34,24 @@ static void na_ro_nodes(na_asvc_t *svc, const na_cfg_t *cfg, char *buf, size_t l
         snprintf(buf, len, "%d storage node(s)", cfg->n_storage);
 }
 
+/* This process's peak resident memory (VmHWM of /proc/self/status), MiB; 0
+ * when unknown. With --cluster start / connect the storage nodes are other
+ * processes: it is the compute node's own. */
+static double na_ro_peak_rss_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (!strncmp(line, "VmHWM:", 6) && sscanf(line + 6, "%lf", &kb) == 1)
+            break;
+    fclose(f);
+    return kb / 1024.0;
+}
+
 static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, const char *kind,
                                 const char *how, const char *nodes)
 {
@@ -95,6 +113,22 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
             (unsigned long long)s->svc.msgs_recv, (unsigned long long)s->svc.bytes_recv,
             (unsigned long long)s->svc.prefill_bytes, (unsigned long long)s->svc.ssd_bytes_read,
             s->failed, s->recovered, s->xcache_reqs);
+    fprintf(stderr, "compute process: peak RSS %.1f MiB, %d prefill steps (chunked prefill: "
+            "%d prompt tokens a step)\n", na_ro_peak_rss_mib(), s->gen.prefill_steps,
+            s->prefill_chunk);
+    if (s->prefix_hit_tokens > 0 || s->prefix_hit_reqs > 0 || s->n_prefix_nodes > 0) {
+        int i;
+        fprintf(stderr, "prefix reuse: %ld prompt tokens held by a storage node already "
+                "(%ld request(s): their prefill starts after them; %ld waited for a prompt "
+                "computing a block they share), %ld prefilled", s->prefix_hit_tokens,
+                s->prefix_hit_reqs, s->prefix_waits, s->gen.prompt_tokens);
+        for (i = 0; i < s->n_prefix_nodes; i++)
+            fprintf(stderr, "%s %s: hit %llu / computed %llu", i == 0 ? ";" : ",",
+                    s->prefix_nodes[i].name,
+                    (unsigned long long)s->prefix_nodes[i].prefix_hit_tokens,
+                    (unsigned long long)s->prefix_nodes[i].prefill_tokens);
+        fprintf(stderr, "\n");
+    }
     if (s->svc.csd_launches > 0)     /* engine csd: never pass the C model for hardware */
         fprintf(stderr, "csd: %s: %llu kernel launches, %llu KV bytes SSD -> device buffers "
                 "(storage nodes' totals)\n", s->svc.csd_noop_slots > 0
@@ -119,11 +153,13 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
     oo.rep = na_cluster_rep(cl);
     oo.max_batch = a->max_batch > 0 ? a->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
+    oo.prefill_chunk = a->prefill_chunk > 0 ? a->prefill_chunk : (int)cfg->parallel.prefill_chunk;
     oo.stop_ids = a->stop_ids;
     oo.n_stop = a->n_stop;
     oo.xcache = a->no_xcache ? 0 : cfg->xcache.enabled;
     oo.xcache_share = cfg->xcache.share > 0 ? cfg->xcache.share : 1.0;
     oo.xcache_host_mb = cfg->xcache.host_mb;
+    oo.prefix_reuse = cfg->kv.prefix_reuse && !a->no_prefix_reuse;
     oo.on_token = a->on_token;
     oo.on_done = a->on_done;
     oo.on_error = a->on_error;
@@ -142,6 +178,9 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
         st = na_off_progress(g, a->cluster.stop != NULL ? NA_RUN_PROGRESS_MS : -1);
     }
     na_off_stats(g, stats);
+    if (g != NULL && oo.prefix_reuse)      /* the storage nodes' own prefix counters */
+        stats->n_prefix_nodes = na_asvc_node_stats(na_cluster_service(cl), stats->prefix_nodes,
+                                                   NA_OFF_PREFIX_NODES);
     stats->failed += a->failed_before;
     stats->wall_s = na_now_s() - t0;
     na_off_destroy(g);

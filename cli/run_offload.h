@@ -12,6 +12,7 @@ typedef struct {
     na_cluster_opts_t cluster;     /* the layout, start / connect / inproc, kv-fetch,
                                       --model, --kv-dtype, the stop flag: cluster/setup.h */
     int              max_batch;    /* <= 0: the layout's parallel.max_batch */
+    int              prefill_chunk; /* <= 0: the layout's parallel.prefill_chunk */
     const int       *stop_ids;
     int              n_stop;
     na_gen_token_fn  on_token;
@@ -20,6 +21,7 @@ typedef struct {
     void            *user;
     int              failed_before; /* requests refused before the run (a prompt too
                                        long...): counted with the failed ones */
+    int              no_prefix_reuse; /* 1: kv.prefix_reuse off for this run */
     int              no_xcache;     /* 1: the layout's X-cache is not used (perplexity:
                                        every request's KV on the storage nodes) */
 } na_run_offload_args_t;

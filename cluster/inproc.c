@@ -20,6 +20,9 @@
 typedef struct {
     na_asvc_req_t         link;           /* id, next (first) */
     na_slotset_req_t      sr;
+    na_slotset_prompt_t   pr;             /* prefix reuse: the prompt until its
+                                             prefill is done (tokens owned) */
+    uint32_t             *pr_tokens;
 } na_inproc_req_t;
 
 /* A batch on the engines. */
@@ -89,10 +92,76 @@ static na_status_t ip_prefill_done(na_asvc_t *s, uint64_t req)
 {
     na_inproc_t *p = (na_inproc_t *)s;
     na_inproc_req_t *r = na_asvc_req_get(s, p->reqs, req, "prefill_done");
+    na_status_t st;
 
     if (r == NULL)
         return NA_ERR_NOT_FOUND;
-    return na_slotset_prefill_done(p->ss, &r->sr);
+    st = na_slotset_prefill_done(p->ss, &r->sr);
+    if (st == NA_OK && r->pr_tokens != NULL)     /* its whole blocks to the prefix caches */
+        na_slotset_prefix_publish(p->ss, &r->sr, &r->pr);
+    free(r->pr_tokens);
+    r->pr_tokens = NULL;
+    return st;
+}
+
+/* Open with the prompt (docs/prefix-reuse.md): the slots' prefix caches
+ * attach what they hold of it. */
+static na_status_t ip_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
+                                  const na_asvc_prompt_t *pr, int *hit_p)
+{
+    na_inproc_t *p = (na_inproc_t *)s;
+    na_inproc_req_t *r;
+    na_status_t st;
+    int i, n, hit;
+
+    *hit_p = 0;
+    if (pr == NULL || pr->n_tok < 2)
+        return ip_open(s, req, max_tokens);
+    if (ip_find(p, req) != NULL)
+        return na_err(NA_ERR_BUSY, "inproc: request %llu is already open",
+                      (unsigned long long)req);
+    r = calloc(1, sizeof(*r));
+    n = pr->n_tok < max_tokens ? pr->n_tok : max_tokens;
+    if (r == NULL || (r->pr_tokens = malloc(sizeof(uint32_t) * (size_t)n)) == NULL) {
+        free(r);
+        return ip_open(s, req, max_tokens);     /* no reuse for it: prefilled whole */
+    }
+    r->link.id = req;
+    for (i = 0; i < n; i++)
+        r->pr_tokens[i] = (uint32_t)pr->tokens[i];
+    memcpy(r->pr.fp, pr->fp, NA_KVHASH_FP);
+    r->pr.kv_h0 = 0;
+    r->pr.tokens = r->pr_tokens;
+    r->pr.n_tok = n;
+    st = na_slotset_open_near(p->ss, &r->sr, req, max_tokens, s->mc.n_kv_heads, &r->pr);
+    if (st != NA_OK) {
+        free(r->pr_tokens);
+        free(r);
+        return na_err_prefix(st, "inproc: request %llu: ", (unsigned long long)req);
+    }
+    na_asvc_req_push(&p->reqs, &r->link);
+    hit = na_slotset_prefix_attach(p->ss, &r->sr, &r->pr);
+    if (hit < 0) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", na_errmsg());
+        s->ops->release(s, req, (int)NA_ERR_INTERNAL);
+        return na_err(NA_ERR_INTERNAL, "inproc: request %llu: %s", (unsigned long long)req, why);
+    }
+    *hit_p = hit;
+    return NA_OK;
+}
+
+static na_status_t ip_fetch(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok, void *k,
+                            void *v, na_dtype_t dtype)
+{
+    na_inproc_t *p = (na_inproc_t *)s;
+    na_inproc_req_t *r = na_asvc_req_get(s, p->reqs, req, "fetch");
+
+    if (r == NULL)
+        return NA_ERR_NOT_FOUND;
+    if (pos0 != 0)
+        return na_err(NA_ERR_UNSUPPORTED, "inproc: fetch of rows from %d (the prefix only)", pos0);
+    return na_slotset_prefix_read(p->ss, &r->sr, layer, n_tok, k, v, dtype);
 }
 
 /* Batch bi completed on the engines: statuses onto its entries, queue it. */
@@ -205,6 +274,7 @@ static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
         a->k_new = e[i].k;
         a->v_new = e[i].v;
         a->o = e[i].o;
+        a->n_q = e[i].n_q;          /* > 1: a prompt chunk (the slot set splits it) */
         run->rq[run->n] = &r->sr;
         run->owner[run->n++] = i;
     }
@@ -252,6 +322,7 @@ static void ip_release(na_asvc_t *s, uint64_t req, int status)
     ip_finish_all(p);               /* their views may still be in use */
     (void)na_asvc_req_unlink(&p->reqs, req);
     (void)na_slotset_release(p->ss, &r->sr);
+    free(r->pr_tokens);
     free(r);
 }
 
@@ -296,6 +367,7 @@ static void ip_destroy(na_asvc_t *s)
 static const na_asvc_ops_t na_inproc_ops = {
     ip_destroy, ip_open, ip_prefill, ip_prefill_done, ip_submit, ip_poll, ip_release, ip_stats,
     ip_progress, NULL,      /* no storage nodes */
+    ip_open_prefix, ip_fetch,
 };
 
 na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
@@ -317,6 +389,7 @@ na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *
         return na_err(NA_ERR_NOMEM, "inproc: out of memory");
     na_asvc_base_init(&p->base, &na_inproc_ops, "inproc", mc);
     p->base.shares_cores = 1;          /* the slots' engine threads are ours */
+    p->base.prefix_block_tokens = cfg->kv.prefix_cache_mb > 0 ? (int)cfg->kv.block_tokens : 0;
     st = na_slotset_create(&spec, &p->ss);
     if (st != NA_OK) {
         free(p);

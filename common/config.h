@@ -107,6 +107,7 @@ typedef struct {
     long                batches_in_flight;
     na_cfg_pipelining_t pipelining;
     long                max_batch;    /* requests per batch */
+    long                prefill_chunk; /* prompt tokens one batch step takes */
 } na_cfg_parallel_t;
 
 typedef struct {
@@ -114,6 +115,8 @@ typedef struct {
     long          spill_interval;     /* decode steps between writebacks */
     long          prefetch_layers;    /* layers read ahead from SSD */
     na_cfg_tier_t tier;               /* auto | dram (never spill) | ssd (spill everything) */
+    int           prefix_reuse;       /* compute nodes ask for prefix hits */
+    long          prefix_cache_mb;    /* prefix cache per storage node (0 = none) */
 } na_cfg_kv_t;
 
 typedef struct {

@@ -229,6 +229,8 @@ static const na_cfg_field_t na_cfg_parallel_fields[] = {
     ENUM_(pipelining, "fixed", na_cfg_pipe_names,
           "fixed: one compute node; rotational: slices rotate over >= 2 compute nodes"),
     INT_(max_batch, 0, "64", 1, 4096, "most requests in one batch"),
+    INT_(prefill_chunk, 0, "256", 1, 65536, "prompt tokens one batch step takes beside its "
+         "decode rows (chunked prefill on the storage nodes)"),
     NA_CFG_END_
 };
 #undef T
@@ -240,6 +242,9 @@ static const na_cfg_field_t na_cfg_kv_fields[] = {
     INT_(prefetch_layers, 0, "1", 0, 64, "layers whose SSD blocks are read ahead (0 = no prefetch)"),
     ENUM_(tier, "auto", na_cfg_tier_names,
           "auto: DRAM first, SSD when full; dram: never spill; ssd: spill every block"),
+    BOOL_(prefix_reuse, "true", "requests whose prompt starts with blocks a storage node holds reuse their KV"),
+    INT_(prefix_cache_mb, 0, "256", 0, NA_MB_MAX,
+         "KV of finished prompts each storage node keeps for prefix reuse, MiB (0 = none)"),
     NA_CFG_END_
 };
 #undef T

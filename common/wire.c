@@ -22,9 +22,11 @@ enum {
     TEXT_FIXED     = 8,                                               /* REFUSE, BYE */
     HEARTBEAT_SIZE = 16,
     REQ_OPEN_SIZE  = 24,
+    REQ_OPEN_PFX   = 24,                                              /* fp, n, rsvd */
     REQ_REL_SIZE   = 8,
     ERROR_FIXED    = 16,
     ACK_SIZE       = 8,
+    ACK_PFX_SIZE   = 16,
 };
 _Static_assert(HELLO_SIZE == 168 && CHALLENGE_SIZE == 200, "handshake sizes");
 
@@ -491,7 +493,70 @@ static na_status_t req_open_check(na_status_t code, const na_wire_msg_t *m)
     };
     size_t es;
     na_status_t st = na_wire_chk_all(code, "REQ_OPEN", range, NA_WIRE_N(range));
+    if (st == NA_OK && r->n_prefix != 0)
+        st = na_wire_chk(code, "REQ_OPEN", "n_prefix", r->n_prefix, 1,
+                         r->max_tokens < NA_WIRE_MAX_TOKENS ? r->max_tokens : NA_WIRE_MAX_TOKENS);
     return st ? st : na_wire_chk_dtype(code, "REQ_OPEN", "dtype", (uint64_t)r->dtype, &es);
+}
+
+static na_status_t req_open_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    const na_wire_req_open_t *r = &m->u.req_open;
+
+    if (r->n_prefix == 0) {
+        *len_p = REQ_OPEN_SIZE;
+        return NA_OK;
+    }
+    if (r->prefix == NULL)
+        return na_err(NA_ERR_INVALID, "wire REQ_OPEN: %u prefix tokens but no array", r->n_prefix);
+    *len_p = REQ_OPEN_SIZE + REQ_OPEN_PFX + 4ull * r->n_prefix;
+    return NA_OK;
+}
+
+static void req_open_write(const na_wire_msg_t *m, uint8_t *p)
+{
+    const na_wire_req_open_t *r = &m->u.req_open;
+    const uint32_t *t = r->prefix;
+    uint32_t i;
+
+    if (r->n_prefix == 0)
+        return;
+    na_st16(p + 18, 1);                 /* sections: the prefix section follows */
+    p += REQ_OPEN_SIZE;
+    memcpy(p, r->model_fp, NA_WIRE_FP_SIZE);
+    na_st32(p + 16, r->n_prefix);
+    na_st32(p + 20, 0);
+    for (i = 0; i < r->n_prefix; i++)
+        na_st32(p + REQ_OPEN_PFX + 4u * i, t[i]);
+}
+
+static na_status_t req_open_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_wire_req_open_t *r = &m->u.req_open;
+    uint32_t n;
+    na_status_t st;
+
+    if ((st = na_wire_chk(NA_ERR_PROTO, "REQ_OPEN", "sections", na_ld16(p + 18), 0, 1)) != NA_OK)
+        return st;
+    if (na_ld16(p + 18) == 0)
+        return na_wire_chk_len("REQ_OPEN", len, REQ_OPEN_SIZE);
+    if ((st = na_wire_chk_min("REQ_OPEN", len, REQ_OPEN_SIZE + REQ_OPEN_PFX)) != NA_OK)
+        return st;
+    p += REQ_OPEN_SIZE;
+    n = na_ld32(p + 16);
+    if ((st = na_wire_chk(NA_ERR_PROTO, "REQ_OPEN", "n_prefix", n, 1, NA_WIRE_MAX_TOKENS)) != NA_OK ||
+        (st = na_wire_chk_len("REQ_OPEN", len, REQ_OPEN_SIZE + REQ_OPEN_PFX + 4ull * n)) != NA_OK ||
+        (st = na_wire_chk_pad("REQ_OPEN", p, 20, 24)) != NA_OK)
+        return st;
+    memcpy(r->model_fp, p, NA_WIRE_FP_SIZE);
+    r->n_prefix = n;
+    r->prefix = p + REQ_OPEN_PFX;
+    return NA_OK;
+}
+
+uint32_t na_wire_req_open_token(const na_wire_req_open_t *o, uint32_t i)
+{
+    return na_ld32((const uint8_t *)o->prefix + 4u * i);
 }
 
 static na_status_t req_release_check(na_status_t code, const na_wire_msg_t *m)
@@ -528,7 +593,40 @@ static na_status_t error_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 
 static na_status_t ack_check(na_status_t code, const na_wire_msg_t *m)
 {
-    return na_wire_chk(code, "ACK", "about_type", m->u.ack.about_type, 1, NA_WIRE_MSG_COUNT - 1);
+    na_status_t st = na_wire_chk(code, "ACK", "about_type", m->u.ack.about_type, 1,
+                                 NA_WIRE_MSG_COUNT - 1);
+    if (st == NA_OK && m->u.ack.prefix_tokens != 0)
+        st = na_wire_chk(code, "ACK", "prefix_tokens", m->u.ack.prefix_tokens, 1, NA_WIRE_MAX_POS);
+    return st;
+}
+static na_status_t ack_size(const na_wire_msg_t *m, uint64_t *len_p)
+{
+    *len_p = m->u.ack.prefix_tokens ? ACK_PFX_SIZE : ACK_SIZE;
+    return NA_OK;
+}
+static void ack_write(const na_wire_msg_t *m, uint8_t *p)
+{
+    if (m->u.ack.prefix_tokens) {
+        na_st16(p + 2, 1);              /* sections: the prefix count follows */
+        na_st32(p + 8, m->u.ack.prefix_tokens);
+        na_st32(p + 12, 0);
+    }
+}
+static na_status_t ack_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
+{
+    na_status_t st;
+
+    if ((st = na_wire_chk(NA_ERR_PROTO, "ACK", "sections", na_ld16(p + 2), 0, 1)) != NA_OK)
+        return st;
+    if (na_ld16(p + 2) == 0)
+        return na_wire_chk_len("ACK", len, ACK_SIZE);
+    if ((st = na_wire_chk_len("ACK", len, ACK_PFX_SIZE)) != NA_OK ||
+        (st = na_wire_chk_pad("ACK", p, 12, 16)) != NA_OK)
+        return st;
+    m->u.ack.prefix_tokens = na_ld32(p + 8);
+    if (m->u.ack.prefix_tokens == 0)
+        return na_err(NA_ERR_PROTO, "wire ACK: a prefix section with prefix_tokens 0");
+    return NA_OK;
 }
 
 /* ---- dispatch ---------------------------------------------------------------------- */
@@ -579,8 +677,9 @@ static const na_wire_ops_t ops_refuse    = { "REFUSE", TEXT_FIXED, 0, T(refuse_f
                                              text_msg_size, text_msg_write, text_msg_read };
 static const na_wire_ops_t ops_heartbeat = { "HEARTBEAT", HEARTBEAT_SIZE, 1, T(heartbeat_f), NULL, 0, NULL,
                                              NULL, NULL, NULL };
-static const na_wire_ops_t ops_req_open  = { "REQ_OPEN", REQ_OPEN_SIZE, 1, T(req_open_f), T(req_open_ids),
-                                             req_open_check, NULL, NULL, NULL };
+static const na_wire_ops_t ops_req_open  = { "REQ_OPEN", REQ_OPEN_SIZE, 0, T(req_open_f), T(req_open_ids),
+                                             req_open_check, req_open_size, req_open_write,
+                                             req_open_read };
 static const na_wire_ops_t ops_req_rel   = { "REQ_RELEASE", REQ_REL_SIZE, 1, T(req_rel_f), T(req_rel_ids),
                                              req_release_check, NULL, NULL, NULL };
 static const na_wire_ops_t ops_stats_req = { "STATS_REQ", 0, 1, NULL, 0, NULL, 0, NULL, NULL, NULL, NULL };
@@ -588,8 +687,8 @@ static const na_wire_ops_t ops_error     = { "ERROR", ERROR_FIXED, 0, T(error_f)
                                              error_check, error_size, error_write, error_read };
 static const na_wire_ops_t ops_bye       = { "BYE", TEXT_FIXED, 0, T(refuse_f), NULL, 0, NULL,
                                              text_msg_size, text_msg_write, text_msg_read };
-static const na_wire_ops_t ops_ack       = { "ACK", ACK_SIZE, 1, T(ack_f), T(ack_ids), ack_check,
-                                             NULL, NULL, NULL };
+static const na_wire_ops_t ops_ack       = { "ACK", ACK_SIZE, 0, T(ack_f), T(ack_ids), ack_check,
+                                             ack_size, ack_write, ack_read };
 #undef T
 
 static const na_wire_ops_t *const ops_table[NA_WIRE_MSG_COUNT] = {

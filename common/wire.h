@@ -75,7 +75,7 @@
 
 #define NA_WIRE_MAGIC          "NATN"
 #define NA_WIRE_VERSION_MAJOR  2   /* 2: ADDR frame sealed to the handshake */
-#define NA_WIRE_VERSION_MINOR  0
+#define NA_WIRE_VERSION_MINOR  1   /* 1: n_queries per DECODE_ATTN / ATTN_OUT entry */
 #define NA_WIRE_HDR_SIZE       64          /* bytes this version writes */
 #define NA_WIRE_HDR_MAX        256         /* largest hdr_len accepted */
 #define NA_WIRE_ALIGN          64          /* row sections start on this */
@@ -89,6 +89,7 @@
 #define NA_WIRE_MAX_LAYERS     1024        /* layer < this */
 #define NA_WIRE_MAX_POS        (1u << 24)  /* token positions < this (16 Mi) */
 #define NA_WIRE_MAX_TOKENS     (1u << 20)  /* tokens in one PREFILL_KV / KV_DATA */
+#define NA_WIRE_MAX_QUERIES    65536       /* queries (prompt tokens) of one DECODE_ATTN entry */
 #define NA_WIRE_NAME_MAX       64          /* node/cluster names incl. NUL (<= 63 chars) */
 #define NA_WIRE_TEXT_MAX       256         /* REFUSE / ERROR text bytes (no NUL on wire) */
 #define NA_WIRE_STATS_MAX      256         /* key/value pairs in one STATS */
@@ -233,8 +234,15 @@ typedef struct {
 
 /* REQ_OPEN payload (request_id in header): max_tokens u32, n_layers u32,
  * kv_h0 u16, kv_h1 u16, head_dim u16, q_per_kv u16, dtype u16 (KV storage
- * type: f32/f16/bf16), rsvd u16, rsvd u32. 24 bytes. The storage node
- * answers ACK or ERROR (e.g. NA_ERR_NOSPACE). */
+ * type: f32/f16/bf16), sections u16, rsvd u32. 24 bytes. The storage node
+ * answers ACK or ERROR (e.g. NA_ERR_NOSPACE).
+ * Optional prefix section (prefix reuse, docs/prefix-reuse.md), present when
+ * sections is 1 (0: absent): model_fp[16], n_prefix u32, rsvd u32,
+ * then n_prefix token ids u32 (the prompt's leading tokens the node may
+ * already hold KV of). The node hashes them itself (common/kvhash.h) and
+ * answers with an ACK whose prefix_tokens says how many leading tokens it
+ * attached to the request (0: none). */
+#define NA_WIRE_FP_SIZE 16
 typedef struct {
     uint64_t request_id;
     uint32_t max_tokens;                 /* 1..NA_WIRE_MAX_POS: prompt + generated */
@@ -243,7 +251,14 @@ typedef struct {
     uint16_t head_dim;
     uint16_t q_per_kv;                   /* query heads per kv head (GQA ratio) */
     na_dtype_t dtype;
+    uint32_t n_prefix;                   /* 0 (no section), 1..min(max_tokens, MAX_TOKENS) */
+    uint8_t  model_fp[NA_WIRE_FP_SIZE];  /* the model's fingerprint (opaque) */
+    const void *prefix;                  /* encode: uint32_t[n_prefix]; decode: the raw
+                                            little-endian ids (na_wire_req_open_token) */
 } na_wire_req_open_t;
+
+/* Token i of a REQ_OPEN's prefix section (i < n_prefix). */
+uint32_t na_wire_req_open_token(const na_wire_req_open_t *o, uint32_t i);
 
 /* REQ_RELEASE payload (request_id in header): status i32 (0 = normal end), rsvd u32. */
 typedef struct {
@@ -283,28 +298,38 @@ typedef struct {
  *   n_entries u32, entry_base u32, batch_total u32, head_dim u16, q_per_kv u16,
  *   dtype u16, rsvd u16, scale f32, rsvd u64                     (32 bytes)
  *   entry table: n_entries x {request_id u64, position u32, kv_h0 u16, kv_h1 u16,
- *                             offset u32, rsvd u32}                 (24 bytes each)
+ *                             offset u32, n_queries u32}            (24 bytes each)
  *   pad to 64
  *   per entry i, at `offset` (a multiple of 64: the previous entry's end
- *   rounded up, the first right after the padded table), contiguous:
- *     q     [(kv_h1-kv_h0)*q_per_kv][head_dim]   (query head of kv head h: rows
- *                                                 (h-h0)*q_per_kv .. +q_per_kv-1)
- *     k_new [kv_h1-kv_h0][head_dim]
- *     v_new [kv_h1-kv_h0][head_dim]
+ *   rounded up, the first right after the padded table), contiguous, with
+ *   nq = n_queries (0 is read as 1: encoders before version 2.1 wrote 0):
+ *     q     [nq][(kv_h1-kv_h0)*q_per_kv][head_dim] (query head of kv head h:
+ *                                           rows (h-h0)*q_per_kv .. +q_per_kv-1)
+ *     k_new [nq][kv_h1-kv_h0][head_dim]
+ *     v_new [nq][kv_h1-kv_h0][head_dim]
  * The table comes first so a receiver knows every entry's place; entry i's
  * rows end at na_wire_attn_entry_end(), so attention on the first entries can
  * start before the last ones are in (na_wire_decode_attn_prefix). A batch may
  * also be split into several messages: entries [entry_base, entry_base +
  * n_entries) of batch_total, flag MORE on all but the last. position is the
  * new token's position: after appending k_new/v_new the request has
- * position+1 tokens, and attention runs over all of them. */
+ * position+1 tokens, and attention runs over all of them. An entry of
+ * n_queries > 1 is a chunk of a prompt (chunked prefill): row t = 0..nq-1
+ * is token position+t; the node appends all nq K/V rows and query t attends
+ * over the position+t+1 tokens up to its own (causal), exactly as nq
+ * single-query entries sent one step after another would. */
 typedef struct {
     uint64_t request_id;
-    uint32_t position;                   /* < NA_WIRE_MAX_POS */
+    uint32_t position;                   /* position + nq <= NA_WIRE_MAX_POS */
     uint16_t kv_h0, kv_h1;
-    const void *q;                       /* [(kv_h1-kv_h0)*q_per_kv][head_dim] */
-    const void *k;                       /* [kv_h1-kv_h0][head_dim] */
-    const void *v;                       /* [kv_h1-kv_h0][head_dim] */
+    uint32_t n_queries;                  /* 1..NA_WIRE_MAX_QUERIES (0 = 1) */
+    const void *q;                       /* [nq][(kv_h1-kv_h0)*q_per_kv][head_dim] */
+    const void *k;                       /* [nq][kv_h1-kv_h0][head_dim] */
+    const void *v;                       /* [nq][kv_h1-kv_h0][head_dim] */
+    /* encode only: elements of dtype from one query's q (k, v) rows to the
+     * next one's; 0 = packed. A head range of wider rows goes out without a
+     * copy. Decode sets 0 (rows are packed on the wire). */
+    size_t   q_stride, kv_stride;
 } na_wire_attn_entry_t;
 
 typedef struct {
@@ -322,16 +347,17 @@ typedef struct {
  *   n_entries u32, entry_base u32, batch_total u32, head_dim u16, q_per_kv u16,
  *   dtype u16, rsvd u16, rsvd u32, rsvd u64                     (32 bytes)
  *   entry table: n_entries x {request_id u64, status i32, kv_h0 u16, kv_h1 u16,
- *                             offset u32, rsvd u32}                 (24 bytes each)
+ *                             offset u32, n_queries u32}            (24 bytes each)
  *   pad to 64, per entry at `offset` (placed as in DECODE_ATTN):
- *     o [(kv_h1-kv_h0)*q_per_kv][head_dim]
+ *     o [nq][(kv_h1-kv_h0)*q_per_kv][head_dim]   (nq = n_queries, 0 read as 1)
  * Rows are present for every entry; for status != 0 they are zero and the
  * status (a negative na_status_t) says why that request failed. */
 typedef struct {
     uint64_t request_id;
     int32_t  status;                     /* 0 or a negative na_status_t */
     uint16_t kv_h0, kv_h1;
-    const void *o;                       /* [(kv_h1-kv_h0)*q_per_kv][head_dim] */
+    uint32_t n_queries;                  /* as asked (1..NA_WIRE_MAX_QUERIES; 0 = 1) */
+    const void *o;                       /* [nq][(kv_h1-kv_h0)*q_per_kv][head_dim] */
 } na_wire_out_entry_t;
 
 typedef struct {
@@ -368,11 +394,15 @@ typedef struct {
     char     text[NA_WIRE_TEXT_MAX + 1];
 } na_wire_error_t;
 
-/* ACK (request_id in header): about_type u16, rsvd u16, about_seq u32. */
+/* ACK (request_id in header): about_type u16, sections u16, about_seq u32;
+ * then, when sections is 1 (only when prefix_tokens != 0), prefix_tokens u32,
+ * rsvd u32 (16 bytes). */
 typedef struct {
     uint64_t request_id;
     uint16_t about_type;                 /* REQ_OPEN, REQ_RELEASE, PREFILL_KV, ... */
     uint32_t about_seq;
+    uint32_t prefix_tokens;              /* REQ_OPEN: leading prompt tokens the node
+                                            attached from its prefix cache (0: none) */
 } na_wire_ack_t;
 
 /* BYE: reason u16 (a na_wire_refuse_t or 0 = normal), text_len u16, rsvd u32, text. */

@@ -164,7 +164,8 @@ typedef struct {
     NA_WIRE_FIELD(14, 2, type, q_per_kv), NA_WIRE_FIELD(16, 2, type, dtype)
 #define BATCH_IDS(type) NA_WIRE_ID(batch_id, type, batch_id), NA_WIRE_ID(layer, type, layer)
 /* Entry tables: request_id u64, position u32 (ATTN) or status i32 (OUT),
- * kv_h0 u16, kv_h1 u16, then the rows' offset u32 (written by the loops). */
+ * kv_h0 u16, kv_h1 u16, then the rows' offset u32 and n_queries u32 (written
+ * by the loops; n_queries 0 is read as 1, what encoders before 2.1 wrote). */
 #define ENTRY_FIELDS(type, word2) \
     NA_WIRE_FIELD(0, 8, type, request_id), NA_WIRE_FIELD(8, 4, type, word2), \
     NA_WIRE_FIELD(12, 2, type, kv_h0), NA_WIRE_FIELD(14, 2, type, kv_h1)
@@ -195,16 +196,19 @@ static uint64_t rows_start(uint32_t n)
     return na_wire_align_up(ATTN_FIXED + (uint64_t)n * ATTN_ENTRY);
 }
 
-/* Check one entry's head range and place its rows (row_bytes per kv head)
- * at *off_p, which advances to the next entry's place. */
+/* Check one entry's head range and query count and place its rows
+ * (row_bytes per kv head and query) at *off_p, which advances to the next
+ * entry's place. */
 static na_status_t entry_place(na_status_t code, const char *who, uint32_t i, uint64_t h0,
-                               uint64_t h1, uint64_t row_bytes, uint64_t *off_p, uint64_t *end_p)
+                               uint64_t h1, uint64_t nq, uint64_t row_bytes, uint64_t *off_p,
+                               uint64_t *end_p)
 {
     na_status_t st;
     if ((st = na_wire_chk_i(code, who, "entries", i, "kv_h0", h0, 0, NA_WIRE_MAX_KV_HEADS - 1)) != NA_OK ||
-        (st = na_wire_chk_i(code, who, "entries", i, "kv_h1", h1, h0 + 1, NA_WIRE_MAX_KV_HEADS)) != NA_OK)
+        (st = na_wire_chk_i(code, who, "entries", i, "kv_h1", h1, h0 + 1, NA_WIRE_MAX_KV_HEADS)) != NA_OK ||
+        (st = na_wire_chk_i(code, who, "entries", i, "n_queries", nq, 0, NA_WIRE_MAX_QUERIES)) != NA_OK)
         return st;
-    *end_p = *off_p + (h1 - h0) * row_bytes;
+    *end_p = *off_p + (h1 - h0) * (nq ? nq : 1) * row_bytes;
     if (*end_p > NA_WIRE_MAX_PAYLOAD)
         return na_err(code, "wire %s: entries[%" PRIu32 "] ends at byte %" PRIu64
                       ", over the payload limit %llu", who, i, *end_p, NA_WIRE_MAX_PAYLOAD);
@@ -214,13 +218,14 @@ static na_status_t entry_place(na_status_t code, const char *who, uint32_t i, ui
 /* Write entry i's table row (e, described by f) with its rows' offset, and
  * zero the padding before the next entry's rows (at the returned offset). */
 static uint64_t entry_write(uint8_t *p, uint32_t i, uint32_t n, const void *e,
-                            const na_wire_field_t *f, uint64_t off, uint64_t end)
+                            const na_wire_field_t *f, uint32_t nq, uint64_t off, uint64_t end)
 {
     uint8_t *t = p + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
     uint64_t next = na_wire_align_up(end);
 
     na_wire_put(t, e, f, 4);
     na_st32(t + 16, (uint32_t)off);
+    na_st32(t + 20, nq ? nq : 1);
     if (i + 1 < n)
         memset(p + end, 0, next - end);
     return next;
@@ -263,11 +268,12 @@ static na_status_t entries_size(const char *who, const batch_t *b, size_t es, ui
     for (i = 0; i < b->n; i++) {
         uint64_t id = ae ? ae[i].request_id : oe[i].request_id;
         uint16_t h0 = ae ? ae[i].kv_h0 : oe[i].kv_h0, h1 = ae ? ae[i].kv_h1 : oe[i].kv_h1;
+        uint32_t nq = ae ? ae[i].n_queries : oe[i].n_queries;
         if ((st = na_wire_chk_i(NA_ERR_INVALID, who, "entries", i, "request_id", id, 1, UINT64_MAX)) != NA_OK ||
             (st = ae ? na_wire_chk_i(NA_ERR_INVALID, who, "entries", i, "position", ae[i].position, 0,
-                                     NA_WIRE_MAX_POS - 1)
+                                     NA_WIRE_MAX_POS - (nq ? nq : 1))
                      : status_check(NA_ERR_INVALID, who, "entries", i, oe[i].status)) != NA_OK ||
-            (st = entry_place(NA_ERR_INVALID, who, i, h0, h1, row, &off, &end)) != NA_OK)
+            (st = entry_place(NA_ERR_INVALID, who, i, h0, h1, nq, row, &off, &end)) != NA_OK)
             return st;
         off = na_wire_align_up(end);
     }
@@ -300,13 +306,23 @@ static void attn_write(const na_wire_msg_t *m, uint8_t *p)
     na_st32(p + 20, na_f32_bits(a->scale));
     for (i = 0; i < a->n_entries; i++) {
         const na_wire_attn_entry_t *e = &a->entries[i];
-        uint64_t nh = (uint64_t)(e->kv_h1 - e->kv_h0);
-        qb = nh * a->q_per_kv * a->head_dim * es;
+        uint64_t nh = (uint64_t)(e->kv_h1 - e->kv_h0), nq = e->n_queries ? e->n_queries : 1, t;
+        uint64_t qs, ks;
+        uint8_t *q_at, *k_at, *v_at;
+        qb = nh * a->q_per_kv * a->head_dim * es;     /* one query's rows */
         kb = nh * a->head_dim * es;
-        if (e->q) memcpy(p + off, e->q, qb);
-        if (e->k) memcpy(p + off + qb, e->k, kb);
-        if (e->v) memcpy(p + off + qb + kb, e->v, kb);
-        off = entry_write(p, i, a->n_entries, e, attn_entry_f, off, off + qb + 2 * kb);
+        qs = e->q_stride ? e->q_stride * es : qb;     /* source strides, bytes */
+        ks = e->kv_stride ? e->kv_stride * es : kb;
+        q_at = p + off;
+        k_at = q_at + nq * qb;
+        v_at = k_at + nq * kb;
+        for (t = 0; t < nq; t++) {
+            if (e->q) memcpy(q_at + t * qb, (const uint8_t *)e->q + t * qs, qb);
+            if (e->k) memcpy(k_at + t * kb, (const uint8_t *)e->k + t * ks, kb);
+            if (e->v) memcpy(v_at + t * kb, (const uint8_t *)e->v + t * ks, kb);
+        }
+        off = entry_write(p, i, a->n_entries, e, attn_entry_f, (uint32_t)nq, off,
+                          off + nq * (qb + 2 * kb));
     }
 }
 
@@ -328,19 +344,22 @@ static na_status_t table_read(const char *who, const batch_t *b, size_t es, uint
     for (i = 0; i < b->n; i++) {
         const uint8_t *t = p + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
         uint64_t id = na_ld64(t), h0 = na_ld16(t + 12), h1 = na_ld16(t + 14), o = na_ld32(t + 16);
+        uint64_t nq = na_ld32(t + 20);
         if ((st = na_wire_chk_i(NA_ERR_PROTO, who, "entries", i, "request_id", id, 1, UINT64_MAX)) != NA_OK)
             return st;
         if (is_out) {
             if ((st = status_check(NA_ERR_PROTO, who, "entries", i, (int32_t)na_ld32(t + 8))) != NA_OK)
                 return st;
-        } else if ((st = na_wire_chk_i(NA_ERR_PROTO, who, "entries", i, "position", na_ld32(t + 8),
-                                       0, NA_WIRE_MAX_POS - 1)) != NA_OK) {
+        } else if ((st = na_wire_chk_i(NA_ERR_PROTO, who, "entries", i, "n_queries", nq, 0,
+                                       NA_WIRE_MAX_QUERIES)) != NA_OK ||
+                   (st = na_wire_chk_i(NA_ERR_PROTO, who, "entries", i, "position", na_ld32(t + 8),
+                                       0, NA_WIRE_MAX_POS - (nq ? nq : 1))) != NA_OK) {
             return st;
         }
         if (o != off)
             return na_err(NA_ERR_PROTO, "wire %s: field 'entries[%" PRIu32 "].offset' = %" PRIu64
                           ", the layout puts it at %" PRIu64, who, i, o, off);
-        if ((st = entry_place(NA_ERR_PROTO, who, i, h0, h1, row, &off, &end)) != NA_OK)
+        if ((st = entry_place(NA_ERR_PROTO, who, i, h0, h1, nq, row, &off, &end)) != NA_OK)
             return st;
         if (ready_run && end <= avail) {
             ready++;
@@ -420,7 +439,7 @@ static na_status_t attn_read(const uint8_t *p, uint64_t len, na_wire_msg_t *m)
 na_status_t na_wire_attn_get(const na_wire_attn_t *m, uint32_t i, na_wire_attn_entry_t *e_p)
 {
     const uint8_t *t;
-    uint64_t nh, off, qb, kb;
+    uint64_t nh, nq, off, qb, kb;
     size_t es;
     na_status_t st = na_wire_row("DECODE_ATTN", "entry", i, m ? m->n_entries : 0,
                                  m ? m->entries : NULL, sizeof(*e_p), e_p);
@@ -429,11 +448,14 @@ na_status_t na_wire_attn_get(const na_wire_attn_t *m, uint32_t i, na_wire_attn_e
         return st;
     es = na_dtype_bytes(m->dtype, 1);
     t = m->raw + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
+    memset(e_p, 0, sizeof(*e_p));
     na_wire_get(e_p, t, attn_entry_f, NA_WIRE_N(attn_entry_f));
     off = na_ld32(t + 16);
+    nq = na_ld32(t + 20) ? na_ld32(t + 20) : 1;
+    e_p->n_queries = (uint32_t)nq;
     nh = (uint64_t)(e_p->kv_h1 - e_p->kv_h0);
-    qb = nh * m->q_per_kv * m->head_dim * es;
-    kb = nh * m->head_dim * es;
+    qb = nq * nh * m->q_per_kv * m->head_dim * es;
+    kb = nq * nh * m->head_dim * es;
     e_p->q = m->raw + off;
     e_p->k = m->raw + off + qb;
     e_p->v = m->raw + off + qb + kb;
@@ -465,12 +487,13 @@ static void out_write(const na_wire_msg_t *m, uint8_t *p)
     memset(p + ATTN_FIXED, 0, off - ATTN_FIXED);
     for (i = 0; i < a->n_entries; i++) {
         const na_wire_out_entry_t *e = &a->entries[i];
-        ob = (uint64_t)(e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim * es;
+        uint32_t nq = e->n_queries ? e->n_queries : 1;
+        ob = (uint64_t)nq * (e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim * es;
         if (e->o)
             memcpy(p + off, e->o, ob);
         else if (e->status != 0)
             memset(p + off, 0, ob);
-        off = entry_write(p, i, a->n_entries, e, out_entry_f, off, off + ob);
+        off = entry_write(p, i, a->n_entries, e, out_entry_f, nq, off, off + ob);
     }
 }
 
@@ -501,7 +524,9 @@ na_status_t na_wire_attn_out_get(const na_wire_attn_out_t *m, uint32_t i, na_wir
     if (st || m->entries)
         return st;
     t = m->raw + ATTN_FIXED + (uint64_t)i * ATTN_ENTRY;
+    memset(e_p, 0, sizeof(*e_p));
     na_wire_get(e_p, t, out_entry_f, NA_WIRE_N(out_entry_f));
+    e_p->n_queries = na_ld32(t + 20) ? na_ld32(t + 20) : 1;
     e_p->o = m->raw + na_ld32(t + 16);
     return NA_OK;
 }

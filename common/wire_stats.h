@@ -35,6 +35,12 @@ typedef enum {
     NA_STAT_N_KV_HEADS,
     NA_STAT_HEAD_DIM,
     NA_STAT_KV_DTYPE,           /* na_dtype_t */
+    /* prefix reuse (docs/prefix-reuse.md) */
+    NA_STAT_PREFIX_HIT_TOKENS,  /* prompt tokens attached from the prefix caches */
+    NA_STAT_PREFIX_ASKED_TOKENS,/* prompt tokens looked up (whole blocks, last token excluded) */
+    NA_STAT_PREFIX_CACHE_BYTES, /* KV the prefix caches hold now */
+    NA_STAT_PREFIX_EVICTED,     /* blocks dropped for the budget */
+    NA_STAT_PREFIX_COLLISIONS,  /* key matches that were other blocks (never served) */
     NA_STAT_NODE_COUNT
 } na_stat_node_t;
 

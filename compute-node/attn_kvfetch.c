@@ -288,9 +288,25 @@ static na_status_t kf_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
         return na_err(NA_ERR_INVALID, "kv-fetch: batch %d already in flight or out of range",
                       batch);
     for (i = 0; i < n; i++) {
+        int t, nq = e[i].n_q > 1 ? e[i].n_q : 1;
         e[i].status = NA_OK;
         e[i].reason[0] = '\0';
-        kf_entry(p, layer, &e[i]);
+        /* a prompt chunk: its queries one after another, each over the
+         * tokens up to its own (this service is synchronous) */
+        for (t = 0; t < nq && e[i].status == NA_OK; t++) {
+            na_asvc_entry_t one = e[i];
+            one.pos = e[i].pos + t;
+            one.n_q = 1;
+            one.q = e[i].q + (size_t)t * (size_t)s->q_dim;
+            one.k = e[i].k + (size_t)t * (size_t)s->kv_dim;
+            one.v = e[i].v + (size_t)t * (size_t)s->kv_dim;
+            one.o = e[i].o + (size_t)t * (size_t)s->q_dim;
+            kf_entry(p, layer, &one);
+            if (one.status != NA_OK) {
+                e[i].status = one.status;
+                snprintf(e[i].reason, sizeof(e[i].reason), "%s", one.reason);
+            }
+        }
     }
     p->st.decode_entries += (uint64_t)n;
     p->busy[batch] = 1;
@@ -388,6 +404,7 @@ static void kf_destroy(na_asvc_t *s)
 static const na_asvc_ops_t na_kvfetch_ops = {
     kf_destroy, kf_open, kf_prefill, kf_prefill_done, kf_submit, kf_poll, kf_release, kf_stats,
     kf_progress, NULL,      /* no per-node counters */
+    NULL, NULL,             /* no prefix reuse */
 };
 
 na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t *mc,

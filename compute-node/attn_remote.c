@@ -368,6 +368,7 @@ static void rm_node_end(rm_t *p, int j, const char *why, int left)
     if (!nd->alive)
         return;
     nd->alive = 0;
+    na_pfx_map_forget(p->pmap, j);      /* what it held is gone with it */
     rm_copy(tmp, 120, why);
     rm_copy(nm, sizeof(nm), nd->name);
     snprintf(nd->why, sizeof(nd->why), "storage node %.60s %s: %.110s", nm,
@@ -443,6 +444,9 @@ static void rm_counters(const na_wire_stats_t *s, rm_counters_t *c)
     c->dram_used = v.slot_sum[NA_STAT_SLOT_DRAM_USED];
     c->ssd_used = v.slot_sum[NA_STAT_SLOT_SSD_USED];
     c->dec_ns = v.node[NA_STAT_DECODE_NS];
+    c->pfx_hit = v.node[NA_STAT_PREFIX_HIT_TOKENS];
+    c->pfx_bytes = v.node[NA_STAT_PREFIX_CACHE_BYTES];
+    c->prefill_tok = v.node[NA_STAT_PREFILL_TOKENS];
     thr = v.node[NA_STAT_ATTN_THREADS] > 0 ? v.node[NA_STAT_ATTN_THREADS] : 1;
     c->comp_ns = v.slot_sum[NA_STAT_SLOT_ATTN_COMPUTE_NS] / thr;
 }
@@ -583,6 +587,9 @@ static na_status_t rm_node_read(rm_t *p, int j, rm_counters_t *c)
     if (st == NA_OK) {
         p->nodes[j].kv_dram = c->dram_used;
         p->nodes[j].kv_ssd = c->ssd_used;
+        p->nodes[j].pfx_hit = c->pfx_hit;
+        p->nodes[j].pfx_bytes = c->pfx_bytes;
+        p->nodes[j].prefill_tok = c->prefill_tok;
     }
     return st;
 }
@@ -676,6 +683,7 @@ static void rm_destroy(na_asvc_t *s)
             free(p->b[bi].map[j]);
     na_sc_dir_destroy(p->dir);          /* its list only: it connected nothing */
     na_ses_destroy(p->ses);
+    na_pfx_map_destroy(p->pmap);
     free(p);
 }
 
@@ -704,13 +712,17 @@ int rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
         }
         o->kv_dram_bytes = nd->kv_dram;
         o->kv_ssd_bytes = nd->kv_ssd;
+        o->prefix_hit_tokens = nd->pfx_hit;
+        o->prefill_tokens = nd->prefill_tok / (uint64_t)(s->mc.n_layers > 0 ? s->mc.n_layers : 1);
+                                        /* node.prefill_tokens counts each layer's rows */
+        o->prefix_cache_bytes = nd->pfx_bytes;
     }
     return n;
 }
 
 static const na_asvc_ops_t na_remote_ops = {
     rm_destroy, rm_open, rm_prefill, rm_prefill_done, rm_submit, rm_poll, rm_release, rm_stats,
-    rm_progress, rm_node_stats,
+    rm_progress, rm_node_stats, rm_open_prefix, rm_fetch,
 };
 
 na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *mc,
@@ -731,9 +743,14 @@ na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *
     p->base.shares_cores = na_xp_cfg_shares_cores(cfg, name);
     p->cfg = cfg;
     p->head_part = cfg->parallel.partition == NA_CFG_PARTITION_HEAD;
+    /* head partition: no prefix reuse (rm_open_prefix offers no prompt) */
+    p->base.prefix_block_tokens = p->head_part || cfg->kv.prefix_cache_mb <= 0 ? 0 :
+                                  (int)cfg->kv.block_tokens;
     p->kv_dtype = kv_dtype;
+    p->pmap = na_pfx_map_create(1 << 16);   /* NULL: placement without the guess */
     st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "remote", p, &p->ses);
     if (st != NA_OK) {
+        na_pfx_map_destroy(p->pmap);
         free(p);
         return st;
     }

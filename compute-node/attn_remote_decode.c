@@ -107,6 +107,9 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
             we[k].position = (uint32_t)x->pos;
             we[k].kv_h0 = (uint16_t)h0;
             we[k].kv_h1 = (uint16_t)h1;
+            we[k].n_queries = x->n_q > 1 ? (uint32_t)x->n_q : 1;
+            we[k].q_stride = (size_t)s->q_dim;      /* a prompt chunk's rows */
+            we[k].kv_stride = (size_t)s->kv_dim;
             we[k].q = x->q + (size_t)h0 * qpk * hd;
             we[k].k = x->k + (size_t)h0 * hd;
             we[k].v = x->v + (size_t)h0 * hd;
@@ -225,6 +228,10 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
             snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with KV heads "
                      "[%u, %u) where [%d, %d) were asked", a->batch_id, a->layer,
                      a->entry_base + k, oe.kv_h0, oe.kv_h1, h0, h1);
+        else if (oe.n_queries != (uint32_t)(x->n_q > 1 ? x->n_q : 1))
+            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with %u queries "
+                     "where %d were asked", a->batch_id, a->layer, a->entry_base + k,
+                     oe.n_queries, x->n_q > 1 ? x->n_q : 1);
         else if (oe.status > 0 || oe.status < (int32_t)NA_ERR_VERSION)
             snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with status %d, "
                      "which is no status", a->batch_id, a->layer, a->entry_base + k,
@@ -247,8 +254,13 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
             rm_entry_fail(x, (na_status_t)oe.status, why);
             continue;
         }
-        na_wire_rows_to_f32(oe.o, a->dtype, (size_t)(h1 - h0) * qpk * hd,
-                            x->o + (size_t)h0 * qpk * hd);
+        {
+            const size_t cnt = (size_t)(h1 - h0) * qpk * hd, es = na_dtype_bytes(a->dtype, 1);
+            uint32_t t;
+            for (t = 0; t < oe.n_queries; t++)      /* query t's heads of this node */
+                na_wire_rows_to_f32((const uint8_t *)oe.o + t * cnt * es, a->dtype, cnt,
+                                    x->o + (size_t)t * p->base.q_dim + (size_t)h0 * qpk * hd);
+        }
     }
     b->want[j] &= ~(1u << (a->entry_base / (uint32_t)b->chunk[j]));
     if (b->want[j] == 0)

@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "compute-node/attn_service.h"
+#include "compute-node/prefix.h"
 #include "compute-node/storage_dir.h"
 #include "rdma/session.h"
 
@@ -37,6 +38,8 @@ typedef struct {
     uint64_t attn_calls;           /* batches it answered (rm_batch_node_done) */
     uint64_t attn_rt_ns;           /* their summed submit -> its last answer */
     uint64_t kv_dram, kv_ssd;      /* its slots' dram_used / ssd_used, last STATS */
+    uint64_t pfx_hit, pfx_bytes, prefill_tok; /* node.prefix_hit_tokens, prefix_cache_bytes,
+                                                 prefill_tokens of its last STATS */
 } rm_node_t;
 
 typedef struct {
@@ -49,6 +52,8 @@ typedef struct {
     int      pf_open;               /* MORE parts sent since the last closing part */
     na_status_t pf_st;              /* first failed part (NA_OK: none) */
     char     pf_why[NA_ASVC_REASON_MAX];
+    int      pos0;                  /* prompt tokens its node attached (prefix reuse):
+                                       its prefill ships positions pos0 .. */
 } rm_req_t;
 
 /* A batch in flight. */
@@ -73,6 +78,8 @@ typedef struct {
     uint64_t comp_ns;               /* sum of s<i>.attn_compute_ns / node.attn_threads */
     uint64_t csd_noop, csd_launches, csd_p2p;   /* s<i>.csd_* summed (engine csd) */
     uint64_t dram_used, ssd_used;   /* s<i>.dram_used / ssd_used summed */
+    uint64_t pfx_hit, pfx_bytes;    /* node.prefix_hit_tokens / prefix_cache_bytes */
+    uint64_t prefill_tok;           /* node.prefill_tokens */
 } rm_counters_t;
 
 typedef struct {
@@ -92,6 +99,7 @@ typedef struct {
     int         dir_seen;           /* its entries looked at */
     uint64_t    next_layout_ns;     /* next look at it */
     na_asvc_stats_t st;
+    na_pfx_map_t *pmap;             /* prefix blocks sent to each node (placement guess) */
 } rm_t;
 
 /* attn_remote.c: the service and its nodes */
@@ -117,6 +125,10 @@ int         rm_node_of(rm_t *p, na_peer_t *peer);
 
 /* attn_remote_req.c: a request's life on its nodes (the service's calls) */
 na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens);
+na_status_t rm_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
+                           const na_asvc_prompt_t *pr, int *hit_p);
+na_status_t rm_fetch(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok, void *k,
+                     void *v, na_dtype_t dtype);
 na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
                        const void *v, na_dtype_t dtype, int n_tok);
 na_status_t rm_prefill_done(na_asvc_t *s, uint64_t req);

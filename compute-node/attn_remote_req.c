@@ -14,13 +14,70 @@
 #include "common/log.h"
 #include "compute-node/attn_remote_internal.h"
 
+/* The ACK of a REQ_OPEN: how many prompt tokens the node attached. */
+static void rm_open_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
+                          const na_ses_in_t *in)
+{
+    (void)ctx;
+    (void)peer;
+    if (st == NA_OK && in != NULL && in->m->type == NA_WIRE_MSG_ACK)
+        *(int *)arg = (int)in->m->u.ack.prefix_tokens;
+}
+
+/* Request partition: the live node to try next. Among the nodes within the
+ * balance bound (at most 2 + min/4 open requests more than the least loaded
+ * one) the one likely to hold the longest prefix of the prompt (keys[0..nk),
+ * p->pmap), then the least loaded, from p->rr on. -1: none alive. */
+static int rm_pick(rm_t *p, const na_kvhash_t *keys, int nk)
+{
+    long lo = -1, bound;
+    int best = -1, best_pfx = -1, j;
+
+    for (j = 0; j < p->n_nodes; j++)
+        if (p->nodes[j].alive && (lo < 0 || p->nodes[j].n_open < lo))
+            lo = p->nodes[j].n_open;
+    if (lo < 0)
+        return -1;
+    bound = nk > 0 ? lo + 2 + lo / 4 : lo;
+    for (j = 0; j < p->n_nodes; j++) {
+        int jj = (p->rr + j) % p->n_nodes, pfx;
+        if (!p->nodes[jj].alive || p->nodes[jj].n_open > bound)
+            continue;
+        pfx = nk > 0 ? na_pfx_map_longest(p->pmap, keys, nk, jj) : 0;
+        if (best < 0 || pfx > best_pfx ||
+            (pfx == best_pfx && p->nodes[jj].n_open < p->nodes[best].n_open)) {
+            best = jj;
+            best_pfx = pfx;
+        }
+    }
+    return best;
+}
+
+static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
+                                const na_asvc_prompt_t *pr, int *hit_p);
+
 na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
+{
+    int hit = 0;
+    return rm_open_with(s, req, max_tokens, NULL, &hit);
+}
+
+na_status_t rm_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
+                           const na_asvc_prompt_t *pr, int *hit_p)
+{
+    return rm_open_with(s, req, max_tokens, ((rm_t *)s)->head_part ? NULL : pr, hit_p);
+}
+
+static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
+                                const na_asvc_prompt_t *pr, int *hit_p)
 {
     rm_t *p = (rm_t *)s;
     na_wire_msg_t m;
     rm_req_t *r;
     na_status_t st = NA_ERR_PEER;
-    int j, t;
+    uint32_t *ids = NULL;
+    na_kvhash_t *keys = NULL;
+    int j, t, nk = 0, hit = 0;
 
     r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -48,21 +105,41 @@ na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
         }
     } else {
         m.u.req_open.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+        if (pr != NULL && pr->n_tok >= 2) {     /* prefix reuse: offer the prompt */
+            int bt = (int)p->cfg->kv.block_tokens, n = pr->n_tok, i;
+            if (n > max_tokens)
+                n = max_tokens;
+            if (n > (int)NA_WIRE_MAX_TOKENS)
+                n = (int)NA_WIRE_MAX_TOKENS;
+            ids = malloc(sizeof(uint32_t) * (size_t)n);
+            keys = bt > 0 ? malloc(sizeof(na_kvhash_t) * (size_t)(n / bt + 1)) : NULL;
+            if (ids != NULL) {
+                for (i = 0; i < n; i++)
+                    ids[i] = (uint32_t)pr->tokens[i];
+                m.u.req_open.n_prefix = (uint32_t)n;
+                m.u.req_open.prefix = ids;
+                memcpy(m.u.req_open.model_fp, pr->fp, NA_WIRE_FP_SIZE);
+            }
+            if (keys != NULL)
+                nk = na_pfx_keys(pr->fp, bt, 0, s->mc.n_kv_heads, p->kv_dtype, pr->tokens, n,
+                                 keys, n / bt + 1);
+        }
         rm_retry_late(p);
         for (t = 0; t < p->n_nodes; t++) {
-            int best = -1;
-            for (j = 0; j < p->n_nodes; j++) {
-                int jj = (p->rr + j) % p->n_nodes;
-                if (p->nodes[jj].alive && (best < 0 || p->nodes[jj].n_open < p->nodes[best].n_open))
-                    best = jj;
-            }
+            int best = rm_pick(p, keys, nk);
             if (best < 0)
                 break;
-            st = rm_call(p, best, &m, NA_WIRE_MSG_ACK, 0, 0, NULL, 0);
+            hit = 0;
+            st = rm_call(p, best, &m, NA_WIRE_MSG_ACK, 0, 0, rm_open_reply, (uintptr_t)&hit);
             if (st == NA_OK) {
                 r->own[r->n_own++] = best;
                 p->nodes[best].n_open++;
                 p->rr = (best + 1) % p->n_nodes;
+                /* it keeps the prompt's whole blocks once prefilled (a guess) */
+                if (nk > 0 && m.u.req_open.n_prefix > 0) {
+                    int all = (int)m.u.req_open.n_prefix / (int)p->cfg->kv.block_tokens;
+                    na_pfx_map_note(p->pmap, keys, all < nk ? all : nk, best);
+                }
                 break;
             }
             if (!p->nodes[best].alive)      /* lost meanwhile: another node takes it */
@@ -75,12 +152,18 @@ na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
         for (j = 0; j < p->n_nodes; j++)
             if (p->nodes[j].n_open >= (1L << 20))
                 p->nodes[j].n_open -= 1L << 20;
+        free(ids);
+        free(keys);
         if (r->n_own == 0) {
             if (st == NA_OK)
                 st = na_err(NA_ERR_PEER, "no storage node is reachable");
             free(r);
             return st;
         }
+        if (hit < 0 || hit >= max_tokens)
+            hit = 0;
+        r->pos0 = hit;
+        *hit_p = hit;
     }
     na_asvc_req_push(&p->reqs, &r->link);
     return NA_OK;
@@ -174,7 +257,7 @@ na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
         m.flags = last ? 0 : NA_WIRE_F_MORE;
         m.u.kv.request_id = req;
         m.u.kv.layer = (uint32_t)layer;
-        m.u.kv.pos0 = 0;
+        m.u.kv.pos0 = (uint32_t)r->pos0;    /* after the prefix its node attached */
         m.u.kv.n_tokens = (uint32_t)n_tok;
         m.u.kv.kv_h0 = (uint16_t)h0;
         m.u.kv.kv_h1 = (uint16_t)h1;
@@ -291,4 +374,72 @@ void rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
                                                                    : na_errmsg());
         rm_copy(r->pf_why, sizeof(r->pf_why), text);
     }
+}
+
+/* KV_DATA of a KV_FETCH (arg: the rm_fetch_t): rows into the caller's arrays. */
+typedef struct {
+    void       *k, *v;           /* destination rows of the chunk */
+    size_t      bytes;           /* expected bytes of each */
+    na_dtype_t  dtype;
+    int         got;
+} rm_fetch_t;
+
+static void rm_fetch_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
+                           const na_ses_in_t *in)
+{
+    rm_fetch_t *f = (rm_fetch_t *)arg;
+    const na_wire_kv_t *kv;
+
+    (void)ctx;
+    (void)peer;
+    if (st != NA_OK || in == NULL || in->m->type != NA_WIRE_MSG_KV_DATA)
+        return;
+    kv = &in->m->u.kv;
+    if (kv->dtype != f->dtype ||
+        na_dtype_bytes(kv->dtype, (size_t)kv->n_tokens * (size_t)(kv->kv_h1 - kv->kv_h0) *
+                                  kv->head_dim) != f->bytes)
+        return;                  /* not what was asked: f->got stays 0 */
+    memcpy(f->k, kv->k, f->bytes);
+    memcpy(f->v, kv->v, f->bytes);
+    f->got = 1;
+}
+
+na_status_t rm_fetch(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok, void *k,
+                     void *v, na_dtype_t dtype)
+{
+    rm_t *p = (rm_t *)s;
+    rm_req_t *r = na_asvc_req_get(s, p->reqs, req, "fetch");
+    const size_t row = na_dtype_bytes(dtype, (size_t)s->mc.n_kv_heads * (size_t)s->mc.head_dim);
+    int done = 0;
+
+    if (r == NULL)
+        return NA_ERR_NOT_FOUND;
+    if (p->head_part || r->n_own != 1)
+        return na_err(NA_ERR_UNSUPPORTED, "remote: KV fetch under head partition");
+    while (done < n_tok) {
+        int n = n_tok - done < 1024 ? n_tok - done : 1024;   /* bounded messages */
+        rm_fetch_t f = { (uint8_t *)k + row * (size_t)done, (uint8_t *)v + row * (size_t)done,
+                         row * (size_t)n, dtype, 0 };
+        na_wire_msg_t m;
+        na_status_t st;
+
+        memset(&m, 0, sizeof(m));
+        m.type = NA_WIRE_MSG_KV_FETCH;
+        m.u.kv_fetch.request_id = req;
+        m.u.kv_fetch.layer = (uint32_t)layer;
+        m.u.kv_fetch.pos0 = (uint32_t)(pos0 + done);
+        m.u.kv_fetch.n_tokens = (uint32_t)n;
+        m.u.kv_fetch.kv_h0 = 0;
+        m.u.kv_fetch.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+        m.u.kv_fetch.dtype = dtype;
+        st = rm_call(p, r->own[0], &m, NA_WIRE_MSG_KV_DATA, 0, 0, rm_fetch_reply, (uintptr_t)&f);
+        if (st != NA_OK)
+            return st;
+        if (!f.got)
+            return na_err(NA_ERR_PROTO, "storage node %s: KV_DATA of request %llu layer %d is "
+                          "not the rows asked for", p->nodes[r->own[0]].name,
+                          (unsigned long long)req, layer);
+        done += n;
+    }
+    return NA_OK;
 }

@@ -8,6 +8,23 @@ na_status_t na_asvc_open(na_asvc_t *s, uint64_t req, int max_tokens)
     return s->ops->open(s, req, max_tokens);
 }
 
+na_status_t na_asvc_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
+                                const na_asvc_prompt_t *p, int *hit_p)
+{
+    *hit_p = 0;
+    if (s->ops->open_prefix == NULL || p == NULL)
+        return s->ops->open(s, req, max_tokens);
+    return s->ops->open_prefix(s, req, max_tokens, p, hit_p);
+}
+
+na_status_t na_asvc_fetch(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok,
+                          void *k, void *v, na_dtype_t dtype)
+{
+    if (s->ops->fetch == NULL)
+        return na_err(NA_ERR_UNSUPPORTED, "%s attention service: no KV fetch", s->kind);
+    return s->ops->fetch(s, req, layer, pos0, n_tok, k, v, dtype);
+}
+
 na_status_t na_asvc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
                             const void *v, na_dtype_t dtype, int n_tok)
 {

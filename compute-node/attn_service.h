@@ -40,15 +40,20 @@
 #define NA_ASVC_REASON_MAX 200
 
 /* One request's decode attention of one layer. q/k/v/o are rows of the
- * request's full shape; the service sends each owner its head range. */
+ * request's full shape; the service sends each owner its head range.
+ * n_q > 1 makes it a prompt chunk (chunked prefill): n_q tokens at
+ * positions pos .. pos+n_q-1, each of q/k/v/o n_q packed rows; the owners
+ * append all n_q K/V rows and answer query t over the tokens 0..pos+t
+ * (causal), as n_q decode steps one after another would. */
 typedef struct {
     uint64_t     req;        /* request id (>= 1) */
-    int          pos;        /* position of the new token: the KV holds pos
-                                tokens before, pos + 1 after */
-    const float *q;          /* (n_heads*head_dim), RoPE applied */
-    const float *k;          /* (n_kv_heads*head_dim) new key, RoPE applied */
-    const float *v;          /* (n_kv_heads*head_dim) new value */
-    float       *o;          /* (n_heads*head_dim) output, set on completion */
+    int          pos;        /* position of the (first) new token: the KV holds
+                                pos tokens before, pos + n_q after */
+    int          n_q;        /* tokens (queries) of the entry; 0 or 1 = one */
+    const float *q;          /* (n_q, n_heads*head_dim), RoPE applied */
+    const float *k;          /* (n_q, n_kv_heads*head_dim) new keys, RoPE applied */
+    const float *v;          /* (n_q, n_kv_heads*head_dim) new values */
+    float       *o;          /* (n_q, n_heads*head_dim) output, set on completion */
     /* results */
     na_status_t  status;     /* NA_OK, or why this request failed */
     char         reason[NA_ASVC_REASON_MAX];
@@ -91,9 +96,19 @@ typedef struct {
     uint64_t bytes_sent, bytes_recv;   /* transport bytes to / from it */
     uint64_t kv_dram_bytes;            /* its slots' KV in DRAM and on SSD (STATS: */
     uint64_t kv_ssd_bytes;             /*  dram_used / ssd_used), as last read */
+    uint64_t prefix_hit_tokens;        /* prompt tokens it attached from its prefix cache */
+    uint64_t prefill_tokens;           /* prompt tokens shipped to it (computed here) */
+    uint64_t prefix_cache_bytes;       /* KV its prefix cache holds (as last read) */
 } na_asvc_node_stats_t;
 
 typedef struct na_asvc na_asvc_t;
+
+/* A new request's prompt for prefix reuse (docs/prefix-reuse.md). */
+typedef struct {
+    const uint8_t *fp;       /* NA_WIRE_FP_SIZE bytes: the model's fingerprint */
+    const int     *tokens;   /* the prompt's token ids */
+    int            n_tok;
+} na_asvc_prompt_t;
 
 typedef struct {
     void        (*destroy)(na_asvc_t *s);
@@ -108,6 +123,11 @@ typedef struct {
     void        (*progress)(na_asvc_t *s);
     /* optional (NULL: no storage nodes, e.g. in-process): see na_asvc_node_stats */
     int         (*node_stats)(na_asvc_t *s, na_asvc_node_stats_t *out, int cap);
+    /* optional (NULL: no prefix reuse): see na_asvc_open_prefix, na_asvc_fetch */
+    na_status_t (*open_prefix)(na_asvc_t *s, uint64_t req, int max_tokens,
+                               const na_asvc_prompt_t *p, int *hit_p);
+    na_status_t (*fetch)(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok,
+                         void *k, void *v, na_dtype_t dtype);
 } na_asvc_ops_t;
 
 /* The common head of every implementation. */
@@ -124,6 +144,10 @@ struct na_asvc {
                                           layout on this host): a compute node that
                                           waits for it lets its threads sleep at once
                                           (na_kernels_rest) instead of spinning */
+    int                  prefix_block_tokens; /* > 0: open_prefix attaches a prompt's
+                                          leading blocks of this many tokens that an
+                                          owner keeps, and owners keep a prompt's whole
+                                          blocks once it is in; 0: no prefix reuse */
 };
 
 /* ---- calls (thin wrappers over ops; see the top comment) ---------------- */
@@ -132,6 +156,18 @@ struct na_asvc {
  * no owner has room (the caller may retry later), NA_ERR_PEER when an owner
  * is gone, NA_ERR_INVALID / NA_ERR_RANGE for a refused shape. */
 na_status_t na_asvc_open(na_asvc_t *s, uint64_t req, int max_tokens);
+/* Open req like na_asvc_open, offering its prompt: an owner that holds the
+ * KV of the prompt's first tokens (whole blocks, never the last token)
+ * attaches it, and *hit_p says how many tokens that is (0: none, also for a
+ * service without prefix reuse). The request's prefill then ships positions
+ * hit .. : na_asvc_prefill's rows are those after the hit. */
+na_status_t na_asvc_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
+                                const na_asvc_prompt_t *p, int *hit_p);
+/* Read back positions pos0 .. pos0+n_tok-1 of layer of an open request into
+ * k, v ((n_tok, kv_dim) rows of dtype, F32 or the KV dtype). NA_ERR_UNSUPPORTED
+ * for a service without it. */
+na_status_t na_asvc_fetch(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok,
+                          void *k, void *v, na_dtype_t dtype);
 /* Ship positions 0..n_tok-1 of `layer`: k, v are (n_tok, kv_dim) rows of
  * dtype (F32 or F16, the compute node's local KV; copied before the call
  * returns). The call for the model's last layer returns once the owners

@@ -1,8 +1,10 @@
 /* compute-node/offload.c — the offload engine object and its requests:
  * create / submit / cancel / progress / destroy, admission into batches,
- * local prefill with shipping of the prompt's KV (or keeping its X),
- * sampling, ending, failing and cancelling requests (see offload.h). The
- * batches' decode steps and their schedule are in compute-node/sched.c. */
+ * the chunked prefill's bookkeeping (its chunks run in the batches' steps,
+ * compute-node/sched.c), local prefill with shipping of the prompt's KV (or
+ * keeping its X) for X-cache requests and rotational pipelining, sampling,
+ * ending, failing and cancelling requests (see offload.h). The batches'
+ * steps and their schedule are in compute-node/sched.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 
 #include "common/log.h"
 #include "compute-node/offload_internal.h"
+#include "compute-node/prefix.h"
 #include "compute-node/replica.h"
 
 /* Release everything request q holds (service KV, X, local KV) and mark it
@@ -115,20 +118,17 @@ void na_off_compact(na_off_t *g, na_off_batch_t *b)
     b->n_mem = k;
 }
 
-/* Token i of the sequence q has fed so far: the prompt, then its outputs. */
-static int na_off_token_at(const na_request_t *r, int i)
+int na_off_token_at(const na_request_t *r, int i)
 {
     return i < r->n_prompt ? r->prompt[i] : r->out[i - r->n_prompt];
 }
 
-/* Prefill here the first n_tok tokens q has fed (the prompt, or for a
- * recovery the prompt and the outputs already in its KV): local causal
- * attention over a temporary local KV (chunks of max_rows), keeping each
- * layer's X when q uses the X-cache. On return g->pacts->logits row 0 holds
- * the logits after the last token and r->kv the KV (the caller ships it).
- * A KV an earlier prefill left (its shipping failed and the request is being
- * re-placed: na_off_admit_one -> na_off_recover) is dropped first; it was
- * leaked here before (LeakSanitizer, test_batch_resume_offload, 1 run in ~6). */
+/* Prefill here the first n_tok tokens of q's prompt (X-cache requests and
+ * rotational pipelining only; the others prefill in chunks on the storage
+ * nodes): local causal attention over a temporary local KV (chunks of
+ * max_rows), keeping each layer's X when q uses the X-cache. On return
+ * g->pacts->logits row 0 holds the logits after the last token and r->kv
+ * the KV (the caller ships it). A KV an earlier call left is dropped first. */
 static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
 {
     na_engine_t *e = g->e;
@@ -207,6 +207,51 @@ static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, char *why, size_t l
     return st;
 }
 
+int na_off_chunked(const na_off_t *g, const na_off_req_t *q)
+{
+    return q->xc == NULL && g->rep == NULL;
+}
+
+void na_off_chunk_done(na_off_t *g, na_off_req_t *q, int n, float *logits)
+{
+    na_request_t *r = q->r;
+    int fresh, st;
+
+    /* tokens fed for the first time are prompt tokens, again: re-prefilled */
+    fresh = q->pf_first && q->pf_done + n > q->pf_seen ? q->pf_done + n - q->pf_seen : 0;
+    if (fresh > n)
+        fresh = n;
+    q->pf_seen += fresh;
+    g->st->gen.prompt_tokens += fresh;
+    g->st->reprefill_tokens += n - fresh;
+    q->pf_done += n;
+    if (q->pf_done < q->pf_target)
+        return;
+    /* its prefill is complete on the owners (they write it through) */
+    st = na_asvc_prefill_done(g->svc, q->wid);
+    if (st != NA_OK) {
+        char why[NA_ASVC_REASON_MAX + 64];
+        snprintf(why, sizeof(why), "ending the prompt's prefill: %s", na_errmsg());
+        if (st == NA_ERR_PEER && !g->o->no_recover && q->recoveries < 1) {
+            snprintf(q->lost, sizeof(q->lost), "%s", why);
+            q->recover = 1;              /* re-placed at the end of the step */
+            q->recoveries++;
+        } else {
+            na_off_fail(g, q, st, why);
+        }
+        return;
+    }
+    q->pf_target = 0;
+    if (q->pf_first) {
+        r->n_pos = r->n_prompt;
+        na_off_take_token(g, q, logits);
+    } else {
+        r->state = NA_REQ_DECODE;
+        na_log_warn("request %d: re-prefilled %d tokens on another storage node; it goes on",
+                    r->id, r->n_pos);
+    }
+}
+
 /* Decide whether request q keeps X here (share and budget permitting). */
 static void na_off_pick_xcache(na_off_t *g, na_off_req_t *q)
 {
@@ -257,17 +302,26 @@ static na_status_t na_off_open_replicas(na_off_t *g, na_off_req_t *q, int max_to
 static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t *q)
 {
     na_request_t *r = q->r;
-    int max_tok = r->n_prompt + r->max_new;
+    int max_tok = r->n_prompt + r->max_new, hit = 0;
     char why[NA_ASVC_REASON_MAX];
     double t0;
     na_status_t st;
 
+    if (r->n_prompt < 1 || r->n_prompt > g->e->cfg.seq_len) {
+        g->n_live++;
+        r->state = NA_REQ_PREFILL;
+        snprintf(why, sizeof(why), r->n_prompt < 1 ? "empty prompt" :
+                 "prompt of %d tokens is longer than the model context of %d tokens",
+                 r->n_prompt, g->e->cfg.seq_len);
+        na_off_fail(g, q, r->n_prompt < 1 ? NA_ERR_INVALID : NA_ERR_RANGE, why);
+        return NA_OK;
+    }
     if (max_tok > g->e->cfg.seq_len)
         max_tok = g->e->cfg.seq_len;
     na_off_pick_xcache(g, q);
     if (q->xc == NULL) {
         q->wid = na_asvc_new_id(g->svc);
-        st = na_asvc_open(g->svc, q->wid, max_tok);
+        st = na_off_prefix_open(g, q, max_tok, &hit);   /* hit: its first tokens are there */
         if (st == NA_ERR_NOSPACE && g->n_live > 0)
             return NA_ERR_NOSPACE;
         if (st != NA_OK) {
@@ -295,6 +349,15 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
     r->state = NA_REQ_PREFILL;
     q->batch = b->id;
     b->mem[b->n_mem++] = q;
+    if (na_off_chunked(g, q)) {
+        /* its prompt goes to its owners in chunks, in the batch's steps,
+         * from the end of a prefix its owner holds already (hit tokens) */
+        q->pf_done = hit;
+        q->pf_seen = hit;
+        q->pf_target = r->n_prompt;
+        q->pf_first = 1;
+        return NA_OK;
+    }
     t0 = na_now_s();
     st = na_off_prefill_local(g, q, r->n_prompt);
     r->n_pos = r->n_prompt;
@@ -303,16 +366,9 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
         return st;
     if (q->xc == NULL) {
         t0 = na_now_s();
-        st = na_off_ship(g, q, why, sizeof(why));
+        st = na_off_ship(g, q, why, sizeof(why));    /* rotational (no re-placement) */
         g->st->ship_s += na_now_s() - t0;
-        if (st == NA_ERR_PEER && !g->o->no_recover && g->rep == NULL && q->recoveries < 1) {
-            /* its storage node was lost while the prompt went out: re-place it */
-            snprintf(q->lost, sizeof(q->lost), "%s", why);
-            q->recoveries++;
-            st = na_off_recover(g, q);     /* re-prefills the prompt, same logits */
-            if (st != NA_OK || q->done)
-                return st;
-        } else if (st != NA_OK) {
+        if (st != NA_OK) {
             na_off_fail(g, q, st, why);
             return NA_OK;
         }
@@ -326,10 +382,8 @@ static na_status_t na_off_admit_one(na_off_t *g, na_off_batch_t *b, na_off_req_t
 na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
 {
     na_request_t *r = q->r;
-    int max_tok = r->n_prompt + r->max_new;
+    int max_tok = r->n_prompt + r->max_new, hit = 0;
     char why[2 * NA_ASVC_REASON_MAX + 192];
-    double t0 = na_now_s();
-    long before;
     na_status_t st;
 
     if (max_tok > g->e->cfg.seq_len)
@@ -338,7 +392,7 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     na_asvc_release(g->svc, q->wid, (int)NA_ERR_PEER);      /* what is left of it */
     q->opened = 0;
     q->wid = na_asvc_new_id(g->svc);
-    st = na_asvc_open(g->svc, q->wid, max_tok);
+    st = na_off_prefix_open(g, q, max_tok, &hit);   /* another node may hold its prefix */
     if (st != NA_OK) {
         snprintf(why, sizeof(why), "%s; no other storage node took it: %s", q->lost,
                  na_errmsg());
@@ -346,35 +400,45 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
         return NA_OK;
     }
     q->opened = 1;
-    /* the KV held positions 0..n_pos-1: the prompt and all outputs but the last */
-    before = g->st->gen.prompt_tokens;
-    st = na_off_prefill_local(g, q, r->n_pos);
-    g->st->reprefill_tokens += g->st->gen.prompt_tokens - before;   /* prefilled again, */
-    g->st->gen.prompt_tokens = before;                              /* not prompt tokens */
-    if (st != NA_OK)
-        return st;
-    st = na_off_ship(g, q, why, sizeof(why));
-    na_kv_local_destroy(r->kv);
-    r->kv = NULL;
-    g->st->prefill_s += na_now_s() - t0;
-    if (st != NA_OK) {
-        na_off_fail(g, q, st, why);
-        return NA_OK;
-    }
     g->st->recovered++;
-    na_log_warn("request %d: re-prefilled %d tokens on another storage node; it goes on",
-                r->id, r->n_pos);
+    if (hit > 0)
+        na_log_warn("request %d: re-placed; its new storage node holds the first %d tokens "
+                    "of its prompt already", r->id, hit);
+    /* chunked prefill again from token 0, or from the end of a prefix the
+     * new owner holds (hit): a request still in its prompt feeds the prompt
+     * (and samples its first token at the end); one that was decoding feeds
+     * positions up to n_pos-1 (the prompt and all outputs but the last,
+     * which its next step feeds) and goes on decoding */
+    r->state = NA_REQ_PREFILL;
+    q->pf_done = hit;
+    if (q->pf_first && q->pf_target > 0) {
+        q->pf_target = r->n_prompt;
+    } else {
+        q->pf_first = 0;
+        q->pf_target = r->n_pos;
+    }
     return NA_OK;
 }
 
-/* Take the first waiting request off the queue. */
+/* Take the first waiting request that need not wait for another's prompt
+ * (na_off_prefix_wait) off the queue; NULL when every one must. */
 static na_off_req_t *na_off_pop_wait(na_off_t *g)
 {
-    na_off_req_t *q = g->wait_head;
+    na_off_req_t **pp = &g->wait_head, *q, *prev = NULL;
 
-    g->wait_head = q->next_wait;
-    if (g->wait_head == NULL)
-        g->wait_tail = NULL;
+    while ((q = *pp) != NULL && na_off_prefix_wait(g, q)) {
+        if (!q->pfx_waited) {
+            q->pfx_waited = 1;
+            g->st->prefix_waits++;
+        }
+        prev = q;
+        pp = &q->next_wait;
+    }
+    if (q == NULL)
+        return NULL;
+    *pp = q->next_wait;
+    if (g->wait_tail == q)
+        g->wait_tail = prev;
     q->next_wait = NULL;
     g->n_wait--;
     return q;
@@ -421,6 +485,8 @@ na_status_t na_off_admit(na_off_t *g, na_off_batch_t *b)
         target = 1;
     while (g->n_wait > 0 && b->n_mem < target) {
         na_off_req_t *q = na_off_pop_wait(g);
+        if (q == NULL)
+            break;                  /* those left wait for a prompt sharing their prefix */
         st = na_off_admit_one(g, b, q);
         if (st == NA_ERR_NOSPACE) {
             q->next_wait = g->wait_head;  /* back to the front: it stays first */
@@ -453,8 +519,9 @@ static void na_off_free_buffers(na_off_t *g)
         free(b->tokens);
         free(b->pos);
         free(b->seg);
+        free(b->seg_req);
         free(b->ent);
-        free(b->ent_row);
+        free(b->ent_seg);
         free(b->crow);
     }
     na_acts_destroy(g->pacts);
@@ -474,6 +541,9 @@ static na_status_t na_off_check_opts(na_engine_t *e, na_asvc_t *svc, const na_of
     if (svc->mc.n_layers != e->cfg.n_layers || svc->mc.n_heads != e->cfg.n_heads ||
         svc->mc.n_kv_heads != e->cfg.n_kv_heads || svc->mc.head_dim != e->cfg.head_dim)
         return na_err(NA_ERR_INVALID, "offload: the attention service serves another shape");
+    if (opts->prefill_chunk > NA_OFF_MAX_PREFILL_CHUNK)
+        return na_err(NA_ERR_RANGE, "offload: prefill_chunk %d out of range [1, %d]",
+                      opts->prefill_chunk, NA_OFF_MAX_PREFILL_CHUNK);
     if (opts->rep != NULL && opts->xcache)
         return na_err(NA_ERR_UNSUPPORTED, "offload: the X-cache is not available with "
                       "rotational pipelining (X lives on one replica)");
@@ -494,17 +564,20 @@ static na_status_t na_off_check_opts(na_engine_t *e, na_asvc_t *svc, const na_of
 /* Allocate batch b's buffers for mb members. */
 static na_status_t na_off_batch_init(na_off_t *g, na_off_batch_t *b, int id, int mb)
 {
+    size_t rows = (size_t)mb + (size_t)g->prefill_chunk;
+
     b->id = id;
     b->mem = calloc((size_t)mb, sizeof(*b->mem));
-    b->row_req = calloc((size_t)mb, sizeof(*b->row_req));
-    b->tokens = calloc((size_t)mb, sizeof(int));
-    b->pos = calloc((size_t)mb, sizeof(int));
+    b->row_req = calloc(rows, sizeof(*b->row_req));
+    b->tokens = calloc(rows, sizeof(int));
+    b->pos = calloc(rows, sizeof(int));
     b->seg = calloc((size_t)mb, sizeof(*b->seg));
+    b->seg_req = calloc((size_t)mb, sizeof(*b->seg_req));
     b->ent = calloc((size_t)mb, sizeof(*b->ent));
-    b->ent_row = calloc((size_t)mb, sizeof(int));
-    b->crow = calloc((size_t)mb, sizeof(*b->crow));
-    if (!b->mem || !b->row_req || !b->tokens || !b->pos || !b->seg || !b->ent ||
-        !b->ent_row || !b->crow)
+    b->ent_seg = calloc((size_t)mb, sizeof(int));
+    b->crow = calloc(rows, sizeof(*b->crow));
+    if (!b->mem || !b->row_req || !b->tokens || !b->pos || !b->seg || !b->seg_req ||
+        !b->ent || !b->ent_seg || !b->crow)
         return na_err(NA_ERR_NOMEM, "offload: out of memory for a batch of %d", mb);
     return na_acts_create(g->e, mb, mb, &b->acts);
 }
@@ -529,9 +602,13 @@ na_status_t na_off_create(na_engine_t *e, na_asvc_t *svc, const na_off_opts_t *o
     g->st = &g->stats;
     g->t_create = na_now_s();
     g->max_batch = opts->max_batch > 0 ? opts->max_batch : 64;
+    g->prefill_chunk = opts->prefill_chunk > 0 ? opts->prefill_chunk
+                                               : NA_OFF_DEFAULT_PREFILL_CHUNK;
     g->n_batches = opts->batches_in_flight;
     g->rep = opts->rep;
     g->n_rep = na_rep_count(opts->rep);
+    if (opts->prefix_reuse)
+        na_pfx_fingerprint(e->model, g->pfx_fp);
     g->blocked_at = -1;
     g->xc_budget = opts->xcache_host_mb << 20;
     g->scratch = malloc((size_t)e->cfg.vocab_size * sizeof(*g->scratch));
@@ -621,6 +698,7 @@ int na_off_pending(const na_off_t *g)
 void na_off_stats(na_off_t *g, na_off_stats_t *out)
 {
     *out = g->stats;
+    out->prefill_chunk = g->prefill_chunk;
     na_asvc_stats(g->svc, &out->svc);
     out->wall_s = na_now_s() - g->t_create;
 }

@@ -9,10 +9,18 @@
  *   admission  between steps of a batch, waiting requests (submitted at any
  *              time, see na_off_submit) join it (at most
  *              max_batch per batch, the waiting ones spread over the
- *              batches); each is opened on the service, prefilled here with
- *              local causal attention, its KV shipped in bulk to its owners
- *              (or, for X-cache requests, its layer inputs kept here), and
- *              its first token sampled;
+ *              batches) and is opened on the service;
+ *   prefill    chunked, as a state of the request (Sarathi-Serve): each
+ *              step of its batch takes the decode rows of the members plus
+ *              up to prefill_chunk prompt tokens of the members in prefill;
+ *              a chunk's q/k/v rows go to the request's storage nodes as one
+ *              multi-query entry (attn_service.h) that appends its K/V and
+ *              answers each query causally with the decode attention code,
+ *              so compute-node memory is O(chunk), never O(prompt), and the
+ *              running streams keep decoding while a long prompt comes in;
+ *              after the last chunk the first token is sampled. X-cache
+ *              requests and rotational pipelining prefill here instead (local
+ *              causal attention, the KV shipped in bulk or X kept);
  *   decode     per layer the batch sends q, k_new, v_new of every member and
  *              resumes when all outputs are back; a request leaves at a stop
  *              token, after max_new tokens or when the context is full, and
@@ -24,8 +32,8 @@
  *              context migrating over the compute link (compute-node/replica.h);
  *   failures   a request whose storage node is lost (NA_ERR_PEER: gone,
  *              silent, wrong shapes) is re-placed: opened on another node,
- *              its prompt and outputs prefilled here again and shipped, and
- *              it goes on from where it was (once; then, or when no node
+ *              its prompt and outputs prefilled again in chunks, and it goes
+ *              on from where it was (once; then, or when no node
  *              takes it, it fails). Any other failed entry (refused shape,
  *              I/O) fails its request with the reason (on_error); the
  *              others of the batch go on. A request the service has no room
@@ -40,6 +48,12 @@
 #include "compute-node/generate.h"
 
 #define NA_OFF_MAX_BATCHES 8
+/* Prompt tokens one batch step takes when na_off_opts_t.prefill_chunk <= 0
+ * (the layout's parallel.prefill_chunk default; docs/offload.md says how it
+ * was chosen). */
+#define NA_OFF_DEFAULT_PREFILL_CHUNK 256
+#define NA_OFF_MAX_PREFILL_CHUNK     65536   /* the wire's queries per entry */
+#define NA_OFF_PREFIX_NODES 16
 
 struct na_rep;   /* compute-node/replica.h */
 
@@ -49,6 +63,9 @@ typedef void (*na_off_error_fn)(void *user, const na_request_t *r, na_status_t s
 typedef struct {
     int              max_batch;          /* requests per batch (<= 0: 64) */
     int              batches_in_flight;  /* 1 .. NA_OFF_MAX_BATCHES */
+    int              prefill_chunk;      /* prompt tokens per batch step (the step's
+                                            budget beside its decode rows); <= 0:
+                                            NA_OFF_DEFAULT_PREFILL_CHUNK */
     const int       *stop_ids;           /* [n_stop] tokens that end a request */
     int              n_stop;
     /* X-cache (INF2 §4.3): keep the layer inputs of a share of the requests
@@ -61,6 +78,9 @@ typedef struct {
     na_off_error_fn  on_error;           /* may be NULL */
     int              no_recover;         /* 1: a request whose storage node is lost
                                             fails instead of being re-prefilled */
+    int              prefix_reuse;       /* 1: offer each prompt to the storage nodes'
+                                            prefix caches (kv.prefix_reuse;
+                                            docs/prefix-reuse.md) */
     /* rotational pipelining (compute-node/replica.h): the link to compute
      * replicas 1..R-1, or NULL for the fixed schedule on this node alone.
      * Batch j's slice k runs on replica (j + k) mod R; X-cache and the
@@ -71,6 +91,7 @@ typedef struct {
 
 typedef struct {
     na_gen_stats_t   gen;                /* tokens and steps, as monolithic */
+    int              prefill_chunk;      /* the prompt tokens a step took (the option) */
     long             failed;             /* requests ended with an error */
     long             cancelled;          /* requests ended by na_off_cancel */
     long             recovered;          /* requests re-prefilled after a lost node */
@@ -92,7 +113,19 @@ typedef struct {
     long             ctx_recv;           /* rotational: batch contexts received back */
     double           ctx_rt_s;           /* rotational: sum of send -> back (the replica's
                                             slice + its attention + two hops) */
+    long             prefix_hit_tokens;  /* prompt tokens whose KV a storage node
+                                            already held (not in gen.prompt_tokens,
+                                            which counts the tokens prefilled here) */
+    long             prefix_hit_reqs;    /* requests with a prefix hit (their chunked
+                                            prefill starts after it) */
+    long             prefix_waits;       /* requests whose admission was put off until
+                                            one computing a KV block they share had its
+                                            prompt in (na_off_prefix_wait) */
     na_asvc_stats_t  svc;                /* the service's counters at the end */
+    /* filled by front ends that print them (cli/run_offload.c): each storage
+     * node's prefix tokens hit / computed (na_asvc_node_stats) */
+    na_asvc_node_stats_t prefix_nodes[NA_OFF_PREFIX_NODES];
+    int              n_prefix_nodes;
 } na_off_stats_t;
 
 /* ---- the engine object ----------------------------------------------------

@@ -23,6 +23,20 @@ typedef struct na_off_req {
     int           recoveries; /* re-prefills so far */
     char          lost[NA_ASVC_REASON_MAX + 64]; /* why it is being re-placed */
     na_xcache_t  *xc;         /* X-cache instead of remote KV, or NULL */
+    /* chunked prefill on the storage nodes (state NA_REQ_PREFILL, pf_target
+     * > 0): tokens 0..pf_target-1 go out pf_done at a time, a chunk a step */
+    int           pf_done;    /* tokens of the prefill fed so far */
+    int           pf_target;  /* tokens to feed (the prompt, or for a re-placement
+                                 the prompt and outputs in its KV); 0 = none due */
+    int           pf_first;   /* 1: a new request (sample its first token at the end);
+                                 0: a re-placement (goes on decoding) */
+    int           pf_seen;    /* prompt tokens counted in gen.prompt_tokens, or
+                                 held by its storage node already (a prefix hit) */
+    int           pfx;        /* opened offering its prompt (prefix reuse): its
+                                 owner keeps the prompt's whole blocks once the
+                                 prefill is in (docs/prefix-reuse.md) */
+    int           pfx_waited; /* was put off for another's prompt (counted once) */
+    int           pfx_hit;    /* prompt tokens its owner attached (its prefill's start) */
     struct na_off_req *next_wait;           /* waiting queue (FIFO) */
     struct na_off_req *prev_all, *next_all; /* every request the engine holds */
 } na_off_req_t;
@@ -44,16 +58,21 @@ typedef struct {
     int              n_mem;
     /* the current decode step (one row per member at step start) */
     int              n_rows;
-    na_off_req_t   **row_req; /* [max_batch] */
-    int             *tokens;  /* [max_batch] */
-    int             *pos;     /* [max_batch] */
+    /* rows: one per decode member, plus up to prefill_chunk prompt rows of
+     * members in prefill (max_rows = max_batch + prefill_chunk) */
+    na_off_req_t   **row_req; /* [max_rows] */
+    int             *tokens;  /* [max_rows] */
+    int             *pos;     /* [max_rows] */
+    int              n_seg;   /* segments: one per member with rows this step */
+    int              pf_rows; /* of the rows, prompt tokens (chunked prefill) */
     na_step_seg_t   *seg;     /* [max_batch] */
-    na_asvc_entry_t *ent;     /* [max_batch] */
-    int             *ent_row; /* [max_batch] row of each entry */
+    na_off_req_t   **seg_req; /* [max_batch] */
+    na_asvc_entry_t *ent;     /* [max_batch] one per segment sent */
+    int             *ent_seg; /* [max_batch] segment of each entry */
     int              n_ent;
     double           t_submit;
     uint64_t         step;    /* decode steps started */
-    na_wire_ctx_row_t *crow;  /* [max_batch] rotational: rows of a migrating context */
+    na_wire_ctx_row_t *crow;  /* [max_rows] rotational: rows of a migrating context */
 } na_off_batch_t;
 
 struct na_off {
@@ -66,6 +85,7 @@ struct na_off {
     double                t_create;
     na_status_t           fatal;      /* a compute-node error ended the engine */
     int                   max_batch;
+    int                   prefill_chunk; /* prompt tokens a batch step takes (budget) */
     int                   n_batches;
     na_off_batch_t        b[NA_OFF_MAX_BATCHES];
     na_off_req_t         *all;        /* every request held (list) */
@@ -83,7 +103,23 @@ struct na_off {
     int                  *ptok, *ppos;/* [max_rows] prefill step */
     struct na_rep        *rep;        /* rotational: link to replicas 1..n_rep-1, or NULL */
     int                   n_rep;      /* replicas R (1 = fixed schedule) */
+    uint8_t               pfx_fp[16]; /* the model's fingerprint (compute-node/prefix.h) */
 };
+
+/* prefix.c: open request q (its wid set) on the service, offering its
+ * prompt when prefix reuse applies (o->prefix_reuse, a service that keeps
+ * prefixes, a request prefilled in chunks on the storage nodes: never
+ * X-cache or rotational, whose prompts are prefilled here whole). On a hit
+ * of *hit_p tokens its owner holds their KV already (shared blocks): the
+ * chunked prefill starts at position *hit_p, nothing is fetched back. */
+na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *hit_p);
+/* 1 when waiting request q should stay waiting: a request in its chunked
+ * prefill, opened offering its prompt, is computing a KV block q shares
+ * (the whole block after the prefix it attached itself: both prompts agree
+ * up to its end), so once that prompt is in q's owner can attach the block
+ * instead of q computing it again alongside (requests submitted together).
+ * A request whose shared part is all attached already holds no one up. */
+int         na_off_prefix_wait(const na_off_t *g, const na_off_req_t *q);
 
 /* offload.c */
 /* Admit waiting requests into batch b (at a step boundary): open, prefill,
@@ -99,10 +135,19 @@ void        na_off_cancel_now(na_off_t *g, na_off_req_t *q);
 /* End (and free) the waiting requests whose cancel was asked. */
 void        na_off_cancel_waiting(na_off_t *g);
 /* Re-place request q (flagged `recover`) after its storage node was lost:
- * release, open elsewhere, prefill its prompt and outputs here again and
- * ship the KV; q then goes on decoding. Fails q (with the reason) if no
- * node takes it; returns only compute-node errors. */
+ * release and open elsewhere; q goes back to chunked prefill of its prompt
+ * and the outputs in its KV (from token 0), then on decoding. Fails q (with
+ * the reason) if no node takes it; returns only compute-node errors. */
 na_status_t na_off_recover(na_off_t *g, na_off_req_t *q);
+/* Whether q prefills in chunks on the storage nodes (else here, at admission:
+ * X-cache requests and rotational pipelining). */
+int         na_off_chunked(const na_off_t *g, const na_off_req_t *q);
+/* n more prefill tokens of q were fed (a step's segment); logits: the
+ * segment's last row. At the end of its prefill q samples its first token
+ * (a new request) or goes on decoding (a re-placement). */
+void        na_off_chunk_done(na_off_t *g, na_off_req_t *q, int n, float *logits);
+/* The token q feeds at position i: the prompt, then its outputs. */
+int         na_off_token_at(const na_request_t *r, int i);
 /* Drop ended members from batch b (and free them). */
 void        na_off_compact(na_off_t *g, na_off_batch_t *b);
 /* Unlink an ended request that is in no batch and free it. */

@@ -1,8 +1,13 @@
 /* compute-node/sched.c — batches in flight and the fixed staggered schedule
  * (Lamina §5.1.2) of the offload generator.
  *
- * A decode step of a batch is n_layers + 1 model slices separated by
- * attention; each batch moves through
+ * A step of a batch is n_layers + 1 model slices separated by attention.
+ * Its rows are one token of every decoding member plus up to prefill_chunk
+ * prompt tokens of its members in prefill (the step's token budget,
+ * Sarathi-Serve's chunked prefill): a prompt chunk is one segment of the
+ * step, its attention one multi-query entry that the storage nodes answer
+ * causally, so a long prompt comes in a chunk per step while the batch's
+ * streams keep decoding. Each batch moves through
  *
  *   IDLE --start: admit, embed, pre_attn(0), submit(0)--> WAIT
  *   WAIT --its attention came back (poll)--------------> READY
@@ -34,9 +39,10 @@
 #define NA_SCHED_POLL_MS 1000   /* one blocking poll; the service bounds failures */
 #define NA_SCHED_DRAIN_S 30.0   /* destroy: longest wait for attention in flight */
 
-/* Send the attention of `layer` for batch b: the remote entries go to the
- * service, X-cache rows are computed here, rows of failed requests are
- * zeroed. Leaves b in WAIT (or READY when nothing went out). */
+/* Send the attention of `layer` for batch b: one entry per segment (a
+ * decode row, or a prompt chunk of several) goes to the service, X-cache
+ * rows are computed here, rows of failed requests are zeroed. Leaves b in
+ * WAIT (or READY when nothing went out). */
 static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
 {
     na_engine_t *e = g->e;
@@ -52,19 +58,21 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
         return st;
     b->layer = layer;
     b->n_ent = 0;
-    for (i = 0; i < b->n_rows; i++) {
-        na_off_req_t *q = b->row_req[i];
+    for (i = 0; i < b->n_seg; i++) {
+        na_off_req_t *q = b->seg_req[i];
+        const size_t r0 = (size_t)b->seg[i].row0;
         na_asvc_entry_t *x;
         if (q->done || q->recover || q->xc != NULL)
             continue;
         x = &b->ent[b->n_ent];
-        b->ent_row[b->n_ent++] = i;
+        b->ent_seg[b->n_ent++] = i;
         x->req = q->wid;
-        x->pos = b->pos[i];
-        x->q = a->q + (size_t)i * qd;
-        x->k = a->k + (size_t)i * kd;
-        x->v = a->v + (size_t)i * kd;
-        x->o = a->att + (size_t)i * qd;
+        x->pos = b->seg[i].pos0;
+        x->n_q = b->seg[i].n_tok;
+        x->q = a->q + r0 * qd;
+        x->k = a->k + r0 * kd;
+        x->v = a->v + r0 * kd;
+        x->o = a->att + r0 * qd;
         x->status = NA_OK;
         x->reason[0] = '\0';
     }
@@ -86,7 +94,7 @@ static na_status_t na_sched_launch(na_off_t *g, na_off_batch_t *b, int layer)
         float *att = a->att + (size_t)i * qd;
         if (q->done || q->recover) {
             memset(att, 0, qd * sizeof(float));
-        } else if (q->xc != NULL) {
+        } else if (q->xc != NULL) {         /* decode rows only (prefilled here) */
             na_xcache_put(q->xc, layer, b->pos[i], 1, a->xb + (size_t)i * (size_t)e->cfg.dim);
             st = na_xcache_attend(q->xc, e, layer, b->pos[i], a->q + (size_t)i * qd, att);
             if (st != NA_OK)
@@ -138,13 +146,15 @@ static na_status_t na_sched_send_away(na_off_t *g, na_off_batch_t *b, int k)
     return st;
 }
 
-/* Start a decode step of batch b (IDLE): end its members whose cancel was
- * asked, admit waiting requests, then embed + first pre-attention slice +
- * first attention. *ran_p is set when anything happened. */
+/* Start a step of batch b (IDLE): end its members whose cancel was asked,
+ * admit waiting requests, lay out the step's rows (a decode row per
+ * decoding member, then prompt chunks of the members in prefill, oldest
+ * first, up to prefill_chunk tokens), then embed + first pre-attention
+ * slice + first attention. *ran_p is set when anything happened. */
 static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
 {
     na_engine_t *e = g->e;
-    int before = g->n_wait, i;
+    int before = g->n_wait, i, budget;
     na_step_t s;
     na_status_t st;
 
@@ -162,6 +172,7 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
     if (g->n_wait != before)
         *ran_p = 1;
     b->n_rows = 0;
+    b->n_seg = 0;
     for (i = 0; i < b->n_mem; i++) {
         na_off_req_t *q = b->mem[i];
         if (q->r->state != NA_REQ_DECODE)
@@ -169,15 +180,37 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
         b->row_req[b->n_rows] = q;
         b->tokens[b->n_rows] = q->r->last;
         b->pos[b->n_rows] = q->r->n_pos;
-        b->seg[b->n_rows] = (na_step_seg_t){ b->n_rows, 1, q->r->n_pos, NULL };
+        b->seg_req[b->n_seg] = q;
+        b->seg[b->n_seg++] = (na_step_seg_t){ b->n_rows, 1, q->r->n_pos, NULL };
         b->n_rows++;
     }
+    budget = g->prefill_chunk;
+    b->pf_rows = 0;
+    for (i = 0; i < b->n_mem && budget > 0; i++) {
+        na_off_req_t *q = b->mem[i];
+        int n, j, row0 = b->n_rows;
+        if (q->r->state != NA_REQ_PREFILL || q->pf_target <= 0 || q->done)
+            continue;
+        n = q->pf_target - q->pf_done < budget ? q->pf_target - q->pf_done : budget;
+        budget -= n;
+        for (j = 0; j < n; j++) {
+            b->row_req[b->n_rows] = q;
+            b->tokens[b->n_rows] = na_off_token_at(q->r, q->pf_done + j);
+            b->pos[b->n_rows] = q->pf_done + j;
+            b->n_rows++;
+        }
+        b->seg_req[b->n_seg] = q;
+        b->seg[b->n_seg++] = (na_step_seg_t){ row0, n, q->pf_done, NULL };
+    }
+    b->pf_rows = g->prefill_chunk - budget;
     if (b->n_rows == 0)
         return NA_OK;
     *ran_p = 1;
     b->step++;
-    s = (na_step_t){ b->n_rows, b->n_rows, b->tokens, b->pos, b->seg };
-    st = na_acts_reserve(b->acts, e, b->n_rows, b->n_rows);
+    if (b->pf_rows > 0)
+        g->st->gen.prefill_steps++;
+    s = (na_step_t){ b->n_rows, b->n_seg, b->tokens, b->pos, b->seg };
+    st = na_acts_reserve(b->acts, e, b->n_rows, b->n_seg);
     if (st != NA_OK)
         return st;
     if (na_off_owner(g, b, 0) != 0)
@@ -197,8 +230,8 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
 static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int post_done)
 {
     na_engine_t *e = g->e;
-    na_step_t s = { b->n_rows, b->n_rows, b->tokens, b->pos, b->seg };
-    int i;
+    na_step_t s = { b->n_rows, b->n_seg, b->tokens, b->pos, b->seg };
+    int i, n_dec = 0;
     na_status_t st;
 
     if (!post_done) {
@@ -218,8 +251,11 @@ static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int pos
         st = na_acts_to_host(e, b->acts, NA_ACT(NA_ACT_LOGITS));
     if (st != NA_OK)
         return st;
-    for (i = 0; i < b->n_rows; i++) {
-        na_off_req_t *q = b->row_req[i];
+    for (i = 0; i < b->n_seg; i++) {         /* logits row i: segment i's last row */
+        na_off_req_t *q = b->seg_req[i];
+        float *logits = b->acts->logits + (size_t)i * (size_t)e->cfg.vocab_size;
+        int chunk = q->r->state == NA_REQ_PREFILL && q->pf_target > 0;
+        n_dec += !chunk;
         if (q->done)
             continue;
         if (q->cancel) {                     /* the step boundary: it ends here */
@@ -228,19 +264,25 @@ static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int pos
         }
         if (q->recover)
             continue;
+        if (chunk) {
+            na_off_chunk_done(g, q, b->seg[i].n_tok, logits);
+            continue;
+        }
         q->r->n_pos++;
-        na_off_take_token(g, q, b->acts->logits + (size_t)i * (size_t)e->cfg.vocab_size);
+        na_off_take_token(g, q, logits);
     }
-    for (i = 0; i < b->n_rows; i++) {        /* re-place requests of a lost node */
-        na_off_req_t *q = b->row_req[i];
+    for (i = 0; i < b->n_seg; i++) {         /* re-place requests of a lost node */
+        na_off_req_t *q = b->seg_req[i];
         if (q->recover && !q->done) {
             st = na_off_recover(g, q);
             if (st != NA_OK)
                 return st;
         }
     }
-    g->st->gen.decode_steps++;
-    g->st->gen.decode_tokens += b->n_rows;
+    if (n_dec > 0) {
+        g->st->gen.decode_steps++;
+        g->st->gen.decode_tokens += n_dec;
+    }
     na_off_compact(g, b);
     b->state = NA_OFF_B_IDLE;
     return NA_OK;
@@ -255,11 +297,12 @@ static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
     for (i = 0; i < b->n_ent; i++) {
         na_asvc_entry_t *x = &b->ent[i];
         if (x->status != NA_OK) {
-            na_off_req_t *q = b->row_req[b->ent_row[i]];
+            na_off_req_t *q = b->seg_req[b->ent_seg[i]];
             char why[NA_ASVC_REASON_MAX + 64];
             snprintf(why, sizeof(why), "layer %d attention: %s", l,
                      x->reason[0] ? x->reason : na_status_string(x->status));
-            memset(x->o, 0, (size_t)e->q_dim * sizeof(float));
+            memset(x->o, 0, (size_t)(x->n_q > 1 ? x->n_q : 1) * (size_t)e->q_dim *
+                            sizeof(float));
             if (x->status == NA_ERR_PEER && !g->o->no_recover && g->rep == NULL &&
                 q->recoveries < 1) {
                 /* its storage node is gone: this step is void for it; re-place it
@@ -353,7 +396,7 @@ static na_status_t na_sched_take_ctx(na_off_t *g, int timeout_ms, int *ran_p)
             return st;
         t0 = na_now_s();
         st = na_sched_ctx(g, &c);
-        g->st->compute_s += na_now_s() - t0;
+        g->st->compute_s += na_now_s() - t0;   /* rotational: no prompt rows */
         na_rep_msg_release(g->rep, msg);
         if (st != NA_OK)
             return st;
@@ -374,6 +417,15 @@ static void na_sched_done(na_off_t *g, int id)
     b = &g->b[id];
     b->state = NA_OFF_B_READY;
     g->st->attn_rt_s += na_now_s() - b->t_submit;
+}
+
+/* dt seconds of compute on batch b's step: its share of prompt rows counts
+ * as prefill compute (stats.prefill_s, a part of compute_s). */
+static void na_sched_charge(na_off_t *g, const na_off_batch_t *b, double dt)
+{
+    g->st->compute_s += dt;
+    if (b->pf_rows > 0 && b->n_rows > 0)
+        g->st->prefill_s += dt * (double)b->pf_rows / (double)b->n_rows;
 }
 
 /* How long the next blocking wait may last: want_ms, cut at the deadline
@@ -423,7 +475,7 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
         if (pick != NULL) {
             t0 = na_now_s();
             st = na_sched_resume(g, pick);
-            g->st->compute_s += na_now_s() - t0;
+            na_sched_charge(g, pick, na_now_s() - t0);
             if (st != NA_OK)
                 return st;
             continue;
@@ -435,7 +487,7 @@ na_status_t na_off_sched_run(na_off_t *g, double deadline)
                 continue;
             t0 = na_now_s();
             st = na_sched_start(g, b, &ran);
-            g->st->compute_s += na_now_s() - t0;
+            na_sched_charge(g, b, na_now_s() - t0);
             if (st != NA_OK)
                 return st;
             if (ran)

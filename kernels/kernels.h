@@ -106,10 +106,30 @@ typedef struct {
     size_t      next_bytes;
 } na_kv_span_t;
 
-/* The type of ops->attn_partial (below); backends declare theirs with it. */
+/* The canonical order of attention (bit-exact attention, issue 22 item 15):
+ * a query row's output is one function of its keys, whoever computes it (the
+ * compute node's decode or prefill, a storage node over KV blocks of any
+ * size, on any tier, with any thread count). Its context is cut into parts of
+ * NA_ATTN_PART tokens from position 0, each part folded into its own partial
+ * chunk by chunk (NA_ATTN_CHUNK tokens from the part's start: one online-
+ * softmax update per chunk), and the parts merged in order (na_attn_merge:
+ * part 0, then 1, 2, ...) before na_attn_finalize. A recovered request is
+ * prefilled again over the tokens decode produced, so any difference in the
+ * last bits would make a long generation diverge. */
+#define NA_ATTN_PART  1024
+#define NA_ATTN_CHUNK 64
+
+/* The type of ops->attn_partial (below); backends declare theirs with it.
+ * The n_spans spans are one run of keys, in order (e.g. the pieces of a
+ * chunk that lie in several KV blocks); the run is folded in chunks of
+ * NA_ATTN_CHUNK tokens counted from its first token, whatever the spans'
+ * lengths: the result's bits depend on the run's tokens, not on where the
+ * spans split it (cpu). For the canonical order, a run starts on a chunk
+ * boundary of the context and stays within one part. */
 typedef void na_kattn_partial_fn(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                                  const float *q, int group, int head_dim,
-                                 const na_kv_span_t *span, na_dtype_t kv_dtype, float scale);
+                                 const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
+                                 float scale);
 
 /* Every op below except attn_partial is *enqueued* on the backend's queue
  * and returns at once; its status says whether it was accepted
@@ -216,7 +236,8 @@ typedef struct {
     /* The storage node's host attention kernel (storage-node/attn_engine.c),
      * on host pointers, run at once on the calling thread (not enqueued):
      * partial decode attention of `group` query heads (q: group*head_dim)
-     * sharing one KV head, over one span; folds into st[group] and
+     * sharing one KV head, over one run of spans (na_kattn_partial_fn:
+     * chunks of NA_ATTN_CHUNK across the spans); folds into st[group] and
      * acc[group*head_dim] (initialise with na_attn_init). Each K/V row is
      * read once for all heads of the group. scale is 1/sqrt(head_dim). */
     na_kattn_partial_fn *attn_partial;

@@ -411,6 +411,8 @@ static na_status_t sg_start_engine(na_sg_t *g, const na_sg_opts_t *o)
     oo.xcache = cfg->xcache.enabled;
     oo.xcache_share = cfg->xcache.share > 0 ? cfg->xcache.share : 1.0;
     oo.xcache_host_mb = cfg->xcache.host_mb;
+    oo.prefix_reuse = cfg->kv.prefix_reuse && !o->no_prefix_reuse;
+    oo.prefill_chunk = (int)cfg->parallel.prefill_chunk;
     g->st.n_storage = cfg->n_storage;
     return na_off_create(g->engine, na_cluster_service(g->cluster), &oo, &g->off);
 }
@@ -602,6 +604,8 @@ void na_sg_stats(na_sg_t *g, na_sg_stats_t *out)
     }
     na_off_stats(g->off, &os);
     out->recovered = os.recovered;
+    out->prefix_hit_tokens = os.prefix_hit_tokens;
+    out->prefix_computed_tokens = os.gen.prompt_tokens;
     out->attn_calls = os.attn_calls;
     out->attn_rt_s = os.attn_rt_s;
     out->bytes_sent = os.svc.bytes_sent;

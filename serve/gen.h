@@ -84,6 +84,7 @@ typedef struct {
                                     * batches: the weights read twice per step), the
                                     * layout's parallel.batches_in_flight otherwise */
     int         ctx;             /* model context in tokens; <= 0: the model file's */
+    int         no_prefix_reuse; /* 1: kv.prefix_reuse off (docs/prefix-reuse.md) */
     volatile sig_atomic_t *stop; /* start: set by a signal to give up waiting for nodes */
 } na_sg_opts_t;
 
@@ -135,6 +136,8 @@ typedef struct {
     long     prompt_tokens;      /* of the jobs admitted */
     long     gen_tokens;         /* tokens generated */
     long     recovered;          /* requests re-placed after a lost storage node */
+    long     prefix_hit_tokens;  /* prompt tokens a storage node already held */
+    long     prefix_computed_tokens; /* prompt tokens prefilled here */
     long     attn_calls;         /* attention round trips (offload engine) */
     double   attn_rt_s;          /* their summed time */
     uint64_t bytes_sent, bytes_recv;   /* to / from the storage nodes (remote) */

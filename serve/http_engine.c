@@ -467,6 +467,31 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
         sm_label(lab, sizeof(lab), t.nodes[i].name, "tier=\"ssd\"");
         na_metric_value(f, "nearattn_kv_bytes", lab, (double)t.nodes[i].kv_ssd_bytes);
     }
+    /* prefix reuse (docs/prefix-reuse.md): per storage node, its own counters */
+    na_metric_head(f, "nearattn_prefix_tokens_total", "counter",
+                   "Prompt tokens by how their KV got to a storage node: hit (its prefix "
+                   "cache held them) or computed (prefilled on the compute node and shipped).");
+    if (t.n_nodes == 0) {
+        na_metric_value(f, "nearattn_prefix_tokens_total", "node=\"all\",kind=\"hit\"",
+                        (double)t.prefix_hit_tokens);
+        na_metric_value(f, "nearattn_prefix_tokens_total", "node=\"all\",kind=\"computed\"",
+                        (double)t.prefix_computed_tokens);
+    }
+    for (i = 0; i < t.n_nodes; i++) {
+        sm_label(lab, sizeof(lab), t.nodes[i].name, "kind=\"hit\"");
+        na_metric_value(f, "nearattn_prefix_tokens_total", lab,
+                        (double)t.nodes[i].prefix_hit_tokens);
+        sm_label(lab, sizeof(lab), t.nodes[i].name, "kind=\"computed\"");
+        na_metric_value(f, "nearattn_prefix_tokens_total", lab,
+                        (double)t.nodes[i].prefill_tokens);
+    }
+    na_metric_head(f, "nearattn_prefix_cache_bytes", "gauge",
+                   "KV a storage node keeps in its prefix cache.");
+    for (i = 0; i < t.n_nodes; i++) {
+        sm_label(lab, sizeof(lab), t.nodes[i].name, NULL);
+        na_metric_value(f, "nearattn_prefix_cache_bytes", lab,
+                        (double)t.nodes[i].prefix_cache_bytes);
+    }
     G("nearattn_storage_nodes_alive", "Storage nodes taking requests now.", (double)sm_alive(&t));
     G("nearattn_storage_nodes", "Storage nodes of the layout.", (double)t.n_storage);
 #undef G

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "storage-node/attn_fold.h"
 #include "storage-node/attn_internal.h"
 #include "storage-node/kv_fault.h"
 
@@ -24,15 +25,31 @@
  * kernels took 2-3 ms per batch). */
 #define NA_ATTN_HELP_US 500
 
-/* Blocks per granule for a request of block_bytes bs. */
-static int na_attn_granule_blocks(const na_attn_cpu_t *e, size_t bs)
+/* Parts (NA_ATTN_PART tokens) per granule: split_tokens rounded down to
+ * whole parts, at least one; a granule never cuts a part, whose chunks and
+ * merge order are the canonical ones (attn_fold.h). */
+static int na_attn_granule_parts(const na_attn_cpu_t *e)
 {
-    int g = e->cfg.split_tokens / e->kcfg->block_tokens;
-    if (g < 1)
-        g = 1;
-    if ((size_t)g * bs > e->chunk_bytes)
-        g = (int)(e->chunk_bytes / bs) < 1 ? 1 : (int)(e->chunk_bytes / bs);
-    return g;
+    int p = e->cfg.split_tokens / NA_ATTN_PART;
+    return p < 1 ? 1 : p;
+}
+
+int na_attn_n_granules(const na_attn_cpu_t *e, int n_tokens)
+{
+    const int ppg = na_attn_granule_parts(e);
+    return (na_attn_n_parts(n_tokens) + ppg - 1) / ppg;
+}
+
+void na_attn_granule_range(const na_attn_cpu_t *e, int n_tokens, int g, int *t0_p,
+                           int *t1_p, int *b0_p, int *nb_p)
+{
+    const int gt = na_attn_granule_parts(e) * NA_ATTN_PART, bt = e->kcfg->block_tokens;
+    const int t0 = g * gt, t1 = n_tokens - t0 < gt ? n_tokens : t0 + gt;
+
+    *t0_p = t0;
+    *t1_p = t1;
+    *b0_p = t0 / bt;
+    *nb_p = (t1 + bt - 1) / bt - t0 / bt;
 }
 
 int na_attn_granule_ssd(const na_kv_view_t *v, int b0, int nb, int *s0_p,
@@ -202,64 +219,46 @@ static const char *na_attn_block_base(const na_attn_job_t *j, const na_kv_view_t
         : (const char *)blk->mem;
 }
 
-/* Fold granule j of its item into the item's partial slot j->g. Blocks
- * outer, KV heads inner: a block (all its heads, contiguous) is streamed
- * through once, front to back. Each span names the next head's K and V (the
- * next block's first head after the last) for the kernel to prefetch while
- * it reads this one. */
+/* The base of block b for na_attn_fold_range: arg is the granule's job. */
+static const char *na_attn_job_block(void *arg, int b)
+{
+    const na_attn_job_t *j = arg;
+    return na_attn_block_base(j, &j->item->view, b);
+}
+
+/* Fold granule j of its item: each of its parts into the item's partial
+ * slot of that part (attn_fold.c: runs of whole chunks, a run's blocks read
+ * for every KV head before the next run; each span names the next head's K
+ * and V for the kernel to prefetch). */
 static void na_attn_granule_compute(na_attn_cpu_t *e, na_kernels_t *k, na_attn_job_t *j)
 {
     na_attn_item_t *it = j->item;
-    const na_kv_view_t *v = &it->view;
-    const int bt = e->kcfg->block_tokens, hd = e->kcfg->head_dim, grp = it->group;
-    const na_dtype_t dt = e->kcfg->kv_dtype;
-    const size_t es = na_dtype_bytes(dt, 1), half = (size_t)bt * hd * es;
-    const float scale = 1.0f / sqrtf((float)hd);
-    na_attn_stat_t *st0 = it->st + (size_t)j->g * it->n_kvh * grp;
-    float *acc0 = it->acc + (size_t)j->g * it->n_kvh * grp * hd;
-    int h, b;
+    const int hd = e->kcfg->head_dim, rows = it->n_kvh * it->group;
+    const na_attn_shape_t sh = { e->kcfg->block_tokens, hd, e->kcfg->kv_dtype, it->n_kvh,
+                                 it->group };
+    int t;
 
-    na_attn_init(st0, acc0, it->n_kvh * grp, hd);
-    for (b = j->b0; b < j->b0 + j->nb; b++) {
-        const char *base = na_attn_block_base(j, v, b);
-        const char *next_block = b + 1 < j->b0 + j->nb ? na_attn_block_base(j, v, b + 1) : NULL;
-        int ntok = v->n_tokens - b * bt;
-
-        for (h = 0; h < it->n_kvh; h++) {
-            na_kv_span_t span;
-            span.k = base + (size_t)h * 2 * half;
-            span.v = base + (size_t)h * 2 * half + half;
-            span.stride = (size_t)hd;
-            span.n = ntok < bt ? ntok : bt;
-            span.next = h + 1 < it->n_kvh ? base + (size_t)(h + 1) * 2 * half : next_block;
-            span.next_bytes = span.next != NULL ? 2 * half : 0;
-            k->ops->attn_partial(k, st0 + (size_t)h * grp, acc0 + (size_t)h * grp * hd,
-                                 it->entry->q + (size_t)h * grp * hd, grp, hd, &span, dt, scale);
-        }
+    for (t = j->t0; t < j->t1; t += NA_ATTN_PART) {
+        const int p = t / NA_ATTN_PART, t1 = j->t1 - t < NA_ATTN_PART ? j->t1 : t + NA_ATTN_PART;
+        na_attn_stat_t *st = it->st + (size_t)p * rows;
+        float *acc = it->acc + (size_t)p * rows * hd;
+        na_attn_init(st, acc, rows, hd);
+        na_attn_fold_range(k, &sh, it->entry->q, t, t1, na_attn_job_block, j, st, acc);
     }
 }
 
-/* All granules of item done: merge partials in granule order, write o. */
+/* All granules of item done: merge the parts' partials in order, write o. */
 static void na_attn_item_finalize(na_attn_cpu_t *e, na_attn_item_t *it)
 {
-    const int hd = e->kcfg->head_dim, grp = it->group;
-    int h, g;
+    const int hd = e->kcfg->head_dim, rows = it->n_kvh * it->group;
 
     if (it->status != NA_OK)
         return;
-    if (it->n_gran == 0) {
-        memset(it->entry->o, 0, sizeof(float) * (size_t)it->n_kvh * grp * hd);
+    if (it->n_parts == 0) {
+        memset(it->entry->o, 0, sizeof(float) * (size_t)rows * hd);
         return;
     }
-    for (h = 0; h < it->n_kvh; h++) {
-        na_attn_stat_t *st0 = it->st + (size_t)h * grp;
-        float *acc0 = it->acc + (size_t)h * grp * hd;
-        for (g = 1; g < it->n_gran; g++) {
-            size_t slot = (size_t)g * it->n_kvh + h;
-            na_attn_merge(st0, acc0, it->st + slot * grp, it->acc + slot * grp * hd, grp, hd);
-        }
-        na_attn_finalize(it->entry->o + (size_t)h * grp * hd, st0, acc0, grp, hd);
-    }
+    na_attn_fold_merge(it->entry->o, it->st, it->acc, it->n_parts, rows, hd);
 }
 
 /* e->mu held: one more item of its batch completed. */
@@ -447,8 +446,9 @@ static na_status_t cpu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     pthread_cond_init(&e->cv_io, NULL);
     na_cond_init_mono(&e->cv_done);                /* timed: na_attn_batch_wait */
 
-    g0 = cfg->split_tokens / e->kcfg->block_tokens;
-    e->chunk_bytes = (size_t)(g0 < 1 ? 1 : g0) * na_kv_block_bytes(e->kcfg, cfg->max_kv_heads);
+    /* a granule's blocks: its parts' tokens, plus a block cut at each end */
+    g0 = na_attn_granule_parts(e) * NA_ATTN_PART / e->kcfg->block_tokens + 2;
+    e->chunk_bytes = (size_t)g0 * na_kv_block_bytes(e->kcfg, cfg->max_kv_heads);
     st = cfg->io_factory ? cfg->io_factory(cfg->io_arg, cfg->io_depth, &e->io)
                          : na_kv_io_default_create(cfg->io_depth, &e->io);
     if (st != NA_OK)
@@ -528,23 +528,23 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
     na_attn_entry_t *en = it->entry;
     const int hd = e->kcfg->head_dim;
     na_status_t st;
-    int G, g;
+    int g;
 
     if (en->k_new != NULL) {
         st = na_kv_append(e->store, r, en->layer, en->k_new, en->v_new, NA_DTYPE_F32, 0, 1, 0);
         if (st != NA_OK)
             return st;
     }
-    st = na_kv_view(e->store, r, en->layer, &it->view);
+    st = na_kv_view_n(e->store, r, en->layer, en->n_ctx, &it->view);
     if (st != NA_OK)
         return st;
     it->has_view = 1;
     it->n_kvh = it->view.n_kvh;
     it->group = e->cfg.group;
-    G = na_attn_granule_blocks(e, it->view.block_bytes);
-    it->n_gran = (it->view.n_blocks + G - 1) / G;
+    it->n_gran = na_attn_n_granules(e, it->view.n_tokens);
+    it->n_parts = na_attn_n_parts(it->view.n_tokens);
     if (it->n_gran > 0) {
-        size_t slots = (size_t)it->n_gran * it->n_kvh * it->group;
+        size_t slots = (size_t)it->n_parts * it->n_kvh * it->group;
         it->st = malloc(sizeof(*it->st) * slots);
         it->acc = malloc(sizeof(float) * slots * hd);
         if (it->st == NULL || it->acc == NULL)
@@ -571,18 +571,29 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
         }
         j->item = it;
         j->g = g;
-        j->b0 = g * G;
-        j->nb = it->view.n_blocks - j->b0 < G ? it->view.n_blocks - j->b0 : G;
+        na_attn_granule_range(e, it->view.n_tokens, g, &j->t0, &j->t1, &j->b0, &j->nb);
         j->fd = it->view.fd;
         if (!na_attn_granule_ssd(&it->view, j->b0, j->nb, &j->s0, &j->off, &j->len)) {
             na_attn_cq_push(e, j);
             continue;
+        }
+        if (j->len > e->chunk_bytes) {       /* a shape the chunks were not sized for */
+            it->status = NA_ERR_INTERNAL;
+            snprintf(it->reason, sizeof(it->reason), "attention: a granule's SSD blocks "
+                     "(%zu bytes) exceed the staging chunk (%zu bytes)", j->len, e->chunk_bytes);
+            free(j);
+            it->pending -= it->n_gran - g;
+            if (it->pending == 0)
+                na_attn_item_done(e, it);
+            break;
         }
         j->req_id = en->req;
         j->seq = na_kv_req_seq(r);
         j->layer = en->layer;
         pf = na_attn_pf_claim(e, j);
         if (pf != NULL) {
+            pf->t0 = j->t0;
+            pf->t1 = j->t1;
             free(j);
             pf->item = it;
             pf->g = g;

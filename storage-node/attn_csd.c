@@ -290,7 +290,7 @@ static na_status_t csd_submit(na_attn_engine_t *base, na_attn_batch_t *b,
         if (st == NA_OK && en->k_new != NULL)
             st = na_kv_append(e->store, r, en->layer, en->k_new, en->v_new, NA_DTYPE_F32, 0, 1, 0);
         if (st == NA_OK) {
-            st = na_kv_view(e->store, r, en->layer, &it->view);
+            st = na_kv_view_n(e->store, r, en->layer, en->n_ctx, &it->view);
             it->has_view = st == NA_OK;
         }
         if (st != NA_OK)

@@ -596,8 +596,8 @@ static int acu_entry_ok(na_attn_cuda_t *e, const na_attn_entry_t *en, na_kv_req_
     int n_kvh;
     if (kr == NULL || na_kv_req_check(kr) != NA_OK || en->layer < 0 ||
         en->layer >= e->kcfg->n_layers || en->q == NULL || en->o == NULL ||
-        (en->k_new == NULL) != (en->v_new == NULL))
-        return 0;
+        (en->k_new == NULL) != (en->v_new == NULL) || en->n_ctx > 0)
+        return 0;   /* n_ctx (a prompt chunk's query): the CPU engine's turn */
     n_kvh = na_kv_req_n_kvh(kr);
     if (n_kvh > e->cfg.max_kv_heads || en->n_kv_heads != n_kvh ||
         en->n_q_heads != n_kvh * e->cfg.group)

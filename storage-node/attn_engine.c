@@ -125,6 +125,10 @@ na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t
     if (en->q == NULL || en->o == NULL || (en->k_new == NULL) != (en->v_new == NULL))
         return na_err(NA_ERR_INVALID, "request %llu: missing q, o, k_new or v_new",
                       (unsigned long long)en->req);
+    if (en->n_q > 1 || en->n_ctx < 0)
+        return na_err(NA_ERR_INVALID, "request %llu: an engine entry of %d queries and %d "
+                      "context tokens (engines take one query; the slot set splits chunks)",
+                      (unsigned long long)en->req, en->n_q, en->n_ctx);
     *r_p = r;
     return na_kv_req_check(r);
 }

@@ -25,12 +25,15 @@
  * CPU engine) is built with the CUDA toolkit; a known name not built is
  * refused with NA_ERR_UNSUPPORTED.
  *
- * CPU engine: the context of an entry is cut into granules of split_tokens
- * tokens (flash-decoding); each granule's online-softmax partial is computed
- * by one of n_threads workers through the kernels table (ops->attn_partial,
- * each K/V block read once for all query heads of its KV head, f32
- * accumulation) and the partials are merged in granule order, so results do
- * not depend on tiers, threads or timing. Granules with SSD blocks are read
+ * CPU engine: the context of an entry is cut into granules of whole parts
+ * (NA_ATTN_PART tokens, kernels.h; split_tokens rounded down to parts,
+ * flash-decoding); each part's online-softmax partial is computed by one of
+ * n_threads workers (attn_fold.c over the kernels table's attn_partial,
+ * each K/V row read once for all query heads of its KV head, f32
+ * accumulation, chunks of NA_ATTN_CHUNK whatever block_tokens) and the
+ * partials are merged in part order, so results do not depend on tiers,
+ * threads, block size or timing, and equal the compute node's cpu
+ * attn_decode / attn_prefill bit for bit. Granules with SSD blocks are read
  * by an I/O thread with io_uring into staging chunks (large reads, queue
  * depth); at batch close the SSD blocks of the next prefetch_layers layers
  * of the same requests are read ahead (prefetch.c).
@@ -58,6 +61,13 @@ typedef struct {
     const float *k_new;      /* (n_kv_heads*head_dim) row to append first, or NULL */
     const float *v_new;      /* (n_kv_heads*head_dim), NULL iff k_new is NULL */
     float       *o;          /* (n_q_heads*head_dim) output */
+    int          n_ctx;      /* > 0: attend over the request's first n_ctx tokens only
+                                (a query of a prompt chunk whose later rows are
+                                appended already: causal); 0 = all it holds */
+    int          n_q;        /* slot set entries only (na_slotset_batch_add): a prompt
+                                chunk of n_q queries at consecutive positions, q, k_new,
+                                v_new and o n_q rows each (one query's heads per row);
+                                0 or 1 = one. Engines take 0 or 1. */
     /* results, set by na_attn_batch_wait */
     na_status_t  status;
     char         reason[200];
@@ -67,7 +77,8 @@ typedef struct {
     int                n_threads;       /* compute workers (>= 1) */
     int                group;           /* query heads per KV head (GQA ratio) */
     int                max_kv_heads;    /* most KV heads a request holds here (sizes chunks) */
-    int                split_tokens;    /* tokens per granule (multiple of block_tokens) */
+    int                split_tokens;    /* tokens per granule, rounded down to whole
+                                           parts of NA_ATTN_PART (at least one) */
     int                stage_chunks;    /* staging chunks for SSD reads (>= 2) */
     int                io_depth;        /* reads in flight (>= 8 recommended) */
     int                prefetch_layers; /* 0 = off, else layers read ahead at close */

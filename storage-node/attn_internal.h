@@ -16,7 +16,8 @@ typedef struct na_attn_job {
     struct na_attn_job *qnext;       /* read queue or compute queue */
     na_attn_item_t     *item;        /* NULL while an unclaimed prefetch */
     int                 g;           /* granule index in the item */
-    int                 b0, nb;      /* blocks [b0, b0+nb) of the layer */
+    int                 t0, t1;      /* tokens [t0, t1): whole parts (NA_ATTN_PART) */
+    int                 b0, nb;      /* blocks [b0, b0+nb) of the layer: those of t0..t1 */
     int                 s0;          /* first block held in chunk (SSD range) */
     int                 fd;          /* SSD file */
     uint64_t            off;         /* file offset of block s0 */
@@ -43,9 +44,10 @@ struct na_attn_item {
     int              has_view;
     int              n_kvh, group;
     int              n_gran;
+    int              n_parts;        /* parts of the context (NA_ATTN_PART tokens) */
     int              pending;        /* granules not yet computed */
-    na_attn_stat_t  *st;             /* (n_gran, n_kvh*group) partial stats */
-    float           *acc;            /* (n_gran, n_kvh*group*head_dim) partial sums */
+    na_attn_stat_t  *st;             /* (n_parts, n_kvh*group) partial stats */
+    float           *acc;            /* (n_parts, n_kvh*group*head_dim) partial sums */
     na_status_t      status;
     char             reason[200];
 };
@@ -98,6 +100,12 @@ na_attn_job_t *na_attn_pf_claim(na_attn_cpu_t *e, const na_attn_job_t *want);
 void           na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b);
 /* Drop prefetches older than keep rounds (e->mu held). */
 void           na_attn_pf_expire(na_attn_cpu_t *e, uint64_t keep);
+/* Granules of a context of n_tokens (attn_cpu.c): whole parts each
+ * (split_tokens rounded down to parts, at least one). */
+int            na_attn_n_granules(const na_attn_cpu_t *e, int n_tokens);
+/* Granule g's tokens [t0, t1) and the blocks [b0, b0+nb) that hold them. */
+void           na_attn_granule_range(const na_attn_cpu_t *e, int n_tokens, int g, int *t0_p,
+                                     int *t1_p, int *b0_p, int *nb_p);
 /* Compute the SSD read range of granule [b0, b0+nb) of view; 0 if none. */
 int            na_attn_granule_ssd(const na_kv_view_t *v, int b0, int nb, int *s0_p,
                                    uint64_t *off_p, size_t *len_p);

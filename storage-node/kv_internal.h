@@ -17,6 +17,9 @@ typedef struct {
     int            n_spilled;      /* rows covered by submitted spills */
     int            pending_steps;  /* decode appends since the last spill */
     int            writes;         /* spill writes in flight */
+    int            tail_writes;    /* of which partial-tail images (same offset as the
+                                      block they grow into: never two in flight, and
+                                      the full block goes out after them) */
     int            busy;           /* views held */
     int            deferred;       /* blocks written while busy: finish at release */
     na_kv_block_t *blocks;         /* (max_blocks) */

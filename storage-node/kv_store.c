@@ -97,7 +97,7 @@ static void na_kv_req_free_mem(na_kv_store_t *s, na_kv_req_t *r)
             if (L->blocks == NULL)
                 continue;
             for (b = 0; b < r->max_blocks; b++)
-                if (L->blocks[b].mem != NULL)
+                if (L->blocks[b].mem != NULL && !L->blocks[b].shared)
                     na_kv_dram_block_put(s, L->blocks[b].mem, r->block_bytes);
             free(L->blocks);
         }
@@ -376,7 +376,95 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
     return NA_OK;
 }
 
+na_status_t na_kv_attach(na_kv_store_t *s, na_kv_req_t *r, int layer, const void *mem)
+{
+    const int bt = s->cfg.block_tokens;
+    na_kv_layer_t *L;
+    na_kv_block_t *blk;
+    int b;
+
+    if (layer < 0 || layer >= s->cfg.n_layers)
+        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
+                      (unsigned long long)r->id, layer, s->cfg.n_layers);
+    L = &r->layers[layer];
+    b = L->n_tokens / bt;
+    if (L->busy || L->writes)
+        return na_err(NA_ERR_BUSY, "request %llu layer %d: a prefix block cannot be attached "
+                      "while the layer is read or written", (unsigned long long)r->id, layer);
+    if (L->n_tokens % bt != 0 || L->n_committed != L->n_tokens || b >= r->max_blocks ||
+        L->n_tokens + bt > r->max_tokens)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: a prefix block after %d tokens "
+                      "(max %d, block %d)", (unsigned long long)r->id, layer, L->n_tokens,
+                      r->max_tokens, bt);
+    blk = &L->blocks[b];
+    blk->loc = NA_KV_LOC_DRAM;
+    blk->shared = 1;
+    blk->keep = blk->written = 0;
+    blk->mem = (void *)(uintptr_t)mem;      /* read-only: never written through */
+    blk->sum = 0;
+    L->n_tokens += bt;
+    L->n_committed = L->n_spilled = L->n_tokens;
+    return NA_OK;
+}
+
+const void *na_kv_block_mem(const na_kv_req_t *r, int layer, int b)
+{
+    const na_kv_block_t *blk;
+
+    if (b < 0 || b >= r->max_blocks)
+        return NULL;
+    blk = &r->layers[layer].blocks[b];
+    if (blk->loc == NA_KV_LOC_NONE || blk->loc == NA_KV_LOC_SSD)
+        return NULL;
+    return blk->mem;
+}
+
+na_status_t na_kv_block_read(na_kv_store_t *s, na_kv_req_t *r, int layer, int b, void *buf)
+{
+    const int bt = s->cfg.block_tokens;
+    na_kv_block_t *blk;
+    uint64_t off;
+    na_status_t st;
+
+    if (layer < 0 || layer >= s->cfg.n_layers || b < 0 || b >= r->max_blocks ||
+        (b + 1) * bt > r->layers[layer].n_committed)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: block %d is not a whole block held",
+                      (unsigned long long)r->id, layer, b);
+    blk = &r->layers[layer].blocks[b];
+    if (blk->mem != NULL && blk->loc != NA_KV_LOC_SSD) {
+        memcpy(buf, blk->mem, r->block_bytes);
+        return NA_OK;
+    }
+    if (!r->has_ext || blk->loc != NA_KV_LOC_SSD)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: block %d is in no tier",
+                      (unsigned long long)r->id, layer, b);
+    if ((st = na_kv_poll(s, 1)) != NA_OK)       /* the ring is shared: drain it first */
+        return st;
+    off = na_kv_layer_off(r, layer) + (uint64_t)b * r->block_bytes;
+    st = na_kv_io_rw_sync(s->io, s->file.fd, 0, buf, r->block_bytes, off, s->file.path);
+    if (st != NA_OK)
+        return st;
+    s->st.bytes_read_ssd += r->block_bytes;
+    if (na_kv_sum(buf, r->block_bytes) != blk->sum)
+        return na_err(NA_ERR_IO, "KV block %d of layer %d of request %llu read back from the SSD "
+                      "tier (%s, offset %llu, %zu bytes) fails its checksum", b, layer,
+                      (unsigned long long)r->id, s->file.path, (unsigned long long)off,
+                      r->block_bytes);
+    return NA_OK;
+}
+
+size_t na_kv_req_block_bytes(const na_kv_req_t *r)
+{
+    return r->block_bytes;
+}
+
 na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t *view)
+{
+    return na_kv_view_n(s, r, layer, 0, view);
+}
+
+na_status_t na_kv_view_n(na_kv_store_t *s, na_kv_req_t *r, int layer, int n_tok,
+                         na_kv_view_t *view)
 {
     na_kv_layer_t *L;
     na_status_t st;
@@ -389,10 +477,13 @@ na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t
         return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
                       (unsigned long long)r->id, layer, s->cfg.n_layers);
     L = &r->layers[layer];
+    if (n_tok > L->n_tokens)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: a view of %d tokens, the layer "
+                      "holds %d", (unsigned long long)r->id, layer, n_tok, L->n_tokens);
     view->req = r;
     view->layer = layer;
-    view->n_tokens = L->n_tokens;
-    view->n_blocks = (L->n_tokens + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
+    view->n_tokens = n_tok > 0 ? n_tok : L->n_tokens;
+    view->n_blocks = (view->n_tokens + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
     view->n_kvh = r->n_kvh;
     view->block_bytes = r->block_bytes;
     view->fd = s->has_ssd ? s->file.fd : -1;

@@ -83,6 +83,9 @@ typedef struct {
     uint8_t keep;          /* WRITING: stays in the DRAM tier once written */
     uint8_t written;       /* WRITING: write completed, state change deferred
                               until no view of the layer is held */
+    uint8_t shared;        /* DRAM: a prefix-cache block (storage-node/
+                              prefix_cache.h) attached read-only; the cache
+                              owns mem, never freed or written here */
     void   *mem;           /* block memory for BUF/WRITING/DRAM, else NULL */
     uint64_t sum;          /* na_kv_sum of the image written to the SSD (taken
                               when the whole block is spilled; set for
@@ -165,9 +168,33 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
                          const void *v, na_dtype_t src_dtype, size_t row_stride,
                          int n_tok, int bulk);
 
+/* Prefix reuse: append to (r, layer) one full block whose image (block
+ * bytes of r's layout) another owner keeps read-only in DRAM (the prefix
+ * cache) and keeps alive until r is closed. The layer must hold a whole
+ * number of blocks, all committed, no view held. The block is read like a
+ * DRAM-tier block and never written, spilled or freed by the store (it is
+ * not in r's SSD extent: a header's durable count covers it as "held").
+ * NA_ERR_RANGE / NA_ERR_BUSY otherwise. */
+na_status_t na_kv_attach(na_kv_store_t *s, na_kv_req_t *r, int layer, const void *mem);
+/* The DRAM image of block b of (r, layer) (block bytes), or NULL when it is
+ * not in DRAM (SSD tier only, or not written). */
+const void *na_kv_block_mem(const na_kv_req_t *r, int layer, int b);
+size_t      na_kv_req_block_bytes(const na_kv_req_t *r);
+/* Copy block b of (r, layer) (a whole, committed block) into buf (block
+ * bytes, NA_KV_ALIGN-aligned): from DRAM, or read back from the SSD tier
+ * (synchronously, after the ring's writes) and checked against the checksum
+ * taken when it was written: NA_ERR_IO naming the block when the disk gave
+ * other bytes, never those bytes. NA_ERR_RANGE for a block not held. */
+na_status_t na_kv_block_read(na_kv_store_t *s, na_kv_req_t *r, int layer, int b, void *buf);
+
 /* Take a snapshot of (r, layer) for attention; marks it busy until
  * na_kv_view_release. view->blocks is allocated here. */
 na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t *view);
+/* The same for the first n_tok tokens only (n_tok <= 0: all): the view of a
+ * prompt query whose chunk's later rows are appended already.
+ * NA_ERR_RANGE when the layer holds fewer than n_tok tokens. */
+na_status_t na_kv_view_n(na_kv_store_t *s, na_kv_req_t *r, int layer, int n_tok,
+                         na_kv_view_t *view);
 void        na_kv_view_release(na_kv_store_t *s, na_kv_view_t *view);
 /* Check block b of view v, read back from the SSD into data (block_bytes),
  * against the checksum taken when it was written: NA_OK, or NA_ERR_IO with

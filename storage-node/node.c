@@ -58,6 +58,7 @@ na_status_t na_node_req_free(na_node_t *n, na_node_req_t *r)
         if (p->id == r->peer_id && p->n_requests > 0)
             p->n_requests--;
     n->n_requests--;
+    free(r->pfx_tokens);
     free(r);
     return st;
 }
@@ -378,10 +379,17 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
         if (st == NA_ERR_TIMEOUT && n->decode_computing > 0)
             (void)na_node_decode_reap(n, NA_NODE_REAP_WAIT_US);
     }
-    na_log_info("node %s: stopping (%d peer(s), %llu request(s) open; served %llu decode "
-                "entries, %llu prefill tokens)", n->name, n->n_peers,
-                (unsigned long long)n->n_requests, (unsigned long long)n->decode_entries,
-                (unsigned long long)n->prefill_tokens);
+    {
+        na_slotset_prefix_stats_t ps;
+        na_slotset_prefix_stats(n->ss, &ps);
+        na_log_info("node %s: stopping (%d peer(s), %llu request(s) open; served %llu decode "
+                    "entries, %llu prefill tokens; prefix cache: %llu tokens hit, %llu blocks "
+                    "kept, %llu evicted, %llu key collisions)", n->name, n->n_peers,
+                    (unsigned long long)n->n_requests, (unsigned long long)n->decode_entries,
+                    (unsigned long long)n->prefill_tokens, (unsigned long long)ps.hit_tokens,
+                    (unsigned long long)ps.cache.entries, (unsigned long long)ps.cache.evicted,
+                    (unsigned long long)ps.cache.collisions);
+    }
     /* drain: the batches computing are answered, then BYE hands the
      * requests back (the compute nodes re-place them elsewhere) */
     for (p = n->peers; p != NULL; p = p->next)

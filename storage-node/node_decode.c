@@ -36,7 +36,8 @@ typedef struct {
     na_node_req_t *r;
     na_status_t status;
     char reason[200];
-    float *q, *k, *v, *o;     /* f32 copies: (nq*hd), (nh*hd), (nh*hd), (nq*hd) */
+    float *q, *k, *v, *o;     /* f32 copies, n_queries rows each: (nq*hd), (nh*hd),
+                                 (nh*hd), (nq*hd) per query */
 } nd_entry_t;
 
 /* Validate entry x against its request; NA_OK or a status with x->reason. */
@@ -60,11 +61,12 @@ static na_status_t nd_entry_check(na_node_t *n, na_node_peer_t *p, const na_wire
         return NA_ERR_INVALID;
     }
     have = na_slotset_tokens(n->ss, &r->sr, (int)a->layer);
-    if (have != (int)x->e.position || x->e.position >= r->max_tokens) {
-        snprintf(x->reason, sizeof(x->reason), "node %s: request %llu layer %u: new token at "
-                 "position %u but the layer holds %d tokens (max %u)", n->name,
-                 (unsigned long long)x->e.request_id, a->layer, x->e.position, have,
-                 r->max_tokens);
+    if (have != (int)x->e.position ||
+        (uint64_t)x->e.position + x->e.n_queries > r->max_tokens) {
+        snprintf(x->reason, sizeof(x->reason), "node %s: request %llu layer %u: %u new "
+                 "token(s) at position %u but the layer holds %d tokens (max %u)", n->name,
+                 (unsigned long long)x->e.request_id, a->layer, x->e.n_queries,
+                 x->e.position, have, r->max_tokens);
         return NA_ERR_RANGE;
     }
     return NA_OK;
@@ -106,7 +108,8 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
         size_t bytes = 0;
         for (i = 0; i < a->n_entries; i++)
             if (xs[i].status == NA_OK)
-                bytes += (size_t)(xs[i].e.kv_h1 - xs[i].e.kv_h0) * a->q_per_kv * hd * esz;
+                bytes += (size_t)xs[i].e.n_queries * (xs[i].e.kv_h1 - xs[i].e.kv_h0) *
+                         a->q_per_kv * hd * esz;
         conv = malloc(bytes ? bytes : 1);
         if (conv == NULL) {
             free(oe);
@@ -118,6 +121,7 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
         oe[i].request_id = x->e.request_id;
         oe[i].kv_h0 = x->e.kv_h0;
         oe[i].kv_h1 = x->e.kv_h1;
+        oe[i].n_queries = x->e.n_queries;
         oe[i].status = (int32_t)x->status;
         if (x->status != NA_OK) {
             if (n_err++ < NA_NODE_MAX_ERRORS_PER_BATCH && st == NA_OK)
@@ -127,7 +131,7 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
         if (conv == NULL) {
             oe[i].o = x->o;
         } else {
-            size_t cnt = (size_t)(x->e.kv_h1 - x->e.kv_h0) * a->q_per_kv * hd;
+            size_t cnt = (size_t)x->e.n_queries * (x->e.kv_h1 - x->e.kv_h0) * a->q_per_kv * hd;
             na_wire_rows_from_f32(x->o, a->dtype, cnt, conv + off);
             oe[i].o = conv + off;
             off += cnt * esz;
@@ -218,7 +222,7 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
         x->status = nd_entry_check(n, p, a, x);
         if (x->status == NA_OK) {
             size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0);
-            floats += nh * a->head_dim * (2u * a->q_per_kv + 2u);
+            floats += (size_t)x->e.n_queries * nh * a->head_dim * (2u * a->q_per_kv + 2u);
             pt->total++;
         }
     }
@@ -231,18 +235,19 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
     pt->total = 0;
     for (i = 0; i < a->n_entries; i++) {
         nd_entry_t *x = &pt->xs[i];
-        size_t nh = (size_t)(x->e.kv_h1 - x->e.kv_h0), nq = nh * a->q_per_kv * a->head_dim;
+        size_t nt = x->e.n_queries, nh = (size_t)(x->e.kv_h1 - x->e.kv_h0);
+        size_t nq = nt * nh * a->q_per_kv * a->head_dim, nk = nt * nh * a->head_dim;
         na_attn_entry_t *e;
         if (x->status != NA_OK)
             continue;
         x->q = pt->arena + off;
         x->k = x->q + nq;
-        x->v = x->k + nh * a->head_dim;
-        x->o = x->v + nh * a->head_dim;
-        off += 2 * nq + 2 * nh * a->head_dim;
+        x->v = x->k + nk;
+        x->o = x->v + nk;
+        off += 2 * nq + 2 * nk;
         na_wire_rows_to_f32(x->e.q, a->dtype, nq, x->q);
-        na_wire_rows_to_f32(x->e.k, a->dtype, nh * a->head_dim, x->k);
-        na_wire_rows_to_f32(x->e.v, a->dtype, nh * a->head_dim, x->v);
+        na_wire_rows_to_f32(x->e.k, a->dtype, nk, x->k);
+        na_wire_rows_to_f32(x->e.v, a->dtype, nk, x->v);
         x->e.q = x->e.k = x->e.v = NULL;          /* the message goes away */
         e = &pt->ae[pt->total];
         e->layer = (int)a->layer;
@@ -252,6 +257,9 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
         e->k_new = x->k;
         e->v_new = x->v;
         e->o = x->o;
+        e->n_q = (int)nt;                         /* > 1: a prompt chunk (slot set) */
+        if (nt > 1)
+            n->prefill_tokens += nt;              /* STATS node.prefill_tokens, as PREFILL_KV */
         pt->rq[pt->total] = &x->r->sr;
         pt->owner[pt->total++] = (int)i;
     }
@@ -275,6 +283,24 @@ static void nd_part_collect(nd_part_t *pt)
             snprintf(x->reason, sizeof(x->reason), "%s", pt->ae[j].reason[0] ? pt->ae[j].reason
                      : na_status_string(pt->ae[j].status));
         }
+    }
+}
+
+/* Part pt was answered: a request whose prompt it completed (the last
+ * layer's rows up to the prompt's end are in: chunked prefill feeds the
+ * prompt's rows through DECODE_ATTN, never PREFILL_KV) has the prompt's
+ * whole blocks published to the prefix caches now, before any later message
+ * of the peer (a REQ_OPEN sharing the prompt) is read. */
+static void nd_part_prompts(na_node_t *n, const nd_part_t *pt)
+{
+    uint32_t i;
+
+    for (i = 0; i < pt->a.n_entries; i++) {
+        const nd_entry_t *x = &pt->xs[i];
+        uint64_t end = (uint64_t)x->e.position + (x->e.n_queries ? x->e.n_queries : 1);
+        if (x->status == NA_OK && x->r != NULL && x->r->pfx_tokens != NULL &&
+            pt->a.layer + 1 == x->r->n_layers && end >= (uint64_t)x->r->pfx_n)
+            na_node_prefix_publish(n, x->r);
     }
 }
 
@@ -312,6 +338,8 @@ static na_status_t nd_answer(na_node_t *n, na_node_peer_t *p, int reply)
         n->decode_entries += pt->a.n_entries;
         if (reply && st == NA_OK)
             st = nd_attn_reply(n, p, &pt->h, &pt->a, pt->xs);
+        if (reply)
+            nd_part_prompts(n, pt);
         nd_part_free(pt);
     }
     if (reply && o->got < o->batch_total)

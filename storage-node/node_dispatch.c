@@ -49,12 +49,38 @@ static na_status_t nd_open_check(na_node_t *n, const na_wire_req_open_t *o)
     return NA_OK;
 }
 
+static na_status_t nd_prefix_open(na_node_t *n, na_node_req_t *r, const na_wire_req_open_t *o,
+                                  int *hit_p);
+
+/* Keep the REQ_OPEN's prefix tokens in r (until its prefill is done:
+ * na_node_prefix_publish) and describe them in *pr. 0 when out of memory (the
+ * request goes on without prefix reuse). */
+static int nd_prefix_take(na_node_req_t *r, const na_wire_req_open_t *o, na_slotset_prompt_t *pr)
+{
+    uint32_t i;
+
+    r->pfx_tokens = malloc(sizeof(uint32_t) * o->n_prefix);
+    if (r->pfx_tokens == NULL)
+        return 0;
+    for (i = 0; i < o->n_prefix; i++)
+        r->pfx_tokens[i] = na_wire_req_open_token(o, i);
+    r->pfx_n = (int)o->n_prefix;
+    memcpy(r->pfx_fp, o->model_fp, NA_WIRE_FP_SIZE);
+    memset(pr, 0, sizeof(*pr));
+    memcpy(pr->fp, r->pfx_fp, NA_KVHASH_FP);
+    pr->kv_h0 = r->kv_h0;
+    pr->tokens = r->pfx_tokens;
+    pr->n_tok = r->pfx_n;
+    return 1;
+}
+
 static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                            const na_wire_req_open_t *o)
 {
     na_node_req_t *r;
+    na_slotset_prompt_t pr;
     na_status_t st;
-    int nkvh;
+    int nkvh, hit = 0;
 
     if (na_node_req_find(n, p->id, o->request_id) != NULL) {
         st = na_err(NA_ERR_BUSY, "node %s: request %llu is already open", n->name,
@@ -74,7 +100,10 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     r->n_layers = o->n_layers;
     r->kv_h0 = o->kv_h0;
     r->kv_h1 = o->kv_h1;
-    st = na_slotset_open(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh);
+    if (o->n_prefix > 0 && nd_prefix_take(r, o, &pr))       /* prefix reuse: near its blocks */
+        st = na_slotset_open_near(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh, &pr);
+    else
+        st = na_slotset_open(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh);
     if (st != NA_OK) {
         char why[NA_WIRE_TEXT_MAX + 1];
         snprintf(why, sizeof(why), "%s", na_errmsg());
@@ -82,15 +111,74 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
             n->refused_opens++;
         st = na_err(st, "node %s refused request %llu: %s", n->name,
                     (unsigned long long)o->request_id, why);
+        free(r->pfx_tokens);
         free(r);
         return nd_fail(n, p, h, o->request_id, st);
     }
     na_node_req_insert(n, r);
     p->n_requests++;
-    na_log_debug("node %s: %s opened request %llu (%u tokens, heads [%u, %u), %d part(s))",
-                 n->name, p->name, (unsigned long long)o->request_id, o->max_tokens,
-                 o->kv_h0, o->kv_h1, r->sr.n_parts);
+    if (r->pfx_tokens != NULL) {
+        st = nd_prefix_open(n, r, o, &hit);
+        if (st != NA_OK) {
+            char why[NA_WIRE_TEXT_MAX + 1];
+            snprintf(why, sizeof(why), "%s", na_errmsg());
+            (void)na_node_req_free(n, r);
+            return nd_fail(n, p, h, o->request_id, na_err(st, "%s", why));
+        }
+    }
+    na_log_debug("node %s: %s opened request %llu (%u tokens, heads [%u, %u), %d part(s), "
+                 "%d prefix tokens attached)", n->name, p->name,
+                 (unsigned long long)o->request_id, o->max_tokens, o->kv_h0, o->kv_h1,
+                 r->sr.n_parts, hit);
+    if (hit > 0) {
+        na_wire_msg_t m;
+        memset(&m, 0, sizeof(m));
+        m.type = NA_WIRE_MSG_ACK;
+        m.u.ack.request_id = o->request_id;
+        m.u.ack.about_type = h->type;
+        m.u.ack.about_seq = h->seq;
+        m.u.ack.prefix_tokens = (uint32_t)hit;
+        return na_peer_send(p->sp, &m, NULL);
+    }
     return nd_ack(n, p, h, o->request_id);
+}
+
+/* The leading blocks of r's prompt (nd_prefix_take) the prefix caches hold,
+ * attached now (*hit_p tokens). */
+static na_status_t nd_prefix_open(na_node_t *n, na_node_req_t *r, const na_wire_req_open_t *o,
+                                  int *hit_p)
+{
+    na_slotset_prompt_t pr;
+    int hit;
+
+    memset(&pr, 0, sizeof(pr));
+    memcpy(pr.fp, r->pfx_fp, NA_KVHASH_FP);
+    pr.kv_h0 = r->kv_h0;
+    pr.tokens = r->pfx_tokens;
+    pr.n_tok = r->pfx_n;
+    hit = na_slotset_prefix_attach(n->ss, &r->sr, &pr);
+    if (hit < 0)
+        return na_err_prefix(NA_ERR_INTERNAL, "node %s: request %llu: attaching its prefix: ",
+                             n->name, (unsigned long long)o->request_id);
+    *hit_p = hit;
+    return NA_OK;
+}
+
+void na_node_prefix_publish(na_node_t *n, na_node_req_t *r)
+{
+    na_slotset_prompt_t pr;
+
+    if (r->pfx_tokens == NULL)
+        return;
+    memset(&pr, 0, sizeof(pr));
+    memcpy(pr.fp, r->pfx_fp, NA_KVHASH_FP);
+    pr.kv_h0 = r->kv_h0;
+    pr.tokens = r->pfx_tokens;
+    pr.n_tok = r->pfx_n;
+    na_slotset_prefix_publish(n->ss, &r->sr, &pr);
+    free(r->pfx_tokens);
+    r->pfx_tokens = NULL;
+    r->pfx_n = 0;
 }
 
 /* ---- PREFILL_KV ------------------------------------------------------------ */
@@ -156,6 +244,8 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
         st = na_slotset_prefill_done(n->ss, &r->sr);
     if (st != NA_OK)
         return nd_fail(n, p, h, kv->request_id, st);
+    if (!(h->flags & NA_WIRE_F_MORE) && kv->layer + 1 == r->n_layers)
+        na_node_prefix_publish(n, r);
     n->prefill_tokens += kv->n_tokens;
     return nd_ack(n, p, h, kv->request_id);
 }
@@ -271,6 +361,15 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     node[NA_STAT_N_KV_HEADS] = (uint64_t)n->common.n_kv_heads;
     node[NA_STAT_HEAD_DIM] = (uint64_t)n->common.head_dim;
     node[NA_STAT_KV_DTYPE] = (uint64_t)n->common.kv_dtype;
+    {
+        na_slotset_prefix_stats_t ps;
+        na_slotset_prefix_stats(n->ss, &ps);
+        node[NA_STAT_PREFIX_HIT_TOKENS] = ps.hit_tokens;
+        node[NA_STAT_PREFIX_ASKED_TOKENS] = ps.asked_tokens;
+        node[NA_STAT_PREFIX_CACHE_BYTES] = ps.cache.bytes;
+        node[NA_STAT_PREFIX_EVICTED] = ps.cache.evicted;
+        node[NA_STAT_PREFIX_COLLISIONS] = ps.cache.collisions;
+    }
     for (i = 0; i < NA_STAT_NODE_COUNT; i++)
         nd_stat(v, &k, NA_WIRE_STATS_MAX, na_stat_node_key((na_stat_node_t)i), node[i]);
     for (s = 0; s < n->n_slots && n->slots[s] != NULL; s++) {

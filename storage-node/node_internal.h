@@ -37,6 +37,10 @@ typedef struct na_node_req {
     uint16_t kv_h0, kv_h1;           /* KV heads this node holds */
     na_slotset_req_t sr;             /* store id (node-unique) and parts, kvh0
                                         relative to kv_h0 */
+    uint32_t *pfx_tokens;            /* the REQ_OPEN's prefix tokens until the prompt's
+                                        blocks went to the prefix caches (NULL: none) */
+    int       pfx_n;
+    uint8_t   pfx_fp[NA_WIRE_FP_SIZE];
     struct na_node_req *hnext;
 } na_node_req_t;
 
@@ -127,6 +131,10 @@ void           na_node_join_destroy(na_node_t *n);
  * returns NA_OK, an error that concerns one request only (already answered),
  * or NA_ERR_PROTO / transport errors after which the session drops the peer. */
 void           na_node_handlers(na_ses_t *ses);
+/* Request r's prompt is in (its last PREFILL_KV, or the attention of its
+ * prompt's last chunk on the last layer answered): the prompt's whole blocks
+ * go to the prefix caches, once (r->pfx_tokens is freed; nothing when NULL). */
+void           na_node_prefix_publish(na_node_t *n, na_node_req_t *r);
 
 /* node_decode.c: DECODE_ATTN -> ATTN_OUT. Each part of a batch split over
  * several messages (flag MORE) is submitted to the slots' engines as it

@@ -97,6 +97,27 @@ na_status_t na_place_request(na_place_t *p, uint64_t bytes_per_kvh,
     return NA_OK;
 }
 
+na_status_t na_place_request_near(na_place_t *p, uint64_t bytes_per_kvh, int prefer,
+                                  na_place_part_t *parts, int *n_parts_p)
+{
+    int used[NA_PLACE_MAX_SLOTS] = { 0 };
+    uint64_t bytes = bytes_per_kvh * (uint64_t)p->n_kv_heads;
+    int lo;
+
+    if (p->mode != NA_PART_REQUEST || prefer < 0 || prefer >= p->n_slots ||
+        !na_place_fits(p, prefer, bytes))
+        return na_place_request(p, bytes_per_kvh, parts, n_parts_p);
+    lo = na_place_pick(p, used, bytes);
+    if (lo >= 0 && p->load[prefer] > p->load[lo] + 2 * bytes)
+        return na_place_request(p, bytes_per_kvh, parts, n_parts_p);   /* out of balance */
+    parts[0].slot = prefer;
+    parts[0].kvh0 = 0;
+    parts[0].n_kvh = p->n_kv_heads;
+    p->load[prefer] += bytes;
+    *n_parts_p = 1;
+    return NA_OK;
+}
+
 void na_place_release(na_place_t *p, uint64_t bytes_per_kvh,
                       const na_place_part_t *parts, int n_parts)
 {

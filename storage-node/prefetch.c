@@ -96,21 +96,16 @@ void na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b)
         for (i = 0; i < b->n; i++) {
             na_attn_item_t *it = b->items[i];
             na_kv_view_t v;
-            int layer, G, n_gran;
+            int layer, n_gran;
 
-            if (!it->has_view || it->status != NA_OK)
-                continue;
+            if (!it->has_view || it->status != NA_OK || it->entry->n_ctx > 0)
+                continue;       /* a prompt chunk's earlier queries: its last one reads ahead */
             layer = it->entry->layer + d;
             if (layer >= kc->n_layers)
                 continue;
             if (na_kv_view(e->store, it->view.req, layer, &v) != NA_OK)
                 continue;
-            G = e->cfg.split_tokens / kc->block_tokens;
-            if (G < 1)
-                G = 1;
-            if ((size_t)G * v.block_bytes > e->chunk_bytes)
-                G = (int)(e->chunk_bytes / v.block_bytes) < 1 ? 1 : (int)(e->chunk_bytes / v.block_bytes);
-            n_gran = (v.n_blocks + G - 1) / G;
+            n_gran = na_attn_n_granules(e, v.n_tokens);
             pthread_mutex_lock(&e->mu);
             for (g = 0; g < n_gran; g++) {
                 na_attn_job_t *j;
@@ -119,9 +114,9 @@ void na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b)
                 j = calloc(1, sizeof(*j));
                 if (j == NULL)
                     break;
-                j->b0 = g * G;
-                j->nb = v.n_blocks - j->b0 < G ? v.n_blocks - j->b0 : G;
-                if (!na_attn_granule_ssd(&v, j->b0, j->nb, &j->s0, &j->off, &j->len)) {
+                na_attn_granule_range(e, v.n_tokens, g, &j->t0, &j->t1, &j->b0, &j->nb);
+                if (!na_attn_granule_ssd(&v, j->b0, j->nb, &j->s0, &j->off, &j->len) ||
+                    j->len > e->chunk_bytes) {
                     free(j);
                     continue;
                 }

@@ -40,6 +40,8 @@ typedef struct {
     int                allow_buffered;    /* fall back without O_DIRECT */
     int                no_dram_tier;      /* full blocks go to the SSD only (kv.tier ssd) */
     int                no_ssd_tier;       /* no SSD tier, no file (kv.tier dram) */
+    uint64_t           prefix_cache_bytes;/* prefix cache per slot (0: none) */
+    int                prefix_hash_bits;  /* test hook: prefix keys cut to this many bits */
     int                devices_required;  /* a csd slot whose device cannot be used fails
                                              create (the node refuses to start) */
     na_kv_io_factory_t io_factory;        /* NULL = io_uring (tests: a double) */
@@ -134,6 +136,12 @@ na_status_t na_place_init(na_place_t *p, na_partition_t mode, int n_slots, int n
  * NA_ERR_NOSPACE when no slot has room. */
 na_status_t na_place_request(na_place_t *p, uint64_t bytes_per_kvh,
                              na_place_part_t *parts, int *n_parts_p);
+/* na_place_request, but with request partition on slot `prefer` (the one
+ * whose prefix cache holds most of the prompt; -1: none) when it fits and
+ * holds at most two such requests' bytes more than the least-loaded slot
+ * that fits. */
+na_status_t na_place_request_near(na_place_t *p, uint64_t bytes_per_kvh, int prefer,
+                                  na_place_part_t *parts, int *n_parts_p);
 void        na_place_release(na_place_t *p, uint64_t bytes_per_kvh,
                              const na_place_part_t *parts, int n_parts);
 

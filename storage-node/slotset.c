@@ -5,13 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/faults.h"
+#include "common/log.h"
+#include "storage-node/kv_ssd.h"
 #include "storage-node/slotset.h"
 
 struct na_slotset {
     na_slot_common_t common;
     int              n_slots;
     na_slot_t       *slots[NA_PLACE_MAX_SLOTS];
+    na_pcache_t     *pc[NA_PLACE_MAX_SLOTS];   /* prefix cache per slot (NULL: none) */
     na_place_t       place;
+    uint64_t         pfx_hit_tokens, pfx_asked_tokens;
 };
 
 /* One add of a batch: engine entries grouped by slot and their owners. */
@@ -49,6 +54,7 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
     c->no_dram_tier = cfg->kv.tier == NA_CFG_TIER_SSD;
     c->no_ssd_tier = cfg->kv.tier == NA_CFG_TIER_DRAM;
     c->allow_buffered = 1;           /* file systems without O_DIRECT still work */
+    c->prefix_cache_bytes = n > 0 ? ((uint64_t)cfg->kv.prefix_cache_mb << 20) / (uint64_t)n : 0;
     spec->partition = cfg->parallel.partition == NA_CFG_PARTITION_HEAD ? NA_PART_HEAD
                                                                        : NA_PART_REQUEST;
     if (n > NA_PLACE_MAX_SLOTS)
@@ -73,6 +79,41 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
     return NA_OK;
 }
 
+/* One key of NA_FAULTS part "prefix" (na_faults_key_fn): hash_bits=N. */
+static int na_ss_prefix_key(void *arg, const char *key, const char *val, char *err, size_t errlen)
+{
+    unsigned long long v;
+
+    if (strcmp(key, "hash_bits") != 0) {
+        snprintf(err, errlen, "unknown key \"%s\" (hash_bits)", key);
+        return -1;
+    }
+    if (na_faults_u64(key, val, &v, err, errlen) != 0)
+        return -1;
+    if (v < 1 || v > 256) {
+        snprintf(err, errlen, "hash_bits wants 1..256, not %llu", v);
+        return -1;
+    }
+    *(int *)arg = (int)v;
+    return 0;
+}
+
+/* The test double of NA_FAULTS="prefix:hash_bits=N" (docs/fault-injection.md):
+ * the prefix caches' keys cut to N bits, so they collide. */
+static na_status_t na_ss_prefix_fault(int *bits)
+{
+    const char *spec = getenv("NA_FAULTS");
+    char err[256];
+    int r = na_faults_part(spec, "prefix", na_ss_prefix_key, bits, err, sizeof(err));
+
+    if (r < 0)
+        return na_err(NA_ERR_INVALID, "%s", err);
+    if (r > 0)
+        fprintf(stderr, "nearattn: TEST DOUBLE: prefix cache keys cut to %d bits "
+                "(NA_FAULTS=\"%s\"); not for production\n", *bits, spec);
+    return NA_OK;
+}
+
 na_status_t na_slotset_create(const na_slotset_spec_t *spec, na_slotset_t **ss_p)
 {
     uint64_t cap[NA_PLACE_MAX_SLOTS] = { 0 };
@@ -93,6 +134,16 @@ na_status_t na_slotset_create(const na_slotset_spec_t *spec, na_slotset_t **ss_p
             goto err_destroy;
         ss->n_slots++;
         cap[i] = na_slot_capacity(&ss->common, &spec->devs[i]);
+        if (ss->common.prefix_cache_bytes > 0) {
+            na_pcache_cfg_t pcc = { ss->common.prefix_cache_bytes, ss->common.n_layers,
+                                    ss->common.block_tokens, ss->common.prefix_hash_bits };
+            if (i == 0 && (st = na_ss_prefix_fault(&pcc.hash_bits)) != NA_OK)
+                goto err_destroy;
+            ss->common.prefix_hash_bits = pcc.hash_bits;
+            st = na_pcache_create(&pcc, &ss->pc[i]);
+            if (st != NA_OK)
+                goto err_destroy;
+        }
     }
     st = na_place_init(&ss->place, spec->partition, ss->n_slots, ss->common.n_kv_heads, cap);
     if (st != NA_OK)
@@ -111,8 +162,10 @@ void na_slotset_destroy(na_slotset_t *ss)
 
     if (ss == NULL)
         return;
-    for (i = 0; i < ss->n_slots; i++)
+    for (i = 0; i < ss->n_slots; i++) {
         na_slot_destroy(ss->slots[i]);
+        na_pcache_destroy(ss->pc[i]);
+    }
     free(ss);
 }
 
@@ -129,8 +182,9 @@ uint64_t na_slotset_bytes_per_kvh(const na_slotset_t *ss, int max_tokens)
 
 /* ---- requests ----------------------------------------------------------- */
 
-na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
-                            int max_tokens, int n_kvh)
+/* Place (near slot prefer, -1: anywhere) and open the parts. */
+static na_status_t na_ss_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                              int max_tokens, int n_kvh, int prefer)
 {
     na_status_t st;
     int i;
@@ -139,7 +193,7 @@ na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
     r->sid = sid;
     r->bytes_per_kvh = na_slotset_bytes_per_kvh(ss, max_tokens);
     ss->place.n_kv_heads = n_kvh;            /* this request's share of the heads */
-    st = na_place_request(&ss->place, r->bytes_per_kvh, r->parts, &r->n_parts);
+    st = na_place_request_near(&ss->place, r->bytes_per_kvh, prefer, r->parts, &r->n_parts);
     if (st == NA_ERR_NOSPACE) {
         char why[256];
         uint64_t best = 0;
@@ -168,6 +222,47 @@ na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
     na_place_release(&ss->place, r->bytes_per_kvh, r->parts, r->n_parts);
     r->n_parts = 0;
     return st;
+}
+
+na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                            int max_tokens, int n_kvh)
+{
+    return na_ss_open(ss, r, sid, max_tokens, n_kvh, -1);
+}
+
+na_status_t na_slotset_open_near(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                                 int max_tokens, int n_kvh, const na_slotset_prompt_t *p)
+{
+    const int bt = ss->common.block_tokens;
+    const uint64_t bytes = na_slotset_bytes_per_kvh(ss, max_tokens) * (uint64_t)n_kvh;
+    int want = p->n_tok > 0 ? (p->n_tok - 1) / bt : 0, prefer = -1, most = 0, i;
+    uint64_t lo = UINT64_MAX;
+
+    for (i = 0; i < ss->n_slots; i++)           /* the least load of a slot that fits */
+        if ((ss->place.cap[i] == 0 || ss->place.load[i] + bytes <= ss->place.cap[i]) &&
+            ss->place.load[i] < lo)
+            lo = ss->place.load[i];
+    if (ss->place.mode == NA_PART_REQUEST && want > 0 && lo != UINT64_MAX) {
+        na_kv_store_cfg_t kc = *na_kv_store_cfg(na_slot_store(ss->slots[0]));
+        na_pcache_ident_t id;
+        memset(&id, 0, sizeof(id));
+        memcpy(id.fp, p->fp, NA_KVHASH_FP);
+        id.kv_h0 = p->kv_h0;
+        id.n_kvh = n_kvh;
+        id.kv_dtype = (int)ss->common.kv_dtype;
+        for (i = 0; i < ss->n_slots; i++) {      /* the longest run among slots in balance */
+            int n;
+            if (ss->pc[i] == NULL || ss->place.load[i] > lo + 2 * bytes ||
+                (ss->place.cap[i] != 0 && ss->place.load[i] + bytes > ss->place.cap[i]))
+                continue;
+            n = na_pcache_peek(ss->pc[i], &id, na_kv_block_bytes(&kc, n_kvh), p->tokens, want);
+            if (n > most) {
+                most = n;
+                prefer = i;
+            }
+        }
+    }
+    return na_ss_open(ss, r, sid, max_tokens, n_kvh, prefer);
 }
 
 na_status_t na_slotset_prefill(na_slotset_t *ss, const na_slotset_req_t *r, int layer,
@@ -201,6 +296,221 @@ na_status_t na_slotset_prefill_done(na_slotset_t *ss, const na_slotset_req_t *r)
     return st;
 }
 
+/* Drop r's references to prefix-cache entries (its store requests are
+ * closed, or never held them). */
+static void na_ss_pfx_drop(na_slotset_t *ss, na_slotset_req_t *r)
+{
+    int i, b;
+
+    if (r->pfx != NULL)
+        for (i = 0; i < r->n_parts; i++)
+            for (b = 0; b < r->n_pfx; b++)
+                na_pcache_unref(ss->pc[r->parts[i].slot], r->pfx[(size_t)i * r->n_pfx + b]);
+    free(r->pfx);
+    r->pfx = NULL;
+    r->n_pfx = 0;
+}
+
+/* The cache identity of part i of r. */
+static void na_ss_ident(const na_slotset_t *ss, const na_slotset_req_t *r, int i,
+                        const na_slotset_prompt_t *p, na_pcache_ident_t *id)
+{
+    memset(id, 0, sizeof(*id));
+    memcpy(id->fp, p->fp, NA_KVHASH_FP);
+    id->kv_h0 = p->kv_h0 + r->parts[i].kvh0;
+    id->n_kvh = r->parts[i].n_kvh;
+    id->kv_dtype = (int)ss->common.kv_dtype;
+}
+
+int na_slotset_prefix_attach(na_slotset_t *ss, na_slotset_req_t *r, const na_slotset_prompt_t *p)
+{
+    const int bt = ss->common.block_tokens;
+    int want = p->n_tok > 0 ? (p->n_tok - 1) / bt : 0;   /* the last token is computed */
+    int got[NA_PLACE_MAX_SLOTS];
+    int i, b, l, n = want;
+
+    if (r->n_parts < 1 || r->pfx != NULL || want < 1)
+        return 0;
+    for (i = 0; i < r->n_parts; i++)
+        if (ss->pc[r->parts[i].slot] == NULL)
+            return 0;
+    ss->pfx_asked_tokens += (uint64_t)want * (uint64_t)bt;
+    r->pfx = calloc((size_t)r->n_parts * (size_t)want, sizeof(*r->pfx));
+    if (r->pfx == NULL)
+        return 0;
+    for (i = 0; i < r->n_parts; i++) {
+        na_kv_req_t *kr = na_kv_find(na_slot_store(ss->slots[r->parts[i].slot]), r->sid);
+        na_pcache_ident_t id;
+
+        na_ss_ident(ss, r, i, p, &id);
+        got[i] = kr == NULL ? 0 : na_pcache_lookup(ss->pc[r->parts[i].slot], &id,
+                                                   na_kv_req_block_bytes(kr), p->tokens, want,
+                                                   r->pfx + (size_t)i * want);
+        if (got[i] < n)
+            n = got[i];
+    }
+    /* every part must have the run: keep the shortest, packed with stride n */
+    for (i = 0; i < r->n_parts; i++) {
+        for (b = n; b < got[i]; b++)
+            na_pcache_unref(ss->pc[r->parts[i].slot], r->pfx[(size_t)i * want + b]);
+        if (i > 0)
+            memmove(r->pfx + (size_t)i * n, r->pfx + (size_t)i * want, (size_t)n * sizeof(*r->pfx));
+    }
+    r->n_pfx = n;
+    if (n == 0) {
+        free(r->pfx);
+        r->pfx = NULL;
+        return 0;
+    }
+    for (i = 0; i < r->n_parts; i++) {
+        na_kv_store_t *kst = na_slot_store(ss->slots[r->parts[i].slot]);
+        na_kv_req_t *kr = na_kv_find(kst, r->sid);
+        for (b = 0; b < n; b++)
+            for (l = 0; l < ss->common.n_layers; l++)
+                if (na_kv_attach(kst, kr, l, na_pcache_mem(r->pfx[(size_t)i * n + b], l)) != NA_OK)
+                    return -1;      /* the caller releases r (which drops the references) */
+    }
+    ss->pfx_hit_tokens += (uint64_t)n * (uint64_t)bt;
+    return n * bt;
+}
+
+void na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r, const na_slotset_prompt_t *p)
+{
+    const int bt = ss->common.block_tokens, nl = ss->common.n_layers;
+    const void **mem;
+    void **buf;
+    int i, b, l;
+
+    mem = malloc(sizeof(*mem) * (size_t)nl);
+    buf = calloc((size_t)nl, sizeof(*buf));
+    if (mem == NULL || buf == NULL) {
+        free(mem);
+        free(buf);
+        return;
+    }
+    for (i = 0; i < r->n_parts; i++) {
+        na_pcache_t *pc = ss->pc[r->parts[i].slot];
+        na_kv_req_t *kr = na_kv_find(na_slot_store(ss->slots[r->parts[i].slot]), r->sid);
+        na_pcache_ent_t *prev = NULL, *e;
+        int n_full = p->n_tok / bt, own_prev = 0;
+        na_pcache_ident_t id;
+
+        if (pc == NULL || kr == NULL || na_kv_req_check(kr) != NA_OK)
+            continue;
+        for (l = 0; l < nl; l++)
+            if (na_kv_req_tokens(kr, l) / bt < n_full)
+                n_full = na_kv_req_tokens(kr, l) / bt;
+        na_ss_ident(ss, r, i, p, &id);
+        if (r->n_pfx > 0)
+            prev = r->pfx[(size_t)i * r->n_pfx + r->n_pfx - 1];
+        for (b = r->n_pfx; b < n_full; b++) {
+            na_kv_store_t *kst = na_slot_store(ss->slots[r->parts[i].slot]);
+            for (l = 0; l < nl; l++) {
+                if ((mem[l] = na_kv_block_mem(kr, l, b)) != NULL)
+                    continue;
+                /* on the SSD tier only: read back, checked against its sum */
+                if (buf[l] == NULL &&
+                    (buf[l] = na_kv_aligned_alloc(na_kv_req_block_bytes(kr))) == NULL)
+                    break;
+                if (na_kv_block_read(kst, kr, l, b, buf[l]) != NA_OK) {
+                    na_log_warn("prefix cache: %s; the prompt's blocks from %d on are not kept",
+                                na_errmsg(), b);
+                    break;
+                }
+                mem[l] = buf[l];
+            }
+            if (l < nl ||
+                na_pcache_insert(pc, &id, na_kv_req_block_bytes(kr), prev, b,
+                                 p->tokens + (size_t)b * bt, mem, &e) != NA_OK)
+                break;
+            if (own_prev)
+                na_pcache_unref(pc, prev);    /* its child holds it now */
+            prev = e;
+            own_prev = 1;
+        }
+        if (own_prev)
+            na_pcache_unref(pc, prev);
+        for (l = 0; l < nl; l++) {     /* the block size may differ between parts */
+            na_kv_aligned_free(buf[l]);
+            buf[l] = NULL;
+        }
+    }
+    free(mem);
+    free(buf);
+}
+
+na_status_t na_slotset_prefix_read(const na_slotset_t *ss, const na_slotset_req_t *r, int layer,
+                                   int n_tok, void *k, void *v, na_dtype_t dtype)
+{
+    const na_slot_common_t *c = &ss->common;
+    const int bt = c->block_tokens, hd = c->head_dim;
+    const size_t es = na_dtype_bytes(c->kv_dtype, 1), oes = na_dtype_bytes(dtype, 1);
+    const size_t half = (size_t)bt * (size_t)hd * es;
+    int i, nkv = 0, t, h, x;
+
+    if (n_tok < 0 || n_tok > r->n_pfx * bt || layer < 0 || layer >= c->n_layers)
+        return na_err(NA_ERR_RANGE, "prefix read: %d rows of layer %d, the request holds %d "
+                      "from the prefix caches", n_tok, layer, r->n_pfx * bt);
+    if (dtype != c->kv_dtype && dtype != NA_DTYPE_F32)
+        return na_err(NA_ERR_UNSUPPORTED, "prefix read: rows in %s (the KV is %s; f32 or it)",
+                      na_dtype_name(dtype), na_dtype_name(c->kv_dtype));
+    for (i = 0; i < r->n_parts; i++)
+        nkv += r->parts[i].n_kvh;
+    for (i = 0; i < r->n_parts; i++)
+        for (t = 0; t < n_tok; t++) {
+            const uint8_t *mem = na_pcache_mem(r->pfx[(size_t)i * r->n_pfx + t / bt], layer);
+            for (h = 0; h < r->parts[i].n_kvh; h++) {
+                const uint8_t *ks = mem + (size_t)h * 2 * half + (size_t)(t % bt) * hd * es;
+                size_t o = ((size_t)t * nkv + (size_t)(r->parts[i].kvh0 + h)) * hd;
+                if (dtype == c->kv_dtype) {
+                    memcpy((uint8_t *)k + o * oes, ks, (size_t)hd * es);
+                    memcpy((uint8_t *)v + o * oes, ks + half, (size_t)hd * es);
+                    continue;
+                }
+                for (x = 0; x < hd; x++) {      /* to f32 */
+                    uint16_t kh, vh;
+                    if (c->kv_dtype == NA_DTYPE_F32) {
+                        memcpy((float *)k + o + x, ks + (size_t)x * 4, 4);
+                        memcpy((float *)v + o + x, ks + half + (size_t)x * 4, 4);
+                        continue;
+                    }
+                    memcpy(&kh, ks + (size_t)x * 2, 2);
+                    memcpy(&vh, ks + half + (size_t)x * 2, 2);
+                    ((float *)k)[o + x] = c->kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(kh)
+                                                                      : na_bf16_to_f32(kh);
+                    ((float *)v)[o + x] = c->kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(vh)
+                                                                      : na_bf16_to_f32(vh);
+                }
+            }
+        }
+    return NA_OK;
+}
+
+void na_slotset_prefix_stats(const na_slotset_t *ss, na_slotset_prefix_stats_t *out)
+{
+    int i;
+
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < ss->n_slots; i++) {
+        na_pcache_stats_t x;
+        if (ss->pc[i] == NULL)
+            continue;
+        na_pcache_stats(ss->pc[i], &x);
+        out->cache.lookups += x.lookups;
+        out->cache.hit_blocks += x.hit_blocks;
+        out->cache.miss_blocks += x.miss_blocks;
+        out->cache.inserted += x.inserted;
+        out->cache.evicted += x.evicted;
+        out->cache.collisions += x.collisions;
+        out->cache.bad_sums += x.bad_sums;
+        out->cache.entries += x.entries;
+        out->cache.bytes += x.bytes;
+        out->cache.budget += x.budget;
+    }
+    out->hit_tokens = ss->pfx_hit_tokens;
+    out->asked_tokens = ss->pfx_asked_tokens;
+}
+
 na_status_t na_slotset_release(na_slotset_t *ss, na_slotset_req_t *r)
 {
     na_status_t st = NA_OK, st2;
@@ -211,6 +521,7 @@ na_status_t na_slotset_release(na_slotset_t *ss, na_slotset_req_t *r)
         if (st2 != NA_OK && st == NA_OK)
             st = st2;
     }
+    na_ss_pfx_drop(ss, r);
     na_place_release(&ss->place, r->bytes_per_kvh, r->parts, r->n_parts);
     r->n_parts = 0;
     return st;
@@ -259,6 +570,31 @@ static void na_ss_fail(na_ss_chunk_t *ck, int x0, int x1, na_status_t st)
         }
 }
 
+/* A prompt chunk (entry e of n_q > 1 queries): append its n_q K/V rows of
+ * `layer` on every part of r (as a prefill: bulk, flushed by prefill_done)
+ * and say in *before_p how many tokens the layer held before. Fails e
+ * (status, reason) and returns its status when a part refuses. */
+static na_status_t na_ss_chunk_append(na_slotset_t *ss, const na_slotset_req_t *r,
+                                      na_attn_entry_t *e, int *before_p)
+{
+    na_status_t st;
+
+    *before_p = na_slotset_tokens(ss, r, e->layer);
+    if (*before_p < 0)
+        st = na_err(NA_ERR_IO, "request %llu: its KV was lost on this node",
+                    (unsigned long long)e->req);
+    else if (e->k_new == NULL || e->v_new == NULL)
+        st = na_err(NA_ERR_INVALID, "request %llu: a prompt chunk without K or V rows",
+                    (unsigned long long)e->req);
+    else
+        st = na_slotset_prefill(ss, r, e->layer, e->k_new, e->v_new, NA_DTYPE_F32, 0, e->n_q);
+    if (st != NA_OK) {
+        e->status = st;
+        snprintf(e->reason, sizeof(e->reason), "%s", na_errmsg());
+    }
+    return st;
+}
+
 na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
                                  const na_slotset_req_t *const *req, na_attn_entry_t *entries,
                                  int n)
@@ -266,26 +602,40 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     const int hd = ss->common.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
     int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
     na_ss_chunk_t *ck;
-    int i, j, s, total = 0;
+    int i, j, s, t, total = 0;
+    int *before = NULL;
 
+    for (i = 0; i < n; i++)
+        if (entries[i].n_q > 1)
+            break;
+    if (i < n && (before = calloc((size_t)n, sizeof(int))) == NULL)
+        return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", n);
     for (i = 0; i < n; i++) {
+        int mult = entries[i].n_q > 1 ? entries[i].n_q : 1;
         entries[i].status = NA_OK;
         entries[i].reason[0] = '\0';
+        /* a prompt chunk: its rows first, then one query per engine entry,
+         * each over the tokens up to its own position (causal) */
+        if (mult > 1 && na_ss_chunk_append(ss, req[i], &entries[i], &before[i]) != NA_OK)
+            continue;
         for (j = 0; j < req[i]->n_parts; j++)
-            count[req[i]->parts[j].slot]++;
+            count[req[i]->parts[j].slot] += mult;
     }
     for (s = 0; s < ss->n_slots; s++) {
         base[s] = fill[s] = total;
         total += count[s];
     }
-    if (total == 0)
+    if (total == 0) {
+        free(before);
         return NA_OK;
+    }
     ck = calloc(1, sizeof(*ck));
     if (ck == NULL || (ck->ae = calloc((size_t)total, sizeof(*ck->ae))) == NULL ||
         (ck->owner = calloc((size_t)total, sizeof(*ck->owner))) == NULL) {
         if (ck != NULL)
             free(ck->ae);
         free(ck);
+        free(before);
         return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", total);
     }
     ck->n = total;
@@ -293,8 +643,31 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     b->chunks = ck;
     for (i = 0; i < n; i++) {
         const na_attn_entry_t *e = &entries[i];
+        if (e->status != NA_OK)
+            continue;                 /* a chunk whose rows were refused */
         for (j = 0; j < req[i]->n_parts; j++) {
             const na_place_part_t *pp = &req[i]->parts[j];
+            if (e->n_q > 1) {
+                /* one query's rows: the heads the entry covers (the node's
+                 * range under head partition), not the model's */
+                const size_t qrow = (size_t)e->n_q_heads * hd;
+                for (t = 0; t < e->n_q; t++) {
+                    int x = fill[pp->slot]++;
+                    na_attn_entry_t *a = &ck->ae[x];
+                    ck->owner[x] = &entries[i];
+                    a->req = req[i]->sid;
+                    a->layer = e->layer;
+                    a->n_kv_heads = pp->n_kvh;
+                    a->n_q_heads = pp->n_kvh * grp;
+                    a->q = e->q + (size_t)t * qrow + (size_t)pp->kvh0 * grp * hd;
+                    a->o = e->o + (size_t)t * qrow + (size_t)pp->kvh0 * grp * hd;
+                    /* rows appended: query t sees tokens 0..before+t; the last
+                     * one sees them all (n_ctx 0: it also reads the next
+                     * layer ahead) */
+                    a->n_ctx = t + 1 < e->n_q ? before[i] + t + 1 : 0;
+                }
+                continue;
+            }
             int x = fill[pp->slot]++;
             na_attn_entry_t *a = &ck->ae[x];
             ck->owner[x] = &entries[i];
@@ -306,8 +679,10 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
             a->k_new = e->k_new ? e->k_new + (size_t)pp->kvh0 * hd : NULL;
             a->v_new = e->v_new ? e->v_new + (size_t)pp->kvh0 * hd : NULL;
             a->o = e->o + (size_t)pp->kvh0 * grp * hd;
+            a->n_ctx = e->n_ctx;
         }
     }
+    free(before);
     /* every slot's share starts before any is reaped: the engines run side
      * by side, and beside the owner's loop */
     for (s = 0; s < ss->n_slots; s++) {

@@ -19,6 +19,7 @@
 #define NA_SLOTSET_H
 
 #include "common/config.h"
+#include "storage-node/prefix_cache.h"
 #include "storage-node/slot.h"
 
 /* What to build: settings shared by all slots, the devices, the partition. */
@@ -35,7 +36,26 @@ typedef struct {
     uint64_t        bytes_per_kvh;    /* placement accounting */
     int             n_parts;
     na_place_part_t parts[NA_PLACE_MAX_SLOTS];   /* kvh0 relative to the request */
+    int              n_pfx;           /* leading blocks attached from the prefix caches */
+    na_pcache_ent_t **pfx;            /* (n_parts x n_pfx) the entries, part-major */
 } na_slotset_req_t;
+
+/* A prompt for prefix reuse (docs/prefix-reuse.md): the model's fingerprint,
+ * the request's first KV head (absolute; a part adds its own offset) and the
+ * prompt's first n_tok token ids. */
+typedef struct {
+    uint8_t         fp[NA_KVHASH_FP];
+    int             kv_h0;
+    const uint32_t *tokens;
+    int             n_tok;
+} na_slotset_prompt_t;
+
+/* Counters of the slots' prefix caches, summed. */
+typedef struct {
+    na_pcache_stats_t cache;
+    uint64_t          hit_tokens;     /* prompt tokens attached from the caches */
+    uint64_t          asked_tokens;   /* prompt tokens looked up */
+} na_slotset_prefix_stats_t;
 
 typedef struct na_slotset       na_slotset_t;
 typedef struct na_slotset_batch na_slotset_batch_t;
@@ -64,6 +84,14 @@ uint64_t    na_slotset_bytes_per_kvh(const na_slotset_t *ss, int max_tokens);
  * the most any slot has free. */
 na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
                             int max_tokens, int n_kvh);
+/* na_slotset_open for a request whose prompt p is offered for prefix reuse:
+ * with request partition it goes to the slot whose prefix cache holds the
+ * longest run of the prompt's first blocks among the slots in balance (at
+ * most two such requests' bytes above the least-loaded slot that fits;
+ * na_place_request_near), else as na_slotset_open. Then call
+ * na_slotset_prefix_attach. */
+na_status_t na_slotset_open_near(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
+                                 int max_tokens, int n_kvh, const na_slotset_prompt_t *p);
 /* Append n_tok prompt rows of layer: rows of the request's n_kvh*head_dim
  * elements of dtype (F32 or the KV dtype), row_stride elements apart
  * (0 = packed); each part takes its head range. */
@@ -72,6 +100,26 @@ na_status_t na_slotset_prefill(na_slotset_t *ss, const na_slotset_req_t *r, int 
                                size_t row_stride, int n_tok);
 /* End of a prompt on every part (na_slot_prefill_done). */
 na_status_t na_slotset_prefill_done(na_slotset_t *ss, const na_slotset_req_t *r);
+/* Right after open: attach to r the longest run of the prompt's first
+ * blocks that every part's slot holds in its prefix cache, leaving at least
+ * the prompt's last token to be computed. Returns the tokens attached (a
+ * multiple of block_tokens; 0 when none, also when the caches are off); r's
+ * layers then hold that many rows and its prefill goes on from there. -1
+ * (with the reason) when blocks could not be attached: release r. */
+int         na_slotset_prefix_attach(na_slotset_t *ss, na_slotset_req_t *r,
+                                     const na_slotset_prompt_t *p);
+/* After r's prefill is done: keep the prompt's whole blocks that are in DRAM
+ * in the slots' prefix caches (as far as the budgets allow). Never fails the
+ * request: a block that cannot be kept ends the run there. */
+void        na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r,
+                                      const na_slotset_prompt_t *p);
+void        na_slotset_prefix_stats(const na_slotset_t *ss, na_slotset_prefix_stats_t *out);
+/* Rows 0..n_tok-1 of layer that r holds from the prefix caches (n_tok <=
+ * its attached tokens) into k, v: (n_tok, n_kvh * head_dim) rows of the
+ * request's heads, dtype F32 or the KV dtype (the in-process KV fetch).
+ * NA_ERR_RANGE past the attached rows, NA_ERR_UNSUPPORTED for another dtype. */
+na_status_t na_slotset_prefix_read(const na_slotset_t *ss, const na_slotset_req_t *r, int layer,
+                                   int n_tok, void *k, void *v, na_dtype_t dtype);
 /* Close the parts and give the placement back. No batch may hold it. */
 na_status_t na_slotset_release(na_slotset_t *ss, na_slotset_req_t *r);
 /* Tokens the request holds in layer (-1 if its store lost it). */
@@ -84,7 +132,12 @@ na_status_t na_slotset_poll(na_slotset_t *ss);
  * na_attn_entry_t; req[i] its parts), close, then reap with test (or wait).
  * Work starts at add. Entries stay the caller's and must stay valid until
  * the batch is reaped; their status/reason are set then. add fails only for
- * lack of memory. */
+ * lack of memory. An entry of n_q > 1 is a prompt chunk (chunked prefill):
+ * add appends its n_q K/V rows at once (as na_slotset_prefill; the prompt's
+ * prefill_done flushes them) and gives each query its own engine entry over
+ * the tokens up to its position (n_ctx), so a prompt query is answered by
+ * the same per-query code, on the same KV, as a decode step at that
+ * position would be. */
 na_status_t na_slotset_batch_begin(na_slotset_t *ss, na_slotset_batch_t **b_p);
 na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
                                  const na_slotset_req_t *const *req, na_attn_entry_t *entries,

@@ -161,6 +161,8 @@ static void na_kv_wr_complete(na_kv_store_t *s, na_kv_wr_t *w, int64_t res)
     }
     {
         na_kv_layer_t *L = &r->layers[w->layer];
+        if (w->kind == NA_KV_WR_TAIL)
+            L->tail_writes--;
         if (w->kind == NA_KV_WR_DATA && ok) {
             for (b = w->b0; b < w->b0 + w->nb; b++) {
                 if (L->busy) {
@@ -292,6 +294,15 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
         return NA_OK;
     }
     per_run = bs >= NA_KV_IO_MAX ? 1 : (int)(NA_KV_IO_MAX / bs);
+    /* block b's earlier partial image may still be in flight to the same
+     * offset: writes are not ordered, so the full block (and its checksum)
+     * goes out only after it landed, else the disk may keep the older image
+     * (a checksum failure when it is read back) */
+    while (b < full && L->tail_writes > 0) {
+        st = na_kv_reap(s, 1);
+        if (st != NA_OK)
+            return st;
+    }
     while (b < full) {
         int nb = full - b < per_run ? full - b : per_run;
         na_kv_wr_t *w = NULL;
@@ -322,6 +333,13 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
     L->n_committed = full * bt;
     if (L->n_tokens % bt != 0 && L->n_spilled != L->n_tokens) {   /* partial tail image */
         na_kv_wr_t *w = NULL;
+        if (L->tail_writes > 0) {
+            /* the previous image is still in flight: this one waits for the
+             * next spill (rows up to the full blocks are spilled) */
+            L->n_spilled = L->n_committed;
+            s->st.n_spills++;
+            return sync ? na_kv_wait_req(s, r) : NA_OK;
+        }
         st = na_kv_wr_new(bs, &w);
         if (st != NA_OK)
             return st;
@@ -329,6 +347,7 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
         st = na_kv_wr_issue(s, w, r, layer, NA_KV_WR_TAIL, (uint64_t)full * bs);
         if (st != NA_OK)
             return st;
+        L->tail_writes++;
     }
     L->n_spilled = L->n_tokens;
     s->st.n_spills++;
@@ -340,18 +359,22 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
 na_status_t na_kv_flush(na_kv_store_t *s, na_kv_req_t *r)
 {
     na_status_t st;
-    int l;
+    int l, again;
 
-    for (l = 0; l < s->cfg.n_layers; l++) {
-        if (r->layers[l].n_spilled == r->layers[l].n_tokens)
-            continue;
-        st = na_kv_spill(s, r, l, 0);
-        if (st != NA_OK)
-            return st;
-    }
-    if (!s->has_ssd)
-        return NA_OK;
-    st = na_kv_wait_req(s, r);
+    do {         /* a tail image held back behind one in flight goes out after it */
+        again = 0;
+        for (l = 0; l < s->cfg.n_layers; l++) {
+            if (r->layers[l].n_spilled == r->layers[l].n_tokens)
+                continue;
+            st = na_kv_spill(s, r, l, 0);
+            if (st != NA_OK)
+                return st;
+            again |= r->layers[l].n_spilled != r->layers[l].n_tokens;
+        }
+        if (!s->has_ssd)
+            return NA_OK;
+        st = na_kv_wait_req(s, r);
+    } while (st == NA_OK && again);
     if (st == NA_OK && r->hdr_dirty)
         st = na_kv_header_write_sync(s, r);
     return st;

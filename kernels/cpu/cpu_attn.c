@@ -29,9 +29,15 @@
  * The 2 vCPUs of that machine share one core's FP throughput (two 1-thread
  * runs at once: ~425 ns per token each), so t=2 is no faster there.
  *
- * Decode splits a long context into one range per thread (flash-decoding).
- * Each range walks its tokens chunk by chunk over every KV head, and the
- * partials are merged with na_attn_merge. Nothing is prefetched for a
+ * Decode splits a long context into parts of NA_CPU_PART (1024) tokens
+ * (flash-decoding), claimed by the pool's threads; each part walks its
+ * tokens chunk by chunk over every KV head, and the partials are merged in
+ * order with na_attn_merge. The parts are fixed by the context length, not
+ * the thread count, so that a query row gets the same bits from decode (any
+ * thread count), from prefill and from the storage node (granules of
+ * split_tokens = 1024, blocks of 64): a recovered request is prefilled again
+ * over the tokens decode produced (issue 22 item 15; test_attn_exact). It
+ * was one range per thread; nothing is prefetched for a
  * range's first chunk, so more, smaller ranges (claimed dynamically, to
  * spread a descheduled thread's delay) cost more than they saved: 8K
  * context, t=2, with 1 / 2 / 4 ranges per thread: 86-89 / 81-84 / 79 % of
@@ -43,7 +49,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 
-#define NA_CPU_CHUNK     64     /* tokens per softmax update */
+#define NA_CPU_CHUNK     NA_ATTN_CHUNK  /* tokens per softmax update (64) */
 /* Software prefetch (na_cpu_pf_t below) into L1, T0: measured against T2
  * (into L2) with the block layout, 1 thread, 16K context: 26 vs 18 GB/s. */
 #define NA_CPU_PF_HINT   _MM_HINT_T0
@@ -53,13 +59,17 @@
  * the end of the cursor it may touch other memory, never faults. */
 #define NA_CPU_PF_L2_AHEAD 8192
 #define NA_CPU_MAX_GROUP 16     /* heads per core call */
-#define NA_CPU_PAR_MIN_CTX 512  /* decode contexts shorter than this stay on one thread */
 #define NA_CPU_PRE_QB    8      /* prefill: query tokens per task sharing each K/V row */
 #define NA_CPU_PRE_MAX_HD 256   /* prefill: larger heads go one token per task */
-/* Long decode contexts are cut into NA_CPU_PARTS_PER_THREAD parts per thread
- * (of >= NA_CPU_PART_MIN_CTX tokens; see the top of the file). */
-#define NA_CPU_PARTS_PER_THREAD 1
-#define NA_CPU_PART_MIN_CTX     512
+/* Bit-exact attention: a query row's output is one function of its context
+ * length, whichever op computes it (decode, prefill, the storage node's
+ * partials): the context is cut into parts of NA_CPU_PART tokens from
+ * position 0 (the storage node's default split_tokens, blocks of 64), each
+ * part folded chunk by chunk (NA_CPU_CHUNK, aligned on position 0), the
+ * parts merged in order with na_attn_merge. Decode runs the parts on the
+ * pool; prefill folds the chunks its query tokens share together, then each
+ * token its own last chunk. */
+#define NA_CPU_PART             NA_ATTN_PART   /* 1024 */
 
 #define NA_INLINE static inline __attribute__((always_inline))
 
@@ -249,16 +259,22 @@ NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t strid
 }
 
 /* Online-softmax update of G heads with the chunk's scores s[t * G + g]
- * (replaced by the weights p). Since G divides 8, lane l of every 8-float
+ * (replaced by the weights p). lim (NULL: none) masks head g's tokens t >=
+ * lim[g]: weight exactly 0, so the head's state is bits-for-bits the one of a
+ * chunk of lim[g] tokens (lim[g] >= 1). Since G divides 8, lane l of every 8-float
  * vector of s belongs to head l % G. */
 NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int cn, int hd,
-                                   int G)
+                                   int G, const int *lim)
 {
     const int n = cn * G;
     float lanes[8], cmax[8], m[8], alpha[8], sum[8], ml[8];
-    __m256 vmax = _mm256_set1_ps(-INFINITY), vsum = _mm256_setzero_ps(), vm;
+    __m256 vmax = _mm256_set1_ps(-INFINITY), vm;
     int i, g, l, d;
 
+    if (lim != NULL)
+        for (g = 0; g < G; g++)
+            for (i = lim[g]; i < cn; i++)
+                s[i * G + g] = -INFINITY;
     for (i = 0; i + 8 <= n; i += 8)
         vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
     _mm256_storeu_ps(lanes, vmax);
@@ -276,17 +292,47 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
     for (l = 0; l < 8; l++)
         ml[l] = m[l % G];
     vm = _mm256_loadu_ps(ml);
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
-        _mm256_storeu_ps(s + i, e);
-        vsum = _mm256_add_ps(vsum, e);
+    /* Every weight through the vector exp (the tail in a padded vector), and
+     * each head's sum taken by token index mod 8 in token order, then over
+     * those 8 in order: the same bits whatever G, the chunk's length or a
+     * token's place in it (prefill and decode fold the same rows with
+     * different G; see na_cpu_attn_prefill). */
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(s + i, na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm)));
+    if (i < n) {
+        float buf[8];
+        for (l = 0; l < 8; l++)
+            buf[l] = i + l < n ? s[i + l] : -INFINITY;
+        _mm256_storeu_ps(buf, na_cpu_exp(_mm256_sub_ps(_mm256_loadu_ps(buf), vm)));
+        for (l = 0; i + l < n; l++)
+            s[i + l] = buf[l];
     }
-    _mm256_storeu_ps(lanes, vsum);
-    for (l = 0; l < 8; l++)
-        sum[l % G] += lanes[l];
-    for (; i < n; i++) {
-        s[i] = expf(s[i] - m[i % G]);
-        sum[i % G] += s[i];
+    if (lim != NULL)            /* the vector exp gives ~1e-38 for -inf: exactly 0 */
+        for (g = 0; g < G; g++)
+            for (i = lim[g]; i < cn; i++)
+                s[i * G + g] = 0.0f;
+    /* Sums: vector i (tokens i*8/G.., all G heads) into vs[i % G], so lane
+     * (m % (8/G)) * G + g of vs[m / (8/G)] holds head g's tokens t = m mod 8
+     * in token order; then m = 0..7 in order. */
+    {
+        __m256 vs[8];
+        float part[8][8];
+        const int tpv = 8 / G;
+        for (g = 0; g < G; g++)
+            vs[g] = _mm256_setzero_ps();
+        for (i = 0; i + 8 <= n; i += 8)
+            vs[(i / 8) % G] = _mm256_add_ps(vs[(i / 8) % G], _mm256_loadu_ps(s + i));
+        if (i < n) {
+            float buf[8] = { 0 };
+            for (l = 0; i + l < n; l++)
+                buf[l] = s[i + l];
+            vs[(i / 8) % G] = _mm256_add_ps(vs[(i / 8) % G], _mm256_loadu_ps(buf));
+        }
+        for (g = 0; g < G; g++)
+            _mm256_storeu_ps(part[g], vs[g]);
+        for (g = 0; g < G; g++)
+            for (l = 0; l < 8; l++)
+                sum[g] += part[l / tpv][(l % tpv) * G + g];
     }
     for (g = 0; g < G; g++) {
         float *ag = acc + (size_t)g * hd;
@@ -315,108 +361,166 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
 #define NA_CPU_QK(...) na_cpu_qk8(__VA_ARGS__)
 #endif
 
+/* One piece of a chunk: n tokens of one span, landing at token o of the chunk. */
+typedef struct {
+    const void *k, *v;
+    size_t      stride;          /* elements between rows */
+    int         n, o;
+} na_cpu_piece_t;
+
 /* The core (see the top of the file): group <= NA_CPU_MAX_GROUP heads,
- * head_dim % 8 == 0, f16, bf16 or f32 rows (f16: na_cpu_kv8's kind); pf
- * advances as the rows are read. */
+ * head_dim % 8 == 0, f16, bf16 or f32 rows (f16: na_cpu_kv8's kind), over
+ * the run of keys of the nsp spans sp[] (in order; each with its own row
+ * stride). The run is folded in chunks of NA_CPU_CHUNK tokens counted from
+ * its first token, across span boundaries: a chunk's scores are taken piece
+ * by piece (a token's score does not depend on its place, see na_cpu_qk),
+ * its softmax update is one (na_cpu_softmax_fold), and its PV products run
+ * piece by piece on the same accumulators in token order (stored and
+ * loaded between pieces, which is exact). So the bits depend on the run's
+ * tokens only, not on how spans split it (the storage node's KV blocks of
+ * any size; tests/unit/test_attn_exact.c). pk/pv advance as the rows are
+ * read. */
 NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
-                                  int group, int hd, const void *k, const void *v,
-                                  size_t stride, int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv,
-                                  float scale, int f16)
+                                  int group, int hd, const na_kv_span_t *sp, int nsp,
+                                  na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
+                                  const int *lim)
 {
     float s[NA_CPU_MAX_GROUP * NA_CPU_CHUNK];
+    int cl[NA_CPU_MAX_GROUP];
+    na_cpu_piece_t pc[NA_CPU_CHUNK];
     na_cpu_pf_t idle = na_cpu_pf_rows(NULL, 0, 0, 0);
-    int c0, g0, G;
+    const size_t esz = f16 ? 2 : 4;
+    int c0 = 0, g0, G, si = 0, so = 0, np, i;
 
     /* Head blocks after the first read the same rows again: only the first
      * steps the cursors, which run one line per line of KV, not per pass. */
-    for (c0 = 0; c0 < n; c0 += NA_CPU_CHUNK) {
-        int cn = n - c0 < NA_CPU_CHUNK ? n - c0 : NA_CPU_CHUNK;
-        size_t off = (size_t)c0 * stride;
-        const void *kc = f16 ? (const void *)((const uint16_t *)k + off)
-                             : (const void *)((const float *)k + off);
-        const void *vc = f16 ? (const void *)((const uint16_t *)v + off)
-                             : (const void *)((const float *)v + off);
-
+    for (;;) {
+        int cn = 0;
+        /* the chunk's pieces: the next NA_CPU_CHUNK tokens of the run */
+        for (np = 0; cn < NA_CPU_CHUNK && si < nsp;) {
+            int take = sp[si].n - so < NA_CPU_CHUNK - cn ? sp[si].n - so : NA_CPU_CHUNK - cn;
+            if (take > 0) {
+                size_t off = (size_t)so * sp[si].stride * esz;
+                pc[np].k = (const char *)sp[si].k + off;
+                pc[np].v = (const char *)sp[si].v + off;
+                pc[np].stride = sp[si].stride;
+                pc[np].n = take;
+                pc[np].o = cn;
+                np++;
+                cn += take;
+                so += take;
+            }
+            if (so >= sp[si].n) {
+                si++;
+                so = 0;
+            }
+        }
+        if (cn == 0)
+            break;
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
-            float *sg = s + g0 * NA_CPU_CHUNK;
             const float *qg = q + (size_t)g0 * hd;
-            switch (G) {
-            case 8:  NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 8, f16); break;
-            case 4:  NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 4, f16); break;
-            case 2:  NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 2, f16); break;
-            default: NA_CPU_QK(sg, qg, kc, stride, cn, g0 ? &idle : pk, hd, scale, 1, f16); break;
+            for (i = 0; i < np; i++) {
+                float *sg = s + g0 * NA_CPU_CHUNK + pc[i].o * G;
+                const size_t stride = pc[i].stride;
+                switch (G) {
+                case 8:  NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 8, f16); break;
+                case 4:  NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 4, f16); break;
+                case 2:  NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 2, f16); break;
+                default: NA_CPU_QK(sg, qg, pc[i].k, stride, pc[i].n, g0 ? &idle : pk, hd, scale, 1, f16); break;
+                }
             }
         })
+        if (lim != NULL)            /* the chunk's share of each head's limit */
+            for (g0 = 0; g0 < group; g0++)
+                cl[g0] = lim[g0] - c0 < cn ? lim[g0] - c0 : cn;
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
             float *ag = acc + (size_t)g0 * hd;
             float *sg = s + g0 * NA_CPU_CHUNK;
+            const int *lg = lim != NULL ? cl + g0 : NULL;
             switch (G) {
-            case 8:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 8); break;
-            case 4:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 4); break;
-            case 2:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 2); break;
-            default: na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 1); break;
+            case 8:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 8, lg); break;
+            case 4:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 4, lg); break;
+            case 2:  na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 2, lg); break;
+            default: na_cpu_softmax_fold(st + g0, ag, sg, cn, hd, 1, lg); break;
             }
         })
         NA_CPU_GROUP_BLOCKS(group, g0, G, {
             float *ag = acc + (size_t)g0 * hd;
-            const float *pg = s + g0 * NA_CPU_CHUNK;
-            switch (G) {
-            case 8:  na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 8, f16); break;
-            case 4:  na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 4, f16); break;
-            case 2:  na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 2, f16); break;
-            default: na_cpu_pv(ag, pg, vc, stride, cn, g0 ? &idle : pv, hd, 1, f16); break;
+            for (i = 0; i < np; i++) {
+                const float *pg = s + g0 * NA_CPU_CHUNK + pc[i].o * G;
+                const size_t stride = pc[i].stride;
+                switch (G) {
+                case 8:  na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 8, f16); break;
+                case 4:  na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 4, f16); break;
+                case 2:  na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 2, f16); break;
+                default: na_cpu_pv(ag, pg, pc[i].v, stride, pc[i].n, g0 ? &idle : pv, hd, 1, f16); break;
+                }
             }
         })
+        c0 += cn;
     }
 }
-
 static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                 int hd, const void *k, const void *v, size_t stride,
-                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale)
+                                 int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                                 na_cpu_pf_t *pv, float scale, const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 1);
+    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 1, lim);
 }
 
 static void na_cpu_attn_span_bf16(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                  int hd, const void *k, const void *v, size_t stride,
-                                  int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale)
+                                  int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                                  na_cpu_pf_t *pv, float scale, const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 2);
+    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 2, lim);
 }
 
 static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                 int hd, const void *k, const void *v, size_t stride,
-                                 int n, na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale)
+                                 int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                                 na_cpu_pf_t *pv, float scale, const int *lim)
 {
-    na_cpu_attn_span_t(st, acc, q, group, hd, k, v, stride, n, pk, pv, scale, 0);
+    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 0, lim);
 }
 
-/* Any group size: pieces of at most NA_CPU_MAX_GROUP heads. k/v point at the
- * first row of the span; pk/pv (na_cpu_pf_t) advance as K/V rows are read.
- * Each piece walks the whole span again, so each starts from the cursors as
- * they were given (pk and pv may be one cursor). */
-static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
-                             int hd, const void *k, const void *v, size_t stride, int n,
-                             na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16)
+/* The core over a run of spans, any group size: pieces of at most
+ * NA_CPU_MAX_GROUP heads. lim (NULL: none): head g sees only the run's
+ * first lim[g] >= 1 tokens (prefill's causal mask), with the bits of a run
+ * that ends there. pk/pv (na_cpu_pf_t) advance as K/V rows are read. Each
+ * piece walks the whole run again, so each starts from the cursors as they
+ * were given (pk and pv may be one cursor). */
+static void na_cpu_attn_spans(na_attn_stat_t *st, float *acc, const float *q, int group,
+                              int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
+                              na_cpu_pf_t *pv, float scale, int f16, const int *lim)
 {
     const na_cpu_pf_t pk0 = *pk, pv0 = *pv;
     int g0;
     for (g0 = 0; g0 < group; g0 += NA_CPU_MAX_GROUP) {
         int gn = group - g0 < NA_CPU_MAX_GROUP ? group - g0 : NA_CPU_MAX_GROUP;
+        const int *lg = lim != NULL ? lim + g0 : NULL;
         if (g0 > 0) {
             *pk = pk0;
             *pv = pv0;
         }
         if (f16 == 2)
             na_cpu_attn_span_bf16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                  gn, hd, k, v, stride, n, pk, pv, scale);
+                                  gn, hd, sp, nsp, pk, pv, scale, lg);
         else if (f16)
             na_cpu_attn_span_f16(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, pk, pv, scale);
+                                 gn, hd, sp, nsp, pk, pv, scale, lg);
         else
             na_cpu_attn_span_f32(st + g0, acc + (size_t)g0 * hd, q + (size_t)g0 * hd,
-                                 gn, hd, k, v, stride, n, pk, pv, scale);
+                                 gn, hd, sp, nsp, pk, pv, scale, lg);
     }
+}
+
+/* The same over one contiguous span of n rows from k/v (row stride
+ * `stride` elements). */
+static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
+                             int hd, const void *k, const void *v, size_t stride, int n,
+                             na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
+                             const int *lim)
+{
+    na_kv_span_t sp = { k, v, stride, n, NULL, 0 };
+    na_cpu_attn_spans(st, acc, q, group, hd, &sp, 1, pk, pv, scale, f16, lim);
 }
 
 /* 1 if the vector paths handle this KV dtype and head_dim, else 0. */
@@ -432,23 +536,28 @@ static int na_cpu_kv_kind(na_dtype_t dt)
     return dt == NA_DTYPE_BF16 ? 2 : dt == NA_DTYPE_F16 ? 1 : 0;
 }
 
-/* ops->attn_partial: fold one span into (st, acc), prefetching span->next.
+/* ops->attn_partial: fold the run of spans into (st, acc) (chunks across
+ * the spans, na_cpu_attn_spans), prefetching the first two spans' `next`.
  * No scratch, no pool: safe to call from several threads at once. Cannot
  * fail. */
 void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
-                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale)
+                         const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
+                         float scale)
 {
     /* one cursor for K and V: the K reads prefetch the first part of next,
      * the V reads the rest (the next head's K, then V, in the block layout) */
-    na_cpu_pf_t pf = na_cpu_pf_rows(span->next, span->next_bytes, 0, 1);
+    na_cpu_pf_t pf = na_cpu_pf(na_cpu_pf_seg(n_spans > 0 ? spans[0].next : NULL,
+                                             n_spans > 0 ? spans[0].next_bytes : 0, 0, 1),
+                               na_cpu_pf_seg(n_spans > 1 ? spans[1].next : NULL,
+                                             n_spans > 1 ? spans[1].next_bytes : 0, 0, 1));
 
     if (!na_cpu_attn_ok(kv_dtype, head_dim)) {
-        na_ref_attn_partial(k, st, acc, q, group, head_dim, span, kv_dtype, scale);
+        na_ref_attn_partial(k, st, acc, q, group, head_dim, spans, n_spans, kv_dtype, scale);
         return;
     }
-    na_cpu_attn_span(st, acc, q, group, head_dim, span->k, span->v, span->stride,
-                     span->n, &pf, &pf, scale, na_cpu_kv_kind(kv_dtype));
+    na_cpu_attn_spans(st, acc, q, group, head_dim, spans, n_spans, &pf, &pf, scale,
+                      na_cpu_kv_kind(kv_dtype), NULL);
 }
 
 /* Tokens [t0, t1) of every KV head, folded into (st, acc) of all heads:
@@ -475,7 +584,7 @@ static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
             na_cpu_attn_span(st + h * group, acc + (size_t)h * group * hd,
                              q + (size_t)h * group * hd, group, hd,
                              (const uint8_t *)kc + off, (const uint8_t *)vc + off,
-                             stride, cn, &pf, &pf, scale, f16);
+                             stride, cn, &pf, &pf, scale, f16, NULL);
         }
     }
 }
@@ -489,15 +598,13 @@ typedef struct {
     int             f16, ctx, n_heads, n_kv_heads, hd;
 } na_cpu_dec_job_t;
 
-/* Pool task p of n_parts: one context range into its own partial. */
+/* Pool task p of n_parts: context part p (NA_CPU_PART) into its own partial. */
 static void na_cpu_dec_task(void *ctx, int p, int n_parts)
 {
+    (void)n_parts;
     const na_cpu_dec_job_t *j = ctx;
     size_t hsz = (size_t)j->n_heads * j->hd;
-    /* Range boundaries on chunk multiples keep chunks full. */
-    int nch = (j->ctx + NA_CPU_CHUNK - 1) / NA_CPU_CHUNK;
-    int t0 = (int)((long)nch * p / n_parts) * NA_CPU_CHUNK;
-    int t1 = (int)((long)nch * (p + 1) / n_parts) * NA_CPU_CHUNK;
+    int t0 = p * NA_CPU_PART, t1 = t0 + NA_CPU_PART;
     na_attn_stat_t *st = j->sts + (size_t)p * j->n_heads;
     float *acc = p == 0 ? j->out : j->accs + (size_t)(p - 1) * hsz;
 
@@ -508,9 +615,11 @@ static void na_cpu_dec_task(void *ctx, int p, int n_parts)
                       j->n_heads, j->n_kv_heads, j->hd);
 }
 
-/* ops->attn_decode: split the context over the pool (contexts >= 512 tokens
- * with n_threads > 1), merge the partials, normalise into out. Uses the
- * backend scratch; without it, runs on one thread. Cannot fail. */
+/* ops->attn_decode: one partial per NA_CPU_PART tokens of context (on the
+ * pool), merged in order and normalised into out: the same bits with any
+ * thread count, and as prefill's row (see NA_CPU_PART). Uses the backend
+ * scratch; without it (out of memory) the reference kernel, which is not
+ * bit-exact with prefill. Cannot fail. */
 void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
                         const void *kcache, const void *vcache, na_dtype_t kv_dtype,
                         int ctx, int n_heads, int n_kv_heads, int head_dim)
@@ -520,29 +629,20 @@ void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
     na_cpu_dec_job_t j = { out, NULL, st0, q, kcache, vcache, na_cpu_kv_kind(kv_dtype),
                            ctx, n_heads, n_kv_heads, head_dim };
     size_t hsz = (size_t)n_heads * head_dim;
-    int n_parts = 1, p;
+    int n_parts = (ctx + NA_CPU_PART - 1) / NA_CPU_PART, p;
+    float *buf = NULL;
 
-    if (!na_cpu_attn_ok(kv_dtype, head_dim) || n_heads > NA_MODEL_MAX_HEADS || ctx <= 0) {
+    if (n_parts > 1)       /* scratch: (n_parts-1) accumulators, then n_parts stat arrays */
+        buf = na_cpu_scratch(k, (size_t)(n_parts - 1) * hsz + (size_t)n_parts * n_heads * 2);
+    if (!na_cpu_attn_ok(kv_dtype, head_dim) || n_heads > NA_MODEL_MAX_HEADS || ctx <= 0 ||
+        (n_parts > 1 && buf == NULL)) {
         na_ref_attn_decode(k, out, q, kcache, vcache, kv_dtype, ctx, n_heads, n_kv_heads,
                            head_dim);
         return;
     }
-    if (k->n_threads > 1 && ctx >= NA_CPU_PAR_MIN_CTX) {
-        float *buf;
-        int max_parts = ctx / NA_CPU_PART_MIN_CTX;
-        n_parts = NA_CPU_PARTS_PER_THREAD * k->n_threads;
-        if (n_parts > max_parts)
-            n_parts = max_parts;
-        if (n_parts < k->n_threads)
-            n_parts = k->n_threads;
-        /* scratch: (n_parts-1) accumulators, then n_parts stat arrays */
-        buf = na_cpu_scratch(k, (size_t)(n_parts - 1) * hsz + (size_t)n_parts * n_heads * 2);
-        if (buf == NULL) {
-            n_parts = 1;
-        } else {
-            j.accs = buf;
-            j.sts = (na_attn_stat_t *)(buf + (size_t)(n_parts - 1) * hsz);
-        }
+    if (buf != NULL) {
+        j.accs = buf;
+        j.sts = (na_attn_stat_t *)(buf + (size_t)(n_parts - 1) * hsz);
     }
     na_cpu_pool_run(s->pool, na_cpu_dec_task, &j, n_parts);
     for (p = 1; p < n_parts; p++)
@@ -559,38 +659,105 @@ typedef struct {
     int          n_tok, qb;     /* query tokens; per task (na_cpu_pre_qb) */
 } na_cpu_pre_job_t;
 
-/* Query token t attends to positions 0 .. pos0 + t. */
+/* A part (NA_CPU_PART) of `group` rows ended: the first becomes the total
+ * (tst, tacc), a later one is merged into it, as decode does; the part
+ * partial starts again. */
+static void na_cpu_part_done(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *pst,
+                             float *pacc, int group, int hd, int first)
+{
+    if (first) {
+        memcpy(tst, pst, sizeof(*tst) * (size_t)group);
+        memcpy(tacc, pacc, sizeof(float) * (size_t)group * hd);
+    } else {
+        na_attn_merge(tst, tacc, pst, pacc, group, hd);
+    }
+    na_attn_init(pst, pacc, group, hd);
+}
+
+/* Fold keys [a, b) of one KV head (rows kh/vh, `rstride` bytes apart; a on a
+ * chunk boundary) into the part partial (pst, pacc) of `group` query rows q,
+ * closing each part that ends (na_cpu_part_done). */
+static void na_cpu_fold_parts(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *pst,
+                              float *pacc, const float *q, int group, int hd,
+                              const uint8_t *kh, const uint8_t *vh, size_t stride,
+                              size_t rstride, int a, int b, na_cpu_pf_t *pk, na_cpu_pf_t *pv,
+                              float scale, int f16)
+{
+    while (a < b) {
+        int pend = (a / NA_CPU_PART + 1) * NA_CPU_PART, e = b < pend ? b : pend;
+        na_cpu_attn_span(pst, pacc, q, group, hd, kh + (size_t)a * rstride,
+                         vh + (size_t)a * rstride, stride, e - a, pk, pv, scale, f16, NULL);
+        if (e == pend)
+            na_cpu_part_done(tst, tacc, pst, pacc, group, hd, pend == NA_CPU_PART);
+        a = e;
+    }
+}
+
+/* The rows' context (ctx tokens) is folded: the open part, if any, joins
+ * the total, which is normalised into out. */
+static void na_cpu_parts_finish(float *out, na_attn_stat_t *tst, float *tacc,
+                                na_attn_stat_t *pst, float *pacc, int group, int hd, int ctx)
+{
+    if (ctx % NA_CPU_PART != 0)
+        na_cpu_part_done(tst, tacc, pst, pacc, group, hd, ctx < NA_CPU_PART);
+    na_attn_finalize(out, tst, tacc, group, hd);
+}
+
+/* Heads per piece of na_cpu_pre_token: as many as NA_CPU_PRE_ACC floats hold. */
+#define NA_CPU_PRE_ACC (NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD)
+
+/* Query token t attends to positions 0 .. pos0 + t: per KV head, its query
+ * heads in pieces, each folded part by part (see NA_CPU_PART); the total
+ * accumulates in the output row. */
 static void na_cpu_pre_token(const na_cpu_pre_job_t *j, int t)
 {
-    na_attn_stat_t st[NA_MODEL_MAX_HEADS];
-    size_t row = (size_t)t * j->n_heads * j->hd;
+    const int hd = j->hd, group = j->n_heads / j->n_kv_heads, ctx = j->pos0 + t + 1;
+    const size_t stride = (size_t)j->n_kv_heads * hd, esz = j->f16 ? 2 : 4;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int pg = NA_CPU_PRE_ACC / hd, h, g0;
+    float pacc[NA_CPU_PRE_ACC];
+    na_attn_stat_t tst[NA_CPU_MAX_GROUP], pst[NA_CPU_MAX_GROUP];
+    na_cpu_pf_t none = na_cpu_pf_rows(NULL, 0, 0, 0);
 
-    na_attn_init(st, j->out + row, j->n_heads, j->hd);
-    na_cpu_attn_range(st, j->out + row, j->q + row, j->kc, j->vc, j->f16, 0, j->pos0 + t + 1,
-                      j->n_heads, j->n_kv_heads, j->hd);
-    na_attn_finalize(j->out + row, st, j->out + row, j->n_heads, j->hd);
+    pg = pg > NA_CPU_MAX_GROUP ? NA_CPU_MAX_GROUP : pg < 1 ? 1 : pg;
+    for (h = 0; h < j->n_kv_heads; h++)
+        for (g0 = 0; g0 < group; g0 += pg) {
+            int gn = group - g0 < pg ? group - g0 : pg;
+            size_t row = (size_t)t * j->n_heads * hd + ((size_t)h * group + g0) * hd;
+            float *o = j->out + row;
+            na_attn_init(tst, o, gn, hd);
+            na_attn_init(pst, pacc, gn, hd);
+            na_cpu_fold_parts(tst, o, pst, pacc, j->q + row, gn, hd,
+                              (const uint8_t *)j->kc + (size_t)h * hd * esz,
+                              (const uint8_t *)j->vc + (size_t)h * hd * esz, stride,
+                              stride * esz, 0, ctx, &none, &none, scale, j->f16);
+            na_cpu_parts_finish(o, tst, o, pst, pacc, gn, hd, ctx);
+        }
 }
 
 /* Prefill task: query tokens t0 .. t0+nq-1 (nq = na_cpu_pre_qb) together.
  * Per KV head, the nq tokens' query heads of that KV head are one group of
  * the core (gathered into qg), so each K/V row read is used for all of them
  * (a token alone uses it for its `group` heads: 1 in MHA, where prefill
- * attention ran ~5x below the FMA peak). The keys every token of the block
- * sees, 0 .. pos0+t0, are folded together; token t0+i then folds its own
- * last i keys. */
+ * attention ran ~5x below the FMA peak). The whole chunks every token of
+ * the block sees are folded together, then the last chunk(s) with each
+ * token's causal limit (masked: exactly a shorter chunk), so that every
+ * token's chunks and parts are decode's (NA_CPU_PART). */
 static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
 {
     (void)n_tasks;
     const na_cpu_pre_job_t *j = ctx;
     const int hd = j->hd, group = j->n_heads / j->n_kv_heads, t0 = task * j->qb;
     const int nq = j->n_tok - t0 < j->qb ? j->n_tok - t0 : j->qb, gq = group * nq;
-    const int n_common = j->pos0 + t0 + 1;
+    const int n_common = j->pos0 + t0 + 1, c_common = n_common / NA_CPU_CHUNK * NA_CPU_CHUNK;
     const size_t stride = (size_t)j->n_kv_heads * hd, esz = j->f16 ? 2 : 4;
     const size_t qrow = (size_t)j->n_heads * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float qg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD], accg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
-    na_attn_stat_t stg[NA_CPU_MAX_GROUP];
-    int h, i, g;
+    float acct[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
+    na_attn_stat_t stg[NA_CPU_MAX_GROUP], stt[NA_CPU_MAX_GROUP];
+    int lim[NA_CPU_MAX_GROUP];
+    int h, i, g, c;
 
     if (j->qb == 1) {
         na_cpu_pre_token(j, t0);
@@ -604,26 +771,46 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
                 memcpy(qg + (size_t)(i * group + g) * hd,
                        j->q + (size_t)(t0 + i) * qrow + (size_t)(h * group + g) * hd,
                        sizeof(float) * (size_t)hd);
-        /* the common keys: this head's own rows one chunk ahead are
+        /* the common chunks: this head's own rows one chunk ahead are
          * prefetched (the hardware prefetchers do not follow rows strided by
          * all heads' rows: 2.3x slower without, 64 queries at 16K) */
-        size_t ahead = n_common > NA_CPU_CHUNK ? (size_t)(n_common - NA_CPU_CHUNK) : 0;
+        size_t ahead = c_common > NA_CPU_CHUNK ? (size_t)(c_common - NA_CPU_CHUNK) : 0;
         const size_t rstride = stride * esz, skip = (size_t)NA_CPU_CHUNK * rstride;
         na_cpu_pf_t pk = na_cpu_pf_rows(ahead ? kh + skip : NULL, (size_t)hd * esz, rstride, ahead);
         na_cpu_pf_t pv = na_cpu_pf_rows(ahead ? vh + skip : NULL, (size_t)hd * esz, rstride, ahead);
         na_cpu_pf_t none = na_cpu_pf_rows(NULL, 0, 0, 0);
 
         na_attn_init(stg, accg, gq, hd);
-        na_cpu_attn_span(stg, accg, qg, gq, hd, kh, vh, stride, n_common, &pk, &pv, scale,
-                         j->f16);
-        for (i = 1; i < nq; i++)        /* token t0+i: keys n_common .. n_common+i-1 */
-            na_cpu_attn_span(stg + i * group, accg + (size_t)i * group * hd,
-                             qg + (size_t)i * group * hd, group, hd,
-                             kh + (size_t)n_common * rstride, vh + (size_t)n_common * rstride,
-                             stride, i, &none, &none, scale, j->f16);
+        na_attn_init(stt, acct, gq, hd);
+        na_cpu_fold_parts(stt, acct, stg, accg, qg, gq, hd, kh, vh, stride, rstride, 0,
+                          c_common, &pk, &pv, scale, j->f16);
+        /* the last keys, c_common .. n_common+nq-2, chunk by chunk with each
+         * token's own limit (token t0+i sees keys < n_common+i: the tokens
+         * still seeing keys of a chunk are the last ones of the block) */
+        for (c = c_common; c < n_common + nq - 1; c += NA_CPU_CHUNK) {
+            int i0 = c - n_common + 1 > 0 ? c - n_common + 1 : 0, ce = c + NA_CPU_CHUNK;
+            int rows = (nq - i0) * group;
+            if (ce > n_common + nq - 1)
+                ce = n_common + nq - 1;
+            for (i = i0; i < nq; i++)
+                for (g = 0; g < group; g++)
+                    lim[(i - i0) * group + g] = n_common + i - c;
+            na_cpu_attn_span(stg + i0 * group, accg + (size_t)i0 * group * hd,
+                             qg + (size_t)i0 * group * hd, rows, hd,
+                             kh + (size_t)c * rstride, vh + (size_t)c * rstride, stride,
+                             ce - c, &none, &none, scale, j->f16, lim);
+            if ((c + NA_CPU_CHUNK) % NA_CPU_PART == 0)     /* tokens past it: the part ends */
+                for (i = i0; i < nq; i++)
+                    if (n_common + i >= c + NA_CPU_CHUNK)
+                        na_cpu_part_done(stt + i * group, acct + (size_t)i * group * hd,
+                                         stg + i * group, accg + (size_t)i * group * hd,
+                                         group, hd, c + NA_CPU_CHUNK == NA_CPU_PART);
+        }
         for (i = 0; i < nq; i++)
-            na_attn_finalize(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
-                             stg + i * group, accg + (size_t)i * group * hd, group, hd);
+            na_cpu_parts_finish(j->out + (size_t)(t0 + i) * qrow + (size_t)h * group * hd,
+                                stt + i * group, acct + (size_t)i * group * hd,
+                                stg + i * group, accg + (size_t)i * group * hd, group, hd,
+                                n_common + i);
     }
 }
 

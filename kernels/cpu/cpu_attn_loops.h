@@ -13,7 +13,6 @@
 #define NA_VFMA       _mm256_fmadd_ps
 #define NA_VKV        na_cpu_kv8
 #define NA_VTO8(v)    (v)
-#define NA_VHSUM      na_cpu_hsum
 #elif NA_W == 16
 #define NA_VT         __m512
 #define NA_VLOAD      _mm512_loadu_ps
@@ -24,7 +23,6 @@
 #define NA_VKV        na_cpu_kv16
 #define NA_VTO8(v)    _mm256_add_ps(_mm512_castps512_ps256(v), \
                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
-#define NA_VHSUM      _mm512_reduce_add_ps
 #else
 #error "cpu_attn_loops.h: NA_W must be 8 or 16"
 #endif
@@ -80,7 +78,12 @@ NA_INLINE void NA_VNAME(na_cpu_qk, NA_W)(float *s, const float *q, const void *k
             for (d = 0; d < hd; d += NA_W)
                 a = NA_VFMA(NA_VLOAD(q + (size_t)g * hd + d),
                             NA_VKV(k, (size_t)t * stride + d, f16), a);
-            s[t * G + g] = NA_VHSUM(a) * scale;
+            /* the block path's reduction (na_cpu_reduce8), so that a
+             * token's score does not depend on where it falls */
+            __m256 h[8] = { NA_VTO8(a), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                            _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                            _mm256_setzero_ps(), _mm256_setzero_ps() };
+            s[t * G + g] = _mm256_cvtss_f32(na_cpu_reduce8(h)) * scale;
         }
     }
 }
@@ -129,6 +132,5 @@ NA_INLINE void NA_VNAME(na_cpu_pv_cols, NA_W)(float *acc, const float *p, const 
 #undef NA_VFMA
 #undef NA_VKV
 #undef NA_VTO8
-#undef NA_VHSUM
 #undef NA_VNAME_
 #undef NA_VNAME

@@ -81,27 +81,33 @@ void na_ref_attn_prefill(na_kernels_t *k, float *out, const float *q,
     }
 }
 
-/* Fold span tokens into (st, acc) one token at a time: the textbook online
- * softmax update m' = max(m, s), l' = l e^(m-m') + e^(s-m'), acc likewise. */
+/* Fold the spans' tokens into (st, acc) one token at a time, in order: the
+ * textbook online softmax update m' = max(m, s), l' = l e^(m-m') + e^(s-m'),
+ * acc likewise (so how spans split a run does not matter here either; it
+ * is not the cpu backend's chunked order, and not bit-identical to it). */
 void na_ref_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
-                         const na_kv_span_t *span, na_dtype_t kv_dtype, float scale)
+                         const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
+                         float scale)
 {
     (void)k;       /* ops-table signature: the reference needs no backend state */
-    int g, t, i;
-    for (g = 0; g < group; g++) {
-        const float *qg = q + (size_t)g * head_dim;
-        float *ag = acc + (size_t)g * head_dim;
-        for (t = 0; t < span->n; t++) {
-            size_t off = (size_t)t * span->stride;
-            float s = na_ref_dot_kv(qg, span->k, kv_dtype, off, head_dim) * scale;
-            float m = s > st[g].m ? s : st[g].m;
-            float a = st[g].m == -INFINITY ? 0.0f : expf(st[g].m - m);
-            float p = expf(s - m);
-            for (i = 0; i < head_dim; i++)
-                ag[i] = ag[i] * a + p * na_ref_kv_at(span->v, kv_dtype, off, i);
-            st[g].l = st[g].l * a + p;
-            st[g].m = m;
+    int g, t, i, j;
+    for (j = 0; j < n_spans; j++) {
+        const na_kv_span_t *span = &spans[j];
+        for (g = 0; g < group; g++) {
+            const float *qg = q + (size_t)g * head_dim;
+            float *ag = acc + (size_t)g * head_dim;
+            for (t = 0; t < span->n; t++) {
+                size_t off = (size_t)t * span->stride;
+                float s = na_ref_dot_kv(qg, span->k, kv_dtype, off, head_dim) * scale;
+                float m = s > st[g].m ? s : st[g].m;
+                float a = st[g].m == -INFINITY ? 0.0f : expf(st[g].m - m);
+                float p = expf(s - m);
+                for (i = 0; i < head_dim; i++)
+                    ag[i] = ag[i] * a + p * na_ref_kv_at(span->v, kv_dtype, off, i);
+                st[g].l = st[g].l * a + p;
+                st[g].m = m;
+            }
         }
     }
 }

@@ -74,6 +74,7 @@ static void answer_attn(na_xp_ep_t *ep, const na_wire_attn_t *a, const char *mod
         oe[i].request_id = e.request_id;
         oe[i].kv_h0 = e.kv_h0;
         oe[i].kv_h1 = e.kv_h1;
+        oe[i].n_queries = e.n_queries;   /* a prompt chunk's rows, as asked */
         oe[i].o = NULL;         /* rows stay zero */
     }
     if (!strcmp(mode, "badid") || (!strcmp(mode, "dupid") && n < 2))

@@ -96,7 +96,7 @@ static void cnt_progress(na_asvc_t *s)
 }
 static const na_asvc_ops_t cnt_ops = {
     cnt_destroy, cnt_open, cnt_prefill, cnt_prefill_done, cnt_submit, cnt_poll, cnt_release,
-    cnt_stats, cnt_progress, NULL
+    cnt_stats, cnt_progress, NULL, NULL, NULL
 };
 
 static cnt_svc_t *cnt_wrap(na_asvc_t *in)

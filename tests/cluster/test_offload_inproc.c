@@ -3,11 +3,16 @@
  * this process (cluster/inproc.c): the same greedy tokens as the
  * monolithic engine for request / head partition, 1 and 3 slots, 1..3
  * batches in flight, KV forced to DRAM and to SSD, spill intervals 1 and 4,
- * X-cache on and off (MHA); X-cache is refused for GQA. (Queueing past a
+ * X-cache on and off (MHA), prompts prefilled on the slots in chunks of
+ * 1, 7, 64 and the default (more than any prompt here: one chunk), with
+ * requests admitted while others decode (max_batch 2: chunks interleaved
+ * with decode rows); X-cache is refused for GQA. (Queueing past a
  * storage budget: tests/cluster/test_offload_run.sh queue.) Models: stories260K (GQA) and generated MHA / GQA ones,
  * and one of each architecture (llama3's rope_freqs, qwen2's biases, qwen3's
  * q/k norms with key_length != dim/heads, partial RoPE with yarn scaling;
- * MHA ones also through the X-cache's K/V regeneration). */
+ * MHA ones also through the X-cache's K/V regeneration). Prefix reuse:
+ * prompts sharing a prefix give the monolithic tokens with the shared
+ * blocks attached (test_prefix). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +37,7 @@ typedef struct {
     int         xcache;
     int         dram_mb;        /* per slot */
     int         max_batch;
+    int         chunk;          /* prefill_chunk (0: the default) */
 } variant_t;
 
 static char g_tmp[512];
@@ -87,6 +93,103 @@ static void on_error(void *user, const na_request_t *r, na_status_t st, const ch
     g_errors++;
 }
 
+/* Prefix reuse (docs/prefix-reuse.md): prompts sharing 40 tokens, then 5 of
+ * their own; the in-process slots attach the shared blocks (block 16: 32
+ * tokens) to the later requests. Same greedy tokens as monolithic, with
+ * request partition on 1 and 3 slots and head partition over 3 slots (a
+ * request in 3 parts: every part must hold the block), with chunks of 7 and
+ * 5 tokens (ending inside blocks) and on the SSD tier only. The chunked
+ * prefill of a hit starts after the attached blocks; the requests are
+ * submitted together, so the later ones wait for the first one's prompt
+ * (na_off_prefix_wait) and on one slot every one of them hits. */
+static void test_prefix(const char *path)
+{
+    static const variant_t pv[] = {
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 0 },
+        { "request", 3, 2, "auto", 4, 0, 16, 64, 0 },
+        { "head",    3, 1, "auto", 2, 0, 16, 2, 0 },
+        /* chunks that end inside blocks, after the attached ones; the SSD
+         * tier only (blocks read back to be kept) */
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 7 },
+        { "request", 1, 2, "ssd",  1, 0, 16, 64, 5 },
+    };
+    na_model_t *m;
+    na_engine_t *e;
+    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
+    na_request_t *ref[N_REQ], *got[N_REQ];
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    na_gen_opts_t go;
+    int toks[N_REQ][45], i, k, stop = -1;
+    uint64_t rng = 777;
+
+    if (na_model_open(path, &m) != NA_OK) {
+        NA_CHECK_MSG(0, "cannot open %s", path);
+        return;
+    }
+    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    na_test_prompt(&rng, toks[0], 45, m->cfg.vocab_size);
+    for (i = 1; i < N_REQ; i++) {
+        memcpy(toks[i], toks[0], sizeof(toks[0]));
+        na_test_prompt(&rng, toks[i] + 40, 5, m->cfg.vocab_size);
+    }
+    for (i = 0; i < N_REQ; i++)
+        NA_CHECK_OK(na_request_create(e, i, toks[i], 45, MAX_NEW, &sc, &ref[i]));
+    memset(&go, 0, sizeof(go));
+    go.max_batch = N_REQ;
+    go.stop_ids = &stop;
+    NA_CHECK_OK(na_generate(e, ref, N_REQ, &go, NULL));
+    for (k = 0; k < (int)(sizeof(pv) / sizeof(pv[0])); k++) {
+        na_cfg_t *cfg = NULL;
+        na_asvc_t *svc = NULL;
+        na_off_opts_t oo;
+        na_off_stats_t os;
+
+        NA_CHECK_OK(load_layout(&pv[k], 900 + k, &cfg));
+        if (cfg == NULL)
+            continue;
+        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        for (i = 0; i < N_REQ; i++)
+            NA_CHECK_OK(na_request_create(e, i, toks[i], 45, MAX_NEW, &sc, &got[i]));
+        memset(&oo, 0, sizeof(oo));
+        oo.max_batch = pv[k].max_batch;
+        oo.batches_in_flight = pv[k].bif;
+        oo.prefix_reuse = 1;
+        oo.prefill_chunk = pv[k].chunk;
+        oo.on_error = on_error;
+        g_errors = 0;
+        NA_CHECK_OK(na_offload_generate(e, svc, got, N_REQ, &oo, &os));
+        NA_CHECK(g_errors == 0);
+        for (i = 0; i < N_REQ; i++)
+            NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
+                                           ref[i]->n_out),
+                         "%s prefix variant %d (%s, %d slots): request %d differs", path, k,
+                         pv[k].partition, pv[k].slots, i);
+        /* one slot: every request after the first hits its 2 blocks. 3
+         * slots, request partition: the 6 requests stay open together, so
+         * placement near the blocks keeps balance (at most 2 requests more
+         * than the least-loaded slot): the 4th goes to an empty slot and
+         * misses, the 5th and 6th go near it again: 4 hits (3 when placement
+         * ignored the caches). Head partition rotates the head ranges over
+         * the slots: the first request of each layout misses. */
+        {
+            int want = pv[k].slots == 1 ? N_REQ - 1 : !strcmp(pv[k].partition, "request") ? 4 : 1;
+            NA_CHECK_MSG(pv[k].slots == 1 || !strcmp(pv[k].partition, "request")
+                         ? os.prefix_hit_tokens == 32 * want : os.prefix_hit_tokens >= 32 * want,
+                         "%s prefix variant %d: %ld prompt tokens hit, want %d", path, k,
+                         os.prefix_hit_tokens, 32 * want);
+        }
+        NA_CHECK(os.gen.prompt_tokens == 45 * N_REQ - os.prefix_hit_tokens);
+        fprintf(stderr, "%s prefix v%d: %ld prompt tokens hit, %ld prefilled\n", path, k,
+                os.prefix_hit_tokens, os.gen.prompt_tokens);
+        free_requests(got);
+        na_asvc_destroy(svc);
+        na_cfg_destroy(cfg);
+    }
+    free_requests(ref);
+    na_engine_destroy(e);
+    na_model_destroy(m);
+}
+
 /* Run all variants on one model; compare with monolithic greedy tokens. */
 static void run_model(const char *path, const variant_t *vs, int nv, int mha)
 {
@@ -127,6 +230,7 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         memset(&oo, 0, sizeof(oo));
         oo.max_batch = v->max_batch;
         oo.batches_in_flight = v->bif;
+        oo.prefill_chunk = v->chunk;
         oo.xcache = v->xcache;
         oo.xcache_share = 0.5;
         oo.xcache_host_mb = 64;
@@ -138,10 +242,15 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         for (i = 0; i < N_REQ; i++)
             NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
                                            ref[i]->n_out),
-                         "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d): "
-                         "request %d differs (%d vs %d tokens)", path, k, v->partition,
-                         v->slots, v->bif, v->tier, v->spill, v->xcache, i, got[i]->n_out,
-                         ref[i]->n_out);
+                         "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d, "
+                         "chunk %d): request %d differs (%d vs %d tokens)", path, k,
+                         v->partition, v->slots, v->bif, v->tier, v->spill, v->xcache,
+                         v->chunk, i, got[i]->n_out, ref[i]->n_out);
+        /* chunked prefill: a prompt of n tokens takes ceil(n / chunk) steps */
+        if (v->chunk == 1 && !v->xcache)
+            NA_CHECK_MSG(os.gen.prefill_steps >= os.gen.prompt_tokens / v->bif,
+                         "variant %d: %d prefill steps for %ld prompt tokens in chunks of 1",
+                         k, os.gen.prefill_steps, os.gen.prompt_tokens);
         NA_CHECK(os.svc.decode_entries > 0 || v->xcache);
         fprintf(stderr, "%s v%d: %ld tokens, %ld slices, %llu remote entries, %ld x-cache, "
                 "ssd read %llu B, idle %.3f s\n", path, k, os.gen.gen_tokens, os.slices,
@@ -178,16 +287,95 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
     na_model_destroy(m);
 }
 
+/* Tokens of request 0 seen when request 1 produced its first token. */
+static int g_tok0, g_tok0_at_first1 = -1;
+static void on_token_order(void *user, const na_request_t *r, int token)
+{
+    (void)user;
+    (void)token;
+    if (r->id == 0)
+        g_tok0++;
+    else if (r->id == 1 && g_tok0_at_first1 < 0)
+        g_tok0_at_first1 = g_tok0;
+}
+
+/* Prefill as a scheduler state: request 0 (5 prompt tokens) and request 1
+ * (200) in one batch, prefill_chunk 8: request 1's prompt comes in 8 tokens
+ * a step beside request 0's decode rows, so request 0 has produced many
+ * tokens before request 1's first (a prefill done at admission would let it
+ * produce at most one), and both texts are the monolithic ones. */
+static void test_interleave(const char *path)
+{
+    na_model_t *m;
+    na_engine_t *e;
+    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
+    na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
+    static const variant_t v = { "request", 1, 1, "dram", 2, 0, 16, 2, 8 };
+    na_request_t *ref[2], *got[2];
+    int toks[200], len[2] = { 5, 200 }, news[2] = { 60, 4 }, i, stop = -1;
+    uint64_t rng = 99;
+    na_gen_opts_t go;
+    na_off_opts_t oo;
+    na_cfg_t *cfg = NULL;
+    na_asvc_t *svc = NULL;
+
+    if (na_model_open(path, &m) != NA_OK) {
+        NA_CHECK_MSG(0, "cannot open %s", path);
+        return;
+    }
+    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    na_test_prompt(&rng, toks, 200, m->cfg.vocab_size);
+    for (i = 0; i < 2; i++) {
+        NA_CHECK_OK(na_request_create(e, i, toks, len[i], news[i], &sc, &ref[i]));
+        NA_CHECK_OK(na_request_create(e, i, toks, len[i], news[i], &sc, &got[i]));
+    }
+    memset(&go, 0, sizeof(go));
+    go.max_batch = 2;
+    go.stop_ids = &stop;
+    NA_CHECK_OK(na_generate(e, ref, 2, &go, NULL));
+    NA_CHECK_OK(load_layout(&v, 900, &cfg));
+    NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+    memset(&oo, 0, sizeof(oo));
+    oo.max_batch = 2;
+    oo.batches_in_flight = 1;
+    oo.prefill_chunk = 8;
+    oo.stop_ids = &stop;
+    oo.on_token = on_token_order;
+    oo.on_error = on_error;
+    g_errors = 0;
+    NA_CHECK_OK(na_offload_generate(e, svc, got, 2, &oo, NULL));
+    NA_CHECK(g_errors == 0);
+    for (i = 0; i < 2; i++)
+        NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out, ref[i]->n_out),
+                     "interleaved prefill: request %d differs from monolithic", i);
+    /* request 1 needs ceil((200 - 3) / 8) = 25 more steps after the first */
+    NA_CHECK_MSG(g_tok0_at_first1 >= 20, "request 0 produced %d tokens before request 1's "
+                 "first (its 200-token prompt in chunks of 8 should take ~25 steps)",
+                 g_tok0_at_first1);
+    fprintf(stderr, "interleave: request 0 had %d tokens at request 1's first\n",
+            g_tok0_at_first1);
+    for (i = 0; i < 2; i++) {
+        na_request_destroy(ref[i]);
+        na_request_destroy(got[i]);
+    }
+    na_asvc_destroy(svc);
+    na_cfg_destroy(cfg);
+    na_engine_destroy(e);
+    na_model_destroy(m);
+}
+
 int main(void)
 {
     static const variant_t vs[] = {
-        /* partition slots bif tier spill xc dram max_batch */
-        { "request", 1, 1, "dram", 1, 0, 16, 64 },
-        { "request", 3, 2, "auto", 4, 0, 16, 64 },
-        { "head",    3, 3, "ssd",  1, 0, 16, 64 },
-        { "head",    1, 2, "ssd",  4, 1, 16, 64 },
-        { "request", 3, 3, "dram", 4, 1, 16, 2 },
-        { "request", 1, 2, "auto", 2, 0, 1, 64 },   /* 1 MiB DRAM tier: blocks spill */
+        /* partition slots bif tier spill xc dram max_batch chunk */
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 0 },
+        { "request", 3, 2, "auto", 4, 0, 16, 64, 7 },
+        { "head",    3, 3, "ssd",  1, 0, 16, 64, 1 },
+        { "head",    1, 2, "ssd",  4, 1, 16, 64, 64 },
+        { "request", 3, 3, "dram", 4, 1, 16, 2, 7 },
+        { "request", 1, 2, "auto", 2, 0, 1, 64, 0 },   /* 1 MiB DRAM tier: blocks spill */
+        { "request", 1, 1, "ssd",  1, 0, 16, 2, 1 },   /* chunks beside decode rows */
+        { "head",    3, 2, "auto", 2, 0, 16, 3, 7 },
     };
     const int nv = (int)(sizeof(vs) / sizeof(vs[0]));
     const char *stories = na_test_shared_model("stories260K.bin");
@@ -197,9 +385,11 @@ int main(void)
     if (na_test_tmpdir(g_tmp, sizeof(g_tmp)) != 0)
         return 1;
     setenv("NA_KV_DIR", g_tmp, 1);
-    if (stories != NULL)
+    if (stories != NULL) {
+        test_prefix(stories);
         run_model(stories, vs, nv, 0);
-    else
+        test_interleave(stories);
+    } else
         fprintf(stderr, "stories260K absent: generated models only\n");
 
     /* generated MHA model (kv_heads == heads) */

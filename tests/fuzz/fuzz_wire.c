@@ -156,8 +156,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         fuzz_bad++;
                         continue;
                     }
-                    kb = (size_t)(e.kv_h1 - e.kv_h0) * a.head_dim * es;
-                    /* the last byte of v must lie inside what arrived */
+                    kb = (size_t)e.n_queries * (e.kv_h1 - e.kv_h0) * a.head_dim * es;
+                    /* the last byte of v (every query's rows) must lie inside what arrived */
                     if ((const uint8_t *)e.v + kb > p + avail)
                         fuzz_bad++;
                 }

@@ -164,6 +164,10 @@ api)
     grep -q '^nearattn_attention_bytes_total{node="s0",direction="sent"} [1-9]' "$DIR/metrics.txt" ||
         fail "no bytes to node s0"
     grep -q '^nearattn_kv_bytes{node="s0",tier="dram"} ' "$DIR/metrics.txt" || fail "no KV tiers of node s0"
+    # prefix reuse per node (docs/prefix-reuse.md): prompt tokens hit / computed
+    grep -q '^nearattn_prefix_tokens_total{node="s0",kind="computed"} [1-9]' "$DIR/metrics.txt" &&
+        grep -q '^nearattn_prefix_tokens_total{node="s0",kind="hit"} [0-9]' "$DIR/metrics.txt" ||
+        fail "no prefix tokens of node s0: $(grep prefix "$DIR/metrics.txt")"
     [ "$(metric nearattn_storage_nodes_alive)" = 1 ] || fail "storage_nodes_alive"
     stop_serve
     ;;

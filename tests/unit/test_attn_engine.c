@@ -1,6 +1,7 @@
 /* tests/unit/test_attn_engine.c — decode attention of the storage node's
  * CPU engine (storage-node/attn_engine.c) against kernels' "ref" backend,
- * and exactness across tiers, spill intervals and partitions; injected I/O
+ * and exactness across tiers, spill intervals and partitions, and bit for
+ * bit against the cpu backend's decode (blocks of 16, 7, 64); injected I/O
  * faults, a zeroed region of kv.dat (block checksums) and bad entries fail
  * only the affected request. */
 #define _GNU_SOURCE            /* O_DIRECT (kv_fault_io.h) */
@@ -324,6 +325,55 @@ static double ref_check(const work_t *w, const float *out, const na_status_t *st
     return worst;
 }
 
+/* Compare every OK output with the cpu backend's attn_decode (1 thread)
+ * over the same f16 KV laid out contiguously, bit for bit: the engine folds
+ * in the canonical order (storage-node/attn_fold.h) whatever its blocks,
+ * tiers, threads or granules. Returns the number of differing outputs. */
+static int cpu_exact_check(const work_t *w, const float *out, const na_status_t *sts,
+                           const char *what)
+{
+    na_kernels_t *cpu;
+    const int hd = w->head_dim, kvw = w->n_kv_heads * hd, qw = w->n_heads * hd;
+    int step, l, r, t, i, bad = 0;
+
+    if (na_kernels_create("cpu", 1, &cpu) != NA_OK) {
+        fprintf(stderr, "cpu backend: %s\n", na_errmsg());
+        return 1;
+    }
+    for (r = 0; r < w->R; r++) {
+        int ctx_max = w->P[r] + w->S;
+        uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)ctx_max * kvw);
+        uint16_t *vc = malloc(sizeof(uint16_t) * (size_t)ctx_max * kvw);
+        float *o = malloc(sizeof(float) * (size_t)qw);
+        for (l = 0; l < w->n_layers; l++) {
+            for (t = 0; t < ctx_max; t++)
+                for (i = 0; i < kvw; i++) {
+                    kc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->K, r, l, t)[i]);
+                    vc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->V, r, l, t)[i]);
+                }
+            for (step = 0; step < w->S; step++) {
+                const float *e = out + out_index(w, step, l, r);
+                NA_CHECK(sts[((size_t)step * w->n_layers + l) * w->R + r] == NA_OK);
+                NA_CHECK_OK(na_kernels_attn_decode_host(
+                    cpu, o, w->Q[r] + ((size_t)step * w->n_layers + l) * qw, kc, vc,
+                    NA_DTYPE_F16, w->P[r] + step + 1, w->n_heads, w->n_kv_heads, hd));
+                if (memcmp(o, e, sizeof(float) * (size_t)qw) != 0 && bad++ < 3) {
+                    for (i = 0; i < qw && memcmp(o + i, e + i, sizeof(float)) == 0; i++)
+                        ;
+                    NA_CHECK_MSG(0, "%s: request %d layer %d ctx %d: engine %.9g != cpu decode "
+                                 "%.9g at element %d", what, r, l, w->P[r] + step + 1, e[i], o[i],
+                                 i);
+                }
+            }
+        }
+        free(kc);
+        free(vc);
+        free(o);
+    }
+    na_kernels_destroy(cpu);
+    return bad;
+}
+
 static run_t run_default(void)
 {
     run_t c;
@@ -467,6 +517,46 @@ out:
     free(base);
     free(out);
     free(sts);
+    return rc;
+}
+
+/* 2b. the engine's outputs are the compute node's decode attention bit for
+ * bit (issue 22 item 15): blocks of 16, 7 (cutting chunks and parts) and 64
+ * tokens, contexts across the chunk (64) and part (1024) boundaries, all
+ * DRAM and all SSD (staging chunks, prefetch), 1 and 2 workers, granules of
+ * one part and of two (split_tokens 2048). */
+static int test_exact_cpu(void)
+{
+    static const int bts[] = { 16, 7, 64 };
+    const int P[3] = { 1030, 62, 1 };
+    int bi, v, rc = 0;
+
+    for (bi = 0; bi < 3 && rc == 0; bi++)
+        for (v = 0; v < 3 && rc == 0; v++) {
+            work_t w;
+            run_t c = run_default();
+            float *out;
+            na_status_t *sts;
+            char what[96];
+
+            work_init(&w, 4242 + bi, 2, 8, 2, 64, 3, P, 4, bts[bi], v == 2 ? 2048 : 1024);
+            out = calloc(out_len(&w), sizeof(float));
+            sts = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
+            c.ssd_bytes = 16u << 20;
+            if (v > 0) {                     /* all SSD, 2 workers */
+                c.no_dram_tier = 1;
+                c.n_threads = 2;
+            }
+            snprintf(what, sizeof(what), "blocks of %d, %s, split %d", bts[bi],
+                     v == 0 ? "DRAM" : "SSD", w.split_tokens);
+            rc = run(&w, &c, out, sts, NULL);
+            if (rc == 0)
+                NA_CHECK_MSG(cpu_exact_check(&w, out, sts, what) == 0,
+                             "%s: the engine is not the cpu decode bit for bit", what);
+            work_free(&w);
+            free(out);
+            free(sts);
+        }
     return rc;
 }
 
@@ -714,6 +804,8 @@ int main(void)
     rc = test_shapes();
     if (rc == 0)
         rc = test_exactness();
+    if (rc == 0)
+        rc = test_exact_cpu();
     if (rc == 0)
         rc = test_faults();
     if (rc == 0)

@@ -91,7 +91,7 @@ static void case_build(csd_case_t *c, na_rng_t *rng)
         span.n = c->n_tok;
         na_attn_init(st, acc, c->group, c->hd);
         na_ref_attn_partial(NULL, st, acc, c->q + (size_t)h * c->group * hd, c->group, c->hd,
-                            &span, NA_DTYPE_F16, 1.0f / sqrtf((float)c->hd));
+                            &span, 1, NA_DTYPE_F16, 1.0f / sqrtf((float)c->hd));
         na_attn_finalize(c->o_ref + (size_t)h * c->group * hd, st, acc, c->group, c->hd);
         for (g = 0; g < c->group; g++)
             c->lse_ref[h * c->group + g] = st[g].l > 0 ? st[g].m + logf(st[g].l) : -INFINITY;

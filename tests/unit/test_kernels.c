@@ -671,7 +671,7 @@ static void test_partials(void)
                                             (size_t)splits[s][i] * 2 * hd * esz,
                                         (size_t)(i < 3 ? splits[s][i + 1] : 0) * 2 * hd * esz };
                     na_attn_init(st2, acc2, group, hd);
-                    k->ops->attn_partial(k, st2, acc2, q, group, hd, &sp, kd, scale);
+                    k->ops->attn_partial(k, st2, acc2, q, group, hd, &sp, 1, kd, scale);
                     na_attn_merge(st, acc, st2, acc2, group, hd);
                     pos += splits[s][i];
                 }

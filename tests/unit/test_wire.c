@@ -58,8 +58,19 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
     case NA_WIRE_MSG_HEARTBEAT:
         return a->u.heartbeat.send_ns == b->u.heartbeat.send_ns &&
                a->u.heartbeat.echo_ns == b->u.heartbeat.echo_ns;
-    case NA_WIRE_MSG_REQ_OPEN:
-        return !memcmp(&a->u.req_open, &b->u.req_open, sizeof(a->u.req_open));
+    case NA_WIRE_MSG_REQ_OPEN: {
+        const na_wire_req_open_t *x = &a->u.req_open, *y = &b->u.req_open;
+        if (x->request_id != y->request_id || x->max_tokens != y->max_tokens ||
+            x->n_layers != y->n_layers || x->kv_h0 != y->kv_h0 || x->kv_h1 != y->kv_h1 ||
+            x->head_dim != y->head_dim || x->q_per_kv != y->q_per_kv || x->dtype != y->dtype ||
+            x->n_prefix != y->n_prefix ||
+            (x->n_prefix && memcmp(x->model_fp, y->model_fp, NA_WIRE_FP_SIZE)))
+            return 0;
+        for (i = 0; i < x->n_prefix; i++)      /* encode side: host array; decode: raw LE */
+            if (((const uint32_t *)x->prefix)[i] != na_wire_req_open_token(y, (uint32_t)i))
+                return 0;
+        return 1;
+    }
     case NA_WIRE_MSG_REQ_RELEASE:
         return a->u.req_release.request_id == b->u.req_release.request_id &&
                a->u.req_release.status == b->u.req_release.status;
@@ -88,9 +99,10 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
             if (na_wire_attn_get(x, i, &e) || na_wire_attn_get(y, i, &f))
                 return 0;
             nh = (size_t)(e.kv_h1 - e.kv_h0);
-            kb = nh * x->head_dim * es;
+            kb = (size_t)e.n_queries * nh * x->head_dim * es;
             if (e.request_id != f.request_id || e.position != f.position || e.kv_h0 != f.kv_h0 ||
-                e.kv_h1 != f.kv_h1 || memcmp(e.q, f.q, kb * x->q_per_kv) || memcmp(e.k, f.k, kb) ||
+                e.kv_h1 != f.kv_h1 || e.n_queries != f.n_queries ||
+                memcmp(e.q, f.q, kb * x->q_per_kv) || memcmp(e.k, f.k, kb) ||
                 memcmp(e.v, f.v, kb))
                 return 0;
         }
@@ -108,8 +120,9 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
             if (na_wire_attn_out_get(x, i, &e) || na_wire_attn_out_get(y, i, &f))
                 return 0;
             if (e.request_id != f.request_id || e.status != f.status || e.kv_h0 != f.kv_h0 ||
-                e.kv_h1 != f.kv_h1 ||
-                memcmp(e.o, f.o, (size_t)(e.kv_h1 - e.kv_h0) * x->q_per_kv * x->head_dim * es))
+                e.kv_h1 != f.kv_h1 || e.n_queries != f.n_queries ||
+                memcmp(e.o, f.o, (size_t)e.n_queries * (e.kv_h1 - e.kv_h0) * x->q_per_kv *
+                                 x->head_dim * es))
                 return 0;
         }
         return 1;
@@ -134,7 +147,8 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
                (a->u.echo.len == 0 || !memcmp(a->u.echo.data, b->u.echo.data, (size_t)a->u.echo.len));
     case NA_WIRE_MSG_ACK:
         return a->u.ack.request_id == b->u.ack.request_id && a->u.ack.about_type == b->u.ack.about_type &&
-               a->u.ack.about_seq == b->u.ack.about_seq;
+               a->u.ack.about_seq == b->u.ack.about_seq &&
+               a->u.ack.prefix_tokens == b->u.ack.prefix_tokens;
     case NA_WIRE_MSG_BATCH_CTX: {
         const na_wire_ctx_t *x = &a->u.ctx, *y = &b->u.ctx;
         size_t ce = na_dtype_bytes(x->dtype, 1);
@@ -165,7 +179,7 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
 static void test_golden(void)
 {
     static const uint8_t want[88] = {
-        'N', 'A', 'T', 'N', 2, 0, 0, 0, 7, 0, 0, 0, 64, 0, 0, 0,         /* magic ver type flags hdr_len */
+        'N', 'A', 'T', 'N', 2, 0, 1, 0, 7, 0, 0, 0, 64, 0, 0, 0,         /* magic ver type flags hdr_len */
         24, 0, 0, 0, 0, 0, 0, 0,                                          /* payload_len */
         8, 7, 6, 5, 4, 3, 2, 1,                                           /* request_id */
         0, 0, 0, 0, 0, 0, 0, 0,                                           /* batch_id, layer */
@@ -189,6 +203,82 @@ static void test_golden(void)
                                          .q_per_kv = 4, .dtype = NA_DTYPE_F16 };
     NA_CHECK_OK(na_wire_encode(&m, buf, sizeof(buf), &len));
     NA_CHECK(len == sizeof(want) && memcmp(buf, want, sizeof(want)) == 0);
+}
+
+/* A prompt chunk: an entry of 3 queries, KV head 1 of rows 2 heads wide
+ * (strides): the wire holds each query's head-1 rows, packed, and ATTN_OUT
+ * gives 3 rows back. */
+static void test_attn_chunk(void)
+{
+    /* per query: q 2 kv heads x q_per_kv 2 x head_dim 4, k/v 2 x 4 */
+    float q[3][16], k[3][8], v[3][8];
+    na_wire_attn_entry_t e;
+    na_wire_out_entry_t oe, og;
+    na_wire_attn_entry_t g;
+    na_wire_msg_t m, d;
+    na_wire_hdr_t h;
+    uint8_t buf[4096];
+    size_t len;
+    int t, j;
+
+    for (t = 0; t < 3; t++) {
+        for (j = 0; j < 16; j++)
+            q[t][j] = (float)(100 * t + j);
+        for (j = 0; j < 8; j++) {
+            k[t][j] = (float)(1000 + 100 * t + j);
+            v[t][j] = (float)(2000 + 100 * t + j);
+        }
+    }
+    memset(&e, 0, sizeof(e));
+    e.request_id = 5;
+    e.position = 10;
+    e.kv_h0 = 1;
+    e.kv_h1 = 2;
+    e.n_queries = 3;
+    e.q = &q[0][8];                      /* kv head 1's query heads */
+    e.k = &k[0][4];
+    e.v = &v[0][4];
+    e.q_stride = 16;
+    e.kv_stride = 8;
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_DECODE_ATTN;
+    m.u.attn = (na_wire_attn_t){ .batch_id = 1, .layer = 0, .n_entries = 1, .batch_total = 1,
+                                 .head_dim = 4, .q_per_kv = 2, .dtype = NA_DTYPE_F32,
+                                 .scale = 0.5f, .entries = &e };
+    NA_CHECK_OK(na_wire_encode(&m, buf, sizeof(buf), &len));
+    NA_CHECK_OK(na_wire_decode_buf(buf, len, &h, &d));
+    NA_CHECK_OK(na_wire_attn_get(&d.u.attn, 0, &g));
+    NA_CHECK(g.n_queries == 3 && g.position == 10);
+    for (t = 0; t < 3; t++) {
+        NA_CHECK(((const float *)g.q)[t * 8] == (float)(100 * t + 8));
+        NA_CHECK(((const float *)g.q)[t * 8 + 7] == (float)(100 * t + 15));
+        NA_CHECK(((const float *)g.k)[t * 4] == (float)(1000 + 100 * t + 4));
+        NA_CHECK(((const float *)g.v)[t * 4 + 3] == (float)(2000 + 100 * t + 7));
+    }
+    /* the answer: 3 queries' rows */
+    memset(&oe, 0, sizeof(oe));
+    oe.request_id = 5;
+    oe.kv_h0 = 1;
+    oe.kv_h1 = 2;
+    oe.n_queries = 3;
+    oe.o = &q[0][0];                     /* 3 x 8 floats, packed */
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_ATTN_OUT;
+    m.u.attn_out = (na_wire_attn_out_t){ .batch_id = 1, .n_entries = 1, .batch_total = 1,
+                                         .head_dim = 4, .q_per_kv = 2, .dtype = NA_DTYPE_F32,
+                                         .entries = &oe };
+    NA_CHECK_OK(na_wire_encode(&m, buf, sizeof(buf), &len));
+    NA_CHECK_OK(na_wire_decode_buf(buf, len, &h, &d));
+    NA_CHECK_OK(na_wire_attn_out_get(&d.u.attn_out, 0, &og));
+    NA_CHECK(og.n_queries == 3 && !memcmp(og.o, &q[0][0], 24 * sizeof(float)));
+    /* a position whose chunk would run past the wire's positions is refused */
+    e.position = NA_WIRE_MAX_POS - 2;
+    m.type = NA_WIRE_MSG_DECODE_ATTN;
+    m.u.attn = (na_wire_attn_t){ .batch_id = 1, .layer = 0, .n_entries = 1, .batch_total = 1,
+                                 .head_dim = 4, .q_per_kv = 2, .dtype = NA_DTYPE_F32,
+                                 .scale = 0.5f, .entries = &e };
+    NA_CHECK(na_wire_encode(&m, buf, sizeof(buf), &len) == NA_ERR_INVALID);
+    NA_CHECK(strstr(na_errmsg(), "position") != NULL);
 }
 
 /* Every type, several shapes: size == encoded length, decode gives back the same. */
@@ -498,6 +588,8 @@ static void test_oversized(void)
     expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 32 + 14, 2, 300, "kv_h1");
     expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 32 + 16, 4, 4096, "offset");
     expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 32, 8, 0, "request_id");
+    expect_patch(NA_WIRE_MSG_DECODE_ATTN, 1, 32 + 20, 4, NA_WIRE_MAX_QUERIES + 1, "n_queries");
+    expect_patch(NA_WIRE_MSG_ATTN_OUT, 2, 32 + 20, 4, 0xffffffffu, "n_queries");
     expect_patch(NA_WIRE_MSG_ATTN_OUT, 2, 32 + 8, 4, 5, "status");
     expect_patch(NA_WIRE_MSG_ATTN_OUT, 2, 32 + 12, 2, 9, "kv_h1");              /* h1 <= h0 */
     expect_patch(NA_WIRE_MSG_PREFILL_KV, 3, 4, 4, NA_WIRE_MAX_TOKENS + 1, "n_tokens");
@@ -585,6 +677,7 @@ static void test_attn_layout(void)
     int j;
 
     memset(&m, 0, sizeof(m));
+    memset(e, 0, sizeof(e));
     m.type = NA_WIRE_MSG_DECODE_ATTN;
     m.u.attn = (na_wire_attn_t){ .batch_id = 3, .layer = 2, .n_entries = 5, .batch_total = 5,
                                  .head_dim = 16, .q_per_kv = 2, .dtype = NA_DTYPE_F32, .scale = 0.25f };
@@ -906,6 +999,7 @@ int main(void)
     test_oversized();
     test_encode_invalid();
     test_attn_layout();
+    test_attn_chunk();
     test_handshake();
     test_addr_seal();
     return na_test_finish();

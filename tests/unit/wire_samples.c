@@ -58,7 +58,7 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
 
     memset(s, 0, sizeof(*s));
     na_rng_seed(&r, seed * 7919 + (uint64_t)t);
-    s->rows_len = 1 << 16;
+    s->rows_len = 1 << 18;       /* room for entries of up to 3 queries */
     s->rows = malloc(s->rows_len);
     if (!s->rows)
         return -1;
@@ -111,6 +111,12 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
         o->head_dim = (uint16_t)rnd(&r, 1, 256);
         o->q_per_kv = (uint16_t)rnd(&r, 1, 8);
         o->dtype = dts[rnd(&r, 0, 2)];
+        if (rnd(&r, 0, 1)) {                    /* a prefix section (prefix reuse) */
+            o->n_prefix = rnd(&r, 1, o->max_tokens < 300 ? o->max_tokens : 300);
+            memcpy(o->model_fp, take(s, &used, NA_WIRE_FP_SIZE), NA_WIRE_FP_SIZE);
+            used = (used + 3) & ~(size_t)3;     /* the ids are read as uint32_t */
+            o->prefix = take(s, &used, 4u * o->n_prefix);
+        }
         break;
     }
     case NA_WIRE_MSG_REQ_RELEASE:
@@ -146,10 +152,11 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
             e->request_id = rnd(&r, 1, 1000000);
             e->position = rnd(&r, 0, 100000);
             draw_heads(&r, &e->kv_h0, &e->kv_h1);
+            e->n_queries = rnd(&r, 1, 3);           /* > 1: a prompt chunk */
             nh = e->kv_h1 - e->kv_h0;
-            e->q = take(s, &used, (size_t)nh * a->q_per_kv * a->head_dim * es);
-            e->k = take(s, &used, (size_t)nh * a->head_dim * es);
-            e->v = take(s, &used, (size_t)nh * a->head_dim * es);
+            e->q = take(s, &used, (size_t)e->n_queries * nh * a->q_per_kv * a->head_dim * es);
+            e->k = take(s, &used, (size_t)e->n_queries * nh * a->head_dim * es);
+            e->v = take(s, &used, (size_t)e->n_queries * nh * a->head_dim * es);
         }
         a->entries = s->attn_e;
         break;
@@ -163,7 +170,9 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
             e->request_id = rnd(&r, 1, 1000000);
             e->status = 0;
             draw_heads(&r, &e->kv_h0, &e->kv_h1);
-            e->o = take(s, &used, (size_t)(e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim * es);
+            e->n_queries = rnd(&r, 1, 3);
+            e->o = take(s, &used, (size_t)e->n_queries * (e->kv_h1 - e->kv_h0) * a->q_per_kv *
+                                  a->head_dim * es);
         }
         a->entries = s->out_e;
         break;
@@ -198,6 +207,7 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
         m->u.ack.request_id = rnd(&r, 0, 1000);
         m->u.ack.about_type = (uint16_t)rnd(&r, 1, NA_WIRE_MSG_COUNT - 1);
         m->u.ack.about_seq = (uint32_t)na_rng_u64(&r);
+        m->u.ack.prefix_tokens = rnd(&r, 0, 1) ? rnd(&r, 1, 5000) : 0;
         break;
     case NA_WIRE_MSG_BATCH_CTX: {
         na_wire_ctx_t *c = &m->u.ctx;
@@ -282,11 +292,13 @@ static na_status_t touch_row(const na_wire_msg_t *m, uint32_t i, uint64_t *h)
     size_t kv;
 
     if (m->type == NA_WIRE_MSG_DECODE_ATTN && (st = na_wire_attn_get(&m->u.attn, i, &ae)) == NA_OK) {
-        kv = (size_t)(ae.kv_h1 - ae.kv_h0) * m->u.attn.head_dim * na_dtype_bytes(m->u.attn.dtype, 1);
+        kv = (size_t)ae.n_queries * (ae.kv_h1 - ae.kv_h0) * m->u.attn.head_dim *
+             na_dtype_bytes(m->u.attn.dtype, 1);
         *h += sum_bytes(ae.q, kv * m->u.attn.q_per_kv) + sum_bytes(ae.k, kv) + sum_bytes(ae.v, kv);
     } else if (m->type == NA_WIRE_MSG_ATTN_OUT &&
                (st = na_wire_attn_out_get(&m->u.attn_out, i, &oe)) == NA_OK) {
-        kv = (size_t)(oe.kv_h1 - oe.kv_h0) * m->u.attn_out.head_dim * na_dtype_bytes(m->u.attn_out.dtype, 1);
+        kv = (size_t)oe.n_queries * (oe.kv_h1 - oe.kv_h0) * m->u.attn_out.head_dim *
+             na_dtype_bytes(m->u.attn_out.dtype, 1);
         *h += sum_bytes(oe.o, kv * m->u.attn_out.q_per_kv);
     } else if (m->type == NA_WIRE_MSG_STATS && (st = na_wire_stats_get(&m->u.stats, i, &sp)) == NA_OK) {
         *h += sum_bytes(sp.key, strlen(sp.key)) + sp.value;
