@@ -53,6 +53,27 @@ static int rm_pick(rm_t *p, const na_kvhash_t *keys, int nk)
     return best;
 }
 
+/* The error when no node took a request: the nodes lost and why, so the
+ * user reads which node went away rather than a bare status. */
+static na_status_t rm_none_alive(const rm_t *p, na_status_t st)
+{
+    char why[NA_ASVC_REASON_MAX];
+    size_t n = 0;
+    int j, n_dead = 0;
+
+    why[0] = '\0';
+    for (j = 0; j < p->n_nodes && n + 1 < sizeof(why); j++) {
+        const rm_node_t *nd = &p->nodes[j];
+        if (nd->alive)
+            continue;
+        n += (size_t)snprintf(why + n, sizeof(why) - n, "%s%s lost (%s)", n_dead++ ? ", " : "",
+                              nd->name, nd->why[0] ? nd->why : "unreachable");
+    }
+    if (n_dead == 0)
+        return na_err(st, "no storage node accepted the request (%s)", na_status_string(st));
+    return na_err(st, "no storage node is alive: %s", why);
+}
+
 static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
                                 const na_asvc_prompt_t *pr, int *hit_p);
 
@@ -155,9 +176,9 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
         free(ids);
         free(keys);
         if (r->n_own == 0) {
-            if (st == NA_OK)
-                st = na_err(NA_ERR_PEER, "no storage node is reachable");
             free(r);
+            if (st == NA_OK || st == NA_ERR_PEER)
+                return rm_none_alive(p, st == NA_OK ? NA_ERR_PEER : st);
             return st;
         }
         if (hit < 0 || hit >= max_tokens)
