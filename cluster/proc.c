@@ -49,9 +49,18 @@ na_status_t na_proc_spawn(const na_proc_opts_t *o, pid_t *pid_p)
     }
     argv[k] = NULL;
     if (o->log != NULL) {
-        fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+        /* a new file of ours only: the name is predictable (TMPDIR, pid), so
+         * whatever already lies there (another user's file or link planted in
+         * a shared directory, or a stale log of ours) is removed first when we
+         * may, and never written through */
+        const int fl = O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW;
+        fd = open(o->log, fl, 0600);
+        if (fd < 0 && errno == EEXIST && unlink(o->log) == 0)
+            fd = open(o->log, fl, 0600);
         if (fd < 0)
-            return na_err(NA_ERR_IO, "open(%s): %s", o->log, strerror(errno));
+            return na_err(NA_ERR_IO, "open(%s): %s (the node's log must be a new file: remove "
+                          "what is there or set TMPDIR to a private directory)", o->log,
+                          strerror(errno));
     }
     if (o->out_fd_p != NULL) {
         if (pipe(p) != 0) {

@@ -225,6 +225,20 @@ match)
 
     L=$(layout dram1 1 request 1 shm dram 4 false "$STORIES" "$STOK")
     offload_vs_mono dram1 "$L" "$STORIES" "$STOK" 24 start
+    # a symlink and a hard link planted at the node logs' predictable names
+    # ($TMPDIR/nearattn-run-CLUSTER-NODE-PID.log; exec keeps the pid): the run
+    # writes through neither (the old code truncated the hard link's file)
+    echo precious > "$DIR/victim"
+    sh -c 'ln "$1/victim" "$1/nearattn-run-dram1-s0-$$.log"; exec "$2" run --config "$3" \
+        --cluster start --prompts "$1/prompts.txt" -n 8 --temp 0 --threads 1' \
+        sh "$DIR" "$BIN" "$L" > "$DIR/plant.out" 2> "$DIR/plant.err" ||
+        fail "plant: run over a planted hard link failed: $(tail -n 2 "$DIR/plant.err")"
+    sh -c 'ln -s "$1/victim" "$1/nearattn-run-dram1-s0-$$.log"; exec "$2" run --config "$3" \
+        --cluster start --prompts "$1/prompts.txt" -n 8 --temp 0 --threads 1' \
+        sh "$DIR" "$BIN" "$L" > "$DIR/plant.out" 2> "$DIR/plant.err" ||
+        fail "plant: run over a planted symlink failed: $(tail -n 2 "$DIR/plant.err")"
+    [ "$(cat "$DIR/victim")" = precious ] || fail "plant: a run wrote its node log through a planted link"
+    echo "ok: node logs never written through a planted link"
     # the kv-fetch baseline (compute-node/attn_kvfetch.h) over 2 storage nodes
     L=$(layout kvf2 2 request 2 shm auto 2 false "$STORIES" "$STOK")
     offload_vs_mono kvf2 "$L" "$STORIES" "$STOK" 24 start kv-fetch
