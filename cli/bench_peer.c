@@ -404,10 +404,11 @@ int na_cli_e2e_peers(int argc, char **argv)
     }
     if (a.llama_bench == NULL)
         na_bench_note(b, "skipped: peer llama.cpp llama-bench: not given (--llama-bench PATH)");
-    na_bench_note(b, "generated GGUF models (vocab 32000, MHA), greedy; nearattn: monolithic "
-                  "engine, backend cpu, f16 KV, in this process; pp = 512-token prompt / prefill "
-                  "time, tg = %d tokens after a 1-token prompt / decode time; %d pair(s) per "
-                  "row in ABBA order, medians; ratio >= 100%%: nearattn faster", PR_TG, a.reps);
+    na_bench_note(b, "%s, greedy; nearattn: monolithic engine, backend cpu, f16 KV, in this "
+                  "process; pp = 512-token prompt / prefill time, tg = %d tokens after a 1-token "
+                  "prompt / decode time; %d pair(s) per row in ABBA order, medians; ratio >= "
+                  "100%%: nearattn faster", a.models != NULL ? "the GGUF files given (--models)" :
+                  "generated GGUF models (vocab 32000, MHA)", PR_TG, a.reps);
     rc = na_cli_bench_finish("e2e", b, &o);
 out:
     na_bench_destroy(b);
