@@ -1,7 +1,6 @@
 /* common/wire_auth.c — the handshake proofs of common/wire.h (fresh nonces,
  * HMAC-SHA256 over both nonces and names, constant-time verification), the
- * sealing of the ADDR frame that follows AUTH, and the
- * row conversions used on decoded views. */
+ * sealing of the ADDR frame that follows AUTH. */
 #include "wire_priv.h"
 
 #include <errno.h>
@@ -196,58 +195,4 @@ na_status_t na_wire_addr_open(const uint8_t *secret, size_t secret_len, na_wire_
         return na_err(NA_ERR_AUTH, "address frame failed its MAC check (altered on the way?)");
     addr_xor(secret, secret_len, side, nonce_c, nonce_s, body, len);
     return NA_OK;
-}
-
-/* ---- rows ------------------------------------------------------------------------ */
-
-int na_wire_aligned(const void *p, na_dtype_t t)
-{
-    size_t a = t == NA_DTYPE_F32 ? 4 : 2;
-    return ((uintptr_t)p & (a - 1)) == 0;
-}
-
-void na_wire_rows_to_f32(const void *src, na_dtype_t t, size_t n, float *dst)
-{
-    const uint8_t *s = src;
-    size_t i;
-
-    switch (t) {
-    case NA_DTYPE_F32:
-        for (i = 0; i < n; i++)
-            dst[i] = na_bits_f32(na_ld32(s + 4 * i));
-        break;
-    case NA_DTYPE_F16:
-        for (i = 0; i < n; i++)
-            dst[i] = na_f16_to_f32(na_ld16(s + 2 * i));
-        break;
-    case NA_DTYPE_BF16:
-        for (i = 0; i < n; i++)
-            dst[i] = na_bf16_to_f32(na_ld16(s + 2 * i));
-        break;
-    default:
-        break;
-    }
-}
-
-void na_wire_rows_from_f32(const float *src, na_dtype_t t, size_t n, void *dst)
-{
-    uint8_t *d = dst;
-    size_t i;
-
-    switch (t) {
-    case NA_DTYPE_F32:
-        for (i = 0; i < n; i++)
-            na_st32(d + 4 * i, na_f32_bits(src[i]));
-        break;
-    case NA_DTYPE_F16:
-        for (i = 0; i < n; i++)
-            na_st16(d + 2 * i, na_f32_to_f16(src[i]));
-        break;
-    case NA_DTYPE_BF16:
-        for (i = 0; i < n; i++)
-            na_st16(d + 2 * i, na_f32_to_bf16(src[i]));
-        break;
-    default:
-        break;
-    }
 }

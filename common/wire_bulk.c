@@ -1,7 +1,8 @@
 /* common/wire_bulk.c — the bulk messages of common/wire.h: PREFILL_KV /
  * KV_DATA (K and V rows of a token range), KV_FETCH, DECODE_ATTN (q, k_new,
  * v_new per entry), ATTN_OUT (o per entry), STATS, ECHO and BATCH_CTX. Layouts are drawn
- * in common/wire.h; every size is computed in 64-bit arithmetic from fields
+ * in common/wire.h, and the row conversions used on their decoded views
+ * (na_wire_rows_to_f32 / _from_f32); every size is computed in 64-bit arithmetic from fields
  * already checked against the limits, so no product can overflow. */
 #include "wire_priv.h"
 
@@ -790,3 +791,57 @@ na_status_t na_wire_ctx_get(const na_wire_ctx_t *m, uint32_t i, na_wire_ctx_row_
 
 const na_wire_ops_t na_wire_ops_ctx = { "BATCH_CTX", CTX_FIXED, 0, ctx_f, NA_WIRE_N(ctx_f), ctx_ids,
                                         NA_WIRE_N(ctx_ids), NULL, ctx_size, ctx_write, ctx_read };
+
+/* ---- rows ------------------------------------------------------------------------ */
+
+int na_wire_aligned(const void *p, na_dtype_t t)
+{
+    size_t a = t == NA_DTYPE_F32 ? 4 : 2;
+    return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+void na_wire_rows_to_f32(const void *src, na_dtype_t t, size_t n, float *dst)
+{
+    const uint8_t *s = src;
+    size_t i;
+
+    switch (t) {
+    case NA_DTYPE_F32:
+        for (i = 0; i < n; i++)
+            dst[i] = na_bits_f32(na_ld32(s + 4 * i));
+        break;
+    case NA_DTYPE_F16:
+        for (i = 0; i < n; i++)
+            dst[i] = na_f16_to_f32(na_ld16(s + 2 * i));
+        break;
+    case NA_DTYPE_BF16:
+        for (i = 0; i < n; i++)
+            dst[i] = na_bf16_to_f32(na_ld16(s + 2 * i));
+        break;
+    default:
+        break;
+    }
+}
+
+void na_wire_rows_from_f32(const float *src, na_dtype_t t, size_t n, void *dst)
+{
+    uint8_t *d = dst;
+    size_t i;
+
+    switch (t) {
+    case NA_DTYPE_F32:
+        for (i = 0; i < n; i++)
+            na_st32(d + 4 * i, na_f32_bits(src[i]));
+        break;
+    case NA_DTYPE_F16:
+        for (i = 0; i < n; i++)
+            na_st16(d + 2 * i, na_f32_to_f16(src[i]));
+        break;
+    case NA_DTYPE_BF16:
+        for (i = 0; i < n; i++)
+            na_st16(d + 2 * i, na_f32_to_bf16(src[i]));
+        break;
+    default:
+        break;
+    }
+}
