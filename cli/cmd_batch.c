@@ -74,8 +74,9 @@ static void na_batch_usage(FILE *f)
         "  --no-prefix-reuse  every prompt is prefilled whole (default: the layout's\n"
         "                     kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
         "  --ctx N            model context in tokens (default: the model file's)\n"
-        "  --max-in-flight N  requests submitted at once (default: the layout's\n"
-        "                     max_batch x batches_in_flight)\n"
+        "  --max-in-flight N  requests submitted at once (default: what the engine runs\n"
+        "                     at once: max_batch x its batches in flight, 1 batch in\n"
+        "                     monolithic mode)\n"
         "  --progress P       auto: a bar redrawn in place on a terminal, plain lines\n"
         "                     otherwise (default); plain; none\n"
         "  --progress-interval S  seconds between plain lines (default 5)\n\n"
@@ -281,9 +282,7 @@ int na_cmd_batch(int argc, char **argv)
             goto fail;
         }
     }
-    ro.max_in_flight = a.max_in_flight > 0 ? (int)a.max_in_flight :
-        (int)((a.max_batch > 0 ? a.max_batch : cfg->parallel.max_batch) *
-              cfg->parallel.batches_in_flight);
+    ro.max_in_flight = a.max_in_flight > 0 ? (int)a.max_in_flight : na_sg_capacity(g);
     ro.stop_sig = &na_batch_sig;
     ro.n_sigs = &na_batch_nsig;
     if (!a.quiet) {

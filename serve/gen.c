@@ -43,6 +43,7 @@ struct na_sg {
     na_cfg_t       *cfg;
     na_cluster_t   *cluster;
     na_off_t       *off;
+    int             capacity;           /* max_batch x batches in flight */
     int             stop_ids[8];
     int             n_stop_ids;
     char            name[128];
@@ -406,6 +407,7 @@ static na_status_t sg_start_engine(na_sg_t *g, const na_sg_opts_t *o)
     if (oo.batches_in_flight > NA_OFF_MAX_BATCHES)
         return na_err(NA_ERR_INVALID, "batches in flight: %d, at most %d",
                       oo.batches_in_flight, NA_OFF_MAX_BATCHES);
+    g->capacity = oo.max_batch * oo.batches_in_flight;
     oo.stop_ids = g->stop_ids;
     oo.n_stop = g->n_stop_ids;
     oo.xcache = cfg->xcache.enabled;
@@ -638,6 +640,11 @@ const char *na_sg_model_name(const na_sg_t *g)
 int na_sg_heal(na_sg_t *g)
 {
     return na_cluster_heal(g->cluster);
+}
+
+int na_sg_capacity(const na_sg_t *g)
+{
+    return g->capacity;
 }
 
 const char *na_sg_how(const na_sg_t *g)

@@ -182,6 +182,9 @@ long        na_sg_gen_tokens(const na_sg_t *g);
 const na_model_t     *na_sg_model(const na_sg_t *g);
 const na_tokenizer_t *na_sg_tokenizer(const na_sg_t *g);
 const char           *na_sg_model_name(const na_sg_t *g);
+/* Requests the engine runs at once: its batch size x the batches in flight
+ * it was created with (1 batch in monolithic mode unless asked). */
+int                   na_sg_capacity(const na_sg_t *g);
 /* How the cluster was set up ("cluster started here", ...). */
 const char           *na_sg_how(const na_sg_t *g);
 /* The storage nodes started here (--cluster start): reap those that exited
