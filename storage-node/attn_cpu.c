@@ -556,10 +556,10 @@ static int na_attn_rows_per_job(const na_attn_cpu_t *e, const na_attn_item_t *it
     return rb < NA_ATTN_MIN_ROWS ? NA_ATTN_MIN_ROWS : rb;
 }
 
-/* Granule g's jobs (e->mu held): one per range of rows that see it (an SSD
- * granule: one for all of them). count only (j_p NULL) or queue them.
- * Returns the number of jobs, or -1 (item failed, it->reason set) when a
- * job cannot be made; *made_p says how many were queued. */
+/* Granule g's jobs (e->mu held): one per range of rb rows that see it (an
+ * SSD granule: one for all of them). queue 0: count them only; 1: make and
+ * queue them, counting those made in *made_p. Returns the number of jobs,
+ * or -1 (item failed: status and reason set) when one cannot be made. */
 static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r, int g,
                                 int rb, int queue, int *made_p)
 {
