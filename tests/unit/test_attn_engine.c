@@ -1,7 +1,8 @@
 /* tests/unit/test_attn_engine.c — decode attention of the storage node's
  * CPU engine (storage-node/attn_engine.c) against kernels' "ref" backend,
  * and exactness across tiers, spill intervals and partitions, and bit for
- * bit against the cpu backend's decode (blocks of 16, 7, 64); injected I/O
+ * bit against the cpu backend's decode (blocks of 16, 7, 64), also for a
+ * prompt chunk's rows submitted as one block entry (n_q rows); injected I/O
  * faults, a zeroed region of kv.dat (block checksums) and bad entries fail
  * only the affected request. */
 #define _GNU_SOURCE            /* O_DIRECT (kv_fault_io.h) */
