@@ -226,28 +226,34 @@ static const char *na_attn_job_block(void *arg, int b)
     return na_attn_block_base(j, &j->item->view, b);
 }
 
-/* Fold granule j of its item: each of its parts into the item's partial
- * slot of that part (attn_fold.c: runs of whole chunks, a run's blocks read
- * for every KV head before the next run; each span names the next head's K
- * and V for the kernel to prefetch). */
+/* Fold job j: each part of its granule, for the item's rows [i0, i1), into
+ * the item's partial slots of that part (attn_fold.c: runs of whole chunks,
+ * a run's blocks read for every KV head before the next run, once for all
+ * of the rows that see it; each span names the next head's K and V for the
+ * kernel to prefetch). */
 static void na_attn_granule_compute(na_attn_cpu_t *e, na_kernels_t *k, na_attn_job_t *j)
 {
     na_attn_item_t *it = j->item;
-    const int hd = e->kcfg->head_dim, rows = it->n_kvh * it->group;
+    const int hd = e->kcfg->head_dim, grp = it->group, rows = it->n_kvh * grp;
     const na_attn_shape_t sh = { e->kcfg->block_tokens, hd, e->kcfg->kv_dtype, it->n_kvh,
-                                 it->group };
-    int t;
+                                 grp };
+    const size_t pr = (size_t)rows * it->n_q;        /* one part's rows */
+    int t, h;
 
     for (t = j->t0; t < j->t1; t += NA_ATTN_PART) {
         const int p = t / NA_ATTN_PART, t1 = j->t1 - t < NA_ATTN_PART ? j->t1 : t + NA_ATTN_PART;
-        na_attn_stat_t *st = it->st + (size_t)p * rows;
-        float *acc = it->acc + (size_t)p * rows * hd;
-        na_attn_init(st, acc, rows, hd);
-        na_attn_fold_range(k, &sh, it->entry->q, t, t1, na_attn_job_block, j, st, acc);
+        const na_attn_rows_t r = { it->qg, it->st + (size_t)p * pr, it->acc + (size_t)p * pr * hd,
+                                   it->n_q, j->i0, j->i1, it->lim0 };
+        for (h = 0; h < it->n_kvh; h++) {
+            const size_t x = ((size_t)h * it->n_q + j->i0) * grp;
+            na_attn_init(r.st + x, r.acc + x * hd, (j->i1 - j->i0) * grp, hd);
+        }
+        na_attn_fold_rows(k, &sh, &r, t, t1, na_attn_job_block, j);
     }
 }
 
-/* All granules of item done: merge the parts' partials in order, write o. */
+/* All jobs of item done: merge the parts' partials in order, write o (a
+ * block: each row its own parts, na_attn_rows_merge). */
 static void na_attn_item_finalize(na_attn_cpu_t *e, na_attn_item_t *it)
 {
     const int hd = e->kcfg->head_dim, rows = it->n_kvh * it->group;
@@ -256,6 +262,14 @@ static void na_attn_item_finalize(na_attn_cpu_t *e, na_attn_item_t *it)
         return;
     if (it->n_parts == 0) {
         memset(it->entry->o, 0, sizeof(float) * (size_t)rows * hd);
+        return;
+    }
+    if (it->n_q > 1) {
+        const na_attn_shape_t sh = { e->kcfg->block_tokens, hd, e->kcfg->kv_dtype, it->n_kvh,
+                                     it->group };
+        na_attn_rows_merge(&sh, it->n_q, it->lim0, it->n_parts, it->st, it->acc, it->tst,
+                           it->tacc, it->entry->o, it->entry->q_stride ? it->entry->q_stride
+                           : (size_t)rows * hd);
         return;
     }
     na_attn_fold_merge(it->entry->o, it->st, it->acc, it->n_parts, rows, hd);
@@ -522,13 +536,105 @@ static na_status_t cpu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
     return NA_OK;
 }
 
-/* Build item and queue its granules (loop thread). */
+/* Rows per job of a granule in memory: a block of rows is cut into ranges
+ * (each a job, reading the granule's blocks again) only as far as it takes
+ * to give every thread (the workers and the loop) a job; at least this many
+ * rows a range, so each K/V row read still serves a full kernel group
+ * (NA_CPU_MAX_GROUP 16 rows). A granule read from the SSD is one job (one
+ * read). */
+#define NA_ATTN_MIN_ROWS 16
+
+static int na_attn_rows_per_job(const na_attn_cpu_t *e, const na_attn_item_t *it)
+{
+    const int threads = e->cfg.n_threads + 1;
+    int splits, rb;
+
+    if (it->n_q <= 1 || it->n_gran >= threads)
+        return it->n_q;
+    splits = (threads + it->n_gran - 1) / it->n_gran;
+    rb = (it->n_q + splits - 1) / splits;
+    return rb < NA_ATTN_MIN_ROWS ? NA_ATTN_MIN_ROWS : rb;
+}
+
+/* Granule g's jobs (e->mu held): one per range of rb rows that see it (an
+ * SSD granule: one for all of them). queue 0: count them only; 1: make and
+ * queue them, counting those made in *made_p. Returns the number of jobs,
+ * or -1 (item failed: status and reason set) when one cannot be made. */
+static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r, int g,
+                                int rb, int queue, int *made_p)
+{
+    na_attn_entry_t *en = it->entry;
+    int t0, t1, b0, nb, s0, ssd, i0, ilo, n = 0;
+    uint64_t off;
+    size_t len;
+
+    na_attn_granule_range(e, it->view.n_tokens, g, &t0, &t1, &b0, &nb);
+    ssd = na_attn_granule_ssd(&it->view, b0, nb, &s0, &off, &len);
+    ilo = t0 - it->lim0 + 1 > 0 ? t0 - it->lim0 + 1 : 0;    /* rows that see the granule */
+    for (i0 = ilo; i0 < it->n_q; i0 += ssd ? it->n_q : rb) {
+        na_attn_job_t *j, *pf;
+        n++;
+        if (!queue)
+            continue;
+        if (ssd && len > e->chunk_bytes) {   /* a shape the chunks were not sized for */
+            it->status = NA_ERR_INTERNAL;
+            snprintf(it->reason, sizeof(it->reason), "attention: a granule's SSD blocks "
+                     "(%zu bytes) exceed the staging chunk (%zu bytes)", len, e->chunk_bytes);
+            return -1;
+        }
+        if ((j = calloc(1, sizeof(*j))) == NULL) {
+            it->status = NA_ERR_NOMEM;
+            snprintf(it->reason, sizeof(it->reason), "attention: out of memory");
+            return -1;
+        }
+        j->item = it;
+        j->g = g;
+        j->t0 = t0;
+        j->t1 = t1;
+        j->b0 = b0;
+        j->nb = nb;
+        j->i0 = i0;
+        j->i1 = ssd || i0 + rb > it->n_q ? it->n_q : i0 + rb;
+        j->fd = it->view.fd;
+        (*made_p)++;
+        if (!ssd) {
+            na_attn_cq_push(e, j);
+            continue;
+        }
+        j->s0 = s0;
+        j->off = off;
+        j->len = len;
+        j->req_id = en->req;
+        j->seq = na_kv_req_seq(r);
+        j->layer = en->layer;
+        pf = na_attn_pf_claim(e, j);
+        if (pf != NULL) {
+            pf->t0 = j->t0;
+            pf->t1 = j->t1;
+            pf->i0 = j->i0;
+            pf->i1 = j->i1;
+            free(j);
+            pf->item = it;
+            pf->g = g;
+            if (pf->done)
+                na_attn_cq_push(e, pf);
+            continue;
+        }
+        na_attn_rq_push(e, j);
+    }
+    return n;
+}
+
+/* Build item and queue its jobs (loop thread): a granule (whole parts of
+ * the context) per job, or for a block of query rows (a prompt chunk,
+ * n_q > 1) a granule and a range of the rows that see it. */
 static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r)
 {
     na_attn_entry_t *en = it->entry;
     const int hd = e->kcfg->head_dim;
     na_status_t st;
-    int g;
+    int g, rb, total = 0, made = 0, i;
+    uint64_t tokens = 0;
 
     if (en->k_new != NULL) {
         st = na_kv_append(e->store, r, en->layer, en->k_new, en->v_new, NA_DTYPE_F32, 0, 1, 0);
@@ -541,68 +647,58 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
     it->has_view = 1;
     it->n_kvh = it->view.n_kvh;
     it->group = e->cfg.group;
+    it->n_q = en->n_q > 1 ? en->n_q : 1;
     it->n_gran = na_attn_n_granules(e, it->view.n_tokens);
     it->n_parts = na_attn_n_parts(it->view.n_tokens);
+    if (it->view.n_tokens < it->n_q)
+        return na_err(NA_ERR_RANGE, "request %llu layer %d: %d query rows over %d tokens "
+                      "(a block's rows must be in the store)", (unsigned long long)en->req,
+                      en->layer, it->n_q, it->view.n_tokens);
+    it->lim0 = it->view.n_tokens - it->n_q + 1;
+    it->qg = en->q;
     if (it->n_gran > 0) {
-        size_t slots = (size_t)it->n_parts * it->n_kvh * it->group;
+        const size_t rows = (size_t)it->n_kvh * it->group;
+        size_t slots = (size_t)it->n_parts * rows * it->n_q;
         it->st = malloc(sizeof(*it->st) * slots);
         it->acc = malloc(sizeof(float) * slots * hd);
         if (it->st == NULL || it->acc == NULL)
             return na_err(NA_ERR_NOMEM, "attention: out of memory");
+        if (it->n_q > 1) {
+            const na_attn_shape_t sh = { e->kcfg->block_tokens, hd, e->kcfg->kv_dtype,
+                                         it->n_kvh, it->group };
+            it->qg_own = malloc(sizeof(float) * rows * it->n_q * hd);
+            it->tst = malloc(sizeof(*it->tst) * (size_t)it->n_parts * rows);
+            it->tacc = malloc(sizeof(float) * (size_t)it->n_parts * rows * hd);
+            if (it->qg_own == NULL || it->tst == NULL || it->tacc == NULL)
+                return na_err(NA_ERR_NOMEM, "attention: out of memory");
+            na_attn_rows_gather(&sh, it->n_q, en->q, en->q_stride ? en->q_stride : rows * hd,
+                                it->qg_own);
+            it->qg = it->qg_own;
+        }
     }
-    it->pending = it->n_gran;
+    for (i = 0; i < it->n_q; i++)
+        tokens += (uint64_t)(it->lim0 + i);
+    rb = na_attn_rows_per_job(e, it);
+    it->started = 1;                /* its completion is accounted for from here */
     pthread_mutex_lock(&e->mu);
-    e->stats.tokens += (uint64_t)it->view.n_tokens;
-    if (it->n_gran == 0) {
+    e->stats.tokens += tokens;
+    for (g = 0; g < it->n_gran; g++)
+        total += na_attn_granule_jobs(e, it, r, g, rb, 0, &made);
+    it->pending = total;
+    if (total == 0) {
         pthread_mutex_unlock(&e->mu);
         na_attn_item_finalize(e, it);
         pthread_mutex_lock(&e->mu);
         na_attn_item_done(e, it);
     }
-    for (g = 0; g < it->n_gran; g++) {
-        na_attn_job_t *j = calloc(1, sizeof(*j)), *pf;
-        if (j == NULL) {                /* fail the entry; granules queued finish alone */
-            it->status = NA_ERR_NOMEM;
-            snprintf(it->reason, sizeof(it->reason), "attention: out of memory");
-            it->pending -= it->n_gran - g;
+    for (g = 0; g < it->n_gran; g++)
+        if (na_attn_granule_jobs(e, it, r, g, rb, 1, &made) < 0) {
+            /* fail the entry; the jobs queued finish alone */
+            it->pending -= total - made;
             if (it->pending == 0)
                 na_attn_item_done(e, it);
             break;
         }
-        j->item = it;
-        j->g = g;
-        na_attn_granule_range(e, it->view.n_tokens, g, &j->t0, &j->t1, &j->b0, &j->nb);
-        j->fd = it->view.fd;
-        if (!na_attn_granule_ssd(&it->view, j->b0, j->nb, &j->s0, &j->off, &j->len)) {
-            na_attn_cq_push(e, j);
-            continue;
-        }
-        if (j->len > e->chunk_bytes) {       /* a shape the chunks were not sized for */
-            it->status = NA_ERR_INTERNAL;
-            snprintf(it->reason, sizeof(it->reason), "attention: a granule's SSD blocks "
-                     "(%zu bytes) exceed the staging chunk (%zu bytes)", j->len, e->chunk_bytes);
-            free(j);
-            it->pending -= it->n_gran - g;
-            if (it->pending == 0)
-                na_attn_item_done(e, it);
-            break;
-        }
-        j->req_id = en->req;
-        j->seq = na_kv_req_seq(r);
-        j->layer = en->layer;
-        pf = na_attn_pf_claim(e, j);
-        if (pf != NULL) {
-            pf->t0 = j->t0;
-            pf->t1 = j->t1;
-            free(j);
-            pf->item = it;
-            pf->g = g;
-            if (pf->done)
-                na_attn_cq_push(e, pf);
-            continue;
-        }
-        na_attn_rq_push(e, j);
-    }
     pthread_mutex_unlock(&e->mu);
     return NA_OK;
 }
@@ -645,7 +741,7 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
             it->status = st;
             snprintf(it->reason, sizeof(it->reason), "%s", na_errmsg());
             pthread_mutex_lock(&e->mu);
-            if (it->pending == 0 && !(it->n_gran == 0 && it->has_view))
+            if (!it->started)
                 na_attn_item_done(e, it);
             pthread_mutex_unlock(&e->mu);
         }
@@ -690,6 +786,9 @@ static void cpu_batch_finish(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t rd)
         }
         free(it->st);
         free(it->acc);
+        free(it->tst);
+        free(it->tacc);
+        free(it->qg_own);
         free(it);
     }
     free(b->items);
@@ -780,4 +879,5 @@ static na_status_t cpu_wait(na_attn_engine_t *base, na_attn_batch_t *b)
 
 const na_attn_engine_ops_t na_attn_cpu_ops = {
     cpu_create, cpu_destroy, cpu_begin, cpu_submit, cpu_close, cpu_test, cpu_wait, cpu_stats,
+    1,   /* block_queries: a prompt chunk's rows as one block (na_attn_fold_rows) */
 };

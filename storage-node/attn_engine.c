@@ -79,6 +79,13 @@ na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p)
 na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b, na_attn_entry_t *entries,
                            int n)
 {
+    int i;
+
+    for (i = 0; i < n; i++)
+        if (entries[i].n_q > 1 && !e->ops->block_queries)
+            return na_err(NA_ERR_INVALID, "attention engine '%s' takes one query per entry, "
+                          "given %d (request %llu)", e->kind, entries[i].n_q,
+                          (unsigned long long)entries[i].req);
     return e->ops->submit(e, b, entries, n);
 }
 
@@ -125,12 +132,18 @@ na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t
     if (en->q == NULL || en->o == NULL || (en->k_new == NULL) != (en->v_new == NULL))
         return na_err(NA_ERR_INVALID, "request %llu: missing q, o, k_new or v_new",
                       (unsigned long long)en->req);
-    if (en->n_q > 1 || en->n_ctx < 0)
+    if (en->n_ctx < 0 || (en->n_q > 1 && en->k_new != NULL))
         return na_err(NA_ERR_INVALID, "request %llu: an engine entry of %d queries and %d "
-                      "context tokens (engines take one query; the slot set splits chunks)",
-                      (unsigned long long)en->req, en->n_q, en->n_ctx);
+                      "context tokens%s", (unsigned long long)en->req, en->n_q, en->n_ctx,
+                      en->k_new != NULL ? " with K/V rows (a block's rows are appended by "
+                      "the slot set)" : "");
     *r_p = r;
     return na_kv_req_check(r);
+}
+
+int na_attn_engine_blocks(const na_attn_engine_t *e)
+{
+    return e->ops->block_queries;
 }
 
 const char *na_attn_engine_kind(const na_attn_engine_t *e)

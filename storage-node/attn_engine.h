@@ -64,10 +64,17 @@ typedef struct {
     int          n_ctx;      /* > 0: attend over the request's first n_ctx tokens only
                                 (a query of a prompt chunk whose later rows are
                                 appended already: causal); 0 = all it holds */
-    int          n_q;        /* slot set entries only (na_slotset_batch_add): a prompt
-                                chunk of n_q queries at consecutive positions, q, k_new,
-                                v_new and o n_q rows each (one query's heads per row);
-                                0 or 1 = one. Engines take 0 or 1. */
+    int          n_q;        /* query rows: 0 or 1 = one. > 1: a prompt chunk of n_q
+                                queries at consecutive positions, q and o n_q rows
+                                each (q_stride apart; one query's heads per row).
+                                Slot set entries (na_slotset_batch_add) also carry
+                                the chunk's n_q K/V rows in k_new/v_new; an engine
+                                entry of n_q > 1 (engines whose ops say block_queries)
+                                has them appended already (k_new NULL): the last row
+                                sees the context's tokens (n_ctx), row i the first
+                                ctx - n_q + 1 + i of them. */
+    size_t       q_stride;   /* n_q > 1: floats from one row of q (and of o) to the
+                                next; 0 = n_q_heads*head_dim */
     /* results, set by na_attn_batch_wait */
     na_status_t  status;
     char         reason[200];
@@ -145,6 +152,11 @@ typedef struct {
     na_status_t (*test)(na_attn_engine_t *e, na_attn_batch_t *b, int wait_us, int *done);
     na_status_t (*wait)(na_attn_engine_t *e, na_attn_batch_t *b);
     void        (*stats)(na_attn_engine_t *e, na_attn_stats_t *out);
+    /* 1: submit takes entries of n_q > 1 query rows (a prompt chunk answered
+     * as one block, each K/V run read once for all rows: cpu); 0: one query
+     * per entry (the slot set splits a chunk into per-query entries: csd,
+     * cuda). */
+    int           block_queries;
 } na_attn_engine_ops_t;
 
 /* The head of every engine object (an implementation's first member). */
@@ -169,7 +181,9 @@ int         na_attn_engine_has(int id);
 
 na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p);
 /* Validate and start n entries: appends k_new/v_new to the store, takes a
- * view and queues the work. An entry that fails validation completes at
+ * view and queues the work. An entry of n_q > 1 to an engine without
+ * block_queries fails the call (NA_ERR_INVALID; na_attn_engine_blocks says
+ * which engines take them). An entry that fails validation completes at
  * once with its status and reason; the call itself fails only for engine
  * errors (out of memory). Entries must stay valid until b completes. */
 na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b,
@@ -192,5 +206,7 @@ void        na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out);
 na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
                                 const na_attn_entry_t *en, na_kv_req_t **r_p);
 const char *na_attn_engine_kind(const na_attn_engine_t *e);
+/* 1 if e answers an entry of n_q > 1 query rows as one block. */
+int         na_attn_engine_blocks(const na_attn_engine_t *e);
 
 #endif /* NA_ATTN_ENGINE_H */

@@ -12,47 +12,85 @@
  * which lie in at most 3 blocks. */
 #define NA_FOLD_MAX_SPANS (NA_ATTN_CHUNK + 2)
 
-void na_attn_fold_range(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
-                        int t0, int t1, na_attn_block_fn *base, void *arg,
-                        na_attn_stat_t *st, float *acc)
+/* The spans of KV head h over tokens [a, b) (blocks of sh through base); the
+ * last span names `after` as what to prefetch once the last head is done
+ * (NULL: nothing). Returns the number of spans. */
+static int na_fold_spans(const na_attn_shape_t *sh, na_attn_block_fn *base, void *arg, int h,
+                         int a, int b, const char *after, na_kv_span_t *sp)
+{
+    const int bt = sh->block_tokens, hd = sh->head_dim;
+    const size_t es = na_dtype_bytes(sh->kv_dtype, 1), half = (size_t)bt * hd * es;
+    const int b0 = a / bt, b1 = (b + bt - 1) / bt;   /* blocks [b0, b1) */
+    int n = 0, blk;
+
+    for (blk = b0; blk < b1; blk++) {
+        const char *bb = base(arg, blk);
+        const int s0 = blk * bt > a ? blk * bt : a;
+        const int s1 = (blk + 1) * bt < b ? (blk + 1) * bt : b;
+        const size_t off = (size_t)(s0 - blk * bt) * hd * es;
+        sp[n].k = bb + (size_t)h * 2 * half + off;
+        sp[n].v = bb + (size_t)h * 2 * half + half + off;
+        sp[n].stride = (size_t)hd;
+        sp[n].n = s1 - s0;
+        /* the next head's K and V of this block (the layout's next bytes),
+         * or after the last head what follows the run */
+        sp[n].next = h + 1 < sh->n_kvh ? bb + (size_t)(h + 1) * 2 * half
+                                       : blk + 1 < b1 ? NULL : after;
+        sp[n].next_bytes = sp[n].next != NULL ? 2 * half : 0;
+        n++;
+    }
+    return n;
+}
+
+void na_attn_fold_rows(na_kernels_t *k, const na_attn_shape_t *sh, const na_attn_rows_t *r,
+                       int t0, int t1, na_attn_block_fn *base, void *arg)
 {
     const int bt = sh->block_tokens, hd = sh->head_dim, grp = sh->group;
-    const size_t es = na_dtype_bytes(sh->kv_dtype, 1), half = (size_t)bt * hd * es;
     /* a run: whole chunks (so its chunks are the context's), at least a block */
     const int run = (bt + NA_ATTN_CHUNK - 1) / NA_ATTN_CHUNK * NA_ATTN_CHUNK;
     const float scale = 1.0f / sqrtf((float)hd);
     na_kv_span_t sp[NA_FOLD_MAX_SPANS];
-    int a, h;
+    int a, h, i;
 
     for (a = t0; a < t1; a += run) {
         const int b = t1 - a < run ? t1 : a + run;
-        const int b0 = a / bt, b1 = (b + bt - 1) / bt;   /* blocks [b0, b1) */
+        /* rows that see keys of the run (row i sees keys < lim0 + i, rising
+         * with i), and those that see it whole: one group of the kernel */
+        const long lo = (long)a - r->lim0 + 1, full = (long)b - r->lim0;
+        const int ilo = lo > r->i0 ? (int)lo : r->i0;
+        const int ifull = full > ilo ? (full < r->i1 ? (int)full : r->i1) : ilo;
         /* what the kernel may prefetch after the last head: the next run's
          * first block */
         const char *after = b < t1 ? base(arg, b / bt) : NULL;
 
+        if (ilo >= r->i1)
+            break;                 /* no row sees this run, nor any later one */
         for (h = 0; h < sh->n_kvh; h++) {
-            int n = 0, blk;
-            for (blk = b0; blk < b1; blk++) {
-                const char *bb = base(arg, blk);
-                const int s0 = blk * bt > a ? blk * bt : a;
-                const int s1 = (blk + 1) * bt < b ? (blk + 1) * bt : b;
-                const size_t off = (size_t)(s0 - blk * bt) * hd * es;
-                sp[n].k = bb + (size_t)h * 2 * half + off;
-                sp[n].v = bb + (size_t)h * 2 * half + half + off;
-                sp[n].stride = (size_t)hd;
-                sp[n].n = s1 - s0;
-                /* the next head's K and V of this block (the layout's next
-                 * bytes), or after the last head what follows the run */
-                sp[n].next = h + 1 < sh->n_kvh ? bb + (size_t)(h + 1) * 2 * half
-                                               : blk + 1 < b1 ? NULL : after;
-                sp[n].next_bytes = sp[n].next != NULL ? 2 * half : 0;
-                n++;
+            const size_t row0 = (size_t)h * r->n_q;       /* head h's first row */
+            if (ifull < r->i1) {
+                const size_t x = (row0 + (size_t)ifull) * grp;
+                const int n = na_fold_spans(sh, base, arg, h, a, b, after, sp);
+                k->ops->attn_partial(k, r->st + x, r->acc + x * hd, r->q + x * hd,
+                                     grp * (r->i1 - ifull), hd, sp, n, sh->kv_dtype, scale);
             }
-            k->ops->attn_partial(k, st + (size_t)h * grp, acc + (size_t)h * grp * hd,
-                                 q + (size_t)h * grp * hd, grp, hd, sp, n, sh->kv_dtype, scale);
+            /* a row whose keys end inside the run: the run cut at its limit,
+             * exactly what decode folds at that context */
+            for (i = ilo; i < ifull; i++) {
+                const size_t x = (row0 + (size_t)i) * grp;
+                const int n = na_fold_spans(sh, base, arg, h, a, r->lim0 + i, NULL, sp);
+                k->ops->attn_partial(k, r->st + x, r->acc + x * hd, r->q + x * hd, grp, hd,
+                                     sp, n, sh->kv_dtype, scale);
+            }
         }
     }
+}
+
+void na_attn_fold_range(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
+                        int t0, int t1, na_attn_block_fn *base, void *arg,
+                        na_attn_stat_t *st, float *acc)
+{
+    const na_attn_rows_t r = { q, st, acc, 1, 0, 1, t1 };
+    na_attn_fold_rows(k, sh, &r, t0, t1, base, arg);
 }
 
 void na_attn_fold_merge(float *o, na_attn_stat_t *st, float *acc, int n_parts, int rows,
@@ -93,6 +131,88 @@ na_status_t na_attn_fold_query(na_kernels_t *k, const na_attn_shape_t *sh, const
                            acc + (size_t)p * asz);
     }
     na_attn_fold_merge(o, st, acc, np, rows, sh->head_dim);
+    free(acc);
+    free(st);
+    return NA_OK;
+}
+
+void na_attn_rows_gather(const na_attn_shape_t *sh, int n_q, const float *q, size_t q_stride,
+                         float *qg)
+{
+    const int hd = sh->head_dim, grp = sh->group;
+    int i, h;
+
+    for (h = 0; h < sh->n_kvh; h++)
+        for (i = 0; i < n_q; i++)
+            memcpy(qg + ((size_t)h * n_q + i) * grp * hd, q + (size_t)i * q_stride +
+                   (size_t)h * grp * hd, sizeof(float) * (size_t)grp * hd);
+}
+
+void na_attn_rows_merge(const na_attn_shape_t *sh, int n_q, int lim0, int n_parts,
+                        const na_attn_stat_t *st, const float *acc, na_attn_stat_t *tst,
+                        float *tacc, float *o, size_t o_stride)
+{
+    const int hd = sh->head_dim, grp = sh->group, rows = sh->n_kvh * grp;
+    const size_t pst = (size_t)rows * n_q;          /* one part's rows (all queries) */
+    int i, p, h;
+
+    for (i = 0; i < n_q; i++) {
+        const int np = na_attn_n_parts(lim0 + i);
+        for (p = 0; p < np && p < n_parts; p++)
+            for (h = 0; h < sh->n_kvh; h++) {
+                const size_t x = (size_t)p * pst + ((size_t)h * n_q + i) * grp;
+                const size_t y = (size_t)p * rows + (size_t)h * grp;
+                memcpy(tst + y, st + x, sizeof(*tst) * (size_t)grp);
+                memcpy(tacc + y * hd, acc + x * hd, sizeof(float) * (size_t)grp * hd);
+            }
+        if (np == 0)
+            memset(o + (size_t)i * o_stride, 0, sizeof(float) * (size_t)rows * hd);
+        else
+            na_attn_fold_merge(o + (size_t)i * o_stride, tst, tacc, np, rows, hd);
+    }
+}
+
+na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
+                               size_t q_stride, int n_q, int lim0, na_attn_block_fn *base,
+                               void *arg, float *o, size_t o_stride)
+{
+    const int hd = sh->head_dim, rows = sh->n_kvh * sh->group;
+    const int np = n_q > 0 ? na_attn_n_parts(lim0 + n_q - 1) : 0;
+    const size_t pr = (size_t)rows * n_q;           /* rows of one part */
+    na_attn_stat_t *st, *tst;
+    float *acc, *tacc, *qg;
+    int p;
+
+    if (n_q <= 0)
+        return NA_OK;
+    if (lim0 < 0)
+        return na_err(NA_ERR_INVALID, "attention: a block whose first row sees %d keys", lim0);
+    st = malloc(sizeof(*st) * (np ? np : 1) * pr);
+    acc = malloc(sizeof(float) * (np ? np : 1) * pr * hd);
+    tst = malloc(sizeof(*tst) * (np ? np : 1) * rows);
+    tacc = malloc(sizeof(float) * (np ? np : 1) * rows * hd);
+    qg = malloc(sizeof(float) * pr * hd);
+    if (st == NULL || acc == NULL || tst == NULL || tacc == NULL || qg == NULL) {
+        free(st);
+        free(acc);
+        free(tst);
+        free(tacc);
+        free(qg);
+        return na_err(NA_ERR_NOMEM, "attention: out of memory (%d rows, %d parts)", n_q, np);
+    }
+    na_attn_rows_gather(sh, n_q, q, q_stride, qg);
+    for (p = 0; p < np; p++) {
+        const int t0 = p * NA_ATTN_PART, tmax = lim0 + n_q - 1;
+        const int t1 = tmax - t0 < NA_ATTN_PART ? tmax : t0 + NA_ATTN_PART;
+        const na_attn_rows_t r = { qg, st + (size_t)p * pr, acc + (size_t)p * pr * hd, n_q, 0,
+                                   n_q, lim0 };
+        na_attn_init(r.st, r.acc, (int)pr, hd);
+        na_attn_fold_rows(k, sh, &r, t0, t1, base, arg);
+    }
+    na_attn_rows_merge(sh, n_q, lim0, np, st, acc, tst, tacc, o, o_stride);
+    free(qg);
+    free(tacc);
+    free(tst);
     free(acc);
     free(st);
     return NA_OK;

@@ -9,10 +9,11 @@
  * tests/unit/test_attn_exact.c).
  *
  * The CPU engine (attn_cpu.c) folds each part of an entry's context with
- * na_attn_fold_range on its workers and merges the parts in order
- * (na_attn_fold_merge); na_attn_fold_query does both for one query row on
- * the calling thread (a prefill query on the storage node: the same
- * arithmetic as decode). */
+ * na_attn_fold_rows on its workers and merges the parts in order
+ * (na_attn_fold_merge, per row); na_attn_fold_query does both for one query
+ * row on the calling thread, na_attn_fold_block for a block of rows (a
+ * prompt chunk: each K/V run read once for all of its rows, each row with
+ * its own causal limit and decode's bits). */
 #ifndef NA_ATTN_FOLD_H
 #define NA_ATTN_FOLD_H
 
@@ -33,13 +34,40 @@ typedef struct {
     int        group;       /* query heads per KV head */
 } na_attn_shape_t;
 
-/* Fold tokens [t0, t1) of every KV head into the partials (st, acc) of all
- * n_kvh * group query rows (q: (n_kvh*group*head_dim), st: (n_kvh*group),
- * acc: (n_kvh*group*head_dim), initialised by the caller with
- * na_attn_init). t0 must be a multiple of NA_ATTN_CHUNK and [t0, t1) lie
- * within one part (NA_ATTN_PART from position 0) for the canonical order;
- * the blocks covering [t0, t1) must be readable through base. Runs on the
- * calling thread with kernels k (ops->attn_partial); cannot fail. */
+/* A block of query rows at consecutive positions (a prompt chunk): row i
+ * sees the first lim0 + i keys (causal). q, st and acc hold n_q rows per KV
+ * head, KV-head major: row (h, i, g) (g < group) at ((h*n_q + i)*group + g)
+ * (times head_dim for q and acc), so the rows of one KV head are one group
+ * of the kernel. na_attn_fold_rows folds rows [i0, i1). */
+typedef struct {
+    const float    *q;
+    na_attn_stat_t *st;
+    float          *acc;
+    int             n_q;      /* rows per KV head in the layout */
+    int             i0, i1;   /* the rows folded */
+    int             lim0;     /* row i sees keys [0, lim0 + i) */
+} na_attn_rows_t;
+
+/* Fold tokens [t0, t1) of every KV head into the partials of rows [i0, i1)
+ * of r (initialised by the caller with na_attn_init), each row only up to
+ * its limit: per run of the blocks (whole chunks), the rows that see the
+ * run whole are one call of ops->attn_partial (each K/V row read once for
+ * all of them), and a row whose limit cuts the run gets the run cut there,
+ * exactly what decode at that context folds (so every row gets decode's
+ * bits: the cpu kernel's result does not depend on how many rows share a
+ * call, as its prefill relies on). Rows that see no key of [t0, t1) are not
+ * touched. t0 must be a multiple of NA_ATTN_CHUNK and [t0, t1) lie within
+ * one part (NA_ATTN_PART from position 0) for the canonical order; the
+ * blocks covering [t0, min(t1, lim0 + i1 - 1)) must be readable through
+ * base. Runs on the calling thread with kernels k; cannot fail. */
+void na_attn_fold_rows(na_kernels_t *k, const na_attn_shape_t *sh, const na_attn_rows_t *r,
+                       int t0, int t1, na_attn_block_fn *base, void *arg);
+
+/* One query row (q: n_kvh*group heads) over tokens [t0, t1) of every KV head
+ * (na_attn_fold_rows of a single row that sees them all): the partials
+ * (st, acc) of its n_kvh * group heads (st: (n_kvh*group), acc:
+ * (n_kvh*group*head_dim)), initialised by the caller with na_attn_init.
+ * Cannot fail. */
 void na_attn_fold_range(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
                         int t0, int t1, na_attn_block_fn *base, void *arg,
                         na_attn_stat_t *st, float *acc);
@@ -56,6 +84,29 @@ void na_attn_fold_merge(float *o, na_attn_stat_t *st, float *acc, int n_parts, i
  * ctx <= 0 gives o = 0. NA_ERR_NOMEM. */
 na_status_t na_attn_fold_query(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
                                int ctx, na_attn_block_fn *base, void *arg, float *o);
+
+/* Rows of the entry layout (row i at q + i*q_stride, heads h*group + g) into
+ * the KV-head-major layout of na_attn_rows_t (qg: n_q*n_kvh*group*head_dim). */
+void na_attn_rows_gather(const na_attn_shape_t *sh, int n_q, const float *q, size_t q_stride,
+                         float *qg);
+
+/* The parts' partials of a block of n_q rows (part p's rows at st + p *
+ * n_kvh*group*n_q, in the layout of na_attn_rows_t; row i has the parts of
+ * lim0 + i keys) merged per row in part order (na_attn_fold_merge, through
+ * the scratch tst: (n_parts, n_kvh*group), tacc: (n_parts,
+ * n_kvh*group*head_dim)) and normalised into o (row i at o + i*o_stride). */
+void na_attn_rows_merge(const na_attn_shape_t *sh, int n_q, int lim0, int n_parts,
+                        const na_attn_stat_t *st, const float *acc, na_attn_stat_t *tst,
+                        float *tacc, float *o, size_t o_stride);
+
+/* A block of n_q query rows (row i: q + i*q_stride, n_kvh*group heads) that
+ * sees the first lim0 + i keys, on the calling thread: every part read once
+ * for all rows (na_attn_fold_rows), merged per row. Row i gets exactly
+ * na_attn_fold_query's bits at context lim0 + i (a row of no keys: 0).
+ * NA_ERR_NOMEM, NA_ERR_INVALID (lim0 < 0). */
+na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
+                               size_t q_stride, int n_q, int lim0, na_attn_block_fn *base,
+                               void *arg, float *o, size_t o_stride);
 
 /* Parts of a context of n tokens. */
 static inline int na_attn_n_parts(int n)

@@ -17,6 +17,8 @@ typedef struct na_attn_job {
     na_attn_item_t     *item;        /* NULL while an unclaimed prefetch */
     int                 g;           /* granule index in the item */
     int                 t0, t1;      /* tokens [t0, t1): whole parts (NA_ATTN_PART) */
+    int                 i0, i1;      /* the item's query rows folded (a block: a range
+                                        of its rows; one query: 0, 1) */
     int                 b0, nb;      /* blocks [b0, b0+nb) of the layer: those of t0..t1 */
     int                 s0;          /* first block held in chunk (SSD range) */
     int                 fd;          /* SSD file */
@@ -45,9 +47,16 @@ struct na_attn_item {
     int              n_kvh, group;
     int              n_gran;
     int              n_parts;        /* parts of the context (NA_ATTN_PART tokens) */
-    int              pending;        /* granules not yet computed */
-    na_attn_stat_t  *st;             /* (n_parts, n_kvh*group) partial stats */
-    float           *acc;            /* (n_parts, n_kvh*group*head_dim) partial sums */
+    int              pending;        /* jobs not yet computed */
+    int              started;        /* its jobs were made (or it completed at once) */
+    int              n_q;            /* query rows (a prompt chunk's block: > 1) */
+    int              lim0;           /* row i sees the first lim0 + i tokens */
+    const float     *qg;             /* the rows, KV-head major (na_attn_rows_t) */
+    float           *qg_own;         /* qg when gathered here (n_q > 1) */
+    na_attn_stat_t  *st;             /* (n_parts, n_kvh*n_q*group) partial stats */
+    float           *acc;            /* (n_parts, n_kvh*n_q*group*head_dim) partial sums */
+    na_attn_stat_t  *tst;            /* n_q > 1: a row's parts, to merge */
+    float           *tacc;           /*   (n_parts, n_kvh*group[*head_dim]) */
     na_status_t      status;
     char             reason[200];
 };

@@ -258,8 +258,11 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
         e->v_new = x->v;
         e->o = x->o;
         e->n_q = (int)nt;                         /* > 1: a prompt chunk (slot set) */
-        if (nt > 1)
-            n->prefill_tokens += nt;              /* STATS node.prefill_tokens, as PREFILL_KV */
+        /* STATS node.prefill_tokens (as PREFILL_KV): a prompt chunk, also a
+         * last chunk of one token, which only the prompt the request offered
+         * (its prefix section) tells from a decode step */
+        if (nt > 1 || (x->r->pfx_tokens != NULL && x->e.position < (uint32_t)x->r->pfx_n))
+            n->prefill_tokens += nt;
         pt->rq[pt->total] = &x->r->sr;
         pt->owner[pt->total++] = (int)i;
     }

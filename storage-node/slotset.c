@@ -618,8 +618,10 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
          * each over the tokens up to its own position (causal) */
         if (mult > 1 && na_ss_chunk_append(ss, req[i], &entries[i], &before[i]) != NA_OK)
             continue;
-        for (j = 0; j < req[i]->n_parts; j++)
-            count[req[i]->parts[j].slot] += mult;
+        for (j = 0; j < req[i]->n_parts; j++) {
+            const int sl = req[i]->parts[j].slot;
+            count[sl] += na_attn_engine_blocks(na_slot_engine(ss->slots[sl])) ? 1 : mult;
+        }
     }
     for (s = 0; s < ss->n_slots; s++) {
         base[s] = fill[s] = total;
@@ -647,9 +649,29 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
             continue;                 /* a chunk whose rows were refused */
         for (j = 0; j < req[i]->n_parts; j++) {
             const na_place_part_t *pp = &req[i]->parts[j];
+            if (e->n_q > 1 && na_attn_engine_blocks(na_slot_engine(ss->slots[pp->slot]))) {
+                /* the chunk's rows as one block (the engine reads each K/V
+                 * run once for all of them; row t sees tokens
+                 * 0..before+t); a query's row: the heads the entry covers
+                 * (the node's range under head partition), not the model's */
+                int x = fill[pp->slot]++;
+                na_attn_entry_t *a = &ck->ae[x];
+                ck->owner[x] = &entries[i];
+                a->req = req[i]->sid;
+                a->layer = e->layer;
+                a->n_kv_heads = pp->n_kvh;
+                a->n_q_heads = pp->n_kvh * grp;
+                a->q = e->q + (size_t)pp->kvh0 * grp * hd;
+                a->o = e->o + (size_t)pp->kvh0 * grp * hd;
+                a->n_q = e->n_q;
+                a->q_stride = (size_t)e->n_q_heads * hd;
+                a->n_ctx = 0;          /* all: it also reads the next layer ahead */
+                continue;
+            }
             if (e->n_q > 1) {
-                /* one query's rows: the heads the entry covers (the node's
-                 * range under head partition), not the model's */
+                /* an engine of one query per entry (csd, cuda): one entry
+                 * per query; one query's rows: the heads the entry covers
+                 * (the node's range under head partition), not the model's */
                 const size_t qrow = (size_t)e->n_q_heads * hd;
                 for (t = 0; t < e->n_q; t++) {
                     int x = fill[pp->slot]++;

@@ -134,10 +134,11 @@ na_status_t na_slotset_poll(na_slotset_t *ss);
  * the batch is reaped; their status/reason are set then. add fails only for
  * lack of memory. An entry of n_q > 1 is a prompt chunk (chunked prefill):
  * add appends its n_q K/V rows at once (as na_slotset_prefill; the prompt's
- * prefill_done flushes them) and gives each query its own engine entry over
- * the tokens up to its position (n_ctx), so a prompt query is answered by
- * the same per-query code, on the same KV, as a decode step at that
- * position would be. */
+ * prefill_done flushes them) and answers each query over the tokens up to
+ * its position: on an engine that takes blocks (na_attn_engine_blocks: cpu)
+ * as one engine entry of n_q rows, each K/V run read once for all of them,
+ * else one engine entry per query (n_ctx). Either way a prompt query gets
+ * exactly the bits a decode step at that position would get (attn_fold.h). */
 na_status_t na_slotset_batch_begin(na_slotset_t *ss, na_slotset_batch_t **b_p);
 na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
                                  const na_slotset_req_t *const *req, na_attn_entry_t *entries,

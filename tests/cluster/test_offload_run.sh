@@ -345,6 +345,17 @@ prefix)
     grep -q "^prefix reuse: .*; s[01]: hit [1-9][0-9]* / computed" "$DIR/pfxon.err" ||
         fail "prefix: no per-node hit / computed counts"
     echo "ok: prefix reuse on: $(grep '^prefix reuse' "$DIR/pfxon.err")"
+    # chunks of one token: every prompt token is a one-row DECODE_ATTN entry,
+    # which the nodes must still count as computed (the tokens prefilled =
+    # the nodes' computed ones)
+    na_vs_mono pfxc1 "prefix reuse, chunks of 1" "$STORIES" "$STOK" 24 --config "$L" \
+        --cluster start --batch 3 --prefill-chunk 1
+    line=$(grep '^prefix reuse' "$DIR/pfxc1.err")
+    all=$(echo "$line" | sed -n 's/.*), \([0-9]*\) prefilled;.*/\1/p')
+    got=$(echo "$line" | grep -o 'hit [0-9]* / computed [0-9]*' | awk '{ s += $5 } END { print s + 0 }')
+    [ -n "$all" ] && [ "$all" = "$got" ] ||
+        fail "prefix: chunks of 1: the nodes computed $got prompt tokens, the run prefilled $all: $line"
+    echo "ok: prefix reuse, chunks of 1: $line"
     na_vs_mono pfxoff "prefix reuse off" "$STORIES" "$STOK" 24 --config "$L" --cluster start \
         --batch 3 --no-prefix-reuse
     grep -q "^prefix reuse" "$DIR/pfxoff.err" && fail "prefix: reused with --no-prefix-reuse"

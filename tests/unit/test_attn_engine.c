@@ -1,7 +1,8 @@
 /* tests/unit/test_attn_engine.c — decode attention of the storage node's
  * CPU engine (storage-node/attn_engine.c) against kernels' "ref" backend,
  * and exactness across tiers, spill intervals and partitions, and bit for
- * bit against the cpu backend's decode (blocks of 16, 7, 64); injected I/O
+ * bit against the cpu backend's decode (blocks of 16, 7, 64), also for a
+ * prompt chunk's rows submitted as one block entry (n_q rows); injected I/O
  * faults, a zeroed region of kv.dat (block checksums) and bad entries fail
  * only the affected request. */
 #define _GNU_SOURCE            /* O_DIRECT (kv_fault_io.h) */
@@ -45,6 +46,9 @@ typedef struct {
     na_kv_fault_t    *fault;             /* NULL: plain io_uring */
     int            fault_req;         /* request whose extent gets the fault */
     int            zero;              /* zero fault_req's KV in kv.dat after its prefill */
+    int            block;             /* the S steps' queries as one block entry per layer
+                                         (a prompt chunk: its S K/V rows appended first,
+                                         left unflushed), not S decode steps */
 } run_t;
 
 /* Overwrite request id's KV on slot s (dir: its KV directory) in kv.dat with
@@ -139,6 +143,90 @@ static size_t out_len(const work_t *w)
     return (size_t)w->S * w->n_layers * w->R * w->n_heads * w->head_dim;
 }
 
+/* run_t.block: the S steps of every request as one block of S query rows
+ * per layer (what the slot set sends the engine for a prompt chunk): the S
+ * K/V rows appended first (as a chunk's, not flushed: they stay in the
+ * writeback buffer or DRAM), then one engine entry of n_q = S per request
+ * part, row i over the first P + i + 1 tokens. */
+static int run_block(const work_t *w, const run_t *cfg, na_slot_t **slots,
+                     na_place_part_t (*parts)[NA_PLACE_MAX_SLOTS], const int *n_parts,
+                     float *out, na_status_t *sts)
+{
+    const int hd = w->head_dim, kvw = w->n_kv_heads * hd, qw = w->n_heads * hd;
+    na_attn_entry_t ent[MAX_SLOTS][MAX_REQ];
+    float *qb[MAX_REQ], *ob[MAX_REQ];
+    int i, r, l, p, step;
+
+    for (r = 0; r < w->R; r++) {
+        qb[r] = malloc(sizeof(float) * (size_t)w->S * qw);
+        ob[r] = malloc(sizeof(float) * (size_t)w->S * qw);
+        NA_CHECK(qb[r] != NULL && ob[r] != NULL);
+        if (qb[r] == NULL || ob[r] == NULL)
+            exit(1);
+        for (p = 0; p < n_parts[r]; p++)
+            for (l = 0; l < w->n_layers; l++)
+                NA_CHECK_OK(na_slot_prefill(slots[parts[r][p].slot], 100 + r, l,
+                                            krow(w, w->K, r, l, w->P[r]) + parts[r][p].kvh0 * hd,
+                                            krow(w, w->V, r, l, w->P[r]) + parts[r][p].kvh0 * hd,
+                                            NA_DTYPE_F32, (size_t)kvw, w->S));
+    }
+    for (l = 0; l < w->n_layers; l++) {
+        na_attn_batch_t *b[MAX_SLOTS];
+        int ns[MAX_SLOTS] = { 0 };
+        for (i = 0; i < cfg->n_slots; i++)
+            NA_CHECK_OK(na_attn_batch_begin(na_slot_engine(slots[i]), &b[i]));
+        for (r = 0; r < w->R; r++) {
+            for (step = 0; step < w->S; step++)
+                memcpy(qb[r] + (size_t)step * qw, w->Q[r] + ((size_t)step * w->n_layers + l) * qw,
+                       sizeof(float) * (size_t)qw);
+            for (p = 0; p < n_parts[r]; p++) {
+                int si = parts[r][p].slot, h0 = parts[r][p].kvh0, nk = parts[r][p].n_kvh;
+                na_attn_entry_t *e = &ent[si][ns[si]++];
+                memset(e, 0, sizeof(*e));
+                e->req = 100 + r;
+                e->layer = l;
+                e->n_kv_heads = nk;
+                e->n_q_heads = nk * w->group;
+                e->q = qb[r] + (size_t)h0 * w->group * hd;
+                e->o = ob[r] + (size_t)h0 * w->group * hd;
+                e->n_q = w->S;
+                e->q_stride = (size_t)qw;
+            }
+        }
+        for (i = 0; i < cfg->n_slots; i++) {
+            NA_CHECK_OK(na_attn_submit(na_slot_engine(slots[i]), b[i], ent[i], ns[i]));
+            NA_CHECK_OK(na_attn_batch_close(na_slot_engine(slots[i]), b[i]));
+        }
+        for (i = 0; i < cfg->n_slots; i++)
+            NA_CHECK_OK(na_attn_batch_wait(na_slot_engine(slots[i]), b[i]));
+        for (r = 0; r < w->R; r++)
+            for (step = 0; step < w->S; step++)
+                sts[((size_t)step * w->n_layers + l) * w->R + r] = NA_OK;
+        for (i = 0; i < cfg->n_slots; i++) {
+            int k;
+            for (k = 0; k < ns[i]; k++) {
+                r = (int)ent[i][k].req - 100;
+                if (ent[i][k].status != NA_OK) {
+                    fprintf(stderr, "  block entry req %d layer %d: %s\n", r, l,
+                            ent[i][k].reason);
+                    for (step = 0; step < w->S; step++)
+                        sts[((size_t)step * w->n_layers + l) * w->R + r] = ent[i][k].status;
+                }
+            }
+            (void)na_slot_poll(slots[i]);
+        }
+        for (r = 0; r < w->R; r++)
+            for (step = 0; step < w->S; step++)
+                memcpy(out + out_index(w, step, l, r), ob[r] + (size_t)step * qw,
+                       sizeof(float) * (size_t)qw);
+    }
+    for (r = 0; r < w->R; r++) {
+        free(qb[r]);
+        free(ob[r]);
+    }
+    return 0;
+}
+
 /* Run the workload; outputs (S, n_layers, R, n_heads*head_dim) into out
  * (zeroed first), statuses (S, n_layers, R) into sts. Returns 0, or -1 if
  * setup failed (message printed) and 77 if O_DIRECT is refused here. */
@@ -215,6 +303,10 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
             cfg->fault->lo = off;
             cfg->fault->hi = off + len;
         }
+    }
+    if (cfg->block) {
+        rc = run_block(w, cfg, slots, parts, n_parts, out, sts);
+        goto out;
     }
     /* decode */
     for (step = 0; step < w->S; step++) {
@@ -560,6 +652,53 @@ static int test_exact_cpu(void)
     return rc;
 }
 
+/* 2b. a prompt chunk's rows as one block entry (n_q rows, each with its own
+ * causal limit): every row the cpu decode's bits at its context, on DRAM,
+ * on the SSD tier (blocks read into staging chunks) with the chunk's rows
+ * still in the writeback buffer, with 1 and 3 workers (rows split into
+ * ranges) and over two slots (head partition). */
+static int test_exact_block(void)
+{
+    static const int bts[] = { 16, 7, 64 };
+    const int P[3] = { 1000, 62, 1 };
+    int bi, v, rc = 0;
+
+    for (bi = 0; bi < 3 && rc == 0; bi++)
+        for (v = 0; v < 4 && rc == 0; v++) {
+            work_t w;
+            run_t c = run_default();
+            float *out;
+            na_status_t *sts;
+            char what[128];
+
+            work_init(&w, 5151 + bi, 2, 8, 2, 64, 3, P, 70, bts[bi], v == 2 ? 2048 : 1024);
+            out = calloc(out_len(&w), sizeof(float));
+            sts = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
+            c.block = 1;
+            c.ssd_bytes = 16u << 20;
+            if (v == 1 || v == 2) {          /* all SSD, 3 workers */
+                c.no_dram_tier = 1;
+                c.n_threads = 3;
+            }
+            if (v == 3) {                    /* DRAM, 3 workers, 2 slots by head */
+                c.n_threads = 3;
+                c.n_slots = 2;
+                c.part = NA_PART_HEAD;
+            }
+            snprintf(what, sizeof(what), "blocks of %d, a block of %d rows, %s, split %d, %d "
+                     "worker(s), %d slot(s)", bts[bi], w.S, c.no_dram_tier ? "SSD" : "DRAM",
+                     w.split_tokens, c.n_threads, c.n_slots);
+            rc = run(&w, &c, out, sts, NULL);
+            if (rc == 0)
+                NA_CHECK_MSG(cpu_exact_check(&w, out, sts, what) == 0,
+                             "%s: the block is not the cpu decode bit for bit", what);
+            work_free(&w);
+            free(out);
+            free(sts);
+        }
+    return rc;
+}
+
 /* 3. an injected read error or short read fails only that request. */
 static int test_faults(void)
 {
@@ -806,6 +945,8 @@ int main(void)
         rc = test_exactness();
     if (rc == 0)
         rc = test_exact_cpu();
+    if (rc == 0)
+        rc = test_exact_block();
     if (rc == 0)
         rc = test_faults();
     if (rc == 0)
