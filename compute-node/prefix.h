@@ -9,11 +9,11 @@
  *                a new prompt's longest prefix (the node's answer decides:
  *                this is a guess, bounded, forgotten when a node is lost).
  *
- * The offload engine's admission uses them (compute-node/offload_req.c:
- * a request opened offering its prompt, one sharing a block of a prompt
- * still in its prefill put off until that prompt is in), and the remote
- * service's placement (compute-node/attn_remote.c). Nothing here knows
- * the engine. */
+ * The offload engine takes the fingerprint at create (compute-node/
+ * offload.c) and its admission offers it with each prompt (offload_req.c:
+ * na_off_prefix_open, na_off_prefix_wait); the remote service places
+ * requests with the keys and the map (compute-node/attn_remote*.c).
+ * Nothing here knows the engine. */
 #ifndef NA_PREFIX_H
 #define NA_PREFIX_H
 
