@@ -1,14 +1,11 @@
 /* compute-node/prefix.c — prefix reuse on the compute node (prefix.h): the
- * model's fingerprint, prompt block keys, the placement map, and the
- * admission hooks of the offload engine (na_off_prefix_open,
- * na_off_prefix_wait). */
+ * model's fingerprint, prompt block keys and the placement map. */
 #include "compute-node/prefix.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/sha256.h"
-#include "compute-node/offload_internal.h"
 
 void na_pfx_fingerprint(const na_model_t *m, uint8_t fp[NA_KVHASH_FP])
 {
@@ -160,67 +157,4 @@ void na_pfx_map_forget(na_pfx_map_t *m, int node)
         return;
     for (i = 0; i < m->cap; i++)
         m->t[i].nodes &= ~(1ull << node);
-}
-
-/* ---- admission (the offload engine's hooks) ----------------------------- */
-
-/* Whether q's prompt is offered to the service (see offload_internal.h). */
-static int pfx_applies(const na_off_t *g, const na_off_req_t *q)
-{
-    return g->o->prefix_reuse && g->svc->prefix_block_tokens > 0 && q->xc == NULL &&
-           na_off_chunked(g, q) && q->r->n_prompt >= 2;
-}
-
-na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *hit_p)
-{
-    na_request_t *r = q->r;
-    na_asvc_prompt_t pr;
-    na_status_t st;
-    int hit = 0;
-
-    *hit_p = 0;
-    q->pfx = 0;
-    q->pfx_hit = 0;
-    if (!pfx_applies(g, q))
-        return na_asvc_open(g->svc, q->wid, max_tok);
-    pr.fp = g->pfx_fp;
-    pr.tokens = r->prompt;
-    pr.n_tok = r->n_prompt;
-    st = na_asvc_open_prefix(g->svc, q->wid, max_tok, &pr, &hit);
-    if (st != NA_OK)
-        return st;
-    q->pfx = 1;
-    if (hit <= 0)
-        return NA_OK;
-    if (hit >= r->n_prompt) {       /* an owner must leave the last token to us */
-        na_asvc_release(g->svc, q->wid, (int)NA_ERR_PROTO);
-        q->pfx = 0;
-        return na_err(NA_ERR_PROTO, "a storage node attached %d tokens of a %d-token prompt",
-                      hit, r->n_prompt);
-    }
-    /* the owner holds positions 0..hit-1 (shared blocks, read-only): the
-     * chunked prefill feeds the rest, its queries answered over both */
-    g->st->prefix_hit_tokens += hit;
-    g->st->prefix_hit_reqs++;
-    q->pfx_hit = hit;
-    *hit_p = hit;
-    return NA_OK;
-}
-
-int na_off_prefix_wait(const na_off_t *g, const na_off_req_t *q)
-{
-    const na_off_req_t *p;
-    int bt = g->svc->prefix_block_tokens;
-
-    if (!pfx_applies(g, q) || q->r->n_prompt <= bt)
-        return 0;                   /* no whole block of it could be attached */
-    for (p = g->all; p != NULL; p = p->next_all) {
-        int end = p->pfx_hit + bt;  /* the first block p computes itself */
-        if (p != q && !p->done && p->batch >= 0 && p->pfx && p->pf_first &&
-            p->pf_target > 0 && p->r->state == NA_REQ_PREFILL && p->r->n_prompt >= end &&
-            q->r->n_prompt > end &&
-            memcmp(p->r->prompt, q->r->prompt, sizeof(int) * (size_t)end) == 0)
-            return 1;
-    }
-    return 0;
 }

@@ -7,13 +7,13 @@
  *   map          which storage node was sent which prompt blocks (chain
  *                keys), so placement can prefer the node that likely holds
  *                a new prompt's longest prefix (the node's answer decides:
- *                this is a guess, bounded, forgotten when a node is lost);
- *   admission    na_off_prefix_open: open a request offering its prompt; on
- *                a hit its chunked prefill starts after the prefix, which
- *                its storage node holds (nothing is fetched back);
- *                na_off_prefix_wait: a request sharing the first block of
- *                a prompt still in its prefill waits for it (both in
- *                offload_internal.h). */
+ *                this is a guess, bounded, forgotten when a node is lost).
+ *
+ * The offload engine takes the fingerprint at create (compute-node/
+ * offload.c) and its admission offers it with each prompt (offload_req.c:
+ * na_off_prefix_open, na_off_prefix_wait); the remote service places
+ * requests with the keys and the map (compute-node/attn_remote*.c).
+ * Nothing here knows the engine. */
 #ifndef NA_PREFIX_H
 #define NA_PREFIX_H
 

@@ -1,5 +1,8 @@
 /* compute-node/sched.c — batches in flight and the fixed staggered schedule
- * (Lamina §5.1.2) of the offload generator.
+ * (Lamina §5.1.2) of the offload generator (sched.h): the step loop, which
+ * fills batches from the waiting queue and runs their steps, calling down
+ * into the request lifecycle (compute-node/offload_req.c) for admission,
+ * prefill bookkeeping, sampling and ending.
  *
  * A step of a batch is n_layers + 1 model slices separated by attention.
  * Its rows are one token of every decoding member plus up to prefill_chunk
@@ -30,14 +33,125 @@
  * number and the batch goes on here (or is forwarded to the next owner).
  * Slice L's final norm, logits and sampling always run here. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
-#include "compute-node/offload_internal.h"
 #include "compute-node/replica.h"
+#include "compute-node/sched.h"
 
 #define NA_SCHED_POLL_MS 1000   /* one blocking poll; the service bounds failures */
 #define NA_SCHED_DRAIN_S 30.0   /* destroy: longest wait for attention in flight */
+
+/* ---- the batches ---------------------------------------------------------- */
+
+/* Allocate batch b's buffers for mb members. */
+static na_status_t na_sched_batch_init(na_off_t *g, na_off_batch_t *b, int id, int mb)
+{
+    size_t rows = (size_t)mb + (size_t)g->prefill_chunk;
+
+    b->id = id;
+    b->mem = calloc((size_t)mb, sizeof(*b->mem));
+    b->row_req = calloc(rows, sizeof(*b->row_req));
+    b->tokens = calloc(rows, sizeof(int));
+    b->pos = calloc(rows, sizeof(int));
+    b->seg = calloc((size_t)mb, sizeof(*b->seg));
+    b->seg_req = calloc((size_t)mb, sizeof(*b->seg_req));
+    b->ent = calloc((size_t)mb, sizeof(*b->ent));
+    b->ent_seg = calloc((size_t)mb, sizeof(int));
+    b->crow = calloc(rows, sizeof(*b->crow));
+    if (!b->mem || !b->row_req || !b->tokens || !b->pos || !b->seg || !b->seg_req ||
+        !b->ent || !b->ent_seg || !b->crow)
+        return na_err(NA_ERR_NOMEM, "offload: out of memory for a batch of %d", mb);
+    return na_acts_create(g->e, mb, mb, &b->acts);
+}
+
+na_status_t na_off_sched_init(na_off_t *g)
+{
+    na_status_t st = NA_OK;
+    int i;
+
+    g->b = calloc((size_t)g->n_batches, sizeof(*g->b));
+    if (g->b == NULL)
+        return na_err(NA_ERR_NOMEM, "offload: out of memory for %d batches", g->n_batches);
+    for (i = 0; i < g->n_batches && st == NA_OK; i++)
+        st = na_sched_batch_init(g, &g->b[i], i, g->max_batch);
+    return st;
+}
+
+void na_off_sched_free(na_off_t *g)
+{
+    int i;
+
+    if (g->b == NULL)
+        return;
+    for (i = 0; i < g->n_batches; i++) {
+        na_off_batch_t *b = &g->b[i];
+        na_acts_destroy(b->acts);
+        free(b->mem);
+        free(b->row_req);
+        free(b->tokens);
+        free(b->pos);
+        free(b->seg);
+        free(b->seg_req);
+        free(b->ent);
+        free(b->ent_seg);
+        free(b->crow);
+    }
+    free(g->b);
+    g->b = NULL;
+}
+
+/* Drop ended members from batch b (and free them). */
+static void na_sched_compact(na_off_t *g, na_off_batch_t *b)
+{
+    int i, k = 0;
+    for (i = 0; i < b->n_mem; i++)
+        if (!b->mem[i]->done)
+            b->mem[k++] = b->mem[i];
+        else
+            na_off_forget(g, b->mem[i]);
+    b->n_mem = k;
+}
+
+/* Admit waiting requests into batch b (at a step boundary), spreading the
+ * waiting ones over the batches; a request the service has no room for
+ * goes back to the front of the queue, and admission waits until another
+ * request left. Only compute-node errors are returned. */
+static na_status_t na_sched_admit(na_off_t *g, na_off_batch_t *b)
+{
+    int target;
+    na_status_t st;
+
+    if (g->n_wait == 0 || g->blocked_at == g->ended)
+        return NA_OK;       /* nothing waits, or no room since the last refusal */
+    target = (g->n_wait + g->n_live + g->n_batches - 1) / g->n_batches;
+    if (target > g->max_batch)
+        target = g->max_batch;
+    if (target < 1)
+        target = 1;
+    while (g->n_wait > 0 && b->n_mem < target) {
+        na_off_req_t *q = na_off_pop_wait(g);
+        if (q == NULL)
+            break;                  /* those left wait for a prompt sharing their prefix */
+        st = na_off_admit_one(g, q, b->id);
+        if (st == NA_ERR_NOSPACE) {
+            na_off_wait_front(g, q);    /* it stays first */
+            g->blocked_at = g->ended;   /* queue: retry when a request leaves */
+            break;
+        }
+        if (q->batch == b->id)
+            b->mem[b->n_mem++] = q;     /* it joined (it may have ended already) */
+        else if (q->done)
+            na_off_forget(g, q);        /* refused before it joined the batch */
+        if (st != NA_OK)
+            return st;
+    }
+    na_sched_compact(g, b);
+    return NA_OK;
+}
+
+/* ---- a batch's step ------------------------------------------------------- */
 
 /* Send the attention of `layer` for batch b: one entry per segment (a
  * decode row, or a prompt chunk of several) goes to the service, X-cache
@@ -140,7 +254,7 @@ static na_status_t na_sched_send_away(na_off_t *g, na_off_batch_t *b, int k)
     b->layer = k;
     b->state = NA_OFF_B_AWAY;
     b->t_submit = na_now_s();
-    st = na_rep_send_ctx(g->rep, na_off_owner(g, b, k), &c);
+    st = na_rep_send_ctx(g->rep, na_off_owner(g, b->id, k), &c);
     if (st == NA_OK)
         g->st->ctx_sent++;
     return st;
@@ -164,9 +278,9 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
                 na_off_cancel_now(g, b->mem[i]);
                 *ran_p = 1;
             }
-        na_off_compact(g, b);
+        na_sched_compact(g, b);
     }
-    st = na_off_admit(g, b);
+    st = na_sched_admit(g, b);
     if (st != NA_OK)
         return st;
     if (g->n_wait != before)
@@ -213,7 +327,7 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
     st = na_acts_reserve(b->acts, e, b->n_rows, b->n_seg);
     if (st != NA_OK)
         return st;
-    if (na_off_owner(g, b, 0) != 0)
+    if (na_off_owner(g, b->id, 0) != 0)
         return na_sched_send_away(g, b, 0);
     st = na_slice_embed(e, b->acts, &s);
     if (st == NA_OK)
@@ -283,7 +397,7 @@ static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int pos
         g->st->gen.decode_steps++;
         g->st->gen.decode_tokens += n_dec;
     }
-    na_off_compact(g, b);
+    na_sched_compact(g, b);
     b->state = NA_OFF_B_IDLE;
     return NA_OK;
 }
@@ -303,23 +417,17 @@ static na_status_t na_sched_resume(na_off_t *g, na_off_batch_t *b)
                      x->reason[0] ? x->reason : na_status_string(x->status));
             memset(x->o, 0, (size_t)(x->n_q > 1 ? x->n_q : 1) * (size_t)e->q_dim *
                             sizeof(float));
-            if (x->status == NA_ERR_PEER && !g->o->no_recover && g->rep == NULL &&
-                q->recoveries < 1) {
-                /* its storage node is gone: this step is void for it; re-place it
-                 * (a node that left cleanly was reported once, at info) */
+            if (na_off_lost(g, q, x->status, why)) {
+                /* its storage node is gone: this step is void for it; it is
+                 * re-placed (a node that left cleanly was reported once, at info) */
                 if (strstr(x->reason, " left: ") != NULL)
                     na_log_debug("request %d: %s; re-placing it", q->r->id, why);
                 else
                     na_log_warn("request %d: %s; re-placing it", q->r->id, why);
-                snprintf(q->lost, sizeof(q->lost), "%s", why);
-                q->recover = 1;
-                q->recoveries++;
-            } else {
-                na_off_fail(g, q, x->status, why);
             }
         }
     }
-    if (g->n_rep > 1 && na_off_owner(g, b, l + 1) != 0)
+    if (g->n_rep > 1 && na_off_owner(g, b->id, l + 1) != 0)
         return na_sched_send_away(g, b, l + 1);
     return na_sched_slice(g, b, l + 1, 0);
 }
@@ -372,7 +480,7 @@ static na_status_t na_sched_ctx(na_off_t *g, const na_wire_ctx_t *c)
     }
     if (k == e->cfg.n_layers + 1)
         return na_sched_slice(g, b, e->cfg.n_layers, 1);
-    if (na_off_owner(g, b, k) != 0)
+    if (na_off_owner(g, b->id, k) != 0)
         return na_sched_send_away(g, b, k);
     return na_sched_slice(g, b, k, 0);
 }

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute-node/offload.h"
+#include "compute-node/xcache.h"
 
 struct na_xcache {
     int        n_layers, dim, max_tokens;
