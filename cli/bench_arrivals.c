@@ -50,6 +50,8 @@
 typedef struct {
     const char *config, *model, *mode, *url, *key_file;
     const char *peer, *peer_key_file;
+    const char *gaps;           /* --gaps FILE: every gap written there, or NULL */
+    FILE       *gaps_f;
     int         streams;        /* --streams (8) */
     int         prompt_tokens;  /* --prompt-tokens (4096) */
     int         max_tokens;     /* --max-tokens of each stream (0: 4096, --quick 256) */
@@ -112,13 +114,17 @@ static void ba_usage(FILE *f)
         "                     --peer 2, alternated; at most %d)\n"
         "  --ready-timeout S  seconds to wait for a server's /health (default 120)\n"
         "  --timeout S        limit of each request and window (default 1800)\n"
+        "  --gaps FILE        write every gap of the windows to FILE: server, rep,\n"
+        "                     window (steady, arrival), stream, its end after the\n"
+        "                     newcomer was sent (ms), its length (ms)\n"
         NA_CLI_BENCH_OPTS_HELP, BA_ID_LO, BA_ID_HI - 1, BA_MAX_REPS);
 }
 
 static int ba_opt(void *ctx, int argc, char **argv, int *i)
 {
     static const char *const str[] = { "--config", "--model", "--mode", "--url",
-                                       "--api-key-file", "--peer", "--peer-api-key-file" };
+                                       "--api-key-file", "--peer", "--peer-api-key-file",
+                                       "--gaps" };
     static const struct { const char *f; long lo, hi; } num[] = {
         { "--streams", 1, BA_MAX_STREAMS }, { "--prompt-tokens", 1, 1L << 20 },
         { "--max-tokens", 1, 1L << 20 }, { "--warm", 1, 1000 }, { "--reps", 1, BA_MAX_REPS },
@@ -128,7 +134,7 @@ static int ba_opt(void *ctx, int argc, char **argv, int *i)
     ba_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     const char **dst[] = { &a->config, &a->model, &a->mode, &a->url, &a->key_file,
-                           &a->peer, &a->peer_key_file };
+                           &a->peer, &a->peer_key_file, &a->gaps };
     int *ip[] = { &a->streams, &a->prompt_tokens, &a->max_tokens, &a->warm, &a->reps,
                   &a->ready_s, &a->timeout_s, &a->steady_chunks };
     long n;
@@ -433,9 +439,13 @@ static na_status_t ba_arrival(const ba_args_t *a, ba_side_t *sd, int *ids, int v
     for (k = 0; (t = na_bsh_session_trace(st.s, k)) != NULL && rc == NA_OK; k++)
         for (j = 1; k != nc && j < t->n_text && rc == NA_OK; j++) {
             double p = t->t_text[j - 1], q = t->t_text[j];
-            if ((p >= t0 && q <= t_send && ba_push(&sd->steady, &sd->n_steady, q - p) != 0) ||
-                (q > t_send && p < t_first && ba_push(&sd->arrive, &sd->n_arrive, q - p) != 0))
+            int w = p >= t0 && q <= t_send ? 1 : q > t_send && p < t_first ? 2 : 0;
+            if ((w == 1 && ba_push(&sd->steady, &sd->n_steady, q - p) != 0) ||
+                (w == 2 && ba_push(&sd->arrive, &sd->n_arrive, q - p) != 0))
                 rc = na_err(NA_ERR_NOMEM, "bench arrivals: out of memory for the gaps");
+            if (w > 0 && a->gaps_f != NULL)
+                fprintf(a->gaps_f, "%s %d %s %d %.3f %.3f\n", sd->name, rep + 1,
+                        w == 1 ? "steady" : "arrival", k, 1e3 * (q - t_send), 1e3 * (q - p));
         }
     na_bsh_session_destroy(st.s);     /* closes the streams' connections */
     usleep(500000);                   /* and lets the server see it */
@@ -552,6 +562,10 @@ int na_cli_bench_arrivals(int argc, char **argv)
         return 1;
     }
     rc = 1;
+    if (a.gaps != NULL && (a.gaps_f = fopen(a.gaps, "w")) == NULL) {
+        fprintf(stderr, "nearattn bench arrivals: --gaps %s: %s\n", a.gaps, strerror(errno));
+        goto out;
+    }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "nearattn bench arrivals: curl_global_init failed\n");
         goto out;
@@ -624,6 +638,10 @@ out:
     free(pe.steady);
     free(pe.arrive);
     free(ids);
+    if (a.gaps_f != NULL && fclose(a.gaps_f) != 0 && rc == 0) {
+        fprintf(stderr, "nearattn bench arrivals: --gaps %s: %s\n", a.gaps, strerror(errno));
+        rc = 1;
+    }
     if (rc == 0) {
         snprintf(log, sizeof(log), "rm -rf '%s'", dir);
         if (system(log) != 0)

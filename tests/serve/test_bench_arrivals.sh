@@ -53,7 +53,8 @@ fi
 na_fg "$DIR/bench.out" "$DIR/bench.err" timeout $((300 * NA_TS)) "$BIN" bench arrivals --quick \
     --config "$SRC/cluster-configs/local.yaml" --model "$DIR/m.gguf" --threads 1 \
     --peer "$PURL" $PKEY --streams 4 --prompt-tokens 600 --max-tokens 1400 --steady 1 \
-    --steady-chunks 4 --reps 2 --json "$DIR/bench.json" || fail "bench arrivals failed"
+    --steady-chunks 4 --reps 2 --json "$DIR/bench.json" --gaps "$DIR/gaps.txt" ||
+    fail "bench arrivals failed"
 cat "$DIR/bench.out"
 jq -e '.bench == "arrivals"' "$DIR/bench.json" >/dev/null || fail "no arrivals report"
 for s in serve peer; do
@@ -72,6 +73,17 @@ for s in serve peer; do
         "$DIR/bench.out" || fail "$s: no summary with the arrival gaps and the 600 prompt tokens"
 done
 grep -q "alternated with serve" "$DIR/bench.out" || fail "no peer note"
+# --gaps: every gap of the summaries, each window's of each server and rep
+for s in serve peer; do
+    for w in steady arrival; do
+        n=$(grep -c "^$s [12] $w [0-9]" "$DIR/gaps.txt")
+        grep -q "^$s: .* \([0-9]*\) steady and \([0-9]*\) arrival gaps" "$DIR/bench.out" || fail "$s: no gap counts"
+        want=$(sed -n "s/^$s: .* \([0-9]*\) steady and \([0-9]*\) arrival gaps.*/\1 \2/p" "$DIR/bench.out")
+        [ "$w" = steady ] && want=${want% *} || want=${want#* }
+        [ "$n" = "$want" ] || fail "--gaps: $n $s $w gaps written, the summary says $want"
+    done
+    grep -q "^$s 2 arrival " "$DIR/gaps.txt" || fail "--gaps: no arrival gap of $s's second rep"
+done
 grep -q "peer rep 2: prefill alone" "$DIR/bench.err" &&
     [ "$(grep -n "rep 2: prefill alone" "$DIR/bench.err" | head -1 | grep -c peer)" = 1 ] ||
     fail "the reps are not alternated (the peer first in the second)"
