@@ -22,9 +22,10 @@
  *                          stalled for the whole prefill gives one gap that
  *                          long), set against 2 x the steady p99
  *   newcomer TTFT          beside 1.3 x its prefill alone.
- * Each request's prompt starts with a token of its own (the rest is the
- * same), so neither server can reuse the KV of an earlier one (nearattn's
- * prefix cache, llama-server's slot cache). Pairs alternate (serve first in
+ * Each request's prompt starts with two tokens of its own (the rest is the
+ * same; numbered from a start of this run's own), so neither server can
+ * reuse the KV of an earlier one (nearattn's prefix cache, llama-server's
+ * slot cache), in this run or an earlier one. Pairs alternate (serve first in
  * even reps, the peer first in odd ones). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -257,8 +258,8 @@ static na_status_t ba_check(const na_bsh_session_t *s, int idx, const char *what
     return NA_OK;
 }
 
-/* The newcomer's prompt of request number `variant`: ids[0] is its own,
- * the rest the same for all (a fixed pseudo-random sequence). */
+/* The newcomer's prompt of request number `variant`: ids[0] and ids[1]
+ * are its own, the rest the same for all (a fixed pseudo-random sequence). */
 static void ba_prompt(int *ids, int n, int variant)
 {
     unsigned long x = 88172645463325252ul;
@@ -271,6 +272,8 @@ static void ba_prompt(int *ids, int n, int variant)
         ids[i] = BA_ID_LO + (int)(x % (unsigned long)(BA_ID_HI - BA_ID_LO));
     }
     ids[0] = BA_ID_LO + variant % (BA_ID_HI - BA_ID_LO);
+    if (n > 1)
+        ids[1] = BA_ID_LO + variant / (BA_ID_HI - BA_ID_LO) % (BA_ID_HI - BA_ID_LO);
 }
 
 /* The prefill alone: the prompt (variant v) with nothing else running. */
@@ -601,6 +604,11 @@ int na_cli_bench_arrivals(int argc, char **argv)
     }
     if (na_bench_create("arrivals", &b) != NA_OK)
         goto out;
+    /* a server that outlives this run (--url, --peer) must not find these
+     * prompts cached from an earlier run either: the variants start at a
+     * number of this run's own */
+    variant = (int)(((unsigned)getpid() * 2654435761u ^ (unsigned)na_bench_now()) %
+                    (unsigned)((BA_ID_HI - BA_ID_LO) * (BA_ID_HI - BA_ID_LO) - 64));
     for (k = 0; k < a.reps && st == NA_OK; k++) {
         int peer_first = a.peer != NULL && k % 2 == 1;
         if (peer_first)
@@ -619,9 +627,9 @@ int na_cli_bench_arrivals(int argc, char **argv)
         ba_report(b, &pe);
     na_bench_note(b, "serve %s (%s, model \"%s\"); %d streams of short text prompts, greedy, "
                   "max_tokens %d; a steady window of >= %.0f s and >= %d gaps each after %d "
-                  "text chunks each; the "
-                  "newcomer: %d token ids, max_tokens 1, first token of its own per request "
-                  "(no cached prefix); %d reps, ITL gaps pooled, times medians", base,
+                  "text chunks each; the newcomer: %d token ids, max_tokens 1, its first two "
+                  "its own per request (no cached prefix); %d reps, ITL gaps pooled, times "
+                  "medians", base,
                   a.url != NULL ? "given" : "started here", sv.model_, a.streams, a.max_tokens,
                   a.steady_s, a.steady_chunks, a.warm, a.prompt_tokens, a.reps);
     if (a.peer != NULL)

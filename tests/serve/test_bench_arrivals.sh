@@ -6,7 +6,7 @@
 # peer driven by the same client, alternated:
 #   PEER=serve  a second `nearattn serve` (monolithic, a key of its own);
 #               also: its prefix cache hit no token (every newcomer prompt
-#               starts with a token of its own), streams that end before the
+#               starts with tokens of its own), streams that end before the
 #               window closes and a peer that is not there are clear failures
 #   PEER=llama  llama.cpp's llama-server on the same file ($NA_LLAMA_SERVER,
 #               else llama-server on PATH; skipped without it: llama.cpp is
@@ -89,7 +89,7 @@ grep -q "peer rep 2: prefill alone" "$DIR/bench.err" &&
     fail "the reps are not alternated (the peer first in the second)"
 ls -d "$DIR"/nearattn-bench-arrivals-* >/dev/null 2>&1 && fail "bench arrivals left its directory"
 if [ "$PEER" = serve ]; then
-    # no newcomer found a cached prefix: its prompt starts with a token of its own
+    # no newcomer found a cached prefix: its prompt starts with tokens of its own
     HIT=$(curl -s -H "Authorization: Bearer $(cat "$DIR/pkey")" "$PURL/metrics" |
           sed -n 's/^nearattn_prefix_tokens_total{node="all",kind="hit"} //p')
     [ -n "$HIT" ] || fail "the peer's /metrics has no prefix hit counter"
