@@ -172,9 +172,7 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
     return 1;
 }
 
-/* Wait up to timeout_s for serve's "READY http://HOST:PORT ..." line in
- * log; the URL into base. NA_ERR_PEER (it exited), NA_ERR_TIMEOUT. */
-static na_status_t bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
+na_status_t na_bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
                                       size_t len)
 {
     double end = na_bench_now() + timeout_s;
@@ -317,8 +315,7 @@ static int bs_requests(const bs_args_t *a, int quick, int c)
     return a->requests > 0 ? a->requests : k * c > lo ? k * c : lo;
 }
 
-/* Read the first line of the key file into key (no newline). */
-static na_status_t bs_read_key(const char *path, char *key, size_t len)
+na_status_t na_bs_read_key(const char *path, char *key, size_t len)
 {
     FILE *f = fopen(path, "r");
     size_t n;
@@ -510,9 +507,9 @@ int na_cli_bench_serve(int argc, char **argv)
     if (a.reps == 0)
         a.reps = a.peer != NULL && !o.quick ? 2 : 1;
     key[0] = pkey[0] = '\0';
-    if (a.key_file != NULL && bs_read_key(a.key_file, key, sizeof(key)) != NA_OK)
+    if (a.key_file != NULL && na_bs_read_key(a.key_file, key, sizeof(key)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
-    if (a.peer_key_file != NULL && bs_read_key(a.peer_key_file, pkey, sizeof(pkey)) != NA_OK)
+    if (a.peer_key_file != NULL && na_bs_read_key(a.peer_key_file, pkey, sizeof(pkey)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
     if (na_proc_self_exe(exe, sizeof(exe)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
@@ -552,7 +549,7 @@ int na_cli_bench_serve(int argc, char **argv)
     } else {
         snprintf(log, sizeof(log), "%s/serve.log", dir);
         if (bs_start_serve(&a, exe, log, &pid) != NA_OK ||
-            bs_wait_ready_line(log, &pid, a.ready_s, base, sizeof(base)) != NA_OK) {
+            na_bs_wait_ready_line(log, &pid, a.ready_s, base, sizeof(base)) != NA_OK) {
             fprintf(stderr, "nearattn bench serve: cannot start nearattn serve: %s; its log: "
                     "%s\n", na_errmsg(), log);
             goto out;

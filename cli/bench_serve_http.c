@@ -29,6 +29,7 @@ typedef struct {
     int                done;        /* "[DONE]" seen */
     int                bad;         /* an error event or an unparsable one */
     na_bsh_result_t   *r;
+    na_bsh_trace_t    *tr;          /* a session's request: its timeline; else NULL */
 } bsh_req_t;
 
 /* Append v to a growing array. */
@@ -73,7 +74,9 @@ static void bsh_event(bsh_req_t *q, const char *s, size_t n)
         text = json_object_get(json_object_get(ch, "delta"), "content");
     if (json_is_string(text) && json_string_length(text) > 0) {
         now = na_now_s();
-        if (q->t_last == 0)
+        if (q->tr != NULL)
+            bsh_push(&q->tr->t_text, &q->tr->n_text, now);
+        else if (q->t_last == 0)
             bsh_push(&q->r->ttft, &q->r->n_ttft, now - q->t0);
         else
             bsh_push(&q->r->itl, &q->r->n_itl, now - q->t_last);
@@ -83,6 +86,9 @@ static void bsh_event(bsh_req_t *q, const char *s, size_t n)
     usage = json_object_get(json_object_get(ev, "usage"), "completion_tokens");
     if (json_is_integer(usage))
         q->usage = (long)json_integer_value(usage);
+    usage = json_object_get(json_object_get(ev, "usage"), "prompt_tokens");
+    if (q->tr != NULL && json_is_integer(usage))
+        q->tr->prompt_tokens = (long)json_integer_value(usage);
     json_decref(ev);
 }
 
@@ -149,18 +155,32 @@ static struct curl_slist *bsh_headers(const char *api_key, int json)
     return h;
 }
 
-/* Prepare q for prompt p and add it to m. */
+/* Prepare q for the prompt (text p, or ids[n_ids] when ids != NULL) with
+ * max_tokens new tokens and add it to m. */
 static na_status_t bsh_req_start(const na_bsh_opts_t *o, CURLM *m, bsh_req_t *q,
-                                 const char *p, na_bsh_result_t *r)
+                                 const char *p, const int *ids, int n_ids, int max_tokens,
+                                 na_bsh_result_t *r)
 {
     char url[600];
-    json_t *b;
+    json_t *b, *prompt;
+    int i;
 
     memset(q, 0, sizeof(*q));
     q->r = r;
     q->usage = -1;
-    b = json_pack("{s:s, s:s, s:i, s:f, s:b, s:{s:b}}", "model", o->model, "prompt", p,
-                  "max_tokens", o->max_tokens, "temperature", 0.0, "stream", 1,
+    if (ids != NULL) {
+        prompt = json_array();
+        for (i = 0; prompt != NULL && i < n_ids; i++)
+            if (json_array_append_new(prompt, json_integer(ids[i])) != 0) {
+                json_decref(prompt);
+                prompt = NULL;
+            }
+    } else {
+        prompt = json_string(p);
+    }
+    b = prompt == NULL ? NULL :
+        json_pack("{s:s, s:o, s:i, s:f, s:b, s:{s:b}}", "model", o->model, "prompt", prompt,
+                  "max_tokens", max_tokens, "temperature", 0.0, "stream", 1,
                   "stream_options", "include_usage", 1);
     q->body = b != NULL ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
@@ -224,7 +244,7 @@ na_status_t na_bsh_drive(const na_bsh_opts_t *o, char *const *prompts, int n, in
         return na_err(NA_ERR_NOMEM, "bench serve: cannot start the HTTP client");
     }
     for (i = 0; i < concurrency && next < n && st == NA_OK; i++)
-        st = bsh_req_start(o, m, &q[i], prompts[next++], r);
+        st = bsh_req_start(o, m, &q[i], prompts[next++], NULL, 0, o->max_tokens, r);
     inflight = next;
     while (st == NA_OK && inflight > 0) {
         if (curl_multi_perform(m, &running) != CURLM_OK) {
@@ -242,7 +262,7 @@ na_status_t na_bsh_drive(const na_bsh_opts_t *o, char *const *prompts, int n, in
             bsh_req_clear(d);
             inflight--;
             if (next < n && st == NA_OK) {
-                st = bsh_req_start(o, m, d, prompts[next++], r);
+                st = bsh_req_start(o, m, d, prompts[next++], NULL, 0, o->max_tokens, r);
                 inflight += st == NA_OK;
             }
         }
@@ -351,4 +371,137 @@ na_status_t na_bsh_wait_ready(const char *base_url, const char *api_key, int tim
     snprintf(model, len, "%s", json_string_value(id));
     json_decref(root);
     return NA_OK;
+}
+
+/* ---- sessions: requests sent one at a time, each one's timeline kept ---- */
+
+struct na_bsh_session {
+    na_bsh_opts_t    o;
+    CURLM           *m;
+    bsh_req_t       *q;          /* [cap] requests, in the order sent */
+    na_bsh_trace_t  *tr;         /* [cap] their timelines */
+    int              n, cap;
+    na_bsh_result_t  r;          /* bookkeeping of the requests (first_error) */
+};
+
+na_status_t na_bsh_session_create(const na_bsh_opts_t *o, int max_requests,
+                                  na_bsh_session_t **s_p)
+{
+    na_bsh_session_t *s = calloc(1, sizeof(*s));
+
+    *s_p = NULL;
+    if (s == NULL || max_requests < 1)
+        goto fail;
+    s->o = *o;
+    s->cap = max_requests;
+    s->q = calloc((size_t)max_requests, sizeof(*s->q));
+    s->tr = calloc((size_t)max_requests, sizeof(*s->tr));
+    s->m = curl_multi_init();
+    if (s->q == NULL || s->tr == NULL || s->m == NULL)
+        goto fail;
+    *s_p = s;
+    return NA_OK;
+fail:
+    na_bsh_session_destroy(s);
+    return na_err(NA_ERR_NOMEM, "bench: cannot start the HTTP client");
+}
+
+na_status_t na_bsh_session_send(na_bsh_session_t *s, const char *text, const int *ids,
+                                int n_ids, int max_tokens, int *idx)
+{
+    na_bsh_trace_t *t;
+    na_status_t st;
+
+    if (s->n == s->cap)
+        return na_err(NA_ERR_RANGE, "bench: more than %d requests in one session", s->cap);
+    t = &s->tr[s->n];
+    memset(t, 0, sizeof(*t));
+    t->prompt_tokens = t->completion_tokens = -1;
+    st = bsh_req_start(&s->o, s->m, &s->q[s->n], text, ids, n_ids, max_tokens, &s->r);
+    if (st != NA_OK)
+        return st;
+    s->q[s->n].tr = t;
+    t->t_sent = s->q[s->n].t0;
+    t->state = NA_BSH_RUNNING;
+    *idx = s->n++;
+    return NA_OK;
+}
+
+/* Request k's transfer ended (res), or was cancelled (cancel): its state. */
+static void bsh_session_end(na_bsh_session_t *s, int k, CURLcode res, int cancel)
+{
+    bsh_req_t *q = &s->q[k];
+    na_bsh_trace_t *t = &s->tr[k];
+    long code = 0;
+
+    t->t_end = na_now_s();
+    curl_easy_getinfo(q->h, CURLINFO_RESPONSE_CODE, &code);
+    if (cancel) {
+        t->state = NA_BSH_CANCELLED;
+    } else if (res != CURLE_OK || code != 200 || !q->done || q->bad) {
+        t->state = NA_BSH_FAILED;
+        if (s->r.first_error[0] != '\0')
+            snprintf(t->error, sizeof(t->error), "%s", s->r.first_error);
+        else
+            snprintf(t->error, sizeof(t->error), "HTTP %ld, %s%s", code,
+                     res != CURLE_OK ? curl_easy_strerror(res) : "ok",
+                     q->done ? "" : ", no [DONE]");
+        s->r.first_error[0] = '\0';
+    } else {
+        t->state = NA_BSH_DONE;
+        t->completion_tokens = q->usage >= 0 ? q->usage : q->chunks;
+    }
+    curl_multi_remove_handle(s->m, q->h);   /* a transfer under way: its connection closes */
+    bsh_req_clear(q);
+}
+
+na_status_t na_bsh_session_poll(na_bsh_session_t *s, int timeout_ms, int *running)
+{
+    CURLMsg *msg;
+    int n, k;
+
+    if (curl_multi_perform(s->m, &n) != CURLM_OK)
+        return na_err(NA_ERR_INTERNAL, "curl_multi_perform failed");
+    while ((msg = curl_multi_info_read(s->m, &n)) != NULL) {
+        bsh_req_t *d = NULL;
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&d);
+        bsh_session_end(s, (int)(d - s->q), msg->data.result, 0);
+    }
+    for (k = n = 0; k < s->n; k++)
+        n += s->tr[k].state == NA_BSH_RUNNING;
+    if (n > 0 && timeout_ms > 0 && curl_multi_poll(s->m, NULL, 0, timeout_ms, NULL) != CURLM_OK)
+        return na_err(NA_ERR_INTERNAL, "curl_multi_poll failed");
+    if (running != NULL)
+        *running = n;
+    return NA_OK;
+}
+
+const na_bsh_trace_t *na_bsh_session_trace(const na_bsh_session_t *s, int idx)
+{
+    return idx >= 0 && idx < s->n ? &s->tr[idx] : NULL;
+}
+
+void na_bsh_session_cancel(na_bsh_session_t *s, int idx)
+{
+    if (idx >= 0 && idx < s->n && s->tr[idx].state == NA_BSH_RUNNING)
+        bsh_session_end(s, idx, CURLE_OK, 1);
+}
+
+void na_bsh_session_destroy(na_bsh_session_t *s)
+{
+    int k;
+
+    if (s == NULL)
+        return;
+    for (k = 0; k < s->n; k++) {
+        na_bsh_session_cancel(s, k);
+        free(s->tr[k].t_text);
+    }
+    if (s->m != NULL)
+        curl_multi_cleanup(s->m);
+    free(s->q);
+    free(s->tr);
+    free(s);
 }

@@ -5,6 +5,9 @@
 #ifndef NA_BENCH_SERVE_HTTP_H
 #define NA_BENCH_SERVE_HTTP_H
 
+#include <stddef.h>
+#include <sys/types.h>
+
 #include "common/status.h"
 
 typedef struct {
@@ -41,5 +44,54 @@ void        na_bsh_result_free(na_bsh_result_t *r);
  * NA_ERR_TIMEOUT, NA_ERR_PEER (alive() said no, or /v1/models unusable). */
 na_status_t na_bsh_wait_ready(const char *base_url, const char *api_key, int timeout_s,
                               int (*alive)(void *ctx), void *ctx, char *model, size_t len);
+
+/* Shared by `bench serve` and `bench arrivals` (cli/bench_serve.c):
+ * wait up to timeout_s for serve's "READY http://HOST:PORT ..." line in log,
+ * the URL into base; *pid (the server) is set to 0 when it exited.
+ * NA_ERR_PEER (it exited), NA_ERR_TIMEOUT. */
+na_status_t na_bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
+                                  size_t len);
+/* Read the first line of the key file path into key (no newline).
+ * NA_ERR_IO, NA_ERR_INVALID (empty). */
+na_status_t na_bs_read_key(const char *path, char *key, size_t len);
+
+/* A session (`bench arrivals`): streamed completions sent one at a time
+ * whenever the caller likes, all driven by na_bsh_session_poll, each with
+ * its own timeline. */
+typedef struct na_bsh_session na_bsh_session_t;
+
+enum { NA_BSH_RUNNING = 1, NA_BSH_DONE, NA_BSH_FAILED, NA_BSH_CANCELLED };
+
+/* One request's timeline (times: na_now_s()). */
+typedef struct {
+    double  t_sent, t_end;    /* sent; its transfer ended or was cancelled (0: running) */
+    double *t_text;           /* [n_text] arrival of each text chunk */
+    long    n_text;
+    long    prompt_tokens;    /* from the usage event; -1 if none came */
+    long    completion_tokens;/* usage (else text chunks) of a request DONE; -1 before */
+    int     state;            /* NA_BSH_RUNNING, _DONE, _FAILED, _CANCELLED */
+    char    error[256];       /* why it FAILED */
+} na_bsh_trace_t;
+
+/* A session of at most max_requests requests against o's server (o's
+ * max_tokens unused: each send names its own). NA_ERR_NOMEM. */
+na_status_t na_bsh_session_create(const na_bsh_opts_t *o, int max_requests,
+                                  na_bsh_session_t **s_p);
+/* Send POST /v1/completions, streamed, greedy, with the prompt text, or the
+ * token ids[n_ids] when ids != NULL, and max_tokens; its index into *idx.
+ * NA_ERR_RANGE (session full), NA_ERR_NOMEM, NA_ERR_INTERNAL. */
+na_status_t na_bsh_session_send(na_bsh_session_t *s, const char *text, const int *ids,
+                                int n_ids, int max_tokens, int *idx);
+/* Move the transfers on, then wait up to timeout_ms for more to arrive
+ * (0: no wait); requests still running into *running (may be NULL).
+ * NA_ERR_INTERNAL (libcurl). */
+na_status_t na_bsh_session_poll(na_bsh_session_t *s, int timeout_ms, int *running);
+/* Request idx's timeline (valid until destroy); NULL for a bad index. */
+const na_bsh_trace_t *na_bsh_session_trace(const na_bsh_session_t *s, int idx);
+/* Stop request idx if it runs: its connection is closed (a server cancels
+ * the request when it sees that) and it is CANCELLED. */
+void        na_bsh_session_cancel(na_bsh_session_t *s, int idx);
+/* Cancel what runs, free everything. NULL is fine. */
+void        na_bsh_session_destroy(na_bsh_session_t *s);
 
 #endif /* NA_BENCH_SERVE_HTTP_H */

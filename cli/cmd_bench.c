@@ -18,6 +18,7 @@ static const na_cli_cmd_t na_cli_bench_kinds[] = {
     { "e2e", "decode tok/s monolithic vs offload, t_m/t_a, pipelining gain vs ideal", na_cli_bench_e2e },
     { "capacity", "most KV tokens within a compute memory budget: monolithic vs 1/2/4 storage nodes", na_cli_bench_capacity },
     { "serve", "HTTP serving: tok/s, TTFT, ITL at concurrency 1..64 vs nearattn run", na_cli_bench_serve },
+    { "arrivals", "a long prompt arrives while N streams decode: their ITL p99, its TTFT vs alone", na_cli_bench_arrivals },
     { "prefix", "prefix reuse: N prompts sharing a long prefix, reuse on vs off (tokens, TTFT, time)", na_cli_bench_prefix },
     { NULL, NULL, NULL }
 };

@@ -1,5 +1,5 @@
-# tests/serve/batch.cmake — the tests of `nearattn batch` and `nearattn bench
-# serve` (included by tests/serve/CMakeLists.txt; label serve).
+# tests/serve/batch.cmake — the tests of `nearattn batch`, `nearattn bench
+# serve` and `nearattn bench arrivals` (included by tests/serve/CMakeLists.txt; label serve).
 # the batch files (serve/batch_io.c): checked input lines, resume set, repaired last line, flock
 na_add_test(test_batch_io SOURCES test_batch_io.c LIBS na_serve LABELS serve unit)
 # `nearattn batch` (tests/serve/test_batch.sh SCENARIO MODE): SIGINT/SIGTERM halfway then
@@ -25,3 +25,12 @@ endforeach()
 na_add_script_test(test_bench_serve_llama
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_serve_llama.sh
   LABELS serve bench TIMEOUT 300)
+# `nearattn bench arrivals` (tests/serve/test_bench_arrivals.sh PEER): a tiny
+# Arrivals row (issue 21) beside a second `nearattn serve` (PEER serve, in
+# CI) and beside llama.cpp's llama-server (PEER llama: NA_LLAMA_SERVER or
+# PATH; skipped (77) without it)
+foreach(arr_peer serve llama)
+  na_add_script_test(test_bench_arrivals_${arr_peer}
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_arrivals.sh ${arr_peer}
+    LABELS serve bench TIMEOUT 300)
+endforeach()
