@@ -41,6 +41,11 @@ static void na_gen_model_usage(FILE *f, const na_genmodel_opts_t *d)
         "  --untied            separate output classifier (default: tied to embeddings)\n"
         "  --format F          llama2c, gguf or both (default both)\n"
         "  --chat-template T   GGUF: store T as tokenizer.chat_template (Jinja text)\n"
+        "  --vocab-from F      GGUF: copy the vocabulary of the GGUF file F (a model or\n"
+        "                      a vocab-only file: every tokenizer.* key, e.g. a BPE\n"
+        "                      vocabulary with its merges, pre-tokenizer, special ids\n"
+        "                      and chat template) instead of generating one; --vocab\n"
+        "                      becomes F's token count; GGUF only\n"
         "  --quiet             no progress lines\n"
         "  --help              this text\n\n"
         "example (the 15M-parameter shape of llama2.c's stories15M):\n"
@@ -55,7 +60,7 @@ int na_cmd_gen_model(int argc, char **argv)
 {
     static const char *const cmd = "gen-model";
     na_genmodel_opts_t o, d;
-    const char *out = NULL;
+    const char *out = NULL, *vocab_from = NULL;
     int i, quiet = 0, kv_given = 0, theta_given = 0, format_given = 0;
     na_status_t st;
 
@@ -99,7 +104,8 @@ int na_cmd_gen_model(int argc, char **argv)
                             !strcmp(a, "--seed") || !strcmp(a, "--format") ||
                             !strcmp(a, "--rope-theta") || !strcmp(a, "--rms-eps") ||
                             !strcmp(a, "--chat-template") || !strcmp(a, "--arch") ||
-                            !strcmp(a, "--rope-scaling") || !strcmp(a, "--rope-factor"))) {
+                            !strcmp(a, "--rope-scaling") || !strcmp(a, "--rope-factor") ||
+                            !strcmp(a, "--vocab-from"))) {
             fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, a);
             return 2;
         }
@@ -107,6 +113,8 @@ int na_cmd_gen_model(int argc, char **argv)
             out = val;
         } else if (!strcmp(a, "--chat-template")) {
             o.chat_template = val;
+        } else if (!strcmp(a, "--vocab-from")) {
+            vocab_from = val;
         } else if (!strcmp(a, "--dtype")) {
             if (na_genmodel_parse_dtype(val, &o.dtype, &o.quant_mix) < 0) {
                 fprintf(stderr, "nearattn %s: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, "
@@ -171,6 +179,17 @@ int na_cmd_gen_model(int argc, char **argv)
     if (out == NULL || out[0] == '\0') {
         fprintf(stderr, "nearattn %s: --out PREFIX is required (try --help)\n", cmd);
         return 2;
+    }
+    if (vocab_from != NULL) {
+        if (format_given && o.write_llama2c) {
+            fprintf(stderr, "nearattn %s: --vocab-from writes the GGUF file only (--format "
+                    "gguf)\n", cmd);
+            return 2;
+        }
+        if (na_genmodel_vocab_from(vocab_from, &o) != NA_OK) {
+            fprintf(stderr, "nearattn %s: %s\n", cmd, na_errmsg());
+            return 2;
+        }
     }
     if (!format_given && (o.head_dim > 0 || o.rope_dims > 0))
         o.write_llama2c = 0;        /* only GGUF can say these */

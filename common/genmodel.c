@@ -560,9 +560,77 @@ static const na_gm_kind_t na_gm_layer_kinds[] = {
 };
 #define NA_GM_N_LAYER_KINDS (sizeof(na_gm_layer_kinds) / sizeof(na_gm_layer_kinds[0]))
 
+/* The tokenizer.* keys of src (o->vocab_from), as they are there; our chat
+ * template in place of its own when o has one. */
+static na_status_t na_gm_copy_vocab(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
+                                    const na_gguf_t *src)
+{
+    na_status_t st = NA_OK;
+    uint64_t i;
+
+    for (i = 0; i < src->n_kv && st == NA_OK; i++) {
+        const na_gguf_kv_t *kv = &src->kv[i];
+        if (strncmp(kv->key, "tokenizer.", 10) != 0 ||
+            (o->chat_template != NULL && !strcmp(kv->key, "tokenizer.chat_template")))
+            continue;
+        st = na_gguf_writer_kv_copy(w, kv);
+    }
+    if (st == NA_OK && o->chat_template != NULL)
+        st = na_gguf_writer_kv_str(w, "tokenizer.chat_template", o->chat_template);
+    return st;
+}
+
+/* Open o->vocab_from's header and check what gen-model relies on: the model
+ * name and the token count (= vocab_size when n_expect > 0). */
+static na_status_t na_gm_open_vocab(const char *path, int n_expect, na_gguf_t **g_p, int *n_p)
+{
+    na_gguf_str_t model;
+    const na_gguf_kv_t *toks;
+    na_gguf_t *g;
+    na_status_t st;
+
+    *g_p = NULL;
+    if ((st = na_gguf_open_head(path, &g)) != NA_OK)
+        return st;
+    if ((st = na_gguf_get_str(g, "tokenizer.ggml.model", &model)) != NA_OK ||
+        (st = na_gguf_get_arr(g, "tokenizer.ggml.tokens", NA_GGUF_STRING, &toks)) != NA_OK) {
+        na_gguf_destroy(g);
+        return na_err_prefix(st, "gen-model --vocab-from: ");
+    }
+    if (toks->v.arr.n < NA_GENMODEL_MIN_VOCAB || toks->v.arr.n > NA_MODEL_MAX_VOCAB ||
+        (n_expect > 0 && toks->v.arr.n != (uint64_t)n_expect)) {
+        st = na_err(NA_ERR_INVALID, "gen-model --vocab-from: %s: tokenizer.ggml.tokens has %llu "
+                    "entries, %s", path, (unsigned long long)toks->v.arr.n,
+                    n_expect > 0 && toks->v.arr.n != (uint64_t)n_expect
+                    ? "not the count it had when checked" : "out of range [259, 1048576]");
+        na_gguf_destroy(g);
+        return st;
+    }
+    *n_p = (int)toks->v.arr.n;
+    *g_p = g;
+    return NA_OK;
+}
+
+na_status_t na_genmodel_vocab_from(const char *path, na_genmodel_opts_t *o)
+{
+    na_gguf_t *g;
+    int n = 0;
+    na_status_t st = na_gm_open_vocab(path, 0, &g, &n);
+
+    if (st != NA_OK)
+        return st;
+    na_gguf_destroy(g);
+    o->vocab_size = n;
+    o->vocab_from = path;
+    o->write_llama2c = 0;
+    o->write_gguf = 1;
+    return NA_OK;
+}
+
 /* Metadata: architecture, hyper-parameters, tokenizer. */
 static na_status_t na_gm_gguf_meta(na_gguf_writer_t *w, const na_genmodel_opts_t *o,
-                                   const na_genvocab_t *v, char **sp_pieces)
+                                   const na_genvocab_t *v, char **sp_pieces,
+                                   const na_gguf_t *src)
 {
     /* llama_ftype: q4_k, q5_k as their _S files, q4_k_m as MOSTLY_Q4_K_M */
     static const uint32_t ftype[NA_DTYPE_COUNT] = { 0, 1, 32, 7, 2, 3, 8, 9, 14, 16, 18 };
@@ -609,6 +677,8 @@ static na_status_t na_gm_gguf_meta(na_gguf_writer_t *w, const na_genmodel_opts_t
                                      (uint32_t)o->seq_len)) != NA_OK))
         return st;
 #undef NA_GM_K
+    if (src != NULL)
+        return na_gm_copy_vocab(w, o, src);
     if ((st = na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama")) != NA_OK ||
         (st = na_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)sp_pieces,
                                         (uint64_t)v->n)) != NA_OK ||
@@ -678,17 +748,23 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
 {
     na_gm_progress_t p = { path, 0, 0, -1, o->progress };
     na_gguf_writer_t *w;
+    na_gguf_t *src = NULL;
     char name[64], **sp;
     na_status_t st;
     size_t k;
     int l;
 
-    sp = na_gm_sp_pieces(v);
-    if (sp == NULL)
+    if (o->vocab_from != NULL) {
+        int n = 0;
+        sp = NULL;
+        if ((st = na_gm_open_vocab(o->vocab_from, o->vocab_size, &src, &n)) != NA_OK)
+            return st;
+    } else if ((sp = na_gm_sp_pieces(v)) == NULL) {
         return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", path);
+    }
     if ((st = na_gguf_writer_create(path, &w)) != NA_OK)
         goto out_free;
-    if ((st = na_gm_gguf_meta(w, o, v, sp)) != NA_OK ||
+    if ((st = na_gm_gguf_meta(w, o, v, sp, src)) != NA_OK ||
         (st = na_gm_declare(w, o, NA_GM_TOK, 0, "token_embd.weight")) != NA_OK)
         goto err_abort;
     for (l = 0; l < o->n_layers; l++)
@@ -728,9 +804,11 @@ static na_status_t na_gm_write_gguf(const char *path, const na_genmodel_opts_t *
 err_abort:
     na_gguf_writer_abort(w);
 out_free:
-    for (l = 0; l < v->n; l++)
-        free(sp[l]);
+    if (sp != NULL)
+        for (l = 0; l < v->n; l++)
+            free(sp[l]);
     free(sp);
+    na_gguf_destroy(src);
     return st;
 }
 
@@ -793,7 +871,13 @@ na_status_t na_genmodel_write(const char *prefix, const na_genmodel_opts_t *o)
     if ((st = na_genmodel_check(o)) != NA_OK ||
         (st = na_genmodel_check_space(prefix, o)) != NA_OK)
         goto out_free;
-    if ((st = na_genvocab_create(o->vocab_size, o->seed, &v)) != NA_OK)
+    memset(&v, 0, sizeof(v));
+    if (o->vocab_from != NULL && o->write_llama2c) {
+        st = na_err(NA_ERR_INVALID, "gen-model: --vocab-from writes the GGUF file only (a "
+                    "llama2.c tokenizer.bin cannot hold %s's vocabulary)", o->vocab_from);
+        goto out_free;
+    }
+    if (o->vocab_from == NULL && (st = na_genvocab_create(o->vocab_size, o->seed, &v)) != NA_OK)
         goto out_free;
     if (o->write_llama2c) {
         snprintf(path, plen, "%s.bin", prefix);

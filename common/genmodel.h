@@ -57,8 +57,21 @@ typedef struct na_genmodel_opts {
     int        rope_dims;           /* 0: head_dim; else rope.dimension_count (partial, GGUF) */
     const char *rope_scaling;       /* NULL, "linear" or "yarn": rope.scaling.* keys (GGUF) */
     float      rope_scaling_factor; /* with rope_scaling (> 0) */
+    const char *vocab_from;         /* NULL, or a GGUF whose tokenizer.* keys the GGUF
+                                     * file copies (na_genmodel_vocab_from) */
 } na_genmodel_opts_t;
 
+/* Take the vocabulary of the GGUF file `path` (a model or a vocabulary-only
+ * file such as llama.cpp's models/ggml-vocab-*.gguf): its header is read
+ * and checked here (tokenizer.ggml.model a string, tokenizer.ggml.tokens a
+ * string array of NA_GENMODEL_MIN_VOCAB..NA_MODEL_MAX_VOCAB entries), and
+ * o gets vocab_size = the token count, vocab_from = path and the GGUF
+ * format only. The GGUF file then holds every tokenizer.* key of `path` as
+ * it is there (tokens, types, scores, merges, pre-tokenizer, special ids,
+ * add_bos/add_eos, chat template; o->chat_template replaces the last) in
+ * place of the generated SentencePiece vocabulary. Errors name the file and
+ * the key. */
+na_status_t na_genmodel_vocab_from(const char *path, na_genmodel_opts_t *o);
 /* "llama", "llama3", "qwen2", "qwen3" -> the arch (< 0 if unknown). */
 int         na_genmodel_arch_parse(const char *name);
 const char *na_genmodel_arch_name(na_genmodel_arch_t arch);

@@ -176,6 +176,9 @@ na_status_t na_gguf_writer_kv_arr_f32(na_gguf_writer_t *w, const char *key,
                                       const float *v, uint64_t n);
 na_status_t na_gguf_writer_kv_arr_i32(na_gguf_writer_t *w, const char *key,
                                       const int32_t *v, uint64_t n);
+/* A metadata entry of a reader (na_gguf_t.kv[i]) written as it is: key,
+ * type and value (arrays of any element type). */
+na_status_t na_gguf_writer_kv_copy(na_gguf_writer_t *w, const na_gguf_kv_t *kv);
 /* Declare a tensor: ne[0] contiguous, n_dims 1..4. */
 na_status_t na_gguf_writer_tensor(na_gguf_writer_t *w, const char *name, uint32_t type,
                                   uint32_t n_dims, const uint64_t *ne);

@@ -156,6 +156,65 @@ na_status_t na_gguf_writer_kv_arr_i32(na_gguf_writer_t *w, const char *key,
     return st != NA_OK ? st : NA_GW_META(w, v, (size_t)n * 4);
 }
 
+/* Bytes of one fixed-size value of a metadata type; 0 for STRING/ARRAY. */
+static size_t na_gw_scalar_size(uint32_t type)
+{
+    switch (type) {
+    case NA_GGUF_UINT8: case NA_GGUF_INT8: case NA_GGUF_BOOL:      return 1;
+    case NA_GGUF_UINT16: case NA_GGUF_INT16:                       return 2;
+    case NA_GGUF_UINT32: case NA_GGUF_INT32: case NA_GGUF_FLOAT32: return 4;
+    case NA_GGUF_UINT64: case NA_GGUF_INT64: case NA_GGUF_FLOAT64: return 8;
+    default:                                                       return 0;
+    }
+}
+
+/* A string of the reader's image (not NUL-terminated). */
+static na_status_t na_gw_meta_gstr(na_gguf_writer_t *w, const na_gguf_str_t *s)
+{
+    na_status_t st = NA_GW_META(w, &s->len, 8);
+    return st != NA_OK ? st : NA_GW_META(w, s->data, (size_t)s->len);
+}
+
+na_status_t na_gguf_writer_kv_copy(na_gguf_writer_t *w, const na_gguf_kv_t *kv)
+{
+    size_t sz = na_gw_scalar_size(kv->type);
+    na_status_t st;
+    uint64_t i;
+
+    if (kv->type == NA_GGUF_ARRAY) {
+        sz = na_gw_scalar_size(kv->v.arr.type);
+        if (kv->v.arr.type != NA_GGUF_STRING && sz == 0)
+            return w->failed = na_err(NA_ERR_INVALID, "%s: metadata '%s': array of type %d",
+                                      w->path, kv->key, (int)kv->v.arr.type);
+        if ((st = na_gw_arr(w, kv->key, kv->v.arr.type, kv->v.arr.n)) != NA_OK)
+            return st;
+        if (kv->v.arr.type != NA_GGUF_STRING)
+            return NA_GW_META(w, kv->v.arr.data, (size_t)(kv->v.arr.n * sz));
+        for (i = 0, st = NA_OK; st == NA_OK && i < kv->v.arr.n; i++)
+            st = na_gw_meta_gstr(w, &kv->v.arr.strs[i]);
+        return st;
+    }
+    if (kv->type == NA_GGUF_STRING) {
+        st = na_gw_key(w, kv->key, NA_GGUF_STRING);
+        return st != NA_OK ? st : na_gw_meta_gstr(w, &kv->v.str);
+    }
+    if (sz == 0)
+        return w->failed = na_err(NA_ERR_INVALID, "%s: metadata '%s': type %d", w->path,
+                                  kv->key, (int)kv->type);
+    if ((st = na_gw_key(w, kv->key, kv->type)) != NA_OK)
+        return st;
+    if (kv->type == NA_GGUF_FLOAT32) {
+        float f = (float)kv->v.f64;
+        return NA_GW_META(w, &f, 4);
+    }
+    if (kv->type == NA_GGUF_FLOAT64)
+        return NA_GW_META(w, &kv->v.f64, 8);
+    /* integers: the low sz bytes of the 64-bit value (little-endian, as read) */
+    return NA_GW_META(w, kv->type == NA_GGUF_INT8 || kv->type == NA_GGUF_INT16 ||
+                         kv->type == NA_GGUF_INT32 || kv->type == NA_GGUF_INT64
+                         ? (const void *)&kv->v.i64 : (const void *)&kv->v.u64, sz);
+}
+
 na_status_t na_gguf_writer_tensor(na_gguf_writer_t *w, const char *name, uint32_t type,
                                   uint32_t n_dims, const uint64_t *ne)
 {

@@ -22,6 +22,13 @@ enum {
     NA_TOK_UNUSED  = 4,       /* padding: decodes to "" */
 };
 
+/* strip[] of a special token (llama.cpp's LLAMA_TOKEN_ATTR_LSTRIP / RSTRIP):
+ * cut out of text, it takes the white space before / after it along */
+enum {
+    NA_TOK_LSTRIP = 1,
+    NA_TOK_RSTRIP = 2,
+};
+
 struct na_tokenizer {
     int       vocab_size;
     char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the one block
@@ -31,6 +38,7 @@ struct na_tokenizer {
     float    *scores;        /* [vocab] */
     uint8_t  *kind;          /* [vocab] NA_TOK_* */
     uint8_t  *byte_val;      /* [vocab] value of a byte token */
+    uint8_t  *strip;         /* [vocab] NA_TOK_LSTRIP | NA_TOK_RSTRIP of special tokens */
     char     *arena;
     uint32_t  max_piece_len;
     uint32_t *hash;          /* [hash_mask+1] token id + 1, 0 = empty */
@@ -82,12 +90,27 @@ na_status_t na_bpe_merges_load(na_tokenizer_t *t, const struct na_gguf *g);
 na_status_t na_bpe_encode(const na_tokenizer_t *t, const char *text, size_t len, int *tokens,
                           size_t max, size_t *n_p);
 
+/* tokenizer.c: SentencePiece-encode raw text (no special tokens in it),
+ * with the dummy space prefix when `prefix`, appending to
+ * tokens[*n_p .. max). NA_ERR_NOSPACE, NA_ERR_NOMEM. */
+na_status_t na_tok_spm_encode(const na_tokenizer_t *t, const char *text, size_t len, int prefix,
+                              int *tokens, size_t max, size_t *n_p);
+
 /* tok_special.c: the special-token list (t->special), built after the kinds
  * are known; NA_ERR_NOMEM. */
 na_status_t na_tok_special_index(na_tokenizer_t *t);
-/* Encode text[0..len) of a BPE vocabulary, its special tokens cut out first
- * (see na_tokenizer_encode_ex for flags and spans), appending to
- * tokens[*n_p .. max). */
+/* tok_special.c: the strip attributes (t->strip), set by name as llama.cpp
+ * c392e5094 sets them (llama_vocab::impl::load): "<mask>" LSTRIP for the
+ * jina-v2-de/-es/-code pre-tokenizers; for a general.name holding "phi-3"
+ * or "phi3", RSTRIP on every special token and "</s>" but "<unk>", "<s>"
+ * and "<|endoftext|>". Tokens it names that the vocabulary lacks are
+ * skipped. Cannot fail. */
+void na_tok_special_strip(na_tokenizer_t *t, const struct na_gguf *g);
+/* Encode text[0..len), its special tokens cut out first (see
+ * na_tokenizer_encode_ex for flags and spans), appending to
+ * tokens[*n_p .. max): byte-level BPE encodes each raw piece; SentencePiece
+ * too, with the dummy space prefix on the first piece and on each after a
+ * special token (llama.cpp's is_prev_special). */
 na_status_t na_tok_encode_parts(const na_tokenizer_t *t, const char *text, size_t len,
                                 unsigned flags, const na_tok_span_t *spans, size_t n_spans,
                                 int *tokens, size_t max, size_t *n_p);

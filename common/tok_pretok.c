@@ -45,6 +45,15 @@
     "\x9e\xa4\x80-\xf0\x9e\xa5\x83]+"
 #define NA_RE_PORO \
     " ?[^(\\s|.,!?\xe2\x80\xa6\xe3\x80\x82\xef\xbc\x8c\xe3\x80\x81\xe0\xa5\xa4\xdb\x94\xd8\x8c)]+"
+/* tekken (Mistral NeMo and later): llama.cpp's std::regex form of the
+ * tokenizer.json pattern, which spells [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] as
+ * "a letter that is not a-z" and [\p{Ll}\p{Lm}\p{Lo}\p{M}] as "a letter that
+ * is not A-Z": a letter outside ASCII is of both kinds and marks of neither,
+ * as on llama.cpp's collapsed text (every non-ASCII letter one code there) */
+#define NA_RE_TEKKEN \
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|" \
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|" \
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define NA_RE_CJK "[\xe4\xb8\x80-\xe9\xbe\xa5\xe0\xa0\x80-\xe4\xb8\x80\xea\xb0\x80-\xed\x9f\xbf]+"
 
 typedef struct {
@@ -84,10 +93,22 @@ static const na_pretok_fam_t na_pretok_fams[] = {
     { "viking", "viking", 0, 0,
       { NA_RE_PORO,
         "\\p{N}" } },
+    { "tekken", "tekken", 1, 1, { NA_RE_TEKKEN } },
+    /* chameleon: the upstream pre-tokenizer's sequence; its sentinel and
+     * image-token expressions only split what the special-token partition
+     * would split anyway (llama.cpp keeps them for the same reason) */
+    { "chameleon", "chameleon", 0, 1,
+      { "<sentinel:[0-9]+>",
+        "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+        "([\\t\\n]|    |  )",
+        "\\p{N}",
+        "[\\p{P}!-/:-@\\[-`{-~]",
+        NA_RE_GPT2 } },
 };
 
 #define NA_PRETOK_NAMES "default, llama3 (llama-bpe), qwen2, gpt-2, starcoder, falcon, " \
-    "deepseek-llm, deepseek-coder, deepseek-v3, dbrx, poro-chat, viking and their aliases"
+    "deepseek-llm, deepseek-coder, deepseek-v3, dbrx, poro-chat, viking, tekken, chameleon " \
+    "and their aliases"
 
 struct na_pretok {
     const na_pretok_fam_t *fam;

@@ -4,12 +4,74 @@
  * pre-tokenizer sees it, longest token first, as llama.cpp's
  * tokenizer_st_partition does. User-defined tokens are recognised in any
  * text; control tokens only where the caller allows (NA_TOK_PARSE_SPECIAL,
- * or inside the spans it gives: the template parts of a chat). */
+ * or inside the spans it gives: the template parts of a chat). A token
+ * with the LSTRIP / RSTRIP attribute takes the ASCII white space (C
+ * isspace) before / after it along, as tokenizer_st_partition does. */
 #define _GNU_SOURCE             /* memmem */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "tok_internal.h"
+
+/* C's isspace in the "C" locale, whatever the locale is. */
+static int na_tok_isspace(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* The id of the token whose text is s (any kind), or -1. */
+static int na_tok_find_text(const na_tokenizer_t *t, const char *s)
+{
+    size_t l = strlen(s);
+    int id;
+    for (id = 0; id < t->vocab_size; id++)
+        if (t->piece_len[id] == l && memcmp(t->pieces[id], s, l) == 0)
+            return id;
+    return -1;
+}
+
+/* Whether the string value of key holds one of the needles (after ASCII
+ * lowercasing when lower). */
+static int na_tok_key_has(const struct na_gguf *g, const char *key, int lower,
+                          const char *const *needles, size_t n)
+{
+    na_gguf_str_t v;
+    char buf[256];
+    size_t i, l;
+    if (na_gguf_find(g, key) == NULL || na_gguf_get_str(g, key, &v) != NA_OK)
+        return 0;
+    l = v.len < sizeof(buf) - 1 ? (size_t)v.len : sizeof(buf) - 1;
+    for (i = 0; i < l; i++)
+        buf[i] = lower ? (char)tolower((unsigned char)v.data[i]) : v.data[i];
+    buf[l] = 0;
+    for (i = 0; i < n; i++)
+        if (strstr(buf, needles[i]) != NULL)
+            return 1;
+    return 0;
+}
+
+void na_tok_special_strip(na_tokenizer_t *t, const struct na_gguf *g)
+{
+    static const char *const jina[] = { "jina-v2-de", "jina-v2-es", "jina-v2-code" };
+    static const char *const phi3[] = { "phi-3", "phi3" };
+    static const char *const keep[] = { "<unk>", "<s>", "<|endoftext|>" };
+    int id, i;
+
+    if (na_tok_key_has(g, "tokenizer.ggml.pre", 0, jina, 3)) {
+        if ((id = na_tok_find_text(t, "<mask>")) >= 0)
+            t->strip[id] |= NA_TOK_LSTRIP;
+    } else if (na_tok_key_has(g, "general.name", 1, phi3, 2)) {
+        for (i = 0; i < t->n_special; i++)
+            t->strip[t->special[i]] |= NA_TOK_RSTRIP;
+        if ((id = na_tok_find_text(t, "</s>")) >= 0)
+            t->strip[id] |= NA_TOK_RSTRIP;
+        for (i = 0; i < 3; i++)
+            if ((id = na_tok_find_text(t, keep[i])) >= 0)
+                t->strip[id] &= (uint8_t)~NA_TOK_RSTRIP;
+    }
+}
 
 typedef struct {
     uint32_t len;
@@ -133,13 +195,19 @@ na_status_t na_tok_encode_parts(const na_tokenizer_t *t, const char *text, size_
             const char *hit;
             if (a[k].id < 0) {
                 while ((hit = na_tok_next_hit(text, off, end, p, pl, check, spans, n_spans))) {
-                    size_t h = (size_t)(hit - text);
+                    size_t h = (size_t)(hit - text), left = h;
                     if (na_tok_frag_room(&a, &b, &cap, nb, 2) != 0)
                         goto nomem;
-                    if (h > off)
-                        b[nb++] = (na_tok_frag_t){ off, h - off, -1 };
+                    if (t->strip[id] & NA_TOK_LSTRIP)
+                        while (left > off && na_tok_isspace(text[left - 1]))
+                            left--;
+                    if (left > off)
+                        b[nb++] = (na_tok_frag_t){ off, left - off, -1 };
                     b[nb++] = (na_tok_frag_t){ h, pl, id };
                     off = h + pl;
+                    if (t->strip[id] & NA_TOK_RSTRIP)
+                        while (off < end && na_tok_isspace(text[off]))
+                            off++;
                 }
                 if (off >= end)
                     continue;
@@ -154,8 +222,11 @@ na_status_t na_tok_encode_parts(const na_tokenizer_t *t, const char *text, size_
         na = nb;
     }
     for (k = 0; k < na && st == NA_OK; k++) {
-        if (a[k].id < 0)
+        if (a[k].id < 0 && t->bpe)
             st = na_bpe_encode(t, text + a[k].off, a[k].len, tokens, max, n_p);
+        else if (a[k].id < 0)
+            st = na_tok_spm_encode(t, text + a[k].off, a[k].len, k == 0 || a[k - 1].id >= 0,
+                                   tokens, max, n_p);
         else if (*n_p >= max)
             st = na_err(NA_ERR_NOSPACE, "tokenizer: the tokens do not fit the buffer of %zu", max);
         else

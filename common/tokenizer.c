@@ -58,7 +58,7 @@ static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
     while (cap < 2u * (uint32_t)n)
         cap <<= 1;
     /* one block, widest elements first so that every array is aligned */
-    p = calloc(1, vn * sizeof(char *) + vn * (sizeof(float) + sizeof(uint32_t) + 2) +
+    p = calloc(1, vn * sizeof(char *) + vn * (sizeof(float) + sizeof(uint32_t) + 3) +
                   cap * sizeof(uint32_t) + arena_bytes + 1);
     if (p == NULL) {
         free(t);
@@ -72,6 +72,7 @@ static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
     t->hash_mask = cap - 1;
     t->kind      = p;                                 p += vn;
     t->byte_val  = p;                                 p += vn;
+    t->strip     = p;                                 p += vn;
     t->arena     = (char *)p;
     for (b = 0; b < 256; b++) {
         t->byte_id[b] = -1;
@@ -426,6 +427,7 @@ static na_status_t na_tok_create_bpe(const na_gguf_t *g, na_tokenizer_t **tok_p)
     }
     if ((st = na_bpe_merges_load(t, g)) != NA_OK || (st = na_tok_special_index(t)) != NA_OK)
         goto err;
+    na_tok_special_strip(t, g);
     *tok_p = t;
     na_err_clear();
     return NA_OK;
@@ -473,6 +475,8 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
             t->kind[i] = NA_TOK_BYTE;
         else if (type == 2 || type == 3)
             t->kind[i] = NA_TOK_CONTROL;
+        else if (type == 4)
+            t->kind[i] = NA_TOK_USER;
         if (type == 2)
             t->unk = (int)i;
     }
@@ -499,6 +503,11 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
         t->kind[t->eos] = NA_TOK_CONTROL;
     }
     na_tok_index(t);
+    if ((st = na_tok_special_index(t)) != NA_OK) {
+        na_tokenizer_destroy(t);
+        return st;
+    }
+    na_tok_special_strip(t, g);
     *tok_p = t;
     na_err_clear();
     return NA_OK;
@@ -661,25 +670,28 @@ static void na_tok_try_pair(const na_tokenizer_t *t, const na_tok_node_t *nodes,
     na_tok_heap_push(heap, nheap, c);
 }
 
-/* Length of the UTF-8 code point at s (1 if not a valid multi-byte start). */
-static size_t na_tok_cp_len(const uint8_t *s)
+/* Length of the UTF-8 code point at s, of the rem bytes left (1 if not a
+ * valid multi-byte start, or cut short). */
+static size_t na_tok_cp_len(const uint8_t *s, size_t rem)
 {
     size_t want, i;
     if (s[0] < 0xC0 || s[0] > 0xF7)
         return 1;
     want = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
+    if (want > rem)
+        return 1;
     for (i = 1; i < want; i++)
         if ((s[i] & 0xC0) != 0x80)
             return 1;
     return want;
 }
 
-/* SentencePiece: text[0..len) as llama2.c's run.c encodes it. */
-static na_status_t na_tok_encode_spm(const na_tokenizer_t *t, const char *text, size_t len,
-                                     int bos, int eos, int *tokens, size_t max_tokens,
-                                     size_t *n_p)
+/* SentencePiece: text[0..len) as llama2.c's run.c encodes it (the dummy
+ * space prefix when `prefix`), appended to tokens[*n_p .. max_tokens). */
+na_status_t na_tok_spm_encode(const na_tokenizer_t *t, const char *text, size_t len, int prefix,
+                              int *tokens, size_t max_tokens, size_t *n_p)
 {
-    size_t n = 0, nheap = 0, i, out = 0;
+    size_t n = 0, nheap = 0, i, out = *n_p;
     na_tok_node_t *nodes;
     na_tok_cand_t *heap;
     char *scratch;
@@ -696,12 +708,12 @@ static na_status_t na_tok_encode_spm(const na_tokenizer_t *t, const char *text, 
         return na_err(NA_ERR_NOMEM, "tokenizer: no memory to encode %zu bytes", len);
     }
     /* 1. dummy prefix, then one token per code point or per byte */
-    if (len > 0) {
+    if (len > 0 && prefix) {
         int sp = na_tok_lookup(t, " ", 1);
         nodes[n++].id = sp >= 0 ? sp : (t->byte_id[' '] >= 0 ? t->byte_id[' '] : t->unk);
     }
     for (i = 0; i < len;) {
-        size_t cl = na_tok_cp_len(s + i), k;
+        size_t cl = na_tok_cp_len(s + i, len - i), k;
         int id = na_tok_lookup(t, text + i, cl);
         if (id >= 0) {
             nodes[n++].id = id;
@@ -735,20 +747,10 @@ static na_status_t na_tok_encode_spm(const na_tokenizer_t *t, const char *text, 
     }
     /* 3. emit */
     head = n > 0 ? 0 : -1;
-    if (bos) {
-        if (out >= max_tokens)
-            goto err_nospace;
-        tokens[out++] = t->bos;
-    }
     for (; head >= 0; head = nodes[head].next) {
         if (out >= max_tokens)
             goto err_nospace;
         tokens[out++] = nodes[head].id;
-    }
-    if (eos) {
-        if (out >= max_tokens)
-            goto err_nospace;
-        tokens[out++] = t->eos;
     }
     free(nodes);
     free(heap);
@@ -764,8 +766,9 @@ err_nospace:
                   na_tokenizer_max_tokens(len), max_tokens);
 }
 
-/* Byte-level BPE: BOS, the text with its special tokens, EOS. */
-static na_status_t na_tok_encode_bpe(const na_tokenizer_t *t, const char *text, size_t len,
+/* BOS, the text (with its special tokens cut out first where the
+ * vocabulary has any: byte-level BPE and GGUF SentencePiece), EOS. */
+static na_status_t na_tok_encode_all(const na_tokenizer_t *t, const char *text, size_t len,
                                      unsigned flags, const na_tok_span_t *spans, size_t n_spans,
                                      int *tokens, size_t max, size_t *n_p)
 {
@@ -778,7 +781,9 @@ static na_status_t na_tok_encode_bpe(const na_tokenizer_t *t, const char *text, 
                           max);
         tokens[n++] = t->bos;
     }
-    st = na_tok_encode_parts(t, text, len, flags, spans, n_spans, tokens, max, &n);
+    st = t->bpe || t->n_special > 0
+       ? na_tok_encode_parts(t, text, len, flags, spans, n_spans, tokens, max, &n)
+       : na_tok_spm_encode(t, text, len, 1, tokens, max, &n);     /* llama2.c's */
     if (st != NA_OK)
         return st;
     if ((flags & NA_TOK_ADD_EOS) && t->eos >= 0) {
@@ -795,10 +800,7 @@ na_status_t na_tokenizer_encode_ex(const na_tokenizer_t *t, const char *text, si
                                    unsigned flags, const na_tok_span_t *spans, size_t n_spans,
                                    int *tokens, size_t max_tokens, size_t *n_p)
 {
-    if (t->bpe)
-        return na_tok_encode_bpe(t, text, len, flags, spans, n_spans, tokens, max_tokens, n_p);
-    return na_tok_encode_spm(t, text, len, (flags & NA_TOK_ADD_BOS) != 0,
-                             (flags & NA_TOK_ADD_EOS) != 0, tokens, max_tokens, n_p);
+    return na_tok_encode_all(t, text, len, flags, spans, n_spans, tokens, max_tokens, n_p);
 }
 
 na_status_t na_tokenizer_encode(const na_tokenizer_t *t, const char *text,

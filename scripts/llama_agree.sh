@@ -4,9 +4,9 @@
 # weight type (issue 20's acceptance): `nearattn gen-model` writes each file
 # (dim 256, hidden 512, 4 layers, 4 heads / 2 KV heads: head_dim 64, vocab
 # 512, tied embeddings), tests/tools/greedy_top.c (na_greedy_top: monolithic
-# engine, cpu backend, f16 KV, 1 thread) and tests/tools/llama_greedy.c
-# (compiled here against the llama.cpp build: f16 KV, no flash attention,
-# 1 thread) each decode N tokens greedily from the same prompt ids, and a
+# engine, cpu backend, 1 thread) and tests/tools/llama_greedy.c (compiled here
+# against the llama.cpp build: no flash attention, 1 thread) each decode N
+# tokens greedily from the same prompt ids, both with an f32 KV cache, and a
 # markdown table gives per file: tokens equal (the common prefix of the two
 # greedy sequences, out of N), the first divergence (step, our token / theirs,
 # and the top-2 gap of both there: a near tie or not), and the largest
@@ -16,6 +16,14 @@
 #   NA_LLAMA_CPP   a llama.cpp checkout with its build in build/ (bin/ holding
 #                  libllama.so); without it the script skips (exit 77)
 #   NA_AGREE_ARCHS / NA_AGREE_TYPES  override the lists
+#   NA_AGREE_KV    f32 (default) or f16: the KV cache type of both sides.
+#                  f32 is llama.cpp's exact-f32 attention: with F32 K and V
+#                  its mul_mat keeps q and the softmax probabilities in f32
+#                  (F32's vec_dot_type), where with F16 K/V (its default) it
+#                  rounds both to f16 and nearattn does not. Its flash
+#                  attention is no way out at c392e5094: the CPU kernel
+#                  asserts on F32 K ("fattn: unsupported K-type": F32 has no
+#                  from_float) and with F16 K/V it accumulates V in f16.
 #   NA_AGREE_CHECK=1  fail (exit 1) unless every f32 file agrees for all N
 #                  tokens (the architectures' math: RoPE styles, rope_freqs,
 #                  biases, q/k norms) and llama.cpp loads every file whose
@@ -55,8 +63,13 @@ trap 'rm -rf "$TMP"' EXIT
 ARCHS=${NA_AGREE_ARCHS:-llama llama3 qwen2 qwen3}
 TYPES=${NA_AGREE_TYPES:-f32 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m}
 # the ids of "hello world" in gen-model's vocabulary, BOS first
+KV=${NA_AGREE_KV:-f32}
+case $KV in f32|f16) ;; *) echo "NA_AGREE_KV must be f32 or f16, not '$KV'" >&2; exit 2 ;; esac
+export NA_GREEDY_KV=$KV NA_LLAMA_KV=$KV NA_LLAMA_FA=0
 PROMPT="1 259 331 328 335 378 409 391 335 327"
 fail=0
+echo "KV cache $KV on both sides; $N greedy tokens"
+echo
 echo "| arch | type | tokens equal (of $N) | first divergence: step, ours / llama.cpp | top-2 gap there: ours / llama.cpp | max abs top-logit diff before it |"
 echo "|---|---|---|---|---|---|"
 for a in $ARCHS; do

@@ -90,8 +90,12 @@ enum {
     NA_TEST_BPE_BOS, NA_TEST_BPE_EOS, NA_TEST_BPE_IM_START, /* control tokens */
     NA_TEST_BPE_THINK,                                        /* user-defined <think> */
     NA_TEST_BPE_PAD,                                          /* unused [PAD9] */
+    NA_TEST_BPE_MASK,                                         /* user-defined <mask> */
     NA_TEST_BPE_N
 };
 int na_test_bpe_vocab(const char *path, const char *pre, const char *extra_merge);
+/* The same with general.name = name (NULL: the key absent). */
+int na_test_bpe_vocab_named(const char *path, const char *pre, const char *extra_merge,
+                            const char *name);
 
 #endif /* NA_TESTUTIL_H */

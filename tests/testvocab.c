@@ -40,11 +40,17 @@ static const char *const tv_merges[] = {
     "b c", "a b", "a bc", "a a", "\xc4\xa0 b", "\xc3\x83 \xc2\xa9", "h i",
 };
 static const char *const tv_special[] = {
-    "<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<think>", "[PAD9]",
+    "<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<think>", "[PAD9]", "<mask>",
 };
-static const int tv_special_type[] = { 3, 3, 3, 4, 5 };
+static const int tv_special_type[] = { 3, 3, 3, 4, 5, 4 };
 
 int na_test_bpe_vocab(const char *path, const char *pre, const char *extra_merge)
+{
+    return na_test_bpe_vocab_named(path, pre, extra_merge, NULL);
+}
+
+int na_test_bpe_vocab_named(const char *path, const char *pre, const char *extra_merge,
+                            const char *name)
 {
     enum { NW = sizeof(tv_words) / sizeof(tv_words[0]),
            NM = sizeof(tv_merges) / sizeof(tv_merges[0]),
@@ -75,6 +81,8 @@ int na_test_bpe_vocab(const char *path, const char *pre, const char *extra_merge
     if (extra_merge != NULL)
         merges[nm++] = extra_merge;
     st = na_gguf_writer_create(path, &w);
+    if (st == NA_OK && name != NULL)
+        st = na_gguf_writer_kv_str(w, "general.name", name);
     if (st == NA_OK)
         st = na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2");
     if (st == NA_OK && pre != NULL)

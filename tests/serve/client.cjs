@@ -8,6 +8,12 @@
 //                                      max_tokens}); their texts to OUT.json
 //   chat BASE                          a streamed chat completion with usage
 //   chat400 BASE                       a chat request refused with 400 (no template)
+//   chatids BASE IDS                   a chat (Llama-3 template: system + user),
+//                                      greedy, plain and streamed, against a
+//                                      completion of the token ids in file IDS
+//                                      (the rendering tokenized by `nearattn
+//                                      tokenize --special`): the same prompt
+//                                      token count and the same text
 //   cancel BASE MARK                   a long stream aborted after 5 chunks; MARK is
 //                                      created after the 5th chunk, the client
 //                                      waits for MARK.go before aborting
@@ -100,6 +106,33 @@ async function chat(base) {
     messages: [{ role: 'user', content: 'Hi' }] });
   if (r.object !== 'chat.completion' || r.choices[0].message.role !== 'assistant') fail('chat object');
   console.log('OK chat ' + n + ' chunks ' + JSON.stringify(text));
+}
+
+async function chatids(base, idsFile) {
+  const c = client(base);
+  const ids = fs.readFileSync(idsFile, 'utf8').trim().split(/\s+/).map(Number);
+  const messages = [{ role: 'system', content: 'You are brief.' },
+                    { role: 'user', content: 'Hello! How are you today?' }];
+  const r = await c.chat.completions.create({ model: 'm', max_tokens: 8, temperature: 0, messages });
+  const p = await c.completions.create({ model: 'm', max_tokens: 8, temperature: 0, prompt: ids });
+  const s = await c.chat.completions.create({ model: 'm', max_tokens: 8, temperature: 0, messages,
+    stream: true, stream_options: { include_usage: true } });
+  let text = '', usage = null;
+  for await (const ch of s) {
+    if (ch.usage) usage = ch.usage;
+    if (ch.choices.length > 0 && ch.choices[0].delta.content) text += ch.choices[0].delta.content;
+  }
+  const chatText = r.choices[0].message.content;
+  if (r.usage.prompt_tokens !== ids.length || p.usage.prompt_tokens !== ids.length ||
+      !usage || usage.prompt_tokens !== ids.length)
+    fail('prompt tokens: chat ' + r.usage.prompt_tokens + ', stream ' + (usage && usage.prompt_tokens) +
+         ', completion of the ids ' + p.usage.prompt_tokens + ', expected ' + ids.length);
+  if (r.usage.completion_tokens < 1) fail('no tokens generated: ' + JSON.stringify(r.usage));
+  if (chatText !== p.choices[0].text || text !== chatText)
+    fail('texts differ: chat ' + JSON.stringify(chatText) + ', stream ' + JSON.stringify(text) +
+         ', completion of the ids ' + JSON.stringify(p.choices[0].text));
+  console.log('OK chatids ' + ids.length + ' prompt tokens, ' + r.usage.completion_tokens +
+              ' generated ' + JSON.stringify(chatText));
 }
 
 async function chat400(base) {
@@ -219,6 +252,6 @@ async function unavailable(base) {
 }
 
 const [scen, base, ...args] = process.argv.slice(2);
-const table = { completion, streams, chat, chat400, cancel, key, stall, ctxlimit, unavailable };
+const table = { completion, streams, chat, chat400, chatids, cancel, key, stall, ctxlimit, unavailable };
 if (!table[scen]) fail('unknown scenario ' + scen);
 table[scen](base, ...args).catch((e) => fail(scen + ': ' + (e.stack || e)));

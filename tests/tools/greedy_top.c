@@ -4,8 +4,9 @@
  * same output from llama.cpp through tests/tools/llama_greedy.c).
  * usage: na_greedy_top MODEL N_NEW ID [ID ...]
  * Prints one line per generated token: "step id logit id2 logit2" (the
- * argmax and the runner-up of the logits that chose it). KV cache f16 and
- * one thread on the cpu backend (NA_GREEDY_BACKEND=ref for the reference);
+ * argmax and the runner-up of the logits that chose it). KV cache f16
+ * (NA_GREEDY_KV=f32 for f32) and one thread on the cpu backend
+ * (NA_GREEDY_BACKEND=ref for the reference);
  * the prompt goes through one prefill step, each new token one decode step. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +38,9 @@ static void top2(const float *l, int v, int *i1, int *i2)
 
 int main(int argc, char **argv)
 {
-    const char *backend = getenv("NA_GREEDY_BACKEND");
-    na_engine_opts_t eo = { backend ? backend : "cpu", 1, NA_DTYPE_F16, 0 };
+    const char *backend = getenv("NA_GREEDY_BACKEND"), *kvs = getenv("NA_GREEDY_KV");
+    na_dtype_t kvt = kvs != NULL && strcmp(kvs, "f32") == 0 ? NA_DTYPE_F32 : NA_DTYPE_F16;
+    na_engine_opts_t eo = { backend ? backend : "cpu", 1, kvt, 0 };
     na_model_t *m = NULL;
     na_engine_t *e = NULL;
     na_acts_t *a = NULL;
@@ -79,7 +81,7 @@ int main(int argc, char **argv)
     if (st == NA_OK)
         st = na_acts_create(e, n_prompt, 1, &a);
     if (st == NA_OK)
-        st = na_kv_local_create(&m->cfg, NA_DTYPE_F16, e->kern, e->kern->mem, &kv);
+        st = na_kv_local_create(&m->cfg, kvt, e->kern, e->kern->mem, &kv);
     v = st == NA_OK ? m->cfg.vocab_size : 0;
     for (i = 0; i < n_new && st == NA_OK; i++) {
         int at = i == 0 ? 0 : n_prompt + i - 1, n = i == 0 ? n_prompt : 1, i1, i2;

@@ -6,8 +6,8 @@
  *   added tokens by id; an id with neither is "[PAD<id>]", type UNUSED),
  *   .token_type (added: CONTROL when special or when it looks special,
  *   "<|...|>", else USER_DEFINED; others NORMAL), .merges ("a b"; the
- *   [a, b] pair form too), .bos_token_id / .eos_token_id / .add_bos_token /
- *   .add_eos_token from tokenizer_config.json when given.
+ *   [a, b] pair form too), .bos_token_id / .eos_token_id and
+ *   tokenizer.chat_template from tokenizer_config.json when given.
  *
  * For the tokenizer tests (tests/tok/test_tok_hf.sh) and for checking
  * llama.cpp's test vectors whose vocabulary files are not shipped
@@ -37,7 +37,7 @@ int main(int argc, char **argv)
 {
     json_error_t je;
     json_t *tj, *cfg = NULL, *vocab, *merges, *added, *v;
-    const char *key;
+    const char *key, *tmpl = NULL;
     size_t n = 0, i, nm;
     char **toks, **ms, pad[32];
     int32_t *types;
@@ -120,6 +120,8 @@ int main(int argc, char **argv)
                 eos = (int)i;
         }
     }
+    if (cfg != NULL && json_is_string(json_object_get(cfg, "chat_template")))
+        tmpl = json_string_value(json_object_get(cfg, "chat_template"));
     if ((st = na_gguf_writer_create(argv[4], &w)) != NA_OK ||
         (st = na_gguf_writer_kv_str(w, "general.architecture", "llama")) != NA_OK ||
         (st = na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2")) != NA_OK ||
@@ -132,7 +134,9 @@ int main(int argc, char **argv)
         (bos >= 0 && (st = na_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id",
                                                  (uint32_t)bos)) != NA_OK) ||
         (eos >= 0 && (st = na_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id",
-                                                 (uint32_t)eos)) != NA_OK)) {
+                                                 (uint32_t)eos)) != NA_OK) ||
+        (tmpl != NULL && (st = na_gguf_writer_kv_str(w, "tokenizer.chat_template",
+                                                     tmpl)) != NA_OK)) {
         na_gguf_writer_abort(w);
         return fail(argv[4], na_errmsg());
     }

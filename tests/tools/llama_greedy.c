@@ -4,11 +4,13 @@
  * token) for the same prompt ids. Not built by CMake (llama.cpp is not a
  * dependency): the script compiles it against a llama.cpp build tree.
  * usage: llama_greedy MODEL N_NEW ID [ID ...]
- * Context: 512 tokens (or prompt + N_NEW), f16 KV cache (llama.cpp's
- * default), no flash attention, CPU only, 1 thread; the prompt is one
- * llama_decode, each new token another. */
+ * Context: 512 tokens (or prompt + N_NEW), KV cache f16 (llama.cpp's
+ * default) or f32 with NA_LLAMA_KV=f32, no flash attention unless
+ * NA_LLAMA_FA=1, CPU only, 1 thread; the prompt is one llama_decode, each
+ * new token another. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "llama.h"
 
@@ -57,7 +59,12 @@ int main(int argc, char **argv)
     cp.n_ubatch = cp.n_ctx;
     cp.n_threads = 1;
     cp.n_threads_batch = 1;
-    cp.flash_attn = false;
+    {
+        const char *kv = getenv("NA_LLAMA_KV"), *fa = getenv("NA_LLAMA_FA");
+        if (kv != NULL && strcmp(kv, "f32") == 0)
+            cp.type_k = cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn = fa != NULL && strcmp(fa, "1") == 0;
+    }
     ctx = llama_init_from_model(model, cp);
     if (ctx == NULL) {
         fprintf(stderr, "llama_greedy: cannot create a context\n");

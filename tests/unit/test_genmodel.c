@@ -2,7 +2,9 @@
  * gen-model command: the llama2.c and GGUF files of one generation hold the
  * same weights (exactly for f32, within dtype tolerance for f16/bf16/q8_0),
  * the same tokenizer, are deterministic in the seed, weights have the
- * documented scale, bad shapes are refused, and the CLI works. */
+ * documented scale, bad shapes are refused, and the CLI works; --vocab-from
+ * copies a BPE vocabulary's tokenizer.* keys as they are (a vocabulary the
+ * test writes: tests/testvocab.c) and refuses files without one. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/genmodel.h"
+#include "common/gguf.h"
 #include "common/model.h"
 #include "common/tokenizer.h"
 #include "kernels/ref/ref.h"
@@ -348,6 +351,126 @@ static void check_vocab_sizes(const char *dir)
     }
 }
 
+/* Whether two metadata entries hold the same type and value. */
+static int kv_same(const na_gguf_kv_t *a, const na_gguf_kv_t *b)
+{
+    uint64_t i;
+    if (a->type != b->type)
+        return 0;
+    switch (a->type) {
+    case NA_GGUF_STRING:
+        return a->v.str.len == b->v.str.len && !memcmp(a->v.str.data, b->v.str.data, a->v.str.len);
+    case NA_GGUF_ARRAY:
+        if (a->v.arr.type != b->v.arr.type || a->v.arr.n != b->v.arr.n)
+            return 0;
+        for (i = 0; i < a->v.arr.n; i++) {
+            if (a->v.arr.type == NA_GGUF_STRING
+                ? a->v.arr.strs[i].len != b->v.arr.strs[i].len ||
+                  memcmp(a->v.arr.strs[i].data, b->v.arr.strs[i].data, a->v.arr.strs[i].len)
+                : na_gguf_arr_f64(a, i) != na_gguf_arr_f64(b, i))
+                return 0;
+        }
+        return 1;
+    case NA_GGUF_FLOAT32: case NA_GGUF_FLOAT64:
+        return a->v.f64 == b->v.f64;
+    default:
+        return a->v.u64 == b->v.u64;
+    }
+}
+
+/* gen-model --vocab-from: every tokenizer.* key of the source as it is, the
+ * vocab size its token count, the same ids from both files' tokenizers; a
+ * chat template given replaces the source's; files without a vocabulary and
+ * the llama2.c format refused with messages naming the file and key. */
+static void check_vocab_from(const char *dir)
+{
+    static const char *const texts[] = { "hi abc", "<|im_start|>bc aa", "\xc3\xa9 b ca" };
+    char src[600], out[600], pre[600], bad[600];
+    na_genmodel_opts_t o;
+    na_gguf_t *a = NULL, *b = NULL;
+    na_gguf_writer_t *w = NULL;
+    na_tokenizer_t *ta = NULL, *tb = NULL;
+    na_model_t *m = NULL;
+    const na_gguf_kv_t *t;
+    uint64_t i, n_tok = 0;
+    size_t k;
+
+    snprintf(src, sizeof(src), "%s/bpe.gguf", dir);
+    snprintf(pre, sizeof(pre), "%s/vf", dir);
+    snprintf(out, sizeof(out), "%s/vf.gguf", dir);
+    NA_CHECK(na_test_bpe_vocab(src, "llama-bpe", NULL) == 0);
+    na_genmodel_shape(&o, 64, 128, 2, 4, 2, 512, 128);
+    na_genmodel_set_arch(&o, NA_GENMODEL_LLAMA3);
+    NA_CHECK_OK(na_genmodel_vocab_from(src, &o));
+    NA_CHECK(o.vocab_size == NA_TEST_BPE_N && o.write_gguf && !o.write_llama2c);
+    o.chat_template = "{{ '<|im_start|>' }}";
+    NA_CHECK_OK(na_genmodel_write(pre, &o));
+    NA_CHECK_OK(na_gguf_open_head(src, &a));
+    NA_CHECK_OK(na_gguf_open_head(out, &b));
+    for (i = 0; a != NULL && b != NULL && i < a->n_kv; i++) {
+        const na_gguf_kv_t *x = &a->kv[i], *y = na_gguf_find(b, x->key);
+        if (strncmp(x->key, "tokenizer.", 10) != 0)
+            continue;
+        n_tok++;
+        NA_CHECK_MSG(y != NULL && kv_same(x, y), "key %s differs or is missing", x->key);
+    }
+    NA_CHECK(n_tok == 7);       /* model, pre, tokens, types, merges, bos, eos */
+    if (b != NULL) {
+        na_gguf_str_t ct = { 0, NULL };
+        NA_CHECK_OK(na_gguf_get_str(b, "tokenizer.chat_template", &ct));
+        NA_CHECK(ct.len == strlen(o.chat_template) && !memcmp(ct.data, o.chat_template, ct.len));
+        NA_CHECK(na_gguf_get_arr(b, "tokenizer.ggml.tokens", NA_GGUF_STRING, &t) == NA_OK &&
+                 t->v.arr.n == NA_TEST_BPE_N);
+    }
+    na_gguf_destroy(a);
+    na_gguf_destroy(b);
+    NA_CHECK_OK(na_model_open(out, &m));
+    if (m != NULL) {
+        NA_CHECK(m->cfg.vocab_size == NA_TEST_BPE_N && m->cfg.dim == 64);
+        na_model_destroy(m);
+    }
+    NA_CHECK_OK(na_tokenizer_open(src, 0, &ta));
+    NA_CHECK_OK(na_tokenizer_open(out, 0, &tb));
+    for (k = 0; ta != NULL && tb != NULL && k < sizeof(texts) / sizeof(texts[0]); k++) {
+        int ia[64], ib[64];
+        size_t na_ = 0, nb = 0;
+        unsigned fl = NA_TOK_ADD_BOS | NA_TOK_PARSE_SPECIAL;
+        NA_CHECK_OK(na_tokenizer_encode_ex(ta, texts[k], strlen(texts[k]), fl, NULL, 0, ia, 64, &na_));
+        NA_CHECK_OK(na_tokenizer_encode_ex(tb, texts[k], strlen(texts[k]), fl, NULL, 0, ib, 64, &nb));
+        NA_CHECK_MSG(na_ > 1 && na_ == nb && !memcmp(ia, ib, na_ * sizeof(int)),
+                     "'%s': %zu ids from the source, %zu from the copy", texts[k], na_, nb);
+    }
+    NA_CHECK(tb == NULL || strcmp(na_tokenizer_kind(tb), na_tokenizer_kind(ta)) == 0);
+    na_tokenizer_destroy(ta);
+    na_tokenizer_destroy(tb);
+
+    /* refusals: no file, no tokens, too few tokens, the llama2.c format */
+    snprintf(bad, sizeof(bad), "%s/none.gguf", dir);
+    NA_CHECK(na_genmodel_vocab_from(bad, &o) != NA_OK);
+    NA_CHECK_MSG(strstr(na_errmsg(), "none.gguf") != NULL, "%s", na_errmsg());
+    snprintf(bad, sizeof(bad), "%s/notok.gguf", dir);
+    NA_CHECK_OK(na_gguf_writer_create(bad, &w));
+    if (w != NULL) {
+        static const char *const few[] = { "a", "b" };
+        NA_CHECK_OK(na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2"));
+        NA_CHECK_OK(na_gguf_writer_finish(w));
+        NA_CHECK(na_genmodel_vocab_from(bad, &o) == NA_ERR_NOT_FOUND);
+        NA_CHECK_MSG(strstr(na_errmsg(), "tokenizer.ggml.tokens") != NULL &&
+                     strstr(na_errmsg(), "notok.gguf") != NULL, "%s", na_errmsg());
+        NA_CHECK_OK(na_gguf_writer_create(bad, &w));
+        NA_CHECK_OK(na_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2"));
+        NA_CHECK_OK(na_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", few, 2));
+        NA_CHECK_OK(na_gguf_writer_finish(w));
+        NA_CHECK(na_genmodel_vocab_from(bad, &o) == NA_ERR_INVALID);
+        NA_CHECK_MSG(strstr(na_errmsg(), "has 2 entries") != NULL, "%s", na_errmsg());
+    }
+    na_genmodel_set_arch(&o, NA_GENMODEL_LLAMA);    /* llama2.c-able but for the vocabulary */
+    NA_CHECK_OK(na_genmodel_vocab_from(src, &o));
+    o.write_llama2c = 1;
+    NA_CHECK(na_genmodel_write(pre, &o) == NA_ERR_INVALID);
+    NA_CHECK_MSG(strstr(na_errmsg(), "GGUF file only") != NULL, "%s", na_errmsg());
+}
+
 static int run(const char *cmd)
 {
     int rc = system(cmd);
@@ -386,6 +509,22 @@ static void check_cli(const char *dir)
     }
     snprintf(path, sizeof(path), "%s/c.bin", dir);
     NA_CHECK(na_model_open(path, &m) == NA_ERR_IO);     /* --format gguf only */
+    /* --vocab-from (the vocabulary check_vocab_from wrote): GGUF only */
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model --out '%s/cv' --vocab-from '%s/bpe.gguf' --quiet",
+             bin, dir, dir);
+    NA_CHECK(run(cmd) == 0);
+    snprintf(path, sizeof(path), "%s/cv.gguf", dir);
+    NA_CHECK_OK(na_model_open(path, &m));
+    if (m != NULL) {
+        NA_CHECK(m->cfg.vocab_size == NA_TEST_BPE_N);
+        na_model_destroy(m);
+    }
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model --out '%s/cv' --vocab-from '%s/bpe.gguf' "
+             "--format both 2> /dev/null", bin, dir, dir);
+    NA_CHECK(run(cmd) == 2);
+    snprintf(cmd, sizeof(cmd), "'%s' gen-model --out '%s/cv' --vocab-from '%s/nothing.gguf' "
+             "2> /dev/null", bin, dir, dir);
+    NA_CHECK(run(cmd) == 2);
 }
 
 /* The GGML block formats (common/quantize.c): each matrix in the type
@@ -561,6 +700,7 @@ int main(void)
     check_bad_options();
     check_space_refusal(dir);
     check_vocab_sizes(dir);
+    check_vocab_from(dir);
     check_cli(dir);
     na_test_rmtree(dir);
     return na_test_finish();

@@ -8,12 +8,16 @@
  * round trips of random bytes, the pre-tokenizer splits of several families
  * on numbers, contractions, CJK, emoji and whitespace runs, and clear errors
  * for an unknown pre-tokenizer and a merge naming no token; and `nearattn
- * tokenize` (cli/cmd_tokenize.c) on that vocabulary. */
+ * tokenize` (cli/cmd_tokenize.c) on that vocabulary. Also the special
+ * tokens of a GGUF SentencePiece vocabulary (gen-model's): cut out of the
+ * text as in BPE, each text piece after one with the dummy space prefix,
+ * and Phi-3's strip attributes there. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "common/genmodel.h"
 #include "common/gguf.h"
 #include "common/tok_pretok.h"
 #include "common/tokenizer.h"
@@ -211,6 +215,87 @@ static void check_splits(void)
     check_split("default", "a   b", "a|  | b");
     /* invalid UTF-8 is kept in the words, never dropped */
     check_split("llama-bpe", "a\xff\xfe b", "a|\xff\xfe| b");
+    /* tekken: case runs (camelCase, an acronym before a word), one digit a
+     * word, "/" kept after a line break; a letter outside ASCII is of both
+     * cases (llama.cpp's reading), so "\xc3\x89COLE" splits after the É */
+    check_split("tekken", "camelCaseWord HTTPServer iOS x\n/y 123",
+                "camel|Case|Word| HTTPServer| i|OS| x|\n|/y| |1|2|3");
+    check_split("tekken", "\xc3\x89" "COLE \xc3\xa9" "cole",
+                "\xc3\x89|COLE| \xc3\xa9" "cole");
+    /* chameleon: each expression splits every piece the last one left, so
+     * a sentinel's digits and brackets are words too; two or four spaces,
+     * tabs and newlines alone; punctuation one character a word */
+    check_split("chameleon", "<sentinel:12>IMGIMGABZ  x 12, y's\tz    w",
+                "<|sentinel|:|1|2|>|IMGIMGABZ|  |x| |1|2|,| y|'|s|\t|z|    |w");
+}
+
+/* Encode text (no BOS) into out; the count, or -1. */
+static int enc_ids(const na_tokenizer_t *t, const char *text, unsigned flags, int *out, int cap)
+{
+    size_t n = 0;
+    if (na_tokenizer_encode_ex(t, text, strlen(text), flags, NULL, 0, out, (size_t)cap, &n) !=
+        NA_OK)
+        return -1;
+    return (int)n;
+}
+
+/* text = a + the special token `id` + b: its ids are enc(a'), id, enc(b'),
+ * where a' is a without its trailing white space when lstrip and b' is b
+ * without its leading white space when rstrip. */
+static void check_strip(const na_tokenizer_t *t, const char *a, int id, const char *b,
+                        unsigned flags, int lstrip, int rstrip)
+{
+    char text[128], a2[64], what[160];
+    const char *b2 = b;
+    int got[64], want[64], n, na_, nb;
+    size_t al = strlen(a);
+
+    snprintf(text, sizeof(text), "%s%s%s", a, na_tokenizer_piece(t, id), b);
+    while (lstrip && al > 0 && (a[al - 1] == ' ' || a[al - 1] == '\n'))
+        al--;
+    snprintf(a2, sizeof(a2), "%.*s", (int)al, a);
+    while (rstrip && (*b2 == ' ' || *b2 == '\n'))
+        b2++;
+    n = enc_ids(t, text, flags, got, 64);
+    na_ = enc_ids(t, a2, 0, want, 64);
+    if (na_ < 0)
+        na_ = 0;
+    want[na_] = id;
+    nb = enc_ids(t, b2, 0, want + na_ + 1, 63 - na_);
+    snprintf(what, sizeof(what), "'%s' (lstrip %d, rstrip %d)", text, lstrip, rstrip);
+    NA_CHECK_MSG(n == na_ + 1 + nb && memcmp(got, want, (size_t)n * sizeof(int)) == 0,
+                 "%s: %d ids, want %d", what, n, na_ + 1 + nb);
+}
+
+/* llama.cpp's strip attributes (set by name): "<mask>" takes the white
+ * space before it along for jina-v2-de/-es/-code; with a general.name of
+ * Phi-3 every special token takes the white space after it. */
+static void check_strips(const char *dir)
+{
+    char path[512];
+    na_tokenizer_t *t = NULL;
+
+    t = open_vocab(dir, "plain", "gpt-2", NULL, path, sizeof(path));
+    if (t != NULL) {
+        check_strip(t, "x  ", NA_TEST_BPE_MASK, "  y", 0, 0, 0);
+        check_strip(t, "a ", NA_TEST_BPE_THINK, " \nb", 0, 0, 0);
+        na_tokenizer_destroy(t);
+    }
+    t = open_vocab(dir, "jina", "jina-v2-de", NULL, path, sizeof(path));
+    if (t != NULL) {
+        check_strip(t, "x \n ", NA_TEST_BPE_MASK, "  y", 0, 1, 0);
+        check_strip(t, "a ", NA_TEST_BPE_THINK, " b", 0, 0, 0);     /* only <mask> */
+        na_tokenizer_destroy(t);
+    }
+    snprintf(path, sizeof(path), "%s/phi.gguf", dir);
+    NA_CHECK(na_test_bpe_vocab_named(path, "gpt-2", NULL, "Phi-3 Mini (test)") == 0);
+    NA_CHECK_OK(na_tokenizer_open(path, 0, &t));
+    if (t != NULL) {
+        check_strip(t, "a ", NA_TEST_BPE_THINK, " \n b", 0, 0, 1);
+        check_strip(t, "a ", NA_TEST_BPE_IM_START, "  b", NA_TOK_PARSE_SPECIAL, 0, 1);
+        check_strip(t, "a ", NA_TEST_BPE_MASK, " b", 0, 0, 1);
+        na_tokenizer_destroy(t);
+    }
 }
 
 static void check_errors(const char *dir)
@@ -315,6 +400,56 @@ static void check_cli(const char *dir, const char *vocab)
     NA_CHECK(rc == 2);
 }
 
+/* A GGUF SentencePiece vocabulary (gen-model's <unk>, <s>, </s>): control
+ * tokens only when asked, the piece after one with the dummy prefix; named
+ * Phi-3 (the file's keys copied with general.name changed), </s> takes the
+ * white space after it along and <s> does not (llama.cpp's phi-3 rule). */
+static void check_spm_special(const char *dir)
+{
+    char pre[512], src[512], phi[512];
+    na_genmodel_opts_t o;
+    na_tokenizer_t *t = NULL;
+    na_gguf_t *g = NULL;
+    na_gguf_writer_t *w = NULL;
+    int got[64], n;
+    uint64_t i;
+
+    snprintf(pre, sizeof(pre), "%s/spm", dir);
+    snprintf(src, sizeof(src), "%s/spm.gguf", dir);
+    snprintf(phi, sizeof(phi), "%s/spm-phi.gguf", dir);
+    na_genmodel_shape(&o, 16, 32, 1, 2, 2, 300, 32);
+    o.write_llama2c = 0;
+    o.write_gguf = 1;
+    NA_CHECK_OK(na_genmodel_write(pre, &o));
+    NA_CHECK_OK(na_tokenizer_open(src, 0, &t));
+    if (t != NULL) {
+        NA_CHECK(strcmp(na_tokenizer_kind(t), "bpe") != 0);
+        n = enc_ids(t, "a</s>b", 0, got, 64);
+        NA_CHECK(n > 3);
+        while (n-- > 0)
+            NA_CHECK(got[n] != 2);                  /* text unless asked */
+        check_strip(t, "a ", 2, "  b", NA_TOK_PARSE_SPECIAL, 0, 0);
+        check_strip(t, "hello", 1, "world", NA_TOK_PARSE_SPECIAL, 0, 0);
+        na_tokenizer_destroy(t);
+    }
+    NA_CHECK_OK(na_gguf_open_head(src, &g));
+    NA_CHECK_OK(na_gguf_writer_create(phi, &w));
+    for (i = 0; g != NULL && w != NULL && i < g->n_kv; i++)
+        if (strcmp(g->kv[i].key, "general.name") != 0)
+            NA_CHECK_OK(na_gguf_writer_kv_copy(w, &g->kv[i]));
+    if (w != NULL) {
+        NA_CHECK_OK(na_gguf_writer_kv_str(w, "general.name", "Phi3 test"));
+        NA_CHECK_OK(na_gguf_writer_finish(w));
+    }
+    na_gguf_destroy(g);
+    NA_CHECK_OK(na_tokenizer_open(phi, 0, &t));
+    if (t != NULL) {
+        check_strip(t, "a ", 2, " \n b", NA_TOK_PARSE_SPECIAL, 0, 1);
+        check_strip(t, "a ", 1, "  b", NA_TOK_PARSE_SPECIAL, 0, 0);
+        na_tokenizer_destroy(t);
+    }
+}
+
 int main(void)
 {
     char dir[256], path[512];
@@ -354,6 +489,21 @@ int main(void)
         na_tokenizer_destroy(t);
     }
     check_splits();
+    check_strips(dir);
+    check_spm_special(dir);
+    /* tekken: words that are a token whole, BOS; chameleon: BOS, merges */
+    t = open_vocab(dir, "tekken", "tekken", NULL, path, sizeof(path));
+    if (t != NULL) {
+        NA_CHECK(na_tokenizer_add_bos(t));
+        ENC(t, "ca", 0, NA_TEST_BPE_CA);
+        na_tokenizer_destroy(t);
+    }
+    t = open_vocab(dir, "chameleon", "chameleon", NULL, path, sizeof(path));
+    if (t != NULL) {
+        NA_CHECK(na_tokenizer_add_bos(t));
+        ENC(t, "ca", 0, 'c', 'a');
+        na_tokenizer_destroy(t);
+    }
     check_errors(dir);
     na_test_rmtree(dir);
     return na_test_finish();
