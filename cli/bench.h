@@ -49,5 +49,6 @@ int na_cli_bench_e2e(int argc, char **argv);        /* cli/bench_e2e.c */
 int na_cli_bench_capacity(int argc, char **argv);   /* cli/bench_capacity.c */
 int na_cli_bench_serve(int argc, char **argv);      /* cli/bench_serve.c */
 int na_cli_bench_prefix(int argc, char **argv);     /* cli/bench_prefix.c */
+int na_cli_bench_longctx(int argc, char **argv);    /* cli/bench_longctx.c */
 
 #endif /* NA_CLI_BENCH_H */
