@@ -34,7 +34,7 @@
 #define LC_RSS_LIMIT 0.10        /* offload peak RSS: max / min - 1 within 10 % */
 
 typedef struct {
-    long   dim, hidden, layers, heads, kv_heads, vocab, n_new, chunk;
+    long   dim, hidden, layers, heads, kv_heads, vocab, n_new, chunk, seq_len;
     int    rss[LC_MAX_SIZES], n_rss;         /* offload RSS prompts */
     int    ctx[LC_MAX_SIZES], n_ctx;         /* TTFT / decode contexts, both modes */
     int    threads;
@@ -64,6 +64,10 @@ static void lc_usage(FILE *f)
         "  --full         the issue's sizes (an hour or more on 2 cores)\n"
         "  --new N        tokens generated per request (default 16)\n"
         "  --prefill-chunk N  layout parallel.prefill_chunk (default 256)\n"
+        "  --seq-len N    the model's context (default: the longest prompt + new\n"
+        "                 tokens); e.g. a 100,000-token prompt on a 128K-context model:\n"
+        "                 --rss-sizes 100000 --ctx 0 --seq-len 131072 --dim 64\n"
+        "                 --hidden 172 --layers 2 --heads 4 --kv-heads 1 --vocab 512\n"
         "  --dim D --hidden H --layers N --heads Q --kv-heads K --vocab V\n"
         "                 the model (default the 110M-class shape of stories110M:\n"
         "                 768, 2048, 12, 12, 12, 32000; --quick: 64, 172, 2, 4, 4, 512\n"
@@ -97,7 +101,7 @@ static int lc_own(void *ctx, int argc, char **argv, int *i)
                 !strcmp(a, "--layers") ? &c->layers : !strcmp(a, "--heads") ? &c->heads :
                 !strcmp(a, "--kv-heads") ? &c->kv_heads : !strcmp(a, "--vocab") ? &c->vocab :
                 !strcmp(a, "--new") ? &c->n_new : !strcmp(a, "--prefill-chunk") ? &c->chunk :
-                NULL;
+                !strcmp(a, "--seq-len") ? &c->seq_len : NULL;
 
     if (!strcmp(a, "--full")) {
         static const int rss[] = { 2048, 8192, 32768 }, cx[] = { 8192, 32768 };
@@ -242,6 +246,13 @@ int na_cli_bench_longctx(int argc, char **argv)
     for (i = 0; i < c.n_ctx; i++)
         max_tok = c.ctx[i] > max_tok ? c.ctx[i] : max_tok;
     max_tok += (int)c.n_new + 8;
+    if (c.seq_len > 0 && c.seq_len < max_tok) {
+        fprintf(stderr, "nearattn bench longctx: --seq-len %ld is shorter than the longest "
+                "prompt + new tokens (%d)\n", c.seq_len, max_tok);
+        return 2;
+    }
+    if (c.seq_len > max_tok)
+        max_tok = (int)c.seq_len;
     na_genmodel_shape(&go, (int)c.dim, (int)c.hidden, (int)c.layers, (int)c.heads,
                       (int)c.kv_heads, (int)c.vocab, max_tok);
     if (na_genmodel_check(&go) != NA_OK) {
@@ -336,11 +347,11 @@ int na_cli_bench_longctx(int argc, char **argv)
     na_bench_note(b, "one request per point process (`bench e2e --point`, batch 1, %ld new "
                   "tokens, greedy, %d compute threads) against one storage-node process "
                   "(shared memory, KV in DRAM, prefill_chunk %ld, prefix reuse off); generated "
-                  "model dim %ld, hidden %ld, %ld layers, %ld q / %ld kv heads, vocab %ld, f16 "
-                  "KV (%.0f B per token); peak RSS = VmHWM of the compute process (weights "
+                  "model dim %ld, hidden %ld, %ld layers, %ld q / %ld kv heads, vocab %ld, context "
+                  "%d, f16 KV (%.0f B per token); peak RSS = VmHWM of the compute process (weights "
                   "included); TTFT = from the start of generation (engine and connection "
                   "made) to the first token", c.n_new, c.threads, c.chunk, c.dim, c.hidden,
-                  c.layers, c.heads, c.kv_heads, c.vocab, kv_tok);
+                  c.layers, c.heads, c.kv_heads, c.vocab, max_tok, kv_tok);
     na_bench_note(b, "1-minute load average at the end of each point: %.2f .. %.2f (the "
                   "storage node's prefill attention shares the machine's cores with the "
                   "compute process)", lmin, lmax);
