@@ -16,11 +16,14 @@
  *
  * A generated model (common/genmodel.h, random weights): by default the
  * 110M-class shape of llama2.c's stories110M (dim 768, 12 layers). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cli/bench.h"
@@ -30,14 +33,14 @@
 
 #define LC_MAX_SIZES 8
 #define LC_POINT_S   (6 * 3600)  /* one point process at most (a 32K prefill: an hour here) */
-#define LC_PORT0     14790       /* the storage node's port */
+#define LC_PORT0     14790       /* the storage node's port when no free one is found */
 #define LC_RSS_LIMIT 0.10        /* offload peak RSS: max / min - 1 within 10 % */
 
 typedef struct {
     long   dim, hidden, layers, heads, kv_heads, vocab, n_new, chunk, seq_len;
     int    rss[LC_MAX_SIZES], n_rss;         /* offload RSS prompts */
     int    ctx[LC_MAX_SIZES], n_ctx;         /* TTFT / decode contexts, both modes */
-    int    threads;
+    int    threads, port;
     char   exe[PATH_MAX];
     char   dir[PATH_MAX - 64];
     na_link_t link;
@@ -134,6 +137,26 @@ static int lc_own(void *ctx, int argc, char **argv, int *i)
     return 1;
 }
 
+/* A TCP port free on 127.0.0.1 now (the kernel's pick), so two runs at once
+ * (a Release and a sanitizer build's tests) do not collide; LC_PORT0 if none. */
+static int lc_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = LC_PORT0;
+
+    if (fd < 0)
+        return port;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
 /* The layout: one storage node with DRAM for the longest request's KV. */
 static int lc_layout(const lc_t *c, int max_tok, char *out, size_t cap)
 {
@@ -156,7 +179,7 @@ static int lc_layout(const lc_t *c, int max_tok, char *out, size_t cap)
                "parallel: { partition: request, batches_in_flight: 1, max_batch: 4, "
                "prefill_chunk: %ld }\n"
                "kv: { block_tokens: 64, spill_interval: 4, tier: dram, prefix_reuse: false }\n",
-            c->dir, c->dir, LC_PORT0, c->dir, 64 + kv * 1.25 / 1048576.0, c->chunk);
+            c->dir, c->dir, c->port, c->dir, 64 + kv * 1.25 / 1048576.0, c->chunk);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -241,6 +264,7 @@ int na_cli_bench_longctx(int argc, char **argv)
             memcpy(c.ctx, def, sizeof(def));
     }
     c.threads = o.threads;
+    c.port = lc_free_port();
     for (i = 0; i < c.n_rss; i++)
         max_tok = c.rss[i] > max_tok ? c.rss[i] : max_tok;
     for (i = 0; i < c.n_ctx; i++)
