@@ -50,5 +50,6 @@ int na_cli_bench_capacity(int argc, char **argv);   /* cli/bench_capacity.c */
 int na_cli_bench_serve(int argc, char **argv);      /* cli/bench_serve.c */
 int na_cli_bench_prefix(int argc, char **argv);     /* cli/bench_prefix.c */
 int na_cli_bench_arrivals(int argc, char **argv);   /* cli/bench_arrivals.c */
+int na_cli_bench_longctx(int argc, char **argv);    /* cli/bench_longctx.c */
 
 #endif /* NA_CLI_BENCH_H */

@@ -72,7 +72,7 @@ int na_e2e_point_parse(const char *line, na_e2e_point_t *p)
         PF("net_s", net_s); PF("attn_s", attn_s); PF("disk_s", disk_s); PF("idle_s", idle_s);
         PF("bytes_out", bytes_out); PF("bytes_in", bytes_in); PF("an_out", an_out);
         PF("an_in", an_in); PF("ssd_bytes", ssd_bytes); PF("tm", tm); PF("ta", ta);
-        PF("rss", rss); PF("rss_dec", rss_dec);
+        PF("rss", rss); PF("rss_dec", rss_dec); PF("ttft_s", ttft);
 #undef PF
 #undef PI
     }
@@ -120,6 +120,8 @@ typedef struct {
     int             seen;
     na_asvc_stats_t at_decode;   /* counters when every request had its first token */
     double          t0, t_last;  /* decode window: after that snapshot .. last token */
+    double          t_start;     /* generation started (engine and connections made) */
+    double          t_first;     /* the first token of any request */
     double          rss_dec;     /* resident bytes when decode starts */
 } pt_snap_t;
 
@@ -131,6 +133,8 @@ static void pt_on_token(void *user, const na_request_t *r, int token)
     pt_snap_t *s = user;
     (void)r;
     (void)token;
+    if (s->seen == 0)
+        s->t_first = na_bench_now();
     if (++s->seen == s->want) {
         if (s->svc != NULL)
             na_asvc_stats(s->svc, &s->at_decode);
@@ -437,8 +441,9 @@ static void pt_usage(FILE *f)
                "                          | --mode M --batch B --ctx C [--new N] [--threads T]\n"
                "                          [--link-Bps R] [--link-rtt S])\n"
                "One point of the sweep (run by `nearattn bench e2e --sweep` and `bench\n"
-               "capacity`): prints a POINT (rss / rss_dec: this process's peak resident\n"
-               "bytes / resident bytes when decode starts),\n"
+               "capacity`, `bench longctx`): prints a POINT (rss / rss_dec: this process's\n"
+               "peak resident bytes / resident bytes when decode starts; ttft_s: from the\n"
+               "start of generation to the first token),\n"
                "PROBE or CAPACITY (requests of C+N tokens the storage nodes admit) line.\n"
                "Modes: monolithic kv-fetch offload offload+wb\n"
                "offload+wb+pipe offload+wb+pipe+xcache.\n");
@@ -532,6 +537,7 @@ int na_cli_e2e_point(int argc, char **argv)
     pt_requests(e, r, B, C, N);
     memset(&snap, 0, sizeof(snap));
     snap.want = B;
+    snap.t_start = na_bench_now();
     if (mode == NA_E2E_MONO) {
         na_gen_opts_t go;
         na_gen_stats_t gs;
@@ -571,8 +577,10 @@ int na_cli_e2e_point(int argc, char **argv)
         oo.xcache = mode == NA_E2E_OFF_WB_PIPE_XC;
         oo.xcache_share = 0.5;
         oo.xcache_host_mb = 4096;
+        oo.prefill_chunk = (int)cfg->parallel.prefill_chunk;   /* the layout's */
         oo.on_token = pt_on_token;
         oo.user = &snap;
+        snap.t_start = na_bench_now();
         st = na_offload_generate(e, svc, r, B, &oo, &os);
         if (st == NA_OK) {
             pt_count_t *c = (pt_count_t *)svc;
@@ -650,10 +658,11 @@ int na_cli_e2e_point(int argc, char **argv)
     printf("POINT mode=%d batch=%d ctx=%d nodes=%d new=%d ok=%d tok_s=%.6g step_s=%.6g "
            "compute_s=%.6g net_s=%.6g attn_s=%.6g disk_s=%.6g idle_s=%.6g bytes_out=%.6g "
            "bytes_in=%.6g an_out=%.6g an_in=%.6g ssd_bytes=%.6g tm=%.6g ta=%.6g rss=%.6g "
-           "rss_dec=%.6g\n",
+           "rss_dec=%.6g ttft_s=%.6g\n",
            p.mode, p.batch, p.ctx, p.nodes, p.new_tokens, p.ok, p.tok_s, p.step_s, p.compute_s,
            p.net_s, p.attn_s, p.disk_s, p.idle_s, p.bytes_out, p.bytes_in, p.an_out, p.an_in,
-           p.ssd_bytes, p.tm, p.ta, pt_rss("VmHWM"), snap.rss_dec);
+           p.ssd_bytes, p.tm, p.ta, pt_rss("VmHWM"), snap.rss_dec,
+           snap.seen > 0 ? snap.t_first - snap.t_start : 0.0);
     rc = p.ok ? 0 : 1;
 out_req:
     for (i = 0; i < B; i++)

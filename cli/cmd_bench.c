@@ -20,6 +20,7 @@ static const na_cli_cmd_t na_cli_bench_kinds[] = {
     { "serve", "HTTP serving: tok/s, TTFT, ITL at concurrency 1..64 vs nearattn run", na_cli_bench_serve },
     { "arrivals", "a long prompt arrives while N streams decode: their ITL p99, its TTFT vs alone", na_cli_bench_arrivals },
     { "prefix", "prefix reuse: N prompts sharing a long prefix, reuse on vs off (tokens, TTFT, time)", na_cli_bench_prefix },
+    { "longctx", "long prompts: compute peak RSS at 2K..32K offload, TTFT and decode offload vs monolithic", na_cli_bench_longctx },
     { NULL, NULL, NULL }
 };
 

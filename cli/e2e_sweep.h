@@ -47,6 +47,8 @@ typedef struct {
     double tm, ta;                       /* mean compute slice, mean attention round trip */
     double rss;                          /* the point process's peak resident bytes */
     double rss_dec;                      /* its resident bytes when decode started */
+    double ttft;                         /* from the start of generation to the first
+                                            request's first token, s (bench longctx) */
     double load1;                        /* 1-min load average as it ended (the sweep
                                             sets it; -1 unknown), in table, JSON, plots */
     int    ok;

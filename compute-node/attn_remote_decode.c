@@ -5,6 +5,7 @@
  * Lamina §5.2.1), each a request of the protocol session (rdma/session.h);
  * the ATTN_OUT answers and the entries' ERRORs, whatever order they come in,
  * fill the entries, and poll hands back the batches every node answered. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,13 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
         for (c = 0; c < n_chunks; c++) {
             int base = c * b->chunk[j];
             int cn = b->cnt[j] - base < b->chunk[j] ? b->cnt[j] - base : b->chunk[j];
+            long long dl_ms;
+            uint32_t mq = 1;
+            for (k = base; k < base + cn; k++)
+                mq = we[k].n_queries > mq ? we[k].n_queries : mq;
+            /* a prompt chunk of mq queries is at most mq decode steps' work
+             * at its position: its answer gets mq x the decode deadline */
+            dl_ms = (long long)ans_ms * mq;
             memset(&m, 0, sizeof(m));
             m.type = NA_WIRE_MSG_DECODE_ATTN;
             m.flags = c + 1 < n_chunks ? NA_WIRE_F_MORE : 0;
@@ -145,11 +153,12 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
             m.u.attn.dtype = NA_DTYPE_F32;
             m.u.attn.scale = 1.0f / sqrtf((float)hd);
             m.u.attn.entries = we + base;
-            /* answered within peer_timeout_ms, like any sign of life: the
-             * node answers heartbeats while it computes, so a lost answer
-             * (or a batch it forgot) is only seen by this deadline */
+            /* answered within peer_timeout_ms (x mq), like any sign of
+             * life: the node answers heartbeats while it computes, so a lost
+             * answer (or a batch it forgot) is only seen by this deadline */
             if (na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ATTN_OUT,
-                                NA_SES_ERR_NOTE, ans_ms, rm_attn_reply,
+                                NA_SES_ERR_NOTE, dl_ms < INT_MAX ? (int)dl_ms : INT_MAX,
+                                rm_attn_reply,
                                 (uintptr_t)batch) != NA_OK) {
                 rm_node_lost(p, j, na_errmsg());    /* fails what it owes, this batch too */
                 break;

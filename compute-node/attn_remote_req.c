@@ -98,7 +98,8 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
     na_status_t st = NA_ERR_PEER;
     uint32_t *ids = NULL;
     na_kvhash_t *keys = NULL;
-    int j, t, nk = 0, hit = 0;
+    char full_why[NA_ASVC_REASON_MAX];
+    int j, t, nk = 0, hit = 0, full = 0;
 
     r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -165,11 +166,19 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
             }
             if (!p->nodes[best].alive)      /* lost meanwhile: another node takes it */
                 continue;
-            if (st != NA_ERR_NOSPACE)
+            /* full (NOSPACE), or too small for it even when empty (RANGE:
+             * another node's budget may be larger) */
+            if (st != NA_ERR_NOSPACE && st != NA_ERR_RANGE)
                 break;
-            /* full: count it as loaded so the next try picks another node */
+            if (st == NA_ERR_NOSPACE && !full) {    /* room may come: the caller waits */
+                full = 1;
+                snprintf(full_why, sizeof(full_why), "%s", na_errmsg());
+            }
+            /* count it as loaded so the next try picks another node */
             p->nodes[best].n_open += 1L << 20;
         }
+        if (r->n_own == 0 && st == NA_ERR_RANGE && full)
+            st = na_err(NA_ERR_NOSPACE, "%s", full_why);
         for (j = 0; j < p->n_nodes; j++)
             if (p->nodes[j].n_open >= (1L << 20))
                 p->nodes[j].n_open -= 1L << 20;

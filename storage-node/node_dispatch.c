@@ -107,7 +107,7 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     if (st != NA_OK) {
         char why[NA_WIRE_TEXT_MAX + 1];
         snprintf(why, sizeof(why), "%s", na_errmsg());
-        if (st == NA_ERR_NOSPACE)
+        if (st == NA_ERR_NOSPACE || st == NA_ERR_RANGE)    /* full now / past the budget */
             n->refused_opens++;
         st = na_err(st, "node %s refused request %llu: %s", n->name,
                     (unsigned long long)o->request_id, why);

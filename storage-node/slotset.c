@@ -196,17 +196,34 @@ static na_status_t na_ss_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t si
     st = na_place_request_near(&ss->place, r->bytes_per_kvh, prefer, r->parts, &r->n_parts);
     if (st == NA_ERR_NOSPACE) {
         char why[256];
-        uint64_t best = 0;
+        uint64_t best = 0, cap = 0;
+        na_place_t empty = ss->place;
+        na_place_part_t parts[NA_PLACE_MAX_SLOTS];
+        int n;
+        const char *key = ss->common.no_ssd_tier ? "dram_mb (kv.tier dram)" : "ssd_mb";
+
         snprintf(why, sizeof(why), "%s", na_errmsg());
         for (i = 0; i < ss->place.n_slots; i++) {
             uint64_t free_b = ss->place.cap[i] > ss->place.load[i]
                               ? ss->place.cap[i] - ss->place.load[i] : 0;
             if (free_b > best)
                 best = free_b;
+            if (ss->place.cap[i] > cap)
+                cap = ss->place.cap[i];
         }
+        /* would it fit this node with nothing else open? If not, waiting for
+         * other requests to end cannot help: NA_ERR_RANGE, not NOSPACE */
+        memset(empty.load, 0, sizeof(empty.load));
+        if (na_place_request(&empty, r->bytes_per_kvh, parts, &n) != NA_OK)
+            return na_err(NA_ERR_RANGE, "it needs %.1f MiB of KV (%d tokens), more than the "
+                          "KV budget of any slot here (%.1f MiB, storage[].devices[].%s), even "
+                          "with no other request open (%s)", (double)(r->bytes_per_kvh *
+                          (uint64_t)n_kvh) / 1048576.0, max_tokens, (double)cap / 1048576.0,
+                          key, why);
         return na_err(st, "it needs %.1f MiB of KV (%d tokens), the most any slot has free "
-                      "is %.1f MiB (%s)", (double)(r->bytes_per_kvh * (uint64_t)n_kvh) /
-                      1048576.0, max_tokens, (double)best / 1048576.0, why);
+                      "is %.1f MiB of its KV budget (%.1f MiB, storage[].devices[].%s; %s)",
+                      (double)(r->bytes_per_kvh * (uint64_t)n_kvh) / 1048576.0, max_tokens,
+                      (double)best / 1048576.0, (double)cap / 1048576.0, key, why);
     }
     if (st != NA_OK)
         return st;

@@ -80,8 +80,10 @@ const na_slot_common_t *na_slotset_common(const na_slotset_t *ss);
 uint64_t    na_slotset_bytes_per_kvh(const na_slotset_t *ss, int max_tokens);
 
 /* Place request sid (n_kvh KV heads, max_tokens) and open its parts. On
- * failure nothing stays open; NA_ERR_NOSPACE says how much it needed and
- * the most any slot has free. */
+ * failure nothing stays open; NA_ERR_NOSPACE (room may come when other
+ * requests end) says how much it needed, the most any slot has free and
+ * the slots' KV budget; NA_ERR_RANGE when it would not fit even with no
+ * other request open (more than the budget: waiting cannot help). */
 na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
                             int max_tokens, int n_kvh);
 /* na_slotset_open for a request whose prompt p is offered for prefix reuse:

@@ -638,9 +638,12 @@ static int nc_refuse(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     r.h1 = r.nh = s->n_kv_heads;
     r.max_tokens = 1 << 23;                /* far past any test SSD budget */
     st = nc_open(sc, s, &r, a->dtype);
-    NA_CHECK_MSG(st == NA_ERR_NOSPACE, "huge open gave %s: %s", na_status_string(st), na_errmsg());
+    /* more than the budget even on an empty node: RANGE (never fits), not
+     * NOSPACE (full now: the compute node would wait for room) */
+    NA_CHECK_MSG(st == NA_ERR_RANGE, "huge open gave %s: %s", na_status_string(st), na_errmsg());
     printf("REFUSED %s\n", na_errmsg());
     NA_CHECK(strstr(na_errmsg(), "refused") != NULL);
+    NA_CHECK(strstr(na_errmsg(), "KV budget") != NULL);
     NA_CHECK(nc_stat(sc, na_stat_node_key(NA_STAT_OPENS_REFUSED)) >= 1);
     return nc_basic(sc, s, a);
 }

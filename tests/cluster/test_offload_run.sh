@@ -22,7 +22,19 @@
 #   longctx the compute process's peak RSS (run's summary, VmHWM) does not
 #           grow with the prompt: a generated model with a 4200-token
 #           context, prompts of ~1000 and ~4000 tokens, within 3 MiB (a
-#           prompt's local KV here would be 6 MiB more)
+#           prompt's local KV here would be 6 MiB more); the ~4000-token
+#           prompt in one chunk of 4096 queries with peer_timeout_ms 600
+#           (the chunk's answer takes seconds, its deadline is its queries x
+#           peer_timeout_ms): the same text, no node lost
+#   budget  a storage node out of KV budget while a long prompt is admitted
+#           (a generated model, 2 KiB of KV a token, 4 short prompts, the
+#           long one, 2 more): with room for the long one once the short
+#           ones end (ssd_mb 4), it waits (the node refuses it at least
+#           once) and every text is the monolithic one; with a budget
+#           smaller than the long request alone (ssd_mb 2), it fails at
+#           once (refused once, not at every end of another request) with
+#           a reason naming the slot's KV budget, and the other requests
+#           give the monolithic text; nothing hangs
 #   mpirun  storage nodes under `mpirun -n 3 nearattn node` (ranks from the
 #           environment), run --cluster connect
 #   netns   storage nodes in one network namespace, the compute node in
@@ -301,6 +313,50 @@ chunks)
     fi
     kill -TERM "$SP0"; wait "$SP0" 2>/dev/null
     ;;
+budget)
+    "$BIN" gen-model --out "$DIR/bg" --dim 128 --hidden 256 --layers 4 --heads 4 --kv-heads 4 \
+        --vocab 300 --seq-len 4200 --format llama2c --quiet || fail "gen-model failed"
+    # ~3.7 tokens a word: 400 words ~ 1500 tokens; the short ones ~15
+    long=$(i=0; while [ $i -lt 400 ]; do printf 'the cat sat on a mat and ran far '; i=$((i + 9)); done)
+    { for i in 1 2 3 4; do echo "the cat sat number $i"; done; echo "$long"
+      for i in 5 6; do echo "the cat sat number $i"; done; } > "$DIR/prompts.txt"
+    # ssd_mb 4 = 2048 tokens of KV: 4 x (15 + 200) beside 1500 + 200 do not fit, 1700 alone does
+    L=$(layout bgwait 1 request 1 auto auto 2 false "$DIR/bg.bin" "$DIR/bg.tok.bin" 127.0.0.1 4)
+    sed -i "s/peer_timeout_ms: 2000/peer_timeout_ms: $((30000 * NA_TS))/" "$L"
+    # no prefix reuse: the requests open in their order (none waits for a
+    # shared block), so the long one comes after the 4 short ones
+    na_vs_mono bgwait offload "$DIR/bg.bin" "$DIR/bg.tok.bin" 200 --config "$L" --cluster start \
+        --no-prefix-reuse
+    r=$(cat "$DIR"/nearattn-run-bgwait-s0-*.log | grep -c "refused request")
+    cat "$DIR"/nearattn-run-bgwait-s0-*.log | grep "refused request" | grep -q "(1[0-9][0-9][0-9] tokens)" ||
+        fail "bgwait: the long prompt was never refused (did not wait)"
+    [ "$r" -le 16 ] || fail "bgwait: $r refused opens: admission retries in a loop"
+    grep -q "prompt tokens 1[0-9][0-9][0-9]" "$DIR/bgwait.err" ||
+        fail "bgwait: the prompts are not ~1500 tokens: $(grep '^offload (' "$DIR/bgwait.err")"
+    echo "ok: the long prompt waited for room ($r refusal(s)), monolithic text"
+    # ssd_mb 2 = 1024 tokens: the long request alone does not fit
+    L=$(layout bgfail 1 request 1 auto auto 2 false "$DIR/bg.bin" "$DIR/bg.tok.bin" 127.0.0.1 2)
+    sed -i "s/peer_timeout_ms: 2000/peer_timeout_ms: $((30000 * NA_TS))/" "$L"
+    "$BIN" run --mode monolithic --model "$DIR/bg.bin" --tokenizer "$DIR/bg.tok.bin" \
+        --prompts "$DIR/prompts.txt" -n 16 --temp 0 --threads 1 > "$DIR/bgfail.mono" 2>/dev/null ||
+        fail "bgfail: monolithic run failed"
+    na_fg "$DIR/bgfail.off" "$DIR/bgfail.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
+        --cluster start --prompts "$DIR/prompts.txt" -n 16 --temp 0 --threads 1 --no-prefix-reuse
+    rc=$?
+    [ $rc -eq 124 ] && fail "bgfail: the run hung"
+    [ $rc -eq 1 ] || fail "bgfail: exit $rc, expected 1 (the long request failed)"
+    grep -aq "^\[5\] FAILED" "$DIR/bgfail.off" || fail "bgfail: the long prompt did not fail"
+    grep -av "^\[5\]" "$DIR/bgfail.mono" > "$DIR/bgfail.mono6"
+    grep -av "^\[5\]" "$DIR/bgfail.off" > "$DIR/bgfail.off6"
+    # (a generated text may hold newlines: count the requests' first lines)
+    [ "$(grep -ac '^\[[0-9]\] ' "$DIR/bgfail.off6")" -eq 6 ] || fail "bgfail: the other requests did not all finish"
+    na_same_sorted "$DIR/bgfail.mono6" "$DIR/bgfail.off6" || fail "bgfail: the others' text differs"
+    grep "KV budget" "$DIR/bgfail.err" | grep -q "ssd_mb" ||
+        fail "bgfail: the reason does not name the KV budget: $(grep -i 'refused\|FAIL' "$DIR/bgfail.err" | head -n 3)"
+    r=$(cat "$DIR"/nearattn-run-bgfail-s0-*.log | grep -c "refused request")
+    [ "$r" -eq 1 ] || fail "bgfail: the long request was refused $r times, expected once (it cannot fit)"
+    echo "ok: a request larger than the node's KV budget fails at once: $(grep -o 'it needs.*budget[^;]*' "$DIR/bgfail.err" | head -n 1)"
+    ;;
 longctx)
     "$BIN" gen-model --out "$DIR/lc" --dim 128 --hidden 256 --layers 4 --heads 4 --kv-heads 4 \
         --vocab 300 --seq-len 4200 --format llama2c --quiet || fail "gen-model failed"
@@ -328,6 +384,28 @@ longctx)
     awk -v a="$r1" -v b="$r4" 'BEGIN { exit !(b - a < 3.0) }' ||
         fail "longctx: compute peak RSS $r1 MiB for $t1 prompt tokens, $r4 MiB for $t4"
     echo "ok: compute peak RSS $r1 MiB ($t1 prompt tokens), $r4 MiB ($t4)"
+    # the ~4000-token prompt in one chunk of 4096 queries, peer_timeout_ms
+    # 600: that answer takes seconds (one layer: 4000 queries over up to
+    # 4000 tokens), a decode step's milliseconds. The chunk's deadline is
+    # its queries x peer_timeout_ms, so the node is not declared lost
+    # (before: "no answer to DECODE_ATTN within 600 ms", the request failed).
+    # Release build only: under the sanitizers the compute node's own work
+    # on 4096 rows takes longer than the peer timeout, and it does not
+    # answer the node's heartbeats meanwhile (the node drops it as silent)
+    if [ "$NA_TS" -gt 1 ]; then
+        echo "note: one chunk of 4096 queries: not run in the sanitizer build"
+    else
+        sed -e "s/peer_timeout_ms: [0-9]*/peer_timeout_ms: 600/" \
+            -e "s/heartbeat_ms: 200/heartbeat_ms: 100/" "$L" > "$DIR/lcdl.yaml"
+        na_fg "$DIR/lcdl.out" "$DIR/lcdl.err" timeout 150 "$BIN" run --config "$DIR/lcdl.yaml" \
+            --cluster start --prompts "$DIR/p1080.txt" -n 2 --temp 0 --threads 1 --prefill-chunk 4096 ||
+            fail "longctx: one chunk of 4096 queries with peer_timeout_ms 600: $(grep -i 'lost\|fail' "$DIR/lcdl.err" | head -n 3)"
+        grep -q "chunked prefill: 4096 prompt tokens a step" "$DIR/lcdl.err" ||
+            fail "longctx: the run did not take the prompt in one chunk"
+        cmp -s "$DIR/lc1080.out" "$DIR/lcdl.out" ||
+            fail "longctx: one chunk of 4096 gives another text than chunks of 256"
+        echo "ok: a prompt chunk of 4096 queries answered past peer_timeout_ms ($(sed -n 's/^time split: wall \([0-9.]*\) s.*/\1/p' "$DIR/lcdl.err") s run)"
+    fi
     ;;
 prefix)
     base="Once upon a time there was a little girl named Lily who loved to play in the park"

@@ -275,8 +275,18 @@ static void test_f32_placement(void)
     NA_CHECK(spec.common.kv_dtype == NA_DTYPE_F32);
     NA_CHECK_OK(na_slotset_create(&spec, &ss));
     NA_CHECK(na_slotset_bytes_per_kvh(ss, 100) == 100u * 2 * 2 * 64 * 4);
-    NA_CHECK(na_slotset_open(ss, &r, 7, tokens, 2) == NA_ERR_NOSPACE);
+    /* more than the budget even with nothing open: RANGE (waiting cannot
+     * help), naming the budget */
+    NA_CHECK(na_slotset_open(ss, &r, 7, tokens, 2) == NA_ERR_RANGE);
+    NA_CHECK_MSG(strstr(na_errmsg(), "KV budget of any slot here (1.0 MiB, "
+                        "storage[].devices[].ssd_mb)") != NULL, "message: %s", na_errmsg());
     NA_CHECK_OK(na_slotset_open(ss, &r, 7, 1000, 2));
+    {   /* fits when empty, not beside request 7: NOSPACE (it may wait) */
+        na_slotset_req_t r2;
+        NA_CHECK(na_slotset_open(ss, &r2, 8, 1000, 2) == NA_ERR_NOSPACE);
+        NA_CHECK_MSG(strstr(na_errmsg(), "of its KV budget (1.0 MiB") != NULL, "message: %s",
+                     na_errmsg());
+    }
     NA_CHECK_OK(na_slotset_release(ss, &r));
     na_slotset_destroy(ss);
 
@@ -288,7 +298,7 @@ static void test_f32_placement(void)
     NA_CHECK_OK(na_asvc_open(svc, 1, tokens));          /* f16: fits */
     na_asvc_destroy(svc);
     NA_CHECK_OK(na_asvc_inproc_create(c32, &mc, &svc));
-    NA_CHECK(na_asvc_open(svc, 1, tokens) == NA_ERR_NOSPACE);   /* f32: twice the bytes */
+    NA_CHECK(na_asvc_open(svc, 1, tokens) == NA_ERR_RANGE);     /* f32: twice the bytes */
     NA_CHECK_MSG(strstr(na_errmsg(), "(1572864 bytes)") != NULL, "message: %s", na_errmsg());
     NA_CHECK_OK(na_asvc_open(svc, 2, 1000));
     na_asvc_destroy(svc);

@@ -1,0 +1,395 @@
+/* cli/bench_longctx.c — `nearattn bench longctx`: long prompts, offloaded vs
+ * monolithic (issue 21, docs/benchmarks.md "Long contexts").
+ *
+ * Every figure comes from a point process (`nearattn bench e2e --point`,
+ * cli/bench_point.c: the compute node alone in its process, so its peak RSS
+ * is the compute node's memory) with one request, against one storage-node
+ * process started here (shared memory, KV in DRAM):
+ *
+ *   RSS     the compute process's peak RSS (VmHWM) for prompts of each
+ *           --rss-sizes length in offload mode (chunked prefill on the
+ *           storage node): flat within 10 % is the target, so the spread
+ *           (max / min - 1) is printed beside that limit, and each prompt's
+ *           KV (what a monolithic compute node would hold) beside its RSS
+ *   speed   for each --ctx context: time to first token (the whole prefill)
+ *           and decode tokens/s, offload beside monolithic.
+ *
+ * A generated model (common/genmodel.h, random weights): by default the
+ * 110M-class shape of llama2.c's stories110M (dim 768, 12 layers). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "cli/e2e_sweep.h"
+#include "common/genmodel.h"
+
+#define LC_MAX_SIZES 8
+#define LC_POINT_S   (6 * 3600)  /* one point process at most (a 32K prefill: an hour here) */
+#define LC_PORT0     14790       /* the storage node's port when no free one is found */
+#define LC_RSS_LIMIT 0.10        /* offload peak RSS: max / min - 1 within 10 % */
+
+typedef struct {
+    long   dim, hidden, layers, heads, kv_heads, vocab, n_new, chunk, seq_len;
+    int    rss[LC_MAX_SIZES], n_rss;         /* offload RSS prompts */
+    int    ctx[LC_MAX_SIZES], n_ctx;         /* TTFT / decode contexts, both modes */
+    int    threads, port;
+    char   exe[PATH_MAX];
+    char   dir[PATH_MAX - 64];
+    na_link_t link;
+} lc_t;
+
+static void lc_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: nearattn bench longctx [--rss-sizes LIST] [--ctx LIST] [--full] [shape]\n"
+        "                              [options]\n\n"
+        "Long prompts, one request at a time, each in its own compute process against\n"
+        "one storage-node process started here (shared memory, KV in DRAM):\n"
+        "  - the compute process's peak RSS in offload mode (chunked prefill on the\n"
+        "    storage node) for each --rss-sizes prompt: flat within 10 %% is the\n"
+        "    target (the spread is printed beside it), and each prompt's KV, what a\n"
+        "    monolithic compute node would hold, beside each figure;\n"
+        "  - at each --ctx context: time to first token and decode tok/s, offload\n"
+        "    beside monolithic.\n"
+        "Generated model with random weights, f16 KV.\n\n"
+        "  --rss-sizes L  offload prompt lengths for the RSS rows, comma-separated\n"
+        "                 (default 512,2048,8192; --full 2048,8192,32768)\n"
+        "  --ctx L        contexts of the TTFT / decode rows (default 2048,8192;\n"
+        "                 --full 8192,32768; 0: none)\n"
+        "  --full         the issue's sizes (an hour or more on 2 cores)\n"
+        "  --new N        tokens generated per request (default 16)\n"
+        "  --prefill-chunk N  layout parallel.prefill_chunk (default 256)\n"
+        "  --seq-len N    the model's context (default: the longest prompt + new\n"
+        "                 tokens); e.g. a 100,000-token prompt on a 128K-context model:\n"
+        "                 --rss-sizes 100000 --ctx 0 --seq-len 131072 --dim 64\n"
+        "                 --hidden 172 --layers 2 --heads 4 --kv-heads 1 --vocab 512\n"
+        "  --dim D --hidden H --layers N --heads Q --kv-heads K --vocab V\n"
+        "                 the model (default the 110M-class shape of stories110M:\n"
+        "                 768, 2048, 12, 12, 12, 32000; --quick: 64, 172, 2, 4, 4, 512\n"
+        "                 and sizes 256,1024 / ctx 512)\n"
+        NA_CLI_BENCH_OPTS_HELP);
+}
+
+/* Comma-separated lengths 1..NA_MODEL_MAX_SEQ-ish into v; "0" alone: none.
+ * Count, or -1. */
+static int lc_ints(const char *s, int *v, int cap)
+{
+    int n = 0;
+    if (!strcmp(s, "0"))
+        return 0;
+    while (*s && n < cap) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 1 || x > (1L << 20) || (*end != ',' && *end != '\0'))
+            return -1;
+        v[n++] = (int)x;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return *s ? -1 : n;
+}
+
+static int lc_own(void *ctx, int argc, char **argv, int *i)
+{
+    lc_t *c = ctx;
+    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long *dst = !strcmp(a, "--dim") ? &c->dim : !strcmp(a, "--hidden") ? &c->hidden :
+                !strcmp(a, "--layers") ? &c->layers : !strcmp(a, "--heads") ? &c->heads :
+                !strcmp(a, "--kv-heads") ? &c->kv_heads : !strcmp(a, "--vocab") ? &c->vocab :
+                !strcmp(a, "--new") ? &c->n_new : !strcmp(a, "--prefill-chunk") ? &c->chunk :
+                !strcmp(a, "--seq-len") ? &c->seq_len : NULL;
+
+    if (!strcmp(a, "--full")) {
+        static const int rss[] = { 2048, 8192, 32768 }, cx[] = { 8192, 32768 };
+        memcpy(c->rss, rss, sizeof(rss));
+        c->n_rss = 3;
+        memcpy(c->ctx, cx, sizeof(cx));
+        c->n_ctx = 2;
+        return 1;
+    }
+    if (!strcmp(a, "--rss-sizes") || !strcmp(a, "--ctx")) {
+        int *v = a[2] == 'r' ? c->rss : c->ctx, n;
+        n = val == NULL ? -1 : lc_ints(val, v, LC_MAX_SIZES);
+        if (n < 0 || (n == 0 && a[2] == 'r')) {
+            fprintf(stderr, "nearattn bench longctx: %s expects up to %d token counts, "
+                    "comma-separated%s\n", a, LC_MAX_SIZES, a[2] == 'r' ? "" : " (or 0)");
+            return 2;
+        }
+        if (a[2] == 'r')
+            c->n_rss = n;
+        else
+            c->n_ctx = n;
+        ++*i;
+        return 1;
+    }
+    if (dst == NULL)
+        return 0;
+    if (na_cli_int("bench longctx", a, val, 1, 1 << 20, dst) != NA_OK)
+        return 2;
+    ++*i;
+    return 1;
+}
+
+/* A TCP port free on 127.0.0.1 now (the kernel's pick), so two runs at once
+ * (a Release and a sanitizer build's tests) do not collide; LC_PORT0 if none. */
+static int lc_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = LC_PORT0;
+
+    if (fd < 0)
+        return port;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* The layout: one storage node with DRAM for the longest request's KV. */
+static int lc_layout(const lc_t *c, int max_tok, char *out, size_t cap)
+{
+    double kv = (double)max_tok * (double)c->layers * 2.0 *
+                (double)(c->dim / c->heads * c->kv_heads) * 2.0;
+    FILE *f;
+
+    snprintf(out, cap, "%s/lc.yaml", c->dir);
+    f = fopen(out, "w");
+    if (f == NULL)
+        return -1;
+    /* a chunk's answer over a 32K prefix takes seconds to minutes on a
+     * busy machine: the peer timeout is the point's own bound */
+    fprintf(f, "cluster: { name: longctx, secret_file: \"%s/lc.secret\" }\n"
+               "model: { path: \"%s/model.bin\", kv_dtype: f16 }\n"
+               "transport: { tls: shm, timeout_ms: 60000, peer_timeout_ms: 3600000 }\n"
+               "compute:\n  - { name: c0, host: 127.0.0.1 }\n  - { name: c1, host: 127.0.0.1 }\n"
+               "storage:\n  - name: s0\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
+               "      - { path: \"%s/kv\", dram_mb: %.0f, ssd_mb: 1 }\n"
+               "parallel: { partition: request, batches_in_flight: 1, max_batch: 4, "
+               "prefill_chunk: %ld }\n"
+               "kv: { block_tokens: 64, spill_interval: 4, tier: dram, prefix_reuse: false }\n",
+            c->dir, c->dir, c->port, c->dir, 64 + kv * 1.25 / 1048576.0, c->chunk);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* One point process: mode at context ctx, one request; p->ok 0 when it failed. */
+static void lc_point(const lc_t *c, const char *cfg, int mode, int ctx, na_e2e_point_t *p)
+{
+    char cx[16], nn[16], t[16], out[4096], *line;
+    const char *mname = na_e2e_mode_name((na_e2e_mode_t)mode);
+    char *argv[] = { (char *)c->exe, "bench", "e2e", "--point", "--config", (char *)cfg,
+                     "--mode", (char *)mname, "--batch", "1", "--ctx", cx, "--new", nn,
+                     "--threads", t, NULL };
+    double t0 = na_bench_now();
+    int rc;
+
+    snprintf(cx, sizeof(cx), "%d", ctx);
+    snprintf(nn, sizeof(nn), "%ld", c->n_new);
+    snprintf(t, sizeof(t), "%d", c->threads);
+    fprintf(stderr, "bench longctx: %-10s prompt %6d tokens ...", mname, ctx);
+    fflush(stderr);
+    memset(p, 0, sizeof(*p));
+    rc = na_e2e_run_capture(NULL, argv, out, sizeof(out), LC_POINT_S);
+    if (rc != 0 || (line = strstr(out, "POINT ")) == NULL || na_e2e_point_parse(line, p) != 0)
+        p->ok = 0;
+    p->load1 = na_bench_loadavg();
+    if (p->ok)
+        fprintf(stderr, " %.1f s: TTFT %.2f s, decode %.2f tok/s, peak RSS %.1f MiB, load %.2f\n",
+                na_bench_now() - t0, p->ttft, p->tok_s, p->rss / 1048576.0, p->load1);
+    else
+        fprintf(stderr, " FAILED (exit %d)\n", rc);
+}
+
+/* Index of v in a[n], or -1. */
+static int lc_find(const int *a, int n, int v)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (a[i] == v)
+            return i;
+    return -1;
+}
+
+int na_cli_bench_longctx(int argc, char **argv)
+{
+    lc_t c;
+    na_cli_bench_opts_t o;
+    na_genmodel_opts_t go;
+    na_bench_t *b = NULL;
+    na_e2e_nodes_t nodes;
+    na_e2e_point_t off[2 * LC_MAX_SIZES], mono;
+    int off_len[2 * LC_MAX_SIZES], n_off = 0;
+    char cfg[PATH_MAX], path[PATH_MAX], name[96], ref[96];
+    const char *tmp = getenv("TMPDIR");
+    double kv_tok, lo = 0, hi = 0, lmin = -1, lmax = -1;
+    int rc = 1, i, r, max_tok = 0, failed = 0;
+    ssize_t len;
+
+    memset(&c, 0, sizeof(c));
+    memset(&nodes, 0, sizeof(nodes));
+    c.n_new = 16;
+    c.chunk = 256;
+    c.n_ctx = -1;
+    r = na_cli_bench_parse("longctx", argc, argv, &o, lc_usage, lc_own, &c);
+    if (r >= 0)
+        return r;
+    if (c.dim == 0) c.dim = o.quick ? 64 : 768;
+    if (c.hidden == 0) c.hidden = o.quick ? 172 : 2048;
+    if (c.layers == 0) c.layers = o.quick ? 2 : 12;
+    if (c.heads == 0) c.heads = o.quick ? 4 : 12;
+    if (c.kv_heads == 0) c.kv_heads = c.heads;
+    if (c.vocab == 0) c.vocab = o.quick ? 512 : 32000;
+    if (c.n_rss == 0) {
+        static const int def[] = { 512, 2048, 8192 }, q[] = { 256, 1024 };
+        c.n_rss = o.quick ? 2 : 3;
+        memcpy(c.rss, o.quick ? q : def, sizeof(int) * (size_t)c.n_rss);
+    }
+    if (c.n_ctx < 0) {
+        static const int def[] = { 2048, 8192 };
+        c.n_ctx = o.quick ? 1 : 2;
+        if (o.quick)
+            c.ctx[0] = 512;
+        else
+            memcpy(c.ctx, def, sizeof(def));
+    }
+    c.threads = o.threads;
+    c.port = lc_free_port();
+    for (i = 0; i < c.n_rss; i++)
+        max_tok = c.rss[i] > max_tok ? c.rss[i] : max_tok;
+    for (i = 0; i < c.n_ctx; i++)
+        max_tok = c.ctx[i] > max_tok ? c.ctx[i] : max_tok;
+    max_tok += (int)c.n_new + 8;
+    if (c.seq_len > 0 && c.seq_len < max_tok) {
+        fprintf(stderr, "nearattn bench longctx: --seq-len %ld is shorter than the longest "
+                "prompt + new tokens (%d)\n", c.seq_len, max_tok);
+        return 2;
+    }
+    if (c.seq_len > max_tok)
+        max_tok = (int)c.seq_len;
+    na_genmodel_shape(&go, (int)c.dim, (int)c.hidden, (int)c.layers, (int)c.heads,
+                      (int)c.kv_heads, (int)c.vocab, max_tok);
+    if (na_genmodel_check(&go) != NA_OK) {
+        fprintf(stderr, "nearattn bench longctx: %s\n", na_errmsg());
+        return 2;
+    }
+    len = readlink("/proc/self/exe", c.exe, sizeof(c.exe) - 1);
+    if (len <= 0)
+        return na_cli_fail("bench longctx", na_err(NA_ERR_IO, "readlink(/proc/self/exe)"));
+    c.exe[len] = '\0';
+    snprintf(c.dir, sizeof(c.dir), "%s/nearattn-lc-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(c.dir) == NULL) {
+        fprintf(stderr, "nearattn bench longctx: mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    if (na_link_up(&c.link, NA_LINK_SHM, 0) != NA_OK) {
+        na_cli_fail("bench longctx", NA_ERR_IO);
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/lc.secret", c.dir);
+    if (na_cli_write_secret(path) != NA_OK || na_bench_create("longctx", &b) != NA_OK) {
+        na_cli_fail("bench longctx", NA_ERR_IO);
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/model", c.dir);
+    if (na_genmodel_write(path, &go) != NA_OK || lc_layout(&c, max_tok, cfg, sizeof(cfg)) != 0) {
+        na_cli_fail("bench longctx", NA_ERR_IO);
+        goto out;
+    }
+    kv_tok = 2.0 * (double)c.layers * (double)(c.dim / c.heads * c.kv_heads) * 2.0;
+    if (na_e2e_nodes_start(&c.link, c.exe, cfg, 1, c.dir, &nodes) != NA_OK) {
+        na_cli_fail("bench longctx", NA_ERR_PEER);
+        goto out;
+    }
+
+    /* ---- offload: every RSS size and context, shortest first ------------ */
+    for (i = 0; i < c.n_rss; i++)
+        off_len[n_off++] = c.rss[i];
+    for (i = 0; i < c.n_ctx; i++)
+        if (lc_find(off_len, n_off, c.ctx[i]) < 0)
+            off_len[n_off++] = c.ctx[i];
+    for (i = 0; i < n_off; i++) {
+        lc_point(&c, cfg, NA_E2E_OFF, off_len[i], &off[i]);
+        failed += !off[i].ok;
+    }
+    na_e2e_nodes_stop(&nodes);
+    for (i = 0; i < c.n_rss; i++) {
+        const na_e2e_point_t *p = &off[lc_find(off_len, n_off, c.rss[i])];
+        double mib;
+        if (!p->ok)
+            continue;
+        mib = p->rss / 1048576.0;
+        lo = lo == 0 || mib < lo ? mib : lo;
+        hi = mib > hi ? mib : hi;
+        snprintf(name, sizeof(name), "offload compute peak RSS, %d-token prompt", c.rss[i]);
+        na_bench_add(b, name, mib, "MiB", 0, "the prompt's KV (monolithic holds it)",
+                     kv_tok * (double)(c.rss[i] + c.n_new) / 1048576.0);
+    }
+    if (lo > 0 && c.n_rss >= 2) {
+        snprintf(name, sizeof(name), "offload compute peak RSS spread, prompts %d..%d",
+                 c.rss[0], c.rss[c.n_rss - 1]);
+        na_bench_add(b, name, 100.0 * (hi / lo - 1.0), "%", 0, "limit (flat within 10 %)",
+                     100.0 * LC_RSS_LIMIT);
+    }
+
+    /* ---- monolithic at each context, beside offload -------------------- */
+    for (i = 0; i < c.n_ctx; i++) {
+        const na_e2e_point_t *p = &off[lc_find(off_len, n_off, c.ctx[i])];
+        lc_point(&c, cfg, NA_E2E_MONO, c.ctx[i], &mono);
+        failed += !mono.ok;
+        snprintf(ref, sizeof(ref), "monolithic");
+        if (p->ok) {
+            snprintf(name, sizeof(name), "TTFT offload, %d-token prompt", c.ctx[i]);
+            na_bench_add(b, name, p->ttft, "s", 0, mono.ok ? ref : NULL, mono.ok ? mono.ttft : 0);
+            snprintf(name, sizeof(name), "decode offload at %d context", c.ctx[i]);
+            na_bench_add(b, name, p->tok_s, "tok/s", 0, mono.ok ? ref : NULL,
+                         mono.ok ? mono.tok_s : 0);
+        }
+        if (mono.ok) {
+            snprintf(name, sizeof(name), "monolithic compute peak RSS, %d-token prompt",
+                     c.ctx[i]);
+            na_bench_add(b, name, mono.rss / 1048576.0, "MiB", 0, p->ok ? "offload" : NULL,
+                         p->ok ? p->rss / 1048576.0 : 0);
+        }
+        lmin = lmin < 0 || mono.load1 < lmin ? mono.load1 : lmin;
+        lmax = mono.load1 > lmax ? mono.load1 : lmax;
+    }
+    for (i = 0; i < n_off; i++) {
+        lmin = lmin < 0 || off[i].load1 < lmin ? off[i].load1 : lmin;
+        lmax = off[i].load1 > lmax ? off[i].load1 : lmax;
+    }
+    na_bench_note(b, "one request per point process (`bench e2e --point`, batch 1, %ld new "
+                  "tokens, greedy, %d compute threads) against one storage-node process "
+                  "(shared memory, KV in DRAM, prefill_chunk %ld, prefix reuse off); generated "
+                  "model dim %ld, hidden %ld, %ld layers, %ld q / %ld kv heads, vocab %ld, context "
+                  "%d, f16 KV (%.0f B per token); peak RSS = VmHWM of the compute process (weights "
+                  "included); TTFT = from the start of generation (engine and connection "
+                  "made) to the first token", c.n_new, c.threads, c.chunk, c.dim, c.hidden,
+                  c.layers, c.heads, c.kv_heads, c.vocab, max_tok, kv_tok);
+    na_bench_note(b, "1-minute load average at the end of each point: %.2f .. %.2f (the "
+                  "storage node's prefill attention shares the machine's cores with the "
+                  "compute process)", lmin, lmax);
+    rc = na_cli_bench_finish("longctx", b, &o);
+    if (rc == 0 && failed > 0) {
+        fprintf(stderr, "nearattn bench longctx: %d point(s) failed\n", failed);
+        rc = 1;
+    }
+out:
+    na_e2e_nodes_stop(&nodes);
+    na_link_down(&c.link);
+    na_bench_destroy(b);
+    snprintf(path, sizeof(path), "rm -rf '%s'", c.dir);
+    if (system(path) != 0)
+        fprintf(stderr, "nearattn bench longctx: cannot remove %s\n", c.dir);
+    return rc;
+}
