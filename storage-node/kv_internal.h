@@ -47,6 +47,14 @@ struct na_kv_req {
     na_kv_req_t   *next;           /* hash chain */
 };
 
+/* A view's copy of a block table (na_kv_view_t.blocks is b), kept on the
+ * store's free list when the view is released. */
+typedef struct na_kv_vbuf {
+    struct na_kv_vbuf *next;
+    int                cap;        /* blocks b holds */
+    na_kv_block_t      b[];
+} na_kv_vbuf_t;
+
 /* One DRAM block kept for reuse. */
 typedef struct na_kv_free_blk {
     struct na_kv_free_blk *next;
@@ -65,6 +73,7 @@ struct na_kv_store {
     uint64_t          dram_used;   /* reservations + DRAM-tier charges */
     na_kv_free_blk_t *free_blks;   /* cached block memory */
     uint64_t          free_bytes;
+    na_kv_vbuf_t     *vbuf_free;   /* released views' tables, reused */
     na_kv_stats_t     st;
 };
 
