@@ -74,6 +74,8 @@ struct na_kv_store {
     na_kv_free_blk_t *free_blks;   /* cached block memory */
     uint64_t          free_bytes;
     na_kv_vbuf_t     *vbuf_free;   /* released views' tables, reused */
+    struct na_kv_wr  *wr_free;     /* completed write records with their bounce
+                                      buffers (writeback.c), reused */
     na_kv_stats_t     st;
 };
 
@@ -91,6 +93,8 @@ int         na_kv_dram_fits(const na_kv_store_t *s, uint64_t bytes);
 na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync);
 /* Wait until r has no write in flight. */
 na_status_t na_kv_wait_req(na_kv_store_t *s, na_kv_req_t *r);
+/* Free the write records kept for reuse (at destroy, nothing in flight). */
+void        na_kv_wr_pool_destroy(na_kv_store_t *s);
 /* Write r's header now (synchronous); used at open. */
 na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r);
 

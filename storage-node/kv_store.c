@@ -135,6 +135,7 @@ void na_kv_store_destroy(na_kv_store_t *s)
         while (s->hash[h] != NULL)
             na_kv_req_drop(s, s->hash[h]);
     na_kv_dram_trim(s);
+    na_kv_wr_pool_destroy(s);
     while (s->vbuf_free != NULL) {
         na_kv_vbuf_t *vb = s->vbuf_free;
         s->vbuf_free = vb->next;
@@ -470,12 +471,16 @@ na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t
 }
 
 /* A table of at least n blocks from the free list (grown if short) or new;
- * NULL out of memory. */
-static na_kv_block_t *na_kv_vbuf_get(na_kv_store_t *s, int n)
+ * NULL out of memory. Sizes are powers of two of at least 64 blocks, so a
+ * growing context regrows the tables rarely. */
+static na_kv_block_t *na_kv_vbuf_get(na_kv_store_t *s, int want)
 {
     na_kv_vbuf_t *vb = s->vbuf_free;
+    int n = 64;
 
-    if (vb != NULL && vb->cap >= n) {
+    while (n < want)
+        n *= 2;
+    if (vb != NULL && vb->cap >= want) {
         s->vbuf_free = vb->next;
         return vb->b;
     }
