@@ -98,6 +98,23 @@ static void na_attn_cq_push(na_attn_cpu_t *e, na_attn_job_t *j)
     pthread_cond_signal(&e->cv_work);
 }
 
+na_attn_job_t *na_attn_job_get(na_attn_cpu_t *e)
+{
+    na_attn_job_t *j = e->job_free;
+
+    if (j == NULL)
+        return calloc(1, sizeof(*j));
+    e->job_free = j->next;
+    memset(j, 0, sizeof(*j));
+    return j;
+}
+
+void na_attn_job_put(na_attn_cpu_t *e, na_attn_job_t *j)
+{
+    j->next = e->job_free;
+    e->job_free = j;
+}
+
 void na_attn_chunk_put(na_attn_cpu_t *e, void *chunk)
 {
     e->free_chunks[e->n_free_chunks++] = chunk;
@@ -116,7 +133,7 @@ static void na_attn_read_done(na_attn_cpu_t *e, na_attn_job_t *j)
         na_attn_cq_push(e, j);
     } else if (j->stale) {                    /* expired prefetch */
         na_attn_chunk_put(e, j->chunk);
-        free(j);
+        na_attn_job_put(e, j);
     }
     /* else: an unclaimed prefetch stays on e->pf until claimed or expired */
 }
@@ -330,7 +347,7 @@ static void na_attn_job_run(na_attn_cpu_t *e, na_kernels_t *k)
         e->stats.granules_ssd++;
     if (j->prefetch)
         e->stats.prefetch_hits++;
-    free(j);
+    na_attn_job_put(e, j);
     if (--it->pending == 0) {
         pthread_mutex_unlock(&e->mu);
         na_attn_item_finalize(e, it);
@@ -401,6 +418,16 @@ static void na_attn_engine_stop(na_attn_cpu_t *e)
     e->n_started = 0;
 }
 
+static void cpu_item_destroy(na_attn_item_t *it)
+{
+    free(it->st);
+    free(it->acc);
+    free(it->tst);
+    free(it->tacc);
+    free(it->qg_own);
+    free(it);
+}
+
 static void cpu_destroy(na_attn_engine_t *base)
 {
     na_attn_cpu_t *e = (na_attn_cpu_t *)base;
@@ -419,6 +446,22 @@ static void cpu_destroy(na_attn_engine_t *base)
         na_attn_job_t *j = e->pf;
         e->pf = j->next;
         free(j);
+    }
+    while (e->job_free != NULL) {
+        na_attn_job_t *j = e->job_free;
+        e->job_free = j->next;
+        free(j);
+    }
+    while (e->item_free != NULL) {
+        na_attn_item_t *it = e->item_free;
+        e->item_free = it->next;
+        cpu_item_destroy(it);
+    }
+    while (e->batch_free != NULL) {
+        na_attn_batch_t *b = e->batch_free;
+        e->batch_free = b->next_free;
+        free(b->items);
+        free(b);
     }
     for (i = 0; e->chunks && i < e->cfg.stage_chunks; i++)
         na_kv_aligned_free(e->chunks[i]);
@@ -527,10 +570,20 @@ static void cpu_stats(na_attn_engine_t *base, na_attn_stats_t *out)
 
 static na_status_t cpu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
 {
-    (void)base;
-    na_attn_batch_t *b = calloc(1, sizeof(*b));
-    if (b == NULL)
+    na_attn_cpu_t *e = (na_attn_cpu_t *)base;
+    na_attn_batch_t *b;
+
+    pthread_mutex_lock(&e->mu);
+    b = e->batch_free;
+    if (b != NULL)
+        e->batch_free = b->next_free;
+    pthread_mutex_unlock(&e->mu);
+    if (b == NULL && (b = calloc(1, sizeof(*b))) == NULL)
         return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
+    b->n = 0;                       /* items and cap are kept */
+    b->done = 0;
+    b->closed = 0;
+    b->next_free = NULL;
     b->t_begin_ns = na_now_ns();
     *b_p = b;
     return NA_OK;
@@ -582,7 +635,7 @@ static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_
                      "(%zu bytes) exceed the staging chunk (%zu bytes)", len, e->chunk_bytes);
             return -1;
         }
-        if ((j = calloc(1, sizeof(*j))) == NULL) {
+        if ((j = na_attn_job_get(e)) == NULL) {
             it->status = NA_ERR_NOMEM;
             snprintf(it->reason, sizeof(it->reason), "attention: out of memory");
             return -1;
@@ -613,7 +666,7 @@ static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_
             pf->t1 = j->t1;
             pf->i0 = j->i0;
             pf->i1 = j->i1;
-            free(j);
+            na_attn_job_put(e, j);
             pf->item = it;
             pf->g = g;
             if (pf->done)
@@ -623,6 +676,49 @@ static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_
         na_attn_rq_push(e, j);
     }
     return n;
+}
+
+/* Grow *buf to hold n elements of size sz (kept: the item is reused, so
+ * its buffers stop growing once they fit the largest context); 0, or -1
+ * out of memory. */
+static int cpu_grow(void **buf, size_t *cap, size_t n, size_t sz)
+{
+    void *nb;
+
+    if (n <= *cap)
+        return 0;
+    if (n < 2 * *cap)
+        n = 2 * *cap;
+    nb = realloc(*buf, n * sz);
+    if (nb == NULL)
+        return -1;
+    *buf = nb;
+    *cap = n;
+    return 0;
+}
+
+/* A cleared item from the free list (buffers kept) or a new one (e->mu
+ * held); NULL out of memory. */
+static na_attn_item_t *cpu_item_get(na_attn_cpu_t *e)
+{
+    na_attn_item_t *it = e->item_free, keep;
+
+    if (it == NULL)
+        return calloc(1, sizeof(*it));
+    e->item_free = it->next;
+    keep = *it;
+    memset(it, 0, sizeof(*it));
+    it->qg_own = keep.qg_own;
+    it->st = keep.st;
+    it->acc = keep.acc;
+    it->tst = keep.tst;
+    it->tacc = keep.tacc;
+    it->qg_cap = keep.qg_cap;
+    it->st_cap = keep.st_cap;
+    it->acc_cap = keep.acc_cap;
+    it->tst_cap = keep.tst_cap;
+    it->tacc_cap = keep.tacc_cap;
+    return it;
 }
 
 /* Build item and queue its jobs (loop thread): a granule (whole parts of
@@ -659,17 +755,18 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
     if (it->n_gran > 0) {
         const size_t rows = (size_t)it->n_kvh * it->group;
         size_t slots = (size_t)it->n_parts * rows * it->n_q;
-        it->st = malloc(sizeof(*it->st) * slots);
-        it->acc = malloc(sizeof(float) * slots * hd);
-        if (it->st == NULL || it->acc == NULL)
+        if (cpu_grow((void **)&it->st, &it->st_cap, slots, sizeof(*it->st)) != 0 ||
+            cpu_grow((void **)&it->acc, &it->acc_cap, slots * hd, sizeof(float)) != 0)
             return na_err(NA_ERR_NOMEM, "attention: out of memory");
         if (it->n_q > 1) {
             const na_attn_shape_t sh = { e->kcfg->block_tokens, hd, e->kcfg->kv_dtype,
                                          it->n_kvh, it->group };
-            it->qg_own = malloc(sizeof(float) * rows * it->n_q * hd);
-            it->tst = malloc(sizeof(*it->tst) * (size_t)it->n_parts * rows);
-            it->tacc = malloc(sizeof(float) * (size_t)it->n_parts * rows * hd);
-            if (it->qg_own == NULL || it->tst == NULL || it->tacc == NULL)
+            if (cpu_grow((void **)&it->qg_own, &it->qg_cap, rows * it->n_q * hd,
+                         sizeof(float)) != 0 ||
+                cpu_grow((void **)&it->tst, &it->tst_cap, (size_t)it->n_parts * rows,
+                         sizeof(*it->tst)) != 0 ||
+                cpu_grow((void **)&it->tacc, &it->tacc_cap, (size_t)it->n_parts * rows * hd,
+                         sizeof(float)) != 0)
                 return na_err(NA_ERR_NOMEM, "attention: out of memory");
             na_attn_rows_gather(&sh, it->n_q, en->q, en->q_stride ? en->q_stride : rows * hd,
                                 it->qg_own);
@@ -723,14 +820,16 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
             b->items = ni;
             b->cap = cap;
         }
-        it = calloc(1, sizeof(*it));
-        if (it == NULL)
+        pthread_mutex_lock(&e->mu);
+        it = cpu_item_get(e);
+        if (it == NULL) {
+            pthread_mutex_unlock(&e->mu);
             return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
+        }
         it->entry = en;
         it->batch = b;
         en->status = NA_OK;
         en->reason[0] = '\0';
-        pthread_mutex_lock(&e->mu);
         b->items[b->n++] = it;
         pthread_mutex_unlock(&e->mu);
         st = na_attn_entry_check(e->store, &e->cfg, en, &r);
@@ -769,7 +868,8 @@ static uint64_t cpu_batch_settle(na_attn_cpu_t *e, na_attn_batch_t *b)
 }
 
 /* b completed (loop thread, e->mu not held): results onto the entries,
- * views released, failures propagated, b freed. */
+ * views released, failures propagated, b and its items onto the free
+ * lists. */
 static void cpu_batch_finish(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t rd)
 {
     int i;
@@ -784,15 +884,16 @@ static void cpu_batch_finish(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t rd)
                 na_kv_req_fail(it->view.req, NA_ERR_IO, it->reason);
             na_kv_view_release(e->store, &it->view);
         }
-        free(it->st);
-        free(it->acc);
-        free(it->tst);
-        free(it->tacc);
-        free(it->qg_own);
-        free(it);
     }
-    free(b->items);
-    free(b);
+    pthread_mutex_lock(&e->mu);     /* items and b onto the free lists */
+    for (i = 0; i < b->n; i++) {
+        b->items[i]->next = e->item_free;
+        e->item_free = b->items[i];
+    }
+    b->n = 0;
+    b->next_free = e->batch_free;
+    e->batch_free = b;
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* e->mu held, the loop thread about to wait for b: rather than sleep while

@@ -57,6 +57,9 @@ struct na_attn_item {
     float           *acc;            /* (n_parts, n_kvh*n_q*group*head_dim) partial sums */
     na_attn_stat_t  *tst;            /* n_q > 1: a row's parts, to merge */
     float           *tacc;           /*   (n_parts, n_kvh*group[*head_dim]) */
+    size_t           qg_cap, st_cap, acc_cap, tst_cap, tacc_cap;  /* their sizes (elements):
+                                        kept with the item on the engine's free list */
+    struct na_attn_item *next;       /* on the engine's free list */
     na_status_t      status;
     char             reason[200];
 };
@@ -68,6 +71,7 @@ struct na_attn_batch {
     int              done;           /* items completed (written under engine mu,
                                         atomically: na_attn_yield_wait polls it) */
     int              closed;
+    struct na_attn_batch *next_free; /* on the engine's free list (items kept) */
 };
 
 struct na_attn_cpu {
@@ -98,7 +102,16 @@ struct na_attn_cpu {
     int                  n_started;
     na_attn_stats_t      stats;         /* guarded by mu */
     uint64_t             read_unreported;
+    /* free lists (guarded by mu): steady decode reuses what completed */
+    na_attn_job_t       *job_free;
+    na_attn_item_t      *item_free;
+    na_attn_batch_t     *batch_free;
 };
+
+/* attn_cpu.c (e->mu held): a zeroed job from the free list or new (NULL
+ * out of memory); a job done with back onto it. */
+na_attn_job_t *na_attn_job_get(na_attn_cpu_t *e);
+void           na_attn_job_put(na_attn_cpu_t *e, na_attn_job_t *j);
 
 /* prefetch.c (called with e->mu held) */
 /* Claim a prefetch job matching (req, seq, layer, granule range, read

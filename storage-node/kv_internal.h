@@ -47,6 +47,14 @@ struct na_kv_req {
     na_kv_req_t   *next;           /* hash chain */
 };
 
+/* A view's copy of a block table (na_kv_view_t.blocks is b), kept on the
+ * store's free list when the view is released. */
+typedef struct na_kv_vbuf {
+    struct na_kv_vbuf *next;
+    int                cap;        /* blocks b holds */
+    na_kv_block_t      b[];
+} na_kv_vbuf_t;
+
 /* One DRAM block kept for reuse. */
 typedef struct na_kv_free_blk {
     struct na_kv_free_blk *next;
@@ -65,6 +73,9 @@ struct na_kv_store {
     uint64_t          dram_used;   /* reservations + DRAM-tier charges */
     na_kv_free_blk_t *free_blks;   /* cached block memory */
     uint64_t          free_bytes;
+    na_kv_vbuf_t     *vbuf_free;   /* released views' tables, reused */
+    struct na_kv_wr  *wr_free;     /* completed write records with their bounce
+                                      buffers (writeback.c), reused */
     na_kv_stats_t     st;
 };
 
@@ -82,6 +93,8 @@ int         na_kv_dram_fits(const na_kv_store_t *s, uint64_t bytes);
 na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync);
 /* Wait until r has no write in flight. */
 na_status_t na_kv_wait_req(na_kv_store_t *s, na_kv_req_t *r);
+/* Free the write records kept for reuse (at destroy, nothing in flight). */
+void        na_kv_wr_pool_destroy(na_kv_store_t *s);
 /* Write r's header now (synchronous); used at open. */
 na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r);
 

@@ -1,6 +1,7 @@
 /* storage-node/kv_store.c — request table, open/close, row appends and
  * views of the KV store of one device slot (layout: kv_store.h). */
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __F16C__
@@ -134,6 +135,12 @@ void na_kv_store_destroy(na_kv_store_t *s)
         while (s->hash[h] != NULL)
             na_kv_req_drop(s, s->hash[h]);
     na_kv_dram_trim(s);
+    na_kv_wr_pool_destroy(s);
+    while (s->vbuf_free != NULL) {
+        na_kv_vbuf_t *vb = s->vbuf_free;
+        s->vbuf_free = vb->next;
+        free(vb);
+    }
     na_kv_io_destroy(s->io);
     if (s->has_ssd)
         na_kv_file_close(&s->file);
@@ -463,6 +470,49 @@ na_status_t na_kv_view(na_kv_store_t *s, na_kv_req_t *r, int layer, na_kv_view_t
     return na_kv_view_n(s, r, layer, 0, view);
 }
 
+/* A table of at least n blocks from the free list (grown if short) or new;
+ * NULL out of memory. Sizes are powers of two of at least 64 blocks, so a
+ * growing context regrows the tables rarely. */
+static na_kv_block_t *na_kv_vbuf_get(na_kv_store_t *s, int want)
+{
+    na_kv_vbuf_t *vb = s->vbuf_free;
+    int n = 64;
+
+    while (n < want)
+        n *= 2;
+    if (vb != NULL && vb->cap >= want) {
+        s->vbuf_free = vb->next;
+        return vb->b;
+    }
+    if (vb != NULL) {                   /* too small: grow it */
+        na_kv_vbuf_t *nv;
+        int cap = n < 2 * vb->cap ? 2 * vb->cap : n;
+        nv = realloc(vb, sizeof(*vb) + sizeof(na_kv_block_t) * (size_t)cap);
+        if (nv == NULL)
+            return NULL;
+        s->vbuf_free = nv->next;
+        nv->cap = cap;
+        return nv->b;
+    }
+    vb = malloc(sizeof(*vb) + sizeof(na_kv_block_t) * (size_t)n);
+    if (vb == NULL)
+        return NULL;
+    vb->cap = n;
+    return vb->b;
+}
+
+/* A view's table back onto the free list. */
+static void na_kv_vbuf_put(na_kv_store_t *s, na_kv_block_t *b)
+{
+    na_kv_vbuf_t *vb;
+
+    if (b == NULL)
+        return;
+    vb = (na_kv_vbuf_t *)(void *)((char *)b - offsetof(na_kv_vbuf_t, b));
+    vb->next = s->vbuf_free;
+    s->vbuf_free = vb;
+}
+
 na_status_t na_kv_view_n(na_kv_store_t *s, na_kv_req_t *r, int layer, int n_tok,
                          na_kv_view_t *view)
 {
@@ -489,7 +539,7 @@ na_status_t na_kv_view_n(na_kv_store_t *s, na_kv_req_t *r, int layer, int n_tok,
     view->fd = s->has_ssd ? s->file.fd : -1;
     view->ssd_off = r->has_ext ? na_kv_layer_off(r, layer) : 0;
     if (view->n_blocks > 0) {
-        view->blocks = malloc(sizeof(na_kv_block_t) * (size_t)view->n_blocks);
+        view->blocks = na_kv_vbuf_get(s, view->n_blocks);
         if (view->blocks == NULL)
             return na_err(NA_ERR_NOMEM, "kv view: out of memory");
         memcpy(view->blocks, L->blocks, sizeof(na_kv_block_t) * (size_t)view->n_blocks);
@@ -506,7 +556,7 @@ void na_kv_view_release(na_kv_store_t *s, na_kv_view_t *view)
     if (view->req == NULL)
         return;
     L = &view->req->layers[view->layer];
-    free(view->blocks);
+    na_kv_vbuf_put(s, view->blocks);
     view->blocks = NULL;
     if (--L->busy == 0 && L->deferred) {
         L->deferred = 0;

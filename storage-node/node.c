@@ -410,6 +410,7 @@ void na_node_destroy(na_node_t *n)
         (void)na_node_free_peer_requests(n, p->id);
         free(p);
     }
+    na_node_decode_destroy(n);
     na_node_join_destroy(n);
     na_ses_destroy(n->ses);
     na_xp_destroy(n->xp);

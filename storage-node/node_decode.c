@@ -89,7 +89,26 @@ static na_status_t nd_attn_check(na_node_t *n, const na_wire_attn_t *a, char *wh
     return NA_OK;
 }
 
-/* Answer: ERROR for (up to 16) failed entries, then ATTN_OUT. */
+/* Grow *buf to at least want bytes (kept, reused: steady decode allocates
+ * nothing once the buffers have their size); 0, or -1 out of memory. */
+static int nd_grow(void **buf, size_t *cap, size_t want)
+{
+    void *nb;
+
+    if (want <= *cap)
+        return 0;
+    if (want < 2 * *cap)
+        want = 2 * *cap;
+    nb = realloc(*buf, want);
+    if (nb == NULL)
+        return -1;
+    *buf = nb;
+    *cap = want;
+    return 0;
+}
+
+/* Answer: ERROR for (up to 16) failed entries, then ATTN_OUT. The entries
+ * and converted rows are the node's reply scratch (reused). */
 static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                  const na_wire_attn_t *a, nd_entry_t *xs)
 {
@@ -101,20 +120,20 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
     uint32_t i, n_err = 0;
     size_t esz = na_dtype_bytes(a->dtype, 1), off = 0;
 
-    oe = calloc(a->n_entries, sizeof(*oe));
-    if (oe == NULL)
+    if (nd_grow((void **)&n->reply_oe, &n->reply_oe_cap,
+                (size_t)(a->n_entries ? a->n_entries : 1) * sizeof(*oe)) != 0)
         return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
+    oe = n->reply_oe;
+    memset(oe, 0, (size_t)a->n_entries * sizeof(*oe));
     if (a->dtype != NA_DTYPE_F32) {
         size_t bytes = 0;
         for (i = 0; i < a->n_entries; i++)
             if (xs[i].status == NA_OK)
                 bytes += (size_t)xs[i].e.n_queries * (xs[i].e.kv_h1 - xs[i].e.kv_h0) *
                          a->q_per_kv * hd * esz;
-        conv = malloc(bytes ? bytes : 1);
-        if (conv == NULL) {
-            free(oe);
+        if (nd_grow((void **)&n->reply_conv, &n->reply_conv_cap, bytes ? bytes : 1) != 0)
             return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
-        }
+        conv = n->reply_conv;
     }
     for (i = 0; i < a->n_entries; i++) {
         nd_entry_t *x = &xs[i];
@@ -153,10 +172,8 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
         m.u.attn_out.q_per_kv = a->q_per_kv;
         m.u.attn_out.dtype = a->dtype;
         m.u.attn_out.entries = oe;
-        st = na_node_send(n, p, &m);
+        st = na_node_send(n, p, &m);   /* encodes a copy: oe and conv are free again */
     }
-    free(conv);
-    free(oe);
     return st;
 }
 
@@ -171,7 +188,8 @@ typedef struct nd_part {
     const na_slotset_req_t **rq;  /* (total) their requests' parts */
     int             *owner;       /* (total) index into xs of each ae */
     int              total;
-    struct nd_part  *next;
+    size_t           xs_cap, arena_cap, total_cap;   /* what the arrays hold (reused) */
+    struct nd_part  *next;        /* in its batch, or on the node's free list */
 } nd_part_t;
 
 /* A batch: parts arriving (decode_open), then computing (decode_run). */
@@ -179,10 +197,10 @@ struct nd_open {
     uint32_t            batch_id, layer, batch_total, got;
     na_slotset_batch_t *sb;       /* the slot set's batch (all parts) */
     nd_part_t          *head, *tail;
-    struct nd_open     *next;     /* decode_run queue */
+    struct nd_open     *next;     /* decode_run queue, or the node's free list */
 };
 
-static void nd_part_free(nd_part_t *pt)
+static void nd_part_destroy(nd_part_t *pt)
 {
     if (pt == NULL)
         return;
@@ -194,18 +212,98 @@ static void nd_part_free(nd_part_t *pt)
     free(pt);
 }
 
+/* Part pt is answered: back onto the node's free list, arrays kept. */
+static void nd_part_put(na_node_t *n, nd_part_t *pt)
+{
+    if (pt == NULL)
+        return;
+    pt->next = n->part_free;
+    n->part_free = pt;
+}
+
+/* A part from the free list (or a new one) whose arrays hold n_entries
+ * entries; NULL out of memory. Its xs are zeroed, the rest is stale. */
+static nd_part_t *nd_part_get(na_node_t *n, uint32_t n_entries)
+{
+    nd_part_t *pt = n->part_free;
+    size_t want = n_entries ? n_entries : 1;
+
+    if (pt != NULL)
+        n->part_free = pt->next;
+    else if ((pt = calloc(1, sizeof(*pt))) == NULL)
+        return NULL;
+    if (want > pt->xs_cap) {
+        nd_entry_t *nx = realloc(pt->xs, want * sizeof(*nx));
+        if (nx == NULL) {
+            nd_part_put(n, pt);
+            return NULL;
+        }
+        pt->xs = nx;
+        pt->xs_cap = want;
+    }
+    memset(pt->xs, 0, want * sizeof(*pt->xs));
+    pt->total = 0;
+    pt->next = NULL;
+    return pt;
+}
+
+/* Grow pt's arena to floats and its per-engine-entry arrays to total
+ * (the ae zeroed); 0, or -1 out of memory. */
+static int nd_part_size(nd_part_t *pt, size_t floats, size_t total)
+{
+    if (nd_grow((void **)&pt->arena, &pt->arena_cap, floats * sizeof(float)) != 0)
+        return -1;
+    if (total > pt->total_cap) {
+        size_t c = total < 2 * pt->total_cap ? 2 * pt->total_cap : total;
+        void *a = realloc(pt->ae, c * sizeof(*pt->ae));
+        if (a == NULL)
+            return -1;
+        pt->ae = a;
+        if ((a = realloc(pt->rq, c * sizeof(*pt->rq))) == NULL)
+            return -1;
+        pt->rq = a;
+        if ((a = realloc(pt->owner, c * sizeof(*pt->owner))) == NULL)
+            return -1;
+        pt->owner = a;
+        pt->total_cap = c;
+    }
+    if (total > 0)
+        memset(pt->ae, 0, total * sizeof(*pt->ae));
+    return 0;
+}
+
+void na_node_decode_destroy(na_node_t *n)
+{
+    nd_part_t *pt;
+    struct nd_open *o;
+
+    while ((pt = n->part_free) != NULL) {
+        n->part_free = pt->next;
+        nd_part_destroy(pt);
+    }
+    while ((o = n->open_free) != NULL) {
+        n->open_free = o->next;
+        free(o);
+    }
+    free(n->reply_oe);
+    free(n->reply_conv);
+    n->reply_oe = NULL;
+    n->reply_conv = NULL;
+    n->reply_oe_cap = n->reply_conv_cap = 0;
+}
+
 /* Validate a part's entries and convert the valid ones to f32. Owns nothing
  * of a; fails only for lack of memory (NULL, message in na_errmsg()). */
 static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                 const na_wire_attn_t *a)
 {
-    nd_part_t *pt = calloc(1, sizeof(*pt));
+    nd_part_t *pt = nd_part_get(n, a->n_entries);
     size_t floats = 0, off = 0;
     char why[200];
     na_status_t all;
     uint32_t i;
 
-    if (pt == NULL || (pt->xs = calloc(a->n_entries ? a->n_entries : 1, sizeof(*pt->xs))) == NULL)
+    if (pt == NULL)
         goto err_nomem;
     pt->h = *h;
     pt->a = *a;
@@ -226,11 +324,7 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
             pt->total++;
         }
     }
-    if (floats > 0 && (pt->arena = malloc(floats * sizeof(float))) == NULL)
-        goto err_nomem;
-    if (pt->total > 0 && ((pt->ae = calloc((size_t)pt->total, sizeof(*pt->ae))) == NULL ||
-                          (pt->rq = calloc((size_t)pt->total, sizeof(*pt->rq))) == NULL ||
-                          (pt->owner = calloc((size_t)pt->total, sizeof(*pt->owner))) == NULL))
+    if (nd_part_size(pt, floats, (size_t)pt->total) != 0)
         goto err_nomem;
     pt->total = 0;
     for (i = 0; i < a->n_entries; i++) {
@@ -269,7 +363,7 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
     return pt;
 
 err_nomem:
-    nd_part_free(pt);
+    nd_part_put(n, pt);
     (void)na_err(NA_ERR_NOMEM, "node %s: out of memory for a batch of %u", n->name,
                  a->n_entries);
     return NULL;
@@ -343,12 +437,13 @@ static na_status_t nd_answer(na_node_t *n, na_node_peer_t *p, int reply)
             st = nd_attn_reply(n, p, &pt->h, &pt->a, pt->xs);
         if (reply)
             nd_part_prompts(n, pt);
-        nd_part_free(pt);
+        nd_part_put(n, pt);
     }
     if (reply && o->got < o->batch_total)
         na_log_warn("node %s: %s left batch %u layer %u after %u of %u entries", n->name,
                     p->name, o->batch_id, o->layer, o->got, o->batch_total);
-    free(o);
+    o->next = n->open_free;
+    n->open_free = o;
     return st;
 }
 
@@ -429,9 +524,17 @@ static na_status_t nd_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
                       "one peer may have (nearattn node --max-batches): it sends batches "
                       "without waiting for their answers", n->name, p->name, p->n_run);
     if (o == NULL) {
-        o = calloc(1, sizeof(*o));
+        if ((o = n->open_free) != NULL)
+            n->open_free = o->next;
+        else
+            o = malloc(sizeof(*o));
+        if (o != NULL)
+            memset(o, 0, sizeof(*o));
         if (o == NULL || na_slotset_batch_begin(n->ss, &o->sb) != NA_OK) {
-            free(o);
+            if (o != NULL) {
+                o->next = n->open_free;
+                n->open_free = o;
+            }
             return na_err(NA_ERR_NOMEM, "node %s: out of memory", n->name);
         }
         o->batch_id = a->batch_id;

@@ -92,6 +92,12 @@ struct na_node {
     uint64_t        decode_busy_since;   /* when decode_computing last left 0 (decode_ns
                                             counts the time with batches computing) */
     uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
+    /* decode pools (node_decode.c): answered parts and batches kept for the
+     * next ones, and the reply's scratch; grown rarely, freed at destroy */
+    struct nd_part *part_free;
+    struct nd_open *open_free;
+    void           *reply_oe, *reply_conv;
+    size_t          reply_oe_cap, reply_conv_cap;
 };
 
 /* node.c */
@@ -155,6 +161,8 @@ na_status_t    na_node_decode_before(na_node_t *n, na_node_peer_t *p, unsigned t
  * in order), waiting at most wait_us for the oldest when none did. Returns
  * how many batches are still computing (0: the loop may block in recv). */
 int            na_node_decode_reap(na_node_t *n, int wait_us);
+/* Free the decode pools (after every peer's batches ended). */
+void           na_node_decode_destroy(na_node_t *n);
 
 /* node_kvread.c: KV_FETCH -> KV_DATA. */
 na_status_t    na_node_kv_fetch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,

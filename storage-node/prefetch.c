@@ -51,7 +51,7 @@ void na_attn_pf_expire(na_attn_cpu_t *e, uint64_t keep)
             if (p->done) {                 /* read finished: give the chunk back */
                 if (p->chunk != NULL)
                     na_attn_chunk_put(e, p->chunk);
-                free(p);
+                na_attn_job_put(e, p);
             } else {                       /* queued or in flight: drop when it lands */
                 p->stale = 1;
                 if (p->chunk == NULL) {    /* still queued: remove from the read queue */
@@ -62,7 +62,7 @@ void na_attn_pf_expire(na_attn_cpu_t *e, uint64_t keep)
                         *qq = p->qnext;
                         if (e->rq_tail == p)
                             e->rq_tail = prev;
-                        free(p);
+                        na_attn_job_put(e, p);
                     }
                 }
             }
@@ -111,13 +111,13 @@ void na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b)
                 na_attn_job_t *j;
                 if (na_attn_pf_count(e) >= budget)
                     break;
-                j = calloc(1, sizeof(*j));
+                j = na_attn_job_get(e);
                 if (j == NULL)
                     break;
                 na_attn_granule_range(e, v.n_tokens, g, &j->t0, &j->t1, &j->b0, &j->nb);
                 if (!na_attn_granule_ssd(&v, j->b0, j->nb, &j->s0, &j->off, &j->len) ||
                     j->len > e->chunk_bytes) {
-                    free(j);
+                    na_attn_job_put(e, j);
                     continue;
                 }
                 j->fd = v.fd;

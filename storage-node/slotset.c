@@ -17,13 +17,19 @@ struct na_slotset {
     na_pcache_t     *pc[NA_PLACE_MAX_SLOTS];   /* prefix cache per slot (NULL: none) */
     na_place_t       place;
     uint64_t         pfx_hit_tokens, pfx_asked_tokens;
+    /* decode pools (the owner's thread only): completed batches and chunks
+     * kept for the next ones, a prompt chunk's scratch; freed at destroy */
+    struct na_slotset_batch *b_free;
+    struct na_ss_chunk      *ck_free;
+    int                     *before;
+    int                      before_cap;
 };
 
 /* One add of a batch: engine entries grouped by slot and their owners. */
 typedef struct na_ss_chunk {
     na_attn_entry_t    *ae;           /* (n) */
     na_attn_entry_t   **owner;        /* (n) the caller's entry of each */
-    int                 n;
+    int                 n, cap;       /* used, allocated (reused from ck_free) */
     struct na_ss_chunk *next;
 } na_ss_chunk_t;
 
@@ -31,6 +37,7 @@ struct na_slotset_batch {
     na_attn_batch_t *eb[NA_PLACE_MAX_SLOTS];   /* per slot, NULL until used */
     na_ss_chunk_t   *chunks;
     int              closed;
+    struct na_slotset_batch *next;             /* on b_free */
 };
 
 /* ---- construction ------------------------------------------------------- */
@@ -158,10 +165,23 @@ err_destroy:
 
 void na_slotset_destroy(na_slotset_t *ss)
 {
+    na_slotset_batch_t *b;
+    na_ss_chunk_t *ck;
     int i;
 
     if (ss == NULL)
         return;
+    while ((b = ss->b_free) != NULL) {
+        ss->b_free = b->next;
+        free(b);
+    }
+    while ((ck = ss->ck_free) != NULL) {
+        ss->ck_free = ck->next;
+        free(ck->owner);
+        free(ck->ae);
+        free(ck);
+    }
+    free(ss->before);
     for (i = 0; i < ss->n_slots; i++) {
         na_slot_destroy(ss->slots[i]);
         na_pcache_destroy(ss->pc[i]);
@@ -571,9 +591,47 @@ na_status_t na_slotset_poll(na_slotset_t *ss)
 
 na_status_t na_slotset_batch_begin(na_slotset_t *ss, na_slotset_batch_t **b_p)
 {
-    (void)ss;
-    *b_p = calloc(1, sizeof(**b_p));
-    return *b_p ? NA_OK : na_err(NA_ERR_NOMEM, "slot set: out of memory for a batch");
+    na_slotset_batch_t *b = ss->b_free;
+
+    if (b != NULL)
+        ss->b_free = b->next;
+    else if ((b = malloc(sizeof(*b))) == NULL)
+        return na_err(NA_ERR_NOMEM, "slot set: out of memory for a batch");
+    memset(b, 0, sizeof(*b));
+    *b_p = b;
+    return NA_OK;
+}
+
+/* A chunk of total entries (ae zeroed) from the free list or new; NULL out
+ * of memory (the chunk is kept on the free list). */
+static na_ss_chunk_t *na_ss_chunk_get(na_slotset_t *ss, int total)
+{
+    na_ss_chunk_t *ck = ss->ck_free;
+
+    if (ck != NULL)
+        ss->ck_free = ck->next;
+    else if ((ck = calloc(1, sizeof(*ck))) == NULL)
+        return NULL;
+    if (total > ck->cap) {
+        int c = total < 2 * ck->cap ? 2 * ck->cap : total;
+        void *a = realloc(ck->ae, sizeof(*ck->ae) * (size_t)c);
+        if (a != NULL) {
+            ck->ae = a;
+            a = realloc(ck->owner, sizeof(*ck->owner) * (size_t)c);
+        }
+        if (a == NULL) {
+            ck->next = ss->ck_free;
+            ss->ck_free = ck;
+            return NULL;
+        }
+        ck->owner = a;
+        ck->cap = c;
+    }
+    memset(ck->ae, 0, sizeof(*ck->ae) * (size_t)total);
+    memset(ck->owner, 0, sizeof(*ck->owner) * (size_t)total);
+    ck->n = total;
+    ck->next = NULL;
+    return ck;
 }
 
 /* Fail engine entries [x0, x1) of ck with st (message in na_errmsg()). */
@@ -625,8 +683,18 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     for (i = 0; i < n; i++)
         if (entries[i].n_q > 1)
             break;
-    if (i < n && (before = calloc((size_t)n, sizeof(int))) == NULL)
-        return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", n);
+    if (i < n) {
+        if (n > ss->before_cap) {
+            int *nb = realloc(ss->before, sizeof(int) * (size_t)n);
+            if (nb == NULL)
+                return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention "
+                              "entries", n);
+            ss->before = nb;
+            ss->before_cap = n;
+        }
+        before = ss->before;
+        memset(before, 0, sizeof(int) * (size_t)n);
+    }
     for (i = 0; i < n; i++) {
         int mult = entries[i].n_q > 1 ? entries[i].n_q : 1;
         entries[i].status = NA_OK;
@@ -644,20 +712,11 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
         base[s] = fill[s] = total;
         total += count[s];
     }
-    if (total == 0) {
-        free(before);
+    if (total == 0)
         return NA_OK;
-    }
-    ck = calloc(1, sizeof(*ck));
-    if (ck == NULL || (ck->ae = calloc((size_t)total, sizeof(*ck->ae))) == NULL ||
-        (ck->owner = calloc((size_t)total, sizeof(*ck->owner))) == NULL) {
-        if (ck != NULL)
-            free(ck->ae);
-        free(ck);
-        free(before);
+    ck = na_ss_chunk_get(ss, total);
+    if (ck == NULL)
         return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", total);
-    }
-    ck->n = total;
     ck->next = b->chunks;
     b->chunks = ck;
     for (i = 0; i < n; i++) {
@@ -721,7 +780,6 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
             a->n_ctx = e->n_ctx;
         }
     }
-    free(before);
     /* every slot's share starts before any is reaped: the engines run side
      * by side, and beside the owner's loop */
     for (s = 0; s < ss->n_slots; s++) {
@@ -751,8 +809,9 @@ void na_slotset_batch_close(na_slotset_t *ss, na_slotset_batch_t *b)
             (void)na_attn_batch_close(na_slot_engine(ss->slots[s]), b->eb[s]);
 }
 
-/* All engine batches of b completed: failures onto the owners, free b. */
-static void na_ss_batch_free(na_slotset_batch_t *b)
+/* All engine batches of b completed: failures onto the owners, b and its
+ * chunks back onto the free lists. */
+static void na_ss_batch_free(na_slotset_t *ss, na_slotset_batch_t *b)
 {
     na_ss_chunk_t *ck;
     int x;
@@ -767,11 +826,11 @@ static void na_ss_batch_free(na_slotset_batch_t *b)
                          ? ck->ae[x].reason : na_status_string(ck->ae[x].status));
             }
         }
-        free(ck->owner);
-        free(ck->ae);
-        free(ck);
+        ck->next = ss->ck_free;
+        ss->ck_free = ck;
     }
-    free(b);
+    b->next = ss->b_free;
+    ss->b_free = b;
 }
 
 int na_slotset_batch_test(na_slotset_t *ss, na_slotset_batch_t *b, int wait_us)
@@ -792,7 +851,7 @@ int na_slotset_batch_test(na_slotset_t *ss, na_slotset_batch_t *b, int wait_us)
             return 0;
         b->eb[s] = NULL;
     }
-    na_ss_batch_free(b);
+    na_ss_batch_free(ss, b);
     return 1;
 }
 
@@ -804,5 +863,5 @@ void na_slotset_batch_wait(na_slotset_t *ss, na_slotset_batch_t *b)
     for (s = 0; s < ss->n_slots; s++)
         if (b->eb[s] != NULL)
             (void)na_attn_batch_wait(na_slot_engine(ss->slots[s]), b->eb[s]);
-    na_ss_batch_free(b);
+    na_ss_batch_free(ss, b);
 }

@@ -37,15 +37,69 @@
 
 enum { NA_KV_WR_DATA, NA_KV_WR_TAIL, NA_KV_WR_HDR };
 
-typedef struct {
+typedef struct na_kv_wr {
     na_kv_req_t *r;
     int          layer;
     int          kind;         /* NA_KV_WR_* */
     int          b0, nb;       /* DATA: blocks [b0, b0+nb) */
-    void        *buf;          /* bounce (owned) or the request's header image */
+    void        *buf;          /* bounce, or the request's header image */
     size_t       len;
     uint64_t     off;
+    void        *bounce;       /* owned aligned buffer of bounce_cap bytes, kept
+                                  with the record on the store's free list */
+    size_t       bounce_cap;
+    struct na_kv_wr *next;     /* on s->wr_free */
 } na_kv_wr_t;
+
+/* A record from the store's free list (or new) with a bounce buffer of at
+ * least len bytes (len 0: none needed); NULL out of memory. */
+static na_kv_wr_t *na_kv_wr_get(na_kv_store_t *s, size_t len)
+{
+    na_kv_wr_t *w = s->wr_free;
+    void *bounce;
+    size_t cap;
+
+    if (w != NULL)
+        s->wr_free = w->next;
+    else if ((w = calloc(1, sizeof(*w))) == NULL)
+        return NULL;
+    if (len > w->bounce_cap) {
+        void *nb = na_kv_aligned_alloc(len);
+        if (nb == NULL) {
+            w->next = s->wr_free;
+            s->wr_free = w;
+            return NULL;
+        }
+        na_kv_aligned_free(w->bounce);
+        w->bounce = nb;
+        w->bounce_cap = len;
+    }
+    bounce = w->bounce;
+    cap = w->bounce_cap;
+    memset(w, 0, sizeof(*w));
+    w->bounce = bounce;
+    w->bounce_cap = cap;
+    w->buf = bounce;
+    w->len = len;
+    return w;
+}
+
+/* w completed (or was never submitted): back onto the free list. */
+static void na_kv_wr_put(na_kv_store_t *s, na_kv_wr_t *w)
+{
+    w->next = s->wr_free;
+    s->wr_free = w;
+}
+
+void na_kv_wr_pool_destroy(na_kv_store_t *s)
+{
+    while (s->wr_free != NULL) {
+        na_kv_wr_t *w = s->wr_free;
+        s->wr_free = w->next;
+        na_kv_aligned_free(w->bounce);
+        free(w);
+    }
+}
 
 static void na_kv_put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }  /* little-endian host */
 static void na_kv_put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
@@ -106,7 +160,7 @@ static na_status_t na_kv_wr_submit(na_kv_store_t *s, na_kv_wr_t *w)
 
 static na_status_t na_kv_header_submit(na_kv_store_t *s, na_kv_req_t *r)
 {
-    na_kv_wr_t *w = calloc(1, sizeof(*w));
+    na_kv_wr_t *w = na_kv_wr_get(s, 0);
     na_status_t st;
 
     if (w == NULL)
@@ -121,7 +175,7 @@ static na_status_t na_kv_header_submit(na_kv_store_t *s, na_kv_req_t *r)
     w->off = r->ext_off;
     st = na_kv_wr_submit(s, w);
     if (st != NA_OK)
-        free(w);
+        na_kv_wr_put(s, w);
     return st;
 }
 
@@ -156,7 +210,7 @@ static void na_kv_wr_complete(na_kv_store_t *s, na_kv_wr_t *w, int64_t res)
     }
     if (w->kind == NA_KV_WR_HDR) {
         r->hdr_writing = 0;
-        free(w);
+        na_kv_wr_put(s, w);
         return;
     }
     {
@@ -178,8 +232,7 @@ static void na_kv_wr_complete(na_kv_store_t *s, na_kv_wr_t *w, int64_t res)
             r->hdr_dirty = 1;
         }
     }
-    na_kv_aligned_free(w->buf);
-    free(w);
+    na_kv_wr_put(s, w);
 }
 
 /* Reap completions (at least min_wait), then write headers made dirty. */
@@ -239,25 +292,16 @@ na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r)
     return na_kv_wait_req(s, r);
 }
 
-/* A write record with an aligned buffer of len bytes. NA_ERR_NOMEM. */
-static na_status_t na_kv_wr_new(size_t len, na_kv_wr_t **w_p)
+/* A write record with an aligned buffer of len bytes (reused). NA_ERR_NOMEM. */
+static na_status_t na_kv_wr_new(na_kv_store_t *s, size_t len, na_kv_wr_t **w_p)
 {
-    na_kv_wr_t *w = calloc(1, sizeof(*w));
-
-    if (w == NULL)
-        return na_err(NA_ERR_NOMEM, "writeback: out of memory");
-    w->buf = na_kv_aligned_alloc(len);
-    if (w->buf == NULL) {
-        free(w);
-        return na_err(NA_ERR_NOMEM, "writeback: out of memory");
-    }
-    w->len = len;
-    *w_p = w;
-    return NA_OK;
+    *w_p = na_kv_wr_get(s, len);
+    return *w_p != NULL ? NA_OK : na_err(NA_ERR_NOMEM, "writeback: out of memory");
 }
 
 /* Submit w (from na_kv_wr_new) for r's layer at byte `at` of the layer's
- * extent. On failure w is freed and r is failed with the error. */
+ * extent. On failure w goes back to the free list and r is failed with the
+ * error. */
 static na_status_t na_kv_wr_issue(na_kv_store_t *s, na_kv_wr_t *w, na_kv_req_t *r, int layer,
                                   int kind, uint64_t at)
 {
@@ -269,8 +313,7 @@ static na_status_t na_kv_wr_issue(na_kv_store_t *s, na_kv_wr_t *w, na_kv_req_t *
     w->off = na_kv_layer_off(r, layer) + at;
     st = na_kv_wr_submit(s, w);
     if (st != NA_OK) {
-        na_kv_aligned_free(w->buf);
-        free(w);
+        na_kv_wr_put(s, w);
         na_kv_req_fail(r, st, na_errmsg());
     }
     return st;
@@ -306,7 +349,7 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
     while (b < full) {
         int nb = full - b < per_run ? full - b : per_run;
         na_kv_wr_t *w = NULL;
-        st = na_kv_wr_new((size_t)nb * bs, &w);
+        st = na_kv_wr_new(s, (size_t)nb * bs, &w);
         if (st != NA_OK)
             return st;
         for (i = 0; i < nb; i++) {
@@ -340,7 +383,7 @@ na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync)
             s->st.n_spills++;
             return sync ? na_kv_wait_req(s, r) : NA_OK;
         }
-        st = na_kv_wr_new(bs, &w);
+        st = na_kv_wr_new(s, bs, &w);
         if (st != NA_OK)
             return st;
         memcpy(w->buf, L->blocks[full].mem, bs);

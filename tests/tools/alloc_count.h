@@ -65,6 +65,9 @@ void         na_ac_window(na_ac_shm_t *m, int on);
 /* Allocations of the window whose stack passes through function fn of the
  * executable (by its symbol name); -1 without symbols. */
 long         na_ac_fn_count(const na_ac_shm_t *m, const char *fn);
+/* Allocations whose stack passes through any of fns (NULL-terminated), each
+ * stack counted once; -1 without symbols. */
+long         na_ac_fn_count_any(const na_ac_shm_t *m, const char *const *fns);
 long         na_ac_report(const na_ac_shm_t *m, const char *who, double round_trips, FILE *f);
 
 #endif /* NA_TESTS_ALLOC_COUNT_H */

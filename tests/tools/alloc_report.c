@@ -233,6 +233,21 @@ static int ac_site_name(const na_ac_shm_t *m, const ac_syms_t *s, const na_ac_st
 
 long na_ac_fn_count(const na_ac_shm_t *m, const char *fn)
 {
+    const char *const fns[] = { fn, NULL };
+    return na_ac_fn_count_any(m, fns);
+}
+
+/* 1 if name is one of fns (NULL-terminated). */
+static int ac_name_in(const char *name, const char *const *fns)
+{
+    for (; *fns != NULL; fns++)
+        if (!strcmp(name, *fns))
+            return 1;
+    return 0;
+}
+
+long na_ac_fn_count_any(const na_ac_shm_t *m, const char *const *fns)
+{
     ac_syms_t syms;
     long n = 0;
     uint32_t i, k;
@@ -246,7 +261,7 @@ long na_ac_fn_count(const na_ac_shm_t *m, const char *fn)
             if (st->pc[k] < m->exe_lo || st->pc[k] >= m->exe_hi)
                 continue;
             f = ac_syms_find(&syms, st->pc[k] - m->exe_bias - 1);
-            if (f != NULL && !strcmp(f->name, fn)) {
+            if (f != NULL && ac_name_in(f->name, fns)) {
                 n += (long)st->count;
                 break;
             }
