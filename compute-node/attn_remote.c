@@ -11,7 +11,7 @@
  * layer's) are requests whose answers are counted per request
  * (attn_remote_req.c); open, STATS and pings are blocking calls.
  *
- * This file is the top of three one-way layers (attn_remote_internal.h):
+ * This file is the top of three one-way layers (attn_remote_state.h):
  * it calls attn_remote_req.c and attn_remote_decode.c, which never call
  * back up; a node's end reaches it through the session's end handler
  * (rm_on_end), which it registered.
@@ -39,7 +39,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/wire_stats.h"
-#include "compute-node/attn_remote_internal.h"
+#include "compute-node/attn_remote_state.h"
 #include "compute-node/storage_client.h"
 #include "rdma/xp_cfg.h"
 

@@ -15,7 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "compute-node/attn_remote_internal.h"
+#include "compute-node/attn_remote_state.h"
 #include "compute-node/storage_client.h"
 
 #define RM_SPLIT_MIN   16   /* entries for one node at which its message is split */

@@ -15,7 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "compute-node/attn_remote_internal.h"
+#include "compute-node/attn_remote_state.h"
 #include "compute-node/storage_client.h"
 
 na_peer_t *rm_call_peer(rm_t *p, int j)

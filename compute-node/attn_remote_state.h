@@ -1,7 +1,8 @@
-/* compute-node/attn_remote_internal.h — private state of the attention
- * service over storage nodes, in three one-way layers, each calling only
- * the ones below it (and the storage client, compute-node/storage_client.h,
- * under all three):
+/* compute-node/attn_remote_state.h — the private state of the attention
+ * service over storage nodes (its nodes, open requests and batches in
+ * flight) and the lookups every layer uses, under the service's three
+ * one-way layers, each calling only the ones below it (and the storage
+ * client, compute-node/storage_client.h, under all three):
  *   compute-node/attn_remote.c        the service and its nodes' connections:
  *                                     create, connect, join, the session's
  *                                     end handler, stats, the ops table;
@@ -9,9 +10,11 @@
  *                                     prefill, fetch, release;
  *   compute-node/attn_remote_decode.c the decode round trip (submit, answers,
  *                                     poll) and what a node that goes down
- *                                     fails (rm_node_end). */
-#ifndef NA_ATTN_REMOTE_INTERNAL_H
-#define NA_ATTN_REMOTE_INTERNAL_H
+ *                                     fails (rm_node_end).
+ * A node's end reaches attn_remote.c through the end handler it registered
+ * with the session, never by a call up. */
+#ifndef NA_ATTN_REMOTE_STATE_H
+#define NA_ATTN_REMOTE_STATE_H
 
 #include <stdint.h>
 #include <string.h>
@@ -166,4 +169,4 @@ void        rm_node_lost(rm_t *p, int j, const char *why);
 /* Forget every batch in flight and free their entry tables (destroy). */
 void        rm_batches_forget(rm_t *p);
 
-#endif /* NA_ATTN_REMOTE_INTERNAL_H */
+#endif /* NA_ATTN_REMOTE_STATE_H */
