@@ -294,13 +294,13 @@ static double pt_node_stat(const na_cfg_t *cfg, const char *key)
     }
     for (j = 0; j < cfg->n_storage; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
-        na_sc_t *sc;
+        na_peer_t *sc;
         uint64_t v;
-        if (na_sc_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK)
+        if (na_ses_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK)
             continue;
-        if (na_sc_stat(sc, key, &v) == NA_OK)
+        if (na_sc_stat(sc, key, NA_SC_WAIT_MS, &v) == NA_OK)
             sum += (double)v;
-        na_sc_close(sc);
+        na_peer_close(sc, 0, "done");
     }
     na_ses_destroy(ses);
     na_xp_destroy(xp);
@@ -342,7 +342,7 @@ static int pt_probe(const na_cfg_t *cfg)
     na_ses_opts_t so;
     na_xp_t *xp = NULL;
     na_ses_t *ses = NULL;
-    na_sc_t *sc = NULL;
+    na_peer_t *sc = NULL;
     na_xp_ep_t *ep;
     uint8_t *buf = NULL;
     double up[3], down[3], rtt[9], t0, t;
@@ -355,11 +355,11 @@ static int pt_probe(const na_cfg_t *cfg)
     memset(&so, 0, sizeof(so));
     if (buf == NULL || na_xp_create(&xo, &xp) != NA_OK ||
         na_ses_create(xp, &so, NULL, &ses) != NA_OK ||
-        na_sc_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK) {
+        na_ses_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK) {
         fprintf(stderr, "probe: %s\n", buf == NULL ? "out of memory" : na_errmsg());
         goto out;
     }
-    ep = na_sc_ep(sc);
+    ep = na_peer_ep(sc);
     for (i = 0; i < big; i++)               /* never time on all-zero data */
         buf[i] = (uint8_t)(i * 131u + 7u);
     for (k = 0; k < 10; k++) {              /* first one: warm-up */
@@ -391,7 +391,7 @@ static int pt_probe(const na_cfg_t *cfg)
 err_probe:
     fprintf(stderr, "probe: %s\n", na_errmsg());
 out:
-    na_sc_close(sc);
+    na_peer_close(sc, 0, "done");
     na_ses_destroy(ses);
     na_xp_destroy(xp);
     free(buf);

@@ -33,7 +33,7 @@
 #define KF_MAX_BATCH 64
 
 typedef struct {
-    na_sc_t *sc;
+    na_peer_t *sc;
     char     name[NA_XP_NAME_MAX];
     int      alive;
     long     n_open;
@@ -137,7 +137,7 @@ static na_status_t kf_open(na_asvc_t *s, uint64_t req, int max_tokens)
         if (best < 0)
             break;
         tried[best] = 1;
-        st = na_sc_open(p->nodes[best].sc, &o);
+        st = na_sc_open(p->nodes[best].sc, &o, NA_SC_WAIT_MS, NULL);
         if (st == NA_OK) {
             r->link.id = req;
             r->node = best;
@@ -179,7 +179,7 @@ static na_status_t kf_prefill(na_asvc_t *s, uint64_t req, int layer, const void 
     kv.dtype = dtype;
     kv.k = k;
     kv.v = v;
-    st = na_sc_prefill(p->nodes[r->node].sc, &kv);
+    st = na_sc_prefill(p->nodes[r->node].sc, &kv, NA_SC_WAIT_MS);
     if (st == NA_ERR_PEER)
         kf_node_lost(p, r->node, na_errmsg());
     return st;
@@ -233,7 +233,7 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
         f.kv_h0 = 0;
         f.kv_h1 = (uint16_t)mc->n_kv_heads;
         f.dtype = p->kv_dtype;
-        st = na_sc_fetch(nd->sc, &f, mc->head_dim, p->kf, p->vf);
+        st = na_sc_fetch(nd->sc, &f, mc->head_dim, NA_SC_WAIT_MS, p->kf, p->vf, NA_DTYPE_F32);
         if (st != NA_OK)
             goto err_net;
     }
@@ -253,7 +253,7 @@ static void kf_entry(kf_t *p, int layer, na_asvc_entry_t *x)
         kv.dtype = p->kv_dtype;
         kv.k = (uint8_t *)p->kb + (size_t)x->pos * kvd * es;
         kv.v = (uint8_t *)p->vb + (size_t)x->pos * kvd * es;
-        st = na_sc_prefill(nd->sc, &kv);
+        st = na_sc_prefill(nd->sc, &kv, NA_SC_WAIT_MS);
         if (st != NA_OK)
             goto err_net;
     }
@@ -320,8 +320,8 @@ static void kf_progress(na_asvc_t *s)
     int j;
     (void)na_ses_poll(p->ses, 0);
     for (j = 0; j < p->n_nodes; j++)
-        if (p->nodes[j].alive && !na_peer_alive(na_sc_peer(p->nodes[j].sc)))
-            kf_node_lost(p, j, na_peer_why(na_sc_peer(p->nodes[j].sc)));
+        if (p->nodes[j].alive && !na_peer_alive(p->nodes[j].sc))
+            kf_node_lost(p, j, na_peer_why(p->nodes[j].sc));
 }
 
 static na_status_t kf_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
@@ -350,7 +350,8 @@ static void kf_release(na_asvc_t *s, uint64_t req, int status)
     if (r == NULL)
         return;
     p->nodes[r->node].n_open--;
-    if (p->nodes[r->node].alive && na_sc_release(p->nodes[r->node].sc, req) == NA_ERR_PEER)
+    if (p->nodes[r->node].alive &&
+        na_sc_release(p->nodes[r->node].sc, req, 0, NA_SC_WAIT_MS) == NA_ERR_PEER)
         kf_node_lost(p, r->node, na_errmsg());
     free(r);
 }
@@ -366,7 +367,7 @@ static void kf_stats(na_asvc_t *s, na_asvc_stats_t *out)
         uint64_t v;
         if (p->nodes[j].sc == NULL)
             continue;
-        na_xp_ep_stats(na_sc_ep(p->nodes[j].sc), &xs);
+        na_xp_ep_stats(na_peer_ep(p->nodes[j].sc), &xs);
         out->msgs_sent += xs.msgs_sent;
         out->msgs_recv += xs.msgs_recv;
         out->bytes_sent += xs.bytes_sent;
@@ -376,7 +377,7 @@ static void kf_stats(na_asvc_t *s, na_asvc_stats_t *out)
             char key[NA_WIRE_STATS_KEY_MAX];
             for (s2 = 0; s2 < NA_CFG_MAX_DEVICES; s2++) {
                 na_stat_slot_name(key, s2, NA_STAT_SLOT_BYTES_READ_SSD);
-                if (na_sc_stat(p->nodes[j].sc, key, &v) != NA_OK)
+                if (na_sc_stat(p->nodes[j].sc, key, NA_SC_WAIT_MS, &v) != NA_OK)
                     break;
                 out->ssd_bytes_read += v;
             }
@@ -392,7 +393,7 @@ static void kf_destroy(na_asvc_t *s)
     while (p->reqs != NULL)
         kf_release(s, p->reqs->id, 0);
     for (j = 0; j < p->n_nodes; j++)
-        na_sc_close(p->nodes[j].sc);
+        na_peer_close(p->nodes[j].sc, 0, "done");
     na_ses_destroy(p->ses);
     free(p->kf);
     free(p->vf);
@@ -437,7 +438,7 @@ na_status_t na_asvc_kvfetch_create(const na_cfg_t *cfg, const na_model_config_t 
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         kf_node_t *kn = &p->nodes[j];
         snprintf(kn->name, sizeof(kn->name), "%s", nd->name);
-        st = na_sc_connect(p->ses, nd->host, (int)nd->port, &kn->sc);
+        st = na_ses_connect(p->ses, nd->host, (int)nd->port, &kn->sc);
         if (st != NA_OK) {
             snprintf(kn->why, sizeof(kn->why), "storage node %s (%s:%ld) unreachable: %s",
                      nd->name, nd->host, nd->port, na_errmsg());

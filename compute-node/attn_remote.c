@@ -3,12 +3,18 @@
  *
  * The storage nodes are peers of one protocol session (rdma/session.h), which
  * receives, answers heartbeats, runs the silence timer and matches every
- * answer to its request. Several batches are in flight at once: each
- * DECODE_ATTN part is a request whose ATTN_OUT (and the ERRORs of its
- * entries) go to compute-node/attn_remote_decode.c, whatever order they come in;
- * prefill parts (sent with MORE and not waited for, but for the last layer's)
- * are requests whose answers are counted per request; open, release and
- * STATS are blocking calls.
+ * answer to its request; every message is a request of the storage client
+ * (compute-node/storage_client.h). Several batches are in flight at once:
+ * each DECODE_ATTN part is a request whose ATTN_OUT (and the ERRORs of its
+ * entries) go to compute-node/attn_remote_decode.c, whatever order they come
+ * in; prefill parts (sent with MORE and not waited for, but for the last
+ * layer's) are requests whose answers are counted per request
+ * (attn_remote_req.c); open, STATS and pings are blocking calls.
+ *
+ * This file is the top of three one-way layers (attn_remote_state.h):
+ * it calls attn_remote_req.c and attn_remote_decode.c, which never call
+ * back up; a node's end reaches it through the session's end handler
+ * (rm_on_end), which it registered.
  *
  * Placement. Request partition: a request lives on one storage node (the
  * live one with the fewest open requests; the node places it on one of its
@@ -33,7 +39,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/wire_stats.h"
-#include "compute-node/attn_remote_internal.h"
+#include "compute-node/attn_remote_state.h"
+#include "compute-node/storage_client.h"
 #include "rdma/xp_cfg.h"
 
 #define RM_RETRY_MS    1000 /* a node unreachable at create is retried after this, */
@@ -57,13 +64,9 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
 /* STATS to a node that is joining (its answer: rm_base_reply). */
 static void rm_ask_stats(rm_t *p, rm_node_t *rn)
 {
-    na_wire_msg_t m;
     int ms = rn->announced ? RM_JOIN_ASK_MS : (int)p->cfg->transport.timeout_ms;
 
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    if (na_peer_request(rn->peer, &m, NULL, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, ms,
-                        rm_base_reply, 0) != NA_OK)
+    if (na_sc_stats_send(rn->peer, NA_SES_NO_LOSS, ms, rm_base_reply, 0) != NA_OK)
         rn->joining = 0;        /* the peer ended: rm_on_end said why */
 }
 
@@ -324,7 +327,7 @@ static void rm_layout_poll(rm_t *p)
  * takes new requests. A node lost after it was connected (its requests
  * failed or were re-placed) is dialled again likewise, from RM_LOST_RETRY_MS
  * up to RM_LOST_RETRY_MAX, and takes new requests once back. Never fails. */
-void rm_retry_late(rm_t *p)
+static void rm_retry_late(rm_t *p)
 {
     uint64_t now = na_xp_now_ns();
     int j;
@@ -346,59 +349,9 @@ static void rm_tick(void *ctx)
         rm_retry_late(p);
 }
 
-/* Copy the string src into dst[cap], cut to fit. */
-void rm_copy(char *dst, size_t cap, const char *src)
-{
-    size_t n = strnlen(src, cap - 1);
-    memmove(dst, src, n);
-    dst[n] = '\0';
-}
-
-rm_req_t *rm_find(rm_t *p, uint64_t id)
-{
-    return (rm_req_t *)na_asvc_req_find(p->reqs, id);
-}
-
-static void rm_node_end(rm_t *p, int j, const char *why, int left)
-{
-    rm_node_t *nd = &p->nodes[j];
-    char tmp[NA_ASVC_REASON_MAX], nm[NA_XP_NAME_MAX];
-    int bi, k;
-
-    if (!nd->alive)
-        return;
-    nd->alive = 0;
-    na_pfx_map_forget(p->pmap, j);      /* what it held is gone with it */
-    rm_copy(tmp, 120, why);
-    rm_copy(nm, sizeof(nm), nd->name);
-    snprintf(nd->why, sizeof(nd->why), "storage node %.60s %s: %.110s", nm,
-             left ? "left" : "lost", tmp);
-    if (left)       /* a clean leave (BYE, e.g. SIGTERM): its requests are re-placed */
-        na_log_info("%s; it takes no new requests", nd->why);
-    else
-        na_log_warn("%s", nd->why);
-    for (bi = 0; bi < RM_MAX_BATCH; bi++) {
-        rm_batch_t *b = &p->b[bi];
-        if (!b->active || !b->owes[j])
-            continue;
-        for (k = 0; k < b->cnt[j]; k++)
-            rm_entry_fail(&b->e[b->map[j][k]], NA_ERR_PEER, nd->why);
-        rm_batch_node_done(p, bi, j);
-    }
-}
-
-void rm_node_lost(rm_t *p, int j, const char *why)
-{
-    rm_node_end(p, j, why, 0);
-}
-
-int rm_node_of(rm_t *p, na_peer_t *peer)
-{
-    rm_node_t *nd = na_peer_user(peer);
-    return nd != NULL ? (int)(nd - p->nodes) : -1;
-}
-
-void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
+/* The session's end handler: node j went down (rm_node_end fails what it
+ * owes), and its connection is dropped or dialled again. */
+static void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
 {
     rm_t *p = ctx;
     int j = rm_node_of(p, peer);
@@ -430,36 +383,33 @@ void rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why)
 }
 
 /* Read the counters this service uses from a STATS answer. */
-static void rm_counters(const na_wire_stats_t *s, rm_counters_t *c)
+static void rm_counters(const na_stats_view_t *vp, rm_counters_t *c)
 {
-    na_stats_view_t v;
     uint64_t thr;
 
-    na_stats_view(s, &v);
     memset(c, 0, sizeof(*c));
-    c->ssd = v.slot_sum[NA_STAT_SLOT_BYTES_READ_SSD];
-    c->csd_noop = v.slot_sum[NA_STAT_SLOT_CSD_NOOP];
-    c->csd_launches = v.slot_sum[NA_STAT_SLOT_CSD_LAUNCHES];
-    c->csd_p2p = v.slot_sum[NA_STAT_SLOT_CSD_P2P_BYTES];
-    c->dram_used = v.slot_sum[NA_STAT_SLOT_DRAM_USED];
-    c->ssd_used = v.slot_sum[NA_STAT_SLOT_SSD_USED];
-    c->dec_ns = v.node[NA_STAT_DECODE_NS];
-    c->pfx_hit = v.node[NA_STAT_PREFIX_HIT_TOKENS];
-    c->pfx_bytes = v.node[NA_STAT_PREFIX_CACHE_BYTES];
-    c->prefill_tok = v.node[NA_STAT_PREFILL_TOKENS];
-    thr = v.node[NA_STAT_ATTN_THREADS] > 0 ? v.node[NA_STAT_ATTN_THREADS] : 1;
-    c->comp_ns = v.slot_sum[NA_STAT_SLOT_ATTN_COMPUTE_NS] / thr;
+    c->ssd = vp->slot_sum[NA_STAT_SLOT_BYTES_READ_SSD];
+    c->csd_noop = vp->slot_sum[NA_STAT_SLOT_CSD_NOOP];
+    c->csd_launches = vp->slot_sum[NA_STAT_SLOT_CSD_LAUNCHES];
+    c->csd_p2p = vp->slot_sum[NA_STAT_SLOT_CSD_P2P_BYTES];
+    c->dram_used = vp->slot_sum[NA_STAT_SLOT_DRAM_USED];
+    c->ssd_used = vp->slot_sum[NA_STAT_SLOT_SSD_USED];
+    c->dec_ns = vp->node[NA_STAT_DECODE_NS];
+    c->pfx_hit = vp->node[NA_STAT_PREFIX_HIT_TOKENS];
+    c->pfx_bytes = vp->node[NA_STAT_PREFIX_CACHE_BYTES];
+    c->prefill_tok = vp->node[NA_STAT_PREFILL_TOKENS];
+    thr = vp->node[NA_STAT_ATTN_THREADS] > 0 ? vp->node[NA_STAT_ATTN_THREADS] : 1;
+    c->comp_ns = vp->slot_sum[NA_STAT_SLOT_ATTN_COMPUTE_NS] / thr;
 }
 
 /* The node's shape keys in STATS (a node that sends none is not checked):
  * NA_OK when they match the engine's model and KV dtype, else a reason. */
-static na_status_t rm_shape_check(const rm_t *p, const rm_node_t *nd, const na_wire_stats_t *s)
+static na_status_t rm_shape_check(const rm_t *p, const rm_node_t *nd, const na_stats_view_t *v)
 {
     const na_model_config_t *mc = &p->base.mc;
     static const na_stat_node_t key[5] = { NA_STAT_N_LAYERS, NA_STAT_N_HEADS,
                                            NA_STAT_N_KV_HEADS, NA_STAT_HEAD_DIM,
                                            NA_STAT_KV_DTYPE };
-    na_stats_view_t v;
     uint64_t want[5], got[5];
     int have = 0, i;
 
@@ -468,10 +418,9 @@ static na_status_t rm_shape_check(const rm_t *p, const rm_node_t *nd, const na_w
     want[2] = (uint64_t)mc->n_kv_heads;
     want[3] = (uint64_t)mc->head_dim;
     want[4] = (uint64_t)p->kv_dtype;
-    na_stats_view(s, &v);
     for (i = 0; i < 5; i++) {
-        got[i] = v.has_node[key[i]] ? v.node[key[i]] : want[i];
-        have += v.has_node[key[i]];
+        got[i] = v->has_node[key[i]] ? v->node[key[i]] : want[i];
+        have += v->has_node[key[i]];
     }
     if (have == 0 || memcmp(got, want, sizeof(got)) == 0)
         return NA_OK;
@@ -492,6 +441,7 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
     rm_t *p = ctx;
     rm_node_t *nd = na_peer_user(peer);
     rm_counters_t c;
+    na_stats_view_t v;
     int reason = NA_WIRE_REFUSE_PROTO;
 
     (void)arg;
@@ -504,7 +454,8 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
     }
     nd->joining = 0;
     if (st == NA_OK) {
-        st = rm_shape_check(p, nd, &in->m->u.stats);
+        na_stats_view(&in->m->u.stats, &v);
+        st = rm_shape_check(p, nd, &v);
         reason = NA_WIRE_REFUSE_MODEL;      /* it would be refused again: it stops */
     } else if (na_peer_alive(peer))
         st = na_err(st, "storage node %s did not answer STATS at connect: %s", nd->name,
@@ -520,7 +471,7 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
         nd->next_try_ns = UINT64_MAX;   /* not retried: it would be refused again */
         return;
     }
-    rm_counters(&in->m->u.stats, &c);
+    rm_counters(&v, &c);
     nd->base_ok = 1;
     nd->base_ssd = c.ssd;
     nd->base_dec_ns = c.dec_ns;
@@ -529,33 +480,6 @@ static void rm_base_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t
     if (nd->retry_ms != 0 || nd->announced)
         na_log_info("storage node %s joined (%s%s%.0ld): it takes new requests", nd->name,
                     nd->host, nd->port > 0 ? ":" : "", nd->port);
-}
-
-static void rm_stats_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
-                           const na_ses_in_t *in)
-{
-    (void)ctx;
-    (void)peer;
-    if (st == NA_OK)
-        rm_counters(&in->m->u.stats, (rm_counters_t *)arg);
-}
-
-na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsigned flags,
-                    int timeout_ms, na_ses_reply_fn fn, uintptr_t arg)
-{
-    na_status_t st;
-
-    if (!p->nodes[j].alive)
-        return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
-    st = na_peer_call(p->nodes[j].peer, m, NULL, reply, flags, timeout_ms, fn, arg);
-    /* a send that failed (its UCX endpoint failed: the session ends the peer
-     * at its next poll) takes the node down now, so that the caller places
-     * the request elsewhere instead of picking this node again */
-    if (st != NA_OK && p->nodes[j].alive && !na_peer_alive(p->nodes[j].peer))
-        rm_node_lost(p, j, na_peer_why(p->nodes[j].peer));
-    if (st != NA_OK && !p->nodes[j].alive)
-        return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
-    return st;
 }
 
 /* 1 while a batch is waiting for a node. */
@@ -577,14 +501,16 @@ static int rm_cmp_double(const void *a, const void *b)
 /* Node j's STATS counters into *c (a round trip); keeps its KV bytes. */
 static na_status_t rm_node_read(rm_t *p, int j, rm_counters_t *c)
 {
-    na_wire_msg_t m;
+    na_peer_t *peer = rm_call_peer(p, j);
+    na_stats_view_t v;
     na_status_t st;
 
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    st = rm_call(p, j, &m, NA_WIRE_MSG_STATS, NA_SES_NO_LOSS, (int)p->cfg->transport.timeout_ms,
-                 rm_stats_reply, (uintptr_t)c);
+    if (peer == NULL)
+        return NA_ERR_PEER;
+    st = rm_call_end(p, j, na_sc_stats(peer, NA_SES_NO_LOSS, (int)p->cfg->transport.timeout_ms,
+                                       &v));
     if (st == NA_OK) {
+        rm_counters(&v, c);
         p->nodes[j].kv_dram = c->dram_used;
         p->nodes[j].kv_ssd = c->ssd_used;
         p->nodes[j].pfx_hit = c->pfx_hit;
@@ -596,7 +522,7 @@ static na_status_t rm_node_read(rm_t *p, int j, rm_counters_t *c)
 
 /* Counters, plus (when nothing is in flight) each live node's SSD reads
  * (STATS) and the median HEARTBEAT round trip (RM_PINGS pings per node). */
-void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
+static void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
 {
     rm_t *p = (rm_t *)s;
     const int wait_ms = (int)p->cfg->transport.timeout_ms;
@@ -612,7 +538,6 @@ void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
         na_xp_ep_stats(na_peer_ep(nd->peer), &xs);
         if (nd->alive && !rm_busy(p)) {
             rm_counters_t c;
-            na_wire_msg_t m;
             int k;
             if (rm_node_read(p, j, &c) == NA_OK) {
                 out->ssd_bytes_read += c.ssd - (nd->base_ok ? nd->base_ssd : 0);
@@ -630,14 +555,12 @@ void rm_stats(na_asvc_t *s, na_asvc_stats_t *out)
                 }
             }
             for (k = 0; k < RM_PINGS && n_rtt < RM_MAX_NODES * RM_PINGS; k++) {
+                na_peer_t *peer;
                 double t0;
                 usleep(RM_PING_GAP_US);
                 t0 = na_now_s();
-                memset(&m, 0, sizeof(m));
-                m.type = NA_WIRE_MSG_HEARTBEAT;
-                m.u.heartbeat.send_ns = na_xp_now_ns();
-                if (rm_call(p, j, &m, NA_WIRE_MSG_HEARTBEAT, NA_SES_NO_LOSS, wait_ms, NULL,
-                            0) != NA_OK)
+                peer = rm_call_peer(p, j);
+                if (peer == NULL || rm_call_end(p, j, na_sc_ping(peer, wait_ms)) != NA_OK)
                     break;
                 rtt[n_rtt++] = na_now_s() - t0;
             }
@@ -661,15 +584,14 @@ static void rm_progress(na_asvc_t *s)
 static void rm_destroy(na_asvc_t *s)
 {
     rm_t *p = (rm_t *)s;
-    int j, bi;
+    int j;
 
     if (p->ses != NULL)
         na_ses_on_tick(p->ses, NULL);   /* no new connects from here on */
     /* The caller may already have freed the entries of batches still in
      * flight (a run that failed mid-step): forget them, so answers that
      * arrive while we drain are dropped as stray instead of written. */
-    for (bi = 0; bi < RM_MAX_BATCH; bi++)
-        p->b[bi].active = 0;
+    rm_batches_forget(p);
     while (p->reqs != NULL)
         rm_release(s, p->reqs->id, 0);
     if (p->ses != NULL)
@@ -678,16 +600,13 @@ static void rm_destroy(na_asvc_t *s)
         na_xp_connect_cancel(p->nodes[j].pending);
         na_peer_close(p->nodes[j].peer, 0, "done");
     }
-    for (bi = 0; bi < RM_MAX_BATCH; bi++)
-        for (j = 0; j < RM_MAX_NODES; j++)
-            free(p->b[bi].map[j]);
     na_sc_dir_destroy(p->dir);          /* its list only: it connected nothing */
     na_ses_destroy(p->ses);
     na_pfx_map_destroy(p->pmap);
     free(p);
 }
 
-int rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
+static int rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
 {
     rm_t *p = (rm_t *)s;
     int j, n = 0;
@@ -720,9 +639,26 @@ int rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
     return n;
 }
 
+/* Open: placement sees the nodes that joined since the last tick (request
+ * partition), then attn_remote_req.c opens. */
+static na_status_t rm_open_op(na_asvc_t *s, uint64_t req, int max_tokens)
+{
+    if (!((rm_t *)s)->head_part)
+        rm_retry_late((rm_t *)s);
+    return rm_open(s, req, max_tokens);
+}
+
+static na_status_t rm_open_prefix_op(na_asvc_t *s, uint64_t req, int max_tokens,
+                                     const na_asvc_prompt_t *pr, int *hit_p)
+{
+    if (!((rm_t *)s)->head_part)
+        rm_retry_late((rm_t *)s);
+    return rm_open_prefix(s, req, max_tokens, pr, hit_p);
+}
+
 static const na_asvc_ops_t na_remote_ops = {
-    rm_destroy, rm_open, rm_prefill, rm_prefill_done, rm_submit, rm_poll, rm_release, rm_stats,
-    rm_progress, rm_node_stats, rm_open_prefix, rm_fetch,
+    rm_destroy, rm_open_op, rm_prefill, rm_prefill_done, rm_submit, rm_poll, rm_release, rm_stats,
+    rm_progress, rm_node_stats, rm_open_prefix_op, rm_fetch,
 };
 
 na_status_t na_asvc_remote_create(const na_cfg_t *cfg, const na_model_config_t *mc,

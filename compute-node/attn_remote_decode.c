@@ -1,10 +1,13 @@
 /* compute-node/attn_remote_decode.c — the decode round trip of the attention
- * service over storage nodes (compute-node/attn_remote.c): a batch becomes
- * one DECODE_ATTN per node involved (each with that node's head range of
- * every entry, split into mini-batches the node starts on as they arrive,
- * Lamina §5.2.1), each a request of the protocol session (rdma/session.h);
- * the ATTN_OUT answers and the entries' ERRORs, whatever order they come in,
- * fill the entries, and poll hands back the batches every node answered. */
+ * service over storage nodes (compute-node/attn_remote.c), and what a node
+ * that goes down fails: a batch becomes one DECODE_ATTN per node involved
+ * (each with that node's head range of every entry, split into mini-batches
+ * the node starts on as they arrive, Lamina §5.2.1), each an asynchronous
+ * request of the storage client (compute-node/storage_client.h); the
+ * ATTN_OUT answers (checked by na_sc_attn_check) and the entries' ERRORs,
+ * whatever order they come in, fill the entries, and poll hands back the
+ * batches every node answered. The lowest of the three attn_remote layers:
+ * it calls only the storage client and the session. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,13 +16,14 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "compute-node/attn_remote_internal.h"
+#include "compute-node/attn_remote_state.h"
+#include "compute-node/storage_client.h"
 
 #define RM_SPLIT_MIN   16   /* entries for one node at which its message is split */
 #define RM_SPLIT_MAX   4    /* messages per node and batch (Lamina §5.2.1 mini-batches) */
 
 /* Fail entry x with st / text (keeps the first reason). */
-void rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text)
+static void rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text)
 {
     if (x->status != NA_OK)
         return;
@@ -27,7 +31,9 @@ void rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text)
     rm_copy(x->reason, sizeof(x->reason), text);
 }
 
-void rm_batch_node_done(rm_t *p, int bi, int j)
+/* Node j answered batch bi (or failed it): the batch is done when no node
+ * owes it anything. */
+static void rm_batch_node_done(rm_t *p, int bi, int j)
 {
     rm_batch_t *b = &p->b[bi];
     if (!b->owes[j])
@@ -44,12 +50,106 @@ void rm_batch_node_done(rm_t *p, int bi, int j)
     }
 }
 
+void rm_node_end(rm_t *p, int j, const char *why, int left)
+{
+    rm_node_t *nd = &p->nodes[j];
+    char tmp[NA_ASVC_REASON_MAX], nm[NA_XP_NAME_MAX];
+    int bi, k;
+
+    if (!nd->alive)
+        return;
+    nd->alive = 0;
+    na_pfx_map_forget(p->pmap, j);      /* what it held is gone with it */
+    rm_copy(tmp, 120, why);
+    rm_copy(nm, sizeof(nm), nd->name);
+    snprintf(nd->why, sizeof(nd->why), "storage node %.60s %s: %.110s", nm,
+             left ? "left" : "lost", tmp);
+    if (left)       /* a clean leave (BYE, e.g. SIGTERM): its requests are re-placed */
+        na_log_info("%s; it takes no new requests", nd->why);
+    else
+        na_log_warn("%s", nd->why);
+    for (bi = 0; bi < RM_MAX_BATCH; bi++) {
+        rm_batch_t *b = &p->b[bi];
+        if (!b->active || !b->owes[j])
+            continue;
+        for (k = 0; k < b->cnt[j]; k++)
+            rm_entry_fail(&b->e[b->map[j][k]], NA_ERR_PEER, nd->why);
+        rm_batch_node_done(p, bi, j);
+    }
+}
+
+void rm_node_lost(rm_t *p, int j, const char *why)
+{
+    rm_node_end(p, j, why, 0);
+}
+
+void rm_batches_forget(rm_t *p)
+{
+    int bi, j;
+
+    for (bi = 0; bi < RM_MAX_BATCH; bi++)
+        p->b[bi].active = 0;
+    for (bi = 0; bi < RM_MAX_BATCH; bi++)
+        for (j = 0; j < RM_MAX_NODES; j++) {
+            free(p->b[bi].map[j]);
+            free(p->b[bi].we[j]);
+            p->b[bi].map[j] = NULL;
+            p->b[bi].we[j] = NULL;
+            p->b[bi].cap[j] = 0;
+        }
+}
+
+/* Room for n entries to node j in batch b: grown when a batch is larger
+ * than any before it, so the steady state allocates nothing. */
+static na_status_t rm_batch_room(rm_batch_t *b, int j, int n)
+{
+    int cap = b->cap[j];
+    int *mp;
+    na_wire_attn_entry_t *we;
+
+    if (n <= cap)
+        return NA_OK;
+    cap = cap * 2 > n ? cap * 2 : (n > 8 ? n : 8);
+    mp = realloc(b->map[j], (size_t)cap * sizeof(*mp));
+    if (mp == NULL)
+        return na_err(NA_ERR_NOMEM, "remote: out of memory");
+    b->map[j] = mp;
+    we = realloc(b->we[j], (size_t)cap * sizeof(*we));
+    if (we == NULL)
+        return na_err(NA_ERR_NOMEM, "remote: out of memory");
+    b->we[j] = we;
+    b->cap[j] = cap;
+    return NA_OK;
+}
+
+/* Part c of batch bi's DECODE_ATTN to node j (its entries b->we[j]): what
+ * is sent, and what its ATTN_OUT is checked against. */
+static void rm_part(const rm_t *p, int bi, int j, int c, na_wire_attn_t *a)
+{
+    const rm_batch_t *b = &p->b[bi];
+    const int hd = p->base.mc.head_dim, base = c * b->chunk[j];
+
+    memset(a, 0, sizeof(*a));
+    a->batch_id = (uint32_t)bi;
+    a->layer = (uint32_t)b->layer;
+    a->n_entries = (uint32_t)(b->cnt[j] - base < b->chunk[j] ? b->cnt[j] - base : b->chunk[j]);
+    a->entry_base = (uint32_t)base;
+    a->batch_total = (uint32_t)b->cnt[j];
+    a->head_dim = (uint16_t)hd;
+    a->q_per_kv = (uint16_t)(p->base.mc.n_heads / p->base.mc.n_kv_heads);
+    a->dtype = NA_DTYPE_F32;
+    a->scale = 1.0f / sqrtf((float)hd);
+    a->entries = b->we[j] + base;
+}
+
+static void rm_attn_reply(void *ctx, na_peer_t *peer, uintptr_t batch, na_status_t st,
+                          const na_ses_in_t *in);
+
 na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
 {
     rm_t *p = (rm_t *)s;
     const int hd = s->mc.head_dim, qpk = s->mc.n_heads / s->mc.n_kv_heads;
     rm_batch_t *b;
-    na_wire_attn_entry_t *we;
     double t0 = na_now_s();
     int i, j, k, c, n_chunks, ans_ms = (int)p->cfg->transport.peer_timeout_ms;
 
@@ -57,16 +157,9 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
         return na_err(NA_ERR_INVALID, "remote: batch %d already in flight or out of range",
                       batch);
     b = &p->b[batch];
-    we = calloc((size_t)(n > 0 ? n : 1), sizeof(*we));
-    if (we == NULL)
-        return na_err(NA_ERR_NOMEM, "remote: out of memory");
     for (j = 0; j < p->n_nodes; j++) {
-        int *mp = realloc(b->map[j], (size_t)(n > 0 ? n : 1) * sizeof(int));
-        if (mp == NULL) {
-            free(we);
-            return na_err(NA_ERR_NOMEM, "remote: out of memory");
-        }
-        b->map[j] = mp;
+        if (rm_batch_room(b, j, n) != NA_OK)
+            return NA_ERR_NOMEM;
         b->cnt[j] = 0;
         b->owes[j] = 0;
     }
@@ -99,7 +192,7 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
     for (j = 0; j < p->n_nodes; j++) {
         int h0 = p->head_part ? p->nodes[j].h0 : 0;
         int h1 = p->head_part ? p->nodes[j].h1 : s->mc.n_kv_heads;
-        na_wire_msg_t m;
+        na_wire_attn_entry_t *we = b->we[j];
         if (b->cnt[j] == 0)
             continue;
         for (k = 0; k < b->cnt[j]; k++) {
@@ -120,6 +213,7 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
         b->chunk[j] = b->cnt[j] >= RM_SPLIT_MIN ? (b->cnt[j] + RM_SPLIT_MAX - 1) / RM_SPLIT_MAX
                                                 : b->cnt[j];
         n_chunks = (b->cnt[j] + b->chunk[j] - 1) / b->chunk[j];
+        b->n_chunks[j] = n_chunks;
         b->want[j] = (1u << n_chunks) - 1u;
         b->owes[j] = 1;
         b->pending++;
@@ -131,41 +225,26 @@ na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, in
             continue;
         }
         for (c = 0; c < n_chunks; c++) {
-            int base = c * b->chunk[j];
-            int cn = b->cnt[j] - base < b->chunk[j] ? b->cnt[j] - base : b->chunk[j];
+            na_wire_attn_t part;
             long long dl_ms;
-            uint32_t mq = 1;
-            for (k = base; k < base + cn; k++)
-                mq = we[k].n_queries > mq ? we[k].n_queries : mq;
-            /* a prompt chunk of mq queries is at most mq decode steps' work
-             * at its position: its answer gets mq x the decode deadline */
+            uint32_t mq = 1, e;
+            rm_part(p, batch, j, c, &part);
+            for (e = 0; e < part.n_entries; e++)
+                mq = part.entries[e].n_queries > mq ? part.entries[e].n_queries : mq;
+            /* answered within peer_timeout_ms, like any sign of life: the
+             * node answers heartbeats while it computes, so a lost answer
+             * (or a batch it forgot) is only seen by this deadline; a prompt
+             * chunk of mq queries is at most mq decode steps' work at its
+             * position, so its answer gets mq x that deadline */
             dl_ms = (long long)ans_ms * mq;
-            memset(&m, 0, sizeof(m));
-            m.type = NA_WIRE_MSG_DECODE_ATTN;
-            m.flags = c + 1 < n_chunks ? NA_WIRE_F_MORE : 0;
-            m.u.attn.batch_id = (uint32_t)batch;
-            m.u.attn.layer = (uint32_t)layer;
-            m.u.attn.n_entries = (uint32_t)cn;
-            m.u.attn.entry_base = (uint32_t)base;
-            m.u.attn.batch_total = (uint32_t)b->cnt[j];
-            m.u.attn.head_dim = (uint16_t)hd;
-            m.u.attn.q_per_kv = (uint16_t)qpk;
-            m.u.attn.dtype = NA_DTYPE_F32;
-            m.u.attn.scale = 1.0f / sqrtf((float)hd);
-            m.u.attn.entries = we + base;
-            /* answered within peer_timeout_ms (x mq), like any sign of
-             * life: the node answers heartbeats while it computes, so a lost
-             * answer (or a batch it forgot) is only seen by this deadline */
-            if (na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ATTN_OUT,
-                                NA_SES_ERR_NOTE, dl_ms < INT_MAX ? (int)dl_ms : INT_MAX,
-                                rm_attn_reply,
-                                (uintptr_t)batch) != NA_OK) {
+            if (na_sc_decode_send(p->nodes[j].peer, &part, c + 1 < n_chunks,
+                                  dl_ms < INT_MAX ? (int)dl_ms : INT_MAX,
+                                  rm_attn_reply, (uintptr_t)batch) != NA_OK) {
                 rm_node_lost(p, j, na_errmsg());    /* fails what it owes, this batch too */
                 break;
             }
         }
     }
-    free(we);
     p->st.decode_entries += (uint64_t)n;
     p->st.send_s += na_now_s() - t0;
     if (--b->pending == 0) {      /* nothing went out (all failed / empty) */
@@ -191,8 +270,11 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
 {
     const int hd = p->base.mc.head_dim;
     const int qpk = p->base.mc.n_heads / p->base.mc.n_kv_heads;
+    const int h0 = p->head_part ? p->nodes[j].h0 : 0;
+    char why[NA_ASVC_REASON_MAX];
+    na_wire_attn_t asked;
     rm_batch_t *b;
-    uint32_t k;
+    uint32_t k, c;
 
     if (a->batch_id >= RM_MAX_BATCH || !p->b[a->batch_id].active ||
         !p->b[a->batch_id].owes[j] || p->b[a->batch_id].layer != (int)a->layer) {
@@ -201,86 +283,44 @@ static void rm_on_attn_out(rm_t *p, int j, const na_wire_attn_out_t *a)
         return;
     }
     b = &p->b[a->batch_id];
-    if (a->entry_base % (uint32_t)b->chunk[j] != 0 || a->entry_base >= (uint32_t)b->cnt[j] ||
-        !(b->want[j] & (1u << (a->entry_base / (uint32_t)b->chunk[j]))) ||
-        a->batch_total != (uint32_t)b->cnt[j] ||
-        a->n_entries != (uint32_t)(b->cnt[j] - (int)a->entry_base < b->chunk[j] ?
-                                   b->cnt[j] - (int)a->entry_base : b->chunk[j]) ||
-        a->head_dim != hd || a->q_per_kv != qpk) {
-        char why[NA_ASVC_REASON_MAX];
-        snprintf(why, sizeof(why), "answered batch %u layer %u with wrong shapes (%u entries "
-                 "from %u, head_dim %u, q_per_kv %u)", a->batch_id, a->layer, a->n_entries,
-                 a->entry_base, a->head_dim, a->q_per_kv);
+    /* the part it answers: the one starting at its entry_base, still owed;
+     * any other (none starts there, or answered already) is checked as the
+     * first part, whose entry_base differs, so it fails the check */
+    c = a->entry_base / (uint32_t)b->chunk[j];
+    rm_part(p, (int)a->batch_id, j,
+            c < (uint32_t)b->n_chunks[j] && (b->want[j] >> c & 1u) ? (int)c : 0, &asked);
+    if (!(c < (uint32_t)b->n_chunks[j] && (b->want[j] >> c & 1u)))
+        asked.entry_base = UINT32_MAX;
+    /* every entry checked before any is used: a node that answers other
+     * than asked is dropped at once, and what it owes is re-placed, instead
+     * of failing those requests and staying placeable */
+    if (na_sc_attn_check(&asked, a, why, sizeof(why)) != NA_OK) {
         na_peer_end(p->nodes[j].peer, NA_SES_DROPPED, why);
         return;
     }
-    /* every entry checked before any is used: a node that answers another
-     * request than asked (a wrong or repeated id), other heads, or a status
-     * that is no na_status_t (the wire allows -255..0; ours are
-     * NA_ERR_VERSION..-1) is dropped at once, and what it owes is re-placed,
-     * instead of failing those requests and staying placeable */
     for (k = 0; k < a->n_entries; k++) {
         na_wire_out_entry_t oe;
         na_asvc_entry_t *x = &b->e[b->map[j][a->entry_base + k]];
-        int h0 = p->head_part ? p->nodes[j].h0 : 0;
-        int h1 = p->head_part ? p->nodes[j].h1 : p->base.mc.n_kv_heads;
-        char why[NA_ASVC_REASON_MAX];
-        why[0] = '\0';
-        if (na_wire_attn_out_get(a, k, &oe) != NA_OK)
-            snprintf(why, sizeof(why), "answered batch %u layer %u with an unreadable entry %u",
-                     a->batch_id, a->layer, a->entry_base + k);
-        else if (oe.request_id != x->req)
-            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with request %llu "
-                     "where %llu was asked", a->batch_id, a->layer, a->entry_base + k,
-                     (unsigned long long)oe.request_id, (unsigned long long)x->req);
-        else if (oe.kv_h0 != h0 || oe.kv_h1 != h1)
-            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with KV heads "
-                     "[%u, %u) where [%d, %d) were asked", a->batch_id, a->layer,
-                     a->entry_base + k, oe.kv_h0, oe.kv_h1, h0, h1);
-        else if (oe.n_queries != (uint32_t)(x->n_q > 1 ? x->n_q : 1))
-            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with %u queries "
-                     "where %d were asked", a->batch_id, a->layer, a->entry_base + k,
-                     oe.n_queries, x->n_q > 1 ? x->n_q : 1);
-        else if (oe.status > 0 || oe.status < (int32_t)NA_ERR_VERSION)
-            snprintf(why, sizeof(why), "answered batch %u layer %u entry %u with status %d, "
-                     "which is no status", a->batch_id, a->layer, a->entry_base + k,
-                     (int)oe.status);
-        if (why[0] != '\0') {
-            na_peer_end(p->nodes[j].peer, NA_SES_DROPPED, why);
-            return;
-        }
-    }
-    for (k = 0; k < a->n_entries; k++) {
-        na_wire_out_entry_t oe;
-        na_asvc_entry_t *x = &b->e[b->map[j][a->entry_base + k]];
-        int h0 = p->head_part ? p->nodes[j].h0 : 0;
-        int h1 = p->head_part ? p->nodes[j].h1 : p->base.mc.n_kv_heads;
-        (void)na_wire_attn_out_get(a, k, &oe);      /* read fine above */
+        (void)na_wire_attn_out_get(a, k, &oe);      /* read fine by the check */
         if (oe.status != 0) {
-            char why[NA_ASVC_REASON_MAX];
             snprintf(why, sizeof(why), "storage node %s: %s", p->nodes[j].name,
                      na_status_string((na_status_t)oe.status));
             rm_entry_fail(x, (na_status_t)oe.status, why);
             continue;
         }
-        {
-            const size_t cnt = (size_t)(h1 - h0) * qpk * hd, es = na_dtype_bytes(a->dtype, 1);
-            uint32_t t;
-            for (t = 0; t < oe.n_queries; t++)      /* query t's heads of this node */
-                na_wire_rows_to_f32((const uint8_t *)oe.o + t * cnt * es, a->dtype, cnt,
-                                    x->o + (size_t)t * p->base.q_dim + (size_t)h0 * qpk * hd);
-        }
+        /* query t's heads of this node */
+        na_sc_attn_rows(a, k, x->o + (size_t)h0 * qpk * hd, (size_t)p->base.q_dim);
     }
-    b->want[j] &= ~(1u << (a->entry_base / (uint32_t)b->chunk[j]));
+    b->want[j] &= ~(1u << c);
     if (b->want[j] == 0)
         rm_batch_node_done(p, (int)a->batch_id, j);
 }
 
 /* The answer to one DECODE_ATTN part: its ATTN_OUT, or an ERROR about one
  * entry (a note: the ATTN_OUT still comes), or the node ended (done by
- * rm_on_end). */
-void rm_attn_reply(void *ctx, na_peer_t *peer, uintptr_t batch, na_status_t st,
-                   const na_ses_in_t *in)
+ * rm_node_end through the session's end handler). */
+static void rm_attn_reply(void *ctx, na_peer_t *peer, uintptr_t batch, na_status_t st,
+                          const na_ses_in_t *in)
 {
     rm_t *p = ctx;
     int j = rm_node_of(p, peer), k;

@@ -4,7 +4,10 @@
  * requests, head partition over the layout's slots), prefill (the prompt's
  * K/V shipped in parts sent with MORE and not waited for, their answers
  * counted per request; the last layer's part waits for every answer:
- * durable), prefill_done and release. */
+ * durable), prefill_done, fetch and release, through the storage client
+ * (compute-node/storage_client.h). The middle attn_remote layer: below the
+ * service (attn_remote.c), above the decode layer (attn_remote_decode.c,
+ * rm_node_lost). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,16 +15,32 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "compute-node/attn_remote_internal.h"
+#include "compute-node/attn_remote_state.h"
+#include "compute-node/storage_client.h"
 
-/* The ACK of a REQ_OPEN: how many prompt tokens the node attached. */
-static void rm_open_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
-                          const na_ses_in_t *in)
+na_peer_t *rm_call_peer(rm_t *p, int j)
 {
-    (void)ctx;
-    (void)peer;
-    if (st == NA_OK && in != NULL && in->m->type == NA_WIRE_MSG_ACK)
-        *(int *)arg = (int)in->m->u.ack.prefix_tokens;
+    if (!p->nodes[j].alive) {
+        (void)na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
+        return NULL;
+    }
+    return p->nodes[j].peer;
+}
+
+na_status_t rm_call_end(rm_t *p, int j, na_status_t st)
+{
+    if (st != NA_OK && p->nodes[j].alive && !na_peer_alive(p->nodes[j].peer))
+        rm_node_lost(p, j, na_peer_why(p->nodes[j].peer));
+    if (st != NA_OK && !p->nodes[j].alive)
+        return na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
+    return st;
+}
+
+/* A blocking REQ_OPEN o to node j; *hit_p: the prompt tokens it attached. */
+static na_status_t rm_open_on(rm_t *p, int j, const na_wire_req_open_t *o, int *hit_p)
+{
+    na_peer_t *peer = rm_call_peer(p, j);
+    return peer == NULL ? NA_ERR_PEER : rm_call_end(p, j, na_sc_open(peer, o, 0, hit_p));
 }
 
 /* Request partition: the live node to try next. Among the nodes within the
@@ -93,7 +112,7 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
                                 const na_asvc_prompt_t *pr, int *hit_p)
 {
     rm_t *p = (rm_t *)s;
-    na_wire_msg_t m;
+    na_wire_req_open_t o;
     rm_req_t *r;
     na_status_t st = NA_ERR_PEER;
     uint32_t *ids = NULL;
@@ -105,28 +124,27 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
     if (r == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
     r->link.id = req;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_REQ_OPEN;
-    m.u.req_open.request_id = req;
-    m.u.req_open.max_tokens = (uint32_t)max_tokens;
-    m.u.req_open.n_layers = (uint32_t)s->mc.n_layers;
-    m.u.req_open.head_dim = (uint16_t)s->mc.head_dim;
-    m.u.req_open.q_per_kv = (uint16_t)(s->mc.n_heads / s->mc.n_kv_heads);
-    m.u.req_open.dtype = p->kv_dtype;
+    memset(&o, 0, sizeof(o));
+    o.request_id = req;
+    o.max_tokens = (uint32_t)max_tokens;
+    o.n_layers = (uint32_t)s->mc.n_layers;
+    o.head_dim = (uint16_t)s->mc.head_dim;
+    o.q_per_kv = (uint16_t)(s->mc.n_heads / s->mc.n_kv_heads);
+    o.dtype = p->kv_dtype;
     if (p->head_part) {
         for (j = 0; j < p->n_nodes; j++) {
             if (p->nodes[j].h1 == p->nodes[j].h0)
                 continue;
-            m.u.req_open.kv_h0 = (uint16_t)p->nodes[j].h0;
-            m.u.req_open.kv_h1 = (uint16_t)p->nodes[j].h1;
-            st = rm_call(p, j, &m, NA_WIRE_MSG_ACK, 0, 0, NULL, 0);
+            o.kv_h0 = (uint16_t)p->nodes[j].h0;
+            o.kv_h1 = (uint16_t)p->nodes[j].h1;
+            st = rm_open_on(p, j, &o, NULL);
             if (st != NA_OK)
                 goto err_release;
             r->own[r->n_own++] = j;
             p->nodes[j].n_open++;
         }
     } else {
-        m.u.req_open.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+        o.kv_h1 = (uint16_t)s->mc.n_kv_heads;
         if (pr != NULL && pr->n_tok >= 2) {     /* prefix reuse: offer the prompt */
             int bt = (int)p->cfg->kv.block_tokens, n = pr->n_tok, i;
             if (n > max_tokens)
@@ -138,28 +156,27 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
             if (ids != NULL) {
                 for (i = 0; i < n; i++)
                     ids[i] = (uint32_t)pr->tokens[i];
-                m.u.req_open.n_prefix = (uint32_t)n;
-                m.u.req_open.prefix = ids;
-                memcpy(m.u.req_open.model_fp, pr->fp, NA_WIRE_FP_SIZE);
+                o.n_prefix = (uint32_t)n;
+                o.prefix = ids;
+                memcpy(o.model_fp, pr->fp, NA_WIRE_FP_SIZE);
             }
             if (keys != NULL)
                 nk = na_pfx_keys(pr->fp, bt, 0, s->mc.n_kv_heads, p->kv_dtype, pr->tokens, n,
                                  keys, n / bt + 1);
         }
-        rm_retry_late(p);
         for (t = 0; t < p->n_nodes; t++) {
             int best = rm_pick(p, keys, nk);
             if (best < 0)
                 break;
             hit = 0;
-            st = rm_call(p, best, &m, NA_WIRE_MSG_ACK, 0, 0, rm_open_reply, (uintptr_t)&hit);
+            st = rm_open_on(p, best, &o, &hit);
             if (st == NA_OK) {
                 r->own[r->n_own++] = best;
                 p->nodes[best].n_open++;
                 p->rr = (best + 1) % p->n_nodes;
                 /* it keeps the prompt's whole blocks once prefilled (a guess) */
-                if (nk > 0 && m.u.req_open.n_prefix > 0) {
-                    int all = (int)m.u.req_open.n_prefix / (int)p->cfg->kv.block_tokens;
+                if (nk > 0 && o.n_prefix > 0) {
+                    int all = (int)o.n_prefix / (int)p->cfg->kv.block_tokens;
                     na_pfx_map_note(p->pmap, keys, all < nk ? all : nk, best);
                 }
                 break;
@@ -203,17 +220,18 @@ err_release:
         char why[NA_ASVC_REASON_MAX];
         snprintf(why, sizeof(why), "%s", na_errmsg());
         for (j = 0; j < r->n_own; j++) {
-            na_wire_msg_t rel;
-            memset(&rel, 0, sizeof(rel));
-            rel.type = NA_WIRE_MSG_REQ_RELEASE;
-            rel.u.req_release.request_id = req;
-            (void)rm_call(p, r->own[j], &rel, NA_WIRE_MSG_ACK, 0, 0, NULL, 0);
+            na_peer_t *peer = rm_call_peer(p, r->own[j]);
+            if (peer != NULL)
+                (void)rm_call_end(p, r->own[j], na_sc_release(peer, req, 0, 0));
             p->nodes[r->own[j]].n_open--;
         }
         free(r);
         return na_err(st, "%s", why);
     }
 }
+
+static void rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
+                             const na_ses_in_t *in);
 
 /* Wait until every owner of r answered all PREFILL_KV parts sent so far (or
  * an owner is lost: the session bounds the wait for each answer). Returns r's first
@@ -276,26 +294,24 @@ na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
         int h0 = p->head_part ? p->nodes[j].h0 : 0, h1 = p->head_part ? p->nodes[j].h1 : nkv;
         size_t row = (size_t)(h1 - h0) * hd * esz, t;
         uint8_t *pk = NULL;
-        na_wire_msg_t m;
+        na_wire_kv_t kv;
 
         if (!p->nodes[j].alive) {
             st = na_err(NA_ERR_PEER, "%s", p->nodes[j].why);
             break;
         }
-        memset(&m, 0, sizeof(m));
-        m.type = NA_WIRE_MSG_PREFILL_KV;
-        m.flags = last ? 0 : NA_WIRE_F_MORE;
-        m.u.kv.request_id = req;
-        m.u.kv.layer = (uint32_t)layer;
-        m.u.kv.pos0 = (uint32_t)r->pos0;    /* after the prefix its node attached */
-        m.u.kv.n_tokens = (uint32_t)n_tok;
-        m.u.kv.kv_h0 = (uint16_t)h0;
-        m.u.kv.kv_h1 = (uint16_t)h1;
-        m.u.kv.head_dim = (uint16_t)hd;
-        m.u.kv.dtype = dtype;
+        memset(&kv, 0, sizeof(kv));
+        kv.request_id = req;
+        kv.layer = (uint32_t)layer;
+        kv.pos0 = (uint32_t)r->pos0;    /* after the prefix its node attached */
+        kv.n_tokens = (uint32_t)n_tok;
+        kv.kv_h0 = (uint16_t)h0;
+        kv.kv_h1 = (uint16_t)h1;
+        kv.head_dim = (uint16_t)hd;
+        kv.dtype = dtype;
         if (h1 - h0 == nkv) {
-            m.u.kv.k = k;
-            m.u.kv.v = v;
+            kv.k = k;
+            kv.v = v;
         } else {            /* this node's heads of every token, packed */
             pk = malloc(2 * row * (size_t)n_tok);
             if (pk == NULL) {
@@ -307,11 +323,11 @@ na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
                 memcpy(pk + t * row, (const uint8_t *)k + src, row);
                 memcpy(pk + (n_tok + t) * row, (const uint8_t *)v + src, row);
             }
-            m.u.kv.k = pk;
-            m.u.kv.v = pk + (size_t)n_tok * row;
+            kv.k = pk;
+            kv.v = pk + (size_t)n_tok * row;
         }
-        st = na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ACK, 0, 0,
-                             rm_prefill_reply, (uintptr_t)req);
+        st = na_sc_prefill_send(p->nodes[j].peer, &kv, !last, 0, rm_prefill_reply,
+                                (uintptr_t)req);
         free(pk);
         if (st != NA_OK) {
             rm_node_lost(p, j, na_errmsg());
@@ -358,17 +374,10 @@ void rm_release(na_asvc_t *s, uint64_t req, int status)
     for (k = 0; k < r->n_own; k++) {
         int j = r->own[k];
         p->nodes[j].n_open--;
-        if (p->nodes[j].alive) {
-            na_wire_msg_t m;
-            memset(&m, 0, sizeof(m));
-            m.type = NA_WIRE_MSG_REQ_RELEASE;
-            m.u.req_release.request_id = req;
-            m.u.req_release.status = status;
-            /* the ACK is not waited for (the session matches it when it comes) */
-            if (na_peer_request(p->nodes[j].peer, &m, NULL, NA_WIRE_MSG_ACK, 0, 0, NULL,
-                                0) != NA_OK)
-                rm_node_lost(p, j, na_errmsg());
-        }
+        /* the ACK is not waited for (the session matches it when it comes) */
+        if (p->nodes[j].alive &&
+            na_sc_release_send(p->nodes[j].peer, req, status, 0, NULL, 0) != NA_OK)
+            rm_node_lost(p, j, na_errmsg());
     }
     free(r);
 }
@@ -376,8 +385,8 @@ void rm_release(na_asvc_t *s, uint64_t req, int status)
 /* Node j answered a PREFILL_KV of request req (ACK, ERROR, or it ended):
  * counts the answer and keeps the request's first error; an answer for a
  * request no longer open is dropped. */
-void rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
-                      const na_ses_in_t *in)
+static void rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
+                             const na_ses_in_t *in)
 {
     rm_t *p = ctx;
     int j = rm_node_of(p, peer), i;
@@ -406,34 +415,6 @@ void rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
     }
 }
 
-/* KV_DATA of a KV_FETCH (arg: the rm_fetch_t): rows into the caller's arrays. */
-typedef struct {
-    void       *k, *v;           /* destination rows of the chunk */
-    size_t      bytes;           /* expected bytes of each */
-    na_dtype_t  dtype;
-    int         got;
-} rm_fetch_t;
-
-static void rm_fetch_reply(void *ctx, na_peer_t *peer, uintptr_t arg, na_status_t st,
-                           const na_ses_in_t *in)
-{
-    rm_fetch_t *f = (rm_fetch_t *)arg;
-    const na_wire_kv_t *kv;
-
-    (void)ctx;
-    (void)peer;
-    if (st != NA_OK || in == NULL || in->m->type != NA_WIRE_MSG_KV_DATA)
-        return;
-    kv = &in->m->u.kv;
-    if (kv->dtype != f->dtype ||
-        na_dtype_bytes(kv->dtype, (size_t)kv->n_tokens * (size_t)(kv->kv_h1 - kv->kv_h0) *
-                                  kv->head_dim) != f->bytes)
-        return;                  /* not what was asked: f->got stays 0 */
-    memcpy(f->k, kv->k, f->bytes);
-    memcpy(f->v, kv->v, f->bytes);
-    f->got = 1;
-}
-
 na_status_t rm_fetch(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok, void *k,
                      void *v, na_dtype_t dtype)
 {
@@ -448,27 +429,26 @@ na_status_t rm_fetch(na_asvc_t *s, uint64_t req, int layer, int pos0, int n_tok,
         return na_err(NA_ERR_UNSUPPORTED, "remote: KV fetch under head partition");
     while (done < n_tok) {
         int n = n_tok - done < 1024 ? n_tok - done : 1024;   /* bounded messages */
-        rm_fetch_t f = { (uint8_t *)k + row * (size_t)done, (uint8_t *)v + row * (size_t)done,
-                         row * (size_t)n, dtype, 0 };
-        na_wire_msg_t m;
+        int j = r->own[0];
+        na_peer_t *peer = rm_call_peer(p, j);
+        na_wire_kv_fetch_t f;
         na_status_t st;
 
-        memset(&m, 0, sizeof(m));
-        m.type = NA_WIRE_MSG_KV_FETCH;
-        m.u.kv_fetch.request_id = req;
-        m.u.kv_fetch.layer = (uint32_t)layer;
-        m.u.kv_fetch.pos0 = (uint32_t)(pos0 + done);
-        m.u.kv_fetch.n_tokens = (uint32_t)n;
-        m.u.kv_fetch.kv_h0 = 0;
-        m.u.kv_fetch.kv_h1 = (uint16_t)s->mc.n_kv_heads;
-        m.u.kv_fetch.dtype = dtype;
-        st = rm_call(p, r->own[0], &m, NA_WIRE_MSG_KV_DATA, 0, 0, rm_fetch_reply, (uintptr_t)&f);
+        if (peer == NULL)
+            return NA_ERR_PEER;
+        memset(&f, 0, sizeof(f));
+        f.request_id = req;
+        f.layer = (uint32_t)layer;
+        f.pos0 = (uint32_t)(pos0 + done);
+        f.n_tokens = (uint32_t)n;
+        f.kv_h0 = 0;
+        f.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+        f.dtype = dtype;
+        st = rm_call_end(p, j, na_sc_fetch(peer, &f, s->mc.head_dim, 0,
+                                           (uint8_t *)k + row * (size_t)done,
+                                           (uint8_t *)v + row * (size_t)done, dtype));
         if (st != NA_OK)
             return st;
-        if (!f.got)
-            return na_err(NA_ERR_PROTO, "storage node %s: KV_DATA of request %llu layer %d is "
-                          "not the rows asked for", p->nodes[r->own[0]].name,
-                          (unsigned long long)req, layer);
         done += n;
     }
     return NA_OK;

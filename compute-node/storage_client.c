@@ -1,6 +1,7 @@
-/* compute-node/storage_client.c — blocking client calls of the storage-node
- * protocol, as requests on a protocol session (rdma/session.h). See
- * compute-node/storage_client.h. */
+/* compute-node/storage_client.c — the one client of the storage-node
+ * protocol: each request is built once (sc_*_msg) and sent by sc_request,
+ * as an asynchronous request or a synchronous call of the protocol session
+ * (rdma/session.h). See compute-node/storage_client.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,78 +9,163 @@
 #include "common/log.h"
 #include "compute-node/storage_client.h"
 
-#define NA_SC_WAIT_MS  60000      /* bound on one call's answer */
-
-struct na_sc {
-    na_peer_t *p;
-};
-
-na_status_t na_sc_connect(na_ses_t *ses, const char *host, int port, na_sc_t **sc_p)
+/* Send m as a request answered by `reply`: waited for (wait 1, the session
+ * polled until it came) or not. */
+static na_status_t sc_request(na_peer_t *p, na_wire_msg_t *m, na_wire_type_t reply,
+                              unsigned flags, int timeout_ms, na_ses_reply_fn fn, uintptr_t arg,
+                              int wait)
 {
-    na_sc_t *sc = calloc(1, sizeof(*sc));
-    na_status_t st;
-
-    if (sc == NULL)
-        return na_err(NA_ERR_NOMEM, "storage client: out of memory");
-    st = na_ses_connect(ses, host, port, &sc->p);
-    if (st != NA_OK) {
-        free(sc);
-        return st;
-    }
-    *sc_p = sc;
-    return NA_OK;
+    if (wait)
+        return na_peer_call(p, m, NULL, reply, flags, timeout_ms, fn, arg);
+    return na_peer_request(p, m, NULL, reply, flags, timeout_ms, fn, arg);
 }
 
-na_xp_ep_t *na_sc_ep(na_sc_t *sc) { return na_peer_ep(sc->p); }
-na_peer_t  *na_sc_peer(na_sc_t *sc) { return sc->p; }
+/* ---- REQ_OPEN ----------------------------------------------------------- */
 
-na_status_t na_sc_send(na_sc_t *sc, na_wire_msg_t *m)
-{
-    return na_peer_send(sc->p, m, NULL);
-}
-
-void na_sc_close(na_sc_t *sc)
-{
-    if (sc == NULL)
-        return;
-    na_peer_close(sc->p, 0, "done");
-    free(sc);
-}
-
-/* Send m and wait for the ACK about it. */
-static na_status_t sc_call_ack(na_sc_t *sc, na_wire_msg_t *m)
-{
-    return na_peer_call(sc->p, m, NULL, NA_WIRE_MSG_ACK, 0, NA_SC_WAIT_MS, NULL, 0);
-}
-
-na_status_t na_sc_open(na_sc_t *sc, const na_wire_req_open_t *o)
+static na_status_t sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
+                           na_ses_reply_fn fn, uintptr_t arg, int wait)
 {
     na_wire_msg_t m;
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_REQ_OPEN;
     m.u.req_open = *o;
-    return sc_call_ack(sc, &m);
+    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
 }
 
-na_status_t na_sc_prefill(na_sc_t *sc, const na_wire_kv_t *kv)
+na_status_t na_sc_open_send(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
+                            na_ses_reply_fn fn, uintptr_t arg)
+{
+    return sc_open(p, o, timeout_ms, fn, arg, 0);
+}
+
+/* The ACK of a REQ_OPEN: how many prompt tokens the node attached. */
+static void sc_open_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
+                          const na_ses_in_t *in)
+{
+    (void)ctx;
+    (void)p;
+    if (st == NA_OK && in != NULL && in->m->type == NA_WIRE_MSG_ACK)
+        *(int *)arg = (int)in->m->u.ack.prefix_tokens;
+}
+
+na_status_t na_sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
+                       int *prefix_p)
+{
+    int hit = 0;
+    na_status_t st = sc_open(p, o, timeout_ms, sc_open_reply, (uintptr_t)&hit, 1);
+    if (prefix_p != NULL)
+        *prefix_p = hit;
+    return st;
+}
+
+/* ---- PREFILL_KV --------------------------------------------------------- */
+
+static na_status_t sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,
+                              na_ses_reply_fn fn, uintptr_t arg, int wait)
 {
     na_wire_msg_t m;
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_PREFILL_KV;
+    m.flags = more ? NA_WIRE_F_MORE : 0;
     m.u.kv = *kv;
-    return sc_call_ack(sc, &m);
+    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
 }
 
-na_status_t na_sc_release(na_sc_t *sc, uint64_t request_id)
+na_status_t na_sc_prefill_send(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,
+                               na_ses_reply_fn fn, uintptr_t arg)
+{
+    return sc_prefill(p, kv, more, timeout_ms, fn, arg, 0);
+}
+
+na_status_t na_sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int timeout_ms)
+{
+    return sc_prefill(p, kv, 0, timeout_ms, NULL, 0, 1);
+}
+
+/* ---- DECODE_ATTN / ATTN_OUT --------------------------------------------- */
+
+static na_status_t sc_decode(na_peer_t *p, const na_wire_attn_t *a, int more, int timeout_ms,
+                             na_ses_reply_fn fn, uintptr_t arg, int wait)
 {
     na_wire_msg_t m;
     memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_REQ_RELEASE;
-    m.u.req_release.request_id = request_id;
-    return sc_call_ack(sc, &m);
+    m.type = NA_WIRE_MSG_DECODE_ATTN;
+    m.flags = more ? NA_WIRE_F_MORE : 0;
+    m.u.attn = *a;
+    return sc_request(p, &m, NA_WIRE_MSG_ATTN_OUT, NA_SES_ERR_NOTE, timeout_ms, fn, arg, wait);
 }
 
-/* What a decode call fills in from its ATTN_OUT. */
+na_status_t na_sc_decode_send(na_peer_t *p, const na_wire_attn_t *a, int more, int timeout_ms,
+                              na_ses_reply_fn fn, uintptr_t arg)
+{
+    return sc_decode(p, a, more, timeout_ms, fn, arg, 0);
+}
+
+na_status_t na_sc_attn_check(const na_wire_attn_t *asked, const na_wire_attn_out_t *got,
+                             char *why, size_t cap)
+{
+    uint32_t k;
+
+    if (got->batch_id != asked->batch_id || got->layer != asked->layer ||
+        got->entry_base != asked->entry_base || got->batch_total != asked->batch_total ||
+        got->n_entries != asked->n_entries || got->head_dim != asked->head_dim ||
+        got->q_per_kv != asked->q_per_kv) {
+        snprintf(why, cap, "answered batch %u layer %u with wrong shapes (%u entries from %u, "
+                 "head_dim %u, q_per_kv %u)", got->batch_id, got->layer, got->n_entries,
+                 got->entry_base, got->head_dim, got->q_per_kv);
+        return NA_ERR_PROTO;
+    }
+    /* a node that answers another request than asked (a wrong or repeated
+     * id), other heads, or a status that is no na_status_t (the wire allows
+     * -255..0; ours are NA_ERR_VERSION..-1) does not answer this part */
+    for (k = 0; k < got->n_entries; k++) {
+        na_wire_out_entry_t oe;
+        na_wire_attn_entry_t ae;
+        uint32_t nq;
+        (void)na_wire_attn_get(asked, k, &ae);
+        nq = ae.n_queries > 1 ? ae.n_queries : 1;
+        if (na_wire_attn_out_get(got, k, &oe) != NA_OK)
+            snprintf(why, cap, "answered batch %u layer %u with an unreadable entry %u",
+                     got->batch_id, got->layer, got->entry_base + k);
+        else if (oe.request_id != ae.request_id)
+            snprintf(why, cap, "answered batch %u layer %u entry %u with request %llu where "
+                     "%llu was asked", got->batch_id, got->layer, got->entry_base + k,
+                     (unsigned long long)oe.request_id, (unsigned long long)ae.request_id);
+        else if (oe.kv_h0 != ae.kv_h0 || oe.kv_h1 != ae.kv_h1)
+            snprintf(why, cap, "answered batch %u layer %u entry %u with KV heads [%u, %u) "
+                     "where [%u, %u) were asked", got->batch_id, got->layer,
+                     got->entry_base + k, oe.kv_h0, oe.kv_h1, ae.kv_h0, ae.kv_h1);
+        else if ((oe.n_queries > 1 ? oe.n_queries : 1) != nq)
+            snprintf(why, cap, "answered batch %u layer %u entry %u with %u queries where %u "
+                     "were asked", got->batch_id, got->layer, got->entry_base + k,
+                     oe.n_queries, nq);
+        else if (oe.status > 0 || oe.status < (int32_t)NA_ERR_VERSION)
+            snprintf(why, cap, "answered batch %u layer %u entry %u with status %d, which is "
+                     "no status", got->batch_id, got->layer, got->entry_base + k,
+                     (int)oe.status);
+        else
+            continue;
+        return NA_ERR_PROTO;
+    }
+    return NA_OK;
+}
+
+void na_sc_attn_rows(const na_wire_attn_out_t *got, uint32_t k, float *dst, size_t q_stride)
+{
+    na_wire_out_entry_t oe;
+    size_t cnt, es;
+    uint32_t t, nq;
+
+    (void)na_wire_attn_out_get(got, k, &oe);        /* read fine by the check */
+    cnt = (size_t)(oe.kv_h1 - oe.kv_h0) * got->q_per_kv * got->head_dim;
+    es = na_dtype_bytes(got->dtype, 1);
+    nq = oe.n_queries > 1 ? oe.n_queries : 1;
+    for (t = 0; t < nq; t++)
+        na_wire_rows_to_f32((const uint8_t *)oe.o + t * cnt * es, got->dtype, cnt,
+                            dst + (size_t)t * q_stride);
+}
+
+/* What a synchronous decode fills in from its ATTN_OUT. */
 typedef struct {
     const na_wire_attn_t *a;
     float *const         *o_out;
@@ -93,6 +179,7 @@ static void sc_decode_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t 
     sc_decode_t *d = (sc_decode_t *)arg;
     const na_wire_attn_t *a = d->a;
     const na_wire_attn_out_t *r;
+    char why[NA_WIRE_TEXT_MAX];
     uint32_t i;
 
     (void)ctx;
@@ -102,55 +189,56 @@ static void sc_decode_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t 
         return;
     }
     r = &in->m->u.attn_out;
-    if (r->n_entries != a->n_entries || r->head_dim != a->head_dim ||
-        r->q_per_kv != a->q_per_kv) {
-        d->st = na_err(NA_ERR_PROTO, "storage node %s: ATTN_OUT of %u entries (head_dim %u, "
-                       "q_per_kv %u) answers a DECODE_ATTN of %u (%u, %u)", na_peer_name(p),
-                       r->n_entries, r->head_dim, r->q_per_kv, a->n_entries, a->head_dim,
-                       a->q_per_kv);
+    if (na_sc_attn_check(a, r, why, sizeof(why)) != NA_OK) {
+        d->st = na_err(NA_ERR_PROTO, "storage node %s: %s", na_peer_name(p), why);
         return;
     }
     for (i = 0; i < a->n_entries; i++) {
         na_wire_out_entry_t oe;
-        na_wire_attn_entry_t ae;
         size_t cnt;
         (void)na_wire_attn_out_get(r, i, &oe);
-        (void)na_wire_attn_get(a, i, &ae);
-        if (oe.request_id != ae.request_id || oe.kv_h0 != ae.kv_h0 || oe.kv_h1 != ae.kv_h1) {
-            d->st = na_err(NA_ERR_PROTO, "storage node %s: ATTN_OUT entry %u is request %llu, "
-                           "expected %llu", na_peer_name(p), i,
-                           (unsigned long long)oe.request_id, (unsigned long long)ae.request_id);
-            return;
-        }
-        cnt = (size_t)(oe.kv_h1 - oe.kv_h0) * a->q_per_kv * a->head_dim;
         d->status_out[i] = oe.status;
+        cnt = (size_t)(oe.kv_h1 - oe.kv_h0) * a->q_per_kv * a->head_dim;
         if (oe.status == 0)
-            na_wire_rows_to_f32(oe.o, r->dtype, cnt, d->o_out[i]);
+            na_sc_attn_rows(r, i, d->o_out[i], cnt);
         else
-            memset(d->o_out[i], 0, cnt * sizeof(float));
+            memset(d->o_out[i], 0, cnt * (oe.n_queries > 1 ? oe.n_queries : 1) *
+                                   sizeof(float));
     }
 }
 
-na_status_t na_sc_decode(na_sc_t *sc, const na_wire_attn_t *a, float *const *o_out,
-                         int32_t *status_out)
+na_status_t na_sc_decode(na_peer_t *p, const na_wire_attn_t *a, int timeout_ms,
+                         float *const *o_out, int32_t *status_out)
 {
     sc_decode_t d = { a, o_out, status_out, NA_OK };
-    na_wire_msg_t m;
-    na_status_t st;
-
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_DECODE_ATTN;
-    m.u.attn = *a;
-    st = na_peer_call(sc->p, &m, NULL, NA_WIRE_MSG_ATTN_OUT, NA_SES_ERR_NOTE, NA_SC_WAIT_MS,
-                      sc_decode_reply, (uintptr_t)&d);
+    na_status_t st = sc_decode(p, a, 0, timeout_ms, sc_decode_reply, (uintptr_t)&d, 1);
     return st != NA_OK ? st : d.st;
 }
 
-/* What a fetch call fills in from its KV_DATA. */
+/* ---- KV_FETCH / KV_DATA ------------------------------------------------- */
+
+static na_status_t sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int timeout_ms,
+                            na_ses_reply_fn fn, uintptr_t arg, int wait)
+{
+    na_wire_msg_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_KV_FETCH;
+    m.u.kv_fetch = *f;
+    return sc_request(p, &m, NA_WIRE_MSG_KV_DATA, 0, timeout_ms, fn, arg, wait);
+}
+
+na_status_t na_sc_fetch_send(na_peer_t *p, const na_wire_kv_fetch_t *f, int timeout_ms,
+                             na_ses_reply_fn fn, uintptr_t arg)
+{
+    return sc_fetch(p, f, timeout_ms, fn, arg, 0);
+}
+
+/* What a synchronous fetch fills in from its KV_DATA. */
 typedef struct {
     const na_wire_kv_fetch_t *f;
     int                       head_dim;
-    float                    *k_out, *v_out;
+    void                     *k_out, *v_out;
+    na_dtype_t                out;
     na_status_t               st;
 } sc_fetch_t;
 
@@ -163,33 +251,93 @@ static void sc_fetch_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t s
     size_t cnt;
 
     (void)ctx;
-    if (st != NA_OK)
+    if (st != NA_OK || in == NULL)
         return;
     r = &in->m->u.kv;
-    if (r->pos0 != f->pos0 || r->n_tokens != f->n_tokens || r->kv_h0 != f->kv_h0 ||
-        r->kv_h1 != f->kv_h1 || r->head_dim != d->head_dim) {
-        d->st = na_err(NA_ERR_PROTO, "storage node %s: KV_DATA does not match the KV_FETCH",
-                       na_peer_name(p));
+    if (r->request_id != f->request_id || r->layer != f->layer || r->pos0 != f->pos0 ||
+        r->n_tokens != f->n_tokens || r->kv_h0 != f->kv_h0 || r->kv_h1 != f->kv_h1 ||
+        r->head_dim != d->head_dim || r->dtype != f->dtype) {
+        d->st = na_err(NA_ERR_PROTO, "storage node %s: KV_DATA of request %llu layer %u is not "
+                       "the rows asked for", na_peer_name(p),
+                       (unsigned long long)f->request_id, f->layer);
         return;
     }
     cnt = (size_t)f->n_tokens * (size_t)(f->kv_h1 - f->kv_h0) * (size_t)d->head_dim;
-    na_wire_rows_to_f32(r->k, r->dtype, cnt, d->k_out);
-    na_wire_rows_to_f32(r->v, r->dtype, cnt, d->v_out);
+    if (d->out == r->dtype) {
+        memcpy(d->k_out, r->k, na_dtype_bytes(r->dtype, cnt));
+        memcpy(d->v_out, r->v, na_dtype_bytes(r->dtype, cnt));
+    } else {
+        na_wire_rows_to_f32(r->k, r->dtype, cnt, d->k_out);
+        na_wire_rows_to_f32(r->v, r->dtype, cnt, d->v_out);
+    }
 }
 
-na_status_t na_sc_fetch(na_sc_t *sc, const na_wire_kv_fetch_t *f, int head_dim,
-                        float *k_out, float *v_out)
+na_status_t na_sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int head_dim,
+                        int timeout_ms, void *k_out, void *v_out, na_dtype_t out_dtype)
 {
-    sc_fetch_t d = { f, head_dim, k_out, v_out, NA_OK };
-    na_wire_msg_t m;
+    sc_fetch_t d = { f, head_dim, k_out, v_out, out_dtype, NA_OK };
     na_status_t st;
 
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_KV_FETCH;
-    m.u.kv_fetch = *f;
-    st = na_peer_call(sc->p, &m, NULL, NA_WIRE_MSG_KV_DATA, 0, NA_SC_WAIT_MS, sc_fetch_reply,
-                      (uintptr_t)&d);
+    if (out_dtype != f->dtype && out_dtype != NA_DTYPE_F32)
+        return na_err(NA_ERR_INVALID, "storage client: KV_FETCH rows in %s cannot be read as %s "
+                      "(only as sent or f32)", na_dtype_name(f->dtype), na_dtype_name(out_dtype));
+    st = sc_fetch(p, f, timeout_ms, sc_fetch_reply, (uintptr_t)&d, 1);
     return st != NA_OK ? st : d.st;
+}
+
+/* ---- REQ_RELEASE -------------------------------------------------------- */
+
+static na_status_t sc_release(na_peer_t *p, uint64_t request_id, int status, int timeout_ms,
+                              na_ses_reply_fn fn, uintptr_t arg, int wait)
+{
+    na_wire_msg_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_REQ_RELEASE;
+    m.u.req_release.request_id = request_id;
+    m.u.req_release.status = status;
+    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
+}
+
+na_status_t na_sc_release_send(na_peer_t *p, uint64_t request_id, int status, int timeout_ms,
+                               na_ses_reply_fn fn, uintptr_t arg)
+{
+    return sc_release(p, request_id, status, timeout_ms, fn, arg, 0);
+}
+
+na_status_t na_sc_release(na_peer_t *p, uint64_t request_id, int status, int timeout_ms)
+{
+    return sc_release(p, request_id, status, timeout_ms, NULL, 0, 1);
+}
+
+/* ---- STATS_REQ / STATS -------------------------------------------------- */
+
+static na_status_t sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
+                            uintptr_t arg, int wait)
+{
+    na_wire_msg_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_STATS_REQ;
+    return sc_request(p, &m, NA_WIRE_MSG_STATS, flags, timeout_ms, fn, arg, wait);
+}
+
+na_status_t na_sc_stats_send(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
+                             uintptr_t arg)
+{
+    return sc_stats(p, flags, timeout_ms, fn, arg, 0);
+}
+
+static void sc_stats_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
+                           const na_ses_in_t *in)
+{
+    (void)ctx;
+    (void)p;
+    if (st == NA_OK && in != NULL)
+        na_stats_view(&in->m->u.stats, (na_stats_view_t *)arg);
+}
+
+na_status_t na_sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_stats_view_t *v)
+{
+    return sc_stats(p, flags, timeout_ms, sc_stats_reply, (uintptr_t)v, 1);
 }
 
 /* What a stat call looks for. */
@@ -207,7 +355,7 @@ static void sc_stat_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st
 
     (void)ctx;
     (void)p;
-    for (i = 0; st == NA_OK && i < in->m->u.stats.n; i++) {
+    for (i = 0; st == NA_OK && in != NULL && i < in->m->u.stats.n; i++) {
         na_wire_stat_t s;
         (void)na_wire_stats_get(&in->m->u.stats, i, &s);
         if (!strcmp(s.key, d->key)) {
@@ -218,34 +366,39 @@ static void sc_stat_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st
     }
 }
 
-na_status_t na_sc_stat(na_sc_t *sc, const char *key, uint64_t *value_p)
+na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *value_p)
 {
     sc_stat_t d = { key, 0, 0 };
-    na_wire_msg_t m;
-    na_status_t st;
+    na_status_t st = sc_stats(p, 0, timeout_ms, sc_stat_reply, (uintptr_t)&d, 1);
 
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    st = na_peer_call(sc->p, &m, NULL, NA_WIRE_MSG_STATS, 0, NA_SC_WAIT_MS, sc_stat_reply,
-                      (uintptr_t)&d);
     if (st != NA_OK)
         return st;
     if (!d.found)
-        return na_err(NA_ERR_NOT_FOUND, "storage node %s: no stat '%s'", na_peer_name(sc->p),
-                      key);
+        return na_err(NA_ERR_NOT_FOUND, "storage node %s: no stat '%s'", na_peer_name(p), key);
     *value_p = d.value;
     return NA_OK;
 }
 
-na_status_t na_sc_poll(na_sc_t *sc, int timeout_ms)
+/* ---- HEARTBEAT ---------------------------------------------------------- */
+
+na_status_t na_sc_ping(na_peer_t *p, int timeout_ms)
 {
-    na_ses_t *ses = na_peer_ses(sc->p);
+    na_wire_msg_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = NA_WIRE_MSG_HEARTBEAT;
+    m.u.heartbeat.send_ns = na_xp_now_ns();
+    return sc_request(p, &m, NA_WIRE_MSG_HEARTBEAT, NA_SES_NO_LOSS, timeout_ms, NULL, 0, 1);
+}
+
+na_status_t na_sc_poll(na_peer_t *p, int timeout_ms)
+{
+    na_ses_t *ses = na_peer_ses(p);
     na_status_t st = NA_OK;
 
-    if (na_peer_alive(sc->p))
+    if (na_peer_alive(p))
         st = na_ses_poll(ses, timeout_ms);
-    if (!na_peer_alive(sc->p))
-        return na_err(NA_ERR_PEER, "storage node %s is gone: %s", na_peer_name(sc->p),
-                      na_peer_why(sc->p));
+    if (!na_peer_alive(p))
+        return na_err(NA_ERR_PEER, "storage node %s is gone: %s", na_peer_name(p),
+                      na_peer_why(p));
     return st == NA_ERR_TIMEOUT ? NA_OK : st;
 }

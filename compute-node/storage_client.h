@@ -1,65 +1,114 @@
-/* compute-node/storage_client.h — the compute side of the storage-node
- * protocol (common/wire.h; server: `nearattn node`), as blocking calls
- * on one connection: open a request, ship its prompt KV, run decode
- * attention, fetch KV back, release, read stats.
+/* compute-node/storage_client.h — the one client of the storage-node
+ * protocol (common/wire.h; server: `nearattn node`): open a request, ship
+ * its prompt KV, run decode attention, fetch KV back, release, read stats.
+ * The attention service over storage nodes (attn_remote*.c), the KV-fetch
+ * service (attn_kvfetch.c), the benches and the node tests all use it.
  *
- * A connection is a peer of a protocol session (rdma/session.h). Each call
- * is one session request: it encodes one message, sends it and polls the
- * session until its answer came (bounded). Meanwhile the session answers
- * heartbeats and dispatches other peers' messages to the session's
- * handlers. A per-request failure is returned as the ERROR's status with its
- * text as the error message; a lost or refusing storage node is
- * NA_ERR_PEER. Idle callers call na_sc_poll() (or poll the session) at least
- * every heartbeat period, or the storage node drops them after
- * transport.peer_timeout_ms.
+ * A connection to a storage node is a peer of a protocol session
+ * (rdma/session.h: na_ses_connect, na_peer_close). Each call is one session
+ * request in one of two forms over one implementation:
+ *   - asynchronous (na_sc_*_send): encodes and sends the message and returns
+ *     at once; fn(arg) gets the answer from a later poll of the session
+ *     (na_peer_request; fn may be NULL). timeout_ms 0 = the session's
+ *     reply_timeout_ms, flags NA_SES_*;
+ *   - synchronous (the plain names): the same request, then the session is
+ *     polled until its answer came (na_peer_call), and the answer is read
+ *     into the caller's arrays. timeout_ms 0 = the session's bound.
+ * Meanwhile the session answers heartbeats and dispatches other peers'
+ * messages. A per-request failure is returned as the ERROR's status with its
+ * text as the error message; a lost or refusing storage node is NA_ERR_PEER.
+ * Idle callers poll the session (or na_sc_poll) at least every heartbeat
+ * period, or the storage node drops them after transport.peer_timeout_ms.
  *
- * Not thread-safe (one thread owns the session and its connections). */
+ * ATTN_OUT is checked in one place, na_sc_attn_check, against the
+ * DECODE_ATTN part it answers, and read with na_sc_attn_rows.
+ *
+ * Not thread-safe (one thread owns the session and its peers). */
 #ifndef NA_STORAGE_CLIENT_H
 #define NA_STORAGE_CLIENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "common/wire_stats.h"
 #include "rdma/session.h"
 
-typedef struct na_sc na_sc_t;
+/* The bound on one blocking call's answer that the callers outside the
+ * attention service use (kv-fetch, the benches, the node tests). */
+#define NA_SC_WAIT_MS  60000
 
-/* Connect to a storage node at host:port as a peer of ses (borrowed;
- * outlives the connection) and finish the HELLO handshake. Errors as
- * na_xp_connect. */
-na_status_t na_sc_connect(na_ses_t *ses, const char *host, int port, na_sc_t **sc_p);
-/* Say BYE (best effort) and close. NULL is a no-op. */
-void        na_sc_close(na_sc_t *sc);
-/* The endpoint (for stats, name) and the session peer. */
-na_xp_ep_t *na_sc_ep(na_sc_t *sc);
-na_peer_t  *na_sc_peer(na_sc_t *sc);
+/* ---- REQ_OPEN: answered by ACK (prefix_tokens: prompt tokens the node
+ * attached from its prefix cache); NA_ERR_NOSPACE (with the node's reason)
+ * when the node refuses for lack of room. */
+na_status_t na_sc_open_send(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
+                            na_ses_reply_fn fn, uintptr_t arg);
+/* *prefix_p (may be NULL): the ACK's prefix_tokens. */
+na_status_t na_sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
+                       int *prefix_p);
 
-/* REQ_OPEN; waits for ACK. NA_ERR_NOSPACE (with the node's reason) when the
- * node refuses for lack of room. */
-na_status_t na_sc_open(na_sc_t *sc, const na_wire_req_open_t *o);
-/* PREFILL_KV of one layer; waits for ACK. kv->k/v in kv->dtype. */
-na_status_t na_sc_prefill(na_sc_t *sc, const na_wire_kv_t *kv);
-/* DECODE_ATTN of a->n_entries entries (a->entries set); waits for ATTN_OUT.
- * o_out[i] receives entry i's output as f32 ((kv_h1-kv_h0)*q_per_kv*head_dim
- * floats, zero for a failed entry); status_out[i] its status. Returns NA_OK
- * when the batch was answered, even with failed entries (their reasons were
- * logged from the node's ERROR messages). */
-na_status_t na_sc_decode(na_sc_t *sc, const na_wire_attn_t *a, float *const *o_out,
-                         int32_t *status_out);
-/* KV_FETCH; waits for KV_DATA and converts it into k_out/v_out, f32
- * [n_tokens][kv_h1-kv_h0][head_dim] each. */
-na_status_t na_sc_fetch(na_sc_t *sc, const na_wire_kv_fetch_t *f, int head_dim,
-                        float *k_out, float *v_out);
-/* REQ_RELEASE; waits for ACK. */
-na_status_t na_sc_release(na_sc_t *sc, uint64_t request_id);
-/* STATS_REQ; value of `key` in the answer (NA_ERR_NOT_FOUND if absent). */
-na_status_t na_sc_stat(na_sc_t *sc, const char *key, uint64_t *value_p);
+/* ---- PREFILL_KV of one layer, kv->k/v in kv->dtype: answered by ACK. more:
+ * flagged MORE (the node appends it and answers later; the first part
+ * without MORE makes every part durable before its ACK). */
+na_status_t na_sc_prefill_send(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,
+                               na_ses_reply_fn fn, uintptr_t arg);
+na_status_t na_sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int timeout_ms);
+
+/* ---- DECODE_ATTN part a (a->n_entries entries from a->entry_base of
+ * a->batch_total; more: MORE, another part follows): answered by ATTN_OUT.
+ * An ERROR about one entry is a note (NA_SES_ERR_NOTE): the ATTN_OUT still
+ * comes. */
+na_status_t na_sc_decode_send(na_peer_t *p, const na_wire_attn_t *a, int more, int timeout_ms,
+                              na_ses_reply_fn fn, uintptr_t arg);
+/* The synchronous form: o_out[i] receives entry i's output as f32
+ * (n_queries x (kv_h1-kv_h0)*q_per_kv*head_dim floats, zero for a failed
+ * entry), status_out[i] its status. Returns NA_OK when the part was
+ * answered, even with failed entries (their reasons were logged from the
+ * node's ERROR messages); NA_ERR_PROTO when the ATTN_OUT does not answer it
+ * (na_sc_attn_check). */
+na_status_t na_sc_decode(na_peer_t *p, const na_wire_attn_t *a, int timeout_ms,
+                         float *const *o_out, int32_t *status_out);
+/* Whether got answers the DECODE_ATTN part `asked`: batch, layer, entry
+ * range and shapes, then every entry (request, KV heads, queries, a status
+ * that is a na_status_t), all before any is used. NA_OK, or NA_ERR_PROTO
+ * with the reason in why[cap] ("answered batch B layer L ...") and not set
+ * as the error message. */
+na_status_t na_sc_attn_check(const na_wire_attn_t *asked, const na_wire_attn_out_t *got,
+                             char *why, size_t cap);
+/* Entry k of a checked ATTN_OUT (whose status is 0) as f32: query t's rows
+ * ((kv_h1-kv_h0)*q_per_kv*head_dim floats) at dst + t*q_stride. */
+void        na_sc_attn_rows(const na_wire_attn_out_t *got, uint32_t k, float *dst,
+                            size_t q_stride);
+
+/* ---- KV_FETCH: answered by KV_DATA, which must hold the rows asked for
+ * (positions, heads, head_dim, f->dtype). The synchronous form writes them,
+ * [n_tokens][kv_h1-kv_h0][head_dim] each, into k_out/v_out in out_dtype:
+ * f->dtype as sent, or NA_DTYPE_F32 converted. */
+na_status_t na_sc_fetch_send(na_peer_t *p, const na_wire_kv_fetch_t *f, int timeout_ms,
+                             na_ses_reply_fn fn, uintptr_t arg);
+na_status_t na_sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int head_dim,
+                        int timeout_ms, void *k_out, void *v_out, na_dtype_t out_dtype);
+
+/* ---- REQ_RELEASE (status: why it ends, 0 = done): answered by ACK. */
+na_status_t na_sc_release_send(na_peer_t *p, uint64_t request_id, int status, int timeout_ms,
+                               na_ses_reply_fn fn, uintptr_t arg);
+na_status_t na_sc_release(na_peer_t *p, uint64_t request_id, int status, int timeout_ms);
+
+/* ---- STATS_REQ: answered by STATS. flags: NA_SES_NO_LOSS keeps the peer
+ * when no answer comes in time (NA_ERR_TIMEOUT). The synchronous form reads
+ * the answer into *v (common/wire_stats.h). */
+na_status_t na_sc_stats_send(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
+                             uintptr_t arg);
+na_status_t na_sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_stats_view_t *v);
+/* The value of the counter named key (NA_ERR_NOT_FOUND if absent), by
+ * name: for the benches and tests that print one counter. */
+na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *value_p);
+
+/* ---- HEARTBEAT, answered by HEARTBEAT (a ping; NA_SES_NO_LOSS). */
+na_status_t na_sc_ping(na_peer_t *p, int timeout_ms);
+
 /* Serve heartbeats for timeout_ms (0 = what is queued now). NA_ERR_PEER if
  * the storage node went away meanwhile. */
-na_status_t na_sc_poll(na_sc_t *sc, int timeout_ms);
-
-/* Encode and send m on the connection (stamps seq/time), answer not waited
- * for (its handler is the session's). */
-na_status_t na_sc_send(na_sc_t *sc, na_wire_msg_t *m);
+na_status_t na_sc_poll(na_peer_t *p, int timeout_ms);
 
 #endif /* NA_STORAGE_CLIENT_H */

@@ -12,7 +12,7 @@ typedef struct {
     char     name[NA_XP_NAME_MAX];
     char     host[256];
     int      port;
-    na_sc_t *sc;                 /* NULL while not connected */
+    na_peer_t *sc;               /* NULL while not connected */
     uint64_t next_try_ns;
 } na_sc_dir_node_t;
 
@@ -124,7 +124,7 @@ void na_sc_dir_destroy(na_sc_dir_t *d)
     if (d == NULL)
         return;
     for (i = 0; i < d->n; i++)
-        na_sc_close(d->nodes[i].sc);
+        na_peer_close(d->nodes[i].sc, 0, "done");
     free(d->nodes);
     free(d->path);
     free(d);
@@ -142,7 +142,7 @@ int na_sc_dir_refresh(na_sc_dir_t *d)
         if (e->sc != NULL || now < e->next_try_ns)
             continue;
         e->next_try_ns = now + d->retry_ns;
-        if (na_sc_connect(d->ses, e->host, e->port, &e->sc) != NA_OK) {
+        if (na_ses_connect(d->ses, e->host, e->port, &e->sc) != NA_OK) {
             e->sc = NULL;
             na_log_debug("storage directory: %s not reachable yet: %s", e->name, na_errmsg());
             continue;
@@ -173,7 +173,7 @@ const char *na_sc_dir_name(const na_sc_dir_t *d, int i)
     return i >= 0 && i < d->n ? d->nodes[i].name : "?";
 }
 
-na_sc_t *na_sc_dir_conn(na_sc_dir_t *d, int i)
+na_peer_t *na_sc_dir_conn(na_sc_dir_t *d, int i)
 {
     return i >= 0 && i < d->n ? d->nodes[i].sc : NULL;
 }
@@ -182,7 +182,7 @@ void na_sc_dir_lost(na_sc_dir_t *d, int i)
 {
     if (i < 0 || i >= d->n || d->nodes[i].sc == NULL)
         return;
-    na_sc_close(d->nodes[i].sc);
+    na_peer_close(d->nodes[i].sc, 0, "done");
     d->nodes[i].sc = NULL;
     d->nodes[i].next_try_ns = na_xp_now_ns() + d->retry_ns;
 }

@@ -3,7 +3,8 @@
  * docs/cluster.md "Joining a running cluster").
  *
  * The directory holds one entry per storage node of the layout file, each
- * connected (a na_sc_t) or not. na_sc_dir_refresh():
+ * connected (a session peer, used through compute-node/storage_client.h) or
+ * not. na_sc_dir_refresh():
  *   - re-reads the layout when the file changed (modification time, size or
  *     inode: an editor's rename counts) and adds the storage nodes that are
  *     new; a layout that does not load is logged and retried at the next
@@ -47,7 +48,7 @@ const char *na_sc_dir_host(const na_sc_dir_t *dir, int i, int *port_p);
 int         na_sc_dir_count(const na_sc_dir_t *dir);
 const char *na_sc_dir_name(const na_sc_dir_t *dir, int i);
 /* The connection of entry i, NULL while not connected. */
-na_sc_t    *na_sc_dir_conn(na_sc_dir_t *dir, int i);
+na_peer_t  *na_sc_dir_conn(na_sc_dir_t *dir, int i);
 /* The caller saw entry i fail (NA_ERR_PEER): close it; it is retried. */
 void        na_sc_dir_lost(na_sc_dir_t *dir, int i);
 

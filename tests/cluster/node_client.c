@@ -96,7 +96,7 @@ static size_t nc_off(const nc_shape_t *s, const nc_req_t *r, int layer, int tok)
 }
 
 /* Random rows for tokens [r->len, r->len + n) of layer: stored in r and sent. */
-static na_status_t nc_prefill(na_sc_t *sc, const nc_shape_t *s, nc_req_t *r, na_rng_t *rng,
+static na_status_t nc_prefill(na_peer_t *sc, const nc_shape_t *s, nc_req_t *r, na_rng_t *rng,
                               na_dtype_t dt)
 {
     size_t cnt = (size_t)r->prompt * r->nh * s->head_dim, i;
@@ -126,7 +126,7 @@ static na_status_t nc_prefill(na_sc_t *sc, const nc_shape_t *s, nc_req_t *r, na_
         kv.dtype = dt;
         kv.k = wk;
         kv.v = wv;
-        st = na_sc_prefill(sc, &kv);
+        st = na_sc_prefill(sc, &kv, NA_SC_WAIT_MS);
         free(wk);
         free(wv);
     }
@@ -136,7 +136,7 @@ static na_status_t nc_prefill(na_sc_t *sc, const nc_shape_t *s, nc_req_t *r, na_
     return st;
 }
 
-static na_status_t nc_open_hd(na_sc_t *sc, const nc_shape_t *s, const nc_req_t *r,
+static na_status_t nc_open_hd(na_peer_t *sc, const nc_shape_t *s, const nc_req_t *r,
                               na_dtype_t dt, int head_dim)
 {
     na_wire_req_open_t o;
@@ -149,10 +149,10 @@ static na_status_t nc_open_hd(na_sc_t *sc, const nc_shape_t *s, const nc_req_t *
     o.head_dim = (uint16_t)head_dim;
     o.q_per_kv = (uint16_t)s->grp;
     o.dtype = dt;
-    return na_sc_open(sc, &o);
+    return na_sc_open(sc, &o, NA_SC_WAIT_MS, NULL);
 }
 
-static na_status_t nc_open(na_sc_t *sc, const nc_shape_t *s, const nc_req_t *r, na_dtype_t dt)
+static na_status_t nc_open(na_peer_t *sc, const nc_shape_t *s, const nc_req_t *r, na_dtype_t dt)
 {
     return nc_open_hd(sc, s, r, dt, s->head_dim);
 }
@@ -179,85 +179,95 @@ static void nc_ref(na_kernels_t *ref, const nc_shape_t *s, const nc_req_t *r, in
     }
 }
 
-/* Send batch a as `parts` DECODE_ATTN messages (MORE on all but the last)
- * without waiting, then collect one ATTN_OUT per part (any order of parts
- * accepted, each checked against what was sent) into o/status by entry. */
-static na_status_t nc_decode_parts(na_sc_t *sc, na_xp_t *xp, const na_wire_attn_t *a,
-                                   uint32_t parts, float *const *o, int32_t *status)
+/* What the answers to a batch sent in parts fill in. */
+typedef struct {
+    const na_wire_attn_t *a;
+    uint32_t              per;          /* entries per part */
+    float *const         *o;
+    int32_t              *status;
+    uint32_t              got, seen;    /* entries answered; bit i: part i answered */
+    na_status_t           st;
+} nc_parts_t;
+
+/* The answer to one part (the storage client's reply function): checked
+ * against the part that starts at its entry_base (na_sc_attn_check), and
+ * flagged MORE on all but the last part. */
+static void nc_part_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
+                          const na_ses_in_t *in)
 {
-    uint32_t per = (a->n_entries + parts - 1) / parts, base, got = 0, seen = 0;
-    uint64_t deadline = na_xp_now_ns() + 20000000000ull;
+    nc_parts_t *d = (nc_parts_t *)arg;
+    const na_wire_attn_t *a = d->a;
+    const na_wire_attn_out_t *r;
+    na_wire_attn_t asked;
+    char why[NA_WIRE_TEXT_MAX];
+    uint32_t k, c;
+
+    (void)ctx;
+    (void)p;
+    if (st != NA_OK) {              /* an entry's ERROR (a note), or the node ended */
+        if (in == NULL && d->st == NA_OK)
+            d->st = na_err(NA_ERR_PEER, "split batch: node lost");
+        return;
+    }
+    r = &in->m->u.attn_out;
+    c = r->entry_base / d->per;
+    asked = *a;
+    asked.entry_base = c * d->per;
+    asked.n_entries = a->n_entries - asked.entry_base < d->per ? a->n_entries - asked.entry_base
+                                                              : d->per;
+    asked.entries = a->entries + asked.entry_base;
+    if (asked.entry_base >= a->n_entries || (d->seen & (1u << c)))
+        asked.entry_base = UINT32_MAX;          /* no such part is owed */
+    if (na_sc_attn_check(&asked, r, why, sizeof(why)) != NA_OK) {
+        d->st = na_err(NA_ERR_PROTO, "split batch: %s", why);
+        return;
+    }
+    if (!(in->h->flags & NA_WIRE_F_MORE) != (r->entry_base + d->per >= a->n_entries)) {
+        d->st = na_err(NA_ERR_PROTO, "split batch: ATTN_OUT of entries [%u, +%u) of %u "
+                       "(flags 0x%x) does not answer a part", r->entry_base, r->n_entries,
+                       r->batch_total, (unsigned)in->h->flags);
+        return;
+    }
+    for (k = 0; k < r->n_entries; k++) {
+        uint32_t idx = r->entry_base + k;
+        na_wire_out_entry_t oe;
+        (void)na_wire_attn_out_get(r, k, &oe);
+        d->status[idx] = oe.status;
+        if (oe.status == 0)
+            na_sc_attn_rows(r, k, d->o[idx],
+                            (size_t)(oe.kv_h1 - oe.kv_h0) * r->q_per_kv * r->head_dim);
+    }
+    d->seen |= 1u << c;
+    d->got += r->n_entries;
+}
+
+/* Send batch a as `parts` DECODE_ATTN messages (MORE on all but the last)
+ * without waiting (the storage client's asynchronous form), then poll until
+ * one ATTN_OUT per part came (any order of parts accepted, each checked
+ * against what was sent) into o/status by entry. */
+static na_status_t nc_decode_parts(na_peer_t *sc, const na_wire_attn_t *a, uint32_t parts,
+                                   float *const *o, int32_t *status)
+{
+    nc_parts_t d = { a, (a->n_entries + parts - 1) / parts, o, status, 0, 0, NA_OK };
+    uint32_t base;
     na_status_t st = NA_OK;
 
-    for (base = 0; base < a->n_entries && st == NA_OK; base += per) {
-        na_wire_msg_t m;
-        memset(&m, 0, sizeof(m));
-        m.type = NA_WIRE_MSG_DECODE_ATTN;
-        m.flags = base + per < a->n_entries ? NA_WIRE_F_MORE : 0;
-        m.u.attn = *a;
-        m.u.attn.entry_base = base;
-        m.u.attn.n_entries = a->n_entries - base < per ? a->n_entries - base : per;
-        m.u.attn.entries = a->entries + base;
-        st = na_sc_send(sc, &m);
+    for (base = 0; base < a->n_entries && st == NA_OK; base += d.per) {
+        na_wire_attn_t part = *a;
+        part.entry_base = base;
+        part.n_entries = a->n_entries - base < d.per ? a->n_entries - base : d.per;
+        part.entries = a->entries + base;
+        st = na_sc_decode_send(sc, &part, base + d.per < a->n_entries, NA_SC_WAIT_MS,
+                               nc_part_reply, (uintptr_t)&d);
     }
-    while (st == NA_OK && got < a->n_entries) {
-        na_xp_msg_t *msg;
-        na_wire_hdr_t h;
-        na_wire_msg_t r;
-        uint32_t k;
-        if (na_xp_now_ns() > deadline)
-            return na_err(NA_ERR_TIMEOUT, "split batch: %u of %u entries answered", got,
-                          a->n_entries);
-        if (na_xp_recv(xp, 100, &msg) != NA_OK)
-            continue;
-        if (msg->kind == NA_XP_EV_LOST) {
-            na_xp_msg_release(xp, msg);
-            return na_err(NA_ERR_PEER, "split batch: node lost");
-        }
-        st = msg->kind == NA_XP_MSG_DATA ? na_wire_hdr_decode(msg->hdr, msg->hdr_len, &h)
-                                         : NA_ERR_INVALID;
-        if (st == NA_OK)
-            st = na_wire_decode(&h, msg->data, msg->len, &r);
-        if (st != NA_OK || r.type != NA_WIRE_MSG_ATTN_OUT) {   /* ERROR lines, heartbeats */
-            na_xp_msg_release(xp, msg);
-            st = NA_OK;
-            continue;
-        }
-        if (r.u.attn_out.batch_id != a->batch_id || r.u.attn_out.layer != a->layer ||
-            r.u.attn_out.batch_total != a->n_entries || r.u.attn_out.entry_base % per != 0 ||
-            (seen & (1u << (r.u.attn_out.entry_base / per))) ||
-            r.u.attn_out.n_entries != (a->n_entries - r.u.attn_out.entry_base < per
-                                       ? a->n_entries - r.u.attn_out.entry_base : per) ||
-            !(h.flags & NA_WIRE_F_MORE) != (r.u.attn_out.entry_base + per >= a->n_entries))
-            st = na_err(NA_ERR_PROTO, "split batch: ATTN_OUT of entries [%u, +%u) of %u "
-                        "(flags 0x%x) does not answer a part", r.u.attn_out.entry_base,
-                        r.u.attn_out.n_entries, r.u.attn_out.batch_total, (unsigned)h.flags);
-        for (k = 0; st == NA_OK && k < r.u.attn_out.n_entries; k++) {
-            uint32_t idx = r.u.attn_out.entry_base + k;
-            const na_wire_attn_entry_t *e = &a->entries[idx];
-            na_wire_out_entry_t oe;
-            size_t cnt = (size_t)(e->kv_h1 - e->kv_h0) * a->q_per_kv * a->head_dim;
-            (void)na_wire_attn_out_get(&r.u.attn_out, k, &oe);
-            if (oe.request_id != e->request_id)
-                st = na_err(NA_ERR_PROTO, "split batch: entry %u is request %llu, sent %llu",
-                            idx, (unsigned long long)oe.request_id,
-                            (unsigned long long)e->request_id);
-            status[idx] = oe.status;
-            if (st == NA_OK && oe.status == 0)
-                na_wire_rows_to_f32(oe.o, r.u.attn_out.dtype, cnt, o[idx]);
-        }
-        if (st == NA_OK) {
-            seen |= 1u << (r.u.attn_out.entry_base / per);
-            got += r.u.attn_out.n_entries;
-        }
-        na_xp_msg_release(xp, msg);
-    }
-    return st;
+    while (st == NA_OK && d.st == NA_OK && d.got < a->n_entries)
+        st = na_sc_poll(sc, 100);
+    return st != NA_OK ? st : d.st;
 }
 
 /* One decode step of every request (one DECODE_ATTN per layer), plus an entry
  * for an unknown request that must fail alone. */
-static void nc_decode_step(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_t *rs, int n,
+static void nc_decode_step(na_peer_t *sc, const nc_shape_t *s, nc_req_t *rs, int n,
                            int step, na_rng_t *rng, na_dtype_t dt, na_kernels_t *ref)
 {
     const int hd = s->head_dim, ne = n + 1;
@@ -312,18 +322,18 @@ static void nc_decode_step(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req
         a.scale = 1.0f / sqrtf((float)hd);
         a.entries = e;
         if (step % 3 == 2 && ne >= 3) {   /* three parts, MORE, back to back */
-            NA_CHECK_OK(nc_decode_parts(sc, xp, &a, 3, o, status));
+            NA_CHECK_OK(nc_decode_parts(sc, &a, 3, o, status));
         } else if (step % 2 == 0 || ne < 2) {
-            NA_CHECK_OK(na_sc_decode(sc, &a, o, status));
+            NA_CHECK_OK(na_sc_decode(sc, &a, NA_SC_WAIT_MS, o, status));
         } else {          /* the batch in two messages: [0, k) with MORE, then [k, ne) */
             uint32_t k = (uint32_t)ne / 2;
             na_wire_attn_t b = a;
             a.n_entries = k;
-            NA_CHECK_OK(na_sc_decode(sc, &a, o, status));
+            NA_CHECK_OK(na_sc_decode(sc, &a, NA_SC_WAIT_MS, o, status));
             b.entry_base = k;
             b.n_entries = (uint32_t)ne - k;
             b.entries = e + k;
-            NA_CHECK_OK(na_sc_decode(sc, &b, o + k, status + k));
+            NA_CHECK_OK(na_sc_decode(sc, &b, NA_SC_WAIT_MS, o + k, status + k));
         }
         for (i = 0; i < n; i++) {
             nc_req_t *r = &rs[i];
@@ -352,7 +362,7 @@ static void nc_decode_step(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req
     free(e); free(o); free(q); free(wire); free(status); free(kn); free(vn); free(want);
 }
 
-static void nc_fetch_check(na_sc_t *sc, const nc_shape_t *s, const nc_req_t *r, int layer)
+static void nc_fetch_check(na_peer_t *sc, const nc_shape_t *s, const nc_req_t *r, int layer)
 {
     na_wire_kv_fetch_t f;
     int t0 = r->len > 3 ? 3 : 0, n = r->len - t0;
@@ -367,7 +377,7 @@ static void nc_fetch_check(na_sc_t *sc, const nc_shape_t *s, const nc_req_t *r, 
     f.kv_h0 = (uint16_t)r->h0;
     f.kv_h1 = (uint16_t)r->h1;
     f.dtype = NA_DTYPE_F32;
-    NA_CHECK_OK(na_sc_fetch(sc, &f, s->head_dim, k, v));
+    NA_CHECK_OK(na_sc_fetch(sc, &f, s->head_dim, NA_SC_WAIT_MS, k, v, NA_DTYPE_F32));
     for (i = 0; i < cnt; i++)
         bad += k[i] != r->k[nc_off(s, r, layer, t0) + i] || v[i] != r->v[nc_off(s, r, layer, t0) + i];
     NA_CHECK_MSG(bad == 0, "KV_FETCH of request %llu layer %d: %zu of %zu values differ",
@@ -376,14 +386,14 @@ static void nc_fetch_check(na_sc_t *sc, const nc_shape_t *s, const nc_req_t *r, 
     free(v);
 }
 
-static uint64_t nc_stat(na_sc_t *sc, const char *key)
+static uint64_t nc_stat(na_peer_t *sc, const char *key)
 {
     uint64_t v = UINT64_MAX;
-    NA_CHECK_OK(na_sc_stat(sc, key, &v));
+    NA_CHECK_OK(na_sc_stat(sc, key, NA_SC_WAIT_MS, &v));
     return v;
 }
 
-static int nc_basic(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+static int nc_basic(na_peer_t *sc, const nc_shape_t *s, const nc_args_t *a)
 {
     static const int prompts[] = { 5, 37, 70, 16, 1 };
     nc_req_t *rs = calloc((size_t)a->requests, sizeof(*rs));
@@ -420,7 +430,7 @@ static int nc_basic(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
         kv.dtype = NA_DTYPE_F32;
         kv.k = row;
         kv.v = row;
-        NA_CHECK(na_sc_prefill(sc, &kv) == NA_ERR_NOT_FOUND);
+        NA_CHECK(na_sc_prefill(sc, &kv, NA_SC_WAIT_MS) == NA_ERR_NOT_FOUND);
     }
     {
         nc_req_t bad = rs[0];
@@ -440,27 +450,28 @@ static int nc_basic(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
         kv.dtype = NA_DTYPE_F32;
         kv.k = row;
         kv.v = row;
-        NA_CHECK(na_sc_prefill(sc, &kv) == NA_ERR_RANGE);
+        NA_CHECK(na_sc_prefill(sc, &kv, NA_SC_WAIT_MS) == NA_ERR_RANGE);
         memset(&f, 0, sizeof(f));                   /* past what the request holds */
         f.request_id = rs[0].id;
         f.n_tokens = (uint32_t)rs[0].len + 1;
         f.kv_h0 = (uint16_t)rs[0].h0;
         f.kv_h1 = (uint16_t)rs[0].h1;
         f.dtype = NA_DTYPE_F32;
-        NA_CHECK(na_sc_fetch(sc, &f, s->head_dim, row, row) == NA_ERR_RANGE);
+        NA_CHECK(na_sc_fetch(sc, &f, s->head_dim, NA_SC_WAIT_MS, row, row, NA_DTYPE_F32) ==
+                 NA_ERR_RANGE);
     }
     NA_CHECK(nc_stat(sc, na_stat_node_key(NA_STAT_REQUESTS)) >= (uint64_t)a->requests);
     for (t = 0; t < a->steps; t++)
-        nc_decode_step(sc, a->xp, s, rs, a->requests, t, &rng, a->dtype, ref);
+        nc_decode_step(sc, s, rs, a->requests, t, &rng, a->dtype, ref);
     for (i = 0; i < a->requests; i++)
         nc_fetch_check(sc, s, &rs[i], i % s->n_layers);
     NA_CHECK(nc_stat(sc, na_stat_node_key(NA_STAT_DECODE_ENTRIES)) > 0);
     for (i = 0; i < a->requests; i++) {
-        NA_CHECK_OK(na_sc_release(sc, rs[i].id));
+        NA_CHECK_OK(na_sc_release(sc, rs[i].id, 0, NA_SC_WAIT_MS));
         free(rs[i].k);
         free(rs[i].v);
     }
-    NA_CHECK(na_sc_release(sc, rs[0].id) == NA_ERR_NOT_FOUND);
+    NA_CHECK(na_sc_release(sc, rs[0].id, 0, NA_SC_WAIT_MS) == NA_ERR_NOT_FOUND);
     printf("BASIC %d requests, %d steps, %d layers: checked\n", a->requests, a->steps, s->n_layers);
     na_kernels_destroy(ref);
     free(rs);
@@ -469,7 +480,7 @@ static int nc_basic(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
 
 /* One DECODE_ATTN of every request at layer l (one message), then STATS_REQ
  * and ECHO at once; *order_ok = both replies came before the ATTN_OUT. */
-static void nc_busy_layer(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_t *rs, int n,
+static void nc_busy_layer(na_peer_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_t *rs, int n,
                           int l, na_rng_t *rng, na_kernels_t *ref, int *order_ok,
                           double *t_reply, double *t_out)
 {
@@ -513,13 +524,13 @@ static void nc_busy_layer(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_
     m.u.attn.scale = 1.0f / sqrtf((float)hd);
     m.u.attn.entries = e;
     t0 = na_xp_now_ns();
-    NA_CHECK_OK(na_sc_send(sc, &m));
+    NA_CHECK_OK(na_peer_send(sc, &m, NULL));
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_STATS_REQ;
-    NA_CHECK_OK(na_sc_send(sc, &m));
+    NA_CHECK_OK(na_peer_send(sc, &m, NULL));
     memset(&m, 0, sizeof(m));
     m.type = NA_WIRE_MSG_ECHO;
-    NA_CHECK_OK(na_sc_send(sc, &m));
+    NA_CHECK_OK(na_peer_send(sc, &m, NULL));
     *order_ok = 1;
     while ((outs == 0 || replies < 2) && na_xp_now_ns() < deadline) {
         na_xp_msg_t *msg;
@@ -560,7 +571,7 @@ static void nc_busy_layer(na_sc_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_
     free(e); free(q); free(kv); free(o); free(want);
 }
 
-static int nc_busy(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+static int nc_busy(na_peer_t *sc, const nc_shape_t *s, const nc_args_t *a)
 {
     nc_req_t *rs = calloc((size_t)a->requests, sizeof(*rs));
     uint64_t base = 1000u * (uint64_t)getpid();
@@ -595,7 +606,7 @@ static int nc_busy(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     NA_CHECK_MSG(early >= 1, "the node answered STATS/ECHO before the batch in "
                  "%d of %d layers", early, s->n_layers);
     for (i = 0; i < a->requests; i++) {
-        NA_CHECK_OK(na_sc_release(sc, rs[i].id));
+        NA_CHECK_OK(na_sc_release(sc, rs[i].id, 0, NA_SC_WAIT_MS));
         free(rs[i].k);
         free(rs[i].v);
     }
@@ -604,7 +615,7 @@ static int nc_busy(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
     return 0;
 }
 
-static int nc_hold(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+static int nc_hold(na_peer_t *sc, const nc_shape_t *s, const nc_args_t *a)
 {
     nc_req_t r;
     na_rng_t rng;
@@ -628,7 +639,7 @@ static int nc_hold(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
             return 1;
 }
 
-static int nc_refuse(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+static int nc_refuse(na_peer_t *sc, const nc_shape_t *s, const nc_args_t *a)
 {
     nc_req_t r;
     na_status_t st;
@@ -651,7 +662,7 @@ static int nc_refuse(na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
 /* Bad input of kind `variant`: 0 random header bytes, 1 a DECODE_ATTN whose
  * payload is cut short, 2 a HELLO after the handshake, 3 a header claiming
  * another major version. The node must drop the connection (only). */
-static int nc_garbage(na_sc_t *sc, int variant)
+static int nc_garbage(na_peer_t *sc, int variant)
 {
     uint8_t hdr[NA_WIRE_HDR_SIZE], payload[256];
     na_wire_hdr_t h;
@@ -687,7 +698,7 @@ static int nc_garbage(na_sc_t *sc, int variant)
     }
     if (variant == 3)
         hdr[4] = NA_WIRE_VERSION_MAJOR + 1;      /* ver_major (little-endian u16) */
-    NA_CHECK_OK(na_xp_send(na_sc_ep(sc), hdr, sizeof(hdr), payload, plen));
+    NA_CHECK_OK(na_xp_send(na_peer_ep(sc), hdr, sizeof(hdr), payload, plen));
     for (i = 0; i < 50; i++) {
         st = na_sc_poll(sc, 100);
         if (st != NA_OK)
@@ -710,7 +721,7 @@ static na_status_t nc_flood_answer(void *ctx, na_ses_in_t *in)
     return NA_OK;
 }
 
-static int nc_flood(na_ses_t *ses, na_sc_t *sc, const nc_shape_t *s, const nc_args_t *a)
+static int nc_flood(na_ses_t *ses, na_peer_t *sc, const nc_shape_t *s, const nc_args_t *a)
 {
     const int hd = s->head_dim, n = a->requests;
     nc_req_t *rs = calloc((size_t)n, sizeof(*rs));
@@ -755,7 +766,7 @@ static int nc_flood(na_ses_t *ses, na_sc_t *sc, const nc_shape_t *s, const nc_ar
         m.u.attn.dtype = NA_DTYPE_F32;
         m.u.attn.scale = 1.0f / sqrtf((float)hd);
         m.u.attn.entries = e;
-        st = na_sc_send(sc, &m);     /* may fail once we are dropped */
+        st = na_peer_send(sc, &m, NULL);     /* may fail once we are dropped */
     }
     for (i = 0; i < 100 && st == NA_OK; i++)
         st = na_sc_poll(sc, 100);
@@ -771,7 +782,7 @@ static int nc_flood(na_ses_t *ses, na_sc_t *sc, const nc_shape_t *s, const nc_ar
     return 0;
 }
 
-static int nc_idle(na_sc_t *sc, const na_cfg_t *cfg)
+static int nc_idle(na_peer_t *sc, const na_cfg_t *cfg)
 {
     na_status_t st = NA_OK;
     int i;
@@ -801,10 +812,10 @@ static int nc_discover(na_ses_t *ses, const nc_shape_t *s, const nc_args_t *a)
     if (na_test_failures)
         return 1;
     while (n_used < a->expect && na_xp_now_ns() < deadline) {
-        na_sc_t *any = NULL;
+        na_peer_t *any = NULL;
         (void)na_sc_dir_refresh(d);
         for (i = 0; i < na_sc_dir_count(d) && i < (int)sizeof(used); i++) {
-            na_sc_t *sc = na_sc_dir_conn(d, i);
+            na_peer_t *sc = na_sc_dir_conn(d, i);
             if (sc == NULL)
                 continue;
             any = sc;
@@ -869,7 +880,7 @@ int main(int argc, char **argv)
     na_xp_t *xp;
     na_ses_opts_t so;
     na_ses_t *ses = NULL;
-    na_sc_t *sc;
+    na_peer_t *sc;
     char host[256], secret[4096];
     size_t secret_len = 0;
     int port = 0, rc = 0;
@@ -944,12 +955,12 @@ int main(int argc, char **argv)
         rc = nc_discover(ses, &s, &a);
         goto out;
     }
-    st = na_sc_connect(ses, host, port, &sc);
+    st = na_ses_connect(ses, host, port, &sc);
     if (!strcmp(a.scenario, "secret")) {
         NA_CHECK_MSG(st != NA_OK, "a client with the wrong secret was accepted");
         printf("REFUSED %s\n", st != NA_OK ? na_errmsg() : "(accepted!)");
         if (st == NA_OK)
-            na_sc_close(sc);
+            na_peer_close(sc, 0, "done");
         goto out;
     }
     NA_CHECK_OK(st);
@@ -973,7 +984,7 @@ int main(int argc, char **argv)
         printf("STAT %s %llu\n", a.stat_key, (unsigned long long)nc_stat(sc, a.stat_key));
     else
         rc = 2;
-    na_sc_close(sc);
+    na_peer_close(sc, 0, "done");
 out:
     na_ses_destroy(ses);
     na_xp_destroy(xp);

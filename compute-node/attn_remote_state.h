@@ -1,12 +1,23 @@
-/* compute-node/attn_remote_internal.h — private state of the attention
- * service over storage nodes, one job per file: compute-node/attn_remote.c
- * (the service and its nodes: create, connect, lost nodes, stats),
- * attn_remote_req.c (a request's life: open/placement, prefill, release) and
- * attn_remote_decode.c (the decode round trip: submit, answers, poll). */
-#ifndef NA_ATTN_REMOTE_INTERNAL_H
-#define NA_ATTN_REMOTE_INTERNAL_H
+/* compute-node/attn_remote_state.h — the private state of the attention
+ * service over storage nodes (its nodes, open requests and batches in
+ * flight) and the lookups every layer uses, under the service's three
+ * one-way layers, each calling only the ones below it (and the storage
+ * client, compute-node/storage_client.h, under all three):
+ *   compute-node/attn_remote.c        the service and its nodes' connections:
+ *                                     create, connect, join, the session's
+ *                                     end handler, stats, the ops table;
+ *   compute-node/attn_remote_req.c    a request's life: open/placement,
+ *                                     prefill, fetch, release;
+ *   compute-node/attn_remote_decode.c the decode round trip (submit, answers,
+ *                                     poll) and what a node that goes down
+ *                                     fails (rm_node_end).
+ * A node's end reaches attn_remote.c through the end handler it registered
+ * with the session, never by a call up. */
+#ifndef NA_ATTN_REMOTE_STATE_H
+#define NA_ATTN_REMOTE_STATE_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "common/config.h"
 #include "compute-node/attn_service.h"
@@ -65,8 +76,13 @@ typedef struct {
     int              pending;               /* nodes that still owe an ATTN_OUT */
     int              owes[RM_MAX_NODES];    /* 1 while node j owes one */
     int             *map[RM_MAX_NODES];     /* node j's message entry k -> index in e */
+    na_wire_attn_entry_t *we[RM_MAX_NODES]; /* node j's entries as sent (the check of
+                                               its ATTN_OUT reads them) */
+    int              cap[RM_MAX_NODES];     /* room of map[j] and we[j]: grown, never
+                                               shrunk (no allocation per batch) */
     int              cnt[RM_MAX_NODES];
     int              chunk[RM_MAX_NODES];   /* entries per message to node j */
+    int              n_chunks[RM_MAX_NODES];
     unsigned         want[RM_MAX_NODES];    /* bit c: ATTN_OUT of chunk c still owed */
     uint64_t         t0_ns;
 } rm_batch_t;
@@ -102,28 +118,29 @@ typedef struct {
     na_pfx_map_t *pmap;             /* prefix blocks sent to each node (placement guess) */
 } rm_t;
 
-/* attn_remote.c: the service and its nodes */
-void        rm_copy(char *dst, size_t cap, const char *src);
-rm_req_t   *rm_find(rm_t *p, uint64_t id);
-/* Request partition: retry the nodes unreachable at create and add the
- * storage nodes that join the layout file (see there). */
-void        rm_retry_late(rm_t *p);
-/* Node j is gone: fail what it owes. */
-void        rm_node_lost(rm_t *p, int j, const char *why);
-void        rm_on_end(void *ctx, na_peer_t *peer, na_ses_end_t how, const char *why);
-/* Connect node j (index into cfg's storage nodes) as a session peer and ask
- * for its base counters. */
-/* Send m to node j and wait for its answer of type reply (ACK ...). */
-na_status_t rm_call(rm_t *p, int j, na_wire_msg_t *m, na_wire_type_t reply, unsigned flags,
-                    int timeout_ms, na_ses_reply_fn fn, uintptr_t arg);
-/* The service's stats call (counters, STATS of the nodes, pings). */
-void        rm_stats(na_asvc_t *s, na_asvc_stats_t *out);
-/* The per-node counters (na_asvc_node_stats). */
-int         rm_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap);
-/* The node of a session peer, -1 if none. */
-int         rm_node_of(rm_t *p, na_peer_t *peer);
+/* Copy the string src into dst[cap], cut to fit. */
+static inline void rm_copy(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memmove(dst, src, n);
+    dst[n] = '\0';
+}
 
-/* attn_remote_req.c: a request's life on its nodes (the service's calls) */
+static inline rm_req_t *rm_find(rm_t *p, uint64_t id)
+{
+    return (rm_req_t *)na_asvc_req_find(p->reqs, id);
+}
+
+/* The node of a session peer, -1 if none. */
+static inline int rm_node_of(rm_t *p, na_peer_t *peer)
+{
+    rm_node_t *nd = na_peer_user(peer);
+    return nd != NULL ? (int)(nd - p->nodes) : -1;
+}
+
+/* ---- attn_remote_req.c: a request's life on its nodes (the service's
+ * calls; placement over the nodes connected so far: the service retries
+ * late nodes before it opens) */
 na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens);
 na_status_t rm_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
                            const na_asvc_prompt_t *pr, int *hit_p);
@@ -133,15 +150,23 @@ na_status_t rm_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
                        const void *v, na_dtype_t dtype, int n_tok);
 na_status_t rm_prefill_done(na_asvc_t *s, uint64_t req);
 void        rm_release(na_asvc_t *s, uint64_t req, int status);
-void        rm_prefill_reply(void *ctx, na_peer_t *peer, uintptr_t req, na_status_t st,
-                             const na_ses_in_t *in);
+/* A blocking call to node j: rm_call_peer gives its peer, NULL when it is
+ * dead (na_errmsg() says why); rm_call_end takes the call's status: a call
+ * that failed because its peer ended (a send whose endpoint failed) takes
+ * the node down now, so that the caller places the request elsewhere
+ * instead of picking this node again; NA_ERR_PEER with the node's reason
+ * when it is down. */
+na_peer_t  *rm_call_peer(rm_t *p, int j);
+na_status_t rm_call_end(rm_t *p, int j, na_status_t st);
 
-/* attn_remote_decode.c: the decode round trip (the service's calls) */
+/* ---- attn_remote_decode.c: the decode round trip (the service's calls) */
 na_status_t rm_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n);
 na_status_t rm_poll(na_asvc_t *s, int timeout_ms, int *batch_p);
-void        rm_entry_fail(na_asvc_entry_t *x, na_status_t st, const char *text);
-void        rm_batch_node_done(rm_t *p, int bi, int j);
-void        rm_attn_reply(void *ctx, na_peer_t *peer, uintptr_t batch, na_status_t st,
-                          const na_ses_in_t *in);
+/* Node j went down (left: it said BYE): it takes no requests, and the
+ * entries it owes fail with the reason. No-op on a node already down. */
+void        rm_node_end(rm_t *p, int j, const char *why, int left);
+void        rm_node_lost(rm_t *p, int j, const char *why);
+/* Forget every batch in flight and free their entry tables (destroy). */
+void        rm_batches_forget(rm_t *p);
 
-#endif /* NA_ATTN_REMOTE_INTERNAL_H */
+#endif /* NA_ATTN_REMOTE_STATE_H */
