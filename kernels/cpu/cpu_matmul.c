@@ -9,7 +9,9 @@
  *
  *   batch 1, any dtype    rows split across the pool; one AVX2 dot product
  *                         per row that converts 8 weights at a time in
- *                         registers (F16C for f16, shift for bf16). Four
+ *                         registers (F16C for f16, shift for bf16), the
+ *                         weight stream prefetched into L2 (F16/BF16:
+ *                         NA_CPU_MV_PF_L2 below; 1.5x the T0 prefetch). Four
  *                         rows per pass (AVX-512) were tried and removed:
  *                         F32 read 16-19 GB/s against 26-27 (bench kernels,
  *                         2048x2048, load 3), and a 1B-shape F16 decode
@@ -135,16 +137,19 @@
 #define NA_CPU_MV_PF 4096
 #endif
 #define NA_CPU_MV_PREFETCH(p) _mm_prefetch((const char *)(p) + NA_CPU_MV_PF, _MM_HINT_T0)
-/* The F16/BF16 batch-1 kernel asks for the line NA_CPU_MV_PF_L2 bytes ahead
- * into L2 instead (T1): an L1 prefetch holds one of the core's few L1 miss
- * buffers until the line arrives, an L2 prefetch does not, so more lines are
- * in flight. Reading 2.4 GB of 2048-column f16 rows from a file mmap, 1
- * thread, CPU-time GB/s, medians of 8 alternated passes at load 19-21 (2-core
- * EPYC shared with other sessions): T0 4096 ahead 18.6-19.5, T1/T2 4096 20.8,
- * 8192 23.1-24.3, 16384 22.1-23.9, 65536 22.0; bf16 T0 4096 17.7, T2 8192
- * 23.8. */
+/* The F16/BF16 batch-1 kernel (and the row dequantiser of the small-batch
+ * paths) asks for the line NA_CPU_MV_PF_L2 bytes ahead into L2 instead (T1):
+ * an L1 prefetch holds one of the core's few L1 miss buffers until its line
+ * arrives, an L2 prefetch does not, so more lines are in flight. A 2.4 GB
+ * file mmap read as 2048-column f16 rows, 1 thread, CPU-time GB/s, medians
+ * of 8-12 alternated passes at load 19-29 (2-core EPYC shared with other
+ * sessions): T0 4096 ahead 16.3-19.5; T1 4096 21.1-22.3, 5120 22.8, 6144
+ * 24.6-26.6, 7168 23.0, 8192 22.6-24.1, 12288 21.7-22.5, 16384 22.1 (T2
+ * the same); bf16 T0 4096 17.7, 6144 24.9. A whole 1B-shape decode step
+ * (run, t=1, CPU time) ran 1.5x faster with either 6144 or 8192. Q8_0
+ * rows kept T0: T1 8192 gave the same step time (55-58 against 58 ms). */
 #ifndef NA_CPU_MV_PF_L2
-#define NA_CPU_MV_PF_L2 8192
+#define NA_CPU_MV_PF_L2 6144
 #endif
 #define NA_CPU_MV_PREFETCH_L2(p) \
     _mm_prefetch((const char *)(p) + NA_CPU_MV_PF_L2, _MM_HINT_T1)
