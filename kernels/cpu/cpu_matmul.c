@@ -11,7 +11,7 @@
  *                         per row that converts 8 weights at a time in
  *                         registers (F16C for f16, shift for bf16), the
  *                         weight stream prefetched into L2 (F16/BF16:
- *                         NA_CPU_MV_PF_L2 below; 1.5x the T0 prefetch). Four
+ *                         NA_CPU_MV_PF_L2 below; 1.5x the T0 one). Four
  *                         rows per pass (AVX-512) were tried and removed:
  *                         F32 read 16-19 GB/s against 26-27 (bench kernels,
  *                         2048x2048, load 3), and a 1B-shape F16 decode
@@ -146,7 +146,7 @@
  * sessions): T0 4096 ahead 16.3-19.5; T1 4096 21.1-22.3, 5120 22.8, 6144
  * 24.6-26.6, 7168 23.0, 8192 22.6-24.1, 12288 21.7-22.5, 16384 22.1 (T2
  * the same); bf16 T0 4096 17.7, 6144 24.9. A whole 1B-shape decode step
- * (run, t=1, CPU time) ran 1.5x faster with either 6144 or 8192. Q8_0
+ * (run, t=1, CPU time) ran 1.5-1.6x faster at 6144 or 8192. Q8_0
  * rows kept T0: T1 8192 gave the same step time (55-58 against 58 ms). */
 #ifndef NA_CPU_MV_PF_L2
 #define NA_CPU_MV_PF_L2 6144
