@@ -9,7 +9,9 @@
  *
  *   batch 1, any dtype    rows split across the pool; one AVX2 dot product
  *                         per row that converts 8 weights at a time in
- *                         registers (F16C for f16, shift for bf16). Four
+ *                         registers (F16C for f16, shift for bf16), the
+ *                         weight stream prefetched into L2 (F16/BF16:
+ *                         NA_CPU_MV_PF_L2 below; 1.5x the T0 one). Four
  *                         rows per pass (AVX-512) were tried and removed:
  *                         F32 read 16-19 GB/s against 26-27 (bench kernels,
  *                         2048x2048, load 3), and a 1B-shape F16 decode
@@ -135,6 +137,22 @@
 #define NA_CPU_MV_PF 4096
 #endif
 #define NA_CPU_MV_PREFETCH(p) _mm_prefetch((const char *)(p) + NA_CPU_MV_PF, _MM_HINT_T0)
+/* The F16/BF16 batch-1 kernel (and the row dequantiser of the small-batch
+ * paths) asks for the line NA_CPU_MV_PF_L2 bytes ahead into L2 instead (T1):
+ * an L1 prefetch holds one of the core's few L1 miss buffers until its line
+ * arrives, an L2 prefetch does not, so more lines are in flight. A 2.4 GB
+ * file mmap read as 2048-column f16 rows, 1 thread, CPU-time GB/s, medians
+ * of 8-12 alternated passes at load 19-29 (2-core EPYC shared with other
+ * sessions): T0 4096 ahead 16.3-19.5; T1 4096 21.1-22.3, 5120 22.8, 6144
+ * 24.6-26.6, 7168 23.0, 8192 22.6-24.1, 12288 21.7-22.5, 16384 22.1 (T2
+ * the same); bf16 T0 4096 17.7, 6144 24.9. A whole 1B-shape decode step
+ * (run, t=1, CPU time) ran 1.5-1.6x faster at 6144 or 8192. Q8_0
+ * rows kept T0: T1 8192 gave the same step time (55-58 against 58 ms). */
+#ifndef NA_CPU_MV_PF_L2
+#define NA_CPU_MV_PF_L2 6144
+#endif
+#define NA_CPU_MV_PREFETCH_L2(p) \
+    _mm_prefetch((const char *)(p) + NA_CPU_MV_PF_L2, _MM_HINT_T1)
 
 /* Address of row r of w. */
 static const uint8_t *na_cpu_row(const na_tensor_t *w, int r)
@@ -517,6 +535,36 @@ static void na_cpu_dot4_batch_f32(const float *const *w, const float *x, size_t 
 #define NA_CPU_MM_ROWS 1
 #endif
 
+/* One F16 (f16 != 0) or BF16 weight row w[n] dotted with x[n] at batch 1:
+ * 4 accumulators over blocks of 32 (8 lanes each), blocks of 8 into the
+ * first, a fixed reduction tree, a scalar tail — na_cpu_dotn_f32's order on
+ * the converted row, so batch 1 equals every batch bit for bit. f16 is a
+ * constant after inlining (one loop per dtype, no test inside it). The
+ * prefetch asks for the line NA_CPU_MV_PF_L2 bytes ahead into L2 (see
+ * there). */
+NA_INLINE float na_cpu_dot_h16(const uint16_t *w, const float *x, int n, int f16)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    float sum;
+    int i = 0;
+#define NA_LD(p) (f16 ? na_cpu_load_f16(p) : na_cpu_load_bf16(p))
+    for (; i + 32 <= n; i += 32) {
+        NA_CPU_MV_PREFETCH_L2(w + i);
+        a0 = _mm256_fmadd_ps(NA_LD(w + i),      _mm256_loadu_ps(x + i),      a0);
+        a1 = _mm256_fmadd_ps(NA_LD(w + i + 8),  _mm256_loadu_ps(x + i + 8),  a1);
+        a2 = _mm256_fmadd_ps(NA_LD(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(NA_LD(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(NA_LD(w + i), _mm256_loadu_ps(x + i), a0);
+#undef NA_LD
+    sum = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        sum = fmaf(f16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]), x[i], sum);
+    return sum;
+}
+
 /* Dot product of one weight row (any dtype) with x[n]. */
 static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, int n)
 {
@@ -530,25 +578,9 @@ static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, i
         na_cpu_dotn_f32((const float *)row, x, 0, n, 1, &sum, 1);
         return sum;
     case NA_DTYPE_F16:
-    case NA_DTYPE_BF16: {
-        const uint16_t *w = (const uint16_t *)row;
-        int f16 = dt == NA_DTYPE_F16;
-#define NA_LD(p) (f16 ? na_cpu_load_f16(p) : na_cpu_load_bf16(p))
-        for (; i + 32 <= n; i += 32) {
-            NA_CPU_MV_PREFETCH(w + i);
-            a0 = _mm256_fmadd_ps(NA_LD(w + i),      _mm256_loadu_ps(x + i),      a0);
-            a1 = _mm256_fmadd_ps(NA_LD(w + i + 8),  _mm256_loadu_ps(x + i + 8),  a1);
-            a2 = _mm256_fmadd_ps(NA_LD(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-            a3 = _mm256_fmadd_ps(NA_LD(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-        }
-        for (; i + 8 <= n; i += 8)
-            a0 = _mm256_fmadd_ps(NA_LD(w + i), _mm256_loadu_ps(x + i), a0);
-#undef NA_LD
-        sum = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (; i < n; i++)
-            sum = fmaf(f16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]), x[i], sum);
-        return sum;
-    }
+        return na_cpu_dot_h16((const uint16_t *)row, x, n, 1);
+    case NA_DTYPE_BF16:
+        return na_cpu_dot_h16((const uint16_t *)row, x, n, 0);
     case NA_DTYPE_Q8_0: {
         const uint8_t *blk = row;
         for (; i + NA_Q8_0_BLOCK <= n; i += NA_Q8_0_BLOCK, blk += NA_Q8_0_BLOCK_SIZE) {
@@ -577,7 +609,13 @@ static void na_cpu_dequant_row(na_dtype_t dt, const uint8_t *row, float *out, in
     case NA_DTYPE_F16:
     case NA_DTYPE_BF16: {
         const uint16_t *w = (const uint16_t *)row;
-        int f16 = dt == NA_DTYPE_F16;
+        int f16 = dt == NA_DTYPE_F16, k;
+        for (; i + 32 <= n; i += 32) {      /* a line at a time, the next ones asked into L2 */
+            NA_CPU_MV_PREFETCH_L2(w + i);
+            for (k = 0; k < 32; k += 8)
+                _mm256_storeu_ps(out + i + k, f16 ? na_cpu_load_f16(w + i + k)
+                                                  : na_cpu_load_bf16(w + i + k));
+        }
         for (; i + 8 <= n; i += 8)
             _mm256_storeu_ps(out + i, f16 ? na_cpu_load_f16(w + i) : na_cpu_load_bf16(w + i));
         for (; i < n; i++)
