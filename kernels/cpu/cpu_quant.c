@@ -612,9 +612,16 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
 
 /* Large batches of Q4_0 / Q5_0 weights: kernels/cpu/cpu_gemm_q4.c's GEMM
  * (the copy for this ISA), bit-identical to the row kernels above, so it
- * serves batch_invariant too. From this batch on (see the crossover in
- * docs/benchmarks.md). */
+ * serves batch_invariant too. From this batch on: the crossover with the
+ * row kernel (1 thread, CPU time, load 18, GFLOP/s row kernel / GEMM, Q4_0
+ * 2048x2048 and 2048x8192): AVX-512 b=8 70 / 89 and 68 / 69, b=16 67 / 97
+ * and 69 / 84 (VNNI b=8 81 / 112 and 78 / 77); AVX2 b=8 70 / 73 and 68 /
+ * 63, b=16 67 / 74 and 69 / 71. */
+#if defined(NA_CPU_VNNI) || defined(NA_CPU_V4)
 #define NA_CQ_GEMM_MIN_BATCH 8
+#else
+#define NA_CQ_GEMM_MIN_BATCH 16
+#endif
 
 /* 0 done; -1 no scratch (the caller takes the reference). */
 int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
