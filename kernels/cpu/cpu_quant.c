@@ -610,9 +610,9 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
     }
 }
 
-/* Large batches of Q4_0 / Q5_0 weights: kernels/cpu/cpu_gemm_q4.c's GEMM
- * (the copy for this ISA), bit-identical to the row kernels above, so it
- * serves batch_invariant too. From this batch on: the crossover with the
+/* Large batches of Q4_0 / Q5_0 / Q4_1 / Q5_1 weights: the GEMM of
+ * kernels/cpu/cpu_gemm_q4.c (the copy for this ISA), bit-identical to the
+ * row kernels above, so it serves batch_invariant too. From this batch on: the crossover with the
  * row kernel (1 thread, CPU time, load 18, GFLOP/s row kernel / GEMM, Q4_0
  * 2048x2048 and 2048x8192): AVX-512 b=8 70 / 89 and 68 / 69, b=16 67 / 97
  * and 69 / 84 (VNNI b=8 81 / 112 and 78 / 77); AVX2 b=8 70 / 73 and 68 /
@@ -633,8 +633,7 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     na_cq_job_t j;
     float *sc;
 
-    if ((w->dtype == NA_DTYPE_Q4_0 || w->dtype == NA_DTYPE_Q5_0) &&
-        batch >= NA_CQ_GEMM_MIN_BATCH && na_cpu_gemm_q4(k, y, x, w, batch) == 0)
+    if (kind == 1 && batch >= NA_CQ_GEMM_MIN_BATCH && na_cpu_gemm_q4(k, y, x, w, batch) == 0)
         return 0;
     j.y = y;
     j.w = w;

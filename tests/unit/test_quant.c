@@ -580,17 +580,17 @@ static void test_matmul(void)
     /* a large one: the threads' row split, the bandwidth path */
     for (ti = 0; ti < N_TYPES; ti++)
         check_matmul(types[ti], 1000, 2048, 1);
-    /* Q4_0 / Q5_0 through their GEMM: tails of its tiles, the threads' split */
-    check_matmul(NA_DTYPE_Q4_0, 301, 32 * 15, 40);
-    check_matmul(NA_DTYPE_Q5_0, 301, 32 * 15, 40);
+    /* the legacy types through their GEMM: tails of its tiles, the threads' split */
+    for (ti = 0; ti < 4; ti++)
+        check_matmul(types[ti], 301, 32 * 15, 40);
 }
 
 /* Batch invariance: each output of a batch is bit-identical to the same
  * input's output alone (batch 1), whatever path the batch takes (several
  * weight rows per pass for 1..2 inputs, several inputs per row above, the
- * Q4_0 / Q5_0 GEMM from batch 8), on row counts that leave tails of those
- * groups, the GEMM's tiles and the threads' split; for Q4_0 / Q5_0 also a
- * long row (300 blocks: several packed chunks per task and several passes
+ * Q4_0 / Q4_1 / Q5_0 / Q5_1 GEMM from batch 8 or 16), on row counts that
+ * leave tails of those groups, the GEMM's tiles and the threads' split; for
+ * those four also a long row (300 blocks: several packed chunks per task and several passes
  * over the inputs). With and without kernels' batch_invariant. */
 static void check_invariant(na_dtype_t dt, int rows, int cols, const int *batches, int nbat)
 {
@@ -627,15 +627,15 @@ static void check_invariant(na_dtype_t dt, int rows, int cols, const int *batche
 
 static void test_batch_invariant(void)
 {
-    static const int batches[] = { 2, 3, 5, 8, 13, 40 }, long_b[] = { 9, 14 };
+    static const int batches[] = { 2, 3, 5, 8, 13, 40 }, long_b[] = { 9, 17 };
     int ti;
     for (ti = 0; ti < N_TYPES; ti++) {
         na_dtype_t dt = types[ti];
         check_invariant(dt, 70, na_dtype_block(dt) * (na_dtype_block(dt) == 32 ? 37 : 3),
                         batches, (int)(sizeof(batches) / sizeof(batches[0])));
     }
-    check_invariant(NA_DTYPE_Q4_0, 37, 32 * 300, long_b, 2);
-    check_invariant(NA_DTYPE_Q5_0, 37, 32 * 300, long_b, 2);
+    for (ti = 0; ti < 4; ti++)              /* Q4_0, Q4_1, Q5_0, Q5_1 */
+        check_invariant(types[ti], 37, 32 * 300, long_b, 2);
 }
 
 /* Non-finite inputs give non-finite outputs (a block's d = NaN), on both. */
