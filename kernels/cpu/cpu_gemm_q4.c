@@ -126,7 +126,8 @@ static void na_g4_pack_x(const na_g4_job_t *j, const float *x, int c, uint8_t *o
             sb[c % NA_G4_RN] = sx;
 #else
             sb[c % NA_G4_RN] = sb[NA_G4_RN + c % NA_G4_RN] = sx;
-            sb[6] = sb[7] = 0.0f;
+            if (c % NA_G4_RN == 0)              /* lanes 6, 7: unused (the group's first input) */
+                sb[6] = sb[7] = 0.0f;
 #endif
         }
         xv = _mm256_loadu_si256((const __m256i *)q);
