@@ -80,6 +80,14 @@ int na_cpu_gemm_q8_vnni(na_kernels_t *k, float *y, const float *x, const na_tens
                         int batch);
 int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                      int batch);
+/* na_cpu_gemm_q4 (kernels/cpu/cpu_gemm_q4.c, compiled three times): Q4_0 and
+ * Q5_0 weights read in their own blocks, bit-identical to cpu_quant.c's row
+ * kernels; called by cpu_quant.c's copy for the same ISA. */
+int na_cpu_gemm_q4(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
+int na_cpu_gemm_q4_v4(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                      int batch);
+int na_cpu_gemm_q4_vnni(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
+                        int batch);
 int na_cpu_gemm_f32(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
 
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
@@ -93,8 +101,6 @@ typedef struct {
     na_cpu_gemm_fn gemm_bf16;   /* BF16 large batches; NULL: dequantise + sgemm */
     na_cpu_gemm_fn gemm_f32;    /* F32/F16 large batches; NULL: (dequantise +) sgemm */
     na_cpu_matmul_quant_fn matmul_quant;  /* Q4_0 ... Q6_K: the copy of cpu_quant.c for this CPU */
-    uint8_t       *q8w;         /* Q4_0 / Q5_0 weights re-blocked as Q8_0 for gemm_q8 */
-    size_t         q8w_n;       /* bytes in q8w */
 } na_cpu_state_t;
 
 /* A scratch buffer of at least n floats owned by the backend (valid until the
@@ -117,6 +123,7 @@ float *na_cpu_scratch(na_kernels_t *k, size_t n);
 #define na_cpu_attn_partial na_cpu_attn_partial_v4
 #define na_cpu_matmul_quant na_cpu_matmul_quant_v4
 #define na_cpu_quant_inputs na_cpu_quant_inputs_v4
+#define na_cpu_gemm_q4      na_cpu_gemm_q4_v4
 #endif
 /* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights (kernels/cpu/cpu_quant.c,
  * called by na_cpu_matmul): 0, or -1 when the scratch for the quantised

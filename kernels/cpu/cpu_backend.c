@@ -271,7 +271,6 @@ static void na_cpu_destroy(na_kernels_t *k)
     na_cpu_state_t *s = k->priv;
     na_cpu_pool_destroy(s->pool);
     free(s->scratch);
-    free(s->q8w);
     free(s);
     free(k);
 }

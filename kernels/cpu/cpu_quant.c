@@ -32,6 +32,7 @@
 #if defined(NA_CPU_VNNI)
 #define na_cpu_matmul_quant na_cpu_matmul_quant_vnni
 #define na_cpu_quant_inputs na_cpu_quant_inputs_vnni
+#define na_cpu_gemm_q4 na_cpu_gemm_q4_vnni
 #endif
 
 #define NA_INLINE static inline __attribute__((always_inline))
@@ -609,71 +610,18 @@ static void na_cq_task(void *ctx, int t, int n_tasks)
     }
 }
 
-/* Large batches of Q4_0 / Q5_0 weights: their blocks are Q8_0 blocks with
- * narrower codes (d (q - 8), d (q - 16): the same f16 d, the centred code
- * as int8), so the weight is re-blocked as Q8_0, exactly, into s->q8w and
- * multiplied by the Q8_0 GEMM (kernels/cpu/cpu_gemm_q8.c): the same inputs
- * in Q8 blocks, the same integer block sums, f32 summed in that GEMM's
- * order (not the row kernel's: off for batch_invariant). 0 done, -1 not. */
-#define NA_CQ_GEMM_MIN_BATCH 32
-
-typedef struct {
-    const uint8_t *src;         /* the Q4_0 / Q5_0 blocks */
-    uint8_t       *dst;         /* Q8_0 blocks */
-    size_t         nblk;
-    int            q5;
-} na_cq_reblock_t;
-
-/* Task t of n: its share of the blocks (neighbours share at most a line). */
-static void na_cq_reblock_task(void *ctx, int t, int n_tasks)
-{
-    const na_cq_reblock_t *j = ctx;
-    size_t lo = j->nblk * (size_t)t / (size_t)n_tasks, hi = j->nblk * (size_t)(t + 1) / (size_t)n_tasks;
-    size_t bb = j->q5 ? 22 : 18, i;
-    const uint8_t *src = j->src + lo * bb;
-
-    for (i = lo; i < hi; i++, src += bb) {
-        uint8_t *o = j->dst + i * NA_Q8_0_BLOCK_SIZE;
-        __m256i v = na_cq_nibbles32(src + (j->q5 ? 6 : 2));
-        if (j->q5)
-            v = _mm256_or_si256(v, _mm256_andnot_si256(na_cq_bits32(src + 2),
-                                                       _mm256_set1_epi8((char)0xF0)));
-        else
-            v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-        memcpy(o, src, 2);
-        _mm256_storeu_si256((__m256i *)(o + 2), v);
-    }
-}
-
-static int na_cq_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
-                         int batch)
-{
-    na_cpu_state_t *s = k->priv;
-    size_t nblk = (size_t)w->rows * (size_t)(w->cols / 32), need = nblk * NA_Q8_0_BLOCK_SIZE;
-    na_cq_reblock_t rb;
-    na_tensor_t t;
-
-    if (s->q8w_n < need) {
-        uint8_t *p = realloc(s->q8w, need);
-        if (p == NULL)
-            return -1;
-        s->q8w = p;
-        s->q8w_n = need;
-    }
-    /* the re-blocking reads and writes ~3 bytes a weight: split over the
-     * pool (it had been one thread's ~3 ms per 2048x8192 weight) */
-    rb.src = w->data;
-    rb.dst = s->q8w;
-    rb.nblk = nblk;
-    rb.q5 = w->dtype == NA_DTYPE_Q5_0;
-    na_cpu_pool_run(s->pool, na_cq_reblock_task, &rb,
-                    k->n_threads > 1 && nblk >= 4096 ? k->n_threads : 1);
-    t.dtype = NA_DTYPE_Q8_0;
-    t.rows = w->rows;
-    t.cols = w->cols;
-    t.data = s->q8w;
-    return s->gemm_q8(k, y, x, &t, batch);
-}
+/* Large batches of Q4_0 / Q5_0 / Q4_1 / Q5_1 weights: the GEMM of
+ * kernels/cpu/cpu_gemm_q4.c (the copy for this ISA), bit-identical to the
+ * row kernels above, so it serves batch_invariant too. From this batch on: the crossover with the
+ * row kernel (1 thread, CPU time, load 18, GFLOP/s row kernel / GEMM, Q4_0
+ * 2048x2048 and 2048x8192): AVX-512 b=8 70 / 89 and 68 / 69, b=16 67 / 97
+ * and 69 / 84 (VNNI b=8 81 / 112 and 78 / 77); AVX2 b=8 70 / 73 and 68 /
+ * 63, b=16 67 / 74 and 69 / 71. */
+#if defined(NA_CPU_VNNI) || defined(NA_CPU_V4)
+#define NA_CQ_GEMM_MIN_BATCH 8
+#else
+#define NA_CQ_GEMM_MIN_BATCH 16
+#endif
 
 /* 0 done; -1 no scratch (the caller takes the reference). */
 int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
@@ -685,9 +633,7 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     na_cq_job_t j;
     float *sc;
 
-    if ((w->dtype == NA_DTYPE_Q4_0 || w->dtype == NA_DTYPE_Q5_0) && !k->batch_invariant &&
-        batch >= NA_CQ_GEMM_MIN_BATCH && batch >= s->gemm_q8_min_batch &&
-        na_cq_gemm_q8(k, y, x, w, batch) == 0)
+    if (kind == 1 && batch >= NA_CQ_GEMM_MIN_BATCH && na_cpu_gemm_q4(k, y, x, w, batch) == 0)
         return 0;
     j.y = y;
     j.w = w;

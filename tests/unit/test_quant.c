@@ -580,45 +580,62 @@ static void test_matmul(void)
     /* a large one: the threads' row split, the bandwidth path */
     for (ti = 0; ti < N_TYPES; ti++)
         check_matmul(types[ti], 1000, 2048, 1);
-    /* Q4_0 / Q5_0 through the Q8_0 GEMM with their re-blocking split over
-     * the threads (>= 4096 blocks), in uneven shares */
-    check_matmul(NA_DTYPE_Q4_0, 301, 32 * 15, 40);
-    check_matmul(NA_DTYPE_Q5_0, 301, 32 * 15, 40);
+    /* the legacy types through their GEMM: tails of its tiles, the threads' split */
+    for (ti = 0; ti < 4; ti++)
+        check_matmul(types[ti], 301, 32 * 15, 40);
 }
 
 /* Batch invariance: each output of a batch is bit-identical to the same
  * input's output alone (batch 1), whatever path the batch takes (several
- * weight rows per pass for 1..2 inputs, several inputs per row above), on
- * row counts that leave tails of those groups and the threads' split; below
- * the Q4_0 / Q5_0 GEMM's batch (it sums in its own order). */
-static void test_batch_invariant(void)
+ * weight rows per pass for 1..2 inputs, several inputs per row above, the
+ * Q4_0 / Q4_1 / Q5_0 / Q5_1 GEMM from batch 8 or 16), on row counts that
+ * leave tails of those groups, the GEMM's tiles and the threads' split; for
+ * those four also a long row (300 blocks: several packed chunks per task and several passes
+ * over the inputs). With and without kernels' batch_invariant. */
+static void check_invariant(na_dtype_t dt, int rows, int cols, const int *batches, int nbat)
 {
-    static const int batches[] = { 2, 3, 5 };
-    const int rows = 70, nb_max = 5;
-    int ti, t, bi, b;
-    for (ti = 0; ti < N_TYPES; ti++) {
-        na_dtype_t dt = types[ti];
-        int cols = na_dtype_block(dt) * (na_dtype_block(dt) == 32 ? 37 : 3);
-        na_tensor_t w;
-        void *buf = make_weight(dt, rows, cols, &w);
-        float *x = xalloc(F32B((size_t)nb_max * cols));
-        float *yb = xalloc(F32B((size_t)nb_max * rows)), *y1 = xalloc(F32B(rows));
-        na_rng_fill(&rng, x, (size_t)nb_max * cols, -1.0f, 1.0f);
-        for (t = 0; t < 2; t++)
-            for (bi = 0; bi < (int)(sizeof(batches) / sizeof(batches[0])); bi++) {
+    int nb_max = 0, t, bi, b, inv;
+    na_tensor_t w;
+    void *buf = make_weight(dt, rows, cols, &w);
+    float *x, *yb, *y1;
+    for (bi = 0; bi < nbat; bi++)
+        nb_max = batches[bi] > nb_max ? batches[bi] : nb_max;
+    x = xalloc(F32B((size_t)nb_max * cols));
+    yb = xalloc(F32B((size_t)nb_max * rows));
+    y1 = xalloc(F32B(rows));
+    na_rng_fill(&rng, x, (size_t)nb_max * cols, -1.0f, 1.0f);
+    for (inv = 0; inv < 2; inv++)
+        for (t = 0; t < 2; t++) {
+            cpu_k[t]->batch_invariant = inv;
+            for (bi = 0; bi < nbat; bi++) {
                 NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
                 for (b = 0; b < batches[bi]; b++) {
                     NA_CHECK_OK(mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
                     NA_CHECK_MSG(memcmp(y1, yb + (size_t)b * rows, F32B(rows)) == 0,
-                                 "batch invariance %s batch %d input %d threads %d",
-                                 na_dtype_name(dt), batches[bi], b, t + 1);
+                                 "batch invariance %s rows %d cols %d batch %d input %d "
+                                 "threads %d invariant %d", na_dtype_name(dt), rows, cols,
+                                 batches[bi], b, t + 1, inv);
                 }
             }
-        free(y1);
-        free(yb);
-        free(x);
-        free(buf);
+            cpu_k[t]->batch_invariant = 0;
+        }
+    free(y1);
+    free(yb);
+    free(x);
+    free(buf);
+}
+
+static void test_batch_invariant(void)
+{
+    static const int batches[] = { 2, 3, 5, 8, 13, 40 }, long_b[] = { 9, 17 };
+    int ti;
+    for (ti = 0; ti < N_TYPES; ti++) {
+        na_dtype_t dt = types[ti];
+        check_invariant(dt, 70, na_dtype_block(dt) * (na_dtype_block(dt) == 32 ? 37 : 3),
+                        batches, (int)(sizeof(batches) / sizeof(batches[0])));
     }
+    for (ti = 0; ti < 4; ti++)              /* Q4_0, Q4_1, Q5_0, Q5_1 */
+        check_invariant(types[ti], 37, 32 * 300, long_b, 2);
 }
 
 /* Non-finite inputs give non-finite outputs (a block's d = NaN), on both. */
