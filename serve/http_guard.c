@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -13,6 +15,7 @@
 
 struct na_hconn {
     int              fd;
+    uint64_t         addr;        /* the client's address (IPv4, or a hash of IPv6) */
     int              busy;        /* its request is complete and being answered */
     int              cut;         /* shut down by the guard */
     double           since;       /* when the time of its request started */
@@ -54,10 +57,7 @@ static void *hg_sweep(void *arg)
         for (c = g->head; c != NULL; c = c->next)
             if (!c->busy && !c->cut && now - c->since > g->request_s)
                 hg_cut(g, c, 1);
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += NA_HGUARD_SWEEP_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        ts = na_cond_deadline((uint64_t)NA_HGUARD_SWEEP_MS * 1000u);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
     pthread_mutex_unlock(&g->mu);
@@ -77,7 +77,7 @@ na_status_t na_hguard_start(na_hguard_t *g, int limit, int reserve, double reque
     g->request_s = request_s;
     g->t_logged = -1e9;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
+    na_cond_init_mono(&g->cv);
     e = pthread_create(&g->thread, NULL, hg_sweep, g);
     if (e != 0) {
         pthread_cond_destroy(&g->cv);
@@ -109,6 +109,56 @@ void na_hguard_stop(na_hguard_t *g)
     g->started = 0;
 }
 
+/* The client address of mc as one number: IPv4's 32 bits, or a hash of an
+ * IPv6 address (0: unknown). */
+static uint64_t hg_addr(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+    uint64_t h = 1469598103934665603ull;
+    size_t i;
+
+    if (sa == NULL)
+        return 0;
+    if (sa->sa_family == AF_INET)
+        return 1u + (uint64_t)((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr;
+    if (sa->sa_family == AF_INET6) {
+        const uint8_t *b = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr.s6_addr;
+        for (i = 0; i < 16; i++)
+            h = (h ^ b[i]) * 1099511628211ull;
+        return h | (1ull << 63);
+    }
+    return 0;
+}
+
+/* The connection to close to keep the reserve (lock held), other than the
+ * new one c: of those still waiting for their request, the oldest of the
+ * address that holds the most connections. A flood from a few addresses
+ * thus loses its own connections first, and a client with one connection
+ * (a health probe, a user) keeps its own while it sends its request
+ * (which may take a few ms); NULL when none waits. O(n^2) over the
+ * connection limit, on connection set-up only. */
+static na_hconn_t *hg_victim(na_hguard_t *g, const na_hconn_t *c)
+{
+    na_hconn_t *o, *p, *best = NULL;
+    int best_n = 0;
+
+    for (o = g->head; o != NULL; o = o->next) {
+        int n = 0;
+        if (o == c || o->busy || o->cut)
+            continue;
+        for (p = g->head; p != NULL; p = p->next)
+            if (!p->cut && p->addr == o->addr)
+                n++;
+        if (n > best_n) {
+            best = o;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
 void na_hguard_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
                       enum MHD_ConnectionNotificationCode code)
 {
@@ -122,6 +172,7 @@ void na_hguard_notify(void *cls, struct MHD_Connection *mc, void **socket_contex
         if (c == NULL)
             return;                    /* untracked: the idle timeout still holds */
         c->fd = ci != NULL ? ci->connect_fd : -1;
+        c->addr = hg_addr(mc);
         c->since = na_now_s();
         pthread_mutex_lock(&g->mu);
         c->prev = g->tail;
@@ -131,12 +182,8 @@ void na_hguard_notify(void *cls, struct MHD_Connection *mc, void **socket_contex
             g->head = c;
         g->tail = c;
         g->n++;
-        if (g->n > g->limit - g->reserve)
-            for (o = g->head; o != c; o = o->next)
-                if (!o->busy && !o->cut) {
-                    hg_cut(g, o, 0);   /* the oldest still waiting for its request */
-                    break;
-                }
+        if (g->n > g->limit - g->reserve && (o = hg_victim(g, c)) != NULL)
+            hg_cut(g, o, 0);
         pthread_mutex_unlock(&g->mu);
         *socket_context = c;
         return;

@@ -11,8 +11,10 @@
  *     complete request, header and body, within request_s of its opening or
  *     of the end of its previous request (a thread sweeps every 250 ms);
  *   - when a new connection leaves fewer than `reserve` free of `limit`,
- *     closes the oldest connection still waiting for its request, so that a
- *     new client (a /health probe) always finds room.
+ *     closes a connection still waiting for its request: the oldest of the
+ *     address that holds the most connections, so that a flood loses its
+ *     own connections first and a new client (a /health probe, still
+ *     sending its request) always finds room and keeps it.
  * The per-address cap is libmicrohttpd's (MHD_OPTION_PER_IP_CONNECTION_LIMIT).
  * A connection whose request is complete (being answered) is never cut by
  * the guard: the request timeout and the idle timeout rule it. */
