@@ -147,6 +147,12 @@ static int ba_opt(void *ctx, int argc, char **argv, int *i)
                 fprintf(stderr, "nearattn bench arrivals: %s needs a value\n", f);
                 return 2;
             }
+            if ((k == 3 || k == 5) && strncmp(v, "http://", 7) != 0 &&
+                strncmp(v, "https://", 8) != 0) {
+                fprintf(stderr, "nearattn bench arrivals: %s expects a server's URL, http://HOST:PORT "
+                        "(got '%s')\n", f, v);
+                return 2;
+            }
             *dst[k] = v;
             ++*i;
             return 1;
@@ -529,7 +535,7 @@ int na_cli_bench_arrivals(int argc, char **argv)
     na_cli_bench_opts_t o;
     na_bench_t *b = NULL;
     ba_side_t sv, pe;
-    char exe[4096], dir[512], log[600], base[600], key[512], pkey[512];
+    char exe[4096], dir[512], log[600], base[600], key[NA_CLI_KEY_MAX], pkey[NA_CLI_KEY_MAX];
     const char *tmp = getenv("TMPDIR");
     pid_t pid = 0, no_pid = 0;
     int rc, k, variant = 0, *ids = NULL;
@@ -548,9 +554,11 @@ int na_cli_bench_arrivals(int argc, char **argv)
         a.reps = a.peer != NULL && !o.quick ? 2 : 1;
     snprintf(a.threads, sizeof(a.threads), "%d", o.threads);
     key[0] = pkey[0] = '\0';
-    if (a.key_file != NULL && na_bs_read_key(a.key_file, key, sizeof(key)) != NA_OK)
+    if (a.key_file != NULL &&
+        na_cli_read_key(a.key_file, "--api-key-file", key, sizeof(key)) != NA_OK)
         return na_cli_fail("bench arrivals", NA_ERR_IO);
-    if (a.peer_key_file != NULL && na_bs_read_key(a.peer_key_file, pkey, sizeof(pkey)) != NA_OK)
+    if (a.peer_key_file != NULL &&
+        na_cli_read_key(a.peer_key_file, "--peer-api-key-file", pkey, sizeof(pkey)) != NA_OK)
         return na_cli_fail("bench arrivals", NA_ERR_IO);
     if (na_proc_self_exe(exe, sizeof(exe)) != NA_OK)
         return na_cli_fail("bench arrivals", NA_ERR_IO);

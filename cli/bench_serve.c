@@ -134,6 +134,12 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
                 fprintf(stderr, "nearattn bench serve: %s needs a value\n", f);
                 return 2;
             }
+            if ((k == 3 || k == 5) && strncmp(v, "http://", 7) != 0 &&
+                strncmp(v, "https://", 8) != 0) {
+                fprintf(stderr, "nearattn bench serve: %s expects a server's URL, http://HOST:PORT "
+                        "(got '%s')\n", f, v);
+                return 2;
+            }
             *dst[k] = v;
             ++*i;
             return 1;
@@ -315,21 +321,6 @@ static int bs_requests(const bs_args_t *a, int quick, int c)
     return a->requests > 0 ? a->requests : k * c > lo ? k * c : lo;
 }
 
-na_status_t na_bs_read_key(const char *path, char *key, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    size_t n;
-
-    if (f == NULL)
-        return na_err(NA_ERR_IO, "cannot open the API key file %s: %s", path, strerror(errno));
-    if (fgets(key, (int)len, f) == NULL)
-        key[0] = '\0';
-    fclose(f);
-    n = strcspn(key, "\r\n");
-    key[n] = '\0';
-    return n > 0 ? NA_OK : na_err(NA_ERR_INVALID, "the API key file %s is empty", path);
-}
-
 /* One server's measurements of a level over its reps: the throughput of
  * each, the TTFT / ITL samples and failures of all together. */
 typedef struct {
@@ -486,8 +477,8 @@ int na_cli_bench_serve(int argc, char **argv)
     na_cli_bench_opts_t o;
     na_bsh_opts_t ho, po;
     na_bench_t *b = NULL;
-    char exe[4096], dir[512], log[600], prompts[600], base[600], model[256], key[512];
-    char pkey[512], pmodel[256];
+    char exe[4096], dir[512], log[600], prompts[600], base[600], model[256], key[NA_CLI_KEY_MAX];
+    char pkey[NA_CLI_KEY_MAX], pmodel[256];
     char **texts = NULL;
     const char *tmp = getenv("TMPDIR");
     pid_t pid = 0, no_pid = 0;
@@ -507,9 +498,11 @@ int na_cli_bench_serve(int argc, char **argv)
     if (a.reps == 0)
         a.reps = a.peer != NULL && !o.quick ? 2 : 1;
     key[0] = pkey[0] = '\0';
-    if (a.key_file != NULL && na_bs_read_key(a.key_file, key, sizeof(key)) != NA_OK)
+    if (a.key_file != NULL &&
+        na_cli_read_key(a.key_file, "--api-key-file", key, sizeof(key)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
-    if (a.peer_key_file != NULL && na_bs_read_key(a.peer_key_file, pkey, sizeof(pkey)) != NA_OK)
+    if (a.peer_key_file != NULL &&
+        na_cli_read_key(a.peer_key_file, "--peer-api-key-file", pkey, sizeof(pkey)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
     if (na_proc_self_exe(exe, sizeof(exe)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);

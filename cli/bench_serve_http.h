@@ -51,10 +51,6 @@ na_status_t na_bsh_wait_ready(const char *base_url, const char *api_key, int tim
  * NA_ERR_PEER (it exited), NA_ERR_TIMEOUT. */
 na_status_t na_bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
                                   size_t len);
-/* Read the first line of the key file path into key (no newline).
- * NA_ERR_IO, NA_ERR_INVALID (empty). */
-na_status_t na_bs_read_key(const char *path, char *key, size_t len);
-
 /* A session (`bench arrivals`): streamed completions sent one at a time
  * whenever the caller likes, all driven by na_bsh_session_poll, each with
  * its own timeline. */

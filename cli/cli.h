@@ -33,6 +33,13 @@ na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
                        long lo, long hi, long *out);
 na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
                          double lo, double hi, double *out);
+/* An API key from a file given by option flag: its first line without
+ * surrounding blanks, at least 8 characters. The file must be a regular
+ * file only its owner may read or write (a key others can read is no key);
+ * a first line that does not fit in cap (NA_CLI_KEY_MAX) is refused, never
+ * cut. Errors name flag and path. */
+#define NA_CLI_KEY_MAX 4096
+na_status_t na_cli_read_key(const char *path, const char *flag, char *key, size_t cap);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
 /* Run the entry of table (ended by a NULL name) named argv[1], with argv

@@ -75,62 +75,6 @@ static void na_serve_usage(FILE *f)
         "  --backend B       kernels: cpu (default) or ref\n");
 }
 
-#define NA_SERVE_KEY_MAX 4096             /* bytes of the key file's first line, + NUL */
-
-/* The key: the file's first line without surrounding blanks. The file must
- * be a regular file that only its owner may read or write (a key others can
- * read is no key); a first line that does not fit is refused, never cut. */
-static na_status_t na_serve_read_key(const char *path, char *key, size_t cap)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    size_t n = 0, line;
-    struct stat sb;
-    ssize_t r;
-    char *s;
-
-    if (fd < 0)
-        return na_err(NA_ERR_IO, "cannot read --api-key-file %s: %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return na_err(NA_ERR_INVALID, "--api-key-file %s: not a regular file", path);
-    }
-    if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
-        close(fd);
-        return na_err(NA_ERR_INVALID, "--api-key-file %s: readable or writable by other "
-                      "users (mode %04o): chmod 600 it", path, (unsigned)(sb.st_mode & 07777));
-    }
-    while (n < cap && (r = read(fd, key + n, cap - n)) != 0) {
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            return na_err(NA_ERR_IO, "read(--api-key-file %s): %s", path, strerror(e));
-        }
-        n += (size_t)r;
-    }
-    close(fd);
-    for (line = 0; line < n && key[line] != '\n'; line++)
-        ;
-    if (line == cap)                     /* no end of line in cap bytes */
-        return na_err(NA_ERR_RANGE, "--api-key-file %s: the key (first line) is longer than "
-                      "%zu bytes", path, cap - 1);
-    if (memchr(key, '\0', line) != NULL)
-        return na_err(NA_ERR_INVALID, "--api-key-file %s: the key holds a NUL byte", path);
-    key[line] = '\0';
-    s = key;
-    while (*s == ' ' || *s == '\t')
-        s++;
-    memmove(key, s, strlen(s) + 1);
-    n = strlen(key);
-    while (n > 0 && (key[n - 1] == '\r' || key[n - 1] == ' ' || key[n - 1] == '\t'))
-        key[--n] = '\0';
-    if (n < 8)
-        return na_err(NA_ERR_INVALID, "--api-key-file %s: the key (first line) must have at "
-                      "least 8 characters", path);
-    return NA_OK;
-}
-
 /* Parse argv; 0 to go on, -1 after --help, 2 after a usage error. */
 static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t *so,
                           const char **key_file)
@@ -219,7 +163,7 @@ int na_cmd_serve(int argc, char **argv)
     na_sg_opts_t go;
     na_srv_opts_t so;
     const char *key_file = NULL;
-    char cfg[4096], key[NA_SERVE_KEY_MAX];
+    char cfg[4096], key[NA_CLI_KEY_MAX];
     struct sigaction sa;
     na_sg_t *g = NULL;
     na_srv_t *s = NULL;
@@ -232,7 +176,7 @@ int na_cmd_serve(int argc, char **argv)
     if (rc != 0)
         return rc < 0 ? 0 : rc;
     if (key_file != NULL) {
-        st = na_serve_read_key(key_file, key, sizeof(key));
+        st = na_cli_read_key(key_file, "--api-key-file", key, sizeof(key));
         if (st != NA_OK)
             return na_cli_fail("serve", st);
         so.api_key = key;

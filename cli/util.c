@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -189,5 +190,59 @@ na_status_t na_cli_write_secret(const char *path)
     w = write(fd, hex, 2 * sizeof(key) + 1);
     if (close(fd) != 0 || w != (ssize_t)(2 * sizeof(key) + 1))
         return na_err(NA_ERR_IO, "cannot write %s", path);
+    return NA_OK;
+}
+
+/* The key: the file's first line without surrounding blanks. The file must
+ * be a regular file that only its owner may read or write (a key others can
+ * read is no key); a first line that does not fit is refused, never cut. */
+na_status_t na_cli_read_key(const char *path, const char *flag, char *key, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    size_t n = 0, line;
+    struct stat sb;
+    ssize_t r;
+    char *s;
+
+    if (fd < 0)
+        return na_err(NA_ERR_IO, "cannot read %s %s: %s", flag, path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return na_err(NA_ERR_INVALID, "%s %s: not a regular file", flag, path);
+    }
+    if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
+        close(fd);
+        return na_err(NA_ERR_INVALID, "%s %s: readable or writable by other "
+                      "users (mode %04o): chmod 600 it", flag, path, (unsigned)(sb.st_mode & 07777));
+    }
+    while (n < cap && (r = read(fd, key + n, cap - n)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            return na_err(NA_ERR_IO, "read(%s %s): %s", flag, path, strerror(e));
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    for (line = 0; line < n && key[line] != '\n'; line++)
+        ;
+    if (line == cap)                     /* no end of line in cap bytes */
+        return na_err(NA_ERR_RANGE, "%s %s: the key (first line) is longer than "
+                      "%zu bytes", flag, path, cap - 1);
+    if (memchr(key, '\0', line) != NULL)
+        return na_err(NA_ERR_INVALID, "%s %s: the key holds a NUL byte", flag, path);
+    key[line] = '\0';
+    s = key;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    memmove(key, s, strlen(s) + 1);
+    n = strlen(key);
+    while (n > 0 && (key[n - 1] == '\r' || key[n - 1] == ' ' || key[n - 1] == '\t'))
+        key[--n] = '\0';
+    if (n < 8)
+        return na_err(NA_ERR_INVALID, "%s %s: the key (first line) must have at "
+                      "least 8 characters", flag, path);
     return NA_OK;
 }
