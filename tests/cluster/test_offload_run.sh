@@ -675,9 +675,14 @@ kill)
     na_same_sorted "$DIR/kill.mono" "$DIR/kill.off" || fail "kill: text differs"
     if grep -q " [1-9][0-9]* re-placed" "$DIR/kill.err"; then
         grep -q "s1 lost" "$DIR/kill.err" || fail "kill: the lost node is not named"
-        # the summary counts the prompts' tokens apart from those prefilled again
-        grep -q "prompt tokens [0-9]* (+ [1-9][0-9]* re-prefilled after a lost node)" "$DIR/kill.err" ||
-            fail "kill: the summary does not count re-prefilled tokens apart: $(grep '^offload' "$DIR/kill.err")"
+        # the summary counts the prompts' tokens apart from those prefilled
+        # again (a request lost during its first prompt chunk, as under ASan's
+        # slower start, is fed its prompt for the first time: nothing is
+        # re-prefilled, and no "re-prefilled N tokens" line is logged)
+        if grep -q "re-prefilled [1-9][0-9]* tokens on another storage node" "$DIR/kill.err"; then
+            grep -q "prompt tokens [0-9]* (+ [1-9][0-9]* re-prefilled after a lost node)" "$DIR/kill.err" ||
+                fail "kill: the summary does not count re-prefilled tokens apart: $(grep '^offload' "$DIR/kill.err")"
+        fi
         echo "ok: kill of s1 ($(grep -o "[0-9]* re-placed" "$DIR/kill.err") after a lost storage node, text as monolithic)"
     else
         echo "note: generation finished before the kill; only completion is checked"
