@@ -1,13 +1,17 @@
 /* common/tok_internal.h — the tokenizer object shared by the files of the
- * tokenizer (tokenizer.c: the vocabulary and SentencePiece; tok_bpe.c:
- * byte-level BPE merges; tok_special.c: special tokens in text). Not for
+ * tokenizer, top-down: tokenizer.c (the vocabulary, loading, the API) →
+ * tok_special.c (special tokens in text) → tok_bpe.c (byte-level BPE merges)
+ * and tok_spm.c (SentencePiece merges); the merge heap and the piece lookup
+ * both merge loops use are static inline here, so no file calls up. Not for
  * other modules: they use tokenizer.h. */
 #ifndef NA_TOK_INTERNAL_H
 #define NA_TOK_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "common/fnv.h"
 #include "tok_pretok.h"
 #include "tokenizer.h"
 
@@ -60,7 +64,7 @@ struct na_tokenizer {
     int          n_special;
 };
 
-/* A merge candidate of both merge loops (SentencePiece in tokenizer.c,
+/* A merge candidate of both merge loops (SentencePiece in tok_spm.c,
  * byte-level BPE in tok_bpe.c): the pair (left, right) at node pos, which
  * merges into token `to`. The heap pops the smallest key first (BPE: the
  * merge's rank; SentencePiece: minus the merged piece's score), equal keys
@@ -71,11 +75,67 @@ typedef struct {
     int    left, right, to;    /* token ids when pushed */
 } na_tok_cand_t;
 
-void          na_tok_heap_push(na_tok_cand_t *h, size_t *n, na_tok_cand_t c);
-na_tok_cand_t na_tok_heap_pop(na_tok_cand_t *h, size_t *n);
+/* Heap order: higher score first, then leftmost. */
+static inline int na_tok_before(const na_tok_cand_t *a, const na_tok_cand_t *b)
+{
+    return a->key < b->key || (a->key == b->key && a->pos < b->pos);
+}
+
+static inline void na_tok_heap_push(na_tok_cand_t *h, size_t *n, na_tok_cand_t c)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!na_tok_before(&c, &h[p]))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = c;
+}
+
+static inline na_tok_cand_t na_tok_heap_pop(na_tok_cand_t *h, size_t *n)
+{
+    na_tok_cand_t top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && na_tok_before(&h[c + 1], &h[c]))
+            c++;
+        if (!na_tok_before(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0)
+        h[i] = last;
+    return top;
+}
+
+/* The hash of the piece s[0..len) (the table tokenizer.c builds). */
+static inline uint32_t na_tok_hash(const char *s, size_t len)
+{
+    return (uint32_t)na_fnv1a64(s, len);
+}
 
 /* Token id of the piece s[0..len) (normal, user and unused tokens), or -1. */
-int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t len);
+static inline int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t len)
+{
+    uint32_t i = na_tok_hash(s, len) & t->hash_mask;
+    for (;;) {
+        uint32_t e = t->hash[i];
+        if (e == 0)
+            return -1;
+        if (t->piece_len[e - 1] == len && memcmp(t->pieces[e - 1], s, len) == 0)
+            return (int)(e - 1);
+        i = (i + 1) & t->hash_mask;
+    }
+}
+
+/* na_tokenizer_max_tokens: tokens that encoding text_len bytes may give. */
+#define NA_TOK_MAX_TOKENS(text_len) ((text_len) + 3)
 
 /* tok_bpe.c: the byte-to-unicode mapping of GPT-2 vocabularies undone on
  * s[0..len) into dst (room for len bytes): a mapped code point becomes its
@@ -90,7 +150,7 @@ na_status_t na_bpe_merges_load(na_tokenizer_t *t, const struct na_gguf *g);
 na_status_t na_bpe_encode(const na_tokenizer_t *t, const char *text, size_t len, int *tokens,
                           size_t max, size_t *n_p);
 
-/* tokenizer.c: SentencePiece-encode raw text (no special tokens in it),
+/* tok_spm.c: SentencePiece-encode raw text (no special tokens in it),
  * with the dummy space prefix when `prefix`, appending to
  * tokens[*n_p .. max). NA_ERR_NOSPACE, NA_ERR_NOMEM. */
 na_status_t na_tok_spm_encode(const na_tokenizer_t *t, const char *text, size_t len, int prefix,

@@ -1,4 +1,4 @@
-/* common/wire.c — wire header, names, the shared field checks, the encode /
+/* common/wire.c — wire header, names, the encode /
  * decode dispatch, and the small messages (handshake, heartbeat, request
  * open/release, error, ack, bye). Bulk messages are in common/wire_bulk.c,
  * the handshake proofs and row conversions in common/wire_auth.c. */
@@ -32,15 +32,9 @@ _Static_assert(HELLO_SIZE == 168 && CHALLENGE_SIZE == 200, "handshake sizes");
 
 /* ---- names -------------------------------------------------------------------- */
 
-static const char *const type_names[NA_WIRE_MSG_COUNT] = {
-    "INVALID", "HELLO", "HELLO_CHALLENGE", "AUTH", "HELLO_OK", "REFUSE", "HEARTBEAT",
-    "REQ_OPEN", "REQ_RELEASE", "PREFILL_KV", "DECODE_ATTN", "ATTN_OUT", "KV_FETCH",
-    "KV_DATA", "STATS_REQ", "STATS", "ERROR", "BYE", "ECHO", "ACK", "BATCH_CTX",
-};
-
 const char *na_wire_type_name(unsigned type)
 {
-    return type < NA_WIRE_MSG_COUNT ? type_names[type] : "?";
+    return na_wire_name_of(type);
 }
 
 const char *na_wire_role_name(unsigned role)
@@ -60,88 +54,6 @@ const char *na_wire_refuse_name(unsigned reason)
         "model",
     };
     return reason < NA_WIRE_REFUSE_COUNT ? names[reason] : "?";
-}
-
-/* ---- checks ----------------------------------------------------------------- */
-
-na_status_t na_wire_chk(na_status_t code, const char *who, const char *field,
-                        uint64_t v, uint64_t lo, uint64_t hi)
-{
-    return na_wire_chk_i(code, who, NULL, 0, field, v, lo, hi);
-}
-
-na_status_t na_wire_chk_all(na_status_t code, const char *who, const na_wire_range_t *r, size_t n)
-{
-    na_status_t st = NA_OK;
-    for (; n-- && st == NA_OK; r++)
-        st = na_wire_chk(code, who, r->field, r->v, r->lo, r->hi);
-    return st;
-}
-
-/* "F" or "ARRAY[i].F", the way the range messages name a field. */
-static const char *field_name(char *buf, size_t cap, const char *array, uint32_t i, const char *field)
-{
-    if (!array)
-        return field;
-    snprintf(buf, cap, "%s[%" PRIu32 "].%s", array, i, field);
-    return buf;
-}
-
-na_status_t na_wire_chk_i(na_status_t code, const char *who, const char *array, uint32_t i,
-                          const char *field, uint64_t v, uint64_t lo, uint64_t hi)
-{
-    char name[96];
-    if (v >= lo && v <= hi)
-        return NA_OK;
-    return na_err(code, "wire %s: field '%s' = %" PRIu64 " out of range [%" PRIu64 ", %" PRIu64 "]",
-                  who, field_name(name, sizeof(name), array, i, field), v, lo, hi);
-}
-
-na_status_t na_wire_chk_s(na_status_t code, const char *who, const char *field,
-                          int64_t v, int64_t lo, int64_t hi)
-{
-    return v >= lo && v <= hi ? NA_OK
-         : na_err(code, "wire %s: field '%s' = %" PRId64 " out of range [%" PRId64 ", %" PRId64 "]",
-                  who, field, v, lo, hi);
-}
-
-na_status_t na_wire_chk_len(const char *who, uint64_t have, uint64_t want)
-{
-    if (have == want)
-        return NA_OK;
-    return na_err(NA_ERR_PROTO, "wire %s: payload_len = %" PRIu64 ", the fields imply %" PRIu64,
-                  who, have, want);
-}
-
-na_status_t na_wire_chk_min(const char *who, uint64_t have, uint64_t want)
-{
-    if (have >= want)
-        return NA_OK;
-    return na_err(NA_ERR_PROTO, "wire %s: payload_len = %" PRIu64
-                  " is shorter than the fixed part (%" PRIu64 " bytes)", who, have, want);
-}
-
-na_status_t na_wire_chk_dtype(na_status_t code, const char *who, const char *field,
-                              uint64_t v, size_t *esize_p)
-{
-    switch (v) {
-    case NA_DTYPE_F32:  *esize_p = 4; return NA_OK;
-    case NA_DTYPE_F16:
-    case NA_DTYPE_BF16: *esize_p = 2; return NA_OK;
-    default:
-        return na_err(code, "wire %s: field '%s' = %" PRIu64 " is not a row dtype (f32=%d, f16=%d, bf16=%d)",
-                      who, field, v, NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF16);
-    }
-}
-
-na_status_t na_wire_chk_pad(const char *who, const uint8_t *p, uint64_t from, uint64_t to)
-{
-    uint64_t i;
-    for (i = from; i < to; i++)
-        if (p[i])
-            return na_err(NA_ERR_PROTO, "wire %s: padding byte at payload offset %" PRIu64 " is not zero",
-                          who, i);
-    return NA_OK;
 }
 
 /* A node/cluster name in a fixed field of NA_WIRE_NAME_MAX bytes: 1..63 chars
@@ -254,72 +166,17 @@ na_status_t na_wire_version_check(uint16_t peer_major, uint16_t peer_minor)
 
 /* ---- field tables -------------------------------------------------------------- */
 
-/* A host integer of size bytes at src (any alignment), widened to 64 bits. */
-static uint64_t host_load(const uint8_t *src, unsigned size)
-{
-    uint64_t v8; uint32_t v4; uint16_t v2;
-    switch (size) {
-    case 8: memcpy(&v8, src, 8); return v8;
-    case 4: memcpy(&v4, src, 4); return v4;
-    case 2: memcpy(&v2, src, 2); return v2;
-    default: return *src;
-    }
-}
-
-static void host_store(uint8_t *dst, unsigned size, uint64_t v)
-{
-    uint32_t v4 = (uint32_t)v;
-    uint16_t v2 = (uint16_t)v;
-    switch (size) {
-    case 8: memcpy(dst, &v, 8); break;
-    case 4: memcpy(dst, &v4, 4); break;
-    case 2: memcpy(dst, &v2, 2); break;
-    default: *dst = (uint8_t)v; break;
-    }
-}
-
-void na_wire_put(uint8_t *p, const void *s, const na_wire_field_t *f, size_t n)
-{
-    size_t i, b;
-    for (; n--; f++) {
-        uint64_t v = host_load((const uint8_t *)s + f->moff, f->msize);
-        for (b = 0, i = f->off; b < f->bytes; b++, i++)
-            p[i] = (uint8_t)(v >> (8 * b));
-    }
-}
-
-void na_wire_get(void *s, const uint8_t *p, const na_wire_field_t *f, size_t n)
-{
-    size_t b;
-    for (; n--; f++) {
-        uint64_t v = 0;
-        for (b = 0; b < f->bytes; b++)
-            v |= (uint64_t)p[f->off + b] << (8 * b);
-        host_store((uint8_t *)s + f->moff, f->msize, v);
-    }
-}
-
 /* Copy a message's header ids between the header struct and the message body. */
 static void ids_to_hdr(na_wire_hdr_t *h, const void *s, const na_wire_field_t *f, size_t n)
 {
     for (; n--; f++)
-        host_store((uint8_t *)h + f->off, f->bytes, host_load((const uint8_t *)s + f->moff, f->msize));
+        na_wire_host_store((uint8_t *)h + f->off, f->bytes, na_wire_host_load((const uint8_t *)s + f->moff, f->msize));
 }
 
 static void ids_from_hdr(void *s, const na_wire_hdr_t *h, const na_wire_field_t *f, size_t n)
 {
     for (; n--; f++)
-        host_store((uint8_t *)s + f->moff, f->msize, host_load((const uint8_t *)h + f->off, f->bytes));
-}
-
-na_status_t na_wire_row(const char *who, const char *what, uint32_t i, uint32_t n,
-                        const void *arr, size_t size, void *row_p)
-{
-    if (i >= n)
-        return na_err(NA_ERR_RANGE, "wire %s: %s %u of %u", who, what, i, n);
-    if (arr)
-        memcpy(row_p, (const uint8_t *)arr + (size_t)i * size, size);
-    return NA_OK;
+        na_wire_host_store((uint8_t *)s + f->moff, f->msize, na_wire_host_load((const uint8_t *)h + f->off, f->bytes));
 }
 
 /* ---- HELLO / HELLO_CHALLENGE / AUTH / HELLO_OK -------------------------------- */

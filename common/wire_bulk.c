@@ -391,7 +391,7 @@ na_status_t na_wire_decode_attn_prefix(const na_wire_hdr_t *h, const void *paylo
 
     if (!h || h->type != NA_WIRE_MSG_DECODE_ATTN)
         return na_err(NA_ERR_INVALID, "wire DECODE_ATTN: header of another type (%s)",
-                      h ? na_wire_type_name(h->type) : "NULL");
+                      h ? na_wire_name_of(h->type) : "NULL");
     if (h->payload_len > NA_WIRE_MAX_PAYLOAD || avail > h->payload_len)
         return na_err(NA_ERR_PROTO, "wire %s: %zu payload bytes arrived, header says %" PRIu64,
                       who, avail, h->payload_len);
