@@ -1,6 +1,8 @@
-/* common/config_internal.h — shared between the layout loader (config.c), the
- * key table and binder (config_schema.c) and the plan printer (config_plan.c).
- * Not part of the public API. */
+/* common/config_internal.h — shared between the files of the layout loader,
+ * top-down: config.c (load, cross-key checks) → config_schema.c (the key
+ * table and binder), config_plan.c (engines, the plan printer),
+ * config_paths.c (KV directories) → config_yaml.c (the YAML tree, positions,
+ * ${VAR} expansion). Not part of the public API. */
 #ifndef NA_CONFIG_INTERNAL_H
 #define NA_CONFIG_INTERNAL_H
 
@@ -45,6 +47,15 @@ typedef struct {
 #define NA_CFG_MAX_VISITS 200000  /* bound on alias expansion while binding */
 #define NA_CFG_MAX_DEPTH  32      /* YAML nesting */
 #define NA_CFG_MAX_STRING 4096    /* a scalar after ${VAR} expansion */
+
+/* ---- the YAML tree (config_yaml.c, the floor of the config files) ---- */
+
+/* Parse buf (len bytes) into p->root with libyaml's event API. Fails on
+ * syntax, encoding, depth, aliases, several documents, an empty file. */
+na_status_t na_cfg_parse_yaml(na_cfg_parse_t *p, const unsigned char *buf, size_t len);
+
+/* Free every tree node and anchor of the parse context. Cannot fail. */
+void na_cfg_parse_cleanup(na_cfg_parse_t *p);
 
 /* Record "file:line:col: <message>" for node n (or the file start when n is
  * NULL) and return st. */
