@@ -61,3 +61,55 @@ int na_xp_cfg_shares_cores(const na_cfg_t *cfg, const char *name)
             return 1;
     return 0;
 }
+
+/* ---- names of the kinds (transport.h) --------------------------------------- */
+
+na_xp_tls_t na_xp_tls_parse(const char *s)
+{
+    if (s == NULL || !strcmp(s, "auto") || s[0] == '\0')
+        return NA_XP_TLS_AUTO;
+    if (!strcmp(s, "shm"))
+        return NA_XP_TLS_SHM;
+    if (!strcmp(s, "tcp"))
+        return NA_XP_TLS_TCP;
+    return NA_XP_TLS_RAW;
+}
+
+const char *na_xp_tls_name(na_xp_tls_t tls)
+{
+    switch (tls) {
+    case NA_XP_TLS_AUTO: return "auto";
+    case NA_XP_TLS_SHM:  return "shm";
+    case NA_XP_TLS_TCP:  return "tcp";
+    case NA_XP_TLS_RAW:  return "raw";
+    }
+    return "?";
+}
+
+na_xp_errmode_t na_xp_errmode_resolve(na_xp_tls_t tls, na_xp_errmode_t mode)
+{
+    if (mode != NA_XP_ERRMODE_AUTO)
+        return mode;
+    return tls == NA_XP_TLS_SHM ? NA_XP_ERRMODE_CM : NA_XP_ERRMODE_PEER;
+}
+
+int na_xp_errmode_parse(const char *s)
+{
+    if (s == NULL || !strcmp(s, "auto"))
+        return NA_XP_ERRMODE_AUTO;
+    if (!strcmp(s, "peer"))
+        return NA_XP_ERRMODE_PEER;
+    if (!strcmp(s, "cm"))
+        return NA_XP_ERRMODE_CM;
+    return -1;
+}
+
+const char *na_xp_errmode_name(na_xp_errmode_t mode)
+{
+    switch (mode) {
+    case NA_XP_ERRMODE_AUTO: return "auto";
+    case NA_XP_ERRMODE_PEER: return "peer";
+    case NA_XP_ERRMODE_CM:   return "cm";
+    }
+    return "?";
+}

@@ -29,58 +29,6 @@
 #include "common/wire.h"
 #include "rdma/xp_internal.h"
 
-void na_xp_rl_warn(na_xp_rl_t *rl, const char *fmt, ...)
-{
-    uint64_t now = na_xp_coarse_ns();
-    char line[512];
-    va_list ap;
-
-    unsigned burst = rl->burst > 0 ? rl->burst : 1;
-
-    if (rl->last_ns == 0 || now - rl->last_ns >= 1000000000ull) {
-        uint64_t gained = rl->last_ns == 0 ? burst : (now - rl->last_ns) / 1000000000ull;
-        rl->tokens = rl->tokens + gained > burst ? burst : rl->tokens + (unsigned)gained;
-        rl->last_ns = now;
-    }
-    if (rl->tokens == 0) {
-        rl->suppressed++;
-        return;
-    }
-    rl->tokens--;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (rl->suppressed > 0)
-        na_log_warn("%s (and %u similar lines left out)", line, rl->suppressed);
-    else
-        na_log_warn("%s", line);
-    rl->suppressed = 0;
-}
-
-na_status_t na_xp_resolve(const char *host, int port, struct sockaddr_storage *ss,
-                          socklen_t *len_p)
-{
-    struct addrinfo hints, *res = NULL;
-    char portstr[16];
-    int rc;
-
-    if (port < 0 || port > 65535)
-        return na_err(NA_ERR_RANGE, "transport: port %d out of range [0, 65535]", port);
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    rc = getaddrinfo(host, portstr, &hints, &res);
-    if (rc != 0 || res == NULL)
-        return na_err(NA_ERR_NOT_FOUND, "transport: cannot resolve host '%s': %s",
-                      host ? host : "(any)", gai_strerror(rc));
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len_p = res->ai_addrlen;
-    freeaddrinfo(res);
-    return NA_OK;
-}
-
 /* "host:port" of a socket address; the host alone in host (may be NULL). */
 static void door_addr_str(const struct sockaddr_storage *ss, char *buf, size_t len,
                           char *host, size_t hlen)
@@ -233,7 +181,7 @@ static void door_accept(na_xp_t *xp)
              * rather than spin on it */
             na_xp_rl_warn(&xp->rl_accept, "transport: accept on %s: %s (pausing %d ms)",
                           xp->laddr, strerror(errno), NA_XP_ACCEPT_PAUSE_MS);
-            xp->accept_pause_ns = na_xp_now_ns() + NA_XP_ACCEPT_PAUSE_MS * 1000000ull;
+            xp->accept_pause_ns = na_now_ns() + NA_XP_ACCEPT_PAUSE_MS * 1000000ull;
             return;
         }
         door_addr_str(&ss, addr, sizeof(addr), host, sizeof(host));
@@ -255,7 +203,7 @@ static void door_accept(na_xp_t *xp)
             continue;
         }
         snprintf(ep->host, sizeof(ep->host), "%s", host);
-        ep->accepted_ns = na_xp_now_ns();
+        ep->accepted_ns = na_now_ns();
         /* under pressure (half the table taken) a set-up gets less time */
         ms = xp->n_preauth >= NA_XP_PREAUTH_MAX / 2 ? NA_XP_PREAUTH_BUSY_MS : NA_XP_PREAUTH_MS;
         ep->hs_deadline_ns = na_xp_deadline(ms < xp->opts.timeout_ms ? ms : xp->opts.timeout_ms);
@@ -263,111 +211,6 @@ static void door_accept(na_xp_t *xp)
         xp->n_preauth++;
         na_log_debug("transport: connection from %s", addr);
     }
-}
-
-/* ---- writing ------------------------------------------------------------------ */
-
-/* Account one send()/recv() that returned n: 1 = go on (bytes added to
- * *count, or EINTR), 0 = would block, -1 = closed (errno 0) or failed. */
-static int door_io(ssize_t n, size_t *count)
-{
-    if (n > 0) {
-        *count += (size_t)n;
-        return 1;
-    }
-    if (n < 0 && errno == EINTR)
-        return 1;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return 0;
-    if (n == 0)
-        errno = 0;
-    return -1;
-}
-
-/* Write what is queued on ep's socket; fails ep on a socket error. */
-static void door_flush(na_xp_ep_t *ep)
-{
-    while (ep->ooff < ep->olen) {
-        char why[128];
-        int r = door_io(send(ep->fd, ep->obuf + ep->ooff, ep->olen - ep->ooff, MSG_NOSIGNAL),
-                        &ep->ooff);
-        if (r > 0)
-            continue;
-        if (r == 0)
-            return;
-        snprintf(why, sizeof(why), "send on the control socket: %s",
-                 errno ? strerror(errno) : "closed");
-        na_xp_ep_fail(ep, NA_ERR_PEER, why);
-        return;
-    }
-    ep->ooff = ep->olen = 0;
-    if (ep->state == NA_XP_EP_READY) {   /* set-up done: nothing more is written */
-        free(ep->obuf);
-        ep->obuf = NULL;
-        ep->ocap = 0;
-    }
-}
-
-na_status_t na_xp_door_write(na_xp_ep_t *ep, const void *data, size_t len)
-{
-    if (ep->fd < 0)
-        return na_err(NA_ERR_PEER, "transport: handshake with %s: connection closed", ep->addr);
-    if (ep->olen + len > ep->ocap) {
-        size_t cap = ep->olen + len + 1024;
-        uint8_t *p = realloc(ep->obuf, cap);
-        if (p == NULL)
-            return na_err(NA_ERR_NOMEM, "transport: out of memory");
-        ep->obuf = p;
-        ep->ocap = cap;
-    }
-    memcpy(ep->obuf + ep->olen, data, len);
-    ep->olen += len;
-    door_flush(ep);
-    if (ep->state == NA_XP_EP_FAILED)
-        return na_err(NA_ERR_PEER, "transport: handshake with %s: %s", ep->addr, ep->errmsg);
-    return NA_OK;
-}
-
-na_status_t na_xp_door_send_addr(na_xp_ep_t *ep)
-{
-    na_xp_t *xp = ep->xp;
-    const void *waddr = xp->opts.test_addr ? xp->opts.test_addr : (const void *)xp->waddr;
-    size_t wlen = xp->opts.test_addr ? xp->opts.test_addr_len : xp->waddr_len;
-    size_t blen = NA_XP_ID_LEN + wlen;
-    uint8_t *f = malloc(NA_XP_ADDR_HDR + blen);
-    na_status_t st;
-
-    if (f == NULL)
-        return na_err(NA_ERR_NOMEM, "transport: out of memory");
-    memcpy(f, "NAXA", 4);
-    f[4] = (uint8_t)blen;
-    f[5] = (uint8_t)(blen >> 8);
-    f[6] = (uint8_t)(blen >> 16);
-    f[7] = (uint8_t)(blen >> 24);
-    /* body: our id (opaque to the peer: our own byte order) | worker address,
-     * sealed to this handshake (encrypted, MAC over both nonces and the side) */
-    memcpy(f + NA_XP_ADDR_HDR, &ep->rx_id, NA_XP_ID_LEN);
-    memcpy(f + NA_XP_ADDR_HDR + NA_XP_ID_LEN, waddr, wlen);
-    st = na_wire_addr_seal(xp->secret, xp->secret_len,
-                           ep->is_server ? NA_WIRE_AUTH_SERVER : NA_WIRE_AUTH_CLIENT,
-                           ep->is_server ? ep->nonce_peer : ep->nonce_local,
-                           ep->is_server ? ep->nonce_local : ep->nonce_peer,
-                           f + NA_XP_ADDR_HDR, blen, f + 8);
-    if (st == NA_OK)
-        st = na_xp_door_write(ep, f, NA_XP_ADDR_HDR + blen);
-    free(f);
-    return st;
-}
-
-void na_xp_door_close(na_xp_ep_t *ep)
-{
-    if (ep->fd >= 0)
-        close(ep->fd);
-    ep->fd = -1;
-    free(ep->rbuf);
-    free(ep->obuf);
-    ep->rbuf = ep->obuf = NULL;
-    ep->rlen = ep->rneed = ep->olen = ep->ooff = ep->ocap = 0;
 }
 
 /* ---- reading -------------------------------------------------------------------- */
@@ -435,7 +278,7 @@ static void door_read(na_xp_ep_t *ep)
             na_xp_hs_frame(ep);
             continue;
         }
-        r = door_io(recv(ep->fd, ep->rbuf + ep->rlen, ep->rneed - ep->rlen, 0), &ep->rlen);
+        r = na_xp_sock_io(recv(ep->fd, ep->rbuf + ep->rlen, ep->rneed - ep->rlen, 0), &ep->rlen);
         if (r > 0)
             continue;
         if (r == 0)
@@ -467,7 +310,7 @@ static void door_watch(na_xp_ep_t *ep)
     /* messages still in flight on UCX's own lanes (a BYE sent just before
      * the close) may arrive after the socket's EOF: give them a moment */
     if (ep->fail_due_ns == 0) {
-        ep->fail_due_ns = na_xp_now_ns() + NA_XP_CM_GRACE_MS * 1000000ull;
+        ep->fail_due_ns = na_now_ns() + NA_XP_CM_GRACE_MS * 1000000ull;
         ep->err = NA_ERR_PEER;
         snprintf(ep->errmsg, sizeof(ep->errmsg), "connection lost (%s)", why);
     }
@@ -535,7 +378,7 @@ void na_xp_door_pollset(na_xp_t *xp)
     xp->pfd_ep[0] = NULL;
     xp->pfd_n = 1;
     if (xp->lfd >= 0 && xp->pfd_n < n &&
-        (xp->accept_pause_ns == 0 || na_xp_now_ns() >= xp->accept_pause_ns)) {
+        (xp->accept_pause_ns == 0 || na_now_ns() >= xp->accept_pause_ns)) {
         xp->accept_pause_ns = 0;
         xp->pfd[xp->pfd_n].fd = xp->lfd;
         xp->pfd[xp->pfd_n].events = POLLIN;
@@ -583,7 +426,7 @@ void na_xp_door_service(na_xp_t *xp)
             continue;
         }
         if (rev & POLLOUT)
-            door_flush(ep);
+            na_xp_door_flush(ep);
         if (!(rev & (POLLIN | POLLHUP | POLLERR)) || ep->fd < 0)
             continue;
         if (ep->state == NA_XP_EP_CONNECTING)

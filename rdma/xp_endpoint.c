@@ -63,37 +63,6 @@ static void xp_ep_free(na_xp_ep_t *ep)
     free(ep);
 }
 
-void na_xp_ep_setup_over(na_xp_ep_t *ep)
-{
-    if (ep->preauth) {
-        ep->preauth = 0;
-        ep->xp->n_preauth--;
-    }
-}
-
-void na_xp_ep_unref(na_xp_ep_t *ep)
-{
-    ep->refs--;
-    if (ep->zombie && !ep->closing && ep->refs <= 0 && ep->state == NA_XP_EP_CLOSED &&
-        ep->close_req == NULL && !ep->xp->servicing)
-        xp_ep_free(ep);
-}
-
-void na_xp_ep_fail(na_xp_ep_t *ep, na_status_t st, const char *why)
-{
-    if (ep->state == NA_XP_EP_FAILED || ep->state == NA_XP_EP_CLOSED)
-        return;
-    ep->state = NA_XP_EP_FAILED;
-    ep->xp->sweep_due = 1;
-    na_xp_ep_setup_over(ep);
-    if (ep->refused)
-        return;                        /* keep the reason we refused it for */
-    ep->err = st;
-    snprintf(ep->errmsg, sizeof(ep->errmsg), "%s", why);
-    if (ep->hs_status == NA_INPROGRESS)
-        ep->hs_status = st;
-}
-
 /* UCX error callback (peer failure). Only marks; the sweep does the rest. */
 static void xp_ep_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
 {
@@ -106,7 +75,7 @@ static void xp_ep_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
      * then fail the endpoint (na_xp_ep_sweep). */
     if (ep->xp->opts.errmode == NA_XP_ERRMODE_CM && ep->state == NA_XP_EP_READY) {
         if (ep->fail_due_ns == 0) {
-            ep->fail_due_ns = na_xp_now_ns() + NA_XP_CM_GRACE_MS * 1000000ull;
+            ep->fail_due_ns = na_now_ns() + NA_XP_CM_GRACE_MS * 1000000ull;
             ep->err = NA_ERR_PEER;
             snprintf(ep->errmsg, sizeof(ep->errmsg), "connection lost (%s)",
                      ucs_status_string(status));
@@ -156,7 +125,7 @@ static int xp_ep_close_done(void *arg)
 void na_xp_ep_sweep(na_xp_t *xp)
 {
     na_xp_ep_t *ep, *next;
-    uint64_t now = na_xp_now_ns();
+    uint64_t now = na_now_ns();
 
     for (ep = xp->eps; ep != NULL; ep = next) {
         next = ep->next;
@@ -369,7 +338,7 @@ na_status_t na_xp_connect_done(na_xp_ep_t *ep)
     na_status_t st;
 
     if (ep->hs_status == NA_INPROGRESS) {
-        if (na_xp_now_ns() <= ep->hs_deadline_ns + 1000000ull)
+        if (na_now_ns() <= ep->hs_deadline_ns + 1000000ull)
             return NA_INPROGRESS;
         na_xp_ep_fail(ep, NA_ERR_TIMEOUT, "handshake timed out");
     }

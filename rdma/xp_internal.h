@@ -6,9 +6,14 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
+#include "common/clock.h"
 #include "rdma/transport.h"
 
 #include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
 
 #define NA_XP_AM_MSG    1   /* active-message id of owner messages */
 #define NA_XP_ID_LEN    8   /* connection id appended to every message's header */
@@ -157,24 +162,103 @@ struct na_xp {
     int              inflight_n;
     size_t           inflight_bytes;
     int              cmpl_due;       /* an owned send completed: finish it in progress */
+    /* the loop (xp_worker.c's na_xp_progress and its wait), registered at
+     * create: the layers below it block through na_xp_wait_for / _ms and
+     * na_xp_loop_progress without calling up into xp_worker.c */
+    int            (*loop_progress)(na_xp_t *xp);
+    int            (*loop_wait)(na_xp_t *xp, int (*done)(void *), void *arg,
+                                uint64_t deadline_ns, int timeout_ms);
 };
 
-/* xp_worker.c */
-uint64_t    na_xp_deadline(int timeout_ms);
+/* ---- the transport's files, top-down: xp_worker.c (the node, the loop)
+ * → xp_door.c (listener, sockets) → xp_handshake.c → xp_endpoint.c →
+ * xp_msg.c (messages, records, buffers) and xp_sock.c (socket writes,
+ * resolve); xp_log.c, xp_cfg.c at the floor. No file calls one above it:
+ * the primitives every layer shares are static inline here, and the
+ * waits reach the loop through what xp_worker.c registered. ---------------- */
+
+/* Absolute deadline timeout_ms from now. Cannot fail. */
+static inline uint64_t na_xp_deadline(int timeout_ms)
+{
+    return na_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+}
+
+/* CLOCK_MONOTONIC_COARSE in ns (a few ms resolution, cheap). */
+static inline uint64_t na_xp_coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Progress until done(arg) is true or the deadline passes; 1 if done. */
+static inline int na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns)
+{
+    return xp->loop_wait(xp, done, arg, deadline_ns ? deadline_ns : 1, 0);
+}
+
+/* Same with a timeout counted from the first look at the clock; 1 if done. */
+static inline int na_xp_wait_ms(na_xp_t *xp, int (*done)(void *), void *arg, int timeout_ms)
+{
+    return xp->loop_wait(xp, done, arg, 0, timeout_ms);
+}
+
+/* One pass of the loop (na_xp_progress). */
+static inline int na_xp_loop_progress(na_xp_t *xp)
+{
+    return xp->loop_progress(xp);
+}
+
+/* An accepted connection left set-up (READY, failed or freed): it no longer
+ * counts against NA_XP_PREAUTH_MAX. */
+static inline void na_xp_ep_setup_over(na_xp_ep_t *ep)
+{
+    if (ep->preauth) {
+        ep->preauth = 0;
+        ep->xp->n_preauth--;
+    }
+}
+
+/* Mark an endpoint failed (first reason wins); it is reported/closed by service. */
+static inline void na_xp_ep_fail(na_xp_ep_t *ep, na_status_t st, const char *why)
+{
+    size_t n;
+
+    if (ep->state == NA_XP_EP_FAILED || ep->state == NA_XP_EP_CLOSED)
+        return;
+    ep->state = NA_XP_EP_FAILED;
+    ep->xp->sweep_due = 1;
+    na_xp_ep_setup_over(ep);
+    if (ep->refused)
+        return;                        /* keep the reason we refused it for */
+    ep->err = st;
+    n = strlen(why);                     /* cut to the field, as snprintf("%s") */
+    n = n < sizeof(ep->errmsg) ? n : sizeof(ep->errmsg) - 1;
+    memcpy(ep->errmsg, why, n);
+    ep->errmsg[n] = '\0';
+    if (ep->hs_status == NA_INPROGRESS)
+        ep->hs_status = st;
+}
+
+/* A message or operation let go of ep; a zombie (the owner let go) whose
+ * last reference went is freed by the next sweep (xp_endpoint.c). */
+static inline void na_xp_ep_unref(na_xp_ep_t *ep)
+{
+    if (--ep->refs <= 0 && ep->zombie)
+        ep->xp->sweep_due = 1;
+}
+
+/* xp_msg.c: the records */
 /* Free a ucp request we stop waiting for; one still in progress is counted
  * (na_xp_destroy then leaves the worker to the process exit: UCX 1.13 aborts,
  * "pending request ... should have been flushed", destroying a worker whose
  * endpoints still hold unfinished requests). */
 void        na_xp_req_drop(na_xp_t *xp, void *req);
-/* Progress until done(arg) is true or the deadline passes; 1 if done. */
-int         na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns);
-/* Same with a timeout counted from the first look at the clock; 1 if done. */
-int         na_xp_wait_ms(na_xp_t *xp, int (*done)(void *), void *arg, int timeout_ms);
-/* CLOCK_MONOTONIC_COARSE in ns (a few ms resolution, cheap). */
-uint64_t    na_xp_coarse_ns(void);
 void        na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg);
 na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len);
 void        na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf);
+/* Free every buffer kept in the landing pool (destroy). */
+void        na_xp_pool_drain(na_xp_t *xp);
 /* A zeroed message record (reused), NULL when out of memory; its release
  * (na_xp_msg_release) keeps it for the next. */
 na_xp_msg_t *na_xp_msg_new(na_xp_t *xp);
@@ -194,9 +278,6 @@ void        na_xp_owned_drop_all(na_xp_t *xp);
 na_status_t na_xp_ep_setup(na_xp_t *xp);     /* register AM handlers */
 /* Allocate an endpoint record (fd: its TCP socket) and link it. NULL on OOM. */
 na_xp_ep_t *na_xp_ep_alloc(na_xp_t *xp, const char *addr, int is_server, int fd);
-/* An accepted connection left set-up (READY, failed or freed): it no longer
- * counts against NA_XP_PREAUTH_MAX. */
-void        na_xp_ep_setup_over(na_xp_ep_t *ep);
 /* Check a peer's UCX worker address before UCX parses it (UCX 1.13 asserts,
  * SIGABRT, on an unknown address version): its version must be the one this
  * UCX packs, its header flags known, and the fixed fields they announce
@@ -204,26 +285,34 @@ void        na_xp_ep_setup_over(na_xp_ep_t *ep);
 na_status_t na_xp_ucx_addr_check(const na_xp_t *xp, const uint8_t *a, size_t len);
 /* Create the ucp endpoint to the peer's worker address (after the proofs). */
 na_status_t na_xp_ep_ucp_create(na_xp_ep_t *ep, const void *waddr);
-/* Mark an endpoint failed (first reason wins); it is reported/closed by service. */
-void        na_xp_ep_fail(na_xp_ep_t *ep, na_status_t st, const char *why);
 /* Sweep endpoints: close failed ones, queue EV_LOST, free finished zombies. */
 void        na_xp_ep_sweep(na_xp_t *xp);
-void        na_xp_ep_unref(na_xp_ep_t *ep);
 /* Start closing every endpoint and wait (bounded) for the closes. */
 void        na_xp_ep_close_all(na_xp_t *xp);
 /* Free every endpoint record (destroy, after the queues are drained). */
 void        na_xp_ep_free_all(na_xp_t *xp);
 
-/* xp_door.c */
-/* Log through the limiter (warn level). */
+/* xp_log.c: log through the limiter (warn level). */
 void        na_xp_rl_warn(na_xp_rl_t *rl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* xp_sock.c */
+/* Account one send()/recv() that returned n: 1 = go on (bytes added to
+ * *count, or EINTR), 0 = would block, -1 = closed (errno 0) or failed. */
+int         na_xp_sock_io(ssize_t n, size_t *count);
+/* Write what is queued on ep's socket; fails ep on a socket error. */
+void        na_xp_door_flush(na_xp_ep_t *ep);
 /* Queue bytes on ep's socket (written now as far as it takes). */
 na_status_t na_xp_door_write(na_xp_ep_t *ep, const void *data, size_t len);
 /* Queue an ADDR frame: our worker address and rx_id. */
 na_status_t na_xp_door_send_addr(na_xp_ep_t *ep);
 /* Close ep's socket (no-op when closed); frees the set-up buffers. */
 void        na_xp_door_close(na_xp_ep_t *ep);
+/* Resolve host:port (numeric or name, IPv4/IPv6). */
+na_status_t na_xp_resolve(const char *host, int port, struct sockaddr_storage *ss,
+                          socklen_t *len_p);
+
+/* xp_door.c */
 /* Poll the listener and every socket without waiting and act on them:
  * accept, read handshake frames, write what is queued, see peers go. */
 void        na_xp_door_service(na_xp_t *xp);
@@ -231,9 +320,6 @@ void        na_xp_door_service(na_xp_t *xp);
 void        na_xp_door_pollset(na_xp_t *xp);
 /* Close the listener. */
 void        na_xp_door_unlisten(na_xp_t *xp);
-/* Resolve host:port (numeric or name, IPv4/IPv6). */
-na_status_t na_xp_resolve(const char *host, int port, struct sockaddr_storage *ss,
-                          socklen_t *len_p);
 
 /* xp_handshake.c */
 /* Client: the TCP connection is up: send the first HELLO. */

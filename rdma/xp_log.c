@@ -4,7 +4,8 @@
  * setting the variable here would come too late: a log handler in front of
  * UCX's default one prints each line to stderr instead. A UCX_LOG_FILE set
  * by the user is left alone (UCX's handler then writes where it says).
- * Lines more verbose than UCX_LOG_LEVEL (default warn) are dropped. */
+ * Lines more verbose than UCX_LOG_LEVEL (default warn) are dropped. Also
+ * the transport's log limiter (na_xp_rl_warn: lines an outsider can cause). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 #include <ucs/debug/log_def.h>
 
+#include "common/log.h"
 #include "rdma/xp_internal.h"
 
 /* The most verbose level the user asked for: UCX_LOG_LEVEL by name, else
@@ -70,4 +72,34 @@ void na_xp_log_setup(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     (void)pthread_once(&once, xp_log_once);
+}
+
+/* ---- the log limiter (xp_internal.h) --------------------------------------- */
+
+void na_xp_rl_warn(na_xp_rl_t *rl, const char *fmt, ...)
+{
+    uint64_t now = na_xp_coarse_ns();
+    char line[512];
+    va_list ap;
+
+    unsigned burst = rl->burst > 0 ? rl->burst : 1;
+
+    if (rl->last_ns == 0 || now - rl->last_ns >= 1000000000ull) {
+        uint64_t gained = rl->last_ns == 0 ? burst : (now - rl->last_ns) / 1000000000ull;
+        rl->tokens = rl->tokens + gained > burst ? burst : rl->tokens + (unsigned)gained;
+        rl->last_ns = now;
+    }
+    if (rl->tokens == 0) {
+        rl->suppressed++;
+        return;
+    }
+    rl->tokens--;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (rl->suppressed > 0)
+        na_log_warn("%s (and %u similar lines left out)", line, rl->suppressed);
+    else
+        na_log_warn("%s", line);
+    rl->suppressed = 0;
 }

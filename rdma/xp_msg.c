@@ -5,7 +5,10 @@
  * told by callback; a deadline per send), and the active-message receive
  * path that queues what arrives for na_xp_recv (eager data kept in UCX's
  * buffer or copied into a pooled one, rendezvous data landing in a
- * registered pool buffer). Operation and message records are reused. */
+ * registered pool buffer). Operation and message records are reused; the
+ * owner's queue, the records, registered buffers and the landing pool are
+ * here too, the floor of the transport's files (xp_worker.c → xp_door.c →
+ * xp_handshake.c → xp_endpoint.c → xp_msg.c, xp_sock.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,12 +174,12 @@ na_status_t na_xp_op_wait(na_xp_t *xp, na_xp_op_t *op, int timeout_ms)
         char why[96];
         snprintf(why, sizeof(why), "send did not complete within %d ms", t);
         na_xp_ep_fail(ep, NA_ERR_TIMEOUT, why);
-        na_xp_progress(xp);          /* force-closes the ep: the request ends */
+        na_xp_loop_progress(xp);          /* force-closes the ep: the request ends */
         (void)na_xp_wait_ms(xp, xp_op_done, op, t < 500 ? t : 500);
         st = na_err(NA_ERR_TIMEOUT, "transport: send to %s at %s: %s", ep->name, ep->addr, why);
     } else if (!xp_op_done(op)) {
         /* the peer is gone: give the force close a moment to end the request */
-        na_xp_progress(xp);
+        na_xp_loop_progress(xp);
         (void)na_xp_wait_ms(xp, xp_op_done, op, t < 200 ? t : 200);
         st = na_err(NA_ERR_PEER, "transport: send to %s at %s: %s", ep->name, ep->addr,
                     ep->errmsg[0] ? ep->errmsg : "connection lost");
@@ -305,7 +308,7 @@ na_status_t na_xp_send_owned(na_xp_ep_t *ep, na_xp_buf_t *buf, size_t hdr_len, s
         return NA_OK;
     }
     op->req = req;
-    op->deadline_ns = na_xp_now_ns() + (uint64_t)xp->opts.timeout_ms * 1000000ull;
+    op->deadline_ns = na_now_ns() + (uint64_t)xp->opts.timeout_ms * 1000000ull;
     ep->refs++;
     op->next = xp->inflight;
     if (op->next != NULL)
@@ -493,4 +496,198 @@ na_status_t na_xp_ep_setup(na_xp_t *xp)
     if (us != UCS_OK)
         return na_err(NA_ERR_TRANSPORT, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
     return NA_OK;
+}
+
+/* ---- records: the owner's queue, message records, registered buffers and
+ * the landing pool (used by every layer above; they call nothing above) --- */
+
+void na_xp_req_drop(na_xp_t *xp, void *req)
+{
+    if (ucp_request_check_status(req) == UCS_INPROGRESS)
+        xp->stuck++;
+    ucp_request_free(req);
+}
+
+void na_xp_pool_drain(na_xp_t *xp)
+{
+    int c;
+    for (c = 0; c < NA_XP_POOL_CLASSES; c++) {
+        while (xp->pool[c] != NULL) {
+            na_xp_buf_t *b = xp->pool[c];
+            xp->pool[c] = b->next;
+            na_xp_buf_destroy(xp, b);
+        }
+        xp->pool_count[c] = 0;
+    }
+    xp->pool_bytes = 0;
+}
+
+void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
+{
+    msg->next = NULL;
+    if (xp->q_tail != NULL)
+        xp->q_tail->next = msg;
+    else
+        xp->q_head = msg;
+    xp->q_tail = msg;
+}
+
+void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
+{
+    if (msg == NULL)
+        return;
+    if (msg->ucx_desc != NULL)
+        ucp_am_data_release(xp->worker, msg->ucx_desc);
+    if (msg->pool_buf != NULL)
+        na_xp_pool_put(xp, msg->pool_buf);
+    if (msg->ep != NULL)
+        na_xp_ep_unref(msg->ep);
+    if (xp->msg_free_n >= NA_XP_MSGS_KEEP) {
+        free(msg);
+        return;
+    }
+    msg->next = xp->msg_free;
+    xp->msg_free = msg;
+    xp->msg_free_n++;
+}
+
+na_xp_msg_t *na_xp_msg_new(na_xp_t *xp)
+{
+    na_xp_msg_t *m = xp->msg_free;
+
+    if (m == NULL)
+        return calloc(1, sizeof(*m));
+    xp->msg_free = m->next;
+    xp->msg_free_n--;
+    /* the record is large (the header array): clear the fields, not the bytes */
+    m->kind = NA_XP_MSG_DATA;
+    m->ep = NULL;
+    m->status = NA_OK;
+    m->hdr_len = 0;
+    m->data = NULL;
+    m->len = 0;
+    m->next = NULL;
+    m->ready = 0;
+    m->ucx_desc = NULL;
+    m->pool_buf = NULL;
+    return m;
+}
+
+void na_xp_recs_drain(na_xp_t *xp)
+{
+    while (xp->msg_free != NULL) {
+        na_xp_msg_t *m = xp->msg_free;
+        xp->msg_free = m->next;
+        free(m);
+    }
+    xp->msg_free_n = 0;
+}
+
+na_xp_buf_t *na_xp_buf_get(na_xp_t *xp, size_t len)
+{
+    na_xp_buf_t *b = na_xp_pool_get(xp, len == 0 ? 1 : len);
+    if (b == NULL)
+        (void)na_err(NA_ERR_NOMEM, "transport: no registered buffer of %zu bytes", len);
+    return b;
+}
+
+void na_xp_buf_put(na_xp_t *xp, na_xp_buf_t *buf)
+{
+    if (buf != NULL)
+        na_xp_pool_put(xp, buf);
+}
+
+na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_buf_t **buf_p)
+{
+    ucp_mem_map_params_t mp;
+    ucp_mem_h memh;
+    ucs_status_t us;
+    na_xp_buf_t *b;
+
+    if (mem != NA_XP_MEM_HOST)
+        return na_err(NA_ERR_UNSUPPORTED, "transport: only host memory buffers are built here");
+    if (size == 0)
+        return na_err(NA_ERR_INVALID, "transport: buffer of 0 bytes");
+    b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return na_err(NA_ERR_NOMEM, "transport: out of memory");
+    /* Plain page-aligned process memory, then registered: UCX's own
+     * allocation (UCP_MEM_MAP_ALLOCATE) would hand out a sysv segment here,
+     * which sends shared-memory rendezvous down a slower path. */
+    if (posix_memalign(&b->ptr, size >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 4096, size) != 0) {
+        free(b);
+        return na_err(NA_ERR_NOMEM, "transport: cannot allocate a %zu-byte buffer", size);
+    }
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                     UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address     = b->ptr;
+    mp.length      = size;
+    mp.memory_type = UCS_MEMORY_TYPE_HOST;
+    us = ucp_mem_map(xp->ctx, &mp, &memh);
+    if (us != UCS_OK) {
+        free(b->ptr);
+        free(b);
+        return na_err(NA_ERR_TRANSPORT, "ucp_mem_map(%zu bytes): %s", size, ucs_status_string(us));
+    }
+    b->size = size;
+    b->mem  = mem;
+    b->memh = memh;
+    *buf_p = b;
+    return NA_OK;
+}
+
+void na_xp_buf_destroy(na_xp_t *xp, na_xp_buf_t *buf)
+{
+    if (buf == NULL)
+        return;
+    ucp_mem_unmap(xp->ctx, (ucp_mem_h)buf->memh);
+    free(buf->ptr);
+    free(buf);
+}
+
+/* Size class of len: smallest c with (4 KiB << c) >= len, or -1 if too big. */
+static int xp_pool_class(size_t len)
+{
+    int c;
+    for (c = 0; c < NA_XP_POOL_CLASSES; c++)
+        if (((size_t)1 << (NA_XP_POOL_MIN_SHIFT + c)) >= len)
+            return c;
+    return -1;
+}
+
+na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len)
+{
+    na_xp_buf_t *b;
+    int c = xp_pool_class(len);
+
+    if (c < 0)
+        return NULL;
+    if (xp->pool[c] != NULL) {
+        b = xp->pool[c];
+        xp->pool[c] = b->next;
+        xp->pool_count[c]--;
+        xp->pool_bytes -= b->size;
+        b->next = NULL;
+        return b;
+    }
+    if (na_xp_buf_create(xp, (size_t)1 << (NA_XP_POOL_MIN_SHIFT + c), NA_XP_MEM_HOST, &b) != NA_OK) {
+        na_log_warn("transport: landing buffer of %zu bytes: %s", len, na_errmsg());
+        return NULL;
+    }
+    return b;
+}
+
+void na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf)
+{
+    int c = xp_pool_class(buf->size);
+    if (c < 0 || ((size_t)1 << (NA_XP_POOL_MIN_SHIFT + c)) != buf->size ||
+        xp->pool_count[c] >= NA_XP_POOL_KEEP || xp->pool_bytes + buf->size > NA_XP_POOL_MAX_BYTES) {
+        na_xp_buf_destroy(xp, buf);
+        return;
+    }
+    buf->next = xp->pool[c];
+    xp->pool[c] = buf;
+    xp->pool_count[c]++;
+    xp->pool_bytes += buf->size;
 }

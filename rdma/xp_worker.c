@@ -1,6 +1,9 @@
-/* rdma/xp_worker.c — the node half of the transport: UCP context and worker,
- * progress and blocking waits on the worker's event fd, the owner's message
- * queue, registered buffers and the pool of rendezvous landing buffers. */
+/* rdma/xp_worker.c — the node half of the transport and the top of its
+ * files: UCP context and worker, create and destroy, progress (the front
+ * door, the sweep, owned completions) and blocking waits on the worker's
+ * event fd, the owner's receive (na_xp_recv). The message records, the queue,
+ * registered buffers and the landing pool are in xp_msg.c; the layers below
+ * block through the loop registered here (xp->loop_wait, xp_internal.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -24,69 +27,6 @@
 uint64_t na_xp_now_ns(void)
 {
     return na_now_ns();
-}
-
-uint64_t na_xp_coarse_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Absolute deadline timeout_ms from now. Cannot fail. */
-uint64_t na_xp_deadline(int timeout_ms)
-{
-    return na_xp_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
-}
-
-na_xp_tls_t na_xp_tls_parse(const char *s)
-{
-    if (s == NULL || !strcmp(s, "auto") || s[0] == '\0')
-        return NA_XP_TLS_AUTO;
-    if (!strcmp(s, "shm"))
-        return NA_XP_TLS_SHM;
-    if (!strcmp(s, "tcp"))
-        return NA_XP_TLS_TCP;
-    return NA_XP_TLS_RAW;
-}
-
-const char *na_xp_tls_name(na_xp_tls_t tls)
-{
-    switch (tls) {
-    case NA_XP_TLS_AUTO: return "auto";
-    case NA_XP_TLS_SHM:  return "shm";
-    case NA_XP_TLS_TCP:  return "tcp";
-    case NA_XP_TLS_RAW:  return "raw";
-    }
-    return "?";
-}
-
-na_xp_errmode_t na_xp_errmode_resolve(na_xp_tls_t tls, na_xp_errmode_t mode)
-{
-    if (mode != NA_XP_ERRMODE_AUTO)
-        return mode;
-    return tls == NA_XP_TLS_SHM ? NA_XP_ERRMODE_CM : NA_XP_ERRMODE_PEER;
-}
-
-int na_xp_errmode_parse(const char *s)
-{
-    if (s == NULL || !strcmp(s, "auto"))
-        return NA_XP_ERRMODE_AUTO;
-    if (!strcmp(s, "peer"))
-        return NA_XP_ERRMODE_PEER;
-    if (!strcmp(s, "cm"))
-        return NA_XP_ERRMODE_CM;
-    return -1;
-}
-
-const char *na_xp_errmode_name(na_xp_errmode_t mode)
-{
-    switch (mode) {
-    case NA_XP_ERRMODE_AUTO: return "auto";
-    case NA_XP_ERRMODE_PEER: return "peer";
-    case NA_XP_ERRMODE_CM:   return "cm";
-    }
-    return "?";
 }
 
 na_xp_errmode_t na_xp_errmode(const na_xp_t *xp)
@@ -244,6 +184,9 @@ static na_status_t xp_context_create(na_xp_t *xp)
 #define XP_MSGS_START 64
 #define XP_OPS_START  32
 
+static int xp_wait(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns,
+                   int timeout_ms);
+
 static void xp_recs_prefill(na_xp_t *xp)
 {
     int i;
@@ -280,6 +223,8 @@ na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)
         return na_err(NA_ERR_NOMEM, "transport: out of memory");
     xp->efd = -1;
     xp->lfd = -1;
+    xp->loop_progress = na_xp_progress;  /* the loop, for the layers below (xp_internal.h) */
+    xp->loop_wait = xp_wait;
     xp->rl_accept.burst = 1;       /* accept() failures: ~1 line/s with a count */
     xp->rl_drop.burst = 10;        /* dropped peers: a few at once, then ~1/s */
     xp_raise_nofile();
@@ -352,28 +297,6 @@ const char *__lsan_default_suppressions(void)
 }
 #endif
 
-void na_xp_req_drop(na_xp_t *xp, void *req)
-{
-    if (ucp_request_check_status(req) == UCS_INPROGRESS)
-        xp->stuck++;
-    ucp_request_free(req);
-}
-
-/* Free every buffer kept in the landing pool. */
-static void xp_pool_drain(na_xp_t *xp)
-{
-    int c;
-    for (c = 0; c < NA_XP_POOL_CLASSES; c++) {
-        while (xp->pool[c] != NULL) {
-            na_xp_buf_t *b = xp->pool[c];
-            xp->pool[c] = b->next;
-            na_xp_buf_destroy(xp, b);
-        }
-        xp->pool_count[c] = 0;
-    }
-    xp->pool_bytes = 0;
-}
-
 void na_xp_destroy(na_xp_t *xp)
 {
     if (xp == NULL)
@@ -392,7 +315,7 @@ void na_xp_destroy(na_xp_t *xp)
     }
     na_xp_ep_free_all(xp);
     na_xp_recs_drain(xp);
-    xp_pool_drain(xp);
+    na_xp_pool_drain(xp);
     ucp_worker_release_address(xp->worker, xp->waddr);
     if (xp->stuck == 0 || xp_graveyard_n == XP_GRAVEYARD) {
         ucp_worker_destroy(xp->worker);
@@ -507,26 +430,6 @@ static int xp_wait(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadlin
     }
 }
 
-int na_xp_wait_for(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadline_ns)
-{
-    return xp_wait(xp, done, arg, deadline_ns ? deadline_ns : 1, 0);
-}
-
-int na_xp_wait_ms(na_xp_t *xp, int (*done)(void *), void *arg, int timeout_ms)
-{
-    return xp_wait(xp, done, arg, 0, timeout_ms);
-}
-
-void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
-{
-    msg->next = NULL;
-    if (xp->q_tail != NULL)
-        xp->q_tail->next = msg;
-    else
-        xp->q_head = msg;
-    xp->q_tail = msg;
-}
-
 /* Find the next deliverable message: the first ready entry whose endpoint
  * has no earlier entry still arriving (rendezvous in progress). Order is kept
  * per endpoint, and a peer whose large message stalls or dies never holds up
@@ -576,7 +479,7 @@ na_status_t na_xp_recv(na_xp_t *xp, int timeout_ms, na_xp_msg_t **msg_p)
 {
     na_xp_msg_t *m;
 
-    if (!na_xp_wait_ms(xp, xp_queue_ready, xp, timeout_ms < 0 ? xp->opts.timeout_ms : timeout_ms))
+    if (!xp_wait(xp, xp_queue_ready, xp, 0, timeout_ms < 0 ? xp->opts.timeout_ms : timeout_ms))
         return NA_ERR_TIMEOUT;
     m = xp->q_pick;
     if (xp->q_pick_prev != NULL)
@@ -591,162 +494,3 @@ na_status_t na_xp_recv(na_xp_t *xp, int timeout_ms, na_xp_msg_t **msg_p)
     return NA_OK;
 }
 
-void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
-{
-    if (msg == NULL)
-        return;
-    if (msg->ucx_desc != NULL)
-        ucp_am_data_release(xp->worker, msg->ucx_desc);
-    if (msg->pool_buf != NULL)
-        na_xp_pool_put(xp, msg->pool_buf);
-    if (msg->ep != NULL)
-        na_xp_ep_unref(msg->ep);
-    if (xp->msg_free_n >= NA_XP_MSGS_KEEP) {
-        free(msg);
-        return;
-    }
-    msg->next = xp->msg_free;
-    xp->msg_free = msg;
-    xp->msg_free_n++;
-}
-
-na_xp_msg_t *na_xp_msg_new(na_xp_t *xp)
-{
-    na_xp_msg_t *m = xp->msg_free;
-
-    if (m == NULL)
-        return calloc(1, sizeof(*m));
-    xp->msg_free = m->next;
-    xp->msg_free_n--;
-    /* the record is large (the header array): clear the fields, not the bytes */
-    m->kind = NA_XP_MSG_DATA;
-    m->ep = NULL;
-    m->status = NA_OK;
-    m->hdr_len = 0;
-    m->data = NULL;
-    m->len = 0;
-    m->next = NULL;
-    m->ready = 0;
-    m->ucx_desc = NULL;
-    m->pool_buf = NULL;
-    return m;
-}
-
-void na_xp_recs_drain(na_xp_t *xp)
-{
-    while (xp->msg_free != NULL) {
-        na_xp_msg_t *m = xp->msg_free;
-        xp->msg_free = m->next;
-        free(m);
-    }
-    xp->msg_free_n = 0;
-}
-
-na_xp_buf_t *na_xp_buf_get(na_xp_t *xp, size_t len)
-{
-    na_xp_buf_t *b = na_xp_pool_get(xp, len == 0 ? 1 : len);
-    if (b == NULL)
-        (void)na_err(NA_ERR_NOMEM, "transport: no registered buffer of %zu bytes", len);
-    return b;
-}
-
-void na_xp_buf_put(na_xp_t *xp, na_xp_buf_t *buf)
-{
-    if (buf != NULL)
-        na_xp_pool_put(xp, buf);
-}
-
-na_status_t na_xp_buf_create(na_xp_t *xp, size_t size, na_xp_mem_t mem, na_xp_buf_t **buf_p)
-{
-    ucp_mem_map_params_t mp;
-    ucp_mem_h memh;
-    ucs_status_t us;
-    na_xp_buf_t *b;
-
-    if (mem != NA_XP_MEM_HOST)
-        return na_err(NA_ERR_UNSUPPORTED, "transport: only host memory buffers are built here");
-    if (size == 0)
-        return na_err(NA_ERR_INVALID, "transport: buffer of 0 bytes");
-    b = calloc(1, sizeof(*b));
-    if (b == NULL)
-        return na_err(NA_ERR_NOMEM, "transport: out of memory");
-    /* Plain page-aligned process memory, then registered: UCX's own
-     * allocation (UCP_MEM_MAP_ALLOCATE) would hand out a sysv segment here,
-     * which sends shared-memory rendezvous down a slower path. */
-    if (posix_memalign(&b->ptr, size >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 4096, size) != 0) {
-        free(b);
-        return na_err(NA_ERR_NOMEM, "transport: cannot allocate a %zu-byte buffer", size);
-    }
-    memset(&mp, 0, sizeof(mp));
-    mp.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                     UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-    mp.address     = b->ptr;
-    mp.length      = size;
-    mp.memory_type = UCS_MEMORY_TYPE_HOST;
-    us = ucp_mem_map(xp->ctx, &mp, &memh);
-    if (us != UCS_OK) {
-        free(b->ptr);
-        free(b);
-        return na_err(NA_ERR_TRANSPORT, "ucp_mem_map(%zu bytes): %s", size, ucs_status_string(us));
-    }
-    b->size = size;
-    b->mem  = mem;
-    b->memh = memh;
-    *buf_p = b;
-    return NA_OK;
-}
-
-void na_xp_buf_destroy(na_xp_t *xp, na_xp_buf_t *buf)
-{
-    if (buf == NULL)
-        return;
-    ucp_mem_unmap(xp->ctx, (ucp_mem_h)buf->memh);
-    free(buf->ptr);
-    free(buf);
-}
-
-/* Size class of len: smallest c with (4 KiB << c) >= len, or -1 if too big. */
-static int xp_pool_class(size_t len)
-{
-    int c;
-    for (c = 0; c < NA_XP_POOL_CLASSES; c++)
-        if (((size_t)1 << (NA_XP_POOL_MIN_SHIFT + c)) >= len)
-            return c;
-    return -1;
-}
-
-na_xp_buf_t *na_xp_pool_get(na_xp_t *xp, size_t len)
-{
-    na_xp_buf_t *b;
-    int c = xp_pool_class(len);
-
-    if (c < 0)
-        return NULL;
-    if (xp->pool[c] != NULL) {
-        b = xp->pool[c];
-        xp->pool[c] = b->next;
-        xp->pool_count[c]--;
-        xp->pool_bytes -= b->size;
-        b->next = NULL;
-        return b;
-    }
-    if (na_xp_buf_create(xp, (size_t)1 << (NA_XP_POOL_MIN_SHIFT + c), NA_XP_MEM_HOST, &b) != NA_OK) {
-        na_log_warn("transport: landing buffer of %zu bytes: %s", len, na_errmsg());
-        return NULL;
-    }
-    return b;
-}
-
-void na_xp_pool_put(na_xp_t *xp, na_xp_buf_t *buf)
-{
-    int c = xp_pool_class(buf->size);
-    if (c < 0 || ((size_t)1 << (NA_XP_POOL_MIN_SHIFT + c)) != buf->size ||
-        xp->pool_count[c] >= NA_XP_POOL_KEEP || xp->pool_bytes + buf->size > NA_XP_POOL_MAX_BYTES) {
-        na_xp_buf_destroy(xp, buf);
-        return;
-    }
-    buf->next = xp->pool[c];
-    xp->pool[c] = buf;
-    xp->pool_count[c]++;
-    xp->pool_bytes += buf->size;
-}
