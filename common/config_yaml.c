@@ -12,6 +12,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "common/strbuf.h"
 #include "config_internal.h"
 
 /* ---- messages and tree ------------------------------------------------- */
@@ -285,21 +286,7 @@ static int na_cfg_sb_put(na_cfg_sb_t *b, const char *s, size_t n)
 {
     if (b->n + n + 1 > NA_CFG_MAX_STRING)
         return -1;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        char *t;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        t = realloc(b->s, cap);
-        if (t == NULL)
-            return -1;
-        b->s = t;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-    return 0;
+    return na_strbuf_append(&b->s, &b->n, &b->cap, s, n);
 }
 
 /* Expand s[0..len) into b; defaults may themselves hold references. */

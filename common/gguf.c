@@ -58,8 +58,7 @@ const char *na_gguf_ggml_type_name(uint32_t type)
     return ti ? ti->name : "?";
 }
 
-/* Size of one fixed-size metadata value; 0 for STRING/ARRAY/invalid. */
-static size_t na_gguf_scalar_size(uint32_t type)
+size_t na_gguf_scalar_size(uint32_t type)
 {
     switch (type) {
     case NA_GGUF_UINT8: case NA_GGUF_INT8: case NA_GGUF_BOOL:     return 1;

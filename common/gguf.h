@@ -157,6 +157,9 @@ int64_t na_gguf_arr_i64(const na_gguf_kv_t *kv, uint64_t i);
  * block size); 0 for an unknown type or a partial block. */
 uint64_t    na_gguf_ggml_type_size(uint32_t type, uint64_t n);
 const char *na_gguf_ggml_type_name(uint32_t type);   /* "?" if unknown */
+/* Bytes of one fixed-size metadata value of type (na_gguf_type_t); 0 for
+ * STRING / ARRAY / an unknown type (the reader and the writer share it). */
+size_t na_gguf_scalar_size(uint32_t type);
 
 /* ---- writer ------------------------------------------------------------
  * Streaming: add metadata and tensor infos, then write each tensor's bytes in

@@ -156,18 +156,6 @@ na_status_t na_gguf_writer_kv_arr_i32(na_gguf_writer_t *w, const char *key,
     return st != NA_OK ? st : NA_GW_META(w, v, (size_t)n * 4);
 }
 
-/* Bytes of one fixed-size value of a metadata type; 0 for STRING/ARRAY. */
-static size_t na_gw_scalar_size(uint32_t type)
-{
-    switch (type) {
-    case NA_GGUF_UINT8: case NA_GGUF_INT8: case NA_GGUF_BOOL:      return 1;
-    case NA_GGUF_UINT16: case NA_GGUF_INT16:                       return 2;
-    case NA_GGUF_UINT32: case NA_GGUF_INT32: case NA_GGUF_FLOAT32: return 4;
-    case NA_GGUF_UINT64: case NA_GGUF_INT64: case NA_GGUF_FLOAT64: return 8;
-    default:                                                       return 0;
-    }
-}
-
 /* A string of the reader's image (not NUL-terminated). */
 static na_status_t na_gw_meta_gstr(na_gguf_writer_t *w, const na_gguf_str_t *s)
 {
@@ -177,12 +165,12 @@ static na_status_t na_gw_meta_gstr(na_gguf_writer_t *w, const na_gguf_str_t *s)
 
 na_status_t na_gguf_writer_kv_copy(na_gguf_writer_t *w, const na_gguf_kv_t *kv)
 {
-    size_t sz = na_gw_scalar_size(kv->type);
+    size_t sz = na_gguf_scalar_size(kv->type);
     na_status_t st;
     uint64_t i;
 
     if (kv->type == NA_GGUF_ARRAY) {
-        sz = na_gw_scalar_size(kv->v.arr.type);
+        sz = na_gguf_scalar_size(kv->v.arr.type);
         if (kv->v.arr.type != NA_GGUF_STRING && sz == 0)
             return w->failed = na_err(NA_ERR_INVALID, "%s: metadata '%s': array of type %d",
                                       w->path, kv->key, (int)kv->v.arr.type);

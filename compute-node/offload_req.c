@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "compute-node/replica.h"
 
@@ -121,12 +122,7 @@ void na_off_take_token(na_off_t *g, na_off_req_t *q, float *logits)
 
 void na_off_forget(na_off_t *g, na_off_req_t *q)
 {
-    if (q->prev_all != NULL)
-        q->prev_all->next_all = q->next_all;
-    else
-        g->all = q->next_all;
-    if (q->next_all != NULL)
-        q->next_all->prev_all = q->prev_all;
+    NA_LIST_UNLINK(g->all, q, prev_all, next_all);
     free(q);
 }
 
@@ -584,10 +580,7 @@ na_status_t na_off_req_new(na_off_t *g, na_request_t *r, const na_off_cb_t *cb)
         q->cb = (na_off_cb_t){ g->o->on_token, g->o->on_done, g->o->on_error, g->o->user };
     q->index = g->n_submitted++;
     q->batch = -1;
-    q->next_all = g->all;
-    if (g->all != NULL)
-        g->all->prev_all = q;
-    g->all = q;
+    NA_LIST_PUSH(g->all, q, prev_all, next_all);
     if (g->wait_tail != NULL)
         g->wait_tail->next_wait = q;
     else

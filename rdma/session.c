@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "rdma/ses_fault.h"
 #include "rdma/session.h"
@@ -72,25 +73,18 @@ struct na_ses {
 /* A zeroed request record from the session's free list (NULL: out of memory). */
 static ses_pend_t *ses_pend_new(na_ses_t *s)
 {
-    ses_pend_t *q = s->pend_free;
+    ses_pend_t *q;
 
+    NA_FREELIST_TAKE(s->pend_free, s->pend_free_n, q, next);
     if (q == NULL)
         return calloc(1, sizeof(*q));
-    s->pend_free = q->next;
-    s->pend_free_n--;
     memset(q, 0, sizeof(*q));
     return q;
 }
 
 static void ses_pend_put(na_ses_t *s, ses_pend_t *q)
 {
-    if (s->pend_free_n >= SES_PEND_KEEP) {
-        free(q);
-        return;
-    }
-    q->next = s->pend_free;
-    s->pend_free = q;
-    s->pend_free_n++;
+    NA_FREELIST_PUT(s->pend_free, s->pend_free_n, SES_PEND_KEEP, q, next);
 }
 
 /* ---- session ------------------------------------------------------------- */
@@ -154,11 +148,7 @@ void na_ses_destroy(na_ses_t *s)
     }
     s->depth = 0;
     ses_reap(s);
-    while (s->pend_free != NULL) {
-        ses_pend_t *q = s->pend_free;
-        s->pend_free = q->next;
-        free(q);
-    }
+    NA_FREELIST_DRAIN(s->pend_free, s->pend_free_n, ses_pend_t, next);
     if (s->o.own_xp)
         na_xp_destroy(s->xp);
     free(s);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "common/wire.h"
 #include "rdma/xp_internal.h"
@@ -23,16 +24,11 @@
 /* An operation record from the node's free list (NULL: out of memory). */
 static na_xp_op_t *xp_op_new(na_xp_t *xp)
 {
-    na_xp_op_t *op = xp->op_free;
+    na_xp_op_t *op;
 
-    if (op != NULL) {
-        xp->op_free = op->next;
-        xp->op_free_n--;
-    } else {
-        op = malloc(sizeof(*op));
-        if (op == NULL)
-            return NULL;
-    }
+    NA_FREELIST_TAKE(xp->op_free, xp->op_free_n, op, next);
+    if (op == NULL && (op = malloc(sizeof(*op))) == NULL)
+        return NULL;
     op->req = NULL;
     op->ep = NULL;
     op->bytes = 0;
@@ -49,13 +45,7 @@ static na_xp_op_t *xp_op_new(na_xp_t *xp)
 /* Give op back to the free list (freed beyond NA_XP_OPS_KEEP). */
 static void xp_op_put(na_xp_t *xp, na_xp_op_t *op)
 {
-    if (xp->op_free_n >= NA_XP_OPS_KEEP) {
-        free(op);
-        return;
-    }
-    op->next = xp->op_free;
-    xp->op_free = op;
-    xp->op_free_n++;
+    NA_FREELIST_PUT(xp->op_free, xp->op_free_n, NA_XP_OPS_KEEP, op, next);
 }
 
 /* UCX completed an owned send: mark it; progress finishes it outside UCX. */
@@ -243,12 +233,7 @@ static void xp_owned_finish(na_xp_t *xp, na_xp_op_t *op, na_status_t st)
 /* Unlink op from the in-flight list. */
 static void xp_owned_unlink(na_xp_t *xp, na_xp_op_t *op)
 {
-    if (op->prev != NULL)
-        op->prev->next = op->next;
-    else
-        xp->inflight = op->next;
-    if (op->next != NULL)
-        op->next->prev = op->prev;
+    NA_LIST_UNLINK(xp->inflight, op, prev, next);
     xp->inflight_n--;
     xp->inflight_bytes -= op->bytes;
 }
@@ -310,10 +295,7 @@ na_status_t na_xp_send_owned(na_xp_ep_t *ep, na_xp_buf_t *buf, size_t hdr_len, s
     op->req = req;
     op->deadline_ns = na_now_ns() + (uint64_t)xp->opts.timeout_ms * 1000000ull;
     ep->refs++;
-    op->next = xp->inflight;
-    if (op->next != NULL)
-        op->next->prev = op;
-    xp->inflight = op;
+    NA_LIST_PUSH(xp->inflight, op, prev, next);
     xp->inflight_n++;
     xp->inflight_bytes += op->bytes;
     return NA_OK;
@@ -364,12 +346,7 @@ void na_xp_owned_drop_all(na_xp_t *xp)
         xp_owned_finish(xp, op, NA_ERR_PEER);
         ep->refs--;
     }
-    while (xp->op_free != NULL) {
-        na_xp_op_t *op = xp->op_free;
-        xp->op_free = op->next;
-        free(op);
-    }
-    xp->op_free_n = 0;
+    NA_FREELIST_DRAIN(xp->op_free, xp->op_free_n, na_xp_op_t, next);
 }
 
 /* ---- receive path ----------------------------------------------------------- */
@@ -524,12 +501,7 @@ void na_xp_pool_drain(na_xp_t *xp)
 
 void na_xp_queue_push(na_xp_t *xp, na_xp_msg_t *msg)
 {
-    msg->next = NULL;
-    if (xp->q_tail != NULL)
-        xp->q_tail->next = msg;
-    else
-        xp->q_head = msg;
-    xp->q_tail = msg;
+    NA_SLIST_APPEND(xp->q_head, xp->q_tail, msg, next);
 }
 
 void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
@@ -542,23 +514,16 @@ void na_xp_msg_release(na_xp_t *xp, na_xp_msg_t *msg)
         na_xp_pool_put(xp, msg->pool_buf);
     if (msg->ep != NULL)
         na_xp_ep_unref(msg->ep);
-    if (xp->msg_free_n >= NA_XP_MSGS_KEEP) {
-        free(msg);
-        return;
-    }
-    msg->next = xp->msg_free;
-    xp->msg_free = msg;
-    xp->msg_free_n++;
+    NA_FREELIST_PUT(xp->msg_free, xp->msg_free_n, NA_XP_MSGS_KEEP, msg, next);
 }
 
 na_xp_msg_t *na_xp_msg_new(na_xp_t *xp)
 {
-    na_xp_msg_t *m = xp->msg_free;
+    na_xp_msg_t *m;
 
+    NA_FREELIST_TAKE(xp->msg_free, xp->msg_free_n, m, next);
     if (m == NULL)
         return calloc(1, sizeof(*m));
-    xp->msg_free = m->next;
-    xp->msg_free_n--;
     /* the record is large (the header array): clear the fields, not the bytes */
     m->kind = NA_XP_MSG_DATA;
     m->ep = NULL;
@@ -575,12 +540,7 @@ na_xp_msg_t *na_xp_msg_new(na_xp_t *xp)
 
 void na_xp_recs_drain(na_xp_t *xp)
 {
-    while (xp->msg_free != NULL) {
-        na_xp_msg_t *m = xp->msg_free;
-        xp->msg_free = m->next;
-        free(m);
-    }
-    xp->msg_free_n = 0;
+    NA_FREELIST_DRAIN(xp->msg_free, xp->msg_free_n, na_xp_msg_t, next);
 }
 
 na_xp_buf_t *na_xp_buf_get(na_xp_t *xp, size_t len)

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/wire.h"
 #include "rdma/xp_cfg.h"
@@ -195,16 +196,14 @@ static void xp_recs_prefill(na_xp_t *xp)
         na_xp_msg_t *m = calloc(1, sizeof(*m));
         if (m == NULL)
             return;
-        m->next = xp->msg_free;
-        xp->msg_free = m;
+        NA_SLIST_PUSH(xp->msg_free, m, next);
         xp->msg_free_n++;
     }
     for (i = 0; i < XP_OPS_START; i++) {
         na_xp_op_t *op = calloc(1, sizeof(*op));
         if (op == NULL)
             return;
-        op->next = xp->op_free;
-        xp->op_free = op;
+        NA_SLIST_PUSH(xp->op_free, op, next);
         xp->op_free_n++;
     }
 }

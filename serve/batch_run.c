@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/fnv.h"
+#include "common/strbuf.h"
 #include "serve/batch_run.h"
 #include "serve/oai.h"
 
@@ -64,23 +65,8 @@ static void br_on_text(void *user, const char *text, size_t len)
 {
     br_job_t *j = user;
 
-    if (j->oom)
-        return;
-    if (j->n + len + 1 > j->cap) {
-        size_t cap = j->cap ? j->cap : 256;
-        char *t;
-        while (cap < j->n + len + 1)
-            cap *= 2;
-        t = realloc(j->text, cap);
-        if (t == NULL) {
-            j->oom = 1;
-            return;
-        }
-        j->text = t;
-        j->cap = cap;
-    }
-    memcpy(j->text + j->n, text, len);
-    j->n += len;
+    if (!j->oom && na_strbuf_append(&j->text, &j->n, &j->cap, text, len) != 0)
+        j->oom = 1;
 }
 
 /* The record of a job that ended (not cancelled). */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/gguf.h"
+#include "common/strbuf.h"
 #include "serve/chat.h"
 
 static const struct {
@@ -93,22 +94,15 @@ typedef struct {
 
 static void na_chat_add(na_chat_buf_t *b, const char *s, int tmpl)
 {
-    size_t l = strlen(s);
+    size_t l = strlen(s), off = b->len;
     if (b->oom)
         return;
-    if (b->len + l + 1 > b->cap) {
-        size_t cap = 2 * (b->len + l + 1) + 256;
-        char *p = realloc(b->buf, cap);
-        if (p == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->buf = p;
-        b->cap = cap;
+    if (na_strbuf_append(&b->buf, &b->len, &b->cap, s, l) != 0) {
+        b->oom = 1;
+        return;
     }
-    memcpy(b->buf + b->len, s, l + 1);
     if (tmpl && l > 0) {
-        if (b->n_sp > 0 && b->sp[b->n_sp - 1].off + b->sp[b->n_sp - 1].len == b->len) {
+        if (b->n_sp > 0 && b->sp[b->n_sp - 1].off + b->sp[b->n_sp - 1].len == off) {
             b->sp[b->n_sp - 1].len += l;          /* joins the template part before */
         } else {
             if (b->n_sp == b->cap_sp) {
@@ -121,10 +115,9 @@ static void na_chat_add(na_chat_buf_t *b, const char *s, int tmpl)
                 b->sp = sp;
                 b->cap_sp = cap;
             }
-            b->sp[b->n_sp++] = (na_tok_span_t){ b->len, l };
+            b->sp[b->n_sp++] = (na_tok_span_t){ off, l };
         }
     }
-    b->len += l;
 }
 
 #define T(s) na_chat_add(b, (s), 1)   /* a template part */
@@ -182,6 +175,25 @@ static void na_chat_gemma(na_chat_buf_t *b, const na_chat_msg_t *m, int n)
     T("<start_of_turn>model\n");
 }
 
+/* The templates of one turn per message: OPEN role MID content CLOSE
+ * CLOSE2 for each message, then GEN (the assistant's turn, opened). */
+static void na_chat_turns(na_chat_buf_t *b, const na_chat_msg_t *m, int n, const char *open,
+                          const char *mid, const char *close, const char *close2,
+                          const char *gen)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        T(open);
+        T(m[i].role);
+        T(mid);
+        C(m[i].content);
+        T(close);
+        T(close2);
+    }
+    T(gen);
+}
+
 na_status_t na_chat_render_spans(na_chat_t t, const na_chat_msg_t *m, int n, char **text_p,
                                  na_tok_span_t **spans_p, size_t *n_spans_p)
 {
@@ -209,39 +221,18 @@ na_status_t na_chat_render_spans(na_chat_t t, const na_chat_msg_t *m, int n, cha
         na_chat_llama2(b, m, n);
         break;
     case NA_CHAT_LLAMA3:
-        for (i = 0; i < n; i++) {
-            T("<|start_header_id|>");
-            T(m[i].role);
-            T("<|end_header_id|>\n\n");
-            C(m[i].content);
-            T("<|eot_id|>");
-        }
-        T("<|start_header_id|>assistant<|end_header_id|>\n\n");
+        na_chat_turns(b, m, n, "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", "",
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case NA_CHAT_CHATML:
-        for (i = 0; i < n; i++) {
-            T("<|im_start|>");
-            T(m[i].role);
-            T("\n");
-            C(m[i].content);
-            T("<|im_end|>\n");
-        }
-        T("<|im_start|>assistant\n");
+        na_chat_turns(b, m, n, "<|im_start|>", "\n", "<|im_end|>\n", "", "<|im_start|>assistant\n");
         break;
     case NA_CHAT_GEMMA:
         na_chat_gemma(b, m, n);
         break;
     case NA_CHAT_ZEPHYR:
     case NA_CHAT_PHI3:
-        for (i = 0; i < n; i++) {
-            T("<|");
-            T(m[i].role);
-            T("|>\n");
-            C(m[i].content);
-            T(na_chat_end(t));
-            T("\n");
-        }
-        T("<|assistant|>\n");
+        na_chat_turns(b, m, n, "<|", "|>\n", na_chat_end(t), "\n", "<|assistant|>\n");
         break;
     default:
         break;

@@ -12,6 +12,7 @@
 #include "cluster/setup.h"
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
@@ -270,12 +271,7 @@ static void sg_job_free(na_sg_job_t *j)
 
 static void sg_unlink(na_sg_t *g, na_sg_job_t *j)
 {
-    if (j->prev_job != NULL)
-        j->prev_job->next_job = j->next_job;
-    else
-        g->jobs = j->next_job;
-    if (j->next_job != NULL)
-        j->next_job->prev_job = j->prev_job;
+    NA_LIST_UNLINK(g->jobs, j, prev_job, next_job);
     g->n_jobs--;
 }
 
@@ -556,10 +552,7 @@ na_status_t na_sg_submit(na_sg_t *g, const na_sg_params_t *p, na_sg_job_t **job_
         sg_job_free(j);
         return st;
     }
-    j->next_job = g->jobs;
-    if (g->jobs != NULL)
-        g->jobs->prev_job = j;
-    g->jobs = j;
+    NA_LIST_PUSH(g->jobs, j, prev_job, next_job);
     g->n_jobs++;
     g->st.prompt_tokens += n;
     if (job_p != NULL)

@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "common/clock.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "serve/http_internal.h"
 
@@ -232,12 +233,7 @@ static enum MHD_Result srv_generate(na_srv_t *s, struct MHD_Connection *c, na_hr
     r->state = NA_HR_QUEUED;
     r->refs++;                                   /* the engine's */
     s->n_held++;
-    r->next_q = NULL;
-    if (s->q_tail != NULL)
-        s->q_tail->next_q = r;
-    else
-        s->q_head = r;
-    s->q_tail = r;
+    NA_SLIST_APPEND(s->q_head, s->q_tail, r, next_q);
     pthread_cond_signal(&s->cv_engine);
     while (r->state == NA_HR_QUEUED && !s->stopping)
         srv_wait(r);

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/list.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "serve/http_internal.h"
 
 #define NA_SRV_SLICE_MS 2      /* engine slice while jobs run: a request that arrives
@@ -20,18 +22,7 @@
 
 int na_hreq_put(na_hreq_t *r, const char *s, size_t n)
 {
-    if (r->n_out + n + 1 > r->cap_out) {
-        size_t cap = 2 * (r->n_out + n + 1) + 256;
-        char *p = realloc(r->out, cap);
-        if (p == NULL)
-            return -1;
-        r->out = p;
-        r->cap_out = cap;
-    }
-    memcpy(r->out + r->n_out, s, n);
-    r->n_out += n;
-    r->out[r->n_out] = '\0';
-    return 0;
+    return na_strbuf_append(&r->out, &r->n_out, &r->cap_out, s, n);
 }
 
 void na_hreq_unref(na_hreq_t *r)
@@ -160,12 +151,7 @@ static void srv_on_end(void *user, const na_sg_end_t *e)
     s->n_held--;
     pthread_cond_signal(&r->cv);
     /* the engine's reference */
-    if (r->prev_live != NULL)
-        r->prev_live->next_live = r->next_live;
-    else
-        s->live = r->next_live;
-    if (r->next_live != NULL)
-        r->next_live->prev_live = r->prev_live;
+    NA_LIST_UNLINK(s->live, r, prev_live, next_live);
     na_hreq_unref(r);
     pthread_mutex_unlock(&s->mu);
 }
@@ -193,11 +179,7 @@ static void srv_submit(na_srv_t *s, na_hreq_t *r)
         na_hreq_unref(r);
     } else {
         r->state = NA_HR_RUNNING;
-        r->next_live = s->live;
-        r->prev_live = NULL;
-        if (s->live != NULL)
-            s->live->prev_live = r;
-        s->live = r;
+        NA_LIST_PUSH(s->live, r, prev_live, next_live);
         if (r->cancel) {               /* asked while it was queued */
             r->cancel_sent = 1;
             na_sg_cancel(s->g, r->job);

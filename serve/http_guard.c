@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "serve/http_guard.h"
 
@@ -175,12 +176,7 @@ void na_hguard_notify(void *cls, struct MHD_Connection *mc, void **socket_contex
         c->addr = hg_addr(mc);
         c->since = na_now_s();
         pthread_mutex_lock(&g->mu);
-        c->prev = g->tail;
-        if (g->tail != NULL)
-            g->tail->next = c;
-        else
-            g->head = c;
-        g->tail = c;
+        NA_LIST_APPEND(g->head, g->tail, c, prev, next);
         g->n++;
         if (g->n > g->limit - g->reserve && (o = hg_victim(g, c)) != NULL)
             hg_cut(g, o, 0);
@@ -191,14 +187,7 @@ void na_hguard_notify(void *cls, struct MHD_Connection *mc, void **socket_contex
     if (c == NULL)
         return;
     pthread_mutex_lock(&g->mu);
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        g->head = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    else
-        g->tail = c->prev;
+    NA_LIST_UNLINK_TAIL(g->head, g->tail, c, prev, next);
     g->n--;
     pthread_mutex_unlock(&g->mu);
     *socket_context = NULL;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/list.h"
 #include "storage-node/kv_ssd.h"
 
 #define PC_BUCKETS 4096
@@ -55,24 +56,13 @@ static unsigned pc_bucket(const na_kvhash_t *k)
 
 static void pc_lru_unlink(na_pcache_t *pc, na_pcache_ent_t *e)
 {
-    if (e->prev != NULL)
-        e->prev->next = e->next;
-    else
-        pc->mru = e->next;
-    if (e->next != NULL)
-        e->next->prev = e->prev;
-    else
-        pc->lru = e->prev;
+    NA_LIST_UNLINK_TAIL(pc->mru, pc->lru, e, prev, next);
     e->prev = e->next = NULL;
 }
 
 static void pc_lru_front(na_pcache_t *pc, na_pcache_ent_t *e)
 {
-    e->prev = NULL;
-    e->next = pc->mru;
-    if (pc->mru != NULL)
-        pc->mru->prev = e;
-    pc->mru = e;
+    NA_LIST_PUSH(pc->mru, e, prev, next);
     if (pc->lru == NULL)
         pc->lru = e;
 }
