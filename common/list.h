@@ -22,13 +22,8 @@
 
 /* Put e last on the list at head / tail. */
 #define NA_LIST_APPEND(head, tail, e, prev, next) do {                       \
-        (e)->next = NULL;                                                    \
         (e)->prev = (tail);                                                  \
-        if ((tail) != NULL)                                                  \
-            (tail)->next = (e);                                              \
-        else                                                                 \
-            (head) = (e);                                                    \
-        (tail) = (e);                                                        \
+        NA_SLIST_APPEND(head, tail, e, next);                                \
     } while (0)
 
 /* Take e off the list at head (its links are left as they were). */

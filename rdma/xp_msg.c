@@ -360,6 +360,20 @@ static void xp_rndv_done(void *request, ucs_status_t status, size_t length, void
     ucp_request_free(request);
 }
 
+/* m's payload lands in a pooled registered buffer of length bytes; when
+ * there is none, m is dropped and ep fails (why). 0, or -1. */
+static int xp_land(na_xp_t *xp, na_xp_ep_t *ep, na_xp_msg_t *m, size_t length, const char *why)
+{
+    m->pool_buf = na_xp_pool_get(xp, length);
+    if (m->pool_buf == NULL) {
+        m->ready = -1;
+        na_xp_ep_fail(ep, NA_ERR_NOMEM, why);
+        return -1;
+    }
+    m->data = m->pool_buf->ptr;
+    return 0;
+}
+
 /* Active message on NA_XP_AM_MSG: queue it for the owner. */
 static ucs_status_t xp_am_msg_cb(void *arg, const void *header, size_t header_length,
                                  void *data, size_t length, const ucp_am_recv_param_t *param)
@@ -417,13 +431,8 @@ static ucs_status_t xp_am_msg_cb(void *arg, const void *header, size_t header_le
     if (rndv) {
         ucp_request_param_t p;
         void *req;
-        m->pool_buf = na_xp_pool_get(xp, length);
-        if (m->pool_buf == NULL) {
-            m->ready = -1;
-            na_xp_ep_fail(ep, NA_ERR_NOMEM, "no landing buffer for a large message");
+        if (xp_land(xp, ep, m, length, "no landing buffer for a large message") != 0)
             return UCS_ERR_NO_MEMORY;
-        }
-        m->data = m->pool_buf->ptr;
         memset(&p, 0, sizeof(p));
         p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                          UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
@@ -445,13 +454,8 @@ static ucs_status_t xp_am_msg_cb(void *arg, const void *header, size_t header_le
         return UCS_INPROGRESS;
     }
     /* UCX keeps no copy: ours goes into a pooled buffer (reused, no heap) */
-    m->pool_buf = na_xp_pool_get(xp, length);
-    if (m->pool_buf == NULL) {
-        m->ready = -1;
-        na_xp_ep_fail(ep, NA_ERR_NOMEM, "out of memory for a message");
+    if (xp_land(xp, ep, m, length, "out of memory for a message") != 0)
         return UCS_OK;
-    }
-    m->data = m->pool_buf->ptr;
     memcpy(m->data, data, length);
     m->ready = 1;
     return UCS_OK;
