@@ -42,7 +42,7 @@
 #include "common/faults.h"
 #include "common/log.h"
 #include "kernels/csd/csd_kernel.h"
-#include "storage-node/attn_engine.h"
+#include "storage-node/attn_fold.h"
 #include "storage-node/csd_xclbin.h"
 #include "storage-node/xrt_dev.h"
 
@@ -189,6 +189,8 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return na_err(NA_ERR_NOMEM, "csd: out of memory");
+    e->base.ops = &na_attn_csd_ops;
+    snprintf(e->base.kind, sizeof(e->base.kind), "csd");
     e->cfg = *cfg;
     e->store = store;
     e->kcfg = k;

@@ -65,6 +65,8 @@ struct na_kv_store {
     na_kv_store_cfg_t cfg;
     char              dir[512];
     int               has_ssd;
+    int               ssd_only;    /* a block has lived on the SSD tier only (sticky):
+                                      views may hold blocks to read back */
     na_kv_file_t      file;
     na_kv_io_t       *io;          /* writeback / prefill writes (this thread) */
     int               io_inflight;
@@ -97,6 +99,9 @@ na_status_t na_kv_wait_req(na_kv_store_t *s, na_kv_req_t *r);
 void        na_kv_wr_pool_destroy(na_kv_store_t *s);
 /* Write r's header now (synchronous); used at open. */
 na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r);
+/* Read r's header back from its extent (na_kv_read_header; r has one). */
+na_status_t na_kv_header_read(na_kv_store_t *s, na_kv_req_t *r, uint64_t *seq_p, int *tokens,
+                              int n_layers);
 
 static inline uint64_t na_kv_layer_off(const na_kv_req_t *r, int layer)
 {

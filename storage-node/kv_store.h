@@ -210,6 +210,10 @@ na_status_t na_kv_flush(na_kv_store_t *s, na_kv_req_t *r);
 na_status_t na_kv_poll(na_kv_store_t *s, int wait);
 
 void        na_kv_stats(na_kv_store_t *s, na_kv_stats_t *out);
+/* 1 once a block of this store has lived on the SSD tier only (sticky):
+ * before that no view holds a block to read back, so there is nothing to
+ * read ahead (the engines' layer-ahead prefetch is skipped). */
+int         na_kv_ssd_only_seen(const na_kv_store_t *s);
 /* Engines add the SSD bytes they read (for stats; call from the loop thread). */
 void        na_kv_count_read(na_kv_store_t *s, uint64_t bytes);
 

@@ -172,7 +172,7 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
         m.u.attn_out.q_per_kv = a->q_per_kv;
         m.u.attn_out.dtype = a->dtype;
         m.u.attn_out.entries = oe;
-        st = na_node_send(n, p, &m);   /* encodes a copy: oe and conv are free again */
+        st = na_node_send(p, &m);   /* encodes a copy: oe and conv are free again */
     }
     return st;
 }

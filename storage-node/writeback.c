@@ -1,5 +1,8 @@
-/* storage-node/writeback.c — delayed KV writeback (INF2 §4.2) and the
- * per-extent header that makes a crash detectable.
+/* storage-node/writeback.c — delayed KV writeback (INF2 §4.2), the
+ * per-extent header that makes a crash detectable, and a request's failure
+ * state (na_kv_req_fail / na_kv_req_check: a write that fails fails its
+ * request). Below kv_store.c, which calls down into it and never the
+ * reverse.
  *
  * New rows are appended into blocks in the writeback buffer (DRAM) and
  * attention reads them from there. Every spill_interval decode steps of a
@@ -34,6 +37,27 @@
 #include "common/fnv.h"
 #include "common/log.h"
 #include "storage-node/kv_internal.h"
+
+/* ---- a request's failure state (first failure wins) ---------------------- */
+
+void na_kv_req_fail(na_kv_req_t *r, na_status_t st, const char *reason)
+{
+    if (r->fail_st != NA_OK)
+        return;
+    r->fail_st = st;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    na_log_warn("kv: request %llu failed: %s", (unsigned long long)r->id, reason);
+}
+
+na_status_t na_kv_req_check(na_kv_req_t *r)
+{
+    if (r->fail_st == NA_OK)
+        return NA_OK;
+    return na_err(r->fail_st, "request %llu failed earlier: %s",
+                  (unsigned long long)r->id, r->reason);
+}
+
+/* ---- write records -------------------------------------------------------- */
 
 enum { NA_KV_WR_DATA, NA_KV_WR_TAIL, NA_KV_WR_HDR };
 
@@ -188,6 +212,7 @@ static void na_kv_block_settle(na_kv_store_t *s, na_kv_req_t *r, na_kv_block_t *
         na_kv_dram_block_put(s, blk->mem, r->block_bytes);
         blk->mem = NULL;
         blk->loc = NA_KV_LOC_SSD;
+        s->ssd_only = 1;
     }
     blk->written = 0;
 }
@@ -423,18 +448,15 @@ na_status_t na_kv_flush(na_kv_store_t *s, na_kv_req_t *r)
     return st;
 }
 
-na_status_t na_kv_read_header(na_kv_store_t *s, uint64_t id, uint64_t *seq_p,
-                              int *tokens, int n_layers)
+na_status_t na_kv_header_read(na_kv_store_t *s, na_kv_req_t *r, uint64_t *seq_p, int *tokens,
+                              int n_layers)
 {
-    na_kv_req_t *r = na_kv_find(s, id);
+    const uint64_t id = r->id;
     uint8_t *h;
     uint64_t sum;
     na_status_t st;
     int l;
 
-    if (r == NULL || !r->has_ext)
-        return na_err(NA_ERR_NOT_FOUND, "read header: request %llu has no extent",
-                      (unsigned long long)id);
     st = na_kv_poll(s, 1);              /* the ring is shared: drain it first */
     if (st != NA_OK)
         return st;
