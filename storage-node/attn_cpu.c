@@ -26,6 +26,10 @@
  * (test_node_tier's busy client: 5 of 5 layers late in a CI run, once the
  * kernels took 2-3 ms per batch). */
 #define NA_ATTN_HELP_US 500
+/* Most work (tokens x query heads x head_dim, summed over the jobs) the
+ * loop thread queues without waking a worker (na_attn_cq_push_quiet):
+ * about 15 us of kernels on the 2-vCPU VMs, below a worker's wake-up. */
+#define NA_ATTN_INLINE_WORK (128u * 1024u)
 
 typedef struct na_attn_item na_attn_item_t;
 typedef struct na_attn_cpu  na_attn_cpu_t;     /* the CPU engine */
@@ -112,6 +116,8 @@ struct na_attn_cpu {
     na_attn_job_t       *rq_head, *rq_tail;   /* jobs waiting for a chunk + reads */
     na_attn_job_t       *cq_head, *cq_tail;   /* jobs ready to compute */
     na_attn_job_t       *pf;                  /* prefetch jobs issued, not claimed */
+    uint64_t             quiet_work;    /* work of the jobs queued since a worker was last
+                                           woken (na_attn_cq_push_quiet) */
     int                  reads_inflight;
     uint64_t             io_busy_since; /* when reads_inflight last rose from 0 */
     int                  stop;
@@ -199,6 +205,24 @@ static void na_attn_cq_push(na_attn_cpu_t *e, na_attn_job_t *j)
 {
     na_attn_q_append(&e->cq_head, &e->cq_tail, j);
     pthread_cond_signal(&e->cv_work);
+}
+
+/* A granule in memory queued by the loop thread (work: its tokens x query
+ * heads x head_dim). While the jobs queued since the workers were last
+ * woken add up to at most NA_ATTN_INLINE_WORK, no worker is woken: the
+ * loop thread runs them itself at close (cpu_close), which costs less than
+ * waking a sleeping worker and waiting for its wake-up back (20-110 us on
+ * the 2-vCPU VMs; a decode entry of the demo model is ~2 us of kernels).
+ * Past that, every worker is woken for the queue. */
+static void na_attn_cq_push_quiet(na_attn_cpu_t *e, na_attn_job_t *j, uint64_t work)
+{
+    na_attn_q_append(&e->cq_head, &e->cq_tail, j);
+    if (e->quiet_work + work <= NA_ATTN_INLINE_WORK) {
+        e->quiet_work += work;
+        return;
+    }
+    e->quiet_work = 0;
+    pthread_cond_broadcast(&e->cv_work);
 }
 
 static na_attn_job_t *na_attn_job_get(na_attn_cpu_t *e)
@@ -668,6 +692,16 @@ static void cpu_item_destroy(na_attn_item_t *it)
     free(it);
 }
 
+/* Free a list of jobs linked by next (the prefetches, the free list). */
+static void cpu_job_list_free(na_attn_job_t *j)
+{
+    while (j != NULL) {
+        na_attn_job_t *next = j->next;
+        free(j);
+        j = next;
+    }
+}
+
 static void cpu_destroy(na_attn_engine_t *base)
 {
     na_attn_cpu_t *e = (na_attn_cpu_t *)base;
@@ -682,16 +716,8 @@ static void cpu_destroy(na_attn_engine_t *base)
         if (!(j->prefetch && j->item == NULL))
             free(j);
     }
-    while (e->pf != NULL) {
-        na_attn_job_t *j = e->pf;
-        e->pf = j->next;
-        free(j);
-    }
-    while (e->job_free != NULL) {
-        na_attn_job_t *j = e->job_free;
-        e->job_free = j->next;
-        free(j);
-    }
+    cpu_job_list_free(e->pf);
+    cpu_job_list_free(e->job_free);
     while (e->item_free != NULL) {
         na_attn_item_t *it = e->item_free;
         e->item_free = it->next;
@@ -893,7 +919,9 @@ static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_
         j->fd = it->view.fd;
         (*made_p)++;
         if (!ssd) {
-            na_attn_cq_push(e, j);
+            na_attn_cq_push_quiet(e, j, (uint64_t)(t1 - t0) * (uint64_t)(j->i1 - j->i0) *
+                                        (uint64_t)it->n_kvh * (uint64_t)it->group *
+                                        (uint64_t)e->kcfg->head_dim);
             continue;
         }
         j->s0 = s0;
@@ -1090,6 +1118,8 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
     return NA_OK;
 }
 
+static int na_attn_help(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t t_end_ns);
+
 static na_status_t cpu_close(na_attn_engine_t *base, na_attn_batch_t *b)
 {
     na_attn_cpu_t *e = (na_attn_cpu_t *)base;
@@ -1100,6 +1130,17 @@ static na_status_t cpu_close(na_attn_engine_t *base, na_attn_batch_t *b)
      * ahead */
     if (e->cfg.prefetch_layers > 0 && na_kv_ssd_only_seen(e->store))
         na_attn_pf_issue(e, b);
+    /* jobs queued without waking a worker (na_attn_cq_push_quiet): the
+     * loop thread runs them now; what is left (another batch's, or past
+     * NA_ATTN_HELP_US) goes to the workers */
+    pthread_mutex_lock(&e->mu);
+    if (e->quiet_work > 0) {
+        e->quiet_work = 0;
+        (void)na_attn_help(e, b, na_now_ns() + (uint64_t)NA_ATTN_HELP_US * 1000ull);
+        if (e->cq_head != NULL)
+            pthread_cond_broadcast(&e->cv_work);
+    }
+    pthread_mutex_unlock(&e->mu);
     return NA_OK;
 }
 

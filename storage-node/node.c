@@ -246,7 +246,8 @@ static void na_node_tick(void *ctx)
     na_node_t *n = ctx;
 
     (void)na_node_decode_reap(n, 0);
-    na_node_join_poll(n);
+    if (n->n_doors > 0)              /* an extra node announcing itself (node_join.c) */
+        na_node_join_poll(n);
     if (n->ss != NULL && na_slotset_poll(n->ss) != NA_OK)
         na_log_warn("node %s: slots: %s", n->name, na_errmsg());
 }
@@ -291,7 +292,8 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
         /* batches computing: poll the peers without blocking, then wait a
          * little on the engines (na_node_tick answers what completed) */
         na_status_t st = na_ses_poll(n->ses, n->decode_computing > 0 ? 0
-                                             : na_node_join_pending(n) ? 2 : wait_ms);
+                                             : n->n_doors > 0 && na_node_join_pending(n) ? 2
+                                             : wait_ms);
 
         if (st != NA_OK && st != NA_ERR_TIMEOUT)
             return st;
