@@ -207,13 +207,15 @@ static void na_attn_cq_push(na_attn_cpu_t *e, na_attn_job_t *j)
     pthread_cond_signal(&e->cv_work);
 }
 
-/* A granule in memory queued by the loop thread (work: its tokens x query
- * heads x head_dim). While the jobs queued since the workers were last
- * woken add up to at most NA_ATTN_INLINE_WORK, no worker is woken: the
- * loop thread runs them itself at close (cpu_close), which costs less than
- * waking a sleeping worker and waiting for its wake-up back (20-110 us on
- * the 2-vCPU VMs; a decode entry of the demo model is ~2 us of kernels).
- * Past that, every worker is woken for the queue. */
+/* A granule in memory of a batch's last entries (submit_close: the loop
+ * thread closes the batch at once; work: its tokens x query heads x
+ * head_dim). While the jobs queued since the workers were last woken add
+ * up to at most NA_ATTN_INLINE_WORK, no worker is woken: the loop thread
+ * runs them itself at close (cpu_close), which costs less than waking a
+ * sleeping worker and waiting for its wake-up back (20-110 us on the
+ * 2-vCPU VMs; a decode entry of the demo model is ~2 us of kernels). Past
+ * that, every worker is woken for the queue. Entries submitted before the
+ * last ones start on the workers at once (streaming, attn_engine.h). */
 static void na_attn_cq_push_quiet(na_attn_cpu_t *e, na_attn_job_t *j, uint64_t work)
 {
     na_attn_q_append(&e->cq_head, &e->cq_tail, j);
@@ -879,7 +881,8 @@ static int na_attn_rows_per_job(const na_attn_cpu_t *e, const na_attn_item_t *it
 
 /* Granule g's jobs (e->mu held): one per range of rb rows that see it (an
  * SSD granule: one for all of them). queue 0: count them only; 1: make and
- * queue them, counting those made in *made_p. Returns the number of jobs,
+ * queue them, counting those made in *made_p; 2: the same, a granule in
+ * memory without waking a worker (na_attn_cq_push_quiet). Returns the number of jobs,
  * or -1 (item failed: status and reason set) when one cannot be made. */
 static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r, int g,
                                 int rb, int queue, int *made_p)
@@ -918,10 +921,14 @@ static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_
         j->i1 = ssd || i0 + rb > it->n_q ? it->n_q : i0 + rb;
         j->fd = it->view.fd;
         (*made_p)++;
-        if (!ssd) {
+        if (!ssd && queue == 2) {
             na_attn_cq_push_quiet(e, j, (uint64_t)(t1 - t0) * (uint64_t)(j->i1 - j->i0) *
                                         (uint64_t)it->n_kvh * (uint64_t)it->group *
                                         (uint64_t)e->kcfg->head_dim);
+            continue;
+        }
+        if (!ssd) {
+            na_attn_cq_push(e, j);
             continue;
         }
         j->s0 = s0;
@@ -994,7 +1001,8 @@ static na_attn_item_t *cpu_item_get(na_attn_cpu_t *e)
 /* Build item and queue its jobs (loop thread): a granule (whole parts of
  * the context) per job, or for a block of query rows (a prompt chunk,
  * n_q > 1) a granule and a range of the rows that see it. */
-static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r)
+static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r,
+                                      int quiet)
 {
     na_attn_entry_t *en = it->entry;
     const int hd = e->kcfg->head_dim;
@@ -1059,7 +1067,7 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
         na_attn_item_done(e, it);
     }
     for (g = 0; g < it->n_gran; g++)
-        if (na_attn_granule_jobs(e, it, r, g, rb, 1, &made) < 0) {
+        if (na_attn_granule_jobs(e, it, r, g, rb, quiet ? 2 : 1, &made) < 0) {
             /* fail the entry; the jobs queued finish alone */
             it->pending -= total - made;
             if (it->pending == 0)
@@ -1070,10 +1078,11 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
     return NA_OK;
 }
 
-static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
-                              na_attn_entry_t *entries, int n)
+/* Submit (quiet: the batch's last entries, close follows at once: their
+ * small granules wake no worker, na_attn_cq_push_quiet). */
+static na_status_t cpu_submit_q(na_attn_cpu_t *e, na_attn_batch_t *b, na_attn_entry_t *entries,
+                                int n, int quiet)
 {
-    na_attn_cpu_t *e = (na_attn_cpu_t *)base;
     int i;
 
     for (i = 0; i < n; i++) {
@@ -1104,7 +1113,7 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
         pthread_mutex_unlock(&e->mu);
         st = na_attn_entry_check(e->store, &e->cfg, en, &r);
         if (st == NA_OK)
-            st = na_attn_item_start(e, it, r);
+            st = na_attn_item_start(e, it, r, quiet);
         if (st != NA_OK) {
             /* fails this entry only; nothing of it is queued */
             it->status = st;
@@ -1116,6 +1125,12 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
         }
     }
     return NA_OK;
+}
+
+static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
+                              na_attn_entry_t *entries, int n)
+{
+    return cpu_submit_q((na_attn_cpu_t *)base, b, entries, n, 0);
 }
 
 static int na_attn_help(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t t_end_ns);
@@ -1264,7 +1279,19 @@ static na_status_t cpu_wait(na_attn_engine_t *base, na_attn_batch_t *b)
     return NA_OK;
 }
 
+/* The batch's last entries: small granules in memory wake no worker, close
+ * runs them on this thread (na_attn_cq_push_quiet). */
+static na_status_t cpu_submit_close(na_attn_engine_t *base, na_attn_batch_t *b,
+                                    na_attn_entry_t *entries, int n)
+{
+    na_status_t st = cpu_submit_q((na_attn_cpu_t *)base, b, entries, n, 1);
+
+    (void)cpu_close(base, b);
+    return st;
+}
+
 const na_attn_engine_ops_t na_attn_cpu_ops = {
     cpu_create, cpu_destroy, cpu_begin, cpu_submit, cpu_close, cpu_test, cpu_wait, cpu_stats,
     1,   /* block_queries: a prompt chunk's rows as one block (na_attn_fold_rows) */
+    cpu_submit_close,
 };

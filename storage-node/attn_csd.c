@@ -570,4 +570,5 @@ static na_status_t csd_wait(na_attn_engine_t *base, na_attn_batch_t *b)
 const na_attn_engine_ops_t na_attn_csd_ops = {
     csd_create, csd_destroy, csd_begin, csd_submit, csd_close, csd_test, csd_wait, csd_stats,
     0,   /* block_queries: one query per entry */
+    NULL,   /* submit_close: submit, then close */
 };

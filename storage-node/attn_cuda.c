@@ -854,4 +854,5 @@ fail:
 const na_attn_engine_ops_t na_attn_cuda_ops = {
     acu_create, acu_destroy, acu_begin, acu_submit, acu_close, acu_test, acu_wait, acu_stats,
     0,   /* block_queries: one query per entry */
+    NULL,   /* submit_close: submit, then close */
 };

@@ -158,6 +158,11 @@ typedef struct {
      * per entry (the slot set splits a chunk into per-query entries: csd,
      * cuda). */
     int           block_queries;
+    /* optional (NULL: submit, then close): the batch's last entries and its
+     * close in one call, so that the engine knows no more are coming (cpu:
+     * a small entry is computed on the calling thread, no worker woken) */
+    na_status_t (*submit_close)(na_attn_engine_t *e, na_attn_batch_t *b,
+                                na_attn_entry_t *entries, int n);
 } na_attn_engine_ops_t;
 
 /* The head of every engine object (an implementation's first member). */
@@ -217,6 +222,22 @@ static inline na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b
                           "given %d (request %llu)", e->kind, entries[i].n_q,
                           (unsigned long long)entries[i].req);
     return e->ops->submit(e, b, entries, n);
+}
+
+/* na_attn_submit of b's last entries, then na_attn_batch_close (one call:
+ * the engine may compute small entries on this thread rather than wake a
+ * worker; errors as na_attn_submit, b is closed either way). */
+static inline na_status_t na_attn_submit_close(na_attn_engine_t *e, na_attn_batch_t *b,
+                                               na_attn_entry_t *entries, int n)
+{
+    na_status_t st;
+
+    if (e->ops->submit_close == NULL) {
+        st = na_attn_submit(e, b, entries, n);
+        (void)e->ops->close(e, b);
+        return st;
+    }
+    return e->ops->submit_close(e, b, entries, n);
 }
 
 /* No more entries for b; starts the layer-ahead prefetch. */

@@ -116,6 +116,7 @@ static void na_kv_req_drop(na_kv_store_t *s, na_kv_req_t *r)
         pp = &(*pp)->next;
     if (*pp == r)
         *pp = r->next;
+    na_kv_spill_forget(s, r);
     if (r->has_ext)
         na_kv_file_free(&s->file, r->ext_off, r->ext_len);
     na_kv_dram_unreserve(s, r->dram_reserved + r->dram_tier);
@@ -136,6 +137,7 @@ void na_kv_store_destroy(na_kv_store_t *s)
             na_kv_req_drop(s, s->hash[h]);
     na_kv_dram_trim(s);
     na_kv_wr_pool_destroy(s);
+    free(s->due);
     while (s->vbuf_free != NULL) {
         na_kv_vbuf_t *vb = s->vbuf_free;
         s->vbuf_free = vb->next;
@@ -361,9 +363,14 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
     if (bulk)
         return na_kv_spill(s, r, layer, 0);
     L->pending_steps++;
-    if (L->pending_steps >= c->spill_interval)
-        return na_kv_spill(s, r, layer, 0);
-    return NA_OK;
+    if (L->pending_steps < c->spill_interval)
+        return NA_OK;
+    /* the spill's SSD writes wait for the loop's next na_kv_poll (after
+     * this step was answered); a step later they are made here */
+    if (s->has_ssd && L->pending_steps == c->spill_interval &&
+        na_kv_spill_later(s, r, layer) == 0)
+        return NA_OK;
+    return na_kv_spill(s, r, layer, 0);
 }
 
 na_status_t na_kv_attach(na_kv_store_t *s, na_kv_req_t *r, int layer, const void *mem)

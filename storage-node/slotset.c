@@ -692,9 +692,11 @@ static na_attn_entry_t *na_ss_entry(na_ss_chunk_t *ck, int *fill, na_attn_entry_
     return a;
 }
 
-na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
-                                 const na_slotset_req_t *const *req, na_attn_entry_t *entries,
-                                 int n)
+/* na_slotset_batch_add; close: they are b's last entries, b is closed too
+ * (the engines get them with submit_close). */
+static na_status_t na_ss_add(na_slotset_t *ss, na_slotset_batch_t *b,
+                             const na_slotset_req_t *const *req, na_attn_entry_t *entries, int n,
+                             int close)
 {
     const int hd = ss->common.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
     int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
@@ -708,6 +710,8 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     if (i < n) {
         if (n > ss->before_cap) {
             int *nb = realloc(ss->before, sizeof(int) * (size_t)n);
+            if (nb == NULL && close)
+                na_slotset_batch_close(ss, b);
             if (nb == NULL)
                 return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention "
                               "entries", n);
@@ -734,11 +738,17 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
         base[s] = fill[s] = total;
         total += count[s];
     }
-    if (total == 0)
+    if (total == 0) {
+        if (close)
+            na_slotset_batch_close(ss, b);
         return NA_OK;
+    }
     ck = na_ss_chunk_get(ss, total);
-    if (ck == NULL)
+    if (ck == NULL) {
+        if (close)
+            na_slotset_batch_close(ss, b);
         return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", total);
+    }
     ck->next = b->chunks;
     b->chunks = ck;
     for (i = 0; i < n; i++) {
@@ -783,16 +793,36 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     for (s = 0; s < ss->n_slots; s++) {
         na_attn_engine_t *eng = na_slot_engine(ss->slots[s]);
         na_status_t st = NA_OK;
-        if (count[s] == 0)
+        if (count[s] == 0) {
+            if (close && b->eb[s] != NULL)          /* earlier entries only */
+                (void)na_attn_batch_close(eng, b->eb[s]);
             continue;
+        }
         if (b->eb[s] == NULL)
             st = na_attn_batch_begin(eng, &b->eb[s]);
-        if (st == NA_OK)
+        if (st == NA_OK && close)
+            st = na_attn_submit_close(eng, b->eb[s], &ck->ae[base[s]], count[s]);
+        else if (st == NA_OK)
             st = na_attn_submit(eng, b->eb[s], &ck->ae[base[s]], count[s]);
         if (st != NA_OK)
             na_ss_fail(ck, base[s], base[s] + count[s], st);
     }
+    b->closed |= close;
     return NA_OK;
+}
+
+na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
+                                 const na_slotset_req_t *const *req, na_attn_entry_t *entries,
+                                 int n)
+{
+    return na_ss_add(ss, b, req, entries, n, 0);
+}
+
+na_status_t na_slotset_batch_add_close(na_slotset_t *ss, na_slotset_batch_t *b,
+                                       const na_slotset_req_t *const *req,
+                                       na_attn_entry_t *entries, int n)
+{
+    return na_ss_add(ss, b, req, entries, n, 1);
 }
 
 void na_slotset_batch_close(na_slotset_t *ss, na_slotset_batch_t *b)

@@ -10,8 +10,11 @@
  * spilled in bulk: full blocks are copied into one bounce buffer per run of
  * up to 1 MiB and written with one asynchronous write to their (sequential)
  * SSD home; the partial last block's image is rewritten to its home too.
- * Nothing waits for these writes on the decode path: completions are reaped
- * by na_kv_poll (the node loop calls it between messages) or when the queue
+ * Nothing waits for these writes on the decode path, and a decode step does
+ * not even issue them: its spill is listed (na_kv_spill_later) and made by
+ * the loop's next na_kv_poll, after the step's answer went out (or by the
+ * next append of that layer when no poll came); completions are reaped by
+ * na_kv_poll (the node loop calls it between messages) or when the queue
  * is full. Until a block's write completes it stays WRITING and attention
  * keeps reading its DRAM copy. A block that fits the DRAM budget stays in
  * the DRAM tier after its write (write-through), otherwise its memory is
@@ -20,7 +23,8 @@
  * What a crash loses. DRAM is volatile: after a crash only the SSD file is
  * left. For each (request, layer) the SSD holds the rows of every spill
  * whose writes completed; rows appended since (at most spill_interval - 1
- * decode steps, plus a spill still in flight) are lost. Detection: each
+ * decode steps, plus a spill due at the next poll or still in flight) are
+ * lost. Detection: each
  * request's extent begins with a 4 KiB header — magic, request id, a
  * generation number unique per open, the shape, the durable row count of
  * each layer and an FNV-1a checksum — rewritten after every spill whose
@@ -284,12 +288,63 @@ static na_status_t na_kv_reap(na_kv_store_t *s, int min_wait)
     return NA_OK;
 }
 
+int na_kv_spill_later(na_kv_store_t *s, na_kv_req_t *r, int layer)
+{
+    if (r->layers[layer].due)
+        return 0;
+    if (s->n_due == s->due_cap) {
+        int cap = s->due_cap ? 2 * s->due_cap : 64;
+        na_kv_due_t *nd = realloc(s->due, sizeof(*nd) * (size_t)cap);
+        if (nd == NULL)
+            return -1;
+        s->due = nd;
+        s->due_cap = cap;
+    }
+    s->due[s->n_due].r = r;
+    s->due[s->n_due].layer = layer;
+    s->n_due++;
+    r->layers[layer].due = 1;
+    return 0;
+}
+
+void na_kv_spill_forget(na_kv_store_t *s, const na_kv_req_t *r)
+{
+    int i;
+
+    for (i = 0; i < s->n_due;) {
+        if (s->due[i].r == r) {
+            s->n_due--;
+            s->due[i] = s->due[s->n_due];     /* the last one takes its place */
+        } else {
+            i++;
+        }
+    }
+}
+
+/* The spills left for the poll (na_kv_spill_later), unless made since. A
+ * write that cannot be issued fails its request (na_kv_wr_issue). */
+static void na_kv_spill_due(na_kv_store_t *s)
+{
+    int i;
+
+    for (i = 0; i < s->n_due; i++) {
+        na_kv_req_t *r = s->due[i].r;
+        na_kv_layer_t *L = &r->layers[s->due[i].layer];
+        L->due = 0;
+        if (L->pending_steps >= s->cfg.spill_interval && r->fail_st == NA_OK)
+            (void)na_kv_spill(s, r, s->due[i].layer, 0);
+    }
+    s->n_due = 0;
+}
+
 na_status_t na_kv_poll(na_kv_store_t *s, int wait)
 {
     na_status_t st = NA_OK;
 
     if (!s->has_ssd)
         return NA_OK;
+    if (s->n_due > 0)
+        na_kv_spill_due(s);
     if (!wait)
         return s->io_inflight > 0 ? na_kv_reap(s, 0) : NA_OK;
     while (s->io_inflight > 0 && st == NA_OK)
