@@ -1,8 +1,10 @@
 /* storage-node/attn_cpu.c — the CPU attention engine ("cpu" in the engine
- * table, attn_engine.c): an I/O thread that reads SSD granules with io_uring into staging
- * chunks, and compute workers that fold granules through the kernels table
- * (see attn_engine.h for the model). */
+ * table, attn_engine.c): an I/O thread that reads SSD granules with io_uring
+ * into staging chunks, compute workers that fold granules through the
+ * kernels table (attn_fold.c), and the layer-ahead prefetch of the next
+ * layers' SSD granules at batch close (see attn_engine.h for the model). */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +13,8 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "storage-node/attn_engine.h"
 #include "storage-node/attn_fold.h"
-#include "storage-node/attn_internal.h"
 #include "storage-node/kv_fault.h"
 
 /* Longest the loop thread polls (yielding) for a batch's last jobs before it
@@ -24,6 +26,113 @@
  * (test_node_tier's busy client: 5 of 5 layers late in a CI run, once the
  * kernels took 2-3 ms per batch). */
 #define NA_ATTN_HELP_US 500
+/* Most work (tokens x query heads x head_dim, summed over the jobs) the
+ * loop thread queues without waking a worker (na_attn_cq_push_quiet):
+ * about 15 us of kernels on the 2-vCPU VMs, below a worker's wake-up. */
+#define NA_ATTN_INLINE_WORK (128u * 1024u)
+
+typedef struct na_attn_item na_attn_item_t;
+typedef struct na_attn_cpu  na_attn_cpu_t;     /* the CPU engine */
+
+/* One granule of one entry, or a prefetch read not yet claimed by one. */
+typedef struct na_attn_job {
+    struct na_attn_job *next;        /* prefetch list (e->pf) */
+    struct na_attn_job *qnext;       /* read queue or compute queue */
+    na_attn_item_t     *item;        /* NULL while an unclaimed prefetch */
+    int                 g;           /* granule index in the item */
+    int                 t0, t1;      /* tokens [t0, t1): whole parts (NA_ATTN_PART) */
+    int                 i0, i1;      /* the item's query rows folded (a block: a range
+                                        of its rows; one query: 0, 1) */
+    int                 b0, nb;      /* blocks [b0, b0+nb) of the layer: those of t0..t1 */
+    int                 s0;          /* first block held in chunk (SSD range) */
+    int                 fd;          /* SSD file */
+    uint64_t            off;         /* file offset of block s0 */
+    size_t              got;         /* bytes read so far */
+    size_t              len;         /* bytes read into chunk (0 = no read) */
+    void               *chunk;       /* staging chunk, or NULL */
+    int                 pieces;      /* reads in flight */
+    int                 failed;      /* a read failed, came back short or failed
+                                        its checksum */
+    char                why[200];
+    /* prefetch */
+    int                 prefetch;    /* issued by prefetch */
+    int                 done;        /* all reads completed */
+    int                 stale;       /* drop on completion */
+    uint64_t            req_id, seq;
+    int                 layer;
+    uint64_t            round;
+} na_attn_job_t;
+
+struct na_attn_item {
+    na_attn_entry_t *entry;
+    na_attn_batch_t *batch;
+    na_kv_view_t     view;
+    int              has_view;
+    int              n_kvh, group;
+    int              n_gran;
+    int              n_parts;        /* parts of the context (NA_ATTN_PART tokens) */
+    int              pending;        /* jobs not yet computed */
+    int              started;        /* its jobs were made (or it completed at once) */
+    int              n_q;            /* query rows (a prompt chunk's block: > 1) */
+    int              lim0;           /* row i sees the first lim0 + i tokens */
+    const float     *qg;             /* the rows, KV-head major (na_attn_rows_t) */
+    float           *qg_own;         /* qg when gathered here (n_q > 1) */
+    na_attn_stat_t  *st;             /* (n_parts, n_kvh*n_q*group) partial stats */
+    float           *acc;            /* (n_parts, n_kvh*n_q*group*head_dim) partial sums */
+    na_attn_stat_t  *tst;            /* n_q > 1: a row's parts, to merge */
+    float           *tacc;           /*   (n_parts, n_kvh*group[*head_dim]) */
+    size_t           qg_cap, st_cap, acc_cap, tst_cap, tacc_cap;  /* their sizes (elements):
+                                        kept with the item on the engine's free list */
+    struct na_attn_item *next;       /* on the engine's free list */
+    na_status_t      status;
+    char             reason[200];
+};
+
+struct na_attn_batch {
+    uint64_t         t_begin_ns;
+    na_attn_item_t **items;
+    int              n, cap;
+    int              done;           /* items completed (written under engine mu,
+                                        atomically: na_attn_yield_wait polls it) */
+    int              closed;
+    struct na_attn_batch *next_free; /* on the engine's free list (items kept) */
+};
+
+struct na_attn_cpu {
+    na_attn_engine_t     base;          /* ops table and kind: first */
+    na_attn_engine_cfg_t cfg;
+    na_kv_store_t       *store;
+    const na_kv_store_cfg_t *kcfg;
+    na_kv_io_t          *io;
+    size_t               chunk_bytes;
+    void               **chunks;        /* (stage_chunks) */
+    void               **free_chunks;   /* stack */
+    int                  n_free_chunks;
+
+    pthread_mutex_t      mu;
+    pthread_cond_t       cv_work;       /* workers: tasks queued / stop */
+    pthread_cond_t       cv_io;         /* I/O thread: reads queued, chunk freed / stop */
+    pthread_cond_t       cv_done;       /* loop thread: an item completed */
+    na_attn_job_t       *rq_head, *rq_tail;   /* jobs waiting for a chunk + reads */
+    na_attn_job_t       *cq_head, *cq_tail;   /* jobs ready to compute */
+    na_attn_job_t       *pf;                  /* prefetch jobs issued, not claimed */
+    uint64_t             quiet_work;    /* work of the jobs queued since a worker was last
+                                           woken (na_attn_cq_push_quiet) */
+    int                  reads_inflight;
+    uint64_t             io_busy_since; /* when reads_inflight last rose from 0 */
+    int                  stop;
+    uint64_t             round;
+    pthread_t            io_thread;
+    pthread_t           *workers;
+    na_kernels_t       **kernels;       /* one backend per worker, then the loop's */
+    int                  n_started;
+    na_attn_stats_t      stats;         /* guarded by mu */
+    uint64_t             read_unreported;
+    /* free lists (guarded by mu): steady decode reuses what completed */
+    na_attn_job_t       *job_free;
+    na_attn_item_t      *item_free;
+    na_attn_batch_t     *batch_free;
+};
 
 /* Parts (NA_ATTN_PART tokens) per granule: split_tokens rounded down to
  * whole parts, at least one; a granule never cuts a part, whose chunks and
@@ -34,14 +143,14 @@ static int na_attn_granule_parts(const na_attn_cpu_t *e)
     return p < 1 ? 1 : p;
 }
 
-int na_attn_n_granules(const na_attn_cpu_t *e, int n_tokens)
+static int na_attn_n_granules(const na_attn_cpu_t *e, int n_tokens)
 {
     const int ppg = na_attn_granule_parts(e);
     return (na_attn_n_parts(n_tokens) + ppg - 1) / ppg;
 }
 
-void na_attn_granule_range(const na_attn_cpu_t *e, int n_tokens, int g, int *t0_p,
-                           int *t1_p, int *b0_p, int *nb_p)
+static void na_attn_granule_range(const na_attn_cpu_t *e, int n_tokens, int g, int *t0_p,
+                                  int *t1_p, int *b0_p, int *nb_p)
 {
     const int gt = na_attn_granule_parts(e) * NA_ATTN_PART, bt = e->kcfg->block_tokens;
     const int t0 = g * gt, t1 = n_tokens - t0 < gt ? n_tokens : t0 + gt;
@@ -52,8 +161,8 @@ void na_attn_granule_range(const na_attn_cpu_t *e, int n_tokens, int g, int *t0_
     *nb_p = (t1 + bt - 1) / bt - t0 / bt;
 }
 
-int na_attn_granule_ssd(const na_kv_view_t *v, int b0, int nb, int *s0_p,
-                        uint64_t *off_p, size_t *len_p)
+static int na_attn_granule_ssd(const na_kv_view_t *v, int b0, int nb, int *s0_p,
+                               uint64_t *off_p, size_t *len_p)
 {
     int b, first = -1, last = -1;
 
@@ -86,7 +195,7 @@ static void na_attn_q_append(na_attn_job_t **head, na_attn_job_t **tail, na_attn
     *tail = j;
 }
 
-void na_attn_rq_push(na_attn_cpu_t *e, na_attn_job_t *j)
+static void na_attn_rq_push(na_attn_cpu_t *e, na_attn_job_t *j)
 {
     na_attn_q_append(&e->rq_head, &e->rq_tail, j);
     pthread_cond_signal(&e->cv_io);
@@ -98,7 +207,27 @@ static void na_attn_cq_push(na_attn_cpu_t *e, na_attn_job_t *j)
     pthread_cond_signal(&e->cv_work);
 }
 
-na_attn_job_t *na_attn_job_get(na_attn_cpu_t *e)
+/* A granule in memory of a batch's last entries (submit_close: the loop
+ * thread closes the batch at once; work: its tokens x query heads x
+ * head_dim). While the jobs queued since the workers were last woken add
+ * up to at most NA_ATTN_INLINE_WORK, no worker is woken: the loop thread
+ * runs them itself at close (cpu_close), which costs less than waking a
+ * sleeping worker and waiting for its wake-up back (20-110 us on the
+ * 2-vCPU VMs; a decode entry of the demo model is ~2 us of kernels). Past
+ * that, every worker is woken for the queue. Entries submitted before the
+ * last ones start on the workers at once (streaming, attn_engine.h). */
+static void na_attn_cq_push_quiet(na_attn_cpu_t *e, na_attn_job_t *j, uint64_t work)
+{
+    na_attn_q_append(&e->cq_head, &e->cq_tail, j);
+    if (e->quiet_work + work <= NA_ATTN_INLINE_WORK) {
+        e->quiet_work += work;
+        return;
+    }
+    e->quiet_work = 0;
+    pthread_cond_broadcast(&e->cv_work);
+}
+
+static na_attn_job_t *na_attn_job_get(na_attn_cpu_t *e)
 {
     na_attn_job_t *j = e->job_free;
 
@@ -109,16 +238,153 @@ na_attn_job_t *na_attn_job_get(na_attn_cpu_t *e)
     return j;
 }
 
-void na_attn_job_put(na_attn_cpu_t *e, na_attn_job_t *j)
+static void na_attn_job_put(na_attn_cpu_t *e, na_attn_job_t *j)
 {
     j->next = e->job_free;
     e->job_free = j;
 }
 
-void na_attn_chunk_put(na_attn_cpu_t *e, void *chunk)
+static void na_attn_chunk_put(na_attn_cpu_t *e, void *chunk)
 {
     e->free_chunks[e->n_free_chunks++] = chunk;
     pthread_cond_signal(&e->cv_io);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Layer-ahead prefetch of SSD-resident KV.
+ *
+ * When a batch for layer l is closed (all its entries arrived), the compute
+ * node is about to spend a while on the rest of layer l and on layer l+1's
+ * projections; the storage node uses that time to read the SSD granules of
+ * layers l+1 .. l+P of the same requests into staging chunks, so that when
+ * layer l+1's entries arrive their SSD blocks are already (being) read and
+ * disk reads overlap computation instead of following it.
+ *
+ * A prefetch is keyed by (request id, open generation, layer, first block,
+ * block count, file offset, length). The next submit of that (request,
+ * layer) computes the same granules from its own view and claims a match;
+ * a mismatch (a block settled to the SSD tier in between, a request that
+ * went away) is never used: the granule is read on demand and the stale
+ * prefetch is dropped after a few rounds. Prefetches hold at most half of
+ * the staging chunks, so demand reads always make progress. */
+
+#define NA_ATTN_PF_KEEP_ROUNDS 2
+
+static int na_attn_pf_match(const na_attn_job_t *p, const na_attn_job_t *w)
+{
+    return p->req_id == w->req_id && p->seq == w->seq && p->layer == w->layer &&
+           p->b0 == w->b0 && p->nb == w->nb && p->s0 == w->s0 && p->off == w->off &&
+           p->len == w->len;
+}
+
+static na_attn_job_t *na_attn_pf_claim(na_attn_cpu_t *e, const na_attn_job_t *want)
+{
+    na_attn_job_t **pp = &e->pf, *p;
+
+    for (p = *pp; p != NULL; pp = &p->next, p = p->next) {
+        if (!p->stale && na_attn_pf_match(p, want)) {
+            *pp = p->next;
+            p->next = NULL;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static void na_attn_pf_expire(na_attn_cpu_t *e, uint64_t keep)
+{
+    na_attn_job_t **pp = &e->pf, *p;
+
+    while ((p = *pp) != NULL) {
+        if (p->round + keep < e->round) {
+            *pp = p->next;
+            if (p->done) {                 /* read finished: give the chunk back */
+                if (p->chunk != NULL)
+                    na_attn_chunk_put(e, p->chunk);
+                na_attn_job_put(e, p);
+            } else {                       /* queued or in flight: drop when it lands */
+                p->stale = 1;
+                if (p->chunk == NULL) {    /* still queued: remove from the read queue */
+                    na_attn_job_t **qq = &e->rq_head, *q, *prev = NULL;
+                    for (q = *qq; q != NULL && q != p; prev = q, qq = &q->qnext, q = q->qnext)
+                        ;
+                    if (q == p) {
+                        *qq = p->qnext;
+                        if (e->rq_tail == p)
+                            e->rq_tail = prev;
+                        na_attn_job_put(e, p);
+                    }
+                }
+            }
+            continue;
+        }
+        pp = &p->next;
+    }
+}
+
+static int na_attn_pf_count(const na_attn_cpu_t *e)
+{
+    const na_attn_job_t *p;
+    int n = 0;
+    for (p = e->pf; p != NULL; p = p->next)
+        n++;
+    return n;
+}
+
+static void na_attn_pf_issue(na_attn_cpu_t *e, na_attn_batch_t *b)
+{
+    const na_kv_store_cfg_t *kc = e->kcfg;
+    const int budget = e->cfg.stage_chunks / 2;
+    int i, d, g;
+
+    pthread_mutex_lock(&e->mu);
+    e->round++;
+    na_attn_pf_expire(e, NA_ATTN_PF_KEEP_ROUNDS);
+    pthread_mutex_unlock(&e->mu);
+
+    for (d = 1; d <= e->cfg.prefetch_layers; d++) {
+        for (i = 0; i < b->n; i++) {
+            na_attn_item_t *it = b->items[i];
+            na_kv_view_t v;
+            int layer, n_gran;
+
+            if (!it->has_view || it->status != NA_OK || it->entry->n_ctx > 0)
+                continue;       /* a prompt chunk's earlier queries: its last one reads ahead */
+            layer = it->entry->layer + d;
+            if (layer >= kc->n_layers)
+                continue;
+            if (na_kv_view(e->store, it->view.req, layer, &v) != NA_OK)
+                continue;
+            n_gran = na_attn_n_granules(e, v.n_tokens);
+            pthread_mutex_lock(&e->mu);
+            for (g = 0; g < n_gran; g++) {
+                na_attn_job_t *j;
+                if (na_attn_pf_count(e) >= budget)
+                    break;
+                j = na_attn_job_get(e);
+                if (j == NULL)
+                    break;
+                na_attn_granule_range(e, v.n_tokens, g, &j->t0, &j->t1, &j->b0, &j->nb);
+                if (!na_attn_granule_ssd(&v, j->b0, j->nb, &j->s0, &j->off, &j->len) ||
+                    j->len > e->chunk_bytes) {
+                    na_attn_job_put(e, j);
+                    continue;
+                }
+                j->fd = v.fd;
+                j->prefetch = 1;
+                j->req_id = it->entry->req;
+                j->seq = na_kv_req_seq(it->view.req);
+                j->layer = layer;
+                j->round = e->round;
+                j->next = e->pf;
+                e->pf = j;
+                e->stats.prefetch_issued++;
+                na_attn_rq_push(e, j);
+            }
+            pthread_mutex_unlock(&e->mu);
+            na_kv_view_release(e->store, &v);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -428,6 +694,16 @@ static void cpu_item_destroy(na_attn_item_t *it)
     free(it);
 }
 
+/* Free a list of jobs linked by next (the prefetches, the free list). */
+static void cpu_job_list_free(na_attn_job_t *j)
+{
+    while (j != NULL) {
+        na_attn_job_t *next = j->next;
+        free(j);
+        j = next;
+    }
+}
+
 static void cpu_destroy(na_attn_engine_t *base)
 {
     na_attn_cpu_t *e = (na_attn_cpu_t *)base;
@@ -442,16 +718,8 @@ static void cpu_destroy(na_attn_engine_t *base)
         if (!(j->prefetch && j->item == NULL))
             free(j);
     }
-    while (e->pf != NULL) {
-        na_attn_job_t *j = e->pf;
-        e->pf = j->next;
-        free(j);
-    }
-    while (e->job_free != NULL) {
-        na_attn_job_t *j = e->job_free;
-        e->job_free = j->next;
-        free(j);
-    }
+    cpu_job_list_free(e->pf);
+    cpu_job_list_free(e->job_free);
     while (e->item_free != NULL) {
         na_attn_item_t *it = e->item_free;
         e->item_free = it->next;
@@ -493,6 +761,8 @@ static na_status_t cpu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return na_err(NA_ERR_NOMEM, "attention engine: out of memory");
+    e->base.ops = &na_attn_cpu_ops;
+    snprintf(e->base.kind, sizeof(e->base.kind), "cpu");
     e->cfg = *cfg;
     if (e->cfg.kernels == NULL)
         e->cfg.kernels = "cpu";
@@ -611,7 +881,8 @@ static int na_attn_rows_per_job(const na_attn_cpu_t *e, const na_attn_item_t *it
 
 /* Granule g's jobs (e->mu held): one per range of rb rows that see it (an
  * SSD granule: one for all of them). queue 0: count them only; 1: make and
- * queue them, counting those made in *made_p. Returns the number of jobs,
+ * queue them, counting those made in *made_p; 2: the same, a granule in
+ * memory without waking a worker (na_attn_cq_push_quiet). Returns the number of jobs,
  * or -1 (item failed: status and reason set) when one cannot be made. */
 static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r, int g,
                                 int rb, int queue, int *made_p)
@@ -650,6 +921,12 @@ static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_
         j->i1 = ssd || i0 + rb > it->n_q ? it->n_q : i0 + rb;
         j->fd = it->view.fd;
         (*made_p)++;
+        if (!ssd && queue == 2) {
+            na_attn_cq_push_quiet(e, j, (uint64_t)(t1 - t0) * (uint64_t)(j->i1 - j->i0) *
+                                        (uint64_t)it->n_kvh * (uint64_t)it->group *
+                                        (uint64_t)e->kcfg->head_dim);
+            continue;
+        }
         if (!ssd) {
             na_attn_cq_push(e, j);
             continue;
@@ -724,7 +1001,8 @@ static na_attn_item_t *cpu_item_get(na_attn_cpu_t *e)
 /* Build item and queue its jobs (loop thread): a granule (whole parts of
  * the context) per job, or for a block of query rows (a prompt chunk,
  * n_q > 1) a granule and a range of the rows that see it. */
-static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r)
+static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_t *r,
+                                      int quiet)
 {
     na_attn_entry_t *en = it->entry;
     const int hd = e->kcfg->head_dim;
@@ -789,7 +1067,7 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
         na_attn_item_done(e, it);
     }
     for (g = 0; g < it->n_gran; g++)
-        if (na_attn_granule_jobs(e, it, r, g, rb, 1, &made) < 0) {
+        if (na_attn_granule_jobs(e, it, r, g, rb, quiet ? 2 : 1, &made) < 0) {
             /* fail the entry; the jobs queued finish alone */
             it->pending -= total - made;
             if (it->pending == 0)
@@ -800,10 +1078,11 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
     return NA_OK;
 }
 
-static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
-                              na_attn_entry_t *entries, int n)
+/* Submit (quiet: the batch's last entries, close follows at once: their
+ * small granules wake no worker, na_attn_cq_push_quiet). */
+static na_status_t cpu_submit_q(na_attn_cpu_t *e, na_attn_batch_t *b, na_attn_entry_t *entries,
+                                int n, int quiet)
 {
-    na_attn_cpu_t *e = (na_attn_cpu_t *)base;
     int i;
 
     for (i = 0; i < n; i++) {
@@ -834,7 +1113,7 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
         pthread_mutex_unlock(&e->mu);
         st = na_attn_entry_check(e->store, &e->cfg, en, &r);
         if (st == NA_OK)
-            st = na_attn_item_start(e, it, r);
+            st = na_attn_item_start(e, it, r, quiet);
         if (st != NA_OK) {
             /* fails this entry only; nothing of it is queued */
             it->status = st;
@@ -848,13 +1127,35 @@ static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
     return NA_OK;
 }
 
+static na_status_t cpu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
+                              na_attn_entry_t *entries, int n)
+{
+    return cpu_submit_q((na_attn_cpu_t *)base, b, entries, n, 0);
+}
+
+static int na_attn_help(na_attn_cpu_t *e, na_attn_batch_t *b, uint64_t t_end_ns);
+
 static na_status_t cpu_close(na_attn_engine_t *base, na_attn_batch_t *b)
 {
     na_attn_cpu_t *e = (na_attn_cpu_t *)base;
 
     b->closed = 1;
-    if (e->cfg.prefetch_layers > 0)
+    /* nothing of this store was ever on the SSD tier only (all in DRAM):
+     * no view has a block to read, no prefetch is out, nothing to read
+     * ahead */
+    if (e->cfg.prefetch_layers > 0 && na_kv_ssd_only_seen(e->store))
         na_attn_pf_issue(e, b);
+    /* jobs queued without waking a worker (na_attn_cq_push_quiet): the
+     * loop thread runs them now; what is left (another batch's, or past
+     * NA_ATTN_HELP_US) goes to the workers */
+    pthread_mutex_lock(&e->mu);
+    if (e->quiet_work > 0) {
+        e->quiet_work = 0;
+        (void)na_attn_help(e, b, na_now_ns() + (uint64_t)NA_ATTN_HELP_US * 1000ull);
+        if (e->cq_head != NULL)
+            pthread_cond_broadcast(&e->cv_work);
+    }
+    pthread_mutex_unlock(&e->mu);
     return NA_OK;
 }
 
@@ -978,7 +1279,19 @@ static na_status_t cpu_wait(na_attn_engine_t *base, na_attn_batch_t *b)
     return NA_OK;
 }
 
+/* The batch's last entries: small granules in memory wake no worker, close
+ * runs them on this thread (na_attn_cq_push_quiet). */
+static na_status_t cpu_submit_close(na_attn_engine_t *base, na_attn_batch_t *b,
+                                    na_attn_entry_t *entries, int n)
+{
+    na_status_t st = cpu_submit_q((na_attn_cpu_t *)base, b, entries, n, 1);
+
+    (void)cpu_close(base, b);
+    return st;
+}
+
 const na_attn_engine_ops_t na_attn_cpu_ops = {
     cpu_create, cpu_destroy, cpu_begin, cpu_submit, cpu_close, cpu_test, cpu_wait, cpu_stats,
     1,   /* block_queries: a prompt chunk's rows as one block (na_attn_fold_rows) */
+    cpu_submit_close,
 };

@@ -42,7 +42,7 @@
 #include "common/faults.h"
 #include "common/log.h"
 #include "kernels/csd/csd_kernel.h"
-#include "storage-node/attn_engine.h"
+#include "storage-node/attn_fold.h"
 #include "storage-node/csd_xclbin.h"
 #include "storage-node/xrt_dev.h"
 
@@ -189,6 +189,8 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return na_err(NA_ERR_NOMEM, "csd: out of memory");
+    e->base.ops = &na_attn_csd_ops;
+    snprintf(e->base.kind, sizeof(e->base.kind), "csd");
     e->cfg = *cfg;
     e->store = store;
     e->kcfg = k;
@@ -568,4 +570,5 @@ static na_status_t csd_wait(na_attn_engine_t *base, na_attn_batch_t *b)
 const na_attn_engine_ops_t na_attn_csd_ops = {
     csd_create, csd_destroy, csd_begin, csd_submit, csd_close, csd_test, csd_wait, csd_stats,
     0,   /* block_queries: one query per entry */
+    NULL,   /* submit_close: submit, then close */
 };

@@ -138,8 +138,9 @@ typedef struct {
 } na_attn_stats_t;
 
 /* One engine implementation. Every call is made from the slot's loop
- * thread; the functions below check nothing and forward to these. */
+ * thread; the calls below forward to these (inline: no layer of its own). */
 typedef struct {
+    /* builds the engine and sets its head (ops: this table, kind: its name) */
     na_status_t (*create)(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
                           na_attn_engine_t **e_p);
     void        (*destroy)(na_attn_engine_t *e);
@@ -157,6 +158,11 @@ typedef struct {
      * per entry (the slot set splits a chunk into per-query entries: csd,
      * cuda). */
     int           block_queries;
+    /* optional (NULL: submit, then close): the batch's last entries and its
+     * close in one call, so that the engine knows no more are coming (cpu:
+     * a small entry is computed on the calling thread, no worker woken) */
+    na_status_t (*submit_close)(na_attn_engine_t *e, na_attn_batch_t *b,
+                                na_attn_entry_t *entries, int n);
 } na_attn_engine_ops_t;
 
 /* The head of every engine object (an implementation's first member). */
@@ -164,6 +170,16 @@ struct na_attn_engine {
     const na_attn_engine_ops_t *ops;
     char                        kind[16];
 };
+
+/* The implementations (attn_engine.c's table indexes them by registry id;
+ * the cuda engine runs an inner cpu one). */
+extern const na_attn_engine_ops_t na_attn_cpu_ops;    /* attn_cpu.c */
+#if NA_HAVE_CSD_ENGINE
+extern const na_attn_engine_ops_t na_attn_csd_ops;    /* attn_csd.c */
+#endif
+#if NA_HAVE_CUDA
+extern const na_attn_engine_ops_t na_attn_cuda_ops;   /* attn_cuda.c */
+#endif
 
 /* Fill cfg with defaults (1 thread, group 1, 8 KV heads, split 1024, 8 chunks,
  * depth 32, prefetch 1, kernels "cpu"). */
@@ -173,40 +189,93 @@ void        na_attn_engine_cfg_default(na_attn_engine_cfg_t *cfg);
  * NA_ERR_UNSUPPORTED (common/engines.h says why), a bad cfg NA_ERR_RANGE. */
 na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
                                   const na_attn_engine_cfg_t *cfg, na_attn_engine_t **e_p);
-/* Stops the threads (after the reads in flight) and frees everything.
- * Every batch must have been completed (wait, or test said done) first. */
-void        na_attn_engine_destroy(na_attn_engine_t *e);
 /* Whether the table has an implementation for registry id (common/engines.h). */
 int         na_attn_engine_has(int id);
 
-na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p);
+/* Stops the threads (after the reads in flight) and frees everything.
+ * Every batch must have been completed (wait, or test said done) first. */
+static inline void na_attn_engine_destroy(na_attn_engine_t *e)
+{
+    if (e != NULL)
+        e->ops->destroy(e);
+}
+
+static inline na_status_t na_attn_batch_begin(na_attn_engine_t *e, na_attn_batch_t **b_p)
+{
+    return e->ops->begin(e, b_p);
+}
+
 /* Validate and start n entries: appends k_new/v_new to the store, takes a
  * view and queues the work. An entry of n_q > 1 to an engine without
  * block_queries fails the call (NA_ERR_INVALID; na_attn_engine_blocks says
  * which engines take them). An entry that fails validation completes at
  * once with its status and reason; the call itself fails only for engine
  * errors (out of memory). Entries must stay valid until b completes. */
-na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b,
-                           na_attn_entry_t *entries, int n);
+static inline na_status_t na_attn_submit(na_attn_engine_t *e, na_attn_batch_t *b,
+                                         na_attn_entry_t *entries, int n)
+{
+    int i;
+
+    for (i = 0; i < n && !e->ops->block_queries; i++)
+        if (entries[i].n_q > 1)
+            return na_err(NA_ERR_INVALID, "attention engine '%s' takes one query per entry, "
+                          "given %d (request %llu)", e->kind, entries[i].n_q,
+                          (unsigned long long)entries[i].req);
+    return e->ops->submit(e, b, entries, n);
+}
+
+/* na_attn_submit of b's last entries, then na_attn_batch_close (one call:
+ * the engine may compute small entries on this thread rather than wake a
+ * worker; errors as na_attn_submit, b is closed either way). */
+static inline na_status_t na_attn_submit_close(na_attn_engine_t *e, na_attn_batch_t *b,
+                                               na_attn_entry_t *entries, int n)
+{
+    na_status_t st;
+
+    if (e->ops->submit_close == NULL) {
+        st = na_attn_submit(e, b, entries, n);
+        (void)e->ops->close(e, b);
+        return st;
+    }
+    return e->ops->submit_close(e, b, entries, n);
+}
+
 /* No more entries for b; starts the layer-ahead prefetch. */
-na_status_t na_attn_batch_close(na_attn_engine_t *e, na_attn_batch_t *b);
+static inline na_status_t na_attn_batch_close(na_attn_engine_t *e, na_attn_batch_t *b)
+{
+    return e->ops->close(e, b);
+}
+
 /* Non-blocking completion check of a closed batch (waits at most wait_us;
  * 0 = just look). When *done = 1, b completed as by na_attn_batch_wait and
  * is freed; otherwise b is untouched. */
-na_status_t na_attn_batch_test(na_attn_engine_t *e, na_attn_batch_t *b, int wait_us,
-                               int *done);
+static inline na_status_t na_attn_batch_test(na_attn_engine_t *e, na_attn_batch_t *b,
+                                             int wait_us, int *done)
+{
+    return e->ops->test(e, b, wait_us < 0 ? 0 : wait_us, done);
+}
+
 /* Block until every entry of b completed, release its views, propagate
  * failures to the store (a failed read fails its request), free b. */
-na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b);
+static inline na_status_t na_attn_batch_wait(na_attn_engine_t *e, na_attn_batch_t *b)
+{
+    return e->ops->wait(e, b);
+}
 
-void        na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out);
-/* Check an entry against its request before anything is touched (every
- * engine's submit): the request is open and not failed, layer and shapes
- * agree, q/o/k_new/v_new given. On NA_OK *r_p is the request. */
-na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
-                                const na_attn_entry_t *en, na_kv_req_t **r_p);
-const char *na_attn_engine_kind(const na_attn_engine_t *e);
+static inline void na_attn_engine_stats(na_attn_engine_t *e, na_attn_stats_t *out)
+{
+    e->ops->stats(e, out);
+}
+
+static inline const char *na_attn_engine_kind(const na_attn_engine_t *e)
+{
+    return e->kind;
+}
+
 /* 1 if e answers an entry of n_q > 1 query rows as one block. */
-int         na_attn_engine_blocks(const na_attn_engine_t *e);
+static inline int na_attn_engine_blocks(const na_attn_engine_t *e)
+{
+    return e->ops->block_queries;
+}
 
 #endif /* NA_ATTN_ENGINE_H */

@@ -217,3 +217,35 @@ na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const
     free(st);
     return NA_OK;
 }
+
+na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
+                                const na_attn_entry_t *en, na_kv_req_t **r_p)
+{
+    na_kv_req_t *r = na_kv_find(store, en->req);
+    const int n_layers = na_kv_store_cfg(store)->n_layers;
+    int n_kvh;
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOT_FOUND, "unknown request %llu", (unsigned long long)en->req);
+    n_kvh = na_kv_req_n_kvh(r);
+    if (en->layer < 0 || en->layer >= n_layers)
+        return na_err(NA_ERR_RANGE, "request %llu: layer %d out of range [0, %d)",
+                      (unsigned long long)en->req, en->layer, n_layers);
+    if (n_kvh > cfg->max_kv_heads)
+        return na_err(NA_ERR_RANGE, "request %llu: %d KV heads, the engine takes at most %d",
+                      (unsigned long long)en->req, n_kvh, cfg->max_kv_heads);
+    if (en->n_kv_heads != n_kvh || en->n_q_heads != n_kvh * cfg->group)
+        return na_err(NA_ERR_INVALID, "request %llu: shapes disagree: %d query / %d KV heads "
+                      "sent, slot holds %d KV heads x group %d", (unsigned long long)en->req,
+                      en->n_q_heads, en->n_kv_heads, n_kvh, cfg->group);
+    if (en->q == NULL || en->o == NULL || (en->k_new == NULL) != (en->v_new == NULL))
+        return na_err(NA_ERR_INVALID, "request %llu: missing q, o, k_new or v_new",
+                      (unsigned long long)en->req);
+    if (en->n_ctx < 0 || (en->n_q > 1 && en->k_new != NULL))
+        return na_err(NA_ERR_INVALID, "request %llu: an engine entry of %d queries and %d "
+                      "context tokens%s", (unsigned long long)en->req, en->n_q, en->n_ctx,
+                      en->k_new != NULL ? " with K/V rows (a block's rows are appended by "
+                      "the slot set)" : "");
+    *r_p = r;
+    return na_kv_req_check(r);
+}

@@ -13,12 +13,15 @@
  * (na_attn_fold_merge, per row); na_attn_fold_query does both for one query
  * row on the calling thread, na_attn_fold_block for a block of rows (a
  * prompt chunk: each K/V run read once for all of its rows, each row with
- * its own causal limit and decode's bits). */
+ * its own causal limit and decode's bits). Below the engines too: the
+ * check of an engine entry against its request's KV (na_attn_entry_check),
+ * which the cpu and csd engines make at submit. */
 #ifndef NA_ATTN_FOLD_H
 #define NA_ATTN_FOLD_H
 
 #include "common/status.h"
 #include "kernels/kernels.h"
+#include "storage-node/attn_engine.h"
 #include "storage-node/kv_store.h"
 
 /* Where block b of a view lies (its DRAM memory, or its bytes in a staging
@@ -107,6 +110,14 @@ void na_attn_rows_merge(const na_attn_shape_t *sh, int n_q, int lim0, int n_part
 na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
                                size_t q_stride, int n_q, int lim0, na_attn_block_fn *base,
                                void *arg, float *o, size_t o_stride);
+
+/* Check an engine entry against its request's KV before anything is
+ * touched (the cpu and csd engines' submit): the request is open and not
+ * failed, the layer exists, the entry's heads are the request's KV heads
+ * times the engine's group, q/o/k_new/v_new given. On NA_OK *r_p is the
+ * request. */
+na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
+                                const na_attn_entry_t *en, na_kv_req_t **r_p);
 
 /* Parts of a context of n tokens. */
 static inline int na_attn_n_parts(int n)

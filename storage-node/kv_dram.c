@@ -85,6 +85,7 @@ static void na_kv_dram_evict(na_kv_store_t *s, uint64_t bytes)
                     na_kv_dram_block_put(s, blk->mem, r->block_bytes);
                     blk->mem = NULL;
                     blk->loc = NA_KV_LOC_SSD;
+                    s->ssd_only = 1;
                     r->dram_tier -= r->block_bytes;
                     s->dram_used -= r->block_bytes;
                     if (na_kv_dram_fits(s, bytes))

@@ -22,6 +22,7 @@ typedef struct {
                                       the full block goes out after them) */
     int            busy;           /* views held */
     int            deferred;       /* blocks written while busy: finish at release */
+    int            due;            /* on the store's due list (na_kv_spill_later) */
     na_kv_block_t *blocks;         /* (max_blocks) */
 } na_kv_layer_t;
 
@@ -55,6 +56,12 @@ typedef struct na_kv_vbuf {
     na_kv_block_t      b[];
 } na_kv_vbuf_t;
 
+/* A (request, layer) whose decode spill waits for the next na_kv_poll. */
+typedef struct {
+    na_kv_req_t *r;
+    int          layer;
+} na_kv_due_t;
+
 /* One DRAM block kept for reuse. */
 typedef struct na_kv_free_blk {
     struct na_kv_free_blk *next;
@@ -65,6 +72,8 @@ struct na_kv_store {
     na_kv_store_cfg_t cfg;
     char              dir[512];
     int               has_ssd;
+    int               ssd_only;    /* a block has lived on the SSD tier only (sticky):
+                                      views may hold blocks to read back */
     na_kv_file_t      file;
     na_kv_io_t       *io;          /* writeback / prefill writes (this thread) */
     int               io_inflight;
@@ -76,6 +85,8 @@ struct na_kv_store {
     na_kv_vbuf_t     *vbuf_free;   /* released views' tables, reused */
     struct na_kv_wr  *wr_free;     /* completed write records with their bounce
                                       buffers (writeback.c), reused */
+    na_kv_due_t      *due;         /* decode spills waiting for na_kv_poll */
+    int               n_due, due_cap;
     na_kv_stats_t     st;
 };
 
@@ -91,12 +102,21 @@ int         na_kv_dram_fits(const na_kv_store_t *s, uint64_t bytes);
 /* Commit full buffered blocks of (r, layer) and rewrite the partial tail's
  * SSD image; asynchronous unless sync. */
 na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync);
+/* A decode step's spill of (r, layer), left for the loop's next
+ * na_kv_poll (after the step's answer went out): 0, or -1 when it cannot be
+ * listed (out of memory: spill now). */
+int         na_kv_spill_later(na_kv_store_t *s, na_kv_req_t *r, int layer);
+/* Forget r's spills left for later (r is going away). */
+void        na_kv_spill_forget(na_kv_store_t *s, const na_kv_req_t *r);
 /* Wait until r has no write in flight. */
 na_status_t na_kv_wait_req(na_kv_store_t *s, na_kv_req_t *r);
 /* Free the write records kept for reuse (at destroy, nothing in flight). */
 void        na_kv_wr_pool_destroy(na_kv_store_t *s);
 /* Write r's header now (synchronous); used at open. */
 na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r);
+/* Read r's header back from its extent (na_kv_read_header; r has one). */
+na_status_t na_kv_header_read(na_kv_store_t *s, na_kv_req_t *r, uint64_t *seq_p, int *tokens,
+                              int n_layers);
 
 static inline uint64_t na_kv_layer_off(const na_kv_req_t *r, int layer)
 {

@@ -116,6 +116,7 @@ static void na_kv_req_drop(na_kv_store_t *s, na_kv_req_t *r)
         pp = &(*pp)->next;
     if (*pp == r)
         *pp = r->next;
+    na_kv_spill_forget(s, r);
     if (r->has_ext)
         na_kv_file_free(&s->file, r->ext_off, r->ext_len);
     na_kv_dram_unreserve(s, r->dram_reserved + r->dram_tier);
@@ -136,6 +137,7 @@ void na_kv_store_destroy(na_kv_store_t *s)
             na_kv_req_drop(s, s->hash[h]);
     na_kv_dram_trim(s);
     na_kv_wr_pool_destroy(s);
+    free(s->due);
     while (s->vbuf_free != NULL) {
         na_kv_vbuf_t *vb = s->vbuf_free;
         s->vbuf_free = vb->next;
@@ -169,23 +171,6 @@ int      na_kv_req_n_kvh(const na_kv_req_t *r) { return r->n_kvh; }
 int na_kv_req_tokens(const na_kv_req_t *r, int layer)
 {
     return r->layers[layer].n_tokens;
-}
-
-void na_kv_req_fail(na_kv_req_t *r, na_status_t st, const char *reason)
-{
-    if (r->fail_st != NA_OK)
-        return;
-    r->fail_st = st;
-    snprintf(r->reason, sizeof(r->reason), "%s", reason);
-    na_log_warn("kv: request %llu failed: %s", (unsigned long long)r->id, reason);
-}
-
-na_status_t na_kv_req_check(na_kv_req_t *r)
-{
-    if (r->fail_st == NA_OK)
-        return NA_OK;
-    return na_err(r->fail_st, "request %llu failed earlier: %s",
-                  (unsigned long long)r->id, r->reason);
 }
 
 na_status_t na_kv_open(na_kv_store_t *s, uint64_t id, int max_tokens, int n_kvh)
@@ -378,9 +363,14 @@ na_status_t na_kv_append(na_kv_store_t *s, na_kv_req_t *r, int layer, const void
     if (bulk)
         return na_kv_spill(s, r, layer, 0);
     L->pending_steps++;
-    if (L->pending_steps >= c->spill_interval)
-        return na_kv_spill(s, r, layer, 0);
-    return NA_OK;
+    if (L->pending_steps < c->spill_interval)
+        return NA_OK;
+    /* the spill's SSD writes wait for the loop's next na_kv_poll (after
+     * this step was answered); a step later they are made here */
+    if (s->has_ssd && L->pending_steps == c->spill_interval &&
+        na_kv_spill_later(s, r, layer) == 0)
+        return NA_OK;
+    return na_kv_spill(s, r, layer, 0);
 }
 
 na_status_t na_kv_attach(na_kv_store_t *s, na_kv_req_t *r, int layer, const void *mem)
@@ -570,6 +560,7 @@ void na_kv_view_release(na_kv_store_t *s, na_kv_view_t *view)
                     na_kv_dram_block_put(s, blk->mem, view->req->block_bytes);
                     blk->mem = NULL;
                     blk->loc = NA_KV_LOC_SSD;
+                    s->ssd_only = 1;
                 }
                 blk->written = 0;
             }
@@ -595,6 +586,22 @@ void na_kv_stats(na_kv_store_t *s, na_kv_stats_t *out)
     *out = s->st;
     out->dram_used = s->dram_used;
     out->ssd_used = s->has_ssd ? s->file.used : 0;
+}
+
+na_status_t na_kv_read_header(na_kv_store_t *s, uint64_t id, uint64_t *seq_p,
+                              int *tokens, int n_layers)
+{
+    na_kv_req_t *r = na_kv_find(s, id);
+
+    if (r == NULL || !r->has_ext)
+        return na_err(NA_ERR_NOT_FOUND, "read header: request %llu has no extent",
+                      (unsigned long long)id);
+    return na_kv_header_read(s, r, seq_p, tokens, n_layers);
+}
+
+int na_kv_ssd_only_seen(const na_kv_store_t *s)
+{
+    return s->ssd_only;
 }
 
 void na_kv_count_read(na_kv_store_t *s, uint64_t bytes)

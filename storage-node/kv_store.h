@@ -25,7 +25,10 @@
  * layer) the full buffered blocks are committed: to the DRAM tier while its
  * byte budget allows (no copy: the block simply changes tier), else written
  * to their SSD home asynchronously (loc WRITING until the write completes;
- * attention keeps reading the DRAM copy meanwhile). The partial last block
+ * attention keeps reading the DRAM copy meanwhile). A decode step's spill
+ * is made by the loop's next na_kv_poll, after the step was answered (the
+ * SSD write off the round trip), or by the next append when no poll came
+ * in between. The partial last block
  * stays in the buffer and its image is also rewritten to its SSD home so
  * that the SSD holds every spilled row. See writeback.c for crash semantics.
  * Every whole block written to the SSD gets a checksum (na_kv_sum, kept in
@@ -160,7 +163,8 @@ void        na_kv_req_extent(const na_kv_req_t *r, uint64_t *off_p, uint64_t *le
  * spills at once (every MiB of full blocks as it fills, then the rest)
  * without waiting: call na_kv_flush at the end of a prompt to wait for the
  * writes and learn their outcome; bulk = 0 (decode) counts a step and
- * spills every spill_interval steps, asynchronously. A failed write fails
+ * spills every spill_interval steps, asynchronously: at the next
+ * na_kv_poll, or here one step later if none came. A failed write fails
  * the request (reported by later calls). Errors go to
  * this request only: NA_ERR_NOT_FOUND, NA_ERR_RANGE (past max_tokens or bad
  * layer), NA_ERR_BUSY (a view of (id, layer) is held), NA_ERR_IO. */
@@ -205,11 +209,16 @@ na_status_t na_kv_view_check(const na_kv_view_t *v, int b, const void *data);
 
 /* Spill every buffered row of request r now (all layers) and wait. */
 na_status_t na_kv_flush(na_kv_store_t *s, na_kv_req_t *r);
-/* Reap completed spill writes without blocking (wait = 1: block until all
- * outstanding writes completed). Failed writes fail their request. */
+/* Make the decode spills that are due (na_kv_append), then reap completed
+ * spill writes without blocking (wait = 1: block until all outstanding
+ * writes completed). Failed writes fail their request. */
 na_status_t na_kv_poll(na_kv_store_t *s, int wait);
 
 void        na_kv_stats(na_kv_store_t *s, na_kv_stats_t *out);
+/* 1 once a block of this store has lived on the SSD tier only (sticky):
+ * before that no view holds a block to read back, so there is nothing to
+ * read ahead (the engines' layer-ahead prefetch is skipped). */
+int         na_kv_ssd_only_seen(const na_kv_store_t *s);
 /* Engines add the SSD bytes they read (for stats; call from the loop thread). */
 void        na_kv_count_read(na_kv_store_t *s, uint64_t bytes);
 

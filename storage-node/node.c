@@ -21,48 +21,6 @@ static na_status_t na_node_ses_init(na_node_t *n);
 
 /* ---- request table ------------------------------------------------------- */
 
-static unsigned na_node_bucket(uint32_t peer_id, uint64_t wire_id)
-{
-    uint64_t h = (wire_id ^ ((uint64_t)peer_id << 40)) * 0x9e3779b97f4a7c15ull;
-    return (unsigned)(h >> 54) & (NA_NODE_REQ_BUCKETS - 1);
-}
-
-na_node_req_t *na_node_req_find(na_node_t *n, uint32_t peer_id, uint64_t wire_id)
-{
-    na_node_req_t *r;
-    for (r = n->req_hash[na_node_bucket(peer_id, wire_id)]; r != NULL; r = r->hnext)
-        if (r->peer_id == peer_id && r->wire_id == wire_id)
-            return r;
-    return NULL;
-}
-
-void na_node_req_insert(na_node_t *n, na_node_req_t *r)
-{
-    unsigned b = na_node_bucket(r->peer_id, r->wire_id);
-    r->hnext = n->req_hash[b];
-    n->req_hash[b] = r;
-    n->n_requests++;
-}
-
-na_status_t na_node_req_free(na_node_t *n, na_node_req_t *r)
-{
-    na_node_req_t **pp = &n->req_hash[na_node_bucket(r->peer_id, r->wire_id)];
-    na_node_peer_t *p;
-    na_status_t st = na_slotset_release(n->ss, &r->sr);
-
-    while (*pp != NULL && *pp != r)
-        pp = &(*pp)->hnext;
-    if (*pp == r)
-        *pp = r->hnext;
-    for (p = n->peers; p != NULL; p = p->next)
-        if (p->id == r->peer_id && p->n_requests > 0)
-            p->n_requests--;
-    n->n_requests--;
-    free(r->pfx_tokens);
-    free(r);
-    return st;
-}
-
 /* Free every request owned by peer_id. Returns how many. */
 static int na_node_free_peer_requests(na_node_t *n, uint32_t peer_id)
 {
@@ -83,7 +41,7 @@ static int na_node_free_peer_requests(na_node_t *n, uint32_t peer_id)
 
 /* ---- slots --------------------------------------------------------------- */
 
-na_status_t na_node_shape_init(na_node_t *n, int n_layers, int n_heads, int n_kv_heads,
+static na_status_t na_node_shape_init(na_node_t *n, int n_layers, int n_heads, int n_kv_heads,
                                int head_dim)
 {
     na_status_t st;
@@ -238,28 +196,6 @@ int na_node_port(const na_node_t *n) { return n->port; }
 
 /* ---- peers (handlers of the session, rdma/session.h) ------------------------ */
 
-na_node_peer_t *na_node_peer_add(na_node_t *n, na_peer_t *sp)
-{
-    na_node_peer_t *p = calloc(1, sizeof(*p));
-
-    if (p == NULL) {
-        na_log_error("node %s: out of memory for peer %s", n->name, na_peer_name(sp));
-        na_peer_close(sp, 0, NULL);
-        return NULL;
-    }
-    p->sp = sp;
-    p->id = n->next_peer_id++;
-    snprintf(p->name, sizeof(p->name), "%s", na_peer_name(sp));
-    na_peer_set_user(sp, p);
-    p->next = n->peers;
-    n->peers = p;
-    n->n_peers++;
-    na_log_info("node %s: peer %s (%s, %s) connected", n->name, p->name,
-                na_wire_role_name((unsigned)na_xp_ep_peer_role(na_peer_ep(sp))),
-                na_xp_ep_addr(na_peer_ep(sp)));
-    return p;
-}
-
 static void na_node_on_accept(void *ctx, na_peer_t *sp, na_ses_end_t how, const char *why)
 {
     (void)how;
@@ -301,23 +237,6 @@ static void na_node_on_end(void *ctx, na_peer_t *sp, na_ses_end_t how, const cha
     na_node_peer_free(n, p, 0, NULL);
 }
 
-/* ---- sending --------------------------------------------------------------- */
-
-na_status_t na_node_send(na_node_t *n, na_node_peer_t *p, na_wire_msg_t *m)
-{
-    (void)n;
-    return na_peer_send(p->sp, m, NULL);
-}
-
-na_status_t na_node_send_error(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                               uint64_t req, na_status_t st, const char *text)
-{
-    n->errors_sent++;
-    na_log_info("node %s: ERROR to %s: request %llu: %s", n->name, p->name,
-                (unsigned long long)req, text);
-    return na_peer_answer(p->sp, h, req, st != NA_OK ? st : NA_ERR_INTERNAL, text);
-}
-
 /* ---- loop ----------------------------------------------------------------- */
 
 /* Once per session poll round: answer the attention batches that completed
@@ -327,7 +246,8 @@ static void na_node_tick(void *ctx)
     na_node_t *n = ctx;
 
     (void)na_node_decode_reap(n, 0);
-    na_node_join_poll(n);
+    if (n->n_doors > 0)              /* an extra node announcing itself (node_join.c) */
+        na_node_join_poll(n);
     if (n->ss != NULL && na_slotset_poll(n->ss) != NA_OK)
         na_log_warn("node %s: slots: %s", n->name, na_errmsg());
 }
@@ -372,7 +292,8 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
         /* batches computing: poll the peers without blocking, then wait a
          * little on the engines (na_node_tick answers what completed) */
         na_status_t st = na_ses_poll(n->ses, n->decode_computing > 0 ? 0
-                                             : na_node_join_pending(n) ? 2 : wait_ms);
+                                             : n->n_doors > 0 && na_node_join_pending(n) ? 2
+                                             : wait_ms);
 
         if (st != NA_OK && st != NA_ERR_TIMEOUT)
             return st;

@@ -172,7 +172,7 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
         m.u.attn_out.q_per_kv = a->q_per_kv;
         m.u.attn_out.dtype = a->dtype;
         m.u.attn_out.entries = oe;
-        st = na_node_send(n, p, &m);   /* encodes a copy: oe and conv are free again */
+        st = na_node_send(p, &m);   /* encodes a copy: oe and conv are free again */
     }
     return st;
 }
@@ -512,6 +512,7 @@ static na_status_t nd_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
     struct nd_open *o = p->decode_open;
     nd_part_t *pt;
     na_status_t st;
+    int last;
 
     /* a part that does not continue the open batch closes it (it computes on) */
     if (o != NULL && (o->batch_id != a->batch_id || o->layer != a->layer ||
@@ -554,12 +555,16 @@ static na_status_t nd_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
         o->head = pt;
     o->tail = pt;
     o->got += a->n_entries;
-    st = na_slotset_batch_add(n->ss, o->sb, pt->rq, pt->ae, pt->total);
+    last = !(h->flags & NA_WIRE_F_MORE) || o->got >= o->batch_total;
+    /* the last part: its entries and the close in one call (the engines
+     * know no more are coming: a small entry is computed right here) */
+    st = last ? na_slotset_batch_add_close(n->ss, o->sb, pt->rq, pt->ae, pt->total)
+              : na_slotset_batch_add(n->ss, o->sb, pt->rq, pt->ae, pt->total);
     if (st != NA_OK) {
         na_status_t st2 = na_node_decode_finish(n, p, 1);
         return st != NA_OK ? st : st2;
     }
-    if (!(h->flags & NA_WIRE_F_MORE) || o->got >= o->batch_total) {
+    if (last) {
         nd_close(n, p);            /* computes on; na_node_decode_reap answers it */
         return NA_OK;
     }

@@ -164,23 +164,6 @@ static na_status_t nd_prefix_open(na_node_t *n, na_node_req_t *r, const na_wire_
     return NA_OK;
 }
 
-void na_node_prefix_publish(na_node_t *n, na_node_req_t *r)
-{
-    na_slotset_prompt_t pr;
-
-    if (r->pfx_tokens == NULL)
-        return;
-    memset(&pr, 0, sizeof(pr));
-    memcpy(pr.fp, r->pfx_fp, NA_KVHASH_FP);
-    pr.kv_h0 = r->kv_h0;
-    pr.tokens = r->pfx_tokens;
-    pr.n_tok = r->pfx_n;
-    na_slotset_prefix_publish(n->ss, &r->sr, &pr);
-    free(r->pfx_tokens);
-    r->pfx_tokens = NULL;
-    r->pfx_n = 0;
-}
-
 /* ---- PREFILL_KV ------------------------------------------------------------ */
 
 static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
@@ -389,11 +372,10 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     m.type = NA_WIRE_MSG_STATS;
     m.u.stats.n = k;
     m.u.stats.pairs = v;
-    return na_node_send(n, p, &m);
+    return na_node_send(p, &m);
 }
 
-static na_status_t nd_echo(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
-                           const na_wire_echo_t *e)
+static na_status_t nd_echo(na_node_peer_t *p, const na_wire_hdr_t *h, const na_wire_echo_t *e)
 {
     na_wire_msg_t m;
     if (h->flags & NA_WIRE_F_REPLY)
@@ -402,7 +384,7 @@ static na_status_t nd_echo(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     m.type = NA_WIRE_MSG_ECHO;
     m.flags = NA_WIRE_F_REPLY;
     m.u.echo = *e;
-    return na_node_send(n, p, &m);
+    return na_node_send(p, &m);
 }
 
 /* One message of a type the node serves (registered in na_node_handlers). */
@@ -434,7 +416,7 @@ static na_status_t nd_on_msg(void *ctx, na_ses_in_t *in)
         return st;
     case NA_WIRE_MSG_REQ_RELEASE: return nd_release(n, p, h, &m->u.req_release);
     case NA_WIRE_MSG_STATS_REQ:   return nd_stats(n, p);
-    case NA_WIRE_MSG_ECHO:        return nd_echo(n, p, h, &m->u.echo);
+    case NA_WIRE_MSG_ECHO:        return nd_echo(p, h, &m->u.echo);
     default:
         return na_err(NA_ERR_PROTO, "%s sent %s, which a storage node does not serve",
                       p->name, na_wire_type_name(m->type));

@@ -1,5 +1,5 @@
 /* storage-node/node_internal.h — private state of the storage node's loop
- * (storage-node/node.c, node_dispatch.c, node_kvread.c). */
+ * (storage-node/node*.c). */
 #ifndef NA_NODE_INTERNAL_H
 #define NA_NODE_INTERNAL_H
 
@@ -100,22 +100,47 @@ struct na_node {
     size_t          reply_oe_cap, reply_conv_cap;
 };
 
-/* node.c */
-na_node_req_t *na_node_req_find(na_node_t *n, uint32_t peer_id, uint64_t wire_id);
+/* The files of the node, top-down (each calls only those below it):
+ * node.c (setup, the loop, peers coming and going) -> node_dispatch.c (the
+ * handlers) -> node_decode.c, node_kvread.c; node_join.c; all of them ->
+ * node_req.c (requests, peers, ERROR answers, prefix publishing). */
+
+/* node_req.c: the request table. The lookup and the send are inline: the
+ * decode path takes them for every entry and answer. */
+static inline unsigned na_node_bucket(uint32_t peer_id, uint64_t wire_id)
+{
+    uint64_t h = (wire_id ^ ((uint64_t)peer_id << 40)) * 0x9e3779b97f4a7c15ull;
+    return (unsigned)(h >> 54) & (NA_NODE_REQ_BUCKETS - 1);
+}
+
+static inline na_node_req_t *na_node_req_find(na_node_t *n, uint32_t peer_id, uint64_t wire_id)
+{
+    na_node_req_t *r;
+    for (r = n->req_hash[na_node_bucket(peer_id, wire_id)]; r != NULL; r = r->hnext)
+        if (r->peer_id == peer_id && r->wire_id == wire_id)
+            return r;
+    return NULL;
+}
+
+/* Send an encoded message m to peer p (the session stamps seq/time). */
+static inline na_status_t na_node_send(na_node_peer_t *p, na_wire_msg_t *m)
+{
+    return na_peer_send(p->sp, m, NULL);
+}
+
 /* Link a new request into the table (counts it). */
 void           na_node_req_insert(na_node_t *n, na_node_req_t *r);
 /* Close the request on its slots, unlink and free it. */
 na_status_t    na_node_req_free(na_node_t *n, na_node_req_t *r);
-na_status_t    na_node_shape_init(na_node_t *n, int n_layers, int n_heads, int n_kv_heads,
-                                  int head_dim);
-/* Send an encoded message m to peer p (stamps seq/time). */
-na_status_t    na_node_send(na_node_t *n, na_node_peer_t *p, na_wire_msg_t *m);
 /* Send ERROR about the message with header h (request id r) to p. */
 na_status_t    na_node_send_error(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                   uint64_t req, na_status_t st, const char *text);
-
 /* Set up a peer on session peer sp (accepted, or our own announcement). */
 na_node_peer_t *na_node_peer_add(na_node_t *n, na_peer_t *sp);
+/* Request r's prompt is in (its last PREFILL_KV, or the attention of its
+ * prompt's last chunk on the last layer answered): the prompt's whole blocks
+ * go to the prefix caches, once (r->pfx_tokens is freed; nothing when NULL). */
+void           na_node_prefix_publish(na_node_t *n, na_node_req_t *r);
 
 /* node_join.c: an extra storage node (not in the layout) announces itself to
  * each compute node of the layout that has a port: it connects to it (front
@@ -137,10 +162,6 @@ void           na_node_join_destroy(na_node_t *n);
  * returns NA_OK, an error that concerns one request only (already answered),
  * or NA_ERR_PROTO / transport errors after which the session drops the peer. */
 void           na_node_handlers(na_ses_t *ses);
-/* Request r's prompt is in (its last PREFILL_KV, or the attention of its
- * prompt's last chunk on the last layer answered): the prompt's whole blocks
- * go to the prefix caches, once (r->pfx_tokens is freed; nothing when NULL). */
-void           na_node_prefix_publish(na_node_t *n, na_node_req_t *r);
 
 /* node_decode.c: DECODE_ATTN -> ATTN_OUT. Each part of a batch split over
  * several messages (flag MORE) is submitted to the slots' engines as it

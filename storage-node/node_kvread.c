@@ -99,7 +99,7 @@ static na_status_t kr_send(na_node_t *n, na_node_peer_t *p, const na_wire_kv_fet
     m.u.kv.dtype = f->dtype;
     m.u.kv.k = ck;
     m.u.kv.v = cv;
-    st = na_node_send(n, p, &m);
+    st = na_node_send(p, &m);
     free(conv);
     return st;
 }

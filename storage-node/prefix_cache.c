@@ -175,32 +175,47 @@ static void pc_key(const na_pcache_t *pc, const na_pcache_ident_t *id,
     na_kvhash_truncate(tkey, pc->cfg.hash_bits);
 }
 
-int na_pcache_lookup(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
-                     const uint32_t *tokens, int n_blocks, na_pcache_ent_t **out)
+/* The run of the prompt's first blocks the cache holds, at most n_blocks:
+ * with out, each block checked against its sum (a bad one ends the run and
+ * is dropped once nobody holds it) and referenced into out[i]; without,
+ * only found. Returns the run's length. */
+static int pc_walk(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
+                   const uint32_t *tokens, int n_blocks, na_pcache_ent_t **out)
 {
     const int bt = pc->cfg.block_tokens;
     na_pcache_ent_t *parent = NULL;
-    int n = 0, i;
+    int n;
 
-    pc->st.lookups++;
-    for (i = 0; i < n_blocks; i++) {
+    for (n = 0; n < n_blocks; n++) {
         na_kvhash_t key, tkey;
         na_pcache_ent_t *e;
 
-        pc_key(pc, id, parent, tokens + (size_t)i * bt, &key, &tkey);
-        e = pc_find(pc, id, block_bytes, parent, i, tokens + (size_t)i * bt, &tkey);
+        pc_key(pc, id, parent, tokens + (size_t)n * bt, &key, &tkey);
+        e = pc_find(pc, id, block_bytes, parent, n, tokens + (size_t)n * bt, &tkey);
         if (e == NULL)
             break;
-        if (na_kv_sum(e->mem, pc_bytes(pc, e)) != e->sum) {
-            pc->st.bad_sums++;          /* never hand it out; drop it when nobody holds it */
-            if (e->refs == 0)
-                pc_free(pc, e);
-            break;
+        if (out != NULL) {
+            if (na_kv_sum(e->mem, pc_bytes(pc, e)) != e->sum) {
+                pc->st.bad_sums++;      /* never hand it out; drop it when nobody holds it */
+                if (e->refs == 0)
+                    pc_free(pc, e);
+                break;
+            }
+            e->refs++;
+            out[n] = e;
         }
-        e->refs++;
-        out[n++] = e;
         parent = e;
     }
+    return n;
+}
+
+int na_pcache_lookup(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
+                     const uint32_t *tokens, int n_blocks, na_pcache_ent_t **out)
+{
+    int n, i;
+
+    pc->st.lookups++;
+    n = pc_walk(pc, id, block_bytes, tokens, n_blocks, out);
     for (i = n - 1; i >= 0; i--) {      /* deepest first: the first blocks end up newest */
         pc_lru_unlink(pc, out[i]);
         pc_lru_front(pc, out[i]);
@@ -213,23 +228,11 @@ int na_pcache_lookup(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_
 int na_pcache_peek(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,
                    const uint32_t *tokens, int n_blocks)
 {
-    const int bt = pc->cfg.block_tokens;
-    const na_pcache_ent_t *parent = NULL;
     uint64_t coll = pc->st.collisions;
-    int i;
+    int n = pc_walk(pc, id, block_bytes, tokens, n_blocks, NULL);
 
-    for (i = 0; i < n_blocks; i++) {
-        na_kvhash_t key, tkey;
-        na_pcache_ent_t *e;
-
-        pc_key(pc, id, parent, tokens + (size_t)i * bt, &key, &tkey);
-        e = pc_find(pc, id, block_bytes, parent, i, tokens + (size_t)i * bt, &tkey);
-        if (e == NULL)
-            break;
-        parent = e;
-    }
     pc->st.collisions = coll;           /* a look, not a lookup */
-    return i;
+    return n;
 }
 
 na_status_t na_pcache_insert(na_pcache_t *pc, const na_pcache_ident_t *id, size_t block_bytes,

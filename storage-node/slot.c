@@ -6,12 +6,6 @@
 #include "storage-node/mkdir.h"
 #include "storage-node/slot.h"
 
-struct na_slot {
-    na_slot_common_t  common;
-    na_kv_store_t    *store;
-    na_attn_engine_t *engine;
-};
-
 void na_slot_common_default(na_slot_common_t *c)
 {
     na_attn_engine_cfg_t ec;
@@ -155,16 +149,6 @@ na_status_t na_slot_decode(na_slot_t *s, na_attn_entry_t *entries, int n)
     return st;
 }
 
-na_status_t na_slot_release(na_slot_t *s, uint64_t req)
-{
-    return na_kv_close(s->store, req);
-}
-
-na_status_t na_slot_poll(na_slot_t *s)
-{
-    return na_kv_poll(s->store, 0);
-}
-
 void na_slot_stats(na_slot_t *s, na_slot_stats_t *out)
 {
     na_kv_stats(s->store, &out->kv);
@@ -217,6 +201,3 @@ void na_slot_stats_sum(na_slot_t *const *s, int n, na_slot_stats_t *out)
         a->cuda_alloc_failed += x.attn.cuda_alloc_failed;
     }
 }
-
-na_attn_engine_t *na_slot_engine(na_slot_t *s) { return s->engine; }
-na_kv_store_t    *na_slot_store(na_slot_t *s) { return s->store; }

@@ -64,7 +64,13 @@ typedef struct {
     long        hbm_mb;       /* engine cuda: device KV budget, MiB (0: 80% of the GPU) */
 } na_slot_dev_t;
 
-typedef struct na_slot na_slot_t;
+/* A slot: its store and the engine bound to it (slot.c builds them; the
+ * slot set and the node reach them directly). */
+typedef struct na_slot {
+    na_slot_common_t  common;
+    na_kv_store_t    *store;
+    na_attn_engine_t *engine;
+} na_slot_t;
 
 typedef struct {
     na_kv_stats_t   kv;
@@ -92,14 +98,23 @@ na_status_t na_slot_prefill(na_slot_t *s, uint64_t req, int layer, const void *k
 na_status_t na_slot_prefill_done(na_slot_t *s, uint64_t req);
 /* One decode attention batch, synchronous: entries[i].status/o on return. */
 na_status_t na_slot_decode(na_slot_t *s, na_attn_entry_t *entries, int n);
-na_status_t na_slot_release(na_slot_t *s, uint64_t req);
-na_status_t na_slot_poll(na_slot_t *s);
+static inline na_status_t na_slot_release(na_slot_t *s, uint64_t req)
+{
+    return na_kv_close(s->store, req);
+}
+
+/* Reap the store's writeback completions (never blocks). */
+static inline na_status_t na_slot_poll(na_slot_t *s)
+{
+    return na_kv_poll(s->store, 0);
+}
+
 void        na_slot_stats(na_slot_t *s, na_slot_stats_t *out);
 /* The counters of n slots added up (kernel_threads too: the threads of all
  * of them; csd_noop: 1 if any slot has it). */
 void        na_slot_stats_sum(na_slot_t *const *s, int n, na_slot_stats_t *out);
-na_attn_engine_t *na_slot_engine(na_slot_t *s);
-na_kv_store_t    *na_slot_store(na_slot_t *s);
+static inline na_attn_engine_t *na_slot_engine(na_slot_t *s) { return s->engine; }
+static inline na_kv_store_t    *na_slot_store(na_slot_t *s) { return s->store; }
 
 /* ---------------------------------------------------------------------- */
 /* Placement (placement.c)                                                 */

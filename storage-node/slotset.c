@@ -670,9 +670,33 @@ static na_status_t na_ss_chunk_append(na_slotset_t *ss, const na_slotset_req_t *
     return st;
 }
 
-na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
-                                 const na_slotset_req_t *const *req, na_attn_entry_t *entries,
-                                 int n)
+/* The next engine entry of part pp's slot in ck, for the caller's entry e
+ * of store request sid: the heads the part holds (the node's range under
+ * head partition, not the model's) of e's q and o from float row_off on
+ * (a query row of a prompt chunk). */
+static na_attn_entry_t *na_ss_entry(na_ss_chunk_t *ck, int *fill, na_attn_entry_t *e,
+                                    uint64_t sid, const na_place_part_t *pp, int grp, int hd,
+                                    size_t row_off)
+{
+    const int x = fill[pp->slot]++;
+    const size_t h0 = row_off + (size_t)pp->kvh0 * grp * hd;
+    na_attn_entry_t *a = &ck->ae[x];
+
+    ck->owner[x] = e;
+    a->req = sid;
+    a->layer = e->layer;
+    a->n_kv_heads = pp->n_kvh;
+    a->n_q_heads = pp->n_kvh * grp;
+    a->q = e->q + h0;
+    a->o = e->o + h0;
+    return a;
+}
+
+/* na_slotset_batch_add; close: they are b's last entries, b is closed too
+ * (the engines get them with submit_close). */
+static na_status_t na_ss_add(na_slotset_t *ss, na_slotset_batch_t *b,
+                             const na_slotset_req_t *const *req, na_attn_entry_t *entries, int n,
+                             int close)
 {
     const int hd = ss->common.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
     int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
@@ -686,6 +710,8 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     if (i < n) {
         if (n > ss->before_cap) {
             int *nb = realloc(ss->before, sizeof(int) * (size_t)n);
+            if (nb == NULL && close)
+                na_slotset_batch_close(ss, b);
             if (nb == NULL)
                 return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention "
                               "entries", n);
@@ -712,11 +738,17 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
         base[s] = fill[s] = total;
         total += count[s];
     }
-    if (total == 0)
+    if (total == 0) {
+        if (close)
+            na_slotset_batch_close(ss, b);
         return NA_OK;
+    }
     ck = na_ss_chunk_get(ss, total);
-    if (ck == NULL)
+    if (ck == NULL) {
+        if (close)
+            na_slotset_batch_close(ss, b);
         return na_err(NA_ERR_NOMEM, "slot set: out of memory for %d attention entries", total);
+    }
     ck->next = b->chunks;
     b->chunks = ck;
     for (i = 0; i < n; i++) {
@@ -725,20 +757,12 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
             continue;                 /* a chunk whose rows were refused */
         for (j = 0; j < req[i]->n_parts; j++) {
             const na_place_part_t *pp = &req[i]->parts[j];
+            na_attn_entry_t *a;
             if (e->n_q > 1 && na_attn_engine_blocks(na_slot_engine(ss->slots[pp->slot]))) {
                 /* the chunk's rows as one block (the engine reads each K/V
                  * run once for all of them; row t sees tokens
-                 * 0..before+t); a query's row: the heads the entry covers
-                 * (the node's range under head partition), not the model's */
-                int x = fill[pp->slot]++;
-                na_attn_entry_t *a = &ck->ae[x];
-                ck->owner[x] = &entries[i];
-                a->req = req[i]->sid;
-                a->layer = e->layer;
-                a->n_kv_heads = pp->n_kvh;
-                a->n_q_heads = pp->n_kvh * grp;
-                a->q = e->q + (size_t)pp->kvh0 * grp * hd;
-                a->o = e->o + (size_t)pp->kvh0 * grp * hd;
+                 * 0..before+t) */
+                a = na_ss_entry(ck, fill, &entries[i], req[i]->sid, pp, grp, hd, 0);
                 a->n_q = e->n_q;
                 a->q_stride = (size_t)e->n_q_heads * hd;
                 a->n_ctx = 0;          /* all: it also reads the next layer ahead */
@@ -746,19 +770,11 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
             }
             if (e->n_q > 1) {
                 /* an engine of one query per entry (csd, cuda): one entry
-                 * per query; one query's rows: the heads the entry covers
-                 * (the node's range under head partition), not the model's */
+                 * per query */
                 const size_t qrow = (size_t)e->n_q_heads * hd;
                 for (t = 0; t < e->n_q; t++) {
-                    int x = fill[pp->slot]++;
-                    na_attn_entry_t *a = &ck->ae[x];
-                    ck->owner[x] = &entries[i];
-                    a->req = req[i]->sid;
-                    a->layer = e->layer;
-                    a->n_kv_heads = pp->n_kvh;
-                    a->n_q_heads = pp->n_kvh * grp;
-                    a->q = e->q + (size_t)t * qrow + (size_t)pp->kvh0 * grp * hd;
-                    a->o = e->o + (size_t)t * qrow + (size_t)pp->kvh0 * grp * hd;
+                    a = na_ss_entry(ck, fill, &entries[i], req[i]->sid, pp, grp, hd,
+                                    (size_t)t * qrow);
                     /* rows appended: query t sees tokens 0..before+t; the last
                      * one sees them all (n_ctx 0: it also reads the next
                      * layer ahead) */
@@ -766,17 +782,9 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
                 }
                 continue;
             }
-            int x = fill[pp->slot]++;
-            na_attn_entry_t *a = &ck->ae[x];
-            ck->owner[x] = &entries[i];
-            a->req = req[i]->sid;
-            a->layer = e->layer;
-            a->n_kv_heads = pp->n_kvh;
-            a->n_q_heads = pp->n_kvh * grp;
-            a->q = e->q + (size_t)pp->kvh0 * grp * hd;
+            a = na_ss_entry(ck, fill, &entries[i], req[i]->sid, pp, grp, hd, 0);
             a->k_new = e->k_new ? e->k_new + (size_t)pp->kvh0 * hd : NULL;
             a->v_new = e->v_new ? e->v_new + (size_t)pp->kvh0 * hd : NULL;
-            a->o = e->o + (size_t)pp->kvh0 * grp * hd;
             a->n_ctx = e->n_ctx;
         }
     }
@@ -785,16 +793,36 @@ na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
     for (s = 0; s < ss->n_slots; s++) {
         na_attn_engine_t *eng = na_slot_engine(ss->slots[s]);
         na_status_t st = NA_OK;
-        if (count[s] == 0)
+        if (count[s] == 0) {
+            if (close && b->eb[s] != NULL)          /* earlier entries only */
+                (void)na_attn_batch_close(eng, b->eb[s]);
             continue;
+        }
         if (b->eb[s] == NULL)
             st = na_attn_batch_begin(eng, &b->eb[s]);
-        if (st == NA_OK)
+        if (st == NA_OK && close)
+            st = na_attn_submit_close(eng, b->eb[s], &ck->ae[base[s]], count[s]);
+        else if (st == NA_OK)
             st = na_attn_submit(eng, b->eb[s], &ck->ae[base[s]], count[s]);
         if (st != NA_OK)
             na_ss_fail(ck, base[s], base[s] + count[s], st);
     }
+    b->closed |= close;
     return NA_OK;
+}
+
+na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
+                                 const na_slotset_req_t *const *req, na_attn_entry_t *entries,
+                                 int n)
+{
+    return na_ss_add(ss, b, req, entries, n, 0);
+}
+
+na_status_t na_slotset_batch_add_close(na_slotset_t *ss, na_slotset_batch_t *b,
+                                       const na_slotset_req_t *const *req,
+                                       na_attn_entry_t *entries, int n)
+{
+    return na_ss_add(ss, b, req, entries, n, 1);
 }
 
 void na_slotset_batch_close(na_slotset_t *ss, na_slotset_batch_t *b)

@@ -145,6 +145,13 @@ na_status_t na_slotset_batch_begin(na_slotset_t *ss, na_slotset_batch_t **b_p);
 na_status_t na_slotset_batch_add(na_slotset_t *ss, na_slotset_batch_t *b,
                                  const na_slotset_req_t *const *req, na_attn_entry_t *entries,
                                  int n);
+/* na_slotset_batch_add of b's last entries, then na_slotset_batch_close, in
+ * one call (b is closed even when it fails): the engines know no more are
+ * coming (na_attn_submit_close: the cpu engine computes a small entry on
+ * this thread instead of waking a worker). */
+na_status_t na_slotset_batch_add_close(na_slotset_t *ss, na_slotset_batch_t *b,
+                                       const na_slotset_req_t *const *req,
+                                       na_attn_entry_t *entries, int n);
 void        na_slotset_batch_close(na_slotset_t *ss, na_slotset_batch_t *b);
 /* 1 when the closed batch b completed (results on the entries, b freed),
  * else 0; waits at most wait_us for it (0: just look). */

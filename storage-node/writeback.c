@@ -1,5 +1,8 @@
-/* storage-node/writeback.c — delayed KV writeback (INF2 §4.2) and the
- * per-extent header that makes a crash detectable.
+/* storage-node/writeback.c — delayed KV writeback (INF2 §4.2), the
+ * per-extent header that makes a crash detectable, and a request's failure
+ * state (na_kv_req_fail / na_kv_req_check: a write that fails fails its
+ * request). Below kv_store.c, which calls down into it and never the
+ * reverse.
  *
  * New rows are appended into blocks in the writeback buffer (DRAM) and
  * attention reads them from there. Every spill_interval decode steps of a
@@ -7,8 +10,11 @@
  * spilled in bulk: full blocks are copied into one bounce buffer per run of
  * up to 1 MiB and written with one asynchronous write to their (sequential)
  * SSD home; the partial last block's image is rewritten to its home too.
- * Nothing waits for these writes on the decode path: completions are reaped
- * by na_kv_poll (the node loop calls it between messages) or when the queue
+ * Nothing waits for these writes on the decode path, and a decode step does
+ * not even issue them: its spill is listed (na_kv_spill_later) and made by
+ * the loop's next na_kv_poll, after the step's answer went out (or by the
+ * next append of that layer when no poll came); completions are reaped by
+ * na_kv_poll (the node loop calls it between messages) or when the queue
  * is full. Until a block's write completes it stays WRITING and attention
  * keeps reading its DRAM copy. A block that fits the DRAM budget stays in
  * the DRAM tier after its write (write-through), otherwise its memory is
@@ -17,7 +23,8 @@
  * What a crash loses. DRAM is volatile: after a crash only the SSD file is
  * left. For each (request, layer) the SSD holds the rows of every spill
  * whose writes completed; rows appended since (at most spill_interval - 1
- * decode steps, plus a spill still in flight) are lost. Detection: each
+ * decode steps, plus a spill due at the next poll or still in flight) are
+ * lost. Detection: each
  * request's extent begins with a 4 KiB header — magic, request id, a
  * generation number unique per open, the shape, the durable row count of
  * each layer and an FNV-1a checksum — rewritten after every spill whose
@@ -34,6 +41,27 @@
 #include "common/fnv.h"
 #include "common/log.h"
 #include "storage-node/kv_internal.h"
+
+/* ---- a request's failure state (first failure wins) ---------------------- */
+
+void na_kv_req_fail(na_kv_req_t *r, na_status_t st, const char *reason)
+{
+    if (r->fail_st != NA_OK)
+        return;
+    r->fail_st = st;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    na_log_warn("kv: request %llu failed: %s", (unsigned long long)r->id, reason);
+}
+
+na_status_t na_kv_req_check(na_kv_req_t *r)
+{
+    if (r->fail_st == NA_OK)
+        return NA_OK;
+    return na_err(r->fail_st, "request %llu failed earlier: %s",
+                  (unsigned long long)r->id, r->reason);
+}
+
+/* ---- write records -------------------------------------------------------- */
 
 enum { NA_KV_WR_DATA, NA_KV_WR_TAIL, NA_KV_WR_HDR };
 
@@ -188,6 +216,7 @@ static void na_kv_block_settle(na_kv_store_t *s, na_kv_req_t *r, na_kv_block_t *
         na_kv_dram_block_put(s, blk->mem, r->block_bytes);
         blk->mem = NULL;
         blk->loc = NA_KV_LOC_SSD;
+        s->ssd_only = 1;
     }
     blk->written = 0;
 }
@@ -259,12 +288,63 @@ static na_status_t na_kv_reap(na_kv_store_t *s, int min_wait)
     return NA_OK;
 }
 
+int na_kv_spill_later(na_kv_store_t *s, na_kv_req_t *r, int layer)
+{
+    if (r->layers[layer].due)
+        return 0;
+    if (s->n_due == s->due_cap) {
+        int cap = s->due_cap ? 2 * s->due_cap : 64;
+        na_kv_due_t *nd = realloc(s->due, sizeof(*nd) * (size_t)cap);
+        if (nd == NULL)
+            return -1;
+        s->due = nd;
+        s->due_cap = cap;
+    }
+    s->due[s->n_due].r = r;
+    s->due[s->n_due].layer = layer;
+    s->n_due++;
+    r->layers[layer].due = 1;
+    return 0;
+}
+
+void na_kv_spill_forget(na_kv_store_t *s, const na_kv_req_t *r)
+{
+    int i;
+
+    for (i = 0; i < s->n_due;) {
+        if (s->due[i].r == r) {
+            s->n_due--;
+            s->due[i] = s->due[s->n_due];     /* the last one takes its place */
+        } else {
+            i++;
+        }
+    }
+}
+
+/* The spills left for the poll (na_kv_spill_later), unless made since. A
+ * write that cannot be issued fails its request (na_kv_wr_issue). */
+static void na_kv_spill_due(na_kv_store_t *s)
+{
+    int i;
+
+    for (i = 0; i < s->n_due; i++) {
+        na_kv_req_t *r = s->due[i].r;
+        na_kv_layer_t *L = &r->layers[s->due[i].layer];
+        L->due = 0;
+        if (L->pending_steps >= s->cfg.spill_interval && r->fail_st == NA_OK)
+            (void)na_kv_spill(s, r, s->due[i].layer, 0);
+    }
+    s->n_due = 0;
+}
+
 na_status_t na_kv_poll(na_kv_store_t *s, int wait)
 {
     na_status_t st = NA_OK;
 
     if (!s->has_ssd)
         return NA_OK;
+    if (s->n_due > 0)
+        na_kv_spill_due(s);
     if (!wait)
         return s->io_inflight > 0 ? na_kv_reap(s, 0) : NA_OK;
     while (s->io_inflight > 0 && st == NA_OK)
@@ -423,18 +503,15 @@ na_status_t na_kv_flush(na_kv_store_t *s, na_kv_req_t *r)
     return st;
 }
 
-na_status_t na_kv_read_header(na_kv_store_t *s, uint64_t id, uint64_t *seq_p,
-                              int *tokens, int n_layers)
+na_status_t na_kv_header_read(na_kv_store_t *s, na_kv_req_t *r, uint64_t *seq_p, int *tokens,
+                              int n_layers)
 {
-    na_kv_req_t *r = na_kv_find(s, id);
+    const uint64_t id = r->id;
     uint8_t *h;
     uint64_t sum;
     na_status_t st;
     int l;
 
-    if (r == NULL || !r->has_ext)
-        return na_err(NA_ERR_NOT_FOUND, "read header: request %llu has no extent",
-                      (unsigned long long)id);
     st = na_kv_poll(s, 1);              /* the ring is shared: drain it first */
     if (st != NA_OK)
         return st;

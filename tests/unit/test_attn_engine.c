@@ -920,6 +920,25 @@ static int test_bad_input(void)
         NA_CHECK(e[5].status == NA_OK && e[2].status == NA_OK);
         NA_CHECK(memcmp(e[5].o, outs_keep, sizeof(outs_keep)) == 0);  /* same context, same o */
     }
+    /* the last entries with the close (na_attn_submit_close): a small entry
+     * is computed on the calling thread, no worker woken, so it is done when
+     * the call returns */
+    {
+        na_attn_engine_t *eng = na_slot_engine(s);
+        na_attn_batch_t *bt;
+        na_attn_stats_t as0, as1;
+        na_attn_engine_stats(eng, &as0);
+        NA_CHECK_OK(na_attn_batch_begin(eng, &bt));
+        NA_CHECK_OK(na_attn_submit_close(eng, bt, &e[5], 1));
+        na_attn_engine_stats(eng, &as1);
+        NA_CHECK_MSG(as1.entries == as0.entries + 1 && as1.helped == as0.helped + 1,
+                     "submit_close: %llu entries, %llu helped (want %llu, %llu)",
+                     (unsigned long long)as1.entries, (unsigned long long)as1.helped,
+                     (unsigned long long)as0.entries + 1, (unsigned long long)as0.helped + 1);
+        NA_CHECK_OK(na_attn_batch_wait(eng, bt));
+        NA_CHECK(e[5].status == NA_OK);
+        NA_CHECK(memcmp(e[5].o, outs_keep, sizeof(outs_keep)) == 0);
+    }
     /* a further append past max_tokens fails that entry only */
     e[5].k_new = krow(&w, w.K, 0, 0, 20);
     e[5].v_new = krow(&w, w.V, 0, 0, 20);

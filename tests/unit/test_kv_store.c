@@ -165,7 +165,18 @@ static void test_writeback(void)
     /* the 4th step spills while the view is held: the block stays readable */
     NA_CHECK(na_kv_append(s, r, 0, k, vv, NA_DTYPE_F32, 0, 1, 0) == NA_ERR_BUSY);
     na_kv_view_release(s, &v);
-    NA_CHECK_OK(na_kv_append(s, r, 0, k + 33 * KVH * HD, vv + 33 * KVH * HD, NA_DTYPE_F32, 0, 1, 0));
+    {   /* a decode step's spill waits for the loop's next poll (after the
+         * step was answered) */
+        na_kv_stats_t k0, k1;
+        na_kv_stats(s, &k0);
+        NA_CHECK_OK(na_kv_append(s, r, 0, k + 33 * KVH * HD, vv + 33 * KVH * HD, NA_DTYPE_F32,
+                                 0, 1, 0));
+        na_kv_stats(s, &k1);
+        NA_CHECK_MSG(k1.n_spills == k0.n_spills, "the 4th step spilled in the append");
+        NA_CHECK_OK(na_kv_poll(s, 0));
+        na_kv_stats(s, &k1);
+        NA_CHECK_MSG(k1.n_spills == k0.n_spills + 1, "the poll did not spill the 4th step");
+    }
     NA_CHECK_OK(na_kv_poll(s, 1));
     NA_CHECK_OK(na_kv_read_header(s, 7, &seq2, tok, 2));
     NA_CHECK(tok[0] == 34);
@@ -174,13 +185,31 @@ static void test_writeback(void)
              v.blocks[2].loc == NA_KV_LOC_BUF);
     na_kv_view_release(s, &v);
     NA_CHECK_OK(na_kv_flush(s, r));
+    {   /* no poll after the 4th step: the 5th step's append spills (the
+         * buffer never holds more than one step past the interval) */
+        na_kv_stats_t k0, k1;
+        na_kv_stats(s, &k0);
+        for (t = 34; t < 38; t++)
+            NA_CHECK_OK(na_kv_append(s, r, 0, k + t * KVH * HD, vv + t * KVH * HD,
+                                     NA_DTYPE_F32, 0, 1, 0));
+        na_kv_stats(s, &k1);
+        NA_CHECK(k1.n_spills == k0.n_spills);
+        NA_CHECK_OK(na_kv_append(s, r, 0, k + 38 * KVH * HD, vv + 38 * KVH * HD, NA_DTYPE_F32,
+                                 0, 1, 0));
+        na_kv_stats(s, &k1);
+        NA_CHECK_MSG(k1.n_spills == k0.n_spills + 1, "the 5th step did not spill");
+        NA_CHECK_OK(na_kv_poll(s, 1));                  /* nothing left due */
+        na_kv_stats(s, &k1);
+        NA_CHECK(k1.n_spills == k0.n_spills + 1);
+        NA_CHECK_OK(na_kv_flush(s, r));
+    }
     /* bad input leaves the request as it was */
     NA_CHECK(na_kv_append(s, r, 2, k, vv, NA_DTYPE_F32, 0, 1, 0) == NA_ERR_RANGE);
     NA_CHECK(na_kv_append(s, r, 0, k, vv, g_kv_dtype == NA_DTYPE_BF16 ? NA_DTYPE_F16
                                                                       : NA_DTYPE_BF16,
                           0, 1, 0) == NA_ERR_INVALID);      /* rows of another 2-byte type */
     NA_CHECK(na_kv_append(s, r, 0, k, vv, NA_DTYPE_F32, 0, 27, 0) == NA_ERR_RANGE);
-    NA_CHECK(na_kv_req_tokens(r, 0) == 34);
+    NA_CHECK(na_kv_req_tokens(r, 0) == 39);
     NA_CHECK(na_kv_close(s, 8) == NA_ERR_NOT_FOUND);
     NA_CHECK_OK(na_kv_close(s, 7));
     na_kv_store_destroy(s);
