@@ -14,7 +14,8 @@
 #           they queue and all finish with the monolithic text; a prompt
 #           longer than the context is refused with a clear message
 #   chunks  chunked prefill on the storage nodes (run --prefill-chunk 1, 7,
-#           64 and more than any prompt): the monolithic text with request
+#           64 and more than any prompt; 7 and 64 also with --prefill-budget
+#           weighted): the monolithic text with request
 #           partition over 2 nodes (started by run) and head partition over 2
 #           nodes with KV forced to SSD (launch, connect); a storage node
 #           killed while long prompts come in chunks of 1: its requests are
@@ -277,6 +278,15 @@ chunks)
             fail "chreq$c: the summary does not say the chunk size"
         echo "ok: request partition, prefill_chunk $c"
     done
+    # the weighted budget: a prompt token costs 1 + position / P_eq, so a
+    # step's chunk shrinks with its position (compute-node/sched.c)
+    for c in 7 64; do
+        na_vs_mono chreqw$c offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
+            --cluster start --prefill-chunk $c --prefill-budget weighted
+        grep -q "chunked prefill: at most $c prompt tokens a step, their cost weighed by position" \
+            "$DIR/chreqw$c.err" || fail "chreqw$c: the summary does not say the weighted budget"
+        echo "ok: request partition, prefill_chunk $c weighted"
+    done
     L=$(layout chhead 2 head 2 tcp ssd 1 false "$STORIES" "$STOK")
     mkdir -p "$DIR/logs"
     na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
@@ -287,6 +297,9 @@ chunks)
             --cluster connect --prefill-chunk $c
         echo "ok: head partition (SSD tier), prefill_chunk $c"
     done
+    na_vs_mono chheadw7 offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
+        --cluster connect --prefill-chunk 7 --prefill-budget weighted
+    echo "ok: head partition (SSD tier), prefill_chunk 7 weighted"
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
     # a node lost while long prompts come in a token a step: re-placed
     PORT=$((PORT + 2))
