@@ -37,12 +37,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/faults.h"
 #include "common/log.h"
 #include "compute-node/replica.h"
 #include "compute-node/sched.h"
 
 #define NA_SCHED_POLL_MS 1000   /* one blocking poll; the service bounds failures */
 #define NA_SCHED_DRAIN_S 30.0   /* destroy: longest wait for attention in flight */
+#define NA_SCHED_TICK_S  0.02   /* during a slice: the session's turn at most this often */
 
 /* ---- the step's prompt budget ------------------------------------------ */
 
@@ -123,10 +125,51 @@ static na_status_t na_sched_batch_init(na_off_t *g, na_off_batch_t *b, int id, i
     return na_acts_create(g->e, mb, mb, &b->acts);
 }
 
+/* NA_FAULTS "compute:op_ms=N" (a test double, docs/fault-injection.md):
+ * every op of a slice takes N ms longer, so a test can make the compute
+ * node's work outlast the storage nodes' peer_timeout_ms. */
+static int na_sched_fault_key(void *arg, const char *key, const char *val, char *err,
+                              size_t errlen)
+{
+    unsigned long long v;
+
+    if (strcmp(key, "op_ms") != 0) {
+        snprintf(err, errlen, "NA_FAULTS compute: unknown key '%s' (op_ms)", key);
+        return -1;
+    }
+    if (na_faults_u64(key, val, &v, err, errlen) != 0)
+        return -1;
+    if (v > 60000) {
+        snprintf(err, errlen, "NA_FAULTS compute: op_ms %llu is more than 60000", v);
+        return -1;
+    }
+    *(int *)arg = (int)v;
+    return 0;
+}
+
+static na_status_t na_sched_faults(na_off_t *g)
+{
+    const char *spec = getenv("NA_FAULTS");
+    char err[256];
+    int ms = 0, r = na_faults_part(spec, "compute", na_sched_fault_key, &ms, err, sizeof(err));
+
+    if (r < 0)
+        return na_err(NA_ERR_INVALID, "%s", err);
+    if (r > 0 && ms > 0 && g->e->fault_op_ms != ms) {
+        fprintf(stderr, "nearattn: TEST DOUBLE: every compute op %d ms slower (NA_FAULTS=\"%s\"); "
+                "not for production\n", ms, spec);
+        g->e->fault_op_ms = ms;
+    }
+    return NA_OK;
+}
+
 na_status_t na_off_sched_init(na_off_t *g)
 {
-    na_status_t st = NA_OK;
+    na_status_t st = na_sched_faults(g);
     int i;
+
+    if (st != NA_OK)
+        return st;
 
     g->pf_peq = g->o->prefill_weighted ? na_sched_pf_peq(g->e) : 0.0;
     g->b = calloc((size_t)g->n_batches, sizeof(*g->b));
@@ -623,7 +666,41 @@ static int na_sched_wait_ms(double deadline, int want_ms)
     return left < want_ms ? (int)left + 1 : want_ms;
 }
 
+/* The engine's tick during a slice (na_engine_t.tick): a slice over a
+ * long prompt chunk runs for seconds on a slow machine (the sanitizer
+ * build), and the storage nodes drop a compute node silent for
+ * peer_timeout_ms; so the session takes its turn (heartbeats out, answers
+ * in: attention of other batches lands in their own buffers) every
+ * NA_SCHED_TICK_S of compute. The slice's numbers do not change. */
+static void na_sched_tick(void *ctx)
+{
+    na_off_t *g = ctx;
+    double now = na_now_s();
+
+    if (now - g->tick_at < NA_SCHED_TICK_S)
+        return;
+    g->tick_at = now;
+    na_asvc_progress(g->svc);
+}
+
+static na_status_t na_sched_loop(na_off_t *g, double deadline);
+
 na_status_t na_off_sched_run(na_off_t *g, double deadline)
+{
+    void (*tick)(void *) = g->e->tick;
+    void *tick_ctx = g->e->tick_ctx;
+    na_status_t st;
+
+    g->e->tick = na_sched_tick;
+    g->e->tick_ctx = g;
+    g->tick_at = na_now_s();
+    st = na_sched_loop(g, deadline);
+    g->e->tick = tick;
+    g->e->tick_ctx = tick_ctx;
+    return st;
+}
+
+static na_status_t na_sched_loop(na_off_t *g, double deadline)
 {
     int rr = 0;
     na_status_t st;

@@ -419,6 +419,24 @@ longctx)
             fail "longctx: one chunk of 4096 gives another text than chunks of 256"
         echo "ok: a prompt chunk of 4096 queries answered past peer_timeout_ms ($(sed -n 's/^time split: wall \([0-9.]*\) s.*/\1/p' "$DIR/lcdl.err") s run)"
     fi
+    # The compute node's own long work (NA_FAULTS compute:op_ms=60: every op
+    # of a slice 60 ms longer, ~0.8 s between two attention messages) with
+    # peer_timeout_ms 400: the compute node takes the session's turn
+    # between the ops of a slice (compute-node/sched.c, na_sched_tick), so
+    # the node does not drop it as silent; the text is the one of the
+    # undelayed run (before: "peer c0 lost (silent for ... > peer_timeout_ms
+    # 400)" in the node's log, the run failed)
+    sed -e "s/peer_timeout_ms: [0-9]*/peer_timeout_ms: 400/" \
+        -e "s/heartbeat_ms: 200/heartbeat_ms: 50/" "$L" > "$DIR/lcslow.yaml"
+    na_fg "$DIR/lcslow.out" "$DIR/lcslow.err" env NA_FAULTS="compute:op_ms=60" timeout $((300 * NA_TS)) \
+        "$BIN" run --config "$DIR/lcslow.yaml" --cluster start --prompts "$DIR/p270.txt" -n 2 \
+        --temp 0 --threads 1 --prefill-chunk 512 ||
+        fail "longctx: a slow compute node with peer_timeout_ms 400: $(grep -ih 'lost\|fail\|silent' "$DIR/lcslow.err" "$DIR"/nearattn-run-lc1-s0-*.log 2>/dev/null | head -n 3)"
+    grep -q "TEST DOUBLE: every compute op 60 ms slower" "$DIR/lcslow.err" ||
+        fail "longctx: the compute delay was not applied"
+    cmp -s "$DIR/lc270.out" "$DIR/lcslow.out" ||
+        fail "longctx: the slow compute node gives another text"
+    echo "ok: a compute node slower than peer_timeout_ms between messages is kept ($(sed -n 's/^time split: wall \([0-9.]*\) s.*/\1/p' "$DIR/lcslow.err") s run)"
     ;;
 prefix)
     base="Once upon a time there was a little girl named Lily who loved to play in the park"
