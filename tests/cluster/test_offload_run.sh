@@ -301,6 +301,16 @@ chunks)
         --cluster connect --prefill-chunk 7 --prefill-budget weighted
     echo "ok: head partition (SSD tier), prefill_chunk 7 weighted"
     kill -TERM "$LP"; wait "$LP" || fail "launch did not stop cleanly"
+    # each node was told where each prompt ends (REQ_OPEN n_prompt, wire
+    # 2.2; head partition offers no prefix) and flushed its part of the
+    # prompt's KV there: 5 runs of every prompt (before: 0)
+    np=$(grep -c . "$DIR/prompts.txt")
+    for f in "$DIR"/logs/s*.log; do
+        nf=$(sed -n 's/.* \([0-9]*\) prompts flushed at their end.*/\1/p' "$f")
+        [ "$nf" = $((5 * np)) ] ||
+            fail "chhead: $(basename "$f") flushed ${nf:-no} prompts at their end, expected $((5 * np)) (5 runs of $np)"
+    done
+    echo "ok: every node flushed every prompt's KV at the prompt's end ($((5 * np)) each)"
     # a node lost while long prompts come in a token a step: re-placed
     PORT=$((PORT + 2))
     L=$(layout chkill 2 request 2 auto auto 2 false "$STORIES" "$STOK")
@@ -421,18 +431,19 @@ longctx)
     fi
     # The compute node's own long work (NA_FAULTS compute:op_ms=60: every op
     # of a slice 60 ms longer, ~0.8 s between two attention messages) with
-    # peer_timeout_ms 400: the compute node takes the session's turn
-    # between the ops of a slice (compute-node/sched.c, na_sched_tick), so
-    # the node does not drop it as silent; the text is the one of the
-    # undelayed run (before: "peer c0 lost (silent for ... > peer_timeout_ms
-    # 400)" in the node's log, the run failed)
-    sed -e "s/peer_timeout_ms: [0-9]*/peer_timeout_ms: 400/" \
-        -e "s/heartbeat_ms: 200/heartbeat_ms: 50/" "$L" > "$DIR/lcslow.yaml"
-    na_fg "$DIR/lcslow.out" "$DIR/lcslow.err" env NA_FAULTS="compute:op_ms=60" timeout $((300 * NA_TS)) \
+    # peer_timeout_ms 400 (all three x NA_TS: the sanitizer build's process
+    # is descheduled longer under load): the compute node takes the
+    # session's turn between the ops of a slice (compute-node/sched.c,
+    # na_sched_tick), so the node does not drop it as silent; the text is
+    # the one of the undelayed run (before: "peer c0 lost (silent for ... >
+    # peer_timeout_ms 400)" in the node's log, the run failed)
+    sed -e "s/peer_timeout_ms: [0-9]*/peer_timeout_ms: $((400 * NA_TS))/" \
+        -e "s/heartbeat_ms: 200/heartbeat_ms: $((50 * NA_TS))/" "$L" > "$DIR/lcslow.yaml"
+    na_fg "$DIR/lcslow.out" "$DIR/lcslow.err" env NA_FAULTS="compute:op_ms=$((60 * NA_TS))" timeout $((300 * NA_TS)) \
         "$BIN" run --config "$DIR/lcslow.yaml" --cluster start --prompts "$DIR/p270.txt" -n 2 \
         --temp 0 --threads 1 --prefill-chunk 512 ||
-        fail "longctx: a slow compute node with peer_timeout_ms 400: $(grep -ih 'lost\|fail\|silent' "$DIR/lcslow.err" "$DIR"/nearattn-run-lc1-s0-*.log 2>/dev/null | head -n 3)"
-    grep -q "TEST DOUBLE: every compute op 60 ms slower" "$DIR/lcslow.err" ||
+        fail "longctx: a slow compute node with peer_timeout_ms $((400 * NA_TS)): $(grep -ih 'lost\|fail\|silent' "$DIR/lcslow.err" "$DIR"/nearattn-run-lc1-s0-*.log 2>/dev/null | head -n 3)"
+    grep -q "TEST DOUBLE: every compute op $((60 * NA_TS)) ms slower" "$DIR/lcslow.err" ||
         fail "longctx: the compute delay was not applied"
     cmp -s "$DIR/lc270.out" "$DIR/lcslow.out" ||
         fail "longctx: the slow compute node gives another text"
