@@ -578,6 +578,7 @@ int na_cli_e2e_point(int argc, char **argv)
         oo.xcache_share = 0.5;
         oo.xcache_host_mb = 4096;
         oo.prefill_chunk = (int)cfg->parallel.prefill_chunk;   /* the layout's */
+        oo.prefill_weighted = cfg->parallel.prefill_weighted;
         oo.on_token = pt_on_token;
         oo.user = &snap;
         snap.t_start = na_bench_now();

@@ -55,6 +55,7 @@ typedef struct {
     long        threads;
     long        max_batch;
     long        prefill_chunk;   /* --prefill-chunk: 0 = the layout's */
+    int         prefill_budget;  /* --prefill-budget: 0 the layout's, 1 tokens, 2 weighted */
     int         no_prefix_reuse;  /* --no-prefix-reuse */
     long        ctx;             /* --ctx: the model context to use; 0 = the file's */
     int         check_weights;   /* --check-weights: refuse NaN/Inf weights at load */
@@ -94,7 +95,8 @@ static void na_run_usage(FILE *f)
         "                    [--seed S] [--threads N] [--batch N] [--kv-dtype f16|bf16|f32]\n"
         "                    [--backend cpu|ref|cuda[:N]] [--config F]\n"
         "                    [--cluster start|connect|inproc]\n"
-        "                    [--ctx N] [--check-weights] [--prefill-chunk N]\n\n"
+        "                    [--ctx N] [--check-weights] [--prefill-chunk N]\n"
+        "                    [--prefill-budget tokens|weighted]\n\n"
         "Generate text and print it as it is produced, then a summary line (stderr):\n"
         "prompt and generated tokens, prefill and decode tokens/s; a request that\n"
         "ended because the model context was full says \"stopped at the model\n"
@@ -132,7 +134,12 @@ static void na_run_usage(FILE *f)
         "  --batch N       most requests decoded together (default: all)\n"
         "  --prefill-chunk N  offload: prompt tokens a batch step takes (chunked prefill\n"
         "                  on the storage nodes; default: the layout's\n"
-        "                  parallel.prefill_chunk)\n"
+        "                  parallel.prefill_chunk; weighted: the most a step takes)\n"
+        "  --prefill-budget B  offload: tokens (a step takes --prefill-chunk prompt\n"
+        "                  tokens) or weighted (a prompt token costs 1 + position / P_eq,\n"
+        "                  P_eq where its attention costs its projections and MLP;\n"
+        "                  a step takes --prefill-chunk of that cost); default: the\n"
+        "                  layout's parallel.prefill_weighted\n"
         "  --no-prefix-reuse  offload: every prompt is prefilled whole, none reuses\n"
         "                  the KV of a prefix a storage node holds (default: the\n"
         "                  layout's kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
@@ -171,7 +178,7 @@ static const struct {
 /* ... and those parsed in na_run_parse. */
 static const char *const na_run_num_flags[] = {
     "-n", "--temp", "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--ctx",
-    "--prefill-chunk", NULL
+    "--prefill-chunk", "--prefill-budget", NULL
 };
 
 /* The index of string option f in na_run_str_opts, or -1. */
@@ -269,6 +276,13 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         } else if (!strcmp(f, "--prefill-chunk")) {
             if (na_cli_int("run", f, v, 1, NA_OFF_MAX_PREFILL_CHUNK, &a->prefill_chunk) != NA_OK)
                 return 2;
+        } else if (!strcmp(f, "--prefill-budget")) {
+            if (strcmp(v, "tokens") != 0 && strcmp(v, "weighted") != 0) {
+                fprintf(stderr, "nearattn run: --prefill-budget expects tokens or weighted, "
+                        "got '%s'\n", v);
+                return 2;
+            }
+            a->prefill_budget = !strcmp(v, "tokens") ? 1 : 2;
         } else if (!strcmp(f, "--batch")) {
             if (na_cli_int("run", f, v, 1, NA_RUN_MAX_PROMPTS, &a->max_batch) != NA_OK)
                 return 2;
@@ -705,6 +719,7 @@ int na_cmd_run(int argc, char **argv)
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
         oa.prefill_chunk = (int)a.prefill_chunk;
+        oa.prefill_budget = a.prefill_budget;
         oa.no_prefix_reuse = a.no_prefix_reuse;
         oa.stop_ids = stop;
         oa.n_stop = n_stop;

@@ -114,8 +114,9 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
             (unsigned long long)s->svc.prefill_bytes, (unsigned long long)s->svc.ssd_bytes_read,
             s->failed, s->recovered, s->xcache_reqs);
     fprintf(stderr, "compute process: peak RSS %.1f MiB, %d prefill steps (chunked prefill: "
-            "%d prompt tokens a step)\n", na_ro_peak_rss_mib(), s->gen.prefill_steps,
-            s->prefill_chunk);
+            "%s%d prompt tokens a step%s)\n", na_ro_peak_rss_mib(), s->gen.prefill_steps,
+            s->prefill_weighted ? "at most " : "", s->prefill_chunk,
+            s->prefill_weighted ? ", their cost weighed by position" : "");
     if (s->prefix_hit_tokens > 0 || s->prefix_hit_reqs > 0 || s->n_prefix_nodes > 0) {
         int i;
         fprintf(stderr, "prefix reuse: %ld prompt tokens held by a storage node already "
@@ -154,6 +155,8 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
     oo.max_batch = a->max_batch > 0 ? a->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
     oo.prefill_chunk = a->prefill_chunk > 0 ? a->prefill_chunk : (int)cfg->parallel.prefill_chunk;
+    oo.prefill_weighted = a->prefill_budget > 0 ? a->prefill_budget == 2
+                                                : cfg->parallel.prefill_weighted;
     oo.stop_ids = a->stop_ids;
     oo.n_stop = a->n_stop;
     oo.xcache = a->no_xcache ? 0 : cfg->xcache.enabled;

@@ -13,6 +13,8 @@ typedef struct {
                                       --model, --kv-dtype, the stop flag: cluster/setup.h */
     int              max_batch;    /* <= 0: the layout's parallel.max_batch */
     int              prefill_chunk; /* <= 0: the layout's parallel.prefill_chunk */
+    int              prefill_budget; /* 0: the layout's parallel.prefill_weighted;
+                                        1: tokens; 2: weighted */
     const int       *stop_ids;
     int              n_stop;
     na_gen_token_fn  on_token;

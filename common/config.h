@@ -108,6 +108,8 @@ typedef struct {
     na_cfg_pipelining_t pipelining;
     long                max_batch;    /* requests per batch */
     long                prefill_chunk; /* prompt tokens one batch step takes */
+    int                 prefill_weighted; /* the step's budget weighs a prompt token by
+                                             its position (compute-node/sched.c) */
 } na_cfg_parallel_t;
 
 typedef struct {

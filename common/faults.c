@@ -10,7 +10,7 @@
 /* The whole spec names only known parts, each once. */
 static int na_faults_check(const char *spec, char *err, size_t errlen)
 {
-    static const char *const names[] = { "kv", "xp", "csd", "prefix", NULL };
+    static const char *const names[] = { "kv", "xp", "csd", "prefix", "compute", NULL };
     unsigned seen = 0;
     const char *s = spec;
 

@@ -15,7 +15,8 @@ typedef int (*na_faults_key_fn)(void *arg, const char *key, const char *val,
 /* Call fn for every key=value of part NAME in spec (NULL or "": none).
  * Returns 0 when spec has no such part, 1 when every key was taken, -1 with
  * a message in err ("NA_FAULTS NAME: ...") on a malformed part, and -1 when
- * the spec names a part other than "kv" / "xp" / "csd" / "prefix" or one
+ * the spec names a part other than "kv" / "xp" / "csd" / "prefix" /
+ * "compute" or one
  * twice. */
 int na_faults_part(const char *spec, const char *name, na_faults_key_fn fn, void *arg,
                    char *err, size_t errlen);

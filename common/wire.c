@@ -353,6 +353,8 @@ static na_status_t req_open_check(na_status_t code, const na_wire_msg_t *m)
     if (st == NA_OK && r->n_prefix != 0)
         st = na_wire_chk(code, "REQ_OPEN", "n_prefix", r->n_prefix, 1,
                          r->max_tokens < NA_WIRE_MAX_TOKENS ? r->max_tokens : NA_WIRE_MAX_TOKENS);
+    if (st == NA_OK)
+        st = na_wire_chk(code, "REQ_OPEN", "n_prompt", r->n_prompt, 0, r->max_tokens);
     return st ? st : na_wire_chk_dtype(code, "REQ_OPEN", "dtype", (uint64_t)r->dtype, &es);
 }
 
@@ -502,7 +504,7 @@ static const na_wire_field_t req_open_f[] = {
     F(0, 4, na_wire_req_open_t, max_tokens), F(4, 4, na_wire_req_open_t, n_layers),
     F(8, 2, na_wire_req_open_t, kv_h0), F(10, 2, na_wire_req_open_t, kv_h1),
     F(12, 2, na_wire_req_open_t, head_dim), F(14, 2, na_wire_req_open_t, q_per_kv),
-    F(16, 2, na_wire_req_open_t, dtype),
+    F(16, 2, na_wire_req_open_t, dtype), F(20, 4, na_wire_req_open_t, n_prompt),
 };
 static const na_wire_field_t req_open_ids[] = { NA_WIRE_ID(request_id, na_wire_req_open_t, request_id) };
 static const na_wire_field_t req_rel_f[] = { F(0, 4, na_wire_req_release_t, status) };

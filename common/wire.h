@@ -75,7 +75,8 @@
 
 #define NA_WIRE_MAGIC          "NATN"
 #define NA_WIRE_VERSION_MAJOR  2   /* 2: ADDR frame sealed to the handshake */
-#define NA_WIRE_VERSION_MINOR  1   /* 1: n_queries per DECODE_ATTN / ATTN_OUT entry */
+#define NA_WIRE_VERSION_MINOR  2   /* 1: n_queries per DECODE_ATTN / ATTN_OUT entry;
+                                      2: REQ_OPEN's n_prompt (its reserved word) */
 #define NA_WIRE_HDR_SIZE       64          /* bytes this version writes */
 #define NA_WIRE_HDR_MAX        256         /* largest hdr_len accepted */
 #define NA_WIRE_ALIGN          64          /* row sections start on this */
@@ -234,8 +235,13 @@ typedef struct {
 
 /* REQ_OPEN payload (request_id in header): max_tokens u32, n_layers u32,
  * kv_h0 u16, kv_h1 u16, head_dim u16, q_per_kv u16, dtype u16 (KV storage
- * type: f32/f16/bf16), sections u16, rsvd u32. 24 bytes. The storage node
+ * type: f32/f16/bf16), sections u16, n_prompt u32. 24 bytes. The storage node
  * answers ACK or ERROR (e.g. NA_ERR_NOSPACE).
+ * n_prompt (2.2; the word was reserved and written 0 before, and a 2.1 node
+ * ignores it): the tokens the compute node feeds as the request's prompt
+ * through DECODE_ATTN chunks (chunked prefill), 0 = not said. When the last
+ * layer's rows up to it are in, the node flushes the prompt's KV (as a
+ * PREFILL_KV without MORE) and then publishes its blocks to the prefix cache.
  * Optional prefix section (prefix reuse, docs/prefix-reuse.md), present when
  * sections is 1 (0: absent): model_fp[16], n_prefix u32, rsvd u32,
  * then n_prefix token ids u32 (the prompt's leading tokens the node may
@@ -251,6 +257,7 @@ typedef struct {
     uint16_t head_dim;
     uint16_t q_per_kv;                   /* query heads per kv head (GQA ratio) */
     na_dtype_t dtype;
+    uint32_t n_prompt;                   /* 0 (not said), 1..max_tokens: the prompt's end */
     uint32_t n_prefix;                   /* 0 (no section), 1..min(max_tokens, MAX_TOKENS) */
     uint8_t  model_fp[NA_WIRE_FP_SIZE];  /* the model's fingerprint (opaque) */
     const void *prefix;                  /* encode: uint32_t[n_prefix]; decode: the raw

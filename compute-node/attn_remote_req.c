@@ -105,7 +105,7 @@ na_status_t rm_open(na_asvc_t *s, uint64_t req, int max_tokens)
 na_status_t rm_open_prefix(na_asvc_t *s, uint64_t req, int max_tokens,
                            const na_asvc_prompt_t *pr, int *hit_p)
 {
-    return rm_open_with(s, req, max_tokens, ((rm_t *)s)->head_part ? NULL : pr, hit_p);
+    return rm_open_with(s, req, max_tokens, pr, hit_p);    /* head partition: no offer */
 }
 
 static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
@@ -131,6 +131,8 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
     o.head_dim = (uint16_t)s->mc.head_dim;
     o.q_per_kv = (uint16_t)(s->mc.n_heads / s->mc.n_kv_heads);
     o.dtype = p->kv_dtype;
+    if (pr != NULL && pr->n_prompt > 0 && pr->n_prompt <= max_tokens)
+        o.n_prompt = (uint32_t)pr->n_prompt;    /* the owners flush the prompt there */
     if (p->head_part) {
         for (j = 0; j < p->n_nodes; j++) {
             if (p->nodes[j].h1 == p->nodes[j].h0)
@@ -145,7 +147,7 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
         }
     } else {
         o.kv_h1 = (uint16_t)s->mc.n_kv_heads;
-        if (pr != NULL && pr->n_tok >= 2) {     /* prefix reuse: offer the prompt */
+        if (pr != NULL && pr->tokens != NULL && pr->n_tok >= 2) {  /* prefix reuse: offer it */
             int bt = (int)p->cfg->kv.block_tokens, n = pr->n_tok, i;
             if (n > max_tokens)
                 n = max_tokens;

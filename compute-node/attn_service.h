@@ -103,11 +103,17 @@ typedef struct {
 
 typedef struct na_asvc na_asvc_t;
 
-/* A new request's prompt for prefix reuse (docs/prefix-reuse.md). */
+/* A new request's prompt for prefix reuse (docs/prefix-reuse.md), and
+ * where its chunked prefill ends. */
 typedef struct {
     const uint8_t *fp;       /* NA_WIRE_FP_SIZE bytes: the model's fingerprint */
-    const int     *tokens;   /* the prompt's token ids */
+    const int     *tokens;   /* the prompt's token ids (NULL, n_tok 0: no prefix
+                                reuse, only n_prompt said) */
     int            n_tok;
+    int            n_prompt; /* > 0: the tokens fed as the prompt through chunked
+                                prefill (a remote owner flushes their KV and
+                                publishes the prompt's blocks there: REQ_OPEN
+                                n_prompt, wire 2.2); 0: not said */
 } na_asvc_prompt_t;
 
 typedef struct {

@@ -69,6 +69,15 @@ typedef struct na_engine {
     na_rope_t         *rope;    /* the model's RoPE table on kern (owned) */
     int                q_dim;   /* n_heads * head_dim */
     int                kv_dim;  /* n_kv_heads * head_dim */
+    /* when set, called after every op of a slice (compute-node/slices.c):
+     * a long slice (a prompt chunk of thousands of rows) lets its caller
+     * keep its sessions alive there (compute-node/sched.c answers the
+     * storage nodes' heartbeats); it must not touch the slice's buffers */
+    void             (*tick)(void *ctx);
+    void              *tick_ctx;
+    /* test double (NA_FAULTS "compute:op_ms=N", set by compute-node/sched.c;
+     * docs/fault-injection.md): every op of a slice takes N ms longer */
+    int                fault_op_ms;
 } na_engine_t;
 
 /* One request's share of a step: n_tok consecutive tokens at positions

@@ -149,6 +149,7 @@ void na_off_stats(na_off_t *g, na_off_stats_t *out)
 {
     *out = g->stats;
     out->prefill_chunk = g->prefill_chunk;
+    out->prefill_weighted = g->pf_peq > 0;
     na_asvc_stats(g->svc, &out->svc);
     out->wall_s = na_now_s() - g->t_create;
 }

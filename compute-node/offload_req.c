@@ -327,7 +327,8 @@ static int na_off_pfx_applies(const na_off_t *g, const na_off_req_t *q)
  * prefix reuse applies. On a hit of *hit_p tokens its owner holds their KV
  * already (shared blocks): the chunked prefill starts at position *hit_p,
  * nothing is fetched back. */
-static na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok, int *hit_p)
+static na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok,
+                                      int n_prompt, int *hit_p)
 {
     na_request_t *r = q->r;
     na_asvc_prompt_t pr;
@@ -337,8 +338,14 @@ static na_status_t na_off_prefix_open(na_off_t *g, na_off_req_t *q, int max_tok,
     *hit_p = 0;
     q->pfx = 0;
     q->pfx_hit = 0;
-    if (!na_off_pfx_applies(g, q))
-        return na_asvc_open(g->svc, q->wid, max_tok);
+    memset(&pr, 0, sizeof(pr));
+    pr.n_prompt = n_prompt;
+    if (!na_off_pfx_applies(g, q)) {
+        if (n_prompt <= 0)
+            return na_asvc_open(g->svc, q->wid, max_tok);
+        /* the owners are told where the prompt ends (no prefix offered) */
+        return na_asvc_open_prefix(g->svc, q->wid, max_tok, &pr, &hit);
+    }
     pr.fp = g->pfx_fp;
     pr.tokens = r->prompt;
     pr.n_tok = r->n_prompt;
@@ -415,7 +422,8 @@ na_status_t na_off_admit_one(na_off_t *g, na_off_req_t *q, int batch)
     na_off_pick_xcache(g, q);
     if (q->xc == NULL) {
         q->wid = na_asvc_new_id(g->svc);
-        st = na_off_prefix_open(g, q, max_tok, &hit);   /* hit: its first tokens are there */
+        /* hit: its first tokens are there; a chunked prompt's end is said */
+        st = na_off_prefix_open(g, q, max_tok, na_off_chunked(g, q) ? r->n_prompt : 0, &hit);
         if (st == NA_ERR_NOSPACE && g->n_live > 0)
             return NA_ERR_NOSPACE;
         if (st != NA_OK) {
@@ -481,7 +489,11 @@ na_status_t na_off_recover(na_off_t *g, na_off_req_t *q)
     na_asvc_release(g->svc, q->wid, (int)NA_ERR_PEER);      /* what is left of it */
     q->opened = 0;
     q->wid = na_asvc_new_id(g->svc);
-    st = na_off_prefix_open(g, q, max_tok, &hit);   /* another node may hold its prefix */
+    /* another node may hold its prefix; it is told where the prefill ends
+     * (the prompt, or for a request that was decoding all but its last
+     * output: below) */
+    st = na_off_prefix_open(g, q, max_tok, q->pf_first && q->pf_target > 0 ? r->n_prompt
+                                                                            : r->n_pos, &hit);
     if (st != NA_OK) {
         snprintf(why, sizeof(why), "%s; no other storage node took it: %s", q->lost,
                  na_errmsg());

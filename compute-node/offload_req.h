@@ -72,6 +72,8 @@ struct na_off {
     /* the scheduler's (sched.c): its batches and their parameters */
     int                   max_batch;
     int                   prefill_chunk; /* prompt tokens a batch step takes (budget) */
+    double                pf_peq;     /* weighted budget: P_eq (sched.c); 0 = tokens */
+    double                tick_at;    /* sched.c: the session's last turn in a slice */
     int                   n_batches;
     struct na_off_batch  *b;          /* [n_batches] */
     long                  blocked_at; /* `ended` when the service last said no room; -1 */

@@ -29,6 +29,10 @@ typedef struct {
     int              prefill_chunk;      /* prompt tokens per batch step (the step's
                                             budget beside its decode rows); <= 0:
                                             NA_OFF_DEFAULT_PREFILL_CHUNK */
+    int              prefill_weighted;   /* 1: a prompt token costs more the later it
+                                            comes (its attention), prefill_chunk is the
+                                            step's cost budget in position-0 tokens and
+                                            its most tokens (compute-node/sched.c) */
     const int       *stop_ids;           /* [n_stop] tokens that end a request */
     int              n_stop;
     /* X-cache (INF2 §4.3): keep the layer inputs of a share of the requests
@@ -55,6 +59,7 @@ typedef struct {
 typedef struct {
     na_gen_stats_t   gen;                /* tokens and steps, as monolithic */
     int              prefill_chunk;      /* the prompt tokens a step took (the option) */
+    int              prefill_weighted;   /* the option: the budget weighed by position */
     long             failed;             /* requests ended with an error */
     long             cancelled;          /* requests ended by na_off_cancel */
     long             recovered;          /* requests re-prefilled after a lost node */

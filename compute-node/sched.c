@@ -32,16 +32,75 @@
  * (AWAY); it comes back after that slice's attention with the next slice
  * number and the batch goes on here (or is forwarded to the next owner).
  * Slice L's final norm, logits and sampling always run here. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/faults.h"
 #include "common/log.h"
 #include "compute-node/replica.h"
 #include "compute-node/sched.h"
 
 #define NA_SCHED_POLL_MS 1000   /* one blocking poll; the service bounds failures */
 #define NA_SCHED_DRAIN_S 30.0   /* destroy: longest wait for attention in flight */
+#define NA_SCHED_TICK_S  0.02   /* during a slice: the session's turn at most this often */
+
+/* ---- the step's prompt budget ------------------------------------------ */
+
+/* Sarathi-Serve's token budget counts a prompt token as one, but a token's
+ * cost grows with its position: its projections and MLP cost the same at
+ * every position, its attention (on the storage node) reads every row
+ * before it. So a fixed chunk of prompt tokens makes a late chunk's step
+ * several times an early one's (a chunk at position 3,800 reads 3,800 KV
+ * rows a query), and the streams' inter-token gap with it. In the weighted
+ * budget (parallel.prefill_weighted) a prompt token at position p costs
+ *
+ *   w(p) = 1 + p / P_eq
+ *
+ * position-0 tokens, where P_eq is the context at which one token's
+ * attention costs as many FLOPs as its projections and MLP (per layer:
+ * 2 (dim q_dim + 2 dim kv_dim + q_dim dim + 3 dim hidden) against 4 q_dim a
+ * KV row: QK and PV). A step takes prompt tokens while their cost stays
+ * within prefill_chunk, which stays the most tokens a step takes: a chunk
+ * at position 0 is prefill_chunk tokens, one at P_eq about half as many.
+ * Chunking never changes the numbers (a prompt token gets decode's bits at
+ * its position: docs/offload.md), only the step a token comes in. */
+
+/* The engine's P_eq (> 0), from the model's shape. */
+static double na_sched_pf_peq(const na_engine_t *e)
+{
+    const double dim = e->cfg.dim, qd = e->q_dim, kd = e->kv_dim, hid = e->cfg.hidden_dim;
+    double lin = 2.0 * (dim * qd + 2.0 * dim * kd + qd * dim + 3.0 * dim * hid);
+    double att = 4.0 * qd;
+
+    return att > 0 && lin > att ? lin / att : 1.0;
+}
+
+/* Cost of n prompt tokens from position p: sum of w(p..p+n-1). */
+static double na_sched_pf_cost(double peq, int p, int n)
+{
+    return (double)n + ((double)n * (double)p + 0.5 * (double)n * (double)(n - 1)) / peq;
+}
+
+/* The most tokens (<= n) from position p whose cost fits *left; takes it
+ * from *left. 0 when not even one fits. */
+static int na_sched_pf_take(double peq, int p, int n, double *left)
+{
+    /* cost(k) = k^2 / 2P + k (1 + (p - 1/2) / P): the root of cost = left */
+    double bq = 1.0 + ((double)p - 0.5) / peq;
+    double k = peq * (sqrt(bq * bq + 2.0 * *left / peq) - bq);
+    int m = k < (double)n ? (int)k : n;
+
+    if (m < 0)
+        m = 0;
+    while (m < n && na_sched_pf_cost(peq, p, m + 1) <= *left)
+        m++;                              /* rounding: the exact fit */
+    while (m > 0 && na_sched_pf_cost(peq, p, m) > *left)
+        m--;
+    *left -= na_sched_pf_cost(peq, p, m);
+    return m;
+}
 
 /* ---- the batches ---------------------------------------------------------- */
 
@@ -66,11 +125,53 @@ static na_status_t na_sched_batch_init(na_off_t *g, na_off_batch_t *b, int id, i
     return na_acts_create(g->e, mb, mb, &b->acts);
 }
 
+/* NA_FAULTS "compute:op_ms=N" (a test double, docs/fault-injection.md):
+ * every op of a slice takes N ms longer, so a test can make the compute
+ * node's work outlast the storage nodes' peer_timeout_ms. */
+static int na_sched_fault_key(void *arg, const char *key, const char *val, char *err,
+                              size_t errlen)
+{
+    unsigned long long v;
+
+    if (strcmp(key, "op_ms") != 0) {
+        snprintf(err, errlen, "NA_FAULTS compute: unknown key '%s' (op_ms)", key);
+        return -1;
+    }
+    if (na_faults_u64(key, val, &v, err, errlen) != 0)
+        return -1;
+    if (v > 60000) {
+        snprintf(err, errlen, "NA_FAULTS compute: op_ms %llu is more than 60000", v);
+        return -1;
+    }
+    *(int *)arg = (int)v;
+    return 0;
+}
+
+static na_status_t na_sched_faults(na_off_t *g)
+{
+    const char *spec = getenv("NA_FAULTS");
+    char err[256];
+    int ms = 0, r = na_faults_part(spec, "compute", na_sched_fault_key, &ms, err, sizeof(err));
+
+    if (r < 0)
+        return na_err(NA_ERR_INVALID, "%s", err);
+    if (r > 0 && ms > 0 && g->e->fault_op_ms != ms) {
+        fprintf(stderr, "nearattn: TEST DOUBLE: every compute op %d ms slower (NA_FAULTS=\"%s\"); "
+                "not for production\n", ms, spec);
+        g->e->fault_op_ms = ms;
+    }
+    return NA_OK;
+}
+
 na_status_t na_off_sched_init(na_off_t *g)
 {
-    na_status_t st = NA_OK;
+    na_status_t st = na_sched_faults(g);
     int i;
 
+    if (st != NA_OK)
+        return st;
+
+    g->pf_peq = g->o->prefill_weighted ? na_sched_pf_peq(g->e) : 0.0;
     g->b = calloc((size_t)g->n_batches, sizeof(*g->b));
     if (g->b == NULL)
         return na_err(NA_ERR_NOMEM, "offload: out of memory for %d batches", g->n_batches);
@@ -269,6 +370,7 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
 {
     na_engine_t *e = g->e;
     int before = g->n_wait, i, budget;
+    double wbudget;
     na_step_t s;
     na_status_t st;
 
@@ -298,14 +400,27 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
         b->seg[b->n_seg++] = (na_step_seg_t){ b->n_rows, 1, q->r->n_pos, NULL };
         b->n_rows++;
     }
-    budget = g->prefill_chunk;
+    budget = g->prefill_chunk;          /* tokens: at most prefill_chunk rows */
+    wbudget = (double)g->prefill_chunk; /* weighted: their cost (na_sched_pf_take) */
     b->pf_rows = 0;
-    for (i = 0; i < b->n_mem && budget > 0; i++) {
+    for (i = 0; i < b->n_mem && budget > 0 && wbudget > 0; i++) {
         na_off_req_t *q = b->mem[i];
         int n, j, row0 = b->n_rows;
         if (q->r->state != NA_REQ_PREFILL || q->pf_target <= 0 || q->done)
             continue;
         n = q->pf_target - q->pf_done < budget ? q->pf_target - q->pf_done : budget;
+        if (g->pf_peq > 0) {
+            int m = na_sched_pf_take(g->pf_peq, q->pf_done, n, &wbudget);
+            if (m == 0 && budget == g->prefill_chunk) {
+                m = 1;              /* one token over: a step always progresses */
+                wbudget = 0;
+            }
+            if (m == 0)
+                break;
+            if (m < n)
+                wbudget = 0;        /* oldest first: no later prompt this step */
+            n = m;
+        }
         budget -= n;
         for (j = 0; j < n; j++) {
             b->row_req[b->n_rows] = q;
@@ -551,7 +666,41 @@ static int na_sched_wait_ms(double deadline, int want_ms)
     return left < want_ms ? (int)left + 1 : want_ms;
 }
 
+/* The engine's tick during a slice (na_engine_t.tick): a slice over a
+ * long prompt chunk runs for seconds on a slow machine (the sanitizer
+ * build), and the storage nodes drop a compute node silent for
+ * peer_timeout_ms; so the session takes its turn (heartbeats out, answers
+ * in: attention of other batches lands in their own buffers) every
+ * NA_SCHED_TICK_S of compute. The slice's numbers do not change. */
+static void na_sched_tick(void *ctx)
+{
+    na_off_t *g = ctx;
+    double now = na_now_s();
+
+    if (now - g->tick_at < NA_SCHED_TICK_S)
+        return;
+    g->tick_at = now;
+    na_asvc_progress(g->svc);
+}
+
+static na_status_t na_sched_loop(na_off_t *g, double deadline);
+
 na_status_t na_off_sched_run(na_off_t *g, double deadline)
+{
+    void (*tick)(void *) = g->e->tick;
+    void *tick_ctx = g->e->tick_ctx;
+    na_status_t st;
+
+    g->e->tick = na_sched_tick;
+    g->e->tick_ctx = g;
+    g->tick_at = na_now_s();
+    st = na_sched_loop(g, deadline);
+    g->e->tick = tick;
+    g->e->tick_ctx = tick_ctx;
+    return st;
+}
+
+static na_status_t na_sched_loop(na_off_t *g, double deadline)
 {
     int rr = 0;
     na_status_t st;

@@ -3,14 +3,32 @@
  * flows; every op goes through the backend's table on the activation
  * buffers, and every matmul runs all rows of the step at once (batch =
  * rows). A slice stops at the first op that fails and returns its status. */
+#include <errno.h>
+#include <time.h>
+
 #include "compute-node/engine.h"
 
-/* Run one op and return from the slice if it failed. */
+/* After each op: the test double's delay, the engine's tick (both off
+ * unless set: na_engine_t.fault_op_ms, .tick). */
+static void na_slice_after_op(na_engine_t *e)
+{
+    if (e->fault_op_ms > 0) {
+        struct timespec ts = { e->fault_op_ms / 1000, (long)(e->fault_op_ms % 1000) * 1000000L };
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    if (e->tick != NULL)
+        e->tick(e->tick_ctx);
+}
+
+/* Run one op and return from the slice if it failed; then the engine's
+ * tick, if any (na_slice_after_op). */
 #define NA_OP(call)                          \
     do {                                     \
         na_status_t na_st_ = (call);         \
         if (na_st_ != NA_OK)                 \
             return na_st_;                   \
+        na_slice_after_op(e);                \
     } while (0)
 
 na_status_t na_slice_embed(na_engine_t *e, na_acts_t *a, const na_step_t *s)

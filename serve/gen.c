@@ -411,6 +411,7 @@ static na_status_t sg_start_engine(na_sg_t *g, const na_sg_opts_t *o)
     oo.xcache_host_mb = cfg->xcache.host_mb;
     oo.prefix_reuse = cfg->kv.prefix_reuse && !o->no_prefix_reuse;
     oo.prefill_chunk = (int)cfg->parallel.prefill_chunk;
+    oo.prefill_weighted = cfg->parallel.prefill_weighted;
     g->st.n_storage = cfg->n_storage;
     return na_off_create(g->engine, na_cluster_service(g->cluster), &oo, &g->off);
 }

@@ -304,10 +304,12 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
         na_slotset_prefix_stats_t ps;
         na_slotset_prefix_stats(n->ss, &ps);
         na_log_info("node %s: stopping (%d peer(s), %llu request(s) open; served %llu decode "
-                    "entries, %llu prefill tokens; prefix cache: %llu tokens hit, %llu blocks "
-                    "kept, %llu evicted, %llu key collisions)", n->name, n->n_peers,
+                    "entries, %llu prefill tokens, %llu prompts flushed at their end; prefix "
+                    "cache: %llu tokens hit, %llu blocks kept, %llu evicted, %llu key "
+                    "collisions)", n->name, n->n_peers,
                     (unsigned long long)n->n_requests, (unsigned long long)n->decode_entries,
-                    (unsigned long long)n->prefill_tokens, (unsigned long long)ps.hit_tokens,
+                    (unsigned long long)n->prefill_tokens, (unsigned long long)n->prompts_flushed,
+                    (unsigned long long)ps.hit_tokens,
                     (unsigned long long)ps.cache.entries, (unsigned long long)ps.cache.evicted,
                     (unsigned long long)ps.cache.collisions);
     }

@@ -385,19 +385,35 @@ static void nd_part_collect(nd_part_t *pt)
 
 /* Part pt was answered: a request whose prompt it completed (the last
  * layer's rows up to the prompt's end are in: chunked prefill feeds the
- * prompt's rows through DECODE_ATTN, never PREFILL_KV) has the prompt's
- * whole blocks published to the prefix caches now, before any later message
- * of the peer (a REQ_OPEN sharing the prompt) is read. */
+ * prompt's rows through DECODE_ATTN, never PREFILL_KV) has the prompt's KV
+ * flushed (the write-through point of a PREFILL_KV without MORE: every row
+ * on its tier) when the REQ_OPEN said where the prompt ends (n_prompt), and
+ * then its whole blocks published to the prefix caches, before any later
+ * message of the peer (a REQ_OPEN sharing the prompt) is read. A flush that
+ * fails publishes nothing (the request's next access reports the error). */
 static void nd_part_prompts(na_node_t *n, const nd_part_t *pt)
 {
     uint32_t i;
 
     for (i = 0; i < pt->a.n_entries; i++) {
         const nd_entry_t *x = &pt->xs[i];
+        na_node_req_t *r = x->r;
         uint64_t end = (uint64_t)x->e.position + (x->e.n_queries ? x->e.n_queries : 1);
-        if (x->status == NA_OK && x->r != NULL && x->r->pfx_tokens != NULL &&
-            pt->a.layer + 1 == x->r->n_layers && end >= (uint64_t)x->r->pfx_n)
-            na_node_prefix_publish(n, x->r);
+        if (x->status != NA_OK || r == NULL || pt->a.layer + 1 != r->n_layers)
+            continue;
+        if (r->n_prompt > 0 && !r->prompt_in && end >= (uint64_t)r->n_prompt) {
+            na_status_t st = na_slotset_prefill_done(n->ss, &r->sr);
+            r->prompt_in = 1;
+            if (st != NA_OK) {
+                na_log_warn("node %s: request %llu: flushing its prompt's KV (%u tokens): %s",
+                            n->name, (unsigned long long)r->wire_id, r->n_prompt, na_errmsg());
+                continue;
+            }
+            n->prompts_flushed++;
+            na_node_prefix_publish(n, r);
+        } else if (r->n_prompt == 0 && r->pfx_tokens != NULL && end >= (uint64_t)r->pfx_n) {
+            na_node_prefix_publish(n, r);      /* a peer before wire 2.2 */
+        }
     }
 }
 

@@ -100,6 +100,7 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
     r->n_layers = o->n_layers;
     r->kv_h0 = o->kv_h0;
     r->kv_h1 = o->kv_h1;
+    r->n_prompt = o->n_prompt;
     if (o->n_prefix > 0 && nd_prefix_take(r, o, &pr))       /* prefix reuse: near its blocks */
         st = na_slotset_open_near(n->ss, &r->sr, n->next_sid++, (int)o->max_tokens, nkvh, &pr);
     else

@@ -41,6 +41,9 @@ typedef struct na_node_req {
                                         blocks went to the prefix caches (NULL: none) */
     int       pfx_n;
     uint8_t   pfx_fp[NA_WIRE_FP_SIZE];
+    uint32_t  n_prompt;              /* REQ_OPEN's: where its chunked prompt ends (0:
+                                        not said, wire < 2.2) */
+    int       prompt_in;             /* 1 once that prompt's KV was flushed */
     struct na_node_req *hnext;
 } na_node_req_t;
 
@@ -86,6 +89,7 @@ struct na_node {
     /* counters (STATS) */
     uint64_t        msgs, errors_sent, dropped, lost, refused_opens;
     uint64_t        decode_entries, prefill_tokens;
+    uint64_t        prompts_flushed;  /* chunked prompts flushed at their end (n_prompt) */
     uint64_t        decode_parts_early;  /* parts submitted while later ones were due */
     int             decode_computing;    /* closed batches not yet answered (all peers) */
     int             max_run;             /* closed batches one peer may have computing */

@@ -38,6 +38,7 @@ typedef struct {
     int         dram_mb;        /* per slot */
     int         max_batch;
     int         chunk;          /* prefill_chunk (0: the default) */
+    int         weighted;       /* prefill_weighted: the budget weighs tokens by position */
 } variant_t;
 
 static char g_tmp[512];
@@ -105,13 +106,13 @@ static void on_error(void *user, const na_request_t *r, na_status_t st, const ch
 static void test_prefix(const char *path)
 {
     static const variant_t pv[] = {
-        { "request", 1, 1, "dram", 1, 0, 16, 64, 0 },
-        { "request", 3, 2, "auto", 4, 0, 16, 64, 0 },
-        { "head",    3, 1, "auto", 2, 0, 16, 2, 0 },
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 0, 0 },
+        { "request", 3, 2, "auto", 4, 0, 16, 64, 0, 0 },
+        { "head",    3, 1, "auto", 2, 0, 16, 2, 0, 0 },
         /* chunks that end inside blocks, after the attached ones; the SSD
          * tier only (blocks read back to be kept) */
-        { "request", 1, 1, "dram", 1, 0, 16, 64, 7 },
-        { "request", 1, 2, "ssd",  1, 0, 16, 64, 5 },
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 7, 0 },
+        { "request", 1, 2, "ssd",  1, 0, 16, 64, 5, 0 },
     };
     na_model_t *m;
     na_engine_t *e;
@@ -231,6 +232,7 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         oo.max_batch = v->max_batch;
         oo.batches_in_flight = v->bif;
         oo.prefill_chunk = v->chunk;
+        oo.prefill_weighted = v->weighted;
         oo.xcache = v->xcache;
         oo.xcache_share = 0.5;
         oo.xcache_host_mb = 64;
@@ -243,9 +245,10 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
             NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
                                            ref[i]->n_out),
                          "%s variant %d (%s, %d slots, bif %d, %s, spill %d, xc %d, "
-                         "chunk %d): request %d differs (%d vs %d tokens)", path, k,
+                         "chunk %d%s): request %d differs (%d vs %d tokens)", path, k,
                          v->partition, v->slots, v->bif, v->tier, v->spill, v->xcache,
-                         v->chunk, i, got[i]->n_out, ref[i]->n_out);
+                         v->chunk, v->weighted ? " weighted" : "", i, got[i]->n_out,
+                         ref[i]->n_out);
         /* chunked prefill: a prompt of n tokens takes ceil(n / chunk) steps */
         if (v->chunk == 1 && !v->xcache)
             NA_CHECK_MSG(os.gen.prefill_steps >= os.gen.prompt_tokens / v->bif,
@@ -304,15 +307,38 @@ static void on_token_order(void *user, const na_request_t *r, int token)
  * a step beside request 0's decode rows, so request 0 has produced many
  * tokens before request 1's first (a prefill done at admission would let it
  * produce at most one), and both texts are the monolithic ones. */
+/* The prompt steps a weighted budget of `chunk` gives prompts of len[0..n)
+ * fed in that order in one batch (compute-node/sched.c): each step takes
+ * tokens while their costs 1 + p / P_eq fit in chunk (at least one). */
+static int weighted_steps(const na_model_config_t *c, const int *len, int n, int chunk)
+{
+    double qd = (double)c->n_heads * c->head_dim, kd = (double)c->n_kv_heads * c->head_dim;
+    double peq = 2.0 * (c->dim * qd + 2.0 * c->dim * kd + qd * c->dim +
+                        3.0 * c->dim * (double)c->hidden_dim) / (4.0 * qd);
+    double left = 0;
+    int i, p, steps = 0;
+
+    for (i = 0; i < n; i++)
+        for (p = 0; p < len[i]; p++) {
+            double w = 1.0 + p / peq;
+            if (steps == 0 || w > left) {     /* it does not fit: the next step */
+                steps++;
+                left = chunk;
+            }
+            left -= w;                        /* a step's first token always goes */
+        }
+    return steps;
+}
+
 static void test_interleave(const char *path)
 {
     na_model_t *m;
     na_engine_t *e;
     na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
-    static const variant_t v = { "request", 1, 1, "dram", 2, 0, 16, 2, 8 };
+    static const variant_t v = { "request", 1, 1, "dram", 2, 0, 16, 2, 8, 0 };
     na_request_t *ref[2], *got[2];
-    int toks[200], len[2] = { 5, 200 }, news[2] = { 60, 4 }, i, stop = -1;
+    int toks[200], len[2] = { 5, 200 }, news[2] = { 60, 4 }, i, w, stop = -1;
     uint64_t rng = 99;
     na_gen_opts_t go;
     na_off_opts_t oo;
@@ -325,40 +351,56 @@ static void test_interleave(const char *path)
     }
     NA_CHECK_OK(na_engine_create(m, &eo, &e));
     na_test_prompt(&rng, toks, 200, m->cfg.vocab_size);
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 2; i++)
         NA_CHECK_OK(na_request_create(e, i, toks, len[i], news[i], &sc, &ref[i]));
-        NA_CHECK_OK(na_request_create(e, i, toks, len[i], news[i], &sc, &got[i]));
-    }
     memset(&go, 0, sizeof(go));
     go.max_batch = 2;
     go.stop_ids = &stop;
     NA_CHECK_OK(na_generate(e, ref, 2, &go, NULL));
     NA_CHECK_OK(load_layout(&v, 900, &cfg));
-    NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
-    memset(&oo, 0, sizeof(oo));
-    oo.max_batch = 2;
-    oo.batches_in_flight = 1;
-    oo.prefill_chunk = 8;
-    oo.stop_ids = &stop;
-    oo.on_token = on_token_order;
-    oo.on_error = on_error;
-    g_errors = 0;
-    NA_CHECK_OK(na_offload_generate(e, svc, got, 2, &oo, NULL));
-    NA_CHECK(g_errors == 0);
-    for (i = 0; i < 2; i++)
-        NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out, ref[i]->n_out),
-                     "interleaved prefill: request %d differs from monolithic", i);
-    /* request 1 needs ceil((200 - 3) / 8) = 25 more steps after the first */
-    NA_CHECK_MSG(g_tok0_at_first1 >= 20, "request 0 produced %d tokens before request 1's "
-                 "first (its 200-token prompt in chunks of 8 should take ~25 steps)",
-                 g_tok0_at_first1);
-    fprintf(stderr, "interleave: request 0 had %d tokens at request 1's first\n",
-            g_tok0_at_first1);
-    for (i = 0; i < 2; i++) {
-        na_request_destroy(ref[i]);
-        na_request_destroy(got[i]);
+    for (w = 0; w < 2; w++) {
+        na_off_stats_t os;
+        int want = weighted_steps(&m->cfg, len, 2, 8);
+        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        memset(&oo, 0, sizeof(oo));
+        oo.max_batch = 2;
+        oo.batches_in_flight = 1;
+        oo.prefill_chunk = 8;
+        oo.prefill_weighted = w;
+        oo.stop_ids = &stop;
+        oo.on_token = on_token_order;
+        oo.on_error = on_error;
+        g_errors = 0;
+        g_tok0 = 0;
+        g_tok0_at_first1 = -1;
+        for (i = 0; i < 2; i++)
+            NA_CHECK_OK(na_request_create(e, i, toks, len[i], news[i], &sc, &got[i]));
+        NA_CHECK_OK(na_offload_generate(e, svc, got, 2, &oo, &os));
+        NA_CHECK(g_errors == 0);
+        for (i = 0; i < 2; i++)
+            NA_CHECK_MSG(na_test_same_ints(got[i]->out, got[i]->n_out, ref[i]->out,
+                                           ref[i]->n_out),
+                         "interleaved prefill%s: request %d differs from monolithic",
+                         w ? " (weighted)" : "", i);
+        /* request 1 needs ceil((200 - 3) / 8) = 25 more steps after the first */
+        NA_CHECK_MSG(g_tok0_at_first1 >= 20, "request 0 produced %d tokens before request "
+                     "1's first (its 200-token prompt in chunks of 8 should take ~25 steps)",
+                     g_tok0_at_first1);
+        /* tokens: 205 prompt tokens, 8 a step; weighted: a token at p costs
+         * 1 + p / P_eq, so the later chunks are smaller (more steps) */
+        NA_CHECK_MSG(os.gen.prefill_steps == (w ? want : (205 + 7) / 8),
+                     "interleave%s: %d prompt steps, want %d", w ? " (weighted)" : "",
+                     os.gen.prefill_steps, w ? want : (205 + 7) / 8);
+        fprintf(stderr, "interleave%s: request 0 had %d tokens at request 1's first; %d "
+                "prompt steps\n", w ? " (weighted)" : "", g_tok0_at_first1,
+                os.gen.prefill_steps);
+        for (i = 0; i < 2; i++)
+            na_request_destroy(got[i]);
+        na_asvc_destroy(svc);
     }
-    na_asvc_destroy(svc);
+    NA_CHECK(weighted_steps(&m->cfg, len, 2, 8) > (205 + 7) / 8);
+    for (i = 0; i < 2; i++)
+        na_request_destroy(ref[i]);
     na_cfg_destroy(cfg);
     na_engine_destroy(e);
     na_model_destroy(m);
@@ -368,14 +410,18 @@ int main(void)
 {
     static const variant_t vs[] = {
         /* partition slots bif tier spill xc dram max_batch chunk */
-        { "request", 1, 1, "dram", 1, 0, 16, 64, 0 },
-        { "request", 3, 2, "auto", 4, 0, 16, 64, 7 },
-        { "head",    3, 3, "ssd",  1, 0, 16, 64, 1 },
-        { "head",    1, 2, "ssd",  4, 1, 16, 64, 64 },
-        { "request", 3, 3, "dram", 4, 1, 16, 2, 7 },
-        { "request", 1, 2, "auto", 2, 0, 1, 64, 0 },   /* 1 MiB DRAM tier: blocks spill */
-        { "request", 1, 1, "ssd",  1, 0, 16, 2, 1 },   /* chunks beside decode rows */
-        { "head",    3, 2, "auto", 2, 0, 16, 3, 7 },
+        { "request", 1, 1, "dram", 1, 0, 16, 64, 0, 0 },
+        { "request", 3, 2, "auto", 4, 0, 16, 64, 7, 0 },
+        { "head",    3, 3, "ssd",  1, 0, 16, 64, 1, 0 },
+        { "head",    1, 2, "ssd",  4, 1, 16, 64, 64, 0 },
+        { "request", 3, 3, "dram", 4, 1, 16, 2, 7, 0 },
+        { "request", 1, 2, "auto", 2, 0, 1, 64, 0, 0 },   /* 1 MiB DRAM tier: blocks spill */
+        { "request", 1, 1, "ssd",  1, 0, 16, 2, 1, 0 },   /* chunks beside decode rows */
+        { "head",    3, 2, "auto", 2, 0, 16, 3, 7, 0 },
+        /* the weighted budget: chunks shrink with their position */
+        { "request", 3, 2, "auto", 4, 0, 16, 2, 7, 1 },
+        { "head",    3, 1, "ssd",  1, 0, 16, 3, 3, 1 },
+        { "request", 1, 1, "dram", 1, 1, 16, 2, 1, 1 },
     };
     const int nv = (int)(sizeof(vs) / sizeof(vs[0]));
     const char *stories = na_test_shared_model("stories260K.bin");

@@ -63,7 +63,7 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
         if (x->request_id != y->request_id || x->max_tokens != y->max_tokens ||
             x->n_layers != y->n_layers || x->kv_h0 != y->kv_h0 || x->kv_h1 != y->kv_h1 ||
             x->head_dim != y->head_dim || x->q_per_kv != y->q_per_kv || x->dtype != y->dtype ||
-            x->n_prefix != y->n_prefix ||
+            x->n_prefix != y->n_prefix || x->n_prompt != y->n_prompt ||
             (x->n_prefix && memcmp(x->model_fp, y->model_fp, NA_WIRE_FP_SIZE)))
             return 0;
         for (i = 0; i < x->n_prefix; i++)      /* encode side: host array; decode: raw LE */
@@ -179,7 +179,7 @@ static int same_msg(const na_wire_msg_t *a, const na_wire_msg_t *b)
 static void test_golden(void)
 {
     static const uint8_t want[88] = {
-        'N', 'A', 'T', 'N', 2, 0, 1, 0, 7, 0, 0, 0, 64, 0, 0, 0,         /* magic ver type flags hdr_len */
+        'N', 'A', 'T', 'N', 2, 0, 2, 0, 7, 0, 0, 0, 64, 0, 0, 0,         /* magic ver type flags hdr_len */
         24, 0, 0, 0, 0, 0, 0, 0,                                          /* payload_len */
         8, 7, 6, 5, 4, 3, 2, 1,                                           /* request_id */
         0, 0, 0, 0, 0, 0, 0, 0,                                           /* batch_id, layer */
@@ -188,7 +188,7 @@ static void test_golden(void)
         0, 0, 0, 0, 0, 0, 0, 0,                                           /* rsvd2 */
         0x00, 0x08, 0, 0, 12, 0, 0, 0,                                    /* max_tokens, n_layers */
         2, 0, 4, 0, 64, 0, 4, 0,                                          /* kv_h0 kv_h1 head_dim q_per_kv */
-        1, 0, 0, 0, 0, 0, 0, 0,                                           /* dtype f16, rsvd */
+        1, 0, 0, 0, 0xe8, 0x03, 0, 0,                                     /* dtype f16, sections, n_prompt */
     };
     uint8_t buf[128];
     na_wire_msg_t m;
@@ -200,7 +200,7 @@ static void test_golden(void)
     m.time_ns = 0x1122334455667788ull;
     m.u.req_open = (na_wire_req_open_t){ .request_id = 0x0102030405060708ull, .max_tokens = 2048,
                                          .n_layers = 12, .kv_h0 = 2, .kv_h1 = 4, .head_dim = 64,
-                                         .q_per_kv = 4, .dtype = NA_DTYPE_F16 };
+                                         .q_per_kv = 4, .dtype = NA_DTYPE_F16, .n_prompt = 1000 };
     NA_CHECK_OK(na_wire_encode(&m, buf, sizeof(buf), &len));
     NA_CHECK(len == sizeof(want) && memcmp(buf, want, sizeof(want)) == 0);
 }
@@ -601,6 +601,7 @@ static void test_oversized(void)
     expect_patch(NA_WIRE_MSG_KV_FETCH, 3, 4, 4, 0, "n_tokens");
     expect_patch(NA_WIRE_MSG_REQ_OPEN, 4, 4, 4, NA_WIRE_MAX_LAYERS + 1, "n_layers");
     expect_patch(NA_WIRE_MSG_REQ_OPEN, 4, 0, 4, 0, "max_tokens");
+    expect_patch(NA_WIRE_MSG_REQ_OPEN, 4, 20, 4, 0xffffffffu, "n_prompt");   /* > max_tokens */
     expect_patch(NA_WIRE_MSG_REQ_OPEN, 4, 14, 2, NA_WIRE_MAX_Q_PER_KV + 1, "q_per_kv");
     expect_patch(NA_WIRE_MSG_STATS, 5, 0, 4, 1000000000u, "n");
     expect_patch(NA_WIRE_MSG_HELLO, 6, 0, 2, 9, "role");

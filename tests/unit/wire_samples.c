@@ -111,6 +111,7 @@ int na_wire_sample_make(na_wire_sample_t *s, na_wire_type_t t, uint64_t seed)
         o->head_dim = (uint16_t)rnd(&r, 1, 256);
         o->q_per_kv = (uint16_t)rnd(&r, 1, 8);
         o->dtype = dts[rnd(&r, 0, 2)];
+        o->n_prompt = rnd(&r, 0, 1) ? rnd(&r, 1, o->max_tokens) : 0;
         if (rnd(&r, 0, 1)) {                    /* a prefix section (prefix reuse) */
             o->n_prefix = rnd(&r, 1, o->max_tokens < 300 ? o->max_tokens : 300);
             memcpy(o->model_fp, take(s, &used, NA_WIRE_FP_SIZE), NA_WIRE_FP_SIZE);
