@@ -477,7 +477,7 @@ int na_cli_bench_arrivals(int argc, char **argv)
     na_cli_bench_opts_t o;
     na_bench_t *b = NULL;
     ba_side_t sv, pe;
-    char exe[4096], dir[512], log[600];
+    char exe[4096], dir[512];
     na_bsv_t sr;
     const char *tmp = getenv("TMPDIR");
     int rc, k, variant = 0, *ids = NULL;
@@ -575,12 +575,6 @@ out:
         fprintf(stderr, "nearattn bench arrivals: --gaps %s: %s\n", a.gaps, strerror(errno));
         rc = 1;
     }
-    if (rc == 0) {
-        snprintf(log, sizeof(log), "rm -rf '%s'", dir);
-        if (system(log) != 0)
-            fprintf(stderr, "nearattn bench arrivals: cannot remove %s\n", dir);
-    } else {
-        fprintf(stderr, "nearattn bench arrivals: logs kept in %s\n", dir);
-    }
+    na_bsv_done("bench arrivals", dir, rc);
     return rc;
 }

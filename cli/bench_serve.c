@@ -523,12 +523,6 @@ out:
     for (i = 0; texts != NULL && i < n_max; i++)
         free(texts[i]);
     free(texts);
-    if (rc == 0) {
-        snprintf(log, sizeof(log), "rm -rf '%s'", dir);
-        if (system(log) != 0)
-            fprintf(stderr, "nearattn bench serve: cannot remove %s\n", dir);
-    } else {
-        fprintf(stderr, "nearattn bench serve: logs kept in %s\n", dir);
-    }
+    na_bsv_done("bench serve", dir, rc);
     return rc;
 }

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -170,4 +171,17 @@ void na_bsv_stop(na_bsv_t *s)
 {
     if (s->pid > 0)
         na_proc_stop(&s->pid, 1, SIGTERM, 20000);
+}
+
+void na_bsv_done(const char *cmd, const char *dir, int rc)
+{
+    char rm[600];
+
+    if (rc == 0) {
+        snprintf(rm, sizeof(rm), "rm -rf '%s'", dir);
+        if (system(rm) != 0)
+            fprintf(stderr, "nearattn %s: cannot remove %s\n", cmd, dir);
+    } else {
+        fprintf(stderr, "nearattn %s: logs kept in %s\n", cmd, dir);
+    }
 }

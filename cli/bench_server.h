@@ -52,4 +52,8 @@ int na_bsv_peer(const char *cmd, const na_bsv_args_t *a, na_bsv_t *s, char *pmod
 /* Stop the serve started here, if any. */
 void na_bsv_stop(na_bsv_t *s);
 
+/* The end of a bench's run in its directory dir (char dir[512]): removed when
+ * rc is 0, else kept with its logs (said on stderr). */
+void na_bsv_done(const char *cmd, const char *dir, int rc);
+
 #endif /* NA_BENCH_SERVER_H */
