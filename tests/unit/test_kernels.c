@@ -518,20 +518,7 @@ static const na_dtype_t kv_dtypes[] = { NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF1
 /* Random KV of n rows of row_elems in dtype dt (f16, bf16 or f32), in [-1, 1). */
 static void *make_kv(na_dtype_t dt, size_t n_elems)
 {
-    size_t i;
-    void *p = malloc(na_dtype_bytes(dt, n_elems ? n_elems : 1));
-    if (p == NULL)
-        exit(1);
-    for (i = 0; i < n_elems; i++) {
-        float f = na_rng_uniform(&rng) * 2.0f - 1.0f;
-        if (dt == NA_DTYPE_F16)
-            ((uint16_t *)p)[i] = na_f32_to_f16(f);
-        else if (dt == NA_DTYPE_BF16)
-            ((uint16_t *)p)[i] = na_f32_to_bf16(f);
-        else
-            ((float *)p)[i] = f;
-    }
-    return p;
+    return na_test_rand_dtype(&rng, dt, n_elems);
 }
 
 static void check_decode(na_dtype_t dt, int ctx, int n_heads, int n_kv, int hd, float qmag)
