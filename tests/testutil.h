@@ -84,6 +84,12 @@ FILE *na_test_layout_begin(const char *path, const char *cluster);
  * n nodes s<i> on 127.0.0.1, ports port0 + i, one device each at kvdir/s<i>
  * with dram_mb / ssd_mb. */
 void  na_test_layout_nodes(FILE *f, int n, int port0, const char *kvdir, int dram_mb, int ssd_mb);
+/* A whole layout file at path: na_test_layout_begin(path, cluster),
+ * na_test_layout_nodes(n, port0, kvdir, dram_mb, 64 MB SSD), then the other
+ * sections as printf(fmt, ...) writes them. NA_OK, or NA_ERR_IO (said). */
+int   na_test_layout_write(const char *path, const char *cluster, int n, int port0,
+                           const char *kvdir, int dram_mb, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
 
 /* ---- tests/testvocab.c (na_testutil; needs na_common) ---------------------- */
 /* A GPT-2-style byte-level BPE vocabulary (tokenizer.ggml.model "gpt2") at
