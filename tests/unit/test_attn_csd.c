@@ -209,6 +209,41 @@ static void error_case(const char *what, const char *device, const char *xclbin,
     na_slot_destroy(slot);
 }
 
+/* Requests 1..4 opened on slot (max_tokens each, 2 KV heads), n_prompt
+ * tokens of kp prefilled as K and V (then prefill_done when done), and one
+ * decode entry each in e: query q (4 heads), new K = V row k, output o[r]. */
+static void open_four(na_slot_t *slot, int max_tokens, int n_prompt, int done, const float *kp,
+                      const float *q, const float *k, na_attn_entry_t e[4], float o[4][4 * 64])
+{
+    int r;
+
+    for (r = 0; r < 4; r++) {
+        NA_CHECK_OK(na_slot_open(slot, 1 + (uint64_t)r, max_tokens, 2));
+        NA_CHECK_OK(na_slot_prefill(slot, 1 + (uint64_t)r, 0, kp, kp, NA_DTYPE_F32, 0,
+                                    n_prompt));
+        if (done)
+            NA_CHECK_OK(na_slot_prefill_done(slot, 1 + (uint64_t)r));
+        memset(&e[r], 0, sizeof(e[r]));
+        e[r].req = 1 + (uint64_t)r;
+        e[r].n_q_heads = 4;
+        e[r].n_kv_heads = 2;
+        e[r].q = q;
+        e[r].k_new = k;
+        e[r].v_new = k;
+        e[r].o = o[r];
+    }
+}
+
+/* Release requests 1..4 and destroy slot. */
+static void close_four(na_slot_t *slot)
+{
+    int r;
+
+    for (r = 0; r < 4; r++)
+        NA_CHECK_OK(na_slot_release(slot, 1 + (uint64_t)r));
+    na_slot_destroy(slot);
+}
+
 /* NA_FAULTS csd:KEY=1 (the first launch): entry 0..3 of one batch. */
 static void fault_case(const char *spec, const char *want, int all_fail)
 {
@@ -228,18 +263,7 @@ static void fault_case(const char *spec, const char *want, int all_fail)
     na_rng_fill(&rng, q, 4 * 64, -1, 1);
     na_rng_fill(&rng, k, 2 * 64, -1, 1);
     na_rng_fill(&rng, kp, 20 * 2 * 64, -1, 1);
-    for (r = 0; r < 4; r++) {
-        NA_CHECK_OK(na_slot_open(slot, 1 + (uint64_t)r, 30, 2));
-        NA_CHECK_OK(na_slot_prefill(slot, 1 + (uint64_t)r, 0, kp, kp, NA_DTYPE_F32, 0, 20));
-        memset(&e[r], 0, sizeof(e[r]));
-        e[r].req = 1 + (uint64_t)r;
-        e[r].n_q_heads = 4;
-        e[r].n_kv_heads = 2;
-        e[r].q = q;
-        e[r].k_new = k;
-        e[r].v_new = k;
-        e[r].o = o[r];
-    }
+    open_four(slot, 30, 20, 0, kp, q, k, e, o);
     NA_CHECK_OK(na_slot_decode(slot, e, 4));
     for (r = 0; r < 4; r++) {
         if (e[r].status != NA_OK) {
@@ -249,9 +273,7 @@ static void fault_case(const char *spec, const char *want, int all_fail)
         }
     }
     NA_CHECK_MSG(all_fail ? failed == 4 : failed == 1, "%s: %d of 4 entries failed", spec, failed);
-    for (r = 0; r < 4; r++)
-        NA_CHECK_OK(na_slot_release(slot, 1 + (uint64_t)r));
-    na_slot_destroy(slot);
+    close_four(slot);
 }
 
 /* Request 3's KV zeroed in kv.dat after its prefill (KV on the SSD only):
@@ -274,19 +296,7 @@ static void zeroed_case(void)
     na_rng_fill(&rng, q, 4 * 64, -1, 1);
     na_rng_fill(&rng, k, 2 * 64, -1, 1);
     na_rng_fill(&rng, kp, 40 * 2 * 64, -1, 1);
-    for (r = 0; r < 4; r++) {
-        NA_CHECK_OK(na_slot_open(slot, 1 + (uint64_t)r, 50, 2));
-        NA_CHECK_OK(na_slot_prefill(slot, 1 + (uint64_t)r, 0, kp, kp, NA_DTYPE_F32, 0, 40));
-        NA_CHECK_OK(na_slot_prefill_done(slot, 1 + (uint64_t)r));
-        memset(&e[r], 0, sizeof(e[r]));
-        e[r].req = 1 + (uint64_t)r;
-        e[r].n_q_heads = 4;
-        e[r].n_kv_heads = 2;
-        e[r].q = q;
-        e[r].k_new = k;
-        e[r].v_new = k;
-        e[r].o = o[r];
-    }
+    open_four(slot, 50, 40, 1, kp, q, k, e, o);
     na_kv_req_extent(na_kv_find(na_slot_store(slot), 3), &off, &len);
     snprintf(path, sizeof(path), "%s/zeroed/kv.dat", g_dir);
     fd = open(path, O_WRONLY);
@@ -308,9 +318,7 @@ static void zeroed_case(void)
         else
             NA_CHECK_MSG(e[r].status == NA_OK, "zeroed: entry %d: %s", r, e[r].reason);
     }
-    for (r = 0; r < 4; r++)
-        NA_CHECK_OK(na_slot_release(slot, 1 + (uint64_t)r));
-    na_slot_destroy(slot);
+    close_four(slot);
 }
 
 int main(void)
