@@ -5,6 +5,7 @@
 #ifndef NA_CLI_H
 #define NA_CLI_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "common/status.h"
@@ -40,6 +41,11 @@ na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
  * cut. Errors name flag and path. */
 #define NA_CLI_KEY_MAX 4096
 na_status_t na_cli_read_key(const char *path, const char *flag, char *key, size_t cap);
+/* The signal that asked this command to stop (SIGINT, SIGTERM, or the one
+ * more given to na_cli_catch_stop), 0 while none came; and catch them into
+ * it (extra: another signal to catch, or 0). */
+extern volatile sig_atomic_t na_cli_stop;
+void na_cli_catch_stop(int extra);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
 /* Run the entry of table (ended by a NULL name) named argv[1], with argv

@@ -26,13 +26,6 @@
 #define NA_PX_PROGRESS_S    2.0    /* between two progress lines on stderr */
 #define NA_PX_MAX_TEXT      (1L << 30)
 
-static volatile sig_atomic_t na_px_stop;
-
-static void na_px_on_signal(int sig)
-{
-    na_px_stop = sig;
-}
-
 typedef struct {
     const char *model;
     const char *tokenizer;
@@ -403,18 +396,13 @@ int na_cmd_perplexity(int argc, char **argv)
     if (!strcmp(a.mode, "offload")) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
-        struct sigaction sa;
 
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = na_px_on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, NULL);      /* stop cleanly: nodes, private KV directory */
-        sigaction(SIGTERM, &sa, NULL);
+        na_cli_catch_stop(0);              /* stop cleanly: nodes, private KV directory */
         memset(&oa, 0, sizeof(oa));
         na_cluster_opts_default(&oa.cluster);
         oa.cluster.config_path = a.config;
         oa.cluster.mode = a.cluster;
-        oa.cluster.stop = &na_px_stop;
+        oa.cluster.stop = &na_cli_stop;
         oa.cluster.model_path = a.model;
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = batch;
@@ -430,10 +418,10 @@ int na_cmd_perplexity(int argc, char **argv)
             fprintf(stderr, "perplexity: the layout's X-cache is not used: every chunk's KV "
                     "is on the storage nodes\n");
         st = na_run_offload(&oa, r.engine, r.ppl->reqs, r.ppl->n_chunks, &os);
-        if (st != NA_OK && na_px_stop) {
-            fprintf(stderr, "nearattn perplexity: stopped by signal %d\n", (int)na_px_stop);
+        if (st != NA_OK && na_cli_stop) {
+            fprintf(stderr, "nearattn perplexity: stopped by signal %d\n", (int)na_cli_stop);
             na_px_cleanup(&r);
-            return 128 + (int)na_px_stop;
+            return 128 + (int)na_cli_stop;
         }
     } else {
         na_gen_opts_t go = { batch, NULL, 0, na_px_on_token, na_px_on_done, &r, na_px_on_error };

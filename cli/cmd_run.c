@@ -30,14 +30,6 @@
 
 #define NA_RUN_MAX_PROMPTS 4096
 
-/* Offload: the signal (SIGINT / SIGTERM) that asked the run to stop, or 0. */
-static volatile sig_atomic_t na_run_stop;
-
-static void na_run_on_signal(int sig)
-{
-    na_run_stop = sig;
-}
-
 typedef struct {
     const char *mode;
     const char *config;
@@ -689,18 +681,14 @@ int na_cmd_run(int argc, char **argv)
     if (strcmp(a.mode, "monolithic") != 0) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = na_run_on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, NULL);      /* stop cleanly: nodes, private KV directory */
-        sigaction(SIGTERM, &sa, NULL);
+        /* offload: SIGINT / SIGTERM stop cleanly (nodes, private KV directory) */
+        na_cli_catch_stop(0);
         memset(&oa, 0, sizeof(oa));
         na_cluster_opts_default(&oa.cluster);
         oa.cluster.config_path = r.cfg_path;
         oa.cluster.mode = a.cluster;
         oa.cluster.kvfetch = !strcmp(a.mode, "kv-fetch");
-        oa.cluster.stop = &na_run_stop;
+        oa.cluster.stop = &na_cli_stop;
         oa.cluster.model_path = a.model;
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
@@ -714,10 +702,10 @@ int na_cmd_run(int argc, char **argv)
         oa.user = &r;
         oa.failed_before = r.failed;
         st = na_run_offload(&oa, r.engine, r.live, r.n_live, &os);
-        if (st != NA_OK && na_run_stop) {
-            fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_run_stop);
+        if (st != NA_OK && na_cli_stop) {
+            fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_cli_stop);
             na_run_cleanup(&r);
-            return 128 + (int)na_run_stop;
+            return 128 + (int)na_cli_stop;
         }
         if (st != NA_OK)
             goto out_fail;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,26 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+
+volatile sig_atomic_t na_cli_stop;
+
+static void na_cli_on_signal(int sig)
+{
+    na_cli_stop = sig;
+}
+
+void na_cli_catch_stop(int extra)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = na_cli_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (extra != 0)
+        sigaction(extra, &sa, NULL);
+}
 
 /* Parse all of val by strtol (l_p) or strtod (d_p): 1 when it is a number,
  * 0 when it is not, -1 (said so) when val is NULL because the flag came last. */
