@@ -153,12 +153,8 @@ int na_cmd_node(int argc, char **argv)
         }
         else if (!strcmp(a, "--model")) o.model_path = val;
         else if (!strcmp(a, "--kv-dtype")) {
-            kv_dtype = na_dtype_parse(val);
-            if (kv_dtype != NA_DTYPE_F16 && kv_dtype != NA_DTYPE_BF16 && kv_dtype != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn node: --kv-dtype expects f16, bf16 or f32, got '%s'\n",
-                        val);
+            if (na_cli_kv_dtype("node", val, &kv_dtype) != NA_OK)
                 return 2;
-            }
         }
         else if (!strcmp(a, "--shape")) {
             if (sscanf(val, "%d:%d:%d:%d", &o.shape[0], &o.shape[1], &o.shape[2], &o.shape[3]) != 4 ||

@@ -149,12 +149,9 @@ static int na_px_parse(int argc, char **argv, na_px_args_t *a)
             if (na_cli_int("perplexity", f, v, lo, hi, lp) != NA_OK)
                 return 2;
         } else {
-            int d = na_dtype_parse(v);
-            if (d != NA_DTYPE_F16 && d != NA_DTYPE_BF16 && d != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn perplexity: --kv-dtype expects f16, bf16 or f32, "
-                        "got '%s'\n", v);
+            int d;
+            if (na_cli_kv_dtype("perplexity", v, &d) != NA_OK)
                 return 2;
-            }
             a->kv_dtype = (na_dtype_t)d;
             a->kv_dtype_given = 1;
         }
@@ -223,16 +220,6 @@ static na_status_t na_px_read_text(const char *path, na_px_t *r)
     if (memchr(r->text, '\0', got) != NULL)
         return na_err(NA_ERR_INVALID, "text file %s holds a NUL byte", path);
     return NA_OK;
-}
-
-/* The tokenizer: --tokenizer, the layout's, the GGUF's own, or P.tok.bin /
- * tokenizer.bin beside a checkpoint P.bin (as `nearattn run`). */
-static na_status_t na_px_open_tokenizer(const na_px_args_t *a, na_px_t *r)
-{
-    const char *given = a->tokenizer != NULL ? a->tokenizer
-                      : r->tok_path[0] != '\0' ? r->tok_path : NULL;
-    return na_tokenizer_open_for_model(r->model, r->model_path, given, r->tok_path,
-                                       sizeof(r->tok_path), &r->tok);
 }
 
 /* A chunk ended: print the running estimates of the chunks done in order. */
@@ -335,7 +322,8 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     if (a->ctx < NA_PPL_MIN_CTX)
         return na_err(NA_ERR_RANGE, "--ctx %ld is too small: a chunk needs at least %d tokens",
                       a->ctx, NA_PPL_MIN_CTX);
-    st = na_px_open_tokenizer(a, r);
+    st = na_cli_open_tokenizer(a->tokenizer, r->model, r->model_path, r->tok_path,
+                               sizeof(r->tok_path), &r->tok);
     if (st != NA_OK)
         return st;
     if (na_tokenizer_vocab_size(r->tok) != r->model->cfg.vocab_size)

@@ -265,11 +265,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             if (na_cli_int("run", f, v, 1, NA_RUN_MAX_PROMPTS, &a->max_batch) != NA_OK)
                 return 2;
         } else if (!strcmp(f, "--kv-dtype")) {
-            int d = na_dtype_parse(v);
-            if (d != NA_DTYPE_F16 && d != NA_DTYPE_BF16 && d != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn run: --kv-dtype expects f16, bf16 or f32, got '%s'\n", v);
+            int d;
+            if (na_cli_kv_dtype("run", v, &d) != NA_OK)
                 return 2;
-            }
             a->kv_dtype = (na_dtype_t)d;
             a->kv_dtype_given = 1;
         } else {
@@ -364,16 +362,6 @@ static na_status_t na_run_pick_model(const na_run_args_t *a, na_run_t *r)
     snprintf(r->model_path, sizeof(r->model_path), "%s/model.bin", r->tmpdir);
     snprintf(r->tok_path, sizeof(r->tok_path), "%s/model.tok.bin", r->tmpdir);
     return NA_OK;
-}
-
-/* Open the tokenizer: --tokenizer, the default picked with the model, the
- * GGUF's own, or P.tok.bin / tokenizer.bin beside a checkpoint P.bin. */
-static na_status_t na_run_open_tokenizer(const na_run_args_t *a, na_run_t *r)
-{
-    const char *given = a->tokenizer != NULL ? a->tokenizer
-                      : r->tok_path[0] != '\0' ? r->tok_path : NULL;
-    return na_tokenizer_open_for_model(r->model, r->model_path, given, r->tok_path,
-                                       sizeof(r->tok_path), &r->tok);
 }
 
 /* Collect prompt texts: --prompt, the lines of --prompts, or one empty prompt. */
@@ -654,7 +642,8 @@ int na_cmd_run(int argc, char **argv)
                 " (RoPE was trained on the shorter context: the text past it may degrade)" : "");
         r.model->cfg.seq_len = (int)a.ctx;
     }
-    st = na_run_open_tokenizer(&a, &r);
+    st = na_cli_open_tokenizer(a.tokenizer, r.model, r.model_path, r.tok_path,
+                               sizeof(r.tok_path), &r.tok);
     if (st != NA_OK)
         goto out_fail;
     if (na_tokenizer_vocab_size(r.tok) != r.model->cfg.vocab_size) {
