@@ -6,6 +6,7 @@
 #ifndef NA_CLI_BENCH_H
 #define NA_CLI_BENCH_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "common/bench.h"
@@ -36,6 +37,10 @@ typedef int (*na_cli_bench_own_fn)(void *ctx, int argc, char **argv, int *i);
  * go on, else the command's exit code: 0 after --help, 2 on a usage error. */
 int  na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_opts_t *o,
                         void (*usage)(FILE *f), na_cli_bench_own_fn own, void *ctx);
+/* A fresh private directory $TMPDIR/nearattn-NAME-XXXXXX (/tmp without
+ * TMPDIR) into dir[cap]: 0, or 1 after "nearattn <cmd>: mkdtemp: ..." on
+ * stderr. */
+int  na_cli_bench_dir(const char *cmd, const char *name, char *dir, size_t cap);
 /* Print the table, write the JSON if asked; 0 or 1 (error printed). */
 int  na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_bench_opts_t *o);
 

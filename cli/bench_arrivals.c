@@ -40,6 +40,7 @@
 
 #include "cli/bench.h"
 #include "cli/bench_serve_http.h"
+#include "cli/bench_server.h"
 #include "cli/cli.h"
 #include "cluster/proc.h"
 
@@ -49,8 +50,7 @@
 #define BA_ID_HI       512      /* below the smallest vocabulary a test model has */
 
 typedef struct {
-    const char *config, *model, *mode, *url, *key_file;
-    const char *peer, *peer_key_file;
+    na_bsv_args_t srv;          /* the servers: layout, model, mode, --url, --peer, keys */
     const char *gaps;           /* --gaps FILE: every gap written there, or NULL */
     FILE       *gaps_f;
     int         streams;        /* --streams (8) */
@@ -60,7 +60,6 @@ typedef struct {
     int         warm;           /* --warm text chunks per stream before the steady window */
     int         steady_chunks;  /* --steady-chunks: whole gaps per stream in it (8) */
     int         reps;           /* 0: 2 with --peer, else 1; --quick 1 */
-    int         ready_s;        /* --ready-timeout */
     int         timeout_s;      /* --timeout: per request, and per window */
     char        threads[16];
 } ba_args_t;
@@ -123,9 +122,6 @@ static void ba_usage(FILE *f)
 
 static int ba_opt(void *ctx, int argc, char **argv, int *i)
 {
-    static const char *const str[] = { "--config", "--model", "--mode", "--url",
-                                       "--api-key-file", "--peer", "--peer-api-key-file",
-                                       "--gaps" };
     static const struct { const char *f; long lo, hi; } num[] = {
         { "--streams", 1, BA_MAX_STREAMS }, { "--prompt-tokens", 1, 1L << 20 },
         { "--max-tokens", 1, 1L << 20 }, { "--warm", 1, 1000 }, { "--reps", 1, BA_MAX_REPS },
@@ -134,29 +130,23 @@ static int ba_opt(void *ctx, int argc, char **argv, int *i)
     };
     ba_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const char **dst[] = { &a->config, &a->model, &a->mode, &a->url, &a->key_file,
-                           &a->peer, &a->peer_key_file, &a->gaps };
     int *ip[] = { &a->streams, &a->prompt_tokens, &a->max_tokens, &a->warm, &a->reps,
-                  &a->ready_s, &a->timeout_s, &a->steady_chunks };
+                  &a->srv.ready_s, &a->timeout_s, &a->steady_chunks };
     long n;
     size_t k;
+    int r;
 
-    for (k = 0; k < sizeof(str) / sizeof(str[0]); k++)
-        if (!strcmp(f, str[k])) {
-            if (v == NULL) {
-                fprintf(stderr, "nearattn bench arrivals: %s needs a value\n", f);
-                return 2;
-            }
-            if ((k == 3 || k == 5) && strncmp(v, "http://", 7) != 0 &&
-                strncmp(v, "https://", 8) != 0) {
-                fprintf(stderr, "nearattn bench arrivals: %s expects a server's URL, http://HOST:PORT "
-                        "(got '%s')\n", f, v);
-                return 2;
-            }
-            *dst[k] = v;
-            ++*i;
-            return 1;
+    if ((r = na_bsv_opt("bench arrivals", &a->srv, argc, argv, i)) != 0)
+        return r;
+    if (!strcmp(f, "--gaps")) {
+        if (v == NULL) {
+            fprintf(stderr, "nearattn bench arrivals: %s needs a value\n", f);
+            return 2;
         }
+        a->gaps = v;
+        ++*i;
+        return 1;
+    }
     for (k = 0; k < sizeof(num) / sizeof(num[0]); k++)
         if (!strcmp(f, num[k].f)) {
             if (na_cli_int("bench arrivals", f, v, num[k].lo, num[k].hi, &n) != NA_OK)
@@ -169,54 +159,6 @@ static int ba_opt(void *ctx, int argc, char **argv, int *i)
             return 1;
         }
     return 0;
-}
-
-/* Start `exe serve` on a free loopback port, its output into log. */
-static na_status_t ba_start_serve(const ba_args_t *a, const char *exe, const char *log,
-                                  pid_t *pid_p)
-{
-    char *argv[20];
-    na_proc_opts_t po = { argv, log, 1, NULL, NULL };
-    int k = 0;
-
-    argv[k++] = (char *)exe;
-    argv[k++] = "serve";
-    argv[k++] = "--host";
-    argv[k++] = "127.0.0.1";
-    argv[k++] = "--port";
-    argv[k++] = "0";
-    argv[k++] = "--threads";
-    argv[k++] = (char *)a->threads;
-    argv[k++] = "--mode";
-    argv[k++] = (char *)a->mode;
-    if (a->config != NULL) {
-        argv[k++] = "--config";
-        argv[k++] = (char *)a->config;
-    }
-    if (a->model != NULL) {
-        argv[k++] = "--model";
-        argv[k++] = (char *)a->model;
-    }
-    if (a->key_file != NULL) {
-        argv[k++] = "--api-key-file";
-        argv[k++] = (char *)a->key_file;
-    }
-    argv[k] = NULL;
-    return na_proc_spawn(&po, pid_p);
-}
-
-static int ba_alive(void *ctx)
-{
-    pid_t *pid = ctx;
-    int status;
-
-    if (*pid <= 0)
-        return 1;                      /* --url, the peer: not ours to watch */
-    if (waitpid(*pid, &status, WNOHANG) == *pid) {
-        *pid = 0;
-        return 0;
-    }
-    return 1;
 }
 
 /* Append v to *a (grown). -1 out of memory. */
@@ -530,14 +472,14 @@ static na_status_t ba_rep(const ba_args_t *a, ba_side_t *sd, int *ids, int *vari
 
 int na_cli_bench_arrivals(int argc, char **argv)
 {
-    ba_args_t a = { .mode = "monolithic", .streams = 8, .prompt_tokens = 4096, .warm = 4,
-                    .steady_chunks = 8, .ready_s = 120, .timeout_s = 1800 };
+    ba_args_t a = { .srv = { .mode = "monolithic", .ready_s = 120 }, .streams = 8,
+                    .prompt_tokens = 4096, .warm = 4, .steady_chunks = 8, .timeout_s = 1800 };
     na_cli_bench_opts_t o;
     na_bench_t *b = NULL;
     ba_side_t sv, pe;
-    char exe[4096], dir[512], log[600], base[600], key[NA_CLI_KEY_MAX], pkey[NA_CLI_KEY_MAX];
+    char exe[4096], dir[512];
+    na_bsv_t sr;
     const char *tmp = getenv("TMPDIR");
-    pid_t pid = 0, no_pid = 0;
     int rc, k, variant = 0, *ids = NULL;
     na_status_t st = NA_OK;
 
@@ -551,15 +493,10 @@ int na_cli_bench_arrivals(int argc, char **argv)
     if (a.steady_s == 0)
         a.steady_s = o.quick ? 1 : 3;
     if (a.reps == 0)
-        a.reps = a.peer != NULL && !o.quick ? 2 : 1;
+        a.reps = a.srv.peer != NULL && !o.quick ? 2 : 1;
     snprintf(a.threads, sizeof(a.threads), "%d", o.threads);
-    key[0] = pkey[0] = '\0';
-    if (a.key_file != NULL &&
-        na_cli_read_key(a.key_file, "--api-key-file", key, sizeof(key)) != NA_OK)
-        return na_cli_fail("bench arrivals", NA_ERR_IO);
-    if (a.peer_key_file != NULL &&
-        na_cli_read_key(a.peer_key_file, "--peer-api-key-file", pkey, sizeof(pkey)) != NA_OK)
-        return na_cli_fail("bench arrivals", NA_ERR_IO);
+    if (na_bsv_keys("bench arrivals", &a.srv, &sr) != 0)
+        return 1;
     if (na_proc_self_exe(exe, sizeof(exe)) != NA_OK)
         return na_cli_fail("bench arrivals", NA_ERR_IO);
     ids = malloc((size_t)a.prompt_tokens * sizeof(int));
@@ -581,35 +518,16 @@ int na_cli_bench_arrivals(int argc, char **argv)
         fprintf(stderr, "nearattn bench arrivals: curl_global_init failed\n");
         goto out;
     }
-    if (a.url != NULL) {
-        snprintf(base, sizeof(base), "%s", a.url);
-    } else {
-        snprintf(log, sizeof(log), "%s/serve.log", dir);
-        if (ba_start_serve(&a, exe, log, &pid) != NA_OK ||
-            na_bs_wait_ready_line(log, &pid, a.ready_s, base, sizeof(base)) != NA_OK) {
-            fprintf(stderr, "nearattn bench arrivals: cannot start nearattn serve: %s; its "
-                    "log: %s\n", na_errmsg(), log);
-            goto out;
-        }
-    }
+    if (na_bsv_start("bench arrivals", &a.srv, exe, a.threads, dir, &sr, sv.model_,
+                     sizeof(sv.model_)) != 0 ||
+        na_bsv_peer("bench arrivals", &a.srv, &sr, pe.model_, sizeof(pe.model_)) != 0)
+        goto out;
     sv.name = "serve";
     pe.name = "peer";
     sv.prompt_tokens = pe.prompt_tokens = -1;
-    sv.o = (na_bsh_opts_t){ base, key[0] ? key : NULL, sv.model_, 1, a.timeout_s };
-    if (na_bsh_wait_ready(base, key[0] ? key : NULL, a.ready_s, ba_alive, &pid, sv.model_,
-                          sizeof(sv.model_)) != NA_OK) {
-        fprintf(stderr, "nearattn bench arrivals: %s%s%s\n", na_errmsg(),
-                a.url == NULL ? "; its log: " : "", a.url == NULL ? log : "");
-        goto out;
-    }
-    if (a.peer != NULL) {
-        pe.o = (na_bsh_opts_t){ a.peer, pkey[0] ? pkey : NULL, pe.model_, 1, a.timeout_s };
-        if (na_bsh_wait_ready(a.peer, pkey[0] ? pkey : NULL, a.ready_s, ba_alive, &no_pid,
-                              pe.model_, sizeof(pe.model_)) != NA_OK) {
-            fprintf(stderr, "nearattn bench arrivals: the peer: %s\n", na_errmsg());
-            goto out;
-        }
-    }
+    sv.o = (na_bsh_opts_t){ sr.base, sr.key[0] ? sr.key : NULL, sv.model_, 1, a.timeout_s };
+    pe.o = (na_bsh_opts_t){ a.srv.peer, sr.pkey[0] ? sr.pkey : NULL, pe.model_, 1,
+                            a.timeout_s };
     if (na_bench_create("arrivals", &b) != NA_OK)
         goto out;
     /* a server that outlives this run (--url, --peer) must not find these
@@ -618,12 +536,12 @@ int na_cli_bench_arrivals(int argc, char **argv)
     variant = (int)(((unsigned)getpid() * 2654435761u ^ (unsigned)na_bench_now()) %
                     (unsigned)((BA_ID_HI - BA_ID_LO) * (BA_ID_HI - BA_ID_LO) - 64));
     for (k = 0; k < a.reps && st == NA_OK; k++) {
-        int peer_first = a.peer != NULL && k % 2 == 1;
+        int peer_first = a.srv.peer != NULL && k % 2 == 1;
         if (peer_first)
             st = ba_rep(&a, &pe, ids, &variant, k);
         if (st == NA_OK)
             st = ba_rep(&a, &sv, ids, &variant, k);
-        if (st == NA_OK && a.peer != NULL && !peer_first)
+        if (st == NA_OK && a.srv.peer != NULL && !peer_first)
             st = ba_rep(&a, &pe, ids, &variant, k);
     }
     if (st != NA_OK) {
@@ -631,22 +549,21 @@ int na_cli_bench_arrivals(int argc, char **argv)
         goto out;
     }
     ba_report(b, &sv);
-    if (a.peer != NULL)
+    if (a.srv.peer != NULL)
         ba_report(b, &pe);
     na_bench_note(b, "serve %s (%s, model \"%s\"); %d streams of short text prompts, greedy, "
                   "max_tokens %d; a steady window of >= %.0f s and >= %d gaps each after %d "
                   "text chunks each; the newcomer: %d token ids, max_tokens 1, its first two "
                   "its own per request (no cached prefix); %d reps, ITL gaps pooled, times "
-                  "medians", base,
-                  a.url != NULL ? "given" : "started here", sv.model_, a.streams, a.max_tokens,
+                  "medians", sr.base,
+                  a.srv.url != NULL ? "given" : "started here", sv.model_, a.streams, a.max_tokens,
                   a.steady_s, a.steady_chunks, a.warm, a.prompt_tokens, a.reps);
-    if (a.peer != NULL)
+    if (a.srv.peer != NULL)
         na_bench_note(b, "peer %s, model \"%s\": the same client and prompts, alternated with "
-                      "serve (serve first in even reps)", a.peer, pe.model_);
+                      "serve (serve first in even reps)", a.srv.peer, pe.model_);
     rc = na_cli_bench_finish("arrivals", b, &o);
 out:
-    if (pid > 0)
-        na_proc_stop(&pid, 1, SIGTERM, 20000);
+    na_bsv_stop(&sr);
     curl_global_cleanup();
     na_bench_destroy(b);
     free(sv.steady);
@@ -658,12 +575,6 @@ out:
         fprintf(stderr, "nearattn bench arrivals: --gaps %s: %s\n", a.gaps, strerror(errno));
         rc = 1;
     }
-    if (rc == 0) {
-        snprintf(log, sizeof(log), "rm -rf '%s'", dir);
-        if (system(log) != 0)
-            fprintf(stderr, "nearattn bench arrivals: cannot remove %s\n", dir);
-    } else {
-        fprintf(stderr, "nearattn bench arrivals: logs kept in %s\n", dir);
-    }
+    na_bsv_done("bench arrivals", dir, rc);
     return rc;
 }

@@ -255,7 +255,6 @@ int na_cli_bench_capacity(int argc, char **argv)
     na_e2e_nodes_t nodes;
     na_e2e_point_t p;
     char cfg[PATH_MAX], prefix[PATH_MAX], out[4096], name[96], ref[96];
-    const char *tmp = getenv("TMPDIR");
     double x[CAP_MAX_CTX], rss_m[CAP_MAX_CTX], tok_n[CAP_MAX_NODES];
     double dec_m[CAP_MAX_CTX], dec_o[CAP_MAX_CTX];
     double a, slope, kv_tok, budget, mono_tok = 0, mono_tps = 0, base_tok = 0;
@@ -284,11 +283,8 @@ int na_cli_bench_capacity(int argc, char **argv)
     if (len <= 0)
         return na_cli_fail("bench capacity", na_err(NA_ERR_IO, "readlink(/proc/self/exe)"));
     c.exe[len] = '\0';
-    snprintf(c.dir, sizeof(c.dir), "%s/nearattn-cap-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(c.dir) == NULL) {
-        fprintf(stderr, "nearattn bench capacity: mkdtemp: %s\n", strerror(errno));
+    if (na_cli_bench_dir("bench capacity", "cap", c.dir, sizeof(c.dir)) != 0)
         return 1;
-    }
     memset(&nodes, 0, sizeof(nodes));
     if (na_link_up(&c.link, NA_LINK_SHM, 0) != NA_OK) {
         na_cli_fail("bench capacity", NA_ERR_IO);

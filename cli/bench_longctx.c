@@ -231,7 +231,6 @@ int na_cli_bench_longctx(int argc, char **argv)
     na_e2e_point_t off[2 * LC_MAX_SIZES], mono;
     int off_len[2 * LC_MAX_SIZES], n_off = 0;
     char cfg[PATH_MAX], path[PATH_MAX], name[96], ref[96];
-    const char *tmp = getenv("TMPDIR");
     double kv_tok, lo = 0, hi = 0, lmin = -1, lmax = -1;
     int rc = 1, i, r, max_tok = 0, failed = 0;
     ssize_t len;
@@ -287,11 +286,8 @@ int na_cli_bench_longctx(int argc, char **argv)
     if (len <= 0)
         return na_cli_fail("bench longctx", na_err(NA_ERR_IO, "readlink(/proc/self/exe)"));
     c.exe[len] = '\0';
-    snprintf(c.dir, sizeof(c.dir), "%s/nearattn-lc-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(c.dir) == NULL) {
-        fprintf(stderr, "nearattn bench longctx: mkdtemp: %s\n", strerror(errno));
+    if (na_cli_bench_dir("bench longctx", "lc", c.dir, sizeof(c.dir)) != 0)
         return 1;
-    }
     if (na_link_up(&c.link, NA_LINK_SHM, 0) != NA_OK) {
         na_cli_fail("bench longctx", NA_ERR_IO);
         goto out;

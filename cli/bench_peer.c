@@ -327,7 +327,6 @@ int na_cli_e2e_peers(int argc, char **argv)
     na_cli_bench_opts_t o;
     na_bench_t *b = NULL;
     char dir[512], prefix[600], path[620];
-    const char *tmp = getenv("TMPDIR");
     int rc, s, dt;
 
     rc = na_cli_bench_parse("e2e", argc, argv, &o, pr_usage, pr_own, &a);
@@ -345,11 +344,8 @@ int na_cli_e2e_peers(int argc, char **argv)
                 strerror(errno));
         return 2;
     }
-    snprintf(dir, sizeof(dir), "%s/nearattn-peers-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "nearattn bench e2e --peers: mkdtemp: %s\n", strerror(errno));
+    if (na_cli_bench_dir("bench e2e --peers", "peers", dir, sizeof(dir)) != 0)
         return 1;
-    }
     rc = 1;
     if (na_bench_create("e2e-peers", &b) != NA_OK)
         goto out;

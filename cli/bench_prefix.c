@@ -158,7 +158,6 @@ int na_cli_bench_prefix(int argc, char **argv)
     double wall[2], *ttft[2] = { NULL, NULL }, p50[2], p99[2];
     int *prompts = NULL, **out[2] = { NULL, NULL }, rc = 1, same = 1, r;
     char path[PATH_MAX + 64], cfg[PATH_MAX + 64];
-    const char *tmp = getenv("TMPDIR");
     na_engine_opts_t eo;
     na_status_t s = NA_OK;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -176,11 +175,8 @@ int na_cli_bench_prefix(int argc, char **argv)
     if (c.prefix == 0)
         c.prefix = o.quick ? 500 : 2000;
     np = c.prefix + c.suffix;
-    snprintf(c.dir, sizeof(c.dir), "%s/nearattn-pfx-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(c.dir) == NULL) {
-        fprintf(stderr, "nearattn bench prefix: mkdtemp: %s\n", strerror(errno));
+    if (na_cli_bench_dir("bench prefix", "pfx", c.dir, sizeof(c.dir)) != 0)
         return 1;
-    }
     na_genmodel_defaults(&go);
     na_genmodel_shape(&go, 256, 512, 4, 8, 2, 512, (int)(np + c.n_new + 8));
     snprintf(path, sizeof(path), "%s/model", c.dir);

@@ -35,6 +35,7 @@
 
 #include "cli/bench.h"
 #include "cli/bench_serve_http.h"
+#include "cli/bench_server.h"
 #include "cli/cli.h"
 #include "cluster/proc.h"
 
@@ -42,15 +43,13 @@
 #define BS_MAX_REPS   9
 
 typedef struct {
-    const char *config, *model, *mode, *url, *key_file;
-    const char *peer, *peer_key_file;   /* --peer URL, its bearer key */
+    na_bsv_args_t srv;          /* the servers: layout, model, mode, --url, --peer, keys */
     int         reps;           /* pairs per level (0: 2 with --peer, else 1; --quick 1) */
     long        peer_pid;       /* --peer-pid: the peer's process, for its CPU time (0: none) */
     int         levels[BS_MAX_LEVELS], n_levels;
     int         requests;       /* per level; 0: max(16, 4 C), --quick max(8, 2 C) */
     int         max_tokens;     /* 0: 128, --quick 16 */
     int         no_run;         /* --no-run: skip the `nearattn run` reference */
-    int         ready_s;        /* wait for the server's /health */
     char        threads[16];    /* --threads of serve and run (the bench's --threads) */
 } bs_args_t;
 
@@ -115,35 +114,17 @@ static int bs_levels(bs_args_t *a, const char *s)
 
 static int bs_opt(void *ctx, int argc, char **argv, int *i)
 {
-    static const char *const str[] = { "--config", "--model", "--mode", "--url",
-                                       "--api-key-file", "--peer", "--peer-api-key-file" };
     bs_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const char **dst[] = { &a->config, &a->model, &a->mode, &a->url, &a->key_file,
-                           &a->peer, &a->peer_key_file };
     long n;
-    int k;
+    int r;
 
     if (!strcmp(f, "--no-run")) {
         a->no_run = 1;
         return 1;
     }
-    for (k = 0; k < 7; k++)
-        if (!strcmp(f, str[k])) {
-            if (v == NULL) {
-                fprintf(stderr, "nearattn bench serve: %s needs a value\n", f);
-                return 2;
-            }
-            if ((k == 3 || k == 5) && strncmp(v, "http://", 7) != 0 &&
-                strncmp(v, "https://", 8) != 0) {
-                fprintf(stderr, "nearattn bench serve: %s expects a server's URL, http://HOST:PORT "
-                        "(got '%s')\n", f, v);
-                return 2;
-            }
-            *dst[k] = v;
-            ++*i;
-            return 1;
-        }
+    if ((r = na_bsv_opt("bench serve", &a->srv, argc, argv, i)) != 0)
+        return r;
     if (!strcmp(f, "--concurrency")) {
         if (v == NULL || bs_levels(a, v) != 0) {
             fprintf(stderr, "nearattn bench serve: --concurrency expects a list like 1,2,4 "
@@ -173,39 +154,9 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
     else if (!strcmp(f, "--max-tokens"))
         a->max_tokens = (int)n;
     else
-        a->ready_s = (int)n;
+        a->srv.ready_s = (int)n;
     ++*i;
     return 1;
-}
-
-na_status_t na_bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
-                                      size_t len)
-{
-    double end = na_bench_now() + timeout_s;
-    char line[512];
-    int status;
-    FILE *f;
-
-    for (;;) {
-        f = fopen(log, "r");
-        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-            if (strncmp(line, "READY http://", 13) == 0) {
-                line[6 + strcspn(line + 6, " \r\n")] = '\0';
-                snprintf(base, len, "%s", line + 6);
-                fclose(f);
-                return NA_OK;
-            }
-        }
-        if (f != NULL)
-            fclose(f);
-        if (waitpid(*pid, &status, WNOHANG) == *pid) {
-            *pid = 0;
-            return na_err(NA_ERR_PEER, "nearattn serve exited before it was ready");
-        }
-        if (na_bench_now() > end)
-            return na_err(NA_ERR_TIMEOUT, "nearattn serve was not ready within %d s", timeout_s);
-        usleep(50000);
-    }
 }
 
 /* Append the layout/model/mode/threads flags of a to argv at *k. */
@@ -213,55 +164,18 @@ static void bs_common_argv(const bs_args_t *a, char **argv, int *k)
 {
     argv[(*k)++] = "--threads";
     argv[(*k)++] = (char *)a->threads;
-    if (a->config != NULL) {
+    if (a->srv.config != NULL) {
         argv[(*k)++] = "--config";
-        argv[(*k)++] = (char *)a->config;
+        argv[(*k)++] = (char *)a->srv.config;
     }
-    if (a->model != NULL) {
+    if (a->srv.model != NULL) {
         argv[(*k)++] = "--model";
-        argv[(*k)++] = (char *)a->model;
+        argv[(*k)++] = (char *)a->srv.model;
     }
-    if (a->mode != NULL) {
+    if (a->srv.mode != NULL) {
         argv[(*k)++] = "--mode";
-        argv[(*k)++] = (char *)a->mode;
+        argv[(*k)++] = (char *)a->srv.mode;
     }
-}
-
-/* Start `exe serve` on a free loopback port, its output into log. */
-static na_status_t bs_start_serve(const bs_args_t *a, const char *exe, const char *log,
-                                  pid_t *pid_p)
-{
-    char *argv[20];
-    na_proc_opts_t po = { argv, log, 1, NULL, NULL };
-    int k = 0;
-
-    argv[k++] = (char *)exe;
-    argv[k++] = "serve";
-    argv[k++] = "--host";
-    argv[k++] = "127.0.0.1";
-    argv[k++] = "--port";
-    argv[k++] = "0";
-    bs_common_argv(a, argv, &k);
-    if (a->key_file != NULL) {
-        argv[k++] = "--api-key-file";
-        argv[k++] = (char *)a->key_file;
-    }
-    argv[k] = NULL;
-    return na_proc_spawn(&po, pid_p);
-}
-
-static int bs_alive(void *ctx)
-{
-    pid_t *pid = ctx;
-    int status;
-
-    if (*pid <= 0)
-        return 1;                      /* --url: not ours to watch */
-    if (waitpid(*pid, &status, WNOHANG) == *pid) {
-        *pid = 0;
-        return 0;
-    }
-    return 1;
 }
 
 /* `exe run --prompts file -n N --temp 0 --batch C ...`: its generation
@@ -473,15 +387,14 @@ static na_status_t bs_measure(const na_bsh_opts_t *o, long pid, char *const *tex
 int na_cli_bench_serve(int argc, char **argv)
 {
     static const int full[] = { 1, 2, 4, 8, 16, 32, 64 }, quick[] = { 1, 4 };
-    bs_args_t a = { .ready_s = 120 };
+    bs_args_t a = { .srv.ready_s = 120 };
     na_cli_bench_opts_t o;
     na_bsh_opts_t ho, po;
     na_bench_t *b = NULL;
-    char exe[4096], dir[512], log[600], prompts[600], base[600], model[256], key[NA_CLI_KEY_MAX];
-    char pkey[NA_CLI_KEY_MAX], pmodel[256];
+    char exe[4096], dir[512], log[600], prompts[600], model[256], pmodel[256];
+    na_bsv_t sr;
     char **texts = NULL;
     const char *tmp = getenv("TMPDIR");
-    pid_t pid = 0, no_pid = 0;
     int rc, i, j, k, n_max = 0;
     FILE *f;
 
@@ -496,14 +409,9 @@ int na_cli_bench_serve(int argc, char **argv)
         a.max_tokens = o.quick ? 16 : 128;
     snprintf(a.threads, sizeof(a.threads), "%d", o.threads);
     if (a.reps == 0)
-        a.reps = a.peer != NULL && !o.quick ? 2 : 1;
-    key[0] = pkey[0] = '\0';
-    if (a.key_file != NULL &&
-        na_cli_read_key(a.key_file, "--api-key-file", key, sizeof(key)) != NA_OK)
-        return na_cli_fail("bench serve", NA_ERR_IO);
-    if (a.peer_key_file != NULL &&
-        na_cli_read_key(a.peer_key_file, "--peer-api-key-file", pkey, sizeof(pkey)) != NA_OK)
-        return na_cli_fail("bench serve", NA_ERR_IO);
+        a.reps = a.srv.peer != NULL && !o.quick ? 2 : 1;
+    if (na_bsv_keys("bench serve", &a.srv, &sr) != 0)
+        return 1;
     if (na_proc_self_exe(exe, sizeof(exe)) != NA_OK)
         return na_cli_fail("bench serve", NA_ERR_IO);
     snprintf(dir, sizeof(dir), "%s/nearattn-bench-serve-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -537,38 +445,19 @@ int na_cli_bench_serve(int argc, char **argv)
         fprintf(stderr, "nearattn bench serve: cannot write %s\n", prompts);
         goto out;
     }
-    if (a.url != NULL) {
-        snprintf(base, sizeof(base), "%s", a.url);
-    } else {
-        snprintf(log, sizeof(log), "%s/serve.log", dir);
-        if (bs_start_serve(&a, exe, log, &pid) != NA_OK ||
-            na_bs_wait_ready_line(log, &pid, a.ready_s, base, sizeof(base)) != NA_OK) {
-            fprintf(stderr, "nearattn bench serve: cannot start nearattn serve: %s; its log: "
-                    "%s\n", na_errmsg(), log);
-            goto out;
-        }
-    }
-    if (na_bsh_wait_ready(base, key[0] ? key : NULL, a.ready_s, bs_alive, &pid, model,
-                          sizeof(model)) != NA_OK) {
-        fprintf(stderr, "nearattn bench serve: %s%s%s\n", na_errmsg(),
-                a.url == NULL ? "; its log: " : "", a.url == NULL ? log : "");
+    if (na_bsv_start("bench serve", &a.srv, exe, a.threads, dir, &sr, model, sizeof(model)) != 0)
         goto out;
-    }
     if (a.peer_pid > 0 && bs_cpu_s(a.peer_pid) < 0) {
         fprintf(stderr, "nearattn bench serve: --peer-pid %ld: no such process (its "
                 "/proc/%ld/stat cannot be read)\n", a.peer_pid, a.peer_pid);
         goto out;
     }
-    if (a.peer != NULL &&
-        na_bsh_wait_ready(a.peer, pkey[0] ? pkey : NULL, a.ready_s, bs_alive, &no_pid, pmodel,
-                          sizeof(pmodel)) != NA_OK) {
-        fprintf(stderr, "nearattn bench serve: the peer: %s\n", na_errmsg());
+    if (na_bsv_peer("bench serve", &a.srv, &sr, pmodel, sizeof(pmodel)) != 0)
         goto out;
-    }
     if (na_bench_create("serve", &b) != NA_OK)
         goto out;
-    ho = (na_bsh_opts_t){ base, key[0] ? key : NULL, model, a.max_tokens, 600 };
-    po = (na_bsh_opts_t){ a.peer, pkey[0] ? pkey : NULL, pmodel, a.max_tokens, 600 };
+    ho = (na_bsh_opts_t){ sr.base, sr.key[0] ? sr.key : NULL, model, a.max_tokens, 600 };
+    po = (na_bsh_opts_t){ a.srv.peer, sr.pkey[0] ? sr.pkey : NULL, pmodel, a.max_tokens, 600 };
     for (i = 0; i < a.n_levels; i++) {
         int c = a.levels[i], n = bs_requests(&a, o.quick, c);
         bs_side_t sv, pe;
@@ -579,15 +468,15 @@ int na_cli_bench_serve(int argc, char **argv)
         memset(&pe, 0, sizeof(pe));
         for (k = 0; k < a.reps && st == NA_OK; k++) {
             /* pairs alternate: serve first, then the peer first (ABBA) */
-            int peer_first = a.peer != NULL && (i + k) % 2 == 1;
+            int peer_first = a.srv.peer != NULL && (i + k) % 2 == 1;
             fprintf(stderr, "bench serve: concurrency %d, %d requests%s...\n", c, n,
-                    a.peer != NULL ? (peer_first ? ", peer then serve" : ", serve then peer")
+                    a.srv.peer != NULL ? (peer_first ? ", peer then serve" : ", serve then peer")
                                    : "");
             if (peer_first)
                 st = bs_measure(&po, a.peer_pid, texts, n, c, &pe);
             if (st == NA_OK)
-                st = bs_measure(&ho, pid, texts, n, c, &sv);
-            if (st == NA_OK && a.peer != NULL && !peer_first)
+                st = bs_measure(&ho, sr.pid, texts, n, c, &sv);
+            if (st == NA_OK && a.srv.peer != NULL && !peer_first)
                 st = bs_measure(&po, a.peer_pid, texts, n, c, &pe);
         }
         if (st != NA_OK) {
@@ -607,40 +496,33 @@ int na_cli_bench_serve(int argc, char **argv)
             if (run <= 0)
                 na_bench_note(b, "c=%d: nearattn run gave no figure (see %s)", c, log);
         }
-        bs_report(b, c, &sv, run, a.peer != NULL ? &pe : NULL);
+        bs_report(b, c, &sv, run, a.srv.peer != NULL ? &pe : NULL);
         na_bsh_result_free(&sv.all);
         na_bsh_result_free(&pe.all);
     }
     na_bench_note(b, "server %s (%s), model \"%s\"; greedy, max_tokens %d, streamed; "
                   "throughput = completion tokens / wall time of the level (median of %d); "
                   "reference = `nearattn run --batch C` on the same prompts, its tok/s "
-                  "without start-up", base, a.url != NULL ? "given" : "started here", model,
+                  "without start-up", sr.base, a.srv.url != NULL ? "given" : "started here", model,
                   a.max_tokens, a.reps);
-    if (pid > 0 || a.peer_pid > 0)
+    if (sr.pid > 0 || a.peer_pid > 0)
         na_bench_note(b, "CPU per token: the server process's user + system time over the level "
                       "/ its completion tokens (all its threads; storage-node processes not "
                       "counted), load-independent where the wall times are not; the peer's "
                       "with --peer-pid");
-    if (a.peer != NULL)
+    if (a.srv.peer != NULL)
         na_bench_note(b, "peer %s, model \"%s\": the same client, prompts, max_tokens and "
                       "concurrency, alternated with serve; ratio = serve / peer (throughput: "
                       "above 1 serve is faster; ITL and TTFT: below 1 serve is faster)",
-                      a.peer, pmodel);
+                      a.srv.peer, pmodel);
     rc = na_cli_bench_finish("serve", b, &o);
 out:
-    if (pid > 0)
-        na_proc_stop(&pid, 1, SIGTERM, 20000);
+    na_bsv_stop(&sr);
     curl_global_cleanup();
     na_bench_destroy(b);
     for (i = 0; texts != NULL && i < n_max; i++)
         free(texts[i]);
     free(texts);
-    if (rc == 0) {
-        snprintf(log, sizeof(log), "rm -rf '%s'", dir);
-        if (system(log) != 0)
-            fprintf(stderr, "nearattn bench serve: cannot remove %s\n", dir);
-    } else {
-        fprintf(stderr, "nearattn bench serve: logs kept in %s\n", dir);
-    }
+    na_bsv_done("bench serve", dir, rc);
     return rc;
 }

@@ -45,12 +45,6 @@ void        na_bsh_result_free(na_bsh_result_t *r);
 na_status_t na_bsh_wait_ready(const char *base_url, const char *api_key, int timeout_s,
                               int (*alive)(void *ctx), void *ctx, char *model, size_t len);
 
-/* Shared by `bench serve` and `bench arrivals` (cli/bench_serve.c):
- * wait up to timeout_s for serve's "READY http://HOST:PORT ..." line in log,
- * the URL into base; *pid (the server) is set to 0 when it exited.
- * NA_ERR_PEER (it exited), NA_ERR_TIMEOUT. */
-na_status_t na_bs_wait_ready_line(const char *log, pid_t *pid, int timeout_s, char *base,
-                                  size_t len);
 /* A session (`bench arrivals`): streamed completions sent one at a time
  * whenever the caller likes, all driven by na_bsh_session_poll, each with
  * its own timeline. */

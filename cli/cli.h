@@ -5,6 +5,7 @@
 #ifndef NA_CLI_H
 #define NA_CLI_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "common/status.h"
@@ -40,6 +41,24 @@ na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
  * cut. Errors name flag and path. */
 #define NA_CLI_KEY_MAX 4096
 na_status_t na_cli_read_key(const char *path, const char *flag, char *key, size_t cap);
+/* The signal that asked this command to stop (SIGINT, SIGTERM, or the one
+ * more given to na_cli_catch_stop), 0 while none came; and catch them into
+ * it (extra: another signal to catch, or 0). */
+extern volatile sig_atomic_t na_cli_stop;
+void na_cli_catch_stop(int extra);
+/* A command's tokenizer for model m (opened from model_path): the
+ * --tokenizer file given (NULL: none), else tok_path when a default or the
+ * layout set it, else what na_tokenizer_open_for_model finds (the GGUF's
+ * own, P.tok.bin or tokenizer.bin beside a checkpoint P.bin); the path
+ * opened into tok_path[cap]. */
+struct na_model;
+struct na_tokenizer;
+na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
+                                  const char *model_path, char *tok_path, size_t cap,
+                                  struct na_tokenizer **tok);
+/* --kv-dtype's value v: f16, bf16 or f32 into *dt; else "nearattn <cmd>:
+ * --kv-dtype expects f16, bf16 or f32, got 'V'" on stderr and NA_ERR_INVALID. */
+na_status_t na_cli_kv_dtype(const char *cmd, const char *v, int *dt);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
 /* Run the entry of table (ended by a NULL name) named argv[1], with argv

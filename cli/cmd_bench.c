@@ -2,6 +2,7 @@
  * printing its figures beside an in-run limit or peer (table + JSON). To add
  * a kind: write cli/bench_<kind>.c, declare it in cli/bench.h, add one line
  * to na_cli_bench_kinds below and the file to cli/CMakeLists.txt. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,4 +132,16 @@ int na_cmd_bench(int argc, char **argv)
         return 0;
     }
     return na_cli_dispatch(na_cli_bench_kinds, "nearattn bench", "kind", argc, argv);
+}
+
+int na_cli_bench_dir(const char *cmd, const char *name, char *dir, size_t cap)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    snprintf(dir, cap, "%s/nearattn-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", name);
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "nearattn %s: mkdtemp: %s\n", cmd, strerror(errno));
+        return 1;
+    }
+    return 0;
 }

@@ -13,13 +13,6 @@
 #include "common/config.h"
 #include "cluster/launch.h"
 
-static volatile sig_atomic_t na_launch_stop;
-
-static void na_launch_on_signal(int sig)
-{
-    na_launch_stop = sig;
-}
-
 static void na_launch_usage(FILE *f)
 {
     fprintf(f,
@@ -40,7 +33,6 @@ int na_cmd_launch(int argc, char **argv)
 {
     const char *file = NULL;
     na_launch_opts_t o;
-    struct sigaction sa;
     char exe[PATH_MAX], path[PATH_MAX];
     na_cfg_t *cfg;
     na_status_t st;
@@ -87,14 +79,10 @@ int na_cmd_launch(int argc, char **argv)
     if (st != NA_OK)
         return na_cli_fail("launch", st);
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = na_launch_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    na_cli_catch_stop(0);
     o.config_path = file;
     o.exe = exe;
-    o.stop = &na_launch_stop;
+    o.stop = &na_cli_stop;
     o.out = stdout;
     st = na_launch_run(cfg, &o, &code);
     na_cfg_destroy(cfg);

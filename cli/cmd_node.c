@@ -17,14 +17,6 @@
 #include "rdma/bootstrap.h"
 #include "storage-node/node.h"
 
-static volatile sig_atomic_t na_node_stop;
-
-static void na_node_on_signal(int sig)
-{
-    (void)sig;
-    na_node_stop = 1;
-}
-
 static void na_node_usage(FILE *f)
 {
     fprintf(f,
@@ -113,7 +105,7 @@ static int na_node_idle(const na_cfg_node_t *cn)
                 "SIGINT/SIGTERM", cn->name);
     printf("READY %s (compute, idle)\n", cn->name);
     fflush(stdout);
-    while (!na_node_stop)
+    while (!na_cli_stop)
         usleep(50000);
     return 0;
 }
@@ -125,7 +117,6 @@ int na_cmd_node(int argc, char **argv)
     na_node_opts_t o;
     na_node_t *node;
     na_cfg_t *cfg;
-    struct sigaction sa;
     char host[256], me[64];
     long rank = -1, port = -1, v;
     int kv_dtype = -1;
@@ -162,12 +153,8 @@ int na_cmd_node(int argc, char **argv)
         }
         else if (!strcmp(a, "--model")) o.model_path = val;
         else if (!strcmp(a, "--kv-dtype")) {
-            kv_dtype = na_dtype_parse(val);
-            if (kv_dtype != NA_DTYPE_F16 && kv_dtype != NA_DTYPE_BF16 && kv_dtype != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn node: --kv-dtype expects f16, bf16 or f32, got '%s'\n",
-                        val);
+            if (na_cli_kv_dtype("node", val, &kv_dtype) != NA_OK)
                 return 2;
-            }
         }
         else if (!strcmp(a, "--shape")) {
             if (sscanf(val, "%d:%d:%d:%d", &o.shape[0], &o.shape[1], &o.shape[2], &o.shape[3]) != 4 ||
@@ -228,17 +215,12 @@ int na_cmd_node(int argc, char **argv)
         goto out_cfg;
     na_log_set_tag(me);
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = na_node_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);      /* what mpirun forwards: see cluster/launch.h */
+    na_cli_catch_stop(SIGUSR1);         /* what mpirun forwards: see cluster/launch.h */
     signal(SIGPIPE, SIG_IGN);
 
     if (cn != NULL && cn->role == NA_CFG_ROLE_COMPUTE) {
         if (na_replica_wanted(cfg, cn))     /* rotational replica: compute-node/replica.h */
-            rc = (st = na_replica_serve(cfg, cn->name, &na_node_stop)) == NA_OK ? 0 : na_cli_fail("node", st);
+            rc = (st = na_replica_serve(cfg, cn->name, &na_cli_stop)) == NA_OK ? 0 : na_cli_fail("node", st);
         else
             rc = na_node_idle(cn);
         goto out_cfg;
@@ -259,7 +241,7 @@ int na_cmd_node(int argc, char **argv)
         rc = na_cli_fail("node", st);
         goto out_cfg;
     }
-    st = na_node_run(node, &na_node_stop);
+    st = na_node_run(node, &na_cli_stop);
     rc = st == NA_OK ? 0 : na_cli_fail("node", st);
     na_node_destroy(node);
     if (rc == 0)

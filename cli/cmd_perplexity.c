@@ -26,13 +26,6 @@
 #define NA_PX_PROGRESS_S    2.0    /* between two progress lines on stderr */
 #define NA_PX_MAX_TEXT      (1L << 30)
 
-static volatile sig_atomic_t na_px_stop;
-
-static void na_px_on_signal(int sig)
-{
-    na_px_stop = sig;
-}
-
 typedef struct {
     const char *model;
     const char *tokenizer;
@@ -156,12 +149,9 @@ static int na_px_parse(int argc, char **argv, na_px_args_t *a)
             if (na_cli_int("perplexity", f, v, lo, hi, lp) != NA_OK)
                 return 2;
         } else {
-            int d = na_dtype_parse(v);
-            if (d != NA_DTYPE_F16 && d != NA_DTYPE_BF16 && d != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn perplexity: --kv-dtype expects f16, bf16 or f32, "
-                        "got '%s'\n", v);
+            int d;
+            if (na_cli_kv_dtype("perplexity", v, &d) != NA_OK)
                 return 2;
-            }
             a->kv_dtype = (na_dtype_t)d;
             a->kv_dtype_given = 1;
         }
@@ -230,16 +220,6 @@ static na_status_t na_px_read_text(const char *path, na_px_t *r)
     if (memchr(r->text, '\0', got) != NULL)
         return na_err(NA_ERR_INVALID, "text file %s holds a NUL byte", path);
     return NA_OK;
-}
-
-/* The tokenizer: --tokenizer, the layout's, the GGUF's own, or P.tok.bin /
- * tokenizer.bin beside a checkpoint P.bin (as `nearattn run`). */
-static na_status_t na_px_open_tokenizer(const na_px_args_t *a, na_px_t *r)
-{
-    const char *given = a->tokenizer != NULL ? a->tokenizer
-                      : r->tok_path[0] != '\0' ? r->tok_path : NULL;
-    return na_tokenizer_open_for_model(r->model, r->model_path, given, r->tok_path,
-                                       sizeof(r->tok_path), &r->tok);
 }
 
 /* A chunk ended: print the running estimates of the chunks done in order. */
@@ -342,7 +322,8 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     if (a->ctx < NA_PPL_MIN_CTX)
         return na_err(NA_ERR_RANGE, "--ctx %ld is too small: a chunk needs at least %d tokens",
                       a->ctx, NA_PPL_MIN_CTX);
-    st = na_px_open_tokenizer(a, r);
+    st = na_cli_open_tokenizer(a->tokenizer, r->model, r->model_path, r->tok_path,
+                               sizeof(r->tok_path), &r->tok);
     if (st != NA_OK)
         return st;
     if (na_tokenizer_vocab_size(r->tok) != r->model->cfg.vocab_size)
@@ -403,18 +384,13 @@ int na_cmd_perplexity(int argc, char **argv)
     if (!strcmp(a.mode, "offload")) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
-        struct sigaction sa;
 
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = na_px_on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, NULL);      /* stop cleanly: nodes, private KV directory */
-        sigaction(SIGTERM, &sa, NULL);
+        na_cli_catch_stop(0);              /* stop cleanly: nodes, private KV directory */
         memset(&oa, 0, sizeof(oa));
         na_cluster_opts_default(&oa.cluster);
         oa.cluster.config_path = a.config;
         oa.cluster.mode = a.cluster;
-        oa.cluster.stop = &na_px_stop;
+        oa.cluster.stop = &na_cli_stop;
         oa.cluster.model_path = a.model;
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = batch;
@@ -430,10 +406,10 @@ int na_cmd_perplexity(int argc, char **argv)
             fprintf(stderr, "perplexity: the layout's X-cache is not used: every chunk's KV "
                     "is on the storage nodes\n");
         st = na_run_offload(&oa, r.engine, r.ppl->reqs, r.ppl->n_chunks, &os);
-        if (st != NA_OK && na_px_stop) {
-            fprintf(stderr, "nearattn perplexity: stopped by signal %d\n", (int)na_px_stop);
+        if (st != NA_OK && na_cli_stop) {
+            fprintf(stderr, "nearattn perplexity: stopped by signal %d\n", (int)na_cli_stop);
             na_px_cleanup(&r);
-            return 128 + (int)na_px_stop;
+            return 128 + (int)na_cli_stop;
         }
     } else {
         na_gen_opts_t go = { batch, NULL, 0, na_px_on_token, na_px_on_done, &r, na_px_on_error };

@@ -30,14 +30,6 @@
 
 #define NA_RUN_MAX_PROMPTS 4096
 
-/* Offload: the signal (SIGINT / SIGTERM) that asked the run to stop, or 0. */
-static volatile sig_atomic_t na_run_stop;
-
-static void na_run_on_signal(int sig)
-{
-    na_run_stop = sig;
-}
-
 typedef struct {
     const char *mode;
     const char *config;
@@ -287,11 +279,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             if (na_cli_int("run", f, v, 1, NA_RUN_MAX_PROMPTS, &a->max_batch) != NA_OK)
                 return 2;
         } else if (!strcmp(f, "--kv-dtype")) {
-            int d = na_dtype_parse(v);
-            if (d != NA_DTYPE_F16 && d != NA_DTYPE_BF16 && d != NA_DTYPE_F32) {
-                fprintf(stderr, "nearattn run: --kv-dtype expects f16, bf16 or f32, got '%s'\n", v);
+            int d;
+            if (na_cli_kv_dtype("run", v, &d) != NA_OK)
                 return 2;
-            }
             a->kv_dtype = (na_dtype_t)d;
             a->kv_dtype_given = 1;
         } else {
@@ -386,16 +376,6 @@ static na_status_t na_run_pick_model(const na_run_args_t *a, na_run_t *r)
     snprintf(r->model_path, sizeof(r->model_path), "%s/model.bin", r->tmpdir);
     snprintf(r->tok_path, sizeof(r->tok_path), "%s/model.tok.bin", r->tmpdir);
     return NA_OK;
-}
-
-/* Open the tokenizer: --tokenizer, the default picked with the model, the
- * GGUF's own, or P.tok.bin / tokenizer.bin beside a checkpoint P.bin. */
-static na_status_t na_run_open_tokenizer(const na_run_args_t *a, na_run_t *r)
-{
-    const char *given = a->tokenizer != NULL ? a->tokenizer
-                      : r->tok_path[0] != '\0' ? r->tok_path : NULL;
-    return na_tokenizer_open_for_model(r->model, r->model_path, given, r->tok_path,
-                                       sizeof(r->tok_path), &r->tok);
 }
 
 /* Collect prompt texts: --prompt, the lines of --prompts, or one empty prompt. */
@@ -676,7 +656,8 @@ int na_cmd_run(int argc, char **argv)
                 " (RoPE was trained on the shorter context: the text past it may degrade)" : "");
         r.model->cfg.seq_len = (int)a.ctx;
     }
-    st = na_run_open_tokenizer(&a, &r);
+    st = na_cli_open_tokenizer(a.tokenizer, r.model, r.model_path, r.tok_path,
+                               sizeof(r.tok_path), &r.tok);
     if (st != NA_OK)
         goto out_fail;
     if (na_tokenizer_vocab_size(r.tok) != r.model->cfg.vocab_size) {
@@ -703,18 +684,14 @@ int na_cmd_run(int argc, char **argv)
     if (strcmp(a.mode, "monolithic") != 0) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = na_run_on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, NULL);      /* stop cleanly: nodes, private KV directory */
-        sigaction(SIGTERM, &sa, NULL);
+        /* offload: SIGINT / SIGTERM stop cleanly (nodes, private KV directory) */
+        na_cli_catch_stop(0);
         memset(&oa, 0, sizeof(oa));
         na_cluster_opts_default(&oa.cluster);
         oa.cluster.config_path = r.cfg_path;
         oa.cluster.mode = a.cluster;
         oa.cluster.kvfetch = !strcmp(a.mode, "kv-fetch");
-        oa.cluster.stop = &na_run_stop;
+        oa.cluster.stop = &na_cli_stop;
         oa.cluster.model_path = a.model;
         oa.cluster.kv_dtype_given = a.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
@@ -729,10 +706,10 @@ int na_cmd_run(int argc, char **argv)
         oa.user = &r;
         oa.failed_before = r.failed;
         st = na_run_offload(&oa, r.engine, r.live, r.n_live, &os);
-        if (st != NA_OK && na_run_stop) {
-            fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_run_stop);
+        if (st != NA_OK && na_cli_stop) {
+            fprintf(stderr, "nearattn run: stopped by signal %d\n", (int)na_cli_stop);
             na_run_cleanup(&r);
-            return 128 + (int)na_run_stop;
+            return 128 + (int)na_cli_stop;
         }
         if (st != NA_OK)
             goto out_fail;

@@ -14,13 +14,6 @@
 #include "serve/gen.h"
 #include "serve/http.h"
 
-static volatile sig_atomic_t na_serve_stop;
-
-static void na_serve_on_signal(int sig)
-{
-    na_serve_stop = sig;
-}
-
 static void na_serve_usage(FILE *f)
 {
     fprintf(f,
@@ -164,7 +157,6 @@ int na_cmd_serve(int argc, char **argv)
     na_srv_opts_t so;
     const char *key_file = NULL;
     char cfg[4096], key[NA_CLI_KEY_MAX];
-    struct sigaction sa;
     na_sg_t *g = NULL;
     na_srv_t *s = NULL;
     na_status_t st;
@@ -185,26 +177,22 @@ int na_cmd_serve(int argc, char **argv)
         snprintf(cfg, sizeof(cfg), "%s/cluster-configs/local.yaml", na_cli_source_dir());
         go.config_path = cfg;
     }
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = na_serve_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    na_cli_catch_stop(0);
     signal(SIGPIPE, SIG_IGN);
-    go.stop = &na_serve_stop;
+    go.stop = &na_cli_stop;
     st = na_sg_create(&go, &g);
     if (st == NA_OK)
         st = na_srv_create(g, &so, &s);
     if (st == NA_OK) {
         fprintf(stderr, "READY http://%s:%d (model %s, mode %s, %s)\n", so.host,
                 na_srv_port(s), na_sg_model_name(g), go.mode, na_sg_how(g));
-        st = na_srv_run(s, &na_serve_stop);
+        st = na_srv_run(s, &na_cli_stop);
     }
     na_srv_destroy(s);
     na_sg_destroy(g);
     if (st != NA_OK)
         return na_cli_fail("serve", st);
-    if (na_serve_stop)
-        fprintf(stderr, "nearattn serve: stopped by signal %d\n", (int)na_serve_stop);
+    if (na_cli_stop)
+        fprintf(stderr, "nearattn serve: stopped by signal %d\n", (int)na_cli_stop);
     return 0;
 }

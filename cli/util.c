@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,28 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/dtype.h"
+#include "common/tokenizer.h"
+
+volatile sig_atomic_t na_cli_stop;
+
+static void na_cli_on_signal(int sig)
+{
+    na_cli_stop = sig;
+}
+
+void na_cli_catch_stop(int extra)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = na_cli_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (extra != 0)
+        sigaction(extra, &sa, NULL);
+}
 
 /* Parse all of val by strtol (l_p) or strtod (d_p): 1 when it is a number,
  * 0 when it is not, -1 (said so) when val is NULL because the flag came last. */
@@ -244,5 +267,26 @@ na_status_t na_cli_read_key(const char *path, const char *flag, char *key, size_
     if (n < 8)
         return na_err(NA_ERR_INVALID, "%s %s: the key (first line) must have at "
                       "least 8 characters", flag, path);
+    return NA_OK;
+}
+
+na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
+                                  const char *model_path, char *tok_path, size_t cap,
+                                  struct na_tokenizer **tok)
+{
+    if (given == NULL && tok_path[0] != '\0')
+        given = tok_path;
+    return na_tokenizer_open_for_model(m, model_path, given, tok_path, cap, tok);
+}
+
+na_status_t na_cli_kv_dtype(const char *cmd, const char *v, int *dt)
+{
+    int d = na_dtype_parse(v);
+
+    if (d != NA_DTYPE_F16 && d != NA_DTYPE_BF16 && d != NA_DTYPE_F32) {
+        fprintf(stderr, "nearattn %s: --kv-dtype expects f16, bf16 or f32, got '%s'\n", cmd, v);
+        return NA_ERR_INVALID;
+    }
+    *dt = d;
     return NA_OK;
 }

@@ -1,5 +1,6 @@
 /* tests/testmodel.c — the helpers of tests/testutil.h that need na_common:
  * generated models and cluster layout files. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -54,4 +55,21 @@ void na_test_layout_nodes(FILE *f, int n, int port0, const char *kvdir, int dram
         fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
                    "      - { path: \"%s/s%d\", dram_mb: %d, ssd_mb: %d }\n",
                 s, port0 + s, kvdir, s, dram_mb, ssd_mb);
+}
+
+int na_test_layout_write(const char *path, const char *cluster, int n, int port0,
+                         const char *kvdir, int dram_mb, const char *fmt, ...)
+{
+    FILE *f = na_test_layout_begin(path, cluster);
+    va_list ap;
+
+    if (f == NULL)
+        return NA_ERR_IO;
+    na_test_layout_nodes(f, n, port0, kvdir, dram_mb, 64);
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    if (fclose(f) != 0)
+        return na_err(NA_ERR_IO, "cannot write %s", path);
+    return NA_OK;
 }

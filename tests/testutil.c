@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/dtype.h"
+
 int na_test_failures;
 int na_test_checks;
 
@@ -49,6 +51,40 @@ void na_rng_fill(na_rng_t *r, float *x, size_t n, float lo, float hi)
     size_t i;
     for (i = 0; i < n; i++)
         x[i] = lo + (hi - lo) * na_rng_uniform(r);
+}
+
+void na_rng_fill_dtype(na_rng_t *r, void *p, int dt, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        float f = na_rng_uniform(r) * 2.0f - 1.0f;
+        if (dt == NA_DTYPE_F16)
+            ((uint16_t *)p)[i] = na_f32_to_f16(f);
+        else if (dt == NA_DTYPE_BF16)
+            ((uint16_t *)p)[i] = na_f32_to_bf16(f);
+        else
+            ((float *)p)[i] = f;
+    }
+}
+
+void *na_test_rand_dtype(na_rng_t *r, int dt, size_t n)
+{
+    void *p = na_test_xmalloc(na_dtype_bytes((na_dtype_t)dt, n));
+
+    na_rng_fill_dtype(r, p, dt, n);
+    return p;
+}
+
+void *na_test_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
 }
 
 double na_close_ratio(const float *a, const float *b, size_t n, double atol, double rtol)

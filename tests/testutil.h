@@ -33,6 +33,14 @@ uint64_t na_rng_u64(na_rng_t *r);
 float    na_rng_uniform(na_rng_t *r);               /* [0, 1) */
 float    na_rng_normal(na_rng_t *r);
 void     na_rng_fill(na_rng_t *r, float *x, size_t n, float lo, float hi);
+/* n elements of dt (NA_DTYPE_F32, F16 or BF16; a na_dtype_t), uniform in
+ * [-1, 1) before the conversion, one draw each in order, into p; and the
+ * same into a fresh na_test_xmalloc'ed buffer. */
+void     na_rng_fill_dtype(na_rng_t *r, void *p, int dt, size_t n);
+void    *na_test_rand_dtype(na_rng_t *r, int dt, size_t n);
+
+/* malloc(n) (n = 0: one byte); out of memory: says so and exits 1. */
+void *na_test_xmalloc(size_t n);
 
 /* Max |a-b| / (atol + rtol*|b|) over n elements: <= 1 means "close". */
 double na_close_ratio(const float *a, const float *b, size_t n, double atol, double rtol);
@@ -76,6 +84,12 @@ FILE *na_test_layout_begin(const char *path, const char *cluster);
  * n nodes s<i> on 127.0.0.1, ports port0 + i, one device each at kvdir/s<i>
  * with dram_mb / ssd_mb. */
 void  na_test_layout_nodes(FILE *f, int n, int port0, const char *kvdir, int dram_mb, int ssd_mb);
+/* A whole layout file at path: na_test_layout_begin(path, cluster),
+ * na_test_layout_nodes(n, port0, kvdir, dram_mb, 64 MB SSD), then the other
+ * sections as printf(fmt, ...) writes them. NA_OK, or NA_ERR_IO (said). */
+int   na_test_layout_write(const char *path, const char *cluster, int n, int port0,
+                           const char *kvdir, int dram_mb, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
 
 /* ---- tests/testvocab.c (na_testutil; needs na_common) ---------------------- */
 /* A GPT-2-style byte-level BPE vocabulary (tokenizer.ggml.model "gpt2") at

@@ -18,15 +18,12 @@
 #          the others go on, the summary counts it, exit status 1
 set -u
 PART=${1:?usage: test_bad_input.sh nan|fifo|ctx|seed|request}
-BIN=${NA_BIN:?NA_BIN is not set}
 # hang detectors below are sized for Release; the sanitizer build scales them
 NA_TS=${NA_TEST_TIME_SCALE:-1}
 case $NA_TS in ''|*[!0-9]*) NA_TS=1 ;; esac
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-badin-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-badin
 CHECKS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 
 # patch_nan FILE OFFSET: overwrite the f32 at byte OFFSET with a quiet NaN
 patch_nan() {

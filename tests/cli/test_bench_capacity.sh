@@ -6,11 +6,8 @@
 # the budget, and the offload compute node's RSS at its maximum stays under
 # the budget; usage errors exit 2. No timing is checked.
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-cap-test-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-cap-test
 
 TMPDIR=$TMP "$BIN" bench capacity --quick --nodes 1 --json "$TMP/c.json" > "$TMP/out" 2> "$TMP/err"
 rc=$?

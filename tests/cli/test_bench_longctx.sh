@@ -7,11 +7,8 @@
 # monolithic (all > 0) and the load average; usage errors exit 2. No timing
 # is checked.
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-lc-test-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-lc-test
 # the sanitizer build holds freed memory in its quarantine: none here, so
 # the peak RSS follows what is live
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0:thread_local_quarantine_size_kb=0"

@@ -4,11 +4,8 @@
 # as failed (the rows stay), a non-executable peer and bad lists are usage
 # errors. No timing is checked.
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-peers-test-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-peers-test
 
 TMPDIR=$TMP "$BIN" bench e2e --peers --quick --dtypes f16,q8_0 --threads-list 1 \
     --json "$TMP/p.json" > "$TMP/out" 2> "$TMP/err"

@@ -7,11 +7,8 @@
 # node held (7 x 192); usage errors
 # exit 2. No timing is checked.
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-pfx-test-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-pfx-test
 
 TMPDIR=$TMP "$BIN" bench prefix --requests 8 --prefix 200 --new 4 --threads 1 \
     --json "$TMP/p.json" > "$TMP/out" 2> "$TMP/err"

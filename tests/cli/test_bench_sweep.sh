@@ -11,11 +11,8 @@
 # ablation variants and the load average.
 # No timing is checked.
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-sweep-test-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-sweep-test
 
 # from the repository root, as docs/benchmarks.md runs it: the layouts the
 # sweep writes under its temporary directory must not name the secret by a

@@ -4,16 +4,12 @@
 # a bad layout, exit 2 for usage errors (--plan: tests/cli/test_plan_cli.sh);
 # loading a layout creates no directory (KV paths are only checked).
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
 SRC=${NA_SOURCE_DIR:?NA_SOURCE_DIR is not set}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-cfgcli-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-cfgcli
 NA_KV_DIR=$TMP/kv
 export NA_KV_DIR
-FAILS=0
 CHECKS=0
-
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 
 # run CODE ARGS... : exit status must be CODE
 run() {

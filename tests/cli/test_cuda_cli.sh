@@ -7,12 +7,8 @@
 # refused in one line. Bad backend names are refused either way. Needs
 # NA_BIN (set by ctest).
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-cudacli-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
-
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-cudacli
 
 # one_line CODE PATTERN ARGS...: exit status CODE, stderr one line matching PATTERN
 one_line() {

@@ -7,15 +7,12 @@
 # and the kv-fetch bytes grow with the context. A bad rates file fails with
 # file:line; --rates measured runs (no figures are checked).
 set -u
-BIN=${NA_BIN:?NA_BIN is not set}
 SRC=${NA_SOURCE_DIR:?NA_SOURCE_DIR is not set}
 SHARED=${NA_SHARED_DIR:-$SRC/../shared}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-plan-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-plan
 export NA_KV_DIR=$TMP/kv
 [ -f "$SHARED/models/stories260K.bin" ] || { echo "SKIPPED: no stories260K.bin"; exit 77; }
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 
 cat > "$TMP/l.yaml" <<EOY
 cluster: { name: plan, secret_file: "$SRC/cluster-configs/dev.secret" }

@@ -14,14 +14,10 @@ case $PART in
     basic|story) ;;
     *) echo "usage: test_run_cli.sh [basic|story]" >&2; exit 2 ;;
 esac
-BIN=${NA_BIN:?NA_BIN is not set}
 SHARED=${NA_SHARED_DIR:-}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/nearattn-runcli-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-FAILS=0
+. "$(dirname "$0")/lib.sh"
+na_cli_init nearattn-runcli
 CHECKS=0
-
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 
 # expect CODE PATTERN ARGS... : exit status CODE, stderr a single line
 # matching PATTERN (grep -E).

@@ -480,6 +480,23 @@ static int nc_basic(na_peer_t *sc, const nc_shape_t *s, const nc_args_t *a)
 
 /* One DECODE_ATTN of every request at layer l (one message), then STATS_REQ
  * and ECHO at once; *order_ok = both replies came before the ATTN_OUT. */
+/* A DECODE_ATTN of batch id over layer l: the n f32 entries e, whole (one
+ * part), scale 1/sqrt(head_dim). */
+static void nc_decode_msg(na_wire_msg_t *m, const nc_shape_t *s, uint32_t id, int l,
+                          na_wire_attn_entry_t *e, int n)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = NA_WIRE_MSG_DECODE_ATTN;
+    m->u.attn.batch_id = id;
+    m->u.attn.layer = (uint32_t)l;
+    m->u.attn.n_entries = m->u.attn.batch_total = (uint32_t)n;
+    m->u.attn.head_dim = (uint16_t)s->head_dim;
+    m->u.attn.q_per_kv = (uint16_t)s->grp;
+    m->u.attn.dtype = NA_DTYPE_F32;
+    m->u.attn.scale = 1.0f / sqrtf((float)s->head_dim);
+    m->u.attn.entries = e;
+}
+
 static void nc_busy_layer(na_peer_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_req_t *rs, int n,
                           int l, na_rng_t *rng, na_kernels_t *ref, int *order_ok,
                           double *t_reply, double *t_out)
@@ -513,16 +530,7 @@ static void nc_busy_layer(na_peer_t *sc, na_xp_t *xp, const nc_shape_t *s, nc_re
         e[i].k = k;
         e[i].v = v;
     }
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_DECODE_ATTN;
-    m.u.attn.batch_id = 1;
-    m.u.attn.layer = (uint32_t)l;
-    m.u.attn.n_entries = m.u.attn.batch_total = (uint32_t)n;
-    m.u.attn.head_dim = (uint16_t)hd;
-    m.u.attn.q_per_kv = (uint16_t)s->grp;
-    m.u.attn.dtype = NA_DTYPE_F32;
-    m.u.attn.scale = 1.0f / sqrtf((float)hd);
-    m.u.attn.entries = e;
+    nc_decode_msg(&m, s, 1, l, e, n);
     t0 = na_xp_now_ns();
     NA_CHECK_OK(na_peer_send(sc, &m, NULL));
     memset(&m, 0, sizeof(m));
@@ -756,16 +764,7 @@ static int nc_flood(na_ses_t *ses, na_peer_t *sc, const nc_shape_t *s, const nc_
         e[i].v = kv + (size_t)s->n_kv_heads * hd;
     }
     for (k = 0; k < a->steps && st == NA_OK; k++) {
-        memset(&m, 0, sizeof(m));
-        m.type = NA_WIRE_MSG_DECODE_ATTN;
-        m.u.attn.batch_id = (uint32_t)k + 1;
-        m.u.attn.layer = (uint32_t)(k % s->n_layers);
-        m.u.attn.n_entries = m.u.attn.batch_total = (uint32_t)n;
-        m.u.attn.head_dim = (uint16_t)hd;
-        m.u.attn.q_per_kv = (uint16_t)s->grp;
-        m.u.attn.dtype = NA_DTYPE_F32;
-        m.u.attn.scale = 1.0f / sqrtf((float)hd);
-        m.u.attn.entries = e;
+        nc_decode_msg(&m, s, (uint32_t)k + 1, k % s->n_layers, e, n);
         st = na_peer_send(sc, &m, NULL);     /* may fail once we are dropped */
     }
     for (i = 0; i < 100 && st == NA_OK; i++)

@@ -149,6 +149,16 @@ def rogue(host, port, seconds):
     print("ROGUE served=%d" % served)
 
 
+def close_both(*socks):
+    """Shut down and close each socket (one already gone is fine)."""
+    for x in socks:
+        try:
+            x.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        x.close()
+
+
 def cut(host, port, node_port, stage, ms, n):
     import select
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -176,12 +186,7 @@ def cut(host, port, node_port, stage, ms, n):
                     due = time.monotonic() + ms / 1000.0
                     if stage.startswith("stop:"):
                         os.kill(int(stage[5:]), 19)     # SIGSTOP
-        for x in (c, u):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            x.close()
+        close_both(c, u)
     print("CUT done", flush=True)
 
 
@@ -234,12 +239,7 @@ def tamper(host, port, node_port, direction, seconds):
                 (u if x is c else c).sendall(bytes(b))
             if done:
                 break
-        for x in (c, u):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            x.close()
+        close_both(c, u)
     print("TAMPER rewritten=%d" % rewritten, flush=True)
 
 

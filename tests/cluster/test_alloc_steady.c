@@ -108,21 +108,18 @@ static void w_error(void *user, const na_request_t *r, na_status_t st, const cha
 static na_status_t load_layout(const char *model, const char *tls, na_cfg_t **cfg_p)
 {
     char path[700], kvdir[600];
-    FILE *f;
 
     snprintf(path, sizeof(path), "%s/layout.yaml", g_tmp);
-    f = na_test_layout_begin(path, "alloc");
-    if (f == NULL)
-        return NA_ERR_IO;
-    fprintf(f, "model: { path: \"%s\" }\n", model);
-    /* heartbeats every 10 ms (the least): the window holds some each way */
-    fprintf(f, "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 10, "
-               "peer_timeout_ms: 5000 }\n", tls);
     snprintf(kvdir, sizeof(kvdir), "%s/kv", g_tmp);
-    na_test_layout_nodes(f, 1, 14300, kvdir, 16, 64);
-    fprintf(f, "parallel: { partition: request, batches_in_flight: 1, max_batch: 1 }\n");
-    fprintf(f, "kv: { block_tokens: 16 }\n");
-    fclose(f);
+    /* heartbeats every 10 ms (the least): the window holds some each way */
+    if (na_test_layout_write(path, "alloc", 1, 14300, kvdir, 16,
+                             "model: { path: \"%s\" }\n"
+                             "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 10, "
+                             "peer_timeout_ms: 5000 }\n"
+                             "parallel: { partition: request, batches_in_flight: 1, "
+                             "max_batch: 1 }\n"
+                             "kv: { block_tokens: 16 }\n", model, tls) != NA_OK)
+        return NA_ERR_IO;
     return na_cfg_load(path, cfg_p);
 }
 

@@ -41,21 +41,16 @@ static na_status_t write_layout(const variant_t *v, const char *model, int idx, 
                                 size_t cap)
 {
     char kvdir[600];
-    FILE *f;
 
     snprintf(path, cap, "%s/kvf%d.yaml", g_tmp, idx);
-    f = na_test_layout_begin(path, "kvf");
-    if (f == NULL)
-        return NA_ERR_IO;
-    fprintf(f, "model: { path: \"%s\", kv_dtype: f16 }\n", model);
-    fprintf(f, "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 200, "
-               "peer_timeout_ms: 5000 }\n", v->tls);
     snprintf(kvdir, sizeof(kvdir), "%s/kv%d", g_tmp, idx);
-    na_test_layout_nodes(f, v->nodes, g_port, kvdir, 16, 64);
-    fprintf(f, "parallel: { partition: request, batches_in_flight: %d }\n", v->bif);
-    fprintf(f, "kv: { block_tokens: 16, spill_interval: %d, tier: %s }\n", v->spill, v->tier);
-    fclose(f);
-    return NA_OK;
+    return na_test_layout_write(path, "kvf", v->nodes, g_port, kvdir, 16,
+                                "model: { path: \"%s\", kv_dtype: f16 }\n"
+                                "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 200, "
+                                "peer_timeout_ms: 5000 }\n"
+                                "parallel: { partition: request, batches_in_flight: %d }\n"
+                                "kv: { block_tokens: 16, spill_interval: %d, tier: %s }\n",
+                                model, v->tls, v->bif, v->spill, v->tier);
 }
 
 /* Start `NA_BIN node --config path --name sI` and wait for READY. */

@@ -317,20 +317,17 @@ static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
 static na_status_t load_layout(const char *model, na_cfg_t **cfg_p)
 {
     char path[700], kvdir[600];
-    FILE *f;
 
     snprintf(path, sizeof(path), "%s/layout.yaml", g_tmp);
-    f = na_test_layout_begin(path, "eng");
-    if (f == NULL)
-        return NA_ERR_IO;
-    fprintf(f, "model: { path: \"%s\" }\n", model);
-    fprintf(f, "transport: { tls: shm, timeout_ms: 5000, heartbeat_ms: 200, "
-               "peer_timeout_ms: 3000 }\n");
     snprintf(kvdir, sizeof(kvdir), "%s/kv", g_tmp);
-    na_test_layout_nodes(f, 2, 14200, kvdir, 16, 64);
-    fprintf(f, "parallel: { partition: request, batches_in_flight: 2, max_batch: 8 }\n");
-    fprintf(f, "kv: { block_tokens: 16, spill_interval: 2 }\n");
-    fclose(f);
+    if (na_test_layout_write(path, "eng", 2, 14200, kvdir, 16,
+                             "model: { path: \"%s\" }\n"
+                             "transport: { tls: shm, timeout_ms: 5000, heartbeat_ms: 200, "
+                             "peer_timeout_ms: 3000 }\n"
+                             "parallel: { partition: request, batches_in_flight: 2, "
+                             "max_batch: 8 }\n"
+                             "kv: { block_tokens: 16, spill_interval: 2 }\n", model) != NA_OK)
+        return NA_ERR_IO;
     return na_cfg_load(path, cfg_p);
 }
 

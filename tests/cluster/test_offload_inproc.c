@@ -47,20 +47,17 @@ static char g_tmp[512];
 static na_status_t load_layout(const variant_t *v, int idx, na_cfg_t **cfg_p)
 {
     char path[700], kvdir[600];
-    FILE *f;
 
     snprintf(path, sizeof(path), "%s/layout%d.yaml", g_tmp, idx);
-    f = na_test_layout_begin(path, "t");
-    if (f == NULL)
-        return NA_ERR_IO;
     snprintf(kvdir, sizeof(kvdir), "%s/kv%d", g_tmp, idx);
-    na_test_layout_nodes(f, v->slots, 14100, kvdir, v->dram_mb, 64);
-    fprintf(f, "parallel: { partition: %s, batches_in_flight: %d, max_batch: %d }\n",
-            v->partition, v->bif, v->max_batch);
-    fprintf(f, "kv: { block_tokens: 16, spill_interval: %d, tier: %s }\n", v->spill, v->tier);
-    fprintf(f, "xcache: { enabled: %s, host_mb: 64, share: 0.5 }\n",
-            v->xcache ? "true" : "false");
-    fclose(f);
+    if (na_test_layout_write(path, "t", v->slots, 14100, kvdir, v->dram_mb,
+                             "parallel: { partition: %s, batches_in_flight: %d, "
+                             "max_batch: %d }\n"
+                             "kv: { block_tokens: 16, spill_interval: %d, tier: %s }\n"
+                             "xcache: { enabled: %s, host_mb: 64, share: 0.5 }\n",
+                             v->partition, v->bif, v->max_batch, v->spill, v->tier,
+                             v->xcache ? "true" : "false") != NA_OK)
+        return NA_ERR_IO;
     return na_cfg_load(path, cfg_p);
 }
 

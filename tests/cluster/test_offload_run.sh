@@ -635,6 +635,15 @@ recover)
     L=$(layout rec2 2 request 2 auto auto 2 false "$STORIES" "$STOK")
     nodes2 r recover
     mono rec 480
+    # stop_s1_third: a third of t_ms (the run with both nodes) into the run RP,
+    # s1 stopped (SIGSTOP) until RP ends, its status in rc; then s1 goes on
+    stop_s1_third() {
+        sleep "$(awk "BEGIN { print $t_ms / 3000 }")"
+        kill -STOP "$SP1"
+        wait "$RP"
+        rc=$?
+        kill -CONT "$SP1"
+    }
     recrun() {
         na_bg "$DIR/$1.off" "$DIR/$1.err" timeout $((120 * NA_TS)) "$BIN" run --config "$L" \
             --cluster connect --prompts "$DIR/prompts.txt" -n 480 --temp 0 --threads 1
@@ -647,11 +656,7 @@ recover)
     na_same_sorted "$DIR/rec.mono" "$DIR/rec0.off" || fail "recover: text differs with both nodes up"
     # again, s1 stopped a third of the way through (some 160 tokens per request)
     recrun rec1
-    sleep "$(awk "BEGIN { print $t_ms / 3000 }")"
-    kill -STOP "$SP1"
-    wait "$RP"
-    rc=$?
-    kill -CONT "$SP1"
+    stop_s1_third
     [ $rc -eq 124 ] && fail "recover: offload run hung"
     [ $rc -eq 0 ] || fail "recover: run exited $rc, expected 0 (requests re-placed)"
     grep -q " [1-9][0-9]* re-placed" "$DIR/rec1.err" ||
@@ -692,11 +697,7 @@ recover)
     [ "$(nll pp0)" = "$(nll pmono)" ] ||
         fail "recover: perplexity with both nodes: mean NLL $(nll pp0), monolithic $(nll pmono)"
     pplrun pp1
-    sleep "$(awk "BEGIN { print $t_ms / 3000 }")"
-    kill -STOP "$SP1"
-    wait "$RP"
-    rc=$?
-    kill -CONT "$SP1"
+    stop_s1_third
     [ $rc -eq 0 ] || fail "recover: perplexity with s1 stopped exited $rc: $(tail -n 2 "$DIR/pp1.err")"
     grep -q " [1-9][0-9]* re-placed" "$DIR/pp1.err" ||
         fail "recover: perplexity: nothing re-placed (the run of $t_ms ms ended before the stop?)"

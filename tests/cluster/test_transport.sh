@@ -58,6 +58,18 @@ port_of() {
     na_wait_line "$DIR/$1.log" "^READY" 10 || fail "server $1 did not start"
     sed -n 's/^READY [^ ]* .*:\([0-9]*\)$/\1/p' "$DIR/$1.log" | head -n 1
 }
+# s0_tcp CLIENTS: server s0 over tcp on a free port for CLIENTS clients, its port in P0
+s0_tcp() {
+    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients "$1" --tls tcp $COMMON
+    P0=$(port_of s0)
+}
+# decode_tcp NAME ROUNDS: client NAME sends ROUNDS rounds of decode sizes to s0 (port P0)
+# over tcp and must exit 0
+decode_tcp() {
+    na_start "$1" "$PEER" client --name "$1" --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
+        --rounds "$2" $COMMON
+    finish "$1"
+}
 # finish NAME: wait for NAME and require exit 0
 finish() {
     eval "p=\$PID_$1"
@@ -187,19 +199,15 @@ secret)
     finish s0
     ;;
 garbage)
-    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 2 --tls tcp $COMMON
-    P0=$(port_of s0)
+    s0_tcp 2
     na_start bad "$PEER" client --name junk --connect 127.0.0.1:$P0 --tls tcp --garbage $COMMON
     finish bad
     grep -q "DROPPED junk" "$DIR/s0.log" || fail "server did not drop the malformed peer"
-    na_start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
-        --rounds 2 $COMMON
-    finish c1
+    decode_tcp c1 2
     finish s0
     ;;
 badaddr)
-    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls tcp $COMMON
-    P0=$(port_of s0)
+    s0_tcp 1
     i=0
     for a in 0e00000000000000 0100000000000000 0000000000000000 ffffffffffffffff 01020304; do
         i=$((i + 1))
@@ -210,9 +218,7 @@ badaddr)
         na_wait_line "$DIR/s0.log" "dropped peer 'junk$i'.*UCX worker address" 5 ||
             fail "no log line for address $a: $(tail -n 3 "$DIR/s0.log")"
     done
-    na_start c1 "$PEER" client --name c1 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
-        --rounds 2 $COMMON
-    finish c1
+    decode_tcp c1 2
     finish s0
     # the other direction: a listener holding the secret answers with garbage
     na_start s1 "$PEER" server --name s1 --listen 127.0.0.1:0 --clients 100 --tls tcp \
@@ -236,15 +242,12 @@ order-shm|order-tcp)
     grep -q "served=72 " "$DIR/s0.log" || fail "server did not serve 72 echoes"
     ;;
 busy)
-    na_start s0 "$PEER" server --name s0 --listen 127.0.0.1:0 --clients 1 --tls tcp $COMMON
-    P0=$(port_of s0)
+    s0_tcp 1
     na_start s1 "$PEER" server --name s1 --listen 127.0.0.1:$P0 --clients 1 --tls tcp $COMMON
     eval "p=\$PID_s1"
     wait "$p" && fail "a second server could listen on the same port"
     grep -q "port taken" "$DIR/s1.log" || fail "no 'port taken' message"
-    na_start c0 "$PEER" client --name c0 --connect 127.0.0.1:$P0 --tls tcp --sizes "$DECODE" \
-        --rounds 1 $COMMON
-    finish c0
+    decode_tcp c0 1
     finish s0
     ;;
 restart)

@@ -38,7 +38,7 @@ static na_status_t fuzz_record(na_batch_out_t *o, const na_batch_in_t *in,
     if (l->err_code != NULL)
         return na_batch_out_write(o, l, 0, NULL, l->err_code, l->err_msg);
     st = na_batch_in_body(in, l, &body);
-    if (!fuzz_text_expect(st == NA_OK, "line %ld: the body does not read again: %s", l->line,
+    if (!fuzz_expect(st == NA_OK, "line %ld: the body does not read again: %s", l->line,
                           na_errmsg()))
         return NA_OK;
     text = json_dumps(body, JSON_COMPACT);
@@ -53,7 +53,7 @@ static na_status_t fuzz_record(na_batch_out_t *o, const na_batch_in_t *in,
         http = 200;
     } else {
         out = na_oai_error_json(&e);
-        fuzz_text_expect(out != NULL, "line %ld: the error body of '%s' does not build",
+        fuzz_expect(out != NULL, "line %ld: the error body of '%s' does not build",
                          l->line, e.message);
     }
     if (out == NULL)
@@ -81,29 +81,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return fuzz_text_done();
     st = na_batch_in_load(in_path, &in);
     if (st != NA_OK) {
-        fuzz_text_expect(st != NA_ERR_INTERNAL && in == NULL, "load: %s: %s",
+        fuzz_expect(st != NA_ERR_INTERNAL && in == NULL, "load: %s: %s",
                          na_status_string(st), na_errmsg());
         return fuzz_text_done();
     }
     unlink(out_path);
     st = na_batch_out_open(out_path, &o, &info);
-    if (fuzz_text_expect(st == NA_OK, "open the results: %s", na_errmsg())) {
+    if (fuzz_expect(st == NA_OK, "open the results: %s", na_errmsg())) {
         for (i = 0; i < in->n; i++) {
             if (na_batch_out_done(o, &in->lines[i]))
                 continue;                  /* a key already written (as the job skips it) */
             st = fuzz_record(o, in, &in->lines[i]);
-            if (fuzz_text_expect(st == NA_OK, "line %ld: the record is not written: %s",
+            if (fuzz_expect(st == NA_OK, "line %ld: the record is not written: %s",
                                  in->lines[i].line, na_errmsg()))
                 written++;
         }
         na_batch_out_close(o);
         o = NULL;
         st = na_batch_out_open(out_path, &o, &info);
-        fuzz_text_expect(st == NA_OK && info.records == written,
+        fuzz_expect(st == NA_OK && info.records == written,
                          "reopen the results: %s, %ld records of %ld written",
                          st == NA_OK ? "ok" : na_errmsg(), info.records, written);
         for (i = 0; st == NA_OK && i < in->n; i++)
-            fuzz_text_expect(na_batch_out_done(o, &in->lines[i]),
+            fuzz_expect(na_batch_out_done(o, &in->lines[i]),
                              "line %ld has no record after a reopen", in->lines[i].line);
         na_batch_out_close(o);
     }

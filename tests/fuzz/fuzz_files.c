@@ -1,6 +1,5 @@
 /* tests/fuzz/fuzz_files.c — the shared driver of the file-loader fuzz targets
  * (see fuzz_files.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +11,6 @@
 #include "tests/fuzz/fuzz_files.h"
 #include "tests/testutil.h"
 
-static unsigned long fuzz_bad;           /* unexpected results */
 static unsigned long fuzz_models, fuzz_toks;  /* models / tokenizers that loaded */
 static char fuzz_dir[1024], fuzz_path[1200];
 
@@ -41,21 +39,6 @@ const char *fuzz_file_write(const uint8_t *data, size_t size)
     if (fuzz_tmpdir() == NULL || na_test_write_file(fuzz_path, data, size) != 0)
         return NULL;
     return fuzz_path;
-}
-
-int fuzz_expect(int ok, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (ok)
-        return 1;
-    fuzz_bad++;
-    fputs("fuzz: unexpected: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return 0;
 }
 
 int fuzz_loaded(const char *what, na_status_t st, const char *path, const void *out)
@@ -215,7 +198,7 @@ void fuzz_open_model(const uint8_t *data, size_t size)
 
 int fuzz_done(void)
 {
-    return fuzz_trap_if(fuzz_bad);
+    return fuzz_trap_if(fuzz_unexpected());
 }
 
 #ifndef NA_LIBFUZZER
@@ -358,7 +341,7 @@ int fuzz_files_main(const fuzz_files_target_t *t)
         maxlen = seeds[i].len > maxlen ? seeds[i].len : maxlen;
         LLVMFuzzerTestOneInput(seeds[i].data, seeds[i].len);     /* the valid seeds */
     }
-    fuzz_expect(fuzz_bad == 0, "%s: a valid seed was refused", t->name);
+    fuzz_expect(fuzz_unexpected() == 0, "%s: a valid seed was refused", t->name);
     cap = 2 * maxlen + 4096;
     work = malloc(cap);
     if (work == NULL)
@@ -378,8 +361,8 @@ int fuzz_files_main(const fuzz_files_target_t *t)
         free(seeds[i].data);
     printf("%s: %llu mutants of %d seed files (seed %llu): %lu models and %lu tokenizers "
            "loaded, %lu unexpected results\n", t->name, (unsigned long long)iters, n,
-           (unsigned long long)seed, fuzz_models, fuzz_toks, fuzz_bad);
-    return fuzz_bad ? 1 : 0;
+           (unsigned long long)seed, fuzz_models, fuzz_toks, fuzz_unexpected());
+    return fuzz_unexpected() ? 1 : 0;
 }
 
 #endif /* NA_LIBFUZZER */

@@ -25,6 +25,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "tests/fuzz/fuzz_expect.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -60,9 +61,6 @@ typedef struct {
 /* Write data to the target's temporary input file (made on first use under
  * $TMPDIR, removed at exit) and return its path; NULL if it cannot be written. */
 const char *fuzz_file_write(const uint8_t *data, size_t size);
-
-/* Count an unexpected result (and print it) unless ok; returns ok. */
-int fuzz_expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The result of loader `what` on path, its output pointer out: 1 when st is
  * NA_OK; else 0 after checking the failure is an expected one (a status

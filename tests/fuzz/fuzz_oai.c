@@ -26,19 +26,19 @@ static void fuzz_parse(na_oai_kind_t kind, const char *body, size_t size, const 
 
     if (rc == 0) {
         na_sg_params_t p;
-        fuzz_text_expect(r.text != NULL || r.n_ids > 0, "parsed without a prompt");
-        fuzz_text_expect(r.n_stop >= 0 && r.n_stop <= NA_OAI_MAX_STOP + 1, "n_stop %d",
+        fuzz_expect(r.text != NULL || r.n_ids > 0, "parsed without a prompt");
+        fuzz_expect(r.n_stop >= 0 && r.n_stop <= NA_OAI_MAX_STOP + 1, "n_stop %d",
                          r.n_stop);
         na_oai_params(&r, &p);
         na_oai_req_free(&r);
         return;
     }
-    fuzz_text_expect(rc >= 400 && rc < 600 && rc == e.http, "status %d (http %d)", rc, e.http);
+    fuzz_expect(rc >= 400 && rc < 600 && rc == e.http, "status %d (http %d)", rc, e.http);
     {
         char *s = na_oai_dump(na_oai_error_json(&e));
         json_t *back = s != NULL ? json_loads(s, 0, NULL) : NULL;
-        fuzz_text_expect(s != NULL, "the error body of '%s' does not build", e.message);
-        fuzz_text_expect(s == NULL || json_is_object(json_object_get(back, "error")),
+        fuzz_expect(s != NULL, "the error body of '%s' does not build", e.message);
+        fuzz_expect(s == NULL || json_is_object(json_object_get(back, "error")),
                          "the error body does not parse back: %s", s ? s : "");
         json_decref(back);
         free(s);

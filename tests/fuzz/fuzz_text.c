@@ -1,6 +1,5 @@
 /* tests/fuzz/fuzz_text.c — the shared driver of the JSON text fuzz targets
  * (see fuzz_text.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,6 @@
 #include "tests/fuzz/fuzz_text.h"
 #include "tests/testutil.h"
 
-static unsigned long fuzz_bad;           /* unexpected results */
 static char fuzz_dir[1024];
 
 static void fuzz_cleanup(void)
@@ -35,25 +33,10 @@ const char *fuzz_text_dir(void)
     return fuzz_dir;
 }
 
-int fuzz_text_expect(int ok, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (ok)
-        return 1;
-    fuzz_bad++;
-    fputs("fuzz: unexpected: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return 0;
-}
-
 int fuzz_text_done(void)
 {
 #ifdef NA_LIBFUZZER
-    if (fuzz_bad != 0)
+    if (fuzz_unexpected() != 0)
         __builtin_trap();
 #endif
     return 0;
@@ -182,8 +165,8 @@ int fuzz_text_main(const fuzz_text_target_t *t)
     }
     free(work);
     printf("%s: %llu iterations over %zu seeds (seed %llu): %lu unexpected results\n", t->name,
-           (unsigned long long)iters, n_seeds, (unsigned long long)seed, fuzz_bad);
-    return fuzz_bad ? 1 : 0;
+           (unsigned long long)iters, n_seeds, (unsigned long long)seed, fuzz_unexpected());
+    return fuzz_unexpected() ? 1 : 0;
 }
 
 #endif /* NA_LIBFUZZER */

@@ -18,12 +18,14 @@
  *     buffer of its exact size (AddressSanitizer sees over-reads). With
  *     NA_FUZZ_CORPUS_OUT=DIR it also writes the seeds to DIR, a starting
  *     corpus for the libFuzzer build.
- * Exit 0 unless an unexpected result was counted (fuzz_text_expect). */
+ * Exit 0 unless an unexpected result was counted (fuzz_expect). */
 #ifndef NA_FUZZ_TEXT_H
 #define NA_FUZZ_TEXT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "tests/fuzz/fuzz_expect.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,8 +35,6 @@ typedef struct {
     long               iters;       /* default NA_FUZZ_ITERS */
 } fuzz_text_target_t;
 
-/* Count an unexpected result (and print it) unless ok; returns ok. */
-int         fuzz_text_expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* End of an entry point: under libFuzzer, trap when something unexpected was
  * counted so that it keeps the input. Returns 0. */
 int         fuzz_text_done(void);

@@ -209,37 +209,69 @@ static void error_case(const char *what, const char *device, const char *xclbin,
     na_slot_destroy(slot);
 }
 
+/* Four requests' decode batch: entries, query, new K = V row, outputs, and
+ * the prompt's K = V rows (up to 40 tokens). */
+typedef struct {
+    na_attn_entry_t e[4];
+    float           q[4 * 64], k[2 * 64], o[4][4 * 64], kp[40 * 2 * 64];
+} four_t;
+
+/* Requests 1..4 opened on slot (max_tokens each, 2 KV heads), n_prompt
+ * tokens of random K = V rows prefilled (then prefill_done when done), and
+ * one decode entry each in f->e (4 query heads): the draws of seed, query,
+ * new row, then the prompt. */
+static void open_four(four_t *f, na_slot_t *slot, uint64_t seed, int max_tokens, int n_prompt,
+                      int done)
+{
+    na_rng_t rng;
+    int r;
+
+    na_rng_seed(&rng, seed);
+    na_rng_fill(&rng, f->q, 4 * 64, -1, 1);
+    na_rng_fill(&rng, f->k, 2 * 64, -1, 1);
+    na_rng_fill(&rng, f->kp, (size_t)n_prompt * 2 * 64, -1, 1);
+    for (r = 0; r < 4; r++) {
+        NA_CHECK_OK(na_slot_open(slot, 1 + (uint64_t)r, max_tokens, 2));
+        NA_CHECK_OK(na_slot_prefill(slot, 1 + (uint64_t)r, 0, f->kp, f->kp, NA_DTYPE_F32, 0,
+                                    n_prompt));
+        if (done)
+            NA_CHECK_OK(na_slot_prefill_done(slot, 1 + (uint64_t)r));
+        memset(&f->e[r], 0, sizeof(f->e[r]));
+        f->e[r].req = 1 + (uint64_t)r;
+        f->e[r].n_q_heads = 4;
+        f->e[r].n_kv_heads = 2;
+        f->e[r].q = f->q;
+        f->e[r].k_new = f->k;
+        f->e[r].v_new = f->k;
+        f->e[r].o = f->o[r];
+    }
+}
+
+/* Release requests 1..4 and destroy slot. */
+static void close_four(na_slot_t *slot)
+{
+    int r;
+
+    for (r = 0; r < 4; r++)
+        NA_CHECK_OK(na_slot_release(slot, 1 + (uint64_t)r));
+    na_slot_destroy(slot);
+}
+
 /* NA_FAULTS csd:KEY=1 (the first launch): entry 0..3 of one batch. */
 static void fault_case(const char *spec, const char *want, int all_fail)
 {
     csd_setup_t s = { 2, 2, 64, 1, 16, 0, 8u << 20, "0", g_xclbin };
     na_slot_t *slot = NULL;
-    na_attn_entry_t e[4];
-    float q[4 * 64], k[2 * 64], o[4][4 * 64], kp[20 * 2 * 64];
+    four_t f;
+    na_attn_entry_t *e = f.e;
     int r, failed = 0;
-    na_rng_t rng;
 
     setenv("NA_FAULTS", spec, 1);
     NA_CHECK_OK(make_slot(&s, "csd", "fault", &slot));
     unsetenv("NA_FAULTS");
     if (slot == NULL)
         return;
-    na_rng_seed(&rng, 5);
-    na_rng_fill(&rng, q, 4 * 64, -1, 1);
-    na_rng_fill(&rng, k, 2 * 64, -1, 1);
-    na_rng_fill(&rng, kp, 20 * 2 * 64, -1, 1);
-    for (r = 0; r < 4; r++) {
-        NA_CHECK_OK(na_slot_open(slot, 1 + (uint64_t)r, 30, 2));
-        NA_CHECK_OK(na_slot_prefill(slot, 1 + (uint64_t)r, 0, kp, kp, NA_DTYPE_F32, 0, 20));
-        memset(&e[r], 0, sizeof(e[r]));
-        e[r].req = 1 + (uint64_t)r;
-        e[r].n_q_heads = 4;
-        e[r].n_kv_heads = 2;
-        e[r].q = q;
-        e[r].k_new = k;
-        e[r].v_new = k;
-        e[r].o = o[r];
-    }
+    open_four(&f, slot, 5, 30, 20, 0);
     NA_CHECK_OK(na_slot_decode(slot, e, 4));
     for (r = 0; r < 4; r++) {
         if (e[r].status != NA_OK) {
@@ -249,9 +281,7 @@ static void fault_case(const char *spec, const char *want, int all_fail)
         }
     }
     NA_CHECK_MSG(all_fail ? failed == 4 : failed == 1, "%s: %d of 4 entries failed", spec, failed);
-    for (r = 0; r < 4; r++)
-        NA_CHECK_OK(na_slot_release(slot, 1 + (uint64_t)r));
-    na_slot_destroy(slot);
+    close_four(slot);
 }
 
 /* Request 3's KV zeroed in kv.dat after its prefill (KV on the SSD only):
@@ -260,33 +290,16 @@ static void zeroed_case(void)
 {
     csd_setup_t s = { 2, 2, 64, 1, 16, 1, 8u << 20, "0", g_xclbin };
     na_slot_t *slot = NULL;
-    na_attn_entry_t e[4];
-    float q[4 * 64], k[2 * 64], o[4][4 * 64], kp[40 * 2 * 64];
+    four_t f;
+    na_attn_entry_t *e = f.e;
     char path[700];
     uint64_t off = 0, len = 0;
     int r, fd;
-    na_rng_t rng;
 
     NA_CHECK_OK(make_slot(&s, "csd", "zeroed", &slot));
     if (slot == NULL)
         return;
-    na_rng_seed(&rng, 6);
-    na_rng_fill(&rng, q, 4 * 64, -1, 1);
-    na_rng_fill(&rng, k, 2 * 64, -1, 1);
-    na_rng_fill(&rng, kp, 40 * 2 * 64, -1, 1);
-    for (r = 0; r < 4; r++) {
-        NA_CHECK_OK(na_slot_open(slot, 1 + (uint64_t)r, 50, 2));
-        NA_CHECK_OK(na_slot_prefill(slot, 1 + (uint64_t)r, 0, kp, kp, NA_DTYPE_F32, 0, 40));
-        NA_CHECK_OK(na_slot_prefill_done(slot, 1 + (uint64_t)r));
-        memset(&e[r], 0, sizeof(e[r]));
-        e[r].req = 1 + (uint64_t)r;
-        e[r].n_q_heads = 4;
-        e[r].n_kv_heads = 2;
-        e[r].q = q;
-        e[r].k_new = k;
-        e[r].v_new = k;
-        e[r].o = o[r];
-    }
+    open_four(&f, slot, 6, 50, 40, 1);
     na_kv_req_extent(na_kv_find(na_slot_store(slot), 3), &off, &len);
     snprintf(path, sizeof(path), "%s/zeroed/kv.dat", g_dir);
     fd = open(path, O_WRONLY);
@@ -308,9 +321,7 @@ static void zeroed_case(void)
         else
             NA_CHECK_MSG(e[r].status == NA_OK, "zeroed: entry %d: %s", r, e[r].reason);
     }
-    for (r = 0; r < 4; r++)
-        NA_CHECK_OK(na_slot_release(slot, 1 + (uint64_t)r));
-    na_slot_destroy(slot);
+    close_four(slot);
 }
 
 int main(void)

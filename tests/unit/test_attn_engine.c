@@ -369,50 +369,80 @@ out:
     return rc;
 }
 
+/* Request r's keys and values of layer l, every position up to P[r] + S, as
+ * contiguous f16 rows into kc and vc. */
+static void kv_f16(const work_t *w, int r, int l, uint16_t *kc, uint16_t *vc)
+{
+    const int kvw = w->n_kv_heads * w->head_dim;
+    int t, i;
+
+    for (t = 0; t < w->P[r] + w->S; t++)
+        for (i = 0; i < kvw; i++) {
+            kc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->K, r, l, t)[i]);
+            vc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->V, r, l, t)[i]);
+        }
+}
+
+/* One request's contiguous f16 KV (room for the longest) and one output row. */
+typedef struct {
+    uint16_t *kc, *vc;
+    float    *o;
+} kvbuf_t;
+
+static void kvbuf_init(kvbuf_t *b, const work_t *w)
+{
+    size_t ctx_max = 0, kvw = (size_t)w->n_kv_heads * w->head_dim;
+    int r;
+
+    for (r = 0; r < w->R; r++)
+        ctx_max = (size_t)(w->P[r] + w->S) > ctx_max ? (size_t)(w->P[r] + w->S) : ctx_max;
+    b->kc = malloc(sizeof(uint16_t) * ctx_max * kvw);
+    b->vc = malloc(sizeof(uint16_t) * ctx_max * kvw);
+    b->o = malloc(sizeof(float) * (size_t)w->n_heads * w->head_dim);
+}
+
+static void kvbuf_free(kvbuf_t *b)
+{
+    free(b->kc);
+    free(b->vc);
+    free(b->o);
+}
+
 /* Compare every OK output with kernels' ref attn_decode over the same f16
  * KV laid out contiguously. Returns the worst close ratio. */
 static double ref_check(const work_t *w, const float *out, const na_status_t *sts, int only_r)
 {
     na_kernels_t *ref;
-    const int hd = w->head_dim, kvw = w->n_kv_heads * hd, qw = w->n_heads * hd;
+    const int hd = w->head_dim, qw = w->n_heads * hd;
+    kvbuf_t b;
     double worst = 0.0;
-    int step, l, r, t, i;
+    int step, l, r;
 
     if (na_kernels_create("ref", 1, &ref) != NA_OK) {
         fprintf(stderr, "ref backend: %s\n", na_errmsg());
         return 1e9;
     }
+    kvbuf_init(&b, w);
     for (r = 0; r < w->R; r++) {
-        int ctx_max = w->P[r] + w->S;
-        uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)ctx_max * kvw);
-        uint16_t *vc = malloc(sizeof(uint16_t) * (size_t)ctx_max * kvw);
-        float *o = malloc(sizeof(float) * (size_t)qw);
         if (only_r >= 0 && r != only_r)
-            goto next;
+            continue;
         for (l = 0; l < w->n_layers; l++) {
-            for (t = 0; t < ctx_max; t++)
-                for (i = 0; i < kvw; i++) {
-                    kc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->K, r, l, t)[i]);
-                    vc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->V, r, l, t)[i]);
-                }
+            kv_f16(w, r, l, b.kc, b.vc);
             for (step = 0; step < w->S; step++) {
                 double cr;
                 if (sts[((size_t)step * w->n_layers + l) * w->R + r] != NA_OK)
                     continue;
-                na_kernels_attn_decode_host(ref, o,
+                na_kernels_attn_decode_host(ref, b.o,
                                             w->Q[r] + ((size_t)step * w->n_layers + l) * qw,
-                                            kc, vc, NA_DTYPE_F16, w->P[r] + step + 1,
+                                            b.kc, b.vc, NA_DTYPE_F16, w->P[r] + step + 1,
                                             w->n_heads, w->n_kv_heads, hd);
-                cr = na_close_ratio(out + out_index(w, step, l, r), o, (size_t)qw, 1e-4, 1e-3);
+                cr = na_close_ratio(out + out_index(w, step, l, r), b.o, (size_t)qw, 1e-4, 1e-3);
                 if (cr > worst)
                     worst = cr;
             }
         }
-    next:
-        free(kc);
-        free(vc);
-        free(o);
     }
+    kvbuf_free(&b);
     na_kernels_destroy(ref);
     return worst;
 }
@@ -425,43 +455,35 @@ static int cpu_exact_check(const work_t *w, const float *out, const na_status_t 
                            const char *what)
 {
     na_kernels_t *cpu;
-    const int hd = w->head_dim, kvw = w->n_kv_heads * hd, qw = w->n_heads * hd;
-    int step, l, r, t, i, bad = 0;
+    const int hd = w->head_dim, qw = w->n_heads * hd;
+    kvbuf_t b;
+    int step, l, r, i, bad = 0;
 
     if (na_kernels_create("cpu", 1, &cpu) != NA_OK) {
         fprintf(stderr, "cpu backend: %s\n", na_errmsg());
         return 1;
     }
+    kvbuf_init(&b, w);
     for (r = 0; r < w->R; r++) {
-        int ctx_max = w->P[r] + w->S;
-        uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)ctx_max * kvw);
-        uint16_t *vc = malloc(sizeof(uint16_t) * (size_t)ctx_max * kvw);
-        float *o = malloc(sizeof(float) * (size_t)qw);
         for (l = 0; l < w->n_layers; l++) {
-            for (t = 0; t < ctx_max; t++)
-                for (i = 0; i < kvw; i++) {
-                    kc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->K, r, l, t)[i]);
-                    vc[(size_t)t * kvw + i] = na_f32_to_f16(krow(w, w->V, r, l, t)[i]);
-                }
+            kv_f16(w, r, l, b.kc, b.vc);
             for (step = 0; step < w->S; step++) {
                 const float *e = out + out_index(w, step, l, r);
                 NA_CHECK(sts[((size_t)step * w->n_layers + l) * w->R + r] == NA_OK);
                 NA_CHECK_OK(na_kernels_attn_decode_host(
-                    cpu, o, w->Q[r] + ((size_t)step * w->n_layers + l) * qw, kc, vc,
+                    cpu, b.o, w->Q[r] + ((size_t)step * w->n_layers + l) * qw, b.kc, b.vc,
                     NA_DTYPE_F16, w->P[r] + step + 1, w->n_heads, w->n_kv_heads, hd));
-                if (memcmp(o, e, sizeof(float) * (size_t)qw) != 0 && bad++ < 3) {
-                    for (i = 0; i < qw && memcmp(o + i, e + i, sizeof(float)) == 0; i++)
+                if (memcmp(b.o, e, sizeof(float) * (size_t)qw) != 0 && bad++ < 3) {
+                    for (i = 0; i < qw && memcmp(b.o + i, e + i, sizeof(float)) == 0; i++)
                         ;
                     NA_CHECK_MSG(0, "%s: request %d layer %d ctx %d: engine %.9g != cpu decode "
-                                 "%.9g at element %d", what, r, l, w->P[r] + step + 1, e[i], o[i],
+                                 "%.9g at element %d", what, r, l, w->P[r] + step + 1, e[i], b.o[i],
                                  i);
                 }
             }
         }
-        free(kc);
-        free(vc);
-        free(o);
     }
+    kvbuf_free(&b);
     na_kernels_destroy(cpu);
     return bad;
 }
@@ -612,91 +634,112 @@ out:
     return rc;
 }
 
+/* Run c over w, check every output is the cpu decode's bits
+ * (cpu_exact_check; what names the case, subject what is checked), then free
+ * w. 0, or run's failure. */
+static int exact_case(work_t *w, const run_t *c, const char *what, const char *subject)
+{
+    float *out = calloc(out_len(w), sizeof(float));
+    na_status_t *sts = calloc((size_t)w->S * w->n_layers * w->R, sizeof(*sts));
+    int rc = run(w, c, out, sts, NULL);
+
+    if (rc == 0)
+        NA_CHECK_MSG(cpu_exact_check(w, out, sts, what) == 0,
+                     "%s: %s is not the cpu decode bit for bit", what, subject);
+    work_free(w);
+    free(out);
+    free(sts);
+    return rc;
+}
+
 /* 2b. the engine's outputs are the compute node's decode attention bit for
  * bit (issue 22 item 15): blocks of 16, 7 (cutting chunks and parts) and 64
  * tokens, contexts across the chunk (64) and part (1024) boundaries, all
  * DRAM and all SSD (staging chunks, prefetch), 1 and 2 workers, granules of
- * one part and of two (split_tokens 2048). */
-static int test_exact_cpu(void)
-{
-    static const int bts[] = { 16, 7, 64 };
-    const int P[3] = { 1030, 62, 1 };
-    int bi, v, rc = 0;
-
-    for (bi = 0; bi < 3 && rc == 0; bi++)
-        for (v = 0; v < 3 && rc == 0; v++) {
-            work_t w;
-            run_t c = run_default();
-            float *out;
-            na_status_t *sts;
-            char what[96];
-
-            work_init(&w, 4242 + bi, 2, 8, 2, 64, 3, P, 4, bts[bi], v == 2 ? 2048 : 1024);
-            out = calloc(out_len(&w), sizeof(float));
-            sts = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
-            c.ssd_bytes = 16u << 20;
-            if (v > 0) {                     /* all SSD, 2 workers */
-                c.no_dram_tier = 1;
-                c.n_threads = 2;
-            }
-            snprintf(what, sizeof(what), "blocks of %d, %s, split %d", bts[bi],
-                     v == 0 ? "DRAM" : "SSD", w.split_tokens);
-            rc = run(&w, &c, out, sts, NULL);
-            if (rc == 0)
-                NA_CHECK_MSG(cpu_exact_check(&w, out, sts, what) == 0,
-                             "%s: the engine is not the cpu decode bit for bit", what);
-            work_free(&w);
-            free(out);
-            free(sts);
-        }
-    return rc;
-}
-
-/* 2b. a prompt chunk's rows as one block entry (n_q rows, each with its own
- * causal limit): every row the cpu decode's bits at its context, on DRAM,
- * on the SSD tier (blocks read into staging chunks) with the chunk's rows
- * still in the writeback buffer, with 1 and 3 workers (rows split into
+ * one part and of two (split_tokens 2048).
+ * With block: a prompt chunk's rows as one block entry (n_q rows, each with
+ * its own causal limit): every row the cpu decode's bits at its context, on
+ * DRAM, on the SSD tier (blocks read into staging chunks) with the chunk's
+ * rows still in the writeback buffer, with 1 and 3 workers (rows split into
  * ranges) and over two slots (head partition). */
-static int test_exact_block(void)
+static int test_exact(int block)
 {
     static const int bts[] = { 16, 7, 64 };
-    const int P[3] = { 1000, 62, 1 };
+    const int P[3] = { block ? 1000 : 1030, 62, 1 };
     int bi, v, rc = 0;
 
     for (bi = 0; bi < 3 && rc == 0; bi++)
-        for (v = 0; v < 4 && rc == 0; v++) {
+        for (v = 0; v < (block ? 4 : 3) && rc == 0; v++) {
             work_t w;
             run_t c = run_default();
-            float *out;
-            na_status_t *sts;
             char what[128];
 
-            work_init(&w, 5151 + bi, 2, 8, 2, 64, 3, P, 70, bts[bi], v == 2 ? 2048 : 1024);
-            out = calloc(out_len(&w), sizeof(float));
-            sts = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
-            c.block = 1;
+            work_init(&w, (block ? 5151 : 4242) + bi, 2, 8, 2, 64, 3, P, block ? 70 : 4,
+                      bts[bi], v == 2 ? 2048 : 1024);
+            c.block = block;
             c.ssd_bytes = 16u << 20;
-            if (v == 1 || v == 2) {          /* all SSD, 3 workers */
+            if (v == 1 || v == 2) {          /* all SSD, 2 workers (block: 3) */
                 c.no_dram_tier = 1;
-                c.n_threads = 3;
+                c.n_threads = block ? 3 : 2;
             }
-            if (v == 3) {                    /* DRAM, 3 workers, 2 slots by head */
+            if (v == 3) {                    /* block: DRAM, 3 workers, 2 slots by head */
                 c.n_threads = 3;
                 c.n_slots = 2;
                 c.part = NA_PART_HEAD;
             }
-            snprintf(what, sizeof(what), "blocks of %d, a block of %d rows, %s, split %d, %d "
-                     "worker(s), %d slot(s)", bts[bi], w.S, c.no_dram_tier ? "SSD" : "DRAM",
-                     w.split_tokens, c.n_threads, c.n_slots);
-            rc = run(&w, &c, out, sts, NULL);
-            if (rc == 0)
-                NA_CHECK_MSG(cpu_exact_check(&w, out, sts, what) == 0,
-                             "%s: the block is not the cpu decode bit for bit", what);
-            work_free(&w);
-            free(out);
-            free(sts);
+            if (block)
+                snprintf(what, sizeof(what), "blocks of %d, a block of %d rows, %s, split %d, "
+                         "%d worker(s), %d slot(s)", bts[bi], w.S, c.no_dram_tier ? "SSD" :
+                         "DRAM", w.split_tokens, c.n_threads, c.n_slots);
+            else
+                snprintf(what, sizeof(what), "blocks of %d, %s, split %d", bts[bi],
+                         v == 0 ? "DRAM" : "SSD", w.split_tokens);
+            rc = exact_case(&w, &c, what, block ? "the block" : "the engine");
         }
     return rc;
+}
+
+/* A run's outputs and statuses, and those of a reference run (base, sts0). */
+typedef struct {
+    float       *base, *out;
+    na_status_t *sts, *sts0;
+} outs_t;
+
+static void outs_init(outs_t *o, const work_t *w)
+{
+    size_t n = out_len(w), ns = (size_t)w->S * w->n_layers * w->R;
+
+    o->base = calloc(n, sizeof(float));
+    o->out = calloc(n, sizeof(float));
+    o->sts = calloc(ns, sizeof(*o->sts));
+    o->sts0 = calloc(ns, sizeof(*o->sts0));
+}
+
+static void outs_free(outs_t *o)
+{
+    free(o->base);
+    free(o->out);
+    free(o->sts);
+    free(o->sts0);
+}
+
+/* Every request but bad_r at every step and layer: NA_OK, its outputs those
+ * of base (the run without the fault); "<what> <arg>" names the case. */
+static void check_others(const work_t *w, const float *base, const float *out,
+                         const na_status_t *sts, int bad_r, const char *what, int arg)
+{
+    int step, l, r;
+
+    for (step = 0; step < w->S; step++)
+        for (l = 0; l < w->n_layers; l++)
+            for (r = 0; r < w->R; r++) {
+                size_t i = out_index(w, step, l, r);
+                if (r == bad_r)
+                    continue;
+                NA_CHECK_MSG(sts[((size_t)step * w->n_layers + l) * w->R + r] == NA_OK,
+                             "%s %d: request %d failed", what, arg, r);
+                NA_CHECK(same(base + i, out + i, (size_t)w->n_heads * w->head_dim));
+            }
 }
 
 /* 3. an injected read error or short read fails only that request. */
@@ -705,22 +748,16 @@ static int test_faults(void)
     const int P[3] = { 70, 90, 33 };
     work_t w;
     run_t c;
-    float *base, *out;
-    na_status_t *sts, *sts0;
+    outs_t o;
     na_kv_fault_t f;
-    size_t n, i;
-    int rc = 0, mode, r, l, step;
+    int rc = 0, mode, l, step;
 
     work_init(&w, 4242, 2, 4, 2, 64, 3, P, 3, 16, 32);
-    n = out_len(&w);
-    base = calloc(n, sizeof(float));
-    out = calloc(n, sizeof(float));
-    sts = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
-    sts0 = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
+    outs_init(&o, &w);
     c = run_default();
     c.ssd_bytes = 16u << 20;
     c.no_dram_tier = 1;
-    rc = run(&w, &c, base, sts0, NULL);
+    rc = run(&w, &c, o.base, o.sts0, NULL);
     if (rc != 0)
         goto out;
     for (mode = NA_FAULT_ERROR; mode <= NA_FAULT_SHORT; mode++) {
@@ -730,29 +767,19 @@ static int test_faults(void)
         f.lo = f.hi = 0;
         c.fault = &f;
         c.fault_req = 1;
-        rc = run(&w, &c, out, sts, NULL);
+        rc = run(&w, &c, o.out, o.sts, NULL);
         if (rc != 0)
             goto out;
         NA_CHECK(f.hits > 0);
         for (step = 0; step < w.S; step++)
             for (l = 0; l < w.n_layers; l++)
-                for (r = 0; r < w.R; r++) {
-                    na_status_t s1 = sts[((size_t)step * w.n_layers + l) * w.R + r];
-                    if (r == 1) {
-                        NA_CHECK_MSG(s1 != NA_OK, "mode %d: faulted request succeeded", mode);
-                    } else {
-                        NA_CHECK_MSG(s1 == NA_OK, "mode %d: request %d failed", mode, r);
-                        i = out_index(&w, step, l, r);
-                        NA_CHECK(same(base + i, out + i, (size_t)w.n_heads * w.head_dim));
-                    }
-                }
+                NA_CHECK_MSG(o.sts[((size_t)step * w.n_layers + l) * w.R + 1] != NA_OK,
+                             "mode %d: faulted request succeeded", mode);
+        check_others(&w, o.base, o.out, o.sts, 1, "mode", mode);
     }
 out:
     work_free(&w);
-    free(base);
-    free(out);
-    free(sts);
-    free(sts0);
+    outs_free(&o);
     return rc;
 }
 
@@ -764,49 +791,35 @@ static int test_corrupt(void)
     const int P[3] = { 70, 90, 33 };
     work_t w;
     run_t c;
-    float *base, *out;
-    na_status_t *sts;
-    size_t n, i;
-    int rc = 0, pf, r, l, step;
+    outs_t o;
+    int rc = 0, pf, l, step;
 
     work_init(&w, 4343, 2, 4, 2, 64, 3, P, 3, 16, 32);
-    n = out_len(&w);
-    base = calloc(n, sizeof(float));
-    out = calloc(n, sizeof(float));
-    sts = calloc((size_t)w.S * w.n_layers * w.R, sizeof(*sts));
+    outs_init(&o, &w);
     for (pf = 0; pf < 2; pf++) {
         c = run_default();
         c.ssd_bytes = 16u << 20;
         c.no_dram_tier = 1;
         c.prefetch = pf;
-        rc = run(&w, &c, base, sts, NULL);
+        rc = run(&w, &c, o.base, o.sts, NULL);
         if (rc != 0)
             goto out;
         c.zero = 1;
         c.fault_req = 1;
-        rc = run(&w, &c, out, sts, NULL);
+        rc = run(&w, &c, o.out, o.sts, NULL);
         if (rc != 0)
             goto out;
         for (step = 0; step < w.S; step++)
-            for (l = 0; l < w.n_layers; l++)
-                for (r = 0; r < w.R; r++) {
-                    na_status_t s1 = sts[((size_t)step * w.n_layers + l) * w.R + r];
-                    i = out_index(&w, step, l, r);
-                    if (r == 1) {
-                        NA_CHECK_MSG(s1 == NA_ERR_IO, "prefetch %d step %d layer %d: the "
-                                     "zeroed request got %s", pf, step, l,
-                                     na_status_string(s1));
-                    } else {
-                        NA_CHECK_MSG(s1 == NA_OK, "prefetch %d: request %d failed", pf, r);
-                        NA_CHECK(same(base + i, out + i, (size_t)w.n_heads * w.head_dim));
-                    }
-                }
+            for (l = 0; l < w.n_layers; l++) {
+                na_status_t s1 = o.sts[((size_t)step * w.n_layers + l) * w.R + 1];
+                NA_CHECK_MSG(s1 == NA_ERR_IO, "prefetch %d step %d layer %d: the zeroed "
+                             "request got %s", pf, step, l, na_status_string(s1));
+            }
+        check_others(&w, o.base, o.out, o.sts, 1, "prefetch", pf);
     }
 out:
     work_free(&w);
-    free(base);
-    free(out);
-    free(sts);
+    outs_free(&o);
     return rc;
 }
 
@@ -963,9 +976,9 @@ int main(void)
     if (rc == 0)
         rc = test_exactness();
     if (rc == 0)
-        rc = test_exact_cpu();
+        rc = test_exact(0);
     if (rc == 0)
-        rc = test_exact_block();
+        rc = test_exact(1);
     if (rc == 0)
         rc = test_faults();
     if (rc == 0)

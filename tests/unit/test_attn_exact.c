@@ -24,30 +24,9 @@ static na_kernels_t *cpu_k[2];                 /* 1 and 2 threads */
 /* the storage node's block sizes: the default, the tests', one that cuts chunks */
 static const int block_sizes[] = { 64, 16, 7 };
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (p == NULL) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 static void *make_kv(na_dtype_t dt, size_t n)
 {
-    void *p = xmalloc(na_dtype_bytes(dt, n));
-    size_t i;
-    for (i = 0; i < n; i++) {
-        float f = na_rng_uniform(&rng) * 2.0f - 1.0f;
-        if (dt == NA_DTYPE_F16)
-            ((uint16_t *)p)[i] = na_f32_to_f16(f);
-        else if (dt == NA_DTYPE_BF16)
-            ((uint16_t *)p)[i] = na_f32_to_bf16(f);
-        else
-            ((float *)p)[i] = f;
-    }
-    return p;
+    return na_test_rand_dtype(&rng, dt, n);
 }
 
 /* The storage node's attention of one query row over the KV (token-major
@@ -75,7 +54,7 @@ static void blocks_make(blocks_t *bl, const void *kc, const void *vc, na_dtype_t
     int h, t;
 
     bl->block_bytes = (size_t)nkv * 2 * bt * row;
-    bl->mem = xmalloc(bl->block_bytes * (size_t)nb);
+    bl->mem = na_test_xmalloc(bl->block_bytes * (size_t)nb);
     memset(bl->mem, 0xff, bl->block_bytes * (size_t)nb);
     for (t = 0; t < ctx; t++)
         for (h = 0; h < nkv; h++) {
@@ -110,8 +89,9 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
 {
     const int ctx = pos0 + n_tok;
     const size_t qrow = (size_t)nh * hd, kvn = (size_t)ctx * nkv * hd;
-    float *q = xmalloc(sizeof(float) * qrow * n_tok), *pre[2], *dec = xmalloc(sizeof(float) * qrow);
-    float *sto = xmalloc(sizeof(float) * qrow);
+    float *q = na_test_xmalloc(sizeof(float) * qrow * n_tok), *pre[2];
+    float *dec = na_test_xmalloc(sizeof(float) * qrow);
+    float *sto = na_test_xmalloc(sizeof(float) * qrow);
     void *kc = make_kv(dt, kvn), *vc = make_kv(dt, kvn);
     blocks_t bl[3];
     int t, th, bad = 0;
@@ -123,7 +103,7 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
         size_t qb = sizeof(float) * qrow * n_tok, kvb = na_dtype_bytes(dt, kvn);
         na_kbuf_t ob, qq = na_kbuf_host(q, qb), kb = na_kbuf_host(kc, kvb),
                       vb = na_kbuf_host(vc, kvb);
-        pre[th] = xmalloc(qb);
+        pre[th] = na_test_xmalloc(qb);
         ob = na_kbuf_host(pre[th], qb);
         NA_CHECK_OK(cpu_k[th]->ops->attn_prefill(cpu_k[th], &ob, &qq, &kb, &vb, dt, n_tok, pos0,
                                                  nh, nkv, hd));

@@ -18,16 +18,6 @@
 
 static na_rng_t rng;
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (p == NULL) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 typedef struct {
     char  *mem;
     size_t block_bytes;
@@ -46,26 +36,17 @@ static void blocks_make(blocks_t *bl, na_dtype_t dt, int ctx, int nkv, int hd, i
 {
     const size_t es = na_dtype_bytes(dt, 1), row = (size_t)hd * es;
     const int nb = (ctx + bt - 1) / bt;
-    int b, h, t, d;
+    int b, h, t;
 
     bl->block_bytes = (size_t)nkv * 2 * bt * row;
-    bl->mem = xmalloc(bl->block_bytes * (size_t)nb);
+    bl->mem = na_test_xmalloc(bl->block_bytes * (size_t)nb);
     memset(bl->mem, 0xff, bl->block_bytes * (size_t)nb);
     for (b = 0; b < nb; b++)
         for (h = 0; h < nkv; h++)
             for (t = 0; t < 2 * bt; t++) {
                 char *r = bl->mem + (size_t)b * bl->block_bytes + ((size_t)h * 2 * bt + t) * row;
-                if (b * bt + t % bt >= ctx)
-                    continue;
-                for (d = 0; d < hd; d++) {
-                    float f = na_rng_uniform(&rng) * 2.0f - 1.0f;
-                    if (dt == NA_DTYPE_F16)
-                        ((uint16_t *)r)[d] = na_f32_to_f16(f);
-                    else if (dt == NA_DTYPE_BF16)
-                        ((uint16_t *)r)[d] = na_f32_to_bf16(f);
-                    else
-                        ((float *)r)[d] = f;
-                }
+                if (b * bt + t % bt < ctx)
+                    na_rng_fill_dtype(&rng, r, dt, (size_t)hd);
             }
 }
 
@@ -86,13 +67,13 @@ static void fold_split(na_kernels_t *k, const na_attn_shape_t *sh, const float *
     const int hd = sh->head_dim, rows = sh->n_kvh * sh->group;
     const int np = na_attn_n_parts(lim0 + n_q - 1);
     const size_t pr = (size_t)rows * n_q;
-    na_attn_stat_t *st = xmalloc(sizeof(*st) * (size_t)np * pr), *tst;
-    float *acc = xmalloc(sizeof(float) * (size_t)np * pr * hd), *tacc;
-    float *qg = xmalloc(sizeof(float) * pr * hd);
+    na_attn_stat_t *st = na_test_xmalloc(sizeof(*st) * (size_t)np * pr), *tst;
+    float *acc = na_test_xmalloc(sizeof(float) * (size_t)np * pr * hd), *tacc;
+    float *qg = na_test_xmalloc(sizeof(float) * pr * hd);
     int p, i0, h;
 
-    tst = xmalloc(sizeof(*tst) * (size_t)np * rows);
-    tacc = xmalloc(sizeof(float) * (size_t)np * rows * hd);
+    tst = na_test_xmalloc(sizeof(*tst) * (size_t)np * rows);
+    tacc = na_test_xmalloc(sizeof(float) * (size_t)np * rows * hd);
     na_attn_rows_gather(sh, n_q, q, (size_t)rows * hd, qg);
     for (p = np - 1; p >= 0; p--)                 /* any order: parts are independent */
         for (i0 = 0; i0 < n_q; i0 += rb) {
@@ -124,8 +105,10 @@ static void check(na_kernels_t *k, const char *kname, na_dtype_t dt, int lim0, i
     const na_attn_shape_t sh = { bt, hd, dt, nkv, nh / nkv };
     const int ctx = lim0 + n_q - 1;
     const size_t qrow = (size_t)nh * hd;
-    float *q = xmalloc(sizeof(float) * qrow * n_q), *blk = xmalloc(sizeof(float) * qrow * n_q);
-    float *spl = xmalloc(sizeof(float) * qrow * n_q), *one = xmalloc(sizeof(float) * qrow);
+    float *q = na_test_xmalloc(sizeof(float) * qrow * n_q);
+    float *blk = na_test_xmalloc(sizeof(float) * qrow * n_q);
+    float *spl = na_test_xmalloc(sizeof(float) * qrow * n_q);
+    float *one = na_test_xmalloc(sizeof(float) * qrow);
     blocks_t bl;
     int i, d, v;
 

@@ -159,13 +159,9 @@ static void check_formats(const char *dir, na_dtype_t dt, int untied)
     char prefix[600], p1[640], p2[640], p3[640];
     na_model_t *a = NULL, *b = NULL;
 
-    na_genmodel_defaults(&o);
-    o.hidden_dim = 160;          /* q8_0 needs multiples of 32 */
-    o.n_layers = 2;
-    o.n_heads = 4;
-    o.n_kv_heads = 2;
-    o.vocab_size = 512 + 32 * (int)dt;
-    o.seq_len = 64;
+    /* hidden 160: q8_0 needs multiples of 32 */
+    na_genmodel_shape(&o, 64, 160, 2, 4, 2, 512 + 32 * (int)dt, 64);
+    o.write_gguf = 1;
     o.dtype = dt;
     o.seed = 42 + (uint64_t)dt;
     o.shared_classifier = !untied;
@@ -574,14 +570,8 @@ static void check_quant_types(const char *dir)
         char prefix[600], p1[640], p2[640];
         na_model_t *a = NULL, *b = NULL;
         int l, k, mix;
-        na_genmodel_defaults(&o);
-        o.dim = 256;
-        o.hidden_dim = 512;
-        o.n_layers = 4;
-        o.n_heads = 4;
-        o.n_kv_heads = 2;
-        o.vocab_size = 300;
-        o.seq_len = 64;
+        na_genmodel_shape(&o, 256, 512, 4, 4, 2, 300, 64);
+        o.write_gguf = 1;
         o.shared_classifier = (int)i % 2;
         NA_CHECK(na_genmodel_parse_dtype(names[i], &o.dtype, &mix) >= 0);
         o.quant_mix = mix;
@@ -643,13 +633,8 @@ static void check_quant_nonfinite(const char *dir)
         na_model_t *m = NULL;
         size_t off = 0, n = 0;
         uint8_t *raw;
-        na_genmodel_defaults(&o);
-        o.dim = 256;
-        o.hidden_dim = 256;
-        o.n_layers = 1;
-        o.n_heads = 2;
-        o.n_kv_heads = 1;
-        o.vocab_size = 300;
+        na_genmodel_shape(&o, 256, 256, 1, 2, 1, 300, 256);
+        o.write_gguf = 1;
         o.dtype = c[i].dt;
         o.write_llama2c = 0;
         snprintf(prefix, sizeof(prefix), "%s/nf_%s", dir, c[i].name);

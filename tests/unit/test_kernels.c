@@ -255,6 +255,21 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
     free(buf);
 }
 
+/* The rows of a batch of `batch` (kernels k, weight w, inputs x) that differ
+ * from the same row computed alone (batch 1): yb and y1 are scratch. */
+static int rows_off_batch1(na_kernels_t *k, const na_tensor_t *w, float *x, int batch,
+                           float *yb, float *y1)
+{
+    int b, bad = 0;
+
+    NA_CHECK_OK(mm(k, yb, x, w, batch));
+    for (b = 0; b < batch; b++) {
+        NA_CHECK_OK(mm(k, y1, x + (size_t)b * w->cols, w, 1));
+        bad += memcmp(y1, yb + (size_t)b * w->rows, sizeof(float) * (size_t)w->rows) != 0;
+    }
+    return bad;
+}
+
 static void test_matmul(void)
 {
     static const int shapes[][2] = { { 1, 1 }, { 7, 31 }, { 31, 7 }, { 33, 65 }, { 65, 1000 },
@@ -350,7 +365,7 @@ static void test_matmul_batch_exact(void)
                                         { 33, 4096 } };
     static const int batches[] = { 2, 3, 4, 5, 7, 9, 15, 8, 19, 20, 21, 37, 64 };
     size_t s, bi;
-    int dt, t, b;
+    int dt, t;
 
     for (dt = 0; dt <= NA_DTYPE_Q8_0; dt++)       /* the others: test_quant.c */
         for (s = 0; s < (dt == NA_DTYPE_Q8_0 ? 5u : 4u); s++) {
@@ -366,12 +381,7 @@ static void test_matmul_batch_exact(void)
             na_rng_fill(&rng, x, (size_t)64 * cols, -1.0f, 1.0f);
             for (t = 0; t < 2; t++)
                 for (bi = 0; bi < nb; bi++) {
-                    int bad = 0;
-                    NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
-                    for (b = 0; b < batches[bi]; b++) {
-                        NA_CHECK_OK(mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
-                        bad += memcmp(y1, yb + (size_t)b * rows, sizeof(float) * rows) != 0;
-                    }
+                    int bad = rows_off_batch1(cpu_k[t], &w, x, batches[bi], yb, y1);
                     NA_CHECK_MSG(bad == 0, "matmul %s %dx%d batch %d threads %d: %d rows "
                                  "differ from batch 1", na_dtype_name((na_dtype_t)dt), rows,
                                  cols, batches[bi], t + 1, bad);
@@ -395,7 +405,7 @@ static void test_matmul_invariant(void)
     static const int shapes[][2] = { { 7, 40 }, { 70, 1000 }, { 13, 4139 }, { 130, 256 } };
     static const int batches[] = { 8, 9, 10, 11, 64, 70, 131 };
     size_t s, bi;
-    int dt, t, b;
+    int dt, t;
 
     for (t = 0; t < 2; t++)
         cpu_k[t]->batch_invariant = 1;
@@ -415,12 +425,7 @@ static void test_matmul_invariant(void)
             na_rng_fill(&rng, x, (size_t)131 * cols, -1.0f, 1.0f);
             for (t = 0; t < 2; t++)
                 for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
-                    int bad = 0;
-                    NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
-                    for (b = 0; b < batches[bi]; b++) {
-                        NA_CHECK_OK(mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
-                        bad += memcmp(y1, yb + (size_t)b * rows, sizeof(float) * rows) != 0;
-                    }
+                    int bad = rows_off_batch1(cpu_k[t], &w, x, batches[bi], yb, y1);
                     NA_CHECK_MSG(bad == 0, "batch_invariant matmul %s %dx%d batch %d threads "
                                  "%d: %d rows differ from batch 1",
                                  na_dtype_name((na_dtype_t)dt), rows, cols, batches[bi], t + 1,
@@ -518,20 +523,7 @@ static const na_dtype_t kv_dtypes[] = { NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF1
 /* Random KV of n rows of row_elems in dtype dt (f16, bf16 or f32), in [-1, 1). */
 static void *make_kv(na_dtype_t dt, size_t n_elems)
 {
-    size_t i;
-    void *p = malloc(na_dtype_bytes(dt, n_elems ? n_elems : 1));
-    if (p == NULL)
-        exit(1);
-    for (i = 0; i < n_elems; i++) {
-        float f = na_rng_uniform(&rng) * 2.0f - 1.0f;
-        if (dt == NA_DTYPE_F16)
-            ((uint16_t *)p)[i] = na_f32_to_f16(f);
-        else if (dt == NA_DTYPE_BF16)
-            ((uint16_t *)p)[i] = na_f32_to_bf16(f);
-        else
-            ((float *)p)[i] = f;
-    }
-    return p;
+    return na_test_rand_dtype(&rng, dt, n_elems);
 }
 
 static void check_decode(na_dtype_t dt, int ctx, int n_heads, int n_kv, int hd, float qmag)

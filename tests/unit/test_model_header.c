@@ -51,6 +51,18 @@ static void truncated(const char *src, const char *dst, size_t n)
     free(p);
 }
 
+/* A GGUF of one tiny layer and a vocabulary of vocab as dir/name.gguf, its
+ * path in path: 0, or -1 after a failed check (na_test_genmodel). */
+static int tiny_gguf(const char *dir, const char *name, int vocab, char *path, size_t cap)
+{
+    na_genmodel_opts_t o;
+
+    na_genmodel_shape(&o, 32, 32, 1, 2, 1, vocab, 64);
+    o.write_llama2c = 0;
+    o.write_gguf = 1;
+    return na_test_genmodel(dir, name, &o, "gguf", path, cap);
+}
+
 int main(void)
 {
     static const struct {
@@ -91,10 +103,7 @@ int main(void)
         check_same("cut in magic", cut);
     }
     /* a file under NA_GGUF_HEAD_FIRST is read whole: still no tensor data */
-    na_genmodel_shape(&o, 32, 32, 1, 2, 1, 300, 64);
-    o.write_llama2c = 0;
-    o.write_gguf = 1;
-    if (na_test_genmodel(dir, "tiny", &o, "gguf", path, sizeof(path)) == 0) {
+    if (tiny_gguf(dir, "tiny", 300, path, sizeof(path)) == 0) {
         na_gguf_t *g = NULL;
         NA_CHECK_OK(na_gguf_open_head(path, &g));
         NA_CHECK(g != NULL && g->n_tensors > 0 && g->data_offset < NA_GGUF_HEAD_FIRST);
@@ -104,10 +113,7 @@ int main(void)
         check_same("tiny", path);
     }
     /* a GGUF header over NA_GGUF_HEAD_FIRST (vocabulary 120000): read again, longer */
-    na_genmodel_shape(&o, 32, 32, 1, 2, 1, 120000, 64);
-    o.write_llama2c = 0;
-    o.write_gguf = 1;
-    if (na_test_genmodel(dir, "bigvocab", &o, "gguf", path, sizeof(path)) == 0) {
+    if (tiny_gguf(dir, "bigvocab", 120000, path, sizeof(path)) == 0) {
         na_gguf_t *g = NULL;
         NA_CHECK_OK(na_gguf_open_head(path, &g));
         if (g != NULL) {

@@ -52,6 +52,22 @@ static void ident(na_pcache_ident_t *id, int model)
     id->kv_dtype = NA_DTYPE_F16;
 }
 
+/* A cache of budget bytes (NL layers, blocks of BT; keys cut to hash_bits
+ * bits, 0: whole), model 1's identity in *id and model 2's in *other (when
+ * not NULL). */
+static na_pcache_t *pc_new(uint64_t budget, int hash_bits, na_pcache_ident_t *id,
+                           na_pcache_ident_t *other)
+{
+    na_pcache_cfg_t cfg = { budget, NL, BT, hash_bits };
+    na_pcache_t *pc = NULL;
+
+    NA_CHECK_OK(na_pcache_create(&cfg, &pc));
+    ident(id, 1);
+    if (other != NULL)
+        ident(other, 2);
+    return pc;
+}
+
 /* Insert the n_blocks blocks of tokens (prompt `tag`); the entries are
  * given back at once (kept by their children / the LRU list). Returns how
  * many went in. */
@@ -87,16 +103,12 @@ static void test_hits_and_refs(void)
 {
     const uint32_t a[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
     uint32_t b[12];
-    na_pcache_cfg_t cfg = { 10 * ENT, NL, BT, 0 };
     na_pcache_ident_t id, other;
     na_pcache_ent_t *e[3], *f[3];
     na_pcache_stats_t st;
-    na_pcache_t *pc;
+    na_pcache_t *pc = pc_new(10 * ENT, 0, &id, &other);
     int n;
 
-    NA_CHECK_OK(na_pcache_create(&cfg, &pc));
-    ident(&id, 1);
-    ident(&other, 2);
     NA_CHECK(na_pcache_lookup(pc, &id, BB, a, 3, e) == 0);
     NA_CHECK(put_chain(pc, &id, a, 3, 1) == 3);
     n = na_pcache_lookup(pc, &id, BB, a, 3, e);
@@ -139,15 +151,12 @@ static void test_lru_budget(void)
     const uint32_t a[8] = { 1, 1, 1, 1, 2, 2, 2, 2 };
     const uint32_t b[8] = { 3, 3, 3, 3, 4, 4, 4, 4 };
     const uint32_t c[8] = { 5, 5, 5, 5, 6, 6, 6, 6 };
-    na_pcache_cfg_t cfg = { 4 * ENT, NL, BT, 0 };
     na_pcache_ident_t id;
     na_pcache_ent_t *e[2], *f[2], *g[2];
     na_pcache_stats_t st;
-    na_pcache_t *pc;
+    na_pcache_t *pc = pc_new(4 * ENT, 0, &id, NULL);
     int n, m;
 
-    NA_CHECK_OK(na_pcache_create(&cfg, &pc));
-    ident(&id, 1);
     NA_CHECK(put_chain(pc, &id, a, 2, 1) == 2);
     NA_CHECK(put_chain(pc, &id, b, 2, 2) == 2);
     n = na_pcache_lookup(pc, &id, BB, a, 2, e);     /* a is now the most recent */
@@ -182,16 +191,12 @@ static void test_forced_collision(void)
 {
     const uint32_t a[8] = { 10, 11, 12, 13, 20, 21, 22, 23 };
     const uint32_t b[8] = { 90, 91, 92, 93, 20, 21, 22, 23 };   /* same 2nd block, other parent */
-    na_pcache_cfg_t cfg = { 64 * ENT, NL, BT, 1 };
     na_pcache_ident_t id, other;
     na_pcache_ent_t *e[2];
     na_pcache_stats_t st;
-    na_pcache_t *pc;
+    na_pcache_t *pc = pc_new(64 * ENT, 1, &id, &other);      /* keys cut to 1 bit */
     int n;
 
-    NA_CHECK_OK(na_pcache_create(&cfg, &pc));
-    ident(&id, 1);
-    ident(&other, 2);
     NA_CHECK(put_chain(pc, &id, a, 2, 1) == 2);
     NA_CHECK(na_pcache_lookup(pc, &id, BB, b, 2, e) == 0);
     NA_CHECK(na_pcache_lookup(pc, &other, BB, a, 2, e) == 0);   /* another model, same tokens */
@@ -216,15 +221,12 @@ static void test_forced_collision(void)
 static void test_bad_sum(void)
 {
     const uint32_t a[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
-    na_pcache_cfg_t cfg = { 8 * ENT, NL, BT, 0 };
     na_pcache_ident_t id;
     na_pcache_ent_t *e[2];
     na_pcache_stats_t st;
-    na_pcache_t *pc;
+    na_pcache_t *pc = pc_new(8 * ENT, 0, &id, NULL);
     int n;
 
-    NA_CHECK_OK(na_pcache_create(&cfg, &pc));
-    ident(&id, 1);
     NA_CHECK(put_chain(pc, &id, a, 2, 1) == 2);
     n = na_pcache_lookup(pc, &id, BB, a, 2, e);
     NA_CHECK(n == 2);
@@ -237,6 +239,20 @@ static void test_bad_sum(void)
     na_pcache_stats(pc, &st);
     NA_CHECK(st.bad_sums == 1 && st.entries == 1);
     na_pcache_destroy(pc);
+}
+
+/* The KV store of these tests: one layer, head_dim 8, blocks of BT f32
+ * tokens, 1 MiB of DRAM, a spill every token, I/O depth 8. */
+static void store_cfg(na_kv_store_cfg_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->n_layers = 1;
+    c->head_dim = 8;
+    c->block_tokens = BT;
+    c->kv_dtype = NA_DTYPE_F32;
+    c->spill_interval = 1;
+    c->dram_bytes = 1u << 20;
+    c->io_depth = 8;
 }
 
 /* The store reads an attached block like its own and never frees or
@@ -252,14 +268,7 @@ static void test_store_attach(void)
     size_t bb;
     int i;
 
-    memset(&c, 0, sizeof(c));
-    c.n_layers = 1;
-    c.head_dim = 8;
-    c.block_tokens = BT;
-    c.kv_dtype = NA_DTYPE_F32;
-    c.spill_interval = 1;
-    c.dram_bytes = 1u << 20;
-    c.io_depth = 8;
+    store_cfg(&c);
     NA_CHECK_OK(na_kv_store_create(&c, &s));
     bb = na_kv_block_bytes(&c, 1);
     shared = calloc(1, bb);
@@ -304,13 +313,7 @@ static void test_block_read_ssd(void)
         fprintf(stderr, "no O_DIRECT directory: SSD read-back not tested\n");
         return;
     }
-    memset(&c, 0, sizeof(c));
-    c.n_layers = 1;
-    c.head_dim = 8;
-    c.block_tokens = BT;
-    c.kv_dtype = NA_DTYPE_F32;
-    c.spill_interval = 1;
-    c.dram_bytes = 1u << 20;
+    store_cfg(&c);
     c.ssd_bytes = 1u << 20;
     c.dir = dir;
     c.no_dram_tier = 1;                 /* whole blocks go to the SSD only */

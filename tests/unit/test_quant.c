@@ -23,16 +23,6 @@ static const na_dtype_t types[] = { NA_DTYPE_Q4_0, NA_DTYPE_Q4_1, NA_DTYPE_Q5_0,
 
 #define F32B(n) ((size_t)(n) * sizeof(float))
 
-static void *xalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (p == NULL) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 static void put_f16(uint8_t *p, float f)
 {
     uint16_t h = na_f32_to_f16(f);
@@ -184,7 +174,7 @@ static void test_dequant_known(void)
 static void *make_weight(na_dtype_t dt, int rows, int cols, na_tensor_t *w)
 {
     size_t nblk = (size_t)rows * (size_t)(cols / na_dtype_block(dt)), bb = na_dtype_block_bytes(dt);
-    uint8_t *p = xalloc(nblk * bb), *b;
+    uint8_t *p = na_test_xmalloc(nblk * bb), *b;
     size_t i, j;
 
     for (i = 0; i < nblk * bb; i++)
@@ -237,11 +227,12 @@ static void test_ref_dot(void)
             int cols = na_dtype_block(dt) * mult[mi], rows = 5, j;
             na_tensor_t w;
             void *buf = make_weight(dt, rows, cols, &w);
-            float *x = xalloc(F32B(cols)), *wf = xalloc(F32B(cols)), *xq = xalloc(F32B(cols));
-            int8_t *q = xalloc((size_t)cols);
-            float *d = xalloc(F32B(cols / 32));
-            int16_t *bs = xalloc(sizeof(int16_t) * (size_t)(cols / 16));
-            float *s1 = xalloc(F32B(cols / 32));
+            float *x = na_test_xmalloc(F32B(cols)), *wf = na_test_xmalloc(F32B(cols));
+            float *xq = na_test_xmalloc(F32B(cols));
+            int8_t *q = na_test_xmalloc((size_t)cols);
+            float *d = na_test_xmalloc(F32B(cols / 32));
+            int16_t *bs = na_test_xmalloc(sizeof(int16_t) * (size_t)(cols / 16));
+            float *s1 = na_test_xmalloc(F32B(cols / 32));
             na_ref_qx_t qx = { q, d, bs, s1 };
             int has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
 
@@ -317,9 +308,11 @@ static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int hal
 {
     na_tensor_t w;
     void *buf = make_weight(dt, rows, cols, &w);
-    float *x = xalloc(F32B((size_t)batch * cols)), *yr = xalloc(F32B((size_t)batch * rows));
-    float *yc = xalloc(F32B((size_t)batch * rows)), *wf = xalloc(F32B((size_t)rows * cols));
-    double *mag = xalloc(sizeof(double) * (size_t)batch * rows);
+    float *x = na_test_xmalloc(F32B((size_t)batch * cols));
+    float *yr = na_test_xmalloc(F32B((size_t)batch * rows));
+    float *yc = na_test_xmalloc(F32B((size_t)batch * rows));
+    float *wf = na_test_xmalloc(F32B((size_t)rows * cols));
+    double *mag = na_test_xmalloc(sizeof(double) * (size_t)batch * rows);
     int t, b, r, j;
 
     if (halfway)
@@ -460,7 +453,7 @@ static void fill_halfway(float *x, size_t n)
 static void test_act_quant_ggml(void)
 {
     enum { N = 64 * NA_QK_K };
-    float *x = xalloc(F32B(N));
+    float *x = na_test_xmalloc(F32B(N));
     int8_t q[NA_QK_K], g[NA_QK_K];
     int16_t bs[NA_QK_K / 16], gbs[NA_QK_K / 16], bs1;
     size_t b;
@@ -527,10 +520,12 @@ static void test_act_quant_ggml(void)
         na_dtype_t dt = types[ti];
         int kind = na_ref_quant_kind(dt), has_m = dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1;
         int nd = N / (kind == 2 ? NA_QK_K : 32), nbs = kind == 2 ? N / 16 : nd, f;
-        int8_t *rq = xalloc(N), *cq = xalloc(N);
-        float *rd = xalloc(F32B(nd)), *cd = xalloc(F32B(nd)), *rs = xalloc(F32B(nd));
-        float *cs = xalloc(F32B(nd));
-        int16_t *rb = xalloc(sizeof(int16_t) * (size_t)nbs), *cb = xalloc(sizeof(int16_t) * (size_t)nbs);
+        int8_t *rq = na_test_xmalloc(N), *cq = na_test_xmalloc(N);
+        float *rd = na_test_xmalloc(F32B(nd)), *cd = na_test_xmalloc(F32B(nd));
+        float *rs = na_test_xmalloc(F32B(nd));
+        float *cs = na_test_xmalloc(F32B(nd));
+        int16_t *rb = na_test_xmalloc(sizeof(int16_t) * (size_t)nbs);
+        int16_t *cb = na_test_xmalloc(sizeof(int16_t) * (size_t)nbs);
         na_ref_qx_t qx = { rq, rd, rb, rs };
         na_ref_quantize_x(dt, x, N, &qx);
         for (f = 0; f < 3; f++) {
@@ -600,9 +595,9 @@ static void check_invariant(na_dtype_t dt, int rows, int cols, const int *batche
     float *x, *yb, *y1;
     for (bi = 0; bi < nbat; bi++)
         nb_max = batches[bi] > nb_max ? batches[bi] : nb_max;
-    x = xalloc(F32B((size_t)nb_max * cols));
-    yb = xalloc(F32B((size_t)nb_max * rows));
-    y1 = xalloc(F32B(rows));
+    x = na_test_xmalloc(F32B((size_t)nb_max * cols));
+    yb = na_test_xmalloc(F32B((size_t)nb_max * rows));
+    y1 = na_test_xmalloc(F32B(rows));
     na_rng_fill(&rng, x, (size_t)nb_max * cols, -1.0f, 1.0f);
     for (inv = 0; inv < 2; inv++)
         for (t = 0; t < 2; t++) {
@@ -646,7 +641,7 @@ static void test_nonfinite(void)
         na_tensor_t w;
         int cols = na_dtype_block(types[ti]) * 2;
         void *buf = make_weight(types[ti], 3, cols, &w);
-        float *x = xalloc(F32B(cols)), y[3];
+        float *x = na_test_xmalloc(F32B(cols)), y[3];
         na_rng_fill(&rng, x, (size_t)cols, -1.0f, 1.0f);
         x[cols - 1] = NAN;
         NA_CHECK_OK(mm(ref_k, y, x, &w, 1));
@@ -672,7 +667,7 @@ static void test_embed(void)
         int cols = na_dtype_block(dt) * 3;
         na_tensor_t w;
         void *buf = make_weight(dt, 13, cols, &w);
-        float *want = xalloc(F32B(5 * cols)), *got = xalloc(F32B(5 * cols));
+        float *want = na_test_xmalloc(F32B(5 * cols)), *got = na_test_xmalloc(F32B(5 * cols));
         for (r = 0; r < 5; r++)
             na_ref_dequant_row(dt, (const uint8_t *)w.data +
                                    (size_t)toks[r] * na_dtype_bytes(dt, (size_t)cols),
