@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/expf.h"
 #include "kernels/kernels.h"
 
 void na_attn_init(na_attn_stat_t *st, float *acc, int group, int head_dim)
@@ -28,8 +29,8 @@ void na_attn_merge(na_attn_stat_t *st_a, float *acc_a,
         if (st_b[g].l == 0.0f && st_b[g].m == -INFINITY)
             continue;                       /* b saw no tokens */
         m  = st_a[g].m > st_b[g].m ? st_a[g].m : st_b[g].m;
-        sa = st_a[g].m == -INFINITY ? 0.0f : expf(st_a[g].m - m);
-        sb = expf(st_b[g].m - m);
+        sa = st_a[g].m == -INFINITY ? 0.0f : na_expf(st_a[g].m - m);
+        sb = na_expf(st_b[g].m - m);
         for (i = 0; i < head_dim; i++)
             a[i] = a[i] * sa + b[i] * sb;
         st_a[g].l = st_a[g].l * sa + st_b[g].l * sb;

@@ -11,10 +11,20 @@
 # greedy sequences, out of N), the first divergence (step, our token / theirs,
 # and the top-2 gap of both there: a near tie or not), and the largest
 # |logit difference| of the top token over the agreeing steps.
+# Then, teacher forced: llama.cpp's greedy tokens are fed to both engines
+# (NA_GREEDY_FORCE / NA_LLAMA_FORCE), so every step compares the logits of
+# the same inputs: the steps whose argmax agrees (of N), the logit noise (the
+# largest |our logit - llama.cpp's| over llama.cpp's top-2 entries of every
+# step) and each step whose argmax differs, with llama.cpp's top-2 gap there:
+# "tie" when that gap is below the noise (the two engines' rounding decides
+# it), "REAL" when it is not (a difference of method).
 #
 # usage: llama_agree.sh NEARATTN NA_GREEDY_TOP [N]
 #   NA_LLAMA_CPP   a llama.cpp checkout with its build in build/ (bin/ holding
 #                  libllama.so); without it the script skips (exit 77)
+#   NA_LLAMA_BUILD the build folder of that checkout to use instead of build/
+#                  (e.g. one configured with -DGGML_CPU_AARCH64=OFF: see
+#                  docs/benchmarks.md, "Same tokens as llama.cpp")
 #   NA_AGREE_ARCHS / NA_AGREE_TYPES  override the lists
 #   NA_AGREE_KV    f32 (default) or f16: the KV cache type of both sides.
 #                  f32 is llama.cpp's exact-f32 attention: with F32 K and V
@@ -28,8 +38,9 @@
 #                  tokens (the architectures' math: RoPE styles, rope_freqs,
 #                  biases, q/k norms) and llama.cpp loads every file whose
 #                  architecture it knows (the check ctest's test_llama_agree
-#                  makes; the quantised files' agreement is reported, not
-#                  asserted: docs/benchmarks.md says why)
+#                  makes; the quantised files' exact agreement is reported,
+#                  not asserted: docs/benchmarks.md says why) and no
+#                  teacher-forced argmax difference of any file is REAL
 set -eu
 NA=${1:?usage: llama_agree.sh NEARATTN NA_GREEDY_TOP [N]}
 GT=${2:?usage: llama_agree.sh NEARATTN NA_GREEDY_TOP [N]}
@@ -42,12 +53,13 @@ if [ -z "$L" ]; then
     echo "SKIPPED: NA_LLAMA_CPP is not set (a llama.cpp checkout with build/bin/libllama.so)"
     exit 77
 fi
+B=${NA_LLAMA_BUILD:-$L/build}
 LIB=
-for d in "$L/build/bin" "$L/build/src" "$L/build/lib"; do
+for d in "$B/bin" "$B/src" "$B/lib"; do
     [ -f "$d/libllama.so" ] && LIB=$d && break
 done
 if [ -z "$LIB" ] || [ ! -f "$L/include/llama.h" ]; then
-    echo "SKIPPED: no llama.h / libllama.so under $L (include/, build/bin/)"
+    echo "SKIPPED: no llama.h / libllama.so under $L/include, $B/bin"
     exit 77
 fi
 CC=${CC:-cc}
@@ -58,7 +70,7 @@ fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 "$CC" -O2 -o "$TMP/llama_greedy" "$SRC" -I"$L/include" -I"$L/ggml/include" \
-    -L"$LIB" -lllama -Wl,-rpath,"$LIB"
+    -L"$LIB" -lllama -lggml -lggml-base -Wl,-rpath,"$LIB"
 
 ARCHS=${NA_AGREE_ARCHS:-llama llama3 qwen2 qwen3}
 TYPES=${NA_AGREE_TYPES:-f32 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m}
@@ -68,10 +80,10 @@ case $KV in f32|f16) ;; *) echo "NA_AGREE_KV must be f32 or f16, not '$KV'" >&2;
 export NA_GREEDY_KV=$KV NA_LLAMA_KV=$KV NA_LLAMA_FA=0
 PROMPT="1 259 331 328 335 378 409 391 335 327"
 fail=0
-echo "KV cache $KV on both sides; $N greedy tokens"
+echo "KV cache $KV on both sides; $N greedy tokens; llama.cpp from $LIB"
 echo
-echo "| arch | type | tokens equal (of $N) | first divergence: step, ours / llama.cpp | top-2 gap there: ours / llama.cpp | max abs top-logit diff before it |"
-echo "|---|---|---|---|---|---|"
+echo "| arch | type | exact greedy match: tokens equal (of $N) | first divergence: step, ours / llama.cpp | top-2 gap there: ours / llama.cpp | max abs top-logit diff before it | teacher forced: same argmax (of $N) | logit noise | argmax differences: step (llama.cpp's top-2 gap) |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for a in $ARCHS; do
     for t in $TYPES; do
         f=$TMP/m-$a-$t
@@ -82,7 +94,7 @@ for a in $ARCHS; do
         if ! "$TMP/llama_greedy" "$f.gguf" "$N" $PROMPT >"$TMP/ll.txt" 2>"$TMP/ll.err"; then
             # an architecture this llama.cpp predates (qwen3 before 2025-04)
             why=$(grep -o "unknown model architecture: '[^']*'" "$TMP/ll.err" | head -n 1)
-            echo "| $a | $t | - | llama.cpp cannot load it (${why:-see its log}) | - | - |"
+            echo "| $a | $t | - | llama.cpp cannot load it (${why:-see its log}) | - | - | - | - | - |"
             [ -n "$why" ] || { cat "$TMP/ll.err" >&2; fail=1; }
             continue
         fi
@@ -93,7 +105,42 @@ for a in $ARCHS; do
               if (!div) { eq++; d = abs($3 - $8); if (d > md) md = d } }
             END { if (div) printf "%d | %d, %d / %d | %.4f / %.4f | %.4f\n", eq, step, a, b, ga, gb, md
                   else printf "%d | none | - | %.4f\n", eq, md }')
-        echo "| $a | $t | $row |"
+        # teacher forced: both fed llama.cpp's tokens, every step's logits
+        awk '{ print $2 }' "$TMP/ll.txt" >"$TMP/force.txt"
+        NA_LLAMA_FORCE=$TMP/force.txt NA_LLAMA_LOGITS=$TMP/ll.log \
+            "$TMP/llama_greedy" "$f.gguf" "$N" $PROMPT >/dev/null 2>"$TMP/ll.err" ||
+            { cat "$TMP/ll.err" >&2; fail=1; continue; }
+        NA_GREEDY_FORCE=$TMP/force.txt NA_GREEDY_LOGITS=$TMP/na.log \
+            "$GT" "$f.gguf" "$N" $PROMPT >/dev/null
+        tf=$(awk -v LL="$TMP/ll.log" '
+            function abs(x) { return x < 0 ? -x : x }
+            { n = split($0, a, " ")
+              if ((getline line < LL) <= 0) { bad = 1; exit }
+              if (split(line, b, " ") != n) { bad = 1; exit }
+              i1 = 1; i2 = 2; if (b[2] > b[1]) { i1 = 2; i2 = 1 }
+              o1 = 1; if (a[2] > a[1]) o1 = 2
+              for (j = 3; j <= n; j++) {
+                  if (b[j] > b[i1]) { i2 = i1; i1 = j } else if (b[j] > b[i2]) i2 = j
+                  if (a[j] > a[o1]) o1 = j
+              }
+              d1 = abs(a[i1] - b[i1]); d2 = abs(a[i2] - b[i2])
+              if (d1 > noise) noise = d1
+              if (d2 > noise) noise = d2
+              if (o1 == i1) same++
+              else { nd++; ds[nd] = NR - 1; gs[nd] = b[i1] - b[i2] } }
+            END { if (bad || NR == 0) { print "BAD"; exit }
+                  out = ""
+                  for (k = 1; k <= nd; k++)
+                      out = out sprintf("%s%d (%.4f %s)", k > 1 ? ", " : "", ds[k], gs[k],
+                                        gs[k] < noise ? "tie" : "REAL")
+                  printf "%d | %.4f | %s\n", same, noise, nd ? out : "none" }' "$TMP/na.log")
+        case $tf in
+            BAD) echo "teacher-forced logits of $a $t: the two engines wrote different shapes" >&2
+                 fail=1 ;;
+            *REAL*) [ "${NA_AGREE_CHECK:-0}" = 1 ] &&
+                    { echo "$a $t: a teacher-forced argmax difference above the logit noise" >&2; fail=1; } ;;
+        esac
+        echo "| $a | $t | $row | $tf |"
         if [ "${NA_AGREE_CHECK:-0}" = 1 ] && [ "$t" = f32 ]; then
             case $row in
                 "$N | none"*) ;;

@@ -178,31 +178,48 @@ static inline float na_cpu_hmax(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* e^x on 8 lanes: range reduction by ln 2 and a degree-5 polynomial
- * (Cephes expf); relative error ~2 ulp. x is clamped to [-87.3, 88.3], so a
- * very negative x gives ~1e-38 instead of 0 (harmless for softmax weights). */
+/* e^x on 8 lanes, the bits of na_expf (kernels/expf.h, which says where the
+ * algorithm comes from): n = round(x log2 e) by the 1.5*2^23 trick, b = x - n
+ * ln 2 in two steps, a degree-5 polynomial j ~ e^b, result j * 2^n rounded
+ * once. -inf gives exactly 0, x > ~88.7 inf. */
 static inline __m256 na_cpu_exp(__m256 x)
 {
-    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-    const __m256 ln2hi = _mm256_set1_ps(0.693359375f);
-    const __m256 ln2lo = _mm256_set1_ps(-2.12194440e-4f);
-    __m256 fx, y, z;
-    __m256i e;
-
-    x  = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-    fx = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x  = _mm256_fnmadd_ps(fx, ln2hi, x);
-    x  = _mm256_fnmadd_ps(fx, ln2lo, x);
-    z  = _mm256_mul_ps(x, x);
-    y  = _mm256_set1_ps(1.9875691500e-4f);
-    y  = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y  = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y  = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y  = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y  = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y  = _mm256_fmadd_ps(y, z, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    e  = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b,
+                                        _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b,
+                                        _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    __m256i ni = _mm256_cvtps_epi32(n);
+    if (!_mm256_movemask_ps(_mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ)))
+        return _mm256_mul_ps(j, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                    _mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23)));
+    {
+        /* |n| > 126 in some lane: 2^n as two normal factors, so j * 2^n1 is
+         * exact and the second product rounds once (a subnormal result
+         * too); |n| > 192 (x = -inf included): 0 for n <= 0, else inf. A NaN
+         * x stays NaN (j is NaN). */
+        const __m256 big = _mm256_cmp_ps(an, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+        const __m256 alt = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ),
+                                         _mm256_set1_ps(INFINITY));
+        __m256i n1, n2;
+        __m256 res;
+        ni = _mm256_castps_si256(_mm256_andnot_ps(big, _mm256_castsi256_ps(ni)));
+        n1 = _mm256_srai_epi32(ni, 1);
+        n2 = _mm256_sub_epi32(ni, n1);
+        res = _mm256_mul_ps(_mm256_mul_ps(j, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                              _mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23))),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(
+                                _mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23)));
+        return _mm256_blendv_ps(res, alt, big);
+    }
 }
 
 /* 8 f16 values (unaligned) to f32. */

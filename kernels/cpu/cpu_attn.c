@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/expf.h"
 #include "kernels/ref/ref.h"
 
 #define NA_CPU_CHUNK     NA_ATTN_CHUNK  /* tokens per softmax update (64) */
@@ -286,7 +287,7 @@ NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int
         cmax[i % G] = s[i] > cmax[i % G] ? s[i] : cmax[i % G];
     for (g = 0; g < G; g++) {
         m[g] = st[g].m > cmax[g] ? st[g].m : cmax[g];
-        alpha[g] = st[g].m == -INFINITY ? 0.0f : expf(st[g].m - m[g]);
+        alpha[g] = st[g].m == -INFINITY ? 0.0f : na_expf(st[g].m - m[g]);
         sum[g] = 0.0f;
     }
     for (l = 0; l < 8; l++)

@@ -19,6 +19,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/expf.h"
 #include "kernels/ref/ref.h"
 
 /* See cpu.h: grows (never shrinks) the backend's 64-byte aligned scratch. */
@@ -146,7 +147,7 @@ static void na_cpu_softmax(float *x, int n, int batch)
         }
         sum = na_cpu_hsum(vsum);
         for (; i < n; i++) {
-            xb[i] = expf(xb[i] - max);
+            xb[i] = na_expf(xb[i] - max);
             sum += xb[i];
         }
         inv = _mm256_set1_ps(1.0f / sum);

@@ -7,6 +7,7 @@
  * recomputed in the second pass. */
 #include <math.h>
 
+#include "kernels/expf.h"
 #include "kernels/ref/ref.h"
 
 /* Element i of KV row `row` (f16, bf16 or f32). */
@@ -47,7 +48,7 @@ static void na_ref_attn_head(float *out, const float *q, const void *kc, const v
         out[i] = 0.0f;
     for (t = 0; t < n; t++) {
         size_t off = ((size_t)t * n_kv_heads + kvh) * head_dim;
-        float p = expf(na_ref_dot_kv(q, kc, dt, off, head_dim) * scale - max);
+        float p = na_expf(na_ref_dot_kv(q, kc, dt, off, head_dim) * scale - max);
         sum += p;
         for (i = 0; i < head_dim; i++)
             out[i] += p * na_ref_kv_at(vc, dt, off, i);
@@ -101,8 +102,8 @@ void na_ref_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
                 size_t off = (size_t)t * span->stride;
                 float s = na_ref_dot_kv(qg, span->k, kv_dtype, off, head_dim) * scale;
                 float m = s > st[g].m ? s : st[g].m;
-                float a = st[g].m == -INFINITY ? 0.0f : expf(st[g].m - m);
-                float p = expf(s - m);
+                float a = st[g].m == -INFINITY ? 0.0f : na_expf(st[g].m - m);
+                float p = na_expf(s - m);
                 for (i = 0; i < head_dim; i++)
                     ag[i] = ag[i] * a + p * na_ref_kv_at(span->v, kv_dtype, off, i);
                 st[g].l = st[g].l * a + p;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/expf.h"
 #include "kernels/host/host.h"
 #include "kernels/ref/ref.h"
 
@@ -190,7 +191,7 @@ void na_ref_swiglu(float *gate, const float *up, size_t n)
     size_t i;
     for (i = 0; i < n; i++) {
         float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
+        gate[i] = g / (1.0f + na_expf(-g)) * up[i];
     }
 }
 
@@ -205,7 +206,7 @@ void na_ref_softmax(float *x, int n, int batch)
             if (xb[i] > max)
                 max = xb[i];
         for (i = 0; i < n; i++) {
-            xb[i] = expf(xb[i] - max);
+            xb[i] = na_expf(xb[i] - max);
             sum += xb[i];
         }
         for (i = 0; i < n; i++)

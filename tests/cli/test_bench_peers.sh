@@ -16,6 +16,7 @@ for r in "decode b=1 15M f16 t=1" "prompt 15M f16 t=1" "decode b=1 15M q8_0 t=1"
 done
 grep "^decode weight read 15M f16 t=1" "$TMP/out" | grep -q "copy t=1 (in-run)" ||
     fail "decode weight bytes x tok/s not beside the in-run copy bandwidth"
+grep -q "^decode b=1 15M f16 t=1 (tg128)" "$TMP/out" || fail "the decode rows are not tg128 by default"
 grep -q "skipped: peer llama.cpp llama-bench: not given" "$TMP/out" || fail "absent peer not noted"
 [ -s "$TMP/p.json" ] || fail "no JSON"
 ls "$TMP" | grep -q nearattn-peers- && fail "temporary directory left behind"
@@ -24,6 +25,13 @@ TMPDIR=$TMP "$BIN" bench e2e --peers --quick --dtypes f32 --threads-list 1 --lla
     > "$TMP/out2" 2> "$TMP/err2"
 [ $? = 0 ] || fail "failing peer: exit $?"
 grep -q "llama-bench failed 1 of 1 runs" "$TMP/out2" || fail "failing peer not noted"
+
+TMPDIR=$TMP "$BIN" bench e2e --peers --quick --dtypes f32 --threads-list 1 --tg 16 \
+    > "$TMP/out3" 2> "$TMP/err3"
+[ $? = 0 ] || fail "--tg 16: exit $?"
+grep -q "^decode b=1 15M f32 t=1 (tg16)" "$TMP/out3" || fail "--tg 16 does not give a tg16 row"
+"$BIN" bench e2e --peers --tg 0 > /dev/null 2>&1
+[ $? = 2 ] || fail "--tg 0 is not a usage error"
 
 "$BIN" bench e2e --peers --llama-bench "$TMP/none" > /dev/null 2>&1
 [ $? = 2 ] || fail "missing peer binary is not a usage error"
