@@ -2,7 +2,8 @@
 # tests/cli/test_cuda_cli.sh — `nearattn run --backend cuda` in a build with
 # CUDA (registered only then). Without a CUDA device (this is what CI and the
 # build machines have): one line "nearattn run: no CUDA device: ..." and exit
-# 1, for cuda and cuda:N alike. With a device: the greedy text of a generated
+# 1, for cuda and cuda:N alike; the test then reports skipped (77), as the GPU
+# half did not run, and fails if a refusal was wrong. With a device: the greedy text of a generated
 # model equals the cpu backend's, and a GPU index that does not exist is
 # refused in one line. Bad backend names are refused either way. Needs
 # NA_BIN (set by ctest).
@@ -51,7 +52,11 @@ if [ "$rc" -ne 0 ]; then
     [ "$rc" -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
         grep -q "^nearattn bench kernels: no CUDA device: " "$TMP/err" ||
         fail "bench kernels --backend cuda: exit $rc, stderr $(cat "$TMP/err")"
-    echo "no CUDA device here: checked the one-line refusal"
+    echo "no CUDA device here: checked the one-line refusal; the cuda = cpu text was not run"
+    # the GPU half did not run: report skipped (77), never passed, unless a
+    # refusal above was wrong
+    [ "$FAILS" -eq 0 ] && exit 77
+    exit 1
 else
     "$BIN" run --mode monolithic $ARGS --backend cpu >"$TMP/cpu.out" 2>/dev/null </dev/null ||
         fail "cpu run failed"
