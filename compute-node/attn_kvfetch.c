@@ -119,15 +119,7 @@ static na_status_t kf_open(na_asvc_t *s, uint64_t req, int max_tokens)
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory");
-    memset(&o, 0, sizeof(o));
-    o.request_id = req;
-    o.max_tokens = (uint32_t)max_tokens;
-    o.n_layers = (uint32_t)s->mc.n_layers;
-    o.head_dim = (uint16_t)s->mc.head_dim;
-    o.q_per_kv = (uint16_t)(s->mc.n_heads / s->mc.n_kv_heads);
-    o.dtype = p->kv_dtype;
-    o.kv_h0 = 0;
-    o.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+    na_sc_open_msg(&o, req, max_tokens, &s->mc, p->kv_dtype);
     for (t = 0; t < p->n_nodes; t++) {
         int best = -1;
         for (j = 0; j < p->n_nodes; j++)

@@ -124,13 +124,7 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
     if (r == NULL)
         return na_err(NA_ERR_NOMEM, "remote: out of memory");
     r->link.id = req;
-    memset(&o, 0, sizeof(o));
-    o.request_id = req;
-    o.max_tokens = (uint32_t)max_tokens;
-    o.n_layers = (uint32_t)s->mc.n_layers;
-    o.head_dim = (uint16_t)s->mc.head_dim;
-    o.q_per_kv = (uint16_t)(s->mc.n_heads / s->mc.n_kv_heads);
-    o.dtype = p->kv_dtype;
+    na_sc_open_msg(&o, req, max_tokens, &s->mc, p->kv_dtype);
     if (pr != NULL && pr->n_prompt > 0 && pr->n_prompt <= max_tokens)
         o.n_prompt = (uint32_t)pr->n_prompt;    /* the owners flush the prompt there */
     if (p->head_part) {
@@ -145,8 +139,7 @@ static na_status_t rm_open_with(na_asvc_t *s, uint64_t req, int max_tokens,
             r->own[r->n_own++] = j;
             p->nodes[j].n_open++;
         }
-    } else {
-        o.kv_h1 = (uint16_t)s->mc.n_kv_heads;
+    } else {                                    /* every KV head (na_sc_open_msg) */
         if (pr != NULL && pr->tokens != NULL && pr->n_tok >= 2) {  /* prefix reuse: offer it */
             int bt = (int)p->cfg->kv.block_tokens, n = pr->n_tok, i;
             if (n > max_tokens)

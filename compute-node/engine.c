@@ -116,28 +116,6 @@ void na_engine_destroy(na_engine_t *e)
     free(e);
 }
 
-/* Width (floats per row) of activation i and whether its rows are segments. */
-static size_t na_acts_width(const na_engine_t *e, int i, int *per_seg_p)
-{
-    const na_model_config_t *c = &e->cfg;
-    *per_seg_p = i == NA_ACT_XL || i == NA_ACT_LOGITS;
-    switch (i) {
-    case NA_ACT_Q: case NA_ACT_ATT:   return (size_t)e->q_dim;
-    case NA_ACT_K: case NA_ACT_V:     return (size_t)e->kv_dim;
-    case NA_ACT_HB: case NA_ACT_HB2:  return (size_t)c->hidden_dim;
-    case NA_ACT_LOGITS:               return (size_t)c->vocab_size;
-    default:                          return (size_t)c->dim;    /* x, xb, xl */
-    }
-}
-
-/* The host view field of activation i. */
-static float **na_acts_view(na_acts_t *a, int i)
-{
-    float **v[NA_ACT_COUNT] = { &a->x, &a->xb, &a->q, &a->k, &a->v, &a->att, &a->hb,
-                                &a->hb2, &a->xl, &a->logits };
-    return v[i];
-}
-
 /* Free every buffer of a (the struct and its event stay). */
 static void na_acts_free_buffers(na_acts_t *a, const na_engine_t *e)
 {
@@ -232,47 +210,6 @@ void na_acts_destroy(na_acts_t *a)
     na_acts_free_buffers(a, a->e);
     a->e->kern->ops->event_destroy(a->e->kern, a->ev);
     free(a);
-}
-
-/* Bytes of activation i used by the current step. */
-static size_t na_acts_used(const na_engine_t *e, const na_acts_t *a, int i)
-{
-    int per_seg;
-    size_t w = na_acts_width(e, i, &per_seg);
-    return w * (size_t)(per_seg ? a->n_seg : a->n_rows) * sizeof(float);
-}
-
-na_status_t na_acts_to_host(na_engine_t *e, na_acts_t *a, unsigned which)
-{
-    const na_kernel_ops_t *ops = e->kern->ops;
-    na_status_t st;
-    int i;
-
-    for (i = 0; i < NA_ACT_COUNT; i++) {
-        if (!(which & NA_ACT(i)))
-            continue;
-        st = ops->download(e->kern, *na_acts_view(a, i), a->buf[i], na_acts_used(e, a, i));
-        if (st != NA_OK)
-            return st;
-    }
-    st = ops->event_record(e->kern, a->ev);
-    return st != NA_OK ? st : ops->event_wait(e->kern, a->ev);
-}
-
-na_status_t na_acts_from_host(na_engine_t *e, na_acts_t *a, unsigned which)
-{
-    na_status_t st;
-    int i;
-
-    for (i = 0; i < NA_ACT_COUNT; i++) {
-        if (!(which & NA_ACT(i)) || a->mirror[i] == NULL)
-            continue;
-        st = e->kern->ops->upload(e->kern, a->buf[i], a->mirror[i]->host,
-                                  na_acts_used(e, a, i));
-        if (st != NA_OK)
-            return st;
-    }
-    return NA_OK;
 }
 
 na_status_t na_step_check(const na_engine_t *e, const na_step_t *s)

@@ -152,14 +152,75 @@ void        na_acts_destroy(na_acts_t *a);
  * undefined afterwards). NA_ERR_NOMEM. */
 na_status_t na_acts_reserve(na_acts_t *a, const na_engine_t *e, int n_rows, int n_seg);
 
+/* Width (floats per row) of activation i and whether its rows are segments. */
+static inline size_t na_acts_width(const na_engine_t *e, int i, int *per_seg_p)
+{
+    const na_model_config_t *c = &e->cfg;
+    *per_seg_p = i == NA_ACT_XL || i == NA_ACT_LOGITS;
+    switch (i) {
+    case NA_ACT_Q: case NA_ACT_ATT:   return (size_t)e->q_dim;
+    case NA_ACT_K: case NA_ACT_V:     return (size_t)e->kv_dim;
+    case NA_ACT_HB: case NA_ACT_HB2:  return (size_t)c->hidden_dim;
+    case NA_ACT_LOGITS:               return (size_t)c->vocab_size;
+    default:                          return (size_t)c->dim;    /* x, xb, xl */
+    }
+}
+
+/* The host view field of activation i. */
+static inline float **na_acts_view(na_acts_t *a, int i)
+{
+    float **v[NA_ACT_COUNT] = { &a->x, &a->xb, &a->q, &a->k, &a->v, &a->att, &a->hb,
+                                &a->hb2, &a->xl, &a->logits };
+    return v[i];
+}
+
+/* Bytes of activation i used by the current step. */
+static inline size_t na_acts_used(const na_engine_t *e, const na_acts_t *a, int i)
+{
+    int per_seg;
+    size_t w = na_acts_width(e, i, &per_seg);
+    return w * (size_t)(per_seg ? a->n_seg : a->n_rows) * sizeof(float);
+}
+
 /* The one way host code reads activations: download the activations of mask
  * `which` (NA_ACT bits; the current step's rows) into their host views and
  * wait on a->ev until they are there (a no-op copy for host memory). Fails
- * with the backend's status. */
-na_status_t na_acts_to_host(na_engine_t *e, na_acts_t *a, unsigned which);
+ * with the backend's status. Inline (with the three helpers above): the
+ * scheduler calls it around every layer's attention. */
+static inline na_status_t na_acts_to_host(na_engine_t *e, na_acts_t *a, unsigned which)
+{
+    const na_kernel_ops_t *ops = e->kern->ops;
+    na_status_t st;
+    int i;
+
+    for (i = 0; i < NA_ACT_COUNT; i++) {
+        if (!(which & NA_ACT(i)))
+            continue;
+        st = ops->download(e->kern, *na_acts_view(a, i), a->buf[i], na_acts_used(e, a, i));
+        if (st != NA_OK)
+            return st;
+    }
+    st = ops->event_record(e->kern, a->ev);
+    return st != NA_OK ? st : ops->event_wait(e->kern, a->ev);
+}
+
 /* After host code wrote the views of mask `which`: upload them (nothing for
  * host memory). The views must stay unchanged until the next to_host. */
-na_status_t na_acts_from_host(na_engine_t *e, na_acts_t *a, unsigned which);
+static inline na_status_t na_acts_from_host(na_engine_t *e, na_acts_t *a, unsigned which)
+{
+    na_status_t st;
+    int i;
+
+    for (i = 0; i < NA_ACT_COUNT; i++) {
+        if (!(which & NA_ACT(i)) || a->mirror[i] == NULL)
+            continue;
+        st = e->kern->ops->upload(e->kern, a->buf[i], a->mirror[i]->host,
+                                  na_acts_used(e, a, i));
+        if (st != NA_OK)
+            return st;
+    }
+    return NA_OK;
+}
 
 /* Check a step against the model: token ids in range, positions in
  * [0, seq_len), segments contiguous and consistent with pos. NA_ERR_INVALID. */

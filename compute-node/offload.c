@@ -1,9 +1,10 @@
 /* compute-node/offload.c — the offload engine's API (offload.h): create,
- * submit, cancel, progress, stats, destroy and na_offload_generate; the top
- * of its three layers. The step loop and the batches are the scheduler's
- * (compute-node/sched.c), the life of each request below it
- * (compute-node/offload_req.c); this file calls down into both and is
- * called by neither. */
+ * submit, cancel, stats, destroy and na_offload_generate; the top of its
+ * three layers. The step loop and the batches are the scheduler's
+ * (compute-node/sched.c, which defines the API's na_off_progress: the step
+ * loop itself, no forwarding layer on every call), the life of each request
+ * below it (compute-node/offload_req.c); this file calls down into both and
+ * is called by neither. */
 #include "compute-node/offload.h"
 
 #include <stdlib.h>
@@ -130,14 +131,6 @@ na_status_t na_off_cancel(na_off_t *g, na_request_t *r)
         g->n_cancel++;
     }
     return NA_OK;
-}
-
-na_status_t na_off_progress(na_off_t *g, int timeout_ms)
-{
-    if (g->fatal != NA_OK)
-        return na_err(g->fatal, "offload: the engine stopped after an error");
-    g->fatal = na_off_sched_run(g, timeout_ms < 0 ? -1.0 : na_now_s() + 1e-3 * timeout_ms);
-    return g->fatal;
 }
 
 int na_off_pending(const na_off_t *g)

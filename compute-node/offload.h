@@ -92,7 +92,8 @@ na_status_t na_off_cancel(na_off_t *g, na_request_t *r);
  * or timeout_ms passed (0: one pass, waiting at most about 1 ms for
  * attention; < 0: until no request is held). Returns NA_OK, or an error of the compute node itself
  * (out of memory, backend, a broken replica link); after such an error the
- * engine only accepts destroy (every later call returns the same error). */
+ * engine only accepts destroy (every later call returns the same error).
+ * (Defined by the scheduler, compute-node/sched.c: it is its step loop.) */
 na_status_t na_off_progress(na_off_t *g, int timeout_ms);
 /* Requests held: submitted and not ended. */
 int         na_off_pending(const na_off_t *g);

@@ -39,6 +39,7 @@
 
 #include "common/faults.h"
 #include "common/log.h"
+#include "compute-node/offload.h"
 #include "compute-node/replica.h"
 #include "compute-node/sched.h"
 
@@ -685,7 +686,10 @@ static void na_sched_tick(void *ctx)
 
 static na_status_t na_sched_loop(na_off_t *g, double deadline);
 
-na_status_t na_off_sched_run(na_off_t *g, double deadline)
+/* Run the batches until every request ended or deadline (na_now_s()
+ * seconds; < 0: none) passed; waits never go past the deadline. Returns
+ * compute-node errors only. */
+static na_status_t na_sched_run(na_off_t *g, double deadline)
 {
     void (*tick)(void *) = g->e->tick;
     void *tick_ctx = g->e->tick_ctx;
@@ -790,6 +794,17 @@ static na_status_t na_sched_loop(na_off_t *g, double deadline)
     if (g->n_wait == 0 && g->n_live == 0)
         na_asvc_progress(g->svc);      /* idle: still answer the owners' heartbeats */
     return NA_OK;
+}
+
+/* The API's progress (offload.h) is the scheduler's step loop, entered here
+ * directly: the first error latches (g->fatal) and every later call returns
+ * it. */
+na_status_t na_off_progress(na_off_t *g, int timeout_ms)
+{
+    if (g->fatal != NA_OK)
+        return na_err(g->fatal, "offload: the engine stopped after an error");
+    g->fatal = na_sched_run(g, timeout_ms < 0 ? -1.0 : na_now_s() + 1e-3 * timeout_ms);
+    return g->fatal;
 }
 
 int na_off_sched_drain(na_off_t *g)

@@ -2,7 +2,8 @@
  * sched.c): batches in flight and the step loop, the middle of the
  * engine's three layers (compute-node/offload_req.h). It is called by the
  * API (offload.c) and calls down into the request lifecycle
- * (offload_req.c), never back up. */
+ * (offload_req.c), never back up. The API's na_off_progress (offload.h) is
+ * defined in sched.c: it is the step loop itself, not a layer above it. */
 #ifndef NA_SCHED_H
 #define NA_SCHED_H
 
@@ -47,10 +48,6 @@ typedef struct na_off_batch {
 na_status_t na_off_sched_init(na_off_t *g);
 /* Free the batches (NULL g->b is a no-op); not their members. */
 void        na_off_sched_free(na_off_t *g);
-/* Run the batches until every request ended or deadline (na_now_s()
- * seconds; < 0: none) passed; waits never go past the deadline. Returns
- * compute-node errors only. */
-na_status_t na_off_sched_run(na_off_t *g, double deadline);
 /* Wait (bounded) until no batch has attention or a context out, so that
  * their buffers may be freed. 0 when drained, -1 when it gave up. */
 int         na_off_sched_drain(na_off_t *g);

@@ -58,6 +58,20 @@ na_status_t na_sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms
     return st;
 }
 
+void na_sc_open_msg(na_wire_req_open_t *o, uint64_t req, int max_tokens,
+                    const na_model_config_t *mc, na_dtype_t dtype)
+{
+    memset(o, 0, sizeof(*o));
+    o->request_id = req;
+    o->max_tokens = (uint32_t)max_tokens;
+    o->n_layers = (uint32_t)mc->n_layers;
+    o->head_dim = (uint16_t)mc->head_dim;
+    o->q_per_kv = (uint16_t)(mc->n_heads / mc->n_kv_heads);
+    o->dtype = dtype;
+    o->kv_h0 = 0;
+    o->kv_h1 = (uint16_t)mc->n_kv_heads;
+}
+
 /* ---- PREFILL_KV --------------------------------------------------------- */
 
 static na_status_t sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/model.h"
 #include "common/wire.h"
 #include "common/wire_stats.h"
 #include "rdma/session.h"
@@ -46,6 +47,11 @@ na_status_t na_sc_open_send(na_peer_t *p, const na_wire_req_open_t *o, int timeo
 /* *prefix_p (may be NULL): the ACK's prefix_tokens. */
 na_status_t na_sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
                        int *prefix_p);
+/* Fill *o as the REQ_OPEN of request `req` (at most max_tokens tokens) for
+ * a model of shape mc with its KV in dtype: every layer, KV heads [0,
+ * n_kv_heads) (a head partition narrows kv_h0 / kv_h1), no prefix offered. */
+void        na_sc_open_msg(na_wire_req_open_t *o, uint64_t req, int max_tokens,
+                           const na_model_config_t *mc, na_dtype_t dtype);
 
 /* ---- PREFILL_KV of one layer, kv->k/v in kv->dtype: answered by ACK. more:
  * flagged MORE (the node appends it and answers later; the first part

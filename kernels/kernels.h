@@ -24,6 +24,7 @@
 #include "common/dtype.h"
 #include "common/model.h"
 #include "common/status.h"
+#include "kernels/attn_state.h"
 
 typedef struct na_kernels na_kernels_t;
 typedef struct na_kevent na_kevent_t;     /* a point in a backend's queue */
@@ -84,13 +85,8 @@ typedef struct {
     na_kbuf_t  buf;
 } na_kweight_t;
 
-/* Partial state of decode attention for one query head over a part of the
- * context (flash-decoding): running max m, running sum l, and the unnormalised
- * accumulator acc[head_dim]. Two partials merge exactly (na_attn_merge). */
-typedef struct {
-    float m;
-    float l;
-} na_attn_stat_t;
+/* (na_attn_stat_t, the partial state of decode attention, and its helpers
+ * na_attn_init / na_attn_merge / na_attn_finalize: kernels/attn_state.h) */
 
 /* One KV span: n consecutive tokens of one KV head, K and V rows of head_dim
  * elements of kv_dtype (f16, bf16 or f32) with a row stride of `stride` elements.
@@ -307,16 +303,8 @@ na_status_t na_kernels_attn_decode_host(na_kernels_t *k, float *out, const float
                                         na_dtype_t kv_dtype, int ctx, int n_heads,
                                         int n_kv_heads, int head_dim);
 
-/* The host-memory attention helpers below and ops->attn_partial are the
- * storage node's kernels: plain host pointers, no buffers, no queue. */
-/* Helpers on attention partials (plain C, shared by all backends). */
-void na_attn_init(na_attn_stat_t *st, float *acc, int group, int head_dim);
-/* Fold partial (st_b, acc_b) into (st_a, acc_a). */
-void na_attn_merge(na_attn_stat_t *st_a, float *acc_a,
-                   const na_attn_stat_t *st_b, const float *acc_b,
-                   int group, int head_dim);
-/* out[g*head_dim+i] = acc / l. */
-void na_attn_finalize(float *out, const na_attn_stat_t *st, const float *acc,
-                      int group, int head_dim);
+/* The host-memory attention helpers of kernels/attn_state.h and
+ * ops->attn_partial are the storage node's kernels: plain host pointers, no
+ * buffers, no queue. */
 
 #endif /* NA_KERNELS_H */

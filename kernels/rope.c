@@ -11,17 +11,11 @@
 
 void na_rope_desc_plain(na_rope_desc_t *d, int head_dim, float theta)
 {
-    na_rope_desc_t z = { 0 };
-    *d = z;
-    d->style = NA_ROPE_NORM;
-    d->head_dim = head_dim;
-    d->n_dims = head_dim;
-    d->theta = theta;
-    d->scaling = NA_ROPE_SCALING_NONE;
-    d->freq_scale = 1.0f;
-    d->attn_factor = 1.0f;
-    d->beta_fast = 32.0f;
-    d->beta_slow = 1.0f;
+    *d = (na_rope_desc_t){
+        .style = NA_ROPE_NORM, .head_dim = head_dim, .n_dims = head_dim, .theta = theta,
+        .scaling = NA_ROPE_SCALING_NONE, .freq_scale = 1.0f, .attn_factor = 1.0f,
+        .beta_fast = 32.0f, .beta_slow = 1.0f,
+    };
 }
 
 void na_rope_desc_model(na_rope_desc_t *d, const na_model_t *m)

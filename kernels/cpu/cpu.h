@@ -66,10 +66,7 @@ static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
     int n = k->n_threads == 1 ? 1 : 4 * k->n_threads;
     return n < n_panels ? n : n_panels;
 }
-/* The two pool jobs of a GEMM: pack_x over the ncols inputs (at most one
- * task per thread), then mm over n_tasks tasks. */
-void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cpu_task_fn mm, void *job,
-                     int ncols, int n_tasks);
+/* (na_cpu_gemm_run, the two pool jobs of a GEMM: after the backend state) */
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
                               const na_tensor_t *w, int batch);
 int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
@@ -103,10 +100,21 @@ typedef struct {
     na_cpu_matmul_quant_fn matmul_quant;  /* Q4_0 ... Q6_K: the copy of cpu_quant.c for this CPU */
 } na_cpu_state_t;
 
-/* A scratch buffer of at least n floats owned by the backend (valid until the
+/* The backend's resources its kernels borrow, below every kernel file (no
+ * kernel calls back into cpu_backend.c, which calls them):
+ * A scratch buffer of at least n floats owned by the backend (valid until the
  * next call); NULL if it cannot be allocated — callers then take a path that
- * needs none. */
+ * needs none (kernels/cpu/cpu_scratch.c). */
 float *na_cpu_scratch(na_kernels_t *k, size_t n);
+/* The two pool jobs of a GEMM: pack_x over the ncols inputs (at most one
+ * task per thread), then mm over n_tasks tasks, on the backend's pool. */
+static inline void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cpu_task_fn mm,
+                                   void *job, int ncols, int n_tasks)
+{
+    na_cpu_state_t *s = k->priv;
+    na_cpu_pool_run(s->pool, pack_x, job, k->n_threads < ncols ? k->n_threads : ncols);
+    na_cpu_pool_run(s->pool, mm, job, n_tasks);
+}
 
 /* ---- ops (kernels/cpu/cpu_matmul.c, kernels/cpu/cpu_attn.c) --------------
  * Both files are compiled twice (kernels/CMakeLists.txt): for the build's

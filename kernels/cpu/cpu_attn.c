@@ -461,26 +461,20 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
         c0 += cn;
     }
 }
-static void na_cpu_attn_span_f16(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                 int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
-                                 na_cpu_pf_t *pv, float scale, const int *lim)
-{
-    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 1, lim);
-}
 
-static void na_cpu_attn_span_bf16(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                  int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
-                                  na_cpu_pf_t *pv, float scale, const int *lim)
-{
-    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 2, lim);
-}
-
-static void na_cpu_attn_span_f32(na_attn_stat_t *st, float *acc, const float *q, int group,
-                                 int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
-                                 na_cpu_pf_t *pv, float scale, const int *lim)
-{
-    na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, 0, lim);
-}
+/* One copy of the core per K/V dtype, the dtype a constant in each (its
+ * `f16` argument: 0 f32, 1 f16, 2 bf16). */
+#define NA_CPU_ATTN_SPAN(sfx, kind)                                                        \
+    static void na_cpu_attn_span_##sfx(na_attn_stat_t *st, float *acc, const float *q,     \
+                                       int group, int hd, const na_kv_span_t *sp, int nsp, \
+                                       na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,      \
+                                       const int *lim)                                     \
+    {                                                                                      \
+        na_cpu_attn_span_t(st, acc, q, group, hd, sp, nsp, pk, pv, scale, kind, lim);      \
+    }
+NA_CPU_ATTN_SPAN(f32, 0)
+NA_CPU_ATTN_SPAN(f16, 1)
+NA_CPU_ATTN_SPAN(bf16, 2)
 
 /* The core over a run of spans, any group size: pieces of at most
  * NA_CPU_MAX_GROUP heads. lim (NULL: none): head g sees only the run's

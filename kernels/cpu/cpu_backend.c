@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_backend.c — the "cpu" backend: its table, create/destroy,
- * the scratch buffer, and the element-wise ops (rmsnorm, RoPE, SwiGLU,
+ * and the element-wise ops (rmsnorm, RoPE, SwiGLU,
  * softmax, residual add), embedding and KV store. Buffers, events and the
  * checked table entries are shared with ref (kernels/host/host.c). Matmul
  * is in cpu_matmul.c, attention in cpu_attn.c.
@@ -21,21 +21,6 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/expf.h"
 #include "kernels/ref/ref.h"
-
-/* See cpu.h: grows (never shrinks) the backend's 64-byte aligned scratch. */
-float *na_cpu_scratch(na_kernels_t *k, size_t n)
-{
-    na_cpu_state_t *s = k->priv;
-    if (s->scratch_n < n) {
-        float *p = NULL;
-        if (posix_memalign((void **)&p, 64, n * sizeof(float)) != 0)
-            return NULL;
-        free(s->scratch);
-        s->scratch = p;
-        s->scratch_n = n;
-    }
-    return s->scratch;
-}
 
 /* ops->rmsnorm: sum of squares in 8 lanes, then one scaled pass. */
 static void na_cpu_rmsnorm(float *out, const float *x,
@@ -293,36 +278,22 @@ static void na_cpu_destroy(na_kernels_t *k)
 static const na_khost_core_t na_cpu_core    = NA_CPU_CORE();
 static const na_khost_core_t na_cpu_core_v4 = NA_CPU_CORE(_v4);
 
-/* See kernels/cpu/cpu.h. */
-void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cpu_task_fn mm, void *job,
-                     int ncols, int n_tasks)
-{
-    na_cpu_state_t *s = k->priv;
-    na_cpu_pool_run(s->pool, pack_x, job, k->n_threads < ncols ? k->n_threads : ncols);
-    na_cpu_pool_run(s->pool, mm, job, n_tasks);
-}
-
 /* ops->rest: the pool's workers sleep now rather than spin for the next job. */
 static void na_cpu_rest(na_kernels_t *k)
 {
     na_cpu_pool_rest(((na_cpu_state_t *)k->priv)->pool);
 }
 
-static const na_kernel_ops_t na_cpu_ops = {
-    .name         = "cpu",
-    NA_KHOST_OPS,
-    .attn_partial = na_cpu_attn_partial,
-    .rest         = na_cpu_rest,
-    .destroy      = na_cpu_destroy,
-};
-
-static const na_kernel_ops_t na_cpu_ops_v4 = {
-    .name         = "cpu",
-    NA_KHOST_OPS,
-    .attn_partial = na_cpu_attn_partial_v4,
-    .rest         = na_cpu_rest,
-    .destroy      = na_cpu_destroy,
-};
+/* The table of each copy: they differ in the storage kernel only. */
+#define NA_CPU_OPS(sfx) {                                   \
+        .name         = "cpu",                              \
+        NA_KHOST_OPS,                                       \
+        .attn_partial = na_cpu_attn_partial##sfx,           \
+        .rest         = na_cpu_rest,                        \
+        .destroy      = na_cpu_destroy,                     \
+    }
+static const na_kernel_ops_t na_cpu_ops    = NA_CPU_OPS();
+static const na_kernel_ops_t na_cpu_ops_v4 = NA_CPU_OPS(_v4);
 
 /* The kernels this CPU gets: *v4 = 1 when it has x86-64-v4's AVX-512
  * subsets, *ext = NA_CPU_EXT_* bits of the extensions beyond v4 that have

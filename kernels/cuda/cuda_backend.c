@@ -55,22 +55,33 @@ na_status_t na_cuda_probe(int gpu, int *n_p)
     return NA_OK;
 }
 
-na_status_t na_cu_arg(na_kernels_t *k, const na_kbuf_t *b, size_t need, const char *op,
-                      const char *what, void **p_p)
+/* b checked for an op over `need` bytes: NA_ERR_INVALID for NULL, another
+ * backend's memory, pageable host memory unless host_ok (a copy takes
+ * it), too small. */
+static na_status_t na_cu_buf_check(na_kernels_t *k, const na_kbuf_t *b, size_t need,
+                                   const char *op, const char *what, int host_ok)
 {
     if (b == NULL || b->dev == NULL)
         return na_err(NA_ERR_INVALID, "kernels cuda %s: buffer '%s' is NULL", op, what);
     if (b->owner != k)
         return na_err(NA_ERR_INVALID, "kernels cuda %s: buffer '%s' is not memory of this "
                       "backend (allocate it with buf_alloc)", op, what);
-    if (b->mem == NA_KMEM_HOST)
+    if (b->mem == NA_KMEM_HOST && !host_ok)
         return na_err(NA_ERR_INVALID, "kernels cuda %s: buffer '%s' is pageable host memory "
                       "(use device or pinned memory)", op, what);
     if (b->size < need)
         return na_err(NA_ERR_INVALID, "kernels cuda %s: buffer '%s' holds %zu bytes, needs %zu",
                       op, what, b->size, need);
-    *p_p = b->dev;
     return NA_OK;
+}
+
+na_status_t na_cu_arg(na_kernels_t *k, const na_kbuf_t *b, size_t need, const char *op,
+                      const char *what, void **p_p)
+{
+    na_status_t st = na_cu_buf_check(k, b, need, op, what, 0);
+    if (st == NA_OK)
+        *p_p = b->dev;
+    return st;
 }
 
 /* ---- scratch and the parameter ring ------------------------------------- */
@@ -270,25 +281,10 @@ static na_status_t na_cu_memcpy(na_kernels_t *k, void *dst, int dst_host, const 
                                            NA_CU(k)->stream), op);
 }
 
-/* The buffer argument of a copy: any memory of this backend. */
-static na_status_t na_cu_copy_arg(na_kernels_t *k, const na_kbuf_t *b, size_t size,
-                                  const char *op, const char *what)
-{
-    if (b == NULL || b->dev == NULL)
-        return na_err(NA_ERR_INVALID, "kernels cuda %s: buffer '%s' is NULL", op, what);
-    if (b->owner != k)
-        return na_err(NA_ERR_INVALID, "kernels cuda %s: buffer '%s' is not memory of this "
-                      "backend", op, what);
-    if (b->size < size)
-        return na_err(NA_ERR_INVALID, "kernels cuda %s: buffer '%s' holds %zu bytes, needs %zu",
-                      op, what, b->size, size);
-    return NA_OK;
-}
-
 static na_status_t na_cu_upload(na_kernels_t *k, const na_kbuf_t *dst, const void *src,
                                 size_t size)
 {
-    na_status_t st = na_cu_copy_arg(k, dst, size, "upload", "dst");
+    na_status_t st = na_cu_buf_check(k, dst, size, "upload", "dst", 1);
     if (st == NA_OK && src == NULL && size > 0)
         st = na_err(NA_ERR_INVALID, "kernels cuda upload: NULL source");
     if (st == NA_OK)
@@ -301,7 +297,7 @@ static na_status_t na_cu_upload(na_kernels_t *k, const na_kbuf_t *dst, const voi
 
 static na_status_t na_cu_download(na_kernels_t *k, void *dst, const na_kbuf_t *src, size_t size)
 {
-    na_status_t st = na_cu_copy_arg(k, src, size, "download", "src");
+    na_status_t st = na_cu_buf_check(k, src, size, "download", "src", 1);
     if (st == NA_OK && dst == NULL && size > 0)
         st = na_err(NA_ERR_INVALID, "kernels cuda download: NULL destination");
     if (st != NA_OK)
@@ -318,8 +314,8 @@ static na_status_t na_cu_copy(na_kernels_t *k, const na_kbuf_t *dst, const na_kb
                               size_t size)
 {
     na_status_t st;
-    if ((st = na_cu_copy_arg(k, dst, size, "copy", "dst")) != NA_OK ||
-        (st = na_cu_copy_arg(k, src, size, "copy", "src")) != NA_OK ||
+    if ((st = na_cu_buf_check(k, dst, size, "copy", "dst", 1)) != NA_OK ||
+        (st = na_cu_buf_check(k, src, size, "copy", "src", 1)) != NA_OK ||
         (st = na_cu_enter(k)) != NA_OK)
         return st;
     return na_cu_memcpy(k, dst->host != NULL ? dst->host : dst->dev, dst->host != NULL,

@@ -18,7 +18,9 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j);
 /* x[0..n) as int8, as ggml's activation quantisers do it: with amax =
  * max|x| and iscale = 127 / amax (0 when amax = 0), q = round-to-nearest-
  * even(x * iscale); returns amax (the caller derives its block's d); NaN
- * with q all 0 when x holds a NaN or an infinity. */
+ * with q all 0 when x holds a NaN or an infinity. (kernels/ref/ref_quant.c,
+ * with the other input quantisers: ref_ops.c's Q8_0 path calls down into
+ * it.) */
 float na_ref_quantize_i8(const float *x, int n, int8_t *q);
 /* Q8_0 weights are multiplied with their input in 8-bit blocks, as ggml's
  * Q8_0 x Q8_0 dot does: each block of 32 inputs is quantised to a Q8_0

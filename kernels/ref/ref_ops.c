@@ -42,29 +42,6 @@ float na_ref_weight_at(const na_tensor_t *w, int r, int j)
 }
 
 /* See ref.h. */
-float na_ref_quantize_i8(const float *x, int n, int8_t *q)
-{
-    float amax = 0.0f, id;
-    int j, bad = 0;
-
-    for (j = 0; j < n; j++) {
-        float a = fabsf(x[j]);
-        if (!(a <= 3.0e38f))               /* NaN or Inf */
-            bad = 1;
-        else if (a > amax)
-            amax = a;
-    }
-    if (bad) {
-        memset(q, 0, (size_t)n);
-        return NAN;
-    }
-    id = amax != 0.0f ? 127.0f / amax : 0.0f;     /* ggml's 127 / max (iscale) */
-    for (j = 0; j < n; j++)
-        q[j] = (int8_t)nearbyintf(x[j] * id);     /* |x * id| <= 127 (+ rounding) */
-    return amax;
-}
-
-/* See ref.h. */
 float na_ref_quantize_q8(const float *x, int8_t *q)
 {
     float amax = na_ref_quantize_i8(x, NA_Q8_0_BLOCK, q);
