@@ -131,7 +131,7 @@ static void na_run_usage(FILE *f)
         "                  tokens) or weighted (a prompt token costs 1 + position / P_eq,\n"
         "                  P_eq where its attention costs its projections and MLP;\n"
         "                  a step takes --prefill-chunk of that cost); default: the\n"
-        "                  layout's parallel.prefill_weighted\n"
+        "                  layout's parallel.prefill_weighted (true: weighted)\n"
         "  --no-prefix-reuse  offload: every prompt is prefilled whole, none reuses\n"
         "                  the KV of a prefix a storage node holds (default: the\n"
         "                  layout's kv.prefix_reuse, on; docs/prefix-reuse.md)\n"

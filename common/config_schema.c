@@ -231,7 +231,7 @@ static const na_cfg_field_t na_cfg_parallel_fields[] = {
     INT_(max_batch, 0, "64", 1, 4096, "most requests in one batch"),
     INT_(prefill_chunk, 0, "256", 1, 65536, "prompt tokens one batch step takes beside its "
          "decode rows (chunked prefill on the storage nodes); with prefill_weighted the most"),
-    BOOL_(prefill_weighted, "false", "a step's prompt budget weighs a token by its position: "
+    BOOL_(prefill_weighted, "true", "a step's prompt budget weighs a token by its position: "
           "1 + position / P_eq position-0 tokens, P_eq the context where its attention costs "
           "its projections and MLP; prefill_chunk of them a step"),
     NA_CFG_END_

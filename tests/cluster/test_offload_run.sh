@@ -273,13 +273,13 @@ chunks)
     L=$(layout chreq 2 request 2 auto auto 2 false "$STORIES" "$STOK")
     for c in 1 7 64 1000; do
         na_vs_mono chreq$c offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
-            --cluster start --prefill-chunk $c
+            --cluster start --prefill-chunk $c --prefill-budget tokens
         grep -q "chunked prefill: $c prompt tokens a step" "$DIR/chreq$c.err" ||
             fail "chreq$c: the summary does not say the chunk size"
         echo "ok: request partition, prefill_chunk $c"
     done
-    # the weighted budget: a prompt token costs 1 + position / P_eq, so a
-    # step's chunk shrinks with its position (compute-node/sched.c)
+    # the weighted budget (the default): a prompt token costs 1 + position /
+    # P_eq, so a step's chunk shrinks with its position (compute-node/sched.c)
     for c in 7 64; do
         na_vs_mono chreqw$c offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
             --cluster start --prefill-chunk $c --prefill-budget weighted
@@ -294,7 +294,7 @@ chunks)
     na_wait_count 20 2 READY 'logs/s*.log' || fail "launch: storage nodes not ready"
     for c in 1 7 64 1000; do
         na_vs_mono chhead$c offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
-            --cluster connect --prefill-chunk $c
+            --cluster connect --prefill-chunk $c --prefill-budget tokens
         echo "ok: head partition (SSD tier), prefill_chunk $c"
     done
     na_vs_mono chheadw7 offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
@@ -422,7 +422,8 @@ longctx)
         sed -e "s/peer_timeout_ms: [0-9]*/peer_timeout_ms: 600/" \
             -e "s/heartbeat_ms: 200/heartbeat_ms: 100/" "$L" > "$DIR/lcdl.yaml"
         na_fg "$DIR/lcdl.out" "$DIR/lcdl.err" timeout 150 "$BIN" run --config "$DIR/lcdl.yaml" \
-            --cluster start --prompts "$DIR/p1080.txt" -n 2 --temp 0 --threads 1 --prefill-chunk 4096 ||
+            --cluster start --prompts "$DIR/p1080.txt" -n 2 --temp 0 --threads 1 --prefill-chunk 4096 \
+            --prefill-budget tokens ||
             fail "longctx: one chunk of 4096 queries with peer_timeout_ms 600: $(grep -i 'lost\|fail' "$DIR/lcdl.err" | head -n 3)"
         grep -q "chunked prefill: 4096 prompt tokens a step" "$DIR/lcdl.err" ||
             fail "longctx: the run did not take the prompt in one chunk"
