@@ -258,9 +258,9 @@ na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *
         na_kbuf_t q = na_kbuf_view(a->buf[NA_ACT_Q], r * qb, n * qb);
         na_kbuf_t o = na_kbuf_view(a->buf[NA_ACT_ATT], r * qb, n * qb);
 
-        st = na_kv_local_write(g->kv, layer, g->pos0, g->n_tok, &k, &v);
+        st = na_lkv_write(g->kv, layer, g->pos0, g->n_tok, &k, &v);
         if (st == NA_OK)
-            st = na_kv_local_attend(g->kv, layer, &o, &q, g->n_tok, g->pos0, &e->cfg);
+            st = na_lkv_attend(g->kv, layer, &o, &q, g->n_tok, g->pos0, &e->cfg);
     }
     return st;
 }
@@ -276,7 +276,7 @@ na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s)
     for (i = 0; i < s->n_seg; i++) {
         if (s->seg[i].kv == NULL)
             return na_err(NA_ERR_INVALID, "step: segment %d has no local KV cache", i);
-        st = na_kv_local_reserve(s->seg[i].kv, s->seg[i].pos0 + s->seg[i].n_tok);
+        st = na_lkv_reserve(s->seg[i].kv, s->seg[i].pos0 + s->seg[i].n_tok);
         if (st != NA_OK)
             return st;
     }
@@ -300,6 +300,6 @@ na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s)
         return st;
 
     for (i = 0; i < s->n_seg; i++)
-        na_kv_local_commit(s->seg[i].kv, s->seg[i].pos0 + s->seg[i].n_tok);
+        na_lkv_commit(s->seg[i].kv, s->seg[i].pos0 + s->seg[i].n_tok);
     return NA_OK;
 }

@@ -86,7 +86,7 @@ typedef struct {
     int            row0;
     int            n_tok;
     int            pos0;
-    na_kv_local_t *kv;      /* its local KV cache (monolithic, prefill); NULL
+    na_lkv_t *kv;      /* its local KV cache (monolithic, prefill); NULL
                                when attention happens elsewhere */
 } na_step_seg_t;
 

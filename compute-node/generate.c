@@ -66,7 +66,7 @@ void na_request_destroy(na_request_t *r)
 {
     if (r == NULL)
         return;
-    na_kv_local_destroy(r->kv);
+    na_lkv_destroy(r->kv);
     na_sampler_destroy(r->sampler);
     free(r->out);
     free(r->prompt);
@@ -162,7 +162,7 @@ static void na_gen_take_token(na_gen_t *g, na_request_t *r, float *logits)
         g->stats->failed++;
         r->state = NA_REQ_DONE;
         r->finish = NA_FINISH_NONE;
-        na_kv_local_destroy(r->kv);
+        na_lkv_destroy(r->kv);
         r->kv = NULL;
         if (g->opts->on_error != NULL) {
             char why[128];
@@ -178,7 +178,7 @@ static void na_gen_take_token(na_gen_t *g, na_request_t *r, float *logits)
                                             g->opts->user);
     if (r->finish != NA_FINISH_NONE) {
         r->state = NA_REQ_DONE;
-        na_kv_local_destroy(r->kv);
+        na_lkv_destroy(r->kv);
         r->kv = NULL;
         if (g->opts->on_done != NULL)
             g->opts->on_done(g->opts->user, r);
@@ -194,7 +194,7 @@ static void na_gen_note_kv(na_gen_t *g)
     int i;
     for (i = 0; i < g->n_active; i++)
         if (g->active[i]->kv != NULL)
-            sum += na_kv_local_bytes(g->active[i]->kv);
+            sum += na_lkv_bytes(g->active[i]->kv);
     if (sum > g->stats->kv_bytes_peak)
         g->stats->kv_bytes_peak = sum;
 }
@@ -336,7 +336,7 @@ na_status_t na_generate(na_engine_t *e, na_request_t **reqs, int n,
         int admitted = 0;
         while (next < n && g.n_active < max_batch) {
             na_request_t *r = reqs[next++];
-            st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem,
+            st = na_lkv_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem,
                                     &r->kv);
             if (st != NA_OK)
                 goto out_destroy_acts;

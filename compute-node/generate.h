@@ -44,7 +44,7 @@ typedef struct na_request {
     na_req_state_t  state;
     na_finish_t     finish;
     na_sampler_t   *sampler;    /* owned */
-    na_kv_local_t  *kv;         /* owned while admitted, NULL otherwise */
+    na_lkv_t  *kv;         /* owned while admitted, NULL otherwise */
     void           *user;       /* caller's pointer, untouched */
     const int      *force;      /* teacher forcing (na_request_force), or NULL */
     double         *force_lp;   /* [max_new] log p of each forced token */

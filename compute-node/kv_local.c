@@ -6,10 +6,10 @@
 
 #define NA_KV_LOCAL_MIN_CAP 16   /* first allocation, in tokens */
 
-na_status_t na_kv_local_create(const na_model_config_t *cfg, na_dtype_t dtype,
-                               na_kernels_t *kern, na_kmem_t mem, na_kv_local_t **kv_p)
+na_status_t na_lkv_create(const na_model_config_t *cfg, na_dtype_t dtype,
+                               na_kernels_t *kern, na_kmem_t mem, na_lkv_t **kv_p)
 {
-    na_kv_local_t *kv;
+    na_lkv_t *kv;
 
     if (dtype != NA_DTYPE_F32 && dtype != NA_DTYPE_F16 && dtype != NA_DTYPE_BF16)
         return na_err(NA_ERR_INVALID, "KV cache dtype %s is not supported (use f16, bf16 or f32)",
@@ -41,7 +41,7 @@ err_nomem:
     return na_err(NA_ERR_NOMEM, "KV cache: out of memory");
 }
 
-void na_kv_local_destroy(na_kv_local_t *kv)
+void na_lkv_destroy(na_lkv_t *kv)
 {
     const na_kernel_ops_t *ops;
     int l;
@@ -61,7 +61,7 @@ void na_kv_local_destroy(na_kv_local_t *kv)
 
 /* Allocate *b_p (NULL: none yet) with `size` bytes of memory type mem, or
  * grow it keeping its contents. */
-static na_status_t na_kv_local_grow(na_kv_local_t *kv, na_kbuf_t **b_p, size_t size,
+static na_status_t na_lkv_grow(na_lkv_t *kv, na_kbuf_t **b_p, size_t size,
                                     na_kmem_t mem)
 {
     const na_kernel_ops_t *ops = kv->kern->ops;
@@ -70,7 +70,7 @@ static na_status_t na_kv_local_grow(na_kv_local_t *kv, na_kbuf_t **b_p, size_t s
     return ops->buf_resize(kv->kern, *b_p, size);
 }
 
-na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok)
+na_status_t na_lkv_reserve(na_lkv_t *kv, int n_tok)
 {
     size_t row = na_dtype_bytes(kv->dtype, (size_t)kv->kv_dim);
     na_status_t st;
@@ -89,8 +89,8 @@ na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok)
     /* Each layer grows on its own; a failure part-way leaves the grown layers
      * larger than kv->cap, which is harmless (cap only promises a minimum). */
     for (l = 0; l < kv->n_layers; l++) {
-        if ((st = na_kv_local_grow(kv, &kv->kb[l], (size_t)cap * row, kv->mem)) != NA_OK ||
-            (st = na_kv_local_grow(kv, &kv->vb[l], (size_t)cap * row, kv->mem)) != NA_OK)
+        if ((st = na_lkv_grow(kv, &kv->kb[l], (size_t)cap * row, kv->mem)) != NA_OK ||
+            (st = na_lkv_grow(kv, &kv->vb[l], (size_t)cap * row, kv->mem)) != NA_OK)
             return st;
         kv->k[l] = kv->kb[l]->host;
         kv->v[l] = kv->vb[l]->host;
@@ -99,7 +99,7 @@ na_status_t na_kv_local_reserve(na_kv_local_t *kv, int n_tok)
     return NA_OK;
 }
 
-na_status_t na_kv_local_write(na_kv_local_t *kv, int layer, int pos0, int n,
+na_status_t na_lkv_write(na_lkv_t *kv, int layer, int pos0, int n,
                               const na_kbuf_t *k_rows, const na_kbuf_t *v_rows)
 {
     const na_kernel_ops_t *ops = kv->kern->ops;
@@ -113,13 +113,13 @@ na_status_t na_kv_local_write(na_kv_local_t *kv, int layer, int pos0, int n,
     return st != NA_OK ? st : ops->store(kv->kern, &v, kv->dtype, v_rows, count);
 }
 
-void na_kv_local_commit(na_kv_local_t *kv, int n_tok)
+void na_lkv_commit(na_lkv_t *kv, int n_tok)
 {
     if (n_tok > kv->n_tok)
         kv->n_tok = n_tok;
 }
 
-na_status_t na_kv_local_attend(const na_kv_local_t *kv, int layer, const na_kbuf_t *out,
+na_status_t na_lkv_attend(const na_lkv_t *kv, int layer, const na_kbuf_t *out,
                                const na_kbuf_t *q, int n, int pos0,
                                const na_model_config_t *cfg)
 {
@@ -131,7 +131,7 @@ na_status_t na_kv_local_attend(const na_kv_local_t *kv, int layer, const na_kbuf
                              n, pos0, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
 }
 
-na_status_t na_kv_local_to_host(na_kv_local_t *kv)
+na_status_t na_lkv_to_host(na_lkv_t *kv)
 {
     const na_kernel_ops_t *ops = kv->kern->ops;
     size_t bytes = na_dtype_bytes(kv->dtype, (size_t)kv->n_tok * (size_t)kv->kv_dim);
@@ -142,9 +142,9 @@ na_status_t na_kv_local_to_host(na_kv_local_t *kv)
         if (kv->kb[l] == NULL || kv->kb[l]->host != NULL)
             continue;                           /* host memory: read in place */
         if (kv->km[l] == NULL || kv->km[l]->size < kv->kb[l]->size) {
-            if ((st = na_kv_local_grow(kv, &kv->km[l], kv->kb[l]->size,
+            if ((st = na_lkv_grow(kv, &kv->km[l], kv->kb[l]->size,
                                        NA_KMEM_PINNED)) != NA_OK ||
-                (st = na_kv_local_grow(kv, &kv->vm[l], kv->kb[l]->size,
+                (st = na_lkv_grow(kv, &kv->vm[l], kv->kb[l]->size,
                                        NA_KMEM_PINNED)) != NA_OK)
                 return st;
         }
@@ -157,7 +157,7 @@ na_status_t na_kv_local_to_host(na_kv_local_t *kv)
     return na_kernels_finish(kv->kern);
 }
 
-size_t na_kv_local_bytes(const na_kv_local_t *kv)
+size_t na_lkv_bytes(const na_lkv_t *kv)
 {
     return 2u * (size_t)kv->n_layers * (size_t)kv->cap *
            na_dtype_bytes(kv->dtype, (size_t)kv->kv_dim);

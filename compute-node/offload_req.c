@@ -34,7 +34,7 @@ static void na_off_let_go(na_off_t *g, na_off_req_t *q, int status)
         na_xcache_destroy(q->xc);
         q->xc = NULL;
     }
-    na_kv_local_destroy(q->r->kv);
+    na_lkv_destroy(q->r->kv);
     q->r->kv = NULL;
 }
 
@@ -163,9 +163,9 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
     na_status_t st;
     int l, j;
 
-    na_kv_local_destroy(r->kv);
+    na_lkv_destroy(r->kv);
     r->kv = NULL;
-    st = na_kv_local_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem, &r->kv);
+    st = na_lkv_create(&e->cfg, e->opts.kv_dtype, e->kern, e->kern->mem, &r->kv);
     if (st != NA_OK)
         return st;
     while (done < n_tok) {
@@ -176,7 +176,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
             g->ptok[j] = na_off_token_at(r, done + j);
             g->ppos[j] = done + j;
         }
-        st = na_kv_local_reserve(r->kv, done + n);
+        st = na_lkv_reserve(r->kv, done + n);
         if (st == NA_OK)
             st = na_acts_reserve(g->pacts, e, n, 1);
         if (st != NA_OK)
@@ -201,7 +201,7 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
             st = na_acts_to_host(e, g->pacts, NA_ACT(NA_ACT_LOGITS));
         if (st != NA_OK)
             return st;
-        na_kv_local_commit(r->kv, done + n);
+        na_lkv_commit(r->kv, done + n);
         done += n;
         g->st->gen.prefill_steps++;
         g->st->gen.prompt_tokens += n;
@@ -214,8 +214,8 @@ static na_status_t na_off_prefill_local(na_off_t *g, na_off_req_t *q, int n_tok)
  * (batch + l) mod R. */
 static na_status_t na_off_ship(na_off_t *g, na_off_req_t *q, char *why, size_t len)
 {
-    na_kv_local_t *kv = q->r->kv;
-    na_status_t st = na_kv_local_to_host(kv);
+    na_lkv_t *kv = q->r->kv;
+    na_status_t st = na_lkv_to_host(kv);
     int l;
 
     for (l = 0; l < kv->n_layers && st == NA_OK; l++) {
@@ -470,7 +470,7 @@ na_status_t na_off_admit_one(na_off_t *g, na_off_req_t *q, int batch)
             return NA_OK;
         }
     }
-    na_kv_local_destroy(r->kv);
+    na_lkv_destroy(r->kv);
     r->kv = NULL;
     na_off_take_token(g, q, g->pacts->logits);
     return NA_OK;

@@ -14,14 +14,14 @@
 
 /* Partial state of decode attention for one query head over a part of the
  * context (flash-decoding): running max m, running sum l, and the unnormalised
- * accumulator acc[head_dim]. Two partials merge exactly (na_attn_merge). */
+ * accumulator acc[head_dim]. Two partials merge exactly (na_kattn_merge). */
 typedef struct {
     float m;
     float l;
-} na_attn_stat_t;
+} na_kattn_stat_t;
 
 /* An empty partial for each of `group` heads: m = -inf, l = 0, acc = 0. */
-static inline void na_attn_init(na_attn_stat_t *st, float *acc, int group, int head_dim)
+static inline void na_kattn_init(na_kattn_stat_t *st, float *acc, int group, int head_dim)
 {
     int g;
     for (g = 0; g < group; g++) {
@@ -32,8 +32,8 @@ static inline void na_attn_init(na_attn_stat_t *st, float *acc, int group, int h
 }
 
 /* Fold partial (st_b, acc_b) into (st_a, acc_a). */
-static inline void na_attn_merge(na_attn_stat_t *st_a, float *acc_a,
-                                 const na_attn_stat_t *st_b, const float *acc_b,
+static inline void na_kattn_merge(na_kattn_stat_t *st_a, float *acc_a,
+                                 const na_kattn_stat_t *st_b, const float *acc_b,
                                  int group, int head_dim)
 {
     int g, i;
@@ -55,7 +55,7 @@ static inline void na_attn_merge(na_attn_stat_t *st_a, float *acc_a,
 }
 
 /* out[g*head_dim+i] = acc / l (0 for a head that saw no tokens). */
-static inline void na_attn_finalize(float *out, const na_attn_stat_t *st, const float *acc,
+static inline void na_kattn_finalize(float *out, const na_kattn_stat_t *st, const float *acc,
                                     int group, int head_dim)
 {
     int g, i;

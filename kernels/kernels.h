@@ -85,8 +85,8 @@ typedef struct {
     na_kbuf_t  buf;
 } na_kweight_t;
 
-/* (na_attn_stat_t, the partial state of decode attention, and its helpers
- * na_attn_init / na_attn_merge / na_attn_finalize: kernels/attn_state.h) */
+/* (na_kattn_stat_t, the partial state of decode attention, and its helpers
+ * na_kattn_init / na_kattn_merge / na_kattn_finalize: kernels/attn_state.h) */
 
 /* One KV span: n consecutive tokens of one KV head, K and V rows of head_dim
  * elements of kv_dtype (f16, bf16 or f32) with a row stride of `stride` elements.
@@ -108,8 +108,8 @@ typedef struct {
  * size, on any tier, with any thread count). Its context is cut into parts of
  * NA_ATTN_PART tokens from position 0, each part folded into its own partial
  * chunk by chunk (NA_ATTN_CHUNK tokens from the part's start: one online-
- * softmax update per chunk), and the parts merged in order (na_attn_merge:
- * part 0, then 1, 2, ...) before na_attn_finalize. A recovered request is
+ * softmax update per chunk), and the parts merged in order (na_kattn_merge:
+ * part 0, then 1, 2, ...) before na_kattn_finalize. A recovered request is
  * prefilled again over the tokens decode produced, so any difference in the
  * last bits would make a long generation diverge. */
 #define NA_ATTN_PART  1024
@@ -122,7 +122,7 @@ typedef struct {
  * lengths: the result's bits depend on the run's tokens, not on where the
  * spans split it (cpu). For the canonical order, a run starts on a chunk
  * boundary of the context and stays within one part. */
-typedef void na_kattn_partial_fn(na_kernels_t *k, na_attn_stat_t *st, float *acc,
+typedef void na_kattn_partial_fn(na_kernels_t *k, na_kattn_stat_t *st, float *acc,
                                  const float *q, int group, int head_dim,
                                  const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
                                  float scale);
@@ -234,7 +234,7 @@ typedef struct {
      * partial decode attention of `group` query heads (q: group*head_dim)
      * sharing one KV head, over one run of spans (na_kattn_partial_fn:
      * chunks of NA_ATTN_CHUNK across the spans); folds into st[group] and
-     * acc[group*head_dim] (initialise with na_attn_init). Each K/V row is
+     * acc[group*head_dim] (initialise with na_kattn_init). Each K/V row is
      * read once for all heads of the group. scale is 1/sqrt(head_dim). */
     na_kattn_partial_fn *attn_partial;
 

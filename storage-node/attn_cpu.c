@@ -77,9 +77,9 @@ struct na_attn_item {
     int              lim0;           /* row i sees the first lim0 + i tokens */
     const float     *qg;             /* the rows, KV-head major (na_attn_rows_t) */
     float           *qg_own;         /* qg when gathered here (n_q > 1) */
-    na_attn_stat_t  *st;             /* (n_parts, n_kvh*n_q*group) partial stats */
+    na_kattn_stat_t  *st;             /* (n_parts, n_kvh*n_q*group) partial stats */
     float           *acc;            /* (n_parts, n_kvh*n_q*group*head_dim) partial sums */
-    na_attn_stat_t  *tst;            /* n_q > 1: a row's parts, to merge */
+    na_kattn_stat_t  *tst;            /* n_q > 1: a row's parts, to merge */
     float           *tacc;           /*   (n_parts, n_kvh*group[*head_dim]) */
     size_t           qg_cap, st_cap, acc_cap, tst_cap, tacc_cap;  /* their sizes (elements):
                                         kept with the item on the engine's free list */
@@ -529,7 +529,7 @@ static void na_attn_granule_compute(na_attn_cpu_t *e, na_kernels_t *k, na_attn_j
                                    it->n_q, j->i0, j->i1, it->lim0 };
         for (h = 0; h < it->n_kvh; h++) {
             const size_t x = ((size_t)h * it->n_q + j->i0) * grp;
-            na_attn_init(r.st + x, r.acc + x * hd, (j->i1 - j->i0) * grp, hd);
+            na_kattn_init(r.st + x, r.acc + x * hd, (j->i1 - j->i0) * grp, hd);
         }
         na_attn_fold_rows(k, &sh, &r, t, t1, na_attn_job_block, j);
     }

@@ -87,21 +87,21 @@ void na_attn_fold_rows(na_kernels_t *k, const na_attn_shape_t *sh, const na_attn
 
 void na_attn_fold_range(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
                         int t0, int t1, na_attn_block_fn *base, void *arg,
-                        na_attn_stat_t *st, float *acc)
+                        na_kattn_stat_t *st, float *acc)
 {
     const na_attn_rows_t r = { q, st, acc, 1, 0, 1, t1 };
     na_attn_fold_rows(k, sh, &r, t0, t1, base, arg);
 }
 
-void na_attn_fold_merge(float *o, na_attn_stat_t *st, float *acc, int n_parts, int rows,
+void na_attn_fold_merge(float *o, na_kattn_stat_t *st, float *acc, int n_parts, int rows,
                         int head_dim)
 {
     const size_t asz = (size_t)rows * head_dim;
     int p;
 
     for (p = 1; p < n_parts; p++)
-        na_attn_merge(st, acc, st + (size_t)p * rows, acc + (size_t)p * asz, rows, head_dim);
-    na_attn_finalize(o, st, acc, rows, head_dim);
+        na_kattn_merge(st, acc, st + (size_t)p * rows, acc + (size_t)p * asz, rows, head_dim);
+    na_kattn_finalize(o, st, acc, rows, head_dim);
 }
 
 na_status_t na_attn_fold_query(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
@@ -109,7 +109,7 @@ na_status_t na_attn_fold_query(na_kernels_t *k, const na_attn_shape_t *sh, const
 {
     const int rows = sh->n_kvh * sh->group, np = na_attn_n_parts(ctx);
     const size_t asz = (size_t)rows * sh->head_dim;
-    na_attn_stat_t *st;
+    na_kattn_stat_t *st;
     float *acc;
     int p;
 
@@ -126,7 +126,7 @@ na_status_t na_attn_fold_query(na_kernels_t *k, const na_attn_shape_t *sh, const
     }
     for (p = 0; p < np; p++) {
         const int t0 = p * NA_ATTN_PART, t1 = ctx - t0 < NA_ATTN_PART ? ctx : t0 + NA_ATTN_PART;
-        na_attn_init(st + (size_t)p * rows, acc + (size_t)p * asz, rows, sh->head_dim);
+        na_kattn_init(st + (size_t)p * rows, acc + (size_t)p * asz, rows, sh->head_dim);
         na_attn_fold_range(k, sh, q, t0, t1, base, arg, st + (size_t)p * rows,
                            acc + (size_t)p * asz);
     }
@@ -149,7 +149,7 @@ void na_attn_rows_gather(const na_attn_shape_t *sh, int n_q, const float *q, siz
 }
 
 void na_attn_rows_merge(const na_attn_shape_t *sh, int n_q, int lim0, int n_parts,
-                        const na_attn_stat_t *st, const float *acc, na_attn_stat_t *tst,
+                        const na_kattn_stat_t *st, const float *acc, na_kattn_stat_t *tst,
                         float *tacc, float *o, size_t o_stride)
 {
     const int hd = sh->head_dim, grp = sh->group, rows = sh->n_kvh * grp;
@@ -179,7 +179,7 @@ na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const
     const int hd = sh->head_dim, rows = sh->n_kvh * sh->group;
     const int np = n_q > 0 ? na_attn_n_parts(lim0 + n_q - 1) : 0;
     const size_t pr = (size_t)rows * n_q;           /* rows of one part */
-    na_attn_stat_t *st, *tst;
+    na_kattn_stat_t *st, *tst;
     float *acc, *tacc, *qg;
     int p;
 
@@ -206,7 +206,7 @@ na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const
         const int t1 = tmax - t0 < NA_ATTN_PART ? tmax : t0 + NA_ATTN_PART;
         const na_attn_rows_t r = { qg, st + (size_t)p * pr, acc + (size_t)p * pr * hd, n_q, 0,
                                    n_q, lim0 };
-        na_attn_init(r.st, r.acc, (int)pr, hd);
+        na_kattn_init(r.st, r.acc, (int)pr, hd);
         na_attn_fold_rows(k, sh, &r, t0, t1, base, arg);
     }
     na_attn_rows_merge(sh, n_q, lim0, np, st, acc, tst, tacc, o, o_stride);

@@ -44,7 +44,7 @@ typedef struct {
  * of the kernel. na_attn_fold_rows folds rows [i0, i1). */
 typedef struct {
     const float    *q;
-    na_attn_stat_t *st;
+    na_kattn_stat_t *st;
     float          *acc;
     int             n_q;      /* rows per KV head in the layout */
     int             i0, i1;   /* the rows folded */
@@ -52,7 +52,7 @@ typedef struct {
 } na_attn_rows_t;
 
 /* Fold tokens [t0, t1) of every KV head into the partials of rows [i0, i1)
- * of r (initialised by the caller with na_attn_init), each row only up to
+ * of r (initialised by the caller with na_kattn_init), each row only up to
  * its limit: per run of the blocks (whole chunks), the rows that see the
  * run whole are one call of ops->attn_partial (each K/V row read once for
  * all of them), and a row whose limit cuts the run gets the run cut there,
@@ -69,16 +69,16 @@ void na_attn_fold_rows(na_kernels_t *k, const na_attn_shape_t *sh, const na_attn
 /* One query row (q: n_kvh*group heads) over tokens [t0, t1) of every KV head
  * (na_attn_fold_rows of a single row that sees them all): the partials
  * (st, acc) of its n_kvh * group heads (st: (n_kvh*group), acc:
- * (n_kvh*group*head_dim)), initialised by the caller with na_attn_init.
+ * (n_kvh*group*head_dim)), initialised by the caller with na_kattn_init.
  * Cannot fail. */
 void na_attn_fold_range(na_kernels_t *k, const na_attn_shape_t *sh, const float *q,
                         int t0, int t1, na_attn_block_fn *base, void *arg,
-                        na_attn_stat_t *st, float *acc);
+                        na_kattn_stat_t *st, float *acc);
 
 /* The parts' partials (st, acc) of n_parts parts, part-major ((n_parts,
  * rows) stats, (n_parts, rows*head_dim) sums), merged in part order into
  * part 0 and normalised into o (rows*head_dim). */
-void na_attn_fold_merge(float *o, na_attn_stat_t *st, float *acc, int n_parts, int rows,
+void na_attn_fold_merge(float *o, na_kattn_stat_t *st, float *acc, int n_parts, int rows,
                         int head_dim);
 
 /* One query row (q: n_kvh*group heads) against the first ctx tokens of the
@@ -99,7 +99,7 @@ void na_attn_rows_gather(const na_attn_shape_t *sh, int n_q, const float *q, siz
  * the scratch tst: (n_parts, n_kvh*group), tacc: (n_parts,
  * n_kvh*group*head_dim)) and normalised into o (row i at o + i*o_stride). */
 void na_attn_rows_merge(const na_attn_shape_t *sh, int n_q, int lim0, int n_parts,
-                        const na_attn_stat_t *st, const float *acc, na_attn_stat_t *tst,
+                        const na_kattn_stat_t *st, const float *acc, na_kattn_stat_t *tst,
                         float *tacc, float *o, size_t o_stride);
 
 /* A block of n_q query rows (row i: q + i*q_stride, n_kvh*group heads) that

@@ -32,7 +32,7 @@
  * Decode splits a long context into parts of NA_CPU_PART (1024) tokens
  * (flash-decoding), claimed by the pool's threads; each part walks its
  * tokens chunk by chunk over every KV head, and the partials are merged in
- * order with na_attn_merge. The parts are fixed by the context length, not
+ * order with na_kattn_merge. The parts are fixed by the context length, not
  * the thread count, so that a query row gets the same bits from decode (any
  * thread count), from prefill and from the storage node (granules of
  * split_tokens = 1024, blocks of 64): a recovered request is prefilled again
@@ -67,7 +67,7 @@
  * partials): the context is cut into parts of NA_CPU_PART tokens from
  * position 0 (the storage node's default split_tokens, blocks of 64), each
  * part folded chunk by chunk (NA_CPU_CHUNK, aligned on position 0), the
- * parts merged in order with na_attn_merge. Decode runs the parts on the
+ * parts merged in order with na_kattn_merge. Decode runs the parts on the
  * pool; prefill folds the chunks its query tokens share together, then each
  * token its own last chunk. */
 #define NA_CPU_PART             NA_ATTN_PART   /* 1024 */
@@ -264,7 +264,7 @@ NA_INLINE void na_cpu_pv(float *acc, const float *p, const void *v, size_t strid
  * lim[g]: weight exactly 0, so the head's state is bits-for-bits the one of a
  * chunk of lim[g] tokens (lim[g] >= 1). Since G divides 8, lane l of every 8-float
  * vector of s belongs to head l % G. */
-NA_INLINE void na_cpu_softmax_fold(na_attn_stat_t *st, float *acc, float *s, int cn, int hd,
+NA_INLINE void na_cpu_softmax_fold(na_kattn_stat_t *st, float *acc, float *s, int cn, int hd,
                                    int G, const int *lim)
 {
     const int n = cn * G;
@@ -381,7 +381,7 @@ typedef struct {
  * tokens only, not on how spans split it (the storage node's KV blocks of
  * any size; tests/unit/test_attn_exact.c). pk/pv advance as the rows are
  * read. */
-NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q,
+NA_INLINE void na_cpu_attn_span_t(na_kattn_stat_t *st, float *acc, const float *q,
                                   int group, int hd, const na_kv_span_t *sp, int nsp,
                                   na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
                                   const int *lim)
@@ -465,7 +465,7 @@ NA_INLINE void na_cpu_attn_span_t(na_attn_stat_t *st, float *acc, const float *q
 /* One copy of the core per K/V dtype, the dtype a constant in each (its
  * `f16` argument: 0 f32, 1 f16, 2 bf16). */
 #define NA_CPU_ATTN_SPAN(sfx, kind)                                                        \
-    static void na_cpu_attn_span_##sfx(na_attn_stat_t *st, float *acc, const float *q,     \
+    static void na_cpu_attn_span_##sfx(na_kattn_stat_t *st, float *acc, const float *q,     \
                                        int group, int hd, const na_kv_span_t *sp, int nsp, \
                                        na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale,      \
                                        const int *lim)                                     \
@@ -482,7 +482,7 @@ NA_CPU_ATTN_SPAN(bf16, 2)
  * that ends there. pk/pv (na_cpu_pf_t) advance as K/V rows are read. Each
  * piece walks the whole run again, so each starts from the cursors as they
  * were given (pk and pv may be one cursor). */
-static void na_cpu_attn_spans(na_attn_stat_t *st, float *acc, const float *q, int group,
+static void na_cpu_attn_spans(na_kattn_stat_t *st, float *acc, const float *q, int group,
                               int hd, const na_kv_span_t *sp, int nsp, na_cpu_pf_t *pk,
                               na_cpu_pf_t *pv, float scale, int f16, const int *lim)
 {
@@ -509,7 +509,7 @@ static void na_cpu_attn_spans(na_attn_stat_t *st, float *acc, const float *q, in
 
 /* The same over one contiguous span of n rows from k/v (row stride
  * `stride` elements). */
-static void na_cpu_attn_span(na_attn_stat_t *st, float *acc, const float *q, int group,
+static void na_cpu_attn_span(na_kattn_stat_t *st, float *acc, const float *q, int group,
                              int hd, const void *k, const void *v, size_t stride, int n,
                              na_cpu_pf_t *pk, na_cpu_pf_t *pv, float scale, int f16,
                              const int *lim)
@@ -535,7 +535,7 @@ static int na_cpu_kv_kind(na_dtype_t dt)
  * the spans, na_cpu_attn_spans), prefetching the first two spans' `next`.
  * No scratch, no pool: safe to call from several threads at once. Cannot
  * fail. */
-void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
+void na_cpu_attn_partial(na_kernels_t *k, na_kattn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
                          const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
                          float scale)
@@ -560,7 +560,7 @@ void na_cpu_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
  * chunk's K/V rows (contiguous for all heads) are used while in cache; the
  * next chunk's K rows, then its V rows, are prefetched meanwhile (the
  * cursor runs on across the heads' spans). */
-static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
+static void na_cpu_attn_range(na_kattn_stat_t *st, float *acc, const float *q,
                               const void *kc, const void *vc, int f16, int t0, int t1,
                               int n_heads, int n_kv_heads, int hd)
 {
@@ -587,7 +587,7 @@ static void na_cpu_attn_range(na_attn_stat_t *st, float *acc, const float *q,
 typedef struct {
     float          *out;        /* (n_heads*hd): acc of part 0, then the result */
     float          *accs;       /* (n_parts-1, n_heads*hd) */
-    na_attn_stat_t *sts;        /* (n_parts, n_heads) */
+    na_kattn_stat_t *sts;        /* (n_parts, n_heads) */
     const float    *q;
     const void     *kc, *vc;
     int             f16, ctx, n_heads, n_kv_heads, hd;
@@ -600,12 +600,12 @@ static void na_cpu_dec_task(void *ctx, int p, int n_parts)
     const na_cpu_dec_job_t *j = ctx;
     size_t hsz = (size_t)j->n_heads * j->hd;
     int t0 = p * NA_CPU_PART, t1 = t0 + NA_CPU_PART;
-    na_attn_stat_t *st = j->sts + (size_t)p * j->n_heads;
+    na_kattn_stat_t *st = j->sts + (size_t)p * j->n_heads;
     float *acc = p == 0 ? j->out : j->accs + (size_t)(p - 1) * hsz;
 
     if (t1 > j->ctx)
         t1 = j->ctx;
-    na_attn_init(st, acc, j->n_heads, j->hd);
+    na_kattn_init(st, acc, j->n_heads, j->hd);
     na_cpu_attn_range(st, acc, j->q, j->kc, j->vc, j->f16, t0, t1,
                       j->n_heads, j->n_kv_heads, j->hd);
 }
@@ -620,7 +620,7 @@ void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
                         int ctx, int n_heads, int n_kv_heads, int head_dim)
 {
     na_cpu_state_t *s = k->priv;
-    na_attn_stat_t st0[NA_MODEL_MAX_HEADS];
+    na_kattn_stat_t st0[NA_MODEL_MAX_HEADS];
     na_cpu_dec_job_t j = { out, NULL, st0, q, kcache, vcache, na_cpu_kv_kind(kv_dtype),
                            ctx, n_heads, n_kv_heads, head_dim };
     size_t hsz = (size_t)n_heads * head_dim;
@@ -637,13 +637,13 @@ void na_cpu_attn_decode(na_kernels_t *k, float *out, const float *q,
     }
     if (buf != NULL) {
         j.accs = buf;
-        j.sts = (na_attn_stat_t *)(buf + (size_t)(n_parts - 1) * hsz);
+        j.sts = (na_kattn_stat_t *)(buf + (size_t)(n_parts - 1) * hsz);
     }
     na_cpu_pool_run(s->pool, na_cpu_dec_task, &j, n_parts);
     for (p = 1; p < n_parts; p++)
-        na_attn_merge(j.sts, out, j.sts + (size_t)p * n_heads, j.accs + (size_t)(p - 1) * hsz,
+        na_kattn_merge(j.sts, out, j.sts + (size_t)p * n_heads, j.accs + (size_t)(p - 1) * hsz,
                       n_heads, head_dim);
-    na_attn_finalize(out, j.sts, out, n_heads, head_dim);
+    na_kattn_finalize(out, j.sts, out, n_heads, head_dim);
 }
 
 typedef struct {
@@ -657,22 +657,22 @@ typedef struct {
 /* A part (NA_CPU_PART) of `group` rows ended: the first becomes the total
  * (tst, tacc), a later one is merged into it, as decode does; the part
  * partial starts again. */
-static void na_cpu_part_done(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *pst,
+static void na_cpu_part_done(na_kattn_stat_t *tst, float *tacc, na_kattn_stat_t *pst,
                              float *pacc, int group, int hd, int first)
 {
     if (first) {
         memcpy(tst, pst, sizeof(*tst) * (size_t)group);
         memcpy(tacc, pacc, sizeof(float) * (size_t)group * hd);
     } else {
-        na_attn_merge(tst, tacc, pst, pacc, group, hd);
+        na_kattn_merge(tst, tacc, pst, pacc, group, hd);
     }
-    na_attn_init(pst, pacc, group, hd);
+    na_kattn_init(pst, pacc, group, hd);
 }
 
 /* Fold keys [a, b) of one KV head (rows kh/vh, `rstride` bytes apart; a on a
  * chunk boundary) into the part partial (pst, pacc) of `group` query rows q,
  * closing each part that ends (na_cpu_part_done). */
-static void na_cpu_fold_parts(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *pst,
+static void na_cpu_fold_parts(na_kattn_stat_t *tst, float *tacc, na_kattn_stat_t *pst,
                               float *pacc, const float *q, int group, int hd,
                               const uint8_t *kh, const uint8_t *vh, size_t stride,
                               size_t rstride, int a, int b, na_cpu_pf_t *pk, na_cpu_pf_t *pv,
@@ -690,12 +690,12 @@ static void na_cpu_fold_parts(na_attn_stat_t *tst, float *tacc, na_attn_stat_t *
 
 /* The rows' context (ctx tokens) is folded: the open part, if any, joins
  * the total, which is normalised into out. */
-static void na_cpu_parts_finish(float *out, na_attn_stat_t *tst, float *tacc,
-                                na_attn_stat_t *pst, float *pacc, int group, int hd, int ctx)
+static void na_cpu_parts_finish(float *out, na_kattn_stat_t *tst, float *tacc,
+                                na_kattn_stat_t *pst, float *pacc, int group, int hd, int ctx)
 {
     if (ctx % NA_CPU_PART != 0)
         na_cpu_part_done(tst, tacc, pst, pacc, group, hd, ctx < NA_CPU_PART);
-    na_attn_finalize(out, tst, tacc, group, hd);
+    na_kattn_finalize(out, tst, tacc, group, hd);
 }
 
 /* Heads per piece of na_cpu_pre_token: as many as NA_CPU_PRE_ACC floats hold. */
@@ -711,7 +711,7 @@ static void na_cpu_pre_token(const na_cpu_pre_job_t *j, int t)
     const float scale = 1.0f / sqrtf((float)hd);
     int pg = NA_CPU_PRE_ACC / hd, h, g0;
     float pacc[NA_CPU_PRE_ACC];
-    na_attn_stat_t tst[NA_CPU_MAX_GROUP], pst[NA_CPU_MAX_GROUP];
+    na_kattn_stat_t tst[NA_CPU_MAX_GROUP], pst[NA_CPU_MAX_GROUP];
     na_cpu_pf_t none = na_cpu_pf_rows(NULL, 0, 0, 0);
 
     pg = pg > NA_CPU_MAX_GROUP ? NA_CPU_MAX_GROUP : pg < 1 ? 1 : pg;
@@ -720,8 +720,8 @@ static void na_cpu_pre_token(const na_cpu_pre_job_t *j, int t)
             int gn = group - g0 < pg ? group - g0 : pg;
             size_t row = (size_t)t * j->n_heads * hd + ((size_t)h * group + g0) * hd;
             float *o = j->out + row;
-            na_attn_init(tst, o, gn, hd);
-            na_attn_init(pst, pacc, gn, hd);
+            na_kattn_init(tst, o, gn, hd);
+            na_kattn_init(pst, pacc, gn, hd);
             na_cpu_fold_parts(tst, o, pst, pacc, j->q + row, gn, hd,
                               (const uint8_t *)j->kc + (size_t)h * hd * esz,
                               (const uint8_t *)j->vc + (size_t)h * hd * esz, stride,
@@ -750,7 +750,7 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
     const float scale = 1.0f / sqrtf((float)hd);
     float qg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD], accg[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
     float acct[NA_CPU_MAX_GROUP * NA_CPU_PRE_MAX_HD];
-    na_attn_stat_t stg[NA_CPU_MAX_GROUP], stt[NA_CPU_MAX_GROUP];
+    na_kattn_stat_t stg[NA_CPU_MAX_GROUP], stt[NA_CPU_MAX_GROUP];
     int lim[NA_CPU_MAX_GROUP];
     int h, i, g, c;
 
@@ -775,8 +775,8 @@ static void na_cpu_pre_task(void *ctx, int task, int n_tasks)
         na_cpu_pf_t pv = na_cpu_pf_rows(ahead ? vh + skip : NULL, (size_t)hd * esz, rstride, ahead);
         na_cpu_pf_t none = na_cpu_pf_rows(NULL, 0, 0, 0);
 
-        na_attn_init(stg, accg, gq, hd);
-        na_attn_init(stt, acct, gq, hd);
+        na_kattn_init(stg, accg, gq, hd);
+        na_kattn_init(stt, acct, gq, hd);
         na_cpu_fold_parts(stt, acct, stg, accg, qg, gq, hd, kh, vh, stride, rstride, 0,
                           c_common, &pk, &pv, scale, j->f16);
         /* the last keys, c_common .. n_common+nq-2, chunk by chunk with each

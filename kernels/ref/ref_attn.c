@@ -86,7 +86,7 @@ void na_ref_attn_prefill(na_kernels_t *k, float *out, const float *q,
  * textbook online softmax update m' = max(m, s), l' = l e^(m-m') + e^(s-m'),
  * acc likewise (so how spans split a run does not matter here either; it
  * is not the cpu backend's chunked order, and not bit-identical to it). */
-void na_ref_attn_partial(na_kernels_t *k, na_attn_stat_t *st, float *acc,
+void na_ref_attn_partial(na_kernels_t *k, na_kattn_stat_t *st, float *acc,
                          const float *q, int group, int head_dim,
                          const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
                          float scale)

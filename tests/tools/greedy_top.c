@@ -55,7 +55,7 @@ static na_status_t forward_traced(na_engine_t *e, na_acts_t *a, const na_step_t 
     int l;
 
     if (st == NA_OK)
-        st = na_kv_local_reserve(g->kv, g->pos0 + g->n_tok);
+        st = na_lkv_reserve(g->kv, g->pos0 + g->n_tok);
     if (st == NA_OK)
         st = na_acts_reserve(a, e, s->n_rows, s->n_seg);
     if (st == NA_OK)
@@ -80,7 +80,7 @@ static na_status_t forward_traced(na_engine_t *e, na_acts_t *a, const na_step_t 
     if (st == NA_OK)
         st = na_acts_to_host(e, a, NA_ACT(NA_ACT_LOGITS));
     if (st == NA_OK)
-        na_kv_local_commit(g->kv, g->pos0 + g->n_tok);
+        na_lkv_commit(g->kv, g->pos0 + g->n_tok);
     return st;
 }
 
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
     na_model_t *m = NULL;
     na_engine_t *e = NULL;
     na_acts_t *a = NULL;
-    na_kv_local_t *kv = NULL;
+    na_lkv_t *kv = NULL;
     int n_new, n_prompt, i, *toks, *pos, v;
     na_status_t st;
 
@@ -177,7 +177,7 @@ int main(int argc, char **argv)
     if (st == NA_OK)
         st = na_acts_create(e, n_prompt, 1, &a);
     if (st == NA_OK)
-        st = na_kv_local_create(&m->cfg, kvt, e->kern, e->kern->mem, &kv);
+        st = na_lkv_create(&m->cfg, kvt, e->kern, e->kern->mem, &kv);
     v = st == NA_OK ? m->cfg.vocab_size : 0;
     for (i = 0; i < n_new && st == NA_OK; i++) {
         int at = i == 0 ? 0 : n_prompt + i - 1, n = i == 0 ? n_prompt : 1, i1, i2;
@@ -202,7 +202,7 @@ int main(int argc, char **argv)
     free(forced);
     if (st != NA_OK)
         fprintf(stderr, "na_greedy_top: %s\n", na_errmsg());
-    na_kv_local_destroy(kv);
+    na_lkv_destroy(kv);
     na_acts_destroy(a);
     na_engine_destroy(e);
     na_model_destroy(m);

@@ -197,7 +197,7 @@ static na_status_t engine_logits(const na_model_t *m, const char *backend, const
     size_t v = (size_t)m->cfg.vocab_size;
     na_engine_t *e = NULL;
     na_acts_t *a = NULL;
-    na_kv_local_t *kv = NULL;
+    na_lkv_t *kv = NULL;
     int pos[N_TOK], i;
     na_status_t st;
 
@@ -207,7 +207,7 @@ static na_status_t engine_logits(const na_model_t *m, const char *backend, const
         return st;
     st = na_acts_create(e, N_PRE, 1, &a);
     if (st == NA_OK)
-        st = na_kv_local_create(&m->cfg, NA_DTYPE_F32, e->kern, e->kern->mem, &kv);
+        st = na_lkv_create(&m->cfg, NA_DTYPE_F32, e->kern, e->kern->mem, &kv);
     for (i = 0; st == NA_OK && i <= N_DEC; i++) {
         int p0 = i == 0 ? 0 : N_PRE + i - 1, n = i == 0 ? N_PRE : 1;
         na_step_seg_t seg = { 0, n, p0, kv };
@@ -216,7 +216,7 @@ static na_status_t engine_logits(const na_model_t *m, const char *backend, const
         if (st == NA_OK)
             memcpy(out + (size_t)i * v, a->logits, v * sizeof(float));
     }
-    na_kv_local_destroy(kv);
+    na_lkv_destroy(kv);
     na_acts_destroy(a);
     na_engine_destroy(e);
     return st;

@@ -67,7 +67,7 @@ static void fold_split(na_kernels_t *k, const na_attn_shape_t *sh, const float *
     const int hd = sh->head_dim, rows = sh->n_kvh * sh->group;
     const int np = na_attn_n_parts(lim0 + n_q - 1);
     const size_t pr = (size_t)rows * n_q;
-    na_attn_stat_t *st = na_test_xmalloc(sizeof(*st) * (size_t)np * pr), *tst;
+    na_kattn_stat_t *st = na_test_xmalloc(sizeof(*st) * (size_t)np * pr), *tst;
     float *acc = na_test_xmalloc(sizeof(float) * (size_t)np * pr * hd), *tacc;
     float *qg = na_test_xmalloc(sizeof(float) * pr * hd);
     int p, i0, h;
@@ -83,7 +83,7 @@ static void fold_split(na_kernels_t *k, const na_attn_shape_t *sh, const float *
                                  i0 + rb < n_q ? i0 + rb : n_q, lim0 };
             for (h = 0; h < sh->n_kvh; h++) {
                 const size_t x = ((size_t)h * n_q + i0) * sh->group;
-                na_attn_init(r.st + x, r.acc + x * hd, (r.i1 - i0) * sh->group, hd);
+                na_kattn_init(r.st + x, r.acc + x * hd, (r.i1 - i0) * sh->group, hd);
             }
             na_attn_fold_rows(k, sh, &r, t0, t1, block_at, bl);
         }

@@ -1,6 +1,6 @@
 /* tests/unit/test_csd_kernel.c — kernels/csd: the CSD decode-attention
  * kernel on the CPU against the reference kernels (na_ref_attn_partial +
- * na_attn_finalize on the same f16 K/V) for awkward token counts and page
+ * na_kattn_finalize on the same f16 K/V) for awkward token counts and page
  * sizes, GQA group 1/2/4/8, head_dim 64/128, pages scattered in the KV
  * buffer; the log-sum-exp partials of two jobs over split token ranges
  * merged (na_csd_merge) against one job; bad descriptors, pages outside the
@@ -81,7 +81,7 @@ static void case_build(csd_case_t *c, na_rng_t *rng)
     c->desc = calloc((size_t)c->n_kvh * 2, sizeof(*c->desc));
     na_rng_fill(rng, c->q, nq, -1.0f, 1.0f);
     for (h = 0; h < c->n_kvh; h++) {
-        na_attn_stat_t st[NA_CSD_MAX_GROUP];
+        na_kattn_stat_t st[NA_CSD_MAX_GROUP];
         float *acc = malloc(sizeof(float) * (size_t)c->group * hd);
         na_kv_span_t span = { 0 };
         int g;
@@ -89,10 +89,10 @@ static void case_build(csd_case_t *c, na_rng_t *rng)
         span.v = c->vall + (size_t)h * c->n_tok * hd;
         span.stride = hd;
         span.n = c->n_tok;
-        na_attn_init(st, acc, c->group, c->hd);
+        na_kattn_init(st, acc, c->group, c->hd);
         na_ref_attn_partial(NULL, st, acc, c->q + (size_t)h * c->group * hd, c->group, c->hd,
                             &span, 1, NA_DTYPE_F16, 1.0f / sqrtf((float)c->hd));
-        na_attn_finalize(c->o_ref + (size_t)h * c->group * hd, st, acc, c->group, c->hd);
+        na_kattn_finalize(c->o_ref + (size_t)h * c->group * hd, st, acc, c->group, c->hd);
         for (g = 0; g < c->group; g++)
             c->lse_ref[h * c->group + g] = st[g].l > 0 ? st[g].m + logf(st[g].l) : -INFINITY;
         free(acc);

@@ -281,7 +281,7 @@ static na_status_t two_step_logits(const na_model_t *m, const char *backend, con
     na_engine_opts_t eo = { backend, 1, NA_DTYPE_F32, 0 };
     na_engine_t *e = NULL;
     na_acts_t *a = NULL;
-    na_kv_local_t *kv = NULL;
+    na_lkv_t *kv = NULL;
     int pos[64], i;
     size_t v = (size_t)m->cfg.vocab_size;
     na_status_t st;
@@ -296,7 +296,7 @@ static na_status_t two_step_logits(const na_model_t *m, const char *backend, con
         NA_CHECK(a->buf[NA_ACT_LOGITS]->host == NULL && a->mirror[NA_ACT_LOGITS] != NULL &&
                  a->logits == a->mirror[NA_ACT_LOGITS]->host);
     if (st == NA_OK)
-        st = na_kv_local_create(&m->cfg, NA_DTYPE_F32, e->kern, e->kern->mem, &kv);
+        st = na_lkv_create(&m->cfg, NA_DTYPE_F32, e->kern, e->kern->mem, &kv);
     if (st == NA_OK) {
         na_step_seg_t seg = { 0, n, 0, kv };
         na_step_t s = { n, 1, toks, pos, &seg };
@@ -311,7 +311,7 @@ static na_status_t two_step_logits(const na_model_t *m, const char *backend, con
         if (st == NA_OK)
             memcpy(dec, a->logits, v * sizeof(float));
     }
-    na_kv_local_destroy(kv);
+    na_lkv_destroy(kv);
     na_acts_destroy(a);
     na_engine_destroy(e);
     return st;
@@ -501,20 +501,20 @@ static void test_bad_requests(const char *dir)
 
     /* the local KV grows with use, not with the context */
     {
-        na_kv_local_t *kv = NULL;
+        na_lkv_t *kv = NULL;
         size_t row = 2u * (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim;  /* f16 */
-        NA_CHECK_OK(na_kv_local_create(&m->cfg, NA_DTYPE_F16, e->kern, NA_KMEM_HOST, &kv));
+        NA_CHECK_OK(na_lkv_create(&m->cfg, NA_DTYPE_F16, e->kern, NA_KMEM_HOST, &kv));
         if (kv != NULL) {
-            NA_CHECK(na_kv_local_bytes(kv) == 0);
-            NA_CHECK_OK(na_kv_local_reserve(kv, 5));
+            NA_CHECK(na_lkv_bytes(kv) == 0);
+            NA_CHECK_OK(na_lkv_reserve(kv, 5));
             NA_CHECK(kv->cap == 16);
-            NA_CHECK(na_kv_local_bytes(kv) == 2u * (size_t)m->cfg.n_layers * 16u * row);
-            NA_CHECK_OK(na_kv_local_reserve(kv, 17));
+            NA_CHECK(na_lkv_bytes(kv) == 2u * (size_t)m->cfg.n_layers * 16u * row);
+            NA_CHECK_OK(na_lkv_reserve(kv, 17));
             NA_CHECK(kv->cap == 32);
-            NA_CHECK(na_kv_local_reserve(kv, 33) == NA_ERR_RANGE);
+            NA_CHECK(na_lkv_reserve(kv, 33) == NA_ERR_RANGE);
             NA_CHECK(kv->cap == 32);
         }
-        na_kv_local_destroy(kv);
+        na_lkv_destroy(kv);
     }
     free(long_prompt);
     na_engine_destroy(e);

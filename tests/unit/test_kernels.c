@@ -666,7 +666,7 @@ static void test_prefill(void)
     }
 }
 
-/* Partials folded over spans of different splits and merged (na_attn_merge)
+/* Partials folded over spans of different splits and merged (na_kattn_merge)
  * give the same result as one pass and as the reference decode. */
 static void test_partials(void)
 {
@@ -681,7 +681,7 @@ static void test_partials(void)
         void *kc = make_kv(kd, kvn), *vc = make_kv(kd, kvn);
         float q[4 * 64], ref[4 * 64 * 2], qfull[8 * 64], out[4 * 64];
         float acc[4 * 64], acc2[4 * 64];
-        na_attn_stat_t st[4], st2[4];
+        na_kattn_stat_t st[4], st2[4];
         float scale = 1.0f / sqrtf((float)hd);
 
         na_rng_fill(&rng, q, group * hd, -2.0f, 2.0f);
@@ -693,7 +693,7 @@ static void test_partials(void)
             for (t = 0; t < 3; t++) {           /* 0: ref partial, 1-2: cpu 1/2 threads */
                 na_kernels_t *k = t == 0 ? ref_k : cpu_k[t - 1];
                 int pos = 0;
-                na_attn_init(st, acc, group, hd);
+                na_kattn_init(st, acc, group, hd);
                 for (i = 0; i < 4 && splits[s][i] > 0; i++) {
                     size_t off = ((size_t)pos * 2 + 1) * hd * esz;
                     /* next: the following span's K rows (a prefetch hint) */
@@ -702,13 +702,13 @@ static void test_partials(void)
                                         (const uint8_t *)kc + off +
                                             (size_t)splits[s][i] * 2 * hd * esz,
                                         (size_t)(i < 3 ? splits[s][i + 1] : 0) * 2 * hd * esz };
-                    na_attn_init(st2, acc2, group, hd);
+                    na_kattn_init(st2, acc2, group, hd);
                     k->ops->attn_partial(k, st2, acc2, q, group, hd, &sp, 1, kd, scale);
-                    na_attn_merge(st, acc, st2, acc2, group, hd);
+                    na_kattn_merge(st, acc, st2, acc2, group, hd);
                     pos += splits[s][i];
                 }
                 NA_CHECK(pos == ctx);
-                na_attn_finalize(out, st, acc, group, hd);
+                na_kattn_finalize(out, st, acc, group, hd);
                 NA_CHECK_MSG(na_close_ratio(out, ref + group * hd, group * hd, 2e-5, 1e-4) <= 1.0,
                              "partials %s split %d backend %d", na_dtype_name(kd), s, t);
             }

@@ -59,11 +59,11 @@ static void test_arithmetic(void)
 static void reference_lp(na_engine_t *e, const int *chunk, double *out)
 {
     int v = e->cfg.vocab_size, first = CTX / 2, p, i;
-    na_kv_local_t *kv = NULL;
+    na_lkv_t *kv = NULL;
     na_acts_t *a = NULL;
 
     NA_CHECK_OK(na_acts_create(e, 1, 1, &a));
-    NA_CHECK_OK(na_kv_local_create(&e->cfg, NA_DTYPE_F32, e->kern, e->kern->mem, &kv));
+    NA_CHECK_OK(na_lkv_create(&e->cfg, NA_DTYPE_F32, e->kern, e->kern->mem, &kv));
     if (a == NULL || kv == NULL)
         goto out;
     for (p = 0; p < CTX - 1; p++) {
@@ -83,7 +83,7 @@ static void reference_lp(na_engine_t *e, const int *chunk, double *out)
         out[p - first] = (double)((long double)a->logits[chunk[p + 1]] - max - logl(sum));
     }
 out:
-    na_kv_local_destroy(kv);
+    na_lkv_destroy(kv);
     na_acts_destroy(a);
 }
 
