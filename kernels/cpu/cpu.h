@@ -86,6 +86,14 @@ int na_cpu_gemm_q4_v4(na_kernels_t *k, float *y, const float *x, const na_tensor
 int na_cpu_gemm_q4_vnni(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                         int batch);
 int na_cpu_gemm_f32(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
+/* na_cpu_gemm_h16 (kernels/cpu/cpu_gemm_h16.c, compiled twice): F16 and BF16
+ * weights in f32, bit-identical to cpu_matmul.c's batch-1 row kernel (so it
+ * serves batch_invariant); called by cpu_matmul.c's copy for the same ISA
+ * from NA_CPU_GEMM_H16_MIN_BATCH. */
+#ifdef NA_CPU_V4
+#define na_cpu_gemm_h16 na_cpu_gemm_h16_v4
+#endif
+int na_cpu_gemm_h16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
 
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
 typedef struct {

@@ -31,6 +31,16 @@
  *                         dequantise + sgemm 110-117, VNNI GEMM 205, AVX2
  *                         maddubs GEMM 110 (NA_CPU_ISA=v3); 768x2048: 122,
  *                         230, 114.
+ *   F16/BF16, batch >= 2  na_cpu_gemm_h16 (kernels/cpu/cpu_gemm_h16.c): the
+ *   (AVX2: >= 32 and      row kernel's 32 lanes per output kept in registers
+ *   batch_invariant)      over the whole row, weights converted in registers,
+ *                         so bit-identical to batch 1 (every engine takes
+ *                         it). 1 thread, b=512, CPU-time GFLOP/s, load 10-19,
+ *                         AVX-512 panels below / GEMM: F16 2048x8192 56-60 /
+ *                         80-86, 8192x2048 70-78 / 85-91; BF16 54-59 / 85-87,
+ *                         72-77 / 91-97; AVX2 row kernel / GEMM 29 / 45-46.
+ *                         Without batch_invariant BF16 from batch 20 keeps
+ *                         the bf16-input GEMM next.
  *   BF16, batch >= 20     with AVX512-BF16, na_cpu_gemm_bf16
  *   (not batch-invariant) (kernels/cpu/cpu_gemm_bf16.c): inputs rounded to
  *                         bf16, vdpbf16ps. 768x768 b=512, 1 thread, best of
@@ -47,7 +57,7 @@
  *                         With AVX-512 four rows per pass (na_cpu_dotrn_f32,
  *                         the same order in zmm halves): each input vector
  *                         loaded feeds four rows.
- *   F32/F16, batch >= 64  with AVX-512F (x86-64-v4), na_cpu_gemm_f32
+ *   F32, batch >= 64      with AVX-512F (x86-64-v4), na_cpu_gemm_f32
  *   (not batch-invariant) (kernels/cpu/cpu_gemm_f32.c): f32 products, an
  *                         AVX-512 register-blocked GEMM in place of the two
  *                         paths below (768x768 b=516, 1 thread: 216 GFLOP/s,
@@ -59,8 +69,9 @@
  *   batch > 1, large      each thread dequantises a tile of its rows into
  *                         f32 scratch and multiplies it by cblas_sgemm (F16;
  *                         BF16 without AVX512-BF16).
- *   batch >= 8, AVX-512   (the row kernel at large batches; every F32/F16/BF16
- *   panels                batch with k->batch_invariant) each task
+ *   batch >= 8, AVX-512   (the row kernel at large batches; every F32 batch
+ *   panels                with k->batch_invariant; F16/BF16 took it before
+ *                         na_cpu_gemm_h16, the figures below) each task
  *                         dequantises a panel of its rows to f32 (~512 KiB,
  *                         in L2), then runs each group of 3 inputs over the
  *                         whole panel, 4 rows x 3 inputs per pass
@@ -113,6 +124,21 @@
 #include "kernels/ref/ref.h"
 
 #define NA_CPU_TILE_MIN_BATCH 20
+/* F16 / BF16 weights from this batch on go to na_cpu_gemm_h16
+ * (kernels/cpu/cpu_gemm_h16.c: the row kernel's bits). 1 thread, CPU-time
+ * GFLOP/s, load 10-13, row kernel / GEMM. AVX-512: 2048x2048 b=2 32 / 77-88,
+ * 8192x2048 b=2 17 / 29-32, b=8 44 / 59-61, b=16 54 / 72-74; so from 2, for
+ * batch_invariant or not (it is as fast as the AVX-512 GEMM of
+ * cpu_gemm_f32.c, 84-87 at b=512, and exact). AVX2: b=8 35 / 31-35, b=16 39 /
+ * 36-38, b=32 42 / 42-43, b=512 29 / 45-46; so from 32 and only for
+ * batch_invariant (OpenBLAS's sgemm is faster where the bits may differ). */
+#if defined(__AVX512F__)
+#define NA_CPU_GEMM_H16_MIN_BATCH 2
+#define NA_CPU_GEMM_H16_ANY 1      /* also without batch_invariant */
+#else
+#define NA_CPU_GEMM_H16_MIN_BATCH 32
+#define NA_CPU_GEMM_H16_ANY 0
+#endif
 #define NA_CPU_F32_SGEMM_MIN_BATCH 16
 #define NA_CPU_TILE_FLOATS    (512u * 1024u)   /* 2 MiB of dequantised rows */
 #define NA_CPU_PAR_MIN_WORK   (1u << 17)       /* weights per matmul worth waking the pool */
@@ -831,6 +857,11 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
         na_cpu_pool_run(s->pool, na_cpu_mm_vec_task, &j, na_cpu_mm_tasks(k, rows, cols, 1));
         return;
     }
+    /* F16 / BF16: the GEMM bit-identical to the row kernel (cpu_gemm_h16.c) */
+    if ((w->dtype == NA_DTYPE_F16 || w->dtype == NA_DTYPE_BF16) &&
+        batch >= NA_CPU_GEMM_H16_MIN_BATCH && (k->batch_invariant || NA_CPU_GEMM_H16_ANY) &&
+        na_cpu_gemm_h16(k, y, x, w, batch) == 0)
+        return;
     if (k->batch_invariant)
         goto rows;                      /* the row kernel: batch-1 summation order */
     if ((w->dtype == NA_DTYPE_F32 || w->dtype == NA_DTYPE_F16) &&

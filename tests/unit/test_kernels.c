@@ -35,6 +35,7 @@
 static na_rng_t rng;
 static na_kernels_t *ref_k, *cpu_k[2];   /* cpu with 1 and 2 threads */
 static int gemm_bf16;                     /* the cpu backend has the AVX512-BF16 GEMM */
+static int gemm_h16_any;                  /* F16/BF16 batches exact without batch_invariant */
 
 static float *falloc(size_t n)
 {
@@ -476,6 +477,76 @@ static void test_matmul_invariant(void)
         }
     for (t = 0; t < 2; t++)
         cpu_k[t]->batch_invariant = 0;
+}
+
+/* F16 / BF16 weights at batches 1..41 and 64, 131 (kernels/cpu/cpu_gemm_h16.c
+ * from batch 2 with AVX-512, 32 with AVX2; the row kernel below), with and
+ * without batch_invariant, 1 and 2 threads: every output bit-identical to
+ * the same row at batch 1, and within the tolerance of kernels/ref. Rows not
+ * multiples of the 4-row tiles nor of the tasks' split, columns with 8- and
+ * scalar tails, a row in two parts (4139 = 4096 + 32 + 8 + 3: the lanes
+ * kept between parts, and BF16's even/odd lanes put back before the tails),
+ * a panel of 48 rows (8195 columns) and rows shorter than one block; the
+ * long rows at a few batches (ASan builds run this too). */
+static void test_matmul_h16(void)
+{
+    /* shapes[s][2]: every batch (1), or 1-5, 12, 13, 41, 131 (the long rows) */
+    static const int shapes[][3] = { { 5, 33, 1 }, { 70, 300, 1 }, { 3, 7, 1 }, { 13, 4139, 0 },
+                                     { 53, 8195, 0 } };
+    static const na_dtype_t dts[] = { NA_DTYPE_F16, NA_DTYPE_BF16 };
+    int batches[43], nbat = 0, di, t, b, inv, bi;
+    size_t s;
+
+    for (b = 1; b <= 41; b++)
+        batches[nbat++] = b;
+    batches[nbat++] = 64;
+    batches[nbat++] = 131;
+    for (di = 0; di < 2; di++)
+        for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            int rows = shapes[s][0], cols = shapes[s][1];
+            void *buf;
+            na_tensor_t w = make_weight(dts[di], rows, cols, &buf);
+            float *x = falloc((size_t)131 * cols), *yb = falloc((size_t)131 * rows);
+            float *y1 = falloc((size_t)131 * rows);
+
+            na_rng_fill(&rng, x, (size_t)131 * cols, -1.0f, 1.0f);
+            for (t = 0; t < 2; t++) {
+                for (b = 0; b < 131; b++)      /* batch 1 of every input */
+                    NA_CHECK_OK(mm(cpu_k[t], y1 + (size_t)b * rows, x + (size_t)b * cols, &w,
+                                   1));
+                for (inv = 0; inv < 2; inv++) {
+                    cpu_k[t]->batch_invariant = inv;
+                    for (bi = 0; bi < nbat; bi++) {
+                        int bad = 0, nb = batches[bi];
+                        if (!shapes[s][2] && nb > 5 && nb != 12 && nb != 13 && nb != 41 &&
+                            nb != 131)
+                            continue;           /* the long rows: a few batches */
+                        if (!inv && dts[di] == NA_DTYPE_BF16 && gemm_bf16 &&
+                            nb >= NA_CPU_GEMM_BF16_MIN_BATCH)
+                            continue;           /* bf16 inputs (test_matmul) */
+                        memset(yb, 0xff, sizeof(float) * (size_t)nb * rows);
+                        NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, nb));
+                        for (b = 0; b < nb; b++)
+                            bad += memcmp(y1 + (size_t)b * rows, yb + (size_t)b * rows,
+                                          sizeof(float) * rows) != 0;
+                        /* without batch_invariant the AVX2 copy may take sgemm */
+                        NA_CHECK_MSG(bad == 0 || (!inv && !gemm_h16_any),
+                                     "matmul %s %dx%d batch %d threads %d invariant %d: %d "
+                                     "rows differ from batch 1", na_dtype_name(dts[di]), rows,
+                                     cols, nb, t + 1, inv, bad);
+                    }
+                }
+                cpu_k[t]->batch_invariant = 0;
+            }
+            free(y1);
+            free(yb);
+            free(x);
+            free(buf);
+            if (cols < 5000) {                  /* against kernels/ref */
+                check_matmul(dts[di], rows, cols, 5);
+                check_matmul(dts[di], rows, cols, 41);
+            }
+        }
 }
 
 /* ---- element-wise ops ---------------------------------------------------- */
@@ -1103,6 +1174,7 @@ int main(void)
         snprintf(isa, sizeof(isa), "%s%s%s", v4 ? "x86-64-v4" : "x86-64-v3",
                  vnni ? "+vnni" : "", bf16 ? "+bf16" : "");
         gemm_bf16 = bf16;
+        gemm_h16_any = v4;
         printf("cpu kernels: expect %s; Q8_0 GEMM: %s; BF16 GEMM: %s\n", isa,
                vnni ? "AVX512-VNNI" : "AVX2 maddubs",
                bf16 ? "AVX512-BF16" : "none (dequantise + sgemm)");
@@ -1127,6 +1199,7 @@ int main(void)
     test_matmul();
     test_matmul_batch_exact();
     test_matmul_invariant();
+    test_matmul_h16();
     test_q8_inputs();
     test_decode();
     test_prefill();
