@@ -195,7 +195,7 @@ int na_cli_bench_csd(const na_cli_bench_opts_t *o, const char *base, const char 
         return 1;
     }
     snprintf(xclbin, sizeof(xclbin), "%s/na_csd.xclbin", dir);
-    if ((st = na_csd_xclbin_write(xclbin)) != NA_OK ||
+    if ((st = na_xrt_xclbin_write(xclbin)) != NA_OK ||
         (st = na_bench_create("storage-csd", &b)) != NA_OK ||
         (st = na_bc_empty_launch(xclbin, 200, &empty_s)) != NA_OK ||
         (st = na_bc_run(dir, xclbin, ctx, &d, &step_s, &spread)) != NA_OK)

@@ -136,7 +136,7 @@ static void e2e_offload(na_engine_t *e, const char *dir, const na_cfg_t *rcfg, i
     memset(out, 0, sizeof(*out));
     if (rcfg != NULL ? na_asvc_remote_create(rcfg, &e->cfg, "c0", &svc) != NA_OK :
         (e2e_layout(dir, bif, threads, &cfg) != NA_OK ||
-         na_asvc_inproc_create(cfg, &e->cfg, &svc) != NA_OK)) {
+         na_inproc_create(cfg, &e->cfg, &svc) != NA_OK)) {
         fprintf(stderr, "bench e2e: %s\n", na_errmsg());
         na_cfg_destroy(cfg);
         return;

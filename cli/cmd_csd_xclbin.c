@@ -51,7 +51,7 @@ int na_cmd_csd_xclbin(int argc, char **argv)
     }
 #if NA_HAVE_XRT
     {
-        na_status_t st = na_csd_xclbin_write(out);
+        na_status_t st = na_xrt_xclbin_write(out);
         if (st != NA_OK)
             return na_cli_fail(cmd, st);
     }

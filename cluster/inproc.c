@@ -370,7 +370,7 @@ static const na_asvc_ops_t na_inproc_ops = {
     ip_open_prefix, ip_fetch,
 };
 
-na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
+na_status_t na_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                   na_asvc_t **s_p)
 {
     na_slotset_spec_t spec;

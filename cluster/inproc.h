@@ -12,7 +12,7 @@
 /* Slots from the layout (KV directory, DRAM/SSD budgets, kv.* settings
  * including kv.tier, engine, partition). Fails with the slot's error
  * (directory, budget, an engine not built). */
-na_status_t na_asvc_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
+na_status_t na_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
                                   na_asvc_t **s_p);
 
 #endif /* NA_CLUSTER_INPROC_H */

@@ -158,7 +158,7 @@ na_status_t na_cluster_create(const na_cluster_opts_t *o, na_engine_t *e, na_clu
             if (st != NA_OK)
                 goto err_destroy;
         }
-        st = na_asvc_inproc_create(c->cfg, &e->cfg, &c->svc);
+        st = na_inproc_create(c->cfg, &e->cfg, &c->svc);
     } else {
         if (!strcmp(mode, "start")) {
             na_nodes_opts_t no = { o->config_path, o->exe, o->private_run, o->stop,

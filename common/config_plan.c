@@ -77,7 +77,7 @@ static void na_cfg_print_tokens(FILE *f, double tokens)
 
 int na_cfg_engine_built(na_cfg_engine_t e)
 {
-    return na_engine_built((int)e);      /* common/engines.c: the registry */
+    return na_engines_has((int)e);      /* common/engines.c: the registry */
 }
 
 int na_cfg_compute_dev_built(na_cfg_compute_dev_t d)
@@ -87,7 +87,7 @@ int na_cfg_compute_dev_built(na_cfg_compute_dev_t d)
 
 const char *na_cfg_built_engines(void)
 {
-    return na_engines_built();
+    return na_engines_list();
 }
 
 const char *na_cfg_local_compute_backend(const na_cfg_t *cfg, char *buf, size_t cap)

@@ -113,7 +113,7 @@ static const na_cfg_charset_t na_cfg_tls_chars = {
 
 static const char *const na_cfg_kv_dtype_names[] = { "f32", "f16", "bf16", NULL };
 static const char *const na_cfg_device_names[]   = { "cpu", "cuda", NULL };
-#define na_cfg_engine_names na_engine_names   /* common/engines.h: the one list */
+#define na_cfg_engine_names na_engines_names   /* common/engines.h: the one list */
 static const char *const na_cfg_partition_names[] = { "request", "head", NULL };
 static const char *const na_cfg_pipe_names[]     = { "fixed", "rotational", NULL };
 static const char *const na_cfg_tier_names[]     = { "auto", "dram", "ssd", NULL };
@@ -795,7 +795,7 @@ void na_cfg_schema_foreach(void (*fn)(const char *key, void *ctx), void *ctx)
 
 const char *na_cfg_engine_name(na_cfg_engine_t e)
 {
-    return (unsigned)e < NA_ENGINE_COUNT ? na_engine_names[e] : "?";
+    return (unsigned)e < NA_ENGINE_COUNT ? na_engines_names[e] : "?";
 }
 
 const char *na_cfg_compute_dev_name(na_cfg_compute_dev_t d)

@@ -21,7 +21,7 @@
  *           transport (rdma/transport.h, common/wire.h), request- or
  *           head-level partition over nodes (each node places the request on
  *           its own device slots);
- *   inproc  (cluster/inproc.c, na_asvc_inproc_create in cluster/inproc.h)
+ *   inproc  (cluster/inproc.c, na_inproc_create in cluster/inproc.h)
  *           the storage node's slot set in this process, driven directly: the same
  *           KV store and attention engines without a network, for fast
  *           deterministic tests of the scheduler and as a one-process mode. */

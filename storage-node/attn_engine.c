@@ -6,7 +6,7 @@
 #include "common/engines.h"
 #include "storage-node/attn_engine.h"
 
-/* Indexed by na_engine_id_t; NULL = not built (must agree with the registry). */
+/* Indexed by na_engines_id_t; NULL = not built (must agree with the registry). */
 static const na_attn_engine_ops_t *const na_attn_impl[NA_ENGINE_COUNT] = {
     [NA_ENGINE_CPU] = &na_attn_cpu_ops,
 #if NA_HAVE_CSD_ENGINE
@@ -41,8 +41,8 @@ int na_attn_engine_has(int id)
 na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
                                   const na_attn_engine_cfg_t *cfg, na_attn_engine_t **e_p)
 {
-    na_status_t st = na_engine_check(kind);
-    int id = na_engine_find(kind);
+    na_status_t st = na_engines_check(kind);
+    int id = na_engines_find(kind);
 
     if (st != NA_OK)
         return st;

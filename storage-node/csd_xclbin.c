@@ -69,7 +69,7 @@ static int na_csd_xml(char *buf, size_t cap)
     return (int)n;
 }
 
-na_status_t na_csd_xclbin_write(const char *path)
+na_status_t na_xrt_xclbin_write(const char *path)
 {
     enum { N_SEC = 4 };
     char xml[8192];

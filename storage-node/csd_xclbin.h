@@ -34,6 +34,6 @@ enum {
 };
 
 /* Write the metadata-only xclbin to path (created or truncated). */
-na_status_t na_csd_xclbin_write(const char *path);
+na_status_t na_xrt_xclbin_write(const char *path);
 
 #endif /* NA_CSD_XCLBIN_H */

@@ -379,7 +379,7 @@ int main(int argc, char **argv)
 
     if (cfg != NULL && !strcmp(mode, "inproc")) {
         na_asvc_t *svc = NULL;
-        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         if (svc != NULL)
             run_all(e, svc, ref, "inproc");
     } else if (cfg != NULL && !strcmp(mode, "remote")) {

@@ -145,7 +145,7 @@ static void test_prefix(const char *path)
         NA_CHECK_OK(load_layout(&pv[k], 900 + k, &cfg));
         if (cfg == NULL)
             continue;
-        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         for (i = 0; i < N_REQ; i++)
             NA_CHECK_OK(na_request_create(e, i, toks[i], 45, MAX_NEW, &sc, &got[i]));
         memset(&oo, 0, sizeof(oo));
@@ -223,7 +223,7 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         NA_CHECK_OK(load_layout(v, idx++, &cfg));
         if (cfg == NULL)
             continue;
-        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         make_requests(e, got, m->cfg.vocab_size, m->cfg.seq_len);
         memset(&oo, 0, sizeof(oo));
         oo.max_batch = v->max_batch;
@@ -274,7 +274,7 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         oo.xcache = 1;
         oo.xcache_share = 1.0;
         NA_CHECK_OK(load_layout(&vs[0], idx++, &cfg));
-        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         make_requests(e, got, m->cfg.vocab_size, m->cfg.seq_len);
         NA_CHECK(na_offload_generate(e, svc, got, N_REQ, &oo, NULL) == NA_ERR_UNSUPPORTED);
         NA_CHECK(strstr(na_errmsg(), "GQA") != NULL);
@@ -358,7 +358,7 @@ static void test_interleave(const char *path)
     for (w = 0; w < 2; w++) {
         na_off_stats_t os;
         int want = weighted_steps(&m->cfg, len, 2, 8);
-        NA_CHECK_OK(na_asvc_inproc_create(cfg, &m->cfg, &svc));
+        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         memset(&oo, 0, sizeof(oo));
         oo.max_batch = 2;
         oo.batches_in_flight = 1;

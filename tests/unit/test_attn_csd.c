@@ -336,7 +336,7 @@ int main(void)
     if (na_test_tmpdir(g_dir, sizeof(g_dir)) != 0)
         return 1;
     snprintf(g_xclbin, sizeof(g_xclbin), "%s/na_csd.xclbin", g_dir);
-    NA_CHECK_OK(na_csd_xclbin_write(g_xclbin));
+    NA_CHECK_OK(na_xrt_xclbin_write(g_xclbin));
 
     for (i = 0; i < 4; i++) {
         match_case(2, groups[i], 64, 0, 8u << 20, 3, 37);

@@ -83,20 +83,20 @@ static void test_registry(void)
     int id;
 
     for (id = 0; id < NA_ENGINE_COUNT; id++) {
-        NA_CHECK(na_engine_find(na_engine_names[id]) == id);
-        NA_CHECK_MSG(na_engine_built(id) == na_attn_engine_has(id),
+        NA_CHECK(na_engines_find(na_engines_names[id]) == id);
+        NA_CHECK_MSG(na_engines_has(id) == na_attn_engine_has(id),
                      "engine %s: registry says built %d, the engine table %d",
-                     na_engine_names[id], na_engine_built(id), na_attn_engine_has(id));
+                     na_engines_names[id], na_engines_has(id), na_attn_engine_has(id));
     }
-    NA_CHECK(!strcmp(na_engines_built(), BUILT_LIST));
-    NA_CHECK_OK(na_engine_check("cpu"));
+    NA_CHECK(!strcmp(na_engines_list(), BUILT_LIST));
+    NA_CHECK_OK(na_engines_check("cpu"));
 #ifdef UNBUILT
-    NA_CHECK(na_engine_check(UNBUILT) == NA_ERR_UNSUPPORTED);
+    NA_CHECK(na_engines_check(UNBUILT) == NA_ERR_UNSUPPORTED);
     NA_CHECK_MSG(strstr(na_errmsg(), "'" UNBUILT "' is not built") &&
                  strstr(na_errmsg(), "built: " BUILT_LIST),
                  "message: %s", na_errmsg());
 #endif
-    NA_CHECK(na_engine_check("warp") == NA_ERR_NOT_FOUND);
+    NA_CHECK(na_engines_check("warp") == NA_ERR_NOT_FOUND);
     NA_CHECK_MSG(strstr(na_errmsg(), "'warp' is unknown") && strstr(na_errmsg(), "cpu, cuda, csd"),
                  "message: %s", na_errmsg());
 
@@ -294,10 +294,10 @@ static void test_f32_placement(void)
     mc.n_layers = 2;
     mc.n_heads = mc.n_kv_heads = 2;
     mc.head_dim = 64;
-    NA_CHECK_OK(na_asvc_inproc_create(c16, &mc, &svc));
+    NA_CHECK_OK(na_inproc_create(c16, &mc, &svc));
     NA_CHECK_OK(na_asvc_open(svc, 1, tokens));          /* f16: fits */
     na_asvc_destroy(svc);
-    NA_CHECK_OK(na_asvc_inproc_create(c32, &mc, &svc));
+    NA_CHECK_OK(na_inproc_create(c32, &mc, &svc));
     NA_CHECK(na_asvc_open(svc, 1, tokens) == NA_ERR_RANGE);     /* f32: twice the bytes */
     NA_CHECK_MSG(strstr(na_errmsg(), "(1572864 bytes)") != NULL, "message: %s", na_errmsg());
     NA_CHECK_OK(na_asvc_open(svc, 2, 1000));
