@@ -279,15 +279,14 @@ static na_status_t ip_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
         run->owner[run->n++] = i;
     }
     st = na_slotset_batch_begin(p->ss, &run->b);
-    if (st == NA_OK)
-        st = na_slotset_batch_add(p->ss, run->b, run->rq, run->ae, run->n);
+    if (st == NA_OK)        /* closed here: a small entry runs on this thread */
+        st = na_slotset_batch_add_close(p->ss, run->b, run->rq, run->ae, run->n);
     if (st != NA_OK) {
         if (run->b != NULL)
             na_slotset_batch_wait(p->ss, run->b);
         run->b = NULL;
         return st;
     }
-    na_slotset_batch_close(p->ss, run->b);
     run->seq = ++p->seq;
     run->e = e;
     run->t0 = na_now_s();
