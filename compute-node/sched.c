@@ -135,13 +135,13 @@ static int na_sched_fault_key(void *arg, const char *key, const char *val, char 
     unsigned long long v;
 
     if (strcmp(key, "op_ms") != 0) {
-        snprintf(err, errlen, "NA_FAULTS compute: unknown key '%s' (op_ms)", key);
+        snprintf(err, errlen, "unknown key '%s' (op_ms)", key);
         return -1;
     }
     if (na_faults_u64(key, val, &v, err, errlen) != 0)
         return -1;
     if (v > 60000) {
-        snprintf(err, errlen, "NA_FAULTS compute: op_ms %llu is more than 60000", v);
+        snprintf(err, errlen, "op_ms %llu is more than 60000", v);
         return -1;
     }
     *(int *)arg = (int)v;
