@@ -450,6 +450,17 @@ longctx)
     cmp -s "$DIR/lc270.out" "$DIR/lcslow.out" ||
         fail "longctx: the slow compute node gives another text"
     echo "ok: a compute node slower than peer_timeout_ms between messages is kept ($(sed -n 's/^time split: wall \([0-9.]*\) s.*/\1/p' "$DIR/lcslow.err") s run)"
+    # a bad compute fault spec is refused in one line before anything runs
+    for spec in compute:foo=1 compute:op_ms=70000 compute:op_ms=x; do
+        env NA_FAULTS="$spec" timeout $((60 * NA_TS)) "$BIN" run --config "$L" --cluster inproc \
+            --prompt hi -n 2 --temp 0 >"$DIR/badf.out" 2>"$DIR/badf.err" </dev/null
+        rc=$?
+        [ $rc -ne 0 ] && [ "$(wc -l <"$DIR/badf.err")" -eq 1 ] &&
+            grep -q "NA_FAULTS compute: " "$DIR/badf.err" &&
+            ! grep -q "NA_FAULTS compute: NA_FAULTS" "$DIR/badf.err" ||
+            fail "longctx: NA_FAULTS=$spec: exit $rc, stderr $(cat "$DIR/badf.err")"
+    done
+    echo "ok: bad NA_FAULTS compute specs refused in one line"
     ;;
 prefix)
     base="Once upon a time there was a little girl named Lily who loved to play in the park"
