@@ -5,8 +5,10 @@
  *   device-to-device copy of 256 MiB (ops->copy = cudaMemcpyAsync D2D),
  *     GB/s counting read + write bytes (as STREAM copy)           the limit
  *   decode attention, f16 KV, GQA 32 q / 8 kv heads, head_dim 128, contexts
- *     1K..64K, batch 1..64 (one attn_decode per request, each on its own KV
- *     slice of a >= 512 MiB pool): GB/s of K+V read vs the copy
+ *     1K..64K, batch 1..64 (batch 1: attn_decode; more: one batched launch
+ *     for all, as the GPU attention engine runs a layer; each request on its
+ *     own KV slice of a >= 512 MiB pool): GB/s of K+V read vs the copy, for
+ *     the tile kernel and again for the warp kernel (NA_CUDA_ATTN_KERNEL=warp)
  *   matmul 4096x4096 (2048 with --quick), batch 1/8/64/512, F32/F16/BF16/
  *     Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K weights: TFLOP/s beside the
  *     plain cublasSgemm of the same shape (the F32 op is exactly that call);
@@ -42,6 +44,7 @@
 
 #define NA_BKC_GROUPS  7
 #define NA_BKC_COPY    ((size_t)256 << 20)
+#define NA_BKC_ATTN_MAXB 64
 
 typedef na_status_t (*na_bkc_fn)(void *ctx, int rep);
 
@@ -118,24 +121,31 @@ typedef struct {
     int           ctx, batch, n_heads, n_kv, hd;
 } na_bkc_attn_t;
 
+/* batch > 1: one batched launch for all requests (na_kernels_cuda_attn_decode_batch,
+ * as the GPU attention engine runs a layer's entries), batch 1: attn_decode. */
 static na_status_t na_bkc_attn_call(void *ctx, int rep)
 {
     na_bkc_attn_t *a = ctx;
     size_t row = (size_t)a->n_kv * a->hd * 2, half = a->pool_tokens * row, qb;
     size_t slices = a->pool_tokens / (size_t)a->ctx;
-    na_status_t st = NA_OK;
+    na_kbuf_t v[4 * NA_BKC_ATTN_MAXB];
+    na_kcuda_attn_req_t rq[NA_BKC_ATTN_MAXB];
     int i;
     qb = (size_t)a->n_heads * a->hd * sizeof(float);
-    for (i = 0; i < a->batch && st == NA_OK; i++) {
+    for (i = 0; i < a->batch; i++) {
         size_t s = ((size_t)rep * a->batch + i) % slices, off = s * a->ctx * row;
-        na_kbuf_t kc = na_kbuf_view(a->pool, off, (size_t)a->ctx * row);
-        na_kbuf_t vc = na_kbuf_view(a->pool, half + off, (size_t)a->ctx * row);
-        na_kbuf_t q = na_kbuf_view(a->q, (size_t)i * qb, qb);
-        na_kbuf_t o = na_kbuf_view(a->out, (size_t)i * qb, qb);
-        st = a->k->ops->attn_decode(a->k, &o, &q, &kc, &vc, NA_DTYPE_F16, a->ctx, a->n_heads,
-                                    a->n_kv, a->hd);
+        v[4 * i + 0] = na_kbuf_view(a->out, (size_t)i * qb, qb);
+        v[4 * i + 1] = na_kbuf_view(a->q, (size_t)i * qb, qb);
+        v[4 * i + 2] = na_kbuf_view(a->pool, off, (size_t)a->ctx * row);
+        v[4 * i + 3] = na_kbuf_view(a->pool, half + off, (size_t)a->ctx * row);
+        rq[i] = (na_kcuda_attn_req_t){ &v[4 * i], &v[4 * i + 1], &v[4 * i + 2], &v[4 * i + 3],
+                                       a->ctx };
     }
-    return st;
+    if (a->batch == 1)
+        return a->k->ops->attn_decode(a->k, &v[0], &v[1], &v[2], &v[3], NA_DTYPE_F16, a->ctx,
+                                      a->n_heads, a->n_kv, a->hd);
+    return na_kernels_cuda_attn_decode_batch(a->k, rq, a->batch, NA_DTYPE_F16, a->n_heads,
+                                             a->n_kv, a->hd);
 }
 
 static na_status_t na_bkc_attention(na_kernels_t *k, na_bench_t *b, int quick, double copy)
@@ -145,7 +155,7 @@ static na_status_t na_bkc_attention(na_kernels_t *k, na_bench_t *b, int quick, d
     size_t row = (size_t)a.n_kv * a.hd * 2;
     na_status_t st;
     char name[96];
-    int c, bi, n_ctx = quick ? 2 : 4, n_b = quick ? 2 : 3;
+    int c, bi, kern, n_ctx = quick ? 2 : 4, n_b = quick ? 2 : 3;
 
     a.pool_tokens = (size_t)(quick ? 256 : 1024) << 10;   /* 1 / 4 GiB of K+V */
     if ((st = na_bkc_buf(k, 2 * a.pool_tokens * row, &a.pool)) != NA_OK ||
@@ -153,19 +163,26 @@ static na_status_t na_bkc_attention(na_kernels_t *k, na_bench_t *b, int quick, d
         (st = k->ops->buf_alloc(k, (size_t)64 * a.n_heads * a.hd * sizeof(float),
                                 NA_KMEM_DEVICE, &a.out)) != NA_OK)
         goto out;
-    for (c = 0; c < n_ctx && st == NA_OK; c++)
-        for (bi = 0; bi < n_b && st == NA_OK; bi++) {
-            double med = 0, spread = 0, bytes;
-            a.ctx = ctxs[c];
-            a.batch = batches[bi];
-            st = na_bkc_time(k, na_bkc_attn_call, &a, 20, &med, &spread);
-            bytes = 2.0 * (double)a.ctx * (double)row * a.batch;
-            snprintf(name, sizeof(name), "cuda attn_decode f16 32q/8kv/128 ctx=%dK batch=%d",
-                     a.ctx / 1024, a.batch);
-            if (st == NA_OK)
-                st = na_bench_add(b, name, bytes / med / 1e9, "GB/s", spread,
-                                  "cuda D2D copy (same run)", copy);
-        }
+    /* the tile kernel (the default), then the one-token-a-warp kernel it
+     * replaced (NA_CUDA_ATTN_KERNEL=warp), both against the copy */
+    for (kern = 0; kern < 2 && st == NA_OK; kern++)
+        for (c = 0; c < n_ctx && st == NA_OK; c++)
+            for (bi = 0; bi < n_b && st == NA_OK; bi++) {
+                double med = 0, spread = 0, bytes;
+                a.ctx = ctxs[c];
+                a.batch = batches[bi];
+                if (kern == 1)
+                    setenv("NA_CUDA_ATTN_KERNEL", "warp", 1);
+                st = na_bkc_time(k, na_bkc_attn_call, &a, 20, &med, &spread);
+                if (kern == 1)
+                    unsetenv("NA_CUDA_ATTN_KERNEL");
+                bytes = 2.0 * (double)a.ctx * (double)row * a.batch;
+                snprintf(name, sizeof(name), "cuda attn_decode f16 32q/8kv/128 ctx=%dK batch=%d%s",
+                         a.ctx / 1024, a.batch, kern ? " (warp kernel)" : "");
+                if (st == NA_OK)
+                    st = na_bench_add(b, name, bytes / med / 1e9, "GB/s", spread,
+                                      "cuda D2D copy (same run)", copy);
+            }
 out:
     k->ops->buf_free(k, a.out);
     k->ops->buf_free(k, a.q);

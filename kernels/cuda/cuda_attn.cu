@@ -13,14 +13,21 @@
  * the splits by log-sum-exp. Scores are dot * (1/sqrt(head_dim)) as in
  * kernels/ref/ref_attn.c.
  *
- * Batched decode (na_cu_attn_batch; UNVERIFIED: compiled, never run on a
- * GPU): the same kernels with grid z = request, each block reading its
+ * That is na_cu_attn_k, the one-token-a-warp kernel (f32 K/V and the other
+ * head sizes); f16 / bf16 K/V with head_dim 64, 128 or 256 take
+ * na_cu_att2_k, the same grid with a tile of 32 tokens a warp (below).
+ *
+ * Batched decode (na_cu_attn_batch; first run on an H200, 2026-11-27,
+ * against kernels/ref in test_cuda_ops): the same kernels with grid z = request, each block reading its
  * request's q/out/K/V pointers and context length from a descriptor array,
  * so one launch (+ one merge) serves every request of a layer; the splits
  * are planned for the longest context, and a split past a request's
  * context leaves an empty partial (m = -inf) the merge ignores. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_launch.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define NA_CU_ATTN_WARPS   4
 #define NA_CU_ATTN_MIN_LEN 64     /* tokens per split at least */
@@ -188,10 +195,191 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
     }
 }
 
-/* One block per (row, head): fold the splits' (m, l, acc) into out. Batched:
- * y = request (its out, its part of the scratch), x = head. */
+/* ---- the token-tile kernel (f16 / bf16 K/V, head_dim 64, 128 or 256) ------
+ * The same grid, blocks and partials as na_cu_attn_k, but a warp takes a
+ * tile of 32 tokens per step instead of one: lane l scores token t0 + l for
+ * every query head of the group (its K row read with 16-byte loads, q from
+ * shared memory, read by all lanes at once), the online softmax is updated
+ * once per tile and head (one warp max, one rescale: not per token), in the
+ * log2 domain (exp2f, the scale and log2(e) folded into q), and the tile's
+ * weights p go through shared memory to the V pass, where LR = head_dim / 8
+ * lanes cover one V row with 16-byte loads (32 / LR rows per step; the rows'
+ * partial sums joined by shuffles at the end). Each K/V row is read once
+ * per GQA group, as before. A block writes (m, l, acc) with m in the log2
+ * domain; na_cu_attn_merge_k takes that form when log2 is set. */
+#define NA_CU_ATT2_TILE 32
+
+template <int DT>
+static __device__ __forceinline__ void na_cu_att2_load8(float (&o)[8], const void *base, size_t i0,
+                                                        bool aligned)
+{
+    const unsigned short *p = static_cast<const unsigned short *>(base) + i0;
+    if (aligned) {
+        uint4 u = *reinterpret_cast<const uint4 *>(p);
+        unsigned w[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            unsigned short lo = (unsigned short)(w[e] & 0xffffu), hi = (unsigned short)(w[e] >> 16);
+            o[2 * e] = DT == NA_CU_F16 ? na_cu_h2f(lo) : na_cu_bf2f(lo);
+            o[2 * e + 1] = DT == NA_CU_F16 ? na_cu_h2f(hi) : na_cu_bf2f(hi);
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        o[e] = DT == NA_CU_F16 ? na_cu_h2f(p[e]) : na_cu_bf2f(p[e]);
+}
+
+template <int DT, int G, int HD>
+__global__ void __launch_bounds__(32 * NA_CU_ATTN_WARPS)
+na_cu_att2_k(float *out, const float *q, const void *kc, const void *vc, na_cu_attn_shape_t s,
+             float *scratch, const na_cu_attn_req_t *reqs)
+{
+    constexpr int LR = HD / 8;                 /* lanes per V row */
+    constexpr int RPS = 32 / LR;               /* V rows per step */
+    constexpr int NC = HD / 8;                 /* 16-byte chunks per K row */
+    if (reqs != NULL) {                        /* batched decode: request blockIdx.z */
+        const na_cu_attn_req_t *r = reqs + blockIdx.z;
+        out = r->out;
+        q = r->q;
+        kc = r->k;
+        vc = r->v;
+        s.ctx0 = r->ctx - 1;                   /* ctx 0: no tokens, zeros */
+        scratch += (size_t)blockIdx.z * (size_t)s.n_heads * (size_t)s.n_splits *
+                   (size_t)(HD + 2);
+    }
+    __shared__ __align__(16) float sm_q[G][HD];
+    __shared__ float sm_p[NA_CU_ATTN_WARPS][G][NA_CU_ATT2_TILE];
+    __shared__ float sm_m[NA_CU_ATTN_WARPS][G], sm_l[NA_CU_ATTN_WARPS][G];
+    __shared__ float sm_acc[NA_CU_ATTN_WARPS][G][HD];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int group = s.n_heads / s.n_kv_heads, n_hg = (group + G - 1) / G;
+    int n_hb = s.n_kv_heads * n_hg, hb = blockIdx.x % n_hb;
+    int kvh = hb / n_hg, hg = hb % n_hg;
+    int row = blockIdx.x / n_hb, split = blockIdx.y;
+    int h0 = kvh * group + hg * G;
+    int ng = group - hg * G < G ? group - hg * G : G;
+    int ctx = s.ctx0 + row + 1;
+    int t0 = split * s.split_len;
+    int t1 = t0 + s.split_len < ctx ? t0 + s.split_len : ctx;
+    size_t kvs = (size_t)s.n_kv_heads * HD;
+    bool aligned = (((uintptr_t)kc | (uintptr_t)vc) % 16) == 0;
+    const float qs = 1.4426950408889634f / sqrtf((float)HD);   /* log2(e) / sqrt(hd) */
+    int sub = lane / LR, cix = lane % LR;
+    float acc[G][8], m[G], l[G];
+
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        int g = i / HD, e = i % HD;
+        sm_q[g][e] = g < ng ? q[((size_t)row * s.n_heads + (size_t)(h0 + g)) * HD + (size_t)e] * qs
+                            : 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            acc[g][e] = 0.0f;
+    }
+    __syncthreads();
+    for (int tb = t0 + warp * NA_CU_ATT2_TILE; tb < t1; tb += NA_CU_ATTN_WARPS * NA_CU_ATT2_TILE) {
+        int t = tb + lane, nt = t1 - tb < NA_CU_ATT2_TILE ? t1 - tb : NA_CU_ATT2_TILE;
+        float sc[G];
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            sc[g] = 0.0f;
+        if (t < t1) {                          /* this lane's token: its scores */
+            size_t off = (size_t)t * kvs + (size_t)kvh * HD;
+#pragma unroll 4
+            for (int c = 0; c < NC; c++) {
+                float kr[8];
+                na_cu_att2_load8<DT>(kr, kc, off + (size_t)c * 8, aligned);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float4 a = *reinterpret_cast<const float4 *>(&sm_q[g][c * 8]);
+                    float4 b = *reinterpret_cast<const float4 *>(&sm_q[g][c * 8 + 4]);
+                    sc[g] += a.x * kr[0] + a.y * kr[1] + a.z * kr[2] + a.w * kr[3] +
+                             b.x * kr[4] + b.y * kr[5] + b.z * kr[6] + b.w * kr[7];
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {          /* one softmax update per tile */
+            float v = t < t1 ? sc[g] : -INFINITY;
+            float mn = fmaxf(m[g], na_cu_warp_max(v));   /* finite: lane 0's token is in */
+            float a = exp2f(m[g] - mn);                  /* m = -inf: 0 */
+            float p = exp2f(v - mn);                     /* v = -inf: 0 */
+            l[g] = l[g] * a + p;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                acc[g][e] *= a;
+            m[g] = mn;
+            sm_p[warp][g][lane] = p;
+        }
+        __syncwarp();
+        for (int j = sub; j < nt; j += RPS) {  /* V rows: LR lanes a row */
+            float vr[8];
+            na_cu_att2_load8<DT>(vr, vc, (size_t)(tb + j) * kvs + (size_t)kvh * HD +
+                                         (size_t)cix * 8, aligned);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float p = sm_p[warp][g][j];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    acc[g][e] = fmaf(p, vr[e], acc[g][e]);
+            }
+        }
+        __syncwarp();
+    }
+    /* the rows' partial sums of each chunk, then the warps */
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int o = LR; o < 32; o <<= 1)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+        float ls = na_cu_warp_sum(l[g]);
+        if (lane == 0) {
+            sm_m[warp][g] = m[g];
+            sm_l[warp][g] = ls;
+        }
+        if (sub == 0)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                sm_acc[warp][g][cix * 8 + e] = acc[g][e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < ng * HD; idx += blockDim.x) {
+        int g = idx / HD, i = idx % HD;
+        float mm = -INFINITY, ll = 0.0f, aa = 0.0f;
+        for (int w = 0; w < NA_CU_ATTN_WARPS; w++)
+            mm = fmaxf(mm, sm_m[w][g]);
+        if (mm != -INFINITY)
+            for (int w = 0; w < NA_CU_ATTN_WARPS; w++) {
+                float f = exp2f(sm_m[w][g] - mm);
+                ll += sm_l[w][g] * f;
+                aa += sm_acc[w][g][i] * f;
+            }
+        size_t oh = (size_t)row * s.n_heads + (size_t)(h0 + g);
+        if (s.n_splits == 1) {
+            out[oh * HD + (size_t)i] = ll > 0.0f ? aa / ll : 0.0f;
+        } else {
+            float *p = scratch + (oh * (size_t)s.n_splits + (size_t)split) * (size_t)(HD + 2);
+            if (i == 0) {
+                p[0] = mm;
+                p[1] = ll;
+            }
+            p[2 + i] = aa;
+        }
+    }
+}
+
+/* One block per (row, head): fold the splits' (m, l, acc) into out (m in the
+ * log2 domain when log2dom: na_cu_att2_k's partials). Batched: y = request
+ * (its out, its part of the scratch), x = head. */
 __global__ void na_cu_attn_merge_k(float *out, const float *scratch, int n_splits, int hd,
-                                   const na_cu_attn_req_t *reqs, int n_heads)
+                                   const na_cu_attn_req_t *reqs, int n_heads, bool log2dom)
 {
     size_t oh = blockIdx.x;
     if (reqs != NULL) {
@@ -207,7 +395,7 @@ __global__ void na_cu_attn_merge_k(float *out, const float *scratch, int n_split
         if (mm != -INFINITY)
             for (int sp = 0; sp < n_splits; sp++) {
                 const float *p = p0 + (size_t)sp * (hd + 2);
-                float f = expf(p[0] - mm);
+                float f = log2dom ? exp2f(p[0] - mm) : expf(p[0] - mm);
                 ll += p[1] * f;
                 aa += p[2 + i] * f;
             }
@@ -234,17 +422,34 @@ static unsigned na_cu_attn_heads(const na_cu_attn_shape_t *s)
     return (unsigned)(s->n_kv_heads * ((group + g - 1) / g));
 }
 
-/* n_req requests of this shape in one launch (1: the single kernel). */
+/* The token-tile kernel takes s (f16 / bf16 K/V, head_dim 64, 128 or 256),
+ * unless NA_CUDA_ATTN_KERNEL=warp asks for the one-token-a-warp kernel (the
+ * A/B of bench kernels --backend cuda). Plan and launch ask the same. */
+static bool na_cu_attn_tile(const na_cu_attn_shape_t *s)
+{
+    const char *e = getenv("NA_CUDA_ATTN_KERNEL");
+    if (e != NULL && strcmp(e, "warp") == 0)
+        return false;
+    return (s->kv_dtype == NA_CU_F16 || s->kv_dtype == NA_CU_BF16) &&
+           (s->head_dim == 64 || s->head_dim == 128 || s->head_dim == 256);
+}
+
+/* n_req requests of this shape in one launch (1: the single kernel). The
+ * tile kernel's blocks take 4 x 32 tokens a step: splits of at least that,
+ * and twice the blocks (they hold fewer registers a token). */
 static int na_cu_attn_plan_n(na_cu_attn_shape_t *s, int n_req, int n_sm)
 {
-    long base, target = 4L * (n_sm > 0 ? n_sm : 132), max_ctx = (long)s->ctx0 + s->n_rows;
-    long splits, by_len;
+    long base, target, max_ctx = (long)s->ctx0 + s->n_rows;
+    long splits, by_len, min_len;
     if (s->head_dim <= 0 || s->head_dim > 256 || s->n_kv_heads <= 0 || s->n_rows <= 0 ||
         s->n_heads % s->n_kv_heads != 0 || n_req < 1)
         return -1;
+    bool tile = na_cu_attn_tile(s);
+    target = (tile ? 8L : 4L) * (n_sm > 0 ? n_sm : 132);
+    min_len = tile ? (long)NA_CU_ATTN_WARPS * NA_CU_ATT2_TILE : NA_CU_ATTN_MIN_LEN;
     base = (long)s->n_rows * (long)na_cu_attn_heads(s) * (long)n_req;
     splits = (target + base - 1) / base;
-    by_len = (max_ctx + NA_CU_ATTN_MIN_LEN - 1) / NA_CU_ATTN_MIN_LEN;
+    by_len = (max_ctx + min_len - 1) / min_len;
     if (splits > by_len)
         splits = by_len;
     if (splits > 65535)
@@ -303,12 +508,42 @@ static void na_cu_attn_g_launch(dim3 grid, cudaStream_t st, float *out, const fl
     }
 }
 
-/* The kernel for dtype s->kv_dtype. */
+template <int DT, int G>
+static void na_cu_att2_hd_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
+                                 const void *kc, const void *vc, const na_cu_attn_shape_t *s,
+                                 float *scratch, const na_cu_attn_req_t *rq)
+{
+    unsigned thr = 32 * NA_CU_ATTN_WARPS;
+    switch (s->head_dim) {
+    case 64:  na_cu_att2_k<DT, G, 64><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, scratch, rq); break;
+    case 128: na_cu_att2_k<DT, G, 128><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, scratch, rq); break;
+    default:  na_cu_att2_k<DT, G, 256><<<grid, thr, 0, st>>>(out, q, kc, vc, *s, scratch, rq); break;
+    }
+}
+
+template <int DT>
+static void na_cu_att2_g_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
+                                const void *kc, const void *vc, const na_cu_attn_shape_t *s,
+                                float *scratch, const na_cu_attn_req_t *rq)
+{
+    switch (na_cu_attn_g(s)) {
+    case 1:  na_cu_att2_hd_launch<DT, 1>(grid, st, out, q, kc, vc, s, scratch, rq); break;
+    case 2:  na_cu_att2_hd_launch<DT, 2>(grid, st, out, q, kc, vc, s, scratch, rq); break;
+    case 4:  na_cu_att2_hd_launch<DT, 4>(grid, st, out, q, kc, vc, s, scratch, rq); break;
+    default: na_cu_att2_hd_launch<DT, 8>(grid, st, out, q, kc, vc, s, scratch, rq); break;
+    }
+}
+
+/* The kernel for dtype s->kv_dtype (the tile kernel where it takes s). */
 static void na_cu_attn_dt_launch(dim3 grid, cudaStream_t st, float *out, const float *q,
                                  const void *kc, const void *vc, const na_cu_attn_shape_t *s,
                                  bool vec, float *scratch, const na_cu_attn_req_t *rq)
 {
-    if (s->kv_dtype == NA_CU_F16)
+    if (na_cu_attn_tile(s) && s->kv_dtype == NA_CU_F16)
+        na_cu_att2_g_launch<NA_CU_F16>(grid, st, out, q, kc, vc, s, scratch, rq);
+    else if (na_cu_attn_tile(s))
+        na_cu_att2_g_launch<NA_CU_BF16>(grid, st, out, q, kc, vc, s, scratch, rq);
+    else if (s->kv_dtype == NA_CU_F16)
         na_cu_attn_g_launch<NA_CU_F16>(grid, st, out, q, kc, vc, s, vec, scratch, rq);
     else if (s->kv_dtype == NA_CU_BF16)
         na_cu_attn_g_launch<NA_CU_BF16>(grid, st, out, q, kc, vc, s, vec, scratch, rq);
@@ -330,7 +565,7 @@ extern "C" int na_cu_attn(void *stream, float *out, const float *q, const void *
     if (e != 0 || s->n_splits == 1)
         return e;
     na_cu_attn_merge_k<<<(unsigned)(s->n_rows * s->n_heads), 128, 0, st>>>(
-        out, scratch, s->n_splits, s->head_dim, NULL, s->n_heads);
+        out, scratch, s->n_splits, s->head_dim, NULL, s->n_heads, na_cu_attn_tile(s));
     return (int)cudaGetLastError();
 }
 
@@ -347,6 +582,6 @@ extern "C" int na_cu_attn_batch(void *stream, const na_cu_attn_req_t *reqs, int 
     if (e != 0 || s->n_splits == 1)
         return e;
     na_cu_attn_merge_k<<<dim3((unsigned)s->n_heads, (unsigned)n_req), 128, 0, st>>>(
-        NULL, scratch, s->n_splits, s->head_dim, reqs, s->n_heads);
+        NULL, scratch, s->n_splits, s->head_dim, reqs, s->n_heads, na_cu_attn_tile(s));
     return (int)cudaGetLastError();
 }

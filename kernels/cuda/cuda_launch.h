@@ -128,7 +128,7 @@ size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s);
 int    na_cu_attn(void *stream, float *out, const float *q, const void *kc, const void *vc,
                   const na_cu_attn_shape_t *s, float *scratch);
 
-/* Batched decode (UNVERIFIED: never run on a GPU): one launch for n_req
+/* Batched decode: one launch for n_req
  * requests of one shape (s: n_rows 1, ctx0 = the longest context - 1, planned
  * by na_cu_attn_plan_batch), request i reading reqs[i] (a device-readable
  * array: mapped pinned memory) and attending to its first ctx tokens (0:

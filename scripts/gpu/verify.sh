@@ -122,7 +122,8 @@ main() {
     # NAME ARG SECONDS [VAR=VALUE]; the batched decode launch of the GPU engine is
     # unverified: its per-entry path (NA_CUDA_ATTN_BATCH=0) runs as well
     for t in "test_cuda_module probe 20" "test_cuda_module nonccl 20" "test_cuda_module nomodule 20" \
-             "test_cuda_ops ops 150" "test_cuda_engine engine 90" "test_cuda_tp tp 30" \
+             "test_cuda_ops ops 150" "test_cuda_ops ops 150 NA_CUDA_ATTN_KERNEL=warp" \
+             "test_cuda_engine engine 90" "test_cuda_tp tp 30" \
              "test_attn_cuda refdev 60" "test_attn_cuda_gpu gpu 60" \
              "test_attn_cuda_gpu gpu 60 NA_CUDA_ATTN_BATCH=0" "test_cuda_module.sh - 20" \
              "test_cuda_cli.sh - 60"; do
