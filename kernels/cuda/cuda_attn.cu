@@ -209,25 +209,27 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
  * domain; na_cu_attn_merge_k takes that form when log2 is set. */
 #define NA_CU_ATT2_TILE 32
 
-template <int DT>
-static __device__ __forceinline__ void na_cu_att2_load8(float (&o)[8], const void *base, size_t i0,
-                                                        bool aligned)
+/* 8 consecutive 16-bit elements at base + i0: one 16-byte load where the
+ * K/V base is 16-byte aligned (i0 is a multiple of 8), else eight. */
+static __device__ __forceinline__ uint4 na_cu_att2_raw(const void *base, size_t i0, bool aligned)
 {
     const unsigned short *p = static_cast<const unsigned short *>(base) + i0;
-    if (aligned) {
-        uint4 u = *reinterpret_cast<const uint4 *>(p);
-        unsigned w[4] = { u.x, u.y, u.z, u.w };
+    if (aligned)
+        return *reinterpret_cast<const uint4 *>(p);
+    return make_uint4(p[0] | (unsigned)p[1] << 16, p[2] | (unsigned)p[3] << 16,
+                      p[4] | (unsigned)p[5] << 16, p[6] | (unsigned)p[7] << 16);
+}
+
+template <int DT>
+static __device__ __forceinline__ void na_cu_att2_f(float (&o)[8], uint4 u)
+{
+    unsigned w[4] = { u.x, u.y, u.z, u.w };
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            unsigned short lo = (unsigned short)(w[e] & 0xffffu), hi = (unsigned short)(w[e] >> 16);
-            o[2 * e] = DT == NA_CU_F16 ? na_cu_h2f(lo) : na_cu_bf2f(lo);
-            o[2 * e + 1] = DT == NA_CU_F16 ? na_cu_h2f(hi) : na_cu_bf2f(hi);
-        }
-        return;
+    for (int e = 0; e < 4; e++) {
+        unsigned short lo = (unsigned short)(w[e] & 0xffffu), hi = (unsigned short)(w[e] >> 16);
+        o[2 * e] = DT == NA_CU_F16 ? na_cu_h2f(lo) : na_cu_bf2f(lo);
+        o[2 * e + 1] = DT == NA_CU_F16 ? na_cu_h2f(hi) : na_cu_bf2f(hi);
     }
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-        o[e] = DT == NA_CU_F16 ? na_cu_h2f(p[e]) : na_cu_bf2f(p[e]);
 }
 
 template <int DT, int G, int HD>
@@ -238,6 +240,8 @@ na_cu_att2_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
     constexpr int LR = HD / 8;                 /* lanes per V row */
     constexpr int RPS = 32 / LR;               /* V rows per step */
     constexpr int NC = HD / 8;                 /* 16-byte chunks per K row */
+    constexpr int KU = NC < 16 ? NC : 16;      /* K chunks loaded before their math */
+    constexpr int VU = RPS >= 2 ? 8 : 4;       /* V rows loaded before their math */
     if (reqs != NULL) {                        /* batched decode: request blockIdx.z */
         const na_cu_attn_req_t *r = reqs + blockIdx.z;
         out = r->out;
@@ -290,16 +294,23 @@ na_cu_att2_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
             sc[g] = 0.0f;
         if (t < t1) {                          /* this lane's token: its scores */
             size_t off = (size_t)t * kvs + (size_t)kvh * HD;
-#pragma unroll 4
-            for (int c = 0; c < NC; c++) {
-                float kr[8];
-                na_cu_att2_load8<DT>(kr, kc, off + (size_t)c * 8, aligned);
 #pragma unroll
-                for (int g = 0; g < G; g++) {
-                    float4 a = *reinterpret_cast<const float4 *>(&sm_q[g][c * 8]);
-                    float4 b = *reinterpret_cast<const float4 *>(&sm_q[g][c * 8 + 4]);
-                    sc[g] += a.x * kr[0] + a.y * kr[1] + a.z * kr[2] + a.w * kr[3] +
-                             b.x * kr[4] + b.y * kr[5] + b.z * kr[6] + b.w * kr[7];
+            for (int c0 = 0; c0 < NC; c0 += KU) {
+                uint4 raw[KU];                 /* KU loads in flight, then the math */
+#pragma unroll
+                for (int u = 0; u < KU; u++)
+                    raw[u] = na_cu_att2_raw(kc, off + (size_t)(c0 + u) * 8, aligned);
+#pragma unroll
+                for (int u = 0; u < KU; u++) {
+                    float kr[8];
+                    na_cu_att2_f<DT>(kr, raw[u]);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        float4 a = *reinterpret_cast<const float4 *>(&sm_q[g][(c0 + u) * 8]);
+                        float4 b = *reinterpret_cast<const float4 *>(&sm_q[g][(c0 + u) * 8 + 4]);
+                        sc[g] += a.x * kr[0] + a.y * kr[1] + a.z * kr[2] + a.w * kr[3] +
+                                 b.x * kr[4] + b.y * kr[5] + b.z * kr[6] + b.w * kr[7];
+                    }
                 }
             }
         }
@@ -317,16 +328,29 @@ na_cu_att2_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
             sm_p[warp][g][lane] = p;
         }
         __syncwarp();
-        for (int j = sub; j < nt; j += RPS) {  /* V rows: LR lanes a row */
-            float vr[8];
-            na_cu_att2_load8<DT>(vr, vc, (size_t)(tb + j) * kvs + (size_t)kvh * HD +
-                                         (size_t)cix * 8, aligned);
+        for (int j0 = 0; j0 < nt; j0 += VU * RPS) {   /* V rows: LR lanes a row */
+            uint4 raw[VU];                     /* VU rows' loads in flight */
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                float p = sm_p[warp][g][j];
+            for (int u = 0; u < VU; u++) {
+                int j = j0 + u * RPS + sub;
+                raw[u] = j < nt ? na_cu_att2_raw(vc, (size_t)(tb + j) * kvs + (size_t)kvh * HD +
+                                                         (size_t)cix * 8, aligned)
+                                : make_uint4(0, 0, 0, 0);
+            }
 #pragma unroll
-                for (int e = 0; e < 8; e++)
-                    acc[g][e] = fmaf(p, vr[e], acc[g][e]);
+            for (int u = 0; u < VU; u++) {
+                int j = j0 + u * RPS + sub;
+                if (j < nt) {
+                    float vr[8];
+                    na_cu_att2_f<DT>(vr, raw[u]);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        float p = sm_p[warp][g][j];
+#pragma unroll
+                        for (int e = 0; e < 8; e++)
+                            acc[g][e] = fmaf(p, vr[e], acc[g][e]);
+                    }
+                }
             }
         }
         __syncwarp();
