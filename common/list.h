@@ -4,7 +4,8 @@
  * owner a head pointer (and a tail where it appends). The list is
  * NULL-terminated both ways; every macro is O(1) and allocates nothing.
  * Below them the singly-linked forms: a FIFO (head and tail) and a free
- * list of reusable records kept up to a bound. Arguments are evaluated more
+ * list of reusable records kept up to a bound (its fill and drain are the
+ * only macros that allocate or free). Arguments are evaluated more
  * than once: pass plain lvalues. */
 #ifndef NA_LIST_H
 #define NA_LIST_H
@@ -84,6 +85,19 @@
         NA_SLIST_POP(head, e, next);                                         \
         if ((e) != NULL)                                                     \
             (n)--;                                                           \
+    } while (0)
+
+/* Put up to count calloc'd records of type on the free list (fewer when
+ * memory runs short: a record taken from an empty list is allocated then). */
+#define NA_FREELIST_FILL(head, n, type, count, next) do {                    \
+        int na_fl_i_;                                                        \
+        for (na_fl_i_ = 0; na_fl_i_ < (count); na_fl_i_++) {                 \
+            type *na_fl_e_ = calloc(1, sizeof(type));                        \
+            if (na_fl_e_ == NULL)                                            \
+                break;                                                       \
+            NA_SLIST_PUSH(head, na_fl_e_, next);                             \
+            (n)++;                                                           \
+        }                                                                    \
     } while (0)
 
 /* free() every record of the free list. */

@@ -179,6 +179,20 @@ void na_sc_attn_rows(const na_wire_attn_out_t *got, uint32_t k, float *dst, size
                             dst + (size_t)t * q_stride);
 }
 
+int32_t na_sc_attn_take(const na_wire_attn_out_t *got, uint32_t k, float *dst)
+{
+    na_wire_out_entry_t oe;
+    size_t cnt;
+
+    (void)na_wire_attn_out_get(got, k, &oe);        /* read fine by the check */
+    cnt = (size_t)(oe.kv_h1 - oe.kv_h0) * got->q_per_kv * got->head_dim;
+    if (oe.status == 0)
+        na_sc_attn_rows(got, k, dst, cnt);
+    else
+        memset(dst, 0, cnt * (oe.n_queries > 1 ? oe.n_queries : 1) * sizeof(float));
+    return oe.status;
+}
+
 /* What a synchronous decode fills in from its ATTN_OUT. */
 typedef struct {
     const na_wire_attn_t *a;
@@ -207,18 +221,8 @@ static void sc_decode_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t 
         d->st = na_err(NA_ERR_PROTO, "storage node %s: %s", na_peer_name(p), why);
         return;
     }
-    for (i = 0; i < a->n_entries; i++) {
-        na_wire_out_entry_t oe;
-        size_t cnt;
-        (void)na_wire_attn_out_get(r, i, &oe);
-        d->status_out[i] = oe.status;
-        cnt = (size_t)(oe.kv_h1 - oe.kv_h0) * a->q_per_kv * a->head_dim;
-        if (oe.status == 0)
-            na_sc_attn_rows(r, i, d->o_out[i], cnt);
-        else
-            memset(d->o_out[i], 0, cnt * (oe.n_queries > 1 ? oe.n_queries : 1) *
-                                   sizeof(float));
-    }
+    for (i = 0; i < a->n_entries; i++)
+        d->status_out[i] = na_sc_attn_take(r, i, d->o_out[i]);
 }
 
 na_status_t na_sc_decode(na_peer_t *p, const na_wire_attn_t *a, int timeout_ms,

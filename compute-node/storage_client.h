@@ -21,7 +21,8 @@
  * period, or the storage node drops them after transport.peer_timeout_ms.
  *
  * ATTN_OUT is checked in one place, na_sc_attn_check, against the
- * DECODE_ATTN part it answers, and read with na_sc_attn_rows.
+ * DECODE_ATTN part it answers, and read with na_sc_attn_take (an entry as
+ * na_sc_decode gives it) or na_sc_attn_rows (its rows at a stride).
  *
  * Not thread-safe (one thread owns the session and its peers). */
 #ifndef NA_STORAGE_CLIENT_H
@@ -85,6 +86,11 @@ na_status_t na_sc_attn_check(const na_wire_attn_t *asked, const na_wire_attn_out
  * ((kv_h1-kv_h0)*q_per_kv*head_dim floats) at dst + t*q_stride. */
 void        na_sc_attn_rows(const na_wire_attn_out_t *got, uint32_t k, float *dst,
                             size_t q_stride);
+/* Entry k of a checked ATTN_OUT as na_sc_decode gives it: returns its
+ * status; dst gets its output as f32, one query's rows after another's
+ * (n_queries x (kv_h1-kv_h0)*q_per_kv*head_dim floats), zero for a failed
+ * entry. */
+int32_t     na_sc_attn_take(const na_wire_attn_out_t *got, uint32_t k, float *dst);
 
 /* ---- KV_FETCH: answered by KV_DATA, which must hold the rows asked for
  * (positions, heads, head_dim, f->dtype). The synchronous form writes them,

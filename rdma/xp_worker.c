@@ -190,22 +190,8 @@ static int xp_wait(na_xp_t *xp, int (*done)(void *), void *arg, uint64_t deadlin
 
 static void xp_recs_prefill(na_xp_t *xp)
 {
-    int i;
-
-    for (i = 0; i < XP_MSGS_START; i++) {
-        na_xp_msg_t *m = calloc(1, sizeof(*m));
-        if (m == NULL)
-            return;
-        NA_SLIST_PUSH(xp->msg_free, m, next);
-        xp->msg_free_n++;
-    }
-    for (i = 0; i < XP_OPS_START; i++) {
-        na_xp_op_t *op = calloc(1, sizeof(*op));
-        if (op == NULL)
-            return;
-        NA_SLIST_PUSH(xp->op_free, op, next);
-        xp->op_free_n++;
-    }
+    NA_FREELIST_FILL(xp->msg_free, xp->msg_free_n, na_xp_msg_t, XP_MSGS_START, next);
+    NA_FREELIST_FILL(xp->op_free, xp->op_free_n, na_xp_op_t, XP_OPS_START, next);
 }
 
 na_status_t na_xp_create(const na_xp_opts_t *opts, na_xp_t **xp_p)

@@ -335,6 +335,16 @@ static void sm_label(char *out, size_t cap, const char *name, const char *extra)
     snprintf(out + o, cap - o, "\"%s%s", extra ? "," : "", extra ? extra : "");
 }
 
+/* One sample of metric `name` for storage node `node` (label node="NODE"[,extra]). */
+static void sm_node_value(FILE *f, const char *name, const char *node, const char *extra,
+                          double v)
+{
+    char lab[200];
+
+    sm_label(lab, sizeof(lab), node, extra);
+    na_metric_value(f, name, lab, v);
+}
+
 static int sm_alive(const na_sg_stats_t *t)
 {
     int i, n = 0;
@@ -346,7 +356,6 @@ static int sm_alive(const na_sg_stats_t *t)
 char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
 {
     na_sg_stats_t t;
-    char lab[200];
     int i;
     na_hist_t ttft, itl;
     long rejected, bad, timeouts, cut_slow, cut_reserve;
@@ -408,21 +417,17 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
     if (t.n_nodes == 0)
         na_metric_value(f, "nearattn_attention_round_trips_total", "node=\"all\"",
                         (double)t.attn_calls);
-    for (i = 0; i < t.n_nodes; i++) {
-        sm_label(lab, sizeof(lab), t.nodes[i].name, NULL);
-        na_metric_value(f, "nearattn_attention_round_trips_total", lab,
-                        (double)t.nodes[i].attn_calls);
-    }
+    for (i = 0; i < t.n_nodes; i++)
+        sm_node_value(f, "nearattn_attention_round_trips_total", t.nodes[i].name, NULL,
+                      (double)t.nodes[i].attn_calls);
     na_metric_head(f, "nearattn_attention_round_trip_seconds_total", "counter",
                    "Summed time from sending a batch's attention to a node's last answer.");
     if (t.n_nodes == 0)
         na_metric_value(f, "nearattn_attention_round_trip_seconds_total", "node=\"all\"",
                         t.attn_rt_s);
-    for (i = 0; i < t.n_nodes; i++) {
-        sm_label(lab, sizeof(lab), t.nodes[i].name, NULL);
-        na_metric_value(f, "nearattn_attention_round_trip_seconds_total", lab,
-                        t.nodes[i].attn_rt_s);
-    }
+    for (i = 0; i < t.n_nodes; i++)
+        sm_node_value(f, "nearattn_attention_round_trip_seconds_total", t.nodes[i].name, NULL,
+                      t.nodes[i].attn_rt_s);
     na_metric_head(f, "nearattn_attention_bytes_total", "counter",
                    "Bytes to and from a storage node (decode attention and prompt KV).");
     if (t.n_nodes == 0) {
@@ -432,10 +437,10 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
                         "node=\"all\",direction=\"received\"", (double)t.bytes_recv);
     }
     for (i = 0; i < t.n_nodes; i++) {
-        sm_label(lab, sizeof(lab), t.nodes[i].name, "direction=\"sent\"");
-        na_metric_value(f, "nearattn_attention_bytes_total", lab, (double)t.nodes[i].bytes_sent);
-        sm_label(lab, sizeof(lab), t.nodes[i].name, "direction=\"received\"");
-        na_metric_value(f, "nearattn_attention_bytes_total", lab, (double)t.nodes[i].bytes_recv);
+        sm_node_value(f, "nearattn_attention_bytes_total", t.nodes[i].name,
+                      "direction=\"sent\"", (double)t.nodes[i].bytes_sent);
+        sm_node_value(f, "nearattn_attention_bytes_total", t.nodes[i].name,
+                      "direction=\"received\"", (double)t.nodes[i].bytes_recv);
     }
     na_metric_head(f, "nearattn_kv_bytes", "gauge",
                    "KV cache bytes by tier: each storage node's DRAM and SSD use (its STATS), "
@@ -444,10 +449,10 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
         na_metric_value(f, "nearattn_kv_bytes", "tier=\"inproc\",node=\"all\"",
                         (double)t.kv_bytes);
     for (i = 0; i < t.n_nodes; i++) {
-        sm_label(lab, sizeof(lab), t.nodes[i].name, "tier=\"dram\"");
-        na_metric_value(f, "nearattn_kv_bytes", lab, (double)t.nodes[i].kv_dram_bytes);
-        sm_label(lab, sizeof(lab), t.nodes[i].name, "tier=\"ssd\"");
-        na_metric_value(f, "nearattn_kv_bytes", lab, (double)t.nodes[i].kv_ssd_bytes);
+        sm_node_value(f, "nearattn_kv_bytes", t.nodes[i].name, "tier=\"dram\"",
+                      (double)t.nodes[i].kv_dram_bytes);
+        sm_node_value(f, "nearattn_kv_bytes", t.nodes[i].name, "tier=\"ssd\"",
+                      (double)t.nodes[i].kv_ssd_bytes);
     }
     /* prefix reuse (docs/prefix-reuse.md): per storage node, its own counters */
     na_metric_head(f, "nearattn_prefix_tokens_total", "counter",
@@ -460,20 +465,16 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
                         (double)t.prefix_computed_tokens);
     }
     for (i = 0; i < t.n_nodes; i++) {
-        sm_label(lab, sizeof(lab), t.nodes[i].name, "kind=\"hit\"");
-        na_metric_value(f, "nearattn_prefix_tokens_total", lab,
-                        (double)t.nodes[i].prefix_hit_tokens);
-        sm_label(lab, sizeof(lab), t.nodes[i].name, "kind=\"computed\"");
-        na_metric_value(f, "nearattn_prefix_tokens_total", lab,
-                        (double)t.nodes[i].prefill_tokens);
+        sm_node_value(f, "nearattn_prefix_tokens_total", t.nodes[i].name, "kind=\"hit\"",
+                      (double)t.nodes[i].prefix_hit_tokens);
+        sm_node_value(f, "nearattn_prefix_tokens_total", t.nodes[i].name, "kind=\"computed\"",
+                      (double)t.nodes[i].prefill_tokens);
     }
     na_metric_head(f, "nearattn_prefix_cache_bytes", "gauge",
                    "KV a storage node keeps in its prefix cache.");
-    for (i = 0; i < t.n_nodes; i++) {
-        sm_label(lab, sizeof(lab), t.nodes[i].name, NULL);
-        na_metric_value(f, "nearattn_prefix_cache_bytes", lab,
-                        (double)t.nodes[i].prefix_cache_bytes);
-    }
+    for (i = 0; i < t.n_nodes; i++)
+        sm_node_value(f, "nearattn_prefix_cache_bytes", t.nodes[i].name, NULL,
+                      (double)t.nodes[i].prefix_cache_bytes);
     G("nearattn_storage_nodes_alive", "Storage nodes taking requests now.", (double)sm_alive(&t));
     G("nearattn_storage_nodes", "Storage nodes of the layout.", (double)t.n_storage);
 #undef G

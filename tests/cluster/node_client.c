@@ -228,15 +228,8 @@ static void nc_part_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st
                        r->batch_total, (unsigned)in->h->flags);
         return;
     }
-    for (k = 0; k < r->n_entries; k++) {
-        uint32_t idx = r->entry_base + k;
-        na_wire_out_entry_t oe;
-        (void)na_wire_attn_out_get(r, k, &oe);
-        d->status[idx] = oe.status;
-        if (oe.status == 0)
-            na_sc_attn_rows(r, k, d->o[idx],
-                            (size_t)(oe.kv_h1 - oe.kv_h0) * r->q_per_kv * r->head_dim);
-    }
+    for (k = 0; k < r->n_entries; k++)
+        d->status[r->entry_base + k] = na_sc_attn_take(r, k, d->o[r->entry_base + k]);
     d->seen |= 1u << c;
     d->got += r->n_entries;
 }
