@@ -264,6 +264,7 @@ extern "C" int na_cu_argmax(void *stream, int *idx, const float *x, int n, int b
  * (w as f32) * x, as in the reference.
  * The quantised types' GEMV (Q8_0 and the other GGML blocks): cuda_quant.cu. */
 #define NA_CU_GEMV_WARPS 4
+#define NA_CU_GEMV_U 8          /* 16-byte chunks a lane loads before their math */
 #define NB NA_CU_GEMV_MAX_BATCH
 
 template <int DT, bool VEC>
@@ -278,27 +279,43 @@ __global__ void na_cu_gemv_k(float *y, const float *x, const void *w, int rows, 
     if (r >= rows)
         return;                                  /* whole warp: no shuffles follow for it */
     if (VEC) {
+        /* NA_CU_GEMV_U chunks of the row a lane (16 bytes each) are loaded
+         * before any is used: one memory round trip per U x 32 chunks, not
+         * per 32 (the row of a 2048-column weight is one trip). The sums
+         * run in the same order as one chunk at a time (lane, then chunk
+         * lane, lane + 32, ...), so the results are those bits. */
         const uint4 *row = reinterpret_cast<const uint4 *>(
             static_cast<const unsigned short *>(w) + (size_t)r * (size_t)cols);
-#pragma unroll 4
-        for (int c8 = lane; c8 < cols / 8; c8 += 32) {
-            uint4 raw = row[c8];
-            const unsigned short *hs = reinterpret_cast<const unsigned short *>(&raw);
-            float wv[8];
+        int nc = cols / 8;
+        for (int c0 = 0; c0 < nc; c0 += 32 * NA_CU_GEMV_U) {
+            uint4 raw[NA_CU_GEMV_U];
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                wv[e] = DT == NA_CU_F16 ? na_cu_h2f(hs[e]) : na_cu_bf2f(hs[e]);
+            for (int u = 0; u < NA_CU_GEMV_U; u++) {
+                int c8 = c0 + u * 32 + lane;
+                raw[u] = c8 < nc ? row[c8] : make_uint4(0, 0, 0, 0);
+            }
 #pragma unroll
-            for (int b = 0; b < NB; b++)
-                if (b < nb) {
-                    const float4 *xb = reinterpret_cast<const float4 *>(
-                        x + (size_t)b * (size_t)cols + (size_t)c8 * 8);
-                    float4 x0 = xb[0], x1 = xb[1];
-                    acc[b] += wv[0] * x0.x; acc[b] += wv[1] * x0.y;
-                    acc[b] += wv[2] * x0.z; acc[b] += wv[3] * x0.w;
-                    acc[b] += wv[4] * x1.x; acc[b] += wv[5] * x1.y;
-                    acc[b] += wv[6] * x1.z; acc[b] += wv[7] * x1.w;
-                }
+            for (int u = 0; u < NA_CU_GEMV_U; u++) {
+                int c8 = c0 + u * 32 + lane;
+                if (c8 >= nc)
+                    break;
+                const unsigned short *hs = reinterpret_cast<const unsigned short *>(&raw[u]);
+                float wv[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    wv[e] = DT == NA_CU_F16 ? na_cu_h2f(hs[e]) : na_cu_bf2f(hs[e]);
+#pragma unroll
+                for (int b = 0; b < NB; b++)
+                    if (b < nb) {
+                        const float4 *xb = reinterpret_cast<const float4 *>(
+                            x + (size_t)b * (size_t)cols + (size_t)c8 * 8);
+                        float4 x0 = xb[0], x1 = xb[1];
+                        acc[b] += wv[0] * x0.x; acc[b] += wv[1] * x0.y;
+                        acc[b] += wv[2] * x0.z; acc[b] += wv[3] * x0.w;
+                        acc[b] += wv[4] * x1.x; acc[b] += wv[5] * x1.y;
+                        acc[b] += wv[6] * x1.z; acc[b] += wv[7] * x1.w;
+                    }
+            }
         }
     } else {
         size_t base = (size_t)r * (size_t)cols;
