@@ -19,6 +19,8 @@
 # same model in q4_k / q5_0 weights); offload-inproc,
 # offload-start (a GPU compute node and GPU attention engines on both storage
 # nodes, default hbm_mb: two slots on one GPU; text equals the cpu run);
+# offload-time (INFO: per-token latency of that offload / GPU monolithic on
+# a generated 8-layer 1B-shape bf16 model);
 # bench (bench kernels --backend cuda, each row as a fraction of the in-run
 # device-to-device copy); memcheck (compute-sanitizer on test_cuda_ops).
 set -u
@@ -200,6 +202,38 @@ main() {
         grep -iE "tok/s|backend|engine|error|fail" "$W/off-$mode.err" | head -4 | tag offload-$mode
         res offload-$mode "$(same "$W/cpu.txt" "$W/off-$mode.txt")"
     done
+
+    # ---- offload-time: per-token latency of offload (GPU compute node, GPU
+    # attention engines on both storage nodes, this machine) / GPU monolithic,
+    # batch 1, on a generated 1B-shape bf16 model with 8 layers (issue 24's
+    # target: <= 1.3); INFO, with whether the two texts are equal ----------
+    if [ "$(left)" -gt 120 ]; then
+        local tf=$W/t8 dm do ratio
+        na 90 gen-model --out "$tf" --dim 2048 --hidden 8192 --layers 8 --heads 32 --kv-heads 8 \
+            --vocab 32000 --seq-len 2048 --dtype bf16 --format gguf --quiet >/dev/null 2>"$W/gen.err" ||
+            say offload-time "gen-model: $(tail -1 "$W/gen.err")"
+        sed -e "s|^\( *\)path: .*stories260K.bin\"|\1path: \"$tf.gguf\"|" -e '/tokenizer: /d' \
+            -e 's|ssd_mb: 256|ssd_mb: 1024|' "$W/gpu.yaml" >"$W/gpu8.yaml"
+        na 60 run --mode monolithic --backend cuda --model "$tf.gguf" --prompt "Once upon a time" \
+            --temp 0 -n 128 >"$W/t8-mono.txt" 2>"$W/t8-mono.err"
+        na 90 run --config "$W/gpu8.yaml" --cluster start --prompt "Once upon a time" --temp 0 -n 128 \
+            >"$W/t8-off.txt" 2>"$W/t8-off.err"
+        tail -1 "$W/t8-mono.err" | tag offload-time
+        grep -iE "tok/s|error|fail" "$W/t8-off.err" | head -3 | tag offload-time
+        dm=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-mono.err" | tail -1)
+        do=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-off.err" | tail -1)
+        if [ -n "$dm" ] && [ -n "$do" ]; then
+            ratio=$(awk -v a="$dm" -v b="$do" 'BEGIN { printf "%.2f", a / b }')
+            res offload-time "INFO (per-token latency offload / monolithic $ratio, target <= 1.3:" \
+                "decode $do vs $dm tok/s; texts $(cmp -s "$W/t8-mono.txt" "$W/t8-off.txt" && echo equal ||
+                echo "differ: $(cmp "$W/t8-mono.txt" "$W/t8-off.txt" 2>&1 | head -1 | sed 's/.*differ: //')"))"
+        else
+            res offload-time "FAIL (no decode figure: $(tail -1 "$W/t8-off.err" 2>/dev/null))"
+        fi
+        rm -f "$tf.gguf"
+    else
+        res offload-time "INFO (not run: $(left) s left)"
+    fi
 
     # ---- bench: each row against the in-run D2D copy --------------------------
     local q=""
