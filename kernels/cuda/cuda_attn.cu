@@ -109,6 +109,7 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
         kc = r->k;
         vc = r->v;
         s.ctx0 = r->ctx - 1;             /* ctx 0: no tokens, zeros */
+        s.split_len = r->split_len;      /* its own plan; splits past it are empty */
         vec = vec && (((uintptr_t)kc | (uintptr_t)vc) % 16) == 0;
         scratch += (size_t)blockIdx.z * (size_t)s.n_heads * (size_t)s.n_splits *
                    (size_t)(s.head_dim + 2);
@@ -249,6 +250,7 @@ na_cu_att2_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
         kc = r->k;
         vc = r->v;
         s.ctx0 = r->ctx - 1;                   /* ctx 0: no tokens, zeros */
+        s.split_len = r->split_len;            /* its own plan; splits past it are empty */
         scratch += (size_t)blockIdx.z * (size_t)s.n_heads * (size_t)s.n_splits *
                    (size_t)(HD + 2);
     }
@@ -406,18 +408,20 @@ __global__ void na_cu_attn_merge_k(float *out, const float *scratch, int n_split
                                    const na_cu_attn_req_t *reqs, int n_heads, bool log2dom)
 {
     size_t oh = blockIdx.x;
+    int n_use = n_splits;                /* the stride is n_splits, the request's count its own */
     if (reqs != NULL) {
         out = reqs[blockIdx.y].out;
+        n_use = reqs[blockIdx.y].n_splits;
         scratch += (size_t)blockIdx.y * (size_t)n_heads * (size_t)n_splits * (size_t)(hd + 2);
     }
     const float *p0 = scratch + oh * (size_t)n_splits * (size_t)(hd + 2);
     float mm = -INFINITY;
-    for (int sp = 0; sp < n_splits; sp++)
+    for (int sp = 0; sp < n_use; sp++)
         mm = fmaxf(mm, p0[(size_t)sp * (hd + 2)]);
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float ll = 0.0f, aa = 0.0f;
         if (mm != -INFINITY)
-            for (int sp = 0; sp < n_splits; sp++) {
+            for (int sp = 0; sp < n_use; sp++) {
                 const float *p = p0 + (size_t)sp * (hd + 2);
                 float f = log2dom ? exp2f(p[0] - mm) : expf(p[0] - mm);
                 ll += p[1] * f;
@@ -458,20 +462,24 @@ static bool na_cu_attn_tile(const na_cu_attn_shape_t *s)
            (s->head_dim == 64 || s->head_dim == 128 || s->head_dim == 256);
 }
 
-/* n_req requests of this shape in one launch (1: the single kernel). The
- * tile kernel's blocks take 4 x 32 tokens a step: splits of at least that,
- * and twice the blocks (they hold fewer registers a token). */
-static int na_cu_attn_plan_n(na_cu_attn_shape_t *s, int n_req, int n_sm)
+/* The splits of one request's context (s->ctx0 + s->n_rows tokens), from
+ * that context, the shape and the device alone: never from the other
+ * requests of a batched launch, so a request's result does not depend on
+ * its batch (the batched launch gives the single launch's bits). Enough
+ * blocks for 8 (tile kernel) or 4 per SM; splits of at least 512 tokens
+ * for the tile kernel (4 warps x 32 tokens a step, 4 steps: a batch of
+ * requests does not drown in merges) or 64 for the warp kernel. */
+extern "C" int na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm)
 {
     long base, target, max_ctx = (long)s->ctx0 + s->n_rows;
     long splits, by_len, min_len;
     if (s->head_dim <= 0 || s->head_dim > 256 || s->n_kv_heads <= 0 || s->n_rows <= 0 ||
-        s->n_heads % s->n_kv_heads != 0 || n_req < 1)
+        s->n_heads % s->n_kv_heads != 0)
         return -1;
     bool tile = na_cu_attn_tile(s);
     target = (tile ? 8L : 4L) * (n_sm > 0 ? n_sm : 132);
-    min_len = tile ? (long)NA_CU_ATTN_WARPS * NA_CU_ATT2_TILE : NA_CU_ATTN_MIN_LEN;
-    base = (long)s->n_rows * (long)na_cu_attn_heads(s) * (long)n_req;
+    min_len = tile ? 4L * NA_CU_ATTN_WARPS * NA_CU_ATT2_TILE : NA_CU_ATTN_MIN_LEN;
+    base = (long)s->n_rows * (long)na_cu_attn_heads(s);
     splits = (target + base - 1) / base;
     by_len = (max_ctx + min_len - 1) / min_len;
     if (splits > by_len)
@@ -485,16 +493,27 @@ static int na_cu_attn_plan_n(na_cu_attn_shape_t *s, int n_req, int n_sm)
     return 0;
 }
 
-extern "C" int na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm)
+/* Each request's own plan (its ctx as a decode row) into reqs[i].split_len
+ * and .n_splits; s->n_splits = the most (the grid and the scratch stride). */
+extern "C" int na_cu_attn_plan_batch(na_cu_attn_shape_t *s, na_cu_attn_req_t *reqs, int n_req,
+                                     int n_sm)
 {
-    return na_cu_attn_plan_n(s, 1, n_sm);
-}
-
-extern "C" int na_cu_attn_plan_batch(na_cu_attn_shape_t *s, int n_req, int n_sm)
-{
-    if (s->n_rows != 1 || n_req > 65535)
+    int i, most = 1;
+    if (s->n_rows != 1 || n_req < 1 || n_req > 65535)
         return -1;
-    return na_cu_attn_plan_n(s, n_req, n_sm);
+    for (i = 0; i < n_req; i++) {
+        na_cu_attn_shape_t r = *s;
+        r.ctx0 = reqs[i].ctx > 0 ? reqs[i].ctx - 1 : 0;
+        if (na_cu_attn_plan(&r, n_sm) != 0)
+            return -1;
+        reqs[i].split_len = r.split_len;
+        reqs[i].n_splits = r.n_splits;
+        if (r.n_splits > most)
+            most = r.n_splits;
+    }
+    s->n_splits = most;
+    s->split_len = 0;
+    return 0;
 }
 
 extern "C" size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s)

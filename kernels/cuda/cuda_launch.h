@@ -120,26 +120,30 @@ typedef struct {
     int split_len;         /* tokens per split */
 } na_cu_attn_shape_t;
 
-/* Choose the splits of s for a device of n_sm multiprocessors: enough blocks
- * to fill it, splits of at least 64 tokens. 0, or -1 for a shape the kernels
- * do not take (head_dim > 256). */
+/* Choose the splits of s for a device of n_sm multiprocessors from s alone
+ * (cuda_attn.cu: enough blocks to fill it, splits of at least 512 / 64
+ * tokens). 0, or -1 for a shape the kernels do not take (head_dim > 256). */
 int    na_cu_attn_plan(na_cu_attn_shape_t *s, int n_sm);
 size_t na_cu_attn_scratch_floats(const na_cu_attn_shape_t *s);
 int    na_cu_attn(void *stream, float *out, const float *q, const void *kc, const void *vc,
                   const na_cu_attn_shape_t *s, float *scratch);
 
-/* Batched decode: one launch for n_req
- * requests of one shape (s: n_rows 1, ctx0 = the longest context - 1, planned
- * by na_cu_attn_plan_batch), request i reading reqs[i] (a device-readable
- * array: mapped pinned memory) and attending to its first ctx tokens (0:
- * zeros). scratch: n_req * na_cu_attn_scratch_floats(s) floats. */
+/* Batched decode: one launch for n_req requests of one shape (s: n_rows 1),
+ * request i reading reqs[i] (a device-readable array: mapped pinned memory)
+ * and attending to its first ctx tokens (0: zeros). na_cu_attn_plan_batch
+ * plans each request as na_cu_attn_plan would alone (split_len, n_splits:
+ * the batched result of a request is its single launch's, bit for bit) and
+ * sets s->n_splits to the most. scratch: n_req * na_cu_attn_scratch_floats(s)
+ * floats. */
 typedef struct {
     float       *out;
     const float *q;
     const void  *k, *v;
-    int          ctx, pad_;
+    int          ctx;
+    int          split_len, n_splits;   /* na_cu_attn_plan_batch */
+    int          pad_;
 } na_cu_attn_req_t;
-int    na_cu_attn_plan_batch(na_cu_attn_shape_t *s, int n_req, int n_sm);
+int    na_cu_attn_plan_batch(na_cu_attn_shape_t *s, na_cu_attn_req_t *reqs, int n_req, int n_sm);
 int    na_cu_attn_batch(void *stream, const na_cu_attn_req_t *reqs, int n_req,
                         const na_cu_attn_shape_t *s, float *scratch);
 

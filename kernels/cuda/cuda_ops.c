@@ -385,13 +385,13 @@ na_status_t na_cu_attn_decode_batch_op(na_kernels_t *k, const na_kcuda_attn_req_
             st = na_cu_arg(k, reqs[i].kcache, kvb, "attn_decode_batch", "kcache", &pk);
         if (st == NA_OK)
             st = na_cu_arg(k, reqs[i].vcache, kvb, "attn_decode_batch", "vcache", &pv);
-        d[i] = (na_cu_attn_req_t){ po, pq, pk, pv, reqs[i].ctx, 0 };
+        d[i] = (na_cu_attn_req_t){ po, pq, pk, pv, reqs[i].ctx, 0, 0, 0 };
         if (reqs[i].ctx > max_ctx)
             max_ctx = reqs[i].ctx;
     }
     s = (na_cu_attn_shape_t){ 1, max_ctx > 0 ? max_ctx - 1 : 0, n_heads, n_kv_heads, head_dim,
                               (int)dt, 1, 1 };
-    if (st == NA_OK && na_cu_attn_plan_batch(&s, n, c->n_sm) != 0)
+    if (st == NA_OK && na_cu_attn_plan_batch(&s, d, n, c->n_sm) != 0)
         st = na_err(NA_ERR_UNSUPPORTED, "kernels cuda attn_decode_batch: head_dim %d is over "
                     "256", head_dim);
     if (st == NA_OK)

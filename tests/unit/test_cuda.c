@@ -531,7 +531,8 @@ static void check_attn_batch(na_dtype_t dt, int n_heads, int n_kv, int hd, const
     na_kbuf_t **bufs = xalloc(sizeof(*bufs) * 4 * (size_t)n);
     float **ref = xalloc(sizeof(*ref) * (size_t)n);
     size_t nq = (size_t)n_heads * hd;
-    float *o = xalloc(F32B(nq));
+    float *o = xalloc(F32B(nq)), *o1 = xalloc(F32B(nq));
+    na_kbuf_t *single = dev_from(NULL, F32B(nq));
     int i;
 
     for (i = 0; i < n; i++) {
@@ -564,13 +565,23 @@ static void check_attn_batch(na_dtype_t dt, int n_heads, int n_kv, int hd, const
         ratio = na_close_ratio(o, ref[i], nq, 2e-5, 1e-4);
         NA_CHECK_MSG(ratio <= 1.0, "batched decode %s heads %d/%d hd %d: request %d (ctx %d) "
                      "ratio %g", na_dtype_name(dt), n_heads, n_kv, hd, i, ctxs[i], ratio);
+        /* a request's batched result is its single launch's, bit for bit:
+         * its splits come from its own context, never from the batch's */
+        NA_CHECK_OK(cu->ops->attn_decode(cu, single, bufs[4 * i + 1], bufs[4 * i + 2],
+                                         bufs[4 * i + 3], dt, ctxs[i], n_heads, n_kv, hd));
+        dev_to(o1, single, F32B(nq));
+        NA_CHECK_MSG(memcmp(o, o1, F32B(nq)) == 0, "batched decode %s heads %d/%d hd %d: request "
+                     "%d (ctx %d) differs from its single launch", na_dtype_name(dt), n_heads,
+                     n_kv, hd, i, ctxs[i]);
         dev_free(bufs[4 * i]);
         dev_free(bufs[4 * i + 1]);
         dev_free(bufs[4 * i + 2]);
         dev_free(bufs[4 * i + 3]);
         free(ref[i]);
     }
+    dev_free(single);
     free(o);
+    free(o1);
     free(ref);
     free(bufs);
     free(rq);
@@ -595,9 +606,9 @@ static void test_attention(void)
         }
     /* batched decode: requests of unequal contexts (0: zeros) in one launch */
     {
-        static const int bctx[] = { 5, 0, 4100, 1, 700, 64, 65 };
+        static const int bctx[] = { 5, 0, 4100, 1, 700, 64, 65, 20000, 513 };
         for (d = 0; d < 3; d++) {
-            check_attn_batch((na_dtype_t)d, 32, 8, 128, bctx, 7);
+            check_attn_batch((na_dtype_t)d, 32, 8, 128, bctx, 9);
             check_attn_batch((na_dtype_t)d, 12, 1, 80, bctx, 7);
             check_attn_batch((na_dtype_t)d, 4, 4, 8, bctx + 2, 1);
         }
