@@ -247,9 +247,15 @@ na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *
                                  int layer)
 {
     const size_t qb = (size_t)e->q_dim * sizeof(float), kb = (size_t)e->kv_dim * sizeof(float);
+    na_lkv_t *dkv[NA_LKV_BATCH];
+    na_kbuf_t dq[NA_LKV_BATCH], dout[NA_LKV_BATCH];
+    int dctx[NA_LKV_BATCH], nd = 0;
     na_status_t st = NA_OK;
     int i;
 
+    /* each segment's K/V first; a prefill segment attends at once, the
+     * decode rows (one token each) together: one batched launch a layer on
+     * cuda (na_lkv_attend_decode), n single ones elsewhere */
     for (i = 0; i < s->n_seg && st == NA_OK; i++) {
         const na_step_seg_t *g = &s->seg[i];
         size_t r = (size_t)g->row0, n = (size_t)g->n_tok;
@@ -259,9 +265,23 @@ na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *
         na_kbuf_t o = na_kbuf_view(a->buf[NA_ACT_ATT], r * qb, n * qb);
 
         st = na_lkv_write(g->kv, layer, g->pos0, g->n_tok, &k, &v);
-        if (st == NA_OK)
+        if (st != NA_OK)
+            break;
+        if (g->n_tok != 1) {
             st = na_lkv_attend(g->kv, layer, &o, &q, g->n_tok, g->pos0, &e->cfg);
+            continue;
+        }
+        dkv[nd] = g->kv;
+        dq[nd] = q;
+        dout[nd] = o;
+        dctx[nd++] = g->pos0 + 1;
+        if (nd == NA_LKV_BATCH) {
+            st = na_lkv_attend_decode(dkv, nd, layer, dout, dq, dctx, &e->cfg);
+            nd = 0;
+        }
     }
+    if (st == NA_OK && nd > 0)
+        st = na_lkv_attend_decode(dkv, nd, layer, dout, dq, dctx, &e->cfg);
     return st;
 }
 

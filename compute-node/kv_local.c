@@ -4,6 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if NA_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
+
 #define NA_KV_LOCAL_MIN_CAP 16   /* first allocation, in tokens */
 
 na_status_t na_lkv_create(const na_model_config_t *cfg, na_dtype_t dtype,
@@ -129,6 +133,33 @@ na_status_t na_lkv_attend(const na_lkv_t *kv, int layer, const na_kbuf_t *out,
                                 pos0 + 1, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
     return ops->attn_prefill(kv->kern, out, q, kv->kb[layer], kv->vb[layer], kv->dtype,
                              n, pos0, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
+}
+
+na_status_t na_lkv_attend_decode(na_lkv_t *const *kv, int n, int layer, const na_kbuf_t *out,
+                                 const na_kbuf_t *q, const int *ctx,
+                                 const na_model_config_t *cfg)
+{
+    na_status_t st = NA_OK;
+    int i;
+#if NA_HAVE_CUDA
+    if (n >= 2 && strcmp(kv[0]->kern->ops->name, "cuda") == 0) {
+        na_kcuda_attn_req_t rq[NA_LKV_BATCH];
+        int i0, m;
+        for (i0 = 0; i0 < n && st == NA_OK; i0 += m) {
+            m = n - i0 < NA_LKV_BATCH ? n - i0 : NA_LKV_BATCH;
+            for (i = 0; i < m; i++)
+                rq[i] = (na_kcuda_attn_req_t){ &out[i0 + i], &q[i0 + i],
+                                               kv[i0 + i]->kb[layer], kv[i0 + i]->vb[layer],
+                                               ctx[i0 + i] };
+            st = na_kernels_cuda_attn_decode_batch(kv[0]->kern, rq, m, kv[0]->dtype,
+                                                   cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
+        }
+        return st;
+    }
+#endif
+    for (i = 0; i < n && st == NA_OK; i++)
+        st = na_lkv_attend(kv[i], layer, &out[i], &q[i], 1, ctx[i] - 1, cfg);
+    return st;
 }
 
 na_status_t na_lkv_to_host(na_lkv_t *kv)

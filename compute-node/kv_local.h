@@ -64,6 +64,16 @@ na_status_t na_lkv_attend(const na_lkv_t *kv, int layer, const na_kbuf_t *out,
                                const na_kbuf_t *q, int n, int pos0,
                                const na_model_config_t *cfg);
 
+/* Decode attention of n caches of one backend at once: row i (q[i], one
+ * row) against the first ctx[i] positions of kv[i]'s `layer`, into out[i].
+ * On a cuda backend one batched launch per NA_LKV_BATCH rows (the same bits
+ * as n single launches: kernels/cuda/cuda_attn.cu plans each row from its
+ * own context), elsewhere n na_lkv_attend calls. Fails as they do. */
+#define NA_LKV_BATCH 64
+na_status_t na_lkv_attend_decode(na_lkv_t *const *kv, int n, int layer, const na_kbuf_t *out,
+                                 const na_kbuf_t *q, const int *ctx,
+                                 const na_model_config_t *cfg);
+
 /* The one way host code reads the cache: make k[l]/v[l] hold the stored
  * n_tok tokens of every layer on the host (device memory is downloaded into
  * pinned mirrors) and wait for it. NA_ERR_NOMEM or the backend's status. */
