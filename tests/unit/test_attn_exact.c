@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "storage-node/attn_fold.h"
 #include "tests/testutil.h"
+#include "tests/unit/kern_util.h"
 
 static na_rng_t rng;
 static na_kernels_t *cpu_k[2];                 /* 1 and 2 threads */
@@ -160,9 +161,7 @@ int main(void)
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         NA_SKIP("this CPU lacks AVX2/FMA: the cpu backend cannot run");
-    NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
-    NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
-    if (cpu_k[0] == NULL || cpu_k[1] == NULL)
+    if (na_test_kernels_open(NULL, cpu_k) != 0)
         return na_test_finish();
     printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
     for (d = 0; d < 3; d++)
@@ -175,7 +174,6 @@ int main(void)
             check(dts[d], 1000, 70, nh, nkv, hd, 5);    /* across the part boundary (1024) */
             check(dts[d], 2040, 9, nh, nkv, hd, 4);     /* ... and the next (2048) */
         }
-    na_kernels_destroy(cpu_k[1]);
-    na_kernels_destroy(cpu_k[0]);
+    na_test_kernels_close(NULL, cpu_k);
     return na_test_finish();
 }
