@@ -42,6 +42,8 @@ void    *na_test_rand_dtype(na_rng_t *r, int dt, size_t n);
 /* malloc(n) (n = 0: one byte); out of memory: says so and exits 1. */
 void *na_test_xmalloc(size_t n);
 
+/* The first i where a[i] and b[i] differ in any bit (memcmp), or -1. */
+int    na_test_first_diff(const float *a, const float *b, size_t n);
 /* Max |a-b| / (atol + rtol*|b|) over n elements: <= 1 means "close". */
 double na_close_ratio(const float *a, const float *b, size_t n, double atol, double rtol);
 
