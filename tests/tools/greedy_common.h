@@ -31,11 +31,11 @@ static const char *greedy_env(const char *prefix, const char *name)
     return getenv(var);
 }
 
-/* The command line and the variables PREFIX_* into g: 0, or the exit status
- * after a message (2: bad usage, 1: out of memory, a file not read or not
- * written). */
-static int greedy_open(greedy_run_t *g, const char *prog, const char *prefix, int argc,
-                       char **argv)
+static int greedy_close(greedy_run_t *g);
+
+/* greedy_open's reading, leaving what it allocated in g. */
+static int greedy_parse(greedy_run_t *g, const char *prog, const char *prefix, int argc,
+                        char **argv)
 {
     const char *force = greedy_env(prefix, "FORCE"), *trace = greedy_env(prefix, "TRACE");
     int i;
@@ -96,6 +96,18 @@ static int greedy_open(greedy_run_t *g, const char *prog, const char *prefix, in
         return 1;
     }
     return 0;
+}
+
+/* The command line and the variables PREFIX_* into g: 0, or the exit status
+ * after a message (2: bad usage, 1: out of memory, a file not read or not
+ * written), g then freed. */
+static int greedy_open(greedy_run_t *g, const char *prog, const char *prefix, int argc,
+                       char **argv)
+{
+    int rc = greedy_parse(g, prog, prefix, argc, argv);
+    if (rc != 0)
+        greedy_close(g);
+    return rc;
 }
 
 /* bytes of p into DIR/NAME-L.f32 (a traced step's tensors): 0, or -1 said. */

@@ -88,6 +88,7 @@ int main(int argc, char **argv)
     pos = calloc((size_t)(n_prompt + g.n_new), sizeof(int));
     if (pos == NULL) {
         fprintf(stderr, "na_greedy_top: out of memory\n");
+        greedy_close(&g);
         return 1;
     }
     for (i = 0; i < n_prompt + g.n_new; i++)
