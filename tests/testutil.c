@@ -87,6 +87,15 @@ void *na_test_xmalloc(size_t n)
     return p;
 }
 
+int na_test_first_diff(const float *a, const float *b, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof(float)) != 0)
+            return (int)i;
+    return -1;
+}
+
 double na_close_ratio(const float *a, const float *b, size_t n, double atol, double rtol)
 {
     double worst = 0.0;

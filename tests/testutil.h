@@ -42,6 +42,8 @@ void    *na_test_rand_dtype(na_rng_t *r, int dt, size_t n);
 /* malloc(n) (n = 0: one byte); out of memory: says so and exits 1. */
 void *na_test_xmalloc(size_t n);
 
+/* The first i where a[i] and b[i] differ in any bit (memcmp), or -1. */
+int    na_test_first_diff(const float *a, const float *b, size_t n);
 /* Max |a-b| / (atol + rtol*|b|) over n elements: <= 1 means "close". */
 double na_close_ratio(const float *a, const float *b, size_t n, double atol, double rtol);
 
@@ -90,6 +92,23 @@ void  na_test_layout_nodes(FILE *f, int n, int port0, const char *kvdir, int dra
 int   na_test_layout_write(const char *path, const char *cluster, int n, int port0,
                            const char *kvdir, int dram_mb, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
+
+/* stories260K ($NA_SHARED_DIR/models/stories260K.bin) when it is there,
+ * else the model o generated as dir/name.bin: its path in path. 0, or -1
+ * after a failed check. */
+int   na_test_stories_or_gen(const char *dir, const char *name,
+                             const struct na_genmodel_opts *o, char *path, size_t cap);
+struct na_cfg;
+/* The layout of a cluster whose storage nodes run as processes, written as
+ * dir/layout.yaml and loaded into *cfg_p: na_test_layout_write(n nodes from
+ * port0, KV under dir/kv, 16 MB DRAM each), the model path and the transport
+ * (tls; timeout 5000 ms, heartbeat_ms, peer_timeout_ms), then the other
+ * sections as printf(fmt, ...) writes them. The status of the write or the
+ * load. */
+int   na_test_layout_cluster(const char *dir, const char *cluster, int n, int port0,
+                             const char *model, const char *tls, int heartbeat_ms,
+                             int peer_timeout_ms, struct na_cfg **cfg_p, const char *fmt, ...)
+    __attribute__((format(printf, 10, 11)));
 
 /* ---- tests/testvocab.c (na_testutil; needs na_common) ---------------------- */
 /* A GPT-2-style byte-level BPE vocabulary (tokenizer.ggml.model "gpt2") at

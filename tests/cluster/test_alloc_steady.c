@@ -47,6 +47,7 @@
 #include "common/genmodel.h"
 #include "common/model.h"
 #include "compute-node/offload.h"
+#include "tests/cluster/cluster_util.h"
 #include "tests/testutil.h"
 #include "tests/tools/alloc_count.h"
 
@@ -107,20 +108,11 @@ static void w_error(void *user, const na_request_t *r, na_status_t st, const cha
 
 static na_status_t load_layout(const char *model, const char *tls, na_cfg_t **cfg_p)
 {
-    char path[700], kvdir[600];
-
-    snprintf(path, sizeof(path), "%s/layout.yaml", g_tmp);
-    snprintf(kvdir, sizeof(kvdir), "%s/kv", g_tmp);
     /* heartbeats every 10 ms (the least): the window holds some each way */
-    if (na_test_layout_write(path, "alloc", 1, 14300, kvdir, 16,
-                             "model: { path: \"%s\" }\n"
-                             "transport: { tls: %s, timeout_ms: 5000, heartbeat_ms: 10, "
-                             "peer_timeout_ms: 5000 }\n"
-                             "parallel: { partition: request, batches_in_flight: 1, "
-                             "max_batch: 1 }\n"
-                             "kv: { block_tokens: 16 }\n", model, tls) != NA_OK)
-        return NA_ERR_IO;
-    return na_cfg_load(path, cfg_p);
+    return na_test_layout_cluster(g_tmp, "alloc", 1, 14300, model, tls, 10, 5000, cfg_p,
+                                  "parallel: { partition: request, batches_in_flight: 1, "
+                                  "max_batch: 1 }\n"
+                                  "kv: { block_tokens: 16 }\n");
 }
 
 /* Exec this program again with the counter preloaded, its table at
@@ -141,14 +133,13 @@ static void reexec(char **argv, const char *lib)
 
 int main(int argc, char **argv)
 {
-    const char *stories = na_test_shared_model("stories260K.bin");
     const char *tls = argc > 2 ? argv[2] : "shm";
     const char *tmp = getenv("NA_ALLOC_TMP");
     na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
-    na_cluster_opts_t co;
     na_cluster_t *cl = NULL;
-    na_off_opts_t oo;
+    na_test_off_cb_t cb = { w_token, w_done, w_error, NULL };
+    na_genmodel_opts_t gm;
     na_off_t *g = NULL;
     na_request_t *r = NULL;
     na_model_t *m = NULL;
@@ -188,35 +179,18 @@ int main(int argc, char **argv)
         return 1;
     setenv("NA_ALLOC_FILE", table, 1); /* what the storage node maps */
 
-    if (stories != NULL) {
-        snprintf(path, sizeof(path), "%s", stories);
-    } else {
-        na_genmodel_opts_t gm;
-        na_genmodel_shape(&gm, 64, 128, 2, 8, 2, 300, 128);
-        na_test_genmodel(g_tmp, "alloc", &gm, "bin", path, sizeof(path));
-    }
-    NA_CHECK_OK(na_model_open(path, &m));
+    na_genmodel_shape(&gm, 64, 128, 2, 8, 2, 300, 128);
+    if (na_test_stories_or_gen(g_tmp, "alloc", &gm, path, sizeof(path)) == 0)
+        NA_CHECK_OK(na_model_open(path, &m));
     if (m != NULL)
         NA_CHECK_OK(na_engine_create(m, &eo, &e));
     if (e != NULL)
         NA_CHECK_OK(load_layout(path, tls, &cfg));
-    if (cfg != NULL) {
-        na_cluster_opts_default(&co);
-        co.config_path = cfg->file;
-        co.mode = "start";
-        co.exe = getenv("NA_BIN");
-        NA_CHECK_OK(na_cluster_create(&co, e, &cl));
-    }
-    if (cl != NULL) {
-        memset(&oo, 0, sizeof(oo));
-        oo.max_batch = 1;
-        oo.batches_in_flight = 1;
-        oo.on_token = w_token;
-        oo.on_done = w_done;
-        oo.on_error = w_error;
-        oo.user = &w;
-        NA_CHECK_OK(na_off_create(e, na_cluster_service(cl), &oo, &g));
-    }
+    if (cfg != NULL)
+        cl = na_test_cluster_start(cfg, e);
+    cb.user = &w;
+    if (cl != NULL)
+        g = na_test_off_create(e, na_cluster_service(cl), 1, 1, &cb);
     if (g != NULL) {
         na_test_prompt(&rng, toks, 12, e->cfg.vocab_size);
         NA_CHECK_OK(na_request_create(e, 1, toks, 12, MAX_NEW, &sc, &r));

@@ -29,6 +29,7 @@
 #include "common/model.h"
 #include "compute-node/generate.h"
 #include "compute-node/offload.h"
+#include "tests/cluster/cluster_util.h"
 #include "tests/testutil.h"
 
 #define N_REQ   6
@@ -170,21 +171,12 @@ static int same_tokens(const na_request_t *a, const na_request_t *b)
 /* A fresh watch on c, N_REQ fresh requests in got, and an engine reporting to w. */
 static na_off_t *make_engine(na_engine_t *e, cnt_svc_t *c, watch_t *w, na_request_t **got)
 {
-    na_off_opts_t oo;
-    na_off_t *g = NULL;
+    const na_test_off_cb_t cb = { w_token, w_done, w_error, w };
 
     memset(w, 0, sizeof(*w));
     w->svc = c;
     make_requests(e, got, N_REQ);
-    memset(&oo, 0, sizeof(oo));
-    oo.max_batch = 8;
-    oo.batches_in_flight = 2;
-    oo.on_token = w_token;
-    oo.on_done = w_done;
-    oo.on_error = w_error;
-    oo.user = w;
-    NA_CHECK_OK(na_off_create(e, &c->base, &oo, &g));
-    return g;
+    return na_test_off_create(e, &c->base, 8, 2, &cb);
 }
 
 /* Requests 0..N_REQ-1 submitted at different steps of a running batch. */
@@ -316,19 +308,10 @@ static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
  * cluster library when it starts the nodes itself). */
 static na_status_t load_layout(const char *model, na_cfg_t **cfg_p)
 {
-    char path[700], kvdir[600];
-
-    snprintf(path, sizeof(path), "%s/layout.yaml", g_tmp);
-    snprintf(kvdir, sizeof(kvdir), "%s/kv", g_tmp);
-    if (na_test_layout_write(path, "eng", 2, 14200, kvdir, 16,
-                             "model: { path: \"%s\" }\n"
-                             "transport: { tls: shm, timeout_ms: 5000, heartbeat_ms: 200, "
-                             "peer_timeout_ms: 3000 }\n"
-                             "parallel: { partition: request, batches_in_flight: 2, "
-                             "max_batch: 8 }\n"
-                             "kv: { block_tokens: 16, spill_interval: 2 }\n", model) != NA_OK)
-        return NA_ERR_IO;
-    return na_cfg_load(path, cfg_p);
+    return na_test_layout_cluster(g_tmp, "eng", 2, 14200, model, "shm", 200, 3000, cfg_p,
+                                  "parallel: { partition: request, batches_in_flight: 2, "
+                                  "max_batch: 8 }\n"
+                                  "kv: { block_tokens: 16, spill_interval: 2 }\n");
 }
 
 static void run_all(na_engine_t *e, na_asvc_t *in, na_request_t **ref, const char *tag)
@@ -346,12 +329,12 @@ static void run_all(na_engine_t *e, na_asvc_t *in, na_request_t **ref, const cha
 
 int main(int argc, char **argv)
 {
-    const char *stories = na_test_shared_model("stories260K.bin");
     const char *mode = argc > 1 ? argv[1] : "inproc";
     na_request_t *ref[N_REQ];
     na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
     na_gen_opts_t go;
-    na_model_t *m;
+    na_genmodel_opts_t gm;
+    na_model_t *m = NULL;
     na_engine_t *e;
     na_cfg_t *cfg = NULL;
     char path[700];
@@ -359,14 +342,9 @@ int main(int argc, char **argv)
 
     if (na_test_tmpdir(g_tmp, sizeof(g_tmp)) != 0)
         return 1;
-    if (stories != NULL) {
-        snprintf(path, sizeof(path), "%s", stories);
-    } else {
-        na_genmodel_opts_t gm;
-        na_genmodel_shape(&gm, 64, 128, 2, 8, 2, 300, 96);
-        na_test_genmodel(g_tmp, "gqa", &gm, "bin", path, sizeof(path));
-    }
-    NA_CHECK_OK(na_model_open(path, &m));
+    na_genmodel_shape(&gm, 64, 128, 2, 8, 2, 300, 96);
+    if (na_test_stories_or_gen(g_tmp, "gqa", &gm, path, sizeof(path)) == 0)
+        NA_CHECK_OK(na_model_open(path, &m));
     if (na_test_failures > 0)
         return na_test_finish();
     NA_CHECK_OK(na_engine_create(m, &eo, &e));
@@ -384,13 +362,7 @@ int main(int argc, char **argv)
             run_all(e, svc, ref, "inproc");
     } else if (cfg != NULL && !strcmp(mode, "remote")) {
         /* real storage-node processes on free ports, a private KV directory */
-        na_cluster_opts_t co;
-        na_cluster_t *cl = NULL;
-        na_cluster_opts_default(&co);
-        co.config_path = cfg->file;
-        co.mode = "start";
-        co.exe = getenv("NA_BIN");
-        NA_CHECK_OK(na_cluster_create(&co, e, &cl));
+        na_cluster_t *cl = na_test_cluster_start(cfg, e);
         if (cl != NULL) {
             na_asvc_t *svc = na_cluster_take_service(cl);
             run_all(e, svc, ref, "remote");

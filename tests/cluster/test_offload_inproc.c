@@ -91,6 +91,76 @@ static void on_error(void *user, const na_request_t *r, na_status_t st, const ch
     g_errors++;
 }
 
+/* The monolithic side: a model and its engine (cpu, 1 thread, f16 KV). */
+typedef struct {
+    na_model_t  *m;
+    na_engine_t *e;
+} mono_t;
+
+/* 0, or -1 after a failed check (nothing to close). */
+static int mono_open(mono_t *mo, const char *path)
+{
+    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
+
+    mo->e = NULL;
+    if (na_model_open(path, &mo->m) != NA_OK) {
+        NA_CHECK_MSG(0, "cannot open %s", path);
+        return -1;
+    }
+    NA_CHECK_OK(na_engine_create(mo->m, &eo, &mo->e));
+    if (mo->e == NULL) {
+        na_model_destroy(mo->m);
+        return -1;
+    }
+    return 0;
+}
+
+/* The monolithic greedy outputs of ref[0..n), generated together. */
+static void mono_reference(const mono_t *mo, na_request_t **ref, int n)
+{
+    na_gen_opts_t go;
+    int stop = -1;
+
+    memset(&go, 0, sizeof(go));
+    go.max_batch = n;
+    go.stop_ids = &stop;
+    NA_CHECK_OK(na_generate(mo->e, ref, n, &go, NULL));
+}
+
+/* ref[0..n) destroyed, then the engine and the model. */
+static void mono_close(mono_t *mo, na_request_t **ref, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        na_request_destroy(ref[i]);
+    na_engine_destroy(mo->e);
+    na_model_destroy(mo->m);
+}
+
+/* The in-process storage service of variant v (layout idx) for the model
+ * mc, its layout in *cfg_p: the service, or NULL after a failed check. */
+static na_asvc_t *variant_service(const variant_t *v, int idx, const na_model_config_t *mc,
+                                  na_cfg_t **cfg_p)
+{
+    na_asvc_t *svc = NULL;
+
+    *cfg_p = NULL;
+    NA_CHECK_OK(load_layout(v, idx, cfg_p));
+    if (*cfg_p != NULL)
+        NA_CHECK_OK(na_inproc_create(*cfg_p, mc, &svc));
+    if (svc == NULL) {
+        na_cfg_destroy(*cfg_p);
+        *cfg_p = NULL;
+    }
+    return svc;
+}
+
+static void variant_service_close(na_asvc_t *svc, na_cfg_t *cfg)
+{
+    na_asvc_destroy(svc);
+    na_cfg_destroy(cfg);
+}
+
 /* Prefix reuse (docs/prefix-reuse.md): prompts sharing 40 tokens, then 5 of
  * their own; the in-process slots attach the shared blocks (block 16: 32
  * tokens) to the later requests. Same greedy tokens as monolithic, with
@@ -111,20 +181,18 @@ static void test_prefix(const char *path)
         { "request", 1, 1, "dram", 1, 0, 16, 64, 7, 0 },
         { "request", 1, 2, "ssd",  1, 0, 16, 64, 5, 0 },
     };
+    mono_t mo;
     na_model_t *m;
     na_engine_t *e;
-    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
     na_request_t *ref[N_REQ], *got[N_REQ];
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
-    na_gen_opts_t go;
-    int toks[N_REQ][45], i, k, stop = -1;
+    int toks[N_REQ][45], i, k;
     uint64_t rng = 777;
 
-    if (na_model_open(path, &m) != NA_OK) {
-        NA_CHECK_MSG(0, "cannot open %s", path);
+    if (mono_open(&mo, path) != 0)
         return;
-    }
-    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    m = mo.m;
+    e = mo.e;
     na_test_prompt(&rng, toks[0], 45, m->cfg.vocab_size);
     for (i = 1; i < N_REQ; i++) {
         memcpy(toks[i], toks[0], sizeof(toks[0]));
@@ -132,20 +200,15 @@ static void test_prefix(const char *path)
     }
     for (i = 0; i < N_REQ; i++)
         NA_CHECK_OK(na_request_create(e, i, toks[i], 45, MAX_NEW, &sc, &ref[i]));
-    memset(&go, 0, sizeof(go));
-    go.max_batch = N_REQ;
-    go.stop_ids = &stop;
-    NA_CHECK_OK(na_generate(e, ref, N_REQ, &go, NULL));
+    mono_reference(&mo, ref, N_REQ);
     for (k = 0; k < (int)(sizeof(pv) / sizeof(pv[0])); k++) {
-        na_cfg_t *cfg = NULL;
-        na_asvc_t *svc = NULL;
+        na_cfg_t *cfg;
+        na_asvc_t *svc = variant_service(&pv[k], 900 + k, &m->cfg, &cfg);
         na_off_opts_t oo;
         na_off_stats_t os;
 
-        NA_CHECK_OK(load_layout(&pv[k], 900 + k, &cfg));
-        if (cfg == NULL)
+        if (svc == NULL)
             continue;
-        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         for (i = 0; i < N_REQ; i++)
             NA_CHECK_OK(na_request_create(e, i, toks[i], 45, MAX_NEW, &sc, &got[i]));
         memset(&oo, 0, sizeof(oo));
@@ -180,50 +243,40 @@ static void test_prefix(const char *path)
         fprintf(stderr, "%s prefix v%d: %ld prompt tokens hit, %ld prefilled\n", path, k,
                 os.prefix_hit_tokens, os.gen.prompt_tokens);
         free_requests(got);
-        na_asvc_destroy(svc);
-        na_cfg_destroy(cfg);
+        variant_service_close(svc, cfg);
     }
-    free_requests(ref);
-    na_engine_destroy(e);
-    na_model_destroy(m);
+    mono_close(&mo, ref, N_REQ);
 }
 
 /* Run all variants on one model; compare with monolithic greedy tokens. */
 static void run_model(const char *path, const variant_t *vs, int nv, int mha)
 {
+    mono_t mo;
     na_model_t *m;
     na_engine_t *e;
-    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
     na_request_t *ref[N_REQ], *got[N_REQ];
-    na_gen_opts_t go;
-    int i, k, stop = -1;
+    int i, k;
     static int idx;
 
-    if (na_model_open(path, &m) != NA_OK) {
-        NA_CHECK_MSG(0, "cannot open %s", path);
+    if (mono_open(&mo, path) != 0)
         return;
-    }
-    NA_CHECK_OK(na_engine_create(m, &eo, &e));
-    memset(&go, 0, sizeof(go));
-    go.max_batch = N_REQ;
-    go.stop_ids = &stop;
-    go.n_stop = 0;
+    m = mo.m;
+    e = mo.e;
     make_requests(e, ref, m->cfg.vocab_size, m->cfg.seq_len);
-    NA_CHECK_OK(na_generate(e, ref, N_REQ, &go, NULL));
+    mono_reference(&mo, ref, N_REQ);
     for (k = 0; k < nv; k++) {
         const variant_t *v = &vs[k];
-        na_cfg_t *cfg = NULL;
-        na_asvc_t *svc = NULL;
+        na_cfg_t *cfg;
+        na_asvc_t *svc;
         na_off_opts_t oo;
         na_off_stats_t os;
         na_status_t st;
 
         if (v->xcache && !mha)
             continue;
-        NA_CHECK_OK(load_layout(v, idx++, &cfg));
-        if (cfg == NULL)
+        svc = variant_service(v, idx++, &m->cfg, &cfg);
+        if (svc == NULL)
             continue;
-        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         make_requests(e, got, m->cfg.vocab_size, m->cfg.seq_len);
         memset(&oo, 0, sizeof(oo));
         oo.max_batch = v->max_batch;
@@ -261,30 +314,24 @@ static void run_model(const char *path, const variant_t *vs, int nv, int mha)
         if (!strcmp(v->tier, "ssd"))
             NA_CHECK_MSG(os.svc.ssd_bytes_read > 0, "variant %d: tier ssd read nothing", k);
         free_requests(got);
-        na_asvc_destroy(svc);
-        na_cfg_destroy(cfg);
+        variant_service_close(svc, cfg);
     }
     /* X-cache on a GQA model: a clear refusal */
     if (!mha) {
         na_off_opts_t oo;
-        na_cfg_t *cfg = NULL;
-        na_asvc_t *svc = NULL;
+        na_cfg_t *cfg;
+        na_asvc_t *svc = variant_service(&vs[0], idx++, &m->cfg, &cfg);
         memset(&oo, 0, sizeof(oo));
         oo.batches_in_flight = 1;
         oo.xcache = 1;
         oo.xcache_share = 1.0;
-        NA_CHECK_OK(load_layout(&vs[0], idx++, &cfg));
-        NA_CHECK_OK(na_inproc_create(cfg, &m->cfg, &svc));
         make_requests(e, got, m->cfg.vocab_size, m->cfg.seq_len);
         NA_CHECK(na_offload_generate(e, svc, got, N_REQ, &oo, NULL) == NA_ERR_UNSUPPORTED);
         NA_CHECK(strstr(na_errmsg(), "GQA") != NULL);
         free_requests(got);
-        na_asvc_destroy(svc);
-        na_cfg_destroy(cfg);
+        variant_service_close(svc, cfg);
     }
-    free_requests(ref);
-    na_engine_destroy(e);
-    na_model_destroy(m);
+    mono_close(&mo, ref, N_REQ);
 }
 
 /* Tokens of request 0 seen when request 1 produced its first token. */
@@ -329,31 +376,26 @@ static int weighted_steps(const na_model_config_t *c, const int *len, int n, int
 
 static void test_interleave(const char *path)
 {
+    mono_t mo;
     na_model_t *m;
     na_engine_t *e;
-    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 1 };
     static const variant_t v = { "request", 1, 1, "dram", 2, 0, 16, 2, 8, 0 };
     na_request_t *ref[2], *got[2];
     int toks[200], len[2] = { 5, 200 }, news[2] = { 60, 4 }, i, w, stop = -1;
     uint64_t rng = 99;
-    na_gen_opts_t go;
     na_off_opts_t oo;
     na_cfg_t *cfg = NULL;
     na_asvc_t *svc = NULL;
 
-    if (na_model_open(path, &m) != NA_OK) {
-        NA_CHECK_MSG(0, "cannot open %s", path);
+    if (mono_open(&mo, path) != 0)
         return;
-    }
-    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    m = mo.m;
+    e = mo.e;
     na_test_prompt(&rng, toks, 200, m->cfg.vocab_size);
     for (i = 0; i < 2; i++)
         NA_CHECK_OK(na_request_create(e, i, toks, len[i], news[i], &sc, &ref[i]));
-    memset(&go, 0, sizeof(go));
-    go.max_batch = 2;
-    go.stop_ids = &stop;
-    NA_CHECK_OK(na_generate(e, ref, 2, &go, NULL));
+    mono_reference(&mo, ref, 2);
     NA_CHECK_OK(load_layout(&v, 900, &cfg));
     for (w = 0; w < 2; w++) {
         na_off_stats_t os;
@@ -396,11 +438,8 @@ static void test_interleave(const char *path)
         na_asvc_destroy(svc);
     }
     NA_CHECK(weighted_steps(&m->cfg, len, 2, 8) > (205 + 7) / 8);
-    for (i = 0; i < 2; i++)
-        na_request_destroy(ref[i]);
     na_cfg_destroy(cfg);
-    na_engine_destroy(e);
-    na_model_destroy(m);
+    mono_close(&mo, ref, 2);
 }
 
 int main(void)

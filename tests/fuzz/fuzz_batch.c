@@ -134,9 +134,5 @@ static const char *const seeds[] = {
     NULL
 };
 
-int main(void)
-{
-    static const fuzz_text_target_t t = { "fuzz_batch", seeds, 8000 };
-    return fuzz_text_main(&t);
-}
+const fuzz_text_target_t fuzz_text_target = { "fuzz_batch", seeds, 8000 };
 #endif

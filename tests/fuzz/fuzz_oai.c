@@ -71,9 +71,5 @@ static const char *const seeds[] = {
     NULL
 };
 
-int main(void)
-{
-    static const fuzz_text_target_t t = { "fuzz_oai", seeds, 50000 };
-    return fuzz_text_main(&t);
-}
+const fuzz_text_target_t fuzz_text_target = { "fuzz_oai", seeds, 50000 };
 #endif

@@ -132,8 +132,10 @@ static void fuzz_one(const uint8_t *data, size_t len)
     free(exact);
 }
 
-int fuzz_text_main(const fuzz_text_target_t *t)
+/* The mutation driver: the seeds, then NA_FUZZ_ITERS mutations of them. */
+int main(void)
 {
+    const fuzz_text_target_t *t = &fuzz_text_target;
     uint64_t iters = fuzz_env("NA_FUZZ_ITERS", (uint64_t)t->iters), it;
     uint64_t seed = fuzz_env("NA_FUZZ_SEED", 1);
     const char *corpus_out = getenv("NA_FUZZ_CORPUS_OUT");

@@ -2,12 +2,12 @@
  * (fuzz_oai.c: the OpenAI request parser; fuzz_batch.c: the batch input
  * and results files).
  *
- * A target defines LLVMFuzzerTestOneInput(data, size) and a
- * fuzz_text_target_t naming its seed texts. Two builds, as for
- * tests/fuzz/fuzz_wire.c:
+ * A target defines LLVMFuzzerTestOneInput(data, size) and, outside the
+ * libFuzzer build, fuzz_text_target naming its seed texts; the driver
+ * (fuzz_text.c) has main(). Two builds, as for tests/fuzz/fuzz_wire.c:
  *   - with clang and -fsanitize=fuzzer (target <name>_libfuzzer, defined
  *     NA_LIBFUZZER): libFuzzer drives the entry point;
- *   - everywhere (ctest test <name>, label fuzz): fuzz_text_main() runs each
+ *   - everywhere (ctest test <name>, label fuzz): main() runs each
  *     seed, then applies seeded random mutations aimed at JSON text (bit
  *     flips, random bytes, JSON and UTF-8 tokens inserted — quotes,
  *     backslashes, \u escapes and surrogates, brackets, huge numbers,
@@ -41,7 +41,7 @@ int         fuzz_text_done(void);
 /* A private temporary directory (made on first use under /dev/shm, else
  * $TMPDIR; removed at exit); NULL if it cannot be made. */
 const char *fuzz_text_dir(void);
-/* The mutation driver (not in the libFuzzer build). */
-int         fuzz_text_main(const fuzz_text_target_t *t);
+/* The target the driver's main() runs (not in the libFuzzer build). */
+extern const fuzz_text_target_t fuzz_text_target;
 
 #endif /* NA_FUZZ_TEXT_H */

@@ -18,11 +18,13 @@
 #include "ggml.h"
 #include "llama.h"
 
+#include "greedy_common.h"
+
 static int trace_on;            /* the step being traced is computed */
-static const char *trace_dir;
+static greedy_run_t run;
 
 /* cb_eval: kqv_merged_cont-L and l_out-L of the traced step, raw f32, into
- * trace_dir as att-L.f32 / out-L.f32 (greedy_top.c's names). */
+ * run.tdir as att-L.f32 / out-L.f32 (greedy_top.c's names). */
 static bool trace_cb(struct ggml_tensor *t, bool ask, void *user)
 {
     const char *name = NULL;
@@ -35,19 +37,13 @@ static bool trace_cb(struct ggml_tensor *t, bool ask, void *user)
     if (ask)
         return name != NULL;
     if (trace_on && name != NULL && t->type == GGML_TYPE_F32 && ggml_is_contiguous(t)) {
-        char path[4096];
         size_t nb = ggml_nbytes(t);
         void *buf = malloc(nb);
-        FILE *f;
         l = atoi(strchr(t->name, '-') + 1);
-        snprintf(path, sizeof(path), "%s/%s-%d.f32", trace_dir, name, l);
-        f = fopen(path, "wb");
-        if (buf != NULL && f != NULL) {
+        if (buf != NULL) {
             ggml_backend_tensor_get(t, buf, 0, nb);
-            fwrite(buf, 1, nb, f);
+            greedy_dump(&run, name, l, buf, nb);
         }
-        if (f != NULL)
-            fclose(f);
         free(buf);
     }
     return true;
@@ -67,51 +63,12 @@ int main(int argc, char **argv)
     struct llama_model *model;
     struct llama_context *ctx;
     const struct llama_vocab *vocab;
-    llama_token *toks;
-    int n_new, n_prompt, i, v, tstep = -1, n_forced = 0;
-    const char *force = getenv("NA_LLAMA_FORCE"), *lpath = getenv("NA_LLAMA_LOGITS");
-    const char *trace = getenv("NA_LLAMA_TRACE");
-    llama_token *forced = NULL;
-    FILE *lf = NULL;
+    int n_new, n_prompt, i, v, rc = greedy_open(&run, "llama_greedy", "NA_LLAMA", argc, argv);
 
-    if (argc < 4) {
-        fprintf(stderr, "usage: llama_greedy MODEL N_NEW ID [ID ...]\n");
-        return 2;
-    }
-    n_new = atoi(argv[2]);
-    n_prompt = argc - 3;
-    if (n_new <= 0 || n_new > 100000)
-        return 2;
-    toks = calloc((size_t)(n_prompt + n_new), sizeof(*toks));
-    if (toks == NULL)
-        return 1;
-    for (i = 0; i < n_prompt; i++)
-        toks[i] = (llama_token)atoi(argv[3 + i]);
-    if (trace != NULL) {
-        tstep = atoi(trace);
-        trace_dir = strchr(trace, ':');
-        if (trace_dir == NULL || tstep < 0) {
-            fprintf(stderr, "llama_greedy: NA_LLAMA_TRACE '%s' is not STEP:DIR\n", trace);
-            return 2;
-        }
-        trace_dir++;
-    }
-    if (force != NULL) {
-        FILE *f = fopen(force, "r");
-        int t;
-        forced = calloc((size_t)n_new, sizeof(*forced));
-        if (f == NULL || forced == NULL) {
-            fprintf(stderr, "llama_greedy: cannot read %s\n", force);
-            return 1;
-        }
-        while (n_forced < n_new && fscanf(f, "%d", &t) == 1)
-            forced[n_forced++] = (llama_token)t;
-        fclose(f);
-    }
-    if (lpath != NULL && (lf = fopen(lpath, "w")) == NULL) {
-        fprintf(stderr, "llama_greedy: cannot write %s\n", lpath);
-        return 1;
-    }
+    if (rc != 0)
+        return rc;
+    n_new = run.n_new;
+    n_prompt = run.n_prompt;
     llama_log_set(quiet, NULL);
     llama_backend_init();
     mp = llama_model_default_params();
@@ -133,7 +90,7 @@ int main(int argc, char **argv)
             cp.type_k = cp.type_v = GGML_TYPE_F32;
         cp.flash_attn = fa != NULL && strcmp(fa, "1") == 0;
     }
-    if (trace != NULL) {
+    if (run.tstep >= 0) {
         cp.cb_eval = trace_cb;
         cp.cb_eval_user_data = NULL;
     }
@@ -145,42 +102,18 @@ int main(int argc, char **argv)
     vocab = llama_model_get_vocab(model);
     v = llama_vocab_n_tokens(vocab);
     for (i = 0; i < n_new; i++) {
-        int at = i == 0 ? 0 : n_prompt + i - 1, n = i == 0 ? n_prompt : 1, j, i1 = 0, i2 = 1;
-        const float *l;
-        trace_on = i == tstep;
-        if (llama_decode(ctx, llama_batch_get_one(&toks[at], n)) != 0) {
+        int at = i == 0 ? 0 : n_prompt + i - 1, n = i == 0 ? n_prompt : 1;
+        trace_on = i == run.tstep;
+        if (llama_decode(ctx, llama_batch_get_one(&run.toks[at], n)) != 0) {
             fprintf(stderr, "llama_greedy: llama_decode failed at step %d\n", i);
             return 1;
         }
-        l = llama_get_logits_ith(ctx, -1);
-        if (l[1] > l[0]) {
-            i1 = 1;
-            i2 = 0;
-        }
-        for (j = 2; j < v; j++) {
-            if (l[j] > l[i1]) {
-                i2 = i1;
-                i1 = j;
-            } else if (l[j] > l[i2]) {
-                i2 = j;
-            }
-        }
-        printf("%d %d %.6f %d %.6f\n", i, i1, (double)l[i1], i2, (double)l[i2]);
-        if (lf != NULL) {
-            for (j = 0; j < v; j++)
-                fprintf(lf, j ? " %.6f" : "%.6f", (double)l[j]);
-            fputc('\n', lf);
-        }
-        toks[n_prompt + i] = i < n_forced ? forced[i] : i1;
+        greedy_step(&run, i, llama_get_logits_ith(ctx, -1), v);
     }
-    if (lf != NULL && fclose(lf) != 0) {
-        fprintf(stderr, "llama_greedy: cannot write %s\n", lpath);
+    if (greedy_close(&run) != 0)
         return 1;
-    }
-    free(forced);
     llama_free(ctx);
     llama_model_free(model);
     llama_backend_free();
-    free(toks);
     return 0;
 }

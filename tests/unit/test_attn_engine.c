@@ -143,6 +143,47 @@ static size_t out_len(const work_t *w)
     return (size_t)w->S * w->n_layers * w->R * w->n_heads * w->head_dim;
 }
 
+/* A batch begun on the engine of each of cfg's slots, and the number of
+ * entries gathered for it. */
+typedef struct {
+    na_attn_batch_t *b[MAX_SLOTS];
+    int              ns[MAX_SLOTS];
+} slot_batches_t;
+
+static void batches_begin(slot_batches_t *sb, const run_t *cfg, na_slot_t **slots)
+{
+    int i;
+    for (i = 0; i < cfg->n_slots; i++) {
+        sb->ns[i] = 0;
+        NA_CHECK_OK(na_attn_batch_begin(na_slot_engine(slots[i]), &sb->b[i]));
+    }
+}
+
+/* Each slot's batch: its entries ent[i][0..ns[i]) submitted (unless they
+ * were, one by one: submit 0), closed; then each waited for. */
+static void batches_run(slot_batches_t *sb, const run_t *cfg, na_slot_t **slots,
+                        na_attn_entry_t (*ent)[MAX_REQ], int submit)
+{
+    int i;
+    for (i = 0; i < cfg->n_slots; i++) {
+        if (submit)
+            NA_CHECK_OK(na_attn_submit(na_slot_engine(slots[i]), sb->b[i], ent[i], sb->ns[i]));
+        NA_CHECK_OK(na_attn_batch_close(na_slot_engine(slots[i]), sb->b[i]));
+    }
+    for (i = 0; i < cfg->n_slots; i++)
+        NA_CHECK_OK(na_attn_batch_wait(na_slot_engine(slots[i]), sb->b[i]));
+}
+
+/* e: a fresh entry of request 100 + r at layer l over nk KV heads. */
+static void entry_init(na_attn_entry_t *e, const work_t *w, int r, int l, int nk)
+{
+    memset(e, 0, sizeof(*e));
+    e->req = 100 + r;
+    e->layer = l;
+    e->n_kv_heads = nk;
+    e->n_q_heads = nk * w->group;
+}
+
 /* run_t.block: the S steps of every request as one block of S query rows
  * per layer (what the slot set sends the engine for a prompt chunk): the S
  * K/V rows appended first (as a chunk's, not flushed: they stay in the
@@ -171,40 +212,29 @@ static int run_block(const work_t *w, const run_t *cfg, na_slot_t **slots,
                                             NA_DTYPE_F32, (size_t)kvw, w->S));
     }
     for (l = 0; l < w->n_layers; l++) {
-        na_attn_batch_t *b[MAX_SLOTS];
-        int ns[MAX_SLOTS] = { 0 };
-        for (i = 0; i < cfg->n_slots; i++)
-            NA_CHECK_OK(na_attn_batch_begin(na_slot_engine(slots[i]), &b[i]));
+        slot_batches_t sb;
+        batches_begin(&sb, cfg, slots);
         for (r = 0; r < w->R; r++) {
             for (step = 0; step < w->S; step++)
                 memcpy(qb[r] + (size_t)step * qw, w->Q[r] + ((size_t)step * w->n_layers + l) * qw,
                        sizeof(float) * (size_t)qw);
             for (p = 0; p < n_parts[r]; p++) {
                 int si = parts[r][p].slot, h0 = parts[r][p].kvh0, nk = parts[r][p].n_kvh;
-                na_attn_entry_t *e = &ent[si][ns[si]++];
-                memset(e, 0, sizeof(*e));
-                e->req = 100 + r;
-                e->layer = l;
-                e->n_kv_heads = nk;
-                e->n_q_heads = nk * w->group;
+                na_attn_entry_t *e = &ent[si][sb.ns[si]++];
+                entry_init(e, w, r, l, nk);
                 e->q = qb[r] + (size_t)h0 * w->group * hd;
                 e->o = ob[r] + (size_t)h0 * w->group * hd;
                 e->n_q = w->S;
                 e->q_stride = (size_t)qw;
             }
         }
-        for (i = 0; i < cfg->n_slots; i++) {
-            NA_CHECK_OK(na_attn_submit(na_slot_engine(slots[i]), b[i], ent[i], ns[i]));
-            NA_CHECK_OK(na_attn_batch_close(na_slot_engine(slots[i]), b[i]));
-        }
-        for (i = 0; i < cfg->n_slots; i++)
-            NA_CHECK_OK(na_attn_batch_wait(na_slot_engine(slots[i]), b[i]));
+        batches_run(&sb, cfg, slots, ent, 1);
         for (r = 0; r < w->R; r++)
             for (step = 0; step < w->S; step++)
                 sts[((size_t)step * w->n_layers + l) * w->R + r] = NA_OK;
         for (i = 0; i < cfg->n_slots; i++) {
             int k;
-            for (k = 0; k < ns[i]; k++) {
+            for (k = 0; k < sb.ns[i]; k++) {
                 r = (int)ent[i][k].req - 100;
                 if (ent[i][k].status != NA_OK) {
                     fprintf(stderr, "  block entry req %d layer %d: %s\n", r, l,
@@ -311,41 +341,29 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
     /* decode */
     for (step = 0; step < w->S; step++) {
         for (l = 0; l < w->n_layers; l++) {
-            na_attn_batch_t *b[MAX_SLOTS];
-            int ns[MAX_SLOTS] = { 0 };
-            for (i = 0; i < cfg->n_slots; i++)
-                NA_CHECK_OK(na_attn_batch_begin(na_slot_engine(slots[i]), &b[i]));
+            slot_batches_t sb;
+            batches_begin(&sb, cfg, slots);
             for (r = 0; r < w->R; r++) {
                 for (p = 0; p < n_parts[r]; p++) {
                     int si = parts[r][p].slot, h0 = parts[r][p].kvh0, nk = parts[r][p].n_kvh;
-                    na_attn_entry_t *e = &ent[si][ns[si]];
-                    memset(e, 0, sizeof(*e));
-                    e->req = 100 + r;
-                    e->layer = l;
-                    e->n_kv_heads = nk;
-                    e->n_q_heads = nk * w->group;
+                    na_attn_entry_t *e = &ent[si][sb.ns[si]];
+                    entry_init(e, w, r, l, nk);
                     e->q = w->Q[r] + ((size_t)step * w->n_layers + l) * w->n_heads * hd +
                            (size_t)h0 * w->group * hd;
                     e->k_new = krow(w, w->K, r, l, w->P[r] + step) + h0 * hd;
                     e->v_new = krow(w, w->V, r, l, w->P[r] + step) + h0 * hd;
                     e->o = out + out_index(w, step, l, r) + (size_t)h0 * w->group * hd;
                     if (cfg->incremental)
-                        NA_CHECK_OK(na_attn_submit(na_slot_engine(slots[si]), b[si], e, 1));
-                    ns[si]++;
+                        NA_CHECK_OK(na_attn_submit(na_slot_engine(slots[si]), sb.b[si], e, 1));
+                    sb.ns[si]++;
                 }
             }
-            for (i = 0; i < cfg->n_slots; i++) {
-                if (!cfg->incremental)
-                    NA_CHECK_OK(na_attn_submit(na_slot_engine(slots[i]), b[i], ent[i], ns[i]));
-                NA_CHECK_OK(na_attn_batch_close(na_slot_engine(slots[i]), b[i]));
-            }
-            for (i = 0; i < cfg->n_slots; i++)
-                NA_CHECK_OK(na_attn_batch_wait(na_slot_engine(slots[i]), b[i]));
+            batches_run(&sb, cfg, slots, ent, !cfg->incremental);
             for (r = 0; r < w->R; r++)
                 sts[((size_t)step * w->n_layers + l) * w->R + r] = NA_OK;
             for (i = 0; i < cfg->n_slots; i++) {
                 int k;
-                for (k = 0; k < ns[i]; k++) {
+                for (k = 0; k < sb.ns[i]; k++) {
                     size_t si = ((size_t)step * w->n_layers + l) * w->R + (ent[i][k].req - 100);
                     if (ent[i][k].status != NA_OK) {
                         sts[si] = ent[i][k].status;
@@ -699,87 +717,97 @@ static int test_exact(int block)
     return rc;
 }
 
-/* A run's outputs and statuses, and those of a reference run (base, sts0). */
+/* A fault case: the work (seed; 3 requests of contexts 70, 90, 33 and 3
+ * steps, 2 layers, 4 heads on 2 KV heads of 64), a run's outputs and
+ * statuses, and those of a reference run (base, sts0). */
 typedef struct {
+    work_t       w;
     float       *base, *out;
     na_status_t *sts, *sts0;
-} outs_t;
+} fcase_t;
 
-static void outs_init(outs_t *o, const work_t *w)
+static void fcase_init(fcase_t *fc, uint64_t seed)
 {
-    size_t n = out_len(w), ns = (size_t)w->S * w->n_layers * w->R;
+    static const int P[3] = { 70, 90, 33 };
+    size_t n, ns;
 
-    o->base = calloc(n, sizeof(float));
-    o->out = calloc(n, sizeof(float));
-    o->sts = calloc(ns, sizeof(*o->sts));
-    o->sts0 = calloc(ns, sizeof(*o->sts0));
+    work_init(&fc->w, seed, 2, 4, 2, 64, 3, P, 3, 16, 32);
+    n = out_len(&fc->w);
+    ns = (size_t)fc->w.S * fc->w.n_layers * fc->w.R;
+    fc->base = calloc(n, sizeof(float));
+    fc->out = calloc(n, sizeof(float));
+    fc->sts = calloc(ns, sizeof(*fc->sts));
+    fc->sts0 = calloc(ns, sizeof(*fc->sts0));
 }
 
-static void outs_free(outs_t *o)
+static void fcase_free(fcase_t *fc)
 {
-    free(o->base);
-    free(o->out);
-    free(o->sts);
-    free(o->sts0);
+    work_free(&fc->w);
+    free(fc->base);
+    free(fc->out);
+    free(fc->sts);
+    free(fc->sts0);
 }
 
-/* Every request but bad_r at every step and layer: NA_OK, its outputs those
- * of base (the run without the fault); "<what> <arg>" names the case. */
-static void check_others(const work_t *w, const float *base, const float *out,
-                         const na_status_t *sts, int bad_r, const char *what, int arg)
+/* The fault cases' slot: the KV all on SSD (16 MiB, no DRAM tier). */
+static run_t run_ssd_only(void)
 {
+    run_t c = run_default();
+    c.ssd_bytes = 16u << 20;
+    c.no_dram_tier = 1;
+    return c;
+}
+
+/* Request bad_r failed at every step and layer (with want; with any error
+ * when want is NA_OK); every other request NA_OK at every step and layer
+ * with the outputs of base (the run without the fault). "<what> <arg>"
+ * names the case. */
+static void check_fault(const fcase_t *fc, int bad_r, na_status_t want, const char *what,
+                        int arg)
+{
+    const work_t *w = &fc->w;
     int step, l, r;
 
     for (step = 0; step < w->S; step++)
         for (l = 0; l < w->n_layers; l++)
             for (r = 0; r < w->R; r++) {
                 size_t i = out_index(w, step, l, r);
-                if (r == bad_r)
+                na_status_t st = fc->sts[((size_t)step * w->n_layers + l) * w->R + r];
+                if (r == bad_r) {
+                    NA_CHECK_MSG(want == NA_OK ? st != NA_OK : st == want,
+                                 "%s %d step %d layer %d: the faulted request got %s", what,
+                                 arg, step, l, na_status_string(st));
                     continue;
-                NA_CHECK_MSG(sts[((size_t)step * w->n_layers + l) * w->R + r] == NA_OK,
-                             "%s %d: request %d failed", what, arg, r);
-                NA_CHECK(same(base + i, out + i, (size_t)w->n_heads * w->head_dim));
+                }
+                NA_CHECK_MSG(st == NA_OK, "%s %d: request %d failed", what, arg, r);
+                NA_CHECK(same(fc->base + i, fc->out + i, (size_t)w->n_heads * w->head_dim));
             }
 }
 
 /* 3. an injected read error or short read fails only that request. */
 static int test_faults(void)
 {
-    const int P[3] = { 70, 90, 33 };
-    work_t w;
-    run_t c;
-    outs_t o;
+    fcase_t fc;
+    run_t c = run_ssd_only();
     na_kv_fault_t f;
-    int rc = 0, mode, l, step;
+    int rc, mode;
 
-    work_init(&w, 4242, 2, 4, 2, 64, 3, P, 3, 16, 32);
-    outs_init(&o, &w);
-    c = run_default();
-    c.ssd_bytes = 16u << 20;
-    c.no_dram_tier = 1;
-    rc = run(&w, &c, o.base, o.sts0, NULL);
-    if (rc != 0)
-        goto out;
-    for (mode = NA_FAULT_ERROR; mode <= NA_FAULT_SHORT; mode++) {
+    fcase_init(&fc, 4242);
+    rc = run(&fc.w, &c, fc.base, fc.sts0, NULL);
+    for (mode = NA_FAULT_ERROR; mode <= NA_FAULT_SHORT && rc == 0; mode++) {
         memset(&f, 0, sizeof(f));
         f.mode = mode;
         f.on_reads = 1;
         f.lo = f.hi = 0;
         c.fault = &f;
         c.fault_req = 1;
-        rc = run(&w, &c, o.out, o.sts, NULL);
+        rc = run(&fc.w, &c, fc.out, fc.sts, NULL);
         if (rc != 0)
-            goto out;
+            break;
         NA_CHECK(f.hits > 0);
-        for (step = 0; step < w.S; step++)
-            for (l = 0; l < w.n_layers; l++)
-                NA_CHECK_MSG(o.sts[((size_t)step * w.n_layers + l) * w.R + 1] != NA_OK,
-                             "mode %d: faulted request succeeded", mode);
-        check_others(&w, o.base, o.out, o.sts, 1, "mode", mode);
+        check_fault(&fc, 1, NA_OK, "mode", mode);
     }
-out:
-    work_free(&w);
-    outs_free(&o);
+    fcase_free(&fc);
     return rc;
 }
 
@@ -788,38 +816,23 @@ out:
  * prefetch); the others give the same outputs. */
 static int test_corrupt(void)
 {
-    const int P[3] = { 70, 90, 33 };
-    work_t w;
-    run_t c;
-    outs_t o;
-    int rc = 0, pf, l, step;
+    fcase_t fc;
+    int rc = 0, pf;
 
-    work_init(&w, 4343, 2, 4, 2, 64, 3, P, 3, 16, 32);
-    outs_init(&o, &w);
-    for (pf = 0; pf < 2; pf++) {
-        c = run_default();
-        c.ssd_bytes = 16u << 20;
-        c.no_dram_tier = 1;
+    fcase_init(&fc, 4343);
+    for (pf = 0; pf < 2 && rc == 0; pf++) {
+        run_t c = run_ssd_only();
         c.prefetch = pf;
-        rc = run(&w, &c, o.base, o.sts, NULL);
+        rc = run(&fc.w, &c, fc.base, fc.sts, NULL);
         if (rc != 0)
-            goto out;
+            break;
         c.zero = 1;
         c.fault_req = 1;
-        rc = run(&w, &c, o.out, o.sts, NULL);
-        if (rc != 0)
-            goto out;
-        for (step = 0; step < w.S; step++)
-            for (l = 0; l < w.n_layers; l++) {
-                na_status_t s1 = o.sts[((size_t)step * w.n_layers + l) * w.R + 1];
-                NA_CHECK_MSG(s1 == NA_ERR_IO, "prefetch %d step %d layer %d: the zeroed "
-                             "request got %s", pf, step, l, na_status_string(s1));
-            }
-        check_others(&w, o.base, o.out, o.sts, 1, "prefetch", pf);
+        rc = run(&fc.w, &c, fc.out, fc.sts, NULL);
+        if (rc == 0)
+            check_fault(&fc, 1, NA_ERR_IO, "prefetch", pf);
     }
-out:
-    work_free(&w);
-    outs_free(&o);
+    fcase_free(&fc);
     return rc;
 }
 

@@ -17,6 +17,8 @@
 #include "kernels/kernels.h"
 #include "storage-node/attn_fold.h"
 #include "tests/testutil.h"
+#include "tests/unit/attn_blocks.h"
+#include "tests/unit/kern_util.h"
 
 static na_rng_t rng;
 static na_kernels_t *cpu_k[2];                 /* 1 and 2 threads */
@@ -30,56 +32,31 @@ static void *make_kv(na_dtype_t dt, size_t n)
 }
 
 /* The storage node's attention of one query row over the KV (token-major
- * rows of nkv heads) in the store's block layout ([kv_head][K rows: bt x
- * hd][V rows: bt x hd] per block of bt tokens): the blocks built here, then
- * storage-node/attn_fold.c (na_attn_fold_query, what the CPU engine's
- * granules run part by part). */
-typedef struct {
-    char  *mem;
-    size_t block_bytes;
-} blocks_t;
-
-static const char *block_at(void *arg, int b)
-{
-    const blocks_t *bl = arg;
-    return bl->mem + (size_t)b * bl->block_bytes;
-}
+ * rows of nkv heads) in the store's block layout (tests/unit/attn_blocks.h):
+ * the blocks built here, then storage-node/attn_fold.c (na_attn_fold_query,
+ * what the CPU engine's granules run part by part). */
 
 /* The KV's ctx tokens in blocks of bt (rows past ctx: NaN). */
-static void blocks_make(blocks_t *bl, const void *kc, const void *vc, na_dtype_t dt, int ctx,
-                        int nkv, int hd, int bt)
+static void blocks_make(na_test_blocks_t *bl, const void *kc, const void *vc, na_dtype_t dt,
+                        int ctx, int nkv, int hd, int bt)
 {
-    const size_t row = (size_t)hd * na_dtype_bytes(dt, 1);
-    const int nb = (ctx + bt - 1) / bt;
     int h, t;
 
-    bl->block_bytes = (size_t)nkv * 2 * bt * row;
-    bl->mem = na_test_xmalloc(bl->block_bytes * (size_t)nb);
-    memset(bl->mem, 0xff, bl->block_bytes * (size_t)nb);
+    na_test_blocks_init(bl, dt, ctx, nkv, hd, bt);
     for (t = 0; t < ctx; t++)
         for (h = 0; h < nkv; h++) {
-            char *blk = bl->mem + (size_t)(t / bt) * bl->block_bytes + (size_t)h * 2 * bt * row;
-            size_t src = ((size_t)t * nkv + h) * row;
-            memcpy(blk + (size_t)(t % bt) * row, (const char *)kc + src, row);
-            memcpy(blk + (size_t)(bt + t % bt) * row, (const char *)vc + src, row);
+            size_t src = ((size_t)t * nkv + h) * bl->row;
+            memcpy(na_test_blocks_row(bl, t, h, 0), (const char *)kc + src, bl->row);
+            memcpy(na_test_blocks_row(bl, t, h, 1), (const char *)vc + src, bl->row);
         }
 }
 
 /* One query row over the first ctx tokens of the blocks. */
-static void storage_fold(na_kernels_t *k, float *out, const float *q, blocks_t *bl,
+static void storage_fold(na_kernels_t *k, float *out, const float *q, na_test_blocks_t *bl,
                          na_dtype_t dt, int ctx, int nh, int nkv, int hd, int bt)
 {
     const na_attn_shape_t sh = { bt, hd, dt, nkv, nh / nkv };
-    NA_CHECK_OK(na_attn_fold_query(k, &sh, q, ctx, block_at, bl, out));
-}
-
-static int first_diff(const float *a, const float *b, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (memcmp(a + i, b + i, sizeof(float)) != 0)
-            return (int)i;
-    return -1;
+    NA_CHECK_OK(na_attn_fold_query(k, &sh, q, ctx, na_test_block_at, bl, out));
 }
 
 /* Prefill n_tok query tokens after pos0 KV rows; each row against decode
@@ -93,7 +70,7 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
     float *dec = na_test_xmalloc(sizeof(float) * qrow);
     float *sto = na_test_xmalloc(sizeof(float) * qrow);
     void *kc = make_kv(dt, kvn), *vc = make_kv(dt, kvn);
-    blocks_t bl[3];
+    na_test_blocks_t bl[3];
     int t, th, bad = 0;
 
     na_rng_fill(&rng, q, qrow * n_tok, -2.0f, 2.0f);
@@ -114,7 +91,7 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
         for (th = 0; th < 2 && bad < 3; th++) {
             NA_CHECK_OK(na_kernels_attn_decode_host(cpu_k[th], dec, qt, kc, vc, dt, pos0 + t + 1,
                                                     nh, nkv, hd));
-            d = first_diff(pre[th] + (size_t)t * qrow, dec, qrow);
+            d = na_test_first_diff(pre[th] + (size_t)t * qrow, dec, qrow);
             if (d >= 0)
                 bad++;
             NA_CHECK_MSG(d < 0, "%s heads %d/%d hd %d, pos0 %d: token %d (ctx %d), %d thread(s): "
@@ -127,7 +104,7 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
             for (bi = 0; bi < 3 && bad < 3; bi++) {
                 const int bt = block_sizes[bi];
                 storage_fold(cpu_k[0], sto, qt, &bl[bi], dt, pos0 + t + 1, nh, nkv, hd, bt);
-                d = first_diff(pre[0] + (size_t)t * qrow, sto, qrow);
+                d = na_test_first_diff(pre[0] + (size_t)t * qrow, sto, qrow);
                 if (d >= 0)
                     bad++;
                 NA_CHECK_MSG(d < 0, "%s heads %d/%d hd %d, pos0 %d: token %d (ctx %d): prefill "
@@ -138,7 +115,7 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
         }
     }
     for (t = 0; t < 3; t++)
-        free(bl[t].mem);
+        na_test_blocks_free(&bl[t]);
     free(pre[1]);
     free(pre[0]);
     free(vc);
@@ -150,7 +127,6 @@ static void check(na_dtype_t dt, int pos0, int n_tok, int nh, int nkv, int hd, i
 
 int main(void)
 {
-    static const na_dtype_t dts[] = { NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF16 };
     /* q heads, kv heads, head_dim: MHA, GQA 4 (stories260K: 8/4/8), GQA 8, MHA hd 128 */
     static const int shapes[][3] = { { 4, 4, 64 }, { 8, 2, 32 }, { 8, 4, 8 }, { 16, 2, 16 },
                                      { 2, 2, 128 } };
@@ -160,22 +136,20 @@ int main(void)
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         NA_SKIP("this CPU lacks AVX2/FMA: the cpu backend cannot run");
-    NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
-    NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
-    if (cpu_k[0] == NULL || cpu_k[1] == NULL)
+    if (na_test_kernels_open(NULL, cpu_k) != 0)
         return na_test_finish();
     printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
-    for (d = 0; d < 3; d++)
+    for (d = 0; d < NA_TEST_KV_DTYPES; d++)
         for (s = 0; s < 5; s++) {
+            const na_dtype_t dt = na_test_kv_dtypes[d];
             const int nh = shapes[s][0], nkv = shapes[s][1], hd = shapes[s][2];
-            check(dts[d], 0, 63, nh, nkv, hd, 1);
-            check(dts[d], 0, 65, nh, nkv, hd, 1);
-            check(dts[d], 1, 64, nh, nkv, hd, 7);       /* a continued (chunked) prefill */
-            check(dts[d], 0, 1000, nh, nkv, hd, 97);
-            check(dts[d], 1000, 70, nh, nkv, hd, 5);    /* across the part boundary (1024) */
-            check(dts[d], 2040, 9, nh, nkv, hd, 4);     /* ... and the next (2048) */
+            check(dt, 0, 63, nh, nkv, hd, 1);
+            check(dt, 0, 65, nh, nkv, hd, 1);
+            check(dt, 1, 64, nh, nkv, hd, 7);       /* a continued (chunked) prefill */
+            check(dt, 0, 1000, nh, nkv, hd, 97);
+            check(dt, 1000, 70, nh, nkv, hd, 5);    /* across the part boundary (1024) */
+            check(dt, 2040, 9, nh, nkv, hd, 4);     /* ... and the next (2048) */
         }
-    na_kernels_destroy(cpu_k[1]);
-    na_kernels_destroy(cpu_k[0]);
+    na_test_kernels_close(NULL, cpu_k);
     return na_test_finish();
 }

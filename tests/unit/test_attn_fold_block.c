@@ -15,54 +15,31 @@
 #include "kernels/kernels.h"
 #include "storage-node/attn_fold.h"
 #include "tests/testutil.h"
+#include "tests/unit/attn_blocks.h"
 
 static na_rng_t rng;
 
-typedef struct {
-    char  *mem;
-    size_t block_bytes;
-} blocks_t;
-
-static const char *block_at(void *arg, int b)
+/* ctx tokens of random K/V in the store's block layout
+ * (tests/unit/attn_blocks.h); rows past ctx are NaN, so a row that read past
+ * its limit would show. */
+static void blocks_make(na_test_blocks_t *bl, na_dtype_t dt, int ctx, int nkv, int hd, int bt)
 {
-    const blocks_t *bl = arg;
-    return bl->mem + (size_t)b * bl->block_bytes;
-}
-
-/* ctx tokens of random K/V in the store's block layout ([kv_head][K rows: bt
- * x hd][V rows: bt x hd] per block); rows past ctx are NaN, so a row that
- * read past its limit would show. */
-static void blocks_make(blocks_t *bl, na_dtype_t dt, int ctx, int nkv, int hd, int bt)
-{
-    const size_t es = na_dtype_bytes(dt, 1), row = (size_t)hd * es;
     const int nb = (ctx + bt - 1) / bt;
     int b, h, t;
 
-    bl->block_bytes = (size_t)nkv * 2 * bt * row;
-    bl->mem = na_test_xmalloc(bl->block_bytes * (size_t)nb);
-    memset(bl->mem, 0xff, bl->block_bytes * (size_t)nb);
+    na_test_blocks_init(bl, dt, ctx, nkv, hd, bt);
     for (b = 0; b < nb; b++)
         for (h = 0; h < nkv; h++)
-            for (t = 0; t < 2 * bt; t++) {
-                char *r = bl->mem + (size_t)b * bl->block_bytes + ((size_t)h * 2 * bt + t) * row;
+            for (t = 0; t < 2 * bt; t++)
                 if (b * bt + t % bt < ctx)
-                    na_rng_fill_dtype(&rng, r, dt, (size_t)hd);
-            }
-}
-
-static int first_diff(const float *a, const float *b, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (memcmp(a + i, b + i, sizeof(float)) != 0)
-            return (int)i;
-    return -1;
+                    na_rng_fill_dtype(&rng, na_test_blocks_row(bl, b * bt + t % bt, h, t / bt),
+                                      dt, (size_t)hd);
 }
 
 /* The block's rows, folded as the engine does: parts one by one, the rows
  * cut into ranges of rb (each range its own call, as its own job). */
 static void fold_split(na_kernels_t *k, const na_attn_shape_t *sh, const float *q, int n_q,
-                       int lim0, int rb, blocks_t *bl, float *o)
+                       int lim0, int rb, na_test_blocks_t *bl, float *o)
 {
     const int hd = sh->head_dim, rows = sh->n_kvh * sh->group;
     const int np = na_attn_n_parts(lim0 + n_q - 1);
@@ -85,7 +62,7 @@ static void fold_split(na_kernels_t *k, const na_attn_shape_t *sh, const float *
                 const size_t x = ((size_t)h * n_q + i0) * sh->group;
                 na_kattn_init(r.st + x, r.acc + x * hd, (r.i1 - i0) * sh->group, hd);
             }
-            na_attn_fold_rows(k, sh, &r, t0, t1, block_at, bl);
+            na_attn_fold_rows(k, sh, &r, t0, t1, na_test_block_at, bl);
         }
     na_attn_rows_merge(sh, n_q, lim0, np, st, acc, tst, tacc, o, (size_t)rows * hd);
     free(tacc);
@@ -109,20 +86,20 @@ static void check(na_kernels_t *k, const char *kname, na_dtype_t dt, int lim0, i
     float *blk = na_test_xmalloc(sizeof(float) * qrow * n_q);
     float *spl = na_test_xmalloc(sizeof(float) * qrow * n_q);
     float *one = na_test_xmalloc(sizeof(float) * qrow);
-    blocks_t bl;
+    na_test_blocks_t bl;
     int i, d, v;
 
     n_cases++;
     na_rng_fill(&rng, q, qrow * n_q, -2.0f, 2.0f);
     blocks_make(&bl, dt, ctx > 0 ? ctx : 1, nkv, hd, bt);
-    NA_CHECK_OK(na_attn_fold_block(k, &sh, q, qrow, n_q, lim0, block_at, &bl, blk, qrow));
+    NA_CHECK_OK(na_attn_fold_block(k, &sh, q, qrow, n_q, lim0, na_test_block_at, &bl, blk, qrow));
     fold_split(k, &sh, q, n_q, lim0, 16, &bl, spl);
     for (i = 0; i < n_q; i++) {
-        NA_CHECK_OK(na_attn_fold_query(k, &sh, q + (size_t)i * qrow, lim0 + i, block_at, &bl,
-                                       one));
+        NA_CHECK_OK(na_attn_fold_query(k, &sh, q + (size_t)i * qrow, lim0 + i, na_test_block_at,
+                                       &bl, one));
         for (v = 0; v < 2; v++) {
             const float *got = (v == 0 ? blk : spl) + (size_t)i * qrow;
-            d = first_diff(got, one, qrow);
+            d = na_test_first_diff(got, one, qrow);
             if (d >= 0) {
                 n_bad++;
                 NA_CHECK_MSG(0, "%s kernels, %s KV, heads %d/%d hd %d, blocks of %d, %d rows "
@@ -136,7 +113,7 @@ static void check(na_kernels_t *k, const char *kname, na_dtype_t dt, int lim0, i
         if (n_bad > 5)
             break;
     }
-    free(bl.mem);
+    na_test_blocks_free(&bl);
     free(one);
     free(spl);
     free(blk);
@@ -145,7 +122,6 @@ static void check(na_kernels_t *k, const char *kname, na_dtype_t dt, int lim0, i
 
 int main(void)
 {
-    static const na_dtype_t dts[] = { NA_DTYPE_F32, NA_DTYPE_F16, NA_DTYPE_BF16 };
     /* q heads, kv heads, head_dim: MHA, GQA 4 (stories260K), GQA 8, MHA hd 128 */
     static const int shapes[][3] = { { 4, 4, 32 }, { 8, 2, 16 }, { 8, 4, 8 }, { 16, 2, 16 },
                                      { 2, 2, 128 } };
@@ -172,7 +148,7 @@ int main(void)
     for (ki = 0; ki < 2; ki++) {
         if (k[ki] == NULL)
             continue;
-        for (d = 0; d < 3; d++)
+        for (d = 0; d < NA_TEST_KV_DTYPES; d++)
             for (s = 0; s < 5; s++)
                 for (n = 0; n < 4; n++)
                     for (l = 0; l < 4; l++) {
@@ -182,7 +158,7 @@ int main(void)
                         /* the ref kernels are slow: short contexts, 65 rows */
                         if (ki == 1 && (lims[l] > 100 || n != 3))
                             continue;
-                        check(k[ki], kn[ki], dts[d], lims[l], n_qs[n], shapes[s][0],
+                        check(k[ki], kn[ki], na_test_kv_dtypes[d], lims[l], n_qs[n], shapes[s][0],
                               shapes[s][1], shapes[s][2], bts[b]);
                     }
     }

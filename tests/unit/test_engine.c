@@ -420,19 +420,31 @@ static void test_gguf_dtypes(const char *dir)
     na_model_destroy(bin);
 }
 
-static void test_generated_batching(const char *dir)
+/* The default generated model (GQA: 8 heads, 4 kv heads) as dir/name.bin
+ * (llama2.c only), with seed and seq_len when not 0: open, or NULL after a
+ * failed check. */
+static na_model_t *default_model(const char *dir, const char *name, uint64_t seed, int seq_len)
 {
     na_genmodel_opts_t o;
+
+    na_genmodel_defaults(&o);
+    o.write_gguf = 0;
+    if (seed != 0)
+        o.seed = seed;
+    if (seq_len != 0)
+        o.seq_len = seq_len;
+    return na_test_genmodel_open(dir, name, &o, "bin");
+}
+
+static void test_generated_batching(const char *dir)
+{
     na_model_t *m = NULL;
     static int p0[] = { 1, 40, 41, 42 }, p1[] = { 1, 300 },
                p2[] = { 1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 }, p3[] = { 1, 99, 98 };
     int *prompts[4] = { p0, p1, p2, p3 };
     int n_prompt[4] = { 4, 2, 13, 3 };
 
-    na_genmodel_defaults(&o);              /* GQA: 8 heads, 4 kv heads */
-    o.write_gguf = 0;
-    o.seed = 5;
-    m = na_test_genmodel_open(dir, "b", &o, "bin");
+    m = default_model(dir, "b", 5, 0);
     if (m == NULL)
         return;
     check_batched_equals_single(m, NA_DTYPE_F32, prompts, n_prompt, 4, 30, 0.0f, NULL, 0);
@@ -443,7 +455,6 @@ static void test_generated_batching(const char *dir)
 
 static void test_bad_requests(const char *dir)
 {
-    na_genmodel_opts_t o;
     na_model_t *m = NULL;
     na_engine_t *e = NULL;
     na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F16, 0 };
@@ -451,10 +462,7 @@ static void test_bad_requests(const char *dir)
     na_request_t *r = NULL;
     int *long_prompt, i, t = 1, bad = 100000;
 
-    na_genmodel_defaults(&o);
-    o.write_gguf = 0;
-    o.seq_len = 32;
-    m = na_test_genmodel_open(dir, "c", &o, "bin");
+    m = default_model(dir, "c", 0, 32);
     if (m == NULL)
         return;
     NA_CHECK_OK(na_engine_create(m, &eo, &e));
@@ -604,15 +612,11 @@ static void test_engine_batch_invariant(const char *dir)
     static const int batches[] = { 1, 3, 31, 32, 33, 64, 70, 130 };
     static const int shapes[][2] = { { 37, 512 }, { 70, 768 } };
     enum { MAXB = 130 };
-    na_genmodel_opts_t o;
     na_model_t *m = NULL;
     na_rng_t rng;
     int th, dt, s, bi, b;
 
-    na_genmodel_defaults(&o);
-    o.write_gguf = 0;
-    o.seed = 11;
-    m = na_test_genmodel_open(dir, "inv", &o, "bin");
+    m = default_model(dir, "inv", 11, 0);
     if (m == NULL)
         return;
     na_rng_seed(&rng, 2026);

@@ -31,6 +31,7 @@
 #include "kernels/ref/ref.h"
 #include "kernels/rope.h"
 #include "tests/testutil.h"
+#include "tests/unit/kern_util.h"
 
 static na_rng_t rng;
 static na_kernels_t *ref_k, *cpu_k[2];   /* cpu with 1 and 2 threads */
@@ -51,18 +52,6 @@ static float *falloc(size_t n)
  * The host backends accept caller memory wrapped by na_kbuf_host; weights
  * are placed (wrapped, no copy) around each call. */
 #define F32B(n) ((size_t)(n) * sizeof(float))
-
-static na_status_t mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w, int batch)
-{
-    na_kbuf_t yb = na_kbuf_host(y, F32B((size_t)batch * w->rows));
-    na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * w->cols));
-    na_kweight_t pw;
-    na_status_t st = k->ops->place(k, w, &pw);
-    if (st == NA_OK)
-        st = k->ops->matmul(k, &yb, &xb, &pw, batch);
-    k->ops->unplace(k, &pw);
-    return st;
-}
 
 static na_status_t rmsnorm(na_kernels_t *k, float *out, float *x, float *w, int n, int batch)
 {
@@ -263,32 +252,13 @@ static void check_matmul(na_dtype_t dt, int rows, int cols, int batch)
     void *buf;
     na_tensor_t w = make_weight(dt, rows, cols, &buf);
     float *x = falloc((size_t)batch * cols), *yr = falloc((size_t)batch * rows);
-    float *yc = falloc((size_t)batch * rows);
-    int t, b, r, j;
 
     na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
     if (dt == NA_DTYPE_BF16 && gemm_bf16 && batch >= NA_CPU_GEMM_BF16_MIN_BATCH)
         na_ref_matmul_xbf16(yr, x, &w, batch);   /* inputs rounded to bf16 (ref.h) */
     else
         na_ref_matmul(ref_k, yr, x, &w, batch);
-    for (t = 0; t < 2; t++) {
-        double worst = 0.0;
-        memset(yc, 0xff, sizeof(float) * (size_t)batch * rows);   /* NaN: catch unwritten */
-        NA_CHECK_OK(mm(cpu_k[t], yc, x, &w, batch));
-        for (b = 0; b < batch; b++)
-            for (r = 0; r < rows; r++) {
-                double mag = 0.0, err;
-                for (j = 0; j < cols; j++)
-                    mag += fabs(na_ref_weight_at(&w, r, j) * x[(size_t)b * cols + j]);
-                err = fabs((double)yc[(size_t)b * rows + r] - yr[(size_t)b * rows + r]) /
-                      (2e-5 * mag + 1e-6);
-                if (!(err <= worst))
-                    worst = isnan(err) ? INFINITY : err;
-            }
-        NA_CHECK_MSG(worst <= 1.0, "matmul %s rows %d cols %d batch %d threads %d: ratio %g",
-                     na_dtype_name(dt), rows, cols, batch, t + 1, worst);
-    }
-    free(yc);
+    na_test_check_mm(cpu_k, &w, x, batch, yr, 2e-5);
     free(yr);
     free(x);
     free(buf);
@@ -301,9 +271,9 @@ static int rows_off_batch1(na_kernels_t *k, const na_tensor_t *w, float *x, int 
 {
     int b, bad = 0;
 
-    NA_CHECK_OK(mm(k, yb, x, w, batch));
+    NA_CHECK_OK(na_test_mm(k, yb, x, w, batch));
     for (b = 0; b < batch; b++) {
-        NA_CHECK_OK(mm(k, y1, x + (size_t)b * w->cols, w, 1));
+        NA_CHECK_OK(na_test_mm(k, y1, x + (size_t)b * w->cols, w, 1));
         bad += memcmp(y1, yb + (size_t)b * w->rows, sizeof(float) * (size_t)w->rows) != 0;
     }
     return bad;
@@ -375,13 +345,13 @@ static void test_q8_inputs(void)
     na_ref_matmul(ref_k, &y, x, &w, 1);
     NA_CHECK(y == 2032.0f * d);
     for (t = 0; t < 2; t++) {
-        NA_CHECK_OK(mm(cpu_k[t], &y, x, &w, 1));
+        NA_CHECK_OK(na_test_mm(cpu_k[t], &y, x, &w, 1));
         NA_CHECK(y == 2032.0f * d);
         x[40] = NAN;
-        NA_CHECK_OK(mm(cpu_k[t], &y, x, &w, 1));
+        NA_CHECK_OK(na_test_mm(cpu_k[t], &y, x, &w, 1));
         NA_CHECK_MSG(isnan(y), "q8 input NaN: %g", y);
         x[40] = INFINITY;
-        NA_CHECK_OK(mm(cpu_k[t], &y, x, &w, 1));
+        NA_CHECK_OK(na_test_mm(cpu_k[t], &y, x, &w, 1));
         NA_CHECK_MSG(!isfinite(y), "q8 input Inf: %g", y);
         x[40] = -0.5f;
     }
@@ -512,7 +482,7 @@ static void test_matmul_h16(void)
             na_rng_fill(&rng, x, (size_t)131 * cols, -1.0f, 1.0f);
             for (t = 0; t < 2; t++) {
                 for (b = 0; b < 131; b++)      /* batch 1 of every input */
-                    NA_CHECK_OK(mm(cpu_k[t], y1 + (size_t)b * rows, x + (size_t)b * cols, &w,
+                    NA_CHECK_OK(na_test_mm(cpu_k[t], y1 + (size_t)b * rows, x + (size_t)b * cols, &w,
                                    1));
                 for (inv = 0; inv < 2; inv++) {
                     cpu_k[t]->batch_invariant = inv;
@@ -525,7 +495,7 @@ static void test_matmul_h16(void)
                             nb >= NA_CPU_GEMM_BF16_MIN_BATCH)
                             continue;           /* bf16 inputs (test_matmul) */
                         memset(yb, 0xff, sizeof(float) * (size_t)nb * rows);
-                        NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, nb));
+                        NA_CHECK_OK(na_test_mm(cpu_k[t], yb, x, &w, nb));
                         for (b = 0; b < nb; b++)
                             bad += memcmp(y1 + (size_t)b * rows, yb + (size_t)b * rows,
                                           sizeof(float) * rows) != 0;
@@ -1182,10 +1152,7 @@ int main(void)
             printf("not tested in any run on this CPU: the AVX512-VNNI / AVX512-BF16 GEMMs "
                    "(this CPU lacks them)\n");
     }
-    NA_CHECK_OK(na_kernels_create("ref", 1, &ref_k));
-    NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
-    NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
-    if (ref_k == NULL || cpu_k[0] == NULL || cpu_k[1] == NULL)
+    if (na_test_kernels_open(&ref_k, cpu_k) != 0)
         return na_test_finish();
     NA_CHECK(cpu_k[1]->n_threads == 2 && !strcmp(cpu_k[1]->ops->name, "cpu"));
     NA_CHECK_MSG(cpu_k[0]->isa != NULL && !strcmp(cpu_k[0]->isa, isa), "isa %s, expected %s",
@@ -1210,8 +1177,6 @@ int main(void)
     test_events();
     test_bad_args();
 
-    na_kernels_destroy(cpu_k[1]);
-    na_kernels_destroy(cpu_k[0]);
-    na_kernels_destroy(ref_k);
+    na_test_kernels_close(ref_k, cpu_k);
     return na_test_finish();
 }

@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tests/testutil.h"
+#include "tests/unit/kern_util.h"
 
 static na_rng_t rng;
 static na_kernels_t *ref_k, *cpu_k[2];
@@ -286,19 +287,6 @@ static void test_ref_dot(void)
     }
 }
 
-static na_status_t mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w, int batch)
-{
-    na_kbuf_t yb = na_kbuf_host(y, F32B((size_t)batch * w->rows));
-    na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * w->cols));
-    na_kweight_t pw;
-    na_status_t st = k->ops->place(k, w, &pw);
-    if (st == NA_OK)
-        st = k->ops->matmul(k, &yb, &xb, &pw, batch);
-    if (st == NA_OK)
-        k->ops->unplace(k, &pw);
-    return st;
-}
-
 /* cpu vs ref: the same quantised inputs and integer block sums, the f32 sum
  * over blocks in another order (vector lanes, several accumulators): within
  * 2e-6 of the sum of |terms| (a few f32 roundings of it; observed well below). */
@@ -310,43 +298,13 @@ static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int hal
     void *buf = make_weight(dt, rows, cols, &w);
     float *x = na_test_xmalloc(F32B((size_t)batch * cols));
     float *yr = na_test_xmalloc(F32B((size_t)batch * rows));
-    float *yc = na_test_xmalloc(F32B((size_t)batch * rows));
-    float *wf = na_test_xmalloc(F32B((size_t)rows * cols));
-    double *mag = na_test_xmalloc(sizeof(double) * (size_t)batch * rows);
-    int t, b, r, j;
 
     if (halfway)
         fill_halfway(x, (size_t)batch * cols);
     else
         na_rng_fill(&rng, x, (size_t)batch * cols, -1.0f, 1.0f);
-    for (r = 0; r < rows; r++)
-        na_ref_dequant_row(dt, (const uint8_t *)w.data + (size_t)r * na_dtype_bytes(dt, (size_t)cols),
-                           wf + (size_t)r * cols, cols);
-    for (b = 0; b < batch; b++)
-        for (r = 0; r < rows; r++) {
-            double m = 0.0;
-            for (j = 0; j < cols; j++)
-                m += fabs((double)wf[(size_t)r * cols + j] * x[(size_t)b * cols + j]);
-            mag[(size_t)b * rows + r] = m;
-        }
-    NA_CHECK_OK(mm(ref_k, yr, x, &w, batch));
-    for (t = 0; t < 2; t++) {
-        double worst = 0.0;
-        memset(yc, 0xff, F32B((size_t)batch * rows));      /* NaN: catch unwritten */
-        NA_CHECK_OK(mm(cpu_k[t], yc, x, &w, batch));
-        for (b = 0; b < batch; b++)
-            for (r = 0; r < rows; r++) {
-                size_t i = (size_t)b * rows + r;
-                double err = fabs((double)yc[i] - yr[i]) / (2e-6 * mag[i] + 1e-6);
-                if (!(err <= worst))
-                    worst = isnan(err) ? INFINITY : err;
-            }
-        NA_CHECK_MSG(worst <= 1.0, "matmul %s rows %d cols %d batch %d threads %d: ratio %g",
-                     na_dtype_name(dt), rows, cols, batch, t + 1, worst);
-    }
-    free(mag);
-    free(wf);
-    free(yc);
+    NA_CHECK_OK(na_test_mm(ref_k, yr, x, &w, batch));
+    na_test_check_mm(cpu_k, &w, x, batch, yr, 2e-6);
     free(yr);
     free(x);
     free(buf);
@@ -603,9 +561,9 @@ static void check_invariant(na_dtype_t dt, int rows, int cols, const int *batche
         for (t = 0; t < 2; t++) {
             cpu_k[t]->batch_invariant = inv;
             for (bi = 0; bi < nbat; bi++) {
-                NA_CHECK_OK(mm(cpu_k[t], yb, x, &w, batches[bi]));
+                NA_CHECK_OK(na_test_mm(cpu_k[t], yb, x, &w, batches[bi]));
                 for (b = 0; b < batches[bi]; b++) {
-                    NA_CHECK_OK(mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
+                    NA_CHECK_OK(na_test_mm(cpu_k[t], y1, x + (size_t)b * cols, &w, 1));
                     NA_CHECK_MSG(memcmp(y1, yb + (size_t)b * rows, F32B(rows)) == 0,
                                  "batch invariance %s rows %d cols %d batch %d input %d "
                                  "threads %d invariant %d", na_dtype_name(dt), rows, cols,
@@ -644,11 +602,11 @@ static void test_nonfinite(void)
         float *x = na_test_xmalloc(F32B(cols)), y[3];
         na_rng_fill(&rng, x, (size_t)cols, -1.0f, 1.0f);
         x[cols - 1] = NAN;
-        NA_CHECK_OK(mm(ref_k, y, x, &w, 1));
+        NA_CHECK_OK(na_test_mm(ref_k, y, x, &w, 1));
         NA_CHECK_MSG(isnan(y[0]) && isnan(y[2]), "ref %s: NaN input gave %g",
                      na_dtype_name(types[ti]), (double)y[0]);
         for (t = 0; t < 2; t++) {
-            NA_CHECK_OK(mm(cpu_k[t], y, x, &w, 1));
+            NA_CHECK_OK(na_test_mm(cpu_k[t], y, x, &w, 1));
             NA_CHECK_MSG(isnan(y[0]) && isnan(y[2]), "cpu %s: NaN input gave %g",
                          na_dtype_name(types[ti]), (double)y[0]);
         }
@@ -720,12 +678,9 @@ int main(void)
 {
     na_rng_seed(&rng, 20261127);
     __builtin_cpu_init();
-    NA_CHECK_OK(na_kernels_create("ref", 1, &ref_k));
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         NA_SKIP("this CPU lacks AVX2/FMA: the cpu backend cannot run");
-    NA_CHECK_OK(na_kernels_create("cpu", 1, &cpu_k[0]));
-    NA_CHECK_OK(na_kernels_create("cpu", 2, &cpu_k[1]));
-    if (ref_k == NULL || cpu_k[0] == NULL || cpu_k[1] == NULL)
+    if (na_test_kernels_open(&ref_k, cpu_k) != 0)
         return na_test_finish();
     printf("cpu kernels: %s\n", cpu_k[0]->isa ? cpu_k[0]->isa : "?");
     test_dequant_known();
@@ -736,8 +691,6 @@ int main(void)
     test_nonfinite();
     test_matmul();
     test_batch_invariant();
-    na_kernels_destroy(cpu_k[1]);
-    na_kernels_destroy(cpu_k[0]);
-    na_kernels_destroy(ref_k);
+    na_test_kernels_close(ref_k, cpu_k);
     return na_test_finish();
 }

@@ -281,109 +281,104 @@ static void test_attn_chunk(void)
     NA_CHECK(strstr(na_errmsg(), "position") != NULL);
 }
 
-/* Every type, several shapes: size == encoded length, decode gives back the same. */
-static void test_round_trip(void)
+/* fn(s, seed, user) for the sample of every wire type from seeds 0 ..
+ * n_seeds-1, made here (a failed make is a failed check) and freed after. */
+static void each_sample(unsigned n_seeds, void (*fn)(na_wire_sample_t *s, unsigned seed, void *user),
+                        void *user)
 {
     unsigned t, seed;
 
-    for (t = 1; t < NA_WIRE_MSG_COUNT; t++) {
-        for (seed = 0; seed < SEEDS; seed++) {
+    for (t = 1; t < NA_WIRE_MSG_COUNT; t++)
+        for (seed = 0; seed < n_seeds; seed++) {
             na_wire_sample_t s;
-            na_wire_hdr_t h;
-            na_wire_msg_t d;
-            uint8_t *buf;
-            size_t len = 0;
-
-            NA_CHECK(na_wire_sample_make(&s, (na_wire_type_t)t, seed) == 0);
-            buf = na_wire_sample_encode(&s, &len);
-            NA_CHECK_MSG(buf != NULL, "encode %s: %s", na_wire_type_name(t), na_errmsg());
-            if (buf) {
-                NA_CHECK_OK(na_wire_decode_buf(buf, len, &h, &d));
-                NA_CHECK(h.type == t && h.payload_len == len - NA_WIRE_HDR_SIZE);
-                NA_CHECK_MSG(same_msg(&s.msg, &d), "round trip of %s (seed %u)", na_wire_type_name(t), seed);
-                /* the header alone, then the payload separately (as a transport does) */
-                NA_CHECK_OK(na_wire_hdr_decode(buf, NA_WIRE_HDR_SIZE, &h));
-                NA_CHECK_OK(na_wire_decode(&h, buf + NA_WIRE_HDR_SIZE, len - NA_WIRE_HDR_SIZE, &d));
-                free(buf);
-            }
+            int made = na_wire_sample_make(&s, (na_wire_type_t)t, seed) == 0;
+            NA_CHECK_MSG(made, "sample %s (seed %u): out of memory", na_wire_type_name(t), seed);
+            if (made)
+                fn(&s, seed, user);
             na_wire_sample_free(&s);
         }
-    }
+}
+
+/* Every type, several shapes: size == encoded length, decode gives back the same. */
+static void round_trip(na_wire_sample_t *s, unsigned seed, void *user)
+{
+    const unsigned t = s->msg.type;
+    na_wire_hdr_t h;
+    na_wire_msg_t d;
+    size_t len = 0;
+    uint8_t *buf = na_wire_sample_encode(s, &len);
+
+    (void)user;
+    NA_CHECK_MSG(buf != NULL, "encode %s: %s", na_wire_type_name(t), na_errmsg());
+    if (buf == NULL)
+        return;
+    NA_CHECK_OK(na_wire_decode_buf(buf, len, &h, &d));
+    NA_CHECK(h.type == t && h.payload_len == len - NA_WIRE_HDR_SIZE);
+    NA_CHECK_MSG(same_msg(&s->msg, &d), "round trip of %s (seed %u)", na_wire_type_name(t), seed);
+    /* the header alone, then the payload separately (as a transport does) */
+    NA_CHECK_OK(na_wire_hdr_decode(buf, NA_WIRE_HDR_SIZE, &h));
+    NA_CHECK_OK(na_wire_decode(&h, buf + NA_WIRE_HDR_SIZE, len - NA_WIRE_HDR_SIZE, &d));
+    free(buf);
 }
 
 /* Encoding writes every byte it sends: a message encoded into a buffer
  * full of old bytes (the session's reused registered buffers, rdma/) equals
  * one encoded into zeros. */
-static void test_encode_dirty(void)
+static void encode_dirty(na_wire_sample_t *s, unsigned seed, void *user)
 {
-    unsigned t, seed;
+    uint8_t *clean, *dirty;
+    size_t size = 0, l0 = 0, l1 = 0;
 
-    for (t = 1; t < NA_WIRE_MSG_COUNT; t++) {
-        for (seed = 0; seed < 4; seed++) {
-            na_wire_sample_t s;
-            uint8_t *clean, *dirty;
-            size_t size = 0, l0 = 0, l1 = 0;
-
-            NA_CHECK(na_wire_sample_make(&s, (na_wire_type_t)t, seed) == 0);
-            NA_CHECK_OK(na_wire_msg_size(&s.msg, &size));
-            clean = calloc(1, size + 1);
-            dirty = malloc(size + 1);
-            NA_CHECK(clean != NULL && dirty != NULL);
-            if (clean != NULL && dirty != NULL) {
-                memset(dirty, 0xa5, size + 1);
-                NA_CHECK_OK(na_wire_encode(&s.msg, clean, size, &l0));
-                NA_CHECK_OK(na_wire_encode(&s.msg, dirty, size, &l1));
-                NA_CHECK_MSG(l0 == l1 && !memcmp(clean, dirty, l0),
-                             "%s (seed %u): bytes left unwritten by the encoder",
-                             na_wire_type_name(t), seed);
-            }
-            free(clean);
-            free(dirty);
-            na_wire_sample_free(&s);
-        }
+    (void)user;
+    NA_CHECK_OK(na_wire_msg_size(&s->msg, &size));
+    clean = calloc(1, size + 1);
+    dirty = malloc(size + 1);
+    NA_CHECK(clean != NULL && dirty != NULL);
+    if (clean != NULL && dirty != NULL) {
+        memset(dirty, 0xa5, size + 1);
+        NA_CHECK_OK(na_wire_encode(&s->msg, clean, size, &l0));
+        NA_CHECK_OK(na_wire_encode(&s->msg, dirty, size, &l1));
+        NA_CHECK_MSG(l0 == l1 && !memcmp(clean, dirty, l0),
+                     "%s (seed %u): bytes left unwritten by the encoder",
+                     na_wire_type_name(s->msg.type), seed);
     }
+    free(clean);
+    free(dirty);
 }
 
 /* A cut at every byte offset is refused, whether the header still claims the
  * full length or has been patched to agree with the cut. */
-static void test_truncation(void)
+static void truncation(na_wire_sample_t *s, unsigned seed, void *user)
 {
-    unsigned t, seed;
+    const unsigned t = s->msg.type;
+    size_t len = 0, cut;
+    uint8_t *buf = na_wire_sample_encode(s, &len);
 
-    for (t = 1; t < NA_WIRE_MSG_COUNT; t++) {
-        for (seed = 0; seed < 3; seed++) {
-            na_wire_sample_t s;
-            uint8_t *buf;
-            size_t len = 0, cut;
-
-            if (na_wire_sample_make(&s, (na_wire_type_t)t, seed) || !(buf = na_wire_sample_encode(&s, &len))) {
-                NA_CHECK(0);
-                na_wire_sample_free(&s);
-                continue;
-            }
-            for (cut = 0; cut < len; cut++) {
-                uint8_t *b = dup_exact(buf, cut);
-                na_wire_hdr_t h;
-                na_wire_msg_t d;
-                na_status_t st = na_wire_decode_buf(b, cut, &h, &d);
-                NA_CHECK_MSG(st == NA_ERR_PROTO, "%s cut at %zu/%zu: %s", na_wire_type_name(t), cut, len,
-                             na_status_string(st));
-                if (cut >= NA_WIRE_HDR_SIZE) {
-                    /* the header made consistent with the cut */
-                    put64(b + 16, cut - NA_WIRE_HDR_SIZE);
-                    st = na_wire_decode_buf(b, cut, &h, &d);
-                    if (t == NA_WIRE_MSG_ECHO)
-                        NA_CHECK(st == NA_OK);
-                    else
-                        NA_CHECK_MSG(st == NA_ERR_PROTO, "%s consistent cut at %zu/%zu: %s",
-                                     na_wire_type_name(t), cut, len, na_status_string(st));
-                }
-                free(b);
-            }
-            free(buf);
-            na_wire_sample_free(&s);
+    (void)seed;
+    (void)user;
+    NA_CHECK(buf != NULL);
+    if (buf == NULL)
+        return;
+    for (cut = 0; cut < len; cut++) {
+        uint8_t *b = dup_exact(buf, cut);
+        na_wire_hdr_t h;
+        na_wire_msg_t d;
+        na_status_t st = na_wire_decode_buf(b, cut, &h, &d);
+        NA_CHECK_MSG(st == NA_ERR_PROTO, "%s cut at %zu/%zu: %s", na_wire_type_name(t), cut, len,
+                     na_status_string(st));
+        if (cut >= NA_WIRE_HDR_SIZE) {
+            /* the header made consistent with the cut */
+            put64(b + 16, cut - NA_WIRE_HDR_SIZE);
+            st = na_wire_decode_buf(b, cut, &h, &d);
+            if (t == NA_WIRE_MSG_ECHO)
+                NA_CHECK(st == NA_OK);
+            else
+                NA_CHECK_MSG(st == NA_ERR_PROTO, "%s consistent cut at %zu/%zu: %s",
+                             na_wire_type_name(t), cut, len, na_status_string(st));
         }
+        free(b);
     }
+    free(buf);
 }
 
 /* Flip every bit of small messages (and a sample of the bits of larger ones):
@@ -992,9 +987,9 @@ int main(void)
     test_stats_keys();
     test_header();
     test_golden();
-    test_round_trip();
-    test_encode_dirty();
-    test_truncation();
+    each_sample(SEEDS, round_trip, NULL);
+    each_sample(4, encode_dirty, NULL);
+    each_sample(3, truncation, NULL);
     test_bit_flips();
     test_garbage();
     test_oversized();
