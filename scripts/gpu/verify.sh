@@ -224,9 +224,10 @@ main() {
         do=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-off.err" | tail -1)
         if [ -n "$dm" ] && [ -n "$do" ]; then
             ratio=$(awk -v a="$dm" -v b="$do" 'BEGIN { printf "%.2f", a / b }')
-            res offload-time "INFO (per-token latency offload / monolithic $ratio, target <= 1.3:" \
-                "decode $do vs $dm tok/s; texts $(cmp -s "$W/t8-mono.txt" "$W/t8-off.txt" && echo equal ||
-                echo "differ: $(cmp "$W/t8-mono.txt" "$W/t8-off.txt" 2>&1 | head -1 | sed 's/.*differ: //')"))"
+            local txt
+            txt=$(cmp -s "$W/t8-mono.txt" "$W/t8-off.txt" && echo equal ||
+                  echo "differ: $(cmp "$W/t8-mono.txt" "$W/t8-off.txt" 2>&1 | head -1 | sed 's/.*differ: //')")
+            res offload-time "INFO (per-token latency offload / monolithic $ratio, target <= 1.3: decode $do vs $dm tok/s; texts $txt)"
         else
             res offload-time "FAIL (no decode figure: $(tail -1 "$W/t8-off.err" 2>/dev/null))"
         fi
