@@ -4,9 +4,11 @@
  * same output from llama.cpp through tests/tools/llama_greedy.c).
  * usage: na_greedy_top MODEL N_NEW ID [ID ...]
  * Prints one line per generated token: "step id logit id2 logit2" (the
- * argmax and the runner-up of the logits that chose it). KV cache f16
+ * argmax and the runner-up of the logits that chose it; when forced, a sixth
+ * column: the logit of the forced id). KV cache f16
  * (NA_GREEDY_KV=f32 for f32) and one thread on the cpu backend
- * (NA_GREEDY_BACKEND=ref for the reference);
+ * (NA_GREEDY_BACKEND names the backend: ref for the reference, cuda;
+ * scripts/greedy_tie.sh compares two backends this way);
  * the prompt goes through one prefill step, each new token one decode step.
  * For tracing a difference (scripts/llama_agree.sh, tests/tools/llama_greedy.c
  * takes the same variables with NA_LLAMA_ for NA_GREEDY_):
@@ -188,7 +190,15 @@ int main(int argc, char **argv)
         if (st != NA_OK)
             break;
         top2(a->logits, v, &i1, &i2);
-        printf("%d %d %.6f %d %.6f\n", i, i1, (double)a->logits[i1], i2, (double)a->logits[i2]);
+        if (i < n_forced && (forced[i] < 0 || forced[i] >= v)) {
+            st = na_err(NA_ERR_INVALID, "na_greedy_top: forced id %d (step %d of %s) is not "
+                        "in the vocabulary of %d", forced[i], i, force, v);
+            break;
+        }
+        printf("%d %d %.6f %d %.6f", i, i1, (double)a->logits[i1], i2, (double)a->logits[i2]);
+        if (i < n_forced)
+            printf(" %.6f", (double)a->logits[forced[i]]);
+        putchar('\n');
         if (lf != NULL) {
             int j;
             for (j = 0; j < v; j++)
