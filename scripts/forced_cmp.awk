@@ -19,14 +19,17 @@
 #                 "PASS steps=N flips=K maxd=X noise=X" when at every step
 #                 |A - B| <= tol * max(1, |A[a1]|) at a1 and a2 (the logits
 #                 agree where the choice is made) and every flip is a near
-#                 tie: dB <= tol * max(1, |B[b1]|) and gA <= tol * max(1,
-#                 |A[a1]|); maxd the largest dB or gA of the flips; else
+#                 tie: dB <= 2 tol * max(1, |B[b1]|) and gA <= 2 tol *
+#                 max(1, |A[a1]|) (each gap is bounded by the differences
+#                 of two ids' logits: A[a1] - A[a2] <= (A[a1] - B[a1]) +
+#                 (B[b1] - A[b1]) at a flip, and so is dB); maxd the
+#                 largest dB or gA of the flips; else
 #                 "FAIL steps=N flips=K noise=X step S: ..." for the first
 #                 step that breaks either (its ids and logits)
 #   "BAD ..." when the files differ in shape (exit 2).
 # -v verbose=1 first prints every flip on a line "flip step S: ...".
 function abs(x) { return x < 0 ? -x : x }
-function tiny(d, l) { return d <= tol * (abs(l) > 1 ? abs(l) : 1) }
+function tiny(d, l, k) { return d <= k * tol * (abs(l) > 1 ? abs(l) : 1) }
 BEGIN { if (B == "") { print "BAD: no -v B=FILE"; bad = 1; exit 2 } }
 {
     n = split($0, a, " ")
@@ -45,7 +48,7 @@ BEGIN { if (B == "") { print "BAD: no -v B=FILE"; bad = 1; exit 2 } }
     n1 = abs(a[a1] - b[a1]); if (n1 > noise) noise = n1
     n2 = abs(a[a2] - b[a2]); if (n2 > noise) noise = n2
     # ids are 0-based: field j is id j - 1
-    if (tol != "" && why == "" && !(tiny(n1, a[a1]) && tiny(n2, a[a1])))
+    if (tol != "" && why == "" && !(tiny(n1, a[a1], 1) && tiny(n2, a[a1], 1)))
         why = sprintf("step %d: A's top-2 ids %d %d at %.6f %.6f, B's logits of them %.6f %.6f: more than the tolerance apart",
                       NR - 1, a1 - 1, a2 - 1, a[a1], a[a2], b[a1], b[a2])
     if (b1 == a1) { same++; next }
@@ -53,7 +56,7 @@ BEGIN { if (B == "") { print "BAD: no -v B=FILE"; bad = 1; exit 2 } }
     st[nf] = NR - 1; ga[nf] = a[a1] - a[a2]; db[nf] = b[b1] - b[a1]
     txt[nf] = sprintf("step %d: A id %d (logit %.6f, top-2 margin %.6f), B id %d (logit %.6f, A's id at %.6f: %.6f below)",
                       NR - 1, a1 - 1, a[a1], ga[nf], b1 - 1, b[b1], b[a1], db[nf])
-    ok[nf] = tol != "" && tiny(db[nf], b[b1]) && tiny(ga[nf], a[a1])
+    ok[nf] = tol != "" && tiny(db[nf], b[b1], 2) && tiny(ga[nf], a[a1], 2)
     if (tol != "" && why == "" && !ok[nf])
         why = txt[nf] ": not a near tie"
 }

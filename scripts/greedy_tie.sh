@@ -9,10 +9,11 @@
 #      one sequence, its logits of every step kept);
 #   2. backend B is fed A's tokens (NA_GREEDY_FORCE), so each of its steps
 #      sees the inputs of A's step, and its logits are kept too;
-#   3. scripts/forced_cmp.awk compares the two, step by step: where B's
-#      argmax is not A's token, both B's logit of A's token against its top
-#      logit and A's own top-2 margin there must be within TOL * max(1,
-#      |logit|), or the step fails.
+#   3. scripts/forced_cmp.awk compares the two, step by step: A's top-2
+#      logits on B must be within TOL * max(1, |logit|) of A's, and where
+#      B's argmax is not A's token, both B's logit of A's token below its
+#      top logit and A's own top-2 margin there within 2 TOL * max(1,
+#      |logit|) (a gap of two ids, each off by TOL), or the step fails.
 # Prints a line per prompt and a last line "PASS (argmax equal at every step:
 # S steps; noise X)", "PASS (equal up to K near-tie steps of S: max |dlogit|
 # X; noise X)" or "FAIL (prompt P, step ...: ids and logits)"; the noise is
