@@ -39,6 +39,8 @@ shift 6
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOL=${NA_TIE_TOL:-0.05}
 case $N in ''|*[!0-9]*) echo "greedy_tie.sh: N '$N' is not a count" >&2; exit 2 ;; esac
+awk -v t="$TOL" 'BEGIN { exit !(t ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/) }' ||
+    { echo "greedy_tie.sh: NA_TIE_TOL '$TOL' is not a number >= 0" >&2; exit 2; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/na-tie-XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT
 KEEP=${NA_TIE_KEEP:-$TMP}

@@ -191,7 +191,7 @@ int main(int argc, char **argv)
             break;
         top2(a->logits, v, &i1, &i2);
         if (i < n_forced && (forced[i] < 0 || forced[i] >= v)) {
-            st = na_err(NA_ERR_INVALID, "na_greedy_top: forced id %d (step %d of %s) is not "
+            st = na_err(NA_ERR_INVALID, "forced id %d (step %d of %s) is not "
                         "in the vocabulary of %d", forced[i], i, force, v);
             break;
         }
