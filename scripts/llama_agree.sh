@@ -17,7 +17,8 @@
 # largest |our logit - llama.cpp's| over llama.cpp's top-2 entries of every
 # step) and each step whose argmax differs, with llama.cpp's top-2 gap there:
 # "tie" when that gap is below the noise (the two engines' rounding decides
-# it), "REAL" when it is not (a difference of method).
+# it), "REAL" when it is not (a difference of method): scripts/forced_cmp.awk,
+# the comparison scripts/greedy_tie.sh makes between two nearattn backends.
 #
 # usage: llama_agree.sh NEARATTN NA_GREEDY_TOP [N]
 #   NA_LLAMA_CPP   a llama.cpp checkout with its build in build/ (bin/ holding
@@ -112,31 +113,11 @@ for a in $ARCHS; do
             { cat "$TMP/ll.err" >&2; fail=1; continue; }
         NA_GREEDY_FORCE=$TMP/force.txt NA_GREEDY_LOGITS=$TMP/na.log \
             "$GT" "$f.gguf" "$N" $PROMPT >/dev/null
-        tf=$(awk -v LL="$TMP/ll.log" '
-            function abs(x) { return x < 0 ? -x : x }
-            { n = split($0, a, " ")
-              if ((getline line < LL) <= 0) { bad = 1; exit }
-              if (split(line, b, " ") != n) { bad = 1; exit }
-              i1 = 1; i2 = 2; if (b[2] > b[1]) { i1 = 2; i2 = 1 }
-              o1 = 1; if (a[2] > a[1]) o1 = 2
-              for (j = 3; j <= n; j++) {
-                  if (b[j] > b[i1]) { i2 = i1; i1 = j } else if (b[j] > b[i2]) i2 = j
-                  if (a[j] > a[o1]) o1 = j
-              }
-              d1 = abs(a[i1] - b[i1]); d2 = abs(a[i2] - b[i2])
-              if (d1 > noise) noise = d1
-              if (d2 > noise) noise = d2
-              if (o1 == i1) same++
-              else { nd++; ds[nd] = NR - 1; gs[nd] = b[i1] - b[i2] } }
-            END { if (bad || NR == 0) { print "BAD"; exit }
-                  out = ""
-                  for (k = 1; k <= nd; k++)
-                      out = out sprintf("%s%d (%.4f %s)", k > 1 ? ", " : "", ds[k], gs[k],
-                                        gs[k] < noise ? "tie" : "REAL")
-                  printf "%d | %.4f | %s\n", same, noise, nd ? out : "none" }' "$TMP/na.log")
+        # (scripts/forced_cmp.awk: A is llama.cpp, whose tokens both were fed)
+        tf=$(awk -v B="$TMP/na.log" -f "$HERE/forced_cmp.awk" "$TMP/ll.log") || true
         case $tf in
-            BAD) echo "teacher-forced logits of $a $t: the two engines wrote different shapes" >&2
-                 fail=1 ;;
+            BAD*) echo "teacher-forced logits of $a $t: $tf" >&2
+                  fail=1 ;;
             *REAL*) [ "${NA_AGREE_CHECK:-0}" = 1 ] &&
                     { echo "$a $t: a teacher-forced argmax difference above the logit noise" >&2; fail=1; } ;;
         esac

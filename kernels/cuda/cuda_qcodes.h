@@ -150,24 +150,24 @@ NA_QC_FN void na_qc_codes256(int dt, const na_cu_qw_t *w, size_t bi, int s, int 
     }
 }
 
-/* The f32 term of a block of a 32-element type (scale dw, min mw: Q4_1 and
- * Q5_1 only) with the 32 quantised inputs xw (8 words) of scale dx, as
- * kernels/ref/ref_quant.c adds it. */
+/* The f32 term of a block of a 32-element type (scale dw; min mw: Q4_1 and
+ * Q5_1 only) with the 32 quantised inputs xw (8 words) of scale dx and
+ * (Q4_1 / Q5_1 only) Q8_1 sum sx = f16(sum q * d32), as
+ * kernels/ref/ref_quant.c adds it (there in two sums: sum and summs). */
 NA_QC_FN float na_qc_term32(int dt, float dw, float mw, const int wq[8], const int xw[8],
-                            float dx)
+                            float dx, float sx)
 {
     int isum = 0, qsum = 0, k;
     for (k = 0; k < 8; k++)
         isum = na_qc_dp4a(wq[k], xw[k], isum);
+    if (dt == NA_QC_Q4_1 || dt == NA_QC_Q5_1)       /* + m_w * Q8_1's s */
+        return NA_QC_ADD(NA_QC_MUL((float)isum, dw * dx), NA_QC_MUL(mw, sx));
     if (dt == NA_QC_Q8_0)
         return (float)isum * (dw * dx);
     for (k = 0; k < 8; k++)
         qsum = na_qc_dp4a(NA_QC_ONES, xw[k], qsum);
-    if (dt == NA_QC_Q4_0 || dt == NA_QC_Q5_0) {   /* centred codes: sum q x - o sum x */
-        isum -= (dt == NA_QC_Q4_0 ? 8 : 16) * qsum;
-        return (float)isum * (dw * dx);
-    }
-    return NA_QC_ADD(NA_QC_MUL((float)isum, dw * dx), NA_QC_MUL(mw, dx * (float)qsum));
+    isum -= (dt == NA_QC_Q4_0 ? 8 : 16) * qsum;      /* centred codes: sum q x - o sum x */
+    return (float)isum * (dw * dx);
 }
 
 /* Part s of super-block bi of a K-quant with its 32 quantised inputs xw:

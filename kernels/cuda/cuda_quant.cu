@@ -7,18 +7,22 @@
  * The arithmetic is kernels/ref/ref_quant.c's definition (ggml's vec_dot):
  * x is quantised once per call, to Q8 blocks of 32 (Q8_0 and the legacy
  * types) or to Q8_K blocks of 256 (the K-quants), bit for bit as
- * na_ref_quantize_q8 / na_ref_quantize_q8k, ggml's quantisers (q =
+ * na_ref_quantize_q8 / _q8_1 / _q8k, ggml's quantisers (q =
  * round-to-nearest-even(x * (127 / max|x|)); d = f16(max|x| / 127) for Q8
  * blocks, 1 / (127 / max|x|) for Q8_K; d = 0: all zero; a NaN or Inf in
- * the block: d = NaN, q = 0). Per weight block the integer sums are exact in
+ * the block: d = NaN, q = 0); for Q4_1 / Q5_1 each block of 32 also gets
+ * ggml's Q8_1 s = f16(sum q * (max|x| / 127)), the f32 d before its f16
+ * rounding, f16 rounded to nearest even and kept as it is where f16 would
+ * overflow (na_ref_f16_round; NaN for a NaN/Inf block), written by the
+ * same quantiser kernel. Per weight block the integer sums are exact in
  * int32 (__dp4a over 4 codes at a time; a centred code q - o is summed as
- * sum q x - o sum x, the same integer), and the block adds the same f32
- * expression as the reference:
+ * sum q x - o sum x, the same integer), and the block adds the reference's
+ * f32 terms:
  *   Q8_0, Q4_0, Q5_0   isum * (d_w * d_x)
- *   Q4_1, Q5_1         isum * (d_w * d_x) + m_w * (d_x * qsum)
- *                      (the one difference from the reference, which takes
- *                      ggml's Q8_1 s = f16(max|x| / 127 * qsum) for d_x *
- *                      qsum: within 2^-11 of that term)
+ *   Q4_1, Q5_1         isum * (d_w * d_x) + m_w * s_x
+ *                      (the reference sums the two terms in two sums, the
+ *                      cpu backend the second with fmaf: only the order of
+ *                      the additions differs)
  *   Q4_K, Q5_K         (d * d_x) * sumi - (dmin * d_x) * summ
  *   Q6_K               (d * d_x) * sumi
  * Only the order of the f32 sum over blocks differs from the reference
@@ -51,8 +55,19 @@ static int na_cu_qlast(void)
 
 /* ---- x in Q8 / Q8_K blocks ------------------------------------------------- */
 
-/* One warp per block of 32 inputs: q (int8, as x) and d (one per block). */
-__global__ void na_cu_quant_q8_k(signed char *q, float *d, const float *x, size_t n_blocks)
+/* v rounded to f16 and back, nearest even; v itself where f16 overflows
+ * (na_ref_f16_round: finite v, f16 inf). */
+static __device__ __forceinline__ float na_cu_f16_round(float v)
+{
+    float h = __half2float(__float2half_rn(v));
+    return isinf(h) && !isinf(v) ? v : h;
+}
+
+/* One warp per block of 32 inputs: q (int8, as x) and d (one per block);
+ * s (NULL: not wanted) Q8_1's f16(sum q * d32) per block, with d32 the f32
+ * d before its rounding, as na_ref_quantize_q8_1. */
+__global__ void na_cu_quant_q8_k(signed char *q, float *d, float *s, const float *x,
+                                 size_t n_blocks)
 {
     size_t w0 = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
     size_t stride = ((size_t)gridDim.x * blockDim.x) >> 5;
@@ -62,12 +77,19 @@ __global__ void na_cu_quant_q8_k(signed char *q, float *d, const float *x, size_
         bool bad = __any_sync(0xffffffffu, !(a <= 3.0e38f));
         float amax = na_cu_warp_max(bad ? 0.0f : a);
         float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-        float dd = __fdiv_rn(amax, 127.0f), dh = __half2float(__float2half_rn(dd));
-        dd = isinf(dh) ? dd : dh;                /* na_ref_f16_round */
-        q[blk * NA_CU_Q8_BLOCK + (size_t)lane] =
-            bad ? 0 : (signed char)__float2int_rn(__fmul_rn(v, id));
-        if (lane == 0)
-            d[blk] = bad ? __int_as_float(0x7fc00000) : dd;
+        float d32 = __fdiv_rn(amax, 127.0f);
+        int c = bad ? 0 : __float2int_rn(__fmul_rn(v, id));
+        q[blk * NA_CU_Q8_BLOCK + (size_t)lane] = (signed char)c;
+        if (s != NULL) {                         /* the same on every lane */
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)     /* exact: |sum| <= 32 * 127 */
+                c += __shfl_xor_sync(0xffffffffu, c, o);
+        }
+        if (lane == 0) {
+            d[blk] = bad ? __int_as_float(0x7fc00000) : na_cu_f16_round(d32);
+            if (s != NULL)
+                s[blk] = bad ? __int_as_float(0x7fc00000) : na_cu_f16_round(__fmul_rn((float)c, d32));
+        }
     }
 }
 
@@ -113,8 +135,8 @@ __global__ void na_cu_quant_q8k_k(signed char *q, float *d, const float *x, size
 /* ---- the GEMVs (the per-block arithmetic: cuda_qcodes.h) ---------------------- */
 
 template <int DT>
-__global__ void na_cu_gemv_q32_k(float *y, const signed char *qx, const float *dx, na_cu_qw_t w,
-                                 int rows, int cols, int nb)
+__global__ void na_cu_gemv_q32_k(float *y, const signed char *qx, const float *dx, const float *sx,
+                                 na_cu_qw_t w, int rows, int cols, int nb)
 {
     int lane = threadIdx.x & 31;
     int r = blockIdx.x * NA_CU_QW_WARPS + (threadIdx.x >> 5);
@@ -138,7 +160,9 @@ __global__ void na_cu_gemv_q32_k(float *y, const signed char *qx, const float *d
                     qx + (size_t)b * (size_t)cols + (size_t)bi * NA_CU_Q8_BLOCK);
                 int4 x0 = xq[0], x1 = xq[1];
                 int xw[8] = { x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w };
-                acc[b] += na_qc_term32(DT, dw, mw, wq, xw, dx[(size_t)b * nblk + bi]);
+                size_t xb = (size_t)b * nblk + bi;
+                acc[b] += na_qc_term32(DT, dw, mw, wq, xw, dx[xb],
+                                       DT == NA_CU_Q4_1 || DT == NA_CU_Q5_1 ? sx[xb] : 0.0f);
             }
     }
 #pragma unroll
@@ -201,20 +225,23 @@ __global__ void na_cu_gemv_qk_k(float *y, const signed char *qx, const float *dx
     }
 }
 
+/* The codes (padded to 16 bytes), then d and (Q4_1 / Q5_1) s per block of 32. */
 extern "C" size_t na_cu_gemv_q8_scratch(int cols, int batch)
 {
     size_t n = (size_t)batch * (size_t)cols;
-    return ((n + 15) & ~(size_t)15) + n / NA_CU_Q8_BLOCK * sizeof(float);
+    return ((n + 15) & ~(size_t)15) + 2 * (n / NA_CU_Q8_BLOCK) * sizeof(float);
 }
 
 template <int DT>
 static void na_cu_gemv_q_launch(cudaStream_t s, unsigned blocks, float *y, const signed char *qx,
-                                const float *dx, const na_cu_qw_t &w, int rows, int cols, int nb)
+                                const float *dx, const float *sx, const na_cu_qw_t &w, int rows,
+                                int cols, int nb)
 {
     if constexpr (DT == NA_CU_Q4_K || DT == NA_CU_Q5_K || DT == NA_CU_Q6_K)
         na_cu_gemv_qk_k<DT><<<blocks, 32 * NA_CU_QW_WARPS, 0, s>>>(y, qx, dx, w, rows, cols, nb);
     else
-        na_cu_gemv_q32_k<DT><<<blocks, 32 * NA_CU_QW_WARPS, 0, s>>>(y, qx, dx, w, rows, cols, nb);
+        na_cu_gemv_q32_k<DT><<<blocks, 32 * NA_CU_QW_WARPS, 0, s>>>(y, qx, dx, sx, w, rows, cols,
+                                                                      nb);
 }
 
 extern "C" int na_cu_gemv_quant(void *stream, float *y, const float *x, const na_cu_qw_t *w,
@@ -222,31 +249,35 @@ extern "C" int na_cu_gemv_quant(void *stream, float *y, const float *x, const na
 {
     cudaStream_t s = (cudaStream_t)stream;
     bool kq = dtype == NA_CU_Q4_K || dtype == NA_CU_Q5_K || dtype == NA_CU_Q6_K;
+    bool q1 = dtype == NA_CU_Q4_1 || dtype == NA_CU_Q5_1;
     int xblk = kq ? NA_CU_QK_K : NA_CU_Q8_BLOCK;
     size_t n = (size_t)batch * (size_t)cols, nblk = n / (size_t)xblk;
     signed char *qx = static_cast<signed char *>(scratch);
     float *dx = reinterpret_cast<float *>(static_cast<char *>(scratch) + ((n + 15) & ~(size_t)15));
+    float *sx = dx + n / NA_CU_Q8_BLOCK;
     unsigned blocks = (unsigned)((rows + NA_CU_QW_WARPS - 1) / NA_CU_QW_WARPS);
     if (batch <= 0)
         return 0;
     if (kq)
         na_cu_quant_q8k_k<<<na_cu_grid(nblk * 32, NA_CU_QT), NA_CU_QT, 0, s>>>(qx, dx, x, nblk);
     else
-        na_cu_quant_q8_k<<<na_cu_grid(nblk * 32, NA_CU_QT), NA_CU_QT, 0, s>>>(qx, dx, x, nblk);
+        na_cu_quant_q8_k<<<na_cu_grid(nblk * 32, NA_CU_QT), NA_CU_QT, 0, s>>>(qx, dx, q1 ? sx : NULL,
+                                                                              x, nblk);
     for (int b0 = 0; b0 < batch; b0 += NB) {
         int nb = batch - b0 < NB ? batch - b0 : NB, e;
         float *yb = y + (size_t)b0 * (size_t)rows;
         const signed char *qb = qx + (size_t)b0 * (size_t)cols;
         const float *db = dx + (size_t)b0 * (size_t)(cols / xblk);
+        const float *sb = sx + (size_t)b0 * (size_t)(cols / xblk);
         switch (dtype) {
-        case NA_CU_Q8_0: na_cu_gemv_q_launch<NA_CU_Q8_0>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
-        case NA_CU_Q4_0: na_cu_gemv_q_launch<NA_CU_Q4_0>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
-        case NA_CU_Q4_1: na_cu_gemv_q_launch<NA_CU_Q4_1>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
-        case NA_CU_Q5_0: na_cu_gemv_q_launch<NA_CU_Q5_0>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
-        case NA_CU_Q5_1: na_cu_gemv_q_launch<NA_CU_Q5_1>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
-        case NA_CU_Q4_K: na_cu_gemv_q_launch<NA_CU_Q4_K>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
-        case NA_CU_Q5_K: na_cu_gemv_q_launch<NA_CU_Q5_K>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
-        case NA_CU_Q6_K: na_cu_gemv_q_launch<NA_CU_Q6_K>(s, blocks, yb, qb, db, *w, rows, cols, nb); break;
+        case NA_CU_Q8_0: na_cu_gemv_q_launch<NA_CU_Q8_0>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
+        case NA_CU_Q4_0: na_cu_gemv_q_launch<NA_CU_Q4_0>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
+        case NA_CU_Q4_1: na_cu_gemv_q_launch<NA_CU_Q4_1>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
+        case NA_CU_Q5_0: na_cu_gemv_q_launch<NA_CU_Q5_0>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
+        case NA_CU_Q5_1: na_cu_gemv_q_launch<NA_CU_Q5_1>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
+        case NA_CU_Q4_K: na_cu_gemv_q_launch<NA_CU_Q4_K>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
+        case NA_CU_Q5_K: na_cu_gemv_q_launch<NA_CU_Q5_K>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
+        case NA_CU_Q6_K: na_cu_gemv_q_launch<NA_CU_Q6_K>(s, blocks, yb, qb, db, sb, *w, rows, cols, nb); break;
         default:         return (int)cudaErrorInvalidValue;
         }
         if ((e = na_cu_qlast()) != 0)

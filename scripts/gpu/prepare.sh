@@ -7,9 +7,12 @@
 #   build-gpu-work/        the CMake build (Release, CUDA sm_90 SASS + compute_90
 #                          PTX, -DNA_XRT=OFF, -DNA_NATIVE=OFF, -DNA_WERROR=ON);
 #                          stays here, incremental
-#   build-gpu/cli/nearattn, build-gpu/kernels/libna_cuda.so, build-gpu/tests/test_*
+#   build-gpu/cli/nearattn, build-gpu/kernels/libna_cuda.so, build-gpu/tests/test_*,
+#   build-gpu/tests/na_greedy_top
 #                          the binaries, in the build tree's layout (the loader finds
-#                          the module in ../kernels/ from the executable)
+#                          the module in ../kernels/ from the executable);
+#                          na_greedy_top for verify.sh's tie-aware check
+#                          (scripts/greedy_tie.sh)
 #   build-gpu/libs.tar.gz  the Debian packages of every library the binaries and
 #                          UCX's transport modules load (ldd; apt-get download +
 #                          dpkg -x), except glibc, libstdc++, libgcc_s and CUDA's own
@@ -35,6 +38,7 @@ C=$root/build-gpu
 SH=${NA_SHARED_DIR:-$root/../shared}
 JOBS=${JOBS:-2}
 TESTS="test_cuda_ops test_cuda_engine test_cuda_tp test_attn_cuda test_attn_cuda_gpu test_cuda_module"
+TOOLS="na_greedy_top"            # tests/tools programs verify.sh runs (build-gpu/tests/)
 LIMIT_MIB=60
 start=$(date +%s)
 
@@ -55,7 +59,7 @@ say "configure + build into build-gpu-work/ (log build-gpu-work/prepare-build.lo
 mkdir -p "$W"
 { cmake -S "$root" -B "$W" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNA_CUDA=ON -DNA_XRT=OFF \
         -DNA_NATIVE=OFF -DNA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 &&
-  nice ninja -C "$W" -j"$JOBS" nearattn na_cuda $TESTS; } >"$W/prepare-build.log" 2>&1 ||
+  nice ninja -C "$W" -j"$JOBS" nearattn na_cuda $TESTS $TOOLS; } >"$W/prepare-build.log" 2>&1 ||
     { tail -30 "$W/prepare-build.log"; die "build failed (build-gpu-work/prepare-build.log)"; }
 warn=$(grep -ci 'warning' "$W/prepare-build.log" || true)
 say "built at $(el), $warn warning lines"
@@ -68,7 +72,7 @@ say "CUDA code: sm_90 SASS + compute_90 PTX (code=[compute_90,sm_90] in every .c
 rm -rf "$C"
 mkdir -p "$C/cli" "$C/kernels" "$C/tests" "$C/shared/models"
 cp "$W/cli/nearattn" "$C/cli/" && cp "$W/kernels/libna_cuda.so" "$C/kernels/" || die "copy"
-for t in $TESTS; do cp "$W/tests/$t" "$C/tests/" || die "copy $t"; done
+for t in $TESTS $TOOLS; do cp "$W/tests/$t" "$C/tests/" || die "copy $t"; done
 cp "$SH/models/stories260K.bin" "$SH/models/tok512.bin" "$C/shared/models/" || die "copy models"
 { git -C "$root" log -1 --format='%H %s'
   git -C "$root" status --short --untracked-files=no | sed 's/^/  modified: /'
@@ -79,7 +83,7 @@ say "binaries: $(cd "$C" && du -sh cli kernels tests | awk '{printf "%s %s  ", $
 # 3. the runtime libraries: the package owning each library ldd resolves for
 #    the binaries and for UCX's transport modules (loaded at run time)
 bins="$C/cli/nearattn $C/kernels/libna_cuda.so"
-for t in $TESTS; do bins="$bins $C/tests/$t"; done
+for t in $TESTS $TOOLS; do bins="$bins $C/tests/$t"; done
 ucxmods=$(ls /usr/lib/x86_64-linux-gnu/ucx/*.so 2>/dev/null || true)
 keep_out='^(libc|libm|libdl|librt|libpthread|libresolv|libutil|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so'
 pkg_of() {   # the Debian package that owns library file $1 (merged /usr: both spellings)

@@ -21,6 +21,7 @@ typedef struct {
     int        *forced;         /* PREFIX_FORCE=FILE: its ids, fed as the new tokens */
     int         n_forced;
     const char *lpath;          /* PREFIX_LOGITS=FILE: every step's logits, a line each */
+    const char *fpath;          /* PREFIX_FORCE=FILE (messages) */
     FILE       *lf;
 } greedy_run_t;
 
@@ -42,6 +43,7 @@ static int greedy_parse(greedy_run_t *g, const char *prog, const char *prefix, i
 
     memset(g, 0, sizeof(*g));
     g->prog = prog;
+    g->fpath = force;
     g->tstep = -1;
     g->lpath = greedy_env(prefix, "LOGITS");
     if (argc < 4) {
@@ -129,9 +131,11 @@ static int greedy_dump(const greedy_run_t *g, const char *name, int l, const voi
 }
 
 /* Step i's logits l (v of them): print "step id logit id2 logit2" (the
- * argmax and the runner-up), the logits line, and take the next token (the
- * forced one while there are, else the argmax). */
-static void greedy_step(greedy_run_t *g, int i, const float *l, int v)
+ * argmax and the runner-up; when forced, then the logit of the forced id),
+ * the logits line, and take the next token (the forced one while there are,
+ * else the argmax). 0, or -1 after a message for a forced id outside the
+ * vocabulary. */
+static int greedy_step(greedy_run_t *g, int i, const float *l, int v)
 {
     int i1 = 0, i2 = v > 1 ? 1 : 0, j;
 
@@ -147,13 +151,22 @@ static void greedy_step(greedy_run_t *g, int i, const float *l, int v)
             i2 = j;
         }
     }
-    printf("%d %d %.6f %d %.6f\n", i, i1, (double)l[i1], i2, (double)l[i2]);
+    if (i < g->n_forced && (g->forced[i] < 0 || g->forced[i] >= v)) {
+        fprintf(stderr, "%s: forced id %d (step %d of %s) is not in the vocabulary of %d\n",
+                g->prog, g->forced[i], i, g->fpath, v);
+        return -1;
+    }
+    printf("%d %d %.6f %d %.6f", i, i1, (double)l[i1], i2, (double)l[i2]);
+    if (i < g->n_forced)                 /* the logit of the id it is fed */
+        printf(" %.6f", (double)l[g->forced[i]]);
+    putchar('\n');
     if (g->lf != NULL) {
         for (j = 0; j < v; j++)
             fprintf(g->lf, j ? " %.6f" : "%.6f", (double)l[j]);
         fputc('\n', g->lf);
     }
     g->toks[g->n_prompt + i] = i < g->n_forced ? g->forced[i] : i1;
+    return 0;
 }
 
 /* Close the logits file and free g: 0, or -1 after a message when the

@@ -4,9 +4,11 @@
  * same output from llama.cpp through tests/tools/llama_greedy.c).
  * usage: na_greedy_top MODEL N_NEW ID [ID ...]
  * Prints one line per generated token: "step id logit id2 logit2" (the
- * argmax and the runner-up of the logits that chose it). KV cache f16
+ * argmax and the runner-up of the logits that chose it; when forced, a sixth
+ * column: the logit of the forced id). KV cache f16
  * (NA_GREEDY_KV=f32 for f32) and one thread on the cpu backend
- * (NA_GREEDY_BACKEND=ref for the reference);
+ * (NA_GREEDY_BACKEND names the backend: ref for the reference, cuda;
+ * scripts/greedy_tie.sh compares two backends this way);
  * the prompt goes through one prefill step, each new token one decode step.
  * For tracing a difference (scripts/llama_agree.sh, tests/tools/llama_greedy.c
  * takes the same variables with NA_LLAMA_ for NA_GREEDY_):
@@ -79,7 +81,8 @@ int main(int argc, char **argv)
     na_engine_t *e = NULL;
     na_acts_t *a = NULL;
     na_lkv_t *kv = NULL;
-    int n_prompt, i, *pos, v, rc = greedy_open(&g, "na_greedy_top", "NA_GREEDY", argc, argv);
+    int n_prompt, i, *pos, v, bad = 0;
+    int rc = greedy_open(&g, "na_greedy_top", "NA_GREEDY", argc, argv);
     na_status_t st;
 
     if (rc != 0)
@@ -108,11 +111,14 @@ int main(int argc, char **argv)
         st = i == g.tstep ? forward_traced(e, a, &s, &g) : na_engine_forward(e, a, &s);
         if (st != NA_OK)
             break;
-        greedy_step(&g, i, a->logits, v);
+        if (greedy_step(&g, i, a->logits, v) != 0) {   /* said why */
+            bad = 1;
+            break;
+        }
     }
     if (st != NA_OK)
         fprintf(stderr, "na_greedy_top: %s\n", na_errmsg());
-    rc = greedy_close(&g) != 0 || st != NA_OK;
+    rc = greedy_close(&g) != 0 || st != NA_OK || bad;
     na_lkv_destroy(kv);
     na_acts_destroy(a);
     na_engine_destroy(e);

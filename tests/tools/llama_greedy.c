@@ -108,7 +108,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "llama_greedy: llama_decode failed at step %d\n", i);
             return 1;
         }
-        greedy_step(&run, i, llama_get_logits_ith(ctx, -1), v);
+        if (greedy_step(&run, i, llama_get_logits_ith(ctx, -1), v) != 0)
+            return 1;                        /* said why */
     }
     if (greedy_close(&run) != 0)
         return 1;
