@@ -97,6 +97,42 @@ static __device__ __forceinline__ void na_cu_attn_fold(const float (&qv)[G][DL],
     }
 }
 
+/* The end of a block of either kernel: the warps' (m, l, acc) in shared
+ * memory (sm_m / sm_l [warp][G], sm_acc [warp][G][A]) merged by log-sum-exp
+ * (m in the log2 domain when LOG2) for the ng heads from output head oh0,
+ * then written: the output row (one split) or the split's partial in
+ * scratch (m, l, acc[hd]) for na_cu_attn_merge_k. */
+template <bool LOG2>
+static __device__ __forceinline__ void na_cu_attn_emit(float *out, float *scratch,
+                                                       const float *sm_m, const float *sm_l,
+                                                       const float *sm_acc, int G, int A, int ng,
+                                                       int hd, size_t oh0, int n_splits, int split)
+{
+    for (int idx = threadIdx.x; idx < ng * hd; idx += blockDim.x) {
+        int g = idx / hd, i = idx % hd;
+        float mm = -INFINITY, ll = 0.0f, aa = 0.0f;
+        for (int w = 0; w < NA_CU_ATTN_WARPS; w++)
+            mm = fmaxf(mm, sm_m[w * G + g]);
+        if (mm != -INFINITY)
+            for (int w = 0; w < NA_CU_ATTN_WARPS; w++) {
+                float f = LOG2 ? exp2f(sm_m[w * G + g] - mm) : expf(sm_m[w * G + g] - mm);
+                ll += sm_l[w * G + g] * f;
+                aa += sm_acc[((size_t)w * G + g) * A + i] * f;
+            }
+        size_t oh = oh0 + (size_t)g;
+        if (n_splits == 1) {
+            out[oh * (size_t)hd + (size_t)i] = ll > 0.0f ? aa / ll : 0.0f;
+        } else {
+            float *p = scratch + (oh * (size_t)n_splits + (size_t)split) * (size_t)(hd + 2);
+            if (i == 0) {
+                p[0] = mm;
+                p[1] = ll;
+            }
+            p[2 + i] = aa;
+        }
+    }
+}
+
 template <int DT, int G, int DL>
 __global__ void __launch_bounds__(32 * NA_CU_ATTN_WARPS)
 na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_attn_shape_t s,
@@ -171,29 +207,8 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
             sm_acc[warp][g][lane * DL + e] = acc[g][e];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < ng * hd; idx += blockDim.x) {
-        int g = idx / hd, i = idx % hd;
-        float mm = -INFINITY, ll = 0.0f, aa = 0.0f;
-        for (int w = 0; w < NA_CU_ATTN_WARPS; w++)
-            mm = fmaxf(mm, sm_m[w][g]);
-        if (mm != -INFINITY)
-            for (int w = 0; w < NA_CU_ATTN_WARPS; w++) {
-                float f = expf(sm_m[w][g] - mm);
-                ll += sm_l[w][g] * f;
-                aa += sm_acc[w][g][i] * f;
-            }
-        size_t oh = (size_t)row * s.n_heads + (size_t)(h0 + g);
-        if (s.n_splits == 1) {
-            out[oh * (size_t)hd + (size_t)i] = ll > 0.0f ? aa / ll : 0.0f;
-        } else {
-            float *p = scratch + (oh * (size_t)s.n_splits + (size_t)split) * (size_t)(hd + 2);
-            if (i == 0) {
-                p[0] = mm;
-                p[1] = ll;
-            }
-            p[2 + i] = aa;
-        }
-    }
+    na_cu_attn_emit<false>(out, scratch, &sm_m[0][0], &sm_l[0][0], &sm_acc[0][0][0], G, 32 * DL,
+                           ng, hd, (size_t)row * s.n_heads + (size_t)h0, s.n_splits, split);
 }
 
 /* ---- the token-tile kernel (f16 / bf16 K/V, head_dim 64, 128 or 256) ------
@@ -376,29 +391,8 @@ na_cu_att2_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
                 sm_acc[warp][g][cix * 8 + e] = acc[g][e];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < ng * HD; idx += blockDim.x) {
-        int g = idx / HD, i = idx % HD;
-        float mm = -INFINITY, ll = 0.0f, aa = 0.0f;
-        for (int w = 0; w < NA_CU_ATTN_WARPS; w++)
-            mm = fmaxf(mm, sm_m[w][g]);
-        if (mm != -INFINITY)
-            for (int w = 0; w < NA_CU_ATTN_WARPS; w++) {
-                float f = exp2f(sm_m[w][g] - mm);
-                ll += sm_l[w][g] * f;
-                aa += sm_acc[w][g][i] * f;
-            }
-        size_t oh = (size_t)row * s.n_heads + (size_t)(h0 + g);
-        if (s.n_splits == 1) {
-            out[oh * HD + (size_t)i] = ll > 0.0f ? aa / ll : 0.0f;
-        } else {
-            float *p = scratch + (oh * (size_t)s.n_splits + (size_t)split) * (size_t)(HD + 2);
-            if (i == 0) {
-                p[0] = mm;
-                p[1] = ll;
-            }
-            p[2 + i] = aa;
-        }
-    }
+    na_cu_attn_emit<true>(out, scratch, &sm_m[0][0], &sm_l[0][0], &sm_acc[0][0][0], G, HD, ng,
+                          HD, (size_t)row * s.n_heads + (size_t)h0, s.n_splits, split);
 }
 
 /* One block per (row, head): fold the splits' (m, l, acc) into out (m in the
