@@ -97,6 +97,25 @@ static __device__ __forceinline__ void na_cu_attn_fold(const float (&qv)[G][DL],
     }
 }
 
+/* Batched decode: request blockIdx.z's pointers, context (ctx 0: no tokens,
+ * zeros) and its own split plan (splits past it are empty), and its part
+ * of the scratch. */
+static __device__ __forceinline__ void na_cu_attn_take(const na_cu_attn_req_t *reqs, float **out,
+                                                       const float **q, const void **kc,
+                                                       const void **vc, na_cu_attn_shape_t *s,
+                                                       float **scratch)
+{
+    const na_cu_attn_req_t *r = reqs + blockIdx.z;
+    *out = r->out;
+    *q = r->q;
+    *kc = r->k;
+    *vc = r->v;
+    s->ctx0 = r->ctx - 1;
+    s->split_len = r->split_len;
+    *scratch += (size_t)blockIdx.z * (size_t)s->n_heads * (size_t)s->n_splits *
+                (size_t)(s->head_dim + 2);
+}
+
 /* The end of a block of either kernel: the warps' (m, l, acc) in shared
  * memory (sm_m / sm_l [warp][G], sm_acc [warp][G][A]) merged by log-sum-exp
  * (m in the log2 domain when LOG2) for the ng heads from output head oh0,
@@ -139,16 +158,8 @@ na_cu_attn_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
              bool vec, float *scratch, const na_cu_attn_req_t *reqs)
 {
     if (reqs != NULL) {                  /* batched decode: request blockIdx.z */
-        const na_cu_attn_req_t *r = reqs + blockIdx.z;
-        out = r->out;
-        q = r->q;
-        kc = r->k;
-        vc = r->v;
-        s.ctx0 = r->ctx - 1;             /* ctx 0: no tokens, zeros */
-        s.split_len = r->split_len;      /* its own plan; splits past it are empty */
+        na_cu_attn_take(reqs, &out, &q, &kc, &vc, &s, &scratch);
         vec = vec && (((uintptr_t)kc | (uintptr_t)vc) % 16) == 0;
-        scratch += (size_t)blockIdx.z * (size_t)s.n_heads * (size_t)s.n_splits *
-                   (size_t)(s.head_dim + 2);
     }
     __shared__ float sm_m[NA_CU_ATTN_WARPS][G], sm_l[NA_CU_ATTN_WARPS][G];
     __shared__ float sm_acc[NA_CU_ATTN_WARPS][G][32 * DL];
@@ -258,17 +269,8 @@ na_cu_att2_k(float *out, const float *q, const void *kc, const void *vc, na_cu_a
     constexpr int NC = HD / 8;                 /* 16-byte chunks per K row */
     constexpr int KU = NC < 16 ? NC : 16;      /* K chunks loaded before their math */
     constexpr int VU = RPS >= 2 ? 8 : 4;       /* V rows loaded before their math */
-    if (reqs != NULL) {                        /* batched decode: request blockIdx.z */
-        const na_cu_attn_req_t *r = reqs + blockIdx.z;
-        out = r->out;
-        q = r->q;
-        kc = r->k;
-        vc = r->v;
-        s.ctx0 = r->ctx - 1;                   /* ctx 0: no tokens, zeros */
-        s.split_len = r->split_len;            /* its own plan; splits past it are empty */
-        scratch += (size_t)blockIdx.z * (size_t)s.n_heads * (size_t)s.n_splits *
-                   (size_t)(HD + 2);
-    }
+    if (reqs != NULL)                          /* batched decode: request blockIdx.z */
+        na_cu_attn_take(reqs, &out, &q, &kc, &vc, &s, &scratch);
     __shared__ __align__(16) float sm_q[G][HD];
     __shared__ float sm_p[NA_CU_ATTN_WARPS][G][NA_CU_ATT2_TILE];
     __shared__ float sm_m[NA_CU_ATTN_WARPS][G], sm_l[NA_CU_ATTN_WARPS][G];
