@@ -461,8 +461,12 @@ int na_cli_e2e_point(int argc, char **argv)
     na_request_t **r = NULL;
     na_e2e_point_t p;
     pt_snap_t snap;
-    int capacity = 0;
-    long v;
+    int capacity = 0, taken;
+    const na_cli_switch_t sw[] = { { "--probe", &probe, 1 }, { "--capacity", &capacity, 1 } };
+    const na_cli_num_t num[] = {
+        { "--batch", 1, 1 << 20, &B }, { "--ctx", 1, 1 << 20, &C }, { "--new", 1, 1 << 20, &N },
+        { "--threads", 1, 1 << 20, &threads },
+    };
 
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -471,10 +475,8 @@ int na_cli_e2e_point(int argc, char **argv)
         if (!strcmp(a, "--help")) {
             pt_usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--probe")) {
-            probe = 1;
-        } else if (!strcmp(a, "--capacity")) {
-            capacity = 1;
+        } else if (na_cli_switch(sw, sizeof(sw) / sizeof(sw[0]), a)) {
+            continue;
         } else if (!strcmp(a, "--link-Bps") && val) {
             link_Bps = atof(argv[++i]);
         } else if (!strcmp(a, "--link-rtt") && val) {
@@ -486,15 +488,10 @@ int na_cli_e2e_point(int argc, char **argv)
                 fprintf(stderr, "nearattn bench e2e --point: unknown mode '%s'\n", argv[i]);
                 return 2;
             }
-        } else if ((!strcmp(a, "--batch") || !strcmp(a, "--ctx") || !strcmp(a, "--new") ||
-                    !strcmp(a, "--threads")) && val) {
-            if (na_cli_int("bench e2e --point", a, val, 1, 1 << 20, &v) != NA_OK)
-                return 2;
-            i++;
-            if (a[2] == 'b') B = (int)v;
-            else if (a[2] == 'c') C = (int)v;
-            else if (a[2] == 'n') N = (int)v;
-            else threads = (int)v;
+        } else if (val && (taken = na_cli_num("bench e2e --point", num,
+                                               sizeof(num) / sizeof(num[0]), argc, argv, &i))) {
+            if (taken != 1)
+                return taken;
         } else {
             fprintf(stderr, "nearattn bench e2e --point: unknown option '%s'\n", a);
             pt_usage(stderr);

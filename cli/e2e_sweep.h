@@ -13,9 +13,11 @@
 #ifndef NA_CLI_E2E_SWEEP_H
 #define NA_CLI_E2E_SWEEP_H
 
+#include <limits.h>
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "common/bench.h"
 #include "common/status.h"
 
 /* The modes, in the order the tables list them. */
@@ -94,6 +96,27 @@ typedef struct {
 na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *cfg_path,
                                int n_nodes, const char *logdir, na_e2e_nodes_t *nodes);
 void        na_e2e_nodes_stop(na_e2e_nodes_t *nodes);
+
+/* What a bench kind that runs `bench e2e --point` processes against storage
+ * nodes started here holds (bench capacity, bench longctx): this executable,
+ * a private directory (its layouts, NAME.secret, the model, the nodes' KV
+ * and logs), the shm link, the nodes, the kind's table. */
+typedef struct {
+    char           exe[PATH_MAX];
+    char           dir[PATH_MAX - 64];
+    char           secret[PATH_MAX];     /* dir/NAME.secret */
+    na_link_t      link;
+    na_e2e_nodes_t nodes;
+    na_bench_t    *b;
+} na_e2e_host_t;
+/* Set up h for `bench <kind>`: the directory $TMPDIR/nearattn-NAME-XXXXXX,
+ * a fresh secret NAME.secret in it, the shm link, the table named kind.
+ * 0; or 1 after "nearattn bench <kind>: ..." on stderr, with what was made
+ * undone. */
+int         na_e2e_host_open(na_e2e_host_t *h, const char *kind, const char *name);
+/* Stop the nodes, take the link down, destroy the table, remove the
+ * directory ("nearattn bench <kind>: cannot remove DIR" if not). */
+void        na_e2e_host_close(na_e2e_host_t *h, const char *kind);
 
 /* Run argv (NULL-terminated) in the link's compute namespace (l may be
  * NULL), stdout into out[cap] (NUL-terminated), bounded by timeout_s.
