@@ -115,38 +115,40 @@ static int cap_layout(const cap_t *c, int n, char *out, size_t cap)
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* Run one point process; its output in out. 0 ok. */
-static int cap_point(const cap_t *c, const char *cfg, const char *mode, int B, int ctx,
-                     char *out, size_t outcap)
+/* Say on stderr which point process runs (mode NULL: the capacity probe). */
+static void cap_say(const char *mode, int B, int ctx)
 {
-    char b[16], cx[16], nn[16], t[16];
-    char *argv_mode[] = { (char *)c->h.exe, "bench", "e2e", "--point", "--config", (char *)cfg,
-                          "--mode", (char *)mode, "--batch", b, "--ctx", cx, "--new", nn,
-                          "--threads", t, NULL };
-    char *argv_cap[] = { (char *)c->h.exe, "bench", "e2e", "--point", "--config", (char *)cfg,
-                         "--capacity", "--ctx", cx, "--new", nn, NULL };
-    int rc;
-
-    snprintf(b, sizeof(b), "%d", B);
-    snprintf(cx, sizeof(cx), "%d", ctx);
-    snprintf(nn, sizeof(nn), "%d", c->n_new);
-    snprintf(t, sizeof(t), "%d", c->threads);
     fprintf(stderr, "bench capacity: %-10s B=%-5d ctx=%-5d ...", mode ? mode : "capacity", B, ctx);
     fflush(stderr);
-    rc = na_e2e_run_capture(NULL, mode ? argv_mode : argv_cap, out, outcap, CAP_POINT_S);
+}
+
+/* ... and how it ended; rc, its exit status. */
+static int cap_said(int rc)
+{
     fprintf(stderr, rc == 0 ? " done\n" : " FAILED (exit %d)\n", rc);
     return rc;
+}
+
+/* The capacity probe (`--point --capacity`) at ctx; its output in out. 0 ok. */
+static int cap_probe(const cap_t *c, const char *cfg, int ctx, char *out, size_t outcap)
+{
+    char cx[16], nn[16];
+    char *argv[] = { (char *)c->h.exe, "bench", "e2e", "--point", "--config", (char *)cfg,
+                     "--capacity", "--ctx", cx, "--new", nn, NULL };
+
+    snprintf(cx, sizeof(cx), "%d", ctx);
+    snprintf(nn, sizeof(nn), "%d", c->n_new);
+    cap_say(NULL, 0, ctx);
+    return cap_said(na_e2e_run_capture(NULL, argv, out, outcap, CAP_POINT_S));
 }
 
 /* A POINT line of mode at (B, ctx); p->ok 0 when it failed. */
 static void cap_run(const cap_t *c, const char *cfg, int mode, int B, int ctx, na_e2e_point_t *p)
 {
-    char out[4096], *line;
-
     memset(p, 0, sizeof(*p));
-    if (cap_point(c, cfg, na_e2e_mode_name((na_e2e_mode_t)mode), B, ctx, out, sizeof(out)) != 0 ||
-        (line = strstr(out, "POINT ")) == NULL || na_e2e_point_parse(line, p) != 0)
-        p->ok = 0;
+    cap_say(na_e2e_mode_name((na_e2e_mode_t)mode), B, ctx);
+    cap_said(na_e2e_point_run(NULL, c->h.exe, cfg, mode, B, ctx, c->n_new, c->threads, NULL,
+                              CAP_POINT_S, p));
 }
 
 /* Least-squares line y = a + s x over n points. */
@@ -347,7 +349,7 @@ int na_cli_bench_capacity(int argc, char **argv)
             na_e2e_nodes_stop(&c.h.nodes);
             continue;
         }
-        if (cap_point(&c, cfg, NULL, 0, c.ctx, out, sizeof(out)) == 0 &&
+        if (cap_probe(&c, cfg, c.ctx, out, sizeof(out)) == 0 &&
             (line = strstr(out, "CAPACITY reqs=")) != NULL)
             reqs = atoi(line + 14);
         tok_n[i] = (double)reqs * (c.ctx + c.n_new);

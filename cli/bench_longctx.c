@@ -161,23 +161,15 @@ static int lc_layout(const lc_t *c, int max_tok, char *out, size_t cap)
 /* One point process: mode at context ctx, one request; p->ok 0 when it failed. */
 static void lc_point(const lc_t *c, const char *cfg, int mode, int ctx, na_e2e_point_t *p)
 {
-    char cx[16], nn[16], t[16], out[4096], *line;
-    const char *mname = na_e2e_mode_name((na_e2e_mode_t)mode);
-    char *argv[] = { (char *)c->h.exe, "bench", "e2e", "--point", "--config", (char *)cfg,
-                     "--mode", (char *)mname, "--batch", "1", "--ctx", cx, "--new", nn,
-                     "--threads", t, NULL };
     double t0 = na_bench_now();
     int rc;
 
-    snprintf(cx, sizeof(cx), "%d", ctx);
-    snprintf(nn, sizeof(nn), "%d", c->n_new);
-    snprintf(t, sizeof(t), "%d", c->threads);
-    fprintf(stderr, "bench longctx: %-10s prompt %6d tokens ...", mname, ctx);
+    fprintf(stderr, "bench longctx: %-10s prompt %6d tokens ...",
+            na_e2e_mode_name((na_e2e_mode_t)mode), ctx);
     fflush(stderr);
     memset(p, 0, sizeof(*p));
-    rc = na_e2e_run_capture(NULL, argv, out, sizeof(out), LC_POINT_S);
-    if (rc != 0 || (line = strstr(out, "POINT ")) == NULL || na_e2e_point_parse(line, p) != 0)
-        p->ok = 0;
+    rc = na_e2e_point_run(NULL, c->h.exe, cfg, mode, 1, ctx, c->n_new, c->threads, NULL,
+                          LC_POINT_S, p);
     p->load1 = na_bench_loadavg();
     if (p->ok)
         fprintf(stderr, " %.1f s: TTFT %.2f s, decode %.2f tok/s, peak RSS %.1f MiB, load %.2f\n",

@@ -79,6 +79,28 @@ int na_e2e_point_parse(const char *line, na_e2e_point_t *p)
     return 0;
 }
 
+int na_e2e_point_run(const na_link_t *l, const char *exe, const char *cfg, int mode, int B,
+                     int C, int n_new, int threads, char *const *more, int timeout_s,
+                     na_e2e_point_t *p)
+{
+    char b[16], c[16], n[16], t[16], out[4096];
+    char *argv[16 + 8 + 1] = { (char *)exe, "bench", "e2e", "--point", "--config", (char *)cfg,
+                               "--mode", (char *)na_e2e_mode_name((na_e2e_mode_t)mode),
+                               "--batch", b, "--ctx", c, "--new", n, "--threads", t };
+    int k, rc;
+
+    for (k = 0; more != NULL && more[k] != NULL && k < 8; k++)
+        argv[16 + k] = more[k];
+    snprintf(b, sizeof(b), "%d", B);
+    snprintf(c, sizeof(c), "%d", C);
+    snprintf(n, sizeof(n), "%d", n_new);
+    snprintf(t, sizeof(t), "%d", threads);
+    rc = na_e2e_run_capture(l, argv, out, sizeof(out), timeout_s);
+    if (rc != 0 || na_e2e_point_parse(out, p) != 0)
+        p->ok = 0;
+    return rc;
+}
+
 /* Prompt tokens of request i (deterministic, never all one token). */
 static void pt_requests(na_engine_t *e, na_request_t **r, int n, int ctx, int n_new)
 {

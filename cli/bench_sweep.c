@@ -162,25 +162,18 @@ static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *ou
 /* Run one point process once; fills pt. */
 static void sw_run_once(sw_t *s, const sw_link_t *L, const char *cfg, sw_pt_t *pt)
 {
-    char b[16], c[16], n[16], t[16], lb[32], lr[32], out[4096];
-    char *argv[] = { s->exe, "bench", "e2e", "--point", "--config", (char *)cfg, "--mode",
-                     (char *)na_e2e_mode_name(pt->p.mode), "--batch", b, "--ctx", c, "--new", n,
-                     "--threads", t, "--link-Bps", lb, "--link-rtt", lr, NULL };
+    char lb[32], lr[32];
+    char *more[] = { "--link-Bps", lb, "--link-rtt", lr, NULL };
     int rc, mode = pt->p.mode, B = pt->p.batch, C = pt->p.ctx, nodes = pt->p.nodes;
-    char *line;
 
-    snprintf(b, sizeof(b), "%d", B);
-    snprintf(c, sizeof(c), "%d", C);
-    snprintf(n, sizeof(n), "%d", s->n_new);
-    snprintf(t, sizeof(t), "%d", s->threads);
     snprintf(lb, sizeof(lb), "%.6g", L != NULL ? L->down_Bps : 0.0);
     snprintf(lr, sizeof(lr), "%.6g", L != NULL ? L->rtt_s : 0.0);
     fprintf(stderr, "bench e2e: %-9s nodes=%d %-24s B=%-3d ctx=%-5d ...", L ? L->link.name : "local",
             nodes, na_e2e_mode_name(mode), B, C);
     fflush(stderr);
-    rc = na_e2e_run_capture(L ? &L->link : NULL, argv, out, sizeof(out), SW_POINT_S);
-    line = strstr(out, "POINT ");
-    if (rc != 0 || line == NULL || na_e2e_point_parse(line, &pt->p) != 0 || !pt->p.ok) {
+    rc = na_e2e_point_run(L ? &L->link : NULL, s->exe, cfg, mode, B, C, s->n_new, s->threads,
+                          more, SW_POINT_S, &pt->p);
+    if (!pt->p.ok) {
         snprintf(pt->why, sizeof(pt->why), "point process %s (exit %d)",
                  rc < 0 ? "timed out or could not run" : "failed", rc);
         pt->p.ok = 0;

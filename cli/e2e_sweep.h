@@ -123,6 +123,14 @@ void        na_e2e_host_close(na_e2e_host_t *h, const char *kind);
  * Returns the exit status, or -1 when it could not run / timed out. */
 int         na_e2e_run_capture(const na_link_t *l, char *const *argv, char *out, size_t cap,
                                int timeout_s);
+/* Run one point process, `exe bench e2e --point --config cfg --mode M
+ * --batch B --ctx C --new N --threads T` and the arguments in more
+ * (NULL-terminated, at most 8; or NULL), in the link's compute namespace (l
+ * may be NULL), bounded by timeout_s; its POINT line into p, p->ok 0 when
+ * it failed or printed none. Returns its exit status (na_e2e_run_capture). */
+int         na_e2e_point_run(const na_link_t *l, const char *exe, const char *cfg, int mode,
+                             int B, int C, int n_new, int threads, char *const *more,
+                             int timeout_s, na_e2e_point_t *p);
 
 /* ---- plots (cli/plot.c) ----------------------------------------------------- */
 /* Write the gnuplot data and scripts for the points next to json_path
