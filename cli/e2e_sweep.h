@@ -3,12 +3,15 @@
  *
  *   cli/bench_point.c  one measured point in its own process (`--point`): a
  *                      compute node on one link, one mode, batch, context;
- *                      also the link probe (bulk KV transfer over the link)
+ *                      also the link probe (bulk KV transfer over the link);
+ *                      na_e2e_point_run, how a driver runs one
  *   cli/bench_sweep.c  the driver: links x storage nodes x modes x batch x
  *                      context, table + JSON, predicted beside measured
  *   cli/bench_links.c  the links: loopback shm / tcp, and two network
  *                      namespaces joined by a veth shaped with tc tbf; the
- *                      storage-node processes on them; the peers
+ *                      storage-node processes on them; the peers; the
+ *                      host (na_e2e_host_t) of the drivers bench capacity
+ *                      and bench longctx
  *   cli/plot.c         gnuplot PNGs beside the JSON */
 #ifndef NA_CLI_E2E_SWEEP_H
 #define NA_CLI_E2E_SWEEP_H
