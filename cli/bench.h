@@ -41,8 +41,28 @@ int  na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_op
  * TMPDIR) into dir[cap]: 0, or 1 after "nearattn <cmd>: mkdtemp: ..." on
  * stderr. */
 int  na_cli_bench_dir(const char *cmd, const char *name, char *dir, size_t cap);
+/* Create the layout file path of a cluster started by a bench and write its
+ * first lines: the cluster (name, the secret file) and the generated model
+ * dir/model.bin with f16 KV. The file to write the rest to (the caller
+ * closes it), or NULL when it cannot be created. */
+FILE *na_cli_bench_layout(const char *path, const char *name, const char *secret,
+                          const char *dir);
+/* Remove dir (from na_cli_bench_dir) and all it holds; "nearattn <cmd>:
+ * cannot remove DIR" on stderr when that fails. */
+void na_cli_bench_rmdir(const char *cmd, const char *dir);
+/* Counts a kind's options left 0 take their defaults: quick with --quick,
+ * else full. */
+typedef struct {
+    int *v;
+    int  quick, full;
+} na_cli_bench_dflt_t;
+void na_cli_bench_defaults(const na_cli_bench_opts_t *o, const na_cli_bench_dflt_t *d, size_t n);
 /* Print the table, write the JSON if asked; 0 or 1 (error printed). */
 int  na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_bench_opts_t *o);
+/* The end of a kind's run: na_cli_bench_finish when st is NA_OK, else
+ * na_cli_fail(cmd, st); b destroyed either way. The exit code. */
+int  na_cli_bench_end(const char *kind, const char *cmd, na_status_t st, na_bench_t *b,
+                      const na_cli_bench_opts_t *o);
 
 int na_cli_bench_kernels(int argc, char **argv);    /* cli/bench_kernels.c */
 int na_cli_bench_storage(int argc, char **argv);    /* cli/bench_storage.c */

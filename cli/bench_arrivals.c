@@ -56,7 +56,7 @@ typedef struct {
     int         streams;        /* --streams (8) */
     int         prompt_tokens;  /* --prompt-tokens (4096) */
     int         max_tokens;     /* --max-tokens of each stream (0: 4096, --quick 256) */
-    double      steady_s;       /* --steady (0: 3 s, --quick 1 s) */
+    int         steady_s;       /* --steady (0: 3 s, --quick 1 s) */
     int         warm;           /* --warm text chunks per stream before the steady window */
     int         steady_chunks;  /* --steady-chunks: whole gaps per stream in it (8) */
     int         reps;           /* 0: 2 with --peer, else 1; --quick 1 */
@@ -122,18 +122,16 @@ static void ba_usage(FILE *f)
 
 static int ba_opt(void *ctx, int argc, char **argv, int *i)
 {
-    static const struct { const char *f; long lo, hi; } num[] = {
-        { "--streams", 1, BA_MAX_STREAMS }, { "--prompt-tokens", 1, 1L << 20 },
-        { "--max-tokens", 1, 1L << 20 }, { "--warm", 1, 1000 }, { "--reps", 1, BA_MAX_REPS },
-        { "--ready-timeout", 1, 86400 }, { "--timeout", 1, 86400 },
-        { "--steady-chunks", 1, 100000 }, { "--steady", 1, 3600 }
-    };
     ba_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    int *ip[] = { &a->streams, &a->prompt_tokens, &a->max_tokens, &a->warm, &a->reps,
-                  &a->srv.ready_s, &a->timeout_s, &a->steady_chunks };
-    long n;
-    size_t k;
+    const na_cli_num_t num[] = {
+        { "--streams", 1, BA_MAX_STREAMS, &a->streams },
+        { "--prompt-tokens", 1, 1L << 20, &a->prompt_tokens },
+        { "--max-tokens", 1, 1L << 20, &a->max_tokens }, { "--warm", 1, 1000, &a->warm },
+        { "--reps", 1, BA_MAX_REPS, &a->reps }, { "--ready-timeout", 1, 86400, &a->srv.ready_s },
+        { "--timeout", 1, 86400, &a->timeout_s },
+        { "--steady-chunks", 1, 100000, &a->steady_chunks }, { "--steady", 1, 3600, &a->steady_s },
+    };
     int r;
 
     if ((r = na_bsv_opt("bench arrivals", &a->srv, argc, argv, i)) != 0)
@@ -147,18 +145,7 @@ static int ba_opt(void *ctx, int argc, char **argv, int *i)
         ++*i;
         return 1;
     }
-    for (k = 0; k < sizeof(num) / sizeof(num[0]); k++)
-        if (!strcmp(f, num[k].f)) {
-            if (na_cli_int("bench arrivals", f, v, num[k].lo, num[k].hi, &n) != NA_OK)
-                return 2;
-            if (k < sizeof(ip) / sizeof(ip[0]))
-                *ip[k] = (int)n;
-            else
-                a->steady_s = (double)n;
-            ++*i;
-            return 1;
-        }
-    return 0;
+    return na_cli_num("bench arrivals", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
 }
 
 /* Append v to *a (grown). -1 out of memory. */
@@ -474,6 +461,7 @@ int na_cli_bench_arrivals(int argc, char **argv)
 {
     ba_args_t a = { .srv = { .mode = "monolithic", .ready_s = 120 }, .streams = 8,
                     .prompt_tokens = 4096, .warm = 4, .steady_chunks = 8, .timeout_s = 1800 };
+    const na_cli_bench_dflt_t dflt[] = { { &a.max_tokens, 256, 4096 }, { &a.steady_s, 1, 3 } };
     na_cli_bench_opts_t o;
     na_bench_t *b = NULL;
     ba_side_t sv, pe;
@@ -488,10 +476,7 @@ int na_cli_bench_arrivals(int argc, char **argv)
     rc = na_cli_bench_parse("arrivals", argc, argv, &o, ba_usage, ba_opt, &a);
     if (rc >= 0)
         return rc;
-    if (a.max_tokens == 0)
-        a.max_tokens = o.quick ? 256 : 4096;
-    if (a.steady_s == 0)
-        a.steady_s = o.quick ? 1 : 3;
+    na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));
     if (a.reps == 0)
         a.reps = a.srv.peer != NULL && !o.quick ? 2 : 1;
     snprintf(a.threads, sizeof(a.threads), "%d", o.threads);
@@ -552,7 +537,7 @@ int na_cli_bench_arrivals(int argc, char **argv)
     if (a.srv.peer != NULL)
         ba_report(b, &pe);
     na_bench_note(b, "serve %s (%s, model \"%s\"); %d streams of short text prompts, greedy, "
-                  "max_tokens %d; a steady window of >= %.0f s and >= %d gaps each after %d "
+                  "max_tokens %d; a steady window of >= %d s and >= %d gaps each after %d "
                   "text chunks each; the newcomer: %d token ids, max_tokens 1, its first two "
                   "its own per request (no cached prefix); %d reps, ITL gaps pooled, times "
                   "medians", sr.base,

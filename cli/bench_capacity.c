@@ -47,10 +47,8 @@ typedef struct {
     int    n_new;                /* tokens generated per request */
     int    nodes[CAP_MAX_NODES], n_nodes;
     int    ctxs[CAP_MAX_CTX], n_ctxs;   /* RSS-vs-context points */
-    char   exe[PATH_MAX];
-    char   dir[PATH_MAX - 64];
     int    threads;
-    na_link_t link;
+    na_e2e_host_t h;             /* the executable, directory, link, nodes, table */
 } cap_t;
 
 static void cap_usage(FILE *f)
@@ -74,30 +72,17 @@ static void cap_usage(FILE *f)
         "  (--quick: nodes 1,2 and two contexts)\n");
 }
 
-static int cap_ints(const char *s, int *v, int cap)
-{
-    int n = 0;
-    while (*s && n < cap) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s || x < 1 || x > CAP_MAX_NODES)
-            return -1;
-        v[n++] = (int)x;
-        s = *end == ',' ? end + 1 : end;
-        if (*end != ',' && *end != '\0')
-            return -1;
-    }
-    return *s ? -1 : n;
-}
-
 static int cap_own(void *ctx, int argc, char **argv, int *i)
 {
     cap_t *c = ctx;
     const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
-    long v;
+    const na_cli_num_t num[] = {
+        { "--budget-mb", 1, 1 << 20, &c->budget_mb }, { "--node-mb", 1, 1 << 20, &c->node_mb },
+        { "--ctx", 1, 1 << 20, &c->ctx }, { "--new", 1, 1 << 20, &c->n_new },
+    };
 
     if (!strcmp(a, "--nodes")) {
-        if (val == NULL || (c->n_nodes = cap_ints(val, c->nodes, CAP_MAX_NODES)) <= 0) {
+        if (val == NULL || (c->n_nodes = na_cli_ints(val, 1, CAP_MAX_NODES, c->nodes, CAP_MAX_NODES)) <= 0) {
             fprintf(stderr, "nearattn bench capacity: --nodes expects counts 1..%d, "
                     "comma-separated\n", CAP_MAX_NODES);
             return 2;
@@ -105,21 +90,7 @@ static int cap_own(void *ctx, int argc, char **argv, int *i)
         ++*i;
         return 1;
     }
-    if (strcmp(a, "--budget-mb") && strcmp(a, "--node-mb") && strcmp(a, "--ctx") &&
-        strcmp(a, "--new"))
-        return 0;
-    if (na_cli_int("bench capacity", a, val, 1, 1 << 20, &v) != NA_OK)
-        return 2;
-    ++*i;
-    if (!strcmp(a, "--budget-mb"))
-        c->budget_mb = (int)v;
-    else if (!strcmp(a, "--node-mb"))
-        c->node_mb = (int)v;
-    else if (!strcmp(a, "--ctx"))
-        c->ctx = (int)v;
-    else
-        c->n_new = (int)v;
-    return 1;
+    return na_cli_num("bench capacity", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
 }
 
 /* The layout of n storage nodes (DRAM tier only, node_mb each). */
@@ -128,56 +99,56 @@ static int cap_layout(const cap_t *c, int n, char *out, size_t cap)
     FILE *f;
     int j;
 
-    snprintf(out, cap, "%s/cap-n%d.yaml", c->dir, n);
-    f = fopen(out, "w");
+    snprintf(out, cap, "%s/cap-n%d.yaml", c->h.dir, n);
+    f = na_cli_bench_layout(out, "capacity", c->h.secret, c->h.dir);
     if (f == NULL)
         return -1;
-    fprintf(f, "cluster: { name: capacity, secret_file: \"%s/cap.secret\" }\n"
-               "model: { path: \"%s/model.bin\", kv_dtype: f16 }\n"
-               "transport: { tls: shm, timeout_ms: 20000, peer_timeout_ms: 60000 }\n"
+    fprintf(f, "transport: { tls: shm, timeout_ms: 20000, peer_timeout_ms: 60000 }\n"
                "compute:\n  - { name: c0, host: 127.0.0.1 }\n  - { name: c1, host: 127.0.0.1 }\n"
-               "storage:\n", c->dir, c->dir);
+               "storage:\n");
     for (j = 0; j < n; j++)
         fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
                    "      - { path: \"%s/kv/n%d-s%d\", dram_mb: %d, ssd_mb: 1 }\n",
-                j, CAP_PORT0 + j, c->dir, n, j, c->node_mb);
+                j, CAP_PORT0 + j, c->h.dir, n, j, c->node_mb);
     fprintf(f, "parallel: { partition: request, batches_in_flight: 1, max_batch: 4096 }\n"
                "kv: { block_tokens: 64, spill_interval: 4, tier: dram }\n");
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* Run one point process; its output in out. 0 ok. */
-static int cap_point(const cap_t *c, const char *cfg, const char *mode, int B, int ctx,
-                     char *out, size_t outcap)
+/* Say on stderr which point process runs (mode NULL: the capacity probe). */
+static void cap_say(const char *mode, int B, int ctx)
 {
-    char b[16], cx[16], nn[16], t[16];
-    char *argv_mode[] = { (char *)c->exe, "bench", "e2e", "--point", "--config", (char *)cfg,
-                          "--mode", (char *)mode, "--batch", b, "--ctx", cx, "--new", nn,
-                          "--threads", t, NULL };
-    char *argv_cap[] = { (char *)c->exe, "bench", "e2e", "--point", "--config", (char *)cfg,
-                         "--capacity", "--ctx", cx, "--new", nn, NULL };
-    int rc;
-
-    snprintf(b, sizeof(b), "%d", B);
-    snprintf(cx, sizeof(cx), "%d", ctx);
-    snprintf(nn, sizeof(nn), "%d", c->n_new);
-    snprintf(t, sizeof(t), "%d", c->threads);
     fprintf(stderr, "bench capacity: %-10s B=%-5d ctx=%-5d ...", mode ? mode : "capacity", B, ctx);
     fflush(stderr);
-    rc = na_e2e_run_capture(NULL, mode ? argv_mode : argv_cap, out, outcap, CAP_POINT_S);
+}
+
+/* ... and how it ended; rc, its exit status. */
+static int cap_said(int rc)
+{
     fprintf(stderr, rc == 0 ? " done\n" : " FAILED (exit %d)\n", rc);
     return rc;
+}
+
+/* The capacity probe (`--point --capacity`) at ctx; its output in out. 0 ok. */
+static int cap_probe(const cap_t *c, const char *cfg, int ctx, char *out, size_t outcap)
+{
+    char cx[16], nn[16];
+    char *argv[] = { (char *)c->h.exe, "bench", "e2e", "--point", "--config", (char *)cfg,
+                     "--capacity", "--ctx", cx, "--new", nn, NULL };
+
+    snprintf(cx, sizeof(cx), "%d", ctx);
+    snprintf(nn, sizeof(nn), "%d", c->n_new);
+    cap_say(NULL, 0, ctx);
+    return cap_said(na_e2e_run_capture(NULL, argv, out, outcap, CAP_POINT_S));
 }
 
 /* A POINT line of mode at (B, ctx); p->ok 0 when it failed. */
 static void cap_run(const cap_t *c, const char *cfg, int mode, int B, int ctx, na_e2e_point_t *p)
 {
-    char out[4096], *line;
-
     memset(p, 0, sizeof(*p));
-    if (cap_point(c, cfg, na_e2e_mode_name((na_e2e_mode_t)mode), B, ctx, out, sizeof(out)) != 0 ||
-        (line = strstr(out, "POINT ")) == NULL || na_e2e_point_parse(line, p) != 0)
-        p->ok = 0;
+    cap_say(na_e2e_mode_name((na_e2e_mode_t)mode), B, ctx);
+    cap_said(na_e2e_point_run(NULL, c->h.exe, cfg, mode, B, ctx, c->n_new, c->threads, NULL,
+                              CAP_POINT_S, p));
 }
 
 /* Least-squares line y = a + s x over n points. */
@@ -251,15 +222,13 @@ int na_cli_bench_capacity(int argc, char **argv)
     cap_t c;
     na_cli_bench_opts_t o;
     na_genmodel_opts_t go;
-    na_bench_t *b = NULL;
-    na_e2e_nodes_t nodes;
+    na_bench_t *b;
     na_e2e_point_t p;
     char cfg[PATH_MAX], prefix[PATH_MAX], out[4096], name[96], ref[96];
     double x[CAP_MAX_CTX], rss_m[CAP_MAX_CTX], tok_n[CAP_MAX_NODES];
     double dec_m[CAP_MAX_CTX], dec_o[CAP_MAX_CTX];
     double a, slope, kv_tok, budget, mono_tok = 0, mono_tps = 0, base_tok = 0;
     int rc = 1, i, r, nc = 0, B;
-    ssize_t len;
 
     memset(&c, 0, sizeof(c));
     c.budget_mb = 96;
@@ -279,26 +248,13 @@ int na_cli_bench_capacity(int argc, char **argv)
         c.ctxs[i] = o.quick ? 256 << (2 * i) : 256 << i;    /* 256..2048 (quick: 256, 1024) */
     c.threads = o.threads;
     budget = (double)c.budget_mb * 1048576.0;
-    len = readlink("/proc/self/exe", c.exe, sizeof(c.exe) - 1);
-    if (len <= 0)
-        return na_cli_fail("bench capacity", na_err(NA_ERR_IO, "readlink(/proc/self/exe)"));
-    c.exe[len] = '\0';
-    if (na_cli_bench_dir("bench capacity", "cap", c.dir, sizeof(c.dir)) != 0)
+    if (na_e2e_host_open(&c.h, "capacity", "cap") != 0)
         return 1;
-    memset(&nodes, 0, sizeof(nodes));
-    if (na_link_up(&c.link, NA_LINK_SHM, 0) != NA_OK) {
-        na_cli_fail("bench capacity", NA_ERR_IO);
-        goto out;
-    }
-    snprintf(prefix, sizeof(prefix), "%s/cap.secret", c.dir);
-    if (na_cli_write_secret(prefix) != NA_OK || na_bench_create("capacity", &b) != NA_OK) {
-        na_cli_fail("bench capacity", NA_ERR_IO);
-        goto out;
-    }
+    b = c.h.b;
     na_genmodel_shape(&go, 256, 512, 4, 8, 2, 512, c.ctx + c.n_new + 8);
     if (go.seq_len < c.ctxs[c.n_ctxs - 1] + c.n_new + 8)
         go.seq_len = c.ctxs[c.n_ctxs - 1] + c.n_new + 8;
-    snprintf(prefix, sizeof(prefix), "%s/model", c.dir);
+    snprintf(prefix, sizeof(prefix), "%s/model", c.h.dir);
     if (na_genmodel_write(prefix, &go) != NA_OK) {
         na_cli_fail("bench capacity", NA_ERR_IO);
         goto out;
@@ -357,7 +313,7 @@ int na_cli_bench_capacity(int argc, char **argv)
                  "tokens", 0, NULL, 0);
 
     /* ---- offload: compute RSS vs context against one storage node ------- */
-    if (na_e2e_nodes_start(&c.link, c.exe, cfg, 1, c.dir, &nodes) != NA_OK) {
+    if (na_e2e_nodes_start(&c.h.link, c.h.exe, cfg, 1, c.h.dir, &c.h.nodes) != NA_OK) {
         na_cli_fail("bench capacity", NA_ERR_PEER);
         goto out;
     }
@@ -373,7 +329,7 @@ int na_cli_bench_capacity(int argc, char **argv)
         snprintf(name, sizeof(name), "compute peak RSS ctx=%d B=%d offload", c.ctxs[i], CAP_B_RSS);
         na_bench_add(b, name, p.rss / 1048576.0, "MiB", 0, ref, rss_m[i] / 1048576.0);
     }
-    na_e2e_nodes_stop(&nodes);
+    na_e2e_nodes_stop(&c.h.nodes);
     if (dec_o[0] > 0 && dec_o[c.n_ctxs - 1] > 0) {
         snprintf(name, sizeof(name), "offload compute RSS growth in decode, ctx %d->%d",
                  c.ctxs[0], c.ctxs[c.n_ctxs - 1]);
@@ -388,12 +344,12 @@ int na_cli_bench_capacity(int argc, char **argv)
 
         tok_n[i] = 0;
         if (cap_layout(&c, n, cfg, sizeof(cfg)) != 0 ||
-            na_e2e_nodes_start(&c.link, c.exe, cfg, n, c.dir, &nodes) != NA_OK) {
+            na_e2e_nodes_start(&c.h.link, c.h.exe, cfg, n, c.h.dir, &c.h.nodes) != NA_OK) {
             fprintf(stderr, "bench capacity: %d storage nodes: %s\n", n, na_errmsg());
-            na_e2e_nodes_stop(&nodes);
+            na_e2e_nodes_stop(&c.h.nodes);
             continue;
         }
-        if (cap_point(&c, cfg, NULL, 0, c.ctx, out, sizeof(out)) == 0 &&
+        if (cap_probe(&c, cfg, c.ctx, out, sizeof(out)) == 0 &&
             (line = strstr(out, "CAPACITY reqs=")) != NULL)
             reqs = atoi(line + 14);
         tok_n[i] = (double)reqs * (c.ctx + c.n_new);
@@ -418,7 +374,7 @@ int na_cli_bench_capacity(int argc, char **argv)
                 na_bench_add(b, name, p.tok_s, "tok/s", 0, "monolithic at its most", mono_tps);
             }
         }
-        na_e2e_nodes_stop(&nodes);
+        na_e2e_nodes_stop(&c.h.nodes);
     }
     na_bench_note(b, "model: dim %d, %d layers, %d q / %d kv heads, head_dim %d, f16 KV (%.0f B "
                   "per token); compute budget %d MiB, each storage node %d MiB of DRAM KV "
@@ -437,11 +393,6 @@ int na_cli_bench_capacity(int argc, char **argv)
         cap_plot(o.json, c.nodes, tok_n, c.n_nodes, mono_tok, c.ctxs, dec_m, dec_o, c.n_ctxs,
                  budget);
 out:
-    na_e2e_nodes_stop(&nodes);
-    na_link_down(&c.link);
-    na_bench_destroy(b);
-    snprintf(prefix, sizeof(prefix), "rm -rf '%s'", c.dir);
-    if (system(prefix) != 0)
-        fprintf(stderr, "nearattn bench capacity: cannot remove %s\n", c.dir);
+    na_e2e_host_close(&c.h, "capacity");
     return rc;
 }

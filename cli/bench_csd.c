@@ -199,7 +199,7 @@ int na_cli_bench_csd(const na_cli_bench_opts_t *o, const char *base, const char 
         (st = na_bench_create("storage-csd", &b)) != NA_OK ||
         (st = na_bc_empty_launch(xclbin, 200, &empty_s)) != NA_OK ||
         (st = na_bc_run(dir, xclbin, ctx, &d, &step_s, &spread)) != NA_OK)
-        goto fail;
+        goto out;
     noop = (double)d.csd_noop;
     bytes_step = (double)d.csd_p2p_bytes / timed;
     na_bench_add(b, noop ? "csd launches/s (XRT noop + C model)" : "csd launches/s (XRT hardware)",
@@ -235,14 +235,8 @@ int na_cli_bench_csd(const na_cli_bench_opts_t *o, const char *base, const char 
                   "%.0f bytes per step as measured here", rates ? rates : "built-in defaults",
                   rt.step_overhead_s, rt.disk_Bps, rt.attn_Bps, (double)d.csd_launches / timed,
                   bytes_step);
-    rc = na_cli_bench_finish("storage", b, o);
-    na_bench_destroy(b);
-    unlink(xclbin);
-    rmdir(dir);
-    return rc;
-fail:
-    rc = na_cli_fail("bench storage --engine csd", st);
-    na_bench_destroy(b);
+out:
+    rc = na_cli_bench_end("storage", "bench storage --engine csd", st, b, o);
     unlink(xclbin);
     rmdir(dir);
     return rc;

@@ -213,17 +213,12 @@ typedef struct {
 static int e2e_opt(void *ctx, int argc, char **argv, int *i)
 {
     e2e_args_t *ea = ctx;
+    const na_cli_switch_t sw[] = { { "--full", &ea->full, 1 }, { "--remote", &ea->remote, 1 } };
     const char *f = argv[*i];
     int v, lo, hi;
 
-    if (!strcmp(f, "--full")) {
-        ea->full = 1;
+    if (na_cli_switch(sw, sizeof(sw) / sizeof(sw[0]), f))
         return 1;
-    }
-    if (!strcmp(f, "--remote")) {
-        ea->remote = 1;
-        return 1;
-    }
     if (*i + 1 >= argc)
         return 0;
     if (!strcmp(f, "--mode")) {
@@ -428,8 +423,6 @@ out:
     na_bench_destroy(b);
     na_engine_destroy(e);
     na_model_destroy(m);
-    snprintf(path, sizeof(path), "rm -rf '%s'", dir);
-    if (system(path) != 0)
-        na_cli_fail("bench e2e", na_err(NA_ERR_IO, "cannot remove %s", dir));
+    na_cli_bench_rmdir("bench e2e", dir);
     return rc;
 }

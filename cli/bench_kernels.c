@@ -608,17 +608,14 @@ int na_cli_bench_kernels(int argc, char **argv)
     }
     if (!strcmp(own.backend, "cuda")) {
         st = na_cli_bench_kernels_cuda(b, o.quick, part);
-        rc = st == NA_OK ? na_cli_bench_finish("kernels", b, &o)
-                         : na_cli_fail("bench kernels", st);
-        na_bench_destroy(b);
-        return rc;
+        return na_cli_bench_end("kernels", "bench kernels", st, b, &o);
     }
     /* The limits on their own first, then interleaved with each measurement. */
     for (i = 0; i < (o.threads > 1 ? 2 : 1); i++) {
         int t = i == 0 ? 1 : o.threads;
         st = na_bench_stream_copy(t, NA_BK_COPY_BYTES, o.quick ? 4 : 10, &copy, &spread);
         if (st != NA_OK)
-            goto err_destroy;
+            goto out;
         snprintf(name, sizeof(name), "STREAM copy t=%d", t);
         na_bench_add(b, name, copy, "GB/s", spread, NULL, 0.0);
     }
@@ -632,7 +629,7 @@ int na_cli_bench_kernels(int argc, char **argv)
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "small")))
         st = na_bk_matmul_f32_small(b, &o);
     if (st != NA_OK)
-        goto err_destroy;
+        goto out;
     na_bench_note(b, "ratios: attn_decode t=1 / STREAM copy t=1 and t=N / copy t=N: "
                   "per-core and whole-machine efficiency");
     na_bench_note(b, "TARGET rows: attn_decode at t=%d (the --threads used%s) / STREAM copy "
@@ -647,15 +644,8 @@ int na_cli_bench_kernels(int argc, char **argv)
                   (int)(NA_BK_COPY_BYTES >> 20));
     na_bench_note(b, "attn_decode counts the K+V bytes read; matmul 'weight read' the weight "
                   "bytes");
-    rc = na_cli_bench_finish("kernels", b, &o);
+out:
     na_bench_copy_destroy(copyN);
     na_bench_copy_destroy(copy1);
-    na_bench_destroy(b);
-    return rc;
-
-err_destroy:
-    na_bench_copy_destroy(copyN);
-    na_bench_copy_destroy(copy1);
-    na_bench_destroy(b);
-    return na_cli_fail("bench kernels", st);
+    return na_cli_bench_end("kernels", "bench kernels", st, b, &o);
 }

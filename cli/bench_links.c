@@ -15,6 +15,7 @@
  * the pair with it. A link that cannot be made is torn down and reported. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/bench.h"
 #include "cli/cli.h"
 #include "cli/e2e_sweep.h"
 #include "cluster/proc.h"
@@ -180,6 +182,41 @@ void na_e2e_nodes_stop(na_e2e_nodes_t *nd)
         if (nd->fd[i] > 0)
             close(nd->fd[i]);
     nd->n = 0;
+}
+
+int na_e2e_host_open(na_e2e_host_t *h, const char *kind, const char *name)
+{
+    char cmd[64];
+    ssize_t len;
+
+    snprintf(cmd, sizeof(cmd), "bench %s", kind);
+    memset(h, 0, sizeof(*h));
+    len = readlink("/proc/self/exe", h->exe, sizeof(h->exe) - 1);
+    if (len <= 0)
+        return na_cli_fail(cmd, na_err(NA_ERR_IO, "readlink(/proc/self/exe)"));
+    h->exe[len] = '\0';
+    if (na_cli_bench_dir(cmd, name, h->dir, sizeof(h->dir)) != 0)
+        return 1;
+    snprintf(h->secret, sizeof(h->secret), "%s/%s.secret", h->dir, name);
+    if (na_link_up(&h->link, NA_LINK_SHM, 0) != NA_OK || na_cli_write_secret(h->secret) != NA_OK ||
+        na_bench_create(kind, &h->b) != NA_OK) {
+        na_cli_fail(cmd, NA_ERR_IO);
+        na_e2e_host_close(h, kind);
+        return 1;
+    }
+    return 0;
+}
+
+void na_e2e_host_close(na_e2e_host_t *h, const char *kind)
+{
+    char cmd[64];
+
+    snprintf(cmd, sizeof(cmd), "bench %s", kind);
+    na_e2e_nodes_stop(&h->nodes);
+    na_link_down(&h->link);
+    na_bench_destroy(h->b);
+    h->b = NULL;
+    na_cli_bench_rmdir(cmd, h->dir);
 }
 
 int na_e2e_run_capture(const na_link_t *l, char *const *argv, char *out, size_t cap,

@@ -37,13 +37,11 @@
 #define LC_RSS_LIMIT 0.10        /* offload peak RSS: max / min - 1 within 10 % */
 
 typedef struct {
-    long   dim, hidden, layers, heads, kv_heads, vocab, n_new, chunk, seq_len;
+    int    dim, hidden, layers, heads, kv_heads, vocab, n_new, chunk, seq_len;
     int    rss[LC_MAX_SIZES], n_rss;         /* offload RSS prompts */
     int    ctx[LC_MAX_SIZES], n_ctx;         /* TTFT / decode contexts, both modes */
     int    threads, port;
-    char   exe[PATH_MAX];
-    char   dir[PATH_MAX - 64];
-    na_link_t link;
+    na_e2e_host_t h;                         /* the executable, directory, link, nodes, table */
 } lc_t;
 
 static void lc_usage(FILE *f)
@@ -78,33 +76,17 @@ static void lc_usage(FILE *f)
         NA_CLI_BENCH_OPTS_HELP);
 }
 
-/* Comma-separated lengths 1..NA_MODEL_MAX_SEQ-ish into v; "0" alone: none.
- * Count, or -1. */
-static int lc_ints(const char *s, int *v, int cap)
-{
-    int n = 0;
-    if (!strcmp(s, "0"))
-        return 0;
-    while (*s && n < cap) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s || x < 1 || x > (1L << 20) || (*end != ',' && *end != '\0'))
-            return -1;
-        v[n++] = (int)x;
-        s = *end == ',' ? end + 1 : end;
-    }
-    return *s ? -1 : n;
-}
-
 static int lc_own(void *ctx, int argc, char **argv, int *i)
 {
     lc_t *c = ctx;
     const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
-    long *dst = !strcmp(a, "--dim") ? &c->dim : !strcmp(a, "--hidden") ? &c->hidden :
-                !strcmp(a, "--layers") ? &c->layers : !strcmp(a, "--heads") ? &c->heads :
-                !strcmp(a, "--kv-heads") ? &c->kv_heads : !strcmp(a, "--vocab") ? &c->vocab :
-                !strcmp(a, "--new") ? &c->n_new : !strcmp(a, "--prefill-chunk") ? &c->chunk :
-                !strcmp(a, "--seq-len") ? &c->seq_len : NULL;
+    const na_cli_num_t num[] = {
+        { "--dim", 1, 1 << 20, &c->dim }, { "--hidden", 1, 1 << 20, &c->hidden },
+        { "--layers", 1, 1 << 20, &c->layers }, { "--heads", 1, 1 << 20, &c->heads },
+        { "--kv-heads", 1, 1 << 20, &c->kv_heads }, { "--vocab", 1, 1 << 20, &c->vocab },
+        { "--new", 1, 1 << 20, &c->n_new }, { "--prefill-chunk", 1, 1 << 20, &c->chunk },
+        { "--seq-len", 1, 1 << 20, &c->seq_len },
+    };
 
     if (!strcmp(a, "--full")) {
         static const int rss[] = { 2048, 8192, 32768 }, cx[] = { 8192, 32768 };
@@ -116,7 +98,7 @@ static int lc_own(void *ctx, int argc, char **argv, int *i)
     }
     if (!strcmp(a, "--rss-sizes") || !strcmp(a, "--ctx")) {
         int *v = a[2] == 'r' ? c->rss : c->ctx, n;
-        n = val == NULL ? -1 : lc_ints(val, v, LC_MAX_SIZES);
+        n = val == NULL ? -1 : !strcmp(val, "0") ? 0 : na_cli_ints(val, 1, 1 << 20, v, LC_MAX_SIZES);
         if (n < 0 || (n == 0 && a[2] == 'r')) {
             fprintf(stderr, "nearattn bench longctx: %s expects up to %d token counts, "
                     "comma-separated%s\n", a, LC_MAX_SIZES, a[2] == 'r' ? "" : " (or 0)");
@@ -129,12 +111,7 @@ static int lc_own(void *ctx, int argc, char **argv, int *i)
         ++*i;
         return 1;
     }
-    if (dst == NULL)
-        return 0;
-    if (na_cli_int("bench longctx", a, val, 1, 1 << 20, dst) != NA_OK)
-        return 2;
-    ++*i;
-    return 1;
+    return na_cli_num("bench longctx", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
 }
 
 /* A TCP port free on 127.0.0.1 now (the kernel's pick), so two runs at once
@@ -164,45 +141,35 @@ static int lc_layout(const lc_t *c, int max_tok, char *out, size_t cap)
                 (double)(c->dim / c->heads * c->kv_heads) * 2.0;
     FILE *f;
 
-    snprintf(out, cap, "%s/lc.yaml", c->dir);
-    f = fopen(out, "w");
+    snprintf(out, cap, "%s/lc.yaml", c->h.dir);
+    f = na_cli_bench_layout(out, "longctx", c->h.secret, c->h.dir);
     if (f == NULL)
         return -1;
     /* a chunk's answer over a 32K prefix takes seconds to minutes on a
      * busy machine: the peer timeout is the point's own bound */
-    fprintf(f, "cluster: { name: longctx, secret_file: \"%s/lc.secret\" }\n"
-               "model: { path: \"%s/model.bin\", kv_dtype: f16 }\n"
-               "transport: { tls: shm, timeout_ms: 60000, peer_timeout_ms: 3600000 }\n"
+    fprintf(f, "transport: { tls: shm, timeout_ms: 60000, peer_timeout_ms: 3600000 }\n"
                "compute:\n  - { name: c0, host: 127.0.0.1 }\n  - { name: c1, host: 127.0.0.1 }\n"
                "storage:\n  - name: s0\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
                "      - { path: \"%s/kv\", dram_mb: %.0f, ssd_mb: 1 }\n"
                "parallel: { partition: request, batches_in_flight: 1, max_batch: 4, "
-               "prefill_chunk: %ld }\n"
+               "prefill_chunk: %d }\n"
                "kv: { block_tokens: 64, spill_interval: 4, tier: dram, prefix_reuse: false }\n",
-            c->dir, c->dir, c->port, c->dir, 64 + kv * 1.25 / 1048576.0, c->chunk);
+            c->port, c->h.dir, 64 + kv * 1.25 / 1048576.0, c->chunk);
     return fclose(f) == 0 ? 0 : -1;
 }
 
 /* One point process: mode at context ctx, one request; p->ok 0 when it failed. */
 static void lc_point(const lc_t *c, const char *cfg, int mode, int ctx, na_e2e_point_t *p)
 {
-    char cx[16], nn[16], t[16], out[4096], *line;
-    const char *mname = na_e2e_mode_name((na_e2e_mode_t)mode);
-    char *argv[] = { (char *)c->exe, "bench", "e2e", "--point", "--config", (char *)cfg,
-                     "--mode", (char *)mname, "--batch", "1", "--ctx", cx, "--new", nn,
-                     "--threads", t, NULL };
     double t0 = na_bench_now();
     int rc;
 
-    snprintf(cx, sizeof(cx), "%d", ctx);
-    snprintf(nn, sizeof(nn), "%ld", c->n_new);
-    snprintf(t, sizeof(t), "%d", c->threads);
-    fprintf(stderr, "bench longctx: %-10s prompt %6d tokens ...", mname, ctx);
+    fprintf(stderr, "bench longctx: %-10s prompt %6d tokens ...",
+            na_e2e_mode_name((na_e2e_mode_t)mode), ctx);
     fflush(stderr);
     memset(p, 0, sizeof(*p));
-    rc = na_e2e_run_capture(NULL, argv, out, sizeof(out), LC_POINT_S);
-    if (rc != 0 || (line = strstr(out, "POINT ")) == NULL || na_e2e_point_parse(line, p) != 0)
-        p->ok = 0;
+    rc = na_e2e_point_run(NULL, c->h.exe, cfg, mode, 1, ctx, c->n_new, c->threads, NULL,
+                          LC_POINT_S, p);
     p->load1 = na_bench_loadavg();
     if (p->ok)
         fprintf(stderr, " %.1f s: TTFT %.2f s, decode %.2f tok/s, peak RSS %.1f MiB, load %.2f\n",
@@ -224,31 +191,29 @@ static int lc_find(const int *a, int n, int v)
 int na_cli_bench_longctx(int argc, char **argv)
 {
     lc_t c;
+    const na_cli_bench_dflt_t dflt[] = {    /* the model: --quick's, else stories110M's */
+        { &c.dim, 64, 768 }, { &c.hidden, 172, 2048 }, { &c.layers, 2, 12 },
+        { &c.heads, 4, 12 }, { &c.vocab, 512, 32000 },
+    };
     na_cli_bench_opts_t o;
     na_genmodel_opts_t go;
-    na_bench_t *b = NULL;
-    na_e2e_nodes_t nodes;
+    na_bench_t *b;
     na_e2e_point_t off[2 * LC_MAX_SIZES], mono;
     int off_len[2 * LC_MAX_SIZES], n_off = 0;
     char cfg[PATH_MAX], path[PATH_MAX], name[96], ref[96];
     double kv_tok, lo = 0, hi = 0, lmin = -1, lmax = -1;
     int rc = 1, i, r, max_tok = 0, failed = 0;
-    ssize_t len;
 
     memset(&c, 0, sizeof(c));
-    memset(&nodes, 0, sizeof(nodes));
     c.n_new = 16;
     c.chunk = 256;
     c.n_ctx = -1;
     r = na_cli_bench_parse("longctx", argc, argv, &o, lc_usage, lc_own, &c);
     if (r >= 0)
         return r;
-    if (c.dim == 0) c.dim = o.quick ? 64 : 768;
-    if (c.hidden == 0) c.hidden = o.quick ? 172 : 2048;
-    if (c.layers == 0) c.layers = o.quick ? 2 : 12;
-    if (c.heads == 0) c.heads = o.quick ? 4 : 12;
-    if (c.kv_heads == 0) c.kv_heads = c.heads;
-    if (c.vocab == 0) c.vocab = o.quick ? 512 : 32000;
+    na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));
+    if (c.kv_heads == 0)
+        c.kv_heads = c.heads;
     if (c.n_rss == 0) {
         static const int def[] = { 512, 2048, 8192 }, q[] = { 256, 1024 };
         c.n_rss = o.quick ? 2 : 3;
@@ -268,42 +233,29 @@ int na_cli_bench_longctx(int argc, char **argv)
         max_tok = c.rss[i] > max_tok ? c.rss[i] : max_tok;
     for (i = 0; i < c.n_ctx; i++)
         max_tok = c.ctx[i] > max_tok ? c.ctx[i] : max_tok;
-    max_tok += (int)c.n_new + 8;
+    max_tok += c.n_new + 8;
     if (c.seq_len > 0 && c.seq_len < max_tok) {
-        fprintf(stderr, "nearattn bench longctx: --seq-len %ld is shorter than the longest "
+        fprintf(stderr, "nearattn bench longctx: --seq-len %d is shorter than the longest "
                 "prompt + new tokens (%d)\n", c.seq_len, max_tok);
         return 2;
     }
     if (c.seq_len > max_tok)
-        max_tok = (int)c.seq_len;
-    na_genmodel_shape(&go, (int)c.dim, (int)c.hidden, (int)c.layers, (int)c.heads,
-                      (int)c.kv_heads, (int)c.vocab, max_tok);
+        max_tok = c.seq_len;
+    na_genmodel_shape(&go, c.dim, c.hidden, c.layers, c.heads, c.kv_heads, c.vocab, max_tok);
     if (na_genmodel_check(&go) != NA_OK) {
         fprintf(stderr, "nearattn bench longctx: %s\n", na_errmsg());
         return 2;
     }
-    len = readlink("/proc/self/exe", c.exe, sizeof(c.exe) - 1);
-    if (len <= 0)
-        return na_cli_fail("bench longctx", na_err(NA_ERR_IO, "readlink(/proc/self/exe)"));
-    c.exe[len] = '\0';
-    if (na_cli_bench_dir("bench longctx", "lc", c.dir, sizeof(c.dir)) != 0)
+    if (na_e2e_host_open(&c.h, "longctx", "lc") != 0)
         return 1;
-    if (na_link_up(&c.link, NA_LINK_SHM, 0) != NA_OK) {
-        na_cli_fail("bench longctx", NA_ERR_IO);
-        goto out;
-    }
-    snprintf(path, sizeof(path), "%s/lc.secret", c.dir);
-    if (na_cli_write_secret(path) != NA_OK || na_bench_create("longctx", &b) != NA_OK) {
-        na_cli_fail("bench longctx", NA_ERR_IO);
-        goto out;
-    }
-    snprintf(path, sizeof(path), "%s/model", c.dir);
+    b = c.h.b;
+    snprintf(path, sizeof(path), "%s/model", c.h.dir);
     if (na_genmodel_write(path, &go) != NA_OK || lc_layout(&c, max_tok, cfg, sizeof(cfg)) != 0) {
         na_cli_fail("bench longctx", NA_ERR_IO);
         goto out;
     }
     kv_tok = 2.0 * (double)c.layers * (double)(c.dim / c.heads * c.kv_heads) * 2.0;
-    if (na_e2e_nodes_start(&c.link, c.exe, cfg, 1, c.dir, &nodes) != NA_OK) {
+    if (na_e2e_nodes_start(&c.h.link, c.h.exe, cfg, 1, c.h.dir, &c.h.nodes) != NA_OK) {
         na_cli_fail("bench longctx", NA_ERR_PEER);
         goto out;
     }
@@ -318,7 +270,7 @@ int na_cli_bench_longctx(int argc, char **argv)
         lc_point(&c, cfg, NA_E2E_OFF, off_len[i], &off[i]);
         failed += !off[i].ok;
     }
-    na_e2e_nodes_stop(&nodes);
+    na_e2e_nodes_stop(&c.h.nodes);
     for (i = 0; i < c.n_rss; i++) {
         const na_e2e_point_t *p = &off[lc_find(off_len, n_off, c.rss[i])];
         double mib;
@@ -364,10 +316,10 @@ int na_cli_bench_longctx(int argc, char **argv)
         lmin = lmin < 0 || off[i].load1 < lmin ? off[i].load1 : lmin;
         lmax = off[i].load1 > lmax ? off[i].load1 : lmax;
     }
-    na_bench_note(b, "one request per point process (`bench e2e --point`, batch 1, %ld new "
+    na_bench_note(b, "one request per point process (`bench e2e --point`, batch 1, %d new "
                   "tokens, greedy, %d compute threads) against one storage-node process "
-                  "(shared memory, KV in DRAM, prefill_chunk %ld, prefix reuse off); generated "
-                  "model dim %ld, hidden %ld, %ld layers, %ld q / %ld kv heads, vocab %ld, context "
+                  "(shared memory, KV in DRAM, prefill_chunk %d, prefix reuse off); generated "
+                  "model dim %d, hidden %d, %d layers, %d q / %d kv heads, vocab %d, context "
                   "%d, f16 KV (%.0f B per token); peak RSS = VmHWM of the compute process (weights "
                   "included); TTFT = from the start of generation (engine and connection "
                   "made) to the first token", c.n_new, c.threads, c.chunk, c.dim, c.hidden,
@@ -381,11 +333,6 @@ int na_cli_bench_longctx(int argc, char **argv)
         rc = 1;
     }
 out:
-    na_e2e_nodes_stop(&nodes);
-    na_link_down(&c.link);
-    na_bench_destroy(b);
-    snprintf(path, sizeof(path), "rm -rf '%s'", c.dir);
-    if (system(path) != 0)
-        fprintf(stderr, "nearattn bench longctx: cannot remove %s\n", c.dir);
+    na_e2e_host_close(&c.h, "longctx");
     return rc;
 }

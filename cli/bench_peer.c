@@ -334,6 +334,7 @@ int na_cli_e2e_peers(int argc, char **argv)
         { "15M", 288, 768, 6, 6 }, { "110M", 768, 2048, 12, 12 },
     };
     pr_args_t a = { NULL, 0, 0, { 1, 2 }, 2, 0, 0, NULL };
+    const na_cli_bench_dflt_t dflt[] = { { &a.shapes, 1, 3 }, { &a.reps, 1, 4 } };
     na_cli_bench_opts_t o;
     na_bench_t *b = NULL;
     char dir[512], prefix[600], path[620];
@@ -342,13 +343,10 @@ int na_cli_e2e_peers(int argc, char **argv)
     rc = na_cli_bench_parse("e2e", argc, argv, &o, pr_usage, pr_own, &a);
     if (rc >= 0)
         return rc;
-    if (a.shapes == 0)
-        a.shapes = o.quick ? 1 : 3;
+    na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));
     if (a.dtypes == 0)
         a.dtypes = (1 << NA_DTYPE_F32) | (1 << NA_DTYPE_F16) | (1 << NA_DTYPE_BF16) |
                    (1 << NA_DTYPE_Q8_0);
-    if (a.reps == 0)
-        a.reps = o.quick ? 1 : 4;
     if (a.tg == 0)
         a.tg = PR_TG;
     if (a.llama_bench != NULL && access(a.llama_bench, X_OK) != 0) {

@@ -79,6 +79,28 @@ int na_e2e_point_parse(const char *line, na_e2e_point_t *p)
     return 0;
 }
 
+int na_e2e_point_run(const na_link_t *l, const char *exe, const char *cfg, int mode, int B,
+                     int C, int n_new, int threads, char *const *more, int timeout_s,
+                     na_e2e_point_t *p)
+{
+    char b[16], c[16], n[16], t[16], out[4096];
+    char *argv[16 + 8 + 1] = { (char *)exe, "bench", "e2e", "--point", "--config", (char *)cfg,
+                               "--mode", (char *)na_e2e_mode_name((na_e2e_mode_t)mode),
+                               "--batch", b, "--ctx", c, "--new", n, "--threads", t };
+    int k, rc;
+
+    for (k = 0; more != NULL && more[k] != NULL && k < 8; k++)
+        argv[16 + k] = more[k];
+    snprintf(b, sizeof(b), "%d", B);
+    snprintf(c, sizeof(c), "%d", C);
+    snprintf(n, sizeof(n), "%d", n_new);
+    snprintf(t, sizeof(t), "%d", threads);
+    rc = na_e2e_run_capture(l, argv, out, sizeof(out), timeout_s);
+    if (rc != 0 || na_e2e_point_parse(out, p) != 0)
+        p->ok = 0;
+    return rc;
+}
+
 /* Prompt tokens of request i (deterministic, never all one token). */
 static void pt_requests(na_engine_t *e, na_request_t **r, int n, int ctx, int n_new)
 {
@@ -461,8 +483,12 @@ int na_cli_e2e_point(int argc, char **argv)
     na_request_t **r = NULL;
     na_e2e_point_t p;
     pt_snap_t snap;
-    int capacity = 0;
-    long v;
+    int capacity = 0, taken;
+    const na_cli_switch_t sw[] = { { "--probe", &probe, 1 }, { "--capacity", &capacity, 1 } };
+    const na_cli_num_t num[] = {
+        { "--batch", 1, 1 << 20, &B }, { "--ctx", 1, 1 << 20, &C }, { "--new", 1, 1 << 20, &N },
+        { "--threads", 1, 1 << 20, &threads },
+    };
 
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -471,10 +497,8 @@ int na_cli_e2e_point(int argc, char **argv)
         if (!strcmp(a, "--help")) {
             pt_usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--probe")) {
-            probe = 1;
-        } else if (!strcmp(a, "--capacity")) {
-            capacity = 1;
+        } else if (na_cli_switch(sw, sizeof(sw) / sizeof(sw[0]), a)) {
+            continue;
         } else if (!strcmp(a, "--link-Bps") && val) {
             link_Bps = atof(argv[++i]);
         } else if (!strcmp(a, "--link-rtt") && val) {
@@ -486,15 +510,10 @@ int na_cli_e2e_point(int argc, char **argv)
                 fprintf(stderr, "nearattn bench e2e --point: unknown mode '%s'\n", argv[i]);
                 return 2;
             }
-        } else if ((!strcmp(a, "--batch") || !strcmp(a, "--ctx") || !strcmp(a, "--new") ||
-                    !strcmp(a, "--threads")) && val) {
-            if (na_cli_int("bench e2e --point", a, val, 1, 1 << 20, &v) != NA_OK)
-                return 2;
-            i++;
-            if (a[2] == 'b') B = (int)v;
-            else if (a[2] == 'c') C = (int)v;
-            else if (a[2] == 'n') N = (int)v;
-            else threads = (int)v;
+        } else if (val && (taken = na_cli_num("bench e2e --point", num,
+                                               sizeof(num) / sizeof(num[0]), argc, argv, &i))) {
+            if (taken != 1)
+                return taken;
         } else {
             fprintf(stderr, "nearattn bench e2e --point: unknown option '%s'\n", a);
             pt_usage(stderr);

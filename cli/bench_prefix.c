@@ -23,7 +23,7 @@
 #include "compute-node/offload.h"
 
 typedef struct {
-    long   n_req, prefix, suffix, n_new;
+    int    n_req, prefix, suffix, n_new;
     char   dir[PATH_MAX];
 } pb_t;
 
@@ -53,16 +53,12 @@ static void pb_usage(FILE *f)
 static int pb_own(void *ctx, int argc, char **argv, int *i)
 {
     pb_t *c = ctx;
-    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    long *dst = !strcmp(a, "--requests") ? &c->n_req : !strcmp(a, "--prefix") ? &c->prefix :
-                !strcmp(a, "--suffix") ? &c->suffix : !strcmp(a, "--new") ? &c->n_new : NULL;
+    const na_cli_num_t num[] = {
+        { "--requests", 1, 100000, &c->n_req }, { "--prefix", 1, 100000, &c->prefix },
+        { "--suffix", 1, 100000, &c->suffix }, { "--new", 1, 100000, &c->n_new },
+    };
 
-    if (dst == NULL)
-        return 0;
-    if (na_cli_int("bench prefix", a, v, 1, 100000, dst) != NA_OK)
-        return 2;
-    ++*i;
-    return 1;
+    return na_cli_num("bench prefix", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
 }
 
 static void pb_on_token(void *user, const na_request_t *r, int token)
@@ -137,7 +133,7 @@ static na_status_t pb_run(const pb_t *c, const char *cfg, na_engine_t *e, const 
         if (s == NA_OK && reqs[i] != NULL && reqs[i]->n_out > 0)
             memcpy(out[i], reqs[i]->out, sizeof(int) * (size_t)reqs[i]->n_out);
         if (s == NA_OK && (reqs[i] == NULL || reqs[i]->n_out != c->n_new))
-            s = na_err(NA_ERR_INTERNAL, "bench prefix: request %ld made %d of %ld tokens", i,
+            s = na_err(NA_ERR_INTERNAL, "bench prefix: request %ld made %d of %d tokens", i,
                        reqs[i] ? reqs[i]->n_out : 0, c->n_new);
         na_request_destroy(reqs[i]);
     }
@@ -149,6 +145,7 @@ static na_status_t pb_run(const pb_t *c, const char *cfg, na_engine_t *e, const 
 int na_cli_bench_prefix(int argc, char **argv)
 {
     pb_t c;
+    const na_cli_bench_dflt_t dflt[] = { { &c.n_req, 16, 64 }, { &c.prefix, 500, 2000 } };
     na_cli_bench_opts_t o;
     na_genmodel_opts_t go;
     na_model_t *m = NULL;
@@ -170,10 +167,7 @@ int na_cli_bench_prefix(int argc, char **argv)
     r = na_cli_bench_parse("prefix", argc, argv, &o, pb_usage, pb_own, &c);
     if (r >= 0)
         return r;
-    if (c.n_req == 0)
-        c.n_req = o.quick ? 16 : 64;
-    if (c.prefix == 0)
-        c.prefix = o.quick ? 500 : 2000;
+    na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));
     np = c.prefix + c.suffix;
     if (na_cli_bench_dir("bench prefix", "pfx", c.dir, sizeof(c.dir)) != 0)
         return 1;
@@ -186,20 +180,18 @@ int na_cli_bench_prefix(int argc, char **argv)
     if ((s = na_cli_write_secret(path)) != NA_OK)
         goto out;
     snprintf(cfg, sizeof(cfg), "%s/pfx.yaml", c.dir);
-    f = fopen(cfg, "w");
+    f = na_cli_bench_layout(cfg, "prefix", path, c.dir);
     if (f == NULL) {
         s = na_err(NA_ERR_IO, "cannot write %s", cfg);
         goto out;
     }
-    fprintf(f, "cluster: { name: prefix, secret_file: \"%s/pfx.secret\" }\n"
-               "model: { path: \"%s/model.bin\", kv_dtype: f16 }\n"
-               "transport: { tls: shm, timeout_ms: 20000, peer_timeout_ms: 60000 }\n"
+    fprintf(f, "transport: { tls: shm, timeout_ms: 20000, peer_timeout_ms: 60000 }\n"
                "compute:\n  - { name: c0, host: 127.0.0.1 }\n"
                "storage:\n  - name: s0\n    host: 127.0.0.1\n    port: 1\n    devices:\n"
                "      - { path: \"%s/kv\", dram_mb: %ld, ssd_mb: 1 }\n"
                "parallel: { partition: request, batches_in_flight: 1, max_batch: 64 }\n"
                "kv: { block_tokens: 16, spill_interval: 4, tier: dram, prefix_cache_mb: 256 }\n",
-            c.dir, c.dir, c.dir, 64 + (c.n_req * (np + c.n_new) * 4 * 2 * 2 * 32 * 2 >> 20) * 2);
+            c.dir, 64 + (c.n_req * (np + c.n_new) * 4 * 2 * 2 * 32 * 2 >> 20) * 2);
     if (fclose(f) != 0) {
         s = na_err(NA_ERR_IO, "cannot write %s", cfg);
         goto out;
@@ -232,7 +224,7 @@ int na_cli_bench_prefix(int argc, char **argv)
             prompts[i * np + j] = 1 + (int)(rng % 511);
         }
     for (r = 0; r < 2 && s == NA_OK; r++) {     /* r = 0: reuse on, 1: off */
-        fprintf(stderr, "bench prefix: %ld requests, %ld + %ld prompt tokens, reuse %s ...\n",
+        fprintf(stderr, "bench prefix: %d requests, %d + %d prompt tokens, reuse %s ...\n",
                 c.n_req, c.prefix, c.suffix, r == 0 ? "on" : "off");
         s = pb_run(&c, cfg, e, prompts, r == 0, out[r], ttft[r], &st[r], &wall[r]);
         if (s == NA_OK) {
@@ -260,8 +252,8 @@ int na_cli_bench_prefix(int argc, char **argv)
     na_bench_add(b, "prefill compute time, reuse on", st[0].prefill_s, "s", 0, "reuse off",
                  st[1].prefill_s);
     na_bench_add(b, "greedy tokens identical on / off (1 = yes)", same, "", 0, NULL, 0);
-    na_bench_note(b, "%ld requests submitted at once, prompts of %ld shared + %ld own tokens, "
-                  "%ld new tokens each, greedy; generated model dim %d, %d layers, %d q / %d kv "
+    na_bench_note(b, "%d requests submitted at once, prompts of %d shared + %d own tokens, "
+                  "%d new tokens each, greedy; generated model dim %d, %d layers, %d q / %d kv "
                   "heads, f16 KV, block 16; one storage node (shared memory, KV in DRAM) started "
                   "per run; max_batch 64, 1 batch in flight; %d compute threads", c.n_req,
                   c.prefix, c.suffix, c.n_new, go.dim, go.n_layers, go.n_heads, go.n_kv_heads,
@@ -284,8 +276,6 @@ out:
     na_bench_destroy(b);
     na_engine_destroy(e);
     na_model_destroy(m);
-    snprintf(path, sizeof(path), "rm -rf '%s'", c.dir);
-    if (system(path) != 0)
-        fprintf(stderr, "nearattn bench prefix: cannot remove %s\n", c.dir);
+    na_cli_bench_rmdir("bench prefix", c.dir);
     return rc;
 }

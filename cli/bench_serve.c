@@ -93,29 +93,14 @@ static void bs_usage(FILE *f)
         NA_CLI_BENCH_OPTS_HELP);
 }
 
-/* Parse "1,2,4" into a->levels. */
-static int bs_levels(bs_args_t *a, const char *s)
-{
-    char *end;
-    long v;
-
-    a->n_levels = 0;
-    while (*s != '\0') {
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno != 0 || end == s || v < 1 || v > 1024 || a->n_levels == BS_MAX_LEVELS ||
-            (*end != ',' && *end != '\0'))
-            return -1;
-        a->levels[a->n_levels++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-    }
-    return a->n_levels > 0 ? 0 : -1;
-}
-
 static int bs_opt(void *ctx, int argc, char **argv, int *i)
 {
     bs_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const na_cli_num_t num[] = {
+        { "--requests", 1, 1 << 20, &a->requests }, { "--max-tokens", 1, 1 << 20, &a->max_tokens },
+        { "--ready-timeout", 1, 1 << 20, &a->srv.ready_s }, { "--reps", 1, BS_MAX_REPS, &a->reps },
+    };
     long n;
     int r;
 
@@ -126,7 +111,8 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
     if ((r = na_bsv_opt("bench serve", &a->srv, argc, argv, i)) != 0)
         return r;
     if (!strcmp(f, "--concurrency")) {
-        if (v == NULL || bs_levels(a, v) != 0) {
+        if (v == NULL ||
+            (a->n_levels = na_cli_ints(v, 1, 1024, a->levels, BS_MAX_LEVELS)) <= 0) {
             fprintf(stderr, "nearattn bench serve: --concurrency expects a list like 1,2,4 "
                     "(each 1..1024, at most %d)\n", BS_MAX_LEVELS);
             return 2;
@@ -141,22 +127,7 @@ static int bs_opt(void *ctx, int argc, char **argv, int *i)
         ++*i;
         return 1;
     }
-    if (strcmp(f, "--requests") && strcmp(f, "--max-tokens") && strcmp(f, "--ready-timeout") &&
-        strcmp(f, "--reps"))
-        return 0;
-    if (na_cli_int("bench serve", f, v, 1, !strcmp(f, "--reps") ? BS_MAX_REPS : 1 << 20,
-                   &n) != NA_OK)
-        return 2;
-    if (!strcmp(f, "--reps"))
-        a->reps = (int)n;
-    else if (!strcmp(f, "--requests"))
-        a->requests = (int)n;
-    else if (!strcmp(f, "--max-tokens"))
-        a->max_tokens = (int)n;
-    else
-        a->srv.ready_s = (int)n;
-    ++*i;
-    return 1;
+    return na_cli_num("bench serve", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
 }
 
 /* Append the layout/model/mode/threads flags of a to argv at *k. */

@@ -449,18 +449,18 @@ int na_cli_bench_storage(int argc, char **argv)
     }
     st = na_bench_create("storage", &b);
     if (st != NA_OK)
-        goto fail;
+        goto out;
 
     /* the disk: a fresh file as large as the SSD-resident KV, written and read */
     st = na_bs_disk_open(&disk, dir, (uint64_t)NA_BS_REQ * NA_BS_LAYERS * ctx_ssd * NA_BS_KVH *
                          NA_BS_HD * 4, &wr);
     if (st != NA_OK)
-        goto fail;
+        goto out;
     rd_fresh = na_bs_disk_read(&disk);
     na_bs_disk_close(&disk);
     if (rd_fresh < 0) {
         st = na_err(NA_ERR_IO, "bench storage: O_DIRECT read of the bandwidth file failed");
-        goto fail;
+        goto out;
     }
 
     /* attention over SSD-resident KV; after each step the KV file itself is
@@ -468,7 +468,7 @@ int na_cli_bench_storage(int argc, char **argv)
     na_bs_run_init(&run, dir, ctx_ssd, o.threads, 1, NA_BS_HEADS, 1);
     st = na_bs_attn(&run);
     if (st != NA_OK)
-        goto fail;
+        goto out;
     na_bench_add(b, "O_DIRECT seq read of the KV file, 1MiB QD32", run.ref_med, "GB/s",
                  run.ref_spread, NULL, 0.0);
     snprintf(ref, sizeof(ref), "O_DIRECT read of the KV file, best of %d configs", NA_BS_N_RDCFG);
@@ -517,7 +517,7 @@ int na_cli_bench_storage(int argc, char **argv)
     na_bs_run_init(&run, dir, ctx_ssd, o.threads, 1, NA_BS_HEADS, 2);
     st = na_bs_attn(&run);
     if (st != NA_OK)
-        goto fail;
+        goto out;
     snprintf(name, sizeof(name), "attn KV on SSD %dq/%dkv ctx=%d t=%d, 2 slots", NA_BS_HEADS,
              NA_BS_KVH, ctx_ssd, o.threads);
     na_bench_add(b, name, run.kv_bytes_step / run.med_s / 1e9, "GB/s", run.spread,
@@ -540,7 +540,7 @@ int na_cli_bench_storage(int argc, char **argv)
         run.ref_ctx = &cp;
         st = na_bs_attn(&run);
         if (st != NA_OK)
-            goto fail;
+            goto out;
         na_bench_add(b, "STREAM copy t=1", run.ref_med, "GB/s", run.ref_spread, NULL, 0.0);
         snprintf(name, sizeof(name), "attn KV in DRAM %dq/%dkv ctx=%d t=%d", heads, NA_BS_KVH,
                  ctx_dram, t);
@@ -559,14 +559,8 @@ int na_cli_bench_storage(int argc, char **argv)
     na_bench_note(b, "shape: %d requests x %d layers, head_dim %d, f16 KV, block 64, spill interval 2, "
                   "split 1024 tokens, engine queue depth %d; KV files under %s", NA_BS_REQ,
                   NA_BS_LAYERS, NA_BS_HD, NA_BS_QD, base);
-    rc = na_cli_bench_finish("storage", b, &o);
-    na_bench_destroy(b);
-    rmdir(dir);
-    return rc;
-
-fail:
-    rc = na_cli_fail("bench storage", st);
-    na_bench_destroy(b);
+out:
+    rc = na_cli_bench_end("storage", "bench storage", st, b, &o);
     rmdir(dir);
     return rc;
 }

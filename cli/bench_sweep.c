@@ -140,15 +140,13 @@ static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *ou
         }
     }
     snprintf(out, cap, "%s/%s-n%d-s%d.yaml", s->dir, L->link.name, nodes, spill);
-    f = fopen(out, "w");
+    f = na_cli_bench_layout(out, "sweep", secret, s->dir);
     if (f == NULL)
         return -1;
-    fprintf(f, "cluster: { name: sweep, secret_file: \"%s\" }\n"
-               "model: { path: \"%s/model.bin\", kv_dtype: f16 }\n"
-               "transport: { tls: %s, timeout_ms: 20000, heartbeat_ms: 500, "
+    fprintf(f, "transport: { tls: %s, timeout_ms: 20000, heartbeat_ms: 500, "
                "peer_timeout_ms: 60000 }\n"
                "compute:\n  - { name: c0, host: %s }\n  - { name: c1, host: %s }\n"
-               "storage:\n", secret, s->dir, L->link.tls, L->link.addr_b, L->link.addr_b);
+               "storage:\n", L->link.tls, L->link.addr_b, L->link.addr_b);
     for (j = 0; j < nodes; j++)
         fprintf(f, "  - name: s%d\n    host: %s\n    port: %d\n    devices:\n"
                    "      - { path: \"%s/kv/%s-n%d-s%d/s%d\", dram_mb: 512, ssd_mb: 8192 }\n",
@@ -164,25 +162,18 @@ static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *ou
 /* Run one point process once; fills pt. */
 static void sw_run_once(sw_t *s, const sw_link_t *L, const char *cfg, sw_pt_t *pt)
 {
-    char b[16], c[16], n[16], t[16], lb[32], lr[32], out[4096];
-    char *argv[] = { s->exe, "bench", "e2e", "--point", "--config", (char *)cfg, "--mode",
-                     (char *)na_e2e_mode_name(pt->p.mode), "--batch", b, "--ctx", c, "--new", n,
-                     "--threads", t, "--link-Bps", lb, "--link-rtt", lr, NULL };
+    char lb[32], lr[32];
+    char *more[] = { "--link-Bps", lb, "--link-rtt", lr, NULL };
     int rc, mode = pt->p.mode, B = pt->p.batch, C = pt->p.ctx, nodes = pt->p.nodes;
-    char *line;
 
-    snprintf(b, sizeof(b), "%d", B);
-    snprintf(c, sizeof(c), "%d", C);
-    snprintf(n, sizeof(n), "%d", s->n_new);
-    snprintf(t, sizeof(t), "%d", s->threads);
     snprintf(lb, sizeof(lb), "%.6g", L != NULL ? L->down_Bps : 0.0);
     snprintf(lr, sizeof(lr), "%.6g", L != NULL ? L->rtt_s : 0.0);
     fprintf(stderr, "bench e2e: %-9s nodes=%d %-24s B=%-3d ctx=%-5d ...", L ? L->link.name : "local",
             nodes, na_e2e_mode_name(mode), B, C);
     fflush(stderr);
-    rc = na_e2e_run_capture(L ? &L->link : NULL, argv, out, sizeof(out), SW_POINT_S);
-    line = strstr(out, "POINT ");
-    if (rc != 0 || line == NULL || na_e2e_point_parse(line, &pt->p) != 0 || !pt->p.ok) {
+    rc = na_e2e_point_run(L ? &L->link : NULL, s->exe, cfg, mode, B, C, s->n_new, s->threads,
+                          more, SW_POINT_S, &pt->p);
+    if (!pt->p.ok) {
         snprintf(pt->why, sizeof(pt->why), "point process %s (exit %d)",
                  rc < 0 ? "timed out or could not run" : "failed", rc);
         pt->p.ok = 0;
@@ -528,6 +519,9 @@ int na_cli_e2e_sweep(int argc, char **argv)
     ssize_t len;
     na_model_t *m = NULL;
 
+    const na_cli_switch_t sw[] = { { "--full", &full, 1 }, { "--no-plot", &plot, 0 } };
+    const na_cli_num_t num[] = { { "--new", 2, 4096, &s->n_new }, { "--reps", 1, 9, &s->reps } };
+
     memset(s, 0, sizeof(*s));
     na_cli_bench_opts_init(&o);
     s->threads = 1;
@@ -548,10 +542,8 @@ int na_cli_e2e_sweep(int argc, char **argv)
         } else if (!strcmp(a, "--help")) {
             sw_usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--full")) {
-            full = 1;
-        } else if (!strcmp(a, "--no-plot")) {
-            plot = 0;
+        } else if (na_cli_switch(sw, sizeof(sw) / sizeof(sw[0]), a)) {
+            continue;
         } else if (v != NULL && !strcmp(a, "--links")) {
             nl = sw_names(argv[++i], na_link_parse, links, NA_LINK_COUNT);
         } else if (v != NULL && !strcmp(a, "--modes")) {
@@ -562,16 +554,11 @@ int na_cli_e2e_sweep(int argc, char **argv)
             nc = sw_ints(argv[++i], cs, SW_MAX_LIST);
         } else if (v != NULL && !strcmp(a, "--nodes")) {
             nn = sw_ints(argv[++i], ns, SW_MAX_LIST);
-        } else if (v != NULL && !strcmp(a, "--new")) {
-            long x;
-            if (na_cli_int("bench e2e", "--new", argv[++i], 2, 4096, &x) != NA_OK)
-                return 2;
-            s->n_new = (int)x;
-        } else if (v != NULL && !strcmp(a, "--reps")) {
-            long x;
-            if (na_cli_int("bench e2e", "--reps", argv[++i], 1, 9, &x) != NA_OK)
-                return 2;
-            s->reps = (int)x;
+        } else if (v != NULL &&
+                   (r = na_cli_num("bench e2e", num, sizeof(num) / sizeof(num[0]), argc, argv,
+                                   &i)) != 0) {
+            if (r != 1)
+                return r;
         } else if (v != NULL && !strcmp(a, "--llama2c-run")) {
             l2c = argv[++i];
         } else if (v != NULL && !strcmp(a, "--llama-bench")) {
@@ -775,8 +762,6 @@ out:
     for (i = 0; i < s->n_links; i++)
         if (s->links[i].link.ns_a[0])
             na_link_down(&s->links[i].link);
-    snprintf(path, sizeof(path), "rm -rf '%.500s'", s->dir);
-    if (system(path) != 0)
-        fprintf(stderr, "nearattn bench e2e: cannot remove %s\n", s->dir);
+    na_cli_bench_rmdir("bench e2e", s->dir);
     return rc;
 }

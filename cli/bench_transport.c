@@ -340,16 +340,11 @@ static int bt_opt(void *ctx, int argc, char **argv, int *i)
 {
     bt_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const na_cli_switch_t sw[] = { { "--serve", &a->serve, 1 }, { "--no-perftest", &a->perftest, 0 } };
     long n;
 
-    if (!strcmp(f, "--serve")) {
-        a->serve = 1;
+    if (na_cli_switch(sw, sizeof(sw) / sizeof(sw[0]), f))
         return 1;
-    }
-    if (!strcmp(f, "--no-perftest")) {
-        a->perftest = 0;
-        return 1;
-    }
     if (v == NULL)
         return 0;
     ++*i;

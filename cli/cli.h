@@ -34,6 +34,30 @@ na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
                        long lo, long hi, long *out);
 na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
                          double lo, double hi, double *out);
+/* Options in a table instead of one branch each. A whole number: its flag,
+ * its range and the int it goes to; a switch (no value): its flag, the int
+ * it sets and the value it sets there. */
+typedef struct {
+    const char *flag;
+    long        lo, hi;
+    int        *v;
+} na_cli_num_t;
+typedef struct {
+    const char *flag;
+    int        *v;
+    int         set;
+} na_cli_switch_t;
+/* If argv[*i] is the flag of one of t[0..n), parse its value argv[*i + 1]
+ * (na_cli_int, errors as it says them) into its int and step *i past it: 1;
+ * 0 when argv[*i] is none of them; 2 after a usage error (a bad or missing
+ * value). */
+int na_cli_num(const char *cmd, const na_cli_num_t *t, size_t n, int argc, char **argv, int *i);
+/* If arg is the flag of one of t[0..n), set its int: 1; else 0. */
+int na_cli_switch(const na_cli_switch_t *t, size_t n, const char *arg);
+/* A comma-separated list of whole numbers in [lo, hi] ("1,2,4") into
+ * v[0..cap): how many (0 for ""), or -1 when one is not such a number or
+ * there are more than cap. */
+int na_cli_ints(const char *s, long lo, long hi, int *v, int cap);
 /* An API key from a file given by option flag: its first line without
  * surrounding blanks, at least 8 characters. The file must be a regular
  * file only its owner may read or write (a key others can read is no key);

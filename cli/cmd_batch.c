@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/gen_opts.h"
 #include "common/config.h"
 #include "serve/batch_io.h"
 #include "serve/batch_progress.h"
@@ -28,10 +29,9 @@ static void na_batch_on_signal(int sig)
 }
 
 typedef struct {
-    const char *input, *output;
-    const char *config, *model, *tokenizer, *mode, *cluster, *backend, *chat_template;
-    long        threads, max_batch, ctx, max_in_flight;
-    int         no_prefix_reuse;
+    const char *input, *output, *chat_template;
+    na_sg_opts_t go;                 /* --config --model ... as serve takes them */
+    long        ctx, max_in_flight;
     double      interval_s;
     int         plain;               /* --progress plain */
     int         quiet;               /* --progress none */
@@ -88,31 +88,31 @@ static void na_batch_usage(FILE *f)
 /* Parse argv; 0 to go on, -1 after --help, 2 after a usage error. */
 static int na_batch_parse(int argc, char **argv, na_batch_args_t *a)
 {
-    static const char *const sf[] = { "--input", "--output", "--config", "--model",
-                                      "--tokenizer", "--mode", "--cluster", "--backend",
-                                      "--chat-template", "--progress" };
-    const char **sd[] = { &a->input, &a->output, &a->config, &a->model, &a->tokenizer,
-                          &a->mode, &a->cluster, &a->backend, &a->chat_template, NULL };
+    static const char *const sf[] = { "--input", "--output", "--chat-template", "--progress" };
     const char *progress = "auto";
-    int i, k;
+    const char **sd[] = { &a->input, &a->output, &a->chat_template, &progress };
+    int i, k, r;
 
     memset(a, 0, sizeof(*a));
+    na_sg_opts_default(&a->go);
     a->interval_s = 5;
-    sd[9] = &progress;
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             na_batch_usage(stdout);
             return -1;
         }
-        if (!strcmp(f, "--no-prefix-reuse")) {      /* no value */
-            a->no_prefix_reuse = 1;
+        r = na_cli_gen_opt("batch", &a->go, f, v);     /* what serve takes alike */
+        if (r == -2)
+            return 2;
+        if (r > 0) {
+            i += r - 1;
             continue;
         }
-        for (k = 0; k < 10 && strcmp(f, sf[k]); k++)
+        for (k = 0; k < 4 && strcmp(f, sf[k]); k++)
             ;
-        if (k == 10 && strcmp(f, "--threads") && strcmp(f, "--batch") && strcmp(f, "--ctx") &&
-            strcmp(f, "--max-in-flight") && strcmp(f, "--progress-interval")) {
+        if (r == 0 && k == 4 && strcmp(f, "--ctx") && strcmp(f, "--max-in-flight") &&
+            strcmp(f, "--progress-interval")) {
             fprintf(stderr, "nearattn batch: unknown option '%s' (try 'nearattn batch --help')\n",
                     f);
             return 2;
@@ -122,11 +122,9 @@ static int na_batch_parse(int argc, char **argv, na_batch_args_t *a)
             return 2;
         }
         i++;
-        if (k < 10)
+        if (k < 4)
             *sd[k] = v;
-        else if (!strcmp(f, "--threads") ? na_cli_int("batch", f, v, 1, 1024, &a->threads) :
-                 !strcmp(f, "--batch") ? na_cli_int("batch", f, v, 1, 4096, &a->max_batch) :
-                 !strcmp(f, "--ctx") ? na_cli_int("batch", f, v, 1, 1 << 24, &a->ctx) :
+        else if (!strcmp(f, "--ctx") ? na_cli_int("batch", f, v, 1, 1 << 24, &a->ctx) :
                  !strcmp(f, "--max-in-flight") ?
                  na_cli_int("batch", f, v, 1, 65536, &a->max_in_flight) :
                  na_cli_float("batch", f, v, 0.1, 86400, &a->interval_s))
@@ -137,18 +135,8 @@ static int na_batch_parse(int argc, char **argv, na_batch_args_t *a)
                 "batch --help')\n");
         return 2;
     }
-    if (a->mode != NULL && strcmp(a->mode, "offload") && strcmp(a->mode, "monolithic") &&
-        strcmp(a->mode, "kv-fetch")) {
-        fprintf(stderr, "nearattn batch: unknown mode '%s' (use offload, monolithic or "
-                "kv-fetch)\n", a->mode);
+    if (na_cli_gen_check("batch", &a->go) != 0)
         return 2;
-    }
-    if (a->cluster != NULL && strcmp(a->cluster, "start") && strcmp(a->cluster, "connect") &&
-        strcmp(a->cluster, "inproc")) {
-        fprintf(stderr, "nearattn batch: unknown --cluster '%s' (use start, connect or "
-                "inproc)\n", a->cluster);
-        return 2;
-    }
     if (!strcmp(progress, "plain"))
         a->plain = 1;
     else if (!strcmp(progress, "none"))
@@ -199,20 +187,9 @@ static void na_batch_say_output(const char *path, const na_batch_out_info_t *oi,
 /* The front end's options from a. */
 static void na_batch_gen_opts(const na_batch_args_t *a, const char *cfg, na_sg_opts_t *go)
 {
-    na_sg_opts_default(go);
+    *go = a->go;
     go->config_path = cfg;
-    if (a->mode != NULL)
-        go->mode = a->mode;
-    if (a->cluster != NULL)
-        go->cluster = a->cluster;
-    go->model_path = a->model;
-    go->tokenizer_path = a->tokenizer;
-    if (a->backend != NULL)
-        go->backend = a->backend;
-    go->threads = (int)a->threads;
-    go->max_batch = (int)a->max_batch;
     go->ctx = (int)a->ctx;
-    go->no_prefix_reuse = a->no_prefix_reuse;
     go->stop = &na_batch_sig;
 }
 
@@ -253,8 +230,8 @@ int na_cmd_batch(int argc, char **argv)
                 "nothing to do\n", in->n, a.output);
         goto done;
     }
-    if (a.config != NULL)
-        snprintf(cfg_path, sizeof(cfg_path), "%s", a.config);
+    if (a.go.config_path != NULL)
+        snprintf(cfg_path, sizeof(cfg_path), "%s", a.go.config_path);
     else
         snprintf(cfg_path, sizeof(cfg_path), "%s/cluster-configs/local.yaml",
                  na_cli_source_dir());

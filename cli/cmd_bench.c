@@ -3,6 +3,7 @@
  * a kind: write cli/bench_<kind>.c, declare it in cli/bench.h, add one line
  * to na_cli_bench_kinds below and the file to cli/CMakeLists.txt. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,24 @@ int na_cli_bench_finish(const char *kind, const na_bench_t *b, const na_cli_benc
     return 0;
 }
 
+int na_cli_bench_end(const char *kind, const char *cmd, na_status_t st, na_bench_t *b,
+                     const na_cli_bench_opts_t *o)
+{
+    int rc = st == NA_OK ? na_cli_bench_finish(kind, b, o) : na_cli_fail(cmd, st);
+
+    na_bench_destroy(b);
+    return rc;
+}
+
+void na_cli_bench_defaults(const na_cli_bench_opts_t *o, const na_cli_bench_dflt_t *d, size_t n)
+{
+    size_t k;
+
+    for (k = 0; k < n; k++)
+        if (*d[k].v == 0)
+            *d[k].v = o->quick ? d[k].quick : d[k].full;
+}
+
 static void na_cli_bench_usage(FILE *f)
 {
     fprintf(f, "usage: nearattn bench <kind> [options]   (nearattn bench <kind> --help)\n\n"
@@ -144,4 +163,24 @@ int na_cli_bench_dir(const char *cmd, const char *name, char *dir, size_t cap)
         return 1;
     }
     return 0;
+}
+
+FILE *na_cli_bench_layout(const char *path, const char *name, const char *secret,
+                          const char *dir)
+{
+    FILE *f = fopen(path, "w");
+
+    if (f != NULL)
+        fprintf(f, "cluster: { name: %s, secret_file: \"%s\" }\n"
+                   "model: { path: \"%s/model.bin\", kv_dtype: f16 }\n", name, secret, dir);
+    return f;
+}
+
+void na_cli_bench_rmdir(const char *cmd, const char *dir)
+{
+    char rm[PATH_MAX + 16];
+
+    snprintf(rm, sizeof(rm), "rm -rf '%s'", dir);
+    if (system(rm) != 0)
+        fprintf(stderr, "nearattn %s: cannot remove %s\n", cmd, dir);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/gen_opts.h"
 #include "common/log.h"
 #include "serve/gen.h"
 #include "serve/http.h"
@@ -77,13 +78,17 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
+        int r;
 
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             na_serve_usage(stdout);
             return -1;
         }
-        if (!strcmp(f, "--no-prefix-reuse")) {      /* no value */
-            go->no_prefix_reuse = 1;
+        r = na_cli_gen_opt("serve", go, f, v);     /* what batch takes alike */
+        if (r == -2)
+            return 2;
+        if (r > 0) {
+            i += r - 1;
             continue;
         }
         if (v == NULL || f[0] != '-') {
@@ -92,21 +97,14 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
             return 2;
         }
         i++;
-        if (!strcmp(f, "--config")) go->config_path = v;
-        else if (!strcmp(f, "--model")) go->model_path = v;
-        else if (!strcmp(f, "--tokenizer")) go->tokenizer_path = v;
-        else if (!strcmp(f, "--mode")) go->mode = v;
-        else if (!strcmp(f, "--cluster")) go->cluster = v;
-        else if (!strcmp(f, "--backend")) go->backend = v;
-        else if (!strcmp(f, "--host")) so->host = v;
+        if (!strcmp(f, "--host")) so->host = v;
         else if (!strcmp(f, "--api-key-file")) *key_file = v;
         else if (!strcmp(f, "--chat-template")) so->chat_template = v;
         else {
             static const struct { const char *flag; long lo, hi; } nums[] = {
                 { "--port", 0, 65535 }, { "--max-queue", 1, 100000 },
                 { "--max-body", 64, 1L << 30 }, { "--timeout", 1, 86400 },
-                { "--idle-timeout", 1, 86400 }, { "--threads", 1, 1024 },
-                { "--batch", 1, 4096 }, { "--ctx", 1, 1L << 20 },
+                { "--idle-timeout", 1, 86400 }, { "--ctx", 1, 1L << 20 },
                 { "--request-timeout", 1, 86400 }, { "--max-conns-per-ip", 1, 100000 },
                 { "--batches-in-flight", 1, 8 },
             };
@@ -127,28 +125,14 @@ static int na_serve_parse(int argc, char **argv, na_sg_opts_t *go, na_srv_opts_t
             case 2: so->max_body = (size_t)n; break;
             case 3: so->timeout_s = (int)n; break;
             case 4: so->idle_s = (int)n; break;
-            case 5: go->threads = (int)n; break;
-            case 6: go->max_batch = (int)n; break;
-            case 7: go->ctx = (int)n; break;
-            case 8: so->request_s = (int)n; break;
-            case 9: so->max_per_ip = (int)n; break;
+            case 5: go->ctx = (int)n; break;
+            case 6: so->request_s = (int)n; break;
+            case 7: so->max_per_ip = (int)n; break;
             default: go->batches_in_flight = (int)n; break;
             }
         }
     }
-    if (strcmp(go->mode, "offload") && strcmp(go->mode, "monolithic") &&
-        strcmp(go->mode, "kv-fetch")) {
-        fprintf(stderr, "nearattn serve: unknown mode '%s' (use offload, monolithic or "
-                "kv-fetch)\n", go->mode);
-        return 2;
-    }
-    if (strcmp(go->cluster, "start") && strcmp(go->cluster, "connect") &&
-        strcmp(go->cluster, "inproc")) {
-        fprintf(stderr, "nearattn serve: unknown --cluster '%s' (use start, connect or "
-                "inproc)\n", go->cluster);
-        return 2;
-    }
-    return 0;
+    return na_cli_gen_check("serve", go);
 }
 
 int na_cmd_serve(int argc, char **argv)

@@ -3,19 +3,24 @@
  *
  *   cli/bench_point.c  one measured point in its own process (`--point`): a
  *                      compute node on one link, one mode, batch, context;
- *                      also the link probe (bulk KV transfer over the link)
+ *                      also the link probe (bulk KV transfer over the link);
+ *                      na_e2e_point_run, how a driver runs one
  *   cli/bench_sweep.c  the driver: links x storage nodes x modes x batch x
  *                      context, table + JSON, predicted beside measured
  *   cli/bench_links.c  the links: loopback shm / tcp, and two network
  *                      namespaces joined by a veth shaped with tc tbf; the
- *                      storage-node processes on them; the peers
+ *                      storage-node processes on them; the peers; the
+ *                      host (na_e2e_host_t) of the drivers bench capacity
+ *                      and bench longctx
  *   cli/plot.c         gnuplot PNGs beside the JSON */
 #ifndef NA_CLI_E2E_SWEEP_H
 #define NA_CLI_E2E_SWEEP_H
 
+#include <limits.h>
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "common/bench.h"
 #include "common/status.h"
 
 /* The modes, in the order the tables list them. */
@@ -95,11 +100,40 @@ na_status_t na_e2e_nodes_start(const na_link_t *l, const char *exe, const char *
                                int n_nodes, const char *logdir, na_e2e_nodes_t *nodes);
 void        na_e2e_nodes_stop(na_e2e_nodes_t *nodes);
 
+/* What a bench kind that runs `bench e2e --point` processes against storage
+ * nodes started here holds (bench capacity, bench longctx): this executable,
+ * a private directory (its layouts, NAME.secret, the model, the nodes' KV
+ * and logs), the shm link, the nodes, the kind's table. */
+typedef struct {
+    char           exe[PATH_MAX];
+    char           dir[PATH_MAX - 64];
+    char           secret[PATH_MAX];     /* dir/NAME.secret */
+    na_link_t      link;
+    na_e2e_nodes_t nodes;
+    na_bench_t    *b;
+} na_e2e_host_t;
+/* Set up h for `bench <kind>`: the directory $TMPDIR/nearattn-NAME-XXXXXX,
+ * a fresh secret NAME.secret in it, the shm link, the table named kind.
+ * 0; or 1 after "nearattn bench <kind>: ..." on stderr, with what was made
+ * undone. */
+int         na_e2e_host_open(na_e2e_host_t *h, const char *kind, const char *name);
+/* Stop the nodes, take the link down, destroy the table, remove the
+ * directory ("nearattn bench <kind>: cannot remove DIR" if not). */
+void        na_e2e_host_close(na_e2e_host_t *h, const char *kind);
+
 /* Run argv (NULL-terminated) in the link's compute namespace (l may be
  * NULL), stdout into out[cap] (NUL-terminated), bounded by timeout_s.
  * Returns the exit status, or -1 when it could not run / timed out. */
 int         na_e2e_run_capture(const na_link_t *l, char *const *argv, char *out, size_t cap,
                                int timeout_s);
+/* Run one point process, `exe bench e2e --point --config cfg --mode M
+ * --batch B --ctx C --new N --threads T` and the arguments in more
+ * (NULL-terminated, at most 8; or NULL), in the link's compute namespace (l
+ * may be NULL), bounded by timeout_s; its POINT line into p, p->ok 0 when
+ * it failed or printed none. Returns its exit status (na_e2e_run_capture). */
+int         na_e2e_point_run(const na_link_t *l, const char *exe, const char *cfg, int mode,
+                             int B, int C, int n_new, int threads, char *const *more,
+                             int timeout_s, na_e2e_point_t *p);
 
 /* ---- plots (cli/plot.c) ----------------------------------------------------- */
 /* Write the gnuplot data and scripts for the points next to json_path

@@ -68,6 +68,54 @@ na_status_t na_cli_int(const char *cmd, const char *flag, const char *val,
     return NA_ERR_INVALID;
 }
 
+int na_cli_num(const char *cmd, const na_cli_num_t *t, size_t n, int argc, char **argv, int *i)
+{
+    const char *f = argv[*i];
+    size_t k;
+    long v;
+
+    for (k = 0; k < n && strcmp(f, t[k].flag); k++)
+        ;
+    if (k == n)
+        return 0;
+    if (na_cli_int(cmd, f, *i + 1 < argc ? argv[*i + 1] : NULL, t[k].lo, t[k].hi, &v) != NA_OK)
+        return 2;
+    *t[k].v = (int)v;
+    ++*i;
+    return 1;
+}
+
+int na_cli_switch(const na_cli_switch_t *t, size_t n, const char *arg)
+{
+    size_t k;
+
+    for (k = 0; k < n; k++)
+        if (!strcmp(arg, t[k].flag)) {
+            *t[k].v = t[k].set;
+            return 1;
+        }
+    return 0;
+}
+
+int na_cli_ints(const char *s, long lo, long hi, int *v, int cap)
+{
+    int n = 0;
+
+    while (*s != '\0') {
+        char *end;
+        long x;
+
+        errno = 0;
+        x = strtol(s, &end, 10);
+        if (errno != 0 || end == s || x < lo || x > hi || n == cap ||
+            (*end != ',' && *end != '\0'))
+            return -1;
+        v[n++] = (int)x;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
 na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
                          double lo, double hi, double *out)
 {
