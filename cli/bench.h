@@ -50,6 +50,13 @@ FILE *na_cli_bench_layout(const char *path, const char *name, const char *secret
 /* Remove dir (from na_cli_bench_dir) and all it holds; "nearattn <cmd>:
  * cannot remove DIR" on stderr when that fails. */
 void na_cli_bench_rmdir(const char *cmd, const char *dir);
+/* n distinct TCP ports free on 127.0.0.1 now (the kernel's picks) into
+ * ports[], for the storage nodes of a cluster a bench starts, so that two
+ * runs at once (a Release and a sanitizer build's tests, two users) do not
+ * collide; port0 + i for a port that cannot be picked (past
+ * NA_CLI_BENCH_MAX_PORTS, or no socket). */
+#define NA_CLI_BENCH_MAX_PORTS 64
+void na_cli_bench_ports(int *ports, int n, int port0);
 /* Counts a kind's options left 0 take their defaults: quick with --quick,
  * else full. */
 typedef struct {

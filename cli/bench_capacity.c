@@ -36,7 +36,7 @@
 #define CAP_MAX_NODES 8
 #define CAP_MAX_CTX   8
 #define CAP_POINT_S   900        /* one point process at most */
-#define CAP_PORT0     14760      /* storage-node ports of this bench */
+#define CAP_PORT0     14760      /* storage-node ports when no free ones are found */
 #define CAP_B_RSS     32         /* requests of the RSS-vs-context points */
 #define CAP_FIT_TRIES 6          /* monolithic runs to find the most that fits */
 
@@ -97,8 +97,11 @@ static int cap_own(void *ctx, int argc, char **argv, int *i)
 static int cap_layout(const cap_t *c, int n, char *out, size_t cap)
 {
     FILE *f;
-    int j;
+    int j, port[CAP_MAX_NODES];
 
+    if (n > CAP_MAX_NODES)
+        return -1;
+    na_cli_bench_ports(port, n, CAP_PORT0);
     snprintf(out, cap, "%s/cap-n%d.yaml", c->h.dir, n);
     f = na_cli_bench_layout(out, "capacity", c->h.secret, c->h.dir);
     if (f == NULL)
@@ -109,7 +112,7 @@ static int cap_layout(const cap_t *c, int n, char *out, size_t cap)
     for (j = 0; j < n; j++)
         fprintf(f, "  - name: s%d\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
                    "      - { path: \"%s/kv/n%d-s%d\", dram_mb: %d, ssd_mb: 1 }\n",
-                j, CAP_PORT0 + j, c->h.dir, n, j, c->node_mb);
+                j, port[j], c->h.dir, n, j, c->node_mb);
     fprintf(f, "parallel: { partition: request, batches_in_flight: 1, max_batch: 4096 }\n"
                "kv: { block_tokens: 64, spill_interval: 4, tier: dram }\n");
     return fclose(f) == 0 ? 0 : -1;

@@ -16,14 +16,11 @@
  *
  * A generated model (common/genmodel.h, random weights): by default the
  * 110M-class shape of llama2.c's stories110M (dim 768, 12 layers). */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cli/bench.h"
@@ -112,26 +109,6 @@ static int lc_own(void *ctx, int argc, char **argv, int *i)
         return 1;
     }
     return na_cli_num("bench longctx", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
-}
-
-/* A TCP port free on 127.0.0.1 now (the kernel's pick), so two runs at once
- * (a Release and a sanitizer build's tests) do not collide; LC_PORT0 if none. */
-static int lc_free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = LC_PORT0;
-
-    if (fd < 0)
-        return port;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
 }
 
 /* The layout: one storage node with DRAM for the longest request's KV. */
@@ -228,7 +205,7 @@ int na_cli_bench_longctx(int argc, char **argv)
             memcpy(c.ctx, def, sizeof(def));
     }
     c.threads = o.threads;
-    c.port = lc_free_port();
+    na_cli_bench_ports(&c.port, 1, LC_PORT0);
     for (i = 0; i < c.n_rss; i++)
         max_tok = c.rss[i] > max_tok ? c.rss[i] : max_tok;
     for (i = 0; i < c.n_ctx; i++)

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "cli/bench.h"
 #include "cli/cli.h"
@@ -174,6 +177,29 @@ FILE *na_cli_bench_layout(const char *path, const char *name, const char *secret
         fprintf(f, "cluster: { name: %s, secret_file: \"%s\" }\n"
                    "model: { path: \"%s/model.bin\", kv_dtype: f16 }\n", name, secret, dir);
     return f;
+}
+
+void na_cli_bench_ports(int *ports, int n, int port0)
+{
+    int fd[NA_CLI_BENCH_MAX_PORTS], i;
+
+    for (i = 0; i < n && i < NA_CLI_BENCH_MAX_PORTS; i++) {
+        struct sockaddr_in a;
+        socklen_t len = sizeof(a);
+        ports[i] = port0 + i;
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);      /* held open: n distinct picks */
+        if (fd[i] >= 0 && bind(fd[i], (struct sockaddr *)&a, sizeof(a)) == 0 &&
+            getsockname(fd[i], (struct sockaddr *)&a, &len) == 0)
+            ports[i] = ntohs(a.sin_port);
+    }
+    for (; i < n; i++)
+        ports[i] = port0 + i;
+    for (i = 0; i < n && i < NA_CLI_BENCH_MAX_PORTS; i++)
+        if (fd[i] >= 0)
+            close(fd[i]);
 }
 
 void na_cli_bench_rmdir(const char *cmd, const char *dir)
