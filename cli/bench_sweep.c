@@ -104,17 +104,18 @@ static int sw_ints(const char *s, int *v, int cap)
         if (*end != ',' && *end != '\0')
             return -1;
     }
-    return n;
+    return *s != '\0' ? -1 : n;         /* more than cap: refused, never dropped */
 }
 
 static int sw_names(const char *s, int (*parse)(const char *), int *v, int cap)
 {
     char buf[512], *tok, *save = NULL;
     int n = 0;
-    snprintf(buf, sizeof(buf), "%s", s);
-    for (tok = strtok_r(buf, ",", &save); tok != NULL && n < cap; tok = strtok_r(NULL, ",", &save)) {
+    if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
+        return -1;                        /* too long: refused, never cut */
+    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         int x = parse(tok);
-        if (x < 0)
+        if (x < 0 || n == cap)            /* more than cap: refused, never dropped */
             return -1;
         v[n++] = x;
     }

@@ -62,5 +62,10 @@ fi
 [ $? = 2 ] || fail "an unknown link is not a usage error"
 "$BIN" bench e2e --sweep --batches 0 > /dev/null 2>&1
 [ $? = 2 ] || fail "batch 0 is not a usage error"
+# a list longer than the sweep takes (16) is refused, not cut short
+"$BIN" bench e2e --sweep --ctxs 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17 > /dev/null 2>&1
+[ $? = 2 ] || fail "17 contexts are not a usage error (the 17th was dropped)"
+"$BIN" bench e2e --sweep --links shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm,shm > /dev/null 2>&1
+[ $? = 2 ] || fail "20 links are not a usage error (past the list's room, they were dropped)"
 [ "$FAILS" = 0 ] && echo "ok: sweep"
 [ "$FAILS" = 0 ]
