@@ -62,17 +62,20 @@ static void e2e_usage(FILE *f)
 }
 
 /* Write a one-slot DRAM layout into dir and load it (shared-memory
- * transport, one storage node on port 13999 for --remote). */
+ * transport, one storage node for --remote on a port free now, 13999 if
+ * none can be picked). */
 static na_status_t e2e_layout(const char *dir, int bif, int threads, na_cfg_t **cfg_p)
 {
     char path[600], secret[600];
     FILE *f;
     na_status_t st;
+    int port;
 
     snprintf(secret, sizeof(secret), "%s/e2e.secret", dir);
     if ((st = na_cli_write_secret(secret)) != NA_OK)
         return st;
     snprintf(path, sizeof(path), "%s/e2e-%d.yaml", dir, bif);
+    na_cli_bench_ports(&port, 1, 13999);
     f = fopen(path, "w");
     if (f == NULL)
         return na_err(NA_ERR_IO, "cannot write %s", path);
@@ -80,11 +83,11 @@ static na_status_t e2e_layout(const char *dir, int bif, int threads, na_cfg_t **
                "model: { path: \"%s/model.bin\" }\n"
                "transport: { tls: shm }\n"
                "compute:\n  - { name: c0, host: 127.0.0.1 }\n"
-               "storage:\n  - name: s0\n    host: 127.0.0.1\n    port: 13999\n    devices:\n"
+               "storage:\n  - name: s0\n    host: 127.0.0.1\n    port: %d\n    devices:\n"
                "      - { path: \"%s/kv\", dram_mb: 2048, ssd_mb: 4096, threads: %d }\n"
                "parallel: { partition: request, batches_in_flight: %d }\n"
-               "kv: { block_tokens: 64, spill_interval: 4, tier: dram }\n", secret, dir, dir,
-               threads > 1 ? threads - 1 : 1, bif);
+               "kv: { block_tokens: 64, spill_interval: 4, tier: dram }\n", secret, dir, port,
+               dir, threads > 1 ? threads - 1 : 1, bif);
     fclose(f);
     return na_cfg_load(path, cfg_p);
 }

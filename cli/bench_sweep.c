@@ -130,8 +130,13 @@ static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *ou
 {
     char secret[PATH_MAX];
     FILE *f;
-    int j;
+    int j, port[NA_CLI_BENCH_MAX_PORTS];
 
+    if (nodes > NA_CLI_BENCH_MAX_PORTS)
+        return -1;
+    /* free ports (two sweeps at once, a Release and a sanitizer build's
+     * tests, must not collide; in a link's own network namespace any is) */
+    na_cli_bench_ports(port, nodes, 14600 + 10 * (int)L->link.kind);
     snprintf(secret, sizeof(secret), "%s/cluster.secret", s->dir);
     if (access(secret, R_OK) != 0) {
         na_status_t st = na_cli_write_secret(secret);
@@ -151,7 +156,7 @@ static int sw_layout(sw_t *s, const sw_link_t *L, int nodes, int spill, char *ou
     for (j = 0; j < nodes; j++)
         fprintf(f, "  - name: s%d\n    host: %s\n    port: %d\n    devices:\n"
                    "      - { path: \"%s/kv/%s-n%d-s%d/s%d\", dram_mb: 512, ssd_mb: 8192 }\n",
-                j, L->link.addr_a, 14600 + 10 * (int)L->link.kind + j, s->dir, L->link.name,
+                j, L->link.addr_a, port[j], s->dir, L->link.name,
                 nodes, spill, j);
     fprintf(f, "parallel: { partition: request, batches_in_flight: 2, max_batch: 64 }\n"
                "kv: { block_tokens: 64, spill_interval: %d, prefetch_layers: 1, tier: ssd }\n",
