@@ -156,6 +156,8 @@ static na_status_t na_bkc_attention(na_kernels_t *k, na_bench_t *b, int quick, d
     na_status_t st;
     char name[96];
     int c, bi, kern, n_ctx = quick ? 2 : 4, n_b = quick ? 2 : 3;
+    const char *prev;
+    char saved[64] = "";
 
     a.pool_tokens = (size_t)(quick ? 256 : 1024) << 10;   /* 1 / 4 GiB of K+V */
     if ((st = na_bkc_buf(k, 2 * a.pool_tokens * row, &a.pool)) != NA_OK ||
@@ -164,18 +166,19 @@ static na_status_t na_bkc_attention(na_kernels_t *k, na_bench_t *b, int quick, d
                                 NA_KMEM_DEVICE, &a.out)) != NA_OK)
         goto out;
     /* the tile kernel (the default), then the one-token-a-warp kernel it
-     * replaced (NA_CUDA_ATTN_KERNEL=warp), both against the copy */
+     * replaced (NA_CUDA_ATTN_KERNEL=warp), both against the copy; the
+     * variable is set for each and restored after (a user's own value,
+     * e.g. warp, must not relabel the tile rows) */
+    if ((prev = getenv("NA_CUDA_ATTN_KERNEL")) != NULL)
+        snprintf(saved, sizeof(saved), "%s", prev);
     for (kern = 0; kern < 2 && st == NA_OK; kern++)
         for (c = 0; c < n_ctx && st == NA_OK; c++)
             for (bi = 0; bi < n_b && st == NA_OK; bi++) {
                 double med = 0, spread = 0, bytes;
                 a.ctx = ctxs[c];
                 a.batch = batches[bi];
-                if (kern == 1)
-                    setenv("NA_CUDA_ATTN_KERNEL", "warp", 1);
+                setenv("NA_CUDA_ATTN_KERNEL", kern ? "warp" : "tile", 1);
                 st = na_bkc_time(k, na_bkc_attn_call, &a, 20, &med, &spread);
-                if (kern == 1)
-                    unsetenv("NA_CUDA_ATTN_KERNEL");
                 bytes = 2.0 * (double)a.ctx * (double)row * a.batch;
                 snprintf(name, sizeof(name), "cuda attn_decode f16 32q/8kv/128 ctx=%dK batch=%d%s",
                          a.ctx / 1024, a.batch, kern ? " (warp kernel)" : "");
@@ -183,6 +186,10 @@ static na_status_t na_bkc_attention(na_kernels_t *k, na_bench_t *b, int quick, d
                     st = na_bench_add(b, name, bytes / med / 1e9, "GB/s", spread,
                                       "cuda D2D copy (same run)", copy);
             }
+    if (prev != NULL)
+        setenv("NA_CUDA_ATTN_KERNEL", saved, 1);
+    else
+        unsetenv("NA_CUDA_ATTN_KERNEL");
 out:
     k->ops->buf_free(k, a.out);
     k->ops->buf_free(k, a.q);

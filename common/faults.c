@@ -107,3 +107,35 @@ int na_faults_u64(const char *key, const char *val, unsigned long long *v, char 
     }
     return 0;
 }
+
+typedef struct {
+    const char *key;
+    int         lo, hi, *v;
+} na_faults_int_t;
+
+static int na_faults_int_key(void *arg, const char *key, const char *val, char *err,
+                             size_t errlen)
+{
+    const na_faults_int_t *k = arg;
+    unsigned long long v;
+
+    if (strcmp(key, k->key) != 0) {
+        snprintf(err, errlen, "unknown key \"%s\" (%s)", key, k->key);
+        return -1;
+    }
+    if (na_faults_u64(key, val, &v, err, errlen) != 0)
+        return -1;
+    if (v < (unsigned long long)k->lo || v > (unsigned long long)k->hi) {
+        snprintf(err, errlen, "%s wants %d..%d, not %llu", key, k->lo, k->hi, v);
+        return -1;
+    }
+    *k->v = (int)v;
+    return 0;
+}
+
+int na_faults_part_int(const char *spec, const char *name, const char *key, int lo, int hi,
+                       int *v, char *err, size_t errlen)
+{
+    na_faults_int_t k = { key, lo, hi, v };
+    return na_faults_part(spec, name, na_faults_int_key, &k, err, errlen);
+}

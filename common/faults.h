@@ -26,4 +26,11 @@ int na_faults_part(const char *spec, const char *name, na_faults_key_fn fn, void
 int na_faults_u64(const char *key, const char *val, unsigned long long *v, char *err,
                   size_t errlen);
 
+/* A part of one integer key in [lo, hi] ("compute:op_ms=N",
+ * "prefix:hash_bits=N"): na_faults_part's returns, *v set on 1. Refuses
+ * another key ("unknown key \"K\" (KEY)") and a value outside the range
+ * ("KEY wants LO..HI, not N"). */
+int na_faults_part_int(const char *spec, const char *name, const char *key, int lo, int hi,
+                       int *v, char *err, size_t errlen);
+
 #endif /* NA_FAULTS_H */

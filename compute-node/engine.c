@@ -287,6 +287,12 @@ na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *
 
 na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s)
 {
+    return na_engine_forward_traced(e, a, s, NULL, NULL);
+}
+
+na_status_t na_engine_forward_traced(na_engine_t *e, na_acts_t *a, const na_step_t *s,
+                                     na_layer_trace_fn fn, void *ctx)
+{
     na_status_t st;
     int i, l;
 
@@ -309,8 +315,12 @@ na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s)
         st = na_slice_pre_attn(e, a, s, l);
         if (st == NA_OK)
             st = na_engine_attn_local(e, a, s, l);
+        if (st == NA_OK && fn != NULL)
+            st = fn(ctx, e, a, s, l, NA_TRACE_ATT);
         if (st == NA_OK)
             st = na_slice_post_attn(e, a, s, l);
+        if (st == NA_OK && fn != NULL)
+            st = fn(ctx, e, a, s, l, NA_TRACE_OUT);
     }
     if (st == NA_OK)
         st = na_slice_final(e, a, s);

@@ -259,4 +259,15 @@ na_status_t na_engine_attn_local(na_engine_t *e, na_acts_t *a, const na_step_t *
  * NA_ERR_NOMEM, or a failing op's status. */
 na_status_t na_engine_forward(na_engine_t *e, na_acts_t *a, const na_step_t *s);
 
+/* na_engine_forward calling fn(ctx, e, a, s, layer, stage) after each
+ * layer's attention (stage NA_TRACE_ATT: a->buf[NA_ACT_ATT] holds its
+ * output, before Wo) and after the layer (NA_TRACE_OUT: a->buf[NA_ACT_X],
+ * the residual stream), for tracing tools (tests/tools/greedy_top.c); a
+ * status other than NA_OK from fn ends the pass with it. */
+enum { NA_TRACE_ATT, NA_TRACE_OUT };
+typedef na_status_t (*na_layer_trace_fn)(void *ctx, na_engine_t *e, na_acts_t *a,
+                                         const na_step_t *s, int layer, int stage);
+na_status_t na_engine_forward_traced(na_engine_t *e, na_acts_t *a, const na_step_t *s,
+                                     na_layer_trace_fn fn, void *ctx);
+
 #endif /* NA_ENGINE_H */

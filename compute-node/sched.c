@@ -129,30 +129,11 @@ static na_status_t na_sched_batch_init(na_off_t *g, na_off_batch_t *b, int id, i
 /* NA_FAULTS "compute:op_ms=N" (a test double, docs/fault-injection.md):
  * every op of a slice takes N ms longer, so a test can make the compute
  * node's work outlast the storage nodes' peer_timeout_ms. */
-static int na_sched_fault_key(void *arg, const char *key, const char *val, char *err,
-                              size_t errlen)
-{
-    unsigned long long v;
-
-    if (strcmp(key, "op_ms") != 0) {
-        snprintf(err, errlen, "unknown key '%s' (op_ms)", key);
-        return -1;
-    }
-    if (na_faults_u64(key, val, &v, err, errlen) != 0)
-        return -1;
-    if (v > 60000) {
-        snprintf(err, errlen, "op_ms %llu is more than 60000", v);
-        return -1;
-    }
-    *(int *)arg = (int)v;
-    return 0;
-}
-
 static na_status_t na_sched_faults(na_off_t *g)
 {
     const char *spec = getenv("NA_FAULTS");
     char err[256];
-    int ms = 0, r = na_faults_part(spec, "compute", na_sched_fault_key, &ms, err, sizeof(err));
+    int ms = 0, r = na_faults_part_int(spec, "compute", "op_ms", 0, 60000, &ms, err, sizeof(err));
 
     if (r < 0)
         return na_err(NA_ERR_INVALID, "%s", err);

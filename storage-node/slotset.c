@@ -86,32 +86,13 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
     return NA_OK;
 }
 
-/* One key of NA_FAULTS part "prefix" (na_faults_key_fn): hash_bits=N. */
-static int na_ss_prefix_key(void *arg, const char *key, const char *val, char *err, size_t errlen)
-{
-    unsigned long long v;
-
-    if (strcmp(key, "hash_bits") != 0) {
-        snprintf(err, errlen, "unknown key \"%s\" (hash_bits)", key);
-        return -1;
-    }
-    if (na_faults_u64(key, val, &v, err, errlen) != 0)
-        return -1;
-    if (v < 1 || v > 256) {
-        snprintf(err, errlen, "hash_bits wants 1..256, not %llu", v);
-        return -1;
-    }
-    *(int *)arg = (int)v;
-    return 0;
-}
-
 /* The test double of NA_FAULTS="prefix:hash_bits=N" (docs/fault-injection.md):
  * the prefix caches' keys cut to N bits, so they collide. */
 static na_status_t na_ss_prefix_fault(int *bits)
 {
     const char *spec = getenv("NA_FAULTS");
     char err[256];
-    int r = na_faults_part(spec, "prefix", na_ss_prefix_key, bits, err, sizeof(err));
+    int r = na_faults_part_int(spec, "prefix", "hash_bits", 1, 256, bits, err, sizeof(err));
 
     if (r < 0)
         return na_err(NA_ERR_INVALID, "%s", err);

@@ -447,7 +447,8 @@ static unsigned na_cu_attn_heads(const na_cu_attn_shape_t *s)
 }
 
 /* The token-tile kernel takes s (f16 / bf16 K/V, head_dim 64, 128 or 256),
- * unless NA_CUDA_ATTN_KERNEL=warp asks for the one-token-a-warp kernel (the
+ * unless NA_CUDA_ATTN_KERNEL=warp asks for the one-token-a-warp kernel
+ * (tile or warp: na_kernels_cuda_create refuses another value; the
  * A/B of bench kernels --backend cuda). Plan and launch ask the same. */
 static bool na_cu_attn_tile(const na_cu_attn_shape_t *s)
 {

@@ -611,7 +611,11 @@ na_status_t na_kernels_cuda_create_on(int gpu, na_kernels_t **k_p)
     na_kernels_t *k;
     na_cuda_t *c;
     na_status_t st;
+    const char *ak = getenv("NA_CUDA_ATTN_KERNEL");   /* cuda_attn.cu reads it */
 
+    if (ak != NULL && *ak != '\0' && strcmp(ak, "tile") != 0 && strcmp(ak, "warp") != 0)
+        return na_err(NA_ERR_INVALID, "kernels cuda: NA_CUDA_ATTN_KERNEL is \"%s\"; it takes "
+                      "tile (the default) or warp", ak);
     if ((st = na_cuda_probe(gpu < 0 ? 0 : gpu, NULL)) != NA_OK)
         return st;
     k = calloc(1, sizeof(*k));

@@ -236,7 +236,7 @@ main() {
     # batch 1, on a generated 1B-shape bf16 model with 8 layers (issue 24's
     # target: <= 1.3); INFO, with whether the two texts are equal ----------
     if [ "$(left)" -gt 120 ]; then
-        local tf=$W/t8 dm do ratio
+        local tf=$W/t8 dmono doff ratio
         na 90 gen-model --out "$tf" --dim 2048 --hidden 8192 --layers 8 --heads 32 --kv-heads 8 \
             --vocab 32000 --seq-len 2048 --dtype bf16 --format gguf --quiet >/dev/null 2>"$W/gen.err" ||
             say offload-time "gen-model: $(tail -1 "$W/gen.err")"
@@ -248,14 +248,14 @@ main() {
             >"$W/t8-off.txt" 2>"$W/t8-off.err"
         tail -1 "$W/t8-mono.err" | tag offload-time
         grep -iE "tok/s|error|fail" "$W/t8-off.err" | head -3 | tag offload-time
-        dm=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-mono.err" | tail -1)
-        do=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-off.err" | tail -1)
-        if [ -n "$dm" ] && [ -n "$do" ]; then
-            ratio=$(awk -v a="$dm" -v b="$do" 'BEGIN { printf "%.2f", a / b }')
+        dmono=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-mono.err" | tail -1)
+        doff=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-off.err" | tail -1)
+        if [ -n "$dmono" ] && [ -n "$doff" ]; then
+            ratio=$(awk -v a="$dmono" -v b="$doff" 'BEGIN { printf "%.2f", a / b }')
             local txt
             txt=$(cmp -s "$W/t8-mono.txt" "$W/t8-off.txt" && echo equal ||
                   echo "differ: $(cmp "$W/t8-mono.txt" "$W/t8-off.txt" 2>&1 | head -1 | sed 's/.*differ: //')")
-            res offload-time "INFO (per-token latency offload / monolithic $ratio, target <= 1.3: decode $do vs $dm tok/s; texts $txt)"
+            res offload-time "INFO (per-token latency offload / monolithic $ratio, target <= 1.3: decode $doff vs $dmono tok/s; texts $txt)"
         else
             res offload-time "FAIL (no decode figure: $(tail -1 "$W/t8-off.err" 2>/dev/null))"
         fi

@@ -28,6 +28,8 @@ ARGS="--model $MODEL -n 12 --temp 0 --prompt hello"
 
 one_line 2 "unknown backend 'gpu'" $ARGS --backend gpu
 one_line 1 "device index must be a number" $ARGS --backend cuda:x
+# the attention-kernel switch takes tile or warp, nothing else (device or not)
+NA_CUDA_ATTN_KERNEL=wrap one_line 1 'NA_CUDA_ATTN_KERNEL is "wrap"; it takes tile' $ARGS --backend cuda
 
 
 "$BIN" run --mode monolithic $ARGS --backend cuda >"$TMP/cuda.out" 2>"$TMP/cuda.err" </dev/null

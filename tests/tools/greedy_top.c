@@ -31,43 +31,20 @@
 #include "compute-node/kv_local.h"
 #include "tests/tools/greedy_common.h"
 
-/* na_engine_forward's steps one by one, dumping each layer's attention
- * output and residual stream into run->tdir (NA_GREEDY_TRACE). */
-static na_status_t forward_traced(na_engine_t *e, na_acts_t *a, const na_step_t *s,
-                                  const greedy_run_t *run)
+/* The engine's trace hook: each layer's attention output and residual
+ * stream, downloaded and dumped into run->tdir (NA_GREEDY_TRACE). */
+static na_status_t trace_layer(void *ctx, na_engine_t *e, na_acts_t *a, const na_step_t *s,
+                               int layer, int stage)
 {
-    const na_step_seg_t *g = &s->seg[0];
+    const greedy_run_t *run = ctx;
     size_t n = (size_t)s->n_rows;
-    na_status_t st = na_step_check(e, s);
-    int l;
+    int att = stage == NA_TRACE_ATT;
+    na_status_t st = na_acts_to_host(e, a, NA_ACT(att ? NA_ACT_ATT : NA_ACT_X));
 
-    if (st == NA_OK)
-        st = na_lkv_reserve(g->kv, g->pos0 + g->n_tok);
-    if (st == NA_OK)
-        st = na_acts_reserve(a, e, s->n_rows, s->n_seg);
-    if (st == NA_OK)
-        st = na_slice_embed(e, a, s);
-    for (l = 0; l < e->cfg.n_layers && st == NA_OK; l++) {
-        st = na_slice_pre_attn(e, a, s, l);
-        if (st == NA_OK)
-            st = na_engine_attn_local(e, a, s, l);
-        if (st == NA_OK)
-            st = na_acts_to_host(e, a, NA_ACT(NA_ACT_ATT));
-        if (st == NA_OK && greedy_dump(run, "att", l, a->att, sizeof(float) * n * e->q_dim) != 0)
-            return na_err(NA_ERR_IO, "na_greedy_top: trace dump failed");
-        if (st == NA_OK)
-            st = na_slice_post_attn(e, a, s, l);
-        if (st == NA_OK)
-            st = na_acts_to_host(e, a, NA_ACT(NA_ACT_X));
-        if (st == NA_OK && greedy_dump(run, "out", l, a->x, sizeof(float) * n * e->cfg.dim) != 0)
-            return na_err(NA_ERR_IO, "na_greedy_top: trace dump failed");
-    }
-    if (st == NA_OK)
-        st = na_slice_final(e, a, s);
-    if (st == NA_OK)
-        st = na_acts_to_host(e, a, NA_ACT(NA_ACT_LOGITS));
-    if (st == NA_OK)
-        na_lkv_commit(g->kv, g->pos0 + g->n_tok);
+    if (st == NA_OK &&
+        greedy_dump(run, att ? "att" : "out", layer, att ? a->att : a->x,
+                    sizeof(float) * n * (size_t)(att ? e->q_dim : e->cfg.dim)) != 0)
+        st = na_err(NA_ERR_IO, "na_greedy_top: trace dump failed");
     return st;
 }
 
@@ -108,7 +85,7 @@ int main(int argc, char **argv)
         int at = i == 0 ? 0 : n_prompt + i - 1, n = i == 0 ? n_prompt : 1;
         na_step_seg_t seg = { 0, n, at, kv };
         na_step_t s = { n, 1, &g.toks[at], &pos[at], &seg };
-        st = i == g.tstep ? forward_traced(e, a, &s, &g) : na_engine_forward(e, a, &s);
+        st = na_engine_forward_traced(e, a, &s, i == g.tstep ? trace_layer : NULL, &g);
         if (st != NA_OK)
             break;
         if (greedy_step(&g, i, a->logits, v) != 0) {   /* said why */
