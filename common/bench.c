@@ -295,6 +295,8 @@ struct na_bench_copy {
     pthread_cond_t     cv;
     int                gate;     /* 0: wait, 1: go, -1: abort (under mu) */
     int                stop;     /* set by destroy before the last start barrier */
+    int                read;     /* this pass: 1 read a only (na_bench_read_pass), 0 copy */
+    uint64_t          *sums;     /* [n_threads]: each thread's read-pass sum (kept, never used) */
 };
 
 /* Plain loop as in STREAM (regular stores); kept from becoming a memcpy call
@@ -309,6 +311,24 @@ static void na_bench_copy_slice(double *restrict c, const double *restrict a, si
     size_t i;
     for (i = 0; i < n; i++)
         c[i] = a[i];
+}
+
+/* A read pass over a[n] as 64-bit words summed in four chains (integer
+ * adds: vectorised without reassociating floating point), the sum kept. */
+static uint64_t na_bench_read_slice(const double *a, size_t n)
+{
+    const uint64_t *w = (const uint64_t *)(const void *)a;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i;
+    for (i = 0; i + 4 <= n; i += 4) {
+        s0 += w[i];
+        s1 += w[i + 1];
+        s2 += w[i + 2];
+        s3 += w[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += w[i];
+    return s0 + s1 + s2 + s3;
 }
 
 static void na_bench_copy_range(const na_bench_copy_t *s, int t, size_t *lo, size_t *hi)
@@ -349,7 +369,10 @@ static void *na_bench_copy_thread(void *arg)
         pthread_barrier_wait(&s->bar);
         if (s->stop)
             break;
-        na_bench_copy_slice(s->c + lo, s->a + lo, hi - lo);
+        if (s->read)
+            ((volatile uint64_t *)s->sums)[t] = na_bench_read_slice(s->a + lo, hi - lo);
+        else
+            na_bench_copy_slice(s->c + lo, s->a + lo, hi - lo);
         pthread_barrier_wait(&s->bar);
     }
     return NULL;
@@ -377,7 +400,8 @@ na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_cop
     s->c = na_bench_alloc(s->n * sizeof(double));
     s->th = calloc((size_t)s->n_threads, sizeof(*s->th));
     s->args = calloc((size_t)s->n_threads, sizeof(*s->args));
-    if (!s->a || !s->c || !s->th || !s->args) {
+    s->sums = calloc((size_t)s->n_threads, sizeof(*s->sums));
+    if (!s->a || !s->c || !s->th || !s->args || !s->sums) {
         st = na_err(NA_ERR_NOMEM, "bench: no memory for 2 x %zu MiB copy arrays",
                     array_bytes >> 20);
         goto err_free;
@@ -409,6 +433,7 @@ err_join:
     pthread_barrier_destroy(&s->bar);
 err_free:
     free(s->args);
+    free(s->sums);
     free(s->th);
     free(s->c);
     free(s->a);
@@ -435,6 +460,7 @@ double na_bench_copy_pass(na_bench_copy_t *s)
     double t0, gbs;
 
     na_bench_copy_range(s, 0, &lo, &hi);
+    s->read = 0;                        /* seen by the workers after the barrier */
     pthread_barrier_wait(&s->bar);
     t0 = na_bench_now();
     na_bench_copy_slice(s->c + lo, s->a + lo, hi - lo);
@@ -445,6 +471,20 @@ double na_bench_copy_pass(na_bench_copy_t *s)
     sink = na_bench_read_sweep(s->a, s->n);
     (void)sink;
     return gbs;
+}
+
+double na_bench_read_pass(na_bench_copy_t *s)
+{
+    size_t lo, hi;
+    double t0;
+
+    na_bench_copy_range(s, 0, &lo, &hi);
+    s->read = 1;                        /* seen by the workers after the barrier */
+    pthread_barrier_wait(&s->bar);
+    t0 = na_bench_now();
+    ((volatile uint64_t *)s->sums)[0] = na_bench_read_slice(s->a + lo, hi - lo);
+    pthread_barrier_wait(&s->bar);
+    return (double)(s->n * sizeof(double)) / (na_bench_now() - t0) / 1e9;
 }
 
 void na_bench_copy_destroy(na_bench_copy_t *s)
@@ -460,14 +500,16 @@ void na_bench_copy_destroy(na_bench_copy_t *s)
     pthread_mutex_destroy(&s->mu);
     pthread_barrier_destroy(&s->bar);
     free(s->args);
+    free(s->sums);
     free(s->th);
     free(s->c);
     free(s->a);
     free(s);
 }
 
-na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
-                                 double *gbs_p, double *spread_p)
+/* stream_copy and stream_read: one warm-up pass, then reps timed ones. */
+static na_status_t na_bench_stream(int n_threads, size_t array_bytes, int reps, int read,
+                                   double *gbs_p, double *spread_p)
 {
     na_bench_copy_t *c;
     double *gbs;
@@ -483,12 +525,24 @@ na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
         free(gbs);
         return st;
     }
-    na_bench_copy_pass(c);                           /* warm-up */
+    (void)(read ? na_bench_read_pass(c) : na_bench_copy_pass(c));     /* warm-up */
     for (r = 0; r < reps; r++)
-        gbs[r] = na_bench_copy_pass(c);
+        gbs[r] = read ? na_bench_read_pass(c) : na_bench_copy_pass(c);
     na_bench_copy_destroy(c);
     *spread_p = na_bench_spread(gbs, reps);
     *gbs_p = na_bench_median(gbs, reps);
     free(gbs);
     return NA_OK;
+}
+
+na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
+                                 double *gbs_p, double *spread_p)
+{
+    return na_bench_stream(n_threads, array_bytes, reps, 0, gbs_p, spread_p);
+}
+
+na_status_t na_bench_stream_read(int n_threads, size_t array_bytes, int reps,
+                                 double *gbs_p, double *spread_p)
+{
+    return na_bench_stream(n_threads, array_bytes, reps, 1, gbs_p, spread_p);
 }

@@ -14,8 +14,10 @@ for r in "decode b=1 15M f16 t=1" "prompt 15M f16 t=1" "decode b=1 15M q8_0 t=1"
          "decode weight read 15M q8_0 t=1"; do
     grep -q "^$r" "$TMP/out" || fail "no row '$r'"
 done
-grep "^decode weight read 15M f16 t=1" "$TMP/out" | grep -q "copy t=1 (in-run)" ||
-    fail "decode weight bytes x tok/s not beside the in-run copy bandwidth"
+grep "^decode weight read 15M f16 t=1" "$TMP/out" | grep -q "read t=1 (in-run)" ||
+    fail "decode weight bytes x tok/s not beside the in-run read bandwidth"
+grep "^copy t=1 (in-run, read + write bytes)" "$TMP/out" | grep -q "GB/s" ||
+    fail "no in-run copy bandwidth row"
 grep -q "^decode b=1 15M f16 t=1 (tg128)" "$TMP/out" || fail "the decode rows are not tg128 by default"
 grep -q "skipped: peer llama.cpp llama-bench: not given" "$TMP/out" || fail "absent peer not noted"
 [ -s "$TMP/p.json" ] || fail "no JSON"
