@@ -1,7 +1,8 @@
 /* compute-node/storage_client.c — the one client of the storage-node
- * protocol: each request is built once (sc_*_msg) and sent by sc_request,
- * as an asynchronous request or a synchronous call of the protocol session
- * (rdma/session.h). See compute-node/storage_client.h. */
+ * protocol: every request is built and sent by sc_request (a kind: message
+ * type, answer type and flags, and a body), as an asynchronous request or a
+ * synchronous call of the protocol session (rdma/session.h). See
+ * compute-node/storage_client.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,33 +10,50 @@
 #include "common/log.h"
 #include "compute-node/storage_client.h"
 
-/* Send m as a request answered by `reply`: waited for (wait 1, the session
- * polled until it came) or not. */
-static na_status_t sc_request(na_peer_t *p, na_wire_msg_t *m, na_wire_type_t reply,
-                              unsigned flags, int timeout_ms, na_ses_reply_fn fn, uintptr_t arg,
-                              int wait)
+/* A kind of request: the message type sent, the type that answers it and
+ * the session flags (NA_SES_*) it always goes with. */
+typedef struct {
+    na_wire_type_t type, reply;
+    unsigned       flags;
+} sc_kind_t;
+
+static const sc_kind_t SC_OPEN    = { NA_WIRE_MSG_REQ_OPEN, NA_WIRE_MSG_ACK, 0 };
+static const sc_kind_t SC_PREFILL = { NA_WIRE_MSG_PREFILL_KV, NA_WIRE_MSG_ACK, 0 };
+static const sc_kind_t SC_DECODE  = { NA_WIRE_MSG_DECODE_ATTN, NA_WIRE_MSG_ATTN_OUT,
+                                      NA_SES_ERR_NOTE };
+static const sc_kind_t SC_FETCH   = { NA_WIRE_MSG_KV_FETCH, NA_WIRE_MSG_KV_DATA, 0 };
+static const sc_kind_t SC_RELEASE = { NA_WIRE_MSG_REQ_RELEASE, NA_WIRE_MSG_ACK, 0 };
+static const sc_kind_t SC_STATS   = { NA_WIRE_MSG_STATS_REQ, NA_WIRE_MSG_STATS, 0 };
+static const sc_kind_t SC_PING    = { NA_WIRE_MSG_HEARTBEAT, NA_WIRE_MSG_HEARTBEAT,
+                                      NA_SES_NO_LOSS };
+
+/* Every request of this client: a message of kind k whose body is the
+ * `size` bytes at `body` (the member of na_wire_msg_t.u that k's type
+ * reads; NULL: no body), flagged MORE when `more`, sent with k's flags and
+ * `flags` and answered by k's reply type to fn(arg): waited for (wait 1,
+ * the session polled until it came) or not. */
+static na_status_t sc_request(na_peer_t *p, const sc_kind_t *k, const void *body, size_t size,
+                              int more, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
+                              uintptr_t arg, int wait)
 {
+    na_wire_msg_t m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = k->type;
+    m.flags = more ? NA_WIRE_F_MORE : 0;
+    if (body != NULL)
+        memcpy(&m.u, body, size);
     if (wait)
-        return na_peer_call(p, m, NULL, reply, flags, timeout_ms, fn, arg);
-    return na_peer_request(p, m, NULL, reply, flags, timeout_ms, fn, arg);
+        return na_peer_call(p, &m, NULL, k->reply, k->flags | flags, timeout_ms, fn, arg);
+    return na_peer_request(p, &m, NULL, k->reply, k->flags | flags, timeout_ms, fn, arg);
 }
 
 /* ---- REQ_OPEN ----------------------------------------------------------- */
 
-static na_status_t sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
-                           na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_REQ_OPEN;
-    m.u.req_open = *o;
-    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_open_send(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
                             na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_open(p, o, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_OPEN, o, sizeof(*o), 0, 0, timeout_ms, fn, arg, 0);
 }
 
 /* The ACK of a REQ_OPEN: how many prompt tokens the node attached. */
@@ -52,7 +70,8 @@ na_status_t na_sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms
                        int *prefix_p)
 {
     int hit = 0;
-    na_status_t st = sc_open(p, o, timeout_ms, sc_open_reply, (uintptr_t)&hit, 1);
+    na_status_t st = sc_request(p, &SC_OPEN, o, sizeof(*o), 0, 0, timeout_ms, sc_open_reply,
+                                (uintptr_t)&hit, 1);
     if (prefix_p != NULL)
         *prefix_p = hit;
     return st;
@@ -74,45 +93,23 @@ void na_sc_open_msg(na_wire_req_open_t *o, uint64_t req, int max_tokens,
 
 /* ---- PREFILL_KV --------------------------------------------------------- */
 
-static na_status_t sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,
-                              na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_PREFILL_KV;
-    m.flags = more ? NA_WIRE_F_MORE : 0;
-    m.u.kv = *kv;
-    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_prefill_send(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,
                                na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_prefill(p, kv, more, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_PREFILL, kv, sizeof(*kv), more, 0, timeout_ms, fn, arg, 0);
 }
 
 na_status_t na_sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int timeout_ms)
 {
-    return sc_prefill(p, kv, 0, timeout_ms, NULL, 0, 1);
+    return sc_request(p, &SC_PREFILL, kv, sizeof(*kv), 0, 0, timeout_ms, NULL, 0, 1);
 }
 
 /* ---- DECODE_ATTN / ATTN_OUT --------------------------------------------- */
 
-static na_status_t sc_decode(na_peer_t *p, const na_wire_attn_t *a, int more, int timeout_ms,
-                             na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_DECODE_ATTN;
-    m.flags = more ? NA_WIRE_F_MORE : 0;
-    m.u.attn = *a;
-    return sc_request(p, &m, NA_WIRE_MSG_ATTN_OUT, NA_SES_ERR_NOTE, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_decode_send(na_peer_t *p, const na_wire_attn_t *a, int more, int timeout_ms,
                               na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_decode(p, a, more, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_DECODE, a, sizeof(*a), more, 0, timeout_ms, fn, arg, 0);
 }
 
 na_status_t na_sc_attn_check(const na_wire_attn_t *asked, const na_wire_attn_out_t *got,
@@ -229,26 +226,17 @@ na_status_t na_sc_decode(na_peer_t *p, const na_wire_attn_t *a, int timeout_ms,
                          float *const *o_out, int32_t *status_out)
 {
     sc_decode_t d = { a, o_out, status_out, NA_OK };
-    na_status_t st = sc_decode(p, a, 0, timeout_ms, sc_decode_reply, (uintptr_t)&d, 1);
+    na_status_t st = sc_request(p, &SC_DECODE, a, sizeof(*a), 0, 0, timeout_ms, sc_decode_reply,
+                                (uintptr_t)&d, 1);
     return st != NA_OK ? st : d.st;
 }
 
 /* ---- KV_FETCH / KV_DATA ------------------------------------------------- */
 
-static na_status_t sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int timeout_ms,
-                            na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_KV_FETCH;
-    m.u.kv_fetch = *f;
-    return sc_request(p, &m, NA_WIRE_MSG_KV_DATA, 0, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_fetch_send(na_peer_t *p, const na_wire_kv_fetch_t *f, int timeout_ms,
                              na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_fetch(p, f, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_FETCH, f, sizeof(*f), 0, 0, timeout_ms, fn, arg, 0);
 }
 
 /* What a synchronous fetch fills in from its KV_DATA. */
@@ -299,7 +287,8 @@ na_status_t na_sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int head_dim,
     if (out_dtype != f->dtype && out_dtype != NA_DTYPE_F32)
         return na_err(NA_ERR_INVALID, "storage client: KV_FETCH rows in %s cannot be read as %s "
                       "(only as sent or f32)", na_dtype_name(f->dtype), na_dtype_name(out_dtype));
-    st = sc_fetch(p, f, timeout_ms, sc_fetch_reply, (uintptr_t)&d, 1);
+    st = sc_request(p, &SC_FETCH, f, sizeof(*f), 0, 0, timeout_ms, sc_fetch_reply,
+                    (uintptr_t)&d, 1);
     return st != NA_OK ? st : d.st;
 }
 
@@ -308,12 +297,12 @@ na_status_t na_sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int head_dim,
 static na_status_t sc_release(na_peer_t *p, uint64_t request_id, int status, int timeout_ms,
                               na_ses_reply_fn fn, uintptr_t arg, int wait)
 {
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_REQ_RELEASE;
-    m.u.req_release.request_id = request_id;
-    m.u.req_release.status = status;
-    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
+    na_wire_req_release_t r;
+
+    memset(&r, 0, sizeof(r));
+    r.request_id = request_id;
+    r.status = status;
+    return sc_request(p, &SC_RELEASE, &r, sizeof(r), 0, 0, timeout_ms, fn, arg, wait);
 }
 
 na_status_t na_sc_release_send(na_peer_t *p, uint64_t request_id, int status, int timeout_ms,
@@ -329,19 +318,10 @@ na_status_t na_sc_release(na_peer_t *p, uint64_t request_id, int status, int tim
 
 /* ---- STATS_REQ / STATS -------------------------------------------------- */
 
-static na_status_t sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
-                            uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    return sc_request(p, &m, NA_WIRE_MSG_STATS, flags, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_stats_send(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
                              uintptr_t arg)
 {
-    return sc_stats(p, flags, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_STATS, NULL, 0, 0, flags, timeout_ms, fn, arg, 0);
 }
 
 static void sc_stats_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
@@ -355,7 +335,8 @@ static void sc_stats_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t s
 
 na_status_t na_sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_stats_view_t *v)
 {
-    return sc_stats(p, flags, timeout_ms, sc_stats_reply, (uintptr_t)v, 1);
+    return sc_request(p, &SC_STATS, NULL, 0, 0, flags, timeout_ms, sc_stats_reply, (uintptr_t)v,
+                      1);
 }
 
 /* What a stat call looks for. */
@@ -387,7 +368,8 @@ static void sc_stat_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st
 na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *value_p)
 {
     sc_stat_t d = { key, 0, 0 };
-    na_status_t st = sc_stats(p, 0, timeout_ms, sc_stat_reply, (uintptr_t)&d, 1);
+    na_status_t st = sc_request(p, &SC_STATS, NULL, 0, 0, 0, timeout_ms, sc_stat_reply,
+                                (uintptr_t)&d, 1);
 
     if (st != NA_OK)
         return st;
@@ -401,11 +383,11 @@ na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *
 
 na_status_t na_sc_ping(na_peer_t *p, int timeout_ms)
 {
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_HEARTBEAT;
-    m.u.heartbeat.send_ns = na_xp_now_ns();
-    return sc_request(p, &m, NA_WIRE_MSG_HEARTBEAT, NA_SES_NO_LOSS, timeout_ms, NULL, 0, 1);
+    na_wire_heartbeat_t hb;
+
+    memset(&hb, 0, sizeof(hb));
+    hb.send_ns = na_xp_now_ns();
+    return sc_request(p, &SC_PING, &hb, sizeof(hb), 0, 0, timeout_ms, NULL, 0, 1);
 }
 
 na_status_t na_sc_poll(na_peer_t *p, int timeout_ms)
