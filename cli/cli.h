@@ -85,6 +85,11 @@ na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
 na_status_t na_cli_kv_dtype(const char *cmd, const char *v, int *dt);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
+/* A command's request (what: "request", "chunk") number id + 1 ended with
+ * status st: count it in *failed and print "nearattn <cmd>: <what> <id+1>
+ * failed (<status name>): <why>" to stderr (the engines' on_error). */
+void na_cli_request_failed(const char *cmd, const char *what, int id, na_status_t st,
+                           const char *why, int *failed);
 /* Run the entry of table (ended by a NULL name) named argv[1], with argv
  * shifted by one; else say "PROG: unknown WHAT 'X' (try 'PROG --help')" and
  * return 2. And list a table's names (padded to width) and summaries. */

@@ -259,9 +259,7 @@ static void na_px_on_token(void *user, const na_request_t *q, int token)
 static void na_px_on_error(void *user, const na_request_t *q, na_status_t st, const char *why)
 {
     na_px_t *r = user;
-    r->failed++;
-    fprintf(stderr, "nearattn perplexity: chunk %d failed (%s): %s\n", q->id + 1,
-            na_status_string(st), why);
+    na_cli_request_failed("perplexity", "chunk", q->id, st, why, &r->failed);
 }
 
 static void na_px_cleanup(na_px_t *r)

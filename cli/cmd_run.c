@@ -562,9 +562,7 @@ static void na_run_say_context(const na_run_t *r)
 static void na_run_on_error(void *user, const na_request_t *q, na_status_t st, const char *why)
 {
     na_run_t *r = user;
-    r->failed++;
-    fprintf(stderr, "nearattn run: request %d failed (%s): %s\n", q->id + 1,
-            na_status_string(st), why);
+    na_cli_request_failed("run", "request", q->id, st, why, &r->failed);
 }
 
 /* Release everything na_cmd_run acquired (any subset), in reverse order, and

@@ -137,6 +137,14 @@ int na_cli_fail(const char *cmd, na_status_t st)
     return 1;
 }
 
+void na_cli_request_failed(const char *cmd, const char *what, int id, na_status_t st,
+                           const char *why, int *failed)
+{
+    ++*failed;
+    fprintf(stderr, "nearattn %s: %s %d failed (%s): %s\n", cmd, what, id + 1,
+            na_status_string(st), why);
+}
+
 int na_cli_dispatch(const na_cli_cmd_t *table, const char *prog, const char *what, int argc,
                     char **argv)
 {
