@@ -190,45 +190,109 @@ int32_t na_sc_attn_take(const na_wire_attn_out_t *got, uint32_t k, float *dst)
     return oe.status;
 }
 
-/* What a synchronous decode fills in from its ATTN_OUT. */
+/* What a synchronous decode fills in from the ATTN_OUT of each part. */
 typedef struct {
     const na_wire_attn_t *a;
+    uint32_t              per, parts;   /* entries per part, parts */
     float *const         *o_out;
     int32_t              *status_out;
+    uint32_t              seen, done;   /* bit c: part c answered; final replies */
     na_status_t           st;
 } sc_decode_t;
 
+/* Part c of batch a cut in parts of per entries: entries [c*per, +per) of
+ * a (the last part: the rest). */
+static void sc_decode_part(const na_wire_attn_t *a, uint32_t per, uint32_t c,
+                           na_wire_attn_t *part)
+{
+    uint32_t off = c * per;
+
+    *part = *a;
+    part->entry_base = a->entry_base + off;
+    part->n_entries = a->n_entries - off < per ? a->n_entries - off : per;
+    part->entries = a->entries + off;
+}
+
+/* The answer to one part: checked against the part that starts at its
+ * entry_base and is still owed (na_sc_attn_check), flagged MORE on all but
+ * the last part; its entries taken by index in the batch. */
 static void sc_decode_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
                             const na_ses_in_t *in)
 {
     sc_decode_t *d = (sc_decode_t *)arg;
     const na_wire_attn_t *a = d->a;
     const na_wire_attn_out_t *r;
+    na_wire_attn_t asked;
     char why[NA_WIRE_TEXT_MAX];
-    uint32_t i;
+    uint32_t off, c, k;
 
     (void)ctx;
     if (st != NA_OK) {          /* an entry's ERROR (a note) or the end of the peer */
         if (in != NULL)
             na_log_warn("storage node %s: %s", na_peer_name(p), in->m->u.error.text);
+        else
+            d->done++;
         return;
     }
+    d->done++;
     r = &in->m->u.attn_out;
-    if (na_sc_attn_check(a, r, why, sizeof(why)) != NA_OK) {
+    off = r->entry_base - a->entry_base;        /* wraps past any part when before a */
+    c = off / d->per;
+    sc_decode_part(a, d->per, c < d->parts ? c : 0, &asked);
+    if (c >= d->parts || (d->seen >> c & 1u))
+        asked.entry_base = UINT32_MAX;          /* no such part is owed */
+    if (na_sc_attn_check(&asked, r, why, sizeof(why)) != NA_OK) {
         d->st = na_err(NA_ERR_PROTO, "storage node %s: %s", na_peer_name(p), why);
         return;
     }
-    for (i = 0; i < a->n_entries; i++)
-        d->status_out[i] = na_sc_attn_take(r, i, d->o_out[i]);
+    if (!(in->h->flags & NA_WIRE_F_MORE) != (c + 1 == d->parts)) {
+        d->st = na_err(NA_ERR_PROTO, "storage node %s: ATTN_OUT of entries [%u, +%u) of %u "
+                       "(flags 0x%x) does not answer a part", na_peer_name(p), r->entry_base,
+                       r->n_entries, r->batch_total, (unsigned)in->h->flags);
+        return;
+    }
+    for (k = 0; k < r->n_entries; k++)
+        d->status_out[off + k] = na_sc_attn_take(r, k, d->o_out[off + k]);
+    d->seen |= 1u << c;
+}
+
+na_status_t na_sc_decode_parts(na_peer_t *p, const na_wire_attn_t *a, uint32_t parts,
+                               int timeout_ms, float *const *o_out, int32_t *status_out)
+{
+    sc_decode_t d;
+    na_status_t st = NA_OK;
+    uint32_t c, sent = 0;
+
+    if (parts < 1 || parts > NA_SC_DECODE_PARTS_MAX)
+        return na_err(NA_ERR_INVALID, "storage client: a DECODE_ATTN batch goes in 1 to %d "
+                      "parts, not %u", NA_SC_DECODE_PARTS_MAX, parts);
+    memset(&d, 0, sizeof(d));
+    d.a = a;
+    d.per = a->n_entries > parts ? (a->n_entries + parts - 1) / parts : 1;
+    d.parts = a->n_entries > 0 ? (a->n_entries + d.per - 1) / d.per : 1;
+    d.o_out = o_out;
+    d.status_out = status_out;
+    d.st = NA_OK;
+    /* every part but the last goes without waiting; the last is waited
+     * for, then the session polled until every part sent had its final
+     * reply (none is left pointing at d) or the node is gone (which fails
+     * what it owes) */
+    for (c = 0; c < d.parts && st == NA_OK; c++) {
+        na_wire_attn_t part;
+        sc_decode_part(a, d.per, c, &part);
+        st = sc_request(p, &SC_DECODE, &part, sizeof(part), c + 1 < d.parts, 0, timeout_ms,
+                        sc_decode_reply, (uintptr_t)&d, c + 1 == d.parts);
+        sent += st == NA_OK;
+    }
+    while (d.done < sent && na_peer_alive(p) && na_sc_poll(p, 100) == NA_OK)
+        ;
+    return st != NA_OK ? st : d.st;
 }
 
 na_status_t na_sc_decode(na_peer_t *p, const na_wire_attn_t *a, int timeout_ms,
                          float *const *o_out, int32_t *status_out)
 {
-    sc_decode_t d = { a, o_out, status_out, NA_OK };
-    na_status_t st = sc_request(p, &SC_DECODE, a, sizeof(*a), 0, 0, timeout_ms, sc_decode_reply,
-                                (uintptr_t)&d, 1);
-    return st != NA_OK ? st : d.st;
+    return na_sc_decode_parts(p, a, 1, timeout_ms, o_out, status_out);
 }
 
 /* ---- KV_FETCH / KV_DATA ------------------------------------------------- */
