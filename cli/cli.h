@@ -83,6 +83,15 @@ na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
 /* --kv-dtype's value v: f16, bf16 or f32 into *dt; else "nearattn <cmd>:
  * --kv-dtype expects f16, bf16 or f32, got 'V'" on stderr and NA_ERR_INVALID. */
 na_status_t na_cli_kv_dtype(const char *cmd, const char *v, int *dt);
+/* v is one of names[0..n) (a name ending in ":N", like "cuda:N", stands
+ * for every value that starts with what comes before the N): 0; else 2
+ * after "nearattn <cmd>: unknown <what> 'V' (use A, B or C)" on stderr.
+ * And the choices that run, perplexity, serve and batch take alike. */
+int na_cli_one_of(const char *cmd, const char *what, const char *v, const char *const *names,
+                  int n);
+extern const char *const na_cli_modes[3];      /* offload, monolithic, kv-fetch */
+extern const char *const na_cli_clusters[3];   /* start, connect, inproc */
+extern const char *const na_cli_backends[4];   /* cpu, ref, cuda, cuda:N */
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
 /* A command's request (what: "request", "chunk") number id + 1 ended with

@@ -158,23 +158,12 @@ static int na_px_parse(int argc, char **argv, na_px_args_t *a)
     }
     if (a->mode == NULL)
         a->mode = a->config != NULL ? "offload" : "monolithic";
-    if (strcmp(a->mode, "offload") != 0 && strcmp(a->mode, "monolithic") != 0) {
-        fprintf(stderr, "nearattn perplexity: unknown mode '%s' (use offload or monolithic)\n",
-                a->mode);
+    /* offload or monolithic: the first two modes */
+    if (na_cli_one_of("perplexity", "mode", a->mode, na_cli_modes, 2) != 0 ||
+        na_cli_one_of("perplexity", "--cluster", a->cluster, na_cli_clusters, 3) != 0 ||
+        (a->backend != NULL &&
+         na_cli_one_of("perplexity", "backend", a->backend, na_cli_backends, 4) != 0))
         return 2;
-    }
-    if (strcmp(a->cluster, "start") != 0 && strcmp(a->cluster, "connect") != 0 &&
-        strcmp(a->cluster, "inproc") != 0) {
-        fprintf(stderr, "nearattn perplexity: unknown --cluster '%s' (use start, connect or "
-                "inproc)\n", a->cluster);
-        return 2;
-    }
-    if (a->backend != NULL && strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "ref") != 0 &&
-        strcmp(a->backend, "cuda") != 0 && strncmp(a->backend, "cuda:", 5) != 0) {
-        fprintf(stderr, "nearattn perplexity: unknown backend '%s' (use cpu, ref, cuda or "
-                "cuda:N)\n", a->backend);
-        return 2;
-    }
     if (a->file == NULL) {
         fprintf(stderr, "nearattn perplexity: give the text with --file T\n");
         return 2;

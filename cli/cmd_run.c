@@ -289,18 +289,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             return 2;
         }
     }
-    if (strcmp(a->mode, "monolithic") != 0 && strcmp(a->mode, "offload") != 0 &&
-        strcmp(a->mode, "kv-fetch") != 0) {
-        fprintf(stderr, "nearattn run: unknown mode '%s' (use offload, monolithic or kv-fetch)\n",
-                a->mode);
+    if (na_cli_one_of("run", "mode", a->mode, na_cli_modes, 3) != 0 ||
+        na_cli_one_of("run", "--cluster", a->cluster, na_cli_clusters, 3) != 0)
         return 2;
-    }
-    if (strcmp(a->cluster, "start") != 0 && strcmp(a->cluster, "connect") != 0 &&
-        strcmp(a->cluster, "inproc") != 0) {
-        fprintf(stderr, "nearattn run: unknown --cluster '%s' (use start, connect or inproc)\n",
-                a->cluster);
-        return 2;
-    }
     if (a->n_new <= 0) {
         fprintf(stderr, "nearattn run: -n %ld is invalid: the number of new tokens must be > 0\n",
                 a->n_new);
@@ -318,13 +309,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         fprintf(stderr, "nearattn run: give either --prompt or --prompts, not both\n");
         return 2;
     }
-    if (a->backend != NULL && strcmp(a->backend, "cpu") != 0 &&
-        strcmp(a->backend, "ref") != 0 && strcmp(a->backend, "cuda") != 0 &&
-        strncmp(a->backend, "cuda:", 5) != 0) {
-        fprintf(stderr, "nearattn run: unknown backend '%s' (use cpu, ref, cuda or cuda:N)\n",
-                a->backend);
+    if (a->backend != NULL &&
+        na_cli_one_of("run", "backend", a->backend, na_cli_backends, 4) != 0)
         return 2;
-    }
     return 0;
 }
 

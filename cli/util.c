@@ -130,6 +130,28 @@ na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
     return ok ? NA_OK : NA_ERR_INVALID;
 }
 
+const char *const na_cli_modes[3] = { "offload", "monolithic", "kv-fetch" };
+const char *const na_cli_clusters[3] = { "start", "connect", "inproc" };
+const char *const na_cli_backends[4] = { "cpu", "ref", "cuda", "cuda:N" };
+
+int na_cli_one_of(const char *cmd, const char *what, const char *v, const char *const *names,
+                  int n)
+{
+    int k;
+
+    for (k = 0; k < n; k++) {
+        size_t len = strlen(names[k]);
+        if (len >= 2 && !strcmp(names[k] + len - 2, ":N") ? !strncmp(v, names[k], len - 1)
+                                                          : !strcmp(v, names[k]))
+            return 0;
+    }
+    fprintf(stderr, "nearattn %s: unknown %s '%s' (use ", cmd, what, v);
+    for (k = 0; k < n; k++)
+        fprintf(stderr, "%s%s", k == 0 ? "" : k + 1 < n ? ", " : " or ", names[k]);
+    fprintf(stderr, ")\n");
+    return 2;
+}
+
 int na_cli_fail(const char *cmd, na_status_t st)
 {
     const char *msg = na_errmsg();
