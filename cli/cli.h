@@ -74,7 +74,8 @@ void na_cli_catch_stop(int extra);
  * --tokenizer file given (NULL: none), else tok_path when a default or the
  * layout set it, else what na_tokenizer_open_for_model finds (the GGUF's
  * own, P.tok.bin or tokenizer.bin beside a checkpoint P.bin); the path
- * opened into tok_path[cap]. */
+ * opened into tok_path[cap]. NA_ERR_FORMAT when its vocabulary is not the
+ * model's (*tok is set all the same: the caller destroys it). */
 struct na_model;
 struct na_tokenizer;
 na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,

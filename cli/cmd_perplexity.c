@@ -313,10 +313,6 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
                                sizeof(r->tok_path), &r->tok);
     if (st != NA_OK)
         return st;
-    if (na_tokenizer_vocab_size(r->tok) != r->model->cfg.vocab_size)
-        return na_err(NA_ERR_FORMAT, "tokenizer %s has %d tokens but model %s has vocab_size %d",
-                      r->tok_path[0] ? r->tok_path : r->model_path,
-                      na_tokenizer_vocab_size(r->tok), r->model_path, r->model->cfg.vocab_size);
     cap = na_tokenizer_max_tokens(strlen(r->text));
     r->tokens = malloc(cap * sizeof(*r->tokens));
     if (r->tokens == NULL)

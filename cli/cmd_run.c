@@ -645,12 +645,6 @@ int na_cmd_run(int argc, char **argv)
                                sizeof(r.tok_path), &r.tok);
     if (st != NA_OK)
         goto out_fail;
-    if (na_tokenizer_vocab_size(r.tok) != r.model->cfg.vocab_size) {
-        st = na_err(NA_ERR_FORMAT, "tokenizer %s has %d tokens but model %s has vocab_size %d",
-                    r.tok_path[0] ? r.tok_path : r.model_path, na_tokenizer_vocab_size(r.tok),
-                    r.model_path, r.model->cfg.vocab_size);
-        goto out_fail;
-    }
     eo = (na_engine_opts_t){ a.backend, (int)a.threads, a.kv_dtype, 0 };
     st = na_engine_create(r.model, &eo, &r.engine);
     if (st != NA_OK)

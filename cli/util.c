@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "common/dtype.h"
+#include "common/model.h"
 #include "common/tokenizer.h"
 
 volatile sig_atomic_t na_cli_stop;
@@ -352,9 +353,18 @@ na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
                                   const char *model_path, char *tok_path, size_t cap,
                                   struct na_tokenizer **tok)
 {
+    na_status_t st;
+
     if (given == NULL && tok_path[0] != '\0')
         given = tok_path;
-    return na_tokenizer_open_for_model(m, model_path, given, tok_path, cap, tok);
+    st = na_tokenizer_open_for_model(m, model_path, given, tok_path, cap, tok);
+    if (st != NA_OK)
+        return st;
+    if (na_tokenizer_vocab_size(*tok) != m->cfg.vocab_size)
+        return na_err(NA_ERR_FORMAT, "tokenizer %s has %d tokens but model %s has vocab_size %d",
+                      tok_path[0] ? tok_path : model_path, na_tokenizer_vocab_size(*tok),
+                      model_path, m->cfg.vocab_size);
+    return NA_OK;
 }
 
 na_status_t na_cli_kv_dtype(const char *cmd, const char *v, int *dt)
