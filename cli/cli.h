@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 typedef struct {
@@ -93,6 +94,20 @@ int na_cli_one_of(const char *cmd, const char *what, const char *v, const char *
 extern const char *const na_cli_modes[3];      /* offload, monolithic, kv-fetch */
 extern const char *const na_cli_clusters[3];   /* start, connect, inproc */
 extern const char *const na_cli_backends[4];   /* cpu, ref, cuda, cuda:N */
+/* The options run and perplexity take alike to make their engine (serve
+ * and batch: cli/gen_opts.h): --mode, --config, --cluster, --model,
+ * --tokenizer, --backend (kept as given), --threads N (1..1024) and
+ * --kv-dtype. na_cli_engine_flag: whether f is one of them;
+ * na_cli_engine_opt: take f's value v (not NULL) into e: 0, or 2 after
+ * "nearattn <cmd>: ..." on stderr for a bad value. */
+typedef struct {
+    const char *mode, *config, *cluster, *model, *tokenizer, *backend;
+    long        threads;
+    na_dtype_t  kv_dtype;
+    int         kv_dtype_given;
+} na_cli_engine_args_t;
+int na_cli_engine_flag(const char *f);
+int na_cli_engine_opt(const char *cmd, na_cli_engine_args_t *e, const char *f, const char *v);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
 /* A command's request (what: "request", "chunk") number id + 1 ended with

@@ -153,6 +153,41 @@ int na_cli_one_of(const char *cmd, const char *what, const char *v, const char *
     return 2;
 }
 
+/* The engine options kept as given, and where they go. */
+static const char *const na_cli_engine_strs[] = { "--mode", "--config", "--cluster", "--model",
+                                                  "--tokenizer", "--backend" };
+
+int na_cli_engine_flag(const char *f)
+{
+    size_t k;
+
+    for (k = 0; k < sizeof(na_cli_engine_strs) / sizeof(na_cli_engine_strs[0]); k++)
+        if (!strcmp(f, na_cli_engine_strs[k]))
+            return 1;
+    return !strcmp(f, "--threads") || !strcmp(f, "--kv-dtype");
+}
+
+int na_cli_engine_opt(const char *cmd, na_cli_engine_args_t *e, const char *f, const char *v)
+{
+    const char **str[] = { &e->mode, &e->config, &e->cluster, &e->model, &e->tokenizer,
+                           &e->backend };
+    size_t k;
+    int d;
+
+    for (k = 0; k < sizeof(str) / sizeof(str[0]); k++)
+        if (!strcmp(f, na_cli_engine_strs[k])) {
+            *str[k] = v;
+            return 0;
+        }
+    if (!strcmp(f, "--threads"))
+        return na_cli_int(cmd, f, v, 1, 1024, &e->threads) != NA_OK ? 2 : 0;
+    if (na_cli_kv_dtype(cmd, v, &d) != NA_OK)           /* --kv-dtype */
+        return 2;
+    e->kv_dtype = (na_dtype_t)d;
+    e->kv_dtype_given = 1;
+    return 0;
+}
+
 int na_cli_fail(const char *cmd, na_status_t st)
 {
     const char *msg = na_errmsg();
