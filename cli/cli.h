@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 typedef struct {
@@ -74,7 +75,8 @@ void na_cli_catch_stop(int extra);
  * --tokenizer file given (NULL: none), else tok_path when a default or the
  * layout set it, else what na_tokenizer_open_for_model finds (the GGUF's
  * own, P.tok.bin or tokenizer.bin beside a checkpoint P.bin); the path
- * opened into tok_path[cap]. */
+ * opened into tok_path[cap]. NA_ERR_FORMAT when its vocabulary is not the
+ * model's (*tok is set all the same: the caller destroys it). */
 struct na_model;
 struct na_tokenizer;
 na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
@@ -83,8 +85,36 @@ na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
 /* --kv-dtype's value v: f16, bf16 or f32 into *dt; else "nearattn <cmd>:
  * --kv-dtype expects f16, bf16 or f32, got 'V'" on stderr and NA_ERR_INVALID. */
 na_status_t na_cli_kv_dtype(const char *cmd, const char *v, int *dt);
+/* v is one of names[0..n) (a name ending in ":N", like "cuda:N", stands
+ * for every value that starts with what comes before the N): 0; else 2
+ * after "nearattn <cmd>: unknown <what> 'V' (use A, B or C)" on stderr.
+ * And the choices that run, perplexity, serve and batch take alike. */
+int na_cli_one_of(const char *cmd, const char *what, const char *v, const char *const *names,
+                  int n);
+extern const char *const na_cli_modes[3];      /* offload, monolithic, kv-fetch */
+extern const char *const na_cli_clusters[3];   /* start, connect, inproc */
+extern const char *const na_cli_backends[4];   /* cpu, ref, cuda, cuda:N */
+/* The options run and perplexity take alike to make their engine (serve
+ * and batch: cli/gen_opts.h): --mode, --config, --cluster, --model,
+ * --tokenizer, --backend (kept as given), --threads N (1..1024) and
+ * --kv-dtype. na_cli_engine_flag: whether f is one of them;
+ * na_cli_engine_opt: take f's value v (not NULL) into e: 0, or 2 after
+ * "nearattn <cmd>: ..." on stderr for a bad value. */
+typedef struct {
+    const char *mode, *config, *cluster, *model, *tokenizer, *backend;
+    long        threads;
+    na_dtype_t  kv_dtype;
+    int         kv_dtype_given;
+} na_cli_engine_args_t;
+int na_cli_engine_flag(const char *f);
+int na_cli_engine_opt(const char *cmd, na_cli_engine_args_t *e, const char *f, const char *v);
 /* Print "nearattn <cmd>: <na_errmsg()>" (or the status name) to stderr; return 1. */
 int na_cli_fail(const char *cmd, na_status_t st);
+/* A command's request (what: "request", "chunk") number id + 1 ended with
+ * status st: count it in *failed and print "nearattn <cmd>: <what> <id+1>
+ * failed (<status name>): <why>" to stderr (the engines' on_error). */
+void na_cli_request_failed(const char *cmd, const char *what, int id, na_status_t st,
+                           const char *why, int *failed);
 /* Run the entry of table (ended by a NULL name) named argv[1], with argv
  * shifted by one; else say "PROG: unknown WHAT 'X' (try 'PROG --help')" and
  * return 2. And list a table's names (padded to width) and summaries. */

@@ -27,19 +27,11 @@
 #define NA_PX_MAX_TEXT      (1L << 30)
 
 typedef struct {
-    const char *model;
-    const char *tokenizer;
+    na_cli_engine_args_t e;     /* --model, --mode, --threads ... */
     const char *file;
-    const char *config;
-    const char *mode;
-    const char *cluster;
-    const char *backend;
     long        ctx;        /* 0: min(512, the model's context) */
-    long        threads;
     long        chunks;     /* 0: all */
     long        batch;      /* chunks scored together; 0: default */
-    na_dtype_t  kv_dtype;
-    int         kv_dtype_given;
 } na_px_args_t;
 
 /* Everything one run holds (released by na_px_cleanup). */
@@ -111,8 +103,8 @@ static int na_px_parse(int argc, char **argv, na_px_args_t *a)
     int i;
 
     memset(a, 0, sizeof(*a));
-    a->kv_dtype = NA_DTYPE_F16;
-    a->cluster = "start";
+    a->e.kv_dtype = NA_DTYPE_F16;
+    a->e.cluster = "start";
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char **sp = NULL;
@@ -122,18 +114,11 @@ static int na_px_parse(int argc, char **argv, na_px_args_t *a)
             na_px_usage(stdout);
             return -1;
         }
-        if (!strcmp(f, "--model"))          sp = &a->model;
-        else if (!strcmp(f, "--tokenizer")) sp = &a->tokenizer;
-        else if (!strcmp(f, "--file") || !strcmp(f, "-f")) sp = &a->file;
-        else if (!strcmp(f, "--config"))    sp = &a->config;
-        else if (!strcmp(f, "--mode"))      sp = &a->mode;
-        else if (!strcmp(f, "--cluster"))   sp = &a->cluster;
-        else if (!strcmp(f, "--backend"))   sp = &a->backend;
+        if (!strcmp(f, "--file") || !strcmp(f, "-f")) sp = &a->file;
         else if (!strcmp(f, "--ctx") || !strcmp(f, "-c")) { lp = &a->ctx; hi = NA_MODEL_MAX_SEQ; }
-        else if (!strcmp(f, "--threads"))   { lp = &a->threads; hi = 1024; }
         else if (!strcmp(f, "--chunks"))    { lp = &a->chunks; hi = 1L << 30; }
         else if (!strcmp(f, "--batch"))     { lp = &a->batch; hi = 4096; }
-        else if (strcmp(f, "--kv-dtype") != 0) {
+        else if (!na_cli_engine_flag(f)) {
             fprintf(stderr, "nearattn perplexity: %s '%s' (try 'nearattn perplexity --help')\n",
                     f[0] == '-' ? "unknown option" : "unexpected argument", f);
             return 2;
@@ -148,38 +133,23 @@ static int na_px_parse(int argc, char **argv, na_px_args_t *a)
         } else if (lp != NULL) {
             if (na_cli_int("perplexity", f, v, lo, hi, lp) != NA_OK)
                 return 2;
-        } else {
-            int d;
-            if (na_cli_kv_dtype("perplexity", v, &d) != NA_OK)
-                return 2;
-            a->kv_dtype = (na_dtype_t)d;
-            a->kv_dtype_given = 1;
+        } else if (na_cli_engine_opt("perplexity", &a->e, f, v) != 0) {
+            return 2;
         }
     }
-    if (a->mode == NULL)
-        a->mode = a->config != NULL ? "offload" : "monolithic";
-    if (strcmp(a->mode, "offload") != 0 && strcmp(a->mode, "monolithic") != 0) {
-        fprintf(stderr, "nearattn perplexity: unknown mode '%s' (use offload or monolithic)\n",
-                a->mode);
+    if (a->e.mode == NULL)
+        a->e.mode = a->e.config != NULL ? "offload" : "monolithic";
+    /* offload or monolithic: the first two modes */
+    if (na_cli_one_of("perplexity", "mode", a->e.mode, na_cli_modes, 2) != 0 ||
+        na_cli_one_of("perplexity", "--cluster", a->e.cluster, na_cli_clusters, 3) != 0 ||
+        (a->e.backend != NULL &&
+         na_cli_one_of("perplexity", "backend", a->e.backend, na_cli_backends, 4) != 0))
         return 2;
-    }
-    if (strcmp(a->cluster, "start") != 0 && strcmp(a->cluster, "connect") != 0 &&
-        strcmp(a->cluster, "inproc") != 0) {
-        fprintf(stderr, "nearattn perplexity: unknown --cluster '%s' (use start, connect or "
-                "inproc)\n", a->cluster);
-        return 2;
-    }
-    if (a->backend != NULL && strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "ref") != 0 &&
-        strcmp(a->backend, "cuda") != 0 && strncmp(a->backend, "cuda:", 5) != 0) {
-        fprintf(stderr, "nearattn perplexity: unknown backend '%s' (use cpu, ref, cuda or "
-                "cuda:N)\n", a->backend);
-        return 2;
-    }
     if (a->file == NULL) {
         fprintf(stderr, "nearattn perplexity: give the text with --file T\n");
         return 2;
     }
-    if (a->model == NULL && a->config == NULL) {
+    if (a->e.model == NULL && a->e.config == NULL) {
         fprintf(stderr, "nearattn perplexity: give the model with --model F (or a layout "
                 "with --config)\n");
         return 2;
@@ -259,9 +229,7 @@ static void na_px_on_token(void *user, const na_request_t *q, int token)
 static void na_px_on_error(void *user, const na_request_t *q, na_status_t st, const char *why)
 {
     na_px_t *r = user;
-    r->failed++;
-    fprintf(stderr, "nearattn perplexity: chunk %d failed (%s): %s\n", q->id + 1,
-            na_status_string(st), why);
+    na_cli_request_failed("perplexity", "chunk", q->id, st, why, &r->failed);
 }
 
 static void na_px_cleanup(na_px_t *r)
@@ -288,28 +256,28 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     st = na_px_read_text(a->file, r);
     if (st != NA_OK)
         return st;
-    if (a->config != NULL) {
-        st = na_cfg_load(a->config, &r->cfg);
+    if (a->e.config != NULL) {
+        st = na_cfg_load(a->e.config, &r->cfg);
         if (st != NA_OK)
             return st;
-        if (!a->kv_dtype_given)     /* both modes: their figures compare */
-            a->kv_dtype = (na_dtype_t)r->cfg->model.kv_dtype;
-        if (!strcmp(a->mode, "offload") && a->backend == NULL)
-            a->backend = na_cfg_local_compute_backend(r->cfg, r->backend_buf,
+        if (!a->e.kv_dtype_given)     /* both modes: their figures compare */
+            a->e.kv_dtype = (na_dtype_t)r->cfg->model.kv_dtype;
+        if (!strcmp(a->e.mode, "offload") && a->e.backend == NULL)
+            a->e.backend = na_cfg_local_compute_backend(r->cfg, r->backend_buf,
                                                       sizeof(r->backend_buf));
-        if (a->model == NULL) {
+        if (a->e.model == NULL) {
             if (r->cfg->model.path == NULL)
                 return na_err(NA_ERR_INVALID, "layout %s names no model.path: give --model",
-                              a->config);
+                              a->e.config);
             snprintf(r->model_path, sizeof(r->model_path), "%s", r->cfg->model.path);
             if (r->cfg->model.tokenizer != NULL)
                 snprintf(r->tok_path, sizeof(r->tok_path), "%s", r->cfg->model.tokenizer);
         }
     }
-    if (a->model != NULL)
-        snprintf(r->model_path, sizeof(r->model_path), "%s", a->model);
-    if (a->backend == NULL)
-        a->backend = "cpu";
+    if (a->e.model != NULL)
+        snprintf(r->model_path, sizeof(r->model_path), "%s", a->e.model);
+    if (a->e.backend == NULL)
+        a->e.backend = "cpu";
     st = na_model_open(r->model_path, &r->model);
     if (st != NA_OK)
         return st;
@@ -322,14 +290,10 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     if (a->ctx < NA_PPL_MIN_CTX)
         return na_err(NA_ERR_RANGE, "--ctx %ld is too small: a chunk needs at least %d tokens",
                       a->ctx, NA_PPL_MIN_CTX);
-    st = na_cli_open_tokenizer(a->tokenizer, r->model, r->model_path, r->tok_path,
+    st = na_cli_open_tokenizer(a->e.tokenizer, r->model, r->model_path, r->tok_path,
                                sizeof(r->tok_path), &r->tok);
     if (st != NA_OK)
         return st;
-    if (na_tokenizer_vocab_size(r->tok) != r->model->cfg.vocab_size)
-        return na_err(NA_ERR_FORMAT, "tokenizer %s has %d tokens but model %s has vocab_size %d",
-                      r->tok_path[0] ? r->tok_path : r->model_path,
-                      na_tokenizer_vocab_size(r->tok), r->model_path, r->model->cfg.vocab_size);
     cap = na_tokenizer_max_tokens(strlen(r->text));
     r->tokens = malloc(cap * sizeof(*r->tokens));
     if (r->tokens == NULL)
@@ -342,7 +306,7 @@ static na_status_t na_px_setup(na_px_args_t *a, na_px_t *r, size_t *n_tok)
     if (*n_tok > (size_t)0x7fffffff)
         return na_err(NA_ERR_RANGE, "%s: more than 2^31 tokens", a->file);
     /* every chunk's prompt (first + 1 tokens) one prefill step, in both modes */
-    eo = (na_engine_opts_t){ a->backend, (int)a->threads, a->kv_dtype,
+    eo = (na_engine_opts_t){ a->e.backend, (int)a->e.threads, a->e.kv_dtype,
                              na_ppl_max_rows((int)a->ctx) };
     st = na_engine_create(r->model, &eo, &r->engine);
     if (st != NA_OK)
@@ -378,21 +342,21 @@ int na_cmd_perplexity(int argc, char **argv)
     batch = a.batch > 0 ? (int)a.batch : NA_PX_DEFAULT_BATCH;
     fprintf(stderr, "perplexity: %s: %zu tokens (%.2f s to load and tokenize); %d chunks of %ld "
             "tokens, %d scored per chunk; mode %s, backend %s, kv %s\n", a.file, n_tok,
-            na_now_s() - t_tok, r.ppl->n_chunks, a.ctx, r.ppl->n_scored, a.mode, a.backend,
-            na_dtype_name(a.kv_dtype));
+            na_now_s() - t_tok, r.ppl->n_chunks, a.ctx, r.ppl->n_scored, a.e.mode, a.e.backend,
+            na_dtype_name(a.e.kv_dtype));
     r.t0 = r.t_last = na_now_s();
-    if (!strcmp(a.mode, "offload")) {
+    if (!strcmp(a.e.mode, "offload")) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
 
         na_cli_catch_stop(0);              /* stop cleanly: nodes, private KV directory */
         memset(&oa, 0, sizeof(oa));
         na_cluster_opts_default(&oa.cluster);
-        oa.cluster.config_path = a.config;
-        oa.cluster.mode = a.cluster;
+        oa.cluster.config_path = a.e.config;
+        oa.cluster.mode = a.e.cluster;
         oa.cluster.stop = &na_cli_stop;
-        oa.cluster.model_path = a.model;
-        oa.cluster.kv_dtype_given = a.kv_dtype_given;
+        oa.cluster.model_path = a.e.model;
+        oa.cluster.kv_dtype_given = a.e.kv_dtype_given;
         oa.max_batch = batch;
         oa.on_token = na_px_on_token;
         oa.on_done = na_px_on_done;

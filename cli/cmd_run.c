@@ -31,28 +31,20 @@
 #define NA_RUN_MAX_PROMPTS 4096
 
 typedef struct {
-    const char *mode;
-    const char *config;
-    const char *cluster;
-    const char *model;
-    const char *tokenizer;
+    na_cli_engine_args_t e;          /* --mode, --model, --threads ... */
     const char *prompt;
     const char *prompts_file;
-    const char *backend;
     long        n_new;
     double      temp;
     double      top_p;
     unsigned long long seed;
     int         seed_given;
-    long        threads;
     long        max_batch;
     long        prefill_chunk;   /* --prefill-chunk: 0 = the layout's */
     int         prefill_budget;  /* --prefill-budget: 0 the layout's, 1 tokens, 2 weighted */
     int         no_prefix_reuse;  /* --no-prefix-reuse */
     long        ctx;             /* --ctx: the model context to use; 0 = the file's */
     int         check_weights;   /* --check-weights: refuse NaN/Inf weights at load */
-    na_dtype_t  kv_dtype;
-    int         kv_dtype_given;
 } na_run_args_t;
 
 /* Everything a run holds; released by na_run_cleanup in reverse order. */
@@ -152,25 +144,19 @@ static void na_run_usage(FILE *f)
         "                  non-finite fails with the reason and the others go on)\n");
 }
 
-/* run's flags (each takes a value): those kept as given (strings), with the
- * fields they set, ... */
+/* run's flags (each takes a value) beside the engine's (na_cli_engine_opt):
+ * those kept as given (strings), with the fields they set, ... */
 static const struct {
     const char *flag;
     size_t      off;
 } na_run_str_opts[] = {
-    { "--mode",      offsetof(na_run_args_t, mode) },
-    { "--config",    offsetof(na_run_args_t, config) },
-    { "--cluster",   offsetof(na_run_args_t, cluster) },
-    { "--model",     offsetof(na_run_args_t, model) },
-    { "--tokenizer", offsetof(na_run_args_t, tokenizer) },
     { "--prompt",    offsetof(na_run_args_t, prompt) },
     { "--prompts",   offsetof(na_run_args_t, prompts_file) },
-    { "--backend",   offsetof(na_run_args_t, backend) },
 };
 /* ... and those parsed in na_run_parse. */
 static const char *const na_run_num_flags[] = {
-    "-n", "--temp", "--top-p", "--seed", "--threads", "--batch", "--kv-dtype", "--ctx",
-    "--prefill-chunk", "--prefill-budget", NULL
+    "-n", "--temp", "--top-p", "--seed", "--batch", "--ctx", "--prefill-chunk",
+    "--prefill-budget", NULL
 };
 
 /* The index of string option f in na_run_str_opts, or -1. */
@@ -187,7 +173,7 @@ static int na_run_str_opt(const char *f)
 static int na_run_known_flag(const char *f)
 {
     int i;
-    if (na_run_str_opt(f) >= 0)
+    if (na_cli_engine_flag(f) || na_run_str_opt(f) >= 0)
         return 1;
     for (i = 0; na_run_num_flags[i] != NULL; i++)
         if (!strcmp(na_run_num_flags[i], f))
@@ -202,13 +188,13 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
     int i, so;
 
     memset(a, 0, sizeof(*a));
-    a->mode = "offload";
-    a->cluster = "start";
-    a->backend = NULL;                 /* cpu, or the layout's compute device */
+    a->e.mode = "offload";
+    a->e.cluster = "start";
+    a->e.backend = NULL;                 /* cpu, or the layout's compute device */
     a->n_new = 256;
     a->temp = 1.0;
     a->top_p = 0.9;
-    a->kv_dtype = NA_DTYPE_F16;
+    a->e.kv_dtype = NA_DTYPE_F16;
     for (i = 1; i < argc; i++) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -239,7 +225,10 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         }
         i++;
         so = na_run_str_opt(f);
-        if (so >= 0) {
+        if (na_cli_engine_flag(f)) {
+            if (na_cli_engine_opt("run", &a->e, f, v) != 0)
+                return 2;
+        } else if (so >= 0) {
             *(const char **)((char *)a + na_run_str_opts[so].off) = v;
         } else if (!strcmp(f, "-n")) {
             if (na_cli_int("run", f, v, -2147483647L, 2147483647L, &a->n_new) != NA_OK)
@@ -259,9 +248,6 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
                 return 2;
             }
             a->seed_given = 1;
-        } else if (!strcmp(f, "--threads")) {
-            if (na_cli_int("run", f, v, 1, 1024, &a->threads) != NA_OK)
-                return 2;
         } else if (!strcmp(f, "--ctx")) {
             if (na_cli_int("run", f, v, 1, NA_MODEL_MAX_SEQ, &a->ctx) != NA_OK)
                 return 2;
@@ -278,29 +264,14 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         } else if (!strcmp(f, "--batch")) {
             if (na_cli_int("run", f, v, 1, NA_RUN_MAX_PROMPTS, &a->max_batch) != NA_OK)
                 return 2;
-        } else if (!strcmp(f, "--kv-dtype")) {
-            int d;
-            if (na_cli_kv_dtype("run", v, &d) != NA_OK)
-                return 2;
-            a->kv_dtype = (na_dtype_t)d;
-            a->kv_dtype_given = 1;
         } else {
             fprintf(stderr, "nearattn run: unknown option '%s' (try 'nearattn run --help')\n", f);
             return 2;
         }
     }
-    if (strcmp(a->mode, "monolithic") != 0 && strcmp(a->mode, "offload") != 0 &&
-        strcmp(a->mode, "kv-fetch") != 0) {
-        fprintf(stderr, "nearattn run: unknown mode '%s' (use offload, monolithic or kv-fetch)\n",
-                a->mode);
+    if (na_cli_one_of("run", "mode", a->e.mode, na_cli_modes, 3) != 0 ||
+        na_cli_one_of("run", "--cluster", a->e.cluster, na_cli_clusters, 3) != 0)
         return 2;
-    }
-    if (strcmp(a->cluster, "start") != 0 && strcmp(a->cluster, "connect") != 0 &&
-        strcmp(a->cluster, "inproc") != 0) {
-        fprintf(stderr, "nearattn run: unknown --cluster '%s' (use start, connect or inproc)\n",
-                a->cluster);
-        return 2;
-    }
     if (a->n_new <= 0) {
         fprintf(stderr, "nearattn run: -n %ld is invalid: the number of new tokens must be > 0\n",
                 a->n_new);
@@ -318,13 +289,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         fprintf(stderr, "nearattn run: give either --prompt or --prompts, not both\n");
         return 2;
     }
-    if (a->backend != NULL && strcmp(a->backend, "cpu") != 0 &&
-        strcmp(a->backend, "ref") != 0 && strcmp(a->backend, "cuda") != 0 &&
-        strncmp(a->backend, "cuda:", 5) != 0) {
-        fprintf(stderr, "nearattn run: unknown backend '%s' (use cpu, ref, cuda or cuda:N)\n",
-                a->backend);
+    if (a->e.backend != NULL &&
+        na_cli_one_of("run", "backend", a->e.backend, na_cli_backends, 4) != 0)
         return 2;
-    }
     return 0;
 }
 
@@ -343,8 +310,8 @@ static na_status_t na_run_pick_model(const na_run_args_t *a, na_run_t *r)
     const char *tmp;
     na_status_t st;
 
-    if (a->model != NULL) {
-        snprintf(r->model_path, sizeof(r->model_path), "%s", a->model);
+    if (a->e.model != NULL) {
+        snprintf(r->model_path, sizeof(r->model_path), "%s", a->e.model);
         return NA_OK;
     }
     if (r->cfg != NULL && r->cfg->model.path != NULL) {
@@ -562,9 +529,7 @@ static void na_run_say_context(const na_run_t *r)
 static void na_run_on_error(void *user, const na_request_t *q, na_status_t st, const char *why)
 {
     na_run_t *r = user;
-    r->failed++;
-    fprintf(stderr, "nearattn run: request %d failed (%s): %s\n", q->id + 1,
-            na_status_string(st), why);
+    na_cli_request_failed("run", "request", q->id, st, why, &r->failed);
 }
 
 /* Release everything na_cmd_run acquired (any subset), in reverse order, and
@@ -620,9 +585,9 @@ int na_cmd_run(int argc, char **argv)
     st = na_run_read_prompts(&a, &r);       /* cheap checks first */
     if (st != NA_OK)
         goto out_fail;
-    if (strcmp(a.mode, "monolithic") != 0) {
-        if (a.config != NULL)
-            snprintf(r.cfg_path, sizeof(r.cfg_path), "%s", a.config);
+    if (strcmp(a.e.mode, "monolithic") != 0) {
+        if (a.e.config != NULL)
+            snprintf(r.cfg_path, sizeof(r.cfg_path), "%s", a.e.config);
         else
             snprintf(r.cfg_path, sizeof(r.cfg_path), "%s/cluster-configs/local.yaml",
                      na_cli_source_dir());
@@ -630,14 +595,14 @@ int na_cmd_run(int argc, char **argv)
         if (st != NA_OK)
             goto out_fail;
         na_log_debug("run: layout %s", r.cfg_path);
-        if (!a.kv_dtype_given)          /* the nodes' KV dtype, for the prompt's KV too */
-            a.kv_dtype = (na_dtype_t)r.cfg->model.kv_dtype;
-        if (a.backend == NULL)          /* the layout's compute device */
-            a.backend = na_cfg_local_compute_backend(r.cfg, r.backend_buf,
+        if (!a.e.kv_dtype_given)          /* the nodes' KV dtype, for the prompt's KV too */
+            a.e.kv_dtype = (na_dtype_t)r.cfg->model.kv_dtype;
+        if (a.e.backend == NULL)          /* the layout's compute device */
+            a.e.backend = na_cfg_local_compute_backend(r.cfg, r.backend_buf,
                                                      sizeof(r.backend_buf));
     }
-    if (a.backend == NULL)
-        a.backend = "cpu";
+    if (a.e.backend == NULL)
+        a.e.backend = "cpu";
     st = na_run_pick_model(&a, &r);
     if (st != NA_OK)
         goto out_fail;
@@ -656,17 +621,11 @@ int na_cmd_run(int argc, char **argv)
                 " (RoPE was trained on the shorter context: the text past it may degrade)" : "");
         r.model->cfg.seq_len = (int)a.ctx;
     }
-    st = na_cli_open_tokenizer(a.tokenizer, r.model, r.model_path, r.tok_path,
+    st = na_cli_open_tokenizer(a.e.tokenizer, r.model, r.model_path, r.tok_path,
                                sizeof(r.tok_path), &r.tok);
     if (st != NA_OK)
         goto out_fail;
-    if (na_tokenizer_vocab_size(r.tok) != r.model->cfg.vocab_size) {
-        st = na_err(NA_ERR_FORMAT, "tokenizer %s has %d tokens but model %s has vocab_size %d",
-                    r.tok_path[0] ? r.tok_path : r.model_path, na_tokenizer_vocab_size(r.tok),
-                    r.model_path, r.model->cfg.vocab_size);
-        goto out_fail;
-    }
-    eo = (na_engine_opts_t){ a.backend, (int)a.threads, a.kv_dtype, 0 };
+    eo = (na_engine_opts_t){ a.e.backend, (int)a.e.threads, a.e.kv_dtype, 0 };
     st = na_engine_create(r.model, &eo, &r.engine);
     if (st != NA_OK)
         goto out_fail;
@@ -681,7 +640,7 @@ int na_cmd_run(int argc, char **argv)
     }
     r.streaming = r.n == 1;
     n_stop = na_tokenizer_stop_ids(r.tok, stop, 8);
-    if (strcmp(a.mode, "monolithic") != 0) {
+    if (strcmp(a.e.mode, "monolithic") != 0) {
         na_run_offload_args_t oa;
         na_off_stats_t os;
         /* offload: SIGINT / SIGTERM stop cleanly (nodes, private KV directory) */
@@ -689,11 +648,11 @@ int na_cmd_run(int argc, char **argv)
         memset(&oa, 0, sizeof(oa));
         na_cluster_opts_default(&oa.cluster);
         oa.cluster.config_path = r.cfg_path;
-        oa.cluster.mode = a.cluster;
-        oa.cluster.kvfetch = !strcmp(a.mode, "kv-fetch");
+        oa.cluster.mode = a.e.cluster;
+        oa.cluster.kvfetch = !strcmp(a.e.mode, "kv-fetch");
         oa.cluster.stop = &na_cli_stop;
-        oa.cluster.model_path = a.model;
-        oa.cluster.kv_dtype_given = a.kv_dtype_given;
+        oa.cluster.model_path = a.e.model;
+        oa.cluster.kv_dtype_given = a.e.kv_dtype_given;
         oa.max_batch = (int)a.max_batch;
         oa.prefill_chunk = (int)a.prefill_chunk;
         oa.prefill_budget = a.prefill_budget;
@@ -730,7 +689,7 @@ int na_cmd_run(int argc, char **argv)
             gs.prompt_tokens, gs.gen_tokens,
             gs.prefill_s > 0 ? (double)gs.prompt_tokens / gs.prefill_s : 0.0,
             gs.decode_s > 0 ? (double)gs.decode_tokens / gs.decode_s : 0.0,
-            r.n, r.n == 1 ? "" : "s", a.backend, na_dtype_name(a.kv_dtype), a.seed);
+            r.n, r.n == 1 ? "" : "s", a.e.backend, na_dtype_name(a.e.kv_dtype), a.seed);
     na_run_say_context(&r);
     if (r.failed > 0)
         fprintf(stderr, "%d request(s) failed\n", r.failed);

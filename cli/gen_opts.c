@@ -42,17 +42,8 @@ int na_cli_gen_opt(const char *cmd, na_sg_opts_t *go, const char *f, const char 
 
 int na_cli_gen_check(const char *cmd, const na_sg_opts_t *go)
 {
-    if (strcmp(go->mode, "offload") && strcmp(go->mode, "monolithic") &&
-        strcmp(go->mode, "kv-fetch")) {
-        fprintf(stderr, "nearattn %s: unknown mode '%s' (use offload, monolithic or "
-                "kv-fetch)\n", cmd, go->mode);
+    if (na_cli_one_of(cmd, "mode", go->mode, na_cli_modes, 3) != 0 ||
+        na_cli_one_of(cmd, "--cluster", go->cluster, na_cli_clusters, 3) != 0)
         return 2;
-    }
-    if (strcmp(go->cluster, "start") && strcmp(go->cluster, "connect") &&
-        strcmp(go->cluster, "inproc")) {
-        fprintf(stderr, "nearattn %s: unknown --cluster '%s' (use start, connect or "
-                "inproc)\n", cmd, go->cluster);
-        return 2;
-    }
     return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "common/dtype.h"
+#include "common/model.h"
 #include "common/tokenizer.h"
 
 volatile sig_atomic_t na_cli_stop;
@@ -130,11 +131,76 @@ na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,
     return ok ? NA_OK : NA_ERR_INVALID;
 }
 
+const char *const na_cli_modes[3] = { "offload", "monolithic", "kv-fetch" };
+const char *const na_cli_clusters[3] = { "start", "connect", "inproc" };
+const char *const na_cli_backends[4] = { "cpu", "ref", "cuda", "cuda:N" };
+
+int na_cli_one_of(const char *cmd, const char *what, const char *v, const char *const *names,
+                  int n)
+{
+    int k;
+
+    for (k = 0; k < n; k++) {
+        size_t len = strlen(names[k]);
+        if (len >= 2 && !strcmp(names[k] + len - 2, ":N") ? !strncmp(v, names[k], len - 1)
+                                                          : !strcmp(v, names[k]))
+            return 0;
+    }
+    fprintf(stderr, "nearattn %s: unknown %s '%s' (use ", cmd, what, v);
+    for (k = 0; k < n; k++)
+        fprintf(stderr, "%s%s", k == 0 ? "" : k + 1 < n ? ", " : " or ", names[k]);
+    fprintf(stderr, ")\n");
+    return 2;
+}
+
+/* The engine options kept as given, and where they go. */
+static const char *const na_cli_engine_strs[] = { "--mode", "--config", "--cluster", "--model",
+                                                  "--tokenizer", "--backend" };
+
+int na_cli_engine_flag(const char *f)
+{
+    size_t k;
+
+    for (k = 0; k < sizeof(na_cli_engine_strs) / sizeof(na_cli_engine_strs[0]); k++)
+        if (!strcmp(f, na_cli_engine_strs[k]))
+            return 1;
+    return !strcmp(f, "--threads") || !strcmp(f, "--kv-dtype");
+}
+
+int na_cli_engine_opt(const char *cmd, na_cli_engine_args_t *e, const char *f, const char *v)
+{
+    const char **str[] = { &e->mode, &e->config, &e->cluster, &e->model, &e->tokenizer,
+                           &e->backend };
+    size_t k;
+    int d;
+
+    for (k = 0; k < sizeof(str) / sizeof(str[0]); k++)
+        if (!strcmp(f, na_cli_engine_strs[k])) {
+            *str[k] = v;
+            return 0;
+        }
+    if (!strcmp(f, "--threads"))
+        return na_cli_int(cmd, f, v, 1, 1024, &e->threads) != NA_OK ? 2 : 0;
+    if (na_cli_kv_dtype(cmd, v, &d) != NA_OK)           /* --kv-dtype */
+        return 2;
+    e->kv_dtype = (na_dtype_t)d;
+    e->kv_dtype_given = 1;
+    return 0;
+}
+
 int na_cli_fail(const char *cmd, na_status_t st)
 {
     const char *msg = na_errmsg();
     fprintf(stderr, "nearattn %s: %s\n", cmd, msg[0] ? msg : na_status_string(st));
     return 1;
+}
+
+void na_cli_request_failed(const char *cmd, const char *what, int id, na_status_t st,
+                           const char *why, int *failed)
+{
+    ++*failed;
+    fprintf(stderr, "nearattn %s: %s %d failed (%s): %s\n", cmd, what, id + 1,
+            na_status_string(st), why);
 }
 
 int na_cli_dispatch(const na_cli_cmd_t *table, const char *prog, const char *what, int argc,
@@ -322,9 +388,18 @@ na_status_t na_cli_open_tokenizer(const char *given, const struct na_model *m,
                                   const char *model_path, char *tok_path, size_t cap,
                                   struct na_tokenizer **tok)
 {
+    na_status_t st;
+
     if (given == NULL && tok_path[0] != '\0')
         given = tok_path;
-    return na_tokenizer_open_for_model(m, model_path, given, tok_path, cap, tok);
+    st = na_tokenizer_open_for_model(m, model_path, given, tok_path, cap, tok);
+    if (st != NA_OK)
+        return st;
+    if (na_tokenizer_vocab_size(*tok) != m->cfg.vocab_size)
+        return na_err(NA_ERR_FORMAT, "tokenizer %s has %d tokens but model %s has vocab_size %d",
+                      tok_path[0] ? tok_path : model_path, na_tokenizer_vocab_size(*tok),
+                      model_path, m->cfg.vocab_size);
+    return NA_OK;
 }
 
 na_status_t na_cli_kv_dtype(const char *cmd, const char *v, int *dt)

@@ -1,7 +1,8 @@
 /* compute-node/storage_client.c — the one client of the storage-node
- * protocol: each request is built once (sc_*_msg) and sent by sc_request,
- * as an asynchronous request or a synchronous call of the protocol session
- * (rdma/session.h). See compute-node/storage_client.h. */
+ * protocol: every request is built and sent by sc_request (a kind: message
+ * type, answer type and flags, and a body), as an asynchronous request or a
+ * synchronous call of the protocol session (rdma/session.h). See
+ * compute-node/storage_client.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,33 +10,50 @@
 #include "common/log.h"
 #include "compute-node/storage_client.h"
 
-/* Send m as a request answered by `reply`: waited for (wait 1, the session
- * polled until it came) or not. */
-static na_status_t sc_request(na_peer_t *p, na_wire_msg_t *m, na_wire_type_t reply,
-                              unsigned flags, int timeout_ms, na_ses_reply_fn fn, uintptr_t arg,
-                              int wait)
+/* A kind of request: the message type sent, the type that answers it and
+ * the session flags (NA_SES_*) it always goes with. */
+typedef struct {
+    na_wire_type_t type, reply;
+    unsigned       flags;
+} sc_kind_t;
+
+static const sc_kind_t SC_OPEN    = { NA_WIRE_MSG_REQ_OPEN, NA_WIRE_MSG_ACK, 0 };
+static const sc_kind_t SC_PREFILL = { NA_WIRE_MSG_PREFILL_KV, NA_WIRE_MSG_ACK, 0 };
+static const sc_kind_t SC_DECODE  = { NA_WIRE_MSG_DECODE_ATTN, NA_WIRE_MSG_ATTN_OUT,
+                                      NA_SES_ERR_NOTE };
+static const sc_kind_t SC_FETCH   = { NA_WIRE_MSG_KV_FETCH, NA_WIRE_MSG_KV_DATA, 0 };
+static const sc_kind_t SC_RELEASE = { NA_WIRE_MSG_REQ_RELEASE, NA_WIRE_MSG_ACK, 0 };
+static const sc_kind_t SC_STATS   = { NA_WIRE_MSG_STATS_REQ, NA_WIRE_MSG_STATS, 0 };
+static const sc_kind_t SC_PING    = { NA_WIRE_MSG_HEARTBEAT, NA_WIRE_MSG_HEARTBEAT,
+                                      NA_SES_NO_LOSS };
+
+/* Every request of this client: a message of kind k whose body is the
+ * `size` bytes at `body` (the member of na_wire_msg_t.u that k's type
+ * reads; NULL: no body), flagged MORE when `more`, sent with k's flags and
+ * `flags` and answered by k's reply type to fn(arg): waited for (wait 1,
+ * the session polled until it came) or not. */
+static na_status_t sc_request(na_peer_t *p, const sc_kind_t *k, const void *body, size_t size,
+                              int more, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
+                              uintptr_t arg, int wait)
 {
+    na_wire_msg_t m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = k->type;
+    m.flags = more ? NA_WIRE_F_MORE : 0;
+    if (body != NULL)
+        memcpy(&m.u, body, size);
     if (wait)
-        return na_peer_call(p, m, NULL, reply, flags, timeout_ms, fn, arg);
-    return na_peer_request(p, m, NULL, reply, flags, timeout_ms, fn, arg);
+        return na_peer_call(p, &m, NULL, k->reply, k->flags | flags, timeout_ms, fn, arg);
+    return na_peer_request(p, &m, NULL, k->reply, k->flags | flags, timeout_ms, fn, arg);
 }
 
 /* ---- REQ_OPEN ----------------------------------------------------------- */
 
-static na_status_t sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
-                           na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_REQ_OPEN;
-    m.u.req_open = *o;
-    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_open_send(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms,
                             na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_open(p, o, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_OPEN, o, sizeof(*o), 0, 0, timeout_ms, fn, arg, 0);
 }
 
 /* The ACK of a REQ_OPEN: how many prompt tokens the node attached. */
@@ -52,7 +70,8 @@ na_status_t na_sc_open(na_peer_t *p, const na_wire_req_open_t *o, int timeout_ms
                        int *prefix_p)
 {
     int hit = 0;
-    na_status_t st = sc_open(p, o, timeout_ms, sc_open_reply, (uintptr_t)&hit, 1);
+    na_status_t st = sc_request(p, &SC_OPEN, o, sizeof(*o), 0, 0, timeout_ms, sc_open_reply,
+                                (uintptr_t)&hit, 1);
     if (prefix_p != NULL)
         *prefix_p = hit;
     return st;
@@ -74,45 +93,23 @@ void na_sc_open_msg(na_wire_req_open_t *o, uint64_t req, int max_tokens,
 
 /* ---- PREFILL_KV --------------------------------------------------------- */
 
-static na_status_t sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,
-                              na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_PREFILL_KV;
-    m.flags = more ? NA_WIRE_F_MORE : 0;
-    m.u.kv = *kv;
-    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_prefill_send(na_peer_t *p, const na_wire_kv_t *kv, int more, int timeout_ms,
                                na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_prefill(p, kv, more, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_PREFILL, kv, sizeof(*kv), more, 0, timeout_ms, fn, arg, 0);
 }
 
 na_status_t na_sc_prefill(na_peer_t *p, const na_wire_kv_t *kv, int timeout_ms)
 {
-    return sc_prefill(p, kv, 0, timeout_ms, NULL, 0, 1);
+    return sc_request(p, &SC_PREFILL, kv, sizeof(*kv), 0, 0, timeout_ms, NULL, 0, 1);
 }
 
 /* ---- DECODE_ATTN / ATTN_OUT --------------------------------------------- */
 
-static na_status_t sc_decode(na_peer_t *p, const na_wire_attn_t *a, int more, int timeout_ms,
-                             na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_DECODE_ATTN;
-    m.flags = more ? NA_WIRE_F_MORE : 0;
-    m.u.attn = *a;
-    return sc_request(p, &m, NA_WIRE_MSG_ATTN_OUT, NA_SES_ERR_NOTE, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_decode_send(na_peer_t *p, const na_wire_attn_t *a, int more, int timeout_ms,
                               na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_decode(p, a, more, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_DECODE, a, sizeof(*a), more, 0, timeout_ms, fn, arg, 0);
 }
 
 na_status_t na_sc_attn_check(const na_wire_attn_t *asked, const na_wire_attn_out_t *got,
@@ -193,62 +190,117 @@ int32_t na_sc_attn_take(const na_wire_attn_out_t *got, uint32_t k, float *dst)
     return oe.status;
 }
 
-/* What a synchronous decode fills in from its ATTN_OUT. */
+/* What a synchronous decode fills in from the ATTN_OUT of each part. */
 typedef struct {
     const na_wire_attn_t *a;
+    uint32_t              per, parts;   /* entries per part, parts */
     float *const         *o_out;
     int32_t              *status_out;
+    uint32_t              seen, done;   /* bit c: part c answered; final replies */
     na_status_t           st;
 } sc_decode_t;
 
+/* Part c of batch a cut in parts of per entries: entries [c*per, +per) of
+ * a (the last part: the rest). */
+static void sc_decode_part(const na_wire_attn_t *a, uint32_t per, uint32_t c,
+                           na_wire_attn_t *part)
+{
+    uint32_t off = c * per;
+
+    *part = *a;
+    part->entry_base = a->entry_base + off;
+    part->n_entries = a->n_entries - off < per ? a->n_entries - off : per;
+    part->entries = a->entries + off;
+}
+
+/* The answer to one part: checked against the part that starts at its
+ * entry_base and is still owed (na_sc_attn_check), flagged MORE on all but
+ * the last part; its entries taken by index in the batch. */
 static void sc_decode_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
                             const na_ses_in_t *in)
 {
     sc_decode_t *d = (sc_decode_t *)arg;
     const na_wire_attn_t *a = d->a;
     const na_wire_attn_out_t *r;
+    na_wire_attn_t asked;
     char why[NA_WIRE_TEXT_MAX];
-    uint32_t i;
+    uint32_t off, c, k;
 
     (void)ctx;
     if (st != NA_OK) {          /* an entry's ERROR (a note) or the end of the peer */
         if (in != NULL)
             na_log_warn("storage node %s: %s", na_peer_name(p), in->m->u.error.text);
+        else
+            d->done++;
         return;
     }
+    d->done++;
     r = &in->m->u.attn_out;
-    if (na_sc_attn_check(a, r, why, sizeof(why)) != NA_OK) {
+    off = r->entry_base - a->entry_base;        /* wraps past any part when before a */
+    c = off / d->per;
+    sc_decode_part(a, d->per, c < d->parts ? c : 0, &asked);
+    if (c >= d->parts || (d->seen >> c & 1u))
+        asked.entry_base = UINT32_MAX;          /* no such part is owed */
+    if (na_sc_attn_check(&asked, r, why, sizeof(why)) != NA_OK) {
         d->st = na_err(NA_ERR_PROTO, "storage node %s: %s", na_peer_name(p), why);
         return;
     }
-    for (i = 0; i < a->n_entries; i++)
-        d->status_out[i] = na_sc_attn_take(r, i, d->o_out[i]);
+    if (!(in->h->flags & NA_WIRE_F_MORE) != (c + 1 == d->parts)) {
+        d->st = na_err(NA_ERR_PROTO, "storage node %s: ATTN_OUT of entries [%u, +%u) of %u "
+                       "(flags 0x%x) does not answer a part", na_peer_name(p), r->entry_base,
+                       r->n_entries, r->batch_total, (unsigned)in->h->flags);
+        return;
+    }
+    for (k = 0; k < r->n_entries; k++)
+        d->status_out[off + k] = na_sc_attn_take(r, k, d->o_out[off + k]);
+    d->seen |= 1u << c;
+}
+
+na_status_t na_sc_decode_parts(na_peer_t *p, const na_wire_attn_t *a, uint32_t parts,
+                               int timeout_ms, float *const *o_out, int32_t *status_out)
+{
+    sc_decode_t d;
+    na_status_t st = NA_OK;
+    uint32_t c, sent = 0;
+
+    if (parts < 1 || parts > NA_SC_DECODE_PARTS_MAX)
+        return na_err(NA_ERR_INVALID, "storage client: a DECODE_ATTN batch goes in 1 to %d "
+                      "parts, not %u", NA_SC_DECODE_PARTS_MAX, parts);
+    memset(&d, 0, sizeof(d));
+    d.a = a;
+    d.per = a->n_entries > parts ? (a->n_entries + parts - 1) / parts : 1;
+    d.parts = a->n_entries > 0 ? (a->n_entries + d.per - 1) / d.per : 1;
+    d.o_out = o_out;
+    d.status_out = status_out;
+    d.st = NA_OK;
+    /* every part but the last goes without waiting; the last is waited
+     * for, then the session polled until every part sent had its final
+     * reply (none is left pointing at d) or the node is gone (which fails
+     * what it owes) */
+    for (c = 0; c < d.parts && st == NA_OK; c++) {
+        na_wire_attn_t part;
+        sc_decode_part(a, d.per, c, &part);
+        st = sc_request(p, &SC_DECODE, &part, sizeof(part), c + 1 < d.parts, 0, timeout_ms,
+                        sc_decode_reply, (uintptr_t)&d, c + 1 == d.parts);
+        sent += st == NA_OK;
+    }
+    while (d.done < sent && na_peer_alive(p) && na_sc_poll(p, 100) == NA_OK)
+        ;
+    return st != NA_OK ? st : d.st;
 }
 
 na_status_t na_sc_decode(na_peer_t *p, const na_wire_attn_t *a, int timeout_ms,
                          float *const *o_out, int32_t *status_out)
 {
-    sc_decode_t d = { a, o_out, status_out, NA_OK };
-    na_status_t st = sc_decode(p, a, 0, timeout_ms, sc_decode_reply, (uintptr_t)&d, 1);
-    return st != NA_OK ? st : d.st;
+    return na_sc_decode_parts(p, a, 1, timeout_ms, o_out, status_out);
 }
 
 /* ---- KV_FETCH / KV_DATA ------------------------------------------------- */
 
-static na_status_t sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int timeout_ms,
-                            na_ses_reply_fn fn, uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_KV_FETCH;
-    m.u.kv_fetch = *f;
-    return sc_request(p, &m, NA_WIRE_MSG_KV_DATA, 0, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_fetch_send(na_peer_t *p, const na_wire_kv_fetch_t *f, int timeout_ms,
                              na_ses_reply_fn fn, uintptr_t arg)
 {
-    return sc_fetch(p, f, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_FETCH, f, sizeof(*f), 0, 0, timeout_ms, fn, arg, 0);
 }
 
 /* What a synchronous fetch fills in from its KV_DATA. */
@@ -299,7 +351,8 @@ na_status_t na_sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int head_dim,
     if (out_dtype != f->dtype && out_dtype != NA_DTYPE_F32)
         return na_err(NA_ERR_INVALID, "storage client: KV_FETCH rows in %s cannot be read as %s "
                       "(only as sent or f32)", na_dtype_name(f->dtype), na_dtype_name(out_dtype));
-    st = sc_fetch(p, f, timeout_ms, sc_fetch_reply, (uintptr_t)&d, 1);
+    st = sc_request(p, &SC_FETCH, f, sizeof(*f), 0, 0, timeout_ms, sc_fetch_reply,
+                    (uintptr_t)&d, 1);
     return st != NA_OK ? st : d.st;
 }
 
@@ -308,12 +361,12 @@ na_status_t na_sc_fetch(na_peer_t *p, const na_wire_kv_fetch_t *f, int head_dim,
 static na_status_t sc_release(na_peer_t *p, uint64_t request_id, int status, int timeout_ms,
                               na_ses_reply_fn fn, uintptr_t arg, int wait)
 {
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_REQ_RELEASE;
-    m.u.req_release.request_id = request_id;
-    m.u.req_release.status = status;
-    return sc_request(p, &m, NA_WIRE_MSG_ACK, 0, timeout_ms, fn, arg, wait);
+    na_wire_req_release_t r;
+
+    memset(&r, 0, sizeof(r));
+    r.request_id = request_id;
+    r.status = status;
+    return sc_request(p, &SC_RELEASE, &r, sizeof(r), 0, 0, timeout_ms, fn, arg, wait);
 }
 
 na_status_t na_sc_release_send(na_peer_t *p, uint64_t request_id, int status, int timeout_ms,
@@ -329,19 +382,10 @@ na_status_t na_sc_release(na_peer_t *p, uint64_t request_id, int status, int tim
 
 /* ---- STATS_REQ / STATS -------------------------------------------------- */
 
-static na_status_t sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
-                            uintptr_t arg, int wait)
-{
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_STATS_REQ;
-    return sc_request(p, &m, NA_WIRE_MSG_STATS, flags, timeout_ms, fn, arg, wait);
-}
-
 na_status_t na_sc_stats_send(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
                              uintptr_t arg)
 {
-    return sc_stats(p, flags, timeout_ms, fn, arg, 0);
+    return sc_request(p, &SC_STATS, NULL, 0, 0, flags, timeout_ms, fn, arg, 0);
 }
 
 static void sc_stats_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
@@ -355,7 +399,8 @@ static void sc_stats_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t s
 
 na_status_t na_sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_stats_view_t *v)
 {
-    return sc_stats(p, flags, timeout_ms, sc_stats_reply, (uintptr_t)v, 1);
+    return sc_request(p, &SC_STATS, NULL, 0, 0, flags, timeout_ms, sc_stats_reply, (uintptr_t)v,
+                      1);
 }
 
 /* What a stat call looks for. */
@@ -387,7 +432,8 @@ static void sc_stat_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st
 na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *value_p)
 {
     sc_stat_t d = { key, 0, 0 };
-    na_status_t st = sc_stats(p, 0, timeout_ms, sc_stat_reply, (uintptr_t)&d, 1);
+    na_status_t st = sc_request(p, &SC_STATS, NULL, 0, 0, 0, timeout_ms, sc_stat_reply,
+                                (uintptr_t)&d, 1);
 
     if (st != NA_OK)
         return st;
@@ -401,11 +447,11 @@ na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *
 
 na_status_t na_sc_ping(na_peer_t *p, int timeout_ms)
 {
-    na_wire_msg_t m;
-    memset(&m, 0, sizeof(m));
-    m.type = NA_WIRE_MSG_HEARTBEAT;
-    m.u.heartbeat.send_ns = na_xp_now_ns();
-    return sc_request(p, &m, NA_WIRE_MSG_HEARTBEAT, NA_SES_NO_LOSS, timeout_ms, NULL, 0, 1);
+    na_wire_heartbeat_t hb;
+
+    memset(&hb, 0, sizeof(hb));
+    hb.send_ns = na_xp_now_ns();
+    return sc_request(p, &SC_PING, &hb, sizeof(hb), 0, 0, timeout_ms, NULL, 0, 1);
 }
 
 na_status_t na_sc_poll(na_peer_t *p, int timeout_ms)

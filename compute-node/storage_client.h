@@ -75,6 +75,16 @@ na_status_t na_sc_decode_send(na_peer_t *p, const na_wire_attn_t *a, int more, i
  * (na_sc_attn_check). */
 na_status_t na_sc_decode(na_peer_t *p, const na_wire_attn_t *a, int timeout_ms,
                          float *const *o_out, int32_t *status_out);
+/* The same, a sent as at most `parts` DECODE_ATTN messages of equal size
+ * (the last: the rest), MORE on all but the last, back to back: the answers may come in any order,
+ * each checked against the part it answers (na_sc_attn_check, and MORE on
+ * all but the last part's), and entry i of a lands in o_out[i] /
+ * status_out[i]. parts 1 is na_sc_decode; at most NA_SC_DECODE_PARTS_MAX
+ * (NA_ERR_INVALID). Returns after every part sent had its answer or the
+ * node is gone. */
+#define NA_SC_DECODE_PARTS_MAX 32
+na_status_t na_sc_decode_parts(na_peer_t *p, const na_wire_attn_t *a, uint32_t parts,
+                               int timeout_ms, float *const *o_out, int32_t *status_out);
 /* Whether got answers the DECODE_ATTN part `asked`: batch, layer, entry
  * range and shapes, then every entry (request, KV heads, queries, a status
  * that is a na_status_t), all before any is used. NA_OK, or NA_ERR_PROTO

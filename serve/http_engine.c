@@ -3,6 +3,7 @@
  * the engine in short slices, and turns each job's text and end into its
  * request's output (server-sent events or a whole response); and the
  * /metrics page. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +346,97 @@ static void sm_node_value(FILE *f, const char *name, const char *node, const cha
     na_metric_value(f, name, lab, v);
 }
 
+/* A counter a metric sample shows: at off in its struct (na_sg_stats_t or
+ * na_asvc_node_stats_t), of type kind; and its label (in-process: the
+ * whole label; per node: what stands beside node="NAME", NULL: nothing). */
+typedef enum { SM_U64, SM_F64, SM_LONG } sm_kind_t;
+typedef struct {
+    const char *label;
+    size_t      off;
+    sm_kind_t   kind;
+} sm_col_t;
+
+/* A metric per storage node: without nodes (in-process) its n_all samples
+ * all[], else each node's n_node samples node[], node by node. */
+typedef struct {
+    const char *name, *type, *help;
+    int         n_all, n_node;
+    sm_col_t    all[2], node[2];
+} sm_family_t;
+
+#define SM_ALL(label, field, kind)  { label, offsetof(na_sg_stats_t, field), kind }
+#define SM_NODE(label, field, kind) { label, offsetof(na_asvc_node_stats_t, field), kind }
+
+static const sm_family_t sm_families[] = {
+    { "nearattn_attention_round_trips_total", "counter",
+      "Attention round trips (batch, layer) answered by a storage node.",
+      1, 1, { SM_ALL("node=\"all\"", attn_calls, SM_LONG) },
+      { SM_NODE(NULL, attn_calls, SM_U64) } },
+    { "nearattn_attention_round_trip_seconds_total", "counter",
+      "Summed time from sending a batch's attention to a node's last answer.",
+      1, 1, { SM_ALL("node=\"all\"", attn_rt_s, SM_F64) },
+      { SM_NODE(NULL, attn_rt_s, SM_F64) } },
+    { "nearattn_attention_bytes_total", "counter",
+      "Bytes to and from a storage node (decode attention and prompt KV).",
+      2, 2, { SM_ALL("node=\"all\",direction=\"sent\"", bytes_sent, SM_U64),
+              SM_ALL("node=\"all\",direction=\"received\"", bytes_recv, SM_U64) },
+      { SM_NODE("direction=\"sent\"", bytes_sent, SM_U64),
+        SM_NODE("direction=\"received\"", bytes_recv, SM_U64) } },
+    { "nearattn_kv_bytes", "gauge",
+      "KV cache bytes by tier: each storage node's DRAM and SSD use (its STATS), "
+      "or the requests held now in-process.",
+      1, 2, { SM_ALL("tier=\"inproc\",node=\"all\"", kv_bytes, SM_U64) },
+      { SM_NODE("tier=\"dram\"", kv_dram_bytes, SM_U64),
+        SM_NODE("tier=\"ssd\"", kv_ssd_bytes, SM_U64) } },
+    /* prefix reuse (docs/prefix-reuse.md): per storage node, its own counters */
+    { "nearattn_prefix_tokens_total", "counter",
+      "Prompt tokens by how their KV got to a storage node: hit (its prefix "
+      "cache held them) or computed (prefilled on the compute node and shipped).",
+      2, 2, { SM_ALL("node=\"all\",kind=\"hit\"", prefix_hit_tokens, SM_LONG),
+              SM_ALL("node=\"all\",kind=\"computed\"", prefix_computed_tokens, SM_LONG) },
+      { SM_NODE("kind=\"hit\"", prefix_hit_tokens, SM_U64),
+        SM_NODE("kind=\"computed\"", prefill_tokens, SM_U64) } },
+    { "nearattn_prefix_cache_bytes", "gauge",
+      "KV a storage node keeps in its prefix cache.",
+      0, 1, { { NULL, 0, SM_U64 } },
+      { SM_NODE(NULL, prefix_cache_bytes, SM_U64) } },
+};
+
+/* The counter c of the struct at base, as a sample's value. */
+static double sm_read(const void *base, const sm_col_t *c)
+{
+    const char *at = (const char *)base + c->off;
+    uint64_t u;
+    double d;
+    long l;
+
+    switch (c->kind) {
+    case SM_F64:
+        memcpy(&d, at, sizeof(d));
+        return d;
+    case SM_LONG:
+        memcpy(&l, at, sizeof(l));
+        return (double)l;
+    default:
+        memcpy(&u, at, sizeof(u));
+        return (double)u;
+    }
+}
+
+/* Metric m of t: its head, then its in-process or per-node samples. */
+static void sm_family(FILE *f, const na_sg_stats_t *t, const sm_family_t *m)
+{
+    int i, k;
+
+    na_metric_head(f, m->name, m->type, m->help);
+    for (k = 0; t->n_nodes == 0 && k < m->n_all; k++)
+        na_metric_value(f, m->name, m->all[k].label, sm_read(t, &m->all[k]));
+    for (i = 0; i < t->n_nodes; i++)
+        for (k = 0; k < m->n_node; k++)
+            sm_node_value(f, m->name, t->nodes[i].name, m->node[k].label,
+                          sm_read(&t->nodes[i], &m->node[k]));
+}
+
 static int sm_alive(const na_sg_stats_t *t)
 {
     int i, n = 0;
@@ -412,69 +504,8 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
     na_metric_hist(f, "nearattn_inter_token_latency_seconds",
                    "Time between two text pieces of one request.", &itl);
     /* per storage node (remote modes); one node="all" sample in-process */
-    na_metric_head(f, "nearattn_attention_round_trips_total", "counter",
-                   "Attention round trips (batch, layer) answered by a storage node.");
-    if (t.n_nodes == 0)
-        na_metric_value(f, "nearattn_attention_round_trips_total", "node=\"all\"",
-                        (double)t.attn_calls);
-    for (i = 0; i < t.n_nodes; i++)
-        sm_node_value(f, "nearattn_attention_round_trips_total", t.nodes[i].name, NULL,
-                      (double)t.nodes[i].attn_calls);
-    na_metric_head(f, "nearattn_attention_round_trip_seconds_total", "counter",
-                   "Summed time from sending a batch's attention to a node's last answer.");
-    if (t.n_nodes == 0)
-        na_metric_value(f, "nearattn_attention_round_trip_seconds_total", "node=\"all\"",
-                        t.attn_rt_s);
-    for (i = 0; i < t.n_nodes; i++)
-        sm_node_value(f, "nearattn_attention_round_trip_seconds_total", t.nodes[i].name, NULL,
-                      t.nodes[i].attn_rt_s);
-    na_metric_head(f, "nearattn_attention_bytes_total", "counter",
-                   "Bytes to and from a storage node (decode attention and prompt KV).");
-    if (t.n_nodes == 0) {
-        na_metric_value(f, "nearattn_attention_bytes_total", "node=\"all\",direction=\"sent\"",
-                        (double)t.bytes_sent);
-        na_metric_value(f, "nearattn_attention_bytes_total",
-                        "node=\"all\",direction=\"received\"", (double)t.bytes_recv);
-    }
-    for (i = 0; i < t.n_nodes; i++) {
-        sm_node_value(f, "nearattn_attention_bytes_total", t.nodes[i].name,
-                      "direction=\"sent\"", (double)t.nodes[i].bytes_sent);
-        sm_node_value(f, "nearattn_attention_bytes_total", t.nodes[i].name,
-                      "direction=\"received\"", (double)t.nodes[i].bytes_recv);
-    }
-    na_metric_head(f, "nearattn_kv_bytes", "gauge",
-                   "KV cache bytes by tier: each storage node's DRAM and SSD use (its STATS), "
-                   "or the requests held now in-process.");
-    if (t.n_nodes == 0)
-        na_metric_value(f, "nearattn_kv_bytes", "tier=\"inproc\",node=\"all\"",
-                        (double)t.kv_bytes);
-    for (i = 0; i < t.n_nodes; i++) {
-        sm_node_value(f, "nearattn_kv_bytes", t.nodes[i].name, "tier=\"dram\"",
-                      (double)t.nodes[i].kv_dram_bytes);
-        sm_node_value(f, "nearattn_kv_bytes", t.nodes[i].name, "tier=\"ssd\"",
-                      (double)t.nodes[i].kv_ssd_bytes);
-    }
-    /* prefix reuse (docs/prefix-reuse.md): per storage node, its own counters */
-    na_metric_head(f, "nearattn_prefix_tokens_total", "counter",
-                   "Prompt tokens by how their KV got to a storage node: hit (its prefix "
-                   "cache held them) or computed (prefilled on the compute node and shipped).");
-    if (t.n_nodes == 0) {
-        na_metric_value(f, "nearattn_prefix_tokens_total", "node=\"all\",kind=\"hit\"",
-                        (double)t.prefix_hit_tokens);
-        na_metric_value(f, "nearattn_prefix_tokens_total", "node=\"all\",kind=\"computed\"",
-                        (double)t.prefix_computed_tokens);
-    }
-    for (i = 0; i < t.n_nodes; i++) {
-        sm_node_value(f, "nearattn_prefix_tokens_total", t.nodes[i].name, "kind=\"hit\"",
-                      (double)t.nodes[i].prefix_hit_tokens);
-        sm_node_value(f, "nearattn_prefix_tokens_total", t.nodes[i].name, "kind=\"computed\"",
-                      (double)t.nodes[i].prefill_tokens);
-    }
-    na_metric_head(f, "nearattn_prefix_cache_bytes", "gauge",
-                   "KV a storage node keeps in its prefix cache.");
-    for (i = 0; i < t.n_nodes; i++)
-        sm_node_value(f, "nearattn_prefix_cache_bytes", t.nodes[i].name, NULL,
-                      (double)t.nodes[i].prefix_cache_bytes);
+    for (i = 0; i < (int)(sizeof(sm_families) / sizeof(sm_families[0])); i++)
+        sm_family(f, &t, &sm_families[i]);
     G("nearattn_storage_nodes_alive", "Storage nodes taking requests now.", (double)sm_alive(&t));
     G("nearattn_storage_nodes", "Storage nodes of the layout.", (double)t.n_storage);
 #undef G

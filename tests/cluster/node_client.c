@@ -179,85 +179,6 @@ static void nc_ref(na_kernels_t *ref, const nc_shape_t *s, const nc_req_t *r, in
     }
 }
 
-/* What the answers to a batch sent in parts fill in. */
-typedef struct {
-    const na_wire_attn_t *a;
-    uint32_t              per;          /* entries per part */
-    float *const         *o;
-    int32_t              *status;
-    uint32_t              got, seen;    /* entries answered; bit i: part i answered */
-    na_status_t           st;
-} nc_parts_t;
-
-/* The answer to one part (the storage client's reply function): checked
- * against the part that starts at its entry_base (na_sc_attn_check), and
- * flagged MORE on all but the last part. */
-static void nc_part_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
-                          const na_ses_in_t *in)
-{
-    nc_parts_t *d = (nc_parts_t *)arg;
-    const na_wire_attn_t *a = d->a;
-    const na_wire_attn_out_t *r;
-    na_wire_attn_t asked;
-    char why[NA_WIRE_TEXT_MAX];
-    uint32_t k, c;
-
-    (void)ctx;
-    (void)p;
-    if (st != NA_OK) {              /* an entry's ERROR (a note), or the node ended */
-        if (in == NULL && d->st == NA_OK)
-            d->st = na_err(NA_ERR_PEER, "split batch: node lost");
-        return;
-    }
-    r = &in->m->u.attn_out;
-    c = r->entry_base / d->per;
-    asked = *a;
-    asked.entry_base = c * d->per;
-    asked.n_entries = a->n_entries - asked.entry_base < d->per ? a->n_entries - asked.entry_base
-                                                              : d->per;
-    asked.entries = a->entries + asked.entry_base;
-    if (asked.entry_base >= a->n_entries || (d->seen & (1u << c)))
-        asked.entry_base = UINT32_MAX;          /* no such part is owed */
-    if (na_sc_attn_check(&asked, r, why, sizeof(why)) != NA_OK) {
-        d->st = na_err(NA_ERR_PROTO, "split batch: %s", why);
-        return;
-    }
-    if (!(in->h->flags & NA_WIRE_F_MORE) != (r->entry_base + d->per >= a->n_entries)) {
-        d->st = na_err(NA_ERR_PROTO, "split batch: ATTN_OUT of entries [%u, +%u) of %u "
-                       "(flags 0x%x) does not answer a part", r->entry_base, r->n_entries,
-                       r->batch_total, (unsigned)in->h->flags);
-        return;
-    }
-    for (k = 0; k < r->n_entries; k++)
-        d->status[r->entry_base + k] = na_sc_attn_take(r, k, d->o[r->entry_base + k]);
-    d->seen |= 1u << c;
-    d->got += r->n_entries;
-}
-
-/* Send batch a as `parts` DECODE_ATTN messages (MORE on all but the last)
- * without waiting (the storage client's asynchronous form), then poll until
- * one ATTN_OUT per part came (any order of parts accepted, each checked
- * against what was sent) into o/status by entry. */
-static na_status_t nc_decode_parts(na_peer_t *sc, const na_wire_attn_t *a, uint32_t parts,
-                                   float *const *o, int32_t *status)
-{
-    nc_parts_t d = { a, (a->n_entries + parts - 1) / parts, o, status, 0, 0, NA_OK };
-    uint32_t base;
-    na_status_t st = NA_OK;
-
-    for (base = 0; base < a->n_entries && st == NA_OK; base += d.per) {
-        na_wire_attn_t part = *a;
-        part.entry_base = base;
-        part.n_entries = a->n_entries - base < d.per ? a->n_entries - base : d.per;
-        part.entries = a->entries + base;
-        st = na_sc_decode_send(sc, &part, base + d.per < a->n_entries, NA_SC_WAIT_MS,
-                               nc_part_reply, (uintptr_t)&d);
-    }
-    while (st == NA_OK && d.st == NA_OK && d.got < a->n_entries)
-        st = na_sc_poll(sc, 100);
-    return st != NA_OK ? st : d.st;
-}
-
 /* One decode step of every request (one DECODE_ATTN per layer), plus an entry
  * for an unknown request that must fail alone. */
 static void nc_decode_step(na_peer_t *sc, const nc_shape_t *s, nc_req_t *rs, int n,
@@ -315,7 +236,7 @@ static void nc_decode_step(na_peer_t *sc, const nc_shape_t *s, nc_req_t *rs, int
         a.scale = 1.0f / sqrtf((float)hd);
         a.entries = e;
         if (step % 3 == 2 && ne >= 3) {   /* three parts, MORE, back to back */
-            NA_CHECK_OK(nc_decode_parts(sc, &a, 3, o, status));
+            NA_CHECK_OK(na_sc_decode_parts(sc, &a, 3, NA_SC_WAIT_MS, o, status));
         } else if (step % 2 == 0 || ne < 2) {
             NA_CHECK_OK(na_sc_decode(sc, &a, NA_SC_WAIT_MS, o, status));
         } else {          /* the batch in two messages: [0, k) with MORE, then [k, ne) */
