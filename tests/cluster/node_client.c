@@ -239,7 +239,8 @@ static void nc_decode_step(na_peer_t *sc, const nc_shape_t *s, nc_req_t *rs, int
             NA_CHECK_OK(na_sc_decode_parts(sc, &a, 3, NA_SC_WAIT_MS, o, status));
         } else if (step % 2 == 0 || ne < 2) {
             NA_CHECK_OK(na_sc_decode(sc, &a, NA_SC_WAIT_MS, o, status));
-        } else {          /* the batch in two messages: [0, k) with MORE, then [k, ne) */
+        } else {          /* the batch in two calls, [0, k) then [k, ne), each answered
+                           * on its own (neither part carries MORE) */
             uint32_t k = (uint32_t)ne / 2;
             na_wire_attn_t b = a;
             a.n_entries = k;
