@@ -283,12 +283,20 @@ double na_bench_percentile(double *v, long n, double p)
 }
 
 /* ---- STREAM-style copy ----------------------------------------------------- */
+/* What thread t of a copy object owns: its argument and its read-pass sum
+ * (kept so that no read is left out, never used). */
+typedef struct {
+    struct na_bench_copy *s;
+    int                   t;
+    volatile uint64_t     sum;
+} na_bench_copy_th_t;
+
 struct na_bench_copy {
     double            *a, *c;
     size_t             n;        /* doubles per array */
     int                n_threads;
     pthread_t         *th;       /* [n_threads], th[0] unused */
-    void            *(*args)[2];
+    na_bench_copy_th_t *per;    /* [n_threads] */
     int                started;  /* workers started */
     pthread_barrier_t  bar;      /* n_threads: start and end of each pass */
     pthread_mutex_t    mu;
@@ -296,7 +304,6 @@ struct na_bench_copy {
     int                gate;     /* 0: wait, 1: go, -1: abort (under mu) */
     int                stop;     /* set by destroy before the last start barrier */
     int                read;     /* this pass: 1 read a only (na_bench_read_pass), 0 copy */
-    uint64_t          *sums;     /* [n_threads]: each thread's read-pass sum (kept, never used) */
 };
 
 /* Plain loop as in STREAM (regular stores); kept from becoming a memcpy call
@@ -352,8 +359,8 @@ static void na_bench_copy_init_slice(na_bench_copy_t *s, int t)
  * before they reach the barrier), then one slice copy per pass until stop. */
 static void *na_bench_copy_thread(void *arg)
 {
-    na_bench_copy_t *s = ((void **)arg)[0];
-    int t = (int)(intptr_t)((void **)arg)[1], gate;
+    na_bench_copy_t *s = ((na_bench_copy_th_t *)arg)->s;
+    int t = ((na_bench_copy_th_t *)arg)->t, gate;
     size_t lo, hi;
 
     pthread_mutex_lock(&s->mu);
@@ -370,7 +377,7 @@ static void *na_bench_copy_thread(void *arg)
         if (s->stop)
             break;
         if (s->read)
-            ((volatile uint64_t *)s->sums)[t] = na_bench_read_slice(s->a + lo, hi - lo);
+            s->per[t].sum = na_bench_read_slice(s->a + lo, hi - lo);
         else
             na_bench_copy_slice(s->c + lo, s->a + lo, hi - lo);
         pthread_barrier_wait(&s->bar);
@@ -386,6 +393,28 @@ static void na_bench_copy_open_gate(na_bench_copy_t *s, int gate)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The started workers joined (they have left their loop), then the
+ * synchronisation objects destroyed: create's failure path and destroy. */
+static void na_bench_copy_join(na_bench_copy_t *s)
+{
+    int i;
+    for (i = 1; i <= s->started; i++)
+        pthread_join(s->th[i], NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    pthread_barrier_destroy(&s->bar);
+}
+
+/* Every allocation of s (any may be NULL), then s. */
+static void na_bench_copy_free(na_bench_copy_t *s)
+{
+    free(s->per);
+    free(s->th);
+    free(s->c);
+    free(s->a);
+    free(s);
+}
+
 na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_copy_t **copy_p)
 {
     na_bench_copy_t *s = calloc(1, sizeof(*s));
@@ -399,9 +428,8 @@ na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_cop
     s->a = na_bench_alloc(s->n * sizeof(double));
     s->c = na_bench_alloc(s->n * sizeof(double));
     s->th = calloc((size_t)s->n_threads, sizeof(*s->th));
-    s->args = calloc((size_t)s->n_threads, sizeof(*s->args));
-    s->sums = calloc((size_t)s->n_threads, sizeof(*s->sums));
-    if (!s->a || !s->c || !s->th || !s->args || !s->sums) {
+    s->per = calloc((size_t)s->n_threads, sizeof(*s->per));
+    if (!s->a || !s->c || !s->th || !s->per) {
         st = na_err(NA_ERR_NOMEM, "bench: no memory for 2 x %zu MiB copy arrays",
                     array_bytes >> 20);
         goto err_free;
@@ -410,9 +438,9 @@ na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_cop
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     for (i = 1; i < s->n_threads; i++) {
-        s->args[i][0] = s;
-        s->args[i][1] = (void *)(intptr_t)i;
-        if (pthread_create(&s->th[i], NULL, na_bench_copy_thread, s->args[i]) != 0) {
+        s->per[i].s = s;
+        s->per[i].t = i;
+        if (pthread_create(&s->th[i], NULL, na_bench_copy_thread, &s->per[i]) != 0) {
             st = na_err(NA_ERR_INTERNAL, "bench: pthread_create failed for copy thread %d", i);
             break;
         }
@@ -426,18 +454,9 @@ na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_cop
     return NA_OK;
 
 err_join:
-    for (i = 1; i <= s->started; i++)
-        pthread_join(s->th[i], NULL);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    pthread_barrier_destroy(&s->bar);
+    na_bench_copy_join(s);
 err_free:
-    free(s->args);
-    free(s->sums);
-    free(s->th);
-    free(s->c);
-    free(s->a);
-    free(s);
+    na_bench_copy_free(s);
     return st;
 }
 
@@ -482,29 +501,19 @@ double na_bench_read_pass(na_bench_copy_t *s)
     s->read = 1;                        /* seen by the workers after the barrier */
     pthread_barrier_wait(&s->bar);
     t0 = na_bench_now();
-    ((volatile uint64_t *)s->sums)[0] = na_bench_read_slice(s->a + lo, hi - lo);
+    s->per[0].sum = na_bench_read_slice(s->a + lo, hi - lo);
     pthread_barrier_wait(&s->bar);
     return (double)(s->n * sizeof(double)) / (na_bench_now() - t0) / 1e9;
 }
 
 void na_bench_copy_destroy(na_bench_copy_t *s)
 {
-    int i;
     if (s == NULL)
         return;
     s->stop = 1;                     /* read by workers after the barrier below */
     pthread_barrier_wait(&s->bar);
-    for (i = 1; i <= s->started; i++)
-        pthread_join(s->th[i], NULL);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
-    pthread_barrier_destroy(&s->bar);
-    free(s->args);
-    free(s->sums);
-    free(s->th);
-    free(s->c);
-    free(s->a);
-    free(s);
+    na_bench_copy_join(s);
+    na_bench_copy_free(s);
 }
 
 /* stream_copy and stream_read: one warm-up pass, then reps timed ones. */
