@@ -315,13 +315,12 @@ static int pr_rows(na_bench_t *b, const pr_args_t *a, na_model_t *m, const char 
              * bandwidth of the same thread count, measured now (the
              * issue's >= 90 %), and the copy's (read + write bytes) */
             double gbs = 0, csp = 0, rbs = 0, rsp = 0;
-            if (na_bench_stream_read(t, (size_t)512 << 20, 5, &rbs, &rsp) == NA_OK) {
+            if (na_bench_stream_copy_read(t, (size_t)256 << 20, 5, &gbs, &csp, &rbs, &rsp) ==
+                NA_OK) {
                 snprintf(name, sizeof(name), "decode weight read %s %s t=%d (%.0f MB x tg)",
                          label, dtname, t, pr_decode_bytes(m) / 1e6);
                 snprintf(ref, sizeof(ref), "read t=%d (in-run)", t);
                 na_bench_add(b, name, pr_decode_bytes(m) * mtg / 1e9, "GB/s", stg, ref, rbs);
-            }
-            if (na_bench_stream_copy(t, (size_t)256 << 20, 5, &gbs, &csp) == NA_OK) {
                 snprintf(name, sizeof(name), "copy t=%d (in-run, read + write bytes)", t);
                 na_bench_add(b, name, gbs, "GB/s", csp, NULL, 0);
             }

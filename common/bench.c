@@ -516,9 +516,11 @@ void na_bench_copy_destroy(na_bench_copy_t *s)
     na_bench_copy_free(s);
 }
 
-/* stream_copy and stream_read: one warm-up pass, then reps timed ones. */
-static na_status_t na_bench_stream(int n_threads, size_t array_bytes, int reps, int read,
-                                   double *gbs_p, double *spread_p)
+/* The copy (copy_p, copy_spread_p) and, when read_p is not NULL, the read
+ * pass of one copy object: one warm-up pass of each, then reps timed rounds
+ * (a round: a copy pass, then a read pass, so both see the same load). */
+static na_status_t na_bench_stream(int n_threads, size_t array_bytes, int reps, double *copy_p,
+                                   double *copy_spread_p, double *read_p, double *read_spread_p)
 {
     na_bench_copy_t *c;
     double *gbs;
@@ -526,7 +528,7 @@ static na_status_t na_bench_stream(int n_threads, size_t array_bytes, int reps, 
     int r;
 
     reps = reps < 1 ? 1 : reps;
-    gbs = calloc((size_t)reps, sizeof(double));
+    gbs = calloc(2 * (size_t)reps, sizeof(double));     /* copy passes, then read passes */
     if (gbs == NULL)
         return na_err(NA_ERR_NOMEM, "bench: out of memory");
     st = na_bench_copy_create(n_threads, array_bytes, &c);
@@ -534,12 +536,21 @@ static na_status_t na_bench_stream(int n_threads, size_t array_bytes, int reps, 
         free(gbs);
         return st;
     }
-    (void)(read ? na_bench_read_pass(c) : na_bench_copy_pass(c));     /* warm-up */
-    for (r = 0; r < reps; r++)
-        gbs[r] = read ? na_bench_read_pass(c) : na_bench_copy_pass(c);
+    (void)na_bench_copy_pass(c);                                    /* warm-up */
+    if (read_p != NULL)
+        (void)na_bench_read_pass(c);
+    for (r = 0; r < reps; r++) {
+        gbs[r] = na_bench_copy_pass(c);
+        if (read_p != NULL)
+            gbs[reps + r] = na_bench_read_pass(c);
+    }
     na_bench_copy_destroy(c);
-    *spread_p = na_bench_spread(gbs, reps);
-    *gbs_p = na_bench_median(gbs, reps);
+    *copy_spread_p = na_bench_spread(gbs, reps);
+    *copy_p = na_bench_median(gbs, reps);
+    if (read_p != NULL) {
+        *read_spread_p = na_bench_spread(gbs + reps, reps);
+        *read_p = na_bench_median(gbs + reps, reps);
+    }
     free(gbs);
     return NA_OK;
 }
@@ -547,11 +558,13 @@ static na_status_t na_bench_stream(int n_threads, size_t array_bytes, int reps, 
 na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
                                  double *gbs_p, double *spread_p)
 {
-    return na_bench_stream(n_threads, array_bytes, reps, 0, gbs_p, spread_p);
+    return na_bench_stream(n_threads, array_bytes, reps, gbs_p, spread_p, NULL, NULL);
 }
 
-na_status_t na_bench_stream_read(int n_threads, size_t array_bytes, int reps,
-                                 double *gbs_p, double *spread_p)
+na_status_t na_bench_stream_copy_read(int n_threads, size_t array_bytes, int reps,
+                                      double *copy_p, double *copy_spread_p, double *read_p,
+                                      double *read_spread_p)
 {
-    return na_bench_stream(n_threads, array_bytes, reps, 1, gbs_p, spread_p);
+    return na_bench_stream(n_threads, array_bytes, reps, copy_p, copy_spread_p, read_p,
+                           read_spread_p);
 }

@@ -78,11 +78,13 @@ double na_bench_percentile(double *v, long n, double p);
  * NA_ERR_INTERNAL (thread creation). */
 na_status_t na_bench_stream_copy(int n_threads, size_t array_bytes, int reps,
                                  double *gbs_p, double *spread_p);
-/* The read bandwidth of the same threads: each reads its slice of one
- * array of array_bytes (64-bit words summed), counting array_bytes a pass;
- * the reference of a decode's weight read (which writes almost nothing). */
-na_status_t na_bench_stream_read(int n_threads, size_t array_bytes, int reps,
-                                 double *gbs_p, double *spread_p);
+/* The same copy and, in rounds with it on the same arrays and threads, the
+ * read bandwidth: each thread reads its slice of the source array (64-bit
+ * words summed), counting array_bytes a pass; the reference of a decode's
+ * weight read (which writes almost nothing). */
+na_status_t na_bench_stream_copy_read(int n_threads, size_t array_bytes, int reps,
+                                      double *copy_p, double *copy_spread_p, double *read_p,
+                                      double *read_spread_p);
 
 /* The same copy as a persistent object, so a bench can interleave one copy
  * pass with each repeat of what it measures (both then see the same machine
@@ -94,7 +96,7 @@ na_status_t na_bench_stream_read(int n_threads, size_t array_bytes, int reps,
 typedef struct na_bench_copy na_bench_copy_t;
 na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_copy_t **copy_p);
 double      na_bench_copy_pass(na_bench_copy_t *copy);
-/* One timed read pass of the source array (as na_bench_stream_read). */
+/* One timed read pass of the source array (as na_bench_stream_copy_read). */
 double      na_bench_read_pass(na_bench_copy_t *copy);
 void        na_bench_copy_destroy(na_bench_copy_t *copy);
 

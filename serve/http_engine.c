@@ -364,42 +364,48 @@ typedef struct {
     sm_col_t    all[2], node[2];
 } sm_family_t;
 
-#define SM_ALL(label, field, kind)  { label, offsetof(na_sg_stats_t, field), kind }
-#define SM_NODE(label, field, kind) { label, offsetof(na_asvc_node_stats_t, field), kind }
+/* The kind from the field's own type (any other type does not compile), so
+ * the table cannot read a counter as what it is not. */
+#define SM_KIND(T, field) _Generic(((T *)0)->field, double: SM_F64, long: SM_LONG,      \
+                                   unsigned long: SM_U64, unsigned long long: SM_U64)
+#define SM_ALL(label, field)  { label, offsetof(na_sg_stats_t, field),                   \
+                                SM_KIND(na_sg_stats_t, field) }
+#define SM_NODE(label, field) { label, offsetof(na_asvc_node_stats_t, field),            \
+                                SM_KIND(na_asvc_node_stats_t, field) }
 
 static const sm_family_t sm_families[] = {
     { "nearattn_attention_round_trips_total", "counter",
       "Attention round trips (batch, layer) answered by a storage node.",
-      1, 1, { SM_ALL("node=\"all\"", attn_calls, SM_LONG) },
-      { SM_NODE(NULL, attn_calls, SM_U64) } },
+      1, 1, { SM_ALL("node=\"all\"", attn_calls) },
+      { SM_NODE(NULL, attn_calls) } },
     { "nearattn_attention_round_trip_seconds_total", "counter",
       "Summed time from sending a batch's attention to a node's last answer.",
-      1, 1, { SM_ALL("node=\"all\"", attn_rt_s, SM_F64) },
-      { SM_NODE(NULL, attn_rt_s, SM_F64) } },
+      1, 1, { SM_ALL("node=\"all\"", attn_rt_s) },
+      { SM_NODE(NULL, attn_rt_s) } },
     { "nearattn_attention_bytes_total", "counter",
       "Bytes to and from a storage node (decode attention and prompt KV).",
-      2, 2, { SM_ALL("node=\"all\",direction=\"sent\"", bytes_sent, SM_U64),
-              SM_ALL("node=\"all\",direction=\"received\"", bytes_recv, SM_U64) },
-      { SM_NODE("direction=\"sent\"", bytes_sent, SM_U64),
-        SM_NODE("direction=\"received\"", bytes_recv, SM_U64) } },
+      2, 2, { SM_ALL("node=\"all\",direction=\"sent\"", bytes_sent),
+              SM_ALL("node=\"all\",direction=\"received\"", bytes_recv) },
+      { SM_NODE("direction=\"sent\"", bytes_sent),
+        SM_NODE("direction=\"received\"", bytes_recv) } },
     { "nearattn_kv_bytes", "gauge",
       "KV cache bytes by tier: each storage node's DRAM and SSD use (its STATS), "
       "or the requests held now in-process.",
-      1, 2, { SM_ALL("tier=\"inproc\",node=\"all\"", kv_bytes, SM_U64) },
-      { SM_NODE("tier=\"dram\"", kv_dram_bytes, SM_U64),
-        SM_NODE("tier=\"ssd\"", kv_ssd_bytes, SM_U64) } },
+      1, 2, { SM_ALL("tier=\"inproc\",node=\"all\"", kv_bytes) },
+      { SM_NODE("tier=\"dram\"", kv_dram_bytes),
+        SM_NODE("tier=\"ssd\"", kv_ssd_bytes) } },
     /* prefix reuse (docs/prefix-reuse.md): per storage node, its own counters */
     { "nearattn_prefix_tokens_total", "counter",
       "Prompt tokens by how their KV got to a storage node: hit (its prefix "
       "cache held them) or computed (prefilled on the compute node and shipped).",
-      2, 2, { SM_ALL("node=\"all\",kind=\"hit\"", prefix_hit_tokens, SM_LONG),
-              SM_ALL("node=\"all\",kind=\"computed\"", prefix_computed_tokens, SM_LONG) },
-      { SM_NODE("kind=\"hit\"", prefix_hit_tokens, SM_U64),
-        SM_NODE("kind=\"computed\"", prefill_tokens, SM_U64) } },
+      2, 2, { SM_ALL("node=\"all\",kind=\"hit\"", prefix_hit_tokens),
+              SM_ALL("node=\"all\",kind=\"computed\"", prefix_computed_tokens) },
+      { SM_NODE("kind=\"hit\"", prefix_hit_tokens),
+        SM_NODE("kind=\"computed\"", prefill_tokens) } },
     { "nearattn_prefix_cache_bytes", "gauge",
       "KV a storage node keeps in its prefix cache.",
       0, 1, { { NULL, 0, SM_U64 } },
-      { SM_NODE(NULL, prefix_cache_bytes, SM_U64) } },
+      { SM_NODE(NULL, prefix_cache_bytes) } },
 };
 
 /* The counter c of the struct at base, as a sample's value. */
