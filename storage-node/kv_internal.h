@@ -22,7 +22,7 @@ typedef struct {
                                       the full block goes out after them) */
     int            busy;           /* views held */
     int            deferred;       /* blocks written while busy: finish at release */
-    int            due;            /* on the store's due list (na_kv_spill_later) */
+    int            due;            /* on the store's due list (kv_store.c's na_kv_spill_later) */
     na_kv_block_t *blocks;         /* (max_blocks) */
 } na_kv_layer_t;
 
@@ -102,12 +102,6 @@ int         na_kv_dram_fits(const na_kv_store_t *s, uint64_t bytes);
 /* Commit full buffered blocks of (r, layer) and rewrite the partial tail's
  * SSD image; asynchronous unless sync. */
 na_status_t na_kv_spill(na_kv_store_t *s, na_kv_req_t *r, int layer, int sync);
-/* A decode step's spill of (r, layer), left for the loop's next
- * na_kv_poll (after the step's answer went out): 0, or -1 when it cannot be
- * listed (out of memory: spill now). */
-int         na_kv_spill_later(na_kv_store_t *s, na_kv_req_t *r, int layer);
-/* Forget r's spills left for later (r is going away). */
-void        na_kv_spill_forget(na_kv_store_t *s, const na_kv_req_t *r);
 /* Wait until r has no write in flight. */
 na_status_t na_kv_wait_req(na_kv_store_t *s, na_kv_req_t *r);
 /* Free the write records kept for reuse (at destroy, nothing in flight). */
@@ -121,6 +115,18 @@ na_status_t na_kv_header_read(na_kv_store_t *s, na_kv_req_t *r, uint64_t *seq_p,
 static inline uint64_t na_kv_layer_off(const na_kv_req_t *r, int layer)
 {
     return r->ext_off + NA_KV_HDR_BYTES + (uint64_t)layer * (uint64_t)r->max_blocks * r->block_bytes;
+}
+
+/* A request's failure state: NA_OK, or the status that failed it, with its
+ * reason as the thread's error message. The one body of kv_store.c's
+ * na_kv_req_check (the other modules' call) and of writeback.c's checks
+ * (below kv_store.c, it does not call up). */
+static inline na_status_t na_kv_req_state(const na_kv_req_t *r)
+{
+    if (r->fail_st == NA_OK)
+        return NA_OK;
+    return na_err(r->fail_st, "request %llu failed earlier: %s",
+                  (unsigned long long)r->id, r->reason);
 }
 
 #endif /* NA_KV_INTERNAL_H */

@@ -108,6 +108,46 @@ static void na_kv_req_free_mem(na_kv_store_t *s, na_kv_req_t *r)
     free(r);
 }
 
+/* ---- the due list: decode spills left for the loop's next poll --------------
+ * The append lists a (request, layer) whose decode steps reached
+ * kv.spill_interval; writeback.c's na_kv_poll makes those spills after the
+ * step's answer went out, so a decode step's round trip runs nothing of
+ * writeback.c. 0, or -1 when it cannot be listed (out of memory: the caller
+ * spills now). */
+static int na_kv_spill_later(na_kv_store_t *s, na_kv_req_t *r, int layer)
+{
+    if (r->layers[layer].due)
+        return 0;
+    if (s->n_due == s->due_cap) {
+        int cap = s->due_cap ? 2 * s->due_cap : 64;
+        na_kv_due_t *nd = realloc(s->due, sizeof(*nd) * (size_t)cap);
+        if (nd == NULL)
+            return -1;
+        s->due = nd;
+        s->due_cap = cap;
+    }
+    s->due[s->n_due].r = r;
+    s->due[s->n_due].layer = layer;
+    s->n_due++;
+    r->layers[layer].due = 1;
+    return 0;
+}
+
+/* Forget r's listed spills (r is going away). */
+static void na_kv_spill_forget(na_kv_store_t *s, const na_kv_req_t *r)
+{
+    int i;
+
+    for (i = 0; i < s->n_due;) {
+        if (s->due[i].r == r) {
+            s->n_due--;
+            s->due[i] = s->due[s->n_due];     /* the last one takes its place */
+        } else {
+            i++;
+        }
+    }
+}
+
 static void na_kv_req_drop(na_kv_store_t *s, na_kv_req_t *r)
 {
     na_kv_req_t **pp = &s->hash[r->id % NA_KV_HASH];
@@ -158,6 +198,7 @@ na_kv_req_t *na_kv_find(na_kv_store_t *s, uint64_t id)
     return NULL;
 }
 
+na_status_t na_kv_req_check(na_kv_req_t *r) { return na_kv_req_state(r); }
 uint64_t na_kv_req_id(const na_kv_req_t *r) { return r->id; }
 uint64_t na_kv_req_seq(const na_kv_req_t *r) { return r->seq; }
 

@@ -1,8 +1,8 @@
 /* storage-node/writeback.c — delayed KV writeback (INF2 §4.2), the
- * per-extent header that makes a crash detectable, and a request's failure
- * state (na_kv_req_fail / na_kv_req_check: a write that fails fails its
- * request). Below kv_store.c, which calls down into it and never the
- * reverse.
+ * per-extent header that makes a crash detectable, and the marking of a
+ * request failed (na_kv_req_fail: a write that fails fails its request; the
+ * state is read with na_kv_req_state, inline in kv_internal.h). Below
+ * kv_store.c, which calls down into it and never the reverse.
  *
  * New rows are appended into blocks in the writeback buffer (DRAM) and
  * attention reads them from there. Every spill_interval decode steps of a
@@ -11,7 +11,7 @@
  * up to 1 MiB and written with one asynchronous write to their (sequential)
  * SSD home; the partial last block's image is rewritten to its home too.
  * Nothing waits for these writes on the decode path, and a decode step does
- * not even issue them: its spill is listed (na_kv_spill_later) and made by
+ * not even issue them: its spill is listed (kv_store.c's due list) and made by
  * the loop's next na_kv_poll, after the step's answer went out (or by the
  * next append of that layer when no poll came); completions are reaped by
  * na_kv_poll (the node loop calls it between messages) or when the queue
@@ -51,14 +51,6 @@ void na_kv_req_fail(na_kv_req_t *r, na_status_t st, const char *reason)
     r->fail_st = st;
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
     na_log_warn("kv: request %llu failed: %s", (unsigned long long)r->id, reason);
-}
-
-na_status_t na_kv_req_check(na_kv_req_t *r)
-{
-    if (r->fail_st == NA_OK)
-        return NA_OK;
-    return na_err(r->fail_st, "request %llu failed earlier: %s",
-                  (unsigned long long)r->id, r->reason);
 }
 
 /* ---- write records -------------------------------------------------------- */
@@ -288,40 +280,7 @@ static na_status_t na_kv_reap(na_kv_store_t *s, int min_wait)
     return NA_OK;
 }
 
-int na_kv_spill_later(na_kv_store_t *s, na_kv_req_t *r, int layer)
-{
-    if (r->layers[layer].due)
-        return 0;
-    if (s->n_due == s->due_cap) {
-        int cap = s->due_cap ? 2 * s->due_cap : 64;
-        na_kv_due_t *nd = realloc(s->due, sizeof(*nd) * (size_t)cap);
-        if (nd == NULL)
-            return -1;
-        s->due = nd;
-        s->due_cap = cap;
-    }
-    s->due[s->n_due].r = r;
-    s->due[s->n_due].layer = layer;
-    s->n_due++;
-    r->layers[layer].due = 1;
-    return 0;
-}
-
-void na_kv_spill_forget(na_kv_store_t *s, const na_kv_req_t *r)
-{
-    int i;
-
-    for (i = 0; i < s->n_due;) {
-        if (s->due[i].r == r) {
-            s->n_due--;
-            s->due[i] = s->due[s->n_due];     /* the last one takes its place */
-        } else {
-            i++;
-        }
-    }
-}
-
-/* The spills left for the poll (na_kv_spill_later), unless made since. A
+/* The spills left for the poll (kv_store.c's na_kv_spill_later), unless made since. A
  * write that cannot be issued fails its request (na_kv_wr_issue). */
 static void na_kv_spill_due(na_kv_store_t *s)
 {
@@ -361,7 +320,7 @@ na_status_t na_kv_wait_req(na_kv_store_t *s, na_kv_req_t *r)
         if (st != NA_OK)
             return st;
     }
-    return na_kv_req_check(r);
+    return na_kv_req_state(r);
 }
 
 na_status_t na_kv_header_write_sync(na_kv_store_t *s, na_kv_req_t *r)
