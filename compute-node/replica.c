@@ -107,10 +107,8 @@ na_status_t na_rep_create(const na_cfg_t *cfg, const char *name, na_rep_t **r_p)
     r->cfg = cfg;
     r->n = cfg->n_compute;
     st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "replicas", r, &r->ses);
-    if (st != NA_OK) {
-        free(r);
-        return st;
-    }
+    if (st != NA_OK)
+        goto fail_link;
     na_ses_on_end(r->ses, na_rep_on_end);
     na_ses_on(r->ses, NA_WIRE_MSG_BATCH_CTX, na_rep_on_ctx);
     na_ses_on_tick(r->ses, na_rep_tick);
