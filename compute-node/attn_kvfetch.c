@@ -57,7 +57,7 @@ typedef struct {
     int           done[KF_MAX_BATCH];
     int           n_done;
     int           busy[KF_MAX_BATCH];
-    /* scratch for one entry */
+    /* scratch for one entry: one block, kf first (each entry rewrites it all) */
     size_t        cap;              /* tokens the buffers hold */
     float        *kf, *vf;          /* [cap][kv_dim] fetched rows as f32 */
     void         *kb, *vb;          /* [cap][kv_dim] rows in kv_dtype for attn_decode */
@@ -86,24 +86,20 @@ static void kf_node_lost(kf_t *p, int j, const char *why)
 static na_status_t kf_reserve(kf_t *p, size_t n)
 {
     size_t kvd = (size_t)p->base.kv_dim, es = na_dtype_bytes(p->kv_dtype, 1), cap = p->cap;
-    void *a[4];
-    int i;
+    float *b;
 
     if (n <= p->cap)
         return NA_OK;
     while (cap < n)
         cap = cap ? 2 * cap : 256;
-    a[0] = realloc(p->kf, cap * kvd * sizeof(float));
-    if (a[0] != NULL) p->kf = a[0];
-    a[1] = realloc(p->vf, cap * kvd * sizeof(float));
-    if (a[1] != NULL) p->vf = a[1];
-    a[2] = realloc(p->kb, cap * kvd * es);
-    if (a[2] != NULL) p->kb = a[2];
-    a[3] = realloc(p->vb, cap * kvd * es);
-    if (a[3] != NULL) p->vb = a[3];
-    for (i = 0; i < 4; i++)
-        if (a[i] == NULL)
-            return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory for %zu tokens of KV", cap);
+    b = malloc(cap * kvd * (2 * sizeof(float) + 2 * es));
+    if (b == NULL)
+        return na_err(NA_ERR_NOMEM, "kv-fetch: out of memory for %zu tokens of KV", cap);
+    free(p->kf);
+    p->kf = b;
+    p->vf = p->kf + cap * kvd;
+    p->kb = p->vf + cap * kvd;
+    p->vb = (uint8_t *)p->kb + cap * kvd * es;
     p->cap = cap;
     return NA_OK;
 }
@@ -388,9 +384,6 @@ static void kf_destroy(na_asvc_t *s)
         na_peer_close(p->nodes[j].sc, 0, "done");
     na_ses_destroy(p->ses);
     free(p->kf);
-    free(p->vf);
-    free(p->kb);
-    free(p->vb);
     free(p);
 }
 

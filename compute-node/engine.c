@@ -80,38 +80,35 @@ na_status_t na_engine_create(const na_model_t *model, const na_engine_opts_t *op
     e->q_dim = e->cfg.n_heads * e->cfg.head_dim;
     e->kv_dim = e->cfg.n_kv_heads * e->cfg.head_dim;
     st = na_kernels_create(backend, opts->n_threads, &e->kern);
-    if (st != NA_OK)
-        goto err_free_engine;
-    /* every front end (run, serve, batch, perplexity; monolithic and
-     * offload): a row's logits must not depend on the rows batched beside
-     * it, so greedy and seeded text is the same at any batch (sampler.h) */
-    e->kern->batch_invariant = 1;
-    st = na_engine_place(e);
-    if (st != NA_OK)
-        goto err_destroy_kernels;
-    {
+    if (st == NA_OK) {
+        /* every front end (run, serve, batch, perplexity; monolithic and
+         * offload): a row's logits must not depend on the rows batched beside
+         * it, so greedy and seeded text is the same at any batch (sampler.h) */
+        e->kern->batch_invariant = 1;
+        st = na_engine_place(e);
+    }
+    if (st == NA_OK) {
         na_rope_desc_t rd;
         na_rope_desc_model(&rd, model);
-        if ((st = na_rope_create(e->kern, &rd, &e->rope)) != NA_OK)
-            goto err_destroy_kernels;
+        st = na_rope_create(e->kern, &rd, &e->rope);
+    }
+    if (st != NA_OK) {
+        na_engine_destroy(e);
+        return st;
     }
     *e_p = e;
     return NA_OK;
-
-err_destroy_kernels:
-    na_engine_unplace(e);
-    na_kernels_destroy(e->kern);
-err_free_engine:
-    free(e);
-    return st;
 }
 
+/* Also takes a half-built engine (na_engine_create's failure path: no
+ * kernels, or weights placed in part). */
 void na_engine_destroy(na_engine_t *e)
 {
     if (e == NULL)
         return;
     na_rope_destroy(e->rope);
-    na_engine_unplace(e);
+    if (e->kern != NULL)
+        na_engine_unplace(e);
     na_kernels_destroy(e->kern);
     free(e);
 }
@@ -186,23 +183,20 @@ na_status_t na_acts_create(const na_engine_t *e, int max_rows, int max_seg,
 
     if (a == NULL)
         return na_err(NA_ERR_NOMEM, "activations: out of memory");
-    st = e->kern->ops->event_create(e->kern, &a->ev);
-    if (st != NA_OK)
-        goto err_free_acts;
-    st = na_acts_reserve(a, e, max_rows > 0 ? max_rows : 1, max_seg > 0 ? max_seg : 1);
-    if (st != NA_OK)
-        goto err_destroy_event;
     a->e = e;
+    st = e->kern->ops->event_create(e->kern, &a->ev);
+    if (st == NA_OK)
+        st = na_acts_reserve(a, e, max_rows > 0 ? max_rows : 1, max_seg > 0 ? max_seg : 1);
+    if (st != NA_OK) {
+        na_acts_destroy(a);
+        return st;
+    }
     *a_p = a;
     return NA_OK;
-
-err_destroy_event:
-    e->kern->ops->event_destroy(e->kern, a->ev);
-err_free_acts:
-    free(a);
-    return st;
 }
 
+/* Also takes a half-built object (na_acts_create's failure path: no buffers,
+ * maybe no event). */
 void na_acts_destroy(na_acts_t *a)
 {
     if (a == NULL)

@@ -12,9 +12,10 @@ na_status_t na_request_create(const na_engine_t *e, int id, const int *prompt,
                               int n_prompt, int max_new, const na_sampler_cfg_t *scfg,
                               na_request_t **r_p)
 {
+    na_sampler_t sampler;
     na_request_t *r;
     na_status_t st;
-    int i;
+    int i, cap_out = max_new;
 
     if (n_prompt <= 0)
         return na_err(NA_ERR_INVALID, "request %d: empty prompt", id);
@@ -29,37 +30,25 @@ na_status_t na_request_create(const na_engine_t *e, int id, const int *prompt,
         if (prompt[i] < 0 || prompt[i] >= e->cfg.vocab_size)
             return na_err(NA_ERR_INVALID, "request %d: prompt token %d = %d outside [0, %d)",
                           id, i, prompt[i], e->cfg.vocab_size);
-    r = calloc(1, sizeof(*r));
+    st = na_sampler_init(&sampler, scfg, e->cfg.vocab_size);
+    if (st != NA_OK)
+        return st;
+    /* no more than seq_len - n_prompt + 1 tokens can come out */
+    if (cap_out > e->cfg.seq_len - n_prompt + 1)
+        cap_out = e->cfg.seq_len - n_prompt + 1;
+    /* one block: the request, then its prompt copy, then its output */
+    r = calloc(1, sizeof(*r) + (size_t)(n_prompt + cap_out) * sizeof(int));
     if (r == NULL)
         return na_err(NA_ERR_NOMEM, "request %d: out of memory", id);
     r->id = id;
     r->n_prompt = n_prompt;
     r->max_new = max_new;
-    r->prompt = malloc((size_t)n_prompt * sizeof(int));
-    if (r->prompt == NULL)
-        goto err_free_request;
+    r->prompt = (int *)(r + 1);
+    r->out = r->prompt + n_prompt;
     memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof(int));
-    /* no more than seq_len - n_prompt + 1 tokens can come out */
-    r->out = malloc((size_t)(max_new < e->cfg.seq_len - n_prompt + 1 ?
-                             max_new : e->cfg.seq_len - n_prompt + 1) * sizeof(int));
-    if (r->out == NULL)
-        goto err_free_prompt;
-    st = na_sampler_create(scfg, e->cfg.vocab_size, &r->sampler);
-    if (st != NA_OK)
-        goto err_free_out;
+    r->sampler = sampler;
     *r_p = r;
     return NA_OK;
-
-err_free_out:
-    free(r->out);
-    free(r->prompt);
-    free(r);
-    return st;
-err_free_prompt:
-    free(r->prompt);
-err_free_request:
-    free(r);
-    return na_err(NA_ERR_NOMEM, "request %d: out of memory", id);
 }
 
 void na_request_destroy(na_request_t *r)
@@ -67,9 +56,6 @@ void na_request_destroy(na_request_t *r)
     if (r == NULL)
         return;
     na_lkv_destroy(r->kv);
-    na_sampler_destroy(r->sampler);
-    free(r->out);
-    free(r->prompt);
     free(r);
 }
 
@@ -125,9 +111,9 @@ na_status_t na_request_force(na_request_t *r, const int *force, double *logprob)
         return na_err(NA_ERR_INVALID, "request %d: forced tokens must be set before it runs",
                       r->id);
     for (k = 0; k < r->max_new; k++)
-        if (force[k] < 0 || force[k] >= r->sampler->vocab_size)
+        if (force[k] < 0 || force[k] >= r->sampler.vocab_size)
             return na_err(NA_ERR_INVALID, "request %d: forced token %d = %d outside [0, %d)",
-                          r->id, k, force[k], r->sampler->vocab_size);
+                          r->id, k, force[k], r->sampler.vocab_size);
     r->force = force;
     r->force_lp = logprob;
     return NA_OK;
@@ -137,14 +123,14 @@ na_status_t na_request_sample(na_request_t *r, float *logits, na_prob_index_t *s
                               int *t)
 {
     if (r->force != NULL) {             /* teacher forcing: score, don't sample */
-        if (!na_sampler_all_finite(logits, r->sampler->vocab_size))
+        if (!na_sampler_all_finite(logits, r->sampler.vocab_size))
             *t = NA_SAMPLER_NOT_FINITE;
         else {
             *t = r->force[r->n_out];
-            r->force_lp[r->n_out] = na_sampler_logprob(logits, r->sampler->vocab_size, *t);
+            r->force_lp[r->n_out] = na_sampler_logprob(logits, r->sampler.vocab_size, *t);
         }
     } else {
-        *t = na_sampler_sample(r->sampler, logits, scratch);
+        *t = na_sampler_sample(&r->sampler, logits, scratch);
     }
     if (*t == NA_SAMPLER_NOT_FINITE)
         return na_err(NA_ERR_RANGE, "logits are not finite (NaN/Inf) at token %d", r->n_pos);

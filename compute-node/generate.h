@@ -34,16 +34,16 @@ typedef enum {
 
 typedef struct na_request {
     int             id;         /* caller's tag */
-    int            *prompt;     /* [n_prompt] owned copy */
+    int            *prompt;     /* [n_prompt] copy, in the request's own block */
     int             n_prompt;
     int             max_new;    /* >= 1 */
-    int            *out;        /* [min(max_new, seq_len - n_prompt + 1)] generated (owned) */
+    int            *out;        /* [min(max_new, seq_len - n_prompt + 1)] generated (same block) */
     int             n_out;
     int             n_pos;      /* tokens stored in the KV */
     int             last;       /* last token: the input of the next decode row */
     na_req_state_t  state;
     na_finish_t     finish;
-    na_sampler_t   *sampler;    /* owned */
+    na_sampler_t    sampler;    /* its own random state (na_sampler_init) */
     na_lkv_t  *kv;         /* owned while admitted, NULL otherwise */
     void           *user;       /* caller's pointer, untouched */
     const int      *force;      /* teacher forcing (na_request_force), or NULL */

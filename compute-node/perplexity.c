@@ -17,7 +17,8 @@ na_status_t na_ppl_create(const na_engine_t *e, const int *tokens, int n_tokens,
     na_sampler_cfg_t sc = { 0.0f, 1.0f, 0 };   /* greedy: never used, tokens are forced */
     na_ppl_t *p;
     na_status_t st = NA_OK;
-    int c, n_max, *prompt;
+    int c, n_max, n_chunks, *prompt;
+    size_t n_lp;
 
     if (o->n_ctx < NA_PPL_MIN_CTX || o->n_ctx > e->cfg.seq_len)
         return na_err(NA_ERR_RANGE, "a context of %d tokens is outside [%d, %d] (the model's "
@@ -27,24 +28,26 @@ na_status_t na_ppl_create(const na_engine_t *e, const int *tokens, int n_tokens,
         return na_err(NA_ERR_RANGE, "the text tokenizes to only %d tokens: perplexity with a "
                       "context of %d tokens needs at least %d", n_tokens, o->n_ctx,
                       2 * o->n_ctx);
-    p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return na_err(NA_ERR_NOMEM, "perplexity: out of memory");
+    n_max = n_tokens / o->n_ctx;
+    n_chunks = o->n_chunks > 0 && o->n_chunks < n_max ? o->n_chunks : n_max;
+    n_lp = (size_t)n_chunks * (size_t)(o->n_ctx - 1 - o->n_ctx / 2);   /* tokens scored */
+    /* one block: the object, then reqs, lp and force (in falling alignment) */
+    p = calloc(1, sizeof(*p) + (size_t)n_chunks * sizeof(*p->reqs) +
+                  n_lp * (sizeof(*p->lp) + sizeof(*p->force)));
+    prompt = malloc((size_t)(o->n_ctx / 2 + 1) * sizeof(*prompt));
+    if (p == NULL || prompt == NULL) {
+        free(p);
+        free(prompt);
+        return na_err(NA_ERR_NOMEM, "perplexity: out of memory for %d chunks of %d tokens",
+                      n_chunks, o->n_ctx);
+    }
     p->n_ctx = o->n_ctx;
     p->first = o->n_ctx / 2;
     p->n_scored = o->n_ctx - 1 - p->first;
-    n_max = n_tokens / o->n_ctx;
-    p->n_chunks = o->n_chunks > 0 && o->n_chunks < n_max ? o->n_chunks : n_max;
-    p->reqs = calloc((size_t)p->n_chunks, sizeof(*p->reqs));
-    p->force = malloc((size_t)p->n_chunks * (size_t)p->n_scored * sizeof(*p->force));
-    p->lp = calloc((size_t)p->n_chunks * (size_t)p->n_scored, sizeof(*p->lp));
-    prompt = malloc((size_t)(p->first + 1) * sizeof(*prompt));
-    if (p->reqs == NULL || p->force == NULL || p->lp == NULL || prompt == NULL) {
-        free(prompt);
-        na_ppl_destroy(p);
-        return na_err(NA_ERR_NOMEM, "perplexity: out of memory for %d chunks of %d tokens",
-                      p->n_chunks, p->n_ctx);
-    }
+    p->n_chunks = n_chunks;
+    p->reqs = (na_request_t **)(p + 1);
+    p->lp = (double *)(p->reqs + n_chunks);
+    p->force = (int *)(p->lp + n_lp);
     for (c = 0; c < p->n_chunks && st == NA_OK; c++) {
         const int *chunk = tokens + (size_t)c * (size_t)p->n_ctx;
         int *force = p->force + (size_t)c * (size_t)p->n_scored;
@@ -74,12 +77,8 @@ void na_ppl_destroy(na_ppl_t *p)
 
     if (p == NULL)
         return;
-    if (p->reqs != NULL)
-        for (c = 0; c < p->n_chunks; c++)
-            na_request_destroy(p->reqs[c]);
-    free(p->reqs);
-    free(p->force);
-    free(p->lp);
+    for (c = 0; c < p->n_chunks; c++)
+        na_request_destroy(p->reqs[c]);
     free(p);
 }
 

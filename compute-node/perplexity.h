@@ -38,6 +38,7 @@ typedef struct {
                        they are, as llama-perplexity does without add_bos) */
 } na_ppl_opts_t;
 
+/* The arrays lie in the object's own allocation (one free). */
 typedef struct {
     int             n_ctx;
     int             first;      /* n_ctx / 2 */

@@ -62,9 +62,9 @@ typedef struct {
 } na_pfx_slot_t;
 
 struct na_pfx_map {
-    na_pfx_slot_t *t;
     int            cap;   /* power of two, twice the keys kept */
     int            used;
+    na_pfx_slot_t  t[];   /* [cap], in the map's own allocation */
 };
 
 static uint64_t pfx_k(const na_kvhash_t *h)
@@ -76,41 +76,30 @@ static uint64_t pfx_k(const na_kvhash_t *h)
 
 na_pfx_map_t *na_pfx_map_create(int cap)
 {
-    na_pfx_map_t *m = calloc(1, sizeof(*m));
+    na_pfx_map_t *m;
     int c = 64;
 
-    if (m == NULL)
-        return NULL;
     while (c < 2 * cap)
         c *= 2;
-    m->t = calloc((size_t)c, sizeof(*m->t));
-    if (m->t == NULL) {
-        free(m);
-        return NULL;
-    }
-    m->cap = c;
+    m = calloc(1, sizeof(*m) + (size_t)c * sizeof(m->t[0]));
+    if (m != NULL)
+        m->cap = c;
     return m;
 }
 
 void na_pfx_map_destroy(na_pfx_map_t *m)
 {
-    if (m == NULL)
-        return;
-    free(m->t);
     free(m);
 }
 
-static na_pfx_slot_t *pfx_find(const na_pfx_map_t *m, uint64_t k, int add)
+/* The index of key k's slot, or of the empty slot where k would go. */
+static unsigned pfx_find(const na_pfx_map_t *m, uint64_t k)
 {
     unsigned i = (unsigned)(k * 0x9e3779b97f4a7c15ull >> 32) & (unsigned)(m->cap - 1);
 
-    for (;; i = (i + 1) & (unsigned)(m->cap - 1)) {
-        na_pfx_slot_t *s = &m->t[i];
-        if (s->key == k)
-            return s;
-        if (s->key == 0)
-            return add ? s : NULL;
-    }
+    while (m->t[i].key != k && m->t[i].key != 0)
+        i = (i + 1) & (unsigned)(m->cap - 1);
+    return i;
 }
 
 int na_pfx_map_longest(const na_pfx_map_t *m, const na_kvhash_t *keys, int n, int node)
@@ -120,8 +109,9 @@ int na_pfx_map_longest(const na_pfx_map_t *m, const na_kvhash_t *keys, int n, in
     if (m == NULL || node < 0 || node >= 64)
         return 0;
     for (b = 0; b < n; b++) {
-        const na_pfx_slot_t *s = pfx_find(m, pfx_k(&keys[b]), 0);
-        if (s == NULL || !(s->nodes & (1ull << node)))
+        uint64_t k = pfx_k(&keys[b]);
+        const na_pfx_slot_t *s = &m->t[pfx_find(m, k)];
+        if (s->key != k || !(s->nodes & (1ull << node)))
             break;
     }
     return b;
@@ -135,12 +125,12 @@ void na_pfx_map_note(na_pfx_map_t *m, const na_kvhash_t *keys, int n, int node)
         return;
     for (b = 0; b < n; b++) {
         uint64_t k = pfx_k(&keys[b]);
-        na_pfx_slot_t *s = pfx_find(m, k, 1);
+        na_pfx_slot_t *s = &m->t[pfx_find(m, k)];
         if (s->key == 0) {
             if (2 * (m->used + 1) > m->cap) {     /* full: start over (a guess only) */
                 memset(m->t, 0, sizeof(*m->t) * (size_t)m->cap);
                 m->used = 0;
-                s = pfx_find(m, k, 1);
+                s = &m->t[pfx_find(m, k)];
             }
             s->key = k;
             m->used++;

@@ -74,6 +74,16 @@ static na_status_t na_rep_on_ctx(void *ctx, na_ses_in_t *in)
     return NA_OK;
 }
 
+/* Take the oldest kept context (the FIFO is not empty). */
+static const na_rep_ctx_t *na_rep_pop(na_rep_t *r)
+{
+    const na_rep_ctx_t *c = &r->q[r->qh];
+
+    r->qh = (r->qh + 1) % NA_REP_QMAX;
+    r->qn--;
+    return c;
+}
+
 /* Each session round while waiting: the storage nodes' heartbeats too. */
 static void na_rep_tick(void *ctx)
 {
@@ -97,10 +107,8 @@ na_status_t na_rep_create(const na_cfg_t *cfg, const char *name, na_rep_t **r_p)
     r->cfg = cfg;
     r->n = cfg->n_compute;
     st = na_ses_create_cfg(cfg, name, NA_WIRE_ROLE_COMPUTE, "replicas", r, &r->ses);
-    if (st != NA_OK) {
-        free(r);
-        return st;
-    }
+    if (st != NA_OK)
+        goto fail_link;
     na_ses_on_end(r->ses, na_rep_on_end);
     na_ses_on(r->ses, NA_WIRE_MSG_BATCH_CTX, na_rep_on_ctx);
     na_ses_on_tick(r->ses, na_rep_tick);
@@ -133,11 +141,8 @@ void na_rep_destroy(na_rep_t *r)
 
     if (r == NULL)
         return;
-    while (r->qn > 0) {
-        na_ses_msg_release(r->ses, r->q[r->qh].msg);
-        r->qh = (r->qh + 1) % NA_REP_QMAX;
-        r->qn--;
-    }
+    while (r->qn > 0)
+        na_ses_msg_release(r->ses, na_rep_pop(r)->msg);
     for (i = 1; i < r->n; i++)
         na_peer_close(r->peer[i], 0, "done");
     na_ses_destroy(r->ses);
@@ -280,6 +285,7 @@ na_status_t na_rep_send_ctx(na_rep_t *r, int w, const na_wire_ctx_t *c)
 na_status_t na_rep_recv_ctx(na_rep_t *r, int timeout_ms, na_xp_msg_t **msg_p,
                             na_wire_ctx_t *c_p)
 {
+    const na_rep_ctx_t *head;
     na_status_t st = NA_OK;
 
     if (r->qn == 0)
@@ -291,10 +297,9 @@ na_status_t na_rep_recv_ctx(na_rep_t *r, int timeout_ms, na_xp_msg_t **msg_p,
     }
     if (r->qn == 0)
         return st == NA_OK ? NA_ERR_TIMEOUT : st;
-    *msg_p = r->q[r->qh].msg;
-    *c_p = r->q[r->qh].c;
-    r->qh = (r->qh + 1) % NA_REP_QMAX;
-    r->qn--;
+    head = na_rep_pop(r);
+    *msg_p = head->msg;
+    *c_p = head->c;
     r->st.ctx_recv++;
     return NA_OK;
 }

@@ -48,23 +48,32 @@ float na_sampler_uniform(uint64_t *state)
     return (float)((x * 0x2545F4914F6CDD1Dull) >> 40) / 16777216.0f;
 }
 
-na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
-                              na_sampler_t **s_p)
+na_status_t na_sampler_init(na_sampler_t *s, const na_sampler_cfg_t *cfg, int vocab_size)
 {
-    na_sampler_t *s;
-    na_status_t st;
+    na_status_t st = na_sampler_cfg_check(cfg);
 
-    st = na_sampler_cfg_check(cfg);
     if (st != NA_OK)
         return st;
     if (vocab_size <= 0)
         return na_err(NA_ERR_INVALID, "sampler: vocab_size %d must be > 0", vocab_size);
-    s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return na_err(NA_ERR_NOMEM, "sampler: out of memory");
     s->cfg = *cfg;
     s->vocab_size = vocab_size;
     s->rng = na_sampler_seed_state(cfg->seed);
+    return NA_OK;
+}
+
+na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
+                              na_sampler_t **s_p)
+{
+    na_sampler_t v, *s;
+    na_status_t st = na_sampler_init(&v, cfg, vocab_size);
+
+    if (st != NA_OK)
+        return st;
+    s = malloc(sizeof(*s));
+    if (s == NULL)
+        return na_err(NA_ERR_NOMEM, "sampler: out of memory");
+    *s = v;
     *s_p = s;
     return NA_OK;
 }

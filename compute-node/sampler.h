@@ -53,10 +53,13 @@ na_status_t na_sampler_cfg_check(const na_sampler_cfg_t *cfg);
  * than 0, which na_sampler_cfg_check refuses. Other values convert as they are. */
 float na_sampler_top_p(double p);
 
-/* Create a sampler for rows of vocab_size logits. Fails with NA_ERR_INVALID
- * (bad cfg or vocab_size <= 0) or NA_ERR_NOMEM. The caller owns *s_p.
- * A sampler holds no O(vocab) memory: the nucleus scratch is passed to
- * na_sampler_sample, so one buffer serves every request of a batch. */
+/* Set up *s, held by value (a request keeps its sampler in its own block),
+ * for rows of vocab_size logits. Fails with NA_ERR_INVALID (bad cfg or
+ * vocab_size <= 0), leaving *s untouched. A sampler holds no O(vocab) memory:
+ * the nucleus scratch is passed to na_sampler_sample, so one buffer serves
+ * every request of a batch. */
+na_status_t na_sampler_init(na_sampler_t *s, const na_sampler_cfg_t *cfg, int vocab_size);
+/* na_sampler_init on a new sampler; also NA_ERR_NOMEM. The caller owns *s_p. */
 na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
                               na_sampler_t **s_p);
 /* Free a sampler; NULL is a no-op. */

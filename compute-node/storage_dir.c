@@ -18,11 +18,11 @@ typedef struct {
 
 struct na_sc_dir {
     na_ses_t         *ses;
-    char             *path;
     struct stat       seen;      /* the layout file as last loaded */
     uint64_t          retry_ns;
     na_sc_dir_node_t *nodes;     /* [n] of [cap] */
     int               n, cap;
+    char              path[];    /* the layout file, in the directory's allocation */
 };
 
 /* Whether the file at path differs from *seen_p (modification time, size or
@@ -97,18 +97,15 @@ static na_status_t na_sc_dir_load(na_sc_dir_t *d, int first)
 na_status_t na_sc_dir_create(na_ses_t *ses, const char *path, unsigned retry_ms,
                              na_sc_dir_t **dir_p)
 {
-    na_sc_dir_t *d = calloc(1, sizeof(*d));
+    size_t len = strlen(path);
+    na_sc_dir_t *d = calloc(1, sizeof(*d) + len + 1);
     na_status_t st;
 
     if (d == NULL)
         return na_err(NA_ERR_NOMEM, "storage directory: out of memory");
     d->ses = ses;
     d->retry_ns = (uint64_t)(retry_ms ? retry_ms : 1000) * 1000000ull;
-    d->path = strdup(path);
-    if (d->path == NULL) {
-        free(d);
-        return na_err(NA_ERR_NOMEM, "storage directory: out of memory");
-    }
+    memcpy(d->path, path, len + 1);
     st = na_sc_dir_load(d, 1);
     if (st != NA_OK) {
         na_sc_dir_destroy(d);
@@ -126,7 +123,6 @@ void na_sc_dir_destroy(na_sc_dir_t *d)
     for (i = 0; i < d->n; i++)
         na_peer_close(d->nodes[i].sc, 0, "done");
     free(d->nodes);
-    free(d->path);
     free(d);
 }
 

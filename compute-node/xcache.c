@@ -21,8 +21,14 @@
 
 struct na_xcache {
     int        n_layers, dim, max_tokens;
-    uint16_t **x;            /* [n_layers] -> (max_tokens, dim) f16 */
+    uint16_t   x[];          /* (n_layers, max_tokens, dim) f16, in the object's allocation */
 };
+
+/* Layer l's (max_tokens, dim) rows. */
+static uint16_t *na_xcache_layer(na_xcache_t *x, int l)
+{
+    return x->x + (size_t)l * (size_t)x->max_tokens * (size_t)x->dim;
+}
 
 na_status_t na_xcache_check(const na_model_config_t *mc)
 {
@@ -46,48 +52,27 @@ size_t na_xcache_bytes(const na_model_config_t *mc, int max_tokens)
 na_status_t na_xcache_create(const na_model_config_t *mc, int max_tokens, na_xcache_t **x_p)
 {
     na_xcache_t *x;
-    int l;
 
     if (max_tokens > mc->seq_len)
         max_tokens = mc->seq_len;
-    x = calloc(1, sizeof(*x));
+    x = malloc(sizeof(*x) + na_xcache_bytes(mc, max_tokens));
     if (x == NULL)
-        return na_err(NA_ERR_NOMEM, "xcache: out of memory");
+        return na_err(NA_ERR_NOMEM, "xcache: out of memory for %d tokens", max_tokens);
     x->n_layers = mc->n_layers;
     x->dim = mc->dim;
     x->max_tokens = max_tokens;
-    x->x = calloc((size_t)mc->n_layers, sizeof(*x->x));
-    if (x->x == NULL)
-        goto err_free;
-    for (l = 0; l < mc->n_layers; l++) {
-        x->x[l] = malloc((size_t)max_tokens * (size_t)mc->dim * sizeof(uint16_t));
-        if (x->x[l] == NULL)
-            goto err_free;
-    }
     *x_p = x;
     return NA_OK;
-
-err_free:
-    na_xcache_destroy(x);
-    return na_err(NA_ERR_NOMEM, "xcache: out of memory for %d tokens", max_tokens);
 }
 
 void na_xcache_destroy(na_xcache_t *x)
 {
-    int l;
-
-    if (x == NULL)
-        return;
-    if (x->x != NULL)
-        for (l = 0; l < x->n_layers; l++)
-            free(x->x[l]);
-    free(x->x);
     free(x);
 }
 
 void na_xcache_put(na_xcache_t *x, int layer, int pos0, int n, const float *xb)
 {
-    uint16_t *dst = x->x[layer] + (size_t)pos0 * (size_t)x->dim;
+    uint16_t *dst = na_xcache_layer(x, layer) + (size_t)pos0 * (size_t)x->dim;
     size_t i, cnt = (size_t)n * (size_t)x->dim;
 
     if (pos0 < 0 || pos0 + n > x->max_tokens)
@@ -103,50 +88,44 @@ na_status_t na_xcache_attend(na_xcache_t *x, na_engine_t *e, int layer, int pos,
     const na_kernel_ops_t *ops = e->kern->ops;
     na_dtype_t kt = e->opts.kv_dtype;
     int n = pos + 1, i;
-    size_t kd = (size_t)e->kv_dim, cnt = (size_t)n * kd;
+    size_t kd = (size_t)e->kv_dim, cnt = (size_t)n * kd, nx = (size_t)n * (size_t)x->dim;
+    const uint16_t *xl = na_xcache_layer(x, layer);
     float *xf, *k, *v;
-    void *kc, *vc;
+    char *kc, *vc;
     int *positions;
     na_status_t st;
 
     if (n > x->max_tokens)
         return na_err(NA_ERR_RANGE, "xcache: position %d past the %d tokens kept", pos,
                       x->max_tokens);
-    xf = malloc((size_t)n * (size_t)x->dim * sizeof(float));
-    k = malloc(cnt * sizeof(float));
-    v = malloc(cnt * sizeof(float));
-    kc = malloc(na_dtype_bytes(kt, cnt));
-    vc = malloc(na_dtype_bytes(kt, cnt));
-    positions = malloc((size_t)n * sizeof(int));
-    if (!xf || !k || !v || !kc || !vc || !positions) {
-        st = na_err(NA_ERR_NOMEM, "xcache: out of memory regenerating %d tokens", n);
-        goto out;
-    }
+    /* one scratch block: X, K, V (f32), positions, then K and V in the KV dtype */
+    xf = malloc((nx + 2 * cnt) * sizeof(float) + (size_t)n * sizeof(int) +
+                2 * na_dtype_bytes(kt, cnt));
+    if (xf == NULL)
+        return na_err(NA_ERR_NOMEM, "xcache: out of memory regenerating %d tokens", n);
+    k = xf + nx;
+    v = k + cnt;
+    positions = (int *)(v + cnt);
+    kc = (char *)(positions + n);
+    vc = kc + na_dtype_bytes(kt, cnt);
     for (i = 0; i < n * x->dim; i++)
-        xf[i] = na_f16_to_f32(x->x[layer][i]);
+        xf[i] = na_f16_to_f32(xl[i]);
     for (i = 0; i < n; i++)
         positions[i] = i;
     /* regenerate K = RoPE(X·Wk), V = X·Wv, stored in the KV dtype, then attend
      * (host arrays wrapped as buffers: a host backend's path) */
     {
-        na_kbuf_t xb = na_kbuf_host(xf, (size_t)n * (size_t)x->dim * sizeof(float));
+        na_kbuf_t xb = na_kbuf_host(xf, nx * sizeof(float));
         na_kbuf_t kb = na_kbuf_host(k, cnt * sizeof(float));
         na_kbuf_t vb = na_kbuf_host(v, cnt * sizeof(float));
         na_kbuf_t kcb = na_kbuf_host(kc, na_dtype_bytes(kt, cnt));
         na_kbuf_t vcb = na_kbuf_host(vc, na_dtype_bytes(kt, cnt));
-        if ((st = na_slice_kv(e, layer, &kb, &vb, &xb, positions, n)) != NA_OK ||
-            (st = ops->store(e->kern, &kcb, kt, &kb, cnt)) != NA_OK ||
-            (st = ops->store(e->kern, &vcb, kt, &vb, cnt)) != NA_OK)
-            goto out;
+        if ((st = na_slice_kv(e, layer, &kb, &vb, &xb, positions, n)) == NA_OK &&
+            (st = ops->store(e->kern, &kcb, kt, &kb, cnt)) == NA_OK &&
+            (st = ops->store(e->kern, &vcb, kt, &vb, cnt)) == NA_OK)
+            st = na_kernels_attn_decode_host(e->kern, out, q, kc, vc, kt, n, c->n_heads,
+                                             c->n_kv_heads, c->head_dim);
     }
-    st = na_kernels_attn_decode_host(e->kern, out, q, kc, vc, kt, n, c->n_heads,
-                                     c->n_kv_heads, c->head_dim);
-out:
-    free(positions);
-    free(vc);
-    free(kc);
-    free(v);
-    free(k);
     free(xf);
     return st;
 }
