@@ -66,6 +66,37 @@ static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
     int n = k->n_threads == 1 ? 1 : 4 * k->n_threads;
     return n < n_panels ? n : n_panels;
 }
+/* The blocking of the quantised GEMMs (cpu_gemm_q8.c, cpu_gemm_q4.c) over
+ * ntile row tiles of rm weight rows: *mc weight rows packed at a time (row_b
+ * packed bytes each, about w_chunk of them), *nc inputs at a time (x_b packed
+ * bytes each, about x_chunk of them), whole tiles (rm rows, rn inputs) of at
+ * least one, and a chunk no larger than a task's rows. Returns the tasks. */
+static inline int na_cpu_gemm_blocks(const na_kernels_t *k, int ntile, int rm, int rn,
+                                     size_t row_b, size_t w_chunk, size_t x_b, size_t x_chunk,
+                                     int *mc, int *nc)
+{
+    int n_tasks = na_cpu_gemm_tasks(k, ntile);
+    *mc = (int)(w_chunk / row_b) / rm * rm;
+    if (*mc < rm)
+        *mc = rm;
+    *nc = (int)(x_chunk / x_b) / rn * rn;
+    if (*nc < rn)
+        *nc = rn;
+    if (*mc > (ntile + n_tasks - 1) / n_tasks * rm)
+        *mc = (ntile + n_tasks - 1) / n_tasks * rm;   /* no larger than a task */
+    return n_tasks;
+}
+/* A micro-tile's outputs out[i * rn + c] (i < rm weight rows from row r, c <
+ * rn inputs from input c1) into y (batch, rows), but for the padding rows
+ * and inputs. */
+static inline void na_cpu_gemm_put(float *y, int rows, int batch, int r, int c1,
+                                   const float *out, int rm, int rn)
+{
+    int i, c;
+    for (i = 0; i < rm && r + i < rows; i++)
+        for (c = 0; c < rn && c1 + c < batch; c++)
+            y[(size_t)(c1 + c) * rows + r + i] = out[i * rn + c];
+}
 /* (na_cpu_gemm_run, the two pool jobs of a GEMM: after the backend state) */
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
                               const na_tensor_t *w, int batch);
@@ -185,6 +216,13 @@ static inline float na_cpu_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* Sum of 4 accumulators of 8 lanes, in the row kernels' order: (a0 + a1) +
+ * (a2 + a3), then na_cpu_hsum. */
+static inline float na_cpu_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
 /* Max of the 8 lanes. */
 static inline float na_cpu_hmax(__m256 v)
 {
@@ -250,6 +288,66 @@ static inline __m256 na_cpu_load_bf16(const uint16_t *p)
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
+
+/* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0 (the high
+ * bits of Q5 codes). */
+static inline __m256i na_cpu_bits32(const uint8_t *p)
+{
+    uint32_t x32;
+    __m256i bytes;
+    memcpy(&x32, p, 4);
+    bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32),
+                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                  0x0101010101010101, 0x0000000000000000));
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+#if defined(__AVX512F__)
+/* Sum of a zmm pair whose halves are the 8-lane kernels' 4 accumulators
+ * (a0 = their a0|a1, a1 = their a2|a3), reduced as na_cpu_hsum4 reduces
+ * those: how the AVX-512 kernels stay bit-identical to them. */
+static inline float na_cpu_hsum2x16(__m512 a0, __m512 a1)
+{
+    return na_cpu_hsum4(_mm512_castps512_ps256(a0),
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1)),
+                        _mm512_castps512_ps256(a1),
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1)));
+}
+
+/* The accumulators a[r][b][0..1] (r < NR <= 4, b < NB <= 3, constants after
+ * inlining) of the AVX-512 panel kernels (cpu_matmul.c's na_cpu_dotpx_f32,
+ * cpu_gemm_h16.c's na_gh_tile), which do a long row in parts: the first part
+ * (i0 == 0) starts from zero, a later one from what the part before it kept
+ * in acc (na_cpu_px_keep; 24 vectors). */
+static inline __attribute__((always_inline)) void
+na_cpu_px_start(__m512 a[4][3][2], const __m512 *acc, int NR, int NB, int i0)
+{
+    int r, b;
+#pragma GCC unroll 4
+    for (r = 0; r < NR; r++)
+#pragma GCC unroll 3
+        for (b = 0; b < NB; b++) {
+            a[r][b][0] = i0 > 0 ? acc[(r * 3 + b) * 2] : _mm512_setzero_ps();
+            a[r][b][1] = i0 > 0 ? acc[(r * 3 + b) * 2 + 1] : _mm512_setzero_ps();
+        }
+}
+
+/* Keep a part's accumulators in acc for the next part (exact: the same sums,
+ * only stored between parts). */
+static inline __attribute__((always_inline)) void
+na_cpu_px_keep(__m512 a[4][3][2], __m512 *acc, int NR, int NB)
+{
+    int r, b;
+#pragma GCC unroll 4
+    for (r = 0; r < NR; r++)
+#pragma GCC unroll 3
+        for (b = 0; b < NB; b++) {
+            acc[(r * 3 + b) * 2] = a[r][b][0];
+            acc[(r * 3 + b) * 2 + 1] = a[r][b][1];
+        }
+}
+#endif
 
 /* na_ref_f16_round with F16C: v to f16 and back, v itself where f16
  * overflows. */

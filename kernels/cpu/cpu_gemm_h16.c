@@ -68,17 +68,6 @@ typedef struct {
 } na_gh_job_t;
 
 #if defined(__AVX512F__)
-/* The row kernel's 4 ymm lanes of a zmm pair (a0 = lanes 0-15, a1 = 16-31)
- * reduced as na_cpu_dot_h16 reduces a0..a3. */
-NA_INLINE float na_gh_reduce(__m512 a0, __m512 a1)
-{
-    __m256 p0 = _mm512_castps512_ps256(a0);
-    __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1));
-    __m256 p2 = _mm512_castps512_ps256(a1);
-    __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1));
-    return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
-}
-
 /* NR rows (ws elements apart) x NB inputs (ld apart) over elements [i0, i1)
  * of rows of n (NR <= 4, NB <= 3, F16 constants after inlining). Parts that
  * are not the first start from acc; one that is not the last (i1 < n, a
@@ -93,13 +82,7 @@ NA_INLINE void na_gh_tile(const uint16_t *w, size_t ws, int NR, const float *x, 
     float sum[4][3];
     int i = i0, b, r;
 
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            a[r][b][0] = i0 > 0 ? acc[(r * 3 + b) * 2] : _mm512_setzero_ps();
-            a[r][b][1] = i0 > 0 ? acc[(r * 3 + b) * 2 + 1] : _mm512_setzero_ps();
-        }
+    na_cpu_px_start(a, acc, NR, NB, i0);
     for (; i + 32 <= i1; i += 32) {
         __m512 x0[3], x1[3];
 #pragma GCC unroll 3
@@ -127,13 +110,7 @@ NA_INLINE void na_gh_tile(const uint16_t *w, size_t ws, int NR, const float *x, 
         }
     }
     if (i1 < n) {                       /* not the last part */
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                acc[(r * 3 + b) * 2] = a[r][b][0];
-                acc[(r * 3 + b) * 2 + 1] = a[r][b][1];
-            }
+        na_cpu_px_keep(a, acc, NR, NB);
         return;
     }
     if (!F16) {                         /* lanes (even | odd) back to elements 0-15 | 16-31 */
@@ -167,7 +144,7 @@ NA_INLINE void na_gh_tile(const uint16_t *w, size_t ws, int NR, const float *x, 
     for (r = 0; r < NR; r++)
 #pragma GCC unroll 3
         for (b = 0; b < NB; b++)
-            sum[r][b] = na_gh_reduce(a[r][b][0], a[r][b][1]);
+            sum[r][b] = na_cpu_hsum2x16(a[r][b][0], a[r][b][1]);
     for (; i < n; i++)
 #pragma GCC unroll 4
         for (r = 0; r < NR; r++) {
@@ -232,8 +209,7 @@ NA_INLINE void na_gh_tile(const uint16_t *w, size_t ws, int NR, const float *x, 
     }
 #pragma GCC unroll 3
     for (b = 0; b < NB; b++)
-        sum[b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a[b][0], a[b][1]),
-                                           _mm256_add_ps(a[b][2], a[b][3])));
+        sum[b] = na_cpu_hsum4(a[b][0], a[b][1], a[b][2], a[b][3]);
     for (; i < n; i++) {
         float wv = F16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]);
 #pragma GCC unroll 3

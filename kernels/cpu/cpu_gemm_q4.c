@@ -87,20 +87,6 @@ typedef struct {
     float             *sp;      /* Q4_1 / Q5_1: s_x, (ncols / RN, nblk, NA_G4_SB) */
 } na_g4_job_t;
 
-/* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0 (as
- * cpu_quant.c's na_cq_bits32). */
-NA_INLINE __m256i na_g4_bits32(const uint8_t *p)
-{
-    uint32_t x32;
-    __m256i bytes;
-    memcpy(&x32, p, 4);
-    bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32),
-                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                  0x0101010101010101, 0x0000000000000000));
-    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-}
-
 /* Input column c (x; NULL: a padding column, all zero) of j into out: per
  * block the Q8 codes and -off x their sums of 4, then the nblk scales; for
  * Q4_1 / Q5_1 Q8_1's s into the lanes of j->sp that use it. */
@@ -165,7 +151,7 @@ static void na_g4_pack_w(const na_g4_job_t *j, const uint8_t *row, int i, uint8_
             v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
                                  _mm256_set1_epi8(0x0F));
             if (q5)
-                v = _mm256_or_si256(v, _mm256_and_si256(na_g4_bits32(blk + qo - 4),
+                v = _mm256_or_si256(v, _mm256_and_si256(na_cpu_bits32(blk + qo - 4),
                                                         _mm256_set1_epi8(0x10)));
             memcpy(&dh, blk, 2);
             d = _cvtsh_ss(dh);
@@ -345,7 +331,7 @@ static void na_g4_mm_task(void *ctx, int t, int n_tasks)
     int lo = (int)((long)ntile * t / n_tasks) * NA_G4_RM;
     int hi = (int)((long)ntile * (t + 1) / n_tasks) * NA_G4_RM;
     uint8_t *wp = j->wp + (size_t)t * (size_t)(j->mc / NA_G4_RM) * tile_b;
-    int r0, r, c0, c1, rt, c, i;
+    int r0, r, c0, c1, rt;
 
     for (r0 = lo; r0 < hi; r0 += j->mc) {
         int nr = hi - r0 < j->mc ? hi - r0 : j->mc;
@@ -364,9 +350,8 @@ static void na_g4_mm_task(void *ctx, int t, int n_tasks)
                                    nblk * (NA_G4_SB / 4), nblk, out);
                     else
                         na_g4_tile(0, tw, j->tb, tx, j->xs, NULL, nblk, out);
-                    for (i = 0; i < NA_G4_RM && r0 + rt + i < rows; i++)
-                        for (c = 0; c < NA_G4_RN && c1 + c < j->batch; c++)
-                            j->y[(size_t)(c1 + c) * rows + r0 + rt + i] = out[i][c];
+                    na_cpu_gemm_put(j->y, rows, j->batch, r0 + rt, c1, &out[0][0], NA_G4_RM,
+                                    NA_G4_RN);
                 }
         }
     }
@@ -391,15 +376,8 @@ int na_cpu_gemm_q4(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     j.tb = j.hm ? NA_G4_TB : NA_G4_TB0;
     j.xs = (size_t)j.nblk * (NA_G4_XB + sizeof(float));
     row_b = (size_t)j.nblk * j.tb / NA_G4_RM;
-    j.mc = (int)(NA_G4_W_CHUNK / row_b) / NA_G4_RM * NA_G4_RM;
-    if (j.mc < NA_G4_RM)
-        j.mc = NA_G4_RM;
-    j.nc = (int)(NA_G4_X_CHUNK / j.xs) / NA_G4_RN * NA_G4_RN;
-    if (j.nc < NA_G4_RN)
-        j.nc = NA_G4_RN;
-    n_tasks = na_cpu_gemm_tasks(k, ntile);
-    if (j.mc > (ntile + n_tasks - 1) / n_tasks * NA_G4_RM)
-        j.mc = (ntile + n_tasks - 1) / n_tasks * NA_G4_RM;   /* no larger than a task */
+    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_G4_RM, NA_G4_RN, row_b, NA_G4_W_CHUNK, j.xs,
+                                 NA_G4_X_CHUNK, &j.mc, &j.nc);
     xbytes = (size_t)j.ncols * j.xs;
     wbytes = (size_t)n_tasks * (size_t)j.mc * row_b;
     sbytes = j.hm ? (size_t)(j.ncols / NA_G4_RN) * j.nblk * NA_G4_SB : 0;

@@ -244,8 +244,7 @@ NA_INLINE void na_gq_tile(const uint8_t *wp, const uint8_t *xp, size_t xs, int n
     for (r = 0; r < NA_GQ_RM; r++)
 #pragma GCC unroll 4
         for (c = 0; c < NA_GQ_RN; c++)
-            out[r][c] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0[r][c], a1[r][c]),
-                                                  _mm256_add_ps(a2[r][c], a3[r][c])));
+            out[r][c] = na_cpu_hsum4(a0[r][c], a1[r][c], a2[r][c], a3[r][c]);
 }
 #endif
 
@@ -271,7 +270,7 @@ static void na_gq_mm_task(void *ctx, int t, int n_tasks)
     int lo = (int)((long)ntile * t / n_tasks) * NA_GQ_RM;
     int hi = (int)((long)ntile * (t + 1) / n_tasks) * NA_GQ_RM;
     uint8_t *wp = j->wp + (size_t)t * (size_t)(j->mc / NA_GQ_RM) * tile_b;
-    int r0, r, u, c0, c1, rt, c, i;
+    int r0, r, u, c0, c1, rt;
 
     for (r0 = lo; r0 < hi; r0 += j->mc) {
         int nr = hi - r0 < j->mc ? hi - r0 : j->mc;
@@ -289,9 +288,8 @@ static void na_gq_mm_task(void *ctx, int t, int n_tasks)
                     float out[NA_GQ_RM][NA_GQ_RN];
                     na_gq_tile(wp + (size_t)(rt / NA_GQ_RM) * tile_b, j->xp + (size_t)c1 * xs,
                                xs, (j->nblk + NA_GQ_UB - 1) / NA_GQ_UB, out);
-                    for (i = 0; i < NA_GQ_RM && r0 + rt + i < rows; i++)
-                        for (c = 0; c < NA_GQ_RN && c1 + c < j->batch; c++)
-                            j->y[(size_t)(c1 + c) * rows + r0 + rt + i] = out[i][c];
+                    na_cpu_gemm_put(j->y, rows, j->batch, r0 + rt, c1, &out[0][0], NA_GQ_RM,
+                                    NA_GQ_RN);
                 }
         }
     }
@@ -312,15 +310,8 @@ int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     j.nblk = w->cols / NA_Q8_0_BLOCK;
     j.nunit = (j.nblk + 3) / 4 * NA_GQ_QUAD;
     row_b = (size_t)j.nunit * NA_GQ_WB;
-    j.mc = (int)(NA_GQ_W_CHUNK / row_b) / NA_GQ_RM * NA_GQ_RM;
-    if (j.mc < NA_GQ_RM)
-        j.mc = NA_GQ_RM;
-    j.nc = (int)(NA_GQ_X_CHUNK / ((size_t)j.nunit * NA_GQ_XB)) / NA_GQ_RN * NA_GQ_RN;
-    if (j.nc < NA_GQ_RN)
-        j.nc = NA_GQ_RN;
-    n_tasks = na_cpu_gemm_tasks(k, ntile);
-    if (j.mc > (ntile + n_tasks - 1) / n_tasks * NA_GQ_RM)
-        j.mc = (ntile + n_tasks - 1) / n_tasks * NA_GQ_RM;   /* no larger than a task */
+    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_GQ_RM, NA_GQ_RN, row_b, NA_GQ_W_CHUNK,
+                                 (size_t)j.nunit * NA_GQ_XB, NA_GQ_X_CHUNK, &j.mc, &j.nc);
     xbytes = (size_t)j.ncols * j.nunit * NA_GQ_XB;
     wbytes = (size_t)n_tasks * (size_t)j.mc * row_b;
     j.xp = (uint8_t *)na_cpu_scratch(k, (xbytes + wbytes) / sizeof(float) + 1);

@@ -251,7 +251,7 @@ static float na_cpu_dot_q8q8(const uint8_t *row, const int8_t *qx, const float *
     if (b + 2 < nblk)
         a2 = NA_Q8B(a2, 2);
 #undef NA_Q8B
-    return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    return na_cpu_hsum4(a0, a1, a2, a3);
 }
 
 #define NA_INLINE static inline __attribute__((always_inline))
@@ -304,8 +304,7 @@ NA_INLINE void na_cpu_dotn_f32(const float *w, const float *x, size_t ld, int n,
     }
 #pragma GCC unroll 4
     for (b = 0; b < NB; b++)
-        sum[b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a[b][0], a[b][1]),
-                                           _mm256_add_ps(a[b][2], a[b][3])));
+        sum[b] = na_cpu_hsum4(a[b][0], a[b][1], a[b][2], a[b][3]);
     for (; i < n; i++)
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++)
@@ -391,13 +390,8 @@ NA_INLINE void na_cpu_dotrn_f32(const float *const *w, int NR, const float *x, s
 #pragma GCC unroll 4
     for (b = 0; b < NB; b++)
 #pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            __m256 p0 = _mm512_castps512_ps256(a[r][b][0]);
-            __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][0]), 1));
-            __m256 p2 = _mm512_castps512_ps256(a[r][b][1]);
-            __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][1]), 1));
-            sum[r][b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
-        }
+        for (r = 0; r < NR; r++)
+            sum[r][b] = na_cpu_hsum2x16(a[r][b][0], a[r][b][1]);
     for (; i < n; i++)
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++)
@@ -431,13 +425,7 @@ NA_INLINE void na_cpu_dotpx_f32(const float *w, size_t ws, int NR, const float *
     float sum[4][3];
     int i = i0, b, r;
 
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            a[r][b][0] = i0 > 0 ? acc[(r * 3 + b) * 2] : _mm512_setzero_ps();
-            a[r][b][1] = i0 > 0 ? acc[(r * 3 + b) * 2 + 1] : _mm512_setzero_ps();
-        }
+    na_cpu_px_start(a, acc, NR, NB, i0);
     for (; i + 32 <= i1; i += 32) {
         __m512 x0[3], x1[3];
 #pragma GCC unroll 3
@@ -459,13 +447,7 @@ NA_INLINE void na_cpu_dotpx_f32(const float *w, size_t ws, int NR, const float *
         }
     }
     if (i1 < n) {                       /* not the last part */
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                acc[(r * 3 + b) * 2] = a[r][b][0];
-                acc[(r * 3 + b) * 2 + 1] = a[r][b][1];
-            }
+        na_cpu_px_keep(a, acc, NR, NB);
         return;
     }
     for (; i + 8 <= n; i += 8) {
@@ -481,13 +463,8 @@ NA_INLINE void na_cpu_dotpx_f32(const float *w, size_t ws, int NR, const float *
 #pragma GCC unroll 4
     for (r = 0; r < NR; r++)
 #pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            __m256 p0 = _mm512_castps512_ps256(a[r][b][0]);
-            __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][0]), 1));
-            __m256 p2 = _mm512_castps512_ps256(a[r][b][1]);
-            __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][1]), 1));
-            sum[r][b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
-        }
+        for (b = 0; b < NB; b++)
+            sum[r][b] = na_cpu_hsum2x16(a[r][b][0], a[r][b][1]);
     for (; i < n; i++)
 #pragma GCC unroll 4
         for (r = 0; r < NR; r++)
@@ -585,7 +562,7 @@ NA_INLINE float na_cpu_dot_h16(const uint16_t *w, const float *x, int n, int f16
     for (; i + 8 <= n; i += 8)
         a0 = _mm256_fmadd_ps(NA_LD(w + i), _mm256_loadu_ps(x + i), a0);
 #undef NA_LD
-    sum = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    sum = na_cpu_hsum4(a0, a1, a2, a3);
     for (; i < n; i++)
         sum = fmaf(f16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]), x[i], sum);
     return sum;
@@ -617,7 +594,7 @@ static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, i
             a2 = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + i + 16), a2);
             a3 = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + i + 24), a3);
         }
-        return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        return na_cpu_hsum4(a0, a1, a2, a3);
     }
     default:
         return 0.0f;
