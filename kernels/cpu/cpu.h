@@ -314,39 +314,6 @@ static inline float na_cpu_hsum2x16(__m512 a0, __m512 a1)
                         _mm512_castps512_ps256(a1),
                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1)));
 }
-
-/* The accumulators a[r][b][0..1] (r < NR <= 4, b < NB <= 3, constants after
- * inlining) of the AVX-512 panel kernels (cpu_matmul.c's na_cpu_dotpx_f32,
- * cpu_gemm_h16.c's na_gh_tile), which do a long row in parts: the first part
- * (i0 == 0) starts from zero, a later one from what the part before it kept
- * in acc (na_cpu_px_keep; 24 vectors). */
-static inline __attribute__((always_inline)) void
-na_cpu_px_start(__m512 a[4][3][2], const __m512 *acc, int NR, int NB, int i0)
-{
-    int r, b;
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            a[r][b][0] = i0 > 0 ? acc[(r * 3 + b) * 2] : _mm512_setzero_ps();
-            a[r][b][1] = i0 > 0 ? acc[(r * 3 + b) * 2 + 1] : _mm512_setzero_ps();
-        }
-}
-
-/* Keep a part's accumulators in acc for the next part (exact: the same sums,
- * only stored between parts). */
-static inline __attribute__((always_inline)) void
-na_cpu_px_keep(__m512 a[4][3][2], __m512 *acc, int NR, int NB)
-{
-    int r, b;
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            acc[(r * 3 + b) * 2] = a[r][b][0];
-            acc[(r * 3 + b) * 2 + 1] = a[r][b][1];
-        }
-}
 #endif
 
 /* na_ref_f16_round with F16C: v to f16 and back, v itself where f16

@@ -75,7 +75,7 @@
  *                         dequantises a panel of its rows to f32 (~512 KiB,
  *                         in L2), then runs each group of 3 inputs over the
  *                         whole panel, 4 rows x 3 inputs per pass
- *                         (na_cpu_dotpx_f32, 24 zmm accumulators, rows over
+ *                         (cpu_panel.h, 24 zmm accumulators, rows over
  *                         4096 elements in parts with the accumulators kept
  *                         between them), in the batch-1 summation order.
  *                         Before, each group of 4 rows went over all the
@@ -121,6 +121,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_panel.h"
 #include "kernels/ref/ref.h"
 
 #define NA_CPU_TILE_MIN_BATCH 20
@@ -405,84 +406,11 @@ NA_INLINE void na_cpu_dotrn_f32(const float *const *w, int NR, const float *x, s
             out[(size_t)b * os + r] = sum[r][b];
 }
 
-/* The panel kernel of large batches: NR rows of a dequantised panel (rows
- * ws apart) times NB inputs (NR <= 4, NB <= 3, constants after inlining),
- * elements [i0, i1) of the rows, in exactly the order of na_cpu_dotrn_f32
- * (so bit-identical to batch 1). The inputs of a step stay in registers
- * while each row's two vectors are loaded once: 2 * NB + 2 * NR loads per
- * 2 * NR * NB FMAs (NR 4, NB 3: 14 per 24; 24 accumulators + 6 inputs + 2
- * weights = the 32 zmm registers). A row longer than NA_CPU_PANEL_KC is done
- * in parts: the accumulators of a part that is not the first start from acc,
- * those of one that is not the last (i1 < n, a multiple of 32, no tails) go
- * back to acc (exact: the same sums, only stored between parts); the last
- * reduces and writes out. No prefetch: the panel is in L2, the inputs are
- * reused across it. */
-NA_INLINE void na_cpu_dotpx_f32(const float *w, size_t ws, int NR, const float *x, size_t ld,
-                                int n, int i0, int i1, int NB, __m512 *acc, float *out,
-                                size_t os)
-{
-    __m512 a[4][3][2];
-    float sum[4][3];
-    int i = i0, b, r;
-
-    na_cpu_px_start(a, acc, NR, NB, i0);
-    for (; i + 32 <= i1; i += 32) {
-        __m512 x0[3], x1[3];
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            x0[b] = _mm512_loadu_ps(x + (size_t)b * ld + i);
-            x1[b] = _mm512_loadu_ps(x + (size_t)b * ld + i + 16);
-        }
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            __m512 u0 = _mm512_loadu_ps(w + (size_t)r * ws + i);
-            __m512 u1 = _mm512_loadu_ps(w + (size_t)r * ws + i + 16);
-            /* in registers: else gcc folds a load of u into each of the NB FMAs */
-            __asm__("" : "+v"(u0), "+v"(u1));
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                a[r][b][0] = _mm512_fmadd_ps(u0, x0[b], a[r][b][0]);
-                a[r][b][1] = _mm512_fmadd_ps(u1, x1[b], a[r][b][1]);
-            }
-        }
-    }
-    if (i1 < n) {                       /* not the last part */
-        na_cpu_px_keep(a, acc, NR, NB);
-        return;
-    }
-    for (; i + 8 <= n; i += 8) {
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            __m512 u = _mm512_maskz_loadu_ps(0xff, w + (size_t)r * ws + i);
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++)
-                a[r][b][0] = _mm512_mask3_fmadd_ps(
-                    u, _mm512_maskz_loadu_ps(0xff, x + (size_t)b * ld + i), a[r][b][0], 0xff);
-        }
-    }
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++)
-            sum[r][b] = na_cpu_hsum2x16(a[r][b][0], a[r][b][1]);
-    for (; i < n; i++)
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++)
-                sum[r][b] = fmaf(w[(size_t)r * ws + i], x[(size_t)b * ld + i], sum[r][b]);
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++)
-            out[(size_t)b * os + r] = sum[r][b];
-}
-
 /* NR rows (1-4) of the panel, NB inputs (1-3): the constant-argument copies. */
 static void na_cpu_dotpx_any(const float *w, size_t ws, int NR, const float *x, size_t ld,
                              int n, int i0, int i1, int NB, __m512 *acc, float *out, size_t os)
 {
-#define NA_PX(R, B) na_cpu_dotpx_f32(w, ws, R, x, ld, n, i0, i1, B, acc, out, os)
+#define NA_PX(R, B) na_cpu_px_tile(w, ws, R, x, ld, n, i0, i1, B, acc, out, os, NA_CPU_PX_F32)
     switch (NR * 4 + NB) {
     case 4 * 4 + 3: NA_PX(4, 3); break;
     case 4 * 4 + 2: NA_PX(4, 2); break;
