@@ -59,6 +59,10 @@ void na_cpu_pool_rest(na_cpu_pool_t *pool);
  * 105, b=64 139 / 120, b=512 219 / 130; 4096x4096: b=64 98 / 100, b=128 145
  * / 113; f16 likewise). */
 #define NA_CPU_GEMM_F32_MIN_BATCH 64
+/* Always inlined: the kernels' helpers with constant arguments (tile sizes,
+ * types) that the compiler must see as constants. */
+#define NA_INLINE static inline __attribute__((always_inline))
+
 /* Pool tasks for a GEMM over n_panels row panels: a few per thread so
  * uneven cores balance, 1 on one thread, never more than the panels. */
 static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
@@ -66,20 +70,27 @@ static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
     int n = k->n_threads == 1 ? 1 : 4 * k->n_threads;
     return n < n_panels ? n : n_panels;
 }
+/* Bytes of packed weight rows per chunk and of packed inputs per pass of the
+ * quantised GEMMs (both in L2). Q8_0, 1B shape, b=512, 1 thread, CPU-time
+ * GFLOP/s at load 20 (weight / input KiB): 2048x8192 128/256 80, 256/128 97,
+ * 512/128 98; 8192x2048 128-129 for each (at 8192 columns a 128 KiB chunk
+ * held 3 rows, so every 3 rows read all the packed inputs again). */
+#define NA_CPU_GEMM_W_CHUNK (256u * 1024u)
+#define NA_CPU_GEMM_X_CHUNK (128u * 1024u)
 /* The blocking of the quantised GEMMs (cpu_gemm_q8.c, cpu_gemm_q4.c) over
  * ntile row tiles of rm weight rows: *mc weight rows packed at a time (row_b
- * packed bytes each, about w_chunk of them), *nc inputs at a time (x_b packed
- * bytes each, about x_chunk of them), whole tiles (rm rows, rn inputs) of at
- * least one, and a chunk no larger than a task's rows. Returns the tasks. */
+ * packed bytes each, about NA_CPU_GEMM_W_CHUNK of them), *nc inputs at a time
+ * (x_b packed bytes each, about NA_CPU_GEMM_X_CHUNK of them), whole tiles (rm
+ * rows, rn inputs) of at least one, and a chunk no larger than a task's rows.
+ * Returns the tasks. */
 static inline int na_cpu_gemm_blocks(const na_kernels_t *k, int ntile, int rm, int rn,
-                                     size_t row_b, size_t w_chunk, size_t x_b, size_t x_chunk,
-                                     int *mc, int *nc)
+                                     size_t row_b, size_t x_b, int *mc, int *nc)
 {
     int n_tasks = na_cpu_gemm_tasks(k, ntile);
-    *mc = (int)(w_chunk / row_b) / rm * rm;
+    *mc = (int)(NA_CPU_GEMM_W_CHUNK / row_b) / rm * rm;
     if (*mc < rm)
         *mc = rm;
-    *nc = (int)(x_chunk / x_b) / rn * rn;
+    *nc = (int)(NA_CPU_GEMM_X_CHUNK / x_b) / rn * rn;
     if (*nc < rn)
         *nc = rn;
     if (*mc > (ntile + n_tasks - 1) / n_tasks * rm)

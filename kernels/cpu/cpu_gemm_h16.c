@@ -33,8 +33,6 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_panel.h"
 
-#define NA_INLINE static inline __attribute__((always_inline))
-
 /* Measured (1 thread, b=512, CPU-time GFLOP/s, load 12-19, f16 2048x8192 /
  * 8192x2048): panels 256 KiB, parts 2048: 56-67 / 83-98; 512 KiB, 4096:
  * 76-78 / 85-92; 768 KiB, 4096: 80-86 / 85-91; parts of 512 or 1024

@@ -61,12 +61,6 @@
 #define NA_G4_TB0 (NA_G4_RM * (32 + NA_G4_DWB))
 #define NA_G4_TB (NA_G4_TB0 + NA_G4_MB)
 #define NA_G4_XB 64         /* per input and block: the codes (s8), -off x sums of 4 (8 x i32) */
-/* bytes of packed weight rows per chunk and of packed inputs per pass (both
- * in L2, as cpu_gemm_q8.c's) */
-#define NA_G4_W_CHUNK (256u * 1024u)
-#define NA_G4_X_CHUNK (128u * 1024u)
-
-#define NA_INLINE static inline __attribute__((always_inline))
 
 typedef struct {
     float             *y;       /* (batch, rows) */
@@ -376,8 +370,7 @@ int na_cpu_gemm_q4(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     j.tb = j.hm ? NA_G4_TB : NA_G4_TB0;
     j.xs = (size_t)j.nblk * (NA_G4_XB + sizeof(float));
     row_b = (size_t)j.nblk * j.tb / NA_G4_RM;
-    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_G4_RM, NA_G4_RN, row_b, NA_G4_W_CHUNK, j.xs,
-                                 NA_G4_X_CHUNK, &j.mc, &j.nc);
+    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_G4_RM, NA_G4_RN, row_b, j.xs, &j.mc, &j.nc);
     xbytes = (size_t)j.ncols * j.xs;
     wbytes = (size_t)n_tasks * (size_t)j.mc * row_b;
     sbytes = j.hm ? (size_t)(j.ncols / NA_G4_RN) * j.nblk * NA_G4_SB : 0;

@@ -44,15 +44,6 @@
 #define NA_GQ_RN 3
 #endif
 #define NA_GQ_QUAD (4 / NA_GQ_UB)           /* units per step of all 4 accumulators */
-/* bytes of packed weight rows per chunk and of packed inputs per pass (both
- * in L2). 1B shape, b=512, 1 thread, CPU-time GFLOP/s at load 20 (weight /
- * input KiB): 2048x8192 128/256 80, 256/128 97, 512/128 98; 8192x2048
- * 128-129 for each (at 8192 columns a 128 KiB chunk held 3 rows, so every
- * 3 rows read all the packed inputs again) */
-#define NA_GQ_W_CHUNK (256u * 1024u)
-#define NA_GQ_X_CHUNK (128u * 1024u)
-
-#define NA_INLINE static inline __attribute__((always_inline))
 
 typedef struct {
     float             *y;       /* (batch, rows) */
@@ -310,8 +301,8 @@ int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     j.nblk = w->cols / NA_Q8_0_BLOCK;
     j.nunit = (j.nblk + 3) / 4 * NA_GQ_QUAD;
     row_b = (size_t)j.nunit * NA_GQ_WB;
-    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_GQ_RM, NA_GQ_RN, row_b, NA_GQ_W_CHUNK,
-                                 (size_t)j.nunit * NA_GQ_XB, NA_GQ_X_CHUNK, &j.mc, &j.nc);
+    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_GQ_RM, NA_GQ_RN, row_b, (size_t)j.nunit * NA_GQ_XB,
+                                 &j.mc, &j.nc);
     xbytes = (size_t)j.ncols * j.nunit * NA_GQ_XB;
     wbytes = (size_t)n_tasks * (size_t)j.mc * row_b;
     j.xp = (uint8_t *)na_cpu_scratch(k, (xbytes + wbytes) / sizeof(float) + 1);

@@ -255,8 +255,6 @@ static float na_cpu_dot_q8q8(const uint8_t *row, const int8_t *qx, const float *
     return na_cpu_hsum4(a0, a1, a2, a3);
 }
 
-#define NA_INLINE static inline __attribute__((always_inline))
-
 /* Inputs dotted with one weight row at a time by the small-batch kernel: it
  * keeps 4 accumulators per input in registers (16 with AVX-512VL's 32 ymm
  * registers, 8 with AVX2's 16). */

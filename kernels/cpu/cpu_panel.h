@@ -29,9 +29,8 @@ enum { NA_CPU_PX_F32, NA_CPU_PX_F16, NA_CPU_PX_BF16 };
  * way: a zmm load of 32 weights gives the even elements (<< 16) and the odd
  * ones (& 0xffff0000), one op each), put back in order before the 8-block
  * tail. No prefetch: the panel is in L2, the inputs are reused across it. */
-static inline __attribute__((always_inline)) void
-na_cpu_px_tile(const void *w, size_t ws, int NR, const float *x, size_t ld, int n, int i0,
-               int i1, int NB, __m512 *acc, float *out, size_t os, int WT)
+NA_INLINE void na_cpu_px_tile(const void *w, size_t ws, int NR, const float *x, size_t ld, int n,
+                              int i0, int i1, int NB, __m512 *acc, float *out, size_t os, int WT)
 {
     const float *wf = w;
     const uint16_t *wh = w;

@@ -35,8 +35,6 @@
 #define na_cpu_gemm_q4 na_cpu_gemm_q4_vnni
 #endif
 
-#define NA_INLINE static inline __attribute__((always_inline))
-
 #define NA_CPU_QPF 4096          /* prefetch distance along a weight row, bytes */
 #define NA_CPU_QPREFETCH(p) _mm_prefetch((const char *)(p) + NA_CPU_QPF, _MM_HINT_T0)
 #define NA_CPU_Q_PAR_MIN  (1u << 17)   /* weights x inputs worth waking the pool */
