@@ -70,6 +70,27 @@ static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
     int n = k->n_threads == 1 ? 1 : 4 * k->n_threads;
     return n < n_panels ? n : n_panels;
 }
+/* What the pool jobs of the packing GEMMs (q8, q4, bf16) share: the call's
+ * arguments, and its inputs padded to whole micro-tiles (ncols = batch
+ * rounded up to rn inputs; the padding inputs count as zero). */
+typedef struct {
+    float             *y;       /* (batch, rows) */
+    const float       *x;       /* (batch, cols) */
+    const na_tensor_t *w;
+    int                batch;
+    int                ncols;   /* batch rounded up to the micro-tile's inputs */
+} na_cpu_gemm_io_t;
+static inline na_cpu_gemm_io_t na_cpu_gemm_io(float *y, const float *x, const na_tensor_t *w,
+                                              int batch, int rn)
+{
+    na_cpu_gemm_io_t io = { y, x, w, batch, (batch + rn - 1) / rn * rn };
+    return io;
+}
+/* Input c < io->ncols: its row of x, NULL for a padding input. */
+static inline const float *na_cpu_gemm_input(const na_cpu_gemm_io_t *io, int c)
+{
+    return c < io->batch ? io->x + (size_t)c * (size_t)io->w->cols : NULL;
+}
 /* Bytes of packed weight rows per chunk and of packed inputs per pass of the
  * quantised GEMMs (both in L2). Q8_0, 1B shape, b=512, 1 thread, CPU-time
  * GFLOP/s at load 20 (weight / input KiB): 2048x8192 128/256 80, 256/128 97,
