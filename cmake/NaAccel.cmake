@@ -5,6 +5,19 @@
 # only when the toolkit is found (NA_CUDA AUTO or ON): a machine without it
 # builds everything else (kernels/cuda/ is then left out).
 
+# How the search for a toolkit ended (option NA_CUDA or NA_XRT, found 0/1):
+# found, its line; not found, an error when the option is ON (it is
+# required), else a line saying what is left out.
+function(na_accel_found option found found_msg missing_msg off_msg)
+  if(found)
+    message(STATUS "nearattn: ${found_msg}")
+  elseif(${option} STREQUAL "ON")
+    message(FATAL_ERROR "${option}=ON but ${missing_msg}")
+  else()
+    message(STATUS "nearattn: ${off_msg}")
+  endif()
+endfunction()
+
 # CUDA: the toolkit's runtime and cuBLAS. NCCL is not looked for: the module
 # loads it on demand (kernels/cuda/cuda_tp.c).
 set(NA_HAVE_CUDA 0)
@@ -28,14 +41,12 @@ if(NOT NA_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)   # libcudart.so, as CUDA::cudart
     enable_language(CUDA)
-    message(STATUS "nearattn: CUDA ${CUDAToolkit_VERSION} found (${CUDAToolkit_LIBRARY_DIR}, "
-                   "architectures ${CMAKE_CUDA_ARCHITECTURES}; NCCL loaded at run time)")
-  elseif(NA_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "NA_CUDA=ON but no CUDA toolkit with cudart and cuBLAS was found "
-                        "(set CUDAToolkit_ROOT, or NA_CUDA=OFF)")
-  else()
-    message(STATUS "nearattn: CUDA toolkit not found, CUDA backend off")
   endif()
+  na_accel_found(NA_CUDA ${NA_HAVE_CUDA}
+    "CUDA ${CUDAToolkit_VERSION} found (${CUDAToolkit_LIBRARY_DIR}, \
+architectures ${CMAKE_CUDA_ARCHITECTURES}; NCCL loaded at run time)"
+    "no CUDA toolkit with cudart and cuBLAS was found (set CUDAToolkit_ROOT, or NA_CUDA=OFF)"
+    "CUDA toolkit not found, CUDA backend off")
 endif()
 
 # The storage nodes' GPU attention engine (common/engines.c: engine "cuda")
@@ -64,13 +75,11 @@ if(NOT NA_XRT STREQUAL "OFF")
       get_filename_component(shim_name "${shim}" NAME)
       file(CREATE_LINK "${shim}" "${NA_XRT_SHIM_ROOT}/lib/${shim_name}" SYMBOLIC)
     endforeach()
-    message(STATUS "nearattn: XRT found (${NA_XRT_LIB}; shim root ${NA_XRT_SHIM_ROOT})")
-  elseif(NA_XRT STREQUAL "ON")
-    message(FATAL_ERROR "NA_XRT=ON but xrt/xrt_device.h or libxrt_coreutil was not found "
-                        "(install libxrt-dev, or NA_XRT=OFF)")
-  else()
-    message(STATUS "nearattn: XRT not found, CSD backend off")
   endif()
+  na_accel_found(NA_XRT ${NA_HAVE_XRT}
+    "XRT found (${NA_XRT_LIB}; shim root ${NA_XRT_SHIM_ROOT})"
+    "xrt/xrt_device.h or libxrt_coreutil was not found (install libxrt-dev, or NA_XRT=OFF)"
+    "XRT not found, CSD backend off")
 endif()
 
 # The csd attention engine (storage-node/attn_csd.c) is built with XRT.

@@ -127,6 +127,34 @@ typedef void na_kattn_partial_fn(na_kernels_t *k, na_kattn_stat_t *st, float *ac
                                  const na_kv_span_t *spans, int n_spans, na_dtype_t kv_dtype,
                                  float scale);
 
+/* The types of the math entries of na_kernel_ops_t (described there, below):
+ * each backend declares its own with them. */
+typedef na_status_t na_kop_embed_fn(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
+                                    const int *tokens, int n);
+typedef na_status_t na_kop_add_fn(na_kernels_t *k, const na_kbuf_t *x, const na_kbuf_t *y,
+                                  size_t n);
+typedef na_status_t na_kop_store_fn(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dtype,
+                                    const na_kbuf_t *src, size_t n);
+typedef na_status_t na_kop_matmul_fn(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t *x,
+                                     const na_kweight_t *w, int batch);
+typedef na_status_t na_kop_rmsnorm_fn(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
+                                      const na_kweight_t *weight, int n, float eps, int batch);
+typedef na_status_t na_kop_rope_fn(na_kernels_t *k, const na_kbuf_t *vec, int n_heads,
+                                   const int *pos, const na_rope_t *rope, int batch);
+typedef na_status_t na_kop_bias_fn(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias,
+                                   int n, int batch);
+typedef na_status_t na_kop_swiglu_fn(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
+                                     size_t n);
+typedef na_status_t na_kop_softmax_fn(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);
+typedef na_status_t na_kop_attn_prefill_fn(na_kernels_t *k, const na_kbuf_t *out,
+                                           const na_kbuf_t *q, const na_kbuf_t *kcache,
+                                           const na_kbuf_t *vcache, na_dtype_t kv_dtype, int n_tok,
+                                           int pos0, int n_heads, int n_kv_heads, int head_dim);
+typedef na_status_t na_kop_attn_decode_fn(na_kernels_t *k, const na_kbuf_t *out,
+                                          const na_kbuf_t *q, const na_kbuf_t *kcache,
+                                          const na_kbuf_t *vcache, na_dtype_t kv_dtype, int ctx,
+                                          int n_heads, int n_kv_heads, int head_dim);
+
 /* Every op below except attn_partial is *enqueued* on the backend's queue
  * and returns at once; its status says whether it was accepted
  * (NA_ERR_INVALID: a NULL or too small buffer, a buffer of another backend,
@@ -176,58 +204,45 @@ typedef struct {
 
     /* -- math. Activations f32. -- */
     /* x[r] = row tokens[r] of table t (vocab, dim) as f32, r < n; any dtype. */
-    na_status_t (*embed)(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
-                         const int *tokens, int n);
+    na_kop_embed_fn *embed;
     /* x[i] += y[i], i < n (residual add). */
-    na_status_t (*add)(na_kernels_t *k, const na_kbuf_t *x, const na_kbuf_t *y, size_t n);
+    na_kop_add_fn *add;
     /* dst[i] = src[i] (f32) converted to dtype (f32, f16 or bf16), i < n: KV rows
      * into a KV cache. */
-    na_status_t (*store)(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dtype,
-                         const na_kbuf_t *src, size_t n);
+    na_kop_store_fn *store;
 
     /* y[b, W.rows] = W · x[b, W.cols] for b < batch. W any na_dtype_t. */
-    na_status_t (*matmul)(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t *x,
-                          const na_kweight_t *w, int batch);
+    na_kop_matmul_fn *matmul;
 
     /* out[b] = x[b] / rms(x[b]) * weight (f32, n), over n elements, b < batch.
      * out may be x (in place: also the per-head q/k norms, n = head_dim). */
-    na_status_t (*rmsnorm)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
-                           const na_kweight_t *weight, int n, float eps, int batch);
+    na_kop_rmsnorm_fn *rmsnorm;
 
     /* Rotate the pairs of each head of vec (n_heads * rope->head_dim per
      * row) for position pos[b] of row b, by the table of rope (kernels/rope.h:
      * NORM or NEOX pairs, its frequencies and magnitude); rope was created
      * on this backend. */
-    na_status_t (*rope)(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
-                        const na_rope_t *rope, int batch);
+    na_kop_rope_fn *rope;
 
     /* x[b*n + i] += bias[i] (f32, n), i < n, b < batch: a projection's bias. */
-    na_status_t (*bias)(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
-                        int batch);
+    na_kop_bias_fn *bias;
 
     /* gate[i] = silu(gate[i]) * up[i], n*batch elements in place. */
-    na_status_t (*swiglu)(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
-                          size_t n);
+    na_kop_swiglu_fn *swiglu;
 
     /* In-place softmax over n elements of each of batch rows. */
-    na_status_t (*softmax)(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);
+    na_kop_softmax_fn *softmax;
 
     /* Causal attention of a prompt: q (n_tok, n_heads*head_dim) for positions
      * pos0..pos0+n_tok-1; K/V hold positions 0..pos0+n_tok-1 of n_kv_heads
      * heads, layout [token][kv_head][head_dim] in kv_dtype (f16/bf16/f32);
      * out (n_tok, n_heads*head_dim). */
-    na_status_t (*attn_prefill)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
-                                const na_kbuf_t *kcache, const na_kbuf_t *vcache,
-                                na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
-                                int n_kv_heads, int head_dim);
+    na_kop_attn_prefill_fn *attn_prefill;
 
     /* Decode attention of one request, GQA: q (n_heads*head_dim) against
      * ctx tokens of K/V laid out [token][kv_head][head_dim] in kv_dtype.
      * Long contexts are split across the backend's threads. out as q. */
-    na_status_t (*attn_decode)(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
-                               const na_kbuf_t *kcache, const na_kbuf_t *vcache,
-                               na_dtype_t kv_dtype, int ctx, int n_heads, int n_kv_heads,
-                               int head_dim);
+    na_kop_attn_decode_fn *attn_decode;
 
     /* The storage node's host attention kernel (storage-node/attn_engine.c),
      * on host pointers, run at once on the calling thread (not enqueued):
@@ -302,6 +317,19 @@ na_status_t na_kernels_attn_decode_host(na_kernels_t *k, float *out, const float
                                         const void *kcache, const void *vcache,
                                         na_dtype_t kv_dtype, int ctx, int n_heads,
                                         int n_kv_heads, int head_dim);
+
+/* For a backend's table entries (on backend k): p = the address that the
+ * backend's argument check `check` (na_khost_arg, na_cu_arg: a NULL, foreign
+ * or too small buffer is NA_ERR_INVALID) gives for buffer b used over `need`
+ * bytes by op `op` as its argument `what`; on an error the entry returns it. */
+#define NA_KBUF_ARG(check, b, need, op, what, p)                                     \
+    do {                                                                             \
+        void *na_p_ = NULL;                                                          \
+        na_status_t na_st_ = check(k, (b), (need), (op), (what), &na_p_);            \
+        if (na_st_ != NA_OK)                                                         \
+            return na_st_;                                                           \
+        (p) = na_p_;                                                                 \
+    } while (0)
 
 /* The host-memory attention helpers of kernels/attn_state.h and
  * ops->attn_partial are the storage node's kernels: plain host pointers, no

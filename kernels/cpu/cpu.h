@@ -59,12 +59,75 @@ void na_cpu_pool_rest(na_cpu_pool_t *pool);
  * 105, b=64 139 / 120, b=512 219 / 130; 4096x4096: b=64 98 / 100, b=128 145
  * / 113; f16 likewise). */
 #define NA_CPU_GEMM_F32_MIN_BATCH 64
+/* Always inlined: the kernels' helpers with constant arguments (tile sizes,
+ * types) that the compiler must see as constants. */
+#define NA_INLINE static inline __attribute__((always_inline))
+
 /* Pool tasks for a GEMM over n_panels row panels: a few per thread so
  * uneven cores balance, 1 on one thread, never more than the panels. */
 static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)
 {
     int n = k->n_threads == 1 ? 1 : 4 * k->n_threads;
     return n < n_panels ? n : n_panels;
+}
+/* What the pool jobs of the packing GEMMs (q8, q4, bf16) share: the call's
+ * arguments, and its inputs padded to whole micro-tiles (ncols = batch
+ * rounded up to rn inputs; the padding inputs count as zero). */
+typedef struct {
+    float             *y;       /* (batch, rows) */
+    const float       *x;       /* (batch, cols) */
+    const na_tensor_t *w;
+    int                batch;
+    int                ncols;   /* batch rounded up to the micro-tile's inputs */
+} na_cpu_gemm_io_t;
+static inline na_cpu_gemm_io_t na_cpu_gemm_io(float *y, const float *x, const na_tensor_t *w,
+                                              int batch, int rn)
+{
+    na_cpu_gemm_io_t io = { y, x, w, batch, (batch + rn - 1) / rn * rn };
+    return io;
+}
+/* Input c < io->ncols: its row of x, NULL for a padding input. */
+static inline const float *na_cpu_gemm_input(const na_cpu_gemm_io_t *io, int c)
+{
+    return c < io->batch ? io->x + (size_t)c * (size_t)io->w->cols : NULL;
+}
+/* Bytes of packed weight rows per chunk and of packed inputs per pass of the
+ * quantised GEMMs (both in L2). Q8_0, 1B shape, b=512, 1 thread, CPU-time
+ * GFLOP/s at load 20 (weight / input KiB): 2048x8192 128/256 80, 256/128 97,
+ * 512/128 98; 8192x2048 128-129 for each (at 8192 columns a 128 KiB chunk
+ * held 3 rows, so every 3 rows read all the packed inputs again). */
+#define NA_CPU_GEMM_W_CHUNK (256u * 1024u)
+#define NA_CPU_GEMM_X_CHUNK (128u * 1024u)
+/* The blocking of the quantised GEMMs (cpu_gemm_q8.c, cpu_gemm_q4.c) over
+ * ntile row tiles of rm weight rows: *mc weight rows packed at a time (row_b
+ * packed bytes each, about NA_CPU_GEMM_W_CHUNK of them), *nc inputs at a time
+ * (x_b packed bytes each, about NA_CPU_GEMM_X_CHUNK of them), whole tiles (rm
+ * rows, rn inputs) of at least one, and a chunk no larger than a task's rows.
+ * Returns the tasks. */
+static inline int na_cpu_gemm_blocks(const na_kernels_t *k, int ntile, int rm, int rn,
+                                     size_t row_b, size_t x_b, int *mc, int *nc)
+{
+    int n_tasks = na_cpu_gemm_tasks(k, ntile);
+    *mc = (int)(NA_CPU_GEMM_W_CHUNK / row_b) / rm * rm;
+    if (*mc < rm)
+        *mc = rm;
+    *nc = (int)(NA_CPU_GEMM_X_CHUNK / x_b) / rn * rn;
+    if (*nc < rn)
+        *nc = rn;
+    if (*mc > (ntile + n_tasks - 1) / n_tasks * rm)
+        *mc = (ntile + n_tasks - 1) / n_tasks * rm;   /* no larger than a task */
+    return n_tasks;
+}
+/* A micro-tile's outputs out[i * rn + c] (i < rm weight rows from row r, c <
+ * rn inputs from input c1) into y (batch, rows), but for the padding rows
+ * and inputs. */
+static inline void na_cpu_gemm_put(float *y, int rows, int batch, int r, int c1,
+                                   const float *out, int rm, int rn)
+{
+    int i, c;
+    for (i = 0; i < rm && r + i < rows; i++)
+        for (c = 0; c < rn && c1 + c < batch; c++)
+            y[(size_t)(c1 + c) * rows + r + i] = out[i * rn + c];
 }
 /* (na_cpu_gemm_run, the two pool jobs of a GEMM: after the backend state) */
 typedef int (*na_cpu_gemm_fn)(na_kernels_t *k, float *y, const float *x,
@@ -185,6 +248,13 @@ static inline float na_cpu_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* Sum of 4 accumulators of 8 lanes, in the row kernels' order: (a0 + a1) +
+ * (a2 + a3), then na_cpu_hsum. */
+static inline float na_cpu_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
 /* Max of the 8 lanes. */
 static inline float na_cpu_hmax(__m256 v)
 {
@@ -250,6 +320,33 @@ static inline __m256 na_cpu_load_bf16(const uint16_t *p)
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
+
+/* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0 (the high
+ * bits of Q5 codes). */
+static inline __m256i na_cpu_bits32(const uint8_t *p)
+{
+    uint32_t x32;
+    __m256i bytes;
+    memcpy(&x32, p, 4);
+    bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32),
+                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                  0x0101010101010101, 0x0000000000000000));
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+#if defined(__AVX512F__)
+/* Sum of a zmm pair whose halves are the 8-lane kernels' 4 accumulators
+ * (a0 = their a0|a1, a1 = their a2|a3), reduced as na_cpu_hsum4 reduces
+ * those: how the AVX-512 kernels stay bit-identical to them. */
+static inline float na_cpu_hsum2x16(__m512 a0, __m512 a1)
+{
+    return na_cpu_hsum4(_mm512_castps512_ps256(a0),
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1)),
+                        _mm512_castps512_ps256(a1),
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1)));
+}
+#endif
 
 /* na_ref_f16_round with F16C: v to f16 and back, v itself where f16
  * overflows. */

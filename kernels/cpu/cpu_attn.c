@@ -72,8 +72,6 @@
  * token its own last chunk. */
 #define NA_CPU_PART             NA_ATTN_PART   /* 1024 */
 
-#define NA_INLINE static inline __attribute__((always_inline))
-
 /* Vector accumulators kept in registers by the score and PV loops: 16 when
  * the compiler may use 32 ymm registers (AVX-512VL), else 8 (AVX2's 16). */
 #if defined(__AVX512VL__)

@@ -24,11 +24,7 @@
 #define NA_GB_NR 12         /* inputs per micro-tile: 24 accumulators */
 
 typedef struct {
-    float             *y;       /* (batch, rows) */
-    const float       *x;       /* (batch, cols) */
-    const na_tensor_t *w;
-    int                batch;
-    int                ncols;   /* batch rounded up to NA_GB_NR */
+    na_cpu_gemm_io_t   io;      /* the call; ncols: batch rounded up to NA_GB_NR */
     int                npair;   /* k pairs: (cols + 1) / 2 */
     uint32_t          *xb;      /* inputs as bf16 pairs (ncols, npair) */
     uint32_t          *wp;      /* per task: one packed panel (npair, NA_GB_MR) */
@@ -52,14 +48,15 @@ static inline __m256i na_gb_round16(__m512i x)
 static void na_gb_pack_x_task(void *ctx, int t, int n_tasks)
 {
     const na_gb_job_t *j = ctx;
-    const int cols = j->w->cols;
-    int c, i, lo = (int)((long)j->ncols * t / n_tasks), hi = (int)((long)j->ncols * (t + 1) / n_tasks);
+    const int cols = j->io.w->cols;
+    int c, i, lo = (int)((long)j->io.ncols * t / n_tasks);
+    int hi = (int)((long)j->io.ncols * (t + 1) / n_tasks);
 
     for (c = lo; c < hi; c++) {
         uint16_t *out = (uint16_t *)(j->xb + (size_t)c * j->npair);
-        const float *xc = j->x + (size_t)c * cols;
+        const float *xc = na_cpu_gemm_input(&j->io, c);
         memset(out, 0, (size_t)j->npair * 4);
-        if (c >= j->batch)
+        if (xc == NULL)
             continue;
         for (i = 0; i + 16 <= cols; i += 16)
             _mm256_storeu_si256((__m256i *)(out + i),
@@ -100,7 +97,7 @@ static inline __attribute__((always_inline)) void
 na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
 {
     const uint32_t *xc = j->xb + (size_t)c0 * j->npair;
-    const int rows = j->w->rows;
+    const int rows = j->io.w->rows;
     __m512 acc[2][NA_GB_NR];
     __mmask16 m0, m1;
     int kp, c;
@@ -124,8 +121,8 @@ na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
     m1 = rows - r0 >= 32 ? 0xffff : rows - r0 <= 16 ? 0 : (__mmask16)((1u << (rows - r0 - 16)) - 1u);
 #pragma GCC unroll 12
     for (c = 0; c < NA_GB_NR; c++) {
-        float *yc = j->y + (size_t)(c0 + c) * rows + r0;
-        if (c0 + c >= j->batch)
+        float *yc = j->io.y + (size_t)(c0 + c) * rows + r0;
+        if (c0 + c >= j->io.batch)
             break;
         _mm512_mask_storeu_ps(yc, m0, acc[0][c]);
         _mm512_mask_storeu_ps(yc + 16, m1, acc[1][c]);
@@ -137,13 +134,13 @@ na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
 static void na_gb_mm_task(void *ctx, int t, int n_tasks)
 {
     const na_gb_job_t *j = ctx;
-    const int npanel = (j->w->rows + NA_GB_MR - 1) / NA_GB_MR;
+    const int npanel = (j->io.w->rows + NA_GB_MR - 1) / NA_GB_MR;
     int pi, c0, lo = (int)((long)npanel * t / n_tasks), hi = (int)((long)npanel * (t + 1) / n_tasks);
     uint32_t *p = j->wp + (size_t)t * j->npair * NA_GB_MR;
 
     for (pi = lo; pi < hi; pi++) {
-        na_gb_pack_w(j->w, pi * NA_GB_MR, j->npair, p);
-        for (c0 = 0; c0 < j->ncols; c0 += NA_GB_NR)
+        na_gb_pack_w(j->io.w, pi * NA_GB_MR, j->npair, p);
+        for (c0 = 0; c0 < j->io.ncols; c0 += NA_GB_NR)
             na_gb_tile(j, p, pi * NA_GB_MR, c0);
     }
 }
@@ -157,17 +154,13 @@ int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_
     na_gb_job_t j;
     size_t xwords;
 
-    j.y = y;
-    j.x = x;
-    j.w = w;
-    j.batch = batch;
-    j.ncols = (batch + NA_GB_NR - 1) / NA_GB_NR * NA_GB_NR;
+    j.io = na_cpu_gemm_io(y, x, w, batch, NA_GB_NR);
     j.npair = (w->cols + 1) / 2;
-    xwords = (size_t)j.ncols * j.npair;
+    xwords = (size_t)j.io.ncols * j.npair;
     j.xb = (uint32_t *)na_cpu_scratch(k, xwords + (size_t)n_tasks * j.npair * NA_GB_MR);
     if (j.xb == NULL)
         return -1;
     j.wp = j.xb + xwords;
-    na_cpu_gemm_run(k, na_gb_pack_x_task, na_gb_mm_task, &j, j.ncols, n_tasks);
+    na_cpu_gemm_run(k, na_gb_pack_x_task, na_gb_mm_task, &j, j.io.ncols, n_tasks);
     return 0;
 }

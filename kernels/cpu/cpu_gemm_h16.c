@@ -31,8 +31,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-
-#define NA_INLINE static inline __attribute__((always_inline))
+#include "kernels/cpu/cpu_panel.h"
 
 /* Measured (1 thread, b=512, CPU-time GFLOP/s, load 12-19, f16 2048x8192 /
  * 8192x2048): panels 256 KiB, parts 2048: 56-67 / 83-98; 512 KiB, 4096:
@@ -68,120 +67,17 @@ typedef struct {
 } na_gh_job_t;
 
 #if defined(__AVX512F__)
-/* The row kernel's 4 ymm lanes of a zmm pair (a0 = lanes 0-15, a1 = 16-31)
- * reduced as na_cpu_dot_h16 reduces a0..a3. */
-NA_INLINE float na_gh_reduce(__m512 a0, __m512 a1)
-{
-    __m256 p0 = _mm512_castps512_ps256(a0);
-    __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1));
-    __m256 p2 = _mm512_castps512_ps256(a1);
-    __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1));
-    return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
-}
-
 /* NR rows (ws elements apart) x NB inputs (ld apart) over elements [i0, i1)
- * of rows of n (NR <= 4, NB <= 3, F16 constants after inlining). Parts that
- * are not the first start from acc; one that is not the last (i1 < n, a
- * multiple of 32) leaves its lanes in acc; the last does the tails and
- * writes out[b * os + r]. BF16: the 32-blocks in even/odd order (x packed
- * the same way), put back in order before the 8-block tail. */
+ * of rows of n (NR <= 4, NB <= 3, F16 constants after inlining): the panel
+ * kernel of kernels/cpu/cpu_panel.h, which says how a row is done in parts
+ * (acc) and how BF16 reads its 32-blocks in even/odd order (x packed the same
+ * way). */
 NA_INLINE void na_gh_tile(const uint16_t *w, size_t ws, int NR, const float *x, size_t ld,
                           int n, int i0, int i1, int NB, __m512 *acc, float *out, size_t os,
                           int F16)
 {
-    __m512 a[4][3][2];
-    float sum[4][3];
-    int i = i0, b, r;
-
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            a[r][b][0] = i0 > 0 ? acc[(r * 3 + b) * 2] : _mm512_setzero_ps();
-            a[r][b][1] = i0 > 0 ? acc[(r * 3 + b) * 2 + 1] : _mm512_setzero_ps();
-        }
-    for (; i + 32 <= i1; i += 32) {
-        __m512 x0[3], x1[3];
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            x0[b] = _mm512_loadu_ps(x + (size_t)b * ld + i);
-            x1[b] = _mm512_loadu_ps(x + (size_t)b * ld + i + 16);
-        }
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            const uint16_t *wr = w + (size_t)r * ws + i;
-            __m512 u0, u1;
-            if (F16) {
-                u0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wr));
-                u1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wr + 16)));
-            } else {
-                __m512i v = _mm512_loadu_si512(wr);
-                u0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-                u1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
-            }
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                a[r][b][0] = _mm512_fmadd_ps(u0, x0[b], a[r][b][0]);
-                a[r][b][1] = _mm512_fmadd_ps(u1, x1[b], a[r][b][1]);
-            }
-        }
-    }
-    if (i1 < n) {                       /* not the last part */
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                acc[(r * 3 + b) * 2] = a[r][b][0];
-                acc[(r * 3 + b) * 2 + 1] = a[r][b][1];
-            }
-        return;
-    }
-    if (!F16) {                         /* lanes (even | odd) back to elements 0-15 | 16-31 */
-        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19,
-                                             4, 20, 5, 21, 6, 22, 7, 23);
-        const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27,
-                                             12, 28, 13, 29, 14, 30, 15, 31);
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                __m512 e = a[r][b][0], o = a[r][b][1];
-                a[r][b][0] = _mm512_permutex2var_ps(e, lo, o);
-                a[r][b][1] = _mm512_permutex2var_ps(e, hi, o);
-            }
-    }
-    for (; i + 8 <= n; i += 8) {
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            __m256i h = _mm256_zextsi128_si256(
-                _mm_loadu_si128((const __m128i *)(w + (size_t)r * ws + i)));
-            __m512 u = F16 ? _mm512_cvtph_ps(h)
-                           : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++)
-                a[r][b][0] = _mm512_mask3_fmadd_ps(
-                    u, _mm512_maskz_loadu_ps(0xff, x + (size_t)b * ld + i), a[r][b][0], 0xff);
-        }
-    }
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++)
-            sum[r][b] = na_gh_reduce(a[r][b][0], a[r][b][1]);
-    for (; i < n; i++)
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            uint16_t h = w[(size_t)r * ws + i];
-            float wv = F16 ? na_f16_to_f32(h) : na_bf16_to_f32(h);
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++)
-                sum[r][b] = fmaf(wv, x[(size_t)b * ld + i], sum[r][b]);
-        }
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++)
-            out[(size_t)b * os + r] = sum[r][b];
+    na_cpu_px_tile(w, ws, NR, x, ld, n, i0, i1, NB, acc, out, os,
+                   F16 ? NA_CPU_PX_F16 : NA_CPU_PX_BF16);
 }
 #else
 /* The AVX2 copy: one row x NB inputs (NB <= 3), 4 ymm lanes per output as
@@ -232,8 +128,7 @@ NA_INLINE void na_gh_tile(const uint16_t *w, size_t ws, int NR, const float *x, 
     }
 #pragma GCC unroll 3
     for (b = 0; b < NB; b++)
-        sum[b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a[b][0], a[b][1]),
-                                           _mm256_add_ps(a[b][2], a[b][3])));
+        sum[b] = na_cpu_hsum4(a[b][0], a[b][1], a[b][2], a[b][3]);
     for (; i < n; i++) {
         float wv = F16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]);
 #pragma GCC unroll 3

@@ -61,19 +61,9 @@
 #define NA_G4_TB0 (NA_G4_RM * (32 + NA_G4_DWB))
 #define NA_G4_TB (NA_G4_TB0 + NA_G4_MB)
 #define NA_G4_XB 64         /* per input and block: the codes (s8), -off x sums of 4 (8 x i32) */
-/* bytes of packed weight rows per chunk and of packed inputs per pass (both
- * in L2, as cpu_gemm_q8.c's) */
-#define NA_G4_W_CHUNK (256u * 1024u)
-#define NA_G4_X_CHUNK (128u * 1024u)
-
-#define NA_INLINE static inline __attribute__((always_inline))
 
 typedef struct {
-    float             *y;       /* (batch, rows) */
-    const float       *x;       /* (batch, cols) */
-    const na_tensor_t *w;
-    int                batch;
-    int                ncols;   /* batch rounded up to NA_G4_RN */
+    na_cpu_gemm_io_t   io;      /* the call; ncols: batch rounded up to NA_G4_RN */
     int                nblk;    /* blocks per row */
     int                q5;      /* Q5_0 / Q5_1 (else Q4_*) */
     int                hm;      /* Q4_1 / Q5_1: a min per block */
@@ -86,20 +76,6 @@ typedef struct {
     uint8_t           *wp;      /* per task: packed tiles (mc / RM, nblk, tb) */
     float             *sp;      /* Q4_1 / Q5_1: s_x, (ncols / RN, nblk, NA_G4_SB) */
 } na_g4_job_t;
-
-/* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0 (as
- * cpu_quant.c's na_cq_bits32). */
-NA_INLINE __m256i na_g4_bits32(const uint8_t *p)
-{
-    uint32_t x32;
-    __m256i bytes;
-    memcpy(&x32, p, 4);
-    bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32),
-                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                  0x0101010101010101, 0x0000000000000000));
-    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-}
 
 /* Input column c (x; NULL: a padding column, all zero) of j into out: per
  * block the Q8 codes and -off x their sums of 4, then the nblk scales; for
@@ -165,7 +141,7 @@ static void na_g4_pack_w(const na_g4_job_t *j, const uint8_t *row, int i, uint8_
             v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
                                  _mm256_set1_epi8(0x0F));
             if (q5)
-                v = _mm256_or_si256(v, _mm256_and_si256(na_g4_bits32(blk + qo - 4),
+                v = _mm256_or_si256(v, _mm256_and_si256(na_cpu_bits32(blk + qo - 4),
                                                         _mm256_set1_epi8(0x10)));
             memcpy(&dh, blk, 2);
             d = _cvtsh_ss(dh);
@@ -328,10 +304,10 @@ NA_INLINE void na_g4_tile(int HM, const uint8_t *wp, size_t tb, const uint8_t *x
 static void na_g4_pack_x_task(void *ctx, int t, int n_tasks)
 {
     const na_g4_job_t *j = ctx;
-    const size_t cols = (size_t)j->w->cols;
-    int c, lo = (int)((long)j->ncols * t / n_tasks), hi = (int)((long)j->ncols * (t + 1) / n_tasks);
+    int c, lo = (int)((long)j->io.ncols * t / n_tasks);
+    int hi = (int)((long)j->io.ncols * (t + 1) / n_tasks);
     for (c = lo; c < hi; c++)
-        na_g4_pack_x(j, c < j->batch ? j->x + (size_t)c * cols : NULL, c, j->xp + (size_t)c * j->xs);
+        na_g4_pack_x(j, na_cpu_gemm_input(&j->io, c), c, j->xp + (size_t)c * j->xs);
 }
 
 /* Pool job 2: the row tiles [lo, hi) of task t: packs j->mc rows at a time
@@ -339,21 +315,21 @@ static void na_g4_pack_x_task(void *ctx, int t, int n_tasks)
 static void na_g4_mm_task(void *ctx, int t, int n_tasks)
 {
     const na_g4_job_t *j = ctx;
-    const int rows = j->w->rows, nblk = j->nblk;
+    const int rows = j->io.w->rows, nblk = j->nblk;
     const size_t tile_b = (size_t)nblk * j->tb, row_in = (size_t)nblk * j->bb;
     const int ntile = (rows + NA_G4_RM - 1) / NA_G4_RM;
     int lo = (int)((long)ntile * t / n_tasks) * NA_G4_RM;
     int hi = (int)((long)ntile * (t + 1) / n_tasks) * NA_G4_RM;
     uint8_t *wp = j->wp + (size_t)t * (size_t)(j->mc / NA_G4_RM) * tile_b;
-    int r0, r, c0, c1, rt, c, i;
+    int r0, r, c0, c1, rt;
 
     for (r0 = lo; r0 < hi; r0 += j->mc) {
         int nr = hi - r0 < j->mc ? hi - r0 : j->mc;
         for (r = 0; r < nr; r++)
-            na_g4_pack_w(j, r0 + r < rows ? j->w->data + (size_t)(r0 + r) * row_in : NULL,
+            na_g4_pack_w(j, r0 + r < rows ? j->io.w->data + (size_t)(r0 + r) * row_in : NULL,
                          r % NA_G4_RM, wp + (size_t)(r / NA_G4_RM) * tile_b);
-        for (c0 = 0; c0 < j->ncols; c0 += j->nc) {
-            int cn = j->ncols - c0 < j->nc ? j->ncols - c0 : j->nc;
+        for (c0 = 0; c0 < j->io.ncols; c0 += j->nc) {
+            int cn = j->io.ncols - c0 < j->nc ? j->io.ncols - c0 : j->nc;
             for (rt = 0; rt < nr; rt += NA_G4_RM)
                 for (c1 = c0; c1 < c0 + cn; c1 += NA_G4_RN) {
                     const uint8_t *tw = wp + (size_t)(rt / NA_G4_RM) * tile_b;
@@ -364,9 +340,8 @@ static void na_g4_mm_task(void *ctx, int t, int n_tasks)
                                    nblk * (NA_G4_SB / 4), nblk, out);
                     else
                         na_g4_tile(0, tw, j->tb, tx, j->xs, NULL, nblk, out);
-                    for (i = 0; i < NA_G4_RM && r0 + rt + i < rows; i++)
-                        for (c = 0; c < NA_G4_RN && c1 + c < j->batch; c++)
-                            j->y[(size_t)(c1 + c) * rows + r0 + rt + i] = out[i][c];
+                    na_cpu_gemm_put(j->io.y, rows, j->io.batch, r0 + rt, c1, &out[0][0], NA_G4_RM,
+                                    NA_G4_RN);
                 }
         }
     }
@@ -379,11 +354,7 @@ int na_cpu_gemm_q4(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     int ntile = (w->rows + NA_G4_RM - 1) / NA_G4_RM, n_tasks;
     size_t row_b, xbytes, wbytes, sbytes;
 
-    j.y = y;
-    j.x = x;
-    j.w = w;
-    j.batch = batch;
-    j.ncols = (batch + NA_G4_RN - 1) / NA_G4_RN * NA_G4_RN;
+    j.io = na_cpu_gemm_io(y, x, w, batch, NA_G4_RN);
     j.nblk = w->cols / 32;
     j.q5 = w->dtype == NA_DTYPE_Q5_0 || w->dtype == NA_DTYPE_Q5_1;
     j.hm = w->dtype == NA_DTYPE_Q4_1 || w->dtype == NA_DTYPE_Q5_1;
@@ -391,24 +362,16 @@ int na_cpu_gemm_q4(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     j.tb = j.hm ? NA_G4_TB : NA_G4_TB0;
     j.xs = (size_t)j.nblk * (NA_G4_XB + sizeof(float));
     row_b = (size_t)j.nblk * j.tb / NA_G4_RM;
-    j.mc = (int)(NA_G4_W_CHUNK / row_b) / NA_G4_RM * NA_G4_RM;
-    if (j.mc < NA_G4_RM)
-        j.mc = NA_G4_RM;
-    j.nc = (int)(NA_G4_X_CHUNK / j.xs) / NA_G4_RN * NA_G4_RN;
-    if (j.nc < NA_G4_RN)
-        j.nc = NA_G4_RN;
-    n_tasks = na_cpu_gemm_tasks(k, ntile);
-    if (j.mc > (ntile + n_tasks - 1) / n_tasks * NA_G4_RM)
-        j.mc = (ntile + n_tasks - 1) / n_tasks * NA_G4_RM;   /* no larger than a task */
-    xbytes = (size_t)j.ncols * j.xs;
+    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_G4_RM, NA_G4_RN, row_b, j.xs, &j.mc, &j.nc);
+    xbytes = (size_t)j.io.ncols * j.xs;
     wbytes = (size_t)n_tasks * (size_t)j.mc * row_b;
-    sbytes = j.hm ? (size_t)(j.ncols / NA_G4_RN) * j.nblk * NA_G4_SB : 0;
+    sbytes = j.hm ? (size_t)(j.io.ncols / NA_G4_RN) * j.nblk * NA_G4_SB : 0;
     /* inputs, weight chunks, the inputs' s: each a whole number of floats */
     j.xp = (uint8_t *)na_cpu_scratch(k, (xbytes + wbytes + sbytes) / sizeof(float) + 1);
     if (j.xp == NULL)
         return -1;
     j.wp = j.xp + xbytes;
     j.sp = (float *)(j.wp + wbytes);
-    na_cpu_gemm_run(k, na_g4_pack_x_task, na_g4_mm_task, &j, j.ncols, n_tasks);
+    na_cpu_gemm_run(k, na_g4_pack_x_task, na_g4_mm_task, &j, j.io.ncols, n_tasks);
     return 0;
 }

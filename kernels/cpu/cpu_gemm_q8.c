@@ -44,22 +44,9 @@
 #define NA_GQ_RN 3
 #endif
 #define NA_GQ_QUAD (4 / NA_GQ_UB)           /* units per step of all 4 accumulators */
-/* bytes of packed weight rows per chunk and of packed inputs per pass (both
- * in L2). 1B shape, b=512, 1 thread, CPU-time GFLOP/s at load 20 (weight /
- * input KiB): 2048x8192 128/256 80, 256/128 97, 512/128 98; 8192x2048
- * 128-129 for each (at 8192 columns a 128 KiB chunk held 3 rows, so every
- * 3 rows read all the packed inputs again) */
-#define NA_GQ_W_CHUNK (256u * 1024u)
-#define NA_GQ_X_CHUNK (128u * 1024u)
-
-#define NA_INLINE static inline __attribute__((always_inline))
 
 typedef struct {
-    float             *y;       /* (batch, rows) */
-    const float       *x;       /* (batch, cols) */
-    const na_tensor_t *w;
-    int                batch;
-    int                ncols;   /* batch rounded up to NA_GQ_RN */
+    na_cpu_gemm_io_t   io;      /* the call; ncols: batch rounded up to NA_GQ_RN */
     int                nblk;    /* Q8 blocks per row */
     int                nunit;   /* units per row, padded to a whole NA_GQ_QUAD */
     int                mc;      /* weight rows per packed chunk (a multiple of NA_GQ_RM) */
@@ -244,8 +231,7 @@ NA_INLINE void na_gq_tile(const uint8_t *wp, const uint8_t *xp, size_t xs, int n
     for (r = 0; r < NA_GQ_RM; r++)
 #pragma GCC unroll 4
         for (c = 0; c < NA_GQ_RN; c++)
-            out[r][c] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0[r][c], a1[r][c]),
-                                                  _mm256_add_ps(a2[r][c], a3[r][c])));
+            out[r][c] = na_cpu_hsum4(a0[r][c], a1[r][c], a2[r][c], a3[r][c]);
 }
 #endif
 
@@ -253,11 +239,11 @@ NA_INLINE void na_gq_tile(const uint8_t *wp, const uint8_t *xp, size_t xs, int n
 static void na_gq_pack_x_task(void *ctx, int t, int n_tasks)
 {
     const na_gq_job_t *j = ctx;
-    const size_t cols = (size_t)j->w->cols, xs = (size_t)j->nunit * NA_GQ_XB;
-    int c, lo = (int)((long)j->ncols * t / n_tasks), hi = (int)((long)j->ncols * (t + 1) / n_tasks);
+    const size_t xs = (size_t)j->nunit * NA_GQ_XB;
+    int c, lo = (int)((long)j->io.ncols * t / n_tasks);
+    int hi = (int)((long)j->io.ncols * (t + 1) / n_tasks);
     for (c = lo; c < hi; c++)
-        na_gq_pack_x(c < j->batch ? j->x + (size_t)c * cols : NULL, j->nblk, j->nunit,
-                     j->xp + (size_t)c * xs);
+        na_gq_pack_x(na_cpu_gemm_input(&j->io, c), j->nblk, j->nunit, j->xp + (size_t)c * xs);
 }
 
 /* Pool job 2: the row tiles [lo, hi) of task t: packs j->mc rows at a time
@@ -265,33 +251,32 @@ static void na_gq_pack_x_task(void *ctx, int t, int n_tasks)
 static void na_gq_mm_task(void *ctx, int t, int n_tasks)
 {
     const na_gq_job_t *j = ctx;
-    const int rows = j->w->rows, nunit = j->nunit;
+    const int rows = j->io.w->rows, nunit = j->nunit;
     const size_t xs = (size_t)nunit * NA_GQ_XB, tile_b = (size_t)nunit * NA_GQ_RM * NA_GQ_WB;
     const int ntile = (rows + NA_GQ_RM - 1) / NA_GQ_RM;
     int lo = (int)((long)ntile * t / n_tasks) * NA_GQ_RM;
     int hi = (int)((long)ntile * (t + 1) / n_tasks) * NA_GQ_RM;
     uint8_t *wp = j->wp + (size_t)t * (size_t)(j->mc / NA_GQ_RM) * tile_b;
-    int r0, r, u, c0, c1, rt, c, i;
+    int r0, r, u, c0, c1, rt;
 
     for (r0 = lo; r0 < hi; r0 += j->mc) {
         int nr = hi - r0 < j->mc ? hi - r0 : j->mc;
         for (r = 0; r < nr; r++) {
-            const uint8_t *row = r0 + r < rows ? j->w->data + (size_t)(r0 + r) * (size_t)j->nblk *
-                                                 NA_Q8_0_BLOCK_SIZE : NULL;
+            const uint8_t *row = r0 + r < rows ? j->io.w->data + (size_t)(r0 + r) *
+                                                 (size_t)j->nblk * NA_Q8_0_BLOCK_SIZE : NULL;
             uint8_t *tp = wp + (size_t)(r / NA_GQ_RM) * tile_b + (size_t)(r % NA_GQ_RM) * NA_GQ_WB;
             for (u = 0; u < nunit; u++)
                 na_gq_pack_w(row, j->nblk, u, tp + (size_t)u * NA_GQ_RM * NA_GQ_WB);
         }
-        for (c0 = 0; c0 < j->ncols; c0 += j->nc) {
-            int cn = j->ncols - c0 < j->nc ? j->ncols - c0 : j->nc;
+        for (c0 = 0; c0 < j->io.ncols; c0 += j->nc) {
+            int cn = j->io.ncols - c0 < j->nc ? j->io.ncols - c0 : j->nc;
             for (rt = 0; rt < nr; rt += NA_GQ_RM)
                 for (c1 = c0; c1 < c0 + cn; c1 += NA_GQ_RN) {
                     float out[NA_GQ_RM][NA_GQ_RN];
                     na_gq_tile(wp + (size_t)(rt / NA_GQ_RM) * tile_b, j->xp + (size_t)c1 * xs,
                                xs, (j->nblk + NA_GQ_UB - 1) / NA_GQ_UB, out);
-                    for (i = 0; i < NA_GQ_RM && r0 + rt + i < rows; i++)
-                        for (c = 0; c < NA_GQ_RN && c1 + c < j->batch; c++)
-                            j->y[(size_t)(c1 + c) * rows + r0 + rt + i] = out[i][c];
+                    na_cpu_gemm_put(j->io.y, rows, j->io.batch, r0 + rt, c1, &out[0][0], NA_GQ_RM,
+                                    NA_GQ_RN);
                 }
         }
     }
@@ -304,29 +289,18 @@ int na_cpu_gemm_q8(na_kernels_t *k, float *y, const float *x, const na_tensor_t 
     int ntile = (w->rows + NA_GQ_RM - 1) / NA_GQ_RM, n_tasks;
     size_t row_b, xbytes, wbytes;
 
-    j.y = y;
-    j.x = x;
-    j.w = w;
-    j.batch = batch;
-    j.ncols = (batch + NA_GQ_RN - 1) / NA_GQ_RN * NA_GQ_RN;
+    j.io = na_cpu_gemm_io(y, x, w, batch, NA_GQ_RN);
     j.nblk = w->cols / NA_Q8_0_BLOCK;
     j.nunit = (j.nblk + 3) / 4 * NA_GQ_QUAD;
     row_b = (size_t)j.nunit * NA_GQ_WB;
-    j.mc = (int)(NA_GQ_W_CHUNK / row_b) / NA_GQ_RM * NA_GQ_RM;
-    if (j.mc < NA_GQ_RM)
-        j.mc = NA_GQ_RM;
-    j.nc = (int)(NA_GQ_X_CHUNK / ((size_t)j.nunit * NA_GQ_XB)) / NA_GQ_RN * NA_GQ_RN;
-    if (j.nc < NA_GQ_RN)
-        j.nc = NA_GQ_RN;
-    n_tasks = na_cpu_gemm_tasks(k, ntile);
-    if (j.mc > (ntile + n_tasks - 1) / n_tasks * NA_GQ_RM)
-        j.mc = (ntile + n_tasks - 1) / n_tasks * NA_GQ_RM;   /* no larger than a task */
-    xbytes = (size_t)j.ncols * j.nunit * NA_GQ_XB;
+    n_tasks = na_cpu_gemm_blocks(k, ntile, NA_GQ_RM, NA_GQ_RN, row_b, (size_t)j.nunit * NA_GQ_XB,
+                                 &j.mc, &j.nc);
+    xbytes = (size_t)j.io.ncols * j.nunit * NA_GQ_XB;
     wbytes = (size_t)n_tasks * (size_t)j.mc * row_b;
     j.xp = (uint8_t *)na_cpu_scratch(k, (xbytes + wbytes) / sizeof(float) + 1);
     if (j.xp == NULL)
         return -1;
     j.wp = j.xp + xbytes;
-    na_cpu_gemm_run(k, na_gq_pack_x_task, na_gq_mm_task, &j, j.ncols, n_tasks);
+    na_cpu_gemm_run(k, na_gq_pack_x_task, na_gq_mm_task, &j, j.io.ncols, n_tasks);
     return 0;
 }

@@ -75,7 +75,7 @@
  *                         dequantises a panel of its rows to f32 (~512 KiB,
  *                         in L2), then runs each group of 3 inputs over the
  *                         whole panel, 4 rows x 3 inputs per pass
- *                         (na_cpu_dotpx_f32, 24 zmm accumulators, rows over
+ *                         (cpu_panel.h, 24 zmm accumulators, rows over
  *                         4096 elements in parts with the accumulators kept
  *                         between them), in the batch-1 summation order.
  *                         Before, each group of 4 rows went over all the
@@ -121,6 +121,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_panel.h"
 #include "kernels/ref/ref.h"
 
 #define NA_CPU_TILE_MIN_BATCH 20
@@ -251,10 +252,8 @@ static float na_cpu_dot_q8q8(const uint8_t *row, const int8_t *qx, const float *
     if (b + 2 < nblk)
         a2 = NA_Q8B(a2, 2);
 #undef NA_Q8B
-    return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    return na_cpu_hsum4(a0, a1, a2, a3);
 }
-
-#define NA_INLINE static inline __attribute__((always_inline))
 
 /* Inputs dotted with one weight row at a time by the small-batch kernel: it
  * keeps 4 accumulators per input in registers (16 with AVX-512VL's 32 ymm
@@ -304,8 +303,7 @@ NA_INLINE void na_cpu_dotn_f32(const float *w, const float *x, size_t ld, int n,
     }
 #pragma GCC unroll 4
     for (b = 0; b < NB; b++)
-        sum[b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a[b][0], a[b][1]),
-                                           _mm256_add_ps(a[b][2], a[b][3])));
+        sum[b] = na_cpu_hsum4(a[b][0], a[b][1], a[b][2], a[b][3]);
     for (; i < n; i++)
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++)
@@ -391,13 +389,8 @@ NA_INLINE void na_cpu_dotrn_f32(const float *const *w, int NR, const float *x, s
 #pragma GCC unroll 4
     for (b = 0; b < NB; b++)
 #pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            __m256 p0 = _mm512_castps512_ps256(a[r][b][0]);
-            __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][0]), 1));
-            __m256 p2 = _mm512_castps512_ps256(a[r][b][1]);
-            __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][1]), 1));
-            sum[r][b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
-        }
+        for (r = 0; r < NR; r++)
+            sum[r][b] = na_cpu_hsum2x16(a[r][b][0], a[r][b][1]);
     for (; i < n; i++)
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++)
@@ -411,101 +404,11 @@ NA_INLINE void na_cpu_dotrn_f32(const float *const *w, int NR, const float *x, s
             out[(size_t)b * os + r] = sum[r][b];
 }
 
-/* The panel kernel of large batches: NR rows of a dequantised panel (rows
- * ws apart) times NB inputs (NR <= 4, NB <= 3, constants after inlining),
- * elements [i0, i1) of the rows, in exactly the order of na_cpu_dotrn_f32
- * (so bit-identical to batch 1). The inputs of a step stay in registers
- * while each row's two vectors are loaded once: 2 * NB + 2 * NR loads per
- * 2 * NR * NB FMAs (NR 4, NB 3: 14 per 24; 24 accumulators + 6 inputs + 2
- * weights = the 32 zmm registers). A row longer than NA_CPU_PANEL_KC is done
- * in parts: the accumulators of a part that is not the first start from acc,
- * those of one that is not the last (i1 < n, a multiple of 32, no tails) go
- * back to acc (exact: the same sums, only stored between parts); the last
- * reduces and writes out. No prefetch: the panel is in L2, the inputs are
- * reused across it. */
-NA_INLINE void na_cpu_dotpx_f32(const float *w, size_t ws, int NR, const float *x, size_t ld,
-                                int n, int i0, int i1, int NB, __m512 *acc, float *out,
-                                size_t os)
-{
-    __m512 a[4][3][2];
-    float sum[4][3];
-    int i = i0, b, r;
-
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            a[r][b][0] = i0 > 0 ? acc[(r * 3 + b) * 2] : _mm512_setzero_ps();
-            a[r][b][1] = i0 > 0 ? acc[(r * 3 + b) * 2 + 1] : _mm512_setzero_ps();
-        }
-    for (; i + 32 <= i1; i += 32) {
-        __m512 x0[3], x1[3];
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            x0[b] = _mm512_loadu_ps(x + (size_t)b * ld + i);
-            x1[b] = _mm512_loadu_ps(x + (size_t)b * ld + i + 16);
-        }
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            __m512 u0 = _mm512_loadu_ps(w + (size_t)r * ws + i);
-            __m512 u1 = _mm512_loadu_ps(w + (size_t)r * ws + i + 16);
-            /* in registers: else gcc folds a load of u into each of the NB FMAs */
-            __asm__("" : "+v"(u0), "+v"(u1));
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                a[r][b][0] = _mm512_fmadd_ps(u0, x0[b], a[r][b][0]);
-                a[r][b][1] = _mm512_fmadd_ps(u1, x1[b], a[r][b][1]);
-            }
-        }
-    }
-    if (i1 < n) {                       /* not the last part */
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++) {
-                acc[(r * 3 + b) * 2] = a[r][b][0];
-                acc[(r * 3 + b) * 2 + 1] = a[r][b][1];
-            }
-        return;
-    }
-    for (; i + 8 <= n; i += 8) {
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++) {
-            __m512 u = _mm512_maskz_loadu_ps(0xff, w + (size_t)r * ws + i);
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++)
-                a[r][b][0] = _mm512_mask3_fmadd_ps(
-                    u, _mm512_maskz_loadu_ps(0xff, x + (size_t)b * ld + i), a[r][b][0], 0xff);
-        }
-    }
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++) {
-            __m256 p0 = _mm512_castps512_ps256(a[r][b][0]);
-            __m256 p1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][0]), 1));
-            __m256 p2 = _mm512_castps512_ps256(a[r][b][1]);
-            __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r][b][1]), 1));
-            sum[r][b] = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
-        }
-    for (; i < n; i++)
-#pragma GCC unroll 4
-        for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-            for (b = 0; b < NB; b++)
-                sum[r][b] = fmaf(w[(size_t)r * ws + i], x[(size_t)b * ld + i], sum[r][b]);
-#pragma GCC unroll 4
-    for (r = 0; r < NR; r++)
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++)
-            out[(size_t)b * os + r] = sum[r][b];
-}
-
 /* NR rows (1-4) of the panel, NB inputs (1-3): the constant-argument copies. */
 static void na_cpu_dotpx_any(const float *w, size_t ws, int NR, const float *x, size_t ld,
                              int n, int i0, int i1, int NB, __m512 *acc, float *out, size_t os)
 {
-#define NA_PX(R, B) na_cpu_dotpx_f32(w, ws, R, x, ld, n, i0, i1, B, acc, out, os)
+#define NA_PX(R, B) na_cpu_px_tile(w, ws, R, x, ld, n, i0, i1, B, acc, out, os, NA_CPU_PX_F32)
     switch (NR * 4 + NB) {
     case 4 * 4 + 3: NA_PX(4, 3); break;
     case 4 * 4 + 2: NA_PX(4, 2); break;
@@ -585,7 +488,7 @@ NA_INLINE float na_cpu_dot_h16(const uint16_t *w, const float *x, int n, int f16
     for (; i + 8 <= n; i += 8)
         a0 = _mm256_fmadd_ps(NA_LD(w + i), _mm256_loadu_ps(x + i), a0);
 #undef NA_LD
-    sum = na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    sum = na_cpu_hsum4(a0, a1, a2, a3);
     for (; i < n; i++)
         sum = fmaf(f16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]), x[i], sum);
     return sum;
@@ -617,7 +520,7 @@ static float na_cpu_dot_row(na_dtype_t dt, const uint8_t *row, const float *x, i
             a2 = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + i + 16), a2);
             a3 = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + i + 24), a3);
         }
-        return na_cpu_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        return na_cpu_hsum4(a0, a1, a2, a3);
     }
     default:
         return 0.0f;

@@ -35,8 +35,6 @@
 #define na_cpu_gemm_q4 na_cpu_gemm_q4_vnni
 #endif
 
-#define NA_INLINE static inline __attribute__((always_inline))
-
 #define NA_CPU_QPF 4096          /* prefetch distance along a weight row, bytes */
 #define NA_CPU_QPREFETCH(p) _mm_prefetch((const char *)(p) + NA_CPU_QPF, _MM_HINT_T0)
 #define NA_CPU_Q_PAR_MIN  (1u << 17)   /* weights x inputs worth waking the pool */
@@ -60,19 +58,6 @@ NA_INLINE __m256i na_cq_nibbles32(const uint8_t *qs)
     __m128i t = _mm_loadu_si128((const __m128i *)qs);
     __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-}
-
-/* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0. */
-NA_INLINE __m256i na_cq_bits32(const uint8_t *p)
-{
-    uint32_t x32;
-    __m256i bytes;
-    memcpy(&x32, p, 4);
-    bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32),
-                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                  0x0101010101010101, 0x0000000000000000));
-    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
 NA_INLINE float na_cq_f16(const uint8_t *p)
@@ -167,7 +152,7 @@ NA_INLINE void na_cq_dot_legacy(na_dtype_t dt, const uint8_t *row, const na_cq_x
         if ((b & 7) == 0)
             NA_CPU_QPREFETCH(row);
         if (q5) {
-            __m256i hb = na_cq_bits32(row + 2 + (has_m ? 2 : 0));
+            __m256i hb = na_cpu_bits32(row + 2 + (has_m ? 2 : 0));
             if (has_m)                          /* q = nibble + 16 bit */
                 w = _mm256_or_si256(w, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
             else                                /* q - 16 = nibble - 16 (1 - bit) as int8 */
@@ -280,7 +265,7 @@ NA_INLINE void na_cq_dot_legacy_rows(na_dtype_t dt, const uint8_t *row, size_t r
             __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)(rb[0] | (rb[1] << 8))));
             float mw = has_m ? na_cq_f16(rb + 2) : 0.0f;
             if (q5)                             /* code = nibble + 16 bit */
-                w = _mm256_or_si256(w, _mm256_and_si256(na_cq_bits32(rb + 2 + (has_m ? 2 : 0)),
+                w = _mm256_or_si256(w, _mm256_and_si256(na_cpu_bits32(rb + 2 + (has_m ? 2 : 0)),
                                                         _mm256_set1_epi8(0x10)));
 #pragma GCC unroll 2
             for (i = 0; i < NB; i++) {

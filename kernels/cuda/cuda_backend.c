@@ -103,16 +103,32 @@ na_status_t na_cu_scratch(na_kernels_t *k, void **p, size_t *cap, size_t bytes)
     return NA_OK;
 }
 
+/* `bytes` of pinned host memory mapped into the device: its host address
+ * *h_p and device address *d_p (both unchanged on failure); `call` names the
+ * allocation in the error. Free with cudaFreeHost. */
+static na_status_t na_cu_pinned_alloc(na_kernels_t *k, size_t bytes, const char *call,
+                                      void **h_p, void **d_p)
+{
+    void *h = NULL, *d = NULL;
+    na_status_t st = na_cu_status(k, cudaHostAlloc(&h, bytes,
+                                                   cudaHostAllocMapped | cudaHostAllocPortable),
+                                  call);
+    if (st == NA_OK && (st = na_cu_status(k, cudaHostGetDevicePointer(&d, h, 0),
+                                          "cudaHostGetDevicePointer")) != NA_OK)
+        cudaFreeHost(h);
+    if (st != NA_OK)
+        return st;
+    *h_p = h;
+    *d_p = d;
+    return NA_OK;
+}
+
 static na_status_t na_cu_ring_alloc(na_kernels_t *k, size_t ints)
 {
     na_cuda_t *c = NA_CU(k);
     void *h = NULL, *d = NULL;
-    na_status_t st = na_cu_status(k, cudaHostAlloc(&h, ints * sizeof(int),
-                                                   cudaHostAllocMapped | cudaHostAllocPortable),
-                                  "cudaHostAlloc (parameters)");
-    if (st == NA_OK && (st = na_cu_status(k, cudaHostGetDevicePointer(&d, h, 0),
-                                          "cudaHostGetDevicePointer")) != NA_OK)
-        cudaFreeHost(h);
+    na_status_t st = na_cu_pinned_alloc(k, ints * sizeof(int), "cudaHostAlloc (parameters)", &h,
+                                        &d);
     if (st != NA_OK)
         return st;
     c->ring = h;
@@ -164,12 +180,7 @@ static na_status_t na_cu_mem_alloc(na_kernels_t *k, na_kbuf_t *b, size_t size, n
             return na_err(NA_ERR_NOMEM, "kernels cuda: out of host memory for %zu bytes", size);
         d = p;
     } else if (mem == NA_KMEM_PINNED) {
-        st = na_cu_status(k, cudaHostAlloc(&p, sz, cudaHostAllocMapped | cudaHostAllocPortable),
-                          "cudaHostAlloc");
-        if (st == NA_OK && (st = na_cu_status(k, cudaHostGetDevicePointer(&d, p, 0),
-                                              "cudaHostGetDevicePointer")) != NA_OK)
-            cudaFreeHost(p);
-        if (st != NA_OK)
+        if ((st = na_cu_pinned_alloc(k, sz, "cudaHostAlloc", &p, &d)) != NA_OK)
             return st;
     } else if (mem == NA_KMEM_DEVICE) {
         if ((st = na_cu_status(k, cudaMalloc(&d, sz), "cudaMalloc")) != NA_OK)

@@ -64,32 +64,19 @@ na_status_t na_cu_params(na_kernels_t *k, const int *src, int n, const int **dev
 na_status_t na_cu_scratch(na_kernels_t *k, void **p, size_t *cap, size_t bytes);
 
 /* The math entries of the table (cuda_ops.c). */
-na_status_t na_cu_embed_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
-                           const int *tokens, int n);
-na_status_t na_cu_add_op(na_kernels_t *k, const na_kbuf_t *x, const na_kbuf_t *y, size_t n);
-na_status_t na_cu_store_op(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dtype,
-                           const na_kbuf_t *src, size_t n);
-na_status_t na_cu_matmul_op(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t *x,
-                            const na_kweight_t *w, int batch);
-na_status_t na_cu_rmsnorm_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
-                             const na_kweight_t *weight, int n, float eps, int batch);
-na_status_t na_cu_rope_op(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
-                          const na_rope_t *rope, int batch);
-na_status_t na_cu_bias_op(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
-                          int batch);
-na_status_t na_cu_swiglu_op(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
-                            size_t n);
-na_status_t na_cu_softmax_op(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);
-na_status_t na_cu_attn_prefill_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
-                                  const na_kbuf_t *kcache, const na_kbuf_t *vcache,
-                                  na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
-                                  int n_kv_heads, int head_dim);
+na_kop_embed_fn        na_cu_embed_op;
+na_kop_add_fn          na_cu_add_op;
+na_kop_store_fn        na_cu_store_op;
+na_kop_matmul_fn       na_cu_matmul_op;
+na_kop_rmsnorm_fn      na_cu_rmsnorm_op;
+na_kop_rope_fn         na_cu_rope_op;
+na_kop_bias_fn         na_cu_bias_op;
+na_kop_swiglu_fn       na_cu_swiglu_op;
+na_kop_softmax_fn      na_cu_softmax_op;
+na_kop_attn_prefill_fn na_cu_attn_prefill_op;
 na_status_t na_cu_attn_decode_batch_op(na_kernels_t *k, const na_kcuda_attn_req_t *reqs, int n,
                                        na_dtype_t kv_dtype, int n_heads, int n_kv_heads,
                                        int head_dim);
-na_status_t na_cu_attn_decode_op(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
-                                 const na_kbuf_t *kcache, const na_kbuf_t *vcache,
-                                 na_dtype_t kv_dtype, int ctx, int n_heads, int n_kv_heads,
-                                 int head_dim);
+na_kop_attn_decode_fn  na_cu_attn_decode_op;
 
 #endif /* NA_KERNELS_CUDA_INTERNAL_H */

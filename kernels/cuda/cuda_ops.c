@@ -24,14 +24,7 @@
 
 #define F32B(n) ((size_t)(n) * sizeof(float))
 
-#define NA_CU_ARG(b, need, op, what, p)                                              \
-    do {                                                                             \
-        void *na_p_ = NULL;                                                          \
-        na_status_t na_st_ = na_cu_arg(k, (b), (need), (op), (what), &na_p_);        \
-        if (na_st_ != NA_OK)                                                         \
-            return na_st_;                                                           \
-        (p) = na_p_;                                                                 \
-    } while (0)
+#define NA_CU_ARG(b, need, op, what, p) NA_KBUF_ARG(na_cu_arg, b, need, op, what, p)
 
 #define NA_CU_ENTER()                                                                \
     do {                                                                             \

@@ -40,14 +40,7 @@ static na_status_t na_khost_arg(na_kernels_t *k, const na_kbuf_t *b, size_t need
     return NA_OK;
 }
 
-#define NA_KHOST_ARG(b, need, op, what, p)                                           \
-    do {                                                                             \
-        void *na_p_ = NULL;                                                          \
-        na_status_t na_st_ = na_khost_arg(k, (b), (need), (op), (what), &na_p_);     \
-        if (na_st_ != NA_OK)                                                         \
-            return na_st_;                                                           \
-        (p) = na_p_;                                                                 \
-    } while (0)
+#define NA_KHOST_ARG(b, need, op, what, p) NA_KBUF_ARG(na_khost_arg, b, need, op, what, p)
 
 /* A weight of dtype dt with rows of cols elements: a known dtype, whole blocks. */
 static na_status_t na_khost_blocks(na_kernels_t *k, const char *op, na_dtype_t dt, int cols)

@@ -60,30 +60,17 @@ na_status_t na_khost_event_create(na_kernels_t *k, na_kevent_t **ev_p);
 na_status_t na_khost_event_record(na_kernels_t *k, na_kevent_t *ev);
 na_status_t na_khost_event_done(na_kernels_t *k, na_kevent_t *ev);   /* query and wait */
 void        na_khost_event_destroy(na_kernels_t *k, na_kevent_t *ev);
-na_status_t na_khost_embed(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *t,
-                           const int *tokens, int n);
-na_status_t na_khost_add(na_kernels_t *k, const na_kbuf_t *x, const na_kbuf_t *y, size_t n);
-na_status_t na_khost_store(na_kernels_t *k, const na_kbuf_t *dst, na_dtype_t dtype,
-                           const na_kbuf_t *src, size_t n);
-na_status_t na_khost_matmul(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t *x,
-                            const na_kweight_t *w, int batch);
-na_status_t na_khost_rmsnorm(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *x,
-                             const na_kweight_t *weight, int n, float eps, int batch);
-na_status_t na_khost_rope(na_kernels_t *k, const na_kbuf_t *vec, int n_heads, const int *pos,
-                          const na_rope_t *rope, int batch);
-na_status_t na_khost_bias(na_kernels_t *k, const na_kbuf_t *x, const na_kweight_t *bias, int n,
-                          int batch);
-na_status_t na_khost_swiglu(na_kernels_t *k, const na_kbuf_t *gate, const na_kbuf_t *up,
-                            size_t n);
-na_status_t na_khost_softmax(na_kernels_t *k, const na_kbuf_t *x, int n, int batch);
-na_status_t na_khost_attn_prefill(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
-                                  const na_kbuf_t *kcache, const na_kbuf_t *vcache,
-                                  na_dtype_t kv_dtype, int n_tok, int pos0, int n_heads,
-                                  int n_kv_heads, int head_dim);
-na_status_t na_khost_attn_decode(na_kernels_t *k, const na_kbuf_t *out, const na_kbuf_t *q,
-                                 const na_kbuf_t *kcache, const na_kbuf_t *vcache,
-                                 na_dtype_t kv_dtype, int ctx, int n_heads, int n_kv_heads,
-                                 int head_dim);
+na_kop_embed_fn        na_khost_embed;
+na_kop_add_fn          na_khost_add;
+na_kop_store_fn        na_khost_store;
+na_kop_matmul_fn       na_khost_matmul;
+na_kop_rmsnorm_fn      na_khost_rmsnorm;
+na_kop_rope_fn         na_khost_rope;
+na_kop_bias_fn         na_khost_bias;
+na_kop_swiglu_fn       na_khost_swiglu;
+na_kop_softmax_fn      na_khost_softmax;
+na_kop_attn_prefill_fn na_khost_attn_prefill;
+na_kop_attn_decode_fn  na_khost_attn_decode;
 
 /* The table entries every host backend shares, for its na_kernel_ops_t. */
 #define NA_KHOST_OPS                              \
