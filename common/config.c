@@ -253,16 +253,14 @@ static na_status_t na_cfg_assemble(na_cfg_parse_t *p, na_cfg_doc_t *doc, na_cfg_
             cfg->slots[cfg->n_slots].node = (int)i;
             cfg->slots[cfg->n_slots++].dev = (int)d;
         }
-    /* The sections are plain structs: move them over. */
+    /* The sections are plain structs: move them over; doc keeps nothing. */
     cfg->cluster = doc->cluster;
     cfg->model = doc->model;
     cfg->transport = doc->transport;
     cfg->parallel = doc->parallel;
     cfg->kv = doc->kv;
     cfg->xcache = doc->xcache;
-    memset(&doc->cluster, 0, sizeof(doc->cluster));
-    memset(&doc->model, 0, sizeof(doc->model));
-    memset(&doc->transport, 0, sizeof(doc->transport));
+    memset(doc, 0, sizeof(*doc));
     return NA_OK;
 }
 
@@ -298,37 +296,28 @@ na_status_t na_cfg_load(const char *path, na_cfg_t **cfg_p)
     if (st != NA_OK)
         return st;
     cfg = calloc(1, sizeof(*cfg));
-    if (cfg == NULL || (cfg->file = strdup(path)) == NULL) {
+    if (cfg == NULL || (cfg->file = strdup(path)) == NULL)
         st = na_err(NA_ERR_NOMEM, "%s: out of memory", path);
-        goto err_free_buf;
-    }
-    if ((st = na_cfg_set_dir(&p, cfg, path)) != NA_OK)
-        goto err_free_buf;
-    if ((st = na_cfg_parse_yaml(&p, buf, len)) != NA_OK)
-        goto err_cleanup_parse;
-    if ((st = na_cfg_bind_doc(&p, &doc)) != NA_OK)
-        goto err_free_doc;
-    if ((st = na_cfg_assemble(&p, &doc, cfg)) != NA_OK)
-        goto err_free_doc;
-    if ((st = na_cfg_check_settings(&p, cfg)) != NA_OK ||
-        (st = na_cfg_check_nodes(&p, cfg)) != NA_OK ||
-        (st = na_cfg_check_engines(&p, cfg)) != NA_OK ||
-        (st = na_cfg_load_secret(&p, cfg)) != NA_OK ||
-        (st = na_cfg_check_kv_dirs(&p, cfg)) != NA_OK)
-        goto err_free_doc;
+    else if ((st = na_cfg_set_dir(&p, cfg, path)) == NA_OK &&
+             (st = na_cfg_parse_yaml(&p, buf, len)) == NA_OK &&
+             (st = na_cfg_bind_doc(&p, &doc)) == NA_OK &&
+             (st = na_cfg_assemble(&p, &doc, cfg)) == NA_OK &&
+             (st = na_cfg_check_settings(&p, cfg)) == NA_OK &&
+             (st = na_cfg_check_nodes(&p, cfg)) == NA_OK &&
+             (st = na_cfg_check_engines(&p, cfg)) == NA_OK &&
+             (st = na_cfg_load_secret(&p, cfg)) == NA_OK)
+        st = na_cfg_check_kv_dirs(&p, cfg);
+    /* One ending for success and failure: the parse tree, the file's bytes
+     * and what a failed step left bound in doc (an assembled doc is empty). */
+    na_cfg_doc_free(&doc);
     na_cfg_parse_cleanup(&p);
     free(buf);
+    if (st != NA_OK) {
+        na_cfg_destroy(cfg);
+        return st;
+    }
     *cfg_p = cfg;
     return NA_OK;
-
-err_free_doc:
-    na_cfg_doc_free(&doc);
-err_cleanup_parse:
-    na_cfg_parse_cleanup(&p);
-err_free_buf:
-    free(buf);
-    na_cfg_destroy(cfg);
-    return st;
 }
 
 void na_cfg_destroy(na_cfg_t *cfg)
