@@ -11,6 +11,8 @@
 
 #include "common/bench.h"
 #include "common/clock.h"
+#include "common/grow.h"
+#include "common/strbuf.h"
 
 struct na_bench {
     char               name[64];
@@ -19,6 +21,7 @@ struct na_bench {
     na_bench_result_t *res;      /* [n] */
     size_t             n, cap;
     char              *notes;    /* '\n'-separated, owned; NULL if none */
+    size_t             notes_len, notes_cap;
 };
 
 na_status_t na_bench_create(const char *name, na_bench_t **bench_p)
@@ -45,15 +48,11 @@ void na_bench_destroy(na_bench_t *b)
 na_status_t na_bench_add(na_bench_t *b, const char *name, double value, const char *unit,
                          double spread, const char *ref_name, double ref_value)
 {
-    na_bench_result_t *r;
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 32;
-        na_bench_result_t *p = realloc(b->res, cap * sizeof(*p));
-        if (p == NULL)
-            return na_err(NA_ERR_NOMEM, "bench: out of memory");
-        b->res = p;
-        b->cap = cap;
-    }
+    na_bench_result_t *r = na_grow(b->res, &b->cap, b->n + 1, sizeof(*r), 32);
+
+    if (r == NULL)
+        return na_err(NA_ERR_NOMEM, "bench: out of memory");
+    b->res = r;
     r = &b->res[b->n++];
     memset(r, 0, sizeof(*r));
     snprintf(r->name, sizeof(r->name), "%s", name);
@@ -68,22 +67,17 @@ na_status_t na_bench_add(na_bench_t *b, const char *name, double value, const ch
 
 na_status_t na_bench_note(na_bench_t *b, const char *fmt, ...)
 {
-    char line[512];
-    size_t old = b->notes ? strlen(b->notes) : 0, add;
-    char *p;
+    char line[512 + 1];                 /* up to 511 bytes of text and its '\n' */
+    size_t n;
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    vsnprintf(line, sizeof(line) - 1, fmt, ap);
     va_end(ap);
-    add = strlen(line);
-    p = realloc(b->notes, old + add + 2);
-    if (p == NULL)
+    n = strlen(line);
+    line[n++] = '\n';
+    if (na_strbuf_append(&b->notes, &b->notes_len, &b->notes_cap, line, n) != 0)
         return na_err(NA_ERR_NOMEM, "bench: out of memory");
-    memcpy(p + old, line, add);
-    p[old + add] = '\n';
-    p[old + add + 1] = '\0';
-    b->notes = p;
     return NA_OK;
 }
 

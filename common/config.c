@@ -206,8 +206,9 @@ static na_status_t na_cfg_check_settings(na_cfg_parse_t *p, na_cfg_t *cfg)
 
 /* Move the bound compute and storage lists into cfg->nodes in rank order and
  * number the device slots. Takes the lists out of doc. */
-static na_status_t na_cfg_assemble(na_cfg_parse_t *p, na_cfg_doc_t *doc, na_cfg_t *cfg)
+static na_status_t na_cfg_assemble(na_cfg_parse_t *p, na_cfg_doc_t *doc)
 {
+    na_cfg_t *cfg = &doc->cfg;
     na_cfg_here_t here = { { 0 }, NULL };
     long i, d, n = doc->n_compute + doc->n_storage;
     int slot = 0;
@@ -253,16 +254,6 @@ static na_status_t na_cfg_assemble(na_cfg_parse_t *p, na_cfg_doc_t *doc, na_cfg_
             cfg->slots[cfg->n_slots].node = (int)i;
             cfg->slots[cfg->n_slots++].dev = (int)d;
         }
-    /* The sections are plain structs: move them over. */
-    cfg->cluster = doc->cluster;
-    cfg->model = doc->model;
-    cfg->transport = doc->transport;
-    cfg->parallel = doc->parallel;
-    cfg->kv = doc->kv;
-    cfg->xcache = doc->xcache;
-    memset(&doc->cluster, 0, sizeof(doc->cluster));
-    memset(&doc->model, 0, sizeof(doc->model));
-    memset(&doc->transport, 0, sizeof(doc->transport));
     return NA_OK;
 }
 
@@ -286,53 +277,44 @@ static na_status_t na_cfg_set_dir(na_cfg_parse_t *p, na_cfg_t *cfg, const char *
 na_status_t na_cfg_load(const char *path, na_cfg_t **cfg_p)
 {
     na_cfg_parse_t p = { .file = path };
-    na_cfg_doc_t doc;
+    na_cfg_doc_t *doc;
     na_cfg_t *cfg;
     unsigned char *buf;
     size_t len;
     struct stat sb;
     na_status_t st;
 
-    memset(&doc, 0, sizeof(doc));
     st = na_cfg_read_file(path, NA_CFG_MAX_FILE_BYTES, &buf, &len, &sb);
     if (st != NA_OK)
         return st;
-    cfg = calloc(1, sizeof(*cfg));
-    if (cfg == NULL || (cfg->file = strdup(path)) == NULL) {
+    doc = calloc(1, sizeof(*doc));
+    cfg = (na_cfg_t *)doc;              /* its first member (NULL with doc) */
+    if (cfg == NULL || (cfg->file = strdup(path)) == NULL)
         st = na_err(NA_ERR_NOMEM, "%s: out of memory", path);
-        goto err_free_buf;
-    }
-    if ((st = na_cfg_set_dir(&p, cfg, path)) != NA_OK)
-        goto err_free_buf;
-    if ((st = na_cfg_parse_yaml(&p, buf, len)) != NA_OK)
-        goto err_cleanup_parse;
-    if ((st = na_cfg_bind_doc(&p, &doc)) != NA_OK)
-        goto err_free_doc;
-    if ((st = na_cfg_assemble(&p, &doc, cfg)) != NA_OK)
-        goto err_free_doc;
-    if ((st = na_cfg_check_settings(&p, cfg)) != NA_OK ||
-        (st = na_cfg_check_nodes(&p, cfg)) != NA_OK ||
-        (st = na_cfg_check_engines(&p, cfg)) != NA_OK ||
-        (st = na_cfg_load_secret(&p, cfg)) != NA_OK ||
-        (st = na_cfg_check_kv_dirs(&p, cfg)) != NA_OK)
-        goto err_free_doc;
+    else if ((st = na_cfg_set_dir(&p, cfg, path)) == NA_OK &&
+             (st = na_cfg_parse_yaml(&p, buf, len)) == NA_OK &&
+             (st = na_cfg_bind_doc(&p, doc)) == NA_OK &&
+             (st = na_cfg_assemble(&p, doc)) == NA_OK &&
+             (st = na_cfg_check_settings(&p, cfg)) == NA_OK &&
+             (st = na_cfg_check_nodes(&p, cfg)) == NA_OK &&
+             (st = na_cfg_check_engines(&p, cfg)) == NA_OK &&
+             (st = na_cfg_load_secret(&p, cfg)) == NA_OK)
+        st = na_cfg_check_kv_dirs(&p, cfg);
+    /* One ending for success and failure: the parse tree and the file's
+     * bytes go; a failure frees cfg with what a step left bound in doc. */
     na_cfg_parse_cleanup(&p);
     free(buf);
+    if (st != NA_OK) {
+        na_cfg_destroy(cfg);
+        return st;
+    }
     *cfg_p = cfg;
     return NA_OK;
-
-err_free_doc:
-    na_cfg_doc_free(&doc);
-err_cleanup_parse:
-    na_cfg_parse_cleanup(&p);
-err_free_buf:
-    free(buf);
-    na_cfg_destroy(cfg);
-    return st;
 }
 
 void na_cfg_destroy(na_cfg_t *cfg)
 {
+    na_cfg_doc_t *doc = (na_cfg_doc_t *)cfg;    /* cfg heads its doc (na_cfg_load) */
     int i;
 
     if (cfg == NULL)
@@ -341,16 +323,12 @@ void na_cfg_destroy(na_cfg_t *cfg)
         na_cfg_node_cleanup(&cfg->nodes[i]);
     free(cfg->nodes);
     free(cfg->slots);
-    free(cfg->cluster.name);
-    free(cfg->cluster.secret_file);
-    free(cfg->model.path);
-    free(cfg->model.tokenizer);
-    free(cfg->transport.tls);
+    na_cfg_doc_free(doc);   /* what the key table bound: sections' strings, lists left */
     if (cfg->secret != NULL) {
         explicit_bzero(cfg->secret, cfg->secret_len);
         free(cfg->secret);
     }
     free(cfg->dir);
     free(cfg->file);
-    free(cfg);
+    free(doc);
 }

@@ -84,19 +84,16 @@ na_status_t na_cfg_check_kv_dirs(na_cfg_parse_t *p, na_cfg_t *cfg);
  * without default, NA_ERR_FORMAT for a malformed reference. */
 na_status_t na_cfg_expand(const na_cfg_parse_t *p, const na_yn_t *n, char **out_p);
 
-/* The document as bound from the key table, before nodes are merged into
- * na_cfg_t's rank order. */
+/* The document as bound from the key table: the sections straight into the
+ * layout na_cfg_load returns (its first member, so that the layout is the
+ * allocation and na_cfg_destroy finds the doc), the compute and storage
+ * lists until they are merged into cfg.nodes in rank order. */
 typedef struct {
-    na_cfg_cluster_t   cluster;
-    na_cfg_model_t     model;
-    na_cfg_transport_t transport;
-    na_cfg_node_t     *compute;   /* [n_compute] */
-    long               n_compute;
-    na_cfg_node_t     *storage;   /* [n_storage] */
-    long               n_storage;
-    na_cfg_parallel_t  parallel;
-    na_cfg_kv_t        kv;
-    na_cfg_xcache_t    xcache;
+    na_cfg_t       cfg;
+    na_cfg_node_t *compute;   /* [n_compute] */
+    long           n_compute;
+    na_cfg_node_t *storage;   /* [n_storage] */
+    long           n_storage;
 } na_cfg_doc_t;
 
 /* Bind the root mapping onto doc (zeroed by the caller) following the key
@@ -104,7 +101,8 @@ typedef struct {
  * failure doc may hold partial allocations: free them with na_cfg_doc_free. */
 na_status_t na_cfg_bind_doc(na_cfg_parse_t *p, na_cfg_doc_t *doc);
 
-/* Free every string and list the binder allocated in doc. */
+/* Free every string and list the binder allocated in doc (the sections of
+ * doc->cfg included; nothing else of it). */
 void na_cfg_doc_free(na_cfg_doc_t *doc);
 
 /* Free the strings and device list of one node (not the node itself). */

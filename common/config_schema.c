@@ -133,7 +133,9 @@ static const char *const na_cfg_tier_names[]     = { "auto", "dram", "ssd", NULL
 #define LIST_(k, sec, doc) \
     { #k, NA_CFG_F_LIST, offsetof(T, k), offsetof(T, n_##k), NA_CFG_REQ | NA_CFG_NONEMPTY, NULL, \
       0, 0, NULL, &sec, NULL, doc }
-#define MAP_(k, fl, sec, doc)       F_(k, NA_CFG_F_MAP, fl, NULL, 0, 0, NULL, &sec, NULL, doc)
+/* A section of the root (T is na_cfg_doc_t), bound straight into its na_cfg_t. */
+#define SECTION_(k, fl, sec, doc) \
+    { #k, NA_CFG_F_MAP, offsetof(T, cfg.k), 0, fl, NULL, 0, 0, NULL, &sec, NULL, doc }
 /* The row that ends a table (key NULL; designated, so that no compiler
  * warns of the fields left out). */
 #define NA_CFG_END_ { .key = NULL }
@@ -271,14 +273,14 @@ static const na_cfg_section_t na_cfg_xcache_section    = S_(na_cfg_xcache_t, na_
 
 #define T na_cfg_doc_t
 static const na_cfg_field_t na_cfg_root_fields[] = {
-    MAP_(cluster, NA_CFG_REQ, na_cfg_cluster_section, "cluster identity and secret"),
-    MAP_(model, 0, na_cfg_model_section, "the model served"),
-    MAP_(transport, 0, na_cfg_transport_section, "UCX transport settings and timeouts"),
+    SECTION_(cluster, NA_CFG_REQ, na_cfg_cluster_section, "cluster identity and secret"),
+    SECTION_(model, 0, na_cfg_model_section, "the model served"),
+    SECTION_(transport, 0, na_cfg_transport_section, "UCX transport settings and timeouts"),
     LIST_(compute, na_cfg_compute_section, "compute nodes (dense layers, scheduling, sampling)"),
     LIST_(storage, na_cfg_storage_section, "storage nodes (KV cache and attention)"),
-    MAP_(parallel, 0, na_cfg_parallel_section, "partition and pipelining"),
-    MAP_(kv, 0, na_cfg_kv_section, "KV cache layout and writeback"),
-    MAP_(xcache, 0, na_cfg_xcache_section, "cooperative X-cache (INF2)"),
+    SECTION_(parallel, 0, na_cfg_parallel_section, "partition and pipelining"),
+    SECTION_(kv, 0, na_cfg_kv_section, "KV cache layout and writeback"),
+    SECTION_(xcache, 0, na_cfg_xcache_section, "cooperative X-cache (INF2)"),
     NA_CFG_END_
 };
 #undef T

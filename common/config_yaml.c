@@ -12,6 +12,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "common/grow.h"
 #include "common/strbuf.h"
 #include "config_internal.h"
 
@@ -73,14 +74,11 @@ static na_yn_t *na_cfg_yn_new(na_cfg_parse_t *p, na_yn_kind_t kind, const yaml_m
 /* Append child to parent->items, growing it; fails only with NA_ERR_NOMEM. */
 static na_status_t na_cfg_yn_append(na_cfg_parse_t *p, na_yn_t *parent, na_yn_t *child)
 {
-    if (parent->n == parent->cap) {
-        size_t cap = parent->cap ? parent->cap * 2 : 8;
-        na_yn_t **items = realloc(parent->items, cap * sizeof(*items));
-        if (items == NULL)
-            return na_err(NA_ERR_NOMEM, "%s: out of memory", p->file);
-        parent->items = items;
-        parent->cap = cap;
-    }
+    na_yn_t **items = na_grow(parent->items, &parent->cap, parent->n + 1, sizeof(*items), 8);
+
+    if (items == NULL)
+        return na_err(NA_ERR_NOMEM, "%s: out of memory", p->file);
+    parent->items = items;
     parent->items[parent->n++] = child;
     return NA_OK;
 }
@@ -88,14 +86,11 @@ static na_status_t na_cfg_yn_append(na_cfg_parse_t *p, na_yn_t *parent, na_yn_t 
 /* Register anchor `name` for node (a later one with the same name wins); NA_ERR_NOMEM only. */
 static na_status_t na_cfg_anchor_add(na_cfg_parse_t *p, const char *name, na_yn_t *node)
 {
-    if (p->n_anchors == p->cap_anchors) {
-        size_t cap = p->cap_anchors ? p->cap_anchors * 2 : 8;
-        na_cfg_anchor_t *a = realloc(p->anchors, cap * sizeof(*a));
-        if (a == NULL)
-            return na_err(NA_ERR_NOMEM, "%s: out of memory", p->file);
-        p->anchors = a;
-        p->cap_anchors = cap;
-    }
+    na_cfg_anchor_t *a = na_grow(p->anchors, &p->cap_anchors, p->n_anchors + 1, sizeof(*a), 8);
+
+    if (a == NULL)
+        return na_err(NA_ERR_NOMEM, "%s: out of memory", p->file);
+    p->anchors = a;
     p->anchors[p->n_anchors].name = strdup(name);
     if (p->anchors[p->n_anchors].name == NULL)
         return na_err(NA_ERR_NOMEM, "%s: out of memory", p->file);

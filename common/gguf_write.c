@@ -2,6 +2,7 @@
  * tensor infos are serialised into memory; tensor data goes straight to the
  * file in declaration order, padded to the alignment (32). */
 #include "gguf.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,7 +24,8 @@ struct na_gguf_writer {
     size_t             infos_len, infos_cap;
     uint64_t           n_kv;
     na_gguf_wtensor_t *tensors;
-    uint64_t           n_tensors, cap_tensors;
+    uint64_t           n_tensors;
+    size_t             cap_tensors;
     uint64_t           data_end;  /* next free offset in the data section */
     int                started;   /* header written */
     uint64_t           cur;       /* tensor being written */
@@ -36,17 +38,11 @@ struct na_gguf_writer {
 static na_status_t na_gw_put(na_gguf_writer_t *w, uint8_t **buf, size_t *len, size_t *cap,
                              const void *p, size_t n)
 {
-    if (*len + n > *cap) {
-        size_t nc = *cap ? *cap : 4096;
-        uint8_t *nb;
-        while (nc < *len + n)
-            nc *= 2;
-        nb = realloc(*buf, nc);
-        if (nb == NULL)
-            return w->failed = na_err(NA_ERR_NOMEM, "%s: no memory for metadata", w->path);
-        *buf = nb;
-        *cap = nc;
-    }
+    uint8_t *nb = na_grow(*buf, cap, *len + n, 1, 4096);
+
+    if (nb == NULL)
+        return w->failed = na_err(NA_ERR_NOMEM, "%s: no memory for metadata", w->path);
+    *buf = nb;
     memcpy(*buf + *len, p, n);
     *len += n;
     return NA_OK;
@@ -78,6 +74,16 @@ static na_status_t na_gw_key(na_gguf_writer_t *w, const char *key, uint32_t type
     return st;
 }
 
+/* Free w and what it holds (the file is closed, or was never opened). */
+static void na_gw_free(na_gguf_writer_t *w)
+{
+    free(w->meta);
+    free(w->infos);
+    free(w->tensors);
+    free(w->path);
+    free(w);
+}
+
 na_status_t na_gguf_writer_create(const char *path, na_gguf_writer_t **w_p)
 {
     na_gguf_writer_t *w = calloc(1, sizeof(*w));
@@ -88,8 +94,7 @@ na_status_t na_gguf_writer_create(const char *path, na_gguf_writer_t **w_p)
     w->f = fopen(path, "wb");
     if (w->f == NULL) {
         na_status_t st = na_err(NA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-        free(w->path);
-        free(w);
+        na_gw_free(w);
         return st;
     }
     setvbuf(w->f, NULL, _IOFBF, 1 << 20);
@@ -208,6 +213,7 @@ na_status_t na_gguf_writer_tensor(na_gguf_writer_t *w, const char *name, uint32_
 {
     uint64_t nel = 1, size, len = strlen(name);
     uint32_t d;
+    na_gguf_wtensor_t *nt;
     na_status_t st;
 
     if (w->failed != NA_OK)
@@ -221,14 +227,10 @@ na_status_t na_gguf_writer_tensor(na_gguf_writer_t *w, const char *name, uint32_
     if (size == 0)
         return w->failed = na_err(NA_ERR_INVALID, "%s: tensor '%s': %llu elements of type %u",
                                   w->path, name, (unsigned long long)nel, type);
-    if (w->n_tensors == w->cap_tensors) {
-        uint64_t nc = w->cap_tensors ? 2 * w->cap_tensors : 64;
-        na_gguf_wtensor_t *nt = realloc(w->tensors, (size_t)nc * sizeof(*nt));
-        if (nt == NULL)
-            return w->failed = na_err(NA_ERR_NOMEM, "%s: no memory", w->path);
-        w->tensors = nt;
-        w->cap_tensors = nc;
-    }
+    nt = na_grow(w->tensors, &w->cap_tensors, (size_t)w->n_tensors + 1, sizeof(*nt), 64);
+    if (nt == NULL)
+        return w->failed = na_err(NA_ERR_NOMEM, "%s: no memory", w->path);
+    w->tensors = nt;
     w->tensors[w->n_tensors].size = size;
     w->tensors[w->n_tensors].offset = w->data_end;
     st = na_gw_put(w, &w->infos, &w->infos_len, &w->infos_cap, &len, 8);
@@ -317,13 +319,17 @@ na_status_t na_gguf_writer_data(na_gguf_writer_t *w, const void *data, size_t by
     return NA_OK;
 }
 
-static void na_gw_free(na_gguf_writer_t *w)
+/* Close the file and free w: the one ending of finish and abort. The file
+ * stays only when st is NA_OK and the close succeeds; returns st, or the
+ * close's error. */
+static na_status_t na_gw_close(na_gguf_writer_t *w, na_status_t st)
 {
-    free(w->meta);
-    free(w->infos);
-    free(w->tensors);
-    free(w->path);
-    free(w);
+    if (fclose(w->f) != 0 && st == NA_OK)
+        st = na_err(NA_ERR_IO, "%s: close: %s", w->path, strerror(errno));
+    if (st != NA_OK)
+        unlink(w->path);
+    na_gw_free(w);
+    return st;
 }
 
 na_status_t na_gguf_writer_finish(na_gguf_writer_t *w)
@@ -337,19 +343,11 @@ na_status_t na_gguf_writer_finish(na_gguf_writer_t *w)
                     (unsigned long long)w->cur, (unsigned long long)w->n_tensors);
     if (st == NA_OK && fflush(w->f) != 0)
         st = na_err(NA_ERR_IO, "%s: write: %s", w->path, strerror(errno));
-    if (fclose(w->f) != 0 && st == NA_OK)
-        st = na_err(NA_ERR_IO, "%s: close: %s", w->path, strerror(errno));
-    if (st != NA_OK)
-        unlink(w->path);
-    na_gw_free(w);
-    return st;
+    return na_gw_close(w, st);
 }
 
 void na_gguf_writer_abort(na_gguf_writer_t *w)
 {
-    if (w == NULL)
-        return;
-    fclose(w->f);
-    unlink(w->path);
-    na_gw_free(w);
+    if (w != NULL)
+        na_gw_close(w, NA_ERR_CANCELED);
 }

@@ -7,21 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 /* Append n bytes of s to *buf (*len bytes now, *cap allocated) and keep it
  * NUL-terminated (*len does not count the NUL). 0, or -1 when out of
  * memory (then nothing changed). */
 static inline int na_strbuf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 64;
-        char *t;
-        while (c < *len + n + 1)
-            c *= 2;
-        if ((t = realloc(*buf, c)) == NULL)
-            return -1;
-        *buf = t;
-        *cap = c;
-    }
+    char *t = na_grow(*buf, cap, *len + n + 1, 1, 64);
+
+    if (t == NULL)
+        return -1;
+    *buf = t;
     memcpy(*buf + *len, s, n);
     *len += n;
     (*buf)[*len] = '\0';

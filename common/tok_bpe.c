@@ -78,14 +78,15 @@ static uint64_t na_bpe_slot(const na_tokenizer_t *t, uint64_t key)
 static int na_bpe_find(const na_tokenizer_t *t, int l, int r, uint32_t *rank, int *to)
 {
     uint64_t key = na_bpe_key(l, r), i;
-    if (t->mkey == NULL)
+    if (t->merges == NULL)
         return 0;
     for (i = na_bpe_slot(t, key);; i = (i + 1) & t->mmask) {
-        if (t->mkey[i] == 0)
+        const na_tok_merge_t *m = &t->merges[i];
+        if (m->key == 0)
             return 0;
-        if (t->mkey[i] == key) {
-            *rank = t->mrank[i];
-            *to = t->mto[i];
+        if (m->key == key) {
+            *rank = m->rank;
+            *to = m->to;
             return 1;
         }
     }
@@ -112,11 +113,9 @@ na_status_t na_bpe_merges_load(na_tokenizer_t *t, const na_gguf_t *g)
             longest = (size_t)kv->v.arr.strs[i].len;
     while (cap < 2 * n)
         cap <<= 1;
-    t->mkey = calloc(cap, sizeof(uint64_t));
-    t->mrank = malloc(cap * sizeof(uint32_t));
-    t->mto = malloc(cap * sizeof(int32_t));
+    t->merges = calloc(cap, sizeof(*t->merges));
     buf = malloc(longest + 1);
-    if (t->mkey == NULL || t->mrank == NULL || t->mto == NULL || buf == NULL) {
+    if (t->merges == NULL || buf == NULL) {
         free(buf);
         return na_err(NA_ERR_NOMEM, "%s: no memory for %llu merges", g->path,
                       (unsigned long long)n);
@@ -152,11 +151,11 @@ na_status_t na_bpe_merges_load(na_tokenizer_t *t, const na_gguf_t *g)
         if (na_bpe_find(t, l, r, &rank0, &to))
             continue;                  /* a repeated pair keeps its first rank */
         key = na_bpe_key(l, r);
-        for (k = na_bpe_slot(t, key); t->mkey[k] != 0; k = (k + 1) & t->mmask)
+        for (k = na_bpe_slot(t, key); t->merges[k].key != 0; k = (k + 1) & t->mmask)
             ;
-        t->mkey[k] = key;
-        t->mrank[k] = (uint32_t)i;
-        t->mto[k] = to;
+        t->merges[k].key = key;
+        t->merges[k].rank = (uint32_t)i;
+        t->merges[k].to = to;
     }
     st = NA_OK;
 out:

@@ -33,11 +33,21 @@ enum {
     NA_TOK_RSTRIP = 2,
 };
 
+/* A slot of the BPE merge table (open addressing; tok_bpe.c): the pair's key
+ * (left << 32 | right) + 1, 0 when the slot is empty, with its rank (index in
+ * tokenizer.ggml.merges) and the merged token side by side, so a probe that
+ * hits reads one cache line. */
+typedef struct {
+    uint64_t key;
+    uint32_t rank;
+    int32_t  to;
+} na_tok_merge_t;
+
 struct na_tokenizer {
     int       vocab_size;
-    char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the one block
-                              * that holds every array below (na_tok_alloc). BPE: normal
-                              * pieces hold raw bytes (byte-to-unicode mapping undone) */
+    char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the arrays that
+                              * follow the struct in its one block (na_tok_alloc). BPE:
+                              * normal pieces hold raw bytes (byte-to-unicode mapping undone) */
     uint32_t *piece_len;     /* [vocab] */
     float    *scores;        /* [vocab] */
     uint8_t  *kind;          /* [vocab] NA_TOK_* */
@@ -56,9 +66,7 @@ struct na_tokenizer {
     int          add_bos, add_eos;   /* what the file asks (tokenizer.ggml.add_*_token) */
     int          ignore_merges;      /* a word that is a token is taken whole (llama3) */
     na_pretok_t *pre;
-    uint64_t    *mkey;               /* merges: open addressing over (left << 32 | right) + 1 */
-    uint32_t    *mrank;              /* [mmask+1] rank (index in tokenizer.ggml.merges) */
-    int32_t     *mto;                /* [mmask+1] the merged token */
+    na_tok_merge_t *merges;          /* [mmask+1] the merge table (NULL: no merges) */
     uint64_t     mmask;
     int         *special;            /* [n_special] control / user tokens, longest text first */
     int          n_special;
@@ -141,7 +149,7 @@ static inline int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t l
  * s[0..len) into dst (room for len bytes): a mapped code point becomes its
  * byte, anything else is copied. Returns the bytes written. */
 size_t na_bpe_unmap(char *dst, const char *s, size_t len);
-/* Read tokenizer.ggml.merges into t->mkey/mrank/mto (after the hash is
+/* Read tokenizer.ggml.merges into t->merges (after the hash is
  * built). NA_ERR_FORMAT naming the file, the field and the entry for a
  * merge that names an unknown token or whose result is none. */
 na_status_t na_bpe_merges_load(na_tokenizer_t *t, const struct na_gguf *g);

@@ -2,6 +2,7 @@
  * (see tok_pretok.h). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tok_pretok.h"
+#include "common/grow.h"
 
 #include <pcre2.h>
 #include <stdint.h>
@@ -195,14 +196,11 @@ typedef struct {
 
 static int na_pretok_push(na_pretok_list_t *l, size_t off, size_t len)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        size_t *v = realloc(l->v, 2 * cap * sizeof(size_t));
-        if (v == NULL)
-            return -1;
-        l->v = v;
-        l->cap = cap;
-    }
+    size_t *v = na_grow(l->v, &l->cap, l->n + 1, 2 * sizeof(size_t), 64);
+
+    if (v == NULL)
+        return -1;
+    l->v = v;
     l->v[2 * l->n] = off;
     l->v[2 * l->n + 1] = len;
     l->n++;

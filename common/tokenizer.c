@@ -23,27 +23,25 @@
 
 #define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
 
-/* Allocate the per-token arrays for n tokens and an arena of arena_bytes.
- * Returns NULL on allocation failure (everything freed). */
+/* Allocate the tokenizer with its per-token arrays for n tokens and an arena
+ * of arena_bytes behind it, one block (freed with t). NULL when out of memory. */
 static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
 {
-    na_tokenizer_t *t = calloc(1, sizeof(*t));
+    na_tokenizer_t *t;
     uint32_t cap = 16;
     size_t vn = (size_t)n;
     uint8_t *p;
     int b;
 
-    if (t == NULL)
-        return NULL;
     while (cap < 2u * (uint32_t)n)
         cap <<= 1;
-    /* one block, widest elements first so that every array is aligned */
-    p = calloc(1, vn * sizeof(char *) + vn * (sizeof(float) + sizeof(uint32_t) + 3) +
+    /* widest elements first so that every array is aligned (the struct's
+     * size is a multiple of its pointer alignment) */
+    t = calloc(1, sizeof(*t) + vn * sizeof(char *) + vn * (sizeof(float) + sizeof(uint32_t) + 3) +
                   cap * sizeof(uint32_t) + arena_bytes + 1);
-    if (p == NULL) {
-        free(t);
+    if (t == NULL)
         return NULL;
-    }
+    p = (uint8_t *)(t + 1);
     t->vocab_size = n;
     t->pieces    = (char **)p;                        p += vn * sizeof(char *);
     t->scores    = (float *)p;                        p += vn * sizeof(float);
@@ -530,12 +528,9 @@ void na_tokenizer_destroy(na_tokenizer_t *t)
     if (t == NULL)
         return;
     na_pretok_destroy(t->pre);
-    free(t->mkey);
-    free(t->mrank);
-    free(t->mto);
+    free(t->merges);
     free(t->special);
-    free(t->pieces);            /* the block of every per-token array (na_tok_alloc) */
-    free(t);
+    free(t);                    /* with every per-token array (na_tok_alloc) */
 }
 
 int na_tokenizer_vocab_size(const na_tokenizer_t *t) { return t->vocab_size; }

@@ -116,6 +116,7 @@ struct na_xp_op {
     int          done;               /* UCX called back (status in status) */
     ucs_status_t status;
     struct na_xp_op *next, *prev;    /* in-flight list; next: free list */
+    /* last: xp_op_new clears every field before it */
     uint8_t      hdr[NA_XP_HDR_MAX + NA_XP_ID_LEN]; /* header + peer's id, alive in flight */
 };
 

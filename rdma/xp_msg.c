@@ -9,6 +9,7 @@
  * owner's queue, the records, registered buffers and the landing pool are
  * here too, the floor of the transport's files (xp_worker.c → xp_door.c →
  * xp_handshake.c → xp_endpoint.c → xp_msg.c, xp_sock.c). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,8 @@
 /* Largest message sent with UCP_OP_ATTR_FLAG_FAST_CMPL (see xp_am_send). */
 #define XP_FAST_CMPL_MAX ((size_t)256 << 10)
 
+_Static_assert(UCS_OK == 0, "xp_op_new clears an operation's status to UCS_OK with zeros");
+
 /* An operation record from the node's free list (NULL: out of memory). */
 static na_xp_op_t *xp_op_new(na_xp_t *xp)
 {
@@ -29,16 +32,9 @@ static na_xp_op_t *xp_op_new(na_xp_t *xp)
     NA_FREELIST_TAKE(xp->op_free, xp->op_free_n, op, next);
     if (op == NULL && (op = malloc(sizeof(*op))) == NULL)
         return NULL;
-    op->req = NULL;
-    op->ep = NULL;
-    op->bytes = 0;
-    op->buf = NULL;
-    op->fn = NULL;
-    op->arg = NULL;
-    op->deadline_ns = 0;
-    op->done = 0;
-    op->status = UCS_OK;
-    op->next = op->prev = NULL;
+    /* every field but the header bytes (the sender fills them): a field
+     * added before hdr starts cleared too */
+    memset(op, 0, offsetof(na_xp_op_t, hdr));
     return op;
 }
 
