@@ -81,8 +81,9 @@ struct na_attn_item {
     float           *acc;            /* (n_parts, n_kvh*n_q*group*head_dim) partial sums */
     na_kattn_stat_t  *tst;            /* n_q > 1: a row's parts, to merge */
     float           *tacc;           /*   (n_parts, n_kvh*group[*head_dim]) */
-    size_t           qg_cap, st_cap, acc_cap, tst_cap, tacc_cap;  /* their sizes (elements):
-                                        kept with the item on the engine's free list */
+    void            *scratch;        /* the one block those five lie in (cpu_item_arrays) */
+    size_t           scratch_cap;    /* its bytes: kept with the item on the engine's free
+                                        list */
     struct na_attn_item *next;       /* on the engine's free list */
     na_status_t      status;
     char             reason[200];
@@ -686,11 +687,7 @@ static void na_attn_engine_stop(na_attn_cpu_t *e)
 
 static void cpu_item_destroy(na_attn_item_t *it)
 {
-    free(it->st);
-    free(it->acc);
-    free(it->tst);
-    free(it->tacc);
-    free(it->qg_own);
+    free(it->scratch);
     free(it);
 }
 
@@ -955,46 +952,62 @@ static int na_attn_granule_jobs(na_attn_cpu_t *e, na_attn_item_t *it, na_kv_req_
     return n;
 }
 
-/* Grow *buf to hold n elements of size sz (kept: the item is reused, so
- * its buffers stop growing once they fit the largest context); 0, or -1
- * out of memory. */
-static int cpu_grow(void **buf, size_t *cap, size_t n, size_t sz)
+/* Carve the item's arrays from its scratch block: st and acc for every
+ * part's rows (n_parts * rows * n_q), and for a block of query rows
+ * (n_q > 1) qg_own (rows * n_q) and tst, tacc (n_parts * rows); each array
+ * starts on a cache line. The block only grows (kept with the item, it stops
+ * growing once it fits the largest context) and its contents are scratch:
+ * nothing is copied over. 0, or -1 out of memory. */
+static int cpu_item_arrays(na_attn_item_t *it, size_t rows, size_t hd)
 {
-    void *nb;
+    const size_t slots = (size_t)it->n_parts * rows * it->n_q;
+    const size_t trows = it->n_q > 1 ? (size_t)it->n_parts * rows : 0;
+    const size_t qrows = it->n_q > 1 ? rows * it->n_q : 0;
+    const size_t bytes[5] = { slots * sizeof(*it->st), slots * hd * sizeof(float),
+                              qrows * hd * sizeof(float), trows * sizeof(*it->tst),
+                              trows * hd * sizeof(float) };
+    size_t off[5], need = 0;
+    char *b;
+    int i;
 
-    if (n <= *cap)
-        return 0;
-    if (n < 2 * *cap)
-        n = 2 * *cap;
-    nb = realloc(*buf, n * sz);
-    if (nb == NULL)
-        return -1;
-    *buf = nb;
-    *cap = n;
+    for (i = 0; i < 5; i++) {
+        off[i] = need;
+        need += (bytes[i] + 63) & ~(size_t)63;
+    }
+    if (need > it->scratch_cap) {
+        size_t cap = need < 2 * it->scratch_cap ? 2 * it->scratch_cap : need;
+        void *nb;
+        if (posix_memalign(&nb, 64, cap) != 0)
+            return -1;
+        free(it->scratch);
+        it->scratch = nb;
+        it->scratch_cap = cap;
+    }
+    b = it->scratch;
+    it->st = (na_kattn_stat_t *)(void *)(b + off[0]);
+    it->acc = (float *)(void *)(b + off[1]);
+    it->qg_own = (float *)(void *)(b + off[2]);
+    it->tst = (na_kattn_stat_t *)(void *)(b + off[3]);
+    it->tacc = (float *)(void *)(b + off[4]);
     return 0;
 }
 
-/* A cleared item from the free list (buffers kept) or a new one (e->mu
+/* A cleared item from the free list (scratch block kept) or a new one (e->mu
  * held); NULL out of memory. */
 static na_attn_item_t *cpu_item_get(na_attn_cpu_t *e)
 {
-    na_attn_item_t *it = e->item_free, keep;
+    na_attn_item_t *it = e->item_free;
+    void *scratch;
+    size_t cap;
 
     if (it == NULL)
         return calloc(1, sizeof(*it));
     e->item_free = it->next;
-    keep = *it;
+    scratch = it->scratch;
+    cap = it->scratch_cap;
     memset(it, 0, sizeof(*it));
-    it->qg_own = keep.qg_own;
-    it->st = keep.st;
-    it->acc = keep.acc;
-    it->tst = keep.tst;
-    it->tacc = keep.tacc;
-    it->qg_cap = keep.qg_cap;
-    it->st_cap = keep.st_cap;
-    it->acc_cap = keep.acc_cap;
-    it->tst_cap = keep.tst_cap;
-    it->tacc_cap = keep.tacc_cap;
+    it->scratch = scratch;
+    it->scratch_cap = cap;
     return it;
 }
 
@@ -1032,20 +1045,11 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
     it->qg = en->q;
     if (it->n_gran > 0) {
         const size_t rows = (size_t)it->n_kvh * it->group;
-        size_t slots = (size_t)it->n_parts * rows * it->n_q;
-        if (cpu_grow((void **)&it->st, &it->st_cap, slots, sizeof(*it->st)) != 0 ||
-            cpu_grow((void **)&it->acc, &it->acc_cap, slots * hd, sizeof(float)) != 0)
+        if (cpu_item_arrays(it, rows, (size_t)hd) != 0)
             return na_err(NA_ERR_NOMEM, "attention: out of memory");
         if (it->n_q > 1) {
             const na_attn_shape_t sh = { e->kcfg->block_tokens, hd, e->kcfg->kv_dtype,
                                          it->n_kvh, it->group };
-            if (cpu_grow((void **)&it->qg_own, &it->qg_cap, rows * it->n_q * hd,
-                         sizeof(float)) != 0 ||
-                cpu_grow((void **)&it->tst, &it->tst_cap, (size_t)it->n_parts * rows,
-                         sizeof(*it->tst)) != 0 ||
-                cpu_grow((void **)&it->tacc, &it->tacc_cap, (size_t)it->n_parts * rows * hd,
-                         sizeof(float)) != 0)
-                return na_err(NA_ERR_NOMEM, "attention: out of memory");
             na_attn_rows_gather(&sh, it->n_q, en->q, en->q_stride ? en->q_stride : rows * hd,
                                 it->qg_own);
             it->qg = it->qg_own;
@@ -1085,20 +1089,14 @@ static na_status_t cpu_submit_q(na_attn_cpu_t *e, na_attn_batch_t *b, na_attn_en
 {
     int i;
 
+    if (na_attn_items_reserve((void **)&b->items, &b->cap, b->n + n, sizeof(*b->items)) != 0)
+        return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
     for (i = 0; i < n; i++) {
         na_attn_entry_t *en = &entries[i];
         na_attn_item_t *it;
         na_kv_req_t *r = NULL;
         na_status_t st;
 
-        if (b->n == b->cap) {
-            int cap = b->cap ? b->cap * 2 : 16;
-            na_attn_item_t **ni = realloc(b->items, sizeof(*ni) * (size_t)cap);
-            if (ni == NULL)
-                return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
-            b->items = ni;
-            b->cap = cap;
-        }
         pthread_mutex_lock(&e->mu);
         it = cpu_item_get(e);
         if (it == NULL) {

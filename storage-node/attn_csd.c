@@ -79,7 +79,8 @@ typedef struct {
     na_xrt_dev_t        *dev;           /* NULL: failed (dev_st, dev_why) */
     na_status_t          dev_st;
     char                 dev_why[200];
-    na_xrt_bo_t         *bo_desc, *bo_pages, *bo_kv, *bo_q, *bo_o, *bo_lse, *bo_status;
+    na_xrt_launch_t      launch;        /* what every launch shares: the buffers (csd_bufs)
+                                           and the shape; a launch adds its counts */
     uint32_t             max_jobs, max_pages;
     size_t               kv_cap;
     void                *bounce;        /* aligned block for O_DIRECT into an unaligned map */
@@ -109,24 +110,56 @@ static void csd_fail_device(csd_engine_t *e, na_status_t st, const char *why)
     snprintf(e->dev_why, sizeof(e->dev_why), "%s", why);
 }
 
-static void csd_free_buffers(csd_engine_t *e)
+/* The launch buffers: where the engine holds each, its kernel argument,
+ * P2P (the SSD DMAs into it) and bytes. */
+typedef struct {
+    na_xrt_bo_t **bo;
+    int           arg, p2p;
+    size_t        bytes;
+} csd_buf_t;
+
+#define CSD_N_BUFS 7
+
+static void csd_bufs(csd_engine_t *e, csd_buf_t b[CSD_N_BUFS])
 {
-    na_xrt_bo_free(e->bo_desc);
-    na_xrt_bo_free(e->bo_pages);
-    na_xrt_bo_free(e->bo_kv);
-    na_xrt_bo_free(e->bo_q);
-    na_xrt_bo_free(e->bo_o);
-    na_xrt_bo_free(e->bo_lse);
-    na_xrt_bo_free(e->bo_status);
-    e->bo_desc = e->bo_pages = e->bo_kv = e->bo_q = e->bo_o = e->bo_lse = e->bo_status = NULL;
+    const size_t qn = (size_t)e->cfg.group * e->kcfg->head_dim;
+    const csd_buf_t t[CSD_N_BUFS] = {
+        { &e->launch.kv, NA_CSD_ARG_KV, 1, e->kv_cap },
+        { &e->launch.desc, NA_CSD_ARG_DESC, 0, sizeof(na_csd_desc_t) * e->max_jobs },
+        { &e->launch.pages, NA_CSD_ARG_PAGES, 0, sizeof(na_csd_page_t) * e->max_pages },
+        { &e->launch.q, NA_CSD_ARG_Q, 0, sizeof(float) * qn * e->max_jobs },
+        { &e->launch.o, NA_CSD_ARG_O, 0, sizeof(float) * qn * e->max_jobs },
+        { &e->launch.lse, NA_CSD_ARG_LSE, 0, sizeof(float) * e->cfg.group * e->max_jobs },
+        { &e->launch.status, NA_CSD_ARG_STATUS, 0, sizeof(int32_t) * e->max_jobs },
+    };
+
+    memcpy(b, t, sizeof(t));
+}
+
+/* Free the launch buffers, then close the device (every handle before the
+ * device); e->dev is NULL after. */
+static void csd_dev_close(csd_engine_t *e)
+{
+    csd_buf_t b[CSD_N_BUFS];
+    int i;
+
+    csd_bufs(e, b);
+    for (i = 0; i < CSD_N_BUFS; i++) {
+        na_xrt_bo_free(*b[i].bo);
+        *b[i].bo = NULL;
+    }
+    na_xrt_dev_close(e->dev);
+    e->dev = NULL;
 }
 
 /* Open the device and allocate the launch buffers. */
 static na_status_t csd_open(csd_engine_t *e)
 {
     const na_kv_store_cfg_t *k = e->kcfg;
-    size_t qn, bb = na_kv_block_bytes(k, e->cfg.max_kv_heads);
+    size_t bb = na_kv_block_bytes(k, e->cfg.max_kv_heads);
+    csd_buf_t b[CSD_N_BUFS];
     na_status_t st;
+    int i;
 
     if (e->cfg.csd_xclbin == NULL || e->cfg.csd_xclbin[0] == '\0')
         return na_err(NA_ERR_INVALID, "csd: the slot names no xclbin (devices[].xclbin)");
@@ -140,21 +173,14 @@ static na_status_t csd_open(csd_engine_t *e)
     /* worst case: every block holds one token of one request */
     e->max_pages = (uint32_t)(e->kv_cap / bb * (size_t)e->cfg.max_kv_heads);
     e->max_jobs = e->max_pages;
-    qn = (size_t)e->cfg.group * k->head_dim;
-    if ((st = na_xrt_bo_alloc(e->dev, e->kv_cap, 1, NA_CSD_ARG_KV, &e->bo_kv)) != NA_OK ||
-        (st = na_xrt_bo_alloc(e->dev, sizeof(na_csd_desc_t) * e->max_jobs, 0, NA_CSD_ARG_DESC,
-                              &e->bo_desc)) != NA_OK ||
-        (st = na_xrt_bo_alloc(e->dev, sizeof(na_csd_page_t) * e->max_pages, 0, NA_CSD_ARG_PAGES,
-                              &e->bo_pages)) != NA_OK ||
-        (st = na_xrt_bo_alloc(e->dev, sizeof(float) * qn * e->max_jobs, 0, NA_CSD_ARG_Q,
-                              &e->bo_q)) != NA_OK ||
-        (st = na_xrt_bo_alloc(e->dev, sizeof(float) * qn * e->max_jobs, 0, NA_CSD_ARG_O,
-                              &e->bo_o)) != NA_OK ||
-        (st = na_xrt_bo_alloc(e->dev, sizeof(float) * e->cfg.group * e->max_jobs, 0,
-                              NA_CSD_ARG_LSE, &e->bo_lse)) != NA_OK ||
-        (st = na_xrt_bo_alloc(e->dev, sizeof(int32_t) * e->max_jobs, 0, NA_CSD_ARG_STATUS,
-                              &e->bo_status)) != NA_OK)
-        return st;
+    csd_bufs(e, b);
+    for (i = 0; i < CSD_N_BUFS; i++)
+        if ((st = na_xrt_bo_alloc(e->dev, b[i].bytes, b[i].p2p, b[i].arg, b[i].bo)) != NA_OK)
+            return st;
+    e->launch.head_dim = (uint32_t)k->head_dim;
+    e->launch.group = (uint32_t)e->cfg.group;
+    e->launch.page_tokens = (uint32_t)k->block_tokens;
+    e->launch.scale = 1.0f / sqrtf((float)k->head_dim);
     if (posix_memalign(&e->bounce, NA_CSD_ALIGN, bb) != 0)
         return na_err(NA_ERR_NOMEM, "csd: out of memory (bounce block)");
     return NA_OK;
@@ -164,8 +190,7 @@ static void csd_destroy(na_attn_engine_t *base)
 {
     csd_engine_t *e = (csd_engine_t *)base;
 
-    csd_free_buffers(e);             /* every handle before the device */
-    na_xrt_dev_close(e->dev);
+    csd_dev_close(e);
     free(e->bounce);
     free(e);
 }
@@ -208,9 +233,7 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
         /* a storage node starting: refuse now, with how to run without an FPGA */
         char why[400];
         snprintf(why, sizeof(why), "%s", na_errmsg());
-        csd_free_buffers(e);
-        na_xrt_dev_close(e->dev);
-        free(e);
+        csd_destroy(&e->base);
         return na_err(st, "engine csd, device %s: %s%s", cfg->csd_device ? cfg->csd_device : "?",
                       why, na_xrt_noop_hint());
     }
@@ -220,9 +243,7 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
         snprintf(why, sizeof(why), "%s", na_errmsg());
         na_log_error("csd slot %s (device %s): %s; its requests fail, other slots serve",
                      k->dir ? k->dir : "(dram)", cfg->csd_device ? cfg->csd_device : "?", why);
-        csd_free_buffers(e);
-        na_xrt_dev_close(e->dev);
-        e->dev = NULL;
+        csd_dev_close(e);
         csd_fail_device(e, st, why);
     } else {
         e->stats.csd_noop = (uint64_t)na_xrt_dev_noop(e->dev);
@@ -265,20 +286,14 @@ static na_status_t csd_submit(na_attn_engine_t *base, na_attn_batch_t *b,
     csd_engine_t *e = (csd_engine_t *)base;
     int i;
 
+    if (na_attn_items_reserve((void **)&b->items, &b->cap, b->n + n, sizeof(*b->items)) != 0)
+        return na_err(NA_ERR_NOMEM, "csd batch: out of memory");
     for (i = 0; i < n; i++) {
         na_attn_entry_t *en = &entries[i];
         csd_item_t *it;
         na_kv_req_t *r = NULL;
         na_status_t st;
 
-        if (b->n == b->cap) {
-            int cap = b->cap ? b->cap * 2 : 16;
-            csd_item_t *ni = realloc(b->items, sizeof(*ni) * (size_t)cap);
-            if (ni == NULL)
-                return na_err(NA_ERR_NOMEM, "csd batch: out of memory");
-            b->items = ni;
-            b->cap = cap;
-        }
         it = &b->items[b->n++];
         memset(it, 0, sizeof(*it));
         it->entry = en;
@@ -355,13 +370,13 @@ static void csd_launch(csd_engine_t *e, csd_item_t *items, int i0, int i1)
 {
     const int hd = e->kcfg->head_dim, grp = e->cfg.group, bt = e->kcfg->block_tokens;
     const size_t qn = (size_t)grp * hd, half = (size_t)bt * hd * sizeof(uint16_t);
-    na_csd_desc_t *desc = na_xrt_bo_map(e->bo_desc);
-    na_csd_page_t *pages = na_xrt_bo_map(e->bo_pages);
-    char *kv = na_xrt_bo_map(e->bo_kv);
-    float *q = na_xrt_bo_map(e->bo_q), *o = na_xrt_bo_map(e->bo_o);
-    float *lse = na_xrt_bo_map(e->bo_lse);
-    int32_t *status = na_xrt_bo_map(e->bo_status);
-    na_xrt_launch_t l;
+    na_xrt_launch_t l = e->launch;
+    na_csd_desc_t *desc = na_xrt_bo_map(l.desc);
+    na_csd_page_t *pages = na_xrt_bo_map(l.pages);
+    char *kv = na_xrt_bo_map(l.kv);
+    float *q = na_xrt_bo_map(l.q), *o = na_xrt_bo_map(l.o);
+    float *lse = na_xrt_bo_map(l.lse);
+    int32_t *status = na_xrt_bo_map(l.status);
     size_t kv_used = 0;
     uint32_t nj = 0, np = 0;
     uint64_t t0, launch_no = e->stats.csd_launches + 1;
@@ -415,25 +430,13 @@ static void csd_launch(csd_engine_t *e, csd_item_t *items, int i0, int i1)
         kv[pages[first_sum].off + 3] ^= 0x5a;
     if (e->faults.bad_desc_launch == launch_no)
         desc[0].page0 = np + 1;
-    memset(&l, 0, sizeof(l));
-    l.desc = e->bo_desc;
-    l.pages = e->bo_pages;
-    l.kv = e->bo_kv;
-    l.q = e->bo_q;
-    l.o = e->bo_o;
-    l.lse = e->bo_lse;
-    l.status = e->bo_status;
     l.n_jobs = nj;
     l.n_page_entries = np;
     l.kv_bytes = kv_used;
-    l.head_dim = (uint32_t)hd;
-    l.group = (uint32_t)grp;
-    l.page_tokens = (uint32_t)bt;
-    l.scale = 1.0f / sqrtf((float)hd);
     /* the KV buffer is P2P (written through its mapping): no sync; the rest is */
-    if ((st = na_xrt_bo_sync(e->bo_desc, 1, sizeof(*desc) * nj, 0)) == NA_OK &&
-        (st = na_xrt_bo_sync(e->bo_pages, 1, sizeof(*pages) * np, 0)) == NA_OK)
-        st = na_xrt_bo_sync(e->bo_q, 1, sizeof(float) * qn * nj, 0);
+    if ((st = na_xrt_bo_sync(l.desc, 1, sizeof(*desc) * nj, 0)) == NA_OK &&
+        (st = na_xrt_bo_sync(l.pages, 1, sizeof(*pages) * np, 0)) == NA_OK)
+        st = na_xrt_bo_sync(l.q, 1, sizeof(float) * qn * nj, 0);
     t0 = na_now_ns();
     e->stats.csd_launches++;
     if (st == NA_OK && e->faults.lose_launch == launch_no) {
@@ -451,9 +454,9 @@ static void csd_launch(csd_engine_t *e, csd_item_t *items, int i0, int i1)
         if (na_xrt_dev_noop(e->dev))   /* the FPGA's stand-in, on the mapped buffers */
             na_csd_attn(desc, nj, pages, np, (const uint16_t *)kv, kv_used, q, o, lse, status,
                         (na_csd_shape_t){ l.head_dim, l.group, l.page_tokens, l.scale });
-        else if ((st = na_xrt_bo_sync(e->bo_status, 0, sizeof(*status) * nj, 0)) == NA_OK &&
-                 (st = na_xrt_bo_sync(e->bo_o, 0, sizeof(float) * qn * nj, 0)) == NA_OK)
-            st = na_xrt_bo_sync(e->bo_lse, 0, sizeof(float) * grp * nj, 0);
+        else if ((st = na_xrt_bo_sync(l.status, 0, sizeof(*status) * nj, 0)) == NA_OK &&
+                 (st = na_xrt_bo_sync(l.o, 0, sizeof(float) * qn * nj, 0)) == NA_OK)
+            st = na_xrt_bo_sync(l.lse, 0, sizeof(float) * grp * nj, 0);
     }
     e->stats.csd_launch_ns += na_now_ns() - t0;
     e->stats.compute_ns += na_now_ns() - t0;

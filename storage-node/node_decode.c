@@ -182,13 +182,14 @@ static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_
 typedef struct nd_part {
     na_wire_hdr_t    h;           /* header of the part's message (for replies) */
     na_wire_attn_t   a;           /* the message's fields; a.entries is stale */
-    nd_entry_t      *xs;          /* (a.n_entries) */
+    nd_entry_t      *xs;          /* (a.n_entries); the block ae, rq and owner lie in too
+                                     (nd_part_get) */
     float           *arena;       /* f32 q/k/v/o of the valid entries */
     na_attn_entry_t *ae;          /* (total) engine entries of the valid ones */
     const na_slotset_req_t **rq;  /* (total) their requests' parts */
     int             *owner;       /* (total) index into xs of each ae */
     int              total;
-    size_t           xs_cap, arena_cap, total_cap;   /* what the arrays hold (reused) */
+    size_t           cap, arena_cap;   /* entries the block holds, arena bytes (reused) */
     struct nd_part  *next;        /* in its batch, or on the node's free list */
 } nd_part_t;
 
@@ -204,12 +205,15 @@ static void nd_part_destroy(nd_part_t *pt)
 {
     if (pt == NULL)
         return;
-    free(pt->owner);
-    free(pt->rq);
-    free(pt->ae);
     free(pt->arena);
     free(pt->xs);
     free(pt);
+}
+
+/* n bytes rounded up to whole cache lines. */
+static size_t nd_line(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
 }
 
 /* Part pt is answered: back onto the node's free list, arrays kept. */
@@ -222,7 +226,9 @@ static void nd_part_put(na_node_t *n, nd_part_t *pt)
 }
 
 /* A part from the free list (or a new one) whose arrays hold n_entries
- * entries; NULL out of memory. Its xs are zeroed, the rest is stale. */
+ * entries: xs, and ae, rq and owner for as many valid ones, in one block
+ * (each array on a cache line); NULL out of memory. Its xs are zeroed, the
+ * rest is stale. */
 static nd_part_t *nd_part_get(na_node_t *n, uint32_t n_entries)
 {
     nd_part_t *pt = n->part_free;
@@ -232,14 +238,23 @@ static nd_part_t *nd_part_get(na_node_t *n, uint32_t n_entries)
         n->part_free = pt->next;
     else if ((pt = calloc(1, sizeof(*pt))) == NULL)
         return NULL;
-    if (want > pt->xs_cap) {
-        nd_entry_t *nx = realloc(pt->xs, want * sizeof(*nx));
-        if (nx == NULL) {
+    if (want > pt->cap) {
+        const size_t o_ae = nd_line(want * sizeof(*pt->xs));
+        const size_t o_rq = o_ae + nd_line(want * sizeof(*pt->ae));
+        const size_t o_owner = o_rq + nd_line(want * sizeof(*pt->rq));
+        void *nb;
+        char *b;
+        if (posix_memalign(&nb, 64, o_owner + nd_line(want * sizeof(*pt->owner))) != 0) {
             nd_part_put(n, pt);
             return NULL;
         }
-        pt->xs = nx;
-        pt->xs_cap = want;
+        b = nb;
+        free(pt->xs);                 /* the arrays are rebuilt for each part: no copy */
+        pt->xs = (nd_entry_t *)(void *)b;
+        pt->ae = (na_attn_entry_t *)(void *)(b + o_ae);
+        pt->rq = (const na_slotset_req_t **)(void *)(b + o_rq);
+        pt->owner = (int *)(void *)(b + o_owner);
+        pt->cap = want;
     }
     memset(pt->xs, 0, want * sizeof(*pt->xs));
     pt->total = 0;
@@ -247,26 +262,12 @@ static nd_part_t *nd_part_get(na_node_t *n, uint32_t n_entries)
     return pt;
 }
 
-/* Grow pt's arena to floats and its per-engine-entry arrays to total
- * (the ae zeroed); 0, or -1 out of memory. */
+/* Grow pt's arena to floats and zero the ae of its total valid entries;
+ * 0, or -1 out of memory. */
 static int nd_part_size(nd_part_t *pt, size_t floats, size_t total)
 {
     if (nd_grow((void **)&pt->arena, &pt->arena_cap, floats * sizeof(float)) != 0)
         return -1;
-    if (total > pt->total_cap) {
-        size_t c = total < 2 * pt->total_cap ? 2 * pt->total_cap : total;
-        void *a = realloc(pt->ae, c * sizeof(*pt->ae));
-        if (a == NULL)
-            return -1;
-        pt->ae = a;
-        if ((a = realloc(pt->rq, c * sizeof(*pt->rq))) == NULL)
-            return -1;
-        pt->rq = a;
-        if ((a = realloc(pt->owner, c * sizeof(*pt->owner))) == NULL)
-            return -1;
-        pt->owner = a;
-        pt->total_cap = c;
-    }
     if (total > 0)
         memset(pt->ae, 0, total * sizeof(*pt->ae));
     return 0;

@@ -57,7 +57,7 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     kc.io_arg = c->io_arg;
     st = na_kv_store_create(&kc, &s->store);
     if (st != NA_OK)
-        goto err_free_slot;
+        goto fail;
 
     na_attn_engine_cfg_default(&ec);
     ec.n_threads = dev->threads > c->n_threads ? dev->threads : c->n_threads;
@@ -81,14 +81,12 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     ec.hbm_mb = dev->hbm_mb;
     st = na_attn_engine_create(dev->engine ? dev->engine : "cpu", s->store, &ec, &s->engine);
     if (st != NA_OK)
-        goto err_destroy_store;
+        goto fail;
     *s_p = s;
     return NA_OK;
 
-err_destroy_store:
-    na_kv_store_destroy(s->store);
-err_free_slot:
-    free(s);
+fail:
+    na_slot_destroy(s);             /* takes the half-built slot */
     return na_err_prefix(st, "slot %s: ", dev->dir ? dev->dir : "(dram)");
 }
 
