@@ -402,19 +402,6 @@ typedef struct {
     const char *dir, *engine, *rates;
 } na_bs_args_t;
 
-static int na_bs_opt(void *ctx, int argc, char **argv, int *i)
-{
-    na_bs_args_t *a = ctx;
-    const char **to = !strcmp(argv[*i], "--dir") ? &a->dir
-                    : !strcmp(argv[*i], "--engine") ? &a->engine
-                    : !strcmp(argv[*i], "--rates") ? &a->rates : NULL;
-    if (to != NULL && *i + 1 < argc) {
-        *to = argv[++*i];
-        return 1;
-    }
-    return 0;
-}
-
 int na_cli_bench_storage(int argc, char **argv)
 {
     na_cli_bench_opts_t o;
@@ -429,8 +416,12 @@ int na_cli_bench_storage(int argc, char **argv)
     int rc, ctx_ssd, ctx_dram, v;
 
     na_bs_args_t args = { ".", "cpu", NULL };
+    const na_cli_str_t str[] = {
+        { "--dir", &args.dir }, { "--engine", &args.engine }, { "--rates", &args.rates },
+    };
+    const na_cli_bench_own_t own = { .str = str, .n_str = sizeof(str) / sizeof(str[0]) };
 
-    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, na_bs_opt, &args);
+    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, &own);
     if (rc >= 0)
         return rc;
     base = args.dir;
