@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "cli/cli.h"
 #include "common/bench.h"
 
 /* Options every bench kind takes. */
@@ -28,15 +29,30 @@ void na_cli_bench_opts_init(na_cli_bench_opts_t *o);
 /* If argv[*i] is a shared option, consume it (and its value) and return 1;
  * return 0 if it is not one; -1 after printing a usage error. */
 int  na_cli_bench_opt(const char *kind, int argc, char **argv, int *i, na_cli_bench_opts_t *o);
-/* A kind's own options: take argv[*i] (and its value, advancing *i) into
- * ctx; 1 taken, 0 not one of them, 2 after printing a usage error. */
-typedef int (*na_cli_bench_own_fn)(void *ctx, int argc, char **argv, int *i);
+/* A kind's own options: the whole numbers, lists, switches and strings of
+ * its tables (cli/cli.h), each with the field it sets, then own(cmd, ctx,
+ * ...) for the others (NULL: none): take argv[*i] (and its value, advancing
+ * *i) into ctx, messages as "nearattn <cmd>: ..." (cmd: "bench <kind>"); 1
+ * taken, 0 not one of them, 2 after printing a usage error. */
+typedef int (*na_cli_bench_own_fn)(const char *cmd, void *ctx, int argc, char **argv, int *i);
+typedef struct {
+    const na_cli_num_t      *num;
+    size_t                   n_num;
+    const na_cli_list_opt_t *list;
+    size_t                   n_list;
+    const na_cli_switch_t   *sw;
+    size_t                   n_sw;
+    const na_cli_str_t      *str;
+    size_t                   n_str;
+    na_cli_bench_own_fn      own;
+    void                    *ctx;
+} na_cli_bench_own_t;
 /* The options loop of `bench kind`: sets defaults in *o, then takes
- * --help/-h (usage(stdout)), the shared options and, through own, the kind's;
+ * --help/-h (usage(stdout)), the shared options and the kind's (own);
  * anything else is an unknown option (said so, usage(stderr)). Returns -1 to
  * go on, else the command's exit code: 0 after --help, 2 on a usage error. */
 int  na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_opts_t *o,
-                        void (*usage)(FILE *f), na_cli_bench_own_fn own, void *ctx);
+                        void (*usage)(FILE *f), const na_cli_bench_own_t *own);
 /* A fresh private directory $TMPDIR/nearattn-NAME-XXXXXX (/tmp without
  * TMPDIR) into dir[cap]: 0, or 1 after "nearattn <cmd>: mkdtemp: ..." on
  * stderr. */

@@ -120,34 +120,6 @@ static void ba_usage(FILE *f)
         NA_CLI_BENCH_OPTS_HELP, BA_ID_LO, BA_ID_HI - 1, BA_MAX_REPS);
 }
 
-static int ba_opt(void *ctx, int argc, char **argv, int *i)
-{
-    ba_args_t *a = ctx;
-    const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const na_cli_num_t num[] = {
-        { "--streams", 1, BA_MAX_STREAMS, &a->streams },
-        { "--prompt-tokens", 1, 1L << 20, &a->prompt_tokens },
-        { "--max-tokens", 1, 1L << 20, &a->max_tokens }, { "--warm", 1, 1000, &a->warm },
-        { "--reps", 1, BA_MAX_REPS, &a->reps }, { "--ready-timeout", 1, 86400, &a->srv.ready_s },
-        { "--timeout", 1, 86400, &a->timeout_s },
-        { "--steady-chunks", 1, 100000, &a->steady_chunks }, { "--steady", 1, 3600, &a->steady_s },
-    };
-    int r;
-
-    if ((r = na_bsv_opt("bench arrivals", &a->srv, argc, argv, i)) != 0)
-        return r;
-    if (!strcmp(f, "--gaps")) {
-        if (v == NULL) {
-            fprintf(stderr, "nearattn bench arrivals: %s needs a value\n", f);
-            return 2;
-        }
-        a->gaps = v;
-        ++*i;
-        return 1;
-    }
-    return na_cli_num("bench arrivals", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
-}
-
 /* Append v to *a (grown). -1 out of memory. */
 static int ba_push(double **a, long *n, double v)
 {
@@ -470,10 +442,21 @@ int na_cli_bench_arrivals(int argc, char **argv)
     const char *tmp = getenv("TMPDIR");
     int rc, k, variant = 0, *ids = NULL;
     na_status_t st = NA_OK;
+    const na_cli_num_t num[] = {
+        { "--streams", 1, BA_MAX_STREAMS, &a.streams },
+        { "--prompt-tokens", 1, 1L << 20, &a.prompt_tokens },
+        { "--max-tokens", 1, 1L << 20, &a.max_tokens }, { "--warm", 1, 1000, &a.warm },
+        { "--reps", 1, BA_MAX_REPS, &a.reps }, { "--ready-timeout", 1, 86400, &a.srv.ready_s },
+        { "--timeout", 1, 86400, &a.timeout_s },
+        { "--steady-chunks", 1, 100000, &a.steady_chunks }, { "--steady", 1, 3600, &a.steady_s },
+    };
+    const na_cli_str_t str[] = { { "--gaps", &a.gaps } };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]),
+                                     .str = str, .n_str = 1, .own = na_bsv_opt, .ctx = &a.srv };
 
     memset(&sv, 0, sizeof(sv));
     memset(&pe, 0, sizeof(pe));
-    rc = na_cli_bench_parse("arrivals", argc, argv, &o, ba_usage, ba_opt, &a);
+    rc = na_cli_bench_parse("arrivals", argc, argv, &o, ba_usage, &own);
     if (rc >= 0)
         return rc;
     na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));

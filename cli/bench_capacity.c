@@ -72,27 +72,6 @@ static void cap_usage(FILE *f)
         "  (--quick: nodes 1,2 and two contexts)\n");
 }
 
-static int cap_own(void *ctx, int argc, char **argv, int *i)
-{
-    cap_t *c = ctx;
-    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const na_cli_num_t num[] = {
-        { "--budget-mb", 1, 1 << 20, &c->budget_mb }, { "--node-mb", 1, 1 << 20, &c->node_mb },
-        { "--ctx", 1, 1 << 20, &c->ctx }, { "--new", 1, 1 << 20, &c->n_new },
-    };
-
-    if (!strcmp(a, "--nodes")) {
-        if (val == NULL || (c->n_nodes = na_cli_ints(val, 1, CAP_MAX_NODES, c->nodes, CAP_MAX_NODES)) <= 0) {
-            fprintf(stderr, "nearattn bench capacity: --nodes expects counts 1..%d, "
-                    "comma-separated\n", CAP_MAX_NODES);
-            return 2;
-        }
-        ++*i;
-        return 1;
-    }
-    return na_cli_num("bench capacity", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
-}
-
 /* The layout of n storage nodes (DRAM tier only, node_mb each). */
 static int cap_layout(const cap_t *c, int n, char *out, size_t cap)
 {
@@ -232,13 +211,22 @@ int na_cli_bench_capacity(int argc, char **argv)
     double dec_m[CAP_MAX_CTX], dec_o[CAP_MAX_CTX];
     double a, slope, kv_tok, budget, mono_tok = 0, mono_tps = 0, base_tok = 0;
     int rc = 1, i, r, nc = 0, B;
+    const na_cli_num_t num[] = {
+        { "--budget-mb", 1, 1 << 20, &c.budget_mb }, { "--node-mb", 1, 1 << 20, &c.node_mb },
+        { "--ctx", 1, 1 << 20, &c.ctx }, { "--new", 1, 1 << 20, &c.n_new },
+    };
+    const na_cli_list_opt_t list[] = {
+        { "--nodes", 1, CAP_MAX_NODES, c.nodes, CAP_MAX_NODES, &c.n_nodes, 0 },
+    };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]),
+                                     .list = list, .n_list = sizeof(list) / sizeof(list[0]) };
 
     memset(&c, 0, sizeof(c));
     c.budget_mb = 96;
     c.node_mb = 32;
     c.ctx = 512;
     c.n_new = 8;
-    r = na_cli_bench_parse("capacity", argc, argv, &o, cap_usage, cap_own, &c);
+    r = na_cli_bench_parse("capacity", argc, argv, &o, cap_usage, &own);
     if (r >= 0)
         return r;
     if (c.n_nodes == 0) {

@@ -212,44 +212,6 @@ typedef struct {
     const char *mode;           /* --mode monolithic | offload | both */
 } e2e_args_t;
 
-/* e2e's own options (ctx: the e2e_args_t they set). */
-static int e2e_opt(void *ctx, int argc, char **argv, int *i)
-{
-    e2e_args_t *ea = ctx;
-    const na_cli_switch_t sw[] = { { "--full", &ea->full, 1 }, { "--remote", &ea->remote, 1 } };
-    const char *f = argv[*i];
-    int v, lo, hi;
-
-    if (na_cli_switch(sw, sizeof(sw) / sizeof(sw[0]), f))
-        return 1;
-    if (*i + 1 >= argc)
-        return 0;
-    if (!strcmp(f, "--mode")) {
-        ea->mode = argv[++*i];
-        return 1;
-    }
-    if (strcmp(f, "--dim") && strcmp(f, "--layers") && strcmp(f, "--batch") && strcmp(f, "--ctx"))
-        return 0;
-    v = atoi(argv[++*i]);
-    lo = !strcmp(f, "--dim") ? 32 : 1;
-    hi = !strcmp(f, "--dim") ? 4096 : !strcmp(f, "--layers") ? 64 : !strcmp(f, "--batch") ? 64
-       : 131072;
-    if (v < lo || v > hi || (!strcmp(f, "--dim") && v % 32 != 0)) {
-        fprintf(stderr, "nearattn bench e2e: %s %s out of range [%d, %d]%s\n", f, argv[*i], lo,
-                hi, !strcmp(f, "--dim") ? " or not a multiple of 32" : "");
-        return 2;
-    }
-    if (!strcmp(f, "--dim"))
-        ea->dim = v;
-    else if (!strcmp(f, "--layers"))
-        ea->layers = v;
-    else if (!strcmp(f, "--batch"))
-        ea->one_b = v;
-    else
-        ea->one_c = v;
-    return 1;
-}
-
 int na_cli_bench_e2e(int argc, char **argv)
 {
     static const int qb[] = { 1, 8 }, qc[] = { 512 };
@@ -267,6 +229,15 @@ int na_cli_bench_e2e(int argc, char **argv)
     na_bench_t *b = NULL;
     char dir[512], prefix[600], path[620], name[96];
     const char *tmp = getenv("TMPDIR");
+    const na_cli_switch_t sw[] = { { "--full", &ea.full, 1 }, { "--remote", &ea.remote, 1 } };
+    const na_cli_num_t num[] = {
+        { "--dim", 32, 4096, &ea.dim }, { "--layers", 1, 64, &ea.layers },
+        { "--batch", 1, 64, &ea.one_b }, { "--ctx", 1, 131072, &ea.one_c },
+    };
+    const na_cli_str_t str[] = { { "--mode", &ea.mode } };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]),
+                                     .sw = sw, .n_sw = sizeof(sw) / sizeof(sw[0]),
+                                     .str = str, .n_str = 1 };
 
     /* --sweep / --point: the mode x batch x context x nodes x link comparison
      * (cli/bench_sweep.c, cli/bench_point.c; docs/benchmarks.md) */
@@ -278,10 +249,14 @@ int na_cli_bench_e2e(int argc, char **argv)
         if (!strcmp(argv[i], "--peers"))
             return na_cli_e2e_peers(argc, argv);
     }
-    rc = na_cli_bench_parse("e2e", argc, argv, &o, e2e_usage, e2e_opt, &ea);
+    rc = na_cli_bench_parse("e2e", argc, argv, &o, e2e_usage, &own);
     if (rc >= 0)
         return rc;
     rc = 1;
+    if (ea.dim % 32 != 0) {
+        fprintf(stderr, "nearattn bench e2e: --dim %d is not a multiple of 32\n", ea.dim);
+        return 2;
+    }
     if (strcmp(ea.mode, "monolithic") && strcmp(ea.mode, "offload") && strcmp(ea.mode, "both")) {
         fprintf(stderr, "nearattn bench e2e: --mode monolithic, offload or both\n");
         return 2;

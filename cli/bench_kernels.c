@@ -529,13 +529,13 @@ typedef struct {
     unsigned    dtypes;         /* --dtypes: bit per na_dtype_t of the matmul rows */
 } na_bk_own_t;
 
-static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
+static int na_bk_opt(const char *cmd, void *ctx, int argc, char **argv, int *i)
 {
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
 
     if (strcmp(argv[*i], "--backend") == 0) {
         if (v == NULL || (strcmp(v, "cpu") && strcmp(v, "cuda"))) {
-            fprintf(stderr, "nearattn bench kernels: --backend needs cpu or cuda\n");
+            fprintf(stderr, "nearattn %s: --backend needs cpu or cuda\n", cmd);
             return 2;
         }
         ((na_bk_own_t *)ctx)->backend = v;
@@ -549,13 +549,13 @@ static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
         snprintf(buf, sizeof(buf), "%s", v ? v : "");
         for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             if ((t = na_dtype_parse(tok)) < 0) {
-                fprintf(stderr, "nearattn bench kernels: --dtypes: unknown type '%s'\n", tok);
+                fprintf(stderr, "nearattn %s: --dtypes: unknown type '%s'\n", cmd, tok);
                 return 2;
             }
             m |= 1u << t;
         }
         if (m == 0) {
-            fprintf(stderr, "nearattn bench kernels: --dtypes needs a list of types\n");
+            fprintf(stderr, "nearattn %s: --dtypes needs a list of types\n", cmd);
             return 2;
         }
         ((na_bk_own_t *)ctx)->dtypes = m;
@@ -566,8 +566,7 @@ static int na_bk_opt(void *ctx, int argc, char **argv, int *i)
         return 0;
     if (v == NULL || (strcmp(v, "all") && strcmp(v, "attn") && strcmp(v, "matmul") &&
                       strcmp(v, "small") && strcmp(v, "model"))) {
-        fprintf(stderr, "nearattn bench kernels: --part needs all, attn, matmul, small or "
-                "model\n");
+        fprintf(stderr, "nearattn %s: --part needs all, attn, matmul, small or model\n", cmd);
         return 2;
     }
     ((na_bk_own_t *)ctx)->part = v;
@@ -587,8 +586,9 @@ int na_cli_bench_kernels(int argc, char **argv)
     na_bk_own_t own = { "all", "cpu", (1u << NA_DTYPE_F32) | (1u << NA_DTYPE_F16) |
                                       (1u << NA_DTYPE_BF16) | (1u << NA_DTYPE_Q8_0) };
     const char *part;
+    const na_cli_bench_own_t opts = { .own = na_bk_opt, .ctx = &own };
 
-    rc = na_cli_bench_parse("kernels", argc, argv, &o, na_bk_usage, na_bk_opt, &own);
+    rc = na_cli_bench_parse("kernels", argc, argv, &o, na_bk_usage, &opts);
     if (rc >= 0)
         return rc;
     part = own.part;

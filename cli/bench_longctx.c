@@ -73,42 +73,21 @@ static void lc_usage(FILE *f)
         NA_CLI_BENCH_OPTS_HELP);
 }
 
-static int lc_own(void *ctx, int argc, char **argv, int *i)
+/* --full: the sizes (lists given after it replace them). */
+static int lc_full(const char *cmd, void *ctx, int argc, char **argv, int *i)
 {
+    static const int rss[] = { 2048, 8192, 32768 }, cx[] = { 8192, 32768 };
     lc_t *c = ctx;
-    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const na_cli_num_t num[] = {
-        { "--dim", 1, 1 << 20, &c->dim }, { "--hidden", 1, 1 << 20, &c->hidden },
-        { "--layers", 1, 1 << 20, &c->layers }, { "--heads", 1, 1 << 20, &c->heads },
-        { "--kv-heads", 1, 1 << 20, &c->kv_heads }, { "--vocab", 1, 1 << 20, &c->vocab },
-        { "--new", 1, 1 << 20, &c->n_new }, { "--prefill-chunk", 1, 1 << 20, &c->chunk },
-        { "--seq-len", 1, 1 << 20, &c->seq_len },
-    };
 
-    if (!strcmp(a, "--full")) {
-        static const int rss[] = { 2048, 8192, 32768 }, cx[] = { 8192, 32768 };
-        memcpy(c->rss, rss, sizeof(rss));
-        c->n_rss = 3;
-        memcpy(c->ctx, cx, sizeof(cx));
-        c->n_ctx = 2;
-        return 1;
-    }
-    if (!strcmp(a, "--rss-sizes") || !strcmp(a, "--ctx")) {
-        int *v = a[2] == 'r' ? c->rss : c->ctx, n;
-        n = val == NULL ? -1 : !strcmp(val, "0") ? 0 : na_cli_ints(val, 1, 1 << 20, v, LC_MAX_SIZES);
-        if (n < 0 || (n == 0 && a[2] == 'r')) {
-            fprintf(stderr, "nearattn bench longctx: %s expects up to %d token counts, "
-                    "comma-separated%s\n", a, LC_MAX_SIZES, a[2] == 'r' ? "" : " (or 0)");
-            return 2;
-        }
-        if (a[2] == 'r')
-            c->n_rss = n;
-        else
-            c->n_ctx = n;
-        ++*i;
-        return 1;
-    }
-    return na_cli_num("bench longctx", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
+    (void)cmd;
+    (void)argc;
+    if (strcmp(argv[*i], "--full"))
+        return 0;
+    memcpy(c->rss, rss, sizeof(rss));
+    c->n_rss = 3;
+    memcpy(c->ctx, cx, sizeof(cx));
+    c->n_ctx = 2;
+    return 1;
 }
 
 /* The layout: one storage node with DRAM for the longest request's KV. */
@@ -185,11 +164,26 @@ int na_cli_bench_longctx(int argc, char **argv)
     double kv_tok, lo = 0, hi = 0, lmin = -1, lmax = -1;
     int rc = 1, i, r, max_tok = 0, failed = 0;
 
+    const na_cli_num_t num[] = {
+        { "--dim", 1, 1 << 20, &c.dim }, { "--hidden", 1, 1 << 20, &c.hidden },
+        { "--layers", 1, 1 << 20, &c.layers }, { "--heads", 1, 1 << 20, &c.heads },
+        { "--kv-heads", 1, 1 << 20, &c.kv_heads }, { "--vocab", 1, 1 << 20, &c.vocab },
+        { "--new", 1, 1 << 20, &c.n_new }, { "--prefill-chunk", 1, 1 << 20, &c.chunk },
+        { "--seq-len", 1, 1 << 20, &c.seq_len },
+    };
+    const na_cli_list_opt_t list[] = {
+        { "--rss-sizes", 1, 1 << 20, c.rss, LC_MAX_SIZES, &c.n_rss, 0 },
+        { "--ctx", 1, 1 << 20, c.ctx, LC_MAX_SIZES, &c.n_ctx, 1 },
+    };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]),
+                                     .list = list, .n_list = sizeof(list) / sizeof(list[0]),
+                                     .own = lc_full, .ctx = &c };
+
     memset(&c, 0, sizeof(c));
     c.n_new = 16;
     c.chunk = 256;
     c.n_ctx = -1;
-    r = na_cli_bench_parse("longctx", argc, argv, &o, lc_usage, lc_own, &c);
+    r = na_cli_bench_parse("longctx", argc, argv, &o, lc_usage, &own);
     if (r >= 0)
         return r;
     na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));

@@ -211,63 +211,35 @@ static na_status_t pr_ours(na_model_t *m, int threads, int n_tg, double *pp, dou
     return st;
 }
 
-static int pr_own(void *ctx, int argc, char **argv, int *i)
+/* --peers' options beyond its tables (ctx: the pr_args_t they set). */
+static int pr_own(const char *cmd, void *ctx, int argc, char **argv, int *i)
 {
     static const char *const shapes[] = { "15m", "110m" };
     static const char *const dts[] = { "f32", "f16", "bf16", "q8_0" };
     pr_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int b;
 
     if (!strcmp(f, "--peers"))
         return 1;
-    if (v == NULL)
+    if (v == NULL || (strcmp(f, "--shapes") && strcmp(f, "--dtypes")))
         return 0;
-    if (!strcmp(f, "--llama-bench")) {
-        a->llama_bench = v;
-    } else if (!strcmp(f, "--shapes")) {
-        if ((a->shapes = pr_bits(v, shapes, 2)) <= 0) {
-            fprintf(stderr, "nearattn bench e2e --peers: --shapes expects 15m and/or 110m\n");
-            return 2;
-        }
-    } else if (!strcmp(f, "--dtypes")) {
-        int b = pr_bits(v, dts, 4);
-        if (b <= 0) {
-            fprintf(stderr, "nearattn bench e2e --peers: --dtypes expects f32, f16, bf16, q8_0\n");
-            return 2;
-        }
-        /* bit i of dts -> the na_dtype_t */
-        a->dtypes = ((b & 1) ? 1 << NA_DTYPE_F32 : 0) | ((b & 2) ? 1 << NA_DTYPE_F16 : 0) |
-                    ((b & 4) ? 1 << NA_DTYPE_BF16 : 0) | ((b & 8) ? 1 << NA_DTYPE_Q8_0 : 0);
-    } else if (!strcmp(f, "--threads-list")) {
-        const char *s = v;
-        a->n_threads = 0;
-        while (*s && a->n_threads < 4) {
-            char *end;
-            long t = strtol(s, &end, 10);
-            if (end == s || t < 1 || t > 256 || (*end && *end != ',')) {
-                fprintf(stderr, "nearattn bench e2e --peers: --threads-list expects counts "
-                        "like 1,2\n");
-                return 2;
-            }
-            a->threads[a->n_threads++] = (int)t;
-            s = *end ? end + 1 : end;
-        }
-    } else if (!strcmp(f, "--models")) {
-        a->models = v;
-    } else if (!strcmp(f, "--reps")) {
-        long r;
-        if (na_cli_int("bench e2e --peers", f, v, 1, PR_MAX_REPS, &r) != NA_OK)
-            return 2;
-        a->reps = (int)r;
-    } else if (!strcmp(f, "--tg")) {
-        long n;
-        if (na_cli_int("bench e2e --peers", f, v, 1, PR_TG_MAX, &n) != NA_OK)
-            return 2;
-        a->tg = (int)n;
-    } else {
-        return 0;
-    }
     ++*i;
+    if (!strcmp(f, "--shapes")) {
+        if ((a->shapes = pr_bits(v, shapes, 2)) <= 0) {
+            fprintf(stderr, "nearattn %s: --shapes expects 15m and/or 110m\n", cmd);
+            return 2;
+        }
+        return 1;
+    }
+    b = pr_bits(v, dts, 4);
+    if (b <= 0) {
+        fprintf(stderr, "nearattn %s: --dtypes expects f32, f16, bf16, q8_0\n", cmd);
+        return 2;
+    }
+    /* bit i of dts -> the na_dtype_t */
+    a->dtypes = ((b & 1) ? 1 << NA_DTYPE_F32 : 0) | ((b & 2) ? 1 << NA_DTYPE_F16 : 0) |
+                ((b & 4) ? 1 << NA_DTYPE_BF16 : 0) | ((b & 8) ? 1 << NA_DTYPE_Q8_0 : 0);
     return 1;
 }
 
@@ -343,8 +315,19 @@ int na_cli_e2e_peers(int argc, char **argv)
     na_bench_t *b = NULL;
     char dir[512], prefix[600], path[620];
     int rc, s, dt;
+    const na_cli_num_t num[] = {
+        { "--reps", 1, PR_MAX_REPS, &a.reps }, { "--tg", 1, PR_TG_MAX, &a.tg },
+    };
+    const na_cli_list_opt_t list[] = {
+        { "--threads-list", 1, 256, a.threads, 4, &a.n_threads, 0 },
+    };
+    const na_cli_str_t str[] = { { "--llama-bench", &a.llama_bench }, { "--models", &a.models } };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]),
+                                     .list = list, .n_list = sizeof(list) / sizeof(list[0]),
+                                     .str = str, .n_str = sizeof(str) / sizeof(str[0]),
+                                     .own = pr_own, .ctx = &a };
 
-    rc = na_cli_bench_parse("e2e", argc, argv, &o, pr_usage, pr_own, &a);
+    rc = na_cli_bench_parse("e2e --peers", argc, argv, &o, pr_usage, &own);
     if (rc >= 0)
         return rc;
     na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));

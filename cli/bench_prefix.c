@@ -50,17 +50,6 @@ static void pb_usage(FILE *f)
         NA_CLI_BENCH_OPTS_HELP);
 }
 
-static int pb_own(void *ctx, int argc, char **argv, int *i)
-{
-    pb_t *c = ctx;
-    const na_cli_num_t num[] = {
-        { "--requests", 1, 100000, &c->n_req }, { "--prefix", 1, 100000, &c->prefix },
-        { "--suffix", 1, 100000, &c->suffix }, { "--new", 1, 100000, &c->n_new },
-    };
-
-    return na_cli_num("bench prefix", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
-}
-
 static void pb_on_token(void *user, const na_request_t *r, int token)
 {
     pb_ttft_t *t = user;
@@ -160,11 +149,16 @@ int na_cli_bench_prefix(int argc, char **argv)
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     long i, j, np;
     FILE *f;
+    const na_cli_num_t num[] = {
+        { "--requests", 1, 100000, &c.n_req }, { "--prefix", 1, 100000, &c.prefix },
+        { "--suffix", 1, 100000, &c.suffix }, { "--new", 1, 100000, &c.n_new },
+    };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]) };
 
     memset(&c, 0, sizeof(c));
     c.suffix = 16;
     c.n_new = 8;
-    r = na_cli_bench_parse("prefix", argc, argv, &o, pb_usage, pb_own, &c);
+    r = na_cli_bench_parse("prefix", argc, argv, &o, pb_usage, &own);
     if (r >= 0)
         return r;
     na_cli_bench_defaults(&o, dflt, sizeof(dflt) / sizeof(dflt[0]));

@@ -45,7 +45,7 @@
 typedef struct {
     na_bsv_args_t srv;          /* the servers: layout, model, mode, --url, --peer, keys */
     int         reps;           /* pairs per level (0: 2 with --peer, else 1; --quick 1) */
-    long        peer_pid;       /* --peer-pid: the peer's process, for its CPU time (0: none) */
+    int         peer_pid;       /* --peer-pid: the peer's process, for its CPU time (0: none) */
     int         levels[BS_MAX_LEVELS], n_levels;
     int         requests;       /* per level; 0: max(16, 4 C), --quick max(8, 2 C) */
     int         max_tokens;     /* 0: 128, --quick 16 */
@@ -91,43 +91,6 @@ static void bs_usage(FILE *f)
         "  --reps N           measurements of each server per level, medians (default 1;\n"
         "                     with --peer 2, --quick 1; at most 9)\n"
         NA_CLI_BENCH_OPTS_HELP);
-}
-
-static int bs_opt(void *ctx, int argc, char **argv, int *i)
-{
-    bs_args_t *a = ctx;
-    const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const na_cli_num_t num[] = {
-        { "--requests", 1, 1 << 20, &a->requests }, { "--max-tokens", 1, 1 << 20, &a->max_tokens },
-        { "--ready-timeout", 1, 1 << 20, &a->srv.ready_s }, { "--reps", 1, BS_MAX_REPS, &a->reps },
-    };
-    long n;
-    int r;
-
-    if (!strcmp(f, "--no-run")) {
-        a->no_run = 1;
-        return 1;
-    }
-    if ((r = na_bsv_opt("bench serve", &a->srv, argc, argv, i)) != 0)
-        return r;
-    if (!strcmp(f, "--concurrency")) {
-        if (v == NULL ||
-            (a->n_levels = na_cli_ints(v, 1, 1024, a->levels, BS_MAX_LEVELS)) <= 0) {
-            fprintf(stderr, "nearattn bench serve: --concurrency expects a list like 1,2,4 "
-                    "(each 1..1024, at most %d)\n", BS_MAX_LEVELS);
-            return 2;
-        }
-        ++*i;
-        return 1;
-    }
-    if (!strcmp(f, "--peer-pid")) {
-        if (na_cli_int("bench serve", f, v, 1, 1L << 30, &n) != NA_OK)
-            return 2;
-        a->peer_pid = n;
-        ++*i;
-        return 1;
-    }
-    return na_cli_num("bench serve", num, sizeof(num) / sizeof(num[0]), argc, argv, i);
 }
 
 /* Append the layout/model/mode/threads flags of a to argv at *k. */
@@ -368,8 +331,20 @@ int na_cli_bench_serve(int argc, char **argv)
     const char *tmp = getenv("TMPDIR");
     int rc, i, j, k, n_max = 0;
     FILE *f;
+    const na_cli_num_t num[] = {
+        { "--requests", 1, 1 << 20, &a.requests }, { "--max-tokens", 1, 1 << 20, &a.max_tokens },
+        { "--ready-timeout", 1, 1 << 20, &a.srv.ready_s }, { "--reps", 1, BS_MAX_REPS, &a.reps },
+        { "--peer-pid", 1, 1L << 30, &a.peer_pid },
+    };
+    const na_cli_list_opt_t list[] = {
+        { "--concurrency", 1, 1024, a.levels, BS_MAX_LEVELS, &a.n_levels, 0 },
+    };
+    const na_cli_switch_t sw[] = { { "--no-run", &a.no_run, 1 } };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]),
+                                     .list = list, .n_list = sizeof(list) / sizeof(list[0]),
+                                     .sw = sw, .n_sw = 1, .own = na_bsv_opt, .ctx = &a.srv };
 
-    rc = na_cli_bench_parse("serve", argc, argv, &o, bs_usage, bs_opt, &a);
+    rc = na_cli_bench_parse("serve", argc, argv, &o, bs_usage, &own);
     if (rc >= 0)
         return rc;
     if (a.n_levels == 0) {
@@ -419,8 +394,8 @@ int na_cli_bench_serve(int argc, char **argv)
     if (na_bsv_start("bench serve", &a.srv, exe, a.threads, dir, &sr, model, sizeof(model)) != 0)
         goto out;
     if (a.peer_pid > 0 && bs_cpu_s(a.peer_pid) < 0) {
-        fprintf(stderr, "nearattn bench serve: --peer-pid %ld: no such process (its "
-                "/proc/%ld/stat cannot be read)\n", a.peer_pid, a.peer_pid);
+        fprintf(stderr, "nearattn bench serve: --peer-pid %d: no such process (its "
+                "/proc/%d/stat cannot be read)\n", a.peer_pid, a.peer_pid);
         goto out;
     }
     if (na_bsv_peer("bench serve", &a.srv, &sr, pmodel, sizeof(pmodel)) != 0)

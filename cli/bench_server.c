@@ -13,10 +13,11 @@
 #include "cli/bench_serve_http.h"
 #include "cluster/proc.h"
 
-int na_bsv_opt(const char *cmd, na_bsv_args_t *s, int argc, char **argv, int *i)
+int na_bsv_opt(const char *cmd, void *srv, int argc, char **argv, int *i)
 {
     static const char *const str[] = { "--config", "--model", "--mode", "--url",
                                        "--api-key-file", "--peer", "--peer-api-key-file" };
+    na_bsv_args_t *s = srv;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     const char **dst[] = { &s->config, &s->model, &s->mode, &s->url, &s->key_file,
                            &s->peer, &s->peer_key_file };

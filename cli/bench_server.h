@@ -20,11 +20,12 @@ typedef struct {
     int         ready_s;                /* --ready-timeout: wait for a server's /health */
 } na_bsv_args_t;
 
-/* Take argv[*i] when it is --config, --model, --mode, --url, --api-key-file,
- * --peer or --peer-api-key-file (each with a value; --url and --peer
- * http(s)://HOST:PORT): 1 (*i at its value), 2 after a usage error said as
- * "nearattn <cmd>: ...", 0 when it is none of them. */
-int na_bsv_opt(const char *cmd, na_bsv_args_t *s, int argc, char **argv, int *i);
+/* Take argv[*i] into srv (a na_bsv_args_t) when it is --config, --model,
+ * --mode, --url, --api-key-file, --peer or --peer-api-key-file (each with a
+ * value; --url and --peer http(s)://HOST:PORT): 1 (*i at its value), 2 after
+ * a usage error said as "nearattn <cmd>: ...", 0 when it is none of them.
+ * A bench kind's own options (na_cli_bench_own_fn, cli/bench.h). */
+int na_bsv_opt(const char *cmd, void *srv, int argc, char **argv, int *i);
 
 /* The servers once ready. */
 typedef struct {

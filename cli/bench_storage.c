@@ -47,6 +47,9 @@
  * and attention see the same machine load: returns GB/s or < 0 on error. */
 typedef double (*na_bs_ref_fn)(void *ctx);
 
+/* A run of n_slots slots over dir: ctx tokens per request, threads engine
+ * workers per slot, KV on the SSD tier (ssd) or in DRAM, n_heads query
+ * heads; then what it measured. */
 typedef struct {
     const char *dir;
     int         ctx;             /* tokens of context per request */
@@ -327,20 +330,6 @@ out:
     return st;
 }
 
-/* A run of n_slots slots over dir: ctx tokens per request, threads engine
- * workers per slot, KV on the SSD tier (ssd) or in DRAM, n_heads query heads. */
-static void na_bs_run_init(na_bs_run_t *run, const char *dir, int ctx, int threads, int ssd,
-                           int n_heads, int n_slots)
-{
-    memset(run, 0, sizeof(*run));
-    run->dir = dir;
-    run->ctx = ctx;
-    run->threads = threads;
-    run->ssd = ssd;
-    run->n_heads = n_heads;
-    run->n_slots = n_slots;
-}
-
 /* An SSD run whose attention beat its best O_DIRECT read: say so. */
 static void na_bs_note_over(na_bench_t *b, const char *what, const na_bs_run_t *run)
 {
@@ -402,19 +391,6 @@ typedef struct {
     const char *dir, *engine, *rates;
 } na_bs_args_t;
 
-static int na_bs_opt(void *ctx, int argc, char **argv, int *i)
-{
-    na_bs_args_t *a = ctx;
-    const char **to = !strcmp(argv[*i], "--dir") ? &a->dir
-                    : !strcmp(argv[*i], "--engine") ? &a->engine
-                    : !strcmp(argv[*i], "--rates") ? &a->rates : NULL;
-    if (to != NULL && *i + 1 < argc) {
-        *to = argv[++*i];
-        return 1;
-    }
-    return 0;
-}
-
 int na_cli_bench_storage(int argc, char **argv)
 {
     na_cli_bench_opts_t o;
@@ -429,8 +405,12 @@ int na_cli_bench_storage(int argc, char **argv)
     int rc, ctx_ssd, ctx_dram, v;
 
     na_bs_args_t args = { ".", "cpu", NULL };
+    const na_cli_str_t str[] = {
+        { "--dir", &args.dir }, { "--engine", &args.engine }, { "--rates", &args.rates },
+    };
+    const na_cli_bench_own_t own = { .str = str, .n_str = sizeof(str) / sizeof(str[0]) };
 
-    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, na_bs_opt, &args);
+    rc = na_cli_bench_parse("storage", argc, argv, &o, na_bs_usage, &own);
     if (rc >= 0)
         return rc;
     base = args.dir;
@@ -465,7 +445,8 @@ int na_cli_bench_storage(int argc, char **argv)
 
     /* attention over SSD-resident KV; after each step the KV file itself is
      * read whole with O_DIRECT, the limit on the same data path */
-    na_bs_run_init(&run, dir, ctx_ssd, o.threads, 1, NA_BS_HEADS, 1);
+    run = (na_bs_run_t){ .dir = dir, .ctx = ctx_ssd, .threads = o.threads, .ssd = 1,
+                         .n_heads = NA_BS_HEADS, .n_slots = 1 };
     st = na_bs_attn(&run);
     if (st != NA_OK)
         goto out;
@@ -514,7 +495,8 @@ int na_cli_bench_storage(int argc, char **argv)
     /* the same requests over two device slots (each its own engine, I/O
      * thread and KV file, as a node with two devices: here on one disk),
      * against the best read measured in that run */
-    na_bs_run_init(&run, dir, ctx_ssd, o.threads, 1, NA_BS_HEADS, 2);
+    run = (na_bs_run_t){ .dir = dir, .ctx = ctx_ssd, .threads = o.threads, .ssd = 1,
+                         .n_heads = NA_BS_HEADS, .n_slots = 2 };
     st = na_bs_attn(&run);
     if (st != NA_OK)
         goto out;
@@ -535,7 +517,8 @@ int na_cli_bench_storage(int argc, char **argv)
         cp.threads = t;
         if (v == 1 && o.threads == 1)
             continue;
-        na_bs_run_init(&run, dir, ctx_dram, t, 0, heads, 1);
+        run = (na_bs_run_t){ .dir = dir, .ctx = ctx_dram, .threads = t, .ssd = 0,
+                             .n_heads = heads, .n_slots = 1 };
         run.ref = na_bs_copy;
         run.ref_ctx = &cp;
         st = na_bs_attn(&run);

@@ -335,16 +335,12 @@ static void bt_usage(FILE *f)
                NA_CLI_BENCH_OPTS_HELP);
 }
 
-/* transport's own options (ctx: the bt_args_t they set). */
-static int bt_opt(void *ctx, int argc, char **argv, int *i)
+/* transport's options beyond its tables (ctx: the bt_args_t they set). */
+static int bt_opt(const char *cmd, void *ctx, int argc, char **argv, int *i)
 {
     bt_args_t *a = ctx;
     const char *f = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const na_cli_switch_t sw[] = { { "--serve", &a->serve, 1 }, { "--no-perftest", &a->perftest, 0 } };
-    long n;
 
-    if (na_cli_switch(sw, sizeof(sw) / sizeof(sw[0]), f))
-        return 1;
     if (v == NULL)
         return 0;
     ++*i;
@@ -353,25 +349,13 @@ static int bt_opt(void *ctx, int argc, char **argv, int *i)
         a->tls = na_xp_tls_parse(v);
     } else if (!strcmp(f, "--errmode")) {
         if (na_xp_errmode_parse(v) < 0) {
-            fprintf(stderr, "nearattn bench transport: --errmode expects auto, peer or cm\n");
+            fprintf(stderr, "nearattn %s: --errmode expects auto, peer or cm\n", cmd);
             return 2;
         }
         a->errmode = (na_xp_errmode_t)na_xp_errmode_parse(v);
-    } else if (!strcmp(f, "--trials")) {
-        if (na_cli_int("bench transport", f, v, 1, BT_TRIALS_MAX, &n) != NA_OK)
-            return 2;
-        a->trials = (int)n;
-    } else if (!strcmp(f, "--window")) {
-        if (na_cli_int("bench transport", f, v, 1, 64, &n) != NA_OK)
-            return 2;
-        a->window = (int)n;
     } else if (!strcmp(f, "--size")) {
-        if (na_cli_int("bench transport", f, v, 0, 1L << 30, &a->extra_size) != NA_OK)
+        if (na_cli_int(cmd, f, v, 0, 1L << 30, &a->extra_size) != NA_OK)
             return 2;
-    } else if (!strcmp(f, "--port")) {
-        if (na_cli_int("bench transport", f, v, 1024, 65000, &n) != NA_OK)
-            return 2;
-        a->port = (int)n;
     } else {
         --*i;
         return 0;
@@ -393,6 +377,14 @@ int na_cli_bench_transport(int argc, char **argv)
     size_t k;
     na_status_t st;
     char name[128];
+    const na_cli_num_t num[] = {
+        { "--trials", 1, BT_TRIALS_MAX, &a.trials }, { "--window", 1, 64, &a.window },
+        { "--port", 1024, 65000, &a.port },
+    };
+    const na_cli_switch_t sw[] = { { "--serve", &a.serve, 1 }, { "--no-perftest", &a.perftest, 0 } };
+    const na_cli_bench_own_t own = { .num = num, .n_num = sizeof(num) / sizeof(num[0]),
+                                     .sw = sw, .n_sw = sizeof(sw) / sizeof(sw[0]),
+                                     .own = bt_opt, .ctx = &a };
 
     memset(&a, 0, sizeof(a));
     a.tls = NA_XP_TLS_SHM;
@@ -401,7 +393,7 @@ int na_cli_bench_transport(int argc, char **argv)
     a.port = 23790;
     a.window = 1;
     a.trials = 3;
-    rc = na_cli_bench_parse("transport", argc, argv, &a.common, bt_usage, bt_opt, &a);
+    rc = na_cli_bench_parse("transport", argc, argv, &a.common, bt_usage, &own);
     if (rc >= 0)
         return rc;
     rc = 1;

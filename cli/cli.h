@@ -55,10 +55,32 @@ typedef struct {
 int na_cli_num(const char *cmd, const na_cli_num_t *t, size_t n, int argc, char **argv, int *i);
 /* If arg is the flag of one of t[0..n), set its int: 1; else 0. */
 int na_cli_switch(const na_cli_switch_t *t, size_t n, const char *arg);
+/* A string option in a table: its flag and the string it sets (argv's). */
+typedef struct {
+    const char  *flag;
+    const char **v;
+} na_cli_str_t;
+/* As na_cli_num, for the strings of t[0..n): 1 taken, 0 none of them, 2
+ * after "nearattn <cmd>: <flag> needs a value" on stderr. */
+int na_cli_str(const char *cmd, const na_cli_str_t *t, size_t n, int argc, char **argv, int *i);
 /* A comma-separated list of whole numbers in [lo, hi] ("1,2,4") into
  * v[0..cap): how many (0 for ""), or -1 when one is not such a number or
  * there are more than cap. */
 int na_cli_ints(const char *s, long lo, long hi, int *v, int cap);
+/* A list option in a table: its flag, the range of each number, and
+ * v[0..cap) and *n that take the numbers and their count; zero: "0" stands
+ * for none, else a list holds one at least. */
+typedef struct {
+    const char *flag;
+    long        lo, hi;
+    int        *v, cap, *n;
+    int         zero;
+} na_cli_list_opt_t;
+/* As na_cli_num, for the lists of t[0..n): 1 taken, 0 none of them, 2
+ * after "nearattn <cmd>: <flag> expects a list like 1,2,4 (each LO..HI, at
+ * most CAP)" on stderr. */
+int na_cli_list_opt(const char *cmd, const na_cli_list_opt_t *t, size_t n, int argc,
+                    char **argv, int *i);
 /* An API key from a file given by option flag: its first line without
  * surrounding blanks, at least 8 characters. The file must be a regular
  * file only its owner may read or write (a key others can read is no key);

@@ -66,11 +66,31 @@ int na_cli_bench_opt(const char *kind, int argc, char **argv, int *i, na_cli_ben
     return 0;
 }
 
-int na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_opts_t *o,
-                       void (*usage)(FILE *f), na_cli_bench_own_fn own, void *ctx)
+/* One of the kind's own options (own): 1 taken, 0 none, 2 after a usage error. */
+static int na_cli_bench_own(const char *cmd, const na_cli_bench_own_t *own, int argc,
+                            char **argv, int *i)
 {
+    int r;
+
+    if (na_cli_switch(own->sw, own->n_sw, argv[*i]))
+        return 1;
+    r = na_cli_num(cmd, own->num, own->n_num, argc, argv, i);
+    if (r == 0)
+        r = na_cli_list_opt(cmd, own->list, own->n_list, argc, argv, i);
+    if (r == 0)
+        r = na_cli_str(cmd, own->str, own->n_str, argc, argv, i);
+    if (r == 0 && own->own != NULL)
+        r = own->own(cmd, own->ctx, argc, argv, i);
+    return r;
+}
+
+int na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_opts_t *o,
+                       void (*usage)(FILE *f), const na_cli_bench_own_t *own)
+{
+    char cmd[64];
     int i, r;
 
+    snprintf(cmd, sizeof(cmd), "bench %s", kind);
     na_cli_bench_opts_init(o);
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -79,7 +99,7 @@ int na_cli_bench_parse(const char *kind, int argc, char **argv, na_cli_bench_opt
         }
         r = na_cli_bench_opt(kind, argc, argv, &i, o);
         if (r == 0)
-            r = own(ctx, argc, argv, &i);
+            r = na_cli_bench_own(cmd, own, argc, argv, &i);
         if (r == 1)
             continue;
         if (r == 0) {

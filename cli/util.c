@@ -98,6 +98,22 @@ int na_cli_switch(const na_cli_switch_t *t, size_t n, const char *arg)
     return 0;
 }
 
+int na_cli_str(const char *cmd, const na_cli_str_t *t, size_t n, int argc, char **argv, int *i)
+{
+    size_t k;
+
+    for (k = 0; k < n && strcmp(argv[*i], t[k].flag); k++)
+        ;
+    if (k == n)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "nearattn %s: %s needs a value\n", cmd, argv[*i]);
+        return 2;
+    }
+    *t[k].v = argv[++*i];
+    return 1;
+}
+
 int na_cli_ints(const char *s, long lo, long hi, int *v, int cap)
 {
     int n = 0;
@@ -115,6 +131,29 @@ int na_cli_ints(const char *s, long lo, long hi, int *v, int cap)
         s = *end == ',' ? end + 1 : end;
     }
     return n;
+}
+
+int na_cli_list_opt(const char *cmd, const na_cli_list_opt_t *t, size_t n, int argc,
+                    char **argv, int *i)
+{
+    const char *f = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    size_t k;
+    int got;
+
+    for (k = 0; k < n && strcmp(f, t[k].flag); k++)
+        ;
+    if (k == n)
+        return 0;
+    got = val == NULL ? -1 : t[k].zero && !strcmp(val, "0") ? 0
+        : na_cli_ints(val, t[k].lo, t[k].hi, t[k].v, t[k].cap);
+    if (got < 0 || (got == 0 && !t[k].zero)) {
+        fprintf(stderr, "nearattn %s: %s expects a list like 1,2,4 (each %ld..%ld, at most %d)%s\n",
+                cmd, f, t[k].lo, t[k].hi, t[k].cap, t[k].zero ? ", or 0 for none" : "");
+        return 2;
+    }
+    *t[k].n = got;
+    ++*i;
+    return 1;
 }
 
 na_status_t na_cli_float(const char *cmd, const char *flag, const char *val,

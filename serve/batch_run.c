@@ -163,7 +163,7 @@ static na_status_t br_admit(br_t *br, const na_batch_in_t *in, const na_batch_li
     j->slot = slot;
     j->l = l;
     j->kind = kind;
-    na_oai_params(&r, &p);
+    p = r.job;
     if (!p.seed_given) {                    /* reproducible: the same text on a resume */
         p.seed = na_fnv1a64(l->custom_id, strlen(l->custom_id));
         p.seed_given = 1;

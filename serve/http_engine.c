@@ -160,10 +160,9 @@ static void srv_on_end(void *user, const na_sg_end_t *e)
 /* Submit r as a job; refused: the connection is told why. */
 static void srv_submit(na_srv_t *s, na_hreq_t *r)
 {
-    na_sg_params_t p;
+    na_sg_params_t p = r->oai.job;
     na_status_t st;
 
-    na_oai_params(&r->oai, &p);
     p.on_text = srv_on_text;
     p.on_end = srv_on_end;
     p.user = r;

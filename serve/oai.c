@@ -57,7 +57,7 @@ void na_oai_req_free(na_oai_req_t *r)
     free(r->special);
     free(r->ids);
     free(r->model);
-    for (k = 0; k < r->n_stop; k++)
+    for (k = 0; k < r->job.n_stop; k++)
         free(r->stop[k]);
     memset(r, 0, sizeof(*r));
 }
@@ -77,10 +77,10 @@ static int oai_stop(json_t *v, na_oai_req_t *r, na_oai_error_t *err)
     if (json_is_string(v)) {
         if (json_string_length(v) == 0)
             return BAD("stop", "stop must not be an empty string");
-        r->stop[r->n_stop] = strdup(json_string_value(v));
-        if (r->stop[r->n_stop] == NULL)
+        r->stop[r->job.n_stop] = strdup(json_string_value(v));
+        if (r->stop[r->job.n_stop] == NULL)
             return na_oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        r->n_stop++;
+        r->job.n_stop++;
         return 0;
     }
     if (!json_is_array(v))
@@ -116,27 +116,27 @@ static int oai_common(json_t *o, na_oai_req_t *r, na_oai_error_t *err)
         if (!json_is_integer(v))
             return BAD("max_tokens", "max_tokens must be an integer");
         n = json_integer_value(v);
-        r->max_tokens = n <= 0 ? 0 : n > 1000000000 ? 1000000000 : (int)n;
+        r->job.max_tokens = n <= 0 ? 0 : n > 1000000000 ? 1000000000 : (int)n;
     }
     if ((v = oai_get(o, "temperature")) != NULL) {
         if (!json_is_number(v))
             return BAD("temperature", "temperature must be a number");
-        r->temperature = json_number_value(v);
-        if (!(r->temperature >= 0.0 && r->temperature <= 2.0))
+        r->job.temperature = json_number_value(v);
+        if (!(r->job.temperature >= 0.0 && r->job.temperature <= 2.0))
             return BAD("temperature", "temperature must be between 0 and 2");
     }
     if ((v = oai_get(o, "top_p")) != NULL) {
         if (!json_is_number(v))
             return BAD("top_p", "top_p must be a number");
-        r->top_p = json_number_value(v);
-        if (!(r->top_p > 0.0 && r->top_p <= 1.0))
+        r->job.top_p = json_number_value(v);
+        if (!(r->job.top_p > 0.0 && r->job.top_p <= 1.0))
             return BAD("top_p", "top_p must be greater than 0 and at most 1");
     }
     if ((v = oai_get(o, "seed")) != NULL) {
         if (!json_is_integer(v))
             return BAD("seed", "seed must be an integer");
-        r->seed = (uint64_t)json_integer_value(v);
-        r->seed_given = 1;
+        r->job.seed = (uint64_t)json_integer_value(v);
+        r->job.seed_given = 1;
     }
     if ((v = oai_get(o, "n")) != NULL) {
         if (!json_is_integer(v))
@@ -194,7 +194,7 @@ static int oai_prompt(json_t *o, na_oai_req_t *r, na_oai_error_t *err)
             return BAD("prompt", "prompt token %zu = %lld is not a token id", i, (long long)t);
         r->ids[i] = (int)t;
     }
-    r->n_ids = (int)json_array_size(v);
+    r->job.n_prompt = (int)json_array_size(v);
     return 0;
 }
 
@@ -278,17 +278,17 @@ static int oai_messages(json_t *o, const na_chat_t *chat, const char *chat_err,
         msgs[i].content = texts[i];
     }
     if (rc == 0 && na_chat_render_spans(*chat, msgs, (int)n, &r->text, &r->special,
-                                        &r->n_special) != NA_OK)
+                                        &r->job.n_special) != NA_OK)
         rc = BAD("messages", "%s", na_errmsg());
     for (i = 0; i < n; i++)
         free(texts[i]);
     free(texts);
     free(msgs);
     if (rc == 0) {
-        r->stop[r->n_stop] = strdup(na_chat_end(*chat));
-        if (r->stop[r->n_stop] == NULL)
+        r->stop[r->job.n_stop] = strdup(na_chat_end(*chat));
+        if (r->stop[r->job.n_stop] == NULL)
             return na_oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        r->n_stop++;
+        r->job.n_stop++;
     }
     return rc;
 }
@@ -302,9 +302,8 @@ int na_oai_parse(na_oai_kind_t kind, const char *body, size_t len, const na_chat
 
     memset(r, 0, sizeof(*r));
     r->kind = kind;
-    r->temperature = 1.0;
-    r->top_p = 1.0;
-    r->max_tokens = kind == NA_OAI_COMPLETION ? 16 : 0;   /* OpenAI's defaults */
+    na_sg_params_default(&r->job);
+    r->job.max_tokens = kind == NA_OAI_COMPLETION ? 16 : 0;   /* OpenAI's defaults */
     o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (o == NULL)
         return BAD(NULL, "the body is not valid JSON (%s at line %d column %d)", je.text,
@@ -318,26 +317,15 @@ int na_oai_parse(na_oai_kind_t kind, const char *body, size_t len, const na_chat
         rc = kind == NA_OAI_COMPLETION ? oai_prompt(o, r, err) :
              oai_messages(o, chat, chat_err, r, err);
     json_decref(o);
-    if (rc != 0)
+    if (rc != 0) {
         na_oai_req_free(r);
-    return rc;
-}
-
-void na_oai_params(const na_oai_req_t *r, na_sg_params_t *p)
-{
-    na_sg_params_default(p);
-    p->prompt = r->ids;
-    p->n_prompt = r->n_ids;
-    p->text = r->text;
-    p->special = r->special;
-    p->n_special = r->n_special;
-    p->max_tokens = r->max_tokens;
-    p->temperature = r->temperature;
-    p->top_p = r->top_p;
-    p->seed = r->seed;
-    p->seed_given = r->seed_given;
-    p->stop = (const char *const *)r->stop;
-    p->n_stop = r->n_stop;
+        return rc;
+    }
+    r->job.prompt = r->ids;             /* the job points into r */
+    r->job.text = r->text;
+    r->job.special = r->special;
+    r->job.stop = (const char *const *)r->stop;
+    return 0;
 }
 
 /* ---- builders ------------------------------------------------------------- */

@@ -29,22 +29,22 @@
 
 typedef enum { NA_OAI_COMPLETION = 0, NA_OAI_CHAT = 1 } na_oai_kind_t;
 
+/* A parsed request: the buffers it owns and the job they make. */
 typedef struct {
     na_oai_kind_t kind;
     char     *text;                    /* the prompt text (chat: rendered), or NULL: */
     na_tok_span_t *special;            /* chat: the template parts of text (serve/chat.h) */
-    size_t    n_special;
     int      *ids;                     /* completions: the prompt as token ids */
-    int       n_ids;
     char     *model;                   /* as given, or NULL */
-    int       max_tokens;              /* <= 0: up to the context */
-    double    temperature, top_p;
-    uint64_t  seed;
-    int       seed_given;
     char     *stop[NA_OAI_MAX_STOP + 1];   /* + the chat template's end of turn */
-    int       n_stop;
     int       stream;
     int       include_usage;           /* stream_options.include_usage */
+    /* The job's parameters (na_sg_submit): max_tokens (<= 0: up to the
+     * context), temperature, top_p, seed, and prompt / n_prompt, text,
+     * special / n_special, stop / n_stop pointing at the buffers above
+     * (keep the request until it is submitted); on_text, on_end, user
+     * are the caller's to set. */
+    na_sg_params_t job;
 } na_oai_req_t;
 
 typedef struct {
@@ -66,8 +66,6 @@ int  na_oai_error_set(na_oai_error_t *e, int http, const char *type, const char 
 int  na_oai_parse(na_oai_kind_t kind, const char *body, size_t len, const na_chat_t *chat,
                   const char *chat_err, na_oai_req_t *r, na_oai_error_t *err);
 void na_oai_req_free(na_oai_req_t *r);
-/* The job parameters of r (pointing into r: keep r alive until submitted). */
-void na_oai_params(const na_oai_req_t *r, na_sg_params_t *p);
 
 /* Builders (new references; NULL only when out of memory). text is valid
  * UTF-8 of len bytes. */

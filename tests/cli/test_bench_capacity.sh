@@ -28,10 +28,11 @@ r=$(ratio "offload compute peak RSS at the most")
 grep -q "^offload most concurrent KV tokens, 1 node" "$TMP/out" || fail "no 1-node capacity row"
 ls "$TMP" | grep -q nearattn-cap- && fail "temporary directory left behind"
 
-"$BIN" bench capacity --nodes 0 > /dev/null 2>&1
-[ $? = 2 ] || fail "--nodes 0 is not a usage error"
-"$BIN" bench capacity --budget-mb x > /dev/null 2>&1
-[ $? = 2 ] || fail "--budget-mb x is not a usage error"
+usage_err "bench capacity: --nodes expects a list like 1,2,4 \(each 1\.\.8, at most 8\)$" \
+    bench capacity --nodes 0
+usage_err "--nodes expects a list" bench capacity --nodes 1,2,3,4,5,6,7,8,1
+usage_err "--nodes expects a list" bench capacity --nodes
+usage_err "--budget-mb expects a whole number in \[1, 1048576\], got 'x'" bench capacity --budget-mb x
 
 [ $FAILS = 0 ] && echo "test_bench_capacity: ok"
 exit $((FAILS > 0))

@@ -38,12 +38,13 @@ for r in "TTFT offload, 512-token prompt" "decode offload at 512 context"; do
 done
 ls "$TMP" | grep -q nearattn-lc- && fail "temporary directory left behind"
 
-"$BIN" bench longctx --rss-sizes 0 > /dev/null 2>&1
-[ $? = 2 ] || fail "--rss-sizes 0 is not a usage error"
-"$BIN" bench longctx --ctx 8x > /dev/null 2>&1
-[ $? = 2 ] || fail "--ctx 8x is not a usage error"
-"$BIN" bench longctx --dim 100 --heads 3 > /dev/null 2>&1
-[ $? = 2 ] || fail "a bad shape is not a usage error"
+# --rss-sizes takes no 0 (there is always a row), --ctx does (no TTFT / decode rows)
+usage_err "--rss-sizes expects a list like 1,2,4 \(each 1\.\.1048576, at most 8\)$" \
+    bench longctx --rss-sizes 0
+usage_err "--ctx expects a list like 1,2,4 \(each 1\.\.1048576, at most 8\), or 0 for none" \
+    bench longctx --ctx 8x
+usage_err "--ctx expects a list" bench longctx --ctx 1,2,3,4,5,6,7,8,9
+usage_err "^nearattn bench longctx: " bench longctx --dim 100 --heads 3
 
 [ $FAILS = 0 ] && echo "test_bench_longctx: ok"
 exit $((FAILS > 0))

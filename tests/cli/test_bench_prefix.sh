@@ -23,10 +23,11 @@ row "prompt tokens a storage node held already" | grep -q " 1344.000 tokens" ||
 row "greedy tokens identical" | grep -q " 1.000 " || fail "tokens differ: $(row 'greedy tokens')"
 ls "$TMP" | grep -q nearattn-pfx- && fail "temporary directory left behind"
 
-"$BIN" bench prefix --requests 0 > /dev/null 2>&1
-[ $? = 2 ] || fail "--requests 0 is not a usage error"
-"$BIN" bench prefix --prefix x > /dev/null 2>&1
-[ $? = 2 ] || fail "--prefix x is not a usage error"
+usage_err "bench prefix: --requests expects a whole number in \[1, 100000\], got '0'" \
+    bench prefix --requests 0
+usage_err "--prefix expects a whole number" bench prefix --prefix x
+usage_err "--new needs a value" bench prefix --new
+usage_err "bench prefix: unknown option '--bogus'" bench prefix --bogus
 
 [ $FAILS = 0 ] && echo "test_bench_prefix: ok"
 exit $((FAILS > 0))

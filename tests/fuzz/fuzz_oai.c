@@ -3,7 +3,7 @@
  *
  * Each input is parsed as a completion and as a chat request, with a chat
  * template (chatml, all six families in turn) and without one. A body that
- * parses must give usable parameters (na_oai_params) and a prompt; one that
+ * parses must give a job pointing at its buffers and a prompt; one that
  * does not must give a status of 400..599 and an error body that builds
  * (na_oai_error_json + dump, non-NULL) and parses back as JSON: a NULL body
  * made serve close the connection without an answer, and made batch stop at
@@ -25,11 +25,12 @@ static void fuzz_parse(na_oai_kind_t kind, const char *body, size_t size, const 
                           &r, &e);
 
     if (rc == 0) {
-        na_sg_params_t p;
-        fuzz_expect(r.text != NULL || r.n_ids > 0, "parsed without a prompt");
-        fuzz_expect(r.n_stop >= 0 && r.n_stop <= NA_OAI_MAX_STOP + 1, "n_stop %d",
-                         r.n_stop);
-        na_oai_params(&r, &p);
+        fuzz_expect(r.text != NULL || r.job.n_prompt > 0, "parsed without a prompt");
+        fuzz_expect(r.job.n_stop >= 0 && r.job.n_stop <= NA_OAI_MAX_STOP + 1, "n_stop %d",
+                         r.job.n_stop);
+        fuzz_expect(r.job.text == r.text && r.job.prompt == r.ids &&
+                    r.job.special == r.special && r.job.stop == (const char *const *)r.stop,
+                    "the job does not point at the request's buffers");
         na_oai_req_free(&r);
         return;
     }

@@ -110,8 +110,13 @@ static void test_oai_parse(void)
                      "\"stream_options\":{\"include_usage\":true}}";
 
     NA_CHECK(parse(NA_OAI_COMPLETION, ok, NULL, NULL, &r, &e) == 0);
-    NA_CHECK(r.text && !strcmp(r.text, "Once") && r.max_tokens == 5 && r.temperature == 0.0 &&
-             r.seed_given && r.seed == 7 && r.n_stop == 2 && r.stream && r.include_usage);
+    NA_CHECK(r.text && !strcmp(r.text, "Once") && r.job.max_tokens == 5 &&
+             r.job.temperature == 0.0 && r.job.top_p == 1.0 && r.job.seed_given &&
+             r.job.seed == 7 && r.job.n_stop == 2 && r.stream && r.include_usage);
+    /* the job points at the request's buffers, its callbacks unset */
+    NA_CHECK(r.job.text == r.text && r.job.prompt == NULL && r.job.n_prompt == 0 &&
+             r.job.stop == (const char *const *)r.stop && !strcmp(r.job.stop[1], "b") &&
+             r.job.on_text == NULL && r.job.on_end == NULL && r.job.user == NULL);
     na_oai_req_free(&r);
     NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":", NULL, NULL, &r, &e) == 400);
     NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", NULL, NULL,
@@ -119,7 +124,12 @@ static void test_oai_parse(void)
     NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", NULL, NULL, &r,
                           &e) == 400 && !strcmp(e.param, "n"));
     NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":-3}", NULL,
-                          NULL, &r, &e) == 0 && r.max_tokens == 0);
+                          NULL, &r, &e) == 0 && r.job.max_tokens == 0);
+    na_oai_req_free(&r);
+    /* token ids: the job's prompt, OpenAI's 16 tokens by default */
+    NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":[1,300,2]}", NULL, NULL, &r, &e) == 0 &&
+             r.text == NULL && r.job.prompt == r.ids && r.job.n_prompt == 3 &&
+             r.ids[1] == 300 && r.job.max_tokens == 16 && !r.job.seed_given);
     na_oai_req_free(&r);
     NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"\xff\"}", NULL, NULL, &r,
                           &e) == 400);                         /* invalid UTF-8 */
@@ -128,13 +138,14 @@ static void test_oai_parse(void)
              strstr(e.message, "no template") != NULL);
     NA_CHECK(parse(NA_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
                           "\"text\",\"text\":\"Hi\"}]}]}", &chatml, NULL, &r, &e) == 0);
-    NA_CHECK(r.text && strstr(r.text, "<|im_start|>user\nHi") != NULL && r.n_stop == 1 &&
-             !strcmp(r.stop[0], "<|im_end|>"));
+    NA_CHECK(r.text && strstr(r.text, "<|im_start|>user\nHi") != NULL && r.job.n_stop == 1 &&
+             !strcmp(r.stop[0], "<|im_end|>") && r.job.special == r.special &&
+             r.job.n_special > 0 && r.job.max_tokens == 0 && r.job.temperature == 1.0);
     na_oai_req_free(&r);
     /* 4 stop strings of the client + the template's end of turn */
     NA_CHECK(parse(NA_OAI_CHAT, "{\"stop\":[\"a\",\"b\",\"c\",\"d\"],\"messages\":[{\"role\":"
                    "\"user\",\"content\":\"Hi\"}]}", &chatml, NULL, &r, &e) == 0);
-    NA_CHECK(r.n_stop == 5 && r.n_stop <= NA_SG_MAX_STOP);
+    NA_CHECK(r.job.n_stop == 5 && r.job.n_stop <= NA_SG_MAX_STOP);
     na_oai_req_free(&r);
     NA_CHECK(parse(NA_OAI_COMPLETION, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
                    NULL, NULL, &r, &e) == 400 && !strcmp(e.param, "stop"));

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "greedy_top2.h"
+
 typedef struct {
     const char *prog;           /* "na_greedy_top", "llama_greedy": messages */
     int         n_new, n_prompt;
@@ -137,20 +139,8 @@ static int greedy_dump(const greedy_run_t *g, const char *name, int l, const voi
  * vocabulary. */
 static int greedy_step(greedy_run_t *g, int i, const float *l, int v)
 {
-    int i1 = 0, i2 = v > 1 ? 1 : 0, j;
+    int i2, i1 = greedy_top2(l, v, &i2), j;
 
-    if (v > 1 && l[1] > l[0]) {
-        i1 = 1;
-        i2 = 0;
-    }
-    for (j = 2; j < v; j++) {
-        if (l[j] > l[i1]) {
-            i2 = i1;
-            i1 = j;
-        } else if (l[j] > l[i2]) {
-            i2 = j;
-        }
-    }
     if (i < g->n_forced && (g->forced[i] < 0 || g->forced[i] >= v)) {
         fprintf(stderr, "%s: forced id %d (step %d of %s) is not in the vocabulary of %d\n",
                 g->prog, g->forced[i], i, g->fpath, v);

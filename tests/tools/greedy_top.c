@@ -28,8 +28,8 @@
 #include "common/model.h"
 #include "common/status.h"
 #include "compute-node/engine.h"
-#include "compute-node/kv_local.h"
 #include "tests/tools/greedy_common.h"
+#include "tests/tools/greedy_engine.h"
 
 /* The engine's trace hook: each layer's attention output and residual
  * stream, downloaded and dumped into run->tdir (NA_GREEDY_TRACE). */
@@ -54,41 +54,24 @@ int main(int argc, char **argv)
     na_dtype_t kvt = kvs != NULL && strcmp(kvs, "f32") == 0 ? NA_DTYPE_F32 : NA_DTYPE_F16;
     na_engine_opts_t eo = { backend ? backend : "cpu", 1, kvt, 0 };
     greedy_run_t g;
+    greedy_eng_t ge;
     na_model_t *m = NULL;
-    na_engine_t *e = NULL;
-    na_acts_t *a = NULL;
-    na_lkv_t *kv = NULL;
-    int n_prompt, i, *pos, v, bad = 0;
+    int i, v, bad = 0;
     int rc = greedy_open(&g, "na_greedy_top", "NA_GREEDY", argc, argv);
     na_status_t st;
 
     if (rc != 0)
         return rc;
-    n_prompt = g.n_prompt;
-    pos = calloc((size_t)(n_prompt + g.n_new), sizeof(int));
-    if (pos == NULL) {
-        fprintf(stderr, "na_greedy_top: out of memory\n");
-        greedy_close(&g);
-        return 1;
-    }
-    for (i = 0; i < n_prompt + g.n_new; i++)
-        pos[i] = i;
+    memset(&ge, 0, sizeof(ge));
     st = na_model_open(argv[1], &m);
     if (st == NA_OK)
-        st = na_engine_create(m, &eo, &e);
-    if (st == NA_OK)
-        st = na_acts_create(e, n_prompt, 1, &a);
-    if (st == NA_OK)
-        st = na_lkv_create(&m->cfg, kvt, e->kern, e->kern->mem, &kv);
+        st = greedy_eng_open(&ge, m, &eo, g.n_prompt, g.n_prompt + g.n_new);
     v = st == NA_OK ? m->cfg.vocab_size : 0;
     for (i = 0; i < g.n_new && st == NA_OK; i++) {
-        int at = i == 0 ? 0 : n_prompt + i - 1, n = i == 0 ? n_prompt : 1;
-        na_step_seg_t seg = { 0, n, at, kv };
-        na_step_t s = { n, 1, &g.toks[at], &pos[at], &seg };
-        st = na_engine_forward_traced(e, a, &s, i == g.tstep ? trace_layer : NULL, &g);
+        st = greedy_eng_step(&ge, g.toks, i, i == g.tstep ? trace_layer : NULL, &g);
         if (st != NA_OK)
             break;
-        if (greedy_step(&g, i, a->logits, v) != 0) {   /* said why */
+        if (greedy_step(&g, i, ge.a->logits, v) != 0) {   /* said why */
             bad = 1;
             break;
         }
@@ -96,10 +79,7 @@ int main(int argc, char **argv)
     if (st != NA_OK)
         fprintf(stderr, "na_greedy_top: %s\n", na_errmsg());
     rc = greedy_close(&g) != 0 || st != NA_OK || bad;
-    na_lkv_destroy(kv);
-    na_acts_destroy(a);
-    na_engine_destroy(e);
+    greedy_eng_close(&ge);
     na_model_destroy(m);
-    free(pos);
     return rc;
 }

@@ -53,13 +53,14 @@
 #include "common/quantize.h"
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
-#include "compute-node/kv_local.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_tp.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "kernels/rope.h"
 #include "tests/testutil.h"
+#include "tests/tools/greedy_engine.h"
+#include "tests/tools/greedy_top2.h"
 
 #define F32B(n) ((size_t)(n) * sizeof(float))
 
@@ -729,68 +730,33 @@ static na_status_t gen(const na_model_t *m, const char *backend, na_dtype_t kv, 
     return st;
 }
 
-/* The engine on backend stepped as tests/tools/greedy_top.c does: the
- * prompt p (np ids) in one prefill step, then n decode steps, each fed
- * force[i] (teacher forcing) or, force NULL, its own argmax; the logits of
- * step i into lg + i * vocab. */
+/* The engine on backend stepped as tests/tools/greedy_top.c does
+ * (tests/tools/greedy_engine.h): the prompt p (np ids) in one prefill step,
+ * then n decode steps, each fed force[i] (teacher forcing) or, force NULL,
+ * its own argmax; the logits of step i into lg + i * vocab. */
 static na_status_t stepped(const na_model_t *m, const char *backend, na_dtype_t kv,
                            const int *p, int np, const int *force, int n, float *lg)
 {
     na_engine_opts_t eo = { backend, 1, kv, 0 };
-    na_engine_t *e = NULL;
-    na_acts_t *a = NULL;
-    na_lkv_t *lkv = NULL;
-    int seq[NA_TIE_STEPS + 16], pos[NA_TIE_STEPS + 16], v = m->cfg.vocab_size, i, j;
+    greedy_eng_t g;
+    int seq[NA_TIE_STEPS + 16], v = m->cfg.vocab_size, i;
     na_status_t st = np + n <= (int)(sizeof(seq) / sizeof(seq[0])) ? NA_OK :
                      na_err(NA_ERR_INVALID, "stepped: %d + %d ids", np, n);
 
+    memset(&g, 0, sizeof(g));
     if (st == NA_OK)
-        st = na_engine_create(m, &eo, &e);
-    if (st == NA_OK)
-        st = na_acts_create(e, np, 1, &a);
-    if (st == NA_OK)
-        st = na_lkv_create(&m->cfg, kv, e->kern, e->kern->mem, &lkv);
-    for (i = 0; i < np + n; i++) {
+        st = greedy_eng_open(&g, m, &eo, np, np + n);
+    for (i = 0; i < np + n; i++)
         seq[i] = i < np ? p[i] : 0;
-        pos[i] = i;
-    }
     for (i = 0; i < n && st == NA_OK; i++) {
-        int at = i == 0 ? 0 : np + i - 1, nt = i == 0 ? np : 1, best = 0;
-        na_step_seg_t seg = { 0, nt, at, lkv };
-        na_step_t s = { nt, 1, &seq[at], &pos[at], &seg };
-        st = na_engine_forward(e, a, &s);
+        st = greedy_eng_step(&g, seq, i, NULL, NULL);
         if (st != NA_OK)
             break;
-        memcpy(lg + (size_t)i * v, a->logits, (size_t)v * sizeof(float));
-        for (j = 1; j < v; j++)
-            if (a->logits[j] > a->logits[best])
-                best = j;
-        seq[np + i] = force != NULL ? force[i] : best;
+        memcpy(lg + (size_t)i * v, g.a->logits, (size_t)v * sizeof(float));
+        seq[np + i] = force != NULL ? force[i] : greedy_top2(g.a->logits, v, NULL);
     }
-    na_lkv_destroy(lkv);
-    na_acts_destroy(a);
-    na_engine_destroy(e);
+    greedy_eng_close(&g);
     return st;
-}
-
-static int argmax_of(const float *l, int v, int *second)
-{
-    int i, i1 = 0, i2 = v > 1 ? 1 : 0;
-    if (v > 1 && l[1] > l[0]) {
-        i1 = 1;
-        i2 = 0;
-    }
-    for (i = 2; i < v; i++) {
-        if (l[i] > l[i1]) {
-            i2 = i1;
-            i1 = i;
-        } else if (l[i] > l[i2]) {
-            i2 = i;
-        }
-    }
-    if (second != NULL)
-        *second = i2;
-    return i1;
 }
 
 /* d within k tolerances of logit l (k = 2 for a gap of two ids' logits) */
@@ -821,12 +787,12 @@ static void check_tokens_tie(const na_model_t *m, const char *what, na_dtype_t k
         if (st != NA_OK)
             continue;
         for (i = 0; i < NA_TIE_STEPS; i++)
-            toks[i] = argmax_of(a + (size_t)i * v, v, NULL);
+            toks[i] = greedy_top2(a + (size_t)i * v, v, NULL);
         st = stepped(m, "cuda", kv, prompt_ids[k], prompt_len[k], toks, NA_TIE_STEPS, b);
         NA_CHECK_OK(st);
         for (i = 0; i < NA_TIE_STEPS && !bad && st == NA_OK; i++) {
             const float *la = a + (size_t)i * v, *lb = b + (size_t)i * v;
-            int a2, a1 = argmax_of(la, v, &a2), b1 = argmax_of(lb, v, NULL);
+            int a2, a1 = greedy_top2(la, v, &a2), b1 = greedy_top2(lb, v, NULL);
             double n1 = fabs((double)la[a1] - lb[a1]), n2 = fabs((double)la[a2] - lb[a2]);
             double ga = (double)la[a1] - la[a2], db = (double)lb[b1] - lb[a1];
             steps++;
