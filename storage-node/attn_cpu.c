@@ -863,16 +863,33 @@ static na_status_t cpu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
  * (NA_CPU_MAX_GROUP 16 rows). A granule read from the SSD is one job (one
  * read). */
 #define NA_ATTN_MIN_ROWS 16
+/* Most work (tokens x query heads x head_dim) in one job of a block of rows,
+ * about 2 ms of kernels on the 2-vCPU VMs. The loop thread runs queued jobs
+ * while it waits for a batch (na_attn_help) and gets back to its peers,
+ * HEARTBEAT answers included, only between jobs: a prompt chunk of 4,096
+ * rows over a whole granule as one job kept it away for 0.5 s and more, past
+ * a peer_timeout_ms of 600 on a busy machine (test_offload_run_longctx). The
+ * rows' results do not depend on how they are cut (each row folds its own
+ * tokens in the canonical order). */
+#define NA_ATTN_JOB_WORK (128u * NA_ATTN_INLINE_WORK)
 
 static int na_attn_rows_per_job(const na_attn_cpu_t *e, const na_attn_item_t *it)
 {
     const int threads = e->cfg.n_threads + 1;
-    int splits, rb;
+    const uint64_t row_work = (uint64_t)na_attn_granule_parts(e) * NA_ATTN_PART *
+                              (uint64_t)it->n_kvh * (uint64_t)it->group *
+                              (uint64_t)e->kcfg->head_dim;
+    uint64_t cap = row_work > 0 ? NA_ATTN_JOB_WORK / row_work : (uint64_t)it->n_q;
+    int rb = it->n_q;
 
-    if (it->n_q <= 1 || it->n_gran >= threads)
+    if (it->n_q <= 1)
         return it->n_q;
-    splits = (threads + it->n_gran - 1) / it->n_gran;
-    rb = (it->n_q + splits - 1) / splits;
+    if (it->n_gran < threads) {
+        int splits = (threads + it->n_gran - 1) / it->n_gran;
+        rb = (it->n_q + splits - 1) / splits;
+    }
+    if ((uint64_t)rb > cap)
+        rb = (int)cap;
     return rb < NA_ATTN_MIN_ROWS ? NA_ATTN_MIN_ROWS : rb;
 }
 
