@@ -292,12 +292,12 @@ static na_status_t pt_count_wrap(na_asvc_t *svc, na_plan_kind_t kind, int nodes,
 /* Storage-side counter `key` summed over the layout's storage nodes, read
  * over a connection of our own as compute node c1 (0 when unavailable). */
 /* The node counter of attention-service time in mode (common/wire_stats.h). */
-static const char *pt_node_time_key(na_e2e_mode_t mode)
+static na_stat_node_t pt_node_time_key(na_e2e_mode_t mode)
 {
-    return na_stat_node_key(mode == NA_E2E_KVFETCH ? NA_STAT_FETCH_NS : NA_STAT_DECODE_NS);
+    return mode == NA_E2E_KVFETCH ? NA_STAT_FETCH_NS : NA_STAT_DECODE_NS;
 }
 
-static double pt_node_stat(const na_cfg_t *cfg, const char *key)
+static double pt_node_stat(const na_cfg_t *cfg, na_stat_node_t key)
 {
     na_xp_opts_t xo;
     na_ses_opts_t so;
@@ -317,11 +317,11 @@ static double pt_node_stat(const na_cfg_t *cfg, const char *key)
     for (j = 0; j < cfg->n_storage; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         na_peer_t *sc;
-        uint64_t v;
+        na_stats_view_t v;
         if (na_ses_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK)
             continue;
-        if (na_sc_stat(sc, key, NA_SC_WAIT_MS, &v) == NA_OK)
-            sum += (double)v;
+        if (na_sc_stats(sc, 0, NA_SC_WAIT_MS, &v) == NA_OK)
+            sum += (double)v.node[key];
         na_peer_close(sc, 0, "done");
     }
     na_ses_destroy(ses);
