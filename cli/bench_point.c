@@ -167,16 +167,15 @@ static void pt_on_token(void *user, const na_request_t *r, int token)
 }
 
 /* ---- counting wrapper ---------------------------------------------------
- * Forwards every call to the real service and separates the decode phase's
- * wire bytes from the prefill's: the counters are read once, just before the
- * first decode submit after every remote request finished its prefill
- * (`want` prefill_done calls); from then on each submit adds its analytic
- * bytes (common/plan.h, the entries' real positions). So measured and
- * analytic cover exactly the same submits, even when a second batch is
+ * Forwards every call to the real service (na_asvc_fwd_t) and separates the
+ * decode phase's wire bytes from the prefill's: the counters are read once,
+ * just before the first decode submit after every remote request finished
+ * its prefill (`want` prefill_done calls); from then on each submit adds its
+ * analytic bytes (common/plan.h, the entries' real positions). So measured
+ * and analytic cover exactly the same submits, even when a second batch is
  * admitted while the first one already decodes. */
 typedef struct {
-    na_asvc_t       base;
-    na_asvc_t      *in;
+    na_asvc_fwd_t   fwd;
     na_plan_kind_t  kind;
     int             nodes;
     int             want, done;   /* remote requests; prefill_done calls seen */
@@ -187,32 +186,17 @@ typedef struct {
     long            entries;
 } pt_count_t;
 
-static void pc_destroy(na_asvc_t *s)
-{
-    pt_count_t *c = (pt_count_t *)s;
-    na_asvc_destroy(c->in);
-    free(c);
-}
-static na_status_t pc_open(na_asvc_t *s, uint64_t req, int max_tokens)
-{
-    return na_asvc_open(((pt_count_t *)s)->in, req, max_tokens);
-}
-static na_status_t pc_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
-                              const void *v, na_dtype_t dtype, int n_tok)
-{
-    return na_asvc_prefill(((pt_count_t *)s)->in, req, layer, k, v, dtype, n_tok);
-}
 static na_status_t pc_prefill_done(na_asvc_t *s, uint64_t req)
 {
     pt_count_t *c = (pt_count_t *)s;
     c->done++;
-    return na_asvc_prefill_done(c->in, req);
+    return na_asvc_prefill_done(c->fwd.in, req);
 }
 static na_status_t pc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
 {
     pt_count_t *c = (pt_count_t *)s;
     if (!c->snapped && c->done >= c->want) {
-        na_asvc_stats(c->in, &c->snap);
+        na_asvc_stats(c->fwd.in, &c->snap);
         c->snapped = 1;
     }
     if (c->snapped) {
@@ -240,64 +224,36 @@ static na_status_t pc_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t
         c->entries += n;
     }
     (void)layer;
-    return na_asvc_submit(c->in, batch, layer, e, n);
+    return na_asvc_submit(c->fwd.in, batch, layer, e, n);
 }
-static na_status_t pc_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
-{
-    return na_asvc_poll(((pt_count_t *)s)->in, timeout_ms, batch_p);
-}
-static void pc_release(na_asvc_t *s, uint64_t req, int status)
-{
-    na_asvc_release(((pt_count_t *)s)->in, req, status);
-}
-static void pc_stats(na_asvc_t *s, na_asvc_stats_t *out)
-{
-    na_asvc_stats(((pt_count_t *)s)->in, out);
-}
-static void pc_progress(na_asvc_t *s)
-{
-    na_asvc_progress(((pt_count_t *)s)->in);
-}
-
-static int pc_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
-{
-    return na_asvc_node_stats(((pt_count_t *)s)->in, out, cap);
-}
-
-static const na_asvc_ops_t pt_count_ops = {
-    pc_destroy, pc_open, pc_prefill, pc_prefill_done, pc_submit, pc_poll, pc_release, pc_stats,
-    pc_progress, pc_node_stats, NULL, NULL,     /* no prefix reuse through the counter */
-};
 
 /* Wrap svc (owned from now on, also on failure). */
 static na_status_t pt_count_wrap(na_asvc_t *svc, na_plan_kind_t kind, int nodes, int want,
                                  na_asvc_t **s_p)
 {
-    pt_count_t *c = calloc(1, sizeof(*c));
+    pt_count_t *c = (pt_count_t *)na_asvc_fwd_new(svc, sizeof(*c), svc->kind);
     if (c == NULL) {
         na_asvc_destroy(svc);
         return na_err(NA_ERR_NOMEM, "bench e2e: out of memory");
     }
-    c->base = *svc;
-    c->base.ops = &pt_count_ops;
-    c->base.kind = svc->kind;
-    c->in = svc;
+    c->fwd.ops.prefill_done = pc_prefill_done;
+    c->fwd.ops.submit = pc_submit;
     c->kind = kind;
     c->nodes = nodes;
     c->want = want;
-    *s_p = &c->base;
+    *s_p = &c->fwd.base;
     return NA_OK;
 }
 
 /* Storage-side counter `key` summed over the layout's storage nodes, read
  * over a connection of our own as compute node c1 (0 when unavailable). */
 /* The node counter of attention-service time in mode (common/wire_stats.h). */
-static const char *pt_node_time_key(na_e2e_mode_t mode)
+static na_stat_node_t pt_node_time_key(na_e2e_mode_t mode)
 {
-    return na_stat_node_key(mode == NA_E2E_KVFETCH ? NA_STAT_FETCH_NS : NA_STAT_DECODE_NS);
+    return mode == NA_E2E_KVFETCH ? NA_STAT_FETCH_NS : NA_STAT_DECODE_NS;
 }
 
-static double pt_node_stat(const na_cfg_t *cfg, const char *key)
+static double pt_node_stat(const na_cfg_t *cfg, na_stat_node_t key)
 {
     na_xp_opts_t xo;
     na_ses_opts_t so;
@@ -317,11 +273,11 @@ static double pt_node_stat(const na_cfg_t *cfg, const char *key)
     for (j = 0; j < cfg->n_storage; j++) {
         const na_cfg_node_t *nd = &cfg->nodes[cfg->n_compute + j];
         na_peer_t *sc;
-        uint64_t v;
+        na_stats_view_t v;
         if (na_ses_connect(ses, nd->host, (int)nd->port, &sc) != NA_OK)
             continue;
-        if (na_sc_stat(sc, key, NA_SC_WAIT_MS, &v) == NA_OK)
-            sum += (double)v;
+        if (na_sc_stats(sc, 0, NA_SC_WAIT_MS, &v) == NA_OK)
+            sum += (double)v.node[key];
         na_peer_close(sc, 0, "done");
     }
     na_ses_destroy(ses);

@@ -352,7 +352,7 @@ static void kf_stats(na_asvc_t *s, na_asvc_stats_t *out)
     *out = p->st;
     for (j = 0; j < p->n_nodes; j++) {
         na_xp_stats_t xs;
-        uint64_t v;
+        na_stats_view_t v;
         if (p->nodes[j].sc == NULL)
             continue;
         na_xp_ep_stats(na_peer_ep(p->nodes[j].sc), &xs);
@@ -360,16 +360,9 @@ static void kf_stats(na_asvc_t *s, na_asvc_stats_t *out)
         out->msgs_recv += xs.msgs_recv;
         out->bytes_sent += xs.bytes_sent;
         out->bytes_recv += xs.bytes_recv;
-        if (p->nodes[j].alive) {
-            int s2;
-            char key[NA_WIRE_STATS_KEY_MAX];
-            for (s2 = 0; s2 < NA_CFG_MAX_DEVICES; s2++) {
-                na_stat_slot_name(key, s2, NA_STAT_SLOT_BYTES_READ_SSD);
-                if (na_sc_stat(p->nodes[j].sc, key, NA_SC_WAIT_MS, &v) != NA_OK)
-                    break;
-                out->ssd_bytes_read += v;
-            }
-        }
+        /* one STATS answer: bytes_read_ssd summed over the node's slots */
+        if (p->nodes[j].alive && na_sc_stats(p->nodes[j].sc, 0, NA_SC_WAIT_MS, &v) == NA_OK)
+            out->ssd_bytes_read += v.slot_sum[NA_STAT_SLOT_BYTES_READ_SSD];
     }
 }
 

@@ -1,5 +1,7 @@
 /* compute-node/attn_service.c — the calls of attn_service.h, dispatched to
  * the implementation's ops table. */
+#include <stdlib.h>
+
 #include "common/clock.h"
 #include "compute-node/attn_service.h"
 
@@ -110,4 +112,82 @@ void *na_asvc_req_get(const na_asvc_t *s, na_asvc_req_t *head, uint64_t id, cons
         (void)na_err(NA_ERR_NOT_FOUND, "%s: %s of unknown request %llu", s->kind, call,
                      (unsigned long long)id);
     return r;
+}
+
+/* ---- the forwarding base: every call passed to the wrapped service ------ */
+
+static na_asvc_t *fwd_in(na_asvc_t *s)
+{
+    return ((na_asvc_fwd_t *)s)->in;
+}
+
+static void fwd_destroy(na_asvc_t *s)
+{
+    na_asvc_destroy(fwd_in(s));
+    free(s);
+}
+
+static na_status_t fwd_open(na_asvc_t *s, uint64_t req, int max_tokens)
+{
+    return na_asvc_open(fwd_in(s), req, max_tokens);
+}
+
+static na_status_t fwd_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
+                               const void *v, na_dtype_t dtype, int n_tok)
+{
+    return na_asvc_prefill(fwd_in(s), req, layer, k, v, dtype, n_tok);
+}
+
+static na_status_t fwd_prefill_done(na_asvc_t *s, uint64_t req)
+{
+    return na_asvc_prefill_done(fwd_in(s), req);
+}
+
+static na_status_t fwd_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
+{
+    return na_asvc_submit(fwd_in(s), batch, layer, e, n);
+}
+
+static na_status_t fwd_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
+{
+    return na_asvc_poll(fwd_in(s), timeout_ms, batch_p);
+}
+
+static void fwd_release(na_asvc_t *s, uint64_t req, int status)
+{
+    na_asvc_release(fwd_in(s), req, status);
+}
+
+static void fwd_stats(na_asvc_t *s, na_asvc_stats_t *out)
+{
+    na_asvc_stats(fwd_in(s), out);
+}
+
+static void fwd_progress(na_asvc_t *s)
+{
+    na_asvc_progress(fwd_in(s));
+}
+
+static int fwd_node_stats(na_asvc_t *s, na_asvc_node_stats_t *out, int cap)
+{
+    return na_asvc_node_stats(fwd_in(s), out, cap);
+}
+
+static const na_asvc_ops_t na_asvc_fwd_ops = {
+    fwd_destroy, fwd_open, fwd_prefill, fwd_prefill_done, fwd_submit, fwd_poll, fwd_release,
+    fwd_stats, fwd_progress, fwd_node_stats, NULL, NULL,
+};
+
+na_asvc_fwd_t *na_asvc_fwd_new(na_asvc_t *in, size_t size, const char *kind)
+{
+    na_asvc_fwd_t *f = calloc(1, size);
+
+    if (f == NULL)
+        return NULL;
+    f->base = *in;
+    f->ops = na_asvc_fwd_ops;
+    f->base.ops = &f->ops;
+    f->base.kind = kind;
+    f->in = in;
+    return f;
 }

@@ -225,6 +225,22 @@ void        na_asvc_destroy(na_asvc_t *s);
 void na_asvc_base_init(na_asvc_t *s, const na_asvc_ops_t *ops, const char *kind,
                        const na_model_config_t *mc);
 
+/* For wrappers (a service in front of another that counts some calls): a
+ * wrapper's struct starts with an na_asvc_fwd_t, whose ops pass every call
+ * through to `in` (destroy: destroys in, then frees the wrapper; no prefix
+ * reuse or KV fetch through a wrapper, so that every open is an open). The
+ * wrapper overrides in f->ops only the calls it counts, forwarding them with
+ * the na_asvc_* calls on f->in. */
+typedef struct {
+    na_asvc_t     base;   /* a copy of in's head (shape, counters), ops = &ops */
+    na_asvc_t    *in;     /* the service wrapped (owned) */
+    na_asvc_ops_t ops;
+} na_asvc_fwd_t;
+
+/* A zeroed wrapper of size bytes (>= sizeof(na_asvc_fwd_t)) in front of
+ * in, named kind. NULL when out of memory (in is left to the caller). */
+na_asvc_fwd_t *na_asvc_fwd_new(na_asvc_t *in, size_t size, const char *kind);
+
 /* For implementations over the layout's storage nodes: 1..max_nodes of them
  * and a KV dtype of f16 or f32 (*kv_dtype_p). NA_ERR_RANGE or
  * NA_ERR_UNSUPPORTED, the message starting with kind. */

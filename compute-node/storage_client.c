@@ -403,46 +403,6 @@ na_status_t na_sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_stats_v
                       1);
 }
 
-/* What a stat call looks for. */
-typedef struct {
-    const char *key;
-    uint64_t    value;
-    int         found;
-} sc_stat_t;
-
-static void sc_stat_reply(void *ctx, na_peer_t *p, uintptr_t arg, na_status_t st,
-                          const na_ses_in_t *in)
-{
-    sc_stat_t *d = (sc_stat_t *)arg;
-    uint32_t i;
-
-    (void)ctx;
-    (void)p;
-    for (i = 0; st == NA_OK && in != NULL && i < in->m->u.stats.n; i++) {
-        na_wire_stat_t s;
-        (void)na_wire_stats_get(&in->m->u.stats, i, &s);
-        if (!strcmp(s.key, d->key)) {
-            d->value = s.value;
-            d->found = 1;
-            return;
-        }
-    }
-}
-
-na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *value_p)
-{
-    sc_stat_t d = { key, 0, 0 };
-    na_status_t st = sc_request(p, &SC_STATS, NULL, 0, 0, 0, timeout_ms, sc_stat_reply,
-                                (uintptr_t)&d, 1);
-
-    if (st != NA_OK)
-        return st;
-    if (!d.found)
-        return na_err(NA_ERR_NOT_FOUND, "storage node %s: no stat '%s'", na_peer_name(p), key);
-    *value_p = d.value;
-    return NA_OK;
-}
-
 /* ---- HEARTBEAT ---------------------------------------------------------- */
 
 na_status_t na_sc_ping(na_peer_t *p, int timeout_ms)

@@ -122,9 +122,6 @@ na_status_t na_sc_release(na_peer_t *p, uint64_t request_id, int status, int tim
 na_status_t na_sc_stats_send(na_peer_t *p, unsigned flags, int timeout_ms, na_ses_reply_fn fn,
                              uintptr_t arg);
 na_status_t na_sc_stats(na_peer_t *p, unsigned flags, int timeout_ms, na_stats_view_t *v);
-/* The value of the counter named key (NA_ERR_NOT_FOUND if absent), by
- * name: for the benches and tests that print one counter. */
-na_status_t na_sc_stat(na_peer_t *p, const char *key, int timeout_ms, uint64_t *value_p);
 
 /* ---- HEARTBEAT, answered by HEARTBEAT (a ping; NA_SES_NO_LOSS). */
 na_status_t na_sc_ping(na_peer_t *p, int timeout_ms);

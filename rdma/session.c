@@ -127,25 +127,28 @@ static void ses_free_peer(na_peer_t *p)
     free(p);
 }
 
-static void ses_reap(na_ses_t *s)
+/* Free the peers of list *head, closing their endpoints (a closed peer's
+ * is NULL already). */
+static void ses_free_peers(na_peer_t **head)
 {
-    while (s->dead != NULL) {
-        na_peer_t *p = s->dead;
-        s->dead = p->next;
+    while (*head != NULL) {
+        na_peer_t *p = *head;
+        *head = p->next;
+        na_xp_ep_close(p->ep);
         ses_free_peer(p);
     }
+}
+
+static void ses_reap(na_ses_t *s)
+{
+    ses_free_peers(&s->dead);
 }
 
 void na_ses_destroy(na_ses_t *s)
 {
     if (s == NULL)
         return;
-    while (s->peers != NULL) {
-        na_peer_t *p = s->peers;
-        s->peers = p->next;
-        na_xp_ep_close(p->ep);
-        ses_free_peer(p);
-    }
+    ses_free_peers(&s->peers);
     s->depth = 0;
     ses_reap(s);
     NA_FREELIST_DRAIN(s->pend_free, s->pend_free_n, ses_pend_t, next);

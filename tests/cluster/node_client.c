@@ -33,7 +33,8 @@
  *              batches of all of them sent back to back without reading an
  *              answer: a node started with --max-batches below that must drop
  *              us with the reason (prints "DROPPED reason")
- *     stat K   print "STAT K VALUE"
+ *     stat K   print "STAT K VALUE": K a node counter (node.KEY) or a slot
+ *              counter (KEY, summed over the node's slots)
  *     discover (--expect N, no --node) a compute node's directory
  *              (compute-node/storage_dir.h): use storage nodes as they come
  *              up or are added to the layout file, until N were used
@@ -301,11 +302,24 @@ static void nc_fetch_check(na_peer_t *sc, const nc_shape_t *s, const nc_req_t *r
     free(v);
 }
 
+/* The counter named key in one STATS answer (common/wire_stats.h): a node
+ * counter ("node.KEY") or a slot counter ("KEY", summed over the node's
+ * slots); UINT64_MAX and a failed check when the node did not send it. */
 static uint64_t nc_stat(na_peer_t *sc, const char *key)
 {
-    uint64_t v = UINT64_MAX;
-    NA_CHECK_OK(na_sc_stat(sc, key, NA_SC_WAIT_MS, &v));
-    return v;
+    na_stats_view_t v;
+    int i;
+
+    memset(&v, 0, sizeof(v));
+    NA_CHECK_OK(na_sc_stats(sc, 0, NA_SC_WAIT_MS, &v));
+    for (i = 0; i < NA_STAT_NODE_COUNT; i++)
+        if (v.has_node[i] && !strcmp(key, na_stat_node_key((na_stat_node_t)i)))
+            return v.node[i];
+    for (i = 0; i < NA_STAT_SLOT_COUNT; i++)
+        if (v.has_slot[i] && !strcmp(key, na_stat_slot_key((na_stat_slot_t)i)))
+            return v.slot_sum[i];
+    NA_CHECK_MSG(0, "storage node: no stat '%s'", key);
+    return UINT64_MAX;
 }
 
 static int nc_basic(na_peer_t *sc, const nc_shape_t *s, const nc_args_t *a)

@@ -185,7 +185,7 @@ tier)
     for d in s0d0 s0d1; do
         [ ! -e "$DIR/kv/$d/kv.dat" ] || fail "kv.tier dram: $d/kv.dat was created"
     done
-    [ "$(stat s0 s0.ssd_size)" = 0 ] || fail "kv.tier dram: slot 0 has an SSD tier"
+    [ "$(stat s0 ssd_size)" = 0 ] || fail "kv.tier dram: a slot has an SSD tier"
     stop_node s0
     # the control: the default tier makes the SSD file (a fresh log to wait on)
     na_node_layout request

@@ -39,76 +39,38 @@ static char g_tmp[512];
 
 /* ---- a counting service in front of a real one ---------------------------- */
 typedef struct {
-    na_asvc_t  base;
-    na_asvc_t *in;
+    na_asvc_fwd_t fwd;         /* every other call passed to fwd.in */
     int        open;           /* opened and not released */
     long       opens, releases;
     int        last_status;    /* status of the last release */
 } cnt_svc_t;
 
-static void cnt_destroy(na_asvc_t *s)
-{
-    cnt_svc_t *c = (cnt_svc_t *)s;
-    na_asvc_destroy(c->in);
-    free(c);
-}
 static na_status_t cnt_open(na_asvc_t *s, uint64_t req, int max_tokens)
 {
     cnt_svc_t *c = (cnt_svc_t *)s;
-    na_status_t st = na_asvc_open(c->in, req, max_tokens);
+    na_status_t st = na_asvc_open(c->fwd.in, req, max_tokens);
     if (st == NA_OK) {
         c->open++;
         c->opens++;
     }
     return st;
 }
-static na_status_t cnt_prefill(na_asvc_t *s, uint64_t req, int layer, const void *k,
-                               const void *v, na_dtype_t dtype, int n_tok)
-{
-    return na_asvc_prefill(((cnt_svc_t *)s)->in, req, layer, k, v, dtype, n_tok);
-}
-static na_status_t cnt_prefill_done(na_asvc_t *s, uint64_t req)
-{
-    return na_asvc_prefill_done(((cnt_svc_t *)s)->in, req);
-}
-static na_status_t cnt_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *e, int n)
-{
-    return na_asvc_submit(((cnt_svc_t *)s)->in, batch, layer, e, n);
-}
-static na_status_t cnt_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
-{
-    return na_asvc_poll(((cnt_svc_t *)s)->in, timeout_ms, batch_p);
-}
 static void cnt_release(na_asvc_t *s, uint64_t req, int status)
 {
     cnt_svc_t *c = (cnt_svc_t *)s;
-    na_asvc_release(c->in, req, status);
+    na_asvc_release(c->fwd.in, req, status);
     c->open--;
     c->releases++;
     c->last_status = status;
 }
-static void cnt_stats(na_asvc_t *s, na_asvc_stats_t *out)
-{
-    na_asvc_stats(((cnt_svc_t *)s)->in, out);
-}
-static void cnt_progress(na_asvc_t *s)
-{
-    na_asvc_progress(((cnt_svc_t *)s)->in);
-}
-static const na_asvc_ops_t cnt_ops = {
-    cnt_destroy, cnt_open, cnt_prefill, cnt_prefill_done, cnt_submit, cnt_poll, cnt_release,
-    cnt_stats, cnt_progress, NULL, NULL, NULL
-};
 
 static cnt_svc_t *cnt_wrap(na_asvc_t *in)
 {
-    cnt_svc_t *c = calloc(1, sizeof(*c));
+    cnt_svc_t *c = (cnt_svc_t *)na_asvc_fwd_new(in, sizeof(*c), "counting");
     if (c == NULL)
         return NULL;
-    c->base = *in;
-    c->base.ops = &cnt_ops;
-    c->base.kind = "counting";
-    c->in = in;
+    c->fwd.ops.open = cnt_open;
+    c->fwd.ops.release = cnt_release;
     return c;
 }
 
@@ -176,7 +138,7 @@ static na_off_t *make_engine(na_engine_t *e, cnt_svc_t *c, watch_t *w, na_reques
     memset(w, 0, sizeof(*w));
     w->svc = c;
     make_requests(e, got, N_REQ);
-    return na_test_off_create(e, &c->base, 8, 2, &cb);
+    return na_test_off_create(e, &c->fwd.base, 8, 2, &cb);
 }
 
 /* Requests 0..N_REQ-1 submitted at different steps of a running batch. */
@@ -324,7 +286,7 @@ static void run_all(na_engine_t *e, na_asvc_t *in, na_request_t **ref, const cha
     t_join(e, c, ref, tag);
     t_cancel(e, c, ref, tag);
     t_destroy(e, c, tag);
-    na_asvc_destroy(&c->base);
+    na_asvc_destroy(&c->fwd.base);
 }
 
 int main(int argc, char **argv)
