@@ -110,11 +110,11 @@ static na_status_t na_bc_run(const char *dir, const char *xclbin, int ctx,
             q[i - (size_t)ctx * kvw] = x;
     }
     na_slot_common_default(&c);
-    c.n_layers = NA_BC_LAYERS;
+    c.kv.n_layers = NA_BC_LAYERS;
     c.n_heads = NA_BC_HEADS;
     c.n_kv_heads = NA_BC_KVH;
-    c.head_dim = NA_BC_HD;
-    c.no_dram_tier = 1;                       /* KV on the SSD: every step reads it */
+    c.kv.head_dim = NA_BC_HD;
+    c.kv.no_dram_tier = 1;                    /* KV on the SSD: every step reads it */
     memset(&dev, 0, sizeof(dev));
     dev.dir = dir;
     dev.engine = "csd";

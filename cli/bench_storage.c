@@ -151,15 +151,15 @@ static na_status_t na_bs_attn(na_bs_run_t *run)
     if (ns < 1 || ns > NA_BS_MAX_SLOTS)
         return na_err(NA_ERR_RANGE, "bench storage: %d slots (1..%d)", ns, NA_BS_MAX_SLOTS);
     na_slot_common_default(&c);
-    c.n_layers = NA_BS_LAYERS;
+    c.kv.n_layers = NA_BS_LAYERS;
     c.n_heads = run->n_heads;
     c.n_kv_heads = NA_BS_KVH;
-    c.head_dim = NA_BS_HD;
+    c.kv.head_dim = NA_BS_HD;
     c.n_threads = run->threads;
-    c.io_depth = NA_BS_QD;
+    c.kv.io_depth = NA_BS_QD;
     c.stage_chunks = 16;
     c.split_tokens = 1024;
-    c.no_dram_tier = run->ssd;
+    c.kv.no_dram_tier = run->ssd;
     parts = calloc((size_t)ns, sizeof(*parts));
     if (parts == NULL)
         return na_err(NA_ERR_NOMEM, "bench storage: out of memory");

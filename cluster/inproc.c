@@ -379,10 +379,10 @@ na_status_t na_inproc_create(const na_cfg_t *cfg, const na_model_config_t *mc,
     st = na_slotset_spec_layout(cfg, NULL, &spec);
     if (st != NA_OK)
         return na_err_prefix(st, "inproc: ");
-    spec.common.n_layers = mc->n_layers;
+    spec.common.kv.n_layers = mc->n_layers;
     spec.common.n_heads = mc->n_heads;
     spec.common.n_kv_heads = mc->n_kv_heads;
-    spec.common.head_dim = mc->head_dim;
+    spec.common.kv.head_dim = mc->head_dim;
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return na_err(NA_ERR_NOMEM, "inproc: out of memory");

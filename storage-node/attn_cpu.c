@@ -758,8 +758,6 @@ static na_status_t cpu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return na_err(NA_ERR_NOMEM, "attention engine: out of memory");
-    e->base.ops = &na_attn_cpu_ops;
-    snprintf(e->base.kind, sizeof(e->base.kind), "cpu");
     e->cfg = *cfg;
     if (e->cfg.kernels == NULL)
         e->cfg.kernels = "cpu";

@@ -214,8 +214,6 @@ static na_status_t csd_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return na_err(NA_ERR_NOMEM, "csd: out of memory");
-    e->base.ops = &na_attn_csd_ops;
-    snprintf(e->base.kind, sizeof(e->base.kind), "csd");
     e->cfg = *cfg;
     e->store = store;
     e->kcfg = k;

@@ -808,15 +808,14 @@ static na_status_t acu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
 
     if (e == NULL)
         return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
-    e->base.ops = &na_attn_cuda_ops;
-    snprintf(e->base.kind, sizeof(e->base.kind), "cuda");
     e->cfg = *cfg;
     e->store = store;
     e->kcfg = na_kv_store_cfg(store);
     snprintf(name, sizeof(name), "cuda:%d", cfg->gpu);
     if ((st = na_kernels_create(cfg->device_kernels ? cfg->device_kernels : name, 1, &e->k)) !=
             NA_OK ||
-        (st = na_attn_cpu_ops.create(store, cfg, &e->cpu)) != NA_OK)
+        (st = na_attn_engine_create_impl(&na_attn_cpu_ops, "cpu", store, cfg, &e->cpu)) !=
+            NA_OK)
         goto fail;
 #if NA_HAVE_CUDA
     {

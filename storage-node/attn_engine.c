@@ -49,5 +49,5 @@ na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
     if (!na_attn_engine_has(id))
         return na_err(NA_ERR_INTERNAL, "attention engine '%s': the registry says built, the "
                       "engine table has no implementation", kind);
-    return na_attn_impl[id]->create(store, cfg, e_p);   /* it sets ops and kind */
+    return na_attn_engine_create_impl(na_attn_impl[id], na_engines_names[id], store, cfg, e_p);
 }

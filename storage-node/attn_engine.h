@@ -45,6 +45,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/status.h"
 #include "kernels/kernels.h"
@@ -140,7 +141,8 @@ typedef struct {
 /* One engine implementation. Every call is made from the slot's loop
  * thread; the calls below forward to these (inline: no layer of its own). */
 typedef struct {
-    /* builds the engine and sets its head (ops: this table, kind: its name) */
+    /* builds the engine; na_attn_engine_create_impl sets its head (ops:
+     * this table, kind: its registry name) */
     na_status_t (*create)(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
                           na_attn_engine_t **e_p);
     void        (*destroy)(na_attn_engine_t *e);
@@ -191,6 +193,22 @@ na_status_t na_attn_engine_create(const char *kind, na_kv_store_t *store,
                                   const na_attn_engine_cfg_t *cfg, na_attn_engine_t **e_p);
 /* Whether the table has an implementation for registry id (common/engines.h). */
 int         na_attn_engine_has(int id);
+/* Create an engine of implementation impl and set its head (ops: impl,
+ * kind); na_attn_engine_create's last step, and the cuda engine's for its
+ * inner cpu one. */
+static inline na_status_t na_attn_engine_create_impl(const na_attn_engine_ops_t *impl,
+                                                     const char *kind, na_kv_store_t *store,
+                                                     const na_attn_engine_cfg_t *cfg,
+                                                     na_attn_engine_t **e_p)
+{
+    na_status_t st = impl->create(store, cfg, e_p);
+
+    if (st == NA_OK) {
+        (*e_p)->ops = impl;
+        snprintf((*e_p)->kind, sizeof((*e_p)->kind), "%s", kind);
+    }
+    return st;
+}
 
 /* Stops the threads (after the reads in flight) and frees everything.
  * Every batch must have been completed (wait, or test said done) first. */

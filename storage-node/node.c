@@ -47,10 +47,10 @@ static na_status_t na_node_shape_init(na_node_t *n, int n_layers, int n_heads, i
     na_status_t st;
     int i;
 
-    n->spec.common.n_layers = n_layers;
+    n->spec.common.kv.n_layers = n_layers;
     n->spec.common.n_heads = n_heads;
     n->spec.common.n_kv_heads = n_kv_heads;
-    n->spec.common.head_dim = head_dim;
+    n->spec.common.kv.head_dim = head_dim;
     /* checked at start: a csd slot whose XRT device cannot be used refuses
      * the node, rather than failing its requests mid-run after their first
      * tokens */
@@ -64,7 +64,7 @@ static na_status_t na_node_shape_init(na_node_t *n, int n_layers, int n_heads, i
     n->have_shape = 1;
     na_log_info("node %s: %d slot(s) for %d layers, %d/%d heads, head_dim %d, kv %s",
                 n->name, n->n_slots, n_layers, n_heads, n_kv_heads, head_dim,
-                na_dtype_name(n->common.kv_dtype));
+                na_dtype_name(n->common.kv.kv_dtype));
     return NA_OK;
 }
 

@@ -78,12 +78,12 @@ static na_status_t nd_attn_check(na_node_t *n, const na_wire_attn_t *a, char *wh
     const na_slot_common_t *c = &n->common;
     float want;
 
-    want = 1.0f / sqrtf((float)c->head_dim);
-    if (a->head_dim != c->head_dim || a->q_per_kv != c->n_heads / c->n_kv_heads ||
+    want = 1.0f / sqrtf((float)c->kv.head_dim);
+    if (a->head_dim != c->kv.head_dim || a->q_per_kv != c->n_heads / c->n_kv_heads ||
         fabsf(a->scale - want) > 1e-6f * want) {
         snprintf(why, len, "node %s: DECODE_ATTN head_dim %u, q_per_kv %u, scale %g; the "
                  "model has %d, %d, %g", n->name, a->head_dim, a->q_per_kv, (double)a->scale,
-                 c->head_dim, c->n_heads / c->n_kv_heads, (double)want);
+                 c->kv.head_dim, c->n_heads / c->n_kv_heads, (double)want);
         return NA_ERR_INVALID;
     }
     return NA_OK;
@@ -112,7 +112,7 @@ static int nd_grow(void **buf, size_t *cap, size_t want)
 static na_status_t nd_attn_reply(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                  const na_wire_attn_t *a, nd_entry_t *xs)
 {
-    const int hd = n->common.head_dim ? n->common.head_dim : a->head_dim;
+    const int hd = n->common.kv.head_dim ? n->common.kv.head_dim : a->head_dim;
     na_wire_out_entry_t *oe;
     uint8_t *conv = NULL;
     na_wire_msg_t m;

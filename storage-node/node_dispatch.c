@@ -32,12 +32,12 @@ static na_status_t nd_fail(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
 static na_status_t nd_open_check(na_node_t *n, const na_wire_req_open_t *o)
 {
     const na_slot_common_t *c = &n->common;
-    if (o->n_layers != (uint32_t)c->n_layers)
+    if (o->n_layers != (uint32_t)c->kv.n_layers)
         return na_err(NA_ERR_INVALID, "node %s: request %llu: n_layers %u, the model has %d",
-                      n->name, (unsigned long long)o->request_id, o->n_layers, c->n_layers);
-    if (o->head_dim != c->head_dim)
+                      n->name, (unsigned long long)o->request_id, o->n_layers, c->kv.n_layers);
+    if (o->head_dim != c->kv.head_dim)
         return na_err(NA_ERR_INVALID, "node %s: request %llu: head_dim %u, the model has %d",
-                      n->name, (unsigned long long)o->request_id, o->head_dim, c->head_dim);
+                      n->name, (unsigned long long)o->request_id, o->head_dim, c->kv.head_dim);
     if (o->q_per_kv != c->n_heads / c->n_kv_heads)
         return na_err(NA_ERR_INVALID, "node %s: request %llu: q_per_kv %u, the model has %d",
                       n->name, (unsigned long long)o->request_id, o->q_per_kv,
@@ -171,7 +171,7 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
                               const na_wire_kv_t *kv)
 {
     na_node_req_t *r = na_node_req_find(n, p->id, kv->request_id);
-    const int hd = n->common.head_dim;
+    const int hd = n->common.kv.head_dim;
     const void *k = kv->k, *v = kv->v;
     float *kf = NULL;
     na_dtype_t src = kv->dtype;
@@ -202,7 +202,7 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
     }
     nh = r->kv_h1 - r->kv_h0;
     row = (size_t)nh * hd;
-    if (src != n->common.kv_dtype || !na_wire_aligned(k, src) || !na_wire_aligned(v, src)) {
+    if (src != n->common.kv.kv_dtype || !na_wire_aligned(k, src) || !na_wire_aligned(v, src)) {
         size_t cnt = row * kv->n_tokens;
         kf = malloc(2 * cnt * sizeof(float));
         if (kf == NULL)
@@ -340,11 +340,11 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     node[NA_STAT_ATTN_THREADS] = nd_kernel_threads(n);
     /* what the KV is for: a compute node checks it before placing requests
      * on a node that joins (compute-node/attn_remote.c) */
-    node[NA_STAT_N_LAYERS] = (uint64_t)n->common.n_layers;
+    node[NA_STAT_N_LAYERS] = (uint64_t)n->common.kv.n_layers;
     node[NA_STAT_N_HEADS] = (uint64_t)n->common.n_heads;
     node[NA_STAT_N_KV_HEADS] = (uint64_t)n->common.n_kv_heads;
-    node[NA_STAT_HEAD_DIM] = (uint64_t)n->common.head_dim;
-    node[NA_STAT_KV_DTYPE] = (uint64_t)n->common.kv_dtype;
+    node[NA_STAT_HEAD_DIM] = (uint64_t)n->common.kv.head_dim;
+    node[NA_STAT_KV_DTYPE] = (uint64_t)n->common.kv.kv_dtype;
     {
         na_slotset_prefix_stats_t ps;
         na_slotset_prefix_stats(n->ss, &ps);

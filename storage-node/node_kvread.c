@@ -17,8 +17,8 @@ static na_status_t kr_copy_part(na_node_t *n, const na_node_req_t *r, const na_p
                                 const na_kv_view_t *view, const na_wire_kv_fetch_t *f,
                                 float *k, float *v)
 {
-    const int hd = n->common.head_dim, bt = n->common.block_tokens;
-    const na_dtype_t dt = n->common.kv_dtype;
+    const int hd = n->common.kv.head_dim, bt = n->common.kv.block_tokens;
+    const na_dtype_t dt = n->common.kv.kv_dtype;
     const size_t es = na_dtype_bytes(dt, 1), half = (size_t)bt * hd * es;
     const int nh_out = f->kv_h1 - f->kv_h0;
     int ph0 = r->kv_h0 + pt->kvh0, ph1 = ph0 + pt->n_kvh;
@@ -95,7 +95,7 @@ static na_status_t kr_send(na_node_t *n, na_node_peer_t *p, const na_wire_kv_fet
     m.u.kv.n_tokens = f->n_tokens;
     m.u.kv.kv_h0 = f->kv_h0;
     m.u.kv.kv_h1 = f->kv_h1;
-    m.u.kv.head_dim = (uint16_t)n->common.head_dim;
+    m.u.kv.head_dim = (uint16_t)n->common.kv.head_dim;
     m.u.kv.dtype = f->dtype;
     m.u.kv.k = ck;
     m.u.kv.v = cv;
@@ -124,7 +124,7 @@ na_status_t na_node_kv_fetch(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
                     r == NULL ? "unknown request" : "outside what the request holds");
         return na_node_send_error(n, p, h, f->request_id, st, na_errmsg());
     }
-    cnt = (size_t)f->n_tokens * (size_t)(f->kv_h1 - f->kv_h0) * (size_t)n->common.head_dim;
+    cnt = (size_t)f->n_tokens * (size_t)(f->kv_h1 - f->kv_h0) * (size_t)n->common.kv.head_dim;
     k = malloc(2 * cnt * sizeof(float));
     if (k == NULL)
         return na_node_send_error(n, p, h, f->request_id,

@@ -12,12 +12,12 @@ void na_slot_common_default(na_slot_common_t *c)
 
     na_attn_engine_cfg_default(&ec);     /* the engine's knobs default there */
     memset(c, 0, sizeof(*c));
-    c->kv_dtype = NA_DTYPE_F16;
-    c->block_tokens = 64;
-    c->spill_interval = 2;
+    c->kv.kv_dtype = NA_DTYPE_F16;
+    c->kv.block_tokens = 64;
+    c->kv.spill_interval = 2;
     c->prefetch_layers = ec.prefetch_layers;
     c->n_threads = ec.n_threads;
-    c->io_depth = ec.io_depth;
+    c->kv.io_depth = ec.io_depth;
     c->split_tokens = ec.split_tokens;
     c->stage_chunks = ec.stage_chunks;
 }
@@ -41,20 +41,10 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     if (s == NULL)
         return na_err(NA_ERR_NOMEM, "slot: out of memory");
     s->common = *c;
-    memset(&kc, 0, sizeof(kc));
-    kc.n_layers = c->n_layers;
-    kc.head_dim = c->head_dim;
-    kc.block_tokens = c->block_tokens;
-    kc.kv_dtype = c->kv_dtype;
-    kc.spill_interval = c->spill_interval;
+    kc = c->kv;                     /* the shared settings, then this device's */
     kc.dram_bytes = dev->dram_bytes;
     kc.ssd_bytes = c->no_ssd_tier ? 0 : dev->ssd_bytes;
     kc.dir = dev->dir;
-    kc.allow_buffered = c->allow_buffered;
-    kc.no_dram_tier = c->no_dram_tier;
-    kc.io_depth = c->io_depth;
-    kc.io_factory = c->io_factory;
-    kc.io_arg = c->io_arg;
     st = na_kv_store_create(&kc, &s->store);
     if (st != NA_OK)
         goto fail;
@@ -65,10 +55,10 @@ na_status_t na_slot_create(const na_slot_common_t *c, const na_slot_dev_t *dev, 
     ec.max_kv_heads = c->n_kv_heads;
     ec.split_tokens = c->split_tokens;
     ec.stage_chunks = c->stage_chunks;
-    ec.io_depth = c->io_depth;
+    ec.io_depth = c->kv.io_depth;
     ec.prefetch_layers = c->prefetch_layers;
-    ec.io_factory = c->io_factory;
-    ec.io_arg = c->io_arg;
+    ec.io_factory = c->kv.io_factory;
+    ec.io_arg = c->kv.io_arg;
     if (dev->csd_device != NULL)
         ec.csd_device = dev->csd_device;
     ec.csd_xclbin = dev->csd_xclbin;

@@ -28,24 +28,23 @@
 
 /* Model and KV settings shared by all slots of a node. */
 typedef struct {
-    int                n_layers, n_heads, n_kv_heads, head_dim;
-    na_dtype_t         kv_dtype;          /* F16 (default) or F32 */
-    int                block_tokens;      /* kv.block_tokens */
-    int                spill_interval;    /* kv.spill_interval */
+    /* the KV store's settings (n_layers, head_dim, kv_dtype F16 (default)
+     * or F32, kv.block_tokens, kv.spill_interval, allow_buffered,
+     * no_dram_tier (kv.tier ssd), io_depth (also the engine's reads in
+     * flight), io_factory/io_arg (also the engine's)); the per-device
+     * fields dram_bytes, ssd_bytes, dir and file_name stay 0: each slot
+     * sets them from its na_slot_dev_t */
+    na_kv_store_cfg_t  kv;
+    int                n_heads, n_kv_heads;
     int                prefetch_layers;   /* kv.prefetch_layers */
     int                n_threads;         /* compute workers per slot */
-    int                io_depth;          /* queue depth per ring */
     int                split_tokens;      /* granule of the split (tokens) */
     int                stage_chunks;      /* staging chunks per engine */
-    int                allow_buffered;    /* fall back without O_DIRECT */
-    int                no_dram_tier;      /* full blocks go to the SSD only (kv.tier ssd) */
     int                no_ssd_tier;       /* no SSD tier, no file (kv.tier dram) */
     uint64_t           prefix_cache_bytes;/* prefix cache per slot (0: none) */
     int                prefix_hash_bits;  /* test hook: prefix keys cut to this many bits */
     int                devices_required;  /* a csd slot whose device cannot be used fails
                                              create (the node refuses to start) */
-    na_kv_io_factory_t io_factory;        /* NULL = io_uring (tests: a double) */
-    void              *io_arg;
 } na_slot_common_t;
 
 /* One `devices:` entry. */

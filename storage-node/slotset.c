@@ -54,13 +54,13 @@ na_status_t na_slotset_spec_layout(const na_cfg_t *cfg, const na_cfg_node_t *cn,
         cfg->model.kv_dtype != NA_CFG_KV_F32)
         return na_err(NA_ERR_UNSUPPORTED, "model.kv_dtype %s is not supported by the storage "
                       "slots (f16, bf16 or f32)", na_dtype_name((na_dtype_t)cfg->model.kv_dtype));
-    c->kv_dtype = (na_dtype_t)cfg->model.kv_dtype;
-    c->block_tokens = (int)cfg->kv.block_tokens;
-    c->spill_interval = (int)cfg->kv.spill_interval;
+    c->kv.kv_dtype = (na_dtype_t)cfg->model.kv_dtype;
+    c->kv.block_tokens = (int)cfg->kv.block_tokens;
+    c->kv.spill_interval = (int)cfg->kv.spill_interval;
     c->prefetch_layers = (int)cfg->kv.prefetch_layers;
-    c->no_dram_tier = cfg->kv.tier == NA_CFG_TIER_SSD;
+    c->kv.no_dram_tier = cfg->kv.tier == NA_CFG_TIER_SSD;
     c->no_ssd_tier = cfg->kv.tier == NA_CFG_TIER_DRAM;
-    c->allow_buffered = 1;           /* file systems without O_DIRECT still work */
+    c->kv.allow_buffered = 1;        /* file systems without O_DIRECT still work */
     c->prefix_cache_bytes = n > 0 ? ((uint64_t)cfg->kv.prefix_cache_mb << 20) / (uint64_t)n : 0;
     spec->partition = cfg->parallel.partition == NA_CFG_PARTITION_HEAD ? NA_PART_HEAD
                                                                        : NA_PART_REQUEST;
@@ -123,8 +123,8 @@ na_status_t na_slotset_create(const na_slotset_spec_t *spec, na_slotset_t **ss_p
         ss->n_slots++;
         cap[i] = na_slot_capacity(&ss->common, &spec->devs[i]);
         if (ss->common.prefix_cache_bytes > 0) {
-            na_pcache_cfg_t pcc = { ss->common.prefix_cache_bytes, ss->common.n_layers,
-                                    ss->common.block_tokens, ss->common.prefix_hash_bits };
+            na_pcache_cfg_t pcc = { ss->common.prefix_cache_bytes, ss->common.kv.n_layers,
+                                    ss->common.kv.block_tokens, ss->common.prefix_hash_bits };
             if (i == 0 && (st = na_ss_prefix_fault(&pcc.hash_bits)) != NA_OK)
                 goto err_destroy;
             ss->common.prefix_hash_bits = pcc.hash_bits;
@@ -177,8 +177,8 @@ const na_slot_common_t *na_slotset_common(const na_slotset_t *ss) { return &ss->
 uint64_t na_slotset_bytes_per_kvh(const na_slotset_t *ss, int max_tokens)
 {
     const na_slot_common_t *c = &ss->common;
-    return (uint64_t)max_tokens * (uint64_t)c->n_layers * 2u * (uint64_t)c->head_dim *
-           (uint64_t)na_dtype_bytes(c->kv_dtype, 1);
+    return (uint64_t)max_tokens * (uint64_t)c->kv.n_layers * 2u * (uint64_t)c->kv.head_dim *
+           (uint64_t)na_dtype_bytes(c->kv.kv_dtype, 1);
 }
 
 /* ---- requests ----------------------------------------------------------- */
@@ -251,7 +251,7 @@ na_status_t na_slotset_open(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
 na_status_t na_slotset_open_near(na_slotset_t *ss, na_slotset_req_t *r, uint64_t sid,
                                  int max_tokens, int n_kvh, const na_slotset_prompt_t *p)
 {
-    const int bt = ss->common.block_tokens;
+    const int bt = ss->common.kv.block_tokens;
     const uint64_t bytes = na_slotset_bytes_per_kvh(ss, max_tokens) * (uint64_t)n_kvh;
     int want = p->n_tok > 0 ? (p->n_tok - 1) / bt : 0, prefer = -1, most = 0, i;
     uint64_t lo = UINT64_MAX;
@@ -267,7 +267,7 @@ na_status_t na_slotset_open_near(na_slotset_t *ss, na_slotset_req_t *r, uint64_t
         memcpy(id.fp, p->fp, NA_KVHASH_FP);
         id.kv_h0 = p->kv_h0;
         id.n_kvh = n_kvh;
-        id.kv_dtype = (int)ss->common.kv_dtype;
+        id.kv_dtype = (int)ss->common.kv.kv_dtype;
         for (i = 0; i < ss->n_slots; i++) {      /* the longest run among slots in balance */
             int n;
             if (ss->pc[i] == NULL || ss->place.load[i] > lo + 2 * bytes ||
@@ -287,7 +287,7 @@ na_status_t na_slotset_prefill(na_slotset_t *ss, const na_slotset_req_t *r, int 
                                const void *k, const void *v, na_dtype_t dtype,
                                size_t row_stride, int n_tok)
 {
-    const size_t esz = na_dtype_bytes(dtype, 1), hd = (size_t)ss->common.head_dim;
+    const size_t esz = na_dtype_bytes(dtype, 1), hd = (size_t)ss->common.kv.head_dim;
     na_status_t st = NA_OK;
     int i, nkvh = 0;
 
@@ -337,12 +337,12 @@ static void na_ss_ident(const na_slotset_t *ss, const na_slotset_req_t *r, int i
     memcpy(id->fp, p->fp, NA_KVHASH_FP);
     id->kv_h0 = p->kv_h0 + r->parts[i].kvh0;
     id->n_kvh = r->parts[i].n_kvh;
-    id->kv_dtype = (int)ss->common.kv_dtype;
+    id->kv_dtype = (int)ss->common.kv.kv_dtype;
 }
 
 int na_slotset_prefix_attach(na_slotset_t *ss, na_slotset_req_t *r, const na_slotset_prompt_t *p)
 {
-    const int bt = ss->common.block_tokens;
+    const int bt = ss->common.kv.block_tokens;
     int want = p->n_tok > 0 ? (p->n_tok - 1) / bt : 0;   /* the last token is computed */
     int got[NA_PLACE_MAX_SLOTS];
     int i, b, l, n = want;
@@ -384,7 +384,7 @@ int na_slotset_prefix_attach(na_slotset_t *ss, na_slotset_req_t *r, const na_slo
         na_kv_store_t *kst = na_slot_store(ss->slots[r->parts[i].slot]);
         na_kv_req_t *kr = na_kv_find(kst, r->sid);
         for (b = 0; b < n; b++)
-            for (l = 0; l < ss->common.n_layers; l++)
+            for (l = 0; l < ss->common.kv.n_layers; l++)
                 if (na_kv_attach(kst, kr, l, na_pcache_mem(r->pfx[(size_t)i * n + b], l)) != NA_OK)
                     return -1;      /* the caller releases r (which drops the references) */
     }
@@ -394,7 +394,7 @@ int na_slotset_prefix_attach(na_slotset_t *ss, na_slotset_req_t *r, const na_slo
 
 void na_slotset_prefix_publish(na_slotset_t *ss, na_slotset_req_t *r, const na_slotset_prompt_t *p)
 {
-    const int bt = ss->common.block_tokens, nl = ss->common.n_layers;
+    const int bt = ss->common.kv.block_tokens, nl = ss->common.kv.n_layers;
     const void **mem;
     void **buf;
     int i, b, l;
@@ -461,17 +461,17 @@ na_status_t na_slotset_prefix_read(const na_slotset_t *ss, const na_slotset_req_
                                    int n_tok, void *k, void *v, na_dtype_t dtype)
 {
     const na_slot_common_t *c = &ss->common;
-    const int bt = c->block_tokens, hd = c->head_dim;
-    const size_t es = na_dtype_bytes(c->kv_dtype, 1), oes = na_dtype_bytes(dtype, 1);
+    const int bt = c->kv.block_tokens, hd = c->kv.head_dim;
+    const size_t es = na_dtype_bytes(c->kv.kv_dtype, 1), oes = na_dtype_bytes(dtype, 1);
     const size_t half = (size_t)bt * (size_t)hd * es;
     int i, nkv = 0, t, h, x;
 
-    if (n_tok < 0 || n_tok > r->n_pfx * bt || layer < 0 || layer >= c->n_layers)
+    if (n_tok < 0 || n_tok > r->n_pfx * bt || layer < 0 || layer >= c->kv.n_layers)
         return na_err(NA_ERR_RANGE, "prefix read: %d rows of layer %d, the request holds %d "
                       "from the prefix caches", n_tok, layer, r->n_pfx * bt);
-    if (dtype != c->kv_dtype && dtype != NA_DTYPE_F32)
+    if (dtype != c->kv.kv_dtype && dtype != NA_DTYPE_F32)
         return na_err(NA_ERR_UNSUPPORTED, "prefix read: rows in %s (the KV is %s; f32 or it)",
-                      na_dtype_name(dtype), na_dtype_name(c->kv_dtype));
+                      na_dtype_name(dtype), na_dtype_name(c->kv.kv_dtype));
     for (i = 0; i < r->n_parts; i++)
         nkv += r->parts[i].n_kvh;
     for (i = 0; i < r->n_parts; i++)
@@ -480,23 +480,23 @@ na_status_t na_slotset_prefix_read(const na_slotset_t *ss, const na_slotset_req_
             for (h = 0; h < r->parts[i].n_kvh; h++) {
                 const uint8_t *ks = mem + (size_t)h * 2 * half + (size_t)(t % bt) * hd * es;
                 size_t o = ((size_t)t * nkv + (size_t)(r->parts[i].kvh0 + h)) * hd;
-                if (dtype == c->kv_dtype) {
+                if (dtype == c->kv.kv_dtype) {
                     memcpy((uint8_t *)k + o * oes, ks, (size_t)hd * es);
                     memcpy((uint8_t *)v + o * oes, ks + half, (size_t)hd * es);
                     continue;
                 }
                 for (x = 0; x < hd; x++) {      /* to f32 */
                     uint16_t kh, vh;
-                    if (c->kv_dtype == NA_DTYPE_F32) {
+                    if (c->kv.kv_dtype == NA_DTYPE_F32) {
                         memcpy((float *)k + o + x, ks + (size_t)x * 4, 4);
                         memcpy((float *)v + o + x, ks + half + (size_t)x * 4, 4);
                         continue;
                     }
                     memcpy(&kh, ks + (size_t)x * 2, 2);
                     memcpy(&vh, ks + half + (size_t)x * 2, 2);
-                    ((float *)k)[o + x] = c->kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(kh)
+                    ((float *)k)[o + x] = c->kv.kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(kh)
                                                                       : na_bf16_to_f32(kh);
-                    ((float *)v)[o + x] = c->kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(vh)
+                    ((float *)v)[o + x] = c->kv.kv_dtype == NA_DTYPE_F16 ? na_f16_to_f32(vh)
                                                                       : na_bf16_to_f32(vh);
                 }
             }
@@ -679,7 +679,7 @@ static na_status_t na_ss_add(na_slotset_t *ss, na_slotset_batch_t *b,
                              const na_slotset_req_t *const *req, na_attn_entry_t *entries, int n,
                              int close)
 {
-    const int hd = ss->common.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
+    const int hd = ss->common.kv.head_dim, grp = ss->common.n_heads / ss->common.n_kv_heads;
     int count[NA_PLACE_MAX_SLOTS] = { 0 }, base[NA_PLACE_MAX_SLOTS], fill[NA_PLACE_MAX_SLOTS];
     na_ss_chunk_t *ck;
     int i, j, s, t, total = 0;

@@ -45,16 +45,16 @@ typedef struct {
 static void common_of(na_slot_common_t *c, const csd_setup_t *s)
 {
     na_slot_common_default(c);
-    c->n_layers = s->n_layers;
+    c->kv.n_layers = s->n_layers;
     c->n_heads = s->n_kvh * s->group;
     c->n_kv_heads = s->n_kvh;
-    c->head_dim = s->hd;
-    c->block_tokens = s->bt;
-    c->spill_interval = 1;
-    c->no_dram_tier = s->tier_ssd;
-    c->io_depth = 8;
+    c->kv.head_dim = s->hd;
+    c->kv.block_tokens = s->bt;
+    c->kv.spill_interval = 1;
+    c->kv.no_dram_tier = s->tier_ssd;
+    c->kv.io_depth = 8;
     c->stage_chunks = 4;
-    c->allow_buffered = 1;
+    c->kv.allow_buffered = 1;
 }
 
 static na_status_t make_slot(const csd_setup_t *s, const char *engine, const char *name,

@@ -131,11 +131,11 @@ static size_t out_index(const work_t *w, int step, int l, int r)
 static void slot_common(na_slot_common_t *c, const work_t *w)
 {
     na_slot_common_default(c);
-    c->n_layers = w->n_layers;
+    c->kv.n_layers = w->n_layers;
     c->n_heads = w->n_heads;
     c->n_kv_heads = w->n_kv_heads;
-    c->head_dim = w->head_dim;
-    c->block_tokens = w->block_tokens;
+    c->kv.head_dim = w->head_dim;
+    c->kv.block_tokens = w->block_tokens;
 }
 
 static size_t out_len(const work_t *w)
@@ -275,15 +275,15 @@ static int run(const work_t *w, const run_t *cfg, float *out, na_status_t *sts,
     memset(out, 0, out_len(w) * sizeof(float));
     slot_common(&c, w);
     c.split_tokens = w->split_tokens;
-    c.spill_interval = cfg->spill_interval;
+    c.kv.spill_interval = cfg->spill_interval;
     c.prefetch_layers = cfg->prefetch;
     c.n_threads = cfg->n_threads;
-    c.io_depth = 8;
+    c.kv.io_depth = 8;
     c.stage_chunks = 4;
-    c.no_dram_tier = cfg->no_dram_tier;
+    c.kv.no_dram_tier = cfg->no_dram_tier;
     if (cfg->fault) {
-        c.io_factory = na_kv_fault_factory;
-        c.io_arg = cfg->fault;
+        c.kv.io_factory = na_kv_fault_factory;
+        c.kv.io_arg = cfg->fault;
     }
     for (i = 0; i < cfg->n_slots; i++) {
         char d[600];

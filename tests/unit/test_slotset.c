@@ -143,9 +143,9 @@ static void test_unbuilt_refused(void)
     if (cfg == NULL)
         return;
     NA_CHECK_OK(na_slotset_spec_layout(cfg, na_cfg_find_node(cfg, "s0"), &spec));
-    spec.common.n_layers = 2;
+    spec.common.kv.n_layers = 2;
     spec.common.n_heads = spec.common.n_kv_heads = 2;
-    spec.common.head_dim = 64;
+    spec.common.kv.head_dim = 64;
     spec.devs[1].engine = UNBUILT;
     NA_CHECK(na_slotset_create(&spec, &ss) == NA_ERR_UNSUPPORTED);
     NA_CHECK_MSG(strstr(na_errmsg(), "/cpu/d1") &&
@@ -178,9 +178,9 @@ static void test_engine_test(void)
         q[i] = kn[i] = (float)(i % 17 - 8) / 8.0f;
     NA_CHECK_OK(layout("test", "cpu", "f16", "dram", 64, 16, &cfg));
     NA_CHECK_OK(na_slotset_spec_layout(cfg, NULL, &spec));
-    spec.common.n_layers = 1;
+    spec.common.kv.n_layers = 1;
     spec.common.n_heads = spec.common.n_kv_heads = nkvh;
-    spec.common.head_dim = hd;
+    spec.common.kv.head_dim = hd;
     spec.partition = NA_PART_REQUEST;
     NA_CHECK_OK(na_slotset_create(&spec, &ss));
     NA_CHECK_OK(na_slotset_open(ss, &r, 1, ntok + 4, nkvh));
@@ -235,9 +235,9 @@ static void test_tier(void)
     for (t = 0; t < 2; t++) {
         NA_CHECK_OK(layout(names[t], "cpu", "f16", t == 0 ? "dram" : "auto", 8, 16, &cfg));
         NA_CHECK_OK(na_slotset_spec_layout(cfg, na_cfg_find_node(cfg, "s0"), &spec));
-        spec.common.n_layers = 2;
+        spec.common.kv.n_layers = 2;
         spec.common.n_heads = spec.common.n_kv_heads = 2;
-        spec.common.head_dim = 64;
+        spec.common.kv.head_dim = 64;
         NA_CHECK_OK(na_slotset_create(&spec, &ss));
         NA_CHECK_MSG(exists(names[t], 0) == (t == 1) && exists(names[t], 1) == (t == 1),
                      "kv.tier %s: kv.dat %s", t == 0 ? "dram" : "auto",
@@ -269,10 +269,10 @@ static void test_f32_placement(void)
     if (c16 == NULL || c32 == NULL)
         return;
     NA_CHECK_OK(na_slotset_spec_layout(c32, NULL, &spec));
-    spec.common.n_layers = 2;
+    spec.common.kv.n_layers = 2;
     spec.common.n_heads = spec.common.n_kv_heads = 2;
-    spec.common.head_dim = 64;
-    NA_CHECK(spec.common.kv_dtype == NA_DTYPE_F32);
+    spec.common.kv.head_dim = 64;
+    NA_CHECK(spec.common.kv.kv_dtype == NA_DTYPE_F32);
     NA_CHECK_OK(na_slotset_create(&spec, &ss));
     NA_CHECK(na_slotset_bytes_per_kvh(ss, 100) == 100u * 2 * 2 * 64 * 4);
     /* more than the budget even with nothing open: RANGE (waiting cannot
