@@ -62,30 +62,9 @@ na_status_t na_sampler_init(na_sampler_t *s, const na_sampler_cfg_t *cfg, int vo
     return NA_OK;
 }
 
-na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
-                              na_sampler_t **s_p)
-{
-    na_sampler_t v, *s;
-    na_status_t st = na_sampler_init(&v, cfg, vocab_size);
-
-    if (st != NA_OK)
-        return st;
-    s = malloc(sizeof(*s));
-    if (s == NULL)
-        return na_err(NA_ERR_NOMEM, "sampler: out of memory");
-    *s = v;
-    *s_p = s;
-    return NA_OK;
-}
-
 int na_sampler_needs_scratch(const na_sampler_t *s)
 {
     return s->cfg.temperature > 0.0f && s->cfg.top_p < 1.0f;
-}
-
-void na_sampler_destroy(na_sampler_t *s)
-{
-    free(s);
 }
 
 int na_sampler_argmax(const float *x, int n)

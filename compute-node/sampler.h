@@ -59,11 +59,6 @@ float na_sampler_top_p(double p);
  * the nucleus scratch is passed to na_sampler_sample, so one buffer serves
  * every request of a batch. */
 na_status_t na_sampler_init(na_sampler_t *s, const na_sampler_cfg_t *cfg, int vocab_size);
-/* na_sampler_init on a new sampler; also NA_ERR_NOMEM. The caller owns *s_p. */
-na_status_t na_sampler_create(const na_sampler_cfg_t *cfg, int vocab_size,
-                              na_sampler_t **s_p);
-/* Free a sampler; NULL is a no-op. */
-void na_sampler_destroy(na_sampler_t *s);
 
 /* Returned by na_sampler_sample for a row holding a NaN or an infinity. */
 #define NA_SAMPLER_NOT_FINITE (-1)

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "storage-node/attn_engine.h"
 #include "storage-node/attn_fold.h"
@@ -92,7 +93,8 @@ struct na_attn_item {
 struct na_attn_batch {
     uint64_t         t_begin_ns;
     na_attn_item_t **items;
-    int              n, cap;
+    int              n;
+    size_t           cap;
     int              done;           /* items completed (written under engine mu,
                                         atomically: na_attn_yield_wait polls it) */
     int              closed;
@@ -1102,10 +1104,12 @@ static na_status_t na_attn_item_start(na_attn_cpu_t *e, na_attn_item_t *it, na_k
 static na_status_t cpu_submit_q(na_attn_cpu_t *e, na_attn_batch_t *b, na_attn_entry_t *entries,
                                 int n, int quiet)
 {
+    void *items = na_grow(b->items, &b->cap, (size_t)b->n + (size_t)n, sizeof(*b->items), 16);
     int i;
 
-    if (na_attn_items_reserve((void **)&b->items, &b->cap, b->n + n, sizeof(*b->items)) != 0)
+    if (items == NULL)
         return na_err(NA_ERR_NOMEM, "attention batch: out of memory");
+    b->items = items;
     for (i = 0; i < n; i++) {
         na_attn_entry_t *en = &entries[i];
         na_attn_item_t *it;

@@ -40,6 +40,7 @@
 #include "common/clock.h"
 #include "common/dtype.h"
 #include "common/faults.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "kernels/csd/csd_kernel.h"
 #include "storage-node/attn_fold.h"
@@ -59,7 +60,8 @@ typedef struct {
 struct na_attn_batch {
     uint64_t    t_begin_ns;
     csd_item_t *items;
-    int         n, cap;
+    int         n;
+    size_t      cap;
     int         closed;
 };
 
@@ -282,10 +284,12 @@ static na_status_t csd_submit(na_attn_engine_t *base, na_attn_batch_t *b,
                               na_attn_entry_t *entries, int n)
 {
     csd_engine_t *e = (csd_engine_t *)base;
+    void *items = na_grow(b->items, &b->cap, (size_t)b->n + (size_t)n, sizeof(*b->items), 16);
     int i;
 
-    if (na_attn_items_reserve((void **)&b->items, &b->cap, b->n + n, sizeof(*b->items)) != 0)
+    if (items == NULL)
         return na_err(NA_ERR_NOMEM, "csd batch: out of memory");
+    b->items = items;
     for (i = 0; i < n; i++) {
         na_attn_entry_t *en = &entries[i];
         csd_item_t *it;

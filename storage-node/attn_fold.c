@@ -218,23 +218,6 @@ na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const
     return NA_OK;
 }
 
-int na_attn_items_reserve(void **items, int *cap, int need, size_t elem)
-{
-    int c = *cap ? *cap : 16;
-    void *p;
-
-    if (need <= *cap)
-        return 0;
-    while (c < need)
-        c *= 2;
-    p = realloc(*items, elem * (size_t)c);
-    if (p == NULL)
-        return -1;
-    *items = p;
-    *cap = c;
-    return 0;
-}
-
 na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
                                 const na_attn_entry_t *en, na_kv_req_t **r_p)
 {

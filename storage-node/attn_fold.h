@@ -14,9 +14,7 @@
  * row on the calling thread, na_attn_fold_block for a block of rows (a
  * prompt chunk: each K/V run read once for all of its rows, each row with
  * its own causal limit and decode's bits). Below the engines too: the
- * check of an engine entry against its request's KV (na_attn_entry_check),
- * and the growth of a batch's item array (na_attn_items_reserve), which the
- * cpu and csd engines make at submit. */
+ * check of an engine entry against its request's KV (na_attn_entry_check). */
 #ifndef NA_ATTN_FOLD_H
 #define NA_ATTN_FOLD_H
 
@@ -119,10 +117,6 @@ na_status_t na_attn_fold_block(na_kernels_t *k, const na_attn_shape_t *sh, const
  * request. */
 na_status_t na_attn_entry_check(na_kv_store_t *store, const na_attn_engine_cfg_t *cfg,
                                 const na_attn_entry_t *en, na_kv_req_t **r_p);
-
-/* Grow a batch's item array *items (*cap elements of elem bytes) to hold
- * need, doubling from 16; 0, or -1 out of memory (the array as it was). */
-int na_attn_items_reserve(void **items, int *cap, int need, size_t elem);
 
 /* Parts of a context of n tokens. */
 static inline int na_attn_n_parts(int n)

@@ -86,7 +86,8 @@ struct na_kv_store {
     struct na_kv_wr  *wr_free;     /* completed write records with their bounce
                                       buffers (writeback.c), reused */
     na_kv_due_t      *due;         /* decode spills waiting for na_kv_poll */
-    int               n_due, due_cap;
+    int               n_due;
+    size_t            due_cap;
     na_kv_stats_t     st;
 };
 

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "storage-node/kv_fault.h"
 #include "storage-node/kv_internal.h"
@@ -116,16 +117,13 @@ static void na_kv_req_free_mem(na_kv_store_t *s, na_kv_req_t *r)
  * spills now). */
 static int na_kv_spill_later(na_kv_store_t *s, na_kv_req_t *r, int layer)
 {
+    na_kv_due_t *nd;
+
     if (r->layers[layer].due)
         return 0;
-    if (s->n_due == s->due_cap) {
-        int cap = s->due_cap ? 2 * s->due_cap : 64;
-        na_kv_due_t *nd = realloc(s->due, sizeof(*nd) * (size_t)cap);
-        if (nd == NULL)
-            return -1;
-        s->due = nd;
-        s->due_cap = cap;
-    }
+    if ((nd = na_grow(s->due, &s->due_cap, (size_t)s->n_due + 1, sizeof(*nd), 64)) == NULL)
+        return -1;
+    s->due = nd;
     s->due[s->n_due].r = r;
     s->due[s->n_due].layer = layer;
     s->n_due++;

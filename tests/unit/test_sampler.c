@@ -72,12 +72,12 @@ static void test_cfg_check(void)
 static void test_greedy(void)
 {
     na_sampler_cfg_t c = { 0.0f, 0.9f, 7 };
-    na_sampler_t *s = NULL;
+    na_sampler_t s_v, *s = &s_v;
     float x[1000], ties[5] = { 1.0f, 3.0f, 2.0f, 3.0f, -1.0f };
     na_rng_t rng;
     int i, r, best;
 
-    NA_CHECK_OK(na_sampler_create(&c, 1000, &s));
+    NA_CHECK_OK(na_sampler_init(s, &c, 1000));
     if (s == NULL)
         return;
     na_rng_seed(&rng, 11);
@@ -90,22 +90,21 @@ static void test_greedy(void)
         NA_CHECK(na_sampler_sample(s, x, NULL) == best);    /* greedy needs no scratch */
     }
     NA_CHECK(na_sampler_argmax(ties, 5) == 1);   /* first of equal maxima */
-    na_sampler_destroy(s);
 }
 
 static void test_reproducible(void)
 {
     na_sampler_cfg_t c = { 0.8f, 0.9f, 12345 };
-    na_sampler_t *a = NULL, *b = NULL, *d = NULL;
+    na_sampler_t a_v, b_v, d_v, *a = &a_v, *b = &b_v, *d = &d_v;
     float base[64], ra[64], rb[64];
     na_prob_index_t scratch[64];
     na_rng_t rng;
     int i, same_ab = 1, same_ad = 1;
 
-    NA_CHECK_OK(na_sampler_create(&c, 64, &a));
-    NA_CHECK_OK(na_sampler_create(&c, 64, &b));
+    NA_CHECK_OK(na_sampler_init(a, &c, 64));
+    NA_CHECK_OK(na_sampler_init(b, &c, 64));
     c.seed = 12346;
-    NA_CHECK_OK(na_sampler_create(&c, 64, &d));
+    NA_CHECK_OK(na_sampler_init(d, &c, 64));
     if (!a || !b || !d)
         goto out;
     na_rng_seed(&rng, 3);
@@ -125,9 +124,6 @@ static void test_reproducible(void)
     NA_CHECK(!same_ad);                 /* another seed, another sequence */
     NA_CHECK(na_sampler_request_seed(5, 0) != na_sampler_request_seed(5, 1));
 out:
-    na_sampler_destroy(a);
-    na_sampler_destroy(b);
-    na_sampler_destroy(d);
 }
 
 /* Probabilities placed at shuffled ids; hand-computed nucleus:
@@ -140,38 +136,35 @@ static void test_top_p(void)
     static const double nucleus[6] = { 0.0, 0.5, 0.0, 0.1875, 0.3125, 0.0 };
     static const double nucleus2[6] = { 0.0, 0.40 / 0.65, 0.0, 0.0, 0.25 / 0.65, 0.0 };
     na_sampler_cfg_t c = { 1.0f, 0.7f, 99 };
-    na_sampler_t *s = NULL;
+    na_sampler_t s_v, *s = &s_v;
     float logits[6];
     long counts[6];
     int i;
 
     for (i = 0; i < 6; i++)
         logits[i] = (float)log(p[i]) + 3.0f;    /* softmax is shift-invariant */
-    NA_CHECK_OK(na_sampler_create(&c, 6, &s));
+    NA_CHECK_OK(na_sampler_init(s, &c, 6));
     if (s == NULL)
         return;
     draw_counts(s, logits, 6, DRAWS, counts);
     NA_CHECK(counts[0] == 0 && counts[2] == 0 && counts[5] == 0);   /* outside the nucleus */
     NA_CHECK(freqs_match(counts, nucleus, 6, DRAWS));
-    na_sampler_destroy(s);
 
     c.top_p = 0.5f;                     /* 0.40 < 0.5 < 0.65 -> two tokens */
     c.seed = 100;
-    NA_CHECK_OK(na_sampler_create(&c, 6, &s));
+    NA_CHECK_OK(na_sampler_init(s, &c, 6));
     if (s == NULL)
         return;
     draw_counts(s, logits, 6, DRAWS, counts);
     NA_CHECK(counts[0] + counts[2] + counts[3] + counts[5] == 0);
     NA_CHECK(freqs_match(counts, nucleus2, 6, DRAWS));
-    na_sampler_destroy(s);
 
     c.top_p = 0.1f;                     /* below the top probability: greedy */
-    NA_CHECK_OK(na_sampler_create(&c, 6, &s));
+    NA_CHECK_OK(na_sampler_init(s, &c, 6));
     if (s == NULL)
         return;
     draw_counts(s, logits, 6, 1000, counts);
     NA_CHECK(counts[1] == 1000);
-    na_sampler_destroy(s);
 }
 
 /* Frequencies of temperature T sampling against softmax(logits / T). */
@@ -179,7 +172,7 @@ static void test_softmax_frequencies(float temp, uint64_t seed)
 {
     enum { N = 10 };
     na_sampler_cfg_t c = { temp, 1.0f, seed };
-    na_sampler_t *s = NULL;
+    na_sampler_t s_v, *s = &s_v;
     float logits[N];
     double p[N], sum = 0.0, max;
     long counts[N];
@@ -198,12 +191,11 @@ static void test_softmax_frequencies(float temp, uint64_t seed)
     }
     for (i = 0; i < N; i++)
         p[i] /= sum;
-    NA_CHECK_OK(na_sampler_create(&c, N, &s));
+    NA_CHECK_OK(na_sampler_init(s, &c, N));
     if (s == NULL)
         return;
     draw_counts(s, logits, N, DRAWS, counts);
     NA_CHECK_MSG(freqs_match(counts, p, N, DRAWS), "temperature %g", (double)temp);
-    na_sampler_destroy(s);
 }
 
 static void test_uniform(void)
@@ -232,9 +224,9 @@ static void test_not_finite(void)
 
     for (c = 0; c < 3; c++) {
         na_sampler_cfg_t sc = { cfgs[c][0], cfgs[c][1], 5 };
-        na_sampler_t *s = NULL;
+        na_sampler_t s_v, *s = &s_v;
         uint64_t rng0;
-        NA_CHECK_OK(na_sampler_create(&sc, 64, &s));
+        NA_CHECK_OK(na_sampler_init(s, &sc, 64));
         if (s == NULL)
             return;
         rng0 = s->rng;
@@ -254,7 +246,6 @@ static void test_not_finite(void)
             row[i] = (float)(i % 7) - 3.0f;
         k = na_sampler_sample(s, row, scratch);
         NA_CHECK(k >= 0 && k < 64);
-        na_sampler_destroy(s);
     }
     row[0] = 1.0f;
     row[1] = NAN;
