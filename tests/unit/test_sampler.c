@@ -12,6 +12,13 @@
 #define DRAWS 200000
 
 /* Sample `draws` times from a copy of logits[n]; counts[n] gets the tallies. */
+/* A sampler's set-up, checked: 1 when it succeeded (the sampler usable). */
+static int init_ok(na_status_t st)
+{
+    NA_CHECK_OK(st);
+    return st == NA_OK;
+}
+
 static void draw_counts(na_sampler_t *s, const float *logits, int n, int draws, long *counts)
 {
     float *row = malloc((size_t)n * sizeof(float));
@@ -77,9 +84,8 @@ static void test_greedy(void)
     na_rng_t rng;
     int i, r, best;
 
-    NA_CHECK_OK(na_sampler_init(s, &c, 1000));
-    if (s == NULL)
-        return;
+    if (!init_ok(na_sampler_init(s, &c, 1000)))
+    return;
     na_rng_seed(&rng, 11);
     for (r = 0; r < 50; r++) {
         na_rng_fill(&rng, x, 1000, -8.0f, 8.0f);
@@ -101,12 +107,11 @@ static void test_reproducible(void)
     na_rng_t rng;
     int i, same_ab = 1, same_ad = 1;
 
-    NA_CHECK_OK(na_sampler_init(a, &c, 64));
-    NA_CHECK_OK(na_sampler_init(b, &c, 64));
+    if (!init_ok(na_sampler_init(a, &c, 64)) || !init_ok(na_sampler_init(b, &c, 64)))
+        return;
     c.seed = 12346;
-    NA_CHECK_OK(na_sampler_init(d, &c, 64));
-    if (!a || !b || !d)
-        goto out;
+    if (!init_ok(na_sampler_init(d, &c, 64)))
+        return;
     na_rng_seed(&rng, 3);
     na_rng_fill(&rng, base, 64, -2.0f, 2.0f);
     for (i = 0; i < 2000; i++) {
@@ -123,7 +128,6 @@ static void test_reproducible(void)
     NA_CHECK(same_ab);
     NA_CHECK(!same_ad);                 /* another seed, another sequence */
     NA_CHECK(na_sampler_request_seed(5, 0) != na_sampler_request_seed(5, 1));
-out:
 }
 
 /* Probabilities placed at shuffled ids; hand-computed nucleus:
@@ -143,26 +147,23 @@ static void test_top_p(void)
 
     for (i = 0; i < 6; i++)
         logits[i] = (float)log(p[i]) + 3.0f;    /* softmax is shift-invariant */
-    NA_CHECK_OK(na_sampler_init(s, &c, 6));
-    if (s == NULL)
-        return;
+    if (!init_ok(na_sampler_init(s, &c, 6)))
+    return;
     draw_counts(s, logits, 6, DRAWS, counts);
     NA_CHECK(counts[0] == 0 && counts[2] == 0 && counts[5] == 0);   /* outside the nucleus */
     NA_CHECK(freqs_match(counts, nucleus, 6, DRAWS));
 
     c.top_p = 0.5f;                     /* 0.40 < 0.5 < 0.65 -> two tokens */
     c.seed = 100;
-    NA_CHECK_OK(na_sampler_init(s, &c, 6));
-    if (s == NULL)
-        return;
+    if (!init_ok(na_sampler_init(s, &c, 6)))
+    return;
     draw_counts(s, logits, 6, DRAWS, counts);
     NA_CHECK(counts[0] + counts[2] + counts[3] + counts[5] == 0);
     NA_CHECK(freqs_match(counts, nucleus2, 6, DRAWS));
 
     c.top_p = 0.1f;                     /* below the top probability: greedy */
-    NA_CHECK_OK(na_sampler_init(s, &c, 6));
-    if (s == NULL)
-        return;
+    if (!init_ok(na_sampler_init(s, &c, 6)))
+    return;
     draw_counts(s, logits, 6, 1000, counts);
     NA_CHECK(counts[1] == 1000);
 }
@@ -191,9 +192,8 @@ static void test_softmax_frequencies(float temp, uint64_t seed)
     }
     for (i = 0; i < N; i++)
         p[i] /= sum;
-    NA_CHECK_OK(na_sampler_init(s, &c, N));
-    if (s == NULL)
-        return;
+    if (!init_ok(na_sampler_init(s, &c, N)))
+    return;
     draw_counts(s, logits, N, DRAWS, counts);
     NA_CHECK_MSG(freqs_match(counts, p, N, DRAWS), "temperature %g", (double)temp);
 }
@@ -226,9 +226,8 @@ static void test_not_finite(void)
         na_sampler_cfg_t sc = { cfgs[c][0], cfgs[c][1], 5 };
         na_sampler_t s_v, *s = &s_v;
         uint64_t rng0;
-        NA_CHECK_OK(na_sampler_init(s, &sc, 64));
-        if (s == NULL)
-            return;
+        if (!init_ok(na_sampler_init(s, &sc, 64)))
+        return;
         rng0 = s->rng;
         for (b = 0; b < 3; b++) {
             for (k = 0; k < 64; k += 21) {           /* one bad logit at k */
