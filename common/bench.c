@@ -277,11 +277,12 @@ double na_bench_percentile(double *v, long n, double p)
 }
 
 /* ---- STREAM-style copy ----------------------------------------------------- */
-/* What thread t of a copy object owns: its argument and its read-pass sum
- * (kept so that no read is left out, never used). */
+/* What thread t of a copy object owns: its argument, its handle (t > 0) and
+ * its read-pass sum (kept so that no read is left out, never used). */
 typedef struct {
     struct na_bench_copy *s;
     int                   t;
+    pthread_t             th;
     volatile uint64_t     sum;
 } na_bench_copy_th_t;
 
@@ -289,8 +290,7 @@ struct na_bench_copy {
     double            *a, *c;
     size_t             n;        /* doubles per array */
     int                n_threads;
-    pthread_t         *th;       /* [n_threads], th[0] unused */
-    na_bench_copy_th_t *per;    /* [n_threads] */
+    na_bench_copy_th_t *per;    /* [n_threads]: per[0] is the caller's (no th) */
     int                started;  /* workers started */
     pthread_barrier_t  bar;      /* n_threads: start and end of each pass */
     pthread_mutex_t    mu;
@@ -393,7 +393,7 @@ static void na_bench_copy_join(na_bench_copy_t *s)
 {
     int i;
     for (i = 1; i <= s->started; i++)
-        pthread_join(s->th[i], NULL);
+        pthread_join(s->per[i].th, NULL);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     pthread_barrier_destroy(&s->bar);
@@ -403,7 +403,6 @@ static void na_bench_copy_join(na_bench_copy_t *s)
 static void na_bench_copy_free(na_bench_copy_t *s)
 {
     free(s->per);
-    free(s->th);
     free(s->c);
     free(s->a);
     free(s);
@@ -421,9 +420,8 @@ na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_cop
     s->n_threads = n_threads < 1 ? 1 : n_threads;
     s->a = na_bench_alloc(s->n * sizeof(double));
     s->c = na_bench_alloc(s->n * sizeof(double));
-    s->th = calloc((size_t)s->n_threads, sizeof(*s->th));
     s->per = calloc((size_t)s->n_threads, sizeof(*s->per));
-    if (!s->a || !s->c || !s->th || !s->per) {
+    if (!s->a || !s->c || !s->per) {
         st = na_err(NA_ERR_NOMEM, "bench: no memory for 2 x %zu MiB copy arrays",
                     array_bytes >> 20);
         goto err_free;
@@ -434,7 +432,7 @@ na_status_t na_bench_copy_create(int n_threads, size_t array_bytes, na_bench_cop
     for (i = 1; i < s->n_threads; i++) {
         s->per[i].s = s;
         s->per[i].t = i;
-        if (pthread_create(&s->th[i], NULL, na_bench_copy_thread, &s->per[i]) != 0) {
+        if (pthread_create(&s->per[i].th, NULL, na_bench_copy_thread, &s->per[i]) != 0) {
             st = na_err(NA_ERR_INTERNAL, "bench: pthread_create failed for copy thread %d", i);
             break;
         }
