@@ -169,7 +169,33 @@ static void na_g4_pack_w(const na_g4_job_t *j, const uint8_t *row, int i, uint8_
 
 #if NA_G4_Z
 #define NA_G4_RP (NA_G4_RM / 2)
+#define NA_G4_AR NA_G4_RP               /* accumulator rows: row pairs */
+#define NA_G4_ZERO _mm512_setzero_ps
 typedef __m512 na_g4_acc_t[NA_G4_RP][NA_G4_RN];
+#else
+#define NA_G4_AR NA_G4_RM
+#define NA_G4_ZERO _mm256_setzero_ps
+typedef __m256 na_g4_acc_t[NA_G4_RM][NA_G4_RN];
+#endif
+
+/* A tile's start in both copies: dxp[c], the block scales of input c
+ * (packed after its nblk blocks), and every accumulator 0; r and c are the
+ * caller's loop counters. A macro: as an inline function (dxp and acc by
+ * address) it changed the register allocation of the v4 / VNNI copies' block
+ * loop; expanded, each copy's code is the one it had. */
+#define NA_G4_TILE_START(xp, xs, nblk, dxp, acc, r, c)                                  \
+    do {                                                                                \
+        _Pragma("GCC unroll 4")                                                         \
+        for (c = 0; c < NA_G4_RN; c++)                                                  \
+            dxp[c] = (const float *)((xp) + (size_t)c * (xs) + (size_t)(nblk) * NA_G4_XB); \
+        _Pragma("GCC unroll 4")                                                         \
+        for (r = 0; r < NA_G4_AR; r++)                                                  \
+            _Pragma("GCC unroll 4")                                                     \
+            for (c = 0; c < NA_G4_RN; c++)                                              \
+                acc[r][c] = NA_G4_ZERO();                                               \
+    } while (0)
+
+#if NA_G4_Z
 
 /* The exact int32 lanes start + sum of 4 (u x s) (u unsigned <= 31). */
 NA_INLINE __m512i na_g4_dot(__m512i start, __m512i u, __m512i s)
@@ -195,14 +221,7 @@ NA_INLINE void na_g4_tile(int HM, const uint8_t *wp, size_t tb, const uint8_t *x
     float sm[NA_G4_RM * NA_G4_ML];
     int b, r, c;
 
-#pragma GCC unroll 4
-    for (c = 0; c < NA_G4_RN; c++)
-        dxp[c] = (const float *)(xp + (size_t)c * xs + (size_t)nblk * NA_G4_XB);
-#pragma GCC unroll 4
-    for (r = 0; r < NA_G4_RP; r++)
-#pragma GCC unroll 4
-        for (c = 0; c < NA_G4_RN; c++)
-            acc[r][c] = _mm512_setzero_ps();
+    NA_G4_TILE_START(xp, xs, nblk, dxp, acc, r, c);
     for (b = 0; b < nblk; b++) {
         const uint8_t *wb = wp + (size_t)b * tb;
         __m512i xv[NA_G4_RN], st[NA_G4_RN];
@@ -247,8 +266,6 @@ NA_INLINE void na_g4_tile(int HM, const uint8_t *wp, size_t tb, const uint8_t *x
         }
 }
 #else
-typedef __m256 na_g4_acc_t[NA_G4_RM][NA_G4_RN];
-
 NA_INLINE void na_g4_tile(int HM, const uint8_t *wp, size_t tb, const uint8_t *xp, size_t xs,
                           const float *sp, int nblk, float out[NA_G4_RM][NA_G4_RN])
 {
@@ -258,14 +275,7 @@ NA_INLINE void na_g4_tile(int HM, const uint8_t *wp, size_t tb, const uint8_t *x
     float sm[8];
     int b, r, c;
 
-#pragma GCC unroll 4
-    for (c = 0; c < NA_G4_RN; c++)
-        dxp[c] = (const float *)(xp + (size_t)c * xs + (size_t)nblk * NA_G4_XB);
-#pragma GCC unroll 4
-    for (r = 0; r < NA_G4_RM; r++)
-#pragma GCC unroll 4
-        for (c = 0; c < NA_G4_RN; c++)
-            acc[r][c] = _mm256_setzero_ps();
+    NA_G4_TILE_START(xp, xs, nblk, dxp, acc, r, c);
     for (b = 0; b < nblk; b++) {
         const uint8_t *wb = wp + (size_t)b * tb;
         const float *dw = (const float *)(wb + NA_G4_RM * 32);
