@@ -321,6 +321,29 @@ static inline __m256 na_cpu_load_bf16(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+/* The reduction of an AVX2 kernel of one weight row x NB inputs
+ * (na_cpu_dotn_f32; cpu_gemm_h16.c's na_gh_tile for F16 / BF16 rows), whose
+ * outputs are in 4 accumulators a[b][0..3] over the blocks of 32 as in the
+ * batch-1 row kernels: from element i the blocks of 8 into a[b][0], then
+ * na_cpu_hsum4 into sum[b] — their order, written once (the scalar tail
+ * follows), so that every output is the batch-1 one bit for bit. W8(k):
+ * weights k..k+7 as f32 lanes (the caller's macro); b: the caller's loop
+ * counter. A macro: each kernel's code stays the one it had (NB <= 4, a
+ * constant after inlining). */
+#define NA_CPU_ROW_REDUCE(W8, a, sum, x, ld, i, n, NB, b)                                \
+    do {                                                                                \
+        for (; (i) + 8 <= (n); (i) += 8) {                                              \
+            __m256 w8_ = W8(i);                                                         \
+            _Pragma("GCC unroll 4")                                                     \
+            for (b = 0; b < (NB); b++)                                                  \
+                a[b][0] = _mm256_fmadd_ps(w8_, _mm256_loadu_ps((x) + (size_t)b * (ld) + (i)), \
+                                          a[b][0]);                                     \
+        }                                                                               \
+        _Pragma("GCC unroll 4")                                                         \
+        for (b = 0; b < (NB); b++)                                                      \
+            sum[b] = na_cpu_hsum4(a[b][0], a[b][1], a[b][2], a[b][3]);                  \
+    } while (0)
+
 /* Bit j of the 32-bit word at p as byte j: 0xFF if set, else 0 (the high
  * bits of Q5 codes). */
 static inline __m256i na_cpu_bits32(const uint8_t *p)

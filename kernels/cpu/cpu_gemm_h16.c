@@ -120,15 +120,9 @@ NA_INLINE void na_gh_tile(const uint16_t *w, size_t ws, int NR, const float *x, 
                 acc[b * 4 + q] = a[b][q];
         return;
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 u = F16 ? na_cpu_load_f16(w + i) : na_cpu_load_bf16(w + i);
-#pragma GCC unroll 3
-        for (b = 0; b < NB; b++)
-            a[b][0] = _mm256_fmadd_ps(u, _mm256_loadu_ps(x + (size_t)b * ld + i), a[b][0]);
-    }
-#pragma GCC unroll 3
-    for (b = 0; b < NB; b++)
-        sum[b] = na_cpu_hsum4(a[b][0], a[b][1], a[b][2], a[b][3]);
+#define NA_W8(k) (F16 ? na_cpu_load_f16(w + (k)) : na_cpu_load_bf16(w + (k)))
+    NA_CPU_ROW_REDUCE(NA_W8, a, sum, x, ld, i, n, NB, b);
+#undef NA_W8
     for (; i < n; i++) {
         float wv = F16 ? na_f16_to_f32(w[i]) : na_bf16_to_f32(w[i]);
 #pragma GCC unroll 3

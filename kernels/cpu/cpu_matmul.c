@@ -295,15 +295,9 @@ NA_INLINE void na_cpu_dotn_f32(const float *w, const float *x, size_t ld, int n,
             a[b][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), a[b][3]);
         }
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 wv = _mm256_loadu_ps(w + i);
-#pragma GCC unroll 4
-        for (b = 0; b < NB; b++)
-            a[b][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)b * ld + i), a[b][0]);
-    }
-#pragma GCC unroll 4
-    for (b = 0; b < NB; b++)
-        sum[b] = na_cpu_hsum4(a[b][0], a[b][1], a[b][2], a[b][3]);
+#define NA_W8(k) _mm256_loadu_ps(w + (k))
+    NA_CPU_ROW_REDUCE(NA_W8, a, sum, x, ld, i, n, NB, b);
+#undef NA_W8
     for (; i < n; i++)
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++)
