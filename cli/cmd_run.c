@@ -10,7 +10,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,36 +143,18 @@ static void na_run_usage(FILE *f)
         "                  non-finite fails with the reason and the others go on)\n");
 }
 
-/* run's flags (each takes a value) beside the engine's (na_cli_engine_opt):
- * those kept as given (strings), with the fields they set, ... */
-static const struct {
-    const char *flag;
-    size_t      off;
-} na_run_str_opts[] = {
-    { "--prompt",    offsetof(na_run_args_t, prompt) },
-    { "--prompts",   offsetof(na_run_args_t, prompts_file) },
-};
-/* ... and those parsed in na_run_parse. */
+/* run's flags parsed in na_run_parse (each takes a value), beside the
+ * engine's (na_cli_engine_opt) and the strings kept as given (na_cli_str). */
 static const char *const na_run_num_flags[] = {
     "-n", "--temp", "--top-p", "--seed", "--batch", "--ctx", "--prefill-chunk",
     "--prefill-budget", NULL
 };
 
-/* The index of string option f in na_run_str_opts, or -1. */
-static int na_run_str_opt(const char *f)
-{
-    int i;
-    for (i = 0; i < (int)(sizeof(na_run_str_opts) / sizeof(na_run_str_opts[0])); i++)
-        if (!strcmp(na_run_str_opts[i].flag, f))
-            return i;
-    return -1;
-}
-
-/* 1 if f is one of run's flags. */
+/* 1 if f is one of run's flags parsed in na_run_parse or the engine's. */
 static int na_run_known_flag(const char *f)
 {
     int i;
-    if (na_cli_engine_flag(f) || na_run_str_opt(f) >= 0)
+    if (na_cli_engine_flag(f))
         return 1;
     for (i = 0; na_run_num_flags[i] != NULL; i++)
         if (!strcmp(na_run_num_flags[i], f))
@@ -185,7 +166,8 @@ static int na_run_known_flag(const char *f)
  * after printing a one-line usage error. */
 static int na_run_parse(int argc, char **argv, na_run_args_t *a)
 {
-    int i, so;
+    const na_cli_str_t str[] = { { "--prompt", &a->prompt }, { "--prompts", &a->prompts_file } };
+    int i, r;
 
     memset(a, 0, sizeof(*a));
     a->e.mode = "offload";
@@ -215,6 +197,10 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             fprintf(stderr, "nearattn run: unexpected argument '%s' (try 'nearattn run --help')\n", f);
             return 2;
         }
+        if ((r = na_cli_str("run", str, sizeof(str) / sizeof(str[0]), argc, argv, &i)) == 2)
+            return 2;
+        if (r == 1)
+            continue;
         if (!na_run_known_flag(f)) {
             fprintf(stderr, "nearattn run: unknown option '%s' (try 'nearattn run --help')\n", f);
             return 2;
@@ -224,12 +210,9 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
             return 2;
         }
         i++;
-        so = na_run_str_opt(f);
         if (na_cli_engine_flag(f)) {
             if (na_cli_engine_opt("run", &a->e, f, v) != 0)
                 return 2;
-        } else if (so >= 0) {
-            *(const char **)((char *)a + na_run_str_opts[so].off) = v;
         } else if (!strcmp(f, "-n")) {
             if (na_cli_int("run", f, v, -2147483647L, 2147483647L, &a->n_new) != NA_OK)
                 return 2;
