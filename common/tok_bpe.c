@@ -92,14 +92,13 @@ static int na_bpe_find(const na_tokenizer_t *t, int l, int r, uint32_t *rank, in
     }
 }
 
-na_status_t na_bpe_merges_load(na_tokenizer_t *t, const na_gguf_t *g)
+na_status_t na_bpe_merges_size(const na_gguf_t *g, uint64_t *cap_p)
 {
     const na_gguf_kv_t *kv;
-    uint64_t n, cap = 16, i;
-    size_t longest = 0;
-    char *buf;
+    uint64_t n, cap = 16;
     na_status_t st;
 
+    *cap_p = 0;
     if (na_gguf_find(g, "tokenizer.ggml.merges") == NULL)
         return NA_OK;                  /* no merges: every byte its own token */
     if ((st = na_gguf_get_arr(g, "tokenizer.ggml.merges", NA_GGUF_STRING, &kv)) != NA_OK)
@@ -108,19 +107,31 @@ na_status_t na_bpe_merges_load(na_tokenizer_t *t, const na_gguf_t *g)
     if (n > (1u << 24))
         return na_err(NA_ERR_RANGE, "%s: field 'tokenizer.ggml.merges' has %llu entries, "
                       "more than %u", g->path, (unsigned long long)n, 1u << 24);
+    while (cap < 2 * n)
+        cap <<= 1;
+    *cap_p = cap;
+    return NA_OK;
+}
+
+na_status_t na_bpe_merges_load(na_tokenizer_t *t, const na_gguf_t *g)
+{
+    const na_gguf_kv_t *kv;
+    uint64_t n, i;
+    size_t longest = 0;
+    char *buf;
+    na_status_t st;
+
+    if (t->merges == NULL)
+        return NA_OK;                  /* no merges: every byte its own token */
+    if ((st = na_gguf_get_arr(g, "tokenizer.ggml.merges", NA_GGUF_STRING, &kv)) != NA_OK)
+        return st;
+    n = kv->v.arr.n;
     for (i = 0; i < n; i++)
         if (kv->v.arr.strs[i].len > longest)
             longest = (size_t)kv->v.arr.strs[i].len;
-    while (cap < 2 * n)
-        cap <<= 1;
-    t->merges = calloc(cap, sizeof(*t->merges));
-    buf = malloc(longest + 1);
-    if (t->merges == NULL || buf == NULL) {
-        free(buf);
+    if ((buf = malloc(longest + 1)) == NULL)
         return na_err(NA_ERR_NOMEM, "%s: no memory for %llu merges", g->path,
                       (unsigned long long)n);
-    }
-    t->mmask = cap - 1;
     for (i = 0; i < n; i++) {
         const na_gguf_str_t *s = &kv->v.arr.strs[i];
         const char *sp = s->len > 1 ? memchr(s->data + 1, ' ', (size_t)s->len - 1) : NULL;

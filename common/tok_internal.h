@@ -45,9 +45,10 @@ typedef struct {
 
 struct na_tokenizer {
     int       vocab_size;
-    char    **pieces;        /* [vocab] NUL-terminated, into arena; heads the arrays that
-                              * follow the struct in its one block (na_tok_alloc). BPE:
-                              * normal pieces hold raw bytes (byte-to-unicode mapping undone) */
+    char    **pieces;        /* [vocab] NUL-terminated, into arena; the arrays, the merge
+                              * table and the special list follow the struct in its one
+                              * block (na_tok_alloc). BPE: normal pieces hold raw bytes
+                              * (byte-to-unicode mapping undone) */
     uint32_t *piece_len;     /* [vocab] */
     float    *scores;        /* [vocab] */
     uint8_t  *kind;          /* [vocab] NA_TOK_* */
@@ -149,9 +150,13 @@ static inline int na_tok_lookup(const na_tokenizer_t *t, const char *s, size_t l
  * s[0..len) into dst (room for len bytes): a mapped code point becomes its
  * byte, anything else is copied. Returns the bytes written. */
 size_t na_bpe_unmap(char *dst, const char *s, size_t len);
-/* Read tokenizer.ggml.merges into t->merges (after the hash is
- * built). NA_ERR_FORMAT naming the file, the field and the entry for a
- * merge that names an unknown token or whose result is none. */
+/* The slots of the merge table of tokenizer.ggml.merges into *cap_p (0
+ * without the field; t->merges is that many slots of t's block):
+ * NA_ERR_RANGE past 2^24 merges, the field's type error. */
+na_status_t na_bpe_merges_size(const struct na_gguf *g, uint64_t *cap_p);
+/* Read tokenizer.ggml.merges into t->merges (sized by na_bpe_merges_size;
+ * after the hash is built). NA_ERR_FORMAT naming the file, the field and
+ * the entry for a merge that names an unknown token or whose result is none. */
 na_status_t na_bpe_merges_load(na_tokenizer_t *t, const struct na_gguf *g);
 /* Encode raw text (no special tokens in it) by pre-tokenizer words and
  * merges, appending to tokens[*n_p ..max). NA_ERR_NOSPACE, NA_ERR_NOMEM. */
@@ -164,8 +169,8 @@ na_status_t na_bpe_encode(const na_tokenizer_t *t, const char *text, size_t len,
 na_status_t na_tok_spm_encode(const na_tokenizer_t *t, const char *text, size_t len, int prefix,
                               int *tokens, size_t max, size_t *n_p);
 
-/* tok_special.c: the special-token list (t->special), built after the kinds
- * are known; NA_ERR_NOMEM. */
+/* tok_special.c: the special-token list (t->special, room in t's block),
+ * built after the kinds are known; NA_ERR_NOMEM. */
 na_status_t na_tok_special_index(na_tokenizer_t *t);
 /* tok_special.c: the strip attributes (t->strip), set by name as llama.cpp
  * c392e5094 sets them (llama_vocab::impl::load): "<mask>" LSTRIP for the

@@ -97,12 +97,9 @@ na_status_t na_tok_special_index(na_tokenizer_t *t)
             n++;
     if (n == 0)
         return NA_OK;
-    t->special = malloc((size_t)n * sizeof(int));
     v = malloc((size_t)n * sizeof(*v));
-    if (t->special == NULL || v == NULL) {
-        free(v);
+    if (v == NULL)
         return na_err(NA_ERR_NOMEM, "tokenizer: no memory for %d special tokens", n);
-    }
     n = 0;
     for (id = 0; id < t->vocab_size; id++)
         if ((t->kind[id] == NA_TOK_CONTROL || t->kind[id] == NA_TOK_USER) && t->piece_len[id] > 0)

@@ -23,9 +23,11 @@
 
 #define NA_TOK_MAX_PIECE   65536      /* longest piece accepted from a file */
 
-/* Allocate the tokenizer with its per-token arrays for n tokens and an arena
- * of arena_bytes behind it, one block (freed with t). NULL when out of memory. */
-static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
+/* Allocate the tokenizer with its per-token arrays for n tokens, room for
+ * n_special special-token ids (t->special; na_tok_special_room), a merge
+ * table of mcap slots (t->merges; 0: none) and an arena of arena_bytes
+ * behind it, one block (freed with t). NULL when out of memory. */
+static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes, int n_special, uint64_t mcap)
 {
     na_tokenizer_t *t;
     uint32_t cap = 16;
@@ -37,17 +39,21 @@ static na_tokenizer_t *na_tok_alloc(int n, size_t arena_bytes)
         cap <<= 1;
     /* widest elements first so that every array is aligned (the struct's
      * size is a multiple of its pointer alignment) */
-    t = calloc(1, sizeof(*t) + vn * sizeof(char *) + vn * (sizeof(float) + sizeof(uint32_t) + 3) +
-                  cap * sizeof(uint32_t) + arena_bytes + 1);
+    t = calloc(1, sizeof(*t) + (size_t)mcap * sizeof(na_tok_merge_t) + vn * sizeof(char *) +
+                  vn * (sizeof(float) + sizeof(uint32_t) + 3) + cap * sizeof(uint32_t) +
+                  (size_t)n_special * sizeof(int) + arena_bytes + 1);
     if (t == NULL)
         return NULL;
     p = (uint8_t *)(t + 1);
     t->vocab_size = n;
+    t->merges    = mcap ? (na_tok_merge_t *)p : NULL; p += (size_t)mcap * sizeof(na_tok_merge_t);
+    t->mmask     = mcap ? mcap - 1 : 0;
     t->pieces    = (char **)p;                        p += vn * sizeof(char *);
     t->scores    = (float *)p;                        p += vn * sizeof(float);
     t->piece_len = (uint32_t *)p;                     p += vn * sizeof(uint32_t);
     t->hash      = (uint32_t *)p;                     p += cap * sizeof(uint32_t);
     t->hash_mask = cap - 1;
+    t->special   = n_special ? (int *)p : NULL;       p += (size_t)n_special * sizeof(int);
     t->kind      = p;                                 p += vn;
     t->byte_val  = p;                                 p += vn;
     t->strip     = p;                                 p += vn;
@@ -188,7 +194,7 @@ na_status_t na_tokenizer_create_llama2c(const char *path, int vocab_size,
                     path, max_len, NA_TOK_MAX_PIECE);
         goto err_free_buf;
     }
-    t = na_tok_alloc(vocab_size, len);
+    t = na_tok_alloc(vocab_size, len, 0, 0);
     if (t == NULL) {
         st = na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", path);
         goto err_free_buf;
@@ -343,6 +349,24 @@ static na_status_t na_tok_gguf_tokens(const na_gguf_t *g, const na_gguf_kv_t **t
     return NA_OK;
 }
 
+/* The room t->special needs: the tokens of type 2, 3 (control) and 4 (user)
+ * of tokenizer.ggml.token_type, the only ones either vocabulary kind makes
+ * NA_TOK_CONTROL / NA_TOK_USER; without the field (types NULL), 2: BOS and
+ * EOS, which the SentencePiece one then makes control tokens. */
+static int na_tok_special_room(const na_gguf_kv_t *types, uint64_t n)
+{
+    uint64_t i;
+    int room = 0;
+
+    if (types == NULL)
+        return 2;
+    for (i = 0; i < n; i++) {
+        int64_t type = na_gguf_arr_i64(types, i);
+        room += type == 2 || type == 3 || type == 4;
+    }
+    return room;
+}
+
 /* tokenizer.ggml.model = "gpt2": byte-level BPE (see tokenizer.h). */
 static na_status_t na_tok_create_bpe(const na_gguf_t *g, na_tokenizer_t **tok_p)
 {
@@ -350,7 +374,7 @@ static na_status_t na_tok_create_bpe(const na_gguf_t *g, na_tokenizer_t **tok_p)
     na_gguf_str_t pre = { 0, NULL };
     na_tokenizer_t *t;
     size_t arena = 0, a = 0;
-    uint64_t i, n;
+    uint64_t i, n, mcap;
     int b, def_bos = 0;
     na_status_t st;
 
@@ -361,7 +385,9 @@ static na_status_t na_tok_create_bpe(const na_gguf_t *g, na_tokenizer_t **tok_p)
     if (na_gguf_find(g, "tokenizer.ggml.pre") != NULL &&
         (st = na_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) != NA_OK)
         return st;
-    t = na_tok_alloc((int)n, arena);
+    if ((st = na_bpe_merges_size(g, &mcap)) != NA_OK)
+        return st;
+    t = na_tok_alloc((int)n, arena, na_tok_special_room(types, n), mcap);
     if (t == NULL)
         return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", g->path);
     t->bpe = 1;
@@ -438,7 +464,7 @@ na_status_t na_tokenizer_create_gguf(const na_gguf_t *g, na_tokenizer_t **tok_p)
     if ((st = na_tok_side_arr(g, "tokenizer.ggml.scores", NA_GGUF_FLOAT32, n, &scores)) != NA_OK ||
         (st = na_tok_side_arr(g, "tokenizer.ggml.token_type", NA_GGUF_INT32, n, &types)) != NA_OK)
         return st;
-    t = na_tok_alloc((int)n, arena);
+    t = na_tok_alloc((int)n, arena, na_tok_special_room(types, n), 0);
     if (t == NULL)
         return na_err(NA_ERR_NOMEM, "%s: no memory for the vocabulary", g->path);
     for (i = 0; i < n; i++) {
@@ -528,9 +554,7 @@ void na_tokenizer_destroy(na_tokenizer_t *t)
     if (t == NULL)
         return;
     na_pretok_destroy(t->pre);
-    free(t->merges);
-    free(t->special);
-    free(t);                    /* with every per-token array (na_tok_alloc) */
+    free(t);                    /* with every array and table of t (na_tok_alloc) */
 }
 
 int na_tokenizer_vocab_size(const na_tokenizer_t *t) { return t->vocab_size; }
