@@ -55,7 +55,7 @@ static float *falloc(size_t n)
 
 static na_status_t rmsnorm(na_kernels_t *k, float *out, float *x, float *w, int n, int batch)
 {
-    na_tensor_t wt = { NA_DTYPE_F32, 1, n, w };
+    na_tensor_t wt = { NA_DTYPE_F32, 1, n, w, NA_LAYOUT_ROWS };
     na_kbuf_t ob = na_kbuf_host(out, F32B((size_t)batch * n));
     na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * n));
     na_kweight_t pw;
@@ -172,7 +172,7 @@ static void test_ref_known(void)
     float g[1] = { 1.0f }, u[1] = { 2.0f };
     uint8_t blk[NA_Q8_0_BLOCK_SIZE];
     float xq[32], yq;
-    na_tensor_t wq = { NA_DTYPE_Q8_0, 1, 32, blk };
+    na_tensor_t wq = { NA_DTYPE_Q8_0, 1, 32, blk, NA_LAYOUT_ROWS };
     float q[2] = { 1.0f, 0.0f }, kc[4] = { 1.0f, 0.0f, 0.0f, 0.0f }, vc[4] = { 1, 2, 3, 4 };
     float ao[2], p0 = 1.0f / (1.0f + expf(-1.0f / sqrtf(2.0f)));
     uint16_t d = na_f32_to_f16(0.5f);
@@ -220,7 +220,7 @@ static void test_ref_known(void)
 static na_tensor_t make_weight(na_dtype_t dt, int rows, int cols, void **buf)
 {
     size_t n = (size_t)rows * cols, i;
-    na_tensor_t w = { dt, rows, cols, NULL };
+    na_tensor_t w = { dt, rows, cols, NULL, NA_LAYOUT_ROWS };
     size_t bytes = na_dtype_bytes(dt, n);
     uint8_t *p = malloc(bytes ? bytes : 1);
 
@@ -314,7 +314,7 @@ static void test_q8_inputs(void)
     uint8_t blk[2 * NA_Q8_0_BLOCK_SIZE];
     float x[64], y, d;
     int8_t q[32];
-    na_tensor_t w = { NA_DTYPE_Q8_0, 1, 64, blk };
+    na_tensor_t w = { NA_DTYPE_Q8_0, 1, 64, blk, NA_LAYOUT_ROWS };
     uint16_t one = na_f32_to_f16(1.0f);
     int i, t;
 
@@ -993,8 +993,9 @@ static void test_bad_args(void)
     na_kernels_t *c = cpu_k[0], *dev = NULL;
     float x[64], y[64], w[64];
     uint16_t h[64];
-    na_tensor_t wt = { NA_DTYPE_F32, 2, 32, w }, empty = { NA_DTYPE_F32, 2, 32, NULL };
-    na_tensor_t nt = { NA_DTYPE_F32, 1, 32, h };
+    na_tensor_t wt = { NA_DTYPE_F32, 2, 32, w, NA_LAYOUT_ROWS };
+    na_tensor_t empty = { NA_DTYPE_F32, 2, 32, NULL, NA_LAYOUT_ROWS };
+    na_tensor_t nt = { NA_DTYPE_F32, 1, 32, h, NA_LAYOUT_ROWS };
     na_kbuf_t xb = na_kbuf_host(x, sizeof(x)), yb = na_kbuf_host(y, sizeof(y));
     na_kbuf_t small = na_kbuf_host(y, sizeof(float)), nul = na_kbuf_host(NULL, 64);
     na_kbuf_t hb = na_kbuf_host(h, sizeof(h));
