@@ -164,7 +164,7 @@ int na_cpu_gemm_h16(na_kernels_t *k, float *y, const float *x, const na_tensor_t
 typedef struct {
     const void *src;
     size_t      bytes;
-    uint8_t    *copy;
+    void       *copy;
     int         refs;
 } na_cpu_packed_t;
 
@@ -186,14 +186,13 @@ typedef struct {
 /* ---- placement (kernels/cpu/cpu_pack.c) ------------------------------------ */
 na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w);
 void        na_cpu_unplace(na_kernels_t *k, na_kweight_t *w);
-/* Block b of row `row` of a NA_LAYOUT_Q4X8 weight t, as the model's 18
- * bytes of that Q4_0 block; the whole row as f32 (cols values). */
-void na_cpu_q4x8_block(const na_tensor_t *t, int row, int b, uint8_t out[18]);
-void na_cpu_q4x8_row(const na_tensor_t *t, int row, float *out);
-/* y = w.x for a NA_LAYOUT_Q4X8 weight in plain f32 (the weights dequantised,
- * the inputs not quantised): the fallback when na_cpu_matmul_quant has no
- * scratch, as na_ref_matmul is for the model's own order. */
-void na_cpu_q4x8_matmul_f32(float *y, const float *x, const na_tensor_t *w, int batch);
+/* Row `row` of a weight t placed in one of the backend's layouts
+ * (NA_LAYOUT_Q4X8, NA_LAYOUT_BF16X32) as f32, cols values (embed). */
+void na_cpu_packed_row(const na_tensor_t *t, int row, float *out);
+/* y = w.x for such a weight in plain f32 (the weights converted, the inputs
+ * as they are): the fallback when its kernel has no scratch, as
+ * na_ref_matmul is for the model's own order. */
+void na_cpu_packed_matmul_f32(float *y, const float *x, const na_tensor_t *w, int batch);
 
 /* The backend's resources its kernels borrow, below every kernel file (no
  * kernel calls back into cpu_backend.c, which calls them):

@@ -150,8 +150,8 @@ static void na_cpu_tensor_row(const na_tensor_t *t, int row, float *out)
     size_t n = (size_t)t->cols;
     size_t i, b;
 
-    if (t->layout == NA_LAYOUT_Q4X8) {
-        na_cpu_q4x8_row(t, row, out);
+    if (t->layout != NA_LAYOUT_ROWS) {           /* the backend's own copy */
+        na_cpu_packed_row(t, row, out);
         return;
     }
     switch (t->dtype) {
