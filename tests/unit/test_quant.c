@@ -170,48 +170,6 @@ static void test_dequant_known(void)
     }
 }
 
-/* A random weight of type dt (rows, cols): random code bytes, f16 scales
- * in a sane range (a random f16 may be NaN or huge). */
-static void *make_weight(na_dtype_t dt, int rows, int cols, na_tensor_t *w)
-{
-    size_t nblk = (size_t)rows * (size_t)(cols / na_dtype_block(dt)), bb = na_dtype_block_bytes(dt);
-    uint8_t *p = na_test_xmalloc(nblk * bb), *b;
-    size_t i, j;
-
-    for (i = 0; i < nblk * bb; i++)
-        p[i] = (uint8_t)na_rng_u64(&rng);
-    for (i = 0, b = p; i < nblk; i++, b += bb) {
-        switch (dt) {
-        case NA_DTYPE_Q4_0: case NA_DTYPE_Q5_0:
-            put_f16(b, 0.001f + 0.02f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q4_1: case NA_DTYPE_Q5_1:
-            put_f16(b, 0.001f + 0.02f * na_rng_uniform(&rng));
-            put_f16(b + 2, -0.2f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q4_K: case NA_DTYPE_Q5_K:
-            put_f16(b, 0.0005f * na_rng_uniform(&rng));
-            put_f16(b + 2, 0.0005f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q6_K:
-            put_f16(b + 208, 0.0002f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q8_0:
-            put_f16(b, 0.0002f + 0.002f * na_rng_uniform(&rng));
-            break;
-        default:
-            break;
-        }
-        (void)j;
-    }
-    w->dtype = dt;
-    w->rows = rows;
-    w->cols = cols;
-    w->data = p;
-    w->layout = NA_LAYOUT_ROWS;
-    return p;
-}
-
 /* The reference dot (quantised inputs, integer block sums) against the
  * dequantised weight times the dequantised inputs summed in double: they
  * differ only by f32 rounding (~1e-6 of the sum of |terms|). And against the
@@ -228,7 +186,7 @@ static void test_ref_dot(void)
         for (mi = 0; mi < 3; mi++) {
             int cols = na_dtype_block(dt) * mult[mi], rows = 5, j;
             na_tensor_t w;
-            void *buf = make_weight(dt, rows, cols, &w);
+            void *buf = na_test_rand_weight(&rng, dt, rows, cols, &w);
             float *x = na_test_xmalloc(F32B(cols)), *wf = na_test_xmalloc(F32B(cols));
             float *xq = na_test_xmalloc(F32B(cols));
             int8_t *q = na_test_xmalloc((size_t)cols);
@@ -296,7 +254,7 @@ static void fill_halfway(float *x, size_t n);
 static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int halfway)
 {
     na_tensor_t w;
-    void *buf = make_weight(dt, rows, cols, &w);
+    void *buf = na_test_rand_weight(&rng, dt, rows, cols, &w);
     float *x = na_test_xmalloc(F32B((size_t)batch * cols));
     float *yr = na_test_xmalloc(F32B((size_t)batch * rows));
 
@@ -550,7 +508,7 @@ static void check_invariant(na_dtype_t dt, int rows, int cols, const int *batche
 {
     int nb_max = 0, t, bi, b, inv;
     na_tensor_t w;
-    void *buf = make_weight(dt, rows, cols, &w);
+    void *buf = na_test_rand_weight(&rng, dt, rows, cols, &w);
     float *x, *yb, *y1;
     for (bi = 0; bi < nbat; bi++)
         nb_max = batches[bi] > nb_max ? batches[bi] : nb_max;
@@ -599,7 +557,7 @@ static void test_nonfinite(void)
     for (ti = 0; ti < N_TYPES; ti++) {
         na_tensor_t w;
         int cols = na_dtype_block(types[ti]) * 2;
-        void *buf = make_weight(types[ti], 3, cols, &w);
+        void *buf = na_test_rand_weight(&rng, types[ti], 3, cols, &w);
         float *x = na_test_xmalloc(F32B(cols)), y[3];
         na_rng_fill(&rng, x, (size_t)cols, -1.0f, 1.0f);
         x[cols - 1] = NAN;
@@ -625,7 +583,7 @@ static void test_embed(void)
         na_dtype_t dt = types[ti];
         int cols = na_dtype_block(dt) * 3;
         na_tensor_t w;
-        void *buf = make_weight(dt, 13, cols, &w);
+        void *buf = na_test_rand_weight(&rng, dt, 13, cols, &w);
         float *want = na_test_xmalloc(F32B(5 * cols)), *got = na_test_xmalloc(F32B(5 * cols));
         for (r = 0; r < 5; r++)
             na_ref_dequant_row(dt, (const uint8_t *)w.data +
@@ -665,7 +623,7 @@ static void test_q4x8(void)
     for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         const int rows = shapes[si][0], cols = shapes[si][1];
         na_tensor_t w;
-        void *buf = make_weight(NA_DTYPE_Q4_0, rows, cols, &w);
+        void *buf = na_test_rand_weight(&rng, NA_DTYPE_Q4_0, rows, cols, &w);
         float *want = na_test_xmalloc(F32B(5 * cols)), *got = na_test_xmalloc(F32B(5 * cols));
         for (r = 0; r < 5; r++)
             na_ref_dequant_row(NA_DTYPE_Q4_0, (const uint8_t *)w.data + (size_t)(toks[r] % rows) *
@@ -701,7 +659,7 @@ static void test_q4x8(void)
     }
     {                                   /* not whole groups of 8 rows: row-major */
         na_tensor_t w;
-        void *buf = make_weight(NA_DTYPE_Q4_0, 67, 32 * 40, &w);
+        void *buf = na_test_rand_weight(&rng, NA_DTYPE_Q4_0, 67, 32 * 40, &w);
         na_kweight_t pw;
         NA_CHECK_OK(cpu_k[0]->ops->place(cpu_k[0], &w, &pw));
         NA_CHECK(pw.layout == NA_LAYOUT_ROWS && pw.buf.host == w.data);
