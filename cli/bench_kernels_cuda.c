@@ -233,7 +233,7 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
         (st = k->ops->buf_alloc(k, (size_t)512 * n * sizeof(float), NA_KMEM_DEVICE, &m.y)) != NA_OK)
         goto out;
     for (d = 0; d < NA_DTYPE_COUNT && st == NA_OK; d++) {
-        na_tensor_t t = { (na_dtype_t)d, n, n, NULL };
+        na_tensor_t t = { (na_dtype_t)d, n, n, NULL, NA_LAYOUT_ROWS };
         size_t bytes = na_dtype_bytes((na_dtype_t)d, wn);
         uint8_t *p = malloc(bytes);
         if (p == NULL) {

@@ -93,7 +93,18 @@ typedef struct {
     int         rows;       /* output features */
     int         cols;       /* input features (contiguous) */
     const void *data;       /* rows*cols elements, row-major; block types: rows * cols/block blocks */
+    int         layout;     /* NA_LAYOUT_ROWS (every model's and file's tensor), or a
+                             * backend's placed copy in another order (kernels.h) */
 } na_tensor_t;
+
+/* na_tensor_t.layout: data as the comment above says (0, what a zeroed or
+ * partly initialised tensor has); NA_LAYOUT_Q4X8: the same bytes of a Q4_0
+ * weight of rows % 8 == 0 with every 8 rows interleaved block by block, the
+ * cpu backend's placed copy (kernels/cpu/cpu_pack.c); NA_LAYOUT_BF16X32: a
+ * BF16 weight's copy there in panels of 32 rows by k pairs */
+#define NA_LAYOUT_ROWS    0
+#define NA_LAYOUT_Q4X8    1
+#define NA_LAYOUT_BF16X32 2
 
 static inline int na_tensor_present(const na_tensor_t *t)
 {

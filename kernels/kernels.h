@@ -83,6 +83,8 @@ typedef struct {
     int        rows;        /* output features (1 for a vector) */
     int        cols;        /* input features (contiguous) */
     na_kbuf_t  buf;
+    int        layout;      /* NA_LAYOUT_* of buf's bytes (common/model.h): the
+                             * model's row order, or the backend's own */
 } na_kweight_t;
 
 /* (na_kattn_stat_t, the partial state of decode attention, and its helpers

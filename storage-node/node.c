@@ -231,9 +231,9 @@ static void na_node_on_end(void *ctx, na_peer_t *sp, na_ses_end_t how, const cha
     if (p == NULL)
         return;
     if (how == NA_SES_LOST)
-        n->lost++;
+        n->stat[NA_STAT_PEERS_LOST]++;
     else if (how == NA_SES_DROPPED)
-        n->dropped++;
+        n->stat[NA_STAT_PEERS_DROPPED]++;
     na_node_peer_free(n, p, 0, NULL);
 }
 
@@ -307,8 +307,10 @@ na_status_t na_node_run(na_node_t *n, volatile sig_atomic_t *stop)
                     "entries, %llu prefill tokens, %llu prompts flushed at their end; prefix "
                     "cache: %llu tokens hit, %llu blocks kept, %llu evicted, %llu key "
                     "collisions)", n->name, n->n_peers,
-                    (unsigned long long)n->n_requests, (unsigned long long)n->decode_entries,
-                    (unsigned long long)n->prefill_tokens, (unsigned long long)n->prompts_flushed,
+                    (unsigned long long)n->stat[NA_STAT_REQUESTS],
+                    (unsigned long long)n->stat[NA_STAT_DECODE_ENTRIES],
+                    (unsigned long long)n->stat[NA_STAT_PREFILL_TOKENS],
+                    (unsigned long long)n->prompts_flushed,
                     (unsigned long long)ps.hit_tokens,
                     (unsigned long long)ps.cache.entries, (unsigned long long)ps.cache.evicted,
                     (unsigned long long)ps.cache.collisions);

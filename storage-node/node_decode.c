@@ -357,7 +357,7 @@ static nd_part_t *nd_part_build(na_node_t *n, na_node_peer_t *p, const na_wire_h
          * last chunk of one token, which only the prompt the request offered
          * (its prefix section) tells from a decode step */
         if (nt > 1 || (x->r->pfx_tokens != NULL && x->e.position < (uint32_t)x->r->pfx_n))
-            n->prefill_tokens += nt;
+            n->stat[NA_STAT_PREFILL_TOKENS] += nt;
         pt->rq[pt->total] = &x->r->sr;
         pt->owner[pt->total++] = (int)i;
     }
@@ -445,11 +445,11 @@ static na_status_t nd_answer(na_node_t *n, na_node_peer_t *p, int reply)
     p->decode_run = o->next;
     p->n_run--;
     if (--n->decode_computing == 0)     /* STATS node.decode_ns: time serving decode */
-        n->decode_ns += na_xp_now_ns() - n->decode_busy_since;
+        n->stat[NA_STAT_DECODE_NS] += na_xp_now_ns() - n->decode_busy_since;
     while ((pt = o->head) != NULL) {
         o->head = pt->next;
         nd_part_collect(pt);
-        n->decode_entries += pt->a.n_entries;
+        n->stat[NA_STAT_DECODE_ENTRIES] += pt->a.n_entries;
         if (reply && st == NA_OK)
             st = nd_attn_reply(n, p, &pt->h, &pt->a, pt->xs);
         if (reply)
@@ -585,7 +585,7 @@ static na_status_t nd_decode(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_
         nd_close(n, p);            /* computes on; na_node_decode_reap answers it */
         return NA_OK;
     }
-    n->decode_parts_early++;
+    n->stat[NA_STAT_DECODE_PARTS_EARLY]++;
     return NA_OK;                  /* more parts to come: the engines work meanwhile */
 }
 
@@ -598,7 +598,7 @@ na_status_t na_node_on_decode(void *ctx, na_ses_in_t *in)
     na_status_t st;
     int busy = n->decode_computing > 0;
 
-    n->msgs++;
+    n->stat[NA_STAT_MSGS]++;
     ((na_node_peer_t *)na_peer_user(in->peer))->msgs++;
     st = nd_decode(n, na_peer_user(in->peer), in->h, &in->m->u.attn);
     /* node.decode_ns is the time with decode work: the busy window (batches
@@ -606,6 +606,6 @@ na_status_t na_node_on_decode(void *ctx, na_ses_in_t *in)
      * it. Only the part before a window opened is added here, so a part
      * handled while batches compute is not counted twice. */
     if (!busy)
-        n->decode_ns += (n->decode_computing > 0 ? n->decode_busy_since : na_xp_now_ns()) - t0;
+        n->stat[NA_STAT_DECODE_NS] += (n->decode_computing > 0 ? n->decode_busy_since : na_xp_now_ns()) - t0;
     return st;
 }

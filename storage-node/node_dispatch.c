@@ -109,7 +109,7 @@ static na_status_t nd_open(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t 
         char why[NA_WIRE_TEXT_MAX + 1];
         snprintf(why, sizeof(why), "%s", na_errmsg());
         if (st == NA_ERR_NOSPACE || st == NA_ERR_RANGE)    /* full now / past the budget */
-            n->refused_opens++;
+            n->stat[NA_STAT_OPENS_REFUSED]++;
         st = na_err(st, "node %s refused request %llu: %s", n->name,
                     (unsigned long long)o->request_id, why);
         free(r->pfx_tokens);
@@ -230,7 +230,7 @@ static na_status_t nd_prefill(na_node_t *n, na_node_peer_t *p, const na_wire_hdr
         return nd_fail(n, p, h, kv->request_id, st);
     if (!(h->flags & NA_WIRE_F_MORE) && kv->layer + 1 == r->n_layers)
         na_node_prefix_publish(n, r);
-    n->prefill_tokens += kv->n_tokens;
+    n->stat[NA_STAT_PREFILL_TOKENS] += kv->n_tokens;
     return nd_ack(n, p, h, kv->request_id);
 }
 
@@ -261,28 +261,8 @@ static void nd_stat(na_wire_stat_t *v, uint32_t *k, uint32_t cap, const char *ke
     (*k)++;
 }
 
-/* Where the uint64_t counters of a STATS answer live (keys:
- * common/wire_stats.h): the node's, then each slot's. */
-typedef struct {
-    na_stat_node_t id;
-    size_t         off;
-} nd_counter_t;
-
-static const nd_counter_t nd_node_counters[] = {
-    { NA_STAT_REQUESTS, offsetof(na_node_t, n_requests) },
-    { NA_STAT_MSGS, offsetof(na_node_t, msgs) },
-    { NA_STAT_ERRORS_SENT, offsetof(na_node_t, errors_sent) },
-    { NA_STAT_PEERS_DROPPED, offsetof(na_node_t, dropped) },
-    { NA_STAT_PEERS_LOST, offsetof(na_node_t, lost) },
-    { NA_STAT_OPENS_REFUSED, offsetof(na_node_t, refused_opens) },
-    { NA_STAT_DECODE_ENTRIES, offsetof(na_node_t, decode_entries) },
-    { NA_STAT_PREFILL_TOKENS, offsetof(na_node_t, prefill_tokens) },
-    { NA_STAT_DECODE_NS, offsetof(na_node_t, decode_ns) },
-    { NA_STAT_DECODE_PARTS_EARLY, offsetof(na_node_t, decode_parts_early) },
-    { NA_STAT_PREFILL_NS, offsetof(na_node_t, prefill_ns) },
-    { NA_STAT_FETCH_NS, offsetof(na_node_t, fetch_ns) },
-};
-
+/* Where a slot's uint64_t counters of a STATS answer live (keys:
+ * common/wire_stats.h; the node's own are its stat[] array). */
 static const size_t nd_slot_counters[NA_STAT_SLOT_COUNT] = {
     [NA_STAT_SLOT_REQUESTS]          = offsetof(na_slot_stats_t, kv.n_requests),
     [NA_STAT_SLOT_DRAM_USED]         = offsetof(na_slot_stats_t, kv.dram_used),
@@ -328,10 +308,7 @@ static na_status_t nd_stats(na_node_t *n, na_node_peer_t *p)
     int i, s;
 
     memset(v, 0, sizeof(v));
-    memset(node, 0, sizeof(node));
-    for (i = 0; i < (int)(sizeof(nd_node_counters) / sizeof(nd_node_counters[0])); i++)
-        node[nd_node_counters[i].id] =
-            *(const uint64_t *)((const char *)n + nd_node_counters[i].off);
+    memcpy(node, n->stat, sizeof(node));
     node[NA_STAT_PEERS] = (uint64_t)n->n_peers;
     /* attention kernel time: s<i>.attn_compute_ns is summed over this many
      * threads of a slot (the compute side's time split divides by it): the
@@ -398,7 +375,7 @@ static na_status_t nd_on_msg(void *ctx, na_ses_in_t *in)
     uint64_t t0 = na_xp_now_ns();
     na_status_t st;
 
-    n->msgs++;
+    n->stat[NA_STAT_MSGS]++;
     p->msgs++;
     /* a message that touches requests first ends the peer's decode batches
      * (node_decode.c), so none is touched while an engine holds it */
@@ -409,11 +386,11 @@ static na_status_t nd_on_msg(void *ctx, na_ses_in_t *in)
     case NA_WIRE_MSG_REQ_OPEN:    return nd_open(n, p, h, &m->u.req_open);
     case NA_WIRE_MSG_PREFILL_KV:
         st = nd_prefill(n, p, h, &m->u.kv);
-        n->prefill_ns += na_xp_now_ns() - t0;
+        n->stat[NA_STAT_PREFILL_NS] += na_xp_now_ns() - t0;
         return st;
     case NA_WIRE_MSG_KV_FETCH:
         st = na_node_kv_fetch(n, p, h, &m->u.kv_fetch);
-        n->fetch_ns += na_xp_now_ns() - t0;
+        n->stat[NA_STAT_FETCH_NS] += na_xp_now_ns() - t0;
         return st;
     case NA_WIRE_MSG_REQ_RELEASE: return nd_release(n, p, h, &m->u.req_release);
     case NA_WIRE_MSG_STATS_REQ:   return nd_stats(n, p);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "common/wire_stats.h"
 #include "rdma/session.h"
 #include "rdma/transport.h"
 #include "storage-node/node.h"
@@ -80,22 +81,21 @@ struct na_node {
     uint32_t        next_peer_id;
     uint64_t        next_sid;
     na_node_req_t  *req_hash[NA_NODE_REQ_BUCKETS];
-    uint64_t        n_requests;
     /* an extra node's announcements to the layout's compute nodes (node_join.c) */
     na_node_door_t *doors;
     int             n_doors;
     /* timing */
     unsigned        heartbeat_ms, peer_timeout_ms;
-    /* counters (STATS) */
-    uint64_t        msgs, errors_sent, dropped, lost, refused_opens;
-    uint64_t        decode_entries, prefill_tokens;
+    /* counters (STATS), by key (common/wire_stats.h: NA_STAT_REQUESTS, open
+     * requests owned, ... NA_STAT_FETCH_NS); the keys nd_stats computes
+     * (peers, the model's shape, the prefix caches') stay 0 here */
+    uint64_t        stat[NA_STAT_NODE_COUNT];
     uint64_t        prompts_flushed;  /* chunked prompts flushed at their end (n_prompt) */
-    uint64_t        decode_parts_early;  /* parts submitted while later ones were due */
     int             decode_computing;    /* closed batches not yet answered (all peers) */
     int             max_run;             /* closed batches one peer may have computing */
-    uint64_t        decode_busy_since;   /* when decode_computing last left 0 (decode_ns
-                                            counts the time with batches computing) */
-    uint64_t        decode_ns, prefill_ns, fetch_ns;   /* time spent serving each kind */
+    uint64_t        decode_busy_since;   /* when decode_computing last left 0
+                                            (NA_STAT_DECODE_NS counts the time with
+                                            batches computing) */
     /* decode pools (node_decode.c): answered parts and batches kept for the
      * next ones, and the reply's scratch; grown rarely, freed at destroy */
     struct nd_part *part_free;

@@ -18,7 +18,7 @@ void na_node_req_insert(na_node_t *n, na_node_req_t *r)
     unsigned b = na_node_bucket(r->peer_id, r->wire_id);
     r->hnext = n->req_hash[b];
     n->req_hash[b] = r;
-    n->n_requests++;
+    n->stat[NA_STAT_REQUESTS]++;
 }
 
 na_status_t na_node_req_free(na_node_t *n, na_node_req_t *r)
@@ -34,7 +34,7 @@ na_status_t na_node_req_free(na_node_t *n, na_node_req_t *r)
     for (p = n->peers; p != NULL; p = p->next)
         if (p->id == r->peer_id && p->n_requests > 0)
             p->n_requests--;
-    n->n_requests--;
+    n->stat[NA_STAT_REQUESTS]--;
     free(r->pfx_tokens);
     free(r);
     return st;
@@ -67,7 +67,7 @@ na_node_peer_t *na_node_peer_add(na_node_t *n, na_peer_t *sp)
 na_status_t na_node_send_error(na_node_t *n, na_node_peer_t *p, const na_wire_hdr_t *h,
                                uint64_t req, na_status_t st, const char *text)
 {
-    n->errors_sent++;
+    n->stat[NA_STAT_ERRORS_SENT]++;
     na_log_info("node %s: ERROR to %s: request %llu: %s", n->name, p->name,
                 (unsigned long long)req, text);
     return na_peer_answer(p->sp, h, req, st != NA_OK ? st : NA_ERR_INTERNAL, text);

@@ -159,6 +159,15 @@ int na_cpu_gemm_f32(na_kernels_t *k, float *y, const float *x, const na_tensor_t
 int na_cpu_gemm_h16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
 
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
+/* A placed weight's NA_LAYOUT_Q4X8 copy (kernels/cpu/cpu_pack.c): its
+ * source, size and placements. */
+typedef struct {
+    const void *src;
+    size_t      bytes;
+    void       *copy;
+    int         refs;
+} na_cpu_packed_t;
+
 typedef struct {
     na_khost_t     host;        /* first: the shared host-backend state */
     na_cpu_pool_t *pool;
@@ -169,7 +178,21 @@ typedef struct {
     na_cpu_gemm_fn gemm_bf16;   /* BF16 large batches; NULL: dequantise + sgemm */
     na_cpu_gemm_fn gemm_f32;    /* F32/F16 large batches; NULL: (dequantise +) sgemm */
     na_cpu_matmul_quant_fn matmul_quant;  /* Q4_0 ... Q6_K: the copy of cpu_quant.c for this CPU */
+    na_cpu_packed_t *packed;    /* the reordered copies of placed weights */
+    int              n_packed;
+    size_t           cap_packed;
 } na_cpu_state_t;
+
+/* ---- placement (kernels/cpu/cpu_pack.c) ------------------------------------ */
+na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w);
+void        na_cpu_unplace(na_kernels_t *k, na_kweight_t *w);
+/* Row `row` of a weight t placed in one of the backend's layouts
+ * (NA_LAYOUT_Q4X8, NA_LAYOUT_BF16X32) as f32, cols values (embed). */
+void na_cpu_packed_row(const na_tensor_t *t, int row, float *out);
+/* y = w.x for such a weight in plain f32 (the weights converted, the inputs
+ * as they are): the fallback when its kernel has no scratch, as
+ * na_ref_matmul is for the model's own order. */
+void na_cpu_packed_matmul_f32(float *y, const float *x, const na_tensor_t *w, int batch);
 
 /* The backend's resources its kernels borrow, below every kernel file (no
  * kernel calls back into cpu_backend.c, which calls them):

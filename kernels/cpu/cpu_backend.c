@@ -150,6 +150,10 @@ static void na_cpu_tensor_row(const na_tensor_t *t, int row, float *out)
     size_t n = (size_t)t->cols;
     size_t i, b;
 
+    if (t->layout != NA_LAYOUT_ROWS) {           /* the backend's own copy */
+        na_cpu_packed_row(t, row, out);
+        return;
+    }
     switch (t->dtype) {
     case NA_DTYPE_F32:
         memcpy(out, (const float *)t->data + (size_t)row * n, n * sizeof(float));
@@ -256,6 +260,9 @@ static void na_cpu_destroy(na_kernels_t *k)
 {
     na_cpu_state_t *s = k->priv;
     na_cpu_pool_destroy(s->pool);
+    while (s->n_packed > 0)                 /* placements never undone */
+        free(s->packed[--s->n_packed].copy);
+    free(s->packed);
     free(s->scratch);
     free(s);
     free(k);
@@ -288,6 +295,8 @@ static void na_cpu_rest(na_kernels_t *k)
 #define NA_CPU_OPS(sfx) {                                   \
         .name         = "cpu",                              \
         NA_KHOST_OPS,                                       \
+        .place        = na_cpu_place,                       \
+        .unplace      = na_cpu_unplace,                     \
         .attn_partial = na_cpu_attn_partial##sfx,           \
         .rest         = na_cpu_rest,                        \
         .destroy      = na_cpu_destroy,                     \

@@ -130,7 +130,8 @@ na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
 }
 
 /* Pool job 2: the row panels [lo, hi) of task t, each packed into the
- * task's panel and multiplied by every input. */
+ * task's panel (or read where the weight was placed in panels,
+ * NA_LAYOUT_BF16X32) and multiplied by every input. */
 static void na_gb_mm_task(void *ctx, int t, int n_tasks)
 {
     const na_gb_job_t *j = ctx;
@@ -139,9 +140,100 @@ static void na_gb_mm_task(void *ctx, int t, int n_tasks)
     uint32_t *p = j->wp + (size_t)t * j->npair * NA_GB_MR;
 
     for (pi = lo; pi < hi; pi++) {
-        na_gb_pack_w(j->io.w, pi * NA_GB_MR, j->npair, p);
+        if (j->io.w->layout == NA_LAYOUT_BF16X32)
+            p = (uint32_t *)j->io.w->data + (size_t)pi * j->npair * NA_GB_MR;
+        else
+            na_gb_pack_w(j->io.w, pi * NA_GB_MR, j->npair, p);
         for (c0 = 0; c0 < j->io.ncols; c0 += NA_GB_NR)
             na_gb_tile(j, p, pi * NA_GB_MR, c0);
+    }
+}
+
+/* ---- small batches of a weight placed in panels (NA_LAYOUT_BF16X32) --------
+ * The tile above with NB (1..NA_GB_VNB) inputs and GP panels at once (so
+ * the vdpbf16ps chains of one input overlap: 2 x GP of them), the same
+ * accumulator per output, pair after pair: the same bits as the GEMM. */
+#define NA_GB_VNB 4             /* inputs per pass */
+#define NA_GB_VMAX 12           /* batches below this: these passes; from it the GEMM */
+
+static inline __attribute__((always_inline)) void
+na_gb_vtile(const na_gb_job_t *j, int pi, int GP, int c0, int NB)
+{
+    const uint32_t *w = (const uint32_t *)j->io.w->data + (size_t)pi * j->npair * NA_GB_MR;
+    const size_t ps = (size_t)j->npair * NA_GB_MR;      /* words per panel */
+    const uint32_t *xc = j->xb + (size_t)c0 * j->npair;
+    const int rows = j->io.w->rows;
+    __m512 acc[4][2][NA_GB_VNB];
+    int kp, c, g;
+
+#pragma GCC unroll 4
+    for (g = 0; g < GP; g++)
+#pragma GCC unroll 4
+        for (c = 0; c < NB; c++) {
+            acc[g][0][c] = _mm512_setzero_ps();
+            acc[g][1][c] = _mm512_setzero_ps();
+        }
+    for (kp = 0; kp < j->npair; kp++) {
+#pragma GCC unroll 4
+        for (g = 0; g < GP; g++) {
+            const uint32_t *pw = w + (size_t)g * ps + (size_t)kp * NA_GB_MR;
+            __m512bh w0 = (__m512bh)_mm512_loadu_si512(pw);
+            __m512bh w1 = (__m512bh)_mm512_loadu_si512(pw + 16);
+#pragma GCC unroll 4
+            for (c = 0; c < NB; c++) {
+                __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xc[(size_t)c * j->npair + kp]);
+                acc[g][0][c] = _mm512_dpbf16_ps(acc[g][0][c], w0, xv);
+                acc[g][1][c] = _mm512_dpbf16_ps(acc[g][1][c], w1, xv);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (g = 0; g < GP; g++)
+#pragma GCC unroll 4
+        for (c = 0; c < NB; c++) {
+            float *yc = j->io.y + (size_t)(c0 + c) * rows + (size_t)(pi + g) * NA_GB_MR;
+            _mm512_storeu_ps(yc, acc[g][0][c]);
+            _mm512_storeu_ps(yc + 16, acc[g][1][c]);
+        }
+}
+
+/* Panels pi.. (gp: 4 with 1 or 2 inputs, 2 with 3 or 4, or 1) times inputs
+ * c0.. (nb, 1..NA_GB_VNB): the tile with constants, at most 16
+ * accumulators. */
+static void na_gb_vtile_n(const na_gb_job_t *j, int pi, int gp, int c0, int nb)
+{
+    switch (gp * 10 + nb) {
+    case 41: na_gb_vtile(j, pi, 4, c0, 1); break;
+    case 42: na_gb_vtile(j, pi, 4, c0, 2); break;
+    case 23: na_gb_vtile(j, pi, 2, c0, 3); break;
+    case 24: na_gb_vtile(j, pi, 2, c0, 4); break;
+    case 11: na_gb_vtile(j, pi, 1, c0, 1); break;
+    case 12: na_gb_vtile(j, pi, 1, c0, 2); break;
+    case 13: na_gb_vtile(j, pi, 1, c0, 3); break;
+    default: na_gb_vtile(j, pi, 1, c0, 4); break;
+    }
+}
+
+/* Pool job 2 of a small batch: task t's panels, a few at a time, each run
+ * over the inputs NA_GB_VNB at a time (the panels stay in cache). */
+static void na_gb_mv_task(void *ctx, int t, int n_tasks)
+{
+    const na_gb_job_t *j = ctx;
+    const int npanel = j->io.w->rows / NA_GB_MR;
+    int pi = (int)((long)npanel * t / n_tasks), hi = (int)((long)npanel * (t + 1) / n_tasks);
+
+    while (pi < hi) {
+        int c0, g = hi - pi >= 4 ? 4 : 1;
+        for (c0 = 0; c0 < j->io.batch; c0 += NA_GB_VNB) {
+            int nb = j->io.batch - c0 < NA_GB_VNB ? j->io.batch - c0 : NA_GB_VNB;
+            if (g == 4 && nb > 2) {
+                na_gb_vtile_n(j, pi, 2, c0, nb);
+                na_gb_vtile_n(j, pi + 2, 2, c0, nb);
+            } else {
+                na_gb_vtile_n(j, pi, g, c0, nb);
+            }
+        }
+        pi += g;
     }
 }
 
@@ -154,10 +246,24 @@ int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_
     na_gb_job_t j;
     size_t xwords;
 
+    if (w->layout == NA_LAYOUT_BF16X32 && batch < NA_GB_VMAX) {
+        j.io = na_cpu_gemm_io(y, x, w, batch, 1);
+        j.npair = w->cols / 2;
+        j.xb = (uint32_t *)na_cpu_scratch(k, (size_t)batch * j.npair);
+        if (j.xb == NULL)
+            return -1;
+        j.wp = NULL;
+        na_cpu_gemm_run(k, na_gb_pack_x_task, na_gb_mv_task, &j, batch,
+                        k->n_threads == 1 ? 1 : 4 * k->n_threads < npanel ? 4 * k->n_threads
+                                                                         : npanel);
+        return 0;
+    }
     j.io = na_cpu_gemm_io(y, x, w, batch, NA_GB_NR);
     j.npair = (w->cols + 1) / 2;
     xwords = (size_t)j.io.ncols * j.npair;
-    j.xb = (uint32_t *)na_cpu_scratch(k, xwords + (size_t)n_tasks * j.npair * NA_GB_MR);
+    /* a panel per task, unless the weight was placed in panels */
+    j.xb = (uint32_t *)na_cpu_scratch(k, xwords + (w->layout == NA_LAYOUT_BF16X32 ? 0 :
+                                                   (size_t)n_tasks * j.npair * NA_GB_MR));
     if (j.xb == NULL)
         return -1;
     j.wp = j.xb + xwords;

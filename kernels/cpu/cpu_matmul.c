@@ -720,8 +720,17 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
     if (batch <= 0 || rows <= 0)
         return;
     if (na_ref_quant_kind(w->dtype) != 0) {       /* Q4_0 ... Q6_K: cpu_quant.c */
-        if (s->matmul_quant(k, y, x, w, batch) != 0)
+        if (s->matmul_quant(k, y, x, w, batch) == 0)
+            return;
+        if (w->layout == NA_LAYOUT_Q4X8)
+            na_cpu_packed_matmul_f32(y, x, w, batch);
+        else
             na_ref_matmul(k, y, x, w, batch);
+        return;
+    }
+    if (w->layout == NA_LAYOUT_BF16X32) {      /* placed for cpu_gemm_bf16.c: every batch */
+        if (s->gemm_bf16(k, y, x, w, batch) != 0)
+            na_cpu_packed_matmul_f32(y, x, w, batch);
         return;
     }
     /* in the weight type (kernels/cpu/cpu_gemm_*.c); Q8_0 is bit-identical

@@ -528,6 +528,181 @@ void na_cpu_quant_inputs(na_dtype_t dt, const float *x, int n, int8_t *q, float 
     na_cpu_quantize_q8s(x, n, q, d, dt == NA_DTYPE_Q4_1 || dt == NA_DTYPE_Q5_1 ? s : NULL);
 }
 
+/* ---- Q4_0 in groups of 8 rows (NA_LAYOUT_Q4X8, kernels/cpu/cpu_pack.c) ------
+ * A 32-bit lane per row: per block, the 8 rows' codes come as 4 loads of 32
+ * bytes (4 code bytes of each row), their low and high nibbles are 8 vectors
+ * of unsigned codes u, and 8 vpdpbusd (or maddubs summed in int16, then
+ * one madd: at most 8 x 2 x 15 x 127 = 30480, exact) with the input's 4
+ * matching bytes broadcast give each row's exact integer sum of u x input
+ * in its lane, started from -8 x the sum of the input block (so (u - 8) x
+ * input, the block's dot product of codes and Q8 inputs). Then, for the 8
+ * rows at once, acc = fma(that sum as f32, d_w x d_x, acc), block by block
+ * in order from 0; the lanes are the outputs (no horizontal sum).
+ * So each output is one f32 fma per block in block order, whatever the
+ * batch, the tile of inputs or the ISA copy: batch-invariant by its shape.
+ * (The row-major kernels above keep 8 f32 lanes per output instead; a Q4_0
+ * weight is read one way or the other for its whole life, as placed.)
+ * A task reads its groups as one sequential stream, left to the hardware
+ * prefetchers. */
+#define NA_CQ8_GB 144                   /* bytes of a group's block: 8 x 18 */
+#if defined(NA_CPU_VNNI) || defined(NA_CPU_V4)
+#define NA_CQ8_NB 8                     /* inputs per pass (32 vector registers) */
+#else
+#define NA_CQ8_NB 4                     /* (16) */
+#endif
+#define NA_CQ8_GC 8                     /* groups sharing a pass over the inputs */
+
+/* The unsigned codes of a group's block p: u[2c] the low nibbles of chunk c
+ * (elements 4c..4c+3 of each row), u[2c+1] its high nibbles (16 + 4c..). */
+NA_INLINE void na_cq8_codes(const uint8_t *p, __m256i u[8])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    int c;
+#pragma GCC unroll 4
+    for (c = 0; c < 4; c++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * c));
+        u[2 * c] = _mm256_and_si256(v, m4);
+        u[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+}
+
+NA_INLINE __m256i na_cq8_x4(const int8_t *p)    /* 4 input bytes in every lane */
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Each row's exact sum of (code - 8) x input over the block: neg = -8 x the
+ * sum of the input block xq[0..31]. */
+NA_INLINE __m256i na_cq8_isum(const __m256i u[8], const int8_t *xq, int32_t neg)
+{
+#if defined(NA_CPU_VNNI)
+    __m256i a = _mm256_set1_epi32(neg), b = _mm256_setzero_si256();
+    int c;
+#pragma GCC unroll 4
+    for (c = 0; c < 4; c++) {
+        a = _mm256_dpbusd_epi32(a, u[2 * c], na_cq8_x4(xq + 4 * c));
+        b = _mm256_dpbusd_epi32(b, u[2 * c + 1], na_cq8_x4(xq + 16 + 4 * c));
+    }
+    return _mm256_add_epi32(a, b);
+#else
+    __m256i t[4];
+    int c;
+#pragma GCC unroll 4
+    for (c = 0; c < 4; c++)
+        t[c] = _mm256_add_epi16(_mm256_maddubs_epi16(u[2 * c], na_cq8_x4(xq + 4 * c)),
+                                _mm256_maddubs_epi16(u[2 * c + 1], na_cq8_x4(xq + 16 + 4 * c)));
+    t[0] = _mm256_add_epi16(_mm256_add_epi16(t[0], t[1]), _mm256_add_epi16(t[2], t[3]));
+    return _mm256_add_epi32(_mm256_madd_epi16(t[0], _mm256_set1_epi16(1)),
+                            _mm256_set1_epi32(neg));
+#endif
+}
+
+/* The quantised inputs of one row for the groups: q, d per block, and
+ * neg = -8 x each block's sum of q. */
+typedef struct {
+    const int8_t  *q;
+    const float   *d;
+    const int32_t *neg;
+} na_cq8_x_t;
+
+/* Group gp (nblk blocks) times NB inputs: y[i * ys + 0..7] for input i. */
+NA_INLINE void na_cq8_group(const uint8_t *gp, int nblk, const na_cq8_x_t *x, int NB, float *y,
+                            size_t ys)
+{
+    __m256 acc[NA_CQ8_NB];
+    int b, i;
+
+#pragma GCC unroll 8
+    for (i = 0; i < NB; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (b = 0; b < nblk; b++, gp += NA_CQ8_GB) {
+        __m256i u[8];
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+        na_cq8_codes(gp, u);
+#pragma GCC unroll 8
+        for (i = 0; i < NB; i++) {
+            __m256i s = na_cq8_isum(u, x[i].q + 32 * (size_t)b, x[i].neg[b]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+                                     _mm256_mul_ps(dw, _mm256_set1_ps(x[i].d[b])), acc[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (i = 0; i < NB; i++)
+        _mm256_storeu_ps(y + (size_t)i * ys, acc[i]);
+}
+
+/* Group gp with nb (1..NA_CQ8_NB) inputs (NB a constant in each copy). */
+static void na_cq8_group_n(const uint8_t *gp, int nblk, const na_cq8_x_t *x, int nb, float *y,
+                           size_t ys)
+{
+    switch (nb) {
+#if NA_CQ8_NB == 8
+    case 8: na_cq8_group(gp, nblk, x, 8, y, ys); break;
+    case 7: na_cq8_group(gp, nblk, x, 7, y, ys); break;
+    case 6: na_cq8_group(gp, nblk, x, 6, y, ys); break;
+    case 5: na_cq8_group(gp, nblk, x, 5, y, ys); break;
+#endif
+    case 4: na_cq8_group(gp, nblk, x, 4, y, ys); break;
+    case 3: na_cq8_group(gp, nblk, x, 3, y, ys); break;
+    case 2: na_cq8_group(gp, nblk, x, 2, y, ys); break;
+    default: na_cq8_group(gp, nblk, x, 1, y, ys); break;
+    }
+}
+
+typedef struct {
+    float         *y;
+    const uint8_t *w;           /* NA_LAYOUT_Q4X8 */
+    int            rows, nblk, batch;
+    const int8_t  *q;           /* (batch, cols) */
+    const float   *d;           /* (batch, nblk) */
+    const int32_t *neg;         /* (batch, nblk) */
+} na_cq8_job_t;
+
+static void na_cq8_task(void *ctx, int t, int n_tasks)
+{
+    const na_cq8_job_t *j = ctx;
+    const int ng = j->rows / 8, cols = 32 * j->nblk;
+    /* split on pairs of groups: 16 rows, 64 bytes of each output row */
+    int lo = (int)((long)ng * t / n_tasks) & ~1, hi = (int)((long)ng * (t + 1) / n_tasks) & ~1;
+    int g0, g1, g, b0, nb, i;
+
+    if (t == n_tasks - 1)
+        hi = ng;
+    for (g0 = lo; g0 < hi; g0 = g1) {
+        g1 = g0 + NA_CQ8_GC < hi ? g0 + NA_CQ8_GC : hi;
+        for (b0 = 0; b0 < j->batch; b0 += NA_CQ8_NB) {
+            na_cq8_x_t x[NA_CQ8_NB];
+            nb = j->batch - b0 < NA_CQ8_NB ? j->batch - b0 : NA_CQ8_NB;
+            for (i = 0; i < nb; i++) {
+                x[i].q = j->q + (size_t)(b0 + i) * cols;
+                x[i].d = j->d + (size_t)(b0 + i) * j->nblk;
+                x[i].neg = j->neg + (size_t)(b0 + i) * j->nblk;
+            }
+            for (g = g0; g < g1; g++)
+                na_cq8_group_n(j->w + (size_t)g * j->nblk * NA_CQ8_GB, j->nblk, x, nb,
+                               j->y + (size_t)b0 * j->rows + 8 * (size_t)g, (size_t)j->rows);
+        }
+    }
+}
+
+/* neg[b] = -8 x the sum of the 32 inputs of block b, nblk blocks of q. */
+static void na_cq8_negs(const int8_t *q, int nblk, int32_t *neg)
+{
+    int b;
+    for (b = 0; b < nblk; b++) {
+        __m256i s = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                 _mm256_loadu_si256((const __m256i *)(q + 32 * (size_t)b))),
+            _mm256_set1_epi16(1));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+        neg[b] = -8 * _mm_cvtsi128_si32(h);
+    }
+}
+
 /* ---- the matmul --------------------------------------------------------------- */
 
 typedef struct {
@@ -618,7 +793,8 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     na_cq_job_t j;
     float *sc;
 
-    if (kind == 1 && batch >= NA_CQ_GEMM_MIN_BATCH && na_cpu_gemm_q4(k, y, x, w, batch) == 0)
+    if (kind == 1 && w->layout == NA_LAYOUT_ROWS && batch >= NA_CQ_GEMM_MIN_BATCH &&
+        na_cpu_gemm_q4(k, y, x, w, batch) == 0)
         return 0;
     j.y = y;
     j.w = w;
@@ -645,6 +821,15 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     }
     work = (size_t)w->rows * (size_t)cols * (size_t)batch;
     tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;
+    if (w->layout == NA_LAYOUT_Q4X8) {          /* Q4_0 in groups of 8 rows */
+        na_cq8_job_t j8 = { y, w->data, w->rows, j.nd, batch, j.q, j.d, (const int32_t *)j.s };
+        for (b = 0; b < batch; b++)             /* s: unused by Q4_0, the sums instead */
+            na_cq8_negs(j.q + (size_t)b * cols, j.nd, (int32_t *)j.s + (size_t)b * j.nd);
+        if (tasks > w->rows / 16)
+            tasks = w->rows / 16 > 0 ? w->rows / 16 : 1;
+        na_cpu_pool_run(s->pool, na_cq8_task, &j8, tasks);
+        return 0;
+    }
     if (tasks > w->rows)
         tasks = w->rows;
     na_cpu_pool_run(s->pool, na_cq_task, &j, tasks);

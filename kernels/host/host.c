@@ -173,6 +173,7 @@ na_status_t na_khost_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *
     w->dtype = t->dtype;
     w->rows = t->rows;
     w->cols = t->cols;
+    w->layout = NA_LAYOUT_ROWS;
     w->buf = na_kbuf_host((void *)t->data,
                           (size_t)t->rows * na_dtype_bytes(t->dtype, (size_t)t->cols));
     return NA_OK;
@@ -244,6 +245,7 @@ na_status_t na_khost_embed(na_kernels_t *k, const na_kbuf_t *x, const na_kweight
     tt.rows = t->rows;
     tt.cols = t->cols;
     tt.data = pt;
+    tt.layout = t->layout;
     na_khost_core(k)->embed(px, &tt, tokens, n);
     return NA_OK;
 }
@@ -290,6 +292,7 @@ na_status_t na_khost_matmul(na_kernels_t *k, const na_kbuf_t *y, const na_kbuf_t
     t.rows = w->rows;
     t.cols = w->cols;
     t.data = pw;
+    t.layout = w->layout;
     na_khost_core(k)->matmul(k, py, px, &t, batch);
     return NA_OK;
 }

@@ -72,7 +72,9 @@ na_kop_softmax_fn      na_khost_softmax;
 na_kop_attn_prefill_fn na_khost_attn_prefill;
 na_kop_attn_decode_fn  na_khost_attn_decode;
 
-/* The table entries every host backend shares, for its na_kernel_ops_t. */
+/* The table entries every host backend shares, for its na_kernel_ops_t; each
+ * names its own place / unplace (ref: na_khost_place / _unplace, the mmap
+ * wrapped; cpu: kernels/cpu/cpu_pack.c, which reorders some weights). */
 #define NA_KHOST_OPS                              \
     .buf_alloc     = na_khost_buf_alloc,          \
     .buf_free      = na_khost_buf_free,           \
@@ -80,8 +82,6 @@ na_kop_attn_decode_fn  na_khost_attn_decode;
     .upload        = na_khost_upload,             \
     .download      = na_khost_download,           \
     .copy          = na_khost_copy,               \
-    .place         = na_khost_place,              \
-    .unplace       = na_khost_unplace,            \
     .event_create  = na_khost_event_create,       \
     .event_record  = na_khost_event_record,       \
     .event_query   = na_khost_event_done,         \

@@ -243,6 +243,8 @@ static const na_khost_core_t na_ref_core = {
 static const na_kernel_ops_t na_ref_ops = {
     .name         = "ref",
     NA_KHOST_OPS,
+    .place        = na_khost_place,
+    .unplace      = na_khost_unplace,
     .attn_partial = na_ref_attn_partial,
     .destroy      = na_ref_destroy,
 };

@@ -23,6 +23,62 @@ void na_test_kernels_close(na_kernels_t *ref, na_kernels_t *cpu[2])
     na_kernels_destroy(ref);
 }
 
+static void put_f16(uint8_t *p, float f)
+{
+    uint16_t h = na_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+void *na_test_rand_weight(na_rng_t *rng, na_dtype_t dt, int rows, int cols, na_tensor_t *w)
+{
+    size_t nblk = (size_t)rows * (size_t)(cols / na_dtype_block(dt)), bb = na_dtype_block_bytes(dt);
+    uint8_t *p = na_test_xmalloc(nblk * bb), *b;
+    size_t i;
+
+    for (i = 0; i < nblk * bb; i++)
+        p[i] = (uint8_t)na_rng_u64(rng);
+    for (i = 0, b = p; i < nblk; i++, b += bb) {
+        switch (dt) {
+        case NA_DTYPE_F32: {
+            float f = na_rng_uniform(rng) - 0.5f;
+            memcpy(b, &f, 4);
+            break;
+        }
+        case NA_DTYPE_F16: put_f16(b, na_rng_uniform(rng) - 0.5f); break;
+        case NA_DTYPE_BF16: {
+            uint16_t h = na_f32_to_bf16(na_rng_uniform(rng) - 0.5f);
+            memcpy(b, &h, 2);
+            break;
+        }
+        case NA_DTYPE_Q4_0: case NA_DTYPE_Q5_0:
+            put_f16(b, 0.001f + 0.02f * na_rng_uniform(rng));
+            break;
+        case NA_DTYPE_Q4_1: case NA_DTYPE_Q5_1:
+            put_f16(b, 0.001f + 0.02f * na_rng_uniform(rng));
+            put_f16(b + 2, -0.2f * na_rng_uniform(rng));
+            break;
+        case NA_DTYPE_Q4_K: case NA_DTYPE_Q5_K:
+            put_f16(b, 0.0005f * na_rng_uniform(rng));
+            put_f16(b + 2, 0.0005f * na_rng_uniform(rng));
+            break;
+        case NA_DTYPE_Q6_K:
+            put_f16(b + 208, 0.0002f * na_rng_uniform(rng));
+            break;
+        case NA_DTYPE_Q8_0:
+            put_f16(b, 0.0002f + 0.002f * na_rng_uniform(rng));
+            break;
+        default:
+            break;
+        }
+    }
+    w->dtype = dt;
+    w->rows = rows;
+    w->cols = cols;
+    w->data = p;
+    w->layout = NA_LAYOUT_ROWS;
+    return p;
+}
+
 na_status_t na_test_mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w, int batch)
 {
     na_kbuf_t yb = na_kbuf_host(y, sizeof(float) * (size_t)batch * w->rows);

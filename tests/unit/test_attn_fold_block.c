@@ -82,30 +82,32 @@ static void check(na_kernels_t *k, const char *kname, na_dtype_t dt, int lim0, i
     const na_attn_shape_t sh = { bt, hd, dt, nkv, nh / nkv };
     const int ctx = lim0 + n_q - 1;
     const size_t qrow = (size_t)nh * hd;
-    float *q = na_test_xmalloc(sizeof(float) * qrow * n_q);
-    float *blk = na_test_xmalloc(sizeof(float) * qrow * n_q);
-    float *spl = na_test_xmalloc(sizeof(float) * qrow * n_q);
+    /* the rows of the whole block, of the block split into row ranges */
+    static const char *const how[2] = { "whole block", "rows in ranges of 16" };
+    float *q = na_test_xmalloc(sizeof(float) * qrow * n_q), *res[2];
     float *one = na_test_xmalloc(sizeof(float) * qrow);
     na_test_blocks_t bl;
     int i, d, v;
 
+    for (v = 0; v < 2; v++)
+        res[v] = na_test_xmalloc(sizeof(float) * qrow * n_q);
     n_cases++;
     na_rng_fill(&rng, q, qrow * n_q, -2.0f, 2.0f);
     blocks_make(&bl, dt, ctx > 0 ? ctx : 1, nkv, hd, bt);
-    NA_CHECK_OK(na_attn_fold_block(k, &sh, q, qrow, n_q, lim0, na_test_block_at, &bl, blk, qrow));
-    fold_split(k, &sh, q, n_q, lim0, 16, &bl, spl);
+    NA_CHECK_OK(na_attn_fold_block(k, &sh, q, qrow, n_q, lim0, na_test_block_at, &bl, res[0], qrow));
+    fold_split(k, &sh, q, n_q, lim0, 16, &bl, res[1]);
     for (i = 0; i < n_q; i++) {
         NA_CHECK_OK(na_attn_fold_query(k, &sh, q + (size_t)i * qrow, lim0 + i, na_test_block_at,
                                        &bl, one));
         for (v = 0; v < 2; v++) {
-            const float *got = (v == 0 ? blk : spl) + (size_t)i * qrow;
+            const float *got = res[v] + (size_t)i * qrow;
             d = na_test_first_diff(got, one, qrow);
             if (d >= 0) {
                 n_bad++;
                 NA_CHECK_MSG(0, "%s kernels, %s KV, heads %d/%d hd %d, blocks of %d, %d rows "
                              "from context %d, %s: row %d (context %d) element %d: %.9g, the "
                              "one-row fold %.9g", kname, na_dtype_name(dt), nh, nkv, hd, bt,
-                             n_q, lim0, v == 0 ? "whole block" : "rows in ranges of 16", i,
+                             n_q, lim0, how[v], i,
                              lim0 + i, d, (double)got[d], (double)one[d]);
                 break;
             }
@@ -114,9 +116,9 @@ static void check(na_kernels_t *k, const char *kname, na_dtype_t dt, int lim0, i
             break;
     }
     na_test_blocks_free(&bl);
+    for (v = 0; v < 2; v++)
+        free(res[v]);
     free(one);
-    free(spl);
-    free(blk);
     free(q);
 }
 

@@ -363,7 +363,7 @@ static void test_rows(void)
         size_t nn = (size_t)n * batch;
         float *x = xalloc(F32B(nn)), *o = xalloc(F32B(nn)), *r = xalloc(F32B(nn));
         float *wv = xalloc(F32B(n));
-        na_tensor_t wt = { NA_DTYPE_F32, 1, n, wv };
+        na_tensor_t wt = { NA_DTYPE_F32, 1, n, wv, NA_LAYOUT_ROWS };
         na_kweight_t w;
         na_kbuf_t *bx, *bo, *bi = NULL;
         na_rng_fill(&rng, x, nn, -4.0f, 4.0f);
@@ -463,7 +463,7 @@ static void test_bias(void)
 {
     int n = 100, batch = 3, i;
     float x[300], b[100], r[300], o[300];
-    na_tensor_t t = { NA_DTYPE_F32, 1, 100, b };
+    na_tensor_t t = { NA_DTYPE_F32, 1, 100, b, NA_LAYOUT_ROWS };
     na_kweight_t w;
     na_kbuf_t *bx;
     na_rng_fill(&rng, x, 300, -1.0f, 1.0f);

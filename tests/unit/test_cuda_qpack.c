@@ -98,7 +98,7 @@ static void check_type(na_dtype_t dt, int rows, int nblocks)
     float *f = malloc(n * sizeof(float)), *x = malloc((size_t)cols * sizeof(float));
     float *ref = malloc(n * sizeof(float)), *yr = malloc((size_t)rows * sizeof(float));
     void *g = malloc(na_dtype_bytes(dt, n)), *p = xalloc16(bytes);
-    na_tensor_t t = { dt, rows, cols, g };
+    na_tensor_t t = { dt, rows, cols, g, NA_LAYOUT_ROWS };
     na_cu_qw_t w;
 
     NA_CHECK(f != NULL && x != NULL && ref != NULL && yr != NULL && g != NULL);

@@ -22,6 +22,7 @@
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
 #include "tests/testutil.h"
+#include "tests/unit/kern_util.h"
 
 #define MAX_PROMPTS 8
 #define MAX_NEW     128
@@ -537,76 +538,6 @@ out_model:
  * sides of every kernel's crossover (sgemm, the GEMMs, the tiles), with 1
  * and 2 threads. Without it greedy text depends on what was batched beside
  * a request (`run --batch 1` vs the default; serve vs run). */
-static void put_f16(uint8_t *p, float f)
-{
-    uint16_t h = na_f32_to_f16(f);
-    memcpy(p, &h, 2);
-}
-
-/* A rows x cols weight of dtype dt, random but finite (block scales small). */
-static void *make_weight(na_rng_t *rng, na_dtype_t dt, int rows, int cols, na_tensor_t *w)
-{
-    size_t n = (size_t)rows * (size_t)cols, i;
-    size_t nblk = n / (size_t)na_dtype_block(dt), bb = na_dtype_block_bytes(dt);
-    uint8_t *p = malloc(nblk * bb), *b;
-
-    if (p == NULL)
-        return NULL;
-    for (i = 0; i < nblk * bb; i++)
-        p[i] = (uint8_t)na_rng_u64(rng);
-    for (i = 0, b = p; i < nblk; i++, b += bb) {
-        switch (dt) {
-        case NA_DTYPE_F32: {
-            float f = na_rng_uniform(rng) - 0.5f;
-            memcpy(b, &f, 4);
-            break;
-        }
-        case NA_DTYPE_F16: put_f16(b, na_rng_uniform(rng) - 0.5f); break;
-        case NA_DTYPE_BF16: {
-            uint16_t h = na_f32_to_bf16(na_rng_uniform(rng) - 0.5f);
-            memcpy(b, &h, 2);
-            break;
-        }
-        case NA_DTYPE_Q8_0: case NA_DTYPE_Q4_0: case NA_DTYPE_Q5_0:
-            put_f16(b, 0.001f + 0.02f * na_rng_uniform(rng));
-            break;
-        case NA_DTYPE_Q4_1: case NA_DTYPE_Q5_1:
-            put_f16(b, 0.001f + 0.02f * na_rng_uniform(rng));
-            put_f16(b + 2, -0.2f * na_rng_uniform(rng));
-            break;
-        case NA_DTYPE_Q4_K: case NA_DTYPE_Q5_K:
-            put_f16(b, 0.0005f * na_rng_uniform(rng));
-            put_f16(b + 2, 0.0005f * na_rng_uniform(rng));
-            break;
-        case NA_DTYPE_Q6_K:
-            put_f16(b + 208, 0.0002f * na_rng_uniform(rng));
-            break;
-        default:
-            break;
-        }
-    }
-    memset(w, 0, sizeof(*w));
-    w->dtype = dt;
-    w->rows = rows;
-    w->cols = cols;
-    w->data = p;
-    return p;
-}
-
-static na_status_t engine_mm(na_kernels_t *k, float *y, float *x, const na_tensor_t *w,
-                             int batch)
-{
-    na_kbuf_t yb = na_kbuf_host(y, sizeof(float) * (size_t)batch * (size_t)w->rows);
-    na_kbuf_t xb = na_kbuf_host(x, sizeof(float) * (size_t)batch * (size_t)w->cols);
-    na_kweight_t pw;
-    na_status_t st = k->ops->place(k, w, &pw);
-    if (st == NA_OK) {
-        st = k->ops->matmul(k, &yb, &xb, &pw, batch);
-        k->ops->unplace(k, &pw);
-    }
-    return st;
-}
-
 static void test_engine_batch_invariant(const char *dir)
 {
     static const int batches[] = { 1, 3, 31, 32, 33, 64, 70, 130 };
@@ -631,23 +562,18 @@ static void test_engine_batch_invariant(const char *dir)
             for (s = 0; s < 2; s++) {
                 int rows = shapes[s][0], cols = shapes[s][1];
                 na_tensor_t w;
-                void *wbuf = make_weight(&rng, (na_dtype_t)dt, rows, cols, &w);
-                float *x = malloc(sizeof(float) * (size_t)MAXB * (size_t)cols);
-                float *yb = malloc(sizeof(float) * (size_t)MAXB * (size_t)rows);
-                float *y1 = malloc(sizeof(float) * (size_t)MAXB * (size_t)rows);
+                void *wbuf = na_test_rand_weight(&rng, (na_dtype_t)dt, rows, cols, &w);
+                float *x = na_test_xmalloc(sizeof(float) * (size_t)MAXB * (size_t)cols);
+                float *yb = na_test_xmalloc(sizeof(float) * (size_t)MAXB * (size_t)rows);
+                float *y1 = na_test_xmalloc(sizeof(float) * (size_t)MAXB * (size_t)rows);
 
-                NA_CHECK(wbuf != NULL && x != NULL && yb != NULL && y1 != NULL);
-                if (wbuf == NULL || x == NULL || yb == NULL || y1 == NULL) {
-                    free(wbuf), free(x), free(yb), free(y1);
-                    continue;
-                }
                 na_rng_fill(&rng, x, (size_t)MAXB * (size_t)cols, -1.0f, 1.0f);
                 for (b = 0; b < MAXB; b++)             /* each input alone */
-                    NA_CHECK_OK(engine_mm(e->kern, y1 + (size_t)b * rows,
+                    NA_CHECK_OK(na_test_mm(e->kern, y1 + (size_t)b * rows,
                                           x + (size_t)b * cols, &w, 1));
                 for (bi = 0; bi < (int)(sizeof(batches) / sizeof(batches[0])); bi++) {
                     int bad = 0, first = -1;
-                    NA_CHECK_OK(engine_mm(e->kern, yb, x, &w, batches[bi]));
+                    NA_CHECK_OK(na_test_mm(e->kern, yb, x, &w, batches[bi]));
                     for (b = 0; b < batches[bi]; b++)
                         if (memcmp(yb + (size_t)b * rows, y1 + (size_t)b * rows,
                                    sizeof(float) * (size_t)rows) != 0) {

@@ -55,7 +55,7 @@ static float *falloc(size_t n)
 
 static na_status_t rmsnorm(na_kernels_t *k, float *out, float *x, float *w, int n, int batch)
 {
-    na_tensor_t wt = { NA_DTYPE_F32, 1, n, w };
+    na_tensor_t wt = { NA_DTYPE_F32, 1, n, w, NA_LAYOUT_ROWS };
     na_kbuf_t ob = na_kbuf_host(out, F32B((size_t)batch * n));
     na_kbuf_t xb = na_kbuf_host(x, F32B((size_t)batch * n));
     na_kweight_t pw;
@@ -172,7 +172,7 @@ static void test_ref_known(void)
     float g[1] = { 1.0f }, u[1] = { 2.0f };
     uint8_t blk[NA_Q8_0_BLOCK_SIZE];
     float xq[32], yq;
-    na_tensor_t wq = { NA_DTYPE_Q8_0, 1, 32, blk };
+    na_tensor_t wq = { NA_DTYPE_Q8_0, 1, 32, blk, NA_LAYOUT_ROWS };
     float q[2] = { 1.0f, 0.0f }, kc[4] = { 1.0f, 0.0f, 0.0f, 0.0f }, vc[4] = { 1, 2, 3, 4 };
     float ao[2], p0 = 1.0f / (1.0f + expf(-1.0f / sqrtf(2.0f)));
     uint16_t d = na_f32_to_f16(0.5f);
@@ -220,7 +220,7 @@ static void test_ref_known(void)
 static na_tensor_t make_weight(na_dtype_t dt, int rows, int cols, void **buf)
 {
     size_t n = (size_t)rows * cols, i;
-    na_tensor_t w = { dt, rows, cols, NULL };
+    na_tensor_t w = { dt, rows, cols, NULL, NA_LAYOUT_ROWS };
     size_t bytes = na_dtype_bytes(dt, n);
     uint8_t *p = malloc(bytes ? bytes : 1);
 
@@ -314,7 +314,7 @@ static void test_q8_inputs(void)
     uint8_t blk[2 * NA_Q8_0_BLOCK_SIZE];
     float x[64], y, d;
     int8_t q[32];
-    na_tensor_t w = { NA_DTYPE_Q8_0, 1, 64, blk };
+    na_tensor_t w = { NA_DTYPE_Q8_0, 1, 64, blk, NA_LAYOUT_ROWS };
     uint16_t one = na_f32_to_f16(1.0f);
     int i, t;
 
@@ -447,6 +447,85 @@ static void test_matmul_invariant(void)
         }
     for (t = 0; t < 2; t++)
         cpu_k[t]->batch_invariant = 0;
+}
+
+/* BF16 weights of rows % 32 == 0, even cols and enough elements are placed
+ * on a cpu backend with AVX512-BF16 as panels (NA_LAYOUT_BF16X32,
+ * kernels/cpu/cpu_pack.c), and every batch takes kernels/cpu/cpu_gemm_bf16.c
+ * (its small-batch passes, then the GEMM) with the inputs rounded to bf16:
+ * each output bit-identical to the same input alone (batch 1), with and
+ * without batch_invariant, 1 and 2 threads; within kernels/ref's
+ * na_ref_matmul_xbf16; the embedding rows the model's. Shapes leave a tail
+ * of panels past the groups of 4 and input tiles past the groups of 4.
+ * Without AVX512-BF16 (or NA_CPU_ISA=v3 / v4) the layout stays row-major. */
+static void test_matmul_bf16x32(void)
+{
+    static const int shapes[][2] = { { 64, 1024 }, { 96, 2050 }, { 160, 512 } };
+    static const int batches[] = { 2, 3, 4, 5, 7, 11, 12, 13, 24, 41 };
+    static const int toks[] = { 0, 31, 32, 63, 5 };
+    size_t s, bi;
+    int t, b, inv, r, c;
+
+    for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        const int rows = shapes[s][0], cols = shapes[s][1];
+        void *buf;
+        na_tensor_t w = make_weight(NA_DTYPE_BF16, rows, cols, &buf);
+        float *x = falloc((size_t)41 * cols), *yb = falloc((size_t)41 * rows);
+        float *y1 = falloc((size_t)41 * rows), *yr = falloc((size_t)41 * rows);
+        float *emb = falloc((size_t)5 * cols);
+
+        na_rng_fill(&rng, x, (size_t)41 * cols, -1.0f, 1.0f);
+        for (t = 0; t < 2; t++) {
+            na_kernels_t *k = cpu_k[t];
+            na_kbuf_t eb = na_kbuf_host(emb, sizeof(float) * 5 * (size_t)cols);
+            na_kweight_t pw;
+            int bad = 0;
+            NA_CHECK_OK(k->ops->place(k, &w, &pw));
+            NA_CHECK_MSG(pw.layout == (gemm_bf16 ? NA_LAYOUT_BF16X32 : NA_LAYOUT_ROWS),
+                         "bf16 %d x %d placed as layout %d (AVX512-BF16 GEMM: %d)", rows, cols,
+                         pw.layout, gemm_bf16);
+            NA_CHECK_OK(k->ops->embed(k, &eb, &pw, toks, 5));
+            for (r = 0; r < 5; r++)
+                for (c = 0; c < cols; c++)
+                    bad += emb[(size_t)r * cols + c] !=
+                           na_bf16_to_f32(((const uint16_t *)w.data)[(size_t)toks[r] * cols + c]);
+            NA_CHECK_MSG(bad == 0, "embed of the bf16 %d x %d placed copy: %d values differ",
+                         rows, cols, bad);
+            k->ops->unplace(k, &pw);
+            if (!gemm_bf16)
+                continue;                       /* row-major: test_matmul_h16 */
+            for (inv = 0; inv < 2; inv++) {
+                k->batch_invariant = inv;
+                for (b = 0; b < 41; b++)
+                    NA_CHECK_OK(na_test_mm(k, y1 + (size_t)b * rows, x + (size_t)b * cols, &w, 1));
+                for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                    int nb = batches[bi];
+                    bad = 0;
+                    memset(yb, 0xff, sizeof(float) * (size_t)nb * rows);
+                    NA_CHECK_OK(na_test_mm(k, yb, x, &w, nb));
+                    for (b = 0; b < nb; b++)
+                        bad += memcmp(y1 + (size_t)b * rows, yb + (size_t)b * rows,
+                                      sizeof(float) * rows) != 0;
+                    NA_CHECK_MSG(bad == 0, "matmul bf16 panels %dx%d batch %d threads %d "
+                                 "invariant %d: %d rows differ from batch 1", rows, cols, nb,
+                                 t + 1, inv, bad);
+                }
+            }
+            k->batch_invariant = 0;
+        }
+        if (gemm_bf16)
+            for (bi = 0; bi < 3; bi++) {
+                int nb = bi == 0 ? 1 : bi == 1 ? 5 : 41;
+                na_ref_matmul_xbf16(yr, x, &w, nb);
+                na_test_check_mm(cpu_k, &w, x, nb, yr, 2e-5);
+            }
+        free(emb);
+        free(yr);
+        free(y1);
+        free(yb);
+        free(x);
+        free(buf);
+    }
 }
 
 /* F16 / BF16 weights at batches 1..41 and 64, 131 (kernels/cpu/cpu_gemm_h16.c
@@ -993,8 +1072,9 @@ static void test_bad_args(void)
     na_kernels_t *c = cpu_k[0], *dev = NULL;
     float x[64], y[64], w[64];
     uint16_t h[64];
-    na_tensor_t wt = { NA_DTYPE_F32, 2, 32, w }, empty = { NA_DTYPE_F32, 2, 32, NULL };
-    na_tensor_t nt = { NA_DTYPE_F32, 1, 32, h };
+    na_tensor_t wt = { NA_DTYPE_F32, 2, 32, w, NA_LAYOUT_ROWS };
+    na_tensor_t empty = { NA_DTYPE_F32, 2, 32, NULL, NA_LAYOUT_ROWS };
+    na_tensor_t nt = { NA_DTYPE_F32, 1, 32, h, NA_LAYOUT_ROWS };
     na_kbuf_t xb = na_kbuf_host(x, sizeof(x)), yb = na_kbuf_host(y, sizeof(y));
     na_kbuf_t small = na_kbuf_host(y, sizeof(float)), nul = na_kbuf_host(NULL, 64);
     na_kbuf_t hb = na_kbuf_host(h, sizeof(h));
@@ -1167,6 +1247,7 @@ int main(void)
     test_matmul_batch_exact();
     test_matmul_invariant();
     test_matmul_h16();
+    test_matmul_bf16x32();
     test_q8_inputs();
     test_decode();
     test_prefill();

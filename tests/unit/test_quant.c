@@ -160,7 +160,7 @@ static void test_dequant_known(void)
             int code[256], sc[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
             int mn[16] = { 0 };
             float want[256];
-            na_tensor_t w = { dt, 2, blk, b };
+            na_tensor_t w = { dt, 2, blk, b, NA_LAYOUT_ROWS };
             for (j = 0; j < blk; j++)
                 code[j] = j % (cm + 1);
             pack_block(dt, b + na_dtype_block_bytes(dt), code, sc, mn, 0.5f, 0.25f, want);
@@ -168,47 +168,6 @@ static void test_dequant_known(void)
             NA_CHECK(na_ref_weight_at(&w, 1, 3) == want[3]);
         }
     }
-}
-
-/* A random weight of type dt (rows, cols): random code bytes, f16 scales
- * in a sane range (a random f16 may be NaN or huge). */
-static void *make_weight(na_dtype_t dt, int rows, int cols, na_tensor_t *w)
-{
-    size_t nblk = (size_t)rows * (size_t)(cols / na_dtype_block(dt)), bb = na_dtype_block_bytes(dt);
-    uint8_t *p = na_test_xmalloc(nblk * bb), *b;
-    size_t i, j;
-
-    for (i = 0; i < nblk * bb; i++)
-        p[i] = (uint8_t)na_rng_u64(&rng);
-    for (i = 0, b = p; i < nblk; i++, b += bb) {
-        switch (dt) {
-        case NA_DTYPE_Q4_0: case NA_DTYPE_Q5_0:
-            put_f16(b, 0.001f + 0.02f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q4_1: case NA_DTYPE_Q5_1:
-            put_f16(b, 0.001f + 0.02f * na_rng_uniform(&rng));
-            put_f16(b + 2, -0.2f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q4_K: case NA_DTYPE_Q5_K:
-            put_f16(b, 0.0005f * na_rng_uniform(&rng));
-            put_f16(b + 2, 0.0005f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q6_K:
-            put_f16(b + 208, 0.0002f * na_rng_uniform(&rng));
-            break;
-        case NA_DTYPE_Q8_0:
-            put_f16(b, 0.0002f + 0.002f * na_rng_uniform(&rng));
-            break;
-        default:
-            break;
-        }
-        (void)j;
-    }
-    w->dtype = dt;
-    w->rows = rows;
-    w->cols = cols;
-    w->data = p;
-    return p;
 }
 
 /* The reference dot (quantised inputs, integer block sums) against the
@@ -227,7 +186,7 @@ static void test_ref_dot(void)
         for (mi = 0; mi < 3; mi++) {
             int cols = na_dtype_block(dt) * mult[mi], rows = 5, j;
             na_tensor_t w;
-            void *buf = make_weight(dt, rows, cols, &w);
+            void *buf = na_test_rand_weight(&rng, dt, rows, cols, &w);
             float *x = na_test_xmalloc(F32B(cols)), *wf = na_test_xmalloc(F32B(cols));
             float *xq = na_test_xmalloc(F32B(cols));
             int8_t *q = na_test_xmalloc((size_t)cols);
@@ -295,7 +254,7 @@ static void fill_halfway(float *x, size_t n);
 static void check_matmul_x(na_dtype_t dt, int rows, int cols, int batch, int halfway)
 {
     na_tensor_t w;
-    void *buf = make_weight(dt, rows, cols, &w);
+    void *buf = na_test_rand_weight(&rng, dt, rows, cols, &w);
     float *x = na_test_xmalloc(F32B((size_t)batch * cols));
     float *yr = na_test_xmalloc(F32B((size_t)batch * rows));
 
@@ -549,7 +508,7 @@ static void check_invariant(na_dtype_t dt, int rows, int cols, const int *batche
 {
     int nb_max = 0, t, bi, b, inv;
     na_tensor_t w;
-    void *buf = make_weight(dt, rows, cols, &w);
+    void *buf = na_test_rand_weight(&rng, dt, rows, cols, &w);
     float *x, *yb, *y1;
     for (bi = 0; bi < nbat; bi++)
         nb_max = batches[bi] > nb_max ? batches[bi] : nb_max;
@@ -598,7 +557,7 @@ static void test_nonfinite(void)
     for (ti = 0; ti < N_TYPES; ti++) {
         na_tensor_t w;
         int cols = na_dtype_block(types[ti]) * 2;
-        void *buf = make_weight(types[ti], 3, cols, &w);
+        void *buf = na_test_rand_weight(&rng, types[ti], 3, cols, &w);
         float *x = na_test_xmalloc(F32B(cols)), y[3];
         na_rng_fill(&rng, x, (size_t)cols, -1.0f, 1.0f);
         x[cols - 1] = NAN;
@@ -624,7 +583,7 @@ static void test_embed(void)
         na_dtype_t dt = types[ti];
         int cols = na_dtype_block(dt) * 3;
         na_tensor_t w;
-        void *buf = make_weight(dt, 13, cols, &w);
+        void *buf = na_test_rand_weight(&rng, dt, 13, cols, &w);
         float *want = na_test_xmalloc(F32B(5 * cols)), *got = na_test_xmalloc(F32B(5 * cols));
         for (r = 0; r < 5; r++)
             na_ref_dequant_row(dt, (const uint8_t *)w.data +
@@ -647,6 +606,68 @@ static void test_embed(void)
     }
 }
 
+/* Q4_0 weights of rows % 8 == 0 (and enough elements) are placed on the cpu
+ * backend as a copy in NA_LAYOUT_Q4X8 (kernels/cpu/cpu_pack.c) with its own
+ * kernel: the layout is reported, the embedding rows are the model's, a
+ * tensor placed twice shares one copy, and the matmul (against the
+ * reference, and bit-identical at every batch: check_matmul /
+ * check_invariant) on shapes that leave tails of the kernel's input tiles
+ * and group chunks; rows % 8 != 0 stays row-major. */
+static void test_q4x8(void)
+{
+    static const int shapes[][2] = { { 64, 32 * 33 }, { 136, 32 * 20 }, { 8, 32 * 260 } };
+    static const int batches[] = { 2, 3, 5, 8, 9, 13, 40 };
+    static const int toks[] = { 0, 7, 63, 8, 9 };
+    size_t si, bi;
+    int t, r;
+    for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1];
+        na_tensor_t w;
+        void *buf = na_test_rand_weight(&rng, NA_DTYPE_Q4_0, rows, cols, &w);
+        float *want = na_test_xmalloc(F32B(5 * cols)), *got = na_test_xmalloc(F32B(5 * cols));
+        for (r = 0; r < 5; r++)
+            na_ref_dequant_row(NA_DTYPE_Q4_0, (const uint8_t *)w.data + (size_t)(toks[r] % rows) *
+                                   na_dtype_bytes(NA_DTYPE_Q4_0, (size_t)cols),
+                               want + (size_t)r * cols, cols);
+        for (t = 0; t < 2; t++) {
+            na_kernels_t *k = cpu_k[t];
+            na_kbuf_t xb = na_kbuf_host(got, F32B(5 * cols));
+            na_kweight_t pw, pw2;
+            int tk[5];
+            for (r = 0; r < 5; r++)
+                tk[r] = toks[r] % rows;
+            NA_CHECK_OK(k->ops->place(k, &w, &pw));
+            NA_CHECK_MSG(pw.layout == NA_LAYOUT_Q4X8, "q4_0 %d x %d placed as layout %d",
+                         rows, cols, pw.layout);
+            NA_CHECK_OK(k->ops->place(k, &w, &pw2));
+            NA_CHECK(pw2.buf.host == pw.buf.host && pw.buf.host != w.data);
+            memset(got, 0xff, F32B(5 * cols));
+            NA_CHECK_OK(k->ops->embed(k, &xb, &pw, tk, 5));
+            NA_CHECK_MSG(memcmp(got, want, F32B(5 * cols)) == 0,
+                         "embed of the q4_0 %d x %d interleaved copy differs", rows, cols);
+            k->ops->unplace(k, &pw2);
+            k->ops->unplace(k, &pw);
+        }
+        for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++)
+            check_matmul(NA_DTYPE_Q4_0, rows, cols, batches[bi]);
+        check_matmul(NA_DTYPE_Q4_0, rows, cols, 1);
+        check_invariant(NA_DTYPE_Q4_0, rows, cols, batches,
+                        (int)(sizeof(batches) / sizeof(batches[0])));
+        free(got);
+        free(want);
+        free(buf);
+    }
+    {                                   /* not whole groups of 8 rows: row-major */
+        na_tensor_t w;
+        void *buf = na_test_rand_weight(&rng, NA_DTYPE_Q4_0, 67, 32 * 40, &w);
+        na_kweight_t pw;
+        NA_CHECK_OK(cpu_k[0]->ops->place(cpu_k[0], &w, &pw));
+        NA_CHECK(pw.layout == NA_LAYOUT_ROWS && pw.buf.host == w.data);
+        cpu_k[0]->ops->unplace(cpu_k[0], &pw);
+        free(buf);
+    }
+}
+
 /* cols not whole blocks, an unknown dtype: NA_ERR_INVALID from every entry. */
 static void test_bad_shapes(void)
 {
@@ -656,10 +677,11 @@ static void test_bad_shapes(void)
     memset(blk, 0, sizeof(blk));
     for (t = 0; t < 3; t++) {
         na_kernels_t *k = t == 0 ? ref_k : cpu_k[t - 1];
-        na_tensor_t w = { NA_DTYPE_Q4_K, 1, 255, blk };
-        na_tensor_t w2 = { NA_DTYPE_Q4_0, 2, 40, blk };
-        na_tensor_t w3 = { (na_dtype_t)NA_DTYPE_COUNT, 1, 32, blk };
-        na_kweight_t pw = { NA_DTYPE_Q4_0, 2, 40, na_kbuf_host(blk, sizeof(blk)) };
+        na_tensor_t w = { NA_DTYPE_Q4_K, 1, 255, blk, NA_LAYOUT_ROWS };
+        na_tensor_t w2 = { NA_DTYPE_Q4_0, 2, 40, blk, NA_LAYOUT_ROWS };
+        na_tensor_t w3 = { (na_dtype_t)NA_DTYPE_COUNT, 1, 32, blk, NA_LAYOUT_ROWS };
+        na_kweight_t pw = { NA_DTYPE_Q4_0, 2, 40, na_kbuf_host(blk, sizeof(blk)),
+                            NA_LAYOUT_ROWS };
         na_kbuf_t xb = na_kbuf_host(x, sizeof(x)), yb = na_kbuf_host(y, sizeof(y));
         int tok = 0;
         NA_CHECK(k->ops->place(k, &w, &pw) == NA_ERR_INVALID);
@@ -691,6 +713,7 @@ int main(void)
     test_nonfinite();
     test_matmul();
     test_batch_invariant();
+    test_q4x8();
     na_test_kernels_close(ref_k, cpu_k);
     return na_test_finish();
 }

@@ -1,0 +1,203 @@
+/* kernels/cpu/cpu_pack.c — the cpu backend's weight placement: most weights
+ * are read where the model maps them (na_khost_place, no copy); two kinds
+ * are copied once into the order their kernels read, with one output row
+ * per vector lane, so a row's sum never needs a horizontal add:
+ *
+ * NA_LAYOUT_Q4X8 (Q4_0, rows % 8 == 0; kernels/cpu/cpu_quant.c's "Q4_0 in
+ * groups of 8 rows"): rows r = 8g..8g+7 form group g; for each group,
+ * block b of its 8 rows is 144 bytes (8 x 18, the bytes of those 8 Q4_0
+ * blocks):
+ *   bytes   0..15   the 8 rows' f16 scales d, row 8g + i at 2i;
+ *   bytes  16..143  4 chunks of 32: chunk c holds bytes 4c..4c+3 of each
+ *                   row's 16 code bytes, row 8g + i at 16 + 32c + 4i.
+ * One 32-byte load gives 8 rows x 4 code bytes, one 32-bit lane a row
+ * (llama.cpp's repacked Q4_0 rests on the same idea). Group g, block b at
+ * (g * nblk + b) * 144.
+ *
+ * NA_LAYOUT_BF16X32 (BF16, rows % 32 == 0, even cols, where the CPU has
+ * AVX512-BF16; kernels/cpu/cpu_gemm_bf16.c): rows 32g..32g+31 form panel g,
+ * (cols / 2) k pairs x 32 rows of 32-bit words, word (p, i) = row 32g + i's
+ * elements 2p and 2p + 1: the GEMM's own panel, so vdpbf16ps reads a pair
+ * of 16 rows per zmm. Panel g at g * cols * 32 elements.
+ *
+ * A tensor placed twice (the tied output and embedding) shares one copy,
+ * reference-counted by its source address, as the cuda backend shares
+ * its uploads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/grow.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/host/host.h"
+#include "kernels/ref/ref.h"
+
+#define NA_Q4X8_BLOCK 18            /* bytes of a Q4_0 block: f16 d, 16 code bytes */
+#define NA_Q4X8_GROUP_BLOCK 144     /* 8 rows x 18 bytes */
+
+/* Weights with fewer elements stay row-major: the copy would not pay. */
+#define NA_CPU_PACK_MIN ((size_t)1 << 16)
+
+/* The layout t gets on this backend. */
+static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
+{
+    const na_cpu_state_t *s = k->priv;
+    if ((size_t)t->rows * (size_t)t->cols < NA_CPU_PACK_MIN)
+        return NA_LAYOUT_ROWS;
+    if (t->dtype == NA_DTYPE_Q4_0 && t->rows % 8 == 0)
+        return NA_LAYOUT_Q4X8;
+    if (t->dtype == NA_DTYPE_BF16 && t->rows % 32 == 0 && t->cols % 2 == 0 &&
+        s->gemm_bf16 != NULL)
+        return NA_LAYOUT_BF16X32;
+    return NA_LAYOUT_ROWS;
+}
+
+/* src (rows x nblk row-major Q4_0 blocks) into dst in NA_LAYOUT_Q4X8. */
+static void na_cpu_pack_q4x8(uint8_t *dst, const uint8_t *src, int rows, int nblk)
+{
+    const size_t rb = (size_t)nblk * NA_Q4X8_BLOCK;
+    int g, b, i, c;
+
+    for (g = 0; g < rows / 8; g++)
+        for (b = 0; b < nblk; b++) {
+            uint8_t *o = dst + ((size_t)g * nblk + b) * NA_Q4X8_GROUP_BLOCK;
+            for (i = 0; i < 8; i++) {
+                const uint8_t *blk = src + (size_t)(8 * g + i) * rb + (size_t)b * NA_Q4X8_BLOCK;
+                memcpy(o + 2 * i, blk, 2);
+                for (c = 0; c < 4; c++)
+                    memcpy(o + 16 + 32 * c + 4 * i, blk + 2 + 4 * c, 4);
+            }
+        }
+}
+
+/* src (rows x cols row-major bf16) into dst in NA_LAYOUT_BF16X32. */
+static void na_cpu_pack_bf16x32(uint32_t *dst, const uint8_t *src, int rows, int cols)
+{
+    const int npair = cols / 2;
+    int g, p, i;
+
+    for (g = 0; g < rows / 32; g++)
+        for (i = 0; i < 32; i++) {
+            const uint8_t *row = src + (size_t)(32 * g + i) * (size_t)cols * 2;
+            uint32_t *o = dst + (size_t)g * npair * 32 + i;
+            for (p = 0; p < npair; p++)
+                memcpy(o + (size_t)p * 32, row + 4 * (size_t)p, 4);
+        }
+}
+
+/* Elements [c0, c0 + 32) of row `row` of a packed weight t, as f32. */
+static void na_cpu_packed_chunk(const na_tensor_t *t, int row, int c0, float out[32])
+{
+    int j;
+
+    if (t->layout == NA_LAYOUT_Q4X8) {
+        const int nblk = t->cols / 32, i = row % 8, b = c0 / 32;
+        const uint8_t *o = (const uint8_t *)t->data +
+                           ((size_t)(row / 8) * nblk + b) * NA_Q4X8_GROUP_BLOCK;
+        uint8_t blk[NA_Q4X8_BLOCK];
+        memcpy(blk, o + 2 * i, 2);
+        for (j = 0; j < 4; j++)
+            memcpy(blk + 2 + 4 * j, o + 16 + 32 * j + 4 * i, 4);
+        na_ref_dequant_row(NA_DTYPE_Q4_0, blk, out, 32);
+        return;
+    }
+    for (j = 0; j < 32 && c0 + j < t->cols; j++) {      /* NA_LAYOUT_BF16X32 */
+        const int c = c0 + j;
+        const uint16_t *pw = (const uint16_t *)t->data +
+                             ((size_t)(row / 32) * (size_t)(t->cols / 2) + (size_t)(c / 2)) * 64 +
+                             2 * (size_t)(row % 32) + (size_t)(c % 2);
+        out[j] = na_bf16_to_f32(*pw);
+    }
+}
+
+/* See cpu.h. */
+void na_cpu_packed_row(const na_tensor_t *t, int row, float *out)
+{
+    float chunk[32];
+    int c0;
+
+    for (c0 = 0; c0 < t->cols; c0 += 32) {
+        int n = t->cols - c0 < 32 ? t->cols - c0 : 32;
+        na_cpu_packed_chunk(t, row, c0, chunk);
+        memcpy(out + c0, chunk, sizeof(float) * (size_t)n);
+    }
+}
+
+/* See cpu.h. */
+void na_cpu_packed_matmul_f32(float *y, const float *x, const na_tensor_t *w, int batch)
+{
+    float wf[32];
+    int r, c0, i, j;
+
+    for (i = 0; i < batch; i++)
+        for (r = 0; r < w->rows; r++)
+            y[(size_t)i * w->rows + r] = 0.0f;
+    for (r = 0; r < w->rows; r++)
+        for (c0 = 0; c0 < w->cols; c0 += 32) {
+            int n = w->cols - c0 < 32 ? w->cols - c0 : 32;
+            na_cpu_packed_chunk(w, r, c0, wf);
+            for (i = 0; i < batch; i++) {
+                const float *xb = x + (size_t)i * w->cols + c0;
+                float acc = 0.0f;
+                for (j = 0; j < n; j++)
+                    acc += wf[j] * xb[j];
+                y[(size_t)i * w->rows + r] += acc;
+            }
+        }
+}
+
+/* ops->place: the mmap wrapped (na_khost_place); a weight that packs gets
+ * its copy in the layout of na_cpu_layout, made once per source. */
+na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
+{
+    na_cpu_state_t *s = k->priv;
+    na_status_t st = na_khost_place(k, t, w);
+    int layout, i;
+    size_t bytes;
+    void *copy;
+
+    if (st != NA_OK || (layout = na_cpu_layout(k, t)) == NA_LAYOUT_ROWS)
+        return st;
+    bytes = w->buf.size;
+    for (i = 0; i < s->n_packed; i++)
+        if (s->packed[i].src == t->data && s->packed[i].bytes == bytes)
+            break;
+    if (i == s->n_packed) {
+        na_cpu_packed_t *v = na_grow(s->packed, &s->cap_packed, (size_t)s->n_packed + 1,
+                                     sizeof(*v), 8);
+        if (v == NULL)
+            return na_err(NA_ERR_NOMEM, "kernels cpu place: out of memory");
+        s->packed = v;
+        copy = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (copy == NULL)
+            return na_err(NA_ERR_NOMEM, "kernels cpu place: out of memory for the %d x %d %s "
+                          "weight's reordered copy (%zu bytes)", t->rows, t->cols,
+                          na_dtype_name(t->dtype), bytes);
+        if (layout == NA_LAYOUT_Q4X8)
+            na_cpu_pack_q4x8(copy, t->data, t->rows, t->cols / 32);
+        else
+            na_cpu_pack_bf16x32(copy, t->data, t->rows, t->cols);
+        s->packed[s->n_packed++] = (na_cpu_packed_t){ t->data, bytes, copy, 0 };
+    }
+    s->packed[i].refs++;
+    w->layout = layout;
+    w->buf = na_kbuf_host(s->packed[i].copy, bytes);
+    return NA_OK;
+}
+
+/* ops->unplace: a copy is freed with its last placement. */
+void na_cpu_unplace(na_kernels_t *k, na_kweight_t *w)
+{
+    na_cpu_state_t *s = k->priv;
+    int i;
+
+    for (i = 0; w->layout != NA_LAYOUT_ROWS && i < s->n_packed; i++) {
+        if (s->packed[i].copy != w->buf.host)
+            continue;
+        if (--s->packed[i].refs == 0) {
+            free(s->packed[i].copy);
+            s->packed[i] = s->packed[--s->n_packed];
+        }
+        break;
+    }
+    na_khost_unplace(k, w);
+}
