@@ -41,6 +41,17 @@
 
 /* ---- helpers ------------------------------------------------------------- */
 
+/* acc + the int16 pairs a x b of each 32-bit lane (a0 b0 + a1 b1): one
+ * vpdpwssd in the VNNI copy, madd + add elsewhere; the same integers. */
+NA_INLINE __m256i na_cq_madd_acc(__m256i acc, __m256i a, __m256i b)
+{
+#if defined(NA_CPU_VNNI)
+    return _mm256_dpwssd_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
 /* Unsigned bytes u (<= 63) times signed bytes s, the 4 products of each
  * 32-bit lane summed into it. */
 NA_INLINE __m256i na_cq_dot4(__m256i u, __m256i s)
@@ -353,8 +364,7 @@ NA_INLINE void na_cq_dot_k45(int q5, const uint8_t *row, const na_cq_x_t *x, int
                 const int8_t *xq = x[i].q + (size_t)b * NA_QK_K + 64 * j;
                 __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
                 __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-                acc[i] = _mm256_add_epi32(acc[i], _mm256_add_epi32(_mm256_madd_epi16(p0, s0),
-                                                                   _mm256_madd_epi16(p1, s1)));
+                acc[i] = na_cq_madd_acc(na_cq_madd_acc(acc[i], p0, s0), p1, s1);
             }
         }
 #pragma GCC unroll 4
@@ -433,7 +443,7 @@ NA_INLINE void na_cq_dot_q6k(const uint8_t *row, const na_cq_x_t *x, int NB, int
                 for (i = 0; i < NB; i++) {
                     const int8_t *xh = x[i].q + (size_t)b * NA_QK_K + 128 * h + 32 * j;
                     __m256i p = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)xh));
-                    acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p, s));
+                    acc[i] = na_cq_madd_acc(acc[i], p, s);
                 }
             }
         }
