@@ -282,6 +282,8 @@ typedef struct {
     float        *y, *x;
     na_tensor_t   w;
     const uint8_t *copies;       /* n_copies consecutive copies of the weight */
+    na_kweight_t  *placed;       /* each copy placed once, as the engine places at load
+                                  * (a backend may reorder it then: kernels/cpu/cpu_pack.c) */
     size_t        wbytes;
     int           n_copies, batch;
     int           sgemm;         /* 1: cblas_sgemm with F32 weights */
@@ -292,7 +294,6 @@ static void na_bk_mm_call(void *ctx, int rep)
 {
     na_bk_mm_t *m = ctx;
     na_tensor_t w = m->w;
-    na_kweight_t pw;
     w.data = m->copies + (size_t)(rep % m->n_copies) * m->wbytes;
     if (m->sgemm) {
         /* the peer: OpenBLAS with its own threads (the cpu backend keeps it
@@ -301,11 +302,10 @@ static void na_bk_mm_call(void *ctx, int rep)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->batch, w.rows, w.cols, 1.0f,
                     m->x, w.cols, (const float *)w.data, w.cols, 0.0f, m->y, w.rows);
         openblas_set_num_threads(1);
-    } else if (m->k->ops->place(m->k, &w, &pw) == NA_OK) {   /* cpu: wraps, no copy */
+    } else {
         na_kbuf_t y = na_kbuf_host(m->y, (size_t)m->batch * w.rows * sizeof(float));
         na_kbuf_t x = na_kbuf_host(m->x, (size_t)m->batch * w.cols * sizeof(float));
-        (void)m->k->ops->matmul(m->k, &y, &x, &pw, m->batch);
-        m->k->ops->unplace(m->k, &pw);
+        (void)m->k->ops->matmul(m->k, &y, &x, &m->placed[rep % m->n_copies], m->batch);
     }
 }
 
@@ -389,18 +389,45 @@ static void na_bk_mm_cleanup(na_bk_mm_t *m)
     free(m->x);
 }
 
+/* Undo na_bk_mm_weights (also a partial one). */
+static void na_bk_mm_weights_free(na_bk_mm_t *m)
+{
+    int c;
+    for (c = 0; m->placed != NULL && c < m->n_copies; c++)
+        m->k->ops->unplace(m->k, &m->placed[c]);
+    free(m->placed);
+    free((void *)m->copies);
+    m->placed = NULL;
+    m->copies = NULL;
+}
+
 /* m->w := a rows x cols weight of dt, in copies that rotate through
- * >= 128 MiB (m->copies, which the caller frees). NA_ERR_NOMEM. */
+ * >= 128 MiB (m->copies), each placed on m->k (m->placed); undo with
+ * na_bk_mm_weights_free. NA_ERR_NOMEM or the backend's error. */
 static na_status_t na_bk_mm_weights(na_bk_mm_t *m, na_dtype_t dt, int rows, int cols)
 {
+    na_status_t st = NA_OK;
+    int c;
+
     m->w.dtype = dt;
     m->w.rows = rows;
     m->w.cols = cols;
+    m->w.layout = NA_LAYOUT_ROWS;
     m->n_copies = (int)(((size_t)128 << 20) / na_dtype_bytes(dt, (size_t)rows * cols)) + 1;
     m->copies = na_bk_weights(dt, rows, cols, m->n_copies, &m->wbytes);
-    if (m->copies == NULL)
+    m->placed = calloc((size_t)m->n_copies, sizeof(*m->placed));
+    if (m->copies == NULL || m->placed == NULL) {
+        na_bk_mm_weights_free(m);
         return na_err(NA_ERR_NOMEM, "bench kernels: no memory for the weights");
-    return NA_OK;
+    }
+    for (c = 0; c < m->n_copies && st == NA_OK; c++) {
+        na_tensor_t w = m->w;
+        w.data = m->copies + (size_t)c * m->wbytes;
+        st = m->k->ops->place(m->k, &w, &m->placed[c]);
+    }
+    if (st != NA_OK)
+        na_bk_mm_weights_free(m);
+    return st;
 }
 
 static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o,
@@ -453,7 +480,7 @@ static na_status_t na_bk_matmul(na_bench_t *b, const na_cli_bench_opts_t *o,
             if (st != NA_OK)
                 break;
         }
-        free((void *)m.copies);
+        na_bk_mm_weights_free(&m);
     }
     na_bk_mm_cleanup(&m);
     return st;
@@ -495,7 +522,7 @@ static na_status_t na_bk_matmul_f32_small(na_bench_t *b, const na_cli_bench_opts
             st = na_bench_add(b, name, flops / med / 1e9, "GFLOP/s", spread, ref,
                               flops / sg_med / 1e9);
         }
-        free((void *)m.copies);
+        na_bk_mm_weights_free(&m);
     }
     na_bk_mm_cleanup(&m);
     return st;

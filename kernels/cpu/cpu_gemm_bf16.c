@@ -92,9 +92,10 @@ static void na_gb_pack_w(const na_tensor_t *w, int r0, int npair, uint32_t *p)
     }
 }
 
-/* y rows [r0, r0 + 32) x inputs [c0, c0 + NR) from panel p and xb. */
+/* y rows [r0, r0 + 32) x inputs [c0, c0 + NR) from panel p (ps words from
+ * one k pair to the next: NA_GB_MR, or more in a placed chunk) and xb. */
 static inline __attribute__((always_inline)) void
-na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
+na_gb_tile(const na_gb_job_t *j, const uint32_t *p, size_t ps, int r0, int c0)
 {
     const uint32_t *xc = j->xb + (size_t)c0 * j->npair;
     const int rows = j->io.w->rows;
@@ -108,8 +109,8 @@ na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
         acc[1][c] = _mm512_setzero_ps();
     }
     for (kp = 0; kp < j->npair; kp++) {
-        __m512bh w0 = (__m512bh)_mm512_loadu_si512(p + (size_t)kp * NA_GB_MR);
-        __m512bh w1 = (__m512bh)_mm512_loadu_si512(p + (size_t)kp * NA_GB_MR + 16);
+        __m512bh w0 = (__m512bh)_mm512_loadu_si512(p + (size_t)kp * ps);
+        __m512bh w1 = (__m512bh)_mm512_loadu_si512(p + (size_t)kp * ps + 16);
 #pragma GCC unroll 12
         for (c = 0; c < NA_GB_NR; c++) {
             __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xc[(size_t)c * j->npair + kp]);
@@ -129,6 +130,18 @@ na_gb_tile(const na_gb_job_t *j, const uint32_t *p, int r0, int c0)
     }
 }
 
+/* Panel pi of a weight placed in chunks of 4 panels (NA_LAYOUT_BF16X32,
+ * kernels/cpu/cpu_pack.c): its first word; *ps the words from one k pair to
+ * the next (32 x the panels of its chunk). */
+static inline const uint32_t *na_gb_placed(const na_gb_job_t *j, int pi, size_t *ps)
+{
+    const int npanel = j->io.w->rows / NA_GB_MR, c = pi / 4;
+    const int nc = npanel - 4 * c < 4 ? npanel - 4 * c : 4;
+    *ps = (size_t)nc * NA_GB_MR;
+    return (const uint32_t *)j->io.w->data + (size_t)4 * c * j->npair * NA_GB_MR +
+           (size_t)(pi % 4) * NA_GB_MR;
+}
+
 /* Pool job 2: the row panels [lo, hi) of task t, each packed into the
  * task's panel (or read where the weight was placed in panels,
  * NA_LAYOUT_BF16X32) and multiplied by every input. */
@@ -140,12 +153,13 @@ static void na_gb_mm_task(void *ctx, int t, int n_tasks)
     uint32_t *p = j->wp + (size_t)t * j->npair * NA_GB_MR;
 
     for (pi = lo; pi < hi; pi++) {
+        size_t ps = NA_GB_MR;
         if (j->io.w->layout == NA_LAYOUT_BF16X32)
-            p = (uint32_t *)j->io.w->data + (size_t)pi * j->npair * NA_GB_MR;
+            p = (uint32_t *)na_gb_placed(j, pi, &ps);
         else
             na_gb_pack_w(j->io.w, pi * NA_GB_MR, j->npair, p);
         for (c0 = 0; c0 < j->io.ncols; c0 += NA_GB_NR)
-            na_gb_tile(j, p, pi * NA_GB_MR, c0);
+            na_gb_tile(j, p, ps, pi * NA_GB_MR, c0);
     }
 }
 
@@ -159,8 +173,8 @@ static void na_gb_mm_task(void *ctx, int t, int n_tasks)
 static inline __attribute__((always_inline)) void
 na_gb_vtile(const na_gb_job_t *j, int pi, int GP, int c0, int NB)
 {
-    const uint32_t *w = (const uint32_t *)j->io.w->data + (size_t)pi * j->npair * NA_GB_MR;
-    const size_t ps = (size_t)j->npair * NA_GB_MR;      /* words per panel */
+    size_t ps;                                  /* words per k pair in pi's chunk */
+    const uint32_t *w = na_gb_placed(j, pi, &ps);
     const uint32_t *xc = j->xb + (size_t)c0 * j->npair;
     const int rows = j->io.w->rows;
     __m512 acc[4][2][NA_GB_VNB];
@@ -176,7 +190,7 @@ na_gb_vtile(const na_gb_job_t *j, int pi, int GP, int c0, int NB)
     for (kp = 0; kp < j->npair; kp++) {
 #pragma GCC unroll 4
         for (g = 0; g < GP; g++) {
-            const uint32_t *pw = w + (size_t)g * ps + (size_t)kp * NA_GB_MR;
+            const uint32_t *pw = w + (size_t)kp * ps + (size_t)g * NA_GB_MR;
             __m512bh w0 = (__m512bh)_mm512_loadu_si512(pw);
             __m512bh w1 = (__m512bh)_mm512_loadu_si512(pw + 16);
 #pragma GCC unroll 4
@@ -197,7 +211,7 @@ na_gb_vtile(const na_gb_job_t *j, int pi, int GP, int c0, int NB)
         }
 }
 
-/* Panels pi.. (gp: 4 with 1 or 2 inputs, 2 with 3 or 4, or 1) times inputs
+/* Panels pi.. (gp: 1..4 with 1 or 2 inputs, 1..2 with 3 or 4) times inputs
  * c0.. (nb, 1..NA_GB_VNB): the tile with constants, at most 16
  * accumulators. */
 static void na_gb_vtile_n(const na_gb_job_t *j, int pi, int gp, int c0, int nb)
@@ -205,6 +219,10 @@ static void na_gb_vtile_n(const na_gb_job_t *j, int pi, int gp, int c0, int nb)
     switch (gp * 10 + nb) {
     case 41: na_gb_vtile(j, pi, 4, c0, 1); break;
     case 42: na_gb_vtile(j, pi, 4, c0, 2); break;
+    case 31: na_gb_vtile(j, pi, 3, c0, 1); break;
+    case 32: na_gb_vtile(j, pi, 3, c0, 2); break;
+    case 21: na_gb_vtile(j, pi, 2, c0, 1); break;
+    case 22: na_gb_vtile(j, pi, 2, c0, 2); break;
     case 23: na_gb_vtile(j, pi, 2, c0, 3); break;
     case 24: na_gb_vtile(j, pi, 2, c0, 4); break;
     case 11: na_gb_vtile(j, pi, 1, c0, 1); break;
@@ -214,21 +232,26 @@ static void na_gb_vtile_n(const na_gb_job_t *j, int pi, int gp, int c0, int nb)
     }
 }
 
-/* Pool job 2 of a small batch: task t's panels, a few at a time, each run
- * over the inputs NA_GB_VNB at a time (the panels stay in cache). */
+/* Pool job 2 of a small batch: task t's chunks of 4 panels (the last one
+ * shorter), each run over the inputs NA_GB_VNB at a time (the panels stay
+ * in cache); a chunk's panels are read together, so each input has 2 x 4
+ * vdpbf16ps chains in flight. */
 static void na_gb_mv_task(void *ctx, int t, int n_tasks)
 {
     const na_gb_job_t *j = ctx;
-    const int npanel = j->io.w->rows / NA_GB_MR;
-    int pi = (int)((long)npanel * t / n_tasks), hi = (int)((long)npanel * (t + 1) / n_tasks);
+    const int npanel = j->io.w->rows / NA_GB_MR, nchunk = (npanel + 3) / 4;
+    int pi = 4 * (int)((long)nchunk * t / n_tasks);
+    int hi = 4 * (int)((long)nchunk * (t + 1) / n_tasks);
 
+    if (hi > npanel)
+        hi = npanel;
     while (pi < hi) {
-        int c0, g = hi - pi >= 4 ? 4 : 1;
+        int c0, g = hi - pi >= 4 ? 4 : hi - pi;
         for (c0 = 0; c0 < j->io.batch; c0 += NA_GB_VNB) {
             int nb = j->io.batch - c0 < NA_GB_VNB ? j->io.batch - c0 : NA_GB_VNB;
-            if (g == 4 && nb > 2) {
+            if (g > 2 && nb > 2) {              /* at most 16 accumulators */
                 na_gb_vtile_n(j, pi, 2, c0, nb);
-                na_gb_vtile_n(j, pi + 2, 2, c0, nb);
+                na_gb_vtile_n(j, pi + 2, g - 2, c0, nb);
             } else {
                 na_gb_vtile_n(j, pi, g, c0, nb);
             }
@@ -253,9 +276,10 @@ int na_cpu_gemm_bf16(na_kernels_t *k, float *y, const float *x, const na_tensor_
         if (j.xb == NULL)
             return -1;
         j.wp = NULL;
+        const int nchunk = (w->rows / NA_GB_MR + 3) / 4;
         na_cpu_gemm_run(k, na_gb_pack_x_task, na_gb_mv_task, &j, batch,
-                        k->n_threads == 1 ? 1 : 4 * k->n_threads < npanel ? 4 * k->n_threads
-                                                                         : npanel);
+                        k->n_threads == 1 ? 1 : 4 * k->n_threads < nchunk ? 4 * k->n_threads
+                                                                         : nchunk);
         return 0;
     }
     j.io = na_cpu_gemm_io(y, x, w, batch, NA_GB_NR);

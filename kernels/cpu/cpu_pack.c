@@ -16,15 +16,19 @@
  *
  * NA_LAYOUT_BF16X32 (BF16, rows % 32 == 0, even cols, where the CPU has
  * AVX512-BF16; kernels/cpu/cpu_gemm_bf16.c): rows 32g..32g+31 form panel g,
- * (cols / 2) k pairs x 32 rows of 32-bit words, word (p, i) = row 32g + i's
- * elements 2p and 2p + 1: the GEMM's own panel, so vdpbf16ps reads a pair
- * of 16 rows per zmm. Panel g at g * cols * 32 elements.
+ * and panels 4c..4c+3 chunk c (the last chunk may hold fewer, n_c); a chunk
+ * is (cols / 2) k pairs x n_c panels x 32 rows of 32-bit words, word (p, g,
+ * i) = row 32(4c + g) + i's elements 2p and 2p + 1, at 4c x cols x 32
+ * elements. So vdpbf16ps reads a pair of 16 rows per zmm (the GEMM's panel,
+ * read with a stride), and a small batch reads 4 panels as one stream: the
+ * whole weight is one sequential read, as row-major rows are.
  *
  * A tensor placed twice (the tied output and embedding) shares one copy,
  * reference-counted by its source address, as the cuda backend shares
  * its uploads. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/grow.h"
 #include "kernels/cpu/cpu.h"
@@ -69,19 +73,26 @@ static void na_cpu_pack_q4x8(uint8_t *dst, const uint8_t *src, int rows, int nbl
         }
 }
 
+/* The word of NA_LAYOUT_BF16X32 holding row r's k pair p (npanel panels,
+ * npair pairs). */
+static size_t na_cpu_bf16x32_word(int r, int p, int npanel, int npair)
+{
+    const int g = r / 32, c = g / 4, nc = npanel - 4 * c < 4 ? npanel - 4 * c : 4;
+    return (size_t)4 * c * npair * 32 + ((size_t)p * nc + (size_t)(g % 4)) * 32 +
+           (size_t)(r % 32);
+}
+
 /* src (rows x cols row-major bf16) into dst in NA_LAYOUT_BF16X32. */
 static void na_cpu_pack_bf16x32(uint32_t *dst, const uint8_t *src, int rows, int cols)
 {
-    const int npair = cols / 2;
-    int g, p, i;
+    const int npair = cols / 2, npanel = rows / 32;
+    int r, p;
 
-    for (g = 0; g < rows / 32; g++)
-        for (i = 0; i < 32; i++) {
-            const uint8_t *row = src + (size_t)(32 * g + i) * (size_t)cols * 2;
-            uint32_t *o = dst + (size_t)g * npair * 32 + i;
-            for (p = 0; p < npair; p++)
-                memcpy(o + (size_t)p * 32, row + 4 * (size_t)p, 4);
-        }
+    for (r = 0; r < rows; r++) {
+        const uint8_t *row = src + (size_t)r * (size_t)cols * 2;
+        for (p = 0; p < npair; p++)
+            memcpy(dst + na_cpu_bf16x32_word(r, p, npanel, npair), row + 4 * (size_t)p, 4);
+    }
 }
 
 /* Elements [c0, c0 + 32) of row `row` of a packed weight t, as f32. */
@@ -103,8 +114,8 @@ static void na_cpu_packed_chunk(const na_tensor_t *t, int row, int c0, float out
     for (j = 0; j < 32 && c0 + j < t->cols; j++) {      /* NA_LAYOUT_BF16X32 */
         const int c = c0 + j;
         const uint16_t *pw = (const uint16_t *)t->data +
-                             ((size_t)(row / 32) * (size_t)(t->cols / 2) + (size_t)(c / 2)) * 64 +
-                             2 * (size_t)(row % 32) + (size_t)(c % 2);
+                             2 * na_cpu_bf16x32_word(row, c / 2, t->rows / 32, t->cols / 2) +
+                             (size_t)(c % 2);
         out[j] = na_bf16_to_f32(*pw);
     }
 }
@@ -145,6 +156,24 @@ void na_cpu_packed_matmul_f32(float *y, const float *x, const na_tensor_t *w, in
         }
 }
 
+/* Memory for a copy of `bytes`: from 1 MiB on in 2 MiB units with the
+ * transparent huge pages asked for (madvise: advice, harmless if refused),
+ * as a stream through the whole weight misses the TLB every 4 KiB page
+ * otherwise; smaller copies 64-byte aligned. */
+static void *na_cpu_pack_alloc(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+
+    if (bytes < huge / 2)
+        return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    bytes = (bytes + huge - 1) / huge * huge;
+    if (posix_memalign(&p, huge, bytes) != 0)
+        return NULL;
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
 /* ops->place: the mmap wrapped (na_khost_place); a weight that packs gets
  * its copy in the layout of na_cpu_layout, made once per source. */
 na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
@@ -167,7 +196,7 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
         if (v == NULL)
             return na_err(NA_ERR_NOMEM, "kernels cpu place: out of memory");
         s->packed = v;
-        copy = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        copy = na_cpu_pack_alloc(bytes);
         if (copy == NULL)
             return na_err(NA_ERR_NOMEM, "kernels cpu place: out of memory for the %d x %d %s "
                           "weight's reordered copy (%zu bytes)", t->rows, t->cols,
