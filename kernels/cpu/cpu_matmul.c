@@ -722,7 +722,7 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
     if (na_ref_quant_kind(w->dtype) != 0) {       /* Q4_0 ... Q6_K: cpu_quant.c */
         if (s->matmul_quant(k, y, x, w, batch) == 0)
             return;
-        if (w->layout == NA_LAYOUT_Q4X8)
+        if (w->layout != NA_LAYOUT_ROWS)
             na_cpu_packed_matmul_f32(y, x, w, batch);
         else
             na_ref_matmul(k, y, x, w, batch);

@@ -23,6 +23,20 @@
  * read with a stride), and a small batch reads 4 panels as one stream: the
  * whole weight is one sequential read, as row-major rows are.
  *
+ * NA_LAYOUT_Q4KX8 (Q4_K, rows % 8 == 0; cpu_quant.c's "Q4_K in groups of 8
+ * rows"): group g = rows 8g..8g+7; super-block b of the group is 1184 bytes
+ * (the 8 rows' 1152, the 6-bit scales and mins widened to bytes):
+ *   bytes    0..15    the 8 rows' f16 d, row 8g + i at 2i;
+ *   bytes   16..31    their f16 dmin;
+ *   bytes   32..95    the sub-block scales, sub-block s, row i at 32 + 8s + i;
+ *   bytes   96..159   the mins in pairs of sub-blocks: (2t, 2t+1), row i at
+ *                     96 + 16t + 2i (and + 1);
+ *   bytes  160..1183  32 chunks of 32: chunk c holds code bytes 4c..4c+3 of
+ *                     each row (row i at 160 + 32c + 4i): the low nibbles
+ *                     elements 64(c / 8) + 4(c % 8).., of sub-block 2(c / 8),
+ *                     the high ones 32 further, of sub-block 2(c / 8) + 1.
+ * Group g, super-block b at (g * nsb + b) * 1184.
+ *
  * A tensor placed twice (the tied output and embedding) shares one copy,
  * reference-counted by its source address, as the cuda backend shares
  * its uploads. */
@@ -37,6 +51,8 @@
 
 #define NA_Q4X8_BLOCK 18            /* bytes of a Q4_0 block: f16 d, 16 code bytes */
 #define NA_Q4X8_GROUP_BLOCK 144     /* 8 rows x 18 bytes */
+#define NA_Q4K_BLOCK 144            /* bytes of a Q4_K super-block */
+#define NA_Q4KX8_GROUP_BLOCK 1184   /* 8 rows' super-blocks, reordered */
 
 /* Weights with fewer elements stay row-major: the copy would not pay. */
 #define NA_CPU_PACK_MIN ((size_t)1 << 16)
@@ -49,6 +65,8 @@ static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
         return NA_LAYOUT_ROWS;
     if (t->dtype == NA_DTYPE_Q4_0 && t->rows % 8 == 0)
         return NA_LAYOUT_Q4X8;
+    if (t->dtype == NA_DTYPE_Q4_K && t->rows % 8 == 0)
+        return NA_LAYOUT_Q4KX8;
     if (t->dtype == NA_DTYPE_BF16 && t->rows % 32 == 0 && t->cols % 2 == 0 &&
         s->gemm_bf16 != NULL)
         return NA_LAYOUT_BF16X32;
@@ -71,6 +89,55 @@ static void na_cpu_pack_q4x8(uint8_t *dst, const uint8_t *src, int rows, int nbl
                     memcpy(o + 16 + 32 * c + 4 * i, blk + 2 + 4 * c, 4);
             }
         }
+}
+
+/* src (rows x nsb row-major Q4_K super-blocks) into dst in NA_LAYOUT_Q4KX8. */
+static void na_cpu_pack_q4kx8(uint8_t *dst, const uint8_t *src, int rows, int nsb)
+{
+    const size_t rb = (size_t)nsb * NA_Q4K_BLOCK;
+    int g, b, i, s, c, sc, m;
+
+    for (g = 0; g < rows / 8; g++)
+        for (b = 0; b < nsb; b++) {
+            uint8_t *o = dst + ((size_t)g * nsb + b) * NA_Q4KX8_GROUP_BLOCK;
+            for (i = 0; i < 8; i++) {
+                const uint8_t *blk = src + (size_t)(8 * g + i) * rb + (size_t)b * NA_Q4K_BLOCK;
+                memcpy(o + 2 * i, blk, 2);
+                memcpy(o + 16 + 2 * i, blk + 2, 2);
+                for (s = 0; s < 8; s++) {
+                    na_ref_k4_scale_min(blk + 4, s, &sc, &m);
+                    o[32 + 8 * s + i] = (uint8_t)sc;
+                    o[96 + 16 * (s / 2) + 2 * i + s % 2] = (uint8_t)m;
+                }
+                for (c = 0; c < 32; c++)
+                    memcpy(o + 160 + 32 * c + 4 * i, blk + 16 + 4 * c, 4);
+            }
+        }
+}
+
+/* Super-block b of row `row` of a NA_LAYOUT_Q4KX8 weight, as the model's
+ * 144 bytes (the 6-bit scales and mins packed back as na_ref_k4_scale_min
+ * reads them). */
+static void na_cpu_q4kx8_block(const na_tensor_t *t, int row, int b, uint8_t out[NA_Q4K_BLOCK])
+{
+    const int nsb = t->cols / NA_QK_K, i = row % 8;
+    const uint8_t *o = (const uint8_t *)t->data +
+                       ((size_t)(row / 8) * nsb + b) * NA_Q4KX8_GROUP_BLOCK;
+    int sc[8], m[8], s, c;
+
+    memcpy(out, o + 2 * i, 2);
+    memcpy(out + 2, o + 16 + 2 * i, 2);
+    for (s = 0; s < 8; s++) {
+        sc[s] = o[32 + 8 * s + i];
+        m[s] = o[96 + 16 * (s / 2) + 2 * i + s % 2];
+    }
+    for (s = 0; s < 4; s++) {
+        out[4 + s] = (uint8_t)((sc[s] & 63) | ((sc[s + 4] >> 4) << 6));
+        out[8 + s] = (uint8_t)((m[s] & 63) | ((m[s + 4] >> 4) << 6));
+        out[12 + s] = (uint8_t)((sc[s + 4] & 0xF) | ((m[s + 4] & 0xF) << 4));
+    }
+    for (c = 0; c < 32; c++)
+        memcpy(out + 16 + 4 * c, o + 160 + 32 * c + 4 * i, 4);
 }
 
 /* The word of NA_LAYOUT_BF16X32 holding row r's k pair p (npanel panels,
@@ -109,6 +176,14 @@ static void na_cpu_packed_chunk(const na_tensor_t *t, int row, int c0, float out
         for (j = 0; j < 4; j++)
             memcpy(blk + 2 + 4 * j, o + 16 + 32 * j + 4 * i, 4);
         na_ref_dequant_row(NA_DTYPE_Q4_0, blk, out, 32);
+        return;
+    }
+    if (t->layout == NA_LAYOUT_Q4KX8) {
+        uint8_t blk[NA_Q4K_BLOCK];
+        float all[NA_QK_K];
+        na_cpu_q4kx8_block(t, row, c0 / NA_QK_K, blk);
+        na_ref_dequant_row(NA_DTYPE_Q4_K, blk, all, NA_QK_K);
+        memcpy(out, all + c0 % NA_QK_K, sizeof(float) * 32);
         return;
     }
     for (j = 0; j < 32 && c0 + j < t->cols; j++) {      /* NA_LAYOUT_BF16X32 */
@@ -186,7 +261,9 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
 
     if (st != NA_OK || (layout = na_cpu_layout(k, t)) == NA_LAYOUT_ROWS)
         return st;
-    bytes = w->buf.size;
+    bytes = w->buf.size;                        /* Q4KX8: 1184 bytes per 1152 */
+    if (layout == NA_LAYOUT_Q4KX8)
+        bytes = (size_t)(t->rows / 8) * (size_t)(t->cols / NA_QK_K) * NA_Q4KX8_GROUP_BLOCK;
     for (i = 0; i < s->n_packed; i++)
         if (s->packed[i].src == t->data && s->packed[i].bytes == bytes)
             break;
@@ -203,6 +280,8 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
                           na_dtype_name(t->dtype), bytes);
         if (layout == NA_LAYOUT_Q4X8)
             na_cpu_pack_q4x8(copy, t->data, t->rows, t->cols / 32);
+        else if (layout == NA_LAYOUT_Q4KX8)
+            na_cpu_pack_q4kx8(copy, t->data, t->rows, t->cols / NA_QK_K);
         else
             na_cpu_pack_bf16x32(copy, t->data, t->rows, t->cols);
         s->packed[s->n_packed++] = (na_cpu_packed_t){ t->data, bytes, copy, 0 };

@@ -610,11 +610,13 @@ NA_INLINE __m256i na_cq8_isum(const __m256i u[8], const int8_t *xq, int32_t neg)
 }
 
 /* The quantised inputs of one row for the groups: q, d per block, and
- * neg = -8 x each block's sum of q. */
+ * neg = -8 x each block's sum of q (Q4_0); b32, the sums of 32 in the first
+ * 8 of each super-block's 16 slots (Q4_K: na_cq_pair_sums). */
 typedef struct {
     const int8_t  *q;
     const float   *d;
     const int32_t *neg;
+    const int16_t *b32;
 } na_cq8_x_t;
 
 /* Group gp (nblk blocks) times NB inputs: y[i * ys + 0..7] for input i. */
@@ -661,19 +663,128 @@ static void na_cq8_group_n(const uint8_t *gp, int nblk, const na_cq8_x_t *x, int
     }
 }
 
+/* ---- Q4_K in groups of 8 rows (NA_LAYOUT_Q4KX8, kernels/cpu/cpu_pack.c) -----
+ * A 32-bit lane per row, as for Q4_0: per super-block and sub-block, each
+ * row's exact integer sum of code x input (8 vpdpbusd, or 8 maddubs summed
+ * in int16: at most 8 x 2 x 15 x 127 = 30480), times its 6-bit scale
+ * (vpmulld), summed over the 8 sub-blocks; the mins' term, sum over s of
+ * m_s x the input's sum over sub-block s, by madd of the byte pairs; then
+ * acc += that sum x (d x d_x) and accm += the mins' term x (dmin x d_x), in
+ * f32, super-block after super-block from 0; the output is acc - accm. The
+ * same for every batch and ISA copy (batch-invariant by its shape). */
+#define NA_CQK_GB 1184                  /* bytes of a group's super-block */
+#if defined(NA_CPU_VNNI) || defined(NA_CPU_V4)
+#define NA_CQK_NB 4                     /* inputs per pass */
+#else
+#define NA_CQK_NB 2
+#endif
+
+NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int NB, float *y,
+                            size_t ys)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[NA_CQK_NB], accm[NA_CQK_NB];
+    int b, j, c, i;
+
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++) {
+        acc[i] = _mm256_setzero_ps();
+        accm[i] = _mm256_setzero_ps();
+    }
+    for (b = 0; b < nsb; b++, gp += NA_CQK_GB) {
+        __m256i isum[NA_CQK_NB], msum[NA_CQK_NB];
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+        __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {
+            isum[i] = _mm256_setzero_si256();
+            msum[i] = _mm256_setzero_si256();
+        }
+        for (j = 0; j < 4; j++) {               /* sub-blocks 2j (low nibbles), 2j + 1 */
+            __m256i slo[NA_CQK_NB], shi[NA_CQK_NB], sc0, sc1, mv;
+#pragma GCC unroll 4
+            for (i = 0; i < NB; i++) {
+                slo[i] = _mm256_setzero_si256();
+                shi[i] = _mm256_setzero_si256();
+            }
+#pragma GCC unroll 8
+            for (c = 0; c < 8; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(gp + 160 + 32 * (8 * j + c)));
+                __m256i lo = _mm256_and_si256(v, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+                for (i = 0; i < NB; i++) {
+                    const int8_t *xq = x[i].q + (size_t)b * NA_QK_K + 64 * j + 4 * c;
+#if defined(NA_CPU_VNNI)
+                    slo[i] = _mm256_dpbusd_epi32(slo[i], lo, na_cq8_x4(xq));
+                    shi[i] = _mm256_dpbusd_epi32(shi[i], hi, na_cq8_x4(xq + 32));
+#else                                           /* int16 sums, widened below */
+                    slo[i] = _mm256_add_epi16(slo[i], _mm256_maddubs_epi16(lo, na_cq8_x4(xq)));
+                    shi[i] = _mm256_add_epi16(shi[i],
+                                              _mm256_maddubs_epi16(hi, na_cq8_x4(xq + 32)));
+#endif
+                }
+            }
+            sc0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gp + 32 + 16 * j)));
+            sc1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gp + 40 + 16 * j)));
+            mv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(gp + 96 + 16 * j)));
+#pragma GCC unroll 4
+            for (i = 0; i < NB; i++) {
+                int32_t pair;
+#if !defined(NA_CPU_VNNI)
+                slo[i] = _mm256_madd_epi16(slo[i], _mm256_set1_epi16(1));
+                shi[i] = _mm256_madd_epi16(shi[i], _mm256_set1_epi16(1));
+#endif
+                isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_mullo_epi32(slo[i], sc0),
+                                                                     _mm256_mullo_epi32(shi[i], sc1)));
+                memcpy(&pair, x[i].b32 + (size_t)b * (NA_QK_K / 16) + 2 * j, 4);
+                msum[i] = _mm256_add_epi32(msum[i], _mm256_madd_epi16(mv, _mm256_set1_epi32(pair)));
+            }
+        }
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++) {
+            __m256 dx = _mm256_set1_ps(x[i].d[b]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(d, dx), acc[i]);
+            accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[i]), _mm256_mul_ps(dm, dx), accm[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        _mm256_storeu_ps(y + (size_t)i * ys, _mm256_sub_ps(acc[i], accm[i]));
+}
+
+/* Group gp with nb (1..NA_CQ8_NB) inputs, NA_CQK_NB at a time. */
+static void na_cqk_group_n(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int nb, float *y,
+                           size_t ys)
+{
+    for (; nb > 0; nb -= NA_CQK_NB, x += NA_CQK_NB, y += NA_CQK_NB * ys) {
+        switch (nb < NA_CQK_NB ? nb : NA_CQK_NB) {
+#if NA_CQK_NB == 4
+        case 4: na_cqk_group(gp, nsb, x, 4, y, ys); break;
+        case 3: na_cqk_group(gp, nsb, x, 3, y, ys); break;
+#endif
+        case 2: na_cqk_group(gp, nsb, x, 2, y, ys); break;
+        default: na_cqk_group(gp, nsb, x, 1, y, ys); break;
+        }
+    }
+}
+
 typedef struct {
     float         *y;
-    const uint8_t *w;           /* NA_LAYOUT_Q4X8 */
+    const uint8_t *w;           /* NA_LAYOUT_Q4X8 or NA_LAYOUT_Q4KX8 */
+    int            k4;          /* 1: Q4KX8 (nblk super-blocks per row) */
     int            rows, nblk, batch;
     const int8_t  *q;           /* (batch, cols) */
     const float   *d;           /* (batch, nblk) */
-    const int32_t *neg;         /* (batch, nblk) */
+    const int32_t *neg;         /* Q4_0: (batch, nblk) */
+    const int16_t *b32;         /* Q4_K: (batch, nblk x 16) */
 } na_cq8_job_t;
 
 static void na_cq8_task(void *ctx, int t, int n_tasks)
 {
     const na_cq8_job_t *j = ctx;
-    const int ng = j->rows / 8, cols = 32 * j->nblk;
+    const int ng = j->rows / 8, cols = (j->k4 ? NA_QK_K : 32) * j->nblk;
+    const size_t gbytes = (size_t)j->nblk * (j->k4 ? NA_CQK_GB : NA_CQ8_GB);
     /* split on pairs of groups: 16 rows, 64 bytes of each output row */
     int lo = (int)((long)ng * t / n_tasks) & ~1, hi = (int)((long)ng * (t + 1) / n_tasks) & ~1;
     int g0, g1, g, b0, nb, i;
@@ -688,12 +799,29 @@ static void na_cq8_task(void *ctx, int t, int n_tasks)
             for (i = 0; i < nb; i++) {
                 x[i].q = j->q + (size_t)(b0 + i) * cols;
                 x[i].d = j->d + (size_t)(b0 + i) * j->nblk;
-                x[i].neg = j->neg + (size_t)(b0 + i) * j->nblk;
+                x[i].neg = j->k4 ? NULL : j->neg + (size_t)(b0 + i) * j->nblk;
+                x[i].b32 = j->k4 ? j->b32 + (size_t)(b0 + i) * j->nblk * (NA_QK_K / 16) : NULL;
             }
-            for (g = g0; g < g1; g++)
-                na_cq8_group_n(j->w + (size_t)g * j->nblk * NA_CQ8_GB, j->nblk, x, nb,
-                               j->y + (size_t)b0 * j->rows + 8 * (size_t)g, (size_t)j->rows);
+            for (g = g0; g < g1; g++) {
+                float *yg = j->y + (size_t)b0 * j->rows + 8 * (size_t)g;
+                if (j->k4)
+                    na_cqk_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
+                else
+                    na_cq8_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
+            }
         }
+    }
+}
+
+/* Q4_K's groups use an input's sums of 32, not of 16: each super-block's 16
+ * sums become its 8 pair sums in their first 8 slots. */
+static void na_cq_pair_sums(int16_t *bs, int nsb)
+{
+    int b;
+    for (b = 0; b < nsb; b++, bs += NA_QK_K / 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)bs);
+        __m128i c = _mm_loadu_si128((const __m128i *)(bs + 8));
+        _mm_storeu_si128((__m128i *)bs, _mm_hadd_epi16(a, c));
     }
 }
 
@@ -832,9 +960,19 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     work = (size_t)w->rows * (size_t)cols * (size_t)batch;
     tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;
     if (w->layout == NA_LAYOUT_Q4X8) {          /* Q4_0 in groups of 8 rows */
-        na_cq8_job_t j8 = { y, w->data, w->rows, j.nd, batch, j.q, j.d, (const int32_t *)j.s };
+        na_cq8_job_t j8 = { y, w->data, 0, w->rows, j.nd, batch, j.q, j.d, (const int32_t *)j.s,
+                            NULL };
         for (b = 0; b < batch; b++)             /* s: unused by Q4_0, the sums instead */
             na_cq8_negs(j.q + (size_t)b * cols, j.nd, (int32_t *)j.s + (size_t)b * j.nd);
+        if (tasks > w->rows / 16)
+            tasks = w->rows / 16 > 0 ? w->rows / 16 : 1;
+        na_cpu_pool_run(s->pool, na_cq8_task, &j8, tasks);
+        return 0;
+    }
+    if (w->layout == NA_LAYOUT_Q4KX8) {         /* Q4_K in groups of 8 rows */
+        na_cq8_job_t j8 = { y, w->data, 1, w->rows, j.nd, batch, j.q, j.d, NULL, j.bs };
+        for (b = 0; b < batch; b++)
+            na_cq_pair_sums((int16_t *)j.bs + (size_t)b * j.nbs, j.nd);
         if (tasks > w->rows / 16)
             tasks = w->rows / 16 > 0 ? w->rows / 16 : 1;
         na_cpu_pool_run(s->pool, na_cq8_task, &j8, tasks);

@@ -606,28 +606,39 @@ static void test_embed(void)
     }
 }
 
-/* Q4_0 weights of rows % 8 == 0 (and enough elements) are placed on the cpu
- * backend as a copy in NA_LAYOUT_Q4X8 (kernels/cpu/cpu_pack.c) with its own
- * kernel: the layout is reported, the embedding rows are the model's, a
- * tensor placed twice shares one copy, and the matmul (against the
- * reference, and bit-identical at every batch: check_matmul /
- * check_invariant) on shapes that leave tails of the kernel's input tiles
- * and group chunks; rows % 8 != 0 stays row-major. */
-static void test_q4x8(void)
+/* Q4_0 and Q4_K weights of rows % 8 == 0 (and enough elements) are placed
+ * on the cpu backend as copies in NA_LAYOUT_Q4X8 / NA_LAYOUT_Q4KX8
+ * (kernels/cpu/cpu_pack.c) with their own kernels: the layout is reported,
+ * the embedding rows are the model's, a tensor placed twice shares one
+ * copy, and the matmul (against the reference, and bit-identical at every
+ * batch: check_matmul / check_invariant) on shapes that leave tails of the
+ * kernels' input tiles and group chunks; rows % 8 != 0 stays row-major. */
+static void test_grouped(void)
 {
-    static const int shapes[][2] = { { 64, 32 * 33 }, { 136, 32 * 20 }, { 8, 32 * 260 } };
+    static const struct {
+        na_dtype_t dt;
+        int        layout, rows, cols;
+    } cases[] = {
+        { NA_DTYPE_Q4_0, NA_LAYOUT_Q4X8, 64, 32 * 33 },
+        { NA_DTYPE_Q4_0, NA_LAYOUT_Q4X8, 136, 32 * 20 },
+        { NA_DTYPE_Q4_0, NA_LAYOUT_Q4X8, 8, 32 * 260 },
+        { NA_DTYPE_Q4_K, NA_LAYOUT_Q4KX8, 64, 256 * 5 },
+        { NA_DTYPE_Q4_K, NA_LAYOUT_Q4KX8, 136, 256 * 2 },
+        { NA_DTYPE_Q4_K, NA_LAYOUT_Q4KX8, 8, 256 * 33 },
+    };
     static const int batches[] = { 2, 3, 5, 8, 9, 13, 40 };
     static const int toks[] = { 0, 7, 63, 8, 9 };
-    size_t si, bi;
+    size_t ci, bi;
     int t, r;
-    for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
-        const int rows = shapes[si][0], cols = shapes[si][1];
+    for (ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const na_dtype_t dt = cases[ci].dt;
+        const int rows = cases[ci].rows, cols = cases[ci].cols;
         na_tensor_t w;
-        void *buf = na_test_rand_weight(&rng, NA_DTYPE_Q4_0, rows, cols, &w);
+        void *buf = na_test_rand_weight(&rng, dt, rows, cols, &w);
         float *want = na_test_xmalloc(F32B(5 * cols)), *got = na_test_xmalloc(F32B(5 * cols));
         for (r = 0; r < 5; r++)
-            na_ref_dequant_row(NA_DTYPE_Q4_0, (const uint8_t *)w.data + (size_t)(toks[r] % rows) *
-                                   na_dtype_bytes(NA_DTYPE_Q4_0, (size_t)cols),
+            na_ref_dequant_row(dt, (const uint8_t *)w.data + (size_t)(toks[r] % rows) *
+                                   na_dtype_bytes(dt, (size_t)cols),
                                want + (size_t)r * cols, cols);
         for (t = 0; t < 2; t++) {
             na_kernels_t *k = cpu_k[t];
@@ -637,22 +648,22 @@ static void test_q4x8(void)
             for (r = 0; r < 5; r++)
                 tk[r] = toks[r] % rows;
             NA_CHECK_OK(k->ops->place(k, &w, &pw));
-            NA_CHECK_MSG(pw.layout == NA_LAYOUT_Q4X8, "q4_0 %d x %d placed as layout %d",
-                         rows, cols, pw.layout);
+            NA_CHECK_MSG(pw.layout == cases[ci].layout, "%s %d x %d placed as layout %d",
+                         na_dtype_name(dt), rows, cols, pw.layout);
             NA_CHECK_OK(k->ops->place(k, &w, &pw2));
             NA_CHECK(pw2.buf.host == pw.buf.host && pw.buf.host != w.data);
             memset(got, 0xff, F32B(5 * cols));
             NA_CHECK_OK(k->ops->embed(k, &xb, &pw, tk, 5));
             NA_CHECK_MSG(memcmp(got, want, F32B(5 * cols)) == 0,
-                         "embed of the q4_0 %d x %d interleaved copy differs", rows, cols);
+                         "embed of the %s %d x %d reordered copy differs", na_dtype_name(dt),
+                         rows, cols);
             k->ops->unplace(k, &pw2);
             k->ops->unplace(k, &pw);
         }
         for (bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++)
-            check_matmul(NA_DTYPE_Q4_0, rows, cols, batches[bi]);
-        check_matmul(NA_DTYPE_Q4_0, rows, cols, 1);
-        check_invariant(NA_DTYPE_Q4_0, rows, cols, batches,
-                        (int)(sizeof(batches) / sizeof(batches[0])));
+            check_matmul(dt, rows, cols, batches[bi]);
+        check_matmul(dt, rows, cols, 1);
+        check_invariant(dt, rows, cols, batches, (int)(sizeof(batches) / sizeof(batches[0])));
         free(got);
         free(want);
         free(buf);
@@ -713,7 +724,7 @@ int main(void)
     test_nonfinite();
     test_matmul();
     test_batch_invariant();
-    test_q4x8();
+    test_grouped();
     na_test_kernels_close(ref_k, cpu_k);
     return na_test_finish();
 }
