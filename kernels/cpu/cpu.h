@@ -48,10 +48,12 @@ void na_cpu_pool_rest(na_cpu_pool_t *pool);
  * The AVX-512 extensions are not part of x86-64-v4: their copies get their
  * own flags (kernels/CMakeLists.txt) and their own CPUID checks. */
 
-/* na_cpu_gemm_bf16 from this batch on: it is faster from batch 8 (768x768
- * and 2048x768, 1 thread, best of 100, GFLOP/s row kernel / GEMM: b=6 66 /
- * 65, b=8 79 / 84, b=12 85 / 129), but its bf16 inputs would break the
- * bit-identity of batches below 20 with batch 1 (cpu_matmul.c). */
+/* na_cpu_gemm_bf16 from this batch on for a row-major bf16 weight without
+ * batch_invariant: it is faster from batch 8 (768x768 and 2048x768, 1
+ * thread, best of 100, GFLOP/s row kernel / GEMM: b=6 66 / 65, b=8 79 / 84,
+ * b=12 85 / 129), but its bf16 inputs would break the bit-identity of
+ * batches below 20 with batch 1 (cpu_matmul.c). A weight placed as
+ * NA_LAYOUT_BF16X32 takes cpu_gemm_bf16.c at every batch instead. */
 #define NA_CPU_GEMM_BF16_MIN_BATCH 20
 /* na_cpu_gemm_f32 from this batch on: its panel packing (a transposing copy
  * of the weight per call) is paid back from ~64 inputs (1 thread, best of

@@ -8,8 +8,12 @@
  * product of two bf16 values is exact in f32, and the products are summed in
  * f32 — vdpbf16ps adds the two products of a pair in turn to a lane (it
  * treats denormal inputs and results as zero). This is the precision
- * llama.cpp multiplies bf16 weights at; batch 1 and small batches keep f32
- * inputs (cpu_matmul.c).
+ * llama.cpp multiplies bf16 weights at. A weight placed in this file's
+ * panels (NA_LAYOUT_BF16X32, kernels/cpu/cpu_pack.c) takes this file at
+ * every batch (the small-batch passes below NA_GB_VMAX), so its results do
+ * not depend on the batch; a row-major bf16 weight takes it only without
+ * batch_invariant from NA_CPU_GEMM_BF16_MIN_BATCH (its smaller batches keep
+ * f32 inputs, cpu_matmul.c).
  *
  * Layout: a weight panel of NA_GB_MR rows is packed as (k pair, row, 2)
  * 32-bit words, so one zmm holds one pair of 16 rows; the micro-kernel

@@ -21,7 +21,11 @@
  *                   f32 order differs from the reference).
  * Compiled for x86-64-v3 and, as na_cpu_matmul_quant_v4, for x86-64-v4
  * (kernels/CMakeLists.txt); the AVX512-VNNI copy (NA_CPU_VNNI) replaces each
- * maddubs + madd pair by one vpdpbusd. */
+ * maddubs + madd pair by one vpdpbusd.
+ * Q4_0 and Q4_K weights placed in groups of 8 rows (NA_LAYOUT_Q4X8 /
+ * NA_LAYOUT_Q4KX8, kernels/cpu/cpu_pack.c) take the grouped kernels below
+ * instead, at every batch: one output row per 32-bit lane (their sections
+ * say how they sum). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
