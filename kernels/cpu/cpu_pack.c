@@ -49,7 +49,6 @@
 #include "kernels/host/host.h"
 #include "kernels/ref/ref.h"
 
-#define NA_Q4X8_BLOCK 18            /* bytes of a Q4_0 block: f16 d, 16 code bytes */
 #define NA_Q4X8_GROUP_BLOCK 144     /* 8 rows x 18 bytes */
 #define NA_Q4K_BLOCK 144            /* bytes of a Q4_K super-block */
 #define NA_Q4KX8_GROUP_BLOCK 1184   /* 8 rows' super-blocks, reordered */
@@ -73,71 +72,81 @@ static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
     return NA_LAYOUT_ROWS;
 }
 
-/* src (rows x nblk row-major Q4_0 blocks) into dst in NA_LAYOUT_Q4X8. */
-static void na_cpu_pack_q4x8(uint8_t *dst, const uint8_t *src, int rows, int nblk)
+/* The groups of 8 rows (NA_LAYOUT_Q4X8, NA_LAYOUT_Q4KX8): a model block of
+ * row i (0..7) into its group's block o (put), and back (get). */
+static void na_cpu_q4x8_put(uint8_t *o, int i, const uint8_t *blk)
 {
-    const size_t rb = (size_t)nblk * NA_Q4X8_BLOCK;
-    int g, b, i, c;
-
-    for (g = 0; g < rows / 8; g++)
-        for (b = 0; b < nblk; b++) {
-            uint8_t *o = dst + ((size_t)g * nblk + b) * NA_Q4X8_GROUP_BLOCK;
-            for (i = 0; i < 8; i++) {
-                const uint8_t *blk = src + (size_t)(8 * g + i) * rb + (size_t)b * NA_Q4X8_BLOCK;
-                memcpy(o + 2 * i, blk, 2);
-                for (c = 0; c < 4; c++)
-                    memcpy(o + 16 + 32 * c + 4 * i, blk + 2 + 4 * c, 4);
-            }
-        }
+    int c;
+    memcpy(o + 2 * i, blk, 2);
+    for (c = 0; c < 4; c++)
+        memcpy(o + 16 + 32 * c + 4 * i, blk + 2 + 4 * c, 4);
 }
 
-/* src (rows x nsb row-major Q4_K super-blocks) into dst in NA_LAYOUT_Q4KX8. */
-static void na_cpu_pack_q4kx8(uint8_t *dst, const uint8_t *src, int rows, int nsb)
+static void na_cpu_q4x8_get(const uint8_t *o, int i, uint8_t *blk)
 {
-    const size_t rb = (size_t)nsb * NA_Q4K_BLOCK;
-    int g, b, i, s, c, sc, m;
-
-    for (g = 0; g < rows / 8; g++)
-        for (b = 0; b < nsb; b++) {
-            uint8_t *o = dst + ((size_t)g * nsb + b) * NA_Q4KX8_GROUP_BLOCK;
-            for (i = 0; i < 8; i++) {
-                const uint8_t *blk = src + (size_t)(8 * g + i) * rb + (size_t)b * NA_Q4K_BLOCK;
-                memcpy(o + 2 * i, blk, 2);
-                memcpy(o + 16 + 2 * i, blk + 2, 2);
-                for (s = 0; s < 8; s++) {
-                    na_ref_k4_scale_min(blk + 4, s, &sc, &m);
-                    o[32 + 8 * s + i] = (uint8_t)sc;
-                    o[96 + 16 * (s / 2) + 2 * i + s % 2] = (uint8_t)m;
-                }
-                for (c = 0; c < 32; c++)
-                    memcpy(o + 160 + 32 * c + 4 * i, blk + 16 + 4 * c, 4);
-            }
-        }
+    int c;
+    memcpy(blk, o + 2 * i, 2);
+    for (c = 0; c < 4; c++)
+        memcpy(blk + 2 + 4 * c, o + 16 + 32 * c + 4 * i, 4);
 }
 
-/* Super-block b of row `row` of a NA_LAYOUT_Q4KX8 weight, as the model's
- * 144 bytes (the 6-bit scales and mins packed back as na_ref_k4_scale_min
- * reads them). */
-static void na_cpu_q4kx8_block(const na_tensor_t *t, int row, int b, uint8_t out[NA_Q4K_BLOCK])
+static void na_cpu_q4kx8_put(uint8_t *o, int i, const uint8_t *blk)
 {
-    const int nsb = t->cols / NA_QK_K, i = row % 8;
-    const uint8_t *o = (const uint8_t *)t->data +
-                       ((size_t)(row / 8) * nsb + b) * NA_Q4KX8_GROUP_BLOCK;
+    int s, c, sc, m;
+    memcpy(o + 2 * i, blk, 2);
+    memcpy(o + 16 + 2 * i, blk + 2, 2);
+    for (s = 0; s < 8; s++) {
+        na_ref_k4_scale_min(blk + 4, s, &sc, &m);
+        o[32 + 8 * s + i] = (uint8_t)sc;
+        o[96 + 16 * (s / 2) + 2 * i + s % 2] = (uint8_t)m;
+    }
+    for (c = 0; c < 32; c++)
+        memcpy(o + 160 + 32 * c + 4 * i, blk + 16 + 4 * c, 4);
+}
+
+/* (the 6-bit scales and mins packed back as na_ref_k4_scale_min reads them) */
+static void na_cpu_q4kx8_get(const uint8_t *o, int i, uint8_t *blk)
+{
     int sc[8], m[8], s, c;
-
-    memcpy(out, o + 2 * i, 2);
-    memcpy(out + 2, o + 16 + 2 * i, 2);
+    memcpy(blk, o + 2 * i, 2);
+    memcpy(blk + 2, o + 16 + 2 * i, 2);
     for (s = 0; s < 8; s++) {
         sc[s] = o[32 + 8 * s + i];
         m[s] = o[96 + 16 * (s / 2) + 2 * i + s % 2];
     }
     for (s = 0; s < 4; s++) {
-        out[4 + s] = (uint8_t)((sc[s] & 63) | ((sc[s + 4] >> 4) << 6));
-        out[8 + s] = (uint8_t)((m[s] & 63) | ((m[s + 4] >> 4) << 6));
-        out[12 + s] = (uint8_t)((sc[s + 4] & 0xF) | ((m[s + 4] & 0xF) << 4));
+        blk[4 + s] = (uint8_t)((sc[s] & 63) | ((sc[s + 4] >> 4) << 6));
+        blk[8 + s] = (uint8_t)((m[s] & 63) | ((m[s + 4] >> 4) << 6));
+        blk[12 + s] = (uint8_t)((sc[s + 4] & 0xF) | ((m[s + 4] & 0xF) << 4));
     }
     for (c = 0; c < 32; c++)
-        memcpy(out + 16 + 4 * c, o + 160 + 32 * c + 4 * i, 4);
+        memcpy(blk + 16 + 4 * c, o + 160 + 32 * c + 4 * i, 4);
+}
+
+typedef struct {
+    na_dtype_t dtype;
+    size_t     gb;              /* bytes of a group's block (8 model blocks, reordered) */
+    void (*put)(uint8_t *o, int i, const uint8_t *blk);
+    void (*get)(const uint8_t *o, int i, uint8_t *blk);
+} na_cpu_x8_t;
+
+static const na_cpu_x8_t na_cpu_q4x8 = { NA_DTYPE_Q4_0, NA_Q4X8_GROUP_BLOCK, na_cpu_q4x8_put,
+                                         na_cpu_q4x8_get };
+static const na_cpu_x8_t na_cpu_q4kx8 = { NA_DTYPE_Q4_K, NA_Q4KX8_GROUP_BLOCK, na_cpu_q4kx8_put,
+                                          na_cpu_q4kx8_get };
+
+/* src (rows x nblk row-major blocks of x->dtype) into dst in groups of 8. */
+static void na_cpu_pack_x8(const na_cpu_x8_t *x, uint8_t *dst, const uint8_t *src, int rows,
+                           int nblk)
+{
+    const size_t bb = na_dtype_block_bytes(x->dtype), rb = (size_t)nblk * bb;
+    int g, b, i;
+
+    for (g = 0; g < rows / 8; g++)
+        for (b = 0; b < nblk; b++)
+            for (i = 0; i < 8; i++)
+                x->put(dst + ((size_t)g * nblk + b) * x->gb, i,
+                       src + (size_t)(8 * g + i) * rb + (size_t)b * bb);
 }
 
 /* The word of NA_LAYOUT_BF16X32 holding row r's k pair p (npanel panels,
@@ -162,29 +171,21 @@ static void na_cpu_pack_bf16x32(uint32_t *dst, const uint8_t *src, int rows, int
     }
 }
 
-/* Elements [c0, c0 + 32) of row `row` of a packed weight t, as f32. */
-static void na_cpu_packed_chunk(const na_tensor_t *t, int row, int c0, float out[32])
+/* Elements [c0, c0 + n) of row `row` of a packed weight t as f32, n the
+ * return: a block of the type (32 or 256) in the groups of 8, 32 (or the
+ * rest of the row) in the bf16 panels. */
+static int na_cpu_packed_block(const na_tensor_t *t, int row, int c0, float out[NA_QK_K])
 {
     int j;
 
-    if (t->layout == NA_LAYOUT_Q4X8) {
-        const int nblk = t->cols / 32, i = row % 8, b = c0 / 32;
-        const uint8_t *o = (const uint8_t *)t->data +
-                           ((size_t)(row / 8) * nblk + b) * NA_Q4X8_GROUP_BLOCK;
-        uint8_t blk[NA_Q4X8_BLOCK];
-        memcpy(blk, o + 2 * i, 2);
-        for (j = 0; j < 4; j++)
-            memcpy(blk + 2 + 4 * j, o + 16 + 32 * j + 4 * i, 4);
-        na_ref_dequant_row(NA_DTYPE_Q4_0, blk, out, 32);
-        return;
-    }
-    if (t->layout == NA_LAYOUT_Q4KX8) {
+    if (t->layout == NA_LAYOUT_Q4X8 || t->layout == NA_LAYOUT_Q4KX8) {
+        const na_cpu_x8_t *x = t->layout == NA_LAYOUT_Q4X8 ? &na_cpu_q4x8 : &na_cpu_q4kx8;
+        const int n = na_dtype_block(x->dtype), nblk = t->cols / n;
         uint8_t blk[NA_Q4K_BLOCK];
-        float all[NA_QK_K];
-        na_cpu_q4kx8_block(t, row, c0 / NA_QK_K, blk);
-        na_ref_dequant_row(NA_DTYPE_Q4_K, blk, all, NA_QK_K);
-        memcpy(out, all + c0 % NA_QK_K, sizeof(float) * 32);
-        return;
+        x->get((const uint8_t *)t->data + ((size_t)(row / 8) * nblk + c0 / n) * x->gb, row % 8,
+               blk);
+        na_ref_dequant_row(x->dtype, blk, out, n);
+        return n;
     }
     for (j = 0; j < 32 && c0 + j < t->cols; j++) {      /* NA_LAYOUT_BF16X32 */
         const int c = c0 + j;
@@ -193,34 +194,33 @@ static void na_cpu_packed_chunk(const na_tensor_t *t, int row, int c0, float out
                              (size_t)(c % 2);
         out[j] = na_bf16_to_f32(*pw);
     }
+    return j;
 }
 
 /* See cpu.h. */
 void na_cpu_packed_row(const na_tensor_t *t, int row, float *out)
 {
-    float chunk[32];
-    int c0;
+    float blk[NA_QK_K];
+    int c0, n;
 
-    for (c0 = 0; c0 < t->cols; c0 += 32) {
-        int n = t->cols - c0 < 32 ? t->cols - c0 : 32;
-        na_cpu_packed_chunk(t, row, c0, chunk);
-        memcpy(out + c0, chunk, sizeof(float) * (size_t)n);
+    for (c0 = 0; c0 < t->cols; c0 += n) {
+        n = na_cpu_packed_block(t, row, c0, blk);
+        memcpy(out + c0, blk, sizeof(float) * (size_t)n);
     }
 }
 
 /* See cpu.h. */
 void na_cpu_packed_matmul_f32(float *y, const float *x, const na_tensor_t *w, int batch)
 {
-    float wf[32];
-    int r, c0, i, j;
+    float wf[NA_QK_K];
+    int r, c0, n, i, j;
 
     for (i = 0; i < batch; i++)
         for (r = 0; r < w->rows; r++)
             y[(size_t)i * w->rows + r] = 0.0f;
     for (r = 0; r < w->rows; r++)
-        for (c0 = 0; c0 < w->cols; c0 += 32) {
-            int n = w->cols - c0 < 32 ? w->cols - c0 : 32;
-            na_cpu_packed_chunk(w, r, c0, wf);
+        for (c0 = 0; c0 < w->cols; c0 += n) {
+            n = na_cpu_packed_block(w, r, c0, wf);
             for (i = 0; i < batch; i++) {
                 const float *xb = x + (size_t)i * w->cols + c0;
                 float acc = 0.0f;
@@ -279,9 +279,9 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
                           "weight's reordered copy (%zu bytes)", t->rows, t->cols,
                           na_dtype_name(t->dtype), bytes);
         if (layout == NA_LAYOUT_Q4X8)
-            na_cpu_pack_q4x8(copy, t->data, t->rows, t->cols / 32);
+            na_cpu_pack_x8(&na_cpu_q4x8, copy, t->data, t->rows, t->cols / 32);
         else if (layout == NA_LAYOUT_Q4KX8)
-            na_cpu_pack_q4kx8(copy, t->data, t->rows, t->cols / NA_QK_K);
+            na_cpu_pack_x8(&na_cpu_q4kx8, copy, t->data, t->rows, t->cols / NA_QK_K);
         else
             na_cpu_pack_bf16x32(copy, t->data, t->rows, t->cols);
         s->packed[s->n_packed++] = (na_cpu_packed_t){ t->data, bytes, copy, 0 };
