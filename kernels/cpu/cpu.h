@@ -161,8 +161,8 @@ int na_cpu_gemm_f32(na_kernels_t *k, float *y, const float *x, const na_tensor_t
 int na_cpu_gemm_h16(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w, int batch);
 
 /* ---- backend state (kernels/cpu/cpu_backend.c) --------------------------- */
-/* A placed weight's NA_LAYOUT_Q4X8 copy (kernels/cpu/cpu_pack.c): its
- * source, size and placements. */
+/* A placed weight's reordered copy (kernels/cpu/cpu_pack.c): its source,
+ * size and placements. */
 typedef struct {
     const void *src;
     size_t      bytes;
@@ -179,7 +179,7 @@ typedef struct {
     int            gemm_q8_min_batch;   /* from this batch on (its crossover) */
     na_cpu_gemm_fn gemm_bf16;   /* BF16 large batches; NULL: dequantise + sgemm */
     na_cpu_gemm_fn gemm_f32;    /* F32/F16 large batches; NULL: (dequantise +) sgemm */
-    na_cpu_matmul_quant_fn matmul_quant;  /* Q4_0 ... Q6_K: the copy of cpu_quant.c for this CPU */
+    na_cpu_matmul_quant_fn matmul_quant;  /* Q4_0 ... Q6_K, Q8X8: cpu_quant.c's copy for this CPU */
     na_cpu_packed_t *packed;    /* the reordered copies of placed weights */
     int              n_packed;
     size_t           cap_packed;
@@ -189,7 +189,7 @@ typedef struct {
 na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w);
 void        na_cpu_unplace(na_kernels_t *k, na_kweight_t *w);
 /* Row `row` of a weight t placed in one of the backend's layouts
- * (NA_LAYOUT_Q4X8, NA_LAYOUT_BF16X32) as f32, cols values (embed). */
+ * (NA_LAYOUT_Q4X8 ...) as f32, cols values (embed). */
 void na_cpu_packed_row(const na_tensor_t *t, int row, float *out);
 /* y = w.x for such a weight in plain f32 (the weights converted, the inputs
  * as they are): the fallback when its kernel has no scratch, as
@@ -229,9 +229,10 @@ static inline void na_cpu_gemm_run(na_kernels_t *k, na_cpu_task_fn pack_x, na_cp
 #define na_cpu_quant_inputs na_cpu_quant_inputs_v4
 #define na_cpu_gemm_q4      na_cpu_gemm_q4_v4
 #endif
-/* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights (kernels/cpu/cpu_quant.c,
- * called by na_cpu_matmul): 0, or -1 when the scratch for the quantised
- * inputs cannot be had (nothing written). */
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K weights, and Q8_0 placed in
+ * NA_LAYOUT_Q8X8 (kernels/cpu/cpu_quant.c, called by na_cpu_matmul): 0, or
+ * -1 when the scratch for the quantised inputs cannot be had (nothing
+ * written). */
 int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tensor_t *w,
                         int batch);
 /* The inputs x[n] of a weight of type dt (na_ref_quant_kind 1 or 2) as

@@ -719,7 +719,8 @@ void na_cpu_matmul(na_kernels_t *k, float *y, const float *x,
 
     if (batch <= 0 || rows <= 0)
         return;
-    if (na_ref_quant_kind(w->dtype) != 0) {       /* Q4_0 ... Q6_K: cpu_quant.c */
+    if (na_ref_quant_kind(w->dtype) != 0 || w->layout == NA_LAYOUT_Q8X8) {
+        /* Q4_0 ... Q6_K, and Q8_0 in groups of 8 rows: cpu_quant.c */
         if (s->matmul_quant(k, y, x, w, batch) == 0)
             return;
         if (w->layout != NA_LAYOUT_ROWS)

@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_pack.c — the cpu backend's weight placement: most weights
- * are read where the model maps them (na_khost_place, no copy); two kinds
+ * are read where the model maps them (na_khost_place, no copy); four kinds
  * are copied once into the order their kernels read, with one output row
  * per vector lane, so a row's sum never needs a horizontal add:
  *
@@ -37,6 +37,16 @@
  *                     the high ones 32 further, of sub-block 2(c / 8) + 1.
  * Group g, super-block b at (g * nsb + b) * 1184.
  *
+ * NA_LAYOUT_Q8X8 (Q8_0, rows % 8 == 0; cpu_quant.c's Q8X8): group g = rows
+ * 8g..8g+7; block b of the group is 272 bytes (8 x 34):
+ *   bytes   0..15   the 8 rows' f16 scales d, row 8g + i at 2i;
+ *   bytes  16..271  8 chunks of 32: chunk c holds codes e..e+3 of each row,
+ *                   e = 4(c / 2) + 16(c % 2), as unsigned bytes code + 128
+ *                   (row 8g + i at 16 + 32c + 4i): the order in which the
+ *                   Q4_0 kernel pairs its low and high nibbles with the
+ *                   inputs.
+ * Group g, block b at (g * nblk + b) * 272.
+ *
  * A tensor placed twice (the tied output and embedding) shares one copy,
  * reference-counted by its source address, as the cuda backend shares
  * its uploads. */
@@ -52,6 +62,7 @@
 #define NA_Q4X8_GROUP_BLOCK 144     /* 8 rows x 18 bytes */
 #define NA_Q4K_BLOCK 144            /* bytes of a Q4_K super-block */
 #define NA_Q4KX8_GROUP_BLOCK 1184   /* 8 rows' super-blocks, reordered */
+#define NA_Q8X8_GROUP_BLOCK 272     /* 8 rows x 34 bytes */
 
 /* Weights with fewer elements stay row-major: the copy would not pay. */
 #define NA_CPU_PACK_MIN ((size_t)1 << 16)
@@ -66,14 +77,17 @@ static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
         return NA_LAYOUT_Q4X8;
     if (t->dtype == NA_DTYPE_Q4_K && t->rows % 8 == 0)
         return NA_LAYOUT_Q4KX8;
+    if (t->dtype == NA_DTYPE_Q8_0 && t->rows % 8 == 0)
+        return NA_LAYOUT_Q8X8;
     if (t->dtype == NA_DTYPE_BF16 && t->rows % 32 == 0 && t->cols % 2 == 0 &&
         s->gemm_bf16 != NULL)
         return NA_LAYOUT_BF16X32;
     return NA_LAYOUT_ROWS;
 }
 
-/* The groups of 8 rows (NA_LAYOUT_Q4X8, NA_LAYOUT_Q4KX8): a model block of
- * row i (0..7) into its group's block o (put), and back (get). */
+/* The groups of 8 rows (NA_LAYOUT_Q4X8, NA_LAYOUT_Q4KX8, NA_LAYOUT_Q8X8): a
+ * model block of row i (0..7) into its group's block o (put), and back
+ * (get). */
 static void na_cpu_q4x8_put(uint8_t *o, int i, const uint8_t *blk)
 {
     int c;
@@ -123,6 +137,24 @@ static void na_cpu_q4kx8_get(const uint8_t *o, int i, uint8_t *blk)
         memcpy(blk + 16 + 4 * c, o + 160 + 32 * c + 4 * i, 4);
 }
 
+static void na_cpu_q8x8_put(uint8_t *o, int i, const uint8_t *blk)
+{
+    int c, j;
+    memcpy(o + 2 * i, blk, 2);
+    for (c = 0; c < 8; c++)
+        for (j = 0; j < 4; j++)
+            o[16 + 32 * c + 4 * i + j] = blk[2 + 4 * (c / 2) + 16 * (c % 2) + j] ^ 0x80;
+}
+
+static void na_cpu_q8x8_get(const uint8_t *o, int i, uint8_t *blk)
+{
+    int c, j;
+    memcpy(blk, o + 2 * i, 2);
+    for (c = 0; c < 8; c++)
+        for (j = 0; j < 4; j++)
+            blk[2 + 4 * (c / 2) + 16 * (c % 2) + j] = o[16 + 32 * c + 4 * i + j] ^ 0x80;
+}
+
 typedef struct {
     na_dtype_t dtype;
     size_t     gb;              /* bytes of a group's block (8 model blocks, reordered) */
@@ -134,6 +166,19 @@ static const na_cpu_x8_t na_cpu_q4x8 = { NA_DTYPE_Q4_0, NA_Q4X8_GROUP_BLOCK, na_
                                          na_cpu_q4x8_get };
 static const na_cpu_x8_t na_cpu_q4kx8 = { NA_DTYPE_Q4_K, NA_Q4KX8_GROUP_BLOCK, na_cpu_q4kx8_put,
                                           na_cpu_q4kx8_get };
+static const na_cpu_x8_t na_cpu_q8x8 = { NA_DTYPE_Q8_0, NA_Q8X8_GROUP_BLOCK, na_cpu_q8x8_put,
+                                         na_cpu_q8x8_get };
+
+/* The groups-of-8 description of a layout; NULL for the others. */
+static const na_cpu_x8_t *na_cpu_x8(int layout)
+{
+    switch (layout) {
+    case NA_LAYOUT_Q4X8:  return &na_cpu_q4x8;
+    case NA_LAYOUT_Q4KX8: return &na_cpu_q4kx8;
+    case NA_LAYOUT_Q8X8:  return &na_cpu_q8x8;
+    default:              return NULL;
+    }
+}
 
 /* src (rows x nblk row-major blocks of x->dtype) into dst in groups of 8. */
 static void na_cpu_pack_x8(const na_cpu_x8_t *x, uint8_t *dst, const uint8_t *src, int rows,
@@ -176,10 +221,10 @@ static void na_cpu_pack_bf16x32(uint32_t *dst, const uint8_t *src, int rows, int
  * rest of the row) in the bf16 panels. */
 static int na_cpu_packed_block(const na_tensor_t *t, int row, int c0, float out[NA_QK_K])
 {
+    const na_cpu_x8_t *x = na_cpu_x8(t->layout);
     int j;
 
-    if (t->layout == NA_LAYOUT_Q4X8 || t->layout == NA_LAYOUT_Q4KX8) {
-        const na_cpu_x8_t *x = t->layout == NA_LAYOUT_Q4X8 ? &na_cpu_q4x8 : &na_cpu_q4kx8;
+    if (x != NULL) {
         const int n = na_dtype_block(x->dtype), nblk = t->cols / n;
         uint8_t blk[NA_Q4K_BLOCK];
         x->get((const uint8_t *)t->data + ((size_t)(row / 8) * nblk + c0 / n) * x->gb, row % 8,
@@ -278,10 +323,9 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
             return na_err(NA_ERR_NOMEM, "kernels cpu place: out of memory for the %d x %d %s "
                           "weight's reordered copy (%zu bytes)", t->rows, t->cols,
                           na_dtype_name(t->dtype), bytes);
-        if (layout == NA_LAYOUT_Q4X8)
-            na_cpu_pack_x8(&na_cpu_q4x8, copy, t->data, t->rows, t->cols / 32);
-        else if (layout == NA_LAYOUT_Q4KX8)
-            na_cpu_pack_x8(&na_cpu_q4kx8, copy, t->data, t->rows, t->cols / NA_QK_K);
+        if (na_cpu_x8(layout) != NULL)
+            na_cpu_pack_x8(na_cpu_x8(layout), copy, t->data, t->rows,
+                           t->cols / na_dtype_block(t->dtype));
         else
             na_cpu_pack_bf16x32(copy, t->data, t->rows, t->cols);
         s->packed[s->n_packed++] = (na_cpu_packed_t){ t->data, bytes, copy, 0 };

@@ -22,10 +22,10 @@
  * Compiled for x86-64-v3 and, as na_cpu_matmul_quant_v4, for x86-64-v4
  * (kernels/CMakeLists.txt); the AVX512-VNNI copy (NA_CPU_VNNI) replaces each
  * maddubs + madd pair by one vpdpbusd.
- * Q4_0 and Q4_K weights placed in groups of 8 rows (NA_LAYOUT_Q4X8 /
- * NA_LAYOUT_Q4KX8, kernels/cpu/cpu_pack.c) take the grouped kernels below
- * instead, at every batch: one output row per 32-bit lane (their sections
- * say how they sum). */
+ * Q4_0, Q4_K and Q8_0 weights placed in groups of 8 rows (NA_LAYOUT_Q4X8,
+ * NA_LAYOUT_Q4KX8, NA_LAYOUT_Q8X8; kernels/cpu/cpu_pack.c) take the grouped
+ * kernels below instead, at every batch: one output row per 32-bit lane
+ * (their sections say how they sum). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -557,8 +557,17 @@ void na_cpu_quant_inputs(na_dtype_t dt, const float *x, int n, int8_t *q, float 
  * (The row-major kernels above keep 8 f32 lanes per output instead; a Q4_0
  * weight is read one way or the other for its whole life, as placed.)
  * A task reads its groups as one sequential stream, left to the hardware
- * prefetchers. */
+ * prefetchers.
+ *
+ * Q8_0 in groups of 8 rows (NA_LAYOUT_Q8X8) is the same with 8 loads of
+ * codes + 128 (unsigned bytes) instead of 4 loads split into nibbles, and
+ * -128 x the input block's sum as the start; without VNNI (maddubs of
+ * codes up to 255 would saturate) the signed codes go through the sign
+ * trick of the row kernels instead: |w| x sign(x, w), madd into int32 per
+ * chunk. Both give the exact integer sum, so the copies agree bit for
+ * bit. */
 #define NA_CQ8_GB 144                   /* bytes of a group's block: 8 x 18 */
+#define NA_CQ88_GB 272                  /* Q8X8: 8 x 34 */
 #if defined(NA_CPU_VNNI) || defined(NA_CPU_V4)
 #define NA_CQ8_NB 8                     /* inputs per pass (32 vector registers) */
 #else
@@ -578,6 +587,16 @@ NA_INLINE void na_cq8_codes(const uint8_t *p, __m256i u[8])
         u[2 * c] = _mm256_and_si256(v, m4);
         u[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
+}
+
+/* Q8X8: the 8 chunks of 32 unsigned codes (w + 128) of a group's block p,
+ * stored in the order na_cq8_isum pairs them with the inputs. */
+NA_INLINE void na_cq88_codes(const uint8_t *p, __m256i u[8])
+{
+    int c;
+#pragma GCC unroll 8
+    for (c = 0; c < 8; c++)
+        u[c] = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * c));
 }
 
 NA_INLINE __m256i na_cq8_x4(const int8_t *p)    /* 4 input bytes in every lane */
@@ -613,6 +632,28 @@ NA_INLINE __m256i na_cq8_isum(const __m256i u[8], const int8_t *xq, int32_t neg)
 #endif
 }
 
+/* Q8X8: each row's exact sum of w x input over the block (u = w + 128;
+ * neg = -128 x the sum of the input block, used by the VNNI form only). */
+NA_INLINE __m256i na_cq88_isum(const __m256i u[8], const int8_t *xq, int32_t neg)
+{
+#if defined(NA_CPU_VNNI)
+    return na_cq8_isum(u, xq, neg);
+#else
+    __m256i a = _mm256_setzero_si256();
+    int c;
+    (void)neg;
+#pragma GCC unroll 8
+    for (c = 0; c < 8; c++) {       /* |w| <= 128, |x| <= 127: pairs never saturate */
+        __m256i w = _mm256_xor_si256(u[c], _mm256_set1_epi8((char)0x80));
+        __m256i x = na_cq8_x4(xq + 16 * (c % 2) + 4 * (c / 2));
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w),
+                                                                       _mm256_sign_epi8(x, w)),
+                                                  _mm256_set1_epi16(1)));
+    }
+    return a;
+#endif
+}
+
 /* The quantised inputs of one row for the groups: q, d per block, and
  * neg = -8 x each block's sum of q (Q4_0); b32, the sums of 32 in the first
  * 8 of each super-block's 16 slots (Q4_K: na_cq_pair_sums). */
@@ -623,9 +664,10 @@ typedef struct {
     const int16_t *b32;
 } na_cq8_x_t;
 
-/* Group gp (nblk blocks) times NB inputs: y[i * ys + 0..7] for input i. */
+/* Group gp (nblk blocks; Q8X8 when K8, else Q4X8) times NB inputs:
+ * y[i * ys + 0..7] for input i. */
 NA_INLINE void na_cq8_group(const uint8_t *gp, int nblk, const na_cq8_x_t *x, int NB, float *y,
-                            size_t ys)
+                            size_t ys, int K8)
 {
     __m256 acc[NA_CQ8_NB];
     int b, i;
@@ -633,13 +675,17 @@ NA_INLINE void na_cq8_group(const uint8_t *gp, int nblk, const na_cq8_x_t *x, in
 #pragma GCC unroll 8
     for (i = 0; i < NB; i++)
         acc[i] = _mm256_setzero_ps();
-    for (b = 0; b < nblk; b++, gp += NA_CQ8_GB) {
+    for (b = 0; b < nblk; b++, gp += K8 ? NA_CQ88_GB : NA_CQ8_GB) {
         __m256i u[8];
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
-        na_cq8_codes(gp, u);
+        if (K8)
+            na_cq88_codes(gp, u);
+        else
+            na_cq8_codes(gp, u);
 #pragma GCC unroll 8
         for (i = 0; i < NB; i++) {
-            __m256i s = na_cq8_isum(u, x[i].q + 32 * (size_t)b, x[i].neg[b]);
+            __m256i s = K8 ? na_cq88_isum(u, x[i].q + 32 * (size_t)b, x[i].neg[b])
+                           : na_cq8_isum(u, x[i].q + 32 * (size_t)b, x[i].neg[b]);
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
                                      _mm256_mul_ps(dw, _mm256_set1_ps(x[i].d[b])), acc[i]);
         }
@@ -649,22 +695,30 @@ NA_INLINE void na_cq8_group(const uint8_t *gp, int nblk, const na_cq8_x_t *x, in
         _mm256_storeu_ps(y + (size_t)i * ys, acc[i]);
 }
 
-/* Group gp with nb (1..NA_CQ8_NB) inputs (NB a constant in each copy). */
+/* Group gp with nb (1..NA_CQ8_NB) inputs (NB and K8 constants in each copy). */
 static void na_cq8_group_n(const uint8_t *gp, int nblk, const na_cq8_x_t *x, int nb, float *y,
-                           size_t ys)
+                           size_t ys, int k8)
 {
+#define NA_CQ8_G(N)                                       \
+    do {                                                  \
+        if (k8)                                           \
+            na_cq8_group(gp, nblk, x, N, y, ys, 1);       \
+        else                                              \
+            na_cq8_group(gp, nblk, x, N, y, ys, 0);       \
+    } while (0)
     switch (nb) {
 #if NA_CQ8_NB == 8
-    case 8: na_cq8_group(gp, nblk, x, 8, y, ys); break;
-    case 7: na_cq8_group(gp, nblk, x, 7, y, ys); break;
-    case 6: na_cq8_group(gp, nblk, x, 6, y, ys); break;
-    case 5: na_cq8_group(gp, nblk, x, 5, y, ys); break;
+    case 8: NA_CQ8_G(8); break;
+    case 7: NA_CQ8_G(7); break;
+    case 6: NA_CQ8_G(6); break;
+    case 5: NA_CQ8_G(5); break;
 #endif
-    case 4: na_cq8_group(gp, nblk, x, 4, y, ys); break;
-    case 3: na_cq8_group(gp, nblk, x, 3, y, ys); break;
-    case 2: na_cq8_group(gp, nblk, x, 2, y, ys); break;
-    default: na_cq8_group(gp, nblk, x, 1, y, ys); break;
+    case 4: NA_CQ8_G(4); break;
+    case 3: NA_CQ8_G(3); break;
+    case 2: NA_CQ8_G(2); break;
+    default: NA_CQ8_G(1); break;
     }
+#undef NA_CQ8_G
 }
 
 /* ---- Q4_K in groups of 8 rows (NA_LAYOUT_Q4KX8, kernels/cpu/cpu_pack.c) -----
@@ -775,8 +829,8 @@ static void na_cqk_group_n(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int 
 
 typedef struct {
     float         *y;
-    const uint8_t *w;           /* NA_LAYOUT_Q4X8 or NA_LAYOUT_Q4KX8 */
-    int            k4;          /* 1: Q4KX8 (nblk super-blocks per row) */
+    const uint8_t *w;           /* NA_LAYOUT_Q4X8, NA_LAYOUT_Q4KX8 or NA_LAYOUT_Q8X8 */
+    int            layout;      /* which (Q4KX8: nblk super-blocks per row) */
     int            rows, nblk, batch;
     const int8_t  *q;           /* (batch, cols) */
     const float   *d;           /* (batch, nblk) */
@@ -787,8 +841,9 @@ typedef struct {
 static void na_cq8_task(void *ctx, int t, int n_tasks)
 {
     const na_cq8_job_t *j = ctx;
-    const int ng = j->rows / 8, cols = (j->k4 ? NA_QK_K : 32) * j->nblk;
-    const size_t gbytes = (size_t)j->nblk * (j->k4 ? NA_CQK_GB : NA_CQ8_GB);
+    const int k4 = j->layout == NA_LAYOUT_Q4KX8, k8 = j->layout == NA_LAYOUT_Q8X8;
+    const int ng = j->rows / 8, cols = (k4 ? NA_QK_K : 32) * j->nblk;
+    const size_t gbytes = (size_t)j->nblk * (k4 ? NA_CQK_GB : k8 ? NA_CQ88_GB : NA_CQ8_GB);
     /* split on pairs of groups: 16 rows, 64 bytes of each output row */
     int lo = (int)((long)ng * t / n_tasks) & ~1, hi = (int)((long)ng * (t + 1) / n_tasks) & ~1;
     int g0, g1, g, b0, nb, i;
@@ -803,15 +858,15 @@ static void na_cq8_task(void *ctx, int t, int n_tasks)
             for (i = 0; i < nb; i++) {
                 x[i].q = j->q + (size_t)(b0 + i) * cols;
                 x[i].d = j->d + (size_t)(b0 + i) * j->nblk;
-                x[i].neg = j->k4 ? NULL : j->neg + (size_t)(b0 + i) * j->nblk;
-                x[i].b32 = j->k4 ? j->b32 + (size_t)(b0 + i) * j->nblk * (NA_QK_K / 16) : NULL;
+                x[i].neg = k4 ? NULL : j->neg + (size_t)(b0 + i) * j->nblk;
+                x[i].b32 = k4 ? j->b32 + (size_t)(b0 + i) * j->nblk * (NA_QK_K / 16) : NULL;
             }
             for (g = g0; g < g1; g++) {
                 float *yg = j->y + (size_t)b0 * j->rows + 8 * (size_t)g;
-                if (j->k4)
+                if (k4)
                     na_cqk_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
                 else
-                    na_cq8_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
+                    na_cq8_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows, k8);
             }
         }
     }
@@ -829,8 +884,9 @@ static void na_cq_pair_sums(int16_t *bs, int nsb)
     }
 }
 
-/* neg[b] = -8 x the sum of the 32 inputs of block b, nblk blocks of q. */
-static void na_cq8_negs(const int8_t *q, int nblk, int32_t *neg)
+/* neg[b] = -off x the sum of the 32 inputs of block b, nblk blocks of q
+ * (off: the codes' offset, 8 for Q4_0, 128 for Q8X8's unsigned codes). */
+static void na_cq8_negs(const int8_t *q, int nblk, int32_t off, int32_t *neg)
 {
     int b;
     for (b = 0; b < nblk; b++) {
@@ -841,7 +897,7 @@ static void na_cq8_negs(const int8_t *q, int nblk, int32_t *neg)
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-        neg[b] = -8 * _mm_cvtsi128_si32(h);
+        neg[b] = -off * _mm_cvtsi128_si32(h);
     }
 }
 
@@ -963,20 +1019,16 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     }
     work = (size_t)w->rows * (size_t)cols * (size_t)batch;
     tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;
-    if (w->layout == NA_LAYOUT_Q4X8) {          /* Q4_0 in groups of 8 rows */
-        na_cq8_job_t j8 = { y, w->data, 0, w->rows, j.nd, batch, j.q, j.d, (const int32_t *)j.s,
-                            NULL };
-        for (b = 0; b < batch; b++)             /* s: unused by Q4_0, the sums instead */
-            na_cq8_negs(j.q + (size_t)b * cols, j.nd, (int32_t *)j.s + (size_t)b * j.nd);
-        if (tasks > w->rows / 16)
-            tasks = w->rows / 16 > 0 ? w->rows / 16 : 1;
-        na_cpu_pool_run(s->pool, na_cq8_task, &j8, tasks);
-        return 0;
-    }
-    if (w->layout == NA_LAYOUT_Q4KX8) {         /* Q4_K in groups of 8 rows */
-        na_cq8_job_t j8 = { y, w->data, 1, w->rows, j.nd, batch, j.q, j.d, NULL, j.bs };
-        for (b = 0; b < batch; b++)
-            na_cq_pair_sums((int16_t *)j.bs + (size_t)b * j.nbs, j.nd);
+    if (w->layout != NA_LAYOUT_ROWS) {          /* Q4_0, Q4_K, Q8_0 in groups of 8 rows */
+        na_cq8_job_t j8 = { y, w->data, w->layout, w->rows, j.nd, batch, j.q, j.d,
+                            (const int32_t *)j.s, j.bs };
+        for (b = 0; b < batch; b++) {           /* s (unused by these types): the sums */
+            if (w->layout == NA_LAYOUT_Q4KX8)
+                na_cq_pair_sums((int16_t *)j.bs + (size_t)b * j.nbs, j.nd);
+            else
+                na_cq8_negs(j.q + (size_t)b * cols, j.nd,
+                            w->layout == NA_LAYOUT_Q8X8 ? 128 : 8, (int32_t *)j.s + (size_t)b * j.nd);
+        }
         if (tasks > w->rows / 16)
             tasks = w->rows / 16 > 0 ? w->rows / 16 : 1;
         na_cpu_pool_run(s->pool, na_cq8_task, &j8, tasks);
