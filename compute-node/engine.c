@@ -2,18 +2,47 @@
  * monolithic forward pass (slices with local attention in between). */
 #include "compute-node/engine.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* The placed weights of a layer, in the order of na_engine_layer_w_t, with
  * the model tensors they come from. */
 #define NA_ENGINE_LAYER_W(X) X(attn_norm) X(wq) X(wk) X(wv) X(wo) X(ffn_norm) X(w1) X(w2) X(w3) \
     X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm)
 
+/* Place t on the backend as w. Where the backend made its own copy (a
+ * reordered cpu copy, a device upload: the placed buffer is not t's
+ * memory), this process's pages of the model file under t are dropped
+ * (madvise MADV_DONTNEED on the pages wholly inside t), so resident memory
+ * counts such a weight once, not twice. The file is mapped read-only and
+ * private (common/mapfile.c): a later read of t faults its pages in again
+ * from the page cache or the file, never zeros. Weights outside the file's
+ * mapping (converted in memory) are left alone. */
+static na_status_t na_engine_place_one(na_engine_t *e, const na_tensor_t *t, na_kweight_t *w)
+{
+    const na_model_t *m = e->model;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), m0 = (uintptr_t)m->map;
+    na_status_t st = e->kern->ops->place(e->kern, t, w);
+    uintptr_t lo = (uintptr_t)t->data, hi;
+
+    if (st != NA_OK || m->map == NULL || t->data == NULL || w->buf.host == t->data)
+        return st;
+    hi = lo + na_dtype_bytes(t->dtype, (size_t)t->rows * (size_t)t->cols);
+    if (lo < m0 || hi > m0 + m->map_size)
+        return st;
+    lo = (lo + page - 1) & ~(page - 1);
+    hi &= ~(page - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* advice: harmless if refused */
+    return st;
+}
+
 /* Place every weight of the model on the backend once. */
 static na_status_t na_engine_place(na_engine_t *e)
 {
-    const na_kernel_ops_t *ops = e->kern->ops;
     const na_model_t *m = e->model;
     na_status_t st;
     int l;
@@ -21,14 +50,14 @@ static na_status_t na_engine_place(na_engine_t *e)
     e->w.layers = calloc((size_t)e->cfg.n_layers, sizeof(*e->w.layers));
     if (e->w.layers == NULL)
         return na_err(NA_ERR_NOMEM, "engine: out of memory");
-    if ((st = ops->place(e->kern, &m->tok_embd, &e->w.tok_embd)) != NA_OK ||
-        (st = ops->place(e->kern, &m->out_norm, &e->w.out_norm)) != NA_OK ||
-        (st = ops->place(e->kern, &m->output, &e->w.output)) != NA_OK)
+    if ((st = na_engine_place_one(e, &m->tok_embd, &e->w.tok_embd)) != NA_OK ||
+        (st = na_engine_place_one(e, &m->out_norm, &e->w.out_norm)) != NA_OK ||
+        (st = na_engine_place_one(e, &m->output, &e->w.output)) != NA_OK)
         return st;
     for (l = 0; l < e->cfg.n_layers; l++) {
-#define NA_PLACE(f)                                                                 \
-        if (na_tensor_present(&m->layers[l].f) &&                                   \
-            (st = ops->place(e->kern, &m->layers[l].f, &e->w.layers[l].f)) != NA_OK) \
+#define NA_PLACE(f)                                                                      \
+        if (na_tensor_present(&m->layers[l].f) &&                                        \
+            (st = na_engine_place_one(e, &m->layers[l].f, &e->w.layers[l].f)) != NA_OK) \
             return st;
         NA_ENGINE_LAYER_W(NA_PLACE)
 #undef NA_PLACE

@@ -421,6 +421,57 @@ static void test_gguf_dtypes(const char *dir)
     na_model_destroy(bin);
 }
 
+/* This process's resident pages of mapped files (RssFile of
+ * /proc/self/status), in KiB; -1 when it cannot be read. */
+static long rss_file_kib(void)
+{
+    char line[256];
+    long kib = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "RssFile: %ld", &kib) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}
+
+/* A weight the cpu backend copies (Q8_0 in groups of 8 rows) no longer
+ * keeps its pages of the model file resident in this process: with every
+ * page of the file touched first, creating the engine lowers RssFile by
+ * at least half the file (these weights are most of it); the logits are
+ * what test_gguf_dtypes checks. */
+static void test_source_pages(const char *dir)
+{
+    na_genmodel_opts_t o;
+    na_engine_opts_t eo = { "cpu", 1, NA_DTYPE_F32, 0 };
+    na_engine_t *e = NULL;
+    na_model_t *m;
+    volatile unsigned sum = 0;
+    long before, after;
+    size_t i;
+
+    na_genmodel_shape(&o, 256, 512, 2, 4, 4, 2048, 64);
+    o.seed = 5;
+    o.shared_classifier = 0;
+    o.dtype = NA_DTYPE_Q8_0;
+    o.write_llama2c = 0;
+    o.write_gguf = 1;
+    m = na_test_genmodel_open(dir, "pages", &o, "gguf");
+    if (m == NULL)
+        return;
+    for (i = 0; i < m->map_size; i += 4096)
+        sum += ((const unsigned char *)m->map)[i];
+    before = rss_file_kib();
+    NA_CHECK_OK(na_engine_create(m, &eo, &e));
+    after = rss_file_kib();
+    NA_CHECK_MSG(before >= 0 && after >= 0 && before - after >= (long)(m->map_size / 2048),
+                 "RssFile %ld KiB before the engine, %ld after: the %zu KiB model file's pages "
+                 "under the copied weights stayed resident", before, after, m->map_size / 1024);
+    na_engine_destroy(e);
+    na_model_destroy(m);
+}
+
 /* The default generated model (GQA: 8 heads, 4 kv heads) as dir/name.bin
  * (llama2.c only), with seed and seq_len when not 0: open, or NULL after a
  * failed check. */
@@ -605,6 +656,7 @@ static int test_generated(void)
     }
     test_gguf_vs_llama2c(dir);
     test_gguf_dtypes(dir);
+    test_source_pages(dir);
     test_generated_batching(dir);
     test_engine_batch_invariant(dir);
     test_bad_requests(dir);
