@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_pack.c — the cpu backend's weight placement: most weights
- * are read where the model maps them (na_khost_place, no copy); four kinds
+ * are read where the model maps them (na_khost_place, no copy); five kinds
  * are copied once into the order their kernels read, with one output row
  * per vector lane, so a row's sum never needs a horizontal add:
  *
@@ -37,6 +37,20 @@
  *                     the high ones 32 further, of sub-block 2(c / 8) + 1.
  * Group g, super-block b at (g * nsb + b) * 1184.
  *
+ * NA_LAYOUT_Q6KX8 (Q6_K, rows % 8 == 0; cpu_quant.c's Q6KX8): group g =
+ * rows 8g..8g+7; super-block b of the group is 1680 bytes (8 x 210):
+ *   bytes    0..15    the 8 rows' f16 d, row 8g + i at 2i;
+ *   bytes   16..143   the sub-block scales (int8), sub-block s, row i at
+ *                     16 + 8s + i;
+ *   bytes  144..1679  16 sub-blocks of 96 bytes, sub-block s at 144 + 96s:
+ *                     three chunks of 32, row i at 4i of each (j = 0..3,
+ *                     element e = 16s + j): chunk 0 the low 4 bits of the
+ *                     codes (0..63) of e (low nibble) and e + 4 (high);
+ *                     chunk 1 of e + 8 and e + 12; chunk 2 their top 2 bits,
+ *                     e at bits 0-1, e + 4 at 2-3, e + 8 at 4-5, e + 12 at
+ *                     6-7.
+ * Group g, super-block b at (g * nsb + b) * 1680.
+ *
  * NA_LAYOUT_Q8X8 (Q8_0, rows % 8 == 0; cpu_quant.c's Q8X8): group g = rows
  * 8g..8g+7; block b of the group is 272 bytes (8 x 34):
  *   bytes   0..15   the 8 rows' f16 scales d, row 8g + i at 2i;
@@ -60,9 +74,10 @@
 #include "kernels/ref/ref.h"
 
 #define NA_Q4X8_GROUP_BLOCK 144     /* 8 rows x 18 bytes */
-#define NA_Q4K_BLOCK 144            /* bytes of a Q4_K super-block */
+#define NA_X8_BLOCK_MAX 210         /* bytes of the largest model block here (Q6_K) */
 #define NA_Q4KX8_GROUP_BLOCK 1184   /* 8 rows' super-blocks, reordered */
 #define NA_Q8X8_GROUP_BLOCK 272     /* 8 rows x 34 bytes */
+#define NA_Q6KX8_GROUP_BLOCK 1680   /* 8 rows x 210 bytes */
 
 /* Weights with fewer elements stay row-major: the copy would not pay. */
 #define NA_CPU_PACK_MIN ((size_t)1 << 16)
@@ -79,15 +94,17 @@ static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
         return NA_LAYOUT_Q4KX8;
     if (t->dtype == NA_DTYPE_Q8_0 && t->rows % 8 == 0)
         return NA_LAYOUT_Q8X8;
+    if (t->dtype == NA_DTYPE_Q6_K && t->rows % 8 == 0)
+        return NA_LAYOUT_Q6KX8;
     if (t->dtype == NA_DTYPE_BF16 && t->rows % 32 == 0 && t->cols % 2 == 0 &&
         s->gemm_bf16 != NULL)
         return NA_LAYOUT_BF16X32;
     return NA_LAYOUT_ROWS;
 }
 
-/* The groups of 8 rows (NA_LAYOUT_Q4X8, NA_LAYOUT_Q4KX8, NA_LAYOUT_Q8X8): a
- * model block of row i (0..7) into its group's block o (put), and back
- * (get). */
+/* The groups of 8 rows (NA_LAYOUT_Q4X8, Q4KX8, Q8X8, Q6KX8): a model block
+ * of row i (0..7) into its group's block o (put; rows in order from 0), and
+ * back (get). */
 static void na_cpu_q4x8_put(uint8_t *o, int i, const uint8_t *blk)
 {
     int c;
@@ -155,6 +172,59 @@ static void na_cpu_q8x8_get(const uint8_t *o, int i, uint8_t *blk)
             blk[2 + 4 * (c / 2) + 16 * (c % 2) + j] = o[16 + 32 * c + 4 * i + j] ^ 0x80;
 }
 
+/* Q6_K: the byte of ggml's ql (low 4 bits; *sh: 0 or 4) and qh (top 2
+ * bits; *hsh) holding element e's code, as na_rq_codes256 reads them. */
+static void na_cpu_q6k_pos(int e, int *ql, int *sh, int *qh, int *hsh)
+{
+    const int h = e / 128, w = (e % 128) / 32, l = e % 32;
+    *ql = 64 * h + l + (w % 2) * 32;
+    *sh = (w / 2) * 4;
+    *qh = 128 + 32 * h + l;
+    *hsh = 2 * w;
+}
+
+/* Q6KX8: where element e = 16s + r of row i has its low 4 bits (byte, shift)
+ * and its top 2 bits. */
+static void na_cpu_q6kx8_pos(int e, int i, int *lo, int *sh, int *hi, int *hsh)
+{
+    const int s = e / 16, r = e % 16;
+    *lo = 144 + 96 * s + 32 * (r / 8) + 4 * i + r % 4;
+    *sh = 4 * ((r / 4) % 2);
+    *hi = 144 + 96 * s + 64 + 4 * i + r % 4;
+    *hsh = 2 * (r / 4);
+}
+
+static void na_cpu_q6kx8_put(uint8_t *o, int i, const uint8_t *blk)
+{
+    int e, s, ql, sh, qh, hsh, lo, lsh, hi, hs;
+    if (i == 0)                                 /* the bits are merged in below */
+        memset(o, 0, NA_Q6KX8_GROUP_BLOCK);
+    memcpy(o + 2 * i, blk + 208, 2);
+    for (s = 0; s < 16; s++)
+        o[16 + 8 * s + i] = blk[192 + s];
+    for (e = 0; e < NA_QK_K; e++) {
+        na_cpu_q6k_pos(e, &ql, &sh, &qh, &hsh);
+        na_cpu_q6kx8_pos(e, i, &lo, &lsh, &hi, &hs);
+        o[lo] = (uint8_t)((o[lo] & ~(0xF << lsh)) | (((blk[ql] >> sh) & 0xF) << lsh));
+        o[hi] = (uint8_t)((o[hi] & ~(3 << hs)) | (((blk[qh] >> hsh) & 3) << hs));
+    }
+}
+
+static void na_cpu_q6kx8_get(const uint8_t *o, int i, uint8_t *blk)
+{
+    int e, s, ql, sh, qh, hsh, lo, lsh, hi, hs;
+    memset(blk, 0, 192);
+    memcpy(blk + 208, o + 2 * i, 2);
+    for (s = 0; s < 16; s++)
+        blk[192 + s] = o[16 + 8 * s + i];
+    for (e = 0; e < NA_QK_K; e++) {
+        na_cpu_q6k_pos(e, &ql, &sh, &qh, &hsh);
+        na_cpu_q6kx8_pos(e, i, &lo, &lsh, &hi, &hs);
+        blk[ql] = (uint8_t)((blk[ql] & ~(0xF << sh)) | (((o[lo] >> lsh) & 0xF) << sh));
+        blk[qh] = (uint8_t)((blk[qh] & ~(3 << hsh)) | (((o[hi] >> hs) & 3) << hsh));
+    }
+}
+
 typedef struct {
     na_dtype_t dtype;
     size_t     gb;              /* bytes of a group's block (8 model blocks, reordered) */
@@ -166,6 +236,8 @@ static const na_cpu_x8_t na_cpu_q4x8 = { NA_DTYPE_Q4_0, NA_Q4X8_GROUP_BLOCK, na_
                                          na_cpu_q4x8_get };
 static const na_cpu_x8_t na_cpu_q4kx8 = { NA_DTYPE_Q4_K, NA_Q4KX8_GROUP_BLOCK, na_cpu_q4kx8_put,
                                           na_cpu_q4kx8_get };
+static const na_cpu_x8_t na_cpu_q6kx8 = { NA_DTYPE_Q6_K, NA_Q6KX8_GROUP_BLOCK, na_cpu_q6kx8_put,
+                                          na_cpu_q6kx8_get };
 static const na_cpu_x8_t na_cpu_q8x8 = { NA_DTYPE_Q8_0, NA_Q8X8_GROUP_BLOCK, na_cpu_q8x8_put,
                                          na_cpu_q8x8_get };
 
@@ -176,6 +248,7 @@ static const na_cpu_x8_t *na_cpu_x8(int layout)
     case NA_LAYOUT_Q4X8:  return &na_cpu_q4x8;
     case NA_LAYOUT_Q4KX8: return &na_cpu_q4kx8;
     case NA_LAYOUT_Q8X8:  return &na_cpu_q8x8;
+    case NA_LAYOUT_Q6KX8: return &na_cpu_q6kx8;
     default:              return NULL;
     }
 }
@@ -226,7 +299,7 @@ static int na_cpu_packed_block(const na_tensor_t *t, int row, int c0, float out[
 
     if (x != NULL) {
         const int n = na_dtype_block(x->dtype), nblk = t->cols / n;
-        uint8_t blk[NA_Q4K_BLOCK];
+        uint8_t blk[NA_X8_BLOCK_MAX];
         x->get((const uint8_t *)t->data + ((size_t)(row / 8) * nblk + c0 / n) * x->gb, row % 8,
                blk);
         na_ref_dequant_row(x->dtype, blk, out, n);

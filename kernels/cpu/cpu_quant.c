@@ -22,8 +22,8 @@
  * Compiled for x86-64-v3 and, as na_cpu_matmul_quant_v4, for x86-64-v4
  * (kernels/CMakeLists.txt); the AVX512-VNNI copy (NA_CPU_VNNI) replaces each
  * maddubs + madd pair by one vpdpbusd.
- * Q4_0, Q4_K and Q8_0 weights placed in groups of 8 rows (NA_LAYOUT_Q4X8,
- * NA_LAYOUT_Q4KX8, NA_LAYOUT_Q8X8; kernels/cpu/cpu_pack.c) take the grouped
+ * Q4_0, Q4_K, Q6_K and Q8_0 weights placed in groups of 8 rows
+ * (NA_LAYOUT_Q4X8, Q4KX8, Q6KX8, Q8X8; kernels/cpu/cpu_pack.c) take the grouped
  * kernels below instead, at every batch: one output row per 32-bit lane
  * (their sections say how they sum). */
 #include <math.h>
@@ -655,8 +655,9 @@ NA_INLINE __m256i na_cq88_isum(const __m256i u[8], const int8_t *xq, int32_t neg
 }
 
 /* The quantised inputs of one row for the groups: q, d per block, and
- * neg = -8 x each block's sum of q (Q4_0); b32, the sums of 32 in the first
- * 8 of each super-block's 16 slots (Q4_K: na_cq_pair_sums). */
+ * neg = -8 x each block's sum of q (Q4_0; -128 x for Q8_0); b32, the sums
+ * of 32 in the first 8 of each super-block's 16 slots (Q4_K:
+ * na_cq_pair_sums), or the sums of 16 as quantised (Q6_K). */
 typedef struct {
     const int8_t  *q;
     const float   *d;
@@ -827,23 +828,113 @@ static void na_cqk_group_n(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int 
     }
 }
 
+/* ---- Q6_K in groups of 8 rows (NA_LAYOUT_Q6KX8, kernels/cpu/cpu_pack.c) -----
+ * A 32-bit lane per row, as for Q4_K: per sub-block of 16, the 8 rows'
+ * codes (0..63) come from 3 loads (low 4 bits of 8 elements per row in
+ * each of two, the top 2 bits of all 16 in the third), and 4 vpdpbusd (or
+ * maddubs summed in int16 two at a time: at most 2 x 2 x 63 x 127 = 32004)
+ * started from -32 x the input's sum of those 16 give each row's exact
+ * sum of (code - 32) x input, times its int8 scale (vpmulld), summed over
+ * the 16 sub-blocks; then acc += that sum x (d x d_x) in f32, super-block
+ * after super-block from 0. Batch-invariant by its shape, the same in
+ * every ISA copy. */
+#define NA_CQ6_GB 1680                  /* bytes of a group's super-block */
+
+NA_INLINE void na_cq6_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int NB, float *y,
+                            size_t ys)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    __m256 acc[NA_CQK_NB];
+    int b, s, i;
+
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (b = 0; b < nsb; b++, gp += NA_CQ6_GB) {
+        __m256i isum[NA_CQK_NB];
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++)
+            isum[i] = _mm256_setzero_si256();
+        for (s = 0; s < 16; s++) {
+            const uint8_t *p = gp + 144 + 96 * s;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)p);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+            __m256i h = _mm256_loadu_si256((const __m256i *)(p + 64));
+            __m256i u0 = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+            __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+            __m256i u2 = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+            __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+            __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(gp + 16 + 8 * s)));
+#pragma GCC unroll 4
+            for (i = 0; i < NB; i++) {
+                const int8_t *xq = x[i].q + (size_t)b * NA_QK_K + 16 * s;
+                __m256i a = _mm256_set1_epi32(-32 * (int32_t)x[i].b32[(size_t)b * (NA_QK_K / 16) + s]);
+#if defined(NA_CPU_VNNI)
+                a = _mm256_dpbusd_epi32(a, u0, na_cq8_x4(xq));
+                a = _mm256_dpbusd_epi32(a, u1, na_cq8_x4(xq + 4));
+                a = _mm256_dpbusd_epi32(a, u2, na_cq8_x4(xq + 8));
+                a = _mm256_dpbusd_epi32(a, u3, na_cq8_x4(xq + 12));
+#else
+                __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, na_cq8_x4(xq)),
+                                              _mm256_maddubs_epi16(u1, na_cq8_x4(xq + 4)));
+                __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, na_cq8_x4(xq + 8)),
+                                              _mm256_maddubs_epi16(u3, na_cq8_x4(xq + 12)));
+                a = _mm256_add_epi32(a, _mm256_add_epi32(_mm256_madd_epi16(t0, _mm256_set1_epi16(1)),
+                                                         _mm256_madd_epi16(t1, _mm256_set1_epi16(1))));
+#endif
+                isum[i] = _mm256_add_epi32(isum[i], _mm256_mullo_epi32(a, sc));
+            }
+        }
+#pragma GCC unroll 4
+        for (i = 0; i < NB; i++)
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
+                                     _mm256_mul_ps(d, _mm256_set1_ps(x[i].d[b])), acc[i]);
+    }
+#pragma GCC unroll 4
+    for (i = 0; i < NB; i++)
+        _mm256_storeu_ps(y + (size_t)i * ys, acc[i]);
+}
+
+/* Group gp with nb (1..NA_CQ8_NB) inputs, NA_CQK_NB at a time. */
+static void na_cq6_group_n(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int nb, float *y,
+                           size_t ys)
+{
+    for (; nb > 0; nb -= NA_CQK_NB, x += NA_CQK_NB, y += NA_CQK_NB * ys) {
+        switch (nb < NA_CQK_NB ? nb : NA_CQK_NB) {
+#if NA_CQK_NB == 4
+        case 4: na_cq6_group(gp, nsb, x, 4, y, ys); break;
+        case 3: na_cq6_group(gp, nsb, x, 3, y, ys); break;
+#endif
+        case 2: na_cq6_group(gp, nsb, x, 2, y, ys); break;
+        default: na_cq6_group(gp, nsb, x, 1, y, ys); break;
+        }
+    }
+}
+
 typedef struct {
     float         *y;
-    const uint8_t *w;           /* NA_LAYOUT_Q4X8, NA_LAYOUT_Q4KX8 or NA_LAYOUT_Q8X8 */
-    int            layout;      /* which (Q4KX8: nblk super-blocks per row) */
+    const uint8_t *w;           /* NA_LAYOUT_Q4X8, Q4KX8, Q6KX8 or Q8X8 */
+    int            layout;      /* which (Q4KX8, Q6KX8: nblk super-blocks per row) */
     int            rows, nblk, batch;
     const int8_t  *q;           /* (batch, cols) */
     const float   *d;           /* (batch, nblk) */
-    const int32_t *neg;         /* Q4_0: (batch, nblk) */
-    const int16_t *b32;         /* Q4_K: (batch, nblk x 16) */
+    const int32_t *neg;         /* Q4_0, Q8_0: (batch, nblk) */
+    const int16_t *b32;         /* Q4_K: (batch, nblk x 16), pair sums; Q6_K: sums of 16 */
 } na_cq8_job_t;
 
 static void na_cq8_task(void *ctx, int t, int n_tasks)
 {
     const na_cq8_job_t *j = ctx;
-    const int k4 = j->layout == NA_LAYOUT_Q4KX8, k8 = j->layout == NA_LAYOUT_Q8X8;
-    const int ng = j->rows / 8, cols = (k4 ? NA_QK_K : 32) * j->nblk;
-    const size_t gbytes = (size_t)j->nblk * (k4 ? NA_CQK_GB : k8 ? NA_CQ88_GB : NA_CQ8_GB);
+    const int k4 = j->layout == NA_LAYOUT_Q4KX8, k6 = j->layout == NA_LAYOUT_Q6KX8;
+    const int k8 = j->layout == NA_LAYOUT_Q8X8, ng = j->rows / 8;
+    const int cols = (k4 || k6 ? NA_QK_K : 32) * j->nblk;
+    const size_t gbytes = (size_t)j->nblk * (k4 ? NA_CQK_GB : k6 ? NA_CQ6_GB
+                                                 : k8 ? NA_CQ88_GB : NA_CQ8_GB);
     /* split on pairs of groups: 16 rows, 64 bytes of each output row */
     int lo = (int)((long)ng * t / n_tasks) & ~1, hi = (int)((long)ng * (t + 1) / n_tasks) & ~1;
     int g0, g1, g, b0, nb, i;
@@ -858,13 +949,15 @@ static void na_cq8_task(void *ctx, int t, int n_tasks)
             for (i = 0; i < nb; i++) {
                 x[i].q = j->q + (size_t)(b0 + i) * cols;
                 x[i].d = j->d + (size_t)(b0 + i) * j->nblk;
-                x[i].neg = k4 ? NULL : j->neg + (size_t)(b0 + i) * j->nblk;
-                x[i].b32 = k4 ? j->b32 + (size_t)(b0 + i) * j->nblk * (NA_QK_K / 16) : NULL;
+                x[i].neg = k4 || k6 ? NULL : j->neg + (size_t)(b0 + i) * j->nblk;
+                x[i].b32 = k4 || k6 ? j->b32 + (size_t)(b0 + i) * j->nblk * (NA_QK_K / 16) : NULL;
             }
             for (g = g0; g < g1; g++) {
                 float *yg = j->y + (size_t)b0 * j->rows + 8 * (size_t)g;
                 if (k4)
                     na_cqk_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
+                else if (k6)
+                    na_cq6_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
                 else
                     na_cq8_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows, k8);
             }
@@ -1019,13 +1112,13 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
     }
     work = (size_t)w->rows * (size_t)cols * (size_t)batch;
     tasks = k->n_threads == 1 || work < NA_CPU_Q_PAR_MIN ? 1 : 4 * k->n_threads;
-    if (w->layout != NA_LAYOUT_ROWS) {          /* Q4_0, Q4_K, Q8_0 in groups of 8 rows */
+    if (w->layout != NA_LAYOUT_ROWS) {          /* Q4_0, Q4_K, Q6_K, Q8_0 in groups of 8 rows */
         na_cq8_job_t j8 = { y, w->data, w->layout, w->rows, j.nd, batch, j.q, j.d,
                             (const int32_t *)j.s, j.bs };
         for (b = 0; b < batch; b++) {           /* s (unused by these types): the sums */
             if (w->layout == NA_LAYOUT_Q4KX8)
                 na_cq_pair_sums((int16_t *)j.bs + (size_t)b * j.nbs, j.nd);
-            else
+            else if (w->layout != NA_LAYOUT_Q6KX8)      /* Q6KX8: the sums of 16 */
                 na_cq8_negs(j.q + (size_t)b * cols, j.nd,
                             w->layout == NA_LAYOUT_Q8X8 ? 128 : 8, (int32_t *)j.s + (size_t)b * j.nd);
         }
