@@ -232,6 +232,9 @@ static na_status_t bs_side_add(bs_side_t *side, const na_bsh_result_t *r)
     a->requests += r->requests;
     a->failed += r->failed;
     a->tokens += r->tokens;
+    a->prompt_said += r->prompt_said;
+    a->prompt_tokens += r->prompt_tokens;
+    a->prompt_computed += r->prompt_computed;
     a->wall_s += r->wall_s;
     if (a->first_error[0] == '\0')
         memcpy(a->first_error, r->first_error, sizeof(a->first_error));
@@ -293,6 +296,20 @@ static void bs_report(na_bench_t *b, int c, bs_side_t *sv, double run, bs_side_t
     snprintf(name, sizeof(name), "c=%d serve vs peer TTFT p50", c);
     na_bench_add(b, name, 1e3 * na_bench_percentile(r->ttft, r->n_ttft, 50), "ms", 0, "peer",
                  1e3 * na_bench_percentile(peer->all.ttft, peer->all.n_ttft, 50));
+    if (r->prompt_said > 0 && peer->all.prompt_said > 0) {
+        /* a prompt cache (llama-server's slots reuse any common prefix, serve's
+         * prefix reuse whole KV blocks) shortens the TTFT of the requests it
+         * serves: how many prompt tokens each server computed */
+        snprintf(name, sizeof(name), "c=%d prompt tokens computed per request", c);
+        na_bench_add(b, name, (double)r->prompt_computed / (double)r->prompt_said, "tok", 0,
+                     "peer", (double)peer->all.prompt_computed / (double)peer->all.prompt_said);
+        na_bench_note(b, "c=%d: prompt tokens per request %.1f (serve), %.1f (peer); computed "
+                      "%.1f and %.1f, the rest came from each server's prompt cache", c,
+                      (double)r->prompt_tokens / (double)r->prompt_said,
+                      (double)peer->all.prompt_tokens / (double)peer->all.prompt_said,
+                      (double)r->prompt_computed / (double)r->prompt_said,
+                      (double)peer->all.prompt_computed / (double)peer->all.prompt_said);
+    }
     if (peer->all.failed > 0)
         na_bench_note(b, "c=%d: %ld of %ld requests to the peer failed (first: %s)", c,
                       peer->all.failed, peer->all.requests, peer->all.first_error);

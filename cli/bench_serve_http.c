@@ -26,6 +26,9 @@ typedef struct {
     double             t0, t_last;  /* sent, last text chunk (0: none yet) */
     long               chunks;      /* text chunks */
     long               usage;       /* usage.completion_tokens, -1 if none */
+    long               prompt;      /* usage.prompt_tokens, -1 if none */
+    long               computed;    /* of them computed (not from a prompt cache), -1 if
+                                       the server does not say */
     int                done;        /* "[DONE]" seen */
     int                bad;         /* an error event or an unparsable one */
     na_bsh_result_t   *r;
@@ -43,6 +46,22 @@ static int bsh_push(double **a, long *n, double v)
     }
     (*a)[(*n)++] = v;
     return 0;
+}
+
+/* The prompt tokens a server computed for q, where it says: llama-server's
+ * timings.prompt_n, or prompt_tokens less OpenAI's
+ * usage.prompt_tokens_details.cached_tokens (nearattn serve). */
+static void bsh_computed(bsh_req_t *q, json_t *ev)
+{
+    json_t *pn = json_object_get(json_object_get(ev, "timings"), "prompt_n");
+    json_t *u = json_object_get(ev, "usage");
+    json_t *ct = json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens");
+    json_t *pt = json_object_get(u, "prompt_tokens");
+
+    if (json_is_integer(pn))
+        q->computed = (long)json_integer_value(pn);
+    else if (json_is_integer(ct) && json_is_integer(pt))
+        q->computed = (long)(json_integer_value(pt) - json_integer_value(ct));
 }
 
 /* One whole event line ("data: ..."). */
@@ -87,8 +106,11 @@ static void bsh_event(bsh_req_t *q, const char *s, size_t n)
     if (json_is_integer(usage))
         q->usage = (long)json_integer_value(usage);
     usage = json_object_get(json_object_get(ev, "usage"), "prompt_tokens");
+    if (json_is_integer(usage))
+        q->prompt = (long)json_integer_value(usage);
     if (q->tr != NULL && json_is_integer(usage))
         q->tr->prompt_tokens = (long)json_integer_value(usage);
+    bsh_computed(q, ev);
     json_decref(ev);
 }
 
@@ -168,6 +190,8 @@ static na_status_t bsh_req_start(const na_bsh_opts_t *o, CURLM *m, bsh_req_t *q,
     memset(q, 0, sizeof(*q));
     q->r = r;
     q->usage = -1;
+    q->prompt = -1;
+    q->computed = -1;
     if (ids != NULL) {
         prompt = json_array();
         for (i = 0; prompt != NULL && i < n_ids; i++)
@@ -224,6 +248,11 @@ static void bsh_req_end(bsh_req_t *q, CURLcode res)
         return;
     }
     r->tokens += q->usage >= 0 ? q->usage : q->chunks;
+    if (q->prompt >= 0 && q->computed >= 0) {
+        r->prompt_said++;
+        r->prompt_tokens += q->prompt;
+        r->prompt_computed += q->computed;
+    }
 }
 
 na_status_t na_bsh_drive(const na_bsh_opts_t *o, char *const *prompts, int n, int concurrency,

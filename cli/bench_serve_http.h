@@ -23,6 +23,10 @@ typedef struct {
     double  wall_s;           /* first request sent .. last answer received */
     long    requests, failed; /* answered, of which failed (HTTP error, no [DONE]) */
     long    tokens;           /* completion tokens (usage, else text chunks) */
+    long    prompt_said;      /* requests whose server said how many prompt tokens it
+                                 computed (timings.prompt_n, or usage's cached_tokens) */
+    long    prompt_tokens;    /* their prompt tokens */
+    long    prompt_computed;  /* of them computed, not taken from a prompt cache */
     double *ttft;             /* [n_ttft] s from sending to the first text */
     long    n_ttft;
     double *itl;              /* [n_itl] s between successive text chunks of one answer */

@@ -40,6 +40,8 @@ typedef struct na_request {
     int            *out;        /* [min(max_new, seq_len - n_prompt + 1)] generated (same block) */
     int             n_out;
     int             n_pos;      /* tokens stored in the KV */
+    int             n_cached;   /* prompt tokens whose KV came from a prefix cache at
+                                   admission (not computed for it; offload) */
     int             last;       /* last token: the input of the next decode row */
     na_req_state_t  state;
     na_finish_t     finish;

@@ -424,6 +424,7 @@ na_status_t na_off_admit_one(na_off_t *g, na_off_req_t *q, int batch)
         q->wid = na_asvc_new_id(g->svc);
         /* hit: its first tokens are there; a chunked prompt's end is said */
         st = na_off_prefix_open(g, q, max_tok, na_off_chunked(g, q) ? r->n_prompt : 0, &hit);
+        r->n_cached = hit;
         if (st == NA_ERR_NOSPACE && g->n_live > 0)
             return NA_ERR_NOSPACE;
         if (st != NA_OK) {

@@ -86,7 +86,8 @@ static na_status_t br_record(br_t *br, br_job_t *j, const na_sg_end_t *end)
     na_batch_record_id(j->l, j->kind == NA_OAI_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof(id));
     body = na_oai_response(j->kind, id, (long)time(NULL), na_sg_model_name(br->o->gen),
                            j->text != NULL ? j->text : "", j->n, na_sg_finish_name(end->finish),
-                           na_oai_usage(end->prompt_tokens, end->completion_tokens));
+                           na_oai_usage(end->prompt_tokens, end->cached_tokens,
+                                        end->completion_tokens));
     if (body == NULL)
         return na_err(NA_ERR_NOMEM, "batch: out of memory");
     st = na_batch_out_write(br->out, j->l, 200, body, NULL, NULL);

@@ -283,6 +283,7 @@ static void sg_on_done(void *user, const na_request_t *r)
 
     memset(&end, 0, sizeof(end));
     end.prompt_tokens = r->n_prompt;
+    end.cached_tokens = r->n_cached;
     end.completion_tokens = r->n_out;
     if (j->stopped) {
         end.finish = NA_SG_STOP;

@@ -95,6 +95,7 @@ typedef struct na_sg_job na_sg_job_t;    /* a submitted job (handle) */
 typedef struct {
     na_sg_finish_t finish;
     int            prompt_tokens;
+    int            cached_tokens;       /* of them, taken from the prefix cache */
     int            completion_tokens;   /* tokens generated (up to the stop) */
     na_status_t    status;              /* NA_OK unless finish is ERROR / CANCELLED */
     const char    *error;               /* ERROR: the reason (valid during the call) */

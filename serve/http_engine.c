@@ -121,6 +121,7 @@ static void srv_on_end(void *user, const na_sg_end_t *e)
             if (r->oai.include_usage)
                 srv_event(r, na_oai_chunk(r->oai.kind, r->id, r->created, s->model, NULL, 0,
                                           0, NULL, na_oai_usage(e->prompt_tokens,
+                                                                e->cached_tokens,
                                                                 e->completion_tokens), 1));
         } else {
             srv_event(r, na_oai_error_json(&err));
@@ -131,7 +132,7 @@ static void srv_on_end(void *user, const na_sg_end_t *e)
         if (ok) {
             body = na_oai_dump(na_oai_response(r->oai.kind, r->id, r->created, s->model,
                                                r->out != NULL ? r->out : "", r->n_out, finish,
-                                               na_oai_usage(e->prompt_tokens,
+                                               na_oai_usage(e->prompt_tokens, e->cached_tokens,
                                                             e->completion_tokens)));
             r->http = 200;
         } else {

@@ -339,11 +339,12 @@ json_t *na_oai_error_json(const na_oai_error_t *e)
                      "code", e->code != NULL ? json_string(e->code) : json_null());
 }
 
-json_t *na_oai_usage(int prompt_tokens, int completion_tokens)
+json_t *na_oai_usage(int prompt_tokens, int cached_tokens, int completion_tokens)
 {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt_tokens,
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", prompt_tokens,
                      "completion_tokens", completion_tokens,
-                     "total_tokens", prompt_tokens + completion_tokens);
+                     "total_tokens", prompt_tokens + completion_tokens,
+                     "prompt_tokens_details", "cached_tokens", cached_tokens);
 }
 
 /* The choice of a response or chunk. */

@@ -70,7 +70,10 @@ void na_oai_req_free(na_oai_req_t *r);
 /* Builders (new references; NULL only when out of memory). text is valid
  * UTF-8 of len bytes. */
 json_t *na_oai_error_json(const na_oai_error_t *e);
-json_t *na_oai_usage(int prompt_tokens, int completion_tokens);
+/* usage: prompt, completion and total tokens, and as OpenAI's API has it
+ * prompt_tokens_details.cached_tokens: the prompt tokens whose KV came from
+ * the prefix cache (docs/prefix-reuse.md), not computed for this request. */
+json_t *na_oai_usage(int prompt_tokens, int cached_tokens, int completion_tokens);
 /* A whole response: "text_completion" or "chat.completion". */
 json_t *na_oai_response(na_oai_kind_t kind, const char *id, long created, const char *model,
                         const char *text, size_t len, const char *finish, json_t *usage);

@@ -3,6 +3,10 @@
 // sources). Usage: node client.cjs SCENARIO BASE_URL [ARGS...]; prints
 // "OK ..." lines and exits 0, or prints the reason and exits 1.
 //   completion BASE                    one completion: text, usage, finish_reason
+//   cached BASE                        one long prompt sent twice: the second's
+//                                      usage.prompt_tokens_details.cached_tokens
+//                                      says its prefix came from the prefix cache
+//                                      (at least one KV block), the texts equal
 //   streams BASE JOBS.json OUT.json    concurrent streamed completions (one per
 //                                      job {prompt, seed, temperature, top_p,
 //                                      max_tokens}); their texts to OUT.json
@@ -230,6 +234,26 @@ async function ctxlimit(base, ctx) {
               r.choices[0].finish_reason);
 }
 
+async function cached(base) {
+  const c = client(base);
+  const prompt = 'Once upon a time, there was a little girl named Lily. She loved to play ' +
+                 'outside in the sun with her dog. One day she found a big red ball.';
+  const ask = () => c.completions.create({ model: 'm', prompt, max_tokens: 8, temperature: 0 });
+  const a = await ask(), b = await ask();
+  const ct = (r) => r.usage && r.usage.prompt_tokens_details &&
+                    r.usage.prompt_tokens_details.cached_tokens;
+  if (typeof ct(a) !== 'number' || typeof ct(b) !== 'number')
+    fail('no usage.prompt_tokens_details.cached_tokens: ' + JSON.stringify(b.usage));
+  if (ct(b) <= ct(a) || ct(b) < 16 || ct(b) >= b.usage.prompt_tokens)
+    fail('cached tokens ' + ct(a) + ' then ' + ct(b) + ' of ' + b.usage.prompt_tokens +
+         ' prompt tokens (kv.block_tokens 16)');
+  if (a.choices[0].text !== b.choices[0].text)
+    fail('the reused prefix changed the text: ' + JSON.stringify(a.choices[0].text) + ' / ' +
+         JSON.stringify(b.choices[0].text));
+  console.log('OK cached ' + ct(a) + ' then ' + ct(b) + ' of ' + b.usage.prompt_tokens +
+              ' prompt tokens, the same text');
+}
+
 async function unavailable(base) {
   const c = client(base);
   const tries = [
@@ -252,6 +276,6 @@ async function unavailable(base) {
 }
 
 const [scen, base, ...args] = process.argv.slice(2);
-const table = { completion, streams, chat, chat400, chatids, cancel, key, stall, ctxlimit, unavailable };
+const table = { completion, cached, streams, chat, chat400, chatids, cancel, key, stall, ctxlimit, unavailable };
 if (!table[scen]) fail('unknown scenario ' + scen);
 table[scen](base, ...args).catch((e) => fail(scen + ': ' + (e.stack || e)));

@@ -4,7 +4,8 @@
 # $NA_NODE_DIR, installed by scripts/setup.sh) and curl.
 #   api     offload, the layout's storage node started by the server
 #           (test-1s.yaml, stories260K): a completion while another client
-#           never reads its stream; 16 concurrent streams
+#           never reads its stream; a prompt sent twice reports its reused
+#           prefix (usage.prompt_tokens_details.cached_tokens); 16 concurrent streams
 #           whose texts equal `nearattn run` with the same seeds; chat
 #           refused (400) for a model without a chat template; curl: malformed
 #           JSON, wrong types, n = 2, invalid UTF-8, a prompt past the context,
@@ -99,6 +100,7 @@ api)
     na_wait_line "$DIR/stall" sent 20 || fail "the stalled client did not start"
     client completion "$BASE"
     kill $! 2>/dev/null
+    client cached "$BASE"
     # 16 concurrent streams (sampled and greedy) against `nearattn run`
     node -e '
         const P = ["Once upon a time", "Lily", "The sun", "Tom had a", "One day", "A cat",

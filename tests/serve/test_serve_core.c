@@ -185,12 +185,13 @@ static void test_oai_build(void)
                              "\"invalid_request_error\",\"param\":\"n\",\"code\":null}}"));
     free(s);
     s = na_oai_dump(na_oai_response(NA_OAI_CHAT, "id1", 5, "m", "a\"b", 3, "stop",
-                                    na_oai_usage(3, 2)));
+                                    na_oai_usage(3, 1, 2)));
     NA_CHECK(s && strstr(s, "\"content\":\"a\\\"b\"") && strstr(s, "\"total_tokens\":5") &&
+             strstr(s, "\"prompt_tokens_details\":{\"cached_tokens\":1}") &&
              strstr(s, "\"object\":\"chat.completion\""));
     free(s);
     s = na_oai_dump(na_oai_chunk(NA_OAI_CHAT, "id1", 5, "m", NULL, 0, 0, NULL,
-                                 na_oai_usage(3, 2), 1));
+                                 na_oai_usage(3, 0, 2), 1));
     NA_CHECK(s && strstr(s, "\"choices\":[]") && strstr(s, "\"usage\""));
     free(s);
 }
