@@ -103,13 +103,14 @@ typedef struct {
  * cpu backend's placed copy (kernels/cpu/cpu_pack.c); NA_LAYOUT_BF16X32: a
  * BF16 weight's copy there in panels of 32 rows by k pairs; NA_LAYOUT_Q4KX8:
  * a Q4_K weight's in groups of 8 rows; NA_LAYOUT_Q8X8: a Q8_0 weight's;
- * NA_LAYOUT_Q6KX8: a Q6_K weight's */
+ * NA_LAYOUT_Q6KX8: a Q6_K weight's; NA_LAYOUT_Q5KX8: a Q5_K weight's */
 #define NA_LAYOUT_ROWS    0
 #define NA_LAYOUT_Q4X8    1
 #define NA_LAYOUT_BF16X32 2
 #define NA_LAYOUT_Q4KX8   3
 #define NA_LAYOUT_Q8X8    4
 #define NA_LAYOUT_Q6KX8   5
+#define NA_LAYOUT_Q5KX8   6
 
 static inline int na_tensor_present(const na_tensor_t *t)
 {

@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_pack.c — the cpu backend's weight placement: most weights
- * are read where the model maps them (na_khost_place, no copy); five kinds
+ * are read where the model maps them (na_khost_place, no copy); six kinds
  * are copied once into the order their kernels read, with one output row
  * per vector lane, so a row's sum never needs a horizontal add:
  *
@@ -36,6 +36,16 @@
  *                     elements 64(c / 8) + 4(c % 8).., of sub-block 2(c / 8),
  *                     the high ones 32 further, of sub-block 2(c / 8) + 1.
  * Group g, super-block b at (g * nsb + b) * 1184.
+ *
+ * NA_LAYOUT_Q5KX8 (Q5_K, rows % 8 == 0; cpu_quant.c's Q4_K kernel with the
+ * fifth bits): super-block b of group g is 1440 bytes, NA_LAYOUT_Q4KX8's
+ * 1184 for the scales, mins and low 4 bits of the codes with 64 bytes of
+ * fifth bits after each 8 code chunks (so one stream, read in order): chunk
+ * c at 160 + 32c + 64(c / 8), and its fifth bits as two little-endian 32-bit
+ * words at 160 + 320(c / 8) + 256 + 8(c % 8), the low-nibble elements' and
+ * the high-nibble ones', bit 4i + k the fifth bit of row i's element k of
+ * the chunk (the byte of the chunk's 32 that holds it). Group g,
+ * super-block b at (g * nsb + b) * 1440.
  *
  * NA_LAYOUT_Q6KX8 (Q6_K, rows % 8 == 0; cpu_quant.c's Q6KX8): group g =
  * rows 8g..8g+7; super-block b of the group is 1680 bytes (8 x 210):
@@ -75,9 +85,11 @@
 
 #define NA_Q4X8_GROUP_BLOCK 144     /* 8 rows x 18 bytes */
 #define NA_X8_BLOCK_MAX 210         /* bytes of the largest model block here (Q6_K) */
+#define NA_Q4K_BLOCK 144            /* bytes of a Q4_K super-block */
 #define NA_Q4KX8_GROUP_BLOCK 1184   /* 8 rows' super-blocks, reordered */
 #define NA_Q8X8_GROUP_BLOCK 272     /* 8 rows x 34 bytes */
 #define NA_Q6KX8_GROUP_BLOCK 1680   /* 8 rows x 210 bytes */
+#define NA_Q5KX8_GROUP_BLOCK 1440   /* 8 rows' super-blocks, reordered (8 x 176 = 1408) */
 
 /* Weights with fewer elements stay row-major: the copy would not pay. */
 #define NA_CPU_PACK_MIN ((size_t)1 << 16)
@@ -96,14 +108,16 @@ static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
         return NA_LAYOUT_Q8X8;
     if (t->dtype == NA_DTYPE_Q6_K && t->rows % 8 == 0)
         return NA_LAYOUT_Q6KX8;
+    if (t->dtype == NA_DTYPE_Q5_K && t->rows % 8 == 0)
+        return NA_LAYOUT_Q5KX8;
     if (t->dtype == NA_DTYPE_BF16 && t->rows % 32 == 0 && t->cols % 2 == 0 &&
         s->gemm_bf16 != NULL)
         return NA_LAYOUT_BF16X32;
     return NA_LAYOUT_ROWS;
 }
 
-/* The groups of 8 rows (NA_LAYOUT_Q4X8, Q4KX8, Q8X8, Q6KX8): a model block
- * of row i (0..7) into its group's block o (put; rows in order from 0), and
+/* The groups of 8 rows (NA_LAYOUT_Q4X8, Q4KX8, Q5KX8, Q6KX8, Q8X8): a model
+ * block of row i (0..7) into its group's block o (put; rows in order from 0), and
  * back (get). */
 static void na_cpu_q4x8_put(uint8_t *o, int i, const uint8_t *blk)
 {
@@ -121,7 +135,16 @@ static void na_cpu_q4x8_get(const uint8_t *o, int i, uint8_t *blk)
         memcpy(blk + 2 + 4 * c, o + 16 + 32 * c + 4 * i, 4);
 }
 
-static void na_cpu_q4kx8_put(uint8_t *o, int i, const uint8_t *blk)
+/* Q4KX8's code chunk c in a group's super-block; Q5KX8 (k5) has 64 bytes of
+ * fifth bits after each 8 chunks. */
+static size_t na_cpu_qk_chunk(int c, int k5)
+{
+    return 160 + 32 * (size_t)c + (k5 ? 64 * (size_t)(c / 8) : 0);
+}
+
+/* A Q4_K block (or Q5_K's d, scales and low bits as one, k5) of row i into
+ * a group's super-block o, and back. */
+static void na_cpu_qk_put(uint8_t *o, int i, const uint8_t *blk, int k5)
 {
     int s, c, sc, m;
     memcpy(o + 2 * i, blk, 2);
@@ -132,11 +155,11 @@ static void na_cpu_q4kx8_put(uint8_t *o, int i, const uint8_t *blk)
         o[96 + 16 * (s / 2) + 2 * i + s % 2] = (uint8_t)m;
     }
     for (c = 0; c < 32; c++)
-        memcpy(o + 160 + 32 * c + 4 * i, blk + 16 + 4 * c, 4);
+        memcpy(o + na_cpu_qk_chunk(c, k5) + 4 * i, blk + 16 + 4 * c, 4);
 }
 
 /* (the 6-bit scales and mins packed back as na_ref_k4_scale_min reads them) */
-static void na_cpu_q4kx8_get(const uint8_t *o, int i, uint8_t *blk)
+static void na_cpu_qk_get(const uint8_t *o, int i, uint8_t *blk, int k5)
 {
     int sc[8], m[8], s, c;
     memcpy(blk, o + 2 * i, 2);
@@ -151,7 +174,17 @@ static void na_cpu_q4kx8_get(const uint8_t *o, int i, uint8_t *blk)
         blk[12 + s] = (uint8_t)((sc[s + 4] & 0xF) | ((m[s + 4] & 0xF) << 4));
     }
     for (c = 0; c < 32; c++)
-        memcpy(blk + 16 + 4 * c, o + 160 + 32 * c + 4 * i, 4);
+        memcpy(blk + 16 + 4 * c, o + na_cpu_qk_chunk(c, k5) + 4 * i, 4);
+}
+
+static void na_cpu_q4kx8_put(uint8_t *o, int i, const uint8_t *blk)
+{
+    na_cpu_qk_put(o, i, blk, 0);
+}
+
+static void na_cpu_q4kx8_get(const uint8_t *o, int i, uint8_t *blk)
+{
+    na_cpu_qk_get(o, i, blk, 0);
 }
 
 static void na_cpu_q8x8_put(uint8_t *o, int i, const uint8_t *blk)
@@ -170,6 +203,48 @@ static void na_cpu_q8x8_get(const uint8_t *o, int i, uint8_t *blk)
     for (c = 0; c < 8; c++)
         for (j = 0; j < 4; j++)
             blk[2 + 4 * (c / 2) + 16 * (c % 2) + j] = o[16 + 32 * c + 4 * i + j] ^ 0x80;
+}
+
+/* Q5_K (d, dmin, 12 bytes of scales, qh[32], qs[128]): Q4KX8's header and
+ * chunks for a Q4_K block of the same d, scales and low bits, and the fifth
+ * bits of chunk c as two 32-bit words (bit 4i + j: row i's element j) after
+ * its 8 chunks. */
+static void na_cpu_q5kx8_put(uint8_t *o, int i, const uint8_t *blk)
+{
+    uint8_t k4[NA_Q4K_BLOCK];
+    int c, j;
+    memcpy(k4, blk, 16);
+    memcpy(k4 + 16, blk + 48, 128);
+    na_cpu_qk_put(o, i, k4, 1);
+    for (c = 0; c < 32; c++) {
+        uint8_t *w = o + na_cpu_qk_chunk(8 * (c / 8), 1) + 256 + 8 * (c % 8);
+        for (j = 0; j < 4; j++) {
+            const uint8_t h = blk[16 + 4 * (c % 8) + j];
+            const int p = 4 * i + j;
+            w[p / 8] = (uint8_t)((w[p / 8] & ~(1 << (p % 8))) | (((h >> (2 * (c / 8))) & 1) << (p % 8)));
+            w[4 + p / 8] = (uint8_t)((w[4 + p / 8] & ~(1 << (p % 8))) |
+                                     (((h >> (2 * (c / 8) + 1)) & 1) << (p % 8)));
+        }
+    }
+}
+
+static void na_cpu_q5kx8_get(const uint8_t *o, int i, uint8_t *blk)
+{
+    uint8_t k4[NA_Q4K_BLOCK];
+    int c, j;
+    na_cpu_qk_get(o, i, k4, 1);
+    memcpy(blk, k4, 16);
+    memcpy(blk + 48, k4 + 16, 128);
+    memset(blk + 16, 0, 32);
+    for (c = 0; c < 32; c++) {
+        const uint8_t *w = o + na_cpu_qk_chunk(8 * (c / 8), 1) + 256 + 8 * (c % 8);
+        for (j = 0; j < 4; j++) {
+            const int p = 4 * i + j;
+            blk[16 + 4 * (c % 8) + j] |= (uint8_t)((((w[p / 8] >> (p % 8)) & 1) << (2 * (c / 8))) |
+                                                   (((w[4 + p / 8] >> (p % 8)) & 1)
+                                                    << (2 * (c / 8) + 1)));
+        }
+    }
 }
 
 /* Q6_K: the byte of ggml's ql (low 4 bits; *sh: 0 or 4) and qh (top 2
@@ -236,6 +311,8 @@ static const na_cpu_x8_t na_cpu_q4x8 = { NA_DTYPE_Q4_0, NA_Q4X8_GROUP_BLOCK, na_
                                          na_cpu_q4x8_get };
 static const na_cpu_x8_t na_cpu_q4kx8 = { NA_DTYPE_Q4_K, NA_Q4KX8_GROUP_BLOCK, na_cpu_q4kx8_put,
                                           na_cpu_q4kx8_get };
+static const na_cpu_x8_t na_cpu_q5kx8 = { NA_DTYPE_Q5_K, NA_Q5KX8_GROUP_BLOCK, na_cpu_q5kx8_put,
+                                          na_cpu_q5kx8_get };
 static const na_cpu_x8_t na_cpu_q6kx8 = { NA_DTYPE_Q6_K, NA_Q6KX8_GROUP_BLOCK, na_cpu_q6kx8_put,
                                           na_cpu_q6kx8_get };
 static const na_cpu_x8_t na_cpu_q8x8 = { NA_DTYPE_Q8_0, NA_Q8X8_GROUP_BLOCK, na_cpu_q8x8_put,
@@ -249,6 +326,7 @@ static const na_cpu_x8_t *na_cpu_x8(int layout)
     case NA_LAYOUT_Q4KX8: return &na_cpu_q4kx8;
     case NA_LAYOUT_Q8X8:  return &na_cpu_q8x8;
     case NA_LAYOUT_Q6KX8: return &na_cpu_q6kx8;
+    case NA_LAYOUT_Q5KX8: return &na_cpu_q5kx8;
     default:              return NULL;
     }
 }
@@ -379,9 +457,9 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
 
     if (st != NA_OK || (layout = na_cpu_layout(k, t)) == NA_LAYOUT_ROWS)
         return st;
-    bytes = w->buf.size;                        /* Q4KX8: 1184 bytes per 1152 */
-    if (layout == NA_LAYOUT_Q4KX8)
-        bytes = (size_t)(t->rows / 8) * (size_t)(t->cols / NA_QK_K) * NA_Q4KX8_GROUP_BLOCK;
+    bytes = w->buf.size;                        /* Q4KX8, Q5KX8: larger than the source */
+    if (layout == NA_LAYOUT_Q4KX8 || layout == NA_LAYOUT_Q5KX8)
+        bytes = (size_t)(t->rows / 8) * (size_t)(t->cols / NA_QK_K) * na_cpu_x8(layout)->gb;
     for (i = 0; i < s->n_packed; i++)
         if (s->packed[i].src == t->data && s->packed[i].bytes == bytes)
             break;

@@ -22,8 +22,8 @@
  * Compiled for x86-64-v3 and, as na_cpu_matmul_quant_v4, for x86-64-v4
  * (kernels/CMakeLists.txt); the AVX512-VNNI copy (NA_CPU_VNNI) replaces each
  * maddubs + madd pair by one vpdpbusd.
- * Q4_0, Q4_K, Q6_K and Q8_0 weights placed in groups of 8 rows
- * (NA_LAYOUT_Q4X8, Q4KX8, Q6KX8, Q8X8; kernels/cpu/cpu_pack.c) take the grouped
+ * Q4_0, Q4_K, Q5_K, Q6_K and Q8_0 weights placed in groups of 8 rows
+ * (NA_LAYOUT_Q4X8, Q4KX8, Q5KX8, Q6KX8, Q8X8; kernels/cpu/cpu_pack.c) take the grouped
  * kernels below instead, at every batch: one output row per 32-bit lane
  * (their sections say how they sum). */
 #include <math.h>
@@ -730,16 +730,43 @@ static void na_cq8_group_n(const uint8_t *gp, int nblk, const na_cq8_x_t *x, int
  * m_s x the input's sum over sub-block s, by madd of the byte pairs; then
  * acc += that sum x (d x d_x) and accm += the mins' term x (dmin x d_x), in
  * f32, super-block after super-block from 0; the output is acc - accm. The
- * same for every batch and ISA copy (batch-invariant by its shape). */
+ * same for every batch and ISA copy (batch-invariant by its shape).
+ * Q5_K (NA_LAYOUT_Q5KX8) is the same kernel with each chunk's codes + 16
+ * where their fifth bit is set (codes <= 31: without VNNI the int16 sums
+ * are widened after 4 chunks, at most 4 x 2 x 31 x 127 = 31496). */
 #define NA_CQK_GB 1184                  /* bytes of a group's super-block */
+#define NA_CQ5_GB 1440                  /* Q5KX8: the same + 256 bytes of fifth bits */
 #if defined(NA_CPU_VNNI) || defined(NA_CPU_V4)
 #define NA_CQK_NB 4                     /* inputs per pass */
 #else
 #define NA_CQK_NB 2
 #endif
 
+/* Q5KX8: codes u (4 bytes of each of 8 rows) + 16 where bit p of the
+ * little-endian 32-bit word at fb is set (p the byte of u): one masked add
+ * with AVX-512 (BW, VL); elsewhere the word's bytes spread to the 32 bytes
+ * and compared with each byte's bit. */
+NA_INLINE __m256i na_cq5_fifth(__m256i u, const uint8_t *fb)
+{
+    uint32_t m;
+    memcpy(&m, fb, 4);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    return _mm256_mask_add_epi8(u, _cvtu32_mask32(m), u, _mm256_set1_epi8(0x10));
+#else
+    {
+        const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+        __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m),
+                                        _mm256_setr_epi64x(0, 0x0101010101010101ll,
+                                                           0x0202020202020202ll,
+                                                           0x0303030303030303ll));
+        b = _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel);
+        return _mm256_or_si256(u, _mm256_and_si256(b, _mm256_set1_epi8(0x10)));
+    }
+#endif
+}
+
 NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int NB, float *y,
-                            size_t ys)
+                            size_t ys, int K5)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[NA_CQK_NB], accm[NA_CQK_NB];
@@ -750,7 +777,7 @@ NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int
         acc[i] = _mm256_setzero_ps();
         accm[i] = _mm256_setzero_ps();
     }
-    for (b = 0; b < nsb; b++, gp += NA_CQK_GB) {
+    for (b = 0; b < nsb; b++, gp += K5 ? NA_CQ5_GB : NA_CQK_GB) {
         __m256i isum[NA_CQK_NB], msum[NA_CQK_NB];
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
         __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
@@ -761,6 +788,9 @@ NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int
         }
         for (j = 0; j < 4; j++) {               /* sub-blocks 2j (low nibbles), 2j + 1 */
             __m256i slo[NA_CQK_NB], shi[NA_CQK_NB], sc0, sc1, mv;
+#if !defined(NA_CPU_VNNI)
+            __m256i wlo[NA_CQK_NB], whi[NA_CQK_NB];   /* Q5: the int16 sums of chunks 0-3 */
+#endif
 #pragma GCC unroll 4
             for (i = 0; i < NB; i++) {
                 slo[i] = _mm256_setzero_si256();
@@ -768,9 +798,26 @@ NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int
             }
 #pragma GCC unroll 8
             for (c = 0; c < 8; c++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(gp + 160 + 32 * (8 * j + c)));
+                __m256i v = _mm256_loadu_si256((const __m256i *)(gp + 160 + 32 * (8 * j + c) +
+                                                                 (K5 ? 64 * j : 0)));
                 __m256i lo = _mm256_and_si256(v, m4);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (K5) {                       /* + 16 where the chunk's fifth bit is set */
+                    const uint8_t *fb = gp + 160 + 320 * j + 256 + 8 * c;   /* after the 8 chunks */
+                    lo = na_cq5_fifth(lo, fb);
+                    hi = na_cq5_fifth(hi, fb + 4);
+                }
+#if !defined(NA_CPU_VNNI)
+                if (K5 && c == 4) {             /* codes <= 31: int16 holds 4 chunks' sums */
+#pragma GCC unroll 4
+                    for (i = 0; i < NB; i++) {
+                        wlo[i] = slo[i];
+                        whi[i] = shi[i];
+                        slo[i] = _mm256_setzero_si256();
+                        shi[i] = _mm256_setzero_si256();
+                    }
+                }
+#endif
 #pragma GCC unroll 4
                 for (i = 0; i < NB; i++) {
                     const int8_t *xq = x[i].q + (size_t)b * NA_QK_K + 64 * j + 4 * c;
@@ -793,6 +840,10 @@ NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int
 #if !defined(NA_CPU_VNNI)
                 slo[i] = _mm256_madd_epi16(slo[i], _mm256_set1_epi16(1));
                 shi[i] = _mm256_madd_epi16(shi[i], _mm256_set1_epi16(1));
+                if (K5) {
+                    slo[i] = _mm256_add_epi32(slo[i], _mm256_madd_epi16(wlo[i], _mm256_set1_epi16(1)));
+                    shi[i] = _mm256_add_epi32(shi[i], _mm256_madd_epi16(whi[i], _mm256_set1_epi16(1)));
+                }
 #endif
                 isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_mullo_epi32(slo[i], sc0),
                                                                      _mm256_mullo_epi32(shi[i], sc1)));
@@ -812,20 +863,29 @@ NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int
         _mm256_storeu_ps(y + (size_t)i * ys, _mm256_sub_ps(acc[i], accm[i]));
 }
 
-/* Group gp with nb (1..NA_CQ8_NB) inputs, NA_CQK_NB at a time. */
+/* Group gp with nb (1..NA_CQ8_NB) inputs, NA_CQK_NB at a time (Q5KX8 when
+ * k5, else Q4KX8). */
 static void na_cqk_group_n(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int nb, float *y,
-                           size_t ys)
+                           size_t ys, int k5)
 {
+#define NA_CQK_G(N)                                       \
+    do {                                                  \
+        if (k5)                                           \
+            na_cqk_group(gp, nsb, x, N, y, ys, 1);        \
+        else                                              \
+            na_cqk_group(gp, nsb, x, N, y, ys, 0);        \
+    } while (0)
     for (; nb > 0; nb -= NA_CQK_NB, x += NA_CQK_NB, y += NA_CQK_NB * ys) {
         switch (nb < NA_CQK_NB ? nb : NA_CQK_NB) {
 #if NA_CQK_NB == 4
-        case 4: na_cqk_group(gp, nsb, x, 4, y, ys); break;
-        case 3: na_cqk_group(gp, nsb, x, 3, y, ys); break;
+        case 4: NA_CQK_G(4); break;
+        case 3: NA_CQK_G(3); break;
 #endif
-        case 2: na_cqk_group(gp, nsb, x, 2, y, ys); break;
-        default: na_cqk_group(gp, nsb, x, 1, y, ys); break;
+        case 2: NA_CQK_G(2); break;
+        default: NA_CQK_G(1); break;
         }
     }
+#undef NA_CQK_G
 }
 
 /* ---- Q6_K in groups of 8 rows (NA_LAYOUT_Q6KX8, kernels/cpu/cpu_pack.c) -----
@@ -930,10 +990,10 @@ typedef struct {
 static void na_cq8_task(void *ctx, int t, int n_tasks)
 {
     const na_cq8_job_t *j = ctx;
-    const int k4 = j->layout == NA_LAYOUT_Q4KX8, k6 = j->layout == NA_LAYOUT_Q6KX8;
-    const int k8 = j->layout == NA_LAYOUT_Q8X8, ng = j->rows / 8;
-    const int cols = (k4 || k6 ? NA_QK_K : 32) * j->nblk;
-    const size_t gbytes = (size_t)j->nblk * (k4 ? NA_CQK_GB : k6 ? NA_CQ6_GB
+    const int k5 = j->layout == NA_LAYOUT_Q5KX8, k4 = j->layout == NA_LAYOUT_Q4KX8 || k5;
+    const int k6 = j->layout == NA_LAYOUT_Q6KX8, k8 = j->layout == NA_LAYOUT_Q8X8;
+    const int ng = j->rows / 8, cols = (k4 || k6 ? NA_QK_K : 32) * j->nblk;
+    const size_t gbytes = (size_t)j->nblk * (k5 ? NA_CQ5_GB : k4 ? NA_CQK_GB : k6 ? NA_CQ6_GB
                                                  : k8 ? NA_CQ88_GB : NA_CQ8_GB);
     /* split on pairs of groups: 16 rows, 64 bytes of each output row */
     int lo = (int)((long)ng * t / n_tasks) & ~1, hi = (int)((long)ng * (t + 1) / n_tasks) & ~1;
@@ -955,7 +1015,7 @@ static void na_cq8_task(void *ctx, int t, int n_tasks)
             for (g = g0; g < g1; g++) {
                 float *yg = j->y + (size_t)b0 * j->rows + 8 * (size_t)g;
                 if (k4)
-                    na_cqk_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
+                    na_cqk_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows, k5);
                 else if (k6)
                     na_cq6_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
                 else
@@ -1116,7 +1176,7 @@ int na_cpu_matmul_quant(na_kernels_t *k, float *y, const float *x, const na_tens
         na_cq8_job_t j8 = { y, w->data, w->layout, w->rows, j.nd, batch, j.q, j.d,
                             (const int32_t *)j.s, j.bs };
         for (b = 0; b < batch; b++) {           /* s (unused by these types): the sums */
-            if (w->layout == NA_LAYOUT_Q4KX8)
+            if (w->layout == NA_LAYOUT_Q4KX8 || w->layout == NA_LAYOUT_Q5KX8)
                 na_cq_pair_sums((int16_t *)j.bs + (size_t)b * j.nbs, j.nd);
             else if (w->layout != NA_LAYOUT_Q6KX8)      /* Q6KX8: the sums of 16 */
                 na_cq8_negs(j.q + (size_t)b * cols, j.nd,

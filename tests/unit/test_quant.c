@@ -606,9 +606,9 @@ static void test_embed(void)
     }
 }
 
-/* Q4_0, Q4_K, Q6_K and Q8_0 weights of rows % 8 == 0 (and enough elements)
- * are placed on the cpu backend as copies in NA_LAYOUT_Q4X8 / Q4KX8 / Q6KX8 /
- * Q8X8
+/* Q4_0, Q4_K, Q5_K, Q6_K and Q8_0 weights of rows % 8 == 0 (and enough
+ * elements) are placed on the cpu backend as copies in NA_LAYOUT_Q4X8 /
+ * Q4KX8 / Q5KX8 / Q6KX8 / Q8X8
  * (kernels/cpu/cpu_pack.c) with their own kernels: the layout is reported,
  * the embedding rows are the model's, a tensor placed twice shares one
  * copy, and the matmul (against the reference, and bit-identical at every
@@ -632,6 +632,9 @@ static void test_grouped(void)
         { NA_DTYPE_Q6_K, NA_LAYOUT_Q6KX8, 64, 256 * 5 },
         { NA_DTYPE_Q6_K, NA_LAYOUT_Q6KX8, 136, 256 * 2 },
         { NA_DTYPE_Q6_K, NA_LAYOUT_Q6KX8, 8, 256 * 33 },
+        { NA_DTYPE_Q5_K, NA_LAYOUT_Q5KX8, 64, 256 * 5 },
+        { NA_DTYPE_Q5_K, NA_LAYOUT_Q5KX8, 136, 256 * 2 },
+        { NA_DTYPE_Q5_K, NA_LAYOUT_Q5KX8, 8, 256 * 33 },
     };
     static const int batches[] = { 2, 3, 5, 8, 9, 13, 40 };
     static const int toks[] = { 0, 7, 63, 8, 9 };
