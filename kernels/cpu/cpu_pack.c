@@ -218,13 +218,18 @@ static void na_cpu_q5kx8_put(uint8_t *o, int i, const uint8_t *blk)
     na_cpu_qk_put(o, i, k4, 1);
     for (c = 0; c < 32; c++) {
         uint8_t *w = o + na_cpu_qk_chunk(8 * (c / 8), 1) + 256 + 8 * (c % 8);
-        for (j = 0; j < 4; j++) {
+        uint32_t lo = 0, hi = 0, v;
+        for (j = 0; j < 4; j++) {               /* row i's 4 bits of each word */
             const uint8_t h = blk[16 + 4 * (c % 8) + j];
-            const int p = 4 * i + j;
-            w[p / 8] = (uint8_t)((w[p / 8] & ~(1 << (p % 8))) | (((h >> (2 * (c / 8))) & 1) << (p % 8)));
-            w[4 + p / 8] = (uint8_t)((w[4 + p / 8] & ~(1 << (p % 8))) |
-                                     (((h >> (2 * (c / 8) + 1)) & 1) << (p % 8)));
+            lo |= (uint32_t)((h >> (2 * (c / 8))) & 1) << j;
+            hi |= (uint32_t)((h >> (2 * (c / 8) + 1)) & 1) << j;
         }
+        memcpy(&v, w, 4);
+        v = (v & ~(0xFu << (4 * i))) | lo << (4 * i);
+        memcpy(w, &v, 4);
+        memcpy(&v, w + 4, 4);
+        v = (v & ~(0xFu << (4 * i))) | hi << (4 * i);
+        memcpy(w + 4, &v, 4);
     }
 }
 
@@ -247,57 +252,69 @@ static void na_cpu_q5kx8_get(const uint8_t *o, int i, uint8_t *blk)
     }
 }
 
-/* Q6_K: the byte of ggml's ql (low 4 bits; *sh: 0 or 4) and qh (top 2
- * bits; *hsh) holding element e's code, as na_rq_codes256 reads them. */
-static void na_cpu_q6k_pos(int e, int *ql, int *sh, int *qh, int *hsh)
+/* Q6_K (ql[128] low 4 bits, qh[64] top 2 bits, 16 int8 scales, d): its 256
+ * codes (0..63) as ggml orders them, and back. */
+static void na_cpu_q6k_codes(const uint8_t *blk, uint8_t *q)
 {
-    const int h = e / 128, w = (e % 128) / 32, l = e % 32;
-    *ql = 64 * h + l + (w % 2) * 32;
-    *sh = (w / 2) * 4;
-    *qh = 128 + 32 * h + l;
-    *hsh = 2 * w;
+    int h, l;
+    for (h = 0; h < 2; h++, q += 128)
+        for (l = 0; l < 32; l++) {
+            const uint8_t a = blk[64 * h + l], b = blk[64 * h + l + 32], t = blk[128 + 32 * h + l];
+            q[l] = (uint8_t)((a & 0xF) | (t & 3) << 4);
+            q[l + 32] = (uint8_t)((b & 0xF) | ((t >> 2) & 3) << 4);
+            q[l + 64] = (uint8_t)((a >> 4) | ((t >> 4) & 3) << 4);
+            q[l + 96] = (uint8_t)((b >> 4) | ((t >> 6) & 3) << 4);
+        }
 }
 
-/* Q6KX8: where element e = 16s + r of row i has its low 4 bits (byte, shift)
- * and its top 2 bits. */
-static void na_cpu_q6kx8_pos(int e, int i, int *lo, int *sh, int *hi, int *hsh)
+static void na_cpu_q6k_pack(const uint8_t *q, uint8_t *blk)
 {
-    const int s = e / 16, r = e % 16;
-    *lo = 144 + 96 * s + 32 * (r / 8) + 4 * i + r % 4;
-    *sh = 4 * ((r / 4) % 2);
-    *hi = 144 + 96 * s + 64 + 4 * i + r % 4;
-    *hsh = 2 * (r / 4);
+    int h, l;
+    for (h = 0; h < 2; h++, q += 128)
+        for (l = 0; l < 32; l++) {
+            blk[64 * h + l] = (uint8_t)((q[l] & 0xF) | (q[l + 64] & 0xF) << 4);
+            blk[64 * h + l + 32] = (uint8_t)((q[l + 32] & 0xF) | (q[l + 96] & 0xF) << 4);
+            blk[128 + 32 * h + l] = (uint8_t)(q[l] >> 4 | (q[l + 32] >> 4) << 2 |
+                                              (q[l + 64] >> 4) << 4 | (q[l + 96] >> 4) << 6);
+        }
 }
 
 static void na_cpu_q6kx8_put(uint8_t *o, int i, const uint8_t *blk)
 {
-    int e, s, ql, sh, qh, hsh, lo, lsh, hi, hs;
-    if (i == 0)                                 /* the bits are merged in below */
-        memset(o, 0, NA_Q6KX8_GROUP_BLOCK);
+    uint8_t q[NA_QK_K];
+    int s, j;
+    na_cpu_q6k_codes(blk, q);
     memcpy(o + 2 * i, blk + 208, 2);
-    for (s = 0; s < 16; s++)
+    for (s = 0; s < 16; s++) {
+        uint8_t *p = o + 144 + 96 * s + 4 * i;
+        const uint8_t *c = q + 16 * s;
         o[16 + 8 * s + i] = blk[192 + s];
-    for (e = 0; e < NA_QK_K; e++) {
-        na_cpu_q6k_pos(e, &ql, &sh, &qh, &hsh);
-        na_cpu_q6kx8_pos(e, i, &lo, &lsh, &hi, &hs);
-        o[lo] = (uint8_t)((o[lo] & ~(0xF << lsh)) | (((blk[ql] >> sh) & 0xF) << lsh));
-        o[hi] = (uint8_t)((o[hi] & ~(3 << hs)) | (((blk[qh] >> hsh) & 3) << hs));
+        for (j = 0; j < 4; j++) {
+            p[j] = (uint8_t)((c[j] & 0xF) | (c[4 + j] & 0xF) << 4);
+            p[32 + j] = (uint8_t)((c[8 + j] & 0xF) | (c[12 + j] & 0xF) << 4);
+            p[64 + j] = (uint8_t)(c[j] >> 4 | (c[4 + j] >> 4) << 2 | (c[8 + j] >> 4) << 4 |
+                                  (c[12 + j] >> 4) << 6);
+        }
     }
 }
 
 static void na_cpu_q6kx8_get(const uint8_t *o, int i, uint8_t *blk)
 {
-    int e, s, ql, sh, qh, hsh, lo, lsh, hi, hs;
-    memset(blk, 0, 192);
+    uint8_t q[NA_QK_K];
+    int s, j;
     memcpy(blk + 208, o + 2 * i, 2);
-    for (s = 0; s < 16; s++)
+    for (s = 0; s < 16; s++) {
+        const uint8_t *p = o + 144 + 96 * s + 4 * i;
+        uint8_t *c = q + 16 * s;
         blk[192 + s] = o[16 + 8 * s + i];
-    for (e = 0; e < NA_QK_K; e++) {
-        na_cpu_q6k_pos(e, &ql, &sh, &qh, &hsh);
-        na_cpu_q6kx8_pos(e, i, &lo, &lsh, &hi, &hs);
-        blk[ql] = (uint8_t)((blk[ql] & ~(0xF << sh)) | (((o[lo] >> lsh) & 0xF) << sh));
-        blk[qh] = (uint8_t)((blk[qh] & ~(3 << hsh)) | (((o[hi] >> hs) & 3) << hsh));
+        for (j = 0; j < 4; j++) {
+            c[j] = (uint8_t)((p[j] & 0xF) | (p[64 + j] & 3) << 4);
+            c[4 + j] = (uint8_t)((p[j] >> 4) | ((p[64 + j] >> 2) & 3) << 4);
+            c[8 + j] = (uint8_t)((p[32 + j] & 0xF) | ((p[64 + j] >> 4) & 3) << 4);
+            c[12 + j] = (uint8_t)((p[32 + j] >> 4) | (p[64 + j] >> 6) << 4);
+        }
     }
+    na_cpu_q6k_pack(q, blk);
 }
 
 typedef struct {
@@ -332,17 +349,42 @@ static const na_cpu_x8_t *na_cpu_x8(int layout)
 }
 
 /* src (rows x nblk row-major blocks of x->dtype) into dst in groups of 8. */
-static void na_cpu_pack_x8(const na_cpu_x8_t *x, uint8_t *dst, const uint8_t *src, int rows,
-                           int nblk)
+typedef struct {
+    const na_cpu_x8_t *x;
+    uint8_t           *dst;
+    const uint8_t     *src;
+    int                rows, nblk;
+} na_cpu_pack_job_t;
+
+/* Pool task t's share of the groups of a na_cpu_pack_x8 (each thread also
+ * takes its own first touch of the copy's fresh pages). */
+static void na_cpu_pack_x8_task(void *ctx, int t, int n_tasks)
 {
-    const size_t bb = na_dtype_block_bytes(x->dtype), rb = (size_t)nblk * bb;
+    const na_cpu_pack_job_t *j = ctx;
+    const na_cpu_x8_t *x = j->x;
+    const size_t bb = na_dtype_block_bytes(x->dtype), rb = (size_t)j->nblk * bb;
+    const int ng = j->rows / 8, g1 = (int)((long)ng * (t + 1) / n_tasks);
     int g, b, i;
 
-    for (g = 0; g < rows / 8; g++)
-        for (b = 0; b < nblk; b++)
+    for (g = (int)((long)ng * t / n_tasks); g < g1; g++)
+        for (b = 0; b < j->nblk; b++)
             for (i = 0; i < 8; i++)
-                x->put(dst + ((size_t)g * nblk + b) * x->gb, i,
-                       src + (size_t)(8 * g + i) * rb + (size_t)b * bb);
+                x->put(j->dst + ((size_t)g * j->nblk + b) * x->gb, i,
+                       j->src + (size_t)(8 * g + i) * rb + (size_t)b * bb);
+}
+
+/* src (rows x nblk row-major blocks of x->dtype) into dst in groups of 8,
+ * the groups split over the backend's threads. */
+static void na_cpu_pack_x8(na_kernels_t *k, const na_cpu_x8_t *x, uint8_t *dst,
+                           const uint8_t *src, int rows, int nblk)
+{
+    na_cpu_state_t *s = k->priv;
+    na_cpu_pack_job_t j = { x, dst, src, rows, nblk };
+    int tasks = 4 * k->n_threads;
+
+    if (tasks > rows / 8)
+        tasks = rows / 8;
+    na_cpu_pool_run(s->pool, na_cpu_pack_x8_task, &j, tasks > 0 ? tasks : 1);
 }
 
 /* The word of NA_LAYOUT_BF16X32 holding row r's k pair p (npanel panels,
@@ -475,7 +517,7 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
                           "weight's reordered copy (%zu bytes)", t->rows, t->cols,
                           na_dtype_name(t->dtype), bytes);
         if (na_cpu_x8(layout) != NULL)
-            na_cpu_pack_x8(na_cpu_x8(layout), copy, t->data, t->rows,
+            na_cpu_pack_x8(k, na_cpu_x8(layout), copy, t->data, t->rows,
                            t->cols / na_dtype_block(t->dtype));
         else
             na_cpu_pack_bf16x32(copy, t->data, t->rows, t->cols);
