@@ -696,30 +696,32 @@ NA_INLINE void na_cq8_group(const uint8_t *gp, int nblk, const na_cq8_x_t *x, in
         _mm256_storeu_ps(y + (size_t)i * ys, acc[i]);
 }
 
+/* f(args..., 1) when flag, else f(args..., 0): a flag as a constant of the
+ * kernel's inlined copy. */
+#define NA_CQ_FLAG(flag, f, ...)        \
+    do {                                \
+        if (flag)                       \
+            f(__VA_ARGS__, 1);          \
+        else                            \
+            f(__VA_ARGS__, 0);          \
+    } while (0)
+
 /* Group gp with nb (1..NA_CQ8_NB) inputs (NB and K8 constants in each copy). */
 static void na_cq8_group_n(const uint8_t *gp, int nblk, const na_cq8_x_t *x, int nb, float *y,
                            size_t ys, int k8)
 {
-#define NA_CQ8_G(N)                                       \
-    do {                                                  \
-        if (k8)                                           \
-            na_cq8_group(gp, nblk, x, N, y, ys, 1);       \
-        else                                              \
-            na_cq8_group(gp, nblk, x, N, y, ys, 0);       \
-    } while (0)
     switch (nb) {
 #if NA_CQ8_NB == 8
-    case 8: NA_CQ8_G(8); break;
-    case 7: NA_CQ8_G(7); break;
-    case 6: NA_CQ8_G(6); break;
-    case 5: NA_CQ8_G(5); break;
+    case 8: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 8, y, ys); break;
+    case 7: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 7, y, ys); break;
+    case 6: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 6, y, ys); break;
+    case 5: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 5, y, ys); break;
 #endif
-    case 4: NA_CQ8_G(4); break;
-    case 3: NA_CQ8_G(3); break;
-    case 2: NA_CQ8_G(2); break;
-    default: NA_CQ8_G(1); break;
+    case 4: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 4, y, ys); break;
+    case 3: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 3, y, ys); break;
+    case 2: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 2, y, ys); break;
+    default: NA_CQ_FLAG(k8, na_cq8_group, gp, nblk, x, 1, y, ys); break;
     }
-#undef NA_CQ8_G
 }
 
 /* ---- Q4_K in groups of 8 rows (NA_LAYOUT_Q4KX8, kernels/cpu/cpu_pack.c) -----
@@ -863,31 +865,6 @@ NA_INLINE void na_cqk_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int
         _mm256_storeu_ps(y + (size_t)i * ys, _mm256_sub_ps(acc[i], accm[i]));
 }
 
-/* Group gp with nb (1..NA_CQ8_NB) inputs, NA_CQK_NB at a time (Q5KX8 when
- * k5, else Q4KX8). */
-static void na_cqk_group_n(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int nb, float *y,
-                           size_t ys, int k5)
-{
-#define NA_CQK_G(N)                                       \
-    do {                                                  \
-        if (k5)                                           \
-            na_cqk_group(gp, nsb, x, N, y, ys, 1);        \
-        else                                              \
-            na_cqk_group(gp, nsb, x, N, y, ys, 0);        \
-    } while (0)
-    for (; nb > 0; nb -= NA_CQK_NB, x += NA_CQK_NB, y += NA_CQK_NB * ys) {
-        switch (nb < NA_CQK_NB ? nb : NA_CQK_NB) {
-#if NA_CQK_NB == 4
-        case 4: NA_CQK_G(4); break;
-        case 3: NA_CQK_G(3); break;
-#endif
-        case 2: NA_CQK_G(2); break;
-        default: NA_CQK_G(1); break;
-        }
-    }
-#undef NA_CQK_G
-}
-
 /* ---- Q6_K in groups of 8 rows (NA_LAYOUT_Q6KX8, kernels/cpu/cpu_pack.c) -----
  * A 32-bit lane per row, as for Q4_K: per sub-block of 16, the 8 rows'
  * codes (0..63) come from 3 loads (low 4 bits of 8 elements per row in
@@ -960,18 +937,27 @@ NA_INLINE void na_cq6_group(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int
         _mm256_storeu_ps(y + (size_t)i * ys, acc[i]);
 }
 
-/* Group gp with nb (1..NA_CQ8_NB) inputs, NA_CQK_NB at a time. */
-static void na_cq6_group_n(const uint8_t *gp, int nsb, const na_cq8_x_t *x, int nb, float *y,
-                           size_t ys)
+/* One K-quant group (layout NA_LAYOUT_Q4KX8, Q5KX8 or Q6KX8) times N inputs. */
+#define NA_CQK_G(layout, N)                                                     \
+    do {                                                                        \
+        if ((layout) == NA_LAYOUT_Q6KX8)                                        \
+            na_cq6_group(gp, nsb, x, N, y, ys);                                 \
+        else                                                                    \
+            NA_CQ_FLAG((layout) == NA_LAYOUT_Q5KX8, na_cqk_group, gp, nsb, x, N, y, ys); \
+    } while (0)
+
+/* K-quant group gp with nb (1..NA_CQ8_NB) inputs, NA_CQK_NB at a time. */
+static void na_cqk_group_n(int layout, const uint8_t *gp, int nsb, const na_cq8_x_t *x, int nb,
+                           float *y, size_t ys)
 {
     for (; nb > 0; nb -= NA_CQK_NB, x += NA_CQK_NB, y += NA_CQK_NB * ys) {
         switch (nb < NA_CQK_NB ? nb : NA_CQK_NB) {
 #if NA_CQK_NB == 4
-        case 4: na_cq6_group(gp, nsb, x, 4, y, ys); break;
-        case 3: na_cq6_group(gp, nsb, x, 3, y, ys); break;
+        case 4: NA_CQK_G(layout, 4); break;
+        case 3: NA_CQK_G(layout, 3); break;
 #endif
-        case 2: na_cq6_group(gp, nsb, x, 2, y, ys); break;
-        default: na_cq6_group(gp, nsb, x, 1, y, ys); break;
+        case 2: NA_CQK_G(layout, 2); break;
+        default: NA_CQK_G(layout, 1); break;
         }
     }
 }
@@ -1014,10 +1000,9 @@ static void na_cq8_task(void *ctx, int t, int n_tasks)
             }
             for (g = g0; g < g1; g++) {
                 float *yg = j->y + (size_t)b0 * j->rows + 8 * (size_t)g;
-                if (k4)
-                    na_cqk_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows, k5);
-                else if (k6)
-                    na_cq6_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows);
+                if (k4 || k6)
+                    na_cqk_group_n(j->layout, j->w + g * gbytes, j->nblk, x, nb, yg,
+                                   (size_t)j->rows);
                 else
                     na_cq8_group_n(j->w + g * gbytes, j->nblk, x, nb, yg, (size_t)j->rows, k8);
             }
