@@ -117,8 +117,7 @@ static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
 }
 
 /* The groups of 8 rows (NA_LAYOUT_Q4X8, Q4KX8, Q5KX8, Q6KX8, Q8X8): a model
- * block of row i (0..7) into its group's block o (put; rows in order from 0), and
- * back (get). */
+ * block of row i (0..7) into its group's block o (put), and back (get). */
 static void na_cpu_q4x8_put(uint8_t *o, int i, const uint8_t *blk)
 {
     int c;

@@ -964,13 +964,13 @@ static void na_cqk_group_n(int layout, const uint8_t *gp, int nsb, const na_cq8_
 
 typedef struct {
     float         *y;
-    const uint8_t *w;           /* NA_LAYOUT_Q4X8, Q4KX8, Q6KX8 or Q8X8 */
-    int            layout;      /* which (Q4KX8, Q6KX8: nblk super-blocks per row) */
+    const uint8_t *w;           /* NA_LAYOUT_Q4X8, Q4KX8, Q5KX8, Q6KX8 or Q8X8 */
+    int            layout;      /* which (the K-quants: nblk super-blocks per row) */
     int            rows, nblk, batch;
     const int8_t  *q;           /* (batch, cols) */
     const float   *d;           /* (batch, nblk) */
     const int32_t *neg;         /* Q4_0, Q8_0: (batch, nblk) */
-    const int16_t *b32;         /* Q4_K: (batch, nblk x 16), pair sums; Q6_K: sums of 16 */
+    const int16_t *b32;         /* Q4_K, Q5_K: (batch, nblk x 16), pair sums; Q6_K: sums of 16 */
 } na_cq8_job_t;
 
 static void na_cq8_task(void *ctx, int t, int n_tasks)
