@@ -94,28 +94,6 @@
 /* Weights with fewer elements stay row-major: the copy would not pay. */
 #define NA_CPU_PACK_MIN ((size_t)1 << 16)
 
-/* The layout t gets on this backend. */
-static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
-{
-    const na_cpu_state_t *s = k->priv;
-    if ((size_t)t->rows * (size_t)t->cols < NA_CPU_PACK_MIN)
-        return NA_LAYOUT_ROWS;
-    if (t->dtype == NA_DTYPE_Q4_0 && t->rows % 8 == 0)
-        return NA_LAYOUT_Q4X8;
-    if (t->dtype == NA_DTYPE_Q4_K && t->rows % 8 == 0)
-        return NA_LAYOUT_Q4KX8;
-    if (t->dtype == NA_DTYPE_Q8_0 && t->rows % 8 == 0)
-        return NA_LAYOUT_Q8X8;
-    if (t->dtype == NA_DTYPE_Q6_K && t->rows % 8 == 0)
-        return NA_LAYOUT_Q6KX8;
-    if (t->dtype == NA_DTYPE_Q5_K && t->rows % 8 == 0)
-        return NA_LAYOUT_Q5KX8;
-    if (t->dtype == NA_DTYPE_BF16 && t->rows % 32 == 0 && t->cols % 2 == 0 &&
-        s->gemm_bf16 != NULL)
-        return NA_LAYOUT_BF16X32;
-    return NA_LAYOUT_ROWS;
-}
-
 /* The groups of 8 rows (NA_LAYOUT_Q4X8, Q4KX8, Q5KX8, Q6KX8, Q8X8): a model
  * block of row i (0..7) into its group's block o (put), and back (get). */
 static void na_cpu_q4x8_put(uint8_t *o, int i, const uint8_t *blk)
@@ -316,38 +294,53 @@ static void na_cpu_q6kx8_get(const uint8_t *o, int i, uint8_t *blk)
     na_cpu_q6k_pack(q, blk);
 }
 
+/* A layout in groups of 8 rows: the weight type it takes, the bytes of a
+ * group's block (8 model blocks, reordered) and its put / get. */
 typedef struct {
+    int        layout;
     na_dtype_t dtype;
-    size_t     gb;              /* bytes of a group's block (8 model blocks, reordered) */
+    size_t     gb;
     void (*put)(uint8_t *o, int i, const uint8_t *blk);
     void (*get)(const uint8_t *o, int i, uint8_t *blk);
 } na_cpu_x8_t;
 
-static const na_cpu_x8_t na_cpu_q4x8 = { NA_DTYPE_Q4_0, NA_Q4X8_GROUP_BLOCK, na_cpu_q4x8_put,
-                                         na_cpu_q4x8_get };
-static const na_cpu_x8_t na_cpu_q4kx8 = { NA_DTYPE_Q4_K, NA_Q4KX8_GROUP_BLOCK, na_cpu_q4kx8_put,
-                                          na_cpu_q4kx8_get };
-static const na_cpu_x8_t na_cpu_q5kx8 = { NA_DTYPE_Q5_K, NA_Q5KX8_GROUP_BLOCK, na_cpu_q5kx8_put,
-                                          na_cpu_q5kx8_get };
-static const na_cpu_x8_t na_cpu_q6kx8 = { NA_DTYPE_Q6_K, NA_Q6KX8_GROUP_BLOCK, na_cpu_q6kx8_put,
-                                          na_cpu_q6kx8_get };
-static const na_cpu_x8_t na_cpu_q8x8 = { NA_DTYPE_Q8_0, NA_Q8X8_GROUP_BLOCK, na_cpu_q8x8_put,
-                                         na_cpu_q8x8_get };
+static const na_cpu_x8_t na_cpu_x8s[] = {
+    { NA_LAYOUT_Q4X8, NA_DTYPE_Q4_0, NA_Q4X8_GROUP_BLOCK, na_cpu_q4x8_put, na_cpu_q4x8_get },
+    { NA_LAYOUT_Q4KX8, NA_DTYPE_Q4_K, NA_Q4KX8_GROUP_BLOCK, na_cpu_q4kx8_put, na_cpu_q4kx8_get },
+    { NA_LAYOUT_Q5KX8, NA_DTYPE_Q5_K, NA_Q5KX8_GROUP_BLOCK, na_cpu_q5kx8_put, na_cpu_q5kx8_get },
+    { NA_LAYOUT_Q6KX8, NA_DTYPE_Q6_K, NA_Q6KX8_GROUP_BLOCK, na_cpu_q6kx8_put, na_cpu_q6kx8_get },
+    { NA_LAYOUT_Q8X8, NA_DTYPE_Q8_0, NA_Q8X8_GROUP_BLOCK, na_cpu_q8x8_put, na_cpu_q8x8_get },
+};
+#define NA_CPU_N_X8 (sizeof(na_cpu_x8s) / sizeof(na_cpu_x8s[0]))
 
-/* The groups-of-8 description of a layout; NULL for the others. */
-static const na_cpu_x8_t *na_cpu_x8(int layout)
+/* The groups-of-8 description of a layout (dt < 0) or of weight type dt;
+ * NULL for none. */
+static const na_cpu_x8_t *na_cpu_x8(int layout, int dt)
 {
-    switch (layout) {
-    case NA_LAYOUT_Q4X8:  return &na_cpu_q4x8;
-    case NA_LAYOUT_Q4KX8: return &na_cpu_q4kx8;
-    case NA_LAYOUT_Q8X8:  return &na_cpu_q8x8;
-    case NA_LAYOUT_Q6KX8: return &na_cpu_q6kx8;
-    case NA_LAYOUT_Q5KX8: return &na_cpu_q5kx8;
-    default:              return NULL;
-    }
+    size_t i;
+    for (i = 0; i < NA_CPU_N_X8; i++)
+        if (dt < 0 ? na_cpu_x8s[i].layout == layout : (int)na_cpu_x8s[i].dtype == dt)
+            return &na_cpu_x8s[i];
+    return NULL;
 }
 
-/* src (rows x nblk row-major blocks of x->dtype) into dst in groups of 8. */
+/* The layout t gets on this backend. */
+static int na_cpu_layout(const na_kernels_t *k, const na_tensor_t *t)
+{
+    const na_cpu_state_t *s = k->priv;
+    const na_cpu_x8_t *x = na_cpu_x8(0, (int)t->dtype);
+
+    if ((size_t)t->rows * (size_t)t->cols < NA_CPU_PACK_MIN)
+        return NA_LAYOUT_ROWS;
+    if (x != NULL && t->rows % 8 == 0)
+        return x->layout;
+    if (t->dtype == NA_DTYPE_BF16 && t->rows % 32 == 0 && t->cols % 2 == 0 &&
+        s->gemm_bf16 != NULL)
+        return NA_LAYOUT_BF16X32;
+    return NA_LAYOUT_ROWS;
+}
+
+/* A na_cpu_pack_x8: src (rows x nblk row-major blocks) into dst. */
 typedef struct {
     const na_cpu_x8_t *x;
     uint8_t           *dst;
@@ -413,7 +406,7 @@ static void na_cpu_pack_bf16x32(uint32_t *dst, const uint8_t *src, int rows, int
  * rest of the row) in the bf16 panels. */
 static int na_cpu_packed_block(const na_tensor_t *t, int row, int c0, float out[NA_QK_K])
 {
-    const na_cpu_x8_t *x = na_cpu_x8(t->layout);
+    const na_cpu_x8_t *x = na_cpu_x8(t->layout, -1);
     int j;
 
     if (x != NULL) {
@@ -492,15 +485,17 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
 {
     na_cpu_state_t *s = k->priv;
     na_status_t st = na_khost_place(k, t, w);
+    const na_cpu_x8_t *x;
     int layout, i;
     size_t bytes;
     void *copy;
 
     if (st != NA_OK || (layout = na_cpu_layout(k, t)) == NA_LAYOUT_ROWS)
         return st;
-    bytes = w->buf.size;                        /* Q4KX8, Q5KX8: larger than the source */
-    if (layout == NA_LAYOUT_Q4KX8 || layout == NA_LAYOUT_Q5KX8)
-        bytes = (size_t)(t->rows / 8) * (size_t)(t->cols / NA_QK_K) * na_cpu_x8(layout)->gb;
+    x = na_cpu_x8(layout, -1);
+    bytes = w->buf.size;                        /* groups: Q4KX8 and Q5KX8 grow */
+    if (x != NULL)
+        bytes = (size_t)(t->rows / 8) * (size_t)(t->cols / na_dtype_block(t->dtype)) * x->gb;
     for (i = 0; i < s->n_packed; i++)
         if (s->packed[i].src == t->data && s->packed[i].bytes == bytes)
             break;
@@ -515,9 +510,8 @@ na_status_t na_cpu_place(na_kernels_t *k, const na_tensor_t *t, na_kweight_t *w)
             return na_err(NA_ERR_NOMEM, "kernels cpu place: out of memory for the %d x %d %s "
                           "weight's reordered copy (%zu bytes)", t->rows, t->cols,
                           na_dtype_name(t->dtype), bytes);
-        if (na_cpu_x8(layout) != NULL)
-            na_cpu_pack_x8(k, na_cpu_x8(layout), copy, t->data, t->rows,
-                           t->cols / na_dtype_block(t->dtype));
+        if (x != NULL)
+            na_cpu_pack_x8(k, x, copy, t->data, t->rows, t->cols / na_dtype_block(t->dtype));
         else
             na_cpu_pack_bf16x32(copy, t->data, t->rows, t->cols);
         s->packed[s->n_packed++] = (na_cpu_packed_t){ t->data, bytes, copy, 0 };
