@@ -28,7 +28,10 @@
  * The device backend is "cuda:<gpu>", or cfg->device_kernels (tests run the
  * engine here on "refdev", ref with emulated device memory, and
  * "refdev:N" with N MiB of it to see failed allocations). Work is enqueued
- * on the backend's stream: submit appends k_new rows and uploads q; close
+ * on the backend's stream: submit copies an entry's q and k_new / v_new rows
+ * into the batch's pinned staging, uploads them in one asynchronous copy
+ * and appends the rows to the device copy from there (a pageable upload
+ * made the host wait for the device three times per entry); close
  * launches the attention of every device entry — on cuda one batched launch
  * per shape, i.e. per layer (na_kernels_cuda_attn_decode_batch, UNVERIFIED
  * on a GPU; NA_CUDA_ATTN_BATCH=0 takes one attn_decode per entry, the path
@@ -62,7 +65,7 @@ typedef struct {
     na_attn_entry_t *en;
     na_attn_entry_t  shadow;       /* delegated: the copy the CPU engine fills */
     int              on_dev;       /* 1: computed on the device, its copy pinned */
-    size_t           off;          /* floats into the batch's q/o buffers */
+    size_t           off;          /* floats into the batch's q/o buffers (its q) */
     na_kbuf_t       *kc, *vc;      /* on_dev: its (pinned) copy, launched at close */
     int              ctx, n_kvh;
     int              vi;           /* its q/o views: views[2 vi + 0/1] (acu_launch) */
@@ -78,7 +81,12 @@ struct na_attn_batch {
     int              n, cap, n_alloc;
     na_attn_batch_t *next;         /* in the engine's pool */
     size_t           floats, buf_floats;
-    na_kbuf_t       *q, *o, *o_host;
+    na_kbuf_t       *q, *o, *o_host; /* q: the entries' inputs (q, k_new, v_new rows) */
+    na_kbuf_t       *in_host;      /* pinned: the inputs, uploaded from here */
+#if NA_HAVE_CUDA
+    na_kcuda_attn_req_t *rq;       /* the batched launch's requests, cap_views / 2 */
+#endif
+    char            *done;         /* its per-item marks, cap */
     na_kevent_t     *ev;
     na_kbuf_t       *views;        /* q and o views of the batched launch, 2 per item */
     int              cap_views;
@@ -99,7 +107,6 @@ typedef struct {
     na_acu_res_t            *res;
     int                      n_res, cap_res;
     uint64_t                 round;
-    na_kbuf_t               *rows;   /* device f32 staging for k_new / v_new */
     char                    *gather; /* host staging of a layer's rows */
     size_t                   gather_bytes;
     na_attn_batch_t         *pool;   /* completed batches: buffers, event, items */
@@ -279,10 +286,11 @@ static int acu_load(na_attn_cuda_t *e, na_acu_res_t **r_p, na_kv_req_t *kr, int 
     return rc;
 }
 
-/* Append one f32 row pair (n_kvh*head_dim each) to copy *r_p on the device
+/* Append one f32 row pair (n_kvh*head_dim each), already uploaded to
+ * b->q at floats kv_off (k) and kv_off + n (v), to copy *r_p on the device
  * (*r_p is looked up again: making room may move the table's entries). */
-static na_status_t acu_append(na_attn_cuda_t *e, na_acu_res_t **r_p, const float *kn,
-                              const float *vn)
+static na_status_t acu_append(na_attn_cuda_t *e, na_acu_res_t **r_p, na_attn_batch_t *b,
+                              size_t kv_off)
 {
     const na_kernel_ops_t *ops = e->k->ops;
     na_acu_res_t *r = *r_p;
@@ -299,13 +307,11 @@ static na_status_t acu_append(na_attn_cuda_t *e, na_acu_res_t **r_p, const float
         if (st != NA_OK)
             return st;
     }
-    ks = na_kbuf_view(e->rows, 0, n * sizeof(float));
-    vs = na_kbuf_view(e->rows, n * sizeof(float), n * sizeof(float));
+    ks = na_kbuf_view(b->q, kv_off * sizeof(float), n * sizeof(float));
+    vs = na_kbuf_view(b->q, (kv_off + n) * sizeof(float), n * sizeof(float));
     kd = na_kbuf_view(r->k, (size_t)r->n * row, row);
     vd = na_kbuf_view(r->v, (size_t)r->n * row, row);
-    if ((st = ops->upload(e->k, &ks, kn, n * sizeof(float))) != NA_OK ||
-        (st = ops->upload(e->k, &vs, vn, n * sizeof(float))) != NA_OK ||
-        (st = ops->store(e->k, &kd, e->kcfg->kv_dtype, &ks, n)) != NA_OK ||
+    if ((st = ops->store(e->k, &kd, e->kcfg->kv_dtype, &ks, n)) != NA_OK ||
         (st = ops->store(e->k, &vd, e->kcfg->kv_dtype, &vs, n)) != NA_OK)
         return st;
     r->n++;
@@ -313,11 +319,13 @@ static na_status_t acu_append(na_attn_cuda_t *e, na_acu_res_t **r_p, const float
 }
 
 /* The device copy for entry en of request kr, up to date after its k_new
- * (appended to the store here too): NULL with *st_p = NA_OK when the entry
- * should go to the CPU engine (*appended says whether k_new is already in
- * the store), NULL with an error when the entry fails. */
+ * (appended to the store here too; on the device from b->q at floats
+ * kv_off, see acu_stage): NULL with *st_p = NA_OK when the entry should go
+ * to the CPU engine (*appended says whether k_new is already in the store),
+ * NULL with an error when the entry fails. */
 static na_acu_res_t *acu_prepare(na_attn_cuda_t *e, const na_attn_entry_t *en, na_kv_req_t *kr,
-                                 int *appended, na_status_t *st_p)
+                                 na_attn_batch_t *b, size_t kv_off, int *appended,
+                                 na_status_t *st_p)
 {
     na_acu_res_t *r = acu_find(e, en->req, en->layer);
     uint64_t seq = na_kv_req_seq(kr);
@@ -365,7 +373,7 @@ static na_acu_res_t *acu_prepare(na_attn_cuda_t *e, const na_attn_entry_t *en, n
     }
     tokens = na_kv_req_tokens(kr, en->layer);
     if (en->k_new != NULL && r->n == tokens - 1 && r->n > 0)
-        *st_p = acu_append(e, &r, en->k_new, en->v_new);
+        *st_p = acu_append(e, &r, b, kv_off);
     else if (r->n != tokens) {
         rc = acu_load(e, &r, kr, en->layer);
         if (rc == 1 || rc == NA_ERR_NOSPACE) {        /* a block went to the SSD, no room */
@@ -402,15 +410,18 @@ static na_status_t acu_batch_room(na_attn_cuda_t *e, na_attn_batch_t *b, size_t 
     if (b->q == NULL) {
         if ((st = ops->buf_alloc(e->k, bytes, NA_KMEM_DEVICE, &b->q)) != NA_OK ||
             (st = ops->buf_alloc(e->k, bytes, NA_KMEM_DEVICE, &b->o)) != NA_OK ||
-            (st = ops->buf_alloc(e->k, bytes, NA_KMEM_PINNED, &b->o_host)) != NA_OK) {
+            (st = ops->buf_alloc(e->k, bytes, NA_KMEM_PINNED, &b->o_host)) != NA_OK ||
+            (st = ops->buf_alloc(e->k, bytes, NA_KMEM_PINNED, &b->in_host)) != NA_OK) {
             ops->buf_free(e->k, b->q);
             ops->buf_free(e->k, b->o);
-            b->q = b->o = NULL;
+            ops->buf_free(e->k, b->o_host);
+            b->q = b->o = b->o_host = NULL;
             return st;
         }
     } else if ((st = ops->buf_resize(e->k, b->q, bytes)) != NA_OK ||
                (st = ops->buf_resize(e->k, b->o, bytes)) != NA_OK ||
-               (st = ops->buf_resize(e->k, b->o_host, bytes)) != NA_OK) {
+               (st = ops->buf_resize(e->k, b->o_host, bytes)) != NA_OK ||
+               (st = ops->buf_resize(e->k, b->in_host, bytes)) != NA_OK) {
         return st;
     }
     b->buf_floats = cap;
@@ -426,10 +437,15 @@ static void acu_batch_free(na_attn_cuda_t *e, na_attn_batch_t *b)
     e->k->ops->buf_free(e->k, b->q);
     e->k->ops->buf_free(e->k, b->o);
     e->k->ops->buf_free(e->k, b->o_host);
+    e->k->ops->buf_free(e->k, b->in_host);
     for (i = 0; i < b->n_alloc; i++)
         free(b->items[i]);
     free(b->items);
     free(b->views);
+#if NA_HAVE_CUDA
+    free(b->rq);
+#endif
+    free(b->done);
     free(b);
 }
 
@@ -473,29 +489,46 @@ static na_status_t acu_begin(na_attn_engine_t *base, na_attn_batch_t **b_p)
     return NA_OK;
 }
 
-/* Entry it (copy r) on the device: its q uploaded into the batch's buffer;
- * the attention itself is launched at close, for all device entries at once
- * (acu_launch). */
-static na_status_t acu_run(na_attn_cuda_t *e, na_attn_batch_t *b, na_acu_item_t *it,
-                           const na_acu_res_t *r)
+/* Entry en's inputs into b: q, then k_new and v_new when it has them,
+ * copied into the pinned staging at b->floats and uploaded to b->q in one
+ * asynchronous copy; *q_off / *kv_off: where they start (floats). The
+ * staging is never reused before the batch completes (its event), nor is
+ * the room given back when the entry goes to the CPU engine after all: the
+ * copy may still be reading it. The caller made the room. */
+static na_status_t acu_stage(na_attn_cuda_t *e, na_attn_batch_t *b, const na_attn_entry_t *en,
+                             size_t *q_off, size_t *kv_off)
 {
-    const na_attn_entry_t *en = it->en;
-    size_t nq = (size_t)en->n_q_heads * (size_t)e->kcfg->head_dim, bytes = nq * sizeof(float);
-    na_kbuf_t q;
+    size_t nq = (size_t)en->n_q_heads * (size_t)e->kcfg->head_dim;
+    size_t nk = (size_t)en->n_kv_heads * (size_t)e->kcfg->head_dim, n = nq;
+    float *h = (float *)b->in_host->host + b->floats;
+    na_kbuf_t d;
     na_status_t st;
 
-    if ((st = acu_batch_room(e, b, nq)) != NA_OK)     /* made by acu_submit */
+    memcpy(h, en->q, nq * sizeof(float));
+    if (en->k_new != NULL) {
+        memcpy(h + nq, en->k_new, nk * sizeof(float));
+        memcpy(h + nq + nk, en->v_new, nk * sizeof(float));
+        n += 2 * nk;
+    }
+    d = na_kbuf_view(b->q, b->floats * sizeof(float), n * sizeof(float));
+    if ((st = e->k->ops->upload(e->k, &d, h, n * sizeof(float))) != NA_OK)
         return st;
-    it->off = b->floats;
-    q = na_kbuf_view(b->q, it->off * sizeof(float), bytes);
-    if ((st = e->k->ops->upload(e->k, &q, en->q, bytes)) != NA_OK)
-        return st;
-    b->floats += nq;
+    *q_off = b->floats;
+    *kv_off = b->floats + nq;
+    b->floats += n;
+    return NA_OK;
+}
+
+/* Entry it (copy r) on the device, its q staged at floats q_off: the
+ * attention itself is launched at close, for all device entries at once
+ * (acu_launch). */
+static void acu_run(na_acu_item_t *it, const na_acu_res_t *r, size_t q_off)
+{
+    it->off = q_off;
     it->kc = r->k;
     it->vc = r->v;
     it->ctx = r->n;
     it->n_kvh = r->n_kvh;
-    return NA_OK;
 }
 
 /* 1 when the backend takes a batch of decodes in one launch (cuda), unless
@@ -525,11 +558,19 @@ static na_status_t acu_launch(na_attn_cuda_t *e, na_attn_batch_t *b)
         n_dev += b->items[i]->on_dev;
     if (n_dev == 0)
         return NA_OK;
-    if (b->cap_views < 2 * n_dev) {
+    if (b->cap_views < 2 * n_dev) {         /* kept by the pooled batch */
         na_kbuf_t *v = realloc(b->views, sizeof(*v) * 2 * (size_t)n_dev);
         if (v == NULL)
             return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
         b->views = v;
+#if NA_HAVE_CUDA
+        {
+            na_kcuda_attn_req_t *rq = realloc(b->rq, sizeof(*rq) * (size_t)n_dev);
+            if (rq == NULL)
+                return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+            b->rq = rq;
+        }
+#endif
         b->cap_views = 2 * n_dev;
     }
     for (i = 0, j = 0; i < b->n; i++) {
@@ -543,10 +584,9 @@ static na_status_t acu_launch(na_attn_cuda_t *e, na_attn_batch_t *b)
     }
 #if NA_HAVE_CUDA
     if (acu_batched(e)) {
-        na_kcuda_attn_req_t *rq = malloc(sizeof(*rq) * (size_t)n_dev);
-        char *done = calloc((size_t)b->n, 1);
-        if (rq == NULL || done == NULL)
-            st = na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
+        na_kcuda_attn_req_t *rq = b->rq;
+        char *done = b->done;               /* b->cap long (acu_submit) */
+        memset(done, 0, (size_t)b->n);
         for (i = 0; st == NA_OK && i < b->n; i++) {   /* one launch per shape */
             const na_acu_item_t *a = b->items[i];
             int n = 0, k;
@@ -565,8 +605,6 @@ static na_status_t acu_launch(na_attn_cuda_t *e, na_attn_batch_t *b)
             st = na_kernels_cuda_attn_decode_batch(e->k, rq, n, e->kcfg->kv_dtype,
                                                    a->en->n_q_heads, a->n_kvh, (int)hd);
         }
-        free(rq);
-        free(done);
     } else
 #endif
     {
@@ -616,12 +654,15 @@ static na_status_t acu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
     if (b->cap < b->n + n) {
         int cap = b->cap ? b->cap : 16;
         na_acu_item_t **ni;
+        char *dn;
         while (cap < b->n + n)
             cap *= 2;
         ni = realloc(b->items, sizeof(*ni) * (size_t)cap);
-        if (ni == NULL)
+        if (ni != NULL)
+            b->items = ni;
+        if (ni == NULL || (dn = realloc(b->done, (size_t)cap)) == NULL)
             return na_err(NA_ERR_NOMEM, "attention cuda: out of memory");
-        b->items = ni;
+        b->done = dn;
         b->cap = cap;
     }
     for (i = 0; i < n; i++) {
@@ -629,6 +670,7 @@ static na_status_t acu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
         na_acu_item_t *it;
         na_kv_req_t *kr = NULL;
         na_acu_res_t *r = NULL;
+        size_t q_off = 0, kv_off = 0;
         int appended = 0;
 
         if (b->n == b->n_alloc) {                 /* kept by the pooled batch */
@@ -643,15 +685,17 @@ static na_status_t acu_submit(na_attn_engine_t *base, na_attn_batch_t *b,
         en->reason[0] = '\0';
         st = NA_OK;
         if (acu_entry_ok(e, en, &kr)) {
-            /* the batch's q/o room first: no device memory for it is no
-             * room (the CPU's turn), not the entry's failure */
-            if (acu_batch_room(e, b, (size_t)en->n_q_heads * (size_t)e->kcfg->head_dim) ==
-                NA_OK)
-                r = acu_prepare(e, en, kr, &appended, &st);
-            else
+            /* the batch's room first: no device memory for it is no room
+             * (the CPU's turn), not the entry's failure */
+            size_t fl = (size_t)(en->n_q_heads + 2 * en->n_kv_heads) *
+                        (size_t)e->kcfg->head_dim;
+            if (acu_batch_room(e, b, fl) != NA_OK)
                 e->stats.cuda_fallbacks++;
+            else if ((st = acu_stage(e, b, en, &q_off, &kv_off)) == NA_OK)
+                r = acu_prepare(e, en, kr, b, kv_off, &appended, &st);
         }
-        if (r != NULL && (st = acu_run(e, b, it, r)) == NA_OK) {
+        if (r != NULL) {
+            acu_run(it, r, q_off);
             it->on_dev = 1;
             r->pins++;
             e->stats.entries++;
@@ -789,7 +833,6 @@ static void acu_destroy(na_attn_engine_t *base)
             e->pool = b->next;
             acu_batch_free(e, b);
         }
-        e->k->ops->buf_free(e->k, e->rows);
         na_kernels_destroy(e->k);
     }
     na_attn_engine_destroy(e->cpu);
@@ -833,14 +876,10 @@ static na_status_t acu_create(na_kv_store_t *store, const na_attn_engine_cfg_t *
     e->budget = cfg->hbm_mb > 0 ? (uint64_t)cfg->hbm_mb << 20
               : dev_mem > 0     ? dev_mem / 10 * 8
                                 : (uint64_t)NA_ACU_DEFAULT_MB << 20;
-    st = e->k->ops->buf_alloc(e->k, 2 * sizeof(float) * (size_t)cfg->max_kv_heads *
-                                        (size_t)e->kcfg->head_dim, NA_KMEM_DEVICE, &e->rows);
-    if (st != NA_OK)
-        goto fail;
     /* one batch's buffers now, so a batch of up to NA_ACU_PRE_ENTRIES
      * entries allocates nothing */
     if ((st = acu_batch_new(e, (size_t)NA_ACU_PRE_ENTRIES * (size_t)cfg->max_kv_heads *
-                                   (size_t)(cfg->group > 0 ? cfg->group : 1) *
+                                   (size_t)((cfg->group > 0 ? cfg->group : 1) + 2) *
                                    (size_t)e->kcfg->head_dim, &e->pool)) != NA_OK)
         goto fail;
     *e_p = &e->base;

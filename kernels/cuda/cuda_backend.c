@@ -627,6 +627,11 @@ na_status_t na_kernels_cuda_create_on(int gpu, na_kernels_t **k_p)
     if (ak != NULL && *ak != '\0' && strcmp(ak, "tile") != 0 && strcmp(ak, "warp") != 0)
         return na_err(NA_ERR_INVALID, "kernels cuda: NA_CUDA_ATTN_KERNEL is \"%s\"; it takes "
                       "tile (the default) or warp", ak);
+    ak = getenv("NA_CUDA_GEMV");                     /* cuda_kern.cu reads it */
+    if (ak != NULL && *ak != '\0' && strcmp(ak, "u8") != 0 && strcmp(ak, "u4") != 0 &&
+        strcmp(ak, "nb8") != 0)
+        return na_err(NA_ERR_INVALID, "kernels cuda: NA_CUDA_GEMV is \"%s\"; it takes u4 (the "
+                      "default), u8 or nb8", ak);
     if ((st = na_cuda_probe(gpu < 0 ? 0 : gpu, NULL)) != NA_OK)
         return st;
     k = calloc(1, sizeof(*k));

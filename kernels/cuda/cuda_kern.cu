@@ -6,6 +6,9 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_launch.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define NA_CU_THREADS 256
 
 static int na_cu_last(void)
@@ -162,18 +165,45 @@ extern "C" int na_cu_bias(void *stream, float *x, const float *bias, int n, int 
 
 /* ---- row kernels: one block per row ------------------------------------- */
 
+/* One block per row. A thread's elements (i = thread, thread + blockDim,
+ * ...) are loaded NA_CU_NORM_U at a time before their math: one row is a
+ * single block, so its time is its chain of memory round trips (one per
+ * element a thread before: ~8 us for 2048 floats on an H200). The sums
+ * run in the same order, so the bits are those of one element at a time;
+ * out may be x (each thread reads its elements before writing them). */
+#define NA_CU_NORM_U 8
 __global__ void na_cu_rmsnorm_k(float *out, const float *x, const float *w, int n, float eps)
 {
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * (size_t)n;
     float *orow = out + (size_t)blockIdx.x * (size_t)n;
+    const int step = (int)blockDim.x;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        ss += xr[i] * xr[i];
+    for (int i0 = threadIdx.x; i0 < n; i0 += step * NA_CU_NORM_U) {
+        float v[NA_CU_NORM_U];
+#pragma unroll
+        for (int u = 0; u < NA_CU_NORM_U; u++)
+            v[u] = i0 + u * step < n ? xr[i0 + u * step] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < NA_CU_NORM_U; u++)
+            if (i0 + u * step < n)
+                ss += v[u] * v[u];
+    }
     ss = na_cu_block_sum(ss, sh);
     ss = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        orow[i] = w[i] * (ss * xr[i]);
+    for (int i0 = threadIdx.x; i0 < n; i0 += step * NA_CU_NORM_U) {
+        float v[NA_CU_NORM_U], g[NA_CU_NORM_U];
+#pragma unroll
+        for (int u = 0; u < NA_CU_NORM_U; u++) {
+            int i = i0 + u * step;
+            v[u] = i < n ? xr[i] : 0.0f;
+            g[u] = i < n ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NA_CU_NORM_U; u++)
+            if (i0 + u * step < n)
+                orow[i0 + u * step] = g[u] * (ss * v[u]);
+    }
 }
 
 extern "C" int na_cu_rmsnorm(void *stream, float *out, const float *x, const float *w, int n,
@@ -257,45 +287,51 @@ extern "C" int na_cu_argmax(void *stream, int *idx, const float *x, int n, int b
 
 /* ---- dequantising GEMV ---------------------------------------------------
  * One warp per output row, NA_CU_GEMV_WARPS rows per block; the warp walks
- * the row's columns once and multiplies each weight into up to
- * NA_CU_GEMV_MAX_BATCH rows of x (acc[b] in registers), then reduces across
- * lanes. f16/bf16 rows whose columns are a multiple of 8 (and 16-byte
- * aligned) are read 16 bytes per lane. Accumulation is f32; each product is
- * (w as f32) * x, as in the reference.
+ * the row's columns once and multiplies each weight into up to NBT rows of
+ * x (acc[b] in registers; NBT the batch rounded up to 1, 2, 4 or
+ * NA_CU_GEMV_MAX_BATCH, so a batch of 1 holds one accumulator, not 8),
+ * then reduces across lanes. f16/bf16 rows whose columns are a multiple of
+ * 8 (and 16-byte aligned) are read 16 bytes per lane, U chunks a lane in
+ * flight before their math. NA_CUDA_GEMV picks the variant: u4 (the
+ * default: U = 4), u8 (U = 8) or nb8 (U = 8 and 8 accumulators at every
+ * batch, the kernel before; 96 registers a thread held an SM to 31 %
+ * occupancy). On an H200, 4096 x 4096 bf16 at batch 1 read its weights at
+ * 85 / 78 / 44 % of the device-to-device copy, and the 1B-shape bf16
+ * decode ran at 601 / 578 / 486 tok/s (2026-11-28). Accumulation is f32;
+ * each product is (w as f32) * x, as in the reference, and every variant
+ * sums in the same order, so they give the same bits.
  * The quantised types' GEMV (Q8_0 and the other GGML blocks): cuda_quant.cu. */
 #define NA_CU_GEMV_WARPS 4
-#define NA_CU_GEMV_U 8          /* 16-byte chunks a lane loads before their math */
-#define NB NA_CU_GEMV_MAX_BATCH
 
-template <int DT, bool VEC>
-__global__ void na_cu_gemv_k(float *y, const float *x, const void *w, int rows, int cols, int nb)
+template <int DT, bool VEC, int NBT, int U>
+__global__ void __launch_bounds__(32 * NA_CU_GEMV_WARPS)
+na_cu_gemv_k(float *y, const float *x, const void *w, int rows, int cols, int nb)
 {
     int lane = threadIdx.x & 31;
     int r = blockIdx.x * NA_CU_GEMV_WARPS + (threadIdx.x >> 5);
-    float acc[NB];
+    float acc[NBT];
 #pragma unroll
-    for (int b = 0; b < NB; b++)
+    for (int b = 0; b < NBT; b++)
         acc[b] = 0.0f;
     if (r >= rows)
         return;                                  /* whole warp: no shuffles follow for it */
     if (VEC) {
-        /* NA_CU_GEMV_U chunks of the row a lane (16 bytes each) are loaded
-         * before any is used: one memory round trip per U x 32 chunks, not
-         * per 32 (the row of a 2048-column weight is one trip). The sums
-         * run in the same order as one chunk at a time (lane, then chunk
-         * lane, lane + 32, ...), so the results are those bits. */
+        /* U chunks of the row a lane (16 bytes each) are loaded before any
+         * is used: one memory round trip per U x 32 chunks, not per 32.
+         * The sums run in the same order as one chunk at a time (lane, then
+         * chunk lane, lane + 32, ...), so the results are those bits. */
         const uint4 *row = reinterpret_cast<const uint4 *>(
             static_cast<const unsigned short *>(w) + (size_t)r * (size_t)cols);
         int nc = cols / 8;
-        for (int c0 = 0; c0 < nc; c0 += 32 * NA_CU_GEMV_U) {
-            uint4 raw[NA_CU_GEMV_U];
+        for (int c0 = 0; c0 < nc; c0 += 32 * U) {
+            uint4 raw[U];
 #pragma unroll
-            for (int u = 0; u < NA_CU_GEMV_U; u++) {
+            for (int u = 0; u < U; u++) {
                 int c8 = c0 + u * 32 + lane;
                 raw[u] = c8 < nc ? row[c8] : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
-            for (int u = 0; u < NA_CU_GEMV_U; u++) {
+            for (int u = 0; u < U; u++) {
                 int c8 = c0 + u * 32 + lane;
                 if (c8 >= nc)
                     break;
@@ -305,7 +341,7 @@ __global__ void na_cu_gemv_k(float *y, const float *x, const void *w, int rows, 
                 for (int e = 0; e < 8; e++)
                     wv[e] = DT == NA_CU_F16 ? na_cu_h2f(hs[e]) : na_cu_bf2f(hs[e]);
 #pragma unroll
-                for (int b = 0; b < NB; b++)
+                for (int b = 0; b < NBT; b++)
                     if (b < nb) {
                         const float4 *xb = reinterpret_cast<const float4 *>(
                             x + (size_t)b * (size_t)cols + (size_t)c8 * 8);
@@ -322,25 +358,66 @@ __global__ void na_cu_gemv_k(float *y, const float *x, const void *w, int rows, 
         for (int j = lane; j < cols; j += 32) {
             float wj = na_cu_load<DT>(w, base + (size_t)j);
 #pragma unroll
-            for (int b = 0; b < NB; b++)
+            for (int b = 0; b < NBT; b++)
                 if (b < nb)
                     acc[b] += wj * x[(size_t)b * (size_t)cols + (size_t)j];
         }
     }
 #pragma unroll
-    for (int b = 0; b < NB; b++) {
+    for (int b = 0; b < NBT; b++) {
         float s = na_cu_warp_sum(acc[b]);
         if (lane == 0 && b < nb)
             y[(size_t)b * (size_t)rows + (size_t)r] = s;
     }
 }
 
+template <int DT, bool VEC, int NBT, int U>
+static void na_cu_gemv_go(cudaStream_t s, float *y, const float *x, const void *w, int rows,
+                          int cols, int nb)
+{
+    unsigned blocks = (unsigned)((rows + NA_CU_GEMV_WARPS - 1) / NA_CU_GEMV_WARPS);
+    na_cu_gemv_k<DT, VEC, NBT, U><<<blocks, 32 * NA_CU_GEMV_WARPS, 0, s>>>(y, x, w, rows, cols,
+                                                                         nb);
+}
+
+/* NA_CUDA_GEMV (na_kernels_cuda_create refuses any other value): 1 u4
+ * (the default), 0 u8, 2 nb8. Read once. */
+static int na_cu_gemv_variant(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("NA_CUDA_GEMV");
+        v = e != NULL && strcmp(e, "u8") == 0 ? 0 : e != NULL && strcmp(e, "nb8") == 0 ? 2 : 1;
+    }
+    return v;
+}
+
 template <int DT, bool VEC>
 static void na_cu_gemv_launch(cudaStream_t s, float *y, const float *x, const void *w,
                               int rows, int cols, int nb)
 {
-    unsigned blocks = (unsigned)((rows + NA_CU_GEMV_WARPS - 1) / NA_CU_GEMV_WARPS);
-    na_cu_gemv_k<DT, VEC><<<blocks, 32 * NA_CU_GEMV_WARPS, 0, s>>>(y, x, w, rows, cols, nb);
+    const int NB = NA_CU_GEMV_MAX_BATCH;
+    int v = na_cu_gemv_variant();
+    if constexpr (!VEC)
+        na_cu_gemv_go<DT, false, NB, 8>(s, y, x, w, rows, cols, nb);
+    else if (v == 2)
+        na_cu_gemv_go<DT, VEC, NB, 8>(s, y, x, w, rows, cols, nb);
+    else if (v == 1 && nb == 1)
+        na_cu_gemv_go<DT, VEC, 1, 4>(s, y, x, w, rows, cols, nb);
+    else if (v == 1 && nb == 2)
+        na_cu_gemv_go<DT, VEC, 2, 4>(s, y, x, w, rows, cols, nb);
+    else if (v == 1 && nb <= 4)
+        na_cu_gemv_go<DT, VEC, 4, 4>(s, y, x, w, rows, cols, nb);
+    else if (v == 1)
+        na_cu_gemv_go<DT, VEC, NB, 4>(s, y, x, w, rows, cols, nb);
+    else if (nb == 1)
+        na_cu_gemv_go<DT, VEC, 1, 8>(s, y, x, w, rows, cols, nb);
+    else if (nb == 2)
+        na_cu_gemv_go<DT, VEC, 2, 8>(s, y, x, w, rows, cols, nb);
+    else if (nb <= 4)
+        na_cu_gemv_go<DT, VEC, 4, 8>(s, y, x, w, rows, cols, nb);
+    else
+        na_cu_gemv_go<DT, VEC, NB, 8>(s, y, x, w, rows, cols, nb);
 }
 
 extern "C" int na_cu_gemv(void *stream, float *y, const float *x, const void *w, int dtype,
@@ -348,6 +425,7 @@ extern "C" int na_cu_gemv(void *stream, float *y, const float *x, const void *w,
 {
     cudaStream_t s = (cudaStream_t)stream;
     bool vec = cols % 8 == 0 && ((uintptr_t)w % 16) == 0 && ((uintptr_t)x % 16) == 0;
+    const int NB = NA_CU_GEMV_MAX_BATCH;
     for (int b0 = 0; b0 < batch; b0 += NB) {
         int nb = batch - b0 < NB ? batch - b0 : NB;
         float *yb = y + (size_t)b0 * (size_t)rows;

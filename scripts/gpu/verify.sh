@@ -126,6 +126,7 @@ main() {
     # unverified: its per-entry path (NA_CUDA_ATTN_BATCH=0) runs as well
     for t in "test_cuda_module probe 20" "test_cuda_module nonccl 20" "test_cuda_module nomodule 20" \
              "test_cuda_ops ops 150" "test_cuda_ops ops 150 NA_CUDA_ATTN_KERNEL=warp" \
+             "test_cuda_ops ops 150 NA_CUDA_GEMV=u8" "test_cuda_ops ops 150 NA_CUDA_GEMV=nb8" \
              "test_cuda_engine engine 90" "test_cuda_tp tp 30" \
              "test_attn_cuda refdev 60" "test_attn_cuda_gpu gpu 60" \
              "test_attn_cuda_gpu gpu 60 NA_CUDA_ATTN_BATCH=0" "test_cuda_module.sh - 20" \
@@ -166,9 +167,13 @@ main() {
     na 60 gen-model --out "$W/g" --dim 1024 --hidden 2816 --layers 4 --heads 8 --kv-heads 2 \
         --vocab 4096 --seq-len 1024 --dtype bf16 --format gguf --quiet >/dev/null 2>"$W/gen.err" ||
         say gen-bf16 "gen-model: $(tail -1 "$W/gen.err")"
+    # The cpu run takes the AVX2 copy (NA_CPU_ISA=v3): where the CPU has
+    # AVX512-BF16, the cpu backend rounds a bf16 matmul's inputs to bf16
+    # (llama.cpp's math for bf16 weights), while the GPU GEMV, the reference
+    # backend and the v3 / v4 copies multiply f32 inputs: different math
     printf 'Once upon a time\nThe GPU\nA\n' >"$W/p.txt"
     for b in cpu cuda; do
-        na 90 run --mode monolithic --backend $b --model "$W/g.gguf" --prompts "$W/p.txt" \
+        NA_CPU_ISA=v3 na 90 run --mode monolithic --backend $b --model "$W/g.gguf" --prompts "$W/p.txt" \
             --temp 0 -n 300 >"$W/g-$b.txt" 2>"$W/g-$b.err"
     done
     tail -1 "$W/g-cuda.err" | tag gen-bf16
@@ -246,8 +251,13 @@ main() {
             --temp 0 -n 128 >"$W/t8-mono.txt" 2>"$W/t8-mono.err"
         na 90 run --config "$W/gpu8.yaml" --cluster start --prompt "Once upon a time" --temp 0 -n 128 \
             >"$W/t8-off.txt" 2>"$W/t8-off.err"
+        na 90 run --config "$W/gpu8.yaml" --cluster inproc --prompt "Once upon a time" --temp 0 -n 128 \
+            >"$W/t8-in.txt" 2>"$W/t8-in.err"
         tail -1 "$W/t8-mono.err" | tag offload-time
-        grep -iE "tok/s|error|fail" "$W/t8-off.err" | head -3 | tag offload-time
+        say offload-time "the same in one process (--cluster inproc, one CUDA context):" \
+            "$(grep -o 'decode [0-9.]* tok/s' "$W/t8-in.err" | tail -1)" \
+            "(text $(cmp -s "$W/t8-mono.txt" "$W/t8-in.txt" && echo '= monolithic' || echo differs))"
+        grep -iE "tok/s|error|fail|time split|round trip" "$W/t8-off.err" | head -6 | tag offload-time
         dmono=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-mono.err" | tail -1)
         doff=$(sed -n 's/.*decode \([0-9.]*\) tok\/s.*/\1/p' "$W/t8-off.err" | tail -1)
         if [ -n "$dmono" ] && [ -n "$doff" ]; then
@@ -262,6 +272,89 @@ main() {
         rm -f "$tf.gguf"
     else
         res offload-time "INFO (not run: $(left) s left)"
+    fi
+
+    # ---- probe (INFO, NA_VERIFY_PROBE=1): where a decode step's time goes.
+    # Tiny bf16 models (dim 256, head_dim 64) with 8 and 32 layers: the
+    # difference is the fixed cost of a layer (launches, copies, round trips)
+    # with almost no bytes; GPU monolithic, then offload with each side on
+    # the GPU or the CPU, with the offload engine's time split --------------
+    if [ "${NA_VERIFY_PROBE:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
+        local nl f pm pe dm
+        for nl in 8 32; do
+            na 30 gen-model --out "$W/tiny$nl" --dim 256 --hidden 768 --layers $nl --heads 4 --kv-heads 2 \
+                --vocab 4096 --seq-len 1024 --dtype bf16 --format gguf --quiet >/dev/null 2>"$W/gen.err" ||
+                say probe "gen-model: $(tail -1 "$W/gen.err")"
+            na 30 run --mode monolithic --backend cuda --model "$W/tiny$nl.gguf" --prompt "Once upon a time" \
+                --temp 0 -n 256 >"$W/tm$nl.txt" 2>"$W/tm$nl.err"
+            say probe "L=$nl cuda monolithic: $(grep -o 'decode [0-9.]* tok/s' "$W/tm$nl.err" | tail -1)"
+            for f in ${NA_PROBE_PAIRS:-cuda:cuda cpu:cuda cuda:cpu cpu:cpu}; do
+                pm=${f%%:*}; pe=${f##*:}
+                sed -e "s|^\( *\)path: .*stories260K.bin\"|\1path: \"$W/tiny$nl.gguf\"|" -e '/tokenizer: /d' \
+                    "$W/gpu.yaml" >"$W/p.yaml"
+                [ "$pm" = cpu ] && sed -i 's|device: cuda, gpu: 0, threads: 1|device: cpu, threads: 4|' "$W/p.yaml"
+                [ "$pe" = cpu ] && sed -i -e 's|^\( *\)engine: cuda$|\1engine: cpu|' -e '/^ *gpu: 0$/d' "$W/p.yaml"
+                na 60 run --config "$W/p.yaml" --cluster start --prompt "Once upon a time" --temp 0 -n 256 \
+                    >"$W/to.txt" 2>"$W/to.err"
+                say probe "L=$nl offload compute=$pm engines=$pe: $(grep -o 'decode [0-9.]* tok/s' "$W/to.err" | tail -1)" \
+                    "(text $(cmp -s "$W/tm$nl.txt" "$W/to.txt" && echo '= monolithic' || echo differs))"
+                grep -E "time split|round trip|error|fail" "$W/to.err" | head -4 | tag probe
+            done
+        done
+        # the f16/bf16 GEMV variants (NA_CUDA_GEMV, cuda_kern.cu): matmul rows
+        # and the 1B-shape decode under each
+        local gv
+        for gv in nb8 u8 u4; do
+            NA_CUDA_GEMV=$gv na 60 bench kernels --backend cuda --part matmul --dtypes bf16,f16 \
+                >"$W/gv.txt" 2>&1
+            grep -E "b=1 weight|b=8 " "$W/gv.txt" | awk -v v=$gv '{print "gemv " v ": " $0}' | tag probe
+            NA_CUDA_GEMV=$gv na 90 bench kernels --backend cuda --part model >"$W/gv.txt" 2>&1
+            grep -E "decode 1B" "$W/gv.txt" | awk -v v=$gv '{print "gemv " v ": " $0}' | tag probe
+        done
+        # the kernels of decode steps of a 2-layer 1B-shape bf16 model, as
+        # Nsight Compute times them one by one (serialised: no launch gaps)
+        local ncu; ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        if [ -n "$ncu" ] && [ "$(left)" -gt 60 ]; then
+            na 30 gen-model --out "$W/n2" --dim 2048 --hidden 8192 --layers 2 --heads 32 --kv-heads 8 \
+                --vocab 32000 --seq-len 1024 --dtype bf16 --format gguf --quiet >/dev/null 2>"$W/gen.err"
+            lib timeout -k 5 "$(tmo 90)" "$ncu" --clock-control none --launch-skip 300 --launch-count 90 \
+                --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv \
+                "$B/cli/nearattn" run --mode monolithic --backend cuda --model "$W/n2.gguf" \
+                --prompt "Once upon a time" --temp 0 -n 64 >"$OUT/ncu.csv" 2>"$W/ncu.err" ||
+                say probe "ncu: exit $? $(tail -2 "$W/ncu.err" | tr '\n' ' ')"
+            python3 - "$OUT/ncu.csv" <<'PY' 2>&1 | tag probe
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+h = rows[0]; ix = {n: i for i, n in enumerate(h)}
+k = collections.defaultdict(lambda: [0, 0.0, 0.0, set()])
+for r in rows[1:]:
+    name = r[ix["Kernel Name"]].split("(")[0].split("<")[0].replace("void ", "")
+    v = float(r[ix["Metric Value"]].replace(",", "")); m = r[ix["Metric Name"]]
+    unit = r[ix["Metric Unit"]]
+    e = k[name]; e[3].add(r[ix["ID"]])
+    if m == "gpu__time_duration.sum":
+        e[1] += v * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+                     "msecond": 1e3}[unit]
+    elif m.startswith("dram__bytes"):
+        e[2] += v * {"B": 1, "byte": 1, "KB": 1e3, "Kbyte": 1e3, "MB": 1e6, "Mbyte": 1e6,
+                     "GB": 1e9, "Gbyte": 1e9}[unit]
+tot = sum(e[1] for e in k.values())
+print(f"ncu: {sum(len(e[3]) for e in k.values())} kernels, {tot:.1f} us of kernel time in all")
+for n, e in sorted(k.items(), key=lambda x: -x[1][1]):
+    print(f"  {n[:40]:40s} x{len(e[3]):3d} {e[1]:9.1f} us {100*e[1]/tot:5.1f}%  "
+          f"{e[2]/1e6:8.2f} MB  {e[2]/e[1]/1e3 if e[1] else 0:7.0f} GB/s")
+PY
+            # the bf16 GEMV of the largest matrix (the output, 32000 x 2048):
+            # why it reads at under half the copy's rate
+            lib timeout -k 5 "$(tmo 60)" "$ncu" --clock-control none -k regex:gemv --launch-skip 40 \
+                --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+                --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+                "$B/cli/nearattn" run --mode monolithic --backend cuda --model "$W/n2.gguf" \
+                --prompt "Once upon a time" --temp 0 -n 16 >"$OUT/ncu-gemv.txt" 2>&1
+            grep -E "gemv|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Waves Per SM|Block Limit|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued" \
+                "$OUT/ncu-gemv.txt" | head -60 | tag probe
+        fi
+        res probe "INFO (see the [probe] lines)"
     fi
 
     # ---- bench: each row against the in-run D2D copy --------------------------

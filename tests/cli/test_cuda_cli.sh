@@ -30,6 +30,8 @@ one_line 2 "unknown backend 'gpu'" $ARGS --backend gpu
 one_line 1 "device index must be a number" $ARGS --backend cuda:x
 # the attention-kernel switch takes tile or warp, nothing else (device or not)
 NA_CUDA_ATTN_KERNEL=wrap one_line 1 'NA_CUDA_ATTN_KERNEL is "wrap"; it takes tile' $ARGS --backend cuda
+# and the GEMV switch u4, u8 or nb8
+NA_CUDA_GEMV=u16 one_line 1 'NA_CUDA_GEMV is "u16"; it takes u4' $ARGS --backend cuda
 
 
 "$BIN" run --mode monolithic $ARGS --backend cuda >"$TMP/cuda.out" 2>"$TMP/cuda.err" </dev/null

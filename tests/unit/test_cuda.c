@@ -238,7 +238,8 @@ static void test_matmul(void)
     static const int shapes[][2] = { { 1, 32 }, { 7, 64 }, { 33, 96 }, { 130, 256 },
                                      { 3, 40 }, { 65, 100 }, { 17, 1000 }, { 9, 512 },
                                      { 31, 1280 } };
-    static const int batches[] = { 1, 3, 8, 9, 17 };
+    /* 1, 2, 3 and 5: each accumulator count of the f16/bf16 GEMV (1, 2, 4, 8) */
+    static const int batches[] = { 1, 2, 3, 5, 8, 9, 17 };
     size_t s, b;
     int d;
     for (d = 0; d < NA_DTYPE_COUNT; d++)        /* every weight type, quantised ones too */
