@@ -21,7 +21,9 @@
 # offload-start (a GPU compute node and GPU attention engines on both storage
 # nodes, default hbm_mb: two slots on one GPU; text equals the cpu run);
 # offload-time (INFO: per-token latency of that offload / GPU monolithic on
-# a generated 8-layer 1B-shape bf16 model);
+# a generated 8-layer 1B-shape bf16 model, its time split, and the same with
+# --cluster inproc); probe (INFO, only with NA_VERIFY_PROBE=1: where the
+# time goes; docs/gpu.md);
 # bench (bench kernels --backend cuda, each row as a fraction of the in-run
 # device-to-device copy); memcheck (compute-sanitizer on test_cuda_ops).
 set -u
