@@ -174,7 +174,12 @@
  * 24.6-26.6, 7168 23.0, 8192 22.6-24.1, 12288 21.7-22.5, 16384 22.1 (T2
  * the same); bf16 T0 4096 17.7, 6144 24.9. A whole 1B-shape decode step
  * (run, t=1, CPU time) ran 1.5-1.6x faster at 6144 or 8192. Q8_0
- * rows kept T0: T1 8192 gave the same step time (55-58 against 58 ms). */
+ * rows kept T0: T1 8192 gave the same step time (55-58 against 58 ms).
+ * F32 rows (na_cpu_dotn_f32 and the AVX-512 rows kernel) take it too since
+ * 2026-11-28: 1B-shape F32 decode, run -n 48, alternated, load 1.1-1.3,
+ * t=1 3.6-3.9 -> 4.1-4.3 tok/s, t=2 5.3-6.1 -> 5.6-6.9; bench e2e --peers
+ * tg128, 15M 293-314 -> 368-395 (t=1), 454-466 -> 579-613 (t=2), 110M
+ * 44-46 -> 49-51 (t=1), 55-64 -> 64-68 (t=2); 12288 ahead was no better. */
 #ifndef NA_CPU_MV_PF_L2
 #define NA_CPU_MV_PF_L2 6144
 #endif
@@ -283,8 +288,8 @@ NA_INLINE void na_cpu_dotn_f32(const float *w, const float *x, size_t ld, int n,
             a[b][j] = _mm256_setzero_ps();
     for (; i + 32 <= n; i += 32) {
         __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
-        NA_CPU_MV_PREFETCH(w + i);
-        NA_CPU_MV_PREFETCH(w + i + 16);
+        NA_CPU_MV_PREFETCH_L2(w + i);
+        NA_CPU_MV_PREFETCH_L2(w + i + 16);
         __m256 w2 = _mm256_loadu_ps(w + i + 16), w3 = _mm256_loadu_ps(w + i + 24);
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++) {
@@ -354,7 +359,7 @@ NA_INLINE void na_cpu_dotrn_f32(const float *const *w, int NR, const float *x, s
         for (r = 0; r < NR; r++) {
             u[r][0] = _mm512_loadu_ps(w[r] + i);
             u[r][1] = _mm512_loadu_ps(w[r] + i + 16);
-            NA_CPU_MV_PREFETCH(w[r] + i);
+            NA_CPU_MV_PREFETCH_L2(w[r] + i);
         }
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++) {
