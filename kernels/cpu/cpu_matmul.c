@@ -175,11 +175,13 @@
  * the same); bf16 T0 4096 17.7, 6144 24.9. A whole 1B-shape decode step
  * (run, t=1, CPU time) ran 1.5-1.6x faster at 6144 or 8192. Q8_0
  * rows kept T0: T1 8192 gave the same step time (55-58 against 58 ms).
- * F32 rows (na_cpu_dotn_f32 and the AVX-512 rows kernel) take it too since
- * 2026-11-28: 1B-shape F32 decode, run -n 48, alternated, load 1.1-1.3,
- * t=1 3.6-3.9 -> 4.1-4.3 tok/s, t=2 5.3-6.1 -> 5.6-6.9; bench e2e --peers
- * tg128, 15M 293-314 -> 368-395 (t=1), 454-466 -> 579-613 (t=2), 110M
- * 44-46 -> 49-51 (t=1), 55-64 -> 64-68 (t=2); 12288 ahead was no better. */
+ * F32 rows (na_cpu_dotn_f32 and the AVX-512 rows kernel) ask for nothing
+ * since 2026-11-28: the hardware prefetcher follows their stream best.
+ * 1B-shape F32 decode, run -n 48, alternated, load 1.0-1.3 (tok/s): T0
+ * 4096 ahead (before) t=1 3.6-3.9, t=2 5.3-6.1; T1 6144 ahead t=1 4.1-4.6,
+ * t=2 5.6-6.9; none t=1 5.1-5.3, t=2 6.0-8.1. F16 rows without their T1
+ * prefetch: t=1 8.7-8.9 against 10.2-10.9, t=2 12.3-15.6 against
+ * 13.0-15.3, so they keep it. */
 #ifndef NA_CPU_MV_PF_L2
 #define NA_CPU_MV_PF_L2 6144
 #endif
@@ -288,8 +290,6 @@ NA_INLINE void na_cpu_dotn_f32(const float *w, const float *x, size_t ld, int n,
             a[b][j] = _mm256_setzero_ps();
     for (; i + 32 <= n; i += 32) {
         __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
-        NA_CPU_MV_PREFETCH_L2(w + i);
-        NA_CPU_MV_PREFETCH_L2(w + i + 16);
         __m256 w2 = _mm256_loadu_ps(w + i + 16), w3 = _mm256_loadu_ps(w + i + 24);
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++) {
@@ -359,7 +359,6 @@ NA_INLINE void na_cpu_dotrn_f32(const float *const *w, int NR, const float *x, s
         for (r = 0; r < NR; r++) {
             u[r][0] = _mm512_loadu_ps(w[r] + i);
             u[r][1] = _mm512_loadu_ps(w[r] + i + 16);
-            NA_CPU_MV_PREFETCH_L2(w[r] + i);
         }
 #pragma GCC unroll 4
         for (b = 0; b < NB; b++) {
