@@ -538,8 +538,9 @@ static void na_bk_usage(FILE *f)
                "matmul GFLOP/s for F32/F16/BF16/Q8_0 weights beside cblas_sgemm, and\n"
                "small-batch F32 matmul on 15M-model shapes beside cblas_sgemm.\n\n"
                "options:\n" NA_CLI_BENCH_OPTS_HELP
-               "  --dtypes LIST  matmul weight types (default f32,f16,bf16,q8_0; also q4_0,\n"
-               "                 q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)\n"
+               "  --dtypes LIST  matmul weight types (default f32,f16,bf16,q8_0, with --backend\n"
+               "                 cuda all; also q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k);\n"
+               "                 f32, the reference, always runs\n"
                "  --part P       run only attn, matmul or small (the F32 small-batch\n"
                "                 crossover); STREAM copy always runs (default all)\n"
                "  --backend B    cpu (default) or cuda: the GPU's decode attention GB/s\n"
@@ -553,7 +554,8 @@ static void na_bk_usage(FILE *f)
 /* kernels' own options: --part P, --backend B (ctx: their two strings). */
 typedef struct {
     const char *part, *backend;
-    unsigned    dtypes;         /* --dtypes: bit per na_dtype_t of the matmul rows */
+    unsigned    dtypes;         /* --dtypes: bit per na_dtype_t of the matmul rows (0: the
+                                   backend's default set) */
 } na_bk_own_t;
 
 static int na_bk_opt(const char *cmd, void *ctx, int argc, char **argv, int *i)
@@ -610,8 +612,7 @@ int na_cli_bench_kernels(int argc, char **argv)
     na_status_t st;
     int i, rc;
     char name[64];
-    na_bk_own_t own = { "all", "cpu", (1u << NA_DTYPE_F32) | (1u << NA_DTYPE_F16) |
-                                      (1u << NA_DTYPE_BF16) | (1u << NA_DTYPE_Q8_0) };
+    na_bk_own_t own = { "all", "cpu", 0 };
     const char *part;
     const na_cli_bench_own_t opts = { .own = na_bk_opt, .ctx = &own };
 
@@ -634,7 +635,8 @@ int na_cli_bench_kernels(int argc, char **argv)
         return 2;
     }
     if (!strcmp(own.backend, "cuda")) {
-        st = na_cli_bench_kernels_cuda(b, o.quick, part);
+        st = na_cli_bench_kernels_cuda(b, o.quick, part,
+                                       own.dtypes ? own.dtypes : ~0u);
         return na_cli_bench_end("kernels", "bench kernels", st, b, &o);
     }
     /* The limits on their own first, then interleaved with each measurement. */
@@ -652,7 +654,10 @@ int na_cli_bench_kernels(int argc, char **argv)
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "attn")))
         st = na_bk_attention(b, &o, copy1, copyN);
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "matmul")))
-        st = na_bk_matmul(b, &o, copyN, own.dtypes);
+        st = na_bk_matmul(b, &o, copyN,
+                          own.dtypes ? own.dtypes
+                                     : (1u << NA_DTYPE_F32) | (1u << NA_DTYPE_F16) |
+                                           (1u << NA_DTYPE_BF16) | (1u << NA_DTYPE_Q8_0));
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "small")))
         st = na_bk_matmul_f32_small(b, &o);
     if (st != NA_OK)

@@ -212,7 +212,10 @@ static na_status_t na_bkc_mm_call(void *ctx, int rep)
     return m->k->ops->matmul(m->k, m->y, m->x, m->w, m->batch);
 }
 
-static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, double copy)
+/* The matmul rows of the types in mask dtypes (a bit per na_dtype_t; F32,
+ * the reference, always). */
+static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, double copy,
+                                 unsigned dtypes)
 {
     static const int batches[] = { 1, 8, 64, 512 };
     int n = quick ? 2048 : 4096, d, bi;
@@ -235,8 +238,10 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
     for (d = 0; d < NA_DTYPE_COUNT && st == NA_OK; d++) {
         na_tensor_t t = { (na_dtype_t)d, n, n, NULL, NA_LAYOUT_ROWS };
         size_t bytes = na_dtype_bytes((na_dtype_t)d, wn);
-        uint8_t *p = malloc(bytes);
-        if (p == NULL) {
+        uint8_t *p;
+        if (d != NA_DTYPE_F32 && !(dtypes & (1u << d)))
+            continue;
+        if ((p = malloc(bytes)) == NULL) {
             st = na_err(NA_ERR_NOMEM, "bench kernels: out of memory");
             break;
         }
@@ -266,7 +271,8 @@ static na_status_t na_bkc_matmul(na_kernels_t *k, na_bench_t *b, int quick, doub
         free(p);
     }
     for (d = 0; d < NA_DTYPE_COUNT && st == NA_OK; d++)
-        for (bi = 0; bi < 4 && st == NA_OK; bi++) {
+        for (bi = 0; bi < 4 && st == NA_OK && (d == NA_DTYPE_F32 || (dtypes & (1u << d)));
+             bi++) {
             double med = 0, spread = 0, flops;
             m.w = &w[d];
             m.batch = batches[bi];
@@ -380,7 +386,8 @@ static na_status_t na_bkc_model(na_bench_t *b, int quick, double copy)
     return st;
 }
 
-na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part)
+na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part,
+                                      unsigned dtypes)
 {
     na_kernels_t *k = NULL;
     na_bkc_copy_t c = { NULL, NULL, NULL };
@@ -403,7 +410,7 @@ na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "attn")))
         st = na_bkc_attention(k, b, quick, copy);
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "matmul")))
-        st = na_bkc_matmul(k, b, quick, copy);
+        st = na_bkc_matmul(k, b, quick, copy, dtypes);
     if (st == NA_OK && (!strcmp(part, "all") || !strcmp(part, "model")))
         st = na_bkc_model(b, quick, copy);
     if (st == NA_OK)
@@ -416,11 +423,13 @@ na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part
     return st;
 }
 #else
-na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part)
+na_status_t na_cli_bench_kernels_cuda(na_bench_t *b, int quick, const char *part,
+                                      unsigned dtypes)
 {
     (void)b;
     (void)quick;
     (void)part;
+    (void)dtypes;
     return na_err(NA_ERR_UNSUPPORTED, "kernels: backend 'cuda' is not built into this binary "
                   "(build with the CUDA toolkit, NA_CUDA=AUTO or ON)");
 }
