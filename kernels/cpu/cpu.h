@@ -65,6 +65,16 @@ void na_cpu_pool_rest(na_cpu_pool_t *pool);
  * types) that the compiler must see as constants. */
 #define NA_INLINE static inline __attribute__((always_inline))
 
+/* A weight stream read front to back at batch 1 asks for the line
+ * NA_CPU_MV_PF_L2 bytes ahead into L2 (T1): the F16 / BF16 rows of
+ * cpu_matmul.c (where the measurements are) and the one-input pass over
+ * the BF16 panels (cpu_gemm_bf16.c). */
+#ifndef NA_CPU_MV_PF_L2
+#define NA_CPU_MV_PF_L2 6144
+#endif
+#define NA_CPU_MV_PREFETCH_L2(p) \
+    _mm_prefetch((const char *)(p) + NA_CPU_MV_PF_L2, _MM_HINT_T1)
+
 /* Pool tasks for a GEMM over n_panels row panels: a few per thread so
  * uneven cores balance, 1 on one thread, never more than the panels. */
 static inline int na_cpu_gemm_tasks(const na_kernels_t *k, int n_panels)

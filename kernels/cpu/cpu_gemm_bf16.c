@@ -173,10 +173,9 @@ static void na_gb_mm_task(void *ctx, int t, int n_tasks)
  * accumulator per output, pair after pair: the same bits as the GEMM. */
 #define NA_GB_VNB 4             /* inputs per pass */
 /* With one input a pass runs at the weight stream's pace: it asks for the
- * lines NA_GB_PF bytes ahead into L2 (T1), as the F16 rows of
- * cpu_matmul.c do. 1B-shape BF16 decode, run -n 64, 6 alternated rounds,
- * load 1.3-2.7: t=1 median 11.15 -> 11.45 tok/s, t=2 12.5 -> 13.2. */
-#define NA_GB_PF 6144
+ * lines ahead into L2 as the F16 rows do (NA_CPU_MV_PREFETCH_L2, cpu.h).
+ * 1B-shape BF16 decode, run -n 64, 6 alternated rounds, load 1.3-2.7:
+ * t=1 median 11.15 -> 11.45 tok/s, t=2 12.5 -> 13.2. */
 #define NA_GB_VMAX 12           /* batches below this: these passes; from it the GEMM */
 
 static inline __attribute__((always_inline)) void
@@ -203,8 +202,8 @@ na_gb_vtile(const na_gb_job_t *j, int pi, int GP, int c0, int NB)
             __m512bh w0 = (__m512bh)_mm512_loadu_si512(pw);
             __m512bh w1 = (__m512bh)_mm512_loadu_si512(pw + 16);
             if (NB == 1) {                      /* one input: the stream's pace */
-                _mm_prefetch((const char *)pw + NA_GB_PF, _MM_HINT_T1);
-                _mm_prefetch((const char *)(pw + 16) + NA_GB_PF, _MM_HINT_T1);
+                NA_CPU_MV_PREFETCH_L2(pw);
+                NA_CPU_MV_PREFETCH_L2(pw + 16);
             }
 #pragma GCC unroll 4
             for (c = 0; c < NB; c++) {

@@ -182,11 +182,8 @@
  * t=2 5.6-6.9; none t=1 5.1-5.3, t=2 6.0-8.1. F16 rows without their T1
  * prefetch: t=1 8.7-8.9 against 10.2-10.9, t=2 12.3-15.6 against
  * 13.0-15.3, so they keep it. */
-#ifndef NA_CPU_MV_PF_L2
-#define NA_CPU_MV_PF_L2 6144
-#endif
-#define NA_CPU_MV_PREFETCH_L2(p) \
-    _mm_prefetch((const char *)(p) + NA_CPU_MV_PF_L2, _MM_HINT_T1)
+/* NA_CPU_MV_PF_L2 and NA_CPU_MV_PREFETCH_L2: kernels/cpu/cpu.h (the BF16
+ * panels' one-input pass, cpu_gemm_bf16.c, asks the same way). */
 
 /* Address of row r of w. */
 static const uint8_t *na_cpu_row(const na_tensor_t *w, int r)
