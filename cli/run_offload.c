@@ -57,15 +57,20 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
 {
     double dec = s->wall_s - s->prefill_s - s->ship_s;
     double compute = s->compute_s - s->prefill_s - s->ship_s - s->xcache_s;
-    char re[64] = "";
+    char re[64] = "", split[160] = "";
 
     if (s->reprefill_tokens > 0)
         snprintf(re, sizeof(re), " (+ %ld re-prefilled after a lost node)", s->reprefill_tokens);
+    if (s->adaptive_batches)
+        snprintf(split, sizeof(split), " (adaptive: %ld batch steps merged, %ld split, "
+                 "%ld switch%s)", s->merged_steps, s->split_steps, s->split_switches,
+                 s->split_switches == 1 ? "" : "es");
     fprintf(stderr,
-            "%s (%s): %s, partition %s, %d batch(es) in flight: "
+            "%s (%s): %s, partition %s, %d batch(es) in flight%s: "
             "prompt tokens %ld%s, generated tokens %ld, %.1f tok/s overall, decode %.1f tok/s\n",
             kind, how, nodes, na_cfg_partition_name(cfg->parallel.partition),
-            (int)cfg->parallel.batches_in_flight, s->gen.prompt_tokens, re, s->gen.gen_tokens,
+            (int)cfg->parallel.batches_in_flight, split, s->gen.prompt_tokens, re,
+            s->gen.gen_tokens,
             s->wall_s > 0 ? (double)s->gen.gen_tokens / s->wall_s : 0.0,
             dec > 0 ? (double)s->gen.decode_tokens / dec : 0.0);
     fprintf(stderr,
@@ -154,6 +159,7 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
     oo.rep = na_cluster_rep(cl);
     oo.max_batch = a->max_batch > 0 ? a->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
+    oo.adaptive_batches = cfg->parallel.adaptive_batches;
     oo.prefill_chunk = a->prefill_chunk > 0 ? a->prefill_chunk : (int)cfg->parallel.prefill_chunk;
     oo.prefill_weighted = a->prefill_budget > 0 ? a->prefill_budget == 2
                                                 : cfg->parallel.prefill_weighted;

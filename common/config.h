@@ -105,6 +105,8 @@ typedef struct {
 typedef struct {
     na_cfg_partition_t  partition;
     long                batches_in_flight;
+    int                 adaptive_batches; /* spread over them only where it pays
+                                             (compute-node/batch_split.h) */
     na_cfg_pipelining_t pipelining;
     long                max_batch;    /* requests per batch */
     long                prefill_chunk; /* prompt tokens one batch step takes */

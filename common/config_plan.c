@@ -243,7 +243,7 @@ void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
 {
     na_model_config_t mc;
     char why[512] = "";
-    int have_model = 0;
+    int have_model = 0, adaptive;
 
     fprintf(f, "layout     %s (cluster '%s')\n", cfg->file, cfg->cluster.name);
     fprintf(f, "secret     %s, %zu bytes%s\n", cfg->cluster.secret_file, cfg->secret_len,
@@ -278,9 +278,13 @@ void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
     else
         fprintf(f, "every request's KV heads are split in contiguous ranges over all %d slots "
                    "(slot order above)\n", cfg->n_slots);
-    fprintf(f, "           %ld batch%s in flight, %s pipelining over %d compute node%s, "
-               "at most %ld requests per batch\n", cfg->parallel.batches_in_flight,
-            cfg->parallel.batches_in_flight == 1 ? "" : "es",
+    adaptive = cfg->parallel.adaptive_batches && cfg->parallel.batches_in_flight > 1 &&
+               cfg->parallel.pipelining == NA_CFG_PIPE_FIXED;
+    fprintf(f, "           %s%ld batch%s in flight%s, %s pipelining over %d compute node%s, "
+               "at most %ld requests per batch\n", adaptive ? "up to " : "",
+            cfg->parallel.batches_in_flight, cfg->parallel.batches_in_flight == 1 ? "" : "es",
+            adaptive ? " (adaptive: merged while the attention is shorter than a step's "
+                       "weight reads)" : "",
             na_cfg_pipelining_name(cfg->parallel.pipelining), cfg->n_compute,
             cfg->n_compute == 1 ? "" : "s", cfg->parallel.max_batch);
     fprintf(f, "kv         blocks of %ld tokens, spill every %ld step%s, prefetch %ld layer%s "

@@ -143,6 +143,10 @@ void na_off_stats(na_off_t *g, na_off_stats_t *out)
     *out = g->stats;
     out->prefill_chunk = g->prefill_chunk;
     out->prefill_weighted = g->pf_peq > 0;
+    out->adaptive_batches = g->split.adaptive;
+    out->split_steps = g->split.split_steps;
+    out->merged_steps = g->split.merged_steps;
+    out->split_switches = g->split.switches;
     na_asvc_stats(g->svc, &out->svc);
     out->wall_s = na_now_s() - g->t_create;
 }

@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/wire.h"
 #include "compute-node/attn_service.h"
+#include "compute-node/batch_split.h"
 #include "compute-node/engine.h"
 #include "compute-node/generate.h"
 #include "compute-node/offload_types.h"
@@ -76,6 +77,7 @@ struct na_off {
     double                tick_at;    /* sched.c: the session's last turn in a slice */
     int                   n_batches;
     struct na_off_batch  *b;          /* [n_batches] */
+    na_bsplit_t           split;      /* how many of them the requests use */
     long                  blocked_at; /* `ended` when the service last said no room; -1 */
     /* the requests (offload_req.c) */
     na_off_req_t         *all;        /* every request held (list) */

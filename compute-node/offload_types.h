@@ -26,6 +26,11 @@ typedef void (*na_off_error_fn)(void *user, const na_request_t *r, na_status_t s
 typedef struct {
     int              max_batch;          /* requests per batch (<= 0: 64) */
     int              batches_in_flight;  /* 1 .. NA_OFF_MAX_BATCHES */
+    int              adaptive_batches;   /* 1: batches_in_flight is the most; requests
+                                            are spread over them only while the
+                                            measured attention outweighs reading the
+                                            weights once more (compute-node/
+                                            batch_split.h); 0: always over all */
     int              prefill_chunk;      /* prompt tokens per batch step (the step's
                                             budget beside its decode rows); <= 0:
                                             NA_OFF_DEFAULT_PREFILL_CHUNK */
@@ -77,6 +82,11 @@ typedef struct {
     double           attn_rt_s;          /* sum over (batch, layer) of submit -> done */
     long             attn_calls;         /* (batch, layer) attention round trips */
     long             slices;             /* model slices run in decode (here) */
+    int              adaptive_batches;   /* the option */
+    long             split_steps;        /* batch steps run with the requests spread over
+                                            every batch in flight */
+    long             merged_steps;       /* ... over as few batches as max_batch allows */
+    long             split_switches;     /* merged -> split and back (batch_split.h) */
     long             ctx_sent;           /* rotational: batch contexts sent to replicas */
     long             ctx_recv;           /* rotational: batch contexts received back */
     double           ctx_rt_s;           /* rotational: sum of send -> back (the replica's

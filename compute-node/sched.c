@@ -154,6 +154,9 @@ na_status_t na_off_sched_init(na_off_t *g)
         return st;
 
     g->pf_peq = g->o->prefill_weighted ? na_sched_pf_peq(g->e) : 0.0;
+    /* rotational: a batch's slices are tied to replicas by its id, so its
+     * members stay where they were admitted */
+    na_bsplit_init(&g->split, g->o->adaptive_batches && g->rep == NULL, g->n_batches);
     g->b = calloc((size_t)g->n_batches, sizeof(*g->b));
     if (g->b == NULL)
         return na_err(NA_ERR_NOMEM, "offload: out of memory for %d batches", g->n_batches);
@@ -203,12 +206,15 @@ static void na_sched_compact(na_off_t *g, na_off_batch_t *b)
  * request left. Only compute-node errors are returned. */
 static na_status_t na_sched_admit(na_off_t *g, na_off_batch_t *b)
 {
-    int target;
+    int target, k;
     na_status_t st;
 
     if (g->n_wait == 0 || g->blocked_at == g->ended)
         return NA_OK;       /* nothing waits, or no room since the last refusal */
-    target = (g->n_wait + g->n_live + g->n_batches - 1) / g->n_batches;
+    k = na_bsplit_batches(&g->split, g->n_wait + g->n_live, g->max_batch);
+    if (b->id >= k)
+        return NA_OK;       /* merged: this batch is not in use */
+    target = (g->n_wait + g->n_live + k - 1) / k;
     if (target > g->max_batch)
         target = g->max_batch;
     if (target < 1)
@@ -232,6 +238,66 @@ static na_status_t na_sched_admit(na_off_t *g, na_off_batch_t *b)
     }
     na_sched_compact(g, b);
     return NA_OK;
+}
+
+/* Move member i of batch from (between steps) to batch to. */
+static void na_sched_move(na_off_batch_t *from, int i, na_off_batch_t *to)
+{
+    na_off_req_t *q = from->mem[i];
+
+    from->mem[i] = from->mem[--from->n_mem];
+    to->mem[to->n_mem++] = q;
+    q->batch = to->id;
+}
+
+/* At the start of batch b's step (compute-node/batch_split.h): feed its
+ * last step's measurement to the split, then move members so that the
+ * live requests are spread over the k batches it says. A batch at or past
+ * k hands its members to the emptiest below k (they wait there for that
+ * batch's next step); one below k takes members from an idle batch that
+ * has more than its share. Members move only between steps, and the
+ * numbers do not change (batch-invariant kernels, a request's own
+ * attention). Returns 1 when a member moved. */
+static int na_sched_rebalance(na_off_t *g, na_off_batch_t *b)
+{
+    int i, k, share, moved = 0;
+
+    if (b->measure) {
+        na_log_debug("batch split: batch %d step %llu: %d rows, compute %.3f ms, attention "
+                     "%.3f ms%s%s; weights' estimate %.3f ms, %s", b->id,
+                     (unsigned long long)b->step, b->n_rows, 1e3 * b->c_s, 1e3 * b->a_s,
+                     b->pf_rows > 0 ? " (prompt rows)" : "", b->alone ? "" : " (not alone)",
+                     1e3 * na_bsplit_weights_s(&g->split), g->split.split ? "split" : "merged");
+        na_bsplit_step(&g->split, b->n_rows, b->c_s, b->a_s, b->pf_rows > 0, b->alone);
+        b->measure = 0;
+    }
+    if (!g->split.adaptive)
+        return 0;
+    k = na_bsplit_batches(&g->split, g->n_live + g->n_wait, g->max_batch);
+    if (b->id >= k) {
+        while (b->n_mem > 0) {
+            na_off_batch_t *to = NULL;
+            for (i = 0; i < k; i++)
+                if (g->b[i].n_mem < g->max_batch && (to == NULL || g->b[i].n_mem < to->n_mem))
+                    to = &g->b[i];
+            if (to == NULL)
+                break;
+            na_sched_move(b, b->n_mem - 1, to);
+            moved = 1;
+        }
+        return moved;
+    }
+    share = (g->n_live + k - 1) / k;
+    for (i = 0; i < g->n_batches && b->n_mem < share; i++) {
+        na_off_batch_t *o = &g->b[i];
+        if (o == b || o->state != NA_OFF_B_IDLE)
+            continue;
+        while (o->n_mem > (o->id < k ? share : 0) && b->n_mem < share) {
+            na_sched_move(o, o->n_mem - 1, b);
+            moved = 1;
+        }
+    }
+    return moved;
 }
 
 /* ---- a batch's step ------------------------------------------------------- */
@@ -364,6 +430,8 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
             }
         na_sched_compact(g, b);
     }
+    if (na_sched_rebalance(g, b))
+        *ran_p = 1;
     st = na_sched_admit(g, b);
     if (st != NA_OK)
         return st;
@@ -418,6 +486,13 @@ static na_status_t na_sched_start(na_off_t *g, na_off_batch_t *b, int *ran_p)
         return NA_OK;
     *ran_p = 1;
     b->step++;
+    b->measure = 1;
+    b->c_s = 0.0;
+    b->a_s = 0.0;
+    b->alone = 1;
+    for (i = 0; i < g->n_batches; i++)
+        if (&g->b[i] != b && (g->b[i].state != NA_OFF_B_IDLE || g->b[i].n_mem > 0))
+            b->alone = 0;
     if (b->pf_rows > 0)
         g->st->gen.prefill_steps++;
     s = (na_step_t){ b->n_rows, b->n_seg, b->tokens, b->pos, b->seg };
@@ -621,13 +696,15 @@ static void na_sched_done(na_off_t *g, int id)
     }
     b = &g->b[id];
     b->state = NA_OFF_B_READY;
+    b->a_s += na_now_s() - b->t_submit;
     g->st->attn_rt_s += na_now_s() - b->t_submit;
 }
 
 /* dt seconds of compute on batch b's step: its share of prompt rows counts
  * as prefill compute (stats.prefill_s, a part of compute_s). */
-static void na_sched_charge(na_off_t *g, const na_off_batch_t *b, double dt)
+static void na_sched_charge(na_off_t *g, na_off_batch_t *b, double dt)
 {
+    b->c_s += dt;
     g->st->compute_s += dt;
     if (b->pf_rows > 0 && b->n_rows > 0)
         g->st->prefill_s += dt * (double)b->pf_rows / (double)b->n_rows;

@@ -39,6 +39,11 @@ typedef struct na_off_batch {
     int             *ent_seg; /* [max_batch] segment of each entry */
     int              n_ent;
     double           t_submit;
+    /* the step's measurement for the batch split (batch_split.h) */
+    double           c_s;     /* compute charged to the step */
+    double           a_s;     /* its attention round trips, summed */
+    int              alone;   /* no other batch had work when it started */
+    int              measure; /* a step ran: feed it at the next start */
     uint64_t         step;    /* decode steps started */
     na_wire_ctx_row_t *crow;  /* [max_rows] rotational: rows of a migrating context */
 } na_off_batch_t;

@@ -14,12 +14,19 @@
  *   idle     a request submitted after the engine went idle runs
  *   destroy  progress(20 ms) returns in time with work left; destroying the
  *            engine with requests in flight releases their KV
+ *   adaptive parallel.adaptive_batches: with every attention made 4 ms slow
+ *            (the counting service holds each answer: a TEST DOUBLE of a slow
+ *            storage node) the requests spread over both batches; with every
+ *            compute op made 1 ms slow (NA_FAULTS' compute:op_ms, a TEST
+ *            DOUBLE of a weight-bound step) they stay in one; the greedy
+ *            tokens are the monolithic ones either way
  *
  * The counting service forwards every call to the real one and counts open
  * and release: it is how the test sees the storage side's open requests. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster/inproc.h"
 #include "cluster/setup.h"
@@ -43,6 +50,10 @@ typedef struct {
     int        open;           /* opened and not released */
     long       opens, releases;
     int        last_status;    /* status of the last release */
+    int        slow_ms;        /* > 0: each batch's answer is held until this long
+                                  after its submit (a slow storage node) */
+    double     t_submit[NA_OFF_MAX_BATCHES];
+    unsigned   batches_seen;   /* bit b: batch b submitted attention */
 } cnt_svc_t;
 
 static na_status_t cnt_open(na_asvc_t *s, uint64_t req, int max_tokens)
@@ -64,6 +75,27 @@ static void cnt_release(na_asvc_t *s, uint64_t req, int status)
     c->last_status = status;
 }
 
+static na_status_t cnt_submit(na_asvc_t *s, int batch, int layer, na_asvc_entry_t *x, int n)
+{
+    cnt_svc_t *c = (cnt_svc_t *)s;
+    if (batch >= 0 && batch < NA_OFF_MAX_BATCHES) {
+        c->t_submit[batch] = na_now_s();
+        c->batches_seen |= 1u << batch;
+    }
+    return na_asvc_submit(c->fwd.in, batch, layer, x, n);
+}
+static na_status_t cnt_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
+{
+    cnt_svc_t *c = (cnt_svc_t *)s;
+    na_status_t st = na_asvc_poll(c->fwd.in, timeout_ms, batch_p);
+    if (st == NA_OK && c->slow_ms > 0 && *batch_p >= 0 && *batch_p < NA_OFF_MAX_BATCHES)
+        while (na_now_s() < c->t_submit[*batch_p] + 1e-3 * c->slow_ms) {
+            struct timespec ts = { 0, 200000 };
+            nanosleep(&ts, NULL);
+        }
+    return st;
+}
+
 static cnt_svc_t *cnt_wrap(na_asvc_t *in)
 {
     cnt_svc_t *c = (cnt_svc_t *)na_asvc_fwd_new(in, sizeof(*c), "counting");
@@ -71,6 +103,8 @@ static cnt_svc_t *cnt_wrap(na_asvc_t *in)
         return NULL;
     c->fwd.ops.open = cnt_open;
     c->fwd.ops.release = cnt_release;
+    c->fwd.ops.submit = cnt_submit;
+    c->fwd.ops.poll = cnt_poll;
     return c;
 }
 
@@ -266,6 +300,76 @@ static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
     fprintf(stderr, "%s destroy in flight: done\n", tag);
 }
 
+/* Requests 0..N_REQ-1 at once on an adaptive engine with 2 batches in
+ * flight, attention slow_ms slow or every compute op op_ms slow; want_split:
+ * the requests should have spread over both batches (else stayed in one). */
+static void t_adaptive_one(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char *tag,
+                           int slow_ms, int op_ms, int want_split)
+{
+    watch_t w;
+    na_request_t *got[N_REQ];
+    na_off_opts_t oo;
+    na_off_stats_t os;
+    na_off_t *g = NULL;
+    int i;
+
+    memset(&w, 0, sizeof(w));
+    w.svc = c;
+    make_requests(e, got, N_REQ);
+    memset(&oo, 0, sizeof(oo));
+    oo.max_batch = 8;
+    oo.batches_in_flight = 2;
+    oo.adaptive_batches = 1;
+    oo.on_token = w_token;
+    oo.on_done = w_done;
+    oo.on_error = w_error;
+    oo.user = &w;
+    c->slow_ms = slow_ms;
+    c->batches_seen = 0;
+    e->fault_op_ms = op_ms;
+    if (op_ms > 0)
+        fprintf(stderr, "%s adaptive: TEST DOUBLE: every compute op %d ms slower\n", tag, op_ms);
+    if (slow_ms > 0)
+        fprintf(stderr, "%s adaptive: TEST DOUBLE: every attention answer held %d ms\n", tag,
+                slow_ms);
+    NA_CHECK_OK(na_off_create(e, &c->fwd.base, &oo, &g));
+    for (i = 0; g != NULL && i < N_REQ; i++)
+        NA_CHECK_OK(na_off_submit(g, got[i], NULL));
+    if (g != NULL) {
+        NA_CHECK_OK(na_off_progress(g, -1));
+        na_off_stats(g, &os);
+        fprintf(stderr, "%s adaptive (attention +%d ms, compute op +%d ms): %ld batch steps "
+                "merged, %ld split, %ld switches\n", tag, slow_ms, op_ms, os.merged_steps,
+                os.split_steps, os.split_switches);
+        NA_CHECK(os.adaptive_batches == 1);
+        if (want_split)
+            NA_CHECK_MSG(os.split_steps > os.merged_steps && os.split_switches >= 1 &&
+                         c->batches_seen == 3u,
+                         "%s adaptive: slow attention, but %ld steps split, %ld merged, "
+                         "batches seen 0x%x", tag, os.split_steps, os.merged_steps,
+                         c->batches_seen);
+        else
+            NA_CHECK_MSG(os.split_steps == 0 && os.merged_steps > 0 && c->batches_seen == 1u,
+                         "%s adaptive: weight-bound, but %ld steps split, batches seen 0x%x",
+                         tag, os.split_steps, c->batches_seen);
+        for (i = 0; i < N_REQ; i++)
+            NA_CHECK_MSG(same_tokens(got[i], ref[i]) && w.done[i] == 1 && w.err[i] == 0,
+                         "%s adaptive: request %d differs (%d vs %d tokens)", tag, i,
+                         got[i]->n_out, ref[i]->n_out);
+        na_off_destroy(g);
+    }
+    c->slow_ms = 0;
+    e->fault_op_ms = 0;
+    NA_CHECK_MSG(c->open == 0, "%s adaptive: %d requests still open", tag, c->open);
+    free_requests(got, N_REQ);
+}
+
+static void t_adaptive(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char *tag)
+{
+    t_adaptive_one(e, c, ref, tag, 4, 0, 1);
+    t_adaptive_one(e, c, ref, tag, 0, 1, 0);
+}
+
 /* The layout: 2 storage nodes (ports and KV directories are replaced by the
  * cluster library when it starts the nodes itself). */
 static na_status_t load_layout(const char *model, na_cfg_t **cfg_p)
@@ -286,6 +390,7 @@ static void run_all(na_engine_t *e, na_asvc_t *in, na_request_t **ref, const cha
     t_join(e, c, ref, tag);
     t_cancel(e, c, ref, tag);
     t_destroy(e, c, tag);
+    t_adaptive(e, c, ref, tag);
     na_asvc_destroy(&c->fwd.base);
 }
 
