@@ -13,18 +13,25 @@ void na_bsplit_init(na_bsplit_t *s, int adaptive, int n_max)
     s->c_min = -1.0;
 }
 
+/* W from the line (*w_p, clamped to [0, the cheapest step]): 1, or 0 when
+ * the rows did not vary enough to draw one (a weighted variance under 1/4
+ * row^2). */
+static int na_bsplit_line(const na_bsplit_t *s, double *w_p)
+{
+    double det = s->s0 * s->snn - s->sn * s->sn, w;
+
+    if (s->c_min < 0 || s->s0 <= 0 || det < 0.25 * s->s0 * s->s0)
+        return 0;
+    w = (s->sc * s->snn - s->sn * s->snc) / det;
+    *w_p = w < 0 ? 0.0 : w > s->c_min ? s->c_min : w;
+    return 1;
+}
+
 double na_bsplit_weights_s(const na_bsplit_t *s)
 {
-    double det, w;
+    double w;
 
-    if (s->c_min < 0)
-        return -1.0;
-    /* the line needs rows that varied: a weighted variance of at least 1 row^2 */
-    det = s->s0 * s->snn - s->sn * s->sn;
-    if (s->s0 <= 0 || det < s->s0 * s->s0)
-        return s->c_min;
-    w = (s->sc * s->snn - s->sn * s->snc) / det;
-    return w < 0 ? 0.0 : w > s->c_min ? s->c_min : w;
+    return na_bsplit_line(s, &w) ? w : s->c_min;
 }
 
 /* Add a decode step to the line and the decaying minimum. */
@@ -63,14 +70,20 @@ void na_bsplit_step(na_bsplit_t *s, int rows, double compute_s, double attn_s, i
         }
         return;
     }
-    if (prompt || !alone)
+    if (prompt || !alone || rows <= 0)
         return;             /* compute-bound, or no clean measurement */
-    w = na_bsplit_weights_s(s);
-    if (w >= 0 && attn_s > NA_BSPLIT_MARGIN * w) {
-        s->split = 1;
-        s->since = 0;
+    if (na_bsplit_line(s, &w)) {
+        if (attn_s > NA_BSPLIT_MARGIN * w) {
+            s->split = 1;
+            s->since = 0;
+            s->switches++;
+        }
+    } else if (rows >= 2 && attn_s > NA_BSPLIT_MARGIN * compute_s / rows) {
+        s->split = 1;       /* a trial: NA_BSPLIT_TRIAL split steps, then measure */
+        s->since = NA_BSPLIT_PROBE - NA_BSPLIT_TRIAL;
         s->switches++;
-    }
+        s->trials++;
+    }                       /* else merged: one row cannot be split */
 }
 
 int na_bsplit_batches(const na_bsplit_t *s, int requests, int max_batch)

@@ -15,9 +15,13 @@
  * so splitting pays exactly when A(N) > W, summed over a step's layers.
  *
  * W: a least-squares line through the decode steps' (rows, compute), with
- * old steps forgotten (NA_BSPLIT_FORGET a step); its intercept is W. Where
- * the rows have not varied enough to draw a line, W is taken as the
- * cheapest recent step's compute, an upper bound, so a doubt goes to
+ * old steps forgotten slowly (NA_BSPLIT_FORGET a step: W is the engine's,
+ * it hardly changes); its intercept is W. Where the rows have not varied
+ * enough to draw a line (a batch job: the same requests step after step),
+ * a merged step whose attention exceeds NA_BSPLIT_MARGIN x its compute per
+ * row (so that W could be below it) starts a trial: NA_BSPLIT_TRIAL split
+ * steps, whose rows (half as many) draw the line. Otherwise W is taken as
+ * the cheapest recent step's compute, an upper bound, so a doubt goes to
  * merging (the weights read once).
  *
  * A: measured in merged decode steps that ran alone, where the compute
@@ -36,7 +40,8 @@
 #define NA_BSPLIT_MARGIN 1.25   /* split when attention > this x the weights' compute */
 #define NA_BSPLIT_PROBE  64     /* split steps before a merged step measures again */
 #define NA_BSPLIT_DRIFT  0.02   /* the minimum's rise per step (it forgets old steps) */
-#define NA_BSPLIT_FORGET 0.98   /* the line's weight of a step one step older */
+#define NA_BSPLIT_FORGET 0.995  /* the line's weight of a step one step older */
+#define NA_BSPLIT_TRIAL  8      /* split steps of a trial (rows for the line) */
 
 typedef struct {
     int    adaptive;            /* 0: always spread over n_max (the layout's number) */
@@ -49,6 +54,7 @@ typedef struct {
     long   split_steps;         /* steps run split / merged */
     long   merged_steps;
     long   switches;            /* merged -> split and back */
+    long   trials;              /* of the merged -> split switches, trials */
 } na_bsplit_t;
 
 /* A controller for n_max batches in flight; adaptive 0: always split. */

@@ -78,6 +78,7 @@ struct na_off {
     int                   n_batches;
     struct na_off_batch  *b;          /* [n_batches] */
     na_bsplit_t           split;      /* how many of them the requests use */
+    int                   rr;         /* the idle batch a step starts on first */
     long                  blocked_at; /* `ended` when the service last said no room; -1 */
     /* the requests (offload_req.c) */
     na_off_req_t         *all;        /* every request held (list) */

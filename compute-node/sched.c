@@ -24,7 +24,11 @@
  * batches in flight the attention of one batch thus overlaps the slices of
  * the others. X-cache members of a batch get their attention here, after the
  * batch's remote entries were sent, so it overlaps with the storage nodes'
- * attention of the same batch (INF2 §4.3 cooperative X-cache).
+ * attention of the same batch (INF2 §4.3 cooperative X-cache). With
+ * parallel.adaptive_batches the requests use all batches only while that
+ * pays (compute-node/batch_split.h: the measured attention against the
+ * weights' compute), else as few as max_batch allows; members move between
+ * batches at their step boundaries (na_sched_rebalance).
  *
  * Rotational (R compute replicas, compute-node/replica.h): slice k of batch
  * j runs on replica (j + k) mod R. When the next slice of a batch belongs to
@@ -250,16 +254,31 @@ static void na_sched_move(na_off_batch_t *from, int i, na_off_batch_t *to)
     q->batch = to->id;
 }
 
+/* The batch below k, other than b, with the fewest members, if it has
+ * fewer than `below` (NULL if none). */
+static na_off_batch_t *na_sched_emptiest(na_off_t *g, const na_off_batch_t *b, int k, int below)
+{
+    na_off_batch_t *to = NULL;
+    int i;
+
+    for (i = 0; i < k; i++)
+        if (&g->b[i] != b && g->b[i].n_mem < below && (to == NULL || g->b[i].n_mem < to->n_mem))
+            to = &g->b[i];
+    return to;
+}
+
 /* At the start of batch b's step (compute-node/batch_split.h): feed its
  * last step's measurement to the split, then move members so that the
  * live requests are spread over the k batches it says. A batch at or past
- * k hands its members to the emptiest below k (they wait there for that
- * batch's next step); one below k takes members from an idle batch that
- * has more than its share. Members move only between steps, and the
- * numbers do not change (batch-invariant kernels, a request's own
- * attention). Returns 1 when a member moved. */
+ * k hands its members to the emptiest below k, one below k its members
+ * over its share (they wait there for that batch's next step); one below
+ * k takes members from an idle batch that has more than its share. Members
+ * move only between their steps, and the numbers do not change
+ * (batch-invariant kernels, a request's own attention). Returns 1 when a
+ * member moved. */
 static int na_sched_rebalance(na_off_t *g, na_off_batch_t *b)
 {
+    na_off_batch_t *to;
     int i, k, share, moved = 0;
 
     if (b->measure) {
@@ -275,19 +294,17 @@ static int na_sched_rebalance(na_off_t *g, na_off_batch_t *b)
         return 0;
     k = na_bsplit_batches(&g->split, g->n_live + g->n_wait, g->max_batch);
     if (b->id >= k) {
-        while (b->n_mem > 0) {
-            na_off_batch_t *to = NULL;
-            for (i = 0; i < k; i++)
-                if (g->b[i].n_mem < g->max_batch && (to == NULL || g->b[i].n_mem < to->n_mem))
-                    to = &g->b[i];
-            if (to == NULL)
-                break;
+        while (b->n_mem > 0 && (to = na_sched_emptiest(g, b, k, g->max_batch)) != NULL) {
             na_sched_move(b, b->n_mem - 1, to);
             moved = 1;
         }
         return moved;
     }
     share = (g->n_live + k - 1) / k;
+    while (b->n_mem > share && (to = na_sched_emptiest(g, b, k, share)) != NULL) {
+        na_sched_move(b, b->n_mem - 1, to);
+        moved = 1;
+    }
     for (i = 0; i < g->n_batches && b->n_mem < share; i++) {
         na_off_batch_t *o = &g->b[i];
         if (o == b || o->state != NA_OFF_B_IDLE)
@@ -764,7 +781,6 @@ static na_status_t na_sched_run(na_off_t *g, double deadline)
 
 static na_status_t na_sched_loop(na_off_t *g, double deadline)
 {
-    int rr = 0;
     na_status_t st;
 
     do {
@@ -801,7 +817,7 @@ static na_status_t na_sched_loop(na_off_t *g, double deadline)
         }
         /* else start a step on an idle batch (round robin) */
         for (i = 0; i < g->n_batches && !ran; i++) {
-            na_off_batch_t *b = &g->b[(rr + i) % g->n_batches];
+            na_off_batch_t *b = &g->b[(g->rr + i) % g->n_batches];
             if (b->state != NA_OFF_B_IDLE)
                 continue;
             t0 = na_now_s();
@@ -810,7 +826,7 @@ static na_status_t na_sched_loop(na_off_t *g, double deadline)
             if (st != NA_OK)
                 return st;
             if (ran)
-                rr = (b->id + 1) % g->n_batches;
+                g->rr = (b->id + 1) % g->n_batches;
         }
         if (ran)
             continue;

@@ -3,12 +3,13 @@
  *
  *   even       not adaptive: always every batch
  *   capacity   merged uses as few batches as max_batch allows
- *   weights    a weight-bound step (attention below its compute) stays merged
  *   attention  attention above the compute splits; NA_BSPLIT_PROBE split
  *              steps later it merges to measure again, and splits again
- *   line       rows that vary draw a line: its intercept is the weights'
- *              compute, below any step's, so an attention between the two
- *              splits where the cheapest step alone would not
+ *   weights    rows that vary draw a line: its intercept is the weights'
+ *              compute W; an attention below it stays merged
+ *   trial      the same rows every step: no line; an attention above the
+ *              compute per row tries NA_BSPLIT_TRIAL split steps, whose rows
+ *              draw the line, then decides by it
  *   prompt     steps with prompt rows, or not alone, never decide */
 #include <math.h>
 #include <stdio.h>
@@ -41,17 +42,30 @@ static void t_capacity(void)
     NA_CHECK(na_bsplit_batches(&s, 1000, 64) == 4);
 }
 
+/* Steps of a made-up engine: compute W + c n for n rows. */
+#define W_S 0.005
+#define C_S 0.002
+static double cost(int n)
+{
+    return W_S + C_S * n;
+}
+
 static void t_weights(void)
 {
     na_bsplit_t s;
     int i;
 
+    /* rows that vary (requests come and go): the line; the attention below
+     * W (x margin) never splits, and no trial is needed */
     na_bsplit_init(&s, 1, 2);
-    for (i = 0; i < 200; i++)
-        na_bsplit_step(&s, 8, 0.020, 0.020 / NA_BSPLIT_MARGIN * 0.9, 0, 1);
-    NA_CHECK_MSG(!s.split && s.switches == 0 && s.merged_steps == 200,
+    for (i = 0; i < 300; i++) {
+        int n = 2 + i % 7;
+        na_bsplit_step(&s, n, cost(n), 0.9 * W_S, 0, 1);
+    }
+    NA_CHECK_MSG(!s.split && s.switches == 0 && s.merged_steps == 300,
                  "weight-bound: split %d after %ld switches", s.split, s.switches);
-    NA_CHECK(fabs(na_bsplit_weights_s(&s) - 0.020) < 1e-9);
+    NA_CHECK_MSG(fabs(na_bsplit_weights_s(&s) - W_S) < 1e-6, "the line's W %.6f, not %.6f",
+                 na_bsplit_weights_s(&s), W_S);
 }
 
 static void t_attention(void)
@@ -60,44 +74,61 @@ static void t_attention(void)
     int i;
 
     na_bsplit_init(&s, 1, 2);
-    na_bsplit_step(&s, 8, 0.010, 0.030, 0, 1);
-    NA_CHECK(s.split && s.switches == 1 && na_bsplit_batches(&s, 3, 64) == 2);
+    for (i = 0; i < 20; i++)                    /* a line: W = 5 ms */
+        na_bsplit_step(&s, 2 + i % 7, cost(2 + i % 7), 0.0, 0, 0);
+    na_bsplit_step(&s, 8, cost(8), 0.030, 0, 1);
+    NA_CHECK(s.split && s.switches == 1 && s.trials == 0 && na_bsplit_batches(&s, 3, 64) == 2);
     for (i = 0; i < NA_BSPLIT_PROBE - 1; i++)
-        na_bsplit_step(&s, 4, 0.006, 0.050, 0, 0);
+        na_bsplit_step(&s, 4, cost(4), 0.050, 0, 0);
     NA_CHECK_MSG(s.split, "merged after %d split steps", NA_BSPLIT_PROBE - 1);
-    na_bsplit_step(&s, 4, 0.006, 0.050, 0, 0);
+    na_bsplit_step(&s, 4, cost(4), 0.050, 0, 0);
     NA_CHECK_MSG(!s.split && s.switches == 2, "no probe after %d split steps",
                  NA_BSPLIT_PROBE);
     NA_CHECK(na_bsplit_batches(&s, 3, 64) == 1);
-    na_bsplit_step(&s, 4, 0.006, 0.050, 0, 0);  /* a step of the other batch: not alone */
+    na_bsplit_step(&s, 4, cost(4), 0.050, 0, 0);  /* a step of the other batch: not alone */
     NA_CHECK(!s.split);
-    na_bsplit_step(&s, 8, 0.010, 0.030, 0, 1);  /* merged, alone: still attention-bound */
+    na_bsplit_step(&s, 8, cost(8), 0.030, 0, 1);  /* merged, alone: still attention-bound */
     NA_CHECK(s.split && s.switches == 3);
-    NA_CHECK(s.split_steps == NA_BSPLIT_PROBE && s.merged_steps == 3);
+    NA_CHECK(s.split_steps == NA_BSPLIT_PROBE && s.merged_steps == 23);
 }
 
-static void t_line(void)
+/* The same 8 rows step after step: no line. An attention between W (5 ms)
+ * and the step's compute (21 ms) starts a trial; its half-size steps draw
+ * the line, and the next merged step splits for good. An attention below
+ * the compute per row never tries. */
+static void t_trial(void)
 {
-    na_bsplit_t s, m;
+    na_bsplit_t s;
     int i;
 
-    /* compute = 5 ms + 2 ms a row; attention 7 ms: above W x margin (6.25),
-     * below every step's compute (>= 9 ms) */
     na_bsplit_init(&s, 1, 2);
-    na_bsplit_init(&m, 1, 2);
-    for (i = 0; i < 20; i++) {
-        int n = i % 2 ? 2 : 8;
-        na_bsplit_step(&s, n, 0.005 + 0.002 * n, 0.0, 0, 0);   /* not alone: learns only */
-        na_bsplit_step(&m, 8, 0.021, 0.0, 0, 0);
-    }
-    NA_CHECK_MSG(fabs(na_bsplit_weights_s(&s) - 0.005) < 1e-6, "the line's W %.6f, not 0.005",
+    for (i = 0; i < 10; i++)
+        na_bsplit_step(&s, 8, cost(8), 0.25 * cost(8) / 8, 0, 1);
+    NA_CHECK_MSG(!s.split && s.trials == 0, "tried with the attention below a row's compute");
+    NA_CHECK(fabs(na_bsplit_weights_s(&s) - cost(8)) < 1e-9);   /* no line: the cheapest step */
+    na_bsplit_step(&s, 8, cost(8), 0.007, 0, 1);
+    NA_CHECK_MSG(s.split && s.trials == 1, "no trial at attention 7 ms, 21 ms a step");
+    for (i = 0; i < NA_BSPLIT_TRIAL - 1; i++)
+        na_bsplit_step(&s, 4, cost(4), 0.0, 0, 0);
+    NA_CHECK(s.split);
+    na_bsplit_step(&s, 4, cost(4), 0.0, 0, 0);
+    NA_CHECK_MSG(!s.split, "the trial did not end after %d split steps", NA_BSPLIT_TRIAL);
+    NA_CHECK_MSG(fabs(na_bsplit_weights_s(&s) - W_S) < 1e-6, "the trial's line W %.6f",
                  na_bsplit_weights_s(&s));
-    NA_CHECK(fabs(na_bsplit_weights_s(&m) - 0.021) < 1e-9);    /* no line: the cheapest step */
-    NA_CHECK(!s.split && !m.split);
-    na_bsplit_step(&s, 8, 0.021, 0.007, 0, 1);
-    na_bsplit_step(&m, 8, 0.021, 0.007, 0, 1);
-    NA_CHECK_MSG(s.split, "the line did not split at attention 7 ms over W 5 ms");
-    NA_CHECK_MSG(!m.split, "without a line it split at attention 7 ms over a 21 ms step");
+    na_bsplit_step(&s, 8, cost(8), 0.007, 0, 1);
+    NA_CHECK_MSG(s.split && s.trials == 1 && s.since == 0,
+                 "the line did not split at attention 7 ms over W 5 ms");
+    /* and a weight-bound one: the trial's line says merged, and it stays */
+    na_bsplit_init(&s, 1, 2);
+    na_bsplit_step(&s, 8, cost(8), 0.004, 0, 1);
+    NA_CHECK(s.split && s.trials == 1);
+    for (i = 0; i < NA_BSPLIT_TRIAL; i++)
+        na_bsplit_step(&s, 4, cost(4), 0.0, 0, 0);
+    for (i = 0; i < 100; i++)
+        na_bsplit_step(&s, 8, cost(8), 0.004, 0, 1);
+    NA_CHECK_MSG(!s.split && s.trials == 1 && s.switches == 2,
+                 "weight-bound after a trial: split %d, %ld trials, %ld switches", s.split,
+                 s.trials, s.switches);
 }
 
 static void t_prompt(void)
@@ -118,7 +149,7 @@ int main(void)
     t_capacity();
     t_weights();
     t_attention();
-    t_line();
+    t_trial();
     t_prompt();
     return na_test_finish();
 }
