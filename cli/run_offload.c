@@ -62,9 +62,9 @@ static void na_ro_print_summary(const na_off_stats_t *s, const na_cfg_t *cfg, co
     if (s->reprefill_tokens > 0)
         snprintf(re, sizeof(re), " (+ %ld re-prefilled after a lost node)", s->reprefill_tokens);
     if (s->adaptive_batches)
-        snprintf(split, sizeof(split), " (adaptive: %ld batch steps merged, %ld split, "
-                 "%ld switch%s)", s->merged_steps, s->split_steps, s->split_switches,
-                 s->split_switches == 1 ? "" : "es");
+        snprintf(split, sizeof(split), " (adaptive: %ld batch steps merged, %ld split; "
+                 "split won %ld of %ld trial%s)", s->merged_steps, s->split_steps,
+                 s->split_trials_won, s->split_trials, s->split_trials == 1 ? "" : "s");
     fprintf(stderr,
             "%s (%s): %s, partition %s, %d batch(es) in flight%s: "
             "prompt tokens %ld%s, generated tokens %ld, %.1f tok/s overall, decode %.1f tok/s\n",

@@ -283,8 +283,7 @@ void na_cfg_print_plan(const na_cfg_t *cfg, FILE *f)
     fprintf(f, "           %s%ld batch%s in flight%s, %s pipelining over %d compute node%s, "
                "at most %ld requests per batch\n", adaptive ? "up to " : "",
             cfg->parallel.batches_in_flight, cfg->parallel.batches_in_flight == 1 ? "" : "es",
-            adaptive ? " (adaptive: merged while the attention is shorter than a step's "
-                       "weight reads)" : "",
+            adaptive ? " (adaptive: split only where measured faster than one)" : "",
             na_cfg_pipelining_name(cfg->parallel.pipelining), cfg->n_compute,
             cfg->n_compute == 1 ? "" : "s", cfg->parallel.max_batch);
     fprintf(f, "kv         blocks of %ld tokens, spill every %ld step%s, prefetch %ld layer%s "

@@ -229,8 +229,8 @@ static const na_cfg_field_t na_cfg_parallel_fields[] = {
           "request: a request's KV on one slot; head: KV heads split across all slots"),
     INT_(batches_in_flight, 0, "2", 1, 64, "batches kept in flight (staggered pipelining); 1 = no overlap"),
     BOOL_(adaptive_batches, "true", "batches_in_flight is the most: requests are spread over "
-          "them only while the measured attention outweighs reading the weights once more a "
-          "step; false: always over all of them"),
+          "them only where that was measured faster per token (tried where a step's attention "
+          "could hide its weight reads); false: always over all of them"),
     ENUM_(pipelining, "fixed", na_cfg_pipe_names,
           "fixed: one compute node; rotational: slices rotate over >= 2 compute nodes"),
     INT_(max_batch, 0, "64", 1, 4096, "most requests in one batch"),

@@ -260,8 +260,13 @@ na_status_t rm_poll(na_asvc_t *s, int timeout_ms, int *batch_p)
     uint64_t deadline = na_xp_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
 
     (void)na_ses_poll(p->ses, 0);
-    while (p->n_done == 0 && timeout_ms > 0 && na_xp_now_ns() < deadline)
-        (void)na_ses_poll(p->ses, RM_SLICE_MS);
+    while (p->n_done == 0 && timeout_ms > 0) {
+        uint64_t now = na_xp_now_ns();
+        uint64_t left_ms = now < deadline ? (deadline - now + 999999) / 1000000 : 0;
+        if (left_ms == 0)
+            break;      /* a slice never runs past the caller's timeout */
+        (void)na_ses_poll(p->ses, left_ms < RM_SLICE_MS ? (int)left_ms : RM_SLICE_MS);
+    }
     return na_asvc_done_pop(p->done, &p->n_done, batch_p);
 }
 

@@ -147,6 +147,8 @@ void na_off_stats(na_off_t *g, na_off_stats_t *out)
     out->split_steps = g->split.split_steps;
     out->merged_steps = g->split.merged_steps;
     out->split_switches = g->split.switches;
+    out->split_trials = g->split.trials;
+    out->split_trials_won = g->split.trials_won;
     na_asvc_stats(g->svc, &out->svc);
     out->wall_s = na_now_s() - g->t_create;
 }

@@ -27,9 +27,8 @@ typedef struct {
     int              max_batch;          /* requests per batch (<= 0: 64) */
     int              batches_in_flight;  /* 1 .. NA_OFF_MAX_BATCHES */
     int              adaptive_batches;   /* 1: batches_in_flight is the most; requests
-                                            are spread over them only while the
-                                            measured attention outweighs reading the
-                                            weights once more (compute-node/
+                                            are spread over them only where measured
+                                            faster per token (compute-node/
                                             batch_split.h); 0: always over all */
     int              prefill_chunk;      /* prompt tokens per batch step (the step's
                                             budget beside its decode rows); <= 0:
@@ -87,6 +86,8 @@ typedef struct {
                                             every batch in flight */
     long             merged_steps;       /* ... over as few batches as max_batch allows */
     long             split_switches;     /* merged -> split and back (batch_split.h) */
+    long             split_trials;       /* trials of split, and those it won */
+    long             split_trials_won;
     long             ctx_sent;           /* rotational: batch contexts sent to replicas */
     long             ctx_recv;           /* rotational: batch contexts received back */
     double           ctx_rt_s;           /* rotational: sum of send -> back (the replica's

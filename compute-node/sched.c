@@ -282,12 +282,15 @@ static int na_sched_rebalance(na_off_t *g, na_off_batch_t *b)
     int i, k, share, moved = 0;
 
     if (b->measure) {
+        static const char *const phase[] = { "merged", "trial", "split", "merged probe" };
+        na_bsplit_step(&g->split, b->n_rows, b->c_s, b->a_s, b->pf_rows > 0, b->alone,
+                       b->t_end);
         na_log_debug("batch split: batch %d step %llu: %d rows, compute %.3f ms, attention "
-                     "%.3f ms%s%s; weights' estimate %.3f ms, %s", b->id,
-                     (unsigned long long)b->step, b->n_rows, 1e3 * b->c_s, 1e3 * b->a_s,
-                     b->pf_rows > 0 ? " (prompt rows)" : "", b->alone ? "" : " (not alone)",
-                     1e3 * na_bsplit_weights_s(&g->split), g->split.split ? "split" : "merged");
-        na_bsplit_step(&g->split, b->n_rows, b->c_s, b->a_s, b->pf_rows > 0, b->alone);
+                     "%.3f ms%s%s; per decode row merged %.3f ms, split %.3f ms; now %s",
+                     b->id, (unsigned long long)b->step, b->n_rows, 1e3 * b->c_s,
+                     1e3 * b->a_s, b->pf_rows > 0 ? " (prompt rows)" : "",
+                     b->alone ? "" : " (not alone)", 1e3 * g->split.merged_spr,
+                     1e3 * g->split.split_spr, phase[g->split.phase]);
         b->measure = 0;
     }
     if (!g->split.adaptive)
@@ -588,6 +591,7 @@ static na_status_t na_sched_slice(na_off_t *g, na_off_batch_t *b, int k, int pos
     }
     na_sched_compact(g, b);
     b->state = NA_OFF_B_IDLE;
+    b->t_end = na_now_s();
     return NA_OK;
 }
 

@@ -44,6 +44,7 @@ typedef struct na_off_batch {
     double           a_s;     /* its attention round trips, summed */
     int              alone;   /* no other batch had work when it started */
     int              measure; /* a step ran: feed it at the next start */
+    double           t_end;   /* when it ended */
     uint64_t         step;    /* decode steps started */
     na_wire_ctx_row_t *crow;  /* [max_rows] rotational: rows of a migrating context */
 } na_off_batch_t;

@@ -1,31 +1,55 @@
 /* tests/unit/test_batch_split.c — the merged / split decision of the
- * offload scheduler (compute-node/batch_split.h) on made-up step timings:
+ * offload scheduler (compute-node/batch_split.h) on made-up steps and
+ * clocks:
  *
- *   even       not adaptive: always every batch
+ *   even       not adaptive (or one batch): always every batch
  *   capacity   merged uses as few batches as max_batch allows
- *   attention  attention above the compute splits; NA_BSPLIT_PROBE split
- *              steps later it merges to measure again, and splits again
- *   weights    rows that vary draw a line: its intercept is the weights'
- *              compute W; an attention below it stays merged
- *   trial      the same rows every step: no line; an attention above the
- *              compute per row tries NA_BSPLIT_TRIAL split steps, whose rows
- *              draw the line, then decides by it
- *   prompt     steps with prompt rows, or not alone, never decide */
-#include <math.h>
+ *   weights    a weight-bound step (attention below a row's compute, or
+ *              below the line's W where the rows vary) never tries split:
+ *              hundreds of steps, all merged
+ *   won        an attention-bound step tries split; split is faster per row,
+ *              so it stays split, merges for a window every NA_BSPLIT_PROBE
+ *              steps, and splits again
+ *   lost       split tried and slower per row: merged, no new trial for
+ *              NA_BSPLIT_HOLD steps, then one; after a second loss twice as
+ *              long
+ *   prompt     steps with prompt rows restart the window and never start a
+ *              trial, and a trial needs a merged window measured after them;
+ *              a trial they keep interrupting gives up */
 #include <stdio.h>
 
 #include "compute-node/batch_split.h"
 #include "tests/testutil.h"
 
+/* One step of `rows` rows ending dt seconds after the last (clock *t). */
+static void step(na_bsplit_t *s, double *t, double dt, int rows, double compute_s,
+                 double attn_s, int prompt, int alone)
+{
+    *t += dt;
+    na_bsplit_step(s, rows, compute_s, attn_s, prompt, alone, *t);
+}
+
+/* Merged steps of 8 rows, 40 ms compute + 40 ms attention (10 ms a row),
+ * until s leaves merged or n steps; the steps run. */
+static int merged_until_trial(na_bsplit_t *s, double *t, int n)
+{
+    int i;
+
+    for (i = 0; i < n && !s->split; i++)
+        step(s, t, 0.080, 8, 0.040, 0.040, 0, 1);
+    return i;
+}
+
 static void t_even(void)
 {
     na_bsplit_t s;
+    double t = 0;
 
     na_bsplit_init(&s, 0, 2);
     NA_CHECK(na_bsplit_batches(&s, 3, 64) == 2);
-    na_bsplit_step(&s, 8, 0.010, 0.0, 0, 1);
+    step(&s, &t, 0.08, 8, 0.04, 0.04, 0, 1);
     NA_CHECK(na_bsplit_batches(&s, 3, 64) == 2);
-    NA_CHECK(s.split_steps == 1 && s.merged_steps == 0 && s.switches == 0);
+    NA_CHECK(s.split_steps == 1 && s.merged_steps == 0 && s.switches == 0 && s.trials == 0);
     na_bsplit_init(&s, 1, 1);                  /* one batch: nothing to adapt */
     NA_CHECK(!s.adaptive && na_bsplit_batches(&s, 100, 64) == 1);
 }
@@ -42,105 +66,105 @@ static void t_capacity(void)
     NA_CHECK(na_bsplit_batches(&s, 1000, 64) == 4);
 }
 
-/* Steps of a made-up engine: compute W + c n for n rows. */
-#define W_S 0.005
-#define C_S 0.002
-static double cost(int n)
-{
-    return W_S + C_S * n;
-}
-
 static void t_weights(void)
 {
     na_bsplit_t s;
+    double t = 0;
     int i;
 
-    /* rows that vary (requests come and go): the line; the attention below
-     * W (x margin) never splits, and no trial is needed */
+    /* 20 ms of compute for 8 rows, attention 2 ms: below a row's 2.5 ms */
     na_bsplit_init(&s, 1, 2);
-    for (i = 0; i < 300; i++) {
-        int n = 2 + i % 7;
-        na_bsplit_step(&s, n, cost(n), 0.9 * W_S, 0, 1);
+    for (i = 0; i < 500; i++)
+        step(&s, &t, 0.022, 8, 0.020, 0.002, 0, 1);
+    NA_CHECK_MSG(!s.split && s.trials == 0 && s.merged_steps == 500 && s.split_steps == 0,
+                 "weight-bound: %ld trials, %ld split steps", s.trials, s.split_steps);
+    NA_CHECK(s.merged_spr > 0.0027 && s.merged_spr < 0.0028);   /* 22 ms / 8 rows */
+    /* rows 4..16 at 10 ms + 2 ms a row (W = 10 ms), attention 11 ms: above
+     * every step's compute per row (<= 4.5 ms), below 1.25 W: no trial */
+    na_bsplit_init(&s, 1, 2);
+    for (i = 0; i < 500; i++) {
+        int n = 4 + i % 13;
+        step(&s, &t, 0.010 + 0.002 * n + 0.011, n, 0.010 + 0.002 * n, 0.011, 0, 1);
     }
-    NA_CHECK_MSG(!s.split && s.switches == 0 && s.merged_steps == 300,
-                 "weight-bound: split %d after %ld switches", s.split, s.switches);
-    NA_CHECK_MSG(fabs(na_bsplit_weights_s(&s) - W_S) < 1e-6, "the line's W %.6f, not %.6f",
-                 na_bsplit_weights_s(&s), W_S);
+    NA_CHECK_MSG(s.trials == 0 && s.split_steps == 0,
+                 "varied rows under W: %ld trials", s.trials);
 }
 
-static void t_attention(void)
+static void t_won(void)
 {
     na_bsplit_t s;
-    int i;
+    double t = 0;
+    int i, n;
 
     na_bsplit_init(&s, 1, 2);
-    for (i = 0; i < 20; i++)                    /* a line: W = 5 ms */
-        na_bsplit_step(&s, 2 + i % 7, cost(2 + i % 7), 0.0, 0, 0);
-    na_bsplit_step(&s, 8, cost(8), 0.030, 0, 1);
-    NA_CHECK(s.split && s.switches == 1 && s.trials == 0 && na_bsplit_batches(&s, 3, 64) == 2);
+    n = merged_until_trial(&s, &t, 100);
+    NA_CHECK_MSG(s.split && s.phase == NA_BSPLIT_TRIAL && s.trials == 1 &&
+                 n == NA_BSPLIT_WINDOW + 1,
+                 "no trial after a merged window (%d steps, phase %d)", n, (int)s.phase);
+    NA_CHECK(s.merged_spr > 0.0099 && s.merged_spr < 0.0101);
+    NA_CHECK(na_bsplit_batches(&s, 8, 64) == 2);
+    /* split: a step of 4 rows every 25 ms (6.25 ms a row) */
+    for (i = 0; i < NA_BSPLIT_SKIP + NA_BSPLIT_WINDOW - 1; i++)
+        step(&s, &t, 0.025, 4, 0.020, 0.040, 0, 0);
+    NA_CHECK(s.phase == NA_BSPLIT_TRIAL);
+    step(&s, &t, 0.025, 4, 0.020, 0.040, 0, 0);
+    NA_CHECK_MSG(s.split && s.phase == NA_BSPLIT_SPLIT && s.trials_won == 1,
+                 "split 6.25 ms a row against merged 10 did not win (phase %d)",
+                 (int)s.phase);
     for (i = 0; i < NA_BSPLIT_PROBE - 1; i++)
-        na_bsplit_step(&s, 4, cost(4), 0.050, 0, 0);
-    NA_CHECK_MSG(s.split, "merged after %d split steps", NA_BSPLIT_PROBE - 1);
-    na_bsplit_step(&s, 4, cost(4), 0.050, 0, 0);
-    NA_CHECK_MSG(!s.split && s.switches == 2, "no probe after %d split steps",
+        step(&s, &t, 0.025, 4, 0.020, 0.040, 0, 0);
+    NA_CHECK(s.split);
+    step(&s, &t, 0.025, 4, 0.020, 0.040, 0, 0);
+    NA_CHECK_MSG(!s.split && s.phase == NA_BSPLIT_PROBE_M, "no merged probe after %d steps",
                  NA_BSPLIT_PROBE);
-    NA_CHECK(na_bsplit_batches(&s, 3, 64) == 1);
-    na_bsplit_step(&s, 4, cost(4), 0.050, 0, 0);  /* a step of the other batch: not alone */
-    NA_CHECK(!s.split);
-    na_bsplit_step(&s, 8, cost(8), 0.030, 0, 1);  /* merged, alone: still attention-bound */
-    NA_CHECK(s.split && s.switches == 3);
-    NA_CHECK(s.split_steps == NA_BSPLIT_PROBE && s.merged_steps == 23);
+    for (i = 0; i < NA_BSPLIT_SKIP + NA_BSPLIT_WINDOW + 1 && !s.split; i++)
+        step(&s, &t, 0.080, 8, 0.040, 0.040, 0, 0);
+    NA_CHECK_MSG(s.split && s.phase == NA_BSPLIT_SPLIT && s.switches == 3,
+                 "the probe kept merged (phase %d, %ld switches)", (int)s.phase, s.switches);
 }
 
-/* The same 8 rows step after step: no line. An attention between W (5 ms)
- * and the step's compute (21 ms) starts a trial; its half-size steps draw
- * the line, and the next merged step splits for good. An attention below
- * the compute per row never tries. */
-static void t_trial(void)
+static void t_lost(void)
 {
     na_bsplit_t s;
+    double t = 0;
     int i;
 
     na_bsplit_init(&s, 1, 2);
-    for (i = 0; i < 10; i++)
-        na_bsplit_step(&s, 8, cost(8), 0.25 * cost(8) / 8, 0, 1);
-    NA_CHECK_MSG(!s.split && s.trials == 0, "tried with the attention below a row's compute");
-    NA_CHECK(fabs(na_bsplit_weights_s(&s) - cost(8)) < 1e-9);   /* no line: the cheapest step */
-    na_bsplit_step(&s, 8, cost(8), 0.007, 0, 1);
-    NA_CHECK_MSG(s.split && s.trials == 1, "no trial at attention 7 ms, 21 ms a step");
-    for (i = 0; i < NA_BSPLIT_TRIAL - 1; i++)
-        na_bsplit_step(&s, 4, cost(4), 0.0, 0, 0);
-    NA_CHECK(s.split);
-    na_bsplit_step(&s, 4, cost(4), 0.0, 0, 0);
-    NA_CHECK_MSG(!s.split, "the trial did not end after %d split steps", NA_BSPLIT_TRIAL);
-    NA_CHECK_MSG(fabs(na_bsplit_weights_s(&s) - W_S) < 1e-6, "the trial's line W %.6f",
-                 na_bsplit_weights_s(&s));
-    na_bsplit_step(&s, 8, cost(8), 0.007, 0, 1);
-    NA_CHECK_MSG(s.split && s.trials == 1 && s.since == 0,
-                 "the line did not split at attention 7 ms over W 5 ms");
-    /* and a weight-bound one: the trial's line says merged, and it stays */
-    na_bsplit_init(&s, 1, 2);
-    na_bsplit_step(&s, 8, cost(8), 0.004, 0, 1);
-    NA_CHECK(s.split && s.trials == 1);
-    for (i = 0; i < NA_BSPLIT_TRIAL; i++)
-        na_bsplit_step(&s, 4, cost(4), 0.0, 0, 0);
-    for (i = 0; i < 100; i++)
-        na_bsplit_step(&s, 8, cost(8), 0.004, 0, 1);
-    NA_CHECK_MSG(!s.split && s.trials == 1 && s.switches == 2,
-                 "weight-bound after a trial: split %d, %ld trials, %ld switches", s.split,
-                 s.trials, s.switches);
+    merged_until_trial(&s, &t, 100);
+    NA_CHECK(s.trials == 1);
+    /* split: 4 rows every 50 ms (12.5 ms a row): slower than merged */
+    for (i = 0; i < NA_BSPLIT_SKIP + NA_BSPLIT_WINDOW; i++)
+        step(&s, &t, 0.050, 4, 0.020, 0.040, 0, 0);
+    NA_CHECK_MSG(!s.split && s.phase == NA_BSPLIT_MERGED && s.trials_won == 0,
+                 "split at 12.5 ms a row against 10 won");
+    i = merged_until_trial(&s, &t, 2 * NA_BSPLIT_HOLD);
+    NA_CHECK_MSG(s.trials == 2 && i >= NA_BSPLIT_HOLD - 1 && i <= NA_BSPLIT_HOLD + 1,
+                 "the next trial came %d steps after a lost one (hold %d)", i, NA_BSPLIT_HOLD);
+    for (i = 0; i < NA_BSPLIT_SKIP + NA_BSPLIT_WINDOW; i++)   /* lost again */
+        step(&s, &t, 0.050, 4, 0.020, 0.040, 0, 0);
+    i = merged_until_trial(&s, &t, 4 * NA_BSPLIT_HOLD);
+    NA_CHECK_MSG(s.trials == 3 && i >= 2 * NA_BSPLIT_HOLD - 1 && i <= 2 * NA_BSPLIT_HOLD + 1,
+                 "the trial after a second loss came %d steps after it (hold %d)", i,
+                 2 * NA_BSPLIT_HOLD);
 }
 
 static void t_prompt(void)
 {
     na_bsplit_t s;
+    double t = 0;
+    int i;
 
     na_bsplit_init(&s, 1, 2);
-    na_bsplit_step(&s, 8, 0.010, 0.001, 0, 1);
-    na_bsplit_step(&s, 200, 0.200, 1.0, 1, 1);  /* prompt rows: no decision, no learning */
-    NA_CHECK(!s.split && fabs(na_bsplit_weights_s(&s) - 0.010) < 1e-9);
-    na_bsplit_step(&s, 8, 0.010, 1.0, 0, 0);    /* not alone: no decision */
-    NA_CHECK(!s.split);
+    for (i = 0; i < 50; i++)                   /* prompt rows every other step */
+        step(&s, &t, 0.080, i % 2 ? 8 : 200, 0.040, 0.040, i % 2 == 0, 1);
+    NA_CHECK_MSG(!s.split && s.trials == 0 && s.merged_spr < 0,
+                 "a window or a trial across prompt rows");
+    merged_until_trial(&s, &t, 100);           /* a clean window first, then the trial */
+    NA_CHECK(s.trials == 1);
+    for (i = 0; i < 200 && s.split; i++)       /* prompt rows keep interrupting it */
+        step(&s, &t, 0.025, i % 2 ? 4 : 100, 0.020, 0.040, i % 2 == 0, 0);
+    NA_CHECK_MSG(!s.split && s.phase == NA_BSPLIT_MERGED && s.trials_won == 0 && i < 200,
+                 "an interrupted trial did not give up");
 }
 
 int main(void)
@@ -148,8 +172,8 @@ int main(void)
     t_even();
     t_capacity();
     t_weights();
-    t_attention();
-    t_trial();
+    t_won();
+    t_lost();
     t_prompt();
     return na_test_finish();
 }
