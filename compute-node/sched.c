@@ -25,10 +25,10 @@
  * the others. X-cache members of a batch get their attention here, after the
  * batch's remote entries were sent, so it overlaps with the storage nodes'
  * attention of the same batch (INF2 §4.3 cooperative X-cache). With
- * parallel.adaptive_batches the requests use all batches only while that
- * pays (compute-node/batch_split.h: the measured attention against the
- * weights' compute), else as few as max_batch allows; members move between
- * batches at their step boundaries (na_sched_rebalance).
+ * parallel.adaptive_batches the requests use all batches only where that
+ * was measured faster per token (compute-node/batch_split.h), else as few
+ * as max_batch allows; members move between batches at their step
+ * boundaries (na_sched_rebalance).
  *
  * Rotational (R compute replicas, compute-node/replica.h): slice k of batch
  * j runs on replica (j + k) mod R. When the next slice of a batch belongs to
