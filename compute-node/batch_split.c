@@ -111,10 +111,10 @@ void na_bsplit_step(na_bsplit_t *s, int rows, double compute_s, double attn_s, i
 {
     double spr;
 
-    if (s->split)
+    if (s->split && s->n_max > 1)
         s->split_steps++;
     else
-        s->merged_steps++;
+        s->merged_steps++;           /* one batch in flight counts as merged */
     if (!s->adaptive)
         return;
     if (s->hold > 0)

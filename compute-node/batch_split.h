@@ -78,7 +78,8 @@ typedef struct {
     int               lost_hold; /* the hold after the next lost trial */
     double            s0, sn, snn, sc, snc; /* the line's weighted sums: 1, rows,
                                                rows^2, compute, rows x compute */
-    long              split_steps; /* steps run with the requests spread over every batch */
+    long              split_steps; /* steps run with the requests spread over every batch
+                                      (of two or more) */
     long              merged_steps;
     long              switches;  /* merged -> split and back */
     long              trials;    /* trials started / won */

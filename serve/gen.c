@@ -605,6 +605,10 @@ void na_sg_stats(na_sg_t *g, na_sg_stats_t *out)
     out->prefix_hit_tokens = os.prefix_hit_tokens;
     out->prefix_computed_tokens = os.gen.prompt_tokens;
     out->attn_calls = os.attn_calls;
+    out->steps_merged = os.merged_steps;
+    out->steps_split = os.split_steps;
+    out->split_trials = os.split_trials;
+    out->split_trials_won = os.split_trials_won;
     out->attn_rt_s = os.attn_rt_s;
     out->bytes_sent = os.svc.bytes_sent;
     out->bytes_recv = os.svc.bytes_recv;

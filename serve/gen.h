@@ -140,6 +140,8 @@ typedef struct {
     long     prefix_hit_tokens;  /* prompt tokens a storage node already held */
     long     prefix_computed_tokens; /* prompt tokens prefilled here */
     long     attn_calls;         /* attention round trips (offload engine) */
+    long     steps_merged, steps_split; /* batch steps by spread (parallel.adaptive_batches) */
+    long     split_trials, split_trials_won;
     double   attn_rt_s;          /* their summed time */
     uint64_t bytes_sent, bytes_recv;   /* to / from the storage nodes (remote) */
     uint64_t prefill_bytes;      /* prompt KV shipped */

@@ -505,6 +505,20 @@ char *na_srv_metrics_page(na_srv_t *s, size_t *len_p)
     C("nearattn_prompt_tokens_total", "Prompt tokens of the requests submitted.",
       (double)t.prompt_tokens);
     C("nearattn_generation_tokens_total", "Tokens generated.", (double)t.gen_tokens);
+    na_metric_head(f, "nearattn_batch_steps_total", "counter",
+                   "Batch steps by how the requests were spread: merged (as few batches as "
+                   "max_batch allows) or split (every batch in flight); "
+                   "parallel.adaptive_batches.");
+    na_metric_value(f, "nearattn_batch_steps_total", "spread=\"merged\"",
+                    (double)t.steps_merged);
+    na_metric_value(f, "nearattn_batch_steps_total", "spread=\"split\"", (double)t.steps_split);
+    na_metric_head(f, "nearattn_batch_split_trials_total", "counter",
+                   "Trials of split batches (parallel.adaptive_batches): started, and won "
+                   "(split was faster per token and stayed).");
+    na_metric_value(f, "nearattn_batch_split_trials_total", "outcome=\"started\"",
+                    (double)t.split_trials);
+    na_metric_value(f, "nearattn_batch_split_trials_total", "outcome=\"won\"",
+                    (double)t.split_trials_won);
     na_metric_hist(f, "nearattn_time_to_first_token_seconds",
                    "Time from the request's arrival to its first text.", &ttft);
     na_metric_hist(f, "nearattn_inter_token_latency_seconds",

@@ -178,6 +178,12 @@ api)
         grep -q '^nearattn_prefix_tokens_total{node="s0",kind="hit"} [0-9]' "$DIR/metrics.txt" ||
         fail "no prefix tokens of node s0: $(grep prefix "$DIR/metrics.txt")"
     [ "$(metric nearattn_storage_nodes_alive)" = 1 ] || fail "storage_nodes_alive"
+    # batch steps by spread (parallel.adaptive_batches): both samples, and some ran
+    STEPS_M=$(sed -n 's/^nearattn_batch_steps_total{spread="merged"} \([0-9][0-9]*\)$/\1/p' "$DIR/metrics.txt")
+    STEPS_S=$(sed -n 's/^nearattn_batch_steps_total{spread="split"} \([0-9][0-9]*\)$/\1/p' "$DIR/metrics.txt")
+    [ -n "$STEPS_M" ] && [ -n "$STEPS_S" ] && [ $((STEPS_M + STEPS_S)) -ge 1 ] &&
+        grep -q '^nearattn_batch_split_trials_total{outcome="won"} [0-9]' "$DIR/metrics.txt" ||
+        fail "batch steps: $(grep batch_ "$DIR/metrics.txt")"
     stop_serve
     ;;
 chat)
