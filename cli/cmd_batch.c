@@ -73,6 +73,8 @@ static void na_batch_usage(FILE *f)
         "  --batch N          requests per batch (default: the layout's max_batch)\n"
         "  --no-prefix-reuse  every prompt is prefilled whole (default: the layout's\n"
         "                     kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
+        "  --no-adaptive-batches  always every batch in flight (default: the layout's\n"
+        "                     parallel.adaptive_batches, on; docs/offload.md)\n"
         "  --ctx N            model context in tokens (default: the model file's)\n"
         "  --max-in-flight N  requests submitted at once (default: what the engine runs\n"
         "                     at once: max_batch x its batches in flight, 1 batch in\n"

@@ -21,6 +21,10 @@ int na_cli_gen_opt(const char *cmd, na_sg_opts_t *go, const char *f, const char 
         go->no_prefix_reuse = 1;
         return 1;
     }
+    if (!strcmp(f, "--no-adaptive-batches")) {
+        go->no_adaptive_batches = 1;
+        return 1;
+    }
     for (k = 0; k < sizeof(str) / sizeof(str[0]); k++)
         if (!strcmp(f, str_flags[k])) {
             if (v == NULL)

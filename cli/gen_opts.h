@@ -6,7 +6,7 @@
 
 #include "serve/gen.h"
 
-/* If f is one of --no-prefix-reuse (no value), --config, --model,
+/* If f is one of --no-prefix-reuse, --no-adaptive-batches (no value), --config, --model,
  * --tokenizer, --mode, --cluster, --backend (a string), --threads N or
  * --batch N, take it into *go; v is the argument after f (NULL when f came
  * last). Returns the arguments taken (1 or 2); 0 when f is none of them;

@@ -404,7 +404,7 @@ static na_status_t sg_start_engine(na_sg_t *g, const na_sg_opts_t *o)
     if (oo.batches_in_flight > NA_OFF_MAX_BATCHES)
         return na_err(NA_ERR_INVALID, "batches in flight: %d, at most %d",
                       oo.batches_in_flight, NA_OFF_MAX_BATCHES);
-    oo.adaptive_batches = cfg->parallel.adaptive_batches;
+    oo.adaptive_batches = cfg->parallel.adaptive_batches && !o->no_adaptive_batches;
     g->capacity = oo.max_batch * oo.batches_in_flight;
     oo.stop_ids = g->stop_ids;
     oo.n_stop = g->n_stop_ids;

@@ -85,6 +85,8 @@ typedef struct {
                                     * layout's parallel.batches_in_flight otherwise */
     int         ctx;             /* model context in tokens; <= 0: the model file's */
     int         no_prefix_reuse; /* 1: kv.prefix_reuse off (docs/prefix-reuse.md) */
+    int         no_adaptive_batches; /* 1: parallel.adaptive_batches off: always every
+                                        batch in flight (docs/offload.md) */
     volatile sig_atomic_t *stop; /* start: set by a signal to give up waiting for nodes */
 } na_sg_opts_t;
 

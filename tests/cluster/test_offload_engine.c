@@ -14,7 +14,7 @@
  *   idle     a request submitted after the engine went idle runs
  *   destroy  progress(20 ms) returns in time with work left; destroying the
  *            engine with requests in flight releases their KV
- *   adaptive parallel.adaptive_batches: with the attention made 2 ms slow per
+ *   adaptive parallel.adaptive_batches: with the attention made 8 ms slow per
  *            entry (the counting service holds each batch's answer until
  *            then, while the engine goes on: a TEST DOUBLE of a storage side
  *            whose attention grows with the rows and serves two batches side
@@ -410,7 +410,7 @@ static void t_adaptive_one(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, con
 
 static void t_adaptive(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char *tag)
 {
-    t_adaptive_one(e, c, ref, tag, 2, 0, 1);
+    t_adaptive_one(e, c, ref, tag, 8, 0, 1);
     t_adaptive_one(e, c, ref, tag, 0, 1, 0);
 }
 

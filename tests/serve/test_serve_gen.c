@@ -148,7 +148,8 @@ int main(void)
     NA_CHECK(c.len == a.len && !strcmp(c.text, a.text));
     na_sg_destroy(g);
 
-    /* batches in flight: 1 by default in monolithic mode, the layout's 2 ignored */
+    /* batches in flight: 1 by default in monolithic mode, the layout's 2 ignored;
+     * 2 asked for with adaptive batches off: two batches step */
     snprintf(layout, sizeof(layout), "%s/cluster-configs/local.yaml", src ? src : ".");
     for (int bif = 0; bif <= 2; bif += 2) {
         job_out_t q[4];
@@ -157,6 +158,7 @@ int main(void)
 
         o.config_path = layout;
         o.batches_in_flight = bif;
+        o.no_adaptive_batches = 1;   /* the number asked for, every step */
         NA_CHECK_OK(na_sg_create(&o, &g));
         if (g == NULL)
             break;
