@@ -19,10 +19,11 @@
  *            then, while the engine goes on: a TEST DOUBLE of a storage side
  *            whose attention grows with the rows and serves two batches side
  *            by side) split wins its trial and the requests spread over both
- *            batches; with every compute op made 1 ms slow
+ *            batches; with every compute op made 2 ms slow
  *            (NA_FAULTS' compute:op_ms, a TEST DOUBLE of a weight-bound
- *            step) it never tries and they stay in one; the greedy tokens
- *            are the monolithic ones either way
+ *            step) they stay in one (a trial, which a loaded machine's slow
+ *            round trip may start, loses); the greedy tokens are the
+ *            monolithic ones either way
  *
  * The counting service forwards every call to the real one and counts open
  * and release: it is how the test sees the storage side's open requests. */
@@ -390,11 +391,12 @@ static void t_adaptive_one(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, con
                          "%ld steps split, %ld merged, batches seen 0x%x", tag,
                          os.split_trials_won, os.split_trials, os.split_steps,
                          os.merged_steps, c->batches_seen);
-        else
-            NA_CHECK_MSG(os.split_trials == 0 && os.split_steps == 0 && os.merged_steps > 0 &&
-                         c->batches_seen == 1u,
-                         "%s adaptive: weight-bound, but %ld trials, %ld steps split, batches "
-                         "seen 0x%x", tag, os.split_trials, os.split_steps, c->batches_seen);
+        else    /* on a loaded machine a slow round trip may start a trial: it loses */
+            NA_CHECK_MSG(os.split_trials_won == 0 && os.merged_steps > os.split_steps &&
+                         (os.split_trials > 0 || (os.split_steps == 0 && c->batches_seen == 1u)),
+                         "%s adaptive: weight-bound, but split won %ld of %ld trials, %ld steps "
+                         "split, %ld merged, batches seen 0x%x", tag, os.split_trials_won,
+                         os.split_trials, os.split_steps, os.merged_steps, c->batches_seen);
         for (i = 0; i < N_REQ; i++)
             NA_CHECK_MSG(same_tokens(got[i], ref[i]) && w.done[i] == 1 && w.err[i] == 0,
                          "%s adaptive: request %d differs (%d vs %d tokens)", tag, i,
@@ -411,7 +413,7 @@ static void t_adaptive_one(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, con
 static void t_adaptive(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char *tag)
 {
     t_adaptive_one(e, c, ref, tag, 8, 0, 1);
-    t_adaptive_one(e, c, ref, tag, 0, 1, 0);
+    t_adaptive_one(e, c, ref, tag, 0, 2, 0);
 }
 
 /* The layout: 2 storage nodes (ports and KV directories are replaced by the
