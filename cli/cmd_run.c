@@ -42,6 +42,7 @@ typedef struct {
     long        prefill_chunk;   /* --prefill-chunk: 0 = the layout's */
     int         prefill_budget;  /* --prefill-budget: 0 the layout's, 1 tokens, 2 weighted */
     int         no_prefix_reuse;  /* --no-prefix-reuse */
+    int         no_adaptive;      /* --no-adaptive-batches */
     long        ctx;             /* --ctx: the model context to use; 0 = the file's */
     int         check_weights;   /* --check-weights: refuse NaN/Inf weights at load */
 } na_run_args_t;
@@ -126,6 +127,9 @@ static void na_run_usage(FILE *f)
         "  --no-prefix-reuse  offload: every prompt is prefilled whole, none reuses\n"
         "                  the KV of a prefix a storage node holds (default: the\n"
         "                  layout's kv.prefix_reuse, on; docs/prefix-reuse.md)\n"
+        "  --no-adaptive-batches  offload: every batch in flight every step (default:\n"
+        "                  the layout's parallel.adaptive_batches, on: one batch where\n"
+        "                  that was measured faster; docs/offload.md)\n"
         "  --kv-dtype D    KV cache element type, f16, bf16 or f32 (default f16; offload: the\n"
         "                  layout's model.kv_dtype unless given, then the nodes started\n"
         "                  here use D and connect refuses a D the layout does not say)\n"
@@ -191,6 +195,10 @@ static int na_run_parse(int argc, char **argv, na_run_args_t *a)
         }
         if (!strcmp(f, "--no-prefix-reuse")) {
             a->no_prefix_reuse = 1;
+            continue;
+        }
+        if (!strcmp(f, "--no-adaptive-batches")) {
+            a->no_adaptive = 1;
             continue;
         }
         if (strncmp(f, "-", 1) != 0) {
@@ -640,6 +648,7 @@ int na_cmd_run(int argc, char **argv)
         oa.prefill_chunk = (int)a.prefill_chunk;
         oa.prefill_budget = a.prefill_budget;
         oa.no_prefix_reuse = a.no_prefix_reuse;
+        oa.no_adaptive = a.no_adaptive;
         oa.stop_ids = stop;
         oa.n_stop = n_stop;
         oa.on_token = na_run_on_token;

@@ -159,7 +159,7 @@ static na_status_t na_ro_drive(const na_run_offload_args_t *a, na_engine_t *e,
     oo.rep = na_cluster_rep(cl);
     oo.max_batch = a->max_batch > 0 ? a->max_batch : (int)cfg->parallel.max_batch;
     oo.batches_in_flight = (int)cfg->parallel.batches_in_flight;
-    oo.adaptive_batches = cfg->parallel.adaptive_batches;
+    oo.adaptive_batches = cfg->parallel.adaptive_batches && !a->no_adaptive;
     oo.prefill_chunk = a->prefill_chunk > 0 ? a->prefill_chunk : (int)cfg->parallel.prefill_chunk;
     oo.prefill_weighted = a->prefill_budget > 0 ? a->prefill_budget == 2
                                                 : cfg->parallel.prefill_weighted;

@@ -24,6 +24,7 @@ typedef struct {
     int              failed_before; /* requests refused before the run (a prompt too
                                        long...): counted with the failed ones */
     int              no_prefix_reuse; /* 1: kv.prefix_reuse off for this run */
+    int              no_adaptive;   /* 1: parallel.adaptive_batches off for this run */
     int              no_xcache;     /* 1: the layout's X-cache is not used (perplexity:
                                        every request's KV on the storage nodes) */
 } na_run_offload_args_t;

@@ -37,14 +37,15 @@
  *
  * The first NA_BSPLIT_SKIP steps after a switch (requests moving between
  * batches) and windows with prompt rows (chunked prefill) are not counted.
- * A weight-bound step (attention below a row's compute) never starts a
- * trial, so serving small batches runs merged without a single split step.
+ * A weight-bound step (attention below the bound) starts no trial; where
+ * the rows stay the same the bound is weak, and a few trials run and lose
+ * (the doubling hold keeps them rare).
  * The numbers never depend on it: the kernels are batch-invariant and a
  * request's attention is its own. */
 #ifndef NA_BATCH_SPLIT_H
 #define NA_BATCH_SPLIT_H
 
-#define NA_BSPLIT_MARGIN 1.25   /* a trial: attention > this x the compute per row */
+#define NA_BSPLIT_MARGIN 1.25   /* a trial: attention > this x a lower bound of W */
 #define NA_BSPLIT_GAIN   0.05   /* split wins when this much faster per row */
 #define NA_BSPLIT_WINDOW 6      /* decode steps measured per window */
 #define NA_BSPLIT_SKIP   2      /* steps not measured after a switch */

@@ -19,7 +19,7 @@ na_cluster_t *na_test_cluster_start(const na_cfg_t *cfg, na_engine_t *e)
 }
 
 na_off_t *na_test_off_create(na_engine_t *e, na_asvc_t *svc, int max_batch,
-                             int batches_in_flight, const na_test_off_cb_t *cb)
+                             int batches_in_flight, int adaptive, const na_test_off_cb_t *cb)
 {
     na_off_opts_t oo;
     na_off_t *g = NULL;
@@ -27,6 +27,7 @@ na_off_t *na_test_off_create(na_engine_t *e, na_asvc_t *svc, int max_batch,
     memset(&oo, 0, sizeof(oo));
     oo.max_batch = max_batch;
     oo.batches_in_flight = batches_in_flight;
+    oo.adaptive_batches = adaptive;
     oo.on_token = cb->on_token;
     oo.on_done = cb->on_done;
     oo.on_error = cb->on_error;

@@ -24,9 +24,10 @@ typedef struct {
 } na_test_off_cb_t;
 
 /* An offload engine of e over svc, max_batch requests a batch and
- * batches_in_flight batches, reporting to cb: the engine, or NULL after a
- * failed check. */
+ * batches_in_flight batches (adaptive: parallel.adaptive_batches on, that
+ * number the most), reporting to cb: the engine, or NULL after a failed
+ * check. */
 na_off_t *na_test_off_create(na_engine_t *e, na_asvc_t *svc, int max_batch,
-                             int batches_in_flight, const na_test_off_cb_t *cb);
+                             int batches_in_flight, int adaptive, const na_test_off_cb_t *cb);
 
 #endif /* NA_TEST_CLUSTER_UTIL_H */

@@ -190,7 +190,7 @@ int main(int argc, char **argv)
         cl = na_test_cluster_start(cfg, e);
     cb.user = &w;
     if (cl != NULL)
-        g = na_test_off_create(e, na_cluster_service(cl), 1, 1, &cb);
+        g = na_test_off_create(e, na_cluster_service(cl), 1, 1, 0, &cb);
     if (g != NULL) {
         na_test_prompt(&rng, toks, 12, e->cfg.vocab_size);
         NA_CHECK_OK(na_request_create(e, 1, toks, 12, MAX_NEW, &sc, &r));

@@ -206,15 +206,17 @@ static int same_tokens(const na_request_t *a, const na_request_t *b)
     return na_test_same_ints(a->out, a->n_out, b->out, b->n_out);
 }
 
-/* A fresh watch on c, N_REQ fresh requests in got, and an engine reporting to w. */
-static na_off_t *make_engine(na_engine_t *e, cnt_svc_t *c, watch_t *w, na_request_t **got)
+/* A fresh watch on c, N_REQ fresh requests in got, and an engine with 2
+ * batches in flight (adaptive: the most) reporting to w. */
+static na_off_t *make_engine(na_engine_t *e, cnt_svc_t *c, watch_t *w, na_request_t **got,
+                             int adaptive)
 {
     const na_test_off_cb_t cb = { w_token, w_done, w_error, w };
 
     memset(w, 0, sizeof(*w));
     w->svc = c;
     make_requests(e, got, N_REQ);
-    return na_test_off_create(e, &c->fwd.base, 8, 2, &cb);
+    return na_test_off_create(e, &c->fwd.base, 8, 2, adaptive, &cb);
 }
 
 /* Requests 0..N_REQ-1 submitted at different steps of a running batch. */
@@ -225,7 +227,7 @@ static void t_join(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const char 
     na_off_t *g;
     int next = 0, busy_joins = 0, i, guard = 0;
 
-    g = make_engine(e, c, &w, got);
+    g = make_engine(e, c, &w, got, 0);
     if (g == NULL)
         return;
     /* request k joins once 5k tokens were produced */
@@ -269,7 +271,7 @@ static void t_cancel(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, const cha
     long opens0 = c->opens;
     int i, guard = 0, cancelled = 0;
 
-    g = make_engine(e, c, &w, got);
+    g = make_engine(e, c, &w, got, 0);
     if (g == NULL)
         return;
     for (i = 0; i < N_REQ - 1; i++)
@@ -320,7 +322,7 @@ static void t_destroy(na_engine_t *e, cnt_svc_t *c, const char *tag)
     na_off_t *g;
     int i, guard = 0;
 
-    g = make_engine(e, c, &w, got);
+    g = make_engine(e, c, &w, got, 0);
     if (g == NULL)
         return;
     for (i = 0; i < N_REQ; i++)
@@ -350,22 +352,10 @@ static void t_adaptive_one(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, con
 {
     watch_t w;
     na_request_t *got[N_REQ];
-    na_off_opts_t oo;
     na_off_stats_t os;
-    na_off_t *g = NULL;
+    na_off_t *g;
     int i;
 
-    memset(&w, 0, sizeof(w));
-    w.svc = c;
-    make_requests(e, got, N_REQ);
-    memset(&oo, 0, sizeof(oo));
-    oo.max_batch = 8;
-    oo.batches_in_flight = 2;
-    oo.adaptive_batches = 1;
-    oo.on_token = w_token;
-    oo.on_done = w_done;
-    oo.on_error = w_error;
-    oo.user = &w;
     c->slow_ms = slow_ms;
     c->batches_seen = 0;
     e->fault_op_ms = op_ms;
@@ -374,7 +364,7 @@ static void t_adaptive_one(na_engine_t *e, cnt_svc_t *c, na_request_t **ref, con
     if (slow_ms > 0)
         fprintf(stderr, "%s adaptive: TEST DOUBLE: every attention answer held %d ms per "
                 "entry\n", tag, slow_ms);
-    NA_CHECK_OK(na_off_create(e, &c->fwd.base, &oo, &g));
+    g = make_engine(e, c, &w, got, 1);
     for (i = 0; g != NULL && i < N_REQ; i++)
         NA_CHECK_OK(na_off_submit(g, got[i], NULL));
     if (g != NULL) {

@@ -15,7 +15,8 @@
 #           longer than the context is refused with a clear message
 #   chunks  chunked prefill on the storage nodes (run --prefill-chunk 1, 7,
 #           64 and more than any prompt; 7 and 64 also with --prefill-budget
-#           weighted): the monolithic text with request
+#           weighted; adaptive batches on, and off with
+#           --no-adaptive-batches): the monolithic text with request
 #           partition over 2 nodes (started by run) and head partition over 2
 #           nodes with KV forced to SSD (launch, connect); a storage node
 #           killed while long prompts come in chunks of 1: its requests are
@@ -287,6 +288,15 @@ chunks)
             "$DIR/chreqw$c.err" || fail "chreqw$c: the summary does not say the weighted budget"
         echo "ok: request partition, prefill_chunk $c weighted"
     done
+    # adaptive batches (the layout's default) say so; --no-adaptive-batches
+    # keeps every batch in flight, and the text stays monolithic's
+    grep -q "batch(es) in flight (adaptive: [0-9]* batch steps merged, [0-9]* split; split won" \
+        "$DIR/chreqw7.err" || fail "chreqw7: the summary does not say the adaptive batches"
+    na_vs_mono chreqfix offload "$STORIES" "$STOK" 24 --mode offload --config "$L" \
+        --cluster start --no-adaptive-batches
+    grep -q "batch(es) in flight: " "$DIR/chreqfix.err" && ! grep -q "(adaptive:" "$DIR/chreqfix.err" ||
+        fail "chreqfix: --no-adaptive-batches still adaptive: $(grep 'in flight' "$DIR/chreqfix.err")"
+    echo "ok: request partition, adaptive batches on and off"
     L=$(layout chhead 2 head 2 tcp ssd 1 false "$STORIES" "$STOK")
     mkdir -p "$DIR/logs"
     na_bg "$DIR/launch.out" "$DIR/launch.out" "$BIN" launch "$L" --log-dir "$DIR/logs"
